@@ -1,0 +1,46 @@
+"""nbhelpers: the engine of the MuseTalk Workbook.
+
+MuseTalk v1.5 lip-sync (video or photo of a face + speech -> the same video at 25 fps with the lower face
+repainted to follow the speech), implemented from the published facts of the official pipeline and loading the
+official weight files unchanged.
+
+Importing this package is light: it loads no torch, diffusers, onnxruntime or network client, sets no seed and
+touches no network. Heavy libraries are imported inside the functions that need them, so ``import nbhelpers``
+works before the setup notebook has installed anything. The main entry points are re-exported lazily:
+
+>>> import nbhelpers as nbh
+>>> nbh.lipsync  # doctest: +SKIP  (imports nbhelpers.pipeline on first use)
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+# Public name -> module that defines it. Resolved on first attribute access (PEP 562), so that
+# `import nbhelpers` stays free of torch.
+_LAZY = {
+    "lipsync": "nbhelpers.pipeline",
+    "LipsyncResult": "nbhelpers.pipeline",
+    "InferenceConfig": "nbhelpers.config",
+    "prepare_avatar": "nbhelpers.avatar",
+    "Avatar": "nbhelpers.avatar",
+    "NbHelpersError": "nbhelpers.errors",
+}
+
+__all__ = sorted(_LAZY) + ["__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'nbhelpers' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

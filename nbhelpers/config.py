@@ -1,0 +1,105 @@
+"""Inference settings: one frozen dataclass that widgets, the CLI and the Python API all produce and consume."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from .constants import VERSIONS
+from .errors import InputError
+
+PARSING_MODES = ("jaw", "raw", "neck")
+LANDMARK_BACKENDS = ("auto", "dwpose-onnx", "mmpose", "dlib", "boxes")
+LATENT_MODES = ("sample", "mode")
+
+
+@dataclass(frozen=True)
+class InferenceConfig:
+    """How one lip-sync job or avatar runs. Validated at construction.
+
+    Attributes:
+        version: ``"v15"`` (MuseTalk 1.5, default) or ``"v1"`` (1.0 weights through the current pipeline).
+            Source: ``scripts/inference.py`` ``--version``.
+        batch_size: Frames per UNet/VAE batch; None lets :func:`nbhelpers.gpu.plan` choose from free memory.
+            Official defaults: 8 offline (``inference.py:266``), 20 realtime (``realtime_inference.py:331``).
+        fp16: Half precision for UNet, VAE, whisper and the positional encoding; None = fp16 on CUDA, fp32 on CPU.
+        device: ``"cuda"``, ``"cuda:1"``, ``"cpu"``; None picks CUDA when available.
+        extra_margin: Pixels added below the crop box's bottom edge (v15 only), default 10
+            (``inference.py:170-172``).
+        bbox_shift: Pixels added to landmark 29's y (v1 only; v15 forces 0, ``inference.py:93-94``), default 0.
+        parsing_mode: Face-parsing mask: ``"jaw"`` (v15 default), ``"raw"`` (v1), or ``"neck"``
+            (``face_parsing/__init__.py:93-108``).
+        left_cheek_width: Jaw mode cheek band in 512-px parsing space, default 90 (``inference.py:272``).
+        right_cheek_width: Same on the right, default 90 (``inference.py:273``).
+        landmark_backend: ``"auto"``, ``"dwpose-onnx"``, ``"mmpose"``, ``"dlib"``, or ``"boxes"`` (user boxes).
+        smooth_boxes: Temporal smoothing window of crop boxes in frames (0 = off, the official behaviour).
+        seed: Seed of the generator that samples the VAE posterior. The official code samples with no seed
+            (quirk Q1); a seed makes runs reproducible.
+        latent_mode: ``"sample"`` (official inference, ``vae.py:93``) or ``"mode"`` (the posterior mean, as training).
+        reasons: Why automatic values were chosen (filled by ``gpu.plan``); not compared or hashed.
+    """
+
+    version: str = "v15"
+    batch_size: int | None = None
+    fp16: bool | None = None
+    device: str | None = None
+    extra_margin: int = 10
+    bbox_shift: int = 0
+    parsing_mode: str = "jaw"
+    left_cheek_width: int = 90
+    right_cheek_width: int = 90
+    landmark_backend: str = "auto"
+    smooth_boxes: int = 0
+    seed: int = 0
+    latent_mode: str = "sample"
+    reasons: dict[str, str] = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    def __post_init__(self) -> None:
+        _choice("version", self.version, VERSIONS)
+        _choice("parsing_mode", self.parsing_mode, PARSING_MODES)
+        _choice("landmark_backend", self.landmark_backend, LANDMARK_BACKENDS)
+        _choice("latent_mode", self.latent_mode, LATENT_MODES)
+        if self.batch_size is not None and (not isinstance(self.batch_size, int) or self.batch_size < 1):
+            raise InputError(f"batch_size must be a positive integer or None (automatic); got {self.batch_size!r}.")
+        if not 0 <= int(self.extra_margin) <= 200:
+            raise InputError(f"extra_margin must be between 0 and 200 pixels; got {self.extra_margin!r}. "
+                             "The official app offers 0-40 (default 10).")
+        for name in ("left_cheek_width", "right_cheek_width"):
+            value = getattr(self, name)
+            if not 0 <= int(value) <= 256:
+                raise InputError(f"{name} must be between 0 and 256 (512-px parsing space); got {value!r}. "
+                                 "The official app offers 20-160 (default 90).")
+        if not -200 <= int(self.bbox_shift) <= 200:
+            raise InputError(f"bbox_shift must be between -200 and 200 pixels; got {self.bbox_shift!r}.")
+        if self.version == "v15" and self.bbox_shift != 0:
+            # The official scripts force 0 for v1.5 (inference.py:93-94); the app does not (Q27). We follow the
+            # app and allow it, since users tune it, but say so.
+            self.reasons.setdefault("bbox_shift", "applied to v15 as the official app does (the scripts force 0)")
+        if self.smooth_boxes < 0:
+            raise InputError(f"smooth_boxes must be >= 0 frames; got {self.smooth_boxes!r}.")
+
+    @property
+    def effective_extra_margin(self) -> int:
+        """Pixels added below the crop box: ``extra_margin`` for v15, 0 for v1 (``inference.py:170-172``)."""
+        return int(self.extra_margin) if self.version == "v15" else 0
+
+    @property
+    def effective_parsing_mode(self) -> str:
+        """Parsing mode used: v1 always ``raw`` (``inference.py:223-226``), v15 ``parsing_mode``."""
+        return self.parsing_mode if self.version == "v15" else "raw"
+
+    def replace(self, **changes: Any) -> InferenceConfig:
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a plain dict (without ``reasons``), e.g. for a cache fingerprint."""
+        d = dataclasses.asdict(self)
+        d.pop("reasons")
+        return d
+
+
+def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise InputError(f"{name} must be one of {', '.join(map(repr, allowed))}; got {value!r}.")

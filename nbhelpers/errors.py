@@ -1,0 +1,86 @@
+"""Exception classes. Every error the package raises on purpose derives from :class:`NbHelpersError`.
+
+Messages follow one rule (STYLE.md §7): name the parameter or file, show the value received, state the rule,
+and give the next step (which notebook to run, which file is missing, which install command).
+"""
+
+from __future__ import annotations
+
+
+class NbHelpersError(Exception):
+    """Base class of all errors raised on purpose by nbhelpers."""
+
+
+class InputError(NbHelpersError, ValueError):
+    """A user-supplied argument or file is unusable (bad value, missing file, wrong kind of media)."""
+
+
+class MediaError(NbHelpersError):
+    """A media file could not be read or written (see the message for ffmpeg's own words)."""
+
+
+class FFmpegError(MediaError):
+    """ffmpeg exited with an error. ``stderr_tail`` holds the last lines it printed.
+
+    Attributes:
+        args_list: The argument list that was run (no shell involved).
+        returncode: ffmpeg's exit status.
+        stderr_tail: The last ~40 lines of ffmpeg's standard error.
+    """
+
+    def __init__(self, message: str, args_list: list[str] | None = None, returncode: int | None = None,
+                 stderr_tail: str = ""):
+        self.args_list = list(args_list or [])
+        self.returncode = returncode
+        self.stderr_tail = stderr_tail
+        full = message
+        if stderr_tail:
+            full += "\n--- ffmpeg said ---\n" + stderr_tail.rstrip()
+        super().__init__(full)
+
+
+class WeightsError(NbHelpersError):
+    """Weight files are missing, corrupt, or cannot be downloaded."""
+
+
+class CheckpointError(WeightsError):
+    """A checkpoint does not match the model it is loaded into (missing, unexpected or mis-shaped keys)."""
+
+
+class MissingDependencyError(NbHelpersError, ImportError):
+    """An optional package is not installed. The message gives the exact install line."""
+
+
+class NoFaceError(InputError):
+    """No face was found in any frame (F1 of the failure kinds). Raised before any heavy model loads."""
+
+
+class CacheError(NbHelpersError):
+    """An avatar cache is unreadable or does not match what was asked; it will be rebuilt."""
+
+
+class OutOfMemoryError(NbHelpersError):
+    """The GPU ran out of memory even at batch size 1."""
+
+
+def require(module: str, install: str):
+    """Import an optional dependency or raise :class:`MissingDependencyError` with the install line.
+
+    Args:
+        module: Dotted module name, e.g. ``"onnxruntime"``.
+        install: The pip line that provides it, e.g. ``"pip install onnxruntime"``.
+
+    Returns:
+        The imported module.
+
+    Raises:
+        MissingDependencyError: When the import fails; the message names ``install``.
+    """
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:  # pragma: no cover - message content is tested through callers
+        raise MissingDependencyError(
+            f"The optional package {module!r} is not installed ({exc}). Install it with:\n    {install}"
+        ) from exc
