@@ -1,0 +1,382 @@
+"""Crop boxes from landmarks: the official MuseTalk rules, then the fixes for its known bugs.
+
+Everything here is numpy only (no torch, cv2 or dlib), so it can be imported and tested anywhere.
+
+Coordinates are full-frame pixels, x to the right and y down; a box ``(x1, y1, x2, y2)`` is the half-open slice
+``frame[y1:y2, x1:x2]``. Landmarks are the 68 face points in iBUG 300-W order (DWPose whole-body points 23..90);
+``lm[k]`` below means face-local index k, and lm[28], lm[29], lm[30] are points on the nose bridge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from ..constants import VERSIONS
+from ..errors import InputError, NoFaceError
+
+MIN_CROP_SIDE = 16  # pixels: the smallest crop side we hand to the 256-px resize (a fix; the official has none)
+N_LANDMARKS = 68  # face points in iBUG 300-W order
+
+__all__ = [
+    "MIN_CROP_SIDE",
+    "BBoxShiftRange",
+    "bbox_shift_range",
+    "crop_box",
+    "crop_box_with_source",
+    "smooth_boxes",
+    "user_boxes",
+]
+
+
+def _frame_hw(frame_shape: Any) -> tuple[int, int]:
+    try:
+        shape = tuple(int(v) for v in frame_shape)
+    except (TypeError, ValueError):
+        raise InputError(f"frame_shape must be (H, W) or (H, W, 3) in pixels; got {frame_shape!r}.") from None
+    if len(shape) not in (2, 3) or shape[0] < 1 or shape[1] < 1:
+        raise InputError(f"frame_shape must be (H, W) or (H, W, 3) with H, W >= 1 pixels; got {frame_shape!r}.")
+    return shape[0], shape[1]
+
+
+def _landmarks_int(landmarks: Any) -> np.ndarray:
+    lm = np.asarray(landmarks, dtype=np.float64)
+    if lm.shape != (N_LANDMARKS, 2):
+        raise InputError(f"landmarks must have shape (68, 2) as (x, y) pixels in iBUG 300-W order; got shape "
+                         f"{lm.shape}. Pass one frame's landmarks (e.g. FaceTrack.landmarks[i]).")
+    if not np.isfinite(lm).all():
+        raise InputError("landmarks contain NaN or inf (a frame with no face?); crop_box needs the 68 points of a "
+                         "detected face. Skip frames whose has_face is False.")
+    # The official casts the keypoints to int32, which truncates towards zero (preprocessing.py:99-101).
+    return lm.astype(np.int32)
+
+
+def _official_face_box(face_box: Any) -> tuple[int, int, int, int]:
+    """The detector box as the official returns S3FD's: clipped to >= 0, then int-truncated (api.py:76-84)."""
+    fb = np.asarray(face_box, dtype=np.float64).reshape(-1)
+    if fb.shape != (4,) or not np.isfinite(fb).all():
+        raise InputError(f"face_box must be 4 finite numbers (x1, y1, x2, y2) in pixels; got {face_box!r}.")
+    x1, y1, x2, y2 = (int(max(0.0, float(v))) for v in fb)
+    return x1, y1, x2, y2
+
+
+def _clamp(box: tuple[int, int, int, int], height: int, width: int) -> tuple[int, int, int, int]:
+    x1, y1, x2, y2 = box
+    return (min(max(x1, 0), width), min(max(y1, 0), height), min(max(x2, 0), width), min(max(y2, 0), height))
+
+
+def _grow_side(lo: int, hi: int, size: int, limit: int) -> tuple[int, int]:
+    """Widen [lo, hi) about its centre to at least ``size`` pixels, then slide it back inside [0, limit)."""
+    size = min(size, limit)
+    if hi - lo >= size:
+        return lo, hi
+    deficit = size - (hi - lo)
+    lo -= deficit // 2
+    hi += deficit - deficit // 2
+    if lo < 0:
+        hi, lo = hi - lo, 0
+    if hi > limit:
+        lo, hi = lo - (hi - limit), limit
+    return max(lo, 0), hi
+
+
+def crop_box_with_source(landmarks: Any, face_box: Any, frame_shape: Any, version: str = "v15",
+                         bbox_shift: int = 0, extra_margin: int = 10, *,
+                         min_side: int = MIN_CROP_SIDE) -> tuple[tuple[int, int, int, int], str]:
+    """:func:`crop_box`, also saying where the box came from.
+
+    Args:
+        landmarks: (68, 2) float or int ``(x, y)`` pixels, iBUG 300-W order.
+        face_box: (4,) ``(x1, y1, x2, y2)`` detector box in pixels, or None when there is none.
+        frame_shape: ``(H, W)`` or ``(H, W, 3)`` of the frame, in pixels.
+        version: ``"v15"`` or ``"v1"``.
+        bbox_shift: Pixels added to lm[29].y (positive moves the mask boundary down).
+        extra_margin: Pixels added below the box for v15 (ignored for v1).
+        min_side: Smallest crop side in pixels after the fixes.
+
+    Returns:
+        ``((x1, y1, x2, y2), source)`` with Python ints and ``source`` one of ``"landmarks"`` (the landmark box)
+        or ``"face_box"`` (the detector box was used: the official fallback, or our fallback when the landmark box
+        shrank below ``min_side`` once clamped to the frame).
+
+    Raises:
+        InputError: Bad shapes, non-finite values, an unknown version, or a fallback needed with no face_box.
+
+    Source: musetalk/utils/preprocessing.py:84-137, scripts/inference.py:170-172 (reference §3.3).
+    """
+    if version not in VERSIONS:
+        raise InputError(f"version must be one of {', '.join(map(repr, VERSIONS))}; got {version!r}.")
+    height, width = _frame_hw(frame_shape)
+    if int(min_side) < 1:
+        raise InputError(f"min_side must be >= 1 pixel; got {min_side!r}.")
+    lm = _landmarks_int(landmarks)
+
+    # Official rules (preprocessing.py:113-132). The shift edits lm[29] in place, so the shifted value also takes
+    # part in the max-y below (quirk Q16), as in the official code.
+    if bbox_shift:
+        lm[29, 1] += int(bbox_shift)
+    nose_y = int(lm[29, 1])
+    max_y = int(lm[:, 1].max())
+    half_dist = max_y - nose_y
+    y1 = int(max(0, nose_y - half_dist))
+    box = (int(lm[:, 0].min()), y1, int(lm[:, 0].max()), max_y)
+    source = "landmarks"
+    if box[3] - box[1] <= 0 or box[2] - box[0] <= 0 or box[0] < 0:
+        if face_box is None:
+            raise InputError(f"the landmark box {box} is degenerate or starts left of the frame, and no face_box "
+                             "was given to fall back on (the official uses the S3FD box). Pass the detector box.")
+        box, source = _official_face_box(face_box), "face_box"
+
+    def finish(b: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
+        x1_, y1_, x2_, y2_ = b
+        if version == "v15":  # inference.py:170-172: y2 = min(y2 + extra_margin, H)
+            y2_ = min(y2_ + int(extra_margin), height)
+        return _clamp((x1_, y1_, x2_, y2_), height, width)  # fix of Q17: all four sides inside the frame
+
+    out = finish(box)
+    if source == "landmarks" and (out[2] - out[0] < min_side or out[3] - out[1] < min_side) and face_box is not None:
+        # Fix: a landmark box that lies mostly outside the frame falls back to the detector box.
+        fallback = finish(_official_face_box(face_box))
+        if fallback[2] - fallback[0] >= out[2] - out[0] and fallback[3] - fallback[1] >= out[3] - out[1]:
+            out, source = fallback, "face_box"
+    x1, y1, x2, y2 = out
+    x1, x2 = _grow_side(x1, x2, int(min_side), width)  # fix: a minimum crop size
+    y1, y2 = _grow_side(y1, y2, int(min_side), height)
+    return (int(x1), int(y1), int(x2), int(y2)), source
+
+
+def crop_box(landmarks: Any, face_box: Any, frame_shape: Any, version: str = "v15", bbox_shift: int = 0,
+             extra_margin: int = 10) -> tuple[int, int, int, int]:
+    """The crop box MuseTalk cuts from one frame: the official rules, then fixes for their bugs.
+
+    Official rules (reproduced exactly):
+
+    1. The landmarks are cast to int32 by truncation towards zero.
+    2. ``bbox_shift`` is added to lm[29].y **in place**, so the shifted point also counts in the max-y of step 3
+       (quirk Q16; only matters when the shift pushes lm[29] below the chin).
+    3. ``half_dist = max_k lm[k].y - lm[29].y`` and ``y1 = max(0, lm[29].y - half_dist)``; the landmark box is
+       ``(min_k lm[k].x, y1, max_k lm[k].x, max_k lm[k].y)``. Its horizontal midline, the boundary of the
+       inpainted lower half, sits at the shifted lm[29].y.
+    4. If ``y2 - y1 <= 0``, ``x2 - x1 <= 0`` or ``x1 < 0``, the detector box is used instead, clipped to >= 0
+       and int-truncated as the official S3FD result is.
+    5. v15 only: ``y2 = min(y2 + extra_margin, H)``. v1 ignores ``extra_margin``.
+
+    Deviations from the official code (fixes of the bugs in reference §11):
+
+    - Q17: all four sides are clamped to the frame (the official checks only ``x1 < 0``; NumPy then clips the
+      crop silently while the paste-back uses the unclipped size, which stretches the face). A box crossing the
+      right or bottom edge is therefore cut at the edge instead of being stretched.
+    - When the clamped landmark box is thinner than ``MIN_CROP_SIDE`` (16 px) on a side (a face almost entirely
+      outside the frame), the detector box is used if it is larger.
+    - A minimum size: each side is widened about its centre to at least 16 px (or the frame size if smaller),
+      then slid back inside the frame, so no crop is empty.
+
+    Args:
+        landmarks: (68, 2) float or int array of ``(x, y)`` pixels in the full frame, iBUG 300-W order.
+        face_box: (4,) ``(x1, y1, x2, y2)`` detector face box in full-frame pixels (S3FD or dlib), used as the
+            fallback; None if there is none (then a degenerate landmark box raises).
+        frame_shape: ``(H, W)`` or ``(H, W, 3)`` of the frame, pixels.
+        version: ``"v15"`` (MuseTalk 1.5, default) or ``"v1"``.
+        bbox_shift: Pixels added to lm[29].y; positive moves the mask boundary down (more mouth), negative up.
+            The official scripts force 0 for v15.
+        extra_margin: Pixels added to the bottom edge for v15 (official default 10), clipped to the frame height.
+
+    Returns:
+        ``(x1, y1, x2, y2)`` as Python ints with ``0 <= x1 < x2 <= W`` and ``0 <= y1 < y2 <= H``; the crop is
+        ``frame[y1:y2, x1:x2]``. For v15 the extra margin is already included (the official realtime
+        ``coords.pkl`` convention); do not add it again.
+
+    Raises:
+        InputError: landmarks not (68, 2) or not finite, a bad frame_shape or version, or a fallback needed
+            with ``face_box=None``.
+
+    Source: musetalk/utils/preprocessing.py:84-137, scripts/inference.py:170-172 (reference §3.3).
+    """
+    box, _ = crop_box_with_source(landmarks, face_box, frame_shape, version, bbox_shift, extra_margin)
+    return box
+
+
+class BBoxShiftRange(NamedTuple):
+    """The official "Manually adjust range" of ``bbox_shift``, printed as ``[ -minus~plus ]``.
+
+    Attributes:
+        minus: ``int(mean(lm[30].y - lm[29].y))`` over frames with a face, pixels (truncated towards zero).
+        plus: ``int(mean(lm[29].y - lm[28].y))``, pixels.
+
+    The official labels look swapped (quirk Q15): ``bbox_shift`` is added to lm[29].y, so a *negative* shift moves
+    the mask boundary *up* towards lm[28], a distance of ``plus``, and a positive shift moves it *down* towards
+    lm[30], a distance of ``minus``. The geometric range is therefore ``[-plus, +minus]``
+    (:attr:`geometric`); the printed text keeps the official form for comparison with official logs.
+    """
+
+    minus: int
+    plus: int
+
+    @property
+    def geometric(self) -> tuple[int, int]:
+        """``(-plus, minus)``: the shifts that move the boundary to lm[28] (up) and to lm[30] (down), pixels."""
+        return -self.plus, self.minus
+
+    def __str__(self) -> str:
+        up, down = self.geometric
+        return (f"[ -{self.minus}~{self.plus} ] (official label; the boundary reaches landmark 28 at "
+                f"bbox_shift={up} and landmark 30 at bbox_shift=+{down})")
+
+
+def bbox_shift_range(landmarks_per_frame: Any) -> BBoxShiftRange:
+    """The official adjustable range of ``bbox_shift`` from the unshifted landmarks of every frame with a face.
+
+    Args:
+        landmarks_per_frame: (N, 68, 2) float array of ``(x, y)`` pixels with all-NaN rows for frames with no face,
+            or a sequence of (68, 2) arrays and None.
+
+    Returns:
+        :class:`BBoxShiftRange` ``(minus, plus)``: ``int(mean(lm30.y - lm29.y))`` and ``int(mean(lm29.y -
+        lm28.y))`` over the frames with a face, on int-truncated landmarks, with Python ``int()`` truncation of
+        the mean (the official semantics). Read :class:`BBoxShiftRange` for what the labels mean.
+
+    Raises:
+        InputError: Arrays of the wrong shape.
+        NoFaceError: No frame has a face (the official divides by zero here).
+
+    Source: musetalk/utils/preprocessing.py:114-117,134-136 (reference §3.3, quirk Q15).
+    """
+    frames: list[np.ndarray] = []
+    if isinstance(landmarks_per_frame, np.ndarray) and landmarks_per_frame.ndim == 3:
+        items: Sequence[Any] = list(landmarks_per_frame)
+    else:
+        items = list(landmarks_per_frame)
+    for i, lm in enumerate(items):
+        if lm is None:
+            continue
+        arr = np.asarray(lm, dtype=np.float64)
+        if arr.shape != (N_LANDMARKS, 2):
+            raise InputError(f"landmarks_per_frame[{i}] must have shape (68, 2); got {arr.shape}.")
+        if np.isnan(arr).all():
+            continue
+        frames.append(_landmarks_int(arr))
+    if not frames:
+        raise NoFaceError(f"no face found in 0 of {len(items)} frames, so there is no bbox_shift range to compute.")
+    lm = np.stack(frames)
+    range_minus = lm[:, 30, 1] - lm[:, 29, 1]
+    range_plus = lm[:, 29, 1] - lm[:, 28, 1]
+    return BBoxShiftRange(int(float(np.mean(range_minus))), int(float(np.mean(range_plus))))
+
+
+def smooth_boxes(boxes: Any, has_face: Any, window: int, frame_shape: Any) -> np.ndarray:
+    """Temporal smoothing of crop boxes: a centred moving average that never crosses a frame with no face.
+
+    Each coordinate of frame i becomes the mean over frames ``i - (window - 1) // 2 .. i + window // 2`` that
+    belong to the same run of consecutive frames with a face (the window is cut at the ends of the run), then it
+    is rounded to the nearest pixel and clamped to the frame. The official pipeline does not smooth (window 0).
+
+    Args:
+        boxes: (N, 4) int ``(x1, y1, x2, y2)`` pixels; rows of frames with no face are ignored and returned as -1.
+        has_face: (N,) bool.
+        window: Window length in frames; 0 or 1 returns the boxes unchanged.
+        frame_shape: ``(H, W)`` of the frames, pixels.
+
+    Returns:
+        (N, 4) int32 smoothed boxes, -1 rows for frames with no face.
+
+    Raises:
+        InputError: A negative window or mismatched shapes.
+    """
+    arr = np.asarray(boxes, dtype=np.float64)
+    mask = np.asarray(has_face, dtype=bool)
+    if arr.ndim != 2 or arr.shape[1] != 4 or mask.shape != (arr.shape[0],):
+        raise InputError(f"boxes must be (N, 4) and has_face (N,); got {arr.shape} and {mask.shape}.")
+    if int(window) < 0:
+        raise InputError(f"smooth_boxes window must be >= 0 frames; got {window!r}.")
+    out = np.full(arr.shape, -1, dtype=np.int32)
+    if int(window) <= 1:
+        out[mask] = arr[mask].astype(np.int32)
+        return out
+    height, width = _frame_hw(frame_shape)
+    before, after = (int(window) - 1) // 2, int(window) // 2
+    n = arr.shape[0]
+    i = 0
+    while i < n:
+        if not mask[i]:
+            i += 1
+            continue
+        j = i
+        while j < n and mask[j]:
+            j += 1
+        run = arr[i:j]  # one run of consecutive frames with a face: [i, j)
+        csum = np.vstack([np.zeros((1, 4)), np.cumsum(run, axis=0)])
+        idx = np.arange(j - i)
+        lo = np.maximum(idx - before, 0)
+        hi = np.minimum(idx + after + 1, j - i)
+        mean = (csum[hi] - csum[lo]) / (hi - lo)[:, None]
+        rounded = np.floor(mean + 0.5).astype(np.int64)
+        rounded[:, 0::2] = np.clip(rounded[:, 0::2], 0, width)
+        rounded[:, 1::2] = np.clip(rounded[:, 1::2], 0, height)
+        out[i:j] = rounded.astype(np.int32)
+        i = j
+    return out
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+
+
+def user_boxes(boxes: Any, n_frames: int, frame_shape: Any, *, min_side: int = MIN_CROP_SIDE
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """Validate crop boxes given by the user and expand them to one row per frame.
+
+    Args:
+        boxes: One ``(x1, y1, x2, y2)`` for the whole clip; or, per frame, an (N, 4) array (rows of -1 or NaN mean
+            "no face") or a length-N list of 4-tuples and None. Pixels of the full frame, half-open
+            ``frame[y1:y2, x1:x2]``; fractional values are truncated with ``int()`` as the official boxes are.
+        n_frames: N, the number of frames.
+        frame_shape: ``(H, W)`` or ``(H, W, 3)`` of the frames, pixels.
+        min_side: Smallest accepted box side in pixels.
+
+    Returns:
+        ``(crop_boxes, has_face)``: (N, 4) int32 with -1 rows for "no face", and (N,) bool.
+
+    Raises:
+        InputError: A box outside the frame, inverted, smaller than ``min_side``, or a per-frame list whose length
+            is not N. The message names the frame index and the rule.
+    """
+    height, width = _frame_hw(frame_shape)
+    if isinstance(boxes, np.ndarray) and boxes.ndim == 1 or (
+            isinstance(boxes, (list, tuple)) and len(boxes) == 4 and all(_is_number(v) for v in boxes)):
+        rows: list[Any] = [boxes] * n_frames
+        single = True
+    else:
+        rows = list(boxes) if not isinstance(boxes, np.ndarray) else list(boxes)
+        single = False
+        if len(rows) != n_frames:
+            raise InputError(f"boxes has {len(rows)} entries but the clip has {n_frames} frames at 25 fps. Give "
+                             "one (x1, y1, x2, y2) for the whole clip, or exactly one box (or None) per frame.")
+    out = np.full((n_frames, 4), -1, dtype=np.int32)
+    has_face = np.zeros(n_frames, dtype=bool)
+    for i, row in enumerate(rows):
+        where = "boxes" if single else f"boxes[{i}]"
+        if row is None:
+            continue
+        try:
+            vals = np.asarray(row, dtype=np.float64).reshape(-1)
+        except (TypeError, ValueError):
+            raise InputError(f"{where} must be (x1, y1, x2, y2) in pixels or None; got {row!r}.") from None
+        if vals.shape != (4,):
+            raise InputError(f"{where} must be 4 numbers (x1, y1, x2, y2) in pixels; got {row!r}.")
+        if np.isnan(vals).all() or (vals == -1).all():
+            continue  # "no face" row
+        if not np.isfinite(vals).all():
+            raise InputError(f"{where} must be finite numbers; got {row!r}.")
+        x1, y1, x2, y2 = (int(v) for v in vals)
+        if not (0 <= x1 < x2 <= width and 0 <= y1 < y2 <= height):
+            raise InputError(f"{where} = {(x1, y1, x2, y2)} does not fit the frame: the rule is "
+                             f"0 <= x1 < x2 <= {width} and 0 <= y1 < y2 <= {height} (frame {width}x{height} "
+                             "pixels, x right, y down). Check the order (x1, y1, x2, y2) and the frame size.")
+        if x2 - x1 < min_side or y2 - y1 < min_side:
+            raise InputError(f"{where} = {(x1, y1, x2, y2)} is {x2 - x1}x{y2 - y1} pixels; each side must be at "
+                             f"least {min_side} pixels. Draw the box around the lower face (nose to chin).")
+        out[i] = (x1, y1, x2, y2)
+        has_face[i] = True
+    return out, has_face

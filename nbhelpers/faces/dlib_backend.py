@@ -1,0 +1,165 @@
+"""The ``dlib`` landmark backend: dlib's HOG frontal face detector and its 68-point shape predictor.
+
+It needs no download at run time: the detector is built into dlib (the ``dlib-bin`` wheel) and the predictor file
+ships inside the ``face-recognition-models`` package. It is the backend of the tests and of the notebooks' CI mode,
+and a real option when no DWPose weights are wanted. Its 68 points follow the iBUG 300-W order, the same order as
+DWPose's face points, so :func:`nbhelpers.faces.crop_box` treats both alike. Its landmarks are not the official
+DWPose ones: crop boxes differ from the official by a few pixels.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import InputError, MissingDependencyError
+from .base import FaceResult
+
+INSTALL = "pip install dlib-bin face-recognition-models"
+PREDICTOR_FILE = "models/shape_predictor_68_face_landmarks.dat"  # inside the face_recognition_models package
+RETRY_MAX_PIXELS = 1920 * 1080  # frames up to this area get a second, upsampled pass when nothing is found
+
+
+def predictor_path() -> Path:
+    """Path of ``shape_predictor_68_face_landmarks.dat`` inside the installed ``face_recognition_models``.
+
+    The package's own ``pose_predictor_model_location()`` imports ``pkg_resources``, which setuptools >= 81 no
+    longer ships, so the file is located through the package's import spec instead (no import needed), with the
+    package function as a second try.
+
+    Returns:
+        The path of the predictor file (about 95 MiB).
+
+    Raises:
+        MissingDependencyError: face-recognition-models is not installed, or its file is missing.
+    """
+    spec = importlib.util.find_spec("face_recognition_models")
+    if spec is not None:
+        for folder in spec.submodule_search_locations or []:
+            candidate = Path(folder) / PREDICTOR_FILE
+            if candidate.is_file():
+                return candidate
+        try:
+            import face_recognition_models
+
+            candidate = Path(face_recognition_models.pose_predictor_model_location())
+            if candidate.is_file():
+                return candidate
+        except Exception:  # noqa: BLE001,S110 - fall through to the clear error below
+            pass
+    raise MissingDependencyError(
+        "The dlib landmark backend needs the 68-point shape predictor from the 'face-recognition-models' "
+        f"package, which is not installed (or is missing {PREDICTOR_FILE}). Install it with:\n    {INSTALL}")
+
+
+class DlibBackend:
+    """dlib face detection + 68 landmarks, one frame at a time on the CPU.
+
+    Choices:
+
+    - **Several faces**: the largest detector rectangle (by area) is kept; ties go to the higher detector score.
+      The lip-synced face is usually the main, nearest one. Give ``boxes=`` to :func:`nbhelpers.faces.track`
+      to choose another person.
+    - **Upsampling** (``upsample=None``, automatic): dlib's HOG detector scans an 80x80-pixel window, so faces
+      smaller than about 80 px are found only on an upsampled image (each upsampling doubles the sides, 4x the
+      time). Each frame is first searched at upsample 0; when nothing is found and the frame has at most
+      1920x1080 pixels, it is searched again at upsample 1 (faces down to about 40 px). Larger frames are not
+      retried (their faces are rarely that small, and the doubled image is large). Pass ``upsample=0`` or ``1``
+      to fix the level for every frame.
+    - dlib wants RGB: each BGR frame is flipped before detection.
+
+    Args:
+        weights_dir: Ignored (the predictor comes from the ``face-recognition-models`` package); accepted so every
+            backend factory has the same call.
+        device: Ignored (dlib runs on the CPU).
+        upsample: None (automatic, above), 0, 1 or 2.
+        predictor: Path of another 68-point shape predictor ``.dat``; None uses the packaged one.
+
+    Raises:
+        MissingDependencyError: dlib or face-recognition-models is missing (``pip install dlib-bin
+            face-recognition-models``).
+        InputError: A bad ``upsample``.
+    """
+
+    name = "dlib"
+
+    def __init__(self, weights_dir: str | os.PathLike | None = None, device: str | None = None,
+                 upsample: int | None = None, predictor: str | os.PathLike | None = None):
+        if upsample is not None and upsample not in (0, 1, 2):
+            raise InputError(f"upsample must be None (automatic), 0, 1 or 2; got {upsample!r}.")
+        try:
+            import dlib
+        except ImportError as exc:
+            raise MissingDependencyError(
+                f"The dlib landmark backend needs the 'dlib' package ({exc}). Install it with:\n    {INSTALL}"
+            ) from exc
+        path = Path(predictor) if predictor is not None else predictor_path()
+        if not path.is_file():
+            raise InputError(f"predictor file not found: {path}. Pass the path of a 68-point dlib shape "
+                             "predictor, or None for the one in face-recognition-models.")
+        self.upsample = upsample
+        self.predictor_file = path
+        self._detector = dlib.get_frontal_face_detector()
+        self._predictor = dlib.shape_predictor(str(path))
+        self.reason = ""
+
+    def _find(self, rgb: np.ndarray, upsample: int) -> tuple[Any, float] | None:
+        rects, scores, _ = self._detector.run(rgb, upsample, 0.0)
+        if len(rects) == 0:
+            return None
+        best = max(range(len(rects)), key=lambda i: (rects[i].width() * rects[i].height(), scores[i]))
+        return rects[best], float(scores[best])
+
+    def detect(self, frames: np.ndarray) -> list[FaceResult | None]:
+        """Find the largest face and its 68 landmarks in each frame.
+
+        Args:
+            frames: (N, H, W, 3) uint8 BGR (a single (H, W, 3) frame is accepted too).
+
+        Returns:
+            N entries: a :class:`FaceResult` (face_box = dlib's rectangle ``(left, top, right, bottom)`` in
+            pixels, float64, may reach outside the frame; landmarks (68, 2) float32 pixels; score = dlib's
+            detector score, not a probability) or None when no face is found.
+
+        Raises:
+            InputError: frames not uint8 (N, H, W, 3).
+            RuntimeError: After :meth:`close`.
+        """
+        if self._detector is None:
+            raise RuntimeError("this DlibBackend was closed; make a new one with nbhelpers.faces.get_backend('dlib')")
+        arr = np.asarray(frames)
+        if arr.ndim == 3:
+            arr = arr[None]
+        if arr.ndim != 4 or arr.shape[-1] != 3 or arr.dtype != np.uint8:
+            raise InputError(f"frames must be (N, H, W, 3) uint8 BGR; got shape {arr.shape}, dtype {arr.dtype}.")
+        results: list[FaceResult | None] = []
+        for frame in arr:
+            rgb = np.ascontiguousarray(frame[:, :, ::-1])
+            if self.upsample is not None:
+                found = self._find(rgb, self.upsample)
+            else:
+                found = self._find(rgb, 0)
+                if found is None and rgb.shape[0] * rgb.shape[1] <= RETRY_MAX_PIXELS:
+                    found = self._find(rgb, 1)
+            if found is None:
+                results.append(None)
+                continue
+            rect, score = found
+            shape = self._predictor(rgb, rect)
+            landmarks = np.array([(p.x, p.y) for p in shape.parts()], dtype=np.float32)
+            box = np.array([rect.left(), rect.top(), rect.right(), rect.bottom()], dtype=np.float64)
+            results.append(FaceResult(face_box=box, landmarks=landmarks, score=score))
+        return results
+
+    def close(self) -> None:
+        """Release the detector and the predictor (about 100 MiB)."""
+        self._detector = None
+        self._predictor = None
+
+    def __repr__(self) -> str:
+        mode = "auto (0, retry 1)" if self.upsample is None else str(self.upsample)
+        return f"DlibBackend(upsample={mode}, predictor={self.predictor_file.name!r})"

