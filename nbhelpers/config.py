@@ -37,6 +37,9 @@ class InferenceConfig:
         seed: Seed of the generator that samples the VAE posterior. The official code samples with no seed
             (quirk Q1); a seed makes runs reproducible.
         latent_mode: ``"sample"`` (official inference, ``vae.py:93``) or ``"mode"`` (the posterior mean, as training).
+        blur_ratio: Feathering of the blend mask, kernel ``int(ratio * 2s // 2 * 2) + 1``: 0.05 is the official
+            offline value (``blending.py:81``), 0.1 the official realtime one (``blending.py:134``, quirk Q10). The
+            avatar uses the same default as the offline job so both give the same frames.
         reasons: Why automatic values were chosen (filled by ``gpu.plan``); not compared or hashed.
     """
 
@@ -53,6 +56,7 @@ class InferenceConfig:
     smooth_boxes: int = 0
     seed: int = 0
     latent_mode: str = "sample"
+    blur_ratio: float = 0.05
     reasons: dict[str, str] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -76,6 +80,9 @@ class InferenceConfig:
             # The official scripts force 0 for v1.5 (inference.py:93-94); the app does not (Q27). We follow the
             # app and allow it, since users tune it, but say so.
             self.reasons.setdefault("bbox_shift", "applied to v15 as the official app does (the scripts force 0)")
+        if not 0.0 < float(self.blur_ratio) <= 0.5:
+            raise InputError(f"blur_ratio must be in (0, 0.5]; got {self.blur_ratio!r}. Official: 0.05 offline, "
+                             "0.1 realtime.")
         if self.smooth_boxes < 0:
             raise InputError(f"smooth_boxes must be >= 0 frames; got {self.smooth_boxes!r}.")
 

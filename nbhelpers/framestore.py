@@ -1,0 +1,139 @@
+"""Random access to the 25 fps frames of a clip without holding them in RAM.
+
+The ping-pong cycle of MuseTalk (frames 0..N-1 then N-1..0, reference §4.5) needs random access to source frames,
+and long clips do not fit in host memory (quirk Q25: the official code holds every frame in RAM). A
+:class:`FrameStore` streams decoded frames into one raw file on disk and maps it back with ``numpy.memmap``, so the
+operating system pages frames in and out as needed.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import numpy as np
+
+from .constants import FPS
+
+
+class FrameStore:
+    """Frames (N, H, W, 3) uint8 BGR kept in a raw file on disk, appended once, then read by index.
+
+    Args:
+        height: Frame height in pixels.
+        width: Frame width in pixels.
+        directory: Folder for the raw file (default: a new temporary folder, removed by :meth:`close`).
+
+    Use :meth:`append` while decoding, then :meth:`finish`; after that ``store[i]`` and ``store[list]`` return
+    frames, ``len(store)`` is N. Frames are never dropped: the count is exactly the number appended.
+    """
+
+    def __init__(self, height: int, width: int, directory: str | os.PathLike | None = None):
+        self.height = int(height)
+        self.width = int(width)
+        self._own_dir = directory is None
+        self.directory = Path(directory or tempfile.mkdtemp(prefix="nbhelpers-frames-"))
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.path = self.directory / "frames.u8"
+        self._fh = open(self.path, "wb")  # noqa: SIM115 - closed in finish()
+        self._n = 0
+        self._array: np.memmap | None = None
+
+    @property
+    def frame_shape(self) -> tuple[int, int, int]:
+        """(H, W, 3)."""
+        return (self.height, self.width, 3)
+
+    def append(self, frame: np.ndarray) -> int:
+        """Append one (H, W, 3) uint8 BGR frame; returns its index."""
+        if self._fh is None:
+            raise RuntimeError("FrameStore.append after finish()")
+        if frame.shape != self.frame_shape or frame.dtype != np.uint8:
+            raise ValueError(f"frame {self._n} has shape {frame.shape} {frame.dtype}; expected {self.frame_shape} "
+                             "uint8 (all frames of a clip must have the same size)")
+        self._fh.write(np.ascontiguousarray(frame).data)
+        self._n += 1
+        return self._n - 1
+
+    def tee(self, frames: Iterable[np.ndarray]) -> Iterator[np.ndarray]:
+        """Yield ``frames`` unchanged while appending each to the store (decode once, use twice)."""
+        for frame in frames:
+            self.append(frame)
+            yield frame
+
+    def finish(self) -> FrameStore:
+        """Close the file and map it for reading. Returns self."""
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+        if self._n:
+            self._array = np.memmap(self.path, dtype=np.uint8, mode="r", shape=(self._n, *self.frame_shape))
+        return self
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, index):
+        if self._array is None:
+            raise RuntimeError("FrameStore is empty or not finished")
+        return self._array[index]
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        for i in range(self._n):
+            yield self[i]
+
+    def close(self) -> None:
+        """Release the map and delete the raw file (and the folder when the store made it)."""
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+        self._array = None
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass
+        if self._own_dir:
+            try:
+                self.directory.rmdir()
+            except OSError:
+                pass
+
+    def __enter__(self) -> FrameStore:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def cycle_index(t: int | np.ndarray, n_frames: int) -> int | np.ndarray:
+    """Source frame used by output frame ``t``: the official ping-pong over ``n_frames`` source frames.
+
+    The cycle is ``0, 1, ..., N-1, N-1, ..., 1, 0`` and repeats (period 2N; the turn-around frames appear twice),
+    so long audio loops the video back and forth and short audio uses only the first frames. A single photo
+    (N = 1) always gives 0.
+
+    Args:
+        t: Output frame index (int or integer array), >= 0.
+        n_frames: Number of 25 fps source frames N, >= 1.
+
+    Returns:
+        Source frame index in [0, N), same type as ``t``.
+
+    Source: ``scripts/inference.py:179-181, 210-212`` (``frames + frames[::-1]`` indexed ``i mod 2N``).
+    """
+    if n_frames < 1:
+        raise ValueError(f"n_frames must be >= 1, got {n_frames}")
+    r = np.asarray(t) % (2 * n_frames)
+    out = np.where(r < n_frames, r, 2 * n_frames - 1 - r)
+    return int(out) if np.ndim(out) == 0 else out
+
+
+def output_frame_count(n_samples: int, sample_rate: int = 16_000, fps: int = FPS) -> int:
+    """Number of output frames for audio of ``n_samples`` at ``sample_rate``: ``floor(seconds * fps)``, exactly.
+
+    Source: ``musetalk/utils/audio_processor.py:63`` (computed with integer arithmetic here, so 30.00 s gives
+    exactly 750 frames with no floating-point rounding).
+    """
+    return int(n_samples) * int(fps) // int(sample_rate)

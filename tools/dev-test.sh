@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Install everything into a fresh virtual environment and run the whole test suite (package tests, the
+# environment checks and every notebook in CI mode). This is the README's test command and what CI runs.
+#
+#   bash tools/dev-test.sh            # uses ./.venv (made if missing)
+#   VENV=/tmp/v bash tools/dev-test.sh
+#
+# torch: on the project's development machines `torch==2.13.0` is the CPU build on local disk. Elsewhere set
+# TORCH_SPEC (e.g. TORCH_SPEC="torch --index-url https://download.pytorch.org/whl/cpu"). torch is installed
+# first, so nothing that depends on it can pull another build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${VENV:-.venv}
+PYTHON=${PYTHON:-python3.11}
+command -v "$PYTHON" >/dev/null || PYTHON=python3
+TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
+export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 PIP_PROGRESS_BAR=off
+
+start=$(date +%s)
+if [ ! -x "$VENV/bin/python" ]; then
+  "$PYTHON" -m venv "$VENV"
+fi
+# shellcheck disable=SC2086
+"$VENV/bin/python" -m pip install -q $TORCH_SPEC
+"$VENV/bin/python" -m pip install -q -c ci/constraints-colab.txt -e ".[test]"
+echo "install: $(( $(date +%s) - start )) s"
+
+export NBHELPERS_MODE=ci NBHELPERS_PROGRESS=0 MPLBACKEND=Agg
+exec "$VENV/bin/python" -m pytest -p no:cacheprovider --durations=25 --nbval-lax --nbval-current-env \
+  tests notebooks "$@"
