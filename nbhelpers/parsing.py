@@ -525,7 +525,7 @@ class FaceParser:
         weights: Weights directory (holding ``face-parse-bisent/79999_iter.pth``) or the checkpoint path.
         device: torch device (``"cpu"``, ``"cuda"``...). The official code always uses ``cuda:0`` (Q4).
         dtype: torch dtype of the network; None = float32. ``torch.float16`` works on CUDA (the labels can differ
-            from fp32 on a few boundary pixels).
+            from fp32 on a few boundary pixels); on the CPU a half dtype falls back to float32 with a warning.
         batch_size: Images per forward pass (512x512 each); on CUDA out-of-memory the batch is halved.
 
     Raises:
@@ -542,6 +542,12 @@ class FaceParser:
             raise InputError(f"batch_size must be a positive integer; got {batch_size!r}.")
         self.device = torch.device(device)
         self.dtype = dtype or torch.float32
+        if self.device.type == "cpu" and self.dtype != torch.float32:
+            import warnings
+
+            warnings.warn(f"FaceParser: {self.dtype} on the CPU is slow or unsupported; using float32 instead.",
+                          RuntimeWarning, stacklevel=2)
+            self.dtype = torch.float32
         self.batch_size = batch_size
         self.path = bisenet_path(weights)
         self.net = load_bisenet(self.path, self.device, self.dtype)

@@ -355,3 +355,11 @@ def test_parser_fp16_on_cuda(checkpoint):
     ref = FaceParser(checkpoint).labels(images)
     half = FaceParser(checkpoint, device="cuda", dtype=torch.float16).labels(images)
     assert half.shape == ref.shape and (half == ref).mean() > 0.95
+
+
+def test_half_precision_on_cpu_falls_back_to_float32_with_a_warning(checkpoint):
+    from nbhelpers.parsing import FaceParser
+
+    with pytest.warns(RuntimeWarning, match="float32"):
+        parser = FaceParser(checkpoint, dtype=torch.float16)
+    assert parser.dtype == torch.float32 and parser.net.conv_out.conv_out.weight.dtype == torch.float32
