@@ -1,0 +1,127 @@
+"""A stand-in for ``mmcv.ops`` so that mmpose (and the mmdet modules it imports) load with ``mmcv-lite``.
+
+Why: ``mmcv-lite`` is mmcv without its compiled CUDA/C++ operators (``mmcv._ext``). Full mmcv has no prebuilt
+wheel for new torch versions and takes 15-60 minutes to compile (shared/reference/environment-notes.md). The
+RTMPose whole-body model that DWPose uses needs none of those operators: its CSPNeXt backbone and RTMCC head are
+plain convolutions, linear layers and attention. But mmpose and mmdet import a few operator names from
+``mmcv.ops`` at import time (``DeformConv2d``, ``MultiScaleDeformableAttention``, ``RoIPool``, ``batched_nms``,
+``mmcv.ops.roi_align.roi_align``, ... for models we never build), and that import fails without ``mmcv._ext``.
+
+What: :func:`install` puts a module named ``mmcv.ops`` (and the submodules those imports name) into
+``sys.modules``, **only when the real ``mmcv.ops`` cannot be imported**, and only for inference. Every operator
+in it is a placeholder that raises :class:`NotImplementedError` with an explanation as soon as it is called or
+instantiated, so a model that really needs a compiled operator fails loudly instead of computing something
+wrong. Unknown names also resolve to such placeholders (module ``__getattr__``), so a newer mmdet that imports
+one more operator name still loads.
+
+:func:`uninstall` removes it again (tests use this).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+
+# Names mmpose 1.3.2 and mmdet 3.3.0 import from mmcv.ops or its submodules (found by tracing their imports).
+KNOWN_OPS = (
+    "DeformConv2d", "ModulatedDeformConv2d", "MultiScaleDeformableAttention", "RoIPool", "RoIAlign",
+    "batched_nms", "nms", "nms_match", "roi_align", "point_sample", "rel_roi_point_to_rel_img_point",
+    "deform_conv2d", "sigmoid_focal_loss", "MaskedConv2d", "CornerPool", "CARAFEPack", "SumCell",
+    "ConcatCell", "GlobalPoolingCell",
+)
+SUBMODULES = ("nms", "roi_align", "carafe", "merge_cells", "modulated_deform_conv", "deform_conv",
+              "multi_scale_deform_attn", "point_sample", "focal_loss", "roi_pool")
+STUB_FLAG = "__nbhelpers_stub__"
+
+
+def _placeholder(name: str):
+    message = (f"mmcv.ops.{name} is a compiled mmcv operator, and this environment has mmcv-lite (no compiled "
+               f"operators) with nbhelpers' stand-in for mmcv.ops. The DWPose/RTMPose landmark model does not "
+               f"use it; a model that does needs full mmcv (see nbhelpers.faces.mim.install_mmpose).")
+
+    class _MissingOp:
+        __doc__ = message
+
+        def __init__(self, *args, **kwargs):
+            raise NotImplementedError(message)
+
+        def __init_subclass__(cls, **kwargs):  # subclassing at import time is allowed; using it is not
+            super().__init_subclass__(**kwargs)
+
+    _MissingOp.__name__ = _MissingOp.__qualname__ = name
+    return _MissingOp
+
+
+class _StubModule(types.ModuleType):
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        value = _placeholder(name)
+        setattr(self, name, value)
+        return value
+
+
+def real_ops_available() -> bool:
+    """True when the real compiled ``mmcv.ops`` imports (full mmcv); the stub is then never installed."""
+    current = sys.modules.get("mmcv.ops")
+    if current is not None:
+        return not getattr(current, STUB_FLAG, False)
+    try:
+        importlib.import_module("mmcv.ops")
+    except ImportError:
+        for key in [k for k in sys.modules if k == "mmcv.ops" or k.startswith("mmcv.ops.")]:
+            del sys.modules[key]  # drop the half-imported package left by the failed import
+        return False
+    return True
+
+
+def is_installed() -> bool:
+    """True when the stand-in is the ``mmcv.ops`` in ``sys.modules``."""
+    return bool(getattr(sys.modules.get("mmcv.ops"), STUB_FLAG, False))
+
+
+def install() -> bool:
+    """Put the stand-in ``mmcv.ops`` into ``sys.modules`` if the real one cannot be imported.
+
+    Call before importing mmpose. Does nothing when mmcv is not installed at all (mmpose then cannot import
+    anyway) or when the real compiled operators are available.
+
+    Returns:
+        True when the stand-in is (now) in place, False when the real ``mmcv.ops`` is used or mmcv is absent.
+    """
+    if is_installed():
+        return True
+    try:
+        mmcv = importlib.import_module("mmcv")
+    except ImportError:
+        return False
+    if real_ops_available():
+        return False
+    ops = _StubModule("mmcv.ops", __doc__)
+    setattr(ops, STUB_FLAG, True)
+    ops.__path__ = []  # a package, so that "import mmcv.ops.nms" finds the submodules below
+    for name in KNOWN_OPS:
+        setattr(ops, name, _placeholder(name))
+    sys.modules["mmcv.ops"] = ops
+    for sub in SUBMODULES:
+        module = _StubModule(f"mmcv.ops.{sub}", f"nbhelpers stand-in for mmcv.ops.{sub} (see mmcv.ops)")
+        setattr(module, STUB_FLAG, True)
+        for name in KNOWN_OPS:
+            setattr(module, name, getattr(ops, name))
+        sys.modules[f"mmcv.ops.{sub}"] = module
+        if sub not in KNOWN_OPS:  # mmcv.ops.nms etc. are the functions, as in real mmcv, not the submodules
+            setattr(ops, sub, module)
+    mmcv.ops = ops
+    return True
+
+
+def uninstall() -> None:
+    """Remove the stand-in from ``sys.modules`` (modules that already imported names from it keep them)."""
+    if not is_installed():
+        return
+    for key in [k for k in sys.modules if k == "mmcv.ops" or k.startswith("mmcv.ops.")]:
+        del sys.modules[key]
+    mmcv = sys.modules.get("mmcv")
+    if mmcv is not None and getattr(getattr(mmcv, "ops", None), STUB_FLAG, False):
+        del mmcv.ops

@@ -1,0 +1,524 @@
+"""The ``dwpose-onnx`` landmark backend: the official DWPose weights as ONNX, run with onnxruntime, no mmcv.
+
+Same model (RTMPose-l whole-body 384x288, the DWPose-distilled weights), same pre- and post-processing as the
+official mmpose path (see :mod:`nbhelpers.faces.dwpose_codec`), including the flip test. The face box comes from
+S3FD, as in the official pipeline: a frame where S3FD finds no face gives ``None``; otherwise DWPose runs on the
+*whole frame* (no person box, as the official call) and whole-body points 23..90 are the 68 landmarks.
+
+The ONNX file is ``dwpose/dw-ll_ucoco_384.onnx`` from the Hugging Face repository ``yzd-v/DWPose``. Its input is
+the normalised RGB tensor (N, 3, 384, 288) float32 (what mmpose's data preprocessor hands the backbone) and its
+outputs are the raw SimCC vectors (N, 133, 576) and (N, 133, 768). Names, batch axis and which output is x are
+read from the file, never assumed.
+
+This module also builds small ONNX graphs with the real input/output signature (:func:`simcc_peak_model`) for
+tests and for the tiny weights tree (:func:`write_tiny_weights`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import InputError, WeightsError, require
+from . import dwpose_codec as codec
+from .base import FaceResult
+
+ONNX_FILE = "dwpose/dw-ll_ucoco_384.onnx"  # relative to the weights dir (official models/ layout)
+S3FD_FILE = "s3fd/s3fd-619a316812.pth"
+ONNX_INSTALL = "pip install onnxruntime-gpu   (or: pip install onnxruntime  on a CPU-only machine)"
+
+
+@dataclass(frozen=True)
+class Availability:
+    """Whether a backend can be built here, and why not.
+
+    Attributes:
+        ok: True when every package and weight file it needs is present.
+        reason: Empty when ok; otherwise what is missing and how to get it.
+    """
+
+    ok: bool
+    reason: str = ""
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+def _default_weights_dir() -> Path:
+    try:
+        from ..weights import default_dir
+    except ImportError as exc:  # weights.py not there yet
+        raise InputError("weights_dir=None: pass the folder that holds dwpose/ and s3fd/ (the official models/ "
+                         "layout), e.g. weights_dir='models'") from exc
+    return Path(default_dir())
+
+
+def is_available(weights_dir: str | os.PathLike | None = None) -> Availability:
+    """Check, without importing anything heavy, whether :class:`DWPoseOnnxBackend` can be built.
+
+    Args:
+        weights_dir: Folder in the official ``models/`` layout (default: ``nbhelpers.weights.default_dir()``).
+
+    Returns:
+        :class:`Availability`; ``reason`` names the missing package or file and the fix.
+    """
+    if importlib.util.find_spec("onnxruntime") is None:
+        return Availability(False, f"onnxruntime is not installed: {ONNX_INSTALL}")
+    try:
+        root = Path(weights_dir) if weights_dir is not None else _default_weights_dir()
+    except InputError as exc:
+        return Availability(False, str(exc))
+    for rel in (ONNX_FILE, S3FD_FILE):
+        if not (root / rel).is_file():
+            return Availability(False, f"{root / rel} is missing: run notebooks/00_setup.ipynb (weights.download)")
+    return Availability(True)
+
+
+# ------------------------------------------------------------------------------------------- ONNX runner
+
+def _providers(device: str | None) -> tuple[list, str]:
+    """onnxruntime providers for a device string, and the device actually used ("cuda:N" or "cpu")."""
+    import onnxruntime as ort
+
+    available = ort.get_available_providers()
+    has_cuda = "CUDAExecutionProvider" in available
+    if device is None:
+        device = "cuda" if has_cuda else "cpu"
+    dev = str(device).lower()
+    if dev.startswith("cuda"):
+        if not has_cuda:
+            warnings.warn(f"device={device!r} was asked for DWPose, but this onnxruntime has no CUDA provider "
+                          f"(providers: {available}); running DWPose on the CPU instead, which is much slower. "
+                          f"Install onnxruntime-gpu to use the GPU.", stacklevel=3)
+            return ["CPUExecutionProvider"], "cpu"
+        index = int(dev.split(":", 1)[1]) if ":" in dev else 0
+        return [("CUDAExecutionProvider", {"device_id": index}), "CPUExecutionProvider"], f"cuda:{index}"
+    if dev != "cpu":
+        raise InputError(f"device={device!r}: expected 'cpu', 'cuda' or 'cuda:N' for the DWPose ONNX model")
+    return ["CPUExecutionProvider"], "cpu"
+
+
+def _dim(value) -> int | None:
+    return value if isinstance(value, int) and value > 0 else None
+
+
+class DWPoseOnnx:
+    """DWPose whole-body keypoints of whole frames from an ONNX file (no face detector).
+
+    Args:
+        onnx_path: The ONNX file (input (N|1, 3, 384, 288) float32, two SimCC outputs).
+        device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or None (CUDA when onnxruntime has it, else CPU).
+        flip_test: Also run the horizontally flipped input and average, as the official config
+            (``test_cfg.flip_test=True``). Turning it off halves the cost and changes results slightly.
+        batch_size: Frames per onnxruntime call (each frame is 2 network inputs with the flip test).
+
+    Attributes:
+        input_name: The model's input name, read from the file.
+        x_output, y_output: Names of the SimCC x output (last dim = input width x 2) and y output.
+        fixed_batch: The input's fixed batch size (1 for the published file), or None when dynamic.
+        input_size: ``(w, h)`` in pixels, from the file's input shape (288, 384).
+        device: Where it runs (``"cpu"`` or ``"cuda:N"``).
+
+    Raises:
+        WeightsError: The file is missing, is not a valid ONNX model, or its inputs/outputs do not look like
+            DWPose's (one 4-D input with 3 channels; two 3-D outputs whose last dims are 2 x width and 2 x height).
+        MissingDependencyError: onnxruntime is not installed.
+
+    Source: the official path this mirrors is reference §3.1 (`preprocessing.py:17-19,97-101`).
+    """
+
+    def __init__(self, onnx_path: str | os.PathLike, device: str | None = None, *, flip_test: bool = True,
+                 batch_size: int = 8):
+        ort = require("onnxruntime", ONNX_INSTALL)
+        path = Path(onnx_path)
+        if not path.is_file():
+            raise WeightsError(f"DWPose ONNX file {str(path)!r} does not exist: download the weights "
+                               f"(notebooks/00_setup.ipynb, weights.download) or pass the right weights_dir")
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise InputError(f"batch_size={batch_size!r}: expected an int >= 1 (frames per DWPose call)")
+        providers, self.device = _providers(device)
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        try:
+            self.session = ort.InferenceSession(str(path), sess_options=options, providers=providers)
+        except Exception as exc:  # onnxruntime raises its own Fail/InvalidGraph classes
+            raise WeightsError(f"DWPose ONNX file {str(path)!r} could not be loaded by onnxruntime ({exc}); "
+                               f"it may be truncated: delete it and download it again") from exc
+        self.path = path
+        self.flip_test = bool(flip_test)
+        self.batch_size = batch_size
+        self._read_signature()
+
+    def _read_signature(self) -> None:
+        inputs = self.session.get_inputs()
+        outputs = self.session.get_outputs()
+        if len(inputs) != 1 or len(inputs[0].shape) != 4 or _dim(inputs[0].shape[1]) not in (None, 3):
+            raise WeightsError(f"{self.path}: expected one input of shape (N, 3, H, W), found "
+                               f"{[(i.name, i.shape) for i in inputs]}; is this the DWPose whole-body model?")
+        shape = inputs[0].shape
+        self.input_name = inputs[0].name
+        self.fixed_batch = _dim(shape[0])
+        h, w = _dim(shape[2]), _dim(shape[3])
+        self.input_size = (w or codec.INPUT_SIZE[0], h or codec.INPUT_SIZE[1])
+        x_bins = int(round(self.input_size[0] * codec.SIMCC_SPLIT_RATIO))
+        y_bins = int(round(self.input_size[1] * codec.SIMCC_SPLIT_RATIO))
+        three_d = [o for o in outputs if len(o.shape) == 3]
+        by_bins = {_dim(o.shape[2]): o.name for o in three_d}
+        if x_bins in by_bins and y_bins in by_bins:
+            self.x_output, self.y_output = by_bins[x_bins], by_bins[y_bins]
+        elif len(three_d) == 2:  # symbolic last dims: decided from the first real output shapes
+            self.x_output, self.y_output = None, None
+            self._candidates = [o.name for o in three_d]
+        else:
+            raise WeightsError(f"{self.path}: expected two outputs of shape (N, K, {x_bins}) and (N, K, {y_bins}) "
+                               f"(SimCC x and y), found {[(o.name, o.shape) for o in outputs]}")
+        self._x_bins, self._y_bins = x_bins, y_bins
+
+    def _run(self, inputs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Run the network on (M, 3, h, w) float32 inputs in chunks; returns (M, K, Wx), (M, K, Wy) float32."""
+        chunk = self.fixed_batch or max(1, 2 * self.batch_size)
+        xs, ys = [], []
+        for start in range(0, len(inputs), chunk):
+            part = inputs[start:start + chunk]
+            n = len(part)
+            if self.fixed_batch and n < self.fixed_batch:  # pad a fixed batch with zeros, then drop the padding
+                part = np.concatenate([part, np.zeros((self.fixed_batch - n, *part.shape[1:]), part.dtype)])
+            if self.x_output is None:
+                names = self._candidates
+                a, b = self.session.run(names, {self.input_name: part})
+                bins = {a.shape[-1]: names[0], b.shape[-1]: names[1]}
+                if self._x_bins not in bins or self._y_bins not in bins:
+                    raise WeightsError(f"{self.path}: outputs have {a.shape} and {b.shape}; expected last dims "
+                                       f"{self._x_bins} (x) and {self._y_bins} (y)")
+                self.x_output, self.y_output = bins[self._x_bins], bins[self._y_bins]
+            sx, sy = self.session.run([self.x_output, self.y_output], {self.input_name: part})
+            xs.append(np.asarray(sx, dtype=np.float32)[:n])
+            ys.append(np.asarray(sy, dtype=np.float32)[:n])
+        return np.concatenate(xs), np.concatenate(ys)
+
+    def simcc(self, inputs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """SimCC vectors of normalised inputs, flip test included when enabled.
+
+        Args:
+            inputs: (N, 3, h, w) float32 normalised RGB (from :func:`dwpose_codec.prepare_inputs`).
+
+        Returns:
+            ``(simcc_x (N, K, 2w), simcc_y (N, K, 2h))`` float32; with the flip test, the average of the plain
+            and the flipped-back vectors.
+        """
+        if not self.flip_test:
+            return self._run(inputs)
+        n = len(inputs)
+        both_x, both_y = self._run(np.concatenate([inputs, inputs[..., ::-1]]))
+        return codec.merge_flip((both_x[:n], both_y[:n]), (both_x[n:], both_y[n:]))
+
+    def keypoints(self, frames_bgr: np.ndarray | list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """133 whole-body keypoints per frame, the whole frame being the person box (official no-bbox call).
+
+        Args:
+            frames_bgr: (N, H, W, 3) uint8 BGR frames (or a list of frames of any sizes).
+
+        Returns:
+            ``(keypoints, scores)``: (N, 133, 2) float32 ``(x, y)`` in frame pixels (not rounded) and (N, 133)
+            float32 SimCC peak values.
+
+        Source: reference §3.1 (`preprocessing.py:97`, `[mmpose] apis/inference.py:162-166`,
+        `models/pose_estimators/topdown.py:102-104,150-155`).
+        """
+        kps, scores = [], []
+        for start in range(0, len(frames_bgr), self.batch_size):
+            inputs, centers, scales = codec.prepare_inputs(frames_bgr[start:start + self.batch_size],
+                                                           self.input_size)
+            sx, sy = self.simcc(inputs)
+            kp, sc = codec.decode_simcc(sx, sy)
+            kps.append(codec.to_frame(kp, centers, scales, self.input_size))
+            scores.append(sc)
+        if not kps:
+            return np.zeros((0, codec.NUM_KEYPOINTS, 2), np.float32), np.zeros((0, codec.NUM_KEYPOINTS), np.float32)
+        return np.concatenate(kps), np.concatenate(scores)
+
+    def close(self) -> None:
+        """Drop the onnxruntime session (frees GPU memory when it ran on CUDA)."""
+        self.session = None
+
+
+# ------------------------------------------------------------------------------------------------ backend
+
+def check_frames(frames) -> np.ndarray:
+    """Validate a frame batch for a landmark backend: (N, H, W, 3) uint8 BGR (one (H, W, 3) frame also works).
+
+    Raises:
+        InputError: Not a uint8 array of shape (N, H, W, 3) or (H, W, 3), or an empty image.
+    """
+    arr = np.asarray(frames)
+    if arr.ndim == 3:
+        arr = arr[None]
+    if arr.dtype != np.uint8 or arr.ndim != 4 or arr.shape[-1] != 3 or min(arr.shape[1:3], default=0) < 1:
+        raise InputError(f"frames: expected a uint8 array (N, H, W, 3) of BGR frames, got dtype {arr.dtype} shape "
+                         f"{tuple(np.shape(frames))}; read frames with nbhelpers.media.load_video")
+    return arr
+
+
+def face_result(box_with_score, landmarks: np.ndarray) -> FaceResult:
+    """A FaceResult from an S3FD detection ``(x1, y1, x2, y2, score)`` and (68, 2) landmarks.
+
+    The box is clipped to >= 0 and truncated to whole pixels as the official code does (`api.py:76-84`).
+    """
+    box = np.trunc(np.maximum(np.asarray(box_with_score[:4], dtype=np.float64), 0.0))
+    score = float(box_with_score[4]) if len(box_with_score) > 4 else float("nan")
+    return FaceResult(face_box=box, landmarks=np.asarray(landmarks, dtype=np.float32).copy(), score=score)
+
+
+def build_s3fd(weights_dir: Path, device: str | None):
+    """The S3FD face detector of the weights folder on ``device`` (torch), in float32 as the official run.
+
+    Raises:
+        WeightsError: the S3FD weight file is missing.
+    """
+    path = Path(weights_dir) / S3FD_FILE
+    if not path.is_file():
+        raise WeightsError(f"S3FD weights {str(path)!r} are missing: download the weights "
+                           f"(notebooks/00_setup.ipynb) or pass the weights_dir that holds s3fd/")
+    torch = require("torch", "pip install torch")
+    from .s3fd import S3FD
+
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    return S3FD(path, device, torch.float32)
+
+
+class DWPoseOnnxBackend:
+    """Face box from S3FD + 68 landmarks from DWPose (ONNX, onnxruntime); the default landmark backend on Colab.
+
+    Args:
+        weights_dir: Folder in the official ``models/`` layout with ``dwpose/dw-ll_ucoco_384.onnx`` and
+            ``s3fd/s3fd-619a316812.pth`` (default: ``nbhelpers.weights.default_dir()``).
+        device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or None (GPU when available) for both models.
+        face_detector: An object with ``detect(frames) -> list[(x1, y1, x2, y2, score) | None]`` to use instead of
+            S3FD (tests, or boxes from elsewhere). Default: S3FD from ``weights_dir``.
+        flip_test: DWPose flip test as in the official config (default True).
+        batch_size: Frames per DWPose call.
+
+    Raises:
+        WeightsError: A weight file is missing or unreadable.
+        MissingDependencyError: onnxruntime (or torch, for S3FD) is not installed.
+
+    Source: reference §3.1-3.2 (`preprocessing.py:15-23,84-111`).
+    """
+
+    name = "dwpose-onnx"
+    description = ("DWPose (RTMPose-l whole-body) as ONNX on onnxruntime + S3FD face box: the official model and "
+                   "maths without mmcv")
+    weight_files = (ONNX_FILE, S3FD_FILE)
+    requires = ("onnxruntime", "torch")
+
+    def __init__(self, weights_dir: str | os.PathLike | None = None, device: str | None = None, *,
+                 face_detector=None, flip_test: bool = True, batch_size: int = 8):
+        root = Path(weights_dir) if weights_dir is not None else _default_weights_dir()
+        self.weights_dir = root
+        self.pose = DWPoseOnnx(root / ONNX_FILE, device, flip_test=flip_test, batch_size=batch_size)
+        self.device = self.pose.device
+        self.face_detector = face_detector if face_detector is not None else build_s3fd(root, device)
+
+    def detect(self, frames: np.ndarray) -> list[FaceResult | None]:
+        """Face box and 68 landmarks for each frame.
+
+        Args:
+            frames: (N, H, W, 3) uint8 BGR frames.
+
+        Returns:
+            N entries: None where the face detector finds no face; else a FaceResult with the detector's box
+            (float64, whole pixels), its score, and (68, 2) float32 landmarks (x, y) in frame pixels (DWPose
+            whole-body points 23..90, not rounded; the crop box truncates them to int as the official code).
+
+        Raises:
+            InputError: ``frames`` is not a (N, H, W, 3) uint8 array.
+
+        Source: `preprocessing.py:84-111` (reference §3.1, §3.3 step 1).
+        """
+        frames = check_frames(frames)
+        boxes = list(self.face_detector.detect(frames))
+        if len(boxes) != len(frames):
+            raise RuntimeError(f"face detector returned {len(boxes)} results for {len(frames)} frames")
+        with_face = [i for i, b in enumerate(boxes) if b is not None]
+        results: list[FaceResult | None] = [None] * len(frames)
+        if with_face:
+            keypoints, _ = self.pose.keypoints(frames[with_face])
+            for j, i in enumerate(with_face):
+                results[i] = face_result(boxes[i], codec.face_landmarks(keypoints[j]))
+        return results
+
+    def close(self) -> None:
+        """Release both models (GPU memory)."""
+        self.pose.close()
+        closer = getattr(self.face_detector, "close", None)
+        if callable(closer):
+            closer()
+        self.face_detector = None
+
+    def __repr__(self) -> str:
+        return f"DWPoseOnnxBackend(weights_dir={str(self.weights_dir)!r}, device={self.device!r})"
+
+
+# ---------------------------------------------------------------------- small ONNX graphs (tests, tiny tree)
+
+def simcc_peak_model(centers_x, centers_y, *, heights=1.0, sharpness: float = 1.0 / 64.0,
+                     switch_shift_x: float = 0.0, switch_shift_y: float = 0.0, switch_gain: float = 1000.0,
+                     input_size: tuple[int, int] = codec.INPUT_SIZE, batch: int | str = "batch",
+                     input_name: str = "input", x_name: str = "simcc_x", y_name: str = "simcc_y",
+                     y_first: bool = False):
+    """A small ONNX graph with DWPose's input and output signature and SimCC peaks at chosen places.
+
+    For keypoint k the outputs are parabolas with their vertex at a chosen bin:
+    ``simcc_x[n, k, b] = heights[k] - sharpness * (b - (centers_x[k] + s[n] * switch_shift_x))**2`` (likewise y),
+    where ``s[n] = clip(switch_gain * (mean(left half of input n) - mean(right half)), -1, 1)``. With
+    ``switch_shift_* = 0`` the outputs do not depend on the input; otherwise a frame brighter on the left moves the
+    peaks by +shift and its mirror image by -shift, so the flip test changes the answer in a known way. The argmax
+    of a sampled parabola is the bin nearest its vertex, and the mean of two parabolas is a parabola whose vertex is
+    the mean of the two vertices.
+
+    Args:
+        centers_x: (K,) vertex bins on the x axis (0 .. 2 * width - 1; 2 bins per input pixel).
+        centers_y: (K,) vertex bins on the y axis.
+        heights: Peak value(s), scalar or (K,); a keypoint with height <= 0 is rejected by the decoder.
+        sharpness: Curvature of the parabolas (per bin squared).
+        switch_shift_x: Bins the x peaks move for an input brighter on the left (minus for brighter right).
+        switch_shift_y: The same for y.
+        switch_gain: Gain before the clip to [-1, 1] (large: a sign switch).
+        input_size: ``(w, h)`` of the input in pixels.
+        batch: Batch dimension: a name (dynamic) or an int (fixed, e.g. 1 like the published file).
+        input_name, x_name, y_name: Tensor names.
+        y_first: List the y output first (checks that outputs are found by shape, not order).
+
+    Returns:
+        ``onnx.ModelProto`` (opset 17, IR version 8 so that older onnxruntime loads it).
+    """
+    onnx = require("onnx", "pip install onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    cx = np.asarray(centers_x, dtype=np.float32).reshape(1, -1, 1)
+    cy = np.asarray(centers_y, dtype=np.float32).reshape(1, -1, 1)
+    k = cx.shape[1]
+    if cy.shape[1] != k:
+        raise InputError(f"centers_y has {cy.shape[1]} keypoints but centers_x has {k}")
+    heights_arr = np.broadcast_to(np.asarray(heights, dtype=np.float32), (k,)).reshape(1, k, 1)
+    w, h = int(input_size[0]), int(input_size[1])
+    wx, wy = int(w * codec.SIMCC_SPLIT_RATIO), int(h * codec.SIMCC_SPLIT_RATIO)
+
+    def const(name, value):
+        return numpy_helper.from_array(np.asarray(value), name)
+
+    inits = [
+        const("half", np.array([w // 2], np.int64)), const("zero", np.array([0], np.int64)),
+        const("width", np.array([w], np.int64)), const("axis3", np.array([3], np.int64)),
+        const("shape_n11", np.array([-1, 1, 1], np.int64)),
+        const("gain", np.float32(switch_gain)), const("lo", np.float32(-1.0)), const("hi", np.float32(1.0)),
+        const("shift_x", np.float32(switch_shift_x)), const("shift_y", np.float32(switch_shift_y)),
+        const("cx", cx), const("cy", cy), const("heights", heights_arr), const("sharp", np.float32(sharpness)),
+        const("bins_x", np.arange(wx, dtype=np.float32).reshape(1, 1, wx)),
+        const("bins_y", np.arange(wy, dtype=np.float32).reshape(1, 1, wy)),
+    ]
+    nodes = [
+        helper.make_node("Slice", [input_name, "zero", "half", "axis3"], ["left"]),
+        helper.make_node("Slice", [input_name, "half", "width", "axis3"], ["right"]),
+        helper.make_node("ReduceMean", ["left"], ["left_mean"], axes=[1, 2, 3], keepdims=1),
+        helper.make_node("ReduceMean", ["right"], ["right_mean"], axes=[1, 2, 3], keepdims=1),
+        helper.make_node("Sub", ["left_mean", "right_mean"], ["diff4"]),
+        helper.make_node("Reshape", ["diff4", "shape_n11"], ["diff"]),
+        helper.make_node("Mul", ["diff", "gain"], ["diff_gain"]),
+        helper.make_node("Clip", ["diff_gain", "lo", "hi"], ["switch"]),
+    ]
+    for axis, out in (("x", x_name), ("y", y_name)):
+        nodes += [
+            helper.make_node("Mul", ["switch", f"shift_{axis}"], [f"move_{axis}"]),
+            helper.make_node("Add", [f"c{axis}", f"move_{axis}"], [f"vertex_{axis}"]),     # (N, K, 1)
+            helper.make_node("Sub", [f"bins_{axis}", f"vertex_{axis}"], [f"d_{axis}"]),    # (N, K, W)
+            helper.make_node("Mul", [f"d_{axis}", f"d_{axis}"], [f"sq_{axis}"]),
+            helper.make_node("Mul", [f"sq_{axis}", "sharp"], [f"curve_{axis}"]),
+            helper.make_node("Sub", ["heights", f"curve_{axis}"], [out]),
+        ]
+    x_info = helper.make_tensor_value_info(x_name, TensorProto.FLOAT, [batch, k, wx])
+    y_info = helper.make_tensor_value_info(y_name, TensorProto.FLOAT, [batch, k, wy])
+    graph = helper.make_graph(
+        nodes, "dwpose_simcc_peaks",
+        [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, [batch, 3, h, w])],
+        [y_info, x_info] if y_first else [x_info, y_info], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                              producer_name="nbhelpers.faces.dwpose_onnx")
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def face_template_input_px() -> np.ndarray:
+    """A mirror-symmetric cartoon face in DWPose input pixels: (133, 2) float32 whole-body keypoints.
+
+    The 68 face points (iBUG order) sit around the middle of the 288x384 input (jaw arc, brows, nose, eyes,
+    lips); body, feet and hand points sit below them in mirror pairs. Used by the tiny weights tree so that the
+    tiny DWPose model gives a plausible face (and a valid crop box) on any frame.
+    """
+    axis = codec.INPUT_SIZE[0] * 0.5 - 0.25  # x -> 287.5/2 - x in bins is the flip mirror: axis 143.75
+    flip = codec.coco_wholebody_flip_indices()
+    offsets = np.zeros((codec.NUM_KEYPOINTS, 2), np.float64)  # (dx from the axis, y)
+    face = {}
+    for k in range(17):  # jaw: image-left temple, round the chin, image-right temple
+        t = math.pi * k / 16
+        face[k] = (-44 * math.cos(t), 180 + 60 * math.sin(t))
+    for i in range(5):   # image-left brow
+        face[17 + i] = (-38 + 7.5 * i, 168 - 4 * math.sin(math.pi * i / 4))
+    for i in range(4):   # nose bridge
+        face[27 + i] = (0.0, 178 + 10 * i)
+    face.update({31: (-10, 214), 32: (-5, 216), 33: (0, 218)})
+    face.update({36: (-30, 186), 37: (-24, 182), 38: (-16, 182), 39: (-10, 186), 40: (-16, 190), 41: (-24, 190)})
+    face.update({48: (-20, 228), 49: (-12, 224), 50: (-5, 222), 51: (0, 223), 55: (12, 234), 56: (5, 237),
+                 57: (0, 238)})
+    face.update({60: (-16, 228), 61: (-6, 227), 62: (0, 227), 65: (6, 230), 66: (0, 230)})
+    for k, (dx, y) in face.items():
+        wb = codec.FACE_START + k
+        offsets[wb] = (dx, y)
+        offsets[flip[wb]] = (-dx, y)
+    for k in range(codec.NUM_KEYPOINTS):
+        if codec.FACE_START <= k < codec.FACE_STOP or k > flip[k]:
+            continue
+        dx = 0.0 if flip[k] == k else -(50.0 + (k % 40))
+        offsets[k] = (dx, 300.0 + (k % 60))
+        offsets[flip[k]] = (-dx, 300.0 + (k % 60))
+    return np.stack([axis + offsets[:, 0], offsets[:, 1]], axis=1).astype(np.float32)
+
+
+def write_tiny_weights(directory: str | os.PathLike) -> Path:
+    """Write ``dwpose/dw-ll_ucoco_384.onnx`` as a small model with the real signature (tiny weights tree).
+
+    Input ``input`` (N, 3, 384, 288) float32 with a dynamic batch; outputs ``simcc_x`` (N, 133, 576) and
+    ``simcc_y`` (N, 133, 768) whose peaks draw :func:`face_template_input_px` (a few kB, no torch needed).
+
+    Args:
+        directory: The weights folder (official ``models/`` layout).
+
+    Returns:
+        Path of the written file (written to a temporary name, then renamed).
+    """
+    import onnx
+
+    path = Path(directory) / ONNX_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    bins = face_template_input_px() * codec.SIMCC_SPLIT_RATIO
+    model = simcc_peak_model(bins[:, 0], bins[:, 1])
+    tmp = path.with_name(path.name + ".tmp")
+    onnx.save(model, str(tmp))
+    os.replace(tmp, path)
+    return path
+
+
+try:  # testing.py registers writers from each model module (the tiny weights tree, DESIGN.md)
+    from ..testing import register_tiny_writer
+except ImportError:  # testing.py not there yet, or a trimmed install
+    pass
+else:
+    register_tiny_writer("dwpose-onnx", write_tiny_weights)

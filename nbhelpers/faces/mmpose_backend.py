@@ -1,0 +1,532 @@
+"""The ``mmpose`` landmark backend: the official DWPose path through OpenMMLab, for exact official landmarks.
+
+The official pipeline builds an mmpose ``TopdownPoseEstimator`` (RTMPose-l whole-body 384x288) from a config
+file and calls ``inference_topdown(model, frame)`` with no person box (reference §3.1). This module describes the
+same model as a Python dict (:data:`RTMPOSE_L_WHOLEBODY_384X288`, written here from the published facts, not
+copied from a config file), builds it with mmpose and loads ``dwpose/dw-ll_ucoco_384.pth`` unchanged. The face
+box comes from S3FD (frames where it finds nothing give None) and the 68 landmarks are whole-body points 23..90,
+exactly as in :mod:`nbhelpers.faces.dwpose_onnx`.
+
+mmpose needs mmcv. Where full mmcv is not installed (no prebuilt wheel for new torch; see
+:mod:`nbhelpers.faces.mim`), ``mmcv-lite`` plus our stand-in for ``mmcv.ops``
+(:mod:`nbhelpers.faces._mmcv_ops_stub`) is enough for this model's inference: none of its layers is a
+compiled operator. ``ci/mmpose-env.sh`` builds such an environment.
+
+``python -m nbhelpers.faces.mmpose_backend --self-check`` builds the model (random weights unless a weights
+folder with the checkpoint is given), runs one landmark pass and prints a JSON report; the mim installer uses it
+to verify an installation in a fresh interpreter.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import importlib.util
+import json
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import CheckpointError, InputError, MissingDependencyError, WeightsError
+from . import dwpose_codec as codec
+from .base import FaceResult
+from .dwpose_onnx import S3FD_FILE, Availability, _default_weights_dir, build_s3fd, check_frames, face_result
+
+CHECKPOINT_FILE = "dwpose/dw-ll_ucoco_384.pth"  # relative to the weights dir (official models/ layout)
+INSTALL_HINT = ("mmpose is not importable. Install it with nbhelpers.faces.mim.install_mmpose() (see "
+                "notebooks/00_setup.ipynb), or use the 'dwpose-onnx' backend, which gives the same landmarks "
+                "without mmcv")
+
+# The SimCC codec. Source: rtmpose-l_8xb32-270e_coco-ubody-wholebody-384x288.py:44-50 (reference §3.1).
+_CODEC = dict(
+    type="SimCCLabel",
+    input_size=codec.INPUT_SIZE,            # (w, h) = 288 x 384 pixels
+    sigma=(6.0, 6.93),
+    simcc_split_ratio=codec.SIMCC_SPLIT_RATIO,
+    normalize=False,
+    use_dark=False,
+)
+
+# The test pipeline: the whole image is the person box (no bbox given), padded 1.25, warped to 288x384.
+# Source: rtmpose-...py:164-169, [mmpose] common_transforms.py:51, topdown_transforms.py (reference §3.1).
+_TEST_PIPELINE = [
+    dict(type="LoadImage"),
+    dict(type="GetBBoxCenterScale", padding=codec.BBOX_PADDING),
+    dict(type="TopdownAffine", input_size=codec.INPUT_SIZE),
+    dict(type="PackPoseInputs"),
+]
+
+#: RTMPose-l whole-body 384x288 (the DWPose student), as an mmengine config dict. CSPNeXt-P5 backbone with
+#: deepen = widen = 1.0 ("l"), channel attention, the last stage (1024 channels) out; RTMCC head for 133
+#: keypoints on a 9x12 feature map with a GAU of 256 hidden units (s = 128, expansion 2), 7x7 final conv; the
+#: SimCC codec above; flip test on. The backbone has no ``_scope_="mmdet"``, so mmpose's own CSPNeXt (the same
+#: layers and parameter names) is used and mmdet's model code is not needed. The train dataloader entry only
+#: carries the COCO-WholeBody metainfo (keypoint names, flip indices) that mmpose reads when the checkpoint has
+#: none. Source: rtmpose-...py:44-100,164-169,210 (reference §3.1).
+RTMPOSE_L_WHOLEBODY_384X288 = dict(
+    default_scope="mmpose",
+    model=dict(
+        type="TopdownPoseEstimator",
+        data_preprocessor=dict(
+            type="PoseDataPreprocessor",
+            mean=list(codec.MEAN_RGB),
+            std=list(codec.STD_RGB),
+            bgr_to_rgb=True,
+        ),
+        backbone=dict(
+            type="CSPNeXt",
+            arch="P5",
+            expand_ratio=0.5,
+            deepen_factor=1.0,
+            widen_factor=1.0,
+            out_indices=(4,),
+            channel_attention=True,
+            norm_cfg=dict(type="SyncBN"),
+            act_cfg=dict(type="SiLU"),
+        ),
+        head=dict(
+            type="RTMCCHead",
+            in_channels=1024,
+            out_channels=codec.NUM_KEYPOINTS,
+            input_size=codec.INPUT_SIZE,
+            in_featuremap_size=(9, 12),         # input / 32: 288/32 x 384/32
+            simcc_split_ratio=codec.SIMCC_SPLIT_RATIO,
+            final_layer_kernel_size=7,
+            gau_cfg=dict(hidden_dims=256, s=128, expansion_factor=2, dropout_rate=0.0, drop_path=0.0,
+                         act_fn="SiLU", use_rel_bias=False, pos_enc=False),
+            loss=dict(type="KLDiscretLoss", use_target_weight=True, beta=10.0, label_softmax=True),
+            decoder=_CODEC,
+        ),
+        test_cfg=dict(flip_test=True),
+    ),
+    test_dataloader=dict(dataset=dict(type="CocoWholeBodyDataset", pipeline=_TEST_PIPELINE)),
+    train_dataloader=dict(dataset=dict(type="CocoWholeBodyDataset",
+                                       metainfo=dict(from_file="configs/_base_/datasets/coco_wholebody.py"))),
+)
+
+
+def config_dict(flip_test: bool = True) -> dict:
+    """A fresh copy of :data:`RTMPOSE_L_WHOLEBODY_384X288`.
+
+    Args:
+        flip_test: The model's ``test_cfg.flip_test`` (True officially).
+
+    Returns:
+        A deep copy (safe to edit).
+    """
+    cfg = copy.deepcopy(RTMPOSE_L_WHOLEBODY_384X288)
+    cfg["model"]["test_cfg"]["flip_test"] = bool(flip_test)
+    return cfg
+
+
+def _version(dist: str) -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version(dist)
+    except Exception:
+        return None
+
+
+def mmpose_available() -> Availability:
+    """Whether mmpose imports here (installing the ``mmcv.ops`` stand-in first when only mmcv-lite is there).
+
+    Returns:
+        :class:`~nbhelpers.faces.dwpose_onnx.Availability`; ``reason`` says what is missing, or, when ok, which
+        mmcv is used (``"mmcv 2.1.0"`` or ``"mmcv-lite 2.1.0 + nbhelpers mmcv.ops stand-in"``).
+    """
+    if importlib.util.find_spec("mmpose") is None:
+        return Availability(False, "mmpose is not installed: " + INSTALL_HINT)
+    try:
+        import_mmpose()
+    except MissingDependencyError as exc:
+        return Availability(False, str(exc))
+    from . import _mmcv_ops_stub
+
+    if _mmcv_ops_stub.is_installed():
+        return Availability(True, f"mmpose {_version('mmpose')}, mmcv-lite {_version('mmcv-lite')} + nbhelpers "
+                                  f"mmcv.ops stand-in")
+    return Availability(True, f"mmpose {_version('mmpose')}, mmcv {_version('mmcv')}")
+
+
+def is_available(weights_dir: str | os.PathLike | None = None) -> Availability:
+    """Whether :class:`MMPoseBackend` can be built: mmpose imports and both weight files are present.
+
+    Args:
+        weights_dir: Folder in the official ``models/`` layout (default: ``nbhelpers.weights.default_dir()``).
+    """
+    found = mmpose_available()
+    if not found:
+        return found
+    try:
+        root = Path(weights_dir) if weights_dir is not None else _default_weights_dir()
+    except InputError as exc:
+        return Availability(False, str(exc))
+    for rel in (CHECKPOINT_FILE, S3FD_FILE):
+        if not (root / rel).is_file():
+            return Availability(False, f"{root / rel} is missing: run notebooks/00_setup.ipynb (weights.download)")
+    return found
+
+
+def import_mmpose():
+    """Import ``mmpose.apis`` (installing the ``mmcv.ops`` stand-in when only mmcv-lite is present).
+
+    Returns:
+        The ``mmpose.apis`` module.
+
+    Raises:
+        MissingDependencyError: mmpose, mmcv(-lite) or mmengine is missing or does not import; the message says
+            what failed and how to install.
+    """
+    from . import _mmcv_ops_stub
+
+    if importlib.util.find_spec("mmcv") is None:
+        raise MissingDependencyError("mmcv (or mmcv-lite) is not installed. " + INSTALL_HINT)
+    _mmcv_ops_stub.install()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*pkg_resources.*")
+        warnings.filterwarnings("ignore", message=".*MultiScaleDeformableAttention.*")
+        try:
+            return importlib.import_module("mmpose.apis")
+        except Exception as exc:  # ImportError, or an AssertionError on an mmcv version mismatch
+            raise MissingDependencyError(f"mmpose does not import ({type(exc).__name__}: {exc}). "
+                                         + INSTALL_HINT) from exc
+
+
+def _torch_device(device: str | None) -> str:
+    import torch
+
+    if device is None:
+        return "cuda:0" if torch.cuda.is_available() else "cpu"
+    dev = str(device).lower()
+    if dev.startswith("cuda") and not torch.cuda.is_available():
+        warnings.warn(f"device={device!r} was asked for mmpose, but torch sees no CUDA GPU; running on the CPU "
+                      f"instead, which is much slower.", stacklevel=3)
+        return "cpu"
+    if dev == "cuda":
+        return "cuda:0"
+    if dev != "cpu" and not dev.startswith("cuda:"):
+        raise InputError(f"device={device!r}: expected 'cpu', 'cuda' or 'cuda:N' for the mmpose model")
+    return dev
+
+
+def load_checkpoint_state(path: str | os.PathLike) -> tuple[dict, dict]:
+    """Read an mmpose checkpoint: its state dict and its ``meta`` (empty when absent).
+
+    Tries ``torch.load(weights_only=True)`` first. Checkpoints written by mmengine often pickle extra objects in
+    ``meta`` (numpy arrays, message hubs) that the safe loader refuses; those are then read with
+    ``weights_only=False`` after a warning, which is acceptable for the official file whose SHA-256 the weights
+    manifest checks.
+
+    Args:
+        path: The ``.pth`` file.
+
+    Returns:
+        ``(state_dict, meta)``; a leading ``"module."`` on every key (a DataParallel save) is removed.
+
+    Raises:
+        WeightsError: The file is missing or unreadable.
+    """
+    import torch
+
+    path = Path(path)
+    if not path.is_file():
+        raise WeightsError(f"DWPose checkpoint {str(path)!r} does not exist: download the weights "
+                           f"(notebooks/00_setup.ipynb) or pass the weights_dir that holds dwpose/")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as first:
+        warnings.warn(f"{path.name}: the safe loader refused it ({type(first).__name__}); loading with "
+                      f"weights_only=False (trust this file only if weights.verify checked its hash)", stacklevel=2)
+        try:
+            ckpt = torch.load(path, map_location="cpu", weights_only=False)
+        except Exception as exc:
+            raise WeightsError(f"DWPose checkpoint {str(path)!r} could not be read ({exc}); it may be truncated: "
+                               f"delete it and download it again") from exc
+    if not isinstance(ckpt, dict):
+        raise WeightsError(f"{path}: expected a dict checkpoint, got {type(ckpt).__name__}")
+    state = ckpt.get("state_dict", ckpt)
+    meta = ckpt.get("meta") or {}
+    if state and all(k.startswith("module.") for k in state):
+        state = {k[len("module."):]: v for k, v in state.items()}
+    return state, meta if isinstance(meta, dict) else {}
+
+
+def build_pose_model(checkpoint: str | os.PathLike | None = None, device: str | None = "cpu", *,
+                     flip_test: bool = True, seed: int | None = None):
+    """Build the official mmpose RTMPose-l whole-body model, with the checkpoint's weights or random ones.
+
+    Args:
+        checkpoint: ``dw-ll_ucoco_384.pth`` (parameter names as reference/checkpoints/
+            dwpose-rtmpose-l-384x288.keys.json). None: random weights (tests, benchmarks).
+        device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or None (GPU when available).
+        flip_test: ``test_cfg.flip_test`` (True officially).
+        seed: Seed for the random weights (only with ``checkpoint=None``; see :func:`randomize_weights`).
+
+    Returns:
+        The ``TopdownPoseEstimator`` in eval mode with ``dataset_meta`` set (checkpoint meta first, else the
+        COCO-WholeBody metainfo, as ``init_model``).
+
+    Raises:
+        MissingDependencyError: mmpose does not import.
+        WeightsError: The checkpoint is missing or unreadable.
+        CheckpointError: Its parameter names or shapes do not match the model.
+
+    Source: `preprocessing.py:17-19` (``init_model(config, checkpoint, device)``), `[mmpose] apis/inference.py:95,
+    104,113-123` (reference §3.1).
+    """
+    apis = import_mmpose()
+    import torch
+    from mmengine.config import Config
+
+    dev = _torch_device(device)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*pkg_resources.*")
+        warnings.filterwarnings("ignore", message=".*metainfo config file.*")  # found in mmpose's .mim folder
+        model = apis.init_model(Config(config_dict(flip_test)), checkpoint=None, device="cpu")
+    if checkpoint is not None:
+        state, meta = load_checkpoint_state(checkpoint)
+        own = model.state_dict()
+        missing = sorted(set(own) - set(state))
+        unexpected = sorted(set(state) - set(own))
+        wrong = sorted(k for k in set(own) & set(state) if tuple(own[k].shape) != tuple(state[k].shape))
+        if missing or unexpected or wrong:
+            raise CheckpointError(
+                f"{checkpoint}: does not match RTMPose-l whole-body 384x288: {len(missing)} missing keys "
+                f"{missing[:5]}, {len(unexpected)} unexpected {unexpected[:5]}, {len(wrong)} with other shapes "
+                f"{wrong[:5]}; is it dw-ll_ucoco_384.pth (the DWPose whole-body model)?")
+        model.load_state_dict(state, strict=True)
+        if isinstance(meta.get("dataset_meta"), dict):
+            model.dataset_meta = meta["dataset_meta"]
+    else:
+        randomize_weights(model, seed)
+    return model.to(dev).eval()
+
+
+def randomize_weights(model, seed: int | None = None) -> None:
+    """Give every weight matrix and conv kernel He-normal random values (std = sqrt(2 / fan_in)), in place.
+
+    PyTorch's default initialisation lets the signal fade through the 50-odd layers of CSPNeXt + RTMCC, so a
+    freshly built model predicts nearly the same bins for every keypoint and frame; with He-normal weights the
+    random model's keypoints spread over the frame and move with the input, which makes comparisons between
+    backends meaningful. Biases, norms and BatchNorm statistics are left as built.
+
+    Args:
+        model: A torch module.
+        seed: Seed of a private generator (None: torch's global generator).
+    """
+    import math
+
+    import torch
+
+    generator = torch.Generator().manual_seed(seed) if seed is not None else None
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.ndim >= 2:
+                fan_in = param[0].numel()
+                values = torch.randn(param.shape, generator=generator) * math.sqrt(2.0 / fan_in)
+                param.copy_(values.to(param.dtype))
+
+
+def export_onnx(model, path: str | os.PathLike, *, dynamic_batch: bool = True, opset: int = 17) -> Path:
+    """Export an mmpose RTMPose model (backbone + SimCC head, no preprocessing, no flip) to ONNX.
+
+    The result has the signature of the published ``dw-ll_ucoco_384.onnx``: input ``input`` (N, 3, 384, 288)
+    float32 normalised RGB, outputs ``simcc_x`` (N, 133, 576) and ``simcc_y`` (N, 133, 768), so that the
+    ``dwpose-onnx`` backend runs it. Use it to make the ONNX file from a ``.pth`` you already have, or to test
+    the two backends against each other on random weights.
+
+    Args:
+        model: From :func:`build_pose_model`.
+        path: Output ``.onnx`` file (written to a temporary name, then renamed).
+        dynamic_batch: Dynamic batch axis (True) or fixed batch 1 like the published file (False).
+        opset: ONNX opset.
+
+    Returns:
+        ``path``.
+    """
+    import torch
+
+    class _Net(torch.nn.Module):
+        def __init__(self, estimator):
+            super().__init__()
+            self.backbone = estimator.backbone
+            self.head = estimator.head
+
+        def forward(self, x):
+            return self.head(self.backbone(x))
+
+    net = _Net(model).eval().cpu()
+    w, h = codec.INPUT_SIZE
+    dummy = torch.zeros(1, 3, h, w)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp.onnx")
+    axes = {"input": {0: "batch"}, "simcc_x": {0: "batch"}, "simcc_y": {0: "batch"}} if dynamic_batch else None
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(net, (dummy,), str(tmp), input_names=["input"], output_names=["simcc_x", "simcc_y"],
+                          dynamic_axes=axes, opset_version=opset, dynamo=False)
+    os.replace(tmp, path)
+    return path
+
+
+class MMPoseBackend:
+    """Face box from S3FD + 68 landmarks from the official mmpose DWPose model (``inference_topdown``).
+
+    Args:
+        weights_dir: Folder in the official ``models/`` layout with ``dwpose/dw-ll_ucoco_384.pth`` and
+            ``s3fd/s3fd-619a316812.pth`` (default: ``nbhelpers.weights.default_dir()``).
+        device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or None (GPU when available).
+        face_detector: Object with ``detect(frames) -> list[(x1, y1, x2, y2, score) | None]`` instead of S3FD.
+        model: An already built pose model (from :func:`build_pose_model`, e.g. random weights) instead of the
+            checkpoint in ``weights_dir``.
+        flip_test: The official ``test_cfg.flip_test`` (True).
+
+    Raises:
+        MissingDependencyError: mmpose (or torch) does not import.
+        WeightsError: A weight file is missing or unreadable.
+        CheckpointError: The checkpoint does not fit the model.
+
+    Source: `preprocessing.py:15-23,84-111` (reference §3.1-3.2).
+    """
+
+    name = "mmpose"
+    description = "The official DWPose path: mmpose RTMPose-l whole-body (inference_topdown) + S3FD face box"
+    weight_files = (CHECKPOINT_FILE, S3FD_FILE)
+    requires = ("mmpose", "mmcv", "mmengine", "torch")
+
+    def __init__(self, weights_dir: str | os.PathLike | None = None, device: str | None = None, *,
+                 face_detector=None, model=None, flip_test: bool = True):
+        self.apis = import_mmpose()
+        root = Path(weights_dir) if weights_dir is not None else (None if model is not None and face_detector
+                                                                   is not None else _default_weights_dir())
+        self.weights_dir = root
+        self.device = _torch_device(device)
+        self.model = model if model is not None else build_pose_model(root / CHECKPOINT_FILE, self.device,
+                                                                      flip_test=flip_test)
+        self.face_detector = face_detector if face_detector is not None else build_s3fd(root, device)
+
+    def keypoints(self, frames_bgr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """133 whole-body keypoints per frame through ``inference_topdown(model, frame)`` with no bbox.
+
+        Args:
+            frames_bgr: (N, H, W, 3) uint8 BGR frames.
+
+        Returns:
+            ``(keypoints, scores)``: (N, 133, 2) float32 ``(x, y)`` in frame pixels and (N, 133) float32.
+
+        Source: `preprocessing.py:97-101` (reference §3.1).
+        """
+        kps = np.zeros((len(frames_bgr), codec.NUM_KEYPOINTS, 2), np.float32)
+        scores = np.zeros((len(frames_bgr), codec.NUM_KEYPOINTS), np.float32)
+        for i, frame in enumerate(frames_bgr):
+            result = self.apis.inference_topdown(self.model, np.ascontiguousarray(frame))
+            inst = result[0].pred_instances
+            kps[i] = np.asarray(inst.keypoints)[0]
+            scores[i] = np.asarray(inst.keypoint_scores)[0]
+        return kps, scores
+
+    def detect(self, frames: np.ndarray) -> list[FaceResult | None]:
+        """Face box and 68 landmarks for each frame (same contract as the dwpose-onnx backend).
+
+        Args:
+            frames: (N, H, W, 3) uint8 BGR frames.
+
+        Returns:
+            N entries: None where the face detector finds no face, else a FaceResult (box from the detector,
+            (68, 2) float32 landmarks in frame pixels = whole-body points 23..90).
+
+        Raises:
+            InputError: ``frames`` is not a (N, H, W, 3) uint8 array.
+
+        Source: `preprocessing.py:84-111` (reference §3.1, §3.3 step 1).
+        """
+        frames = check_frames(frames)
+        boxes = list(self.face_detector.detect(frames))
+        if len(boxes) != len(frames):
+            raise RuntimeError(f"face detector returned {len(boxes)} results for {len(frames)} frames")
+        with_face = [i for i, b in enumerate(boxes) if b is not None]
+        results: list[FaceResult | None] = [None] * len(frames)
+        if with_face:
+            keypoints, _ = self.keypoints(frames[with_face])
+            for j, i in enumerate(with_face):
+                results[i] = face_result(boxes[i], codec.face_landmarks(keypoints[j]))
+        return results
+
+    def close(self) -> None:
+        """Release the models (GPU memory)."""
+        self.model = None
+        closer = getattr(self.face_detector, "close", None)
+        if callable(closer):
+            closer()
+        self.face_detector = None
+        if "torch" in sys.modules:
+            import torch
+
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+
+    def __repr__(self) -> str:
+        return f"MMPoseBackend(weights_dir={str(self.weights_dir)!r}, device={self.device!r})"
+
+
+def self_check(weights_dir: str | os.PathLike | None = None, device: str | None = None) -> dict:
+    """Build the mmpose model and run one landmark pass on a synthetic 512x512 frame; report versions and times.
+
+    Uses ``weights_dir/dwpose/dw-ll_ucoco_384.pth`` when it exists, else random weights (the check is then
+    about the installation, not the landmarks).
+
+    Args:
+        weights_dir: Optional weights folder.
+        device: As :class:`MMPoseBackend`.
+
+    Returns:
+        A JSON-able dict: ok, reason, versions (mmpose, mmcv, mmcv-lite, mmengine, torch, numpy),
+        weights ("checkpoint" or "random"), build_seconds, pass_seconds, landmarks_shape.
+    """
+    report: dict = {"ok": False, "versions": {d: _version(d) for d in ("mmpose", "mmcv", "mmcv-lite", "mmengine",
+                                                                        "mmdet", "torch", "numpy")}}
+    found = mmpose_available()
+    report["reason"] = found.reason
+    if not found:
+        return report
+    ckpt = Path(weights_dir) / CHECKPOINT_FILE if weights_dir is not None else None
+    use_ckpt = ckpt is not None and ckpt.is_file()
+    report["weights"] = "checkpoint" if use_ckpt else "random"
+    t0 = time.perf_counter()
+    model = build_pose_model(ckpt if use_ckpt else None, device, seed=0)
+    report["build_seconds"] = round(time.perf_counter() - t0, 3)
+    frame = np.zeros((512, 512, 3), np.uint8)
+    frame[128:384, 160:352] = (90, 140, 200)
+    t0 = time.perf_counter()
+    result = import_mmpose().inference_topdown(model, frame)
+    report["pass_seconds"] = round(time.perf_counter() - t0, 3)
+    keypoints = np.asarray(result[0].pred_instances.keypoints)
+    report["landmarks_shape"] = list(codec.face_landmarks(keypoints[0]).shape)
+    report["ok"] = keypoints.shape == (1, codec.NUM_KEYPOINTS, 2) and bool(np.isfinite(keypoints).all())
+    return report
+
+
+def _main(argv: list[str]) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m nbhelpers.faces.mmpose_backend")
+    parser.add_argument("--self-check", action="store_true", help="build the model, run one pass, print JSON")
+    parser.add_argument("--weights-dir", default=None)
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args(argv)
+    if not args.self_check:
+        parser.print_help()
+        return 2
+    report = self_check(args.weights_dir, args.device)
+    print(json.dumps(report))
+    return 0 if report["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
