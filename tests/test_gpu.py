@@ -1,0 +1,593 @@
+"""nbhelpers.gpu: the device report, the planner's choices on known cards, the CPU stop and the OOM fallback."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import platform
+import stat
+import subprocess
+import sys
+import types
+import warnings
+import weakref
+from pathlib import Path
+
+import pytest
+
+from nbhelpers import gpu
+from nbhelpers.config import InferenceConfig
+from nbhelpers.errors import InputError, MissingDependencyError, NbHelpersError, OutOfMemoryError
+from nbhelpers.gpu import GpuProcess, GpuReport, NoGpuError, PlanWarning
+
+GIB = 2**30
+FRAME = (768, 576)  # (H, W) of the shared test video face-sing-576x768-25fps.mp4
+BLEND_GIB_PER_FRAME = 768 * 576 * 3 * 4 / GIB  # uint8 BGR frame x 4 intermediates, computed here independently
+
+
+def card(name: str, total: float, free: float, cc=(7, 5), **kw) -> GpuReport:
+    return GpuReport(has_gpu=True, device="cuda:0", name=name, compute_capability=cc, total_gib=total,
+                     free_gib=free, **kw)
+
+
+T4 = card("Tesla T4", 15.0, 14.7)
+GTX_4G = card("GeForce GTX 1650", 4.0, 3.7)
+RTX_8G = card("GeForce RTX 3070", 8.0, 7.6, cc=(8, 6))
+RTX_24G = card("GeForce RTX 4090", 24.0, 23.4, cc=(8, 9))
+CPU = GpuReport(host_ram_total_gib=12.7, host_ram_available_gib=10.0, torch_version="2.11.0")
+
+
+def budget_by_hand(free: float) -> float:
+    """The plan's budget, written out: free - 0.5 GiB workspaces, less a 10 % margin."""
+    return (free - 0.5) * 0.9
+
+
+# ------------------------------------------------------------------------------------------------ planner choices
+
+
+@pytest.mark.notorch
+def test_t4_plans_fp16_batch_32_and_says_why():
+    p = gpu.plan("lipsync", report=T4, frame_size=FRAME)
+    assert (p.device, p.fp16, p.batch_size, p.precision) == ("cuda:0", True, 32, "fp16")
+    assert p.verdict == "Tesla T4, 14.7 GiB free: fp16, batch 32"
+    assert "14.7 GiB free" in p.reasons["memory"]
+    assert f"{budget_by_hand(14.7):.2f} GiB budget" in p.reasons["memory"]
+    assert p.reasons["batch_size"].startswith("32:") and "capped at 32" in p.reasons["batch_size"]
+    assert "1.87 GiB" in p.reasons["batch_size"]  # the fixed part of the core, from DESIGN.md's measurements
+    assert "7.5" in p.reasons["fp16"] and "bf16" in p.reasons["fp16"]
+    assert p.warnings == ()
+    # The DESIGN figure: 1.87 GiB + 0.149 GiB/frame at batch 32 is 6.64 GiB, plus the blend of 32 full frames.
+    assert p.stage_peaks_gib["generate"] == pytest.approx(1.87 + 32 * (0.149 + BLEND_GIB_PER_FRAME))
+    assert p.predicted_peak_gib == pytest.approx(p.stage_peaks_gib["generate"])
+
+
+@pytest.mark.notorch
+def test_4_gib_card_gets_batch_4_and_stays_under_3_5_gib():
+    p = gpu.plan("lipsync", report=GTX_4G, frame_size=FRAME)
+    assert (p.fp16, p.batch_size) == (True, 4)
+    budget = budget_by_hand(3.7)
+    fits = (budget - 1.87) / (0.149 + BLEND_GIB_PER_FRAME)  # 6.5 frames fit -> snapped down to a multiple of 4
+    assert 6 < fits < 7
+    assert "3.7 GiB free" in p.reasons["memory"] and f"fits {int(fits)} frames" in p.reasons["batch_size"]
+    assert "snapped to 4" in p.reasons["batch_size"]
+    # The target of bench/memory.py: reserved + a 0.4 GiB CUDA context under 3.5 GiB.
+    assert p.predicted_peak_gib + 0.4 < 3.5
+    assert p.verdict == "GeForce GTX 1650, 3.7 GiB free: fp16, batch 4"
+
+
+@pytest.mark.notorch
+def test_8_gib_card_gets_the_largest_multiple_of_4_that_fits():
+    p = gpu.plan("lipsync", report=RTX_8G, frame_size=FRAME)
+    budget = budget_by_hand(7.6)
+    per_frame = 0.149 + BLEND_GIB_PER_FRAME
+    assert p.batch_size == 28 and p.fp16
+    assert 1.87 + 28 * per_frame <= budget < 1.87 + 32 * per_frame  # the next multiple of 4 would not fit
+    assert "7.6 GiB free" in p.reasons["memory"] and "fits 29 frames" in p.reasons["batch_size"]
+    assert p.budget_gib == pytest.approx(budget)
+
+
+@pytest.mark.notorch
+def test_24_gib_card_is_capped_per_kind():
+    assert gpu.plan("lipsync", report=RTX_24G, frame_size=FRAME).batch_size == 32
+    assert gpu.plan("avatar", report=RTX_24G, frame_size=FRAME).batch_size == 32
+    rt = gpu.plan("realtime", report=RTX_24G, frame_size=FRAME)
+    assert rt.batch_size == 20 and "capped at 20 for realtime" in rt.reasons["batch_size"]
+    assert "23.4 GiB free" in rt.reasons["memory"]
+
+
+@pytest.mark.notorch
+def test_realtime_and_avatar_stages():
+    rt = gpu.plan("realtime", report=T4, frame_size=FRAME)
+    assert list(rt.stage_peaks_gib) == ["generate"] and rt.batch_size == 20
+    av = gpu.plan("avatar", report=GTX_4G, frame_size=FRAME)
+    assert list(av.stage_peaks_gib) == ["faces", "parsing", "encode"] and av.batch_size == 4
+    assert list(gpu.plan("lipsync", report=T4).stage_peaks_gib) == ["faces", "parsing", "encode", "generate"]
+
+
+@pytest.mark.notorch
+def test_cpu_plan_is_fp32_batch_4_with_a_warning_in_words():
+    with pytest.warns(PlanWarning, match="18 s per frame"):
+        p = gpu.plan("lipsync", report=CPU, n_frames=250)
+    assert (p.device, p.fp16, p.batch_size) == ("cpu", False, 4)
+    assert "about 75 min" in p.warnings[0] and "Change runtime type" in p.warnings[0]
+    assert "7.5 GiB usable" in p.reasons["memory"] and "10.0 GiB available" in p.reasons["memory"]
+    assert p.verdict == "CPU only: fp32, batch 4 (about 18 s per frame)"
+    assert p.config.device == "cpu" and p.config.fp16 is False
+
+
+@pytest.mark.notorch
+def test_cpu_fp16_request_falls_back_to_fp32_with_a_warning():
+    with pytest.warns(PlanWarning) as caught:
+        p = gpu.plan("lipsync", report=CPU, config=InferenceConfig(fp16=True))
+    assert p.fp16 is False
+    assert any("falls back to fp32" in str(w.message) for w in caught)
+    assert "falls back to fp32" in p.reasons["fp16"]
+
+
+@pytest.mark.notorch
+def test_cpu_batch_follows_host_ram():
+    small = GpuReport(host_ram_total_gib=6.0, host_ram_available_gib=5.5, torch_version="2.11.0")
+    with pytest.warns(PlanWarning):
+        p = gpu.plan("lipsync", report=small, frame_size=FRAME)
+    # 5.5 * 0.75 = 4.1 GiB usable; fp32 core 3.74 GiB + 0.303 GiB/frame -> 1 frame fits.
+    assert p.batch_size == 1 and "4.1 GiB usable" in p.reasons["batch_size"]
+    with pytest.warns(PlanWarning, match="tiny"):
+        tiny = gpu.plan("lipsync", report=small, weights="tiny")
+    assert tiny.batch_size == 4 and "1.5 s per frame" in tiny.verdict
+
+
+@pytest.mark.notorch
+def test_user_overrides_are_kept_and_marked():
+    with pytest.warns(PlanWarning, match="out-of-memory is likely"):
+        p = gpu.plan("lipsync", report=RTX_8G, config=InferenceConfig(batch_size=48), frame_size=FRAME)
+    assert p.batch_size == 48 and p.reasons["batch_size"].startswith("user override (48)")
+    assert "would choose 28" in p.reasons["batch_size"]
+
+    fp32 = gpu.plan("lipsync", report=T4, config=InferenceConfig(fp16=False), frame_size=FRAME)
+    assert fp32.fp16 is False and fp32.reasons["fp16"] == "user override (fp32)"
+    # fp32 doubles weights and activations: (12.78 - 3.74) / (0.298 + blend) = 29.8 -> 28.
+    fits = (budget_by_hand(14.7) - 2 * 1.87) / (2 * 0.149 + BLEND_GIB_PER_FRAME)
+    assert fp32.batch_size == 28 and int(fits) == 29
+
+    on_cpu = gpu.plan("lipsync", report=T4, config=InferenceConfig(device="cpu"))
+    assert on_cpu.device == "cpu" and on_cpu.reasons["device"] == "user override (cpu)"
+
+
+@pytest.mark.notorch
+def test_cuda_override_without_gpu_stops():
+    with pytest.raises(NoGpuError, match="Change runtime type"):
+        gpu.plan("lipsync", report=CPU, config=InferenceConfig(device="cuda"))
+
+
+@pytest.mark.notorch
+def test_plan_config_fills_device_precision_batch_and_reasons():
+    base = InferenceConfig(extra_margin=20, parsing_mode="neck", seed=7)
+    cfg = gpu.plan("lipsync", report=T4, config=base, frame_size=FRAME).config
+    assert isinstance(cfg, InferenceConfig)
+    assert (cfg.device, cfg.fp16, cfg.batch_size) == ("cuda:0", True, 32)
+    assert (cfg.extra_margin, cfg.parsing_mode, cfg.seed) == (20, "neck", 7)
+    assert {"device", "fp16", "batch_size", "memory"} <= set(cfg.reasons)
+    assert base.batch_size is None and base.reasons == {}  # the given config is not changed
+
+
+@pytest.mark.notorch
+def test_short_jobs_and_old_gpus_and_tiny_cards():
+    assert gpu.plan("lipsync", report=T4, n_frames=10).batch_size == 10
+    k80 = card("Tesla K80", 12.0, 11.4, cc=(3, 7))
+    p = gpu.plan("lipsync", report=k80, frame_size=FRAME)
+    assert p.fp16 is False and "3.7" in p.reasons["fp16"]
+    with pytest.warns(PlanWarning, match="out-of-memory is likely"):
+        tight = gpu.plan("lipsync", report=card("Quadro", 2.0, 1.7), frame_size=FRAME)
+    assert tight.batch_size == 1 and "does not fit even one frame" in tight.reasons["batch_size"]
+
+
+@pytest.mark.notorch
+def test_4k_face_detection_warning_and_dlib_backend():
+    uhd = (2160, 3840)
+    # S3FD runs at batch 1 on the full frame: 320 B/pixel (fp16) + weights 0.05 + DWPose 0.2 GiB.
+    faces = 0.05 + 0.2 + 320 * 2160 * 3840 / GIB
+    with pytest.warns(PlanWarning, match=f"Face detection on full 2160x3840 .* {faces:.2f} GiB"):
+        gpu.plan("avatar", report=card("GPU 3.5G", 3.5, 3.2), frame_size=uhd)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PlanWarning)
+        p = gpu.plan("avatar", report=GTX_4G, frame_size=uhd)
+        assert p.stage_peaks_gib["faces"] == pytest.approx(faces) and p.batch_size == 4
+        dlib = gpu.plan("avatar", report=GTX_4G, frame_size=uhd, config=InferenceConfig(landmark_backend="dlib"))
+    assert dlib.stage_peaks_gib["faces"] == 0.0
+
+
+@pytest.mark.notorch
+def test_memory_read_outside_torch_keeps_room_for_the_context():
+    smi = dataclasses.replace(T4, memory_source="nvidia-smi")
+    p = gpu.plan("lipsync", report=smi, frame_size=FRAME)
+    assert p.budget_gib == pytest.approx((14.7 - 0.5 - 0.4) * 0.9) and "CUDA context" in p.reasons["memory"]
+    cached = dataclasses.replace(GTX_4G, reserved_gib=1.0, allocated_gib=0.25)  # 0.75 GiB reusable
+    assert gpu.plan("lipsync", report=cached).budget_gib == pytest.approx((3.7 + 0.75 - 0.5) * 0.9)
+
+
+@pytest.mark.notorch
+@pytest.mark.parametrize("kwargs, name", [({"kind": "offline"}, "kind"), ({"weights": "small"}, "weights"),
+                                          ({"frame_size": (0, 5)}, "frame_size"),
+                                          ({"frame_size": (768,)}, "frame_size"), ({"n_frames": -1}, "n_frames"),
+                                          ({"config": {"batch_size": 8}}, "config")])
+def test_plan_rejects_bad_arguments(kwargs, name):
+    with pytest.raises(InputError, match=name):
+        gpu.plan(report=T4, **kwargs)
+
+
+@pytest.mark.notorch
+@pytest.mark.parametrize("n, expected", [(0.3, 1), (1, 1), (2, 2), (3.9, 2), (4, 4), (7, 4), (8, 8), (20.5, 20),
+                                         (31, 28), (63, 60), (float("nan"), 1)])
+def test_snap_batch(n, expected):
+    assert gpu.snap_batch(n) == expected
+
+
+@pytest.mark.notorch
+def test_plan_renders_text_and_html():
+    p = gpu.plan("lipsync", report=card("<b>Odd</b> GPU", 15.0, 14.7), frame_size=FRAME)
+    text = str(p)
+    assert text.startswith("Plan (lipsync)") and "batch 32" in text and "stage peaks" in text
+    page = p._repr_html_()
+    assert "<table" in page and "&lt;b&gt;Odd&lt;/b&gt;" in page and "<b>Odd</b>" not in page
+
+
+# ------------------------------------------------------------------------------------------------ CPU stop
+
+
+@pytest.mark.notorch
+def test_require_gpu_stops_a_cpu_runtime_with_the_colab_steps(monkeypatch):
+    monkeypatch.delenv("NBHELPERS_ALLOW_CPU", raising=False)
+    with pytest.raises(NoGpuError) as info:
+        dataclasses.replace(CPU, colab=True).require_gpu()
+    message = str(info.value)
+    assert "Runtime > Change runtime type > T4 GPU > Save" in message and "run the notebook again" in message
+    assert "allow_cpu=True" in message and "NBHELPERS_ALLOW_CPU=1" in message
+    assert isinstance(info.value, NbHelpersError)
+    assert CPU.require_gpu(allow_cpu=True) is CPU
+    monkeypatch.setenv("NBHELPERS_ALLOW_CPU", "1")
+    assert CPU.require_gpu() is CPU
+    with pytest.raises(NoGpuError):
+        CPU.require_gpu(allow_cpu=False)
+    assert T4.require_gpu(allow_cpu=False) is T4
+
+
+def test_check_gpu_on_this_machine(monkeypatch):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    monkeypatch.delenv("NBHELPERS_ALLOW_CPU", raising=False)
+    with pytest.raises(NoGpuError, match="CPU-only build|is_available"):
+        gpu.check_gpu()
+    assert gpu.check_gpu(allow_cpu=True).has_gpu is False
+
+
+# ------------------------------------------------------------------------------------------------ report()
+
+
+def test_report_on_this_cpu_machine_renders_text_and_html():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PlanWarning)  # the verdict must not leak the plan's warnings
+        r = gpu.report()
+        text, page = str(r), r._repr_html_()
+    assert r.has_gpu is False and r.device == "cpu" and r.torch_version == torch.__version__
+    assert r.cuda_version == torch.version.cuda and r.python_version == platform.python_version()
+    psutil = pytest.importorskip("psutil")
+    assert r.host_ram_total_gib == pytest.approx(psutil.virtual_memory().total / GIB, abs=0.01)
+    assert 0 < r.host_ram_available_gib <= r.host_ram_total_gib
+    assert r.verdict.startswith("CPU only: fp32, batch ")
+    assert text.startswith("GPU report") and "none (CPU only)" in text and f"torch {torch.__version__}" in text
+    assert "<table" in page and "verdict" in page and "CPU only" in page
+
+
+@pytest.mark.notorch
+def test_report_without_torch(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` now raises ImportError
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi either
+    r = gpu.report()
+    assert r.torch_version is None and r.has_gpu is False
+    assert any("torch is not installed" in n for n in r.notes)
+    assert r.verdict.startswith("torch is not installed")
+    assert "torch not installed" in str(r)
+    with pytest.raises(MissingDependencyError, match="pip install torch"):
+        r.require_gpu(allow_cpu=True)
+
+
+def test_colab_is_detected_from_the_environment(monkeypatch):
+    monkeypatch.setenv("COLAB_RELEASE_TAG", "release-colab_20261120")
+    assert gpu.report().colab is True
+    assert "Google Colab" in str(gpu.report())
+
+
+def _fake_cuda(monkeypatch, *, is_available=lambda: True, mem_get_info=None):
+    torch = pytest.importorskip("torch")
+    props = types.SimpleNamespace(name="Tesla T4", major=7, minor=5, total_memory=int(15.0 * GIB),
+                                  uuid="1234abcd-0000-0000-0000-00000000beef")
+    monkeypatch.setattr(torch.cuda, "is_available", is_available)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: props)
+    monkeypatch.setattr(torch.cuda, "mem_get_info",
+                        mem_get_info or (lambda i=None: (int(14.7 * GIB), int(15.0 * GIB))))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda i=None: 0)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda i=None: 0)
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # force the nvidia-smi path
+    return torch
+
+
+def _fake_nvidia_smi(tmp_path: Path, monkeypatch, body: str) -> None:
+    exe = tmp_path / "nvidia-smi"
+    exe.write_text("#!/bin/sh\n" + body)
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ.get('PATH', '')}")
+
+
+def test_report_of_a_fake_t4_with_nvidia_smi(monkeypatch, tmp_path):
+    _fake_cuda(monkeypatch)
+    uuid = "GPU-1234abcd-0000-0000-0000-00000000beef"
+    _fake_nvidia_smi(tmp_path, monkeypatch, f"""case "$1" in
+  --query-gpu=*) echo "{uuid}, 550.54.15, Tesla T4, 15360, 15042";;
+  --query-compute-apps=*) echo "{uuid}, 4242, /usr/bin/python3, 300"; echo "{uuid}, {os.getpid()}, me, 310";;
+  *) exit 2;;
+esac
+""")
+    r = gpu.report()
+    assert (r.has_gpu, r.device, r.name, r.compute_capability) == (True, "cuda:0", "Tesla T4", (7, 5))
+    assert r.total_gib == pytest.approx(15.0) and r.free_gib == pytest.approx(14.7)
+    assert r.outside_torch_gib == pytest.approx(0.3)
+    assert r.driver_version == "550.54.15" and r.other_processes_source == "nvidia-smi"
+    assert r.other_processes == (GpuProcess(4242, "python3", 300 / 1024),)  # this process is left out
+    assert r.others_gib == pytest.approx(300 / 1024)
+    assert r.verdict == "Tesla T4, 14.7 GiB free: fp16, batch 32"
+    text = str(r)
+    assert "compute capability 7.5" in text and "python3 4242: 0.29 GiB" in text and "driver 550.54.15" in text
+
+
+def test_report_survives_odd_driver_states(monkeypatch, tmp_path):
+    def broken():
+        raise RuntimeError("CUDA driver initialization failed, you might not have a CUDA gpu.")
+
+    _fake_cuda(monkeypatch, is_available=broken)
+    _fake_nvidia_smi(tmp_path, monkeypatch,
+                     'echo "NVIDIA-SMI has failed because it couldn\'t communicate with the NVIDIA driver."\nexit 9\n')
+    r = gpu.report()
+    assert r.has_gpu is False and r.other_processes is None and r.driver_version is None
+    assert any("driver initialization failed" in n for n in r.notes)
+    assert any("status 9" in n and "couldn't communicate" in n for n in r.notes)
+    str(r), r._repr_html_()
+
+    def busy(i=None):
+        raise RuntimeError("CUDA error: all CUDA-capable devices are busy or unavailable")
+
+    _fake_cuda(monkeypatch, mem_get_info=busy)
+    _fake_nvidia_smi(tmp_path, monkeypatch, "exec sleep 5\n")
+    monkeypatch.setattr(gpu, "NVIDIA_SMI_TIMEOUT_S", 0.3)
+    r = gpu.report()
+    assert r.has_gpu is False and r.name == "Tesla T4"
+    assert any("busy or unavailable" in n for n in r.notes) and any("did not answer" in n for n in r.notes)
+    assert "not usable by torch" in str(r)
+    with pytest.raises(NoGpuError, match="busy or unavailable"):
+        r.require_gpu(allow_cpu=False)
+
+
+def test_report_warnings_from_torch_become_notes(monkeypatch):
+    def old_driver():
+        warnings.warn("CUDA initialization: The NVIDIA driver on your system is too old", stacklevel=2)
+        return False
+
+    _fake_cuda(monkeypatch, is_available=old_driver)
+    r = gpu.report()
+    assert r.has_gpu is False and any("driver on your system is too old" in n for n in r.notes)
+
+
+def test_report_rejects_a_bad_device():
+    with pytest.raises(InputError, match="device"):
+        gpu.report("gpu0")
+
+
+# ------------------------------------------------------------------------------------------------ batched / OOM
+
+
+def _oom_above(limit: int, calls: list[tuple[int, int]], message: str = "CUDA out of memory. Tried to allocate 2 GiB"):
+    def step(sl: slice):
+        calls.append((sl.start, sl.stop))
+        if sl.stop - sl.start > limit:
+            raise RuntimeError(message)
+        return list(range(sl.start, sl.stop))
+    return step
+
+
+@pytest.mark.notorch
+def test_batched_halves_on_oom_without_losing_or_reordering_frames():
+    calls: list[tuple[int, int]] = []
+    emptied = []
+    with pytest.warns(RuntimeWarning) as caught:
+        out = list(gpu.batched(23, 16, _oom_above(4, calls), stage="generate", on_oom=lambda: emptied.append(1)))
+    frames = [i for _, batch in out for i in batch]
+    assert frames == list(range(23))  # every frame once, in order
+    assert [s.stop - s.start for s, _ in out] == [4, 4, 4, 4, 4, 3]  # halved 16 -> 8 -> 4 and stays at 4
+    assert calls[:3] == [(0, 16), (0, 8), (0, 4)]  # retried from the failing frame, nothing before redone
+    assert len(emptied) == 2 and len(caught) == 2
+    assert "generate: CUDA out of memory at batch size 16 (items 0-15)" in str(caught[0].message)
+    assert "batch size 8" in str(caught[0].message) and "No frame is lost" in str(caught[0].message)
+
+
+@pytest.mark.notorch
+def test_batched_keeps_the_halved_size_after_a_transient_oom():
+    calls = []
+
+    def step(sl):
+        calls.append(sl.stop - sl.start)
+        if len(calls) == 2:  # the second batch fails once; 16 would fit again afterwards
+            raise RuntimeError("CUDA error: out of memory")
+        return sl
+
+    with pytest.warns(RuntimeWarning, match="items 16-31"):
+        out = [s for s, _ in gpu.batched(64, 16, step, on_oom=lambda: None)]
+    assert [s.start for s in out] == [0, 16, 24, 32, 40, 48, 56]
+    assert calls == [16, 16, 8, 8, 8, 8, 8, 8]
+
+
+@pytest.mark.notorch
+def test_batched_raises_at_batch_1_after_yielding_what_worked():
+    calls: list[tuple[int, int]] = []
+    seen = []
+
+    def step(sl):
+        calls.append((sl.start, sl.stop))
+        if sl.stop > 5:
+            raise RuntimeError("CUDA out of memory")
+        return sl
+
+    with pytest.warns(RuntimeWarning), pytest.raises(OutOfMemoryError, match="batch size 1 \\(item 5\\)"):
+        for s, _ in gpu.batched(8, 4, step, stage="encode", on_oom=lambda: None):
+            seen.append((s.start, s.stop))
+    assert seen == [(0, 4), (4, 5)]
+
+
+@pytest.mark.notorch
+def test_batched_passes_other_errors_through_and_validates():
+    def step(sl):
+        raise ValueError("bad crop")
+
+    with pytest.raises(ValueError, match="bad crop"):
+        list(gpu.batched(3, 2, step))
+    with pytest.raises(InputError, match="batch_size"):
+        gpu.batched(3, 0, step)  # checked at the call, before any work
+    with pytest.raises(InputError, match="n_items"):
+        gpu.batched(-1, 2, step)
+    assert list(gpu.batched(0, 4, step)) == []
+
+
+@pytest.mark.notorch
+def test_batched_frees_the_failed_call_before_emptying_the_cache():
+    class Big:
+        pass
+
+    refs: list[weakref.ref] = []
+    alive_at_oom: list[bool] = []
+
+    def step(sl):
+        big = Big()  # stands for the failed batch's tensors, held by the traceback's frame
+        refs.append(weakref.ref(big))
+        if sl.stop - sl.start > 2:
+            raise RuntimeError("CUDA out of memory")
+        return big
+
+    def on_oom():
+        alive_at_oom.append(refs[-1]() is not None)
+
+    with pytest.warns(RuntimeWarning):
+        for _, result in gpu.batched(6, 4, step, on_oom=on_oom):
+            del result
+    assert alive_at_oom == [False]
+    assert all(r() is None for r in refs)
+
+
+@pytest.mark.notorch
+def test_batched_does_not_hold_the_previous_result_during_the_next_step():
+    class Frames:
+        pass
+
+    refs: list[weakref.ref] = []
+    alive_during_step: list[bool] = []
+
+    def step(sl):
+        alive_during_step.append(any(r() is not None for r in refs))
+        out = Frames()
+        refs.append(weakref.ref(out))
+        return out
+
+    for _, result in gpu.batched(9, 3, step):
+        del result  # the caller drops batch k (written to the video) before batch k+1 runs
+    assert alive_during_step == [False, False, False]
+
+
+def test_batched_with_torch_out_of_memory_error():
+    torch = pytest.importorskip("torch")
+    calls = []
+
+    def step(sl):
+        calls.append(sl.stop - sl.start)
+        if sl.stop - sl.start > 3:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.50 GiB")
+        return torch.arange(sl.start, sl.stop)
+
+    with pytest.warns(RuntimeWarning):
+        out = torch.cat([t for _, t in gpu.batched(10, 12, step)])
+    assert out.tolist() == list(range(10)) and calls[:3] == [10, 6, 3]
+
+
+@pytest.mark.notorch
+@pytest.mark.parametrize("exc, expected", [
+    (RuntimeError("CUDA out of memory. Tried to allocate 20.00 MiB"), True),
+    (RuntimeError("CUDA error: out of memory"), True),
+    (RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"), True),
+    (RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory"), True),
+    (OutOfMemoryError("inner stage failed at batch 1"), True),
+    (RuntimeError("CUDA error: device-side assert triggered"), False),
+    (ValueError("out of memory"), False),
+    (MemoryError(), False),
+])
+def test_is_oom(exc, expected):
+    assert gpu.is_oom(exc) is expected
+
+
+# ------------------------------------------------------------------------------------------------ memory discipline
+
+
+def test_release_and_memory_scope_on_the_cpu():
+    torch = pytest.importorskip("torch")
+    model = torch.nn.Linear(8, 8)
+    tensor = torch.ones(1000)
+    box = [torch.nn.Conv2d(3, 3, 1), torch.zeros(10)]
+    holder = types.SimpleNamespace(unet=torch.nn.Linear(2, 2), name="models")
+    assert gpu.release(model, tensor, box, holder) == 0.0
+    assert model.weight.device.type == "meta" and tensor.numel() == 0 and box == []
+    assert holder.unet.weight.device.type == "meta" and holder.name == "models"
+
+    detector = torch.nn.Linear(4, 4)
+    with pytest.raises(KeyError), gpu.memory_scope("faces") as scope:
+        assert scope.hold(detector) is detector
+        raise KeyError("stage failed")
+    assert detector.weight.device.type == "meta" and scope.held == []  # released even after an error
+    assert scope.peak_reserved_gib == 0.0 and "faces: peak 0.00 GiB" in str(scope)
+    assert gpu.peak_memory() == gpu.PeakMemory() and gpu.peak_memory().context_gib is None
+
+
+def test_cast_and_move_casts_on_the_cpu_before_moving():
+    torch = pytest.importorskip("torch")
+
+    class Spy(torch.nn.Linear):
+        def __init__(self):
+            super().__init__(4, 4)
+            self.register_buffer("index", torch.arange(3))
+            self.calls = []
+
+        def to(self, *args, **kwargs):
+            self.calls.append(kwargs)
+            return super().to(*args, **kwargs)
+
+    m = Spy()
+    assert gpu.cast_and_move(m, "meta", torch.float16) is m  # "meta" stands in for the GPU here
+    assert m.calls == [{"dtype": torch.float16}, {"device": torch.device("meta")}]
+    assert (m.weight.dtype, m.weight.device.type) == (torch.float16, "meta")
+    assert m.index.dtype == torch.int64  # integer buffers keep their dtype
+
+    back = Spy().to(dtype=torch.float16)
+    back.calls.clear()
+    gpu.cast_and_move(back, "cpu", torch.float32)
+    assert back.weight.dtype == torch.float32
+    with pytest.raises(InputError, match="dtype"):
+        gpu.cast_and_move(Spy(), "cpu", torch.int8)
+    with pytest.raises(InputError, match="module"):
+        gpu.cast_and_move(object(), "cpu", torch.float16)
+
+
+@pytest.mark.notorch
+def test_import_stays_light():
+    code = "import sys, nbhelpers.gpu; sys.exit('torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0
