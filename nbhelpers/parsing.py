@@ -28,9 +28,11 @@ import numpy as np
 from .constants import PARSING_SIZE
 from .errors import CheckpointError, InputError, WeightsError
 
+# ``BiSeNet`` is public too (``from nbhelpers.parsing import BiSeNet``) but stays out of __all__ so that a star
+# import does not load torch.
 __all__ = [
     "BISENET_FILE", "N_CLASSES", "LABELS", "PARSING_MODES", "SKIN", "NOSE", "MOUTH", "UPPER_LIP", "LOWER_LIP",
-    "NECK", "face_mask", "check_parsing_args", "jaw_dilation_kernel", "jaw_erosion_kernel", "cheek_mask", "FaceParser", "BiSeNet",
+    "NECK", "face_mask", "check_parsing_args", "jaw_dilation_kernel", "jaw_erosion_kernel", "cheek_mask", "FaceParser",
     "build_bisenet", "load_bisenet", "bisenet_path", "write_random_bisenet",
 ]
 

@@ -166,8 +166,8 @@ def test_pil_blend_rule_is_the_integer_round():
         body.paste(Image.fromarray(np.stack([n] * 3, -1)), (0, 0), Image.fromarray(np.full((256, 256), m, np.uint8)))
         t = o.astype(np.int64) * (255 - m) + n.astype(np.int64) * m
         np.testing.assert_array_equal(np.asarray(body)[..., 0], np.floor(t / 255 + 0.5))
-        np.testing.assert_array_equal(B.blend_pixels(o[..., None], n[..., None], np.full((256, 256), m, np.uint8))[..., 0],
-                                      np.asarray(body)[..., 0])
+        ours = B.blend_pixels(o[..., None], n[..., None], np.full((256, 256), m, np.uint8))
+        np.testing.assert_array_equal(ours[..., 0], np.asarray(body)[..., 0])
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -308,7 +308,8 @@ def _torch_inputs(frames, device="cpu"):
     batch = np.stack([frames[i % len(frames)] for i in range(n)])
     faces = np.stack([random_face(10 + i) for i in range(n)])
     squares = [B.expanded_square(b) for b in boxes]
-    masks = [B.prepare_mask(synthetic_mask_512(i), b, s, 0.1) for i, (b, s) in enumerate(zip(boxes, squares))]
+    masks = [B.prepare_mask(synthetic_mask_512(i), b, s, 0.1)
+             for i, (b, s) in enumerate(zip(boxes, squares, strict=True))]
     return (batch, faces, boxes, masks, squares,
             torch.from_numpy(batch).to(device), torch.from_numpy(faces).to(device))
 

@@ -134,7 +134,7 @@ def slow_dilate(img: np.ndarray, kernel: np.ndarray) -> np.ndarray:
     padded = np.zeros((h + kh, w + kw), img.dtype)  # 0 outside: never wins a max
     padded[ay:ay + h, ax:ax + w] = img
     out = np.zeros_like(img)
-    for dy, dx in zip(*np.nonzero(kernel)):
+    for dy, dx in zip(*np.nonzero(kernel), strict=True):
         # dst(y, x) = max over kernel ones of src(y + dy - ay, x + dx - ax)
         out = np.maximum(out, padded[dy:dy + h, dx:dx + w])
     return out
@@ -147,7 +147,7 @@ def slow_erode(img: np.ndarray, kernel: np.ndarray) -> np.ndarray:
     padded = np.full((h + kh, w + kw), 255, img.dtype)  # 255 outside: never wins a min
     padded[ay:ay + h, ax:ax + w] = img
     out = np.full_like(img, 255)
-    for dy, dx in zip(*np.nonzero(kernel)):
+    for dy, dx in zip(*np.nonzero(kernel), strict=True):
         out = np.minimum(out, padded[dy:dy + h, dx:dx + w])
     return out
 
