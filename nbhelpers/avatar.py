@@ -361,6 +361,29 @@ class Avatar:
         self._state.update(state)
         return self._state
 
+    def optimize(self, compile: bool = False, channels_last: bool = True) -> Avatar:
+        """Speed up generation on CUDA (no effect on CPU). Returns self.
+
+        ``channels_last`` stores UNet and VAE convolution weights in NHWC, the layout cuDNN's fastest fp16 kernels
+        use; ``compile`` wraps the UNet and the VAE decoder in ``torch.compile`` (a one-time cost of tens of
+        seconds at the first batch, and again for each new batch shape). Numerics stay within fp16 rounding.
+        """
+        import torch
+
+        st = self._ensure_models()
+        if st["device"].type != "cuda":
+            return self
+        torch.backends.cudnn.benchmark = True
+        bundle = st["bundle"]
+        if channels_last:
+            bundle.unet.to(memory_format=torch.channels_last)
+            bundle.vae.to(memory_format=torch.channels_last)
+        if compile and not st.get("compiled"):
+            bundle.unet.forward = torch.compile(bundle.unet.forward)
+            bundle.vae.decoder.forward = torch.compile(bundle.vae.decoder.forward)
+            st["compiled"] = True
+        return self
+
     def _render_inputs(self):
         from .pipeline import RenderInputs
 
