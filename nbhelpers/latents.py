@@ -1,0 +1,440 @@
+"""Latents: VAE encode of the masked and reference crops, the single UNet step, and VAE decode to uint8 frames.
+
+The maths follows the official code (reference §4 and §6):
+
+- **encode**: 256x256 BGR uint8 crop -> RGB -> ``/255`` -> rows 128..255 masked -> ``(x - 0.5) / 0.5`` (masked rows are
+  exactly -1) -> VAE posterior -> ``mean + std * noise`` (or the mean) -> ``x 0.18215``; masked latent (channels
+  0-3) ‖ reference latent of the same crop (channels 4-7) = ``(8, 32, 32)``.
+- **unet_step**: ``unet(latents, t=0, encoder_hidden_states=pe(whisper tokens)).sample`` = ``(4, 32, 32)``.
+- **decode**: ``z / 0.18215`` -> VAE decoder -> ``(x / 2 + 0.5).clamp(0, 1)`` -> ``x 255`` in float32, rounded half to
+  even -> uint8 -> RGB to BGR.
+
+Attention kernels: diffusers' ``AttnProcessor2_0`` (torch scaled-dot-product attention) is the default processor of
+``UNet2DConditionModel`` and ``AutoencoderKL`` whenever torch >= 2.0, as in the official diffusers 0.30.2
+(reference §6). These functions use whatever processor the model was loaded with.
+
+torch, diffusers and cv2 are imported inside the functions, so importing this module stays light.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from .constants import AUDIO_TOKENS, CROP_SIZE, LATENT_CHANNELS, LATENT_SIZE, VAE_SCALING, WHISPER_DIM
+from .errors import InputError
+
+MASK_ROW = CROP_SIZE // 2  # first masked row of the 256-px crop: rows 128..255 become -1 (vae.py:40-49)
+LATENT_MODES = ("sample", "mode")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Crop
+
+
+def crop_and_resize(frame: np.ndarray, box: Sequence[float]) -> np.ndarray:
+    """Cut the crop box out of a frame and resize it to 256x256 with Lanczos-4, as the official code does.
+
+    Args:
+        frame: (H, W, 3) uint8 BGR full frame.
+        box: Crop box ``(x1, y1, x2, y2)`` in frame pixels, x2/y2 exclusive (a numpy slice
+            ``frame[y1:y2, x1:x2]``); float values are truncated with ``int()``. For v15 the caller has already added
+            ``extra_margin`` to ``y2``.
+
+    Returns:
+        (256, 256, 3) uint8 BGR crop.
+
+    Raises:
+        InputError: ``frame`` is not (H, W, 3) uint8, ``box`` does not have 4 numbers, or the box does not overlap
+            the frame.
+
+    Notes:
+        Like the official numpy slice, a box past the right or bottom edge is clipped to the frame (and the crop is
+        stretched to 256x256). A negative x1 or y1 is clipped to 0 here; numpy would wrap it around to the other
+        side of the frame (the official code avoids negatives with a clamp and a fallback box, reference §3.3).
+
+    Source: ``scripts/inference.py:173-174`` (reference §3.3 "Resize").
+    """
+    import cv2
+
+    if not isinstance(frame, np.ndarray) or frame.ndim != 3 or frame.shape[2] != 3 or frame.dtype != np.uint8:
+        raise InputError(f"frame must be an (H, W, 3) uint8 BGR numpy array; got "
+                         f"{_describe(frame)}. Read frames with nbhelpers.media.load_video(path).")
+    try:
+        x1, y1, x2, y2 = (int(v) for v in box)
+    except (TypeError, ValueError):
+        raise InputError(f"box must be four numbers (x1, y1, x2, y2) in pixels; got {box!r}.") from None
+    height, width = frame.shape[:2]
+    xa, ya, xb, yb = max(x1, 0), max(y1, 0), min(x2, width), min(y2, height)
+    if xb <= xa or yb <= ya:
+        raise InputError(f"box {(x1, y1, x2, y2)} does not overlap the {width}x{height} frame (it needs x1 < x2, "
+                         f"y1 < y2 inside the frame). Check the face boxes (nbhelpers.faces.track) or the boxes you "
+                         "passed.")
+    crop = np.ascontiguousarray(frame[ya:yb, xa:xb])
+    return cv2.resize(crop, (CROP_SIZE, CROP_SIZE), interpolation=cv2.INTER_LANCZOS4)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Encode
+
+
+def encode(crops_256: Any, vae: Any, generator: Any = None, mode: str = "sample", *, first_index: int = 0,
+           batch_size: int = 8, progress: bool = False):
+    """VAE-encode face crops into MuseTalk's 8-channel latents (masked ‖ reference).
+
+    Per crop: BGR -> RGB, ``/255``, rows 128..255 set to -1 after ``(x - 0.5) / 0.5`` for the masked copy, both
+    copies cast to the VAE dtype and encoded in one batch, each posterior sampled as ``mean + std * noise`` (with
+    ``std = exp(0.5 * clamp(logvar, -30, 20))``) or taken at its mean (``mode="mode"``), then multiplied by
+    ``vae.config.scaling_factor`` (0.18215 for sd-vae-ft-mse).
+
+    Noise (``mode="sample"``): the official code draws it from the unseeded global RNG, so its runs differ (quirk
+    Q1). Here frame ``i`` (``first_index + position in crops_256``) gets its own CPU ``torch.Generator`` seeded from
+    ``(seed, i)``, and draws first the masked latent's noise, then the reference latent's, each ``(1, 4, 32, 32)``
+    float32 standard normal, cast to the VAE dtype on its device. So a seed gives the same latents on every device,
+    at every batch size, when the out-of-memory fallback halves the batch, and when a video is encoded in pieces
+    (pass each piece's ``first_index``).
+
+    Args:
+        crops_256: (N, 256, 256, 3) uint8 BGR crops: a numpy array, a list of (256, 256, 3) arrays, or a torch
+            uint8 tensor on any device (see :func:`crop_and_resize`).
+        vae: diffusers ``AutoencoderKL`` (sd-vae-ft-mse), already on its device and dtype.
+        generator: The noise seed: an ``int`` >= 0 (``InferenceConfig.seed``); a ``torch.Generator``, from which one
+            base seed is drawn per call; or None, which draws the base seed from torch's global RNG (reproducible
+            after ``torch.manual_seed``). Unused when ``mode="mode"``.
+        mode: ``"sample"`` (official inference, ``vae.py:93``) or ``"mode"`` (the posterior mean, as in training,
+            ``utils.py:154,159``; deterministic).
+        first_index: Frame index of ``crops_256[0]``, >= 0, for encoding a video in pieces.
+        batch_size: Crops per VAE call (each call encodes ``2 * batch_size`` images); halved on CUDA out-of-memory.
+        progress: Show a progress bar counted in frames.
+
+    Returns:
+        torch.Tensor (N, 8, 32, 32) in the VAE dtype on its device: channels 0-3 the masked crop's latent, 4-7 the
+        unmasked crop's latent, both scaled by ``scaling_factor``.
+
+    Raises:
+        InputError: ``crops_256`` is not (N, 256, 256, 3) uint8, ``mode`` is unknown, ``generator`` is not an int
+            >= 0, a ``torch.Generator`` or None, ``first_index`` < 0, or ``batch_size`` < 1.
+        OutOfMemoryError: The GPU runs out of memory even at batch size 1.
+
+    Source: ``musetalk/models/vae.py:35,40-94,110-122`` (reference §4.1-4.3, quirk Q1).
+    """
+    import torch
+
+    from .gpu import batched
+    from .progress import bar
+
+    if mode not in LATENT_MODES:
+        raise InputError(f"mode must be one of {LATENT_MODES}; got {mode!r}. 'sample' is the official inference, "
+                         "'mode' the deterministic posterior mean.")
+    crops = _check_crops(crops_256)
+    _check_positive_int("batch_size", batch_size)
+    if isinstance(first_index, bool) or int(first_index) != first_index or first_index < 0:
+        raise InputError(f"first_index must be an integer >= 0 (the frame index of the first crop); got "
+                         f"{first_index!r}.")
+    device, dtype = _device_dtype(vae, "vae")
+    scaling = _scaling_factor(vae)
+    base_seed = _base_seed(generator) if mode == "sample" else None
+    n = int(crops.shape[0])
+
+    def step(sl: slice):
+        with torch.no_grad():
+            batch = crops[sl]
+            x = torch.from_numpy(batch) if isinstance(batch, np.ndarray) else batch
+            b = x.shape[0]
+            reference = _normalise(x.to(device), dtype)
+            masked = reference.clone()
+            masked[:, :, MASK_ROW:, :] = -1.0
+            posterior = vae.encode(torch.cat([masked, reference], dim=0)).latent_dist
+            if mode == "mode":
+                z = posterior.mean
+            else:
+                noise = _frame_noise(base_seed, range(first_index + sl.start, first_index + sl.stop),
+                                     tuple(posterior.mean.shape[1:]))
+                z = posterior.mean + posterior.std * noise.to(device=device, dtype=posterior.mean.dtype)
+            z = z * scaling
+            return torch.cat([z[:b], z[b:]], dim=1)  # masked ‖ reference, per frame
+
+    out = []
+    with bar(total=n, desc="encode", unit="frame", **({} if progress else {"disable": True})) as pbar:
+        for sl, latents in batched(n, batch_size, step, stage="encode"):
+            out.append(latents)
+            pbar.update(sl.stop - sl.start)
+    if not out:
+        return torch.empty((0, LATENT_CHANNELS, LATENT_SIZE, LATENT_SIZE), device=device, dtype=dtype)
+    return torch.cat(out, dim=0) if len(out) > 1 else out[0]
+
+
+def _normalise(x_uint8_bhwc, dtype):
+    """(B, 256, 256, 3) uint8 BGR -> (B, 3, 256, 256) RGB in [-1, 1], arithmetic in float32, then cast to ``dtype``."""
+    x = x_uint8_bhwc.flip(-1).permute(0, 3, 1, 2).float() / 255.0
+    return ((x - 0.5) / 0.5).to(dtype)
+
+
+def _frame_noise(base_seed: int, frame_indices: range, latent_shape: tuple[int, ...]):
+    """(2B, C, h, w) float32 CPU noise: the masked draws of the B frames, then their reference draws."""
+    import torch
+
+    masked, reference = [], []
+    for i in frame_indices:
+        g = torch.Generator(device="cpu").manual_seed(frame_seed(base_seed, i))
+        masked.append(torch.randn((1, *latent_shape), generator=g, dtype=torch.float32))
+        reference.append(torch.randn((1, *latent_shape), generator=g, dtype=torch.float32))
+    return torch.cat(masked + reference, dim=0)
+
+
+def frame_seed(base_seed: int, frame_index: int) -> int:
+    """The seed of frame ``frame_index``'s noise generator, a hash of ``(base_seed, frame_index)``.
+
+    Args:
+        base_seed: The run's seed, >= 0.
+        frame_index: 0-based frame index, >= 0.
+
+    Returns:
+        int in [0, 2**63), from numpy's ``SeedSequence`` (stable across numpy versions and platforms).
+    """
+    state = np.random.SeedSequence([int(base_seed), int(frame_index)]).generate_state(1, dtype=np.uint64)
+    return int(state[0]) & (2**63 - 1)
+
+
+def _base_seed(generator: Any) -> int:
+    import torch
+
+    if isinstance(generator, torch.Generator):
+        return int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device).item())
+    if generator is None:
+        return int(torch.randint(0, 2**62, (1,)).item())
+    if isinstance(generator, (int, np.integer)) and not isinstance(generator, bool) and generator >= 0:
+        return int(generator)
+    raise InputError(f"generator must be a seed (an int >= 0), a torch.Generator or None; got {generator!r}. Use "
+                     "InferenceConfig.seed.")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Decode
+
+
+def decode(latents: Any, vae: Any):
+    """Decode UNet output latents to 256x256 BGR uint8 face crops, on the VAE's device.
+
+    ``z / scaling_factor`` in the latents' dtype, cast to the VAE dtype and decoded; ``(x / 2 + 0.5).clamp(0, 1)``
+    in the VAE dtype; then, in float32 like the official numpy step, ``x 255`` rounded half to even
+    (``torch.round`` rounds half to even exactly as ``numpy.round`` does), cast to uint8, and RGB reversed to BGR.
+
+    Args:
+        latents: (B, 4, 32, 32) float tensor, scaled latents (the UNet's output), any device.
+        vae: diffusers ``AutoencoderKL`` (sd-vae-ft-mse), on its device and dtype.
+
+    Returns:
+        torch.Tensor (B, 256, 256, 3) uint8 BGR on the VAE's device (an inference tensor: ``.clone()`` it before
+        modifying it in place outside ``torch.inference_mode``).
+
+    Raises:
+        InputError: ``latents`` is not a 4-D float tensor with 4 channels.
+
+    Source: ``musetalk/models/vae.py:96-108`` (reference §6 "Decode").
+    """
+    import torch
+
+    if not isinstance(latents, torch.Tensor) or latents.ndim != 4 or latents.shape[1] != 4 \
+            or not latents.is_floating_point():
+        raise InputError(f"latents must be a float tensor (B, 4, 32, 32) (the UNet output); got "
+                         f"{_describe(latents)}.")
+    device, dtype = _device_dtype(vae, "vae")
+    scaling = _scaling_factor(vae)
+    with torch.inference_mode():
+        z = latents.to(device) / scaling
+        image = vae.decode(z.to(dtype)).sample
+        image = (image / 2 + 0.5).clamp(0, 1)
+        pixels = (image.float() * 255).round().to(torch.uint8)  # (B, 3, H, W) RGB
+        return pixels.flip(1).permute(0, 2, 3, 1).contiguous()  # (B, H, W, 3) BGR
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# UNet
+
+
+def unet_step(unet: Any, pe: Callable[[Any], Any], latent_batch: Any, feature_batch: Any):
+    """One MuseTalk UNet call: the 4-channel latent of the mouth for each (latent, audio tokens) pair.
+
+    The UNet runs at timestep 0 (``torch.tensor([0])``, int64, broadcast to the batch by diffusers) with
+    ``encoder_hidden_states = pe(features)``: the sinusoidal positional encoding is added here, right before the
+    UNet, as the official code does (``inference.py:200``). Features and latents are cast to the UNet dtype first
+    (the official features already have it, ``inference.py:65-67,201``). No scheduler, no noise, no attention mask.
+
+    Args:
+        unet: diffusers ``UNet2DConditionModel`` (MuseTalk v1.5 or v1), on its device and dtype.
+        pe: The positional encoding, a callable ``(B, 50, 384) -> (B, 50, 384)`` adding ``pe[:, :50]``
+            (``nbhelpers.models.PositionalEncoding``), in the UNet dtype.
+        latent_batch: (B, 8, 32, 32) float tensor from :func:`encode`, any device.
+        feature_batch: (B, 50, 384) float tensor of whisper tokens from
+            :func:`nbhelpers.audio.whisper_features`, any device.
+
+    Returns:
+        torch.Tensor (B, 4, 32, 32) in the UNet dtype on its device: scaled latents for :func:`decode`.
+
+    Raises:
+        InputError: Shapes are not (B, 8, h, w) and (B, 50, 384) with the same B.
+
+    Source: ``scripts/inference.py:50,199-203``; ``musetalk/models/unet.py:12-27`` (reference §5.4, §6).
+    """
+    import torch
+
+    _check_pair(latent_batch, feature_batch)
+    device, dtype = _device_dtype(unet, "unet")
+    with torch.inference_mode():
+        timesteps = torch.tensor([0], device=device)
+        hidden = pe(feature_batch.to(device=device, dtype=dtype)).to(dtype)
+        return unet(latent_batch.to(device=device, dtype=dtype), timesteps, encoder_hidden_states=hidden).sample
+
+
+def generate(latents: Any, features: Any, unet: Any, vae: Any, pe: Callable[[Any], Any], batch_size: int = 8, *,
+             latent_index: Any = None, on_batch: Callable[[slice, Any], None] | None = None,
+             stage: str = "generate") -> Iterator[tuple[slice, Any]]:
+    """Generate the mouth crops of all output frames in batches: UNet step then decode, in frame order.
+
+    Output frame ``t`` uses whisper tokens ``features[t]`` and latent ``latents[latent_index[t]]``. The loop runs
+    through :func:`nbhelpers.gpu.batched`: on CUDA out-of-memory the batch is halved and the same frames are
+    retried, so no frame is lost, repeated or reordered. Each batch runs under ``torch.inference_mode()``.
+
+    Args:
+        latents: (M, 8, 32, 32) float tensor of :func:`encode` latents, M >= 1, on the UNet's device ideally.
+            Pass the official ping-pong list (``lat + lat[::-1]``, reference §4.5) to get the official cycle.
+        features: (T, 50, 384) float tensor from :func:`nbhelpers.audio.whisper_features`; T output frames.
+        unet: diffusers ``UNet2DConditionModel``.
+        vae: diffusers ``AutoencoderKL``.
+        pe: Positional encoding callable (see :func:`unet_step`).
+        batch_size: Frames per batch, >= 1 (official: 8 offline, 20 realtime).
+        latent_index: (T,) integer indices into ``latents`` (a sequence, numpy array or tensor), or None for
+            ``t mod M`` (the official ``datagen`` with ``delay_frame = 0``).
+        on_batch: Called as ``on_batch(slice, frames)`` after each batch (e.g. to update a progress bar).
+        stage: Stage name for the out-of-memory warning.
+
+    Returns:
+        An iterator of ``(slice, frames)`` in order, where ``slice`` covers output frames ``start..stop-1`` and
+        ``frames`` is a (stop - start, 256, 256, 3) uint8 BGR tensor on the VAE's device (see :func:`decode`).
+        Inputs are checked when ``generate`` is called, before any batch runs.
+
+    Raises:
+        InputError: Shapes disagree, ``latents`` is empty while T > 0, ``latent_index`` has the wrong length or
+            out-of-range values, or ``batch_size`` < 1.
+        OutOfMemoryError: (while iterating) the GPU runs out of memory even at batch size 1.
+
+    Source: ``scripts/inference.py:187-206``; ``musetalk/utils/utils.py:49-74`` (reference §4.5, §6).
+    """
+    import torch
+
+    from .gpu import batched
+
+    _check_positive_int("batch_size", batch_size)
+    if not isinstance(latents, torch.Tensor) or latents.ndim != 4 or latents.shape[1] != LATENT_CHANNELS:
+        raise InputError(f"latents must be a tensor (M, 8, 32, 32) from nbhelpers.latents.encode; got "
+                         f"{_describe(latents)}.")
+    if not isinstance(features, torch.Tensor) or features.ndim != 3 \
+            or tuple(features.shape[1:]) != (AUDIO_TOKENS, WHISPER_DIM):
+        raise InputError(f"features must be a tensor (T, {AUDIO_TOKENS}, {WHISPER_DIM}) from "
+                         f"nbhelpers.audio.whisper_features; got {_describe(features)}.")
+    n_frames, n_latents = int(features.shape[0]), int(latents.shape[0])
+    if n_frames > 0 and n_latents == 0:
+        raise InputError("latents is empty (M = 0) but there are frames to generate; encode at least one face "
+                         "crop with nbhelpers.latents.encode.")
+    if latent_index is None:
+        index = torch.arange(n_frames) % max(n_latents, 1)
+    else:
+        index = torch.as_tensor(np.asarray(latent_index.cpu() if hasattr(latent_index, "cpu") else latent_index))
+        if index.ndim != 1 or index.shape[0] != n_frames or index.dtype.is_floating_point or index.dtype == torch.bool:
+            raise InputError(f"latent_index must be {n_frames} integers (one per output frame); got "
+                             f"{_describe(latent_index)}.")
+        if n_frames and (int(index.min()) < 0 or int(index.max()) >= n_latents):
+            raise InputError(f"latent_index values must lie in [0, {n_latents}) (rows of latents); got values from "
+                             f"{int(index.min())} to {int(index.max())}.")
+    index = index.to(device=latents.device, dtype=torch.long)
+
+    def step(sl: slice):
+        with torch.inference_mode():
+            out = unet_step(unet, pe, latents[index[sl]], features[sl])
+            return decode(out, vae)
+
+    def run() -> Iterator[tuple[slice, Any]]:
+        for sl, frames in batched(n_frames, batch_size, step, stage=stage):
+            if on_batch is not None:
+                on_batch(sl, frames)
+            yield sl, frames
+
+    return run()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Checks
+
+
+def _check_crops(crops: Any):
+    import torch
+
+    if isinstance(crops, (list, tuple)):
+        if not crops:
+            return np.zeros((0, CROP_SIZE, CROP_SIZE, 3), np.uint8)
+        if all(isinstance(c, np.ndarray) for c in crops):
+            shapes = {c.shape for c in crops}
+            if len(shapes) != 1:
+                raise InputError(f"crops_256 must all be (256, 256, 3); got shapes {sorted(shapes)}. Make each with "
+                                 "nbhelpers.latents.crop_and_resize(frame, box).")
+            crops = np.stack(crops)
+    if isinstance(crops, np.ndarray):
+        ok = crops.dtype == np.uint8
+    elif isinstance(crops, torch.Tensor):
+        ok = crops.dtype == torch.uint8
+    else:
+        ok = False
+    if not ok or crops.ndim != 4 or tuple(crops.shape[1:]) != (CROP_SIZE, CROP_SIZE, 3):
+        raise InputError(f"crops_256 must be (N, 256, 256, 3) uint8 BGR crops (numpy or torch); got "
+                         f"{_describe(crops)}. Make each with nbhelpers.latents.crop_and_resize(frame, box).")
+    return crops
+
+
+def _check_pair(latent_batch: Any, feature_batch: Any) -> None:
+    import torch
+
+    if not isinstance(latent_batch, torch.Tensor) or latent_batch.ndim != 4 \
+            or latent_batch.shape[1] != LATENT_CHANNELS:
+        raise InputError(f"latent_batch must be a tensor (B, 8, 32, 32) from nbhelpers.latents.encode; got "
+                         f"{_describe(latent_batch)}.")
+    if not isinstance(feature_batch, torch.Tensor) or feature_batch.ndim != 3 \
+            or tuple(feature_batch.shape[1:]) != (AUDIO_TOKENS, WHISPER_DIM):
+        raise InputError(f"feature_batch must be a tensor (B, {AUDIO_TOKENS}, {WHISPER_DIM}) of whisper tokens; got "
+                         f"{_describe(feature_batch)}.")
+    if latent_batch.shape[0] != feature_batch.shape[0]:
+        raise InputError(f"latent_batch and feature_batch must have the same batch size B; got "
+                         f"{latent_batch.shape[0]} and {feature_batch.shape[0]}.")
+
+
+def _check_positive_int(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise InputError(f"{name} must be an integer >= 1; got {value!r}.")
+
+
+def _device_dtype(model: Any, name: str):
+    try:
+        p = next(model.parameters())
+    except (StopIteration, AttributeError, TypeError):
+        raise InputError(f"{name} must be a torch module with parameters; got {type(model).__name__}. Load it "
+                         f"with nbhelpers.models.load_{name}(weights_dir).") from None
+    return p.device, p.dtype
+
+
+def _scaling_factor(vae: Any) -> float:
+    """``vae.config.scaling_factor``, or diffusers' default 0.18215 when the config has none (sd-vae-ft-mse)."""
+    config = getattr(vae, "config", None)
+    value = getattr(config, "scaling_factor", None) if config is not None else None
+    if value is None and isinstance(config, dict):
+        value = config.get("scaling_factor")
+    return float(value) if value is not None else VAE_SCALING
+
+
+def _describe(x: Any) -> str:
+    shape = getattr(x, "shape", None)
+    dtype = getattr(x, "dtype", None)
+    if shape is not None:
+        return f"{type(x).__name__} of shape {tuple(shape)} and dtype {dtype}"
+    return f"{type(x).__name__} {x!r}"[:200]
