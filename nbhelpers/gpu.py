@@ -41,6 +41,7 @@ import dataclasses
 import gc
 import html
 import math
+import numbers
 import os
 import platform
 import shutil
@@ -865,17 +866,23 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
     elif not isinstance(config, InferenceConfig):
         raise InputError(f"config must be an InferenceConfig or None; got {type(config).__name__}. "
                          "Build one with nbhelpers.InferenceConfig(...).")
-    if n_frames is not None and (isinstance(n_frames, bool) or not isinstance(n_frames, int) or n_frames < 0):
-        raise InputError(f"n_frames must be a whole number >= 0 or None; got {n_frames!r}.")
+    if n_frames is not None:
+        if isinstance(n_frames, bool) or not isinstance(n_frames, numbers.Integral) or n_frames < 0:
+            raise InputError(f"n_frames must be a whole number >= 0 or None; got {n_frames!r}.")
+        n_frames = int(n_frames)
     if frame_size is None:
         frame_size = DEFAULT_FRAME_SIZE
         size_note = f"{frame_size[0]}x{frame_size[1]} frames assumed (frame size not given)"
     else:
-        if (not isinstance(frame_size, (tuple, list)) or len(frame_size) != 2
-                or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in frame_size)):
+        try:
+            values = tuple(frame_size)
+        except TypeError:
+            values = ()
+        if len(values) != 2 or not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) and v > 0
+                                       for v in values):
             raise InputError(f"frame_size must be (height, width) in pixels, two positive integers; got "
                              f"{frame_size!r}.")
-        frame_size = (int(frame_size[0]), int(frame_size[1]))
+        frame_size = (int(values[0]), int(values[1]))
         size_note = f"{frame_size[0]}x{frame_size[1]} frames"
     mm = memory_model or MEMORY_MODEL
     rep = report if report is not None else _read_report()

@@ -222,6 +222,13 @@ def test_snap_batch(n, expected):
     assert gpu.snap_batch(n) == expected
 
 
+def test_plan_accepts_numpy_sizes():
+    np = pytest.importorskip("numpy")
+    shape = np.zeros((768, 576, 3), dtype=np.uint8).shape  # what FrameStore.frame_shape[:2] gives
+    p = gpu.plan("lipsync", report=RTX_8G, frame_size=np.array(shape[:2]), n_frames=np.int64(500))
+    assert p.frame_size == (768, 576) and p.n_frames == 500 and p.batch_size == 28
+
+
 @pytest.mark.notorch
 def test_plan_renders_text_and_html():
     p = gpu.plan("lipsync", report=card("<b>Odd</b> GPU", 15.0, 14.7), frame_size=FRAME)
