@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -33,15 +33,26 @@ HEADS = ("conv3_3_norm", "conv4_3_norm", "conv5_3_norm", "fc7", "conv6_2", "conv
 INSTALL_TORCH = "pip install torch  (on Colab it is preinstalled; never reinstall it there)"
 
 __all__ = [
+    "Detection",
     "S3FD",
     "S3FD_FILE",
-    "S3FDNet",
+    "S3FDNet",  # noqa: F822 - built on first access (module __getattr__), so importing needs no torch
     "best_box",
     "decode_detections",
     "nms",
     "softmax",
     "write_tiny_s3fd",
 ]
+
+
+class Detection(NamedTuple):
+    """One S3FD face: the box as the official returns it (ints, clipped to >= 0) and its score."""
+
+    x1: int
+    y1: int
+    x2: int
+    y2: int
+    score: float
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -244,7 +255,7 @@ def _build_classes() -> dict[str, Any]:
             for name, scale in L2NORM_SCALES.items():
                 setattr(self, name, L2Norm(512 if name != "conv3_3_norm" else 256, scale))
             head_channels = (256, 512, 512, 1024, 512, 256)
-            for i, (head, channels) in enumerate(zip(HEADS, head_channels)):
+            for i, (head, channels) in enumerate(zip(HEADS, head_channels, strict=True)):
                 setattr(self, f"{head}_mbox_conf", nn.Conv2d(channels, 4 if i == 0 else 2, 3, padding=1))
                 setattr(self, f"{head}_mbox_loc", nn.Conv2d(channels, 4, 3, padding=1))
 
@@ -265,7 +276,7 @@ def _build_classes() -> dict[str, Any]:
             sources = [self.conv3_3_norm(taps["conv3"]), self.conv4_3_norm(taps["conv4"]),
                        self.conv5_3_norm(taps["conv5"]), taps["fc7"], taps["conv6_2"], taps["conv7_2"]]
             out = []
-            for i, (head, feat) in enumerate(zip(HEADS, sources)):
+            for i, (head, feat) in enumerate(zip(HEADS, sources, strict=True)):
                 conf = getattr(self, f"{head}_mbox_conf")(feat)
                 if i == 0:  # channels 0-2: background, 3: face -> (max of background, face)
                     conf = torch.cat([conf[:, :3].amax(dim=1, keepdim=True), conf[:, 3:4]], dim=1)
@@ -411,8 +422,7 @@ class S3FD:
             results.extend(dets)
         return results
 
-    def detect(self, frames: np.ndarray, max_side: int | None | str = "default"
-               ) -> list[tuple[int, int, int, int] | None]:
+    def detect(self, frames: np.ndarray, max_side: int | None | str = "default") -> list[Detection | None]:
         """The official per-frame face box: highest score, clipped to >= 0, int-truncated; None for no face.
 
         Args:
@@ -420,14 +430,19 @@ class S3FD:
             max_side: As in :meth:`detections`.
 
         Returns:
-            N entries ``(x1, y1, x2, y2)`` (Python ints, full-frame pixels) or None.
+            N entries: a :class:`Detection` ``(x1, y1, x2, y2, score)`` (Python ints in full-frame pixels, and the
+            score in (0.5, 1], which the official code drops) or None when no face is found.
 
         Raises:
             InputError: frames not uint8 (N, H, W, 3).
 
         Source: face_detection/api.py:72-84 (reference §3.2).
         """
-        return [best_box(d) for d in self.detections(frames, max_side)]
+        out: list[Detection | None] = []
+        for dets in self.detections(frames, max_side):
+            box = best_box(dets)
+            out.append(None if box is None else Detection(*box, float(dets[:, 4].max())))
+        return out
 
     def close(self) -> None:
         """Release the network (and the CUDA cache)."""

@@ -270,7 +270,7 @@ def track(frames: Any, backend: str | LandmarkBackend = "auto", config: Inferenc
                     if used is not backend:
                         stack.callback(used.close)
             if boxes is None:
-                for sl, found in batched(batch.shape[0], batch.shape[0], lambda s, b=batch: used.detect(b[s]),
+                for sl, found in batched(batch.shape[0], batch.shape[0], lambda s, b=batch, u=used: u.detect(b[s]),
                                          stage="faces"):
                     if len(found) != sl.stop - sl.start:
                         raise RuntimeError(f"backend {getattr(used, 'name', used)!r} returned {len(found)} results "
