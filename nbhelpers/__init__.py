@@ -28,6 +28,7 @@ _LAZY = {
     "prepare_avatar": "nbhelpers.avatar",
     "Avatar": "nbhelpers.avatar",
     "NbHelpersError": "nbhelpers.errors",
+    "setup": "nbhelpers.env",
 }
 
 __all__ = sorted(_LAZY) + ["__version__"]
