@@ -169,11 +169,12 @@ class DWPoseOnnx:
         x_bins = int(round(self.input_size[0] * codec.SIMCC_SPLIT_RATIO))
         y_bins = int(round(self.input_size[1] * codec.SIMCC_SPLIT_RATIO))
         three_d = [o for o in outputs if len(o.shape) == 3]
-        by_bins = {_dim(o.shape[2]): o.name for o in three_d}
+        lasts = [_dim(o.shape[2]) for o in three_d]
+        by_bins = {last: o.name for last, o in zip(lasts, three_d)}
         if x_bins in by_bins and y_bins in by_bins:
             self.x_output, self.y_output = by_bins[x_bins], by_bins[y_bins]
-        elif len(three_d) == 2:  # symbolic last dims: decided from the first real output shapes
-            self.x_output, self.y_output = None, None
+        elif len(three_d) == 2 and None in lasts and all(v in (None, x_bins, y_bins) for v in lasts):
+            self.x_output, self.y_output = None, None  # symbolic last dims: decided from the first real outputs
             self._candidates = [o.name for o in three_d]
         else:
             raise WeightsError(f"{self.path}: expected two outputs of shape (N, K, {x_bins}) and (N, K, {y_bins}) "
