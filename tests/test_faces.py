@@ -564,3 +564,17 @@ def test_dlib_small_face_is_found_by_the_upsampled_retry(dlib_backend, annotated
     tr = faces.track(small, backend=dlib_backend)
     assert tr.has_face.all()
     assert_mouth_in_lower_half(tr.crop_boxes[0], [v * scale for v in mouths[0]])
+
+
+def test_dlib_several_faces_takes_the_largest(dlib_backend, annotated):
+    cv2 = pytest.importorskip("cv2")
+    frames, mouths, _ = annotated
+    big = frames[0]  # 576x768, face about 125 px
+    small = cv2.resize(big, None, fx=0.6, fy=0.6, interpolation=cv2.INTER_AREA)  # face about 75 px
+    canvas = np.zeros((768, 576 + small.shape[1], 3), np.uint8)
+    canvas[:, :576] = big
+    canvas[:small.shape[0], 576:] = small
+    rects, _, _ = dlib_backend._detector.run(np.ascontiguousarray(canvas[:, :, ::-1]), 0, 0.0)
+    assert len(rects) == 2  # both faces are visible to the detector
+    tr = faces.track(canvas, backend=dlib_backend)
+    assert_mouth_in_lower_half(tr.crop_boxes[0], mouths[0])  # the large face's mouth, not the small one's

@@ -283,6 +283,8 @@ def smooth_boxes(boxes: Any, has_face: Any, window: int, frame_shape: Any) -> np
 
     Raises:
         InputError: A negative window or mismatched shapes.
+
+    Source: none; the official pipeline does not smooth boxes (failure kind F15, jitter).
     """
     arr = np.asarray(boxes, dtype=np.float64)
     mask = np.asarray(has_face, dtype=bool)
@@ -341,6 +343,9 @@ def user_boxes(boxes: Any, n_frames: int, frame_shape: Any, *, min_side: int = M
     Raises:
         InputError: A box outside the frame, inverted, smaller than ``min_side``, or a per-frame list whose length
             is not N. The message names the frame index and the rule.
+
+    Source: the nearest official feature is ``--use_saved_coord``, which reuses a pickled per-frame box list
+    (scripts/inference.py:151-160, reference §3.3); it does no validation.
     """
     height, width = _frame_hw(frame_shape)
     if isinstance(boxes, np.ndarray) and boxes.ndim == 1 or (

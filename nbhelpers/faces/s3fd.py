@@ -60,7 +60,17 @@ class Detection(NamedTuple):
 # ---------------------------------------------------------------------------------------------------------------
 
 def softmax(logits: np.ndarray, axis: int = 1) -> np.ndarray:
-    """Numerically stable softmax along ``axis`` (float64)."""
+    """Numerically stable softmax.
+
+    Args:
+        logits: Array of any shape, float.
+        axis: Axis of the classes (1 for the (B, 2, H, W) conf maps).
+
+    Returns:
+        float64 array of the same shape whose values along ``axis`` sum to 1.
+
+    Source: the official applies torch's softmax on dim 1 of each conf map (detect.py:67-70, reference §3.2).
+    """
     x = np.asarray(logits, dtype=np.float64)
     x = x - x.max(axis=axis, keepdims=True)
     e = np.exp(x)
@@ -308,6 +318,12 @@ def _resolve_dtype(torch: Any, dtype: Any) -> Any:
 def load_state_dict(path: str | os.PathLike) -> dict[str, Any]:
     """Read an S3FD checkpoint with ``torch.load(weights_only=True)`` on the CPU, with clear errors.
 
+    Args:
+        path: The ``.pth`` file (a plain state dict; a ``{"state_dict": ...}`` wrapper is unwrapped).
+
+    Returns:
+        The state dict (parameter name -> CPU tensor).
+
     Raises:
         WeightsError: Missing, empty or unreadable file (an HTML page, a git-lfs pointer, a cut download).
     """
@@ -507,6 +523,9 @@ def write_tiny_s3fd(directory: str | os.PathLike, *, seed: int = 0, dtype: Any =
 
     Returns:
         Path of the written file (written under a temporary name, then renamed).
+
+    Source: the file name and layout of the official weights (reference §1.1); names and shapes from
+    reference/checkpoints/s3fd.keys.json.
     """
     torch = _import_torch()
     with torch.device("meta"):

@@ -87,7 +87,14 @@ class FaceTrack:
         return self.n_frames
 
     def box(self, index: int) -> tuple[int, int, int, int] | None:
-        """The crop box of frame ``index`` as Python ints, or None when it has no face."""
+        """The crop box of one frame.
+
+        Args:
+            index: Frame index, 0 <= index < N.
+
+        Returns:
+            ``(x1, y1, x2, y2)`` Python ints in pixels, or None when the frame has no face.
+        """
         if not self.has_face[index]:
             return None
         x1, y1, x2, y2 = (int(v) for v in self.crop_boxes[index])
@@ -118,7 +125,10 @@ class FaceTrack:
                  f"{self.n_no_face}" + (f" (frames {where})" if runs else "")]
         lines.append(f"  backend: {self.backend}" + (f" ({self.backend_reason})" if self.backend_reason else ""))
         faces = self.crop_boxes[self.has_face]
-        if len(faces):
+        if len(faces) and self.backend == "boxes":
+            lines.append(f"  crop boxes: given by the user, used as given (median "
+                         f"{np.median(faces[:, 2] - faces[:, 0]):.0f}x{np.median(faces[:, 3] - faces[:, 1]):.0f} px)")
+        elif len(faces):
             bw = np.median(faces[:, 2] - faces[:, 0])
             bh = np.median(faces[:, 3] - faces[:, 1])
             fallback = int(self.used_face_box.sum()) if self.used_face_box is not None else 0
@@ -163,6 +173,8 @@ def _batches(frames: Any, batch_size: int, stack: ExitStack) -> tuple[Iterator[n
             raise InputError(f"frames must be (N, H, W, 3) uint8 BGR; got shape {frames.shape}, dtype "
                              f"{frames.dtype}.")
         return (arr[i:i + batch_size] for i in range(0, arr.shape[0], batch_size)), int(arr.shape[0])
+    if callable(getattr(frames, "iter_batches", None)):  # a media.VideoReader: decode straight into batches
+        return _reader_batches(frames, batch_size), _reader_total_hint(frames)
     if not isinstance(frames, Iterable):
         raise InputError(f"frames must be an (N, H, W, 3) uint8 array, an iterable of (H, W, 3) frames, a video "
                          f"reader or a video path; got {type(frames).__name__}.")
@@ -187,6 +199,34 @@ def _batches(frames: Any, batch_size: int, stack: ExitStack) -> tuple[Iterator[n
             yield np.stack(pending)
 
     return gen(), total
+
+
+def _reader_batches(reader: Any, batch_size: int) -> Iterator[np.ndarray]:
+    shape: tuple[int, int] | None = None
+    start = 0
+    for batch in reader.iter_batches(batch_size):
+        arr = np.asarray(batch)
+        if arr.ndim != 4 or arr.shape[-1] != 3 or arr.dtype != np.uint8:
+            raise InputError(f"the video reader gave frames of shape {arr.shape}, dtype {arr.dtype}; expected "
+                             "(n, H, W, 3) uint8 BGR.")
+        if shape is not None and arr.shape[1:3] != shape:
+            _check_frame(arr[0], start, shape)
+        shape = arr.shape[1:3]
+        start += arr.shape[0]
+        yield arr
+
+
+def _reader_total_hint(reader: Any) -> int | None:
+    """Frame count for the progress bar without a counting decode: 1 for a photo, else duration x fps."""
+    info = getattr(reader, "info", None)
+    if info is None:
+        return None
+    if getattr(info, "is_image", False):
+        return 1
+    duration, fps = getattr(info, "duration_s", None), getattr(reader, "fps", None)
+    if duration and fps:
+        return max(1, round(float(duration) * float(fps)))
+    return None
 
 
 def track(frames: Any, backend: str | LandmarkBackend = "auto", config: InferenceConfig | None = None,
