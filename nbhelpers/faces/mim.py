@@ -1,0 +1,587 @@
+"""Installing the exact mmpose landmark path (mmengine, mmcv, mmdet, mmpose) through OpenMMLab's ``mim``, safely.
+
+The official README installs ``mmengine``, ``mmcv==2.0.1``, ``mmdet==3.1.0`` and ``mmpose==1.1.0`` with ``mim``
+on Python 3.10 / torch 2.0.1 / CUDA 11.8 (reference §11 Q29). ``mim install mmcv`` looks for a prebuilt wheel on
+OpenMMLab's find-links page for this torch and CUDA; when there is none it silently compiles mmcv from source,
+which takes 15-30 minutes on Colab and 45-60 minutes on a 2-core machine, and fails against new torch (it did
+here with torch 2.14: ATen needs a C++20 compiler) (shared/reference/environment-notes.md).
+
+So the setup notebook first calls :func:`check_mmcv_wheels`, which reads that page and says whether a wheel
+matches this Python, torch and CUDA. Only if the user still wants it does :func:`install_mmpose` run the installs,
+with a constraints file that holds torch, torchvision and numpy at their installed versions (it never changes
+them), then verifies the import and one landmark pass in a fresh interpreter and reports the time taken.
+
+Without a wheel, the ``dwpose-onnx`` backend gives the same landmarks (same weights, same pre- and
+post-processing) with no mmcv at all; it is the default on Colab.
+"""
+
+from __future__ import annotations
+
+import html.parser
+import json
+import os
+import re
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import InputError, MissingDependencyError
+
+#: Base of OpenMMLab's mmcv find-links pages: ``{base}/{cu118|cu121|cpu}/torch{2.1}/index.html``.
+OPENMMLAB_MMCV_INDEX = "https://download.openmmlab.com/mmcv/dist"
+BUILD_TIME_COLAB = "15-30 minutes on Colab"
+BUILD_TIME_2_CORES = "45-60 minutes on a 2-core machine"
+
+
+@dataclass(frozen=True)
+class PinSet:
+    """Versions of the OpenMMLab packages installed for one torch series.
+
+    Attributes:
+        torch_series: ``"2.0"``, ``"2.1"``, ... (major.minor of torch).
+        mmengine: A version specifier for mmengine (e.g. ``">=0.7.1,<1.0.0"``).
+        mmcv: Exact mmcv version.
+        mmdet: Exact mmdet version.
+        mmpose: Exact mmpose version.
+        note: Why these versions.
+    """
+
+    torch_series: str
+    mmengine: str
+    mmcv: str
+    mmdet: str
+    mmpose: str
+    note: str
+
+
+# Source of each choice: README.md:151-185 (Q29) for torch 2.0; the version checks in mmdet/mmpose __init__ (mmdet
+# 3.1.0 wants mmcv < 2.1.0, mmdet 3.3.0 mmcv < 2.2.0, mmpose 1.1.0 mmcv <= 2.1.0, mmpose 1.3.2 mmcv <= 3.0.0) and
+# OpenMMLab's pages (the newest prebuilt mmcv for torch 2.1 is 2.1.0) for torch 2.1.
+PINS: dict[str, PinSet] = {
+    "2.0": PinSet("2.0", ">=0.7.1,<1.0.0", "2.0.1", "3.1.0", "1.1.0",
+                  "the official README pins (Python 3.10, torch 2.0.1, CUDA 11.8; reference Q29)"),
+    "2.1": PinSet("2.1", ">=0.7.1,<1.0.0", "2.1.0", "3.3.0", "1.3.2",
+                  "mmcv 2.1.0 is OpenMMLab's prebuilt mmcv for torch 2.1; mmdet 3.1.0 refuses mmcv 2.1.0, so mmdet "
+                  "3.3.0, and mmpose 1.3.2 (the version this package's tests run; RTMPose unchanged since 1.1.0)"),
+}
+
+
+def torch_series(version: str) -> str:
+    """``"2.1.2+cu121"`` -> ``"2.1"``.
+
+    Raises:
+        InputError: Not a torch version string.
+    """
+    m = re.match(r"^\s*(\d+)\.(\d+)", str(version))
+    if not m:
+        raise InputError(f"torch={version!r}: expected a torch version such as '2.1.2' or '2.1'")
+    return f"{int(m.group(1))}.{int(m.group(2))}"
+
+
+def pins_for(torch_version: str) -> PinSet:
+    """The OpenMMLab versions to install next to a torch version.
+
+    torch 2.0 gets the official pins, torch 2.1 the mmcv 2.1.0 set. Any newer torch gets the torch 2.1 set as
+    well, with a note: OpenMMLab publishes no mmcv wheel for it, so mmcv would be compiled from source.
+
+    Args:
+        torch_version: Installed torch version (``"2.1.2+cu121"``) or series (``"2.1"``).
+
+    Returns:
+        A :class:`PinSet`.
+    """
+    series = torch_series(torch_version)
+    if series in PINS:
+        return PINS[series]
+    base = PINS["2.1"]
+    return PinSet(series, base.mmengine, base.mmcv, base.mmdet, base.mmpose,
+                  f"no OpenMMLab mmcv wheel is expected for torch {series}: the torch 2.1 set, with mmcv compiled "
+                  f"from source ({BUILD_TIME_COLAB}, {BUILD_TIME_2_CORES})")
+
+
+# --------------------------------------------------------------------------------------------- wheel check
+
+@dataclass(frozen=True)
+class WheelCheck:
+    """Whether OpenMMLab has a prebuilt mmcv wheel for this Python, torch and CUDA.
+
+    Attributes:
+        ok: True when a wheel of the wanted mmcv version matches.
+        page_url: The find-links page that was read.
+        python_tag: ``"cp310"`` etc.
+        torch_series: ``"2.1"`` etc.
+        cuda_tag: ``"cu118"``, ``"cu121"`` or ``"cpu"``.
+        platform: The wheel platform looked for (``"linux-x86_64"``, from ``sysconfig.get_platform()``).
+        mmcv_version: The mmcv version wanted (from :func:`pins_for`).
+        matching: File names of the matching wheels.
+        listed: File names of every mmcv wheel on the page.
+        page_found: False when the page does not exist (no wheels at all for this torch/CUDA pair).
+        reachable: False when the server could not be reached (offline, firewall); nothing is known then.
+        recommended_backend: ``"mmpose"`` when ok, else ``"dwpose-onnx"``.
+        message: The verdict in words, with the expected build time when no wheel matches.
+    """
+
+    ok: bool
+    page_url: str
+    python_tag: str
+    torch_series: str
+    cuda_tag: str
+    platform: str
+    mmcv_version: str
+    matching: tuple[str, ...] = ()
+    listed: tuple[str, ...] = ()
+    page_found: bool = True
+    reachable: bool = True
+    recommended_backend: str = "dwpose-onnx"
+    message: str = ""
+
+    def __str__(self) -> str:
+        return self.message
+
+    def _repr_markdown_(self) -> str:
+        head = "**mmcv wheel: found**" if self.ok else "**mmcv wheel: none**"
+        return f"{head}  \n{self.message}"
+
+
+class _Links(html.parser.HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.hrefs: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "a":
+            for name, value in attrs:
+                if name == "href" and value:
+                    self.hrefs.append(value)
+
+
+_WHEEL = re.compile(r"^(?P<name>[A-Za-z0-9_.]+?)-(?P<version>[^-]+)(?:-(?P<build>\d[^-]*))?-(?P<py>[^-]+)-"
+                    r"(?P<abi>[^-]+)-(?P<plat>[^-]+)\.whl$")
+
+
+def parse_wheel_name(filename: str) -> dict | None:
+    """Split a wheel file name into name, version, python, abi and platform tags (None if it is no wheel).
+
+    >>> parse_wheel_name("mmcv-2.1.0-cp310-cp310-manylinux1_x86_64.whl")["py"]
+    'cp310'
+    """
+    m = _WHEEL.match(filename)
+    if not m:
+        return None
+    d = m.groupdict()
+    d["name"] = re.sub(r"[-_.]+", "-", d["name"]).lower()
+    return d
+
+
+def wheel_links(page_html: str) -> list[str]:
+    """File names of all ``.whl`` links of a find-links page (URL-decoded, without ``#sha256=...``)."""
+    parser = _Links()
+    parser.feed(page_html)
+    names = []
+    for href in parser.hrefs:
+        path = urllib.parse.urlsplit(href).path
+        name = urllib.parse.unquote(path.rsplit("/", 1)[-1])
+        if name.endswith(".whl"):
+            names.append(name)
+    return names
+
+
+def _platform_matches(wheel_platform: str, platform: str) -> bool:
+    tags = wheel_platform.split(".")
+    plat = platform.replace("-", "_").replace(".", "_").lower()
+    if plat.startswith("linux_"):
+        arch = plat[len("linux_"):]
+        return any((t.startswith("manylinux") or t.startswith("linux")) and t.endswith("_" + arch) for t in tags)
+    if plat.startswith("win"):
+        return any(t == plat for t in tags)
+    if plat.startswith("macosx"):
+        arch = plat.rsplit("_", 1)[-1]
+        return any(t.startswith("macosx") and (t.endswith(arch) or t.endswith("universal2")) for t in tags)
+    return plat in tags
+
+
+def _python_tag(python: str | None) -> str:
+    if python is None:
+        return f"cp{sys.version_info.major}{sys.version_info.minor}"
+    text = str(python).strip().lower()
+    if re.fullmatch(r"cp3\d+", text):
+        return text
+    m = re.fullmatch(r"(\d)\.(\d+)(\.\d+)?", text)
+    if not m:
+        raise InputError(f"python={python!r}: expected a version such as '3.10' or a tag such as 'cp310'")
+    return f"cp{m.group(1)}{m.group(2)}"
+
+
+def _installed_version(dist: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return None
+
+
+def _cuda_tag(cuda: str | None, torch_version: str | None) -> str:
+    if cuda is not None:
+        text = str(cuda).strip().lower()
+        if text in ("cpu", "none", ""):
+            return "cpu"
+        if re.fullmatch(r"cu\d+", text):
+            return text
+        m = re.fullmatch(r"(\d+)\.(\d+)(\.\d+)?", text)
+        if not m:
+            raise InputError(f"cuda={cuda!r}: expected a CUDA version such as '11.8', a tag such as 'cu118', "
+                             f"or 'cpu'")
+        return f"cu{m.group(1)}{m.group(2)}"
+    if torch_version and "+" in torch_version:  # local tag of the wheel: 2.1.2+cu121, 2.3.0+cpu
+        local = torch_version.split("+", 1)[1].lower()
+        if re.fullmatch(r"cu\d+|cpu", local):
+            return local
+    try:
+        import torch
+    except ImportError:
+        return "cpu"
+    return f"cu{torch.version.cuda.replace('.', '')}" if torch.version.cuda else "cpu"
+
+
+def _on_colab() -> bool:
+    return "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ
+
+
+def expected_build_time(cpu_count: int | None = None, on_colab: bool | None = None) -> str:
+    """Expected time to compile mmcv from source, in words.
+
+    Args:
+        cpu_count: CPU cores (default ``os.cpu_count()``).
+        on_colab: Running on Google Colab (default: detected).
+
+    Returns:
+        ``"about 15-30 minutes on Colab"``, ``"about 45-60 minutes on a 2-core machine"``, or for more cores a
+        proportionally shorter rough estimate.
+
+    Source: shared/reference/environment-notes.md (OpenMMLab).
+    """
+    colab = _on_colab() if on_colab is None else on_colab
+    if colab:
+        return f"about {BUILD_TIME_COLAB}"
+    cores = cpu_count or os.cpu_count() or 2
+    if cores <= 2:
+        return f"about {BUILD_TIME_2_CORES}"
+    low, high = max(5, round(45 * 2 / cores)), max(10, round(60 * 2 / cores))
+    return f"roughly {low}-{high} minutes on {cores} cores ({BUILD_TIME_2_CORES})"
+
+
+def _fetch(url: str, timeout: float) -> tuple[str | None, bool, str]:
+    """(text or None, reachable, error) for an http(s):// or file:// URL."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return response.read().decode("utf-8", "replace"), True, ""
+    except urllib.error.HTTPError as exc:
+        return None, exc.code in (403, 404, 410), f"HTTP {exc.code}"
+    except urllib.error.URLError as exc:
+        if isinstance(exc.reason, (FileNotFoundError, NotADirectoryError)):
+            return None, True, "no such file"
+        return None, False, str(exc.reason)
+    except (OSError, ValueError) as exc:  # timeouts, bad URLs
+        return None, False, f"{type(exc).__name__}: {exc}"
+
+
+def check_mmcv_wheels(index_url: str = OPENMMLAB_MMCV_INDEX, python: str | None = None, torch: str | None = None,
+                      cuda: str | None = None, *, mmcv: str | None = None, platform: str | None = None,
+                      timeout: float = 15.0) -> WheelCheck:
+    """Decide, before installing anything, whether a prebuilt mmcv wheel matches this Python, torch and CUDA.
+
+    Reads OpenMMLab's find-links page ``{index_url}/{cuda_tag}/torch{major.minor}/index.html`` (the page
+    ``mim install mmcv`` uses) and looks for ``mmcv-{version}-{cpXY}-{cpXY}-{platform}.whl``.
+
+    Args:
+        index_url: Base of the find-links tree (``https://...``, ``http://...`` or ``file://...``), or the URL of
+            one page (ending in ``.html``).
+        python: ``"3.10"`` or ``"cp310"``; default: this interpreter.
+        torch: torch version (``"2.1.2+cu121"``) or series (``"2.1"``); default: the installed torch.
+        cuda: ``"11.8"``, ``"cu118"`` or ``"cpu"``; default: from the torch version's local tag or
+            ``torch.version.cuda`` (``"cpu"`` for a CPU build).
+        mmcv: The mmcv version wanted; default: :func:`pins_for` the torch version.
+        platform: ``sysconfig.get_platform()`` style (``"linux-x86_64"``); default: this machine.
+        timeout: Seconds to wait for the page.
+
+    Returns:
+        :class:`WheelCheck`. Never raises for a missing page or an unreachable server: ``page_found`` /
+        ``reachable`` say so, and ``message`` gives the expected build time and recommends ``dwpose-onnx``.
+
+    Raises:
+        InputError: ``python``, ``torch`` or ``cuda`` is not a version string; ``torch`` is None and torch is not
+            installed.
+
+    Source: README.md:151-185 (reference Q29); shared/reference/environment-notes.md (OpenMMLab).
+    """
+    py_tag = _python_tag(python)
+    if torch is None:
+        torch = _installed_version("torch")
+        if torch is None:
+            raise InputError("torch=None and torch is not installed: install torch first, or pass torch='2.1'")
+    series = torch_series(torch)
+    cuda_tag = _cuda_tag(cuda, torch)
+    want = mmcv or pins_for(torch).mmcv
+    plat = platform or sysconfig.get_platform()
+    base = str(index_url).rstrip("/")
+    page = base if base.endswith(".html") else f"{base}/{cuda_tag}/torch{series}/index.html"
+    common = dict(page_url=page, python_tag=py_tag, torch_series=series, cuda_tag=cuda_tag, platform=plat,
+                  mmcv_version=want)
+    py_text = f"Python {py_tag[2]}.{py_tag[3:]}"
+    where = f"{py_text}, torch {series}, {cuda_tag}, {plat}"
+    fallback = (f"Compiling mmcv from source instead would take {expected_build_time()} (Colab: "
+                f"{BUILD_TIME_COLAB}; a 2-core machine: {BUILD_TIME_2_CORES}) and can fail against new torch. Use "
+                f"the 'dwpose-onnx' landmark backend: the same DWPose weights and maths, no mmcv.")
+
+    text, reachable, error = _fetch(page, timeout)
+    if text is None and not reachable:
+        return WheelCheck(False, **common, page_found=False, reachable=False,
+                          message=f"Could not reach {page} ({error}), so it is unknown whether a prebuilt mmcv "
+                                  f"{want} wheel exists for {where}. `mim install mmcv` would then try to compile "
+                                  f"it. {fallback}")
+    if text is None:
+        return WheelCheck(False, **common, page_found=False,
+                          message=f"OpenMMLab has no mmcv wheels for torch {series} with {cuda_tag}: {page} does "
+                                  f"not exist ({error}). No prebuilt mmcv {want} for {where}. {fallback}")
+    listed, matching = [], []
+    for name in wheel_links(text):
+        info = parse_wheel_name(name)
+        if info is None or info["name"] != "mmcv":
+            continue
+        listed.append(name)
+        py_ok = py_tag in info["py"].split(".")
+        abi_ok = any(a in (py_tag, "abi3", "none") for a in info["abi"].split("."))
+        if info["version"] == want and py_ok and abi_ok and _platform_matches(info["plat"], plat):
+            matching.append(name)
+    if matching:
+        return WheelCheck(True, **common, matching=tuple(matching), listed=tuple(listed),
+                          recommended_backend="mmpose",
+                          message=f"Prebuilt mmcv {want} wheel for {where}: {matching[0]} ({page}). "
+                                  f"install_mmpose() installs it without compiling (a few minutes).")
+    versions = sorted({parse_wheel_name(n)["version"] for n in listed})
+    pythons = sorted({t for n in listed if parse_wheel_name(n)["version"] == want
+                      for t in parse_wheel_name(n)["py"].split(".")})
+    detail = (f"the page lists {len(listed)} mmcv wheels (versions {', '.join(versions) or 'none'}; "
+              f"mmcv {want} for {', '.join(pythons) or 'no Python'})")
+    return WheelCheck(False, **common, listed=tuple(listed),
+                      message=f"No prebuilt mmcv {want} wheel for {where} at {page}: {detail}. {fallback}")
+
+
+# --------------------------------------------------------------------------------------------- installing
+
+@dataclass
+class StepResult:
+    """One install command that ran: its argument list, exit status, seconds and the end of its output."""
+
+    command: list[str]
+    returncode: int
+    seconds: float
+    output_tail: str = ""
+
+
+@dataclass
+class MimInstallResult:
+    """What :func:`install_mmpose` did (or, for a dry run, would do).
+
+    Attributes:
+        ok: True when every command succeeded, torch/torchvision/numpy are unchanged, and the verification
+            (import + one landmark pass in a fresh interpreter) passed. False for a dry run.
+        dry_run: True when nothing was run.
+        commands: The exact argument lists, in order (no shell).
+        constraints_path: The constraints file passed to every command with ``-c``.
+        constraints: Its text (``torch==<installed>``, ``numpy==<installed>``, ...).
+        pins: The OpenMMLab versions chosen and why.
+        wheel_check: The mmcv wheel verdict, when one was made.
+        steps: The commands that ran, with exit status and timing.
+        verify: The self-check report (JSON from ``python -m nbhelpers.faces.mmpose_backend --self-check``).
+        seconds: Wall time of the whole install, in seconds.
+        message: The outcome in words.
+    """
+
+    ok: bool
+    dry_run: bool
+    commands: list[list[str]]
+    constraints_path: Path
+    constraints: str
+    pins: PinSet
+    wheel_check: WheelCheck | None = None
+    steps: list[StepResult] = field(default_factory=list)
+    verify: dict | None = None
+    seconds: float = 0.0
+    message: str = ""
+
+    def __str__(self) -> str:
+        return self.message
+
+    def _repr_markdown_(self) -> str:
+        lines = [f"**mmpose install: {'dry run' if self.dry_run else ('ok' if self.ok else 'failed')}** "
+                 f"({self.seconds:.0f} s)  ", self.message, "", "```"]
+        lines += [" ".join(c) for c in self.commands]
+        return "\n".join(lines + ["```"])
+
+
+# One line (no shell involved): the versions of torch, numpy and torchvision in another interpreter, as JSON.
+_VERSIONS_SNIPPET = ("import json,importlib.metadata as m;print(json.dumps({d:next((x.version for x in "
+                     "m.distributions(name=d)),None) for d in ('torch','numpy','torchvision')}))")
+
+
+def _versions_of(python: str) -> dict:
+    """torch/numpy/torchvision versions installed for ``python`` (this process's metadata when it is us)."""
+    if os.path.realpath(python) == os.path.realpath(sys.executable):
+        return {d: _installed_version(d) for d in ("torch", "numpy", "torchvision")}
+    res = subprocess.run([python, "-c", _VERSIONS_SNIPPET], capture_output=True, text=True, timeout=120,
+                         stdin=subprocess.DEVNULL)
+    if res.returncode != 0:
+        raise MissingDependencyError(f"python={python!r} could not report its package versions: "
+                                     f"{res.stderr.strip()[-400:]}")
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def _package_root() -> str:
+    return str(Path(__file__).resolve().parents[2])
+
+
+def install_mmpose(dry_run: bool = False, *, python: str | None = None, torch_version: str | None = None,
+                   numpy_version: str | None = None, pins: PinSet | None = None, only_binary: bool = False,
+                   wheel_check: WheelCheck | None = None, weights_dir: str | os.PathLike | None = None,
+                   verify: bool = True, workdir: str | os.PathLike | None = None,
+                   timeout_s: float = 3600.0) -> MimInstallResult:
+    """Install mmengine, mmcv, mmdet and mmpose through openmim without touching torch or numpy.
+
+    Every command runs ``<python> -m mim install ...`` or ``<python> -m pip install ...`` as an argument list (no
+    shell) with ``-c <constraints>``, a file that holds ``torch``, ``torchvision`` and ``numpy`` at their installed
+    versions, so pip fails rather than replace them. Steps:
+
+    1. ``pip install openmim setuptools<81 wheel`` (+ cython): mim still imports ``pkg_resources``, which
+       setuptools 81 removed;
+    2. ``mim install mmengine`` (``>=0.7.1,<1.0.0``);
+    3. ``mim install mmcv==<pin>`` (a prebuilt wheel from OpenMMLab's page when :func:`check_mmcv_wheels` finds
+       one, else a source build; ``only_binary=True`` adds ``--only-binary mmcv`` to fail fast instead);
+    4. ``mim install mmdet==<pin>``;
+    5. ``pip install --no-deps mmpose==<pin>`` (its ``chumpy`` dependency does not build on current Python and
+       numpy, and is only used for SMPL models), then the dependencies mmpose really imports: json_tricks,
+       munkres, scipy, matplotlib, pillow, xtcocotools (from source with numpy 2, whose ABI its wheels predate).
+
+    Then (unless ``verify=False``) ``python -m nbhelpers.faces.mmpose_backend --self-check`` in a fresh
+    interpreter: mmpose imports, the RTMPose-l model builds and one landmark pass runs.
+
+    Args:
+        dry_run: Return the exact commands (and write the constraints file) without running anything.
+        python: Interpreter to install into (default: this one, ``sys.executable``).
+        torch_version: torch version to hold (default: the installed one).
+        numpy_version: numpy version to hold (default: the installed one).
+        pins: OpenMMLab versions (default: :func:`pins_for` the torch version).
+        only_binary: Refuse to compile mmcv (fail in seconds when no wheel matches).
+        wheel_check: A verdict from :func:`check_mmcv_wheels`; default: checked now (not in a dry run).
+        weights_dir: Weights folder for the verification pass (random weights when its .pth is absent).
+        verify: Run the verification after installing.
+        workdir: Where the constraints file goes (default: a new temporary folder).
+        timeout_s: Limit for each command, in seconds.
+
+    Returns:
+        :class:`MimInstallResult` (with ``seconds``, the whole time taken). A failed command stops the install;
+        ``ok`` is then False and ``message`` shows the command and the end of its output.
+
+    Raises:
+        MissingDependencyError: torch or numpy is not installed (this installer never installs them).
+
+    Source: README.md:151-185 (reference Q29); shared/reference/environment-notes.md (OpenMMLab).
+    """
+    python = python or sys.executable
+    installed = _versions_of(python) if (torch_version is None or numpy_version is None) else {}
+    torch_version = torch_version or installed.get("torch")
+    numpy_version = numpy_version or installed.get("numpy")
+    if not torch_version or not numpy_version:
+        raise MissingDependencyError(f"install_mmpose holds torch and numpy at their installed versions, but "
+                                     f"{python} has torch={torch_version!r}, numpy={numpy_version!r}. Install torch "
+                                     f"and numpy first (on Colab they are preinstalled).")
+    pins = pins or pins_for(torch_version)
+    held = {"torch": torch_version, "numpy": numpy_version}
+    if installed.get("torchvision"):
+        held["torchvision"] = installed["torchvision"]
+    constraints = "".join(f"{name}=={ver}\n" for name, ver in held.items())
+    folder = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="nbhelpers-mim-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    cons_path = folder / "constraints.txt"
+    tmp = cons_path.with_name(cons_path.name + ".tmp")
+    tmp.write_text(constraints)
+    os.replace(tmp, cons_path)
+
+    numpy2 = int(numpy_version.split(".")[0]) >= 2
+    pip = [python, "-m", "pip", "install", "-c", str(cons_path)]
+    mim = [python, "-m", "mim", "install", "-c", str(cons_path)]
+    commands = [
+        pip + ["openmim>=0.3.9", "setuptools<81", "wheel"] + (["cython"] if numpy2 else []),
+        mim + [f"mmengine{pins.mmengine}"],
+        mim + [f"mmcv=={pins.mmcv}"] + (["--only-binary", "mmcv"] if only_binary else []),
+        mim + [f"mmdet=={pins.mmdet}"],
+        pip + ["--no-deps", f"mmpose=={pins.mmpose}"],
+        pip + ["json_tricks", "munkres", "scipy", "matplotlib", "pillow"],
+        pip + (["--no-binary", "xtcocotools", "--no-build-isolation"] if numpy2 else []) + ["xtcocotools>=1.12"],
+    ]
+    result = MimInstallResult(ok=False, dry_run=dry_run, commands=commands, constraints_path=cons_path,
+                              constraints=constraints, pins=pins, wheel_check=wheel_check)
+    if dry_run:
+        result.message = (f"Dry run: {len(commands)} commands for mmcv {pins.mmcv}, mmdet {pins.mmdet}, mmpose "
+                          f"{pins.mmpose} ({pins.note}); torch {torch_version} and numpy {numpy_version} held by "
+                          f"{cons_path}.")
+        return result
+
+    if result.wheel_check is None:
+        result.wheel_check = check_mmcv_wheels(torch=torch_version, mmcv=pins.mmcv)
+    start = time.perf_counter()
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([_package_root(), *filter(None, [env.get("PYTHONPATH")])])
+    for cmd in commands:
+        t0 = time.perf_counter()
+        try:
+            res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env,
+                                 stdin=subprocess.DEVNULL)
+            code, out = res.returncode, (res.stdout + res.stderr)
+        except subprocess.TimeoutExpired as exc:
+            code, out = -9, f"timed out after {timeout_s:.0f} s\n{exc.stdout or ''}{exc.stderr or ''}"
+        result.steps.append(StepResult(cmd, code, round(time.perf_counter() - t0, 2), str(out)[-3000:]))
+        if code != 0:
+            result.seconds = round(time.perf_counter() - start, 2)
+            result.message = (f"Install step failed (exit {code}) after {result.seconds:.0f} s: {' '.join(cmd)}\n"
+                              f"{str(out)[-1500:]}\n{result.wheel_check.message if result.wheel_check else ''}")
+            return result
+
+    after = _versions_of(python)
+    changed = {d: (v, after.get(d)) for d, v in held.items() if after.get(d) != v}
+    if verify:
+        cmd = [python, "-m", "nbhelpers.faces.mmpose_backend", "--self-check", "--device", "cpu"]
+        if weights_dir is not None:
+            cmd += ["--weights-dir", str(weights_dir)]
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env,
+                             stdin=subprocess.DEVNULL)
+        try:
+            result.verify = json.loads(res.stdout.strip().splitlines()[-1])
+        except (IndexError, ValueError):
+            result.verify = {"ok": False, "reason": (res.stdout + res.stderr)[-1500:]}
+    result.seconds = round(time.perf_counter() - start, 2)
+    verified = (not verify) or bool(result.verify and result.verify.get("ok"))
+    result.ok = verified and not changed
+    if changed:
+        result.message = (f"Installed, but these changed although they were held: {changed}. Restart the runtime "
+                          f"and check the environment.")
+    elif not verified:
+        result.message = (f"Installed in {result.seconds:.0f} s, but the verification failed: "
+                          f"{(result.verify or {}).get('reason', '')}")
+    else:
+        timing = ""
+        if result.verify:
+            timing = (f"; model build {result.verify.get('build_seconds')} s, one landmark pass "
+                      f"{result.verify.get('pass_seconds')} s ({result.verify.get('weights')} weights)")
+        result.message = (f"mmpose {pins.mmpose} with mmcv {pins.mmcv} installed in {result.seconds:.0f} s; torch "
+                          f"{torch_version} and numpy {numpy_version} unchanged{timing}. Restart the runtime if "
+                          f"mmpose was imported before.")
+    return result
