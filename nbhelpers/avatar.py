@@ -638,7 +638,7 @@ def prepare_avatar(video: str | os.PathLike, directory: str | os.PathLike, *, co
     info = media.probe(video_path)
     if not info.has_video:
         raise InputError(f"video {str(video_path)!r} has no video stream; give a face video or photo.")
-    missing = [n for n in weights.required_files(config.version, parsing=True) if not (weights_path / n).is_file()]
+    missing = weights.missing_files(weights_path, weights.required_files(config.version, parsing=True))
     if missing:
         from .errors import WeightsError
 

@@ -169,8 +169,7 @@ def check_inputs(video: Any, audio: Any, output: Any = None, *, config: Inferenc
         raise InputError(f"audio {str(audio_path)!r} has no audio stream. Give a speech file (wav, mp3, m4a, "
                          "ogg, flac) or a video that carries sound.")
     weights_path = Path(weights_dir) if weights_dir is not None else weights.default_dir()
-    needed = weights.required_files(config.version, parsing=True)
-    missing = [name for name in needed if not (weights_path / name).is_file()]
+    missing = weights.missing_files(weights_path, weights.required_files(config.version, parsing=True))
     if missing:
         from .errors import WeightsError
 

@@ -1,0 +1,138 @@
+"""Avatar cache: reload without recomputation, rebuild on change or corruption, frames equal to the offline job."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def clip(shared_data, make_media):
+    """12 frames of the real face video."""
+    return make_media("face-12f.mp4", "-i", str(shared_data / "face-sing-576x768-25fps.mp4"), "-frames:v", "12",
+                      "-an", "-c:v", "libx264", "-crf", "12", "-pix_fmt", "yuv420p")
+
+
+@pytest.fixture(scope="module")
+def speech(shared_data, make_media):
+    """0.72 s of real speech (18 frames: longer than the 12-frame clip, so the ping-pong turns around)."""
+    return make_media("speech-0.72s.wav", "-i", str(shared_data / "speech-en-short.wav"), "-ss", "1", "-t", "0.72")
+
+
+BOX = (190, 160, 360, 330)
+
+
+@pytest.fixture(scope="module")
+def config():
+    from nbhelpers import InferenceConfig
+
+    return InferenceConfig(device="cpu", batch_size=6)
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory, clip, tiny_weights, config):
+    from nbhelpers import prepare_avatar
+
+    folder = tmp_path_factory.mktemp("avatars") / "face"
+    avatar = prepare_avatar(clip, folder, config=config, boxes=BOX, weights_dir=tiny_weights)
+    return folder, avatar
+
+
+def test_prepare_writes_a_complete_versioned_cache(prepared):
+    from nbhelpers import __version__
+    from nbhelpers.avatar import AVATAR_FORMAT
+
+    folder, avatar = prepared
+    assert not avatar.loaded_from_cache
+    meta = json.loads((folder / "avatar.json").read_text())
+    assert meta["format"] == AVATAR_FORMAT and meta["package_version"] == __version__
+    assert meta["n_frames"] == 12 and meta["n_faces"] == 12
+    assert set(meta["files"]) == {"frames.mkv", "avatar.npz"}
+    assert sorted(p.name for p in folder.iterdir()) == ["avatar.json", "avatar.npz", "frames.mkv"]
+    assert avatar.latents_np.shape == (12, 8, 32, 32)
+    np.testing.assert_array_equal(avatar.crop_boxes, np.tile(BOX, (12, 1)))
+
+
+def test_frames_are_stored_losslessly(prepared, clip, ffmpeg):
+    folder, avatar = prepared
+    raw = subprocess.run([ffmpeg, "-v", "error", "-i", str(clip), "-f", "rawvideo", "-pix_fmt", "bgr24", "-"],
+                         check=True, capture_output=True).stdout
+    source = np.frombuffer(raw, np.uint8).reshape(-1, 768, 576, 3)
+    frames = avatar.frames()
+    assert len(frames) == len(source) == 12
+    np.testing.assert_array_equal(frames[:], source)
+
+
+def test_reload_without_recomputation(prepared, clip, tiny_weights, config, monkeypatch):
+    from nbhelpers import avatar as avatar_mod
+    from nbhelpers import prepare_avatar
+
+    folder, _ = prepared
+
+    def boom(*a, **k):
+        raise AssertionError("recomputed")
+
+    monkeypatch.setattr(avatar_mod, "write_lossless", boom)
+    monkeypatch.setattr("nbhelpers.faces.track", boom)
+    again = prepare_avatar(clip, folder, config=config.replace(batch_size=3), boxes=BOX, weights_dir=tiny_weights)
+    assert again.loaded_from_cache and again.rebuild_reason == ""
+
+
+@pytest.mark.parametrize("change", ["parameter", "source", "truncate", "corrupt", "manifest"])
+def test_changes_and_damage_rebuild(change, prepared, clip, tiny_weights, config, tmp_path, make_media,
+                                    shared_data):
+    from nbhelpers import prepare_avatar
+
+    folder, _ = prepared
+    work = tmp_path / "copy"
+    shutil.copytree(folder, work)
+    video, cfg = clip, config
+    if change == "parameter":
+        cfg = config.replace(extra_margin=12)
+    elif change == "source":
+        video = make_media("face-12f-b.mp4", "-i", str(shared_data / "face-sing-576x768-25fps.mp4"), "-ss", "2",
+                           "-frames:v", "12", "-an", "-c:v", "libx264", "-crf", "12", "-pix_fmt", "yuv420p")
+    elif change == "truncate":
+        p = work / "avatar.npz"
+        p.write_bytes(p.read_bytes()[:-100])
+    elif change == "corrupt":
+        p = work / "frames.mkv"
+        data = bytearray(p.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        p.write_bytes(bytes(data))
+    elif change == "manifest":
+        (work / "avatar.json").write_text("{not json")
+    rebuilt = prepare_avatar(video, work, config=cfg, boxes=BOX, weights_dir=tiny_weights)
+    assert not rebuilt.loaded_from_cache and rebuilt.rebuild_reason
+    assert prepare_avatar(video, work, config=cfg, boxes=BOX, weights_dir=tiny_weights).loaded_from_cache
+
+
+def test_generate_matches_offline_job(prepared, clip, speech, tiny_weights, config, tmp_path, ffmpeg):
+    from nbhelpers import lipsync, media
+
+    folder, avatar = prepared
+    got: dict[int, np.ndarray] = {}
+    result = avatar.generate(speech, tmp_path / "rt.mp4", frame_callback=lambda t, f: got.__setitem__(t, f.copy()))
+    n = len(media.load_audio(speech)) * 25 // 16000
+    assert result.n_frames == n == len(got) == 18  # every frame, the last included (Q9)
+    assert result.generation_fps > 0 and result.end_to_end_fps > 0
+    assert media.probe(result.output).frame_count == n
+
+    ref: dict[int, np.ndarray] = {}
+    lipsync(clip, speech, tmp_path / "off.mp4", config=config, boxes=BOX, weights_dir=tiny_weights,
+            frame_callback=lambda t, f: ref.__setitem__(t, f.copy()))
+    assert sorted(ref) == sorted(got)
+    for t in ref:
+        np.testing.assert_array_equal(got[t], ref[t], err_msg=f"frame {t}")
+
+    streamed = list(avatar.stream(speech))
+    assert len(streamed) == n
+    np.testing.assert_array_equal(streamed[-1], ref[n - 1])
+    measured = avatar.generate(speech, output=False)
+    assert measured.output is None and measured.n_frames == n

@@ -1,0 +1,123 @@
+"""The offline job end to end, with tiny random weights, the dlib backend and real media from ../shared/data."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from nbhelpers.framestore import FrameStore, cycle_index, output_frame_count
+
+pytestmark = []
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Pure logic (no torch)
+
+
+@pytest.mark.notorch
+def test_cycle_index_is_the_official_ping_pong():
+    # frames + frames[::-1] indexed i mod 2N (inference.py:179-181, 210-212), written out by hand for N = 3.
+    assert [cycle_index(t, 3) for t in range(14)] == [0, 1, 2, 2, 1, 0, 0, 1, 2, 2, 1, 0, 0, 1]
+    assert [cycle_index(t, 1) for t in range(5)] == [0, 0, 0, 0, 0]  # a photo
+    np.testing.assert_array_equal(cycle_index(np.arange(6), 2), [0, 1, 1, 0, 0, 1])
+    with pytest.raises(ValueError):
+        cycle_index(0, 0)
+
+
+@pytest.mark.notorch
+@pytest.mark.parametrize(("samples", "expected"), [(0, 0), (639, 0), (640, 1), (16000, 25), (480000, 750),
+                                                   (7.5 * 16000, 187), (44.1 * 16000, 1102)])
+def test_output_frame_count_is_exact_floor(samples, expected):
+    # floor(seconds x 25) with integer arithmetic: 640 samples = 0.04 s = exactly one frame.
+    assert output_frame_count(int(samples)) == expected
+
+
+@pytest.mark.notorch
+def test_framestore_round_trip(tmp_path):
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 256, size=(5, 7, 9, 3), dtype=np.uint8)
+    store = FrameStore(7, 9, directory=tmp_path / "s")
+    passed = list(store.tee(iter(frames)))
+    store.finish()
+    assert len(store) == 5 and len(passed) == 5
+    np.testing.assert_array_equal(store[[4, 0, 2]], frames[[4, 0, 2]])
+    with pytest.raises(ValueError, match="same size"):
+        FrameStore(7, 9, directory=tmp_path / "t").append(np.zeros((7, 8, 3), np.uint8))
+    store.close()
+    assert not (tmp_path / "s" / "frames.u8").exists()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# End to end
+
+
+def _audio_of(path, ffmpeg):
+    """Decode the audio of a file to 16 kHz mono float32 with ffmpeg directly (independent of nbhelpers.media)."""
+    out = subprocess.run([ffmpeg, "-v", "error", "-i", str(path), "-map", "0:a:0", "-ac", "1", "-ar", "16000",
+                          "-f", "f32le", "-"], check=True, capture_output=True).stdout
+    return np.frombuffer(out, dtype=np.float32)
+
+
+def _frames_of(path, ffmpeg, width, height):
+    out = subprocess.run([ffmpeg, "-v", "error", "-i", str(path), "-f", "rawvideo", "-pix_fmt", "bgr24", "-"],
+                         check=True, capture_output=True).stdout
+    return np.frombuffer(out, dtype=np.uint8).reshape(-1, height, width, 3)
+
+
+@pytest.fixture(scope="module")
+def short_face_clip(shared_data, make_media):
+    """The first 1.6 s (40 frames) of the real face video."""
+    return make_media("face-40f.mp4", "-i", str(shared_data / "face-sing-576x768-25fps.mp4"), "-frames:v", "40",
+                      "-an", "-c:v", "libx264", "-crf", "12", "-pix_fmt", "yuv420p")
+
+
+@pytest.fixture(scope="module")
+def speech_2s(shared_data, make_media):
+    """2.3 s of the real short speech, stereo 48 kHz AAC in .m4a (exercises decode, downmix and resample)."""
+    return make_media("speech-2s.m4a", "-i", str(shared_data / "speech-en-short.wav"), "-t", "2.3", "-ac", "2",
+                      "-ar", "48000", "-c:a", "aac", "-b:a", "128k")
+
+
+@pytest.mark.slow
+def test_lipsync_end_to_end_real_media(tiny_weights, short_face_clip, speech_2s, ffmpeg, tmp_path):
+    from nbhelpers import InferenceConfig, lipsync, media
+
+    captured: dict[int, np.ndarray] = {}
+    out = tmp_path / "out dir ü" / "result.mp4"
+    cfg = InferenceConfig(landmark_backend="dlib", batch_size=8, device="cpu")
+    result = lipsync(short_face_clip, speech_2s, out, config=cfg, weights_dir=tiny_weights,
+                     frame_callback=lambda t, f: captured.__setitem__(t, f.copy()))
+
+    audio_in = _audio_of(speech_2s, ffmpeg)
+    expected_frames = len(media.load_audio(speech_2s)) * 25 // 16000
+    assert result.output == out and out.is_file()
+    assert result.n_frames == expected_frames == len(captured)
+    assert result.source_frames == 40 and result.no_face_frames == 0
+    info = media.probe(out)
+    assert (info.width, info.height) == (576, 768)
+    assert info.fps == 25
+    decoded = _frames_of(out, ffmpeg, 576, 768)
+    assert len(decoded) == expected_frames
+    assert abs(info.duration - len(audio_in) / 16000) <= 1 / 25 + 1e-3
+    audio_out = _audio_of(out, ffmpeg)
+    n = min(len(audio_in), len(audio_out))
+    assert abs(len(audio_out) - len(audio_in)) <= 16000 / 25
+    corr = np.corrcoef(audio_in[:n], audio_out[:n])[0, 1]
+    assert corr >= 0.99, f"audio correlation {corr:.4f}"
+
+    # Outside the blend region every pixel equals the 25 fps source frame (the frames before encoding).
+    source = _frames_of(short_face_clip, ffmpeg, 576, 768)
+    changed_any = False
+    for t, frame in captured.items():
+        j = cycle_index(t, 40)
+        diff = np.any(frame != source[j], axis=2)
+        ys, xs = np.nonzero(diff)
+        if len(ys):
+            changed_any = True
+            assert ys.min() >= 160, f"frame {t}: a pixel above the mouth region changed (row {ys.min()})"
+            assert xs.min() >= 150 and xs.max() <= 420 and ys.max() <= 420, f"frame {t}: change outside the face"
+    assert changed_any, "no frame was repainted"
+    assert result.timings and "generate" in result.timings
