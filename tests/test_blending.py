@@ -267,10 +267,10 @@ def test_prepare_material_parses_the_rgb_square_of_the_original(frames):
 
 
 def test_prepare_material_with_the_real_parser(frames, tmp_path):
-    pytest.importorskip("torch")
+    torch = pytest.importorskip("torch")
     from nbhelpers.parsing import BISENET_FILE, FaceParser, write_random_bisenet
 
-    write_random_bisenet(tmp_path / BISENET_FILE, seed=0)
+    write_random_bisenet(tmp_path / BISENET_FILE, seed=0, dtype=torch.float16)
     parser = FaceParser(tmp_path)
     mat = B.prepare_material(frames[0], FACE_BOX, parser, mode="jaw")
     crop = B.crop_padded(frames[0], mat.square)[:, :, ::-1]
