@@ -303,6 +303,9 @@ class MediaInfo:
         channels: Channel count of the first audio stream; None without audio.
         audio_codec: Codec of the first audio stream; None without audio.
         comment: The container's ``comment`` tag (e.g. :data:`SYNTHETIC_TAG`); None when absent.
+        exif_orientation: EXIF orientation of a still (1 = upright ... 8, read with Pillow); 1 for videos. The
+            reader applies it itself (as ``cv2.imread`` does), the same way whatever the ffmpeg version, and
+            ``width``/``height``/``rotation`` describe the picture after it.
     """
 
     path: Path
@@ -325,6 +328,7 @@ class MediaInfo:
     channels: int | None
     audio_codec: str | None
     comment: str | None = None
+    exif_orientation: int = 1
 
     @property
     def video_stream(self) -> StreamInfo | None:
@@ -479,7 +483,7 @@ def _parse_ffmpeg_info(text: str, path: Path, frame_count: int | None = None) ->
     audio = next((s for s in streams if s.kind == "audio"), None)
     is_image = False
     if video is not None:
-        image_container = container.endswith("_pipe") or container in ("image2", "png", "apng_pipe")
+        image_container = container.endswith("_pipe") or container == "image2"
         single = len([s for s in streams if s.kind in ("video", "audio")]) == 1
         is_image = single and (image_container or (video.codec in _IMAGE_CODECS and duration_s is None))
     width = height = None
@@ -554,8 +558,8 @@ def probe(path, count_frames: bool = True) -> MediaInfo:
     """Read what a media file holds: streams, size, fps, duration, rotation, pixel format, audio rate.
 
     Parses the standard error of ``ffmpeg -i <path>`` (formats of ffmpeg 4.4 to 9), and counts the video frames
-    exactly by demuxing without decoding (``ffmpeg -i <path> -map 0:<v> -c copy -f null -``), which takes tens of
-    milliseconds.
+    exactly by demuxing without decoding (``ffmpeg -i <path> -map 0:<v> -c copy -f framecrc -``, one line per
+    packet), which takes tens of milliseconds.
 
     Args:
         path: Video, image or audio file (str or Path; spaces and non-ASCII names are fine).
@@ -587,7 +591,53 @@ def probe(path, count_frames: bool = True) -> MediaInfo:
             args_list=args, stderr_tail=_tail(text))
     if count_frames and info.has_video and not info.is_image:
         info = _replace(info, frame_count=_count_packets(exe, p, info.video_stream.index))
+    if info.is_image and info.width:
+        orientation = _exif_orientation(p)
+        if orientation != 1:
+            stored_w, stored_h = info.video_stream.width, info.video_stream.height
+            swap = orientation >= 5
+            info = _replace(info, exif_orientation=orientation, rotation=_EXIF_ROTATION[orientation],
+                            width=stored_h if swap else stored_w, height=stored_w if swap else stored_h)
     return info
+
+
+# EXIF orientation -> clockwise rotation of the upright picture (5 and 7 also mirror)
+_EXIF_ROTATION = {1: 0, 2: 0, 3: 180, 4: 180, 5: 90, 6: 90, 7: 270, 8: 270}
+
+
+def _exif_orientation(path: Path) -> int:
+    """EXIF orientation tag (1-8) of a still, read with Pillow (header only); 1 when absent or unreadable."""
+    try:
+        from PIL import Image
+    except ImportError:  # Pillow is a dependency; without it stills are used as stored
+        return 1
+    try:
+        with Image.open(path) as image:
+            value = int(image.getexif().get(0x0112, 1))
+    except Exception:
+        return 1
+    return value if value in _EXIF_ROTATION else 1
+
+
+def _apply_orientation(frames: np.ndarray, orientation: int) -> np.ndarray:
+    """Turn (N, H, W, C) stored pixels upright for an EXIF orientation (Pillow's ``ImageOps.exif_transpose``)."""
+    if orientation == 2:
+        out = frames[:, :, ::-1]
+    elif orientation == 3:
+        out = frames[:, ::-1, ::-1]
+    elif orientation == 4:
+        out = frames[:, ::-1]
+    elif orientation == 5:
+        out = frames.transpose(0, 2, 1, 3)
+    elif orientation == 6:
+        out = frames.transpose(0, 2, 1, 3)[:, :, ::-1]
+    elif orientation == 7:
+        out = frames.transpose(0, 2, 1, 3)[:, ::-1, ::-1]
+    elif orientation == 8:
+        out = frames.transpose(0, 2, 1, 3)[:, ::-1]
+    else:
+        return frames
+    return np.ascontiguousarray(out)
 
 
 def _replace(info: MediaInfo, **changes) -> MediaInfo:
@@ -602,10 +652,14 @@ def _progress_frames(stdout: bytes) -> int | None:
 
 
 def _count_packets(exe: str, path: Path, stream_index: int) -> int | None:
+    """Packets (= frames) of one stream, by demuxing only: one framecrc line per packet (ffmpeg 7.0's progress
+    report leaves out the frame count when stream copying, so it is not used here)."""
     args = [exe, "-nostdin", "-hide_banner", "-loglevel", "error", "-i", str(path), "-map", f"0:{stream_index}",
-            "-c", "copy", "-f", "null", "-progress", "pipe:1", "-nostats", "-"]
+            "-c", "copy", "-f", "framecrc", "pipe:1"]
     rc, out, _ = _run(args, "count video frames")
-    return _progress_frames(out) if rc == 0 else None
+    if rc != 0:
+        return None
+    return sum(1 for line in out.splitlines() if line and not line.startswith(b"#"))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -654,16 +708,17 @@ class _FrameStream:
     def __init__(self, reader: VideoReader, extra_filter: str | None = None, max_frames: int | None = None):
         self.reader = reader
         self.channels = 4 if reader.has_alpha else 3
-        self.frame_bytes = reader.width * reader.height * self.channels
+        self.width, self.height = reader._decoded_size
+        self.frame_bytes = self.width * self.height * self.channels
         self.proc = _Process(reader._command(extra_filter, max_frames))
         self.done = False
         self.count = 0
 
     def read(self, n: int) -> np.ndarray:
         r = self.reader
-        out = np.empty((n, r.height, r.width, self.channels), dtype=np.uint8)
+        out = np.empty((n, self.height, self.width, self.channels), dtype=np.uint8)
         if self.done:
-            return out[:0, ..., :3]
+            return np.empty((0, r.height, r.width, 3), dtype=np.uint8)
         view = memoryview(out).cast("B")
         filled, want = 0, n * self.frame_bytes
         stdout = self.proc.popen.stdout
@@ -687,8 +742,8 @@ class _FrameStream:
             self.close()
         out = out[:frames]
         if self.channels == 4:
-            return _flatten_alpha(out, r.background)
-        return out
+            out = _flatten_alpha(out, r.background)
+        return _apply_orientation(out, r.info.exif_orientation)
 
     def close(self) -> None:
         self.done = True
@@ -713,7 +768,8 @@ class VideoReader:
     - **Alpha.** Sources with an alpha channel (PNG/WebP/ProRes 4444 ... or a palette with transparency) are decoded
       to BGRA and composited over :attr:`background` (black by default):
       ``out = round((colour * a + background * (255 - a)) / 255)``.
-    - **Photos.** A single image (detected from the content) yields exactly one frame; the pipeline loops it.
+    - **Photos.** A single image (detected from the content) yields exactly one frame; the pipeline loops it. Its
+      EXIF orientation is applied (as ``cv2.imread`` does in the official code), identically on every ffmpeg.
 
     Attributes:
         path: Absolute path of the source.
@@ -740,6 +796,9 @@ class VideoReader:
         self.width: int = self.info.width
         self.height: int = self.info.height
         self.has_alpha = _has_alpha(self.info.pix_fmt)
+        stored = self.info.video_stream
+        # what ffmpeg delivers: upright for videos (autorotation), as stored for stills (EXIF applied by us)
+        self._decoded_size = (stored.width, stored.height) if self.info.is_image else (self.width, self.height)
         self._count: int | None = 1 if self.info.is_image else None
         self._cursor: _FrameStream | None = None
         self._streams: set[_FrameStream] = set()
@@ -752,8 +811,10 @@ class VideoReader:
         return chain
 
     def _command(self, extra_filter: str | None = None, max_frames: int | None = None, null: bool = False):
-        args = [self._exe, "-nostdin", "-hide_banner", "-loglevel", "error", "-i", str(self.path),
-                "-map", f"0:{self.info.video_stream.index}"]
+        args = [self._exe, "-nostdin", "-hide_banner", "-loglevel", "error"]
+        if self.info.is_image:
+            args.append("-noautorotate")  # recent ffmpeg turns JPEGs by EXIF, older does not: we do it ourselves
+        args += ["-i", str(self.path), "-map", f"0:{self.info.video_stream.index}"]
         chain = self._filters(extra_filter)
         if chain:
             args += ["-vf", ",".join(chain)]

@@ -31,11 +31,16 @@ STEREO = "aevalsrc=0.5*sin(2*PI*440*t)|0.3*sin(2*PI*660*t):s=48000:d=2"  # two d
 # helpers: independent decodes
 # ---------------------------------------------------------------------------------------------------------------
 
+def passthrough(ffmpeg: str) -> list[str]:
+    """ffmpeg's output option for "no frame duplication or dropping" (renamed in ffmpeg 5.1)."""
+    return ["-fps_mode", "passthrough"] if media.ffmpeg_version(ffmpeg) >= (5, 1) else ["-vsync", "passthrough"]
+
+
 def direct_frames(ffmpeg: str, path: Path, source_indices: list[int], width: int, height: int) -> np.ndarray:
     """Frames by *source* frame number, decoded by a plain ffmpeg command (no fps filter), bgr24."""
     expr = "+".join(f"eq(n\\,{i})" for i in source_indices)
     out = subprocess.run([ffmpeg, "-v", "error", "-i", str(path), "-map", "0:v:0", "-vf", f"select={expr}",
-                          "-fps_mode", "passthrough", "-f", "rawvideo", "-pix_fmt", "bgr24", "-"],
+                          *passthrough(ffmpeg), "-f", "rawvideo", "-pix_fmt", "bgr24", "-"],
                          stdin=subprocess.DEVNULL, capture_output=True, check=True).stdout
     return np.frombuffer(out, np.uint8).reshape(-1, height, width, 3)
 
@@ -48,11 +53,10 @@ def native_mono(ffmpeg: str, path: Path, channels: int) -> np.ndarray:
 
 
 def stream_count(ffmpeg: str, path: Path, spec: str) -> int:
-    """Packets (= frames) of one stream, counted by demuxing."""
-    out = subprocess.run([ffmpeg, "-v", "error", "-i", str(path), "-map", spec, "-c", "copy", "-f", "null",
-                          "-progress", "pipe:1", "-nostats", "-"], stdin=subprocess.DEVNULL, capture_output=True,
-                         check=True).stdout.decode()
-    return int([line for line in out.splitlines() if line.startswith("frame=")][-1].split("=")[1])
+    """Packets (= frames) of one stream, counted by demuxing (one framemd5 line per packet)."""
+    out = subprocess.run([ffmpeg, "-v", "error", "-i", str(path), "-map", spec, "-c", "copy", "-f", "framemd5", "-"],
+                         stdin=subprocess.DEVNULL, capture_output=True, check=True).stdout.decode()
+    return sum(1 for line in out.splitlines() if line and not line.startswith("#"))
 
 
 def lavfi_clip(make_media, name: str, rate: str, seconds: float = 2, extra: tuple[str, ...] = ()) -> Path:
@@ -68,7 +72,7 @@ def test_uses_imageio_ffmpeg_binary(ffmpeg, monkeypatch):
     assert media.ffmpeg_exe() == ffmpeg
     monkeypatch.setattr(shutil, "which", lambda name: None)
     assert media.ffmpeg_exe(prefer_system=True) == ffmpeg  # no ffmpeg on PATH -> still works
-    assert media.ffmpeg_version(ffmpeg) >= (4, 4)
+    assert media.ffmpeg_version(ffmpeg) >= (4, 2)
     assert media._parse_version("ffmpeg version 4.4.2-0ubuntu0.22.04.1 Copyright") == (4, 4)
     assert media._parse_version("ffmpeg version n9.0.2-17-g2a571b6068-20260930") == (9, 0)
     assert media._parse_version("ffmpeg version N-112345-gdeadbeef") == (99, 0)
@@ -253,7 +257,7 @@ def test_variable_frame_rate_clip(make_media, ffmpeg):
     clip = make_media("vfr.mkv", "-f", "lavfi", "-i",
                       "color=c=black:s=64x48:r=20:d=2,format=gbrp,geq=r='N':g='128':b='255-N',"
                       "setpts='if(lt(N\\,20)\\,N*0.05\\,1+(N-20)*0.1)/TB'",
-                      "-c:v", "ffv1", "-pix_fmt", "gbrp", "-fps_mode", "passthrough")
+                      "-c:v", "ffv1", "-pix_fmt", "gbrp", *passthrough(ffmpeg))
     pts, end = packet_times(ffmpeg, clip)
     assert len(pts) == 40 and pts[19] == pytest.approx(0.95) and pts[20] == pytest.approx(1.0)
     assert pts[21] - pts[20] == pytest.approx(0.1)  # really variable
@@ -267,12 +271,12 @@ def test_variable_frame_rate_clip(make_media, ffmpeg):
     # an H.264 VFR mp4 too
     vfr_mp4 = make_media("vfr.mp4", "-f", "lavfi", "-i",
                          "testsrc=size=64x48:rate=30:duration=2,setpts='if(lt(N\\,30)\\,N/30\\,1+(N-30)/15)/TB'",
-                         "-c:v", "libx264", "-pix_fmt", "yuv420p", "-fps_mode", "vfr")
+                         "-c:v", "libx264", "-pix_fmt", "yuv420p", *passthrough(ffmpeg))
     with media.load_video(vfr_mp4) as reader:
         n = sum(len(b) for b in reader.iter_batches(7))
         assert n == reader.frame_count
     _, end = packet_times(ffmpeg, vfr_mp4)
-    assert end == pytest.approx(3.0) and abs(n * FRAME - end) <= FRAME
+    assert abs(n * FRAME - end) <= FRAME
 
 
 def test_real_video_is_frame_exact(shared_data, ffmpeg):
@@ -310,9 +314,9 @@ def _rotated(ffmpeg: str, src: Path, out: Path, ccw_degrees: int) -> Path:
     """A copy with a display matrix (ffmpeg >= 6: -display_rotation, counter-clockwise) or an old `rotate` tag."""
     done = subprocess.run([ffmpeg, "-v", "error", "-y", "-display_rotation", str(ccw_degrees), "-i", str(src),
                            "-c", "copy", str(out)], stdin=subprocess.DEVNULL, capture_output=True)
-    if done.returncode != 0:  # old ffmpeg: the rotate tag (clockwise)
+    if done.returncode != 0:  # ffmpeg < 6: the rotate tag, which these muxers store as a counter-clockwise matrix
         subprocess.run([ffmpeg, "-v", "error", "-y", "-i", str(src), "-c", "copy", "-metadata:s:v",
-                        f"rotate={(-ccw_degrees) % 360}", str(out)], stdin=subprocess.DEVNULL, check=True)
+                        f"rotate={ccw_degrees % 360}", str(out)], stdin=subprocess.DEVNULL, check=True)
     return out
 
 
@@ -378,6 +382,44 @@ def test_png_alpha_is_flattened(tmp_path):
     pal.save(tmp_path / "pal.png", transparency=0)
     frame = media.read_frame(tmp_path / "pal.png", background=(255, 255, 255))
     assert frame[0, 0].tolist() == [255, 255, 255] and frame[1, 1].tolist() == [0, 0, 255]
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_photo_exif_orientation_like_pillow(tmp_path, orientation):
+    from PIL import Image, ImageOps
+
+    rgb = np.random.default_rng(orientation).integers(0, 256, size=(6, 10, 3), dtype=np.uint8)
+    image = Image.fromarray(rgb)
+    exif = image.getexif()
+    exif[0x0112] = orientation
+    path = tmp_path / f"phone-photo-{orientation}.png"
+    image.save(path, exif=exif.tobytes())
+    with Image.open(path) as opened:
+        expected = np.asarray(ImageOps.exif_transpose(opened))[..., ::-1]  # upright, BGR
+    info = media.probe(path)
+    assert (info.height, info.width) == expected.shape[:2] and info.exif_orientation == orientation
+    with media.load_video(path) as reader:
+        frames = list(reader)
+    assert len(frames) == 1 and (reader.height, reader.width) == expected.shape[:2]
+    np.testing.assert_array_equal(frames[0], expected)
+
+
+def test_jpeg_exif_rotation_is_applied_once(tmp_path):
+    from PIL import Image
+
+    rgb = np.zeros((48, 64, 3), np.uint8)
+    rgb[:12, :12] = (255, 0, 0)  # red square at the stored top left
+    image = Image.fromarray(rgb)
+    exif = image.getexif()
+    exif[0x0112] = 6  # "turn 90 degrees clockwise to view"
+    path = tmp_path / "phone.jpg"
+    image.save(path, exif=exif.tobytes(), quality=95)
+    info = media.probe(path)
+    assert (info.width, info.height, info.rotation) == (48, 64, 90)
+    frame = media.read_frame(path)
+    assert frame.shape == (64, 48, 3)
+    assert frame[4, -5, 2] > 200 and frame[4, -5, :2].max() < 60  # now at the top right
+    assert frame[4, 4].max() < 40 and frame[-5, 4].max() < 40
 
 
 def test_photo_is_one_frame(shared_data):
@@ -483,7 +525,7 @@ def test_paths_with_spaces_and_non_ascii(make_media, tmp_path):
     with media.load_video(video) as reader:
         frames = np.stack(list(reader))
     assert len(frames) == 50
-    assert len(media.load_audio(audio)) == 32000
+    assert abs(len(media.load_audio(audio)) - 32000) <= 160  # 2 s (ffmpeg < 5 keeps the AAC end padding)
     out = folder / "résultat final.mp4"
     with media.VideoWriter(out, 64, 48, audio=audio) as writer:
         writer.write(frames)
@@ -604,7 +646,8 @@ def test_writer_video_only_and_odd_size(tmp_path):
     frame = media.read_frame(out, 0).astype(int)
     # the picture is unscaled at the top left (the last row/column share chroma with the padding: skip them)
     assert np.abs(frame[:50, :66] - _colour_frames(1, 51, 67)[0, :50, :66]).mean() < 4
-    assert frame[51:, :].mean() < 25 and frame[:, 67:].mean() < 25  # the added row/column is black (colour bleeds)
+    luma = frame @ np.array([0.114, 0.587, 0.299])  # BGR -> Y'
+    assert luma[51:, :].mean() < 20 and luma[:, 67:].mean() < 20  # the added row/column is black (chroma bleeds)
 
 
 def test_writer_abort_on_exception_leaves_nothing(tmp_path):
