@@ -313,7 +313,8 @@ def randomize_weights(model, seed: int | None = None) -> None:
     PyTorch's default initialisation lets the signal fade through the 50-odd layers of CSPNeXt + RTMCC, so a
     freshly built model predicts nearly the same bins for every keypoint and frame; with He-normal weights the
     random model's keypoints spread over the frame and move with the input, which makes comparisons between
-    backends meaningful. Biases, norms and BatchNorm statistics are left as built.
+    backends meaningful. Biases get small normal values (std 0.02) from the same generator, so that one seed
+    fixes every parameter; norm scales and BatchNorm statistics keep their built (constant) values.
 
     Args:
         model: A torch module.
@@ -325,11 +326,14 @@ def randomize_weights(model, seed: int | None = None) -> None:
 
     generator = torch.Generator().manual_seed(seed) if seed is not None else None
     with torch.no_grad():
-        for param in model.parameters():
+        for name, param in model.named_parameters():
             if param.ndim >= 2:
-                fan_in = param[0].numel()
-                values = torch.randn(param.shape, generator=generator) * math.sqrt(2.0 / fan_in)
-                param.copy_(values.to(param.dtype))
+                values = torch.randn(param.shape, generator=generator) * math.sqrt(2.0 / param[0].numel())
+            elif name.endswith(".bias"):
+                values = torch.randn(param.shape, generator=generator) * 0.02
+            else:
+                continue
+            param.copy_(values.to(param.dtype))
 
 
 def export_onnx(model, path: str | os.PathLike, *, dynamic_batch: bool = True, opset: int = 17) -> Path:
