@@ -1,0 +1,792 @@
+"""Building and loading the models from local files: MuseTalk UNet, sd-vae-ft-mse, whisper-tiny, positional encoding.
+
+Everything reads the official ``models/`` layout (see :mod:`nbhelpers.weights`) and never touches the network
+(``local_files_only=True``). The big UNet checkpoint is memory-mapped (``torch.load(mmap=True)``), assigned into a
+model built on the meta device, and only then cast and moved one tensor at a time, so neither Colab's ~12 GB of
+host RAM nor an fp16 GPU run ever holds an extra float32 copy. Loading is strict: a renamed, missing or
+mis-shaped key raises :class:`~nbhelpers.errors.CheckpointError` naming the keys and the file.
+
+>>> from nbhelpers import models
+>>> m = models.load_models(weights_dir, device="cuda", dtype=torch.float16)   # doctest: +SKIP
+>>> m.unet, m.vae, m.whisper, m.feature_extractor, m.pe                        # doctest: +SKIP
+
+This module imports torch at import time; ``import nbhelpers`` does not import it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.resources
+import importlib.util
+import json
+import math
+import os
+import pickle
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from . import weights as _weights
+from .constants import VERSIONS, WHISPER_DIM
+from .errors import CheckpointError, InputError, WeightsError
+
+__all__ = [
+    "PositionalEncoding", "Models", "unet_config", "bundled_config", "build_unet", "load_checkpoint",
+    "check_state_dict", "load_unet", "load_vae", "load_whisper", "load_feature_extractor", "load_models",
+    "write_tiny_unet", "write_tiny_vae", "write_tiny_whisper", "TINY_UNET_CHANGES",
+]
+
+UNET_FILES = {  # version -> (config, weights), relative to the weights dir (reference §1.1)
+    "v15": ("musetalkV15/musetalk.json", "musetalkV15/unet.pth"),
+    "v1": ("musetalk/musetalk.json", "musetalk/pytorch_model.bin"),
+}
+VAE_DIR = "sd-vae"  # utils.py:21-23 (--vae_type default sd-vae)
+WHISPER_DIR = "whisper"  # inference.py:64-66
+_FIX = f"`{_weights.DOWNLOAD_COMMAND}` (or {_weights.NOTEBOOK})"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Positional encoding of the audio tokens
+# ---------------------------------------------------------------------------------------------------------------
+
+class PositionalEncoding(nn.Module):
+    """Sinusoidal positional encoding added to the whisper tokens before the UNet's cross-attention.
+
+    ``pe[0, pos, 2i] = sin(pos * exp(-2i * ln(10000) / d_model))`` and ``pe[0, pos, 2i+1] = cos(same angle)``,
+    computed in float32 at construction and kept as a buffer of shape [1, max_len, d_model]. Casting the module
+    (``.half()``) casts the buffer, as the official ``--use_float16`` path does.
+
+    Args:
+        d_model: Token width (384 for whisper-tiny).
+        max_len: Positions available (5000); a frame uses 50.
+
+    Source: musetalk/models/unet.py:12-27 (reference §5.4); cast to half at inference.py:54.
+    """
+
+    def __init__(self, d_model: int = WHISPER_DIM, max_len: int = 5000):
+        super().__init__()
+        if d_model <= 0 or d_model % 2:
+            raise InputError(f"d_model must be a positive even number; got {d_model!r}.")
+        if max_len <= 0:
+            raise InputError(f"max_len must be positive; got {max_len!r}.")
+        position = torch.arange(max_len, dtype=torch.float32).unsqueeze(1)  # [max_len, 1]
+        rate = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
+        pe = torch.zeros(max_len, d_model, dtype=torch.float32)
+        pe[:, 0::2] = torch.sin(position * rate)
+        pe[:, 1::2] = torch.cos(position * rate)
+        self.register_buffer("pe", pe.unsqueeze(0))  # [1, max_len, d_model]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Add the encoding of positions ``0..seq_len-1``.
+
+        Args:
+            x: Tokens [B, seq_len, d_model], any float dtype, on the module's device.
+
+        Returns:
+            ``x + pe[:, :seq_len]`` in ``x``'s dtype, shape [B, seq_len, d_model].
+
+        Raises:
+            InputError: ``x`` is not 3-D with width ``d_model``, or ``seq_len > max_len``.
+        """
+        if x.dim() != 3 or x.shape[-1] != self.pe.shape[-1] or x.shape[1] > self.pe.shape[1]:
+            raise InputError(f"x must be [B, seq_len <= {self.pe.shape[1]}, {self.pe.shape[-1]}]; got "
+                             f"{list(x.shape)}.")
+        return x + self.pe[:, : x.shape[1]].to(dtype=x.dtype)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Configs
+# ---------------------------------------------------------------------------------------------------------------
+
+def bundled_config(name: str) -> dict[str, Any]:
+    """A config shipped in ``nbhelpers/configs`` (copies of shared/reference/configs).
+
+    Args:
+        name: ``"musetalkV15-unet.json"``, ``"sd-vae-ft-mse.json"``, ``"whisper-tiny.json"`` or
+            ``"whisper-tiny-preprocessor.json"``.
+
+    Returns:
+        A fresh dict (safe to modify).
+
+    Raises:
+        InputError: Unknown name.
+    """
+    folder = importlib.resources.files("nbhelpers").joinpath("configs")
+    try:
+        return json.loads(folder.joinpath(name).read_text(encoding="utf-8"))
+    except (FileNotFoundError, OSError):
+        names = sorted(p.name for p in folder.iterdir() if p.name.endswith(".json"))
+        raise InputError(f"no bundled config {name!r}; available: {', '.join(names)}.") from None
+
+
+def unet_config(version: str = "v15") -> dict[str, Any]:
+    """The full-size MuseTalk UNet config (``UNet2DConditionModel`` kwargs), with no download.
+
+    v1.0 and v1.5 share the architecture (reference §1.3), so both versions return the same dict: SD-1.x's UNet
+    with 8 input channels, cross-attention width 384, ``block_out_channels`` [320, 640, 1280, 1280].
+
+    Args:
+        version: ``"v15"`` or ``"v1"``.
+
+    Returns:
+        A fresh dict.
+
+    Raises:
+        InputError: Unknown version.
+
+    Source: ``models/musetalkV15/musetalk.json`` (not in the git repository; reference §1.3).
+    """
+    _check_version(version)
+    return bundled_config("musetalkV15-unet.json")
+
+
+TINY_UNET_CHANGES = {"block_out_channels": [32, 64, 64, 64], "norm_num_groups": 8}  # same blocks, small widths
+
+
+def _check_version(version: str) -> None:
+    if version not in VERSIONS:
+        raise InputError(f"version must be one of {', '.join(VERSIONS)}; got {version!r}.")
+
+
+def _root(weights_dir: str | os.PathLike | None) -> Path:
+    return Path(weights_dir).expanduser() if weights_dir is not None else _weights.default_dir()
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    insp = _weights.inspect_file(path, "json")
+    if insp.bad:
+        raise WeightsError(f"{path} is not a usable config ({insp.state}: {insp.detail}). Delete it and run {_FIX}.")
+    return json.loads(path.read_text(encoding="utf-8-sig"))
+
+
+def _require(root: Path, paths: Sequence[str], what: str, set_hint: str = "") -> None:
+    missing = _weights.missing_files(root, paths)
+    if missing:
+        cmd = f"`{_weights.DOWNLOAD_COMMAND}{set_hint}` (or {_weights.NOTEBOOK})"
+        raise WeightsError(f"{len(missing)} weight file(s) for {what} missing under {root}: {', '.join(missing)}. "
+                           f"Download them with {cmd}, or pass weights_dir= the folder that holds the official "
+                           "models/ layout.")
+
+
+def _present(root: Path, *candidates: str) -> Path:
+    for rel in candidates:
+        if (root / rel).is_file():
+            return root / rel
+    return root / candidates[0]
+
+
+def _check_content(path: Path, fmt: str | None = None) -> None:
+    insp = _weights.inspect_file(path, fmt)
+    if insp.bad:
+        raise WeightsError(f"{path} is not a usable weight file: {insp.state} ({insp.detail}). Delete it and "
+                           f"download it again: {_FIX}.")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Checkpoints
+# ---------------------------------------------------------------------------------------------------------------
+
+def _torch_load(path: Path, weights_only: bool, mmap: bool) -> Any:
+    kwargs: dict[str, Any] = {"map_location": "cpu", "weights_only": weights_only}
+    if mmap:  # torch >= 2.1
+        try:
+            return torch.load(str(path), mmap=True, **kwargs)
+        except (OSError, RuntimeError, ValueError, TypeError):
+            pass  # a filesystem without mmap (some network mounts): read it into memory instead
+    return torch.load(str(path), **kwargs)
+
+
+def load_checkpoint(path: str | os.PathLike, trusted_sha256: str | None = None, expected_size: int | None = None,
+                    *, allow_pickle: bool = False, mmap: bool = True) -> Any:
+    """Load a ``torch.save`` file safely on torch 2.1 through 2.11+.
+
+    The file is first inspected (no unpickling): a web page, a git-lfs pointer or a cut-off file raises a clear
+    :class:`WeightsError`. A zip-format file is memory-mapped onto the CPU (``mmap=True``; tensors are read from
+    the page cache on demand); an old non-zip pickle cannot be mapped and is read normally. Plain state dicts load
+    with ``weights_only=True``. A checkpoint that holds other Python objects (the DWPose mmengine file carries
+    training metadata) is unpickled with ``weights_only=False`` only after its sha256 equals ``trusted_sha256``
+    or, when no hash is known, its size equals ``expected_size`` (or ``allow_pickle=True``).
+
+    Args:
+        path: The checkpoint.
+        trusted_sha256: Hex sha256 the file must have to be unpickled in full (see
+            :func:`nbhelpers.weights.expected_facts`).
+        expected_size: Size in bytes that allows a full unpickle when no sha256 is known.
+        allow_pickle: Unpickle in full without checks: only for a file you trust.
+        mmap: Memory-map zip-format files (default True).
+
+    Returns:
+        What was saved (usually a dict of CPU tensors).
+
+    Raises:
+        WeightsError: Missing, HTML page, git-lfs pointer, truncated, damaged, or an untrusted pickle.
+
+    Source: unet.py:44-45 (``torch.load`` of a plain state dict); failure kinds F11, F12.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise WeightsError(f"checkpoint {path} does not exist. Download the weights with {_FIX}.")
+    insp = _weights.inspect_file(path, "torch")
+    if insp.bad:
+        raise WeightsError(f"{path} is not a usable checkpoint: {insp.state} ({insp.detail}). Delete it and "
+                           f"download it again: {_FIX}.")
+    use_mmap = mmap and insp.container == "zip"
+    try:
+        return _torch_load(path, weights_only=True, mmap=use_mmap)
+    except pickle.UnpicklingError as exc:
+        refusal = exc
+    except (RuntimeError, EOFError, ValueError, OSError) as exc:
+        raise WeightsError(f"{path} could not be read as a checkpoint ({type(exc).__name__}: {exc}). It is "
+                           f"damaged: delete it and download it again with {_FIX}.") from exc
+    size = path.stat().st_size
+    if trusted_sha256:
+        digest = _weights.sha256_file(path)
+        if digest != trusted_sha256.strip().lower():
+            raise WeightsError(f"{path} holds Python objects besides tensors and its sha256 {digest[:16]}... is "
+                               f"not the expected {trusted_sha256[:16]}...; it is not unpickled. Delete it and "
+                               f"download it again with {_FIX}.") from refusal
+    elif expected_size is not None:
+        if size != int(expected_size):
+            raise WeightsError(f"{path} holds Python objects besides tensors and has {size} bytes, not the "
+                               f"expected {expected_size}; it is not unpickled. Delete it and download it again "
+                               f"with {_FIX}.") from refusal
+    elif not allow_pickle:
+        first = str(refusal).strip().splitlines()
+        raise WeightsError(
+            f"{path} holds Python objects besides tensors ({first[0][:160] if first else 'weights_only refused'}"
+            "). Unpickling such a file can run code, so it is loaded only when its sha256 or size matches the "
+            f"manifest or the hub: fetch it with {_FIX} (which records the hub's sha256), pass trusted_sha256= "
+            "or expected_size=, or allow_pickle=True for a file you trust.") from refusal
+    try:
+        return _torch_load(path, weights_only=False, mmap=use_mmap)
+    except Exception as exc:  # noqa: BLE001 - any failure here means a damaged or foreign file
+        raise WeightsError(f"{path} could not be unpickled ({type(exc).__name__}: {exc}). Delete it and download "
+                           f"it again with {_FIX}.") from exc
+
+
+def _shape(t: Any) -> tuple[int, ...]:
+    return tuple(getattr(t, "shape", ()))
+
+
+def _few(keys: Sequence[str], n: int = 5) -> str:
+    shown = ", ".join(keys[:n])
+    return shown + (f" (+{len(keys) - n} more)" if len(keys) > n else "")
+
+
+def check_state_dict(model: nn.Module, state_dict: Mapping[str, Any], path: str | os.PathLike,
+                     what: str = "model") -> None:
+    """Compare a checkpoint's keys and shapes with a model's (works on the meta device; nothing is copied).
+
+    Args:
+        model: The target module (parameters may live on the meta device).
+        state_dict: The loaded checkpoint (key -> tensor).
+        path: The file it came from (named in the error).
+        what: The model's name in the error, e.g. ``"MuseTalk UNet (v15)"``.
+
+    Raises:
+        CheckpointError: Any missing, unexpected or mis-shaped key; the message names the first few of each,
+            the file, and the fix.
+    """
+    if not isinstance(state_dict, Mapping):
+        raise CheckpointError(f"{path} holds a {type(state_dict).__name__}, not a state dict (key -> tensor) for "
+                              f"the {what}. Use the official file: {_FIX}.")
+    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    got = {str(k): _shape(v) for k, v in state_dict.items()}
+    missing = [k for k in expected if k not in got]
+    unexpected = [k for k in got if k not in expected]
+    wrong = [k for k in expected if k in got and got[k] != expected[k]]
+    if not (missing or unexpected or wrong):
+        return
+    lines = [f"{path} does not fit the {what}: {len(missing)} missing, {len(unexpected)} unexpected, "
+             f"{len(wrong)} wrong-shape key(s) (of {len(expected)})."]
+    if missing:
+        lines.append(f"  missing: {_few(missing)}")
+    if unexpected:
+        lines.append(f"  unexpected: {_few(unexpected)}")
+    if wrong:
+        lines.append("  wrong shape: " + "; ".join(f"{k} is {list(got[k])} in the file, {list(expected[k])} in "
+                                                  f"the model" for k in wrong[:5]))
+    wrappers = [k for k in ("state_dict", "model", "module", "params") if k in got]
+    prefixes = {k.split(".", 1)[0] + "." for k in unexpected}
+    if wrappers and len(got) < 10:
+        lines.append(f"  The file is a wrapper dict (keys {sorted(got)[:6]}), not a plain state dict: a training "
+                     "checkpoint, not the official release.")
+    elif len(prefixes) == 1 and missing and all(k.split(".", 1)[-1] in expected for k in unexpected):
+        lines.append(f"  Every key starts with {prefixes.pop()!r}: saved from a wrapped model; the official file "
+                     "has no prefix.")
+    elif missing and unexpected and len(missing) == len(unexpected):
+        lines.append("  Same number of missing and unexpected keys: renamed keys (a different diffusers naming?).")
+    if wrong and len(wrong) * 2 > len(expected):
+        lines.append("  Most shapes differ: this is the file of another model or a different config.")
+    lines.append(f"The file is damaged or is not the official one (or belongs to another version or model). "
+                 f"Delete it and download it again with {_FIX}; for version='v1' use the musetalk/ folder "
+                 "(`--sets v1`).")
+    raise CheckpointError("\n".join(lines))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# UNet
+# ---------------------------------------------------------------------------------------------------------------
+
+def _sdpa(model: nn.Module) -> None:
+    """Make torch SDPA attention explicit (diffusers' AttnProcessor2_0), as diffusers 0.30.2 picks by default."""
+    try:
+        from diffusers.models.attention_processor import AttnProcessor2_0
+    except ImportError:  # pragma: no cover - very old diffusers keep their default
+        return
+    if hasattr(model, "set_attn_processor") and getattr(model, "attn_processors", None):
+        model.set_attn_processor(AttnProcessor2_0())
+
+
+def build_unet(config: Mapping[str, Any] | str = "v15", device: str | torch.device = "meta") -> nn.Module:
+    """Build the MuseTalk UNet (diffusers ``UNet2DConditionModel``) from a config, with SDPA attention.
+
+    On the meta device (default) the build takes a fraction of a second and allocates nothing: parameter
+    names and shapes are available, and :func:`load_unet` assigns the checkpoint's tensors into it.
+
+    Args:
+        config: A config dict (``musetalk.json``) or a version (``"v15"``/``"v1"``) for the bundled config.
+        device: Where parameters are created: ``"meta"`` (no memory), ``"cpu"`` (random init, float32).
+
+    Returns:
+        The ``UNet2DConditionModel`` in eval mode.
+
+    Raises:
+        MissingDependencyError: diffusers is not installed.
+        WeightsError: The config does not describe a UNet2DConditionModel.
+
+    Source: unet.py:36-38 (``UNet2DConditionModel(**json.load(config))``), reference §1.3.
+    """
+    from .errors import require
+
+    diffusers = require("diffusers", "pip install diffusers")
+    cfg = unet_config(config) if isinstance(config, str) else dict(config)
+    try:
+        with torch.device(device):
+            unet = diffusers.UNet2DConditionModel.from_config(cfg)
+    except (TypeError, ValueError, KeyError) as exc:
+        raise WeightsError(f"the UNet config does not build a UNet2DConditionModel ({exc}). Use the official "
+                           f"musetalk.json (download: {_FIX}).") from exc
+    _sdpa(unet)
+    return unet.eval()
+
+
+def _finish(model: nn.Module, device: str | torch.device, dtype: torch.dtype) -> nn.Module:
+    # nn.Module.to itself (not diffusers' or transformers' override, which only adds warnings): one tensor at a
+    # time, so no second full copy in any dtype ever exists.
+    nn.Module.to(model, device=device, dtype=dtype)
+    model.eval()
+    model.requires_grad_(False)
+    return model
+
+
+def load_unet(weights_dir: str | os.PathLike | None = None, version: str = "v15", device: str | torch.device = "cpu",
+              dtype: torch.dtype = torch.float32) -> nn.Module:
+    """Load the MuseTalk UNet strictly from ``<weights_dir>/musetalkV15/{musetalk.json, unet.pth}`` (v15) or
+    ``musetalk/{musetalk.json, pytorch_model.bin}`` (v1).
+
+    The model is built on the meta device, the checkpoint is memory-mapped and assigned
+    (``load_state_dict(strict=True, assign=True)``), then cast and moved tensor by tensor.
+
+    Args:
+        weights_dir: The weights dir; None = :func:`nbhelpers.weights.default_dir`.
+        version: ``"v15"`` or ``"v1"``.
+        device: Target device (``"cpu"``, ``"cuda"``, ...).
+        dtype: Target dtype (``torch.float32``; ``torch.float16`` on CUDA).
+
+    Returns:
+        ``UNet2DConditionModel`` in eval mode with ``requires_grad`` False. Call it as
+        ``unet(latents [B, 8, 32, 32], t=0, encoder_hidden_states=[B, 50, 384]).sample -> [B, 4, 32, 32]``.
+
+    Raises:
+        InputError: Unknown version.
+        WeightsError: A file is missing, is an HTML page / git-lfs pointer / cut off.
+        CheckpointError: Keys or shapes do not match (names the keys).
+
+    Source: unet.py:36-45; inference.py:53-56 (cast to half under ``--use_float16``).
+    """
+    _check_version(version)
+    root = _root(weights_dir)
+    cfg_rel, w_rel = UNET_FILES[version]
+    _require(root, [cfg_rel, w_rel], f"the {version} UNet", "" if version == "v15" else " --sets v1")
+    cfg = _read_json(root / cfg_rel)
+    path = root / w_rel
+    state = load_checkpoint(path)
+    unet = build_unet(cfg, device="meta")
+    check_state_dict(unet, state, path, f"MuseTalk UNet ({version}, config {root / cfg_rel})")
+    unet.load_state_dict(state, strict=True, assign=True)
+    del state
+    return _finish(unet, device, dtype)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# VAE and Whisper (from_pretrained on local folders)
+# ---------------------------------------------------------------------------------------------------------------
+
+def _loading_problems(info: Mapping[str, Any] | None, path: Path, what: str) -> None:
+    if not info:
+        return
+    missing = sorted(str(k) for k in info.get("missing_keys", []) or [])
+    wrong = [str(k if isinstance(k, str) else k[0]) for k in info.get("mismatched_keys", []) or []]
+    errors = [str(e) for e in info.get("error_msgs", []) or []]
+    if missing or wrong or errors:
+        parts = []
+        if missing:
+            parts.append(f"missing: {_few(missing)}")
+        if wrong:
+            parts.append(f"wrong shape: {_few(wrong)}")
+        if errors:
+            parts.append(f"errors: {_few(errors, 2)}")
+        raise CheckpointError(f"{path} does not fit the {what}: " + "; ".join(parts) + ". The file is damaged or "
+                              f"not the official one: delete it and download it again with {_FIX}.")
+
+
+def load_vae(weights_dir: str | os.PathLike | None = None, device: str | torch.device = "cpu",
+             dtype: torch.dtype = torch.float32) -> nn.Module:
+    """Load sd-vae-ft-mse (diffusers ``AutoencoderKL``) from ``<weights_dir>/sd-vae`` with no network.
+
+    Accepts ``diffusion_pytorch_model.safetensors`` (preferred) or the official script's ``.bin``. Old attention
+    key names (``query``/``key``/``value``/``proj_attn``) are converted by diffusers.
+
+    Args:
+        weights_dir: The weights dir; None = :func:`nbhelpers.weights.default_dir`.
+        device: Target device.
+        dtype: Target dtype.
+
+    Returns:
+        ``AutoencoderKL`` in eval mode, ``requires_grad`` False. 256x256 RGB in [-1, 1] encodes to a
+        [B, 4, 32, 32] latent (scale by 0.18215).
+
+    Raises:
+        WeightsError: A file is missing or damaged.
+        CheckpointError: The weights do not fit the config (names the keys).
+
+    Source: vae.py:24 (``AutoencoderKL.from_pretrained(models/sd-vae)``), utils.py:21-23.
+    """
+    from .errors import require
+
+    diffusers = require("diffusers", "pip install diffusers")
+    root = _root(weights_dir)
+    _require(root, [f"{VAE_DIR}/config.json", f"{VAE_DIR}/diffusion_pytorch_model.safetensors"], "the VAE")
+    _read_json(root / VAE_DIR / "config.json")
+    path = _present(root, f"{VAE_DIR}/diffusion_pytorch_model.safetensors", f"{VAE_DIR}/diffusion_pytorch_model.bin")
+    _check_content(path)
+    kwargs: dict[str, Any] = {"local_files_only": True, "output_loading_info": True,
+                              "use_safetensors": path.suffix == ".safetensors"}
+    if importlib.util.find_spec("accelerate") is None:
+        kwargs["low_cpu_mem_usage"] = False  # diffusers would warn and do this itself
+    try:
+        vae, info = diffusers.AutoencoderKL.from_pretrained(str(root / VAE_DIR), **kwargs)
+    except (OSError, ValueError, RuntimeError, KeyError) as exc:
+        raise CheckpointError(f"{path} could not be loaded into AutoencoderKL ({type(exc).__name__}: "
+                              f"{str(exc)[:400]}). Delete it and download it again with {_FIX}.") from exc
+    _loading_problems(info, path, "VAE (sd-vae-ft-mse)")
+    _sdpa(vae)
+    return _finish(vae, device, dtype)
+
+
+def load_whisper(weights_dir: str | os.PathLike | None = None, device: str | torch.device = "cpu",
+                 dtype: torch.dtype = torch.float32) -> nn.Module:
+    """Load whisper-tiny (transformers ``WhisperModel``) from ``<weights_dir>/whisper`` with no network.
+
+    Attention is SDPA (``attn_implementation="sdpa"``), the kernel transformers 4.39 used by default.
+    Accepts ``model.safetensors`` (preferred: transformers >= 4.50 refuses ``.bin`` files on torch < 2.6) or
+    the official script's ``pytorch_model.bin``. Only ``.encoder`` is used by the pipeline.
+
+    Args:
+        weights_dir: The weights dir; None = :func:`nbhelpers.weights.default_dir`.
+        device: Target device.
+        dtype: Target dtype (the official code runs whisper in the UNet's dtype).
+
+    Returns:
+        ``WhisperModel`` in eval mode, ``requires_grad`` False. ``.encoder(mel [B, 80, 3000],
+        output_hidden_states=True).hidden_states`` gives 5 tensors [B, 1500, 384].
+
+    Raises:
+        WeightsError: A file is missing or damaged, or a ``.bin`` file is refused by transformers.
+        CheckpointError: The weights do not fit the config (names the keys).
+
+    Source: inference.py:64-66 (``WhisperModel.from_pretrained(models/whisper)``), reference §5.1, §6.
+    """
+    from .errors import require
+
+    transformers = require("transformers", "pip install transformers")
+    root = _root(weights_dir)
+    _require(root, [f"{WHISPER_DIR}/config.json", f"{WHISPER_DIR}/model.safetensors"], "whisper")
+    _read_json(root / WHISPER_DIR / "config.json")
+    path = _present(root, f"{WHISPER_DIR}/model.safetensors", f"{WHISPER_DIR}/pytorch_model.bin")
+    _check_content(path)
+    kwargs: dict[str, Any] = {"local_files_only": True, "output_loading_info": True,
+                              "use_safetensors": path.suffix == ".safetensors", "attn_implementation": "sdpa"}
+    try:
+        model, info = transformers.WhisperModel.from_pretrained(str(root / WHISPER_DIR), **kwargs)
+    except (OSError, ValueError, RuntimeError, KeyError) as exc:
+        hint = (" transformers refuses .bin files on this torch version: download whisper/model.safetensors "
+                f"with {_FIX}." if path.suffix == ".bin" and "torch" in str(exc).lower() else
+                f" Delete it and download it again with {_FIX}.")
+        raise (WeightsError if path.suffix == ".bin" else CheckpointError)(
+            f"{path} could not be loaded into WhisperModel ({type(exc).__name__}: {str(exc)[:400]})." + hint) from exc
+    _loading_problems(info, path, "whisper-tiny model")
+    return _finish(model, device, dtype)
+
+
+def load_feature_extractor(weights_dir: str | os.PathLike | None = None) -> Any:
+    """Load the ``WhisperFeatureExtractor`` from ``<weights_dir>/whisper/preprocessor_config.json`` (no network).
+
+    Args:
+        weights_dir: The weights dir; None = :func:`nbhelpers.weights.default_dir`.
+
+    Returns:
+        ``transformers.WhisperFeatureExtractor`` (80 mel bins, 16 kHz, hop 160, 30 s chunks; mel filters
+        computed by transformers).
+
+    Raises:
+        WeightsError: The file is missing or damaged.
+
+    Source: audio_processor.py:12-13 (``AutoFeatureExtractor.from_pretrained(models/whisper)``).
+    """
+    from .errors import require
+
+    transformers = require("transformers", "pip install transformers")
+    root = _root(weights_dir)
+    _require(root, [f"{WHISPER_DIR}/preprocessor_config.json"], "the whisper feature extractor")
+    _read_json(root / WHISPER_DIR / "preprocessor_config.json")
+    return transformers.WhisperFeatureExtractor.from_pretrained(str(root / WHISPER_DIR), local_files_only=True)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Everything at once
+# ---------------------------------------------------------------------------------------------------------------
+
+def _count(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+@dataclasses.dataclass
+class Models:
+    """The models of one MuseTalk run, all in eval mode with ``requires_grad`` False, on one device and dtype.
+
+    Attributes:
+        unet: ``UNet2DConditionModel`` (8 -> 4 channels, cross-attention 384).
+        vae: ``AutoencoderKL`` (sd-vae-ft-mse).
+        whisper: ``WhisperModel`` (use ``.encoder``).
+        feature_extractor: ``WhisperFeatureExtractor`` (CPU, numpy).
+        pe: :class:`PositionalEncoding` (384, 5000).
+        device: The device of every model.
+        dtype: The dtype of every model.
+        version: ``"v15"`` or ``"v1"``.
+        weights_dir: Where the files came from.
+        tiny: True when they are tiny random test weights.
+    """
+
+    unet: nn.Module
+    vae: nn.Module
+    whisper: nn.Module
+    feature_extractor: Any
+    pe: PositionalEncoding
+    device: torch.device
+    dtype: torch.dtype
+    version: str = "v15"
+    weights_dir: Path | None = None
+    tiny: bool = False
+
+    def __repr__(self) -> str:
+        kind = " (tiny random test weights)" if self.tiny else ""
+        return (f"Models({self.version}{kind} on {self.device}, {str(self.dtype).replace('torch.', '')}: "
+                f"UNet {_count(self.unet) / 1e6:.1f} M, VAE {_count(self.vae) / 1e6:.1f} M, "
+                f"whisper {_count(self.whisper) / 1e6:.1f} M parameters; from {self.weights_dir})")
+
+
+def load_models(weights_dir: str | os.PathLike | None = None, version: str = "v15",
+                device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> Models:
+    """Load UNet, VAE, whisper, feature extractor and positional encoding for one version.
+
+    All files are checked for presence first; one error lists every missing file.
+
+    Args:
+        weights_dir: The weights dir; None = :func:`nbhelpers.weights.default_dir`.
+        version: ``"v15"`` (default) or ``"v1"``.
+        device: Target device (``"cpu"``, ``"cuda"``, ``torch.device``).
+        dtype: Target dtype of every model (``torch.float16`` on CUDA, ``torch.float32`` on CPU).
+
+    Returns:
+        :class:`Models`.
+
+    Raises:
+        InputError: Unknown version, device or dtype.
+        WeightsError: Missing or damaged files (lists them with the download command).
+        CheckpointError: A checkpoint does not fit its model (names the keys).
+
+    Source: inference.py:45-67 (load_all_model, PE, whisper, casts).
+    """
+    _check_version(version)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise InputError(f"dtype must be a floating torch dtype (torch.float32, torch.float16); got {dtype!r}.")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise InputError(f"device must be 'cpu', 'cuda', 'cuda:N' or a torch.device; got {device!r}.") from exc
+    root = _root(weights_dir)
+    needed = _weights.required_files(version, parsing=False)
+    _require(root, needed, f"MuseTalk {version}", "" if version == "v15" else " --sets v1")
+    bad = []  # look inside every file before loading any (a second or two, not minutes, to find a bad one)
+    for rel in needed:
+        path = _present(root, rel, *_weights.MANIFEST.get(rel).alternates)
+        insp = _weights.inspect_file(path)
+        if insp.bad:
+            bad.append(f"{path.relative_to(root).as_posix()}: {insp.state} ({insp.detail})")
+    if bad:
+        raise WeightsError(f"{len(bad)} weight file(s) under {root} are not usable:\n  " + "\n  ".join(bad)
+                           + f"\nDelete them and download them again with {_FIX}.")
+    unet = load_unet(root, version, dev, dtype)
+    vae = load_vae(root, dev, dtype)
+    whisper = load_whisper(root, dev, dtype)
+    extractor = load_feature_extractor(root)
+    pe = PositionalEncoding(WHISPER_DIM, 5000).to(device=dev, dtype=dtype).eval()
+    return Models(unet=unet, vae=vae, whisper=whisper, feature_extractor=extractor, pe=pe, device=dev, dtype=dtype,
+                  version=version, weights_dir=root, tiny=_weights.is_tiny(root))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Tiny random weights in the official layout (registered with nbhelpers.testing)
+# ---------------------------------------------------------------------------------------------------------------
+
+def _atomic_torch_save(obj: Any, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(obj, str(tmp))
+    os.replace(tmp, path)
+
+
+def _atomic_json(data: Mapping[str, Any], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _atomic_safetensors(state: Mapping[str, torch.Tensor], path: Path) -> None:
+    from safetensors.torch import save_file
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    save_file({k: v.contiguous() for k, v in state.items()}, str(tmp), metadata={"format": "pt"})
+    os.replace(tmp, path)
+
+
+def tiny_unet_config() -> dict[str, Any]:
+    """The tiny UNet config: the real one with ``block_out_channels`` [32, 64, 64, 64] and 8 norm groups."""
+    return {**unet_config("v15"), **TINY_UNET_CHANGES}
+
+
+def write_tiny_unet(directory: str | os.PathLike, versions: Sequence[str] = ("v15",)) -> list[Path]:
+    """Write tiny random UNets in the official formats: ``musetalk.json`` + a ``torch.save`` plain state dict.
+
+    Args:
+        directory: The weights dir.
+        versions: ``"v15"`` writes ``musetalkV15/{musetalk.json, unet.pth}``; ``"v1"`` writes
+            ``musetalk/{musetalk.json, pytorch_model.bin}`` (other random weights).
+
+    Returns:
+        The paths written.
+    """
+    root = Path(directory)
+    out = []
+    cfg = tiny_unet_config()
+    for version in versions:
+        _check_version(version)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(1000 + VERSIONS.index(version))
+            unet = build_unet(cfg, device="cpu")
+        cfg_rel, w_rel = UNET_FILES[version]
+        _atomic_json(cfg, root / cfg_rel)
+        _atomic_torch_save(unet.state_dict(), root / w_rel)
+        out += [root / cfg_rel, root / w_rel]
+    return out
+
+
+_LEGACY_ATTENTION_NAMES = ((".to_q.", ".query."), (".to_k.", ".key."), (".to_v.", ".value."),
+                           (".to_out.0.", ".proj_attn."))
+
+
+def write_tiny_vae(directory: str | os.PathLike) -> list[Path]:
+    """Write a tiny random sd-vae-ft-mse: ``sd-vae/config.json`` + ``diffusion_pytorch_model.safetensors``.
+
+    Four blocks of width 32 (so 256 px -> 32 latent pixels, 4 latent channels). The mid-block attention is
+    stored under the pre-0.14 diffusers names (``query``/``key``/``value``/``proj_attn``), as in the
+    checkpoint published in 2022 (believed, not verified here), so diffusers' conversion is exercised.
+
+    Args:
+        directory: The weights dir.
+
+    Returns:
+        The paths written.
+    """
+    import diffusers
+
+    cfg = bundled_config("sd-vae-ft-mse.json")
+    cfg.update(block_out_channels=[32, 32, 32, 32], norm_num_groups=8)
+    kwargs = {k: v for k, v in cfg.items() if not k.startswith("_")}
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(2000)
+        vae = diffusers.AutoencoderKL(**kwargs)
+    state = {}
+    for key, value in vae.state_dict().items():
+        if ".attentions." in key:
+            for new, old in _LEGACY_ATTENTION_NAMES:
+                key = key.replace(new, old)
+        state[key] = value
+    folder = Path(directory) / VAE_DIR
+    _atomic_json(cfg, folder / "config.json")
+    _atomic_safetensors(state, folder / "diffusion_pytorch_model.safetensors")
+    return [folder / "config.json", folder / "diffusion_pytorch_model.safetensors"]
+
+
+def tiny_whisper_config() -> dict[str, Any]:
+    """The tiny whisper config: d_model 384 and 4 encoder layers as whisper-tiny (so 5 hidden states of 384),
+    small feed-forward, 1 decoder layer, a 64-token vocabulary."""
+    cfg = {k: v for k, v in bundled_config("whisper-tiny.json").items() if not k.startswith("_")}
+    cfg.update(encoder_ffn_dim=64, decoder_layers=1, decoder_ffn_dim=64, vocab_size=64, max_target_positions=32,
+               pad_token_id=60, bos_token_id=60, eos_token_id=60, decoder_start_token_id=61,
+               suppress_tokens=[], begin_suppress_tokens=[])
+    return cfg
+
+
+def write_tiny_whisper(directory: str | os.PathLike) -> list[Path]:
+    """Write a tiny random whisper: ``whisper/{config.json, model.safetensors, preprocessor_config.json}``.
+
+    The weights are those of a ``WhisperForConditionalGeneration`` (keys ``model.encoder...``, as the hub file),
+    without the tied ``proj_out``; the preprocessor values are openai/whisper-tiny's.
+
+    Args:
+        directory: The weights dir.
+
+    Returns:
+        The paths written.
+    """
+    import transformers
+
+    cfg = tiny_whisper_config()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(3000)
+        model = transformers.WhisperForConditionalGeneration(transformers.WhisperConfig(**cfg))
+    state = {k: v for k, v in model.state_dict().items() if k != "proj_out.weight"}
+    folder = Path(directory) / WHISPER_DIR
+    _atomic_json(cfg, folder / "config.json")
+    _atomic_safetensors(state, folder / "model.safetensors")
+    _atomic_json(bundled_config("whisper-tiny-preprocessor.json"), folder / "preprocessor_config.json")
+    return [folder / "config.json", folder / "model.safetensors", folder / "preprocessor_config.json"]
+
+
+def _register_tiny_writers() -> None:
+    from .testing import register_tiny_writer
+
+    register_tiny_writer("unet", write_tiny_unet)
+    register_tiny_writer("vae", write_tiny_vae)
+    register_tiny_writer("whisper", write_tiny_whisper)
+
+
+_register_tiny_writers()

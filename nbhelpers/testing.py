@@ -1,0 +1,135 @@
+"""Tiny random weights in the official layout, for tests, CI notebooks and trying the code without a download.
+
+:func:`make_tiny_weights` writes a complete weights tree with the same file names and formats as the real one
+(``torch.save`` plain state dicts, safetensors, JSON configs) holding tiny models of the same block types. Each
+model module contributes its files by registering a writer at import::
+
+    from nbhelpers.testing import register_tiny_writer
+    register_tiny_writer("parsing", write_tiny_bisenet)    # fn(directory) -> anything
+
+The tree carries a ``tiny.json`` marker (:data:`nbhelpers.weights.TINY_MARKER`) so that the pipeline and the GPU
+planner can tell it from real weights. Importing this module is light (no torch).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import os
+import time
+import warnings
+import zlib
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from .errors import InputError
+
+__all__ = ["register_tiny_writer", "tiny_writers", "make_tiny_weights", "WRITER_MODULES", "TINY_MARKER"]
+
+TINY_MARKER = "tiny.json"  # same as nbhelpers.weights.TINY_MARKER
+# Modules that register writers when imported; missing ones are skipped (they land as their issues do).
+WRITER_MODULES = ("nbhelpers.models", "nbhelpers.parsing", "nbhelpers.faces.s3fd", "nbhelpers.faces.dwpose_onnx",
+                  "nbhelpers.faces.dwpose_mmpose", "nbhelpers.faces.mmpose_backend")
+
+_WRITERS: dict[str, Callable[..., Any]] = {}
+
+
+def register_tiny_writer(name: str, fn: Callable[..., Any]) -> None:
+    """Register a function that writes one model's tiny files into a weights dir.
+
+    Args:
+        name: Unique name (``"unet"``, ``"parsing"``, ``"s3fd"``, ...); registering again replaces it.
+        fn: ``fn(directory)`` writing files in the official layout under ``directory``. If it accepts a
+            ``versions`` argument it also receives the MuseTalk versions asked for. It runs with torch's RNG
+            seeded from the name (and restored afterwards), so its output is deterministic.
+
+    Raises:
+        InputError: ``name`` is empty or ``fn`` is not callable.
+    """
+    if not name or not isinstance(name, str):
+        raise InputError(f"name must be a non-empty string; got {name!r}.")
+    if not callable(fn):
+        raise InputError(f"fn must be callable fn(directory); got {type(fn).__name__}.")
+    _WRITERS[name] = fn
+
+
+def _import_writer_modules() -> None:
+    for module in WRITER_MODULES:
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name and (module == exc.name or module.startswith(exc.name + ".")):
+                continue  # that module does not exist (yet)
+            warnings.warn(f"{module} was not imported ({exc}); its tiny weights are left out", stacklevel=3)
+        except ImportError as exc:
+            warnings.warn(f"{module} was not imported ({exc}); its tiny weights are left out", stacklevel=3)
+
+
+def tiny_writers() -> dict[str, Callable[..., Any]]:
+    """The registered writers (after importing every known model module), name -> function."""
+    _import_writer_modules()
+    return dict(_WRITERS)
+
+
+def make_tiny_weights(directory: str | os.PathLike, versions: Sequence[str] = ("v15",), *,
+                      writers: Sequence[str] | None = None) -> Path:
+    """Write a complete tiny-model weights tree in the official layout (random weights, deterministic).
+
+    Files: ``musetalkV15/{musetalk.json, unet.pth}`` (UNet of the real block types with
+    ``block_out_channels`` [32, 64, 64, 64]), ``sd-vae/{config.json, diffusion_pytorch_model.safetensors}``
+    (4 blocks of width 32: 256 px -> 32x32x4), ``whisper/{config.json, model.safetensors,
+    preprocessor_config.json}`` (d_model 384, 4 encoder layers), plus whatever the face and parsing modules
+    register (BiSeNet, S3FD, DWPose ONNX), and ``tiny.json``. Every file is written under a temporary name and
+    renamed. The same arguments give the same tensors.
+
+    Args:
+        directory: The weights dir to fill (created).
+        versions: MuseTalk versions whose UNet to write: ``("v15",)``, ``("v15", "v1")``.
+        writers: Names of the registered writers to run (default: all), e.g. ``("unet", "vae", "whisper")``.
+
+    Returns:
+        ``directory`` as a Path.
+
+    Raises:
+        InputError: Unknown version or writer name.
+        MissingDependencyError / ImportError: torch, diffusers or transformers missing.
+    """
+    from .constants import VERSIONS
+
+    versions = tuple(versions)
+    bad = [v for v in versions if v not in VERSIONS]
+    if bad or not versions:
+        raise InputError(f"versions must be a non-empty subset of {VERSIONS}; got {versions!r}.")
+    import torch
+
+    root = Path(directory)
+    root.mkdir(parents=True, exist_ok=True)
+    available = tiny_writers()
+    unknown = sorted(set(writers or ()) - set(available))
+    if unknown:
+        raise InputError(f"unknown tiny writer(s) {unknown}; registered: {', '.join(sorted(available))}.")
+    writers = {name: fn for name, fn in available.items() if writers is None or name in writers}
+    timings = {}
+    for name, fn in writers.items():
+        start = time.monotonic()
+        try:
+            accepts_versions = "versions" in inspect.signature(fn).parameters
+        except (TypeError, ValueError):
+            accepts_versions = False
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(zlib.crc32(name.encode()) % (2**31))
+            if accepts_versions:
+                fn(root, versions=versions)
+            else:
+                fn(root)
+        timings[name] = round(time.monotonic() - start, 3)
+    files = sorted(p.relative_to(root).as_posix() for p in root.rglob("*")
+                   if p.is_file() and p.name != TINY_MARKER and not p.name.startswith("."))
+    marker = {"kind": "nbhelpers tiny random weights (not for real use)", "versions": list(versions),
+              "writers": sorted(writers), "files": files, "seconds": timings}
+    tmp = root / (TINY_MARKER + ".tmp")
+    tmp.write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, root / TINY_MARKER)
+    return root
