@@ -193,7 +193,7 @@ AVATAR_NB = opening(
     code("video, _ = env.workbook_inputs(MODE, VIDEO)\nWEIGHTS = env.weights_dir(MODE)\nvideo"),
     md("## Settings\n\nThe planner picks the device, precision and batch size for your GPU, and the panel lets you "
        "change them and the face settings. The controls only set values: after a change, run the next cell."),
-    code('panel = ui.settings_panel(env.plan("avatar", MODE), values=SETTINGS)\npanel'),
+    code('panel = ui.settings_panel(env.plan("avatar", MODE), values=SETTINGS)\npanel', IGNORE),
     md("## Preview the first frame\n\nBefore the full run, you see on your first frame the crop box, the landmarks, "
        "the blend mask and the repainted mouth."),
     code("from nbhelpers import pipeline\npipeline.preview(video, config=panel.config, weights_dir=WEIGHTS)"),
@@ -225,7 +225,7 @@ LIPSYNC_NB = opening(
     code("video, audio = env.workbook_inputs(MODE, VIDEO, AUDIO)\nWEIGHTS = env.weights_dir(MODE)\nvideo, audio"),
     md("## Settings\n\nThe planner picks the device, precision and batch size for your GPU, and the panel lets you "
        "change them and the face settings. The controls only set values: after a change, run the next cell."),
-    code('panel = ui.settings_panel(env.plan("lipsync", MODE), values=SETTINGS)\npanel'),
+    code('panel = ui.settings_panel(env.plan("lipsync", MODE), values=SETTINGS)\npanel', IGNORE),
     md("## Run\n\nThis runs every stage with a progress bar: faces, parsing, latents, generation, paste-back and "
        "encoding. Your result plays here when it is done."),
     code('result = nbh.lipsync(video, audio, env.work_dir(MODE) / "lipsync.mp4", config=panel.config, '
@@ -255,7 +255,7 @@ REALTIME_NB = opening(
          "WEIGHTS = env.weights_dir(MODE)"),
     md("## Settings\n\nThe planner picks the realtime batch size for your GPU; the controls only set values, so "
        "after a change you run the next cell."),
-    code('panel = ui.settings_panel(env.plan("realtime", MODE), values=SETTINGS)\npanel'),
+    code('panel = ui.settings_panel(env.plan("realtime", MODE), values=SETTINGS)\npanel', IGNORE),
     md("## Prepare or load the avatar\n\nIf you prepared this video in 03_avatar with the same settings, your "
        "avatar loads from its folder in seconds."),
     code('avatar = nbh.prepare_avatar(video, env.work_dir(MODE) / "avatars" / "my-avatar", config=panel.config, '
