@@ -193,6 +193,8 @@ def frame_seed(base_seed: int, frame_index: int) -> int:
 
     Returns:
         int in [0, 2**63), from numpy's ``SeedSequence`` (stable across numpy versions and platforms).
+
+    Source: none in the official code, which samples from the unseeded global RNG (``vae.py:93``, quirk Q1).
     """
     state = np.random.SeedSequence([int(base_seed), int(frame_index)]).generate_state(1, dtype=np.uint64)
     return int(state[0]) & (2**63 - 1)

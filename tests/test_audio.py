@@ -293,3 +293,10 @@ def test_transformers_hidden_states_are_the_five_the_reference_names(tiny_whispe
         for layer in enc.layers:
             h = run_layer(layer, h)
         torch.testing.assert_close(states[4], enc.layer_norm(h))
+
+
+def test_fp16_encoder_gives_fp16_tokens():
+    enc = LabelEncoder(torch.float16)
+    feats = whisper_features(np.zeros(3_200, np.float32), enc)
+    assert enc.shapes == [((1, 80, 3000), torch.float16)] and feats.dtype == torch.float16
+    assert [decode_label(v) for v in feats[4, :, 0].tolist()] == [expected_label(4, j, 10) for j in range(50)]
