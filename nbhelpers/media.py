@@ -66,6 +66,7 @@ _IMAGE_CODECS = {"png", "mjpeg", "jpeg2000", "bmp", "tiff", "webp", "targa", "pp
 _ALPHA_PIX_FMTS = {"rgba", "bgra", "argb", "abgr", "pal8", "ya8", "ya16le", "ya16be", "rgba64le", "rgba64be",
                    "bgra64le", "bgra64be"}
 _WRITER_SUFFIXES = {".mp4", ".mov", ".m4v", ".mkv"}
+_PCM_FORMATS = {"WAV", "WAVEX", "RF64", "W64", "AIFF", "CAF", "FLAC", "AU"}  # libsndfile formats with exact counts
 _CHANNEL_LAYOUTS = {"mono": 1, "stereo": 2, "downmix": 2, "quad": 4, "quad(side)": 4, "hexagonal": 6,
                     "octagonal": 8, "cube": 8, "hexadecagonal": 16, "binaural": 2}
 
@@ -74,7 +75,7 @@ _CHANNEL_LAYOUTS = {"mono": 1, "stereo": 2, "downmix": 2, "quad": 4, "quad(side)
 # ffmpeg binary and process helpers
 # ---------------------------------------------------------------------------------------------------------------
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _bundled_ffmpeg() -> str:
     try:
         import imageio_ffmpeg
@@ -115,7 +116,7 @@ def ffmpeg_exe(prefer_system: bool = False) -> str:
     return _bundled_ffmpeg()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def ffmpeg_version(exe: str | None = None) -> tuple[int, int]:
     """Major and minor version of an ffmpeg binary, e.g. ``(9, 0)``; git builds (``N-12345-g...``) give (99, 0).
 
@@ -654,8 +655,8 @@ def _progress_frames(stdout: bytes) -> int | None:
 def _count_packets(exe: str, path: Path, stream_index: int) -> int | None:
     """Packets (= frames) of one stream, by demuxing only: one framecrc line per packet (ffmpeg 7.0's progress
     report leaves out the frame count when stream copying, so it is not used here)."""
-    args = [exe, "-nostdin", "-hide_banner", "-loglevel", "error", "-i", str(path), "-map", f"0:{stream_index}",
-            "-c", "copy", "-f", "framecrc", "pipe:1"]
+    args = [exe, "-nostdin", "-hide_banner", "-nostats", "-loglevel", "error", "-i", str(path),
+            "-map", f"0:{stream_index}", "-c", "copy", "-f", "framecrc", "pipe:1"]
     rc, out, _ = _run(args, "count video frames")
     if rc != 0:
         return None
@@ -771,6 +772,16 @@ class VideoReader:
     - **Photos.** A single image (detected from the content) yields exactly one frame; the pipeline loops it. Its
       EXIF orientation is applied (as ``cv2.imread`` does in the official code), identically on every ffmpeg.
 
+    Args:
+        path: Video or photo file (any container or image format ffmpeg reads).
+        fps: Output frame rate in frames per second (25 for MuseTalk).
+        background: BGR colour (3 ints, 0-255) that transparent pixels are composited over.
+        ffmpeg: Path of the ffmpeg binary; None for :func:`ffmpeg_exe`.
+
+    Raises:
+        InputError: Missing file, no video stream, or a bad ``fps``/``background``.
+        FFmpegError: ffmpeg cannot read the file.
+
     Attributes:
         path: Absolute path of the source.
         info: :class:`MediaInfo` of the source.
@@ -811,7 +822,7 @@ class VideoReader:
         return chain
 
     def _command(self, extra_filter: str | None = None, max_frames: int | None = None, null: bool = False):
-        args = [self._exe, "-nostdin", "-hide_banner", "-loglevel", "error"]
+        args = [self._exe, "-nostdin", "-hide_banner", "-nostats", "-loglevel", "error"]
         if self.info.is_image:
             args.append("-noautorotate")  # recent ffmpeg turns JPEGs by EXIF, older does not: we do it ourselves
         args += ["-i", str(self.path), "-map", f"0:{self.info.video_stream.index}"]
@@ -824,7 +835,7 @@ class VideoReader:
             args += ["-frames:v", str(max_frames)]
         args += _passthrough(self._exe)
         if null:
-            return args + ["-f", "null", "-progress", "pipe:1", "-nostats", "-"]
+            return args + ["-f", "null", "-progress", "pipe:1", "-"]
         return args + ["-f", "rawvideo", "-pix_fmt", "bgra" if self.has_alpha else "bgr24", "pipe:1"]
 
     # -- frame count ----------------------------------------------------------------------------------------------
@@ -885,7 +896,8 @@ class VideoReader:
             self._release(stream)
 
     def __iter__(self) -> Iterator[np.ndarray]:
-        for batch in self.iter_batches(8):
+        frame_bytes = self.width * self.height * (4 if self.has_alpha else 3)
+        for batch in self.iter_batches(max(1, min(8, (64 << 20) // frame_bytes))):  # <= 64 MiB per read
             yield from batch
 
     def read_batch(self, n: int) -> np.ndarray:
@@ -984,6 +996,9 @@ def frames_at(path, indices: Sequence[int], fps=FPS, *, background=(0, 0, 0)) ->
     Raises:
         InputError: An index is negative, not an integer, or past the last frame (the message gives the count).
         FFmpegError: ffmpeg failed.
+
+    Source: no official counterpart; the Gradio app's "Test Inpainting" previews only the first frame
+    (app.py:35-123). Frames are picked after the ``fps`` filter with ``select``, so numbering matches the reader.
     """
     wanted = list(indices)
     if not wanted:
@@ -1034,6 +1049,8 @@ def read_frame(path, index: int = 0, fps=FPS, *, background=(0, 0, 0)) -> np.nda
     Raises:
         InputError: ``index`` is negative or past the last frame.
         FFmpegError: ffmpeg failed.
+
+    Source: no official counterpart (see :func:`frames_at`).
     """
     return frames_at(path, [index], fps, background=background)[0]
 
@@ -1082,7 +1099,7 @@ def _wav_header(buf: bytes) -> tuple[int, int, int] | None:
 def _ffmpeg_decode(p: Path, info: MediaInfo) -> tuple[np.ndarray, int]:
     """Decode the first audio stream at its native rate to float32, mean-mixed to mono chunk by chunk."""
     exe = ffmpeg_exe()
-    args = [exe, "-nostdin", "-hide_banner", "-loglevel", "error", "-i", str(p), "-map",
+    args = [exe, "-nostdin", "-hide_banner", "-nostats", "-loglevel", "error", "-i", str(p), "-map",
             f"0:{info.audio_stream.index}", "-vn", "-sn", "-dn", "-map_metadata", "-1", "-fflags", "+bitexact",
             "-c:a", "pcm_f32le", "-f", "wav", "pipe:1"]
     proc = _Process(args)
@@ -1213,7 +1230,8 @@ def audio_duration(path) -> float:
         import soundfile as sf
 
         info = sf.info(str(p))
-        if info.frames > 0 and info.samplerate > 0:
+        # PCM containers state their sample count in the header; compressed ones are decoded to count exactly
+        if info.format in _PCM_FORMATS and info.frames > 0 and info.samplerate > 0:
             return info.frames / info.samplerate
     except Exception:  # not readable by libsndfile -> decode with ffmpeg
         pass
@@ -1323,7 +1341,7 @@ class VideoWriter:
 
     def _build_args(self, codec, crf, preset, audio_info, audio_bitrate, shortest, extra) -> list[str]:
         w, h = self.width, self.height
-        args = [self._exe, "-nostdin", "-hide_banner", "-loglevel", "error", "-y",
+        args = [self._exe, "-nostdin", "-hide_banner", "-nostats", "-loglevel", "error", "-y",
                 "-f", "rawvideo", "-pixel_format", "bgr24", "-video_size", f"{w}x{h}",
                 "-framerate", f"{self.fps.numerator}/{self.fps.denominator}", "-i", "pipe:0"]
         if self.audio is not None:
@@ -1364,8 +1382,8 @@ class VideoWriter:
         """Append one frame ``(H, W, 3)`` or a batch ``(N, H, W, 3)`` of uint8 BGR frames.
 
         Args:
-            frames: numpy array (or anything ``np.asarray`` accepts, e.g. a CPU tensor) of dtype uint8, BGR order,
-                with H = ``height`` and W = ``width``. Non-contiguous arrays are copied.
+            frames: numpy array (or a torch tensor, copied to the host) of dtype uint8, BGR order, with
+                H = ``height`` and W = ``width``. Non-contiguous arrays are copied.
 
         Raises:
             InputError: Wrong dtype or shape (the message shows what was received).
@@ -1374,6 +1392,8 @@ class VideoWriter:
         """
         if self._closed:
             raise MediaError(f"This VideoWriter for {str(self.path)!r} is closed; open a new one to write again.")
+        if hasattr(frames, "detach") and hasattr(frames, "cpu"):  # a torch tensor, possibly on the GPU
+            frames = frames.detach().cpu().numpy()
         arr = np.asarray(frames)
         if arr.dtype != np.uint8:
             raise InputError(f"frames must be uint8 BGR (0-255); got dtype {arr.dtype}. Convert with "
@@ -1519,6 +1539,8 @@ def demo_inputs(directory) -> tuple[Path, Path]:
 
     Raises:
         MissingDependencyError: scikit-image or Pillow is not installed.
+
+    Source: no official counterpart; both inputs are ours or public domain (nbhelpers/data/README.md).
     """
     from importlib import resources
 
