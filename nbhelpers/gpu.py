@@ -17,16 +17,22 @@ The planner predicts the peak GPU memory of each stage of a job as ``fixed + per
 the largest batch whose worst stage fits the budget. Stages run one after another and the pipeline releases each
 stage's models before the next loads, so the job's peak is the *maximum* over stages, not their sum:
 
-================  =============================================================  ===========================
-stage             fixed part (GiB)                                               per frame of the batch (GiB)
-================  =============================================================  ===========================
-``faces``         S3FD weights + S3FD activations of one full frame + DWPose     0 (batch 1, full frames)
-``parsing``       BiSeNet weights                                                BiSeNet activations, 512²
-``encode``        core weights (UNet + VAE + Whisper) + cached latents           VAE encode, masked + ref
-``generate``      core weights + whisper features + cached latents               UNet + VAE decode + blend
-================  =============================================================  ===========================
+=========  ==========  ===========================================================  ===========================
+kind       stage       fixed part (GiB)                                             per frame of the batch (GiB)
+=========  ==========  ===========================================================  ===========================
+lipsync    faces       S3FD weights + S3FD activations of one full frame + DWPose   0 (batch 1, full frames)
+lipsync    encode      resident: core weights (UNet + VAE + Whisper) + whisper      VAE encode, masked + ref
+                       features + latents of the job
+lipsync    parsing     resident + BiSeNet weights                                   BiSeNet activations, 512²
+lipsync    generate    resident                                                     UNet + VAE decode + blend
+avatar     faces       as lipsync                                                   0
+avatar     encode      VAE weights + latents (the VAE is loaded alone)              VAE encode
+avatar     parsing     BiSeNet weights (alone)                                      BiSeNet activations
+realtime   generate    core weights + whisper features                              UNet + VAE decode + blend
+=========  ==========  ===========================================================  ===========================
 
-``lipsync`` runs all four stages, ``avatar`` (preparation) the first three, ``realtime`` only ``generate``.
+The order follows ``pipeline.lipsync`` (faces, then models, features, encode, parsing, generate) and
+``avatar.prepare_avatar`` (faces, VAE encode, release, parsing).
 fp32 multiplies weights and activations by :attr:`MemoryModel.fp32_factor`; the blend term (full frames) does
 not change with precision. The budget is
 ``(free + this process's cached - workspace [- context]) * (1 - safety_fraction)``.
@@ -77,6 +83,7 @@ class MemoryModel:
             through DESIGN.md's measured peaks 3.06 / 4.25 / 6.62 GiB at batch 8 / 16 / 32: 1.87.
         core_per_frame_gib: Growth of the core's peak per frame of a UNet + VAE-decode batch in fp16, GiB/frame.
             Slope of the same line: (6.62 - 3.06) / 24 = 0.149 (VAE decode of 256x256 crops dominates).
+        vae_weights_gib: sd-vae-ft-mse weights in fp16, GiB (84 M parameters): 0.16.
         encode_per_frame_gib: VAE encode of one frame's masked + reference crops in fp16, GiB/frame. Estimate:
             taken equal to the core slope (encode is 271 GFLOP/frame against decode's 620); bench/memory.py
             measures it.
@@ -114,6 +121,7 @@ class MemoryModel:
     core_weights_gib: float = 1.84
     core_fixed_gib: float = 1.87
     core_per_frame_gib: float = 0.149
+    vae_weights_gib: float = 0.16
     encode_per_frame_gib: float = 0.149
     s3fd_weights_gib: float = 0.05
     s3fd_bytes_per_pixel: float = 320.0
@@ -148,9 +156,6 @@ NVIDIA_SMI_TIMEOUT_S = 10.0
 
 KINDS = ("lipsync", "avatar", "realtime")
 WEIGHTS = ("full", "tiny")
-_STAGES = {"lipsync": ("faces", "parsing", "encode", "generate"),
-           "avatar": ("faces", "parsing", "encode"),
-           "realtime": ("generate",)}
 
 COLAB_GPU_STEPS = "Runtime > Change runtime type > T4 GPU > Save, then run the notebook again from the top"
 
@@ -288,6 +293,8 @@ class GpuReport:
             MissingDependencyError: torch is not installed (whatever ``allow_cpu`` says: nothing can run).
             NoGpuError: No CUDA GPU is usable and the CPU is not allowed. The message gives the Colab steps
                 (Runtime > Change runtime type > T4 GPU > Save) and the escape hatch.
+
+        Source: none (the official scripts fail later inside ``.cuda()`` calls, reference §6 "Devices").
         """
         if self.has_gpu:
             return self
@@ -427,6 +434,8 @@ def check_gpu(allow_cpu: bool | None = None, device: str | int | None = None) ->
         NoGpuError: No usable CUDA GPU and the CPU not allowed (the message gives the Colab steps).
         MissingDependencyError: torch is not installed.
         InputError: Bad ``device``.
+
+    Source: none (the official scripts assume ``cuda:0``, reference §6 "Devices").
     """
     return report(device).require_gpu(allow_cpu)
 
@@ -705,6 +714,17 @@ class Plan:
         return "fp16" if self.fp16 else "fp32"
 
     @property
+    def headroom_gib(self) -> float | None:
+        """GiB of the budget the plan leaves unused at its peak (``budget - predicted peak``), >= 0.
+
+        What a caller may still spend on optional caches (e.g. keeping an avatar's source frames on the GPU);
+        None on the CPU or when free memory is unknown.
+        """
+        if self.budget_gib is None or self.predicted_peak_gib is None:
+            return None
+        return max(0.0, self.budget_gib - self.predicted_peak_gib)
+
+    @property
     def config(self):
         """An :class:`~nbhelpers.config.InferenceConfig` with ``device``, ``fp16`` and ``batch_size`` filled.
 
@@ -763,6 +783,9 @@ def snap_batch(n: float) -> int:
 
     Returns:
         The snapped batch size, >= 1.
+
+    Source: none; the official batch sizes are fixed (8 offline, 20 realtime: ``inference.py:266``,
+    ``realtime_inference.py:331``).
     """
     if not n >= 1:  # also catches NaN
         return 1
@@ -790,6 +813,9 @@ def stage_memory(kind: str, fp16: bool = True, frame_size: tuple[int, int] = DEF
 
     Returns:
         Dict of stage name -> (fixed_gib, per_frame_gib), in the order the stages run.
+
+    Source: DESIGN.md "Performance principles" (measured peaks); stage order from reference §0 and §6 (S3FD at
+    batch 1 on full frames: quirk Q18, ``api.py:72``).
     """
     mm = memory_model or MEMORY_MODEL
     f = 1.0 if fp16 else mm.fp32_factor
@@ -800,20 +826,26 @@ def stage_memory(kind: str, fp16: bool = True, frame_size: tuple[int, int] = DEF
     features = n * AUDIO_TOKENS * WHISPER_DIM * bytes_per_value / GIB if kind != "avatar" else 0.0
     latents = n * LATENT_CHANNELS * LATENT_SIZE * LATENT_SIZE * bytes_per_value / GIB if kind != "realtime" else 0.0
     if weights == "tiny":
-        core_fixed, core_frame, encode_frame = (mm.tiny_fixed_gib * f, mm.tiny_per_frame_gib * f,
-                                                mm.tiny_per_frame_gib * f)
+        core, vae, core_frame, encode_frame = (mm.tiny_fixed_gib * f, mm.tiny_fixed_gib * f,
+                                               mm.tiny_per_frame_gib * f, mm.tiny_per_frame_gib * f)
     else:
-        core_fixed, core_frame, encode_frame = (mm.core_fixed_gib * f, mm.core_per_frame_gib * f,
-                                                mm.encode_per_frame_gib * f)
+        core, vae, core_frame, encode_frame = (mm.core_fixed_gib * f, mm.vae_weights_gib * f,
+                                               mm.core_per_frame_gib * f, mm.encode_per_frame_gib * f)
     faces = 0.0 if landmark_backend in ("dlib", "boxes") else (
         mm.s3fd_weights_gib * f + mm.dwpose_gib + mm.s3fd_bytes_per_pixel * f * pixels / GIB)
-    table = {
-        "faces": (faces, 0.0),
-        "parsing": (mm.bisenet_weights_gib * f, mm.bisenet_per_image_gib * f),
-        "encode": (core_fixed + latents, encode_frame),
-        "generate": (core_fixed + features + latents, core_frame + mm.blend_bytes_per_pixel * pixels / GIB),
-    }
-    return {name: table[name] for name in _STAGES[kind]}
+    parsing = (mm.bisenet_weights_gib * f, mm.bisenet_per_image_gib * f)
+    blend = mm.blend_bytes_per_pixel * pixels / GIB
+    if kind == "lipsync":
+        # pipeline.lipsync: faces before any model loads; then UNet + VAE + Whisper stay loaded, with the whisper
+        # features and the latents, through encode, parsing and generate.
+        resident = core + features + latents
+        return {"faces": (faces, 0.0), "encode": (resident, encode_frame),
+                "parsing": (resident + parsing[0], parsing[1]), "generate": (resident, core_frame + blend)}
+    if kind == "avatar":
+        # avatar.prepare_avatar: faces; the VAE alone for encode (released after); BiSeNet alone for parsing.
+        return {"faces": (faces, 0.0), "encode": (vae + latents, encode_frame), "parsing": parsing}
+    # realtime (Avatar.generate): the three core models, the features of the clip, and the blend of full frames.
+    return {"generate": (core + features, core_frame + blend)}
 
 
 def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = None, n_frames: int | None = None,
@@ -1074,6 +1106,8 @@ def is_oom(exc: BaseException) -> bool:
 
     Returns:
         Whether retrying with a smaller batch may succeed.
+
+    Source: none (the official code has no out-of-memory handling; failure kind F13).
     """
     name = type(exc).__name__
     if name in ("OutOfMemoryError", "CudaOutOfMemoryError"):
@@ -1111,6 +1145,9 @@ def batched(n_items: int, batch_size: int, step: Callable[[slice], T], *, stage:
     Raises:
         InputError: ``n_items`` < 0 or ``batch_size`` < 1 (checked before the first call).
         OutOfMemoryError: When a batch of 1 still runs out of memory.
+
+    Source: the official loop ``datagen`` batches in order with a fixed size (``utils.py:49-74``,
+    ``inference.py:187-206``); the halving is ours (failure kind F13).
     """
     if isinstance(n_items, bool) or not isinstance(n_items, int) or n_items < 0:
         raise InputError(f"n_items must be a whole number >= 0; got {n_items!r}.")
@@ -1180,6 +1217,8 @@ def empty_cache() -> None:
     """Run ``gc.collect()`` and return the caching allocator's unused blocks to the driver.
 
     ``torch.cuda.empty_cache()`` when CUDA is usable; a no-op on the CPU or without torch.
+
+    Source: none (the official scripts keep every model loaded, quirk Q25).
     """
     gc.collect()
     torch, _ = _cuda()
@@ -1204,6 +1243,8 @@ def release(*objects: Any) -> float:
 
     Returns:
         GiB returned to the driver (drop of ``torch.cuda.memory_reserved``), 0.0 on the CPU.
+
+    Source: none (the official scripts keep every model loaded, quirk Q25).
     """
     torch, index = _cuda()
     before = torch.cuda.memory_reserved(index) if torch is not None else 0
@@ -1269,7 +1310,14 @@ class StageMemory:
     held: list[Any] = field(default_factory=list, repr=False)
 
     def hold(self, obj: T) -> T:
-        """Register ``obj`` (a model, tensor, container) to be :func:`release`-d when the scope exits; returns it."""
+        """Register an object to be :func:`release`-d when the scope exits.
+
+        Args:
+            obj: A model, tensor, container of them, or an object holding them.
+
+        Returns:
+            ``obj`` itself, so that ``model = scope.hold(load(...))`` reads naturally.
+        """
         self.held.append(obj)
         return obj
 
@@ -1298,6 +1346,8 @@ def memory_scope(stage: str, device: Any = None) -> Iterator[StageMemory]:
 
     Yields:
         A :class:`StageMemory`, filled at exit.
+
+    Source: none (the official scripts keep every model loaded, quirk Q25).
     """
     record = StageMemory(stage)
     torch, index = _cuda(device)
@@ -1357,6 +1407,8 @@ def peak_memory(device: Any = None, others_gib: float | None = None) -> PeakMemo
 
     Returns:
         A :class:`PeakMemory` (all zeros and ``context_gib=None`` without CUDA).
+
+    Source: none (benchmark helper; DESIGN.md's peaks are ``max_memory_reserved``).
     """
     torch, index = _cuda(device)
     if torch is None:
@@ -1373,7 +1425,13 @@ def peak_memory(device: Any = None, others_gib: float | None = None) -> PeakMemo
 
 
 def reset_peak(device: Any = None) -> None:
-    """Forget the peaks so far (torch's counters and the one :func:`peak_memory` keeps across scopes)."""
+    """Forget the peaks so far (torch's counters and the one :func:`peak_memory` keeps across scopes).
+
+    Args:
+        device: CUDA device (None: current); nothing happens without CUDA.
+
+    Source: none (benchmark helper).
+    """
     torch, index = _cuda(device)
     if torch is not None:
         _PEAK_SEEN.pop(index, None)
@@ -1381,17 +1439,21 @@ def reset_peak(device: Any = None) -> None:
 
 
 def cast_and_move(module: Any, device: Any, dtype: Any = None) -> Any:
-    """Move a model to ``device`` and cast it to ``dtype`` without a full-size copy on the GPU.
+    """Move a model to ``device`` and cast it to ``dtype``, tensor by tensor, never holding a full extra copy.
 
-    The cast runs on whichever side is the CPU: a CPU (or memory-mapped) fp32 model bound for the GPU in fp16
-    is cast on the CPU first and then moved, so the GPU never holds its fp32 weights (1.84 GiB in fp16 would be
-    3.7 GiB in fp32); a GPU model bound for the CPU is moved first and then cast. GPU-to-GPU casts that shrink
-    the model happen before the move. Only floating-point parameters and buffers change dtype (``Module.to``).
+    Each parameter and buffer is converted on its own (``nn.Module._apply``, as ``Module.to`` does), so at most
+    one tensor exists twice at any moment. The cast runs on the CPU side: a tensor going from the CPU (or a
+    memory-mapped checkpoint) to the GPU is cast there first and then copied, so the GPU never holds fp32 weights
+    of an fp16 model (the official ``.to(device)`` then ``.half()`` holds all 3.7 GiB of fp32 weights on the GPU
+    first), and host RAM never holds a second full copy either. A tensor going to the CPU is copied first and
+    cast there; GPU-to-GPU, a narrowing cast runs before the copy and a widening one after. Only floating-point
+    tensors change dtype (integer buffers such as position ids keep theirs). It calls ``nn.Module._apply``
+    directly, so the warnings that diffusers and transformers add to their ``.to`` overrides are not triggered.
 
     Args:
         module: A ``torch.nn.Module`` (changed in place).
         device: Target device (``"cuda"``, ``"cuda:0"``, ``"cpu"``, a ``torch.device``).
-        dtype: Target floating dtype (``torch.float16``, ``torch.float32``), or None to keep it.
+        dtype: Target floating dtype (``torch.float16``, ``torch.float32``), or None to keep each tensor's.
 
     Returns:
         ``module`` (the same object, training/eval mode unchanged), on ``device`` in ``dtype``.
@@ -1399,8 +1461,8 @@ def cast_and_move(module: Any, device: Any, dtype: Any = None) -> Any:
     Raises:
         InputError: ``module`` is not a ``torch.nn.Module`` or ``dtype`` is not a floating dtype.
 
-    Source: the official code moves to the GPU and then calls ``.half()`` (``inference.py:53-56``), which holds
-    the fp32 weights on the GPU first; this avoids that (failure kind F13).
+    Source: the official code moves to the GPU and then calls ``.half()`` (``inference.py:53-56``); this avoids
+    the fp32 copy on the GPU (failure kind F13). ``nbhelpers.models`` loads the same way (per-tensor ``.to``).
     """
     import torch
 
@@ -1410,17 +1472,17 @@ def cast_and_move(module: Any, device: Any, dtype: Any = None) -> Any:
         raise InputError(f"dtype must be a floating torch dtype (torch.float16, torch.float32) or None; got "
                          f"{dtype!r}.")
     target = torch.device(device)
-    tensors = list(module.parameters()) + list(module.buffers())
-    source = tensors[0].device if tensors else torch.device("cpu")
-    current = next((t.dtype for t in tensors if t.is_floating_point()), None)
-    if dtype is None or current is None or current == dtype:
-        return module.to(device=target) if dtype is None else module.to(device=target, dtype=dtype)
+
+    def convert(t):
+        want = dtype if (dtype is not None and t.is_floating_point()) else t.dtype
+        if want == t.dtype:
+            return t.to(device=target)
+        cast_first = t.device.type == "cpu" or (
+            target.type != "cpu" and torch.finfo(want).bits < torch.finfo(t.dtype).bits)
+        if cast_first:
+            return t.to(dtype=want).to(device=target)
+        return t.to(device=target).to(dtype=want)
+
     with torch.no_grad():
-        shrinks = torch.finfo(dtype).bits < torch.finfo(current).bits
-        if source.type == "cpu" or (target.type != "cpu" and shrinks):
-            module.to(dtype=dtype)
-            module.to(device=target)
-        else:
-            module.to(device=target)
-            module.to(dtype=dtype)
+        module._apply(convert)
     return module
