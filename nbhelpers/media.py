@@ -762,7 +762,10 @@ class VideoReader:
 
     - **Constant 25 fps.** The ``fps`` filter re-times the decoded frames by their timestamps (round to nearest,
       duplicating or dropping frames), so 30, 29.97, 60, 18 fps and variable-frame-rate clips all come out as
-      constant 25 fps covering the same duration: ``frame_count == round(duration_s * 25)`` up to one frame.
+      constant 25 fps covering the same duration: ``frame_count == round(D * 25)``, where D is the end of the
+      last source frame (its timestamp plus its duration; an MP4's container duration can differ slightly), so
+      the length is kept within one frame (tested for 30, 29.97, 60, 18 fps and VFR with ffmpeg 7.0 and 9.0;
+      ffmpeg 4.2's ``fps`` filter ignores the last frame's duration and can give one frame fewer).
     - **Rotation.** ffmpeg's autorotation turns phone clips upright; :attr:`width`/:attr:`height` are the upright
       size.
     - **Any pixel format.** 10-bit, 4:2:2/4:4:4, odd sizes and RGB sources are converted by ffmpeg to bgr24.

@@ -670,6 +670,18 @@ def test_writer_surfaces_ffmpeg_death(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_writer_broken_pipe_becomes_ffmpeg_error(tmp_path):
+    writer = media.VideoWriter(tmp_path / "killed.mp4", 320, 240)
+    writer.write(np.zeros((2, 240, 320, 3), np.uint8))
+    writer._proc.popen.kill()  # ffmpeg dies (out of memory, killed...) while we are still writing
+    writer._proc.popen.wait()
+    with pytest.raises(FFmpegError, match=r"stopped while frames were being written.*2 frames written"):
+        writer.write(np.zeros((8, 240, 320, 3), np.uint8))  # 1.8 MB: cannot fit in the pipe
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(MediaError, match="closed"):
+        writer.write(np.zeros((240, 320, 3), np.uint8))
+
+
 def test_writer_validates_frames(tmp_path):
     writer = media.VideoWriter(tmp_path / "v.mp4", 64, 48)
     with pytest.raises(InputError, match="uint8"):
