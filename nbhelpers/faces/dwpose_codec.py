@@ -233,6 +233,9 @@ def prepare_inputs(frames_bgr: np.ndarray | list[np.ndarray], input_size: tuple[
     Returns:
         ``(inputs, centers, scales)``: (N, 3, h, w) float32 normalised RGB, (N, 2) float32 box centres and
         (N, 2) float32 aspect-fixed box sizes in frame pixels (needed to map the keypoints back).
+
+    Source: `preprocessing.py:97` with `[mmpose] apis/inference.py:162-166`, `common_transforms.py:51`,
+    `topdown_transforms.py:56-70,113-118`, rtmpose-...py:55-59 (reference §3.1).
     """
     warped, centers, scales = [], [], []
     for frame in frames_bgr:

@@ -67,6 +67,8 @@ def is_available(weights_dir: str | os.PathLike | None = None) -> Availability:
 
     Returns:
         :class:`Availability`; ``reason`` names the missing package or file and the fix.
+
+    Source: none (ours; the official code loads both models at import, `preprocessing.py:15-23`).
     """
     if importlib.util.find_spec("onnxruntime") is None:
         return Availability(False, f"onnxruntime is not installed: {ONNX_INSTALL}")
@@ -170,7 +172,7 @@ class DWPoseOnnx:
         y_bins = int(round(self.input_size[1] * codec.SIMCC_SPLIT_RATIO))
         three_d = [o for o in outputs if len(o.shape) == 3]
         lasts = [_dim(o.shape[2]) for o in three_d]
-        by_bins = {last: o.name for last, o in zip(lasts, three_d)}
+        by_bins = {last: o.name for last, o in zip(lasts, three_d, strict=True)}
         if x_bins in by_bins and y_bins in by_bins:
             self.x_output, self.y_output = by_bins[x_bins], by_bins[y_bins]
         elif len(three_d) == 2 and None in lasts and all(v in (None, x_bins, y_bins) for v in lasts):
@@ -212,6 +214,8 @@ class DWPoseOnnx:
         Returns:
             ``(simcc_x (N, K, 2w), simcc_y (N, K, 2h))`` float32; with the flip test, the average of the plain
             and the flipped-back vectors.
+
+        Source: `[mmpose] models/pose_estimators/topdown.py:102-104`, `rtmcc_head.py:193-208` (reference §3.1).
         """
         if not self.flip_test:
             return self._run(inputs)
@@ -256,6 +260,8 @@ def check_frames(frames) -> np.ndarray:
 
     Raises:
         InputError: Not a uint8 array of shape (N, H, W, 3) or (H, W, 3), or an empty image.
+
+    Source: none (our input check; the official code reads frames with cv2, `preprocessing.py:84-87`).
     """
     arr = np.asarray(frames)
     if arr.ndim == 3:
@@ -269,7 +275,9 @@ def check_frames(frames) -> np.ndarray:
 def face_result(box_with_score, landmarks: np.ndarray) -> FaceResult:
     """A FaceResult from an S3FD detection ``(x1, y1, x2, y2, score)`` and (68, 2) landmarks.
 
-    The box is clipped to >= 0 and truncated to whole pixels as the official code does (`api.py:76-84`).
+    The box is clipped to >= 0 and truncated to whole pixels as the official code does.
+
+    Source: `face_detection/api.py:76-84` (reference §3.2), `preprocessing.py:99-101` (§3.1).
     """
     box = np.trunc(np.maximum(np.asarray(box_with_score[:4], dtype=np.float64), 0.0))
     score = float(box_with_score[4]) if len(box_with_score) > 4 else float("nan")
@@ -281,6 +289,8 @@ def build_s3fd(weights_dir: Path, device: str | None):
 
     Raises:
         WeightsError: the S3FD weight file is missing.
+
+    Source: `preprocessing.py:23` (FaceAlignment's SFD detector, reference §3.2).
     """
     path = Path(weights_dir) / S3FD_FILE
     if not path.is_file():
@@ -399,6 +409,8 @@ def simcc_peak_model(centers_x, centers_y, *, heights=1.0, sharpness: float = 1.
 
     Returns:
         ``onnx.ModelProto`` (opset 17, IR version 8 so that older onnxruntime loads it).
+
+    Source: none (a test model; the signature is that of the published ``dw-ll_ucoco_384.onnx``).
     """
     onnx = require("onnx", "pip install onnx")
     from onnx import TensorProto, helper, numpy_helper
@@ -463,6 +475,8 @@ def face_template_input_px() -> np.ndarray:
     The 68 face points (iBUG order) sit around the middle of the 288x384 input (jaw arc, brows, nose, eyes,
     lips); body, feet and hand points sit below them in mirror pairs. Used by the tiny weights tree so that the
     tiny DWPose model gives a plausible face (and a valid crop box) on any frame.
+
+    Source: none (test data in iBUG-68 order).
     """
     axis = codec.INPUT_SIZE[0] * 0.5 - 0.25  # x -> 287.5/2 - x in bins is the flip mirror: axis 143.75
     flip = codec.coco_wholebody_flip_indices()
@@ -493,7 +507,7 @@ def face_template_input_px() -> np.ndarray:
     return np.stack([axis + offsets[:, 0], offsets[:, 1]], axis=1).astype(np.float32)
 
 
-def write_tiny_weights(directory: str | os.PathLike) -> Path:
+def write_tiny_weights(directory: str | os.PathLike) -> Path | None:
     """Write ``dwpose/dw-ll_ucoco_384.onnx`` as a small model with the real signature (tiny weights tree).
 
     Input ``input`` (N, 3, 384, 288) float32 with a dynamic batch; outputs ``simcc_x`` (N, 133, 576) and
@@ -503,9 +517,18 @@ def write_tiny_weights(directory: str | os.PathLike) -> Path:
         directory: The weights folder (official ``models/`` layout).
 
     Returns:
-        Path of the written file (written to a temporary name, then renamed).
+        Path of the written file (written to a temporary name, then renamed), or None when the ``onnx``
+        package is missing (a warning says so; the tree then has no dwpose-onnx model and ``get_backend("auto")``
+        falls back to dlib).
+
+    Source: none (tiny weights tree, DESIGN.md "Testing without the real weights").
     """
-    import onnx
+    try:
+        import onnx
+    except ImportError:
+        warnings.warn("the onnx package is not installed, so the tiny weights tree gets no "
+                      f"{ONNX_FILE} (pip install onnx)", stacklevel=2)
+        return None
 
     path = Path(directory) / ONNX_FILE
     path.parent.mkdir(parents=True, exist_ok=True)

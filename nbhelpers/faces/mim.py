@@ -96,6 +96,8 @@ def pins_for(torch_version: str) -> PinSet:
 
     Returns:
         A :class:`PinSet`.
+
+    Source: README.md:151-185 (reference Q29); shared/reference/environment-notes.md (OpenMMLab).
     """
     series = torch_series(torch_version)
     if series in PINS:

@@ -117,6 +117,8 @@ def config_dict(flip_test: bool = True) -> dict:
 
     Returns:
         A deep copy (safe to edit).
+
+    Source: rtmpose-l_8xb32-270e_coco-ubody-wholebody-384x288.py:44-100,164-169 (reference §3.1).
     """
     cfg = copy.deepcopy(RTMPOSE_L_WHOLEBODY_384X288)
     cfg["model"]["test_cfg"]["flip_test"] = bool(flip_test)
@@ -138,6 +140,8 @@ def mmpose_available() -> Availability:
     Returns:
         :class:`~nbhelpers.faces.dwpose_onnx.Availability`; ``reason`` says what is missing, or, when ok, which
         mmcv is used (``"mmcv 2.1.0"`` or ``"mmcv-lite 2.1.0 + nbhelpers mmcv.ops stand-in"``).
+
+    Source: none (ours; the official code imports mmpose unconditionally, `preprocessing.py:1-23`).
     """
     if importlib.util.find_spec("mmpose") is None:
         return Availability(False, "mmpose is not installed: " + INSTALL_HINT)
@@ -158,6 +162,11 @@ def is_available(weights_dir: str | os.PathLike | None = None) -> Availability:
 
     Args:
         weights_dir: Folder in the official ``models/`` layout (default: ``nbhelpers.weights.default_dir()``).
+
+    Returns:
+        :class:`~nbhelpers.faces.dwpose_onnx.Availability`.
+
+    Source: `preprocessing.py:17-23` (the two files the official code loads).
     """
     found = mmpose_available()
     if not found:
@@ -181,6 +190,8 @@ def import_mmpose():
     Raises:
         MissingDependencyError: mmpose, mmcv(-lite) or mmengine is missing or does not import; the message says
             what failed and how to install.
+
+    Source: shared/reference/environment-notes.md (OpenMMLab: the stub ``mmcv.ops`` before importing mmpose).
     """
     from . import _mmcv_ops_stub
 
@@ -230,6 +241,8 @@ def load_checkpoint_state(path: str | os.PathLike) -> tuple[dict, dict]:
 
     Raises:
         WeightsError: The file is missing or unreadable.
+
+    Source: `preprocessing.py:17-19`, `[mmpose] apis/inference.py:104-111` (checkpoint state dict and meta).
     """
     import torch
 
@@ -280,7 +293,6 @@ def build_pose_model(checkpoint: str | os.PathLike | None = None, device: str | 
     104,113-123` (reference §3.1).
     """
     apis = import_mmpose()
-    import torch
     from mmengine.config import Config
 
     dev = _torch_device(device)
@@ -319,6 +331,8 @@ def randomize_weights(model, seed: int | None = None) -> None:
     Args:
         model: A torch module.
         seed: Seed of a private generator (None: torch's global generator).
+
+    Source: none (test and benchmark weights).
     """
     import math
 
@@ -352,6 +366,8 @@ def export_onnx(model, path: str | os.PathLike, *, dynamic_batch: bool = True, o
 
     Returns:
         ``path``.
+
+    Source: none (ours; DWPose's published ``dw-ll_ucoco_384.onnx`` is such an export of the same model).
     """
     import torch
 
@@ -492,6 +508,8 @@ def self_check(weights_dir: str | os.PathLike | None = None, device: str | None 
     Returns:
         A JSON-able dict: ok, reason, versions (mmpose, mmcv, mmcv-lite, mmengine, torch, numpy),
         weights ("checkpoint" or "random"), build_seconds, pass_seconds, landmarks_shape.
+
+    Source: `preprocessing.py:17-19,97` (``init_model`` then ``inference_topdown`` with no bbox).
     """
     report: dict = {"ok": False, "versions": {d: _version(d) for d in ("mmpose", "mmcv", "mmcv-lite", "mmengine",
                                                                         "mmdet", "torch", "numpy")}}
