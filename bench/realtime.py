@@ -281,7 +281,7 @@ def main() -> None:
     print(f"stages reference (s): features {ref['features_s']:.2f}, loop (UNet+decode+blend+PNG) {ref['loop_s']:.2f} "
           f"(core {ref['core_s']:.2f}), encode+mux {ref['encode_s']:.2f}")
     print(f"output: {info.frame_count if hasattr(info, 'frame_count') else '?'} frames, "
-          f"{getattr(info, 'duration', float('nan'))} s; avatar prepared in {prep_s:.1f} s")
+          f"{info.duration_s} s; avatar prepared in {prep_s:.1f} s")
 
 
 if __name__ == "__main__":

@@ -101,7 +101,7 @@ def test_lipsync_end_to_end_real_media(tiny_weights, short_face_clip, speech_2s,
     assert info.fps == 25
     decoded = _frames_of(out, ffmpeg, 576, 768)
     assert len(decoded) == expected_frames
-    assert abs(info.duration - len(audio_in) / 16000) <= 1 / 25 + 1e-3
+    assert abs(info.duration_s - len(audio_in) / 16000) <= 1 / 25 + 1e-3
     audio_out = _audio_of(out, ffmpeg)
     n = min(len(audio_in), len(audio_out))
     assert abs(len(audio_out) - len(audio_in)) <= 16000 / 25
