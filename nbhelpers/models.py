@@ -90,6 +90,8 @@ class PositionalEncoding(nn.Module):
 
         Raises:
             InputError: ``x`` is not 3-D with width ``d_model``, or ``seq_len > max_len``.
+
+        Source: musetalk/models/unet.py:26-27.
         """
         if x.dim() != 3 or x.shape[-1] != self.pe.shape[-1] or x.shape[1] > self.pe.shape[1]:
             raise InputError(f"x must be [B, seq_len <= {self.pe.shape[1]}, {self.pe.shape[-1]}]; got "
@@ -113,6 +115,8 @@ def bundled_config(name: str) -> dict[str, Any]:
 
     Raises:
         InputError: Unknown name.
+
+    Source: shared/reference/configs (reference §1.3 for the UNet, §1.1 for VAE and whisper).
     """
     folder = importlib.resources.files("nbhelpers").joinpath("configs")
     try:
@@ -289,6 +293,8 @@ def check_state_dict(model: nn.Module, state_dict: Mapping[str, Any], path: str 
     Raises:
         CheckpointError: Any missing, unexpected or mis-shaped key; the message names the first few of each,
             the file, and the fix.
+
+    Source: unet.py:44-45 (``load_state_dict`` with the default strict=True, reference §1.2).
     """
     if not isinstance(state_dict, Mapping):
         raise CheckpointError(f"{path} holds a {type(state_dict).__name__}, not a state dict (key -> tensor) for "
@@ -389,7 +395,10 @@ def load_unet(weights_dir: str | os.PathLike | None = None, version: str = "v15"
     ``musetalk/{musetalk.json, pytorch_model.bin}`` (v1).
 
     The model is built on the meta device, the checkpoint is memory-mapped and assigned
-    (``load_state_dict(strict=True, assign=True)``), then cast and moved tensor by tensor.
+    (``load_state_dict(strict=True, assign=True)``), then cast and moved tensor by tensor. On the CPU in the
+    checkpoint's own dtype the parameters stay file-backed views of the checkpoint (no RAM is copied): do not
+    overwrite that file in place while the model is in use (:func:`nbhelpers.weights.download` replaces files
+    with ``os.replace``, which is safe).
 
     Args:
         weights_dir: The weights dir; None = :func:`nbhelpers.weights.default_dir`.
@@ -678,7 +687,10 @@ def _atomic_safetensors(state: Mapping[str, torch.Tensor], path: Path) -> None:
 
 
 def tiny_unet_config() -> dict[str, Any]:
-    """The tiny UNet config: the real one with ``block_out_channels`` [32, 64, 64, 64] and 8 norm groups."""
+    """The tiny UNet config: the real one with ``block_out_channels`` [32, 64, 64, 64] and 8 norm groups.
+
+    Source: reference §1.3 (the real config); the widths are ours.
+    """
     return {**unet_config("v15"), **TINY_UNET_CHANGES}
 
 
@@ -692,6 +704,8 @@ def write_tiny_unet(directory: str | os.PathLike, versions: Sequence[str] = ("v1
 
     Returns:
         The paths written.
+
+    Source: utils.py:206-243 (the official format: ``torch.save(unet.state_dict())``).
     """
     root = Path(directory)
     out = []
@@ -724,6 +738,8 @@ def write_tiny_vae(directory: str | os.PathLike) -> list[Path]:
 
     Returns:
         The paths written.
+
+    Source: vae.py:24 (the folder AutoencoderKL.from_pretrained reads).
     """
     import diffusers
 
@@ -747,7 +763,10 @@ def write_tiny_vae(directory: str | os.PathLike) -> list[Path]:
 
 def tiny_whisper_config() -> dict[str, Any]:
     """The tiny whisper config: d_model 384 and 4 encoder layers as whisper-tiny (so 5 hidden states of 384),
-    small feed-forward, 1 decoder layer, a 64-token vocabulary."""
+    small feed-forward, 1 decoder layer, a 64-token vocabulary.
+
+    Source: reference/configs/whisper-tiny.json; the smaller sizes are ours.
+    """
     cfg = {k: v for k, v in bundled_config("whisper-tiny.json").items() if not k.startswith("_")}
     cfg.update(encoder_ffn_dim=64, decoder_layers=1, decoder_ffn_dim=64, vocab_size=64, max_target_positions=32,
                pad_token_id=60, bos_token_id=60, eos_token_id=60, decoder_start_token_id=61,
@@ -766,6 +785,8 @@ def write_tiny_whisper(directory: str | os.PathLike) -> list[Path]:
 
     Returns:
         The paths written.
+
+    Source: inference.py:64-66 (the folder WhisperModel.from_pretrained reads).
     """
     import transformers
 

@@ -47,6 +47,8 @@ def register_tiny_writer(name: str, fn: Callable[..., Any]) -> None:
 
     Raises:
         InputError: ``name`` is empty or ``fn`` is not callable.
+
+    Source: none in the official code (test support, DESIGN.md "Testing without the real weights").
     """
     if not name or not isinstance(name, str):
         raise InputError(f"name must be a non-empty string; got {name!r}.")
@@ -68,7 +70,10 @@ def _import_writer_modules() -> None:
 
 
 def tiny_writers() -> dict[str, Callable[..., Any]]:
-    """The registered writers (after importing every known model module), name -> function."""
+    """The registered writers (after importing every known model module), name -> function.
+
+    Source: none in the official code (test support).
+    """
     _import_writer_modules()
     return dict(_WRITERS)
 
@@ -95,6 +100,8 @@ def make_tiny_weights(directory: str | os.PathLike, versions: Sequence[str] = ("
     Raises:
         InputError: Unknown version or writer name.
         MissingDependencyError / ImportError: torch, diffusers or transformers missing.
+
+    Source: reference §1.1 (the layout); DESIGN.md "Testing without the real weights".
     """
     from .constants import VERSIONS
 

@@ -333,6 +333,12 @@ class Manifest(tuple):
     def get(self, name: str) -> WeightFile:
         """The entry called ``name`` (its short name, layout path or alternate path).
 
+        Args:
+            name: E.g. ``"unet-v15"``, ``"musetalkV15/unet.pth"`` or ``"whisper/pytorch_model.bin"``.
+
+        Returns:
+            The :class:`WeightFile`.
+
         Raises:
             InputError: Unknown name; the message lists the valid names.
         """
@@ -393,6 +399,8 @@ def required_files(version: str = "v15", parsing: bool = True) -> list[str]:
 
     Raises:
         InputError: Unknown version.
+
+    Source: reference §1.1 (the files inference.py, vae.py and face_parsing/__init__.py open).
     """
     if version not in ("v15", "v1"):
         raise InputError(f"version must be 'v15' or 'v1'; got {version!r}.")
@@ -413,6 +421,8 @@ def missing_files(directory: str | os.PathLike, paths: Sequence[str]) -> list[st
 
     Returns:
         The missing ones, in the given order.
+
+    Source: reference §1.1 (download_weights.sh fetches .bin files where we prefer safetensors).
     """
     root = Path(directory)
     out = []
@@ -521,6 +531,8 @@ def list_files(sets: str | Sequence[str] | None = "all", manifest: Manifest | No
 
     Raises:
         InputError: An unknown set name; the message lists the valid ones.
+
+    Source: none in the official code (no size or checksum is stated anywhere, reference §1.1).
     """
     manifest = MANIFEST if manifest is None else manifest
     return FileTable(tuple(manifest.select(sets)))
@@ -547,6 +559,8 @@ def drive_dir() -> Path:
 
     Point ``NBHELPERS_WEIGHTS`` at it (or pass it as ``directory=``) to keep the weights on Drive across
     sessions; once it holds weights, :func:`default_dir` picks it by itself.
+
+    Source: none in the official code (its models/ folder lives under the repository root, §1.1).
     """
     return DRIVE_DIR
 
@@ -575,7 +589,13 @@ def default_dir() -> Path:
 
 
 def is_tiny(directory: str | os.PathLike) -> bool:
-    """True when ``directory`` holds tiny random test weights (``tiny.json`` from ``make_tiny_weights``)."""
+    """True when ``directory`` holds tiny random test weights (``tiny.json`` from ``make_tiny_weights``).
+
+    Args:
+        directory: The weights dir.
+
+    Source: none in the official code (test support).
+    """
     return (Path(directory) / TINY_MARKER).is_file()
 
 
@@ -645,6 +665,8 @@ def inspect_file(path: str | os.PathLike, fmt: str | None = None) -> Inspection:
 
     Raises:
         WeightsError: The file does not exist or cannot be read.
+
+    Source: none in the official code (it calls torch.load directly, unet.py:44); failure kind F11.
     """
     path = Path(path)
     fmt = fmt or _FORMAT_BY_SUFFIX.get(path.suffix.lower(), "")
@@ -935,6 +957,8 @@ def sha256_file(path: str | os.PathLike, desc: str = "") -> str:
 
     Returns:
         64 lowercase hex digits.
+
+    Source: none in the official code (no checksum anywhere, reference §1.1).
     """
     from . import progress
 
@@ -991,6 +1015,8 @@ def expected_facts(directory: str | os.PathLike, name: str, manifest: Manifest |
 
     Raises:
         InputError: Unknown name.
+
+    Source: none in the official code (no checksum anywhere, reference §1.1).
     """
     manifest = MANIFEST if manifest is None else manifest
     entry = manifest.get(name)
@@ -1632,7 +1658,13 @@ def download(directory: str | os.PathLike | None = None, sets: str | Sequence[st
 # ---------------------------------------------------------------------------------------------------------------
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m nbhelpers.weights list|download|verify [--dir D] [--sets ...] [--deep]``; returns the exit code."""
+    """``python -m nbhelpers.weights list|download|verify [--dir D] [--sets ...] [--deep]``; returns the exit code.
+
+    Args:
+        argv: Command-line arguments without the program name; None = ``sys.argv[1:]``.
+
+    Source: download_weights.sh (the official equivalent, a shell script).
+    """
     import argparse
 
     from .errors import NbHelpersError
@@ -1652,9 +1684,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(list_files(args.sets or "all"))
             return 0
         if args.command == "download":
-            print(download(args.dir, sets=args.sets, files=args.files))
+            print(download(args.dir, sets=args.sets or None, files=args.files or None))
             return 0
-        report = verify(args.dir, sets=args.sets, files=args.files, deep=args.deep)
+        report = verify(args.dir, sets=args.sets or None, files=args.files or None, deep=args.deep)
         print(report)
         return 0 if report.ok else 1
     except NbHelpersError as exc:
