@@ -37,10 +37,10 @@ PAGE = """<html><body>
 @pytest.fixture(scope="module")
 def index_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("openmmlab") / "mmcv" / "dist"
-    for cuda in ("cu118", "cpu"):
-        page = root / cuda / "torch2.1" / "index.html"
+    for cuda, torch_dir in (("cu118", "torch2.1"), ("cpu", "torch2.1"), ("cu117", "torch2.0.0")):
+        page = root / cuda / torch_dir / "index.html"
         page.parent.mkdir(parents=True)
-        page.write_text(PAGE)
+        page.write_text(PAGE.replace("2.1.0", "2.0.1") if torch_dir == "torch2.0.0" else PAGE)
     return root
 
 
@@ -98,6 +98,12 @@ def test_missing_page_means_no_wheels_for_that_torch(index_url):
     assert not check.ok and not check.page_found and check.reachable
     assert check.page_url.endswith("/cu121/torch2.4/index.html")
     assert "has no mmcv wheels for torch 2.4 with cu121" in check.message and "dwpose-onnx" in check.message
+
+
+def test_page_named_the_way_mim_asks_is_found_too(index_url):
+    """mim 0.3.9 asks for torch2.0.0/index.html (major.minor.0); OpenMMLab's docs say torch2.0/: both are tried."""
+    check = mim.check_mmcv_wheels(index_url, python="3.10", torch="2.0.1", cuda="11.7", platform="linux-x86_64")
+    assert check.ok and check.mmcv_version == "2.0.1" and check.page_url.endswith("/cu117/torch2.0.0/index.html")
 
 
 def test_file_url_and_cpu_pages(index_dir):
@@ -195,6 +201,7 @@ def test_dry_run_for_the_local_conda_setup(tmp_path):
 FAKE_PYTHON = r"""#!/bin/sh
 # A stand-in interpreter: records each call, answers the version query and the self-check, fails on demand.
 echo "$*" >> "{log}"
+echo "MMCV_BASE_URL=$MMCV_BASE_URL" >> "{log}.env"
 case "$*" in
   "-c "*) echo '{{"torch": "2.1.2", "numpy": "1.26.4", "torchvision": "0.16.2"}}' ;;
   *"--self-check"*) echo '{{"ok": true, "build_seconds": 0.9, "pass_seconds": 0.6, "weights": "random"}}' ;;
@@ -216,8 +223,11 @@ def _fake_python(tmp_path, fail="NEVER"):
 def test_install_runs_the_commands_in_order_then_verifies(tmp_path):
     exe, log = _fake_python(tmp_path)
     check = mim.WheelCheck(True, "file:///x", "cp310", "2.1", "cu118", "linux-x86_64", "2.1.0")
-    result = mim.install_mmpose(python=exe, wheel_check=check, workdir=tmp_path)
+    result = mim.install_mmpose(python=exe, wheel_check=check, workdir=tmp_path,
+                                mmcv_base_url="http://127.0.0.1:9/mirror/")
     calls = log.read_text().splitlines()
+    env_lines = Path(f"{log}.env").read_text().splitlines()  # the first call is the version query
+    assert set(env_lines[1:]) == {"MMCV_BASE_URL=http://127.0.0.1:9/mirror"} and len(env_lines) == 9
     assert calls[0].startswith("-c ")  # the version query of the target interpreter
     assert calls[1:8] == [" ".join(c[1:]) for c in result.commands]
     assert "-m nbhelpers.faces.mmpose_backend --self-check --device cpu" in calls[-1]

@@ -334,25 +334,30 @@ def check_mmcv_wheels(index_url: str = OPENMMLAB_MMCV_INDEX, python: str | None 
     want = mmcv or pins_for(torch).mmcv
     plat = platform or sysconfig.get_platform()
     base = str(index_url).rstrip("/")
-    page = base if base.endswith(".html") else f"{base}/{cuda_tag}/torch{series}/index.html"
-    common = dict(page_url=page, python_tag=py_tag, torch_series=series, cuda_tag=cuda_tag, platform=plat,
-                  mmcv_version=want)
+    # OpenMMLab's docs name the page torch2.1/, mim asks for torch2.1.0/ (checked with openmim 0.3.9): try both.
+    pages = [base] if base.endswith(".html") else [f"{base}/{cuda_tag}/torch{series}/index.html",
+                                                     f"{base}/{cuda_tag}/torch{series}.0/index.html"]
+    page = pages[0]
+    common = dict(python_tag=py_tag, torch_series=series, cuda_tag=cuda_tag, platform=plat, mmcv_version=want)
     py_text = f"Python {py_tag[2]}.{py_tag[3:]}"
     where = f"{py_text}, torch {series}, {cuda_tag}, {plat}"
     fallback = (f"Compiling mmcv from source instead would take {expected_build_time()} (Colab: "
                 f"{BUILD_TIME_COLAB}; a 2-core machine: {BUILD_TIME_2_CORES}) and can fail against new torch. Use "
                 f"the 'dwpose-onnx' landmark backend: the same DWPose weights and maths, no mmcv.")
 
-    text, reachable, error = _fetch(page, timeout)
+    for page in pages:
+        text, reachable, error = _fetch(page, timeout)
+        if text is not None or not reachable:
+            break
     if text is None and not reachable:
-        return WheelCheck(False, **common, page_found=False, reachable=False,
+        return WheelCheck(False, page, **common, page_found=False, reachable=False,
                           message=f"Could not reach {page} ({error}), so it is unknown whether a prebuilt mmcv "
                                   f"{want} wheel exists for {where}. `mim install mmcv` would then try to compile "
                                   f"it. {fallback}")
     if text is None:
-        return WheelCheck(False, **common, page_found=False,
-                          message=f"OpenMMLab has no mmcv wheels for torch {series} with {cuda_tag}: {page} does "
-                                  f"not exist ({error}). No prebuilt mmcv {want} for {where}. {fallback}")
+        return WheelCheck(False, pages[0], **common, page_found=False,
+                          message=f"OpenMMLab has no mmcv wheels for torch {series} with {cuda_tag}: no page at "
+                                  f"{' or '.join(pages)} ({error}). No prebuilt mmcv {want} for {where}. {fallback}")
     listed, matching = [], []
     for name in wheel_links(text):
         info = parse_wheel_name(name)
@@ -364,7 +369,7 @@ def check_mmcv_wheels(index_url: str = OPENMMLAB_MMCV_INDEX, python: str | None 
         if info["version"] == want and py_ok and abi_ok and _platform_matches(info["plat"], plat):
             matching.append(name)
     if matching:
-        return WheelCheck(True, **common, matching=tuple(matching), listed=tuple(listed),
+        return WheelCheck(True, page, **common, matching=tuple(matching), listed=tuple(listed),
                           recommended_backend="mmpose",
                           message=f"Prebuilt mmcv {want} wheel for {where}: {matching[0]} ({page}). "
                                   f"install_mmpose() installs it without compiling (a few minutes).")
@@ -373,7 +378,7 @@ def check_mmcv_wheels(index_url: str = OPENMMLAB_MMCV_INDEX, python: str | None 
                       for t in parse_wheel_name(n)["py"].split(".")})
     detail = (f"the page lists {len(listed)} mmcv wheels (versions {', '.join(versions) or 'none'}; "
               f"mmcv {want} for {', '.join(pythons) or 'no Python'})")
-    return WheelCheck(False, **common, listed=tuple(listed),
+    return WheelCheck(False, page, **common, listed=tuple(listed),
                       message=f"No prebuilt mmcv {want} wheel for {where} at {page}: {detail}. {fallback}")
 
 
@@ -455,7 +460,7 @@ def install_mmpose(dry_run: bool = False, *, python: str | None = None, torch_ve
                    numpy_version: str | None = None, pins: PinSet | None = None, only_binary: bool = False,
                    wheel_check: WheelCheck | None = None, weights_dir: str | os.PathLike | None = None,
                    verify: bool = True, workdir: str | os.PathLike | None = None,
-                   timeout_s: float = 3600.0) -> MimInstallResult:
+                   mmcv_base_url: str | None = None, timeout_s: float = 3600.0) -> MimInstallResult:
     """Install mmengine, mmcv, mmdet and mmpose through openmim without touching torch or numpy.
 
     Every command runs ``<python> -m mim install ...`` or ``<python> -m pip install ...`` as an argument list (no
@@ -486,6 +491,8 @@ def install_mmpose(dry_run: bool = False, *, python: str | None = None, torch_ve
         weights_dir: Weights folder for the verification pass (random weights when its .pth is absent).
         verify: Run the verification after installing.
         workdir: Where the constraints file goes (default: a new temporary folder).
+        mmcv_base_url: A mirror of ``https://download.openmmlab.com`` for mim's mmcv find-links (passed to mim as
+            ``MMCV_BASE_URL``; the wheel check then reads ``{mmcv_base_url}/mmcv/dist``). Default: OpenMMLab's.
         timeout_s: Limit for each command, in seconds.
 
     Returns:
@@ -538,9 +545,12 @@ def install_mmpose(dry_run: bool = False, *, python: str | None = None, torch_ve
         return result
 
     if result.wheel_check is None:
-        result.wheel_check = check_mmcv_wheels(torch=torch_version, mmcv=pins.mmcv)
+        index = f"{mmcv_base_url.rstrip('/')}/mmcv/dist" if mmcv_base_url else OPENMMLAB_MMCV_INDEX
+        result.wheel_check = check_mmcv_wheels(index, torch=torch_version, mmcv=pins.mmcv)
     start = time.perf_counter()
     env = dict(os.environ)
+    if mmcv_base_url:
+        env["MMCV_BASE_URL"] = mmcv_base_url.rstrip("/")
     env["PYTHONPATH"] = os.pathsep.join([_package_root(), *filter(None, [env.get("PYTHONPATH")])])
     for cmd in commands:
         t0 = time.perf_counter()
