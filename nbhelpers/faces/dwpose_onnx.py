@@ -152,6 +152,10 @@ class DWPoseOnnx:
         except Exception as exc:  # onnxruntime raises its own Fail/InvalidGraph classes
             raise WeightsError(f"DWPose ONNX file {str(path)!r} could not be loaded by onnxruntime ({exc}); "
                                f"it may be truncated: delete it and download it again") from exc
+        if self.device.startswith("cuda") and "CUDAExecutionProvider" not in self.session.get_providers():
+            warnings.warn("onnxruntime could not start its CUDA provider for DWPose (no GPU or CUDA libraries "
+                          "missing); running on the CPU, which is much slower.", stacklevel=2)
+            self.device = "cpu"
         self.path = path
         self.flip_test = bool(flip_test)
         self.batch_size = batch_size
