@@ -1125,8 +1125,9 @@ def batched(n_items: int, batch_size: int, step: Callable[[slice], T], *, stage:
     Items are processed strictly in order and each exactly once: when ``step(slice(i, i + b))`` raises an
     out-of-memory error (:func:`is_oom`), the failed call's references are dropped, the caches are emptied,
     ``b`` is halved and the *same* start ``i`` is retried, so no item is lost or reordered and nothing before
-    ``i`` is recomputed. The smaller batch is kept for the rest of the stage (memory that ran out once is likely
-    to run out again). Each halving emits a ``RuntimeWarning`` that says what happened.
+    ``i`` is recomputed. The batch that failed is halved (its real length: at the end of a stage, or when
+    ``n_items < batch_size``, that is less than ``batch_size``), and the smaller size is kept for the rest of the
+    stage (memory that ran out once is likely to run out again). Each halving emits a ``RuntimeWarning`` that says what happened.
 
     Args:
         n_items: Number of items (frames) to process, >= 0.
@@ -1172,12 +1173,13 @@ def _batched(n_items: int, size: int, step: Callable[[slice], T], stage: str,
             # Outside the except block: the exception and its traceback (which holds the failed call's frames
             # and their tensors) are gone, so emptying the cache can return that memory.
             (on_oom or empty_cache)()
-            if size == 1:
+            tried = stop - start  # may be less than size at the end of the stage, or when n_items < batch_size
+            if tried == 1:
                 raise OutOfMemoryError(
                     f"{stage}: the GPU ran out of memory even at batch size 1 (item {start}). Free GPU memory "
                     "(close other notebooks, restart the runtime) or run on a larger GPU.")
-            new_size = max(1, size // 2)
-            warnings.warn(f"{stage}: CUDA out of memory at batch size {size} (items {start}-{stop - 1}); "
+            new_size = max(1, tried // 2)
+            warnings.warn(f"{stage}: CUDA out of memory at batch size {tried} (items {start}-{stop - 1}); "
                           f"retrying from item {start} at batch size {new_size}, kept for the rest of the stage. "
                           "No frame is lost.", RuntimeWarning, stacklevel=2)
             size = new_size
