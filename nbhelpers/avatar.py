@@ -284,7 +284,8 @@ class Avatar:
             _check_files(directory, meta)
         stored = InferenceConfig(**meta["params"])
         if config is not None:
-            diff = [f for f in CACHED_FIELDS if getattr(config, f) != getattr(stored, f)]
+            diff = [f for f in CACHED_FIELDS if getattr(config, f) != getattr(stored, f)
+                    and not (f == "landmark_backend" and config.landmark_backend == "auto")]
             if diff:
                 raise CacheError(f"the avatar in {directory} was prepared with other settings ({', '.join(diff)}); "
                                  "prepare it again with prepare_avatar(..., config=...)")

@@ -336,7 +336,9 @@ def _encode_faces(store: FrameStore, track, face_frames: np.ndarray, vae, config
                              first_index=start, batch_size=batch))
     if not chunks:
         raise NbHelpersError("internal: no face frames to encode")
-    return torch.cat(chunks)
+    # Contiguous (NCHW) like latents reloaded from an avatar cache: the VAE can hand back channels-last tensors,
+    # and convolution kernels round differently per memory format, so this keeps offline == avatar bit-exact.
+    return torch.cat(chunks).contiguous()
 
 
 def _generator(seed: int):
