@@ -159,7 +159,8 @@ def test_user_overrides_are_kept_and_marked():
     fits = (budget_by_hand(14.7) - 2 * 1.87) / (2 * 0.149 + BLEND_GIB_PER_FRAME)
     assert fp32.batch_size == 28 and int(fits) == 29
 
-    on_cpu = gpu.plan("lipsync", report=T4, config=InferenceConfig(device="cpu"))
+    with pytest.warns(PlanWarning, match="Running on the CPU"):
+        on_cpu = gpu.plan("lipsync", report=T4, config=InferenceConfig(device="cpu"))
     assert on_cpu.device == "cpu" and on_cpu.reasons["device"] == "user override (cpu)"
 
 
