@@ -19,17 +19,18 @@ Nothing here imports torch at module import; :func:`setup` asks :mod:`nbhelpers.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import html
 import importlib
 import importlib.metadata as metadata
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
-import shutil
 import urllib.request
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -62,6 +63,16 @@ DRIVE_MOUNTPOINT = "/content/drive"
 PROTECTED = ("torch", "torchvision", "torchaudio", "numpy", "transformers", "huggingface-hub", "ipywidgets",
              "opencv-python", "opencv-python-headless", "opencv-contrib-python", "jax", "jaxlib", "tensorflow")
 NEVER_INSTALL = ("torch", "torchvision", "torchaudio")
+# Distributions that provide the same import as another: an installed alternative satisfies the requirement (two
+# of them in one environment overwrite each other's files).
+ALTERNATIVES = {
+    "onnxruntime-gpu": ("onnxruntime",),
+    "onnxruntime": ("onnxruntime-gpu",),
+    "opencv-python-headless": ("opencv-python", "opencv-contrib-python", "opencv-contrib-python-headless"),
+    "opencv-python": ("opencv-python-headless", "opencv-contrib-python", "opencv-contrib-python-headless"),
+    "dlib-bin": ("dlib",),
+    "dlib": ("dlib-bin",),
+}
 
 # Import name -> distribution names, for the version table and the restart check.
 _DISTS = {
@@ -596,8 +607,12 @@ def install_missing(requirements: str | os.PathLike | Sequence[str], dry_run: bo
             rows.append(InstallRow(name, line, installed, "skipped", f"marker {req.marker} does not apply"))
             continue
         satisfied = installed is not None and req.specifier.contains(installed, prereleases=True)
+        alternative = next(((alt, v) for alt in ALTERNATIVES.get(name, ()) if (v := package_version(alt))
+                            and req.specifier.contains(v, prereleases=True)), None)
         if satisfied:
             rows.append(InstallRow(name, line, installed, "ok"))
+        elif installed is None and alternative is not None:
+            rows.append(InstallRow(name, line, None, "ok", f"provided by {alternative[0]} {alternative[1]}"))
         elif name in NEVER_INSTALL:
             rows.append(InstallRow(name, line, installed, "refused",
                                    "install the torch build for your CUDA from pytorch.org; this never touches it"))
@@ -632,6 +647,7 @@ def install_missing(requirements: str | os.PathLike | Sequence[str], dry_run: bo
 # --------------------------------------------------------------------------------------------------- folders
 
 
+@functools.lru_cache(maxsize=1)
 def _source_fingerprint() -> str:
     """A short hash of this package's source files, so CI caches made by older code are never reused."""
     digest = hashlib.sha256()
@@ -1018,7 +1034,7 @@ def check_result(result: Any, *, frames: int | None = None, duration_s: float | 
             raise ResultCheckError(f"the avatar has n_frames={n}; expected at least one prepared frame.")
         checked.append(f"avatar with {n} frames ({'loaded from cache' if cached else 'prepared now'})")
     if output is None and not hasattr(result, "loaded_from_cache"):
-        rows = getattr(result, "rows", result)
+        rows = next((getattr(result, n) for n in ("rows", "checks", "files") if hasattr(result, n)), result)
         try:
             count = len(rows() if callable(rows) else rows)
         except TypeError:

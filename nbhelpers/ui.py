@@ -569,7 +569,7 @@ def plot_timings(timings: Any, title: str = "Time per stage") -> Chart:
     ax.set_yticks(y, names)
     ax.set_xlabel("seconds")
     ax.set_title(f"{title} (total {total:.2f} s)")
-    for yi, s in zip(y, seconds):
+    for yi, s in zip(y, seconds, strict=True):
         share = 100 * s / total if total > 0 else 0.0
         ax.annotate(f" {s:.2f} s ({share:.0f}%)", (s, yi), va="center", fontsize=9)
     ax.set_xlim(0, max(total * 0.01, seconds.max() * 1.35, 1e-3))
@@ -597,8 +597,8 @@ class FpsTable:
 
     def __str__(self) -> str:
         widths = [max(len(h), *(len(c[i]) for c in self._cells())) for i, h in enumerate(self.HEADERS)]
-        lines = ["  ".join(h.ljust(w) for h, w in zip(self.HEADERS, widths))]
-        lines += ["  ".join(c.ljust(w) for c, w in zip(cells, widths)) for cells in self._cells()]
+        lines = ["  ".join(h.ljust(w) for h, w in zip(self.HEADERS, widths, strict=True))]
+        lines += ["  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) for cells in self._cells()]
         return "\n".join(lines)
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
@@ -680,7 +680,7 @@ def _track_masks(track: Any, has_face: np.ndarray | None) -> list[Any] | None:
         return None
     masks = list(masks)
     if squares is not None:
-        masks = [_Material(m, s) for m, s in zip(masks, squares)]
+        masks = [_Material(m, s) for m, s in zip(masks, squares, strict=True)]
     if has_face is not None and len(masks) == int(has_face.sum()) != len(has_face):
         it = iter(masks)  # one mask per frame with a face: spread them over the frames
         masks = [next(it) if face else None for face in has_face]
@@ -744,7 +744,7 @@ def plot_faces(frames: Any, track: Any = None, *, indices: Sequence[int] | None 
     images = _frames_at(frames, indices)
     aspect = images[0].shape[0] / images[0].shape[1]
     fig = _figure(width_in * len(images), width_in * aspect + 0.5)
-    for k, (i, frame) in enumerate(zip(indices, images)):
+    for k, (i, frame) in enumerate(zip(indices, images, strict=True)):
         ax = fig.add_subplot(1, len(images), k + 1)
         ax.imshow(frame[:, :, ::-1])  # BGR -> RGB for display
         face = True if has_face is None else bool(has_face[i])

@@ -261,15 +261,14 @@ REALTIME_NB = opening(
     code('avatar = nbh.prepare_avatar(video, env.work_dir(MODE) / "avatars" / "my-avatar", config=panel.config, '
          "weights_dir=WEIGHTS)\navatar", IGNORE),
     md("## Generate\n\nEach clip reuses your avatar's latents and masks, so only the audio-dependent work runs."),
-    code('clips = [avatar.generate(a, env.work_dir(MODE) / f"clip-{i}.mp4") for i, a in enumerate(audios)]\nclips',
-         IGNORE),
+    code('clips = [avatar.generate(a, env.work_dir(MODE) / f"clip-{i}.mp4") for i, a in enumerate(audios)]', IGNORE),
     md("## Speed\n\nGeneration fps counts the model work only; end-to-end fps counts what you wait for, from audio "
        "in to file closed. Real time is 25 fps."),
     code("ui.fps_table(clips)", IGNORE),
     md("## Watch\n\nPlay your last clip."),
     code("ui.show_video(clips[-1])"),
     md("## Check\n\nThe last cell checks that each of your clips was written now and lasts as long as its audio."),
-    code("[env.check_result(c, duration_s=env.media_seconds(a)) for c, a in zip(clips, audios)]"),
+    code("[env.check_result(c, duration_s=env.media_seconds(a)) for c, a in zip(clips, audios, strict=True)]"),
 ]
 
 QUICKSTART_NB = [
@@ -285,7 +284,8 @@ QUICKSTART_NB = [
     code('VIDEO = ""  # your video or photo, e.g. "/content/drive/MyDrive/face.mp4"; empty: the sample\n'
          'AUDIO = ""  # your speech; empty: the sample', "parameters"),
     md("## Lip-sync\n\nThis downloads the weights you are missing, runs every stage and plays your result here."),
-    code("result = nbh.lipsync(*env.workbook_inputs(MODE, VIDEO, AUDIO), config=env.default_config(MODE), "
+    code("video, audio = env.workbook_inputs(MODE, VIDEO, AUDIO)\n"
+         'result = nbh.lipsync(video, audio, env.work_dir(MODE) / "quickstart.mp4", config=env.default_config(MODE), '
          "weights_dir=env.weights_dir(MODE))\nresult", IGNORE),
     md("## Check\n\nThe last cell checks that your video was written now with one frame per 1/25 s of your audio."),
     code("env.check_result(result)"),

@@ -1,0 +1,383 @@
+"""nbhelpers.env: run mode, setup report, install_missing, CI inputs and weights, result checks."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import types
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from nbhelpers import env
+from nbhelpers.errors import InputError, NbHelpersError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _isolated(monkeypatch, tmp_path):
+    """Each test starts outside Colab with no mode set and its own work folder."""
+    monkeypatch.delenv("NBHELPERS_MODE", raising=False)
+    monkeypatch.delenv("COLAB_RELEASE_TAG", raising=False)
+    monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    monkeypatch.setenv("NBHELPERS_WORKDIR", str(tmp_path / "work"))
+
+
+# ------------------------------------------------------------------------------------------------ run mode
+
+
+def test_run_mode_sources(monkeypatch):
+    assert env.run_mode() == "local"
+    monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
+    assert env.run_mode() == "colab"
+    monkeypatch.setenv("NBHELPERS_MODE", "CI")
+    assert env.run_mode() == "ci"
+    assert env.run_mode("local") == "local"  # an explicit mode (papermill parameter) wins
+
+
+@pytest.mark.parametrize("where", ["argument", "environment"])
+def test_unknown_mode_is_an_input_error(monkeypatch, where):
+    if where == "environment":
+        monkeypatch.setenv("NBHELPERS_MODE", "prod")
+    with pytest.raises(InputError, match="NBHELPERS_MODE" if where == "environment" else "mode must be"):
+        env.run_mode("prod" if where == "argument" else None)
+
+
+def test_ci_mode_turns_progress_bars_off(monkeypatch):
+    from nbhelpers import progress
+
+    monkeypatch.delenv("NBHELPERS_PROGRESS", raising=False)
+    monkeypatch.setitem(progress._settings, "disable", False)
+    env.run_mode("ci")
+    assert progress._settings["disable"] is True
+
+
+# ------------------------------------------------------------------------------------------------ setup report
+
+
+def test_setup_report_lists_versions_without_importing(monkeypatch):
+    import importlib.metadata as md
+
+    report = env.setup("local")
+    assert report.mode == "local"
+    assert report.python == ".".join(map(str, sys.version_info[:3]))
+    assert report.versions["numpy"] == md.version("numpy")
+    assert set(env.REPORTED) == set(report.versions)
+    assert report.drive_mounted is False and not report.restart_needed
+    html = report._repr_html_()
+    assert "<table>" in html and "run mode" in html and "Restart needed" not in html
+    assert str(report).splitlines()[0].split() == ["run", "mode", "local"]
+
+
+def test_setup_says_when_a_restart_is_needed(monkeypatch):
+    fake = types.ModuleType("numpy")
+    fake.__version__ = "1.0.0"  # what was imported before an install replaced numpy
+    monkeypatch.setitem(sys.modules, "numpy", fake)
+    reasons = env.restart_reasons()
+    assert reasons == [f"numpy 1.0.0 is imported but {env.package_version('numpy')} is installed"]
+    report = env.EnvReport("colab", "3.13.0", "cuda: Tesla T4", 15.0, {}, None, False, tuple(reasons))
+    assert report.restart_needed and "Runtime &gt; Restart session" in report._repr_html_()
+    assert "15.0" in str(report)
+
+
+def test_ci_report_names_the_tiny_weights_without_making_them():
+    report = env.setup("ci")
+    assert report.weights_dir == env.work_dir("ci") / "tiny-weights" / "models"
+    assert not report.weights_dir.exists()
+
+
+def test_package_version():
+    import importlib.metadata as md
+
+    assert env.package_version("not-a-package-xyz", "pytest") == md.version("pytest")
+    assert env.package_version("not-a-package-xyz") is None
+
+
+# ------------------------------------------------------------------------------------------------ install_missing
+
+
+def test_install_missing_plans_only_what_is_needed(tmp_path):
+    import numpy
+
+    req = tmp_path / "req.txt"
+    req.write_text("# comment\n--index-url https://example.invalid\npytest>=1.0  # satisfied\n"
+                   "not-a-package-xyz>=1.0\nnumpy>=999\ntorch>=999\nfoo-bar>=1 ; python_version < '3'\n")
+    report = env.install_missing(req, dry_run=True)
+    actions = {row.name: row.action for row in report.rows}
+    assert actions == {"pytest": "ok", "not-a-package-xyz": "install", "numpy": "refused", "torch": "refused",
+                       "foo-bar": "skipped"}
+    assert report.missing == ["not-a-package-xyz>=1.0"]
+    assert report.dry_run and not report.installed_now
+    assert "not-a-package-xyz>=1.0" in report.command
+    assert f"numpy {numpy.__version__}" not in str(report)  # the table shows versions in columns
+    assert "would install: not-a-package-xyz>=1.0" in str(report)
+    assert len(report) == 5 and "<table>" in report._repr_html_()
+
+
+def test_install_missing_counts_an_alternative_distribution(monkeypatch):
+    versions = {"onnxruntime": "1.20.0"}
+    monkeypatch.setattr(env, "package_version", lambda *names: next((versions[n] for n in names if n in versions),
+                                                                      None))
+    [row] = env.install_missing(["onnxruntime-gpu>=1.16"], dry_run=True).rows
+    assert row.action == "ok" and row.note == "provided by onnxruntime 1.20.0"
+
+
+def test_install_missing_rejects_bad_lines():
+    with pytest.raises(InputError, match="cannot be parsed"):
+        env.install_missing(["numpy>>1"], dry_run=True)
+    with pytest.raises(InputError, match="does not exist"):
+        env.install_missing("/no/such/requirements.txt", dry_run=True)
+
+
+def test_requirements_file_is_found_in_a_checkout():
+    assert env.requirements_file("https://x", "v1") == str(ROOT / "requirements-colab.txt")
+    lines = env.read_requirements(env.requirements_file())
+    assert lines and all(">=" in line for line in lines)
+
+
+def _wheel(folder: Path, name: str, version: str, requires: tuple[str, ...] = ()) -> Path:
+    """A minimal pure-Python wheel (one module), so that pip can install it from a local folder."""
+    dist = f"{name.replace('-', '_')}-{version}"
+    path = folder / f"{dist}-py3-none-any.whl"
+    requires_text = "".join(f"Requires-Dist: {r}\n" for r in requires)
+    meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n{requires_text}"
+    files = {f"{name.replace('-', '_')}.py": "VALUE = 1\n", f"{dist}.dist-info/METADATA": meta,
+             f"{dist}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = "".join(f"{n},,\n" for n in files) + f"{dist}.dist-info/RECORD,,\n"
+    with zipfile.ZipFile(path, "w") as zf:
+        for n, text in {**files, f"{dist}.dist-info/RECORD": record}.items():
+            zf.writestr(n, text)
+    return path
+
+
+INSTALL_SCRIPT = """
+import sys
+from nbhelpers import env
+from nbhelpers.errors import NbHelpersError
+env.PROTECTED = env.PROTECTED + ("nbh-guarded",)  # stands in for numpy: installed, must not move
+report = env.install_missing(["nbh-fresh>=1.0", "nbh-guarded>=1.0"])
+print("ACTIONS", sorted((r.name, r.action) for r in report.rows))
+print("NOW", list(report.installed_now))
+try:
+    env.install_missing(["nbh-greedy>=1.0"])  # its dependency wants a newer nbh-guarded
+except NbHelpersError as exc:
+    print("REFUSED", "without changing a protected package" in str(exc))
+"""
+
+
+def test_install_missing_really_installs_and_never_moves_a_protected_package(tmp_path):
+    """A throwaway venv and a local wheel folder (no index): install one package, refuse to upgrade another."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    _wheel(wheels, "nbh-fresh", "1.2")
+    _wheel(wheels, "nbh-guarded", "1.0")
+    _wheel(wheels, "nbh-guarded", "2.0")
+    _wheel(wheels, "nbh-greedy", "1.0", requires=("nbh-guarded>=2.0",))
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    py = str(venv / "bin" / "python")
+    pip_env = dict(os.environ, PIP_NO_INDEX="1", PIP_FIND_LINKS=str(wheels), PIP_DISABLE_PIP_VERSION_CHECK="1",
+                   PIP_CONSTRAINT="", PYTHONPATH=str(ROOT))
+    packaging_wheel = _packaging_wheel(tmp_path)
+    subprocess.run([py, "-m", "pip", "install", "-q", str(packaging_wheel), str(wheels / "nbh_guarded-1.0-py3-none-any.whl")],
+                   check=True, env=pip_env)
+    done = subprocess.run([py, "-c", INSTALL_SCRIPT], capture_output=True, text=True, env=pip_env)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "ACTIONS [('nbh-fresh', 'install'), ('nbh-guarded', 'ok')]" in out
+    assert "NOW ['nbh-fresh==1.2']" in out
+    assert "REFUSED True" in out
+    versions = subprocess.run([py, "-c", "import importlib.metadata as m; print(m.version('nbh-guarded'), "
+                               "m.version('nbh-fresh'))"], capture_output=True, text=True, check=True).stdout
+    assert versions.split() == ["1.0", "1.2"]
+
+
+def _packaging_wheel(tmp_path: Path) -> Path:
+    """A wheel of the installed `packaging` (install_missing parses requirements with it), built offline."""
+    import packaging
+
+    out = tmp_path / "pkgwheel"
+    out.mkdir()
+    src = Path(packaging.__file__).parent
+    version = env.package_version("packaging")
+    dist = f"packaging-{version}"
+    path = out / f"{dist}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as zf:
+        for file in src.rglob("*.py"):
+            zf.write(file, f"packaging/{file.relative_to(src).as_posix()}")
+        zf.writestr(f"{dist}.dist-info/METADATA", f"Metadata-Version: 2.1\nName: packaging\nVersion: {version}\n")
+        zf.writestr(f"{dist}.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                                               "Tag: py3-none-any\n")
+        zf.writestr(f"{dist}.dist-info/RECORD", "")
+    return path
+
+
+# ------------------------------------------------------------------------------------------------ drive
+
+
+def test_mount_drive_is_a_no_op_outside_colab(monkeypatch):
+    monkeypatch.delenv("NBHELPERS_WEIGHTS", raising=False)
+    status = env.mount_drive("/content/drive/MyDrive/weights")
+    assert status.mounted is False and "not in Colab" in str(status)
+    assert "NBHELPERS_WEIGHTS" not in os.environ
+
+
+def test_mount_drive_in_colab_sets_the_shared_weights_folder(monkeypatch, tmp_path):
+    mounted = []
+    drive = types.ModuleType("google.colab.drive")
+    drive.mount = lambda mountpoint: (Path(mountpoint, "MyDrive").mkdir(parents=True), mounted.append(mountpoint))
+    colab = types.ModuleType("google.colab")
+    colab.drive = drive
+    monkeypatch.setitem(sys.modules, "google.colab", colab)
+    monkeypatch.setitem(sys.modules, "google.colab.drive", drive)
+    monkeypatch.delenv("NBHELPERS_WEIGHTS", raising=False)
+    point = tmp_path / "drive"
+    assert env.mount_drive(enabled=False, mountpoint=str(point)).mounted is False and not mounted
+    with pytest.raises(InputError, match="Add shortcut"):
+        env.mount_drive(str(point / "MyDrive" / "shared-weights"), mountpoint=str(point))
+    (point / "MyDrive" / "shared-weights").mkdir()
+    status = env.mount_drive(str(point / "MyDrive" / "shared-weights"), mountpoint=str(point))
+    assert status.mounted and mounted == [str(point)]
+    assert os.environ["NBHELPERS_WEIGHTS"] == str(point / "MyDrive" / "shared-weights")
+
+
+# ------------------------------------------------------------------------------------------------ inputs
+
+
+def test_given_paths_win_and_missing_ones_are_named(tmp_path):
+    video, audio = tmp_path / "v.mp4", tmp_path / "a.wav"
+    video.write_bytes(b"x")
+    audio.write_bytes(b"y")
+    assert env.workbook_inputs("local", str(video), audio) == (video, audio)
+    with pytest.raises(InputError, match="video '/nope.mp4' does not exist"):
+        env.workbook_inputs("local", "/nope.mp4", audio)
+
+
+def test_uploads_are_sorted_into_video_and_audio(tmp_path):
+    files = [tmp_path / n for n in ("speech.m4a", "face.mov")]
+    for f in files:
+        f.write_bytes(b"x")
+    assert env.workbook_inputs("local", uploads=files) == (files[1], files[0])
+
+
+def test_ci_inputs_are_one_second_clips_of_the_shared_media(shared_data, monkeypatch):
+    from nbhelpers import media
+
+    monkeypatch.setenv("NBHELPERS_SHARED_DATA", str(shared_data))
+    video, audio = env.workbook_inputs("ci")
+    assert video.parent == audio.parent == env.work_dir("ci") / "clips"
+    info = media.probe(video)
+    assert (info.frame_count, info.fps, info.has_audio) == (25, 25, False)
+    assert media.probe(audio).duration_s == pytest.approx(1.0, abs=0.001)
+    mtime = video.stat().st_mtime
+    assert env.workbook_inputs("ci")[0].stat().st_mtime == mtime  # cut once, then reused
+    clips = env.sample_audios("ci")
+    assert len(clips) == 2 and clips[0] == audio and clips[1].name == "sing-1000ms.wav"
+
+
+def test_without_shared_media_ci_uses_the_packaged_demo(monkeypatch, tmp_path):
+    pytest.importorskip("skimage")
+    from nbhelpers import media
+
+    monkeypatch.setenv("NBHELPERS_SHARED_DATA", str(tmp_path / "nothing-here"))
+    video, audio = env.workbook_inputs("ci")
+    assert video.name == "astronaut.png"
+    assert media.probe(audio).duration_s == pytest.approx(1.0, abs=0.001)
+
+
+def test_local_mode_picks_up_what_02_media_left(tmp_path):
+    folder = env.media_dir("local")
+    (folder / env.WORKBOOK_VIDEO).write_bytes(b"v")
+    src = tmp_path / "Speech Take 1.MP3"
+    src.write_bytes(b"mp3")
+    kept = env.keep_audio(src, "local")
+    assert kept == folder / "audio.mp3" and kept.read_bytes() == b"mp3"
+    assert env.workbook_inputs("local") == (folder / env.WORKBOOK_VIDEO, kept)
+    assert env.keep_audio(kept, "local") == kept
+
+
+def test_shared_data_is_found_walking_up(monkeypatch, tmp_path):
+    monkeypatch.delenv("NBHELPERS_SHARED_DATA", raising=False)
+    data = tmp_path / "shared" / "data"
+    data.mkdir(parents=True)
+    (data / env.SHARED_VIDEO).write_bytes(b"x")
+    deep = tmp_path / "repo" / "notebooks"
+    deep.mkdir(parents=True)
+    monkeypatch.chdir(deep)
+    assert env.shared_data_dir() == data
+
+
+def test_ci_weights_are_a_complete_tiny_tree_made_once():
+    pytest.importorskip("torch")
+    from nbhelpers import weights
+
+    folder = env.weights_dir("ci")
+    assert weights.is_tiny(folder)
+    assert weights.verify(folder).ok
+    marker = folder.parent / ".complete"
+    stamp = marker.stat().st_mtime
+    assert env.weights_dir("ci") == folder and marker.stat().st_mtime == stamp
+
+
+def test_default_config_and_plan_in_ci_mode():
+    pytest.importorskip("torch")
+    config = env.default_config("ci", extra_margin=20)
+    assert (config.landmark_backend, config.device, config.extra_margin) == ("dlib", "cpu", 20)
+    assert env.default_config("local").landmark_backend == "auto"
+    with pytest.warns(Warning):
+        plan = env.plan("realtime", "ci")
+    assert plan.config.device == "cpu" and plan.config.landmark_backend == "dlib" and plan.weights == "tiny"
+
+
+# ------------------------------------------------------------------------------------------------ check_result
+
+
+@pytest.fixture
+def clip_25(make_media):
+    return make_media("env-clip.mp4", "-f", "lavfi", "-i", "testsrc=size=64x48:rate=25:duration=1",
+                      "-pix_fmt", "yuv420p")
+
+
+def test_check_result_accepts_this_sessions_output(clip_25):
+    class Result:
+        output = Path(clip_25)
+        n_frames = 25
+
+    message = env.check_result(Result(), duration_s=1.0, since=0)
+    assert message.startswith("OK: env-clip.mp4 written this session") and "25 frames" in message
+
+
+def test_check_result_rejects_stale_wrong_and_missing_files(clip_25, tmp_path):
+    with pytest.raises(env.ResultCheckError, match="before this session"):
+        env.check_result(clip_25, since=time.time() + 60)
+    with pytest.raises(env.ResultCheckError, match="has 25 frames; the result reports 24"):
+        env.check_result(clip_25, frames=24, since=0)
+    with pytest.raises(env.ResultCheckError, match="lasts 1.000 s; expected 1.500 s"):
+        env.check_result(clip_25, duration_s=1.5, since=0)
+    with pytest.raises(env.ResultCheckError, match="missing or empty"):
+        env.check_result(tmp_path / "nothing.mp4")
+    assert issubclass(env.ResultCheckError, AssertionError) and issubclass(env.ResultCheckError, NbHelpersError)
+
+
+def test_check_result_of_avatars_and_tables():
+    class Avatar:
+        loaded_from_cache = False
+        n_frames = 25
+        directory = Path("/tmp/a")
+
+    assert env.check_result(Avatar()) == "OK: avatar with 25 frames (prepared now)"
+    with pytest.raises(env.ResultCheckError, match="loaded_from_cache is False, expected True"):
+        env.check_result(Avatar(), from_cache=True)
+
+    class Table:
+        checks = (1, 2, 3)
+
+    assert env.check_result(Table()) == "OK: table with 3 rows"
+    with pytest.raises(env.ResultCheckError, match="3 rows; expected at least 4"):
+        env.check_result(Table(), min_rows=4)
+    with pytest.raises(env.ResultCheckError, match="cannot check"):
+        env.check_result(42)
