@@ -41,7 +41,7 @@ from .constants import FPS
 from .errors import InputError, MediaError, NbHelpersError
 
 MODES = ("colab", "ci", "local")
-CI_CLIP_SECONDS = 1.0  # seconds of video and of audio cut from ../shared/data for CI runs (25 frames at 25 fps)
+CI_CLIP_SECONDS = 0.6  # seconds of video and of audio cut from ../shared/data for CI runs (15 frames at 25 fps)
 SHARED_VIDEO = "face-sing-576x768-25fps.mp4"  # names of the real test media in ../shared/data (test use only)
 SHARED_AUDIO = "speech-en-short.wav"
 SHARED_AUDIO_2 = "sing-44k1-mono.wav"

@@ -42,7 +42,8 @@ _LABELS = {
     "parsing_mode": ("parsing_mode", "face-parsing mask: jaw (v1.5 default), raw, neck; v1.0 always uses raw"),
     "left_cheek_width": ("left cheek (px)", "jaw-mode cheek band in 512-px parsing space (app: 20-160)"),
     "right_cheek_width": ("right cheek (px)", "jaw-mode cheek band in 512-px parsing space (app: 20-160)"),
-    "bbox_shift": ("bbox_shift (px)", "v1.0 only: moves the crop box down (+) or up (-), changing mouth openness"),
+    "bbox_shift": ("bbox_shift (px)", "v1.0 only: moves the repainted half's upper edge down (+, more mouth "
+                   "openness) or up (-)"),
     "batch_size": ("batch (frames)", "frames per UNet/VAE batch; auto = the planner's choice"),
     "fp16": ("precision", "fp16 on CUDA, fp32 on CPU; auto = the planner's choice"),
 }

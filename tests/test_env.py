@@ -264,19 +264,20 @@ def test_uploads_are_sorted_into_video_and_audio(tmp_path):
     assert env.workbook_inputs("local", uploads=files) == (files[1], files[0])
 
 
-def test_ci_inputs_are_one_second_clips_of_the_shared_media(shared_data, monkeypatch):
+def test_ci_inputs_are_short_clips_of_the_shared_media(shared_data, monkeypatch):
     from nbhelpers import media
 
     monkeypatch.setenv("NBHELPERS_SHARED_DATA", str(shared_data))
     video, audio = env.workbook_inputs("ci")
     assert video.parent == audio.parent == env.work_dir("ci") / "clips"
     info = media.probe(video)
-    assert (info.frame_count, info.fps, info.has_audio) == (25, 25, False)
-    assert media.probe(audio).duration_s == pytest.approx(1.0, abs=0.001)
+    frames = round(env.CI_CLIP_SECONDS * 25)
+    assert (info.frame_count, info.fps, info.has_audio) == (frames, 25, False)
+    assert media.probe(audio).duration_s == pytest.approx(env.CI_CLIP_SECONDS, abs=0.001)
     mtime = video.stat().st_mtime
     assert env.workbook_inputs("ci")[0].stat().st_mtime == mtime  # cut once, then reused
     clips = env.sample_audios("ci")
-    assert len(clips) == 2 and clips[0] == audio and clips[1].name == "sing-1000ms.wav"
+    assert len(clips) == 2 and clips[0] == audio and clips[1].name == f"sing-{round(env.CI_CLIP_SECONDS * 1000)}ms.wav"
 
 
 def test_without_shared_media_ci_uses_the_packaged_demo(monkeypatch, tmp_path):
@@ -286,7 +287,7 @@ def test_without_shared_media_ci_uses_the_packaged_demo(monkeypatch, tmp_path):
     monkeypatch.setenv("NBHELPERS_SHARED_DATA", str(tmp_path / "nothing-here"))
     video, audio = env.workbook_inputs("ci")
     assert video.name == "astronaut.png"
-    assert media.probe(audio).duration_s == pytest.approx(1.0, abs=0.001)
+    assert media.probe(audio).duration_s == pytest.approx(env.CI_CLIP_SECONDS, abs=0.001)
 
 
 def test_local_mode_picks_up_what_02_media_left(tmp_path):

@@ -116,8 +116,9 @@ SETUP_NB = opening(
        "needs mmcv, and prebuilt mmcv wheels exist only for some torch and CUDA versions. This check tells you "
        "whether your runtime has them, and how long an install would take."),
     code("from nbhelpers.faces import mim\nmim.check_mmcv_wheels()", IGNORE),
-    md("Set `MMPOSE = True` in your parameters to install them; otherwise you see the plan only. The default "
-       "DWPose (ONNX) path gives nearly the same landmarks without mmcv."),
+    md("Set `MMPOSE = True` in your parameters to install them: the install then verifies mmpose with one "
+       "landmark pass in a fresh interpreter and reports how long it took. Otherwise you see the plan only, and "
+       "the default DWPose (ONNX) path gives you the same landmarks without mmcv."),
     code('mim.install_mmpose(dry_run=not MMPOSE or MODE == "ci")', IGNORE),
     md("## Optional: Google Drive\n\nMount Drive to keep your weights and results between sessions. In a workshop "
        "your teacher shares one weights folder: add a shortcut to it in *My Drive*, put its path in "
