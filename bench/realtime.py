@@ -47,7 +47,6 @@ def limit_cpus(n: int) -> None:
 
 def official_decode_to_host(vae, latents):
     """Official ``decode_latents``: decode, clamp, copy to host, numpy round, uint8, RGB->BGR (vae.py:96-108)."""
-    import torch
 
     latents = (1 / vae.config.scaling_factor) * latents
     image = vae.decode(latents.to(vae.dtype)).sample
@@ -186,6 +185,16 @@ def matmul_tflops() -> float:
     return 10 * 2 * 8192 ** 3 / (time.perf_counter() - t0) / 1e12
 
 
+def _cpu_stubs() -> None:
+    """Let the smoke run (--tiny) go through the CUDA-only calls on a CPU machine."""
+    import torch
+
+    torch.cuda.synchronize = lambda *a, **k: None
+    torch.cuda.reset_peak_memory_stats = lambda *a, **k: None
+    torch.cuda.max_memory_reserved = lambda *a, **k: 0
+    globals()["matmul_tflops"] = lambda: float("nan")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=20.0)
@@ -194,6 +203,7 @@ def main() -> None:
     parser.add_argument("--compile", action="store_true")
     parser.add_argument("--work", default=None)
     parser.add_argument("--weights", default=None)
+    parser.add_argument("--tiny", action="store_true", help="smoke run: tiny random weights on the CPU")
     args = parser.parse_args()
     limit_cpus(args.cores)
 
@@ -208,15 +218,21 @@ def main() -> None:
     work = Path(args.work or tempfile.mkdtemp(prefix="bench-rt-"))
     work.mkdir(parents=True, exist_ok=True)
     data = media_dir()
-    weights = make_full_weights(Path(args.weights or work / "weights"))
+    if args.tiny:
+        from nbhelpers.testing import make_tiny_weights
+
+        weights = make_tiny_weights(work / "tiny")
+        _cpu_stubs()
+    else:
+        weights = make_full_weights(Path(args.weights or work / "weights"))
     speech, sr = sf.read(data / "speech-en-long.wav", dtype="float32")
     audio = work / "speech-20s.wav"
     sf.write(audio, speech[: int(args.seconds * sr)], sr)
     ffmpeg = media.ffmpeg_exe()
-    print(f"cores: {sorted(os.sched_getaffinity(0))}, torch {torch.__version__}, {torch.cuda.get_device_name()}",
-          flush=True)
+    print(f"cores: {sorted(os.sched_getaffinity(0))}, torch {torch.__version__}, "
+          f"{torch.cuda.get_device_name() if not args.tiny else 'cpu smoke run'}", flush=True)
 
-    config = InferenceConfig(batch_size=args.batch, fp16=True, device="cuda")
+    config = InferenceConfig(batch_size=args.batch, fp16=not args.tiny, device="cpu" if args.tiny else "cuda")
     t0 = time.perf_counter()
     avatar = prepare_avatar(data / "face-sing-576x768-25fps.mp4", work / "avatar", config=config, boxes=BOX,
                             weights_dir=weights)
@@ -260,7 +276,7 @@ def main() -> None:
         ("ours: Avatar.generate", ours.end_to_end_fps, ours.generation_fps, ours_peak),
     ]
     print()
-    print(f"| run | end-to-end fps | generation fps (in loop) | peak GPU GiB |")
+    print("| run | end-to-end fps | generation fps (in loop) | peak GPU GiB |")
     print("|---|---|---|---|")
     for name, e2e, gen, peak in rows:
         print(f"| {name} | {e2e:.1f} | {gen:.1f} | {peak:.2f} |")
@@ -277,7 +293,7 @@ def main() -> None:
     print(f"measured fp16 matmul peak: {peak_tflops:.0f} TFLOP/s; UNet + decode at {our_core:.1f} fps = "
           f"{our_core * UNET_DECODE_GFLOP / 1e3:.1f} TFLOP/s = {100 * our_core * UNET_DECODE_GFLOP / 1e3 / peak_tflops:.1f}% "
           "of it")
-    print(f"stages ours (s): " + ", ".join(f"{k} {v:.2f}" for k, v in ours.timings.items()))
+    print("stages ours (s): " + ", ".join(f"{k} {v:.2f}" for k, v in ours.timings.items()))
     print(f"stages reference (s): features {ref['features_s']:.2f}, loop (UNet+decode+blend+PNG) {ref['loop_s']:.2f} "
           f"(core {ref['core_s']:.2f}), encode+mux {ref['encode_s']:.2f}")
     print(f"output: {info.frame_count if hasattr(info, 'frame_count') else '?'} frames, "

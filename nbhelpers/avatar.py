@@ -34,6 +34,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -435,12 +436,19 @@ class Avatar:
         Raises:
             InputError: The audio is missing, unreadable or shorter than one frame.
         """
-        from . import media
-        from .pipeline import Timings, _BackgroundWriter, render
-        from .progress import bar
+        from .pipeline import Timings, flush_denormals
 
         t0 = time.perf_counter()
         timings = Timings()
+        st = self._ensure_models()
+        with flush_denormals(st["device"]):
+            return self._generate(audio, output, frame_callback, t0, timings)
+
+    def _generate(self, audio, output, frame_callback, t0, timings) -> GenerateResult:
+        from . import media
+        from .pipeline import _BackgroundWriter, render
+        from .progress import bar
+
         waveform, features, n_out = self._features(audio, timings)
         st = self._ensure_models()
         inputs = self._render_inputs()
@@ -615,7 +623,7 @@ def prepare_avatar(video: str | os.PathLike, directory: str | os.PathLike, *, co
     frames without a face kept (Q7).
     """
     from . import faces, gpu, models, weights
-    from .pipeline import _blend_materials, _device_dtype, _encode_faces, _weights_kind
+    from .pipeline import _blend_materials, _device_dtype, _encode_faces, _weights_kind, flush_denormals
 
     config = config or InferenceConfig()
     if boxes is not None and config.landmark_backend != "boxes":
@@ -650,6 +658,7 @@ def prepare_avatar(video: str | os.PathLike, directory: str | os.PathLike, *, co
     work = Path(tempfile.mkdtemp(prefix=".building-", dir=directory))
     reader = media.load_video(video_path)
     store = FrameStore(reader.height, reader.width, directory=work / "raw")
+    cleanup = ExitStack()
     try:
         track = faces.track(store.tee(reader), backend=backend or config.landmark_backend, config=config,
                             boxes=boxes, weights_dir=weights_path)
@@ -659,6 +668,7 @@ def prepare_avatar(video: str | os.PathLike, directory: str | os.PathLike, *, co
                         weights=_weights_kind(weights_path))
         run_config = plan.config
         device, dtype = _device_dtype(run_config)
+        cleanup.enter_context(flush_denormals(device))
         face_frames = np.flatnonzero(track.has_face)
         vae = models.load_vae(weights_path, device=device, dtype=dtype)
         latents = _encode_faces(store, track, face_frames, vae, run_config)
@@ -701,6 +711,7 @@ def prepare_avatar(video: str | os.PathLike, directory: str | os.PathLike, *, co
         tmp_manifest.write_text(json.dumps(meta, indent=1, sort_keys=True), "utf-8")
         os.replace(tmp_manifest, directory / MANIFEST)
     finally:
+        cleanup.close()
         reader.close()
         store.close()
         shutil.rmtree(work, ignore_errors=True)
