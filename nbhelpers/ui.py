@@ -150,12 +150,14 @@ class SettingsPanel:
     def _planned(self) -> tuple[str, str]:
         batch = self.base.batch_size
         fp16 = self.base.fp16
-        reasons = self.base.reasons or {}
         batch_text = f"auto (planner: {batch})" if batch else "auto"
         precision_text = "auto" if fp16 is None else f"auto (planner: {'fp16' if fp16 else 'fp32'})"
-        if reasons.get("batch_size"):
-            batch_text += f" - {reasons['batch_size']}"
         return batch_text, precision_text
+
+    def planner_notes(self) -> list[str]:
+        """Why the planner chose the device, precision and batch size (from the plan's reasons)."""
+        reasons = self.base.reasons or {}
+        return [f"{name}: {reasons[name]}" for name in ("device", "fp16", "batch_size") if reasons.get(name)]
 
     def _make(self, name: str, value: Any) -> Any:
         if not self.uses_widgets:
@@ -213,7 +215,8 @@ class SettingsPanel:
         if self._box is None:
             import ipywidgets as w
 
-            note = w.HTML("<i>These controls only set parameters: run the next cell to use them.</i>")
+            note = w.HTML("<i>These controls only set parameters: run the next cell to use them.</i>"
+                          + "".join(f"<br><small>{html.escape(n)}</small>" for n in self.planner_notes()))
             self._box = w.VBox([*self.controls.values(), note])
         return self._box
 
@@ -238,7 +241,8 @@ class SettingsPanel:
     def _repr_html_(self) -> str:
         body = "".join(f"<tr><th style='text-align:left'>{html.escape(a)}</th><td style='text-align:left'>"
                        f"{html.escape(b)}</td></tr>" for a, b in self.rows())
-        return f"<table>{body}</table><i>Settings (no widgets here): change them with panel.set(...).</i>"
+        notes = "".join(f"<br><small>{html.escape(n)}</small>" for n in self.planner_notes())
+        return f"<table>{body}</table><i>Settings (no widgets here): change them with panel.set(...).</i>{notes}"
 
     def _ipython_display_(self) -> None:
         from IPython.display import HTML, display

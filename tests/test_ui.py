@@ -55,9 +55,11 @@ def test_untouched_panel_gives_the_base_config(use_widgets):
 def test_planner_choice_is_shown(use_widgets):
     panel = ui.settings_panel(FakePlan(batch_size=16, fp16=True), use_widgets=use_widgets)
     rows = dict(panel.rows())
-    assert rows["batch (frames)"].startswith("auto (planner: 16)")
-    assert "largest batch that fits" in rows["batch (frames)"]
+    assert rows["batch (frames)"] == "auto (planner: 16)"
     assert rows["precision"] == "auto (planner: fp16)"
+    assert panel.planner_notes() == ["batch_size: largest batch that fits 14.7 GiB"]
+    shown = panel.widget.children[-1].value if use_widgets else panel._repr_html_()
+    assert "largest batch that fits 14.7 GiB" in shown
 
 
 def test_values_set_the_config_headless(use_widgets):
