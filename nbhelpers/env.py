@@ -182,13 +182,20 @@ def restart_reasons() -> list[str]:
     return reasons
 
 
-def _same_version(a: str, b: str) -> bool:
+def _same_version(imported: str, installed: str) -> bool:
+    """True when a module's ``__version__`` names the installed distribution's version.
+
+    Some modules report a shorter version than their distribution (cv2 ``4.12.0`` for opencv ``4.12.0.88``, dlib
+    ``19.24.6`` for dlib-bin ``19.24.6.post1``), so a release prefix counts as the same version.
+    """
     try:
         from packaging.version import Version
 
-        return Version(a) == Version(b)
-    except Exception:  # noqa: BLE001 - unparsable versions: compare the text
-        return a.split("+")[0] == b.split("+")[0]
+        a, b = Version(imported), Version(installed)
+    except Exception:  # noqa: BLE001 - unparsable versions: compare the text before any local suffix
+        return imported.split("+")[0] == installed.split("+")[0]
+    n = min(len(a.release), len(b.release))
+    return a == b or (a.release[:n] == b.release[:n] and a.pre == b.pre)
 
 
 # --------------------------------------------------------------------------------------------------- setup report

@@ -84,6 +84,17 @@ def test_setup_says_when_a_restart_is_needed(monkeypatch):
     assert "15.0" in str(report)
 
 
+def test_short_module_versions_are_not_a_restart(monkeypatch):
+    fake = types.ModuleType("cv2")
+    fake.__version__ = "4.12.0"  # cv2 reports 4.12.0 for opencv-python-headless 4.12.0.88
+    monkeypatch.setitem(sys.modules, "cv2", fake)
+    monkeypatch.setattr(env, "package_version", lambda *names: "4.12.0.88" if "opencv-python-headless" in names
+                        else None)
+    assert env.restart_reasons() == []
+    fake.__version__ = "4.11.0"
+    assert env.restart_reasons() == ["cv2 4.11.0 is imported but 4.12.0.88 is installed"]
+
+
 def test_ci_report_names_the_tiny_weights_without_making_them():
     report = env.setup("ci")
     assert report.weights_dir == env.work_dir("ci") / "tiny-weights" / "models"
