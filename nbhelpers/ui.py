@@ -141,6 +141,9 @@ class SettingsPanel:
                 control.max = value
             if self.uses_widgets and hasattr(control, "min") and isinstance(value, int) and value < control.min:
                 control.min = value
+            if (self.uses_widgets and name == "batch_size" and isinstance(value, int)
+                    and value not in [v for _, v in control.options]):
+                control.options = [*control.options, (str(value), value)]
             control.value = "auto" if value is None and name in ("batch_size", "fp16") else value
         self._sync()
         return self

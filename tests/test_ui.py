@@ -107,6 +107,8 @@ def test_set_validates_and_extends_slider_ranges(use_widgets):
     panel = ui.settings_panel(use_widgets=use_widgets)
     panel.set(extra_margin=120)  # above the app's 0-40 slider, allowed by the config
     assert panel.config.extra_margin == 120
+    panel.set(batch_size=12)  # not one of the offered batch sizes
+    assert panel.config.batch_size == 12
     with pytest.raises(InputError, match="extra_margin"):
         panel.set(extra_margin=500)
     assert panel.config.extra_margin == 120  # a refused change leaves the panel as it was
