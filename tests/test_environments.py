@@ -1,0 +1,94 @@
+"""The install recipes, statically (the dry-run resolves themselves run in ci/colab-resolve.sh, which needs PyPI).
+
+requirements-colab.txt: floors only, no protected package. environment.yml: parses, pins the Python/torch pair
+that has mmcv wheels, keeps torch out of pip. ci/resolve_check.py: its YAML fallback reads environment.yml as
+PyYAML does, and its verdict on pip reports flags exactly the protected changes.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("resolve_check", ROOT / "ci" / "resolve_check.py")
+resolve_check = importlib.util.module_from_spec(spec)
+sys.modules["resolve_check"] = resolve_check
+spec.loader.exec_module(resolve_check)
+
+
+def test_requirements_colab_holds_floors_of_unprotected_packages_only():
+    lines = resolve_check.requirement_lines(ROOT / "requirements-colab.txt")
+    assert lines, "requirements-colab.txt is empty"
+    assert resolve_check.static_colab_problems(lines) == []
+    assert {resolve_check.requirement_name(line) for line in lines}.isdisjoint(resolve_check.PROTECTED)
+
+
+@pytest.mark.parametrize("line, problem", [
+    ("torch>=2.1", "protected"),
+    ("numpy>=1.24", "protected"),
+    ("opencv-python-headless>=4.8", "protected"),
+    ("soxr", "give a floor"),
+    ("soxr==0.5.0", "floors only"),
+    ("soxr>=0.3,<1", "floors only"),
+    ("-r other.txt", "options"),
+])
+def test_static_check_catches(line, problem):
+    problems = resolve_check.static_colab_problems([line])
+    assert any(problem in p for p in problems), problems
+
+
+def test_colab_snapshot_pins_every_protected_package():
+    pins = resolve_check.preinstalled(ROOT / "ci" / "colab-preinstalled.txt")
+    for name in ("torch", "numpy", "transformers", "huggingface-hub", "ipywidgets", "opencv-python-headless"):
+        assert name in pins
+    assert pins["torch"].startswith("2.11") and pins["ipywidgets"] == "7.7.1"  # DESIGN.md's Colab
+
+
+def test_environment_yml():
+    yaml = pytest.importorskip("yaml")
+    data = yaml.safe_load((ROOT / "environment.yml").read_text())
+    python, conda, pip_lines = resolve_check.read_environment_yml(ROOT / "environment.yml")
+    assert python in ("3.10", "3.11")
+    assert conda["torch"].startswith("2.1.") and "pytorch-cuda=12.1" in data["dependencies"]
+    assert "pytorch" in data["channels"]
+    names = {resolve_check.requirement_name(line.removeprefix("-e ")) for line in pip_lines if line != "-e .[dlib]"}
+    assert not names & {"torch", "torchvision", "torchaudio"}  # conda owns torch; pip must never replace it
+    assert "-e .[dlib]" in pip_lines and "numpy<2" in pip_lines
+
+
+def test_yaml_fallback_reads_environment_yml_as_pyyaml_does():
+    yaml = pytest.importorskip("yaml")
+    text = (ROOT / "environment.yml").read_text()
+    assert resolve_check._tiny_yaml(text)["dependencies"] == yaml.safe_load(text)["dependencies"]
+
+
+def test_verdict_on_a_pip_report():
+    report = {"install": [
+        {"metadata": {"name": "musetalk-workbook", "version": "0.1.0"}},
+        {"metadata": {"name": "onnxruntime-gpu", "version": "1.31.1"}},
+        {"metadata": {"name": "NumPy", "version": "2.4.0"}},
+        {"metadata": {"name": "protobuf", "version": "6.0.0"}},
+        {"metadata": {"name": "ipywidgets", "version": "8.1.0"}},
+    ]}
+    installed = {"numpy": "2.3.5", "protobuf": "5.29.5"}
+    violations, warnings, new = resolve_check.judge(report, installed)
+    assert violations == ["would change numpy 2.3.5 -> 2.4.0 (protected)",
+                          "would install ipywidgets 8.1.0 (protected)"]
+    assert warnings == ["would change preinstalled protobuf 5.29.5 -> 6.0.0"]
+    assert new == ["onnxruntime-gpu==1.31.1"]
+    # in the conda environment only what conda installed is protected
+    violations, _, new = resolve_check.judge(report, installed, protected=("numpy", "torch"))
+    assert violations == ["would change numpy 2.3.5 -> 2.4.0 (protected)"] and "ipywidgets==8.1.0" in new
+
+
+def test_stand_ins_are_seen_as_installed(tmp_path):
+    """A metadata-only .dist-info is an installed distribution for importlib.metadata (and so for pip)."""
+    import importlib.metadata as md
+
+    resolve_check.add_stand_ins(tmp_path, {"fake-torch-xyz": "2.11.0"})
+    [dist] = md.distributions(path=[str(tmp_path)])
+    assert (dist.metadata["Name"], dist.version) == ("fake-torch-xyz", "2.11.0")
