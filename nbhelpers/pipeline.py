@@ -377,7 +377,7 @@ def _blend_materials(store: FrameStore, track, face_frames: np.ndarray, weights_
     from .gpu import release
     from .parsing import FaceParser
 
-    parser = FaceParser(weights_path, device=device, dtype=dtype)
+    parser = FaceParser(weights_path, device=device, dtype=dtype, batch_size=int(config.batch_size or 8))
     try:
         materials: dict[int, Any] = {}
         chunk = 32
