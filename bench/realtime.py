@@ -204,6 +204,7 @@ def main() -> None:
     parser.add_argument("--work", default=None)
     parser.add_argument("--weights", default=None)
     parser.add_argument("--tiny", action="store_true", help="smoke run: tiny random weights on the CPU")
+    parser.add_argument("--frames", type=int, default=0, help="use only the first N frames of the video")
     args = parser.parse_args()
     limit_cpus(args.cores)
 
@@ -232,9 +233,15 @@ def main() -> None:
     print(f"cores: {sorted(os.sched_getaffinity(0))}, torch {torch.__version__}, "
           f"{torch.cuda.get_device_name() if not args.tiny else 'cpu smoke run'}", flush=True)
 
+    video = data / "face-sing-576x768-25fps.mp4"
+    if args.frames:
+        cut = work / f"face-{args.frames}f.mp4"
+        subprocess.run([ffmpeg, "-v", "error", "-y", "-i", str(video), "-frames:v", str(args.frames), "-an",
+                        "-c:v", "libx264", "-crf", "12", "-pix_fmt", "yuv420p", str(cut)], check=True)
+        video = cut
     config = InferenceConfig(batch_size=args.batch, fp16=not args.tiny, device="cpu" if args.tiny else "cuda")
     t0 = time.perf_counter()
-    avatar = prepare_avatar(data / "face-sing-576x768-25fps.mp4", work / "avatar", config=config, boxes=BOX,
+    avatar = prepare_avatar(video, work / "avatar", config=config, boxes=BOX,
                             weights_dir=weights)
     prep_s = time.perf_counter() - t0
     print(f"avatar: {avatar} in {prep_s:.1f} s", flush=True)
