@@ -9,7 +9,10 @@
 # against numpy 2, json_tricks, munkres. At run time nbhelpers.faces._mmcv_ops_stub stands in for `mmcv.ops`.
 #
 # Usage:  bash ci/mmpose-env.sh [VENV_DIR]          (default /tmp/venv-mmpose; PYTHON=python3.11 by default)
-# Then:   VENV_DIR/bin/python -m pytest tests/test_mmpose.py
+# Then:   VENV_DIR/bin/python -m pytest -p no:cacheprovider tests/test_mmpose.py     (from the repository root)
+#         VENV_DIR/bin/python bench/landmarks_cpu.py                                 (CPU landmark frames/s)
+# Cost measured here (2 cores, no pip cache, machine shared with other jobs): about 2 minutes and 6 GB of disk
+# (torch 2.14.1 is the CUDA build, which runs on the CPU). The tests then take about 1 minute of CPU.
 # The script is idempotent: a venv that finished before (marker file .mmpose-env-ok) is kept as it is.
 set -euo pipefail
 
@@ -51,8 +54,7 @@ step "torch 2.14.1 + torchvision 0.29.1"
 step "mmengine, mmcv-lite 2.1.0, mmdet 3.3.0"
 "${PIP[@]}" -c "$CONS" mmengine "mmcv-lite==2.1.0" "mmdet==3.3.0"
 
-step "mmpose 1.3.2 (--no-deps: its chumpy dependency does not build) and the dependencies it really uses"
-"${PIP[@]}" -c "$CONS" --no-deps "mmpose==1.3.2"
+step "the dependencies mmpose really uses (json_tricks, munkres, scipy, matplotlib, pillow)"
 "${PIP[@]}" -c "$CONS" json_tricks munkres scipy matplotlib pillow
 
 step "xtcocotools 1.14.3 from source against this numpy (its wheel breaks with numpy 2)"
@@ -60,6 +62,10 @@ step "xtcocotools 1.14.3 from source against this numpy (its wheel breaks with n
 
 step "our package's own needs for the landmark tests (onnx export/run, OpenCV, pytest)"
 "${PIP[@]}" -c "$CONS" opencv-python-headless onnx onnxruntime onnxscript tqdm pytest pytest-timeout
+
+step "mmpose 1.3.2 last, with --no-deps (pip then says 'mmpose requires chumpy': expected; chumpy does not build"
+step "  on current Python/numpy and only serves SMPL body models, which the landmark model never uses)"
+"${PIP[@]}" -c "$CONS" --no-deps "mmpose==1.3.2"
 
 step "checking that mmpose imports with our mmcv.ops stand-in"
 (cd "$HERE/.." && "$VENV/bin/python" - <<'EOF'
