@@ -116,7 +116,7 @@ def test_ops_stand_in_is_used_only_because_real_ops_are_missing(mb):
 
 @needs_mmpose
 def test_mmpose_and_dwpose_onnx_agree_on_the_same_random_weights(mb, model, onnx_file, frames):
-    from nbhelpers.faces.dwpose_onnx import DWPoseOnnxBackend, DWPoseOnnx
+    from nbhelpers.faces.dwpose_onnx import DWPoseOnnx, DWPoseOnnxBackend
 
     mm = mb.MMPoseBackend(model=model, face_detector=StubDetector(none={1}), device="cpu")
     onnx_backend = DWPoseOnnxBackend.__new__(DWPoseOnnxBackend)  # same backend, our ONNX file, stub detector
