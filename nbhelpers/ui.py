@@ -648,6 +648,10 @@ def fps_table(results: Sequence[Any]) -> FpsTable:
 
 
 def _frames_at(frames: Any, indices: Sequence[int]) -> list[np.ndarray]:
+    if isinstance(frames, (str, os.PathLike)):  # a file: decode only the frames shown
+        from .media import frames_at
+
+        return list(frames_at(frames, indices))
     if isinstance(frames, np.ndarray) and frames.ndim == 3:
         frames = frames[None]
     if hasattr(frames, "__getitem__") and hasattr(frames, "__len__"):
@@ -718,8 +722,8 @@ def plot_faces(frames: Any, track: Any = None, *, indices: Sequence[int] | None 
     """Frames with their crop boxes, landmarks and blend masks drawn over them.
 
     Args:
-        frames: (N, H, W, 3) uint8 **BGR** frames, a list of them, or a frame reader (iterated up to the last
-            index shown).
+        frames: A video or photo path (only the frames shown are decoded, at 25 fps), (N, H, W, 3) uint8
+            **BGR** frames, a list of them, or a frame reader (iterated up to the last index shown).
         track: A face track (``nbhelpers.faces.track``) or an avatar: its ``boxes`` (N, 4) crop boxes in pixels,
             ``landmarks`` (N, 68, 2) and ``has_face`` (N,) are used when present.
         indices: Frame indices to show; default ``max_frames`` evenly spaced ones.

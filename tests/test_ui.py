@@ -338,6 +338,16 @@ def test_plot_faces_reads_a_stream_up_to_the_last_frame_shown():
         ui.plot_faces(np.zeros((2, 8, 8, 3), np.uint8), indices=[5])
 
 
+def test_plot_faces_decodes_only_the_frames_shown_from_a_file(clip):
+    from nbhelpers import media
+
+    chart = ui.plot_faces(clip, boxes=np.tile([10, 10, 100, 100], (25, 1)), indices=[0, 24])
+    axes = chart.figure.axes
+    assert [a.get_title() for a in axes] == ["frame 0", "frame 24"]
+    shown = np.asarray(axes[1].images[0].get_array())
+    assert np.array_equal(shown, media.frames_at(clip, [24])[0][:, :, ::-1])  # displayed as RGB
+
+
 def test_fps_table():
     class Clip:
         def __init__(self, name, n, wall, gen):

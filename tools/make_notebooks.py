@@ -204,7 +204,7 @@ AVATAR_NB = opening(
          "avatar = nbh.prepare_avatar(video, AVATAR_DIR, config=panel.config, weights_dir=WEIGHTS)\navatar", IGNORE),
     md("## Look at the boxes and masks\n\nEach panel shows one of your frames with its crop box (green) and the "
        "blend mask (red) where the mouth is repainted."),
-    code("from nbhelpers import media\nui.plot_faces(media.load_video(video), avatar)"),
+    code("ui.plot_faces(video, avatar)"),
     md("## Load it again\n\nPreparing again with the same settings loads your avatar from its folder instead of "
        "recomputing it."),
     code("again = nbh.prepare_avatar(video, AVATAR_DIR, config=panel.config, weights_dir=WEIGHTS)\nagain", IGNORE),
