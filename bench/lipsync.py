@@ -82,7 +82,7 @@ def main() -> None:
             rep = real_report(*a, **k)
             return dataclasses.replace(rep, total_gib=float(args.cap), free_gib=args.cap - context)
 
-        gpu.report = capped_report
+        gpu.report = gpu._read_report = capped_report
         print(f"cap {args.cap} GiB: context {context:.2f} GiB, allocator limited to {args.cap - context:.2f} GiB")
     if cuda and args.s3fd_frames:
         from nbhelpers.faces.s3fd import S3FD, write_tiny_s3fd
