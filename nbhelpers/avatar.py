@@ -623,7 +623,14 @@ def prepare_avatar(video: str | os.PathLike, directory: str | os.PathLike, *, co
     frames without a face kept (Q7).
     """
     from . import faces, gpu, models, weights
-    from .pipeline import _blend_materials, _device_dtype, _encode_faces, _weights_kind, flush_denormals
+    from .pipeline import (
+        _blend_materials,
+        _check_video_only,
+        _device_dtype,
+        _encode_faces,
+        _weights_kind,
+        flush_denormals,
+    )
 
     config = config or InferenceConfig()
     if boxes is not None and config.landmark_backend != "boxes":
@@ -644,15 +651,7 @@ def prepare_avatar(video: str | os.PathLike, directory: str | os.PathLike, *, co
     # Validate the video and the weights before any heavy work.
     from . import media
 
-    info = media.probe(video_path)
-    if not info.has_video:
-        raise InputError(f"video {str(video_path)!r} has no video stream; give a face video or photo.")
-    missing = weights.missing_files(weights_path, weights.required_files(config.version, parsing=True))
-    if missing:
-        from .errors import WeightsError
-
-        raise WeightsError(f"{len(missing)} weight file(s) missing under {weights_path}: {', '.join(missing)}. "
-                           "Download them with `python -m nbhelpers download` (or notebook 01_weights).")
+    _check_video_only(video_path, config, weights_path)
 
     directory.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".building-", dir=directory))

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from .config import InferenceConfig
-from .constants import CROP_SIZE, FPS, SAMPLE_RATE
+from .constants import FPS, SAMPLE_RATE
 from .errors import InputError, MediaError, NbHelpersError
 from .framestore import FrameStore, cycle_index, output_frame_count
 
@@ -164,9 +164,9 @@ def check_inputs(video: Any, audio: Any, output: Any = None, *, config: Inferenc
         InputError: A file is missing, is not media, has no video/audio stream, or the output is not ``.mp4``.
         WeightsError: Weight files are missing (names them and gives the download command).
     """
-    from . import media, weights
+    from . import media
 
-    video_path = _as_input_path(video, "video")
+    video_path, weights_path, video_info = _check_video_only(video, config, weights_dir)
     audio_path = _as_input_path(audio, "audio")
     if output is None:
         output_path = Path.cwd() / "results" / f"{video_path.stem}_{audio_path.stem}.mp4"
@@ -175,28 +175,12 @@ def check_inputs(video: Any, audio: Any, output: Any = None, *, config: Inferenc
         if output_path.suffix.lower() != ".mp4":
             raise InputError(f"output must end in .mp4; got {str(output_path)!r}.")
     try:
-        video_info = media.probe(video_path)
-    except MediaError as exc:
-        raise InputError(f"video {str(video_path)!r} could not be read as a video or image: {exc}") from exc
-    if not video_info.has_video:
-        raise InputError(f"video {str(video_path)!r} has no video stream (is it an audio file?). Give a face "
-                         "video or photo.")
-    try:
         audio_info = media.probe(audio_path)
     except MediaError as exc:
         raise InputError(f"audio {str(audio_path)!r} could not be read: {exc}") from exc
     if not audio_info.has_audio:
         raise InputError(f"audio {str(audio_path)!r} has no audio stream. Give a speech file (wav, mp3, m4a, "
                          "ogg, flac) or a video that carries sound.")
-    weights_path = Path(weights_dir) if weights_dir is not None else weights.default_dir()
-    missing = weights.missing_files(weights_path, weights.required_files(config.version, parsing=True))
-    if missing:
-        from .errors import WeightsError
-
-        raise WeightsError(
-            f"{len(missing)} weight file(s) missing under {weights_path}: {', '.join(missing)}. Download them "
-            "with `python -m nbhelpers download` (or run notebook 01_weights), or pass weights_dir= the folder "
-            "that holds them.")
     if boxes is None and config.landmark_backend == "boxes":
         raise InputError("landmark_backend='boxes' needs boxes=: one (x1, y1, x2, y2) for the clip or one per frame.")
     return video_path, audio_path, output_path, weights_path, video_info, audio_info
@@ -591,4 +575,184 @@ def describe_boxes(boxes: Sequence[Any] | None) -> str:
     return "one box for the clip" if arr.ndim == 1 else f"{len(arr)} boxes given"
 
 
-__all__ = ["LipsyncResult", "check_inputs", "lipsync", "cycle_index", "CROP_SIZE"]
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# First-frame preview
+
+
+@dataclass(frozen=True)
+class Preview:
+    """The inpainting of one frame, shown before a full run (figure with four panels in a notebook).
+
+    Attributes:
+        frame: (H, W, 3) uint8 BGR source frame (25 fps numbering).
+        result: (H, W, 3) uint8 BGR frame after repainting and blending.
+        face_256: (256, 256, 3) uint8 BGR generated crop (the UNet output decoded by the VAE).
+        crop_box: ``(x1, y1, x2, y2)`` crop box in frame pixels; the lower half of it is repainted.
+        landmarks: (68, 2) float32 landmarks, or None when boxes were given.
+        mask: (2s, 2s) uint8 feathered blend mask over the expanded square ``square``.
+        square: ``(xs, ys, xe, ye)`` expanded square.
+        audio: Where the audio tokens came from (a file's first frame, or seeded random tokens).
+    """
+
+    frame: np.ndarray
+    result: np.ndarray
+    face_256: np.ndarray
+    crop_box: tuple[int, int, int, int]
+    landmarks: np.ndarray | None
+    mask: np.ndarray
+    square: tuple[int, int, int, int]
+    audio: str
+
+    def figure(self):
+        """A matplotlib Figure (no pyplot): source with box and landmarks, blend mask, generated crop, result."""
+        from matplotlib.figure import Figure
+        from matplotlib.patches import Rectangle
+
+        fig = Figure(figsize=(12, 3.6), dpi=90)
+        axes = fig.subplots(1, 4)
+        x1, y1, x2, y2 = self.crop_box
+        axes[0].imshow(self.frame[:, :, ::-1])
+        axes[0].add_patch(Rectangle((x1, y1), x2 - x1, y2 - y1, fill=False, color="lime", lw=1.5))
+        axes[0].axhline((y1 + y2) / 2, xmin=0, xmax=1, color="yellow", lw=0.6, ls="--")
+        if self.landmarks is not None:
+            axes[0].scatter(self.landmarks[:, 0], self.landmarks[:, 1], s=2, c="cyan")
+        axes[0].set_title("crop box (green), midline (yellow)")
+        overlay = self.frame[:, :, ::-1].astype(np.float32) / 255
+        xs, ys, xe, ye = self.square
+        h, w = overlay.shape[:2]
+        cx0, cy0, cx1, cy1 = max(xs, 0), max(ys, 0), min(xe, w), min(ye, h)
+        m = self.mask[cy0 - ys:cy1 - ys, cx0 - xs:cx1 - xs].astype(np.float32) / 255
+        overlay[cy0:cy1, cx0:cx1, 0] = overlay[cy0:cy1, cx0:cx1, 0] * (1 - m) + m
+        axes[1].imshow(overlay)
+        axes[1].set_title("blend mask (red)")
+        axes[2].imshow(self.face_256[:, :, ::-1])
+        axes[2].set_title("generated crop 256x256")
+        axes[3].imshow(self.result[:, :, ::-1])
+        axes[3].set_title("result")
+        pad = max(x2 - x1, y2 - y1)
+        for ax in (axes[0], axes[1], axes[3]):
+            ax.set_xlim(max(x1 - pad // 2, 0), min(x2 + pad // 2, w))
+            ax.set_ylim(min(y2 + pad // 2, h), max(y1 - pad // 2, 0))
+        for ax in axes:
+            ax.set_xticks([])
+            ax.set_yticks([])
+        fig.tight_layout()
+        return fig
+
+    def _repr_png_(self) -> bytes:
+        import io
+
+        buf = io.BytesIO()
+        self.figure().savefig(buf, format="png")
+        return buf.getvalue()
+
+    def __repr__(self) -> str:
+        return (f"Preview(crop_box={self.crop_box}, square={self.square}, frame={self.frame.shape[1]}x"
+                f"{self.frame.shape[0]}, audio={self.audio!r})")
+
+
+def preview(video: str | os.PathLike, config: InferenceConfig | None = None, *,
+            weights_dir: str | os.PathLike | None = None, boxes: Any = None,
+            audio: str | os.PathLike | None = None, frame_index: int = 0, backend: Any = None) -> Preview:
+    """Repaint one frame with the current settings, to check the crop box and mask before a full run.
+
+    Runs the same steps as :func:`lipsync` on a single 25 fps frame: faces (or the boxes given), latents, parsing,
+    UNet + decode and blending. With ``audio`` the tokens of its first output frame are used; without, seeded
+    random tokens stand in, as the official app's "Test Inpainting" button does with unseeded ones
+    (``app.py:35-123``), so the mouth shape is arbitrary but the crop, mask and blend are the real ones.
+
+    Args:
+        video: Face video or photo.
+        config: Settings (default :class:`InferenceConfig`).
+        weights_dir: Weights folder (default :func:`nbhelpers.weights.default_dir`).
+        boxes: One crop box ``(x1, y1, x2, y2)`` or per-frame boxes, as for :func:`lipsync`.
+        audio: Optional speech file.
+        frame_index: Which 25 fps frame to preview (default the first).
+        backend: Landmark backend object or name (default ``config.landmark_backend``).
+
+    Returns:
+        :class:`Preview` (a four-panel figure in a notebook).
+
+    Raises:
+        InputError: Missing or unreadable files, a frame index past the end, or invalid options.
+        WeightsError: Missing weight files.
+        NoFaceError: No face in that frame (pass ``boxes=``).
+    """
+    import torch
+
+    from . import blending, faces, gpu, media, models
+    from .audio import whisper_features
+    from .latents import crop_and_resize, decode, encode, unet_step
+    from .parsing import FaceParser
+
+    config = config or InferenceConfig()
+    if boxes is not None and config.landmark_backend != "boxes":
+        config = config.replace(landmark_backend="boxes")
+    if audio is not None:
+        video_path, _, _, weights_path, _, _ = check_inputs(video, audio, None, config=config,
+                                                            weights_dir=weights_dir, boxes=boxes)
+    else:
+        video_path, weights_path, _ = _check_video_only(video, config, weights_dir)
+    frames = media.frames_at(video_path, [int(frame_index)])
+    if len(frames) != 1:
+        raise InputError(f"frame_index {frame_index} is past the end of {str(video_path)!r}.")
+    frame = np.ascontiguousarray(frames[0])
+    one_box = boxes
+    if boxes is not None and not np.isscalar(np.asarray(boxes, dtype=object).ravel()[0]) \
+            and np.asarray(boxes, dtype=object).ndim > 1:
+        one_box = [boxes[int(frame_index)]]
+    track = faces.track(frame[None], backend=backend or config.landmark_backend, config=config, boxes=one_box,
+                        weights_dir=weights_path)
+    box = tuple(int(v) for v in track.crop_boxes[0])
+    plan = gpu.plan(kind="lipsync", config=config, n_frames=1, frame_size=frame.shape[:2],
+                    weights=_weights_kind(weights_path))
+    device, dtype = _device_dtype(plan.config)
+    with flush_denormals(device):
+        bundle = models.load_models(weights_path, version=config.version, device=device, dtype=dtype)
+        latent = encode(crop_and_resize(frame, box)[None], bundle.vae, generator=int(config.seed),
+                        mode=config.latent_mode, first_index=int(frame_index))
+        if audio is not None:
+            feats = whisper_features(media.load_audio(audio), bundle.whisper,
+                                     feature_extractor=bundle.feature_extractor)[:1]
+            source = f"first frame of {Path(audio).name}"
+        else:
+            g = torch.Generator().manual_seed(int(config.seed))
+            feats = torch.randn((1, 50, 384), generator=g).to(device=device, dtype=dtype)
+            source = f"random tokens (seed {config.seed})"
+        face = decode(unet_step(bundle.unet, bundle.pe, latent, feats), bundle.vae)[0].cpu().numpy()
+        gpu.release(bundle)
+        parser = FaceParser(weights_path, device=device, dtype=dtype)
+        material = blending.prepare_materials([frame], [box], parser, mode=config.effective_parsing_mode,
+                                              left_cheek_width=config.left_cheek_width,
+                                              right_cheek_width=config.right_cheek_width,
+                                              blur_ratio=config.blur_ratio)[0]
+        gpu.release(parser)
+    result = blending.blend_cpu(frame, face, material.box, material.mask, material.square)
+    lms = None if not np.isfinite(track.landmarks[0]).all() else track.landmarks[0].astype(np.float32)
+    return Preview(frame=frame, result=result, face_256=face, crop_box=box, landmarks=lms, mask=material.mask,
+                   square=tuple(int(v) for v in material.square), audio=source)
+
+
+def _check_video_only(video: Any, config: InferenceConfig, weights_dir: Any):
+    """The video and weights part of :func:`check_inputs` (for jobs without audio)."""
+    from . import media, weights
+    from .errors import WeightsError
+
+    video_path = _as_input_path(video, "video")
+    try:
+        info = media.probe(video_path)
+    except MediaError as exc:
+        raise InputError(f"video {str(video_path)!r} could not be read as a video or image: {exc}") from exc
+    if not info.has_video:
+        raise InputError(f"video {str(video_path)!r} has no video stream; give a face video or photo.")
+    weights_path = Path(weights_dir) if weights_dir is not None else weights.default_dir()
+    missing = weights.missing_files(weights_path, weights.required_files(config.version, parsing=True))
+    if missing:
+        raise WeightsError(f"{len(missing)} weight file(s) missing under {weights_path}: {', '.join(missing)}. "
+                           "Download them with `python -m nbhelpers download` (or run notebook 01_weights).")
+    return video_path, weights_path, info
+
+
+__all__ = ["LipsyncResult", "Preview", "RenderInputs", "check_inputs", "lipsync", "preview", "render"]

@@ -121,3 +121,23 @@ def test_lipsync_end_to_end_real_media(tiny_weights, short_face_clip, speech_2s,
             assert xs.min() >= 150 and xs.max() <= 420 and ys.max() <= 420, f"frame {t}: change outside the face"
     assert changed_any, "no frame was repainted"
     assert result.timings and "generate" in result.timings
+
+
+@pytest.mark.slow
+def test_preview_repaints_only_the_lower_crop(tiny_weights, short_face_clip, speech_2s):
+    from nbhelpers import InferenceConfig
+    from nbhelpers.pipeline import preview
+
+    box = (190, 160, 360, 330)
+    p = preview(short_face_clip, InferenceConfig(device="cpu"), weights_dir=tiny_weights, boxes=box,
+                audio=speech_2s)
+    assert p.crop_box == box and p.face_256.shape == (256, 256, 3)
+    changed = np.argwhere(np.any(p.result != p.frame, axis=2))
+    assert len(changed), "nothing was repainted"
+    k = 21  # feather kernel of the 2s = 254 px square: int(0.05 * 254 // 2 * 2) + 1 = 13, plus margin
+    assert changed[:, 0].min() >= (box[1] + box[3]) // 2 - k and changed[:, 0].max() <= box[3] + k
+    assert changed[:, 1].min() >= box[0] - k and changed[:, 1].max() <= box[2] + k
+    assert p._repr_png_().startswith(b"\x89PNG")
+    with pytest.raises(Exception, match="past the last frame"):
+        preview(short_face_clip, InferenceConfig(device="cpu"), weights_dir=tiny_weights, boxes=box,
+                frame_index=10_000)
