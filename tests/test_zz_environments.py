@@ -1,0 +1,62 @@
+"""The other environments we promise, each checked in its own interpreter (run last; a few minutes, needs PyPI).
+
+- Python 3.13 with no torch: every ``notorch`` test (``ci/py313-notorch.sh``).
+- transformers 4.46 + huggingface_hub 0.26 + diffusers 0.31: the weights and models tests (``ci/old-stack.sh``).
+- Colab's Python 3.13 and preinstalled versions: installing ``requirements-colab.txt`` and the package changes none
+  of torch, numpy, transformers, huggingface_hub, opencv or ipywidgets; environment.yml's pip part resolves
+  (``ci/colab-resolve.sh``).
+- The exact-landmarks venv (mmengine, mmcv-lite, mmdet, mmpose, torch 2.14.1 + torchvision): the mmpose backend
+  against dwpose-onnx (``ci/mmpose-env.sh``, then ``tests/test_mmpose.py``).
+
+Set NBHELPERS_SKIP_ENV_CHECKS=1 to skip them in a quick local run.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+pytestmark = pytest.mark.skipif(os.environ.get("NBHELPERS_SKIP_ENV_CHECKS") == "1",
+                                reason="NBHELPERS_SKIP_ENV_CHECKS=1")
+
+
+def _run(args: list[str], timeout: float, env: dict | None = None) -> str:
+    proc = subprocess.run(args, cwd=ROOT, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"{' '.join(args)} exited {proc.returncode}:\n{out[-6000:]}"
+    return out
+
+
+def test_notorch_tests_pass_on_python313_without_torch():
+    if not shutil.which("python3.13"):
+        pytest.skip("python3.13 is not installed")
+    out = _run(["bash", "ci/py313-notorch.sh"], timeout=1200)
+    assert "without torch" in out and " passed" in out
+
+
+def test_weights_and_models_on_transformers4_hub0():
+    out = _run(["bash", "ci/old-stack.sh", "-q"], timeout=1200, env={"PYTHON": sys.executable})
+    assert "old stack: huggingface_hub 0.26.5, transformers 4.46.3" in out and " passed" in out
+
+
+def test_colab_and_conda_install_recipes_resolve():
+    out = _run(["bash", "ci/colab-resolve.sh"], timeout=1200)
+    assert out.strip()
+
+
+def test_mmpose_backend_matches_dwpose_onnx_in_its_own_venv(tmp_path_factory):
+    if not shutil.which("python3.11"):
+        pytest.skip("python3.11 is not installed")
+    venv = os.environ.get("NBHELPERS_MMPOSE_VENV", "/tmp/venv-mmpose")
+    _run(["bash", "ci/mmpose-env.sh", venv], timeout=1800)
+    out = _run([f"{venv}/bin/python", "-m", "pytest", "-p", "no:cacheprovider", "-q", "tests/test_mmpose.py"],
+               timeout=1200)
+    assert " passed" in out and " failed" not in out
