@@ -1286,6 +1286,8 @@ class VideoWriter:
         shortest: Stop at the shorter stream (``-shortest``) instead of keeping all the audio.
         ffmpeg: Path of the ffmpeg binary; None for :func:`ffmpeg_exe` (class default :attr:`ffmpeg`).
         extra_args: More output options placed before the file name, e.g. ``["-tune", "film"]``.
+        synthetic: Tag the file as synthetic (comment and video handler name, :data:`SYNTHETIC_TAG`); True for
+            everything the lip-sync writes, False for plain conversions such as :func:`convert_to_25fps`.
 
     Attributes:
         path: Final output path.
@@ -1305,7 +1307,8 @@ class VideoWriter:
 
     def __init__(self, path, width: int, height: int, fps=FPS, audio=None, crf: int = 18, codec: str = "libx264",
                  *, preset: str | None = None, audio_bitrate: str = "192k", shortest: bool = False,
-                 ffmpeg: str | None = None, extra_args: Iterable[str] = ()):
+                 ffmpeg: str | None = None, extra_args: Iterable[str] = (), synthetic: bool = True):
+        self.synthetic = bool(synthetic)
         for name, value in (("width", width), ("height", height)):
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
                 raise InputError(f"{name} must be a positive integer number of pixels; got {value!r}.")
@@ -1377,7 +1380,8 @@ class VideoWriter:
                 args += ["-shortest"]
         if self.path.suffix.lower() in (".mp4", ".mov", ".m4v"):
             args += ["-movflags", "+faststart"]
-        args += ["-metadata", f"comment={SYNTHETIC_TAG}", "-metadata:s:v:0", f"handler_name={SYNTHETIC_TAG}"]
+        if self.synthetic:
+            args += ["-metadata", f"comment={SYNTHETIC_TAG}", "-metadata:s:v:0", f"handler_name={SYNTHETIC_TAG}"]
         args += extra
         return args + [str(self._tmp)]
 
@@ -1515,7 +1519,7 @@ def convert_to_25fps(src, dst, crf: int = 18) -> MediaInfo:
     """
     with load_video(src) as reader:
         audio = reader.path if reader.info.has_audio else None
-        with VideoWriter(dst, reader.width, reader.height, FPS, audio=audio, crf=crf) as writer:
+        with VideoWriter(dst, reader.width, reader.height, FPS, audio=audio, crf=crf, synthetic=False) as writer:
             for batch in reader.iter_batches(16):
                 writer.write(batch)
         return probe(writer.path)

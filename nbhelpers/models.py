@@ -15,6 +15,7 @@ This module imports torch at import time; ``import nbhelpers`` does not import i
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.resources
 import importlib.util
@@ -433,6 +434,24 @@ def load_unet(weights_dir: str | os.PathLike | None = None, version: str = "v15"
 
 # ---------------------------------------------------------------------------------------------------------------
 # VAE and Whisper (from_pretrained on local folders)
+
+
+@contextlib.contextmanager
+def _library_bars_follow_ours(transformers):
+    """Hide transformers' own "Loading weights" bar while nbhelpers' bars are off (NBHELPERS_PROGRESS=0)."""
+    from .progress import _settings
+
+    logging = getattr(getattr(transformers, "utils", None), "logging", None)
+    if not _settings.get("disable") or logging is None or not hasattr(logging, "disable_progress_bar"):
+        yield
+        return
+    was_enabled = logging.is_progress_bar_enabled() if hasattr(logging, "is_progress_bar_enabled") else True
+    logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            logging.enable_progress_bar()
 # ---------------------------------------------------------------------------------------------------------------
 
 def _loading_problems(info: Mapping[str, Any] | None, path: Path, what: str) -> None:
@@ -531,7 +550,8 @@ def load_whisper(weights_dir: str | os.PathLike | None = None, device: str | tor
     kwargs: dict[str, Any] = {"local_files_only": True, "output_loading_info": True,
                               "use_safetensors": path.suffix == ".safetensors", "attn_implementation": "sdpa"}
     try:
-        model, info = transformers.WhisperModel.from_pretrained(str(root / WHISPER_DIR), **kwargs)
+        with _library_bars_follow_ours(transformers):
+            model, info = transformers.WhisperModel.from_pretrained(str(root / WHISPER_DIR), **kwargs)
     except (OSError, ValueError, RuntimeError, KeyError) as exc:
         hint = (" transformers refuses .bin files on this torch version: download whisper/model.safetensors "
                 f"with {_FIX}." if path.suffix == ".bin" and "torch" in str(exc).lower() else
