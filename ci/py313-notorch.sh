@@ -6,7 +6,14 @@
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${1:-/tmp/venv-py313-notorch}"
-PY="${PYTHON:-python3.13}"
+PY="${PYTHON:-}"
+if [ -z "$PY" ]; then
+  # pyenv's shim answers only when 3.13 is selected, so prefer the interpreter itself.
+  for cand in python3.13 "$HOME"/.pyenv/versions/3.13*/bin/python3.13 /usr/bin/python3.13; do
+    if "$cand" -c "import sys; assert sys.version_info[:2] == (3, 13)" >/dev/null 2>&1; then PY="$cand"; break; fi
+  done
+fi
+[ -n "$PY" ] || { echo "Python 3.13 not found (set PYTHON=/path/to/python3.13)" >&2; exit 2; }
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 PIP_PROGRESS_BAR=off
 if [ ! -f "$VENV/.notorch-ok" ]; then
   rm -rf "$VENV"
