@@ -141,3 +141,24 @@ def test_preview_repaints_only_the_lower_crop(tiny_weights, short_face_clip, spe
     with pytest.raises(Exception, match="past the last frame"):
         preview(short_face_clip, InferenceConfig(device="cpu"), weights_dir=tiny_weights, boxes=box,
                 frame_index=10_000)
+
+
+@pytest.mark.notorch
+def test_package_and_entry_points_import_without_heavy_libraries():
+    code = ("import sys, nbhelpers as nbh; nbh.lipsync; nbh.prepare_avatar; nbh.Avatar; nbh.InferenceConfig; "
+            "nbh.setup; import nbhelpers.__main__; "
+            "bad = [m for m in ('torch', 'diffusers', 'transformers', 'cv2', 'onnxruntime', 'dlib', "
+            "'huggingface_hub', 'matplotlib', 'ipywidgets') if m in sys.modules]; print(bad); sys.exit(bool(bad))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.notorch
+def test_cli_errors_are_one_line_without_traceback(tmp_path):
+    bad = tmp_path / "notes.mp4"
+    bad.write_text("not a video")
+    proc = subprocess.run([sys.executable, "-m", "nbhelpers", "lipsync", str(bad), str(bad), "--weights",
+                           str(tmp_path)], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: ") and "Traceback" not in proc.stderr
+    assert "notes.mp4" in proc.stderr
