@@ -386,6 +386,14 @@ class Avatar:
             st["compiled"] = True
         return self
 
+    def load_models(self) -> Avatar:
+        """Load UNet, VAE, whisper and the cached arrays onto the device now (else the first clip does it).
+
+        Returns self, so that the first :meth:`generate` measures generation only.
+        """
+        self._ensure_models()
+        return self
+
     def _render_inputs(self):
         from .pipeline import RenderInputs
 
@@ -528,6 +536,8 @@ def _default_weights() -> Path:
 def _read_manifest(directory: Path) -> dict[str, Any]:
     path = directory / MANIFEST
     if not path.is_file():
+        if not directory.is_dir() or not any(directory.iterdir()):
+            raise CacheError("new avatar")
         raise CacheError(f"{directory} holds no complete avatar ({MANIFEST} is missing)")
     try:
         meta = json.loads(path.read_text("utf-8"))

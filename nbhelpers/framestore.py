@@ -9,7 +9,9 @@ operating system pages frames in and out as needed.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
+import weakref
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -40,6 +42,9 @@ class FrameStore:
         self._fh = open(self.path, "wb")  # noqa: SIM115 - closed in finish()
         self._n = 0
         self._array: np.memmap | None = None
+        # The raw file is removed by close(), or when the store is garbage-collected, or at interpreter exit:
+        # a forgotten store never leaves gigabytes in the temp folder.
+        self._finalizer = weakref.finalize(self, _remove, self.path, self.directory if self._own_dir else None)
 
     @property
     def frame_shape(self) -> tuple[int, int, int]:
@@ -90,21 +95,22 @@ class FrameStore:
             self._fh.close()
             self._fh = None
         self._array = None
-        try:
-            self.path.unlink()
-        except FileNotFoundError:
-            pass
-        if self._own_dir:
-            try:
-                self.directory.rmdir()
-            except OSError:
-                pass
+        self._finalizer()
 
     def __enter__(self) -> FrameStore:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _remove(path: Path, own_dir: Path | None) -> None:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+    if own_dir is not None:
+        shutil.rmtree(own_dir, ignore_errors=True)
 
 
 def cycle_index(t: int | np.ndarray, n_frames: int) -> int | np.ndarray:

@@ -645,7 +645,7 @@ class Preview:
         import io
 
         buf = io.BytesIO()
-        self.figure().savefig(buf, format="png")
+        self.figure().savefig(buf, format="png", bbox_inches="tight")
         return buf.getvalue()
 
     def __repr__(self) -> str:

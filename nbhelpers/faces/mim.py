@@ -21,6 +21,7 @@ import html.parser
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import sysconfig
@@ -341,9 +342,9 @@ def check_mmcv_wheels(index_url: str = OPENMMLAB_MMCV_INDEX, python: str | None 
     common = dict(python_tag=py_tag, torch_series=series, cuda_tag=cuda_tag, platform=plat, mmcv_version=want)
     py_text = f"Python {py_tag[2]}.{py_tag[3:]}"
     where = f"{py_text}, torch {series}, {cuda_tag}, {plat}"
-    fallback = (f"Compiling mmcv from source instead would take {expected_build_time()} (Colab: "
-                f"{BUILD_TIME_COLAB}; a 2-core machine: {BUILD_TIME_2_CORES}) and can fail against new torch. Use "
-                f"the 'dwpose-onnx' landmark backend: the same DWPose weights and maths, no mmcv.")
+    fallback = (f"Compiling mmcv from source instead would take {expected_build_time()} (for reference: "
+                f"{BUILD_TIME_COLAB}, {BUILD_TIME_2_CORES}) and can fail against new torch. Use the 'dwpose-onnx' landmark backend: the same DWPose weights and maths, no "
+                f"mmcv.")
 
     for page in pages:
         text, reachable, error = _fetch(page, timeout)
@@ -431,7 +432,7 @@ class MimInstallResult:
     def _repr_markdown_(self) -> str:
         lines = [f"**mmpose install: {'dry run' if self.dry_run else ('ok' if self.ok else 'failed')}** "
                  f"({self.seconds:.0f} s)  ", self.message, "", "```"]
-        lines += [" ".join(c) for c in self.commands]
+        lines += [shlex.join(c) for c in self.commands]
         return "\n".join(lines + ["```"])
 
 
