@@ -22,6 +22,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+# Where the checks keep their venvs and overlay: $NBHELPERS_ENV_ROOT (CI sets a fresh folder), else /tmp (reused).
+ENV_ROOT = Path(os.environ.get("NBHELPERS_ENV_ROOT", "/tmp"))
 
 pytestmark = pytest.mark.skipif(os.environ.get("NBHELPERS_SKIP_ENV_CHECKS") == "1",
                                 reason="NBHELPERS_SKIP_ENV_CHECKS=1")
@@ -40,12 +42,13 @@ def test_notorch_tests_pass_on_python313_without_torch():
 
     if not (shutil.which("python3.13") or glob.glob(os.path.expanduser("~/.pyenv/versions/3.13*/bin/python3.13"))):
         pytest.skip("Python 3.13 is not installed")
-    out = _run(["bash", "ci/py313-notorch.sh"], timeout=1200)
+    out = _run(["bash", "ci/py313-notorch.sh", str(ENV_ROOT / "venv-py313-notorch")], timeout=1200)
     assert "without torch" in out and " passed" in out
 
 
 def test_weights_and_models_on_transformers4_hub0():
-    out = _run(["bash", "ci/old-stack.sh", "-q"], timeout=1200, env={"PYTHON": sys.executable})
+    out = _run(["bash", "ci/old-stack.sh", "-q"], timeout=1200,
+               env={"PYTHON": sys.executable, "OVERLAY": str(ENV_ROOT / "overlay-old")})
     assert "old stack: huggingface_hub 0.26.5, transformers 4.46.3" in out and " passed" in out
 
 
@@ -57,7 +60,7 @@ def test_colab_and_conda_install_recipes_resolve():
 def test_mmpose_backend_matches_dwpose_onnx_in_its_own_venv(tmp_path_factory):
     if not shutil.which("python3.11"):
         pytest.skip("python3.11 is not installed")
-    venv = os.environ.get("NBHELPERS_MMPOSE_VENV", "/tmp/venv-mmpose")
+    venv = os.environ.get("NBHELPERS_MMPOSE_VENV", str(ENV_ROOT / "venv-mmpose"))
     _run(["bash", "ci/mmpose-env.sh", venv], timeout=1800)
     out = _run([f"{venv}/bin/python", "-m", "pytest", "-p", "no:cacheprovider", "-q", "tests/test_mmpose.py"],
                timeout=1200)
