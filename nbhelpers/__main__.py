@@ -14,6 +14,7 @@ Every error the package raises on purpose is printed as one message (no tracebac
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from pathlib import Path
 
@@ -34,7 +35,8 @@ def _add_settings(p: argparse.ArgumentParser) -> None:
     g.add_argument("--backend", default="auto", help="landmarks: auto, dwpose-onnx, mmpose or dlib")
     g.add_argument("--smooth-boxes", type=int, default=0, help="temporal smoothing window in frames (0 = off)")
     g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--box", default=None, help="one crop box x1,y1,x2,y2 for the whole clip (skips detection)")
+    g.add_argument("--box", default=None, help="one crop box for the whole clip, skipping detection: --box=x1,y1,x2,y2 "
+                                               "(with '=', so negative numbers are not taken for options)")
     p.add_argument("--weights", default=None, help="weights folder (default: $NBHELPERS_WEIGHTS or the cache)")
 
 
@@ -68,7 +70,7 @@ def _cmd_lipsync(args) -> int:
 
     result = lipsync(args.video, args.audio, args.output, config=_config(args), boxes=_box(args.box),
                      weights_dir=args.weights)
-    print(result.summary())
+    print(f"{result.summary()} -> {result.output}")
     return 0
 
 
@@ -79,13 +81,29 @@ def _cmd_demo(args) -> int:
     from .pipeline import lipsync
 
     if args.download:
-        weights.download(directory=args.weights)
+        weights.download(directory=args.weights, sets=_sets_for(args))
     folder = Path(tempfile.mkdtemp(prefix="nbhelpers-demo-"))
     photo, speech = media.demo_inputs(folder)
-    result = lipsync(photo, speech, args.output, config=_config(args), boxes=_box(args.box),
-                     weights_dir=args.weights)
-    print(result.summary())
+    try:
+        result = lipsync(photo, speech, args.output, config=_config(args), boxes=_box(args.box),
+                         weights_dir=args.weights)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    print(f"{result.summary()} -> {result.output}")
     return 0
+
+
+def _sets_for(args) -> list[str]:
+    """The weight sets a job with these settings needs (no landmark weights for dlib or a given box)."""
+    sets = ["core", "parsing"]
+    if args.version == "v1":
+        sets.append("v1")
+    backend = "boxes" if args.box else args.backend
+    if backend in ("auto", "dwpose-onnx"):
+        sets += ["faces-onnx", "s3fd"]
+    elif backend == "mmpose":
+        sets += ["faces-mmpose", "s3fd"]
+    return sets
 
 
 def _cmd_download(args) -> int:
@@ -121,10 +139,28 @@ def _cmd_avatar(args) -> int:
                                 weights_dir=args.weights, rebuild=args.rebuild)
         print(avatar)
     else:
+        from .errors import InputError
+
+        if args.output and len(args.audio) > 1:
+            raise InputError(f"-o/--output names one file but {len(args.audio)} audio files were given; leave -o "
+                             "out to write each clip to <avatar>/vid_output/<audio name>.mp4.")
+        if not Path(args.directory).is_dir():
+            raise InputError(f"{args.directory!r} is not an avatar folder; make one first with "
+                             "`python -m nbhelpers avatar prepare VIDEO DIR`.")
         avatar = Avatar.load(args.directory, weights_dir=args.weights)
+        used: set[str] = set()
         for audio in args.audio:
-            out = args.output if len(args.audio) == 1 else None
-            print(avatar.generate(audio, output=out).summary())
+            out = Path(args.output) if args.output else None
+            if out is None:  # distinct names: two clips called reply.wav in different folders must not collide
+                stem, k = Path(audio).stem, 1
+                name = stem
+                while name in used:
+                    k += 1
+                    name = f"{stem}-{k}"
+                used.add(name)
+                out = Path(args.directory) / "vid_output" / f"{name}.mp4"
+            result = avatar.generate(audio, output=out)
+            print(f"{result.summary()} -> {result.output}")
     return 0
 
 

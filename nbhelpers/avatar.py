@@ -648,6 +648,8 @@ def prepare_avatar(video: str | os.PathLike, directory: str | os.PathLike, *, co
     directory = Path(directory)
     video_path = Path(video)
     weights_path = Path(weights_dir) if weights_dir is not None else weights.default_dir()
+    if directory.exists() and not directory.is_dir():
+        raise InputError(f"directory {str(directory)!r} is a file; give a folder for the avatar (it is created).")
     if not video_path.is_file():
         raise InputError(f"video {str(video_path)!r} does not exist; give the path of a face video or photo.")
     boxes_key = _boxes_key(boxes)

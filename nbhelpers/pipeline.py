@@ -750,8 +750,11 @@ def _check_video_only(video: Any, config: InferenceConfig, weights_dir: Any):
     weights_path = Path(weights_dir) if weights_dir is not None else weights.default_dir()
     missing = weights.missing_files(weights_path, weights.required_files(config.version, parsing=True))
     if missing:
-        raise WeightsError(f"{len(missing)} weight file(s) missing under {weights_path}: {', '.join(missing)}. "
-                           "Download them with `python -m nbhelpers download` (or run notebook 01_weights).")
+        sets = "core parsing" + (" v1" if config.version == "v1" else "")
+        raise WeightsError(
+            f"{len(missing)} weight file(s) missing under {weights_path}: {', '.join(missing)}. Download them with "
+            f"`python -m nbhelpers download --weights {weights_path} --sets {sets}` (or run notebook 01_weights), "
+            "or point at a folder that holds them (--weights DIR, weights_dir=, NBHELPERS_WEIGHTS).")
     return video_path, weights_path, info
 
 

@@ -1334,6 +1334,36 @@ class _Skipped(Exception):
     """A source cannot be used here (offline mode, package missing): try the next one, no retry."""
 
 
+class _Unreachable(_Skipped):
+    """The source's host does not resolve or accept connections: skip it for every file of this download."""
+
+
+_HOSTS: dict[tuple[str, int], str] = {}  # (host, port) -> "" when reachable, else the reason (per download call)
+
+
+def _check_host(url: str, timeout_s: float = 5.0) -> None:
+    """Raise :class:`_Unreachable` when ``url``'s host cannot be resolved or connected to (checked once per host).
+
+    The hub client retries a failed request five times with back-off, per request and per file, so without this
+    a machine with no route to the hub spends minutes before saying so (7 min for the default set here).
+    """
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    key = (host, port)
+    if key not in _HOSTS:
+        try:
+            with socket.create_connection((host, port), timeout=timeout_s):
+                _HOSTS[key] = ""
+        except OSError as exc:
+            _HOSTS[key] = f"{host} cannot be reached from this machine ({exc.strerror or exc})"
+    if _HOSTS[key]:
+        raise _Unreachable(_HOSTS[key])
+
+
 def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in {"1", "ON", "YES", "TRUE"}
 
@@ -1360,6 +1390,8 @@ def _permanent(exc: BaseException) -> bool:
 
 def _short(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
+    if isinstance(exc, (_Skipped, _Rejected)):  # our own reasons: no internal class name
+        return text[0] if text else "skipped"
     return f"{type(exc).__name__}: {text[0][:200] if text else ''}".rstrip(": ")
 
 
@@ -1488,10 +1520,12 @@ def _fetch(source: Source, root: Path, rel: str) -> tuple[Path, int | None, str 
     if _offline():
         raise _Skipped("HF_HUB_OFFLINE is set: no network source is tried")
     if source.kind == "hub":
+        _check_host((source.endpoint or _default_endpoint()).rstrip("/"))
         return _fetch_hub(source, root)
     if source.kind == "gdrive":
         return _fetch_gdrive(source, root, rel)
     if source.kind == "url":
+        _check_host(source.address())
         return _fetch_plain(source, root, rel)
     raise _Skipped(f"unknown source kind {source.kind!r}")
 
@@ -1575,10 +1609,18 @@ def _failure_message(root: Path, rows: Sequence[DownloadRow], manifest: Manifest
         lines.append(f"  {row.path} ({entry.expected_text()}):")
         lines += [f"    - {e}" for e in row.note.split(" | ")]
         lines.append(f"    by hand: fetch {entry.sources[0].address()} and save it as {root / row.path}")
-    lines.append(
-        "Fix: check the network and run the download again (finished files are kept; the hub client resumes "
-        "cut transfers). If huggingface.co is blocked set HF_ENDPOINT=https://hf-mirror.com; for a gated or "
-        "private repository set HF_TOKEN; unset HF_HUB_OFFLINE to allow downloads.")
+    if all("cannot be reached from this machine" in row.note or "HF_HUB_OFFLINE" in row.note for row in rows):
+        lines.append(
+            "Fix: this machine cannot reach the weight hosts (no internet, or HF_HUB_OFFLINE is set). Copy the "
+            f"files above into {root} by hand (the 'by hand' lines give each address), or point the job at a "
+            "folder that already holds them: --weights DIR on the command line, weights_dir= in Python, or the "
+            "NBHELPERS_WEIGHTS environment variable (a shared Google Drive folder works).")
+    else:
+        lines.append(
+            "Fix: check the network and run the download again (finished files are kept; the hub client resumes "
+            "cut transfers). If huggingface.co is blocked set HF_ENDPOINT=https://hf-mirror.com; for a gated or "
+            "private repository set HF_TOKEN; unset HF_HUB_OFFLINE to allow downloads. Or copy the files by hand "
+            "and pass --weights DIR (weights_dir=, NBHELPERS_WEIGHTS).")
     return "\n".join(lines)
 
 
@@ -1617,6 +1659,7 @@ def download(directory: str | os.PathLike | None = None, sets: str | Sequence[st
     entries = manifest.select(sets, files)
     root = Path(directory).expanduser() if directory is not None else default_dir()
     state = _State(root)
+    _HOSTS.clear()
     rows: list[DownloadRow] = []
     todo: list[tuple[WeightFile, str]] = []
     for entry in entries:

@@ -340,8 +340,8 @@ def track(frames: Any, backend: str | LandmarkBackend = "auto", config: Inferenc
             raise NoFaceError(
                 f"no face found in 0 of {n} frames (landmark backend {backend_name!r}"
                 + (f": {reason}" if reason else "") + "). Check that the clip shows a face turned towards the "
-                "camera (at least about 40 px tall), try another backend, or give the crop box yourself with "
-                "boxes=(x1, y1, x2, y2).")
+                "camera (at least about 40 px tall), try another backend, or give the crop box yourself: "
+                "boxes=(x1, y1, x2, y2) in Python, --box=x1,y1,x2,y2 on the command line.")
         face_boxes = np.full((n, 4), np.nan, dtype=np.float64)
         landmarks = np.full((n, 68, 2), np.nan, dtype=np.float32)
         scores = np.full(n, np.nan, dtype=np.float32)
