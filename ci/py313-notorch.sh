@@ -2,10 +2,11 @@
 # Run every test marked `notorch` under Python 3.13 in a venv that has no torch at all (Colab's Python; proves
 # that media, weights, the planner, env and ui work, and import, before and without torch).
 #
-#   bash ci/py313-notorch.sh [VENV_DIR]        (default /tmp/venv-py313-notorch; PYTHON=python3.13)
+#   bash ci/py313-notorch.sh [VENV_DIR [PYTEST_ARGS...]]   (default /tmp/venv-py313-notorch; PYTHON=python3.13)
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${1:-/tmp/venv-py313-notorch}"
+if [ $# -gt 0 ]; then shift; fi  # the rest of the arguments go to pytest
 PY="${PYTHON:-}"
 if [ -z "$PY" ]; then
   # pyenv's shim answers only when 3.13 is selected, so prefer the interpreter itself.

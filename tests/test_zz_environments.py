@@ -32,7 +32,8 @@ pytestmark = pytest.mark.skipif(os.environ.get("NBHELPERS_SKIP_ENV_CHECKS") == "
 def _run(args: list[str], timeout: float, env: dict | None = None) -> str:
     proc = subprocess.run(args, cwd=ROOT, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, **(env or {})})
-    out = proc.stdout + proc.stderr
+    out = "\n".join(line for line in (proc.stdout + proc.stderr).splitlines()
+                    if "WARNING: Location" not in line)  # pip's notes about this machine's local indexes
     assert proc.returncode == 0, f"{' '.join(args)} exited {proc.returncode}:\n{out[-6000:]}"
     return out
 
