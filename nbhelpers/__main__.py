@@ -117,7 +117,7 @@ def _cmd_download(args) -> int:
 def _cmd_verify(args) -> int:
     from . import weights
 
-    report = weights.verify(args.weights or weights.default_dir())
+    report = weights.verify(args.weights or weights.default_dir(), sets=args.sets or None, deep=args.deep)
     print(report)
     return 0 if getattr(report, "ok", True) else 1
 
@@ -188,6 +188,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("verify", help="check the weights folder")
     p.add_argument("--weights", default=None)
+    p.add_argument("--sets", nargs="*", default=None,
+                   help="weight sets to check (default: the download default; e.g. core parsing for dlib users)")
+    p.add_argument("--deep", action="store_true", help="also hash files whose sha256 is known (slow for the UNet)")
     p.set_defaults(func=_cmd_verify)
 
     p = sub.add_parser("report", help="GPU report and the planner's choice")

@@ -1145,8 +1145,9 @@ def _set_arg(entry: WeightFile) -> str:
     return "" if set(entry.sets) & set(DEFAULT_SETS) else f" --sets {entry.sets[0]}"
 
 
-def _fix(entry: WeightFile, state: str, rel: str) -> str:
-    cmd = f"`{DOWNLOAD_COMMAND}{_set_arg(entry)}` (or {NOTEBOOK})"
+def _fix(entry: WeightFile, state: str, rel: str, root: Path | None = None) -> str:
+    where = "" if root is None or _same_dir(root, default_dir()) else f" --weights {root}"
+    cmd = f"`{DOWNLOAD_COMMAND}{where}{_set_arg(entry)}` (or {NOTEBOOK})"
     if state == MISSING:
         return f"download it: {cmd}"
     if state == LFS_POINTER:
@@ -1158,12 +1159,19 @@ def _fix(entry: WeightFile, state: str, rel: str) -> str:
     return f"delete {rel} and download it again: {cmd} (download() also replaces bad files itself)"
 
 
+def _same_dir(a: Path, b: Path) -> bool:
+    try:
+        return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
+    except OSError:
+        return False
+
+
 def _check(entry: WeightFile, root: Path, state: _State, deep: bool) -> FileCheck:
     rel = next((p for p in (entry.path, *entry.alternates) if (root / p).is_file()), None)
     if rel is None:
         return FileCheck(entry.name, entry.path, None, entry.expected_text(), MISSING,
                          "not in the folder" + (f" (nor {', '.join(entry.alternates)})" if entry.alternates else ""),
-                         _fix(entry, MISSING, entry.path))
+                         _fix(entry, MISSING, entry.path, root))
     path = root / rel
     st = path.stat()
     exp = _expected(entry, rel, state)
@@ -1172,14 +1180,14 @@ def _check(entry: WeightFile, root: Path, state: _State, deep: bool) -> FileChec
     insp = inspect_file(path, _FORMAT_BY_SUFFIX.get(Path(rel).suffix.lower(), entry.format))
     if insp.bad:
         return FileCheck(entry.name, rel, st.st_size, expected_text, insp.state, insp.detail,
-                         _fix(entry, insp.state, rel))
+                         _fix(entry, insp.state, rel, root))
     notes = [insp.detail]
     proven = insp.state == OK
     if exp.size is not None:
         if st.st_size != exp.size:
             kind = TRUNCATED if st.st_size < exp.size else WRONG_SIZE
             return FileCheck(entry.name, rel, st.st_size, expected_text, kind,
-                             f"{st.st_size} bytes, expected {exp.size} ({exp.source})", _fix(entry, kind, rel))
+                             f"{st.st_size} bytes, expected {exp.size} ({exp.source})", _fix(entry, kind, rel, root))
         notes.append("size matches")
         proven = True
     want_hash = exp.sha256 or exp.unverified_sha256 or (entry.sha256_prefix is not None and rel == entry.path)
@@ -1192,7 +1200,7 @@ def _check(entry: WeightFile, root: Path, state: _State, deep: bool) -> FileChec
             if sha != exp.sha256:
                 return FileCheck(entry.name, rel, st.st_size, expected_text, HASH_MISMATCH,
                                  f"sha256 {sha[:16]}... but {exp.source} says {exp.sha256[:16]}...",
-                                 _fix(entry, HASH_MISMATCH, rel))
+                                 _fix(entry, HASH_MISMATCH, rel, root))
             notes.append(f"sha256 matches ({exp.source})")
             proven = True
         elif exp.unverified_sha256:

@@ -162,3 +162,14 @@ def test_cli_errors_are_one_line_without_traceback(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.startswith("error: ") and "Traceback" not in proc.stderr
     assert "notes.mp4" in proc.stderr
+
+
+def test_cli_verify_checks_the_sets_asked_for(tiny_weights, tmp_path):
+    ok = subprocess.run([sys.executable, "-m", "nbhelpers", "verify", "--weights", str(tiny_weights), "--sets",
+                         "core", "parsing"], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "face-parse-bisent/79999_iter.pth" in ok.stdout and "dwpose" not in ok.stdout
+    empty = subprocess.run([sys.executable, "-m", "nbhelpers", "verify", "--weights", str(tmp_path), "--sets",
+                            "core"], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    assert empty.returncode == 1 and "missing" in empty.stdout
+    assert f"--weights {tmp_path}" in empty.stdout  # the fix names the folder that was checked
