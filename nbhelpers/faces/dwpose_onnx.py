@@ -276,6 +276,35 @@ def check_frames(frames) -> np.ndarray:
     return arr
 
 
+def detect_with_pose(frames, face_detector, keypoints) -> list[FaceResult | None]:
+    """The official pairing: the face detector's box per frame, DWPose landmarks only for frames with a face.
+
+    Args:
+        frames: (N, H, W, 3) uint8 BGR frames.
+        face_detector: Object whose ``detect(frames)`` gives N ``(x1, y1, x2, y2, score)`` or None (S3FD).
+        keypoints: Callable ``keypoints(frames) -> ((M, 133, 2) whole-body keypoints, scores)``.
+
+    Returns:
+        N entries, None where the detector finds no face (DWPose is not run on those frames).
+
+    Raises:
+        InputError: ``frames`` is not a (N, H, W, 3) uint8 array.
+
+    Source: ``preprocessing.py:84-111`` (reference §3.1, §3.3 step 1).
+    """
+    frames = check_frames(frames)
+    boxes = list(face_detector.detect(frames))
+    if len(boxes) != len(frames):
+        raise RuntimeError(f"face detector returned {len(boxes)} results for {len(frames)} frames")
+    with_face = [i for i, b in enumerate(boxes) if b is not None]
+    results: list[FaceResult | None] = [None] * len(frames)
+    if with_face:
+        points, _ = keypoints(frames[with_face])
+        for j, i in enumerate(with_face):
+            results[i] = face_result(boxes[i], codec.face_landmarks(points[j]))
+    return results
+
+
 def face_result(box_with_score, landmarks: np.ndarray) -> FaceResult:
     """A FaceResult from an S3FD detection ``(x1, y1, x2, y2, score)`` and (68, 2) landmarks.
 
@@ -357,17 +386,7 @@ class DWPoseOnnxBackend:
 
         Source: `preprocessing.py:84-111` (reference §3.1, §3.3 step 1).
         """
-        frames = check_frames(frames)
-        boxes = list(self.face_detector.detect(frames))
-        if len(boxes) != len(frames):
-            raise RuntimeError(f"face detector returned {len(boxes)} results for {len(frames)} frames")
-        with_face = [i for i, b in enumerate(boxes) if b is not None]
-        results: list[FaceResult | None] = [None] * len(frames)
-        if with_face:
-            keypoints, _ = self.pose.keypoints(frames[with_face])
-            for j, i in enumerate(with_face):
-                results[i] = face_result(boxes[i], codec.face_landmarks(keypoints[j]))
-        return results
+        return detect_with_pose(frames, self.face_detector, self.pose.keypoints)
 
     def close(self) -> None:
         """Release both models (GPU memory)."""

@@ -34,7 +34,7 @@ import numpy as np
 from ..errors import CheckpointError, InputError, MissingDependencyError, WeightsError
 from . import dwpose_codec as codec
 from .base import FaceResult
-from .dwpose_onnx import S3FD_FILE, Availability, _default_weights_dir, build_s3fd, check_frames, face_result
+from .dwpose_onnx import S3FD_FILE, Availability, _default_weights_dir, build_s3fd
 
 CHECKPOINT_FILE = "dwpose/dw-ll_ucoco_384.pth"  # relative to the weights dir (official models/ layout)
 INSTALL_HINT = ("mmpose is not importable. Install it with nbhelpers.faces.mim.install_mmpose() (see "
@@ -466,17 +466,9 @@ class MMPoseBackend:
 
         Source: `preprocessing.py:84-111` (reference §3.1, §3.3 step 1).
         """
-        frames = check_frames(frames)
-        boxes = list(self.face_detector.detect(frames))
-        if len(boxes) != len(frames):
-            raise RuntimeError(f"face detector returned {len(boxes)} results for {len(frames)} frames")
-        with_face = [i for i, b in enumerate(boxes) if b is not None]
-        results: list[FaceResult | None] = [None] * len(frames)
-        if with_face:
-            keypoints, _ = self.keypoints(frames[with_face])
-            for j, i in enumerate(with_face):
-                results[i] = face_result(boxes[i], codec.face_landmarks(keypoints[j]))
-        return results
+        from .dwpose_onnx import detect_with_pose
+
+        return detect_with_pose(frames, self.face_detector, self.keypoints)
 
     def close(self) -> None:
         """Release the models (GPU memory)."""
