@@ -1,6 +1,6 @@
-"""Landmark frames per second of the DWPose backends on the CPU. Run in the mmpose venv (``ci/mmpose-env.sh``):
+"""Landmark frames per second of the DWPose backends on the CPU. Run with the mmpose overlay (``ci/mmpose-env.sh``):
 
-    /tmp/venv-mmpose/bin/python bench/landmarks_cpu.py [--frames 8] [--threads 2] [--onnx PATH]
+    PYTHONPATH=/tmp/overlay-mmpose .venv/bin/python bench/landmarks_cpu.py [--frames 8] [--threads 2] [--onnx PATH]
 
 Self-contained, random weights at full size: builds the official RTMPose-l whole-body 384x288 model through mmpose
 (33.6 M parameters, He-normal random weights), exports it to ONNX with the published file's signature, and times
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         pass
     if onnx_path is None:
-        raise SystemExit("no mmpose here to build the model: run in the mmpose venv (bash ci/mmpose-env.sh) or "
+        raise SystemExit("no mmpose here to build the model: run with the mmpose overlay (bash ci/mmpose-env.sh, then PYTHONPATH=/tmp/overlay-mmpose) or "
                          "pass --onnx PATH")
 
     import onnxruntime as ort

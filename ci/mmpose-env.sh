@@ -1,74 +1,76 @@
 #!/usr/bin/env bash
-# Build a separate venv in which the `mmpose` landmark backend runs on the CPU, without compiled mmcv ops.
+# Build an overlay in which the `mmpose` landmark backend runs on the CPU, beside the test venv's own torch.
 #
-# Why a separate venv: mmpose imports torchvision, and PyPI's torchvision does not load beside the CPU torch of
-# the main CI venv; full mmcv cannot be built here (no OpenMMLab download server, and mmcv's source does not
-# compile against new torch). The recipe below is the one measured in shared/reference/environment-notes.md
-# ("OpenMMLab"): torch 2.14.1 + torchvision 0.29.1, mmengine, mmcv-lite 2.1.0 (mmcv without compiled ops),
-# mmdet 3.3.0, mmpose 1.3.2 without its dependencies (chumpy does not build), xtcocotools rebuilt from source
-# against numpy 2, json_tricks, munkres. At run time nbhelpers.faces._mmcv_ops_stub stands in for `mmcv.ops`.
+# The overlay is a `pip install --target ... --no-deps` folder put first on PYTHONPATH (as ci/old-stack.sh does):
+# nothing in the venv changes, torch, numpy and OpenCV stay the venv's. It holds mmengine, mmcv-lite 2.1.0 (mmcv
+# without compiled ops; at run time nbhelpers.faces._mmcv_ops_stub stands in for `mmcv.ops`), mmdet 3.3.0 and
+# mmpose 1.3.2 without their dependencies (mmpose's chumpy does not build on current Python and only serves SMPL
+# body models), xtcocotools built from source against this numpy (its wheel breaks with numpy 2), json_tricks,
+# munkres, setuptools < 81 (mmcv-lite and xtcocotools import pkg_resources) and ci/torchvision-shim.
 #
-# Usage:  bash ci/mmpose-env.sh [VENV_DIR]          (default /tmp/venv-mmpose; PYTHON=python3.11 by default)
-# Then:   VENV_DIR/bin/python -m pytest -p no:cacheprovider tests/test_mmpose.py     (from the repository root)
-#         VENV_DIR/bin/python bench/landmarks_cpu.py                                 (CPU landmark frames/s)
-# Cost measured here (2 cores, no pip cache, machine shared with other jobs): about 2 minutes and 6 GB of disk
-# (torch 2.14.1 is the CUDA build, which runs on the CPU). The tests then take about 1 minute of CPU.
-# The script is idempotent: a venv that finished before (marker file .mmpose-env-ok) is kept as it is.
+# Why a shim for torchvision: PyPI's torchvision for Linux x86_64 is a CUDA build that does not import beside the
+# CPU torch ("operator torchvision::nms does not exist"), and a matching CUDA torch + torchvision is 5.5 GB more
+# disk, which CI machines do not always have (a CI run ran out of disk on it). mmpose imports torchvision on the
+# landmark path only for a visualiser; see ci/torchvision-shim/torchvision/__init__.py.
+#
+# Usage:  PYTHON=.venv/bin/python bash ci/mmpose-env.sh [OVERLAY_DIR]      (default /tmp/overlay-mmpose)
+# Then:   PYTHONPATH=OVERLAY_DIR .venv/bin/python -m pytest tests/test_mmpose.py        (from the repository root)
+#         PYTHONPATH=OVERLAY_DIR .venv/bin/python bench/landmarks_cpu.py              (CPU landmark frames/s)
+# Cost measured here (2 cores): about 40 s and 40 MB with an empty pip cache. Idempotent: an overlay that finished
+# before (marker file .mmpose-env-ok, which names the base Python) is kept as it is.
 set -euo pipefail
 
-VENV="${1:-/tmp/venv-mmpose}"
-PY="${PYTHON:-python3.11}"
+OVERLAY="${1:-/tmp/overlay-mmpose}"
+PY="${PYTHON:-python}"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-MARK="$VENV/.mmpose-env-ok"
+MARK="$OVERLAY/.mmpose-env-ok"
+BASE="$("$PY" -c 'import sys; print(sys.prefix)')"
 
-if [[ -f "$MARK" ]]; then
-    echo "mmpose-env: $VENV already built ($(cat "$MARK")); remove it to rebuild."
+if [[ -f "$MARK" ]] && grep -qF "base $BASE" "$MARK"; then
+    echo "mmpose-env: $OVERLAY already built ($(head -1 "$MARK")); remove it to rebuild."
     exit 0
 fi
 
 START=$SECONDS
 step() { echo "mmpose-env: [$((SECONDS - START)) s] $*"; }
 
-step "creating $VENV with $PY"
-"$PY" -m venv "$VENV"
-PIP=("$VENV/bin/python" -m pip install --quiet)
+"$PY" -c 'import torch, numpy, cv2' 2>/dev/null || {
+    echo "mmpose-env: $PY cannot import torch, numpy and cv2; point PYTHON at the test venv's python" >&2; exit 2; }
+rm -rf "$OVERLAY"
+mkdir -p "$OVERLAY"
+export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 PIP_PROGRESS_BAR=off
+PIP=("$PY" -m pip install --quiet --no-deps --target "$OVERLAY")
 
-# Constraints for every step: keep numpy 2.x and OpenCV 4.x (the Colab line), and torch at the pair that has a
-# matching torchvision on this machine.
-CONS="$VENV/mmpose-constraints.txt"
-cat > "$CONS" <<'EOF'
-torch==2.14.1
-torchvision==0.29.1
-numpy>=2,<3
-opencv-python<5
-opencv-python-headless<5
-setuptools<81
+step "base: $("$PY" -c 'import sys, torch, numpy; print(f"Python {sys.version.split()[0]}, torch {torch.__version__}, numpy {numpy.__version__}")')"
+step "mmengine, mmcv-lite 2.1.0, mmdet 3.3.0, mmpose 1.3.2 and their pure-Python needs, without dependencies"
+# The base's own packages are never shadowed: only what it lacks goes into the overlay.
+MISSING=$("$PY" - <<'EOF'
+import importlib.util
+wanted = {"addict": "addict", "yapf": "yapf", "termcolor": "termcolor", "json_tricks": "json_tricks",
+          "munkres": "munkres", "rich": "rich", "markdown_it": "markdown-it-py", "mdurl": "mdurl",
+          "pygments": "pygments", "platformdirs": "platformdirs", "yaml": "pyyaml", "scipy": "scipy",
+          "matplotlib": "matplotlib", "PIL": "pillow", "packaging": "packaging", "shapely": "shapely",
+          "terminaltables": "terminaltables"}
+print(" ".join(pkg for mod, pkg in wanted.items() if importlib.util.find_spec(mod) is None))
 EOF
+)
+# shellcheck disable=SC2086
+"${PIP[@]}" mmengine "mmcv-lite==2.1.0" "mmdet==3.3.0" "mmpose==1.3.2" "setuptools<81" $MISSING
 
-step "build tools (setuptools<81: mmcv-lite and xtcocotools still import pkg_resources)"
-"${PIP[@]}" -c "$CONS" "setuptools<81" wheel "cython>=3" "numpy>=2,<3"
+step "xtcocotools 1.14.3 from source against the base's numpy"
+# Its setup.py imports numpy without declaring it, so the build runs without isolation: the base's numpy plus
+# Cython and setuptools < 81 from a throwaway folder on PYTHONPATH (pip's build subprocess inherits it).
+BUILD="$OVERLAY/.build-tools"
+"${PIP[@]/$OVERLAY/$BUILD}" "setuptools<81" "cython>=3" wheel
+PYTHONPATH="$BUILD${PYTHONPATH:+:$PYTHONPATH}" "${PIP[@]}" --no-build-isolation --no-binary xtcocotools \
+    "xtcocotools==1.14.3"
+rm -rf "$BUILD"
 
-step "torch 2.14.1 + torchvision 0.29.1"
-"${PIP[@]}" -c "$CONS" torch==2.14.1 torchvision==0.29.1
-
-step "mmengine, mmcv-lite 2.1.0, mmdet 3.3.0"
-"${PIP[@]}" -c "$CONS" mmengine "mmcv-lite==2.1.0" "mmdet==3.3.0"
-
-step "the dependencies mmpose really uses (json_tricks, munkres, scipy, matplotlib, pillow)"
-"${PIP[@]}" -c "$CONS" json_tricks munkres scipy matplotlib pillow
-
-step "xtcocotools 1.14.3 from source against this numpy (its wheel breaks with numpy 2)"
-"${PIP[@]}" -c "$CONS" --no-binary xtcocotools --no-build-isolation "xtcocotools==1.14.3"
-
-step "our package's own needs for the landmark tests (onnx export/run, OpenCV, pytest)"
-"${PIP[@]}" -c "$CONS" opencv-python-headless onnx onnxruntime onnxscript tqdm pytest pytest-timeout
-
-step "mmpose 1.3.2 last, with --no-deps (pip then says 'mmpose requires chumpy': expected; chumpy does not build"
-step "  on current Python/numpy and only serves SMPL body models, which the landmark model never uses)"
-"${PIP[@]}" -c "$CONS" --no-deps "mmpose==1.3.2"
+step "the torchvision stand-in (ci/torchvision-shim)"
+cp -r "$HERE/torchvision-shim/torchvision" "$OVERLAY/"
 
 step "checking that mmpose imports with our mmcv.ops stand-in"
-(cd "$HERE/.." && "$VENV/bin/python" - <<'EOF'
+(cd "$HERE/.." && PYTHONPATH="$OVERLAY${PYTHONPATH:+:$PYTHONPATH}" "$PY" - <<'EOF'
 from nbhelpers.faces import mmpose_backend
 info = mmpose_backend.mmpose_available()
 print("mmpose-env:", info)
@@ -77,6 +79,6 @@ if not info.ok:
 EOF
 )
 
-ELAPSED=$((SECONDS - START))
-echo "built in ${ELAPSED} s on $(nproc) cores, $("$VENV/bin/python" --version)" > "$MARK"
-step "done: $(cat "$MARK")"
+printf 'built in %s s on %s cores, %s MB\nbase %s\n' "$((SECONDS - START))" "$(nproc)" \
+    "$(du -sm "$OVERLAY" | cut -f1)" "$BASE" > "$MARK"
+step "done: $(head -1 "$MARK")"

@@ -1,8 +1,9 @@
 """The ``mmpose`` backend: the official model built from our config dict, run through mmpose on the CPU.
 
-These tests need mmpose, which the main CI venv does not have (mmpose imports torchvision; full mmcv cannot be
-built there). Build the separate venv with ``bash ci/mmpose-env.sh`` (mmcv-lite + our ``mmcv.ops`` stand-in) and
-run ``/tmp/venv-mmpose/bin/python -m pytest tests/test_mmpose.py``. Elsewhere they skip with that reason.
+These tests need mmpose, which the main CI venv does not have (full mmcv cannot be built there). Build the overlay
+with ``PYTHON=.venv/bin/python bash ci/mmpose-env.sh`` (mmcv-lite + our ``mmcv.ops`` stand-in) and run
+``PYTHONPATH=/tmp/overlay-mmpose .venv/bin/python -m pytest tests/test_mmpose.py``; the environment checks
+(tests/test_zz_environments.py) do both. Elsewhere they skip with that reason.
 
 The key check: the mmpose model with random weights, exported to ONNX, gives the same landmarks through the
 ``dwpose-onnx`` backend (our own pre/post-processing) as through mmpose's ``inference_topdown``, to 0.5 px.
@@ -26,9 +27,9 @@ KEYS_JSON = Path(__file__).resolve().parents[1].parent / "shared" / "reference" 
     "dwpose-rtmpose-l-384x288.keys.json"
 HAVE_MMPOSE = importlib.util.find_spec("mmpose") is not None and importlib.util.find_spec("mmcv") is not None
 needs_mmpose = pytest.mark.skipif(
-    not HAVE_MMPOSE, reason="mmpose/mmcv not importable in this venv (the main CI venv has neither); build the "
-                            "mmpose venv with `bash ci/mmpose-env.sh` and run `/tmp/venv-mmpose/bin/python -m "
-                            "pytest tests/test_mmpose.py`")
+    not HAVE_MMPOSE, reason="mmpose/mmcv not importable here (the main CI venv has neither); build the mmpose "
+                            "overlay with `bash ci/mmpose-env.sh` and run `PYTHONPATH=/tmp/overlay-mmpose python -m "
+                            "pytest tests/test_mmpose.py` (tests/test_zz_environments.py does both)")
 
 
 class StubDetector:

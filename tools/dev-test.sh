@@ -17,13 +17,15 @@ TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 PIP_PROGRESS_BAR=off
 
 start=$(date +%s)
+free_gib() { df -Pk . | awk 'NR==2 {printf "%.1f", $4 / 1048576}'; }
+echo "disk: $(free_gib) GiB free here at the start (the whole run needs about 5 GiB)"
 if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi
 # shellcheck disable=SC2086
 "$VENV/bin/python" -m pip install -q $TORCH_SPEC
 "$VENV/bin/python" -m pip install -q -c ci/constraints-colab.txt -e ".[test]"
-echo "install: $(( $(date +%s) - start )) s"
+echo "install: $(( $(date +%s) - start )) s, $(du -sm "$VENV" | cut -f1) MB in $VENV; disk: $(free_gib) GiB free"
 
 export NBHELPERS_MODE=ci NBHELPERS_PROGRESS=0 MPLBACKEND=Agg
 exec "$VENV/bin/python" -m pytest -p no:cacheprovider --durations=25 --nbval-lax --nbval-current-env \
