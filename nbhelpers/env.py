@@ -26,6 +26,7 @@ import importlib
 import importlib.metadata as metadata
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -1051,6 +1052,63 @@ def check_result(result: Any, *, frames: int | None = None, duration_s: float | 
         if count < need:
             raise ResultCheckError(f"the table has {count} rows; expected at least {need}.")
         checked.append(f"table with {count} rows")
+    return "OK: " + "; ".join(checked)
+
+
+def check_setup(installs: InstallReport, backend: Any = None) -> str:
+    """00_setup's final check: this runtime is ready for the other notebooks. Raises with the fix otherwise.
+
+    Checks, in order: the install table has rows; every requirement in it is satisfied now (re-read from the
+    package metadata, so an install that failed or has not taken effect shows up) and none was refused; torch
+    imports; the ffmpeg binary that :mod:`nbhelpers.media` uses runs and reports a version; the landmark backend
+    chosen in the notebook has a name. Source: none (ours).
+
+    Args:
+        installs: What :func:`install_missing` returned in this run.
+        backend: The landmark backend from :func:`nbhelpers.faces.get_backend`, or None to skip that check.
+
+    Returns:
+        A one-line summary of what was checked (the cell shows it).
+
+    Raises:
+        ResultCheckError: A check failed; the message says what is missing and the command or step that fixes it.
+    """
+    if not getattr(installs, "rows", None):
+        raise ResultCheckError("the install table is empty: install_missing read no requirement. Check that "
+                               "requirements-colab.txt was found (env.requirements_file(REPO, TAG)).")
+    now = install_missing([row.requirement for row in installs.rows], dry_run=True)
+    if now.missing:
+        if installs.dry_run:
+            fix = "install them with: " + shlex.join([sys.executable, "-m", "pip", "install", *now.missing])
+        else:
+            fix = ("the install above did not take effect: on Colab choose Runtime > Restart session and run this "
+                   "notebook again")
+        raise ResultCheckError(f"still missing: {', '.join(now.missing)}; {fix}.")
+    if now.refused:
+        row = now.refused[0]
+        raise ResultCheckError(f"{row.name} {row.installed} is below {row.requirement} and is protected, so it was "
+                               f"not upgraded: {row.note}")
+    checked = [f"{len(now.rows)} requirements satisfied"]
+    try:
+        import torch
+    except ImportError as exc:
+        raise ResultCheckError(f"torch does not import ({exc}); install the torch build for your machine first "
+                               "(https://pytorch.org/get-started/locally/), then run this notebook again.") from None
+    checked.append(f"torch {torch.__version__}" + (" with CUDA" if torch.cuda.is_available() else " (CPU)"))
+    from . import media
+
+    exe = media.ffmpeg_exe()
+    version = media.ffmpeg_version(exe)
+    if version == (0, 0):
+        raise ResultCheckError(f"the ffmpeg binary {exe!r} does not run or prints no version; reinstall "
+                               "imageio-ffmpeg (pip install --force-reinstall imageio-ffmpeg).")
+    checked.append(f"ffmpeg {version[0]}.{version[1]}")
+    if backend is not None:
+        name = getattr(backend, "name", None)
+        if not name:
+            raise ResultCheckError(f"the landmark backend {backend!r} has no name: choose one with "
+                                   "faces.get_backend('auto').")
+        checked.append(f"landmarks: {name}")
     return "OK: " + "; ".join(checked)
 
 

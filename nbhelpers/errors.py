@@ -6,6 +6,8 @@ and give the next step (which notebook to run, which file is missing, which inst
 
 from __future__ import annotations
 
+import warnings
+
 
 class NbHelpersError(Exception):
     """Base class of all errors raised on purpose by nbhelpers."""
@@ -84,3 +86,28 @@ def require(module: str, install: str):
         raise MissingDependencyError(
             f"The optional package {module!r} is not installed ({exc}). Install it with:\n    {install}"
         ) from exc
+
+
+class NbHelpersWarning(UserWarning):
+    """Base class of the warnings nbhelpers gives on purpose. They are shown as ``Name: message``, without the
+    file name and source line Python adds by default (that line is ours, not the user's, and only adds noise in a
+    notebook); filter them with ``warnings.filterwarnings("ignore", category=NbHelpersWarning)``."""
+
+
+class FallbackWarning(NbHelpersWarning, RuntimeWarning):
+    """What was asked could not be done as asked and a slower or smaller way took over, with nothing lost: a batch
+    halved after CUDA out-of-memory, the CPU instead of a missing CUDA provider, the next landmark backend."""
+
+
+_default_formatwarning = warnings.formatwarning
+
+
+def _formatwarning(message, category, filename, lineno, line=None):
+    if isinstance(category, type) and issubclass(category, NbHelpersWarning):
+        return f"{category.__name__}: {message}\n"
+    return _default_formatwarning(message, category, filename, lineno, line)
+
+
+if not getattr(warnings.formatwarning, "_nbhelpers", False):
+    _formatwarning._nbhelpers = True  # type: ignore[attr-defined]
+    warnings.formatwarning = _formatwarning

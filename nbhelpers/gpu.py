@@ -60,7 +60,14 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from .constants import AUDIO_TOKENS, LATENT_CHANNELS, LATENT_SIZE, WHISPER_DIM
-from .errors import InputError, MissingDependencyError, NbHelpersError, OutOfMemoryError
+from .errors import (
+    FallbackWarning,
+    InputError,
+    MissingDependencyError,
+    NbHelpersError,
+    NbHelpersWarning,
+    OutOfMemoryError,
+)
 
 T = TypeVar("T")
 
@@ -164,7 +171,7 @@ class NoGpuError(NbHelpersError, RuntimeError):
     """No CUDA GPU is usable and the caller did not allow the CPU (``allow_cpu`` / ``NBHELPERS_ALLOW_CPU=1``)."""
 
 
-class PlanWarning(UserWarning):
+class PlanWarning(NbHelpersWarning):
     """A plan works but something about it deserves attention (CPU speed, fp16 on CPU, a tight memory budget)."""
 
 
@@ -1181,7 +1188,7 @@ def _batched(n_items: int, size: int, step: Callable[[slice], T], stage: str,
             new_size = max(1, tried // 2)
             warnings.warn(f"{stage}: CUDA out of memory at batch size {tried} (items {start}-{stop - 1}); "
                           f"retrying from item {start} at batch size {new_size}, kept for the rest of the stage. "
-                          "No frame is lost.", RuntimeWarning, stacklevel=2)
+                          "No frame is lost.", FallbackWarning, stacklevel=2)
             size = new_size
             continue
         yield slice(start, stop), result

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from .constants import PARSING_SIZE
-from .errors import CheckpointError, InputError, WeightsError
+from .errors import CheckpointError, FallbackWarning, InputError, WeightsError
 
 # ``BiSeNet`` is public too (``from nbhelpers.parsing import BiSeNet``) but stays out of __all__ so that a star
 # import does not load torch.
@@ -548,7 +548,7 @@ class FaceParser:
             import warnings
 
             warnings.warn(f"FaceParser: {self.dtype} on the CPU is slow or unsupported; using float32 instead.",
-                          RuntimeWarning, stacklevel=2)
+                          FallbackWarning, stacklevel=2)
             self.dtype = torch.float32
         self.batch_size = batch_size
         self.path = bisenet_path(weights)

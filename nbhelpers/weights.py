@@ -63,7 +63,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .errors import InputError, WeightsError
+from .errors import InputError, NbHelpersWarning, WeightsError
 
 __all__ = [
     "ENV_VAR", "DEFAULT_SETS", "SETS", "MANIFEST", "Fact", "Source", "WeightFile", "Manifest", "FileTable",
@@ -1677,7 +1677,7 @@ def download(directory: str | os.PathLike | None = None, sets: str | Sequence[st
         else:
             if check.state != MISSING:
                 warnings.warn(f"{root / check.path} is {check.state} ({check.detail}); downloading it again",
-                              stacklevel=2)
+                              NbHelpersWarning, stacklevel=2)
             todo.append((entry, "" if check.state == MISSING else check.state))
             rows.append(None)  # type: ignore[arg-type]  # filled below, keeping manifest order
     if todo:

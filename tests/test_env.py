@@ -393,3 +393,45 @@ def test_check_result_of_avatars_and_tables():
         env.check_result(Table(), min_rows=4)
     with pytest.raises(env.ResultCheckError, match="cannot check"):
         env.check_result(42)
+
+
+# ------------------------------------------------------------------------------------------------ check_setup
+
+
+def test_check_setup_passes_on_a_ready_runtime_and_names_what_it_checked():
+    import torch
+
+    from nbhelpers import media
+
+    installs = env.install_missing(["pytest>=1.0", "numpy>=1.0"], dry_run=True)
+    message = env.check_setup(installs, types.SimpleNamespace(name="dlib"))
+    major, minor = media.ffmpeg_version()
+    where = " with CUDA" if torch.cuda.is_available() else " (CPU)"
+    assert message == (f"OK: 2 requirements satisfied; torch {torch.__version__}{where}; ffmpeg {major}.{minor}; "
+                       "landmarks: dlib")
+
+
+def test_check_setup_names_what_is_missing_and_the_command():
+    installs = env.install_missing(["pytest>=1.0", "not-a-package-xyz>=2"], dry_run=True)
+    with pytest.raises(env.ResultCheckError) as caught:
+        env.check_setup(installs)
+    assert "still missing: not-a-package-xyz>=2; install them with:" in str(caught.value)
+    assert "-m pip install 'not-a-package-xyz>=2'" in str(caught.value)
+    # After a real install that did not take effect, the fix is the restart.
+    done = env.InstallReport(rows=installs.rows, dry_run=False)
+    with pytest.raises(env.ResultCheckError, match="did not take effect: on Colab choose Runtime > Restart"):
+        env.check_setup(done)
+
+
+def test_check_setup_refuses_an_empty_table_a_protected_package_below_its_floor_and_a_broken_ffmpeg(monkeypatch):
+    from nbhelpers import media
+
+    with pytest.raises(env.ResultCheckError, match="install table is empty"):
+        env.check_setup(env.InstallReport(rows=(), dry_run=True))
+    with pytest.raises(env.ResultCheckError, match=r"numpy .* is below numpy>=999 and is protected"):
+        env.check_setup(env.install_missing(["numpy>=999"], dry_run=True))
+    with pytest.raises(env.ResultCheckError, match="has no name"):
+        env.check_setup(env.install_missing(["pytest>=1.0"], dry_run=True), types.SimpleNamespace(name=""))
+    monkeypatch.setattr(media, "ffmpeg_version", lambda exe=None: (0, 0))
+    with pytest.raises(env.ResultCheckError, match="does not run or prints no version"):
+        env.check_setup(env.install_missing(["pytest>=1.0"], dry_run=True))

@@ -125,9 +125,9 @@ SETUP_NB = opening(
        "your teacher shares one weights folder: add a shortcut to it in *My Drive*, put its path in "
        "`DRIVE_WEIGHTS`, and you never download the weights yourself."),
     code("env.mount_drive(DRIVE_WEIGHTS, enabled=MOUNT_DRIVE)"),
-    md("## Check\n\nThe last cell checks that your install table has rows, so a run that checked nothing cannot "
-       "pass."),
-    code("env.check_result(installs)"),
+    md("## Check\n\nThe last cell checks that your runtime is ready: every requirement is satisfied now, torch "
+       "imports, ffmpeg runs and a landmark backend is chosen. If something is missing, it says how to fix it."),
+    code("env.check_setup(installs, backend)"),
 ]
 
 WEIGHTS_NB = opening(

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import InputError, WeightsError, require
+from ..errors import FallbackWarning, InputError, NbHelpersWarning, WeightsError, require
 from . import dwpose_codec as codec
 from .base import FaceResult
 
@@ -97,7 +97,7 @@ def _providers(device: str | None) -> tuple[list, str]:
         if not has_cuda:
             warnings.warn(f"device={device!r} was asked for DWPose, but this onnxruntime has no CUDA provider "
                           f"(providers: {available}); running DWPose on the CPU instead, which is much slower. "
-                          f"Install onnxruntime-gpu to use the GPU.", stacklevel=3)
+                          f"Install onnxruntime-gpu to use the GPU.", FallbackWarning, stacklevel=3)
             return ["CPUExecutionProvider"], "cpu"
         index = int(dev.split(":", 1)[1]) if ":" in dev else 0
         return [("CUDAExecutionProvider", {"device_id": index}), "CPUExecutionProvider"], f"cuda:{index}"
@@ -154,7 +154,7 @@ class DWPoseOnnx:
                                f"it may be truncated: delete it and download it again") from exc
         if self.device.startswith("cuda") and "CUDAExecutionProvider" not in self.session.get_providers():
             warnings.warn("onnxruntime could not start its CUDA provider for DWPose (no GPU or CUDA libraries "
-                          "missing); running on the CPU, which is much slower.", stacklevel=2)
+                          "missing); running on the CPU, which is much slower.", FallbackWarning, stacklevel=2)
             self.device = "cpu"
         self.path = path
         self.flip_test = bool(flip_test)
@@ -550,7 +550,7 @@ def write_tiny_weights(directory: str | os.PathLike) -> Path | None:
         import onnx
     except ImportError:
         warnings.warn("the onnx package is not installed, so the tiny weights tree gets no "
-                      f"{ONNX_FILE} (pip install onnx)", stacklevel=2)
+                      f"{ONNX_FILE} (pip install onnx)", NbHelpersWarning, stacklevel=2)
         return None
 
     path = Path(directory) / ONNX_FILE

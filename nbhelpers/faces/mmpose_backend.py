@@ -31,7 +31,14 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import CheckpointError, InputError, MissingDependencyError, WeightsError
+from ..errors import (
+    CheckpointError,
+    FallbackWarning,
+    InputError,
+    MissingDependencyError,
+    NbHelpersWarning,
+    WeightsError,
+)
 from . import dwpose_codec as codec
 from .base import FaceResult
 from .dwpose_onnx import S3FD_FILE, Availability, _default_weights_dir, build_s3fd
@@ -216,7 +223,7 @@ def _torch_device(device: str | None) -> str:
     dev = str(device).lower()
     if dev.startswith("cuda") and not torch.cuda.is_available():
         warnings.warn(f"device={device!r} was asked for mmpose, but torch sees no CUDA GPU; running on the CPU "
-                      f"instead, which is much slower.", stacklevel=3)
+                      f"instead, which is much slower.", FallbackWarning, stacklevel=3)
         return "cpu"
     if dev == "cuda":
         return "cuda:0"
@@ -254,7 +261,8 @@ def load_checkpoint_state(path: str | os.PathLike) -> tuple[dict, dict]:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as first:
         warnings.warn(f"{path.name}: the safe loader refused it ({type(first).__name__}); loading with "
-                      f"weights_only=False (trust this file only if weights.verify checked its hash)", stacklevel=2)
+                      f"weights_only=False (trust this file only if weights.verify checked its hash)", NbHelpersWarning,
+                      stacklevel=2)
         try:
             ckpt = torch.load(path, map_location="cpu", weights_only=False)
         except Exception as exc:

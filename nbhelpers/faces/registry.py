@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, MutableMapping
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError, MissingDependencyError
+from ..errors import FallbackWarning, InputError, MissingDependencyError
 from .base import LandmarkBackend
 
 # Weight files (relative to a weights dir, the official `models/` folder) that the detector backends need.
@@ -206,7 +206,7 @@ def _auto(wd: Path | None, device: str | None, **kwargs: Any) -> LandmarkBackend
                 backend = BACKENDS[name](weights_dir=wd, device=device, **kwargs)
             except Exception as exc:  # noqa: BLE001 - fall through to the next candidate, loudly
                 warnings.warn(f"landmark backend {name!r} could not start ({type(exc).__name__}: {exc}); "
-                              "trying the next one.", RuntimeWarning, stacklevel=3)
+                              "trying the next one.", FallbackWarning, stacklevel=3)
                 notes.append(f"{name} failed to start ({type(exc).__name__})")
                 continue
             return _set_reason(backend, "auto: " + "; ".join([*notes, f"{note} and its weights are in {where}"])

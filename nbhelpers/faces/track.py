@@ -17,7 +17,7 @@ import numpy as np
 
 from ..config import InferenceConfig
 from ..constants import CROP_SIZE
-from ..errors import InputError, NoFaceError
+from ..errors import InputError, NbHelpersWarning, NoFaceError
 from .base import FaceResult, LandmarkBackend
 from .boxes import BBoxShiftRange, bbox_shift_range, crop_box_with_source, smooth_boxes, user_boxes
 from .registry import get_backend
@@ -26,7 +26,7 @@ LARGE_FACE_RATIO = 3.0  # warn when the median crop side exceeds this many times
 DEFAULT_BATCH_FRAMES = 8  # frames decoded and handed to the backend at a time
 
 
-class FaceSizeWarning(UserWarning):
+class FaceSizeWarning(NbHelpersWarning):
     """The face is much larger than the 256-px crop, so the repainted mouth is upscaled a lot (F15)."""
 
 
