@@ -217,10 +217,12 @@ def rule_ignored_outputs(path: Path, nb, text: str) -> list[str]:
 
 
 def rule_final_check(path: Path, nb, text: str) -> list[str]:
-    """The last code cell checks that this run produced its result (nbhelpers.env.check_result)."""
+    """The last code cell checks that this run produced its result (nbhelpers.env.check_result), or, in the setup
+    notebook, that the runtime is ready (nbhelpers.env.check_setup)."""
     code = _code_cells(nb)
-    if not code or "env.check_result(" not in code[-1].source:
-        return ["the last code cell must call env.check_result(...) on this run's result"]
+    if not code or not any(call in code[-1].source for call in ("env.check_result(", "env.check_setup(")):
+        return ["the last code cell must call env.check_result(...) on this run's result (env.check_setup(...) "
+                "in a setup notebook)"]
     return []
 
 
