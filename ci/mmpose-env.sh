@@ -16,14 +16,17 @@
 # Usage:  PYTHON=.venv/bin/python bash ci/mmpose-env.sh [OVERLAY_DIR]      (default /tmp/overlay-mmpose)
 # Then:   PYTHONPATH=OVERLAY_DIR .venv/bin/python -m pytest tests/test_mmpose.py        (from the repository root)
 #         PYTHONPATH=OVERLAY_DIR .venv/bin/python bench/landmarks_cpu.py              (CPU landmark frames/s)
-# Cost measured here (2 cores): about 40 s and 40 MB with an empty pip cache. Idempotent: an overlay that finished
-# before (marker file .mmpose-env-ok, which names the base Python) is kept as it is.
+# Cost measured here (2 cores): about 30-45 s and 75 MB with an empty pip cache. Idempotent: an overlay that
+# finished before (marker file .mmpose-env-ok, which names the base Python) is kept as it is; a folder that holds
+# anything else is refused, never emptied.
 set -euo pipefail
 
 OVERLAY="${1:-/tmp/overlay-mmpose}"
 PY="${PYTHON:-python}"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 MARK="$OVERLAY/.mmpose-env-ok"
+command -v "$PY" >/dev/null || {
+    echo "mmpose-env: no Python '$PY'; set PYTHON to the test venv's python, e.g. PYTHON=.venv/bin/python" >&2; exit 2; }
 BASE="$("$PY" -c 'import sys; print(sys.prefix)')"
 
 if [[ -f "$MARK" ]] && grep -qF "base $BASE" "$MARK"; then
@@ -34,10 +37,20 @@ fi
 START=$SECONDS
 step() { echo "mmpose-env: [$((SECONDS - START)) s] $*"; }
 
-"$PY" -c 'import torch, numpy, cv2' 2>/dev/null || {
-    echo "mmpose-env: $PY cannot import torch, numpy and cv2; point PYTHON at the test venv's python" >&2; exit 2; }
-rm -rf "$OVERLAY"
+for module in torch numpy cv2; do
+    "$PY" -c "import $module" 2>/dev/null || {
+        echo "mmpose-env: $PY cannot import $module; point PYTHON at the test venv's python" >&2; exit 2; }
+done
+if [[ -e "$OVERLAY" ]]; then
+    if [[ -f "$MARK" || -f "$OVERLAY/.mmpose-env-building" ]]; then
+        rm -rf "$OVERLAY"  # an overlay of ours, for another base Python or from an interrupted build
+    elif [[ -n "$(ls -A "$OVERLAY" 2>/dev/null)" || ! -d "$OVERLAY" ]]; then
+        echo "mmpose-env: $OVERLAY exists and is not an overlay built by this script; give a new or empty folder" >&2
+        exit 2
+    fi
+fi
 mkdir -p "$OVERLAY"
+touch "$OVERLAY/.mmpose-env-building"
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 PIP_PROGRESS_BAR=off
 PIP=("$PY" -m pip install --quiet --no-deps --target "$OVERLAY")
 
@@ -81,4 +94,5 @@ EOF
 
 printf 'built in %s s on %s cores, %s MB\nbase %s\n' "$((SECONDS - START))" "$(nproc)" \
     "$(du -sm "$OVERLAY" | cut -f1)" "$BASE" > "$MARK"
+rm -f "$OVERLAY/.mmpose-env-building"
 step "done: $(head -1 "$MARK")"

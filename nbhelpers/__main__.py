@@ -117,7 +117,13 @@ def _cmd_download(args) -> int:
 def _cmd_verify(args) -> int:
     from . import weights
 
-    report = weights.verify(args.weights or weights.default_dir(), sets=args.sets or None, deep=args.deep)
+    folder = Path(args.weights or weights.default_dir()).expanduser()
+    if not folder.is_dir():
+        print(f"error: the weights folder {str(folder)!r} does not exist. Download the weights with `python -m "
+              f"nbhelpers download --weights {folder}`, or pass --weights with the folder that holds them.",
+              file=sys.stderr)
+        return 1
+    report = weights.verify(folder, sets=args.sets or None, deep=args.deep)
     print(report)
     return 0 if getattr(report, "ok", True) else 1
 

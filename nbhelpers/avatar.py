@@ -280,9 +280,14 @@ class Avatar:
                 corrupt, or ``config`` differs in a cached field. :func:`prepare_avatar` rebuilds in that case.
         """
         directory = Path(directory)
-        meta = _read_manifest(directory)
-        if check:
-            _check_files(directory, meta)
+        try:
+            meta = _read_manifest(directory)
+            if check:
+                _check_files(directory, meta)
+        except CacheError as exc:
+            raise CacheError(f"{exc}. Prepare the avatar there (again) with `python -m nbhelpers avatar prepare "
+                             f"VIDEO {directory}` or nbhelpers.prepare_avatar(video, {str(directory)!r}); a damaged "
+                             "or outdated avatar is rebuilt by preparing it again.") from exc
         stored = InferenceConfig(**meta["params"])
         if config is not None:
             diff = [f for f in CACHED_FIELDS if getattr(config, f) != getattr(stored, f)
@@ -537,7 +542,8 @@ def _read_manifest(directory: Path) -> dict[str, Any]:
     path = directory / MANIFEST
     if not path.is_file():
         if not directory.is_dir() or not any(directory.iterdir()):
-            raise CacheError("new avatar")
+            raise CacheError(f"no avatar in {directory} yet (the folder is "
+                             f"{'empty' if directory.is_dir() else 'not there'})")
         raise CacheError(f"{directory} holds no complete avatar ({MANIFEST} is missing)")
     try:
         meta = json.loads(path.read_text("utf-8"))

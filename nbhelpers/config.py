@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,6 +86,9 @@ class InferenceConfig:
                              "0.1 realtime.")
         if self.smooth_boxes < 0:
             raise InputError(f"smooth_boxes must be >= 0 frames; got {self.smooth_boxes!r}.")
+        if self.device is not None and not _DEVICE.fullmatch(str(self.device)):
+            raise InputError(f"device must be 'cuda', 'cuda:N' (N = 0, 1, ...), 'cpu' or None (automatic); got "
+                             f"{self.device!r}.")
 
     @property
     def effective_extra_margin(self) -> int:
@@ -105,6 +109,9 @@ class InferenceConfig:
         d = dataclasses.asdict(self)
         d.pop("reasons")
         return d
+
+
+_DEVICE = re.compile(r"cpu|cuda(:\d+)?")
 
 
 def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:

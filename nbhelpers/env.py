@@ -496,8 +496,10 @@ class InstallReport:
         if self.missing:
             verb = "would install" if self.dry_run else "to install"
             return f"{verb}: " + " ".join(self.missing)
-        return "nothing to install: every requirement is satisfied" + (
-            f" ({len(self.refused)} protected package(s) left alone)" if self.refused else "")
+        if self.refused:
+            names = ", ".join(f"{r.name} {r.installed} (needs {r.requirement})" for r in self.refused)
+            return f"nothing to install; below their floor but protected, so left alone: {names}"
+        return "nothing to install: every requirement is satisfied"
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         printer.text(str(self))
@@ -637,7 +639,8 @@ def install_missing(requirements: str | os.PathLike | Sequence[str], dry_run: bo
         constraints = Path(tmp, "protected.txt")
         constraints.write_text("\n".join(pins) + "\n", encoding="utf-8")
         command = [sys.executable, "-m", "pip", "install", "--quiet", "-c", str(constraints), *todo]
-        shown = tuple(command[:6] + ["<pins of installed protected packages>"] + command[6:])
+        # The constraints file is gone once this returns, so the shown command names what it held instead.
+        shown = tuple(command[:5] + ["-c", "<pins of installed protected packages>"] + command[7:])
         if dry_run:
             return InstallReport(tuple(rows), True, shown)
         before = {row.name: row.installed for row in rows}
@@ -1055,13 +1058,18 @@ def check_result(result: Any, *, frames: int | None = None, duration_s: float | 
     return "OK: " + "; ".join(checked)
 
 
+#: Distributions only the ``dwpose-onnx`` landmark backend needs (check_setup skips them for other backends).
+ONNX_ONLY = frozenset({"onnxruntime", "onnxruntime-gpu"})
+
+
 def check_setup(installs: InstallReport, backend: Any = None) -> str:
     """00_setup's final check: this runtime is ready for the other notebooks. Raises with the fix otherwise.
 
     Checks, in order: the install table has rows; every requirement in it is satisfied now (re-read from the
     package metadata, so an install that failed or has not taken effect shows up) and none was refused; torch
     imports; the ffmpeg binary that :mod:`nbhelpers.media` uses runs and reports a version; the landmark backend
-    chosen in the notebook has a name. Source: none (ours).
+    chosen in the notebook has a name. onnxruntime serves only the ``dwpose-onnx`` backend, so its rows are not
+    required when another backend was chosen. Source: none (ours).
 
     Args:
         installs: What :func:`install_missing` returned in this run.
@@ -1076,19 +1084,29 @@ def check_setup(installs: InstallReport, backend: Any = None) -> str:
     if not getattr(installs, "rows", None):
         raise ResultCheckError("the install table is empty: install_missing read no requirement. Check that "
                                "requirements-colab.txt was found (env.requirements_file(REPO, TAG)).")
-    now = install_missing([row.requirement for row in installs.rows], dry_run=True)
+    backend_name = getattr(backend, "name", None) if backend is not None else None
+    optional = set()
+    if backend_name and backend_name != "dwpose-onnx":
+        optional = {row.requirement for row in installs.rows if row.name in ONNX_ONLY}
+    now = install_missing([row.requirement for row in installs.rows if row.requirement not in optional],
+                          dry_run=True)
     if now.missing:
         if installs.dry_run:
-            fix = "install them with: " + shlex.join([sys.executable, "-m", "pip", "install", *now.missing])
+            fix = ("install " + ("it" if len(now.missing) == 1 else "them") + " with: "
+                   + shlex.join([sys.executable, "-m", "pip", "install", *now.missing]))
         else:
             fix = ("the install above did not take effect: on Colab choose Runtime > Restart session and run this "
                    "notebook again")
         raise ResultCheckError(f"still missing: {', '.join(now.missing)}; {fix}.")
     if now.refused:
         row = now.refused[0]
-        raise ResultCheckError(f"{row.name} {row.installed} is below {row.requirement} and is protected, so it was "
-                               f"not upgraded: {row.note}")
-    checked = [f"{len(now.rows)} requirements satisfied"]
+        raise ResultCheckError(f"{row.name} {row.installed} is below {row.requirement}; it is a protected package "
+                               "(the workbook never upgrades it, so as not to break the runtime's own stack): "
+                               f"upgrade it yourself, or use a runtime that has {row.requirement}.")
+    satisfied = sum(row.action == "ok" for row in now.rows)
+    checked = [f"{satisfied} requirement{'s' if satisfied != 1 else ''} satisfied"]
+    if optional:
+        checked.append(f"{', '.join(sorted(optional))} not needed by the {backend_name} backend")
     try:
         import torch
     except ImportError as exc:

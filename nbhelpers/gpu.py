@@ -461,6 +461,34 @@ def report(device: str | int | None = None) -> GpuReport:
 _read_report = report  # plan()'s parameter named ``report`` hides the function
 
 
+def check_device(device: str | None) -> None:
+    """Stop a job that asks for a CUDA device this runtime does not have, before any frame is decoded.
+
+    Args:
+        device: ``config.device``: None (automatic), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
+
+    Raises:
+        NoGpuError: ``device`` names CUDA and torch sees no CUDA GPU, or fewer than N + 1 of them.
+
+    Source: none (ours); :func:`plan` applies the same rule later, after the faces stage.
+    """
+    if device is None or not str(device).startswith("cuda"):
+        return
+    try:
+        import torch
+    except ImportError:
+        count = 0
+    else:
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    index = int(str(device).partition(":")[2] or 0)
+    if count == 0:
+        raise NoGpuError(f"config.device is {device!r} but no CUDA GPU is usable in this runtime. In Google "
+                         f"Colab: {COLAB_GPU_STEPS}. Or set device=None (automatic) or 'cpu'.")
+    if index >= count:
+        raise NoGpuError(f"config.device is {device!r} but this runtime has {count} CUDA GPU(s) (cuda:0 to "
+                         f"cuda:{count - 1}). Pick one of those, or device=None (automatic).")
+
+
 def check_gpu(allow_cpu: bool | None = None, device: str | int | None = None) -> GpuReport:
     """:func:`report` then :meth:`GpuReport.require_gpu`: stop a CPU-only runtime before any download.
 

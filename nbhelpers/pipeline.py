@@ -162,6 +162,7 @@ def check_inputs(video: Any, audio: Any, output: Any = None, *, config: Inferenc
 
     Raises:
         InputError: A file is missing, is not media, has no video/audio stream, or the output is not ``.mp4``.
+        NoGpuError: ``config.device`` names a CUDA device this runtime does not have.
         WeightsError: Weight files are missing (names them and gives the download command).
     """
     from . import media
@@ -736,9 +737,11 @@ def preview(video: str | os.PathLike, config: InferenceConfig | None = None, *,
 
 
 def _check_video_only(video: Any, config: InferenceConfig, weights_dir: Any):
-    """The video and weights part of :func:`check_inputs` (for jobs without audio)."""
-    from . import media, weights
+    """The video, device and weights part of :func:`check_inputs` (for jobs without audio)."""
+    from . import gpu, media, weights
     from .errors import WeightsError
+
+    gpu.check_device(config.device)
 
     video_path = _as_input_path(video, "video")
     try:

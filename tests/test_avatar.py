@@ -136,3 +136,27 @@ def test_generate_matches_offline_job(prepared, clip, speech, tiny_weights, conf
     np.testing.assert_array_equal(streamed[-1], ref[n - 1])
     measured = avatar.generate(speech, output=False)
     assert measured.output is None and measured.n_frames == n
+
+
+@pytest.mark.parametrize("state, reason", [
+    ("empty", "no avatar in {d} yet (the folder is empty)"),
+    ("absent", "no avatar in {d} yet (the folder is not there)"),
+    ("no manifest", "{d} holds no complete avatar (avatar.json is missing)"),
+    ("bad manifest", "{d}/avatar.json is unreadable (Expecting value"),
+])
+def test_loading_what_is_not_an_avatar_says_how_to_make_one(tmp_path, state, reason):
+    from nbhelpers.avatar import Avatar
+    from nbhelpers.errors import CacheError
+
+    d = tmp_path / "avatar"
+    if state != "absent":
+        d.mkdir()
+    if state == "no manifest":
+        (d / "frames.mkv").write_bytes(b"x")
+    if state == "bad manifest":
+        (d / "avatar.json").write_text("")
+    with pytest.raises(CacheError) as caught:
+        Avatar.load(d)
+    text = str(caught.value)
+    assert text.startswith(reason.format(d=d))
+    assert f"python -m nbhelpers avatar prepare VIDEO {d}" in text and "preparing it again" in text

@@ -415,7 +415,7 @@ def test_check_setup_names_what_is_missing_and_the_command():
     installs = env.install_missing(["pytest>=1.0", "not-a-package-xyz>=2"], dry_run=True)
     with pytest.raises(env.ResultCheckError) as caught:
         env.check_setup(installs)
-    assert "still missing: not-a-package-xyz>=2; install them with:" in str(caught.value)
+    assert "still missing: not-a-package-xyz>=2; install it with:" in str(caught.value)
     assert "-m pip install 'not-a-package-xyz>=2'" in str(caught.value)
     # After a real install that did not take effect, the fix is the restart.
     done = env.InstallReport(rows=installs.rows, dry_run=False)
@@ -428,10 +428,36 @@ def test_check_setup_refuses_an_empty_table_a_protected_package_below_its_floor_
 
     with pytest.raises(env.ResultCheckError, match="install table is empty"):
         env.check_setup(env.InstallReport(rows=(), dry_run=True))
-    with pytest.raises(env.ResultCheckError, match=r"numpy .* is below numpy>=999 and is protected"):
+    with pytest.raises(env.ResultCheckError, match=r"numpy .* is below numpy>=999; it is a protected package"):
         env.check_setup(env.install_missing(["numpy>=999"], dry_run=True))
     with pytest.raises(env.ResultCheckError, match="has no name"):
         env.check_setup(env.install_missing(["pytest>=1.0"], dry_run=True), types.SimpleNamespace(name=""))
     monkeypatch.setattr(media, "ffmpeg_version", lambda exe=None: (0, 0))
     with pytest.raises(env.ResultCheckError, match="does not run or prints no version"):
         env.check_setup(env.install_missing(["pytest>=1.0"], dry_run=True))
+
+
+def test_check_setup_does_not_ask_for_onnxruntime_when_another_backend_was_chosen():
+    rows = ["pytest>=1.0", "onnxruntime-gpu>=999", "onnxruntime>=999"]
+    installs = env.install_missing(rows, dry_run=True)
+    assert len(installs.missing) == 2  # neither is satisfied here
+    message = env.check_setup(installs, types.SimpleNamespace(name="dlib"))
+    assert message.startswith("OK: 1 requirement satisfied; ")
+    assert "onnxruntime-gpu>=999, onnxruntime>=999 not needed by the dlib backend" in message
+    # The dwpose-onnx backend does need them, and so does a check that was not told the backend.
+    for backend in (types.SimpleNamespace(name="dwpose-onnx"), None):
+        with pytest.raises(env.ResultCheckError, match="still missing: onnxruntime-gpu>=999, onnxruntime>=999; install them"):
+            env.check_setup(installs, backend)
+
+
+def test_install_report_shows_a_command_that_reads_right_and_names_refusals():
+    report = env.install_missing(["not-a-package-xyz>=1", "numpy>=999"], dry_run=True)
+    command = list(report.command)
+    i = command.index("-c")
+    assert command[i + 1] == "<pins of installed protected packages>" and command[-1] == "not-a-package-xyz>=1"
+    assert not any("nbhelpers-pip-" in part for part in command)  # the temporary constraints file is gone
+    import numpy
+
+    refused = env.install_missing(["numpy>=999"], dry_run=True)
+    assert str(refused).splitlines()[-1] == (f"nothing to install; below their floor but protected, so left alone: "
+                                             f"numpy {numpy.__version__} (needs numpy>=999)")

@@ -8,7 +8,10 @@ PyYAML does, and its verdict on pip reports flags exactly the protected changes.
 from __future__ import annotations
 
 import importlib.util
+import os
+import subprocess
 import sys
+import venv
 from pathlib import Path
 
 import pytest
@@ -92,3 +95,30 @@ def test_stand_ins_are_seen_as_installed(tmp_path):
     resolve_check.add_stand_ins(tmp_path, {"fake-torch-xyz": "2.11.0"})
     [dist] = md.distributions(path=[str(tmp_path)])
     assert (dist.metadata["Name"], dist.version) == ("fake-torch-xyz", "2.11.0")
+
+
+# ------------------------------------------------------------------------------------------ ci/mmpose-env.sh guards
+
+
+def _mmpose_env(folder: Path, python: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", str(ROOT / "ci" / "mmpose-env.sh"), str(folder)], capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=120, env={**os.environ, "PYTHON": python})
+
+
+def test_mmpose_env_never_empties_a_folder_it_did_not_build(tmp_path):
+    keep = tmp_path / "precious"
+    keep.mkdir()
+    (keep / "notes.txt").write_text("mine")
+    proc = _mmpose_env(keep, sys.executable)
+    assert proc.returncode == 2 and "is not an overlay built by this script" in proc.stderr
+    assert (keep / "notes.txt").read_text() == "mine"
+
+
+def test_mmpose_env_names_the_python_problem_before_building(tmp_path):
+    proc = _mmpose_env(tmp_path / "o1", "no-such-python")
+    assert proc.returncode == 2 and "no Python 'no-such-python'; set PYTHON" in proc.stderr
+    bare = tmp_path / "bare"
+    venv.create(bare, with_pip=False)  # a Python without torch
+    proc = _mmpose_env(tmp_path / "o2", str(bare / "bin" / "python"))
+    assert proc.returncode == 2 and "cannot import torch" in proc.stderr
+    assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()

@@ -437,6 +437,22 @@ def test_auto_falls_through_when_a_backend_fails_to_start(fake_registry, monkeyp
     assert b.reason.endswith("-> dlib") and "dwpose-onnx failed to start" in b.reason
 
 
+def test_auto_does_not_fall_through_a_bad_argument(fake_registry, monkeypatch, tmp_path):
+    # A wrong argument (here a device no backend knows) is the caller's to fix: it is raised, not turned into a
+    # fallback warning and passed on to a backend that then fails with a traceback.
+    wd = _weights(tmp_path, registry_module.DWPOSE_ONNX_FILE, registry_module.S3FD_FILE)
+    _availability(monkeypatch, onnxruntime=True)
+
+    def picky(**kw):
+        raise InputError(f"device={kw['device']!r} is not a device")
+
+    faces.BACKENDS["dwpose-onnx"] = picky
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(InputError, match="device='foo' is not a device"):
+            faces.get_backend("auto", weights_dir=wd, device="foo")
+
+
 def test_auto_with_nothing_usable_says_what_to_install(fake_registry, monkeypatch, tmp_path):
     _availability(monkeypatch)
 

@@ -13,6 +13,7 @@ import json
 import os
 import stat
 import sys
+import tempfile
 import threading
 from importlib.metadata import version
 from pathlib import Path
@@ -255,3 +256,18 @@ def test_wheel_check_renders_in_a_notebook(index_url):
     assert str(check) == check.message
     json.dumps(check.listed)  # plain data
     assert Path(mim.__file__).name == "mim.py"
+
+
+def test_repeated_dry_runs_share_one_constraints_file(tmp_path, monkeypatch):
+    # Without a workdir the constraints go to one folder in the temp dir, named by content: the setup notebook
+    # can be run many times without leaving a new folder each time.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    first = mim.install_mmpose(dry_run=True)
+    second = mim.install_mmpose(dry_run=True)
+    assert first.constraints_path == second.constraints_path
+    assert first.constraints_path.parent == tmp_path / "nbhelpers-mim"
+    assert [p.name for p in tmp_path.iterdir()] == ["nbhelpers-mim"]
+    assert list((tmp_path / "nbhelpers-mim").iterdir()) == [first.constraints_path]
+    assert f"torch=={version('torch')}" in first.constraints_path.read_text()
+    other = mim.install_mmpose(dry_run=True, numpy_version="1.26.4")
+    assert other.constraints_path != first.constraints_path  # different pins, different file

@@ -173,3 +173,61 @@ def test_cli_verify_checks_the_sets_asked_for(tiny_weights, tmp_path):
                             "core"], capture_output=True, text=True, stdin=subprocess.DEVNULL)
     assert empty.returncode == 1 and "missing" in empty.stdout
     assert f"--weights {tmp_path}" in empty.stdout  # the fix names the folder that was checked
+
+
+@pytest.mark.parametrize("device, message", [
+    ("foo", "device must be 'cuda', 'cuda:N' (N = 0, 1, ...), 'cpu' or None (automatic); got 'foo'"),
+    ("cuda:x", "got 'cuda:x'"),
+])
+def test_a_bad_device_is_refused_when_the_config_is_made(device, message):
+    from nbhelpers.config import InferenceConfig
+    from nbhelpers.errors import InputError
+
+    with pytest.raises(InputError) as caught:
+        InferenceConfig(device=device)
+    assert message in str(caught.value)
+    for good in (None, "cpu", "cuda", "cuda:1"):
+        assert InferenceConfig(device=good).device == good
+
+
+def test_cli_stops_a_missing_gpu_before_any_frame_is_read(tiny_weights, short_face_clip, speech_2s, tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this runtime has a CUDA GPU")
+    out = tmp_path / "out.mp4"
+    for device, says in (("cuda", "no CUDA GPU is usable"), ("foo", "device must be 'cuda', 'cuda:N'")):
+        proc = subprocess.run([sys.executable, "-m", "nbhelpers", "lipsync", str(short_face_clip), str(speech_2s),
+                               "-o", str(out), "--weights", str(tiny_weights), "--device", device],
+                              capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120)
+        assert proc.returncode != 0 and proc.stderr.startswith("error: "), proc.stderr[-2000:]
+        assert says in proc.stderr and "Traceback" not in proc.stderr
+        # Stopped before the landmark stage: no backend warnings, no progress, no output.
+        assert "Warning" not in proc.stderr and not out.exists()
+
+
+def test_check_device_counts_the_gpus(monkeypatch):
+    import torch
+
+    from nbhelpers import gpu
+    from nbhelpers.gpu import NoGpuError
+
+    gpu.check_device(None)
+    gpu.check_device("cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    gpu.check_device("cuda")
+    gpu.check_device("cuda:1")
+    with pytest.raises(NoGpuError, match=r"has 2 CUDA GPU\(s\) \(cuda:0 to cuda:1\)"):
+        gpu.check_device("cuda:2")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(NoGpuError, match="no CUDA GPU is usable"):
+        gpu.check_device("cuda:0")
+
+
+@pytest.mark.notorch
+def test_cli_verify_of_a_folder_that_is_not_there_says_so(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "nbhelpers", "verify", "--weights", str(tmp_path / "nope")],
+                          capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.startswith(f"error: the weights folder '{tmp_path / 'nope'}' does not exist")

@@ -97,7 +97,7 @@ SETUP_NB = opening(
 ) + [
     md("## Check the GPU\n\nMuseTalk needs a CUDA GPU, so this cell stops a CPU-only runtime before you download "
        "anything. If it stops, choose *Runtime > Change runtime type > T4 GPU* and run your notebook again."),
-    code('from nbhelpers import gpu\ngpu.check_gpu(allow_cpu=MODE == "ci")'),
+    code('from nbhelpers import gpu\ngpu.check_gpu(allow_cpu=True if MODE == "ci" else None)  # None: NBHELPERS_ALLOW_CPU decides'),
     md("The planner reads your GPU's free memory and chooses the precision and the batch size for you; every later "
        "notebook asks it again."),
     code('env.plan("lipsync", MODE)', IGNORE),

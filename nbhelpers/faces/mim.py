@@ -17,6 +17,7 @@ post-processing) with no mmcv at all; it is the default on Colab.
 
 from __future__ import annotations
 
+import hashlib
 import html.parser
 import json
 import os
@@ -342,9 +343,12 @@ def check_mmcv_wheels(index_url: str = OPENMMLAB_MMCV_INDEX, python: str | None 
     common = dict(python_tag=py_tag, torch_series=series, cuda_tag=cuda_tag, platform=plat, mmcv_version=want)
     py_text = f"Python {py_tag[2]}.{py_tag[3:]}"
     where = f"{py_text}, torch {series}, {cuda_tag}, {plat}"
-    fallback = (f"Compiling mmcv from source instead would take {expected_build_time()} (for reference: "
-                f"{BUILD_TIME_COLAB}, {BUILD_TIME_2_CORES}) and can fail against new torch. Use the 'dwpose-onnx' landmark backend: the same DWPose weights and maths, no "
-                f"mmcv.")
+    here = expected_build_time()
+    others = [t for t in (BUILD_TIME_COLAB, BUILD_TIME_2_CORES) if t not in here]
+    fallback = (f"Compiling mmcv from source instead would take {here}"
+                + (f" (for reference: {', '.join(others)})" if others else "")
+                + " and can fail against new torch. Use the 'dwpose-onnx' landmark backend: the same DWPose weights "
+                "and maths, no mmcv.")
 
     for page in pages:
         text, reachable, error = _fetch(page, timeout)
@@ -518,10 +522,13 @@ def install_mmpose(dry_run: bool = False, *, python: str | None = None, torch_ve
     if installed.get("torchvision"):
         held["torchvision"] = installed["torchvision"]
     constraints = "".join(f"{name}=={ver}\n" for name, ver in held.items())
-    folder = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="nbhelpers-mim-"))
+    # One shared folder named by the content, so that repeated dry runs reuse one file instead of leaving a new
+    # temporary folder each time; the file stays, since the commands shown refer to it.
+    folder = Path(workdir) if workdir is not None else Path(tempfile.gettempdir()) / "nbhelpers-mim"
     folder.mkdir(parents=True, exist_ok=True)
-    cons_path = folder / "constraints.txt"
-    tmp = cons_path.with_name(cons_path.name + ".tmp")
+    digest = hashlib.sha256(constraints.encode()).hexdigest()[:12]
+    cons_path = folder / ("constraints.txt" if workdir is not None else f"constraints-{digest}.txt")
+    tmp = cons_path.with_name(f"{cons_path.name}.{os.getpid()}.tmp")
     tmp.write_text(constraints)
     os.replace(tmp, cons_path)
 

@@ -204,6 +204,8 @@ def _auto(wd: Path | None, device: str | None, **kwargs: Any) -> LandmarkBackend
         if ok:
             try:
                 backend = BACKENDS[name](weights_dir=wd, device=device, **kwargs)
+            except InputError:
+                raise  # the caller's argument is wrong (a bad device, say): no other backend would take it either
             except Exception as exc:  # noqa: BLE001 - fall through to the next candidate, loudly
                 warnings.warn(f"landmark backend {name!r} could not start ({type(exc).__name__}: {exc}); "
                               "trying the next one.", FallbackWarning, stacklevel=3)
