@@ -18,7 +18,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 PIP_PROGRESS_BAR=off
 
 start=$(date +%s)
 free_gib() { df -Pk . | awk 'NR==2 {printf "%.1f", $4 / 1048576}'; }
-echo "disk: $(free_gib) GiB free here at the start (a CI run peaks at about 4.1 GiB; the environment checks skip when short)"
+echo "disk: $(free_gib) GiB free here at the start (a CI run peaks at about 4.2 GiB; the environment checks skip when short)"
 if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi
