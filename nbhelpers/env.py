@@ -1122,11 +1122,10 @@ def check_setup(installs: InstallReport, backend: Any = None) -> str:
                                "imageio-ffmpeg (pip install --force-reinstall imageio-ffmpeg).")
     checked.append(f"ffmpeg {version[0]}.{version[1]}")
     if backend is not None:
-        name = getattr(backend, "name", None)
-        if not name:
+        if not backend_name:
             raise ResultCheckError(f"the landmark backend {backend!r} has no name: choose one with "
                                    "faces.get_backend('auto').")
-        checked.append(f"landmarks: {name}")
+        checked.append(f"landmarks: {backend_name}")
     return "OK: " + "; ".join(checked)
 
 

@@ -461,6 +461,11 @@ def report(device: str | int | None = None) -> GpuReport:
 _read_report = report  # plan()'s parameter named ``report`` hides the function
 
 
+def _no_cuda_message(device: str) -> str:
+    return (f"config.device is {device!r} but no CUDA GPU is usable in this runtime. In Google Colab: "
+            f"{COLAB_GPU_STEPS}. Or set device=None (automatic) or 'cpu'.")
+
+
 def check_device(device: str | None) -> None:
     """Stop a job that asks for a CUDA device this runtime does not have, before any frame is decoded.
 
@@ -482,8 +487,7 @@ def check_device(device: str | None) -> None:
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     index = int(str(device).partition(":")[2] or 0)
     if count == 0:
-        raise NoGpuError(f"config.device is {device!r} but no CUDA GPU is usable in this runtime. In Google "
-                         f"Colab: {COLAB_GPU_STEPS}. Or set device=None (automatic) or 'cpu'.")
+        raise NoGpuError(_no_cuda_message(device))
     if index >= count:
         raise NoGpuError(f"config.device is {device!r} but this runtime has {count} CUDA GPU(s) (cuda:0 to "
                          f"cuda:{count - 1}). Pick one of those, or device=None (automatic).")
@@ -994,8 +998,7 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
     if config.device is not None:
         device = str(config.device)
         if device.startswith("cuda") and not rep.has_gpu:
-            raise NoGpuError(f"config.device is {device!r} but no CUDA GPU is usable in this runtime. In Google "
-                             f"Colab: {COLAB_GPU_STEPS}. Or set device=None (automatic) or 'cpu'.")
+            raise NoGpuError(_no_cuda_message(device))
         reasons["device"] = f"user override ({device})"
     elif rep.has_gpu:
         device = rep.device if rep.device.startswith("cuda") else "cuda"
