@@ -32,7 +32,7 @@ def _add_settings(p: argparse.ArgumentParser) -> None:
     g.add_argument("--parsing-mode", choices=["jaw", "raw", "neck"], default="jaw")
     g.add_argument("--left-cheek-width", type=int, default=90)
     g.add_argument("--right-cheek-width", type=int, default=90)
-    g.add_argument("--backend", default="auto", help="landmarks: auto, dwpose-onnx, mmpose or dlib")
+    g.add_argument("--backend", default="auto", help="landmarks: auto, dwpose, dwpose-onnx, mmpose or dlib")
     g.add_argument("--smooth-boxes", type=int, default=0, help="temporal smoothing window in frames (0 = off)")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--box", default=None, help="one crop box for the whole clip, skipping detection: --box=x1,y1,x2,y2 "
@@ -99,10 +99,10 @@ def _sets_for(args) -> list[str]:
     if args.version == "v1":
         sets.append("v1")
     backend = "boxes" if args.box else args.backend
-    if backend in ("auto", "dwpose-onnx"):
+    if backend in ("auto", "dwpose", "mmpose"):  # all three read dwpose/dw-ll_ucoco_384.pth
+        sets += ["faces", "s3fd"]
+    elif backend == "dwpose-onnx":
         sets += ["faces-onnx", "s3fd"]
-    elif backend == "mmpose":
-        sets += ["faces-mmpose", "s3fd"]
     return sets
 
 

@@ -11,7 +11,7 @@ from .constants import VERSIONS
 from .errors import InputError
 
 PARSING_MODES = ("jaw", "raw", "neck")
-LANDMARK_BACKENDS = ("auto", "dwpose-onnx", "mmpose", "dlib", "boxes")
+LANDMARK_BACKENDS = ("auto", "dwpose", "dwpose-onnx", "mmpose", "dlib", "boxes")
 LATENT_MODES = ("sample", "mode")
 
 
@@ -33,7 +33,8 @@ class InferenceConfig:
             (``face_parsing/__init__.py:93-108``).
         left_cheek_width: Jaw mode cheek band in 512-px parsing space, default 90 (``inference.py:272``).
         right_cheek_width: Same on the right, default 90 (``inference.py:273``).
-        landmark_backend: ``"auto"``, ``"dwpose-onnx"``, ``"mmpose"``, ``"dlib"``, or ``"boxes"`` (user boxes).
+        landmark_backend: ``"auto"``, ``"dwpose"``, ``"dwpose-onnx"``, ``"mmpose"``, ``"dlib"``, or ``"boxes"``
+            (user boxes).
         smooth_boxes: Temporal smoothing window of crop boxes in frames (0 = off, the official behaviour).
         seed: Seed of the generator that samples the VAE posterior. The official code samples with no seed
             (quirk Q1); a seed makes runs reproducible.

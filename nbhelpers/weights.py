@@ -5,8 +5,8 @@ The layout is the official ``models/`` folder (reference §1.1), relative to one
     musetalkV15/unet.pth  musetalkV15/musetalk.json        (core, v1.5 UNet, about 3.4 GB)
     sd-vae/config.json    sd-vae/diffusion_pytorch_model.safetensors   (or the official .bin)
     whisper/config.json   whisper/model.safetensors (or pytorch_model.bin)   whisper/preprocessor_config.json
-    dwpose/dw-ll_ucoco_384.onnx                          (faces-onnx: the default landmark backend)
-    dwpose/dw-ll_ucoco_384.pth                           (faces-mmpose: only for the exact mmpose path)
+    dwpose/dw-ll_ucoco_384.pth                           (faces: DWPose for the default dwpose backend and mmpose)
+    dwpose/dw-ll_ucoco_384.onnx                          (faces-onnx: only for the optional dwpose-onnx backend)
     face-parse-bisent/79999_iter.pth                     (parsing)
     s3fd/s3fd-619a316812.pth                             (s3fd: the face box detector)
     musetalk/pytorch_model.bin  musetalk/musetalk.json   (v1: MuseTalk 1.0, only when asked)
@@ -252,17 +252,17 @@ _ENTRIES: tuple[WeightFile, ...] = (
         description="WhisperFeatureExtractor settings (80 mel bins, hop 160, 30 s chunks)",
         cited="reference §1.1; download_weights.sh:32-34"),
     WeightFile(
+        "dwpose-mmpose", "dwpose/dw-ll_ucoco_384.pth", ("faces", "faces-mmpose"), "torch",
+        _hub(_DWPOSE, "dw-ll_ucoco_384.pth"), approx_bytes=134_600_000,
+        description="DWPose mmengine checkpoint (state dict of 33.6 M values plus metadata; the estimate is a lower "
+                    "bound): the default landmark backend 'dwpose' (plain torch) and the exact mmpose path read it",
+        cited="reference §1.1; download_weights.sh:37-39, preprocessing.py:18-19"),
+    WeightFile(
         "dwpose-onnx", "dwpose/dw-ll_ucoco_384.onnx", ("faces-onnx",), "onnx", _hub(_DWPOSE, "dw-ll_ucoco_384.onnx"),
         approx_bytes=134_600_000,
-        description="DWPose RTMPose-l 384x288 whole-body, ONNX export (33.7 M values): the default landmark path, "
-                    "no mmcv needed",
+        description="DWPose RTMPose-l 384x288 whole-body, ONNX export (33.6 M values): only for the optional "
+                    "'dwpose-onnx' backend (onnxruntime)",
         cited="hub yzd-v/DWPose (the same repository as the .pth)"),
-    WeightFile(
-        "dwpose-mmpose", "dwpose/dw-ll_ucoco_384.pth", ("faces-mmpose",), "torch",
-        _hub(_DWPOSE, "dw-ll_ucoco_384.pth"), approx_bytes=134_600_000,
-        description="DWPose mmengine checkpoint for the exact official mmpose path (state dict of 33.7 M values "
-                    "plus metadata; the estimate is a lower bound)",
-        cited="reference §1.1; download_weights.sh:37-39, preprocessing.py:18-19"),
     WeightFile(
         "bisenet", "face-parse-bisent/79999_iter.pth", ("parsing",), "torch",
         (Source("hub", repo="ManyOtherFunctions/face-parse-bisent", filename="79999_iter.pth"),
@@ -300,14 +300,15 @@ _ENTRIES: tuple[WeightFile, ...] = (
 
 SETS: dict[str, str] = {
     "core": "MuseTalk 1.5 UNet + config, sd-vae-ft-mse, whisper-tiny (needed for every run)",
-    "faces-onnx": "DWPose as ONNX (the default landmark backend, onnxruntime)",
-    "faces-mmpose": "DWPose mmengine checkpoint (the exact official landmarks through mmpose)",
+    "faces": "DWPose checkpoint, the official .pth (the default landmark backend 'dwpose', and mmpose)",
+    "faces-onnx": "DWPose as ONNX (the optional 'dwpose-onnx' backend, onnxruntime)",
+    "faces-mmpose": "DWPose checkpoint for the exact official landmarks through mmpose (the same file as 'faces')",
     "parsing": "BiSeNet face parsing (the blending mask)",
     "s3fd": "S3FD face detector (the face box for the DWPose backends)",
     "v1": "MuseTalk 1.0 UNet + config (only for version='v1')",
     "syncnet": "LatentSync SyncNet (training only)",
 }
-DEFAULT_SETS: tuple[str, ...] = ("core", "faces-onnx", "parsing", "s3fd")  # the v1.5 inference set, ~4.2 GB
+DEFAULT_SETS: tuple[str, ...] = ("core", "faces", "parsing", "s3fd")  # the v1.5 inference set, ~4.2 GB
 _ALIASES = {"default": DEFAULT_SETS, "v15": ("core",), "all": tuple(SETS)}
 
 
