@@ -7,20 +7,22 @@ Self-contained, no hub: writes DWPose (RTMPose-l whole-body 384x288, 33.6 M para
 size in the official ``.pth`` layout (``dwpose_torch.write_random_checkpoint``), loads it through the ``dwpose``
 backend's own loader, and exports the same weights to ONNX for ``dwpose-onnx``. Timed on real 576x768 frames of the
 shared test video (``$NBHELPERS_SHARED_DATA``, ``../shared/data`` or ``.benchdata/``; random frames otherwise),
-flip test on (the official setting), DWPose only (the face box is a stub: S3FD is timed on its own row):
+flip test on (the official setting), DWPose only (the face box is a stub):
 
-* ``dwpose`` on the GPU in float16 at batch 1, 8 and 32, and float32 at batch 32, plus batch 32 without the flip test;
-* ``dwpose`` on the CPU, float32, 2 threads, batch 8;
-* ``dwpose-onnx`` on the CPU (onnxruntime, 2 threads), batch 8, and on the GPU when onnxruntime has CUDA;
-* ``s3fd`` (the face box every DWPose backend adds) on the GPU, float32, batch 8, full-resolution frames.
+* ``dwpose`` on the GPU in float16 at batch 1, 8 and 32, and float32 at batch 32, plus batch 32 without the flip test
+  and batch 32 without the backend's speed-ups (BatchNorm folded into the convs, NHWC layout);
+* ``dwpose`` on the CPU, float32, 2 threads, batch 8 (NCHW, the default there, and NHWC);
+* ``dwpose-onnx`` on the CPU (onnxruntime, 2 threads), batch 8, and on the GPU when onnxruntime has CUDA.
 
-Random weights give the real shapes and FLOPs; S3FD's decoding depends on the data, so its row is indicative.
+Random weights give the real shapes and FLOPs. S3FD, which every DWPose backend adds for the face box, is timed
+by bench/s3fd_speed.py (with random weights its candidate count, hence its decoding time, is not representative).
 Prints a markdown table (and writes it as JSON with ``--json PATH``).
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import sys
@@ -125,14 +127,19 @@ def main(argv: list[str] | None = None) -> int:
         name = torch.cuda.get_device_name(0)
         sync = torch.cuda.synchronize
         gf = frames[: args.gpu_frames]
-        for dtype, batch, flip in (("float16", 1, True), ("float16", 8, True), ("float16", 32, True),
-                                   ("float32", 32, True), ("float16", 32, False)):
-            pose = dt.DWPoseTorch(model=dt.load_model(ckpt), device="cuda", dtype=dtype, batch_size=batch,
-                                  flip_test=flip)
-            torch.backends.cudnn.benchmark = True
-            add("dwpose", f"cuda ({name})", dtype, "on" if flip else "off", batch, len(gf),
+        torch.backends.cudnn.benchmark = True
+        for dtype, batch, flip, tuned in (("float16", 1, True, True), ("float16", 8, True, True),
+                                          ("float16", 32, True, True), ("float32", 32, True, True),
+                                          ("float16", 32, False, True), ("float16", 32, True, False)):
+            # tuned = the backend's defaults (BatchNorm folded, NHWC); untuned = the plain module, NCHW
+            pose = dt.DWPoseTorch(model=copy.deepcopy(net), device="cuda", dtype=dtype, batch_size=batch,
+                                  flip_test=flip, fuse=tuned, channels_last=tuned)
+            label = dtype if tuned else f"{dtype} (BN not folded, NCHW)"
+            add("dwpose", f"cuda ({name})", label, "on" if flip else "off", batch, len(gf),
                 _time(pose.keypoints, gf, args.repeat, sync))
             pose.close()
+            del pose
+            torch.cuda.empty_cache()
         if onnx_path is not None:
             import onnxruntime as ort
 
@@ -143,22 +150,13 @@ def main(argv: list[str] | None = None) -> int:
                         _time(pose.keypoints, gf, args.repeat))
             else:
                 print(f"  dwpose-onnx on the GPU skipped: onnxruntime {ort.__version__} has no CUDA provider")
-        try:
-            from nbhelpers.faces import s3fd
-
-            path = s3fd.write_tiny_s3fd(tmp)
-            detector = s3fd.S3FD(path, "cuda", batch_size=8)
-            sf = frames[: min(len(frames), 32)]
-            add("s3fd (face box)", f"cuda ({name})", "float32", "-", 8, len(sf), _time(detector.detect, sf,
-                                                                                       args.repeat, sync))
-            detector.close()
-        except Exception as exc:  # noqa: BLE001 - the S3FD row is optional
-            print(f"  s3fd row skipped: {type(exc).__name__}: {exc}")
 
     torch.set_num_threads(args.threads)
     cf = frames[: args.cpu_frames]
-    pose = dt.DWPoseTorch(model=net, device="cpu", batch_size=8)
-    add("dwpose", f"cpu, {args.threads} threads", "float32", "on", 8, len(cf), _time(pose.keypoints, cf, args.repeat))
+    for layout in (False, True):
+        pose = dt.DWPoseTorch(model=net, device="cpu", batch_size=8, channels_last=layout)
+        add("dwpose", f"cpu, {args.threads} threads", "float32" + (" (NHWC)" if layout else ""), "on", 8, len(cf),
+            _time(pose.keypoints, cf, args.repeat))
     ort_version = None
     if onnx_path is not None:
         import onnxruntime as ort

@@ -336,32 +336,62 @@ def test_requirements_colab_installs_no_onnxruntime():
 
 # ------------------------------------------------------------------------------------------ GPU
 
+def _merged_simcc(pose, frames):
+    """The flip-merged SimCC vectors of a DWPoseTorch, as numpy float32 (what the argmax sees)."""
+    x, _, _ = pose._inputs(frames)
+    sx, sy, flipped = pose.simcc(x)
+    plain = (sx.float().cpu().numpy(), sy.float().cpu().numpy())
+    return codec.merge_flip(plain, tuple(t.float().cpu().numpy() for t in flipped))
+
+
+def _decisive(vectors, near: int = 2, margin: float = 0.01):
+    """(N, K) True where the peak beats every bin more than ``near`` bins away by ``margin`` x the vector's range:
+    keypoints whose argmax a small rounding change cannot move (random weights also make near-ties)."""
+    v = np.asarray(vectors, np.float64)
+    top = v.argmax(-1)
+    bins = np.arange(v.shape[-1])
+    rest = np.where(np.abs(bins - top[..., None]) > near, v, -np.inf).max(-1)
+    span = v.max(-1) - v.min(-1)
+    return (v.max(-1) - rest) > margin * span
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_gpu_fp16_batched_landmarks_follow_fp32(video_frames_or_random):
+    """float16 at batch 16 (the GPU default precision) against a float32, batch-1 reference on the same GPU: the
+    SimCC vectors agree to about 1 % of their range, most landmarks are identical, and every keypoint with a
+    decisive peak lands in the same SimCC bin (a bin is 1.25 px on a 576x768 frame)."""
     frames = video_frames_or_random
     model = dt.build_model("cpu")
     model.load_state_dict(dt.random_state_dict(0))
-    fp32 = dt.DWPoseTorch(model=model, device="cuda", dtype="float32", batch_size=1)
     torch.backends.cudnn.allow_tf32 = False  # a float32 reference
-    ref, ref_sc = fp32.keypoints(frames)
-    torch.backends.cudnn.allow_tf32 = True
-    model16 = dt.build_model("cpu")
-    model16.load_state_dict(dt.random_state_dict(0))
-    half = dt.DWPoseTorch(model=model16, device="cuda", batch_size=len(frames))
+    try:
+        fp32 = dt.DWPoseTorch(model=model, device="cuda", dtype="float32", batch_size=1)
+        ref, ref_sc = fp32.keypoints(frames)
+        ref_x, ref_y = _merged_simcc(fp32, frames)
+    finally:
+        torch.backends.cudnn.allow_tf32 = True
+    half = dt.DWPoseTorch(model=model, device="cuda", batch_size=len(frames))
     assert half.dtype == torch.float16 and half.net.head.cls_x.weight.dtype == torch.float32
     got, got_sc = half.keypoints(frames)
-    diff = np.linalg.norm(got - ref, axis=-1)  # px, frames of 576x768
-    print(f"fp16 batch {len(frames)} vs fp32 batch 1: median {np.median(diff):.3f} px, "
-          f"p95 {np.percentile(diff, 95):.3f} px, max {diff.max():.3f} px; within 1.25 px (one SimCC bin): "
-          f"{(diff <= 1.3).mean():.3f}")
-    assert np.median(diff) <= 0.01 and (diff <= 1.3).mean() >= 0.95
-    face = diff[:, codec.FACE_START:codec.FACE_STOP]
-    assert (face <= 1.3).mean() >= 0.95
-    np.testing.assert_allclose(got_sc, ref_sc, rtol=0.05, atol=0.05 * np.abs(ref_sc).max())
-    # a batch of one gives what the batch gives (no cross-talk between frames)
-    one, _ = dt.DWPoseTorch(model=model16, device="cuda", batch_size=1).keypoints(frames[:2])
-    assert (np.linalg.norm(one - got[:2], axis=-1) <= 1.3).mean() >= 0.98
+    got_x, got_y = _merged_simcc(half, frames)
+    rel = max(np.abs(got_x - ref_x).max() / np.ptp(ref_x), np.abs(got_y - ref_y).max() / np.ptp(ref_y))
+    diff = np.linalg.norm(got - ref, axis=-1)  # px
+    decisive = _decisive(ref_x) & _decisive(ref_y)
+    same = diff <= 1.3
+    print(f"fp16 batch {len(frames)} vs fp32 batch 1: SimCC max difference {100 * rel:.2f} % of the range; "
+          f"landmarks identical for {same.mean():.3f} (median {np.median(diff):.3f} px, max {diff.max():.2f} px); "
+          f"keypoints with a decisive peak: {decisive.mean():.3f}, of which in the same bin {same[decisive].mean():.4f}")
+    assert rel < 0.02
+    assert np.median(diff) == 0 and same.mean() >= 0.9
+    assert decisive.mean() >= 0.5 and same[decisive].mean() >= 0.99
+    face = (slice(None), slice(codec.FACE_START, codec.FACE_STOP))
+    assert same[face][decisive[face]].mean() >= 0.99
+    # a batch of one gives what the batch gives (no cross-talk between frames; cuDNN may pick other kernels)
+    one_pose = dt.DWPoseTorch(model=model, device="cuda", batch_size=1)
+    one, _ = one_pose.keypoints(frames[:4])
+    same_one = np.linalg.norm(one - got[:4], axis=-1) <= 1.3
+    assert same_one.mean() >= 0.9 and same_one[decisive[:4]].mean() >= 0.99
 
 
 @pytest.fixture
