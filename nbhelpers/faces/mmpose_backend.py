@@ -45,7 +45,7 @@ from .dwpose_onnx import S3FD_FILE, Availability, _default_weights_dir, build_s3
 
 CHECKPOINT_FILE = "dwpose/dw-ll_ucoco_384.pth"  # relative to the weights dir (official models/ layout)
 INSTALL_HINT = ("mmpose is not importable. Install it with nbhelpers.faces.mim.install_mmpose() (see "
-                "notebooks/00_setup.ipynb), or use the 'dwpose-onnx' backend, which gives the same landmarks "
+                "notebooks/00_setup.ipynb), or use the 'dwpose' backend, which gives the same landmarks "
                 "without mmcv")
 
 # The SimCC codec. Source: rtmpose-l_8xb32-270e_coco-ubody-wholebody-384x288.py:44-50 (reference §3.1).
