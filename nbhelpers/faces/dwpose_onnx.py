@@ -196,8 +196,10 @@ class DWPoseOnnx:
         ort = require("onnxruntime", install_hint())
         path = Path(onnx_path)
         if not path.is_file():
-            raise WeightsError(f"DWPose ONNX file {str(path)!r} does not exist: download the weights "
-                               f"(notebooks/00_setup.ipynb, weights.download) or pass the right weights_dir")
+            raise WeightsError(f"DWPose ONNX file {str(path)!r} does not exist. It is an optional weight set: "
+                               "`python -m nbhelpers download --sets faces-onnx` (or weights.download(sets="
+                               "['faces-onnx'])), or pass the right weights_dir. The default 'dwpose' backend needs "
+                               "no ONNX file (it reads dwpose/dw-ll_ucoco_384.pth)")
         if not isinstance(batch_size, int) or batch_size < 1:
             raise InputError(f"batch_size={batch_size!r}: expected an int >= 1 (frames per DWPose call)")
         providers, self.device = _providers(device)
