@@ -1646,9 +1646,9 @@ def download(directory: str | os.PathLike | None = None, sets: str | Sequence[st
 
     Args:
         directory: The weights dir; None = :func:`default_dir`. Created if needed.
-        sets: Sets to fetch: ``"core"``, ``"faces-onnx"``, ``"faces-mmpose"``, ``"parsing"``, ``"s3fd"``,
-            ``"v1"``, ``"syncnet"``, ``"default"``, ``"all"``; None = the v1.5 inference set (core, faces-onnx,
-            parsing, s3fd: about 4.2 GB) unless ``files`` is given.
+        sets: Sets to fetch: ``"core"``, ``"faces"``, ``"faces-onnx"``, ``"faces-mmpose"``, ``"parsing"``,
+            ``"s3fd"``, ``"v1"``, ``"syncnet"``, ``"default"``, ``"all"``; None = the v1.5 inference set (core,
+            faces, parsing, s3fd: about 4.2 GB) unless ``files`` is given.
         files: Extra file names or layout paths (see :func:`list_files`).
         check_hash: Hash each fetched file when a sha256 is known (about 6 s per GB).
         manifest: Another manifest (tests).
