@@ -16,7 +16,8 @@ flip test on (the official setting), DWPose only (the face box is a stub):
 
 Random weights give the real shapes and FLOPs. S3FD, which every DWPose backend adds for the face box, is timed
 by bench/s3fd_speed.py (with random weights its candidate count, hence its decoding time, is not representative).
-Prints a markdown table (and writes it as JSON with ``--json PATH``).
+Prints a markdown table with the GPU rows' peak allocated memory (``torch.cuda.max_memory_allocated``), and
+writes it as JSON with ``--json PATH``.
 """
 
 from __future__ import annotations
@@ -118,9 +119,10 @@ def main(argv: list[str] | None = None) -> int:
 
     rows: list[dict] = []
 
-    def add(backend, device, dtype, flip, batch, n, seconds):
+    def add(backend, device, dtype, flip, batch, n, seconds, peak_gib=None):
         rows.append(dict(backend=backend, device=device, dtype=dtype, flip=flip, batch=batch, frames=n,
-                         seconds=round(seconds, 4), fps=round(n / seconds, 2), ms_per_frame=round(1e3 * seconds / n, 2)))
+                         seconds=round(seconds, 4), fps=round(n / seconds, 2), ms_per_frame=round(1e3 * seconds / n, 2),
+                         peak_gib=None if peak_gib is None else round(peak_gib, 3)))
         print(f"  {backend} {device} {dtype} flip={flip} batch={batch}: {n / seconds:.1f} frames/s", flush=True)
 
     if gpu:
@@ -135,8 +137,10 @@ def main(argv: list[str] | None = None) -> int:
             pose = dt.DWPoseTorch(model=copy.deepcopy(net), device="cuda", dtype=dtype, batch_size=batch,
                                   flip_test=flip, fuse=tuned, channels_last=tuned)
             label = dtype if tuned else f"{dtype} (BN not folded, NCHW)"
-            add("dwpose", f"cuda ({name})", label, "on" if flip else "off", batch, len(gf),
-                _time(pose.keypoints, gf, args.repeat, sync))
+            torch.cuda.reset_peak_memory_stats()
+            seconds = _time(pose.keypoints, gf, args.repeat, sync)
+            add("dwpose", f"cuda ({name})", label, "on" if flip else "off", batch, len(gf), seconds,
+                torch.cuda.max_memory_allocated() / 2**30)
             pose.close()
             del pose
             torch.cuda.empty_cache()
@@ -175,11 +179,12 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.repeat}; torch {torch.__version__}"
             + (f", onnxruntime {ort_version}" if ort_version else "") + (", --smoke" if args.smoke else ""))
     print("\n" + head + "\n")
-    print("| backend | device | dtype | flip test | batch | frames | seconds | frames/s | ms/frame |")
-    print("|---|---|---|---|---:|---:|---:|---:|---:|")
+    print("| backend | device | dtype | flip test | batch | frames | seconds | frames/s | ms/frame | peak GiB |")
+    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|")
     for r in rows:
+        peak = "-" if r["peak_gib"] is None else f"{r['peak_gib']:.2f}"
         print(f"| {r['backend']} | {r['device']} | {r['dtype']} | {r['flip']} | {r['batch']} | {r['frames']} | "
-              f"{r['seconds']:.2f} | {r['fps']:.1f} | {r['ms_per_frame']:.1f} |")
+              f"{r['seconds']:.2f} | {r['fps']:.1f} | {r['ms_per_frame']:.1f} | {peak} |")
     if args.json:
         Path(args.json).write_text(json.dumps({"title": head, "rows": rows}, indent=1))
     return 0
