@@ -28,7 +28,7 @@ def _add_settings(p: argparse.ArgumentParser) -> None:
     prec.add_argument("--fp32", dest="fp16", action="store_const", const=False)
     g.add_argument("--device", default=None, help="cuda, cuda:1 or cpu (default: CUDA when available)")
     g.add_argument("--extra-margin", type=int, default=10, help="pixels added below the crop box (v15)")
-    g.add_argument("--bbox-shift", type=int, default=0, help="pixels added to landmark 29 (v1)")
+    g.add_argument("--bbox-shift", type=int, default=0, help="pixels added to landmark 29's y: + repaints more mouth, - less (both versions, as the official app)")
     g.add_argument("--parsing-mode", choices=["jaw", "raw", "neck"], default="jaw")
     g.add_argument("--left-cheek-width", type=int, default=90)
     g.add_argument("--right-cheek-width", type=int, default=90)

@@ -42,8 +42,8 @@ _LABELS = {
     "parsing_mode": ("parsing_mode", "face-parsing mask: jaw (v1.5 default), raw, neck; v1.0 always uses raw"),
     "left_cheek_width": ("left cheek (px)", "jaw-mode cheek band in 512-px parsing space (app: 20-160)"),
     "right_cheek_width": ("right cheek (px)", "jaw-mode cheek band in 512-px parsing space (app: 20-160)"),
-    "bbox_shift": ("bbox_shift (px)", "v1.0 only: moves the repainted half's upper edge down (+, more mouth "
-                   "openness) or up (-)"),
+    "bbox_shift": ("bbox_shift (px)", "moves the repainted half's upper edge down (+, more mouth openness) or "
+                   "up (-); both versions, as the official app"),
     "batch_size": ("batch (frames)", "frames per UNet/VAE batch; auto = the planner's choice"),
     "fp16": ("precision", "fp16 on CUDA, fp32 on CPU; auto = the planner's choice"),
 }
@@ -195,10 +195,10 @@ class SettingsPanel:
         return control
 
     def _sync(self) -> None:
-        """Enable and show only what applies: bbox_shift for v1; parsing and cheeks for v1.5 (cheeks: jaw)."""
+        """Enable and show only what applies: parsing and cheeks for v1.5 (cheeks: jaw mode); bbox_shift always."""
         v1 = self.controls["version"].value == "v1"
         jaw = self.controls["parsing_mode"].value == "jaw"
-        rules = {"bbox_shift": (v1, v1), "extra_margin": (not v1, True), "parsing_mode": (not v1, True),
+        rules = {"bbox_shift": (True, True), "extra_margin": (not v1, True), "parsing_mode": (not v1, True),
                  "left_cheek_width": (not v1 and jaw, True), "right_cheek_width": (not v1 and jaw, True)}
         for name, (enabled, visible) in rules.items():
             control = self.controls[name]
@@ -268,8 +268,6 @@ def _to_config(base: InferenceConfig, values: Mapping[str, Any]) -> InferenceCon
     for name in ("batch_size", "fp16"):
         if changes.get(name, "auto") == "auto":
             changes[name] = getattr(base, name)
-    if changes.get("version", base.version) != "v1":
-        changes["bbox_shift"] = base.bbox_shift  # the panel offers bbox_shift for v1 only
     for name in ("extra_margin", "left_cheek_width", "right_cheek_width", "bbox_shift"):
         if not isinstance(changes.get(name, 0), (int, np.integer)) or isinstance(changes.get(name), bool):
             raise InputError(f"{name} must be an integer number of pixels; got {changes[name]!r}.")
@@ -288,7 +286,7 @@ def settings_panel(plan_or_config: Any = None, values: Mapping[str, Any] | None 
         plan_or_config: A plan from :func:`nbhelpers.gpu.plan` (its chosen batch size and precision are shown as
             "auto"), an :class:`InferenceConfig`, or None for the defaults.
         values: Field name -> value to start from (the headless path: a parameters cell supplies them). Names:
-            version, extra_margin, parsing_mode, left_cheek_width, right_cheek_width, bbox_shift (v1 only),
+            version, extra_margin, parsing_mode, left_cheek_width, right_cheek_width, bbox_shift,
             batch_size (int or "auto"), fp16 (True, False or "auto").
         use_widgets: Force (True) or avoid (False) ipywidgets; None uses them when installed.
 
