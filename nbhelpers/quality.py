@@ -894,21 +894,23 @@ def mouth_opening(landmarks: np.ndarray) -> np.ndarray:
         return np.maximum(gap, 0.0) / eyes
 
 
-def speech_envelope(waveform: np.ndarray, n_frames: int, sample_rate: int = SAMPLE_RATE,
-                    fps: int = FPS) -> np.ndarray:
+def speech_envelope(waveform: np.ndarray, n_frames: int, sample_rate: int = SAMPLE_RATE, fps: int = FPS, *,
+                    start_frame: int = 0) -> np.ndarray:
     """The speech envelope per video frame: log RMS in dB of each frame's 40 ms of samples.
 
-    Frame ``t`` covers samples ``[t * sr / fps, (t + 1) * sr / fps)``; samples past the end count as silence.
-    The result is floored 60 dB below the loudest frame, so pauses do not dominate.
+    Frame ``t`` covers samples ``[t * sr / fps, (t + 1) * sr / fps)``; samples before the start or past the end
+    of the waveform count as silence. The result is floored 60 dB below the loudest frame, so pauses do not
+    dominate.
 
     Args:
         waveform: (L,) float samples.
-        n_frames: N, the number of video frames.
+        n_frames: N, the number of frames wanted.
         sample_rate: Hz.
         fps: Video frames per second.
+        start_frame: Index of the first frame wanted (negative = before the sound starts, silence).
 
     Returns:
-        (N,) float64 dB (0 dB = full scale RMS 1).
+        (N,) float64 dB (0 dB = full-scale RMS 1), frames ``start_frame .. start_frame + N - 1``.
 
     Raises:
         InputError: Bad shapes or rates.
@@ -919,8 +921,10 @@ def speech_envelope(waveform: np.ndarray, n_frames: int, sample_rate: int = SAMP
                          f"{x.shape}, n_frames {n_frames}, {sample_rate} Hz, {fps} fps.")
     hop = sample_rate // fps
     buf = np.zeros(n_frames * hop)
-    m = min(x.shape[0], buf.shape[0])
-    buf[:m] = x[:m]
+    first = start_frame * hop  # sample index of buf[0]
+    lo, hi = max(0, first), min(x.shape[0], first + buf.shape[0])
+    if hi > lo:
+        buf[lo - first:hi - first] = x[lo:hi]
     rms = np.sqrt(np.mean(buf.reshape(n_frames, hop) ** 2, axis=1))
     db = 20.0 * np.log10(np.maximum(rms, 1e-10))
     return np.maximum(db, db.max() - ENVELOPE_FLOOR_DB)
@@ -939,12 +943,6 @@ def _pearson(a: np.ndarray, b: np.ndarray) -> float:
     b = b - b.mean()
     den = math.sqrt(float(a @ a) * float(b @ b))
     return float(a @ b) / den if den > 0 else 0.0
-
-
-def _lagged(a: np.ndarray, b: np.ndarray, lag: int) -> tuple[np.ndarray, np.ndarray]:
-    """Pairs ``(a[t], b[t + lag])`` over the overlap."""
-    n = a.shape[0]
-    return (a[: n - lag], b[lag:n]) if lag >= 0 else (a[-lag:], b[: n + lag])
 
 
 def _effective_n(a: np.ndarray, b: np.ndarray, max_k: int) -> float:
@@ -966,8 +964,9 @@ def mouth_audio_lag(video: Any, audio: Any = None, *, track: Any = None, backend
        linear interpolation.
     2. The voice curve is :func:`speech_envelope` (log RMS dB per 40 ms frame).
     3. Both are high-passed (a centred 1 s moving average subtracted: head motion, phrase loudness and slow drift
-       carry no sync information) and correlated (Pearson over the overlap) at each lag ``-max_lag..max_lag``:
-       ``r(L) = corr(mouth[t], envelope[t + L])``.
+       carry no sync information) and correlated (Pearson over all N frames) at each lag ``-max_lag..max_lag``:
+       ``r(L) = corr(mouth[t], envelope[t + L])``, the envelope reaching past the clip's ends as silence, so each
+       lag uses the same mouth frames and shifting the sound by d frames moves the lag by exactly d.
     4. The lag is the maximum of ``r``. Confidence: the peak ``r``, its peak-to-sidelobe ratio, and a z score
        ``atanh(r) * sqrt(n_eff - 3)`` with ``n_eff`` reduced for the curves' autocorrelation (Bartlett); the lag is
        ``reliable`` when z >= 3.5 and r > 0. A mouth that does not move with the voice gives a lag at the noise
@@ -1019,17 +1018,19 @@ def mouth_audio_lag(video: Any, audio: Any = None, *, track: Any = None, backend
 
         raise NoFaceError(f"no face (landmarks) in any of the {n} frames: the mouth cannot be followed.")
     filled = np.interp(np.arange(n), np.flatnonzero(ok), mouth[ok])
-    env = speech_envelope(samples, n)
-    a, b = _highpass(filled), _highpass(env)
+    # The envelope reaches max_lag frames beyond both ends of the clip (silence outside the sound), so every lag
+    # pairs the same N mouth frames with N envelope frames: shifting the sound shifts r(L) exactly.
+    env_ext = speech_envelope(samples, n + 2 * max_lag, start_frame=-max_lag)
+    a, b = _highpass(filled), _highpass(env_ext)
     lags = np.arange(-max_lag, max_lag + 1)
-    corr = np.array([_pearson(*_lagged(a, b, int(L))) for L in lags])
+    corr = np.array([_pearson(a, b[max_lag + int(L):max_lag + int(L) + n]) for L in lags])
     k = int(np.argmax(corr))
     peak = float(corr[k])
     side = corr[np.abs(lags - lags[k]) > SIDELOBE_GUARD]
     psr = float((peak - side.mean()) / side.std()) if side.size > 1 and side.std() > 0 else float("inf")
-    x, y = _lagged(a, b, int(lags[k]))
-    n_eff = _effective_n(x, y, max_k=2 * HIGHPASS_FRAMES)
+    n_eff = _effective_n(a, b[max_lag + int(lags[k]):max_lag + int(lags[k]) + n], max_k=2 * HIGHPASS_FRAMES)
     z = float(np.arctanh(np.clip(peak, -0.999999, 0.999999)) * math.sqrt(n_eff - 3.0))
+    env = env_ext[max_lag:max_lag + n]
     return MouthAudioLag(lag_frames=int(lags[k]), peak_correlation=peak, peak_to_sidelobe=psr, z_score=z,
                          reliable=bool(peak > 0 and z >= Z_SIGNIFICANT), lags=lags, correlations=corr,
                          mouth=mouth, envelope=env, fps=FPS, n_frames=n, backend=name)
