@@ -927,7 +927,10 @@ def speech_envelope(waveform: np.ndarray, n_frames: int, sample_rate: int = SAMP
         buf[lo - first:hi - first] = x[lo:hi]
     rms = np.sqrt(np.mean(buf.reshape(n_frames, hop) ** 2, axis=1))
     db = 20.0 * np.log10(np.maximum(rms, 1e-10))
-    return np.maximum(db, db.max() - ENVELOPE_FLOOR_DB)
+    whole = np.zeros(-(-max(x.shape[0], 1) // hop) * hop)  # the floor follows the loudest frame of the whole sound
+    whole[:x.shape[0]] = x
+    loudest = 20.0 * np.log10(max(float(np.sqrt(np.mean(whole.reshape(-1, hop) ** 2, axis=1)).max()), 1e-10))
+    return np.maximum(db, loudest - ENVELOPE_FLOOR_DB)
 
 
 def _highpass(x: np.ndarray, frames: int = HIGHPASS_FRAMES) -> np.ndarray:
@@ -1020,8 +1023,10 @@ def mouth_audio_lag(video: Any, audio: Any = None, *, track: Any = None, backend
     filled = np.interp(np.arange(n), np.flatnonzero(ok), mouth[ok])
     # The envelope reaches max_lag frames beyond both ends of the clip (silence outside the sound), so every lag
     # pairs the same N mouth frames with N envelope frames: shifting the sound shifts r(L) exactly.
-    env_ext = speech_envelope(samples, n + 2 * max_lag, start_frame=-max_lag)
-    a, b = _highpass(filled), _highpass(env_ext)
+    margin = max_lag + HIGHPASS_FRAMES  # the high-pass sees whole windows inside the frames correlated
+    env_ext = speech_envelope(samples, n + 2 * margin, start_frame=-margin)
+    a, b = _highpass(filled), _highpass(env_ext)[HIGHPASS_FRAMES:-HIGHPASS_FRAMES]
+    env_ext = env_ext[HIGHPASS_FRAMES:-HIGHPASS_FRAMES]
     lags = np.arange(-max_lag, max_lag + 1)
     corr = np.array([_pearson(a, b[max_lag + int(L):max_lag + int(L) + n]) for L in lags])
     k = int(np.argmax(corr))

@@ -139,7 +139,7 @@ def test_offset_search_rejects_bad_shapes():
 
 class LevelEmbedder:
     """Embeds what the synthetic clips carry: the level u per frame, from brightness (30 + 60 u) and from the
-    log energy of the sound (amplitude 0.01 exp(u), so MFCC coefficient 0 = 2 u + const at steps 4j). Both are
+    log energy of the sound (amplitude 0.01 exp(u), so MFCC coefficient 0 = 2 u + const at steps 4j + 1). Both are
     centred per window, which removes the constants."""
 
     def __init__(self):
@@ -154,7 +154,9 @@ class LevelEmbedder:
 
     def embed_audio(self, windows):
         assert windows.shape[1:] == (1, 13, 20) and windows.dtype == np.float32
-        u = windows[:, 0, 0, ::4] / 2.0  # the first step of each of the 5 frames lies inside that frame's sound
+        # Step 4j + 1 (samples 160..559 of frame j) lies inside frame j's tone, its pre-emphasis too (step 4j would
+        # start on the frame boundary, where pre-emphasis subtracts the previous frame's louder last sample).
+        u = windows[:, 0, 0, 1::4] / 2.0
         out = u - u.mean(axis=1, keepdims=True)
         self.audio.append(out)
         return out
@@ -327,7 +329,7 @@ def test_shifting_the_own_audio_moves_the_whole_correlation_by_d(sing):
         both = [(L, L - d) for L in range(-40, 41) if -40 <= L - d <= 40]
         r_d = np.array([got.correlations[L + 40] for L, _ in both])
         r_0 = np.array([base.correlations[m + 40] for _, m in both])
-        tol = 1e-9 if d >= 0 else 0.02  # cutting the start loses up to |d| frames of sound before frame 0
+        tol = 1e-9 if d >= 0 else 0.05  # a cut start turns |d| frames of sound into silence: a real change
         np.testing.assert_allclose(r_d, r_0, atol=tol, err_msg=f"shift {d:+d} frames")
 
 
