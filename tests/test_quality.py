@@ -425,3 +425,16 @@ def test_cli_score_prints_lse_with_the_weights(short_clip, tiny_syncnet, capsys)
     out, _ = capsys.readouterr()
     assert "SyncNet: LSE-D" in out and "faces from dlib" in out
     assert re.search(r"over 4[45] windows", out)  # 50 frames - 5 (49 - 5 if the AAC decode ends a few samples short)
+
+
+def test_sync_score_auto_detector_uses_s3fd_when_its_weights_are_there(tmp_path):
+    # Random S3FD weights give meaningless boxes, so only the choice and the shape of the result are checked.
+    pytest.importorskip("torch")
+    from nbhelpers.faces import s3fd
+
+    frames, _, _ = level_clip(0, n=12)
+    boxes, used, notes = quality._detect_boxes(frames, "auto", tmp_path, "cpu")
+    assert used == "dlib" and "s3fd-619a316812.pth is missing" in notes[0]
+    s3fd.write_tiny_s3fd(tmp_path)
+    boxes, used, notes = quality._detect_boxes(frames, "auto", tmp_path, "cpu")
+    assert used == "s3fd" and notes == [] and boxes.shape == (12, 4)
