@@ -634,6 +634,8 @@ def plot_sync(lag: Any, score: Any = None, title: str = "Does the mouth follow t
     bottom.axhline(0, color="0.6", lw=0.5)
     bottom.set_xlabel("lag, frames (+ = sound after mouth)")
     bottom.set_ylabel("r")
+    if callable(getattr(lag, "summary", None)):
+        bottom.set_title(lag.summary(), fontsize=7, wrap=True)
     if score is not None:
         twin = bottom.twinx()
         twin.plot(-np.asarray(score.offsets), np.asarray(score.mean_distances), color="#8172b2", lw=1.0,
