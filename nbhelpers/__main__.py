@@ -7,6 +7,7 @@
     python -m nbhelpers avatar prepare VIDEO DIR  # prepare a face once
     python -m nbhelpers avatar generate DIR AUDIO -o OUT.mp4
     python -m nbhelpers report                    # GPU and the planner's choice
+    python -m nbhelpers score VIDEO [--audio FILE]  # is it in sync? mouth-audio lag, and LSE-D/LSE-C
 
 Every error the package raises on purpose is printed as one message (no traceback) with exit status 2.
 """
@@ -170,6 +171,22 @@ def _cmd_avatar(args) -> int:
     return 0
 
 
+def _cmd_score(args) -> int:
+    from . import quality
+    from .errors import WeightsError
+
+    lag = quality.mouth_audio_lag(args.video, args.audio, backend=args.backend, weights_dir=args.weights,
+                                  device=args.device)
+    print(lag.summary())
+    try:
+        score = quality.sync_score(args.video, args.audio, weights_dir=args.weights, device=args.device)
+    except WeightsError as exc:
+        print(f"LSE-D / LSE-C not computed: {exc}", file=sys.stderr)
+        return 0
+    print(score.summary())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m nbhelpers", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -201,6 +218,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("report", help="GPU report and the planner's choice")
     p.set_defaults(func=_cmd_report)
+
+    p = sub.add_parser("score", help="is a clip in sync? the mouth-audio lag (no weights) and SyncNet's LSE-D/LSE-C "
+                                     "(needs `download --sets quality`)")
+    p.add_argument("video")
+    p.add_argument("--audio", default=None, help="speech file to score against (default: the video's own sound)")
+    p.add_argument("--backend", default="auto", help="landmarks for the mouth curve: auto, dwpose-onnx, mmpose, dlib")
+    p.add_argument("--device", default=None)
+    p.add_argument("--weights", default=None)
+    p.set_defaults(func=_cmd_score)
 
     p = sub.add_parser("avatar", help="prepare a face once, then generate from many audio clips")
     asub = p.add_subparsers(dest="avatar_cmd", required=True)

@@ -582,6 +582,66 @@ def plot_timings(timings: Any, title: str = "Time per stage") -> Chart:
     return Chart(fig)
 
 
+def _zscore(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    ok = np.isfinite(x)
+    if not ok.any():
+        return x
+    sd = x[ok].std()
+    return (x - x[ok].mean()) / (sd if sd > 0 else 1.0)
+
+
+def plot_sync(lag: Any, score: Any = None, title: str = "Does the mouth follow the voice?") -> Chart:
+    """Draw the mouth opening and the speech envelope over time, and their correlation at each lag.
+
+    Top: both curves per frame, each standardised (z score) so they share one axis, over seconds. Bottom: the
+    correlation ``r(L)`` at each lag with the peak marked; with a SyncNet ``score``, its mean distance per offset
+    on a second axis, on the same lag scale (audio delay = -offset).
+
+    Args:
+        lag: A :class:`nbhelpers.quality.MouthAudioLag` (``mouth``, ``envelope``, ``lags``, ``correlations``,
+            ``lag_frames``, ``fps``).
+        score: Optional :class:`nbhelpers.quality.SyncScore` (``offsets``, ``mean_distances``).
+        title: Figure title.
+
+    Returns:
+        A :class:`Chart` (a matplotlib Figure made without pyplot).
+
+    Raises:
+        InputError: ``lag`` lacks those fields.
+    """
+    try:
+        mouth, env = np.asarray(lag.mouth, float), np.asarray(lag.envelope, float)
+        lags, corr, best, fps = np.asarray(lag.lags), np.asarray(lag.correlations), int(lag.lag_frames), lag.fps
+    except AttributeError as exc:
+        raise InputError(f"plot_sync needs a quality.mouth_audio_lag result; got {type(lag).__name__} ({exc}).") \
+            from None
+    fig = _figure(8, 5)
+    top, bottom = fig.subplots(2, 1, height_ratios=(3, 2))
+    t = np.arange(mouth.shape[0]) / float(fps)
+    top.plot(t, _zscore(mouth), color="#c44e52", lw=1.0, label="mouth opening (inner lips / eye width)")
+    top.plot(t, _zscore(env), color="#4c72b0", lw=1.0, alpha=0.8, label="speech envelope (log RMS)")
+    top.set_xlabel("seconds")
+    top.set_ylabel("z score")
+    top.legend(loc="upper right", fontsize=8)
+    top.set_title(title)
+    bottom.plot(lags, corr, color="#55a868", marker=".", label="correlation r")
+    bottom.axvline(best, color="#55a868", ls="--", lw=0.8)
+    bottom.annotate(f" lag {best:+d} frames, r {float(np.max(corr)):.2f}", (best, float(np.max(corr))),
+                    fontsize=8, va="bottom")
+    bottom.axhline(0, color="0.6", lw=0.5)
+    bottom.set_xlabel("lag, frames (+ = sound after mouth)")
+    bottom.set_ylabel("r")
+    if callable(getattr(lag, "summary", None)):
+        bottom.set_title(lag.summary(), fontsize=7, wrap=True)
+    if score is not None:
+        twin = bottom.twinx()
+        twin.plot(-np.asarray(score.offsets), np.asarray(score.mean_distances), color="#8172b2", lw=1.0,
+                  label="SyncNet mean distance")
+        twin.set_ylabel("SyncNet distance", color="#8172b2")
+    return Chart(fig)
+
+
 @dataclass(frozen=True)
 class FpsTable:
     """Speed of several generated clips: frames, seconds, generation fps, end-to-end fps, real-time factor.
