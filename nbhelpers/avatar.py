@@ -391,23 +391,11 @@ class Avatar:
         device = pipe.device
         frames = self.frames()
         latents = torch.from_numpy(self.latents_np).to(device=device, dtype=pipe.dtype)
-        masks: list[Any] = self.masks
-        frames_device = None
-        if device.type == "cuda":
-            masks = [torch.from_numpy(np.ascontiguousarray(m)).to(device) for m in self.masks]
-            nbytes = len(frames) * frames.height * frames.width * 3
-            free, _ = torch.cuda.mem_get_info(device)
-            if nbytes < 0.25 * free:
-                frames_device = torch.empty((len(frames), frames.height, frames.width, 3), dtype=torch.uint8,
-                                            device=device)
-                for start in range(0, len(frames), 64):
-                    chunk = np.ascontiguousarray(frames[start:start + 64])
-                    frames_device[start:start + len(chunk)] = torch.from_numpy(chunk).to(device)
         latent_row = np.full(self.n_frames, -1, dtype=np.int64)
         latent_row[np.flatnonzero(self.has_face)] = np.arange(self.n_faces)
         boxes = [tuple(int(v) for v in self.crop_boxes[j]) for j in np.flatnonzero(self.has_face)]
-        source = SourceFaces(frames=frames, latent_row=latent_row, latents=latents, boxes=boxes, masks=masks,
-                             squares=[tuple(int(v) for v in s) for s in self.squares], frames_device=frames_device)
+        source = SourceFaces(frames=frames, latent_row=latent_row, latents=latents, boxes=boxes, masks=self.masks,
+                             squares=[tuple(int(v) for v in s) for s in self.squares]).to_device(device)
         self._state.update(source=source, models=pipe.models)
         return self._state
 

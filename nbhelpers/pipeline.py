@@ -605,7 +605,8 @@ class MuseTalkPipeline:
                     materials = materials_for_frames(store, track.crop_boxes, face_frames, parser, config)
 
                 # 9-10. generate and blend: UNet + VAE decode per batch of output frames, paste back, encode
-                source = SourceFaces.from_materials(store, face_frames, latents, materials)
+                # masks uploaded once; the source frames kept on the GPU when they fit (as an avatar keeps them)
+                source = SourceFaces.from_materials(store, face_frames, latents, materials).to_device(self.device)
                 writer = media.VideoWriter(output_path, store.width, store.height, fps=FPS, audio=audio_path)
                 with writer:
                     run(source, features, bundle, batch, n_out, writer, frame_callback=frame_callback,

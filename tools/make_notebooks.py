@@ -196,19 +196,23 @@ AVATAR_NB = opening(
     md("## Settings\n\nThe planner picks the device, precision and batch size for your GPU, and the panel lets you "
        "change them and the face settings. The controls only set values: after a change, run the next cell."),
     code('panel = ui.settings_panel(env.plan("avatar", MODE), values=SETTINGS)\npanel', IGNORE),
+    md("## Load the pipeline\n\nThe pipeline holds the models on your device, in the precision you chose. Each "
+       "model loads the first time a step needs it and then stays, so the preview, the avatar and every later run "
+       "reuse it. After changing the version or the precision in the panel, run this cell again."),
+    code("pipe = nbh.MuseTalkPipeline.from_pretrained(WEIGHTS, config=panel.config)\npipe"),
     md("## Preview the first frame\n\nBefore the full run, you see on your first frame the crop box, the landmarks, "
        "the blend mask and the repainted mouth."),
-    code("from nbhelpers import pipeline\npipeline.preview(video, config=panel.config, weights_dir=WEIGHTS)"),
+    code("pipe.preview(video, config=panel.config)"),
     md("## Prepare\n\nPreparing reads every frame once and stores the faces, latents and masks in your avatar "
        "folder, with a progress bar per stage."),
     code('AVATAR_DIR = env.work_dir(MODE) / "avatars" / "my-avatar"\n'
-         "avatar = nbh.prepare_avatar(video, AVATAR_DIR, config=panel.config, weights_dir=WEIGHTS)\navatar", IGNORE),
+         "avatar = pipe.prepare_avatar(video, AVATAR_DIR, config=panel.config)\navatar", IGNORE),
     md("## Look at the boxes and masks\n\nEach panel shows one of your frames with its crop box (green) and the "
        "blend mask (red) where the mouth is repainted."),
     code("ui.plot_faces(video, avatar)"),
     md("## Load it again\n\nPreparing again with the same settings loads your avatar from its folder instead of "
        "recomputing it."),
-    code("again = nbh.prepare_avatar(video, AVATAR_DIR, config=panel.config, weights_dir=WEIGHTS)\nagain", IGNORE),
+    code("again = pipe.prepare_avatar(video, AVATAR_DIR, config=panel.config)\nagain", IGNORE),
     md("## Check\n\nThe last cell checks that your second call loaded the cache."),
     code("env.check_result(again, from_cache=True)"),
 ]
@@ -228,10 +232,14 @@ LIPSYNC_NB = opening(
     md("## Settings\n\nThe planner picks the device, precision and batch size for your GPU, and the panel lets you "
        "change them and the face settings. The controls only set values: after a change, run the next cell."),
     code('panel = ui.settings_panel(env.plan("lipsync", MODE), values=SETTINGS)\npanel', IGNORE),
-    md("## Run\n\nThis runs every stage with a progress bar: faces, parsing, latents, generation, paste-back and "
+    md("## Load the pipeline\n\nThe pipeline holds the models on your device, in the precision you chose. They load "
+       "during your first run and stay, so running again with other face settings starts at once. After changing "
+       "the version or the precision in the panel, run this cell again."),
+    code("pipe = nbh.MuseTalkPipeline.from_pretrained(WEIGHTS, config=panel.config)\npipe"),
+    md("## Run\n\nThis runs every stage with a progress bar: faces, latents, parsing, generation, paste-back and "
        "encoding. Your result plays here when it is done."),
-    code('result = nbh.lipsync(video, audio, env.work_dir(MODE) / "lipsync.mp4", config=panel.config, '
-         "weights_dir=WEIGHTS)\nresult", IGNORE),
+    code('result = pipe.lipsync(video, audio, env.work_dir(MODE) / "lipsync.mp4", config=panel.config)\nresult',
+         IGNORE),
     md("## Where the time went\n\nThe chart shows the seconds each stage took on your runtime."),
     code("ui.plot_timings(result.timings)", IGNORE),
     md("## Compare\n\nWatch your source and your result side by side."),
@@ -258,10 +266,13 @@ REALTIME_NB = opening(
     md("## Settings\n\nThe planner picks the realtime batch size for your GPU; the controls only set values, so "
        "after a change you run the next cell."),
     code('panel = ui.settings_panel(env.plan("realtime", MODE), values=SETTINGS)\npanel', IGNORE),
+    md("## Load the pipeline\n\nThe pipeline holds the models on your device; your avatar generates every clip "
+       "with them."),
+    code("pipe = nbh.MuseTalkPipeline.from_pretrained(WEIGHTS, config=panel.config)\npipe"),
     md("## Prepare or load the avatar\n\nIf you prepared this video in 03_avatar with the same settings, your "
        "avatar loads from its folder in seconds."),
-    code('avatar = nbh.prepare_avatar(video, env.work_dir(MODE) / "avatars" / "my-avatar", config=panel.config, '
-         "weights_dir=WEIGHTS)\navatar", IGNORE),
+    code('avatar = pipe.prepare_avatar(video, env.work_dir(MODE) / "avatars" / "my-avatar", config=panel.config)\n'
+         "avatar", IGNORE),
     md("## Load the models\n\nYou load the models once for all your clips, so the speeds below measure only the "
        "work each clip needs."),
     code("avatar.load_models()", IGNORE),
