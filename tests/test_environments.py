@@ -122,3 +122,31 @@ def test_mmpose_env_names_the_python_problem_before_building(tmp_path):
     proc = _mmpose_env(tmp_path / "o2", str(bare / "bin" / "python"))
     assert proc.returncode == 2 and "cannot import torch" in proc.stderr
     assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()
+
+
+# ------------------------------------------------------------------------------------------ pyproject metadata
+
+
+def test_pyproject_license_is_an_spdx_expression_that_setuptools_reads_without_deprecation():
+    """`project.license` as a TOML table stops being supported by setuptools after 2027-02-18 (PEP 639): it must
+    be an SPDX string with the licence text named in `license-files`, and setuptools must read it silently."""
+    import warnings
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    setuptools = pytest.importorskip("setuptools")
+    from setuptools.config.pyprojecttoml import apply_configuration
+    from setuptools.dist import Distribution
+
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    project = data["project"]
+    assert project["license"] == "MIT"
+    assert project["license-files"] and all((ROOT / f).is_file() for f in project["license-files"])
+    assert "MIT License" in (ROOT / "LICENSE").read_text(encoding="utf-8")
+    assert any(r.replace(" ", "").startswith("setuptools>=77") for r in data["build-system"]["requires"])
+    if tuple(int(x) for x in setuptools.__version__.split(".")[:2]) < (77, 0):
+        pytest.skip(f"setuptools {setuptools.__version__} here predates PEP 639 support (77)")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        dist = apply_configuration(Distribution(), ROOT / "pyproject.toml")
+    assert [str(w.message) for w in caught if "license" in str(w.message).lower()] == []
+    assert dist.metadata.license_expression == "MIT"
