@@ -58,3 +58,46 @@ def test_every_file_of_the_tree_has_the_same_mode(tmp_path):
     modes = {p.relative_to(root).as_posix(): p.stat().st_mode & 0o777 for p in root.rglob("*") if p.is_file()}
     assert "sd-vae/diffusion_pytorch_model.safetensors" in modes and "whisper/config.json" in modes
     assert set(modes.values()) == {0o644 & ~umask}, modes
+
+
+# ------------------------------------------------------------------------------------------ the temp folder of a run
+
+INNER_TEST = '''
+import os, subprocess, sys
+from nbhelpers import env
+
+
+def test_writes_where_a_notebook_run_writes(tmp_path):
+    (env.work_dir("ci") / "video.bin").write_bytes(bytes(2_000_000))  # the CI work folder, as the notebooks
+    (tmp_path / "out.bin").write_bytes(bytes(2_000_000))
+    # a child that ends without its cleanup (a killed kernel): its frame store stays
+    code = ("import os, numpy as np; from nbhelpers.framestore import FrameStore; s = FrameStore(64, 64); "
+            "[s.append(np.zeros((64, 64, 3), np.uint8)) for _ in range(100)]; s.finish(); os._exit(0)")
+    subprocess.run([sys.executable, "-c", code], check=True)
+'''
+
+
+def test_a_green_run_leaves_nothing_sizeable_in_the_temp_folder(tmp_path):
+    """A green run left about 450 MB in the temp folder: pytest's base folder, nbhelpers-ci-*, nbhelpers-frames-*.
+    A run with this conftest and pyproject.toml, under a fresh TMPDIR, must leave (almost) nothing there."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    project = tmp_path / "project"
+    project.mkdir()
+    shutil.copy(root / "tests" / "conftest.py", project / "conftest.py")
+    (project / "test_inner.py").write_text(INNER_TEST)
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    env = {**os.environ, "TMPDIR": str(temp), "PYTHONPATH": str(root), "NBHELPERS_MODE": "ci"}
+    env.pop("NBHELPERS_WORKDIR", None)
+    env.pop("NBHELPERS_KEEP_TMPDIR", None)
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-c",
+                           str(root / "pyproject.toml"), "--rootdir", str(project), str(project / "test_inner.py")],
+                          cwd=project, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    left = {p.relative_to(temp).as_posix(): p.stat().st_size for p in temp.rglob("*") if p.is_file()}
+    assert sum(left.values()) < 100_000, left
+    assert not [p for p in temp.rglob("nbhelpers-*")], sorted(left)
