@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Dry-run resolves of the workbook's two install recipes, without downloading torch or touching this environment.
 
-    python ci/resolve_check.py colab   # requirements-colab.txt + the package on Colab (Python 3.13)
+    python ci/resolve_check.py colab   # the package with its [colab] extra on Colab (Python 3.13)
     python ci/resolve_check.py conda   # the pip part of environment.yml on its conda packages (Python 3.11)
 
 How: a throwaway venv of the target Python gets metadata-only stand-ins ("fake installed distributions": a
@@ -14,7 +14,8 @@ It fails (exit 1) when:
 - the resolve fails (a conflict, a floor that no release meets, no wheel for the target Python...);
 - a protected package (torch, torchvision, torchaudio, numpy, transformers, huggingface-hub, ipywidgets,
   opencv-*) would be installed, upgraded or downgraded;
-- colab: requirements-colab.txt names a protected package, or has a requirement without a floor or with a pin.
+- colab: the [colab] extra (pyproject.toml) names a protected package, or has a requirement without a floor or
+  with a pin.
 Other packages that would be installed are listed; a preinstalled unprotected package that would change is
 listed as a warning. Only the Python standard library is used here (PyYAML when available for environment.yml).
 """
@@ -71,12 +72,20 @@ def requirement_name(line: str) -> str:
     return norm(match.group(1))
 
 
+def colab_extra_lines(pyproject: Path = ROOT / "pyproject.toml") -> list[str]:
+    """The requirement lines of the package's ``[colab]`` extra (what Colab lacks), from pyproject.toml."""
+    import tomllib
+
+    data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+    return list(data["project"]["optional-dependencies"]["colab"])
+
+
 def static_colab_problems(lines: list[str]) -> list[str]:
-    """requirements-colab.txt: floors only, no pins, no protected package."""
+    """The [colab] extra: floors only, no pins, no protected package."""
     problems = []
     for line in lines:
         if line.startswith("-"):
-            problems.append(f"{line!r}: options do not belong in requirements-colab.txt")
+            problems.append(f"{line!r}: options do not belong in the [colab] extra")
             continue
         name = requirement_name(line)
         spec = line[len(re.match(r"^\s*[A-Za-z0-9._-]+(\[[^\]]*\])?", line).group(0)):].split(";")[0]
@@ -87,6 +96,18 @@ def static_colab_problems(lines: list[str]) -> list[str]:
         if re.search(r"==|<|~=|!=", spec.replace(">=", "")):
             problems.append(f"{line!r}: floors only, no pins or upper bounds")
     return problems
+
+
+def snapshot_problems(venv: Path, pins: dict[str, str]) -> list[str]:
+    """The Colab snapshot must be installable as it stands: a dry-run resolve of every pin with its dependencies
+    (metadata only: pip reads each wheel's published metadata, no torch is downloaded). The stand-ins carry no
+    dependencies, so without this a snapshot that no real runtime can hold (transformers 5.20.2 beside
+    huggingface_hub 1.30, when it needs >= 1.31) would pass unseen."""
+    report, log = dry_run(venv, ["--ignore-installed", *[f"{name}=={version}" for name, version in pins.items()]])
+    if report is not None:
+        return []
+    lines = [line for line in log.splitlines() if "WARNING: Location" not in line]
+    return ["not self-consistent: pip cannot install these pins together:\n" + "\n".join(lines[-20:])]
 
 
 def preinstalled(path: Path) -> dict[str, str]:
@@ -238,14 +259,13 @@ def check(target: str, python_override: str | None, keep: bool) -> int:
     start = time.time()
     problems: list[str] = []
     if target == "colab":
-        req = ROOT / "requirements-colab.txt"
-        lines = requirement_lines(req)
-        problems += [f"requirements-colab.txt: {p}" for p in static_colab_problems(lines)]
+        lines = colab_extra_lines()
+        problems += [f"[colab] extra: {p}" for p in static_colab_problems(lines)]
         installed = preinstalled(ROOT / "ci" / "colab-preinstalled.txt")
         python = find_python("3.13", python_override)
-        pip_args = ["-r", str(req), "."]
+        pip_args = [".[colab]"]  # what the setup cell installs: the package with its [colab] extra
         protected = PROTECTED
-        title = "Colab (Python 3.13): pip install -r requirements-colab.txt ."
+        title = "Colab (Python 3.13): pip install .[colab]"
     else:
         version, conda, pip_lines = read_environment_yml(ROOT / "environment.yml")
         installed = dict(CONDA_IMPLIED)
@@ -260,7 +280,10 @@ def check(target: str, python_override: str | None, keep: bool) -> int:
     print(f"   interpreter {python}; {len(installed)} preinstalled stand-ins")
     folder = Path(tempfile.mkdtemp(prefix=f"resolve-{target}-"))
     try:
-        add_stand_ins(make_venv(python, folder), installed)
+        site = make_venv(python, folder)
+        if target == "colab":
+            problems += [f"ci/colab-preinstalled.txt: {p}" for p in snapshot_problems(folder, installed)]
+        add_stand_ins(site, installed)
         report, log = dry_run(folder, pip_args)
         if report is None:
             problems.append("pip could not resolve the install:\n" + "\n".join(log.splitlines()[-30:]))
