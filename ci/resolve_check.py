@@ -3,6 +3,7 @@
 
     python ci/resolve_check.py colab   # the package with its [colab] extra on Colab (Python 3.13)
     python ci/resolve_check.py conda   # the pip part of environment.yml on its conda packages (Python 3.11)
+    python ci/resolve_check.py conda --import   # ... then installs it for real and imports it, builds the models
 
 How: a throwaway venv of the target Python gets metadata-only stand-ins ("fake installed distributions": a
 ``.dist-info`` folder with a METADATA file, no code) for what the target already has — Colab's preinstalled
@@ -255,7 +256,52 @@ def judge(report: dict, installed: dict[str, str], protected: tuple[str, ...] = 
     return violations, warnings, sorted(new)
 
 
-def check(target: str, python_override: str | None, keep: bool) -> int:
+IMPORT_CHECK = r"""
+import sys, tempfile, warnings
+import numpy, torch, torchvision, transformers, diffusers, huggingface_hub, cv2
+print("   stack:", f"Python {sys.version.split()[0]}, torch {torch.__version__}, torchvision {torchvision.__version__},"
+      f" numpy {numpy.__version__}, transformers {transformers.__version__}, diffusers {diffusers.__version__},"
+      f" huggingface_hub {huggingface_hub.__version__}, opencv {cv2.__version__}")
+import nbhelpers
+from nbhelpers import models
+from nbhelpers.testing import make_tiny_weights
+with tempfile.TemporaryDirectory() as tmp:
+    root = make_tiny_weights(tmp + "/models", writers=["unet", "vae", "whisper", "parsing"])
+    unet, vae, whisper = models.load_unet(root), models.load_vae(root), models.load_whisper(root)
+    with torch.no_grad():
+        latent = vae.encode(torch.zeros(1, 3, 256, 256)).latent_dist.mode()
+        feats = whisper.encoder(torch.zeros(1, 80, 3000)).last_hidden_state
+    print("   tiny models built and run:", tuple(latent.shape), tuple(feats.shape), type(unet).__name__)
+"""
+
+
+def import_check(python: str, folder: Path, conda: dict[str, str], pip_args: list[str]) -> list[str]:
+    """Install the conda environment's Python packages for real and use them: torch, torchvision and numpy at the
+    conda versions (PyPI's builds), the pip part of environment.yml on top with those three held, then import the
+    stack and build, load and run the tiny models. A resolve alone passed while transformers 4.57 made even
+    ``import torchvision`` fail on torch 2.1."""
+    make_venv(python, folder)
+    exe = str(folder / "bin" / "python")
+    env = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1", PIP_PROGRESS_BAR="off")
+    held = [f"{name}=={exact(conda[name])}" for name in ("torch", "torchvision", "numpy") if name in conda]
+    pins = folder / "conda-pins.txt"
+    pins.write_text("\n".join(held) + "\n", encoding="utf-8")
+    steps = [[exe, "-m", "pip", "install", "-q", *held],
+             [exe, "-m", "pip", "install", "-q", "-c", str(pins), *[a for a in pip_args if a != "-U"]]]
+    for command in steps:
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, stdin=subprocess.DEVNULL, env=env)
+        if done.returncode != 0:
+            log = [line for line in (done.stdout + done.stderr).splitlines() if "WARNING: Location" not in line]
+            return [f"install failed: {' '.join(command[3:])}\n" + "\n".join(log[-25:])]
+    done = subprocess.run([exe, "-c", IMPORT_CHECK], cwd=folder, capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, env=env)
+    print(done.stdout.rstrip())
+    if done.returncode != 0:
+        return ["the installed stack does not work:\n" + "\n".join((done.stdout + done.stderr).splitlines()[-25:])]
+    return []
+
+
+def check(target: str, python_override: str | None, keep: bool, do_import: bool = False) -> int:
     start = time.time()
     problems: list[str] = []
     if target == "colab":
@@ -293,7 +339,12 @@ def check(target: str, python_override: str | None, keep: bool) -> int:
             for w in warnings:
                 print(f"   WARNING: {w}")
             print(f"   would install {len(new)} new package(s): {', '.join(new) or 'none'}")
+        if do_import and target == "conda" and not problems:
+            print("   installing it for real (torch 2.1 from PyPI) to import the stack and build the tiny models")
+            problems += import_check(python, folder.with_name(folder.name + "-import"), conda, pip_args)
     finally:
+        if not keep:
+            shutil.rmtree(folder.with_name(folder.name + "-import"), ignore_errors=True)
         if keep:
             print(f"   kept {folder}")
         else:
@@ -309,12 +360,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("targets", nargs="*", metavar="colab|conda", help="what to check (default: both)")
     parser.add_argument("--python", help="interpreter of the target version (default: found on PATH or pyenv)")
     parser.add_argument("--keep", action="store_true", help="keep the throwaway venvs (to inspect them)")
+    parser.add_argument("--import", dest="do_import", action="store_true",
+                        help="conda: also install it for real, import the stack and build the tiny models "
+                             "(PyPI's torch 2.1.2: about 2.5 GB to download, 5 GB on disk, a few minutes)")
     args = parser.parse_args(argv)
     args.targets = args.targets or ["colab", "conda"]
     unknown = sorted(set(args.targets) - {"colab", "conda"})
     if unknown:
         parser.error(f"unknown target(s) {unknown}; choose colab and/or conda")
-    return max([check(t, args.python if len(args.targets) == 1 else None, args.keep) for t in args.targets])
+    return max([check(t, args.python if len(args.targets) == 1 else None, args.keep, args.do_import)
+                for t in args.targets])
 
 
 if __name__ == "__main__":
