@@ -1,6 +1,7 @@
 """Command line: the same jobs as the notebooks, without Jupyter.
 
     python -m nbhelpers demo                      # lip-sync the bundled demo (astronaut photo + speech)
+    python -m nbhelpers demo --tiny               # the same with tiny random weights: no download, noise mouth
     python -m nbhelpers download                  # fetch the v1.5 weights (about 4.2 GB)
     python -m nbhelpers verify                    # check the weights folder
     python -m nbhelpers lipsync VIDEO AUDIO -o OUT.mp4
@@ -75,23 +76,60 @@ def _cmd_lipsync(args) -> int:
     return 0
 
 
+#: What to run to see the tool work with no weights at all; the missing-weights messages name it.
+TRY_TINY = ("To see the tool run without any download: `python -m nbhelpers demo --tiny` (tiny random weights; "
+            "the repainted mouth is noise).")
+TINY_OUTPUT = "results/demo-tiny-noise.mp4"
+TINY_SECONDS = 1.0  # of the demo speech: 25 frames, under a minute on 2 CPU cores (the whole 4.7 s took 3 min)
+TINY_NOTE = ("NOTE: made with tiny RANDOM weights (--tiny): the repainted mouth is colour noise, not lip-sync. It "
+             "shows that every stage runs here. For the real result: python -m nbhelpers demo --download")
+
+
 def _cmd_demo(args) -> int:
     import tempfile
 
     from . import media, weights
     from .pipeline import lipsync
 
+    tiny = args.tiny
+    if tiny and (args.download or args.weights):
+        from .errors import InputError
+
+        raise InputError("--tiny makes its own random weights: leave out --download and --weights (or leave out "
+                         "--tiny to run the real models).")
     if args.download:
         weights.download(directory=args.weights, sets=_sets_for(args))
     folder = Path(tempfile.mkdtemp(prefix="nbhelpers-demo-"))
-    photo, speech = media.demo_inputs(folder)
     try:
-        result = lipsync(photo, speech, args.output, config=_config(args), boxes=_box(args.box),
-                         weights_dir=args.weights)
+        photo, speech = media.demo_inputs(folder)
+        config, weights_dir, output = _config(args), args.weights, args.output
+        if tiny:
+            from .testing import make_tiny_weights
+
+            print("demo --tiny: making tiny random weights (a few seconds; nothing is downloaded)", flush=True)
+            from .env import _cut
+
+            weights_dir = make_tiny_weights(folder / "tiny-weights")
+            speech = _cut(Path(speech), folder / "speech-1s.wav", TINY_SECONDS, "audio")
+            output = output or TINY_OUTPUT
+            if config.device is None and not _has_cuda():
+                config = config.replace(device="cpu")
+        result = lipsync(photo, speech, output or "results/demo.mp4", config=config, boxes=_box(args.box),
+                         weights_dir=weights_dir)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     print(f"{result.summary()} -> {result.output}")
+    if tiny:
+        print(TINY_NOTE)
     return 0
+
+
+def _has_cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
 
 
 def _sets_for(args) -> list[str]:
@@ -199,8 +237,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_lipsync)
 
     p = sub.add_parser("demo", help="lip-sync the bundled demo photo and speech")
-    p.add_argument("-o", "--output", default="results/demo.mp4")
+    p.add_argument("-o", "--output", default=None,
+                   help=f"output .mp4 (default results/demo.mp4; with --tiny {TINY_OUTPUT})")
     p.add_argument("--download", action="store_true", help="download the weights first if missing")
+    p.add_argument("--tiny", action="store_true",
+                   help="no download: tiny RANDOM weights made on the spot, so the mouth is noise, and the first "
+                        f"{TINY_SECONDS:g} s of the speech; shows that every stage runs (on the CPU without a GPU)")
     _add_settings(p)
     p.set_defaults(func=_cmd_demo)
 
@@ -251,7 +293,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except NbHelpersError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        from .errors import WeightsError
+
+        message = str(exc)
+        if isinstance(exc, WeightsError) and not getattr(args, "tiny", False) and "demo --tiny" not in message:
+            message += "\n" + TRY_TINY
+        print(f"error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -1633,7 +1633,8 @@ def _failure_message(root: Path, rows: Sequence[DownloadRow], manifest: Manifest
             "Fix: this machine cannot reach the weight hosts (no internet, or HF_HUB_OFFLINE is set). Copy the "
             f"files above into {root} by hand (the 'by hand' lines give each address), or point the job at a "
             "folder that already holds them: --weights DIR on the command line, weights_dir= in Python, or the "
-            "NBHELPERS_WEIGHTS environment variable (a shared Google Drive folder works).")
+            "NBHELPERS_WEIGHTS environment variable (a shared Google Drive folder works). To see the tool run "
+            "without any download: `python -m nbhelpers demo --tiny` (tiny random weights; the mouth is noise).")
     else:
         lines.append(
             "Fix: check the network and run the download again (finished files are kept; the hub client resumes "

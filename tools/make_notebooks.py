@@ -25,12 +25,13 @@ REPO = f"https://github.com/{ORG_REPO}"
 TAG = "v0.1.0"  # the release the notebooks install on Colab
 
 # The first code cell of every notebook (at most 3 lines, identical everywhere). On Colab it installs this
-# repository at the pinned release plus what Colab lacks (requirements-colab.txt: floors, never torch); elsewhere
-# it only imports and reports. get_ipython().run_line_magic is %pip in plain Python (a %-line cannot follow `if`).
+# repository at the pinned release with its [colab] extra (what Colab lacks: floors, never torch), in one pip call
+# that fetches nothing else at run time; elsewhere it only imports and reports. get_ipython().run_line_magic is
+# %pip in plain Python (a %-line cannot follow `if`).
 SETUP_CELL = (
     f'import sys; REPO, TAG = "{REPO}", "{TAG}"  # this workbook, pinned release\n'
-    'if "google.colab" in sys.modules: get_ipython().run_line_magic("pip", f"install -q git+{REPO}@{TAG} '
-    '-r {REPO}/raw/{TAG}/requirements-colab.txt")\n'
+    'if "google.colab" in sys.modules: get_ipython().run_line_magic("pip", '
+    'f\'install -q "musetalk-workbook[colab] @ git+{REPO}@{TAG}"\')\n'
     "import nbhelpers as nbh; nbh.setup()"
 )
 
@@ -101,11 +102,11 @@ SETUP_NB = opening(
     md("The planner reads your GPU's free memory and chooses the precision and the batch size for you; every later "
        "notebook asks it again."),
     code('env.plan("lipsync", MODE)', IGNORE),
-    md("## Install what is missing\n\nColab already has torch, numpy and transformers, so you install only the "
-       "light packages it lacks, at their minimum versions, and nothing protected is upgraded. Outside Colab you "
-       "only see what is missing."),
-    code('installs = env.install_missing(env.requirements_file(REPO, TAG), dry_run=MODE != "colab")\ninstalls',
-         IGNORE),
+    md("## Install what is missing\n\nColab already has torch, numpy and transformers, so the first cell "
+       "installed only the light packages it lacks (the package's `[colab]` extra), at their minimum versions, and "
+       "upgraded nothing protected. This table checks each one again and installs any still missing; outside Colab "
+       "you only see what is missing."),
+    code('env.install_missing(dry_run=MODE != "colab")  # the [colab] extra: what Colab lacks', IGNORE),
     md("If your table ends with a red restart line, choose *Runtime > Restart session* and run your notebook "
        "again from the top."),
     md("## Choose the landmark backend\n\nLandmarks place the crop box on your face. With `auto` you get mmpose "
@@ -120,14 +121,15 @@ SETUP_NB = opening(
     md("Set `MMPOSE = True` in your parameters to install them: the install then verifies mmpose with one "
        "landmark pass in a fresh interpreter and reports how long it took. Otherwise you see the plan only, and "
        "the default DWPose (ONNX) path gives you the same landmarks without mmcv."),
-    code('mim.install_mmpose(dry_run=not MMPOSE or MODE == "ci")', IGNORE),
+    code('from nbhelpers.faces import mim\nmim.install_mmpose(dry_run=not MMPOSE or MODE == "ci")', IGNORE),
     md("## Optional: Google Drive\n\nMount Drive to keep your weights and results between sessions. In a workshop "
        "your teacher shares one weights folder: add a shortcut to it in *My Drive*, put its path in "
        "`DRIVE_WEIGHTS`, and you never download the weights yourself."),
     code("env.mount_drive(DRIVE_WEIGHTS, enabled=MOUNT_DRIVE)"),
     md("## Check\n\nThe last cell checks that your runtime is ready: every requirement is satisfied now, torch "
-       "imports, ffmpeg runs and a landmark backend is chosen. If something is missing, it says how to fix it."),
-    code("env.check_setup(installs, backend)"),
+       "imports, ffmpeg runs and a landmark backend is found. It needs no earlier cell to have worked, and if "
+       "something is missing, it says how to fix it."),
+    code('env.check_setup(backend="dlib" if MODE == "ci" else "auto")  # reads everything again itself'),
 ]
 
 WEIGHTS_NB = opening(
