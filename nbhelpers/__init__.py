@@ -9,7 +9,8 @@ touches no network. Heavy libraries are imported inside the functions that need 
 works before the setup notebook has installed anything. The main entry points are re-exported lazily:
 
 >>> import nbhelpers as nbh
->>> nbh.lipsync  # doctest: +SKIP  (imports nbhelpers.pipeline on first use)
+>>> pipe = nbh.MuseTalkPipeline.from_pretrained()  # doctest: +SKIP  (models load on first use)
+>>> pipe.lipsync("face.mp4", "speech.wav")  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -22,7 +23,10 @@ __version__ = "0.1.0"
 # Public name -> module that defines it. Resolved on first attribute access (PEP 562), so that
 # `import nbhelpers` stays free of torch.
 _LAZY = {
+    "MuseTalkPipeline": "nbhelpers.pipeline",
     "lipsync": "nbhelpers.pipeline",
+    "preview": "nbhelpers.pipeline",
+    "ClipResult": "nbhelpers.result",
     "LipsyncResult": "nbhelpers.pipeline",
     "InferenceConfig": "nbhelpers.config",
     "prepare_avatar": "nbhelpers.avatar",

@@ -1,12 +1,14 @@
 """Command line: the same jobs as the notebooks, without Jupyter.
 
     python -m nbhelpers demo                      # lip-sync the bundled demo (astronaut photo + speech)
+    python -m nbhelpers demo --tiny               # the same with tiny random weights: no download, noise mouth
     python -m nbhelpers download                  # fetch the v1.5 weights (about 4.2 GB)
     python -m nbhelpers verify                    # check the weights folder
     python -m nbhelpers lipsync VIDEO AUDIO -o OUT.mp4
     python -m nbhelpers avatar prepare VIDEO DIR  # prepare a face once
     python -m nbhelpers avatar generate DIR AUDIO -o OUT.mp4
     python -m nbhelpers report                    # GPU and the planner's choice
+    python -m nbhelpers score VIDEO [--audio FILE]  # is it in sync? mouth-audio lag, and LSE-D/LSE-C
 
 Every error the package raises on purpose is printed as one message (no traceback) with exit status 2.
 """
@@ -28,7 +30,7 @@ def _add_settings(p: argparse.ArgumentParser) -> None:
     prec.add_argument("--fp32", dest="fp16", action="store_const", const=False)
     g.add_argument("--device", default=None, help="cuda, cuda:1 or cpu (default: CUDA when available)")
     g.add_argument("--extra-margin", type=int, default=10, help="pixels added below the crop box (v15)")
-    g.add_argument("--bbox-shift", type=int, default=0, help="pixels added to landmark 29 (v1)")
+    g.add_argument("--bbox-shift", type=int, default=0, help="pixels added to landmark 29's y: + repaints more mouth, - less (both versions, as the official app)")
     g.add_argument("--parsing-mode", choices=["jaw", "raw", "neck"], default="jaw")
     g.add_argument("--left-cheek-width", type=int, default=90)
     g.add_argument("--right-cheek-width", type=int, default=90)
@@ -74,23 +76,60 @@ def _cmd_lipsync(args) -> int:
     return 0
 
 
+#: What to run to see the tool work with no weights at all; the missing-weights messages name it.
+TRY_TINY = ("To see the tool run without any download: `python -m nbhelpers demo --tiny` (tiny random weights; "
+            "the repainted mouth is noise).")
+TINY_OUTPUT = "results/demo-tiny-noise.mp4"
+TINY_SECONDS = 1.0  # of the demo speech: 25 frames, under a minute on 2 CPU cores (the whole 4.7 s took 3 min)
+TINY_NOTE = ("NOTE: made with tiny RANDOM weights (--tiny): the repainted mouth is colour noise, not lip-sync. It "
+             "shows that every stage runs here. For the real result: python -m nbhelpers demo --download")
+
+
 def _cmd_demo(args) -> int:
     import tempfile
 
     from . import media, weights
     from .pipeline import lipsync
 
+    tiny = args.tiny
+    if tiny and (args.download or args.weights):
+        from .errors import InputError
+
+        raise InputError("--tiny makes its own random weights: leave out --download and --weights (or leave out "
+                         "--tiny to run the real models).")
     if args.download:
         weights.download(directory=args.weights, sets=_sets_for(args))
     folder = Path(tempfile.mkdtemp(prefix="nbhelpers-demo-"))
-    photo, speech = media.demo_inputs(folder)
     try:
-        result = lipsync(photo, speech, args.output, config=_config(args), boxes=_box(args.box),
-                         weights_dir=args.weights)
+        photo, speech = media.demo_inputs(folder)
+        config, weights_dir, output = _config(args), args.weights, args.output
+        if tiny:
+            from .testing import make_tiny_weights
+
+            print("demo --tiny: making tiny random weights (a few seconds; nothing is downloaded)", flush=True)
+            from .env import _cut
+
+            weights_dir = make_tiny_weights(folder / "tiny-weights")
+            speech = _cut(Path(speech), folder / "speech-1s.wav", TINY_SECONDS, "audio")
+            output = output or TINY_OUTPUT
+            if config.device is None and not _has_cuda():
+                config = config.replace(device="cpu")
+        result = lipsync(photo, speech, output or "results/demo.mp4", config=config, boxes=_box(args.box),
+                         weights_dir=weights_dir)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     print(f"{result.summary()} -> {result.output}")
+    if tiny:
+        print(TINY_NOTE)
     return 0
+
+
+def _has_cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
 
 
 def _sets_for(args) -> list[str]:
@@ -170,6 +209,22 @@ def _cmd_avatar(args) -> int:
     return 0
 
 
+def _cmd_score(args) -> int:
+    from . import quality
+    from .errors import WeightsError
+
+    lag = quality.mouth_audio_lag(args.video, args.audio, backend=args.backend, weights_dir=args.weights,
+                                  device=args.device)
+    print(lag.summary())
+    try:
+        score = quality.sync_score(args.video, args.audio, weights_dir=args.weights, device=args.device)
+    except WeightsError as exc:
+        print(f"LSE-D / LSE-C not computed: {exc}", file=sys.stderr)
+        return 0
+    print(score.summary())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m nbhelpers", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -182,8 +237,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_lipsync)
 
     p = sub.add_parser("demo", help="lip-sync the bundled demo photo and speech")
-    p.add_argument("-o", "--output", default="results/demo.mp4")
+    p.add_argument("-o", "--output", default=None,
+                   help=f"output .mp4 (default results/demo.mp4; with --tiny {TINY_OUTPUT})")
     p.add_argument("--download", action="store_true", help="download the weights first if missing")
+    p.add_argument("--tiny", action="store_true",
+                   help="no download: tiny RANDOM weights made on the spot, so the mouth is noise, and the first "
+                        f"{TINY_SECONDS:g} s of the speech; shows that every stage runs (on the CPU without a GPU)")
     _add_settings(p)
     p.set_defaults(func=_cmd_demo)
 
@@ -201,6 +260,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("report", help="GPU report and the planner's choice")
     p.set_defaults(func=_cmd_report)
+
+    p = sub.add_parser("score", help="is a clip in sync? the mouth-audio lag (no weights) and SyncNet's LSE-D/LSE-C "
+                                     "(needs `download --sets quality`)")
+    p.add_argument("video")
+    p.add_argument("--audio", default=None, help="speech file to score against (default: the video's own sound)")
+    p.add_argument("--backend", default="auto", help="landmarks for the mouth curve: auto, dwpose-onnx, mmpose, dlib")
+    p.add_argument("--device", default=None)
+    p.add_argument("--weights", default=None)
+    p.set_defaults(func=_cmd_score)
 
     p = sub.add_parser("avatar", help="prepare a face once, then generate from many audio clips")
     asub = p.add_subparsers(dest="avatar_cmd", required=True)
@@ -225,7 +293,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except NbHelpersError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        from .errors import WeightsError
+
+        message = str(exc)
+        if isinstance(exc, WeightsError) and not getattr(args, "tiny", False) and "demo --tiny" not in message:
+            message += "\n" + TRY_TINY
+        print(f"error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -34,7 +34,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +45,7 @@ from .config import InferenceConfig
 from .constants import FPS, SAMPLE_RATE
 from .errors import CacheError, FFmpegError, InputError
 from .framestore import FrameStore, output_frame_count
+from .result import ClipResult
 
 AVATAR_FORMAT = 1  # bump when the cache layout or the maths of any cached array changes
 MANIFEST = "avatar.json"
@@ -150,67 +150,89 @@ def read_lossless(path: Path, width: int, height: int) -> Iterator[np.ndarray]:
                           b"".join(err).decode("utf-8", "replace")[-4000:])
 
 
-# ------------------------------------------------------------------------------------------------------------------
-# Results
+class LosslessFrames:
+    """Random access to the N frames of an avatar's FFV1 file, decoded on demand in chunks (no raw copy on disk).
 
+    Every FFV1 frame is a keyframe and the file's timestamps are exact multiples of 40 ms, so seeking to frame
+    ``j`` (``-ss j/25`` before the input) decodes exactly frames ``j, j+1, ...``. The ping-pong cycle reads the
+    frames forwards then backwards, so a small cache of recently decoded chunks serves both directions.
 
-@dataclass(frozen=True)
-class GenerateResult:
-    """What :meth:`Avatar.generate` produced.
+    Args:
+        path: The FFV1 file written by :func:`write_lossless`.
+        n_frames: N, the frames it holds.
+        width: Frame width, pixels.
+        height: Frame height, pixels.
+        chunk: Frames decoded per ffmpeg call.
+        cached_chunks: Chunks kept in memory (each ``chunk x H x W x 3`` bytes).
 
-    Attributes:
-        output: The MP4 written, or None when nothing was written (``output=False``).
-        n_frames: Output frames, ``floor(audio seconds x 25)``, every one produced (the last included).
-        duration_s: Audio duration in seconds.
-        timings: Seconds per stage: ``audio`` (load + whisper features), ``generate`` (UNet + VAE decode),
-            ``blend`` (paste-back + copy to host), ``encode_wait`` (waiting for the encoder after the last batch).
-        wall_s: Wall clock from the audio path given to the file closed.
-        batch_size: Frames per batch used.
+    ``frames[j]`` is a read-only (H, W, 3) uint8 BGR array; ``frames[a:b]`` and ``frames[[j, k]]`` stack copies.
+
+    Raises:
+        CacheError: (on access) the file holds fewer frames than recorded.
     """
 
-    output: Path | None
-    n_frames: int
-    duration_s: float
-    timings: dict[str, float]
-    wall_s: float
-    batch_size: int
+    def __init__(self, path: Path, n_frames: int, width: int, height: int, chunk: int = 32, cached_chunks: int = 4):
+        self.path = Path(path)
+        self.n_frames = int(n_frames)
+        self.width = int(width)
+        self.height = int(height)
+        self.chunk = max(1, int(chunk))
+        self.cached_chunks = max(2, int(cached_chunks))
+        self._cache: dict[int, np.ndarray] = {}
+        self._lock = threading.Lock()
 
     @property
-    def generation_fps(self) -> float:
-        """Frames per second of UNet + VAE decode to uint8 on the device."""
-        s = self.timings.get("generate", 0.0)
-        return self.n_frames / s if s > 0 else float("nan")
+    def frame_shape(self) -> tuple[int, int, int]:
+        """(H, W, 3)."""
+        return (self.height, self.width, 3)
 
-    @property
-    def end_to_end_fps(self) -> float:
-        """Frames per second of wall clock, audio in to file closed."""
-        return self.n_frames / self.wall_s if self.wall_s > 0 else float("nan")
+    def __len__(self) -> int:
+        return self.n_frames
 
-    @property
-    def realtime_factor(self) -> float:
-        """End-to-end fps / 25: above 1 is faster than real time."""
-        return self.end_to_end_fps / FPS
+    def _decode(self, k: int) -> np.ndarray:
+        start = k * self.chunk
+        count = min(self.chunk, self.n_frames - start)
+        args = [_ffmpeg(), "-v", "error", "-nostdin", "-ss", f"{start * 1000 // FPS / 1000:.3f}", "-i", str(self.path),
+                "-frames:v", str(count), "-f", "rawvideo", "-pix_fmt", "bgr24", "-"]
+        proc = subprocess.run(args, stdin=subprocess.DEVNULL, capture_output=True, check=False)
+        if proc.returncode != 0:
+            raise FFmpegError(f"reading frames {start}-{start + count - 1} of {self.path} failed", args,
+                              proc.returncode, proc.stderr.decode("utf-8", "replace")[-4000:])
+        size = self.height * self.width * 3
+        if len(proc.stdout) != count * size:
+            raise CacheError(f"{self.path} gave {len(proc.stdout) // size} frames from frame {start}, expected "
+                             f"{count}; prepare the avatar again")
+        arr = np.frombuffer(proc.stdout, dtype=np.uint8).reshape(count, self.height, self.width, 3)
+        return arr
 
-    def summary(self) -> str:
-        name = self.output.name if self.output else "(not written)"
-        return (f"{name}: {self.n_frames} frames ({self.duration_s:.2f} s) in {self.wall_s:.2f} s: "
-                f"{self.end_to_end_fps:.1f} fps end to end ({self.realtime_factor:.2f}x real time), "
-                f"generation {self.generation_fps:.1f} fps, batch {self.batch_size}")
+    def _frame(self, j: int) -> np.ndarray:
+        if not -self.n_frames <= j < self.n_frames:
+            raise IndexError(f"frame {j} of {self.n_frames}")
+        j %= self.n_frames
+        k = j // self.chunk
+        with self._lock:
+            block = self._cache.pop(k, None)
+            if block is None:
+                block = self._decode(k)
+            self._cache[k] = block  # most recently used last
+            while len(self._cache) > self.cached_chunks:
+                self._cache.pop(next(iter(self._cache)))
+        return block[j - k * self.chunk]
 
-    def __str__(self) -> str:
-        return self.summary()
+    def __getitem__(self, index):
+        if isinstance(index, (int, np.integer)):
+            return self._frame(int(index))
+        if isinstance(index, slice):
+            index = range(*index.indices(self.n_frames))
+        return np.stack([self._frame(int(j)) for j in index])
 
-    def _repr_html_(self) -> str:
-        rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{v:.3f} s</td></tr>" for k, v in self.timings.items())
-        player = ""
-        if self.output is not None:
-            try:
-                from .ui import video_html
+    def __iter__(self) -> Iterator[np.ndarray]:
+        for j in range(self.n_frames):
+            yield self._frame(j)
 
-                player = video_html(self.output)
-            except Exception:  # noqa: BLE001
-                player = ""
-        return f"<p>{html.escape(self.summary())}</p><table>{rows}</table>{player}"
+    def close(self) -> None:
+        """Drop the decoded chunks."""
+        self._cache.clear()
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -221,14 +243,23 @@ class GenerateResult:
 class Avatar:
     """A prepared face: frames, crop boxes, latents and blend material, ready to generate from any audio.
 
+    It generates with the models of a :class:`~nbhelpers.pipeline.MuseTalkPipeline`: the one it was prepared or
+    loaded with, or one made over ``weights_dir`` at the first clip.
+
     Attributes:
         directory: The cache folder.
         config: Settings it was prepared with (device, precision and batch size planned for this machine).
         frame_shape: (H, W) of the frames in pixels.
         crop_boxes: (N, 4) int32 crop boxes, rows of -1 for frames without a face.
         has_face: (N,) bool.
+        latents_np: (M, 8, 32, 32) float32 latents of the M frames with a face.
+        squares: (M, 4) int32 expanded squares.
+        masks: M feathered blend masks (2s, 2s) uint8.
+        weights_dir: The weights folder of its models.
+        backend: Landmark backend it was prepared with.
         loaded_from_cache: True when nothing was recomputed.
         rebuild_reason: Why the cache was (re)built, or "" when loaded.
+        pipeline: The pipeline whose models generate its clips (None until the first clip when loaded alone).
     """
 
     directory: Path
@@ -240,10 +271,13 @@ class Avatar:
     squares: np.ndarray
     masks: list[np.ndarray]
     weights_dir: Path
+    backend: str = ""
     loaded_from_cache: bool = False
     rebuild_reason: str = ""
-    _frames: FrameStore | None = field(default=None, repr=False)
+    pipeline: Any = field(default=None, repr=False)
+    _frames: LosslessFrames | None = field(default=None, repr=False)
     _state: dict[str, Any] = field(default_factory=dict, repr=False)
+    _owns_pipeline: bool = field(default=False, repr=False)
 
     @property
     def n_frames(self) -> int:
@@ -252,6 +286,7 @@ class Avatar:
 
     @property
     def n_faces(self) -> int:
+        """Source frames with a face."""
         return int(self.has_face.sum())
 
     def __str__(self) -> str:
@@ -266,14 +301,16 @@ class Avatar:
 
     @classmethod
     def load(cls, directory: str | os.PathLike, *, weights_dir: str | os.PathLike | None = None,
-             config: InferenceConfig | None = None, check: bool = True) -> Avatar:
+             config: InferenceConfig | None = None, check: bool = True, pipeline: Any = None) -> Avatar:
         """Load a prepared avatar, checking its format, files and hashes.
 
         Args:
             directory: The avatar folder written by :func:`prepare_avatar`.
-            weights_dir: Weights folder for generation (default: the one it was prepared with, else the default).
+            weights_dir: Weights folder for generation (default: the pipeline's, else the one it was prepared
+                with, else the default).
             config: Override device / precision / batch size (cached fields must match the cache).
             check: Verify every file's size and SHA-256 (catches truncated or corrupted files).
+            pipeline: A :class:`~nbhelpers.pipeline.MuseTalkPipeline` whose loaded models generate the clips.
 
         Raises:
             CacheError: The folder is not a complete avatar of this format, a file is missing, truncated or
@@ -296,6 +333,8 @@ class Avatar:
                 raise CacheError(f"the avatar in {directory} was prepared with other settings ({', '.join(diff)}); "
                                  "prepare it again with prepare_avatar(..., config=...)")
             stored = stored.replace(device=config.device, fp16=config.fp16, batch_size=config.batch_size)
+        if pipeline is not None:
+            weights_dir = pipeline.weights_dir
         try:
             arrays = np.load(directory / ARRAYS_FILE, allow_pickle=False)
             sides = arrays["mask_sides"]
@@ -310,7 +349,7 @@ class Avatar:
                          crop_boxes=arrays["crop_boxes"], has_face=arrays["has_face"].astype(bool),
                          latents_np=arrays["latents"], squares=arrays["squares"], masks=masks,
                          weights_dir=Path(weights_dir or meta.get("weights_dir") or _default_weights()),
-                         loaded_from_cache=True)
+                         backend=str(meta.get("backend", "")), loaded_from_cache=True, pipeline=pipeline)
         except (KeyError, ValueError, OSError) as exc:
             raise CacheError(f"{directory / ARRAYS_FILE} is unreadable ({exc}); the cache will be rebuilt") from exc
         if avatar.latents_np.shape[0] != avatar.n_faces or len(masks) != avatar.n_faces:
@@ -318,54 +357,46 @@ class Avatar:
                              f"{avatar.n_faces} frames with a face; the cache will be rebuilt")
         return avatar
 
-    def frames(self) -> FrameStore:
-        """The N source frames (decoded from the lossless file once, kept in a disk-backed store)."""
+    def frames(self) -> LosslessFrames:
+        """The N source frames, read from the lossless file on demand (:class:`LosslessFrames`)."""
         if self._frames is None:
             h, w = self.frame_shape
-            store = FrameStore(h, w)
-            for frame in read_lossless(self.directory / FRAMES_FILE, w, h):
-                store.append(frame)
-            store.finish()
-            if len(store) != self.n_frames:
-                store.close()
-                raise CacheError(f"{self.directory / FRAMES_FILE} holds {len(store)} frames, expected "
-                                 f"{self.n_frames}; the cache will be rebuilt")
-            self._frames = store
+            self._frames = LosslessFrames(self.directory / FRAMES_FILE, self.n_frames, w, h)
         return self._frames
 
     # -- generation ----------------------------------------------------------------------------------------------
 
-    def _ensure_models(self):
-        """Load UNet, VAE, whisper and PE once for all clips, move the cached arrays to the device."""
-        if "bundle" in self._state:
+    def _pipeline(self):
+        if self.pipeline is None:
+            from .pipeline import MuseTalkPipeline
+
+            self.pipeline = MuseTalkPipeline.from_pretrained(self.weights_dir, version=self.config.version,
+                                                             config=self.config)
+            self._owns_pipeline = True
+        return self.pipeline
+
+    def _ensure_state(self) -> dict[str, Any]:
+        """The pipeline's models, this avatar's latents and masks on its device, and the frames on the GPU when
+        they fit comfortably (a quarter of the free memory); made once for all clips."""
+        if "source" in self._state:
             return self._state
         import torch
 
-        from . import gpu, models
+        from .engine import SourceFaces
 
-        plan = gpu.plan(kind="realtime", config=self.config, n_frames=None, frame_size=self.frame_shape,
-                        weights="tiny" if (self.weights_dir / "tiny.json").is_file() else "full")
-        self.config = plan.config
-        device = torch.device(self.config.device or "cpu")
-        dtype = torch.float16 if self.config.fp16 else torch.float32
-        bundle = models.load_models(self.weights_dir, version=self.config.version, device=device, dtype=dtype)
+        pipe = self._pipeline()
+        config = pipe.job_config(self.config.replace(device=None, fp16=None))
+        config = pipe.plan("realtime", config, None, self.frame_shape)
+        self.config = config
+        device = pipe.device
         frames = self.frames()
-        state = {"bundle": bundle, "device": device, "dtype": dtype,
-                 "latents": torch.from_numpy(self.latents_np).to(device=device, dtype=dtype)}
-        if device.type == "cuda":
-            state["masks"] = [torch.from_numpy(np.ascontiguousarray(m)).to(device) for m in self.masks]
-            nbytes = len(frames) * frames.height * frames.width * 3
-            free, _ = torch.cuda.mem_get_info(device)
-            if nbytes < 0.25 * free:  # keep the source frames on the GPU when they fit comfortably
-                dev_frames = torch.empty((len(frames), frames.height, frames.width, 3), dtype=torch.uint8,
-                                         device=device)
-                for start in range(0, len(frames), 64):
-                    chunk = np.ascontiguousarray(frames[start:start + 64])
-                    dev_frames[start:start + len(chunk)] = torch.from_numpy(chunk).to(device)
-                state["frames_device"] = dev_frames
-        else:
-            state["masks"] = self.masks
-        self._state.update(state)
+        latents = torch.from_numpy(self.latents_np).to(device=device, dtype=pipe.dtype)
+        latent_row = np.full(self.n_frames, -1, dtype=np.int64)
+        latent_row[np.flatnonzero(self.has_face)] = np.arange(self.n_faces)
+        boxes = [tuple(int(v) for v in self.crop_boxes[j]) for j in np.flatnonzero(self.has_face)]
+        source = SourceFaces(frames=frames, latent_row=latent_row, latents=latents, boxes=boxes, masks=self.masks,
+                             squares=[tuple(int(v) for v in s) for s in self.squares]).to_device(device)
+        self._state.update(source=source, models=pipe.models)
         return self._state
 
     def optimize(self, compile: bool = False, channels_last: bool = True) -> Avatar:
@@ -373,21 +404,22 @@ class Avatar:
 
         ``channels_last`` stores UNet and VAE convolution weights in NHWC, the layout cuDNN's fastest fp16 kernels
         use; ``compile`` wraps the UNet and the VAE decoder in ``torch.compile`` (a one-time cost of tens of
-        seconds at the first batch, and again for each new batch shape). Numerics stay within fp16 rounding.
+        seconds at the first batch, and again for each new batch shape). Numerics stay within fp16 rounding. This
+        changes the pipeline's models, so its other jobs run the same way.
         """
         import torch
 
-        st = self._ensure_models()
-        if st["device"].type != "cuda":
+        st = self._ensure_state()
+        models = st["models"]
+        if models.device.type != "cuda":
             return self
         torch.backends.cudnn.benchmark = True
-        bundle = st["bundle"]
         if channels_last:
-            bundle.unet.to(memory_format=torch.channels_last)
-            bundle.vae.to(memory_format=torch.channels_last)
+            models.unet.to(memory_format=torch.channels_last)
+            models.vae.to(memory_format=torch.channels_last)
         if compile and not st.get("compiled"):
-            bundle.unet.forward = torch.compile(bundle.unet.forward)
-            bundle.vae.decoder.forward = torch.compile(bundle.vae.decoder.forward)
+            models.unet.forward = torch.compile(models.unet.forward)
+            models.vae.decoder.forward = torch.compile(models.vae.decoder.forward)
             st["compiled"] = True
         return self
 
@@ -396,25 +428,14 @@ class Avatar:
 
         Returns self, so that the first :meth:`generate` measures generation only.
         """
-        self._ensure_models()
+        self._ensure_state()
+        self._pipeline().features(np.zeros(SAMPLE_RATE // FPS, dtype=np.float32))  # whisper + feature extractor
         return self
-
-    def _render_inputs(self):
-        from .pipeline import RenderInputs
-
-        st = self._ensure_models()
-        latent_row = np.full(self.n_frames, -1, dtype=np.int64)
-        latent_row[np.flatnonzero(self.has_face)] = np.arange(self.n_faces)
-        boxes = [tuple(int(v) for v in self.crop_boxes[j]) for j in np.flatnonzero(self.has_face)]
-        return RenderInputs(frames=self.frames(), latent_row=latent_row, latents=st["latents"], boxes=boxes,
-                            masks=st["masks"], squares=[tuple(int(v) for v in s) for s in self.squares],
-                            frames_device=st.get("frames_device"))
 
     def _features(self, audio, timings):
         from . import media
-        from .audio import whisper_features
 
-        st = self._ensure_models()
+        pipe = self._pipeline()
         with timings.stage("audio"):
             if isinstance(audio, np.ndarray):
                 waveform = np.asarray(audio, dtype=np.float32)
@@ -427,12 +448,11 @@ class Avatar:
             if n_out < 1:
                 raise InputError(f"audio lasts {len(waveform) / SAMPLE_RATE:.3f} s, shorter than one frame "
                                  f"(1/{FPS} s).")
-            features = whisper_features(waveform, st["bundle"].whisper, fps=FPS,
-                                        feature_extractor=st["bundle"].feature_extractor)
+            features = pipe.features(waveform)
         return waveform, features, n_out
 
     def generate(self, audio: str | os.PathLike | np.ndarray, output: str | os.PathLike | bool | None = None, *,
-                 frame_callback=None) -> GenerateResult:
+                 frame_callback=None) -> ClipResult:
         """Turn one speech clip into a video of this avatar.
 
         Args:
@@ -444,88 +464,68 @@ class Avatar:
                 (copy it if you keep it).
 
         Returns:
-            :class:`GenerateResult` with generation fps and end-to-end fps.
+            :class:`~nbhelpers.result.ClipResult` (``kind="avatar"``) with generation fps and end-to-end fps.
 
         Raises:
             InputError: The audio is missing, unreadable or shorter than one frame.
         """
-        from .pipeline import Timings, flush_denormals
+        from . import media
+        from .engine import Timings, flush_denormals, run
 
         t0 = time.perf_counter()
         timings = Timings()
-        st = self._ensure_models()
-        with flush_denormals(st["device"]):
-            return self._generate(audio, output, frame_callback, t0, timings)
-
-    def _generate(self, audio, output, frame_callback, t0, timings) -> GenerateResult:
-        from . import media
-        from .pipeline import _BackgroundWriter, render
-        from .progress import bar
-
-        waveform, features, n_out = self._features(audio, timings)
-        st = self._ensure_models()
-        inputs = self._render_inputs()
-        batch = int(self.config.batch_size or 20)
-        out_path: Path | None
-        if output is False:
-            out_path = None
-        elif output is None:
-            name = Path(audio).stem if not isinstance(audio, np.ndarray) else "clip"
-            out_path = self.directory / "vid_output" / f"{name}.mp4"
-        else:
-            out_path = Path(output)
-        audio_track = None if isinstance(audio, np.ndarray) else Path(audio)
-        h, w = self.frame_shape
-        writer = media.VideoWriter(out_path, w, h, fps=FPS, audio=audio_track) if out_path is not None else None
-        sink_writer = writer if writer is not None else _NullWriter()
-        with _maybe(writer), _BackgroundWriter(sink_writer, frame_callback) as sink:
-            with bar(total=n_out, desc="generate", unit="frame") as progress:
-                for first, frames in render(inputs, features, st["bundle"], batch, n_out, st["device"],
-                                            timings=timings, pinned=True):
-                    sink.put(first, frames)
-                    progress.update(len(frames))
-        timings.seconds["encode_wait"] = sink.wait_s
-        final = Path(writer.path) if writer is not None and hasattr(writer, "path") else out_path
-        return GenerateResult(output=final, n_frames=n_out, duration_s=len(waveform) / SAMPLE_RATE,
-                              timings=dict(timings.seconds), wall_s=time.perf_counter() - t0, batch_size=batch)
+        st = self._ensure_state()
+        with flush_denormals(st["models"].device):
+            waveform, features, n_out = self._features(audio, timings)
+            if output is False:
+                out_path = None
+            elif output is None:
+                name = Path(audio).stem if not isinstance(audio, np.ndarray) else "clip"
+                out_path = self.directory / "vid_output" / f"{name}.mp4"
+            else:
+                out_path = Path(output)
+            audio_track = None if isinstance(audio, np.ndarray) else Path(audio)
+            h, w = self.frame_shape
+            batch = int(self.config.batch_size or 20)
+            if out_path is None:
+                run(st["source"], features, st["models"], batch, n_out, None, frame_callback=frame_callback,
+                    timings=timings)
+                final = None
+            else:
+                writer = media.VideoWriter(out_path, w, h, fps=FPS, audio=audio_track)
+                with writer:
+                    run(st["source"], features, st["models"], batch, n_out, writer, frame_callback=frame_callback,
+                        timings=timings)
+                final = Path(writer.path) if hasattr(writer, "path") else out_path
+        return ClipResult(output=final, n_frames=n_out, source_frames=self.n_frames,
+                          no_face_frames=self.n_frames - self.n_faces, fps=FPS,
+                          duration_s=len(waveform) / SAMPLE_RATE, config=self.config, backend=self.backend or "cache",
+                          timings=dict(timings.seconds), wall_s=time.perf_counter() - t0, kind="avatar",
+                          notes=self._pipeline()._notes())
 
     def stream(self, audio: str | os.PathLike | np.ndarray) -> Iterator[np.ndarray]:
         """Yield the finished (H, W, 3) uint8 BGR frames of one clip, in order, as they are made (no file)."""
-        from .pipeline import Timings, render
+        from .engine import Timings, render
 
-        timings = Timings()
-        _, features, n_out = self._features(audio, timings)
-        st = self._ensure_models()
-        inputs = self._render_inputs()
-        for _, frames in render(inputs, features, st["bundle"], int(self.config.batch_size or 20), n_out,
-                                st["device"], pinned=False):
+        st = self._ensure_state()
+        _, features, n_out = self._features(audio, Timings())
+        for _, frames in render(st["source"], features, st["models"], int(self.config.batch_size or 20), n_out):
             yield from (np.array(f) for f in frames)
 
     def close(self) -> None:
-        """Release the models and the decoded frames."""
+        """Release this avatar's arrays on the device and its decoded frames; the models too when the avatar made
+        its own pipeline (a pipeline passed in stays loaded for its other jobs)."""
         self._state.clear()
         if self._frames is not None:
             self._frames.close()
             self._frames = None
         from .gpu import release
 
+        if self._owns_pipeline and self.pipeline is not None:
+            self.pipeline.release()
+            self.pipeline = None
+            self._owns_pipeline = False
         release()
-
-
-class _NullWriter:
-    def write(self, frames) -> None:
-        pass
-
-
-class _maybe:
-    def __init__(self, cm):
-        self.cm = cm
-
-    def __enter__(self):
-        return self.cm.__enter__() if self.cm is not None else None
-
-    def __exit__(self, *exc):
-        return self.cm.__exit__(*exc) if self.cm is not None else False
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -609,13 +609,15 @@ def _boxes_key(boxes: Any) -> Any:
 
 def prepare_avatar(video: str | os.PathLike, directory: str | os.PathLike, *, config: InferenceConfig | None = None,
                    boxes: Any = None, weights_dir: str | os.PathLike | None = None, rebuild: bool = False,
-                   backend: Any = None) -> Avatar:
+                   backend: Any = None, pipeline: Any = None) -> Avatar:
     """Prepare (or load) the avatar of a face video: frames, crop boxes, latents and blend masks, computed once.
 
     When ``directory`` already holds an avatar made from the same video content, settings, boxes, weights,
     format and package version, and every file passes its size and SHA-256 check, it is loaded without
-    recomputation. Otherwise it is rebuilt (the reason is in ``rebuild_reason``), written into a temporary folder
-    inside ``directory`` and moved into place, with ``avatar.json`` last. Nothing asks on stdin.
+    recomputation. Otherwise it is rebuilt (the reason is in ``rebuild_reason``): the decoded frames wait on local
+    disk (the system's temporary folder, never the avatar folder, which may be on Google Drive), the cache files
+    are written into a temporary folder inside ``directory`` and moved into place, with ``avatar.json`` last.
+    Nothing asks on stdin.
 
     Args:
         video: Face video (any frame rate: converted to 25 fps) or photo.
@@ -623,9 +625,11 @@ def prepare_avatar(video: str | os.PathLike, directory: str | os.PathLike, *, co
         config: Settings; cached fields are version, extra_margin, bbox_shift, parsing_mode, cheek widths,
             landmark backend, smoothing, seed, latent_mode and blur_ratio.
         boxes: Crop boxes given by hand (one for the clip or one per 25 fps frame), skipping detection.
-        weights_dir: Weights folder (default :func:`nbhelpers.weights.default_dir`).
+        weights_dir: Weights folder (default: the pipeline's, else :func:`nbhelpers.weights.default_dir`).
         rebuild: Rebuild even when the cache is valid.
         backend: Landmark backend object or name (default ``config.landmark_backend``).
+        pipeline: A :class:`~nbhelpers.pipeline.MuseTalkPipeline` whose loaded models prepare the avatar and
+            generate its clips; None makes one over ``weights_dir``.
 
     Returns:
         :class:`Avatar` with ``loaded_from_cache`` telling whether anything was recomputed.
@@ -634,67 +638,71 @@ def prepare_avatar(video: str | os.PathLike, directory: str | os.PathLike, *, co
         InputError: The video is missing or unreadable, or an option is invalid.
         WeightsError: Weight files are missing.
         NoFaceError: No frame has a face (pass ``boxes=``).
+        DiskSpaceError: The local disk cannot hold the decoded frames.
 
     Source: ``scripts/realtime_inference.py:87-210`` (reference §9.2), without its stdin prompts (Q22) and with
     frames without a face kept (Q7).
     """
-    from . import faces, gpu, models, weights
-    from .pipeline import (
-        _blend_materials,
-        _check_video_only,
-        _device_dtype,
-        _encode_faces,
-        _weights_kind,
-        flush_denormals,
-    )
+    from . import faces, media, weights
+    from .blending import materials_for_frames
+    from .engine import flush_denormals
+    from .framestore import check_disk_for_frames, expected_frames
+    from .latents import encode_frames
+    from .pipeline import MuseTalkPipeline, check_video, check_weights_dir
 
     config = config or InferenceConfig()
     if boxes is not None and config.landmark_backend != "boxes":
         config = config.replace(landmark_backend="boxes")
     directory = Path(directory)
-    video_path = Path(video)
-    weights_path = Path(weights_dir) if weights_dir is not None else weights.default_dir()
+    if pipeline is not None:
+        weights_path = pipeline.weights_dir
+    else:
+        weights_path = Path(weights_dir) if weights_dir is not None else weights.default_dir()
     if directory.exists() and not directory.is_dir():
         raise InputError(f"directory {str(directory)!r} is a file; give a folder for the avatar (it is created).")
+    video_path = Path(video)
     if not video_path.is_file():
         raise InputError(f"video {str(video_path)!r} does not exist; give the path of a face video or photo.")
     boxes_key = _boxes_key(boxes)
     reason = "rebuild asked" if rebuild else _stale_reason(directory, video_path, config, weights_path, boxes_key)
     if not reason:
         try:
-            return Avatar.load(directory, weights_dir=weights_path, config=config, check=False)
+            return Avatar.load(directory, weights_dir=weights_path, config=config, check=False, pipeline=pipeline)
         except CacheError as exc:
             reason = str(exc)
 
     # Validate the video and the weights before any heavy work.
-    from . import media
+    from . import gpu
 
-    _check_video_only(video_path, config, weights_path)
+    gpu.check_device(config.device)
+    _, video_info = check_video(video_path)
+    check_weights_dir(weights_path, config.version)
+    owns = pipeline is None
+    pipe = pipeline or MuseTalkPipeline.from_pretrained(weights_path, version=config.version, config=config)
+    pipe.check_weights()
+    run_config = pipe.job_config(config.replace(device=None, fp16=None) if not owns else config)
 
+    reader = media.load_video(video_path)
+    check_disk_for_frames(expected_frames(video_info, 1), reader.height, reader.width)
+    store = FrameStore(reader.height, reader.width)
     directory.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".building-", dir=directory))
-    reader = media.load_video(video_path)
-    store = FrameStore(reader.height, reader.width, directory=work / "raw")
-    cleanup = ExitStack()
     try:
-        track = faces.track(store.tee(reader), backend=backend or config.landmark_backend, config=config,
-                            boxes=boxes, weights_dir=weights_path)
+        track = faces.track(store.tee(reader), backend=pipe.landmarks(backend) if config.landmark_backend != "boxes"
+                            else "auto", config=config, boxes=boxes, weights_dir=weights_path)
         store.finish()
         reader.close()
-        plan = gpu.plan(kind="avatar", config=config, n_frames=len(store), frame_size=store.frame_shape[:2],
-                        weights=_weights_kind(weights_path))
-        run_config = plan.config
-        device, dtype = _device_dtype(run_config)
-        cleanup.enter_context(flush_denormals(device))
+        run_config = pipe.plan("avatar", run_config, len(store), store.frame_shape[:2])
+        batch = int(run_config.batch_size or 8)
         face_frames = np.flatnonzero(track.has_face)
-        vae = models.load_vae(weights_path, device=device, dtype=dtype)
-        latents = _encode_faces(store, track, face_frames, vae, run_config)
-        latents_np = latents.float().cpu().numpy()
-        del vae, latents
-        gpu.release()
-        materials = _blend_materials(store, track, face_frames, weights_path, device, dtype, run_config)
-        masks = [np.ascontiguousarray(materials[int(j)].mask) for j in face_frames]
-        squares = np.asarray([materials[int(j)].square for j in face_frames], dtype=np.int32).reshape(-1, 4)
+        with flush_denormals(pipe.device):
+            latents_np = encode_frames(store, track.crop_boxes, face_frames, pipe.vae, seed=config.seed,
+                                       mode=config.latent_mode, batch_size=batch).float().cpu().numpy()
+            parser = pipe.face_parser
+            parser.batch_size = batch
+            materials = materials_for_frames(store, track.crop_boxes, face_frames, parser, run_config)
+        masks = [np.ascontiguousarray(m.mask) for m in materials]
+        squares = np.asarray([m.square for m in materials], dtype=np.int32).reshape(-1, 4)
         crop_boxes = np.asarray(track.crop_boxes, dtype=np.int32)
         h, w = store.frame_shape[:2]
 
@@ -728,15 +736,19 @@ def prepare_avatar(video: str | os.PathLike, directory: str | os.PathLike, *, co
         tmp_manifest.write_text(json.dumps(meta, indent=1, sort_keys=True), "utf-8")
         os.replace(tmp_manifest, directory / MANIFEST)
     finally:
-        cleanup.close()
         reader.close()
         store.close()
         shutil.rmtree(work, ignore_errors=True)
 
-    avatar = Avatar.load(directory, weights_dir=weights_path, config=run_config, check=False)
+    avatar = Avatar.load(directory, weights_dir=weights_path, config=run_config, check=False, pipeline=pipe)
+    avatar._owns_pipeline = owns
     avatar.loaded_from_cache = False
     avatar.rebuild_reason = reason
     return avatar
 
 
-__all__ = ["AVATAR_FORMAT", "Avatar", "GenerateResult", "prepare_avatar", "read_lossless", "write_lossless"]
+# Kept for code written against the first releases: the one result type of every clip.
+GenerateResult = ClipResult
+
+__all__ = ["AVATAR_FORMAT", "Avatar", "GenerateResult", "LosslessFrames", "prepare_avatar", "read_lossless",
+           "write_lossless"]

@@ -382,6 +382,41 @@ def prepare_materials(frames: Sequence[np.ndarray], boxes: Sequence[Any], parser
     return materials
 
 
+def materials_for_frames(frames: Any, crop_boxes: Any, face_frames: Sequence[int], parser: Any, config: Any, *,
+                         chunk: int = 32, progress: bool = True) -> list[BlendMaterial]:
+    """Blend material of the source frames that have a face, in frame order, with the settings of a job.
+
+    Args:
+        frames: N source frames (N, H, W, 3) uint8 BGR with random access (``frames[i]``).
+        crop_boxes: (N, 4) crop boxes, frame pixels.
+        face_frames: M increasing indices of the frames with a face.
+        parser: A :class:`nbhelpers.parsing.FaceParser`.
+        config: An :class:`~nbhelpers.config.InferenceConfig` (parsing mode, cheek widths, ``blur_ratio``).
+        chunk: Frames held at once (bounds the host memory of the crops).
+        progress: Show a progress bar (``parsing``), counted in frames.
+
+    Returns:
+        M :class:`BlendMaterial`, one per entry of ``face_frames``.
+
+    Raises:
+        InputError: A frame, a box or an option is invalid.
+
+    Source: ``scripts/inference.py:219-231`` / ``realtime_inference.py:164-181`` (reference §7).
+    """
+    from .progress import bar
+
+    face_frames = [int(i) for i in face_frames]
+    out: list[BlendMaterial] = []
+    with bar(total=len(face_frames), desc="parsing", unit="frame", **({} if progress else {"disable": True})) as pbar:
+        for start in range(0, len(face_frames), max(1, int(chunk))):
+            idx = face_frames[start:start + max(1, int(chunk))]
+            out.extend(prepare_materials([frames[i] for i in idx], [crop_boxes[i] for i in idx], parser,
+                                         mode=config.effective_parsing_mode, left_cheek_width=config.left_cheek_width,
+                                         right_cheek_width=config.right_cheek_width, blur_ratio=config.blur_ratio))
+            pbar.update(len(idx))
+    return out
+
+
 def prepare_material(frame_bgr: np.ndarray, box: Any, parser: Any, mode: str = "jaw", left_cheek_width: int = 90,
                      right_cheek_width: int = 90, blur_ratio: float = OFFLINE_BLUR_RATIO,
                      expand: float = EXPAND) -> BlendMaterial:

@@ -28,7 +28,10 @@ class InferenceConfig:
         device: ``"cuda"``, ``"cuda:1"``, ``"cpu"``; None picks CUDA when available.
         extra_margin: Pixels added below the crop box's bottom edge (v15 only), default 10
             (``inference.py:170-172``).
-        bbox_shift: Pixels added to landmark 29's y (v1 only; v15 forces 0, ``inference.py:93-94``), default 0.
+        bbox_shift: Pixels added to landmark 29's y, which moves the upper edge of the repainted half down (+) or up
+            (-); default 0. Applied to both versions: the official scripts force 0 for v1.5 (``inference.py:93-94``)
+            while the official app applies it to v1.5 too (``app.py:73,264``, quirk Q27); this package follows the
+            app, so v1.5 users can tune it.
         parsing_mode: Face-parsing mask: ``"jaw"`` (v15 default), ``"raw"`` (v1), or ``"neck"``
             (``face_parsing/__init__.py:93-108``).
         left_cheek_width: Jaw mode cheek band in 512-px parsing space, default 90 (``inference.py:272``).
@@ -80,7 +83,7 @@ class InferenceConfig:
             raise InputError(f"bbox_shift must be between -200 and 200 pixels; got {self.bbox_shift!r}.")
         if self.version == "v15" and self.bbox_shift != 0:
             # The official scripts force 0 for v1.5 (inference.py:93-94); the app does not (Q27). We follow the
-            # app and allow it, since users tune it, but say so.
+            # app and allow it, since users tune it, and say so.
             self.reasons.setdefault("bbox_shift", "applied to v15 as the official app does (the scripts force 0)")
         if not 0.0 < float(self.blur_ratio) <= 0.5:
             raise InputError(f"blur_ratio must be in (0, 0.5]; got {self.blur_ratio!r}. Official: 0.05 offline, "
@@ -102,7 +105,8 @@ class InferenceConfig:
         return self.parsing_mode if self.version == "v15" else "raw"
 
     def replace(self, **changes: Any) -> InferenceConfig:
-        """A copy with some fields changed (validated again)."""
+        """A copy with some fields changed (validated again). The copy has its own ``reasons`` dict."""
+        changes.setdefault("reasons", dict(self.reasons))
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:

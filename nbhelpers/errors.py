@@ -61,6 +61,11 @@ class CacheError(NbHelpersError):
     """An avatar cache is unreadable or does not match what was asked; it will be rebuilt."""
 
 
+class DiskSpaceError(NbHelpersError, OSError):
+    """Not enough free disk for what a job must write (checked before it starts), or the disk filled up while it ran.
+    The message gives what is needed, what is free and where; nothing half-written is left behind."""
+
+
 class OutOfMemoryError(NbHelpersError):
     """The GPU ran out of memory even at batch size 1."""
 

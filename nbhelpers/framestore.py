@@ -1,13 +1,16 @@
-"""Random access to the 25 fps frames of a clip without holding them in RAM.
+"""Random access to the 25 fps frames of a clip without holding them in RAM, within a checked disk budget.
 
 The ping-pong cycle of MuseTalk (frames 0..N-1 then N-1..0, reference §4.5) needs random access to source frames,
 and long clips do not fit in host memory (quirk Q25: the official code holds every frame in RAM). A
-:class:`FrameStore` streams decoded frames into one raw file on disk and maps it back with ``numpy.memmap``, so the
-operating system pages frames in and out as needed.
+:class:`FrameStore` streams decoded frames into one raw file on local disk (the system's temporary folder, never a
+network mount such as Google Drive) and maps it back with ``numpy.memmap``, so the operating system pages frames in
+and out as needed. :func:`check_disk_for_frames` says before decoding whether the frames fit; a disk that fills up
+anyway raises :class:`~nbhelpers.errors.DiskSpaceError` and the raw file is removed.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import tempfile
@@ -18,6 +21,9 @@ from pathlib import Path
 import numpy as np
 
 from .constants import FPS
+from .errors import DiskSpaceError
+
+DISK_RESERVE_BYTES = 1 << 30  # left free beside the raw frames (the output file and the system need room too)
 
 
 class FrameStore:
@@ -58,7 +64,15 @@ class FrameStore:
         if frame.shape != self.frame_shape or frame.dtype != np.uint8:
             raise ValueError(f"frame {self._n} has shape {frame.shape} {frame.dtype}; expected {self.frame_shape} "
                              "uint8 (all frames of a clip must have the same size)")
-        self._fh.write(np.ascontiguousarray(frame).data)
+        try:
+            self._fh.write(np.ascontiguousarray(frame).data)
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+            self.close()
+            raise DiskSpaceError(f"the disk holding {self.directory} filled up after {self._n} decoded frames "
+                                 f"({_gib(self._n * frame.nbytes)}); the frames written so far were removed. Free "
+                                 "some space, or set TMPDIR to a folder on a larger local disk.") from exc
         self._n += 1
         return self._n - 1
 
@@ -102,6 +116,49 @@ class FrameStore:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _gib(n_bytes: float) -> str:
+    return f"{n_bytes / 2**30:.1f} GiB"
+
+
+def check_disk_for_frames(n_frames: int, height: int, width: int, directory: str | os.PathLike | None = None) -> int:
+    """Check that ``n_frames`` raw (H, W, 3) uint8 frames fit on the disk of ``directory`` with 1 GiB to spare.
+
+    Args:
+        n_frames: Frames that will be stored (the job decodes only the frames its audio reaches).
+        height: Frame height, pixels.
+        width: Frame width, pixels.
+        directory: Where the frames go; None = the system's temporary folder (``TMPDIR``), as :class:`FrameStore`.
+
+    Returns:
+        The bytes needed.
+
+    Raises:
+        DiskSpaceError: Not enough free space; the message says what is needed, what is free and where.
+    """
+    where = Path(directory) if directory is not None else Path(tempfile.gettempdir())
+    need = int(n_frames) * int(height) * int(width) * 3
+    free = shutil.disk_usage(where).free
+    if need + DISK_RESERVE_BYTES > free:
+        raise DiskSpaceError(f"{n_frames} decoded {width}x{height} frames need {_gib(need)} (+1 GiB to spare) in "
+                             f"{where}, which has {_gib(free)} free. Free some space, set TMPDIR to a folder on a "
+                             "larger local disk, or use a shorter clip (only the frames the audio reaches are "
+                             "decoded).")
+    return need
+
+
+def expected_frames(info, default: int) -> int:
+    """Upper estimate of the 25 fps frames of a probed video (duration x 25 + 1; 1 for a photo), for disk checks.
+
+    Args:
+        info: A :class:`nbhelpers.media.MediaInfo`.
+        default: Returned when the duration is unknown.
+    """
+    if getattr(info, "is_image", False):
+        return 1
+    duration = getattr(info, "duration_s", None)
+    return int(duration * FPS) + 1 if duration else int(default)
 
 
 def _remove(path: Path, own_dir: Path | None) -> None:

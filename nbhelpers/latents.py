@@ -18,7 +18,7 @@ torch, diffusers and cv2 are imported inside the functions, so importing this mo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -291,80 +291,53 @@ def unet_step(unet: Any, pe: Callable[[Any], Any], latent_batch: Any, feature_ba
         return unet(latent_batch.to(device=device, dtype=dtype), timesteps, encoder_hidden_states=hidden).sample
 
 
-def generate(latents: Any, features: Any, unet: Any, vae: Any, pe: Callable[[Any], Any], batch_size: int = 8, *,
-             latent_index: Any = None, on_batch: Callable[[slice, Any], None] | None = None,
-             stage: str = "generate") -> Iterator[tuple[slice, Any]]:
-    """Generate the mouth crops of all output frames in batches: UNet step then decode, in frame order.
+def encode_frames(frames: Any, crop_boxes: Any, face_frames: Sequence[int], vae: Any, *, seed: int = 0,
+                  mode: str = "sample", batch_size: int = 8, progress: bool = True):
+    """Latents of the source frames that have a face: crop, resize to 256x256, VAE-encode, in frame order.
 
-    Output frame ``t`` uses whisper tokens ``features[t]`` and latent ``latents[latent_index[t]]``. The loop runs
-    through :func:`nbhelpers.gpu.batched`: on CUDA out-of-memory the batch is halved and the same frames are
-    retried, so no frame is lost, repeated or reordered. Each batch runs under ``torch.inference_mode()``.
+    Runs of consecutive frames are cut into batches; the posterior noise of source frame ``i`` is seeded from
+    ``(seed, i)`` (see :func:`encode`), so the batch size, the out-of-memory fallback, frames without a face and
+    whether all frames or a prefix are encoded (offline job or avatar) never change a frame's latents.
 
     Args:
-        latents: (M, 8, 32, 32) float tensor of :func:`encode` latents, M >= 1, on the UNet's device ideally.
-            Pass the official ping-pong list (``lat + lat[::-1]``, reference §4.5) to get the official cycle.
-        features: (T, 50, 384) float tensor from :func:`nbhelpers.audio.whisper_features`; T output frames.
-        unet: diffusers ``UNet2DConditionModel``.
-        vae: diffusers ``AutoencoderKL``.
-        pe: Positional encoding callable (see :func:`unet_step`).
-        batch_size: Frames per batch, >= 1 (official: 8 offline, 20 realtime).
-        latent_index: (T,) integer indices into ``latents`` (a sequence, numpy array or tensor), or None for
-            ``t mod M`` (the official ``datagen`` with ``delay_frame = 0``).
-        on_batch: Called as ``on_batch(slice, frames)`` after each batch (e.g. to update a progress bar).
-        stage: Stage name for the out-of-memory warning.
+        frames: N source frames (N, H, W, 3) uint8 BGR with random access (``frames[i]``).
+        crop_boxes: (N, 4) crop boxes ``(x1, y1, x2, y2)``, frame pixels (rows of frames without a face unused).
+        face_frames: M increasing indices of the frames with a face, M >= 1.
+        vae: diffusers ``AutoencoderKL`` on its device and dtype.
+        seed: ``InferenceConfig.seed``.
+        mode: ``"sample"`` or ``"mode"`` (``InferenceConfig.latent_mode``).
+        batch_size: Frames per VAE call.
+        progress: Show a progress bar (``latents``), counted in frames.
 
     Returns:
-        An iterator of ``(slice, frames)`` in order, where ``slice`` covers output frames ``start..stop-1`` and
-        ``frames`` is a (stop - start, 256, 256, 3) uint8 BGR tensor on the VAE's device (see :func:`decode`).
-        Inputs are checked when ``generate`` is called, before any batch runs.
+        torch.Tensor (M, 8, 32, 32) in the VAE dtype on its device, contiguous (NCHW) like latents reloaded from an
+        avatar cache, so the offline job and an avatar give bit-identical frames.
 
     Raises:
-        InputError: Shapes disagree, ``latents`` is empty while T > 0, ``latent_index`` has the wrong length or
-            out-of-range values, or ``batch_size`` < 1.
-        OutOfMemoryError: (while iterating) the GPU runs out of memory even at batch size 1.
+        InputError: ``face_frames`` is empty, or a crop or option is invalid (see :func:`encode`).
 
-    Source: ``scripts/inference.py:187-206``; ``musetalk/utils/utils.py:49-74`` (reference §4.5, §6).
+    Source: ``scripts/inference.py:163-176`` (reference §3.3, §4).
     """
     import torch
 
-    from .gpu import batched
+    from .progress import bar
 
-    _check_positive_int("batch_size", batch_size)
-    if not isinstance(latents, torch.Tensor) or latents.ndim != 4 or latents.shape[1] != LATENT_CHANNELS:
-        raise InputError(f"latents must be a tensor (M, 8, 32, 32) from nbhelpers.latents.encode; got "
-                         f"{_describe(latents)}.")
-    if not isinstance(features, torch.Tensor) or features.ndim != 3 \
-            or tuple(features.shape[1:]) != (AUDIO_TOKENS, WHISPER_DIM):
-        raise InputError(f"features must be a tensor (T, {AUDIO_TOKENS}, {WHISPER_DIM}) from "
-                         f"nbhelpers.audio.whisper_features; got {_describe(features)}.")
-    n_frames, n_latents = int(features.shape[0]), int(latents.shape[0])
-    if n_frames > 0 and n_latents == 0:
-        raise InputError("latents is empty (M = 0) but there are frames to generate; encode at least one face "
-                         "crop with nbhelpers.latents.encode.")
-    if latent_index is None:
-        index = torch.arange(n_frames) % max(n_latents, 1)
-    else:
-        index = torch.as_tensor(np.asarray(latent_index.cpu() if hasattr(latent_index, "cpu") else latent_index))
-        if index.ndim != 1 or index.shape[0] != n_frames or index.dtype.is_floating_point or index.dtype == torch.bool:
-            raise InputError(f"latent_index must be {n_frames} integers (one per output frame); got "
-                             f"{_describe(latent_index)}.")
-        if n_frames and (int(index.min()) < 0 or int(index.max()) >= n_latents):
-            raise InputError(f"latent_index values must lie in [0, {n_latents}) (rows of latents); got values from "
-                             f"{int(index.min())} to {int(index.max())}.")
-    index = index.to(device=latents.device, dtype=torch.long)
-
-    def step(sl: slice):
-        with torch.inference_mode():
-            out = unet_step(unet, pe, latents[index[sl]], features[sl])
-            return decode(out, vae)
-
-    def run() -> Iterator[tuple[slice, Any]]:
-        for sl, frames in batched(n_frames, batch_size, step, stage=stage):
-            if on_batch is not None:
-                on_batch(sl, frames)
-            yield sl, frames
-
-    return run()
+    face_frames = np.asarray(face_frames, dtype=np.int64)
+    if face_frames.size == 0:
+        raise InputError("face_frames is empty: there is no frame with a face to encode.")
+    batch = max(1, int(batch_size))
+    starts = [0] + [k for k in range(1, len(face_frames)) if face_frames[k] != face_frames[k - 1] + 1]
+    bounds = list(zip(starts, starts[1:] + [len(face_frames)], strict=True))
+    chunks = []
+    with bar(total=len(face_frames), desc="latents", unit="frame", **({} if progress else {"disable": True})) as pbar:
+        for run_start, run_stop in bounds:
+            for start in range(run_start, run_stop, batch):
+                idx = face_frames[start:min(start + batch, run_stop)]
+                crops = np.stack([crop_and_resize(frames[int(i)], crop_boxes[int(i)]) for i in idx])
+                chunks.append(encode(crops, vae, generator=int(seed), mode=mode, first_index=int(idx[0]),
+                                     batch_size=batch))
+                pbar.update(len(idx))
+    return torch.cat(chunks).contiguous()
 
 
 # ----------------------------------------------------------------------------------------------------------------

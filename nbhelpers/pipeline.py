@@ -1,28 +1,36 @@
-"""The offline lip-sync job: a face video (or photo) and a speech file in, a finished MP4 out.
+"""The pipeline object: the loaded models of one MuseTalk version on one device, and the jobs that use them.
 
-One job method, :func:`lipsync`, whose body is numbered steps matching the notebook headings (media, faces, gpu,
-models, audio, latents, parsing, generate/blending, encode). Reproduces the official offline pipeline
-(``scripts/inference.py``, reference §2-§8) and fixes the official bugs that lose frames or drift (reference §11):
+:class:`MuseTalkPipeline` (made with :meth:`MuseTalkPipeline.from_pretrained`, as in diffusers) checks the weights
+folder once and loads each model the first time a step needs it: UNet, VAE, whisper and its feature extractor,
+the positional encoding, face parsing and the landmark backend. Every job reuses them: :meth:`~MuseTalkPipeline.
+lipsync` (the offline job), :meth:`~MuseTalkPipeline.preview` (one frame before a full run) and
+:meth:`~MuseTalkPipeline.prepare_avatar` (an avatar that generates from the same loaded models). The frames of
+every clip are rendered by :mod:`nbhelpers.engine`; every clip is described by :class:`nbhelpers.result.ClipResult`.
+
+The offline job's body is numbered steps matching the notebook headings (media, faces, gpu, models, audio, latents,
+parsing, generate/blending, encode). It reproduces the official offline pipeline (``scripts/inference.py``,
+reference §2-§8) and fixes the official bugs that lose frames or drift (reference §11):
 
 - Q6: frames without a face no longer shift the latent index: latents are indexed by source frame.
 - Q7: a frame without a face is written unchanged instead of being skipped (which cut the video short).
 - Q8: every input is converted to constant 25 fps at ingest, so the frame count matches the audio.
 - Q17: crop boxes are clamped to the frame (see :func:`nbhelpers.faces.crop_box`).
 - Q24: the video is encoded once (libx264 CRF 18) with the audio muxed by explicit stream mapping.
-- Q25: frames are streamed to disk (``FrameStore``), never all held in RAM.
+- Q25: frames are streamed to local disk (``FrameStore``), never all held in RAM, and only the source frames the
+  audio reaches are decoded.
 - Q1: the VAE posterior is sampled from a seeded generator, so runs are reproducible.
+
+``nbh.lipsync(...)``, ``nbh.preview(...)`` and ``nbh.prepare_avatar(...)`` remain as one-call conveniences that make
+a pipeline for the call.
 """
 
 from __future__ import annotations
 
 import html
 import os
-import queue
-import threading
 import time
 from collections.abc import Callable, Sequence
-from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,103 +38,13 @@ import numpy as np
 
 from .config import InferenceConfig
 from .constants import FPS, SAMPLE_RATE
-from .errors import InputError, MediaError, NbHelpersError
-from .framestore import FrameStore, cycle_index, output_frame_count
+from .engine import SourceFaces, Timings, flush_denormals
+from .errors import InputError, MediaError, NbHelpersError, WeightsError
+from .framestore import FrameStore, output_frame_count
+from .result import ClipResult
 
-OFFLINE_BLUR_RATIO = 0.05  # feather kernel k = int(0.05 * 2s // 2 * 2) + 1 (blending.py:81)
-
-
-@dataclass
-class Timings:
-    """Wall-clock seconds per stage, in the order the stages ran."""
-
-    seconds: dict[str, float] = field(default_factory=dict)
-
-    @contextmanager
-    def stage(self, name: str):
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
-
-    @property
-    def total(self) -> float:
-        return float(sum(self.seconds.values()))
-
-
-@dataclass(frozen=True)
-class LipsyncResult:
-    """What one :func:`lipsync` job produced. Shows the video inline in a notebook.
-
-    Attributes:
-        output: Path of the finished MP4 (25 fps, source resolution, the input audio muxed in).
-        n_frames: Output frames written, ``floor(audio seconds x 25)``.
-        source_frames: 25 fps frames of the source video (1 for a photo).
-        no_face_frames: Source frames without a face; they pass through unchanged.
-        fps: Output frame rate (25).
-        duration_s: Audio duration in seconds (16 kHz samples / 16000).
-        config: The settings used, with the planner's reasons in ``config.reasons``.
-        backend: Landmark backend that found the faces (``"boxes"`` when boxes were given).
-        timings: Seconds per stage (media, faces, models, audio, latents, parsing, generate, encode...).
-        wall_s: Wall-clock seconds from the call to the closed file.
-    """
-
-    output: Path
-    n_frames: int
-    source_frames: int
-    no_face_frames: int
-    fps: int
-    duration_s: float
-    config: InferenceConfig
-    backend: str
-    timings: dict[str, float]
-    wall_s: float
-
-    @property
-    def end_to_end_fps(self) -> float:
-        """Output frames per wall-clock second, everything included."""
-        return self.n_frames / self.wall_s if self.wall_s > 0 else float("nan")
-
-    def summary(self) -> str:
-        c = self.config
-        precision = "fp16" if c.fp16 else "fp32"
-        return (f"{self.output.name}: {self.n_frames} frames at {self.fps} fps ({self.duration_s:.2f} s), "
-                f"source {self.source_frames} frames, {self.no_face_frames} without a face; {c.version}, "
-                f"{precision}, batch {c.batch_size}, {c.device}; landmarks: {self.backend}; "
-                f"{self.wall_s:.1f} s wall ({self.end_to_end_fps:.1f} fps end to end)")
-
-    def __str__(self) -> str:
-        return self.summary()
-
-    def _repr_html_(self) -> str:
-        try:
-            from .ui import video_html
-
-            player = video_html(self.output)
-        except Exception:  # noqa: BLE001 - the summary is still useful without the player
-            player = ""
-        return f"<p>{html.escape(self.summary())}</p>{player}"
-
-
-@contextmanager
-def flush_denormals(device) -> Any:
-    """On the CPU, treat denormal floats as zero while the block runs (then restore the default, off).
-
-    Random or lightly trained weights give many denormal activations, which the CPU handles in slow microcode
-    (the tiny test UNet ran about 4x faster with them flushed). The values involved are below 1e-38, far under
-    fp32 resolution of the images, so results are unchanged in practice. No effect on CUDA.
-    """
-    import torch
-
-    on_cpu = torch.device(device).type == "cpu"
-    if on_cpu:
-        torch.set_flush_denormal(True)
-    try:
-        yield
-    finally:
-        if on_cpu:
-            torch.set_flush_denormal(False)
+# Fields of the pipeline's own: a job's config may leave them empty (the pipeline's are used) but not change them.
+PIPELINE_FIELDS = ("version", "device", "fp16")
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -138,11 +56,90 @@ def _as_input_path(value: Any, name: str) -> Path:
         raise InputError(f"{name} is required: give the path of a file; got {value!r}.")
     path = Path(os.fspath(value)).expanduser()
     if not path.exists():
-        raise InputError(f"{name} {str(path)!r} does not exist. Check the path (upload the file first in "
-                         "notebook 02_media, or give the full path).")
+        raise InputError(f"{name} {str(path)!r} does not exist. Check the path (give the full path, or upload "
+                         "the file first).")
     if path.is_dir():
         raise InputError(f"{name} {str(path)!r} is a folder; give a video, image or audio file.")
     return path
+
+
+def check_video(video: Any):
+    """Check that ``video`` is a readable file with a video stream (or a photo).
+
+    Returns:
+        ``(path, media_info)``.
+
+    Raises:
+        InputError: Missing, a folder, unreadable, or without a video stream.
+    """
+    from . import media
+
+    video_path = _as_input_path(video, "video")
+    try:
+        info = media.probe(video_path)
+    except MediaError as exc:
+        raise InputError(f"video {str(video_path)!r} could not be read as a video or image: {exc}") from exc
+    if not info.has_video:
+        raise InputError(f"video {str(video_path)!r} has no video stream; give a face video or photo.")
+    return video_path, info
+
+
+def check_audio(audio: Any):
+    """Check that ``audio`` is a readable file with an audio stream.
+
+    Returns:
+        ``(path, media_info)``.
+
+    Raises:
+        InputError: Missing, a folder, unreadable, or without an audio stream.
+    """
+    from . import media
+
+    audio_path = _as_input_path(audio, "audio")
+    try:
+        info = media.probe(audio_path)
+    except MediaError as exc:
+        raise InputError(f"audio {str(audio_path)!r} could not be read: {exc}") from exc
+    if not info.has_audio:
+        raise InputError(f"audio {str(audio_path)!r} has no audio stream. Give a speech file (wav, mp3, m4a, "
+                         "ogg, flac) or a video that carries sound.")
+    return audio_path, info
+
+
+def output_path_for(output: Any, video_path: Path, audio_path: Path) -> Path:
+    """The output MP4 path: ``output``, or ``results/<video>_<audio>.mp4`` in the working directory.
+
+    Raises:
+        InputError: ``output`` does not end in ``.mp4``.
+    """
+    if output is None:
+        return Path.cwd() / "results" / f"{video_path.stem}_{audio_path.stem}.mp4"
+    path = Path(os.fspath(output)).expanduser()
+    if path.suffix.lower() != ".mp4":
+        raise InputError(f"output must end in .mp4; got {str(path)!r}.")
+    return path
+
+
+def check_weights_dir(weights_dir: Any, version: str) -> Path:
+    """The weights folder, checked for every file a job of ``version`` needs (presence only; cheap).
+
+    Raises:
+        WeightsError: The folder does not exist, or files are missing (names them and gives the download command).
+    """
+    from . import weights
+
+    weights_path = Path(weights_dir).expanduser() if weights_dir is not None else weights.default_dir()
+    sets = "core parsing" + (" v1" if version == "v1" else "")
+    fix = (f"`python -m nbhelpers download --weights {weights_path} --sets {sets}` (or run notebook 01_weights), "
+           "or point at a folder that holds them (--weights DIR, weights_dir=, NBHELPERS_WEIGHTS). Without network, "
+           "`python -m nbhelpers demo --tiny` shows the tool working on random test weights")
+    if not weights_path.is_dir():
+        raise WeightsError(f"the weights folder {weights_path} does not exist. Download the weights there with {fix}.")
+    missing = weights.missing_files(weights_path, weights.required_files(version, parsing=True))
+    if missing:
+        raise WeightsError(f"{len(missing)} weight file(s) missing under {weights_path}: {', '.join(missing)}. "
+                           f"Download them with {fix}.")
+    return weights_path
 
 
 def check_inputs(video: Any, audio: Any, output: Any = None, *, config: InferenceConfig,
@@ -165,421 +162,30 @@ def check_inputs(video: Any, audio: Any, output: Any = None, *, config: Inferenc
         NoGpuError: ``config.device`` names a CUDA device this runtime does not have.
         WeightsError: Weight files are missing (names them and gives the download command).
     """
-    from . import media
+    from . import gpu
 
-    video_path, weights_path, video_info = _check_video_only(video, config, weights_dir)
-    audio_path = _as_input_path(audio, "audio")
-    if output is None:
-        output_path = Path.cwd() / "results" / f"{video_path.stem}_{audio_path.stem}.mp4"
-    else:
-        output_path = Path(os.fspath(output)).expanduser()
-        if output_path.suffix.lower() != ".mp4":
-            raise InputError(f"output must end in .mp4; got {str(output_path)!r}.")
-    try:
-        audio_info = media.probe(audio_path)
-    except MediaError as exc:
-        raise InputError(f"audio {str(audio_path)!r} could not be read: {exc}") from exc
-    if not audio_info.has_audio:
-        raise InputError(f"audio {str(audio_path)!r} has no audio stream. Give a speech file (wav, mp3, m4a, "
-                         "ogg, flac) or a video that carries sound.")
+    gpu.check_device(config.device)
+    video_path, video_info = check_video(video)
+    weights_path = check_weights_dir(weights_dir, config.version)
+    audio_path, audio_info = check_audio(audio)
+    output_path = output_path_for(output, video_path, audio_path)
     if boxes is None and config.landmark_backend == "boxes":
         raise InputError("landmark_backend='boxes' needs boxes=: one (x1, y1, x2, y2) for the clip or one per frame.")
     return video_path, audio_path, output_path, weights_path, video_info, audio_info
 
 
-# ------------------------------------------------------------------------------------------------------------------
-# The job
-
-
-def lipsync(video: str | os.PathLike, audio: str | os.PathLike, output: str | os.PathLike | None = None, *,
-            version: str | None = None, boxes: Any = None, config: InferenceConfig | None = None,
-            weights_dir: str | os.PathLike | None = None, backend: Any = None,
-            frame_callback: Callable[[int, np.ndarray], None] | None = None) -> LipsyncResult:
-    """Lip-sync a face video (or photo) to a speech file and write an MP4.
-
-    The output has ``floor(audio seconds x 25)`` frames at 25 fps and the source resolution; source frames cycle
-    forward and back (0..N-1, N-1..0, ...) as the official code does, so audio longer than the video loops it and
-    shorter audio uses its first frames. Frames without a face are written unchanged (counted in
-    ``no_face_frames``). The input audio is muxed in by explicit stream mapping.
-
-    Args:
-        video: Face video (any container ffmpeg reads, any frame rate: converted to 25 fps) or a photo.
-        audio: Speech (wav, mp3, m4a, ogg, flac, or a video with sound), any sample rate and channel count.
-        output: Path of the MP4 to write (default ``results/<video>_<audio>.mp4``). Written under a temporary
-            name and renamed when complete.
-        version: ``"v15"`` or ``"v1"``; overrides ``config.version`` when given.
-        boxes: Crop boxes given by hand instead of detecting faces: one ``(x1, y1, x2, y2)`` in source pixels for
-            the whole clip, or one per 25 fps frame (None for a frame without a face).
-        config: :class:`InferenceConfig`; missing device, precision and batch size are planned from the GPU.
-        weights_dir: Folder of the weights in the official layout (default :func:`nbhelpers.weights.default_dir`).
-        backend: A landmark backend object or name; default ``config.landmark_backend``.
-        frame_callback: Called as ``frame_callback(t, frame)`` with each finished (H, W, 3) uint8 BGR frame before
-            it is encoded (for tests and previews).
-
-    Returns:
-        :class:`LipsyncResult` (shows the video inline in a notebook).
-
-    Raises:
-        InputError: A file is missing or unreadable, has no video or audio stream, or an option is invalid
-            (before anything heavy runs).
-        WeightsError: Weight files are missing or corrupt (names them and gives the download command).
-        NoFaceError: No frame has a face (before the UNet loads): pass ``boxes=`` or another clip.
-        FFmpegError: ffmpeg failed (its stderr is in the message).
-
-    Source: ``scripts/inference.py:85-249`` (reference §2-§8), with the fixes listed in the module docstring.
-    """
-    t0 = time.perf_counter()
-    timings = Timings()
-    config = config or InferenceConfig()
-    if version is not None and version != config.version:
-        config = config.replace(version=version)
-    if boxes is not None and config.landmark_backend != "boxes":
-        config = config.replace(landmark_backend="boxes")
-
-    # 1. check inputs: files, streams and weights, before anything heavy
-    video_path, audio_path, output_path, weights_path, video_info, _ = check_inputs(
-        video, audio, output, config=config, weights_dir=weights_dir, boxes=boxes)
-
-    from . import faces, gpu, media, models
-
-    # 2. media: audio at 16 kHz, frames at constant 25 fps streamed to disk while the faces are found
-    with timings.stage("media"):
-        waveform = media.load_audio(audio_path)
-    n_out = output_frame_count(len(waveform))
-    if n_out < 1:
-        raise InputError(f"audio {str(audio_path)!r} lasts {len(waveform) / SAMPLE_RATE:.3f} s, shorter than one "
-                         f"frame (1/{FPS} s); give at least 0.04 s of speech.")
-
-    reader = media.load_video(video_path)
-    store = FrameStore(reader.height, reader.width)
-    stack = ExitStack()
-    try:
-        # 3. faces: crop box per frame (or the boxes given), before any heavy model loads
-        with timings.stage("faces"):
-            track = faces.track(store.tee(reader), backend=backend or config.landmark_backend, config=config,
-                                boxes=boxes, weights_dir=weights_path)
-        store.finish()
-        reader.close()
-        if len(store) != track.n_frames:
-            raise MediaError(f"internal: decoded {len(store)} frames but tracked {track.n_frames}")
-
-        # 4. gpu: device, precision and batch size from free memory (user overrides kept)
-        plan = gpu.plan(kind="lipsync", config=config, n_frames=n_out, frame_size=store.frame_shape[:2],
-                        weights=_weights_kind(weights_path))
-        config = plan.config
-        device, dtype = _device_dtype(config)
-
-        # 5. models: load on CPU with memory mapping, cast, then move (no fp32 copy on the GPU in fp16)
-        stack.enter_context(flush_denormals(device))
-        with timings.stage("models"):
-            bundle = models.load_models(weights_path, version=config.version, device=device, dtype=dtype)
-
-        # 6. audio: whisper features, one (50, 384) token block per output frame
-        with timings.stage("audio"):
-            from .audio import whisper_features
-
-            features = whisper_features(waveform, bundle.whisper, fps=FPS,
-                                        feature_extractor=bundle.feature_extractor)
-        if features.shape[0] != n_out:
-            raise NbHelpersError(f"internal: {features.shape[0]} feature frames for {n_out} output frames")
-
-        # 7. latents: crop, resize and encode each source frame with a face (indexed by source frame: fixes Q6).
-        # The ping-pong cycle over n_out output frames uses source frames 0..min(n_out, N)-1 only, so a short
-        # clip over a long video encodes and parses only those (the official code prepares every frame).
-        used = min(n_out, len(store))
-        face_frames = np.flatnonzero(track.has_face[:used])
-        with timings.stage("latents"):
-            latents = _encode_faces(store, track, face_frames, bundle.vae, config)
-        latent_row = np.full(len(store), -1, dtype=np.int64)
-        latent_row[face_frames] = np.arange(len(face_frames))
-
-        # 8. parsing: blend material (feathered mask + expanded square) of each source frame with a face
-        with timings.stage("parsing"):
-            materials = _blend_materials(store, track, face_frames, weights_path, device, dtype, config)
-
-        # 9-10. generate and blend: UNet + VAE decode per batch of output frames, paste back, encode
-        writer = media.VideoWriter(output_path, store.width, store.height, fps=FPS, audio=audio_path)
-        with writer, _BackgroundWriter(writer, frame_callback) as sink:
-            _generate(store, track, latents, latent_row, materials, features, bundle, config, sink, n_out,
-                      device, timings)
-        timings.seconds["encode_wait"] = sink.wait_s
-    finally:
-        stack.close()
-        reader.close()
-        store.close()
-
-    return LipsyncResult(output=Path(writer.path if hasattr(writer, "path") else output_path), n_frames=n_out,
-                         source_frames=track.n_frames, no_face_frames=int(track.n_no_face), fps=FPS,
-                         duration_s=len(waveform) / SAMPLE_RATE, config=config, backend=track.backend,
-                         timings=dict(timings.seconds), wall_s=time.perf_counter() - t0)
-
-
-# ------------------------------------------------------------------------------------------------------------------
-# Steps
-
-
-def _weights_kind(weights_path: Path) -> str:
-    return "tiny" if (weights_path / "tiny.json").is_file() else "full"
-
-
-def _device_dtype(config: InferenceConfig):
-    import torch
-
-    device = torch.device(config.device or "cpu")
-    dtype = torch.float16 if config.fp16 else torch.float32
-    return device, dtype
-
-
-def _encode_faces(store: FrameStore, track, face_frames: np.ndarray, vae, config: InferenceConfig):
-    """(M, 8, 32, 32) latents of the M source frames with a face, in frame order, on the VAE device."""
-    import torch
-
-    from .latents import crop_and_resize, encode
-
-    chunks = []
-    batch = max(1, int(config.batch_size or 8))
-    # Runs of consecutive source frames, cut into batches: the posterior noise of source frame i is seeded from
-    # (seed, i) (``first_index``), so the batch size, the OOM fallback, frames without a face, and whether all
-    # frames or a prefix are encoded (offline job vs avatar) never change a frame's latents.
-    starts = [0] + [k for k in range(1, len(face_frames)) if face_frames[k] != face_frames[k - 1] + 1]
-    bounds = list(zip(starts, starts[1:] + [len(face_frames)], strict=True))
-    for run_start, run_stop in bounds:
-        for start in range(run_start, run_stop, batch):
-            idx = face_frames[start:min(start + batch, run_stop)]
-            crops = np.stack([crop_and_resize(store[int(i)], track.crop_boxes[int(i)]) for i in idx])
-            chunks.append(encode(crops, vae, generator=int(config.seed), mode=config.latent_mode,
-                                 first_index=int(idx[0]), batch_size=batch))
-    if not chunks:
-        raise NbHelpersError("internal: no face frames to encode")
-    # Contiguous (NCHW) like latents reloaded from an avatar cache: the VAE can hand back channels-last tensors,
-    # and convolution kernels round differently per memory format, so this keeps offline == avatar bit-exact.
-    return torch.cat(chunks).contiguous()
-
-
-def _blend_materials(store: FrameStore, track, face_frames: np.ndarray, weights_path: Path, device, dtype,
-                     config: InferenceConfig) -> dict[int, Any]:
-    from . import blending
-    from .gpu import release
-    from .parsing import FaceParser
-
-    parser = FaceParser(weights_path, device=device, dtype=dtype, batch_size=int(config.batch_size or 8))
-    try:
-        materials: dict[int, Any] = {}
-        chunk = 32
-        for start in range(0, len(face_frames), chunk):
-            idx = [int(i) for i in face_frames[start:start + chunk]]
-            mats = blending.prepare_materials([store[i] for i in idx], [track.crop_boxes[i] for i in idx], parser,
-                                              mode=config.effective_parsing_mode,
-                                              left_cheek_width=config.left_cheek_width,
-                                              right_cheek_width=config.right_cheek_width,
-                                              blur_ratio=config.blur_ratio)
-            materials.update(zip(idx, mats, strict=True))
-        return materials
-    finally:
-        release(parser)
-
-
-@dataclass
-class RenderInputs:
-    """Everything the generation loop needs about the source frames (from a job or an avatar cache).
-
-    Attributes:
-        frames: N source frames (N, H, W, 3) uint8 BGR with random access on the host (FrameStore or array).
-        latent_row: (N,) int64: row of ``latents``/``boxes``/``masks`` for each source frame, -1 = no face.
-        latents: (M, 8, 32, 32) tensor on the UNet device, one per source frame with a face.
-        boxes: M crop boxes ``(x1, y1, x2, y2)``.
-        masks: M feathered masks (2s, 2s) uint8 (numpy, or tensors already on the device).
-        squares: M expanded squares ``(xs, ys, xe, ye)``.
-        frames_device: optional (N, H, W, 3) uint8 tensor of the same frames already on the GPU.
-    """
-
-    frames: Any
-    latent_row: np.ndarray
-    latents: Any
-    boxes: Sequence[Any]
-    masks: Sequence[Any]
-    squares: Sequence[Any]
-    frames_device: Any = None
-
-
-def render(inputs: RenderInputs, features, bundle, batch_size: int, n_out: int, device, *,
-           timings: Timings | None = None, pinned: bool = False):
-    """Yield ``(first_output_index, frames)`` for all output frames, in order: UNet, decode, blend.
-
-    Output frame ``t`` uses source frame ``cycle_index(t, N)`` (the official ping-pong, reference §4.5) and whisper
-    tokens ``features[t]``. Frames whose source frame has no face are the source frame unchanged. Batches run
-    through :func:`nbhelpers.gpu.batched`, so an out-of-memory halves the batch and retries the same frames.
-    On CUDA the blend runs on the GPU (:func:`nbhelpers.blending.blend_torch`) and only finished frames are copied
-    to the host; on CPU the bit-exact :func:`nbhelpers.blending.blend_cpu` is used.
-
-    Args:
-        inputs: The source frames, latents and blend material.
-        features: (T, 50, 384) whisper tokens, T >= n_out, on the device.
-        bundle: Loaded models (``unet``, ``vae``, ``pe``).
-        batch_size: Output frames per batch.
-        n_out: Output frames to produce.
-        device: torch device of the models.
-        timings: Accumulates ``generate`` (UNet + decode) and ``blend`` seconds when given (CUDA-synchronised
-            per batch only when timings are asked for).
-        pinned: Copy finished frames into a ring of pinned host buffers (CUDA only). The caller must consume each
-            batch before ``len(ring) - 1`` more batches are produced (the background writer queue guarantees it).
-
-    Yields:
-        ``(t0, frames)`` with frames an (B, H, W, 3) uint8 BGR numpy array for output frames t0..t0+B-1.
-    """
-    import torch
-
-    from . import blending
-    from .gpu import batched
-    from .latents import decode, unet_step
-
-    n_src = len(inputs.frames)
-    src_of = cycle_index(np.arange(n_out), n_src)
-    on_cuda = torch.device(device).type == "cuda"
-    ring: list = []
-    ring_pos = [0]
-    sync = torch.cuda.synchronize if on_cuda else (lambda: None)
-
-    def host_buffer(shape):
-        # A ring of 4 pinned buffers: with the writer queue of depth 2 and one batch being encoded, the buffer
-        # reused for batch k last held batch k - 4, which the writer has finished with.
-        if not (pinned and on_cuda):
-            return None
-        slot = ring_pos[0] % 4
-        ring_pos[0] += 1
-        if len(ring) <= slot:
-            ring.append(None)
-        if ring[slot] is None or tuple(ring[slot].shape) != shape:
-            ring[slot] = torch.empty(shape, dtype=torch.uint8, pin_memory=True)
-        return ring[slot]
-
-    def step(sl: slice) -> np.ndarray:
-        ts = np.arange(sl.start, sl.stop)
-        js = src_of[ts]
-        rows = inputs.latent_row[js]
-        has = rows >= 0
-        t_start = time.perf_counter()
-        with torch.inference_mode():
-            faces_256 = None
-            if has.any():
-                lat = inputs.latents[torch.as_tensor(rows[has], device=inputs.latents.device)]
-                feat = features[torch.as_tensor(ts[has], device=features.device)]
-                faces_256 = decode(unet_step(bundle.unet, bundle.pe, lat, feat), bundle.vae)
-            if timings is not None:
-                sync()
-                t_gen = time.perf_counter()
-                timings.seconds["generate"] = timings.seconds.get("generate", 0.0) + t_gen - t_start
-            face_rows = [int(r) for r in rows[has]]
-            if on_cuda:
-                if inputs.frames_device is not None:
-                    frames_t = inputs.frames_device[torch.as_tensor(js, device=inputs.frames_device.device)]
-                else:
-                    frames_t = torch.from_numpy(np.stack([inputs.frames[int(j)] for j in js])).to(
-                        device, non_blocking=True)
-                if faces_256 is not None:
-                    pos = torch.as_tensor(np.flatnonzero(has), device=frames_t.device)
-                    blended = blending.blend_torch(frames_t[pos], faces_256,
-                                                   [inputs.boxes[r] for r in face_rows],
-                                                   [inputs.masks[r] for r in face_rows],
-                                                   [inputs.squares[r] for r in face_rows], inplace=True)
-                    frames_t[pos] = blended
-                buf = host_buffer(tuple(frames_t.shape))
-                if buf is not None:
-                    buf.copy_(frames_t, non_blocking=True)
-                    torch.cuda.current_stream().synchronize()
-                    frames = buf.numpy()
-                else:
-                    frames = frames_t.cpu().numpy()
-            else:
-                frames = np.stack([inputs.frames[int(j)] for j in js])
-                if faces_256 is not None:
-                    faces_np = faces_256.cpu().numpy()
-                    for k, p in enumerate(np.flatnonzero(has)):
-                        r = face_rows[k]
-                        frames[p] = blending.blend_cpu(frames[p], faces_np[k], inputs.boxes[r], inputs.masks[r],
-                                                       inputs.squares[r])
-        if timings is not None:
-            timings.seconds["blend"] = timings.seconds.get("blend", 0.0) + time.perf_counter() - t_gen
-        return frames
-
-    for sl, frames in batched(n_out, int(batch_size), step, stage="generate"):
-        yield sl.start, frames
-
-
-def _generate(store: FrameStore, track, latents, latent_row: np.ndarray, materials: dict[int, Any], features,
-              bundle, config: InferenceConfig, sink, n_out: int, device, timings: Timings | None = None) -> None:
-    """Run :func:`render` over a job's frames and send each finished batch to ``sink``."""
-    from .progress import bar
-
-    face_frames = sorted(materials)
-    inputs = RenderInputs(frames=store, latent_row=latent_row, latents=latents,
-                          boxes=[materials[j].box for j in face_frames],
-                          masks=[materials[j].mask for j in face_frames],
-                          squares=[materials[j].square for j in face_frames])
-    with bar(total=n_out, desc="generate", unit="frame") as progress:
-        for first, frames in render(inputs, features, bundle, int(config.batch_size or 8), n_out, device,
-                                    timings=timings, pinned=True):
-            sink.put(first, frames)
-            progress.update(len(frames))
-
-
-class _BackgroundWriter:
-    """Encodes finished frames on a thread while the GPU computes the next batch (at most 2 batches queued)."""
-
-    def __init__(self, writer, frame_callback=None, depth: int = 2):
-        self.writer = writer
-        self.frame_callback = frame_callback
-        self.queue: queue.Queue = queue.Queue(maxsize=depth)
-        self.error: BaseException | None = None
-        self.wait_s = 0.0
-        self.thread = threading.Thread(target=self._run, name="nbhelpers-encode", daemon=True)
-
-    def __enter__(self) -> _BackgroundWriter:
-        self.thread.start()
-        return self
-
-    def put(self, first_index: int, frames: np.ndarray) -> None:
-        if self.error is not None:
-            raise self.error
-        self.queue.put((first_index, frames))
-
-    def _run(self) -> None:
-        while True:
-            item = self.queue.get()
-            if item is None:
-                return
-            if self.error is not None:
-                continue
-            first, frames = item
-            try:
-                if self.frame_callback is not None:
-                    for k, frame in enumerate(frames):
-                        self.frame_callback(first + k, frame)
-                self.writer.write(frames)
-            except BaseException as exc:  # noqa: BLE001 - handed to the main thread
-                self.error = exc
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        start = time.perf_counter()
-        self.queue.put(None)
-        self.thread.join()
-        self.wait_s = time.perf_counter() - start
-        if exc_type is None and self.error is not None:
-            raise self.error
-
-
-def describe_boxes(boxes: Sequence[Any] | None) -> str:
-    """One line describing user boxes (for logs)."""
+def _one_frame_boxes(boxes: Any, frame_index: int) -> Any:
+    """The boxes argument for one frame: a single box stays; per-frame boxes give that frame's."""
     if boxes is None:
-        return "detected"
+        return None
     arr = np.asarray(boxes, dtype=object)
-    return "one box for the clip" if arr.ndim == 1 else f"{len(arr)} boxes given"
-
-
+    if arr.ndim > 1 or (arr.ndim == 1 and len(arr) and not np.isscalar(arr[0])):
+        return [boxes[int(frame_index)]]
+    return boxes
 
 
 # ------------------------------------------------------------------------------------------------------------------
-# First-frame preview
+# Preview result
 
 
 @dataclass(frozen=True)
@@ -654,111 +260,632 @@ class Preview:
                 f"{self.frame.shape[0]}, audio={self.audio!r})")
 
 
+# ------------------------------------------------------------------------------------------------------------------
+# The pipeline object
+
+
+class MuseTalkPipeline:
+    """The models of one MuseTalk version on one device, loaded once, and the jobs that use them.
+
+    Make it with :meth:`from_pretrained`. Each model is loaded the first time a step needs it and then kept, so
+    a preview, several offline jobs, an avatar's preparation and its clips read each weight file once. In a
+    notebook it shows what is loaded, the device, the precision and the GPU memory it holds.
+
+    Attributes:
+        weights_dir: The weights folder (official ``models/`` layout).
+        version: ``"v15"`` or ``"v1"``.
+        device: The torch device every model runs on.
+        dtype: ``torch.float16`` (CUDA) or ``torch.float32``.
+        config: Default settings of the jobs, with device, precision and the planner's reasons filled in.
+    """
+
+    def __init__(self, weights_dir: Path, config: InferenceConfig):
+        import torch
+
+        self.weights_dir = Path(weights_dir)
+        self.config = config
+        self.version = config.version
+        self.device = torch.device(config.device or "cpu")
+        self.dtype = torch.float16 if config.fp16 else torch.float32
+        self._loaded: dict[str, Any] = {}
+        self._checked: dict[str, tuple[int, int]] = {}
+
+    # -- construction --------------------------------------------------------------------------------------------
+
+    @classmethod
+    def from_pretrained(cls, weights_dir: str | os.PathLike | None = None, *, version: str = "v15",
+                        device: str | None = None, torch_dtype: Any = None, landmark_backend: str = "auto",
+                        config: InferenceConfig | None = None) -> MuseTalkPipeline:
+        """Check a weights folder and make a pipeline over it; no model is loaded yet.
+
+        The device and precision are chosen once here (:func:`nbhelpers.gpu.plan`: CUDA and fp16 when a usable GPU
+        is there, else the CPU and fp32), unless given. Every weight file of the version is checked for presence
+        and sniffed for content (an HTML page or a git-lfs pointer saved under a weight's name is caught here, in
+        a second, before any frame is decoded); the check is remembered per file size and modification time.
+
+        Args:
+            weights_dir: The weights folder; None = :func:`nbhelpers.weights.default_dir`.
+            version: ``"v15"`` (default) or ``"v1"``.
+            device: ``"cuda"``, ``"cuda:N"``, ``"cpu"``; None picks CUDA when usable.
+            torch_dtype: ``torch.float16`` or ``torch.float32``; None = fp16 on CUDA, fp32 on the CPU.
+            landmark_backend: Default landmark backend of the jobs (``"auto"``, ``"dwpose-onnx"``, ``"mmpose"``,
+                ``"dlib"``).
+            config: Default settings of the jobs; ``version``, ``device`` and precision given here win over it.
+
+        Returns:
+            A :class:`MuseTalkPipeline`.
+
+        Raises:
+            InputError: An unknown version, device, dtype or backend.
+            NoGpuError: ``device`` asks for CUDA and none is usable.
+            WeightsError: The folder does not exist, files are missing or not weight files (each named, with the
+                download command).
+        """
+        import torch
+
+        from . import gpu
+
+        base = config or InferenceConfig()
+        fp16 = base.fp16
+        if torch_dtype is not None:
+            if torch_dtype not in (torch.float16, torch.float32):
+                raise InputError(f"torch_dtype must be torch.float16, torch.float32 or None (automatic); got "
+                                 f"{torch_dtype!r}.")
+            fp16 = torch_dtype == torch.float16
+        changes: dict[str, Any] = {"version": version, "fp16": fp16}
+        if device is not None:
+            changes["device"] = str(device)
+        if landmark_backend != "auto" or config is None:
+            changes["landmark_backend"] = landmark_backend
+        base = base.replace(**changes)
+        gpu.check_device(base.device)
+        weights_path = check_weights_dir(weights_dir, base.version)
+        plan = gpu.plan(kind="lipsync", config=base, n_frames=None, weights=_weights_kind(weights_path))
+        planned = plan.config.replace(batch_size=base.batch_size)
+        planned.reasons.update(plan.config.reasons)
+        pipe = cls(weights_path, planned)
+        pipe.check_weights()
+        return pipe
+
+    def check_weights(self) -> None:
+        """Sniff every weight file of this version (and face parsing) once; cheap on later calls.
+
+        A file is looked into again only when its size or modification time changed since the last check.
+
+        Raises:
+            WeightsError: Files are missing or not weight files (an HTML page, a git-lfs pointer, truncated),
+                each named, with the download command for this folder.
+        """
+        from . import weights
+
+        names = weights.required_files(self.version, parsing=True)
+        missing = weights.missing_files(self.weights_dir, names)
+        if missing:
+            check_weights_dir(self.weights_dir, self.version)  # raises with the full message
+        bad = []
+        for rel in names:
+            entry = weights.MANIFEST.get(rel)
+            path = next((self.weights_dir / p for p in (rel, *entry.alternates) if (self.weights_dir / p).is_file()),
+                        self.weights_dir / rel)
+            st = path.stat()
+            key = (st.st_size, st.st_mtime_ns)
+            if self._checked.get(str(path)) == key:
+                continue
+            insp = weights.inspect_file(path)
+            if insp.bad:
+                bad.append(f"{path.relative_to(self.weights_dir).as_posix()}: {insp.state} ({insp.detail})")
+            else:
+                self._checked[str(path)] = key
+        if bad:
+            sets = "core parsing" + (" v1" if self.version == "v1" else "")
+            raise WeightsError(f"{len(bad)} weight file(s) under {self.weights_dir} are not usable:\n  "
+                               + "\n  ".join(bad) + f"\nDelete them and download them again with `python -m "
+                               f"nbhelpers download --weights {self.weights_dir} --sets {sets}`.")
+
+    # -- the models, loaded on first use ---------------------------------------------------------------------------
+
+    def _get(self, name: str, load: Callable[[], Any]) -> Any:
+        if name not in self._loaded:
+            with flush_denormals(self.device):
+                self._loaded[name] = load()
+        return self._loaded[name]
+
+    @property
+    def unet(self):
+        """The MuseTalk ``UNet2DConditionModel`` (loaded on first use)."""
+        from . import models
+
+        return self._get("unet", lambda: models.load_unet(self.weights_dir, self.version, self.device, self.dtype))
+
+    @property
+    def vae(self):
+        """The sd-vae-ft-mse ``AutoencoderKL`` (loaded on first use)."""
+        from . import models
+
+        return self._get("vae", lambda: models.load_vae(self.weights_dir, self.device, self.dtype))
+
+    @property
+    def whisper(self):
+        """The whisper-tiny model; the pipeline uses its encoder (loaded on first use)."""
+        from . import models
+
+        return self._get("whisper", lambda: models.load_whisper(self.weights_dir, self.device, self.dtype))
+
+    @property
+    def feature_extractor(self):
+        """Whisper's log-mel feature extractor (CPU, loaded on first use)."""
+        from . import models
+
+        return self._get("feature_extractor", lambda: models.load_feature_extractor(self.weights_dir))
+
+    @property
+    def pe(self):
+        """The positional encoding of the whisper tokens (384, 5000)."""
+        from .constants import WHISPER_DIM
+        from .models import PositionalEncoding
+
+        return self._get("pe", lambda: PositionalEncoding(WHISPER_DIM, 5000).to(self.device, self.dtype).eval())
+
+    @property
+    def face_parser(self):
+        """BiSeNet face parsing (:class:`nbhelpers.parsing.FaceParser`, loaded on first use)."""
+        from .parsing import FaceParser
+
+        return self._get("face_parser", lambda: FaceParser(self.weights_dir, device=self.device, dtype=self.dtype))
+
+    @property
+    def models(self):
+        """UNet, VAE, whisper, feature extractor and positional encoding as one :class:`nbhelpers.models.Models`."""
+        from . import models, weights
+
+        return models.Models(unet=self.unet, vae=self.vae, whisper=self.whisper,
+                             feature_extractor=self.feature_extractor, pe=self.pe, device=self.device,
+                             dtype=self.dtype, version=self.version, weights_dir=self.weights_dir,
+                             tiny=weights.is_tiny(self.weights_dir))
+
+    def landmarks(self, backend: Any = None):
+        """The landmark backend ``backend`` (a name, default the pipeline's; or an object, returned as is).
+
+        Backends made here are kept for later jobs. Raises what :func:`nbhelpers.faces.get_backend` raises.
+        """
+        from . import faces
+
+        backend = backend or self.config.landmark_backend
+        if not isinstance(backend, str):
+            return backend
+        key = f"landmarks:{backend}"
+        return self._get(key, lambda: faces.get_backend(backend, weights_dir=self.weights_dir, device=str(self.device)))
+
+    @property
+    def loaded(self) -> list[str]:
+        """Names of the components loaded so far."""
+        return list(self._loaded)
+
+    # -- steps shared by the jobs ----------------------------------------------------------------------------------
+
+    def job_config(self, config: InferenceConfig | None = None, *, boxes: Any = None) -> InferenceConfig:
+        """A job's settings: ``config`` (default the pipeline's) with this pipeline's version, device and precision.
+
+        Raises:
+            InputError: ``config`` asks for another version, device or precision than the pipeline holds.
+        """
+        config = config or self.config
+        if boxes is not None and config.landmark_backend != "boxes":
+            config = config.replace(landmark_backend="boxes")
+        mine = {"version": self.version, "device": self.config.device, "fp16": self.config.fp16}
+        clash = [f"{k}={getattr(config, k)!r} (this pipeline: {v!r})" for k, v in mine.items()
+                 if getattr(config, k) is not None and getattr(config, k) != v]
+        if clash:
+            raise InputError(f"the settings ask for {', '.join(clash)}. A pipeline keeps its models on one device in "
+                             "one precision and version: make another with MuseTalkPipeline.from_pretrained(...), or "
+                             "move this one with pipe.to(device).")
+        filled = config.replace(**mine)
+        filled.reasons.update({k: v for k, v in self.config.reasons.items() if k in PIPELINE_FIELDS})
+        filled.reasons.update(config.reasons)
+        return filled
+
+    def plan(self, kind: str, config: InferenceConfig, n_frames: int | None, frame_size: tuple[int, int] | None):
+        """The batch size of one job on this pipeline's device (:func:`nbhelpers.gpu.plan`); returns its config."""
+        from . import gpu
+
+        return gpu.plan(kind=kind, config=config, n_frames=n_frames, frame_size=frame_size,
+                        weights=_weights_kind(self.weights_dir)).config
+
+    def features(self, waveform: np.ndarray):
+        """Whisper features of a 16 kHz mono waveform: (T, 50, 384) on the device, T = floor(seconds x 25).
+
+        Source: ``musetalk/utils/audio_processor.py`` (reference §5), through :func:`nbhelpers.audio.whisper_features`.
+        """
+        from .audio import whisper_features
+
+        with flush_denormals(self.device):
+            return whisper_features(waveform, self.whisper, fps=FPS, feature_extractor=self.feature_extractor)
+
+    # -- jobs ------------------------------------------------------------------------------------------------------
+
+    def lipsync(self, video: str | os.PathLike, audio: str | os.PathLike, output: str | os.PathLike | None = None, *,
+                config: InferenceConfig | None = None, boxes: Any = None, backend: Any = None,
+                frame_callback: Callable[[int, np.ndarray], None] | None = None) -> ClipResult:
+        """Lip-sync a face video (or photo) to a speech file and write an MP4.
+
+        The output has ``floor(audio seconds x 25)`` frames at 25 fps and the source resolution; source frames
+        cycle forward and back (0..N-1, N-1..0, ...) as the official code does, so audio longer than the video
+        loops it and shorter audio uses its first frames (only those are decoded and tracked). Frames without a
+        face are written unchanged (counted in ``no_face_frames``). The input audio is muxed in by explicit
+        stream mapping.
+
+        Args:
+            video: Face video (any container ffmpeg reads, any frame rate: converted to 25 fps) or a photo.
+            audio: Speech (wav, mp3, m4a, ogg, flac, or a video with sound), any sample rate and channel count.
+            output: Path of the MP4 to write (default ``results/<video>_<audio>.mp4``). Written under a temporary
+                name and renamed when complete.
+            config: :class:`InferenceConfig`; default the pipeline's. Batch size is planned when left empty.
+            boxes: Crop boxes given by hand instead of detecting faces: one ``(x1, y1, x2, y2)`` in source pixels
+                for the whole clip, or one per 25 fps frame (None for a frame without a face).
+            backend: A landmark backend object or name; default ``config.landmark_backend``.
+            frame_callback: Called as ``frame_callback(t, frame)`` with each finished (H, W, 3) uint8 BGR frame
+                before it is encoded (for tests and previews).
+
+        Returns:
+            :class:`~nbhelpers.result.ClipResult` (shows the video inline in a notebook).
+
+        Raises:
+            InputError: A file is missing or unreadable, has no video or audio stream, or an option is invalid
+                (before anything heavy runs).
+            WeightsError: Weight files are missing or corrupt (names them and gives the download command).
+            NoFaceError: No frame has a face (before the UNet loads): pass ``boxes=`` or another clip.
+            DiskSpaceError: The local disk cannot hold the decoded frames (checked before decoding).
+            FFmpegError: ffmpeg failed (its stderr is in the message).
+
+        Source: ``scripts/inference.py:85-249`` (reference §2-§8), with the fixes listed in the module docstring.
+        """
+        from . import faces, media
+        from .blending import materials_for_frames
+        from .engine import run
+        from .framestore import check_disk_for_frames, expected_frames
+        from .latents import encode_frames
+
+        t0 = time.perf_counter()
+        timings = Timings()
+        config = self.job_config(config, boxes=boxes)
+
+        # 1. check inputs: files, streams and weights, before anything heavy
+        video_path, audio_path, output_path, _, video_info, _ = check_inputs(
+            video, audio, output, config=config, weights_dir=self.weights_dir, boxes=boxes)
+        self.check_weights()
+
+        # 2. media: audio at 16 kHz; then only the 25 fps frames the audio reaches, streamed to local disk
+        with timings.stage("media"):
+            waveform = media.load_audio(audio_path)
+        n_out = output_frame_count(len(waveform))
+        if n_out < 1:
+            raise InputError(f"audio {str(audio_path)!r} lasts {len(waveform) / SAMPLE_RATE:.3f} s, shorter than one "
+                             f"frame (1/{FPS} s); give at least 0.04 s of speech.")
+        reader = media.load_video(video_path)
+        # The ping-pong over n_out output frames uses source frames 0..min(n_out, N)-1 only, so a short clip over a
+        # long video decodes, tracks, encodes and parses only those (the official code prepares every frame).
+        check_disk_for_frames(min(n_out, expected_frames(video_info, n_out)), reader.height, reader.width)
+        store = FrameStore(reader.height, reader.width)
+        try:
+            # 3. faces: crop box per frame (or the boxes given), before any heavy model loads
+            with timings.stage("faces"):
+                track = faces.track(store.tee(_first(reader, n_out)), backend=self.landmarks(backend)
+                                    if config.landmark_backend != "boxes" else "auto", config=config, boxes=boxes,
+                                    weights_dir=self.weights_dir)
+            store.finish()
+            reader.close()
+            if len(store) != track.n_frames:
+                raise MediaError(f"internal: decoded {len(store)} frames but tracked {track.n_frames}")
+
+            # 4. gpu: batch size from free memory (user overrides kept)
+            config = self.plan("lipsync", config, n_out, store.frame_shape[:2])
+
+            # 5. models: loaded once per pipeline (no time here on a second job)
+            with timings.stage("models"):
+                bundle = self.models
+
+            with flush_denormals(self.device):
+                # 6. audio: whisper features, one (50, 384) token block per output frame
+                with timings.stage("audio"):
+                    features = self.features(waveform)
+                if features.shape[0] != n_out:
+                    raise NbHelpersError(f"internal: {features.shape[0]} feature frames for {n_out} output frames")
+
+                # 7. latents: crop, resize and encode each source frame with a face (indexed by source frame: Q6)
+                face_frames = np.flatnonzero(track.has_face)
+                batch = int(config.batch_size or 8)
+                with timings.stage("latents"):
+                    latents = encode_frames(store, track.crop_boxes, face_frames, bundle.vae, seed=config.seed,
+                                            mode=config.latent_mode, batch_size=batch)
+
+                # 8. parsing: blend material (feathered mask + expanded square) of each source frame with a face
+                with timings.stage("parsing"):
+                    parser = self.face_parser
+                    parser.batch_size = batch
+                    materials = materials_for_frames(store, track.crop_boxes, face_frames, parser, config)
+
+                # 9-10. generate and blend: UNet + VAE decode per batch of output frames, paste back, encode
+                # masks uploaded once; the source frames kept on the GPU when they fit (as an avatar keeps them)
+                source = SourceFaces.from_materials(store, face_frames, latents, materials).to_device(self.device)
+                writer = media.VideoWriter(output_path, store.width, store.height, fps=FPS, audio=audio_path)
+                with writer:
+                    run(source, features, bundle, batch, n_out, writer, frame_callback=frame_callback,
+                        timings=timings)
+                final = Path(writer.path) if hasattr(writer, "path") else output_path
+        finally:
+            reader.close()
+            store.close()
+        return ClipResult(output=final, n_frames=n_out, source_frames=track.n_frames, no_face_frames=track.n_no_face,
+                          fps=FPS, duration_s=len(waveform) / SAMPLE_RATE, config=config, backend=track.backend,
+                          timings=dict(timings.seconds), wall_s=time.perf_counter() - t0, kind="lipsync",
+                          notes=self._notes())
+
+    def preview(self, video: str | os.PathLike, *, config: InferenceConfig | None = None, boxes: Any = None,
+                audio: str | os.PathLike | None = None, frame_index: int = 0, backend: Any = None) -> Preview:
+        """Repaint one frame with the current settings, to check the crop box and mask before a full run.
+
+        Runs the same steps as :meth:`lipsync` on a single 25 fps frame, through the same engine: faces (or the
+        boxes given), latents, parsing, UNet + decode and blending (the CPU blend, bit-exact with the official
+        one). With ``audio`` the tokens of its first output frame are used; without, seeded random tokens stand
+        in, as the official app's "Test Inpainting" button does with unseeded ones (``app.py:35-123``), so the
+        mouth shape is arbitrary but the crop, mask and blend are the real ones.
+
+        Args:
+            video: Face video or photo.
+            config: Settings (default the pipeline's).
+            boxes: One crop box ``(x1, y1, x2, y2)`` or per-frame boxes, as for :meth:`lipsync`.
+            audio: Optional speech file.
+            frame_index: Which 25 fps frame to preview (default the first).
+            backend: Landmark backend object or name (default ``config.landmark_backend``).
+
+        Returns:
+            :class:`Preview` (a four-panel figure in a notebook).
+
+        Raises:
+            InputError: Missing or unreadable files, a frame index past the end, or invalid options.
+            WeightsError: Missing weight files.
+            NoFaceError: No face in that frame (pass ``boxes=``).
+        """
+        import torch
+
+        from . import faces, media
+        from .blending import materials_for_frames
+        from .engine import repaint
+        from .latents import encode_frames
+
+        config = self.job_config(config, boxes=boxes)
+        from . import gpu
+
+        gpu.check_device(config.device)
+        video_path, _ = check_video(video)
+        audio_path = check_audio(audio)[0] if audio is not None else None
+        self.check_weights()
+        frames = media.frames_at(video_path, [int(frame_index)])
+        if len(frames) != 1:
+            raise InputError(f"frame_index {frame_index} is past the end of {str(video_path)!r}.")
+        frame = np.ascontiguousarray(frames[0])[None]
+        track = faces.track(frame, backend=self.landmarks(backend) if config.landmark_backend != "boxes" else "auto",
+                            config=config, boxes=_one_frame_boxes(boxes, frame_index), weights_dir=self.weights_dir)
+        box = tuple(int(v) for v in track.crop_boxes[0])
+        with flush_denormals(self.device):
+            latents = encode_frames(frame, track.crop_boxes, [0], self.vae, seed=config.seed,
+                                    mode=config.latent_mode, progress=False)
+            if audio_path is not None:
+                feats = self.features(media.load_audio(audio_path))[:1]
+                source_text = f"first frame of {audio_path.name}"
+            else:
+                g = torch.Generator().manual_seed(int(config.seed))
+                feats = torch.randn((1, 50, 384), generator=g).to(device=self.device, dtype=self.dtype)
+                source_text = f"random tokens (seed {config.seed})"
+            material = materials_for_frames(frame, track.crop_boxes, [0], self.face_parser, config,
+                                            progress=False)[0]
+            source = SourceFaces.from_materials(frame, [0], latents, [material])
+            result, faces_256 = repaint(source, feats, self.models, np.arange(1), cpu_blend=True)
+        lms = None if not np.isfinite(track.landmarks[0]).all() else track.landmarks[0].astype(np.float32)
+        return Preview(frame=frame[0], result=np.array(result[0]), face_256=faces_256[0].cpu().numpy(), crop_box=box, landmarks=lms,
+                       mask=material.mask, square=tuple(int(v) for v in material.square), audio=source_text)
+
+    def prepare_avatar(self, video: str | os.PathLike, directory: str | os.PathLike, *,
+                       config: InferenceConfig | None = None, boxes: Any = None, rebuild: bool = False,
+                       backend: Any = None):
+        """Prepare (or load) the avatar of a face video with this pipeline's models; see
+        :func:`nbhelpers.avatar.prepare_avatar`. The avatar generates its clips with the same loaded models."""
+        from .avatar import prepare_avatar
+
+        return prepare_avatar(video, directory, config=config, boxes=boxes, rebuild=rebuild, backend=backend,
+                              pipeline=self)
+
+    def load_avatar(self, directory: str | os.PathLike, *, config: InferenceConfig | None = None,
+                    check: bool = True):
+        """Load a prepared avatar that generates with this pipeline's models; see :meth:`nbhelpers.avatar.Avatar.load`."""
+        from .avatar import Avatar
+
+        return Avatar.load(directory, config=config, check=check, pipeline=self)
+
+    # -- device and memory -----------------------------------------------------------------------------------------
+
+    def to(self, device: str | Any) -> MuseTalkPipeline:
+        """Move the pipeline to ``device`` (fp16 on CUDA, fp32 on the CPU). Returns self.
+
+        The UNet, VAE, whisper and positional encoding move; the face parser and landmark backends are released
+        and rebuilt on the new device when next used.
+
+        Raises:
+            InputError: An unknown device. NoGpuError: CUDA asked and none usable.
+        """
+        import torch
+
+        from . import gpu
+
+        gpu.check_device(str(device))
+        dev = torch.device(device)
+        fp16 = dev.type == "cuda"
+        dtype = torch.float16 if fp16 else torch.float32
+        for name in ("unet", "vae", "whisper", "pe"):
+            if name in self._loaded:
+                self._loaded[name] = gpu.cast_and_move(self._loaded[name], dev, dtype)
+        for name in [n for n in self._loaded if n == "face_parser" or n.startswith("landmarks:")]:
+            gpu.release(self._loaded.pop(name))
+        self.device, self.dtype = dev, dtype
+        self.config = self.config.replace(device=str(dev), fp16=fp16)
+        return self
+
+    def release(self) -> float:
+        """Drop every loaded model and empty the CUDA cache; returns GiB freed on the GPU. The pipeline stays
+        usable: models are loaded again when next needed."""
+        from . import gpu
+
+        loaded = list(self._loaded.values())
+        for obj in loaded:
+            close = getattr(obj, "close", None)
+            if callable(close) and not hasattr(obj, "parameters"):
+                try:
+                    close()
+                except Exception:  # noqa: BLE001 - releasing must not fail
+                    pass
+        self._loaded.clear()
+        return gpu.release(*loaded)
+
+    def __enter__(self) -> MuseTalkPipeline:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    def _notes(self) -> tuple[str, ...]:
+        from . import weights
+
+        return ("(random test weights: the mouth is noise)",) if weights.is_tiny(self.weights_dir) else ()
+
+    def _gpu_gib(self) -> float | None:
+        import torch
+
+        if self.device.type != "cuda":
+            return None
+        return torch.cuda.memory_allocated(self.device) / 2**30
+
+    def _rows(self) -> list[tuple[str, str]]:
+        names = ["unet", "vae", "whisper", "feature_extractor", "pe", "face_parser"]
+        names += [n for n in self._loaded if n.startswith("landmarks:")]
+        rows = [("weights", str(self.weights_dir)), ("version", self.version), ("device", str(self.device)),
+                ("precision", "fp16" if self.config.fp16 else "fp32")]
+        rows += [(n, "loaded" if n in self._loaded else "not loaded yet") for n in names]
+        gib = self._gpu_gib()
+        if gib is not None:
+            rows.append(("GPU memory held", f"{gib:.2f} GiB"))
+        return rows
+
+    def __repr__(self) -> str:
+        loaded = ", ".join(self._loaded) or "nothing loaded yet"
+        return (f"MuseTalkPipeline({self.version} on {self.device}, {'fp16' if self.config.fp16 else 'fp32'}, "
+                f"{self.weights_dir}; {loaded})")
+
+    def _repr_html_(self) -> str:
+        body = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>" for k, v in self._rows())
+        return f"<table><caption>MuseTalkPipeline</caption>{body}</table>"
+
+
+def _first(reader: Any, n: int):
+    """The first ``n`` frames of ``reader`` (an iterator of frames); stops decoding after them."""
+    for k, frame in enumerate(reader):
+        yield frame
+        if k + 1 >= n:
+            return
+
+
+def _weights_kind(weights_path: Path) -> str:
+    from . import weights
+
+    return "tiny" if weights.is_tiny(weights_path) else "full"
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# One-call conveniences
+
+
+def _pipeline_for(config: InferenceConfig, weights_dir: Any) -> MuseTalkPipeline:
+    return MuseTalkPipeline.from_pretrained(weights_dir, version=config.version, config=config)
+
+
+def lipsync(video: str | os.PathLike, audio: str | os.PathLike, output: str | os.PathLike | None = None, *,
+            version: str | None = None, boxes: Any = None, config: InferenceConfig | None = None,
+            weights_dir: str | os.PathLike | None = None, backend: Any = None,
+            frame_callback: Callable[[int, np.ndarray], None] | None = None) -> ClipResult:
+    """Lip-sync a face video (or photo) to a speech file in one call: a pipeline is made for it and released.
+
+    For several jobs, make one :class:`MuseTalkPipeline` and call its :meth:`~MuseTalkPipeline.lipsync`: the models
+    load once. Arguments, result and errors are those of :meth:`MuseTalkPipeline.lipsync`, plus:
+
+    Args:
+        video: Face video or photo.
+        audio: Speech file.
+        output: Output MP4 (default ``results/<video>_<audio>.mp4``).
+        version: ``"v15"`` or ``"v1"``; overrides ``config.version`` when given.
+        boxes: Crop boxes given by hand (see :meth:`MuseTalkPipeline.lipsync`).
+        config: :class:`InferenceConfig`; missing device, precision and batch size are planned from the GPU.
+        weights_dir: Folder of the weights in the official layout (default :func:`nbhelpers.weights.default_dir`).
+        backend: A landmark backend object or name.
+        frame_callback: ``frame_callback(t, frame)`` per finished frame.
+
+    Returns:
+        :class:`~nbhelpers.result.ClipResult`.
+
+    Raises:
+        InputError, WeightsError, NoFaceError, DiskSpaceError, FFmpegError: see :meth:`MuseTalkPipeline.lipsync`.
+    """
+    config = config or InferenceConfig()
+    if version is not None and version != config.version:
+        config = config.replace(version=version)
+    if boxes is not None and config.landmark_backend != "boxes":
+        config = config.replace(landmark_backend="boxes")
+    check_inputs(video, audio, output, config=config, weights_dir=weights_dir, boxes=boxes)
+    with _pipeline_for(config, weights_dir) as pipe:
+        return pipe.lipsync(video, audio, output, config=config, boxes=boxes, backend=backend,
+                            frame_callback=frame_callback)
+
+
 def preview(video: str | os.PathLike, config: InferenceConfig | None = None, *,
             weights_dir: str | os.PathLike | None = None, boxes: Any = None,
             audio: str | os.PathLike | None = None, frame_index: int = 0, backend: Any = None) -> Preview:
-    """Repaint one frame with the current settings, to check the crop box and mask before a full run.
-
-    Runs the same steps as :func:`lipsync` on a single 25 fps frame: faces (or the boxes given), latents, parsing,
-    UNet + decode and blending. With ``audio`` the tokens of its first output frame are used; without, seeded
-    random tokens stand in, as the official app's "Test Inpainting" button does with unseeded ones
-    (``app.py:35-123``), so the mouth shape is arbitrary but the crop, mask and blend are the real ones.
+    """One-call :meth:`MuseTalkPipeline.preview` (a pipeline is made for it and released).
 
     Args:
         video: Face video or photo.
         config: Settings (default :class:`InferenceConfig`).
         weights_dir: Weights folder (default :func:`nbhelpers.weights.default_dir`).
-        boxes: One crop box ``(x1, y1, x2, y2)`` or per-frame boxes, as for :func:`lipsync`.
+        boxes: One crop box or per-frame boxes.
         audio: Optional speech file.
-        frame_index: Which 25 fps frame to preview (default the first).
-        backend: Landmark backend object or name (default ``config.landmark_backend``).
+        frame_index: Which 25 fps frame to preview.
+        backend: Landmark backend object or name.
 
     Returns:
-        :class:`Preview` (a four-panel figure in a notebook).
+        :class:`Preview`.
 
     Raises:
-        InputError: Missing or unreadable files, a frame index past the end, or invalid options.
-        WeightsError: Missing weight files.
-        NoFaceError: No face in that frame (pass ``boxes=``).
+        InputError, WeightsError, NoFaceError: see :meth:`MuseTalkPipeline.preview`.
     """
-    import torch
-
-    from . import blending, faces, gpu, media, models
-    from .audio import whisper_features
-    from .latents import crop_and_resize, decode, encode, unet_step
-    from .parsing import FaceParser
-
     config = config or InferenceConfig()
     if boxes is not None and config.landmark_backend != "boxes":
         config = config.replace(landmark_backend="boxes")
-    if audio is not None:
-        video_path, _, _, weights_path, _, _ = check_inputs(video, audio, None, config=config,
-                                                            weights_dir=weights_dir, boxes=boxes)
-    else:
-        video_path, weights_path, _ = _check_video_only(video, config, weights_dir)
-    frames = media.frames_at(video_path, [int(frame_index)])
-    if len(frames) != 1:
-        raise InputError(f"frame_index {frame_index} is past the end of {str(video_path)!r}.")
-    frame = np.ascontiguousarray(frames[0])
-    one_box = boxes
-    if boxes is not None and not np.isscalar(np.asarray(boxes, dtype=object).ravel()[0]) \
-            and np.asarray(boxes, dtype=object).ndim > 1:
-        one_box = [boxes[int(frame_index)]]
-    track = faces.track(frame[None], backend=backend or config.landmark_backend, config=config, boxes=one_box,
-                        weights_dir=weights_path)
-    box = tuple(int(v) for v in track.crop_boxes[0])
-    plan = gpu.plan(kind="lipsync", config=config, n_frames=1, frame_size=frame.shape[:2],
-                    weights=_weights_kind(weights_path))
-    device, dtype = _device_dtype(plan.config)
-    with flush_denormals(device):
-        bundle = models.load_models(weights_path, version=config.version, device=device, dtype=dtype)
-        latent = encode(crop_and_resize(frame, box)[None], bundle.vae, generator=int(config.seed),
-                        mode=config.latent_mode, first_index=int(frame_index))
-        if audio is not None:
-            feats = whisper_features(media.load_audio(audio), bundle.whisper,
-                                     feature_extractor=bundle.feature_extractor)[:1]
-            source = f"first frame of {Path(audio).name}"
-        else:
-            g = torch.Generator().manual_seed(int(config.seed))
-            feats = torch.randn((1, 50, 384), generator=g).to(device=device, dtype=dtype)
-            source = f"random tokens (seed {config.seed})"
-        face = decode(unet_step(bundle.unet, bundle.pe, latent, feats), bundle.vae)[0].cpu().numpy()
-        gpu.release(bundle)
-        parser = FaceParser(weights_path, device=device, dtype=dtype)
-        material = blending.prepare_materials([frame], [box], parser, mode=config.effective_parsing_mode,
-                                              left_cheek_width=config.left_cheek_width,
-                                              right_cheek_width=config.right_cheek_width,
-                                              blur_ratio=config.blur_ratio)[0]
-        gpu.release(parser)
-    result = blending.blend_cpu(frame, face, material.box, material.mask, material.square)
-    lms = None if not np.isfinite(track.landmarks[0]).all() else track.landmarks[0].astype(np.float32)
-    return Preview(frame=frame, result=result, face_256=face, crop_box=box, landmarks=lms, mask=material.mask,
-                   square=tuple(int(v) for v in material.square), audio=source)
-
-
-def _check_video_only(video: Any, config: InferenceConfig, weights_dir: Any):
-    """The video, device and weights part of :func:`check_inputs` (for jobs without audio)."""
-    from . import gpu, media, weights
-    from .errors import WeightsError
+    from . import gpu
 
     gpu.check_device(config.device)
-
-    video_path = _as_input_path(video, "video")
-    try:
-        info = media.probe(video_path)
-    except MediaError as exc:
-        raise InputError(f"video {str(video_path)!r} could not be read as a video or image: {exc}") from exc
-    if not info.has_video:
-        raise InputError(f"video {str(video_path)!r} has no video stream; give a face video or photo.")
-    weights_path = Path(weights_dir) if weights_dir is not None else weights.default_dir()
-    missing = weights.missing_files(weights_path, weights.required_files(config.version, parsing=True))
-    if missing:
-        sets = "core parsing" + (" v1" if config.version == "v1" else "")
-        raise WeightsError(
-            f"{len(missing)} weight file(s) missing under {weights_path}: {', '.join(missing)}. Download them with "
-            f"`python -m nbhelpers download --weights {weights_path} --sets {sets}` (or run notebook 01_weights), "
-            "or point at a folder that holds them (--weights DIR, weights_dir=, NBHELPERS_WEIGHTS).")
-    return video_path, weights_path, info
+    check_video(video)
+    with _pipeline_for(config, weights_dir) as pipe:
+        return pipe.preview(video, config=config, boxes=boxes, audio=audio, frame_index=frame_index,
+                            backend=backend)
 
 
-__all__ = ["LipsyncResult", "Preview", "RenderInputs", "check_inputs", "lipsync", "preview", "render"]
+def describe_boxes(boxes: Sequence[Any] | None) -> str:
+    """One line describing user boxes (for logs)."""
+    if boxes is None:
+        return "detected"
+    arr = np.asarray(boxes, dtype=object)
+    return "one box for the clip" if arr.ndim == 1 else f"{len(arr)} boxes given"
+
+
+# Kept for code written against the first releases: both names are the one result type.
+LipsyncResult = ClipResult
+
+__all__ = ["ClipResult", "LipsyncResult", "MuseTalkPipeline", "Preview", "check_audio", "check_inputs",
+           "check_video", "check_weights_dir", "lipsync", "output_path_for", "preview"]

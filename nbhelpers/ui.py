@@ -42,8 +42,8 @@ _LABELS = {
     "parsing_mode": ("parsing_mode", "face-parsing mask: jaw (v1.5 default), raw, neck; v1.0 always uses raw"),
     "left_cheek_width": ("left cheek (px)", "jaw-mode cheek band in 512-px parsing space (app: 20-160)"),
     "right_cheek_width": ("right cheek (px)", "jaw-mode cheek band in 512-px parsing space (app: 20-160)"),
-    "bbox_shift": ("bbox_shift (px)", "v1.0 only: moves the repainted half's upper edge down (+, more mouth "
-                   "openness) or up (-)"),
+    "bbox_shift": ("bbox_shift (px)", "moves the repainted half's upper edge down (+, more mouth openness) or "
+                   "up (-); both versions, as the official app"),
     "batch_size": ("batch (frames)", "frames per UNet/VAE batch; auto = the planner's choice"),
     "fp16": ("precision", "fp16 on CUDA, fp32 on CPU; auto = the planner's choice"),
 }
@@ -195,10 +195,10 @@ class SettingsPanel:
         return control
 
     def _sync(self) -> None:
-        """Enable and show only what applies: bbox_shift for v1; parsing and cheeks for v1.5 (cheeks: jaw)."""
+        """Enable and show only what applies: parsing and cheeks for v1.5 (cheeks: jaw mode); bbox_shift always."""
         v1 = self.controls["version"].value == "v1"
         jaw = self.controls["parsing_mode"].value == "jaw"
-        rules = {"bbox_shift": (v1, v1), "extra_margin": (not v1, True), "parsing_mode": (not v1, True),
+        rules = {"bbox_shift": (True, True), "extra_margin": (not v1, True), "parsing_mode": (not v1, True),
                  "left_cheek_width": (not v1 and jaw, True), "right_cheek_width": (not v1 and jaw, True)}
         for name, (enabled, visible) in rules.items():
             control = self.controls[name]
@@ -268,8 +268,6 @@ def _to_config(base: InferenceConfig, values: Mapping[str, Any]) -> InferenceCon
     for name in ("batch_size", "fp16"):
         if changes.get(name, "auto") == "auto":
             changes[name] = getattr(base, name)
-    if changes.get("version", base.version) != "v1":
-        changes["bbox_shift"] = base.bbox_shift  # the panel offers bbox_shift for v1 only
     for name in ("extra_margin", "left_cheek_width", "right_cheek_width", "bbox_shift"):
         if not isinstance(changes.get(name, 0), (int, np.integer)) or isinstance(changes.get(name), bool):
             raise InputError(f"{name} must be an integer number of pixels; got {changes[name]!r}.")
@@ -288,7 +286,7 @@ def settings_panel(plan_or_config: Any = None, values: Mapping[str, Any] | None 
         plan_or_config: A plan from :func:`nbhelpers.gpu.plan` (its chosen batch size and precision are shown as
             "auto"), an :class:`InferenceConfig`, or None for the defaults.
         values: Field name -> value to start from (the headless path: a parameters cell supplies them). Names:
-            version, extra_margin, parsing_mode, left_cheek_width, right_cheek_width, bbox_shift (v1 only),
+            version, extra_margin, parsing_mode, left_cheek_width, right_cheek_width, bbox_shift,
             batch_size (int or "auto"), fp16 (True, False or "auto").
         use_widgets: Force (True) or avoid (False) ipywidgets; None uses them when installed.
 
@@ -581,6 +579,66 @@ def plot_timings(timings: Any, title: str = "Time per stage") -> Chart:
         share = 100 * s / total if total > 0 else 0.0
         ax.annotate(f" {s:.2f} s ({share:.0f}%)", (s, yi), va="center", fontsize=9)
     ax.set_xlim(0, max(total * 0.01, seconds.max() * 1.35, 1e-3))
+    return Chart(fig)
+
+
+def _zscore(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    ok = np.isfinite(x)
+    if not ok.any():
+        return x
+    sd = x[ok].std()
+    return (x - x[ok].mean()) / (sd if sd > 0 else 1.0)
+
+
+def plot_sync(lag: Any, score: Any = None, title: str = "Does the mouth follow the voice?") -> Chart:
+    """Draw the mouth opening and the speech envelope over time, and their correlation at each lag.
+
+    Top: both curves per frame, each standardised (z score) so they share one axis, over seconds. Bottom: the
+    correlation ``r(L)`` at each lag with the peak marked; with a SyncNet ``score``, its mean distance per offset
+    on a second axis, on the same lag scale (audio delay = -offset).
+
+    Args:
+        lag: A :class:`nbhelpers.quality.MouthAudioLag` (``mouth``, ``envelope``, ``lags``, ``correlations``,
+            ``lag_frames``, ``fps``).
+        score: Optional :class:`nbhelpers.quality.SyncScore` (``offsets``, ``mean_distances``).
+        title: Figure title.
+
+    Returns:
+        A :class:`Chart` (a matplotlib Figure made without pyplot).
+
+    Raises:
+        InputError: ``lag`` lacks those fields.
+    """
+    try:
+        mouth, env = np.asarray(lag.mouth, float), np.asarray(lag.envelope, float)
+        lags, corr, best, fps = np.asarray(lag.lags), np.asarray(lag.correlations), int(lag.lag_frames), lag.fps
+    except AttributeError as exc:
+        raise InputError(f"plot_sync needs a quality.mouth_audio_lag result; got {type(lag).__name__} ({exc}).") \
+            from None
+    fig = _figure(8, 5)
+    top, bottom = fig.subplots(2, 1, height_ratios=(3, 2))
+    t = np.arange(mouth.shape[0]) / float(fps)
+    top.plot(t, _zscore(mouth), color="#c44e52", lw=1.0, label="mouth opening (inner lips / eye width)")
+    top.plot(t, _zscore(env), color="#4c72b0", lw=1.0, alpha=0.8, label="speech envelope (log RMS)")
+    top.set_xlabel("seconds")
+    top.set_ylabel("z score")
+    top.legend(loc="upper right", fontsize=8)
+    top.set_title(title)
+    bottom.plot(lags, corr, color="#55a868", marker=".", label="correlation r")
+    bottom.axvline(best, color="#55a868", ls="--", lw=0.8)
+    bottom.annotate(f" lag {best:+d} frames, r {float(np.max(corr)):.2f}", (best, float(np.max(corr))),
+                    fontsize=8, va="bottom")
+    bottom.axhline(0, color="0.6", lw=0.5)
+    bottom.set_xlabel("lag, frames (+ = sound after mouth)")
+    bottom.set_ylabel("r")
+    if callable(getattr(lag, "summary", None)):
+        bottom.set_title(lag.summary(), fontsize=7, wrap=True)
+    if score is not None:
+        twin = bottom.twinx()
+        twin.plot(-np.asarray(score.offsets), np.asarray(score.mean_distances), color="#8172b2", lw=1.0,
+                  label="SyncNet mean distance")
+        twin.set_ylabel("SyncNet distance", color="#8172b2")
     return Chart(fig)
 
 

@@ -11,6 +11,7 @@ The layout is the official ``models/`` folder (reference §1.1), relative to one
     s3fd/s3fd-619a316812.pth                             (s3fd: the face box detector)
     musetalk/pytorch_model.bin  musetalk/musetalk.json   (v1: MuseTalk 1.0, only when asked)
     syncnet/latentsync_syncnet.pt                        (syncnet: training only, only when asked)
+    syncnet/syncnet_v2.model                             (quality: the LSE-D / LSE-C score, only when asked)
 
 >>> from nbhelpers import weights
 >>> weights.list_files()                 # doctest: +SKIP  (the manifest as a table)
@@ -296,6 +297,15 @@ _ENTRIES: tuple[WeightFile, ...] = (
         _hub("ByteDance/LatentSync", "latentsync_syncnet.pt"),
         description="LatentSync SyncNet: training only (the official app.py refuses to start without it)",
         cited="reference §1.1; download_weights.sh:42-44, app.py:139,149-159"),
+    WeightFile(
+        "syncnet-v2", "syncnet/syncnet_v2.model", ("quality",), "torch",
+        (*_hub("ByteDance/LatentSync-1.5", "auxiliary/syncnet_v2.model"),
+         Source("url", url="https://www.robots.ox.ac.uk/~vgg/software/lipsync/data/syncnet_v2.model")),
+        approx_bytes=54_526_464,
+        description="SyncNet v2 (Chung & Zisserman 2016), a plain state dict of 13.6 M float32 values: the "
+                    "LSE-D / LSE-C lip-sync score of nbhelpers.quality (optional)",
+        cited="syncnet_python download_model.sh, SyncNetInstance.py loadParameters; LatentSync "
+              "checkpoints/auxiliary"),
 )
 
 SETS: dict[str, str] = {
@@ -307,6 +317,7 @@ SETS: dict[str, str] = {
     "s3fd": "S3FD face detector (the face box for the DWPose backends)",
     "v1": "MuseTalk 1.0 UNet + config (only for version='v1')",
     "syncnet": "LatentSync SyncNet (training only)",
+    "quality": "SyncNet v2 for the LSE-D / LSE-C lip-sync score (nbhelpers.quality.sync_score)",
 }
 DEFAULT_SETS: tuple[str, ...] = ("core", "faces", "parsing", "s3fd")  # the v1.5 inference set, ~4.2 GB
 _ALIASES = {"default": DEFAULT_SETS, "v15": ("core",), "all": tuple(SETS)}
@@ -1623,7 +1634,8 @@ def _failure_message(root: Path, rows: Sequence[DownloadRow], manifest: Manifest
             "Fix: this machine cannot reach the weight hosts (no internet, or HF_HUB_OFFLINE is set). Copy the "
             f"files above into {root} by hand (the 'by hand' lines give each address), or point the job at a "
             "folder that already holds them: --weights DIR on the command line, weights_dir= in Python, or the "
-            "NBHELPERS_WEIGHTS environment variable (a shared Google Drive folder works).")
+            "NBHELPERS_WEIGHTS environment variable (a shared Google Drive folder works). To see the tool run "
+            "without any download: `python -m nbhelpers demo --tiny` (tiny random weights; the mouth is noise).")
     else:
         lines.append(
             "Fix: check the network and run the download again (finished files are kept; the hub client resumes "

@@ -1,5 +1,5 @@
-"""Latents (nbhelpers.latents): crop, encode (masking, order, noise), decode (scaling, clamping, rounding, BGR),
-the UNet step and the ordered, out-of-memory-safe generation loop."""
+"""Latents (nbhelpers.latents): crop, encode (masking, order, noise), decode (scaling, clamping, rounding, BGR) and
+the UNet step. The ordered, out-of-memory-safe generation loop is the engine's: tests/test_engine.py."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ diffusers = pytest.importorskip("diffusers")
 cv2 = pytest.importorskip("cv2")
 
 from nbhelpers.errors import InputError  # noqa: E402
-from nbhelpers.latents import crop_and_resize, decode, encode, generate, unet_step  # noqa: E402
+from nbhelpers.latents import crop_and_resize, decode, encode, unet_step  # noqa: E402
 
 SCALE = 0.18215
 
@@ -355,65 +355,6 @@ def test_unet_step_rejects_mismatched_shapes(tiny_unet, pe):
         unet_step(tiny_unet, pe, torch.zeros(2, 4, 32, 32), torch.zeros(2, 50, 384))
 
 
-@pytest.fixture(scope="module")
-def gen_inputs():
-    torch.manual_seed(2)
-    return torch.randn(3, 8, 32, 32), torch.randn(5, 50, 384)
-
-
-def test_generate_uses_latent_t_mod_m_and_feature_t(gen_inputs, tiny_unet, tiny_vae, pe):
-    latents, features = gen_inputs
-    batches = list(generate(latents, features, tiny_unet, tiny_vae, pe, batch_size=3))
-    assert [s for s, _ in batches] == [slice(0, 3), slice(3, 5)]
-    frames = torch.cat([f for _, f in batches])
-    assert frames.shape == (5, 256, 256, 3) and frames.dtype == torch.uint8
-    for t in (0, 4):
-        want = decode(unet_step(tiny_unet, pe, latents[t % 3:t % 3 + 1], features[t:t + 1]), tiny_vae)
-        torch.testing.assert_close(frames[t:t + 1].int(), want.int(), rtol=0, atol=1)
-    # an explicit latent_index (e.g. frames without a face skipped differently) is followed
-    index = [2, 2, 1, 0, 1]
-    frames_i = torch.cat([f for _, f in generate(latents, features, tiny_unet, tiny_vae, pe, 5,
-                                                 latent_index=np.array(index))])
-    want = decode(unet_step(tiny_unet, pe, latents[index], features), tiny_vae)
-    assert torch.equal(frames_i, want)
-
-
-def test_generate_out_of_memory_fallback_keeps_every_frame_in_order(gen_inputs, tiny_unet, tiny_vae, pe):
-    latents, features = gen_inputs
-    clean = list(generate(latents, features, RecordingUNet(tiny_unet), tiny_vae, pe, batch_size=2))
-    oom_unet = RecordingUNet(tiny_unet, oom_above=2)
-    seen = []
-    with pytest.warns(RuntimeWarning, match="out of memory"):
-        oom = list(generate(latents, features, oom_unet, tiny_vae, pe, batch_size=8,
-                            on_batch=lambda sl, frames: seen.append((sl, frames.shape[0]))))
-    # tried all 5 frames, then half of the 5 that failed (2) for the rest; every frame once, in order
-    assert [c[0].shape[0] for c in oom_unet.calls] == [5, 2, 2, 1]
-    assert [s for s, _ in oom] == [slice(0, 2), slice(2, 4), slice(4, 5)]
-    assert seen == [(s, s.stop - s.start) for s, _ in oom]
-    assert [s for s, _ in oom] == [s for s, _ in clean]
-    assert torch.equal(torch.cat([f for _, f in oom]), torch.cat([f for _, f in clean]))
-    # and the same frames, up to last-bit kernel rounding, as one batch of 5 with no OOM at all
-    whole = torch.cat([f for _, f in generate(latents, features, tiny_unet, tiny_vae, pe, batch_size=8)])
-    assert (whole.int() - torch.cat([f for _, f in oom]).int()).abs().max() <= 1
-
-
-def test_generate_checks_inputs_before_running(gen_inputs, tiny_vae, pe):
-    latents, features = gen_inputs
-    never = RecordingUNet(torch.nn.Linear(1, 1))
-    with pytest.raises(InputError, match="latent_index"):
-        generate(latents, features, never, tiny_vae, pe, latent_index=[0] * 4)
-    with pytest.raises(InputError, match=r"\[0, 3\)"):
-        generate(latents, features, never, tiny_vae, pe, latent_index=[0, 1, 2, 3, 0])
-    with pytest.raises(InputError, match="latents is empty"):
-        generate(latents[:0], features, never, tiny_vae, pe)
-    with pytest.raises(InputError, match="features"):
-        generate(latents, features[:, :10], never, tiny_vae, pe)
-    with pytest.raises(InputError, match="batch_size"):
-        generate(latents, features, never, tiny_vae, pe, batch_size=0)
-    assert never.calls == []
-    assert list(generate(latents, features[:0], never, tiny_vae, pe)) == []
-
-
 class DtypeUNet(torch.nn.Module):
     """Records the dtypes it is called with and returns the first 4 channels of its input."""
 
@@ -438,5 +379,7 @@ def test_fp16_path_keeps_half_precision_end_to_end(crops, pe):
     assert unet.seen == [(torch.float16, torch.int64, torch.float16)] and out.dtype == torch.float16
     frames = decode(out, vae)
     assert vae.decoded[0].dtype == torch.float16 and frames.dtype == torch.uint8
-    batches = list(generate(lat, torch.zeros(2, 50, 384, dtype=torch.float16), unet, vae, half_pe, 1))
-    assert torch.equal(torch.cat([f for _, f in batches]), frames)
+    one_by_one = [decode(unet_step(unet, half_pe, lat[k:k + 1], torch.zeros(1, 50, 384, dtype=torch.float16)), vae)
+                  for k in range(2)]
+    assert all(f.dtype == torch.uint8 for f in one_by_one)
+    assert torch.equal(torch.cat(one_by_one), frames)

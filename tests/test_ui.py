@@ -77,10 +77,12 @@ def test_widgets_and_plain_panels_agree():
             == ui.settings_panel(values=values, use_widgets=False).config)
 
 
-def test_bbox_shift_only_for_v1(use_widgets):
+def test_bbox_shift_applies_to_both_versions(use_widgets):
+    # One rule in docs, CLI and panel: bbox_shift applies to v1.5 too, as the official app does (quirk Q27).
     v15 = ui.settings_panel(values={"bbox_shift": 12}, use_widgets=use_widgets)
-    assert v15.config.bbox_shift == 0  # the panel applies bbox_shift to v1 only
-    assert "bbox_shift (px)" not in dict(v15.rows())
+    assert v15.config.bbox_shift == 12 and v15.config.version == "v15"
+    assert dict(v15.rows())["bbox_shift (px)"] == "12"
+    assert "app" in v15.config.reasons["bbox_shift"]
     v1 = ui.settings_panel(values={"version": "v1", "bbox_shift": 12}, use_widgets=use_widgets)
     assert v1.config.bbox_shift == 12 and v1.config.version == "v1"
     assert dict(v1.rows())["bbox_shift (px)"] == "12"
@@ -92,7 +94,7 @@ def test_changing_a_widget_updates_what_is_shown_and_the_config():
     pytest.importorskip("ipywidgets")
     panel = ui.settings_panel(use_widgets=True)
     shift = panel.controls["bbox_shift"]
-    assert shift.disabled and shift.layout.display == "none"
+    assert not shift.disabled and shift.layout.display == ""  # shown for v1.5 as well
     panel.controls["version"].value = "v1"  # as a person picking "MuseTalk 1.0" in the dropdown
     assert not shift.disabled and shift.layout.display == ""
     shift.value = -5
@@ -100,7 +102,7 @@ def test_changing_a_widget_updates_what_is_shown_and_the_config():
     assert panel.config.bbox_shift == -5
     panel.controls["version"].value = "v15"
     assert panel.controls["left_cheek_width"].disabled  # cheek widths apply to the jaw mode only
-    assert panel.config.bbox_shift == 0
+    assert panel.config.bbox_shift == -5 and panel.config.version == "v15"
 
 
 def test_set_validates_and_extends_slider_ranges(use_widgets):
@@ -172,7 +174,8 @@ def test_panel_works_on_ipywidgets_8(tmp_path_factory):
     """Install ipywidgets 8 into a throwaway folder (this environment keeps Colab's 7.7.1) and run the panel."""
     target = tmp_path_factory.mktemp("ipywidgets8")
     install = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target",
-                              str(target), "ipywidgets>=8,<9", "widgetsnbextension>=4,<5", "jupyterlab_widgets>=3,<4"],
+                              str(target), "ipywidgets>=8,<9", "widgetsnbextension>=4,<5", "jupyterlab_widgets>=3,<4",
+                              "comm>=0.1.3"],  # ipywidgets 8 needs comm; Colab's ipykernel 6.17.1 does not bring it
                              capture_output=True, text=True, stdin=subprocess.DEVNULL)
     if install.returncode != 0:
         pytest.skip(f"could not install ipywidgets 8 from the package index: {install.stderr[-300:]}")
@@ -363,3 +366,15 @@ def test_fps_table():
         ui.fps_table([])
     with pytest.raises(InputError, match="results\\[0\\]"):
         ui.fps_table([object()])
+
+
+def test_config_replace_does_not_share_reasons():
+    from nbhelpers import InferenceConfig
+
+    a = InferenceConfig()
+    a.reasons["batch_size"] = "planned"
+    b = a.replace(bbox_shift=5)
+    assert "bbox_shift" in b.reasons and "bbox_shift" not in a.reasons
+    assert b.reasons["batch_size"] == "planned"
+    b.reasons["device"] = "x"
+    assert "device" not in a.reasons

@@ -1,0 +1,559 @@
+"""The render engine: every clip the package writes (offline job, avatar, stream, preview) is made here.
+
+It owns the generation loop and nothing else: for each batch of output frames, UNet step and VAE decode of the
+frames whose source frame has a face, paste-back into the source frames, and hand-off of the finished frames to a
+sink (the background encoder, a Python iterator, a callback). Batches run through :func:`nbhelpers.gpu.batched`,
+so an out-of-memory error halves the batch and the same frames are retried: every frame is produced exactly once,
+in order. What the engine renders from is one :class:`SourceFaces` record, built by the offline job from the
+frames it has just prepared or by an avatar from its cache.
+
+Output frame ``t`` uses source frame ``cycle_index(t, N)`` (the official ping-pong, reference §4.5) and whisper
+tokens ``features[t]``; a source frame without a face is written unchanged (fixes quirk Q7). Source:
+``scripts/inference.py:187-238`` and ``scripts/realtime_inference.py:226-285`` (reference §6-§9).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .errors import InputError, NbHelpersError
+from .framestore import cycle_index
+
+WRITER_QUEUE_DEPTH = 2  # batches waiting for the encoder
+# Pinned host buffers in rotation: the queue, the batch being encoded, the batch handed over and the batch whose
+# copy is still in flight each hold one.
+PINNED_RING = WRITER_QUEUE_DEPTH + 3
+FRAMES_ON_GPU_FRACTION = 0.25  # source frames are kept on the GPU when they take under this share of free memory
+WRITER_TIMEOUT_S = 600.0  # a sink that accepts nothing for this long is reported as stalled (seconds)
+
+
+@dataclass
+class Timings:
+    """Wall-clock seconds per stage, in the order the stages first ran.
+
+    Attributes:
+        seconds: Stage name -> seconds (summed when a stage runs more than once).
+    """
+
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @contextmanager
+    def stage(self, name: str):
+        """Time the block and add its seconds to ``name``."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add(name, time.perf_counter() - start)
+
+    def add(self, name: str, seconds: float) -> None:
+        """Add ``seconds`` to stage ``name``."""
+        self.seconds[name] = self.seconds.get(name, 0.0) + float(seconds)
+
+    @property
+    def total(self) -> float:
+        """Sum of all stages, seconds."""
+        return float(sum(self.seconds.values()))
+
+
+@contextmanager
+def flush_denormals(device) -> Iterator[None]:
+    """On the CPU, treat denormal floats as zero while the block runs (then restore the default, off).
+
+    Random or lightly trained weights give many denormal activations, which the CPU handles in slow microcode
+    (the tiny test UNet ran about 4x faster with them flushed). The values involved are below 1e-38, far under
+    fp32 resolution of the images, so results are unchanged in practice. No effect on CUDA.
+    """
+    import torch
+
+    on_cpu = torch.device(device).type == "cpu"
+    if on_cpu:
+        torch.set_flush_denormal(True)
+    try:
+        yield
+    finally:
+        if on_cpu:
+            torch.set_flush_denormal(False)
+
+
+@dataclass
+class SourceFaces:
+    """Everything the engine needs about the source frames (from a job or an avatar cache).
+
+    Attributes:
+        frames: N source frames (N, H, W, 3) uint8 BGR with random access on the host (``len`` and ``[index]``:
+            a :class:`~nbhelpers.framestore.FrameStore`, an avatar's frame reader or a numpy array).
+        latent_row: (N,) int64: row of ``latents``/``boxes``/``masks``/``squares`` of each source frame, -1 for a
+            frame without a face.
+        latents: (M, 8, 32, 32) tensor on the UNet device, one per source frame with a face
+            (:func:`nbhelpers.latents.encode_frames`).
+        boxes: M crop boxes ``(x1, y1, x2, y2)``, frame pixels.
+        masks: M feathered blend masks (2s, 2s) uint8 (numpy, or tensors already on the device).
+        squares: M expanded squares ``(xs, ys, xe, ye)``, frame pixels.
+        frames_device: Optional (N, H, W, 3) uint8 tensor of the same frames, already on the GPU.
+    """
+
+    frames: Any
+    latent_row: np.ndarray
+    latents: Any
+    boxes: Sequence[Any]
+    masks: Sequence[Any]
+    squares: Sequence[Any]
+    frames_device: Any = None
+
+    def __post_init__(self) -> None:
+        n = len(self.frames)
+        rows = np.asarray(self.latent_row)
+        if rows.shape != (n,):
+            raise InputError(f"latent_row must have one entry per source frame ({n}); got shape {rows.shape}.")
+        m = int((rows >= 0).sum())
+        if not (len(self.boxes) == len(self.masks) == len(self.squares)) or (m and int(rows.max()) >= len(self.boxes)):
+            raise InputError(f"{m} source frames with a face need as many boxes, masks and squares; got "
+                             f"{len(self.boxes)}, {len(self.masks)} and {len(self.squares)}.")
+        if m and (self.latents is None or int(self.latents.shape[0]) <= int(rows.max())):
+            raise InputError(f"latent_row points past the {0 if self.latents is None else self.latents.shape[0]} "
+                             "latents given.")
+
+    @property
+    def n_frames(self) -> int:
+        """N, the source frames the ping-pong cycles over."""
+        return len(self.frames)
+
+    def to_device(self, device: Any, *, frames_fraction: float = FRAMES_ON_GPU_FRACTION) -> SourceFaces:
+        """This record with the masks on ``device`` (uploaded once, not per output frame) and, on CUDA, the source
+        frames too when they take under ``frames_fraction`` of the free GPU memory. A no-op on the CPU.
+
+        Args:
+            device: A torch device.
+            frames_fraction: Largest share of the free GPU memory the frames may take.
+
+        Returns:
+            A new :class:`SourceFaces` (this one is unchanged).
+        """
+        import dataclasses
+
+        import torch
+
+        device = torch.device(device)
+        if device.type != "cuda":
+            return self
+        masks = [m if isinstance(m, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(m)).to(device)
+                 for m in self.masks]
+        frames_device = self.frames_device
+        if frames_device is None and len(self.frames):
+            h, w = self.frames[0].shape[:2]
+            free, _ = torch.cuda.mem_get_info(device)
+            if len(self.frames) * h * w * 3 < frames_fraction * free:
+                frames_device = torch.empty((len(self.frames), h, w, 3), dtype=torch.uint8, device=device)
+                for start in range(0, len(self.frames), 64):
+                    chunk = np.ascontiguousarray(self.frames[start:start + 64])
+                    frames_device[start:start + len(chunk)] = torch.from_numpy(chunk).to(device)
+        return dataclasses.replace(self, masks=masks, frames_device=frames_device)
+
+    @classmethod
+    def from_materials(cls, frames: Any, face_frames: Sequence[int], latents: Any, materials: Sequence[Any],
+                       frames_device: Any = None) -> SourceFaces:
+        """Build from the M frames with a face, their latents and their blend material, in frame order.
+
+        Args:
+            frames: The N source frames (see the class attributes).
+            face_frames: M increasing source-frame indices that have a face.
+            latents: (M, 8, 32, 32) latents of those frames, in the same order.
+            materials: M :class:`~nbhelpers.blending.BlendMaterial` of those frames, in the same order.
+            frames_device: Optional copy of the frames on the GPU.
+        """
+        latent_row = np.full(len(frames), -1, dtype=np.int64)
+        latent_row[np.asarray(face_frames, dtype=np.int64)] = np.arange(len(face_frames))
+        return cls(frames=frames, latent_row=latent_row, latents=latents, boxes=[m.box for m in materials],
+                   masks=[m.mask for m in materials], squares=[m.square for m in materials],
+                   frames_device=frames_device)
+
+
+def check_features(features: Any, n_out: int) -> None:
+    """Raise when ``features`` is not a (T, 50, 384) tensor with T >= ``n_out`` (before any batch runs).
+
+    Raises:
+        InputError: Wrong type, shape, or too few frames of tokens.
+    """
+    from .constants import AUDIO_TOKENS, WHISPER_DIM
+
+    shape = tuple(getattr(features, "shape", ()))
+    if len(shape) != 3 or shape[1:] != (AUDIO_TOKENS, WHISPER_DIM):
+        raise InputError(f"features must be a tensor (T, {AUDIO_TOKENS}, {WHISPER_DIM}) from "
+                         f"nbhelpers.audio.whisper_features; got shape {shape}.")
+    if shape[0] < n_out:
+        raise InputError(f"features cover {shape[0]} frames; {n_out} output frames were asked for.")
+
+
+def render(source: SourceFaces, features: Any, models: Any, batch_size: int, n_out: int, *,
+           timings: Timings | None = None, pinned: bool = False, first_frame: int = 0,
+           cpu_blend: bool | None = None) -> Iterator[tuple[int, np.ndarray]]:
+    """Yield ``(t0, frames)`` for output frames ``first_frame .. first_frame + n_out - 1``, in order.
+
+    Per batch: UNet step (:func:`nbhelpers.latents.unet_step`) and VAE decode (:func:`nbhelpers.latents.decode`)
+    of the frames whose source frame has a face, then paste-back. On CUDA the blend runs on the GPU
+    (:func:`nbhelpers.blending.blend_torch`) and only finished frames are copied to the host; on the CPU the
+    bit-exact :func:`nbhelpers.blending.blend_cpu` is used. An out-of-memory error halves the batch and retries
+    the same frames (:func:`nbhelpers.gpu.batched`).
+
+    Args:
+        source: The source frames, latents and blend material.
+        features: (T, 50, 384) whisper tokens on the models' device, T >= ``first_frame + n_out``; row ``t`` is
+            output frame ``t``.
+        models: Anything with ``unet``, ``vae`` and ``pe`` (a :class:`~nbhelpers.models.Models`).
+        batch_size: Output frames per batch, >= 1.
+        n_out: Output frames to produce, >= 0.
+        timings: Accumulates ``generate`` (UNet + decode) and ``blend`` seconds when given (from CUDA events on
+            the GPU, read when the clip ends: the loop never synchronises to time a batch).
+        pinned: Copy finished frames into a ring of pinned host buffers (CUDA only). The caller must consume each
+            batch before ``PINNED_RING - 1`` more are produced (:class:`BackgroundWriter`'s queue guarantees it).
+        first_frame: Output index of the first frame (a stream renders its clip in pieces).
+        cpu_blend: Force the CPU blend (default: the GPU blend on CUDA).
+
+    Yields:
+        ``(t0, frames)``: frames is a (B, H, W, 3) uint8 BGR numpy array for output frames t0..t0+B-1. With
+        ``pinned`` it is a view of a reused buffer: copy it to keep it.
+
+    Raises:
+        InputError: ``batch_size`` < 1, ``n_out`` < 0, or ``features`` too short (before the first batch).
+        OutOfMemoryError: The GPU runs out of memory even at batch size 1.
+
+    Source: ``scripts/inference.py:187-238`` (reference §6-§8), ``realtime_inference.py:226-285`` (§9).
+    """
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise InputError(f"batch_size must be a whole number >= 1; got {batch_size!r}.")
+    if isinstance(n_out, bool) or not isinstance(n_out, int) or n_out < 0:
+        raise InputError(f"n_out must be a whole number >= 0; got {n_out!r}.")
+    check_features(features, first_frame + n_out)
+    return _render(source, features, models, batch_size, n_out, timings, pinned, first_frame, cpu_blend)
+
+
+def repaint(source: SourceFaces, features: Any, models: Any, ts: np.ndarray, *, first_frame: int = 0,
+            cpu_blend: bool | None = None, timings: Timings | None = None, host_buffer: Any = None,
+            events: Any = None, defer_copy: bool = False):
+    """Make output frames ``first_frame + ts``: the one step of the engine (UNet, decode, paste-back).
+
+    Args:
+        source: The source frames, latents and blend material.
+        features: (T, 50, 384) whisper tokens on the models' device.
+        models: Anything with ``unet``, ``vae`` and ``pe``.
+        ts: (B,) int output indices relative to ``first_frame``.
+        first_frame: Output index of ``ts == 0``.
+        cpu_blend: Force the CPU blend (default: the GPU blend on CUDA).
+        timings: Accumulates ``generate`` and ``blend`` seconds.
+        host_buffer: ``host_buffer(shape)`` -> a pinned uint8 tensor to copy the frames into, or None.
+        events: A :class:`CudaStageEvents`: stage times are recorded as CUDA events (no synchronisation).
+        defer_copy: With a host buffer on CUDA, leave the copy to the host in flight: the caller waits for the
+            stream (e.g. on ``events.last()``) before reading the frames.
+
+    Returns:
+        ``(frames, faces_256)``: (B, H, W, 3) uint8 BGR numpy frames (with ``defer_copy``, valid only once the
+        batch's copy has completed), and the (F, 256, 256, 3) uint8 BGR tensor of generated crops of the F
+        frames with a face (None when F = 0).
+
+    Source: ``scripts/inference.py:199-238`` (reference §6-§8).
+    """
+    import torch
+
+    from . import blending
+    from .latents import decode, unet_step
+
+    device = _device_of(models)
+    on_cuda = device.type == "cuda" and not cpu_blend
+    t_abs = first_frame + np.asarray(ts, dtype=np.int64)
+    js = cycle_index(t_abs, source.n_frames)
+    rows = source.latent_row[js]
+    has = rows >= 0
+    t_start = time.perf_counter()
+    with torch.inference_mode():
+        faces_256 = None
+        if has.any():
+            lat = source.latents[torch.as_tensor(rows[has], device=source.latents.device)]
+            feat = features[torch.as_tensor(t_abs[has], device=features.device)]
+            faces_256 = decode(unet_step(models.unet, models.pe, lat, feat), models.vae)
+        t_gen = time.perf_counter()
+        if events is not None:
+            events.mark("generate")
+        face_rows = [int(r) for r in rows[has]]
+        if on_cuda:
+            frames = _blend_on_device(source, js, has, face_rows, faces_256, device, host_buffer,
+                                      wait=not defer_copy)
+        else:
+            frames = np.stack([source.frames[int(j)] for j in js])
+            if faces_256 is not None:
+                faces_np = faces_256.cpu().numpy()
+                for k, p in enumerate(np.flatnonzero(has)):
+                    r = face_rows[k]
+                    frames[p] = blending.blend_cpu(frames[p], faces_np[k], source.boxes[r], source.masks[r],
+                                                   source.squares[r])
+    if events is not None:
+        events.mark("blend")
+    elif timings is not None:
+        timings.add("generate", t_gen - t_start)
+        timings.add("blend", time.perf_counter() - t_gen)
+    return frames, faces_256
+
+
+def _device_of(models: Any):
+    import torch
+
+    device = getattr(models, "device", None)
+    return torch.device(device) if device is not None else next(models.unet.parameters()).device
+
+
+class CudaStageEvents:
+    """Stage times of the engine on CUDA from events recorded in the stream, read once at the end of a clip.
+
+    Synchronising the device after each batch to time it would stall the pipeline of batches; events cost
+    nothing and are summed when the clip ends (``elapsed_time`` between consecutive marks, milliseconds).
+    """
+
+    def __init__(self, device):
+        import torch
+
+        self.torch = torch
+        self.device = device
+        self.marks: list[tuple[str, Any]] = []
+        self.start()
+
+    def start(self) -> None:
+        """Mark the start of a batch (the time up to the next mark is the next stage's)."""
+        self._record("")
+
+    def mark(self, stage: str) -> None:
+        """Mark the end of ``stage`` for the current batch."""
+        self._record(stage)
+
+    def _record(self, stage: str):
+        event = self.torch.cuda.Event(enable_timing=True)
+        event.record(self.torch.cuda.current_stream(self.device))
+        self.marks.append((stage, event))
+        return event
+
+    def last(self):
+        """The most recent event (wait on it to know the batch's work, copy included, is done)."""
+        return self.marks[-1][1]
+
+    def add_to(self, timings: Timings) -> None:
+        """Synchronise once and add each stage's seconds to ``timings``."""
+        if len(self.marks) < 2:
+            return
+        self.marks[-1][1].synchronize()
+        for (_, before), (stage, after) in zip(self.marks, self.marks[1:], strict=False):
+            if stage:
+                timings.add(stage, before.elapsed_time(after) / 1000.0)
+        self.marks = self.marks[-1:]
+        self.marks[0] = ("", self.marks[0][1])
+
+
+def _render(source, features, models, batch_size, n_out, timings, pinned, first_frame, cpu_blend):
+    import torch
+
+    from .gpu import batched
+
+    device = _device_of(models)
+    on_cuda = device.type == "cuda" and not cpu_blend
+    use_pinned = pinned and on_cuda
+    ring: list = [None] * PINNED_RING
+    produced = [0]  # batches made so far: batch k uses ring slot k % PINNED_RING, also when it is retried
+    events = CudaStageEvents(device) if device.type == "cuda" else None
+
+    def host_buffer(shape):
+        # The slot reused for batch k last held batch k - PINNED_RING, which the writer has finished with (the
+        # queue, the batch being encoded, the handed-over one and the one in flight hold the others).
+        if not use_pinned:
+            return None
+        slot = produced[0] % PINNED_RING
+        if ring[slot] is None or tuple(ring[slot].shape) != shape:
+            ring[slot] = torch.empty(shape, dtype=torch.uint8, pin_memory=True)
+        return ring[slot]
+
+    def step(sl: slice):
+        if events is not None:
+            events.start()
+        frames, _ = repaint(source, features, models, np.arange(sl.start, sl.stop), first_frame=first_frame,
+                            cpu_blend=cpu_blend, timings=None if events is not None else timings,
+                            host_buffer=host_buffer, events=events, defer_copy=use_pinned)
+        produced[0] += 1
+        return frames, (events.last() if use_pinned else None)
+
+    # Batch k+1 is queued on the GPU before the host waits for batch k's copy, so the device never idles while
+    # the host hands a batch over.
+    pending = None
+    try:
+        for sl, (frames, done) in batched(n_out, int(batch_size), step, stage="generate"):
+            if pending is not None:
+                t0, prev, prev_done = pending
+                prev_done.synchronize()
+                yield t0, prev
+            pending = (first_frame + sl.start, frames, done)
+            if done is None:
+                t0, prev, _ = pending
+                pending = None
+                yield t0, prev
+        if pending is not None:
+            t0, prev, prev_done = pending
+            prev_done.synchronize()
+            yield t0, prev
+    finally:
+        if events is not None and timings is not None:
+            events.add_to(timings)
+
+
+def _blend_on_device(source: SourceFaces, js, has, face_rows, faces_256, device, host_buffer,
+                     wait: bool = True) -> np.ndarray:
+    import torch
+
+    from . import blending
+
+    if source.frames_device is not None:
+        frames_t = source.frames_device[torch.as_tensor(js, device=source.frames_device.device)]
+    else:
+        frames_t = torch.from_numpy(np.stack([source.frames[int(j)] for j in js])).to(device, non_blocking=True)
+    if faces_256 is not None:
+        pos = torch.as_tensor(np.flatnonzero(has), device=frames_t.device)
+        blended = blending.blend_torch(frames_t[pos], faces_256, [source.boxes[r] for r in face_rows],
+                                       [source.masks[r] for r in face_rows],
+                                       [source.squares[r] for r in face_rows], inplace=True)
+        frames_t[pos] = blended
+    buf = host_buffer(tuple(frames_t.shape)) if host_buffer is not None else None
+    if buf is None:
+        return frames_t.cpu().numpy()
+    buf.copy_(frames_t, non_blocking=True)
+    if wait:
+        torch.cuda.current_stream().synchronize()
+    return buf.numpy()
+
+
+def run(source: SourceFaces, features: Any, models: Any, batch_size: int, n_out: int, writer: Any, *,
+        frame_callback: Callable[[int, np.ndarray], None] | None = None, timings: Timings | None = None,
+        desc: str = "generate") -> int:
+    """Render ``n_out`` frames and hand each batch to ``writer`` on a background thread; returns frames written.
+
+    The GPU computes batch k+1 while the encoder thread writes batch k (at most :data:`WRITER_QUEUE_DEPTH`
+    batches queued), with a progress bar counted in frames. ``writer`` is anything with ``write(frames)``
+    taking (B, H, W, 3) uint8 BGR (a :class:`~nbhelpers.media.VideoWriter`); None renders without writing.
+
+    Args:
+        source: See :func:`render`.
+        features: See :func:`render`.
+        models: See :func:`render`.
+        batch_size: Output frames per batch.
+        n_out: Output frames.
+        writer: The sink, or None.
+        frame_callback: Called as ``frame_callback(t, frame)`` with each finished (H, W, 3) uint8 BGR frame, in
+            order, before it is written (copy the frame to keep it).
+        timings: Accumulates ``generate``, ``blend`` and ``encode_wait`` (waiting for the encoder at the end).
+        desc: Name of the progress bar.
+
+    Returns:
+        The number of frames handed to the writer (``n_out``).
+
+    Raises:
+        Whatever the writer or the callback raised (re-raised in the calling thread), and those of :func:`render`.
+    """
+    from .progress import bar
+
+    frames_iter = render(source, features, models, batch_size, n_out, timings=timings, pinned=True)
+    written = 0
+    with BackgroundWriter(writer, frame_callback) as sink, bar(total=n_out, desc=desc, unit="frame") as progress:
+        for first, frames in frames_iter:
+            sink.put(first, frames)
+            written += len(frames)
+            progress.update(len(frames))
+    if timings is not None:
+        timings.add("encode_wait", sink.wait_s)
+    if written != n_out:
+        raise NbHelpersError(f"internal: rendered {written} of {n_out} frames")
+    return written
+
+
+class BackgroundWriter:
+    """Hands finished batches to a writer on a thread while the caller computes the next batch.
+
+    At most ``depth`` batches wait in the queue, so the caller blocks (does not drop frames) when the writer is
+    slower. An error in the writer or the callback stops the writing and is raised in the caller's thread at the
+    next :meth:`put` or at exit. A writer that accepts nothing for ``timeout_s`` seconds (a stalled ffmpeg on a
+    stalled network mount) is reported as stalled instead of hanging the caller.
+
+    Args:
+        writer: Anything with ``write(frames)``, or None to only run the callback.
+        frame_callback: Optional ``frame_callback(t, frame)`` per frame, in order, before it is written.
+        depth: Batches allowed to wait.
+        timeout_s: Seconds a put or the final join waits for the writer thread before raising.
+    """
+
+    def __init__(self, writer: Any, frame_callback: Callable[[int, np.ndarray], None] | None = None,
+                 depth: int = WRITER_QUEUE_DEPTH, timeout_s: float = WRITER_TIMEOUT_S):
+        self.writer = writer
+        self.frame_callback = frame_callback
+        self.queue: queue.Queue = queue.Queue(maxsize=depth)
+        self.timeout_s = float(timeout_s)
+        self.error: BaseException | None = None
+        self.wait_s = 0.0
+        self.thread = threading.Thread(target=self._run, name="nbhelpers-encode", daemon=True)
+
+    def __enter__(self) -> BackgroundWriter:
+        self.thread.start()
+        return self
+
+    def put(self, first_index: int, frames: np.ndarray) -> None:
+        """Queue a batch whose first output index is ``first_index`` (blocks while the queue is full)."""
+        if self.error is not None:
+            raise self.error
+        try:
+            self.queue.put((first_index, frames), timeout=self.timeout_s)
+        except queue.Full:
+            raise self._stalled() from None
+
+    def _stalled(self) -> NbHelpersError:
+        from .errors import FFmpegError
+
+        what = getattr(self.writer, "path", None) or type(self.writer).__name__
+        return FFmpegError(f"the video writer for {what} accepted no frame for {self.timeout_s:.0f} s (a stalled "
+                           "ffmpeg, or a full or stalled disk such as a disconnected Drive mount); nothing was "
+                           "finished there. Write to a local folder and copy the file afterwards.", [], -1, "")
+
+    def _run(self) -> None:
+        while True:
+            item = self.queue.get()
+            if item is None:
+                return
+            if self.error is not None:
+                continue
+            first, frames = item
+            try:
+                if self.frame_callback is not None:
+                    for k, frame in enumerate(frames):
+                        self.frame_callback(first + k, frame)
+                if self.writer is not None:
+                    self.writer.write(frames)
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+                self.error = exc
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        start = time.perf_counter()
+        try:
+            self.queue.put(None, timeout=self.timeout_s)
+        except queue.Full:
+            if exc_type is None:
+                raise self._stalled() from None
+            return
+        self.thread.join(self.timeout_s)
+        self.wait_s = time.perf_counter() - start
+        if self.thread.is_alive() and exc_type is None:
+            raise self._stalled()
+        if exc_type is None and self.error is not None:
+            raise self.error
+
+
+__all__ = ["BackgroundWriter", "SourceFaces", "Timings", "check_features", "flush_denormals", "render", "repaint",
+           "run"]

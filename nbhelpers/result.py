@@ -1,0 +1,105 @@
+"""The one result type of every clip the package writes: the offline job, an avatar clip, a stream.
+
+A :class:`ClipResult` says what was made (paths, frame counts, fps, durations), how (the settings with the
+planner's reasons, the landmark backend) and how long each stage took; in a notebook it shows a summary line, the
+stage timings and the video.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .constants import FPS
+
+KINDS = ("lipsync", "avatar", "stream", "preview")
+
+
+@dataclass(frozen=True)
+class ClipResult:
+    """What one clip produced. Shows the video inline in a notebook.
+
+    Attributes:
+        output: Path of the finished MP4 (25 fps, source resolution, the input audio muxed in), or None when
+            nothing was written (an avatar clip with ``output=False``, a stream).
+        n_frames: Output frames, ``floor(audio seconds x 25)``, every one produced (the last included).
+        source_frames: 25 fps source frames the clip cycled over (1 for a photo). The offline job decodes only the
+            frames the audio reaches, ``min(n_frames, frames in the video)``.
+        no_face_frames: Source frames without a face; they pass through unchanged.
+        fps: Output frame rate (25).
+        duration_s: Audio duration in seconds (16 kHz samples / 16000).
+        config: The settings used, with the planner's reasons in ``config.reasons``.
+        backend: Landmark backend that found the faces (``"boxes"`` when boxes were given; for an avatar the one
+            it was prepared with).
+        timings: Seconds per stage, in the order they ran (media, faces, models, audio, latents, parsing,
+            generate, blend, encode_wait...).
+        wall_s: Wall-clock seconds from the call to the closed file.
+        kind: ``"lipsync"`` (offline job), ``"avatar"`` (a clip from a prepared avatar) or ``"stream"``.
+        notes: Lines worth telling the user (e.g. that the weights are random test weights).
+    """
+
+    output: Path | None
+    n_frames: int
+    source_frames: int
+    no_face_frames: int
+    fps: int
+    duration_s: float
+    config: Any
+    backend: str
+    timings: dict[str, float]
+    wall_s: float
+    kind: str = "lipsync"
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def batch_size(self) -> int | None:
+        """Frames per batch used."""
+        return self.config.batch_size
+
+    @property
+    def end_to_end_fps(self) -> float:
+        """Output frames per wall-clock second, everything included."""
+        return self.n_frames / self.wall_s if self.wall_s > 0 else float("nan")
+
+    @property
+    def generation_fps(self) -> float:
+        """Output frames per second of UNet + VAE decode alone."""
+        s = self.timings.get("generate", 0.0)
+        return self.n_frames / s if s > 0 else float("nan")
+
+    @property
+    def realtime_factor(self) -> float:
+        """End-to-end fps / 25: above 1 is faster than real time."""
+        return self.end_to_end_fps / FPS
+
+    def summary(self) -> str:
+        """One line: what was written, how, and how fast."""
+        c = self.config
+        precision = "fp16" if c.fp16 else "fp32"
+        name = self.output.name if self.output is not None else "(not written)"
+        text = (f"{name}: {self.n_frames} frames at {self.fps} fps ({self.duration_s:.2f} s), "
+                f"source {self.source_frames} frames, {self.no_face_frames} without a face; {c.version}, "
+                f"{precision}, batch {c.batch_size}, {c.device}; landmarks: {self.backend}; "
+                f"{self.wall_s:.1f} s wall ({self.end_to_end_fps:.1f} fps end to end, "
+                f"{self.realtime_factor:.2f}x real time)")
+        return " ".join([text, *self.notes])
+
+    def __str__(self) -> str:
+        return self.summary()
+
+    def _repr_html_(self) -> str:
+        rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{v:.3f} s</td></tr>" for k, v in self.timings.items())
+        player = ""
+        if self.output is not None:
+            try:
+                from .ui import video_html
+
+                player = video_html(self.output)
+            except Exception:  # noqa: BLE001 - the summary is still useful without the player
+                player = ""
+        return f"<p>{html.escape(self.summary())}</p><table>{rows}</table>{player}"
+
+
+__all__ = ["ClipResult"]

@@ -1,0 +1,223 @@
+"""The render engine (nbhelpers.engine) on the CPU with the tiny models: frame order and the ping-pong, frames
+without a face, audio shorter than the video, an out-of-memory error in the middle of a batch, the writer hand-off,
+and input checks before any batch runs."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from nbhelpers import blending  # noqa: E402
+from nbhelpers.engine import BackgroundWriter, SourceFaces, render, run  # noqa: E402
+from nbhelpers.errors import FFmpegError, InputError  # noqa: E402
+from nbhelpers.framestore import cycle_index  # noqa: E402
+from nbhelpers.latents import decode, unet_step  # noqa: E402
+
+H, W = 120, 110
+BOX = (25, 30, 85, 100)
+N = 5
+NO_FACE = 2  # source frame 2 has no face
+
+
+@pytest.fixture(scope="module")
+def tiny_models(tiny_weights):
+    from nbhelpers import models
+
+    return models.load_models(tiny_weights)
+
+
+class CountingFrames:
+    """(N, H, W, 3) source frames that record which indices were read."""
+
+    def __init__(self, frames):
+        self.frames = frames
+        self.read: list[int] = []
+
+    def __len__(self):
+        return len(self.frames)
+
+    def __getitem__(self, j):
+        self.read.append(int(j))
+        return self.frames[j]
+
+
+@pytest.fixture(scope="module")
+def source_parts():
+    rng = np.random.default_rng(4)
+    frames = rng.integers(0, 256, (N, H, W, 3), dtype=np.uint8)
+    face_frames = [j for j in range(N) if j != NO_FACE]
+    torch.manual_seed(3)
+    latents = torch.randn(len(face_frames), 8, 32, 32)
+    square = blending.expanded_square(BOX)
+    mask_512 = np.zeros((512, 512), np.uint8)
+    mask_512[256:480, 60:450] = 255
+    mask = blending.prepare_mask(mask_512, BOX, square)
+    materials = [blending.BlendMaterial(mask=mask, square=square, box=BOX) for _ in face_frames]
+    features = torch.randn(13, 50, 384)
+    return frames, face_frames, latents, materials, features
+
+
+def make_source(parts, frames=None):
+    f, face_frames, latents, materials, _ = parts
+    return SourceFaces.from_materials(f if frames is None else frames, face_frames, latents, materials)
+
+
+def expected_frame(parts, models, t):
+    """Output frame t computed on its own: source frame cycle(t), its latent row, tokens t, the CPU blend."""
+    frames, face_frames, latents, materials, features = parts
+    j = int(cycle_index(t, N))
+    if j == NO_FACE:
+        return frames[j]
+    row = face_frames.index(j)
+    face = decode(unet_step(models.unet, models.pe, latents[row:row + 1], features[t:t + 1]), models.vae)[0]
+    m = materials[row]
+    return blending.blend_cpu(frames[j], face.numpy(), m.box, m.mask, m.square)
+
+
+class RecordingWriter:
+    def __init__(self):
+        self.batches: list[np.ndarray] = []
+
+    def write(self, frames):
+        self.batches.append(np.array(frames))
+
+
+def test_frames_follow_the_ping_pong_and_no_face_frames_pass_through(source_parts, tiny_models):
+    features = source_parts[4]
+    out = list(render(make_source(source_parts), features, tiny_models, 4, 13))
+    assert [t0 for t0, _ in out] == [0, 4, 8, 12]
+    frames = np.concatenate([f for _, f in out])
+    assert frames.shape == (13, H, W, 3) and frames.dtype == np.uint8
+    for t in range(13):
+        want = expected_frame(source_parts, tiny_models, t)
+        if cycle_index(t, N) == NO_FACE:
+            assert np.array_equal(frames[t], want), f"frame {t} (no face) changed"
+        else:
+            assert np.abs(frames[t].astype(int) - want.astype(int)).max() <= 1, f"frame {t}"
+            assert not np.array_equal(frames[t], source_parts[0][cycle_index(t, N)]), f"frame {t} not repainted"
+
+
+def test_audio_shorter_than_the_video_reads_only_the_first_frames(source_parts, tiny_models):
+    counting = CountingFrames(source_parts[0])
+    out = np.concatenate([f for _, f in render(make_source(source_parts, counting), source_parts[4], tiny_models,
+                                               8, 3)])
+    assert len(out) == 3 and set(counting.read) == {0, 1, 2}
+    assert np.array_equal(out[2], source_parts[0][2])  # frame 2 has no face
+
+
+class OomOnce(torch.nn.Module):
+    """Wraps the UNet; the second call with more than ``above`` frames raises CUDA out-of-memory."""
+
+    def __init__(self, unet, above):
+        super().__init__()
+        self.unet = unet
+        self.above = above
+        self.sizes: list[int] = []
+
+    def forward(self, sample, timestep, encoder_hidden_states):
+        self.sizes.append(int(sample.shape[0]))
+        if len(self.sizes) == 2 and sample.shape[0] > self.above:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (injected by test)")
+        return self.unet(sample, timestep, encoder_hidden_states=encoder_hidden_states)
+
+
+def test_out_of_memory_in_the_middle_writes_every_frame_once_in_order(source_parts, tiny_models):
+    from types import SimpleNamespace
+
+    features = source_parts[4]
+    clean = RecordingWriter()
+    run(make_source(source_parts), features, tiny_models, 4, 13, clean)
+    oom_unet = OomOnce(tiny_models.unet, above=2)
+    models = SimpleNamespace(unet=oom_unet, vae=tiny_models.vae, pe=tiny_models.pe, device=tiny_models.device)
+    got = RecordingWriter()
+    seen: list[int] = []
+    with pytest.warns(RuntimeWarning, match="out of memory"):
+        n = run(make_source(source_parts), features, models, 4, 13, got, frame_callback=lambda t, f: seen.append(t))
+    assert n == 13 and seen == list(range(13))
+    # batch 1 (t 0-3: sources 0, 1, 2, 3; 3 with a face) ran; batch 2 (t 4-7: sources 4, 4, 3, 2) failed and was
+    # retried in halves of 2 for the rest of the clip; t 12 (source 2, no face) needs no UNet call
+    assert oom_unet.sizes == [3, 3, 2, 1, 2, 2]
+    assert [len(b) for b in got.batches] == [4, 2, 2, 2, 2, 1]
+    a, b = np.concatenate(clean.batches), np.concatenate(got.batches)
+    assert a.shape == b.shape == (13, H, W, 3)
+    assert np.abs(a.astype(int) - b.astype(int)).max() <= 1
+
+
+def test_inputs_are_checked_before_any_batch_runs(source_parts, tiny_models):
+    from types import SimpleNamespace
+
+    never = OomOnce(torch.nn.Identity(), above=0)
+    models = SimpleNamespace(unet=never, vae=tiny_models.vae, pe=tiny_models.pe, device=tiny_models.device)
+    src = make_source(source_parts)
+    with pytest.raises(InputError, match="batch_size"):
+        render(src, source_parts[4], models, 0, 4)
+    with pytest.raises(InputError, match="13 frames"):
+        render(src, source_parts[4], models, 4, 14)
+    with pytest.raises(InputError, match="features"):
+        render(src, source_parts[4][:, :10], models, 4, 4)
+    with pytest.raises(InputError, match="latent_row"):
+        SourceFaces(frames=source_parts[0], latent_row=np.zeros(N - 1, np.int64), latents=source_parts[2],
+                    boxes=[BOX], masks=[None], squares=[BOX])
+    assert never.sizes == []
+    assert list(render(src, source_parts[4], models, 4, 0)) == []
+
+
+def test_a_writer_error_reaches_the_caller(source_parts, tiny_models):
+    class Broken:
+        def write(self, frames):
+            raise OSError("disk gone")
+
+    with pytest.raises(OSError, match="disk gone"):
+        run(make_source(source_parts), source_parts[4], tiny_models, 4, 13, Broken())
+
+
+def test_a_stalled_writer_is_reported_not_waited_on_forever():
+    release = threading.Event()
+
+    class Stalled:
+        path = "out.mp4"
+
+        def write(self, frames):
+            release.wait(5)
+
+    start = time.perf_counter()
+    with pytest.raises(FFmpegError, match="accepted no frame"):
+        with BackgroundWriter(Stalled(), depth=1, timeout_s=0.3) as sink:
+            for k in range(4):
+                sink.put(k, np.zeros((1, 2, 2, 3), np.uint8))
+    release.set()
+    assert time.perf_counter() - start < 3
+
+
+@pytest.mark.gpu
+def test_cuda_engine_matches_the_cpu_engine_with_events_and_deferred_copies(source_parts, tiny_weights):
+    """On CUDA: the overlapped loop (pinned ring, deferred copies, event timings) gives the CPU engine's frames
+    within the GPU blend's 2 levels, in order, every frame once, with an out-of-memory retry in the middle."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU (runs on the project's GPU machine)")
+    from types import SimpleNamespace
+
+    from nbhelpers import models as models_mod
+    from nbhelpers.engine import Timings
+
+    cpu_models = models_mod.load_models(tiny_weights)
+    gpu_models = models_mod.load_models(tiny_weights, device="cuda")
+    frames, face_frames, latents, materials, features = source_parts
+    cpu_src = make_source(source_parts)
+    want = np.concatenate([f for _, f in render(cpu_src, features, cpu_models, 4, 13)])
+    gpu_src = SourceFaces.from_materials(frames, face_frames, latents.cuda(), materials).to_device("cuda")
+    assert gpu_src.frames_device is not None and all(m.is_cuda for m in gpu_src.masks)
+    oom = OomOnce(gpu_models.unet, above=2)
+    models = SimpleNamespace(unet=oom, vae=gpu_models.vae, pe=gpu_models.pe, device=gpu_models.device)
+    got, timings = RecordingWriter(), Timings()
+    with pytest.warns(RuntimeWarning, match="out of memory"):
+        run(gpu_src, features.cuda(), models, 4, 13, got, timings=timings)
+    out = np.concatenate(got.batches)
+    assert out.shape == want.shape
+    assert np.abs(out.astype(int) - want.astype(int)).max() <= 2
+    assert timings.seconds["generate"] > 0 and timings.seconds["blend"] > 0

@@ -1,0 +1,118 @@
+"""The pipeline object: models load once and every job reuses them (counted with strace at the system-call level),
+its settings rules, and how it shows itself."""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = textwrap.dedent('''
+    import sys, pathlib
+    import nbhelpers as nbh
+    wd, video, audio, work, mode = sys.argv[1:6]
+    work = pathlib.Path(work)
+    pipe = nbh.MuseTalkPipeline.from_pretrained(wd, device="cpu", landmark_backend="dlib")
+    open(work / "MARK", "w").close()  # the weight files are counted from here on
+    if mode == "reference":  # load every component once, run nothing
+        pipe.unet, pipe.vae, pipe.whisper, pipe.feature_extractor, pipe.pe, pipe.face_parser, pipe.landmarks()
+    else:
+        pipe.preview(video)
+        pipe.lipsync(video, audio, work / "a.mp4")
+        pipe.lipsync(video, audio, work / "b.mp4", config=nbh.InferenceConfig(bbox_shift=4, batch_size=3))
+        avatar = pipe.prepare_avatar(video, work / "avatar")
+        clip = avatar.generate(audio, work / "c.mp4")
+        assert clip.n_frames > 0 and (work / "c.mp4").is_file()
+    print("LOADED", sorted(pipe.loaded))
+''')
+
+
+def _opens(log: str, roots: list[str]) -> collections.Counter:
+    """Files under ``roots`` opened (openat, not directories) after the MARK file was created."""
+    counts: collections.Counter = collections.Counter()
+    marked = False
+    for line in log.splitlines():
+        m = re.search(r'openat\(AT_FDCWD, "([^"]+)", ([A-Z_|]+)', line)
+        if not m or "= -1" in line:
+            continue
+        path, flags = m.group(1), m.group(2)
+        if path.endswith("/MARK"):
+            marked = True
+            continue
+        if marked and "O_DIRECTORY" not in flags and any(path.startswith(r) for r in roots):
+            counts[os.path.relpath(path, roots[0]) if path.startswith(roots[0]) else os.path.basename(path)] += 1
+    return counts
+
+
+def _traced(tmp_path, name, args):
+    work = tmp_path / name
+    work.mkdir()
+    log = work / "strace.log"
+    env = dict(os.environ, NBHELPERS_PROGRESS="0", PYTHONWARNINGS="ignore")
+    proc = subprocess.run(["strace", "-f", "-qq", "-e", "trace=openat", "-o", str(log), sys.executable, "-c", SCRIPT,
+                           *map(str, args[:3]), str(work), name], capture_output=True, text=True, env=env,
+                          stdin=subprocess.DEVNULL, timeout=1200)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    return log.read_text(), proc.stdout
+
+
+def test_every_job_on_one_pipeline_reads_each_weight_file_once(tiny_weights, shared_data, make_media, tmp_path):
+    if shutil.which("strace") is None:
+        pytest.skip("strace is not installed (apt-get install strace): it counts the files the jobs open")
+    pytest.importorskip("dlib")
+    from nbhelpers.faces.dlib_backend import predictor_path
+
+    video = make_media("face-8f.mp4", "-i", str(shared_data / "face-sing-576x768-25fps.mp4"), "-frames:v", "8",
+                       "-an", "-c:v", "libx264", "-crf", "12", "-pix_fmt", "yuv420p")
+    audio = make_media("speech-0.4s.wav", "-i", str(shared_data / "speech-en-short.wav"), "-ss", "1", "-t", "0.4")
+    roots = [str(tiny_weights) + "/", str(predictor_path().parent) + "/"]
+    ref_log, ref_out = _traced(tmp_path, "reference", [tiny_weights, video, audio])
+    jobs_log, jobs_out = _traced(tmp_path, "jobs", [tiny_weights, video, audio])
+    once, jobs = _opens(ref_log, roots), _opens(jobs_log, roots)
+    loaded = ["face_parser", "feature_extractor", "landmarks:dlib", "pe", "unet", "vae", "whisper"]
+    assert f"LOADED {loaded}" in ref_out and f"LOADED {loaded}" in jobs_out
+    # every model file (and the dlib predictor) was read by the reference load...
+    for name in ("musetalkV15/unet.pth", "sd-vae/diffusion_pytorch_model.safetensors", "whisper/model.safetensors",
+                 "face-parse-bisent/79999_iter.pth"):
+        assert once[name] >= 1, f"{name} not read by the reference load: {dict(once)}"
+    assert any(k.endswith(".dat") for k in once), dict(once)
+    # ...and a preview, two jobs, an avatar and its clip read each exactly as often as loading it once does
+    assert jobs == once, f"jobs {dict(jobs)} vs one load {dict(once)}"
+
+
+def test_job_settings_keep_the_pipeline_device_precision_and_version(tiny_weights):
+    import nbhelpers as nbh
+    from nbhelpers.errors import InputError
+
+    pipe = nbh.MuseTalkPipeline.from_pretrained(tiny_weights, device="cpu")
+    assert pipe.loaded == [] and pipe.config.device == "cpu" and pipe.config.fp16 is False
+    cfg = pipe.job_config(nbh.InferenceConfig(extra_margin=20))
+    assert (cfg.device, cfg.fp16, cfg.version, cfg.extra_margin) == ("cpu", False, "v15", 20)
+    with pytest.raises(InputError, match="version='v1'"):
+        pipe.job_config(nbh.InferenceConfig(version="v1"))
+    with pytest.raises(InputError, match="fp16=True"):
+        pipe.job_config(nbh.InferenceConfig(fp16=True))
+    assert pipe.job_config(None, boxes=(1, 2, 3, 4)).landmark_backend == "boxes"
+    text = repr(pipe)
+    assert "v15 on cpu, fp32" in text and "nothing loaded yet" in text
+    pipe.vae  # noqa: B018 - loads it
+    assert pipe.loaded == ["vae"] and "<td>vae</td><td>loaded</td>" in pipe._repr_html_()
+    pipe.release()
+    assert pipe.loaded == []
+
+
+def test_a_missing_weights_folder_is_named_as_such(tmp_path):
+    import nbhelpers as nbh
+    from nbhelpers.errors import WeightsError
+
+    with pytest.raises(WeightsError, match="does not exist") as info:
+        nbh.MuseTalkPipeline.from_pretrained(tmp_path / "nowhere", device="cpu")
+    assert f"--weights {tmp_path / 'nowhere'}" in str(info.value) and "demo --tiny" in str(info.value)
