@@ -31,7 +31,7 @@ __all__ = ["register_tiny_writer", "tiny_writers", "make_tiny_weights", "WRITER_
 TINY_MARKER = "tiny.json"  # same as nbhelpers.weights.TINY_MARKER
 # Modules that register writers when imported; missing ones are skipped (they land as their issues do).
 WRITER_MODULES = ("nbhelpers.models", "nbhelpers.parsing", "nbhelpers.faces.s3fd", "nbhelpers.faces.dwpose_onnx",
-                  "nbhelpers.faces.dwpose_mmpose", "nbhelpers.faces.mmpose_backend")
+                  "nbhelpers.faces.dwpose_torch", "nbhelpers.faces.dwpose_mmpose", "nbhelpers.faces.mmpose_backend")
 
 # Writers that need a package of an optional extra: when it is not installed, the default run (every writer) leaves
 # that model out in silence and says so in tiny.json. A user of the ``[dlib]`` extra never needs the DWPose ONNX

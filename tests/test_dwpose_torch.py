@@ -264,6 +264,26 @@ def test_batches_give_the_same_answer_as_one_call(torch_backend, video_frames):
     np.testing.assert_allclose(sa, sb, rtol=1e-4, atol=1e-3)
 
 
+def test_tiny_tree_checkpoint_draws_the_template_face_on_any_frame(tmp_path):
+    """The tiny weights tree's .pth (official names and shapes, about 1.5 MB) makes the real network draw the
+    cartoon face of the tiny ONNX model, whatever the frame: each landmark within one SimCC bin (1.25 px) of it."""
+    path = dt.write_tiny_weights(tmp_path)
+    assert path.stat().st_size < 3_000_000
+    backend = dt.DWPoseBackend(tmp_path, "cpu", face_detector=StubDetector())
+    frames = np.stack([np.zeros((H, W, 3), np.uint8), np.random.default_rng(0).integers(0, 256, (H, W, 3),
+                                                                                         dtype=np.uint8)])
+    a, b = (r.landmarks for r in backend.detect(frames))
+    np.testing.assert_array_equal(a, b)  # input-independent
+    template = dwpose_onnx.face_template_input_px()[codec.FACE_START:codec.FACE_STOP]
+    expected = template * 2.5 - np.array([72.0, 96.0])  # 576x768 frame: box 720x960 around the centre
+    assert np.abs(a - expected).max() <= 1.3
+    lm = a
+    assert lm[0, 0] < lm[30, 0] < lm[16, 0]
+    assert lm[19, 1] < lm[37, 1] < lm[30, 1] < lm[51, 1] < lm[57, 1] < lm[8, 1]
+    box = faces.crop_box(lm, np.array([120.0, 150, 460, 560]), (H, W))
+    assert box[2] - box[0] > 50 and box[3] - box[1] > 50
+
+
 # ------------------------------------------------------------------------------------------ choice and install
 
 def test_auto_prefers_mmpose_then_dwpose_then_dwpose_onnx(monkeypatch, tmp_path):

@@ -451,6 +451,108 @@ def write_random_checkpoint(directory: str | os.PathLike, seed: int = 0, *, mmen
     return path
 
 
+def template_state_dict(keypoints_px: np.ndarray | None = None) -> dict:
+    """A state dict in the official layout whose network draws fixed keypoints, whatever the input (tiny tree).
+
+    How: every backbone conv is zero, so the last stage's output is the constant ``silu(2)`` (its last BatchNorm's
+    shift is 2); the head's 7x7 conv (zero padding) then gives each keypoint a 108-value map that depends only on
+    which kernel taps fall inside the 12x9 map, so six of its taps carry six numbers per keypoint, which the
+    ``mlp`` linear layer reads back exactly (a pseudo-inverse); the GAU adds nothing (zero ``uv``/``o``, unit
+    residual scale); and ``cls_x``/``cls_y`` turn the six numbers into a parabola over the bins,
+    ``1 - 100 (z - z_k)^2`` in bin coordinates ``z`` in [-1, 1], whose argmax is the bin nearest the wanted one.
+    The ScaleNorm only rescales each keypoint by a positive factor, which moves no peak; mirror pairs of
+    :func:`dwpose_onnx.face_template_input_px` keep their peaks through the flip test. Constant tensors are stored
+    as broadcast views of one value, so the file is about 1.5 MB although every tensor has its official shape.
+
+    Args:
+        keypoints_px: (133, 2) ``(x, y)`` in 288x384 input pixels; default the mirror-symmetric cartoon face of
+            :func:`nbhelpers.faces.dwpose_onnx.face_template_input_px` (the tiny ONNX model's).
+
+    Returns:
+        ``{name: tensor}`` with the names and shapes of ``dw-ll_ucoco_384.pth``.
+
+    Source: none (the tiny weights tree, DESIGN.md "Testing without the real weights").
+    """
+    torch = _import_torch()
+    from torch.nn import functional as F
+
+    from .dwpose_onnx import face_template_input_px
+
+    kp = np.asarray(face_template_input_px() if keypoints_px is None else keypoints_px, np.float64)
+    k = codec.NUM_KEYPOINTS
+    taps = ((0, 0), (0, 6), (6, 0), (6, 6), (3, 0), (0, 3))  # six taps of the 7x7 kernel, x: 0-2, y: 3-5
+    fw, fh = FEATURE_MAP
+    ones = torch.ones(1, 1, fh, fw, dtype=torch.float64)
+    cols = []
+    for i, j in taps:
+        unit = torch.zeros(1, 1, FINAL_KERNEL, FINAL_KERNEL, dtype=torch.float64)
+        unit[0, 0, i, j] = 1.0
+        cols.append(F.conv2d(ones, unit, padding=FINAL_KERNEL // 2).flatten())
+    m_taps = torch.stack(cols, dim=1)  # (108, 6): each tap's footprint on the map
+    read_back = torch.linalg.pinv(m_taps)  # (6, 108), read_back @ m_taps = I
+    kappa = 2.0 / (1.0 + math.exp(-2.0))  # silu(2): the constant backbone output
+    curvature = 100.0
+    coeffs = np.zeros((k, 6))
+    for axis, bins in ((0, codec.SIMCC_X_BINS), (1, codec.SIMCC_Y_BINS)):
+        half = (bins - 1) / 2.0
+        z = (kp[:, axis] * codec.SIMCC_SPLIT_RATIO - half) / half
+        coeffs[:, 3 * axis:3 * axis + 3] = np.stack([1.0 - curvature * z**2, 2 * curvature * z,
+                                                      -curvature * np.ones(k)], axis=1)
+    kernel = torch.zeros(k, 1, FINAL_KERNEL, FINAL_KERNEL, dtype=torch.float64)
+    for t, (i, j) in enumerate(taps):
+        kernel[:, 0, i, j] = torch.from_numpy(coeffs[:, t]) / (HEAD_IN_CHANNELS * kappa)
+
+    def const(shape, value, dtype=torch.float32):
+        if not shape:
+            return torch.tensor(value, dtype=dtype)
+        return torch.full((1,) * len(shape), value, dtype=dtype).expand(shape)
+
+    last_bn = "backbone.stage4.2.final_conv.bn."
+    state = {}
+    for key, meta in build_model("meta").state_dict().items():
+        shape, leaf = tuple(meta.shape), key.rsplit(".", 1)[-1]
+        if leaf == "num_batches_tracked":
+            state[key] = torch.zeros((), dtype=torch.int64)
+        elif leaf in ("running_var", "g", "scale") or (".bn." in key and leaf == "weight"):
+            state[key] = const(shape, 1.0)
+        elif key == last_bn + "bias":
+            state[key] = const(shape, 2.0)
+        else:
+            state[key] = const(shape, 0.0)
+    state["head.final_layer.weight"] = kernel.float().expand(k, HEAD_IN_CHANNELS, FINAL_KERNEL, FINAL_KERNEL)
+    mlp = torch.zeros(GAU_HIDDEN, FEATURE_MAP[0] * FEATURE_MAP[1])
+    mlp[:6] = read_back.float()
+    state["head.mlp.1.weight"] = mlp
+    for name, bins, first in (("cls_x", codec.SIMCC_X_BINS, 0), ("cls_y", codec.SIMCC_Y_BINS, 3)):
+        half = (bins - 1) / 2.0
+        z = (torch.arange(bins, dtype=torch.float64) - half) / half
+        w = torch.zeros(bins, GAU_HIDDEN, dtype=torch.float64)
+        w[:, first], w[:, first + 1], w[:, first + 2] = 1.0, z, z * z
+        state[f"head.{name}.weight"] = w.float()
+    return state
+
+
+def write_tiny_weights(directory: str | os.PathLike) -> Path:
+    """Write ``dwpose/dw-ll_ucoco_384.pth`` for the tiny weights tree: :func:`template_state_dict` (about 1.5 MB).
+
+    The network then draws the same cartoon face as the tiny ONNX model, on any frame, so the tiny tree is complete
+    for the default weight set and the ``dwpose`` backend gives a plausible crop box there.
+
+    Returns:
+        The path (written to a temporary name, then renamed).
+
+    Source: none (tiny weights tree, DESIGN.md "Testing without the real weights").
+    """
+    torch = _import_torch()
+    path = Path(directory) / CHECKPOINT_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save({"meta": {"note": "nbhelpers tiny template weights (draws a fixed cartoon face)"},
+                "state_dict": template_state_dict()}, str(tmp))
+    os.replace(tmp, path)
+    return path
+
+
 def export_onnx(model, path: str | os.PathLike, *, dynamic_batch: bool = True, opset: int = 17) -> Path:
     """Export the torch network to ONNX with the published ``dw-ll_ucoco_384.onnx`` signature.
 
@@ -825,3 +927,11 @@ class DWPoseBackend:
     def __repr__(self) -> str:
         wd = None if self.weights_dir is None else str(self.weights_dir)
         return f"DWPoseBackend(weights_dir={wd!r}, device={self.device!r}, dtype={str(self.pose.dtype)!r})"
+
+
+try:  # testing.py registers writers from each model module (the tiny weights tree, DESIGN.md)
+    from ..testing import register_tiny_writer
+except ImportError:  # a trimmed install
+    pass
+else:
+    register_tiny_writer("dwpose", write_tiny_weights)
