@@ -739,7 +739,6 @@ def preview(video: str | os.PathLike, config: InferenceConfig | None = None, *,
 def _check_video_only(video: Any, config: InferenceConfig, weights_dir: Any):
     """The video, device and weights part of :func:`check_inputs` (for jobs without audio)."""
     from . import gpu, media, weights
-    from .errors import WeightsError
 
     gpu.check_device(config.device)
 
@@ -751,13 +750,8 @@ def _check_video_only(video: Any, config: InferenceConfig, weights_dir: Any):
     if not info.has_video:
         raise InputError(f"video {str(video_path)!r} has no video stream; give a face video or photo.")
     weights_path = Path(weights_dir) if weights_dir is not None else weights.default_dir()
-    missing = weights.missing_files(weights_path, weights.required_files(config.version, parsing=True))
-    if missing:
-        sets = "core parsing" + (" v1" if config.version == "v1" else "")
-        raise WeightsError(
-            f"{len(missing)} weight file(s) missing under {weights_path}: {', '.join(missing)}. Download them with "
-            f"`python -m nbhelpers download --weights {weights_path} --sets {sets}` (or run notebook 01_weights), "
-            "or point at a folder that holds them (--weights DIR, weights_dir=, NBHELPERS_WEIGHTS).")
+    # issue 14 item 7: every weight file the job opens is looked inside (not only present) before any frame is read
+    weights.check_job_files(weights_path, config.version, config.landmark_backend)
     return video_path, weights_path, info
 
 
