@@ -30,7 +30,7 @@ import numpy as np
 
 from .config import InferenceConfig
 from .constants import FPS, SAMPLE_RATE
-from .errors import InputError, MediaError, NbHelpersError
+from .errors import FFmpegError, InputError, MediaError, NbHelpersError
 from .framestore import FrameStore, cycle_index, output_frame_count
 
 OFFLINE_BLUR_RATIO = 0.05  # feather kernel k = int(0.05 * 2s // 2 * 2) + 1 (blending.py:81)
@@ -524,24 +524,51 @@ def _generate(store: FrameStore, track, latents, latent_row: np.ndarray, materia
 
 
 class _BackgroundWriter:
-    """Encodes finished frames on a thread while the GPU computes the next batch (at most 2 batches queued)."""
+    """Encodes finished frames on a thread while the GPU computes the next batch (at most 2 batches queued).
 
-    def __init__(self, writer, frame_callback=None, depth: int = 2):
+    No wait is unbounded (issue 14 item 10): queueing a batch and the final join give up after ``timeout_s``
+    (default: the writer's ``stall_timeout_s`` plus 30 s, since the writer bounds each of its own waits), then
+    abort the writer (killing ffmpeg, which releases a write blocked on its pipe) and raise FFmpegError.
+    """
+
+    def __init__(self, writer, frame_callback=None, depth: int = 2, timeout_s: float | None = None):
         self.writer = writer
         self.frame_callback = frame_callback
         self.queue: queue.Queue = queue.Queue(maxsize=depth)
         self.error: BaseException | None = None
         self.wait_s = 0.0
+        stall = getattr(writer, "stall_timeout_s", None)
+        self.timeout_s = timeout_s if timeout_s is not None else (stall + 30.0 if stall is not None else None)
         self.thread = threading.Thread(target=self._run, name="nbhelpers-encode", daemon=True)
 
     def __enter__(self) -> _BackgroundWriter:
         self.thread.start()
         return self
 
+    def _stalled(self, doing: str) -> FFmpegError:
+        self.writer.abort()
+        self.thread.join(timeout=5)
+        return FFmpegError(f"the encoder thread did not {doing} within {self.timeout_s:g} s "
+                           f"({getattr(self.writer, 'frames_written', '?')} frames written): ffmpeg or the frame "
+                           "callback is stuck (an output folder on a network mount that stopped answering?). "
+                           "ffmpeg was stopped and nothing was saved; write to a local folder and copy the file.")
+
+    def _enqueue(self, item) -> None:
+        start = time.monotonic()
+        while True:
+            if self.error is not None and item is not None:
+                raise self.error
+            try:
+                self.queue.put(item, timeout=0.5)
+                return
+            except queue.Full:
+                if not self.thread.is_alive():
+                    raise NbHelpersError("internal: the encoder thread stopped") from None
+                if self.timeout_s is not None and time.monotonic() - start > self.timeout_s:
+                    raise self._stalled("take the next batch") from None
+
     def put(self, first_index: int, frames: np.ndarray) -> None:
-        if self.error is not None:
-            raise self.error
-        self.queue.put((first_index, frames))
+        self._enqueue((first_index, frames))
 
     def _run(self) -> None:
         while True:
@@ -561,9 +588,16 @@ class _BackgroundWriter:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         start = time.perf_counter()
-        self.queue.put(None)
-        self.thread.join()
-        self.wait_s = time.perf_counter() - start
+        try:
+            self._enqueue(None)
+            self.thread.join(self.timeout_s)
+            if self.thread.is_alive():
+                raise self._stalled("finish the last batches")
+        except NbHelpersError:
+            if exc_type is None:
+                raise  # else the job's own exception is the one to see
+        finally:
+            self.wait_s = time.perf_counter() - start
         if exc_type is None and self.error is not None:
             raise self.error
 
