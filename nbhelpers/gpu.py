@@ -1064,6 +1064,10 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
     if config.batch_size is not None:
         batch = int(config.batch_size)
         reasons["batch_size"] = f"user override ({batch}); the plan would choose {auto}: {why}"
+        if n_frames and batch > n_frames:  # a batch is never longer than the job: say what is really used
+            reasons["batch_size"] = (f"{n_frames}: user override ({batch}) is more than the job's {n_frames} "
+                                     f"frames, so the whole job is one batch; the plan would choose {auto}: {why}")
+            batch = n_frames
     else:
         batch = auto
         reasons["batch_size"] = why
@@ -1087,6 +1091,17 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
             notes.append(f"Face detection on full {frame_size[0]}x{frame_size[1]} frames (S3FD at batch 1) is "
                          f"predicted to need {peaks['faces']:.2f} GiB, above the {budget:.2f} GiB budget: use "
                          "landmark_backend='dlib' or a smaller video.")
+    if on_cpu and config.batch_size is not None:
+        # issue 14 item 11: a user batch on the CPU is checked against host RAM as it is against GPU memory
+        growing = {name: peak for name, peak in peaks.items() if stages[name][1] > 0}
+        worst = max(growing, key=growing.get) if growing else None
+        if budget is not None and worst is not None and growing[worst] > budget and batch > 1:
+            notes.append(f"batch_size {batch} (user override) is predicted to need {growing[worst]:.1f} GiB of host "
+                         f"RAM in stage {worst!r}, above the {budget:.1f} GiB usable: the job is likely to run out "
+                         f"of memory. Leave the batch size out (the plan would choose {auto}).")
+        elif batch > mm.cap_cpu:
+            notes.append(f"batch_size {batch} (user override) is more than {mm.cap_cpu}: on the CPU a larger batch "
+                         "is no faster, and progress shows later.")
     for note in notes:
         warnings.warn(note, PlanWarning, stacklevel=2)
     return Plan(kind=kind, device=device, fp16=fp16, batch_size=batch, weights=weights, frame_size=frame_size,
