@@ -265,7 +265,7 @@ def lipsync(video: str | os.PathLike, audio: str | os.PathLike, output: str | os
 
         # 4. gpu: device, precision and batch size from free memory (user overrides kept)
         plan = gpu.plan(kind="lipsync", config=config, n_frames=n_out, frame_size=store.frame_shape[:2],
-                        weights=_weights_kind(weights_path))
+                        weights=_weights_kind(weights_path), source_frames=len(store))  # issue 14 item 11
         config = plan.config
         device, dtype = _device_dtype(config)
 
