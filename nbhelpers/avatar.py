@@ -676,10 +676,10 @@ def prepare_avatar(video: str | os.PathLike, directory: str | os.PathLike, *, co
 
     gpu.check_device(config.device)
     _, video_info = check_video(video_path)
-    check_weights_dir(weights_path, config.version)
+    check_weights_dir(weights_path, config.version, config.landmark_backend)
     owns = pipeline is None
     pipe = pipeline or MuseTalkPipeline.from_pretrained(weights_path, version=config.version, config=config)
-    pipe.check_weights()
+    pipe.check_weights(config.landmark_backend)
     run_config = pipe.job_config(config.replace(device=None, fp16=None) if not owns else config)
 
     reader = media.load_video(video_path)
