@@ -257,20 +257,38 @@ def gaussian_blur_batch(masks: Any, sides: Sequence[int], ksizes: Sequence[int])
     Raises:
         InputError: When the lengths disagree or a kernel size is not odd.
     """
+    import torch
+
     if not len(sides) == len(ksizes) == masks.shape[0]:
         raise InputError(f"sides and ksizes need one entry per mask ({masks.shape[0]}); got {len(sides)} and "
                          f"{len(ksizes)}.")
     length = int(masks.shape[-1])
-    rows = []
-    for side, k in zip(sides, ksizes):
-        taps = gaussian_taps(int(k))
-        r = len(taps) // 2
-        positions = np.arange(int(side))[:, None] + np.arange(-r, r + 1)[None, :]
-        rows.append((reflect_101(positions, int(side)), np.broadcast_to(taps, positions.shape)))
-    index, weight = taps_table(rows, length)
-    across = resize_axis(masks, index, weight, shift=None, clip=False)            # rows pass: exact, x 256
-    down = resize_axis(across.transpose(-1, -2), index, weight, shift=2 * _CV_BITS)  # columns pass, rounded
-    return down.transpose(-1, -2).contiguous()
+    taps = [gaussian_taps(int(k)) for k in ksizes]
+    radius = max(len(t) // 2 for t in taps)
+    positions = np.arange(-radius, length + radius)
+    index = np.stack([reflect_101(positions, int(side)) for side in sides])        # (B, L + 2r), per-frame border
+    weight = np.zeros((len(taps), 2 * radius + 1), np.int64)
+    for b, t in enumerate(taps):
+        weight[b, radius - len(t) // 2:radius + len(t) // 2 + 1] = t
+    active = [int(k) for k in np.flatnonzero(weight.any(axis=0))]
+    device = masks.device
+    index_t = torch.from_numpy(index).to(device, non_blocking=True)
+    weight_t = torch.from_numpy(weight).to(device=device, dtype=torch.int32, non_blocking=True)
+
+    def one_pass(x):  # along the last axis: reflect-pad once per frame, then one shifted slice per tap
+        batch, rows, _ = x.shape
+        padded = torch.gather(x.to(torch.int32), -1, index_t[:, None, :].expand(batch, rows, length + 2 * radius))
+        acc = torch.zeros((batch, rows, length), dtype=torch.int32, device=device)
+        for k in active:
+            acc += padded[..., k:k + length] * weight_t[:, k].view(batch, 1, 1)
+        return acc
+
+    across = one_pass(masks)                                                      # rows pass: exact, x 256
+    down = one_pass(across.transpose(-1, -2).contiguous())                        # columns pass, x 65536
+    down = torch.bitwise_right_shift(down + (1 << (2 * _CV_BITS - 1)), 2 * _CV_BITS).clamp_(0, 255)
+    inside = torch.arange(length, device=device)[None] < torch.as_tensor(list(sides), device=device)[:, None]
+    keep = (inside[:, :, None] & inside[:, None, :]).to(torch.uint8)
+    return down.to(torch.uint8).transpose(-1, -2) * keep
 
 
 def crop_resize_batch(images: Any, squares: Sequence[Sequence[int]], size: int, filter: str = "bilinear") -> Any:
