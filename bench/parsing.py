@@ -40,7 +40,6 @@ def main(argv: list[str] | None = None) -> int:
 
         limit_cpus(args.cores)
     import torch
-
     from _common import media_dir
 
     from nbhelpers import blending as B
@@ -87,9 +86,9 @@ def main(argv: list[str] | None = None) -> int:
         dt = time.perf_counter() - t0
         print(f"| torch on {device} (prepare_materials_torch) | {name} | {n} | {dt:.2f} | {n / dt:.1f} |")
     print()
-    for name, fp in parsers.items():
+    for name in parsers:
         diffs = [np.abs(g.mask.cpu().numpy().astype(int) - r.mask.astype(int))
-                 for g, r in zip(got[name][:n_cpu], reference[name])]
+                 for g, r in zip(got[name][:n_cpu], reference[name], strict=True)]
         print(f"{name}: torch path vs CPU path, same network on {device}: max level difference "
               f"{max(int(d.max()) for d in diffs)}, pixels differing {sum(int((d > 0).sum()) for d in diffs)} of "
               f"{sum(d.size for d in diffs)}; mask pixels > 0: "
@@ -101,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
             on_cpu = B.prepare_materials(frames[:k], boxes[:k], FaceParser(tmp, device="cpu"))
         for name in parsers:
             diffs = [np.abs(g.mask.cpu().numpy().astype(int) - r.mask.astype(int))
-                     for g, r in zip(got[name][:k], on_cpu)]
+                     for g, r in zip(got[name][:k], on_cpu, strict=True)]
             print(f"{name} on cuda vs all-CPU fp32 ({k} frames; random BiSeNet, so argmax flips count): max level "
                   f"difference {max(int(d.max()) for d in diffs)}, pixels differing "
                   f"{sum(int((d > 0).sum()) for d in diffs)} of {sum(d.size for d in diffs)}")

@@ -432,7 +432,7 @@ def prepare_masks_torch(masks_512: Any, boxes: Sequence[Any], squares: Sequence[
     resized = resize_batch(masks_512, sides, "bicubic")                           # blending.py:65
     length = resized.shape[-1]
     bounds = np.zeros((batch, 4), np.int64)  # kept rows [top, bottom), columns [left, right) per frame
-    for b, ((x1, y1, x2, y2), (xs, ys, _, _), side) in enumerate(zip(checked, sq, sides)):
+    for b, ((x1, y1, x2, y2), (xs, ys, _, _), side) in enumerate(zip(checked, sq, sides, strict=True)):
         bx1, by1, bx2, by2 = max(x1 - xs, 0), max(y1 - ys, 0), min(x2 - xs, side), min(y2 - ys, side)
         bounds[b] = (max(by1, int(side * UPPER_BOUNDARY_RATIO)), by2, bx1, bx2)   # :67-77
     lim = torch.from_numpy(bounds).to(masks_512.device)[:, :, None]
@@ -511,7 +511,7 @@ def prepare_materials_torch(frames: Any, boxes: Sequence[Any], parser: Any, mode
     materials: list[BlendMaterial] = []
     for sl, masks in batched(len(checked), size, step, stage="face parsing"):
         materials += [BlendMaterial(mask=m, square=squares[i], box=checked[i])
-                      for m, i in zip(masks, range(sl.start, sl.stop))]
+                      for m, i in zip(masks, range(sl.start, sl.stop), strict=True)]
     return materials
 
 

@@ -74,7 +74,7 @@ def test_gaussian_blur_equals_opencv_for_every_kernel_kind():
     for b, side in enumerate(sides):
         masks[b, :side, :side] = synthetic_mask(b)[:side, :side] if b % 2 else rng.integers(0, 256, (side, side))
     got = R.gaussian_blur_batch(torch.from_numpy(masks), sides, ksizes).numpy()
-    for b, (side, k) in enumerate(zip(sides, ksizes)):
+    for b, (side, k) in enumerate(zip(sides, ksizes, strict=True)):
         expected = cv2.GaussianBlur(np.ascontiguousarray(masks[b, :side, :side]), (k, k), 0)
         np.testing.assert_array_equal(got[b, :side, :side], expected, err_msg=f"k={k} side={side}")
 
@@ -208,17 +208,17 @@ def test_materials_torch_equal_the_cpu_path_on_real_frames(frames, mode, blur_ra
     expected = B.prepare_materials(frames, REAL_BOXES, parser, mode, blur_ratio=blur_ratio)
     got = B.prepare_materials_torch(torch.from_numpy(frames), REAL_BOXES, parser, mode, blur_ratio=blur_ratio)
     assert len(got) == len(expected)
-    for g, e in zip(got, expected):
+    for g, e in zip(got, expected, strict=True):
         assert g.square == e.square and g.box == e.box and isinstance(g.mask, torch.Tensor)
         np.testing.assert_array_equal(g.mask.numpy(), e.mask)  # 0 levels apart: every step is integer-exact
     assert expected[0].mask.max() > 200 and (expected[0].mask > 0).mean() > 0.05  # real, non-trivial masks
 
 
 def test_bisenet_labels_and_input_equal_the_cpu_path_on_real_frames(frames):
-    from nbhelpers.parsing import BISENET_FILE, write_random_bisenet
-
     import tempfile
     from pathlib import Path
+
+    from nbhelpers.parsing import BISENET_FILE, write_random_bisenet
 
     with tempfile.TemporaryDirectory() as tmp:
         write_random_bisenet(Path(tmp) / BISENET_FILE, seed=1)
@@ -242,7 +242,7 @@ def test_materials_on_cuda_equal_the_cpu_path(frames):
     gpu = colour_parser("cuda", batch_size=4)
     expected = B.prepare_materials(frames, REAL_BOXES, cpu, "jaw")
     got = B.prepare_materials_torch(torch.from_numpy(frames).cuda(), REAL_BOXES, gpu, "jaw")
-    for g, e in zip(got, expected):
+    for g, e in zip(got, expected, strict=True):
         assert g.mask.device.type == "cuda"
         assert np.abs(g.mask.cpu().numpy().astype(int) - e.mask.astype(int)).max() <= 1  # issue 16: within 1
     # the image ops alone, on known masks: bit-exact on the GPU too

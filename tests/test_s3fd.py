@@ -340,7 +340,7 @@ def test_fp16_on_cuda_stays_within_tolerance_of_fp32(tiny_s3fd_file, shared_data
     with torch.inference_mode():
         o32 = [o.float() for o in full.net(x)]
         o16 = [o.float() for o in half.net(x.half())]
-    for k, (a, b) in enumerate(zip(o32, o16)):
+    for k, (a, b) in enumerate(zip(o32, o16, strict=True)):
         assert torch.isfinite(b).all()
         if k % 2 == 0:  # face probabilities
             assert (a.softmax(1) - b.softmax(1)).abs().max() < 0.02, k
@@ -349,7 +349,7 @@ def test_fp16_on_cuda_stays_within_tolerance_of_fp32(tiny_s3fd_file, shared_data
     # decoded with a low score cut so random weights give boxes: the best box of each frame matches
     d32 = [s3fd.decode_detections(o32, min_score=0.0)[b] for b in range(4)]
     d16 = [s3fd.decode_detections(o16, min_score=0.0)[b] for b in range(4)]
-    for a, b in zip(d32, d16):
+    for a, b in zip(d32, d16, strict=True):
         assert len(a) and len(b)
         assert np.abs(a[0, :4] - b[0, :4]).max() <= 2.0 and abs(a[0, 4] - b[0, 4]) < 0.02
     assert [len(d) for d in half.detections(frames)] == [len(d) for d in full.detections(frames)]
