@@ -4,9 +4,12 @@ MuseTalk decides which pixels of the generated face to show with a face-parsing 
 ResNet-18 context path, trained by face-parsing.PyTorch on CelebAMask-HQ (file ``79999_iter.pth``). This module
 holds
 
-* :func:`face_mask`: the label map -> 0/255 mask step of each parsing mode (numpy + OpenCV, no torch);
+* :func:`face_mask`: the label map -> 0/255 mask step of each parsing mode (numpy + OpenCV, no torch), and
+  :func:`face_mask_torch`, the same on a batch of label maps on a torch device (equal bit for bit);
 * :class:`FaceParser`: loads ``face-parse-bisent/79999_iter.pth`` strictly into our BiSeNet and turns RGB images
-  into (N, 512, 512) label maps with the official preprocessing;
+  into (N, 512, 512) label maps with the official preprocessing (:meth:`FaceParser.labels`, host images), or the
+  squares of frames already on the device into label maps there (:meth:`FaceParser.labels_torch`, the PIL resize
+  done integer-exactly by :mod:`nbhelpers.resample`);
 * ``BiSeNet``: the network itself (a ``torch.nn.Module``), written from the parameter names and shapes of the
   official checkpoint (``shared/reference/checkpoints/bisenet-79999_iter.keys.json``). It is built on first access
   (``from nbhelpers.parsing import BiSeNet``) so that importing this module loads no torch.
