@@ -1425,9 +1425,10 @@ class VideoWriter:
         extra_args: More output options placed before the file name, e.g. ``["-tune", "film"]``.
         synthetic: Tag the file as synthetic (comment and video handler name, :data:`SYNTHETIC_TAG`); True for
             everything the lip-sync writes, False for plain conversions such as :func:`convert_to_25fps`.
-        encoder: An encoder setting (:data:`nbhelpers.constants.ENCODERS`, e.g. ``InferenceConfig.encoder``); when
-            given it sets ``codec`` and ``preset`` (an explicit ``preset`` still wins) and, for NVENC, the binary,
-            through :func:`choose_encoder` (which warns when NVENC falls back to libx264).
+        encoder: An encoder setting (:data:`nbhelpers.constants.ENCODERS`, e.g. ``InferenceConfig.encoder``), or an
+            :class:`EncoderChoice` already made by :func:`choose_encoder` (resolve once per job, write many clips);
+            when given it sets ``codec`` and ``preset`` (an explicit ``preset`` still wins) and, for NVENC, the
+            binary. A setting goes through :func:`choose_encoder`, which warns when NVENC falls back to libx264.
 
     Attributes:
         path: Final output path.
@@ -1449,9 +1450,9 @@ class VideoWriter:
     def __init__(self, path, width: int, height: int, fps=FPS, audio=None, crf: int = 18, codec: str = "libx264",
                  *, preset: str | None = None, audio_bitrate: str = "192k", shortest: bool = False,
                  ffmpeg: str | None = None, extra_args: Iterable[str] = (), synthetic: bool = True,
-                 encoder: str | None = None):
+                 encoder: str | EncoderChoice | None = None):
         self.synthetic = bool(synthetic)
-        self.encoder = None if encoder is None else choose_encoder(encoder)
+        self.encoder = encoder if isinstance(encoder, EncoderChoice) or encoder is None else choose_encoder(encoder)
         if self.encoder is not None:
             codec, preset = self.encoder.codec, preset or self.encoder.preset
             ffmpeg = ffmpeg or self.encoder.ffmpeg

@@ -40,7 +40,7 @@ def test_nvenc_is_used_when_the_test_encode_works(setting):
         return (exe == "/usr/bin/ffmpeg", "" if exe == "/usr/bin/ffmpeg" else "Driver does not support the "
                 "required nvenc API version. Required: 13.1 Found: 13.0")
 
-    with pytestmark_no_warning():
+    with no_fallback_warning():
         choice = media.choose_encoder(setting, ffmpegs=["/bundled/ffmpeg", "/usr/bin/ffmpeg"], probe=probe)
     assert tried == ["/bundled/ffmpeg", "/usr/bin/ffmpeg"]  # the bundled binary first, then the system one
     assert (choice.codec, choice.preset, choice.ffmpeg) == ("h264_nvenc", "p5", "/usr/bin/ffmpeg")
@@ -95,6 +95,12 @@ def test_writer_with_auto_falls_back_and_still_writes(tmp_path, monkeypatch):
             writer.write(np.zeros((3, 48, 64, 3), np.uint8))
     assert writer.args[writer.args.index("-c:v") + 1] == "libx264"
     assert media.probe(tmp_path / "a.mp4").frame_count == 3
+    # a choice made once is reused without probing or warning again
+    monkeypatch.setattr(media, "nvenc_probe", lambda exe: pytest.fail("probed again"))
+    with no_fallback_warning():
+        with media.VideoWriter(tmp_path / "b.mp4", 64, 48, encoder=writer.encoder) as again:
+            again.write(np.zeros((2, 48, 64, 3), np.uint8))
+    assert again.encoder is writer.encoder and media.probe(tmp_path / "b.mp4").frame_count == 2
 
 
 def test_config_cli_and_panel_carry_the_setting():
@@ -117,7 +123,7 @@ def test_config_cli_and_panel_carry_the_setting():
         settings_panel(InferenceConfig(), {"encoder": "h265"}, use_widgets=False)
 
 
-class pytestmark_no_warning:
+class no_fallback_warning:
     """Fail when the block emits a FallbackWarning (NVENC chosen: nothing to warn about)."""
 
     def __enter__(self):
