@@ -365,6 +365,7 @@ def prepare_materials(frames: Sequence[np.ndarray], boxes: Sequence[Any], parser
     Source: ``blending.py:112-136`` (``get_image_prepare_material``), ``blending.py:51-82`` (``get_image``).
     """
     from .parsing import check_parsing_args, face_mask
+    from .progress import bar
 
     check_parsing_args(mode, left_cheek_width, right_cheek_width)
     feather_kernel_size(2, blur_ratio)
@@ -376,14 +377,16 @@ def prepare_materials(frames: Sequence[np.ndarray], boxes: Sequence[Any], parser
     checked = [check_box(b, f"boxes[{i}]") for i, b in enumerate(boxes)]
     squares = [expanded_square(b, expand) for b in checked]
     materials: list[BlendMaterial] = []
-    for start in range(0, len(checked), max(1, int(chunk))):
-        idx = range(start, min(start + max(1, int(chunk)), len(checked)))
-        crops_rgb = [np.ascontiguousarray(crop_padded(frames[i], squares[i])[:, :, ::-1]) for i in idx]
-        labels = parser.labels(crops_rgb)
-        for j, i in enumerate(idx):
-            mask_512 = face_mask(labels[j], mode, left_cheek_width, right_cheek_width)
-            materials.append(BlendMaterial(mask=prepare_mask(mask_512, checked[i], squares[i], blur_ratio),
-                                           square=squares[i], box=checked[i]))
+    with bar(len(checked), "face parsing") as progress:
+        for start in range(0, len(checked), max(1, int(chunk))):
+            idx = range(start, min(start + max(1, int(chunk)), len(checked)))
+            crops_rgb = [np.ascontiguousarray(crop_padded(frames[i], squares[i])[:, :, ::-1]) for i in idx]
+            labels = parser.labels(crops_rgb)
+            for j, i in enumerate(idx):
+                mask_512 = face_mask(labels[j], mode, left_cheek_width, right_cheek_width)
+                materials.append(BlendMaterial(mask=prepare_mask(mask_512, checked[i], squares[i], blur_ratio),
+                                               square=squares[i], box=checked[i]))
+                progress.update(1)
     return materials
 
 
@@ -484,6 +487,7 @@ def prepare_materials_torch(frames: Any, boxes: Sequence[Any], parser: Any, mode
 
     from .gpu import batched
     from .parsing import check_parsing_args, face_mask_torch
+    from .progress import bar
 
     check_parsing_args(mode, left_cheek_width, right_cheek_width)
     feather_kernel_size(2, blur_ratio)
@@ -509,9 +513,11 @@ def prepare_materials_torch(frames: Any, boxes: Sequence[Any], parser: Any, mode
             return prepare_masks_torch(masks_512, checked[sl], squares[sl], blur_ratio)
 
     materials: list[BlendMaterial] = []
-    for sl, masks in batched(len(checked), size, step, stage="face parsing"):
-        materials += [BlendMaterial(mask=m, square=squares[i], box=checked[i])
-                      for m, i in zip(masks, range(sl.start, sl.stop), strict=True)]
+    with bar(len(checked), "face parsing") as progress:  # counts queued frames: the device may still be busy
+        for sl, masks in batched(len(checked), size, step, stage="face parsing"):
+            materials += [BlendMaterial(mask=m, square=squares[i], box=checked[i])
+                          for m, i in zip(masks, range(sl.start, sl.stop), strict=True)]
+            progress.update(sl.stop - sl.start)
     return materials
 
 

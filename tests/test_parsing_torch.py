@@ -272,3 +272,29 @@ def test_bisenet_fp16_materials_on_cuda_close_to_the_cpu_path(frames, tmp_path):
                                atol=1e-5)
     labels = gpu.labels_torch(tensor, squares).cpu().numpy()
     assert (labels == cpu.labels(crops)).mean() > 0.95  # fp16 BiSeNet: a few boundary pixels may flip
+
+
+def test_both_material_paths_count_frames_in_a_progress_bar(frames, monkeypatch):
+    import nbhelpers.progress as progress
+
+    bars = []
+
+    class Recorder:
+        def __init__(self, total=None, desc="", unit="frame", **kwargs):
+            self.total, self.desc, self.n = total, desc, 0
+            bars.append(self)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def update(self, n=1):
+            self.n += n
+
+    monkeypatch.setattr(progress, "bar", Recorder)
+    parser = colour_parser(batch_size=2)
+    B.prepare_materials(frames[:3], REAL_BOXES[:3], parser)
+    B.prepare_materials_torch(torch.from_numpy(frames[:3]), REAL_BOXES[:3], parser)
+    assert [(b.desc, b.total, b.n) for b in bars] == [("face parsing", 3, 3)] * 2
