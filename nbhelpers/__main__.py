@@ -37,9 +37,19 @@ def _add_settings(p: argparse.ArgumentParser) -> None:
     g.add_argument("--backend", default="auto", help="landmarks: auto, dwpose-onnx, mmpose or dlib")
     g.add_argument("--smooth-boxes", type=int, default=0, help="temporal smoothing window in frames (0 = off)")
     g.add_argument("--seed", type=int, default=0)
+    _add_encoder(g, "libx264")
     g.add_argument("--box", default=None, help="one crop box for the whole clip, skipping detection: --box=x1,y1,x2,y2 "
                                                "(with '=', so negative numbers are not taken for options)")
     p.add_argument("--weights", default=None, help="weights folder (default: $NBHELPERS_WEIGHTS or the cache)")
+
+
+def _add_encoder(group, default) -> None:
+    from .constants import ENCODERS
+
+    group.add_argument("--encoder", choices=ENCODERS, default=default,
+                       help="video encoder: libx264 (CRF 18, preset medium, the official), libx264-fast ... "
+                            "libx264-ultrafast (faster presets), nvenc/auto (h264_nvenc when a test encode works, "
+                            "else libx264 with a warning)" + ("" if default else "; default: the avatar's setting"))
 
 
 def _config(args):
@@ -50,7 +60,7 @@ def _config(args):
                            parsing_mode=args.parsing_mode, left_cheek_width=args.left_cheek_width,
                            right_cheek_width=args.right_cheek_width,
                            landmark_backend="boxes" if args.box else args.backend, smooth_boxes=args.smooth_boxes,
-                           seed=args.seed)
+                           seed=args.seed, encoder=args.encoder)
 
 
 def _box(text):
@@ -204,7 +214,9 @@ def _cmd_avatar(args) -> int:
                     name = f"{stem}-{k}"
                 used.add(name)
                 out = Path(args.directory) / "vid_output" / f"{name}.mp4"
-            result = avatar.generate(audio, output=out)
+            # --encoder given: passed on; left out: the avatar's own setting
+            options = {} if args.encoder is None else {"encoder": args.encoder}
+            result = avatar.generate(audio, output=out, **options)
             print(f"{result.summary()} -> {result.output}")
     return 0
 
@@ -352,6 +364,7 @@ def build_parser() -> argparse.ArgumentParser:
     pg.add_argument("audio", nargs="+")
     pg.add_argument("-o", "--output", default=None)
     pg.add_argument("--weights", default=None)
+    _add_encoder(pg, None)
     p.set_defaults(func=_cmd_avatar)
     return parser
 

@@ -34,23 +34,28 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from .constants import FPS, SAMPLE_RATE
-from .errors import FFmpegError, InputError, MediaError, MissingDependencyError
+from .constants import ENCODERS, FPS, SAMPLE_RATE
+from .errors import FallbackWarning, FFmpegError, InputError, MediaError, MissingDependencyError
 
 __all__ = [
+    "ENCODER_SETTINGS",
+    "EncoderChoice",
     "SYNTHETIC_TAG",
     "MediaInfo",
     "StreamInfo",
     "VideoReader",
     "VideoWriter",
     "audio_duration",
+    "choose_encoder",
     "convert_to_25fps",
     "demo_inputs",
     "ffmpeg_exe",
     "ffmpeg_version",
+    "nvenc_probe",
     "frames_at",
     "load_audio",
     "load_video",
@@ -1278,6 +1283,137 @@ def audio_duration(path) -> float:
 # video writing
 # ---------------------------------------------------------------------------------------------------------------
 
+# ---------------------------------------------------------------------------------------------------------------
+# Encoder setting: libx264 presets, or NVENC after a real one-frame test encode
+# ---------------------------------------------------------------------------------------------------------------
+
+ENCODER_SETTINGS = {  # setting -> (ffmpeg encoder, preset); "auto" picks nvenc when it works, else libx264
+    "libx264": ("libx264", "medium"),
+    "libx264-fast": ("libx264", "fast"),
+    "libx264-faster": ("libx264", "faster"),
+    "libx264-veryfast": ("libx264", "veryfast"),
+    "libx264-superfast": ("libx264", "superfast"),
+    "libx264-ultrafast": ("libx264", "ultrafast"),
+    "nvenc": ("h264_nvenc", "p5"),
+    "auto": ("h264_nvenc", "p5"),
+}
+
+_PROBE_SIZE = (256, 256)  # pixels of the test frame (NVENC's minimum is about 145x49)
+_probe_cache: dict[str, tuple[bool, str]] = {}
+_probe_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class EncoderChoice:
+    """What an ``encoder`` setting resolved to.
+
+    Attributes:
+        setting: The setting asked for (one of :data:`nbhelpers.constants.ENCODERS`).
+        codec: ffmpeg encoder used: ``"libx264"`` or ``"h264_nvenc"``.
+        preset: Its preset (``"medium"``, ``"veryfast"``, ..., ``"p5"`` for NVENC).
+        ffmpeg: The ffmpeg binary to run it with; None = :func:`ffmpeg_exe` (imageio-ffmpeg's).
+        reason: Why this was chosen (the NVENC test encode's result for ``auto`` / ``nvenc``).
+    """
+
+    setting: str
+    codec: str
+    preset: str
+    ffmpeg: str | None = None
+    reason: str = ""
+
+
+def nvenc_probe(ffmpeg: str | None = None, timeout: float = 30.0) -> tuple[bool, str]:
+    """Whether ``h264_nvenc`` really encodes with this ffmpeg here: one 256x256 black frame, encoded to nothing.
+
+    Listing the encoder proves little (imageio-ffmpeg 0.8's ffmpeg lists ``h264_nvenc`` but fails on drivers
+    older than its NVENC API, and a GPU may have no encoder unit), so a real frame is encoded. The answer is
+    cached per binary for the life of the process.
+
+    Args:
+        ffmpeg: Path of the ffmpeg binary; None = :func:`ffmpeg_exe` (imageio-ffmpeg's).
+        timeout: Seconds before the test encode counts as failed.
+
+    Returns:
+        ``(True, "")`` when the frame was encoded, else ``(False, reason)`` with ffmpeg's last error line (or why
+        it could not run).
+
+    Source: shared/reference/environment-notes.md (NVENC on the H200 and Colab's 580 drivers).
+    """
+    exe = ffmpeg or ffmpeg_exe()
+    with _probe_lock:
+        if exe in _probe_cache:
+            return _probe_cache[exe]
+        width, height = _PROBE_SIZE
+        args = [exe, "-hide_banner", "-nostats", "-loglevel", "error", "-f", "rawvideo", "-pixel_format", "bgr24",
+                "-video_size", f"{width}x{height}", "-framerate", "25", "-i", "pipe:0", "-frames:v", "1",
+                "-c:v", "h264_nvenc", "-pix_fmt", "yuv420p", "-f", "null", "-"]
+        try:
+            done = subprocess.run(args, input=bytes(width * height * 3), capture_output=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            result = (False, f"the test encode did not finish within {timeout:g} s")
+        except OSError as exc:
+            result = (False, f"{exe!r} could not be run ({exc})")
+        else:
+            lines = [ln.strip() for ln in done.stderr.decode("utf-8", "replace").splitlines() if ln.strip()]
+            # the encoder's own lines ("[h264_nvenc @ 0x...] Cannot load libcuda.so.1", "Driver does not support
+            # the required nvenc API version ...") say why; ffmpeg's later lines only report the consequences
+            own = [re.sub(r"^\[h264_nvenc @ [^]]*\]\s*", "", ln) for ln in lines if ln.startswith("[h264_nvenc")]
+            text = " ".join(own[:3]) or (lines[0] if lines else f"ffmpeg exited with code {done.returncode}")
+            result = (True, "") if done.returncode == 0 else (False, text)
+        _probe_cache[exe] = result
+        return result
+
+
+def choose_encoder(setting: str = "libx264", *, ffmpegs: Sequence[str] | None = None,
+                   probe: Any = None, warn: bool = True) -> EncoderChoice:
+    """Resolve an ``encoder`` setting to an ffmpeg encoder, preset and binary.
+
+    * ``"libx264"`` (default; the official offline job): CRF 18, preset ``medium``.
+    * ``"libx264-fast"`` ... ``"libx264-ultrafast"``: the same CRF at a faster libx264 preset (larger files or a
+      little lower quality; ``bench/encoders.py`` measures speed, size and PSNR against medium).
+    * ``"nvenc"`` / ``"auto"``: ``h264_nvenc`` (``-preset p5 -rc vbr -cq 18``) when a one-frame test encode
+      (:func:`nvenc_probe`) succeeds with imageio-ffmpeg's binary, else with the ``ffmpeg`` on PATH; otherwise
+      libx264 medium, with a :class:`~nbhelpers.errors.FallbackWarning` that gives the test encode's error.
+
+    Args:
+        setting: One of :data:`nbhelpers.constants.ENCODERS`.
+        ffmpegs: Binaries to try NVENC with, in order; None = imageio-ffmpeg's, then the one on PATH if different.
+        probe: ``probe(ffmpeg_path) -> (ok, reason)``; None = :func:`nvenc_probe` (tests inject their own).
+        warn: Emit the fallback warning (the reason is in the result either way).
+
+    Returns:
+        An :class:`EncoderChoice`.
+
+    Raises:
+        InputError: When ``setting`` is not a known encoder setting.
+    """
+    if setting not in ENCODER_SETTINGS:
+        raise InputError(f"encoder must be one of {', '.join(map(repr, ENCODERS))}; got {setting!r}. "
+                         "'libx264' (CRF 18, preset medium) is the official offline choice.")
+    codec, preset = ENCODER_SETTINGS[setting]
+    if codec == "libx264":
+        return EncoderChoice(setting, codec, preset, None, f"libx264 CRF 18, preset {preset}")
+    probe = probe or nvenc_probe
+    if ffmpegs is None:
+        ffmpegs = [ffmpeg_exe()]
+        system = shutil.which("ffmpeg")
+        if system and os.path.realpath(system) != os.path.realpath(ffmpegs[0]):
+            ffmpegs.append(system)
+    failures = []
+    for exe in ffmpegs:
+        ok, why = probe(exe)
+        if ok:
+            return EncoderChoice(setting, codec, preset, exe, f"h264_nvenc test encode succeeded with {exe}")
+        failures.append(f"{exe}: {why}")
+    reason = ("h264_nvenc is not usable here (" + "; ".join(failures or ["no ffmpeg to try"]) + "); encoding with "
+              "libx264 CRF 18, preset medium instead")
+    if warn:
+        import warnings
+
+        warnings.warn(f"encoder={setting!r}: {reason}.", FallbackWarning, stacklevel=2)
+    return EncoderChoice(setting, "libx264", "medium", None, reason)
+
+
 class VideoWriter:
     """Encode BGR frames through an ffmpeg pipe into an H.264 MP4, with the original audio muxed in.
 
@@ -1308,7 +1444,8 @@ class VideoWriter:
 
     NVENC: ``codec="h264_nvenc"`` encodes on an NVIDIA GPU (``-preset p5 -rc vbr -cq <crf> -b:v 0``). It needs an
     ffmpeg built with NVENC and a driver: imageio-ffmpeg's build has it, as has Colab's ``/usr/bin/ffmpeg``
-    (``VideoWriter(..., codec="h264_nvenc", ffmpeg=ffmpeg_exe(prefer_system=True))``).
+    (``VideoWriter(..., codec="h264_nvenc", ffmpeg=ffmpeg_exe(prefer_system=True))``). The ``encoder`` setting
+    does this choice safely: ``encoder="auto"`` uses NVENC only after a test encode worked (:func:`choose_encoder`).
 
     Args:
         path: Output file (.mp4, .mov, .m4v or .mkv); its folder is created when missing.
@@ -1328,9 +1465,14 @@ class VideoWriter:
             everything the lip-sync writes, False for plain conversions such as :func:`convert_to_25fps`.
         stall_timeout_s: Seconds without progress after which ffmpeg counts as stalled (default
             :data:`WRITER_STALL_TIMEOUT_S`, 120); None waits for ever.
+        encoder: An encoder setting (:data:`nbhelpers.constants.ENCODERS`, e.g. ``InferenceConfig.encoder``), or an
+            :class:`EncoderChoice` already made by :func:`choose_encoder` (resolve once per job, write many clips);
+            when given it sets ``codec`` and ``preset`` (an explicit ``preset`` still wins) and, for NVENC, the
+            binary. A setting goes through :func:`choose_encoder`, which warns when NVENC falls back to libx264.
 
     Attributes:
         path: Final output path.
+        encoder: The :class:`EncoderChoice` when ``encoder`` was given, else None.
         frames_written: Frames accepted so far.
         stall_timeout_s: The stall bound in seconds (None = none).
 
@@ -1350,12 +1492,16 @@ class VideoWriter:
     def __init__(self, path, width: int, height: int, fps=FPS, audio=None, crf: int = 18, codec: str = "libx264",
                  *, preset: str | None = None, audio_bitrate: str = "192k", shortest: bool = False,
                  ffmpeg: str | None = None, extra_args: Iterable[str] = (), synthetic: bool = True,
-                 stall_timeout_s: float | None = WRITER_STALL_TIMEOUT_S):
+                 stall_timeout_s: float | None = WRITER_STALL_TIMEOUT_S, encoder: str | EncoderChoice | None = None):
         self.synthetic = bool(synthetic)
         if stall_timeout_s is not None and (isinstance(stall_timeout_s, bool) or not stall_timeout_s > 0):
             raise InputError(f"stall_timeout_s must be a number of seconds > 0, or None to wait for ever; got "
                              f"{stall_timeout_s!r}.")
         self.stall_timeout_s = None if stall_timeout_s is None else float(stall_timeout_s)
+        self.encoder = encoder if isinstance(encoder, EncoderChoice) or encoder is None else choose_encoder(encoder)
+        if self.encoder is not None:
+            codec, preset = self.encoder.codec, preset or self.encoder.preset
+            ffmpeg = ffmpeg or self.encoder.ffmpeg
         for name, value in (("width", width), ("height", height)):
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
                 raise InputError(f"{name} must be a positive integer number of pixels; got {value!r}.")

@@ -586,16 +586,22 @@ class MuseTalkPipeline:
                     latents = encode_frames(store, track.crop_boxes, face_frames, bundle.vae, seed=config.seed,
                                             mode=config.latent_mode, batch_size=batch)
 
-                # 8. parsing: blend material (feathered mask + expanded square) of each source frame with a face
+                # 8. parsing: blend material (feathered mask + expanded square) of each source frame with a face;
+                # on CUDA the frames go to the GPU once and the parsing, masks and blend stay there
+                source = SourceFaces(frames=store, latent_row=np.full(len(store), -1, dtype=np.int64),
+                                     latents=latents[:0], boxes=[], masks=[], squares=[]).to_device(self.device)
                 with timings.stage("parsing"):
                     parser = self.face_parser
                     parser.batch_size = batch
-                    materials = materials_for_frames(store, track.crop_boxes, face_frames, parser, config)
+                    materials = materials_for_frames(store, track.crop_boxes, face_frames, parser, config,
+                                                     frames_device=source.frames_device)
 
                 # 9-10. generate and blend: UNet + VAE decode per batch of output frames, paste back, encode
-                # masks uploaded once; the source frames kept on the GPU when they fit (as an avatar keeps them)
-                source = SourceFaces.from_materials(store, face_frames, latents, materials).to_device(self.device)
-                writer = media.VideoWriter(output_path, store.width, store.height, fps=FPS, audio=audio_path)
+                source = SourceFaces.from_materials(store, face_frames, latents, materials,
+                                                    frames_device=source.frames_device).to_device(self.device)
+                encoder = media.choose_encoder(config.encoder)
+                writer = media.VideoWriter(output_path, store.width, store.height, fps=FPS, audio=audio_path,
+                                           encoder=encoder)
                 with writer:
                     run(source, features, bundle, batch, n_out, writer, frame_callback=frame_callback,
                         timings=timings)
