@@ -37,9 +37,19 @@ def _add_settings(p: argparse.ArgumentParser) -> None:
     g.add_argument("--backend", default="auto", help="landmarks: auto, dwpose, dwpose-onnx, mmpose or dlib")
     g.add_argument("--smooth-boxes", type=int, default=0, help="temporal smoothing window in frames (0 = off)")
     g.add_argument("--seed", type=int, default=0)
+    _add_encoder(g, "libx264")
     g.add_argument("--box", default=None, help="one crop box for the whole clip, skipping detection: --box=x1,y1,x2,y2 "
                                                "(with '=', so negative numbers are not taken for options)")
     p.add_argument("--weights", default=None, help="weights folder (default: $NBHELPERS_WEIGHTS or the cache)")
+
+
+def _add_encoder(group, default) -> None:
+    from .constants import ENCODERS
+
+    group.add_argument("--encoder", choices=ENCODERS, default=default,
+                       help="video encoder: libx264 (CRF 18, preset medium, the official), libx264-fast ... "
+                            "libx264-ultrafast (faster presets), nvenc/auto (h264_nvenc when a test encode works, "
+                            "else libx264 with a warning)" + ("" if default else "; default: the avatar's setting"))
 
 
 def _config(args):
@@ -50,7 +60,7 @@ def _config(args):
                            parsing_mode=args.parsing_mode, left_cheek_width=args.left_cheek_width,
                            right_cheek_width=args.right_cheek_width,
                            landmark_backend="boxes" if args.box else args.backend, smooth_boxes=args.smooth_boxes,
-                           seed=args.seed)
+                           seed=args.seed, encoder=args.encoder)
 
 
 def _box(text):
@@ -204,7 +214,9 @@ def _cmd_avatar(args) -> int:
                     name = f"{stem}-{k}"
                 used.add(name)
                 out = Path(args.directory) / "vid_output" / f"{name}.mp4"
-            result = avatar.generate(audio, output=out)
+            # --encoder given: passed on; left out: the avatar's own setting
+            options = {} if args.encoder is None else {"encoder": args.encoder}
+            result = avatar.generate(audio, output=out, **options)
             print(f"{result.summary()} -> {result.output}")
     return 0
 
@@ -223,6 +235,76 @@ def _cmd_score(args) -> int:
         return 0
     print(score.summary())
     return 0
+
+
+# Python names in the package's messages -> what a command-line user types (issue 14 item 11). Applied, in order,
+# to the messages of errors and warnings that reach the command line; each rule is checked against the real
+# message in tests/test_cli_terms.py, so a reworded message fails a test instead of slipping through unchanged.
+_CLI_TERMS: tuple[tuple[str, str], ...] = (
+    (r" ?\(upload the file first in notebook 02_media, or give the full path\)",
+     " (give the full path, or a path relative to the current folder)"),
+    (r" ?\(or (?:run )?(?:notebook |notebooks/)?0\d_\w+(?:\.ipynb)?\)", ""),
+    (r"run notebooks/00_setup\.ipynb(?: \(weights\.download\))?", "run `python -m nbhelpers download`"),
+    (r"--weights DIR, weights_dir=,? (?:or )?(?:the )?NBHELPERS_WEIGHTS(?: environment variable)?",
+     "--weights DIR or the NBHELPERS_WEIGHTS environment variable"),
+    (r"(?:pass )?weights_dir=", "--weights "),
+    (r"landmark_backend='boxes' needs boxes=: one \(x1, y1, x2, y2\) for the clip or one per frame\.",
+     "--backend boxes needs --box=x1,y1,x2,y2 (one crop box for the clip)."),
+    (r"config\.device is", "--device is"),
+    (r"then run the notebook again from the top", "then run the command again"),
+    (r"Or set device=None \(automatic\) or 'cpu'\.", "Or leave --device out (automatic), or pass --device cpu."),
+    (r"or device=None \(automatic\)", "or leave --device out (automatic)"),
+    (r" or None \(automatic\)", " or left out (automatic)"),
+    (r"(?<![\w.-])(batch_size|extra_margin|bbox_shift|left_cheek_width|right_cheek_width|smooth_boxes|parsing_mode|"
+     r"landmark_backend|device|version|seed)(?= must| [\w.]+ \(user override\)| \(user override\)|=)",
+     lambda m: "--" + {"landmark_backend": "backend"}.get(m.group(1), m.group(1)).replace("_", "-")),
+)
+
+
+def cli_terms(message: str) -> str:
+    """A package message in command-line terms: flags (``--batch-size``) for Python names (``batch_size``),
+    ``--weights`` for ``weights_dir=``, and no pointers to notebooks.
+
+    Args:
+        message: The text of an error or warning raised by the package.
+
+    Returns:
+        The same message for a command-line user.
+    """
+    import re
+
+    for pattern, replacement in _CLI_TERMS:
+        message = re.sub(pattern, replacement, message)
+    return message
+
+
+def _in_cli_terms(func):
+    """Wrap a command so that the package's errors and warnings reach the terminal in command-line terms."""
+    import functools
+    import warnings
+
+    from .errors import NbHelpersError, NbHelpersWarning
+
+    @functools.wraps(func)
+    def run(args):
+        shown = warnings.showwarning
+
+        def show(message, category, *rest, **kw):
+            if isinstance(message, NbHelpersWarning):
+                message = category(cli_terms(str(message)))
+            return shown(message, category, *rest, **kw)
+
+        warnings.showwarning = show
+        try:
+            return func(args)
+        except NbHelpersError as exc:
+            if exc.args and isinstance(exc.args[0], str):
+                exc.args = (cli_terms(exc.args[0]), *exc.args[1:])
+            raise
+        finally:
+            warnings.showwarning = shown
+
+    return run
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -282,6 +364,7 @@ def build_parser() -> argparse.ArgumentParser:
     pg.add_argument("audio", nargs="+")
     pg.add_argument("-o", "--output", default=None)
     pg.add_argument("--weights", default=None)
+    _add_encoder(pg, None)
     p.set_defaults(func=_cmd_avatar)
     return parser
 
@@ -290,6 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     from .errors import NbHelpersError
 
     args = build_parser().parse_args(argv)
+    args.func = _in_cli_terms(args.func)  # messages in flag names, not Python names or notebooks (issue 14)
     try:
         return int(args.func(args) or 0)
     except NbHelpersError as exc:

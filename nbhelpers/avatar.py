@@ -332,7 +332,8 @@ class Avatar:
             if diff:
                 raise CacheError(f"the avatar in {directory} was prepared with other settings ({', '.join(diff)}); "
                                  "prepare it again with prepare_avatar(..., config=...)")
-            stored = stored.replace(device=config.device, fp16=config.fp16, batch_size=config.batch_size)
+            stored = stored.replace(device=config.device, fp16=config.fp16, batch_size=config.batch_size,
+                                    encoder=config.encoder)
         if pipeline is not None:
             weights_dir = pipeline.weights_dir
         try:
@@ -452,7 +453,7 @@ class Avatar:
         return waveform, features, n_out
 
     def generate(self, audio: str | os.PathLike | np.ndarray, output: str | os.PathLike | bool | None = None, *,
-                 frame_callback=None) -> ClipResult:
+                 frame_callback=None, encoder: str | None = None) -> ClipResult:
         """Turn one speech clip into a video of this avatar.
 
         Args:
@@ -462,6 +463,8 @@ class Avatar:
                 measure generation alone).
             frame_callback: Called as ``frame_callback(t, frame)`` with each finished (H, W, 3) uint8 BGR frame
                 (copy it if you keep it).
+            encoder: Video encoder setting (:data:`nbhelpers.constants.ENCODERS`); default ``config.encoder``.
+                Chosen once per avatar (the NVENC test encode runs once).
 
         Returns:
             :class:`~nbhelpers.result.ClipResult` (``kind="avatar"``) with generation fps and end-to-end fps.
@@ -492,7 +495,10 @@ class Avatar:
                     timings=timings)
                 final = None
             else:
-                writer = media.VideoWriter(out_path, w, h, fps=FPS, audio=audio_track)
+                setting = encoder or self.config.encoder
+                if self._state.get("encoder_setting") != setting:
+                    self._state.update(encoder_setting=setting, encoder=media.choose_encoder(setting))
+                writer = media.VideoWriter(out_path, w, h, fps=FPS, audio=audio_track, encoder=self._state["encoder"])
                 with writer:
                     run(st["source"], features, st["models"], batch, n_out, writer, frame_callback=frame_callback,
                         timings=timings)
@@ -676,10 +682,10 @@ def prepare_avatar(video: str | os.PathLike, directory: str | os.PathLike, *, co
 
     gpu.check_device(config.device)
     _, video_info = check_video(video_path)
-    check_weights_dir(weights_path, config.version)
+    check_weights_dir(weights_path, config.version, config.landmark_backend)
     owns = pipeline is None
     pipe = pipeline or MuseTalkPipeline.from_pretrained(weights_path, version=config.version, config=config)
-    pipe.check_weights()
+    pipe.check_weights(config.landmark_backend)
     run_config = pipe.job_config(config.replace(device=None, fp16=None) if not owns else config)
 
     reader = media.load_video(video_path)
@@ -701,7 +707,7 @@ def prepare_avatar(video: str | os.PathLike, directory: str | os.PathLike, *, co
             parser = pipe.face_parser
             parser.batch_size = batch
             materials = materials_for_frames(store, track.crop_boxes, face_frames, parser, run_config)
-        masks = [np.ascontiguousarray(m.mask) for m in materials]
+        masks = [np.ascontiguousarray(m.mask.cpu().numpy() if hasattr(m.mask, "cpu") else m.mask) for m in materials]
         squares = np.asarray([m.square for m in materials], dtype=np.int32).reshape(-1, 4)
         crop_boxes = np.asarray(track.crop_boxes, dtype=np.int32)
         h, w = store.frame_shape[:2]

@@ -481,22 +481,27 @@ class BackgroundWriter:
 
     At most ``depth`` batches wait in the queue, so the caller blocks (does not drop frames) when the writer is
     slower. An error in the writer or the callback stops the writing and is raised in the caller's thread at the
-    next :meth:`put` or at exit. A writer that accepts nothing for ``timeout_s`` seconds (a stalled ffmpeg on a
-    stalled network mount) is reported as stalled instead of hanging the caller.
+    next :meth:`put` or at exit. No wait is unbounded: a writer that takes no batch for ``timeout_s`` seconds (a
+    stalled ffmpeg on a network mount that stopped answering) is aborted (``writer.abort()`` kills ffmpeg, which
+    also frees a write blocked on its pipe) and reported as stalled; nothing half-written is kept.
 
     Args:
-        writer: Anything with ``write(frames)``, or None to only run the callback.
+        writer: Anything with ``write(frames)`` (and optionally ``abort()`` and ``stall_timeout_s``), or None to
+            only run the callback.
         frame_callback: Optional ``frame_callback(t, frame)`` per frame, in order, before it is written.
         depth: Batches allowed to wait.
-        timeout_s: Seconds a put or the final join waits for the writer thread before raising.
+        timeout_s: Seconds a put or the final join waits for the writer thread; default the writer's own
+            ``stall_timeout_s`` plus 30 s (it bounds each of its waits), else :data:`WRITER_TIMEOUT_S`.
     """
 
     def __init__(self, writer: Any, frame_callback: Callable[[int, np.ndarray], None] | None = None,
-                 depth: int = WRITER_QUEUE_DEPTH, timeout_s: float = WRITER_TIMEOUT_S):
+                 depth: int = WRITER_QUEUE_DEPTH, timeout_s: float | None = None):
         self.writer = writer
         self.frame_callback = frame_callback
         self.queue: queue.Queue = queue.Queue(maxsize=depth)
-        self.timeout_s = float(timeout_s)
+        stall = getattr(writer, "stall_timeout_s", None)
+        self.timeout_s = float(timeout_s if timeout_s is not None else
+                               (stall + 30.0 if stall is not None else WRITER_TIMEOUT_S))
         self.error: BaseException | None = None
         self.wait_s = 0.0
         self.thread = threading.Thread(target=self._run, name="nbhelpers-encode", daemon=True)
@@ -507,20 +512,41 @@ class BackgroundWriter:
 
     def put(self, first_index: int, frames: np.ndarray) -> None:
         """Queue a batch whose first output index is ``first_index`` (blocks while the queue is full)."""
-        if self.error is not None:
-            raise self.error
-        try:
-            self.queue.put((first_index, frames), timeout=self.timeout_s)
-        except queue.Full:
-            raise self._stalled() from None
+        self._enqueue((first_index, frames))
 
-    def _stalled(self) -> NbHelpersError:
+    def _enqueue(self, item: Any) -> None:
+        start = time.monotonic()
+        while True:
+            if self.error is not None and item is not None:
+                raise self.error
+            try:
+                self.queue.put(item, timeout=min(0.5, self.timeout_s))
+                return
+            except queue.Full:
+                if not self.thread.is_alive():
+                    raise NbHelpersError("internal: the encoder thread stopped") from None
+                if time.monotonic() - start > self.timeout_s:
+                    raise self._stalled("take the next batch") from None
+
+    def _stalled(self, doing: str) -> NbHelpersError:
         from .errors import FFmpegError
 
         what = getattr(self.writer, "path", None) or type(self.writer).__name__
-        return FFmpegError(f"the video writer for {what} accepted no frame for {self.timeout_s:.0f} s (a stalled "
-                           "ffmpeg, or a full or stalled disk such as a disconnected Drive mount); nothing was "
-                           "finished there. Write to a local folder and copy the file afterwards.", [], -1, "")
+        error = FFmpegError(f"the encoder thread did not {doing} within {self.timeout_s:g} s "
+                            f"({getattr(self.writer, 'frames_written', '?')} frames written to {what}): ffmpeg or the "
+                            "frame callback is stuck (an output folder on a network mount that stopped answering?). "
+                            "ffmpeg was stopped and nothing was saved; write to a local folder and copy the file.")
+        if self.error is None:
+            self.error = error  # the thread skips what is still queued
+        abort = getattr(self.writer, "abort", None)
+        if callable(abort):
+            abort()
+        try:
+            self.queue.put(None, timeout=5)  # the thread ends once the killed writer returns
+        except queue.Full:
+            pass
+        self.thread.join(timeout=5)
+        return error
 
     def _run(self) -> None:
         while True:
@@ -541,16 +567,21 @@ class BackgroundWriter:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         start = time.perf_counter()
-        try:
-            self.queue.put(None, timeout=self.timeout_s)
-        except queue.Full:
-            if exc_type is None:
-                raise self._stalled() from None
+        if not self.thread.is_alive():  # already stopped (a stall was handled)
+            self.wait_s = time.perf_counter() - start
+            if exc_type is None and self.error is not None:
+                raise self.error
             return
-        self.thread.join(self.timeout_s)
-        self.wait_s = time.perf_counter() - start
-        if self.thread.is_alive() and exc_type is None:
-            raise self._stalled()
+        try:
+            self._enqueue(None)
+            self.thread.join(self.timeout_s)
+            if self.thread.is_alive():
+                raise self._stalled("finish the last batches")
+        except NbHelpersError:
+            if exc_type is None:
+                raise  # else the job's own exception is the one to see
+        finally:
+            self.wait_s = time.perf_counter() - start
         if exc_type is None and self.error is not None:
             raise self.error
 

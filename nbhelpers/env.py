@@ -680,7 +680,18 @@ def install_missing(requirements: str | os.PathLike | Sequence[str] | None = Non
         if dry_run:
             return InstallReport(tuple(rows), True, shown)
         before = {row.name: row.installed for row in rows}
-        done = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        pip_timeout_s = 1800  # seconds: the few missing Colab packages take 1-2 min; a hung pip must not hang the cell
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                                  timeout=pip_timeout_s)
+        except subprocess.TimeoutExpired as exc:  # subprocess.run has killed pip
+            parts = [p.decode("utf-8", "replace") if isinstance(p, bytes) else p for p in (exc.stdout, exc.stderr)]
+            said = "\n".join(p for p in parts if p).strip().splitlines()[-25:]  # bytes even with text=True
+            raise NbHelpersError(
+                f"pip did not finish installing {' '.join(todo)} within {pip_timeout_s // 60} minutes and was "
+                "stopped (a stalled download or a package index that stopped answering). Check the network and "
+                "run the setup cell again; packages already installed are kept.\n--- pip said ---\n"
+                + ("\n".join(said) or "(nothing)")) from exc
     if done.returncode != 0:
         tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-25:])
         raise NbHelpersError(f"pip could not install {' '.join(todo)} (exit status {done.returncode}) without "
