@@ -1274,9 +1274,10 @@ def verify(directory: str | os.PathLike | None = None, sets: str | Sequence[str]
 # ---------------------------------------------------------------------------------------------------------------
 
 # Weight sets each landmark backend opens (faces/registry.py NEEDS_WEIGHTS, by set name); dlib and boxes need none.
-_LANDMARK_SETS = {"dwpose-onnx": ("faces-onnx", "s3fd"), "mmpose": ("faces-mmpose", "s3fd")}
-# The modules that make "auto" try a backend (faces/registry.py _auto), in its order.
-_AUTO_ORDER = (("mmpose", "mmpose"), ("dwpose-onnx", "onnxruntime"))
+_LANDMARK_SETS = {"dwpose": ("faces", "s3fd"), "dwpose-onnx": ("faces-onnx", "s3fd"),
+                  "mmpose": ("faces-mmpose", "s3fd")}
+# The modules that make "auto" try a backend (faces/registry.py AUTO_ORDER), in its order.
+_AUTO_ORDER = (("mmpose", "mmpose"), ("dwpose", "torch"), ("dwpose-onnx", "onnxruntime"))
 
 
 def _auto_landmark_sets(root: Path, manifest: Manifest) -> tuple[str, ...]:
@@ -1301,8 +1302,8 @@ def job_files(version: str = "v15", landmark_backend: str = "auto", *, parsing: 
 
     Args:
         version: ``"v15"`` or ``"v1"``.
-        landmark_backend: ``"auto"``, ``"dwpose-onnx"``, ``"mmpose"``, ``"dlib"`` or ``"boxes"``. For ``"auto"`` the
-            files of the backend that the automatic choice would take (see
+        landmark_backend: ``"auto"``, ``"dwpose"``, ``"dwpose-onnx"``, ``"mmpose"``, ``"dlib"`` or ``"boxes"``. For
+            ``"auto"`` the files of the backend that the automatic choice would take (see
             :func:`nbhelpers.faces.get_backend`) are included when ``directory`` is given.
         parsing: Include the BiSeNet face-parsing file.
         directory: The weights dir, needed to predict the ``"auto"`` choice.
@@ -1325,8 +1326,8 @@ def job_files(version: str = "v15", landmark_backend: str = "auto", *, parsing: 
     elif landmark_backend in ("dlib", "boxes"):
         sets = ()
     else:
-        raise InputError(f"landmark_backend must be one of 'auto', 'dwpose-onnx', 'mmpose', 'dlib', 'boxes'; got "
-                         f"{landmark_backend!r}.")
+        raise InputError(f"landmark_backend must be one of 'auto', 'dwpose', 'dwpose-onnx', 'mmpose', 'dlib', "
+                         f"'boxes'; got {landmark_backend!r}.")
     names = {manifest.get(rel).name for rel in paths}
     if sets:
         names |= {e.name for e in manifest.select(sets)}

@@ -9,6 +9,7 @@ mmpose lives in tests/test_mmpose.py, which runs in the mmpose overlay.)
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -334,6 +335,20 @@ def test_config_cli_and_weight_sets_know_the_backend():
     assert "dwpose-mmpose" in {e.name for e in weights.MANIFEST.select("default")}
     assert "dwpose-onnx" not in {e.name for e in weights.MANIFEST.select("default")}
     assert weights.MANIFEST.get("dwpose-onnx").sets == ("faces-onnx",)
+
+
+def test_job_files_know_the_dwpose_backend(tmp_path, monkeypatch):
+    """A job with landmark_backend='dwpose' checks the .pth and S3FD; 'auto' predicts dwpose where torch is
+    installed and the .pth is there (before dwpose-onnx), as the registry's order does."""
+    names = {e.name for e in weights.job_files("v15", "dwpose")}
+    assert {"dwpose-mmpose", "s3fd"} <= names and "dwpose-onnx" not in names
+    for rel in (registry_module.DWPOSE_PTH_FILE, registry_module.DWPOSE_ONNX_FILE, registry_module.S3FD_FILE):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes(b"x")
+    auto = {e.name for e in weights.job_files("v15", "auto", directory=tmp_path)}
+    if importlib.util.find_spec("mmpose") is None:
+        assert "dwpose-mmpose" in auto and "dwpose-onnx" not in auto
+    assert [b for b, _ in weights._AUTO_ORDER] == [b for b, _ in registry_module.AUTO_ORDER]
 
 
 @pytest.mark.parametrize("cuda, want", [(None, "onnxruntime"), ("11.8", "onnxruntime-gpu>=1.16,<1.19"),
