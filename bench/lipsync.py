@@ -24,7 +24,7 @@ pipeline's objects. Where S3FD (random weights) finds no face, the known box sta
 frame is skipped; the detectors still run on every frame.
 
     taskset -c 0,1 python bench/lipsync.py --seconds 20 --cores 2 --cap-gib 4 --out lipsync.json   # GPU machine
-    python bench/lipsync.py --smoke          # CPU: tiny weights, 4 frames, checks that every step runs
+    python bench/lipsync.py --smoke          # CPU: tiny weights, 2 frames, checks that every step runs
 
 Prints both stage tables, the end-to-end ratio (ours fps / official fps) and peak GPU memory (max reserved + CUDA
 context) of our job, as markdown; writes the figures as JSON with ``--out``.
@@ -275,11 +275,11 @@ def official_run(pipe, backend, video: Path, audio: Path, work: Path, ffmpeg: st
     """
     import cv2
     import torch
+    from realtime import official_decode_to_host
 
     from nbhelpers import media
     from nbhelpers.audio import whisper_features
     from nbhelpers.parsing import FaceParser
-    from realtime import official_decode_to_host
 
     device = pipe.device
     cuda = device.type == "cuda"
@@ -410,7 +410,7 @@ def official_run(pipe, backend, video: Path, audio: Path, work: Path, ffmpeg: st
                                                      "get_image without parsing": get_image_s - split["parsing"],
                                                      "face parsing (BiSeNet + masks)": split["parsing"],
                                                      "PNG write": png_s},
-            "output": str(out), "faces": (f"official: {pose_note}; S3FD float32 batch 1 on {counts['frames']} frames "
+            "output": str(out), "faces": (f"{pose_note}; S3FD float32 batch 1 on {counts['frames']} frames "
                                           f"(random weights found a face in {counts['s3fd_found']}); the known box "
                                           f"{known} (+ extra_margin {extra_margin}) stood in for the landmark box"),
             "transcription_check": check}
@@ -481,7 +481,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0, help="seconds of speech (output frames = x 25)")
     parser.add_argument("--cores", type=int, default=0, help="limit the process to this many cores (0 = all)")
     parser.add_argument("--batch", type=int, default=None, help="our batch size (default: the planner's)")
-    parser.add_argument("--fp32", action="store_true", help="our pipeline in fp32 (the official loop stays fp16)")
+    parser.add_argument("--fp32", action="store_true", help="generation models in fp32 (both runs: they share them)")
     parser.add_argument("--boxes", action="store_true", help="give ours the crop box: no face detection in our run "
                                                              "(the official loop always detects)")
     parser.add_argument("--cap-gib", "--cap", dest="cap", type=float, default=0.0,
@@ -495,11 +495,11 @@ def main() -> None:
     parser.add_argument("--work", default=None, help="working folder (weights, cut media, outputs)")
     parser.add_argument("--weights", default=None, help="folder of the full-size random weights (reused)")
     parser.add_argument("--smoke", "--tiny", dest="smoke", action="store_true",
-                        help="CPU smoke run: tiny weights, 4 frames, 0.32 s of speech")
+                        help="CPU smoke run: tiny weights, 2 frames, 0.12 s of speech (3 output frames)")
     args = parser.parse_args()
     if args.smoke:
-        args.frames = args.frames or 4
-        args.seconds = min(args.seconds, 0.32)
+        args.frames = args.frames or 2
+        args.seconds = min(args.seconds, 0.12)
         args.cores = args.cores or 2
     if args.cores:
         from realtime import limit_cpus
@@ -621,7 +621,8 @@ def main() -> None:
                   f"{ours.n_frames} output frames ({args.seconds:g} s of speech) over {ours_fig['source_frames']} "
                   f"source frames of {VIDEO}{f' (first {args.frames})' if args.frames else ''}; cores "
                   f"{len(os.sched_getaffinity(0))}; ours {ours_fig['precision']} batch {ours_fig['batch']}"
-                  f"{f', cap {args.cap:g} GiB' if args.cap else ''}; official fp16 batch {OFFICIAL_BATCH}")
+                  f"{f', cap {args.cap:g} GiB' if args.cap else ''}; official "
+                  f"{'fp16' if pipe.dtype == torch.float16 else 'fp32'} batch {OFFICIAL_BATCH}, face models fp32")
     print()
     print(f"### bench/lipsync.py: {conditions}")
     print()
@@ -644,7 +645,7 @@ def main() -> None:
         print(stage_table("official offline loop, transcribed (scripts/inference.py)", official["timings"],
                           official["wall_s"], official["n_frames"]))
         split = official["blend_split_s"]
-        print(f"(blend loop split: " + ", ".join(f"{k} {v:.2f} s" for k, v in split.items()) + ")")
+        print("(blend loop split: " + ", ".join(f"{k} {v:.2f} s" for k, v in split.items()) + ")")
         if "peak_reserved_gib" in official:
             print(f"official peak reserved: {official['peak_reserved_gib']:.2f} GiB (uncapped)")
         print(f"check: {official['transcription_check']}")
