@@ -580,7 +580,7 @@ def main() -> None:
     if cuda:
         torch.cuda.synchronize()
     ours_wall = time.perf_counter() - t
-    mem = peak_memory() if cuda else None
+    mem = peak_memory(others_gib=0.0) if cuda else None  # the GPU is this process's alone
     faces_text = "boxes given (--boxes): no detector ran in our job" if args.boxes else backend.describe()
     info = media.probe(ours.output)
     print(ours.summary(), flush=True)
