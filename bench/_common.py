@@ -91,6 +91,17 @@ def silence_s3fd(path: Path) -> Path:
     return path
 
 
+def ensure_silenced(path: Path) -> Path:
+    """:func:`silence_s3fd` unless a marker says this very file (size and mtime) was already silenced."""
+    path = Path(path)
+    marker = path.with_name(path.name + ".silenced")
+    stamp = lambda: f"{path.stat().st_size} {path.stat().st_mtime_ns}"  # noqa: E731
+    if not (marker.is_file() and marker.read_text() == stamp()):
+        silence_s3fd(path)
+        marker.write_text(stamp())
+    return path
+
+
 def make_face_weights(directory: Path, seed: int = 0) -> dict[str, str]:
     """Write the full-size face detector weights with random values in the official layout, where missing.
 
@@ -106,12 +117,9 @@ def make_face_weights(directory: Path, seed: int = 0) -> dict[str, str]:
     from nbhelpers.faces.s3fd import S3FD_FILE, write_tiny_s3fd
 
     s3fd = directory / S3FD_FILE
-    marker = directory / ".s3fd-silenced"
-    if not (s3fd.is_file() and marker.is_file()):
-        if not s3fd.is_file():
-            write_tiny_s3fd(directory, seed=seed)
-        silence_s3fd(s3fd)
-        marker.write_text("ok")
+    if not s3fd.is_file():
+        write_tiny_s3fd(directory, seed=seed)
+    ensure_silenced(s3fd)
     notes["s3fd"] = f"{S3FD_FILE}: full-size S3FD, random weights, confidence heads silenced (no candidates)"
     try:
         from nbhelpers.faces import dwpose_torch

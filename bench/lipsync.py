@@ -510,7 +510,7 @@ def main() -> None:
 
     if args.cores:
         torch.set_num_threads(args.cores)
-    from _common import make_face_weights, make_full_weights, media_dir, silence_s3fd
+    from _common import ensure_silenced, make_face_weights, make_full_weights, media_dir
 
     from nbhelpers import InferenceConfig, MuseTalkPipeline, media
     from nbhelpers.gpu import peak_memory, reset_peak
@@ -525,9 +525,8 @@ def main() -> None:
         from nbhelpers.testing import make_tiny_weights
 
         weights = make_tiny_weights(work / "tiny")
-        if (weights / S3FD_FILE).is_file() and not (weights / ".s3fd-silenced").is_file():
-            silence_s3fd(weights / S3FD_FILE)
-            (weights / ".s3fd-silenced").write_text("ok")
+        if (weights / S3FD_FILE).is_file():
+            ensure_silenced(weights / S3FD_FILE)  # make_tiny_weights rewrites it on every call
         face_notes["weights"] = "tiny random weights (nbhelpers.testing.make_tiny_weights), S3FD full size silenced"
     else:
         weights = make_full_weights(Path(args.weights or work / "weights"))
