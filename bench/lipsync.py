@@ -26,6 +26,8 @@ frame is skipped; the detectors still run on every frame.
     taskset -c 0,1 python bench/lipsync.py --seconds 20 --cores 2 --cap-gib 4 --out lipsync.json   # GPU machine
     python bench/lipsync.py --smoke          # CPU: tiny weights, 2 frames, checks that every step runs
 
+Order: weights, then our pipeline and its default backend are built, an untimed 1 s warm-up job of ours runs (models
+load, kernels; ``--warmup-seconds``), our timed job, then the official loop (uncapped, on the now warm models).
 Prints both stage tables, the end-to-end ratio (ours fps / official fps) and peak GPU memory (max reserved + CUDA
 context) of our job, as markdown; writes the figures as JSON with ``--out``.
 """
