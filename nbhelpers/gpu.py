@@ -214,10 +214,11 @@ class CpuTimes:
     source: str = ""
 
 
-#: Per-stage CPU figures, ``"full"`` and ``"tiny"`` weights. Tiny: process CPU time of each stage of two
-#: ``lipsync`` runs here (2 cores, 576x768 clip, dlib; 40 source / 50 output frames and 10 / 100): models + audio
-#: 5.8-6.3 s, latents 0.71-0.85 s, parsing 0.59-0.91 s per source frame, generate + blend 1.22 s per output
-#: frame. Full: environment-notes (UNet 8-10 s per batch of 4, VAE encode 3 s per crop and decode 7 s per frame,
+#: Per-stage CPU figures, ``"full"`` and ``"tiny"`` weights. Tiny: process CPU time of each stage of three
+#: ``lipsync`` runs here (2 cores, 576x768 clip; 40 source / 50 output frames and 10 / 100 with dlib, 20 / 20 with
+#: DWPose ONNX + S3FD): models + audio 5.6-6.3 s, latents 0.71-0.85 s, parsing 0.59-0.91 s per source frame,
+#: generate + blend 1.22-1.52 s per output frame. (Face tracking, before the plan, is not counted: dlib took
+#: 0.08-0.14 s per frame, S3FD + DWPose ONNX 6 s per 576x768 frame.) Full: environment-notes (UNet 8-10 s per batch of 4, VAE encode 3 s per crop and decode 7 s per frame,
 #: UNet build 8 s), parsing as measured for tiny. The figures are CPU seconds: on two free cores a stage can
 #: finish up to about 1.7x sooner, and other work sharing the cores makes it slower.
 CPU_TIMES = {
