@@ -110,8 +110,9 @@ SETUP_NB = opening(
     md("If your table ends with a red restart line, choose *Runtime > Restart session* and run your notebook "
        "again from the top."),
     md("## Choose the landmark backend\n\nLandmarks place the crop box on your face. With `auto` you get mmpose "
-       "when it is installed, else DWPose in ONNX when its weights are there, else dlib; CI mode uses dlib, which "
-       "needs no download."),
+       "when it is installed, else DWPose in torch (`dwpose`: the official weights, on your GPU in half precision, "
+       "nothing extra to install), else DWPose in ONNX when onnxruntime and its file are there, else dlib; CI mode "
+       "uses dlib, which needs no download. The line below says which one runs and why."),
     code('from nbhelpers import faces\nbackend = faces.get_backend("dlib" if MODE == "ci" else "auto")\n'
          'print(backend.name, "-", backend.reason)'),
     md("## Optional: the exact official landmarks\n\nThe official pipeline finds landmarks with mmpose, which "
@@ -120,7 +121,7 @@ SETUP_NB = opening(
     code("from nbhelpers.faces import mim\nmim.check_mmcv_wheels()", IGNORE),
     md("Set `MMPOSE = True` in your parameters to install them: the install then verifies mmpose with one "
        "landmark pass in a fresh interpreter and reports how long it took. Otherwise you see the plan only, and "
-       "the default DWPose (ONNX) path gives you the same landmarks without mmcv."),
+       "the default `dwpose` backend (DWPose in torch) gives you the same landmarks without mmcv."),
     code('from nbhelpers.faces import mim\nmim.install_mmpose(dry_run=not MMPOSE or MODE == "ci")', IGNORE),
     md("## Optional: Google Drive\n\nMount Drive to keep your weights and results between sessions. In a workshop "
        "your teacher shares one weights folder: add a shortcut to it in *My Drive*, put its path in "
