@@ -44,7 +44,7 @@ from . import __version__
 from .config import InferenceConfig
 from .constants import FPS, SAMPLE_RATE
 from .errors import CacheError, FFmpegError, InputError
-from .framestore import FrameStore, output_frame_count
+from .framestore import FrameStore
 from .result import ClipResult
 
 AVATAR_FORMAT = 1  # bump when the cache layout or the maths of any cached array changes
@@ -435,6 +435,7 @@ class Avatar:
 
     def _features(self, audio, timings):
         from . import media
+        from .pipeline import speech_frames
 
         pipe = self._pipeline()
         with timings.stage("audio"):
@@ -445,10 +446,7 @@ class Avatar:
                 if not path.is_file():
                     raise InputError(f"audio {str(path)!r} does not exist; give the path of a speech file.")
                 waveform = media.load_audio(path)
-            n_out = output_frame_count(len(waveform))
-            if n_out < 1:
-                raise InputError(f"audio lasts {len(waveform) / SAMPLE_RATE:.3f} s, shorter than one frame "
-                                 f"(1/{FPS} s).")
+            n_out = speech_frames(waveform)
             features = pipe.features(waveform)
         return waveform, features, n_out
 

@@ -63,6 +63,20 @@ def _as_input_path(value: Any, name: str) -> Path:
     return path
 
 
+def _check_media(value: Any, name: str, stream: str, fix: str):
+    from . import media
+
+    path = _as_input_path(value, name)
+    try:
+        info = media.probe(path)
+    except MediaError as exc:
+        what = "as a video or image" if stream == "video" else ""
+        raise InputError(f"{name} {str(path)!r} could not be read{' ' + what if what else ''}: {exc}") from exc
+    if not getattr(info, f"has_{stream}"):
+        raise InputError(f"{name} {str(path)!r} has no {stream} stream{fix}")
+    return path, info
+
+
 def check_video(video: Any):
     """Check that ``video`` is a readable file with a video stream (or a photo).
 
@@ -72,16 +86,7 @@ def check_video(video: Any):
     Raises:
         InputError: Missing, a folder, unreadable, or without a video stream.
     """
-    from . import media
-
-    video_path = _as_input_path(video, "video")
-    try:
-        info = media.probe(video_path)
-    except MediaError as exc:
-        raise InputError(f"video {str(video_path)!r} could not be read as a video or image: {exc}") from exc
-    if not info.has_video:
-        raise InputError(f"video {str(video_path)!r} has no video stream; give a face video or photo.")
-    return video_path, info
+    return _check_media(video, "video", "video", "; give a face video or photo.")
 
 
 def check_audio(audio: Any):
@@ -93,17 +98,21 @@ def check_audio(audio: Any):
     Raises:
         InputError: Missing, a folder, unreadable, or without an audio stream.
     """
-    from . import media
+    return _check_media(audio, "audio", "audio", ". Give a speech file (wav, mp3, m4a, ogg, flac) or a video that "
+                        "carries sound.")
 
-    audio_path = _as_input_path(audio, "audio")
-    try:
-        info = media.probe(audio_path)
-    except MediaError as exc:
-        raise InputError(f"audio {str(audio_path)!r} could not be read: {exc}") from exc
-    if not info.has_audio:
-        raise InputError(f"audio {str(audio_path)!r} has no audio stream. Give a speech file (wav, mp3, m4a, "
-                         "ogg, flac) or a video that carries sound.")
-    return audio_path, info
+
+def speech_frames(waveform: np.ndarray, what: str = "audio") -> int:
+    """Output frames of a 16 kHz waveform, ``floor(seconds x 25)``, checked to be at least one.
+
+    Raises:
+        InputError: The audio lasts less than one frame (0.04 s).
+    """
+    n_out = output_frame_count(len(waveform))
+    if n_out < 1:
+        raise InputError(f"{what} lasts {len(waveform) / SAMPLE_RATE:.3f} s, shorter than one frame (1/{FPS} s); "
+                         "give at least 0.04 s of speech.")
+    return n_out
 
 
 def output_path_for(output: Any, video_path: Path, audio_path: Path) -> Path:
@@ -545,10 +554,7 @@ class MuseTalkPipeline:
         # 2. media: audio at 16 kHz; then only the 25 fps frames the audio reaches, streamed to local disk
         with timings.stage("media"):
             waveform = media.load_audio(audio_path)
-        n_out = output_frame_count(len(waveform))
-        if n_out < 1:
-            raise InputError(f"audio {str(audio_path)!r} lasts {len(waveform) / SAMPLE_RATE:.3f} s, shorter than one "
-                             f"frame (1/{FPS} s); give at least 0.04 s of speech.")
+        n_out = speech_frames(waveform, f"audio {str(audio_path)!r}")
         reader = media.load_video(video_path)
         # The ping-pong over n_out output frames uses source frames 0..min(n_out, N)-1 only, so a short clip over a
         # long video decodes, tracks, encodes and parses only those (the official code prepares every frame).
