@@ -13,7 +13,7 @@
 #      pointing at that repository: its %pip installs "musetalk-workbook[colab] @ git+file://...@tag";
 #   3. nothing of Colab's stack may have changed (the promise of the setup cell), nbhelpers imports from the venv;
 #   4. the test tools (pytest, nbval, dlib-bin, onnx, librosa...) go in with the stack pinned;
-#   5. pytest -m "not gpu" on tests/ (not the environment checks) and nbval on quickstart and 04_lipsync.
+#   5. pytest -m "not gpu and not slow" on tests/ (not the environment checks), nbval on quickstart and 04_lipsync.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${1:-/tmp/venv-colab-stack}"
@@ -109,7 +109,9 @@ step "package tests without a GPU, then quickstart and 04_lipsync in CI mode"
 cd "$REPO"
 export NBHELPERS_MODE=ci NBHELPERS_PROGRESS=0 MPLBACKEND=Agg NBHELPERS_SKIP_ENV_CHECKS=1
 # bin/pytest, not `python -m pytest`: the repository root must not go on sys.path (the installed package is tested).
-"$VENV/bin/pytest" -p no:cacheprovider -q -m "not gpu" --nbval-lax --nbval-current-env \
+# Not the `slow` tests (whole tiny jobs on real media): the two notebooks run the whole job on this stack, and the
+# main run has them; this keeps the check to a few minutes beside the stack's install.
+"$VENV/bin/pytest" -p no:cacheprovider -q -m "not gpu and not slow" --nbval-lax --nbval-current-env \
   --ignore=tests/test_zz_environments.py --ignore=tests/test_mmpose.py \
   tests notebooks/quickstart.ipynb notebooks/04_lipsync.ipynb "$@"
 step "done"
