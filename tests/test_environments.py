@@ -82,6 +82,12 @@ def test_environment_yml():
     names = {resolve_check.requirement_name(line.removeprefix("-e ")) for line in pip_lines if line != "-e .[dlib]"}
     assert not names & {"torch", "torchvision", "torchaudio"}  # conda owns torch; pip must never replace it
     assert "-e .[dlib]" in pip_lines and "numpy<2" in pip_lines
+    # transformers 4.47+ does not run on torch 2.1 (4.57 broke even `import torchvision`); 4.46.3 does.
+    from packaging.requirements import Requirement
+
+    specs = {Requirement(line).name.lower(): Requirement(line).specifier for line in pip_lines if line[0] != "-"}
+    assert "4.46.3" in specs["transformers"] and "4.47.0" not in specs["transformers"]
+    assert "0.31.0" in specs["diffusers"] and "0.35.0" not in specs["diffusers"]
 
 
 def test_yaml_fallback_reads_environment_yml_as_pyyaml_does():
