@@ -177,3 +177,17 @@ def test_pyproject_license_is_an_spdx_expression_that_setuptools_reads_without_d
         dist = apply_configuration(Distribution(), ROOT / "pyproject.toml")
     assert [str(w.message) for w in caught if "license" in str(w.message).lower()] == []
     assert dist.metadata.license_expression == "MIT"
+
+
+def test_requirements_colab_txt_is_the_colab_extra():
+    """requirements-colab.txt (for pip -r beside a checkout) lists exactly the [colab] extra the setup cell installs,
+    and neither asks for torch, numpy, transformers or onnxruntime."""
+    import re
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    root = Path(__file__).resolve().parents[1]
+    extra = tomllib.loads((root / "pyproject.toml").read_text("utf-8"))["project"]["optional-dependencies"]["colab"]
+    lines = [line.split("#")[0].strip() for line in (root / "requirements-colab.txt").read_text("utf-8").splitlines()]
+    assert [line for line in lines if line] == extra
+    names = {re.split(r"[<>=!~ \[]", r, maxsplit=1)[0].lower() for r in extra}
+    assert not names & {"torch", "numpy", "transformers", "huggingface-hub", "onnxruntime", "onnxruntime-gpu"}
