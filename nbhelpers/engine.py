@@ -161,7 +161,7 @@ def check_features(features: Any, n_out: int) -> None:
 
 def render(source: SourceFaces, features: Any, models: Any, batch_size: int, n_out: int, *,
            timings: Timings | None = None, pinned: bool = False, first_frame: int = 0,
-           cpu_blend: bool | None = None) -> Iterator[tuple[int, np.ndarray]]:
+           cpu_blend: bool | None = None, feature_offset: int = 0) -> Iterator[tuple[int, np.ndarray]]:
     """Yield ``(t0, frames)`` for output frames ``first_frame .. first_frame + n_out - 1``, in order.
 
     Per batch: UNet step (:func:`nbhelpers.latents.unet_step`) and VAE decode (:func:`nbhelpers.latents.decode`)
@@ -183,6 +183,8 @@ def render(source: SourceFaces, features: Any, models: Any, batch_size: int, n_o
             batch before ``PINNED_RING - 1`` more are produced (:class:`BackgroundWriter`'s queue guarantees it).
         first_frame: Output index of the first frame (a stream renders its clip in pieces).
         cpu_blend: Force the CPU blend (default: the GPU blend on CUDA).
+        feature_offset: Output index of row 0 of ``features`` (a live session passes only the rows of the frames
+            it renders now; default 0: row ``t`` is output frame ``t``).
 
     Yields:
         ``(t0, frames)``: frames is a (B, H, W, 3) uint8 BGR numpy array for output frames t0..t0+B-1. With
@@ -198,12 +200,17 @@ def render(source: SourceFaces, features: Any, models: Any, batch_size: int, n_o
         raise InputError(f"batch_size must be a whole number >= 1; got {batch_size!r}.")
     if isinstance(n_out, bool) or not isinstance(n_out, int) or n_out < 0:
         raise InputError(f"n_out must be a whole number >= 0; got {n_out!r}.")
-    check_features(features, first_frame + n_out)
-    return _render(source, features, models, batch_size, n_out, timings, pinned, first_frame, cpu_blend)
+    if isinstance(feature_offset, bool) or not isinstance(feature_offset, int) or not 0 <= feature_offset <= first_frame:
+        raise InputError(f"feature_offset must be a whole number in [0, first_frame={first_frame}]; got "
+                         f"{feature_offset!r}.")
+    check_features(features, first_frame + n_out - feature_offset)
+    return _render(source, features, models, batch_size, n_out, timings, pinned, first_frame, cpu_blend,
+                   feature_offset)
 
 
 def repaint(source: SourceFaces, features: Any, models: Any, ts: np.ndarray, *, first_frame: int = 0,
-            cpu_blend: bool | None = None, timings: Timings | None = None, host_buffer: Any = None):
+            cpu_blend: bool | None = None, timings: Timings | None = None, host_buffer: Any = None,
+            feature_offset: int = 0):
     """Make output frames ``first_frame + ts``: the one step of the engine (UNet, decode, paste-back).
 
     Args:
@@ -215,6 +222,7 @@ def repaint(source: SourceFaces, features: Any, models: Any, ts: np.ndarray, *, 
         cpu_blend: Force the CPU blend (default: the GPU blend on CUDA).
         timings: Accumulates ``generate`` and ``blend`` seconds.
         host_buffer: ``host_buffer(shape)`` -> a pinned uint8 tensor to copy the frames into, or None.
+        feature_offset: Output index of row 0 of ``features`` (row ``t - feature_offset`` drives output frame t).
 
     Returns:
         ``(frames, faces_256)``: (B, H, W, 3) uint8 BGR numpy frames, and the (F, 256, 256, 3) uint8 BGR tensor
@@ -238,7 +246,7 @@ def repaint(source: SourceFaces, features: Any, models: Any, ts: np.ndarray, *, 
         faces_256 = None
         if has.any():
             lat = source.latents[torch.as_tensor(rows[has], device=source.latents.device)]
-            feat = features[torch.as_tensor(t_abs[has], device=features.device)]
+            feat = features[torch.as_tensor(t_abs[has] - feature_offset, device=features.device)]
             faces_256 = decode(unet_step(models.unet, models.pe, lat, feat), models.vae)
         if timings is not None and device.type == "cuda":
             torch.cuda.synchronize(device)
@@ -267,7 +275,7 @@ def _device_of(models: Any):
     return torch.device(device) if device is not None else next(models.unet.parameters()).device
 
 
-def _render(source, features, models, batch_size, n_out, timings, pinned, first_frame, cpu_blend):
+def _render(source, features, models, batch_size, n_out, timings, pinned, first_frame, cpu_blend, feature_offset=0):
     import torch
 
     from .gpu import batched
@@ -290,7 +298,8 @@ def _render(source, features, models, batch_size, n_out, timings, pinned, first_
 
     def step(sl: slice) -> np.ndarray:
         frames, _ = repaint(source, features, models, np.arange(sl.start, sl.stop), first_frame=first_frame,
-                            cpu_blend=cpu_blend, timings=timings, host_buffer=host_buffer)
+                            cpu_blend=cpu_blend, timings=timings, host_buffer=host_buffer,
+                            feature_offset=feature_offset)
         return frames
 
     for sl, frames in batched(n_out, int(batch_size), step, stage="generate"):
