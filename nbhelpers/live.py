@@ -29,16 +29,19 @@ The design, so that latency is bounded and frames never depend on how the audio 
 Which frames equal one ``avatar.generate`` of the whole audio (``L`` samples, ``T = L // 640`` frames) and why:
 
 - Equal: every frame whose group prefix reaches the end of its 30 s segment's audio, i.e. ``E_g >= min(L,
-  480000 (s + 1))``. That is always the last ``hop + 2`` frames of the clip plus those within the look-ahead of
-  its end (made at close with the whole audio), and the last ``hop + 2`` frames before each 30 s border.
-  For clips longer than 30 s, whole-clip generation encodes up to 8 segments per forward, and live encodes one;
-  that changes results only by float rounding (about 1e-6 relative in fp32).
+  480000 (s + 1))``. That is always the clip's last group and any group within ``hop + 2`` frames of the end
+  (made at :meth:`LiveSession.close` with the whole audio), and the groups that end within 2 frames of each
+  30 s border. "Equal" is bit for bit when ``hop`` is a multiple of the engine batch size (the session renders a
+  group in batches aligned like one-clip generation's); with another hop the UNet and VAE run on other batch
+  shapes, which changes results by float rounding only (seen on the CPU: 1 level in 1 of 27 648 values). For
+  clips longer than 30 s, whole-clip generation encodes up to 8 segments per forward and live encodes one:
+  float rounding again (about 1e-6 relative in fp32).
 - Can differ: every other frame, because audio that arrived after its group was made (later in the same 30 s
-  segment) changes its tokens through the encoder's attention and the segment's log-mel clamp. The difference
-  is the encoder seeing the segment's future audio as silence; it is small for real whisper weights far from
-  the frame, but it is not zero, and no bounded-latency design can make it zero.
-- Always differ by design: idle frames (see below), and frames next to silence the session added because the
-  feed ran dry in real-time mode (``starved`` in the report).
+  segment) changes its tokens through the encoder's attention and the segment's log-mel clamp. For such a frame
+  the encoder saw the segment's future as silence; the effect is small for audio far from the frame, but it is
+  not zero, and no bounded-latency design can make it zero.
+- Always differ by design: idle frames (see below), and frames near silence the session added because the feed
+  ran dry in real-time mode (``starved_frames`` in the report).
 - ``context="segment"`` trades latency for exact equality: a group waits for its whole 30 s segment (or
   :meth:`LiveSession.close`), so every frame equals one-clip generation; the latency is then up to 30 s.
 

@@ -69,26 +69,28 @@ def collect(frames: dict):
 
 
 def test_frames_equal_one_clip_generation(avatar):
-    """Real render, 8 frames: frames whose group was made with the whole audio equal generate(audio) bit for bit,
-    earlier groups equal generate(audio prefix), whatever the chunking; context='segment' equals it everywhere."""
+    """Real render, 8 frames, hop = the batch size (4): frames whose group was made with the whole audio equal
+    generate(audio) bit for bit, the first group equals generate(audio prefix), whatever the chunking;
+    context='segment' equals generate(audio) everywhere."""
+    assert avatar.config.batch_size == 4
     audio = noise(0.32, seed=1)  # 5120 samples, 8 frames
     ref: dict[int, np.ndarray] = {}
     avatar.generate(audio, output=False, frame_callback=collect(ref))
     assert len(ref) == 8
     live: dict[int, np.ndarray] = {}
-    session = avatar.live(threaded=False, hop=3, silence=None, on_frame=collect(live))
+    session = avatar.live(threaded=False, hop=4, silence=None, on_frame=collect(live))
     push_random_chunks(session, audio, seed=2)
     result = session.close()
     assert sorted(live) == list(range(8)) and result.n_frames == 8 and result.kind == "stream"
-    # Group 0 (frames 0-2) is final at 640 * 3 + 1280 = 3200 samples; groups 1-2 see the whole 5120.
-    for n in range(3, 8):
+    # Group 0 (frames 0-3) is final at 640 * 4 + 1280 = 3840 samples; group 1 needs 6400 > 5120: made at close.
+    for n in range(4, 8):
         np.testing.assert_array_equal(live[n], ref[n], err_msg=f"frame {n}")
     prefix: dict[int, np.ndarray] = {}
-    avatar.generate(audio[:3200], output=False, frame_callback=collect(prefix))
-    for n in range(3):
-        np.testing.assert_array_equal(live[n], prefix[n], err_msg=f"frame {n} vs the 3200-sample prefix")
+    avatar.generate(audio[:3840], output=False, frame_callback=collect(prefix))
+    for n in range(4):
+        np.testing.assert_array_equal(live[n], prefix[n], err_msg=f"frame {n} vs the 3840-sample prefix")
     exact: dict[int, np.ndarray] = {}
-    session = avatar.live(threaded=False, hop=3, silence=None, context="segment", on_frame=collect(exact))
+    session = avatar.live(threaded=False, hop=4, silence=None, context="segment", on_frame=collect(exact))
     push_random_chunks(session, audio, seed=3)
     session.close()
     for n in range(8):
