@@ -105,7 +105,7 @@ def main() -> None:
         video = work / "testsrc.mp4"
         subprocess.run([ffmpeg, "-v", "error", "-y", "-f", "lavfi", "-i", "testsrc=size=96x96:rate=25", "-frames:v",
                         "8", "-pix_fmt", "yuv420p", str(video)], check=True)
-        box, seconds = SMOKE_BOX, min(args.seconds, 1.0)
+        box, seconds = SMOKE_BOX, min(args.seconds, 0.32)
         rng = np.random.default_rng(0)
         speech = (rng.standard_normal(int(16000 * seconds)) * 0.1).astype(np.float32)
         config = InferenceConfig(device="cpu", fp16=False, batch_size=args.batch or 4)

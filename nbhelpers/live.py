@@ -220,7 +220,7 @@ class FFmpegSink:
         self.error: BaseException | None = None
         self._queues = (queue.Queue(maxsize=64), queue.Queue(maxsize=256))
         self._threads = [threading.Thread(target=self._pump, args=(q, fh), daemon=True, name=f"nbhelpers-live-{k}")
-                         for k, (q, fh) in enumerate(zip(self._queues, (self.proc.stdin, self._audio)))]
+                         for k, (q, fh) in enumerate(zip(self._queues, (self.proc.stdin, self._audio), strict=True))]
         for t in self._threads:
             t.start()
         self.frames = 0
@@ -410,6 +410,9 @@ class LiveSession:
         self._error: BaseException | None = None
         self._thread = None
         self.result = None
+        _ = self._pipe.whisper, self._pipe.feature_extractor  # loaded now, not inside the first frame's latency
+        if silence == "closed":
+            self._silent()
         if self.threaded:
             self._thread = threading.Thread(target=self._worker, name="nbhelpers-live", daemon=True)
             self._thread.start()
@@ -544,6 +547,7 @@ class LiveSession:
         else:
             with self._lock:
                 self._closing = True
+                self._done = True
                 self._error = self._error or exc
                 self._wake.notify_all()
             if self.sink is not None:
@@ -668,7 +672,7 @@ class LiveSession:
         from .engine import render
 
         idle = np.array([self._is_silent(n, e) for n in range(a, b)], dtype=bool)
-        speech = [n for n, i in zip(range(a, b), idle) if not i]
+        speech = [n for n, i in zip(range(a, b), idle, strict=True) if not i]
         with self.timings.stage("audio"):
             tokens = self._tokens(a, b, e) if speech else None
         frames: dict[int, np.ndarray] = {}
@@ -701,14 +705,20 @@ class LiveSession:
         idx = (np.arange(a, b, dtype=np.int64) * 2 - 4)[:, None] + np.arange(10, dtype=np.int64)[None, :]
         valid = (idx >= 0) & (idx < n_enc)
         segs = sorted({int(s) for s in np.unique(idx[valid] // 1500)})
-        hidden = {s: self._segment(s, e) for s in segs}
         first = next(self._pipe.whisper.parameters())
-        zero = torch.zeros((WHISPER_LAYERS, WHISPER_DIM), dtype=first.dtype, device=first.device)
-        out = []
-        for i in range(b - a):
-            steps = [hidden[int(j) // 1500][int(j) % 1500] if valid[i, k] else zero for k, j in enumerate(idx[i])]
-            out.append(torch.stack(steps))
-        return torch.stack(out).reshape(b - a, 10 * WHISPER_LAYERS, WHISPER_DIM)
+        parts, base, pos = [], {}, 0
+        for s in segs:  # the segments' encoder frames end to end, then one zero row for the padding
+            part = self._segment(s, e)
+            base[s], pos = pos, pos + int(part.shape[0])
+            parts.append(part)
+        parts.append(torch.zeros((1, WHISPER_LAYERS, WHISPER_DIM), dtype=first.dtype, device=first.device))
+        table = torch.cat(parts) if len(parts) > 1 else parts[0]
+        rows = np.full(idx.shape, pos, dtype=np.int64)
+        for s in segs:
+            m = valid & (idx // 1500 == s)
+            rows[m] = idx[m] - 1500 * s + base[s]
+        tokens = table[torch.as_tensor(rows, device=table.device)]  # (b - a, 10, 5, 384)
+        return tokens.reshape(b - a, 10 * WHISPER_LAYERS, WHISPER_DIM)
 
     def _segment(self, s: int, e: int):
         """Encoder output (kept frames, 5, 384) of 30 s segment s as whisper_features(audio[:e]) computes it."""
@@ -740,11 +750,15 @@ class LiveSession:
         return out
 
     def _silent(self):
-        """(50, 384) tokens of a frame inside digital silence (the closed-mouth idle frame)."""
+        """(50, 384) tokens of a frame inside digital silence (the closed-mouth idle frame), kept with the avatar's
+        device state for its later sessions."""
         if self._silent_tokens is None:
-            feats = self._pipe.features(np.zeros(SAMPLE_RATE, np.float32))
-            self._silent_tokens = feats[FPS // 2].clone()
-            self.stats.whisper_passes += 1
+            state = self.avatar._state
+            if "live_silent_tokens" not in state:
+                feats = self._pipe.features(np.zeros(SAMPLE_RATE, np.float32))
+                state["live_silent_tokens"] = feats[FPS // 2].clone()
+                self.stats.whisper_passes += 1
+            self._silent_tokens = state["live_silent_tokens"]
         return self._silent_tokens
 
     def _emit_due(self, now: float, flush: bool) -> None:
