@@ -227,3 +227,24 @@ def test_udp_stream_has_every_frame_and_the_audio(avatar, ffmpeg, tmp_path, monk
     assert 19200 <= len(samples) <= 19200 + 2 * 1024, len(samples)
     rms = [float(np.sqrt(np.mean(samples[a:b] ** 2))) for a, b in ((1024 + 800, 1024 + 5600), (1024 + 9600, 19200))]
     assert rms[0] > 0.05 and rms[1] < 0.01, rms  # the speech first, then the silence, in place
+
+
+def test_cli_plays_a_file_into_a_live_session(avatar, tiny_weights, tmp_path, ffmpeg):
+    """`python -m nbhelpers avatar live DIR --audio FILE --to OUT.mp4` (threaded session, file sink): one frame per
+    40 ms of the file, the audio muxed, the file renamed into place."""
+    import soundfile as sf
+
+    from nbhelpers.__main__ import main
+
+    wav = tmp_path / "speech.wav"
+    sf.write(wav, np.concatenate([noise(0.2, seed=9), np.zeros(6400, np.float32)]), 16000)  # 0.6 s: 15 frames
+    out = tmp_path / "live.mp4"
+    assert main(["avatar", "live", str(avatar.directory), "--audio", str(wav), "--to", str(out), "--chunk-ms", "70",
+                 "--silence", "source", "--weights", str(tiny_weights)]) == 0
+    assert out.is_file() and not list(tmp_path.glob(".live.partial*"))
+    raw = subprocess.run([ffmpeg, "-v", "error", "-i", str(out), "-map", "0:v", "-f", "rawvideo", "-pix_fmt", "gray",
+                          "-"], capture_output=True, check=True).stdout
+    assert len(raw) // (96 * 96) == 15
+    pcm = subprocess.run([ffmpeg, "-v", "error", "-i", str(out), "-map", "0:a", "-f", "s16le", "-ac", "1", "-ar",
+                          "16000", "-"], capture_output=True, check=True).stdout
+    assert abs(len(pcm) // 2 - 9600) <= 1024  # MP4 trims the AAC delay; within one AAC frame
