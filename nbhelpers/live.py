@@ -29,9 +29,9 @@ The design, so that latency is bounded and frames never depend on how the audio 
 Which frames equal one ``avatar.generate`` of the whole audio (``L`` samples, ``T = L // 640`` frames) and why:
 
 - Equal: every frame whose group prefix reaches the end of its 30 s segment's audio, i.e. ``E_g >= min(L,
-  480000 (s + 1))``. That is always the clip's last group and any group within ``hop + 2`` frames of the end
-  (made at :meth:`LiveSession.close` with the whole audio), and the groups that end within 2 frames of each
-  30 s border. "Equal" is bit for bit when ``hop`` is a multiple of the engine batch size (the session renders a
+  480000 (s + 1))``: the groups whose last frame is at most ``2 + lookahead / 40 ms`` frames before the clip's
+  end (always the last group, made at :meth:`LiveSession.close` with the whole audio; 1 to ``hop + 2`` frames)
+  and likewise the groups ending at most that far before each 30 s border. "Equal" is bit for bit when ``hop`` is a multiple of the engine batch size (the session renders a
   group in batches aligned like one-clip generation's); with another hop the UNet and VAE run on other batch
   shapes, which changes results by float rounding only (seen on the CPU: 1 level in 1 of 27 648 values). For
   clips longer than 30 s, whole-clip generation encodes up to 8 segments per forward and live encodes one:
