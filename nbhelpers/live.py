@@ -402,19 +402,24 @@ class LiveSession:
         self._done = False
         self._next_compute = 0  # first frame not computed
         self._next_emit = 0  # first frame not handed out
-        self._ready: deque = deque()  # (n, frame, idle)
+        self._ready: deque = deque()  # (n, frame, idle, audio): finished, not handed out yet
+        self._more = threading.Event()  # set when frames are added to _ready (wakes the pacer)
         self._segments: dict[int, Any] = {}  # complete 30 s segments' encoder output, (1500, 5, 384)
         self._silent_tokens = None
         self._t0: float | None = None  # clock time of the first push
         self._forced = -1  # real time: frames up to this one are made with the audio there is (starved feed)
         self._error: BaseException | None = None
         self._thread = None
+        self._pacer = None  # threaded real time: hands frames out at their times, apart from the rendering
         self.result = None
         _ = self._pipe.whisper, self._pipe.feature_extractor  # loaded now, not inside the first frame's latency
         if silence == "closed":
             self._silent()
         if self.threaded:
             self._thread = threading.Thread(target=self._worker, name="nbhelpers-live", daemon=True)
+            if self.realtime:
+                self._pacer = threading.Thread(target=self._pace, name="nbhelpers-live-pacer", daemon=True)
+                self._pacer.start()
             self._thread.start()
 
     # -- input -----------------------------------------------------------------------------------------------------
@@ -523,7 +528,9 @@ class LiveSession:
         try:
             if self.threaded:
                 self._thread.join(timeout_s)
-                if self._thread.is_alive():
+                if self._pacer is not None:
+                    self._pacer.join(timeout_s)
+                if self._thread.is_alive() or (self._pacer is not None and self._pacer.is_alive()):
                     raise NbHelpersError(f"the live session did not finish within {timeout_s:.0f} s")
             else:
                 self._step(self.clock(), final=True)
@@ -574,6 +581,30 @@ class LiveSession:
                     self._wake.wait(self._next_wake(self.clock()))
         except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread
             self._error = exc
+            self._done = True
+        finally:
+            self._more.set()
+            if self.iterate and self._pacer is None:
+                self._out.put(_END)
+
+    def _pace(self) -> None:
+        """Threaded real time: hand each finished frame out at its time (rendering goes on meanwhile)."""
+        try:
+            while True:
+                if self._ready:
+                    wait = self._deadline(self._ready[0][0]) - self.clock()
+                    if wait > 0:
+                        time.sleep(wait)
+                        continue
+                    self._emit(*self._ready.popleft(), self.clock())
+                elif self._done:
+                    break
+                else:
+                    self._more.wait(0.05)
+                    self._more.clear()
+        except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread
+            self._error = exc
+            self._done = True
         finally:
             if self.iterate:
                 self._out.put(_END)
@@ -584,7 +615,7 @@ class LiveSession:
         if not self.realtime or self._t0 is None:
             return 0.5
         times = [self._deadline(self._next_compute) - self.guard_s, self._deadline(self._next_compute) - self.ahead_s]
-        if self._ready:
+        if self._ready and self._pacer is None:
             times.append(self._deadline(self._ready[0][0]))
         future = [t - now for t in times if t > now]
         return max(0.0005, min(future)) if future else 0.5
@@ -617,7 +648,7 @@ class LiveSession:
                 self._next_compute = b
                 self._emit_due(self.clock(), final or not self.realtime)
         self._emit_due(self.clock(), final or not self.realtime)
-        if closing and self._next_compute >= total and not self._ready:
+        if closing and self._next_compute >= total and (self._pacer is not None or not self._ready):
             self._done = True
         self._trim()
 
@@ -695,7 +726,9 @@ class LiveSession:
                 if idle[n - a]:
                     frames[n] = np.array(self._source.frames[int(cycle_index(n, self._source.n_frames))])
         for n in range(a, b):
-            self._ready.append((n, frames[n], bool(idle[n - a])))
+            audio = self._audio(SAMPLES_PER_FRAME * n, SAMPLES_PER_FRAME * (n + 1)).copy()
+            self._ready.append((n, frames[n], bool(idle[n - a]), audio))
+        self._more.set()
 
     def _tokens(self, a: int, b: int, e: int):
         """(b - a, 50, 384) tokens of frames a..b-1 exactly as whisper_features(audio[:e]) gives them."""
@@ -762,17 +795,18 @@ class LiveSession:
         return self._silent_tokens
 
     def _emit_due(self, now: float, flush: bool) -> None:
+        if self._pacer is not None:
+            return
         while self._ready:
-            n, frame, idle = self._ready[0]
+            n = self._ready[0][0]
             if self.realtime and not flush:
                 due = self._deadline(n)
                 if now < due:
                     return
-            self._ready.popleft()
-            self._emit(n, frame, idle, now)
+            self._emit(*self._ready.popleft(), now)
             now = self.clock()
 
-    def _emit(self, n: int, frame: np.ndarray, idle: bool, now: float) -> None:
+    def _emit(self, n: int, frame: np.ndarray, idle: bool, audio: np.ndarray, now: float) -> None:
         if n != self._next_emit:
             raise NbHelpersError(f"internal: frame {n} handed out when {self._next_emit} was next")
         if self.realtime:
@@ -788,7 +822,7 @@ class LiveSession:
             self.on_frame(n, frame)
         if self.sink is not None:
             with self.timings.stage("encode_wait"):
-                self.sink.write(frame, self._audio(SAMPLES_PER_FRAME * n, SAMPLES_PER_FRAME * (n + 1)))
+                self.sink.write(frame, audio)
         if self.iterate:
             self._out.put((n, frame))
         self._next_emit = n + 1
