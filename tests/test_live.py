@@ -248,3 +248,20 @@ def test_cli_plays_a_file_into_a_live_session(avatar, tiny_weights, tmp_path, ff
     pcm = subprocess.run([ffmpeg, "-v", "error", "-i", str(out), "-map", "0:a", "-f", "s16le", "-ac", "1", "-ar",
                           "16000", "-"], capture_output=True, check=True).stdout
     assert abs(len(pcm) // 2 - 9600) <= 1024  # MP4 trims the AAC delay; within one AAC frame
+
+
+def test_threaded_real_time_hands_out_every_frame_in_order(avatar):
+    """The pacer thread: silence played in real time comes out of the iterator in order, one frame per 40 ms of
+    audio, each handed out no earlier than its time (no timing claim beyond that: the machine is shared)."""
+    from nbhelpers.live import play
+
+    session = avatar.live(realtime=True, silence="source", hop=2)
+    got: list[int] = []
+    reader = threading.Thread(target=lambda: got.extend(n for n, _ in session), daemon=True)
+    reader.start()
+    res = play(session, np.zeros(6400, np.float32), chunk_ms=100)
+    reader.join(30)
+    assert got == list(range(10)) and res.n_frames == 10 and res.stats["idle_frames"] == 10
+    t0 = session.stats.first_push_t
+    for n, t in enumerate(session.stats.emit_t):
+        assert t >= t0 + session.delay_s + n / 25 - 1e-6
