@@ -863,14 +863,14 @@ def _as_mono(samples: Any) -> np.ndarray:
     if hasattr(samples, "detach"):
         samples = samples.detach().cpu().numpy()
     arr = np.asarray(samples)
-    if arr.ndim == 2:
-        arr = arr.mean(axis=1) if np.issubdtype(arr.dtype, np.floating) else arr.astype(np.float64).mean(axis=1)
-    if arr.ndim != 1:
-        raise InputError(f"samples must be (L,) or (L, channels) PCM; got shape {arr.shape}.")
     if arr.dtype == np.int16:
         arr = arr.astype(np.float32) / 32768.0
     elif not np.issubdtype(arr.dtype, np.floating):
         raise InputError(f"samples must be float in about [-1, 1] or int16; got dtype {arr.dtype}.")
+    if arr.ndim == 2:
+        arr = arr.mean(axis=1)
+    if arr.ndim != 1:
+        raise InputError(f"samples must be (L,) or (L, channels) PCM; got shape {arr.shape}.")
     arr = np.ascontiguousarray(arr, dtype=np.float32)
     if not np.isfinite(arr).all():
         raise InputError("samples hold NaN or inf; the audio source is broken.")
