@@ -265,3 +265,27 @@ def test_threaded_real_time_hands_out_every_frame_in_order(avatar):
     t0 = session.stats.first_push_t
     for n, t in enumerate(session.stats.emit_t):
         assert t >= t0 + session.delay_s + n / 25 - 1e-6
+
+
+def test_chunks_at_another_rate_are_resampled_as_one_file(avatar, monkeypatch):
+    """24 kHz int16 stereo chunks of random sizes reach the timeline exactly as load_audio's one-shot soxr_hq
+    resampling of the whole signal (the streaming resampler keeps its state across chunks)."""
+    import soxr
+
+    from nbhelpers.live import LiveSession
+
+    monkeypatch.setattr(LiveSession, "_step", lambda self, now, final=False: None)  # look at the input side only
+    rng = np.random.default_rng(10)
+    stereo = (rng.standard_normal((24000, 2)) * 3000).astype(np.int16)
+    session = avatar.live(threaded=False, silence=None, on_frame=lambda n, f: None)
+    pos = 0
+    while pos < len(stereo):
+        size = int(rng.integers(1, 5000))
+        session.push(stereo[pos:pos + size], 24000)
+        pos += size
+    session.close()
+    got = np.concatenate(session._inbox)
+    mono = (stereo.astype(np.float32) / 32768).mean(axis=1)
+    want = soxr.resample(mono, 24000, 16000, quality="soxr_hq")
+    assert got.shape == want.shape == (16000,)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
