@@ -25,15 +25,19 @@ The design, so that latency is bounded and frames never depend on how the audio 
 - Hence the exact law, tested: frame ``k`` of a live session equals frame ``k`` of ``avatar.generate`` on the
   audio prefix ``[0, min(E_g, L))``, where ``L`` is all the audio pushed before :meth:`LiveSession.close`. It
   does not depend on chunk sizes (1 ms or 2 s chunks give the same frames), so there is no seam at chunk borders.
+  (Bit for bit under the batch condition below.)
+- Latency: a frame is final ``80 ms + (hop - 1) x 40 ms + lookahead`` after its own audio ends, then takes one
+  whisper pass (a 30 s log-mel on the CPU and the encoder) and the render of its group.
 
 Which frames equal one ``avatar.generate`` of the whole audio (``L`` samples, ``T = L // 640`` frames) and why:
 
 - Equal: every frame whose group prefix reaches the end of its 30 s segment's audio, i.e. ``E_g >= min(L,
   480000 (s + 1))``: the groups whose last frame is at most ``2 + lookahead / 40 ms`` frames before the clip's
   end (always the last group, made at :meth:`LiveSession.close` with the whole audio; 1 to ``hop + 2`` frames)
-  and likewise the groups ending at most that far before each 30 s border. "Equal" is bit for bit when ``hop`` is a multiple of the engine batch size (the session renders a
-  group in batches aligned like one-clip generation's); with another hop the UNet and VAE run on other batch
-  shapes, which changes results by float rounding only (seen on the CPU: 1 level in 1 of 27 648 values). For
+  and likewise the groups ending at most that far before each 30 s border. "Equal" is bit for bit when ``hop``
+  is a multiple of the engine batch size (the session renders a group in batches aligned like one-clip
+  generation's); with another hop the UNet and VAE run on other batch shapes, which changes results by float
+  rounding only (seen on the CPU: 1 level in 1 of 27 648 values). For
   clips longer than 30 s, whole-clip generation encodes up to 8 segments per forward and live encodes one:
   float rounding again (about 1e-6 relative in fp32).
 - Can differ: every other frame, because audio that arrived after its group was made (later in the same 30 s
