@@ -32,7 +32,7 @@ def make_full_weights(directory: Path, seed: int = 0) -> Path:
     """Write the full-size v1.5 inference set with random weights in the official layout (fp16 UNet file).
 
     UNet (musetalkV15/unet.pth + musetalk.json), sd-vae folder, whisper folder and BiSeNet; landmark weights are
-    not written (the benchmarks give boxes). Returns ``directory``. Skips work when a marker says it is done.
+    written by :func:`make_face_weights`. Returns ``directory``. Skips work when a marker says it is done.
     """
     import torch
 
@@ -67,3 +67,68 @@ def make_full_weights(directory: Path, seed: int = 0) -> Path:
     marker.write_text("ok")
     print(f"full-size random weights written to {directory} in {time.perf_counter() - t0:.1f} s", flush=True)
     return directory
+
+
+def silence_s3fd(path: Path) -> Path:
+    """Rewrite an S3FD checkpoint so that no cell of any head is a face candidate (network cost unchanged).
+
+    Random confidence heads make tens of thousands of candidates per frame, and their NMS (a Python loop) would
+    dominate the detector's time; real weights give a handful. Zero weights and a face logit of -10 on every
+    ``*_mbox_conf`` head give p(face) ~ 5e-5 < 0.05 everywhere: the convolutions run at full size, the decoding
+    finds nothing (as bench/s3fd_speed.py does in memory). Written to a temporary name, then renamed.
+    """
+    import torch
+
+    path = Path(path)
+    state = torch.load(str(path), map_location="cpu", weights_only=True)
+    for key in [k for k in state if "_mbox_conf." in k]:
+        state[key] = torch.zeros_like(state[key])
+        if key.endswith(".bias"):
+            state[key][-1] = -10.0
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(state, str(tmp))
+    os.replace(tmp, path)
+    return path
+
+
+def ensure_silenced(path: Path) -> Path:
+    """:func:`silence_s3fd` unless a marker says this very file (size and mtime) was already silenced."""
+    path = Path(path)
+    marker = path.with_name(path.name + ".silenced")
+    stamp = lambda: f"{path.stat().st_size} {path.stat().st_mtime_ns}"  # noqa: E731
+    if not (marker.is_file() and marker.read_text() == stamp()):
+        silence_s3fd(path)
+        marker.write_text(stamp())
+    return path
+
+
+def make_face_weights(directory: Path, seed: int = 0) -> dict[str, str]:
+    """Write the full-size face detector weights with random values in the official layout, where missing.
+
+    - ``s3fd/s3fd-619a316812.pth``: the whole S3FD network (``nbhelpers.faces.s3fd.write_tiny_s3fd`` writes the
+      full architecture), confidence heads silenced by :func:`silence_s3fd`.
+    - ``dwpose/dw-ll_ucoco_384.pth``: RTMPose-l whole-body through ``nbhelpers.faces.dwpose_torch``'s
+      ``write_random_checkpoint`` when that module exists (the torch DWPose backend); otherwise no DWPose file.
+
+    Returns a dict naming what was written or found, for the bench's output.
+    """
+    directory = Path(directory)
+    notes: dict[str, str] = {}
+    from nbhelpers.faces.s3fd import S3FD_FILE, write_tiny_s3fd
+
+    s3fd = directory / S3FD_FILE
+    if not s3fd.is_file():
+        write_tiny_s3fd(directory, seed=seed)
+    ensure_silenced(s3fd)
+    notes["s3fd"] = f"{S3FD_FILE}: full-size S3FD, random weights, confidence heads silenced (no candidates)"
+    try:
+        from nbhelpers.faces import dwpose_torch
+    except ImportError:
+        notes["dwpose"] = ("no full-size DWPose written: nbhelpers.faces.dwpose_torch is missing (the torch DWPose "
+                           "backend); the default backend then needs its own weights")
+        return notes
+    pth = directory / dwpose_torch.CHECKPOINT_FILE
+    if not pth.is_file():
+        dwpose_torch.write_random_checkpoint(directory, seed=seed)
+    notes["dwpose"] = f"{dwpose_torch.CHECKPOINT_FILE}: full-size RTMPose-l whole-body, random weights"
+    return notes

@@ -204,19 +204,19 @@ def render_frames(frames, boxes, squares, masks, latents, features, unet, vae, p
     import torch
 
     try:
-        from nbhelpers.pipeline import RenderInputs, render
+        from nbhelpers.engine import SourceFaces, render
     except ImportError:
         render = None
     if render is not None:
         blend = "blend_torch" if torch.device(device).type == "cuda" else "blend_cpu"
-        sources["generate"] = f"nbhelpers.pipeline.render (latents.unet_step/decode, blending.{blend}, gpu.batched)"
-        inputs = RenderInputs(frames=frames, latent_row=np.arange(len(frames), dtype=np.int64), latents=latents,
-                              boxes=boxes, masks=masks, squares=squares)
-        bundle = argparse.Namespace(unet=unet, vae=vae, pe=pe)
-        for _, out in render(inputs, features, bundle, batch, n_out, device):
+        sources["generate"] = f"nbhelpers.engine.render (latents.unet_step/decode, blending.{blend}, gpu.batched)"
+        inputs = SourceFaces(frames=frames, latent_row=np.arange(len(frames), dtype=np.int64), latents=latents,
+                             boxes=boxes, masks=masks, squares=squares)
+        bundle = argparse.Namespace(unet=unet, vae=vae, pe=pe, device=torch.device(device))
+        for _, out in render(inputs, features, bundle, batch, n_out):
             yield out
         return
-    # STAND-IN (nbhelpers.pipeline.render missing): the same steps with the package's pieces.
+    # STAND-IN (nbhelpers.engine.render missing): the same steps with the package's pieces.
     from nbhelpers import blending
     from nbhelpers.gpu import batched
     from nbhelpers.latents import decode, unet_step

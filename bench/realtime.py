@@ -45,6 +45,14 @@ def limit_cpus(n: int) -> None:
         os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[:n]))
 
 
+def psnr(path, reference, ffmpeg) -> str:
+    """ffmpeg's psnr filter of ``path`` against ``reference`` (average over frames), as text."""
+    out = subprocess.run([ffmpeg, "-nostdin", "-i", str(path), "-i", str(reference), "-lavfi", "psnr", "-f", "null",
+                          "-"], capture_output=True, text=True).stderr
+    found = [line for line in out.splitlines() if "PSNR" in line and "average:" in line]
+    return found[-1].split("average:")[1].split()[0] + " dB" if found else "n/a"
+
+
 def official_decode_to_host(vae, latents):
     """Official ``decode_latents``: decode, clamp, copy to host, numpy round, uint8, RGB->BGR (vae.py:96-108)."""
 
@@ -79,12 +87,12 @@ def reference_run(avatar, audio_path: Path, work: Path, batch: int, ffmpeg: str)
     from nbhelpers.audio import whisper_features
     from nbhelpers.latents import unet_step
 
-    st = avatar._ensure_models()
-    bundle = st["bundle"]
+    st = avatar._ensure_state()
+    bundle = st["models"]
     frames = avatar.frames()
     n_src = len(frames)
     face_idx = np.flatnonzero(avatar.has_face)
-    latents = [st["latents"][k:k + 1] for k in range(len(face_idx))]
+    latents = [st["source"].latents[k:k + 1] for k in range(len(face_idx))]
     latent_cycle = latents + latents[::-1]
     frame_cycle = [np.array(frames[i]) for i in range(n_src)]
     frame_cycle = frame_cycle + frame_cycle[::-1]
@@ -206,6 +214,8 @@ def main() -> None:
     parser.add_argument("--weights", default=None)
     parser.add_argument("--tiny", action="store_true", help="smoke run: tiny random weights on the CPU")
     parser.add_argument("--frames", type=int, default=0, help="use only the first N frames of the video")
+    parser.add_argument("--encoders", default="libx264,libx264-veryfast",
+                        help="encoder settings of our runs, comma-separated (the first run is libx264 medium)")
     args = parser.parse_args()
     limit_cpus(args.cores)
 
@@ -246,7 +256,7 @@ def main() -> None:
                             weights_dir=weights)
     prep_s = time.perf_counter() - t0
     print(f"avatar: {avatar} in {prep_s:.1f} s", flush=True)
-    avatar._ensure_models()
+    avatar._ensure_state()
 
     torch.cuda.reset_peak_memory_stats()
     ref = reference_run(avatar, audio, work, args.batch, ffmpeg)
@@ -257,19 +267,25 @@ def main() -> None:
     ours = avatar.generate(audio, work / "ours.mp4")
     ours_peak = torch.cuda.max_memory_reserved() / 2**30
     print(f"ours: {ours.summary()} {ours.timings}", flush=True)
+    by_encoder = []
+    for setting in [e for e in args.encoders.split(",") if e and e != "libx264"]:
+        run = avatar.generate(audio, work / f"ours-{setting}.mp4", encoder=setting)
+        size = run.output.stat().st_size / 2**20
+        by_encoder.append((setting, run.end_to_end_fps, size, psnr(run.output, ours.output, ffmpeg)))
+        print(f"ours with {setting}: {run.summary()} {run.timings}", flush=True)
     info = media.probe(ours.output)
     st = avatar._state
     feats = None
     from nbhelpers.audio import whisper_features
 
-    feats = whisper_features(media.load_audio(audio), st["bundle"].whisper,
-                             feature_extractor=st["bundle"].feature_extractor)
+    feats = whisper_features(media.load_audio(audio), st["models"].whisper,
+                             feature_extractor=st["models"].feature_extractor)
     n = min(200, feats.shape[0])
-    ref_core = core_rate(st["bundle"], st["latents"], feats, args.batch, n, ours=False)
-    our_core = core_rate(st["bundle"], st["latents"], feats, args.batch, n, ours=True)
+    ref_core = core_rate(st["models"], st["source"].latents, feats, args.batch, n, ours=False)
+    our_core = core_rate(st["models"], st["source"].latents, feats, args.batch, n, ours=True)
     if args.channels_last:
         avatar.optimize(compile=False)
-        cl_core = core_rate(st["bundle"], st["latents"], feats, args.batch, n, ours=True)
+        cl_core = core_rate(st["models"], st["source"].latents, feats, args.batch, n, ours=True)
         cl_run = avatar.generate(audio, work / "ours-cl.mp4")
         print(f"channels-last + cudnn.benchmark: core {cl_core:.1f} fps ({cl_core / ref_core:.2f}x the reference "
               f"core), end to end {cl_run.end_to_end_fps:.1f} fps ({cl_run.end_to_end_fps / (ref['n'] / ref['wall_s']):.2f}x)",
@@ -278,9 +294,9 @@ def main() -> None:
     if args.compile:
         t0 = time.perf_counter()
         avatar.optimize(compile=True)
-        core_rate(st["bundle"], st["latents"], feats, args.batch, args.batch * 2, ours=True)
+        core_rate(st["models"], st["source"].latents, feats, args.batch, args.batch * 2, ours=True)
         compile_s = time.perf_counter() - t0
-        comp_core = core_rate(st["bundle"], st["latents"], feats, args.batch, n, ours=True)
+        comp_core = core_rate(st["models"], st["source"].latents, feats, args.batch, n, ours=True)
         comp_run = avatar.generate(audio, work / "ours-compiled.mp4")
         compiled = (compile_s, comp_core, comp_run)
     peak_tflops = matmul_tflops()
@@ -295,8 +311,14 @@ def main() -> None:
     print("|---|---|---|---|")
     for name, e2e, gen, peak in rows:
         print(f"| {name} | {e2e:.1f} | {gen:.1f} | {peak:.2f} |")
+    for setting, e2e, _size, _db in by_encoder:
+        print(f"| ours: Avatar.generate, encoder {setting} | {e2e:.1f} | - | - |")
     print()
     print(f"end-to-end ratio ours/reference: {ours.end_to_end_fps / ref_e2e:.2f}x")
+    base_size = ours.output.stat().st_size / 2**20
+    for setting, e2e, size, db in by_encoder:
+        print(f"encoder {setting}: {e2e:.1f} fps end to end ({e2e / ref_e2e:.2f}x the reference), {size:.1f} MiB "
+              f"vs {base_size:.1f} MiB (libx264 medium), PSNR vs medium {db}")
     print(f"core (UNet + decode, {n} frames, batch {args.batch}): reference {ref_core:.1f} fps (host decode), "
           f"ours {our_core:.1f} fps (uint8 on GPU): {our_core / ref_core:.2f}x")
     if compiled:

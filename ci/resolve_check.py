@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Dry-run resolves of the workbook's two install recipes, without downloading torch or touching this environment.
 
-    python ci/resolve_check.py colab   # requirements-colab.txt + the package on Colab (Python 3.13)
+    python ci/resolve_check.py colab   # the package with its [colab] extra on Colab (Python 3.13)
     python ci/resolve_check.py conda   # the pip part of environment.yml on its conda packages (Python 3.11)
+    python ci/resolve_check.py conda --import   # ... then installs it for real and imports it, builds the models
 
 How: a throwaway venv of the target Python gets metadata-only stand-ins ("fake installed distributions": a
 ``.dist-info`` folder with a METADATA file, no code) for what the target already has — Colab's preinstalled
@@ -14,7 +15,8 @@ It fails (exit 1) when:
 - the resolve fails (a conflict, a floor that no release meets, no wheel for the target Python...);
 - a protected package (torch, torchvision, torchaudio, numpy, transformers, huggingface-hub, ipywidgets,
   opencv-*) would be installed, upgraded or downgraded;
-- colab: requirements-colab.txt names a protected package, or has a requirement without a floor or with a pin.
+- colab: the [colab] extra (pyproject.toml) names a protected package, or has a requirement without a floor or
+  with a pin.
 Other packages that would be installed are listed; a preinstalled unprotected package that would change is
 listed as a warning. Only the Python standard library is used here (PyYAML when available for environment.yml).
 """
@@ -71,12 +73,20 @@ def requirement_name(line: str) -> str:
     return norm(match.group(1))
 
 
+def colab_extra_lines(pyproject: Path = ROOT / "pyproject.toml") -> list[str]:
+    """The requirement lines of the package's ``[colab]`` extra (what Colab lacks), from pyproject.toml."""
+    import tomllib
+
+    data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+    return list(data["project"]["optional-dependencies"]["colab"])
+
+
 def static_colab_problems(lines: list[str]) -> list[str]:
-    """requirements-colab.txt: floors only, no pins, no protected package."""
+    """The [colab] extra: floors only, no pins, no protected package."""
     problems = []
     for line in lines:
         if line.startswith("-"):
-            problems.append(f"{line!r}: options do not belong in requirements-colab.txt")
+            problems.append(f"{line!r}: options do not belong in the [colab] extra")
             continue
         name = requirement_name(line)
         spec = line[len(re.match(r"^\s*[A-Za-z0-9._-]+(\[[^\]]*\])?", line).group(0)):].split(";")[0]
@@ -87,6 +97,18 @@ def static_colab_problems(lines: list[str]) -> list[str]:
         if re.search(r"==|<|~=|!=", spec.replace(">=", "")):
             problems.append(f"{line!r}: floors only, no pins or upper bounds")
     return problems
+
+
+def snapshot_problems(venv: Path, pins: dict[str, str]) -> list[str]:
+    """The Colab snapshot must be installable as it stands: a dry-run resolve of every pin with its dependencies
+    (metadata only: pip reads each wheel's published metadata, no torch is downloaded). The stand-ins carry no
+    dependencies, so without this a snapshot that no real runtime can hold (transformers 5.20.2 beside
+    huggingface_hub 1.30, when it needs >= 1.31) would pass unseen."""
+    report, log = dry_run(venv, ["--ignore-installed", *[f"{name}=={version}" for name, version in pins.items()]])
+    if report is not None:
+        return []
+    lines = [line for line in log.splitlines() if "WARNING: Location" not in line]
+    return ["not self-consistent: pip cannot install these pins together:\n" + "\n".join(lines[-20:])]
 
 
 def preinstalled(path: Path) -> dict[str, str]:
@@ -234,18 +256,62 @@ def judge(report: dict, installed: dict[str, str], protected: tuple[str, ...] = 
     return violations, warnings, sorted(new)
 
 
-def check(target: str, python_override: str | None, keep: bool) -> int:
+IMPORT_CHECK = r"""
+import sys, tempfile, warnings
+import numpy, torch, torchvision, transformers, diffusers, huggingface_hub, cv2
+print("   stack:", f"Python {sys.version.split()[0]}, torch {torch.__version__}, torchvision {torchvision.__version__},"
+      f" numpy {numpy.__version__}, transformers {transformers.__version__}, diffusers {diffusers.__version__},"
+      f" huggingface_hub {huggingface_hub.__version__}, opencv {cv2.__version__}")
+import nbhelpers
+from nbhelpers import models
+from nbhelpers.testing import make_tiny_weights
+with tempfile.TemporaryDirectory() as tmp:
+    root = make_tiny_weights(tmp + "/models", writers=["unet", "vae", "whisper", "parsing"])
+    unet, vae, whisper = models.load_unet(root), models.load_vae(root), models.load_whisper(root)
+    with torch.no_grad():
+        latent = vae.encode(torch.zeros(1, 3, 256, 256)).latent_dist.mode()
+        feats = whisper.encoder(torch.zeros(1, 80, 3000)).last_hidden_state
+    print("   tiny models built and run:", tuple(latent.shape), tuple(feats.shape), type(unet).__name__)
+"""
+
+
+def import_check(python: str, folder: Path, conda: dict[str, str], pip_args: list[str]) -> list[str]:
+    """Install the conda environment's Python packages for real and use them: torch, torchvision and numpy at the
+    conda versions (PyPI's builds), the pip part of environment.yml on top with those three held, then import the
+    stack and build, load and run the tiny models. A resolve alone passed while transformers 4.57 made even
+    ``import torchvision`` fail on torch 2.1."""
+    make_venv(python, folder)
+    exe = str(folder / "bin" / "python")
+    env = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1", PIP_PROGRESS_BAR="off")
+    held = [f"{name}=={exact(conda[name])}" for name in ("torch", "torchvision", "numpy") if name in conda]
+    pins = folder / "conda-pins.txt"
+    pins.write_text("\n".join(held) + "\n", encoding="utf-8")
+    steps = [[exe, "-m", "pip", "install", "-q", *held],
+             [exe, "-m", "pip", "install", "-q", "-c", str(pins), *[a for a in pip_args if a != "-U"]]]
+    for command in steps:
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, stdin=subprocess.DEVNULL, env=env)
+        if done.returncode != 0:
+            log = [line for line in (done.stdout + done.stderr).splitlines() if "WARNING: Location" not in line]
+            return [f"install failed: {' '.join(command[3:])}\n" + "\n".join(log[-25:])]
+    done = subprocess.run([exe, "-c", IMPORT_CHECK], cwd=folder, capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, env=env)
+    print(done.stdout.rstrip())
+    if done.returncode != 0:
+        return ["the installed stack does not work:\n" + "\n".join((done.stdout + done.stderr).splitlines()[-25:])]
+    return []
+
+
+def check(target: str, python_override: str | None, keep: bool, do_import: bool = False) -> int:
     start = time.time()
     problems: list[str] = []
     if target == "colab":
-        req = ROOT / "requirements-colab.txt"
-        lines = requirement_lines(req)
-        problems += [f"requirements-colab.txt: {p}" for p in static_colab_problems(lines)]
+        lines = colab_extra_lines()
+        problems += [f"[colab] extra: {p}" for p in static_colab_problems(lines)]
         installed = preinstalled(ROOT / "ci" / "colab-preinstalled.txt")
         python = find_python("3.13", python_override)
-        pip_args = ["-r", str(req), "."]
+        pip_args = [".[colab]"]  # what the setup cell installs: the package with its [colab] extra
         protected = PROTECTED
-        title = "Colab (Python 3.13): pip install -r requirements-colab.txt ."
+        title = "Colab (Python 3.13): pip install .[colab]"
     else:
         version, conda, pip_lines = read_environment_yml(ROOT / "environment.yml")
         installed = dict(CONDA_IMPLIED)
@@ -260,7 +326,10 @@ def check(target: str, python_override: str | None, keep: bool) -> int:
     print(f"   interpreter {python}; {len(installed)} preinstalled stand-ins")
     folder = Path(tempfile.mkdtemp(prefix=f"resolve-{target}-"))
     try:
-        add_stand_ins(make_venv(python, folder), installed)
+        site = make_venv(python, folder)
+        if target == "colab":
+            problems += [f"ci/colab-preinstalled.txt: {p}" for p in snapshot_problems(folder, installed)]
+        add_stand_ins(site, installed)
         report, log = dry_run(folder, pip_args)
         if report is None:
             problems.append("pip could not resolve the install:\n" + "\n".join(log.splitlines()[-30:]))
@@ -270,7 +339,12 @@ def check(target: str, python_override: str | None, keep: bool) -> int:
             for w in warnings:
                 print(f"   WARNING: {w}")
             print(f"   would install {len(new)} new package(s): {', '.join(new) or 'none'}")
+        if do_import and target == "conda" and not problems:
+            print("   installing it for real (torch 2.1 from PyPI) to import the stack and build the tiny models")
+            problems += import_check(python, folder.with_name(folder.name + "-import"), conda, pip_args)
     finally:
+        if not keep:
+            shutil.rmtree(folder.with_name(folder.name + "-import"), ignore_errors=True)
         if keep:
             print(f"   kept {folder}")
         else:
@@ -286,12 +360,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("targets", nargs="*", metavar="colab|conda", help="what to check (default: both)")
     parser.add_argument("--python", help="interpreter of the target version (default: found on PATH or pyenv)")
     parser.add_argument("--keep", action="store_true", help="keep the throwaway venvs (to inspect them)")
+    parser.add_argument("--import", dest="do_import", action="store_true",
+                        help="conda: also install it for real, import the stack and build the tiny models "
+                             "(PyPI's torch 2.1.2: about 2.5 GB to download, 5 GB on disk, a few minutes)")
     args = parser.parse_args(argv)
     args.targets = args.targets or ["colab", "conda"]
     unknown = sorted(set(args.targets) - {"colab", "conda"})
     if unknown:
         parser.error(f"unknown target(s) {unknown}; choose colab and/or conda")
-    return max([check(t, args.python if len(args.targets) == 1 else None, args.keep) for t in args.targets])
+    return max([check(t, args.python if len(args.targets) == 1 else None, args.keep, args.do_import)
+                for t in args.targets])
 
 
 if __name__ == "__main__":

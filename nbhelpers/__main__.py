@@ -1,6 +1,7 @@
 """Command line: the same jobs as the notebooks, without Jupyter.
 
     python -m nbhelpers demo                      # lip-sync the bundled demo (astronaut photo + speech)
+    python -m nbhelpers demo --tiny               # the same with tiny random weights: no download, noise mouth
     python -m nbhelpers download                  # fetch the v1.5 weights (about 4.2 GB)
     python -m nbhelpers verify                    # check the weights folder
     python -m nbhelpers lipsync VIDEO AUDIO -o OUT.mp4
@@ -34,12 +35,22 @@ def _add_settings(p: argparse.ArgumentParser) -> None:
     g.add_argument("--parsing-mode", choices=["jaw", "raw", "neck"], default="jaw")
     g.add_argument("--left-cheek-width", type=int, default=90)
     g.add_argument("--right-cheek-width", type=int, default=90)
-    g.add_argument("--backend", default="auto", help="landmarks: auto, dwpose-onnx, mmpose or dlib")
+    g.add_argument("--backend", default="auto", help="landmarks: auto, dwpose, dwpose-onnx, mmpose or dlib")
     g.add_argument("--smooth-boxes", type=int, default=0, help="temporal smoothing window in frames (0 = off)")
     g.add_argument("--seed", type=int, default=0)
+    _add_encoder(g, "libx264")
     g.add_argument("--box", default=None, help="one crop box for the whole clip, skipping detection: --box=x1,y1,x2,y2 "
                                                "(with '=', so negative numbers are not taken for options)")
     p.add_argument("--weights", default=None, help="weights folder (default: $NBHELPERS_WEIGHTS or the cache)")
+
+
+def _add_encoder(group, default) -> None:
+    from .constants import ENCODERS
+
+    group.add_argument("--encoder", choices=ENCODERS, default=default,
+                       help="video encoder: libx264 (CRF 18, preset medium, the official), libx264-fast ... "
+                            "libx264-ultrafast (faster presets), nvenc/auto (h264_nvenc when a test encode works, "
+                            "else libx264 with a warning)" + ("" if default else "; default: the avatar's setting"))
 
 
 def _config(args):
@@ -50,7 +61,7 @@ def _config(args):
                            parsing_mode=args.parsing_mode, left_cheek_width=args.left_cheek_width,
                            right_cheek_width=args.right_cheek_width,
                            landmark_backend="boxes" if args.box else args.backend, smooth_boxes=args.smooth_boxes,
-                           seed=args.seed)
+                           seed=args.seed, encoder=args.encoder)
 
 
 def _box(text):
@@ -76,23 +87,60 @@ def _cmd_lipsync(args) -> int:
     return 0
 
 
+#: What to run to see the tool work with no weights at all; the missing-weights messages name it.
+TRY_TINY = ("To see the tool run without any download: `python -m nbhelpers demo --tiny` (tiny random weights; "
+            "the repainted mouth is noise).")
+TINY_OUTPUT = "results/demo-tiny-noise.mp4"
+TINY_SECONDS = 1.0  # of the demo speech: 25 frames, under a minute on 2 CPU cores (the whole 4.7 s took 3 min)
+TINY_NOTE = ("NOTE: made with tiny RANDOM weights (--tiny): the repainted mouth is colour noise, not lip-sync. It "
+             "shows that every stage runs here. For the real result: python -m nbhelpers demo --download")
+
+
 def _cmd_demo(args) -> int:
     import tempfile
 
     from . import media, weights
     from .pipeline import lipsync
 
+    tiny = args.tiny
+    if tiny and (args.download or args.weights):
+        from .errors import InputError
+
+        raise InputError("--tiny makes its own random weights: leave out --download and --weights (or leave out "
+                         "--tiny to run the real models).")
     if args.download:
         weights.download(directory=args.weights, sets=_sets_for(args))
     folder = Path(tempfile.mkdtemp(prefix="nbhelpers-demo-"))
-    photo, speech = media.demo_inputs(folder)
     try:
-        result = lipsync(photo, speech, args.output, config=_config(args), boxes=_box(args.box),
-                         weights_dir=args.weights)
+        photo, speech = media.demo_inputs(folder)
+        config, weights_dir, output = _config(args), args.weights, args.output
+        if tiny:
+            from .testing import make_tiny_weights
+
+            print("demo --tiny: making tiny random weights (a few seconds; nothing is downloaded)", flush=True)
+            from .env import _cut
+
+            weights_dir = make_tiny_weights(folder / "tiny-weights")
+            speech = _cut(Path(speech), folder / "speech-1s.wav", TINY_SECONDS, "audio")
+            output = output or TINY_OUTPUT
+            if config.device is None and not _has_cuda():
+                config = config.replace(device="cpu")
+        result = lipsync(photo, speech, output or "results/demo.mp4", config=config, boxes=_box(args.box),
+                         weights_dir=weights_dir)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     print(f"{result.summary()} -> {result.output}")
+    if tiny:
+        print(TINY_NOTE)
     return 0
+
+
+def _has_cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
 
 
 def _sets_for(args) -> list[str]:
@@ -101,10 +149,10 @@ def _sets_for(args) -> list[str]:
     if args.version == "v1":
         sets.append("v1")
     backend = "boxes" if args.box else args.backend
-    if backend in ("auto", "dwpose-onnx"):
+    if backend in ("auto", "dwpose", "mmpose"):  # all three read dwpose/dw-ll_ucoco_384.pth
+        sets += ["faces", "s3fd"]
+    elif backend == "dwpose-onnx":
         sets += ["faces-onnx", "s3fd"]
-    elif backend == "mmpose":
-        sets += ["faces-mmpose", "s3fd"]
     return sets
 
 
@@ -169,7 +217,9 @@ def _cmd_avatar(args) -> int:
                     name = f"{stem}-{k}"
                 used.add(name)
                 out = Path(args.directory) / "vid_output" / f"{name}.mp4"
-            result = avatar.generate(audio, output=out)
+            # --encoder given: passed on; left out: the avatar's own setting
+            options = {} if args.encoder is None else {"encoder": args.encoder}
+            result = avatar.generate(audio, output=out, **options)
             print(f"{result.summary()} -> {result.output}")
     return 0
 
@@ -189,7 +239,7 @@ def _cmd_avatar_live(args) -> int:
     avatar = Avatar.load(args.directory, weights_dir=args.weights)
     avatar.load_models()
     session = avatar.live(realtime=args.realtime, to=args.to, silence=None if args.silence == "none" else args.silence,
-                          iterate=False, on_frame=lambda n, frame: None)
+                          encoder=args.encoder, iterate=False, on_frame=lambda n, frame: None)
     result = play(session, waveform, chunk_ms=args.chunk_ms, realtime=args.realtime)
     print(f"{result.summary()} -> {result.output or args.to}")
     return 0
@@ -211,6 +261,76 @@ def _cmd_score(args) -> int:
     return 0
 
 
+# Python names in the package's messages -> what a command-line user types (issue 14 item 11). Applied, in order,
+# to the messages of errors and warnings that reach the command line; each rule is checked against the real
+# message in tests/test_cli_terms.py, so a reworded message fails a test instead of slipping through unchanged.
+_CLI_TERMS: tuple[tuple[str, str], ...] = (
+    (r" ?\(upload the file first in notebook 02_media, or give the full path\)",
+     " (give the full path, or a path relative to the current folder)"),
+    (r" ?\(or (?:run )?(?:notebook |notebooks/)?0\d_\w+(?:\.ipynb)?\)", ""),
+    (r"run notebooks/00_setup\.ipynb(?: \(weights\.download\))?", "run `python -m nbhelpers download`"),
+    (r"--weights DIR, weights_dir=,? (?:or )?(?:the )?NBHELPERS_WEIGHTS(?: environment variable)?",
+     "--weights DIR or the NBHELPERS_WEIGHTS environment variable"),
+    (r"(?:pass )?weights_dir=", "--weights "),
+    (r"landmark_backend='boxes' needs boxes=: one \(x1, y1, x2, y2\) for the clip or one per frame\.",
+     "--backend boxes needs --box=x1,y1,x2,y2 (one crop box for the clip)."),
+    (r"config\.device is", "--device is"),
+    (r"then run the notebook again from the top", "then run the command again"),
+    (r"Or set device=None \(automatic\) or 'cpu'\.", "Or leave --device out (automatic), or pass --device cpu."),
+    (r"or device=None \(automatic\)", "or leave --device out (automatic)"),
+    (r" or None \(automatic\)", " or left out (automatic)"),
+    (r"(?<![\w.-])(batch_size|extra_margin|bbox_shift|left_cheek_width|right_cheek_width|smooth_boxes|parsing_mode|"
+     r"landmark_backend|device|version|seed)(?= must| [\w.]+ \(user override\)| \(user override\)|=)",
+     lambda m: "--" + {"landmark_backend": "backend"}.get(m.group(1), m.group(1)).replace("_", "-")),
+)
+
+
+def cli_terms(message: str) -> str:
+    """A package message in command-line terms: flags (``--batch-size``) for Python names (``batch_size``),
+    ``--weights`` for ``weights_dir=``, and no pointers to notebooks.
+
+    Args:
+        message: The text of an error or warning raised by the package.
+
+    Returns:
+        The same message for a command-line user.
+    """
+    import re
+
+    for pattern, replacement in _CLI_TERMS:
+        message = re.sub(pattern, replacement, message)
+    return message
+
+
+def _in_cli_terms(func):
+    """Wrap a command so that the package's errors and warnings reach the terminal in command-line terms."""
+    import functools
+    import warnings
+
+    from .errors import NbHelpersError, NbHelpersWarning
+
+    @functools.wraps(func)
+    def run(args):
+        shown = warnings.showwarning
+
+        def show(message, category, *rest, **kw):
+            if isinstance(message, NbHelpersWarning):
+                message = category(cli_terms(str(message)))
+            return shown(message, category, *rest, **kw)
+
+        warnings.showwarning = show
+        try:
+            return func(args)
+        except NbHelpersError as exc:
+            if exc.args and isinstance(exc.args[0], str):
+                exc.args = (cli_terms(exc.args[0]), *exc.args[1:])
+            raise
+        finally:
+            warnings.showwarning = shown
+
+    return run
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m nbhelpers", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -223,8 +343,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_lipsync)
 
     p = sub.add_parser("demo", help="lip-sync the bundled demo photo and speech")
-    p.add_argument("-o", "--output", default="results/demo.mp4")
+    p.add_argument("-o", "--output", default=None,
+                   help=f"output .mp4 (default results/demo.mp4; with --tiny {TINY_OUTPUT})")
     p.add_argument("--download", action="store_true", help="download the weights first if missing")
+    p.add_argument("--tiny", action="store_true",
+                   help="no download: tiny RANDOM weights made on the spot, so the mouth is noise, and the first "
+                        f"{TINY_SECONDS:g} s of the speech; shows that every stage runs (on the CPU without a GPU)")
     _add_settings(p)
     p.set_defaults(func=_cmd_demo)
 
@@ -264,6 +388,7 @@ def build_parser() -> argparse.ArgumentParser:
     pg.add_argument("audio", nargs="+")
     pg.add_argument("-o", "--output", default=None)
     pg.add_argument("--weights", default=None)
+    _add_encoder(pg, None)
     pl = asub.add_parser("live", help="play a speech file into a live session as if it arrived in real time")
     pl.add_argument("directory")
     pl.add_argument("--audio", required=True, help="speech file pushed in chunks")
@@ -273,6 +398,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--silence", choices=["closed", "source", "none"], default="closed",
                     help="what silent frames show")
     pl.add_argument("--weights", default=None)
+    _add_encoder(pl, None)
     p.set_defaults(func=_cmd_avatar)
     return parser
 
@@ -281,10 +407,16 @@ def main(argv: list[str] | None = None) -> int:
     from .errors import NbHelpersError
 
     args = build_parser().parse_args(argv)
+    args.func = _in_cli_terms(args.func)  # messages in flag names, not Python names or notebooks (issue 14)
     try:
         return int(args.func(args) or 0)
     except NbHelpersError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        from .errors import WeightsError
+
+        message = str(exc)
+        if isinstance(exc, WeightsError) and not getattr(args, "tiny", False) and "demo --tiny" not in message:
+            message += "\n" + TRY_TINY
+        print(f"error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -44,7 +44,7 @@ from . import __version__
 from .config import InferenceConfig
 from .constants import FPS, SAMPLE_RATE
 from .errors import CacheError, FFmpegError, InputError
-from .framestore import FrameStore, output_frame_count
+from .framestore import FrameStore
 from .result import ClipResult
 
 AVATAR_FORMAT = 1  # bump when the cache layout or the maths of any cached array changes
@@ -332,7 +332,8 @@ class Avatar:
             if diff:
                 raise CacheError(f"the avatar in {directory} was prepared with other settings ({', '.join(diff)}); "
                                  "prepare it again with prepare_avatar(..., config=...)")
-            stored = stored.replace(device=config.device, fp16=config.fp16, batch_size=config.batch_size)
+            stored = stored.replace(device=config.device, fp16=config.fp16, batch_size=config.batch_size,
+                                    encoder=config.encoder)
         if pipeline is not None:
             weights_dir = pipeline.weights_dir
         try:
@@ -391,23 +392,11 @@ class Avatar:
         device = pipe.device
         frames = self.frames()
         latents = torch.from_numpy(self.latents_np).to(device=device, dtype=pipe.dtype)
-        masks: list[Any] = self.masks
-        frames_device = None
-        if device.type == "cuda":
-            masks = [torch.from_numpy(np.ascontiguousarray(m)).to(device) for m in self.masks]
-            nbytes = len(frames) * frames.height * frames.width * 3
-            free, _ = torch.cuda.mem_get_info(device)
-            if nbytes < 0.25 * free:
-                frames_device = torch.empty((len(frames), frames.height, frames.width, 3), dtype=torch.uint8,
-                                            device=device)
-                for start in range(0, len(frames), 64):
-                    chunk = np.ascontiguousarray(frames[start:start + 64])
-                    frames_device[start:start + len(chunk)] = torch.from_numpy(chunk).to(device)
         latent_row = np.full(self.n_frames, -1, dtype=np.int64)
         latent_row[np.flatnonzero(self.has_face)] = np.arange(self.n_faces)
         boxes = [tuple(int(v) for v in self.crop_boxes[j]) for j in np.flatnonzero(self.has_face)]
-        source = SourceFaces(frames=frames, latent_row=latent_row, latents=latents, boxes=boxes, masks=masks,
-                             squares=[tuple(int(v) for v in s) for s in self.squares], frames_device=frames_device)
+        source = SourceFaces(frames=frames, latent_row=latent_row, latents=latents, boxes=boxes, masks=self.masks,
+                             squares=[tuple(int(v) for v in s) for s in self.squares]).to_device(device)
         self._state.update(source=source, models=pipe.models)
         return self._state
 
@@ -446,6 +435,7 @@ class Avatar:
 
     def _features(self, audio, timings):
         from . import media
+        from .pipeline import speech_frames
 
         pipe = self._pipeline()
         with timings.stage("audio"):
@@ -456,15 +446,12 @@ class Avatar:
                 if not path.is_file():
                     raise InputError(f"audio {str(path)!r} does not exist; give the path of a speech file.")
                 waveform = media.load_audio(path)
-            n_out = output_frame_count(len(waveform))
-            if n_out < 1:
-                raise InputError(f"audio lasts {len(waveform) / SAMPLE_RATE:.3f} s, shorter than one frame "
-                                 f"(1/{FPS} s).")
+            n_out = speech_frames(waveform)
             features = pipe.features(waveform)
         return waveform, features, n_out
 
     def generate(self, audio: str | os.PathLike | np.ndarray, output: str | os.PathLike | bool | None = None, *,
-                 frame_callback=None) -> ClipResult:
+                 frame_callback=None, encoder: str | None = None) -> ClipResult:
         """Turn one speech clip into a video of this avatar.
 
         Args:
@@ -474,6 +461,8 @@ class Avatar:
                 measure generation alone).
             frame_callback: Called as ``frame_callback(t, frame)`` with each finished (H, W, 3) uint8 BGR frame
                 (copy it if you keep it).
+            encoder: Video encoder setting (:data:`nbhelpers.constants.ENCODERS`); default ``config.encoder``.
+                Chosen once per avatar (the NVENC test encode runs once).
 
         Returns:
             :class:`~nbhelpers.result.ClipResult` (``kind="avatar"``) with generation fps and end-to-end fps.
@@ -504,7 +493,10 @@ class Avatar:
                     timings=timings)
                 final = None
             else:
-                writer = media.VideoWriter(out_path, w, h, fps=FPS, audio=audio_track)
+                setting = encoder or self.config.encoder
+                if self._state.get("encoder_setting") != setting:
+                    self._state.update(encoder_setting=setting, encoder=media.choose_encoder(setting))
+                writer = media.VideoWriter(out_path, w, h, fps=FPS, audio=audio_track, encoder=self._state["encoder"])
                 with writer:
                     run(st["source"], features, st["models"], batch, n_out, writer, frame_callback=frame_callback,
                         timings=timings)
@@ -704,10 +696,10 @@ def prepare_avatar(video: str | os.PathLike, directory: str | os.PathLike, *, co
 
     gpu.check_device(config.device)
     _, video_info = check_video(video_path)
-    check_weights_dir(weights_path, config.version)
+    check_weights_dir(weights_path, config.version, config.landmark_backend)
     owns = pipeline is None
     pipe = pipeline or MuseTalkPipeline.from_pretrained(weights_path, version=config.version, config=config)
-    pipe.check_weights()
+    pipe.check_weights(config.landmark_backend)
     run_config = pipe.job_config(config.replace(device=None, fp16=None) if not owns else config)
 
     reader = media.load_video(video_path)
@@ -729,7 +721,7 @@ def prepare_avatar(video: str | os.PathLike, directory: str | os.PathLike, *, co
             parser = pipe.face_parser
             parser.batch_size = batch
             materials = materials_for_frames(store, track.crop_boxes, face_frames, parser, run_config)
-        masks = [np.ascontiguousarray(m.mask) for m in materials]
+        masks = [np.ascontiguousarray(m.mask.cpu().numpy() if hasattr(m.mask, "cpu") else m.mask) for m in materials]
         squares = np.asarray([m.square for m in materials], dtype=np.int32).reshape(-1, 4)
         crop_boxes = np.asarray(track.crop_boxes, dtype=np.int32)
         h, w = store.frame_shape[:2]

@@ -2,7 +2,10 @@
 
 One description of the maths (official ``musetalk/utils/blending.py``, reference §7.1-7.4), two implementations:
 :func:`blend_cpu` (numpy + OpenCV, bit-exact with the official PIL sequence) and :func:`blend_torch` (any torch
-device, within 2 grey levels of the CPU path).
+device, within 2 grey levels of the CPU path). The material (parsing + feathered masks) likewise has a CPU path,
+:func:`prepare_materials`, and a batched torch path on the device, :func:`prepare_materials_torch`, whose resizes,
+morphology and blur are integer-exact copies of PIL's and OpenCV's (:mod:`nbhelpers.resample`): given the same
+labels its masks equal the CPU ones bit for bit.
 
 The maths, for one frame with crop box ``box = (x1, y1, x2, y2)`` (w = x2 - x1, h = y2 - y1):
 
@@ -42,7 +45,7 @@ from .errors import InputError
 __all__ = [
     "EXPAND", "UPPER_BOUNDARY_RATIO", "OFFLINE_BLUR_RATIO", "REALTIME_BLUR_RATIO", "BlendMaterial", "Region",
     "check_box", "expanded_square", "feather_kernel_size", "crop_padded", "box_mask", "feather", "prepare_mask",
-    "prepare_material", "prepare_materials", "paste_region", "resize_face", "blend_pixels", "blend_cpu",
+    "prepare_material", "prepare_materials", "prepare_masks_torch", "prepare_materials_torch", "paste_region", "resize_face", "blend_pixels", "blend_cpu",
     "blend_torch",
 ]
 
@@ -57,7 +60,9 @@ class BlendMaterial:
     """What one source frame needs for paste-back, computed once (the avatar cache stores it).
 
     Attributes:
-        mask: (2s, 2s) uint8 feathered mask in 0..255 over the expanded square (the official ``mask/%08d.png``).
+        mask: (2s, 2s) uint8 feathered mask in 0..255 over the expanded square (the official ``mask/%08d.png``):
+            a numpy array from :func:`prepare_materials`, a torch tensor on the device from
+            :func:`prepare_materials_torch`.
         square: ``(xs, ys, xe, ye)`` expanded square in frame pixels; may extend outside the frame (the official
             ``mask_coords.pkl`` entry).
         box: ``(x1, y1, x2, y2)`` crop box in frame pixels the material was made for (the ``coords.pkl`` entry).
@@ -360,6 +365,7 @@ def prepare_materials(frames: Sequence[np.ndarray], boxes: Sequence[Any], parser
     Source: ``blending.py:112-136`` (``get_image_prepare_material``), ``blending.py:51-82`` (``get_image``).
     """
     from .parsing import check_parsing_args, face_mask
+    from .progress import bar
 
     check_parsing_args(mode, left_cheek_width, right_cheek_width)
     feather_kernel_size(2, blur_ratio)
@@ -371,20 +377,157 @@ def prepare_materials(frames: Sequence[np.ndarray], boxes: Sequence[Any], parser
     checked = [check_box(b, f"boxes[{i}]") for i, b in enumerate(boxes)]
     squares = [expanded_square(b, expand) for b in checked]
     materials: list[BlendMaterial] = []
-    for start in range(0, len(checked), max(1, int(chunk))):
-        idx = range(start, min(start + max(1, int(chunk)), len(checked)))
-        crops_rgb = [np.ascontiguousarray(crop_padded(frames[i], squares[i])[:, :, ::-1]) for i in idx]
-        labels = parser.labels(crops_rgb)
-        for j, i in enumerate(idx):
-            mask_512 = face_mask(labels[j], mode, left_cheek_width, right_cheek_width)
-            materials.append(BlendMaterial(mask=prepare_mask(mask_512, checked[i], squares[i], blur_ratio),
-                                           square=squares[i], box=checked[i]))
+    with bar(len(checked), "face parsing") as progress:
+        for start in range(0, len(checked), max(1, int(chunk))):
+            idx = range(start, min(start + max(1, int(chunk)), len(checked)))
+            crops_rgb = [np.ascontiguousarray(crop_padded(frames[i], squares[i])[:, :, ::-1]) for i in idx]
+            labels = parser.labels(crops_rgb)
+            for j, i in enumerate(idx):
+                mask_512 = face_mask(labels[j], mode, left_cheek_width, right_cheek_width)
+                materials.append(BlendMaterial(mask=prepare_mask(mask_512, checked[i], squares[i], blur_ratio),
+                                               square=squares[i], box=checked[i]))
+                progress.update(1)
+    return materials
+
+
+def prepare_masks_torch(masks_512: Any, boxes: Sequence[Any], squares: Sequence[Any] | None = None,
+                        blur_ratio: float = OFFLINE_BLUR_RATIO) -> list[Any]:
+    """:func:`prepare_mask` of a batch of parsing masks as torch ops on their device (equal bit for bit).
+
+    PIL's bicubic resize to each frame's ``(2s, 2s)``, the box and lower-half cut, and ``cv2.GaussianBlur``
+    with each frame's kernel size are integer-exact torch versions (:func:`nbhelpers.resample.resize_batch`,
+    :func:`nbhelpers.resample.gaussian_blur_batch`), batched over frames of different sizes.
+
+    Args:
+        masks_512: (B, 512, 512) uint8 torch tensor of 0/255 (:func:`nbhelpers.parsing.face_mask_torch`).
+        boxes: B crop boxes ``(x1, y1, x2, y2)``, frame pixels.
+        squares: B squares ``(xs, ys, xe, ye)``; None = :func:`expanded_square` of each box.
+        blur_ratio: 0.05 offline, 0.1 realtime (quirk Q10).
+
+    Returns:
+        B contiguous (2s_b, 2s_b) uint8 tensors on ``masks_512``' device.
+
+    Raises:
+        InputError: When the masks are not (B, 512, 512) uint8, or a box, square or the ratio is invalid.
+
+    Source: ``musetalk/utils/blending.py:65-82`` and ``:112-136`` (reference §7.2 steps 4-7, §7.4).
+    """
+    import torch
+
+    from .resample import gaussian_blur_batch, resize_batch
+
+    feather_kernel_size(2, blur_ratio)
+    if (not isinstance(masks_512, torch.Tensor) or masks_512.ndim != 3 or masks_512.dtype != torch.uint8
+            or tuple(masks_512.shape[1:]) != (PARSING_SIZE, PARSING_SIZE)):
+        raise InputError(f"masks_512 must be a (B, {PARSING_SIZE}, {PARSING_SIZE}) uint8 torch tensor from "
+                         f"parsing.face_mask_torch; got {getattr(masks_512, 'shape', type(masks_512).__name__)} "
+                         f"{getattr(masks_512, 'dtype', '')}.")
+    batch = masks_512.shape[0]
+    if len(boxes) != batch or (squares is not None and len(squares) != batch):
+        raise InputError(f"boxes (and squares) need one entry per mask ({batch}); got {len(boxes)} boxes"
+                         + ("" if squares is None else f" and {len(squares)} squares") + ".")
+    checked = [check_box(b, f"boxes[{i}]") for i, b in enumerate(boxes)]
+    sq = [expanded_square(b) for b in checked] if squares is None else [
+        _check_square(q, f"squares[{i}]") for i, q in enumerate(squares)]
+    if batch == 0:
+        return []
+    sides = [q[2] - q[0] for q in sq]
+    resized = resize_batch(masks_512, sides, "bicubic")                           # blending.py:65
+    length = resized.shape[-1]
+    bounds = np.zeros((batch, 4), np.int64)  # kept rows [top, bottom), columns [left, right) per frame
+    for b, ((x1, y1, x2, y2), (xs, ys, _, _), side) in enumerate(zip(checked, sq, sides, strict=True)):
+        bx1, by1, bx2, by2 = max(x1 - xs, 0), max(y1 - ys, 0), min(x2 - xs, side), min(y2 - ys, side)
+        bounds[b] = (max(by1, int(side * UPPER_BOUNDARY_RATIO)), by2, bx1, bx2)   # :67-77
+    lim = torch.from_numpy(bounds).to(masks_512.device)[:, :, None]
+    pos = torch.arange(length, device=masks_512.device)[None]
+    rows = (pos >= lim[:, 0]) & (pos < lim[:, 1])
+    cols = (pos >= lim[:, 2]) & (pos < lim[:, 3])
+    cut = resized * (rows[:, :, None] & cols[:, None, :]).to(torch.uint8)
+    blurred = gaussian_blur_batch(cut, sides, [feather_kernel_size(side, blur_ratio) for side in sides])  # :81-82
+    return [blurred[b, :side, :side].contiguous() for b, side in enumerate(sides)]
+
+
+def prepare_materials_torch(frames: Any, boxes: Sequence[Any], parser: Any, mode: str = "jaw",
+                            left_cheek_width: int = 90, right_cheek_width: int = 90,
+                            blur_ratio: float = OFFLINE_BLUR_RATIO, expand: float = EXPAND, bgr: bool = True,
+                            batch_size: int | None = None) -> list[BlendMaterial]:
+    """:func:`prepare_materials` on the parser's torch device, in batches: nothing goes back to the host.
+
+    Per batch: the expanded squares are cropped and PIL-bilinear-resized to 512 on the device
+    (:meth:`nbhelpers.parsing.FaceParser.preprocess_torch`), parsed by BiSeNet in one pass, turned into masks
+    (:func:`nbhelpers.parsing.face_mask_torch`) and feathered (:func:`prepare_masks_torch`). Every image step is
+    integer-exact with the CPU path; the only difference can come from BiSeNet itself (a GPU or fp16 forward pass
+    may flip the argmax on a few boundary pixels). Run on the CPU device it equals :func:`prepare_materials`.
+
+    Args:
+        frames: (N, H, W, 3) uint8 torch tensor (BGR by default), on any device (best: already on the parser's);
+            each batch is moved to the parser's device when it is elsewhere. A numpy array is accepted too.
+        boxes: N crop boxes ``(x1, y1, x2, y2)``, frame pixels (no placeholders: skip frames without a face).
+        parser: A :class:`nbhelpers.parsing.FaceParser` (its device and dtype are used).
+        mode: ``"jaw"`` (v15 default), ``"raw"`` (v1) or ``"neck"``.
+        left_cheek_width: Jaw-mode cheek band, parsing pixels (default 90).
+        right_cheek_width: Same on the right.
+        blur_ratio: 0.05 (offline) or 0.1 (realtime).
+        expand: Expanded-square factor (1.5).
+        bgr: Frames are BGR (default; flipped to RGB for the parser as the official code does) or RGB.
+        batch_size: Frames per BiSeNet pass; None = ``parser.batch_size``. Halved on CUDA out-of-memory.
+
+    Returns:
+        N :class:`BlendMaterial`, in order, whose ``mask`` is a contiguous (2s, 2s) uint8 **tensor on the
+        parser's device** (what :func:`blend_torch` takes; ``mask.cpu().numpy()`` gives the CPU path's array).
+
+    Raises:
+        InputError: When the frames, a box or an option is invalid (all checked before any parsing).
+        OutOfMemoryError: When one frame still does not fit on the GPU.
+
+    Source: ``blending.py:112-136`` (``get_image_prepare_material``), ``blending.py:51-82`` (``get_image``),
+    ``face_parsing/__init__.py:77-111`` (reference §7.2-7.4).
+    """
+    import torch
+
+    from .gpu import batched
+    from .parsing import check_parsing_args, face_mask_torch
+    from .progress import bar
+
+    check_parsing_args(mode, left_cheek_width, right_cheek_width)
+    feather_kernel_size(2, blur_ratio)
+    if isinstance(frames, np.ndarray):
+        frames = torch.from_numpy(frames)
+    if (not isinstance(frames, torch.Tensor) or frames.ndim != 4 or frames.shape[3] != 3
+            or frames.dtype != torch.uint8):
+        raise InputError(f"frames must be an (N, H, W, 3) uint8 torch tensor (BGR); got "
+                         f"{getattr(frames, 'shape', type(frames).__name__)} {getattr(frames, 'dtype', '')}.")
+    if len(frames) != len(boxes):
+        raise InputError(f"frames and boxes must have the same length; got {len(frames)} frames and "
+                         f"{len(boxes)} boxes.")
+    checked = [check_box(b, f"boxes[{i}]") for i, b in enumerate(boxes)]
+    squares = [expanded_square(b, expand) for b in checked]
+    size = batch_size or getattr(parser, "batch_size", 8)
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise InputError(f"batch_size must be a positive integer or None; got {batch_size!r}.")
+
+    def step(sl: slice) -> list[Any]:
+        with torch.inference_mode():
+            labels = parser.labels_torch(frames[sl], squares[sl], bgr)
+            masks_512 = face_mask_torch(labels, mode, left_cheek_width, right_cheek_width)
+            return prepare_masks_torch(masks_512, checked[sl], squares[sl], blur_ratio)
+
+    materials: list[BlendMaterial] = []
+    with bar(len(checked), "face parsing") as progress:  # counts queued frames: the device may still be busy
+        for sl, masks in batched(len(checked), size, step, stage="face parsing"):
+            materials += [BlendMaterial(mask=m, square=squares[i], box=checked[i])
+                          for m, i in zip(masks, range(sl.start, sl.stop), strict=True)]
+            progress.update(sl.stop - sl.start)
     return materials
 
 
 def materials_for_frames(frames: Any, crop_boxes: Any, face_frames: Sequence[int], parser: Any, config: Any, *,
-                         chunk: int = 32, progress: bool = True) -> list[BlendMaterial]:
+                         chunk: int = 32, progress: bool = True, frames_device: Any = None) -> list[BlendMaterial]:
     """Blend material of the source frames that have a face, in frame order, with the settings of a job.
+
+    With a parser on CUDA the whole material is made on the GPU in batches (:func:`prepare_materials_torch`:
+    every image step integer-exact with the CPU path) and the masks stay there; on the CPU the official PIL/OpenCV
+    sequence runs (:func:`prepare_materials`).
 
     Args:
         frames: N source frames (N, H, W, 3) uint8 BGR with random access (``frames[i]``).
@@ -394,25 +537,39 @@ def materials_for_frames(frames: Any, crop_boxes: Any, face_frames: Sequence[int
         config: An :class:`~nbhelpers.config.InferenceConfig` (parsing mode, cheek widths, ``blur_ratio``).
         chunk: Frames held at once (bounds the host memory of the crops).
         progress: Show a progress bar (``parsing``), counted in frames.
+        frames_device: Optional (N, H, W, 3) uint8 tensor of the same frames on the parser's device.
 
     Returns:
-        M :class:`BlendMaterial`, one per entry of ``face_frames``.
+        M :class:`BlendMaterial`, one per entry of ``face_frames`` (masks as device tensors on CUDA, numpy on the
+        CPU).
 
     Raises:
         InputError: A frame, a box or an option is invalid.
 
     Source: ``scripts/inference.py:219-231`` / ``realtime_inference.py:164-181`` (reference §7).
     """
+    import torch
+
     from .progress import bar
 
     face_frames = [int(i) for i in face_frames]
+    options = dict(mode=config.effective_parsing_mode, left_cheek_width=config.left_cheek_width,
+                   right_cheek_width=config.right_cheek_width, blur_ratio=config.blur_ratio)
+    on_gpu = torch.device(getattr(parser, "device", "cpu")).type == "cuda"
     out: list[BlendMaterial] = []
     with bar(total=len(face_frames), desc="parsing", unit="frame", **({} if progress else {"disable": True})) as pbar:
-        for start in range(0, len(face_frames), max(1, int(chunk))):
-            idx = face_frames[start:start + max(1, int(chunk))]
-            out.extend(prepare_materials([frames[i] for i in idx], [crop_boxes[i] for i in idx], parser,
-                                         mode=config.effective_parsing_mode, left_cheek_width=config.left_cheek_width,
-                                         right_cheek_width=config.right_cheek_width, blur_ratio=config.blur_ratio))
+        step = max(1, int(chunk)) * (4 if on_gpu else 1)
+        for start in range(0, len(face_frames), step):
+            idx = face_frames[start:start + step]
+            boxes = [crop_boxes[i] for i in idx]
+            if on_gpu:
+                if frames_device is not None:
+                    batch = frames_device[torch.as_tensor(idx, device=frames_device.device)]
+                else:
+                    batch = torch.from_numpy(np.stack([frames[i] for i in idx])).to(parser.device)
+                out.extend(prepare_materials_torch(batch, boxes, parser, **options))
+            else:
+                out.extend(prepare_materials([frames[i] for i in idx], boxes, parser, **options))
             pbar.update(len(idx))
     return out
 

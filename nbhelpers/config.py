@@ -7,11 +7,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .constants import VERSIONS
+from .constants import ENCODERS, VERSIONS
 from .errors import InputError
 
 PARSING_MODES = ("jaw", "raw", "neck")
-LANDMARK_BACKENDS = ("auto", "dwpose-onnx", "mmpose", "dlib", "boxes")
+LANDMARK_BACKENDS = ("auto", "dwpose", "dwpose-onnx", "mmpose", "dlib", "boxes")
 LATENT_MODES = ("sample", "mode")
 
 
@@ -36,7 +36,8 @@ class InferenceConfig:
             (``face_parsing/__init__.py:93-108``).
         left_cheek_width: Jaw mode cheek band in 512-px parsing space, default 90 (``inference.py:272``).
         right_cheek_width: Same on the right, default 90 (``inference.py:273``).
-        landmark_backend: ``"auto"``, ``"dwpose-onnx"``, ``"mmpose"``, ``"dlib"``, or ``"boxes"`` (user boxes).
+        landmark_backend: ``"auto"``, ``"dwpose"``, ``"dwpose-onnx"``, ``"mmpose"``, ``"dlib"``, or ``"boxes"``
+            (user boxes).
         smooth_boxes: Temporal smoothing window of crop boxes in frames (0 = off, the official behaviour).
         seed: Seed of the generator that samples the VAE posterior. The official code samples with no seed
             (quirk Q1); a seed makes runs reproducible.
@@ -44,6 +45,11 @@ class InferenceConfig:
         blur_ratio: Feathering of the blend mask, kernel ``int(ratio * 2s // 2 * 2) + 1``: 0.05 is the official
             offline value (``blending.py:81``), 0.1 the official realtime one (``blending.py:134``, quirk Q10). The
             avatar uses the same default as the offline job so both give the same frames.
+        encoder: How the output video is encoded (``nbhelpers.media.choose_encoder``): ``"libx264"`` (default, the
+            official offline choice: CRF 18, preset medium, ``inference.py:230-237``), ``"libx264-fast"``,
+            ``"libx264-faster"``, ``"libx264-veryfast"``, ``"libx264-superfast"``, ``"libx264-ultrafast"`` (same
+            CRF, faster presets: larger files or slightly lower quality), ``"nvenc"`` or ``"auto"`` (h264_nvenc on
+            the GPU when a one-frame test encode succeeds, else libx264 medium with a warning that says why).
         reasons: Why automatic values were chosen (filled by ``gpu.plan``); not compared or hashed.
     """
 
@@ -61,6 +67,7 @@ class InferenceConfig:
     seed: int = 0
     latent_mode: str = "sample"
     blur_ratio: float = 0.05
+    encoder: str = "libx264"
     reasons: dict[str, str] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -68,6 +75,7 @@ class InferenceConfig:
         _choice("parsing_mode", self.parsing_mode, PARSING_MODES)
         _choice("landmark_backend", self.landmark_backend, LANDMARK_BACKENDS)
         _choice("latent_mode", self.latent_mode, LATENT_MODES)
+        _choice("encoder", self.encoder, ENCODERS)
         if self.batch_size is not None and (not isinstance(self.batch_size, int) or self.batch_size < 1):
             raise InputError(f"batch_size must be a positive integer or None (automatic); got {self.batch_size!r}.")
         if not 0 <= int(self.extra_margin) <= 200:

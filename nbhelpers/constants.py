@@ -18,3 +18,7 @@ SEGMENT_SECONDS = 30  # whisper segment length in seconds (audio_processor.py:21
 SEGMENT_SAMPLES = SEGMENT_SECONDS * SAMPLE_RATE  # 480_000 samples
 PARSING_SIZE = 512  # pixels, side of the face-parsing input (face_parsing/__init__.py:71-75)
 VERSIONS = ("v15", "v1")  # MuseTalk 1.5 (default) and 1.0 weights through the current pipeline
+# Video encoder settings (nbhelpers.media.ENCODER_SETTINGS maps them to ffmpeg options): libx264 CRF 18 at a
+# preset (the official offline job: medium, inference.py:230-237), or h264_nvenc after a one-frame test encode.
+ENCODERS = ("libx264", "libx264-fast", "libx264-faster", "libx264-veryfast", "libx264-superfast",
+            "libx264-ultrafast", "auto", "nvenc")

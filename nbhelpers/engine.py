@@ -27,8 +27,11 @@ import numpy as np
 from .errors import InputError, NbHelpersError
 from .framestore import cycle_index
 
-WRITER_QUEUE_DEPTH = 2  # batches waiting for the encoder; the pinned ring below holds depth + 2 buffers
-PINNED_RING = WRITER_QUEUE_DEPTH + 2
+WRITER_QUEUE_DEPTH = 2  # batches waiting for the encoder
+# Pinned host buffers in rotation: the queue, the batch being encoded, the batch handed over and the batch whose
+# copy is still in flight each hold one.
+PINNED_RING = WRITER_QUEUE_DEPTH + 3
+FRAMES_ON_GPU_FRACTION = 0.25  # source frames are kept on the GPU when they take under this share of free memory
 WRITER_TIMEOUT_S = 600.0  # a sink that accepts nothing for this long is reported as stalled (seconds)
 
 
@@ -124,6 +127,37 @@ class SourceFaces:
         """N, the source frames the ping-pong cycles over."""
         return len(self.frames)
 
+    def to_device(self, device: Any, *, frames_fraction: float = FRAMES_ON_GPU_FRACTION) -> SourceFaces:
+        """This record with the masks on ``device`` (uploaded once, not per output frame) and, on CUDA, the source
+        frames too when they take under ``frames_fraction`` of the free GPU memory. A no-op on the CPU.
+
+        Args:
+            device: A torch device.
+            frames_fraction: Largest share of the free GPU memory the frames may take.
+
+        Returns:
+            A new :class:`SourceFaces` (this one is unchanged).
+        """
+        import dataclasses
+
+        import torch
+
+        device = torch.device(device)
+        if device.type != "cuda":
+            return self
+        masks = [m if isinstance(m, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(m)).to(device)
+                 for m in self.masks]
+        frames_device = self.frames_device
+        if frames_device is None and len(self.frames):
+            h, w = self.frames[0].shape[:2]
+            free, _ = torch.cuda.mem_get_info(device)
+            if len(self.frames) * h * w * 3 < frames_fraction * free:
+                frames_device = torch.empty((len(self.frames), h, w, 3), dtype=torch.uint8, device=device)
+                for start in range(0, len(self.frames), 64):
+                    chunk = np.ascontiguousarray(self.frames[start:start + 64])
+                    frames_device[start:start + len(chunk)] = torch.from_numpy(chunk).to(device)
+        return dataclasses.replace(self, masks=masks, frames_device=frames_device)
+
     @classmethod
     def from_materials(cls, frames: Any, face_frames: Sequence[int], latents: Any, materials: Sequence[Any],
                        frames_device: Any = None) -> SourceFaces:
@@ -177,14 +211,14 @@ def render(source: SourceFaces, features: Any, models: Any, batch_size: int, n_o
         models: Anything with ``unet``, ``vae`` and ``pe`` (a :class:`~nbhelpers.models.Models`).
         batch_size: Output frames per batch, >= 1.
         n_out: Output frames to produce, >= 0.
-        timings: Accumulates ``generate`` (UNet + decode) and ``blend`` seconds when given (CUDA-synchronised
-            per batch only when timings are asked for).
+        timings: Accumulates ``generate`` (UNet + decode) and ``blend`` seconds when given (from CUDA events on
+            the GPU, read when the clip ends: the loop never synchronises to time a batch).
         pinned: Copy finished frames into a ring of pinned host buffers (CUDA only). The caller must consume each
             batch before ``PINNED_RING - 1`` more are produced (:class:`BackgroundWriter`'s queue guarantees it).
         first_frame: Output index of the first frame (a stream renders its clip in pieces).
-        cpu_blend: Force the CPU blend (default: the GPU blend on CUDA).
         feature_offset: Output index of row 0 of ``features`` (a live session passes only the rows of the frames
             it renders now; default 0: row ``t`` is output frame ``t``).
+        cpu_blend: Force the CPU blend (default: the GPU blend on CUDA).
 
     Yields:
         ``(t0, frames)``: frames is a (B, H, W, 3) uint8 BGR numpy array for output frames t0..t0+B-1. With
@@ -210,7 +244,7 @@ def render(source: SourceFaces, features: Any, models: Any, batch_size: int, n_o
 
 def repaint(source: SourceFaces, features: Any, models: Any, ts: np.ndarray, *, first_frame: int = 0,
             cpu_blend: bool | None = None, timings: Timings | None = None, host_buffer: Any = None,
-            feature_offset: int = 0):
+            events: Any = None, defer_copy: bool = False, feature_offset: int = 0):
     """Make output frames ``first_frame + ts``: the one step of the engine (UNet, decode, paste-back).
 
     Args:
@@ -222,11 +256,15 @@ def repaint(source: SourceFaces, features: Any, models: Any, ts: np.ndarray, *, 
         cpu_blend: Force the CPU blend (default: the GPU blend on CUDA).
         timings: Accumulates ``generate`` and ``blend`` seconds.
         host_buffer: ``host_buffer(shape)`` -> a pinned uint8 tensor to copy the frames into, or None.
+        events: A :class:`CudaStageEvents`: stage times are recorded as CUDA events (no synchronisation).
+        defer_copy: With a host buffer on CUDA, leave the copy to the host in flight: the caller waits for the
+            stream (e.g. on ``events.last()``) before reading the frames.
         feature_offset: Output index of row 0 of ``features`` (row ``t - feature_offset`` drives output frame t).
 
     Returns:
-        ``(frames, faces_256)``: (B, H, W, 3) uint8 BGR numpy frames, and the (F, 256, 256, 3) uint8 BGR tensor
-        of generated crops of the F frames with a face (None when F = 0).
+        ``(frames, faces_256)``: (B, H, W, 3) uint8 BGR numpy frames (with ``defer_copy``, valid only once the
+        batch's copy has completed), and the (F, 256, 256, 3) uint8 BGR tensor of generated crops of the F
+        frames with a face (None when F = 0).
 
     Source: ``scripts/inference.py:199-238`` (reference §6-§8).
     """
@@ -248,12 +286,13 @@ def repaint(source: SourceFaces, features: Any, models: Any, ts: np.ndarray, *, 
             lat = source.latents[torch.as_tensor(rows[has], device=source.latents.device)]
             feat = features[torch.as_tensor(t_abs[has] - feature_offset, device=features.device)]
             faces_256 = decode(unet_step(models.unet, models.pe, lat, feat), models.vae)
-        if timings is not None and device.type == "cuda":
-            torch.cuda.synchronize(device)
         t_gen = time.perf_counter()
+        if events is not None:
+            events.mark("generate")
         face_rows = [int(r) for r in rows[has]]
         if on_cuda:
-            frames = _blend_on_device(source, js, has, face_rows, faces_256, device, host_buffer)
+            frames = _blend_on_device(source, js, has, face_rows, faces_256, device, host_buffer,
+                                      wait=not defer_copy)
         else:
             frames = np.stack([source.frames[int(j)] for j in js])
             if faces_256 is not None:
@@ -262,7 +301,9 @@ def repaint(source: SourceFaces, features: Any, models: Any, ts: np.ndarray, *, 
                     r = face_rows[k]
                     frames[p] = blending.blend_cpu(frames[p], faces_np[k], source.boxes[r], source.masks[r],
                                                    source.squares[r])
-    if timings is not None:
+    if events is not None:
+        events.mark("blend")
+    elif timings is not None:
         timings.add("generate", t_gen - t_start)
         timings.add("blend", time.perf_counter() - t_gen)
     return frames, faces_256
@@ -275,38 +316,108 @@ def _device_of(models: Any):
     return torch.device(device) if device is not None else next(models.unet.parameters()).device
 
 
+class CudaStageEvents:
+    """Stage times of the engine on CUDA from events recorded in the stream, read once at the end of a clip.
+
+    Synchronising the device after each batch to time it would stall the pipeline of batches; events cost
+    nothing and are summed when the clip ends (``elapsed_time`` between consecutive marks, milliseconds).
+    """
+
+    def __init__(self, device):
+        import torch
+
+        self.torch = torch
+        self.device = device
+        self.marks: list[tuple[str, Any]] = []
+        self.start()
+
+    def start(self) -> None:
+        """Mark the start of a batch (the time up to the next mark is the next stage's)."""
+        self._record("")
+
+    def mark(self, stage: str) -> None:
+        """Mark the end of ``stage`` for the current batch."""
+        self._record(stage)
+
+    def _record(self, stage: str):
+        event = self.torch.cuda.Event(enable_timing=True)
+        event.record(self.torch.cuda.current_stream(self.device))
+        self.marks.append((stage, event))
+        return event
+
+    def last(self):
+        """The most recent event (wait on it to know the batch's work, copy included, is done)."""
+        return self.marks[-1][1]
+
+    def add_to(self, timings: Timings) -> None:
+        """Synchronise once and add each stage's seconds to ``timings``."""
+        if len(self.marks) < 2:
+            return
+        self.marks[-1][1].synchronize()
+        for (_, before), (stage, after) in zip(self.marks, self.marks[1:], strict=False):
+            if stage:
+                timings.add(stage, before.elapsed_time(after) / 1000.0)
+        self.marks = self.marks[-1:]
+        self.marks[0] = ("", self.marks[0][1])
+
+
 def _render(source, features, models, batch_size, n_out, timings, pinned, first_frame, cpu_blend, feature_offset=0):
     import torch
 
     from .gpu import batched
 
     device = _device_of(models)
-    use_pinned = pinned and device.type == "cuda" and not cpu_blend
+    on_cuda = device.type == "cuda" and not cpu_blend
+    use_pinned = pinned and on_cuda
     ring: list = [None] * PINNED_RING
-    ring_pos = [0]
+    produced = [0]  # batches made so far: batch k uses ring slot k % PINNED_RING, also when it is retried
+    events = CudaStageEvents(device) if device.type == "cuda" else None
 
     def host_buffer(shape):
-        # Ring of pinned buffers: with the writer queue of depth 2 and one batch being encoded, the buffer reused
-        # for batch k last held batch k - PINNED_RING, which the writer has finished with.
+        # The slot reused for batch k last held batch k - PINNED_RING, which the writer has finished with (the
+        # queue, the batch being encoded, the handed-over one and the one in flight hold the others).
         if not use_pinned:
             return None
-        slot = ring_pos[0] % PINNED_RING
-        ring_pos[0] += 1
+        slot = produced[0] % PINNED_RING
         if ring[slot] is None or tuple(ring[slot].shape) != shape:
             ring[slot] = torch.empty(shape, dtype=torch.uint8, pin_memory=True)
         return ring[slot]
 
-    def step(sl: slice) -> np.ndarray:
+    def step(sl: slice):
+        if events is not None:
+            events.start()
         frames, _ = repaint(source, features, models, np.arange(sl.start, sl.stop), first_frame=first_frame,
-                            cpu_blend=cpu_blend, timings=timings, host_buffer=host_buffer,
+                            cpu_blend=cpu_blend, timings=None if events is not None else timings,
+                            host_buffer=host_buffer, events=events, defer_copy=use_pinned,
                             feature_offset=feature_offset)
-        return frames
+        produced[0] += 1
+        return frames, (events.last() if use_pinned else None)
 
-    for sl, frames in batched(n_out, int(batch_size), step, stage="generate"):
-        yield first_frame + sl.start, frames
+    # Batch k+1 is queued on the GPU before the host waits for batch k's copy, so the device never idles while
+    # the host hands a batch over.
+    pending = None
+    try:
+        for sl, (frames, done) in batched(n_out, int(batch_size), step, stage="generate"):
+            if pending is not None:
+                t0, prev, prev_done = pending
+                prev_done.synchronize()
+                yield t0, prev
+            pending = (first_frame + sl.start, frames, done)
+            if done is None:
+                t0, prev, _ = pending
+                pending = None
+                yield t0, prev
+        if pending is not None:
+            t0, prev, prev_done = pending
+            prev_done.synchronize()
+            yield t0, prev
+    finally:
+        if events is not None and timings is not None:
+            events.add_to(timings)
 
 
-def _blend_on_device(source: SourceFaces, js, has, face_rows, faces_256, device, host_buffer) -> np.ndarray:
+def _blend_on_device(source: SourceFaces, js, has, face_rows, faces_256, device, host_buffer,
+                     wait: bool = True) -> np.ndarray:
     import torch
 
     from . import blending
@@ -325,7 +436,8 @@ def _blend_on_device(source: SourceFaces, js, has, face_rows, faces_256, device,
     if buf is None:
         return frames_t.cpu().numpy()
     buf.copy_(frames_t, non_blocking=True)
-    torch.cuda.current_stream().synchronize()
+    if wait:
+        torch.cuda.current_stream().synchronize()
     return buf.numpy()
 
 
@@ -377,22 +489,27 @@ class BackgroundWriter:
 
     At most ``depth`` batches wait in the queue, so the caller blocks (does not drop frames) when the writer is
     slower. An error in the writer or the callback stops the writing and is raised in the caller's thread at the
-    next :meth:`put` or at exit. A writer that accepts nothing for ``timeout_s`` seconds (a stalled ffmpeg on a
-    stalled network mount) is reported as stalled instead of hanging the caller.
+    next :meth:`put` or at exit. No wait is unbounded: a writer that takes no batch for ``timeout_s`` seconds (a
+    stalled ffmpeg on a network mount that stopped answering) is aborted (``writer.abort()`` kills ffmpeg, which
+    also frees a write blocked on its pipe) and reported as stalled; nothing half-written is kept.
 
     Args:
-        writer: Anything with ``write(frames)``, or None to only run the callback.
+        writer: Anything with ``write(frames)`` (and optionally ``abort()`` and ``stall_timeout_s``), or None to
+            only run the callback.
         frame_callback: Optional ``frame_callback(t, frame)`` per frame, in order, before it is written.
         depth: Batches allowed to wait.
-        timeout_s: Seconds a put or the final join waits for the writer thread before raising.
+        timeout_s: Seconds a put or the final join waits for the writer thread; default the writer's own
+            ``stall_timeout_s`` plus 30 s (it bounds each of its waits), else :data:`WRITER_TIMEOUT_S`.
     """
 
     def __init__(self, writer: Any, frame_callback: Callable[[int, np.ndarray], None] | None = None,
-                 depth: int = WRITER_QUEUE_DEPTH, timeout_s: float = WRITER_TIMEOUT_S):
+                 depth: int = WRITER_QUEUE_DEPTH, timeout_s: float | None = None):
         self.writer = writer
         self.frame_callback = frame_callback
         self.queue: queue.Queue = queue.Queue(maxsize=depth)
-        self.timeout_s = float(timeout_s)
+        stall = getattr(writer, "stall_timeout_s", None)
+        self.timeout_s = float(timeout_s if timeout_s is not None else
+                               (stall + 30.0 if stall is not None else WRITER_TIMEOUT_S))
         self.error: BaseException | None = None
         self.wait_s = 0.0
         self.thread = threading.Thread(target=self._run, name="nbhelpers-encode", daemon=True)
@@ -403,20 +520,41 @@ class BackgroundWriter:
 
     def put(self, first_index: int, frames: np.ndarray) -> None:
         """Queue a batch whose first output index is ``first_index`` (blocks while the queue is full)."""
-        if self.error is not None:
-            raise self.error
-        try:
-            self.queue.put((first_index, frames), timeout=self.timeout_s)
-        except queue.Full:
-            raise self._stalled() from None
+        self._enqueue((first_index, frames))
 
-    def _stalled(self) -> NbHelpersError:
+    def _enqueue(self, item: Any) -> None:
+        start = time.monotonic()
+        while True:
+            if self.error is not None and item is not None:
+                raise self.error
+            try:
+                self.queue.put(item, timeout=min(0.5, self.timeout_s))
+                return
+            except queue.Full:
+                if not self.thread.is_alive():
+                    raise NbHelpersError("internal: the encoder thread stopped") from None
+                if time.monotonic() - start > self.timeout_s:
+                    raise self._stalled("take the next batch") from None
+
+    def _stalled(self, doing: str) -> NbHelpersError:
         from .errors import FFmpegError
 
         what = getattr(self.writer, "path", None) or type(self.writer).__name__
-        return FFmpegError(f"the video writer for {what} accepted no frame for {self.timeout_s:.0f} s (a stalled "
-                           "ffmpeg, or a full or stalled disk such as a disconnected Drive mount); nothing was "
-                           "finished there. Write to a local folder and copy the file afterwards.", [], -1, "")
+        error = FFmpegError(f"the encoder thread did not {doing} within {self.timeout_s:g} s "
+                            f"({getattr(self.writer, 'frames_written', '?')} frames written to {what}): ffmpeg or the "
+                            "frame callback is stuck (an output folder on a network mount that stopped answering?). "
+                            "ffmpeg was stopped and nothing was saved; write to a local folder and copy the file.")
+        if self.error is None:
+            self.error = error  # the thread skips what is still queued
+        abort = getattr(self.writer, "abort", None)
+        if callable(abort):
+            abort()
+        try:
+            self.queue.put(None, timeout=5)  # the thread ends once the killed writer returns
+        except queue.Full:
+            pass
+        self.thread.join(timeout=5)
+        return error
 
     def _run(self) -> None:
         while True:
@@ -437,16 +575,21 @@ class BackgroundWriter:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         start = time.perf_counter()
-        try:
-            self.queue.put(None, timeout=self.timeout_s)
-        except queue.Full:
-            if exc_type is None:
-                raise self._stalled() from None
+        if not self.thread.is_alive():  # already stopped (a stall was handled)
+            self.wait_s = time.perf_counter() - start
+            if exc_type is None and self.error is not None:
+                raise self.error
             return
-        self.thread.join(self.timeout_s)
-        self.wait_s = time.perf_counter() - start
-        if self.thread.is_alive() and exc_type is None:
-            raise self._stalled()
+        try:
+            self._enqueue(None)
+            self.thread.join(self.timeout_s)
+            if self.thread.is_alive():
+                raise self._stalled("finish the last batches")
+        except NbHelpersError:
+            if exc_type is None:
+                raise  # else the job's own exception is the one to see
+        finally:
+            self.wait_s = time.perf_counter() - start
         if exc_type is None and self.error is not None:
             raise self.error
 

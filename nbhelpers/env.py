@@ -32,7 +32,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -521,33 +520,28 @@ def _normalise(name: str) -> str:
 
 
 def read_requirements(requirements: str | os.PathLike | Sequence[str]) -> list[str]:
-    """Requirement lines from a file, a URL (``https://...``) or a list; comments and pip options dropped.
+    """Requirement lines from a file or a list; comments and pip options dropped. Nothing is fetched by URL.
 
     Args:
-        requirements: Path of a requirements file, its URL, or the requirement strings themselves.
+        requirements: Path of a requirements file, or the requirement strings themselves.
 
     Returns:
         The requirement strings, e.g. ``["imageio-ffmpeg>=0.5", "onnxruntime>=1.16"]``.
 
     Raises:
-        InputError: The file does not exist or the URL cannot be read.
+        InputError: The file does not exist, or an address was given (the workbook reads nothing by URL at run
+            time: what Colab lacks is the package's ``[colab]`` extra, see :func:`colab_requirements`).
     """
     if isinstance(requirements, (str, os.PathLike)):
         text_source = str(requirements)
-        if re.match(r"^https?://", text_source):
-            try:
-                with urllib.request.urlopen(text_source, timeout=30) as response:  # noqa: S310 - http(s) only
-                    text = response.read().decode("utf-8")
-            except OSError as exc:
-                raise InputError(f"requirements URL {text_source!r} could not be read ({exc}). Check the address "
-                                 "and the network, or pass the path of a local requirements file.") from exc
-        else:
-            path = Path(text_source).expanduser()
-            if not path.is_file():
-                raise InputError(f"requirements file {text_source!r} does not exist. Pass the path of "
-                                 "requirements-colab.txt (env.requirements_file() finds it).")
-            text = path.read_text(encoding="utf-8")
-        lines: Iterable[str] = text.splitlines()
+        if re.match(r"^[a-z][a-z0-9+.-]*://", text_source, re.IGNORECASE):
+            raise InputError(f"requirements {text_source!r} is an address; nothing is fetched at run time. Pass a "
+                             "local requirements file or a list, or nothing for the package's [colab] extra.")
+        path = Path(text_source).expanduser()
+        if not path.is_file():
+            raise InputError(f"requirements file {text_source!r} does not exist. Pass the path of a local "
+                             "requirements file, or nothing for the package's [colab] extra.")
+        lines: Iterable[str] = path.read_text(encoding="utf-8").splitlines()
     else:
         lines = requirements
     out = []
@@ -558,29 +552,69 @@ def read_requirements(requirements: str | os.PathLike | Sequence[str]) -> list[s
     return out
 
 
-def requirements_file(repo: str | None = None, tag: str | None = None) -> str:
-    """Where ``requirements-colab.txt`` is: beside this package in a checkout, else its URL at ``repo``/``tag``.
+DIST_NAME = "musetalk-workbook"  # this package's distribution name
+COLAB_EXTRA = "colab"  # its extra of what Google Colab lacks (pyproject.toml [project.optional-dependencies])
 
-    Args:
-        repo: The repository address of the setup cell (``REPO``), used when the package was installed from git.
-        tag: The release tag of the setup cell (``TAG``).
+
+def colab_requirements() -> list[str]:
+    """What Google Colab lacks for the workbook: the ``[colab]`` extra of this package (floors, never torch).
+
+    The setup cell installs them with the package (``%pip install "musetalk-workbook[colab] @ git+REPO@TAG"``);
+    ``00_setup`` shows them as a table and ``check_setup`` checks them. They are read from this checkout's
+    ``pyproject.toml`` when the imported package lives in one (the code and its list then always agree), else from
+    the installed distribution's metadata. Nothing is fetched.
 
     Returns:
-        A local path or an ``https://`` URL, as accepted by :func:`install_missing`.
+        Requirement strings without the extra's marker, e.g. ``["onnxruntime-gpu>=1.20", "soxr>=0.3"]``; those
+        whose other environment markers do not hold here are left out.
 
     Raises:
-        InputError: No checkout is found and ``repo``/``tag`` were not given.
+        InputError: Neither a checkout nor an installed ``musetalk-workbook`` is found (the message says how to
+            install it).
     """
-    local = Path(__file__).resolve().parents[1] / "requirements-colab.txt"
-    if local.is_file():
-        return str(local)
-    if repo and tag:
-        return f"{repo.rstrip('/')}/raw/{tag}/requirements-colab.txt"
-    raise InputError("requirements-colab.txt was not found beside the package and repo/tag were not given; pass "
-                     "requirements_file(REPO, TAG) with the setup cell's constants.")
+    from packaging.markers import default_environment
+    from packaging.requirements import Requirement
+
+    lines = _checkout_extra(COLAB_EXTRA)
+    from_metadata = lines is None
+    if from_metadata:
+        try:
+            requires = metadata.requires(DIST_NAME) or []
+        except metadata.PackageNotFoundError:
+            raise InputError(f"{DIST_NAME} is not installed and this is no checkout, so its [{COLAB_EXTRA}] extra "
+                             f"cannot be read; install it with pip install \"{DIST_NAME}[{COLAB_EXTRA}] @ "
+                             "git+<repository>@<tag>\" (the setup cell does).") from None
+        lines = requires
+    here = {**default_environment(), "extra": COLAB_EXTRA}
+    out = []
+    for line in lines:
+        req = Requirement(line)
+        if from_metadata and (req.marker is None or req.marker.evaluate({**here, "extra": ""})):
+            continue  # a base dependency, not part of the extra
+        if req.marker is not None and not req.marker.evaluate(here):
+            continue  # of the extra, but its marker does not hold here
+        extras = f"[{','.join(sorted(req.extras))}]" if req.extras else ""
+        out.append(f"{req.name}{extras}{req.specifier}")
+    return out
 
 
-def install_missing(requirements: str | os.PathLike | Sequence[str], dry_run: bool = False) -> InstallReport:
+def _checkout_extra(extra: str) -> list[str] | None:
+    """The lines of ``extra`` from the pyproject.toml beside this package in a checkout, or None."""
+    path = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    if not path.is_file():
+        return None
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10: the installed metadata serves
+        return None
+    project = tomllib.loads(path.read_text(encoding="utf-8")).get("project", {})
+    if project.get("name") != DIST_NAME:
+        return None
+    return list(project.get("optional-dependencies", {}).get(extra, []))
+
+
+def install_missing(requirements: str | os.PathLike | Sequence[str] | None = None,
+                    dry_run: bool = False) -> InstallReport:
     """Install only the requirements that are missing or below their floor; never touch the protected packages.
 
     Each requirement's installed version (read from the package metadata, without importing) is compared with its
@@ -591,14 +625,15 @@ def install_missing(requirements: str | os.PathLike | Sequence[str], dry_run: bo
     to its present version, so that no dependency of a new package can move them either.
 
     Args:
-        requirements: A requirements file path, URL, or list of requirement strings (floors, e.g. ``"x>=1.2"``).
+        requirements: A requirements file path or a list of requirement strings (floors, e.g. ``"x>=1.2"``);
+            None: the package's ``[colab]`` extra (:func:`colab_requirements`).
         dry_run: True only plans: the report lists what would be installed, and nothing runs. CI mode uses it.
 
     Returns:
         An :class:`InstallReport` (a table in notebooks); ``restart_needed`` tells when Colab must restart.
 
     Raises:
-        InputError: A requirement line cannot be parsed, or the file/URL cannot be read.
+        InputError: A requirement line cannot be parsed, or the file cannot be read.
         NbHelpersError: pip failed (the message holds pip's last output lines).
     """
     from packaging.markers import default_environment
@@ -606,7 +641,8 @@ def install_missing(requirements: str | os.PathLike | Sequence[str], dry_run: bo
 
     environment = default_environment()
     rows: list[InstallRow] = []
-    for line in read_requirements(requirements):
+    lines = colab_requirements() if requirements is None else read_requirements(requirements)
+    for line in lines:
         try:
             req = Requirement(line)
         except InvalidRequirement as exc:
@@ -644,7 +680,18 @@ def install_missing(requirements: str | os.PathLike | Sequence[str], dry_run: bo
         if dry_run:
             return InstallReport(tuple(rows), True, shown)
         before = {row.name: row.installed for row in rows}
-        done = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        pip_timeout_s = 1800  # seconds: the few missing Colab packages take 1-2 min; a hung pip must not hang the cell
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                                  timeout=pip_timeout_s)
+        except subprocess.TimeoutExpired as exc:  # subprocess.run has killed pip
+            parts = [p.decode("utf-8", "replace") if isinstance(p, bytes) else p for p in (exc.stdout, exc.stderr)]
+            said = "\n".join(p for p in parts if p).strip().splitlines()[-25:]  # bytes even with text=True
+            raise NbHelpersError(
+                f"pip did not finish installing {' '.join(todo)} within {pip_timeout_s // 60} minutes and was "
+                "stopped (a stalled download or a package index that stopped answering). Check the network and "
+                "run the setup cell again; packages already installed are kept.\n--- pip said ---\n"
+                + ("\n".join(said) or "(nothing)")) from exc
     if done.returncode != 0:
         tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-25:])
         raise NbHelpersError(f"pip could not install {' '.join(todo)} (exit status {done.returncode}) without "
@@ -1062,18 +1109,22 @@ def check_result(result: Any, *, frames: int | None = None, duration_s: float | 
 ONNX_ONLY = frozenset({"onnxruntime", "onnxruntime-gpu"})
 
 
-def check_setup(installs: InstallReport, backend: Any = None) -> str:
+def check_setup(installs: InstallReport | None = None, backend: Any = None) -> str:
     """00_setup's final check: this runtime is ready for the other notebooks. Raises with the fix otherwise.
 
     Checks, in order: the install table has rows; every requirement in it is satisfied now (re-read from the
     package metadata, so an install that failed or has not taken effect shows up) and none was refused; torch
     imports; the ffmpeg binary that :mod:`nbhelpers.media` uses runs and reports a version; the landmark backend
     chosen in the notebook has a name. onnxruntime serves only the ``dwpose-onnx`` backend, so its rows are not
-    required when another backend was chosen. Source: none (ours).
+    required when another backend was chosen. It needs nothing from an earlier cell: given no table it reads the
+    ``[colab]`` extra itself, and given a backend name it asks :func:`nbhelpers.faces.get_backend`. Source: none
+    (ours).
 
     Args:
-        installs: What :func:`install_missing` returned in this run.
-        backend: The landmark backend from :func:`nbhelpers.faces.get_backend`, or None to skip that check.
+        installs: What :func:`install_missing` returned in this run; None reads the ``[colab]`` extra again
+            (:func:`colab_requirements`), as a dry run.
+        backend: The landmark backend from :func:`nbhelpers.faces.get_backend`, its name (``"auto"``,
+            ``"dlib"``...), or None to skip that check.
 
     Returns:
         A one-line summary of what was checked (the cell shows it).
@@ -1081,9 +1132,15 @@ def check_setup(installs: InstallReport, backend: Any = None) -> str:
     Raises:
         ResultCheckError: A check failed; the message says what is missing and the command or step that fixes it.
     """
+    if installs is None:
+        installs = install_missing(None, dry_run=True)
     if not getattr(installs, "rows", None):
-        raise ResultCheckError("the install table is empty: install_missing read no requirement. Check that "
-                               "requirements-colab.txt was found (env.requirements_file(REPO, TAG)).")
+        raise ResultCheckError("the install table is empty: install_missing read no requirement. Check that the "
+                               f"package's [{COLAB_EXTRA}] extra lists what Colab lacks (env.colab_requirements()).")
+    if isinstance(backend, str):
+        from . import faces
+
+        backend = faces.get_backend(backend)
     backend_name = getattr(backend, "name", None) if backend is not None else None
     optional = set()
     if backend_name and backend_name != "dwpose-onnx":

@@ -155,7 +155,8 @@ class MemoryModel:
             batch 4 (environment-notes), so larger batches do not help and progress shows later.
         cpu_ram_fraction: Share of available host RAM a CPU plan may use for models and activations.
         cpu_seconds_per_frame: End-to-end CPU time per frame at full size, 2 cores, fp32 (environment-notes): 18.
-        cpu_seconds_per_frame_tiny: Same with the tiny test models (25-40 s for 25 frames): 1.5.
+        cpu_seconds_per_frame_tiny: Same with the tiny test models: 2.8 (latents 0.8 + parsing 0.8 + generate
+            1.25 s per frame, :data:`CPU_TIMES`; the first figure, 1.5, left out the per-source-frame stages).
         fp16_min_capability: Oldest compute capability given fp16 by default (5.3: native half arithmetic).
     """
 
@@ -182,11 +183,86 @@ class MemoryModel:
     cap_cpu: int = 4
     cpu_ram_fraction: float = 0.75
     cpu_seconds_per_frame: float = 18.0
-    cpu_seconds_per_frame_tiny: float = 1.5
+    cpu_seconds_per_frame_tiny: float = 2.8
     fp16_min_capability: tuple[int, int] = (5, 3)
 
 
 MEMORY_MODEL = MemoryModel()
+
+
+@dataclass(frozen=True)
+class CpuTimes:
+    """Seconds of work per stage on a 2-core CPU (fp32), for the planner's estimate of how long a CPU job takes.
+
+    A job's time is not one figure per output frame: the latents and the face parsing run once per *source* frame
+    used (``min(output frames, source frames)``), generation once per output frame, and loading the models once
+    (issue 14 item 11: 1.5 s per output frame predicted 75 s for a tiny-model job that took 207 s).
+
+    Attributes:
+        fixed_s: Loading the models plus whisper on the clip's audio, seconds.
+        latents_s: VAE encode of one source frame's masked and reference crops, seconds per frame.
+        parsing_s: BiSeNet face parsing and blend-mask preparation of one source frame, seconds per frame (the
+            same network for real and tiny weights: the tiny tree keeps BiSeNet's full architecture).
+        generate_s: UNet + VAE decode + CPU blend of one output frame, seconds per frame.
+        source: Where the figures come from.
+    """
+
+    fixed_s: float
+    latents_s: float
+    parsing_s: float
+    generate_s: float
+    source: str = ""
+
+
+#: Per-stage CPU figures, ``"full"`` and ``"tiny"`` weights. Tiny: process CPU time of each stage of three
+#: ``lipsync`` runs here (2 cores, 576x768 clip; 40 source / 50 output frames and 10 / 100 with dlib, 20 / 20 with
+#: DWPose ONNX + S3FD): models + audio 5.6-6.3 s, latents 0.71-0.85 s, parsing 0.59-0.91 s per source frame,
+#: generate + blend 1.22-1.52 s per output frame. (Face tracking, before the plan, is not counted: dlib took
+#: 0.08-0.14 s per frame, S3FD + DWPose ONNX 6 s per 576x768 frame.) Full: environment-notes (UNet 8-10 s per batch of 4, VAE encode 3 s per crop and decode 7 s per frame,
+#: UNet build 8 s), parsing as measured for tiny. The figures are CPU seconds: on two free cores a stage can
+#: finish up to about 1.7x sooner, and other work sharing the cores makes it slower.
+CPU_TIMES = {
+    "full": CpuTimes(fixed_s=12.0, latents_s=6.0, parsing_s=0.8, generate_s=9.3,
+                     source="environment-notes (2 cores, fp32) + parsing measured here"),
+    "tiny": CpuTimes(fixed_s=6.0, latents_s=0.8, parsing_s=0.8, generate_s=1.25,
+                     source="stage CPU times of two tiny-model lipsync runs here (2 cores)"),
+}
+
+
+def cpu_seconds(kind: str = "lipsync", n_frames: int = 0, source_frames: int | None = None,
+                weights: str = "full", times: CpuTimes | None = None) -> dict[str, float]:
+    """The CPU time of a job's stages after face tracking, stage by stage, in seconds.
+
+    Args:
+        kind: ``"lipsync"`` (models, latents and parsing of the source frames used, generation), ``"avatar"``
+            (latents and parsing of every source frame) or ``"realtime"`` (models and generation).
+        n_frames: Output frames for lipsync/realtime (audio seconds x 25); source frames for avatar.
+        source_frames: Source frames of the video (25 fps) for lipsync; None assumes at least ``n_frames``, so
+            that every output frame has its own source frame (the longest case).
+        weights: ``"full"`` or ``"tiny"``.
+        times: Other figures (default ``CPU_TIMES[weights]``).
+
+    Returns:
+        ``{stage: seconds}`` with the stages that run (``models``, ``latents``, ``parsing``, ``generate``).
+
+    Raises:
+        InputError: Unknown ``kind`` or ``weights``.
+
+    Source: none in the official code; the figures are documented at :data:`CPU_TIMES`.
+    """
+    if kind not in KINDS:
+        raise InputError(f"kind must be one of {', '.join(map(repr, KINDS))}; got {kind!r}.")
+    if weights not in WEIGHTS:
+        raise InputError(f"weights must be 'full' or 'tiny'; got {weights!r}.")
+    t = times or CPU_TIMES[weights]
+    n = max(0, int(n_frames or 0))
+    if kind == "avatar":
+        return {"models": t.fixed_s / 2, "latents": n * t.latents_s, "parsing": n * t.parsing_s}
+    if kind == "realtime":
+        return {"models": t.fixed_s, "generate": n * t.generate_s}
+    used = n if source_frames is None else min(n, max(0, int(source_frames)))
+    return {"models": t.fixed_s, "latents": used * t.latents_s, "parsing": used * t.parsing_s,
+            "generate": n * t.generate_s}
 
 #: Frame size (H, W) in pixels assumed when ``plan`` is not told the frame size: full HD, so the blend term is
 #: not underestimated for common inputs.
@@ -923,7 +999,7 @@ def stage_memory(kind: str, fp16: bool = True, frame_size: tuple[int, int] = DEF
 
 def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = None, n_frames: int | None = None,
          frame_size: tuple[int, int] | None = None, weights: str = "full",
-         memory_model: MemoryModel | None = None) -> Plan:
+         memory_model: MemoryModel | None = None, *, source_frames: int | None = None) -> Plan:
     """Choose device, precision and batch size for a job from the GPU report and the memory model.
 
     - device: CUDA when torch can use a GPU, else the CPU; ``config.device`` overrides ("user override").
@@ -945,6 +1021,8 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
         frame_size: (H, W) of the video frames, pixels; None assumes 1080x1920 (:data:`DEFAULT_FRAME_SIZE`).
         weights: ``"full"`` (the official models) or ``"tiny"`` (test models).
         memory_model: Constants of the memory model (default :data:`MEMORY_MODEL`).
+        source_frames: Source frames of a lipsync job (25 fps), for the CPU time estimate (:func:`cpu_seconds`);
+            None assumes one source frame per output frame.
 
     Returns:
         A :class:`Plan`; ``plan(...).config`` is the filled :class:`~nbhelpers.config.InferenceConfig`.
@@ -1052,8 +1130,13 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
                              f"{rep.host_ram_available_gib:.1f} GiB available)" if budget is not None else
                              "host RAM unknown")
         per = mm.cpu_seconds_per_frame_tiny if weights == "tiny" else mm.cpu_seconds_per_frame
-        total = "" if not n_frames else (f", so {n_frames} frames take about "
-                                         f"{_duration(n_frames * per)}")
+        total = ""
+        if n_frames:  # stage by stage (issue 14 item 11): latents and parsing count source frames, not output
+            parts = cpu_seconds(kind, n_frames, source_frames, weights)
+            frames = f"{n_frames} frames" + (f" from {min(n_frames, source_frames)} source frames"
+                                             if kind == "lipsync" and source_frames is not None else "")
+            total = (f"; {frames} take about {_duration(sum(parts.values()))} after face tracking ("
+                     + ", ".join(f"{k} {_duration(v)}" for k, v in parts.items() if v) + ")")
         size = "with the tiny test models" if weights == "tiny" else "at full size"
         notes.append(f"Running on the CPU: about {per:g} s per frame {size} (2 cores, fp32){total}. "
                      f"Use a GPU runtime for real jobs (Colab: {COLAB_GPU_STEPS}).")
@@ -1064,6 +1147,10 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
     if config.batch_size is not None:
         batch = int(config.batch_size)
         reasons["batch_size"] = f"user override ({batch}); the plan would choose {auto}: {why}"
+        if n_frames and batch > n_frames:  # a batch is never longer than the job: say what is really used
+            reasons["batch_size"] = (f"{n_frames}: user override ({batch}) is more than the job's {n_frames} "
+                                     f"frames, so the whole job is one batch; the plan would choose {auto}: {why}")
+            batch = n_frames
     else:
         batch = auto
         reasons["batch_size"] = why
@@ -1087,6 +1174,17 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
             notes.append(f"Face detection on full {frame_size[0]}x{frame_size[1]} frames (S3FD at batch 1) is "
                          f"predicted to need {peaks['faces']:.2f} GiB, above the {budget:.2f} GiB budget: use "
                          "landmark_backend='dlib' or a smaller video.")
+    if on_cpu and config.batch_size is not None:
+        # issue 14 item 11: a user batch on the CPU is checked against host RAM as it is against GPU memory
+        growing = {name: peak for name, peak in peaks.items() if stages[name][1] > 0}
+        worst = max(growing, key=growing.get) if growing else None
+        if budget is not None and worst is not None and growing[worst] > budget and batch > 1:
+            notes.append(f"batch_size {batch} (user override) is predicted to need {growing[worst]:.1f} GiB of host "
+                         f"RAM in stage {worst!r}, above the {budget:.1f} GiB usable: the job is likely to run out "
+                         f"of memory. Leave the batch size out (the plan would choose {auto}).")
+        elif batch > mm.cap_cpu:
+            notes.append(f"batch_size {batch} (user override) is more than {mm.cap_cpu}: on the CPU a larger batch "
+                         "is no faster, and progress shows later.")
     for note in notes:
         warnings.warn(note, PlanWarning, stacklevel=2)
     return Plan(kind=kind, device=device, fp16=fp16, batch_size=batch, weights=weights, frame_size=frame_size,

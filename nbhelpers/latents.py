@@ -6,8 +6,8 @@ The maths follows the official code (reference §4 and §6):
   exactly -1) -> VAE posterior -> ``mean + std * noise`` (or the mean) -> ``x 0.18215``; masked latent (channels
   0-3) ‖ reference latent of the same crop (channels 4-7) = ``(8, 32, 32)``.
 - **unet_step**: ``unet(latents, t=0, encoder_hidden_states=pe(whisper tokens)).sample`` = ``(4, 32, 32)``.
-- **decode**: ``z / 0.18215`` -> VAE decoder -> ``(x / 2 + 0.5).clamp(0, 1)`` -> ``x 255`` in float32, rounded half to
-  even -> uint8 -> RGB to BGR.
+- **decode**: ``(1 / 0.18215) * z`` -> VAE decoder -> ``(x / 2 + 0.5).clamp(0, 1)`` -> ``x 255`` in float32, rounded
+  half to even -> uint8 -> RGB to BGR.
 
 Attention kernels: diffusers' ``AttnProcessor2_0`` (torch scaled-dot-product attention) is the default processor of
 ``UNet2DConditionModel`` and ``AutoencoderKL`` whenever torch >= 2.0, as in the official diffusers 0.30.2
@@ -167,8 +167,13 @@ def encode(crops_256: Any, vae: Any, generator: Any = None, mode: str = "sample"
 
 
 def _normalise(x_uint8_bhwc, dtype):
-    """(B, 256, 256, 3) uint8 BGR -> (B, 3, 256, 256) RGB in [-1, 1], arithmetic in float32, then cast to ``dtype``."""
-    x = x_uint8_bhwc.flip(-1).permute(0, 3, 1, 2).float() / 255.0
+    """(B, 256, 256, 3) uint8 BGR -> (B, 3, 256, 256) RGB in [-1, 1], arithmetic in float32, then cast to ``dtype``.
+
+    The result is a contiguous NCHW tensor, as the official ``transpose`` + ``torch.from_numpy`` gives
+    (``vae.py:72-80``): a bare ``permute`` of the BHWC input would hand the VAE a channels-last tensor, whose
+    convolutions round differently (2.7e-4 relative in the latents, issue 14 item 14).
+    """
+    x = x_uint8_bhwc.flip(-1).permute(0, 3, 1, 2).contiguous().float() / 255.0
     return ((x - 0.5) / 0.5).to(dtype)
 
 
@@ -220,9 +225,10 @@ def _base_seed(generator: Any) -> int:
 def decode(latents: Any, vae: Any):
     """Decode UNet output latents to 256x256 BGR uint8 face crops, on the VAE's device.
 
-    ``z / scaling_factor`` in the latents' dtype, cast to the VAE dtype and decoded; ``(x / 2 + 0.5).clamp(0, 1)``
-    in the VAE dtype; then, in float32 like the official numpy step, ``x 255`` rounded half to even
-    (``torch.round`` rounds half to even exactly as ``numpy.round`` does), cast to uint8, and RGB reversed to BGR.
+    ``(1 / scaling_factor) * z`` in the latents' dtype (the official order: dividing instead rounds differently by
+    an ulp), cast to the VAE dtype and decoded; ``(x / 2 + 0.5).clamp(0, 1)`` in the VAE dtype; then, in float32
+    like the official numpy step, ``x 255`` rounded half to even (``torch.round`` rounds half to even exactly as
+    ``numpy.round`` does), cast to uint8, and RGB reversed to BGR.
 
     Args:
         latents: (B, 4, 32, 32) float tensor, scaled latents (the UNet's output), any device.
@@ -246,7 +252,7 @@ def decode(latents: Any, vae: Any):
     device, dtype = _device_dtype(vae, "vae")
     scaling = _scaling_factor(vae)
     with torch.inference_mode():
-        z = latents.to(device) / scaling
+        z = (1 / scaling) * latents.to(device)  # official order (vae.py:96-108): times the inverse
         image = vae.decode(z.to(dtype)).sample
         image = (image / 2 + 0.5).clamp(0, 1)
         pixels = (image.float() * 255).round().to(torch.uint8)  # (B, 3, H, W) RGB

@@ -134,23 +134,32 @@ class LiveStats:
 # Sinks
 
 
-def video_codec_args(encoder: str | None = None) -> list[str]:
-    """ffmpeg video encoder arguments for a live stream.
+def video_codec_args(encoder: str | None = None) -> tuple[list[str], str | None]:
+    """ffmpeg video encoder arguments for a live stream, and the ffmpeg binary to run them with.
 
     Args:
-        encoder: ``None`` or ``"libx264"`` (ultrafast, zerolatency), or ``"h264_nvenc"`` (NVIDIA's encoder, low
-            latency preset). Hook: when :mod:`nbhelpers.media` gains its encoder setting and NVENC probe, ``None``
-            should pick NVENC through it when available.
+        encoder: None (libx264 ``ultrafast``, ``zerolatency``: a frame leaves the encoder as soon as it is in), or
+            an ``encoder`` setting of :func:`nbhelpers.media.choose_encoder` (:data:`nbhelpers.constants.ENCODERS`):
+            ``"nvenc"`` / ``"auto"`` use ``h264_nvenc`` with its low-latency tuning (``-preset p1 -tune ll``) when
+            the one-frame NVENC test encode works (else libx264 as for None, with the chooser's warning); a
+            ``libx264-<preset>`` setting uses that preset, ``libx264`` ultrafast, both with ``zerolatency``.
+
+    Returns:
+        ``(args, ffmpeg)``: the ``-c:v ...`` arguments and the binary (None = imageio-ffmpeg's).
 
     Raises:
-        InputError: Another encoder name.
+        InputError: An unknown setting.
     """
-    if encoder in (None, "libx264"):
-        return ["-c:v", "libx264", "-preset", "ultrafast", "-tune", "zerolatency", "-pix_fmt", "yuv420p",
-                "-g", str(2 * FPS)]
-    if encoder == "h264_nvenc":
-        return ["-c:v", "h264_nvenc", "-preset", "p1", "-tune", "ll", "-pix_fmt", "yuv420p", "-g", str(2 * FPS)]
-    raise InputError(f"encoder must be None, 'libx264' or 'h264_nvenc'; got {encoder!r}.")
+    gop = ["-g", str(2 * FPS)]
+    if encoder is None:
+        return ["-c:v", "libx264", "-preset", "ultrafast", "-tune", "zerolatency", "-pix_fmt", "yuv420p", *gop], None
+    from .media import choose_encoder
+
+    choice = choose_encoder(encoder)
+    if choice.codec == "h264_nvenc":
+        return ["-c:v", "h264_nvenc", "-preset", "p1", "-tune", "ll", "-pix_fmt", "yuv420p", *gop], choice.ffmpeg
+    preset = choice.preset if encoder.startswith("libx264-") else "ultrafast"
+    return ["-c:v", "libx264", "-preset", preset, "-tune", "zerolatency", "-pix_fmt", "yuv420p", *gop], choice.ffmpeg
 
 
 def _container_for(target: str) -> str:
@@ -204,12 +213,13 @@ class FFmpegSink:
             out = str(self._tmp)
         elif target.lower().startswith("udp://") and "pkt_size" not in target:
             out = target + ("&" if "?" in target else "?") + "pkt_size=1316"
+        codec_args, exe = video_codec_args(encoder)
         r, w = os.pipe()
-        self.args = [media.ffmpeg_exe(), "-hide_banner", "-v", "error", "-nostdin", "-y",
+        self.args = [exe or media.ffmpeg_exe(), "-hide_banner", "-v", "error", "-nostdin", "-y",
                      "-thread_queue_size", "256", "-f", "rawvideo", "-pix_fmt", "bgr24", "-s", f"{width}x{height}",
                      "-r", str(FPS), "-i", "pipe:0",
                      "-thread_queue_size", "256", "-f", "s16le", "-ar", str(SAMPLE_RATE), "-ac", "1",
-                     "-i", f"pipe:{r}", "-map", "0:v", "-map", "1:a", *video_codec_args(encoder),
+                     "-i", f"pipe:{r}", "-map", "0:v", "-map", "1:a", *codec_args,
                      "-c:a", "aac", "-b:a", audio_bitrate, "-f", fmt]
         if fmt == "mpegts":
             self.args += ["-flush_packets", "1"]

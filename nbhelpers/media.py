@@ -24,31 +24,38 @@ import functools
 import html
 import os
 import re
+import selectors
 import shutil
 import subprocess
 import threading
+import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from .constants import FPS, SAMPLE_RATE
-from .errors import FFmpegError, InputError, MediaError, MissingDependencyError
+from .constants import ENCODERS, FPS, SAMPLE_RATE
+from .errors import FallbackWarning, FFmpegError, InputError, MediaError, MissingDependencyError
 
 __all__ = [
+    "ENCODER_SETTINGS",
+    "EncoderChoice",
     "SYNTHETIC_TAG",
     "MediaInfo",
     "StreamInfo",
     "VideoReader",
     "VideoWriter",
     "audio_duration",
+    "choose_encoder",
     "convert_to_25fps",
     "demo_inputs",
     "ffmpeg_exe",
     "ffmpeg_version",
+    "nvenc_probe",
     "frames_at",
     "load_audio",
     "load_video",
@@ -61,6 +68,9 @@ SYNTHETIC_TAG = "Synthetic lip-sync video made with MuseTalk (nbhelpers)"
 name), so that anyone can tell the file was generated."""
 
 _STDERR_TAIL_LINES = 40  # lines of ffmpeg's stderr kept in an FFmpegError
+WRITER_STALL_TIMEOUT_S = 120.0  # seconds a writing ffmpeg may take no frame data / show no progress: then stalled
+_KILL_WAIT_S = 10.0  # seconds to wait for a killed ffmpeg to exit (one stuck on a dead mount may never exit)
+_PIPE_CHUNK = 1 << 16  # bytes per write into ffmpeg's stdin (the size of a Linux pipe buffer)
 _IMAGE_CODECS = {"png", "mjpeg", "jpeg2000", "bmp", "tiff", "webp", "targa", "ppm", "pgm", "pbm", "pam", "sgi",
                  "dpx", "exr", "qoi", "jpegxl", "pcx", "xbm", "xwd", "sunrast", "hdr", "photocd", "pgx"}
 _ALPHA_PIX_FMTS = {"rgba", "bgra", "argb", "abgr", "pal8", "ya8", "ya16le", "ya16be", "rgba64le", "rgba64be",
@@ -192,8 +202,35 @@ class _Process:
                     stream.close()
                 except OSError:
                     pass
-        self.popen.wait()
+        try:
+            self.popen.wait(timeout=_KILL_WAIT_S)
+        except subprocess.TimeoutExpired:  # stuck in the kernel (a dead network mount): leave it, never hang here
+            return
         self._thread.join(timeout=5)
+
+    def progress_mark(self, fallback: Path | None = None) -> tuple | None:
+        """Something that changes while ffmpeg works: its CPU ticks and bytes written (Linux ``/proc``), else the
+        size and time of ``fallback`` (the file it writes); None when neither can be read."""
+        pid = self.popen.pid
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[-1].split()
+            mark: tuple = (fields[11], fields[12])  # utime, stime (fields 14 and 15 of proc(5))
+            try:
+                with open(f"/proc/{pid}/io", "rb") as f:
+                    mark += tuple(line for line in f.read().splitlines() if line.startswith((b"wchar", b"rchar")))
+            except OSError:
+                pass
+            return mark
+        except (OSError, IndexError):
+            pass
+        if fallback is not None:
+            try:
+                st = fallback.stat()
+                return (st.st_size, st.st_mtime_ns)
+            except OSError:
+                return None
+        return None
 
     def error(self, message: str) -> FFmpegError:
         return FFmpegError(message, args_list=self.args, returncode=self.popen.returncode, stderr_tail=self.tail())
@@ -1246,6 +1283,137 @@ def audio_duration(path) -> float:
 # video writing
 # ---------------------------------------------------------------------------------------------------------------
 
+# ---------------------------------------------------------------------------------------------------------------
+# Encoder setting: libx264 presets, or NVENC after a real one-frame test encode
+# ---------------------------------------------------------------------------------------------------------------
+
+ENCODER_SETTINGS = {  # setting -> (ffmpeg encoder, preset); "auto" picks nvenc when it works, else libx264
+    "libx264": ("libx264", "medium"),
+    "libx264-fast": ("libx264", "fast"),
+    "libx264-faster": ("libx264", "faster"),
+    "libx264-veryfast": ("libx264", "veryfast"),
+    "libx264-superfast": ("libx264", "superfast"),
+    "libx264-ultrafast": ("libx264", "ultrafast"),
+    "nvenc": ("h264_nvenc", "p5"),
+    "auto": ("h264_nvenc", "p5"),
+}
+
+_PROBE_SIZE = (256, 256)  # pixels of the test frame (NVENC's minimum is about 145x49)
+_probe_cache: dict[str, tuple[bool, str]] = {}
+_probe_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class EncoderChoice:
+    """What an ``encoder`` setting resolved to.
+
+    Attributes:
+        setting: The setting asked for (one of :data:`nbhelpers.constants.ENCODERS`).
+        codec: ffmpeg encoder used: ``"libx264"`` or ``"h264_nvenc"``.
+        preset: Its preset (``"medium"``, ``"veryfast"``, ..., ``"p5"`` for NVENC).
+        ffmpeg: The ffmpeg binary to run it with; None = :func:`ffmpeg_exe` (imageio-ffmpeg's).
+        reason: Why this was chosen (the NVENC test encode's result for ``auto`` / ``nvenc``).
+    """
+
+    setting: str
+    codec: str
+    preset: str
+    ffmpeg: str | None = None
+    reason: str = ""
+
+
+def nvenc_probe(ffmpeg: str | None = None, timeout: float = 30.0) -> tuple[bool, str]:
+    """Whether ``h264_nvenc`` really encodes with this ffmpeg here: one 256x256 black frame, encoded to nothing.
+
+    Listing the encoder proves little (imageio-ffmpeg 0.8's ffmpeg lists ``h264_nvenc`` but fails on drivers
+    older than its NVENC API, and a GPU may have no encoder unit), so a real frame is encoded. The answer is
+    cached per binary for the life of the process.
+
+    Args:
+        ffmpeg: Path of the ffmpeg binary; None = :func:`ffmpeg_exe` (imageio-ffmpeg's).
+        timeout: Seconds before the test encode counts as failed.
+
+    Returns:
+        ``(True, "")`` when the frame was encoded, else ``(False, reason)`` with ffmpeg's last error line (or why
+        it could not run).
+
+    Source: shared/reference/environment-notes.md (NVENC on the H200 and Colab's 580 drivers).
+    """
+    exe = ffmpeg or ffmpeg_exe()
+    with _probe_lock:
+        if exe in _probe_cache:
+            return _probe_cache[exe]
+        width, height = _PROBE_SIZE
+        args = [exe, "-hide_banner", "-nostats", "-loglevel", "error", "-f", "rawvideo", "-pixel_format", "bgr24",
+                "-video_size", f"{width}x{height}", "-framerate", "25", "-i", "pipe:0", "-frames:v", "1",
+                "-c:v", "h264_nvenc", "-pix_fmt", "yuv420p", "-f", "null", "-"]
+        try:
+            done = subprocess.run(args, input=bytes(width * height * 3), capture_output=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            result = (False, f"the test encode did not finish within {timeout:g} s")
+        except OSError as exc:
+            result = (False, f"{exe!r} could not be run ({exc})")
+        else:
+            lines = [ln.strip() for ln in done.stderr.decode("utf-8", "replace").splitlines() if ln.strip()]
+            # the encoder's own lines ("[h264_nvenc @ 0x...] Cannot load libcuda.so.1", "Driver does not support
+            # the required nvenc API version ...") say why; ffmpeg's later lines only report the consequences
+            own = [re.sub(r"^\[h264_nvenc @ [^]]*\]\s*", "", ln) for ln in lines if ln.startswith("[h264_nvenc")]
+            text = " ".join(own[:3]) or (lines[0] if lines else f"ffmpeg exited with code {done.returncode}")
+            result = (True, "") if done.returncode == 0 else (False, text)
+        _probe_cache[exe] = result
+        return result
+
+
+def choose_encoder(setting: str = "libx264", *, ffmpegs: Sequence[str] | None = None,
+                   probe: Any = None, warn: bool = True) -> EncoderChoice:
+    """Resolve an ``encoder`` setting to an ffmpeg encoder, preset and binary.
+
+    * ``"libx264"`` (default; the official offline job): CRF 18, preset ``medium``.
+    * ``"libx264-fast"`` ... ``"libx264-ultrafast"``: the same CRF at a faster libx264 preset (larger files or a
+      little lower quality; ``bench/encoders.py`` measures speed, size and PSNR against medium).
+    * ``"nvenc"`` / ``"auto"``: ``h264_nvenc`` (``-preset p5 -rc vbr -cq 18``) when a one-frame test encode
+      (:func:`nvenc_probe`) succeeds with imageio-ffmpeg's binary, else with the ``ffmpeg`` on PATH; otherwise
+      libx264 medium, with a :class:`~nbhelpers.errors.FallbackWarning` that gives the test encode's error.
+
+    Args:
+        setting: One of :data:`nbhelpers.constants.ENCODERS`.
+        ffmpegs: Binaries to try NVENC with, in order; None = imageio-ffmpeg's, then the one on PATH if different.
+        probe: ``probe(ffmpeg_path) -> (ok, reason)``; None = :func:`nvenc_probe` (tests inject their own).
+        warn: Emit the fallback warning (the reason is in the result either way).
+
+    Returns:
+        An :class:`EncoderChoice`.
+
+    Raises:
+        InputError: When ``setting`` is not a known encoder setting.
+    """
+    if setting not in ENCODER_SETTINGS:
+        raise InputError(f"encoder must be one of {', '.join(map(repr, ENCODERS))}; got {setting!r}. "
+                         "'libx264' (CRF 18, preset medium) is the official offline choice.")
+    codec, preset = ENCODER_SETTINGS[setting]
+    if codec == "libx264":
+        return EncoderChoice(setting, codec, preset, None, f"libx264 CRF 18, preset {preset}")
+    probe = probe or nvenc_probe
+    if ffmpegs is None:
+        ffmpegs = [ffmpeg_exe()]
+        system = shutil.which("ffmpeg")
+        if system and os.path.realpath(system) != os.path.realpath(ffmpegs[0]):
+            ffmpegs.append(system)
+    failures = []
+    for exe in ffmpegs:
+        ok, why = probe(exe)
+        if ok:
+            return EncoderChoice(setting, codec, preset, exe, f"h264_nvenc test encode succeeded with {exe}")
+        failures.append(f"{exe}: {why}")
+    reason = ("h264_nvenc is not usable here (" + "; ".join(failures or ["no ffmpeg to try"]) + "); encoding with "
+              "libx264 CRF 18, preset medium instead")
+    if warn:
+        import warnings
+
+        warnings.warn(f"encoder={setting!r}: {reason}.", FallbackWarning, stacklevel=2)
+    return EncoderChoice(setting, "libx264", "medium", None, reason)
+
+
 class VideoWriter:
     """Encode BGR frames through an ffmpeg pipe into an H.264 MP4, with the original audio muxed in.
 
@@ -1268,9 +1436,16 @@ class VideoWriter:
     ``os.replace`` only when ffmpeg succeeded; on any failure (or an exception inside the ``with`` block) ffmpeg
     is killed and the partial file removed, so no half-written output is ever left.
 
+    No wait is unbounded: when ffmpeg takes no frame data for ``stall_timeout_s`` seconds in :meth:`write`, or
+    shows no progress (CPU time, bytes written) for that long while :meth:`close` finishes the file, it has
+    stalled (typically on an output folder on a network mount, such as Google Drive, that stopped answering): it
+    is killed and :class:`~nbhelpers.errors.FFmpegError` (with ``stalled = True``) says so, instead of the cell
+    hanging. A slow ffmpeg that keeps working is never stopped.
+
     NVENC: ``codec="h264_nvenc"`` encodes on an NVIDIA GPU (``-preset p5 -rc vbr -cq <crf> -b:v 0``). It needs an
     ffmpeg built with NVENC and a driver: imageio-ffmpeg's build has it, as has Colab's ``/usr/bin/ffmpeg``
-    (``VideoWriter(..., codec="h264_nvenc", ffmpeg=ffmpeg_exe(prefer_system=True))``).
+    (``VideoWriter(..., codec="h264_nvenc", ffmpeg=ffmpeg_exe(prefer_system=True))``). The ``encoder`` setting
+    does this choice safely: ``encoder="auto"`` uses NVENC only after a test encode worked (:func:`choose_encoder`).
 
     Args:
         path: Output file (.mp4, .mov, .m4v or .mkv); its folder is created when missing.
@@ -1288,15 +1463,24 @@ class VideoWriter:
         extra_args: More output options placed before the file name, e.g. ``["-tune", "film"]``.
         synthetic: Tag the file as synthetic (comment and video handler name, :data:`SYNTHETIC_TAG`); True for
             everything the lip-sync writes, False for plain conversions such as :func:`convert_to_25fps`.
+        stall_timeout_s: Seconds without progress after which ffmpeg counts as stalled (default
+            :data:`WRITER_STALL_TIMEOUT_S`, 120); None waits for ever.
+        encoder: An encoder setting (:data:`nbhelpers.constants.ENCODERS`, e.g. ``InferenceConfig.encoder``), or an
+            :class:`EncoderChoice` already made by :func:`choose_encoder` (resolve once per job, write many clips);
+            when given it sets ``codec`` and ``preset`` (an explicit ``preset`` still wins) and, for NVENC, the
+            binary. A setting goes through :func:`choose_encoder`, which warns when NVENC falls back to libx264.
 
     Attributes:
         path: Final output path.
+        encoder: The :class:`EncoderChoice` when ``encoder`` was given, else None.
         frames_written: Frames accepted so far.
+        stall_timeout_s: The stall bound in seconds (None = none).
 
     Raises:
-        InputError: Bad size, fps, crf, suffix or audio file (missing, or no audio stream) - before ffmpeg starts.
+        InputError: Bad size, fps, crf, suffix, stall timeout or audio file (missing, or no audio stream) - before
+            ffmpeg starts.
         FFmpegError: ffmpeg refused the options, died while frames were written (its stderr tail is in the
-            message), or failed when finishing.
+            message), failed when finishing, or stalled (``stalled`` attribute True).
 
     Source: scripts/inference.py:230-237 (libx264, ``format=yuv420p``, ``-crf 18``; then a re-encoding mux of the
     original audio with no ``-map``, reference §8 and §11 Q24). We encode once, map streams explicitly and write
@@ -1307,8 +1491,17 @@ class VideoWriter:
 
     def __init__(self, path, width: int, height: int, fps=FPS, audio=None, crf: int = 18, codec: str = "libx264",
                  *, preset: str | None = None, audio_bitrate: str = "192k", shortest: bool = False,
-                 ffmpeg: str | None = None, extra_args: Iterable[str] = (), synthetic: bool = True):
+                 ffmpeg: str | None = None, extra_args: Iterable[str] = (), synthetic: bool = True,
+                 stall_timeout_s: float | None = WRITER_STALL_TIMEOUT_S, encoder: str | EncoderChoice | None = None):
         self.synthetic = bool(synthetic)
+        if stall_timeout_s is not None and (isinstance(stall_timeout_s, bool) or not stall_timeout_s > 0):
+            raise InputError(f"stall_timeout_s must be a number of seconds > 0, or None to wait for ever; got "
+                             f"{stall_timeout_s!r}.")
+        self.stall_timeout_s = None if stall_timeout_s is None else float(stall_timeout_s)
+        self.encoder = encoder if isinstance(encoder, EncoderChoice) or encoder is None else choose_encoder(encoder)
+        if self.encoder is not None:
+            codec, preset = self.encoder.codec, preset or self.encoder.preset
+            ffmpeg = ffmpeg or self.encoder.ffmpeg
         for name, value in (("width", width), ("height", height)):
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
                 raise InputError(f"{name} must be a positive integer number of pixels; got {value!r}.")
@@ -1344,6 +1537,12 @@ class VideoWriter:
         self._closed = False
         self.args = self._build_args(codec, crf, preset, audio_info, audio_bitrate, shortest, list(extra_args))
         self._proc = _Process(self.args, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+        self._selector: selectors.BaseSelector | None = None
+        if self.stall_timeout_s is not None and os.name == "posix":  # bounded writes: non-blocking pipe + select
+            fd = self._proc.popen.stdin.fileno()
+            os.set_blocking(fd, False)
+            self._selector = selectors.DefaultSelector()
+            self._selector.register(fd, selectors.EVENT_WRITE)
 
     def _build_args(self, codec, crf, preset, audio_info, audio_bitrate, shortest, extra) -> list[str]:
         w, h = self.width, self.height
@@ -1415,9 +1614,16 @@ class VideoWriter:
             return
         arr = np.ascontiguousarray(arr)
         try:
-            self._proc.popen.stdin.write(memoryview(arr).cast("B"))
+            self._send(memoryview(arr).cast("B"))
+        except _Stalled as exc:
+            raise self._stalled(f"took no frame data for {exc.seconds:g} s") from None
         except (BrokenPipeError, ConnectionResetError, OSError, ValueError) as exc:
-            self._proc.popen.wait()
+            if self._watchdog_fired:
+                raise self._stalled(f"took no frame data for {self.stall_timeout_s:g} s") from None
+            try:
+                self._proc.popen.wait(timeout=_KILL_WAIT_S)
+            except subprocess.TimeoutExpired:
+                pass  # it closed its input but keeps running: abort() below kills it
             error = self._proc.error(f"ffmpeg stopped while frames were being written to {str(self.path)!r} "
                                      f"({self.frames_written} frames written; {type(exc).__name__}).")
             self.abort()
@@ -1447,7 +1653,12 @@ class VideoWriter:
             self._proc.popen.stdin.close()
         except (BrokenPipeError, OSError):
             pass
-        rc = self._proc.wait()
+        if self._selector is not None:
+            self._selector.close()
+        try:
+            rc = self._finish_wait()
+        except _Stalled as exc:
+            raise self._stalled(f"showed no progress for {exc.seconds:g} s while finishing the file") from None
         if rc != 0 or not self._tmp.is_file():
             error = self._proc.error(f"ffmpeg failed to write {str(self.path)!r} (exit status {rc}) after "
                                      f"{self.frames_written} frames; nothing was saved.")
@@ -1456,6 +1667,70 @@ class VideoWriter:
         os.replace(self._tmp, self.path)
         self._result = self.path
         return self.path
+
+    _watchdog_fired = False  # set by the watchdog that bounds a blocking write where select cannot (Windows)
+
+    def _send(self, data: memoryview) -> None:
+        """Write all of ``data`` to ffmpeg's stdin; raise :class:`_Stalled` when it takes nothing for the timeout."""
+        stdin = self._proc.popen.stdin
+        if self._selector is None:
+            if self.stall_timeout_s is None:
+                stdin.write(data)
+                return
+
+            def fire() -> None:
+                self._watchdog_fired = True
+                self._proc.kill()  # the blocked write below then fails with a broken pipe
+            watchdog = threading.Timer(self.stall_timeout_s, fire)
+            watchdog.daemon = True
+            watchdog.start()
+            try:
+                stdin.write(data)
+            finally:
+                watchdog.cancel()
+            return
+        fd = stdin.fileno()
+        pos, size = 0, len(data)
+        while pos < size:
+            if not self._selector.select(self.stall_timeout_s):
+                raise _Stalled(self.stall_timeout_s)
+            try:
+                pos += os.write(fd, data[pos:pos + _PIPE_CHUNK])
+            except BlockingIOError:  # the reader took less than select promised; wait again
+                continue
+
+    def _finish_wait(self) -> int:
+        """Wait for ffmpeg to exit after its stdin closed, as long as it shows progress (CPU time, bytes)."""
+        if self.stall_timeout_s is None:
+            return self._proc.wait()
+        mark, since = self._proc.progress_mark(self._tmp), time.monotonic()
+        while True:
+            try:
+                self._proc.popen.wait(timeout=min(1.0, self.stall_timeout_s))
+                return self._proc.wait()
+            except subprocess.TimeoutExpired:
+                now_mark = self._proc.progress_mark(self._tmp)
+                if now_mark != mark:
+                    mark, since = now_mark, time.monotonic()
+                elif time.monotonic() - since >= self.stall_timeout_s:
+                    raise _Stalled(self.stall_timeout_s) from None
+
+    def _stalled(self, what: str) -> FFmpegError:
+        """Kill a stalled ffmpeg, drop the partial file, and return the error that says so."""
+        self._closed = True
+        self._proc.kill()
+        error = FFmpegError(
+            f"ffmpeg {what} while writing {str(self.path)!r} ({self.frames_written} frames written): it has "
+            "stalled, most often because the output folder is on a network mount (Google Drive) that stopped "
+            "answering, or the disk is full. ffmpeg was stopped and nothing was saved. Write the output to a local "
+            "folder (for example /content/results) and copy it afterwards, or allow more time "
+            "(VideoWriter(stall_timeout_s=...)).", args_list=self.args, returncode=self._proc.popen.returncode,
+            stderr_tail=self._proc.tail())
+        error.stalled = True  # type: ignore[attr-defined]
+        remover = threading.Thread(target=self._remove_tmp, name="nbhelpers-remove-partial", daemon=True)
+        remover.start()
+        remover.join(timeout=5)  # unlinking on a dead mount can block too: never wait for it for ever
+        return error
 
     def abort(self) -> None:
         """Stop ffmpeg and delete the partial file; the output path is left untouched. Safe to call twice."""
@@ -1493,6 +1768,14 @@ class VideoWriter:
         state = "done" if self._result else ("closed" if self._closed else "open")
         return (f"VideoWriter({self.path.name!r}, {self.width}x{self.height} px, {_fps_text(self.fps)} fps, "
                 f"frames_written={self.frames_written}, {state})")
+
+
+class _Stalled(Exception):
+    """ffmpeg made no progress for ``seconds`` (internal; turned into an FFmpegError)."""
+
+    def __init__(self, seconds: float):
+        super().__init__(seconds)
+        self.seconds = seconds
 
 
 def convert_to_25fps(src, dst, crf: int = 18) -> MediaInfo:

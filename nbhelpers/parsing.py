@@ -4,9 +4,12 @@ MuseTalk decides which pixels of the generated face to show with a face-parsing 
 ResNet-18 context path, trained by face-parsing.PyTorch on CelebAMask-HQ (file ``79999_iter.pth``). This module
 holds
 
-* :func:`face_mask`: the label map -> 0/255 mask step of each parsing mode (numpy + OpenCV, no torch);
+* :func:`face_mask`: the label map -> 0/255 mask step of each parsing mode (numpy + OpenCV, no torch), and
+  :func:`face_mask_torch`, the same on a batch of label maps on a torch device (equal bit for bit);
 * :class:`FaceParser`: loads ``face-parse-bisent/79999_iter.pth`` strictly into our BiSeNet and turns RGB images
-  into (N, 512, 512) label maps with the official preprocessing;
+  into (N, 512, 512) label maps with the official preprocessing (:meth:`FaceParser.labels`, host images), or the
+  squares of frames already on the device into label maps there (:meth:`FaceParser.labels_torch`, the PIL resize
+  done integer-exactly by :mod:`nbhelpers.resample`);
 * ``BiSeNet``: the network itself (a ``torch.nn.Module``), written from the parameter names and shapes of the
   official checkpoint (``shared/reference/checkpoints/bisenet-79999_iter.keys.json``). It is built on first access
   (``from nbhelpers.parsing import BiSeNet``) so that importing this module loads no torch.
@@ -32,7 +35,7 @@ from .errors import CheckpointError, FallbackWarning, InputError, WeightsError
 # import does not load torch.
 __all__ = [
     "BISENET_FILE", "N_CLASSES", "LABELS", "PARSING_MODES", "SKIN", "NOSE", "MOUTH", "UPPER_LIP", "LOWER_LIP",
-    "NECK", "face_mask", "check_parsing_args", "jaw_dilation_kernel", "jaw_erosion_kernel", "cheek_mask", "FaceParser",
+    "NECK", "face_mask", "face_mask_torch", "check_parsing_args", "jaw_dilation_kernel", "jaw_erosion_kernel", "cheek_mask", "FaceParser",
     "build_bisenet", "load_bisenet", "bisenet_path", "write_random_bisenet",
 ]
 
@@ -167,6 +170,81 @@ def face_mask(labels: np.ndarray, mode: str = "jaw", left_cheek_width: int = 90,
     region = np.where(cheeks, eroded, dilated) == 255                              # :101-102
     keep = (region & (labels != NOSE)) | np.isin(labels, (MOUTH, UPPER_LIP, LOWER_LIP))  # :103-105
     return np.where(keep, 255, 0).astype(np.uint8)
+
+
+def face_mask_torch(labels: Any, mode: str = "jaw", left_cheek_width: int = 90,
+                    right_cheek_width: int = 90) -> Any:
+    """:func:`face_mask` of a batch of label maps as torch ops on their device (equal bit for bit).
+
+    The jaw mode's ``cv2.dilate`` / ``cv2.erode`` are binary max / min filters over the kernels'
+    ones with OpenCV's anchor (the centre) and default border (outside pixels never win); they are done as max
+    pools over each kernel row's run of ones, shifted by the row's offset, which is exact for 0/1 images.
+
+    Args:
+        labels: (B, 512, 512) integer torch tensor (uint8 from :meth:`FaceParser.labels_torch`), any device.
+        mode: ``"jaw"``, ``"raw"`` or ``"neck"``.
+        left_cheek_width: Jaw mode only: central band width left of column 256, parsing pixels (0-256).
+        right_cheek_width: Jaw mode only: the same right of column 256.
+
+    Returns:
+        (B, 512, 512) uint8 tensor of 0/255 on ``labels``' device.
+
+    Raises:
+        InputError: When ``labels`` is not a (B, 512, 512) integer tensor, or the mode or a width is invalid.
+
+    Source: ``musetalk/utils/face_parsing/__init__.py:92-110`` (reference §7.3), as :func:`face_mask`.
+    """
+    import torch
+
+    check_parsing_args(mode, left_cheek_width, right_cheek_width)
+    if (not isinstance(labels, torch.Tensor) or labels.ndim != 3 or tuple(labels.shape[1:]) != (PARSING_SIZE,) * 2
+            or labels.dtype.is_floating_point or labels.dtype == torch.bool):
+        raise InputError(f"labels must be a (B, {PARSING_SIZE}, {PARSING_SIZE}) integer torch tensor of label maps; "
+                         f"got {getattr(labels, 'shape', type(labels).__name__)} {getattr(labels, 'dtype', '')}.")
+    device = labels.device
+    if mode in _KEEP:
+        keep = torch.isin(labels, torch.tensor(_KEEP[mode], dtype=labels.dtype, device=device))
+        return keep.to(torch.uint8) * 255
+    cheeks = torch.from_numpy(cheek_mask(left_cheek_width, right_cheek_width) == 255).to(device)
+    work = torch.float16 if device.type == "cuda" else torch.float32  # 0/1 values: exact in either
+    skin = (labels == SKIN).to(work)[:, None]                                              # :96
+    dilated = _binary_dilate(skin, jaw_dilation_kernel())                                  # :97
+    kernel = jaw_erosion_kernel()
+    eroded = dilated
+    for _ in range(2):                                                                     # :98, iterations=2
+        eroded = 1 - _binary_dilate(1 - eroded, kernel)  # erosion: outside pixels count as 1 (never win)
+    region = torch.where(cheeks, eroded[:, 0], dilated[:, 0]) > 0.5                        # :101-102
+    lips = torch.isin(labels, torch.tensor((MOUTH, UPPER_LIP, LOWER_LIP), dtype=labels.dtype, device=device))
+    keep = (region & (labels != NOSE)) | lips                                              # :103-105
+    return keep.to(torch.uint8) * 255
+
+
+def _binary_dilate(x: Any, kernel: np.ndarray) -> Any:
+    """OpenCV ``dilate`` of a (B, 1, H, W) 0/1 float tensor with a 0/1 kernel, centre anchor, zero outside.
+
+    ``out(y, x) = max over kernel ones (i, j) of in(y + i - ay, x + j - ax)``, no kernel flip (OpenCV's definition).
+    """
+    import torch
+    import torch.nn.functional as F
+
+    kh, kw = kernel.shape
+    ay, ax = kh // 2, kw // 2
+    height, width = x.shape[-2:]
+    padded = F.pad(x, (ax, kw - 1 - ax, ay, kh - 1 - ay), value=0.0)  # padded[y + i, x + j] = in(y+i-ay, x+j-ax)
+    runs: dict[tuple[int, int], Any] = {}
+    out = None
+    for i in range(kh):
+        cols = np.flatnonzero(kernel[i])
+        if cols.size == 0:
+            continue
+        for run in np.split(cols, np.flatnonzero(np.diff(cols) != 1) + 1):
+            start, length = int(run[0]), int(run.size)
+            if (start, length) not in runs:
+                pooled = F.max_pool2d(padded, (1, length), stride=1) if length > 1 else padded
+                runs[(start, length)] = pooled[..., start:start + width]
+            piece = runs[(start, length)][..., i:i + height, :]
+            out = piece if out is None else torch.maximum(out, piece)
+    return out
 
 
 def check_parsing_args(mode: str, left_cheek_width: int = 90, right_cheek_width: int = 90) -> None:
@@ -620,6 +698,63 @@ class FaceParser:
             result[sl] = out
         return result
 
+    def preprocess_torch(self, frames: Any, squares: Sequence[Sequence[int]], bgr: bool = True) -> Any:
+        """:meth:`preprocess` of the squares of frames already on a torch device, without leaving it.
+
+        The crop (black outside the frame) and the PIL BILINEAR resize to 512 are done by
+        :func:`nbhelpers.resample.crop_resize_batch`, bit-exact with PIL; the scaling and mean/std are the same
+        float32 operations as :meth:`preprocess`.
+
+        Args:
+            frames: (B, H, W, 3) uint8 torch tensor, any device.
+            squares: B ``(xs, ys, xe, ye)`` expanded squares (``blending.expanded_square``), frame pixels; may
+                extend past the frame.
+            bgr: The frames are BGR (OpenCV order, the pipeline's); they are flipped to RGB as the official code
+                does before parsing. False for RGB frames.
+
+        Returns:
+            (B, 3, 512, 512) float32 normalised RGB images on ``frames``' device.
+
+        Raises:
+            InputError: When ``frames`` is not (B, H, W, 3) uint8 or the squares do not match it.
+
+        Source: ``face_parsing/__init__.py:71-75,83-88``; ``blending.py:60`` (the crop).
+        """
+        import torch
+
+        from .resample import crop_resize_batch
+
+        _check_frames_torch(frames, squares)
+        images = crop_resize_batch(frames.permute(0, 3, 1, 2), squares, PARSING_SIZE, "bilinear")
+        if bgr:
+            images = images.flip(1)
+        mean = torch.tensor(IMAGENET_MEAN, dtype=torch.float32, device=frames.device).view(1, 3, 1, 1)
+        std = torch.tensor(IMAGENET_STD, dtype=torch.float32, device=frames.device).view(1, 3, 1, 1)
+        return (images.to(torch.float32) / 255.0 - mean) / std
+
+    def labels_torch(self, frames: Any, squares: Sequence[Sequence[int]], bgr: bool = True) -> Any:
+        """Label maps of the squares of a batch of frames on the parser's device (no host round trip).
+
+        Args:
+            frames: (B, H, W, 3) uint8 torch tensor; moved to the parser's device when elsewhere.
+            squares: B expanded squares ``(xs, ys, xe, ye)`` (see :meth:`preprocess_torch`).
+            bgr: Frames in BGR order (default) or RGB.
+
+        Returns:
+            (B, 512, 512) uint8 tensor of labels 0..18 on the parser's device. One forward pass: the caller
+            chooses B (``blending.prepare_materials_torch`` uses the parser's ``batch_size``).
+
+        Raises:
+            InputError: As :meth:`preprocess_torch`.
+
+        Source: ``face_parsing/__init__.py:83-90`` (``net(img)[0]``, argmax over classes).
+        """
+        import torch
+
+        x = self.preprocess_torch(frames.to(self.device, non_blocking=True), squares, bgr)
+        with torch.inference_mode():
+            return self.net.parse(x.to(self.dtype)).argmax(dim=1).to(torch.uint8)
+
     def masks(self, images_rgb: np.ndarray | Sequence[np.ndarray], mode: str = "jaw", left_cheek_width: int = 90,
               right_cheek_width: int = 90) -> np.ndarray:
         """:meth:`labels` followed by :func:`face_mask` for each image.
@@ -641,6 +776,20 @@ class FaceParser:
         for i, lab in enumerate(self.labels(images_rgb)):
             out[i] = face_mask(lab, mode, left_cheek_width, right_cheek_width)
         return out
+
+
+def _check_frames_torch(frames: Any, squares: Sequence[Sequence[int]]) -> None:
+    import torch
+
+    if (not isinstance(frames, torch.Tensor) or frames.ndim != 4 or frames.shape[3] != 3
+            or frames.dtype != torch.uint8):
+        raise InputError(f"frames must be a (B, H, W, 3) uint8 torch tensor; got "
+                         f"{getattr(frames, 'shape', type(frames).__name__)} {getattr(frames, 'dtype', '')}.")
+    if len(squares) != frames.shape[0]:
+        raise InputError(f"squares must have one entry per frame ({frames.shape[0]}); got {len(squares)}.")
+    for i, sq in enumerate(squares):
+        if len(sq) != 4 or int(sq[2]) - int(sq[0]) != int(sq[3]) - int(sq[1]) or int(sq[2]) <= int(sq[0]):
+            raise InputError(f"squares[{i}] must be (xs, ys, xe, ye) of a non-empty square; got {tuple(sq)!r}.")
 
 
 def _image_list(images_rgb: np.ndarray | Sequence[np.ndarray]) -> list[np.ndarray]:

@@ -39,7 +39,7 @@ import numpy as np
 from .config import InferenceConfig
 from .constants import FPS, SAMPLE_RATE
 from .engine import SourceFaces, Timings, flush_denormals
-from .errors import InputError, MediaError, NbHelpersError, WeightsError
+from .errors import InputError, MediaError, NbHelpersError
 from .framestore import FrameStore, output_frame_count
 from .result import ClipResult
 
@@ -56,11 +56,25 @@ def _as_input_path(value: Any, name: str) -> Path:
         raise InputError(f"{name} is required: give the path of a file; got {value!r}.")
     path = Path(os.fspath(value)).expanduser()
     if not path.exists():
-        raise InputError(f"{name} {str(path)!r} does not exist. Check the path (give the full path, or upload "
-                         "the file first).")
+        raise InputError(f"{name} {str(path)!r} does not exist. Check the path (upload the file first in "
+                         "notebook 02_media, or give the full path).")
     if path.is_dir():
         raise InputError(f"{name} {str(path)!r} is a folder; give a video, image or audio file.")
     return path
+
+
+def _check_media(value: Any, name: str, stream: str, fix: str):
+    from . import media
+
+    path = _as_input_path(value, name)
+    try:
+        info = media.probe(path)
+    except MediaError as exc:
+        what = "as a video or image" if stream == "video" else ""
+        raise InputError(f"{name} {str(path)!r} could not be read{' ' + what if what else ''}: {exc}") from exc
+    if not getattr(info, f"has_{stream}"):
+        raise InputError(f"{name} {str(path)!r} has no {stream} stream{fix}")
+    return path, info
 
 
 def check_video(video: Any):
@@ -72,16 +86,7 @@ def check_video(video: Any):
     Raises:
         InputError: Missing, a folder, unreadable, or without a video stream.
     """
-    from . import media
-
-    video_path = _as_input_path(video, "video")
-    try:
-        info = media.probe(video_path)
-    except MediaError as exc:
-        raise InputError(f"video {str(video_path)!r} could not be read as a video or image: {exc}") from exc
-    if not info.has_video:
-        raise InputError(f"video {str(video_path)!r} has no video stream; give a face video or photo.")
-    return video_path, info
+    return _check_media(video, "video", "video", "; give a face video or photo.")
 
 
 def check_audio(audio: Any):
@@ -93,17 +98,21 @@ def check_audio(audio: Any):
     Raises:
         InputError: Missing, a folder, unreadable, or without an audio stream.
     """
-    from . import media
+    return _check_media(audio, "audio", "audio", ". Give a speech file (wav, mp3, m4a, ogg, flac) or a video that "
+                        "carries sound.")
 
-    audio_path = _as_input_path(audio, "audio")
-    try:
-        info = media.probe(audio_path)
-    except MediaError as exc:
-        raise InputError(f"audio {str(audio_path)!r} could not be read: {exc}") from exc
-    if not info.has_audio:
-        raise InputError(f"audio {str(audio_path)!r} has no audio stream. Give a speech file (wav, mp3, m4a, "
-                         "ogg, flac) or a video that carries sound.")
-    return audio_path, info
+
+def speech_frames(waveform: np.ndarray, what: str = "audio") -> int:
+    """Output frames of a 16 kHz waveform, ``floor(seconds x 25)``, checked to be at least one.
+
+    Raises:
+        InputError: The audio lasts less than one frame (0.04 s).
+    """
+    n_out = output_frame_count(len(waveform))
+    if n_out < 1:
+        raise InputError(f"{what} lasts {len(waveform) / SAMPLE_RATE:.3f} s, shorter than one frame (1/{FPS} s); "
+                         "give at least 0.04 s of speech.")
+    return n_out
 
 
 def output_path_for(output: Any, video_path: Path, audio_path: Path) -> Path:
@@ -120,25 +129,20 @@ def output_path_for(output: Any, video_path: Path, audio_path: Path) -> Path:
     return path
 
 
-def check_weights_dir(weights_dir: Any, version: str) -> Path:
-    """The weights folder, checked for every file a job of ``version`` needs (presence only; cheap).
+def check_weights_dir(weights_dir: Any, version: str, landmark_backend: str = "auto") -> Path:
+    """The weights folder, checked for the presence of every file a job of ``version`` opens (cheap: no file is
+    read; :meth:`MuseTalkPipeline.check_weights` looks inside them).
 
     Raises:
-        WeightsError: The folder does not exist, or files are missing (names them and gives the download command).
+        WeightsError: The folder does not exist, or files are missing (names them and gives the download command
+            for that folder).
     """
     from . import weights
 
     weights_path = Path(weights_dir).expanduser() if weights_dir is not None else weights.default_dir()
-    sets = "core parsing" + (" v1" if version == "v1" else "")
-    fix = (f"`python -m nbhelpers download --weights {weights_path} --sets {sets}` (or run notebook 01_weights), "
-           "or point at a folder that holds them (--weights DIR, weights_dir=, NBHELPERS_WEIGHTS). Without network, "
-           "`python -m nbhelpers demo --tiny` shows the tool working on random test weights")
-    if not weights_path.is_dir():
-        raise WeightsError(f"the weights folder {weights_path} does not exist. Download the weights there with {fix}.")
-    missing = weights.missing_files(weights_path, weights.required_files(version, parsing=True))
-    if missing:
-        raise WeightsError(f"{len(missing)} weight file(s) missing under {weights_path}: {', '.join(missing)}. "
-                           f"Download them with {fix}.")
+    if not weights_path.is_dir() or weights.missing_files(weights_path,
+                                                          weights.required_files(version, parsing=True)):
+        weights.check_job_files(weights_path, version, landmark_backend)  # raises, naming the folder or the files
     return weights_path
 
 
@@ -166,7 +170,7 @@ def check_inputs(video: Any, audio: Any, output: Any = None, *, config: Inferenc
 
     gpu.check_device(config.device)
     video_path, video_info = check_video(video)
-    weights_path = check_weights_dir(weights_dir, config.version)
+    weights_path = check_weights_dir(weights_dir, config.version, config.landmark_backend)
     audio_path, audio_info = check_audio(audio)
     output_path = output_path_for(output, video_path, audio_path)
     if boxes is None and config.landmark_backend == "boxes":
@@ -288,7 +292,7 @@ class MuseTalkPipeline:
         self.device = torch.device(config.device or "cpu")
         self.dtype = torch.float16 if config.fp16 else torch.float32
         self._loaded: dict[str, Any] = {}
-        self._checked: dict[str, tuple[int, int]] = {}
+        self._checked: dict[str, tuple[int, int]] = {}  # weight file -> (size, mtime_ns) when last found usable
 
     # -- construction --------------------------------------------------------------------------------------------
 
@@ -339,7 +343,7 @@ class MuseTalkPipeline:
             changes["landmark_backend"] = landmark_backend
         base = base.replace(**changes)
         gpu.check_device(base.device)
-        weights_path = check_weights_dir(weights_dir, base.version)
+        weights_path = check_weights_dir(weights_dir, base.version, base.landmark_backend)
         plan = gpu.plan(kind="lipsync", config=base, n_frames=None, weights=_weights_kind(weights_path))
         planned = plan.config.replace(batch_size=base.batch_size)
         planned.reasons.update(plan.config.reasons)
@@ -347,40 +351,32 @@ class MuseTalkPipeline:
         pipe.check_weights()
         return pipe
 
-    def check_weights(self) -> None:
-        """Sniff every weight file of this version (and face parsing) once; cheap on later calls.
+    def check_weights(self, landmark_backend: str | None = None) -> None:
+        """Look inside every weight file a job opens (this version, face parsing and the landmark backend's files)
+        before any frame is decoded; later calls only compare each file's size and modification time.
 
-        A file is looked into again only when its size or modification time changed since the last check.
+        Args:
+            landmark_backend: The job's backend (default the pipeline's): ``"auto"`` checks the files of the
+                backend the automatic choice takes; ``"dlib"`` and ``"boxes"`` open no landmark file.
 
         Raises:
-            WeightsError: Files are missing or not weight files (an HTML page, a git-lfs pointer, truncated),
-                each named, with the download command for this folder.
+            WeightsError: Files are missing or not weight files (an HTML page, a git-lfs pointer, cut off), each
+                named, with the download command for this folder (:func:`nbhelpers.weights.check_job_files`).
         """
         from . import weights
 
-        names = weights.required_files(self.version, parsing=True)
-        missing = weights.missing_files(self.weights_dir, names)
-        if missing:
-            check_weights_dir(self.weights_dir, self.version)  # raises with the full message
-        bad = []
-        for rel in names:
-            entry = weights.MANIFEST.get(rel)
-            path = next((self.weights_dir / p for p in (rel, *entry.alternates) if (self.weights_dir / p).is_file()),
-                        self.weights_dir / rel)
-            st = path.stat()
-            key = (st.st_size, st.st_mtime_ns)
-            if self._checked.get(str(path)) == key:
-                continue
-            insp = weights.inspect_file(path)
-            if insp.bad:
-                bad.append(f"{path.relative_to(self.weights_dir).as_posix()}: {insp.state} ({insp.detail})")
-            else:
-                self._checked[str(path)] = key
-        if bad:
-            sets = "core parsing" + (" v1" if self.version == "v1" else "")
-            raise WeightsError(f"{len(bad)} weight file(s) under {self.weights_dir} are not usable:\n  "
-                               + "\n  ".join(bad) + f"\nDelete them and download them again with `python -m "
-                               f"nbhelpers download --weights {self.weights_dir} --sets {sets}`.")
+        backend = landmark_backend or self.config.landmark_backend
+        entries = weights.job_files(self.version, backend, parsing=True, directory=self.weights_dir)
+        keys = []
+        for entry in entries:
+            path = next((self.weights_dir / p for p in (entry.path, *entry.alternates)
+                         if (self.weights_dir / p).is_file()), None)
+            st = path.stat() if path is not None else None
+            keys.append((entry.path, st.st_size if st else -1, st.st_mtime_ns if st else -1))
+        if all(self._checked.get(k[0]) == k[1:] for k in keys):
+            return
+        weights.check_job_files(self.weights_dir, self.version, backend)
+        self._checked.update({k[0]: k[1:] for k in keys})
 
     # -- the models, loaded on first use ---------------------------------------------------------------------------
 
@@ -484,12 +480,13 @@ class MuseTalkPipeline:
         filled.reasons.update(config.reasons)
         return filled
 
-    def plan(self, kind: str, config: InferenceConfig, n_frames: int | None, frame_size: tuple[int, int] | None):
+    def plan(self, kind: str, config: InferenceConfig, n_frames: int | None, frame_size: tuple[int, int] | None,
+             source_frames: int | None = None):
         """The batch size of one job on this pipeline's device (:func:`nbhelpers.gpu.plan`); returns its config."""
         from . import gpu
 
         return gpu.plan(kind=kind, config=config, n_frames=n_frames, frame_size=frame_size,
-                        weights=_weights_kind(self.weights_dir)).config
+                        weights=_weights_kind(self.weights_dir), source_frames=source_frames).config
 
     def features(self, waveform: np.ndarray):
         """Whisper features of a 16 kHz mono waveform: (T, 50, 384) on the device, T = floor(seconds x 25).
@@ -552,15 +549,12 @@ class MuseTalkPipeline:
         # 1. check inputs: files, streams and weights, before anything heavy
         video_path, audio_path, output_path, _, video_info, _ = check_inputs(
             video, audio, output, config=config, weights_dir=self.weights_dir, boxes=boxes)
-        self.check_weights()
+        self.check_weights(config.landmark_backend)
 
         # 2. media: audio at 16 kHz; then only the 25 fps frames the audio reaches, streamed to local disk
         with timings.stage("media"):
             waveform = media.load_audio(audio_path)
-        n_out = output_frame_count(len(waveform))
-        if n_out < 1:
-            raise InputError(f"audio {str(audio_path)!r} lasts {len(waveform) / SAMPLE_RATE:.3f} s, shorter than one "
-                             f"frame (1/{FPS} s); give at least 0.04 s of speech.")
+        n_out = speech_frames(waveform, f"audio {str(audio_path)!r}")
         reader = media.load_video(video_path)
         # The ping-pong over n_out output frames uses source frames 0..min(n_out, N)-1 only, so a short clip over a
         # long video decodes, tracks, encodes and parses only those (the official code prepares every frame).
@@ -578,7 +572,7 @@ class MuseTalkPipeline:
                 raise MediaError(f"internal: decoded {len(store)} frames but tracked {track.n_frames}")
 
             # 4. gpu: batch size from free memory (user overrides kept)
-            config = self.plan("lipsync", config, n_out, store.frame_shape[:2])
+            config = self.plan("lipsync", config, n_out, store.frame_shape[:2], source_frames=len(store))
 
             # 5. models: loaded once per pipeline (no time here on a second job)
             with timings.stage("models"):
@@ -598,15 +592,22 @@ class MuseTalkPipeline:
                     latents = encode_frames(store, track.crop_boxes, face_frames, bundle.vae, seed=config.seed,
                                             mode=config.latent_mode, batch_size=batch)
 
-                # 8. parsing: blend material (feathered mask + expanded square) of each source frame with a face
+                # 8. parsing: blend material (feathered mask + expanded square) of each source frame with a face;
+                # on CUDA the frames go to the GPU once and the parsing, masks and blend stay there
+                source = SourceFaces(frames=store, latent_row=np.full(len(store), -1, dtype=np.int64),
+                                     latents=latents[:0], boxes=[], masks=[], squares=[]).to_device(self.device)
                 with timings.stage("parsing"):
                     parser = self.face_parser
                     parser.batch_size = batch
-                    materials = materials_for_frames(store, track.crop_boxes, face_frames, parser, config)
+                    materials = materials_for_frames(store, track.crop_boxes, face_frames, parser, config,
+                                                     frames_device=source.frames_device)
 
                 # 9-10. generate and blend: UNet + VAE decode per batch of output frames, paste back, encode
-                source = SourceFaces.from_materials(store, face_frames, latents, materials)
-                writer = media.VideoWriter(output_path, store.width, store.height, fps=FPS, audio=audio_path)
+                source = SourceFaces.from_materials(store, face_frames, latents, materials,
+                                                    frames_device=source.frames_device).to_device(self.device)
+                encoder = media.choose_encoder(config.encoder)
+                writer = media.VideoWriter(output_path, store.width, store.height, fps=FPS, audio=audio_path,
+                                           encoder=encoder)
                 with writer:
                     run(source, features, bundle, batch, n_out, writer, frame_callback=frame_callback,
                         timings=timings)
@@ -658,7 +659,7 @@ class MuseTalkPipeline:
         gpu.check_device(config.device)
         video_path, _ = check_video(video)
         audio_path = check_audio(audio)[0] if audio is not None else None
-        self.check_weights()
+        self.check_weights(config.landmark_backend)
         frames = media.frames_at(video_path, [int(frame_index)])
         if len(frames) != 1:
             raise InputError(f"frame_index {frame_index} is past the end of {str(video_path)!r}.")

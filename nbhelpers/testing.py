@@ -31,7 +31,14 @@ __all__ = ["register_tiny_writer", "tiny_writers", "make_tiny_weights", "WRITER_
 TINY_MARKER = "tiny.json"  # same as nbhelpers.weights.TINY_MARKER
 # Modules that register writers when imported; missing ones are skipped (they land as their issues do).
 WRITER_MODULES = ("nbhelpers.models", "nbhelpers.parsing", "nbhelpers.faces.s3fd", "nbhelpers.faces.dwpose_onnx",
-                  "nbhelpers.faces.dwpose_mmpose", "nbhelpers.faces.mmpose_backend")
+                  "nbhelpers.faces.dwpose_torch", "nbhelpers.faces.dwpose_mmpose", "nbhelpers.faces.mmpose_backend")
+
+# Writers that need a package of an optional extra: when it is not installed, the default run (every writer) leaves
+# that model out in silence and says so in tiny.json. A user of the ``[dlib]`` extra never needs the DWPose ONNX
+# model, and the CI-mode notebooks use dlib, so a warning there would only alarm. Asked for by name, the writer
+# runs anyway (and warns itself).
+WRITER_NEEDS: dict[str, tuple[str, ...]] = {"dwpose-onnx": ("onnx",)}
+FILE_MODE = 0o644  # every file of the tree (before the umask): the same as open() gives, whichever writer wrote it
 
 _WRITERS: dict[str, Callable[..., Any]] = {}
 
@@ -87,12 +94,15 @@ def make_tiny_weights(directory: str | os.PathLike, versions: Sequence[str] = ("
     (4 blocks of width 32: 256 px -> 32x32x4), ``whisper/{config.json, model.safetensors,
     preprocessor_config.json}`` (d_model 384, 4 encoder layers), plus whatever the face and parsing modules
     register (BiSeNet, S3FD, DWPose ONNX), and ``tiny.json``. Every file is written under a temporary name and
-    renamed. The same arguments give the same tensors.
+    renamed, and every file gets mode 0644 (less the umask). The same arguments give the same tensors. By default
+    a writer whose optional package is missing (:data:`WRITER_NEEDS`: the DWPose ONNX model needs ``onnx``) is
+    left out without a warning and named under ``left_out`` in ``tiny.json``.
 
     Args:
         directory: The weights dir to fill (created).
         versions: MuseTalk versions whose UNet to write: ``("v15",)``, ``("v15", "v1")``.
-        writers: Names of the registered writers to run (default: all), e.g. ``("unet", "vae", "whisper")``.
+        writers: Names of the registered writers to run, e.g. ``("unet", "vae", "whisper")``; default: every one
+            whose optional package is installed.
 
     Returns:
         ``directory`` as a Path.
@@ -117,7 +127,14 @@ def make_tiny_weights(directory: str | os.PathLike, versions: Sequence[str] = ("
     unknown = sorted(set(writers or ()) - set(available))
     if unknown:
         raise InputError(f"unknown tiny writer(s) {unknown}; registered: {', '.join(sorted(available))}.")
-    writers = {name: fn for name, fn in available.items() if writers is None or name in writers}
+    left_out = {}
+    if writers is None:
+        for name in available:
+            lacking = [pkg for pkg in WRITER_NEEDS.get(name, ()) if not _importable(pkg)]
+            if lacking:
+                left_out[name] = f"needs {', '.join(lacking)} (pip install {' '.join(lacking)})"
+    writers = {name: fn for name, fn in available.items()
+               if (writers is None and name not in left_out) or (writers is not None and name in writers)}
     timings = {}
     for name, fn in writers.items():
         start = time.monotonic()
@@ -135,8 +152,31 @@ def make_tiny_weights(directory: str | os.PathLike, versions: Sequence[str] = ("
     files = sorted(p.relative_to(root).as_posix() for p in root.rglob("*")
                    if p.is_file() and p.name != TINY_MARKER and not p.name.startswith("."))
     marker = {"kind": "nbhelpers tiny random weights (not for real use)", "versions": list(versions),
-              "writers": sorted(writers), "files": files, "seconds": timings}
+              "writers": sorted(writers), "left_out": left_out, "files": files, "seconds": timings}
     tmp = root / (TINY_MARKER + ".tmp")
     tmp.write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, root / TINY_MARKER)
+    _same_modes(root)
     return root
+
+
+def _importable(module: str) -> bool:
+    """True when ``module`` can be imported (found and not blocked), without importing it."""
+    import importlib.util
+    import sys
+
+    if module in sys.modules:
+        return sys.modules[module] is not None
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _same_modes(root: Path) -> None:
+    """Give every file of the tree :data:`FILE_MODE` less the umask (safetensors writes its files 0600)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in root.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            os.chmod(path, FILE_MODE & ~umask)

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from .config import PARSING_MODES, InferenceConfig
-from .constants import VERSIONS
+from .constants import ENCODERS, VERSIONS
 from .errors import InputError, MediaError
 
 VIDEO_SUFFIXES = (".mp4", ".m4v", ".mov", ".webm", ".mkv", ".avi")
@@ -46,7 +46,13 @@ _LABELS = {
                    "up (-); both versions, as the official app"),
     "batch_size": ("batch (frames)", "frames per UNet/VAE batch; auto = the planner's choice"),
     "fp16": ("precision", "fp16 on CUDA, fp32 on CPU; auto = the planner's choice"),
+    "encoder": ("video encoder", "libx264 CRF 18 preset medium (official); faster presets give bigger files or a "
+                "little less quality; nvenc/auto use the GPU's encoder when a test encode works, else libx264"),
 }
+_ENCODER_TEXT = {"libx264": "libx264 medium (official, CRF 18)", "libx264-fast": "libx264 fast",
+                 "libx264-faster": "libx264 faster", "libx264-veryfast": "libx264 veryfast",
+                 "libx264-superfast": "libx264 superfast", "libx264-ultrafast": "libx264 ultrafast",
+                 "auto": "auto (NVENC if it works, else libx264 medium)", "nvenc": "NVENC (GPU)"}
 PANEL_FIELDS = tuple(_LABELS)
 
 
@@ -189,6 +195,8 @@ class SettingsPanel:
             _, precision_text = self._planned()
             control = w.Dropdown(options=[(precision_text, "auto"), ("fp16", True), ("fp32", False)], value=value,
                                  **common)
+        elif name == "encoder":
+            control = w.Dropdown(options=[(_ENCODER_TEXT.get(e, e), e) for e in ENCODERS], value=value, **common)
         else:  # pragma: no cover - PANEL_FIELDS and this list are kept together
             raise KeyError(name)
         _set_tooltip(control, help_text)
@@ -287,7 +295,8 @@ def settings_panel(plan_or_config: Any = None, values: Mapping[str, Any] | None 
             "auto"), an :class:`InferenceConfig`, or None for the defaults.
         values: Field name -> value to start from (the headless path: a parameters cell supplies them). Names:
             version, extra_margin, parsing_mode, left_cheek_width, right_cheek_width, bbox_shift,
-            batch_size (int or "auto"), fp16 (True, False or "auto").
+            batch_size (int or "auto"), fp16 (True, False or "auto"), encoder (one of
+            :data:`nbhelpers.constants.ENCODERS`).
         use_widgets: Force (True) or avoid (False) ipywidgets; None uses them when installed.
 
     Returns:

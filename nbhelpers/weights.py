@@ -5,8 +5,8 @@ The layout is the official ``models/`` folder (reference §1.1), relative to one
     musetalkV15/unet.pth  musetalkV15/musetalk.json        (core, v1.5 UNet, about 3.4 GB)
     sd-vae/config.json    sd-vae/diffusion_pytorch_model.safetensors   (or the official .bin)
     whisper/config.json   whisper/model.safetensors (or pytorch_model.bin)   whisper/preprocessor_config.json
-    dwpose/dw-ll_ucoco_384.onnx                          (faces-onnx: the default landmark backend)
-    dwpose/dw-ll_ucoco_384.pth                           (faces-mmpose: only for the exact mmpose path)
+    dwpose/dw-ll_ucoco_384.pth                           (faces: DWPose for the default dwpose backend and mmpose)
+    dwpose/dw-ll_ucoco_384.onnx                          (faces-onnx: only for the optional dwpose-onnx backend)
     face-parse-bisent/79999_iter.pth                     (parsing)
     s3fd/s3fd-619a316812.pth                             (s3fd: the face box detector)
     musetalk/pytorch_model.bin  musetalk/musetalk.json   (v1: MuseTalk 1.0, only when asked)
@@ -69,7 +69,7 @@ from .errors import InputError, NbHelpersWarning, WeightsError
 __all__ = [
     "ENV_VAR", "DEFAULT_SETS", "SETS", "MANIFEST", "Fact", "Source", "WeightFile", "Manifest", "FileTable",
     "Inspection", "FileCheck", "VerifyReport", "DownloadRow", "DownloadReport", "default_dir", "drive_dir",
-    "list_files", "download", "verify", "inspect_file", "required_files", "missing_files", "expected_facts",
+    "list_files", "download", "verify", "check_job_files", "job_files", "inspect_file", "required_files", "missing_files", "expected_facts",
     "sha256_file", "is_tiny", "main",
 ]
 
@@ -253,17 +253,17 @@ _ENTRIES: tuple[WeightFile, ...] = (
         description="WhisperFeatureExtractor settings (80 mel bins, hop 160, 30 s chunks)",
         cited="reference §1.1; download_weights.sh:32-34"),
     WeightFile(
+        "dwpose-mmpose", "dwpose/dw-ll_ucoco_384.pth", ("faces", "faces-mmpose"), "torch",
+        _hub(_DWPOSE, "dw-ll_ucoco_384.pth"), approx_bytes=134_600_000,
+        description="DWPose mmengine checkpoint (state dict of 33.6 M values plus metadata; the estimate is a lower "
+                    "bound): the default landmark backend 'dwpose' (plain torch) and the exact mmpose path read it",
+        cited="reference §1.1; download_weights.sh:37-39, preprocessing.py:18-19"),
+    WeightFile(
         "dwpose-onnx", "dwpose/dw-ll_ucoco_384.onnx", ("faces-onnx",), "onnx", _hub(_DWPOSE, "dw-ll_ucoco_384.onnx"),
         approx_bytes=134_600_000,
-        description="DWPose RTMPose-l 384x288 whole-body, ONNX export (33.7 M values): the default landmark path, "
-                    "no mmcv needed",
+        description="DWPose RTMPose-l 384x288 whole-body, ONNX export (33.6 M values): only for the optional "
+                    "'dwpose-onnx' backend (onnxruntime)",
         cited="hub yzd-v/DWPose (the same repository as the .pth)"),
-    WeightFile(
-        "dwpose-mmpose", "dwpose/dw-ll_ucoco_384.pth", ("faces-mmpose",), "torch",
-        _hub(_DWPOSE, "dw-ll_ucoco_384.pth"), approx_bytes=134_600_000,
-        description="DWPose mmengine checkpoint for the exact official mmpose path (state dict of 33.7 M values "
-                    "plus metadata; the estimate is a lower bound)",
-        cited="reference §1.1; download_weights.sh:37-39, preprocessing.py:18-19"),
     WeightFile(
         "bisenet", "face-parse-bisent/79999_iter.pth", ("parsing",), "torch",
         (Source("hub", repo="ManyOtherFunctions/face-parse-bisent", filename="79999_iter.pth"),
@@ -310,15 +310,16 @@ _ENTRIES: tuple[WeightFile, ...] = (
 
 SETS: dict[str, str] = {
     "core": "MuseTalk 1.5 UNet + config, sd-vae-ft-mse, whisper-tiny (needed for every run)",
-    "faces-onnx": "DWPose as ONNX (the default landmark backend, onnxruntime)",
-    "faces-mmpose": "DWPose mmengine checkpoint (the exact official landmarks through mmpose)",
+    "faces": "DWPose checkpoint, the official .pth (the default landmark backend 'dwpose', and mmpose)",
+    "faces-onnx": "DWPose as ONNX (the optional 'dwpose-onnx' backend, onnxruntime)",
+    "faces-mmpose": "DWPose checkpoint for the exact official landmarks through mmpose (the same file as 'faces')",
     "parsing": "BiSeNet face parsing (the blending mask)",
     "s3fd": "S3FD face detector (the face box for the DWPose backends)",
     "v1": "MuseTalk 1.0 UNet + config (only for version='v1')",
     "syncnet": "LatentSync SyncNet (training only)",
     "quality": "SyncNet v2 for the LSE-D / LSE-C lip-sync score (nbhelpers.quality.sync_score)",
 }
-DEFAULT_SETS: tuple[str, ...] = ("core", "faces-onnx", "parsing", "s3fd")  # the v1.5 inference set, ~4.2 GB
+DEFAULT_SETS: tuple[str, ...] = ("core", "faces", "parsing", "s3fd")  # the v1.5 inference set, ~4.2 GB
 _ALIASES = {"default": DEFAULT_SETS, "v15": ("core",), "all": tuple(SETS)}
 
 
@@ -1269,6 +1270,142 @@ def verify(directory: str | os.PathLike | None = None, sets: str | Sequence[str]
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# The input check of a job: every file it will open, before any frame is decoded
+# ---------------------------------------------------------------------------------------------------------------
+
+# Weight sets each landmark backend opens (faces/registry.py NEEDS_WEIGHTS, by set name); dlib and boxes need none.
+_LANDMARK_SETS = {"dwpose": ("faces", "s3fd"), "dwpose-onnx": ("faces-onnx", "s3fd"),
+                  "mmpose": ("faces-mmpose", "s3fd")}
+# The modules that make "auto" try a backend (faces/registry.py AUTO_ORDER), in its order.
+_AUTO_ORDER = (("mmpose", "mmpose"), ("dwpose", "torch"), ("dwpose-onnx", "onnxruntime"))
+
+
+def _auto_landmark_sets(root: Path, manifest: Manifest) -> tuple[str, ...]:
+    """The sets the ``"auto"`` landmark choice would open: the first backend whose package is installed and whose
+    files are all present (found without importing anything); none when it would fall back to dlib."""
+    import importlib.util
+
+    for backend, module in _AUTO_ORDER:
+        try:
+            installed = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            installed = False
+        entries = manifest.select(_LANDMARK_SETS[backend])
+        if installed and all(any((root / q).is_file() for q in (e.path, *e.alternates)) for e in entries):
+            return _LANDMARK_SETS[backend]
+    return ()
+
+
+def job_files(version: str = "v15", landmark_backend: str = "auto", *, parsing: bool = True,
+              directory: str | os.PathLike | None = None, manifest: Manifest | None = None) -> list[WeightFile]:
+    """The manifest entries a lip-sync job or avatar opens, for its version and landmark backend.
+
+    Args:
+        version: ``"v15"`` or ``"v1"``.
+        landmark_backend: ``"auto"``, ``"dwpose"``, ``"dwpose-onnx"``, ``"mmpose"``, ``"dlib"`` or ``"boxes"``. For
+            ``"auto"`` the files of the backend that the automatic choice would take (see
+            :func:`nbhelpers.faces.get_backend`) are included when ``directory`` is given.
+        parsing: Include the BiSeNet face-parsing file.
+        directory: The weights dir, needed to predict the ``"auto"`` choice.
+        manifest: Another manifest (tests).
+
+    Returns:
+        The entries, in manifest order.
+
+    Raises:
+        InputError: Unknown version or landmark backend.
+
+    Source: reference §1.1 (the files inference.py, vae.py, face_parsing and preprocessing.py open).
+    """
+    manifest = MANIFEST if manifest is None else manifest
+    paths = required_files(version, parsing=parsing)  # raises InputError for an unknown version
+    if landmark_backend in _LANDMARK_SETS:
+        sets: tuple[str, ...] = _LANDMARK_SETS[landmark_backend]
+    elif landmark_backend == "auto":
+        sets = _auto_landmark_sets(Path(directory), manifest) if directory is not None else ()
+    elif landmark_backend in ("dlib", "boxes"):
+        sets = ()
+    else:
+        raise InputError(f"landmark_backend must be one of 'auto', 'dwpose', 'dwpose-onnx', 'mmpose', 'dlib', "
+                         f"'boxes'; got {landmark_backend!r}.")
+    names = {manifest.get(rel).name for rel in paths}
+    if sets:
+        names |= {e.name for e in manifest.select(sets)}
+    return [e for e in manifest if e.name in names]
+
+
+def check_job_files(directory: str | os.PathLike | None, version: str = "v15", landmark_backend: str = "auto", *,
+                    parsing: bool = True, manifest: Manifest | None = None) -> VerifyReport:
+    """Check every weight file a job will open, cheaply, before any frame is decoded or any model is built.
+
+    Each file of :func:`job_files` is looked at as :func:`verify` does without hashing (presence, a look inside
+    with :func:`inspect_file`: web pages, git-lfs pointers, cut-off or damaged files, and the size when a verified
+    one is known); on a 3.4 GB UNet this takes milliseconds. One error names every bad file.
+
+    Args:
+        directory: The weights dir; None = :func:`default_dir`.
+        version: ``"v15"`` or ``"v1"``.
+        landmark_backend: As in :class:`nbhelpers.config.InferenceConfig` (``"auto"``: the files of the backend
+            the automatic choice would take; ``"dlib"`` and ``"boxes"`` open no landmark file).
+        parsing: Include the BiSeNet face-parsing file (every job blends with it).
+        manifest: Another manifest (tests).
+
+    Returns:
+        :class:`VerifyReport` of the files checked (all usable).
+
+    Raises:
+        WeightsError: The folder does not exist (said so, not as a list of missing files), or some files are
+            missing or unusable: every one is named with what is wrong, and the fix is the download command for
+            that folder (``--weights DIR`` when it is not the default) and those sets.
+        InputError: Unknown version or landmark backend.
+
+    Source: none in the official code (it opens each file when its model is built, reference §1.1); failure
+    kind F11.
+    """
+    import shlex
+
+    manifest = MANIFEST if manifest is None else manifest
+    root = Path(directory).expanduser() if directory is not None else default_dir()
+    here = _same_dir(root, default_dir())
+    weights_arg = "" if here else f" --weights {shlex.quote(str(root))}"
+    if not root.is_dir():
+        what = "is a file, not a folder" if root.exists() else "does not exist"
+        raise WeightsError(
+            f"the weights folder {str(root)!r} {what}. Download the weights into it with "
+            f"`{DOWNLOAD_COMMAND}{weights_arg}` (or {NOTEBOOK}), or point the job at the folder that holds them "
+            "(--weights DIR, weights_dir=, or the NBHELPERS_WEIGHTS environment variable).")
+    entries = job_files(version, landmark_backend, parsing=parsing, directory=root, manifest=manifest)
+    state = _State(root)
+    checks = tuple(_check(e, root, state, deep=False) for e in entries)
+    report = VerifyReport(root, checks, deep=False, tiny=is_tiny(root))
+    if report.ok:
+        return report
+    bad = report.problems
+    lines = [f"{len(bad)} weight file(s) this job needs under {root} are not usable (checked before any frame is "
+             "read):"]
+    lines += [f"  {c.path}: {c.state} - {c.detail}" for c in bad]
+    sets: list[str] = []
+    for c in bad:
+        for s in manifest.get(c.name).sets[:1]:
+            if s not in sets:
+                sets.append(s)
+    states = {c.state for c in bad}
+    notes = []
+    if LFS_POINTER in states:
+        notes.append("git-lfs pointers mean the folder was cloned without git-lfs (`git lfs pull` in the clone "
+                     "also fixes them)")
+    if HTML_PAGE in states:
+        notes.append("a web page was saved instead of the file (a quota, login or virus-scan page)")
+    lines.append(f"Fix: run `{DOWNLOAD_COMMAND}{weights_arg} --sets {' '.join(sets)}` (or {NOTEBOOK}): it "
+                 "replaces bad files and fetches missing ones in that folder; or point the job at a folder that "
+                 "holds good copies (--weights DIR, weights_dir=, NBHELPERS_WEIGHTS)."
+                 + (f" Note: {'; '.join(notes)}." if notes else ""))
+    error = WeightsError("\n".join(lines))
+    error.report = report  # type: ignore[attr-defined]
+    raise error
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # download
 # ---------------------------------------------------------------------------------------------------------------
 
@@ -1633,7 +1770,8 @@ def _failure_message(root: Path, rows: Sequence[DownloadRow], manifest: Manifest
             "Fix: this machine cannot reach the weight hosts (no internet, or HF_HUB_OFFLINE is set). Copy the "
             f"files above into {root} by hand (the 'by hand' lines give each address), or point the job at a "
             "folder that already holds them: --weights DIR on the command line, weights_dir= in Python, or the "
-            "NBHELPERS_WEIGHTS environment variable (a shared Google Drive folder works).")
+            "NBHELPERS_WEIGHTS environment variable (a shared Google Drive folder works). To see the tool run "
+            "without any download: `python -m nbhelpers demo --tiny` (tiny random weights; the mouth is noise).")
     else:
         lines.append(
             "Fix: check the network and run the download again (finished files are kept; the hub client resumes "
@@ -1656,9 +1794,9 @@ def download(directory: str | os.PathLike | None = None, sets: str | Sequence[st
 
     Args:
         directory: The weights dir; None = :func:`default_dir`. Created if needed.
-        sets: Sets to fetch: ``"core"``, ``"faces-onnx"``, ``"faces-mmpose"``, ``"parsing"``, ``"s3fd"``,
-            ``"v1"``, ``"syncnet"``, ``"default"``, ``"all"``; None = the v1.5 inference set (core, faces-onnx,
-            parsing, s3fd: about 4.2 GB) unless ``files`` is given.
+        sets: Sets to fetch: ``"core"``, ``"faces"``, ``"faces-onnx"``, ``"faces-mmpose"``, ``"parsing"``,
+            ``"s3fd"``, ``"v1"``, ``"syncnet"``, ``"default"``, ``"all"``; None = the v1.5 inference set (core,
+            faces, parsing, s3fd: about 4.2 GB) unless ``files`` is given.
         files: Extra file names or layout paths (see :func:`list_files`).
         check_hash: Hash each fetched file when a sha256 is known (about 6 s per GB).
         manifest: Another manifest (tests).

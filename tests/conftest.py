@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,26 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("NBHELPERS_SHARED_DATA", ROOT.parent / "shared" / "data"))
 
 os.environ.setdefault("NBHELPERS_PROGRESS", "0")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config):
+    """Point the temp folder of this run, and of every process it starts, inside pytest's base temp folder.
+
+    The CI-mode work folder (``nbhelpers-ci-*``: tiny weights, clips, avatars, videos), frame stores
+    (``nbhelpers-frames-*``) of processes that end without cleaning up (notebook kernels, killed children) and
+    pip's unpacking all follow ``TMPDIR``. pytest removes its base folder after a green run
+    (``tmp_path_retention_policy = "failed"`` in pyproject.toml) and keeps it after a failure, so a green run
+    leaves nothing behind (it left about 450 MB) and a red one keeps everything to look at. The notebook kernels
+    inherit the variable, so they share one CI work folder per run. ``NBHELPERS_KEEP_TMPDIR=1`` opts out.
+    """
+    factory = getattr(config, "_tmp_path_factory", None)
+    if factory is None or os.environ.get("NBHELPERS_KEEP_TMPDIR") == "1":
+        return
+    folder = factory.getbasetemp() / "tmp"
+    folder.mkdir(exist_ok=True)
+    os.environ["TMPDIR"] = str(folder)
+    tempfile.tempdir = None  # gettempdir() reads TMPDIR again
 
 
 @pytest.fixture(scope="session")

@@ -251,7 +251,8 @@ class FakeParser:
 
 
 def test_prepare_material_parses_the_rgb_square_of_the_original(frames):
-    from tests.test_parsing import synthetic_labels
+    from test_parsing import synthetic_labels  # tests/ is on sys.path (rootdir-less test folder); a package
+    # named `tests` may be another's (IPython 7.34 puts IPython/extensions, which holds one, on sys.path)
 
     lab = synthetic_labels()
     parser = FakeParser(lab)

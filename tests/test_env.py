@@ -144,10 +144,47 @@ def test_install_missing_rejects_bad_lines():
         env.install_missing("/no/such/requirements.txt", dry_run=True)
 
 
-def test_requirements_file_is_found_in_a_checkout():
-    assert env.requirements_file("https://x", "v1") == str(ROOT / "requirements-colab.txt")
-    lines = env.read_requirements(env.requirements_file())
-    assert lines and all(">=" in line for line in lines)
+def test_colab_requirements_are_the_packages_colab_extra_and_nothing_is_read_by_url(tmp_path):
+    """00_setup read requirements-colab.txt from GitHub at run time: offline it failed, and the next cell then hit
+    a NameError (issue 14). What Colab lacks is now the [colab] extra, read from the checkout or the metadata."""
+    tomllib = pytest.importorskip("tomllib")
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["colab"]
+    assert env.colab_requirements() == extra and extra and all(">=" in line for line in extra)
+    assert env.install_missing(dry_run=True).rows[0].requirement == extra[0]
+    for address in ("https://github.com/x/y/raw/v1/requirements-colab.txt", "file:///tmp/r.txt"):
+        with pytest.raises(InputError, match="is an address; nothing is fetched at run time"):
+            env.read_requirements(address)
+    (tmp_path / "r.txt").write_text("# a comment\nsoxr>=0.3  # why\n-c pins.txt\n")
+    assert env.read_requirements(tmp_path / "r.txt") == ["soxr>=0.3"]
+
+
+def test_colab_requirements_from_the_installed_metadata(monkeypatch):
+    """Installed from git (no checkout beside the package), the extra comes from the distribution's metadata."""
+    monkeypatch.setattr(env, "_checkout_extra", lambda extra: None)
+    monkeypatch.setattr(env.metadata, "requires", lambda name: [
+        "numpy>=1.24", 'onnxruntime-gpu>=1.20; extra == "colab"', 'soxr>=0.3; extra == "colab"',
+        'pytest>=7.4; extra == "test"', 'tomli>=1; python_version < "3.0" and extra == "colab"'])
+    assert env.colab_requirements() == ["onnxruntime-gpu>=1.20", "soxr>=0.3"]
+
+    def absent(name):
+        raise env.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(env.metadata, "requires", absent)
+    with pytest.raises(InputError, match=r'pip install "musetalk-workbook\[colab\] @ git\+'):
+        env.colab_requirements()
+
+
+def test_check_setup_needs_no_earlier_cell(monkeypatch):
+    """00_setup's last cell reads the extra and finds the backend itself: it works when every cell before it failed
+    (issue 14: `NameError: name 'installs' is not defined`)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("dlib")
+    monkeypatch.setattr(env, "colab_requirements", lambda: ["pytest>=1.0", "onnxruntime-gpu>=999"])
+    message = env.check_setup(backend="dlib")
+    assert message.startswith("OK: 1 requirement satisfied; onnxruntime-gpu>=999 not needed by the dlib backend")
+    assert message.endswith("landmarks: dlib")
+    with pytest.raises(env.ResultCheckError, match="still missing: onnxruntime-gpu>=999; install it with"):
+        env.check_setup()
 
 
 def _wheel(folder: Path, name: str, version: str, requires: tuple[str, ...] = ()) -> Path:

@@ -1,6 +1,6 @@
 """The install recipes, statically (the dry-run resolves themselves run in ci/colab-resolve.sh, which needs PyPI).
 
-requirements-colab.txt: floors only, no protected package. environment.yml: parses, pins the Python/torch pair
+The [colab] extra (what Colab lacks): floors only, no protected package. environment.yml: parses, pins the Python/torch pair
 that has mmcv wheels, keeps torch out of pip. ci/resolve_check.py: its YAML fallback reads environment.yml as
 PyYAML does, and its verdict on pip reports flags exactly the protected changes.
 """
@@ -23,9 +23,10 @@ sys.modules["resolve_check"] = resolve_check
 spec.loader.exec_module(resolve_check)
 
 
-def test_requirements_colab_holds_floors_of_unprotected_packages_only():
-    lines = resolve_check.requirement_lines(ROOT / "requirements-colab.txt")
-    assert lines, "requirements-colab.txt is empty"
+def test_the_colab_extra_holds_floors_of_unprotected_packages_only():
+    pytest.importorskip("tomllib")
+    lines = resolve_check.colab_extra_lines()
+    assert lines, "the [colab] extra is empty"
     assert resolve_check.static_colab_problems(lines) == []
     assert {resolve_check.requirement_name(line) for line in lines}.isdisjoint(resolve_check.PROTECTED)
 
@@ -49,6 +50,26 @@ def test_colab_snapshot_pins_every_protected_package():
     for name in ("torch", "numpy", "transformers", "huggingface-hub", "ipywidgets", "opencv-python-headless"):
         assert name in pins
     assert pins["torch"].startswith("2.11") and pins["ipywidgets"] == "7.7.1"  # DESIGN.md's Colab
+    # The stack issue 14 describes (and tests/test_zz_environments.py builds): Colab late 2026.
+    assert (pins["numpy"], pins["transformers"], pins["huggingface-hub"], pins["ipython"], pins["ipykernel"],
+            pins["opencv-python"]) == ("2.1.3", "5.15.0", "1.27.0", "7.34.0", "6.17.1", "5.0.0.93")
+
+
+def test_the_snapshot_check_runs_a_real_resolve_of_the_pins(monkeypatch, tmp_path):
+    """ci/colab-preinstalled.txt listed transformers 5.20.2 with huggingface_hub 1.30 (5.20.2 needs >= 1.31): the
+    stand-ins carry no dependencies, so only a resolve of the pins themselves can see it."""
+    seen = {}
+
+    def fake_dry_run(venv, args):
+        seen["args"] = args
+        return None, "ERROR: Cannot install transformers==5.20.2 and huggingface-hub==1.30.0 because ..."
+
+    monkeypatch.setattr(resolve_check, "dry_run", fake_dry_run)
+    problems = resolve_check.snapshot_problems(tmp_path, {"transformers": "5.20.2", "huggingface-hub": "1.30.0"})
+    assert seen["args"][:1] == ["--ignore-installed"] and "transformers==5.20.2" in seen["args"]
+    assert problems and "not self-consistent" in problems[0] and "huggingface-hub==1.30.0" in problems[0]
+    monkeypatch.setattr(resolve_check, "dry_run", lambda venv, args: ({"install": []}, ""))
+    assert resolve_check.snapshot_problems(tmp_path, {"soxr": "0.5.0"}) == []
 
 
 def test_environment_yml():
@@ -61,6 +82,12 @@ def test_environment_yml():
     names = {resolve_check.requirement_name(line.removeprefix("-e ")) for line in pip_lines if line != "-e .[dlib]"}
     assert not names & {"torch", "torchvision", "torchaudio"}  # conda owns torch; pip must never replace it
     assert "-e .[dlib]" in pip_lines and "numpy<2" in pip_lines
+    # transformers 4.47+ does not run on torch 2.1 (4.57 broke even `import torchvision`); 4.46.3 does.
+    from packaging.requirements import Requirement
+
+    specs = {Requirement(line).name.lower(): Requirement(line).specifier for line in pip_lines if line[0] != "-"}
+    assert "4.46.3" in specs["transformers"] and "4.47.0" not in specs["transformers"]
+    assert "0.31.0" in specs["diffusers"] and "0.35.0" not in specs["diffusers"]
 
 
 def test_yaml_fallback_reads_environment_yml_as_pyyaml_does():
@@ -122,3 +149,45 @@ def test_mmpose_env_names_the_python_problem_before_building(tmp_path):
     proc = _mmpose_env(tmp_path / "o2", str(bare / "bin" / "python"))
     assert proc.returncode == 2 and "cannot import torch" in proc.stderr
     assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()
+
+
+# ------------------------------------------------------------------------------------------ pyproject metadata
+
+
+def test_pyproject_license_is_an_spdx_expression_that_setuptools_reads_without_deprecation():
+    """`project.license` as a TOML table stops being supported by setuptools after 2027-02-18 (PEP 639): it must
+    be an SPDX string with the licence text named in `license-files`, and setuptools must read it silently."""
+    import warnings
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    setuptools = pytest.importorskip("setuptools")
+    from setuptools.config.pyprojecttoml import apply_configuration
+    from setuptools.dist import Distribution
+
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    project = data["project"]
+    assert project["license"] == "MIT"
+    assert project["license-files"] and all((ROOT / f).is_file() for f in project["license-files"])
+    assert "MIT License" in (ROOT / "LICENSE").read_text(encoding="utf-8")
+    assert any(r.replace(" ", "").startswith("setuptools>=77") for r in data["build-system"]["requires"])
+    if tuple(int(x) for x in setuptools.__version__.split(".")[:2]) < (77, 0):
+        pytest.skip(f"setuptools {setuptools.__version__} here predates PEP 639 support (77)")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        dist = apply_configuration(Distribution(), ROOT / "pyproject.toml")
+    assert [str(w.message) for w in caught if "license" in str(w.message).lower()] == []
+    assert dist.metadata.license_expression == "MIT"
+
+
+def test_requirements_colab_txt_is_the_colab_extra():
+    """requirements-colab.txt (for pip -r beside a checkout) lists exactly the [colab] extra the setup cell installs,
+    and neither asks for torch, numpy, transformers or onnxruntime."""
+    import re
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    root = Path(__file__).resolve().parents[1]
+    extra = tomllib.loads((root / "pyproject.toml").read_text("utf-8"))["project"]["optional-dependencies"]["colab"]
+    lines = [line.split("#")[0].strip() for line in (root / "requirements-colab.txt").read_text("utf-8").splitlines()]
+    assert [line for line in lines if line] == extra
+    names = {re.split(r"[<>=!~ \[]", r, maxsplit=1)[0].lower() for r in extra}
+    assert not names & {"torch", "numpy", "transformers", "huggingface-hub", "onnxruntime", "onnxruntime-gpu"}

@@ -249,10 +249,10 @@ def test_decode_scaling_on_a_constant_latent():
     latents = values.reshape(-1, 1, 1, 1).repeat(1, 4, 32, 32).contiguous()
     out = decode(latents, vae)
     assert out.shape == (7, 256, 256, 3) and out.dtype == torch.uint8
-    # the decoder got z / 0.18215
-    torch.testing.assert_close(vae.decoded[0], latents / SCALE, rtol=0, atol=0)
+    # the decoder got (1 / 0.18215) * z, the official order (vae.py:96-108)
+    torch.testing.assert_close(vae.decoded[0], (1 / SCALE) * latents, rtol=0, atol=0)
     # the official numpy steps: (x / 2 + 0.5).clamp(0, 1), float32 x 255, round half to even
-    z = (values.numpy() / np.float32(SCALE)).astype(np.float32)
+    z = (values.numpy() * np.float32(1 / SCALE)).astype(np.float32)
     want = (np.clip(z / 2 + np.float32(0.5), 0, 1).astype(np.float32) * np.float32(255)).round().astype(np.uint8)
     assert out[:, 0, 0, 0].tolist() == want.tolist()
     assert want[0] == 0 and want[-1] == 255  # -0.5/0.18215 and 0.5/0.18215 are clamped
@@ -291,7 +291,7 @@ def test_decode_matches_the_official_numpy_path_on_a_real_vae(tiny_vae):
     latents = torch.randn(2, 4, 32, 32) * 0.5
     out = decode(latents, tiny_vae)
     with torch.no_grad():
-        image = tiny_vae.decode(latents / SCALE).sample
+        image = tiny_vae.decode((1 / SCALE) * latents).sample
     image = (image / 2 + 0.5).clamp(0, 1).permute(0, 2, 3, 1).float().numpy()
     want = (image * 255).round().astype(np.uint8)[..., ::-1]
     assert np.array_equal(out.numpy(), want)

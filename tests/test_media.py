@@ -364,7 +364,7 @@ def test_png_alpha_is_flattened(tmp_path):
     rgba = rng.integers(0, 256, size=(20, 30, 4), dtype=np.uint8)
     rgba[0, 0, 3], rgba[0, 1, 3] = 0, 255
     path = tmp_path / "alpha.png"
-    Image.fromarray(rgba, "RGBA").save(path)
+    Image.fromarray(rgba).save(path)  # (H, W, 4) uint8 is RGBA; Pillow 13 removed the mode argument
     alpha = rgba[..., 3:].astype(float) / 255
     for bg in [(0, 0, 0), (255, 255, 255), (10, 200, 30)]:
         expected = np.floor(rgba[..., :3][..., ::-1] * alpha + np.array(bg, float) * (1 - alpha) + 0.5)

@@ -77,11 +77,11 @@ def test_matching_wheel_is_found_over_http(index_url):
 def test_no_wheel_for_this_python_says_so_with_build_time(index_url):
     check = mim.check_mmcv_wheels(index_url, python="3.13", torch="2.1.0", cuda="cu118", platform="linux-x86_64")
     assert not check.ok and check.page_found and check.reachable and check.matching == ()
-    assert check.recommended_backend == "dwpose-onnx"
+    assert check.recommended_backend == "dwpose"
     text = check.message
     assert "No prebuilt mmcv 2.1.0 wheel for Python 3.13" in text
     assert "15-30 minutes on Colab" in text and "45-60 minutes on a 2-core machine" in text
-    assert "'dwpose-onnx'" in text
+    assert "'dwpose'" in text
     assert "cp310" in text and "cp38" in text  # which Pythons the page does serve
 
 
@@ -98,7 +98,7 @@ def test_missing_page_means_no_wheels_for_that_torch(index_url):
     check = mim.check_mmcv_wheels(index_url, python="3.10", torch="2.4.1+cu121", platform="linux-x86_64")
     assert not check.ok and not check.page_found and check.reachable
     assert check.page_url.endswith("/cu121/torch2.4/index.html")
-    assert "has no mmcv wheels for torch 2.4 with cu121" in check.message and "dwpose-onnx" in check.message
+    assert "has no mmcv wheels for torch 2.4 with cu121" in check.message and "'dwpose'" in check.message
 
 
 def test_page_named_the_way_mim_asks_is_found_too(index_url):
@@ -126,7 +126,7 @@ def test_unreachable_server_is_reported_not_raised():
     check = mim.check_mmcv_wheels(f"http://127.0.0.1:{port}", python="3.10", torch="2.1", cuda="cu118",
                                   platform="linux-x86_64", timeout=5)
     assert not check.ok and not check.reachable
-    assert "Could not reach" in check.message and "dwpose-onnx" in check.message
+    assert "Could not reach" in check.message and "'dwpose'" in check.message
 
 
 def test_bad_arguments_raise_input_error(index_url):

@@ -5,8 +5,10 @@ with ``PYTHON=.venv/bin/python bash ci/mmpose-env.sh`` (mmcv-lite + our ``mmcv.o
 ``PYTHONPATH=/tmp/overlay-mmpose .venv/bin/python -m pytest tests/test_mmpose.py``; the environment checks
 (tests/test_zz_environments.py) do both. Elsewhere they skip with that reason.
 
-The key check: the mmpose model with random weights, exported to ONNX, gives the same landmarks through the
-``dwpose-onnx`` backend (our own pre/post-processing) as through mmpose's ``inference_topdown``, to 0.5 px.
+The key checks: the mmpose model with random weights, exported to ONNX, gives the same landmarks through the
+``dwpose-onnx`` backend (our own pre/post-processing) as through mmpose's ``inference_topdown``, to 0.5 px; and the
+``dwpose`` backend (our torch network) loads the same checkpoint file as mmpose and gives the same SimCC vectors and
+landmarks, to 0.1 px in float32, with identical crop boxes.
 """
 
 from __future__ import annotations
@@ -190,3 +192,46 @@ def test_self_check_reports_versions_and_times(mb):
     report = mb.self_check(device="cpu")
     assert report["ok"] and report["weights"] == "random" and report["landmarks_shape"] == [68, 2]
     assert report["versions"]["mmpose"] and report["pass_seconds"] > 0
+
+
+@needs_mmpose
+def test_dwpose_torch_equals_mmpose_on_one_checkpoint_file(mb, frames, tmp_path):
+    """One random checkpoint in the official layout (BatchNorm statistics random too), loaded by mmpose's own
+    builder and by the dwpose backend: the raw SimCC vectors agree to float32 rounding, the landmarks to 0.1 px
+    (with and without the flip test), the crop boxes are identical, and a frame with no face gets none."""
+    import torch
+
+    from nbhelpers import faces
+    from nbhelpers.faces import dwpose_torch as dt
+
+    torch.set_num_threads(2)
+    path = dt.write_random_checkpoint(tmp_path / "models", seed=5)
+    mm_model = mb.build_pose_model(path, "cpu")
+    ours = dt.DWPoseBackend(tmp_path / "models", "cpu", face_detector=StubDetector(none={1}))
+    x = torch.from_numpy(codec.prepare_inputs(frames[:1])[0])
+    with torch.no_grad():
+        want = mm_model.head(mm_model.backbone(x))
+        got = ours.pose.net(x)
+    for a, b in zip(got, want, strict=True):
+        scale = float(b.abs().max())
+        print(f"dwpose vs mmpose SimCC vectors: max difference {float((a - b).abs().max()):.3g} (peak {scale:.3g})")
+        assert float((a - b).abs().max()) <= 1e-4 * scale, (float((a - b).abs().max()), scale)
+    mm = mb.MMPoseBackend(model=mm_model, face_detector=StubDetector(none={1}), device="cpu")
+    batch = np.stack([frames[0], frames[1], frames[1]])
+    a, b = ours.detect(batch), mm.detect(batch)
+    assert a[1] is None and b[1] is None
+    worst = 0.0
+    for i in (0, 2):
+        worst = max(worst, float(np.abs(a[i].landmarks - b[i].landmarks).max()))
+        np.testing.assert_array_equal(a[i].face_box, b[i].face_box)
+        assert faces.crop_box(a[i].landmarks, a[i].face_box, batch.shape[1:]) == \
+            faces.crop_box(b[i].landmarks, b[i].face_box, batch.shape[1:])
+    print(f"dwpose vs mmpose, fp32, shared video frames: max landmark difference {worst:.4f} px")
+    assert worst <= 0.1
+    assert len(np.unique(a[0].landmarks, axis=0)) > 20  # the random network's landmarks spread out
+    wide = np.ascontiguousarray(np.repeat(np.linspace(0, 255, 640, dtype=np.uint8)[None, :, None], 360, 0)
+                                .repeat(3, 2))
+    assert np.abs(ours.pose.keypoints(wide[None])[0] - mm.keypoints(wide[None])[0]).max() <= 0.1
+    plain = dt.DWPoseTorch(model=ours.pose.net, device="cpu", flip_test=False)
+    mm_model.test_cfg = dict(flip_test=False)
+    assert np.abs(plain.keypoints(frames[:1])[0] - mm.keypoints(frames[:1])[0]).max() <= 0.1

@@ -264,3 +264,87 @@ def test_detect_feeds_rgb_minus_bgr_means_and_scales_boxes_back(tiny_s3fd_file):
 def test_tiny_writer_is_registered_with_nbhelpers_testing():
     testing = pytest.importorskip("nbhelpers.testing")
     assert testing.tiny_writers().get("s3fd") is s3fd.write_tiny_s3fd
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Precision and device input (issue 16: S3FD in fp16, batched, on the device)
+# ------------------------------------------------------------------------------------------------------------
+
+def test_half_on_cpu_falls_back_to_float32_and_auto_is_float32_there(tiny_s3fd_file):
+    torch = pytest.importorskip("torch")
+    from nbhelpers.errors import FallbackWarning
+
+    with pytest.warns(FallbackWarning, match="float32"):
+        det = s3fd.S3FD(tiny_s3fd_file, device="cpu", dtype="float16")
+    assert det.dtype == torch.float32 and det.net.conv1_1.weight.dtype == torch.float32
+    assert s3fd.S3FD(tiny_s3fd_file, device="cpu", dtype="auto").dtype == torch.float32
+
+
+def test_torch_frames_give_the_same_boxes_as_numpy_frames(tiny_s3fd_file):
+    torch = pytest.importorskip("torch")
+    det = s3fd.S3FD(tiny_s3fd_file, device="cpu", batch_size=2)
+    det.net = _FakeNet(torch)
+    frames = np.zeros((3, 200, 400, 3), np.uint8)
+    frames[..., 0], frames[..., 1], frames[..., 2] = 10, 120, 200
+    assert det.detect(torch.from_numpy(frames)) == det.detect(frames)
+    assert det.net.inputs[0][0, :, 0, 0].tolist() == [96.0, 3.0, -113.0]
+    assert det.detect(torch.from_numpy(frames[0]), max_side=200)[0][:4] == (68, 28, 100, 60)
+    with pytest.raises(InputError, match="uint8"):
+        det.detect(torch.from_numpy(frames).float())
+
+
+class _OverflowingNet(_FakeNet):
+    """Returns non-finite outputs for half-precision input (an fp16 overflow), the fake face for float32."""
+
+    def __call__(self, x):
+        olist = super().__call__(x.float())
+        if x.dtype != self.torch.float32:
+            olist[1] = olist[1] * float("inf")
+        return olist
+
+    def float(self):
+        return self
+
+    def __deepcopy__(self, memo):  # the detector copies its net for the float32 rerun
+        return self
+
+
+def test_non_finite_half_outputs_rerun_in_float32_with_a_warning(tiny_s3fd_file):
+    torch = pytest.importorskip("torch")
+    from nbhelpers.errors import FallbackWarning
+
+    det = s3fd.S3FD(tiny_s3fd_file, device="cpu")
+    det.net, det.dtype = _OverflowingNet(torch), torch.float16  # as on CUDA in fp16, with a net that overflows
+    frame = np.zeros((200, 400, 3), np.uint8)
+    with pytest.warns(FallbackWarning, match="not finite"):
+        (found,) = det.detect(frame)
+    assert found[:4] == (34, 14, 50, 30)
+    assert det._net32 is not None and det._net32.inputs[-1].dtype == torch.float32
+
+
+@pytest.mark.gpu
+def test_fp16_on_cuda_stays_within_tolerance_of_fp32(tiny_s3fd_file, shared_data, ffmpeg):
+    import subprocess
+
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    raw = subprocess.run([ffmpeg, "-v", "error", "-i", str(shared_data / "face-sing-576x768-25fps.mp4"),
+                          "-frames:v", "4", "-f", "rawvideo", "-pix_fmt", "bgr24", "-"],
+                         check=True, capture_output=True, stdin=subprocess.DEVNULL).stdout
+    frames = torch.from_numpy(np.frombuffer(raw, np.uint8).reshape(-1, 768, 576, 3).copy()).cuda()
+    full = s3fd.S3FD(tiny_s3fd_file, device="cuda", dtype="float32", batch_size=4)
+    half = s3fd.S3FD(tiny_s3fd_file, device="cuda", dtype="auto", batch_size=4)
+    assert half.dtype == torch.float16
+    x = (frames.flip(-1).permute(0, 3, 1, 2).float() - torch.tensor(s3fd.MEAN, device="cuda").view(1, 3, 1, 1))
+    with torch.inference_mode():
+        o32 = [o.float() for o in full.net(x)]
+        o16 = [o.float() for o in half.net(x.half())]
+    for a, b in zip(o32, o16, strict=True):  # logits and box regressions: fp16 rounding only
+        assert torch.isfinite(b).all()
+        assert (a - b).abs().max() <= 0.01 * a.abs().max() + 0.02
+    # (decoded boxes are not compared: random regressions make exp() sizes overflow; decoding is tested on
+    # hand-built head outputs above, and it is the same float32 numpy code for both precisions)
+    found = half.detections(frames)  # the detector's own fp16 path on frames resident on the GPU
+    assert len(found) == len(frames) and all(np.isfinite(d[:, 4]).all() for d in found)
+    assert half._net32 is None  # no batch overflowed fp16

@@ -174,7 +174,8 @@ def test_panel_works_on_ipywidgets_8(tmp_path_factory):
     """Install ipywidgets 8 into a throwaway folder (this environment keeps Colab's 7.7.1) and run the panel."""
     target = tmp_path_factory.mktemp("ipywidgets8")
     install = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target",
-                              str(target), "ipywidgets>=8,<9", "widgetsnbextension>=4,<5", "jupyterlab_widgets>=3,<4"],
+                              str(target), "ipywidgets>=8,<9", "widgetsnbextension>=4,<5", "jupyterlab_widgets>=3,<4",
+                              "comm>=0.1.3"],  # ipywidgets 8 needs comm; Colab's ipykernel 6.17.1 does not bring it
                              capture_output=True, text=True, stdin=subprocess.DEVNULL)
     if install.returncode != 0:
         pytest.skip(f"could not install ipywidgets 8 from the package index: {install.stderr[-300:]}")

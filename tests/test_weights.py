@@ -112,8 +112,10 @@ def test_manifest_holds_every_file_of_the_layout_with_sources():
 def test_default_set_is_the_v15_inference_set_of_about_4_2_gb():
     table = w.list_files(None)
     names = {e.name for e in table.entries}
-    assert {"unet-v15", "vae", "whisper", "dwpose-onnx", "bisenet", "s3fd"} <= names
-    assert not names & {"unet-v1", "syncnet", "dwpose-mmpose"}
+    # DWPose as the official .pth (the dwpose backend, plain torch); the ONNX file is optional (issue 15)
+    assert {"unet-v15", "vae", "whisper", "dwpose-mmpose", "bisenet", "s3fd"} <= names
+    assert not names & {"unet-v1", "syncnet", "dwpose-onnx"}
+    assert w.MANIFEST.get("dwpose/dw-ll_ucoco_384.pth").sources[0].repo == "yzd-v/DWPose"  # download_weights.sh:37-39
     assert 3.9e9 < table.approx_total_bytes < 4.5e9
 
 

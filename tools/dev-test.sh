@@ -5,15 +5,14 @@
 #   bash tools/dev-test.sh            # uses ./.venv (made if missing)
 #   VENV=/tmp/v bash tools/dev-test.sh
 #
-# torch: on the project's development machines `torch==2.13.0` is the CPU build on local disk. Elsewhere set
-# TORCH_SPEC (e.g. TORCH_SPEC="torch --index-url https://download.pytorch.org/whl/cpu"). torch is installed
-# first, so nothing that depends on it can pull another build.
+# torch is installed first by tools/install.sh (the README's install step), so nothing that depends on it can pull
+# another build: a CPU build without a GPU (the local wheel on the project's machines, else PyTorch's CPU index),
+# PyPI's CUDA build with one; TORCH_SPEC overrides it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 PYTHON=${PYTHON:-python3.11}
 command -v "$PYTHON" >/dev/null || PYTHON=python3
-TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 PIP_PROGRESS_BAR=off
 
 start=$(date +%s)
@@ -22,9 +21,7 @@ echo "disk: $(free_gib) GiB free here at the start (a CI run peaks at about 4.2 
 if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi
-# shellcheck disable=SC2086
-"$VENV/bin/python" -m pip install -q $TORCH_SPEC
-"$VENV/bin/python" -m pip install -q -c ci/constraints-colab.txt -e ".[test]"
+PYTHON="$VENV/bin/python" bash tools/install.sh test
 echo "install: $(( $(date +%s) - start )) s, $(du -sm "$VENV" | cut -f1) MB in $VENV; disk: $(free_gib) GiB free"
 
 export NBHELPERS_MODE=ci NBHELPERS_PROGRESS=0 MPLBACKEND=Agg

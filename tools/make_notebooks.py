@@ -25,12 +25,13 @@ REPO = f"https://github.com/{ORG_REPO}"
 TAG = "v0.1.0"  # the release the notebooks install on Colab
 
 # The first code cell of every notebook (at most 3 lines, identical everywhere). On Colab it installs this
-# repository at the pinned release plus what Colab lacks (requirements-colab.txt: floors, never torch); elsewhere
-# it only imports and reports. get_ipython().run_line_magic is %pip in plain Python (a %-line cannot follow `if`).
+# repository at the pinned release with its [colab] extra (what Colab lacks: floors, never torch), in one pip call
+# that fetches nothing else at run time; elsewhere it only imports and reports. get_ipython().run_line_magic is
+# %pip in plain Python (a %-line cannot follow `if`).
 SETUP_CELL = (
     f'import sys; REPO, TAG = "{REPO}", "{TAG}"  # this workbook, pinned release\n'
-    'if "google.colab" in sys.modules: get_ipython().run_line_magic("pip", f"install -q git+{REPO}@{TAG} '
-    '-r {REPO}/raw/{TAG}/requirements-colab.txt")\n'
+    'if "google.colab" in sys.modules: get_ipython().run_line_magic("pip", '
+    'f\'install -q "musetalk-workbook[colab] @ git+{REPO}@{TAG}"\')\n'
     "import nbhelpers as nbh; nbh.setup()"
 )
 
@@ -101,16 +102,17 @@ SETUP_NB = opening(
     md("The planner reads your GPU's free memory and chooses the precision and the batch size for you; every later "
        "notebook asks it again."),
     code('env.plan("lipsync", MODE)', IGNORE),
-    md("## Install what is missing\n\nColab already has torch, numpy and transformers, so you install only the "
-       "light packages it lacks, at their minimum versions, and nothing protected is upgraded. Outside Colab you "
-       "only see what is missing."),
-    code('installs = env.install_missing(env.requirements_file(REPO, TAG), dry_run=MODE != "colab")\ninstalls',
-         IGNORE),
+    md("## Install what is missing\n\nColab already has torch, numpy and transformers, so the first cell "
+       "installed only the light packages it lacks (the package's `[colab]` extra), at their minimum versions, and "
+       "upgraded nothing protected. This table checks each one again and installs any still missing; outside Colab "
+       "you only see what is missing."),
+    code('env.install_missing(dry_run=MODE != "colab")  # the [colab] extra: what Colab lacks', IGNORE),
     md("If your table ends with a red restart line, choose *Runtime > Restart session* and run your notebook "
        "again from the top."),
     md("## Choose the landmark backend\n\nLandmarks place the crop box on your face. With `auto` you get mmpose "
-       "when it is installed, else DWPose in ONNX when its weights are there, else dlib; CI mode uses dlib, which "
-       "needs no download."),
+       "when it is installed, else DWPose in torch (`dwpose`: the official weights, on your GPU in half precision, "
+       "nothing extra to install), else DWPose in ONNX when onnxruntime and its file are there, else dlib; CI mode "
+       "uses dlib, which needs no download. The line below says which one runs and why."),
     code('from nbhelpers import faces\nbackend = faces.get_backend("dlib" if MODE == "ci" else "auto")\n'
          'print(backend.name, "-", backend.reason)'),
     md("## Optional: the exact official landmarks\n\nThe official pipeline finds landmarks with mmpose, which "
@@ -119,15 +121,16 @@ SETUP_NB = opening(
     code("from nbhelpers.faces import mim\nmim.check_mmcv_wheels()", IGNORE),
     md("Set `MMPOSE = True` in your parameters to install them: the install then verifies mmpose with one "
        "landmark pass in a fresh interpreter and reports how long it took. Otherwise you see the plan only, and "
-       "the default DWPose (ONNX) path gives you the same landmarks without mmcv."),
-    code('mim.install_mmpose(dry_run=not MMPOSE or MODE == "ci")', IGNORE),
+       "the default `dwpose` backend (DWPose in torch) gives you the same landmarks without mmcv."),
+    code('from nbhelpers.faces import mim\nmim.install_mmpose(dry_run=not MMPOSE or MODE == "ci")', IGNORE),
     md("## Optional: Google Drive\n\nMount Drive to keep your weights and results between sessions. In a workshop "
        "your teacher shares one weights folder: add a shortcut to it in *My Drive*, put its path in "
        "`DRIVE_WEIGHTS`, and you never download the weights yourself."),
     code("env.mount_drive(DRIVE_WEIGHTS, enabled=MOUNT_DRIVE)"),
     md("## Check\n\nThe last cell checks that your runtime is ready: every requirement is satisfied now, torch "
-       "imports, ffmpeg runs and a landmark backend is chosen. If something is missing, it says how to fix it."),
-    code("env.check_setup(installs, backend)"),
+       "imports, ffmpeg runs and a landmark backend is found. It needs no earlier cell to have worked, and if "
+       "something is missing, it says how to fix it."),
+    code('env.check_setup(backend="dlib" if MODE == "ci" else "auto")  # reads everything again itself'),
 ]
 
 WEIGHTS_NB = opening(
@@ -196,19 +199,23 @@ AVATAR_NB = opening(
     md("## Settings\n\nThe planner picks the device, precision and batch size for your GPU, and the panel lets you "
        "change them and the face settings. The controls only set values: after a change, run the next cell."),
     code('panel = ui.settings_panel(env.plan("avatar", MODE), values=SETTINGS)\npanel', IGNORE),
+    md("## Load the pipeline\n\nThe pipeline holds the models on your device, in the precision you chose. Each "
+       "model loads the first time a step needs it and then stays, so the preview, the avatar and every later run "
+       "reuse it. After changing the version or the precision in the panel, run this cell again."),
+    code("pipe = nbh.MuseTalkPipeline.from_pretrained(WEIGHTS, config=panel.config)\npipe"),
     md("## Preview the first frame\n\nBefore the full run, you see on your first frame the crop box, the landmarks, "
        "the blend mask and the repainted mouth."),
-    code("from nbhelpers import pipeline\npipeline.preview(video, config=panel.config, weights_dir=WEIGHTS)"),
+    code("pipe.preview(video, config=panel.config)"),
     md("## Prepare\n\nPreparing reads every frame once and stores the faces, latents and masks in your avatar "
        "folder, with a progress bar per stage."),
     code('AVATAR_DIR = env.work_dir(MODE) / "avatars" / "my-avatar"\n'
-         "avatar = nbh.prepare_avatar(video, AVATAR_DIR, config=panel.config, weights_dir=WEIGHTS)\navatar", IGNORE),
+         "avatar = pipe.prepare_avatar(video, AVATAR_DIR, config=panel.config)\navatar", IGNORE),
     md("## Look at the boxes and masks\n\nEach panel shows one of your frames with its crop box (green) and the "
        "blend mask (red) where the mouth is repainted."),
     code("ui.plot_faces(video, avatar)"),
     md("## Load it again\n\nPreparing again with the same settings loads your avatar from its folder instead of "
        "recomputing it."),
-    code("again = nbh.prepare_avatar(video, AVATAR_DIR, config=panel.config, weights_dir=WEIGHTS)\nagain", IGNORE),
+    code("again = pipe.prepare_avatar(video, AVATAR_DIR, config=panel.config)\nagain", IGNORE),
     md("## Check\n\nThe last cell checks that your second call loaded the cache."),
     code("env.check_result(again, from_cache=True)"),
 ]
@@ -228,10 +235,14 @@ LIPSYNC_NB = opening(
     md("## Settings\n\nThe planner picks the device, precision and batch size for your GPU, and the panel lets you "
        "change them and the face settings. The controls only set values: after a change, run the next cell."),
     code('panel = ui.settings_panel(env.plan("lipsync", MODE), values=SETTINGS)\npanel', IGNORE),
-    md("## Run\n\nThis runs every stage with a progress bar: faces, parsing, latents, generation, paste-back and "
+    md("## Load the pipeline\n\nThe pipeline holds the models on your device, in the precision you chose. They load "
+       "during your first run and stay, so running again with other face settings starts at once. After changing "
+       "the version or the precision in the panel, run this cell again."),
+    code("pipe = nbh.MuseTalkPipeline.from_pretrained(WEIGHTS, config=panel.config)\npipe"),
+    md("## Run\n\nThis runs every stage with a progress bar: faces, latents, parsing, generation, paste-back and "
        "encoding. Your result plays here when it is done."),
-    code('result = nbh.lipsync(video, audio, env.work_dir(MODE) / "lipsync.mp4", config=panel.config, '
-         "weights_dir=WEIGHTS)\nresult", IGNORE),
+    code('result = pipe.lipsync(video, audio, env.work_dir(MODE) / "lipsync.mp4", config=panel.config)\nresult',
+         IGNORE),
     md("## Where the time went\n\nThe chart shows the seconds each stage took on your runtime."),
     code("ui.plot_timings(result.timings)", IGNORE),
     md("## Compare\n\nWatch your source and your result side by side."),
@@ -258,10 +269,13 @@ REALTIME_NB = opening(
     md("## Settings\n\nThe planner picks the realtime batch size for your GPU; the controls only set values, so "
        "after a change you run the next cell."),
     code('panel = ui.settings_panel(env.plan("realtime", MODE), values=SETTINGS)\npanel', IGNORE),
+    md("## Load the pipeline\n\nThe pipeline holds the models on your device; your avatar generates every clip "
+       "with them."),
+    code("pipe = nbh.MuseTalkPipeline.from_pretrained(WEIGHTS, config=panel.config)\npipe"),
     md("## Prepare or load the avatar\n\nIf you prepared this video in 03_avatar with the same settings, your "
        "avatar loads from its folder in seconds."),
-    code('avatar = nbh.prepare_avatar(video, env.work_dir(MODE) / "avatars" / "my-avatar", config=panel.config, '
-         "weights_dir=WEIGHTS)\navatar", IGNORE),
+    code('avatar = pipe.prepare_avatar(video, env.work_dir(MODE) / "avatars" / "my-avatar", config=panel.config)\n'
+         "avatar", IGNORE),
     md("## Load the models\n\nYou load the models once for all your clips, so the speeds below measure only the "
        "work each clip needs."),
     code("avatar.load_models()", IGNORE),

@@ -11,7 +11,9 @@ when it is built.
 Backends (``faces.BACKENDS``, name -> factory imported lazily):
 
 - ``"mmpose"``: the official DWPose landmarks through OpenMMLab, plus S3FD (exact; needs mmcv).
-- ``"dwpose-onnx"``: the same DWPose network exported to ONNX, plus S3FD (the Colab default; needs onnxruntime).
+- ``"dwpose"``: the same DWPose network written in torch, from the same ``.pth``, plus S3FD (the default wherever
+  torch runs, Colab included: float16 on the GPU, batched; no mmcv, no onnxruntime).
+- ``"dwpose-onnx"``: the same DWPose network exported to ONNX, plus S3FD (optional; needs onnxruntime).
 - ``"dlib"``: dlib's detector and 68-point predictor (no weights to download; tests and CI use it).
 
 ``get_backend("auto")`` picks the first usable in that order and says why in the backend's ``reason``.

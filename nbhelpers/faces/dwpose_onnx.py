@@ -31,7 +31,62 @@ from .base import FaceResult
 
 ONNX_FILE = "dwpose/dw-ll_ucoco_384.onnx"  # relative to the weights dir (official models/ layout)
 S3FD_FILE = "s3fd/s3fd-619a316812.pth"
-ONNX_INSTALL = "pip install onnxruntime-gpu   (or: pip install onnxruntime  on a CPU-only machine)"
+ONNX_INSTALL = "pip install onnxruntime-gpu   (or: pip install onnxruntime  on a CPU-only machine)"  # see install_hint
+
+
+def onnxruntime_requirement(cuda: str | None) -> str:
+    """The onnxruntime distribution whose CUDA provider matches a torch build's CUDA version.
+
+    onnxruntime-gpu's CUDA provider links one CUDA major version: PyPI's builds up to 1.18 link CUDA 11.8, 1.19 to
+    1.26 link CUDA 12 (1.26.0 is the last), 1.27 and later CUDA 13 (``libcublas.so.13``). A build for another major
+    than torch's does not load its CUDA provider and DWPose silently runs on the CPU.
+
+    Args:
+        cuda: ``torch.version.cuda`` (``"12.8"``, ``"13.0"``...), or None for a CPU-only torch (or no torch).
+
+    Returns:
+        A pip requirement: ``"onnxruntime"`` (CPU), ``"onnxruntime-gpu>=1.16,<1.19"`` (CUDA 11),
+        ``"onnxruntime-gpu>=1.19,<1.27"`` (CUDA 12) or ``"onnxruntime-gpu>=1.27"`` (CUDA 13 and later).
+
+    Source: onnxruntime's CUDA execution provider requirements (CUDA 12 the PyPI default from 1.19);
+    shared/reference/environment-notes.md (1.26.0 the last CUDA 12 build).
+    """
+    if not cuda:
+        return "onnxruntime"
+    try:
+        major = int(str(cuda).split(".", 1)[0])
+    except ValueError:
+        return "onnxruntime-gpu"
+    if major <= 11:
+        return "onnxruntime-gpu>=1.16,<1.19"
+    if major == 12:
+        return "onnxruntime-gpu>=1.19,<1.27"
+    return "onnxruntime-gpu>=1.27"
+
+
+def install_hint(import_torch: bool = True) -> str:
+    """The pip line for the onnxruntime build that matches the installed torch's CUDA (see
+    :func:`onnxruntime_requirement`); ``pip install onnxruntime`` when torch has no CUDA or is missing.
+
+    Args:
+        import_torch: Import torch to read its CUDA version (False: only when torch is already imported; else
+            the general line :data:`ONNX_INSTALL`).
+    """
+    import sys
+
+    if not import_torch and "torch" not in sys.modules:
+        return ONNX_INSTALL + " -- pick the onnxruntime-gpu build for torch's CUDA: <1.27 for CUDA 12, >=1.27 for 13"
+    cuda = None
+    if importlib.util.find_spec("torch") is not None:
+        try:
+            import torch
+
+            cuda = torch.version.cuda
+        except Exception:  # noqa: BLE001 - a broken torch: the CPU build is the safe hint
+            cuda = None
+    req = onnxruntime_requirement(cuda)
+    where = f"matches torch's CUDA {cuda}" if cuda else "torch has no CUDA here"
+    return (f'pip install "{req}"   ({where}; the default landmark backend \'dwpose\' needs no onnxruntime)')
 
 
 @dataclass(frozen=True)
@@ -71,7 +126,7 @@ def is_available(weights_dir: str | os.PathLike | None = None) -> Availability:
     Source: none (ours; the official code loads both models at import, `preprocessing.py:15-23`).
     """
     if importlib.util.find_spec("onnxruntime") is None:
-        return Availability(False, f"onnxruntime is not installed: {ONNX_INSTALL}")
+        return Availability(False, f"onnxruntime is not installed: {install_hint(import_torch=False)}")
     try:
         root = Path(weights_dir) if weights_dir is not None else _default_weights_dir()
     except InputError as exc:
@@ -97,7 +152,8 @@ def _providers(device: str | None) -> tuple[list, str]:
         if not has_cuda:
             warnings.warn(f"device={device!r} was asked for DWPose, but this onnxruntime has no CUDA provider "
                           f"(providers: {available}); running DWPose on the CPU instead, which is much slower. "
-                          f"Install onnxruntime-gpu to use the GPU.", FallbackWarning, stacklevel=3)
+                          f"Install the build that matches torch's CUDA: {install_hint()}.", FallbackWarning,
+                          stacklevel=3)
             return ["CPUExecutionProvider"], "cpu"
         index = int(dev.split(":", 1)[1]) if ":" in dev else 0
         return [("CUDAExecutionProvider", {"device_id": index}), "CPUExecutionProvider"], f"cuda:{index}"
@@ -137,11 +193,13 @@ class DWPoseOnnx:
 
     def __init__(self, onnx_path: str | os.PathLike, device: str | None = None, *, flip_test: bool = True,
                  batch_size: int = 8):
-        ort = require("onnxruntime", ONNX_INSTALL)
+        ort = require("onnxruntime", install_hint())
         path = Path(onnx_path)
         if not path.is_file():
-            raise WeightsError(f"DWPose ONNX file {str(path)!r} does not exist: download the weights "
-                               f"(notebooks/00_setup.ipynb, weights.download) or pass the right weights_dir")
+            raise WeightsError(f"DWPose ONNX file {str(path)!r} does not exist. It is an optional weight set: "
+                               "`python -m nbhelpers download --sets faces-onnx` (or weights.download(sets="
+                               "['faces-onnx'])), or pass the right weights_dir. The default 'dwpose' backend needs "
+                               "no ONNX file (it reads dwpose/dw-ll_ucoco_384.pth)")
         if not isinstance(batch_size, int) or batch_size < 1:
             raise InputError(f"batch_size={batch_size!r}: expected an int >= 1 (frames per DWPose call)")
         providers, self.device = _providers(device)

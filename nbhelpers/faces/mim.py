@@ -11,8 +11,8 @@ matches this Python, torch and CUDA. Only if the user still wants it does :func:
 with a constraints file that holds torch, torchvision and numpy at their installed versions (it never changes
 them), then verifies the import and one landmark pass in a fresh interpreter and reports the time taken.
 
-Without a wheel, the ``dwpose-onnx`` backend gives the same landmarks (same weights, same pre- and
-post-processing) with no mmcv at all; it is the default on Colab.
+Without a wheel, the ``dwpose`` backend gives the same landmarks (the same .pth, network and pre- and
+post-processing, in plain torch) with no mmcv at all; it is the default on Colab.
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ class WheelCheck:
         listed: File names of every mmcv wheel on the page.
         page_found: False when the page does not exist (no wheels at all for this torch/CUDA pair).
         reachable: False when the server could not be reached (offline, firewall); nothing is known then.
-        recommended_backend: ``"mmpose"`` when ok, else ``"dwpose-onnx"``.
+        recommended_backend: ``"mmpose"`` when ok, else ``"dwpose"``.
         message: The verdict in words, with the expected build time when no wheel matches.
     """
 
@@ -143,7 +143,7 @@ class WheelCheck:
     listed: tuple[str, ...] = ()
     page_found: bool = True
     reachable: bool = True
-    recommended_backend: str = "dwpose-onnx"
+    recommended_backend: str = "dwpose"
     message: str = ""
 
     def __str__(self) -> str:
@@ -318,7 +318,7 @@ def check_mmcv_wheels(index_url: str = OPENMMLAB_MMCV_INDEX, python: str | None 
 
     Returns:
         :class:`WheelCheck`. Never raises for a missing page or an unreachable server: ``page_found`` /
-        ``reachable`` say so, and ``message`` gives the expected build time and recommends ``dwpose-onnx``.
+        ``reachable`` say so, and ``message`` gives the expected build time and recommends ``dwpose``.
 
     Raises:
         InputError: ``python``, ``torch`` or ``cuda`` is not a version string; ``torch`` is None and torch is not
@@ -347,8 +347,8 @@ def check_mmcv_wheels(index_url: str = OPENMMLAB_MMCV_INDEX, python: str | None 
     others = [t for t in (BUILD_TIME_COLAB, BUILD_TIME_2_CORES) if t not in here]
     fallback = (f"Compiling mmcv from source instead would take {here}"
                 + (f" (for reference: {', '.join(others)})" if others else "")
-                + " and can fail against new torch. Use the 'dwpose-onnx' landmark backend: the same DWPose weights "
-                "and maths, no mmcv.")
+                + " and can fail against new torch. Use the 'dwpose' landmark backend: the same DWPose weights "
+                "and maths in plain torch, no mmcv.")
 
     for page in pages:
         text, reachable, error = _fetch(page, timeout)

@@ -36,7 +36,6 @@ from ..errors import (
     FallbackWarning,
     InputError,
     MissingDependencyError,
-    NbHelpersWarning,
     WeightsError,
 )
 from . import dwpose_codec as codec
@@ -45,7 +44,7 @@ from .dwpose_onnx import S3FD_FILE, Availability, _default_weights_dir, build_s3
 
 CHECKPOINT_FILE = "dwpose/dw-ll_ucoco_384.pth"  # relative to the weights dir (official models/ layout)
 INSTALL_HINT = ("mmpose is not importable. Install it with nbhelpers.faces.mim.install_mmpose() (see "
-                "notebooks/00_setup.ipynb), or use the 'dwpose-onnx' backend, which gives the same landmarks "
+                "notebooks/00_setup.ipynb), or use the 'dwpose' backend, which gives the same landmarks "
                 "without mmcv")
 
 # The SimCC codec. Source: rtmpose-l_8xb32-270e_coco-ubody-wholebody-384x288.py:44-50 (reference §3.1).
@@ -232,42 +231,49 @@ def _torch_device(device: str | None) -> str:
     return dev
 
 
-def load_checkpoint_state(path: str | os.PathLike) -> tuple[dict, dict]:
+def load_checkpoint_state(path: str | os.PathLike, trusted_sha256: str | None = None,
+                          expected_size: int | None = None, *, allow_pickle: bool = False) -> tuple[dict, dict]:
     """Read an mmpose checkpoint: its state dict and its ``meta`` (empty when absent).
 
-    Tries ``torch.load(weights_only=True)`` first. Checkpoints written by mmengine often pickle extra objects in
-    ``meta`` (numpy arrays, message hubs) that the safe loader refuses; those are then read with
-    ``weights_only=False`` after a warning, which is acceptable for the official file whose SHA-256 the weights
-    manifest checks.
+    The file goes through the package's one loading policy, :func:`nbhelpers.models.load_checkpoint`: it is
+    inspected first (a web page, git-lfs pointer or cut-off file is refused by name), read with
+    ``weights_only=True`` when it holds only tensors, and unpickled in full (mmengine checkpoints often pickle
+    numpy arrays or message hubs in ``meta``) only when its sha256 or size matches a verified value. Those values
+    come from the arguments or, for a file in the official layout (``<weights dir>/dwpose/dw-ll_ucoco_384.pth``),
+    from :func:`nbhelpers.weights.expected_facts` (the hub's sha256 and size recorded when
+    ``nbhelpers.weights.download`` fetched it). A file that would need a full unpickle and matches nothing is
+    refused, never loaded with a warning.
 
     Args:
         path: The ``.pth`` file.
+        trusted_sha256: Hex sha256 that allows a full unpickle (default: the recorded facts of the weights dir).
+        expected_size: Size in bytes that allows a full unpickle when no sha256 is known (default: as above).
+        allow_pickle: Unpickle in full without checks: only for a file you trust.
 
     Returns:
         ``(state_dict, meta)``; a leading ``"module."`` on every key (a DataParallel save) is removed.
 
     Raises:
-        WeightsError: The file is missing or unreadable.
+        WeightsError: The file is missing, is an HTML page / git-lfs pointer / cut off / damaged, holds Python
+            objects and matches no verified sha256 or size, or is not a dict checkpoint.
 
-    Source: `preprocessing.py:17-19`, `[mmpose] apis/inference.py:104-111` (checkpoint state dict and meta).
+    Source: `preprocessing.py:17-19`, `[mmpose] apis/inference.py:104-111` (checkpoint state dict and meta);
+    failure kinds F11, F12.
     """
-    import torch
+    from .. import weights as _weights
+    from ..models import load_checkpoint
 
     path = Path(path)
     if not path.is_file():
-        raise WeightsError(f"DWPose checkpoint {str(path)!r} does not exist: download the weights "
-                           f"(notebooks/00_setup.ipynb) or pass the weights_dir that holds dwpose/")
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as first:
-        warnings.warn(f"{path.name}: the safe loader refused it ({type(first).__name__}); loading with "
-                      f"weights_only=False (trust this file only if weights.verify checked its hash)", NbHelpersWarning,
-                      stacklevel=2)
-        try:
-            ckpt = torch.load(path, map_location="cpu", weights_only=False)
-        except Exception as exc:
-            raise WeightsError(f"DWPose checkpoint {str(path)!r} could not be read ({exc}); it may be truncated: "
-                               f"delete it and download it again") from exc
+        raise WeightsError(f"DWPose checkpoint {str(path)!r} does not exist: download it with `"
+                           f"{_weights.DOWNLOAD_COMMAND} --weights DIR --sets faces-mmpose` (or "
+                           f"{_weights.NOTEBOOK}), or pass the weights_dir that holds dwpose/")
+    if trusted_sha256 is None and expected_size is None and path.as_posix().endswith("/" + CHECKPOINT_FILE):
+        root = Path(str(path)[: -len(CHECKPOINT_FILE)])
+        facts = _weights.expected_facts(root, CHECKPOINT_FILE)
+        trusted_sha256, expected_size = facts.sha256, facts.size
+    ckpt = load_checkpoint(path, trusted_sha256=trusted_sha256, expected_size=expected_size,
+                           allow_pickle=allow_pickle)
     if not isinstance(ckpt, dict):
         raise WeightsError(f"{path}: expected a dict checkpoint, got {type(ckpt).__name__}")
     state = ckpt.get("state_dict", ckpt)

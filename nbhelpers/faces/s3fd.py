@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..errors import CheckpointError, InputError, MissingDependencyError, WeightsError
+from ..errors import CheckpointError, FallbackWarning, InputError, MissingDependencyError, WeightsError
 from .registry import S3FD_FILE  # "s3fd/s3fd-619a316812.pth", relative to a weights dir (official `models/`)
 
 MEAN = (104.0, 117.0, 123.0)  # subtracted from the *RGB* channels in this order (BGR means on RGB data, Q18)
@@ -303,9 +303,11 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _resolve_dtype(torch: Any, dtype: Any) -> Any:
+def _resolve_dtype(torch: Any, dtype: Any, device: Any = None) -> Any:
     if dtype is None:
         return torch.float32
+    if dtype == "auto":  # fp16 where it is fast (CUDA), fp32 elsewhere
+        return torch.float16 if device is not None and device.type == "cuda" else torch.float32
     if isinstance(dtype, str):
         table = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
                  "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
@@ -353,8 +355,11 @@ class S3FD:
     Args:
         weights_path: Path of ``s3fd-619a316812.pth`` (a plain state dict, loaded strictly).
         device: ``"cuda"``, ``"cuda:1"``, ``"cpu"``...; None picks CUDA when available.
-        dtype: torch dtype (or ``"float16"``/``"float32"``); None = float32. The L2Norm layers always run in
-            float32.
+        dtype: torch dtype (or ``"float16"``/``"float32"``), ``"auto"`` (float16 on CUDA, float32 elsewhere), or
+            None = float32. The L2Norm layers always run in float32. A half dtype on the CPU falls back to float32
+            with a :class:`~nbhelpers.errors.FallbackWarning` (slow or unsupported there). On CUDA in float16, a
+            batch whose outputs are not finite (an activation past the fp16 range) is run again in float32 with a
+            warning, so fp16 never returns fewer faces for that reason.
         max_side: Default for :meth:`detect`: None (official: full resolution) or the longest side, in pixels, to
             which larger frames are downscaled before detection (boxes are scaled back).
         batch_size: Frames per network call; 1 is the official behaviour. Halved on CUDA out-of-memory.
@@ -378,7 +383,14 @@ class S3FD:
             raise InputError(f"batch_size must be >= 1; got {batch_size!r}.")
         self.device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available()
                                                                         else "cpu"))
-        self.dtype = _resolve_dtype(torch, dtype)
+        self.dtype = _resolve_dtype(torch, dtype, self.device)
+        if self.device.type == "cpu" and self.dtype != torch.float32:
+            import warnings
+
+            warnings.warn(f"S3FD: {self.dtype} on the CPU is slow or unsupported; using float32 instead.",
+                          FallbackWarning, stacklevel=2)
+            self.dtype = torch.float32
+        self._net32 = None  # float32 copy, made only if a half-precision batch overflows
         self.max_side = None if max_side is None else int(max_side)
         self.batch_size = int(batch_size)
         state = load_state_dict(weights_path)
@@ -391,7 +403,8 @@ class S3FD:
         """All faces S3FD keeps in each frame (after NMS and the 0.5 score cut), in full-frame pixels.
 
         Args:
-            frames: (N, H, W, 3) or (H, W, 3) uint8 BGR.
+            frames: (N, H, W, 3) or (H, W, 3) uint8 BGR: a numpy array, or a torch tensor on any device (frames
+                already on the detector's GPU are not copied to the host; only the head outputs come back).
             max_side: None for full resolution (official), an int to downscale frames whose longest side is
                 larger (bilinear with antialiasing, boxes scaled back), or ``"default"`` for the constructor's.
 
@@ -405,7 +418,7 @@ class S3FD:
 
         from ..gpu import batched
 
-        frames = _as_batch(frames)
+        frames = _as_batch(frames, torch)
         side = self.max_side if max_side == "default" else max_side
         height, width = frames.shape[1:3]
         scale = 1.0
@@ -415,18 +428,23 @@ class S3FD:
         mean = torch.tensor(MEAN, dtype=torch.float32, device=self.device).view(1, 3, 1, 1)
 
         def step(sl: slice) -> list[np.ndarray]:
-            chunk = np.ascontiguousarray(frames[sl])
-            if not chunk.flags.writeable:  # e.g. frames from np.frombuffer; torch wants a writable array
-                chunk = chunk.copy()
-            x = torch.from_numpy(chunk).to(self.device)
+            if isinstance(frames, torch.Tensor):
+                x = frames[sl].to(self.device, non_blocking=True)
+            else:
+                chunk = np.ascontiguousarray(frames[sl])
+                if not chunk.flags.writeable:  # e.g. frames from np.frombuffer; torch wants a writable array
+                    chunk = chunk.copy()
+                x = torch.from_numpy(chunk).to(self.device)
             x = x.flip(-1).permute(0, 3, 1, 2).float()  # BGR -> RGB, NCHW, 0..255
             if scale != 1.0:
                 x = torch.nn.functional.interpolate(x, size=(out_h, out_w), mode="bilinear", align_corners=False,
                                                     antialias=True)
-            x = (x - mean).to(self.dtype)  # RGB minus (104, 117, 123), as the official does (Q18)
+            x = x - mean  # RGB minus (104, 117, 123), as the official does (Q18)
             with torch.inference_mode():
-                olist = self.net(x)
-            dets = decode_detections([o.float() for o in olist])
+                olist = [o.float() for o in self.net(x.to(self.dtype))]
+                if self.dtype != torch.float32 and not all(bool(torch.isfinite(o).all()) for o in olist):
+                    olist = self._rerun_fp32(x)
+            dets = decode_detections(olist)
             if scale != 1.0:
                 for d in dets:
                     d[:, 0:4:2] *= width / out_w
@@ -437,6 +455,18 @@ class S3FD:
         for _, dets in batched(frames.shape[0], self.batch_size, step, stage="s3fd"):
             results.extend(dets)
         return results
+
+    def _rerun_fp32(self, x: Any) -> list[Any]:
+        """Run one batch again in float32 after a half-precision overflow (warns once per detector)."""
+        import copy
+        import warnings
+
+        if self._net32 is None:
+            warnings.warn(f"S3FD: {self.dtype} outputs were not finite (an activation overflowed); running such "
+                          "batches in float32. Use dtype='float32' to skip the half-precision attempt.",
+                          FallbackWarning, stacklevel=3)
+            self._net32 = copy.deepcopy(self.net).float()
+        return [o.float() for o in self._net32(x.float())]
 
     def detect(self, frames: np.ndarray, max_side: int | None | str = "default") -> list[Detection | None]:
         """The official per-frame face box: highest score, clipped to >= 0, int-truncated; None for no face.
@@ -463,6 +493,7 @@ class S3FD:
     def close(self) -> None:
         """Release the network (and the CUDA cache)."""
         net = self.__dict__.pop("net", None)
+        self._net32 = None
         del net
         torch = _import_torch()
         if torch.cuda.is_available():
@@ -477,7 +508,13 @@ def _import_torch() -> Any:
     return torch
 
 
-def _as_batch(frames: Any) -> np.ndarray:
+def _as_batch(frames: Any, torch: Any = None) -> Any:
+    if torch is not None and isinstance(frames, torch.Tensor):
+        t = frames[None] if frames.ndim == 3 else frames
+        if t.ndim != 4 or t.shape[-1] != 3 or t.dtype != torch.uint8 or t.shape[0] == 0:
+            raise InputError(f"frames must be (N, H, W, 3) uint8 BGR with N >= 1; got shape {tuple(t.shape)}, "
+                             f"dtype {t.dtype}.")
+        return t
     arr = np.asarray(frames)
     if arr.ndim == 3:
         arr = arr[None]

@@ -1,0 +1,937 @@
+"""The ``dwpose`` landmark backend: DWPose (RTMPose-l whole-body 384x288) in plain torch, from the official ``.pth``.
+
+The network is written here from the published definitions (no mmcv, mmdet or mmpose): a CSPNeXt-P5 backbone
+("l": deepen = widen = 1.0, channel attention, only the last stage out) and an RTMCC head (7x7 conv to 133 keypoint
+maps, ScaleNorm + linear to 256-d tokens, one gated attention unit, two linear SimCC classifiers). Its parameter
+names and shapes equal those of ``dwpose/dw-ll_ucoco_384.pth`` (``reference/checkpoints/
+dwpose-rtmpose-l-384x288.keys.json``), which loads unchanged through :func:`nbhelpers.models.load_checkpoint`.
+
+Pre- and post-processing are those of the ONNX backend (:mod:`nbhelpers.faces.dwpose_codec`): the whole frame padded
+1.25 as the person box, the affine crop to 288x384, RGB mean/std, the flip test, SimCC argmax decoding and the
+back-projection. The flip and the decoding run on the model's device; on a GPU the network runs in float16 (the
+head's token part in float32, see :class:`DWPoseTorch`), batched; on the CPU in float32. As in the official
+pipeline, the face box comes from S3FD and landmarks are computed only for frames where S3FD found a face.
+
+Importing this module loads numpy only; torch is imported when a model is first built.
+
+Source (architecture facts): rtmpose-l_8xb32-270e_coco-ubody-wholebody-384x288.py:53-100 (reference §3.1);
+CSPNeXt as in RTMDet (Lyu et al. 2022, arXiv:2212.07784), RTMCC head and its GAU as in RTMPose (Jiang et al. 2023,
+arXiv:2303.07399) and "Transformer Quality in Linear Time" (Hua et al. 2022, arXiv:2202.10447).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import FallbackWarning, InputError, MissingDependencyError, WeightsError
+from . import dwpose_codec as codec
+from .base import FaceResult
+
+CHECKPOINT_FILE = "dwpose/dw-ll_ucoco_384.pth"  # relative to the weights dir (official models/ layout)
+S3FD_FILE = "s3fd/s3fd-619a316812.pth"
+MANIFEST_NAME = "dwpose-mmpose"  # the .pth's entry in nbhelpers.weights.MANIFEST (its sha256/size facts)
+INSTALL_TORCH = "pip install torch  (on Colab it is preinstalled; never reinstall it there)"
+
+# ---- architecture facts (rtmpose-...py:53-99; CSPNeXt P5 arch settings) --------------------------------------
+#: CSPNeXt-P5 stages: (in channels, out channels, CSP blocks, identity in the blocks, SPP before the CSP layer).
+CSPNEXT_P5 = ((64, 128, 3, True, False), (128, 256, 6, True, False), (256, 512, 6, True, False),
+              (512, 1024, 3, False, True))
+EXPAND_RATIO = 0.5        # CSP layer: hidden channels = out x 0.5
+BLOCK_KERNEL = 5          # the depthwise conv of a CSPNeXt block
+SPP_KERNELS = (5, 9, 13)  # max-pool sizes of the SPP bottleneck (stride 1, same padding)
+BN_EPS = 1e-5             # config norm_cfg=dict(type='SyncBN') gives no eps: the SyncBatchNorm default 1e-5
+HEAD_IN_CHANNELS = 1024
+FEATURE_MAP = (9, 12)     # (w, h) of the backbone output: 288/32 x 384/32
+FINAL_KERNEL = 7          # head.final_layer kernel (padding 3)
+GAU_HIDDEN = 256          # token width
+GAU_S = 128               # width of the shared q/k base
+GAU_EXPANSION = 2         # u and v width = 2 x 256
+SCALE_NORM_EPS = 1e-5
+
+DEFAULT_BATCH = {"cuda": 32, "cpu": 8}  # frames per network call (each frame is 2 inputs with the flip test)
+
+_CLASSES: dict[str, Any] = {}
+
+
+def _import_torch():
+    try:
+        import torch
+    except ImportError as exc:  # pragma: no cover - torch is a core dependency
+        raise MissingDependencyError(f"the dwpose backend needs torch ({exc}). Install it with:\n    "
+                                     f"{INSTALL_TORCH}") from exc
+    return torch
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Network (torch classes built on first use, so that importing this module needs no torch)
+# ---------------------------------------------------------------------------------------------------------------
+
+def _build_classes() -> dict[str, Any]:
+    if _CLASSES:
+        return _CLASSES
+    torch = _import_torch()
+    from torch import nn
+    from torch.nn import functional as F
+
+    class ConvBNAct(nn.Module):
+        """Conv2d (no bias) -> BatchNorm2d (eps 1e-5) -> SiLU; same padding. Names ``conv``, ``bn``."""
+
+        def __init__(self, c_in: int, c_out: int, kernel: int, stride: int = 1, groups: int = 1):
+            super().__init__()
+            self.conv = nn.Conv2d(c_in, c_out, kernel, stride, kernel // 2, groups=groups, bias=False)
+            self.bn = nn.BatchNorm2d(c_out, eps=BN_EPS)
+
+        def forward(self, x):
+            return F.silu(self.bn(self.conv(x)))
+
+        @torch.no_grad()
+        def fuse(self) -> None:
+            """Fold the (eval-mode) BatchNorm into the conv: ``w' = w * g / sqrt(var + eps)``,
+            ``b' = beta - mean * g / sqrt(var + eps)``; ``bn`` becomes an identity. Inference only; idempotent."""
+            if isinstance(self.bn, nn.Identity):
+                return
+            bn, conv = self.bn, self.conv
+            factor = bn.weight.double() / torch.sqrt(bn.running_var.double() + bn.eps)
+            fused = nn.Conv2d(conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding,
+                              groups=conv.groups, bias=True, device=conv.weight.device, dtype=conv.weight.dtype)
+            fused.weight.copy_((conv.weight.double() * factor.view(-1, 1, 1, 1)).to(conv.weight.dtype))
+            fused.bias.copy_((bn.bias.double() - bn.running_mean.double() * factor).to(conv.weight.dtype))
+            self.conv, self.bn = fused, nn.Identity()
+
+    class DepthwiseSeparable(nn.Module):
+        """Depthwise k x k ConvBNAct, then pointwise 1x1 ConvBNAct (both with norm and SiLU)."""
+
+        def __init__(self, c_in: int, c_out: int, kernel: int):
+            super().__init__()
+            self.depthwise_conv = ConvBNAct(c_in, c_in, kernel, groups=c_in)
+            self.pointwise_conv = ConvBNAct(c_in, c_out, 1)
+
+        def forward(self, x):
+            return self.pointwise_conv(self.depthwise_conv(x))
+
+    class CSPNeXtBlock(nn.Module):
+        """3x3 ConvBNAct, then a 5x5 depthwise-separable conv; plus the input when ``identity``."""
+
+        def __init__(self, channels: int, identity: bool):
+            super().__init__()
+            self.identity = identity
+            self.conv1 = ConvBNAct(channels, channels, 3)
+            self.conv2 = DepthwiseSeparable(channels, channels, BLOCK_KERNEL)
+
+        def forward(self, x):
+            out = self.conv2(self.conv1(x))
+            return out + x if self.identity else out
+
+    class ChannelAttention(nn.Module):
+        """``x * hardsigmoid(fc(global mean of x))`` with ``fc`` a 1x1 conv with bias (RTMDet's channel attention)."""
+
+        def __init__(self, channels: int):
+            super().__init__()
+            self.fc = nn.Conv2d(channels, channels, 1, bias=True)
+
+        def forward(self, x):
+            return x * F.hardsigmoid(self.fc(x.mean(dim=(2, 3), keepdim=True)))
+
+    class CSPLayer(nn.Module):
+        """Cross-stage partial layer: ``final(attention(cat(blocks(main(x)), short(x))))``; 1x1 convs, width / 2."""
+
+        def __init__(self, channels: int, n_blocks: int, identity: bool):
+            super().__init__()
+            mid = int(channels * EXPAND_RATIO)
+            self.main_conv = ConvBNAct(channels, mid, 1)
+            self.short_conv = ConvBNAct(channels, mid, 1)
+            self.final_conv = ConvBNAct(2 * mid, channels, 1)
+            self.blocks = nn.Sequential(*[CSPNeXtBlock(mid, identity) for _ in range(n_blocks)])
+            self.attention = ChannelAttention(2 * mid)
+
+        def forward(self, x):
+            both = torch.cat([self.blocks(self.main_conv(x)), self.short_conv(x)], dim=1)
+            return self.final_conv(self.attention(both))
+
+    class SPPBottleneck(nn.Module):
+        """1x1 conv to half width, concat with its 5/9/13 max-pools (stride 1), 1x1 conv back."""
+
+        def __init__(self, channels: int):
+            super().__init__()
+            mid = channels // 2
+            self.conv1 = ConvBNAct(channels, mid, 1)
+            self.conv2 = ConvBNAct(mid * (len(SPP_KERNELS) + 1), channels, 1)
+
+        def forward(self, x):
+            x = self.conv1(x)
+            pools = [F.max_pool2d(x, k, stride=1, padding=k // 2) for k in SPP_KERNELS]
+            return self.conv2(torch.cat([x, *pools], dim=1))
+
+    class CSPNeXt(nn.Module):
+        """CSPNeXt-P5 "l": a 3-conv stem (stride 2) and four stages (stride-2 conv, [SPP], CSP layer).
+
+        ``forward`` takes (N, 3, 384, 288) and returns the last stage, (N, 1024, 12, 9).
+        """
+
+        def __init__(self):
+            super().__init__()
+            stem = CSPNEXT_P5[0][0]
+            self.stem = nn.Sequential(ConvBNAct(3, stem // 2, 3, stride=2), ConvBNAct(stem // 2, stem // 2, 3),
+                                      ConvBNAct(stem // 2, stem, 3))
+            for i, (c_in, c_out, n_blocks, identity, spp) in enumerate(CSPNEXT_P5, start=1):
+                layers = [ConvBNAct(c_in, c_out, 3, stride=2)]
+                if spp:
+                    layers.append(SPPBottleneck(c_out))
+                layers.append(CSPLayer(c_out, n_blocks, identity))
+                setattr(self, f"stage{i}", nn.Sequential(*layers))
+
+        def forward(self, x):
+            x = self.stem(x)
+            for i in range(1, len(CSPNEXT_P5) + 1):
+                x = getattr(self, f"stage{i}")(x)
+            return x
+
+    class ScaleNorm(nn.Module):
+        """``x / max(||x||_2 / sqrt(d), eps) * g`` over the last axis, one learned scalar ``g``; in float32."""
+
+        def __init__(self, dim: int, eps: float = SCALE_NORM_EPS):
+            super().__init__()
+            self.scale = dim ** -0.5
+            self.eps = eps
+            self.g = nn.Parameter(torch.ones(1))
+
+        def forward(self, x):
+            xf = x.float()
+            norm = (torch.linalg.vector_norm(xf, dim=-1, keepdim=True) * self.scale).clamp(min=self.eps)
+            return (xf / norm * self.g.float()).to(x.dtype)
+
+    class Scale(nn.Module):
+        """Element-wise learned scale vector (the GAU's residual scale)."""
+
+        def __init__(self, dim: int):
+            super().__init__()
+            self.scale = nn.Parameter(torch.ones(dim))
+
+        def forward(self, x):
+            return x * self.scale
+
+    class GatedAttentionUnit(nn.Module):
+        """RTMPose's GAU over the K keypoint tokens (self-attention, no relative bias, no rotary encoding).
+
+        ``h = ScaleNorm(x)``; ``u, v, z = split(SiLU(h W_uv), [e, e, s])`` with e = 512, s = 128;
+        ``q, k = z * gamma_i + beta_i``; ``A = relu(q k^T / sqrt(s))^2``; ``out = x * res_scale + (u * (A v)) W_o``.
+        """
+
+        def __init__(self, dim: int = GAU_HIDDEN, s: int = GAU_S, expansion: int = GAU_EXPANSION):
+            super().__init__()
+            self.e = int(dim * expansion)
+            self.s = s
+            self.uv = nn.Linear(dim, 2 * self.e + s, bias=False)
+            self.o = nn.Linear(self.e, dim, bias=False)
+            self.gamma = nn.Parameter(torch.rand(2, s))
+            self.beta = nn.Parameter(torch.rand(2, s))
+            self.ln = ScaleNorm(dim)
+            self.res_scale = Scale(dim)
+
+        def forward(self, x):
+            uv = F.silu(self.uv(self.ln(x)))
+            u, v, base = torch.split(uv, [self.e, self.e, self.s], dim=-1)
+            qk = base.unsqueeze(2) * self.gamma + self.beta  # (N, K, 2, s)
+            q, k = qk[:, :, 0], qk[:, :, 1]
+            kernel = F.relu(torch.bmm(q, k.transpose(1, 2)) / math.sqrt(self.s)).square()  # (N, K, K)
+            return self.res_scale(x) + self.o(u * torch.bmm(kernel, v))
+
+    class RTMCCHead(nn.Module):
+        """RTMCC head: 7x7 conv to K maps, flatten (K, 108), ScaleNorm + linear to 256, GAU, SimCC classifiers.
+
+        ``forward`` takes (N, 1024, 12, 9) and returns ``(simcc_x (N, 133, 576), simcc_y (N, 133, 768))`` in
+        float32. Everything after ``final_layer`` runs in the dtype of ``cls_x`` (float32 in :class:`DWPoseTorch`).
+        """
+
+        def __init__(self):
+            super().__init__()
+            w_bins, h_bins = codec.SIMCC_X_BINS, codec.SIMCC_Y_BINS
+            tokens = FEATURE_MAP[0] * FEATURE_MAP[1]
+            self.final_layer = nn.Conv2d(HEAD_IN_CHANNELS, codec.NUM_KEYPOINTS, FINAL_KERNEL,
+                                         padding=FINAL_KERNEL // 2)
+            self.mlp = nn.Sequential(ScaleNorm(tokens), nn.Linear(tokens, GAU_HIDDEN, bias=False))
+            self.gau = GatedAttentionUnit()
+            self.cls_x = nn.Linear(GAU_HIDDEN, w_bins, bias=False)
+            self.cls_y = nn.Linear(GAU_HIDDEN, h_bins, bias=False)
+
+        def forward(self, feats):
+            f = torch.flatten(self.final_layer(feats), 2).to(self.cls_x.weight.dtype)
+            f = self.gau(self.mlp(f))
+            return self.cls_x(f).float(), self.cls_y(f).float()
+
+    class RTMPoseWholebody(nn.Module):
+        """RTMPose-l whole-body 384x288: ``backbone`` (CSPNeXt) + ``head`` (RTMCC); 33.6 M parameters.
+
+        ``forward(x)``: x (N, 3, 384, 288) normalised RGB -> ``(simcc_x (N, 133, 576), simcc_y (N, 133, 768))``
+        float32 raw SimCC vectors (no softmax), as the published ONNX file's outputs.
+        """
+
+        def __init__(self):
+            super().__init__()
+            self.backbone = CSPNeXt()
+            self.head = RTMCCHead()
+
+        def forward(self, x):
+            return self.head(self.backbone(x))
+
+    _CLASSES.update(ConvBNAct=ConvBNAct, CSPNeXt=CSPNeXt, RTMCCHead=RTMCCHead, ScaleNorm=ScaleNorm,
+                    GatedAttentionUnit=GatedAttentionUnit, RTMPoseWholebody=RTMPoseWholebody)
+    return _CLASSES
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("RTMPoseWholebody", "CSPNeXt", "RTMCCHead", "GatedAttentionUnit", "ScaleNorm", "ConvBNAct"):
+        return _build_classes()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def build_model(device: Any = "cpu"):
+    """A fresh :class:`RTMPoseWholebody` (PyTorch's default initialisation) in eval mode.
+
+    Args:
+        device: Where to build it (``"meta"`` builds without memory, for key/shape checks).
+
+    Returns:
+        The torch module.
+
+    Source: rtmpose-l_8xb32-270e_coco-ubody-wholebody-384x288.py:53-99 (reference §3.1).
+    """
+    torch = _import_torch()
+    with torch.device(device):
+        model = _build_classes()["RTMPoseWholebody"]()
+    return model.eval()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Checkpoints
+# ---------------------------------------------------------------------------------------------------------------
+
+def state_dict_of(checkpoint: Any, path: str | os.PathLike = "checkpoint") -> dict:
+    """The model state dict inside what ``torch.load`` returned for a DWPose file.
+
+    The official file is an mmengine checkpoint ``{"meta": ..., "state_dict": {...}}``; a plain state dict also
+    works, and a leading ``"module."`` on every key (a DataParallel save) is removed.
+
+    Raises:
+        CheckpointError: It is not a dict (the message names the file).
+
+    Source: `[mmpose] apis/inference.py:104-111` (``load_checkpoint`` reads ``state_dict``; reference §3.1).
+    """
+    from ..errors import CheckpointError
+
+    if not isinstance(checkpoint, dict):
+        raise CheckpointError(f"{path} holds a {type(checkpoint).__name__}, not a DWPose checkpoint (a dict with a "
+                              "'state_dict'); use the official dw-ll_ucoco_384.pth.")
+    state = checkpoint.get("state_dict", checkpoint)
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path}: its 'state_dict' is a {type(state).__name__}, not a dict of tensors.")
+    if state and all(str(k).startswith("module.") for k in state):
+        state = {str(k)[len("module."):]: v for k, v in state.items()}
+    return state
+
+
+def load_model(path: str | os.PathLike, weights_dir: str | os.PathLike | None = None, *,
+               allow_pickle: bool = False):
+    """Build the network and load ``dw-ll_ucoco_384.pth`` into it, strictly, on the CPU in float32.
+
+    The file goes through the package's one loading policy, :func:`nbhelpers.models.load_checkpoint`: it is
+    inspected first (HTML page, git-lfs pointer, cut-off file), read with ``weights_only=True``, and unpickled in
+    full (the official mmengine file pickles training metadata) only when its sha256 or size matches what
+    :func:`nbhelpers.weights.expected_facts` knows for ``weights_dir`` (the hub's values, recorded at download).
+
+    Args:
+        path: The ``.pth`` file.
+        weights_dir: The weights dir it belongs to (for the recorded facts); default: ``path``'s grandparent.
+        allow_pickle: Unpickle in full without the checks (only for a file you trust).
+
+    Returns:
+        The :class:`RTMPoseWholebody` in eval mode, float32, on the CPU.
+
+    Raises:
+        WeightsError: Missing, damaged, or an untrusted pickle (the message says how to fix it).
+        CheckpointError: Its names or shapes differ from RTMPose-l whole-body 384x288.
+
+    Source: `preprocessing.py:17-19` (``init_model(config, checkpoint)``, reference §3.1).
+    """
+    from .. import models, weights
+
+    path = Path(path)
+    root = Path(weights_dir) if weights_dir is not None else path.parent.parent
+    try:
+        facts = weights.expected_facts(root, MANIFEST_NAME)
+        sha, size = facts.sha256, facts.size
+    except Exception:  # noqa: BLE001 - no manifest facts (a foreign folder): the plain policy applies
+        sha, size = None, None
+    ckpt = models.load_checkpoint(path, trusted_sha256=sha, expected_size=size, allow_pickle=allow_pickle)
+    state = state_dict_of(ckpt, path)
+    model = build_model("cpu")
+    models.check_state_dict(model, state, path, what="DWPose RTMPose-l whole-body 384x288 (dw-ll_ucoco_384.pth)")
+    model.load_state_dict(state, strict=True)
+    return model.eval()
+
+
+def random_state_dict(seed: int = 0, *, bn_stats: bool = True) -> dict:
+    """A random state dict in the official key layout (names and shapes of ``dw-ll_ucoco_384.pth``).
+
+    Weight matrices and conv kernels are He-normal (std ``sqrt(2 / fan_in)``), biases N(0, 0.02). With
+    ``bn_stats``, BatchNorm scales are ``1 + N(0, 0.1)``, shifts N(0, 0.1), running means N(0, 0.1) and running
+    variances uniform in [0.5, 1.5], so that the norm layers are exercised too; the GAU's gamma/beta are N(0, 1) and
+    N(0, 0.1), ScaleNorm/Scale factors 1. Random weights at full size give the real shapes and FLOPs, and
+    keypoints that spread over the frame and follow the input (tests, benchmarks).
+
+    Args:
+        seed: Seed of a private generator: the same seed gives the same tensors.
+        bn_stats: Randomise the BatchNorm parameters and statistics (False: 1, 0, 0, 1).
+
+    Returns:
+        ``{name: float32 CPU tensor}`` (``num_batches_tracked`` int64 zeros).
+
+    Source: none (test and benchmark weights; the layout is that of the official file).
+    """
+    torch = _import_torch()
+    gen = torch.Generator().manual_seed(int(seed))
+    state = {}
+    for key, meta in build_model("meta").state_dict().items():
+        shape = tuple(meta.shape)
+        leaf = key.rsplit(".", 1)[-1]
+        is_bn = ".bn." in key
+        if leaf == "num_batches_tracked":
+            t = torch.zeros((), dtype=torch.int64)
+        elif is_bn and leaf == "weight":
+            t = 1 + 0.1 * torch.randn(shape, generator=gen) if bn_stats else torch.ones(shape)
+        elif is_bn and leaf in ("bias", "running_mean"):
+            t = 0.1 * torch.randn(shape, generator=gen) if bn_stats else torch.zeros(shape)
+        elif leaf == "running_var":
+            t = 0.5 + torch.rand(shape, generator=gen) if bn_stats else torch.ones(shape)
+        elif leaf == "gamma":
+            t = torch.randn(shape, generator=gen)
+        elif leaf == "beta":
+            t = 0.1 * torch.randn(shape, generator=gen)
+        elif leaf in ("g", "scale"):
+            t = torch.ones(shape)
+        elif leaf == "bias":
+            t = 0.02 * torch.randn(shape, generator=gen)
+        else:
+            fan_in = int(np.prod(shape[1:]))
+            t = torch.randn(shape, generator=gen) * math.sqrt(2.0 / fan_in)
+        state[key] = t.float() if t.dtype.is_floating_point else t
+    return state
+
+
+def write_random_checkpoint(directory: str | os.PathLike, seed: int = 0, *, mmengine_layout: bool = True) -> Path:
+    """Write ``<directory>/dwpose/dw-ll_ucoco_384.pth`` with :func:`random_state_dict` weights (134 MB).
+
+    Args:
+        directory: The weights dir (official ``models/`` layout).
+        seed: Seed of the weights.
+        mmengine_layout: Wrap as the official file is, ``{"meta": {...}, "state_dict": ...}`` (plain values only,
+            so it loads with ``weights_only=True``); False writes the bare state dict.
+
+    Returns:
+        The path (written to a temporary name, then renamed).
+
+    Source: none (tests, benchmarks).
+    """
+    torch = _import_torch()
+    state = random_state_dict(seed)
+    obj = {"meta": {"note": "nbhelpers random weights", "seed": int(seed)}, "state_dict": state} \
+        if mmengine_layout else state
+    path = Path(directory) / CHECKPOINT_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(obj, str(tmp))
+    os.replace(tmp, path)
+    return path
+
+
+def template_state_dict(keypoints_px: np.ndarray | None = None) -> dict:
+    """A state dict in the official layout whose network draws fixed keypoints, whatever the input (tiny tree).
+
+    How: every backbone conv is zero, so the last stage's output is the constant ``silu(2)`` (its last BatchNorm's
+    shift is 2); the head's 7x7 conv (zero padding) then gives each keypoint a 108-value map that depends only on
+    which kernel taps fall inside the 12x9 map, so six of its taps carry six numbers per keypoint, which the
+    ``mlp`` linear layer reads back exactly (a pseudo-inverse); the GAU adds nothing (zero ``uv``/``o``, unit
+    residual scale); and ``cls_x``/``cls_y`` turn the six numbers into a parabola over the bins,
+    ``1 - 100 (z - z_k)^2`` in bin coordinates ``z`` in [-1, 1], whose argmax is the bin nearest the wanted one.
+    The ScaleNorm only rescales each keypoint by a positive factor, which moves no peak; mirror pairs of
+    :func:`dwpose_onnx.face_template_input_px` keep their peaks through the flip test. Constant tensors are stored
+    as broadcast views of one value, so the file is about 1.5 MB although every tensor has its official shape.
+
+    Args:
+        keypoints_px: (133, 2) ``(x, y)`` in 288x384 input pixels; default the mirror-symmetric cartoon face of
+            :func:`nbhelpers.faces.dwpose_onnx.face_template_input_px` (the tiny ONNX model's).
+
+    Returns:
+        ``{name: tensor}`` with the names and shapes of ``dw-ll_ucoco_384.pth``.
+
+    Source: none (the tiny weights tree, DESIGN.md "Testing without the real weights").
+    """
+    torch = _import_torch()
+    from torch.nn import functional as F
+
+    from .dwpose_onnx import face_template_input_px
+
+    kp = np.asarray(face_template_input_px() if keypoints_px is None else keypoints_px, np.float64)
+    k = codec.NUM_KEYPOINTS
+    taps = ((0, 0), (0, 6), (6, 0), (6, 6), (3, 0), (0, 3))  # six taps of the 7x7 kernel, x: 0-2, y: 3-5
+    fw, fh = FEATURE_MAP
+    ones = torch.ones(1, 1, fh, fw, dtype=torch.float64)
+    cols = []
+    for i, j in taps:
+        unit = torch.zeros(1, 1, FINAL_KERNEL, FINAL_KERNEL, dtype=torch.float64)
+        unit[0, 0, i, j] = 1.0
+        cols.append(F.conv2d(ones, unit, padding=FINAL_KERNEL // 2).flatten())
+    m_taps = torch.stack(cols, dim=1)  # (108, 6): each tap's footprint on the map
+    read_back = torch.linalg.pinv(m_taps)  # (6, 108), read_back @ m_taps = I
+    kappa = 2.0 / (1.0 + math.exp(-2.0))  # silu(2): the constant backbone output
+    curvature = 100.0
+    coeffs = np.zeros((k, 6))
+    for axis, bins in ((0, codec.SIMCC_X_BINS), (1, codec.SIMCC_Y_BINS)):
+        half = (bins - 1) / 2.0
+        z = (kp[:, axis] * codec.SIMCC_SPLIT_RATIO - half) / half
+        coeffs[:, 3 * axis:3 * axis + 3] = np.stack([1.0 - curvature * z**2, 2 * curvature * z,
+                                                      -curvature * np.ones(k)], axis=1)
+    kernel = torch.zeros(k, 1, FINAL_KERNEL, FINAL_KERNEL, dtype=torch.float64)
+    for t, (i, j) in enumerate(taps):
+        kernel[:, 0, i, j] = torch.from_numpy(coeffs[:, t]) / (HEAD_IN_CHANNELS * kappa)
+
+    def const(shape, value, dtype=torch.float32):
+        if not shape:
+            return torch.tensor(value, dtype=dtype)
+        return torch.full((1,) * len(shape), value, dtype=dtype).expand(shape)
+
+    last_bn = "backbone.stage4.2.final_conv.bn."
+    state = {}
+    for key, meta in build_model("meta").state_dict().items():
+        shape, leaf = tuple(meta.shape), key.rsplit(".", 1)[-1]
+        if leaf == "num_batches_tracked":
+            state[key] = torch.zeros((), dtype=torch.int64)
+        elif leaf in ("running_var", "g", "scale") or (".bn." in key and leaf == "weight"):
+            state[key] = const(shape, 1.0)
+        elif key == last_bn + "bias":
+            state[key] = const(shape, 2.0)
+        else:
+            state[key] = const(shape, 0.0)
+    state["head.final_layer.weight"] = kernel.float().expand(k, HEAD_IN_CHANNELS, FINAL_KERNEL, FINAL_KERNEL)
+    mlp = torch.zeros(GAU_HIDDEN, FEATURE_MAP[0] * FEATURE_MAP[1])
+    mlp[:6] = read_back.float()
+    state["head.mlp.1.weight"] = mlp
+    for name, bins, first in (("cls_x", codec.SIMCC_X_BINS, 0), ("cls_y", codec.SIMCC_Y_BINS, 3)):
+        half = (bins - 1) / 2.0
+        z = (torch.arange(bins, dtype=torch.float64) - half) / half
+        w = torch.zeros(bins, GAU_HIDDEN, dtype=torch.float64)
+        w[:, first], w[:, first + 1], w[:, first + 2] = 1.0, z, z * z
+        state[f"head.{name}.weight"] = w.float()
+    return state
+
+
+def write_tiny_weights(directory: str | os.PathLike) -> Path:
+    """Write ``dwpose/dw-ll_ucoco_384.pth`` for the tiny weights tree: :func:`template_state_dict` (about 1.5 MB).
+
+    The network then draws the same cartoon face as the tiny ONNX model, on any frame, so the tiny tree is complete
+    for the default weight set and the ``dwpose`` backend gives a plausible crop box there.
+
+    Returns:
+        The path (written to a temporary name, then renamed).
+
+    Source: none (tiny weights tree, DESIGN.md "Testing without the real weights").
+    """
+    torch = _import_torch()
+    path = Path(directory) / CHECKPOINT_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save({"meta": {"note": "nbhelpers tiny template weights (draws a fixed cartoon face)"},
+                "state_dict": template_state_dict()}, str(tmp))
+    os.replace(tmp, path)
+    return path
+
+
+def export_onnx(model, path: str | os.PathLike, *, dynamic_batch: bool = True, opset: int = 17) -> Path:
+    """Export the torch network to ONNX with the published ``dw-ll_ucoco_384.onnx`` signature.
+
+    Input ``input`` (N, 3, 384, 288) float32 normalised RGB; outputs ``simcc_x`` (N, 133, 576) and ``simcc_y``
+    (N, 133, 768). Use it to make the ``dwpose-onnx`` file from the ``.pth`` (no second download), or to compare
+    the two backends on the same weights.
+
+    Args:
+        model: An :class:`RTMPoseWholebody` (moved to the CPU in float32 for the export).
+        path: Output ``.onnx`` (written to a temporary name, then renamed).
+        dynamic_batch: Dynamic batch axis (True) or batch 1 like the published file.
+        opset: ONNX opset.
+
+    Returns:
+        ``path``.
+
+    Raises:
+        MissingDependencyError: The ``onnx`` package (needed by torch's exporter) is missing.
+
+    Source: none (ours; the published ONNX file is such an export of the same network).
+    """
+    torch = _import_torch()
+    if importlib.util.find_spec("onnx") is None:
+        raise MissingDependencyError("exporting DWPose to ONNX needs the onnx package: pip install onnx")
+    net = model.to("cpu", torch.float32).eval()
+    w, h = codec.INPUT_SIZE
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp.onnx")
+    axes = {"input": {0: "batch"}, "simcc_x": {0: "batch"}, "simcc_y": {0: "batch"}} if dynamic_batch else None
+    kwargs: dict[str, Any] = {}
+    if "dynamo" in torch.onnx.export.__code__.co_varnames:
+        kwargs["dynamo"] = False  # the TorchScript exporter: no onnxscript needed, same graph on torch 2.1..2.1x
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(net, (torch.zeros(1, 3, h, w),), str(tmp), input_names=["input"],
+                          output_names=["simcc_x", "simcc_y"], dynamic_axes=axes, opset_version=opset, **kwargs)
+    os.replace(tmp, path)
+    return path
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Inference
+# ---------------------------------------------------------------------------------------------------------------
+
+def _device(device: str | None) -> str:
+    torch = _import_torch()
+    if device is None:
+        return "cuda:0" if torch.cuda.is_available() else "cpu"
+    dev = str(device).lower()
+    if dev.startswith("cuda"):
+        if dev not in ("cuda",) and not (dev.startswith("cuda:") and dev[5:].isdigit()):
+            raise InputError(f"device={device!r}: expected 'cpu', 'cuda' or 'cuda:N' for the DWPose model")
+        if not torch.cuda.is_available():
+            warnings.warn(f"device={device!r} was asked for DWPose, but torch sees no CUDA GPU; running DWPose on the "
+                          "CPU instead, which is much slower.", FallbackWarning, stacklevel=3)
+            return "cpu"
+        return "cuda:0" if dev == "cuda" else dev
+    if dev != "cpu":
+        raise InputError(f"device={device!r}: expected 'cpu', 'cuda' or 'cuda:N' for the DWPose model")
+    return "cpu"
+
+
+def _dtype(dtype: Any, device: str):
+    torch = _import_torch()
+    if dtype is None:
+        return torch.float16 if device.startswith("cuda") else torch.float32
+    table = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
+             "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+    if isinstance(dtype, str):
+        if dtype not in table:
+            raise InputError(f"dtype must be one of {sorted(table)} or a torch.dtype; got {dtype!r}.")
+        dtype = table[dtype]
+    if dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise InputError(f"dtype must be float32, float16 or bfloat16; got {dtype!r}.")
+    if device == "cpu" and dtype != torch.float32:
+        raise InputError(f"dtype={dtype} on the CPU: half precision is for the GPU; use float32 (the default).")
+    return dtype
+
+
+def fuse_batchnorm(model):
+    """A copy of an :class:`RTMPoseWholebody` with every BatchNorm folded into its conv (inference only).
+
+    The copy computes the same function up to float rounding (about 1e-6 relative in float32) with 75 fewer
+    layers; it no longer has the checkpoint's ``bn`` keys, so it is not for saving. The model passed in is left as
+    it is.
+
+    Source: none (a standard inference rewrite; BatchNorm in eval mode is an affine map per channel).
+    """
+    import copy
+
+    fused = copy.deepcopy(model).eval()
+    conv_bn_act = _build_classes()["ConvBNAct"]
+    for module in fused.modules():
+        if isinstance(module, conv_bn_act):
+            module.fuse()
+    return fused
+
+
+def simcc_to_keypoints(simcc_x, simcc_y, flip_simcc: tuple | None = None, flip_indices=None):
+    """Flip-merge (optional) and SimCC argmax decoding in torch, on the tensors' device.
+
+    The same maths as :func:`dwpose_codec.merge_flip` + :func:`dwpose_codec.decode_simcc`: the flipped input's
+    vectors take their mirror keypoint's and are reversed along x, ``(a + b) * 0.5``; then the argmax bin (the first
+    on ties), score = the smaller peak value, bin -1 where the score is <= 0, bins / 2.
+
+    Args:
+        simcc_x, simcc_y: (N, K, Wx), (N, K, Wy) float32 tensors of the plain input.
+        flip_simcc: ``(simcc_x, simcc_y)`` of the horizontally flipped input, or None (no flip test).
+        flip_indices: K ints; default COCO-WholeBody.
+
+    Returns:
+        ``(keypoints (N, K, 2) float32 input pixels, scores (N, K) float32)`` as numpy arrays.
+
+    Source: `[mmpose] rtmcc_head.py:193-208`, `codecs/simcc_label.py:156,173`,
+    `codecs/utils/post_processing.py:79-88` (reference §3.1).
+    """
+    torch = _import_torch()
+    if flip_simcc is not None:
+        idx = torch.as_tensor(codec.coco_wholebody_flip_indices() if flip_indices is None else flip_indices,
+                              device=simcc_x.device)
+        fx, fy = flip_simcc
+        simcc_x = (simcc_x + fx[:, idx].flip(-1)) * 0.5
+        simcc_y = (simcc_y + fy[:, idx]) * 0.5
+    max_x, arg_x = simcc_x.max(dim=-1)
+    max_y, arg_y = simcc_y.max(dim=-1)
+    # torch's max(dim) documents no tie rule: take the first bin that reaches the maximum, as numpy's argmax.
+    arg_x = (simcc_x == max_x.unsqueeze(-1)).to(torch.uint8).argmax(dim=-1)
+    arg_y = (simcc_y == max_y.unsqueeze(-1)).to(torch.uint8).argmax(dim=-1)
+    scores = torch.minimum(max_x, max_y)
+    locs = torch.stack([arg_x, arg_y], dim=-1).float()
+    locs[scores <= 0] = -1.0
+    locs = locs / float(codec.SIMCC_SPLIT_RATIO)
+    return locs.cpu().numpy().astype(np.float32), scores.float().cpu().numpy().astype(np.float32)
+
+
+class DWPoseTorch:
+    """DWPose whole-body keypoints of whole frames with the torch network (no face detector).
+
+    Args:
+        checkpoint: ``dw-ll_ucoco_384.pth`` (loaded with :func:`load_model`), or None when ``model`` is given.
+        device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or None (the GPU when torch sees one).
+        dtype: None (float16 on a GPU, float32 on the CPU), ``"float32"``, ``"float16"`` or ``"bfloat16"``. In half
+            precision the backbone and the head's 7x7 conv run in it; the head's token part (ScaleNorm, GAU, SimCC
+            classifiers: 0.6 % of the FLOPs) stays float32, so its squared-ReLU attention cannot overflow and the
+            SimCC vectors are float32 for the argmax.
+        flip_test: Also run the mirrored input and average, as the official config (``test_cfg.flip_test=True``).
+        batch_size: Frames per network call (default 32 on a GPU, 8 on the CPU; halved on CUDA out-of-memory).
+        model: An already built :class:`RTMPoseWholebody` (e.g. random weights) instead of ``checkpoint``.
+        weights_dir: The weights dir (for the checkpoint's recorded sha256); default: the checkpoint's grandparent.
+        fuse: Fold the BatchNorm layers into the convs (:func:`fuse_batchnorm`, on a copy): fewer passes over
+            memory, the same results to float rounding (default True).
+        channels_last: Run the convs in NHWC memory layout (default: on a GPU, where half-precision convs are
+            faster in it).
+
+    Raises:
+        WeightsError / CheckpointError: The checkpoint is missing, damaged or not DWPose's.
+        InputError: A bad device, dtype or batch_size.
+
+    Source: reference §3.1 (`preprocessing.py:17-19,97-101`).
+    """
+
+    def __init__(self, checkpoint: str | os.PathLike | None = None, device: str | None = None, dtype: Any = None,
+                 *, flip_test: bool = True, batch_size: int | None = None, model=None,
+                 weights_dir: str | os.PathLike | None = None, fuse: bool = True, channels_last: bool | None = None):
+        torch = _import_torch()
+        self.device = _device(device)
+        self.dtype = _dtype(dtype, self.device)
+        if batch_size is None:
+            batch_size = DEFAULT_BATCH["cuda" if self.device.startswith("cuda") else "cpu"]
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise InputError(f"batch_size={batch_size!r}: expected an int >= 1 (frames per DWPose call)")
+        if model is None:
+            if checkpoint is None:
+                raise InputError("DWPoseTorch needs checkpoint= (dw-ll_ucoco_384.pth) or model=")
+            model = load_model(checkpoint, weights_dir)
+        if fuse:
+            model = fuse_batchnorm(model)
+        self.channels_last = self.device.startswith("cuda") if channels_last is None else bool(channels_last)
+        self.net = model.to(self.device, self.dtype).eval()
+        if self.channels_last:
+            self.net = self.net.to(memory_format=torch.channels_last)
+        if self.dtype != torch.float32:  # the token part of the head stays float32 (see the class docstring)
+            for part in (self.net.head.mlp, self.net.head.gau, self.net.head.cls_x, self.net.head.cls_y):
+                part.float()
+        self.flip_test = bool(flip_test)
+        self.batch_size = batch_size
+        self.input_size = codec.INPUT_SIZE
+        self._mean = torch.tensor(codec.MEAN_RGB, dtype=torch.float32, device=self.device).view(1, 3, 1, 1)
+        self._std = torch.tensor(codec.STD_RGB, dtype=torch.float32, device=self.device).view(1, 3, 1, 1)
+
+    def _inputs(self, frames_bgr) -> tuple[Any, np.ndarray, np.ndarray]:
+        """Warp each frame on the CPU (the codec's cv2 affine), normalise on the device; (N, 3, 384, 288)."""
+        torch = _import_torch()
+        warped, centers, scales = [], [], []
+        for frame in frames_bgr:
+            h, w = frame.shape[:2]
+            c, s = codec.frame_center_scale(w, h, codec.BBOX_PADDING, self.input_size)
+            warped.append(codec.warp_frame(frame, c, s, self.input_size))
+            centers.append(c)
+            scales.append(s)
+        x = torch.from_numpy(np.stack(warped)).to(self.device, non_blocking=True)
+        x = x.flip(-1).permute(0, 3, 1, 2).float()  # BGR -> RGB, NCHW
+        x = (x - self._mean) / self._std  # the same float32 operations as codec.normalize
+        return x, np.stack(centers), np.stack(scales)
+
+    def simcc(self, inputs) -> tuple[Any, Any, tuple | None]:
+        """Raw SimCC vectors of normalised inputs (a torch tensor on the device, or numpy), and the flipped ones.
+
+        Returns:
+            ``(simcc_x, simcc_y, flipped)``: float32 tensors (N, K, 576), (N, K, 768), and with the flip test the
+            pair of the mirrored inputs (else None), not yet mapped back.
+        """
+        torch = _import_torch()
+        x = inputs if isinstance(inputs, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(inputs))
+        x = x.to(self.device, self.dtype)
+        if self.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        n = x.shape[0]
+        with torch.inference_mode():
+            if self.flip_test:
+                sx, sy = self.net(torch.cat([x, x.flip(-1)]))
+                return sx[:n], sy[:n], (sx[n:], sy[n:])
+            sx, sy = self.net(x)
+            return sx, sy, None
+
+    def keypoints(self, frames_bgr) -> tuple[np.ndarray, np.ndarray]:
+        """133 whole-body keypoints per frame, the whole frame being the person box (official no-bbox call).
+
+        Args:
+            frames_bgr: (N, H, W, 3) uint8 BGR frames (or a list of frames of any sizes).
+
+        Returns:
+            ``(keypoints, scores)``: (N, 133, 2) float32 ``(x, y)`` in frame pixels (not rounded) and (N, 133)
+            float32 SimCC peak values.
+
+        Source: reference §3.1 (`preprocessing.py:97`, `[mmpose] apis/inference.py:162-166`,
+        `models/pose_estimators/topdown.py:102-104,150-155`).
+        """
+        from ..gpu import batched
+
+        n = len(frames_bgr)
+        if n == 0:
+            return np.zeros((0, codec.NUM_KEYPOINTS, 2), np.float32), np.zeros((0, codec.NUM_KEYPOINTS), np.float32)
+
+        def step(sl: slice):
+            x, centers, scales = self._inputs(frames_bgr[sl])
+            sx, sy, flipped = self.simcc(x)
+            kp, sc = simcc_to_keypoints(sx, sy, flipped)
+            return codec.to_frame(kp, centers, scales, self.input_size), sc
+
+        kps, scores = [], []
+        for _, (kp, sc) in batched(n, self.batch_size, step, stage="dwpose"):
+            kps.append(kp)
+            scores.append(sc)
+        return np.concatenate(kps), np.concatenate(scores)
+
+    def close(self) -> None:
+        """Drop the network (and the CUDA cache)."""
+        self.__dict__.pop("net", None)
+        torch = _import_torch()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The backend
+# ---------------------------------------------------------------------------------------------------------------
+
+def is_available(weights_dir: str | os.PathLike | None = None):
+    """Whether :class:`DWPoseBackend` can be built here: torch is installed and both weight files are present.
+
+    Returns:
+        :class:`~nbhelpers.faces.dwpose_onnx.Availability`; ``reason`` names what is missing and the fix.
+
+    Source: `preprocessing.py:17-23` (the two files the official code loads).
+    """
+    from .dwpose_onnx import Availability, _default_weights_dir
+
+    if importlib.util.find_spec("torch") is None:
+        return Availability(False, f"torch is not installed: {INSTALL_TORCH}")
+    try:
+        root = Path(weights_dir) if weights_dir is not None else _default_weights_dir()
+    except InputError as exc:
+        return Availability(False, str(exc))
+    for rel in (CHECKPOINT_FILE, S3FD_FILE):
+        if not (root / rel).is_file():
+            return Availability(False, f"{root / rel} is missing: run notebooks/00_setup.ipynb (weights.download)")
+    return Availability(True)
+
+
+class DWPoseBackend:
+    """Face box from S3FD + 68 landmarks from DWPose in torch: the default landmark backend wherever torch runs.
+
+    Args:
+        weights_dir: Folder in the official ``models/`` layout with ``dwpose/dw-ll_ucoco_384.pth`` and
+            ``s3fd/s3fd-619a316812.pth`` (default: ``nbhelpers.weights.default_dir()``).
+        device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or None (the GPU when available), for both models.
+        dtype: DWPose precision: None (float16 on a GPU, float32 on the CPU) or as :class:`DWPoseTorch`.
+        face_detector: An object with ``detect(frames) -> list[(x1, y1, x2, y2, score) | None]`` to use instead of
+            S3FD (tests, or boxes from elsewhere). Default: S3FD from ``weights_dir``.
+        model: An already built :class:`RTMPoseWholebody` instead of the checkpoint (tests, benchmarks).
+        flip_test: DWPose flip test as in the official config (default True).
+        batch_size: Frames per DWPose call (default 32 on a GPU, 8 on the CPU).
+
+    Raises:
+        WeightsError / CheckpointError: A weight file is missing, damaged or not the official one.
+        MissingDependencyError: torch is not installed.
+        InputError: A bad device, dtype or batch size.
+
+    Source: reference §3.1-3.2 (`preprocessing.py:15-23,84-111`).
+    """
+
+    name = "dwpose"
+    description = ("DWPose (RTMPose-l whole-body) in torch from the official .pth + S3FD face box: the official "
+                   "model and maths, on the GPU in float16, no mmcv and no onnxruntime")
+    weight_files = (CHECKPOINT_FILE, S3FD_FILE)
+    requires = ("torch",)
+
+    def __init__(self, weights_dir: str | os.PathLike | None = None, device: str | None = None, *, dtype: Any = None,
+                 face_detector=None, model=None, flip_test: bool = True, batch_size: int | None = None):
+        from .dwpose_onnx import _default_weights_dir, build_s3fd
+
+        if weights_dir is not None:
+            root = Path(weights_dir)
+        elif model is not None and face_detector is not None:
+            root = None
+        else:
+            root = _default_weights_dir()
+        self.weights_dir = root
+        if model is None:
+            path = root / CHECKPOINT_FILE
+            if not path.is_file():
+                raise WeightsError(f"DWPose checkpoint {str(path)!r} does not exist: download the weights "
+                                   "(notebooks/00_setup.ipynb, `python -m nbhelpers download`) or pass the "
+                                   "weights_dir that holds dwpose/")
+        self.pose = DWPoseTorch(None if model is not None else root / CHECKPOINT_FILE, device, dtype,
+                                flip_test=flip_test, batch_size=batch_size, model=model, weights_dir=root)
+        self.device = self.pose.device
+        self.face_detector = face_detector if face_detector is not None else build_s3fd(root, self.device)
+
+    def detect(self, frames: np.ndarray) -> list[FaceResult | None]:
+        """Face box and 68 landmarks for each frame (DWPose runs only on the frames where S3FD found a face).
+
+        Args:
+            frames: (N, H, W, 3) uint8 BGR frames.
+
+        Returns:
+            N entries: None where the face detector finds no face; else a FaceResult with the detector's box
+            (float64, whole pixels), its score, and (68, 2) float32 landmarks (x, y) in frame pixels (DWPose
+            whole-body points 23..90, not rounded).
+
+        Raises:
+            InputError: ``frames`` is not a (N, H, W, 3) uint8 array.
+
+        Source: `preprocessing.py:84-111` (reference §3.1, §3.3 step 1).
+        """
+        from .dwpose_onnx import detect_with_pose
+
+        return detect_with_pose(frames, self.face_detector, self.pose.keypoints)
+
+    def close(self) -> None:
+        """Release both models (GPU memory)."""
+        pose = self.__dict__.get("pose")
+        if pose is not None:
+            pose.close()
+        closer = getattr(self.face_detector, "close", None)
+        if callable(closer):
+            closer()
+        self.face_detector = None
+
+    def __repr__(self) -> str:
+        wd = None if self.weights_dir is None else str(self.weights_dir)
+        return f"DWPoseBackend(weights_dir={wd!r}, device={self.device!r}, dtype={str(self.pose.dtype)!r})"
+
+
+try:  # testing.py registers writers from each model module (the tiny weights tree, DESIGN.md)
+    from ..testing import register_tiny_writer
+except ImportError:  # a trimmed install
+    pass
+else:
+    register_tiny_writer("dwpose", write_tiny_weights)

@@ -1,0 +1,336 @@
+"""Bit-exact torch versions of the two uint8 image filters the official mask sequence uses, on any device.
+
+The official blend material is made with PIL resizes and ``cv2.GaussianBlur``. Both are separable integer
+filters on uint8 images, so both can be written as "gather K taps along one axis, multiply by integer weights,
+sum, shift" in int32 torch ops, which give the same integers on the CPU and on a GPU (no float rounding, no TF32,
+no cuDNN algorithm choice). Each frame of a batch may have its own geometry (its own square, side and kernel):
+the per-frame tap tables are padded to a common length with zero weights.
+
+* :func:`pil_taps`: PIL's ``Image.resize`` coefficients (``BILINEAR``, ``BICUBIC``) for one axis, in PIL's
+  22-bit fixed point; :func:`resize_axis` applies them with PIL's rounding and clipping. A 2-D resize is the
+  horizontal pass, then the vertical pass on the clipped uint8 intermediate, as PIL does.
+* :func:`gaussian_taps`: the 8-bit fixed-point kernel of ``cv2.GaussianBlur(src, (k, k), 0)`` for uint8 images;
+  :func:`gaussian_blur_batch` applies it with ``BORDER_REFLECT_101`` and OpenCV's rounding.
+
+Sources (documented behaviour of the libraries, re-derived and checked bit for bit against them in
+tests/test_resample.py): Pillow ``libImaging/Resample.c`` (``precompute_coeffs``, ``normalize_coeffs_8bpc``,
+``PRECISION_BITS = 22``, filters ``bilinear`` support 1 and ``bicubic`` a = -0.5 support 2, horizontal pass
+first); OpenCV ``imgproc/src/smooth`` (``getGaussianKernelBitExact``: fixed tables for k <= 9 with sigma 0, else
+``sigma = 0.15 k + 0.35``; the kernel quantised to 8 fractional bits with error diffusion, centre tap taking the
+remainder so the taps sum to 256; row pass exact, column pass rounded ``(v + 2^15) >> 16``).
+
+Importing this module loads numpy only; the torch functions import torch when called.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .errors import InputError
+
+__all__ = ["PIL_FILTERS", "pil_taps", "gaussian_taps", "reflect_101", "resize_axis", "taps_table",
+           "crop_resize_batch", "resize_batch", "gaussian_blur_batch"]
+
+_PIL_BITS = 22  # PRECISION_BITS = 32 - 8 - 2 (Resample.c), 8-bit images
+_CV_BITS = 8  # ufixedpoint16 fractional bits of OpenCV's bit-exact 8U Gaussian
+
+
+def _bilinear(x: float) -> float:
+    x = -x if x < 0.0 else x
+    return 1.0 - x if x < 1.0 else 0.0
+
+
+def _bicubic(x: float) -> float:
+    a = -0.5
+    x = -x if x < 0.0 else x
+    if x < 1.0:
+        return ((a + 2.0) * x - (a + 3.0)) * x * x + 1
+    if x < 2.0:
+        return (((x - 5) * x + 8) * x - 4) * a
+    return 0.0
+
+
+PIL_FILTERS = {"bilinear": (_bilinear, 1.0), "bicubic": (_bicubic, 2.0)}  # name -> (filter, support)
+
+
+@functools.lru_cache(maxsize=4096)
+def pil_taps(in_size: int, out_size: int, filter: str) -> tuple[np.ndarray, np.ndarray]:
+    """PIL's resize taps for one axis: which input samples each output sample reads, with what integer weight.
+
+    Args:
+        in_size: Input length along the axis, samples (>= 1).
+        out_size: Output length, samples (>= 1).
+        filter: ``"bilinear"`` or ``"bicubic"`` (PIL ``Image.Resampling.BILINEAR`` / ``BICUBIC``).
+
+    Returns:
+        ``(index, weight)``: two read-only (out_size, K) int64 arrays; output ``j`` is
+        ``clip(sum_k in[index[j, k]] * weight[j, k] + 2^21 >> 22, 0, 255)``. Unused taps have weight 0.
+
+    Raises:
+        InputError: When a size is not a positive integer or the filter is unknown.
+
+    Source: Pillow ``Resample.c`` ``precompute_coeffs`` and ``normalize_coeffs_8bpc`` (whole-image box).
+    """
+    if filter not in PIL_FILTERS:
+        raise InputError(f"filter must be one of {sorted(PIL_FILTERS)}; got {filter!r}.")
+    if in_size < 1 or out_size < 1:
+        raise InputError(f"resize sizes must be >= 1; got {in_size} -> {out_size}.")
+    func, support0 = PIL_FILTERS[filter]
+    scale = float(in_size) / out_size
+    filterscale = max(scale, 1.0)
+    support = support0 * filterscale
+    ksize = int(math.ceil(support)) * 2 + 1
+    index = np.zeros((out_size, ksize), np.int64)
+    weight = np.zeros((out_size, ksize), np.int64)
+    ss = 1.0 / filterscale
+    for xx in range(out_size):
+        center = (xx + 0.5) * scale
+        xmin = max(int(center - support + 0.5), 0)
+        xmax = min(int(center + support + 0.5), in_size) - xmin
+        ks = [func((x + xmin - center + 0.5) * ss) for x in range(xmax)]
+        ww = 0.0
+        for w in ks:
+            ww += w
+        for x, w in enumerate(ks):
+            w = w / ww if ww != 0.0 else w
+            index[xx, x] = xmin + x
+            weight[xx, x] = int(-0.5 + w * (1 << _PIL_BITS)) if w < 0 else int(0.5 + w * (1 << _PIL_BITS))
+    index.setflags(write=False)
+    weight.setflags(write=False)
+    return index, weight
+
+
+@functools.lru_cache(maxsize=512)
+def gaussian_taps(ksize: int) -> np.ndarray:
+    """The integer kernel of ``cv2.GaussianBlur(src_uint8, (ksize, ksize), 0)`` along one axis (sums to 256).
+
+    Args:
+        ksize: Odd kernel size >= 1 (sigma follows from it: ``0.3 ((ksize - 1) / 2 - 1) + 0.8``).
+
+    Returns:
+        Read-only (ksize,) int64 array of taps in 1/256 units.
+
+    Raises:
+        InputError: When ``ksize`` is not a positive odd integer.
+
+    Source: OpenCV ``getGaussianKernelBitExact`` (tables for 1, 3, 5, 7, 9) and the error-diffused fixed-point
+    conversion of the 8U path of ``GaussianBlur`` (see the module docstring).
+    """
+    if isinstance(ksize, bool) or not isinstance(ksize, (int, np.integer)) or ksize < 1 or ksize % 2 == 0:
+        raise InputError(f"ksize must be a positive odd integer; got {ksize!r}.")
+    n = int(ksize)
+    tables = {1: (1.0,), 3: (0.25, 0.5, 0.25), 5: (0.0625, 0.25, 0.375, 0.25, 0.0625),
+              7: (0.03125, 0.109375, 0.21875, 0.28125, 0.21875, 0.109375, 0.03125),
+              9: tuple(v / 256 for v in (4, 13, 30, 51, 60, 51, 30, 13, 4))}
+    if n in tables:
+        kernel = list(tables[n])
+    else:
+        sigma = n * 0.15 + 0.35
+        scale2 = -0.125 / (sigma * sigma)
+        half = (n - 1) // 2
+        values = [math.exp(float(x * x) * scale2) for x in range(1 - n, 1 - n + 2 * half, 2)]
+        total = 0.0
+        for v in values:
+            total += v
+        total = total * 2 + 1.0
+        mul = 1.0 / total
+        kernel = [v * mul for v in values] + [mul] + [v * mul for v in reversed(values)]
+    unit = 1 << _CV_BITS
+    taps = np.zeros(n, np.int64)
+    err, used = 0.0, 0
+    for i in range(n // 2):
+        adjusted = kernel[i] * unit + err
+        v = int(math.floor(adjusted + 0.5))  # cvRound of a positive value
+        err = adjusted - v
+        taps[i] = taps[n - 1 - i] = v
+        used += v
+    taps[n // 2] = unit - 2 * used
+    taps.setflags(write=False)
+    return taps
+
+
+def reflect_101(index: np.ndarray, size: int) -> np.ndarray:
+    """OpenCV ``BORDER_REFLECT_101`` (``gfedcb|abcdefgh|gfedcba``) of integer positions into ``0 .. size - 1``.
+
+    Args:
+        index: Integer array of positions, any values.
+        size: Axis length (>= 1).
+
+    Returns:
+        int64 array of in-range positions (all 0 when ``size == 1``).
+    """
+    index = np.asarray(index, np.int64)
+    if size == 1:
+        return np.zeros_like(index)
+    period = 2 * (size - 1)
+    folded = np.mod(index, period)
+    return np.where(folded >= size, period - folded, folded)
+
+
+def taps_table(rows: Sequence[tuple[np.ndarray, np.ndarray]], length: int,
+               offsets: Sequence[int] | None = None, limit: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Stack per-frame tap tables into one padded batch table.
+
+    Args:
+        rows: B pairs ``(index (O_b, K_b), weight (O_b, K_b))`` (from :func:`pil_taps` or built by hand).
+        length: Output length of the padded table (>= every O_b); the extra outputs get weight 0.
+        offsets: Optional B integers added to each frame's indices (e.g. a square's origin in the frame).
+        limit: With ``offsets``: the input axis length; taps falling outside ``0 .. limit - 1`` get weight 0
+            (the black outside the frame of a PIL crop) and a clamped index.
+
+    Returns:
+        ``(index, weight)``: (B, length, K) int64 arrays, K the largest K_b.
+    """
+    k = max(int(r[0].shape[1]) for r in rows)
+    index = np.zeros((len(rows), length, k), np.int64)
+    weight = np.zeros((len(rows), length, k), np.int64)
+    for b, (idx, w) in enumerate(rows):
+        o, kb = idx.shape
+        idx = idx + (0 if offsets is None else int(offsets[b]))
+        w = np.array(w)
+        if limit is not None:
+            w[(idx < 0) | (idx >= limit)] = 0
+            idx = np.clip(idx, 0, limit - 1)
+        index[b, :o, :kb] = idx
+        weight[b, :o, :kb] = w
+    return index, weight
+
+
+def resize_axis(x: Any, index: Any, weight: Any, shift: int | None = _PIL_BITS, clip: bool = True) -> Any:
+    """One separable pass along the last axis: ``out[b, ..., j] = sum_k x[b, ..., index[b, j, k]] * weight[b, j, k]``.
+
+    Integer arithmetic throughout (int32, as PIL and OpenCV), so CPU and GPU give the same integers.
+
+    Args:
+        x: (B, ..., L) integer torch tensor (uint8 or int32).
+        index: (B, O, K) integer tensor or array of positions into the last axis (0 .. L - 1).
+        weight: (B, O, K) integer tensor or array of weights.
+        shift: Fixed-point bits to round away, ``(sum + 2^(shift-1)) >> shift``; None keeps the exact sums.
+        clip: Clamp the result to 0..255 and return uint8 (PIL's ``clip8``); False returns int32.
+
+    Returns:
+        (B, ..., O) tensor on ``x``'s device: uint8 when ``clip``, else int32.
+    """
+    import torch
+
+    device = x.device
+    if isinstance(weight, torch.Tensor):
+        active = range(int(weight.shape[-1]))
+    else:  # host tables: skip the all-zero tap columns without asking the device
+        active = [int(k) for k in np.flatnonzero(np.any(np.asarray(weight) != 0, axis=(0, 1)))]
+    index = torch.as_tensor(index, dtype=torch.int64).to(device, non_blocking=True)
+    weight = torch.as_tensor(weight, dtype=torch.int64).to(device=device, dtype=torch.int32, non_blocking=True)
+    batch, n_out, _ = index.shape
+    lead = x.shape[1:-1]
+    xi = x.to(torch.int32)
+    view = (batch,) + (1,) * len(lead) + (n_out,)
+    full = (batch,) + tuple(lead) + (n_out,)
+    acc = torch.full(full, (1 << (shift - 1)) if shift else 0, dtype=torch.int32, device=device)
+    for k in active:
+        w = weight[:, :, k]
+        taps = torch.gather(xi, -1, index[:, :, k].reshape(view).expand(full))
+        acc += taps * w.reshape(view)
+    if shift:
+        acc = torch.bitwise_right_shift(acc, shift)
+    if clip:
+        return acc.clamp_(0, 255).to(torch.uint8)
+    return acc
+
+
+def gaussian_blur_batch(masks: Any, sides: Sequence[int], ksizes: Sequence[int]) -> Any:
+    """``cv2.GaussianBlur(mask, (k, k), 0)`` of each frame's top-left ``side x side`` square, batched and exact.
+
+    Args:
+        masks: (B, S, S) uint8 torch tensor, frame ``b`` using ``[:sides[b], :sides[b]]`` (the rest ignored).
+        sides: B square sides, each <= S.
+        ksizes: B odd kernel sizes (e.g. :func:`nbhelpers.blending.feather_kernel_size`).
+
+    Returns:
+        (B, S, S) uint8 tensor: frame ``b``'s blurred square in ``[:sides[b], :sides[b]]``, 0 elsewhere. Equal
+        bit for bit to OpenCV's 8U result with ``BORDER_REFLECT_101`` on the square alone.
+
+    Raises:
+        InputError: When the lengths disagree or a kernel size is not odd.
+    """
+    import torch
+
+    if not len(sides) == len(ksizes) == masks.shape[0]:
+        raise InputError(f"sides and ksizes need one entry per mask ({masks.shape[0]}); got {len(sides)} and "
+                         f"{len(ksizes)}.")
+    length = int(masks.shape[-1])
+    taps = [gaussian_taps(int(k)) for k in ksizes]
+    radius = max(len(t) // 2 for t in taps)
+    positions = np.arange(-radius, length + radius)
+    index = np.stack([reflect_101(positions, int(side)) for side in sides])        # (B, L + 2r), per-frame border
+    weight = np.zeros((len(taps), 2 * radius + 1), np.int64)
+    for b, t in enumerate(taps):
+        weight[b, radius - len(t) // 2:radius + len(t) // 2 + 1] = t
+    active = [int(k) for k in np.flatnonzero(weight.any(axis=0))]
+    device = masks.device
+    index_t = torch.from_numpy(index).to(device, non_blocking=True)
+    weight_t = torch.from_numpy(weight).to(device=device, dtype=torch.int32, non_blocking=True)
+
+    def one_pass(x):  # along the last axis: reflect-pad once per frame, then one shifted slice per tap
+        batch, rows, _ = x.shape
+        padded = torch.gather(x.to(torch.int32), -1, index_t[:, None, :].expand(batch, rows, length + 2 * radius))
+        acc = torch.zeros((batch, rows, length), dtype=torch.int32, device=device)
+        for k in active:
+            acc += padded[..., k:k + length] * weight_t[:, k].view(batch, 1, 1)
+        return acc
+
+    across = one_pass(masks)                                                      # rows pass: exact, x 256
+    down = one_pass(across.transpose(-1, -2).contiguous())                        # columns pass, x 65536
+    down = torch.bitwise_right_shift(down + (1 << (2 * _CV_BITS - 1)), 2 * _CV_BITS).clamp_(0, 255)
+    inside = torch.arange(length, device=device)[None] < torch.as_tensor(list(sides), device=device)[:, None]
+    keep = (inside[:, :, None] & inside[:, None, :]).to(torch.uint8)
+    return down.to(torch.uint8).transpose(-1, -2) * keep
+
+
+def crop_resize_batch(images: Any, squares: Sequence[Sequence[int]], size: int, filter: str = "bilinear") -> Any:
+    """PIL ``image.crop(square).resize((size, size), filter)`` of every image of a batch, exact, on its device.
+
+    Parts of a square outside the image are black, as PIL's ``crop`` makes them. The crop is never materialised:
+    the square's offset is folded into the tap tables.
+
+    Args:
+        images: (B, C, H, W) uint8 torch tensor (any channel order; channels are independent, as in PIL).
+        squares: B ``(xs, ys, xe, ye)`` squares in image pixels (``xe - xs == ye - ys >= 1``); may extend past
+            any edge.
+        size: Output side, pixels.
+        filter: ``"bilinear"`` or ``"bicubic"``.
+
+    Returns:
+        (B, C, size, size) uint8 tensor on ``images``' device.
+
+    Source: Pillow ``Image.crop`` (zero fill) and ``Image.resize`` (``Resample.c``), see :func:`pil_taps`.
+    """
+    height, width = int(images.shape[-2]), int(images.shape[-1])
+    sides = [int(sq[2]) - int(sq[0]) for sq in squares]
+    across = [pil_taps(side, size, filter) for side in sides]
+    h_index, h_weight = taps_table(across, size, offsets=[int(sq[0]) for sq in squares], limit=width)
+    v_index, v_weight = taps_table(across, size, offsets=[int(sq[1]) for sq in squares], limit=height)
+    rows = resize_axis(images, h_index, h_weight)                                 # (B, C, H, size)
+    return resize_axis(rows.transpose(-1, -2), v_index, v_weight).transpose(-1, -2).contiguous()
+
+
+def resize_batch(images: Any, sides: Sequence[int], filter: str = "bicubic") -> Any:
+    """PIL ``resize((side_b, side_b), filter)`` of each square image of a batch to its own side, exact.
+
+    Args:
+        images: (B, N, N) uint8 torch tensor (one channel, e.g. the 512x512 parsing masks).
+        sides: B output sides (>= 1).
+        filter: ``"bilinear"`` or ``"bicubic"`` (PIL's default for mode 'L').
+
+    Returns:
+        (B, S, S) uint8 tensor, ``S = max(sides)``: frame ``b`` in ``[:sides[b], :sides[b]]``, 0 elsewhere.
+    """
+    n = int(images.shape[-1])
+    length = max(int(s) for s in sides)
+    index, weight = taps_table([pil_taps(n, int(s), filter) for s in sides], length)
+    rows = resize_axis(images, index, weight)                                     # (B, N, S)
+    return resize_axis(rows.transpose(-1, -2), index, weight).transpose(-1, -2).contiguous()

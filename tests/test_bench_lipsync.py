@@ -1,0 +1,86 @@
+"""bench/lipsync.py's pieces that decide what it measures: the transcribed official get_image (PIL) against our numpy
+blend, the stand-in landmarks against the official crop-box rules, and the speech cut. No torch needed."""
+
+from __future__ import annotations
+
+import importlib.util
+import wave
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_lipsync", ROOT / "bench" / "lipsync.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class FixedLabels:
+    """A parser stand-in: the same 512x512 label map for any image (skin, nose, lips, mouth, neck regions)."""
+
+    def __init__(self):
+        lab = np.zeros((512, 512), np.uint8)
+        lab[120:470, 90:420] = 1  # skin
+        lab[150:260, 220:290] = 10  # nose
+        lab[300:330, 180:330] = 12  # upper lip
+        lab[330:345, 190:320] = 11  # mouth
+        lab[345:375, 180:330] = 13  # lower lip
+        lab[470:512, 150:360] = 14  # neck
+        self.lab = lab
+        self.calls = 0
+
+    def labels(self, images, batch_size=None):
+        self.calls += 1
+        assert len(images) == 1 and images[0].dtype == np.uint8 and images[0].shape[2] == 3
+        return self.lab[None].copy()
+
+
+@pytest.mark.parametrize("box", [(190, 160, 360, 330), (2, 10, 150, 170), (470, 600, 575, 767)])
+@pytest.mark.parametrize("mode", ["jaw", "raw"])
+def test_official_get_image_equals_the_numpy_blend(bench, box, mode):
+    from nbhelpers.blending import blend_cpu, expanded_square, prepare_mask, resize_face
+    from nbhelpers.parsing import face_mask
+
+    rng = np.random.default_rng(sum(box))
+    frame = rng.integers(0, 256, (768, 576, 3), dtype=np.uint8)
+    face = resize_face(rng.integers(0, 256, (256, 256, 3), dtype=np.uint8), box)
+    parser = FixedLabels()
+    timer = {}
+    got = bench.official_get_image(frame.copy(), face, list(box), parser, mode, (90, 90), timer=timer)
+    square = expanded_square(box)
+    want = blend_cpu(frame, face, box, prepare_mask(face_mask(parser.lab, mode, 90, 90), box, square), square)
+    assert got.shape == frame.shape and got.dtype == np.uint8
+    assert np.array_equal(got, want)
+    assert not np.array_equal(got, frame)  # the generated face shows somewhere
+    assert parser.calls == 1 and timer["parsing"] >= 0.0
+    assert bench.official_crop_box(box)[0] == list(square)
+
+
+def test_stand_in_landmarks_give_the_known_crop_box(bench):
+    from nbhelpers.faces import crop_box
+
+    for extra_margin in (10, 0):
+        lm, face_box = bench.known_landmarks(bench.BOX, extra_margin)
+        assert lm.shape == (68, 2) and lm.dtype == np.float32
+        got = crop_box(lm, face_box, (768, 576), "v15", 0, extra_margin)
+        assert got == bench.BOX
+
+
+def test_cut_wav_keeps_the_first_samples(bench, tmp_path):
+    src = tmp_path / "a.wav"
+    samples = (np.arange(22050 * 2) % 3000 - 1500).astype("<i2")
+    with wave.open(str(src), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(22050)
+        w.writeframes(samples.tobytes())
+    out = bench.cut_wav(src, tmp_path / "b.wav", 0.5)
+    with wave.open(str(out)) as r:
+        assert r.getframerate() == 22050 and r.getnframes() == 11025
+        assert np.array_equal(np.frombuffer(r.readframes(r.getnframes()), "<i2"), samples[:11025])
