@@ -7,6 +7,7 @@
     python -m nbhelpers lipsync VIDEO AUDIO -o OUT.mp4
     python -m nbhelpers avatar prepare VIDEO DIR  # prepare a face once
     python -m nbhelpers avatar generate DIR AUDIO -o OUT.mp4
+    python -m nbhelpers avatar live DIR --audio FILE --realtime --to URL  # a file played as live speech
     python -m nbhelpers report                    # GPU and the planner's choice
     python -m nbhelpers score VIDEO [--audio FILE]  # is it in sync? mouth-audio lag, and LSE-D/LSE-C
 
@@ -189,6 +190,8 @@ def _cmd_report(args) -> int:
 def _cmd_avatar(args) -> int:
     from .avatar import Avatar, prepare_avatar
 
+    if args.avatar_cmd == "live":
+        return _cmd_avatar_live(args)
     if args.avatar_cmd == "prepare":
         avatar = prepare_avatar(args.video, args.directory, config=_config(args), boxes=_box(args.box),
                                 weights_dir=args.weights, rebuild=args.rebuild)
@@ -218,6 +221,27 @@ def _cmd_avatar(args) -> int:
             options = {} if args.encoder is None else {"encoder": args.encoder}
             result = avatar.generate(audio, output=out, **options)
             print(f"{result.summary()} -> {result.output}")
+    return 0
+
+
+def _cmd_avatar_live(args) -> int:
+    from . import media
+    from .avatar import Avatar
+    from .errors import InputError
+    from .live import play
+
+    if not Path(args.directory).is_dir():
+        raise InputError(f"{args.directory!r} is not an avatar folder; make one first with "
+                         "`python -m nbhelpers avatar prepare VIDEO DIR`.")
+    if args.chunk_ms <= 0:
+        raise InputError(f"--chunk-ms must be > 0; got {args.chunk_ms}.")
+    waveform = media.load_audio(args.audio)
+    avatar = Avatar.load(args.directory, weights_dir=args.weights)
+    avatar.load_models()
+    session = avatar.live(realtime=args.realtime, to=args.to, silence=None if args.silence == "none" else args.silence,
+                          encoder=args.encoder, iterate=False, on_frame=lambda n, frame: None)
+    result = play(session, waveform, chunk_ms=args.chunk_ms, realtime=args.realtime)
+    print(f"{result.summary()} -> {result.output or args.to}")
     return 0
 
 
@@ -365,6 +389,16 @@ def build_parser() -> argparse.ArgumentParser:
     pg.add_argument("-o", "--output", default=None)
     pg.add_argument("--weights", default=None)
     _add_encoder(pg, None)
+    pl = asub.add_parser("live", help="play a speech file into a live session as if it arrived in real time")
+    pl.add_argument("directory")
+    pl.add_argument("--audio", required=True, help="speech file pushed in chunks")
+    pl.add_argument("--to", required=True, help="output file (.mp4/.mkv/.ts/.flv) or URL (rtmp://, srt://, udp://)")
+    pl.add_argument("--realtime", action="store_true", help="push chunks at the pace of the audio, output at 25 fps")
+    pl.add_argument("--chunk-ms", type=float, default=200.0, help="chunk length in milliseconds")
+    pl.add_argument("--silence", choices=["closed", "source", "none"], default="closed",
+                    help="what silent frames show")
+    pl.add_argument("--weights", default=None)
+    _add_encoder(pl, None)
     p.set_defaults(func=_cmd_avatar)
     return parser
 

@@ -516,6 +516,22 @@ class Avatar:
         for _, frames in render(st["source"], features, st["models"], int(self.config.batch_size or 20), n_out):
             yield from (np.array(f) for f in frames)
 
+    def live(self, **options: Any):
+        """A live session of this avatar: push speech chunks as they arrive, get frames in order at 25 fps.
+
+        ``session.push(samples, sample_rate)`` takes PCM chunks of any length; frames come out through
+        ``for n, frame in session``, ``on_frame=`` and/or ``to=`` (a file or an ffmpeg URL, audio muxed live);
+        ``session.close()`` flushes the tail and returns a :class:`~nbhelpers.result.ClipResult` (``kind="stream"``)
+        with the latency figures. Options are those of :class:`nbhelpers.live.LiveSession` (``realtime``,
+        ``delay_s``, ``hop``, ``silence``, ``to``...); which frames equal :meth:`generate` is said there.
+
+        Raises:
+            InputError: An option is out of range.
+        """
+        from .live import LiveSession
+
+        return LiveSession(self, **options)
+
     def close(self) -> None:
         """Release this avatar's arrays on the device and its decoded frames; the models too when the avatar made
         its own pipeline (a pipeline passed in stays loaded for its other jobs)."""

@@ -195,7 +195,7 @@ def check_features(features: Any, n_out: int) -> None:
 
 def render(source: SourceFaces, features: Any, models: Any, batch_size: int, n_out: int, *,
            timings: Timings | None = None, pinned: bool = False, first_frame: int = 0,
-           cpu_blend: bool | None = None) -> Iterator[tuple[int, np.ndarray]]:
+           cpu_blend: bool | None = None, feature_offset: int = 0) -> Iterator[tuple[int, np.ndarray]]:
     """Yield ``(t0, frames)`` for output frames ``first_frame .. first_frame + n_out - 1``, in order.
 
     Per batch: UNet step (:func:`nbhelpers.latents.unet_step`) and VAE decode (:func:`nbhelpers.latents.decode`)
@@ -216,6 +216,8 @@ def render(source: SourceFaces, features: Any, models: Any, batch_size: int, n_o
         pinned: Copy finished frames into a ring of pinned host buffers (CUDA only). The caller must consume each
             batch before ``PINNED_RING - 1`` more are produced (:class:`BackgroundWriter`'s queue guarantees it).
         first_frame: Output index of the first frame (a stream renders its clip in pieces).
+        feature_offset: Output index of row 0 of ``features`` (a live session passes only the rows of the frames
+            it renders now; default 0: row ``t`` is output frame ``t``).
         cpu_blend: Force the CPU blend (default: the GPU blend on CUDA).
 
     Yields:
@@ -232,13 +234,17 @@ def render(source: SourceFaces, features: Any, models: Any, batch_size: int, n_o
         raise InputError(f"batch_size must be a whole number >= 1; got {batch_size!r}.")
     if isinstance(n_out, bool) or not isinstance(n_out, int) or n_out < 0:
         raise InputError(f"n_out must be a whole number >= 0; got {n_out!r}.")
-    check_features(features, first_frame + n_out)
-    return _render(source, features, models, batch_size, n_out, timings, pinned, first_frame, cpu_blend)
+    if isinstance(feature_offset, bool) or not isinstance(feature_offset, int) or not 0 <= feature_offset <= first_frame:
+        raise InputError(f"feature_offset must be a whole number in [0, first_frame={first_frame}]; got "
+                         f"{feature_offset!r}.")
+    check_features(features, first_frame + n_out - feature_offset)
+    return _render(source, features, models, batch_size, n_out, timings, pinned, first_frame, cpu_blend,
+                   feature_offset)
 
 
 def repaint(source: SourceFaces, features: Any, models: Any, ts: np.ndarray, *, first_frame: int = 0,
             cpu_blend: bool | None = None, timings: Timings | None = None, host_buffer: Any = None,
-            events: Any = None, defer_copy: bool = False):
+            events: Any = None, defer_copy: bool = False, feature_offset: int = 0):
     """Make output frames ``first_frame + ts``: the one step of the engine (UNet, decode, paste-back).
 
     Args:
@@ -253,6 +259,7 @@ def repaint(source: SourceFaces, features: Any, models: Any, ts: np.ndarray, *, 
         events: A :class:`CudaStageEvents`: stage times are recorded as CUDA events (no synchronisation).
         defer_copy: With a host buffer on CUDA, leave the copy to the host in flight: the caller waits for the
             stream (e.g. on ``events.last()``) before reading the frames.
+        feature_offset: Output index of row 0 of ``features`` (row ``t - feature_offset`` drives output frame t).
 
     Returns:
         ``(frames, faces_256)``: (B, H, W, 3) uint8 BGR numpy frames (with ``defer_copy``, valid only once the
@@ -277,7 +284,7 @@ def repaint(source: SourceFaces, features: Any, models: Any, ts: np.ndarray, *, 
         faces_256 = None
         if has.any():
             lat = source.latents[torch.as_tensor(rows[has], device=source.latents.device)]
-            feat = features[torch.as_tensor(t_abs[has], device=features.device)]
+            feat = features[torch.as_tensor(t_abs[has] - feature_offset, device=features.device)]
             faces_256 = decode(unet_step(models.unet, models.pe, lat, feat), models.vae)
         t_gen = time.perf_counter()
         if events is not None:
@@ -354,7 +361,7 @@ class CudaStageEvents:
         self.marks[0] = ("", self.marks[0][1])
 
 
-def _render(source, features, models, batch_size, n_out, timings, pinned, first_frame, cpu_blend):
+def _render(source, features, models, batch_size, n_out, timings, pinned, first_frame, cpu_blend, feature_offset=0):
     import torch
 
     from .gpu import batched
@@ -381,7 +388,8 @@ def _render(source, features, models, batch_size, n_out, timings, pinned, first_
             events.start()
         frames, _ = repaint(source, features, models, np.arange(sl.start, sl.stop), first_frame=first_frame,
                             cpu_blend=cpu_blend, timings=None if events is not None else timings,
-                            host_buffer=host_buffer, events=events, defer_copy=use_pinned)
+                            host_buffer=host_buffer, events=events, defer_copy=use_pinned,
+                            feature_offset=feature_offset)
         produced[0] += 1
         return frames, (events.last() if use_pinned else None)
 

@@ -38,6 +38,9 @@ class ClipResult:
         wall_s: Wall-clock seconds from the call to the closed file.
         kind: ``"lipsync"`` (offline job), ``"avatar"`` (a clip from a prepared avatar) or ``"stream"``.
         notes: Lines worth telling the user (e.g. that the weights are random test weights).
+        stats: Live-session figures (``kind="stream"`` from :meth:`~nbhelpers.avatar.Avatar.live`):
+            first_frame_latency_s, sustained_fps, late_frames, max_late_s, idle_frames, starved_frames,
+            whisper_passes; empty otherwise.
     """
 
     output: Path | None
@@ -52,6 +55,7 @@ class ClipResult:
     wall_s: float
     kind: str = "lipsync"
     notes: tuple[str, ...] = field(default=())
+    stats: dict[str, float] = field(default_factory=dict)
 
     @property
     def batch_size(self) -> int | None:
@@ -84,6 +88,12 @@ class ClipResult:
                 f"{precision}, batch {c.batch_size}, {c.device}; landmarks: {self.backend}; "
                 f"{self.wall_s:.1f} s wall ({self.end_to_end_fps:.1f} fps end to end, "
                 f"{self.realtime_factor:.2f}x real time)")
+        if self.stats:
+            st = self.stats
+            text += (f"; live: first frame {st.get('first_frame_latency_s', float('nan')) * 1000:.0f} ms after the "
+                     f"first push, {st.get('sustained_fps', float('nan')):.1f} fps sustained, "
+                     f"{st.get('late_frames', 0)} late, {st.get('idle_frames', 0)} idle, "
+                     f"{st.get('starved_frames', 0)} starved (none dropped)")
         return " ".join([text, *self.notes])
 
     def __str__(self) -> str:

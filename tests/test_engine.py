@@ -167,6 +167,19 @@ def test_inputs_are_checked_before_any_batch_runs(source_parts, tiny_models):
     assert list(render(src, source_parts[4], models, 4, 0)) == []
 
 
+def test_feature_offset_reads_rows_relative_to_the_first_frame(source_parts, tiny_models):
+    """A live session passes only the rows of the frames it renders: row t - offset drives output frame t (same
+    frames, same source-frame cycle as the full tensor), and an offset past first_frame is refused."""
+    features = source_parts[4]
+    src = make_source(source_parts)
+    full = np.concatenate([f for _, f in render(src, features, tiny_models, 3, 3, first_frame=6)])
+    part = np.concatenate([f for _, f in render(src, features[6:9].clone(), tiny_models, 3, 3, first_frame=6,
+                                                feature_offset=6)])
+    np.testing.assert_array_equal(part, full)
+    with pytest.raises(InputError, match="feature_offset"):
+        render(src, features, tiny_models, 3, 3, first_frame=2, feature_offset=3)
+
+
 def test_a_writer_error_reaches_the_caller(source_parts, tiny_models):
     class Broken:
         def write(self, frames):

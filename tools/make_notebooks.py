@@ -290,6 +290,11 @@ REALTIME_NB = opening(
     code("ui.fps_table(clips)", IGNORE),
     md("## Watch\n\nPlay your last clip."),
     code("ui.show_video(clips[-1])"),
+    md("## Live\n\nA live session takes speech in chunks, as a voice synthesiser sends it, and hands out each "
+       "frame at 25 fps once its audio context is there. You play the first 2 s of your first clip in 200 ms chunks, "
+       "as if it arrived now, and see the first-frame latency and whether any frame was late."),
+    code("from nbhelpers import live, media\nsession = avatar.live(realtime=True, on_frame=lambda n, frame: None)\n"
+         "live.play(session, media.load_audio(audios[0])[: 2 * 16000], chunk_ms=200)", IGNORE),
     md("## Check\n\nThe last cell checks that each of your clips was written now and lasts as long as its audio."),
     code("[env.check_result(c, duration_s=env.media_seconds(a)) for c, a in zip(clips, audios, strict=True)]"),
 ]

@@ -1,0 +1,170 @@
+"""Live-session benchmark: first-frame latency, paced real time, and unpaced fps into Python (issue 17).
+
+Runs on the GPU machine with the full-size v1.5 architecture and random weights, an avatar prepared from the shared
+face video (given boxes) and the shared long speech, the whole process limited to 2 CPU cores (taskset), as on
+Colab. Three runs of ``avatar.live`` after a warm-up:
+
+1. unpaced, a first 200 ms chunk pushed alone: the time until frame 0 comes out of the iterator (goal <= 300 ms);
+2. paced (``realtime=True``): the speech pushed in 200 ms chunks at the pace of the audio (``live.play``), frames
+   to a callback: first frame after the first push, sustained fps (goal 25) and late frames (goal 0);
+3. unpaced: the whole speech pushed at once, frames read from the iterator, no encoder (goal >= 100 fps).
+
+    python bench/live.py                 # markdown table to stdout
+    python bench/live.py --smoke         # tiny random weights on the CPU, a synthetic avatar (checks the script)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+BOX = (190, 160, 360, 330)  # crop box around the face of the shared 576x768 video
+SMOKE_BOX = (16, 16, 80, 80)
+
+
+def first_frame_latency(avatar, speech: np.ndarray, **options) -> float:
+    """Seconds from pushing a first 200 ms chunk (alone) to frame 0 out of the iterator."""
+    session = avatar.live(realtime=False, **options)
+    it = iter(session)
+    t0 = time.perf_counter()
+    session.push(speech[:3200], 16000)
+    next(it)
+    latency = time.perf_counter() - t0
+    drain = threading.Thread(target=lambda: [None for _ in it], daemon=True)
+    drain.start()
+    session.push(speech[3200:16000], 16000)
+    session.close()
+    drain.join()
+    return latency
+
+
+def paced(avatar, speech: np.ndarray, **options):
+    """The speech pushed in 200 ms chunks at real-time pace, frames paced to 25 fps into a callback."""
+    from nbhelpers.live import play
+
+    session = avatar.live(realtime=True, on_frame=lambda n, frame: None, **options)
+    return play(session, speech, chunk_ms=200.0, realtime=True)
+
+
+def unpaced(avatar, speech: np.ndarray, **options) -> tuple[float, int, object]:
+    """The whole speech pushed at once, frames read from the iterator as fast as they come: (fps, frames, result)."""
+    session = avatar.live(realtime=False, **options)
+    count = [0]
+
+    def read():
+        for _ in session:
+            count[0] += 1
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    t0 = time.perf_counter()
+    session.push(speech, 16000)
+    result = session.close()
+    reader.join()
+    wall = time.perf_counter() - t0
+    return count[0] / wall, count[0], result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=20.0, help="speech length of the paced and unpaced runs")
+    parser.add_argument("--batch", type=int, default=None, help="frames per engine batch (default: planned)")
+    parser.add_argument("--hop", type=int, default=None,
+                        help="frames per whisper pass of the latency and paced runs (default: the session's, 2)")
+    parser.add_argument("--unpaced-hop", type=int, default=5,
+                        help="frames per whisper pass of the unpaced run (each pass log-mels 30 s on the CPU)")
+    parser.add_argument("--delay", type=float, default=None, help="play-out delay of the paced run, seconds")
+    parser.add_argument("--cores", type=int, default=2)
+    parser.add_argument("--work", default=None)
+    parser.add_argument("--weights", default=None)
+    parser.add_argument("--smoke", action="store_true", help="tiny random weights on the CPU, a synthetic avatar")
+    args = parser.parse_args()
+    from realtime import limit_cpus
+
+    limit_cpus(args.cores)
+    import torch
+
+    torch.set_num_threads(args.cores)
+    from nbhelpers import InferenceConfig, media, prepare_avatar
+
+    work = Path(args.work or tempfile.mkdtemp(prefix="bench-live-"))
+    work.mkdir(parents=True, exist_ok=True)
+    ffmpeg = media.ffmpeg_exe()
+    if args.smoke:
+        from nbhelpers.testing import make_tiny_weights
+
+        weights = make_tiny_weights(work / "tiny")
+        video = work / "testsrc.mp4"
+        subprocess.run([ffmpeg, "-v", "error", "-y", "-f", "lavfi", "-i", "testsrc=size=96x96:rate=25", "-frames:v",
+                        "8", "-pix_fmt", "yuv420p", str(video)], check=True)
+        box, seconds = SMOKE_BOX, min(args.seconds, 0.32)
+        rng = np.random.default_rng(0)
+        speech = (rng.standard_normal(int(16000 * seconds)) * 0.1).astype(np.float32)
+        config = InferenceConfig(device="cpu", fp16=False, batch_size=args.batch or 4)
+        device = "cpu smoke run"
+    else:
+        from _common import make_full_weights, media_dir
+
+        data = media_dir()
+        weights = make_full_weights(Path(args.weights or work / "weights"))
+        video, box, seconds = data / "face-sing-576x768-25fps.mp4", BOX, args.seconds
+        speech = media.load_audio(data / "speech-en-long.wav")[: int(16000 * seconds)]
+        config = InferenceConfig(device="cuda", fp16=True, batch_size=args.batch)
+        device = torch.cuda.get_device_name()
+    print(f"cores: {sorted(os.sched_getaffinity(0))}, torch {torch.__version__}, {device}", flush=True)
+    t0 = time.perf_counter()
+    avatar = prepare_avatar(video, work / "avatar", config=config, boxes=box, weights_dir=weights)
+    avatar.load_models()
+    print(f"avatar: {avatar} in {time.perf_counter() - t0:.1f} s", flush=True)
+    options = {} if args.hop is None else {"hop": args.hop}
+    paced_options = dict(options, **({} if args.delay is None else {"delay_s": args.delay}))
+
+    t0 = time.perf_counter()
+    unpaced(avatar, speech[:32000], **options)  # warm-up: cuDNN algorithms, allocator, whisper
+    print(f"warm-up {time.perf_counter() - t0:.1f} s", flush=True)
+    latency = first_frame_latency(avatar, speech, **options)
+    print(f"first frame after a first 200 ms chunk: {latency * 1000:.0f} ms", flush=True)
+    paced_result = paced(avatar, speech, **paced_options)
+    print(f"paced: {paced_result}", flush=True)
+    fps, n, unpaced_result = unpaced(avatar, speech, hop=args.unpaced_hop)
+    print(f"unpaced: {fps:.1f} fps over {n} frames; {unpaced_result}", flush=True)
+
+    st = paced_result.stats
+    rows = [
+        ("first frame after a first 200 ms chunk, unpaced", "<= 300 ms", f"{latency * 1000:.0f} ms", latency <= 0.3),
+        ("first frame after the first push, paced (includes the play-out delay)", "<= 300 ms",
+         f"{st['first_frame_latency_s'] * 1000:.0f} ms", st["first_frame_latency_s"] <= 0.3),
+        ("paced real time: sustained fps", "25", f"{st['sustained_fps']:.2f}", abs(st["sustained_fps"] - 25) < 0.25),
+        ("paced real time: late frames (none dropped)", "0", f"{st['late_frames']} of {paced_result.n_frames} "
+         f"(max {st['max_late_s'] * 1000:.0f} ms late)", st["late_frames"] == 0),
+        ("paced real time: starved frames (silence added)", "0", str(st["starved_frames"]), st["starved_frames"] == 0),
+        (f"unpaced fps into Python (no encoder, hop {args.unpaced_hop})", ">= 100", f"{fps:.1f}", fps >= 100),
+    ]
+    from nbhelpers.live import DEFAULT_DELAY_S, DEFAULT_HOP
+
+    print(f"\n### Live session, {device}, {len(os.sched_getaffinity(0))} cores, {seconds:.1f} s of speech, "
+          f"{avatar.frame_shape[1]}x{avatar.frame_shape[0]}, batch {avatar.config.batch_size}, hop "
+          f"{args.hop or DEFAULT_HOP} (unpaced {args.unpaced_hop}), play-out delay "
+          f"{(args.delay if args.delay is not None else DEFAULT_DELAY_S) * 1000:.0f} ms\n")
+    print("| measure | goal | result | met |")
+    print("|---|---|---|---|")
+    for name, goal, value, ok in rows:
+        print(f"| {name} | {goal} | {value} | {'yes' if ok else 'no'} |")
+    print(f"\nwhisper passes: paced {st['whisper_passes']}, unpaced {unpaced_result.stats['whisper_passes']}; "
+          f"unpaced timings: " + ", ".join(f"{k} {v:.2f} s" for k, v in unpaced_result.timings.items()))
+    avatar.close()
+
+
+if __name__ == "__main__":
+    main()
