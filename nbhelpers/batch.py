@@ -560,11 +560,13 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpu
 
     A local start is kept small so that it is quick on a 2-core machine: ``num_cpus`` (default 2, at most the
     cores here) bounds the worker processes Ray starts ahead, no dashboard, workers' output not forwarded to this
-    process, a 256 MiB object store (the batch passes only file names through it). Does nothing when Ray is
-    already initialised in this process.
+    process, a 256 MiB object store (the batch passes only file names through it). Ray's startup can time out
+    on a heavily loaded machine (its agents must start within seconds); that is tried once more. Does nothing
+    when Ray is already initialised in this process.
 
     Args:
-        address: ``"auto"``, ``"HOST:PORT"`` or ``"ray://HOST:PORT"`` of a running cluster; None starts one here.
+        address: ``"auto"``, ``"HOST:PORT"`` or ``"ray://HOST:PORT"`` of a running cluster; None joins the one in
+            ``$RAY_ADDRESS`` when set, else starts one here.
         num_cpus: CPUs the local Ray offers (CPU workers take one each).
         num_gpus: GPUs the local Ray offers (default: all it finds).
 
@@ -577,12 +579,20 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpu
     ray = _require_ray()
     if ray.is_initialized():
         return False
+    address = address or os.environ.get("RAY_ADDRESS") or None
     if address:
         ray.init(address=address, log_to_driver=False, configure_logging=False)
         return True
     cores = os.cpu_count() or 1
-    ray.init(num_cpus=max(1, min(int(num_cpus or 2), cores)), num_gpus=num_gpus, include_dashboard=False,
-             log_to_driver=False, configure_logging=False, object_store_memory=256 * 2**20)
+    options = dict(num_cpus=max(1, min(int(num_cpus or 2), cores)), num_gpus=num_gpus, include_dashboard=False,
+                   log_to_driver=False, configure_logging=False, object_store_memory=256 * 2**20)
+    try:
+        ray.init(**options)
+    except Exception as exc:  # noqa: BLE001 - Ray's own startup timeout on a loaded machine: try once more
+        if "timed out during startup" not in str(exc):
+            raise
+        ray.shutdown()
+        ray.init(**options)
     return True
 
 
