@@ -846,37 +846,62 @@ def _dispatch(job_list, groups, group_of, job_configs, expected_frames, outcomes
                 return True
 
             idle = list(range(len(actors)))
-            while any(g.queue for g in groups.values()) or busy:
+            ping_at: dict[int, float] = {}  # restarting workers: when to ask again whether they are back
+            pings_lost: dict[int, int] = {}
+
+            def working() -> bool:
+                return any(kind in ("prepare", "job") for _, kind, _, _ in busy.values())
+
+            while any(g.queue for g in groups.values()) or working():
                 still_idle = []
                 for i in idle:
                     if not submit(i):
                         still_idle.append(i)
                 idle = still_idle
+                now = time.perf_counter()
+                for i, when in list(ping_at.items()):
+                    if now >= when:
+                        del ping_at[i]
+                        busy[actors[i].describe.remote()] = (i, "ping", None, 0)
+                if not busy and not ping_at:
+                    break  # no worker left (every queued job has a group that is pending or ready)
                 if not busy:
-                    break  # nothing runnable (cannot happen: every queued job has a group that is pending or ready)
+                    time.sleep(0.2)
+                    continue
                 done, _ = ray.wait(list(busy), num_returns=1, timeout=0.5)
                 for ref in done:
                     i, kind, item, n = busy.pop(ref)
                     running.pop(i, None)
-                    idle.append(i)
                     try:
                         reply = ray.get(ref)
                     except Exception as exc:  # noqa: BLE001 - a dead worker, or an error Ray raised for the call
                         if not _is_worker_loss(ray, exc):
                             reply = {"ok": False, "error": _error_text(exc), "seconds": 0.0, "worker": names[i]}
                         else:
-                            holds[i].clear()  # restarted: it holds nothing now
+                            # Ray restarts the worker (max_restarts); it takes work again once it answers.
+                            holds[i].clear()
+                            ping_at[i] = time.perf_counter() + 1.0
                             reply = None
-                            lost = (f"the worker {names[i]} died {n} time(s) during this "
-                                    f"{'avatar preparation' if kind == 'prepare' else 'job'} "
-                                    f"(last: {type(exc).__name__})")
+                            lost = (f"its worker died during each of its {n} attempt(s) (last {names[i]}: "
+                                    f"{type(exc).__name__})")
+                    if kind == "ping":
+                        if reply is None:
+                            pings_lost[i] = pings_lost.get(i, 0) + 1
+                            if pings_lost[i] > 300:  # not back after about 5 minutes: given up
+                                ping_at.pop(i, None)
+                            continue
+                        pings_lost.pop(i, None)
+                        idle.append(i)
+                        continue
+                    if reply is not None:
+                        idle.append(i)
                     if kind == "prepare":
                         group = item
                         if reply is None:
                             for tmp in group.directory.glob(".building-*") if group.directory.is_dir() else ():
                                 shutil.rmtree(tmp, ignore_errors=True)
                             if n >= max_attempts:
-                                group.state, group.error = "failed", lost
+                                group.state, group.error = "failed", f"preparing the avatar failed: {lost}"
                                 fail_group(group)
                             else:
                                 group.state = "pending"
@@ -927,6 +952,10 @@ def _dispatch(job_list, groups, group_of, job_configs, expected_frames, outcomes
                     last_poll = now
                     for i in running:
                         polls[actors[i].progress.remote()] = i
+            for group in groups.values():  # only when every worker is gone for good
+                if group.queue:
+                    group.error = group.error or "no batch worker was left to run it (every worker died)"
+                    fail_group(group)
         return list(names)
     finally:
         for a in actors:
