@@ -10,6 +10,7 @@
     python -m nbhelpers avatar live DIR --audio FILE --realtime --to URL  # a file played as live speech
     python -m nbhelpers report                    # GPU and the planner's choice
     python -m nbhelpers score VIDEO [--audio FILE]  # is it in sync? mouth-audio lag, and LSE-D/LSE-C
+    python -m nbhelpers batch JOBS.csv            # many clips on Ray (pip install "ray>=2.10"), nothing lost
 
 Every error the package raises on purpose is printed as one message (no traceback) with exit status 2.
 """
@@ -331,6 +332,21 @@ def _in_cli_terms(func):
     return run
 
 
+def _cmd_batch(args) -> int:
+    from . import batch
+
+    config = _config(args)
+    jobs = batch.read_jobs(args.jobs)
+    if args.box:  # --box gives the jobs that set no box of their own one crop box
+        jobs = [j if "box" in j.settings else batch.Job(j.name, j.video, j.audio, j.output,
+                                                        {**j.settings, "box": _box(args.box)}) for j in jobs]
+    result = batch.run(jobs, weights_dir=args.weights, config=config, address=args.address, cache_dir=args.cache_dir,
+                       summary=args.summary, cpu_workers=args.cpu_workers, workers_per_gpu=args.workers_per_gpu,
+                       gpus=args.gpus, max_attempts=args.max_attempts, rerun=args.rerun)
+    print(result)
+    return 0 if result.ok else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m nbhelpers", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -375,6 +391,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default=None)
     p.add_argument("--weights", default=None)
     p.set_defaults(func=_cmd_score)
+
+    p = sub.add_parser("batch", help="many clips on Ray: each face prepared once, every GPU used, nothing lost",
+                       description="Run a jobs file (CSV with columns video,audio,output and optional settings, or "
+                                   "JSON lines) on Ray. Finished outputs are skipped; exit status 1 when a job failed.")
+    p.add_argument("jobs", help="CSV or JSON-lines jobs file (relative paths are relative to it)")
+    p.add_argument("--address", default=None, help="Ray cluster to join (auto, HOST:PORT); default: start Ray here")
+    p.add_argument("--cache-dir", default=None, help="avatar cache (default: <outputs folder>/avatar-cache)")
+    p.add_argument("--summary", default=None, help="summary CSV (default: <outputs folder>/batch-summary.csv)")
+    p.add_argument("--cpu-workers", type=int, default=1, help="CPU workers when there is no GPU (default 1)")
+    p.add_argument("--workers-per-gpu", type=int, default=1, help="workers sharing each GPU (default 1)")
+    p.add_argument("--gpus", type=int, default=None, help="GPUs to use (default: all)")
+    p.add_argument("--max-attempts", type=int, default=3, help="starts of a job whose worker keeps dying (default 3)")
+    p.add_argument("--rerun", action="store_true", help="make every output again, even finished ones")
+    _add_settings(p)
+    p.set_defaults(func=_cmd_batch)
 
     p = sub.add_parser("avatar", help="prepare a face once, then generate from many audio clips")
     asub = p.add_subparsers(dest="avatar_cmd", required=True)

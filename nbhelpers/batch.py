@@ -1,0 +1,973 @@
+"""Batch dubbing on Ray: many (video, audio) jobs over every GPU of a machine or a cluster, with nothing lost.
+
+A batch is a list of jobs (a CSV or JSON-lines file, or :class:`Job` objects): a face video, a speech file, an
+output MP4 and optional settings per job. :func:`run` starts Ray on this machine (or joins a cluster with
+``address=``), starts one worker per GPU (CPU workers when there is none), each holding one loaded
+:class:`~nbhelpers.pipeline.MuseTalkPipeline`, and hands out the work:
+
+- Jobs are grouped by source video (its content and the settings that shape the face cache). Each group's
+  avatar is prepared once (:func:`nbhelpers.avatar.prepare_avatar`, cached under ``cache_dir`` on storage every
+  worker sees) and every audio of the group is generated from it (:meth:`nbhelpers.avatar.Avatar.generate`, whose
+  frames equal the offline job's with the default ``blur_ratio``). A worker keeps the avatars it loaded, so jobs of
+  a face go to a worker that already holds it when one is free.
+- Nothing is lost. Outputs are written under a temporary name and renamed (:class:`nbhelpers.media.VideoWriter`).
+  A failing job (an unreadable file, no face) is recorded with its error and the batch goes on. A worker that dies
+  during a job (killed, out of memory, a crashed driver) is restarted by Ray, its half-written file is removed and
+  the job is given to the next free worker, up to ``max_attempts`` times.
+- Running the same batch again skips finished outputs. Next to each output a small record
+  (``.<name>.batch.json``) holds the fingerprints of what made it: the sizes and SHA-256 of video and audio, the
+  settings, the weight files and the output's size. An output counts as finished only when it exists, its record
+  matches and its size is the recorded one; a changed input or setting makes it again.
+
+Progress bars count jobs and frames (:func:`nbhelpers.progress.bar`). The result, :class:`BatchResult`, is a table
+(job, status, frames, seconds, fps, error) that shows itself in a notebook, also written as a CSV next to the
+outputs.
+
+Ray is an optional extra: ``pip install "ray>=2.10"`` (or the package's ``[batch]`` extra). Importing this module
+does not import Ray or torch.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import html
+import io
+import json
+import os
+import shutil
+import time
+from collections import OrderedDict, deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import InputError, MissingDependencyError, NbHelpersError
+
+RECORD_FORMAT = 1  # bump when the output record's fields change (older records then make their outputs again)
+SUMMARY_NAME = "batch-summary.csv"
+CACHE_NAME = "avatar-cache"
+INSTALL_RAY = 'pip install "ray>=2.10"'
+STATUSES = ("done", "skipped", "failed")
+# Per-job settings: InferenceConfig fields a row may set (version, device and precision belong to the workers'
+# pipelines) and "box", one crop box (x1, y1, x2, y2) for the clip.
+ROW_SETTINGS = ("batch_size", "extra_margin", "bbox_shift", "parsing_mode", "left_cheek_width", "right_cheek_width",
+                "landmark_backend", "smooth_boxes", "seed", "latent_mode", "blur_ratio", "box")
+SUMMARY_COLUMNS = ("job", "status", "frames", "seconds", "fps", "error", "video", "audio", "output", "attempts",
+                   "worker")
+
+
+def _require_ray():
+    """Import Ray, or raise :class:`MissingDependencyError` with the install line."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise MissingDependencyError(
+            f"batch runs need Ray, which is not installed ({exc}). Install it with `{INSTALL_RAY}` (or install this "
+            "package with its batch extra: `pip install -e \".[batch]\"` in a checkout), then run the batch "
+            "again.") from exc
+    return ray
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Jobs
+
+
+@dataclass(frozen=True)
+class Job:
+    """One clip of a batch.
+
+    Attributes:
+        name: Unique name in the batch (default: the output file's stem).
+        video: Face video or photo.
+        audio: Speech file.
+        output: The MP4 to write.
+        settings: Per-job settings (see :data:`ROW_SETTINGS`): InferenceConfig fields such as ``bbox_shift`` or
+            ``extra_margin``, and ``box`` = ``(x1, y1, x2, y2)`` in source pixels to skip face detection.
+    """
+
+    name: str
+    video: Path
+    audio: Path
+    output: Path
+    settings: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _setting(key: str, value: Any, where: str) -> Any:
+    """A per-job setting, converted from text (CSV) where needed; None for an empty cell."""
+    from .config import InferenceConfig
+
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if key == "box":
+        parts = value.replace(" ", "").split(",") if isinstance(value, str) else list(value)
+        try:
+            box = tuple(int(round(float(v))) for v in parts)
+        except (TypeError, ValueError):
+            box = ()
+        if len(box) != 4:
+            raise InputError(f"{where}: box must be four numbers x1,y1,x2,y2 in source pixels; got {value!r}.")
+        return box
+    default = InferenceConfig.__dataclass_fields__[key].default
+    kind = float if isinstance(default, float) else int if key == "batch_size" or isinstance(default, int) else str
+    if isinstance(value, str) and kind is not str:
+        try:
+            value = kind(float(value)) if kind is int and float(value).is_integer() else kind(value)
+        except ValueError:
+            raise InputError(f"{where}: {key} must be a number; got {value!r}.") from None
+    return value
+
+
+def _job_from_row(row: Mapping[str, Any], base: Path, where: str) -> Job:
+    row = {str(k).strip(): v for k, v in row.items() if k is not None}
+    settings_in = dict(row.pop("settings", None) or {})
+    missing = [k for k in ("video", "audio") if not str(row.get(k) or "").strip()]
+    if missing:
+        raise InputError(f"{where}: {' and '.join(missing)} missing; every job needs a video and an audio file "
+                         "(columns video, audio, output).")
+    fixed = {k: row.pop(k) for k in ("name", "video", "audio", "output") if k in row}
+    settings_in.update(row)
+    unknown = sorted(k for k in settings_in if k not in ROW_SETTINGS)
+    if unknown:
+        raise InputError(f"{where}: unknown column(s) {', '.join(unknown)}. A job has name, video, audio, output and "
+                         f"optional settings: {', '.join(ROW_SETTINGS)}.")
+    settings = {k: v for k, v in ((k, _setting(k, v, where)) for k, v in settings_in.items()) if v is not None}
+
+    def path(value: Any) -> Path:
+        p = Path(os.fspath(value)).expanduser()
+        return p if p.is_absolute() else base / p
+
+    video, audio = path(str(fixed["video"]).strip()), path(str(fixed["audio"]).strip())
+    out_text = str(fixed.get("output") or "").strip()
+    output = path(out_text) if out_text else base / "results" / f"{video.stem}_{audio.stem}.mp4"
+    if output.suffix.lower() != ".mp4":
+        raise InputError(f"{where}: output must end in .mp4; got {str(output)!r}.")
+    name = str(fixed.get("name") or "").strip() or output.stem
+    return Job(name=name, video=video, audio=audio, output=output, settings=settings)
+
+
+def read_jobs(path: str | os.PathLike) -> list[Job]:
+    """Read a jobs file: CSV with a header row, or JSON lines (``.jsonl``/``.json``: one object per line).
+
+    Columns (CSV) or keys (JSON): ``video``, ``audio``, ``output`` (default ``results/<video>_<audio>.mp4``),
+    optional ``name``, and optional settings (:data:`ROW_SETTINGS`), as columns or, in JSON, also under
+    ``"settings"``. Relative paths are relative to the jobs file's folder. Empty lines and lines starting with
+    ``#`` are skipped.
+
+    Returns:
+        The jobs in file order.
+
+    Raises:
+        InputError: The file is missing or empty, a row lacks video or audio, has an unknown column or a bad value,
+            or two jobs share an output.
+    """
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise InputError(f"jobs file {str(path)!r} does not exist; give a CSV (columns video,audio,output) or a "
+                         "JSON-lines file.")
+    text = path.read_text("utf-8-sig")
+    base = path.resolve().parent
+    jobs: list[Job] = []
+    if path.suffix.lower() in (".jsonl", ".json", ".ndjson"):
+        for k, line in enumerate(text.splitlines(), 1):
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError as exc:
+                raise InputError(f"{path.name} line {k} is not JSON ({exc}); write one job object per line.") from None
+            if not isinstance(row, dict):
+                raise InputError(f"{path.name} line {k}: a job is a JSON object; got {type(row).__name__}.")
+            jobs.append(_job_from_row(row, base, f"{path.name} line {k}"))
+    else:
+        lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+        reader = csv.DictReader(io.StringIO("\n".join(lines)))
+        for k, row in enumerate(reader, 2):
+            if None in row:
+                raise InputError(f"{path.name} row {k} has more cells than the header has columns.")
+            jobs.append(_job_from_row(row, base, f"{path.name} row {k}"))
+    if not jobs:
+        raise InputError(f"jobs file {str(path)!r} holds no job; write a header (video,audio,output) and one row per "
+                         "clip.")
+    return check_jobs(jobs)
+
+
+def check_jobs(jobs: Iterable[Job | Mapping[str, Any]]) -> list[Job]:
+    """Jobs as :class:`Job` objects (dicts are converted, relative paths taken from the working directory), with
+    unique outputs; a name used twice gets a number (``clip``, ``clip-2``).
+
+    Raises:
+        InputError: A job is malformed, or two jobs share an output.
+    """
+    out: list[Job] = []
+    for k, job in enumerate(jobs):
+        if isinstance(job, Job):
+            out.append(job)
+        elif isinstance(job, Mapping):
+            out.append(_job_from_row(job, Path.cwd(), f"job {k}"))
+        else:
+            raise InputError(f"job {k} must be a Job or a dict with video, audio and output; got {type(job).__name__}.")
+    outputs: dict[Path, str] = {}
+    for job in out:
+        key = job.output.resolve()
+        if key in outputs:
+            raise InputError(f"jobs {outputs[key]!r} and {job.name!r} both write {str(job.output)!r}; give each job "
+                             "its own output.")
+        outputs[key] = job.name
+    names: set[str] = set()
+    for k, job in enumerate(out):  # names label the summary rows: a repeated one gets a number
+        name, n = job.name, 1
+        while name in names:
+            n += 1
+            name = f"{job.name}-{n}"
+        names.add(name)
+        if name != job.name:
+            out[k] = Job(name, job.video, job.audio, job.output, job.settings)
+    if not out:
+        raise InputError("the batch holds no job.")
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Fingerprints and records
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(1 << 22):
+            h.update(block)
+    return h.hexdigest()
+
+
+class _Fingerprints:
+    """Size and SHA-256 of input files, each hashed once per run."""
+
+    def __init__(self):
+        self._cache: dict[Path, dict[str, Any]] = {}
+
+    def __call__(self, path: Path) -> dict[str, Any]:
+        key = path.resolve()
+        if key not in self._cache:
+            self._cache[key] = {"size": key.stat().st_size, "sha256": _sha256(key)}
+        return self._cache[key]
+
+
+def record_path(output: Path) -> Path:
+    """Where the record of ``output`` lives: ``.<name>.batch.json`` beside it."""
+    return output.with_name(f".{output.name}.batch.json")
+
+
+def _weights_state(weights_dir: Path, version: str) -> dict[str, list[int]]:
+    from . import weights
+
+    out = {}
+    for name in weights.required_files(version, parsing=True):
+        p = weights_dir / name
+        if p.is_file():
+            st = p.stat()
+            out[name] = [st.st_size, int(st.st_mtime)]
+    return out
+
+
+def _finished(job: Job, inputs: dict[str, Any]) -> dict[str, Any] | None:
+    """The record of ``job``'s output when the output is finished and was made from ``inputs``; else None."""
+    rec_path = record_path(job.output)
+    try:
+        rec = json.loads(rec_path.read_text("utf-8"))
+        size = job.output.stat().st_size
+    except (OSError, ValueError):
+        return None
+    if rec.get("format") != RECORD_FORMAT or rec.get("inputs") != inputs or rec.get("output_size") != size:
+        return None
+    return rec
+
+
+def _write_json(path: Path, data: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True), "utf-8")
+    os.replace(tmp, path)
+
+
+def remove_partials(output: Path) -> list[Path]:
+    """Remove the half-written files a dead worker left for ``output`` (``VideoWriter``'s temporary names,
+    ``.<stem>.partial-<8 hex><suffix>``). Returns what was removed."""
+    removed = []
+    if output.parent.is_dir():
+        for p in output.parent.glob(f".{output.stem}.partial-*{output.suffix}"):
+            try:
+                p.unlink()
+                removed.append(p)
+            except OSError:
+                pass
+    return removed
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Results
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    """What happened to one job.
+
+    Attributes:
+        job: The job's name.
+        status: ``"done"`` (made now), ``"skipped"`` (already finished from the same inputs) or ``"failed"``.
+        frames: Output frames (25 fps); for a skipped job the recorded count; 0 when failed.
+        seconds: Wall-clock seconds of the job on its worker (0 when skipped).
+        error: ``"<ExceptionType>: <message>"`` when failed, else "".
+        video: The face video.
+        audio: The speech file.
+        output: The output MP4.
+        attempts: Times the job was started on a worker (more than 1 when a worker died during it).
+        worker: The worker that made it (``host/pid device``), or "".
+    """
+
+    job: str
+    status: str
+    frames: int
+    seconds: float
+    error: str
+    video: Path
+    audio: Path
+    output: Path
+    attempts: int = 0
+    worker: str = ""
+
+    @property
+    def fps(self) -> float:
+        """Output frames per wall-clock second of the job (NaN when nothing ran)."""
+        return self.frames / self.seconds if self.seconds > 0 else float("nan")
+
+    def row(self) -> dict[str, Any]:
+        """The summary row (:data:`SUMMARY_COLUMNS`)."""
+        fps = "" if self.fps != self.fps else f"{self.fps:.2f}"
+        return {"job": self.job, "status": self.status, "frames": self.frames, "seconds": f"{self.seconds:.2f}",
+                "fps": fps, "error": self.error, "video": str(self.video), "audio": str(self.audio),
+                "output": str(self.output), "attempts": self.attempts, "worker": self.worker}
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """The outcome of a batch: one :class:`JobOutcome` per job, in the jobs' order. Shows a table in a notebook.
+
+    Attributes:
+        outcomes: One per job.
+        summary_csv: The CSV written with the same table (None when writing it was turned off).
+        wall_s: Wall-clock seconds of the whole batch (Ray start and model loads included).
+        workers: One line per worker started (``host/pid device``); empty when nothing had to run.
+        avatars: Avatars prepared (built now) and loaded from the cache, ``{"prepared": n, "loaded": m}``.
+    """
+
+    outcomes: tuple[JobOutcome, ...]
+    summary_csv: Path | None
+    wall_s: float
+    workers: tuple[str, ...] = ()
+    avatars: Mapping[str, int] = field(default_factory=dict)
+
+    def count(self, status: str) -> int:
+        """Jobs with ``status`` (done, skipped, failed)."""
+        return sum(o.status == status for o in self.outcomes)
+
+    @property
+    def ok(self) -> bool:
+        """True when no job failed."""
+        return self.count("failed") == 0
+
+    @property
+    def failed(self) -> list[JobOutcome]:
+        """The failed jobs."""
+        return [o for o in self.outcomes if o.status == "failed"]
+
+    @property
+    def frames(self) -> int:
+        """Frames made in this run (skipped jobs not counted)."""
+        return sum(o.frames for o in self.outcomes if o.status == "done")
+
+    @property
+    def fps(self) -> float:
+        """Frames made per wall-clock second of the batch."""
+        return self.frames / self.wall_s if self.wall_s > 0 else float("nan")
+
+    def summary(self) -> str:
+        """One line: counts, frames and throughput."""
+        text = (f"{len(self.outcomes)} jobs: {self.count('done')} done, {self.count('skipped')} skipped, "
+                f"{self.count('failed')} failed; {self.frames} frames in {self.wall_s:.1f} s "
+                f"({self.fps:.1f} fps) on {len(self.workers)} worker(s)")
+        if self.summary_csv is not None:
+            text += f"; summary: {self.summary_csv}"
+        return text
+
+    def table(self) -> str:
+        """The table as text: job, status, frames, seconds, fps, error."""
+        cols = SUMMARY_COLUMNS[:6]
+        rows = [[str(o.row()[c]) for c in cols] for o in self.outcomes]
+        widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(cols)]
+        widths[-1] = min(widths[-1], 80)
+
+        def line(cells: list[str]) -> str:
+            return "  ".join(c[:w].ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
+
+        return "\n".join([line(list(cols)), line(["-" * w for w in widths]), *map(line, rows)])
+
+    def __str__(self) -> str:
+        return f"{self.table()}\n{self.summary()}"
+
+    def _repr_html_(self) -> str:
+        cols = SUMMARY_COLUMNS[:6]
+        head = "".join(f"<th>{c}</th>" for c in cols)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(str(o.row()[c]))}</td>" for c in cols) + "</tr>"
+                       for o in self.outcomes)
+        return f"<p>{html.escape(self.summary())}</p><table><tr>{head}</tr>{body}</table>"
+
+    def write_csv(self, path: str | os.PathLike) -> Path:
+        """Write the table (:data:`SUMMARY_COLUMNS`) to ``path`` (temporary name, then renamed). Returns the path."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        with open(tmp, "w", newline="", encoding="utf-8") as fh:
+            writer = csv.DictWriter(fh, fieldnames=SUMMARY_COLUMNS)
+            writer.writeheader()
+            for o in self.outcomes:
+                writer.writerow(o.row())
+        os.replace(tmp, path)
+        return path
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The worker (a Ray actor; plain class so that importing this module needs no Ray)
+
+
+def _error_text(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+class BatchWorker:
+    """One loaded pipeline on one device (a GPU, or the CPU), run as a Ray actor by :func:`run`.
+
+    Args:
+        weights_dir: The weights folder (visible to every worker).
+        config: Base settings as a dict (InferenceConfig fields); the device is this worker's.
+        device: ``"cuda"`` (the GPU Ray assigned) or ``"cpu"``.
+        threads: torch CPU threads (None: leave torch's choice).
+    """
+
+    def __init__(self, weights_dir: str, config: dict[str, Any], device: str, threads: int | None = None):
+        import socket
+
+        from . import progress
+        from .config import InferenceConfig
+        from .pipeline import MuseTalkPipeline
+
+        progress.configure(disable=True)  # the driver shows the bars
+        if threads:
+            import torch
+
+            torch.set_num_threads(int(threads))
+        base = InferenceConfig(**{k: v for k, v in config.items() if k not in ("device", "fp16")})
+        self.pipe = MuseTalkPipeline.from_pretrained(weights_dir, version=base.version, device=device,
+                                                     config=base.replace(device=device))
+        self.name = f"{socket.gethostname()}/{os.getpid()} {self.pipe.device}"
+        self.avatars: OrderedDict[str, Any] = OrderedDict()
+        self.keep_avatars = 2
+        self._job = ""
+        self._frames = 0
+
+    def describe(self) -> str:
+        """``host/pid device``."""
+        return self.name
+
+    def progress(self) -> tuple[str, int]:
+        """The running job's name and its frames finished so far."""
+        return self._job, self._frames
+
+    def _config(self, config: dict[str, Any]):
+        from .config import InferenceConfig
+
+        return InferenceConfig(**config).replace(device=None, fp16=None)
+
+    def _keep(self, key: str, avatar: Any) -> None:
+        self.avatars[key] = avatar
+        self.avatars.move_to_end(key)
+        while len(self.avatars) > self.keep_avatars:
+            _, old = self.avatars.popitem(last=False)
+            old.close()
+
+    def prepare(self, key: str, video: str, directory: str, config: dict[str, Any],
+                box: tuple[int, int, int, int] | None) -> dict[str, Any]:
+        """Prepare (or load from the cache) the avatar of ``video`` in ``directory``.
+
+        Returns:
+            ``{"ok": True, "loaded_from_cache": bool, "seconds": s, "worker": name}`` or ``{"ok": False,
+            "error": text, ...}`` (no face, unreadable video...): errors are returned, not raised.
+        """
+        t0 = time.perf_counter()
+        try:
+            avatar = self.pipe.prepare_avatar(video, directory, config=self._config(config), boxes=box)
+            self._keep(key, avatar)
+            return {"ok": True, "loaded_from_cache": bool(avatar.loaded_from_cache),
+                    "seconds": time.perf_counter() - t0, "worker": self.name}
+        except Exception as exc:  # noqa: BLE001 - recorded for the job, the batch goes on
+            return {"ok": False, "error": _error_text(exc), "seconds": time.perf_counter() - t0, "worker": self.name}
+
+    def generate(self, key: str, directory: str, config: dict[str, Any], name: str, audio: str, output: str,
+                 exit_at_frame: int | None = None) -> dict[str, Any]:
+        """Generate one job's clip from the avatar in ``directory`` (loaded once per worker) and write ``output``.
+
+        Args:
+            key: The avatar's group key.
+            directory: The prepared avatar folder.
+            config: The job's settings (InferenceConfig fields).
+            name: The job's name (for progress).
+            audio: Speech file.
+            output: MP4 to write (temporary name, renamed when complete).
+            exit_at_frame: For tests only: the worker process exits (``os._exit``) when it has made this frame,
+                as a killed worker would.
+
+        Returns:
+            ``{"ok": True, "frames": n, "seconds": s, "worker": name}`` or ``{"ok": False, "error": text, ...}``.
+        """
+        t0 = time.perf_counter()
+        self._job, self._frames = name, 0
+
+        def on_frame(t: int, frame: Any) -> None:
+            self._frames = t + 1
+            if exit_at_frame is not None and t >= exit_at_frame:
+                os._exit(3)
+
+        try:
+            avatar = self.avatars.get(key)
+            if avatar is None:
+                avatar = self.pipe.load_avatar(directory, config=self._config(config))
+            self._keep(key, avatar)
+            result = avatar.generate(audio, output=output, frame_callback=on_frame)
+            return {"ok": True, "frames": int(result.n_frames), "seconds": time.perf_counter() - t0,
+                    "worker": self.name}
+        except Exception as exc:  # noqa: BLE001 - recorded for the job, the batch goes on
+            return {"ok": False, "error": _error_text(exc), "seconds": time.perf_counter() - t0, "worker": self.name}
+        finally:
+            self._job = ""
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Ray
+
+
+def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpus: int | None = None):
+    """Connect to Ray: join the cluster at ``address``, or start Ray on this machine.
+
+    A local start is kept small so that it is quick on a 2-core machine: ``num_cpus`` (default 2, at most the
+    cores here) bounds the worker processes Ray starts ahead, no dashboard, workers' output not forwarded to this
+    process, a 256 MiB object store (the batch passes only file names through it). Ray's startup can time out
+    on a heavily loaded machine (its agents must start within seconds); that is tried once more. Does nothing
+    when Ray is already initialised in this process.
+
+    Args:
+        address: ``"auto"``, ``"HOST:PORT"`` or ``"ray://HOST:PORT"`` of a running cluster; None joins the one in
+            ``$RAY_ADDRESS`` when set, else starts one here.
+        num_cpus: CPUs the local Ray offers (CPU workers take one each).
+        num_gpus: GPUs the local Ray offers (default: all it finds).
+
+    Returns:
+        True when this call started or joined Ray (and the caller should shut it down), False when it was running.
+
+    Raises:
+        MissingDependencyError: Ray is not installed (the message gives the install line).
+    """
+    ray = _require_ray()
+    if ray.is_initialized():
+        return False
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    if address:
+        ray.init(address=address, log_to_driver=False, configure_logging=False)
+        return True
+    cores = os.cpu_count() or 1
+    # address="local": always a new instance (a bare ray.init() would join a cluster someone `ray start`ed here)
+    options = dict(address="local", num_cpus=max(1, min(int(num_cpus or 2), cores)), num_gpus=num_gpus,
+                   include_dashboard=False,
+                   log_to_driver=False, configure_logging=False, object_store_memory=256 * 2**20)
+    try:
+        ray.init(**options)
+    except Exception as exc:  # noqa: BLE001 - Ray's own startup timeout on a loaded machine: try once more
+        if "timed out during startup" not in str(exc):
+            raise
+        ray.shutdown()
+        ray.init(**options)
+    return True
+
+
+def _is_worker_loss(ray, exc: BaseException) -> bool:
+    """A Ray error that means the worker process went away (retry the job), not a failure of the job."""
+    lost = tuple(getattr(ray.exceptions, n) for n in ("RayActorError", "WorkerCrashedError", "NodeDiedError",
+                                                      "OutOfMemoryError", "ObjectLostError")
+                 if hasattr(ray.exceptions, n))
+    return isinstance(exc, lost)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The run
+
+
+@dataclass
+class _Group:
+    key: str
+    video: Path
+    directory: Path
+    config: dict[str, Any]
+    box: tuple[int, int, int, int] | None
+    queue: deque = field(default_factory=deque)
+    state: str = "pending"  # pending, preparing, ready, failed
+    error: str = ""
+    attempts: int = 0
+
+
+def _group_key(video_fp: dict[str, Any], config: Any, box: Any) -> str:
+    from .avatar import CACHED_FIELDS
+
+    fields = {f: getattr(config, f) for f in CACHED_FIELDS}
+    text = json.dumps({"video": video_fp["sha256"], "settings": fields, "box": box}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], *, weights_dir: str | os.PathLike | None = None,
+        config: Any = None, address: str | None = None, cache_dir: str | os.PathLike | None = None,
+        summary: str | os.PathLike | bool | None = None, cpu_workers: int = 1, workers_per_gpu: int = 1,
+        gpus: int | None = None, max_attempts: int = 3, rerun: bool = False,
+        _exit_at: Mapping[str, int] | None = None) -> BatchResult:
+    """Run a batch of lip-sync jobs on Ray; see the module docstring for what is guaranteed.
+
+    Args:
+        jobs: A jobs file (CSV or JSON lines, see :func:`read_jobs`), or a sequence of :class:`Job` or dicts with
+            ``video``, ``audio``, ``output`` and optional settings.
+        weights_dir: Weights folder, visible to every worker (default :func:`nbhelpers.weights.default_dir`).
+        config: :class:`~nbhelpers.config.InferenceConfig` of every job (a job's settings override it); its
+            ``device="cpu"`` keeps the workers on the CPU even where there are GPUs.
+        address: Ray cluster to join (``"auto"``, ``"HOST:PORT"``); None starts Ray here (see :func:`init_ray`).
+            On a cluster every path (jobs, weights, outputs, cache) must be on storage all nodes see.
+        cache_dir: Folder of the avatar cache (default ``<outputs folder>/avatar-cache``; kept between runs).
+        summary: CSV of the summary table; None = ``<outputs folder>/batch-summary.csv``; False writes none.
+        cpu_workers: CPU workers when Ray offers no GPU (each holds its own models; torch threads are shared
+            out between them).
+        workers_per_gpu: Workers sharing each GPU (2 can hide one worker's CPU time behind the other's GPU time).
+        gpus: GPUs to use (default all that Ray offers).
+        max_attempts: Times a job is started before a worker dying during it counts as its failure.
+        rerun: Make every output again, even finished ones.
+        _exit_at: For tests: ``{job name: frame}``; the worker running that job exits at that frame on the
+            job's first attempt, as a killed worker would.
+
+    Returns:
+        :class:`BatchResult` (also written to ``summary``).
+
+    Raises:
+        MissingDependencyError: Ray is not installed (the message gives the install line).
+        InputError: The jobs file or a job is malformed, two jobs share an output, or an option is invalid;
+            raised before Ray starts. (A missing or unreadable media file fails only its job.)
+        WeightsError: Weight files are missing.
+    """
+    from .config import InferenceConfig
+    from .pipeline import check_audio, check_video, check_weights_dir
+
+    t0 = time.perf_counter()
+    job_list = read_jobs(jobs) if isinstance(jobs, (str, os.PathLike)) else check_jobs(jobs)
+    config = config or InferenceConfig()
+    for name, value in (("cpu_workers", cpu_workers), ("workers_per_gpu", workers_per_gpu),
+                        ("max_attempts", max_attempts)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise InputError(f"{name} must be a positive whole number; got {value!r}.")
+    if gpus is not None and (not isinstance(gpus, int) or gpus < 0):
+        raise InputError(f"gpus must be a whole number >= 0 or None (all); got {gpus!r}.")
+    weights_path = check_weights_dir(weights_dir, config.version)
+    outputs_dir = Path(os.path.commonpath([str(j.output.resolve().parent) for j in job_list]))
+    cache_path = Path(cache_dir).expanduser().resolve() if cache_dir is not None else outputs_dir / CACHE_NAME
+    summary_path = None if summary is False else (Path(summary) if summary not in (None, True)
+                                                   else outputs_dir / SUMMARY_NAME)
+    job_configs = {}
+    for job in job_list:  # settings are validated before anything starts
+        changes = {k: v for k, v in job.settings.items() if k != "box"}
+        if "box" in job.settings:
+            changes["landmark_backend"] = "boxes"
+        try:
+            job_configs[job.name] = config.replace(**changes)
+        except InputError as exc:
+            raise InputError(f"job {job.name!r}: {exc}") from None
+    _require_ray()
+
+    # 1. what is finished, what fails before any worker (missing or unreadable files), and the groups by face
+    fingerprints = _Fingerprints()
+    weights_state = _weights_state(weights_path, config.version)
+    outcomes: dict[str, JobOutcome] = {}
+    inputs_of: dict[str, dict[str, Any]] = {}
+    groups: dict[str, _Group] = {}
+    group_of: dict[str, str] = {}
+    expected_frames: dict[str, int] = {}
+    bad_videos: dict[Path, str] = {}
+    for job in job_list:
+        remove_partials(job.output)
+        cfg = job_configs[job.name]
+
+        def failed(text: str, job: Job = job) -> JobOutcome:
+            return JobOutcome(job.name, "failed", 0, 0.0, text, job.video, job.audio, job.output)
+
+        try:
+            if job.video not in bad_videos:
+                try:
+                    check_video(job.video)
+                except NbHelpersError as exc:
+                    bad_videos[job.video] = _error_text(exc)
+            if job.video in bad_videos:
+                outcomes[job.name] = failed(bad_videos[job.video])
+                continue
+            _, audio_info = check_audio(job.audio)
+        except NbHelpersError as exc:
+            outcomes[job.name] = failed(_error_text(exc))
+            continue
+        box = job.settings.get("box")
+        inputs = {"video": fingerprints(job.video), "audio": fingerprints(job.audio), "box": list(box) if box else None,
+                  "settings": {k: v for k, v in cfg.to_dict().items() if k not in ("device", "fp16", "batch_size")},
+                  "weights": weights_state}
+        inputs_of[job.name] = inputs
+        rec = None if rerun else _finished(job, inputs)
+        if rec is not None:
+            outcomes[job.name] = JobOutcome(job.name, "skipped", int(rec.get("frames", 0)), 0.0, "", job.video,
+                                            job.audio, job.output, 0, str(rec.get("worker", "")))
+            continue
+        key = _group_key(inputs["video"], cfg, box)
+        if key not in groups:
+            groups[key] = _Group(key, job.video, cache_path / f"{job.video.stem}-{key}",
+                                 {k: v for k, v in cfg.to_dict().items() if k not in ("device", "fp16")}, box)
+        groups[key].queue.append(job)
+        group_of[job.name] = key
+        expected_frames[job.name] = int((audio_info.duration_s or 0) * 25)
+
+    todo = sum(len(g.queue) for g in groups.values())
+    worker_names: list[str] = []
+    avatars = {"prepared": 0, "loaded": 0}
+    if todo:
+        worker_names = _dispatch(job_list, groups, group_of, job_configs, expected_frames, outcomes, inputs_of,
+                                 weights_path, config, address, cpu_workers, workers_per_gpu, gpus, max_attempts,
+                                 dict(_exit_at or {}), avatars, len(job_list) - todo)
+    for job in job_list:
+        remove_partials(job.output)
+    result = BatchResult(outcomes=tuple(outcomes[j.name] for j in job_list), summary_csv=summary_path,
+                         wall_s=time.perf_counter() - t0, workers=tuple(worker_names), avatars=avatars)
+    if summary_path is not None:
+        result.write_csv(summary_path)
+    return result
+
+
+def _dispatch(job_list, groups, group_of, job_configs, expected_frames, outcomes, inputs_of, weights_path, config,
+              address, cpu_workers, workers_per_gpu, gpus, max_attempts, exit_at, avatars, already) -> list[str]:
+    """Start the workers, hand out prepares and jobs until every job has an outcome, stop the workers."""
+    from . import progress
+
+    ray = _require_ray()
+    todo = sum(len(g.queue) for g in groups.values())
+    started = init_ray(address, num_cpus=cpu_workers, num_gpus=gpus if address is None else None)
+    actors: list[Any] = []
+    try:
+        n_gpu = 0 if config.device == "cpu" else int(ray.cluster_resources().get("GPU", 0))
+        if gpus is not None:
+            n_gpu = min(n_gpu, gpus)
+        cores = os.cpu_count() or 1
+        if n_gpu:
+            n_workers = n_gpu * workers_per_gpu
+            options = {"num_gpus": 1 / workers_per_gpu, "num_cpus": 0}
+            device = "cuda"
+        else:
+            n_workers = cpu_workers
+            options = {"num_cpus": 1}
+            device = "cpu"
+        n_workers = max(1, min(n_workers, todo))
+        threads = max(1, cores // n_workers)
+        remote = ray.remote(BatchWorker).options(max_restarts=-1, max_task_retries=0, max_concurrency=2, **options)
+        base = {k: v for k, v in config.to_dict().items()}
+        actors = [remote.remote(str(weights_path), base, device, threads) for _ in range(n_workers)]
+        try:
+            names = ray.get([a.describe.remote() for a in actors])
+        except Exception as exc:  # noqa: BLE001 - a worker that cannot load the pipeline stops the batch
+            raise NbHelpersError(f"the batch workers could not start ({_error_text(exc)[:2000]}). Check that "
+                                 "nbhelpers, its weights folder and the media are there on every Ray node.") from exc
+
+        job_by_name = {j.name: j for j in job_list}
+        holds: list[set[str]] = [set() for _ in actors]
+        busy: dict[Any, tuple[int, str, Any, int]] = {}  # ref -> (actor index, kind, group or job, attempt)
+        attempts: dict[str, int] = {}
+        frames_done: dict[str, int] = {}
+        running: dict[int, str] = {}
+        polls: dict[Any, int] = {}
+        last_poll = 0.0
+        with progress.bar(total=len(job_list), desc="batch jobs", unit="job", initial=already) as jobs_bar, \
+                progress.bar(total=sum(expected_frames.values()), desc="batch frames", unit="frame") as frames_bar:
+
+            def finish(job: Job, outcome: JobOutcome) -> None:
+                outcomes[job.name] = outcome
+                jobs_bar.update(1)
+                shown = frames_done.pop(job.name, 0)
+                frames_bar.update(max(outcome.frames - shown, 0) if outcome.status == "done" else 0)
+
+            def fail_group(group: _Group) -> None:
+                while group.queue:
+                    job = group.queue.popleft()
+                    finish(job, JobOutcome(job.name, "failed", 0, 0.0, group.error, job.video, job.audio, job.output,
+                                           attempts.get(job.name, 0)))
+
+            def next_work(i: int):
+                ready = [g for g in groups.values() if g.state == "ready" and g.queue]
+                mine = [g for g in ready if g.key in holds[i]]
+                if mine:
+                    return "job", max(mine, key=lambda g: len(g.queue))
+                pending = [g for g in groups.values() if g.state == "pending" and g.queue]
+                if pending:
+                    return "prepare", pending[0]
+                if ready:  # load a face another worker prepared: the one with most work left per holder
+                    return "job", max(ready, key=lambda g: len(g.queue) / (1 + sum(g.key in h for h in holds)))
+                return None
+
+            def submit(i: int) -> bool:
+                work = next_work(i)
+                if work is None:
+                    return False
+                kind, group = work
+                if kind == "prepare":
+                    group.state = "preparing"
+                    group.attempts += 1
+                    ref = actors[i].prepare.remote(group.key, str(group.video), str(group.directory), group.config,
+                                                   group.box)
+                    busy[ref] = (i, "prepare", group, group.attempts)
+                else:
+                    job = group.queue.popleft()
+                    n = attempts[job.name] = attempts.get(job.name, 0) + 1
+                    cfg = {k: v for k, v in job_configs[job.name].to_dict().items() if k not in ("device", "fp16")}
+                    kill = exit_at.get(job.name) if n == 1 else None
+                    ref = actors[i].generate.remote(group.key, str(group.directory), cfg, job.name, str(job.audio),
+                                                    str(job.output), kill)
+                    busy[ref] = (i, "job", job, n)
+                    running[i] = job.name
+                return True
+
+            idle = list(range(len(actors)))
+            ping_at: dict[int, float] = {}  # restarting workers: when to ask again whether they are back
+            pings_lost: dict[int, int] = {}
+
+            def working() -> bool:
+                return any(kind in ("prepare", "job") for _, kind, _, _ in busy.values())
+
+            while any(g.queue for g in groups.values()) or working():
+                still_idle = []
+                for i in idle:
+                    if not submit(i):
+                        still_idle.append(i)
+                idle = still_idle
+                now = time.perf_counter()
+                for i, when in list(ping_at.items()):
+                    if now >= when:
+                        del ping_at[i]
+                        busy[actors[i].describe.remote()] = (i, "ping", None, 0)
+                if not busy and not ping_at:
+                    break  # no worker left (every queued job has a group that is pending or ready)
+                if not busy:
+                    time.sleep(0.2)
+                    continue
+                done, _ = ray.wait(list(busy), num_returns=1, timeout=0.5)
+                for ref in done:
+                    i, kind, item, n = busy.pop(ref)
+                    running.pop(i, None)
+                    try:
+                        reply = ray.get(ref)
+                    except Exception as exc:  # noqa: BLE001 - a dead worker, or an error Ray raised for the call
+                        if not _is_worker_loss(ray, exc):
+                            reply = {"ok": False, "error": _error_text(exc), "seconds": 0.0, "worker": names[i]}
+                        else:
+                            # Ray restarts the worker (max_restarts); it takes work again once it answers.
+                            holds[i].clear()
+                            ping_at[i] = time.perf_counter() + 1.0
+                            reply = None
+                            lost = (f"its worker died during each of its {n} attempt(s) (last {names[i]}: "
+                                    f"{type(exc).__name__})")
+                    if kind == "ping":
+                        if reply is None:
+                            pings_lost[i] = pings_lost.get(i, 0) + 1
+                            if pings_lost[i] > 300:  # not back after about 5 minutes: given up
+                                ping_at.pop(i, None)
+                            continue
+                        pings_lost.pop(i, None)
+                        idle.append(i)
+                        continue
+                    if reply is not None:
+                        idle.append(i)
+                    if kind == "prepare":
+                        group = item
+                        if reply is None:
+                            for tmp in group.directory.glob(".building-*") if group.directory.is_dir() else ():
+                                shutil.rmtree(tmp, ignore_errors=True)
+                            if n >= max_attempts:
+                                group.state, group.error = "failed", f"preparing the avatar failed: {lost}"
+                                fail_group(group)
+                            else:
+                                group.state = "pending"
+                        elif reply["ok"]:
+                            group.state = "ready"
+                            holds[i].add(group.key)
+                            avatars["loaded" if reply["loaded_from_cache"] else "prepared"] += 1
+                        else:
+                            group.state, group.error = "failed", reply["error"]
+                            fail_group(group)
+                        continue
+                    job = item
+                    group = groups[group_of[job.name]]
+                    if reply is None:
+                        remove_partials(job.output)
+                        frames_bar.update(-frames_done.pop(job.name, 0))
+                        if n >= max_attempts:
+                            finish(job, JobOutcome(job.name, "failed", 0, 0.0, lost, job.video, job.audio,
+                                                   job.output, n))
+                        else:
+                            group.queue.appendleft(job)
+                        continue
+                    if reply["ok"]:
+                        holds[i].add(group.key)
+                        rec = {"format": RECORD_FORMAT, "inputs": inputs_of[job.name], "frames": reply["frames"],
+                               "output_size": job.output.stat().st_size, "worker": reply["worker"],
+                               "seconds": round(reply["seconds"], 3),
+                               "made": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+                        _write_json(record_path(job.output), rec)
+                        finish(job, JobOutcome(job.name, "done", reply["frames"], reply["seconds"], "", job.video,
+                                               job.audio, job.output, n, reply["worker"]))
+                    else:
+                        finish(job, JobOutcome(job.name, "failed", 0, reply["seconds"], reply["error"], job.video,
+                                               job.audio, job.output, n, reply["worker"]))
+                # frames of running jobs, asked of their workers about once a second
+                now = time.perf_counter()
+                ready_polls = ray.wait(list(polls), num_returns=len(polls), timeout=0)[0] if polls else []
+                for ref in ready_polls:
+                    polls.pop(ref)
+                    try:
+                        name, count = ray.get(ref)
+                    except Exception:  # noqa: BLE001 - a worker that died: its job is retried above
+                        continue
+                    if name and name in job_by_name and outcomes.get(name) is None:
+                        frames_bar.update(max(count - frames_done.get(name, 0), 0))
+                        frames_done[name] = max(count, frames_done.get(name, 0))
+                if now - last_poll > 1.0 and running and not polls:
+                    last_poll = now
+                    for i in running:
+                        polls[actors[i].progress.remote()] = i
+            for group in groups.values():  # only when every worker is gone for good
+                if group.queue:
+                    group.error = group.error or "no batch worker was left to run it (every worker died)"
+                    fail_group(group)
+        return list(names)
+    finally:
+        for a in actors:
+            try:
+                ray.kill(a)
+            except Exception:  # noqa: BLE001 - stopping must not hide the batch's outcome
+                pass
+        if started:
+            ray.shutdown()
+
+
+__all__ = ["BatchResult", "BatchWorker", "Job", "JobOutcome", "ROW_SETTINGS", "check_jobs", "init_ray",
+           "read_jobs", "record_path", "remove_partials", "run"]

@@ -1,0 +1,243 @@
+"""Batch dubbing on Ray: jobs files, failures recorded, a killed worker's job made once, finished outputs skipped.
+
+The Ray tests share one local Ray (2 CPUs) for the module and tiny weights; clips are 8 frames of the real face
+video and audios of 0.32-0.4 s, so each job makes 8-10 frames.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+BOX = (190, 160, 360, 330)  # crop box around the face of the shared 576x768 video
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Jobs files and the light module (no Ray needed)
+
+
+@pytest.mark.notorch
+def test_import_is_light():
+    code = ("import sys, nbhelpers, nbhelpers.batch; heavy = [m for m in ('ray', 'torch') if m in sys.modules]; "
+            "print(heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env=dict(os.environ, PYTHONPATH=ROOT)).stdout
+    assert out.strip() == "[]"
+
+
+@pytest.mark.notorch
+def test_read_jobs_csv_and_jsonl(tmp_path):
+    from nbhelpers.batch import read_jobs
+
+    (tmp_path / "jobs.csv").write_text("video,audio,output,bbox_shift,box\n"
+                                       "faces/a.mp4,speech/1.wav,out/a1.mp4,,\n"
+                                       "# a comment\n"
+                                       "faces/a.mp4,/abs/2.wav,out/a2.mp4,-5,\"190,160,360,330\"\n")
+    jobs = read_jobs(tmp_path / "jobs.csv")
+    assert [j.name for j in jobs] == ["a1", "a2"]
+    assert jobs[0].video == tmp_path / "faces" / "a.mp4" and jobs[0].settings == {}
+    assert str(jobs[1].audio) == "/abs/2.wav"
+    assert jobs[1].settings == {"bbox_shift": -5, "box": BOX}
+    (tmp_path / "jobs.jsonl").write_text(
+        json.dumps({"video": "a.mp4", "audio": "1.wav", "name": "first", "settings": {"extra_margin": 12}}) + "\n\n"
+        + json.dumps({"video": "b.mp4", "audio": "2.wav", "output": "o/b.mp4", "blur_ratio": 0.1}) + "\n")
+    jobs = read_jobs(tmp_path / "jobs.jsonl")
+    assert jobs[0].name == "first" and jobs[0].output == tmp_path / "results" / "a_1.mp4"
+    assert jobs[0].settings == {"extra_margin": 12} and jobs[1].settings == {"blur_ratio": 0.1}
+
+
+@pytest.mark.notorch
+@pytest.mark.parametrize("text, message", [
+    ("video,audio,output\na.mp4,1.wav,o.mp4\nb.mp4,2.wav,o.mp4\n", "both write"),
+    ("video,audio,output,colour\na.mp4,1.wav,o.mp4,red\n", "unknown column(s) colour"),
+    ("video,audio,output\na.mp4,,o.mp4\n", "audio missing"),
+    ("video,audio,output\na.mp4,1.wav,o.mov\n", "output must end in .mp4"),
+    ("video,audio,output,bbox_shift\na.mp4,1.wav,o.mp4,up\n", "bbox_shift must be a number"),
+    ("video,audio,output,box\na.mp4,1.wav,o.mp4,\"1,2,3\"\n", "box must be four numbers"),
+    ("video,audio,output\n", "holds no job"),
+])
+def test_bad_jobs_files_say_what_is_wrong(tmp_path, text, message):
+    from nbhelpers.batch import read_jobs
+    from nbhelpers.errors import InputError
+
+    (tmp_path / "jobs.csv").write_text(text)
+    with pytest.raises(InputError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        read_jobs(tmp_path / "jobs.csv")
+
+
+def test_without_ray_the_command_says_how_to_install_it(tmp_path, tiny_weights):
+    (tmp_path / "jobs.csv").write_text("video,audio,output\na.mp4,1.wav,o.mp4\n")
+    code = ("import sys; sys.modules['ray'] = None; from nbhelpers.__main__ import main; "
+            f"sys.exit(main(['batch', {str(tmp_path / 'jobs.csv')!r}, '--weights', {str(tiny_weights)!r}]))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=ROOT))
+    assert proc.returncode == 2
+    assert 'pip install "ray>=2.10"' in proc.stderr and "Traceback" not in proc.stderr
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Batches on a local Ray
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    ray = pytest.importorskip("ray")
+    from nbhelpers.batch import init_ray
+
+    started = init_ray(num_cpus=2)
+    yield ray
+    if started:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def media(shared_data, make_media, tmp_path_factory):
+    """Two 8-frame face clips, five short speech files and one corrupt 'audio' file."""
+    src = str(shared_data / "face-sing-576x768-25fps.mp4")
+    videos = [make_media(f"batch-face-{k}.mp4", "-ss", str(k), "-i", src, "-frames:v", "8", "-an", "-c:v",
+                         "libx264", "-crf", "12", "-pix_fmt", "yuv420p") for k in (0, 2)]
+    speech = str(shared_data / "speech-en-short.wav")
+    audios = [make_media(f"batch-speech-{k}.wav", "-ss", str(1 + 0.5 * k), "-i", speech, "-t", f"{0.32 + 0.04 * (k % 3)}")
+              for k in range(5)]
+    folder = tmp_path_factory.mktemp("batch-media")
+    corrupt = folder / "corrupt.wav"
+    corrupt.write_bytes(b"RIFF\x24\x00\x00\x00WAVEfmt " + os.urandom(400))
+    return videos, audios, corrupt
+
+
+def six_jobs(media, out):
+    """6 jobs over 2 videos; the fourth has the corrupt audio."""
+    videos, audios, corrupt = media
+    pairs = [(0, audios[0]), (0, audios[1]), (0, audios[2]), (1, corrupt), (1, audios[3]), (1, audios[4])]
+    return [{"name": f"j{k}", "video": str(videos[v]), "audio": str(a), "output": str(out / f"j{k}.mp4"),
+             "box": BOX} for k, (v, a) in enumerate(pairs)]
+
+
+def outputs_in(folder):
+    return sorted(p.name for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+
+
+def hidden_in(folder):
+    return sorted(p.name for p in folder.iterdir() if p.is_file() and p.name.startswith("."))
+
+
+def frames_of(path, ffmpeg):
+    raw = subprocess.run([ffmpeg, "-v", "error", "-i", str(path), "-f", "rawvideo", "-pix_fmt", "bgr24", "-"],
+                         check=True, capture_output=True).stdout
+    return np.frombuffer(raw, np.uint8).reshape(-1, 768, 576, 3)
+
+
+@pytest.fixture(scope="module")
+def first_run(ray_local, media, tiny_weights, tmp_path_factory):
+    from nbhelpers import InferenceConfig
+    from nbhelpers.batch import run
+
+    out = tmp_path_factory.mktemp("batch-out")
+    result = run(six_jobs(media, out), weights_dir=tiny_weights, config=InferenceConfig(device="cpu", batch_size=4),
+                 cpu_workers=2)
+    return out, result
+
+
+@pytest.mark.slow
+def test_six_jobs_with_a_corrupt_audio_give_five_outputs_and_one_error(first_run, media, tiny_weights, ffmpeg):
+    from nbhelpers import InferenceConfig, lipsync
+    from nbhelpers import media as media_mod
+
+    out, result = first_run
+    assert [o.status for o in result.outcomes] == ["done", "done", "done", "failed", "done", "done"]
+    bad = result.outcomes[3]
+    assert "corrupt.wav" in bad.error and bad.frames == 0
+    assert outputs_in(out) == ["batch-summary.csv", "j0.mp4", "j1.mp4", "j2.mp4", "j4.mp4", "j5.mp4"]
+    assert hidden_in(out) == [f".j{k}.mp4.batch.json" for k in (0, 1, 2, 4, 5)]  # records, no partial file
+    # each face prepared once, by the two workers
+    assert result.avatars == {"prepared": 2, "loaded": 0} and len(result.workers) == 2
+    assert len(list((out / "avatar-cache").iterdir())) == 2
+    for o in result.outcomes:
+        if o.status == "done":
+            n = len(media_mod.load_audio(o.audio)) * 25 // 16000
+            assert o.frames == n == media_mod.probe(o.output).frame_count and o.attempts == 1
+    with open(result.summary_csv, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [r["job"] for r in rows] == [f"j{k}" for k in range(6)]
+    assert rows[3]["status"] == "failed" and "corrupt.wav" in rows[3]["error"]
+    assert rows[0]["frames"] == str(result.outcomes[0].frames) and float(rows[0]["fps"]) > 0
+    text = str(result)
+    assert "5 done, 0 skipped, 1 failed" in text and "j3" in text and "fps" in result._repr_html_()
+
+    # a batch output is the offline job's video, frame for frame (computed with the worker's torch threads: the
+    # float sums, and so a few rounded pixels, depend on how many threads share them)
+    import torch
+
+    videos, audios, _ = media
+    threads = torch.get_num_threads()
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // 2))
+    try:
+        ref = lipsync(videos[1], audios[4], out.parent / "offline-j5.mp4",
+                      config=InferenceConfig(device="cpu", batch_size=4), boxes=BOX, weights_dir=tiny_weights)
+    finally:
+        torch.set_num_threads(threads)
+    np.testing.assert_array_equal(frames_of(out / "j5.mp4", ffmpeg), frames_of(ref.output, ffmpeg))
+
+
+@pytest.mark.slow
+def test_a_second_run_executes_none(first_run, media, tiny_weights):
+    from nbhelpers import InferenceConfig
+    from nbhelpers.batch import run
+
+    out, _ = first_run
+    stamps = {p.name: p.stat().st_mtime_ns for p in out.glob("*.mp4")}
+    again = run(six_jobs(media, out), weights_dir=tiny_weights, config=InferenceConfig(device="cpu", batch_size=4),
+                cpu_workers=2)
+    assert [o.status for o in again.outcomes] == ["skipped"] * 3 + ["failed"] + ["skipped"] * 2
+    assert again.workers == () and again.frames == 0  # no worker started: nothing ran
+    assert [o.frames for o in again.outcomes] == [o.frames for o in first_run[1].outcomes]
+    assert {p.name: p.stat().st_mtime_ns for p in out.glob("*.mp4")} == stamps
+
+
+@pytest.mark.slow
+def test_a_changed_input_or_a_damaged_output_is_made_again(first_run, media, tiny_weights, tmp_path):
+    from nbhelpers import InferenceConfig
+    from nbhelpers.batch import run
+
+    out, first = first_run
+    work = tmp_path / "out"
+    shutil.copytree(out, work, ignore=shutil.ignore_patterns("avatar-cache"))
+    jobs = six_jobs(media, work)
+    changed = tmp_path / "changed.wav"
+    shutil.copy(media[1][3], changed)  # j1 now speaks j4's audio
+    jobs[1]["audio"] = str(changed)
+    with open(work / "j2.mp4", "r+b") as fh:  # j2's output damaged (truncated)
+        fh.truncate(1000)
+    again = run(jobs, weights_dir=tiny_weights, config=InferenceConfig(device="cpu", batch_size=4), cpu_workers=1,
+                cache_dir=out / "avatar-cache")
+    assert [o.status for o in again.outcomes] == ["skipped", "done", "done", "failed", "skipped", "skipped"]
+    assert again.avatars == {"prepared": 0, "loaded": 1}  # the face's avatar came from the shared cache
+    assert again.outcomes[1].frames == first.outcomes[4].frames
+
+
+@pytest.mark.slow
+def test_a_worker_killed_during_a_job_still_gives_every_output_once(ray_local, media, tiny_weights, tmp_path):
+    from nbhelpers import InferenceConfig
+    from nbhelpers.batch import run
+
+    videos, audios, _ = media
+    jobs = [{"name": f"k{k}", "video": str(videos[k % 2]), "audio": str(audios[k]), "output": str(tmp_path / f"k{k}.mp4"),
+             "box": BOX} for k in range(4)]
+    result = run(jobs, weights_dir=tiny_weights, config=InferenceConfig(device="cpu", batch_size=4), cpu_workers=2,
+                 _exit_at={"k2": 3})
+    assert [o.status for o in result.outcomes] == ["done"] * 4, str(result)
+    assert [o.attempts for o in result.outcomes] == [1, 1, 2, 1]
+    assert outputs_in(tmp_path) == ["batch-summary.csv", "k0.mp4", "k1.mp4", "k2.mp4", "k3.mp4"]
+    assert hidden_in(tmp_path) == [f".k{k}.mp4.batch.json" for k in range(4)]  # no half-written file left
+    from nbhelpers import media as media_mod
+
+    for o in result.outcomes:
+        assert media_mod.probe(o.output).frame_count == o.frames == len(media_mod.load_audio(o.audio)) * 25 // 16000
