@@ -58,6 +58,13 @@ SUMMARY_COLUMNS = ("job", "status", "frames", "seconds", "fps", "error", "video"
                    "worker")
 
 
+def ray_installed() -> bool:
+    """True when Ray can be imported (checked without importing it)."""
+    import importlib.util
+
+    return importlib.util.find_spec("ray") is not None
+
+
 def _require_ray():
     """Import Ray, or raise :class:`MissingDependencyError` with the install line."""
     try:

@@ -247,6 +247,15 @@ LIPSYNC_NB = opening(
     code("ui.plot_timings(result.timings)", IGNORE),
     md("## Compare\n\nWatch your source and your result side by side."),
     code("ui.side_by_side(video, result)"),
+    md("## Dub many clips at once\n\nA batch runs many (video, audio) jobs on Ray: the models load once per GPU, "
+       "each face is prepared once, a clip that fails is recorded without stopping the others, and running the "
+       "batch again skips finished outputs. It needs Ray (`%pip install \"ray>=2.10\"`); without it you see the "
+       "install line."),
+    code("from nbhelpers import batch\n"
+         'jobs = [{"video": video, "audio": audio, "output": env.work_dir(MODE) / "batch" / f"clip{k}.mp4"} '
+         "for k in range(2)]\n"
+         "batch.run(jobs, config=panel.config, weights_dir=WEIGHTS) if batch.ray_installed() else batch.INSTALL_RAY",
+         IGNORE),
     md("## Check\n\nThe last cell checks that your output was written now and lasts as long as your audio, within "
        "one frame."),
     code("env.check_result(result, duration_s=env.media_seconds(audio))"),
