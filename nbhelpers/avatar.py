@@ -328,7 +328,7 @@ class Avatar:
         stored = InferenceConfig(**meta["params"])
         if config is not None:
             diff = [f for f in CACHED_FIELDS if getattr(config, f) != getattr(stored, f)
-                    and not (f == "landmark_backend" and config.landmark_backend == "auto")]
+                    and not (f == "landmark_backend" and "auto" in (config.landmark_backend, stored.landmark_backend))]
             if diff:
                 raise CacheError(f"the avatar in {directory} was prepared with other settings ({', '.join(diff)}); "
                                  "prepare it again with prepare_avatar(..., config=...)")
@@ -699,8 +699,8 @@ def prepare_avatar(video: str | os.PathLike, directory: str | os.PathLike, *, co
     check_weights_dir(weights_path, config.version, config.landmark_backend)
     owns = pipeline is None
     pipe = pipeline or MuseTalkPipeline.from_pretrained(weights_path, version=config.version, config=config)
-    pipe.check_weights(config.landmark_backend)
     run_config = pipe.job_config(config.replace(device=None, fp16=None) if not owns else config)
+    pipe.check_weights(run_config.landmark_backend)
 
     reader = media.load_video(video_path)
     check_disk_for_frames(expected_frames(video_info, 1), reader.height, reader.width)
@@ -708,8 +708,8 @@ def prepare_avatar(video: str | os.PathLike, directory: str | os.PathLike, *, co
     directory.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".building-", dir=directory))
     try:
-        track = faces.track(store.tee(reader), backend=pipe.landmarks(backend) if config.landmark_backend != "boxes"
-                            else "auto", config=config, boxes=boxes, weights_dir=weights_path)
+        detector = "auto" if config.landmark_backend == "boxes" else pipe.landmarks(backend or run_config.landmark_backend)
+        track = faces.track(store.tee(reader), backend=detector, config=config, boxes=boxes, weights_dir=weights_path)
         store.finish()
         reader.close()
         run_config = pipe.plan("avatar", run_config, len(store), store.frame_shape[:2])

@@ -460,7 +460,8 @@ class MuseTalkPipeline:
     # -- steps shared by the jobs ----------------------------------------------------------------------------------
 
     def job_config(self, config: InferenceConfig | None = None, *, boxes: Any = None) -> InferenceConfig:
-        """A job's settings: ``config`` (default the pipeline's) with this pipeline's version, device and precision.
+        """A job's settings: ``config`` (default the pipeline's) with this pipeline's version, device and precision,
+        and its landmark backend when ``config`` leaves it at ``"auto"``.
 
         Raises:
             InputError: ``config`` asks for another version, device or precision than the pipeline holds.
@@ -475,6 +476,8 @@ class MuseTalkPipeline:
             raise InputError(f"the settings ask for {', '.join(clash)}. A pipeline keeps its models on one device in "
                              "one precision and version: make another with MuseTalkPipeline.from_pretrained(...), or "
                              "move this one with pipe.to(device).")
+        if config.landmark_backend == "auto":  # no preference: the pipeline's (whose files it checked)
+            mine["landmark_backend"] = self.config.landmark_backend
         filled = config.replace(**mine)
         filled.reasons.update({k: v for k, v in self.config.reasons.items() if k in PIPELINE_FIELDS})
         filled.reasons.update(config.reasons)
@@ -563,8 +566,9 @@ class MuseTalkPipeline:
         try:
             # 3. faces: crop box per frame (or the boxes given), before any heavy model loads
             with timings.stage("faces"):
-                track = faces.track(store.tee(_first(reader, n_out)), backend=self.landmarks(backend)
-                                    if config.landmark_backend != "boxes" else "auto", config=config, boxes=boxes,
+                detector = "auto" if config.landmark_backend == "boxes" else self.landmarks(
+                    backend or config.landmark_backend)
+                track = faces.track(store.tee(_first(reader, n_out)), backend=detector, config=config, boxes=boxes,
                                     weights_dir=self.weights_dir)
             store.finish()
             reader.close()
@@ -664,8 +668,9 @@ class MuseTalkPipeline:
         if len(frames) != 1:
             raise InputError(f"frame_index {frame_index} is past the end of {str(video_path)!r}.")
         frame = np.ascontiguousarray(frames[0])[None]
-        track = faces.track(frame, backend=self.landmarks(backend) if config.landmark_backend != "boxes" else "auto",
-                            config=config, boxes=_one_frame_boxes(boxes, frame_index), weights_dir=self.weights_dir)
+        detector = "auto" if config.landmark_backend == "boxes" else self.landmarks(backend or config.landmark_backend)
+        track = faces.track(frame, backend=detector, config=config, boxes=_one_frame_boxes(boxes, frame_index),
+                            weights_dir=self.weights_dir)
         box = tuple(int(v) for v in track.crop_boxes[0])
         with flush_denormals(self.device):
             latents = encode_frames(frame, track.crop_boxes, [0], self.vae, seed=config.seed,
