@@ -315,6 +315,70 @@ def load_restorer(name: str, weights_dir: str | os.PathLike | None, device: Any 
                     path=path)
 
 
+# The published architectures, as the official inference scripts build them (the file's key layout follows):
+# GFPGAN gfpgan/utils.py GFPGANer (arch 'clean', channel_multiplier 2); CodeFormer inference_codeformer.py
+# (dim_embd=512, codebook_size=1024, n_head=8, n_layers=9, connect_list 32..256); GFPGAN's RestoreFormer defaults.
+PUBLISHED_KWARGS: dict[str, dict[str, Any]] = {
+    "gfpgan": dict(out_size=512, num_style_feat=512, channel_multiplier=2, decoder_load_path=None, fix_decoder=False,
+                   num_mlp=8, input_is_latent=True, different_w=True, narrow=1, sft_half=True),
+    "restoreformer": dict(n_embed=1024, embed_dim=256, ch=64, out_ch=3, ch_mult=(1, 2, 2, 4, 4, 8), num_res_blocks=2,
+                          attn_resolutions=(16,), dropout=0.0, in_channels=3, resolution=512, z_channels=256,
+                          double_z=False, enable_mid=True, head_size=8),
+    "codeformer": dict(dim_embd=512, n_head=8, n_layers=9, codebook_size=1024, latent_size=256,
+                       connect_list=["32", "64", "128", "256"], fix_modules=["quantize", "generator"]),
+}
+# A small RestoreFormer with the same block types (GroupNorm needs 32 channels; 6 levels bring 512 down to 16, where
+# the attention blocks are), for fast CPU tests; spandrel reads every size back from the state dict.
+TINY_RESTOREFORMER = dict(PUBLISHED_KWARGS["restoreformer"], n_embed=64, embed_dim=32, ch=32, ch_mult=(1,) * 6,
+                          num_res_blocks=1, z_channels=32)
+
+
+def write_random_weights(directory: str | os.PathLike, name: str, *, seed: int = 0, tiny: bool = False) -> Path:
+    """Write ``<directory>/restore/<file>``: spandrel's architecture with random weights, in the published format.
+
+    The file is ``torch.save({"params_ema": state_dict})`` (zip format), as GFPGAN and CodeFormer release theirs
+    (GFPGAN ``gfpgan/utils.py`` reads ``params_ema``, CodeFormer ``inference_codeformer.py`` reads
+    ``torch.load(...)['params_ema']``). The networks are built from spandrel's own classes with
+    :data:`PUBLISHED_KWARGS` (full size: 87.1 M / 72.7 M / 94.1 M float32 values, i.e. the 348 / 291 / 376 MB of
+    the published files), or with ``tiny=True`` (RestoreFormer only) a small variant for fast tests.
+
+    Args:
+        directory: A weights folder (``restore/`` is made inside it).
+        name: ``"gfpgan"``, ``"restoreformer"`` or ``"codeformer"``.
+        seed: Seed of the random initialisation.
+        tiny: A small RestoreFormer (:data:`TINY_RESTOREFORMER`).
+
+    Returns:
+        The path written (through a temporary name, then renamed).
+
+    Raises:
+        InputError: An unknown name, or ``tiny`` for another architecture than RestoreFormer.
+        MissingDependencyError: spandrel is missing.
+    """
+    import torch
+
+    check_name(name)
+    if tiny and name != "restoreformer":
+        raise InputError("tiny=True exists for restoreformer only (spandrel fixes GFPGAN's sizes, and CodeFormer's "
+                         "VQ encoder widths).")
+    import_spandrel(name)
+    if name == "gfpgan":
+        from spandrel.architectures.GFPGAN import GFPGAN as Net
+    elif name == "restoreformer":
+        from spandrel.architectures.RestoreFormer import RestoreFormer as Net
+    else:
+        from spandrel_extra_arches.architectures.CodeFormer import CodeFormer as Net
+    torch.manual_seed(int(seed))
+    net = Net(**(TINY_RESTOREFORMER if tiny else PUBLISHED_KWARGS[name]))
+    path = weight_path(name, directory)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save({"params_ema": net.state_dict()}, tmp)
+    os.replace(tmp, path)
+    return path
+
+
 __all__ = ["FACE_SIZE", "NONCOMMERCIAL_NOTE", "RESTORERS", "RESTORE_SIZE", "Restorer", "check_available", "check_name",
            "check_strength",
-           "download_command", "import_spandrel", "load_restorer", "run_dtype", "warn_licence", "weight_path"]
+           "download_command", "import_spandrel", "load_restorer", "run_dtype", "warn_licence", "weight_path",
+           "write_random_weights", "PUBLISHED_KWARGS", "TINY_RESTOREFORMER"]
