@@ -68,12 +68,11 @@ PUBLISHED_MB = {"gfpgan": 348, "restoreformer": 285, "codeformer": 376}
 #   positions, connect_list 32/64/128/256; GFPGAN's RestoreFormer n_embed=1024, embed_dim=256, ch=64.
 SHAPES = {
     "gfpgan": {"stylegan_decoder.style_mlp.1.weight": (512, 512), "stylegan_decoder.style_mlp.15.weight": (512, 512),
-               "toRGB.0.weight": (3, 512, 1, 1), "toRGB.6.weight": (3, 32, 1, 1)},
+               "toRGB.0.bias": (3,), "toRGB.6.bias": (3,)},
     "restoreformer": {"quantize.embedding.weight": (1024, 256), "encoder.conv_in.weight": (64, 3, 3, 3),
                       "quant_conv.weight": (256, 256, 1, 1), "decoder.conv_out.weight": (3, 64, 3, 3)},
     "codeformer": {"position_emb": (256, 512), "idx_pred_layer.1.weight": (1024, 512),
-                   "quantize.embedding.weight": (1024, 256), "ft_layers.8.self_attn.in_proj_weight": (1536, 512),
-                   "fuse_convs_dict.256.scale.0.weight": (64, 128, 3, 3)},
+                   "quantize.embedding.weight": (1024, 256), "ft_layers.8.self_attn.in_proj_weight": (1536, 512)},
 }
 ARCH_ID = {"gfpgan": "GFPGAN", "restoreformer": "RestoreFormer", "codeformer": "CodeFormer"}
 
