@@ -348,3 +348,43 @@ def test_pipeline_attaches_the_restorer_of_the_config(tiny_weights, tmp_path, ma
     check_inputs(video, audio, None, config=InferenceConfig(restore="restoreformer"), weights_dir=root)
     with pytest.raises(WeightsError, match="--sets restore-gfpgan"):
         check_inputs(video, audio, None, config=InferenceConfig(restore="gfpgan"), weights_dir=root)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Settings panel and the before/after view
+
+
+@pytest.mark.parametrize("use_widgets", [False, True])
+def test_panel_sets_restore_and_strength(use_widgets):
+    from nbhelpers import ui
+
+    if use_widgets and not ui.widgets_available():
+        pytest.skip("ipywidgets is not installed")
+    panel = ui.settings_panel(InferenceConfig(), values={"restore": "gfpgan", "restore_strength": 0.4},
+                              use_widgets=use_widgets)
+    assert (panel.config.restore, panel.config.restore_strength) == ("gfpgan", 0.4)
+    assert dict(panel.rows())["face restoration"] == "GFPGAN v1.4"
+    assert not panel.controls["restore_strength"].disabled
+    panel.set(restore=None)
+    assert panel.config.restore is None and panel.controls["restore_strength"].disabled
+    with pytest.raises(InputError, match="restore"):
+        ui.settings_panel(InferenceConfig(), values={"restore": "gfpgan2"}, use_widgets=use_widgets)
+
+
+def test_compare_restore_draws_both_previews():
+    from nbhelpers import ui
+    from nbhelpers.pipeline import Preview
+
+    frame = np.zeros((120, 110, 3), np.uint8)
+    mask = np.zeros((8, 8), np.uint8)
+
+    def preview(face_value):
+        return Preview(frame=frame, result=frame, face_256=np.full((256, 256, 3), face_value, np.uint8),
+                       crop_box=BOX, landmarks=None, mask=mask, square=(0, 0, 8, 8), audio="test")
+
+    chart = ui.compare_restore(preview(10), preview(200))
+    assert len(chart.figure.axes) == 4 and chart.png()[:4] == b"\x89PNG"
+    other = Preview(frame=frame, result=frame, face_256=np.zeros((256, 256, 3), np.uint8), crop_box=(0, 0, 50, 50),
+                    landmarks=None, mask=mask, square=(0, 0, 8, 8), audio="test")
+    with pytest.raises(InputError, match="same frame"):
+        ui.compare_restore(preview(10), other)
