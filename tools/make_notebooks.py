@@ -82,6 +82,7 @@ def opening(name: str, title: str, intro: str, media: bool, params: str) -> list
 
 
 IGNORE = "nbval-ignore-output"  # cells whose output is a progress bar, a timing or machine-dependent
+SKIP = "nbval-skip"  # cells that need what CI mode lacks (optional weights and packages)
 
 # ---------------------------------------------------------------------------------------------------------------
 
@@ -236,6 +237,15 @@ LIPSYNC_NB = opening(
     code("ui.plot_timings(result.timings)", IGNORE),
     md("## Compare\n\nWatch your source and your result side by side."),
     code("ui.side_by_side(video, result)"),
+    md("## Restore the face (optional)\n\nMuseTalk repaints a 256-pixel crop, so the mouth can look soft on "
+       "close-ups. Pick a face restorer in the panel (*face restoration*) and run again; CodeFormer is for "
+       "non-commercial use only. This cell installs spandrel, fetches the restorer's weights and repaints one "
+       "frame without and with it, so you can compare the crops."),
+    code('from nbhelpers import weights; RESTORER = panel.config.restore or "gfpgan"\n'
+         'env.install_missing(["spandrel>=0.4", "spandrel-extra-arches>=0.2"]); '
+         'weights.download(WEIGHTS, sets=f"restore-{RESTORER}")\n'
+         "ui.compare_restore(*(nbh.preview(video, panel.config.replace(restore=r), weights_dir=WEIGHTS, audio=audio) "
+         "for r in (None, RESTORER)))", SKIP, IGNORE),
     md("## Check\n\nThe last cell checks that your output was written now and lasts as long as your audio, within "
        "one frame."),
     code("env.check_result(result, duration_s=env.media_seconds(audio))"),
