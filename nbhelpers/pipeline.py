@@ -789,7 +789,7 @@ class MuseTalkPipeline:
 
     def _rows(self) -> list[tuple[str, str]]:
         names = ["unet", "vae", "whisper", "feature_extractor", "pe", "face_parser"]
-        names += [n for n in self._loaded if n.startswith("landmarks:")]
+        names += [n for n in self._loaded if n.startswith(("landmarks:", "restorer:"))]
         rows = [("weights", str(self.weights_dir)), ("version", self.version), ("device", str(self.device)),
                 ("precision", "fp16" if self.config.fp16 else "fp32")]
         rows += [(n, "loaded" if n in self._loaded else "not loaded yet") for n in names]

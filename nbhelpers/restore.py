@@ -224,6 +224,11 @@ class Restorer:
                 restored = base + self.strength * (restored - base)
             return restored.round_().clamp_(0, 255).to(torch.uint8)
 
+    def close(self) -> None:
+        """Free the network's memory (its weights move to the meta device; load it again to reuse it). Views made
+        with :meth:`at` share the network and stop working too."""
+        self.descriptor.model.to("meta")
+
     def __repr__(self) -> str:
         return (f"Restorer({self.name}, strength {self.strength:g}, {str(self.dtype).replace('torch.', '')} on "
                 f"{self.device}; {self.reason})")
