@@ -51,6 +51,61 @@ def _standin_torchvision_for_spandrel() -> None:
         importlib.invalidate_caches()
 
 
+def core_table(restorers, weights, cuda: bool, smoke: bool, batch: int = 16, repeats: int = 5) -> None:
+    """The restorers on their own: a batch of generated-size faces (random), restored ``repeats`` times after a
+    warm-up; faces/s, the memory the weights take, the extra peak at that batch, and (on CUDA) how far the run
+    dtype's output is from float32's (random weights: a check that bf16 gives finite, close answers, not a quality
+    claim)."""
+    import torch
+
+    from nbhelpers import restore
+
+    device = "cuda" if cuda else "cpu"
+    dtype = torch.float16 if cuda else torch.float32
+    if smoke:
+        batch, repeats = 1, 1
+    g = torch.Generator().manual_seed(0)
+    faces = torch.randint(0, 256, (batch, 256, 256, 3), dtype=torch.uint8, generator=g).to(device)
+    print(f"\nRestorers alone, {torch.cuda.get_device_name() if cuda else 'CPU'}, batch {batch} faces 256x256 "
+          "(resized to 512), random weights\n")
+    print("| restorer | dtype | faces/s | weights GiB | peak added at this batch GiB | max abs diff vs float32 "
+          "(0-255) | finite |")
+    print("|---|---|---|---|---|---|---|")
+    for name in restorers:
+        if not restore.weight_path(name, weights).is_file():
+            restore.write_random_weights(weights, name, tiny=smoke)
+        if cuda:
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+        before = torch.cuda.memory_allocated() if cuda else 0
+        r = restore.load_restorer(name, weights, device, dtype)
+        w_gib = _gib(torch.cuda.memory_allocated() - before) if cuda else float("nan")
+        with torch.inference_mode():
+            out = r(faces)  # warm-up
+            if cuda:
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+                base = torch.cuda.memory_allocated()
+            t0 = time.perf_counter()
+            for _ in range(repeats):
+                out = r(faces)
+            if cuda:
+                torch.cuda.synchronize()
+            dt = time.perf_counter() - t0
+            peak = _gib(torch.cuda.max_memory_allocated() - base) if cuda else float("nan")
+            diff, finite = float("nan"), True
+            if cuda and r.dtype != torch.float32:
+                r.descriptor.model.float()
+                ref = restore.Restorer(name, r.descriptor, r.device, torch.float32)(faces)
+                diff = float((out.int() - ref.int()).abs().max())
+            y = r.descriptor(torch.rand(1, 3, 512, 512, device=device, dtype=next(r.descriptor.model.parameters()).dtype))
+            finite = bool(torch.isfinite(y).all())
+        print(f"| {name} | {str(r.dtype).replace('torch.', '')} | {batch * repeats / dt:.1f} | {w_gib:.2f} | {peak:.2f} "
+              f"| {diff:g} | {finite} |", flush=True)
+        r.close()
+        del r, out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=10.0, help="speech per timed run")
@@ -60,29 +115,38 @@ def main() -> None:
     parser.add_argument("--work", default=None)
     parser.add_argument("--weights", default=None, help="folder for the full-size random weights (kept between runs)")
     parser.add_argument("--smoke", action="store_true", help="CPU smoke run: tiny weights, tiny RestoreFormer")
+    parser.add_argument("--core-only", action="store_true",
+                        help="only the restorers on their own (needs torch and spandrel, no media or MuseTalk)")
     args = parser.parse_args()
     if args.cores:
         from realtime import limit_cpus
 
         limit_cpus(args.cores)
 
-    import soundfile as sf
     import torch
 
     if args.cores:
         torch.set_num_threads(args.cores)
-    from _common import make_full_weights, media_dir
-
     if args.smoke:
         _standin_torchvision_for_spandrel()
-    from nbhelpers import MuseTalkPipeline, restore
+    from nbhelpers import restore
     from nbhelpers.errors import NbHelpersWarning
 
     warnings.simplefilter("ignore", NbHelpersWarning)  # CodeFormer's licence note (said in the table instead)
     work = Path(args.work or tempfile.mkdtemp(prefix="bench-restore-"))
     work.mkdir(parents=True, exist_ok=True)
-    data = media_dir()
     cuda = torch.cuda.is_available() and not args.smoke
+    if args.core_only:
+        core_table(["restoreformer"] if args.smoke else list(args.restorers), Path(args.weights or work / "weights"),
+                   cuda, args.smoke)
+        return
+
+    import soundfile as sf
+    from _common import make_full_weights, media_dir
+
+    from nbhelpers import MuseTalkPipeline
+
+    data = media_dir()
     if args.smoke:
         from nbhelpers.testing import make_tiny_weights
 
@@ -102,6 +166,7 @@ def main() -> None:
     sf.write(warm, speech[: int(warm_seconds * sr)], sr)
     video = data / "face-sing-576x768-25fps.mp4"
 
+    core_table(restorers, weights, cuda, args.smoke)
     pipe = MuseTalkPipeline.from_pretrained(weights, device="cuda" if cuda else "cpu")
     base = pipe.config.replace(batch_size=args.batch)
 
