@@ -200,7 +200,8 @@ class Preview:
     Attributes:
         frame: (H, W, 3) uint8 BGR source frame (25 fps numbering).
         result: (H, W, 3) uint8 BGR frame after repainting and blending.
-        face_256: (256, 256, 3) uint8 BGR generated crop (the UNet output decoded by the VAE).
+        face_256: (256, 256, 3) uint8 BGR generated crop (the UNet output decoded by the VAE; restored when the
+            settings ask for a face restorer).
         crop_box: ``(x1, y1, x2, y2)`` crop box in frame pixels; the lower half of it is repainted.
         landmarks: (68, 2) float32 landmarks, or None when boxes were given.
         mask: (2s, 2s) uint8 feathered blend mask over the expanded square ``square``.
