@@ -67,7 +67,7 @@ def core_table(restorers, weights, cuda: bool, smoke: bool, batch: int = 16, rep
     g = torch.Generator().manual_seed(0)
     faces = torch.randint(0, 256, (batch, 256, 256, 3), dtype=torch.uint8, generator=g).to(device)
     print(f"\nRestorers alone, {torch.cuda.get_device_name() if cuda else 'CPU'}, batch {batch} faces 256x256 "
-          "(resized to 512), random weights\n")
+          "(resized to 512), random weights\n", flush=True)
     print("| restorer | dtype | faces/s | weights GiB | peak added at this batch GiB | max abs diff vs float32 "
           "(0-255) | finite |")
     print("|---|---|---|---|---|---|---|")
@@ -202,7 +202,8 @@ def main() -> None:
     for name in [None, *restorers]:
         load(name)
         config = base.replace(restore=name)
-        pipe.lipsync(video, warm, work / "warm.mp4", config=config, boxes=BOX)  # warm-up
+        if not args.smoke:
+            pipe.lipsync(video, warm, work / "warm.mp4", config=config, boxes=BOX)  # warm-up
         sync()
         if cuda:
             torch.cuda.reset_peak_memory_stats()
@@ -220,7 +221,8 @@ def main() -> None:
     for name in [None, *restorers]:
         av = pipe.load_avatar(avatar.directory, config=avatar.config.replace(restore=name))
         av.load_models()
-        av.generate(warm, output=False)  # warm-up
+        if not args.smoke:
+            av.generate(warm, output=False)  # warm-up
         sync()
         if cuda:
             torch.cuda.reset_peak_memory_stats()
