@@ -42,6 +42,7 @@ def _add_settings(p: argparse.ArgumentParser) -> None:
     _add_encoder(g, "libx264")
     g.add_argument("--box", default=None, help="one crop box for the whole clip, skipping detection: --box=x1,y1,x2,y2 "
                                                "(with '=', so negative numbers are not taken for options)")
+    _add_restore(g)
     p.add_argument("--weights", default=None, help="weights folder (default: $NBHELPERS_WEIGHTS or the cache)")
 
 
@@ -54,6 +55,14 @@ def _add_encoder(group, default) -> None:
                             "else libx264 with a warning)" + ("" if default else "; default: the avatar's setting"))
 
 
+def _add_restore(g) -> None:
+    g.add_argument("--restore", choices=["gfpgan", "restoreformer", "codeformer"], default=None,
+                   help="restore the repainted face before paste-back (default: off). Needs spandrel and the weight "
+                        "set restore-<name>; codeformer is for NON-COMMERCIAL use only (S-Lab License 1.0)")
+    g.add_argument("--restore-strength", type=float, default=1.0,
+                   help="blend of restored and unrestored face, 0..1 (default 1 = restored only)")
+
+
 def _config(args):
     from .config import InferenceConfig
 
@@ -62,7 +71,8 @@ def _config(args):
                            parsing_mode=args.parsing_mode, left_cheek_width=args.left_cheek_width,
                            right_cheek_width=args.right_cheek_width,
                            landmark_backend="boxes" if args.box else args.backend, smooth_boxes=args.smooth_boxes,
-                           seed=args.seed, encoder=args.encoder)
+                           seed=args.seed, encoder=args.encoder, restore=args.restore,
+                           restore_strength=args.restore_strength)
 
 
 def _box(text):
@@ -207,6 +217,8 @@ def _cmd_avatar(args) -> int:
             raise InputError(f"{args.directory!r} is not an avatar folder; make one first with "
                              "`python -m nbhelpers avatar prepare VIDEO DIR`.")
         avatar = Avatar.load(args.directory, weights_dir=args.weights)
+        if args.restore is not None:  # not a cached field: the same avatar renders with or without restoration
+            avatar.config = avatar.config.replace(restore=args.restore, restore_strength=args.restore_strength)
         used: set[str] = set()
         for audio in args.audio:
             out = Path(args.output) if args.output else None
@@ -420,6 +432,7 @@ def build_parser() -> argparse.ArgumentParser:
     pg.add_argument("-o", "--output", default=None)
     pg.add_argument("--weights", default=None)
     _add_encoder(pg, None)
+    _add_restore(pg)
     pl = asub.add_parser("live", help="play a speech file into a live session as if it arrived in real time")
     pl.add_argument("directory")
     pl.add_argument("--audio", required=True, help="speech file pushed in chunks")

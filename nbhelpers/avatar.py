@@ -333,7 +333,8 @@ class Avatar:
                 raise CacheError(f"the avatar in {directory} was prepared with other settings ({', '.join(diff)}); "
                                  "prepare it again with prepare_avatar(..., config=...)")
             stored = stored.replace(device=config.device, fp16=config.fp16, batch_size=config.batch_size,
-                                    encoder=config.encoder)
+                                    encoder=config.encoder, restore=config.restore,
+                                    restore_strength=config.restore_strength)
         if pipeline is not None:
             weights_dir = pipeline.weights_dir
         try:
@@ -397,7 +398,7 @@ class Avatar:
         boxes = [tuple(int(v) for v in self.crop_boxes[j]) for j in np.flatnonzero(self.has_face)]
         source = SourceFaces(frames=frames, latent_row=latent_row, latents=latents, boxes=boxes, masks=self.masks,
                              squares=[tuple(int(v) for v in s) for s in self.squares]).to_device(device)
-        self._state.update(source=source, models=pipe.models)
+        self._state.update(source=source, models=pipe.models_for(config))  # with the face restorer, if asked
         return self._state
 
     def optimize(self, compile: bool = False, channels_last: bool = True) -> Avatar:
@@ -697,6 +698,10 @@ def prepare_avatar(video: str | os.PathLike, directory: str | os.PathLike, *, co
     gpu.check_device(config.device)
     _, video_info = check_video(video_path)
     check_weights_dir(weights_path, config.version, config.landmark_backend)
+    if config.restore is not None:
+        from .restore import check_available
+
+        check_available(config.restore, weights_path)
     owns = pipeline is None
     pipe = pipeline or MuseTalkPipeline.from_pretrained(weights_path, version=config.version, config=config)
     run_config = pipe.job_config(config.replace(device=None, fp16=None) if not owns else config)

@@ -13,6 +13,7 @@ from .errors import InputError
 PARSING_MODES = ("jaw", "raw", "neck")
 LANDMARK_BACKENDS = ("auto", "dwpose", "dwpose-onnx", "mmpose", "dlib", "boxes")
 LATENT_MODES = ("sample", "mode")
+RESTORERS = ("gfpgan", "restoreformer", "codeformer")  # face restorers of nbhelpers.restore (restore=None: off)
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,13 @@ class InferenceConfig:
             ``"libx264-faster"``, ``"libx264-veryfast"``, ``"libx264-superfast"``, ``"libx264-ultrafast"`` (same
             CRF, faster presets: larger files or slightly lower quality), ``"nvenc"`` or ``"auto"`` (h264_nvenc on
             the GPU when a one-frame test encode succeeds, else libx264 medium with a warning that says why).
+        restore: Face restoration of the generated 256x256 crop before paste-back (so only pixels under the blend
+            mask change): None (default, off: the official behaviour), ``"gfpgan"`` (GFPGAN v1.4),
+            ``"restoreformer"`` or ``"codeformer"`` (non-commercial licence; a warning says so when chosen). Needs
+            spandrel and the optional weight set ``restore-<name>`` (:mod:`nbhelpers.restore`). Not an official
+            MuseTalk step; not cached in avatars (one avatar renders with or without it).
+        restore_strength: Blend of restored and unrestored face, 0..1 (default 1 = restored only); used only with
+            ``restore``.
         reasons: Why automatic values were chosen (filled by ``gpu.plan``); not compared or hashed.
     """
 
@@ -68,6 +76,8 @@ class InferenceConfig:
     latent_mode: str = "sample"
     blur_ratio: float = 0.05
     encoder: str = "libx264"
+    restore: str | None = None
+    restore_strength: float = 1.0
     reasons: dict[str, str] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -97,6 +107,15 @@ class InferenceConfig:
                              "0.1 realtime.")
         if self.smooth_boxes < 0:
             raise InputError(f"smooth_boxes must be >= 0 frames; got {self.smooth_boxes!r}.")
+        if self.restore is not None:
+            _choice("restore", self.restore, RESTORERS + (None,))
+            from .restore import warn_licence
+
+            warn_licence(self.restore)  # CodeFormer: non-commercial licence, said once per process
+        if isinstance(self.restore_strength, bool) or not isinstance(self.restore_strength, (int, float)) \
+                or not 0.0 <= float(self.restore_strength) <= 1.0:
+            raise InputError(f"restore_strength must be a number from 0 (unrestored) to 1 (fully restored); got "
+                             f"{self.restore_strength!r}.")
         if self.device is not None and not _DEVICE.fullmatch(str(self.device)):
             raise InputError(f"device must be 'cuda', 'cuda:N' (N = 0, 1, ...), 'cpu' or None (automatic); got "
                              f"{self.device!r}.")

@@ -250,7 +250,9 @@ def repaint(source: SourceFaces, features: Any, models: Any, ts: np.ndarray, *, 
     Args:
         source: The source frames, latents and blend material.
         features: (T, 50, 384) whisper tokens on the models' device.
-        models: Anything with ``unet``, ``vae`` and ``pe``.
+        models: Anything with ``unet``, ``vae`` and ``pe``; an optional ``restorer`` attribute (a
+            :class:`~nbhelpers.restore.Restorer`, or None) restores the decoded faces before paste-back, so only
+            pixels under the blend mask change.
         ts: (B,) int output indices relative to ``first_frame``.
         first_frame: Output index of ``ts == 0``.
         cpu_blend: Force the CPU blend (default: the GPU blend on CUDA).
@@ -263,8 +265,8 @@ def repaint(source: SourceFaces, features: Any, models: Any, ts: np.ndarray, *, 
 
     Returns:
         ``(frames, faces_256)``: (B, H, W, 3) uint8 BGR numpy frames (with ``defer_copy``, valid only once the
-        batch's copy has completed), and the (F, 256, 256, 3) uint8 BGR tensor of generated crops of the F
-        frames with a face (None when F = 0).
+        batch's copy has completed), and the (F, 256, 256, 3) uint8 BGR tensor of generated (and, with a restorer,
+        restored) crops of the F frames with a face (None when F = 0).
 
     Source: ``scripts/inference.py:199-238`` (reference §6-§8).
     """
@@ -286,6 +288,9 @@ def repaint(source: SourceFaces, features: Any, models: Any, ts: np.ndarray, *, 
             lat = source.latents[torch.as_tensor(rows[has], device=source.latents.device)]
             feat = features[torch.as_tensor(t_abs[has] - feature_offset, device=features.device)]
             faces_256 = decode(unet_step(models.unet, models.pe, lat, feat), models.vae)
+            restorer = getattr(models, "restorer", None)  # optional face restoration (nbhelpers.restore)
+            if restorer is not None:
+                faces_256 = restorer(faces_256)
         t_gen = time.perf_counter()
         if events is not None:
             events.mark("generate")

@@ -609,6 +609,7 @@ class Models:
         version: ``"v15"`` or ``"v1"``.
         weights_dir: Where the files came from.
         tiny: True when they are tiny random test weights.
+        restorer: Optional face restorer the engine applies to the decoded crops (:mod:`nbhelpers.restore`).
     """
 
     unet: nn.Module
@@ -621,6 +622,7 @@ class Models:
     version: str = "v15"
     weights_dir: Path | None = None
     tiny: bool = False
+    restorer: Any = None
 
     def __repr__(self) -> str:
         kind = " (tiny random test weights)" if self.tiny else ""

@@ -164,7 +164,8 @@ def check_inputs(video: Any, audio: Any, output: Any = None, *, config: Inferenc
     Raises:
         InputError: A file is missing, is not media, has no video/audio stream, or the output is not ``.mp4``.
         NoGpuError: ``config.device`` names a CUDA device this runtime does not have.
-        WeightsError: Weight files are missing (names them and gives the download command).
+        WeightsError: Weight files are missing (names them and gives the download command), the restorer's too.
+        MissingDependencyError: ``config.restore`` is set and spandrel is not installed.
     """
     from . import gpu
 
@@ -175,6 +176,10 @@ def check_inputs(video: Any, audio: Any, output: Any = None, *, config: Inferenc
     output_path = output_path_for(output, video_path, audio_path)
     if boxes is None and config.landmark_backend == "boxes":
         raise InputError("landmark_backend='boxes' needs boxes=: one (x1, y1, x2, y2) for the clip or one per frame.")
+    if config.restore is not None:
+        from .restore import check_available
+
+        check_available(config.restore, weights_path)
     return video_path, audio_path, output_path, weights_path, video_info, audio_info
 
 
@@ -199,7 +204,8 @@ class Preview:
     Attributes:
         frame: (H, W, 3) uint8 BGR source frame (25 fps numbering).
         result: (H, W, 3) uint8 BGR frame after repainting and blending.
-        face_256: (256, 256, 3) uint8 BGR generated crop (the UNet output decoded by the VAE).
+        face_256: (256, 256, 3) uint8 BGR generated crop (the UNet output decoded by the VAE; restored when the
+            settings ask for a face restorer).
         crop_box: ``(x1, y1, x2, y2)`` crop box in frame pixels; the lower half of it is repainted.
         landmarks: (68, 2) float32 landmarks, or None when boxes were given.
         mask: (2s, 2s) uint8 feathered blend mask over the expanded square ``square``.
@@ -439,6 +445,25 @@ class MuseTalkPipeline:
                              dtype=self.dtype, version=self.version, weights_dir=self.weights_dir,
                              tiny=weights.is_tiny(self.weights_dir))
 
+    def restorer(self, name: str):
+        """The face restorer ``name`` (``"gfpgan"``, ``"restoreformer"``, ``"codeformer"``), loaded on first use.
+
+        Raises what :func:`nbhelpers.restore.load_restorer` raises (missing spandrel or weights, a wrong file).
+        """
+        from . import restore
+
+        restore.check_name(name)
+        return self._get(f"restorer:{name}", lambda: restore.load_restorer(name, self.weights_dir, self.device,
+                                                                           self.dtype))
+
+    def models_for(self, config: InferenceConfig):
+        """:attr:`models` with the face restorer of ``config`` (``restore``, ``restore_strength``) attached, or
+        none when ``config.restore`` is None: what the engine renders a job with."""
+        bundle = self.models
+        if config.restore is not None:
+            bundle.restorer = self.restorer(config.restore).at(config.restore_strength)
+        return bundle
+
     def landmarks(self, backend: Any = None):
         """The landmark backend ``backend`` (a name, default the pipeline's; or an object, returned as is).
 
@@ -578,9 +603,9 @@ class MuseTalkPipeline:
             # 4. gpu: batch size from free memory (user overrides kept)
             config = self.plan("lipsync", config, n_out, store.frame_shape[:2], source_frames=len(store))
 
-            # 5. models: loaded once per pipeline (no time here on a second job)
+            # 5. models: loaded once per pipeline (no time here on a second job); the face restorer when asked
             with timings.stage("models"):
-                bundle = self.models
+                bundle = self.models_for(config)
 
             with flush_denormals(self.device):
                 # 6. audio: whisper features, one (50, 384) token block per output frame
@@ -685,7 +710,7 @@ class MuseTalkPipeline:
             material = materials_for_frames(frame, track.crop_boxes, [0], self.face_parser, config,
                                             progress=False)[0]
             source = SourceFaces.from_materials(frame, [0], latents, [material])
-            result, faces_256 = repaint(source, feats, self.models, np.arange(1), cpu_blend=True)
+            result, faces_256 = repaint(source, feats, self.models_for(config), np.arange(1), cpu_blend=True)
         lms = None if not np.isfinite(track.landmarks[0]).all() else track.landmarks[0].astype(np.float32)
         return Preview(frame=frame[0], result=np.array(result[0]), face_256=faces_256[0].cpu().numpy(), crop_box=box, landmarks=lms,
                        mask=material.mask, square=tuple(int(v) for v in material.square), audio=source_text)
@@ -729,7 +754,7 @@ class MuseTalkPipeline:
         for name in ("unet", "vae", "whisper", "pe"):
             if name in self._loaded:
                 self._loaded[name] = gpu.cast_and_move(self._loaded[name], dev, dtype)
-        for name in [n for n in self._loaded if n == "face_parser" or n.startswith("landmarks:")]:
+        for name in [n for n in self._loaded if n == "face_parser" or n.startswith(("landmarks:", "restorer:"))]:
             gpu.release(self._loaded.pop(name))
         self.device, self.dtype = dev, dtype
         self.config = self.config.replace(device=str(dev), fp16=fp16)
@@ -771,7 +796,7 @@ class MuseTalkPipeline:
 
     def _rows(self) -> list[tuple[str, str]]:
         names = ["unet", "vae", "whisper", "feature_extractor", "pe", "face_parser"]
-        names += [n for n in self._loaded if n.startswith("landmarks:")]
+        names += [n for n in self._loaded if n.startswith(("landmarks:", "restorer:"))]
         rows = [("weights", str(self.weights_dir)), ("version", self.version), ("device", str(self.device)),
                 ("precision", "fp16" if self.config.fp16 else "fp32")]
         rows += [(n, "loaded" if n in self._loaded else "not loaded yet") for n in names]

@@ -48,11 +48,16 @@ _LABELS = {
     "fp16": ("precision", "fp16 on CUDA, fp32 on CPU; auto = the planner's choice"),
     "encoder": ("video encoder", "libx264 CRF 18 preset medium (official); faster presets give bigger files or a "
                 "little less quality; nvenc/auto use the GPU's encoder when a test encode works, else libx264"),
+    "restore": ("face restoration", "restore the repainted face before paste-back (only the masked region changes); "
+                "needs spandrel and the weight set restore-<name>; CodeFormer is for non-commercial use only"),
+    "restore_strength": ("restore strength", "blend of restored and unrestored face: 0 = unrestored, 1 = restored"),
 }
 _ENCODER_TEXT = {"libx264": "libx264 medium (official, CRF 18)", "libx264-fast": "libx264 fast",
                  "libx264-faster": "libx264 faster", "libx264-veryfast": "libx264 veryfast",
                  "libx264-superfast": "libx264 superfast", "libx264-ultrafast": "libx264 ultrafast",
                  "auto": "auto (NVENC if it works, else libx264 medium)", "nvenc": "NVENC (GPU)"}
+RESTORE_CHOICES = [("off", None), ("GFPGAN v1.4", "gfpgan"), ("RestoreFormer", "restoreformer"),
+                   ("CodeFormer (non-commercial licence)", "codeformer")]
 PANEL_FIELDS = tuple(_LABELS)
 
 
@@ -197,6 +202,10 @@ class SettingsPanel:
                                  **common)
         elif name == "encoder":
             control = w.Dropdown(options=[(_ENCODER_TEXT.get(e, e), e) for e in ENCODERS], value=value, **common)
+        elif name == "restore":
+            control = w.Dropdown(options=RESTORE_CHOICES, value=value, **common)
+        elif name == "restore_strength":
+            control = w.FloatSlider(value=float(value), min=0.0, max=1.0, step=0.05, **common)
         else:  # pragma: no cover - PANEL_FIELDS and this list are kept together
             raise KeyError(name)
         _set_tooltip(control, help_text)
@@ -207,7 +216,8 @@ class SettingsPanel:
         v1 = self.controls["version"].value == "v1"
         jaw = self.controls["parsing_mode"].value == "jaw"
         rules = {"bbox_shift": (True, True), "extra_margin": (not v1, True), "parsing_mode": (not v1, True),
-                 "left_cheek_width": (not v1 and jaw, True), "right_cheek_width": (not v1 and jaw, True)}
+                 "left_cheek_width": (not v1 and jaw, True), "right_cheek_width": (not v1 and jaw, True),
+                 "restore_strength": (self.controls["restore"].value is not None, True)}
         for name, (enabled, visible) in rules.items():
             control = self.controls[name]
             control.disabled = not enabled
@@ -243,6 +253,8 @@ class SettingsPanel:
                 value = batch_text
             elif name == "fp16":
                 value = precision_text if value == "auto" else ("fp16" if value else "fp32")
+            elif name == "restore":
+                value = dict((v, k) for k, v in RESTORE_CHOICES).get(value, value)
             out.append((_LABELS[name][0], str(value)))
         return out
 
@@ -296,7 +308,8 @@ def settings_panel(plan_or_config: Any = None, values: Mapping[str, Any] | None 
         values: Field name -> value to start from (the headless path: a parameters cell supplies them). Names:
             version, extra_margin, parsing_mode, left_cheek_width, right_cheek_width, bbox_shift,
             batch_size (int or "auto"), fp16 (True, False or "auto"), encoder (one of
-            :data:`nbhelpers.constants.ENCODERS`).
+            :data:`nbhelpers.constants.ENCODERS`), restore (None, "gfpgan", "restoreformer", "codeformer"),
+            restore_strength (0..1).
         use_widgets: Force (True) or avoid (False) ipywidgets; None uses them when installed.
 
     Returns:
@@ -552,6 +565,39 @@ def _figure(width_in: float, height_in: float):
     from matplotlib.figure import Figure
 
     return Figure(figsize=(width_in, height_in), layout="constrained")
+
+
+def compare_restore(before: Any, after: Any, title: str = "Face restoration: before and after") -> Chart:
+    """The generated crop and the repainted mouth of one frame without and with face restoration, side by side.
+
+    Args:
+        before: :class:`~nbhelpers.pipeline.Preview` made with ``restore=None``.
+        after: :class:`~nbhelpers.pipeline.Preview` of the same frame made with a restorer.
+
+    Returns:
+        :class:`Chart` (2x2: the (256, 256) generated crops on top, the frames zoomed on the crop box below).
+
+    Raises:
+        InputError: The previews are of different frames or crop boxes.
+    """
+    if tuple(before.crop_box) != tuple(after.crop_box) or before.frame.shape != after.frame.shape:
+        raise InputError("compare_restore needs two previews of the same frame and crop box (the same video, "
+                         "frame_index and settings apart from restore).")
+    fig = _figure(8, 8)
+    fig.suptitle(title)
+    axes = fig.subplots(2, 2)
+    x1, y1, x2, y2 = before.crop_box
+    h, w = before.frame.shape[:2]
+    pad = max(x2 - x1, y2 - y1) // 4
+    for col, (preview, name) in enumerate(((before, "without restoration"), (after, "restored"))):
+        axes[0, col].imshow(preview.face_256[:, :, ::-1])
+        axes[0, col].set_title(f"generated crop, {name}")
+        axes[1, col].imshow(preview.result[max(y1 - pad, 0):min(y2 + pad, h), max(x1 - pad, 0):min(x2 + pad, w), ::-1])
+        axes[1, col].set_title(f"frame after paste-back, {name}")
+    for ax in axes.flat:
+        ax.set_xticks([])
+        ax.set_yticks([])
+    return Chart(fig)
 
 
 def plot_timings(timings: Any, title: str = "Time per stage") -> Chart:

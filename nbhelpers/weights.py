@@ -12,6 +12,7 @@ The layout is the official ``models/`` folder (reference §1.1), relative to one
     musetalk/pytorch_model.bin  musetalk/musetalk.json   (v1: MuseTalk 1.0, only when asked)
     syncnet/latentsync_syncnet.pt                        (syncnet: training only, only when asked)
     syncnet/syncnet_v2.model                             (quality: the LSE-D / LSE-C score, only when asked)
+    restore/GFPGANv1.4.pth  restore/RestoreFormer.pth  restore/codeformer.pth   (restore-*: face restoration)
 
 >>> from nbhelpers import weights
 >>> weights.list_files()                 # doctest: +SKIP  (the manifest as a table)
@@ -306,6 +307,29 @@ _ENTRIES: tuple[WeightFile, ...] = (
                     "LSE-D / LSE-C lip-sync score of nbhelpers.quality (optional)",
         cited="syncnet_python download_model.sh, SyncNetInstance.py loadParameters; LatentSync "
               "checkpoints/auxiliary"),
+    # Face restoration (nbhelpers.restore, optional). Sizes are estimates from public download listings (about 348,
+    # 280 and 376 MB); no hash was checked here (no network to the release hosts).
+    WeightFile(
+        "gfpgan-v1.4", "restore/GFPGANv1.4.pth", ("restore-gfpgan",), "torch",
+        (Source("url", url="https://github.com/TencentARC/GFPGAN/releases/download/v1.3.0/GFPGANv1.4.pth"),),
+        approx_bytes=348_000_000,
+        description="GFPGAN v1.4 (GFPGANv1Clean, 512x512 faces), torch.save of {'params_ema': state dict}: "
+                    "optional face restoration of the repainted crop (Apache-2.0)",
+        cited="GFPGAN inference_gfpgan.py (version 1.4 URL), gfpgan/utils.py (params_ema / params)"),
+    WeightFile(
+        "restoreformer", "restore/RestoreFormer.pth", ("restore-restoreformer",), "torch",
+        (Source("url", url="https://github.com/TencentARC/GFPGAN/releases/download/v1.3.4/RestoreFormer.pth"),),
+        approx_bytes=290_000_000,
+        description="RestoreFormer as released with GFPGAN 1.3.4 (512x512 faces), {'params_ema': state dict}: "
+                    "optional face restoration of the repainted crop (Apache-2.0)",
+        cited="GFPGAN inference_gfpgan.py (version RestoreFormer URL), gfpgan/archs/restoreformer_arch.py"),
+    WeightFile(
+        "codeformer", "restore/codeformer.pth", ("restore-codeformer",), "torch",
+        (Source("url", url="https://github.com/sczhou/CodeFormer/releases/download/v0.1.0/codeformer.pth"),),
+        approx_bytes=376_000_000,
+        description="CodeFormer v0.1.0 (512x512 faces), {'params_ema': state dict}: optional face restoration; "
+                    "NON-COMMERCIAL licence (S-Lab License 1.0)",
+        cited="CodeFormer inference_codeformer.py (pretrain_model_url, torch.load(...)['params_ema'])"),
 )
 
 SETS: dict[str, str] = {
@@ -318,6 +342,9 @@ SETS: dict[str, str] = {
     "v1": "MuseTalk 1.0 UNet + config (only for version='v1')",
     "syncnet": "LatentSync SyncNet (training only)",
     "quality": "SyncNet v2 for the LSE-D / LSE-C lip-sync score (nbhelpers.quality.sync_score)",
+    "restore-gfpgan": "GFPGAN v1.4 face restoration of the repainted crop (restore='gfpgan', Apache-2.0)",
+    "restore-restoreformer": "RestoreFormer face restoration (restore='restoreformer', Apache-2.0)",
+    "restore-codeformer": "CodeFormer face restoration (restore='codeformer'; non-commercial licence)",
 }
 DEFAULT_SETS: tuple[str, ...] = ("core", "faces", "parsing", "s3fd")  # the v1.5 inference set, ~4.2 GB
 _ALIASES = {"default": DEFAULT_SETS, "v15": ("core",), "all": tuple(SETS)}

@@ -22,6 +22,11 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi
 PYTHON="$VENV/bin/python" bash tools/install.sh test
+# The [restore] extra without its dependencies: spandrel requires torchvision, which would replace the CPU torch
+# (tests/test_restore.py brings a test-only stand-in for the names spandrel imports). einops and typing_extensions
+# are spandrel's only other needs besides torch, numpy and safetensors.
+"$VENV/bin/python" -m pip install -q --no-deps "spandrel>=0.4" "spandrel-extra-arches>=0.2" "einops>=0.6" \
+  "typing_extensions>=4.0"
 echo "install: $(( $(date +%s) - start )) s, $(du -sm "$VENV" | cut -f1) MB in $VENV; disk: $(free_gib) GiB free"
 
 export NBHELPERS_MODE=ci NBHELPERS_PROGRESS=0 MPLBACKEND=Agg

@@ -83,6 +83,7 @@ def opening(name: str, title: str, intro: str, media: bool, params: str) -> list
 
 
 IGNORE = "nbval-ignore-output"  # cells whose output is a progress bar, a timing or machine-dependent
+SKIP = "nbval-skip"  # cells that need what CI mode lacks (optional weights and packages)
 
 # ---------------------------------------------------------------------------------------------------------------
 
@@ -247,6 +248,15 @@ LIPSYNC_NB = opening(
     code("ui.plot_timings(result.timings)", IGNORE),
     md("## Compare\n\nWatch your source and your result side by side."),
     code("ui.side_by_side(video, result)"),
+    md("## Restore the face (optional)\n\nMuseTalk repaints a 256-pixel crop, so the mouth can look soft on "
+       "close-ups. Pick a face restorer in the panel (*face restoration*) and run again; CodeFormer is for "
+       "non-commercial use only. The next cell installs spandrel and fetches the restorer's weights; the one after "
+       "repaints one frame without and with it, so you can compare the crops."),
+    code('from nbhelpers import weights\nRESTORER = panel.config.restore or "gfpgan"\n'
+         'env.install_missing(["spandrel>=0.4", "spandrel-extra-arches>=0.2"])\n'
+         'weights.download(WEIGHTS, sets=f"restore-{RESTORER}")', SKIP, IGNORE),
+    code("ui.compare_restore(*(pipe.preview(video, config=panel.config.replace(restore=r), audio=audio)\n"
+         "                     for r in (None, RESTORER)))", SKIP, IGNORE),
     md("## Dub many clips at once\n\nA batch runs many (video, audio) jobs on Ray: the models load once per GPU, "
        "each face is prepared once, a clip that fails is recorded without stopping the others, and running the "
        "batch again skips finished outputs. It needs Ray (`%pip install \"ray>=2.10\"`); without it you see the "

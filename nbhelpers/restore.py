@@ -1,0 +1,389 @@
+"""Face restoration of the repainted crop: GFPGAN v1.4, RestoreFormer or CodeFormer through spandrel.
+
+This module owns one concern: turning the (F, 256, 256, 3) uint8 BGR faces that the VAE decodes into restored faces
+of the same shape, on the same device, before the engine pastes them back (:func:`nbhelpers.engine.repaint`). Since
+the paste-back blends the crop into the frame through the feathered mask, only pixels under the mask change.
+
+MuseTalk repaints a 256x256 crop, so the mouth is soft on close-ups and HD video; a face restorer is the remedy
+people chain after it. The networks are loaded from their published ``.pth`` files (optional weight sets
+``restore-gfpgan``, ``restore-restoreformer``, ``restore-codeformer``) by spandrel (``pip install spandrel``, and
+``spandrel-extra-arches`` for CodeFormer): spandrel holds the architectures, this module holds the policy. The file
+is read by :func:`nbhelpers.models.load_checkpoint` (the package's one checkpoint policy: inspected first, tensors
+only) and the state dict handed to spandrel's ``ModelLoader.load_from_state_dict``.
+
+Facts used (spandrel 0.4.2, ``ImageModelDescriptor.__call__`` docstring and the architecture files):
+
+- Input and output are float tensors (B, 3, H, W), RGB, range [0, 1]; the output is clamped to [0, 1].
+- The three face models work at 512x512 (GFPGAN: ``SizeRequirements(minimum=512)``, out_size 512; CodeFormer:
+  ``multiple_of=512, square=True``; RestoreFormer: resolution 512). The 256 crop is resized up to 512 (bicubic)
+  and the result back down to 256 (area average, the exact 2x2 mean).
+- None of the three supports fp16 in spandrel (``supports_half=False``); all support bfloat16. On CUDA the
+  restorer therefore runs in bfloat16 where the GPU has native bf16 (compute capability 8.0 and newer: A100, L4,
+  H100/H200), else in float32 with a warning (the T4 of free Colab); float32 on the CPU.
+- CodeFormer's code is under a non-commercial licence (S-Lab License 1.0); choosing it warns once per process.
+
+``restore_strength`` blends restored and unrestored faces: ``face + strength * (restored - face)``, rounded.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from .config import RESTORERS
+from .errors import CheckpointError, InputError, MissingDependencyError, NbHelpersWarning, WeightsError
+
+RESTORE_SIZE = 512  # pixels: the face size the three networks were trained at (FFHQ 512x512)
+FACE_SIZE = 256  # pixels: MuseTalk's generated crop
+
+# Name -> (manifest entry name, weight set, layout path, spandrel architecture id, licence of the code/weights).
+_SPECS: dict[str, tuple[str, str, str, str, str]] = {
+    "gfpgan": ("gfpgan-v1.4", "restore-gfpgan", "restore/GFPGANv1.4.pth", "GFPGAN", "Apache-2.0"),
+    "restoreformer": ("restoreformer", "restore-restoreformer", "restore/RestoreFormer.pth", "RestoreFormer",
+                      "Apache-2.0"),
+    "codeformer": ("codeformer", "restore-codeformer", "restore/codeformer.pth", "CodeFormer",
+                   "S-Lab License 1.0 (non-commercial)"),
+}
+NONCOMMERCIAL_NOTE = ("CodeFormer is licensed for non-commercial use only (S-Lab License 1.0, "
+                      "https://github.com/sczhou/CodeFormer/blob/master/LICENSE): do not use its output commercially. "
+                      "GFPGAN and RestoreFormer are Apache-2.0.")
+INSTALL_LINE = "pip install spandrel spandrel-extra-arches"
+_warned_licence = False
+
+
+def check_name(name: Any) -> str:
+    """Return ``name`` when it is a known restorer.
+
+    Raises:
+        InputError: Not one of :data:`RESTORERS`.
+    """
+    if name not in RESTORERS:
+        raise InputError(f"restore must be None or one of {', '.join(map(repr, RESTORERS))}; got {name!r}.")
+    return str(name)
+
+
+def warn_licence(name: str) -> None:
+    """Warn (once per process) that CodeFormer is for non-commercial use only; no effect for the others."""
+    global _warned_licence
+    if name == "codeformer" and not _warned_licence:
+        _warned_licence = True
+        warnings.warn(NONCOMMERCIAL_NOTE, NbHelpersWarning, stacklevel=3)
+
+
+def weight_path(name: str, weights_dir: str | os.PathLike) -> Path:
+    """The layout path of restorer ``name``'s weight file under ``weights_dir`` (it may not exist)."""
+    return Path(weights_dir) / _SPECS[check_name(name)][2]
+
+
+def download_command(name: str, weights_dir: str | os.PathLike | None = None) -> str:
+    """The command that downloads restorer ``name``'s weights (into ``weights_dir`` when given)."""
+    from .weights import DOWNLOAD_COMMAND
+
+    where = f" --weights {weights_dir}" if weights_dir is not None else ""
+    return f"{DOWNLOAD_COMMAND}{where} --sets {_SPECS[check_name(name)][1]}"
+
+
+def import_spandrel(name: str):
+    """Import spandrel (and spandrel_extra_arches for CodeFormer); returns ``(spandrel, architecture object)``.
+
+    Raises:
+        MissingDependencyError: spandrel (or spandrel-extra-arches, or the torchvision that spandrel imports at
+            load) is missing; the message gives the install line.
+    """
+    try:
+        import spandrel
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.split(".")[0] == "torchvision":
+            raise MissingDependencyError(
+                "spandrel imports torchvision when it loads (RestoreFormer's input normalisation, LaMa's rotation), "
+                "and torchvision is not installed. Install the torchvision build that matches your torch (Colab and "
+                "the conda environment have it; with pip, from the same index as torch, e.g. `pip install "
+                "torchvision==<the version paired with your torch>`). Never let pip pick torchvision alone: it "
+                "would replace torch.") from exc
+        raise MissingDependencyError(f"face restoration needs spandrel: `{INSTALL_LINE}` (or `pip install "
+                                     "musetalk-workbook[restore]`).") from exc
+    arch_id = _SPECS[name][3]
+    if name == "gfpgan":
+        from spandrel.architectures.GFPGAN import GFPGANArch as Arch
+    elif name == "restoreformer":
+        from spandrel.architectures.RestoreFormer import RestoreFormerArch as Arch
+    else:
+        try:
+            from spandrel_extra_arches.architectures.CodeFormer import CodeFormerArch as Arch
+        except ModuleNotFoundError as exc:
+            raise MissingDependencyError("CodeFormer is in spandrel's extra architectures (non-commercial licence): "
+                                         "`pip install spandrel-extra-arches`.") from exc
+    arch = Arch()
+    if arch.id != arch_id:  # spandrel renamed it
+        raise MissingDependencyError(f"spandrel's {name} architecture is called {arch.id!r}, not {arch_id!r}; this "
+                                     "spandrel version is not supported (tested: spandrel 0.4.2, extra arches 0.2.0).")
+    return spandrel, arch
+
+
+def check_available(name: str, weights_dir: str | os.PathLike) -> Path:
+    """Check, before any frame is decoded, that restorer ``name`` can load: its weight file is there and spandrel
+    imports (presence only; the file is read by :func:`load_restorer`). Returns the weight file's path.
+
+    Raises:
+        InputError: An unknown name.
+        WeightsError: The weight file is missing (the message gives the download command).
+        MissingDependencyError: spandrel, spandrel-extra-arches or torchvision is missing.
+    """
+    path = weight_path(name, weights_dir)
+    if not path.is_file():
+        raise WeightsError(f"restore={name!r} needs {path}, which is missing. Download the optional weight set with "
+                           f"`{download_command(name, weights_dir)}` (or run notebook 01_weights), or set "
+                           "restore=None.")
+    import_spandrel(name)
+    return path
+
+
+def run_dtype(descriptor: Any, device: Any, dtype: Any) -> tuple[Any, str]:
+    """The dtype a restorer runs in on ``device`` when the pipeline runs in ``dtype``, and why.
+
+    fp16 where spandrel says the architecture supports it; else bfloat16 on a GPU with native bf16 (compute
+    capability >= 8.0) when spandrel supports it; else float32.
+    """
+    import torch
+
+    device = torch.device(device)
+    if device.type != "cuda" or dtype == torch.float32:
+        return torch.float32, "float32 (as the pipeline)"
+    if getattr(descriptor, "supports_half", False):
+        return torch.float16, "float16 (as the pipeline)"
+    major, _ = torch.cuda.get_device_capability(device)
+    if getattr(descriptor, "supports_bfloat16", False) and major >= 8:
+        return torch.bfloat16, "bfloat16 (spandrel marks this network unsafe in float16; this GPU has native bf16)"
+    return torch.float32, "float32 (spandrel marks this network unsafe in float16 and this GPU has no native bf16)"
+
+
+@dataclass
+class Restorer:
+    """A loaded face restorer applied to batches of MuseTalk's generated crops, on their device.
+
+    Attributes:
+        name: ``"gfpgan"``, ``"restoreformer"`` or ``"codeformer"``.
+        descriptor: spandrel's ``ImageModelDescriptor`` (the network in eval mode, on ``device`` in ``dtype``).
+        device: The torch device of the network (the pipeline's).
+        dtype: The dtype it runs in (see :func:`run_dtype`).
+        strength: Blend of restored and unrestored face, 0..1 (1 = restored only).
+        reason: Why that dtype.
+        path: The weight file it came from.
+    """
+
+    name: str
+    descriptor: Any = field(repr=False)
+    device: Any
+    dtype: Any
+    strength: float = 1.0
+    reason: str = ""
+    path: Path | None = None
+
+    def at(self, strength: float) -> Restorer:
+        """The same loaded network with another ``strength`` (0..1); nothing is copied.
+
+        Raises:
+            InputError: ``strength`` outside 0..1.
+        """
+        return replace(self, strength=check_strength(strength))
+
+    def __call__(self, faces_256: Any) -> Any:
+        """Restore a batch of generated crops.
+
+        Args:
+            faces_256: (F, 256, 256, 3) uint8 BGR tensor on the restorer's device (what
+                :func:`nbhelpers.latents.decode` returns).
+
+        Returns:
+            (F, 256, 256, 3) uint8 BGR tensor on the same device: ``faces + strength * (restored - faces)``,
+            rounded to the nearest integer. ``strength == 0`` returns the input tensor itself.
+
+        Raises:
+            InputError: Not a (F, 256, 256, 3) uint8 tensor.
+        """
+        import torch
+        import torch.nn.functional as F
+
+        shape = tuple(getattr(faces_256, "shape", ()))
+        if len(shape) != 4 or shape[1:] != (FACE_SIZE, FACE_SIZE, 3) or faces_256.dtype != torch.uint8:
+            raise InputError(f"the restorer takes (F, {FACE_SIZE}, {FACE_SIZE}, 3) uint8 BGR faces; got shape {shape} "
+                             f"{getattr(faces_256, 'dtype', type(faces_256).__name__)}.")
+        if self.strength == 0 or shape[0] == 0:
+            return faces_256
+        with torch.inference_mode():
+            x = faces_256.to(self.device).flip(-1).permute(0, 3, 1, 2).float() / 255  # (F, 3, 256, 256) RGB 0..1
+            x = F.interpolate(x, size=(RESTORE_SIZE, RESTORE_SIZE), mode="bicubic", align_corners=False).clamp_(0, 1)
+            y = self.descriptor(x.to(self.dtype))  # (F, 3, 512, 512) RGB 0..1
+            y = F.interpolate(y.float(), size=(FACE_SIZE, FACE_SIZE), mode="area")  # exact 2x2 mean
+            restored = y.clamp_(0, 1).mul_(255).permute(0, 2, 3, 1).flip(-1)  # (F, 256, 256, 3) BGR, 0..255
+            if self.strength != 1:
+                base = faces_256.to(self.device, torch.float32)
+                restored = base + self.strength * (restored - base)
+            return restored.round_().clamp_(0, 255).to(torch.uint8)
+
+    def close(self) -> None:
+        """Free the network's memory (its weights move to the meta device; load it again to reuse it). Views made
+        with :meth:`at` share the network and stop working too."""
+        self.descriptor.model.to("meta")
+
+    def __repr__(self) -> str:
+        return (f"Restorer({self.name}, strength {self.strength:g}, {str(self.dtype).replace('torch.', '')} on "
+                f"{self.device}; {self.reason})")
+
+
+def check_strength(strength: Any) -> float:
+    """Return ``strength`` as a float in 0..1.
+
+    Raises:
+        InputError: Not a number in 0..1.
+    """
+    try:
+        value = float(strength)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if isinstance(strength, bool) or not 0.0 <= value <= 1.0:
+        raise InputError(f"restore_strength must be a number from 0 (unrestored) to 1 (fully restored); got "
+                         f"{strength!r}.")
+    return value
+
+
+def load_restorer(name: str, weights_dir: str | os.PathLike | None, device: Any = "cpu", dtype: Any = None, *,
+                  strength: float = 1.0) -> Restorer:
+    """Load restorer ``name`` from its published ``.pth`` file under ``weights_dir``.
+
+    The file is read by :func:`nbhelpers.models.load_checkpoint` (inspected first; tensors only, or a full unpickle
+    only when its sha256 matches the one the hub reported) and its state dict given to spandrel's
+    ``ModelLoader.load_from_state_dict`` through a registry that holds only the requested architecture, so a file
+    of another kind is refused by name. spandrel unwraps the published ``{"params_ema": ...}`` container itself.
+
+    Args:
+        name: ``"gfpgan"`` (GFPGAN v1.4), ``"restoreformer"`` (RestoreFormer, GFPGAN's release) or ``"codeformer"``
+            (non-commercial licence: warns).
+        weights_dir: The weights folder (``restore/<file>`` inside it); None = :func:`nbhelpers.weights.default_dir`.
+        device: Where the network runs (the pipeline's device).
+        dtype: The pipeline's dtype (``torch.float16`` on CUDA); the restorer's own is chosen by :func:`run_dtype`.
+        strength: Blend of restored and unrestored face, 0..1.
+
+    Returns:
+        A :class:`Restorer` in eval mode with ``requires_grad`` False.
+
+    Raises:
+        InputError: An unknown name or a strength outside 0..1.
+        MissingDependencyError: spandrel, spandrel-extra-arches (CodeFormer) or torchvision is missing.
+        WeightsError: The weight file is missing (the message gives the download command) or unreadable.
+        CheckpointError: The file is not a model of that architecture.
+
+    Source: spandrel 0.4.2 ``ModelLoader.load_from_state_dict``, ``ImageModelDescriptor``; GFPGAN
+    ``inference_gfpgan.py`` (v1.4 and RestoreFormer URLs), CodeFormer ``inference_codeformer.py`` (``params_ema``).
+    """
+    import torch
+
+    from . import models, weights
+
+    check_name(name)
+    strength = check_strength(strength)
+    warn_licence(name)
+    root = Path(weights_dir).expanduser() if weights_dir is not None else weights.default_dir()
+    path = weight_path(name, root)
+    if not path.is_file():
+        raise WeightsError(f"the {name} restorer weights are missing: {path}. Download the optional weight set with "
+                           f"`{download_command(name, root)}` (or run notebook 01_weights), or set restore=None.")
+    spandrel, arch = import_spandrel(name)
+    entry_name = _SPECS[name][0]
+    exp = weights.expected_facts(root, entry_name)
+    state = models.load_checkpoint(path, trusted_sha256=exp.sha256, mmap=False)
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path} holds a {type(state).__name__}, not a state dict; delete it and run "
+                              f"`{download_command(name, root)}`.")
+    registry = spandrel.ArchRegistry()
+    registry.add(spandrel.ArchSupport.from_architecture(arch))
+    try:
+        descriptor = spandrel.ModelLoader(device="cpu", registry=registry).load_from_state_dict(state)
+    except spandrel.UnsupportedModelError as exc:
+        raise CheckpointError(f"{path} is not a {arch.id} checkpoint (its keys do not match spandrel's {arch.id} "
+                              f"layout). Delete it and run `{download_command(name, root)}`.") from exc
+    except (RuntimeError, KeyError) as exc:
+        raise CheckpointError(f"{path} could not be loaded as {arch.id} ({type(exc).__name__}: {exc}). Delete it and "
+                              f"run `{download_command(name, root)}`.") from exc
+    dev = torch.device(device)
+    run_as, reason = run_dtype(descriptor, dev, dtype if dtype is not None else torch.float32)
+    if dev.type == "cuda" and run_as == torch.float32 and dtype == torch.float16:
+        warnings.warn(f"the {name} restorer runs in float32 on this GPU: {reason}. It is slower and takes more "
+                      "memory than the rest of the pipeline.", NbHelpersWarning, stacklevel=2)
+    descriptor.model.to(device=dev, dtype=run_as)  # spandrel's .to() refuses a dtype it marks unsupported
+    descriptor.model.eval()
+    descriptor.model.requires_grad_(False)
+    return Restorer(name=name, descriptor=descriptor, device=dev, dtype=run_as, strength=strength, reason=reason,
+                    path=path)
+
+
+# The published architectures, as the official inference scripts build them (the file's key layout follows):
+# GFPGAN gfpgan/utils.py GFPGANer (arch 'clean', channel_multiplier 2); CodeFormer inference_codeformer.py
+# (dim_embd=512, codebook_size=1024, n_head=8, n_layers=9, connect_list 32..256); GFPGAN's RestoreFormer defaults.
+PUBLISHED_KWARGS: dict[str, dict[str, Any]] = {
+    "gfpgan": dict(out_size=512, num_style_feat=512, channel_multiplier=2, decoder_load_path=None, fix_decoder=False,
+                   num_mlp=8, input_is_latent=True, different_w=True, narrow=1, sft_half=True),
+    "restoreformer": dict(n_embed=1024, embed_dim=256, ch=64, out_ch=3, ch_mult=(1, 2, 2, 4, 4, 8), num_res_blocks=2,
+                          attn_resolutions=(16,), dropout=0.0, in_channels=3, resolution=512, z_channels=256,
+                          double_z=False, enable_mid=True, head_size=8),
+    "codeformer": dict(dim_embd=512, n_head=8, n_layers=9, codebook_size=1024, latent_size=256,
+                       connect_list=["32", "64", "128", "256"], fix_modules=["quantize", "generator"]),
+}
+# A small RestoreFormer with the same block types (GroupNorm needs 32 channels; 6 levels bring 512 down to 16, where
+# the attention blocks are), for fast CPU tests; spandrel reads every size back from the state dict.
+TINY_RESTOREFORMER = dict(PUBLISHED_KWARGS["restoreformer"], n_embed=64, embed_dim=32, ch=32, ch_mult=(1,) * 6,
+                          num_res_blocks=1, z_channels=32)
+
+
+def write_random_weights(directory: str | os.PathLike, name: str, *, seed: int = 0, tiny: bool = False) -> Path:
+    """Write ``<directory>/restore/<file>``: spandrel's architecture with random weights, in the published format.
+
+    The file is ``torch.save({"params_ema": state_dict})`` (zip format), as GFPGAN and CodeFormer release theirs
+    (GFPGAN ``gfpgan/utils.py`` reads ``params_ema``, CodeFormer ``inference_codeformer.py`` reads
+    ``torch.load(...)['params_ema']``). The networks are built from spandrel's own classes with
+    :data:`PUBLISHED_KWARGS` (full size: 87.1 M / 72.7 M / 94.1 M float32 values, i.e. the 348 / 291 / 376 MB of
+    the published files), or with ``tiny=True`` (RestoreFormer only) a small variant for fast tests.
+
+    Args:
+        directory: A weights folder (``restore/`` is made inside it).
+        name: ``"gfpgan"``, ``"restoreformer"`` or ``"codeformer"``.
+        seed: Seed of the random initialisation.
+        tiny: A small RestoreFormer (:data:`TINY_RESTOREFORMER`).
+
+    Returns:
+        The path written (through a temporary name, then renamed).
+
+    Raises:
+        InputError: An unknown name, or ``tiny`` for another architecture than RestoreFormer.
+        MissingDependencyError: spandrel is missing.
+    """
+    import torch
+
+    check_name(name)
+    if tiny and name != "restoreformer":
+        raise InputError("tiny=True exists for restoreformer only (spandrel fixes GFPGAN's sizes, and CodeFormer's "
+                         "VQ encoder widths).")
+    import_spandrel(name)
+    if name == "gfpgan":
+        from spandrel.architectures.GFPGAN import GFPGAN as Net
+    elif name == "restoreformer":
+        from spandrel.architectures.RestoreFormer import RestoreFormer as Net
+    else:
+        from spandrel_extra_arches.architectures.CodeFormer import CodeFormer as Net
+    torch.manual_seed(int(seed))
+    net = Net(**(TINY_RESTOREFORMER if tiny else PUBLISHED_KWARGS[name]))
+    path = weight_path(name, directory)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save({"params_ema": net.state_dict()}, tmp)
+    os.replace(tmp, path)
+    return path
+
+
+__all__ = ["FACE_SIZE", "NONCOMMERCIAL_NOTE", "RESTORERS", "RESTORE_SIZE", "Restorer", "check_available", "check_name",
+           "check_strength",
+           "download_command", "import_spandrel", "load_restorer", "run_dtype", "warn_licence", "weight_path",
+           "write_random_weights", "PUBLISHED_KWARGS", "TINY_RESTOREFORMER"]

@@ -1,0 +1,1 @@
+"""Stand-in: only ``torchvision.transforms.functional`` (see ../__init__.py)."""
