@@ -38,7 +38,14 @@ _LAZY = {
 __all__ = sorted(_LAZY) + ["__version__"]
 
 
+# Submodules reachable as attributes (``nbh.weights.download(...)``), imported on first access like the names above.
+_SUBMODULES = ("audio", "avatar", "batch", "blending", "engine", "env", "faces", "gpu", "latents", "live", "media",
+               "models", "parsing", "pipeline", "quality", "restore", "result", "testing", "ui", "weights")
+
+
 def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f"nbhelpers.{name}")
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'nbhelpers' has no attribute {name!r}")

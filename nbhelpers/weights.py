@@ -1361,6 +1361,10 @@ def job_files(version: str = "v15", landmark_backend: str = "auto", *, parsing: 
     return [e for e in manifest if e.name in names]
 
 
+TRY_TINY = ("Without network, `python -m nbhelpers demo --tiny` shows every stage running on tiny random weights "
+            "(the repainted mouth is noise).")
+
+
 def check_job_files(directory: str | os.PathLike | None, version: str = "v15", landmark_backend: str = "auto", *,
                     parsing: bool = True, manifest: Manifest | None = None) -> VerifyReport:
     """Check every weight file a job will open, cheaply, before any frame is decoded or any model is built.
@@ -1400,7 +1404,7 @@ def check_job_files(directory: str | os.PathLike | None, version: str = "v15", l
         raise WeightsError(
             f"the weights folder {str(root)!r} {what}. Download the weights into it with "
             f"`{DOWNLOAD_COMMAND}{weights_arg}` (or {NOTEBOOK}), or point the job at the folder that holds them "
-            "(--weights DIR, weights_dir=, or the NBHELPERS_WEIGHTS environment variable).")
+            "(--weights DIR, weights_dir=, or the NBHELPERS_WEIGHTS environment variable). " + TRY_TINY)
     entries = job_files(version, landmark_backend, parsing=parsing, directory=root, manifest=manifest)
     state = _State(root)
     checks = tuple(_check(e, root, state, deep=False) for e in entries)
@@ -1426,7 +1430,7 @@ def check_job_files(directory: str | os.PathLike | None, version: str = "v15", l
     lines.append(f"Fix: run `{DOWNLOAD_COMMAND}{weights_arg} --sets {' '.join(sets)}` (or {NOTEBOOK}): it "
                  "replaces bad files and fetches missing ones in that folder; or point the job at a folder that "
                  "holds good copies (--weights DIR, weights_dir=, NBHELPERS_WEIGHTS)."
-                 + (f" Note: {'; '.join(notes)}." if notes else ""))
+                 + (f" Note: {'; '.join(notes)}." if notes else "") + " " + TRY_TINY)
     error = WeightsError("\n".join(lines))
     error.report = report  # type: ignore[attr-defined]
     raise error

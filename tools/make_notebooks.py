@@ -250,11 +250,11 @@ LIPSYNC_NB = opening(
     code("ui.side_by_side(video, result)"),
     md("## Restore the face (optional)\n\nMuseTalk repaints a 256-pixel crop, so the mouth can look soft on "
        "close-ups. Pick a face restorer in the panel (*face restoration*) and run again; CodeFormer is for "
-       "non-commercial use only. The next cell installs spandrel and fetches the restorer's weights; the one after "
-       "repaints one frame without and with it, so you can compare the crops."),
-    code('from nbhelpers import weights\nRESTORER = panel.config.restore or "gfpgan"\n'
+       "non-commercial use only. The next cell installs spandrel and fetches the restorer's weights."),
+    code('RESTORER = panel.config.restore or "gfpgan"\n'
          'env.install_missing(["spandrel>=0.4", "spandrel-extra-arches>=0.2"])\n'
-         'weights.download(WEIGHTS, sets=f"restore-{RESTORER}")', SKIP, IGNORE),
+         'nbh.weights.download(WEIGHTS, sets=f"restore-{RESTORER}")', SKIP, IGNORE),
+    md("You repaint one frame without and with the restorer, side by side."),
     code("ui.compare_restore(*(pipe.preview(video, config=panel.config.replace(restore=r), audio=audio)\n"
          "                     for r in (None, RESTORER)))", SKIP, IGNORE),
     md("## Dub many clips at once\n\nA batch runs many (video, audio) jobs on Ray: the models load once per GPU, "
