@@ -249,8 +249,8 @@ LIPSYNC_NB = opening(
     md("## Compare\n\nWatch your source and your result side by side."),
     code("ui.side_by_side(video, result)"),
     md("## Restore the face (optional)\n\nMuseTalk repaints a 256-pixel crop, so the mouth can look soft on "
-       "close-ups. Pick a face restorer in the panel (*face restoration*) and run again; CodeFormer is for "
-       "non-commercial use only. The next cell installs spandrel and fetches the restorer's weights."),
+       "close-ups. You can pick a face restorer in the panel (*face restoration*) and run again; CodeFormer is for "
+       "non-commercial use only. The next cell installs spandrel and fetches your restorer's weights."),
     code('RESTORER = panel.config.restore or "gfpgan"\n'
          'env.install_missing(["spandrel>=0.4", "spandrel-extra-arches>=0.2"])\n'
          'nbh.weights.download(WEIGHTS, sets=f"restore-{RESTORER}")', SKIP, IGNORE),
