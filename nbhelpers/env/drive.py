@@ -1,0 +1,84 @@
+"""Google Drive on Colab: mounting it and saying whether it is mounted.
+
+Owns :func:`drive_mounted`, :func:`mount_drive` and :class:`DriveStatus`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+from .modes import DRIVE_MOUNTPOINT, in_colab
+
+
+def drive_mounted(mountpoint: str = DRIVE_MOUNTPOINT) -> bool:
+    """True when Google Drive is mounted at ``mountpoint`` (its ``MyDrive`` folder exists)."""
+    return Path(mountpoint, "MyDrive").is_dir()
+
+
+def mount_drive(weights_folder: str | os.PathLike | None = None, *, enabled: bool = True,
+                mountpoint: str = DRIVE_MOUNTPOINT) -> DriveStatus:
+    """Mount Google Drive in Colab and optionally read the weights from a Drive folder.
+
+    Outside Colab this does nothing and says so. For a workshop, a teacher downloads the weights once into a Drive
+    folder and shares it; each student adds a shortcut to it in *My Drive* and passes its path here, which sets
+    ``NBHELPERS_WEIGHTS`` for this session so that no student downloads the weights.
+
+    Args:
+        weights_folder: A folder on the mounted Drive holding the weights layout (``musetalkV15/unet.pth`` ...),
+            e.g. ``"/content/drive/MyDrive/musetalk-weights"``; None or ``""`` leaves the weights location alone.
+        enabled: False only reports the current state (the notebook's ``MOUNT_DRIVE`` parameter).
+        mountpoint: Where Drive is mounted (Colab's convention: ``/content/drive``).
+
+    Returns:
+        A :class:`DriveStatus` saying whether Drive is mounted and which weights folder is in use.
+
+    Raises:
+        InputError: ``weights_folder`` does not exist on the mounted Drive (the message says how to add a
+            shortcut to a shared folder).
+    """
+    if not in_colab():
+        return DriveStatus(False, None, "not in Colab: nothing mounted (use a local folder with "
+                                        "NBHELPERS_WEIGHTS instead)")
+    if not enabled:
+        state = "mounted" if drive_mounted(mountpoint) else "not mounted (set MOUNT_DRIVE = True to mount it)"
+        return DriveStatus(drive_mounted(mountpoint), None, state)
+    if not drive_mounted(mountpoint):
+        from google.colab import drive  # type: ignore[import-not-found]
+
+        drive.mount(mountpoint)
+    weights = None
+    if weights_folder:
+        weights = Path(weights_folder).expanduser()
+        if not weights.is_dir():
+            raise InputError(
+                f"weights_folder {str(weights)!r} does not exist on the mounted Drive. For a folder someone shared "
+                "with you: open drive.google.com, right-click it in 'Shared with me', choose Organize > Add "
+                f"shortcut > My Drive, then pass '{mountpoint}/MyDrive/<folder name>'.")
+        os.environ["NBHELPERS_WEIGHTS"] = str(weights)
+    return DriveStatus(drive_mounted(mountpoint), weights, "mounted" if drive_mounted(mountpoint) else "not mounted")
+
+
+@dataclass(frozen=True)
+class DriveStatus:
+    """Result of :func:`mount_drive`.
+
+    Attributes:
+        mounted: True when Drive is mounted.
+        weights_dir: The Drive weights folder now in ``NBHELPERS_WEIGHTS``, or None.
+        message: What happened, in words.
+    """
+
+    mounted: bool
+    weights_dir: Path | None
+    message: str
+
+    def __str__(self) -> str:
+        weights = f"; weights from {self.weights_dir}" if self.weights_dir else ""
+        return f"Google Drive: {self.message}{weights}"
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(str(self))

@@ -1,0 +1,386 @@
+"""The workbook's folders and inputs: work, media and weights folders, and the clips a notebook uses.
+
+Owns :func:`work_dir`, :func:`media_dir`, :func:`weights_dir`, :func:`shared_data_dir`, the CI media
+cutting (:func:`_cut`, short clips of the shared media in ``ci`` mode, cached by source fingerprint),
+:func:`workbook_inputs`, :func:`keep_audio`, :func:`sample_audios`, :func:`upload`, and the mode's
+defaults (:func:`default_config`, :func:`plan`).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..constants import FPS
+from ..errors import InputError, MediaError
+from .modes import (
+    AUDIO_SUFFIXES,
+    CI_CLIP_SECONDS,
+    SHARED_AUDIO,
+    SHARED_AUDIO_2,
+    SHARED_VIDEO,
+    WORKBOOK_AUDIO,
+    WORKBOOK_VIDEO,
+    _check_mode,
+    _first_number,
+)
+
+# --------------------------------------------------------------------------------------------------- folders
+
+
+@functools.lru_cache(maxsize=1)
+def _source_fingerprint() -> str:
+    """A short hash of this package's source files, so CI caches made by older code are never reused."""
+    digest = hashlib.sha256()
+    root = Path(__file__).resolve().parents[1]
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def work_dir(mode: str | None = None) -> Path:
+    """The workbook's own folder for media, avatars and results (created).
+
+    ``NBHELPERS_WORKDIR`` when set; else ``/content/musetalk-workbook`` on Colab, ``~/musetalk-workbook``
+    locally, and a temporary folder keyed by the package source in CI mode.
+
+    Args:
+        mode: Run mode; None detects it.
+
+    Returns:
+        The folder (it exists on return).
+    """
+    mode = _check_mode(mode)
+    if os.environ.get("NBHELPERS_WORKDIR"):
+        folder = Path(os.environ["NBHELPERS_WORKDIR"]).expanduser()
+    elif mode == "ci":
+        folder = Path(tempfile.gettempdir()) / f"nbhelpers-ci-{_source_fingerprint()}"
+    elif mode == "colab":
+        folder = Path("/content/musetalk-workbook")
+    else:
+        folder = Path.home() / "musetalk-workbook"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def media_dir(mode: str | None = None) -> Path:
+    """``work_dir(mode)/media``: where ``02_media`` leaves the 25 fps video and the audio (created)."""
+    folder = work_dir(mode) / "media"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def _weights_path(mode: str, notes: list[str]) -> Path | None:
+    if mode == "ci":
+        return work_dir(mode) / "tiny-weights" / "models"
+    try:
+        from .. import weights
+
+        return Path(weights.default_dir())
+    except (ImportError, AttributeError) as exc:
+        notes.append(f"nbhelpers.weights is not available ({exc})")
+        env = os.environ.get("NBHELPERS_WEIGHTS")
+        return Path(env) if env else None
+
+
+def weights_dir(mode: str | None = None, *, download: bool = True) -> Path:
+    """The weights folder this mode uses, with the files in it.
+
+    CI mode: a complete tiny random-weights tree in the official layout, made once by
+    :func:`nbhelpers.testing.make_tiny_weights` and reused (the model hub is out of reach in CI). Otherwise
+    :func:`nbhelpers.weights.default_dir` (``NBHELPERS_WEIGHTS``, a Drive folder, or the cache folder); with
+    ``download`` the default set is downloaded into it when files are missing (present files are only checked).
+
+    Args:
+        mode: Run mode; None detects it.
+        download: False only names the folder outside CI mode (``01_weights`` shows the download step itself).
+
+    Returns:
+        The folder path.
+
+    Raises:
+        WeightsError: A download failed (the message names the files and the fix).
+    """
+    mode = _check_mode(mode)
+    if mode != "ci":
+        from .. import weights
+
+        folder = Path(weights.default_dir())
+        if download:
+            weights.download(directory=folder)
+        return folder
+    target = work_dir(mode) / "tiny-weights" / "models"
+    marker = target.parent / ".complete"
+    if not marker.is_file():
+        from ..testing import make_tiny_weights
+
+        make_tiny_weights(target)
+        marker.write_text("made by nbhelpers.testing.make_tiny_weights\n", encoding="utf-8")
+    return target
+
+
+def shared_data_dir() -> Path | None:
+    """The real test media folder (``../shared/data``), or None.
+
+    ``NBHELPERS_SHARED_DATA`` when set, else the first ``shared/data`` found walking up from the current folder
+    (notebooks run in ``notebooks/``, so the repository's sibling ``../shared/data`` is found).
+    """
+    env = os.environ.get("NBHELPERS_SHARED_DATA")
+    candidates = [Path(env).expanduser()] if env else [p / "shared" / "data" for p in (Path.cwd(), *Path.cwd().parents)]
+    for folder in candidates:
+        if (folder / SHARED_VIDEO).is_file():
+            return folder
+    return None
+
+
+def _ffmpeg() -> str:
+    try:
+        from ..media import ffmpeg_exe
+
+        return str(ffmpeg_exe())
+    except (ImportError, AttributeError):
+        import imageio_ffmpeg
+
+        return imageio_ffmpeg.get_ffmpeg_exe()
+
+
+def _cut(src: Path, dst: Path, seconds: float, kind: str) -> Path:
+    """Cut the first ``seconds`` of ``src`` into ``dst`` (video: H.264 25 fps without audio; audio: PCM WAV)."""
+    if dst.is_file() and dst.stat().st_size > 0:
+        return dst
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.with_name(f".{dst.stem}.{os.getpid()}.tmp{dst.suffix}")
+    if kind == "video":
+        codec = ["-an", "-vf", f"fps={FPS}", "-c:v", "libx264", "-preset", "veryfast", "-crf", "18",
+                 "-pix_fmt", "yuv420p"]
+    else:
+        codec = ["-vn", "-c:a", "pcm_s16le"]
+    command = [_ffmpeg(), "-v", "error", "-y", "-i", str(src), "-t", f"{seconds:.3f}", *codec, str(tmp)]
+    done = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    if done.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        from ..errors import FFmpegError
+
+        raise FFmpegError(f"could not cut the first {seconds} s of {src}", command, done.returncode,
+                          "\n".join(done.stderr.splitlines()[-40:]))
+    os.replace(tmp, dst)
+    return dst
+
+
+def workbook_inputs(mode: str | None = None, video: str | os.PathLike | None = None,
+                    audio: str | os.PathLike | None = None, *, uploads: Sequence[str | os.PathLike] = (),
+                    seconds: float = CI_CLIP_SECONDS) -> tuple[Path, Path]:
+    """The video (or photo) and the audio a notebook works on.
+
+    Given paths win, then ``uploads`` (the first audio file by its suffix is the audio, the first other file the
+    video or photo). Otherwise: in CI mode, the first ``seconds`` of the shared test video and speech
+    (``../shared/data``; the packaged demo when absent); elsewhere, what ``02_media`` left in :func:`media_dir`,
+    else the packaged demo (:func:`nbhelpers.media.demo_inputs`: the astronaut photo and a speech clip).
+
+    Args:
+        mode: Run mode; None detects it.
+        video: Your video or photo; None or ``""`` for the default.
+        audio: Your speech audio (any format ffmpeg reads); None or ``""`` for the default.
+        uploads: Files from :func:`upload` (Colab's file picker).
+        seconds: Length of the CI clips in seconds.
+
+    Returns:
+        ``(video_path, audio_path)``.
+
+    Raises:
+        InputError: A given path does not exist.
+        FFmpegError: Cutting the CI clips failed.
+    """
+    mode = _check_mode(mode)
+    chosen = []
+    for name, value in (("video", video), ("audio", audio)):
+        if value in (None, ""):
+            chosen.append(None)
+            continue
+        path = Path(value).expanduser()
+        if not path.is_file():
+            raise InputError(f"{name} {str(value)!r} does not exist. Give the path of a file (upload it in "
+                             "02_media, or copy it to Drive and use its /content/drive/MyDrive/... path), or "
+                             "leave it empty to use the sample.")
+        chosen.append(path)
+    uploaded = [Path(p) for p in uploads]
+    audios = [p for p in uploaded if p.suffix.lower() in AUDIO_SUFFIXES]
+    others = [p for p in uploaded if p not in audios]
+    chosen[0] = chosen[0] or (others[0] if others else None)
+    chosen[1] = chosen[1] or (audios[0] if audios else others[1] if len(others) > 1 else None)
+    if chosen[0] is None or chosen[1] is None:
+        default_video, default_audio = _default_inputs(mode, seconds)
+        chosen[0] = chosen[0] or default_video
+        chosen[1] = chosen[1] or default_audio
+    return chosen[0], chosen[1]
+
+
+def _default_inputs(mode: str, seconds: float) -> tuple[Path, Path]:
+    if mode == "ci":
+        shared = shared_data_dir()
+        clips = work_dir(mode) / "clips"
+        tag = f"{int(round(seconds * 1000))}ms"
+        if shared is not None:
+            return (_cut(shared / SHARED_VIDEO, clips / f"face-{tag}.mp4", seconds, "video"),
+                    _cut(shared / SHARED_AUDIO, clips / f"speech-{tag}.wav", seconds, "audio"))
+        photo, speech = _demo(clips / "demo")
+        return photo, _cut(speech, clips / f"demo-speech-{tag}.wav", seconds, "audio")
+    folder = media_dir(mode)
+    video = folder / WORKBOOK_VIDEO
+    audios = sorted(folder.glob(WORKBOOK_AUDIO + ".*"))
+    if video.is_file() and audios:
+        return video, audios[0]
+    photo, speech = _demo(work_dir(mode) / "demo")
+    return (video if video.is_file() else photo), (audios[0] if audios else speech)
+
+
+def keep_audio(audio: str | os.PathLike, mode: str | None = None) -> Path:
+    """Copy your audio into :func:`media_dir` as ``audio<suffix>`` so that the later notebooks find it.
+
+    Args:
+        audio: The speech file (any format ffmpeg reads).
+        mode: Run mode; None detects it.
+
+    Returns:
+        The kept copy (the file itself when it already is that copy).
+
+    Raises:
+        InputError: ``audio`` does not exist.
+    """
+    source = Path(audio).expanduser()
+    if not source.is_file():
+        raise InputError(f"audio {str(audio)!r} does not exist; give the path of your speech file.")
+    folder = media_dir(mode)
+    target = folder / (WORKBOOK_AUDIO + source.suffix.lower())
+    if source.resolve() == target.resolve():
+        return target
+    for old in folder.glob(WORKBOOK_AUDIO + ".*"):
+        old.unlink()
+    tmp = target.with_name(f".{target.name}.tmp")
+    shutil.copyfile(source, tmp)
+    os.replace(tmp, target)
+    return target
+
+
+def _demo(folder: Path) -> tuple[Path, Path]:
+    from ..media import demo_inputs
+
+    photo, speech = demo_inputs(folder)
+    return Path(photo), Path(speech)
+
+
+def sample_audios(mode: str | None = None, *, seconds: float = CI_CLIP_SECONDS) -> list[Path]:
+    """Two different speech clips for the realtime notebook (several clips from one avatar).
+
+    CI mode: the first ``seconds`` of two shared recordings (or the demo speech cut at two lengths). Elsewhere:
+    the workbook audio (your upload or the demo speech) and the demo speech.
+
+    Args:
+        mode: Run mode; None detects it.
+        seconds: Length of each CI clip in seconds.
+
+    Returns:
+        A list of two audio paths.
+    """
+    mode = _check_mode(mode)
+    _, first = workbook_inputs(mode, seconds=seconds)
+    if mode == "ci":
+        shared = shared_data_dir()
+        clips = work_dir(mode) / "clips"
+        tag = f"{int(round(seconds * 1000))}ms"
+        if shared is not None:
+            return [first, _cut(shared / SHARED_AUDIO_2, clips / f"sing-{tag}.wav", seconds, "audio")]
+        _, speech = _demo(clips / "demo")
+        half = max(seconds / 2, 0.2)
+        return [first, _cut(speech, clips / f"demo-speech-{int(round(half * 1000))}ms.wav", half, "audio")]
+    _, speech = _demo(work_dir(mode) / "demo")
+    return [first, speech]
+
+
+def default_config(mode: str | None = None, **changes: Any):
+    """The starting :class:`~nbhelpers.config.InferenceConfig` of a notebook in this mode.
+
+    CI mode uses the ``dlib`` landmark backend (real faces found with no download) and the CPU; other modes keep
+    the defaults (``auto`` backend, device and precision chosen by :func:`nbhelpers.gpu.plan`).
+
+    Args:
+        mode: Run mode; None detects it.
+        **changes: Fields to set, e.g. ``version="v1"``.
+
+    Returns:
+        The config.
+    """
+    from ..config import InferenceConfig
+
+    mode = _check_mode(mode)
+    base = {"landmark_backend": "dlib", "device": "cpu"} if mode == "ci" else {}
+    base.update(changes)
+    return InferenceConfig(**base)
+
+
+def plan(kind: str = "lipsync", mode: str | None = None, **changes: Any):
+    """:func:`nbhelpers.gpu.plan` for this mode: device, precision and batch size, with the reasons.
+
+    Args:
+        kind: ``"lipsync"``, ``"avatar"`` or ``"realtime"``.
+        mode: Run mode; None detects it. CI mode plans for the tiny test models on the CPU.
+        **changes: Fields of the starting config (:func:`default_config`), e.g. ``batch_size=4``.
+
+    Returns:
+        The plan; ``plan.config`` is the :class:`~nbhelpers.config.InferenceConfig` to use.
+    """
+    from .. import gpu
+
+    mode = _check_mode(mode)
+    return gpu.plan(kind, config=default_config(mode, **changes), weights="tiny" if mode == "ci" else "full")
+
+
+def upload(mode: str | None = None, directory: str | os.PathLike | None = None) -> list[Path]:
+    """Colab's file picker: upload your video/photo and audio into ``directory``.
+
+    Outside Colab this does nothing and returns an empty list (put the paths in the parameters cell instead).
+
+    Args:
+        mode: Run mode; None detects it. Only ``"colab"`` opens the picker.
+        directory: Where the uploads are saved; default :func:`media_dir` ``/ "uploads"``.
+
+    Returns:
+        The saved files, in upload order.
+    """
+    mode = _check_mode(mode)
+    if mode != "colab":
+        return []
+    from google.colab import files  # type: ignore[import-not-found]
+
+    folder = Path(directory) if directory else media_dir(mode) / "uploads"
+    folder.mkdir(parents=True, exist_ok=True)
+    saved = []
+    for name, data in files.upload().items():
+        target = folder / Path(name).name
+        tmp = target.with_name(f".{target.name}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, target)
+        saved.append(target)
+    return saved
+
+
+def media_seconds(path: str | os.PathLike) -> float:
+    """Duration of a media file in seconds (through :func:`nbhelpers.media.probe`).
+
+    Raises:
+        MediaError: The file cannot be probed or reports no duration.
+    """
+    from ..media import probe
+
+    seconds = _first_number(probe(path), ("duration_s", "duration", "seconds"))
+    if seconds is None:
+        raise MediaError(f"{path} reports no duration.")
+    return seconds

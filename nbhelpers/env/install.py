@@ -1,0 +1,366 @@
+"""The installer: what is installed, what is missing, and installing it without touching torch.
+
+Owns :func:`package_version`, :func:`restart_reasons` (a package upgraded under a running kernel), the
+requirements of the Colab extra (:func:`read_requirements`, :func:`colab_requirements`, the checkout's
+pyproject), :class:`InstallReport` / :class:`InstallRow` and :func:`install_missing`.
+"""
+
+from __future__ import annotations
+
+import html
+import importlib
+import importlib.metadata as metadata
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError, NbHelpersError
+from .modes import _DISTS, ALTERNATIVES, NEVER_INSTALL, PROTECTED
+
+# --------------------------------------------------------------------------------------------------- versions
+
+
+def package_version(*dists: str) -> str | None:
+    """The installed version of the first of ``dists`` that is installed, or None.
+
+    Args:
+        *dists: Distribution names as pip knows them (``"huggingface-hub"``, ``"opencv-python-headless"``).
+
+    Returns:
+        The version string from the installed metadata (no import), or None when none is installed.
+    """
+    for name in dists:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def restart_reasons() -> list[str]:
+    """Packages whose imported version differs from the installed one (an install ran after their import).
+
+    Python keeps the old module in memory, so the kernel must restart before the new version is used. Colab's
+    usual case: an install upgraded numpy after numpy was imported.
+
+    Returns:
+        One sentence per such package, e.g. ``"numpy 2.0.2 is imported but 2.3.5 is installed"``; empty when
+        nothing needs a restart.
+    """
+    reasons = []
+    for module_name, dists in _DISTS.items():
+        module = sys.modules.get(module_name)
+        if module is None:
+            continue
+        imported = str(getattr(module, "__version__", "") or "")
+        installed = package_version(*dists)
+        if imported and installed and not _same_version(imported, installed):
+            reasons.append(f"{module_name} {imported} is imported but {installed} is installed")
+    return reasons
+
+
+def _same_version(imported: str, installed: str) -> bool:
+    """True when a module's ``__version__`` names the installed distribution's version.
+
+    Some modules report a shorter version than their distribution (cv2 ``4.12.0`` for opencv ``4.12.0.88``, dlib
+    ``19.24.6`` for dlib-bin ``19.24.6.post1``), so a release prefix counts as the same version.
+    """
+    try:
+        from packaging.version import Version
+
+        a, b = Version(imported), Version(installed)
+    except Exception:  # noqa: BLE001 - unparsable versions: compare the text before any local suffix
+        return imported.split("+")[0] == installed.split("+")[0]
+    n = min(len(a.release), len(b.release))
+    return a == b or (a.release[:n] == b.release[:n] and a.pre == b.pre)
+
+
+RESTART_MESSAGE = ("Restart needed: an install changed a package that was already imported. In Colab choose "
+                   "Runtime > Restart session, then run the notebook again from the top.")
+
+
+# --------------------------------------------------------------------------------------------------- installs
+
+
+@dataclass(frozen=True)
+class InstallRow:
+    """One requirement of :func:`install_missing`.
+
+    Attributes:
+        name: Distribution name (normalised, e.g. ``"imageio-ffmpeg"``).
+        requirement: The requirement line, e.g. ``"imageio-ffmpeg>=0.5"``.
+        installed: Installed version before the install, or None.
+        action: ``"ok"`` (satisfied), ``"install"``, ``"upgrade"``, ``"refused"`` (protected package), or
+            ``"skipped"`` (its environment marker does not apply).
+        note: Why, in words (for refused rows: what to do).
+    """
+
+    name: str
+    requirement: str
+    installed: str | None
+    action: str
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class InstallReport:
+    """Result of :func:`install_missing`; shows itself as a table.
+
+    Attributes:
+        rows: One :class:`InstallRow` per requirement.
+        dry_run: True when nothing was installed.
+        command: The pip argument list that ran (or would run); empty when nothing was needed.
+        installed_now: ``name==version`` for each package installed by this call.
+        restart_reasons: Packages imported before the install that it changed (restart the kernel).
+    """
+
+    rows: tuple[InstallRow, ...]
+    dry_run: bool
+    command: tuple[str, ...] = ()
+    installed_now: tuple[str, ...] = ()
+    restart_reasons: tuple[str, ...] = ()
+
+    @property
+    def missing(self) -> list[str]:
+        """Requirement lines that need an install or an upgrade."""
+        return [row.requirement for row in self.rows if row.action in ("install", "upgrade")]
+
+    @property
+    def refused(self) -> list[InstallRow]:
+        """Rows this call will not touch (protected packages), with the reason."""
+        return [row for row in self.rows if row.action == "refused"]
+
+    @property
+    def restart_needed(self) -> bool:
+        """True when the kernel must restart to use what was installed."""
+        return bool(self.restart_reasons)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __str__(self) -> str:
+        lines = [f"{r.name:<26} {r.installed or '-':<14} {r.action:<8} {r.requirement}  {r.note}".rstrip()
+                 for r in self.rows]
+        head = f"{'package':<26} {'installed':<14} {'action':<8} requirement"
+        tail = [self._summary()]
+        return "\n".join([head, *lines, *tail])
+
+    def _summary(self) -> str:
+        if self.restart_needed:
+            return RESTART_MESSAGE
+        if self.installed_now:
+            return "installed: " + ", ".join(self.installed_now)
+        if self.missing:
+            verb = "would install" if self.dry_run else "to install"
+            return f"{verb}: " + " ".join(self.missing)
+        if self.refused:
+            names = ", ".join(f"{r.name} {r.installed} (needs {r.requirement})" for r in self.refused)
+            return f"nothing to install; below their floor but protected, so left alone: {names}"
+        return "nothing to install: every requirement is satisfied"
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(str(self))
+
+    def _repr_html_(self) -> str:
+        cells = "".join(
+            "<tr>" + "".join(f"<td style='text-align:left'>{html.escape(str(v))}</td>"
+                             for v in (r.name, r.installed or "-", r.action, r.requirement, r.note)) + "</tr>"
+            for r in self.rows)
+        head = "".join(f"<th style='text-align:left'>{h}</th>"
+                       for h in ("package", "installed", "action", "requirement", "note"))
+        colour = "#b00" if self.restart_needed else "inherit"
+        return (f"<table><tr>{head}</tr>{cells}</table>"
+                f"<p style='color:{colour}'>{html.escape(self._summary())}</p>")
+
+
+def _normalise(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def read_requirements(requirements: str | os.PathLike | Sequence[str]) -> list[str]:
+    """Requirement lines from a file or a list; comments and pip options dropped. Nothing is fetched by URL.
+
+    Args:
+        requirements: Path of a requirements file, or the requirement strings themselves.
+
+    Returns:
+        The requirement strings, e.g. ``["imageio-ffmpeg>=0.5", "onnxruntime>=1.16"]``.
+
+    Raises:
+        InputError: The file does not exist, or an address was given (the workbook reads nothing by URL at run
+            time: what Colab lacks is the package's ``[colab]`` extra, see :func:`colab_requirements`).
+    """
+    if isinstance(requirements, (str, os.PathLike)):
+        text_source = str(requirements)
+        if re.match(r"^[a-z][a-z0-9+.-]*://", text_source, re.IGNORECASE):
+            raise InputError(f"requirements {text_source!r} is an address; nothing is fetched at run time. Pass a "
+                             "local requirements file or a list, or nothing for the package's [colab] extra.")
+        path = Path(text_source).expanduser()
+        if not path.is_file():
+            raise InputError(f"requirements file {text_source!r} does not exist. Pass the path of a local "
+                             "requirements file, or nothing for the package's [colab] extra.")
+        lines: Iterable[str] = path.read_text(encoding="utf-8").splitlines()
+    else:
+        lines = requirements
+    out = []
+    for line in lines:
+        line = line.split(" #", 1)[0].strip()
+        if line and not line.startswith(("#", "-")):
+            out.append(line)
+    return out
+
+
+DIST_NAME = "musetalk-workbook"  # this package's distribution name
+COLAB_EXTRA = "colab"  # its extra of what Google Colab lacks (pyproject.toml [project.optional-dependencies])
+
+
+def colab_requirements() -> list[str]:
+    """What Google Colab lacks for the workbook: the ``[colab]`` extra of this package (floors, never torch).
+
+    The setup cell installs them with the package (``%pip install "musetalk-workbook[colab] @ git+REPO@TAG"``);
+    ``00_setup`` shows them as a table and ``check_setup`` checks them. They are read from this checkout's
+    ``pyproject.toml`` when the imported package lives in one (the code and its list then always agree), else from
+    the installed distribution's metadata. Nothing is fetched.
+
+    Returns:
+        Requirement strings without the extra's marker, e.g. ``["onnxruntime-gpu>=1.20", "soxr>=0.3"]``; those
+        whose other environment markers do not hold here are left out.
+
+    Raises:
+        InputError: Neither a checkout nor an installed ``musetalk-workbook`` is found (the message says how to
+            install it).
+    """
+    from packaging.markers import default_environment
+    from packaging.requirements import Requirement
+
+    lines = _checkout_extra(COLAB_EXTRA)
+    from_metadata = lines is None
+    if from_metadata:
+        try:
+            requires = metadata.requires(DIST_NAME) or []
+        except metadata.PackageNotFoundError:
+            raise InputError(f"{DIST_NAME} is not installed and this is no checkout, so its [{COLAB_EXTRA}] extra "
+                             f"cannot be read; install it with pip install \"{DIST_NAME}[{COLAB_EXTRA}] @ "
+                             "git+<repository>@<tag>\" (the setup cell does).") from None
+        lines = requires
+    here = {**default_environment(), "extra": COLAB_EXTRA}
+    out = []
+    for line in lines:
+        req = Requirement(line)
+        if from_metadata and (req.marker is None or req.marker.evaluate({**here, "extra": ""})):
+            continue  # a base dependency, not part of the extra
+        if req.marker is not None and not req.marker.evaluate(here):
+            continue  # of the extra, but its marker does not hold here
+        extras = f"[{','.join(sorted(req.extras))}]" if req.extras else ""
+        out.append(f"{req.name}{extras}{req.specifier}")
+    return out
+
+
+def _checkout_extra(extra: str) -> list[str] | None:
+    """The lines of ``extra`` from the pyproject.toml beside this package in a checkout, or None."""
+    path = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    if not path.is_file():
+        return None
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10: the installed metadata serves
+        return None
+    project = tomllib.loads(path.read_text(encoding="utf-8")).get("project", {})
+    if project.get("name") != DIST_NAME:
+        return None
+    return list(project.get("optional-dependencies", {}).get(extra, []))
+
+
+def install_missing(requirements: str | os.PathLike | Sequence[str] | None = None,
+                    dry_run: bool = False) -> InstallReport:
+    """Install only the requirements that are missing or below their floor; never touch the protected packages.
+
+    Each requirement's installed version (read from the package metadata, without importing) is compared with its
+    specifier. Satisfied ones are left alone. torch, torchvision and torchaudio are never installed (their build
+    must match the machine). Protected packages (:data:`PROTECTED`: numpy, transformers, huggingface-hub,
+    opencv, ipywidgets, ...) are installed when absent but never upgraded. The rest runs as one
+    ``python -m pip install`` argument list with a constraints file that pins every installed protected package
+    to its present version, so that no dependency of a new package can move them either.
+
+    Args:
+        requirements: A requirements file path or a list of requirement strings (floors, e.g. ``"x>=1.2"``);
+            None: the package's ``[colab]`` extra (:func:`colab_requirements`).
+        dry_run: True only plans: the report lists what would be installed, and nothing runs. CI mode uses it.
+
+    Returns:
+        An :class:`InstallReport` (a table in notebooks); ``restart_needed`` tells when Colab must restart.
+
+    Raises:
+        InputError: A requirement line cannot be parsed, or the file cannot be read.
+        NbHelpersError: pip failed (the message holds pip's last output lines).
+    """
+    from packaging.markers import default_environment
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    environment = default_environment()
+    rows: list[InstallRow] = []
+    lines = colab_requirements() if requirements is None else read_requirements(requirements)
+    for line in lines:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement as exc:
+            raise InputError(f"requirement {line!r} cannot be parsed ({exc}); write it as 'name>=version'.") from exc
+        name = _normalise(req.name)
+        installed = package_version(req.name)
+        if req.marker is not None and not req.marker.evaluate(environment):
+            rows.append(InstallRow(name, line, installed, "skipped", f"marker {req.marker} does not apply"))
+            continue
+        satisfied = installed is not None and req.specifier.contains(installed, prereleases=True)
+        alternative = next(((alt, v) for alt in ALTERNATIVES.get(name, ()) if (v := package_version(alt))
+                            and req.specifier.contains(v, prereleases=True)), None)
+        if satisfied:
+            rows.append(InstallRow(name, line, installed, "ok"))
+        elif installed is None and alternative is not None:
+            rows.append(InstallRow(name, line, None, "ok", f"provided by {alternative[0]} {alternative[1]}"))
+        elif name in NEVER_INSTALL:
+            rows.append(InstallRow(name, line, installed, "refused",
+                                   "install the torch build for your CUDA from pytorch.org; this never touches it"))
+        elif name in PROTECTED and installed is not None:
+            rows.append(InstallRow(name, line, installed, "refused",
+                                   f"preinstalled core package: not upgraded; use an environment with {line}"))
+        else:
+            rows.append(InstallRow(name, line, installed, "install" if installed is None else "upgrade"))
+    todo = [row.requirement for row in rows if row.action in ("install", "upgrade")]
+    if not todo:
+        return InstallReport(tuple(rows), dry_run)
+    pins = [f"{name}=={version}" for name in PROTECTED if (version := package_version(name))]
+    with tempfile.TemporaryDirectory(prefix="nbhelpers-pip-") as tmp:
+        constraints = Path(tmp, "protected.txt")
+        constraints.write_text("\n".join(pins) + "\n", encoding="utf-8")
+        command = [sys.executable, "-m", "pip", "install", "--quiet", "-c", str(constraints), *todo]
+        # The constraints file is gone once this returns, so the shown command names what it held instead.
+        shown = tuple(command[:5] + ["-c", "<pins of installed protected packages>"] + command[7:])
+        if dry_run:
+            return InstallReport(tuple(rows), True, shown)
+        before = {row.name: row.installed for row in rows}
+        pip_timeout_s = 1800  # seconds: the few missing Colab packages take 1-2 min; a hung pip must not hang the cell
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                                  timeout=pip_timeout_s)
+        except subprocess.TimeoutExpired as exc:  # subprocess.run has killed pip
+            parts = [p.decode("utf-8", "replace") if isinstance(p, bytes) else p for p in (exc.stdout, exc.stderr)]
+            said = "\n".join(p for p in parts if p).strip().splitlines()[-25:]  # bytes even with text=True
+            raise NbHelpersError(
+                f"pip did not finish installing {' '.join(todo)} within {pip_timeout_s // 60} minutes and was "
+                "stopped (a stalled download or a package index that stopped answering). Check the network and "
+                "run the setup cell again; packages already installed are kept.\n--- pip said ---\n"
+                + ("\n".join(said) or "(nothing)")) from exc
+    if done.returncode != 0:
+        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-25:])
+        raise NbHelpersError(f"pip could not install {' '.join(todo)} (exit status {done.returncode}) without "
+                             f"changing a protected package.\n--- pip said ---\n{tail}")
+    importlib.invalidate_caches()
+    now = tuple(f"{row.name}=={package_version(row.name)}" for row in rows
+                if row.action in ("install", "upgrade") and package_version(row.name) != before[row.name])
+    return InstallReport(tuple(rows), False, shown, now, tuple(restart_reasons()))

@@ -1,0 +1,131 @@
+"""Run modes and the session: where the notebooks run and what mode they run in.
+
+Owns :data:`MODES` / :func:`run_mode` (``NBHELPERS_MODE``: ``full`` or ``ci``), :func:`in_colab`, the
+shared constants of the workbook's media (paths, licences, clip length), the packages the environment
+report names, :class:`ResultCheckError`, and the attribute readers the report and the checks share.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from ..errors import InputError, NbHelpersError
+
+MODES = ("colab", "ci", "local")
+CI_CLIP_SECONDS = 0.6  # seconds of video and of audio cut from ../shared/data for CI runs (15 frames at 25 fps)
+SHARED_VIDEO = "face-sing-576x768-25fps.mp4"  # names of the real test media in ../shared/data (test use only)
+SHARED_AUDIO = "speech-en-short.wav"
+SHARED_AUDIO_2 = "sing-44k1-mono.wav"
+# Every media file a notebook may show, with its licence; the notebooks' licence lines come from this table.
+MEDIA_LICENCES = {
+    "astronaut.png": "Eileen Collins, NASA, public domain (shipped in scikit-image)",
+    "demo-speech.wav": "speech synthesised with espeak-ng by this project, MIT",
+    SHARED_VIDEO: "the project's test media in ../shared/data (CI mode only; test use only, not redistributed)",
+    SHARED_AUDIO: "synthetic speech in ../shared/data (CI mode only; test use only, not redistributed)",
+    SHARED_AUDIO_2: "the test video's audio in ../shared/data (CI mode only; test use only, not redistributed)",
+}
+AUDIO_SUFFIXES = (".wav", ".mp3", ".m4a", ".aac", ".ogg", ".oga", ".opus", ".flac", ".wma")
+WORKBOOK_VIDEO = "video-25fps.mp4"  # what 02_media leaves in media_dir() for the later notebooks
+WORKBOOK_AUDIO = "audio"  # + the uploaded file's suffix
+DRIVE_MOUNTPOINT = "/content/drive"
+
+# Packages the notebooks never install, upgrade or downgrade (Colab's own builds; changing them breaks the runtime
+# or needs a restart). torch is not installed even when missing: its build must match the machine's CUDA.
+PROTECTED = ("torch", "torchvision", "torchaudio", "numpy", "transformers", "huggingface-hub", "ipywidgets",
+             "opencv-python", "opencv-python-headless", "opencv-contrib-python", "jax", "jaxlib", "tensorflow")
+NEVER_INSTALL = ("torch", "torchvision", "torchaudio")
+# Distributions that provide the same import as another: an installed alternative satisfies the requirement (two
+# of them in one environment overwrite each other's files).
+ALTERNATIVES = {
+    "onnxruntime-gpu": ("onnxruntime",),
+    "onnxruntime": ("onnxruntime-gpu",),
+    "opencv-python-headless": ("opencv-python", "opencv-contrib-python", "opencv-contrib-python-headless"),
+    "opencv-python": ("opencv-python-headless", "opencv-contrib-python", "opencv-contrib-python-headless"),
+    "dlib-bin": ("dlib",),
+    "dlib": ("dlib-bin",),
+}
+
+# Import name -> distribution names, for the version table and the restart check.
+_DISTS = {
+    "torch": ("torch",),
+    "diffusers": ("diffusers",),
+    "transformers": ("transformers",),
+    "huggingface_hub": ("huggingface-hub",),
+    "numpy": ("numpy",),
+    "ipywidgets": ("ipywidgets",),
+    "onnxruntime": ("onnxruntime", "onnxruntime-gpu"),
+    "dlib": ("dlib", "dlib-bin"),
+    "cv2": ("opencv-python-headless", "opencv-python", "opencv-contrib-python", "opencv-contrib-python-headless"),
+    "PIL": ("pillow",),
+    "scipy": ("scipy",),
+    "matplotlib": ("matplotlib",),
+    "mmpose": ("mmpose",),
+}
+REPORTED = ("torch", "diffusers", "transformers", "huggingface_hub", "numpy", "ipywidgets", "onnxruntime", "dlib")
+
+_SESSION_START = time.time()  # seconds since the epoch when this kernel first imported nbhelpers.env
+
+
+class ResultCheckError(NbHelpersError, AssertionError):
+    """A notebook's final check found that this run did not produce its result (see the message)."""
+
+
+# --------------------------------------------------------------------------------------------------- run mode
+
+
+def in_colab() -> bool:
+    """True inside a Google Colab runtime (the kernel has imported ``google.colab``)."""
+    return "google.colab" in sys.modules or bool(os.environ.get("COLAB_RELEASE_TAG"))
+
+
+def run_mode(mode: str | None = None) -> str:
+    """Where this notebook runs: ``"colab"``, ``"ci"`` or ``"local"``.
+
+    Args:
+        mode: An explicit mode (e.g. a papermill parameter); None reads the environment: ``NBHELPERS_MODE``
+            when set, else ``"colab"`` inside Colab, else ``"local"``.
+
+    Returns:
+        The mode. In ``"ci"`` mode progress bars are also switched off unless ``NBHELPERS_PROGRESS`` is set.
+
+    Raises:
+        InputError: ``mode`` or ``NBHELPERS_MODE`` is not one of ``colab``, ``ci``, ``local``.
+    """
+    source = "mode"
+    if mode is None or mode == "":
+        mode, source = os.environ.get("NBHELPERS_MODE", ""), "NBHELPERS_MODE"
+    mode = str(mode).strip().lower()
+    if not mode:
+        mode = "colab" if in_colab() else "local"
+    if mode not in MODES:
+        raise InputError(f"{source} must be one of {', '.join(MODES)}; got {mode!r}. Unset it for automatic "
+                         "detection, or set NBHELPERS_MODE=ci to run the notebooks as the tests do.")
+    if mode == "ci" and "NBHELPERS_PROGRESS" not in os.environ:
+        from .. import progress
+
+        progress.configure(disable=True)
+    return mode
+
+
+def _check_mode(mode: str | None) -> str:
+    return run_mode(mode)
+
+
+def _first_attr(obj: Any, names: Iterable[str]) -> Any:
+    for name in names:
+        value = getattr(obj, name, None)
+        if value not in (None, ""):
+            return value
+    return None
+
+
+def _first_number(obj: Any, names: Iterable[str]) -> float | None:
+    value = _first_attr(obj, names)
+    try:
+        return None if value is None else float(value)
+    except (TypeError, ValueError):
+        return None

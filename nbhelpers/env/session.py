@@ -1,0 +1,150 @@
+"""The setup report of a notebook: versions, device, restart advice, in one object that shows itself.
+
+Owns :class:`EnvReport` and :func:`setup` (what the first cell of every notebook calls) with the device
+summary it shows.
+"""
+
+from __future__ import annotations
+
+import html
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .drive import drive_mounted
+from .folders import _weights_path
+from .install import RESTART_MESSAGE, package_version, restart_reasons
+from .modes import _DISTS, REPORTED, _first_number, run_mode
+
+# --------------------------------------------------------------------------------------------------- setup report
+
+
+@dataclass(frozen=True)
+class EnvReport:
+    """What the setup cell found. Shows itself as a table in notebooks.
+
+    Attributes:
+        mode: ``"colab"``, ``"ci"`` or ``"local"``.
+        python: Python version, e.g. ``"3.13.0"``.
+        device: Device summary, e.g. ``"cuda: Tesla T4"`` or ``"cpu (no CUDA GPU)"``.
+        vram_gib: Total memory of the first GPU in GiB, or None without one.
+        versions: Package import name -> installed version (None when not installed).
+        weights_dir: Where this mode reads the weights (not created by the report).
+        drive_mounted: True when Google Drive is mounted at ``/content/drive``.
+        restart_reasons: Why the kernel must restart before continuing (empty: no restart needed).
+        gpu: The :func:`nbhelpers.gpu.report` object, or None when it could not be made.
+        notes: Other remarks (a module that could not be asked, a missing package).
+    """
+
+    mode: str
+    python: str
+    device: str
+    vram_gib: float | None
+    versions: dict[str, str | None]
+    weights_dir: Path | None
+    drive_mounted: bool
+    restart_reasons: tuple[str, ...] = ()
+    gpu: Any = field(default=None, repr=False, compare=False)
+    notes: tuple[str, ...] = ()
+
+    @property
+    def restart_needed(self) -> bool:
+        """True when the kernel must restart (Colab: *Runtime > Restart session*) before continuing."""
+        return bool(self.restart_reasons)
+
+    @property
+    def has_gpu(self) -> bool:
+        """True when a CUDA GPU is visible."""
+        return self.vram_gib is not None
+
+    def rows(self) -> list[tuple[str, str]]:
+        """The report as ``(name, value)`` rows (what the table shows)."""
+        rows = [("run mode", self.mode), ("python", self.python), ("device", self.device),
+                ("VRAM (GiB)", "-" if self.vram_gib is None else f"{self.vram_gib:.1f}")]
+        rows += [(name, version or "not installed") for name, version in self.versions.items()]
+        rows += [("weights dir", str(self.weights_dir) if self.weights_dir else "-"),
+                 ("Google Drive", "mounted" if self.drive_mounted else "not mounted"),
+                 ("restart needed", "yes: " + "; ".join(self.restart_reasons) if self.restart_reasons else "no")]
+        rows += [("note", note) for note in self.notes]
+        return rows
+
+    def __str__(self) -> str:
+        width = max(len(name) for name, _ in self.rows())
+        lines = [f"{name:<{width}}  {value}" for name, value in self.rows()]
+        if self.restart_needed:
+            lines.append(RESTART_MESSAGE)
+        return "\n".join(lines)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(str(self))
+
+    def _repr_html_(self) -> str:
+        body = "".join(f"<tr><th style='text-align:left'>{html.escape(n)}</th>"
+                       f"<td style='text-align:left'>{html.escape(v)}</td></tr>" for n, v in self.rows())
+        warn = (f"<p style='color:#b00;font-weight:bold'>{html.escape(RESTART_MESSAGE)}</p>"
+                if self.restart_needed else "")
+        return f"{warn}<table>{body}</table>"
+
+
+def setup(mode: str | None = None) -> EnvReport:
+    """The setup cell's report: run mode, device, versions, weights folder, Drive, restart.
+
+    Installs nothing (the setup cell's Colab-only ``%pip`` line does that before this call).
+
+    Args:
+        mode: Run mode override; None detects it (:func:`run_mode`).
+
+    Returns:
+        An :class:`EnvReport`; it renders as a table, with a red line when Colab must restart.
+
+    Raises:
+        InputError: ``NBHELPERS_MODE`` holds an unknown mode.
+    """
+    mode = run_mode(mode)
+    notes: list[str] = []
+    device, vram_gib, gpu_report = _device_summary(notes)
+    return EnvReport(
+        mode=mode,
+        python=".".join(str(v) for v in sys.version_info[:3]),
+        device=device,
+        vram_gib=vram_gib,
+        versions={name: package_version(*_DISTS[name]) for name in REPORTED},
+        weights_dir=_weights_path(mode, notes),
+        drive_mounted=drive_mounted(),
+        restart_reasons=tuple(restart_reasons()),
+        gpu=gpu_report,
+        notes=tuple(notes),
+    )
+
+
+def _device_summary(notes: list[str]) -> tuple[str, float | None, Any]:
+    """(device text, VRAM GiB or None, gpu report or None), asking nbhelpers.gpu first, then torch itself."""
+    try:
+        from .. import gpu
+
+        report = gpu.report()
+    except (ImportError, AttributeError):
+        report = None
+    except Exception as exc:  # noqa: BLE001 - a report must never stop the setup cell
+        notes.append(f"gpu.report() failed: {exc}")
+        report = None
+    if report is not None:
+        has_gpu = bool(getattr(report, "has_gpu", False))
+        vram = _first_number(report, ("total_gib",)) if has_gpu else None
+        name = getattr(report, "name", None)
+        device = str(getattr(report, "device", "cuda" if has_gpu else "cpu"))
+        text = f"{device}: {name}" if has_gpu and name else ("cpu (no CUDA GPU)" if not has_gpu else device)
+        return text, vram, report
+    if package_version("torch") is None:
+        notes.append("torch is not installed: install the build for your machine from pytorch.org")
+        return "cpu (torch not installed)", None, None
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            props = torch.cuda.get_device_properties(0)
+            return f"cuda: {props.name}", props.total_memory / 2**30, None
+    except Exception as exc:  # noqa: BLE001
+        notes.append(f"torch could not report the GPU: {exc}")
+    return "cpu (no CUDA GPU)", None, None

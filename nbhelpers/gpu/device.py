@@ -1,0 +1,563 @@
+"""The device report: what this runtime has (GPU, memory, driver, versions, host RAM) and the checks on it.
+
+Owns :class:`GpuReport` / :func:`report` (torch, NVML and ``nvidia-smi``, each optional), :func:`check_gpu`
+and :func:`check_device`, and the small environment probes the planner shares (:func:`_in_colab`,
+:func:`_env_flag`). Nothing here imports torch at module import.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import InputError, MissingDependencyError, NbHelpersError
+from .model import GIB, MEMORY_MODEL
+
+#: Seconds allowed for one ``nvidia-smi`` call before the report says "unknown".
+NVIDIA_SMI_TIMEOUT_S = 10.0
+
+
+COLAB_GPU_STEPS = "Runtime > Change runtime type > T4 GPU > Save, then run the notebook again from the top"
+
+
+class NoGpuError(NbHelpersError, RuntimeError):
+    """No CUDA GPU is usable and the caller did not allow the CPU (``allow_cpu`` / ``NBHELPERS_ALLOW_CPU=1``)."""
+
+
+# =====================================================================================================================
+# Device report
+# =====================================================================================================================
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    """One process the driver lists on the GPU.
+
+    Attributes:
+        pid: Process id as the driver sees it (in containers, a host pid).
+        name: Process name, or ``""`` when the driver does not say.
+        used_gib: GPU memory it holds, GiB, or None when the driver does not say.
+    """
+
+    pid: int
+    name: str = ""
+    used_gib: float | None = None
+
+
+@dataclass(frozen=True)
+class GpuReport:
+    """What this runtime has: GPU, memory, versions, host RAM. Shows itself as text and as an HTML table.
+
+    Build one with :func:`report`; tests build fakes directly, e.g.
+    ``GpuReport(has_gpu=True, device="cuda:0", name="Tesla T4", compute_capability=(7, 5), total_gib=15.0,
+    free_gib=14.7)``.
+
+    Attributes:
+        has_gpu: True when torch can use a CUDA GPU.
+        has_torch: False when torch could not be imported (then nothing can run; ``verdict`` says so).
+        device: ``"cuda:0"`` (the GPU reported) or ``"cpu"``.
+        name: GPU name (``"Tesla T4"``), or None.
+        compute_capability: ``(major, minor)``, e.g. ``(7, 5)`` for the T4, or None.
+        total_gib: GPU memory, GiB, or None.
+        free_gib: Free GPU memory as the driver reports it, GiB, or None. Read through torch, so this process's
+            CUDA context is already taken out of it.
+        reserved_gib: Memory this process's torch caching allocator holds, GiB.
+        allocated_gib: Part of ``reserved_gib`` that live tensors use, GiB.
+        other_processes: Processes the driver lists on this GPU other than this one; None when unknown.
+        other_processes_source: ``"nvml"``, ``"nvidia-smi"`` or ``"unknown"``.
+        memory_source: Where total/free came from: ``"torch"`` (CUDA context included), ``"nvml"``,
+            ``"nvidia-smi"`` (context not yet made) or ``"none"``.
+        gpu_count: CUDA devices torch sees.
+        driver_version: NVIDIA driver version, or None.
+        cuda_version: CUDA version torch was built with (``torch.version.cuda``), or None.
+        torch_version: ``torch.__version__``, or None when torch is not installed.
+        python_version: Python version, e.g. ``"3.11.7"``.
+        host_ram_total_gib: Host RAM, GiB, or None.
+        host_ram_available_gib: Host RAM available without swapping, GiB, or None.
+        colab: True in Google Colab.
+        notes: Odd states met while reading (driver warnings, failed queries), in words.
+    """
+
+    has_gpu: bool = False
+    has_torch: bool = True
+    device: str = "cpu"
+    name: str | None = None
+    compute_capability: tuple[int, int] | None = None
+    total_gib: float | None = None
+    free_gib: float | None = None
+    reserved_gib: float = 0.0
+    allocated_gib: float = 0.0
+    other_processes: tuple[GpuProcess, ...] | None = None
+    other_processes_source: str = "unknown"
+    memory_source: str = "torch"
+    gpu_count: int = 0
+    driver_version: str | None = None
+    cuda_version: str | None = None
+    torch_version: str | None = None
+    python_version: str = field(default_factory=platform.python_version)
+    host_ram_total_gib: float | None = None
+    host_ram_available_gib: float | None = None
+    colab: bool = False
+    notes: tuple[str, ...] = ()
+
+    @property
+    def outside_torch_gib(self) -> float | None:
+        """GPU memory held outside this process's torch allocator, GiB: ``total - free - reserved``.
+
+        This is this process's CUDA context plus what other processes hold; None when memory is unknown.
+        """
+        if self.total_gib is None or self.free_gib is None:
+            return None
+        return max(0.0, self.total_gib - self.free_gib - self.reserved_gib)
+
+    @property
+    def others_gib(self) -> float | None:
+        """GPU memory held by the other processes the driver lists, GiB; None when unknown."""
+        if self.other_processes is None:
+            return None
+        return sum(p.used_gib or 0.0 for p in self.other_processes)
+
+    @property
+    def verdict(self) -> str:
+        """One line: the GPU, its free memory and what :func:`plan` would choose for a lip-sync job.
+
+        E.g. ``"Tesla T4, 14.7 GiB free: fp16, batch 32"``.
+        """
+        from .planner import PlanWarning, plan
+
+        if not self.has_torch:
+            return "torch is not installed: run the setup cell first (Colab has torch preinstalled)"
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", PlanWarning)
+                p = plan("lipsync", report=self)
+        except Exception as exc:  # noqa: BLE001 - a display must never fail
+            return f"no plan could be made ({type(exc).__name__}: {exc})"
+        return p.verdict
+
+    def require_gpu(self, allow_cpu: bool | None = None) -> GpuReport:
+        """Stop early when there is no usable CUDA GPU, with the fix in words.
+
+        Call this before anything large is downloaded. Returns ``self`` so that ``report().require_gpu()`` chains.
+
+        Args:
+            allow_cpu: True lets a CPU-only runtime through (CI, tiny models). None reads the environment
+                variable ``NBHELPERS_ALLOW_CPU`` (``1``/``true``/``yes`` allow).
+
+        Returns:
+            This report.
+
+        Raises:
+            MissingDependencyError: torch is not installed (whatever ``allow_cpu`` says: nothing can run).
+            NoGpuError: No CUDA GPU is usable and the CPU is not allowed. The message gives the Colab steps
+                (Runtime > Change runtime type > T4 GPU > Save) and the escape hatch.
+
+        Source: none (the official scripts fail later inside ``.cuda()`` calls, reference §6 "Devices").
+        """
+        if self.has_gpu:
+            return self
+        if not self.has_torch:
+            raise MissingDependencyError(
+                "torch is not installed, so nothing can run. On Colab torch is preinstalled: restart the runtime "
+                "(Runtime > Restart session). Elsewhere install it first, e.g.:\n    pip install torch")
+        if allow_cpu is None:
+            allow_cpu = _env_flag("NBHELPERS_ALLOW_CPU")
+        if allow_cpu:
+            return self
+        why = "; ".join(self.notes) if self.notes else "torch.cuda.is_available() is False"
+        where = (f"In Google Colab: {COLAB_GPU_STEPS}." if self.colab else
+                 f"In Google Colab: {COLAB_GPU_STEPS}. Elsewhere: check that `nvidia-smi` lists a GPU and that "
+                 "torch is a CUDA build (torch.version.cuda is not None).")
+        raise NoGpuError(
+            f"No CUDA GPU is usable in this runtime (torch {self.torch_version or 'version unknown'}; {why}). "
+            "MuseTalk needs a GPU: "
+            f"on the CPU one frame takes about {MEMORY_MODEL.cpu_seconds_per_frame:.0f} s. {where} "
+            "To run on the CPU anyway (CI, tiny models), pass allow_cpu=True or set the environment variable "
+            "NBHELPERS_ALLOW_CPU=1.")
+
+    def _rows(self) -> list[tuple[str, str]]:
+        rows: list[tuple[str, str]] = []
+        if self.has_gpu or self.name:
+            cc = f", compute capability {self.compute_capability[0]}.{self.compute_capability[1]}" \
+                if self.compute_capability else ""
+            usable = "" if self.has_gpu else " (not usable by torch)"
+            rows.append(("GPU", f"{self.name or 'unknown'} ({self.device}){cc}{usable}"))
+        else:
+            rows.append(("GPU", "none (CPU only)"))
+        if self.total_gib is not None and self.free_gib is not None:
+            mem = (f"{self.total_gib:.1f} GiB total, {self.free_gib:.1f} GiB free, "
+                   f"{self.reserved_gib:.2f} GiB reserved by this process")
+            outside = self.outside_torch_gib
+            if outside is not None and self.memory_source == "torch":
+                mem += f", {outside:.2f} GiB outside torch (CUDA context + other processes)"
+            rows.append(("memory", mem))
+            if self.other_processes is None:
+                rows.append(("other processes", "unknown"))
+            elif not self.other_processes:
+                rows.append(("other processes", f"none listed ({self.other_processes_source})"))
+            else:
+                listed = ", ".join(
+                    f"{p.name or 'pid'} {p.pid}: " + ("?" if p.used_gib is None else f"{p.used_gib:.2f} GiB")
+                    for p in self.other_processes)
+                rows.append(("other processes", f"{self.others_gib:.2f} GiB ({listed}; {self.other_processes_source})"))
+        versions = [f"driver {self.driver_version or 'unknown'}",
+                    f"CUDA {self.cuda_version or 'none'} (torch build)",
+                    f"torch {self.torch_version or 'not installed'}",
+                    f"Python {self.python_version}"]
+        rows.append(("versions", ", ".join(versions)))
+        if self.host_ram_total_gib is not None:
+            avail = "" if self.host_ram_available_gib is None else f", {self.host_ram_available_gib:.1f} GiB available"
+            rows.append(("host RAM", f"{self.host_ram_total_gib:.1f} GiB total{avail}"))
+        else:
+            rows.append(("host RAM", "unknown"))
+        rows.append(("runtime", "Google Colab" if self.colab else "not Colab"))
+        for note in self.notes:
+            rows.append(("note", note))
+        rows.append(("verdict", self.verdict))
+        return rows
+
+    def __str__(self) -> str:
+        rows = self._rows()
+        width = max(len(k) for k, _ in rows)
+        return "GPU report\n" + "\n".join(f"  {k:<{width}}  {v}" for k, v in rows)
+
+    def _repr_html_(self) -> str:
+        body = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th>"
+                       f"<td style='text-align:left'>{html.escape(v)}</td></tr>" for k, v in self._rows())
+        return f"<table><caption style='text-align:left'><b>GPU report</b></caption>{body}</table>"
+
+
+def report(device: str | int | None = None) -> GpuReport:
+    """Read what this runtime has: GPU name, compute capability, memory, other processes, versions, host RAM.
+
+    Never raises on odd driver states (a driver too old for torch, a busy or lost GPU, a hanging ``nvidia-smi``):
+    what could not be read is None or ``"unknown"`` and ``notes`` says why. Works without torch installed (then
+    ``torch_version`` is None and ``verdict`` says so). Reading free memory through torch makes this process's
+    CUDA context (about 0.3-0.4 GiB) if it did not exist yet.
+
+    Args:
+        device: The CUDA device to report: None (torch's current device), an index, or ``"cuda"``/``"cuda:N"``.
+
+    Returns:
+        A :class:`GpuReport` (frozen; ``str()`` gives text, notebooks show an HTML table).
+
+    Raises:
+        InputError: ``device`` is not a CUDA device name or index, or names a device that does not exist.
+
+    Source: none in the official code, which assumes ``cuda:0`` everywhere (reference §6 "Devices").
+    """
+    notes: list[str] = []
+    values: dict[str, Any] = {"python_version": platform.python_version(), "colab": _in_colab()}
+    values["host_ram_total_gib"], values["host_ram_available_gib"] = _host_ram_gib()
+    index = _device_index(device)
+    try:
+        import torch
+    except Exception as exc:  # noqa: BLE001 - ImportError, or OSError from a broken CUDA install
+        torch = None
+        values["has_torch"] = False
+        notes.append(f"torch is not installed ({type(exc).__name__}: {exc})")
+    uuid = None
+    if torch is not None:
+        values["torch_version"] = str(torch.__version__)
+        values["cuda_version"] = getattr(torch.version, "cuda", None)
+        if values["cuda_version"] is None:
+            notes.append(f"this torch ({torch.__version__}) is a CPU-only build")
+        uuid = _read_torch_cuda(torch, index, values, notes)
+    info = _driver_info(uuid, index, notes)
+    values["driver_version"] = info.get("driver_version")
+    if "processes" in info:
+        values["other_processes"] = info["processes"]
+        values["other_processes_source"] = info["source"]
+    if not values.get("has_gpu") and info.get("name") and "total_gib" not in values:
+        # torch cannot use the GPU (or is missing) but the driver sees one: show it, for the diagnosis.
+        values.update(name=info["name"], total_gib=info.get("total_gib"), free_gib=info.get("free_gib"),
+                      memory_source=info["source"])
+    return GpuReport(notes=tuple(notes), **values)
+
+
+_read_report = report  # plan()'s parameter named ``report`` hides the function
+
+
+def _no_cuda_message(device: str) -> str:
+    return (f"config.device is {device!r} but no CUDA GPU is usable in this runtime. In Google Colab: "
+            f"{COLAB_GPU_STEPS}. Or set device=None (automatic) or 'cpu'.")
+
+
+def check_device(device: str | None) -> None:
+    """Stop a job that asks for a CUDA device this runtime does not have, before any frame is decoded.
+
+    Args:
+        device: ``config.device``: None (automatic), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
+
+    Raises:
+        NoGpuError: ``device`` names CUDA and torch sees no CUDA GPU, or fewer than N + 1 of them.
+
+    Source: none (ours); :func:`plan` applies the same rule later, after the faces stage.
+    """
+    if device is None or not str(device).startswith("cuda"):
+        return
+    try:
+        import torch
+    except ImportError:
+        count = 0
+    else:
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    index = int(str(device).partition(":")[2] or 0)
+    if count == 0:
+        raise NoGpuError(_no_cuda_message(device))
+    if index >= count:
+        raise NoGpuError(f"config.device is {device!r} but this runtime has {count} CUDA GPU(s) (cuda:0 to "
+                         f"cuda:{count - 1}). Pick one of those, or device=None (automatic).")
+
+
+def check_gpu(allow_cpu: bool | None = None, device: str | int | None = None) -> GpuReport:
+    """:func:`report` then :meth:`GpuReport.require_gpu`: stop a CPU-only runtime before any download.
+
+    Args:
+        allow_cpu: True lets a CPU-only runtime through; None reads ``NBHELPERS_ALLOW_CPU``.
+        device: CUDA device to report (see :func:`report`).
+
+    Returns:
+        The report.
+
+    Raises:
+        NoGpuError: No usable CUDA GPU and the CPU not allowed (the message gives the Colab steps).
+        MissingDependencyError: torch is not installed.
+        InputError: Bad ``device``.
+
+    Source: none (the official scripts assume ``cuda:0``, reference §6 "Devices").
+    """
+    return report(device).require_gpu(allow_cpu)
+
+
+def _device_index(device: str | int | None) -> int | None:
+    if device is None or isinstance(device, bool):
+        if isinstance(device, bool):
+            raise InputError(f"device must be None, a CUDA index or 'cuda:N'; got {device!r}.")
+        return None
+    if isinstance(device, int):
+        if device < 0:
+            raise InputError(f"device must be a CUDA index >= 0; got {device!r}.")
+        return device
+    text = str(device).strip().lower()
+    if text == "cuda":
+        return None
+    if text.startswith("cuda:") and text[5:].isdigit():
+        return int(text[5:])
+    raise InputError(f"device must be None, a CUDA index, 'cuda' or 'cuda:N'; got {device!r}. "
+                     "The report describes a CUDA GPU; for the CPU call report() with no device.")
+
+
+def _read_torch_cuda(torch: Any, index: int | None, values: dict[str, Any], notes: list[str]) -> str | None:
+    """Fill the CUDA fields of ``values`` from torch; return the device UUID (for NVML) when known."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            available = bool(torch.cuda.is_available())
+        except Exception as exc:  # noqa: BLE001
+            available = False
+            notes.append(f"torch.cuda.is_available() failed ({type(exc).__name__}: {exc})")
+    for w in caught:
+        notes.append(f"torch warned: {str(w.message).strip()}")
+    if not available:
+        return None
+    try:
+        count = int(torch.cuda.device_count())
+        values["gpu_count"] = count
+        if index is None:
+            index = int(torch.cuda.current_device())
+    except Exception as exc:  # noqa: BLE001
+        notes.append(f"CUDA is available but the devices could not be counted ({type(exc).__name__}: {exc})")
+        return None
+    if index >= count:
+        raise InputError(f"device cuda:{index} does not exist: torch sees {count} CUDA device(s) "
+                         f"(cuda:0..cuda:{count - 1}). Pass device=None for the current one.")
+    uuid = None
+    try:
+        props = torch.cuda.get_device_properties(index)
+        values.update(device=f"cuda:{index}", name=str(props.name),
+                      compute_capability=(int(props.major), int(props.minor)),
+                      total_gib=props.total_memory / GIB)
+        uuid = str(getattr(props, "uuid", "") or "") or None
+    except Exception as exc:  # noqa: BLE001
+        notes.append(f"the properties of cuda:{index} could not be read ({type(exc).__name__}: {exc})")
+        return None
+    try:
+        free, total = torch.cuda.mem_get_info(index)
+        values.update(free_gib=free / GIB, total_gib=total / GIB, memory_source="torch",
+                      reserved_gib=torch.cuda.memory_reserved(index) / GIB,
+                      allocated_gib=torch.cuda.memory_allocated(index) / GIB)
+    except Exception as exc:  # noqa: BLE001 - e.g. a GPU in exclusive mode held by another process
+        notes.append(f"the free memory of cuda:{index} could not be read ({type(exc).__name__}: {exc}); "
+                     "the GPU may be busy, lost or held by another process")
+        values.update(name=values.get("name"), memory_source="none")
+        return uuid
+    values["has_gpu"] = True
+    return uuid
+
+
+def _driver_info(uuid: str | None, index: int | None, notes: list[str]) -> dict[str, Any]:
+    """Driver version and other processes on the GPU from NVML (nvidia-ml-py), else ``nvidia-smi``, else {}."""
+    info = _nvml_info(uuid, index, notes)
+    if info is None:
+        info = _nvidia_smi_info(uuid, index, notes)
+    return info or {}
+
+
+def _same_uuid(a: str | None, b: str | None) -> bool:
+    if not a or not b:
+        return False
+    def norm(u: str) -> str:
+        u = u.strip().lower()
+        return u[4:] if u.startswith("gpu-") else u
+    return norm(a) == norm(b)
+
+
+def _nvml_info(uuid: str | None, index: int | None, notes: list[str]) -> dict[str, Any] | None:
+    try:
+        import pynvml
+    except Exception:  # noqa: BLE001 - not installed (the usual case) or broken
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception as exc:  # noqa: BLE001
+        notes.append(f"NVML could not start ({exc})")
+        return None
+    info: dict[str, Any] = {"source": "nvml"}
+    try:
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        info["driver_version"] = driver.decode() if isinstance(driver, bytes) else str(driver)
+        handle = None
+        if uuid:
+            for candidate in (uuid, f"GPU-{uuid}"):
+                try:
+                    handle = pynvml.nvmlDeviceGetHandleByUUID(candidate)
+                    break
+                except Exception:  # noqa: BLE001
+                    continue
+        if handle is None:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index or 0)
+        name = pynvml.nvmlDeviceGetName(handle)
+        info["name"] = name.decode() if isinstance(name, bytes) else str(name)
+        mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
+        info["total_gib"], info["free_gib"] = mem.total / GIB, mem.free / GIB
+        me = os.getpid()
+        procs = []
+        for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+            if int(p.pid) == me:
+                continue
+            used = getattr(p, "usedGpuMemory", None)
+            try:
+                pname = pynvml.nvmlSystemGetProcessName(p.pid)
+                pname = pname.decode() if isinstance(pname, bytes) else str(pname)
+            except Exception:  # noqa: BLE001
+                pname = ""
+            procs.append(GpuProcess(int(p.pid), os.path.basename(pname), None if used is None else used / GIB))
+        info["processes"] = tuple(procs)
+    except Exception as exc:  # noqa: BLE001
+        notes.append(f"NVML query failed ({type(exc).__name__}: {exc})")
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001
+            pass
+    return info
+
+
+def _run_nvidia_smi(exe: str, query: str, notes: list[str]) -> list[list[str]] | None:
+    try:
+        done = subprocess.run([exe, f"--query-{query}", "--format=csv,noheader,nounits"], capture_output=True,
+                              text=True, timeout=NVIDIA_SMI_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        notes.append(f"nvidia-smi did not answer within {NVIDIA_SMI_TIMEOUT_S:g} s")
+        return None
+    except (OSError, subprocess.SubprocessError) as exc:
+        notes.append(f"nvidia-smi could not run ({exc})")
+        return None
+    if done.returncode != 0:
+        said = (done.stdout + done.stderr).strip().splitlines()
+        notes.append(f"nvidia-smi exited with status {done.returncode}" + (f": {said[0]}" if said else ""))
+        return None
+    return [[c.strip() for c in line.split(",")] for line in done.stdout.splitlines() if line.strip()]
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:  # "[N/A]", "[Not Supported]"
+        return None
+
+
+def _nvidia_smi_info(uuid: str | None, index: int | None, notes: list[str]) -> dict[str, Any] | None:
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    gpus = _run_nvidia_smi(exe, "gpu=uuid,driver_version,name,memory.total,memory.free", notes)
+    if gpus is None:
+        return None
+    info: dict[str, Any] = {"source": "nvidia-smi"}
+    rows = [r for r in gpus if len(r) >= 5]
+    if not rows:
+        return info
+    chosen = next((r for r in rows if _same_uuid(r[0], uuid)), None)
+    if chosen is None:
+        chosen = rows[index or 0] if (index or 0) < len(rows) else rows[0]
+    gpu_uuid = chosen[0]
+    info["driver_version"] = chosen[1] or None
+    info["name"] = chosen[2] or None
+    total, free = _number(chosen[3]), _number(chosen[4])
+    if total is not None and free is not None:
+        info["total_gib"], info["free_gib"] = total / 1024, free / 1024  # MiB -> GiB
+    apps = _run_nvidia_smi(exe, "compute-apps=gpu_uuid,pid,process_name,used_memory", notes)
+    if apps is None:
+        return info
+    me = os.getpid()
+    procs = []
+    for r in apps:
+        if len(r) < 4 or "no running" in r[0].lower():
+            continue
+        pid = _number(r[1])
+        if pid is None or int(pid) == me or (len(rows) > 1 and not _same_uuid(r[0], gpu_uuid)):
+            continue
+        used = _number(r[3])
+        procs.append(GpuProcess(int(pid), os.path.basename(r[2]), None if used is None else used / 1024))
+    info["processes"] = tuple(procs)
+    return info
+
+
+def _host_ram_gib() -> tuple[float | None, float | None]:
+    """(total, available) host RAM in GiB from /proc/meminfo, else psutil, else (None, None)."""
+    try:
+        fields: dict[str, float] = {}
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                key, _, rest = line.partition(":")
+                parts = rest.split()
+                if parts:
+                    fields[key] = float(parts[0]) * 1024 / GIB  # kB -> GiB
+        if "MemTotal" in fields:
+            return fields["MemTotal"], fields.get("MemAvailable")
+    except (OSError, ValueError):
+        pass
+    try:
+        import psutil
+
+        vm = psutil.virtual_memory()
+        return vm.total / GIB, vm.available / GIB
+    except Exception:  # noqa: BLE001
+        return None, None
+
+
+def _in_colab() -> bool:
+    return "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")

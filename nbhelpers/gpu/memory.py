@@ -1,0 +1,319 @@
+"""Peak-memory discipline: releasing models and caches, and measuring what each stage held.
+
+Owns :func:`release` / :func:`empty_cache` (drop references and return cached blocks),
+:func:`memory_scope` / :class:`StageMemory` and :func:`peak_memory` / :class:`PeakMemory` /
+:func:`reset_peak` (peak reserved memory per stage), and :func:`cast_and_move`.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import InputError
+from .device import _driver_info
+from .model import GIB, T
+
+# =====================================================================================================================
+# Peak-memory discipline
+# =====================================================================================================================
+
+_PEAK_SEEN: dict[int, float] = {}  # device index -> largest max_memory_reserved seen before a reset (bytes)
+
+
+def _cuda(device: Any = None):
+    """(torch, device index) when CUDA is usable, else (None, None). Never raises."""
+    try:
+        import torch
+    except Exception:  # noqa: BLE001
+        return None, None
+    try:
+        if not torch.cuda.is_available():
+            return None, None
+        if device is None:
+            return torch, torch.cuda.current_device()
+        dev = torch.device(device) if not isinstance(device, int) else torch.device("cuda", device)
+        if dev.type != "cuda":
+            return None, None
+        return torch, dev.index if dev.index is not None else torch.cuda.current_device()
+    except Exception:  # noqa: BLE001
+        return None, None
+
+
+def empty_cache() -> None:
+    """Run ``gc.collect()`` and return the caching allocator's unused blocks to the driver.
+
+    ``torch.cuda.empty_cache()`` when CUDA is usable; a no-op on the CPU or without torch.
+
+    Source: none (the official scripts keep every model loaded, quirk Q25).
+    """
+    gc.collect()
+    torch, _ = _cuda()
+    if torch is not None:
+        torch.cuda.empty_cache()
+
+
+_empty_cache = empty_cache  # the name batched() used first
+
+
+def release(*objects: Any) -> float:
+    """Give up the memory of models and tensors that a stage no longer needs, then empty the caches.
+
+    A function cannot delete the caller's variables, so this empties the objects themselves: each
+    ``torch.nn.Module`` is moved to the ``meta`` device (its weights are gone: load it again to reuse it), each
+    tensor's storage is replaced by an empty one, lists/dicts/sets are emptied after their items are released,
+    and the modules and tensors held by an object's attributes (e.g. a ``Models`` dataclass) are released one
+    level deep. Then ``gc.collect()`` and ``torch.cuda.empty_cache()``. Still ``del`` your own names.
+
+    Args:
+        *objects: Modules, tensors, containers of them, or objects holding them; anything else is ignored.
+
+    Returns:
+        GiB returned to the driver (drop of ``torch.cuda.memory_reserved``), 0.0 on the CPU.
+
+    Source: none (the official scripts keep every model loaded, quirk Q25).
+    """
+    torch, index = _cuda()
+    before = torch.cuda.memory_reserved(index) if torch is not None else 0
+    for obj in objects:
+        _release_one(obj, depth=0)
+    empty_cache()
+    after = torch.cuda.memory_reserved(index) if torch is not None else 0
+    return max(0, before - after) / GIB
+
+
+def _release_one(obj: Any, depth: int) -> None:
+    torch = sys.modules.get("torch")
+    if obj is None or isinstance(obj, (str, bytes, int, float, bool)):
+        return
+    if torch is not None:
+        if isinstance(obj, torch.nn.Module):
+            try:
+                obj.to(device="meta")
+            except Exception:  # noqa: BLE001 - modules that refuse .to(); gc may still free them
+                pass
+            return
+        if isinstance(obj, torch.Tensor):
+            try:
+                with torch.no_grad():
+                    obj.data = torch.empty(0, dtype=obj.dtype, device=obj.device)
+            except Exception:  # noqa: BLE001
+                pass
+            return
+    if depth > 1:
+        return
+    if isinstance(obj, (list, dict, set)):
+        items = list(obj.values()) if isinstance(obj, dict) else list(obj)
+        for item in items:
+            _release_one(item, depth + 1)
+        obj.clear()
+        return
+    if isinstance(obj, tuple):
+        for item in obj:
+            _release_one(item, depth + 1)
+        return
+    attrs = getattr(obj, "__dict__", None)
+    if isinstance(attrs, dict):
+        for value in list(attrs.values()):
+            _release_one(value, depth + 1)
+
+
+@dataclass
+class StageMemory:
+    """Memory of one stage, filled when its :func:`memory_scope` exits.
+
+    Attributes:
+        stage: Stage name.
+        peak_reserved_gib: ``torch.cuda.max_memory_reserved`` during the stage, GiB (0 on the CPU).
+        peak_allocated_gib: ``torch.cuda.max_memory_allocated`` during the stage, GiB.
+        reserved_after_gib: Reserved after the stage's release, GiB (what the next stage starts from).
+        held: Objects registered with :meth:`hold`, released at exit.
+    """
+
+    stage: str
+    peak_reserved_gib: float = 0.0
+    peak_allocated_gib: float = 0.0
+    reserved_after_gib: float = 0.0
+    held: list[Any] = field(default_factory=list, repr=False)
+
+    def hold(self, obj: T) -> T:
+        """Register an object to be :func:`release`-d when the scope exits.
+
+        Args:
+            obj: A model, tensor, container of them, or an object holding them.
+
+        Returns:
+            ``obj`` itself, so that ``model = scope.hold(load(...))`` reads naturally.
+        """
+        self.held.append(obj)
+        return obj
+
+    def __str__(self) -> str:
+        return (f"{self.stage}: peak {self.peak_reserved_gib:.2f} GiB reserved "
+                f"({self.peak_allocated_gib:.2f} GiB allocated), {self.reserved_after_gib:.2f} GiB after release")
+
+
+@contextmanager
+def memory_scope(stage: str, device: Any = None) -> Iterator[StageMemory]:
+    """Measure one stage's peak GPU memory and release what it held when it ends.
+
+    On entry the peak counters are reset (the job's overall peak is kept for :func:`peak_memory`). On exit —
+    also after an error — the objects registered with ``scope.hold(...)`` are released (:func:`release`),
+    ``gc.collect()`` and ``torch.cuda.empty_cache()`` run, and the returned record is filled. Works on the CPU
+    (all figures 0).
+
+    >>> with memory_scope("faces") as scope:          # doctest: +SKIP
+    ...     detector = scope.hold(load_s3fd(...))
+    ...     boxes = detect(frames, detector)
+    >>> print(scope)                                  # doctest: +SKIP
+
+    Args:
+        stage: Stage name.
+        device: CUDA device (None: current).
+
+    Yields:
+        A :class:`StageMemory`, filled at exit.
+
+    Source: none (the official scripts keep every model loaded, quirk Q25).
+    """
+    record = StageMemory(stage)
+    torch, index = _cuda(device)
+    if torch is not None:
+        _remember_peak(torch, index)
+        torch.cuda.reset_peak_memory_stats(index)
+    try:
+        yield record
+    finally:
+        if torch is not None:
+            record.peak_reserved_gib = torch.cuda.max_memory_reserved(index) / GIB
+            record.peak_allocated_gib = torch.cuda.max_memory_allocated(index) / GIB
+        held, record.held = record.held, []
+        release(*held)
+        del held
+        if torch is not None:
+            record.reserved_after_gib = torch.cuda.memory_reserved(index) / GIB
+
+
+def _remember_peak(torch: Any, index: int) -> None:
+    _PEAK_SEEN[index] = max(_PEAK_SEEN.get(index, 0), torch.cuda.max_memory_reserved(index))
+
+
+@dataclass(frozen=True)
+class PeakMemory:
+    """Peak GPU memory of this process so far.
+
+    Attributes:
+        reserved_gib: Largest ``torch.cuda.max_memory_reserved`` seen (across :func:`memory_scope` resets), GiB.
+        allocated_gib: ``torch.cuda.max_memory_allocated`` since the last reset, GiB.
+        context_gib: Estimate of this process's CUDA context (plus lazily loaded kernels), GiB: ``total - free
+            - reserved`` now, less what other processes the driver lists hold; None on the CPU.
+    """
+
+    reserved_gib: float = 0.0
+    allocated_gib: float = 0.0
+    context_gib: float | None = None
+
+    @property
+    def total_gib(self) -> float:
+        """``reserved_gib + context_gib``: what the GPU gave this process at its peak, GiB."""
+        return self.reserved_gib + (self.context_gib or 0.0)
+
+    def __str__(self) -> str:
+        ctx = "unknown" if self.context_gib is None else f"{self.context_gib:.2f} GiB"
+        return (f"peak {self.reserved_gib:.2f} GiB reserved + context {ctx} = {self.total_gib:.2f} GiB "
+                f"({self.allocated_gib:.2f} GiB allocated)")
+
+
+def peak_memory(device: Any = None, others_gib: float | None = None) -> PeakMemory:
+    """Read this process's peak GPU memory, for benchmarks: max reserved + an estimate of the CUDA context.
+
+    Args:
+        device: CUDA device (None: current).
+        others_gib: GiB other processes hold on the device, subtracted from the context estimate; None reads
+            the driver's list (NVML or nvidia-smi) when available, else assumes 0.
+
+    Returns:
+        A :class:`PeakMemory` (all zeros and ``context_gib=None`` without CUDA).
+
+    Source: none (benchmark helper; DESIGN.md's peaks are ``max_memory_reserved``).
+    """
+    torch, index = _cuda(device)
+    if torch is None:
+        return PeakMemory()
+    _remember_peak(torch, index)
+    reserved = torch.cuda.memory_reserved(index)
+    free, total = torch.cuda.mem_get_info(index)
+    if others_gib is None:
+        info = _driver_info(None, index, [])
+        others_gib = sum(p.used_gib or 0.0 for p in info.get("processes", ()))
+    context = max(0.0, (total - free - reserved) / GIB - others_gib)
+    return PeakMemory(reserved_gib=_PEAK_SEEN[index] / GIB,
+                      allocated_gib=torch.cuda.max_memory_allocated(index) / GIB, context_gib=context)
+
+
+def reset_peak(device: Any = None) -> None:
+    """Forget the peaks so far (torch's counters and the one :func:`peak_memory` keeps across scopes).
+
+    Args:
+        device: CUDA device (None: current); nothing happens without CUDA.
+
+    Source: none (benchmark helper).
+    """
+    torch, index = _cuda(device)
+    if torch is not None:
+        _PEAK_SEEN.pop(index, None)
+        torch.cuda.reset_peak_memory_stats(index)
+
+
+def cast_and_move(module: Any, device: Any, dtype: Any = None) -> Any:
+    """Move a model to ``device`` and cast it to ``dtype``, tensor by tensor, never holding a full extra copy.
+
+    Each parameter and buffer is converted on its own (``nn.Module._apply``, as ``Module.to`` does), so at most
+    one tensor exists twice at any moment. The cast runs on the CPU side: a tensor going from the CPU (or a
+    memory-mapped checkpoint) to the GPU is cast there first and then copied, so the GPU never holds fp32 weights
+    of an fp16 model (the official ``.to(device)`` then ``.half()`` holds all 3.7 GiB of fp32 weights on the GPU
+    first), and host RAM never holds a second full copy either. A tensor going to the CPU is copied first and
+    cast there; GPU-to-GPU, a narrowing cast runs before the copy and a widening one after. Only floating-point
+    tensors change dtype (integer buffers such as position ids keep theirs). It calls ``nn.Module._apply``
+    directly, so the warnings that diffusers and transformers add to their ``.to`` overrides are not triggered.
+
+    Args:
+        module: A ``torch.nn.Module`` (changed in place).
+        device: Target device (``"cuda"``, ``"cuda:0"``, ``"cpu"``, a ``torch.device``).
+        dtype: Target floating dtype (``torch.float16``, ``torch.float32``), or None to keep each tensor's.
+
+    Returns:
+        ``module`` (the same object, training/eval mode unchanged), on ``device`` in ``dtype``.
+
+    Raises:
+        InputError: ``module`` is not a ``torch.nn.Module`` or ``dtype`` is not a floating dtype.
+
+    Source: the official code moves to the GPU and then calls ``.half()`` (``inference.py:53-56``); this avoids
+    the fp32 copy on the GPU (failure kind F13). ``nbhelpers.models`` loads the same way (per-tensor ``.to``).
+    """
+    import torch
+
+    if not isinstance(module, torch.nn.Module):
+        raise InputError(f"module must be a torch.nn.Module; got {type(module).__name__}.")
+    if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise InputError(f"dtype must be a floating torch dtype (torch.float16, torch.float32) or None; got "
+                         f"{dtype!r}.")
+    target = torch.device(device)
+
+    def convert(t):
+        want = dtype if (dtype is not None and t.is_floating_point()) else t.dtype
+        if want == t.dtype:
+            return t.to(device=target)
+        cast_first = t.device.type == "cpu" or (
+            target.type != "cpu" and torch.finfo(want).bits < torch.finfo(t.dtype).bits)
+        if cast_first:
+            return t.to(dtype=want).to(device=target)
+        return t.to(device=target).to(dtype=want)
+
+    with torch.no_grad():
+        module._apply(convert)
+    return module

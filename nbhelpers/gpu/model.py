@@ -1,0 +1,237 @@
+"""The memory and time model: every constant the planner uses, with its source.
+
+Owns :class:`MemoryModel` (peak GPU memory per stage as ``fixed + per_frame * batch``),
+:class:`CpuTimes` / :data:`CPU_TIMES` and :func:`cpu_seconds` (how long a CPU job takes), and
+:func:`stage_memory` (the model evaluated for one stage and batch).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TypeVar
+
+from ..constants import AUDIO_TOKENS, LATENT_CHANNELS, LATENT_SIZE, WHISPER_DIM
+from ..errors import InputError
+
+T = TypeVar("T")
+
+GIB = 2**30  # bytes per GiB
+
+
+# =====================================================================================================================
+# Memory model: every constant the planner uses. GiB = 2**30 bytes; "fp16" figures are multiplied by fp32_factor
+# for fp32. Measured figures are from DESIGN.md ("Performance principles": H200, fp16, full v1.5 core, random
+# weights); estimates are marked as such and are what bench/memory.py checks.
+# =====================================================================================================================
+
+
+@dataclass(frozen=True)
+class MemoryModel:
+    """The planner's constants, one table. Replace fields with :func:`dataclasses.replace` to try other values.
+
+    Attributes:
+        core_weights_gib: UNet + VAE + Whisper weights in fp16, GiB. Measured: 1.84 (DESIGN.md).
+        core_fixed_gib: Fixed part of the core's peak in fp16 (weights + buffers), GiB. Intercept of the line
+            through DESIGN.md's measured peaks 3.06 / 4.25 / 6.62 GiB at batch 8 / 16 / 32: 1.87.
+        core_per_frame_gib: Growth of the core's peak per frame of a UNet + VAE-decode batch in fp16, GiB/frame.
+            Slope of the same line: (6.62 - 3.06) / 24 = 0.149 (VAE decode of 256x256 crops dominates).
+        vae_weights_gib: sd-vae-ft-mse weights in fp16, GiB (84 M parameters): 0.16.
+        encode_per_frame_gib: VAE encode of one frame's masked + reference crops in fp16, GiB/frame. Measured
+            with bench/memory.py (H200, expandable segments): peak reserved 2.65 / 7.93 GiB at batch 4 / 32, a
+            slope of 0.188 (the first estimate, the core slope 0.149, was too low).
+        s3fd_weights_gib: S3FD face detector weights in fp16, GiB. Estimate 0.05 (22 M parameters).
+        s3fd_bytes_per_pixel: S3FD activations per pixel of the full frame it runs on (batch 1, quirk Q18), in
+            fp16, bytes. Estimate 320 (two live 64-channel maps of VGG16's first block plus the input).
+        dwpose_gib: DWPose through ONNX Runtime (weights + arena at 288x384 crops), GiB. Estimate 0.2; ONNX
+            Runtime runs it in fp32 whatever the plan says.
+        bisenet_weights_gib: BiSeNet face-parsing weights in fp16, GiB. Estimate 0.03.
+        bisenet_per_image_gib: BiSeNet activations per 512x512 crop in fp16, GiB/image. Estimate 0.05.
+        blend_bytes_per_pixel: GPU paste-back per full-frame pixel, bytes: 3 (uint8 BGR) x 4 for the float
+            intermediates (frame, resized crop, mask, result). Does not scale with precision.
+        context_gib: CUDA context of a process, GiB; subtracted only when free memory was read outside torch
+            (nvidia-smi or NVML, before this process made its context). T4, torch 2.x: about 0.3-0.4.
+        workspace_gib: Kept free for cuBLAS/cuDNN workspaces, kernels loaded lazily on first use and the
+            caching allocator's rounding, GiB. Estimate 0.5.
+        safety_fraction: Fraction of what remains that the plan leaves unused (fragmentation, a second notebook).
+        fp32_factor: fp32 / fp16 ratio of weights and activations: 2.0.
+        tiny_fixed_gib: Fixed part of the tiny test models' peak (weights="tiny"), GiB. Estimate 0.05.
+        tiny_per_frame_gib: Per-frame part for the tiny models, GiB/frame. Estimate 0.01.
+        cap_lipsync: Largest batch of the offline job, frames. 32: at about 0.8 TFLOP per frame (UNet + decode)
+            a batch of 8-16 already keeps a T4 busy and DESIGN.md finds the CPU side (blend, encode) to be the
+            wall, so larger batches add memory, first-output latency and OOM-retry cost for no speed.
+        cap_avatar: Largest batch of avatar preparation (encode, parsing), frames. 32, as above.
+        cap_realtime: Largest batch of realtime generation, frames. 20, the official default
+            (realtime_inference.py:331): 0.8 s of video per batch, so the first frame comes after one batch.
+        cap_cpu: Batch on the CPU, frames. 4: on 2 cores the full UNet takes 2.9-3.6 s at batch 1 and 8-10 s at
+            batch 4 (environment-notes), so larger batches do not help and progress shows later.
+        cpu_ram_fraction: Share of available host RAM a CPU plan may use for models and activations.
+        cpu_seconds_per_frame: End-to-end CPU time per frame at full size, 2 cores, fp32 (environment-notes): 18.
+        cpu_seconds_per_frame_tiny: Same with the tiny test models: 2.8 (latents 0.8 + parsing 0.8 + generate
+            1.25 s per frame, :data:`CPU_TIMES`; the first figure, 1.5, left out the per-source-frame stages).
+        fp16_min_capability: Oldest compute capability given fp16 by default (5.3: native half arithmetic).
+    """
+
+    core_weights_gib: float = 1.84
+    core_fixed_gib: float = 1.87
+    core_per_frame_gib: float = 0.149
+    vae_weights_gib: float = 0.16
+    encode_per_frame_gib: float = 0.19
+    s3fd_weights_gib: float = 0.05
+    s3fd_bytes_per_pixel: float = 320.0
+    dwpose_gib: float = 0.2
+    bisenet_weights_gib: float = 0.03
+    bisenet_per_image_gib: float = 0.05
+    blend_bytes_per_pixel: float = 12.0
+    context_gib: float = 0.4
+    workspace_gib: float = 0.5
+    safety_fraction: float = 0.10
+    fp32_factor: float = 2.0
+    tiny_fixed_gib: float = 0.05
+    tiny_per_frame_gib: float = 0.01
+    cap_lipsync: int = 32
+    cap_avatar: int = 32
+    cap_realtime: int = 20
+    cap_cpu: int = 4
+    cpu_ram_fraction: float = 0.75
+    cpu_seconds_per_frame: float = 18.0
+    cpu_seconds_per_frame_tiny: float = 2.8
+    fp16_min_capability: tuple[int, int] = (5, 3)
+
+
+MEMORY_MODEL = MemoryModel()
+
+
+@dataclass(frozen=True)
+class CpuTimes:
+    """Seconds of work per stage on a 2-core CPU (fp32), for the planner's estimate of how long a CPU job takes.
+
+    A job's time is not one figure per output frame: the latents and the face parsing run once per *source* frame
+    used (``min(output frames, source frames)``), generation once per output frame, and loading the models once
+    (issue 14 item 11: 1.5 s per output frame predicted 75 s for a tiny-model job that took 207 s).
+
+    Attributes:
+        fixed_s: Loading the models plus whisper on the clip's audio, seconds.
+        latents_s: VAE encode of one source frame's masked and reference crops, seconds per frame.
+        parsing_s: BiSeNet face parsing and blend-mask preparation of one source frame, seconds per frame (the
+            same network for real and tiny weights: the tiny tree keeps BiSeNet's full architecture).
+        generate_s: UNet + VAE decode + CPU blend of one output frame, seconds per frame.
+        source: Where the figures come from.
+    """
+
+    fixed_s: float
+    latents_s: float
+    parsing_s: float
+    generate_s: float
+    source: str = ""
+
+
+#: Per-stage CPU figures, ``"full"`` and ``"tiny"`` weights. Tiny: process CPU time of each stage of three
+#: ``lipsync`` runs here (2 cores, 576x768 clip; 40 source / 50 output frames and 10 / 100 with dlib, 20 / 20 with
+#: DWPose ONNX + S3FD): models + audio 5.6-6.3 s, latents 0.71-0.85 s, parsing 0.59-0.91 s per source frame,
+#: generate + blend 1.22-1.52 s per output frame. (Face tracking, before the plan, is not counted: dlib took
+#: 0.08-0.14 s per frame, S3FD + DWPose ONNX 6 s per 576x768 frame.) Full: environment-notes (UNet 8-10 s per batch of 4, VAE encode 3 s per crop and decode 7 s per frame,
+#: UNet build 8 s), parsing as measured for tiny. The figures are CPU seconds: on two free cores a stage can
+#: finish up to about 1.7x sooner, and other work sharing the cores makes it slower.
+CPU_TIMES = {
+    "full": CpuTimes(fixed_s=12.0, latents_s=6.0, parsing_s=0.8, generate_s=9.3,
+                     source="environment-notes (2 cores, fp32) + parsing measured here"),
+    "tiny": CpuTimes(fixed_s=6.0, latents_s=0.8, parsing_s=0.8, generate_s=1.25,
+                     source="stage CPU times of two tiny-model lipsync runs here (2 cores)"),
+}
+
+
+def cpu_seconds(kind: str = "lipsync", n_frames: int = 0, source_frames: int | None = None,
+                weights: str = "full", times: CpuTimes | None = None) -> dict[str, float]:
+    """The CPU time of a job's stages after face tracking, stage by stage, in seconds.
+
+    Args:
+        kind: ``"lipsync"`` (models, latents and parsing of the source frames used, generation), ``"avatar"``
+            (latents and parsing of every source frame) or ``"realtime"`` (models and generation).
+        n_frames: Output frames for lipsync/realtime (audio seconds x 25); source frames for avatar.
+        source_frames: Source frames of the video (25 fps) for lipsync; None assumes at least ``n_frames``, so
+            that every output frame has its own source frame (the longest case).
+        weights: ``"full"`` or ``"tiny"``.
+        times: Other figures (default ``CPU_TIMES[weights]``).
+
+    Returns:
+        ``{stage: seconds}`` with the stages that run (``models``, ``latents``, ``parsing``, ``generate``).
+
+    Raises:
+        InputError: Unknown ``kind`` or ``weights``.
+
+    Source: none in the official code; the figures are documented at :data:`CPU_TIMES`.
+    """
+    if kind not in KINDS:
+        raise InputError(f"kind must be one of {', '.join(map(repr, KINDS))}; got {kind!r}.")
+    if weights not in WEIGHTS:
+        raise InputError(f"weights must be 'full' or 'tiny'; got {weights!r}.")
+    t = times or CPU_TIMES[weights]
+    n = max(0, int(n_frames or 0))
+    if kind == "avatar":
+        return {"models": t.fixed_s / 2, "latents": n * t.latents_s, "parsing": n * t.parsing_s}
+    if kind == "realtime":
+        return {"models": t.fixed_s, "generate": n * t.generate_s}
+    used = n if source_frames is None else min(n, max(0, int(source_frames)))
+    return {"models": t.fixed_s, "latents": used * t.latents_s, "parsing": used * t.parsing_s,
+            "generate": n * t.generate_s}
+
+#: Frame size (H, W) in pixels assumed when ``plan`` is not told the frame size: full HD, so the blend term is
+#: not underestimated for common inputs.
+DEFAULT_FRAME_SIZE = (1080, 1920)
+
+
+KINDS = ("lipsync", "avatar", "realtime")
+WEIGHTS = ("full", "tiny")
+
+
+def stage_memory(kind: str, fp16: bool = True, frame_size: tuple[int, int] = DEFAULT_FRAME_SIZE,
+                 n_frames: int | None = None, weights: str = "full", landmark_backend: str = "auto",
+                 memory_model: MemoryModel | None = None) -> dict[str, tuple[float, float]]:
+    """The memory model's stages of a job: ``{stage: (fixed GiB, GiB per frame of the batch)}``.
+
+    See the module docstring for the table of stages. Peak of a stage at batch ``b`` = ``fixed + per_frame * b``.
+
+    Args:
+        kind: ``"lipsync"``, ``"avatar"`` or ``"realtime"``.
+        fp16: Half precision (fp32 multiplies weights and activations by ``fp32_factor``).
+        frame_size: (H, W) of the full frames, pixels.
+        n_frames: Frames of the job (adds whisper features and cached latents), or None.
+        weights: ``"full"`` or ``"tiny"``.
+        landmark_backend: ``"dlib"`` and ``"boxes"`` use no GPU face models (``faces`` stage is 0).
+        memory_model: Constants (default :data:`MEMORY_MODEL`).
+
+    Returns:
+        Dict of stage name -> (fixed_gib, per_frame_gib), in the order the stages run.
+
+    Source: DESIGN.md "Performance principles" (measured peaks); stage order from reference §0 and §6 (S3FD at
+    batch 1 on full frames: quirk Q18, ``api.py:72``).
+    """
+    mm = memory_model or MEMORY_MODEL
+    f = 1.0 if fp16 else mm.fp32_factor
+    bytes_per_value = 2 if fp16 else 4
+    h, w = frame_size
+    pixels = h * w
+    n = n_frames or 0
+    features = n * AUDIO_TOKENS * WHISPER_DIM * bytes_per_value / GIB if kind != "avatar" else 0.0
+    latents = n * LATENT_CHANNELS * LATENT_SIZE * LATENT_SIZE * bytes_per_value / GIB if kind != "realtime" else 0.0
+    if weights == "tiny":
+        core, vae, core_frame, encode_frame = (mm.tiny_fixed_gib * f, mm.tiny_fixed_gib * f,
+                                               mm.tiny_per_frame_gib * f, mm.tiny_per_frame_gib * f)
+    else:
+        core, vae, core_frame, encode_frame = (mm.core_fixed_gib * f, mm.vae_weights_gib * f,
+                                               mm.core_per_frame_gib * f, mm.encode_per_frame_gib * f)
+    faces = 0.0 if landmark_backend in ("dlib", "boxes") else (
+        mm.s3fd_weights_gib * f + mm.dwpose_gib + mm.s3fd_bytes_per_pixel * f * pixels / GIB)
+    parsing = (mm.bisenet_weights_gib * f, mm.bisenet_per_image_gib * f)
+    blend = mm.blend_bytes_per_pixel * pixels / GIB
+    if kind == "lipsync":
+        # pipeline.lipsync: faces before any model loads; then UNet + VAE + Whisper stay loaded, with the whisper
+        # features and the latents, through encode, parsing and generate.
+        resident = core + features + latents
+        return {"faces": (faces, 0.0), "encode": (resident, encode_frame),
+                "parsing": (resident + parsing[0], parsing[1]), "generate": (resident, core_frame + blend)}
+    if kind == "avatar":
+        # avatar.prepare_avatar: faces; the VAE alone for encode (released after); BiSeNet alone for parsing.
+        return {"faces": (faces, 0.0), "encode": (vae + latents, encode_frame), "parsing": parsing}
+    # realtime (Avatar.generate): the three core models, the features of the clip, and the blend of full frames.
+    return {"generate": (core + features, core_frame + blend)}

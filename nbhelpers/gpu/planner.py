@@ -1,0 +1,415 @@
+"""The planner: device, precision and batch size for a job, with the reason for each.
+
+Owns :class:`Plan`, :func:`plan` (the device report and the memory model turned into a decision),
+:func:`snap_batch` and the budget and batch helpers, and :class:`PlanWarning`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import math
+import numbers
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import InputError, NbHelpersWarning
+from .device import COLAB_GPU_STEPS, GpuReport, NoGpuError, _no_cuda_message, _read_report
+from .model import DEFAULT_FRAME_SIZE, KINDS, MEMORY_MODEL, WEIGHTS, MemoryModel, cpu_seconds, stage_memory
+
+
+class PlanWarning(NbHelpersWarning):
+    """A plan works but something about it deserves attention (CPU speed, fp16 on CPU, a tight memory budget)."""
+
+
+# =====================================================================================================================
+# Planning
+# =====================================================================================================================
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Device, precision and batch size for one kind of job, with the reason for each. Shows itself.
+
+    Attributes:
+        kind: ``"lipsync"`` (offline job), ``"avatar"`` (avatar preparation) or ``"realtime"``.
+        device: ``"cuda:0"``, ``"cuda"``, ``"cpu"``, ... (what the job should use).
+        fp16: True for half precision (UNet, VAE, Whisper, positional encoding).
+        batch_size: Frames per UNet/VAE batch (and per parsing / blend batch).
+        weights: ``"full"`` or ``"tiny"`` (test models).
+        frame_size: (H, W) pixels of the frames the plan assumed.
+        n_frames: Frames of the job, or None when not given.
+        budget_gib: GPU memory (or host RAM on the CPU) the plan lets the job use, GiB; None when unknown.
+        predicted_peak_gib: The memory model's peak at ``batch_size`` (worst stage), GiB, excluding the CUDA
+            context; None on the CPU.
+        stage_peaks_gib: Predicted peak of each stage at ``batch_size``, GiB.
+        reasons: Why each value was chosen: keys ``"device"``, ``"fp16"``, ``"batch_size"``, ``"memory"``.
+        warnings: Things to know, in words (CPU speed, fp16 falling back to fp32, a tight budget).
+        base_config: The configuration the plan started from (user overrides); see :attr:`config`.
+    """
+
+    kind: str
+    device: str
+    fp16: bool
+    batch_size: int
+    weights: str = "full"
+    frame_size: tuple[int, int] = DEFAULT_FRAME_SIZE
+    n_frames: int | None = None
+    budget_gib: float | None = None
+    predicted_peak_gib: float | None = None
+    stage_peaks_gib: dict[str, float] = field(default_factory=dict)
+    reasons: dict[str, str] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+    base_config: Any = field(default=None, repr=False)
+    gpu_name: str | None = None
+    free_gib: float | None = None
+
+    @property
+    def precision(self) -> str:
+        """``"fp16"`` or ``"fp32"``."""
+        return "fp16" if self.fp16 else "fp32"
+
+    @property
+    def headroom_gib(self) -> float | None:
+        """GiB of the budget the plan leaves unused at its peak (``budget - predicted peak``), >= 0.
+
+        What a caller may still spend on optional caches (e.g. keeping an avatar's source frames on the GPU);
+        None on the CPU or when free memory is unknown.
+        """
+        if self.budget_gib is None or self.predicted_peak_gib is None:
+            return None
+        return max(0.0, self.budget_gib - self.predicted_peak_gib)
+
+    @property
+    def config(self):
+        """An :class:`~nbhelpers.config.InferenceConfig` with ``device``, ``fp16`` and ``batch_size`` filled.
+
+        Every other field comes from the ``config`` given to :func:`plan` (or the defaults), and ``reasons`` holds
+        this plan's reasons (over the given config's own).
+        """
+        from ..config import InferenceConfig
+
+        base = self.base_config if self.base_config is not None else InferenceConfig()
+        return dataclasses.replace(base, device=self.device, fp16=self.fp16, batch_size=self.batch_size,
+                                   reasons={**base.reasons, **self.reasons})
+
+    @property
+    def verdict(self) -> str:
+        """One line, e.g. ``"Tesla T4, 14.7 GiB free: fp16, batch 32"`` or ``"CPU only: fp32, batch 4, ..."``."""
+        if self.device.startswith("cuda") and self.gpu_name:
+            free = "" if self.free_gib is None else f", {self.free_gib:.1f} GiB free"
+            return f"{self.gpu_name}{free}: {self.precision}, batch {self.batch_size}"
+        if self.device == "cpu":
+            per = (MEMORY_MODEL.cpu_seconds_per_frame_tiny if self.weights == "tiny"
+                   else MEMORY_MODEL.cpu_seconds_per_frame)
+            return f"CPU only: {self.precision}, batch {self.batch_size} (about {per:g} s per frame)"
+        return f"{self.device}: {self.precision}, batch {self.batch_size}"
+
+    def _rows(self) -> list[tuple[str, str]]:
+        rows = [("verdict", self.verdict), ("kind", f"{self.kind} ({self.weights} weights)"),
+                ("device", f"{self.device}: {self.reasons.get('device', '')}"),
+                ("precision", f"{self.precision}: {self.reasons.get('fp16', '')}"),
+                ("batch size", self.reasons.get("batch_size", str(self.batch_size)))]
+        if "memory" in self.reasons:
+            rows.append(("memory", self.reasons["memory"]))
+        if self.stage_peaks_gib:
+            rows.append(("stage peaks", ", ".join(f"{k} {v:.2f} GiB" for k, v in self.stage_peaks_gib.items())))
+        rows.extend(("warning", w) for w in self.warnings)
+        return rows
+
+    def __str__(self) -> str:
+        rows = self._rows()
+        width = max(len(k) for k, _ in rows)
+        return f"Plan ({self.kind})\n" + "\n".join(f"  {k:<{width}}  {v}" for k, v in rows)
+
+    def _repr_html_(self) -> str:
+        body = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th>"
+                       f"<td style='text-align:left'>{html.escape(v)}</td></tr>" for k, v in self._rows())
+        return f"<table><caption style='text-align:left'><b>Plan ({html.escape(self.kind)})</b></caption>{body}</table>"
+
+
+def snap_batch(n: float) -> int:
+    """Snap a batch size down to 1, 2, or a multiple of 4 (4, 8, 12, ..., 20, ..., 32).
+
+    Multiples of 4 waste little memory (a power-of-two rule would drop 31 to 16) and include the official
+    realtime default 20; below 4 only powers of two are used.
+
+    Args:
+        n: Largest batch that fits, frames (any real number; below 1 gives 1).
+
+    Returns:
+        The snapped batch size, >= 1.
+
+    Source: none; the official batch sizes are fixed (8 offline, 20 realtime: ``inference.py:266``,
+    ``realtime_inference.py:331``).
+    """
+    if not n >= 1:  # also catches NaN
+        return 1
+    n = int(math.floor(min(n, 1 << 20)))
+    if n < 4:
+        return 2 if n >= 2 else 1
+    return n - n % 4
+
+
+def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = None, n_frames: int | None = None,
+         frame_size: tuple[int, int] | None = None, weights: str = "full",
+         memory_model: MemoryModel | None = None, *, source_frames: int | None = None) -> Plan:
+    """Choose device, precision and batch size for a job from the GPU report and the memory model.
+
+    - device: CUDA when torch can use a GPU, else the CPU; ``config.device`` overrides ("user override").
+    - precision: fp16 on CUDA (the T4 has no fast bf16, and fp16 is what the official realtime path runs),
+      fp32 below compute capability 5.3 and on the CPU (fp16 asked on the CPU falls back to fp32, with a
+      warning); ``config.fp16`` overrides.
+    - batch size: the largest batch whose worst stage fits the budget (see the module docstring), snapped by
+      :func:`snap_batch`, at most the kind's cap (32 offline and avatar, 20 realtime, 4 on the CPU) and at most
+      ``n_frames``; ``config.batch_size`` overrides, with a warning when the model predicts it does not fit.
+
+    Args:
+        kind: ``"lipsync"`` (offline job), ``"avatar"`` (avatar preparation) or ``"realtime"`` (generation from
+            a prepared avatar).
+        report: A :class:`GpuReport`; None calls :func:`report`. Tests pass fakes built directly.
+        config: An :class:`~nbhelpers.config.InferenceConfig` whose non-None ``device``/``fp16``/``batch_size``
+            are user overrides, and whose other fields :attr:`Plan.config` keeps; None for the defaults.
+        n_frames: Frames of the job: output frames (audio seconds x 25) for lipsync/realtime, source frames for
+            avatar; None when not known yet.
+        frame_size: (H, W) of the video frames, pixels; None assumes 1080x1920 (:data:`DEFAULT_FRAME_SIZE`).
+        weights: ``"full"`` (the official models) or ``"tiny"`` (test models).
+        memory_model: Constants of the memory model (default :data:`MEMORY_MODEL`).
+        source_frames: Source frames of a lipsync job (25 fps), for the CPU time estimate (:func:`cpu_seconds`);
+            None assumes one source frame per output frame.
+
+    Returns:
+        A :class:`Plan`; ``plan(...).config`` is the filled :class:`~nbhelpers.config.InferenceConfig`.
+
+    Raises:
+        InputError: Unknown ``kind``/``weights``, a bad ``frame_size`` or ``n_frames``, or ``config`` not an
+            InferenceConfig.
+        NoGpuError: ``config.device`` asks for CUDA but no CUDA GPU is usable.
+
+    Warns:
+        PlanWarning: For each entry of ``Plan.warnings`` (CPU speed, fp16 on the CPU, a tight budget).
+
+    Source: batch defaults 8 offline and 20 realtime (``inference.py:266``, ``realtime_inference.py:331``);
+    fp16 casts (``inference.py:53-56``, ``realtime_inference.py:366-368``).
+    """
+    from ..config import InferenceConfig
+
+    if kind not in KINDS:
+        raise InputError(f"kind must be one of {', '.join(map(repr, KINDS))}; got {kind!r}.")
+    if weights not in WEIGHTS:
+        raise InputError(f"weights must be 'full' or 'tiny'; got {weights!r}.")
+    if config is None:
+        config = InferenceConfig()
+    elif not isinstance(config, InferenceConfig):
+        raise InputError(f"config must be an InferenceConfig or None; got {type(config).__name__}. "
+                         "Build one with nbhelpers.InferenceConfig(...).")
+    if n_frames is not None:
+        if isinstance(n_frames, bool) or not isinstance(n_frames, numbers.Integral) or n_frames < 0:
+            raise InputError(f"n_frames must be a whole number >= 0 or None; got {n_frames!r}.")
+        n_frames = int(n_frames)
+    if frame_size is None:
+        frame_size = DEFAULT_FRAME_SIZE
+        size_note = f"{frame_size[0]}x{frame_size[1]} frames assumed (frame size not given)"
+    else:
+        try:
+            values = tuple(frame_size)
+        except TypeError:
+            values = ()
+        if len(values) != 2 or not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) and v > 0
+                                       for v in values):
+            raise InputError(f"frame_size must be (height, width) in pixels, two positive integers; got "
+                             f"{frame_size!r}.")
+        frame_size = (int(values[0]), int(values[1]))
+        size_note = f"{frame_size[0]}x{frame_size[1]} frames"
+    mm = memory_model or MEMORY_MODEL
+    rep = report if report is not None else _read_report()
+    reasons: dict[str, str] = {}
+    notes: list[str] = []
+
+    # 1. Device.
+    if config.device is not None:
+        device = str(config.device)
+        if device.startswith("cuda") and not rep.has_gpu:
+            raise NoGpuError(_no_cuda_message(device))
+        reasons["device"] = f"user override ({device})"
+    elif rep.has_gpu:
+        device = rep.device if rep.device.startswith("cuda") else "cuda"
+        reasons["device"] = f"CUDA GPU found: {rep.name or 'unknown'}"
+    else:
+        device = "cpu"
+        reasons["device"] = "no CUDA GPU usable: running on the CPU"
+    on_cuda = device.startswith("cuda")
+    on_cpu = device == "cpu"
+
+    # 2. Precision.
+    cc = rep.compute_capability
+    if on_cuda:
+        if config.fp16 is not None:
+            fp16 = bool(config.fp16)
+            reasons["fp16"] = f"user override ({'fp16' if fp16 else 'fp32'})"
+        elif cc is not None and tuple(cc) < tuple(mm.fp16_min_capability):
+            fp16 = False
+            reasons["fp16"] = (f"fp32: compute capability {cc[0]}.{cc[1]} has no native half arithmetic "
+                               f"(fp16 needs {mm.fp16_min_capability[0]}.{mm.fp16_min_capability[1]} or newer)")
+        else:
+            fp16 = True
+            cc_text = f"compute capability {cc[0]}.{cc[1]}" if cc else "compute capability unknown"
+            reasons["fp16"] = (f"fp16 on CUDA ({cc_text}): halves weights and activations and is what the official "
+                               "realtime path runs; bf16 is not used, the T4 (7.5) has no fast bf16")
+    elif on_cpu:
+        fp16 = False
+        if config.fp16:
+            reasons["fp16"] = "fp32: fp16 was asked but the device is the CPU, so it falls back to fp32"
+            notes.append("fp16 was asked but the device is the CPU: fp16 falls back to fp32 (half-precision "
+                         "convolutions on the CPU are slow or missing).")
+        else:
+            reasons["fp16"] = "fp32 on the CPU (half precision is slow or missing there)"
+    else:
+        fp16 = bool(config.fp16) if config.fp16 is not None else False
+        reasons["fp16"] = ("user override" if config.fp16 is not None else
+                           f"fp32 on {device} (no memory model for this device)")
+
+    # 3. Batch size.
+    stages = stage_memory(kind, fp16, frame_size, n_frames, weights, config.landmark_backend, mm)
+    cap = {"lipsync": mm.cap_lipsync, "avatar": mm.cap_avatar, "realtime": mm.cap_realtime}[kind]
+    budget: float | None = None
+    precision = "fp16" if fp16 else "fp32"
+    if on_cuda:
+        budget, reasons["memory"] = _gpu_budget(rep, mm)
+        auto, why = _fit_batch(stages, budget, cap, kind, precision, size_note)
+    elif on_cpu:
+        cap = mm.cap_cpu
+        budget, auto, why = _cpu_batch(rep, stages, mm, kind, size_note)
+        reasons["memory"] = (f"host RAM: {budget:.1f} GiB usable ({mm.cpu_ram_fraction:.0%} of "
+                             f"{rep.host_ram_available_gib:.1f} GiB available)" if budget is not None else
+                             "host RAM unknown")
+        per = mm.cpu_seconds_per_frame_tiny if weights == "tiny" else mm.cpu_seconds_per_frame
+        total = ""
+        if n_frames:  # stage by stage (issue 14 item 11): latents and parsing count source frames, not output
+            parts = cpu_seconds(kind, n_frames, source_frames, weights)
+            frames = f"{n_frames} frames" + (f" from {min(n_frames, source_frames)} source frames"
+                                             if kind == "lipsync" and source_frames is not None else "")
+            total = (f"; {frames} take about {_duration(sum(parts.values()))} after face tracking ("
+                     + ", ".join(f"{k} {_duration(v)}" for k, v in parts.items() if v) + ")")
+        size = "with the tiny test models" if weights == "tiny" else "at full size"
+        notes.append(f"Running on the CPU: about {per:g} s per frame {size} (2 cores, fp32){total}. "
+                     f"Use a GPU runtime for real jobs (Colab: {COLAB_GPU_STEPS}).")
+    else:
+        auto, why = min(4, cap), f"{device} has no memory model: a conservative 4"
+    if n_frames and auto > n_frames:
+        auto, why = n_frames, f"{n_frames}: the whole job in one batch ({why})"
+    if config.batch_size is not None:
+        batch = int(config.batch_size)
+        reasons["batch_size"] = f"user override ({batch}); the plan would choose {auto}: {why}"
+        if n_frames and batch > n_frames:  # a batch is never longer than the job: say what is really used
+            reasons["batch_size"] = (f"{n_frames}: user override ({batch}) is more than the job's {n_frames} "
+                                     f"frames, so the whole job is one batch; the plan would choose {auto}: {why}")
+            batch = n_frames
+    else:
+        batch = auto
+        reasons["batch_size"] = why
+
+    peaks = {name: a + b * batch for name, (a, b) in stages.items()}
+    predicted = max(peaks.values()) if on_cuda else None
+    if on_cuda and budget is not None:
+        growing = {name: peak for name, peak in peaks.items() if stages[name][1] > 0}
+        worst = max(growing, key=growing.get) if growing else None
+        if worst is not None and growing[worst] > budget:
+            need = growing[worst]
+            if config.batch_size is not None and batch > 1:
+                notes.append(f"batch_size {batch} (user override) is predicted to need {need:.2f} GiB in stage "
+                             f"{worst!r}, above the {budget:.2f} GiB budget: out-of-memory is likely; the batch "
+                             "will halve when it happens (no frame lost).")
+            else:
+                notes.append(f"Even batch {batch} is predicted to need {need:.2f} GiB in stage {worst!r}, above "
+                             f"the {budget:.2f} GiB budget: out-of-memory is likely. Free GPU memory (close other "
+                             "notebooks, restart the runtime) or use a larger GPU.")
+        if "faces" in peaks and peaks["faces"] > budget:
+            notes.append(f"Face detection on full {frame_size[0]}x{frame_size[1]} frames (S3FD at batch 1) is "
+                         f"predicted to need {peaks['faces']:.2f} GiB, above the {budget:.2f} GiB budget: use "
+                         "landmark_backend='dlib' or a smaller video.")
+    if on_cpu and config.batch_size is not None:
+        # issue 14 item 11: a user batch on the CPU is checked against host RAM as it is against GPU memory
+        growing = {name: peak for name, peak in peaks.items() if stages[name][1] > 0}
+        worst = max(growing, key=growing.get) if growing else None
+        if budget is not None and worst is not None and growing[worst] > budget and batch > 1:
+            notes.append(f"batch_size {batch} (user override) is predicted to need {growing[worst]:.1f} GiB of host "
+                         f"RAM in stage {worst!r}, above the {budget:.1f} GiB usable: the job is likely to run out "
+                         f"of memory. Leave the batch size out (the plan would choose {auto}).")
+        elif batch > mm.cap_cpu:
+            notes.append(f"batch_size {batch} (user override) is more than {mm.cap_cpu}: on the CPU a larger batch "
+                         "is no faster, and progress shows later.")
+    for note in notes:
+        warnings.warn(note, PlanWarning, stacklevel=2)
+    return Plan(kind=kind, device=device, fp16=fp16, batch_size=batch, weights=weights, frame_size=frame_size,
+                n_frames=n_frames, budget_gib=budget, predicted_peak_gib=predicted, stage_peaks_gib=peaks,
+                reasons=reasons, warnings=tuple(notes), base_config=config, gpu_name=rep.name if on_cuda else None,
+                free_gib=rep.free_gib if on_cuda else None)
+
+
+def _gpu_budget(rep: GpuReport, mm: MemoryModel) -> tuple[float | None, str]:
+    if rep.free_gib is None:
+        return None, "free GPU memory unknown"
+    cached = max(0.0, rep.reserved_gib - rep.allocated_gib)
+    usable = rep.free_gib + cached
+    parts = [f"{rep.free_gib:.1f} GiB free"]
+    if cached > 0.005:
+        parts.append(f"+ {cached:.2f} GiB cached by this process")
+    parts.append(f"- {mm.workspace_gib:.2f} GiB for cuBLAS/cuDNN workspaces and lazily loaded kernels")
+    usable -= mm.workspace_gib
+    if rep.memory_source != "torch":
+        usable -= mm.context_gib
+        parts.append(f"- {mm.context_gib:.2f} GiB for the CUDA context")
+    budget = max(0.0, usable) * (1.0 - mm.safety_fraction)
+    return budget, " ".join(parts) + f", less a {mm.safety_fraction:.0%} margin = {budget:.2f} GiB budget"
+
+
+def _fit_batch(stages: dict[str, tuple[float, float]], budget: float | None, cap: int, kind: str, precision: str,
+               size_note: str) -> tuple[int, str]:
+    if budget is None:
+        fallback = min(8, cap)
+        return fallback, f"free memory unknown: the official offline default {fallback} (inference.py:266)"
+    best, limiting = math.inf, None
+    for name, (a, b) in stages.items():
+        if b <= 0:
+            continue
+        fits = (budget - a) / b
+        if fits < best:
+            best, limiting = fits, name
+    a, b = stages[limiting] if limiting else (0.0, 0.0)
+    model = (f"stage {limiting!r} needs {a:.2f} GiB + {b:.3f} GiB per frame ({precision}, {size_note})"
+             if limiting else "no stage grows with the batch")
+    if best < 1:
+        return 1, f"1: {model}; the {budget:.2f} GiB budget does not fit even one frame"
+    if best >= cap:
+        return cap, (f"{cap}: {model}; the {budget:.2f} GiB budget fits {int(best)} frames; capped at {cap} for "
+                     f"{kind} (larger batches add memory and latency, not speed)")
+    snapped = snap_batch(best)
+    return snapped, (f"{snapped}: {model}; the {budget:.2f} GiB budget fits {int(best)} frames, snapped to "
+                     f"{snapped} (1, 2 or a multiple of 4)")
+
+
+def _cpu_batch(rep: GpuReport, stages: dict[str, tuple[float, float]], mm: MemoryModel, kind: str,
+               size_note: str) -> tuple[float | None, int, str]:
+    cap = mm.cap_cpu
+    if rep.host_ram_available_gib is None:
+        return None, cap, f"{cap}: CPU batch (host RAM unknown)"
+    budget = rep.host_ram_available_gib * mm.cpu_ram_fraction
+    growing = {name: ab for name, ab in stages.items() if ab[1] > 0}
+    limiting = min(growing, key=lambda name: (budget - growing[name][0]) / growing[name][1])
+    a, b = growing[limiting]
+    fits = (budget - a) / b
+    batch = min(cap, snap_batch(fits))
+    shown = "no" if fits < 1 else ("more than 999" if fits > 999 else str(int(fits)))
+    return budget, batch, (f"{batch}: fp32 on the CPU: stage {limiting!r} needs {a:.2f} GiB + {b:.3f} GiB per frame "
+                           f"of host RAM ({size_note}); {budget:.1f} GiB usable fits {shown} frames; CPU batches "
+                           f"are at most {cap} (a larger batch is no faster on the CPU)")
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"

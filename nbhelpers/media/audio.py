@@ -1,0 +1,198 @@
+"""Decoding audio: any file to 16 kHz mono float32, natively where possible, else through ffmpeg.
+
+Owns :func:`load_audio` and :func:`audio_duration` with the soundfile and ffmpeg decoders.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..constants import SAMPLE_RATE
+from ..errors import InputError, MissingDependencyError
+from .ffmpeg import _PCM_FORMATS, _existing_file, _Process, ffmpeg_exe
+from .probing import MediaInfo, probe
+
+# ---------------------------------------------------------------------------------------------------------------
+# audio
+# ---------------------------------------------------------------------------------------------------------------
+
+def _soundfile_read(p: Path) -> tuple[np.ndarray, int] | None:
+    """(channels-first float32 or 1-D, native rate) through libsndfile, exactly as librosa does; None if it can't."""
+    try:
+        import soundfile as sf
+    except (ImportError, OSError):
+        return None
+    try:
+        with sf.SoundFile(str(p)) as handle:
+            rate = handle.samplerate
+            data = handle.read(frames=-1, dtype="float32", always_2d=False).T
+    except Exception:  # libsndfile cannot read this format (mp4/m4a/video...) -> ffmpeg
+        return None
+    return data, int(rate)
+
+
+def _wav_header(buf: bytes) -> tuple[int, int, int] | None:
+    """(channels, sample rate, offset of the sample data) from a streamed WAV header; None until complete."""
+    if len(buf) < 12:
+        return None
+    if buf[:4] not in (b"RIFF", b"RF64") or buf[8:12] != b"WAVE":
+        raise ValueError("not a WAV stream")
+    pos, channels, rate = 12, None, None
+    while pos + 8 <= len(buf):
+        chunk, size = buf[pos:pos + 4], int.from_bytes(buf[pos + 4:pos + 8], "little")
+        if chunk == b"data":
+            if channels is None:
+                raise ValueError("WAV data before fmt")
+            return channels, rate, pos + 8
+        if pos + 8 + size > len(buf):
+            return None
+        if chunk == b"fmt ":
+            channels = int.from_bytes(buf[pos + 10:pos + 12], "little")
+            rate = int.from_bytes(buf[pos + 12:pos + 16], "little")
+        pos += 8 + size + (size & 1)
+    return None
+
+
+def _ffmpeg_decode(p: Path, info: MediaInfo) -> tuple[np.ndarray, int]:
+    """Decode the first audio stream at its native rate to float32, mean-mixed to mono chunk by chunk."""
+    exe = ffmpeg_exe()
+    args = [exe, "-nostdin", "-hide_banner", "-nostats", "-loglevel", "error", "-i", str(p), "-map",
+            f"0:{info.audio_stream.index}", "-vn", "-sn", "-dn", "-map_metadata", "-1", "-fflags", "+bitexact",
+            "-c:a", "pcm_f32le", "-f", "wav", "pipe:1"]
+    proc = _Process(args)
+    stdout = proc.popen.stdout
+    try:
+        head = b""
+        header = None
+        while header is None:
+            more = stdout.read1(65536) if hasattr(stdout, "read1") else stdout.read(65536)
+            if not more:
+                break
+            head += more
+            header = _wav_header(head)
+        if header is None:
+            proc.wait()
+            raise proc.error(f"ffmpeg produced no audio samples from {str(p)!r}.")
+        channels, rate, offset = header
+        frame_bytes = 4 * channels
+        pieces: list[np.ndarray] = []
+        pending = head[offset:]
+        while True:
+            usable = len(pending) - len(pending) % frame_bytes
+            if usable:
+                block = np.frombuffer(pending[:usable], dtype="<f4").reshape(-1, channels)
+                # librosa's to_mono: mean over the channel axis of the channels-first array
+                pieces.append(block.astype(np.float32).T.mean(axis=0) if channels > 1
+                              else block[:, 0].astype(np.float32))
+                pending = pending[usable:]
+            more = stdout.read(1 << 20)
+            if not more:
+                break
+            pending += more
+        rc = proc.wait()
+        if rc != 0:
+            raise proc.error(f"ffmpeg failed while decoding the audio of {str(p)!r}.")
+    finally:
+        proc.kill()
+    mono = np.concatenate(pieces) if pieces else np.zeros(0, np.float32)
+    return mono, rate
+
+
+def _decode_native(path, param: str) -> tuple[np.ndarray, int, Path]:
+    """Mono float32 at the native rate, as librosa.load(sr=None) gives it: (samples (L,), rate Hz, path)."""
+    p = _existing_file(path, param)
+    got = _soundfile_read(p)
+    if got is not None:
+        data, rate = got
+        mono = np.mean(data, axis=tuple(range(data.ndim - 1))) if data.ndim > 1 else data
+    else:
+        info = probe(p, count_frames=False)
+        if not info.has_audio:
+            what = ("a photo" if info.is_image else "a video without sound" if info.has_video
+                    else "a file with no audio or video streams (empty?)")
+            raise InputError(f"{param}: {str(p)!r} has no audio stream (it is {what}; container "
+                             f"{info.container!r}). Give a speech file (wav, mp3, m4a, ogg, flac) or a video that "
+                             "has sound.")
+        mono, rate = _ffmpeg_decode(p, info)
+    if mono.size == 0:
+        raise InputError(f"{param}: {str(p)!r} has an audio stream but no samples (0 s of sound). Record or export "
+                         "the speech again, or use the demo clip from nbhelpers.media.demo_inputs().")
+    return np.ascontiguousarray(mono, dtype=np.float32), int(rate), p
+
+
+def load_audio(path, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
+    """Decode speech to a mono float32 waveform at ``sample_rate`` (16 kHz), the samples of ``librosa.load``.
+
+    Steps (librosa 0.11's ``load(path, sr=16000)``, without needing librosa): read at the native rate with
+    soundfile when libsndfile can read the file (wav, flac, ogg, mp3...), otherwise decode the first audio stream
+    with ffmpeg at the native rate (m4a/aac, opus, a video's sound...; no resampling in ffmpeg); average the
+    channels; resample with ``soxr.resample(..., quality="soxr_hq")``; fix the length to
+    ``ceil(L * sample_rate / native_rate)`` samples (zero-padded or trimmed, as librosa's ``fix_length``).
+
+    Args:
+        path: Any file with an audio stream (wav, mp3, m4a, ogg, flac, or a video with sound).
+        sample_rate: Output rate in Hz (16000 for Whisper).
+
+    Returns:
+        ``(L,) float32`` samples in [-1, 1] (nominal), mono, at ``sample_rate``.
+
+    Raises:
+        InputError: Missing file, no audio stream (e.g. a video without sound or a photo), zero samples, or a bad
+            ``sample_rate``.
+        FFmpegError: ffmpeg cannot read the file.
+        MissingDependencyError: ``soxr`` is not installed and resampling is needed.
+
+    Source: musetalk/utils/audio_processor.py:18 (``librosa.load(path, sr=16000)``); [librosa] core/audio.py:56-66,
+    170-193 (soundfile first, mean to mono, ``soxr_hq``); reference §2.2.
+    """
+    if not isinstance(sample_rate, (int, np.integer)) or isinstance(sample_rate, bool) or sample_rate <= 0:
+        raise InputError(f"sample_rate must be a positive integer in Hz (Whisper needs {SAMPLE_RATE}); got "
+                         f"{sample_rate!r}.")
+    mono, rate, _ = _decode_native(path, "audio")
+    if rate == sample_rate:
+        return mono
+    try:
+        import soxr
+    except ImportError as exc:
+        raise MissingDependencyError("The package 'soxr' (audio resampling) is not installed. Install it with:\n"
+                                     "    pip install soxr") from exc
+    n_out = int(np.ceil(mono.shape[-1] * (float(sample_rate) / rate)))  # librosa.resample's fix_length size
+    out = soxr.resample(mono, rate, int(sample_rate), quality="soxr_hq")
+    out = np.asarray(out, dtype=np.float32)
+    if out.shape[0] > n_out:
+        out = out[:n_out]
+    elif out.shape[0] < n_out:
+        out = np.pad(out, (0, n_out - out.shape[0]))
+    return np.ascontiguousarray(out, dtype=np.float32)
+
+
+def audio_duration(path) -> float:
+    """Exact duration in seconds of the first audio stream (decoded samples / native rate).
+
+    Args:
+        path: Any file with an audio stream.
+
+    Returns:
+        Seconds (float). The pipeline writes ``floor(seconds * 25)`` video frames.
+
+    Raises:
+        InputError: Missing file, no audio stream or no samples.
+        FFmpegError: ffmpeg cannot read the file.
+
+    Source: the number of output frames follows the audio length (musetalk/utils/audio_processor.py:61-63,
+    reference §5.3).
+    """
+    p = _existing_file(path, "audio")
+    try:
+        import soundfile as sf
+
+        info = sf.info(str(p))
+        # PCM containers state their sample count in the header; compressed ones are decoded to count exactly
+        if info.format in _PCM_FORMATS and info.frames > 0 and info.samplerate > 0:
+            return info.frames / info.samplerate
+    except Exception:  # not readable by libsndfile -> decode with ffmpeg
+        pass
+    mono, rate, _ = _decode_native(p, "audio")
+    return mono.shape[0] / rate

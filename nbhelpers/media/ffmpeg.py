@@ -1,0 +1,221 @@
+"""The ffmpeg binary and its processes: finding it, its version, and running it over pipes safely.
+
+Owns :func:`ffmpeg_exe` / :func:`ffmpeg_version` (the bundled imageio-ffmpeg binary, else the system one),
+:class:`_Process` (a child with bounded waits and a stderr tail) and the path checks shared by the readers
+and the writer, and :data:`SYNTHETIC_TAG`.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import os
+import re
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+
+from ..errors import FFmpegError, InputError, MissingDependencyError
+
+SYNTHETIC_TAG = "Synthetic lip-sync video made with MuseTalk (nbhelpers)"
+"""Written as the ``comment`` tag of every video :class:`VideoWriter` makes (and as the video track's handler
+name), so that anyone can tell the file was generated."""
+
+_STDERR_TAIL_LINES = 40  # lines of ffmpeg's stderr kept in an FFmpegError
+WRITER_STALL_TIMEOUT_S = 120.0  # seconds a writing ffmpeg may take no frame data / show no progress: then stalled
+_KILL_WAIT_S = 10.0  # seconds to wait for a killed ffmpeg to exit (one stuck on a dead mount may never exit)
+_PIPE_CHUNK = 1 << 16  # bytes per write into ffmpeg's stdin (the size of a Linux pipe buffer)
+_IMAGE_CODECS = {"png", "mjpeg", "jpeg2000", "bmp", "tiff", "webp", "targa", "ppm", "pgm", "pbm", "pam", "sgi",
+                 "dpx", "exr", "qoi", "jpegxl", "pcx", "xbm", "xwd", "sunrast", "hdr", "photocd", "pgx"}
+_ALPHA_PIX_FMTS = {"rgba", "bgra", "argb", "abgr", "pal8", "ya8", "ya16le", "ya16be", "rgba64le", "rgba64be",
+                   "bgra64le", "bgra64be"}
+_WRITER_SUFFIXES = {".mp4", ".mov", ".m4v", ".mkv"}
+_PCM_FORMATS = {"WAV", "WAVEX", "RF64", "W64", "AIFF", "CAF", "FLAC", "AU"}  # libsndfile formats with exact counts
+_CHANNEL_LAYOUTS = {"mono": 1, "stereo": 2, "downmix": 2, "quad": 4, "quad(side)": 4, "hexagonal": 6,
+                    "octagonal": 8, "cube": 8, "hexadecagonal": 16, "binaural": 2}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# ffmpeg binary and process helpers
+# ---------------------------------------------------------------------------------------------------------------
+
+@functools.cache
+def _bundled_ffmpeg() -> str:
+    try:
+        import imageio_ffmpeg
+    except ImportError as exc:
+        raise MissingDependencyError(
+            "The package 'imageio-ffmpeg' (which ships the ffmpeg binary nbhelpers uses) is not installed. "
+            "Install it with:\n    pip install imageio-ffmpeg") from exc
+    try:
+        return imageio_ffmpeg.get_ffmpeg_exe()
+    except RuntimeError as exc:  # no binary for this platform and none on PATH
+        raise MissingDependencyError(
+            f"imageio-ffmpeg found no ffmpeg binary ({exc}). Reinstall it with `pip install --force-reinstall "
+            "imageio-ffmpeg`, or install ffmpeg (apt-get install ffmpeg) and set IMAGEIO_FFMPEG_EXE to its path."
+        ) from exc
+
+
+def ffmpeg_exe(prefer_system: bool = False) -> str:
+    """Path of the ffmpeg binary that nbhelpers runs.
+
+    Args:
+        prefer_system: False (default): imageio-ffmpeg's binary (ffmpeg 7-9 with libx264 and AAC; it honours the
+            ``IMAGEIO_FFMPEG_EXE`` environment variable). True: the ``ffmpeg`` on PATH when there is one (e.g.
+            Colab's ffmpeg 4.4 for ``h264_nvenc``), falling back to imageio-ffmpeg's.
+
+    Returns:
+        Absolute path of an ffmpeg executable.
+
+    Raises:
+        MissingDependencyError: imageio-ffmpeg is not installed or has no binary for this platform.
+
+    Source: the official scripts prepend ``--ffmpeg_path`` to PATH and run ``ffmpeg`` from it
+    (scripts/inference.py:23-39); we never depend on PATH.
+    """
+    if prefer_system:
+        found = shutil.which("ffmpeg")
+        if found:
+            return found
+    return _bundled_ffmpeg()
+
+
+@functools.cache
+def ffmpeg_version(exe: str | None = None) -> tuple[int, int]:
+    """Major and minor version of an ffmpeg binary, e.g. ``(9, 0)``; git builds (``N-12345-g...``) give (99, 0).
+
+    Args:
+        exe: Path of the ffmpeg binary; None for :func:`ffmpeg_exe`.
+
+    Returns:
+        ``(major, minor)``; ``(0, 0)`` when the version line cannot be read.
+    """
+    exe = exe or ffmpeg_exe()
+    try:
+        out = subprocess.run([exe, "-hide_banner", "-version"], stdin=subprocess.DEVNULL, capture_output=True,
+                             timeout=60).stdout.decode("utf-8", "replace")
+    except (OSError, subprocess.SubprocessError):
+        return (0, 0)
+    return _parse_version(out)
+
+
+def _parse_version(text: str) -> tuple[int, int]:
+    match = re.search(r"ffmpeg version n?(\d+)\.(\d+)", text)
+    if match:
+        return int(match.group(1)), int(match.group(2))
+    if re.search(r"ffmpeg version (N-|git-)", text):
+        return (99, 0)
+    return (0, 0)
+
+
+def _passthrough(exe: str) -> list[str]:
+    """Output option that passes frames through unchanged (no duplicate/drop by the muxer's sync)."""
+    return ["-fps_mode", "passthrough"] if ffmpeg_version(exe) >= (5, 1) else ["-vsync", "passthrough"]
+
+
+class _Process:
+    """A running ffmpeg whose standard error a daemon thread drains into a bounded tail (so it never blocks)."""
+
+    def __init__(self, args: list[str], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE):
+        self.args = args
+        try:
+            self.popen = subprocess.Popen(args, stdin=stdin, stdout=stdout, stderr=subprocess.PIPE)
+        except OSError as exc:
+            raise FFmpegError(f"Could not start ffmpeg ({args[0]!r}): {exc}. Reinstall imageio-ffmpeg "
+                              "(pip install --force-reinstall imageio-ffmpeg).", args_list=args) from exc
+        self._lines: collections.deque[str] = collections.deque(maxlen=400)
+        self._thread = threading.Thread(target=self._drain, name="ffmpeg-stderr", daemon=True)
+        self._thread.start()
+
+    def _drain(self) -> None:
+        stream = self.popen.stderr
+        try:
+            for raw in iter(stream.readline, b""):
+                self._lines.append(raw.decode("utf-8", "replace").rstrip("\r\n"))
+        except (OSError, ValueError):  # pragma: no cover - stream closed under us during a kill
+            pass
+
+    def tail(self, lines: int = _STDERR_TAIL_LINES) -> str:
+        self._thread.join(timeout=5)
+        return "\n".join(list(self._lines)[-lines:])
+
+    def wait(self) -> int:
+        rc = self.popen.wait()
+        self._thread.join(timeout=5)
+        return rc
+
+    def kill(self) -> None:
+        if self.popen.poll() is None:
+            try:
+                self.popen.kill()
+            except OSError:  # pragma: no cover - already gone
+                pass
+        for stream in (self.popen.stdin, self.popen.stdout):
+            if stream is not None:
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+        try:
+            self.popen.wait(timeout=_KILL_WAIT_S)
+        except subprocess.TimeoutExpired:  # stuck in the kernel (a dead network mount): leave it, never hang here
+            return
+        self._thread.join(timeout=5)
+
+    def progress_mark(self, fallback: Path | None = None) -> tuple | None:
+        """Something that changes while ffmpeg works: its CPU ticks and bytes written (Linux ``/proc``), else the
+        size and time of ``fallback`` (the file it writes); None when neither can be read."""
+        pid = self.popen.pid
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[-1].split()
+            mark: tuple = (fields[11], fields[12])  # utime, stime (fields 14 and 15 of proc(5))
+            try:
+                with open(f"/proc/{pid}/io", "rb") as f:
+                    mark += tuple(line for line in f.read().splitlines() if line.startswith((b"wchar", b"rchar")))
+            except OSError:
+                pass
+            return mark
+        except (OSError, IndexError):
+            pass
+        if fallback is not None:
+            try:
+                st = fallback.stat()
+                return (st.st_size, st.st_mtime_ns)
+            except OSError:
+                return None
+        return None
+
+    def error(self, message: str) -> FFmpegError:
+        return FFmpegError(message, args_list=self.args, returncode=self.popen.returncode, stderr_tail=self.tail())
+
+
+def _run(args: list[str], what: str, stdout=subprocess.PIPE) -> tuple[int, bytes, str]:
+    """Run ffmpeg to completion; return (returncode, stdout bytes, stderr text)."""
+    try:
+        done = subprocess.run(args, stdin=subprocess.DEVNULL, stdout=stdout, stderr=subprocess.PIPE)
+    except OSError as exc:
+        raise FFmpegError(f"Could not start ffmpeg to {what} ({args[0]!r}): {exc}. Reinstall imageio-ffmpeg "
+                          "(pip install --force-reinstall imageio-ffmpeg).", args_list=args) from exc
+    return done.returncode, done.stdout or b"", done.stderr.decode("utf-8", "replace")
+
+
+def _tail(text: str, lines: int = _STDERR_TAIL_LINES) -> str:
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def _existing_file(path, param: str) -> Path:
+    """Absolute Path of an existing regular file, or InputError that names the parameter."""
+    if isinstance(path, bytes):
+        path = os.fsdecode(path)
+    if not isinstance(path, (str, os.PathLike)):
+        raise InputError(f"{param} must be a path (str or pathlib.Path); got {type(path).__name__} {path!r}.")
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise InputError(f"{param}: file not found: {str(p)!r}. Check the path (upload the file first on Colab, "
+                         "or use nbhelpers.media.demo_inputs() for a demo photo and speech clip).")
+    if not p.is_file():
+        raise InputError(f"{param}: {str(p)!r} is not a file (a folder?). Give the path of one video, photo or "
+                         "audio file.")
+    return p.resolve()

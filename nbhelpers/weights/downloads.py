@@ -1,0 +1,487 @@
+"""Downloads that survive real networks: three transports, retries, staging and acceptance.
+
+Owns :func:`download` and :class:`DownloadReport` / :class:`DownloadRow`, the transports (the Hugging Face
+hub through ``huggingface_hub``, Google Drive, plain HTTP(S); files bundled in the package), the host checks
+and offline mode, staging of partial files, and the check that accepts a file only once verified.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.resources
+import os
+import re
+import shutil
+import time
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import NbHelpersWarning, WeightsError
+from .inspect import MISSING, OK, UNVERIFIABLE, inspect_file
+from .manifest import (
+    _CHUNK,
+    ATTEMPTS_PER_SOURCE,
+    ENV_VAR,
+    HTTP_TIMEOUT_S,
+    MANIFEST,
+    RETRY_DELAY_S,
+    STAGING_DIR,
+    Manifest,
+    Source,
+    WeightFile,
+    _html_table,
+    _human,
+    _text_table,
+    default_dir,
+)
+from .verification import _check, _State, sha256_file
+
+# ---------------------------------------------------------------------------------------------------------------
+# download
+# ---------------------------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class DownloadRow:
+    """What :func:`download` did for one file.
+
+    Attributes:
+        name: Manifest name.
+        path: Layout path.
+        action: ``"present"`` (verified, nothing fetched), ``"downloaded"``, ``"replaced"`` (a bad file was
+            replaced) or ``"failed"``.
+        source: The source used (empty when none).
+        size: Bytes on disk afterwards (None when failed).
+        seconds: Wall-clock time spent on this file.
+        note: Checks done, or every source's error when failed.
+    """
+
+    name: str
+    path: str
+    action: str
+    source: str
+    size: int | None
+    seconds: float
+    note: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class DownloadReport:
+    """The result of :func:`download`; HTML in notebooks, a text table elsewhere.
+
+    Attributes:
+        directory: The weights dir.
+        rows: One :class:`DownloadRow` per selected file.
+    """
+
+    directory: Path
+    rows: tuple[DownloadRow, ...]
+
+    @property
+    def ok(self) -> bool:
+        """True when no file failed."""
+        return not self.failed
+
+    @property
+    def failed(self) -> tuple[DownloadRow, ...]:
+        """The rows whose every source failed."""
+        return tuple(r for r in self.rows if r.action == "failed")
+
+    @property
+    def downloaded_bytes(self) -> int:
+        """Bytes of the files fetched in this call."""
+        return sum(r.size or 0 for r in self.rows if r.action in ("downloaded", "replaced"))
+
+    _HEADERS = ("file", "action", "size", "seconds", "source", "note")
+
+    def _rows(self) -> list[list[str]]:
+        return [[r.path, r.action, _human(r.size) if r.size is not None else "-", f"{r.seconds:.1f}", r.source,
+                 r.note] for r in self.rows]
+
+    def _summary(self) -> str:
+        got = sum(r.action in ("downloaded", "replaced") for r in self.rows)
+        return (f"{self.directory}: {len(self.rows)} files, {got} fetched ({_human(self.downloaded_bytes)}), "
+                f"{sum(r.action == 'present' for r in self.rows)} already present, {len(self.failed)} failed")
+
+    def __str__(self) -> str:
+        return self._summary() + "\n" + _text_table(self._HEADERS, self._rows())
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    def _repr_html_(self) -> str:
+        styles = ["background:#fde0dc" if r.action == "failed" else "" for r in self.rows]
+        return _html_table(self._HEADERS, self._rows(), caption=self._summary(), row_styles=styles)
+
+
+class _Rejected(Exception):
+    """A source delivered something that is not the file (wrong size, hash, HTML page...): try the next one."""
+
+
+class _Skipped(Exception):
+    """A source cannot be used here (offline mode, package missing): try the next one, no retry."""
+
+
+class _Unreachable(_Skipped):
+    """The source's host does not resolve or accept connections: skip it for every file of this download."""
+
+
+_HOSTS: dict[tuple[str, int], str] = {}  # (host, port) -> "" when reachable, else the reason (per download call)
+
+
+def _check_host(url: str, timeout_s: float = 5.0) -> None:
+    """Raise :class:`_Unreachable` when ``url``'s host cannot be resolved or connected to (checked once per host).
+
+    The hub client retries a failed request five times with back-off, per request and per file, so without this
+    a machine with no route to the hub spends minutes before saying so (7 min for the default set here).
+    """
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    key = (host, port)
+    if key not in _HOSTS:
+        try:
+            with socket.create_connection((host, port), timeout=timeout_s):
+                _HOSTS[key] = ""
+        except OSError as exc:
+            _HOSTS[key] = f"{host} cannot be reached from this machine ({exc.strerror or exc})"
+    if _HOSTS[key]:
+        raise _Unreachable(_HOSTS[key])
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in {"1", "ON", "YES", "TRUE"}
+
+
+def _default_endpoint() -> str:
+    return (os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
+
+
+def _permanent(exc: BaseException) -> bool:
+    """True for errors that another try of the same source cannot fix (404, 401, 403, bad content)."""
+    if isinstance(exc, (_Rejected, _Skipped)):
+        return True
+    names = {c.__name__ for c in type(exc).__mro__}
+    if names & {"RepositoryNotFoundError", "EntryNotFoundError", "RevisionNotFoundError", "GatedRepoError",
+                "RemoteEntryNotFoundError", "DisabledRepoError", "LocalEntryNotFoundError",
+                "FileURLRetrievalError"}:
+        return True
+    status = getattr(exc, "code", None)
+    response = getattr(exc, "response", None)
+    if status is None and response is not None:
+        status = getattr(response, "status_code", None)
+    return isinstance(status, int) and 400 <= status < 500 and status not in (408, 429)
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    if isinstance(exc, (_Skipped, _Rejected)):  # our own reasons: no internal class name
+        return text[0] if text else "skipped"
+    return f"{type(exc).__name__}: {text[0][:200] if text else ''}".rstrip(": ")
+
+
+def _staging(root: Path, *parts: str) -> Path:
+    safe = [re.sub(r"[^A-Za-z0-9._-]+", "--", p) for p in parts]
+    folder = root.joinpath(STAGING_DIR, *safe)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def _fetch_hub(source: Source, root: Path) -> tuple[Path, int | None, str | None, str]:
+    try:
+        import huggingface_hub as hf
+    except ImportError as exc:
+        raise _Skipped("huggingface_hub is not installed (pip install huggingface_hub)") from exc
+    mirror = source.endpoint is not None and source.endpoint.rstrip("/") != _default_endpoint()
+    token: Any = False if mirror else None  # never send the user's HF token to a third-party mirror
+    endpoint = source.endpoint.rstrip("/") if source.endpoint else None
+    size = sha = None
+    commit = ""
+    try:  # the LFS oid is the sha256 of the file; paths-info states it explicitly
+        api = hf.HfApi(endpoint=endpoint, token=token)
+        info = api.get_paths_info(source.repo, [source.filename], revision=source.revision)
+        if info:
+            size = getattr(info[0], "size", None)
+            lfs = getattr(info[0], "lfs", None)
+            sha = getattr(lfs, "sha256", None) if lfs is not None else None
+    except Exception:  # noqa: BLE001, S110 - mirrors may lack this API; the HEAD below still gives size and etag
+        pass
+    try:
+        url = hf.hf_hub_url(source.repo, source.filename, revision=source.revision, endpoint=endpoint)
+        meta = hf.get_hf_file_metadata(url, token=token)
+        size = size if size is not None else meta.size
+        commit = meta.commit_hash or ""
+        etag = (meta.etag or "").strip('"').lower()
+        if sha is None and re.fullmatch(r"[0-9a-f]{64}", etag):
+            sha = etag  # the hub's etag of an LFS file is its sha256
+    except Exception as exc:  # noqa: BLE001 - a failed HEAD is reported by hf_hub_download just below
+        if _permanent(exc):
+            raise
+    staged = hf.hf_hub_download(source.repo, source.filename, revision=source.revision,
+                                local_dir=_staging(root, "hub", endpoint or "default", source.repo),
+                                endpoint=endpoint, token=token)
+    where = f"hub {source.repo}@{commit[:12] or source.revision}" + (f" via {endpoint}" if mirror else "")
+    return Path(staged), (int(size) if size is not None else None), sha, where
+
+
+def _fetch_gdrive(source: Source, root: Path, rel: str) -> tuple[Path, int | None, str | None, str]:
+    try:
+        import gdown
+    except ImportError as exc:
+        raise _Skipped("gdown is not installed (pip install gdown)") from exc
+    from .. import progress
+
+    out = _staging(root, "gdrive", source.id) / Path(rel).name
+    quiet = bool(progress._settings.get("disable"))
+    result = gdown.download(id=source.id, output=str(out), quiet=quiet, resume=True)
+    if not result or not out.is_file():
+        raise OSError(f"gdown could not fetch Drive id {source.id} (quota exceeded, or the file is not shared)")
+    return out, None, None, f"Google Drive {source.id}"
+
+
+def _fetch_url(url: str, part: Path, desc: str) -> tuple[Path, int | None]:
+    """Stream ``url`` into ``part`` (resuming from its current size with a Range request)."""
+    import urllib.error
+    import urllib.request
+
+    from .. import progress
+
+    have = part.stat().st_size if part.exists() else 0
+    headers = {"User-Agent": "nbhelpers (musetalk-workbook)", "Accept-Encoding": "identity"}
+    if have:
+        headers["Range"] = f"bytes={have}-"
+    request = urllib.request.Request(url, headers=headers)
+    try:
+        response = urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S)  # noqa: S310 - URLs are the manifest's
+    except urllib.error.HTTPError as exc:
+        if exc.code == 416 and have:  # asked past the end: the .part is already whole (checked by the caller)
+            match = re.search(r"/(\d+)", exc.headers.get("Content-Range", ""))
+            return part, int(match.group(1)) if match else have
+        raise
+    with response:
+        if response.headers.get_content_type() == "text/html":
+            raise _Rejected(f"{url} answered with a web page (Content-Type text/html), not the file")
+        length = response.headers.get("Content-Length")
+        if response.status == 206:
+            match = re.match(r"bytes (\d+)-\d+/(\d+|\*)", response.headers.get("Content-Range", ""))
+            if not match or int(match.group(1)) != have:
+                raise OSError(f"{url} answered a resume request with a different range; starting again")
+            total = int(match.group(2)) if match.group(2) != "*" else None
+            mode = "ab"
+        else:  # 200: the server ignored the Range request (or there was none): start from zero
+            have = 0
+            total = int(length) if length is not None else None
+            mode = "wb"
+        with open(part, mode) as f, progress.bar(total=total, desc=desc, unit="B", unit_scale=True,
+                                                 unit_divisor=1024, initial=have) as pbar:
+            while True:
+                block = response.read(_CHUNK)
+                if not block:
+                    break
+                f.write(block)
+                pbar.update(len(block))
+    got = part.stat().st_size
+    if total is not None and got < total:
+        raise OSError(f"connection closed at {got} of {total} bytes")
+    return part, total
+
+
+def _fetch_plain(source: Source, root: Path, rel: str) -> tuple[Path, int | None, str | None, str]:
+    part = _staging(root, "url") / (Path(rel).name + ".part")
+    staged, total = _fetch_url(source.url, part, Path(rel).name)
+    return staged, total, None, f"URL {source.url}"
+
+
+def _fetch_bundled(source: Source, root: Path, rel: str) -> tuple[Path, int | None, str | None, str]:
+    data = importlib.resources.files("nbhelpers").joinpath("configs", source.resource).read_bytes()
+    out = _staging(root, "bundled") / Path(rel).name
+    out.write_bytes(data)
+    return out, len(data), hashlib.sha256(data).hexdigest(), f"bundled nbhelpers/configs/{source.resource}"
+
+
+def _fetch(source: Source, root: Path, rel: str) -> tuple[Path, int | None, str | None, str]:
+    if source.kind == "bundled":
+        return _fetch_bundled(source, root, rel)
+    if _offline():
+        raise _Skipped("HF_HUB_OFFLINE is set: no network source is tried")
+    if source.kind == "hub":
+        _check_host((source.endpoint or _default_endpoint()).rstrip("/"))
+        return _fetch_hub(source, root)
+    if source.kind == "gdrive":
+        return _fetch_gdrive(source, root, rel)
+    if source.kind == "url":
+        _check_host(source.address())
+        return _fetch_plain(source, root, rel)
+    raise _Skipped(f"unknown source kind {source.kind!r}")
+
+
+def _accept(entry: WeightFile, staged: Path, size: int | None, sha: str | None, check_hash: bool) -> str:
+    """Check a fetched file before it is renamed into place; raise :class:`_Rejected` when it is not the file."""
+    insp = inspect_file(staged, entry.format)
+    if insp.bad:
+        raise _Rejected(f"{insp.state}: {insp.detail}")
+    got = staged.stat().st_size
+    notes = [insp.detail]
+    if entry.size is not None and entry.size.verified and got != int(entry.size.value):
+        raise _Rejected(f"{got} bytes, the manifest says {entry.size.value}")
+    if size is not None:
+        if got != size:
+            raise _Rejected(f"{got} bytes, the source said {size}")
+        notes.append(f"size {got} as stated by the source")
+    wanted = {"the source": sha}
+    if entry.sha256 is not None and entry.sha256.verified:
+        wanted["the manifest"] = str(entry.sha256.value)
+    wanted = {who: value.lower() for who, value in wanted.items() if value}
+    if check_hash and wanted:
+        digest = sha256_file(staged, desc=Path(entry.path).name)
+        for who, value in wanted.items():
+            if digest != value:
+                raise _Rejected(f"sha256 {digest[:16]}... but {who} says {value[:16]}...")
+        notes.append("sha256 matches")
+    return "; ".join(notes)
+
+
+def _download_one(entry: WeightFile, root: Path, state: _State, check_hash: bool, replacing: str) -> DownloadRow:
+    start = time.monotonic()
+    errors: list[str] = []
+    target = root / entry.path
+    for source in entry.sources:
+        if (source.kind == "hub" and source.endpoint
+                and source.endpoint.rstrip("/") == _default_endpoint()
+                and any(s.kind == "hub" and s.endpoint is None and s.repo == source.repo for s in entry.sources)):
+            continue  # HF_ENDPOINT already points at this mirror: it was tried as the first source
+        for attempt in range(1, ATTEMPTS_PER_SOURCE + 1):
+            staged = None
+            try:
+                staged, size, sha, where = _fetch(source, root, entry.path)
+                note = _accept(entry, staged, size, sha, check_hash)
+            except _Rejected as exc:
+                errors.append(f"{source.describe()}: rejected ({exc})")
+                _discard_staged(staged)
+                break
+            except Exception as exc:  # noqa: BLE001 - every failure moves on; all of them are reported
+                errors.append(f"{source.describe()} (try {attempt}): {_short(exc)}")
+                if _permanent(exc) or attempt == ATTEMPTS_PER_SOURCE:
+                    break
+                time.sleep(RETRY_DELAY_S)
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(staged, target)
+            st = target.stat()
+            state.record_facts(entry.path, size if size is not None else st.st_size if sha else None, sha, where)
+            if sha and check_hash:
+                state.record_sha256(entry.path, st, sha)
+            state.save()
+            if errors:
+                note += f" (after: {' | '.join(errors)})"
+            return DownloadRow(entry.name, entry.path, "replaced" if replacing else "downloaded", where,
+                               st.st_size, time.monotonic() - start, note)
+    return DownloadRow(entry.name, entry.path, "failed", "", None, time.monotonic() - start, " | ".join(errors))
+
+
+def _discard_staged(staged: Path | None) -> None:
+    if staged is not None:
+        try:
+            Path(staged).unlink()
+        except OSError:
+            pass
+
+
+def _failure_message(root: Path, rows: Sequence[DownloadRow], manifest: Manifest) -> str:
+    lines = [f"{len(rows)} weight file(s) could not be downloaded into {root}:"]
+    for row in rows:
+        entry = manifest.get(row.name)
+        lines.append(f"  {row.path} ({entry.expected_text()}):")
+        lines += [f"    - {e}" for e in row.note.split(" | ")]
+        lines.append(f"    by hand: fetch {entry.sources[0].address()} and save it as {root / row.path}")
+    if all("cannot be reached from this machine" in row.note or "HF_HUB_OFFLINE" in row.note for row in rows):
+        lines.append(
+            "Fix: this machine cannot reach the weight hosts (no internet, or HF_HUB_OFFLINE is set). Copy the "
+            f"files above into {root} by hand (the 'by hand' lines give each address), or point the job at a "
+            "folder that already holds them: --weights DIR on the command line, weights_dir= in Python, or the "
+            "NBHELPERS_WEIGHTS environment variable (a shared Google Drive folder works). To see the tool run "
+            "without any download: `python -m nbhelpers demo --tiny` (tiny random weights; the mouth is noise).")
+    else:
+        lines.append(
+            "Fix: check the network and run the download again (finished files are kept; the hub client resumes "
+            "cut transfers). If huggingface.co is blocked set HF_ENDPOINT=https://hf-mirror.com; for a gated or "
+            "private repository set HF_TOKEN; unset HF_HUB_OFFLINE to allow downloads. Or copy the files by hand "
+            "and pass --weights DIR (weights_dir=, NBHELPERS_WEIGHTS).")
+    return "\n".join(lines)
+
+
+def download(directory: str | os.PathLike | None = None, sets: str | Sequence[str] | None = None,
+             files: str | Sequence[str] | None = None, *, check_hash: bool = True,
+             manifest: Manifest | None = None) -> DownloadReport:
+    """Fetch the weight files that are missing or bad, verifying each before it is put in place.
+
+    Present files are checked (size and contents, no hashing) and kept: a second call, or a session using a
+    shared folder that someone else filled, downloads nothing. A bad present file (HTML page, git-lfs pointer,
+    cut off, wrong size) is replaced, with a warning. Each missing file is fetched from its sources in order
+    (hub, Drive, mirrors), each source tried up to 3 times, checked (size and sha256 from the hub's metadata when
+    it gives them, plus a look inside), then renamed into place atomically. Nothing is installed or upgraded.
+
+    Args:
+        directory: The weights dir; None = :func:`default_dir`. Created if needed.
+        sets: Sets to fetch: ``"core"``, ``"faces"``, ``"faces-onnx"``, ``"faces-mmpose"``, ``"parsing"``,
+            ``"s3fd"``, ``"v1"``, ``"syncnet"``, ``"default"``, ``"all"``; None = the v1.5 inference set (core,
+            faces, parsing, s3fd: about 4.2 GB) unless ``files`` is given.
+        files: Extra file names or layout paths (see :func:`list_files`).
+        check_hash: Hash each fetched file when a sha256 is known (about 6 s per GB).
+        manifest: Another manifest (tests).
+
+    Returns:
+        :class:`DownloadReport`, one row per selected file.
+
+    Raises:
+        InputError: An unknown set or file name (the message lists the valid ones).
+        WeightsError: The folder cannot be written, or some file failed from every source; the message names
+            each file, each source's error, the manual URL and the fix. Files that succeeded are kept.
+
+    Source: download_weights.sh:14-49 (the same files and repositories; ``HF_ENDPOINT=https://hf-mirror.com``
+    there is our second hub source).
+    """
+    manifest = MANIFEST if manifest is None else manifest
+    entries = manifest.select(sets, files)
+    root = Path(directory).expanduser() if directory is not None else default_dir()
+    state = _State(root)
+    _HOSTS.clear()
+    rows: list[DownloadRow] = []
+    todo: list[tuple[WeightFile, str]] = []
+    for entry in entries:
+        check = _check(entry, root, state, deep=False)
+        if check.state in (OK, UNVERIFIABLE):
+            rows.append(DownloadRow(entry.name, check.path, "present", "", check.size, 0.0, check.detail))
+        else:
+            if check.state != MISSING:
+                warnings.warn(f"{root / check.path} is {check.state} ({check.detail}); downloading it again",
+                              NbHelpersWarning, stacklevel=2)
+            todo.append((entry, "" if check.state == MISSING else check.state))
+            rows.append(None)  # type: ignore[arg-type]  # filled below, keeping manifest order
+    if todo:
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            probe = root / f".nbhelpers-write-test-{os.getpid()}"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            names = ", ".join(e.path for e, _ in todo)
+            raise WeightsError(f"cannot write to the weights dir {root} ({exc}); {len(todo)} file(s) are missing "
+                               f"or bad: {names}. Choose a writable folder: set {ENV_VAR} or pass directory=, "
+                               "or ask the owner of the shared folder to run the download.") from exc
+        done = iter(_download_one(e, root, state, check_hash, why) for e, why in todo)
+        rows = [row if row is not None else next(done) for row in rows]
+    state.save()
+    report = DownloadReport(root, tuple(rows))
+    if report.failed:
+        error = WeightsError(_failure_message(root, report.failed, manifest))
+        error.report = report  # type: ignore[attr-defined]
+        raise error
+    if todo:
+        shutil.rmtree(root / STAGING_DIR, ignore_errors=True)
+    return report

@@ -1,0 +1,585 @@
+"""The manifest of the weight files: what a job needs, where each file comes from, and the folders.
+
+Owns :class:`WeightFile` / :class:`Source` / :class:`Fact` and the entries of :data:`MANIFEST` (sets,
+aliases), :func:`required_files` / :func:`missing_files`, the file table (:func:`list_files`), the choice of
+the weights folder (:func:`default_dir`, :func:`drive_dir`, :data:`ENV_VAR`, :data:`DRIVE_DIR`) and the
+tiny-weights marker (:func:`is_tiny`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import os
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from ..errors import InputError
+
+ENV_VAR = "NBHELPERS_WEIGHTS"  # folder of the weights; wins over every other choice
+DRIVE_DIR = Path("/content/drive/MyDrive/musetalk-workbook/models")  # used on Colab only if it already holds weights
+STATE_FILE = ".nbhelpers-weights.json"  # hub facts recorded at download time + cached sha256 results
+STAGING_DIR = ".nbhelpers-downloads"  # partial downloads (resumable), inside the weights dir: same filesystem
+TINY_MARKER = "tiny.json"  # written by nbhelpers.testing.make_tiny_weights: random tiny test weights
+HF_MIRROR = "https://hf-mirror.com"  # the mirror both official download scripts use (download_weights.sh:14)
+DOWNLOAD_COMMAND = "python -m nbhelpers download"
+NOTEBOOK = "notebooks/01_weights.ipynb"
+ATTEMPTS_PER_SOURCE = 3  # tries of one source before moving to the next (each try resumes where possible)
+RETRY_DELAY_S = 1.0  # seconds between tries of one source
+HTTP_TIMEOUT_S = 30.0  # seconds without data before a plain-HTTP transfer is considered stalled
+_CHUNK = 1 << 20  # bytes per read when streaming or hashing (1 MiB)
+_GB = 1e9
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Manifest
+# ---------------------------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Fact:
+    """One known value about a file (a size in bytes or a sha256), and how much it can be trusted.
+
+    Attributes:
+        value: The size in bytes (int) or the lowercase hex sha256 (str; for ``sha256_prefix`` the first digits).
+        verified: True when checked against the real file; unverified values are shown, never used to declare a
+            file bad.
+        source: Where the value comes from (a reference section, the hub, a convention).
+    """
+
+    value: int | str
+    verified: bool = False
+    source: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """One place a weight file can be fetched from.
+
+    Attributes:
+        kind: ``"hub"`` (Hugging Face hub through ``huggingface_hub``), ``"gdrive"`` (a Google Drive file id
+            through ``gdown``), ``"url"`` (plain HTTP(S), resumed with Range requests) or ``"bundled"`` (a
+            config shipped inside this package).
+        repo: Hub repository id (``kind="hub"``), e.g. ``"TMElyralab/MuseTalk"``.
+        filename: Path of the file inside the hub repository.
+        revision: Hub branch, tag or commit.
+        endpoint: Hub endpoint for a mirror (e.g. ``https://hf-mirror.com``); None = the library's own
+            (``HF_ENDPOINT`` or huggingface.co). The token is never sent to a non-default endpoint.
+        id: Google Drive file id (``kind="gdrive"``).
+        url: The address (``kind="url"``).
+        resource: File name under ``nbhelpers/configs`` (``kind="bundled"``).
+    """
+
+    kind: str
+    repo: str = ""
+    filename: str = ""
+    revision: str = "main"
+    endpoint: str | None = None
+    id: str = ""
+    url: str = ""
+    resource: str = ""
+
+    def describe(self) -> str:
+        """One line naming the source, e.g. ``hub TMElyralab/MuseTalk: musetalkV15/unet.pth``."""
+        if self.kind == "hub":
+            where = f" via {self.endpoint}" if self.endpoint else ""
+            return f"hub {self.repo}: {self.filename}{where}"
+        if self.kind == "gdrive":
+            return f"Google Drive id {self.id}"
+        if self.kind == "url":
+            return f"URL {self.url}"
+        return f"bundled nbhelpers/configs/{self.resource}"
+
+    def address(self) -> str:
+        """A URL a person can open in a browser to fetch the file by hand."""
+        if self.kind == "hub":
+            endpoint = (self.endpoint or os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
+            return f"{endpoint}/{self.repo}/resolve/{self.revision}/{self.filename}"
+        if self.kind == "gdrive":
+            return f"https://drive.google.com/uc?id={self.id}"
+        if self.kind == "url":
+            return self.url
+        return f"nbhelpers/configs/{self.resource}"
+
+
+@dataclasses.dataclass(frozen=True)
+class WeightFile:
+    """One file of the weights layout.
+
+    Attributes:
+        name: Short unique name (``"unet-v15"``); :func:`download` and :func:`verify` accept it (or ``path``).
+        path: Path relative to the weights dir, in the official layout (POSIX separators).
+        sets: Sets the file belongs to (``"core"``, ``"faces-onnx"``, ...).
+        format: ``"torch"`` (torch.save: zip or legacy pickle), ``"safetensors"``, ``"json"`` or ``"onnx"``.
+        sources: Where to fetch it, in order of preference.
+        size: Exact size in bytes, if known.
+        sha256: Hex sha256, if known.
+        sha256_prefix: Leading hex digits of the sha256 (torch.hub's file-name convention), if known.
+        approx_bytes: An estimate of the size (for planning and display only; never used to judge a file).
+        alternates: Other layout paths that hold the same content in another format (the official scripts
+            fetch ``.bin`` files where we prefer safetensors); a present alternate satisfies the entry.
+        description: What the file is.
+        cited: Where the facts come from (reference document section and official file:line).
+    """
+
+    name: str
+    path: str
+    sets: tuple[str, ...]
+    format: str
+    sources: tuple[Source, ...]
+    size: Fact | None = None
+    sha256: Fact | None = None
+    sha256_prefix: Fact | None = None
+    approx_bytes: int | None = None
+    alternates: tuple[str, ...] = ()
+    description: str = ""
+    cited: str = ""
+
+    def expected_text(self) -> str:
+        """The size as a person should read it, marked verified / unverified / estimate."""
+        if self.size is not None:
+            mark = "verified" if self.size.verified else "unverified"
+            return f"{_human(int(self.size.value))} ({mark})"
+        if self.approx_bytes:
+            return f"~{_human(self.approx_bytes)} (estimate)"
+        return "unknown"
+
+
+def _hub(repo: str, filename: str, mirror: bool = True) -> tuple[Source, ...]:
+    first = Source("hub", repo=repo, filename=filename)
+    return (first, Source("hub", repo=repo, filename=filename, endpoint=HF_MIRROR)) if mirror else (first,)
+
+
+_MUSETALK = "TMElyralab/MuseTalk"
+_VAE = "stabilityai/sd-vae-ft-mse"
+_WHISPER = "openai/whisper-tiny"
+_DWPOSE = "yzd-v/DWPose"
+
+# Sizes: "estimate" values are derived from parameter counts (4 bytes per float32 value) of the key lists in
+# shared/reference/checkpoints and of the configs; none was checked against the real files (no hub access here).
+_ENTRIES: tuple[WeightFile, ...] = (
+    WeightFile(
+        "unet-v15", "musetalkV15/unet.pth", ("core",), "torch", _hub(_MUSETALK, "musetalkV15/unet.pth"),
+        sha256=Fact("7ebf6c98c181e20838e4c0054e96e944ac60d5d692cc01db42839fe11b787007", False,
+                    "a third-party page (reference §1.1)"),
+        approx_bytes=3_399_791_376,
+        description="MuseTalk 1.5 UNet, torch.save of a plain diffusers UNet2DConditionModel state dict "
+                    "(849.9 M float32 values)",
+        cited="reference §1.1-1.2; download_weights.sh:22-24, unet.py:44-45"),
+    WeightFile(
+        "unet-v15-config", "musetalkV15/musetalk.json", ("core",), "json",
+        (*_hub(_MUSETALK, "musetalkV15/musetalk.json"), Source("bundled", resource="musetalkV15-unet.json")),
+        approx_bytes=800,
+        description="UNet2DConditionModel kwargs (v1.5); the bundled copy is reference/configs/musetalkV15-unet.json",
+        cited="reference §1.3; download_weights.sh:22-24"),
+    WeightFile(
+        "vae-config", "sd-vae/config.json", ("core",), "json", _hub(_VAE, "config.json"), approx_bytes=550,
+        description="AutoencoderKL config of sd-vae-ft-mse", cited="reference §1.1; download_weights.sh:27-29"),
+    WeightFile(
+        "vae", "sd-vae/diffusion_pytorch_model.safetensors", ("core",), "safetensors",
+        _hub(_VAE, "diffusion_pytorch_model.safetensors"), approx_bytes=334_640_000,
+        alternates=("sd-vae/diffusion_pytorch_model.bin",),
+        description="sd-vae-ft-mse weights (83.7 M values); the official script fetches the .bin, which also "
+                    "works",
+        cited="reference §1.1; download_weights.sh:27-29, vae.py:24"),
+    WeightFile(
+        "whisper-config", "whisper/config.json", ("core",), "json", _hub(_WHISPER, "config.json"),
+        approx_bytes=2_000, description="whisper-tiny config", cited="reference §1.1; download_weights.sh:32-34"),
+    WeightFile(
+        "whisper", "whisper/model.safetensors", ("core",), "safetensors", _hub(_WHISPER, "model.safetensors"),
+        approx_bytes=151_060_000, alternates=("whisper/pytorch_model.bin",),
+        description="whisper-tiny weights (37.8 M values; only the encoder is used); safetensors because recent "
+                    "transformers refuse .bin files on torch < 2.6",
+        cited="reference §1.1; download_weights.sh:32-34, inference.py:64-66"),
+    WeightFile(
+        "whisper-preprocessor", "whisper/preprocessor_config.json", ("core",), "json",
+        _hub(_WHISPER, "preprocessor_config.json"),
+        description="WhisperFeatureExtractor settings (80 mel bins, hop 160, 30 s chunks)",
+        cited="reference §1.1; download_weights.sh:32-34"),
+    WeightFile(
+        "dwpose-mmpose", "dwpose/dw-ll_ucoco_384.pth", ("faces", "faces-mmpose"), "torch",
+        _hub(_DWPOSE, "dw-ll_ucoco_384.pth"), approx_bytes=134_600_000,
+        description="DWPose mmengine checkpoint (state dict of 33.6 M values plus metadata; the estimate is a lower "
+                    "bound): the default landmark backend 'dwpose' (plain torch) and the exact mmpose path read it",
+        cited="reference §1.1; download_weights.sh:37-39, preprocessing.py:18-19"),
+    WeightFile(
+        "dwpose-onnx", "dwpose/dw-ll_ucoco_384.onnx", ("faces-onnx",), "onnx", _hub(_DWPOSE, "dw-ll_ucoco_384.onnx"),
+        approx_bytes=134_600_000,
+        description="DWPose RTMPose-l 384x288 whole-body, ONNX export (33.6 M values): only for the optional "
+                    "'dwpose-onnx' backend (onnxruntime)",
+        cited="hub yzd-v/DWPose (the same repository as the .pth)"),
+    WeightFile(
+        "bisenet", "face-parse-bisent/79999_iter.pth", ("parsing",), "torch",
+        (Source("hub", repo="ManyOtherFunctions/face-parse-bisent", filename="79999_iter.pth"),
+         Source("gdrive", id="154JgKpzCPW82qINcVieuPH3fZ2e0P812"),
+         Source("hub", repo="ManyOtherFunctions/face-parse-bisent", filename="79999_iter.pth", endpoint=HF_MIRROR)),
+        approx_bytes=53_300_000,
+        description="BiSeNet face parsing, 19 classes (face-parsing.PyTorch), plain state dict; the ResNet-18 "
+                    "ImageNet file of the official script is not needed (it is fully overwritten)",
+        cited="reference §1.1; download_weights.sh:47, download_weights.bat:38, face_parsing/__init__.py:61-67"),
+    WeightFile(
+        "s3fd", "s3fd/s3fd-619a316812.pth", ("s3fd",), "torch",
+        (Source("url", url="https://www.adrianbulat.com/downloads/python-fan/s3fd-619a316812.pth"),),
+        sha256_prefix=Fact("619a316812", False, "torch.hub file-name convention (<name>-<first sha256 digits>)"),
+        approx_bytes=89_840_000,
+        description="S3FD face detector (22.5 M values); the official code fetches it at import time",
+        cited="reference §1.1; sfd_detector.py:11-13,17-24"),
+    WeightFile(
+        "unet-v1", "musetalk/pytorch_model.bin", ("v1",), "torch", _hub(_MUSETALK, "musetalk/pytorch_model.bin"),
+        approx_bytes=3_399_791_376,
+        description="MuseTalk 1.0 UNet (same architecture as v1.5), plain state dict",
+        cited="reference §1.1-1.3; download_weights.sh:17-19"),
+    WeightFile(
+        "unet-v1-config", "musetalk/musetalk.json", ("v1",), "json",
+        (*_hub(_MUSETALK, "musetalk/musetalk.json"), Source("bundled", resource="musetalkV15-unet.json")),
+        approx_bytes=800,
+        description="UNet config (v1.0); v1.0 and v1.5 share the architecture (reference §1.3), so the bundled "
+                    "v1.5 config is the last-resort source",
+        cited="reference §1.3; download_weights.sh:17-19, training_utils.py:66-73"),
+    WeightFile(
+        "syncnet", "syncnet/latentsync_syncnet.pt", ("syncnet",), "torch",
+        _hub("ByteDance/LatentSync", "latentsync_syncnet.pt"),
+        description="LatentSync SyncNet: training only (the official app.py refuses to start without it)",
+        cited="reference §1.1; download_weights.sh:42-44, app.py:139,149-159"),
+    WeightFile(
+        "syncnet-v2", "syncnet/syncnet_v2.model", ("quality",), "torch",
+        (*_hub("ByteDance/LatentSync-1.5", "auxiliary/syncnet_v2.model"),
+         Source("url", url="https://www.robots.ox.ac.uk/~vgg/software/lipsync/data/syncnet_v2.model")),
+        approx_bytes=54_526_464,
+        description="SyncNet v2 (Chung & Zisserman 2016), a plain state dict of 13.6 M float32 values: the "
+                    "LSE-D / LSE-C lip-sync score of nbhelpers.quality (optional)",
+        cited="syncnet_python download_model.sh, SyncNetInstance.py loadParameters; LatentSync "
+              "checkpoints/auxiliary"),
+    # Face restoration (nbhelpers.restore, optional). Sizes are estimates from public download listings (about 348,
+    # 280 and 376 MB); no hash was checked here (no network to the release hosts).
+    WeightFile(
+        "gfpgan-v1.4", "restore/GFPGANv1.4.pth", ("restore-gfpgan",), "torch",
+        (Source("url", url="https://github.com/TencentARC/GFPGAN/releases/download/v1.3.0/GFPGANv1.4.pth"),),
+        approx_bytes=348_000_000,
+        description="GFPGAN v1.4 (GFPGANv1Clean, 512x512 faces), torch.save of {'params_ema': state dict}: "
+                    "optional face restoration of the repainted crop (Apache-2.0)",
+        cited="GFPGAN inference_gfpgan.py (version 1.4 URL), gfpgan/utils.py (params_ema / params)"),
+    WeightFile(
+        "restoreformer", "restore/RestoreFormer.pth", ("restore-restoreformer",), "torch",
+        (Source("url", url="https://github.com/TencentARC/GFPGAN/releases/download/v1.3.4/RestoreFormer.pth"),),
+        approx_bytes=290_000_000,
+        description="RestoreFormer as released with GFPGAN 1.3.4 (512x512 faces), {'params_ema': state dict}: "
+                    "optional face restoration of the repainted crop (Apache-2.0)",
+        cited="GFPGAN inference_gfpgan.py (version RestoreFormer URL), gfpgan/archs/restoreformer_arch.py"),
+    WeightFile(
+        "codeformer", "restore/codeformer.pth", ("restore-codeformer",), "torch",
+        (Source("url", url="https://github.com/sczhou/CodeFormer/releases/download/v0.1.0/codeformer.pth"),),
+        approx_bytes=376_000_000,
+        description="CodeFormer v0.1.0 (512x512 faces), {'params_ema': state dict}: optional face restoration; "
+                    "NON-COMMERCIAL licence (S-Lab License 1.0)",
+        cited="CodeFormer inference_codeformer.py (pretrain_model_url, torch.load(...)['params_ema'])"),
+)
+
+SETS: dict[str, str] = {
+    "core": "MuseTalk 1.5 UNet + config, sd-vae-ft-mse, whisper-tiny (needed for every run)",
+    "faces": "DWPose checkpoint, the official .pth (the default landmark backend 'dwpose', and mmpose)",
+    "faces-onnx": "DWPose as ONNX (the optional 'dwpose-onnx' backend, onnxruntime)",
+    "faces-mmpose": "DWPose checkpoint for the exact official landmarks through mmpose (the same file as 'faces')",
+    "parsing": "BiSeNet face parsing (the blending mask)",
+    "s3fd": "S3FD face detector (the face box for the DWPose backends)",
+    "v1": "MuseTalk 1.0 UNet + config (only for version='v1')",
+    "syncnet": "LatentSync SyncNet (training only)",
+    "quality": "SyncNet v2 for the LSE-D / LSE-C lip-sync score (nbhelpers.quality.sync_score)",
+    "restore-gfpgan": "GFPGAN v1.4 face restoration of the repainted crop (restore='gfpgan', Apache-2.0)",
+    "restore-restoreformer": "RestoreFormer face restoration (restore='restoreformer', Apache-2.0)",
+    "restore-codeformer": "CodeFormer face restoration (restore='codeformer'; non-commercial licence)",
+}
+DEFAULT_SETS: tuple[str, ...] = ("core", "faces", "parsing", "s3fd")  # the v1.5 inference set, ~4.2 GB
+_ALIASES = {"default": DEFAULT_SETS, "v15": ("core",), "all": tuple(SETS)}
+
+
+class Manifest(tuple):
+    """The weight files (a tuple of :class:`WeightFile`) with lookups by name, path and set."""
+
+    def __new__(cls, entries: Iterable[WeightFile]):
+        self = super().__new__(cls, tuple(entries))
+        names = [e.name for e in self]
+        if len(set(names)) != len(names):
+            raise ValueError(f"duplicate names in the manifest: {names}")
+        return self
+
+    @property
+    def sets(self) -> tuple[str, ...]:
+        """Every set name used by an entry, in first-use order."""
+        seen: dict[str, None] = {}
+        for entry in self:
+            for s in entry.sets:
+                seen.setdefault(s, None)
+        return tuple(seen)
+
+    def get(self, name: str) -> WeightFile:
+        """The entry called ``name`` (its short name, layout path or alternate path).
+
+        Args:
+            name: E.g. ``"unet-v15"``, ``"musetalkV15/unet.pth"`` or ``"whisper/pytorch_model.bin"``.
+
+        Returns:
+            The :class:`WeightFile`.
+
+        Raises:
+            InputError: Unknown name; the message lists the valid names.
+        """
+        for entry in self:
+            if name in (entry.name, entry.path, *entry.alternates):
+                return entry
+        raise InputError(f"unknown weight file {name!r}. Valid names: {', '.join(e.name for e in self)} "
+                         f"(or their paths, e.g. {self[0].path!r}). See weights.list_files().")
+
+    def select(self, sets: str | Sequence[str] | None = None,
+               files: str | Sequence[str] | None = None) -> list[WeightFile]:
+        """Entries of the given sets and/or file names, in manifest order.
+
+        Args:
+            sets: Set names (``"core"``, ``"faces-onnx"``, ... or ``"default"``, ``"all"``); None = the default
+                sets when ``files`` is None too, else no set.
+            files: Extra file names or layout paths.
+
+        Returns:
+            The selected entries, each once.
+
+        Raises:
+            InputError: An unknown set or file name; the message lists the valid ones.
+        """
+        if isinstance(sets, str):
+            sets = [sets]
+        if isinstance(files, str):
+            files = [files]
+        if sets is None:
+            sets = DEFAULT_SETS if not files else ()
+        wanted: set[str] = set()
+        for s in sets:
+            if s in _ALIASES:
+                wanted.update(_ALIASES[s])
+            elif s in self.sets:
+                wanted.add(s)
+            else:
+                raise InputError(f"unknown weight set {s!r}. Valid sets: {', '.join(self.sets)} (and "
+                                 f"{', '.join(_ALIASES)}); valid file names: {', '.join(e.name for e in self)}.")
+        chosen = {self.get(f).name for f in (files or ())}
+        return [e for e in self if e.name in chosen or wanted.intersection(e.sets)]
+
+
+MANIFEST = Manifest(_ENTRIES)
+
+
+def required_files(version: str = "v15", parsing: bool = True) -> list[str]:
+    """Layout paths (relative to the weights dir) that a lip-sync job of ``version`` needs.
+
+    Face-landmark files are not listed: which ones are needed depends on the landmark backend.
+
+    Args:
+        version: ``"v15"`` or ``"v1"``.
+        parsing: Include the BiSeNet face-parsing file.
+
+    Returns:
+        Relative POSIX paths, e.g. ``["musetalkV15/unet.pth", ...]``.
+
+    Raises:
+        InputError: Unknown version.
+
+    Source: reference §1.1 (the files inference.py, vae.py and face_parsing/__init__.py open).
+    """
+    if version not in ("v15", "v1"):
+        raise InputError(f"version must be 'v15' or 'v1'; got {version!r}.")
+    names = [e.name for e in MANIFEST.select("core")]
+    if version == "v1":
+        names = [n for n in names if not n.startswith("unet-v15")] + ["unet-v1", "unet-v1-config"]
+    if parsing:
+        names.append("bisenet")
+    return [MANIFEST.get(n).path for n in names]
+
+
+def missing_files(directory: str | os.PathLike, paths: Sequence[str]) -> list[str]:
+    """Which of ``paths`` (layout paths) are absent from ``directory``; a present alternate counts as present.
+
+    Args:
+        directory: The weights dir.
+        paths: Layout paths, e.g. from :func:`required_files`.
+
+    Returns:
+        The missing ones, in the given order.
+
+    Source: reference §1.1 (download_weights.sh fetches .bin files where we prefer safetensors).
+    """
+    root = Path(directory)
+    out = []
+    for rel in paths:
+        alts: tuple[str, ...] = ()
+        for entry in MANIFEST:
+            if entry.path == rel:
+                alts = entry.alternates
+        if not any((root / p).is_file() for p in (rel, *alts)):
+            out.append(rel)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Tables that render in notebooks and terminals
+# ---------------------------------------------------------------------------------------------------------------
+
+def _human(n: int | float | None) -> str:
+    if n is None:
+        return "-"
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"  # pragma: no cover
+
+
+def _text_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [len(h) for h in headers]
+    for row in rows:
+        widths = [max(w, len(str(c))) for w, c in zip(widths, row, strict=True)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    lines = [fmt.format(*headers), fmt.format(*["-" * w for w in widths])]
+    lines += [fmt.format(*[str(c) for c in row]) for row in rows]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _html_table(headers: Sequence[str], rows: Sequence[Sequence[str]], caption: str = "",
+                row_styles: Sequence[str] | None = None) -> str:
+    out = ['<table style="border-collapse:collapse;font-size:90%">']
+    if caption:
+        out.append(f'<caption style="text-align:left;font-weight:bold">{html.escape(caption)}</caption>')
+    out.append("<tr>" + "".join(f'<th style="text-align:left;padding:2px 8px">{html.escape(h)}</th>'
+                                for h in headers) + "</tr>")
+    for i, row in enumerate(rows):
+        style = f' style="{row_styles[i]}"' if row_styles and row_styles[i] else ""
+        out.append(f"<tr{style}>" + "".join(f'<td style="padding:2px 8px">{html.escape(str(c))}</td>'
+                                            for c in row) + "</tr>")
+    out.append("</table>")
+    return "\n".join(out)
+
+
+@dataclasses.dataclass(frozen=True)
+class FileTable:
+    """The manifest (or a selection of it) as a table; renders as HTML in notebooks, text elsewhere.
+
+    Attributes:
+        entries: The listed files.
+    """
+
+    entries: tuple[WeightFile, ...]
+
+    @property
+    def approx_total_bytes(self) -> int:
+        """Sum of the known or estimated sizes, in bytes (files with no estimate count 0)."""
+        return sum(int(e.size.value) if e.size else (e.approx_bytes or 0) for e in self.entries)
+
+    def _rows(self) -> list[list[str]]:
+        rows = []
+        for e in self.entries:
+            if e.sha256 is not None:
+                sha = f"{str(e.sha256.value)[:12]}... ({'verified' if e.sha256.verified else 'unverified'})"
+            elif e.sha256_prefix is not None:
+                sha = f"{e.sha256_prefix.value}... (prefix, unverified)"
+            else:
+                sha = "unknown (the hub's value is recorded at download)"
+            rows.append([e.name, ", ".join(e.sets), e.path, e.expected_text(), sha,
+                         " | ".join(s.describe() for s in e.sources)])
+        return rows
+
+    _HEADERS = ("name", "sets", "path", "size", "sha256", "sources (in order)")
+
+    def __str__(self) -> str:
+        return (_text_table(self._HEADERS, self._rows())
+                + f"\n{len(self.entries)} files, about {self.approx_total_bytes / _GB:.2f} GB")
+
+    def _repr_html_(self) -> str:
+        return _html_table(self._HEADERS, self._rows(),
+                           caption=f"{len(self.entries)} weight files, about "
+                                   f"{self.approx_total_bytes / _GB:.2f} GB")
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def list_files(sets: str | Sequence[str] | None = "all", manifest: Manifest | None = None) -> FileTable:
+    """The manifest as a table: name, sets, layout path, size, sha256 and sources of each file.
+
+    Args:
+        sets: Which sets to list (default ``"all"``; ``None`` or ``"default"`` = the v1.5 inference set).
+        manifest: Another manifest (tests); default :data:`MANIFEST`.
+
+    Returns:
+        :class:`FileTable` (HTML in a notebook, text in a terminal; ``approx_total_bytes`` for planning).
+
+    Raises:
+        InputError: An unknown set name; the message lists the valid ones.
+
+    Source: none in the official code (no size or checksum is stated anywhere, reference §1.1).
+    """
+    manifest = MANIFEST if manifest is None else manifest
+    return FileTable(tuple(manifest.select(sets)))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Where the files live
+# ---------------------------------------------------------------------------------------------------------------
+
+def _on_colab() -> bool:
+    return "google.colab" in sys.modules or bool(os.environ.get("COLAB_RELEASE_TAG"))
+
+
+def _holds_weights(folder: Path, manifest: Manifest | None = None) -> bool:
+    manifest = MANIFEST if manifest is None else manifest
+    try:
+        return any((folder / p).is_file() for e in manifest for p in (e.path, *e.alternates))
+    except OSError:
+        return False
+
+
+def drive_dir() -> Path:
+    """The Google Drive folder used on Colab (``/content/drive/MyDrive/musetalk-workbook/models``).
+
+    Point ``NBHELPERS_WEIGHTS`` at it (or pass it as ``directory=``) to keep the weights on Drive across
+    sessions; once it holds weights, :func:`default_dir` picks it by itself.
+
+    Source: none in the official code (its models/ folder lives under the repository root, §1.1).
+    """
+    return DRIVE_DIR
+
+
+def default_dir() -> Path:
+    """The weights dir used when none is given.
+
+    Order: (1) ``$NBHELPERS_WEIGHTS``; (2) on Colab with Drive mounted, :func:`drive_dir` if it already holds
+    weight files; (3) ``$XDG_CACHE_HOME/musetalk-workbook/models`` (``~/.cache/musetalk-workbook/models``).
+    The folder is not created here.
+
+    Returns:
+        An absolute path (``~`` expanded).
+
+    Source: the official scripts use ``models/`` under the repository root (reference §1.1); a notebook has no
+    such root, hence a cache folder.
+    """
+    env = os.environ.get(ENV_VAR, "").strip()
+    if env:
+        return Path(env).expanduser().absolute()
+    if _on_colab() and DRIVE_DIR.is_dir() and _holds_weights(DRIVE_DIR):
+        return DRIVE_DIR
+    cache = os.environ.get("XDG_CACHE_HOME", "").strip()
+    base = Path(cache).expanduser() if cache else Path.home() / ".cache"
+    return (base / "musetalk-workbook" / "models").absolute()
+
+
+def is_tiny(directory: str | os.PathLike) -> bool:
+    """True when ``directory`` holds tiny random test weights (``tiny.json`` from ``make_tiny_weights``).
+
+    Args:
+        directory: The weights dir.
+
+    Source: none in the official code (test support).
+    """
+    return (Path(directory) / TINY_MARKER).is_file()
+
+
+TRY_TINY = ("Without network, `python -m nbhelpers demo --tiny` shows every stage running on tiny random weights "
+            "(the repainted mouth is noise).")

@@ -1,0 +1,545 @@
+"""Verification: the weights folder checked against the manifest, with a fix for every bad file.
+
+Owns the recorded state (:class:`_State`: hub facts and cached hashes), :func:`sha256_file`, the expected
+facts of a file (:class:`Expected`), :class:`FileCheck` / :class:`VerifyReport` and :func:`verify`, and
+the files of one job (:func:`job_files`, :func:`check_job_files`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError, WeightsError
+from .inspect import (
+    _FORMAT_BY_SUFFIX,
+    BAD_STATES,
+    HASH_MISMATCH,
+    HTML_PAGE,
+    LFS_POINTER,
+    MISSING,
+    OK,
+    TRUNCATED,
+    UNVERIFIABLE,
+    WRONG_SIZE,
+    inspect_file,
+)
+from .manifest import (
+    _CHUNK,
+    DEFAULT_SETS,
+    DOWNLOAD_COMMAND,
+    MANIFEST,
+    NOTEBOOK,
+    STATE_FILE,
+    TRY_TINY,
+    Manifest,
+    WeightFile,
+    _html_table,
+    _human,
+    _text_table,
+    default_dir,
+    is_tiny,
+    required_files,
+)
+
+# ---------------------------------------------------------------------------------------------------------------
+# Recorded facts and cached hashes (a small JSON next to the files)
+# ---------------------------------------------------------------------------------------------------------------
+
+class _State:
+    """``<weights dir>/.nbhelpers-weights.json``: hub facts recorded at download, and sha256 results cached by
+    (size, mtime). Writing is best effort: a read-only shared folder still verifies."""
+
+    def __init__(self, directory: Path):
+        self.path = directory / STATE_FILE
+        self.changed = False
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+            self.files: dict[str, dict[str, Any]] = dict(data.get("files", {}))
+        except (OSError, ValueError, AttributeError):
+            self.files = {}
+
+    def cached_sha256(self, rel: str, st: os.stat_result) -> str | None:
+        rec = self.files.get(rel, {})
+        if rec.get("size") == st.st_size and rec.get("mtime_ns") == st.st_mtime_ns:
+            return rec.get("sha256")
+        return None
+
+    def record_sha256(self, rel: str, st: os.stat_result, sha: str) -> None:
+        rec = self.files.setdefault(rel, {})
+        rec.update(size=st.st_size, mtime_ns=st.st_mtime_ns, sha256=sha)
+        self.changed = True
+
+    def record_facts(self, rel: str, size: int | None, sha: str | None, source: str) -> None:
+        rec = self.files.setdefault(rel, {})
+        rec.update(expected_size=size, expected_sha256=sha, facts_from=source)
+        self.changed = True
+
+    def facts(self, rel: str) -> tuple[int | None, str | None, str]:
+        rec = self.files.get(rel, {})
+        return rec.get("expected_size"), rec.get("expected_sha256"), rec.get("facts_from", "")
+
+    def save(self) -> None:
+        if not self.changed:
+            return
+        tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
+        try:
+            tmp.write_text(json.dumps({"version": 1, "files": self.files}, indent=1, sort_keys=True),
+                           encoding="utf-8")
+            os.replace(tmp, self.path)
+            self.changed = False
+        except OSError:
+            try:
+                tmp.unlink()
+            except OSError:
+                pass
+
+
+def sha256_file(path: str | os.PathLike, desc: str = "") -> str:
+    """The sha256 of a file as lowercase hex, with a progress bar in bytes for large files.
+
+    Args:
+        path: The file.
+        desc: Label of the progress bar (default: the file name).
+
+    Returns:
+        64 lowercase hex digits.
+
+    Source: none in the official code (no checksum anywhere, reference §1.1).
+    """
+    from .. import progress
+
+    path = Path(path)
+    size = path.stat().st_size
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        if size < 64 * _CHUNK:
+            for block in iter(lambda: f.read(_CHUNK), b""):
+                digest.update(block)
+        else:
+            with progress.bar(total=size, desc=f"sha256 {desc or path.name}", unit="B", unit_scale=True,
+                              unit_divisor=1024) as pbar:
+                for block in iter(lambda: f.read(8 * _CHUNK), b""):
+                    digest.update(block)
+                    pbar.update(len(block))
+    return digest.hexdigest()
+
+
+@dataclasses.dataclass(frozen=True)
+class Expected:
+    """What is known of one file of a weights dir, combining the manifest and the facts recorded at download.
+
+    Attributes:
+        size: Exact bytes from a verified source (manifest verified value or the hub at download), else None.
+        sha256: Hex sha256 from a verified source, else None.
+        source: Where those values come from.
+        unverified_sha256: A sha256 from an unverified source (shown, never used to reject).
+    """
+
+    size: int | None
+    sha256: str | None
+    source: str
+    unverified_sha256: str | None = None
+
+
+def expected_facts(directory: str | os.PathLike, name: str, manifest: Manifest | None = None) -> Expected:
+    """Size and sha256 known for a file of ``directory``: verified manifest values first, then what the hub
+    reported when :func:`download` fetched it (recorded in ``.nbhelpers-weights.json``).
+
+    Use it to decide whether a pickle checkpoint may be unpickled (``models.load_checkpoint``)::
+
+        exp = weights.expected_facts(d, "dwpose-mmpose")
+        models.load_checkpoint(d / "dwpose/dw-ll_ucoco_384.pth", trusted_sha256=exp.sha256,
+                               expected_size=exp.size)
+
+    Args:
+        directory: The weights dir.
+        name: Manifest name or layout path.
+        manifest: Another manifest (tests).
+
+    Returns:
+        :class:`Expected`.
+
+    Raises:
+        InputError: Unknown name.
+
+    Source: none in the official code (no checksum anywhere, reference §1.1).
+    """
+    manifest = MANIFEST if manifest is None else manifest
+    entry = manifest.get(name)
+    rel = name if name in (entry.path, *entry.alternates) else entry.path
+    return _expected(entry, rel, _State(Path(directory)))
+
+
+def _expected(entry: WeightFile, rel: str, state: _State) -> Expected:
+    size = sha = None
+    sources = []
+    unverified = None
+    if rel == entry.path:
+        if entry.size is not None and entry.size.verified:
+            size = int(entry.size.value)
+            sources.append(f"manifest ({entry.size.source})")
+        if entry.sha256 is not None:
+            if entry.sha256.verified:
+                sha = str(entry.sha256.value)
+                sources.append(f"manifest ({entry.sha256.source})")
+            else:
+                unverified = str(entry.sha256.value)
+    rec_size, rec_sha, rec_from = state.facts(rel)
+    if size is None and rec_size is not None:
+        size = int(rec_size)
+        sources.append(rec_from)
+    if sha is None and rec_sha:
+        sha = str(rec_sha)
+        if rec_from not in sources:
+            sources.append(rec_from)
+    return Expected(size, sha, "; ".join(s for s in sources if s), unverified)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# verify
+# ---------------------------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class FileCheck:
+    """The verdict on one file.
+
+    Attributes:
+        name: Manifest name.
+        path: Layout path that was checked (the primary path, or the alternate found on disk).
+        size: Bytes on disk (None when missing).
+        expected: The expected size as text (``"unknown"`` when nothing is known).
+        state: ``"ok"``, ``"missing"``, ``"wrong size"``, ``"HTML page"``, ``"git-lfs pointer"``, ``"truncated"``,
+            ``"hash mismatch"``, ``"corrupt"`` or ``"unverifiable"``.
+        detail: What was checked or found.
+        fix: What to do (empty when nothing is needed).
+    """
+
+    name: str
+    path: str
+    size: int | None
+    expected: str
+    state: str
+    detail: str
+    fix: str = ""
+
+    @property
+    def bad(self) -> bool:
+        """True when the file is missing or damaged."""
+        return self.state in BAD_STATES
+
+
+_STATE_COLOURS = {OK: "", UNVERIFIABLE: "background:#fff8e1"}
+
+
+@dataclasses.dataclass(frozen=True)
+class VerifyReport:
+    """The result of :func:`verify`: one row per file; HTML in notebooks, a text table elsewhere.
+
+    Attributes:
+        directory: The weights dir checked.
+        checks: One :class:`FileCheck` per file.
+        deep: Whether sha256 values were computed.
+        tiny: Whether the folder holds tiny random test weights.
+    """
+
+    directory: Path
+    checks: tuple[FileCheck, ...]
+    deep: bool = False
+    tiny: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """True when no file is missing or damaged ("unverifiable" counts as usable)."""
+        return not self.problems
+
+    @property
+    def problems(self) -> tuple[FileCheck, ...]:
+        """The rows that are missing or damaged."""
+        return tuple(c for c in self.checks if c.bad)
+
+    def raise_for_problems(self) -> None:
+        """Raise :class:`WeightsError` naming every bad file and its fix; do nothing when all are usable."""
+        if self.problems:
+            lines = [f"{len(self.problems)} weight file(s) under {self.directory} are not usable:"]
+            lines += [f"  {c.path}: {c.state} - {c.detail}. Fix: {c.fix}" for c in self.problems]
+            raise WeightsError("\n".join(lines))
+
+    def _summary(self) -> str:
+        kind = " (tiny random test weights)" if self.tiny else ""
+        verdict = "all usable" if self.ok else f"{len(self.problems)} problem(s)"
+        how = "sizes, contents and sha256" if self.deep else "sizes and contents (deep=True / --deep also hashes)"
+        return f"{self.directory}{kind}: {len(self.checks)} files, {verdict}; checked {how}"
+
+    _HEADERS = ("file", "size", "expected", "state", "detail", "fix")
+
+    def _rows(self) -> list[list[str]]:
+        return [[c.path, _human(c.size) if c.size is not None else "-", c.expected, c.state, c.detail, c.fix]
+                for c in self.checks]
+
+    def __str__(self) -> str:
+        return self._summary() + "\n" + _text_table(self._HEADERS, self._rows())
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    def _repr_html_(self) -> str:
+        styles = [_STATE_COLOURS.get(c.state, "background:#fde0dc") for c in self.checks]
+        return _html_table(self._HEADERS, self._rows(), caption=self._summary(), row_styles=styles)
+
+
+def _set_arg(entry: WeightFile) -> str:
+    return "" if set(entry.sets) & set(DEFAULT_SETS) else f" --sets {entry.sets[0]}"
+
+
+def _fix(entry: WeightFile, state: str, rel: str, root: Path | None = None) -> str:
+    where = "" if root is None or _same_dir(root, default_dir()) else f" --weights {root}"
+    cmd = f"`{DOWNLOAD_COMMAND}{where}{_set_arg(entry)}` (or {NOTEBOOK})"
+    if state == MISSING:
+        return f"download it: {cmd}"
+    if state == LFS_POINTER:
+        return (f"the folder was cloned without git-lfs; delete {rel} and run {cmd}, or `git lfs pull` in the "
+                "clone")
+    if state == HTML_PAGE:
+        return (f"the server sent a web page (a quota, login or virus-scan page); delete {rel} and run {cmd}, "
+                f"or fetch {entry.sources[0].address()} in a browser and save it as {rel}")
+    return f"delete {rel} and download it again: {cmd} (download() also replaces bad files itself)"
+
+
+def _same_dir(a: Path, b: Path) -> bool:
+    try:
+        return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
+    except OSError:
+        return False
+
+
+def _check(entry: WeightFile, root: Path, state: _State, deep: bool) -> FileCheck:
+    rel = next((p for p in (entry.path, *entry.alternates) if (root / p).is_file()), None)
+    if rel is None:
+        return FileCheck(entry.name, entry.path, None, entry.expected_text(), MISSING,
+                         "not in the folder" + (f" (nor {', '.join(entry.alternates)})" if entry.alternates else ""),
+                         _fix(entry, MISSING, entry.path, root))
+    path = root / rel
+    st = path.stat()
+    exp = _expected(entry, rel, state)
+    expected_text = (f"{_human(exp.size)} ({exp.source})" if exp.size is not None
+                     else (entry.expected_text() if rel == entry.path else "unknown"))
+    insp = inspect_file(path, _FORMAT_BY_SUFFIX.get(Path(rel).suffix.lower(), entry.format))
+    if insp.bad:
+        return FileCheck(entry.name, rel, st.st_size, expected_text, insp.state, insp.detail,
+                         _fix(entry, insp.state, rel, root))
+    notes = [insp.detail]
+    proven = insp.state == OK
+    if exp.size is not None:
+        if st.st_size != exp.size:
+            kind = TRUNCATED if st.st_size < exp.size else WRONG_SIZE
+            return FileCheck(entry.name, rel, st.st_size, expected_text, kind,
+                             f"{st.st_size} bytes, expected {exp.size} ({exp.source})", _fix(entry, kind, rel, root))
+        notes.append("size matches")
+        proven = True
+    want_hash = exp.sha256 or exp.unverified_sha256 or (entry.sha256_prefix is not None and rel == entry.path)
+    if deep and want_hash:
+        sha = state.cached_sha256(rel, st)
+        if sha is None:
+            sha = sha256_file(path, desc=rel)
+            state.record_sha256(rel, st, sha)
+        if exp.sha256:
+            if sha != exp.sha256:
+                return FileCheck(entry.name, rel, st.st_size, expected_text, HASH_MISMATCH,
+                                 f"sha256 {sha[:16]}... but {exp.source} says {exp.sha256[:16]}...",
+                                 _fix(entry, HASH_MISMATCH, rel, root))
+            notes.append(f"sha256 matches ({exp.source})")
+            proven = True
+        elif exp.unverified_sha256:
+            same = sha == exp.unverified_sha256
+            notes.append(f"sha256 {'matches' if same else 'differs from'} the unverified value "
+                         f"({entry.sha256.source if entry.sha256 else ''})")
+        if entry.sha256_prefix is not None and rel == entry.path:
+            same = sha.startswith(str(entry.sha256_prefix.value))
+            notes.append(f"sha256 {'starts' if same else 'does not start'} with {entry.sha256_prefix.value} "
+                         f"({entry.sha256_prefix.source}, unverified)")
+    elif want_hash and not deep:
+        notes.append("sha256 not computed (deep=False)")
+    final = OK if proven else UNVERIFIABLE
+    fix = "" if final == OK else "nothing known to check it against; it will be used as it is"
+    return FileCheck(entry.name, rel, st.st_size, expected_text, final, "; ".join(notes), fix)
+
+
+def verify(directory: str | os.PathLike | None = None, sets: str | Sequence[str] | None = None,
+           files: str | Sequence[str] | None = None, deep: bool = False,
+           manifest: Manifest | None = None) -> VerifyReport:
+    """Check the weight files of a folder: presence, size, contents and (``deep=True``) sha256.
+
+    By default the v1.5 inference set is checked, plus any other manifest file that is present (so a folder
+    with the v1 UNet shows its state without flagging v1 as missing elsewhere). Nothing is downloaded; sha256
+    results are cached in ``.nbhelpers-weights.json`` keyed by (size, mtime), so a repeated deep check costs
+    nothing. An unverified expected value never produces a mismatch: such files read "ok" when their
+    structure is complete, else "unverifiable".
+
+    Args:
+        directory: The weights dir; None = :func:`default_dir`.
+        sets: Sets to check (None = the default sets plus present extras).
+        files: Extra file names or layout paths.
+        deep: Also compute sha256 where a value is known (about 6 s per GB).
+        manifest: Another manifest (tests).
+
+    Returns:
+        :class:`VerifyReport` (``.ok``, ``.problems``, ``.raise_for_problems()``).
+
+    Raises:
+        InputError: An unknown set or file name (the message lists valid ones).
+
+    Source: the official code checks nothing (reference §1.1: no size or checksum is stated anywhere).
+    """
+    manifest = MANIFEST if manifest is None else manifest
+    root = Path(directory) if directory is not None else default_dir()
+    chosen = manifest.select(sets, files)
+    if sets is None and files is None:
+        names = {e.name for e in chosen}
+        chosen = [e for e in manifest if e.name in names
+                  or any((root / p).is_file() for p in (e.path, *e.alternates))]
+    state = _State(root)
+    checks = tuple(_check(e, root, state, deep) for e in chosen)
+    state.save()
+    return VerifyReport(root, checks, deep=deep, tiny=is_tiny(root))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The input check of a job: every file it will open, before any frame is decoded
+# ---------------------------------------------------------------------------------------------------------------
+
+# Weight sets each landmark backend opens (faces/registry.py NEEDS_WEIGHTS, by set name); dlib and boxes need none.
+_LANDMARK_SETS = {"dwpose": ("faces", "s3fd"), "dwpose-onnx": ("faces-onnx", "s3fd"),
+                  "mmpose": ("faces-mmpose", "s3fd")}
+# The modules that make "auto" try a backend (faces/registry.py AUTO_ORDER), in its order.
+_AUTO_ORDER = (("mmpose", "mmpose"), ("dwpose", "torch"), ("dwpose-onnx", "onnxruntime"))
+
+
+def _auto_landmark_sets(root: Path, manifest: Manifest) -> tuple[str, ...]:
+    """The sets the ``"auto"`` landmark choice would open: the first backend whose package is installed and whose
+    files are all present (found without importing anything); none when it would fall back to dlib."""
+    import importlib.util
+
+    for backend, module in _AUTO_ORDER:
+        try:
+            installed = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            installed = False
+        entries = manifest.select(_LANDMARK_SETS[backend])
+        if installed and all(any((root / q).is_file() for q in (e.path, *e.alternates)) for e in entries):
+            return _LANDMARK_SETS[backend]
+    return ()
+
+
+def job_files(version: str = "v15", landmark_backend: str = "auto", *, parsing: bool = True,
+              directory: str | os.PathLike | None = None, manifest: Manifest | None = None) -> list[WeightFile]:
+    """The manifest entries a lip-sync job or avatar opens, for its version and landmark backend.
+
+    Args:
+        version: ``"v15"`` or ``"v1"``.
+        landmark_backend: ``"auto"``, ``"dwpose"``, ``"dwpose-onnx"``, ``"mmpose"``, ``"dlib"`` or ``"boxes"``. For
+            ``"auto"`` the files of the backend that the automatic choice would take (see
+            :func:`nbhelpers.faces.get_backend`) are included when ``directory`` is given.
+        parsing: Include the BiSeNet face-parsing file.
+        directory: The weights dir, needed to predict the ``"auto"`` choice.
+        manifest: Another manifest (tests).
+
+    Returns:
+        The entries, in manifest order.
+
+    Raises:
+        InputError: Unknown version or landmark backend.
+
+    Source: reference §1.1 (the files inference.py, vae.py, face_parsing and preprocessing.py open).
+    """
+    manifest = MANIFEST if manifest is None else manifest
+    paths = required_files(version, parsing=parsing)  # raises InputError for an unknown version
+    if landmark_backend in _LANDMARK_SETS:
+        sets: tuple[str, ...] = _LANDMARK_SETS[landmark_backend]
+    elif landmark_backend == "auto":
+        sets = _auto_landmark_sets(Path(directory), manifest) if directory is not None else ()
+    elif landmark_backend in ("dlib", "boxes"):
+        sets = ()
+    else:
+        raise InputError(f"landmark_backend must be one of 'auto', 'dwpose', 'dwpose-onnx', 'mmpose', 'dlib', "
+                         f"'boxes'; got {landmark_backend!r}.")
+    names = {manifest.get(rel).name for rel in paths}
+    if sets:
+        names |= {e.name for e in manifest.select(sets)}
+    return [e for e in manifest if e.name in names]
+
+
+def check_job_files(directory: str | os.PathLike | None, version: str = "v15", landmark_backend: str = "auto", *,
+                    parsing: bool = True, manifest: Manifest | None = None) -> VerifyReport:
+    """Check every weight file a job will open, cheaply, before any frame is decoded or any model is built.
+
+    Each file of :func:`job_files` is looked at as :func:`verify` does without hashing (presence, a look inside
+    with :func:`inspect_file`: web pages, git-lfs pointers, cut-off or damaged files, and the size when a verified
+    one is known); on a 3.4 GB UNet this takes milliseconds. One error names every bad file.
+
+    Args:
+        directory: The weights dir; None = :func:`default_dir`.
+        version: ``"v15"`` or ``"v1"``.
+        landmark_backend: As in :class:`nbhelpers.config.InferenceConfig` (``"auto"``: the files of the backend
+            the automatic choice would take; ``"dlib"`` and ``"boxes"`` open no landmark file).
+        parsing: Include the BiSeNet face-parsing file (every job blends with it).
+        manifest: Another manifest (tests).
+
+    Returns:
+        :class:`VerifyReport` of the files checked (all usable).
+
+    Raises:
+        WeightsError: The folder does not exist (said so, not as a list of missing files), or some files are
+            missing or unusable: every one is named with what is wrong, and the fix is the download command for
+            that folder (``--weights DIR`` when it is not the default) and those sets.
+        InputError: Unknown version or landmark backend.
+
+    Source: none in the official code (it opens each file when its model is built, reference §1.1); failure
+    kind F11.
+    """
+    import shlex
+
+    manifest = MANIFEST if manifest is None else manifest
+    root = Path(directory).expanduser() if directory is not None else default_dir()
+    here = _same_dir(root, default_dir())
+    weights_arg = "" if here else f" --weights {shlex.quote(str(root))}"
+    if not root.is_dir():
+        what = "is a file, not a folder" if root.exists() else "does not exist"
+        raise WeightsError(
+            f"the weights folder {str(root)!r} {what}. Download the weights into it with "
+            f"`{DOWNLOAD_COMMAND}{weights_arg}` (or {NOTEBOOK}), or point the job at the folder that holds them "
+            "(--weights DIR, weights_dir=, or the NBHELPERS_WEIGHTS environment variable). " + TRY_TINY)
+    entries = job_files(version, landmark_backend, parsing=parsing, directory=root, manifest=manifest)
+    state = _State(root)
+    checks = tuple(_check(e, root, state, deep=False) for e in entries)
+    report = VerifyReport(root, checks, deep=False, tiny=is_tiny(root))
+    if report.ok:
+        return report
+    bad = report.problems
+    lines = [f"{len(bad)} weight file(s) this job needs under {root} are not usable (checked before any frame is "
+             "read):"]
+    lines += [f"  {c.path}: {c.state} - {c.detail}" for c in bad]
+    sets: list[str] = []
+    for c in bad:
+        for s in manifest.get(c.name).sets[:1]:
+            if s not in sets:
+                sets.append(s)
+    states = {c.state for c in bad}
+    notes = []
+    if LFS_POINTER in states:
+        notes.append("git-lfs pointers mean the folder was cloned without git-lfs (`git lfs pull` in the clone "
+                     "also fixes them)")
+    if HTML_PAGE in states:
+        notes.append("a web page was saved instead of the file (a quota, login or virus-scan page)")
+    lines.append(f"Fix: run `{DOWNLOAD_COMMAND}{weights_arg} --sets {' '.join(sets)}` (or {NOTEBOOK}): it "
+                 "replaces bad files and fetches missing ones in that folder; or point the job at a folder that "
+                 "holds good copies (--weights DIR, weights_dir=, NBHELPERS_WEIGHTS)."
+                 + (f" Note: {'; '.join(notes)}." if notes else "") + " " + TRY_TINY)
+    error = WeightsError("\n".join(lines))
+    error.report = report  # type: ignore[attr-defined]
+    raise error
