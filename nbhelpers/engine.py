@@ -154,7 +154,7 @@ class SourceFaces:
             if len(self.frames) * h * w * 3 < frames_fraction * free:
                 frames_device = torch.empty((len(self.frames), h, w, 3), dtype=torch.uint8, device=device)
                 for start in range(0, len(self.frames), 64):
-                    chunk = np.ascontiguousarray(self.frames[start:start + 64])
+                    chunk = np.array(self.frames[start:start + 64])  # a writable copy (memmaps are read-only)
                     frames_device[start:start + len(chunk)] = torch.from_numpy(chunk).to(device)
         return dataclasses.replace(self, masks=masks, frames_device=frames_device)
 

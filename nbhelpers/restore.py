@@ -214,9 +214,9 @@ class Restorer:
         if self.strength == 0 or shape[0] == 0:
             return faces_256
         with torch.inference_mode():
-            x = faces_256.to(self.device).flip(-1).permute(0, 3, 1, 2).float() / 255  # (F, 3, 256, 256) RGB 0..1
+            x = (faces_256.to(self.device).flip(-1).permute(0, 3, 1, 2).float() / 255).contiguous()  # (F, 3, 256, 256) RGB 0..1; contiguous: GFPGAN's style code uses view()
             x = F.interpolate(x, size=(RESTORE_SIZE, RESTORE_SIZE), mode="bicubic", align_corners=False).clamp_(0, 1)
-            y = self.descriptor(x.to(self.dtype))  # (F, 3, 512, 512) RGB 0..1
+            y = self.descriptor(x.to(self.dtype).contiguous())  # (F, 3, 512, 512) RGB 0..1
             y = F.interpolate(y.float(), size=(FACE_SIZE, FACE_SIZE), mode="area")  # exact 2x2 mean
             restored = y.clamp_(0, 1).mul_(255).permute(0, 2, 3, 1).flip(-1)  # (F, 256, 256, 3) BGR, 0..255
             if self.strength != 1:
