@@ -934,8 +934,10 @@ def speech_envelope(waveform: np.ndarray, n_frames: int, sample_rate: int = SAMP
 
 
 def _highpass(x: np.ndarray, frames: int = HIGHPASS_FRAMES) -> np.ndarray:
-    """``x`` minus its centred moving average over ``frames`` (edges use the available frames)."""
-    k = np.ones(frames)
+    """``x`` minus its centred moving average over ``frames`` (edges use the available frames; a clip shorter than
+    ``frames`` uses the longest odd window it holds)."""
+    m = min(int(frames), int(x.shape[0]))
+    k = np.ones(max(1, m - (1 - m % 2)))
     num = np.convolve(x, k, mode="same")
     den = np.convolve(np.ones_like(x), k, mode="same")
     return x - num / den
@@ -958,7 +960,7 @@ def _effective_n(a: np.ndarray, b: np.ndarray, max_k: int) -> float:
 
 
 def mouth_audio_lag(video: Any, audio: Any = None, *, track: Any = None, backend: str = "auto",
-                    weights_dir: str | os.PathLike | None = None, max_lag: int = MAX_LAG,
+                    weights_dir: str | os.PathLike | None = None, max_lag: int | None = None,
                     device: str | None = None) -> MouthAudioLag:
     """The lag between the mouth opening and the speech envelope, from their cross-correlation (no weights).
 
@@ -982,7 +984,8 @@ def mouth_audio_lag(video: Any, audio: Any = None, *, track: Any = None, backend
         track: A :class:`nbhelpers.faces.FaceTrack` or (N, 68, 2) landmarks already computed for ``video``.
         backend: Landmark backend when ``track`` is None (``"auto"``, ``"dlib"``, ``"dwpose-onnx"``, ...).
         weights_dir: Weights dir for the landmark backend.
-        max_lag: Largest lag searched, frames (15 = +-0.6 s).
+        max_lag: Largest lag searched, frames; None = 15 (+-0.6 s), or less for a clip under 40 frames
+            (``(N - 10) // 2``, so a short clip still gets a lag).
         device: Device of the landmark backend.
 
     Returns:
@@ -995,7 +998,7 @@ def mouth_audio_lag(video: Any, audio: Any = None, *, track: Any = None, backend
     Source: none in MuseTalk; the idea that mouth opening follows the acoustic envelope with a short lead is from
     Chandrasekaran et al., "The natural statistics of audiovisual speech" (PLoS Comput Biol 2009).
     """
-    if not isinstance(max_lag, (int, np.integer)) or max_lag < 1:
+    if max_lag is not None and (not isinstance(max_lag, (int, np.integer)) or max_lag < 1):
         raise InputError(f"max_lag must be a positive integer (frames); got {max_lag!r}.")
     if track is None:
         _check_video(video)
@@ -1012,6 +1015,8 @@ def mouth_audio_lag(video: Any, audio: Any = None, *, track: Any = None, backend
         landmarks = np.asarray(track)
     mouth = mouth_opening(landmarks)
     n = mouth.shape[0]
+    if max_lag is None:
+        max_lag = max(1, min(MAX_LAG, (n - 10) // 2))
     if n < 2 * max_lag + 10:
         raise InputError(f"{n} frames are too few to search lags of +-{max_lag} frames; give at least "
                          f"{2 * max_lag + 10} frames ({(2 * max_lag + 10) / FPS:.1f} s) or a smaller max_lag.")

@@ -248,6 +248,15 @@ LIPSYNC_NB = opening(
     code("ui.plot_timings(result.timings)", IGNORE),
     md("## Compare\n\nWatch your source and your result side by side."),
     code("ui.side_by_side(video, result)"),
+    md("## Is it in sync?\n\nYou check that the mouth in your result follows the voice: its opening against the "
+       "speech loudness, frame by frame, and the lag where they agree best. Read the verdict before the lag: a "
+       "mouth that barely moves gives a lag that means nothing."),
+    code("sync = nbh.quality.mouth_audio_lag(result.output, backend=panel.config.landmark_backend, "
+         "weights_dir=WEIGHTS)\nsync"),
+    md("With the optional `quality` weights (`python -m nbhelpers download --sets quality`), SyncNet gives you the "
+       "field's scores for your result: LSE-D (lower is better) and LSE-C (higher is better)."),
+    code("nbh.quality.sync_score(result.output, weights_dir=WEIGHTS) if (WEIGHTS / nbh.quality.SYNCNET_FILE).is_file() "
+         "else \"SyncNet weights missing: python -m nbhelpers download --sets quality\""),
     md("## Restore the face (optional)\n\nMuseTalk repaints a 256-pixel crop, so the mouth can look soft on "
        "close-ups. You can pick a face restorer in the panel (*face restoration*) and run again; CodeFormer is for "
        "non-commercial use only. The next cell installs spandrel and fetches your restorer's weights."),
