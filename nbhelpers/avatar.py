@@ -294,6 +294,10 @@ class Avatar:
         return (f"Avatar {self.directory.name}: {self.n_frames} frames {self.frame_shape[1]}x{self.frame_shape[0]}, "
                 f"{self.n_faces} with a face; {how}")
 
+    def __repr__(self) -> str:  # the arrays are many megabytes: show what the avatar is, not its data
+        return (f"Avatar({str(self.directory)!r}, {self.n_frames} frames, {self.n_faces} with a face, "
+                f"{self.frame_shape[1]}x{self.frame_shape[0]}, backend {self.backend or '?'!r})")
+
     def _repr_html_(self) -> str:
         return f"<p>{html.escape(str(self))}</p>"
 

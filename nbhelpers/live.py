@@ -220,7 +220,10 @@ class FFmpegSink:
                      "-r", str(FPS), "-i", "pipe:0",
                      "-thread_queue_size", "256", "-f", "s16le", "-ar", str(SAMPLE_RATE), "-ac", "1",
                      "-i", f"pipe:{r}", "-map", "0:v", "-map", "1:a", *codec_args,
-                     "-c:a", "aac", "-b:a", audio_bitrate, "-f", fmt]
+                     "-c:a", "aac", "-b:a", audio_bitrate,
+                     # marked as synthetic like every video the package writes (media.VideoWriter, README)
+                     "-metadata", f"comment={media.SYNTHETIC_TAG}", "-metadata:s:v:0",
+                     f"handler_name={media.SYNTHETIC_TAG}", "-f", fmt]
         if fmt == "mpegts":
             self.args += ["-flush_packets", "1"]
         self.args.append(out)

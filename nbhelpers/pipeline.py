@@ -126,6 +126,12 @@ def output_path_for(output: Any, video_path: Path, audio_path: Path) -> Path:
     path = Path(os.fspath(output)).expanduser()
     if path.suffix.lower() != ".mp4":
         raise InputError(f"output must end in .mp4; got {str(path)!r}.")
+    if path.is_dir():
+        raise InputError(f"output {str(path)!r} is a folder; give the path of the .mp4 file to write.")
+    blocked = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+    if blocked is not None:
+        raise InputError(f"output {str(path)!r} cannot be written: {str(blocked)!r} is a file, not a folder. Give an "
+                         "output path inside a folder.")
     return path
 
 

@@ -248,6 +248,9 @@ def test_cli_plays_a_file_into_a_live_session(avatar, tiny_weights, tmp_path, ff
     pcm = subprocess.run([ffmpeg, "-v", "error", "-i", str(out), "-map", "0:a", "-f", "s16le", "-ac", "1", "-ar",
                           "16000", "-"], capture_output=True, check=True).stdout
     assert abs(len(pcm) // 2 - 9600) <= 1024  # MP4 trims the AAC delay; within one AAC frame
+    from nbhelpers import media
+
+    assert media.probe(out).comment == media.SYNTHETIC_TAG  # marked synthetic, as every video the package writes
 
 
 def test_threaded_real_time_hands_out_every_frame_in_order(avatar):

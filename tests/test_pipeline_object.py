@@ -116,3 +116,17 @@ def test_a_missing_weights_folder_is_named_as_such(tmp_path):
     with pytest.raises(WeightsError, match="does not exist") as info:
         nbh.MuseTalkPipeline.from_pretrained(tmp_path / "nowhere", device="cpu")
     assert f"--weights {tmp_path / 'nowhere'}" in str(info.value) and "demo --tiny" in str(info.value)
+
+
+def test_an_output_under_a_file_is_refused_before_any_work(tmp_path):
+    from nbhelpers.errors import InputError
+    from nbhelpers.pipeline import output_path_for
+
+    blocker = tmp_path / "afile"
+    blocker.write_text("x")
+    with pytest.raises(InputError, match="is a file, not a folder"):
+        output_path_for(blocker / "out.mp4", tmp_path / "v.mp4", tmp_path / "a.wav")
+    (tmp_path / "d.mp4").mkdir()
+    with pytest.raises(InputError, match="is a folder"):
+        output_path_for(tmp_path / "d.mp4", tmp_path / "v.mp4", tmp_path / "a.wav")
+    assert output_path_for(tmp_path / "new" / "o.mp4", tmp_path / "v.mp4", tmp_path / "a.wav").name == "o.mp4"
