@@ -2,7 +2,7 @@
 # Every GPU measurement of a release in one device session, most important first, each bounded in time, so that
 # one slow step cannot use up the session. Run from the repository root on the GPU machine, with the wheels the
 # machine lacks in .whl/ (diffusers, imageio-ffmpeg, soundfile + cffi + pycparser, soxr, importlib-metadata,
-# spandrel, spandrel-extra-arches) and the shared media in .benchdata/ (test use only; never committed). Logs and
+# spandrel, spandrel-extra-arches) and the shared media in .benchdata/ (test use only; git ignores it: carry it with .whl). Logs and
 # JSON go to $OUT (default ./out).
 #
 #   bash bench/device_run.sh [STEP ...]   # steps: weights lipsync realtime tests live restore (default: all, in order)
