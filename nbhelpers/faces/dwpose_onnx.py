@@ -127,11 +127,16 @@ def is_available(weights_dir: str | os.PathLike | None = None) -> Availability:
     """
     if importlib.util.find_spec("onnxruntime") is None:
         return Availability(False, f"onnxruntime is not installed: {install_hint(import_torch=False)}")
+    return files_available(weights_dir, (ONNX_FILE, S3FD_FILE))
+
+
+def files_available(weights_dir: str | os.PathLike | None, files: tuple[str, ...]) -> Availability:
+    """Whether every weight file of ``files`` (layout paths) is in ``weights_dir`` (default: the weights folder)."""
     try:
         root = Path(weights_dir) if weights_dir is not None else _default_weights_dir()
     except InputError as exc:
         return Availability(False, str(exc))
-    for rel in (ONNX_FILE, S3FD_FILE):
+    for rel in files:
         if not (root / rel).is_file():
             return Availability(False, f"{root / rel} is missing: run notebooks/00_setup.ipynb (weights.download)")
     return Availability(True)

@@ -830,18 +830,11 @@ def is_available(weights_dir: str | os.PathLike | None = None):
 
     Source: `preprocessing.py:17-23` (the two files the official code loads).
     """
-    from .dwpose_onnx import Availability, _default_weights_dir
+    from .dwpose_onnx import Availability, files_available
 
     if importlib.util.find_spec("torch") is None:
         return Availability(False, f"torch is not installed: {INSTALL_TORCH}")
-    try:
-        root = Path(weights_dir) if weights_dir is not None else _default_weights_dir()
-    except InputError as exc:
-        return Availability(False, str(exc))
-    for rel in (CHECKPOINT_FILE, S3FD_FILE):
-        if not (root / rel).is_file():
-            return Availability(False, f"{root / rel} is missing: run notebooks/00_setup.ipynb (weights.download)")
-    return Availability(True)
+    return files_available(weights_dir, (CHECKPOINT_FILE, S3FD_FILE))
 
 
 class DWPoseBackend:
