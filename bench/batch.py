@@ -1,17 +1,24 @@
 """Batch throughput on the GPU machine: the Ray batch (nbhelpers.batch.run) against a plain loop of nbh.lipsync().
 
-The same jobs, in the same run: ``--jobs`` clips of ``--seconds`` of speech (slices of the shared long speech file)
-over ``--faces`` face videos of the same length (the shared 576x768 video, each face a different encoding of it so
-that its content and avatar differ), full-size v1.5 architecture with random weights (bench/_common.py), crop boxes
-given. The loop makes a pipeline per call (every model loaded, the face prepared again for every clip), as a script
-of ``nbh.lipsync()`` calls does; the batch loads the models once per worker and prepares each face once. Wall
-times include everything: Ray's start, the workers' model loads, the avatars' preparation. GPU busy is the mean
-of NVML's utilisation samples (every 0.5 s) over the phase and the GPUs used.
+The same jobs, in the same run:
+``--jobs`` clips of ``--seconds`` of speech (slices of the shared long speech file) over ``--faces`` face videos of
+the same length (the shared 576x768 video, each face a different encoding of it so that its content and avatar
+differ), full-size v1.5 architecture with random weights (bench/_common.py; one folder, written once, serves both
+arms; ``--weights /tmp/ls/weights`` reuses bench/lipsync.py's), crop boxes given. The batch runs first (it gets no
+page-cache or CUDA warm-up from the loop) and loads the models once per worker and prepares each face once. The loop
+then makes a pipeline per call (every model loaded, the face prepared again for every clip), as a script of
+``nbh.lipsync()`` calls does; each call is independent of the others, so ``--loop-jobs N`` (the first N jobs, faces
+alternating) measures the loop's jobs/hour on fewer calls when device time is short. Wall times include everything:
+Ray's start, the workers' model loads, the avatars' preparation. GPU busy is the mean of NVML's utilisation samples
+(every 0.5 s) over the arm and the GPUs used. The ratio is jobs/hour against the loop's. The figures go to
+``--out`` as JSON, rewritten after the batch and after every loop call (a run stopped by its time limit keeps them).
 
-    python bench/batch.py                    # 20 jobs of 10 s over 2 faces, one GPU; markdown table to stdout
+    python bench/batch.py --out b.json       # 20 jobs of 10 s over 2 faces, one GPU; markdown table to stdout
+    python bench/batch.py --loop-jobs 10     # the same batch; the loop times 10 of the calls (5 per face)
     python bench/batch.py --gpus 4 --jobs 40 --faces 4 --skip-loop   # the multi-GPU run (issue 22)
     python bench/batch.py --smoke            # tiny weights on the CPU, 4 jobs of 0.4 s: checks the script
 
+On the GPU machine: ``bash bench/device_batch.sh`` (Ray and the other missing packages carried as xz tarballs).
 Ray must be importable (``pip install "ray>=2.10"``).
 """
 
@@ -91,6 +98,24 @@ def make_media(work: Path, data: Path, n_faces: int, n_jobs: int, seconds: float
     return faces, audios
 
 
+def table(rows: list[dict], base_rate: float | None) -> str:
+    """The markdown table: arm, jobs, frames, wall s, jobs/hour, frames/s, GPU busy, ratio (jobs/hour vs the loop)."""
+    lines = ["| arm | jobs | frames | wall s | jobs/hour | frames/s | GPU busy % | vs loop |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        ratio = f"{r['jobs_per_hour'] / base_rate:.2f}x" if base_rate else ""
+        lines.append(f"| {r['arm']} | {r['jobs']} | {r['frames']} | {r['wall_s']:.1f} | {r['jobs_per_hour']:.0f} | "
+                     f"{r['frames_per_s']:.1f} | {r['gpu_busy_pct']:.0f} | {ratio} |")
+    return "\n".join(lines)
+
+
+def row(arm: str, gpus: int, jobs: list[dict], wall_s: float, busy: float, **extra) -> dict:
+    """One arm's figures (frames: 25 fps output frames of its jobs, ``floor(audio s x 25)`` as the engine makes)."""
+    frames = sum(j["frames"] for j in jobs)
+    return dict(arm=arm, gpus=gpus, jobs=len(jobs), frames=frames, wall_s=wall_s,
+                jobs_per_hour=len(jobs) / wall_s * 3600, frames_per_s=frames / wall_s, gpu_busy_pct=busy, **extra)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=20)
@@ -99,9 +124,15 @@ def main() -> None:
     parser.add_argument("--gpus", type=int, default=1, help="GPUs the batch uses (the loop uses one)")
     parser.add_argument("--workers-per-gpu", type=int, default=1)
     parser.add_argument("--skip-loop", action="store_true", help="run the batch only")
+    parser.add_argument("--loop-jobs", type=int, default=None,
+                        help="the loop times the first N of the jobs (faces alternate, so N even covers them "
+                             "equally) and its jobs/hour is compared; default: all of them")
     parser.add_argument("--kill", default=None, help="job name whose worker exits at frame 50 (first attempt)")
     parser.add_argument("--work", default=None)
-    parser.add_argument("--weights", default=None)
+    parser.add_argument("--weights", default=None,
+                        help="full-size random weights folder (written there if absent; bench/lipsync.py's "
+                             "/tmp/ls/weights is reused)")
+    parser.add_argument("--out", default=None, help="JSON of the figures (rewritten after each arm and loop call)")
     parser.add_argument("--smoke", action="store_true", help="tiny weights on the CPU, 4 jobs of 0.4 s")
     args = parser.parse_args()
     if args.smoke:
@@ -114,40 +145,40 @@ def main() -> None:
 
     work = Path(args.work or tempfile.mkdtemp(prefix="bench-batch-"))
     work.mkdir(parents=True, exist_ok=True)
+    out_json = Path(args.out) if args.out else work / "bench-batch.json"
+    t_weights = time.perf_counter()
     if args.smoke:
         from nbhelpers.testing import make_tiny_weights
 
         weights = make_tiny_weights(work / "tiny")
     else:
         weights = make_full_weights(Path(args.weights or work / "weights"))
+    t_weights = time.perf_counter() - t_weights
     faces, audios = make_media(work, media_dir(), args.faces, args.jobs, args.seconds, media.ffmpeg_exe(), args.smoke)
     config = nbh.InferenceConfig(device="cpu") if args.smoke else nbh.InferenceConfig()
     jobs = [{"name": f"job{k:02d}", "video": str(faces[k % len(faces)]), "audio": str(audios[k]), "box": BOX}
             for k in range(args.jobs)]
-    n_frames = sum(len(media.load_audio(a)) * 25 // 16000 for a in audios)
-    rows = []
+    frames = {j["name"]: len(media.load_audio(j["audio"])) * 25 // 16000 for j in jobs}
+    rows: list[dict] = []
+    report = {"jobs": args.jobs, "seconds": args.seconds, "faces": args.faces, "smoke": args.smoke,
+              "weights_s": round(t_weights, 1), "rows": rows}
 
-    if not args.skip_loop:
-        out = work / "loop"
-        out.mkdir(exist_ok=True)
-        with GpuBusy(1) as busy:
-            t0 = time.perf_counter()
-            for job in jobs:
-                nbh.lipsync(job["video"], job["audio"], out / f"{job['name']}.mp4", config=config, boxes=BOX,
-                            weights_dir=weights)
-            loop_s = time.perf_counter() - t0
-        rows.append(("loop of nbh.lipsync()", 0 if args.smoke else 1, loop_s, busy.percent))
-        print(f"loop: {loop_s:.1f} s", flush=True)
+    def save() -> None:
+        out_json.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out_json.with_name(out_json.name + ".tmp")
+        tmp.write_text(json.dumps(report, indent=1))
+        tmp.replace(out_json)
 
+    # The batch first: it gets no page cache or CUDA warm-up from the loop, and its figures are saved before the
+    # loop starts (a run cut short by its time limit still has them).
     out = work / f"batch-{args.gpus}gpu"
     shutil_rm(out)
     out.mkdir()
-    for job in jobs:
-        job["output"] = str(out / f"{job['name']}.mp4")
+    batch_jobs = [dict(j, output=str(out / f"{j['name']}.mp4")) for j in jobs]
     exit_at = {args.kill: 50} if args.kill else None
     with GpuBusy(max(args.gpus, 1)) as busy:
         t0 = time.perf_counter()
-        result = batch.run(jobs, weights_dir=weights, config=config, gpus=args.gpus, cpu_workers=1,
+        result = batch.run(batch_jobs, weights_dir=weights, config=config, gpus=args.gpus, cpu_workers=1,
                            workers_per_gpu=args.workers_per_gpu, _exit_at=exit_at)
         batch_s = time.perf_counter() - t0
     print(result, flush=True)
@@ -155,21 +186,51 @@ def main() -> None:
         raise SystemExit(f"{len(result.failed)} job(s) failed")
     made = sorted(p.name for p in out.glob("*.mp4"))
     assert made == sorted(f"{j['name']}.mp4" for j in jobs), made
-    rows.append((f"Ray batch ({len(result.workers)} worker(s))", max(args.gpus, 0), batch_s, busy.percent))
+    if result.frames != sum(frames.values()):
+        print(f"WARNING: the batch made {result.frames} frames, the audios give {sum(frames.values())}", flush=True)
+    rows.append(row(f"Ray batch ({len(result.workers)} worker(s))", max(args.gpus, 0),
+                    [dict(j, frames=frames[j["name"]]) for j in jobs], batch_s, busy.percent,
+                    retried=[o.job for o in result.outcomes if o.attempts > 1], avatars=dict(result.avatars)))
+    save()
+    print(f"batch: {batch_s:.1f} s", flush=True)
 
-    print(f"\n{args.jobs} jobs of {args.seconds:g} s over {args.faces} faces, {n_frames} frames, "
-          f"{'tiny weights, CPU' if args.smoke else 'full-size random weights'}\n")
-    print("| run | GPUs | wall s | jobs/hour | frames/s | GPU busy % | vs loop |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    base = rows[0][2] if not args.skip_loop else None
-    for name, g, wall, pct in rows:
-        ratio = f"{base / wall:.2f}x" if base else ""
-        print(f"| {name} | {g} | {wall:.1f} | {args.jobs / wall * 3600:.0f} | {n_frames / wall:.1f} | {pct:.0f} | "
-              f"{ratio} |")
-    retried = [o.job for o in result.outcomes if o.attempts > 1]
-    if retried:
-        print(f"\nretried after a worker died: {', '.join(retried)}; every output present once")
-    (work / "bench-batch.json").write_text(json.dumps({"rows": rows, "jobs": args.jobs, "frames": n_frames}))
+    if not args.skip_loop:
+        # A pipeline per call (every model loaded, the face prepared again), as a script of nbh.lipsync() calls does.
+        loop_jobs = jobs[: args.loop_jobs] if args.loop_jobs else jobs
+        out = work / "loop"
+        shutil_rm(out)
+        out.mkdir()
+        calls: list[float] = []
+        with GpuBusy(1) as busy:
+            t0 = time.perf_counter()
+            for job in loop_jobs:
+                t1 = time.perf_counter()
+                res = nbh.lipsync(job["video"], job["audio"], out / f"{job['name']}.mp4", config=config, boxes=BOX,
+                                  weights_dir=weights)
+                calls.append(round(time.perf_counter() - t1, 2))
+                if res.n_frames != frames[job["name"]]:
+                    print(f"WARNING: {job['name']} made {res.n_frames} frames, its audio gives {frames[job['name']]}")
+                print(f"loop {job['name']}: {calls[-1]:.1f} s", flush=True)
+                report["loop_partial"] = {"calls_s": calls, "wall_s": time.perf_counter() - t0}
+                save()
+            loop_s = time.perf_counter() - t0
+        rows.insert(0, row("loop of nbh.lipsync()", 0 if args.smoke else 1,
+                           [dict(j, frames=frames[j["name"]]) for j in loop_jobs], loop_s, busy.percent,
+                           calls_s=calls))
+        report.pop("loop_partial", None)
+        print(f"loop: {loop_s:.1f} s for {len(loop_jobs)} calls", flush=True)
+
+    base = rows[0]["jobs_per_hour"] if not args.skip_loop else None
+    report["ratio_jobs_per_hour"] = rows[-1]["jobs_per_hour"] / base if base else None
+    report["table"] = table(rows, base)
+    save()
+    subset = "" if args.skip_loop or len(loop_jobs) == len(jobs) else f"; the loop timed the first {len(loop_jobs)}"
+    print(f"\n{args.jobs} jobs of {args.seconds:g} s over {args.faces} faces, {sum(frames.values())} frames, "
+          f"{'tiny weights, CPU' if args.smoke else 'full-size random weights'}{subset}\n")
+    print(report["table"])
+    if rows[-1]["retried"]:
+        print(f"\nretried after a worker died: {', '.join(rows[-1]['retried'])}; every output present once")
+    print(f"\nJSON: {out_json}")
 
 
 def shutil_rm(path: Path) -> None:
