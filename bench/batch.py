@@ -104,8 +104,9 @@ def table(rows: list[dict], base_rate: float | None) -> str:
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         ratio = f"{r['jobs_per_hour'] / base_rate:.2f}x" if base_rate else ""
+        busy = "n/a" if r["gpu_busy_pct"] is None else f"{r['gpu_busy_pct']:.0f}"
         lines.append(f"| {r['arm']} | {r['jobs']} | {r['frames']} | {r['wall_s']:.1f} | {r['jobs_per_hour']:.0f} | "
-                     f"{r['frames_per_s']:.1f} | {r['gpu_busy_pct']:.0f} | {ratio} |")
+                     f"{r['frames_per_s']:.1f} | {busy} | {ratio} |")
     return "\n".join(lines)
 
 
@@ -113,7 +114,8 @@ def row(arm: str, gpus: int, jobs: list[dict], wall_s: float, busy: float, **ext
     """One arm's figures (frames: 25 fps output frames of its jobs, ``floor(audio s x 25)`` as the engine makes)."""
     frames = sum(j["frames"] for j in jobs)
     return dict(arm=arm, gpus=gpus, jobs=len(jobs), frames=frames, wall_s=wall_s,
-                jobs_per_hour=len(jobs) / wall_s * 3600, frames_per_s=frames / wall_s, gpu_busy_pct=busy, **extra)
+                jobs_per_hour=len(jobs) / wall_s * 3600, frames_per_s=frames / wall_s,
+                gpu_busy_pct=None if busy != busy else busy, **extra)  # NaN (no NVML) is null in the JSON
 
 
 def main() -> None:
