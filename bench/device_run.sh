@@ -5,15 +5,23 @@
 # spandrel, spandrel-extra-arches) and the shared media in .benchdata/ (test use only; git ignores it: carry it with .whl). Logs and
 # JSON go to $OUT (default ./out).
 #
-#   bash bench/device_run.sh [STEP ...]   # steps: weights lipsync realtime tests live restore (default: all, in order)
+#   bash bench/device_run.sh [STEP ...]   # steps: weights lipsync realtime live lipsync4 tests restore batch
+#                                         # (default: all, in order; one device call holds 10 min: split them)
 set -u
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  || exit 1
-export PYTHONPATH=/tmp/site:$PWD NBHELPERS_PROGRESS=0 PYTHONUNBUFFERED=1 NBHELPERS_SHARED_DATA=$PWD/.benchdata
+# The packages: the .whl wheels, or (when .raywhl is carried instead, with Ray for the batch step) the xz tarballs
+# of bench/pack_device_site.sh, unpacked by bench/device_batch.sh; a warm machine keeps them in /tmp.
+if ls .whl/*.whl > /dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    || exit 1
+else
+  bash bench/device_batch.sh ray || exit 1
+fi
+export PYTHONPATH=/tmp/raysite:/tmp/site:$PWD NBHELPERS_PROGRESS=0 PYTHONUNBUFFERED=1 \
+  NBHELPERS_SHARED_DATA=$PWD/.benchdata RAY_USAGE_STATS_ENABLED=0
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$OUT/gpu.txt" 2>&1
-steps=${*:-weights lipsync realtime tests live restore}
+steps=${*:-weights lipsync realtime live lipsync4 tests restore batch}
 start=$(date +%s)
 step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to $OUT/NAME.log
   local name=$1 limit=$2; shift 2
@@ -23,18 +31,23 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to $OUT/NAM
   echo "$name: exit $? in $(( $(date +%s) - t0 )) s (at $(( $(date +%s) - start )) s)" | tee -a "$OUT/steps.txt"
 }
 # Full-size random weights on all cores (reused by every later step).
-step weights 70 python3 bench/lipsync.py --seconds 1 --boxes --warmup-seconds 0 --skip-official --work /tmp/ls
-# Issue 16: the offline job with faces detected, 2 cores, beside the official offline loop; memory under a 4 GiB cap.
-step lipsync 170 taskset -c 0,1 python3 bench/lipsync.py --seconds 20 --cores 2 --cap-gib 4 --work /tmp/ls \
+step weights 90 python3 bench/lipsync.py --seconds 1 --boxes --warmup-seconds 0 --skip-official --work /tmp/ls
+# Issue 16: the offline job with faces detected, 2 cores, beside the official offline loop.
+step lipsync 200 taskset -c 0,1 python3 bench/lipsync.py --seconds 20 --cores 2 --work /tmp/ls \
   --out "$OUT/lipsync.json"
-# Issue 16: the avatar path with libx264 medium and veryfast, beside the official realtime loop.
-step realtime 100 taskset -c 0,1 python3 bench/realtime.py --seconds 20 --cores 2 --weights /tmp/ls/weights \
-  --encoders libx264,libx264-veryfast
-# The GPU code paths' tests (CUDA engine: overlapped loop, deferred copies, OOM retry; live; restoration).
-step tests 60 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_engine.py tests/test_live.py \
-  tests/test_restore.py
-# Issue 17: live session latency and fps (8 s of speech to keep the session short).
-step live 50 taskset -c 0,1 python3 bench/live.py --seconds 8 --weights /tmp/ls/weights
-# Issue 20: the restorers alone on the GPU (faces/s and memory at batch 16).
-step restore 45 python3 bench/restore.py --core-only --weights /tmp/ls/restore-weights
+# Issue 16: the avatar path with libx264 medium and veryfast, beside the official realtime loop (avatar in /tmp/rt).
+step realtime 150 taskset -c 0,1 python3 bench/realtime.py --seconds 20 --cores 2 --weights /tmp/ls/weights \
+  --work /tmp/rt --encoders libx264,libx264-veryfast
+# Issue 17: live session latency and fps (8 s of speech), on the avatar prepared above.
+step live 70 taskset -c 0,1 python3 bench/live.py --seconds 8 --weights /tmp/ls/weights --work /tmp/rt
+# Issue 16: memory of the offline job under a 4 GiB cap with the planner's settings (ours only).
+step lipsync4 70 taskset -c 0,1 python3 bench/lipsync.py --seconds 20 --cores 2 --cap-gib 4 --skip-official \
+  --work /tmp/ls --out "$OUT/lipsync4.json"
+# The GPU code paths' tests (CUDA engine, streamed offline job, live, restoration).
+step tests 90 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_engine.py tests/test_live.py \
+  tests/test_restore.py tests/test_pipeline.py
+# Issue 20: the restorers alone, then the offline job and the avatar path with and without each.
+step restore 170 python3 bench/restore.py --weights /tmp/ls/restore-weights --work /tmp/rt
+# Issue 18: the Ray batch against a loop of nbh.lipsync() (Ray from .raywhl; 10 loop calls stand for 20).
+step batch 300 env BENCH_LIMIT=290 bash bench/device_batch.sh bench -- --loop-jobs 10
 exit 0

@@ -120,6 +120,8 @@ class FullCostFaces:
         self.result = FaceResult(face_box=face_box, landmarks=lm, score=float("nan"))
         self.split = getattr(inner, "face_detector", None) is not None and callable(
             getattr(getattr(inner, "pose", None), "keypoints", None))
+        if self.split:  # the pipeline sizes these batches to the memory the job leaves them (fit_face_batches)
+            self.face_detector, self.pose = inner.face_detector, inner.pose
         self.reset()
 
     def reset(self) -> None:
@@ -585,8 +587,12 @@ def main() -> None:
     faces_text = "boxes given (--boxes): no detector ran in our job" if args.boxes else backend.describe()
     info = media.probe(ours.output)
     print(ours.summary(), flush=True)
+    if ours.stats:
+        print("peak GPU memory reserved per stage (GiB, context not included): " + ", ".join(
+            f"{k.removeprefix('peak_gib_')} {v:.2f}" for k, v in ours.stats.items()), flush=True)
     ours_fig = {"n_frames": ours.n_frames, "source_frames": ours.source_frames, "wall_s": ours_wall,
                 "fps": ours.n_frames / ours_wall, "timings": dict(ours.timings), "clip_wall_s": ours.wall_s,
+                "stage_peaks_gib": dict(ours.stats),
                 "batch": ours.config.batch_size, "precision": "fp16" if ours.config.fp16 else "fp32",
                 "device": str(ours.config.device), "faces": faces_text, "plan": dict(ours.config.reasons),
                 "output": {"path": str(ours.output), "frames": info.frame_count, "duration_s": info.duration_s,

@@ -11,7 +11,7 @@
 #                       the Java worker's ray_dist.jar): ray/_private/services.py start_raylet() catches
 #                       get_ray_jars_dir()'s error and starts no Java worker without it, as in a source build made
 #                       without RAY_INSTALL_JAVA; ray-*.dist-info/RECORD has those lines dropped to match.
-# DIR/deps-site.tar.xz: the .whl set that bench/device_run.sh installs, less spandrel* (restoration benches only):
+# DIR/deps-site.tar.xz: the .whl set that bench/device_run.sh installs (spandrel and spandrel-extra-arches too):
 #                       diffusers 0.39.0, imageio-ffmpeg 0.6.0, soundfile + cffi + pycparser, soxr, importlib-metadata.
 # DIR/SHA256SUMS      : checked there before unpacking.
 # Each tarball holds a site folder as `pip install --no-deps --target` lays it out for CPython 3.12 on x86-64
@@ -27,7 +27,7 @@ mkdir -p "$DIR" "$TMP/dl" "$TMP/ray" "$TMP/deps"
 python3 -m pip download -q --no-deps "${plat[@]}" -d "$TMP/dl" ray==2.60.0 jsonschema==4.26.0 \
   jsonschema-specifications==2025.9.1 referencing==0.37.0 rpds-py==2026.9.1
 deps=(diffusers==0.39.0 imageio-ffmpeg==0.6.0 soundfile==0.14.0 cffi==2.1.1 pycparser==3.12 soxr==1.1.0
-      importlib-metadata==10.2.0)
+      importlib-metadata==10.2.0 spandrel==0.4.2 spandrel-extra-arches==0.2.0)
 python3 -m pip download -q --no-deps "${plat[@]}" --platform any -d "$WHL" "${deps[@]}"
 python3 -m pip install -q --no-deps --no-compile "${plat[@]}" --target "$TMP/ray" "$TMP"/dl/*.whl
 python3 -m pip install -q --no-deps --no-compile "${plat[@]}" --target "$TMP/deps" --no-index --find-links "$WHL" \

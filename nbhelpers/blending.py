@@ -438,7 +438,9 @@ def prepare_masks_torch(masks_512: Any, boxes: Sequence[Any], squares: Sequence[
     for b, ((x1, y1, x2, y2), (xs, ys, _, _), side) in enumerate(zip(checked, sq, sides, strict=True)):
         bx1, by1, bx2, by2 = max(x1 - xs, 0), max(y1 - ys, 0), min(x2 - xs, side), min(y2 - ys, side)
         bounds[b] = (max(by1, int(side * UPPER_BOUNDARY_RATIO)), by2, bx1, bx2)   # :67-77
-    lim = torch.from_numpy(bounds).to(masks_512.device)[:, :, None]
+    from .gpu import to_device
+
+    lim = to_device(bounds, masks_512.device)[:, :, None]
     pos = torch.arange(length, device=masks_512.device)[None]
     rows = (pos >= lim[:, 0]) & (pos < lim[:, 1])
     cols = (pos >= lim[:, 2]) & (pos < lim[:, 3])
@@ -566,7 +568,9 @@ def materials_for_frames(frames: Any, crop_boxes: Any, face_frames: Sequence[int
                 if frames_device is not None:
                     batch = frames_device[torch.as_tensor(idx, device=frames_device.device)]
                 else:
-                    batch = torch.from_numpy(np.stack([frames[i] for i in idx])).to(parser.device)
+                    from .gpu import to_device
+
+                    batch = to_device(np.stack([frames[i] for i in idx]), parser.device)
                 out.extend(prepare_materials_torch(batch, boxes, parser, **options))
             else:
                 out.extend(prepare_materials([frames[i] for i in idx], boxes, parser, **options))

@@ -41,18 +41,36 @@ class Timings:
 
     Attributes:
         seconds: Stage name -> seconds (summed when a stage runs more than once).
+        peak_gib: None, or (to track GPU memory) stage name -> the largest ``torch.cuda.max_memory_reserved``
+            seen while a block of that stage ran, GiB (the process's overall peak stays readable through
+            :func:`nbhelpers.gpu.peak_memory`).
     """
 
     seconds: dict[str, float] = field(default_factory=dict)
+    peak_gib: dict[str, float] | None = None
 
     @contextmanager
     def stage(self, name: str):
-        """Time the block and add its seconds to ``name``."""
+        """Time the block and add its seconds to ``name`` (and its peak GPU memory, when tracked)."""
+        cuda = None
+        if self.peak_gib is not None:
+            from .gpu.memory import _cuda, _remember_peak
+
+            torch, index = _cuda()
+            if torch is not None:
+                cuda = (torch, index)
+                _remember_peak(torch, index)  # keep the job's peak before the counters restart for this block
+                torch.cuda.reset_peak_memory_stats(index)
         start = time.perf_counter()
         try:
             yield
         finally:
             self.add(name, time.perf_counter() - start)
+            if cuda is not None:
+                torch, index = cuda
+                peak = torch.cuda.max_memory_reserved(index) / 2**30
+                self.peak_gib[name] = max(self.peak_gib.get(name, 0.0), peak)
+                _remember_peak(torch, index)
 
     def add(self, name: str, seconds: float) -> None:
         """Add ``seconds`` to stage ``name``."""
@@ -150,7 +168,9 @@ class SourceFaces:
         frames_device = self.frames_device
         if frames_device is None and len(self.frames):
             h, w = self.frames[0].shape[:2]
-            free, _ = torch.cuda.mem_get_info(device)
+            from .gpu import usable_bytes
+
+            free = usable_bytes(device) or 0  # under a per-process memory cap, what the cap leaves
             if len(self.frames) * h * w * 3 < frames_fraction * free:
                 frames_device = torch.empty((len(self.frames), h, w, 3), dtype=torch.uint8, device=device)
                 for start in range(0, len(self.frames), 64):
@@ -194,7 +214,7 @@ def check_features(features: Any, n_out: int) -> None:
 
 
 def render(source: SourceFaces, features: Any, models: Any, batch_size: int, n_out: int, *,
-           timings: Timings | None = None, pinned: bool = False, first_frame: int = 0,
+           timings: Timings | None = None, pinned: bool | PinnedRing = False, first_frame: int = 0,
            cpu_blend: bool | None = None, feature_offset: int = 0) -> Iterator[tuple[int, np.ndarray]]:
     """Yield ``(t0, frames)`` for output frames ``first_frame .. first_frame + n_out - 1``, in order.
 
@@ -213,8 +233,9 @@ def render(source: SourceFaces, features: Any, models: Any, batch_size: int, n_o
         n_out: Output frames to produce, >= 0.
         timings: Accumulates ``generate`` (UNet + decode) and ``blend`` seconds when given (from CUDA events on
             the GPU, read when the clip ends: the loop never synchronises to time a batch).
-        pinned: Copy finished frames into a ring of pinned host buffers (CUDA only). The caller must consume each
-            batch before ``PINNED_RING - 1`` more are produced (:class:`BackgroundWriter`'s queue guarantees it).
+        pinned: Copy finished frames into a ring of pinned host buffers (CUDA only): True for a new ring, or a
+            :class:`PinnedRing` shared by consecutive calls feeding one sink. The caller must consume each batch
+            before ``PINNED_RING - 1`` more are produced (:class:`BackgroundWriter`'s queue guarantees it).
         first_frame: Output index of the first frame (a stream renders its clip in pieces).
         feature_offset: Output index of row 0 of ``features`` (a live session passes only the rows of the frames
             it renders now; default 0: row ``t`` is output frame ``t``).
@@ -285,8 +306,8 @@ def repaint(source: SourceFaces, features: Any, models: Any, ts: np.ndarray, *, 
     with torch.inference_mode():
         faces_256 = None
         if has.any():
-            lat = source.latents[torch.as_tensor(rows[has], device=source.latents.device)]
-            feat = features[torch.as_tensor(t_abs[has] - feature_offset, device=features.device)]
+            lat = source.latents[_index(rows[has], source.latents.device)]
+            feat = features[_index(t_abs[has] - feature_offset, features.device)]
             faces_256 = decode(unet_step(models.unet, models.pe, lat, feat), models.vae)
             restorer = getattr(models, "restorer", None)  # optional face restoration (nbhelpers.restore)
             if restorer is not None:
@@ -312,6 +333,20 @@ def repaint(source: SourceFaces, features: Any, models: Any, ts: np.ndarray, *, 
         timings.add("generate", t_gen - t_start)
         timings.add("blend", time.perf_counter() - t_gen)
     return frames, faces_256
+
+
+def _index(values: Any, device: Any):
+    """An int64 index tensor on ``device`` from host values, copied without a synchronisation.
+
+    A plain ``torch.as_tensor(values, device=cuda)`` copies from pageable memory, which waits for the stream's
+    queued work and so stalls the overlap of batches; a pinned staging copy is queued like a kernel.
+    """
+    import torch
+
+    t = torch.from_numpy(np.ascontiguousarray(values, dtype=np.int64))
+    if torch.device(device).type != "cuda":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
 
 
 def _device_of(models: Any):
@@ -345,7 +380,8 @@ class CudaStageEvents:
         self._record(stage)
 
     def _record(self, stage: str):
-        event = self.torch.cuda.Event(enable_timing=True)
+        # blocking: a host waiting on the event sleeps instead of spinning a core the encoder needs
+        event = self.torch.cuda.Event(enable_timing=True, blocking=True)
         event.record(self.torch.cuda.current_stream(self.device))
         self.marks.append((stage, event))
         return event
@@ -366,27 +402,61 @@ class CudaStageEvents:
         self.marks[0] = ("", self.marks[0][1])
 
 
+class PinnedRing:
+    """Pinned host buffers that finished batches are copied into, reused in rotation (no allocation per batch).
+
+    Batch k (counted over every render call that shares the ring) uses slot ``k % size``, also when it is
+    retried after an out-of-memory error. The slot reused for batch k last held batch k - size, which the writer
+    has finished with: the queue, the batch being encoded, the handed-over one and the one in flight hold the
+    others (``size`` = :data:`PINNED_RING`).
+    """
+
+    def __init__(self, size: int = PINNED_RING):
+        self.slots: list = [None] * int(size)
+        self.produced = 0  # batches made so far
+
+    def buffer(self, shape: tuple[int, ...]):
+        """The (shape) uint8 pinned tensor of the current batch's slot."""
+        import torch
+
+        slot = self.produced % len(self.slots)
+        if self.slots[slot] is None or tuple(self.slots[slot].shape) != tuple(shape):
+            self.slots[slot] = torch.empty(tuple(shape), dtype=torch.uint8, pin_memory=True)
+        return self.slots[slot]
+
+
+@dataclass
+class Piece:
+    """A run of consecutive output frames for :func:`run`: rendered from ``source``, or written as they are.
+
+    Attributes:
+        first_frame: Output index of the first frame.
+        count: Output frames in the piece.
+        source: What to render from (output frame ``t`` uses its source frame ``cycle_index(t, N)``).
+        frames: Instead of ``source``: (count, H, W, 3) uint8 BGR frames written unchanged (source frames
+            without a face, before any model is needed).
+        models: The models to render with, when not :func:`run`'s own (loaded once the first face appears).
+    """
+
+    first_frame: int
+    count: int
+    source: SourceFaces | None = None
+    frames: np.ndarray | None = None
+    models: Any = None
+
+
 def _render(source, features, models, batch_size, n_out, timings, pinned, first_frame, cpu_blend, feature_offset=0):
-    import torch
 
     from .gpu import batched
 
     device = _device_of(models)
     on_cuda = device.type == "cuda" and not cpu_blend
-    use_pinned = pinned and on_cuda
-    ring: list = [None] * PINNED_RING
-    produced = [0]  # batches made so far: batch k uses ring slot k % PINNED_RING, also when it is retried
+    use_pinned = bool(pinned) and on_cuda
+    ring = pinned if isinstance(pinned, PinnedRing) else PinnedRing()
     events = CudaStageEvents(device) if device.type == "cuda" else None
 
     def host_buffer(shape):
-        # The slot reused for batch k last held batch k - PINNED_RING, which the writer has finished with (the
-        # queue, the batch being encoded, the handed-over one and the one in flight hold the others).
-        if not use_pinned:
-            return None
-        slot = produced[0] % PINNED_RING
-        if ring[slot] is None or tuple(ring[slot].shape) != shape:
-            ring[slot] = torch.empty(shape, dtype=torch.uint8, pin_memory=True)
-        return ring[slot]
+        return ring.buffer(shape) if use_pinned else None
 
     def step(sl: slice):
         if events is not None:
@@ -395,7 +465,7 @@ def _render(source, features, models, batch_size, n_out, timings, pinned, first_
                             cpu_blend=cpu_blend, timings=None if events is not None else timings,
                             host_buffer=host_buffer, events=events, defer_copy=use_pinned,
                             feature_offset=feature_offset)
-        produced[0] += 1
+        ring.produced += 1
         return frames, (events.last() if use_pinned else None)
 
     # Batch k+1 is queued on the GPU before the host waits for batch k's copy, so the device never idles while
@@ -428,11 +498,12 @@ def _blend_on_device(source: SourceFaces, js, has, face_rows, faces_256, device,
     from . import blending
 
     if source.frames_device is not None:
-        frames_t = source.frames_device[torch.as_tensor(js, device=source.frames_device.device)]
+        frames_t = source.frames_device[_index(js, source.frames_device.device)]
     else:
-        frames_t = torch.from_numpy(np.stack([source.frames[int(j)] for j in js])).to(device, non_blocking=True)
+        frames_t = torch.from_numpy(np.stack([source.frames[int(j)] for j in js])).pin_memory().to(
+            device, non_blocking=True)
     if faces_256 is not None:
-        pos = torch.as_tensor(np.flatnonzero(has), device=frames_t.device)
+        pos = _index(np.flatnonzero(has), frames_t.device)
         blended = blending.blend_torch(frames_t[pos], faces_256, [source.boxes[r] for r in face_rows],
                                        [source.masks[r] for r in face_rows],
                                        [source.squares[r] for r in face_rows], inplace=True)
@@ -442,7 +513,9 @@ def _blend_on_device(source: SourceFaces, js, has, face_rows, faces_256, device,
         return frames_t.cpu().numpy()
     buf.copy_(frames_t, non_blocking=True)
     if wait:
-        torch.cuda.current_stream().synchronize()
+        done = torch.cuda.Event(blocking=True)  # the host sleeps until the copy lands (no spinning)
+        done.record()
+        done.synchronize()
     return buf.numpy()
 
 
@@ -451,14 +524,18 @@ def run(source: SourceFaces, features: Any, models: Any, batch_size: int, n_out:
         desc: str = "generate") -> int:
     """Render ``n_out`` frames and hand each batch to ``writer`` on a background thread; returns frames written.
 
+    ``source`` is one :class:`SourceFaces` for the whole clip, or an iterable of :class:`Piece` covering output
+    frames 0..n_out-1 in order: a generator that prepares each piece (faces, latents, blend material) as it is
+    asked for lets the encoder write one piece while the next is prepared (the offline job does this).
+
     The GPU computes batch k+1 while the encoder thread writes batch k (at most :data:`WRITER_QUEUE_DEPTH`
     batches queued), with a progress bar counted in frames. ``writer`` is anything with ``write(frames)``
     taking (B, H, W, 3) uint8 BGR (a :class:`~nbhelpers.media.VideoWriter`); None renders without writing.
 
     Args:
-        source: See :func:`render`.
+        source: A :class:`SourceFaces` (see :func:`render`), or an iterable of :class:`Piece`.
         features: See :func:`render`.
-        models: See :func:`render`.
+        models: See :func:`render` (a piece may bring its own).
         batch_size: Output frames per batch.
         n_out: Output frames.
         writer: The sink, or None.
@@ -475,13 +552,25 @@ def run(source: SourceFaces, features: Any, models: Any, batch_size: int, n_out:
     """
     from .progress import bar
 
-    frames_iter = render(source, features, models, batch_size, n_out, timings=timings, pinned=True)
+    pieces = [Piece(0, n_out, source)] if isinstance(source, SourceFaces) else source
+    ring = PinnedRing()
     written = 0
     with BackgroundWriter(writer, frame_callback) as sink, bar(total=n_out, desc=desc, unit="frame") as progress:
-        for first, frames in frames_iter:
-            sink.put(first, frames)
-            written += len(frames)
-            progress.update(len(frames))
+        for piece in pieces:  # a generator of pieces prepares piece k+1 while the encoder writes piece k
+            if piece.first_frame != written or piece.count < 0 or written + piece.count > n_out:
+                raise NbHelpersError(f"internal: piece of frames {piece.first_frame}..+{piece.count} after "
+                                     f"{written} of {n_out} frames")
+            if piece.frames is not None:
+                if len(piece.frames) != piece.count:
+                    raise NbHelpersError(f"internal: piece of {piece.count} frames holds {len(piece.frames)}")
+                batches: Any = [(piece.first_frame, piece.frames)] if piece.count else []
+            else:
+                batches = render(piece.source, features, piece.models if piece.models is not None else models,
+                                 batch_size, piece.count, timings=timings, pinned=ring, first_frame=piece.first_frame)
+            for first, frames in batches:
+                sink.put(first, frames)
+                written += len(frames)
+                progress.update(len(frames))
     if timings is not None:
         timings.add("encode_wait", sink.wait_s)
     if written != n_out:
@@ -599,5 +688,5 @@ class BackgroundWriter:
             raise self.error
 
 
-__all__ = ["BackgroundWriter", "SourceFaces", "Timings", "check_features", "flush_denormals", "render", "repaint",
-           "run"]
+__all__ = ["BackgroundWriter", "PinnedRing", "Piece", "SourceFaces", "Timings", "check_features", "flush_denormals",
+           "render", "repaint", "run"]

@@ -133,6 +133,8 @@ def encode(crops_256: Any, vae: Any, generator: Any = None, mode: str = "sample"
     if isinstance(first_index, bool) or int(first_index) != first_index or first_index < 0:
         raise InputError(f"first_index must be an integer >= 0 (the frame index of the first crop); got "
                          f"{first_index!r}.")
+    from .gpu import to_device
+
     device, dtype = _device_dtype(vae, "vae")
     scaling = _scaling_factor(vae)
     base_seed = _base_seed(generator) if mode == "sample" else None
@@ -143,7 +145,7 @@ def encode(crops_256: Any, vae: Any, generator: Any = None, mode: str = "sample"
             batch = crops[sl]
             x = torch.from_numpy(batch) if isinstance(batch, np.ndarray) else batch
             b = x.shape[0]
-            reference = _normalise(x.to(device), dtype)
+            reference = _normalise(to_device(x, device) if x.device.type == "cpu" else x.to(device), dtype)
             masked = reference.clone()
             masked[:, :, MASK_ROW:, :] = -1.0
             posterior = vae.encode(torch.cat([masked, reference], dim=0)).latent_dist
@@ -152,7 +154,7 @@ def encode(crops_256: Any, vae: Any, generator: Any = None, mode: str = "sample"
             else:
                 noise = _frame_noise(base_seed, range(first_index + sl.start, first_index + sl.stop),
                                      tuple(posterior.mean.shape[1:]))
-                z = posterior.mean + posterior.std * noise.to(device=device, dtype=posterior.mean.dtype)
+                z = posterior.mean + posterior.std * to_device(noise, device).to(posterior.mean.dtype)
             z = z * scaling
             return torch.cat([z[:b], z[b:]], dim=1)  # masked ‖ reference, per frame
 

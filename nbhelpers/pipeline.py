@@ -27,6 +27,7 @@ a pipeline for the call.
 from __future__ import annotations
 
 import html
+import itertools
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -45,6 +46,9 @@ from .result import ClipResult
 
 # Fields of the pipeline's own: a job's config may leave them empty (the pipeline's are used) but not change them.
 PIPELINE_FIELDS = ("version", "device", "fp16")
+FACE_BATCH_GPU = 32  # frames decoded and handed to the landmark backend at a time on a GPU (it splits them further)
+FACE_BATCH_CPU = 8
+STREAM_PIECE = 64  # source frames the offline job prepares at a time while the encoder writes the previous ones
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -571,89 +575,77 @@ class MuseTalkPipeline:
         Source: ``scripts/inference.py:85-249`` (reference §2-§8), with the fixes listed in the module docstring.
         """
         from . import faces, media
-        from .blending import materials_for_frames
         from .engine import run
         from .framestore import check_disk_for_frames, expected_frames
-        from .latents import encode_frames
 
         t0 = time.perf_counter()
-        timings = Timings()
+        timings = Timings(peak_gib={} if self.device.type == "cuda" else None)
         config = self.job_config(config, boxes=boxes)
 
         # 1. check inputs: files, streams and weights, before anything heavy
-        video_path, audio_path, output_path, _, video_info, _ = check_inputs(
-            video, audio, output, config=config, weights_dir=self.weights_dir, boxes=boxes)
-        self.check_weights(config.landmark_backend)
+        with timings.stage("checks"):
+            video_path, audio_path, output_path, _, video_info, _ = check_inputs(
+                video, audio, output, config=config, weights_dir=self.weights_dir, boxes=boxes)
+            self.check_weights(config.landmark_backend)
 
         # 2. media: audio at 16 kHz; then only the 25 fps frames the audio reaches, streamed to local disk
         with timings.stage("media"):
             waveform = media.load_audio(audio_path)
         n_out = speech_frames(waveform, f"audio {str(audio_path)!r}")
-        reader = media.load_video(video_path)
+        with timings.stage("media"):
+            reader = media.load_video(video_path)
         # The ping-pong over n_out output frames uses source frames 0..min(n_out, N)-1 only, so a short clip over a
         # long video decodes, tracks, encodes and parses only those (the official code prepares every frame).
         check_disk_for_frames(min(n_out, expected_frames(video_info, n_out)), reader.height, reader.width)
+        n_src = min(n_out, expected_frames(video_info, n_out))  # an upper estimate until decoding ends
         store = FrameStore(reader.height, reader.width)
+        job = _StreamedJob(self, config, store, n_out, boxes, timings)
         try:
-            # 3. faces: crop box per frame (or the boxes given), before any heavy model loads
+            # 3. gpu: batch size from free memory (user overrides kept), from the probed size and frame count
+            with timings.stage("plan"):
+                config = job.config = self.plan("lipsync", config, n_out, (reader.height, reader.width),
+                                                source_frames=n_src)
+            batch = int(config.batch_size or 8)
+            # 4. the landmark backend (or the boxes given) and the whisper features, one (50, 384) block per
+            # output frame, before the first frame is decoded
             with timings.stage("faces"):
                 detector = "auto" if config.landmark_backend == "boxes" else self.landmarks(
                     backend or config.landmark_backend)
-                track = faces.track(store.tee(_first(reader, n_out)), backend=detector, config=config, boxes=boxes,
-                                    weights_dir=self.weights_dir)
-            store.finish()
-            reader.close()
-            if len(store) != track.n_frames:
-                raise MediaError(f"internal: decoded {len(store)} frames but tracked {track.n_frames}")
-
-            # 4. gpu: batch size from free memory (user overrides kept)
-            config = self.plan("lipsync", config, n_out, store.frame_shape[:2], source_frames=len(store))
-
-            # 5. models: loaded once per pipeline (no time here on a second job); the face restorer when asked
-            with timings.stage("models"):
-                bundle = self.models_for(config)
-
+                if self.device.type == "cuda":
+                    fit_face_batches(detector, (reader.height, reader.width), self.device,
+                                     models_loaded="unet" in self._loaded)
+                job.tracker = faces.FaceTracker(
+                    detector, config, boxes=boxes, weights_dir=self.weights_dir,
+                    batch_size=FACE_BATCH_GPU if self.device.type == "cuda" else FACE_BATCH_CPU)
             with flush_denormals(self.device):
-                # 6. audio: whisper features, one (50, 384) token block per output frame
                 with timings.stage("audio"):
                     features = self.features(waveform)
                 if features.shape[0] != n_out:
                     raise NbHelpersError(f"internal: {features.shape[0]} feature frames for {n_out} output frames")
 
-                # 7. latents: crop, resize and encode each source frame with a face (indexed by source frame: Q6)
-                face_frames = np.flatnonzero(track.has_face)
-                batch = int(config.batch_size or 8)
-                with timings.stage("latents"):
-                    latents = encode_frames(store, track.crop_boxes, face_frames, bundle.vae, seed=config.seed,
-                                            mode=config.latent_mode, batch_size=batch)
-
-                # 8. parsing: blend material (feathered mask + expanded square) of each source frame with a face;
-                # on CUDA the frames go to the GPU once and the parsing, masks and blend stay there
-                source = SourceFaces(frames=store, latent_row=np.full(len(store), -1, dtype=np.int64),
-                                     latents=latents[:0], boxes=[], masks=[], squares=[]).to_device(self.device)
-                with timings.stage("parsing"):
-                    parser = self.face_parser
-                    parser.batch_size = batch
-                    materials = materials_for_frames(store, track.crop_boxes, face_frames, parser, config,
-                                                     frames_device=source.frames_device)
-
-                # 9-10. generate and blend: UNet + VAE decode per batch of output frames, paste back, encode
-                source = SourceFaces.from_materials(store, face_frames, latents, materials,
-                                                    frames_device=source.frames_device).to_device(self.device)
-                encoder = media.choose_encoder(config.encoder)
-                writer = media.VideoWriter(output_path, store.width, store.height, fps=FPS, audio=audio_path,
-                                           encoder=encoder)
+                # 5-10. decode, faces, latents, blend material, generation and paste-back piece by piece: the
+                # encoder writes piece k while piece k+1 is prepared (see _StreamedJob)
+                with timings.stage("encoder_start"):
+                    encoder = media.choose_encoder(config.encoder)
+                    writer = media.VideoWriter(output_path, store.width, store.height, fps=FPS, audio=audio_path,
+                                               encoder=encoder)
+                decoded = _timed(_first(reader, n_out), timings, "decode")
                 with writer:
-                    run(source, features, bundle, batch, n_out, writer, frame_callback=frame_callback,
-                        timings=timings)
+                    run(job.pieces(decoded), features, None, batch, n_out, writer, frame_callback=frame_callback,
+                        timings=timings, desc="lipsync")
+                    finish = time.perf_counter()
+                timings.add("encoder_finish", time.perf_counter() - finish)
                 final = Path(writer.path) if hasattr(writer, "path") else output_path
         finally:
+            job.close()
             reader.close()
             store.close()
+        track = job.track
         return ClipResult(output=final, n_frames=n_out, source_frames=track.n_frames, no_face_frames=track.n_no_face,
-                          fps=FPS, duration_s=len(waveform) / SAMPLE_RATE, config=config, backend=track.backend,
+                          fps=FPS, duration_s=len(waveform) / SAMPLE_RATE, config=job.config, backend=track.backend,
                           timings=dict(timings.seconds), wall_s=time.perf_counter() - t0, kind="lipsync",
-                          notes=self._notes())
+                          notes=self._notes(),
+                          stats={f"peak_gib_{k}": round(v, 3) for k, v in (timings.peak_gib or {}).items()})
 
     def preview(self, video: str | os.PathLike, *, config: InferenceConfig | None = None, boxes: Any = None,
                 audio: str | os.PathLike | None = None, frame_index: int = 0, backend: Any = None) -> Preview:
@@ -819,6 +811,201 @@ class MuseTalkPipeline:
     def _repr_html_(self) -> str:
         body = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>" for k, v in self._rows())
         return f"<table><caption>MuseTalkPipeline</caption>{body}</table>"
+
+
+DWPOSE_GIB_PER_FRAME = 0.034  # DWPose fp16 with the flip test: 1.09 GiB at 32 frames (H200, 2026-11-30 bench)
+FACES_SHARE = 0.5  # share of the memory left beside the models that the face models' batches may take
+PIECE_ON_GPU_FRACTION = 0.05  # a piece's frames go to the GPU once when they take under this share of free memory
+
+
+def fit_face_batches(detector: Any, frame_hw: tuple[int, int], device: Any, *, models_loaded: bool) -> None:
+    """Size the landmark backend's GPU batches (S3FD frames, DWPose frames) to the memory this job leaves them.
+
+    The offline job detects faces with the UNet, VAE and whisper resident (or about to be), so on a small card
+    (or under ``set_per_process_memory_fraction``) the detector's default batches would push the job over it.
+    Sets ``detector.face_detector.batch_size`` and ``detector.pose.batch_size`` where the backend has them
+    (DWPose backends); other backends are left alone.
+
+    Args:
+        detector: A landmark backend object.
+        frame_hw: (H, W) of the frames, pixels.
+        device: The CUDA device.
+        models_loaded: Whether the UNet and VAE are already on the GPU (else their weights are reserved).
+
+    Source: the planner's memory model (:class:`nbhelpers.gpu.MemoryModel`: ``s3fd_bytes_per_pixel``,
+    ``core_fixed_gib``, ``workspace_gib``) and :data:`DWPOSE_GIB_PER_FRAME`, measured on the H200.
+    """
+    from .faces.dwpose_torch import DEFAULT_BATCH, S3FD_GPU_BATCH
+    from .gpu import MEMORY_MODEL, usable_bytes
+
+    usable = usable_bytes(device)
+    if usable is None:
+        return
+    mm = MEMORY_MODEL
+    left = usable / 2**30 - (0.0 if models_loaded else mm.core_fixed_gib) - mm.workspace_gib
+    share = max(0.0, left) * FACES_SHARE
+    s3fd_frame = mm.s3fd_bytes_per_pixel * frame_hw[0] * frame_hw[1] / 2**30
+    face_detector, pose = getattr(detector, "face_detector", None), getattr(detector, "pose", None)
+    if face_detector is not None and hasattr(face_detector, "batch_size"):
+        face_detector.batch_size = int(min(S3FD_GPU_BATCH, max(1, share // s3fd_frame)))
+    if pose is not None and hasattr(pose, "batch_size"):
+        pose.batch_size = int(min(DEFAULT_BATCH["cuda"], max(1, share // DWPOSE_GIB_PER_FRAME)))
+
+
+class _Window:
+    """Frames ``offset .. offset + n - 1`` of a clip, indexed by their clip index (a piece of the offline job)."""
+
+    def __init__(self, frames: Any, offset: int):
+        self.frames, self.offset = frames, int(offset)
+        self.device = getattr(frames, "device", None)
+
+    def __len__(self) -> int:
+        return self.offset + len(self.frames)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, (int, np.integer)):
+            if not self.offset <= index < len(self):
+                raise IndexError(f"frame {index} is not in this piece ({self.offset}..{len(self) - 1})")
+            return self.frames[int(index) - self.offset]
+        return self.frames[index - self.offset]  # an index array or tensor (GPU frames)
+
+
+class _StreamedJob:
+    """The offline job's frames in pieces: decode, track, encode latents and make blend material for
+    :data:`STREAM_PIECE` source frames, then hand their output frames to the engine, while the encoder thread
+    writes the previous piece. Output frame t < N uses source frame t, so a piece's outputs need only it.
+
+    With ``smooth_boxes`` > 1 the crop boxes are final only once the whole clip is tracked, so every frame is
+    tracked first and the clip is then prepared and rendered as one piece (no overlap with the encoder).
+    Frames before the first face are written unchanged without loading a model; a clip with no face at all
+    raises :class:`~nbhelpers.errors.NoFaceError` when its last frame is tracked (no model loaded, the partial
+    output removed).
+    """
+
+    def __init__(self, pipe: MuseTalkPipeline, config: InferenceConfig, store: FrameStore, n_out: int, boxes: Any,
+                 timings: Timings):
+        self.pipe, self.config, self.store, self.n_out, self.timings = pipe, config, store, n_out, timings
+        self.boxes = boxes
+        self.tracker: Any = None
+        self.track: Any = None
+        self.models: Any = None
+        self.rows: list[int] = []  # latent row of each source frame so far, -1 without a face
+        self.crop = np.zeros((0, 4), dtype=np.int32)
+        self.latents: Any = None
+        self.materials: list[Any] = []
+
+    def pieces(self, decoded: Any):
+        """Yield :class:`~nbhelpers.engine.Piece` covering output frames 0..n_out-1 in order."""
+        from .engine import Piece
+
+        t = self.timings
+        streamed = self.config.smooth_boxes <= 1
+        written = 0
+        it = iter(decoded)
+        while True:
+            chunk = list(itertools.islice(it, STREAM_PIECE))
+            if not chunk:
+                break
+            with t.stage("store"):
+                arr = np.stack(chunk)
+                offset = len(self.store)
+                for frame in arr:
+                    self.store.append(frame)
+            with t.stage("faces"):
+                crop, has = self.tracker.add(arr)
+            self.crop = np.concatenate([self.crop, crop])
+            if not streamed:
+                self.rows.extend([-1] * len(arr))
+                continue
+            face_frames = offset + np.flatnonzero(has)
+            frames_device = self._prepare(_Window(arr, offset), face_frames, arr)
+            stop = min(self.n_out, offset + len(arr))
+            if stop > written:
+                if self.models is None or not has[written - offset:stop - offset].any():
+                    yield Piece(written, stop - written, frames=arr[written - offset:stop - offset])
+                else:
+                    window = _Window(arr, offset)
+                    source = self._source(window, None if frames_device is None else _Window(frames_device, offset))
+                    yield Piece(written, stop - written, source=source, models=self.models)
+                written = stop
+        with t.stage("store"):
+            self.store.finish()
+        with t.stage("faces"):
+            self.track = self.tracker.finish()  # NoFaceError for a clip without any face
+        if len(self.store) != self.track.n_frames:
+            raise MediaError(f"internal: decoded {len(self.store)} frames but tracked {self.track.n_frames}")
+        if not streamed:  # smoothed crop boxes: prepare the whole clip now
+            self.crop = self.track.crop_boxes
+            self.rows = [-1] * len(self.store)
+            self._prepare(self.store, np.flatnonzero(self.track.has_face), None)
+        if written < self.n_out:  # the rest of the ping-pong (or, smoothed, every frame) from the whole clip
+            with t.stage("upload"):
+                source = self._source(self.store, None)
+            yield Piece(written, self.n_out - written, source=source, models=self.models)
+
+    def _prepare(self, frames: Any, face_frames: np.ndarray, arr: Any):
+        """Latents and blend material of ``face_frames`` (clip indices); returns the piece's frames on the GPU."""
+        from .blending import materials_for_frames
+        from .latents import encode_frames
+
+        t, config = self.timings, self.config
+        if arr is not None:
+            self.rows.extend([-1] * len(arr))
+        if face_frames.size == 0:
+            return None
+        if self.models is None:
+            with t.stage("models"):  # loaded once per pipeline: no time here on a second job
+                self.models = self.pipe.models_for(config)
+        frames_device = None
+        if arr is not None and self.pipe.device.type == "cuda":
+            from .gpu import to_device, usable_bytes
+
+            if arr.nbytes < PIECE_ON_GPU_FRACTION * (usable_bytes(self.pipe.device) or 0):
+                with t.stage("upload"):  # once for the parsing and the paste-back of the piece
+                    frames_device = to_device(arr, self.pipe.device)
+        batch = int(config.batch_size or 8)
+        with t.stage("latents"):  # crop, resize and encode (indexed by source frame: Q6)
+            latents = encode_frames(frames, self.crop, face_frames, self.models.vae, seed=config.seed,
+                                    mode=config.latent_mode, batch_size=batch, progress=False)
+        with t.stage("parsing"):  # feathered mask + expanded square; on CUDA the parsing stays on the GPU
+            parser = self.pipe.face_parser
+            parser.batch_size = batch
+            window = None if frames_device is None else _Window(frames_device, frames.offset)
+            materials = materials_for_frames(frames, self.crop, face_frames, parser, config, progress=False,
+                                             frames_device=window)
+        import torch
+
+        first = len(self.materials)
+        for k, i in enumerate(face_frames):
+            self.rows[int(i)] = first + k
+        self.latents = latents if self.latents is None else torch.cat([self.latents, latents])
+        self.materials.extend(materials)
+        return frames_device
+
+    def _source(self, frames: Any, frames_device: Any) -> SourceFaces:
+        rows = np.asarray(self.rows[:len(frames)], dtype=np.int64)
+        m = self.materials
+        source = SourceFaces(frames=frames, latent_row=rows, latents=self.latents, boxes=[x.box for x in m],
+                             masks=[x.mask for x in m], squares=[x.square for x in m], frames_device=frames_device)
+        return source.to_device(self.pipe.device)  # masks on the GPU once; the whole clip's frames if they fit
+
+    def close(self) -> None:
+        if self.tracker is not None:
+            self.tracker.close()
+
+
+def _timed(frames: Any, timings: Timings, stage: str):
+    """Yield from ``frames``, adding the seconds spent waiting for each item to ``stage``."""
+    it = iter(frames)
+    while True:
+        start = time.perf_counter()
+        try:
+            item = next(it)
+        except StopIteration:
+            timings.add(stage, time.perf_counter() - start)
+            return
+        timings.add(stage, time.perf_counter() - start)
+        yield item
 
 
 def _first(reader: Any, n: int):

@@ -13,7 +13,12 @@ only) and the state dict handed to spandrel's ``ModelLoader.load_from_state_dict
 
 Facts used (spandrel 0.4.2, ``ImageModelDescriptor.__call__`` docstring and the architecture files):
 
-- Input and output are float tensors (B, 3, H, W), RGB, range [0, 1]; the output is clamped to [0, 1].
+- Input and output are float tensors (B, 3, H, W), RGB, range [0, 1]; the output is clamped to [0, 1]. But the
+  networks were trained on [-1, 1] (GFPGAN's ``GFPGANer.enhance`` normalises with mean and std 0.5 and reads the
+  output with ``min_max=(-1, 1)``; CodeFormer's ``inference_codeformer.py`` the same), and only RestoreFormer's
+  ``call_fn`` converts (``RestoreFormer/__init__.py``: ``tv_normalize(x, 0.5, 0.5)``, ``(result + 1) / 2``);
+  GFPGAN's and CodeFormer's pass the tensor through (``model(image)[0]``). So for those two (:data:`SIGNED_RANGE`)
+  this module maps [0, 1] to [-1, 1] before and back after.
 - The three face models work at 512x512 (GFPGAN: ``SizeRequirements(minimum=512)``, out_size 512; CodeFormer:
   ``multiple_of=512, square=True``; RestoreFormer: resolution 512). The 256 crop is resized up to 512 (bicubic)
   and the result back down to 256 (area average, the exact 2x2 mean).
@@ -36,6 +41,8 @@ from typing import Any
 from .config import RESTORERS
 from .errors import CheckpointError, InputError, MissingDependencyError, NbHelpersWarning, WeightsError
 
+# spandrel architecture ids whose call_fn hands the network our tensor unchanged although it was trained on [-1, 1]
+SIGNED_RANGE = frozenset({"GFPGAN", "CodeFormer"})
 RESTORE_SIZE = 512  # pixels: the face size the three networks were trained at (FFHQ 512x512)
 FACE_SIZE = 256  # pixels: MuseTalk's generated crop
 
@@ -141,17 +148,30 @@ def check_available(name: str, weights_dir: str | os.PathLike) -> Path:
     return path
 
 
+# Architectures (spandrel ids) that fail in reduced precision although spandrel marks bf16 as supported.
+FLOAT32_ONLY = {
+    # spandrel_extra_arches 0.2.0 CodeFormer/__arch/codeformer.py get_codebook_feat: a float32 one-hot matrix is
+    # multiplied with the codebook weight, which raises "expected mat1 and mat2 to have the same dtype" in bf16
+    # (seen on the H200, 2026-12-01)
+    "CodeFormer": "spandrel's CodeFormer multiplies a float32 one-hot by its codebook, which fails in bfloat16",
+}
+
+
 def run_dtype(descriptor: Any, device: Any, dtype: Any) -> tuple[Any, str]:
     """The dtype a restorer runs in on ``device`` when the pipeline runs in ``dtype``, and why.
 
-    fp16 where spandrel says the architecture supports it; else bfloat16 on a GPU with native bf16 (compute
-    capability >= 8.0) when spandrel supports it; else float32.
+    float32 for the architectures in :data:`FLOAT32_ONLY`; fp16 where spandrel says the architecture supports
+    it; else bfloat16 on a GPU with native bf16 (compute capability >= 8.0) when spandrel supports it; else
+    float32.
     """
     import torch
 
     device = torch.device(device)
     if device.type != "cuda" or dtype == torch.float32:
         return torch.float32, "float32 (as the pipeline)"
+    arch = str(getattr(getattr(descriptor, "architecture", None), "id", ""))
+    if arch in FLOAT32_ONLY:
+        return torch.float32, f"float32 ({FLOAT32_ONLY[arch]})"
     if getattr(descriptor, "supports_half", False):
         return torch.float16, "float16 (as the pipeline)"
     major, _ = torch.cuda.get_device_capability(device)
@@ -216,7 +236,12 @@ class Restorer:
         with torch.inference_mode():
             x = (faces_256.to(self.device).flip(-1).permute(0, 3, 1, 2).float() / 255).contiguous()  # (F, 3, 256, 256) RGB 0..1; contiguous: GFPGAN's style code uses view()
             x = F.interpolate(x, size=(RESTORE_SIZE, RESTORE_SIZE), mode="bicubic", align_corners=False).clamp_(0, 1)
-            y = self.descriptor(x.to(self.dtype).contiguous())  # (F, 3, 512, 512) RGB 0..1
+            signed = str(getattr(getattr(self.descriptor, "architecture", None), "id", "")) in SIGNED_RANGE
+            if signed:  # GFPGAN and CodeFormer take and give [-1, 1] (module docstring)
+                x = x * 2 - 1
+            y = self.descriptor(x.to(self.dtype).contiguous())  # (F, 3, 512, 512) RGB 0..1 ([-1, 1] if signed)
+            if signed:
+                y = (y.float() + 1) / 2
             y = F.interpolate(y.float(), size=(FACE_SIZE, FACE_SIZE), mode="area")  # exact 2x2 mean
             restored = y.clamp_(0, 1).mul_(255).permute(0, 2, 3, 1).flip(-1)  # (F, 256, 256, 3) BGR, 0..255
             if self.strength != 1:

@@ -40,7 +40,8 @@ class ClipResult:
         notes: Lines worth telling the user (e.g. that the weights are random test weights).
         stats: Live-session figures (``kind="stream"`` from :meth:`~nbhelpers.avatar.Avatar.live`):
             first_frame_latency_s, sustained_fps, late_frames, max_late_s, idle_frames, starved_frames,
-            whisper_passes; empty otherwise.
+            whisper_passes. The offline job on a GPU: ``peak_gib_<stage>``, the peak GPU memory reserved while
+            each of its stages ran (GiB, CUDA context not included). Empty otherwise.
     """
 
     output: Path | None
@@ -88,7 +89,7 @@ class ClipResult:
                 f"{precision}, batch {c.batch_size}, {c.device}; landmarks: {self.backend}; "
                 f"{self.wall_s:.1f} s wall ({self.end_to_end_fps:.1f} fps end to end, "
                 f"{self.realtime_factor:.2f}x real time)")
-        if self.stats:
+        if self.kind == "stream" and self.stats:
             st = self.stats
             text += (f"; live: first frame {st.get('first_frame_latency_s', float('nan')) * 1000:.0f} ms after the "
                      f"first push, {st.get('sustained_fps', float('nan')):.1f} fps sustained, "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -231,3 +232,42 @@ def test_cli_verify_of_a_folder_that_is_not_there_says_so(tmp_path):
                           capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60)
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr.startswith(f"error: the weights folder '{tmp_path / 'nope'}' does not exist")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_streamed_pieces_give_the_frames_of_one_piece(tiny_weights, shared_data, make_media, speech_2s, ffmpeg,
+                                                     monkeypatch, device):
+    """The offline job prepares and renders its clip piece by piece while the encoder writes; the pieces must not
+    change a frame: 3-frame pieces give the frames of one whole-clip piece, bit for bit, through frames before the
+    first face (written unchanged, no model loaded yet), a face appearing inside a piece, and the ping-pong past
+    the 10 source frames (the 2.3 s of speech need 57)."""
+    from nbhelpers import InferenceConfig, MuseTalkPipeline
+    from nbhelpers import pipeline as pipeline_module
+
+    clip = make_media("face-10f.mp4", "-i", str(shared_data / "face-sing-576x768-25fps.mp4"), "-frames:v", "10",
+                      "-an", "-c:v", "libx264", "-crf", "12", "-pix_fmt", "yuv420p")
+    boxes = [None] * 4 + [(190, 160, 360, 330)] * 6  # no face in frames 0-3
+    # batch 1: CPU kernels may round differently for different batch sizes, and pieces cut batches short
+    if device == "cuda":
+        torch = pytest.importorskip("torch")
+        if not torch.cuda.is_available():
+            pytest.skip("needs CUDA")
+    cfg = InferenceConfig(batch_size=1, device=device)
+    pipe = MuseTalkPipeline.from_pretrained(tiny_weights, config=cfg)
+    runs = {}
+    for piece in (3, 1000):
+        monkeypatch.setattr(pipeline_module, "STREAM_PIECE", piece)
+        frames: dict[int, np.ndarray] = {}
+        result = pipe.lipsync(clip, speech_2s, Path(pipe.weights_dir).parent / f"piece-{piece}.mp4", boxes=boxes,
+                              frame_callback=lambda t, f, frames=frames: frames.__setitem__(t, f.copy()))
+        assert sorted(frames) == list(range(result.n_frames)) and result.n_frames == 57
+        assert result.source_frames == 10 and result.no_face_frames == 4
+        runs[piece] = frames
+    for t in range(57):
+        assert np.array_equal(runs[3][t], runs[1000][t]), f"frame {t} differs between 3-frame pieces and one piece"
+    source = _frames_of(clip, ffmpeg, 576, 768)
+    for t in range(57):
+        j = cycle_index(t, 10)
+        same = np.array_equal(runs[3][t], source[j])
+        assert same == (j < 4), f"frame {t} (source {j}): {'unchanged' if same else 'repainted'}"

@@ -388,3 +388,46 @@ def test_compare_restore_draws_both_previews():
                     landmarks=None, mask=mask, square=(0, 0, 8, 8), audio="test")
     with pytest.raises(InputError, match="same frame"):
         ui.compare_restore(preview(10), other)
+
+
+def test_codeformer_runs_in_float32_on_a_gpu_where_the_others_take_reduced_precision():
+    """spandrel marks CodeFormer bf16-safe, but its codebook lookup multiplies a float32 one-hot by the codebook and
+    fails in bf16 (seen on the H200): run_dtype keeps it in float32 and says why; fp16-safe networks get fp16."""
+    from types import SimpleNamespace
+
+    from nbhelpers.restore import run_dtype
+
+    codeformer = SimpleNamespace(architecture=SimpleNamespace(id="CodeFormer"), supports_half=False,
+                                 supports_bfloat16=True)
+    dtype, why = run_dtype(codeformer, "cuda", torch.float16)
+    assert dtype == torch.float32 and "CodeFormer" in why and "bfloat16" in why
+    half_ok = SimpleNamespace(architecture=SimpleNamespace(id="GFPGAN"), supports_half=True, supports_bfloat16=True)
+    assert run_dtype(half_ok, "cuda", torch.float16)[0] == torch.float16
+    assert run_dtype(codeformer, "cpu", torch.float16)[0] == torch.float32
+
+
+@pytest.mark.parametrize("arch, signed", [("GFPGAN", True), ("CodeFormer", True), ("RestoreFormer", False)])
+def test_gfpgan_and_codeformer_get_the_signed_range_they_were_trained_on(arch, signed):
+    """spandrel's GFPGAN and CodeFormer call_fn pass our tensor straight to networks trained on [-1, 1] (GFPGANer
+    normalises with mean/std 0.5); RestoreFormer's call_fn converts itself. An identity network must give the faces
+    back either way, and see [-1, 1] only where the module converts."""
+    from types import SimpleNamespace
+
+    class Identity:
+        architecture = SimpleNamespace(id=arch)
+
+        def __init__(self):
+            self.seen = []
+
+        def __call__(self, x):
+            self.seen.append(x.clone())
+            return x.clone()
+
+    faces = smooth_faces()
+    net = Identity()
+    out = stub(net)(faces)
+    x = net.seen[0]
+    low, high = (-1.0, 1.0) if signed else (0.0, 1.0)
+    assert float(x.min()) >= low - 1e-6 and float(x.max()) <= high + 1e-6
+    assert (float(x.min()) < -0.2) == signed  # the dark blue channel (40/255) lands below 0 only when mapped
+    assert int((out.int() - faces.int()).abs().max()) <= 1

@@ -32,7 +32,7 @@ from .boxes import (
     user_boxes,
 )
 from .registry import BACKENDS, BackendRegistry, get_backend
-from .track import FaceSizeWarning, FaceTrack, track
+from .track import FaceSizeWarning, FaceTrack, FaceTracker, track
 
 __all__ = [
     "BACKENDS",
@@ -42,6 +42,7 @@ __all__ = [
     "FaceResult",
     "FaceSizeWarning",
     "FaceTrack",
+    "FaceTracker",
     "LandmarkBackend",
     "bbox_shift_range",
     "crop_box",

@@ -22,6 +22,7 @@ import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -380,8 +381,15 @@ def face_result(box_with_score, landmarks: np.ndarray) -> FaceResult:
     return FaceResult(face_box=box, landmarks=np.asarray(landmarks, dtype=np.float32).copy(), score=score)
 
 
-def build_s3fd(weights_dir: Path, device: str | None):
-    """The S3FD face detector of the weights folder on ``device`` (torch), in float32 as the official run.
+def build_s3fd(weights_dir: Path, device: str | None, *, dtype: Any = None, batch_size: int = 1):
+    """The S3FD face detector of the weights folder on ``device`` (torch).
+
+    Args:
+        weights_dir: Folder holding ``s3fd/s3fd-619a316812.pth``.
+        device: ``"cpu"``, ``"cuda[:N]"`` or None (the GPU when available).
+        dtype: None = float32, as the official run; ``"auto"`` = float16 on CUDA (float32 elsewhere), where a
+            batch whose outputs overflow is run again in float32 (:class:`~nbhelpers.faces.s3fd.S3FD`).
+        batch_size: Frames per network call (1 = the official behaviour).
 
     Raises:
         WeightsError: the S3FD weight file is missing.
@@ -397,7 +405,7 @@ def build_s3fd(weights_dir: Path, device: str | None):
 
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    return S3FD(path, device, torch.float32)
+    return S3FD(path, device, torch.float32 if dtype is None else dtype, batch_size=batch_size)
 
 
 class DWPoseOnnxBackend:

@@ -398,6 +398,10 @@ class S3FD:
         _check_state(net, state, Path(weights_path))
         net.load_state_dict(state, strict=True)
         self.net = net.to(device=self.device, dtype=self.dtype).eval()
+        # NHWC on a GPU in half precision, the layout of cuDNN's tensor-core convolutions (same results)
+        self.channels_last = self.device.type == "cuda" and self.dtype != torch.float32
+        if self.channels_last:
+            self.net = self.net.to(memory_format=torch.channels_last)
 
     def detections(self, frames: np.ndarray, max_side: int | None | str = "default") -> list[np.ndarray]:
         """All faces S3FD keeps in each frame (after NMS and the 0.5 score cut), in full-frame pixels.
@@ -416,7 +420,7 @@ class S3FD:
         """
         import torch
 
-        from ..gpu import batched
+        from ..gpu import batched, host_wait, to_device
 
         frames = _as_batch(frames, torch)
         side = self.max_side if max_side == "default" else max_side
@@ -434,17 +438,27 @@ class S3FD:
                 chunk = np.ascontiguousarray(frames[sl])
                 if not chunk.flags.writeable:  # e.g. frames from np.frombuffer; torch wants a writable array
                     chunk = chunk.copy()
-                x = torch.from_numpy(chunk).to(self.device)
+                x = to_device(chunk, self.device)
             x = x.flip(-1).permute(0, 3, 1, 2).float()  # BGR -> RGB, NCHW, 0..255
             if scale != 1.0:
                 x = torch.nn.functional.interpolate(x, size=(out_h, out_w), mode="bilinear", align_corners=False,
                                                     antialias=True)
             x = x - mean  # RGB minus (104, 117, 123), as the official does (Q18)
             with torch.inference_mode():
-                olist = [o.float() for o in self.net(x.to(self.dtype))]
-                if self.dtype != torch.float32 and not all(bool(torch.isfinite(o).all()) for o in olist):
+                xin = x.to(self.dtype)
+                if self.channels_last:
+                    xin = xin.contiguous(memory_format=torch.channels_last)
+                olist = [o.float() for o in self.net(xin)]
+                finite = torch.stack([torch.isfinite(o).all() for o in olist]).all()
+                # softmax of the conf maps on the device in float32, as the official (detect.py:67-70); only
+                # the probabilities and offsets come back to the host
+                probs = [torch.softmax(o, dim=1) if k % 2 == 0 else o for k, o in enumerate(olist)]
+                host_wait(self.device)  # sleep, not spin, until the batch is done (one wait, not twelve)
+                if self.dtype != torch.float32 and not bool(finite):
                     olist = self._rerun_fp32(x)
-            dets = decode_detections(olist)
+                    probs = [torch.softmax(o, dim=1) if k % 2 == 0 else o for k, o in enumerate(olist)]
+                olist = probs
+            dets = decode_detections(olist, apply_softmax=False)
             if scale != 1.0:
                 for d in dets:
                     d[:, 0:4:2] *= width / out_w

@@ -19,7 +19,7 @@ from ..config import InferenceConfig
 from ..constants import CROP_SIZE
 from ..errors import InputError, NbHelpersWarning, NoFaceError
 from .base import FaceResult, LandmarkBackend
-from .boxes import BBoxShiftRange, bbox_shift_range, crop_box_with_source, smooth_boxes, user_boxes
+from .boxes import BBoxShiftRange, _is_number, bbox_shift_range, crop_box_with_source, smooth_boxes, user_boxes
 from .registry import get_backend
 
 LARGE_FACE_RATIO = 3.0  # warn when the median crop side exceeds this many times CROP_SIZE (256 px)
@@ -275,101 +275,203 @@ def track(frames: Any, backend: str | LandmarkBackend = "auto", config: Inferenc
     Source: musetalk/utils/preprocessing.py:84-137 (get_landmark_and_bbox); scripts/inference.py:150-181
     (reference §3, quirks Q6, Q7, Q15-Q17).
     """
-    config = config if config is not None else InferenceConfig()
-    if not isinstance(config, InferenceConfig):
-        raise InputError(f"config must be an nbhelpers.InferenceConfig or None; got {type(config).__name__}.")
-    if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-        raise InputError(f"batch_size must be a positive integer (frames); got {batch_size!r}.")
-    name = backend
-    if isinstance(backend, str) and backend == "auto" and config.landmark_backend != "auto":
-        name = config.landmark_backend
-    if boxes is None and name == "boxes":
-        raise InputError("landmark_backend is 'boxes' but no boxes were given: pass boxes=(x1, y1, x2, y2) (one "
-                         "box for the clip) or one box per frame, or choose a detector backend.")
-    device = device if device is not None else config.device
-    if boxes is not None and not isinstance(boxes, (np.ndarray, list, tuple)):
-        boxes = list(boxes)  # e.g. a generator of per-frame boxes
-
-    n = 0
-    frame_shape: tuple[int, int] | None = None
-    results: list[FaceResult | None] = []
-    used: Any = None
-    from ..gpu import batched
     from ..progress import bar
 
-    with ExitStack() as stack:
-        batches, total = _batches(frames, int(batch_size), stack)
+    with FaceTracker(backend, config, boxes=boxes, weights_dir=weights_dir, batch_size=batch_size,
+                     device=device) as tracker, ExitStack() as stack:
+        batches, total = _batches(frames, tracker.batch_size, stack)
+        tracker.total_hint = total
         pbar = stack.enter_context(bar(total=total, desc="faces", unit="frame"))
         for batch in batches:
-            if frame_shape is None:
-                frame_shape = (int(batch.shape[1]), int(batch.shape[2]))
-                if boxes is not None:  # validate before reading the rest of the clip
-                    user_boxes(boxes, total if total is not None else _count_hint(boxes), frame_shape)
-                else:
-                    used = get_backend(name, weights_dir=weights_dir, device=device)
-                    if used is not backend:
-                        stack.callback(used.close)
-            if boxes is None:
-                for sl, found in batched(batch.shape[0], batch.shape[0], lambda s, b=batch, u=used: u.detect(b[s]),
-                                         stage="faces"):
-                    if len(found) != sl.stop - sl.start:
-                        raise RuntimeError(f"backend {getattr(used, 'name', used)!r} returned {len(found)} results "
-                                           f"for {sl.stop - sl.start} frames; a backend must return one per frame.")
-                    results.extend(found)
-            n += int(batch.shape[0])
+            tracker.add(batch)
             pbar.update(int(batch.shape[0]))
-    if n == 0 or frame_shape is None:
-        raise InputError("frames is empty: the clip has no frames. Check the file (nbhelpers.media.probe) or the "
-                         "array you passed.")
+        return tracker.finish()
 
-    if boxes is not None:
-        crop, has_face = user_boxes(boxes, n, frame_shape)
-        face_boxes = np.where(has_face[:, None], crop.astype(np.float64), np.nan)
-        landmarks = np.full((n, 68, 2), np.nan, dtype=np.float32)
-        scores = np.full(n, np.nan, dtype=np.float32)
-        from_face_box = np.zeros(n, dtype=bool)
-        backend_name, reason = "boxes", "boxes given by the user; no detector ran"
-        if not has_face.any():
-            raise NoFaceError(f"no face found in 0 of {n} frames: every entry of boxes is None (no face). Give at "
-                              "least one (x1, y1, x2, y2) box.")
-    else:
-        backend_name = str(getattr(used, "name", type(used).__name__))
-        reason = str(getattr(used, "reason", "") or "")
-        has_face = np.array([r is not None for r in results], dtype=bool)
-        if not has_face.any():
-            raise NoFaceError(
-                f"no face found in 0 of {n} frames (landmark backend {backend_name!r}"
-                + (f": {reason}" if reason else "") + "). Check that the clip shows a face turned towards the "
-                "camera (at least about 40 px tall), try another backend, or give the crop box yourself: "
-                "boxes=(x1, y1, x2, y2) in Python, --box=x1,y1,x2,y2 on the command line.")
-        face_boxes = np.full((n, 4), np.nan, dtype=np.float64)
-        landmarks = np.full((n, 68, 2), np.nan, dtype=np.float32)
-        scores = np.full(n, np.nan, dtype=np.float32)
-        crop = np.full((n, 4), -1, dtype=np.int32)
-        from_face_box = np.zeros(n, dtype=bool)
-        for i, r in enumerate(results):
+
+class FaceTracker:
+    """:func:`track` one batch of frames at a time: crop boxes come out as the frames go in.
+
+    The offline job streams a clip through detection, encoding and generation in pieces with this; :func:`track`
+    is this over a whole clip. With ``config.smooth_boxes`` > 1 the crop boxes :meth:`add` returns are the
+    unsmoothed ones; :meth:`finish` smooths them (a caller streaming a clip must then wait for it).
+
+    Args:
+        backend, config, boxes, weights_dir, batch_size, device: As :func:`track`.
+
+    Attributes:
+        batch_size: Frames handed to the backend at a time.
+        n_frames: Frames added so far.
+        total_hint: Expected frame count (validates per-frame ``boxes`` early), or None.
+
+    Raises:
+        InputError, MissingDependencyError: As :func:`track`, at construction or at the first :meth:`add`.
+    """
+
+    def __init__(self, backend: str | LandmarkBackend = "auto", config: InferenceConfig | None = None,
+                 boxes: Any = None, weights_dir: str | os.PathLike | None = None,
+                 batch_size: int = DEFAULT_BATCH_FRAMES, device: str | None = None):
+        config = config if config is not None else InferenceConfig()
+        if not isinstance(config, InferenceConfig):
+            raise InputError(f"config must be an nbhelpers.InferenceConfig or None; got {type(config).__name__}.")
+        if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+            raise InputError(f"batch_size must be a positive integer (frames); got {batch_size!r}.")
+        name = backend
+        if isinstance(backend, str) and backend == "auto" and config.landmark_backend != "auto":
+            name = config.landmark_backend
+        if boxes is None and name == "boxes":
+            raise InputError("landmark_backend is 'boxes' but no boxes were given: pass boxes=(x1, y1, x2, y2) (one "
+                             "box for the clip) or one box per frame, or choose a detector backend.")
+        if boxes is not None and not isinstance(boxes, (np.ndarray, list, tuple)):
+            boxes = list(boxes)  # e.g. a generator of per-frame boxes
+        self.config, self.boxes, self.batch_size = config, boxes, int(batch_size)
+        self._name, self._backend, self._weights_dir = name, backend, weights_dir
+        self._device = device if device is not None else config.device
+        self._single_box = boxes is not None and (
+            (isinstance(boxes, np.ndarray) and boxes.ndim == 1)
+            or (isinstance(boxes, (list, tuple)) and len(boxes) == 4 and all(_is_number(v) for v in boxes)))
+        self.n_frames = 0
+        self.total_hint: int | None = None
+        self.frame_shape: tuple[int, int] | None = None
+        self._used: Any = None
+        self._stack = ExitStack()
+        self._results: list[FaceResult | None] = []
+        self._crop: list[np.ndarray] = []
+        self._from_face_box: list[np.ndarray] = []
+
+    def add(self, frames: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Track the next frames of the clip.
+
+        Args:
+            frames: (b, H, W, 3) uint8 BGR, the frames following those already added.
+
+        Returns:
+            ``(crop_boxes, has_face)`` of these frames: (b, 4) int32 (rows of -1 without a face; unsmoothed) and
+            (b,) bool.
+
+        Raises:
+            InputError: Bad frames or boxes (see :func:`track`).
+        """
+        from ..gpu import batched
+
+        batch = np.asarray(frames)
+        if batch.ndim != 4 or batch.shape[-1] != 3 or batch.dtype != np.uint8:
+            raise InputError(f"frames must be (b, H, W, 3) uint8 BGR; got shape {batch.shape}, dtype {batch.dtype}.")
+        b, first = int(batch.shape[0]), self.n_frames
+        if self.frame_shape is None:
+            self.frame_shape = (int(batch.shape[1]), int(batch.shape[2]))
+            if self.boxes is not None:  # validate before reading the rest of the clip
+                total = self.total_hint if self.total_hint is not None else _count_hint(self.boxes)
+                user_boxes(self.boxes, total, self.frame_shape)
+            else:
+                self._used = get_backend(self._name, weights_dir=self._weights_dir, device=self._device)
+                if self._used is not self._backend:
+                    self._stack.callback(self._used.close)
+        elif batch.shape[1:3] != self.frame_shape:
+            _check_frame(batch[0], first, self.frame_shape)
+        if self.boxes is not None:
+            if self._single_box:
+                crop, has = user_boxes(self.boxes, b, self.frame_shape)
+            elif first + b <= len(self.boxes):
+                crop, has = user_boxes(list(self.boxes[first:first + b]), b, self.frame_shape)
+            else:
+                user_boxes(self.boxes, first + b, self.frame_shape)  # raises: fewer boxes than frames
+            self.n_frames += b
+            return crop, has
+        found_all: list[FaceResult | None] = []
+        for sl, found in batched(b, b, lambda s, u=self._used: u.detect(batch[s]), stage="faces"):
+            if len(found) != sl.stop - sl.start:
+                raise RuntimeError(f"backend {getattr(self._used, 'name', self._used)!r} returned {len(found)} "
+                                   f"results for {sl.stop - sl.start} frames; a backend must return one per frame.")
+            found_all.extend(found)
+        crop = np.full((b, 4), -1, dtype=np.int32)
+        from_face_box = np.zeros(b, dtype=bool)
+        for i, r in enumerate(found_all):
             if r is None:
                 continue
-            face_boxes[i] = np.asarray(r.face_box, dtype=np.float64).reshape(4)
-            landmarks[i] = np.asarray(r.landmarks, dtype=np.float32).reshape(68, 2)
-            scores[i] = float(r.score)
-            box, source = crop_box_with_source(landmarks[i], face_boxes[i], frame_shape, config.version,
-                                               config.bbox_shift, config.extra_margin)
+            box, source = crop_box_with_source(np.asarray(r.landmarks, dtype=np.float32).reshape(68, 2),
+                                               np.asarray(r.face_box, dtype=np.float64).reshape(4),
+                                               self.frame_shape, self.config.version, self.config.bbox_shift,
+                                               self.config.extra_margin)
             crop[i] = box
             from_face_box[i] = source == "face_box"
+        self._results.extend(found_all)
+        self._crop.append(crop)
+        self._from_face_box.append(from_face_box)
+        self.n_frames += b
+        return crop.copy(), np.array([r is not None for r in found_all], dtype=bool)
 
-    if config.smooth_boxes > 1:
-        crop = smooth_boxes(crop, has_face, config.smooth_boxes, frame_shape)
-    shift_range = bbox_shift_range(landmarks) if boxes is None else None
+    def finish(self) -> FaceTrack:
+        """The :class:`FaceTrack` of every frame added (smoothed when the settings ask), and release a backend made
+        here.
 
-    result = FaceTrack(crop_boxes=crop.astype(np.int32), face_boxes=face_boxes, landmarks=landmarks,
-                       has_face=has_face, frame_shape=frame_shape, backend=backend_name, backend_reason=reason,
-                       bbox_shift_range=shift_range, scores=scores, used_face_box=from_face_box,
-                       version=config.version, bbox_shift=int(config.bbox_shift),
-                       extra_margin=int(config.extra_margin) if config.version == "v15" else 0,
-                       smooth_boxes=int(config.smooth_boxes))
-    _warn_large(result)
-    return result
+        Raises:
+            InputError: No frame was added, or per-frame ``boxes`` do not match the frame count.
+            NoFaceError: No frame has a face.
+
+        Warns:
+            FaceSizeWarning: As :func:`track`.
+        """
+        config, n, frame_shape = self.config, self.n_frames, self.frame_shape
+        self.close()
+        if n == 0 or frame_shape is None:
+            raise InputError("frames is empty: the clip has no frames. Check the file (nbhelpers.media.probe) or the "
+                             "array you passed.")
+        if self.boxes is not None:
+            crop, has_face = user_boxes(self.boxes, n, frame_shape)
+            face_boxes = np.where(has_face[:, None], crop.astype(np.float64), np.nan)
+            landmarks = np.full((n, 68, 2), np.nan, dtype=np.float32)
+            scores = np.full(n, np.nan, dtype=np.float32)
+            from_face_box = np.zeros(n, dtype=bool)
+            backend_name, reason = "boxes", "boxes given by the user; no detector ran"
+            if not has_face.any():
+                raise NoFaceError(f"no face found in 0 of {n} frames: every entry of boxes is None (no face). Give "
+                                  "at least one (x1, y1, x2, y2) box.")
+        else:
+            used = self._used
+            backend_name = str(getattr(used, "name", type(used).__name__))
+            reason = str(getattr(used, "reason", "") or "")
+            results = self._results
+            has_face = np.array([r is not None for r in results], dtype=bool)
+            if not has_face.any():
+                raise NoFaceError(
+                    f"no face found in 0 of {n} frames (landmark backend {backend_name!r}"
+                    + (f": {reason}" if reason else "") + "). Check that the clip shows a face turned towards the "
+                    "camera (at least about 40 px tall), try another backend, or give the crop box yourself: "
+                    "boxes=(x1, y1, x2, y2) in Python, --box=x1,y1,x2,y2 on the command line.")
+            face_boxes = np.full((n, 4), np.nan, dtype=np.float64)
+            landmarks = np.full((n, 68, 2), np.nan, dtype=np.float32)
+            scores = np.full(n, np.nan, dtype=np.float32)
+            for i, r in enumerate(results):
+                if r is None:
+                    continue
+                face_boxes[i] = np.asarray(r.face_box, dtype=np.float64).reshape(4)
+                landmarks[i] = np.asarray(r.landmarks, dtype=np.float32).reshape(68, 2)
+                scores[i] = float(r.score)
+            crop = np.concatenate(self._crop)
+            from_face_box = np.concatenate(self._from_face_box)
+
+        if config.smooth_boxes > 1:
+            crop = smooth_boxes(crop, has_face, config.smooth_boxes, frame_shape)
+        shift_range = bbox_shift_range(landmarks) if self.boxes is None else None
+
+        result = FaceTrack(crop_boxes=crop.astype(np.int32), face_boxes=face_boxes, landmarks=landmarks,
+                           has_face=has_face, frame_shape=frame_shape, backend=backend_name, backend_reason=reason,
+                           bbox_shift_range=shift_range, scores=scores, used_face_box=from_face_box,
+                           version=config.version, bbox_shift=int(config.bbox_shift),
+                           extra_margin=int(config.extra_margin) if config.version == "v15" else 0,
+                           smooth_boxes=int(config.smooth_boxes))
+        _warn_large(result)
+        return result
+
+    def close(self) -> None:
+        """Release a backend this tracker made (an object you passed stays open)."""
+        self._stack.close()
+
+    def __enter__(self) -> FaceTracker:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def _count_hint(boxes: Any) -> int:

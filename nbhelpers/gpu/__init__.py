@@ -121,10 +121,13 @@ from .memory import (
     _remember_peak,
     cast_and_move,
     empty_cache,
+    host_wait,
     memory_scope,
     peak_memory,
     release,
     reset_peak,
+    to_device,
+    usable_bytes,
 )
 from .model import (
     CPU_TIMES,

@@ -255,6 +255,76 @@ def peak_memory(device: Any = None, others_gib: float | None = None) -> PeakMemo
                       allocated_gib=torch.cuda.max_memory_allocated(index) / GIB, context_gib=context)
 
 
+def to_device(array: Any, device: Any):
+    """A host array (numpy or a CPU tensor) on ``device``, copied without stalling the GPU's queue.
+
+    A copy from pageable host memory makes the host wait until the stream's queued work is done (CUDA's API
+    synchronisation rules for pageable transfers), which serialises host preparation and GPU work; a copy through
+    pinned memory (PyTorch's caching host allocator) is queued like a kernel and the host carries on.
+
+    Args:
+        array: numpy array or CPU tensor (any dtype torch takes).
+        device: Target device; on the CPU the tensor is returned as is.
+
+    Returns:
+        A tensor on ``device`` (same dtype and shape).
+
+    Source: CUDA Runtime API, "API synchronization behavior" (memcpy from pageable memory); torch.Tensor.pin_memory.
+    """
+    import numpy as np
+    import torch
+
+    t = array if isinstance(array, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(array))
+    device = torch.device(device)
+    if device.type != "cuda":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
+
+
+def host_wait(device: Any = None) -> None:
+    """Wait, sleeping, until the GPU has done everything queued on the current stream of ``device``.
+
+    ``.cpu()``, ``.item()`` and ``torch.cuda.synchronize()`` wait by spinning a CPU core by default; on a machine
+    with 2 cores (Colab) that core is taken from the video encoder running beside the GPU work. A blocking event
+    sleeps; the read that follows then finds its data ready. No-op without CUDA.
+
+    Source: CUDA Runtime API cudaEventBlockingSync (``torch.cuda.Event(blocking=True)``).
+    """
+    torch, index = _cuda(device)
+    if torch is None:
+        return
+    event = torch.cuda.Event(blocking=True)
+    event.record(torch.cuda.current_stream(index))
+    event.synchronize()
+
+
+def usable_bytes(device: Any = None) -> int | None:
+    """Bytes this process may still allocate on a CUDA device: the driver's free memory plus what the caching
+    allocator holds unused, bounded by ``torch.cuda.set_per_process_memory_fraction`` when one is set.
+
+    Args:
+        device: CUDA device (None: current).
+
+    Returns:
+        Bytes, or None without CUDA.
+
+    Source: torch.cuda.mem_get_info, memory_reserved/memory_allocated and get_per_process_memory_fraction
+    (PyTorch CUDA semantics: the fraction caps what the caching allocator may reserve).
+    """
+    torch, index = _cuda(device)
+    if torch is None:
+        return None
+    free, total = torch.cuda.mem_get_info(index)
+    reserved, allocated = torch.cuda.memory_reserved(index), torch.cuda.memory_allocated(index)
+    usable = free + max(0, reserved - allocated)
+    get_fraction = getattr(torch.cuda, "get_per_process_memory_fraction", None)  # torch >= 2.7
+    if get_fraction is not None:
+        fraction = float(get_fraction(index))
+        if fraction < 1.0:
+            usable = min(usable, int(fraction * total) - allocated)
+    return max(0, int(usable))
+
+
 def reset_peak(device: Any = None) -> None:
     """Forget the peaks so far (torch's counters and the one :func:`peak_memory` keeps across scopes).
 
