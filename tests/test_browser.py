@@ -12,16 +12,21 @@ cell in CI mode and checks, from the page itself:
   within one frame (1/25 s);
 * the plots (the stage timings chart) render as ``<img>`` elements with pixels.
 
-Two front ends, each in its own small environment cached under ``$NBHELPERS_ENV_ROOT`` (a versioned folder):
+Two front ends:
 
 * ``lab``: JupyterLab 4 with ipywidgets 8 (the kernel gets ipywidgets 8 on its path);
 * ``classic``: the classic Notebook (nbclassic) with ipywidgets 7.7 (Colab's widget version) and
   widgetsnbextension 3.6.
 
+Both are served from one small environment (``SERVER_PACKAGES``; they install side by side) cached under
+``$NBHELPERS_ENV_ROOT``.
+
 The kernel is this test's own Python (the package and its test stack), with only ipywidgets swapped through
 ``PYTHONPATH``. Cells that nbval skips (tagged ``nbval-skip``: optional weights and packages CI lacks) are left out
-of the copies the browser opens. Screenshots go to ``$NBHELPERS_ARTIFACTS/browser`` (default: pytest's temporary
-folder; the path is printed); ``NBHELPERS_DOCS_SCREENSHOTS=1`` also copies the best ones into ``docs/``.
+of the copies the browser opens. The inputs are the packaged demo (public-domain photo, the project's own speech),
+not the shared test media, which are licensed for testing only: the screenshots may be published. They go to
+``$NBHELPERS_ARTIFACTS/browser`` (default ``.artifacts/browser``, ignored by git, kept after a green run; the path
+is printed); ``NBHELPERS_DOCS_SCREENSHOTS=1`` also copies the best ones into ``docs/`` (under 300 KiB each).
 
 Skips, with the reason: no Chromium (``apt-get install -y chromium``; ``NBHELPERS_CHROMIUM`` names another
 binary), no Playwright (``pip install playwright``), or a front end's packages that cannot be installed.
@@ -36,7 +41,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -51,19 +55,22 @@ ENV_VERSION = 1  # bump when the front ends' package lists change: a new folder 
 FPS = 25
 NOTEBOOKS = ("quickstart", "04_lipsync")
 
-# Front end -> (server packages, kernel overlay packages, URL path of a notebook, Python expression of readiness).
+# One server environment for both front ends (they install side by side: nbclassic 1.x brings Notebook 7, which
+# brings JupyterLab): JupyterLab 4 with the ipywidgets 8 front end (jupyterlab_widgets 3), and the classic Notebook
+# with the ipywidgets 7 front end (widgetsnbextension 3.6). No ipywidgets in it: the kernel brings its own.
+SERVER_PACKAGES = ["jupyterlab>=4.1,<5", "jupyterlab_widgets>=3.0.10,<4", "nbclassic>=1.0,<2",
+                   "widgetsnbextension>=3.6.6,<3.7"]
+# Front end -> the kernel's ipywidgets (an overlay on PYTHONPATH), the server command, a notebook's URL path.
 FRONT_ENDS = {
     "lab": {
-        "server": ["jupyterlab>=4.1,<5", "jupyterlab_widgets>=3.0.10,<4"],
-        "kernel": ["ipywidgets>=8.1,<9"],
+        "kernel": ["ipywidgets>=8.1,<9", "comm>=0.1.3"],
         "command": ["lab"],
-        "url": "lab/tree/{name}.ipynb",
+        "url": "lab/workspaces/test-{name}/tree/{name}.ipynb",  # a fresh workspace: only this notebook open
     },
     "classic": {
-        "server": ["nbclassic>=1.0,<2", "widgetsnbextension>=3.6.6,<3.7", "notebook_shim>=0.2"],
-        "kernel": ["ipywidgets>=7.7.1,<7.8"],
+        "kernel": ["ipywidgets>=7.7.1,<7.8"],  # Colab's widget version
         "command": ["nbclassic"],
-        "url": "notebooks/{name}.ipynb",
+        "url": "nbclassic/notebooks/{name}.ipynb",  # nbclassic's prefix beside Notebook 7
     },
 }
 
@@ -97,26 +104,29 @@ def _pip(args: list[str], what: str, timeout: float = 600) -> None:
 
 
 def _front_end_env(kind: str) -> tuple[Path, Path]:
-    """(server venv, kernel overlay folder) of a front end, built once under ENV_ROOT."""
-    spec = FRONT_ENDS[kind]
+    """(server venv, kernel overlay folder) of a front end, each built once under ENV_ROOT."""
     base = ENV_ROOT / f"nbhelpers-browser-v{ENV_VERSION}"
-    server, overlay = base / f"server-{kind}", base / f"kernel-{kind}"
-    done = base / f".complete-{kind}"
-    if done.is_file():
-        return server, overlay
+    server, overlay = base / "server", base / f"kernel-{kind}"
     base.mkdir(parents=True, exist_ok=True)
-    free_gib = shutil.disk_usage(base).free / 2**30
-    if free_gib < 1.0:
-        pytest.skip(f"the {kind} front end needs about 0.3 GiB under {base}; only {free_gib:.1f} GiB is free")
-    shutil.rmtree(server, ignore_errors=True)
-    shutil.rmtree(overlay, ignore_errors=True)
-    _pip([sys.executable, "-m", "venv", str(server)], f"a venv for the {kind} server")
-    _pip([str(server / "bin" / "python"), "-m", "pip", "install", "-q", *spec["server"]], f"the {kind} server")
-    # Only ipywidgets itself is swapped on the kernel's path; its Python needs (comm, traitlets, IPython) are the
-    # test environment's own.
-    _pip([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(overlay), *spec["kernel"]],
-         f"the {kind} kernel's ipywidgets")
-    done.write_text(json.dumps(spec) + "\n", encoding="utf-8")
+    for folder, what, build in (
+            (server, "the Jupyter server (JupyterLab and nbclassic)", lambda: (
+                _pip([sys.executable, "-m", "venv", str(server)], "a venv for the Jupyter server"),
+                _pip([str(server / "bin" / "python"), "-m", "pip", "install", "-q", *SERVER_PACKAGES],
+                     "the Jupyter server"))),
+            # Only ipywidgets itself is swapped on the kernel's path; its Python needs (traitlets, IPython) are the
+            # test environment's own.
+            (overlay, f"the {kind} kernel's ipywidgets", lambda: _pip(
+                [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(overlay),
+                 *FRONT_ENDS[kind]["kernel"]], f"the {kind} kernel's ipywidgets"))):
+        done = folder.with_name(f".complete-{folder.name}")
+        if done.is_file():
+            continue
+        free_gib = shutil.disk_usage(base).free / 2**30
+        if free_gib < 1.0:
+            pytest.skip(f"{what} needs about 0.3 GiB under {base}; only {free_gib:.1f} GiB is free")
+        shutil.rmtree(folder, ignore_errors=True)
+        build()
+        done.write_text("built by tests/test_browser.py\n", encoding="utf-8")
     return server, overlay
 
 
@@ -147,9 +157,12 @@ class Server:
         jupyter = folder / "jupyter"
         kernel_dir = jupyter / "data" / "kernels" / "python3"
         kernel_dir.mkdir(parents=True, exist_ok=True)
-        shared = os.environ.get("NBHELPERS_SHARED_DATA") or str(ROOT.parent / "shared" / "data")
+        # The packaged demo (public-domain photo, the project's own speech) instead of the shared test media: the
+        # screenshots go into docs/, and the test media are licensed for testing only.
+        no_media = folder / "no-shared-media"
+        no_media.mkdir(exist_ok=True)
         kernel_env = {"PYTHONPATH": os.pathsep.join([str(overlay), str(ROOT)]), "NBHELPERS_MODE": "ci",
-                      "NBHELPERS_PROGRESS": "0", "NBHELPERS_SHARED_DATA": shared}
+                      "NBHELPERS_PROGRESS": "0", "NBHELPERS_SHARED_DATA": str(no_media)}
         (kernel_dir / "kernel.json").write_text(json.dumps({
             "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
             "display_name": "Python 3", "language": "python", "env": kernel_env}), encoding="utf-8")
@@ -166,9 +179,13 @@ class Server:
             args.append("--allow-root")  # CI containers run as root
         if kind == "lab":
             # Every cell rendered (no windowing), so that the checks and screenshots see each output.
-            settings = jupyter / "lab-settings" / "@jupyterlab" / "notebook-extension" / "tracker.jupyterlab-settings"
-            settings.parent.mkdir(parents=True, exist_ok=True)
-            settings.write_text(json.dumps({"windowingMode": "none"}), encoding="utf-8")
+            # No news or update pop-up over the screenshots.
+            for plugin, values in (("notebook-extension/tracker", {"windowingMode": "none"}),
+                                   ("apputils-extension/notification", {"fetchNews": "false",
+                                                                        "checkForUpdates": False})):
+                settings = jupyter / "lab-settings" / "@jupyterlab" / f"{plugin}.jupyterlab-settings"
+                settings.parent.mkdir(parents=True, exist_ok=True)
+                settings.write_text(json.dumps(values), encoding="utf-8")
             args += ["--LabApp.expose_app_in_browser=True", "--LabApp.news_url=None",
                      "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
         self.log = folder / f"server-{kind}.log"
@@ -210,12 +227,18 @@ class Server:
 # ------------------------------------------------------------------------------------------- page drivers
 # Each front end's JavaScript: run every cell, report the code cells' state, append a cell and run it.
 
+# The notebook panel of a path (not the current tab: a restored workspace may hold others).
+_LAB_PANEL = """const w = Array.from(window.jupyterapp.shell.widgets('main'))
+        .find(x => x.context && x.context.path === path && x.content);"""
+
 LAB_JS = {
-    "ready": """() => { const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
-        return !!(w && w.content && w.context && w.context.isReady && w.sessionContext.session
-                  && w.sessionContext.session.kernel && w.sessionContext.session.kernel.status === 'idle'); }""",
-    "run_all": "() => window.jupyterapp.commands.execute('notebook:run-all-cells')",
-    "state": """() => { const w = window.jupyterapp.shell.currentWidget;
+    "ready": """(path) => { if (!window.jupyterapp) return false; """ + _LAB_PANEL + """
+        return !!(w && w.context.isReady && w.sessionContext.session && w.sessionContext.session.kernel
+                  && w.sessionContext.session.kernel.status === 'idle'); }""",
+    "run_all": """(path) => { """ + _LAB_PANEL + """
+        window.jupyterapp.shell.activateById(w.id);
+        return window.jupyterapp.commands.execute('notebook:run-all-cells'); }""",
+    "state": """(path) => { """ + _LAB_PANEL + """
         const kernel = w.sessionContext.session && w.sessionContext.session.kernel;
         const cells = w.content.widgets.filter(c => c.model.type === 'code').map(c => {
             const outputs = c.model.outputs.toJSON();
@@ -223,10 +246,11 @@ LAB_JS = {
                     errors: outputs.filter(o => o.output_type === 'error').map(o => o.ename + ': ' + o.evalue),
                     text: outputs.filter(o => o.output_type === 'stream').map(o => o.text).join('')}; });
         return {kernel: kernel ? kernel.status : 'none', cells}; }""",
-    "append_run": """async (source) => { const w = window.jupyterapp.shell.currentWidget;
+    "append_run": """async ([path, source]) => { """ + _LAB_PANEL + """
         const model = w.content.model;
         model.sharedModel.insertCell(model.cells.length, {cell_type: 'code', source});
         w.content.activeCellIndex = model.cells.length - 1;
+        window.jupyterapp.shell.activateById(w.id);
         await window.jupyterapp.commands.execute('notebook:run-cell'); }""",
     "output": ".jp-OutputArea-output",
     "outputs": ".jp-Cell-outputArea",
@@ -234,18 +258,18 @@ LAB_JS = {
 }
 
 CLASSIC_JS = {
-    "ready": """() => !!(window.Jupyter && Jupyter.notebook && Jupyter.notebook.kernel
+    "ready": """(path) => !!(window.Jupyter && Jupyter.notebook && Jupyter.notebook.kernel
                    && Jupyter.notebook.kernel.is_connected() && Jupyter.notebook._fully_loaded
                    && document.querySelector('#kernel_indicator_icon.kernel_idle_icon'))""",
-    "run_all": "() => Jupyter.notebook.execute_all_cells()",
-    "state": """() => { const busy = !!document.querySelector('#kernel_indicator_icon.kernel_busy_icon');
+    "run_all": "(path) => Jupyter.notebook.execute_all_cells()",
+    "state": """(path) => { const busy = !!document.querySelector('#kernel_indicator_icon.kernel_busy_icon');
         const cells = Jupyter.notebook.get_cells().filter(c => c.cell_type === 'code').map(c => ({
             count: c.input_prompt_number === '*' ? null : (c.input_prompt_number ?? null),
             source: c.get_text().slice(0, 80),
             errors: c.output_area.outputs.filter(o => o.output_type === 'error').map(o => o.ename + ': ' + o.evalue),
             text: c.output_area.outputs.filter(o => o.output_type === 'stream').map(o => o.text).join('')}));
         return {kernel: busy ? 'busy' : 'idle', cells}; }""",
-    "append_run": """(source) => { const cell = Jupyter.notebook.insert_cell_at_bottom('code');
+    "append_run": """([path, source]) => { const cell = Jupyter.notebook.insert_cell_at_bottom('code');
         cell.set_text(source); cell.execute(); }""",
     "output": ".output_area .output_subarea",
     "outputs": ".output_wrapper",
@@ -262,11 +286,12 @@ class Page:
         self.page = browser.new_page(viewport={"width": 1280, "height": 1000})
         self.console: list[str] = []
         self.page.on("console", lambda msg: self.console.append(f"{msg.type}: {msg.text}"))
+        self.path = f"{name}.ipynb"
         self.page.goto(server.url(name))
-        self.page.wait_for_function(self.js["ready"], timeout=120_000, polling=500)
+        self.page.wait_for_function(self.js["ready"], arg=self.path, timeout=120_000, polling=500)
 
     def state(self) -> dict:
-        return self.page.evaluate(self.js["state"])
+        return self.page.evaluate(self.js["state"], self.path)
 
     def wait_done(self, n_cells: int | None = None, timeout_s: float = 420) -> dict:
         """Wait until every code cell has run (or one failed) and the kernel is idle; fail on an error output."""
@@ -285,13 +310,13 @@ class Page:
             time.sleep(1)
 
     def run_all(self) -> dict:
-        self.page.evaluate(self.js["run_all"])
+        self.page.evaluate(self.js["run_all"], self.path)
         return self.wait_done()
 
     def ask_kernel(self, expression: str) -> dict:
         """Run ``print(json.dumps(expression))`` in a cell appended through the page; the value it printed."""
         n = len(self.state()["cells"]) + 1
-        self.page.evaluate(self.js["append_run"], f"import json\nprint(json.dumps({expression}))")
+        self.page.evaluate(self.js["append_run"], [self.path, f"import json\nprint(json.dumps({expression}))"])
         state = self.wait_done(n_cells=n, timeout_s=60)
         return json.loads(state["cells"][-1]["text"].strip().splitlines()[-1])
 
@@ -311,8 +336,7 @@ class Page:
 
 @pytest.fixture(scope="module")
 def shots_dir(tmp_path_factory) -> Path:
-    base = os.environ.get("NBHELPERS_ARTIFACTS")
-    folder = Path(base) / "browser" if base else tmp_path_factory.mktemp("browser-shots")
+    folder = Path(os.environ.get("NBHELPERS_ARTIFACTS") or ROOT / ".artifacts") / "browser"
     folder.mkdir(parents=True, exist_ok=True)
     print(f"\nbrowser screenshots: {folder}")
     return folder
@@ -335,6 +359,9 @@ def browser_and_server(request, tmp_path_factory, shots_dir):
                 browser.close()
     finally:
         server.close()
+        if os.environ.get("NBHELPERS_ENV_CLEANUP") == "1":  # CI: disk is limited; the server env is kept for the
+            shutil.rmtree(overlay, ignore_errors=True)  # other front end (its folder goes with the env root)
+            overlay.with_name(f".complete-{overlay.name}").unlink(missing_ok=True)
 
 
 def _widget_labels(page: Page, cell) -> list[str]:
@@ -355,6 +382,8 @@ def test_lipsync_notebook_in_the_browser(browser_and_server, shots_dir):
     assert panel_out.locator(".widget-slider, .widget-hslider").count() >= 3
     assert panel_out.locator(".widget-dropdown").count() >= 3
     assert panel_out.locator("table").count() == 0, "the panel rendered as the no-widgets table"
+    restore = panel_out.locator(".widget-dropdown", has_text="face restoration").locator("select")
+    assert restore.evaluate("s => s.selectedIndex >= 0 ? s.options[s.selectedIndex].text : ''") == "off"
 
     # A value typed into the extra_margin slider's readout reaches panel.config in the kernel.
     before = page.ask_kernel("panel.config.extra_margin")
@@ -385,7 +414,9 @@ def test_lipsync_notebook_in_the_browser(browser_and_server, shots_dir):
     assert abs(duration - facts["duration_s"]) <= 1 / FPS, (duration, facts)
     playing = video.evaluate("v => v.play().then(() => new Promise(ok => setTimeout(() => ok(v.currentTime), 300)))")
     assert playing > 0, "the video did not play"
-    page.shot(result_cell.locator(page.js["outputs"]), "video")
+    video.evaluate("v => { v.pause(); v.currentTime = 0; }")  # paused: its controls show
+    page.page.wait_for_timeout(300)
+    page.shot(video, "video")
 
     # Plots render as images with pixels.
     chart_cell = page.cell_with("plot_timings(")
@@ -395,6 +426,26 @@ def test_lipsync_notebook_in_the_browser(browser_and_server, shots_dir):
     page.shot(chart_cell.locator(page.js["outputs"]), "timings")
     page.page.screenshot(path=str(shots_dir / f"{server.kind}-04_lipsync-page.png"), full_page=False)
     page.page.close()
+    if server.kind == "lab" and os.environ.get("NBHELPERS_DOCS_SCREENSHOTS") == "1":
+        _to_docs(shots_dir, "lab-04_lipsync", ("panel", "video", "timings"))
+
+
+def _to_docs(shots_dir: Path, prefix: str, labels: tuple[str, ...], max_kib: int = 250, width: int = 640) -> None:
+    """Copy the chosen screenshots into docs/ as browser-<label>.png: at most ``width`` pixels wide and ``max_kib``
+    KiB (fewer colours when needed)."""
+    from PIL import Image
+
+    for label in labels:
+        image = Image.open(shots_dir / f"{prefix}-{label}.png").convert("RGB")
+        if image.width > width:
+            image = image.resize((width, round(image.height * width / image.width)), Image.LANCZOS)
+        target = ROOT / "docs" / f"browser-{label}.png"
+        for colours in (None, 128, 64):
+            out = image if colours is None else image.quantize(colors=colours)
+            out.save(target, optimize=True)
+            if target.stat().st_size <= max_kib * 1024:
+                break
+        assert target.stat().st_size <= max_kib * 1024, f"{target} is over {max_kib} KiB"
 
 
 def test_quickstart_notebook_in_the_browser(browser_and_server, shots_dir):
