@@ -68,7 +68,7 @@ FRONT_ENDS = {
         "url": "lab/workspaces/test-{name}/tree/{name}.ipynb",  # a fresh workspace: only this notebook open
     },
     "classic": {
-        "kernel": ["ipywidgets>=7.7.1,<7.8"],  # Colab's widget version
+        "kernel": ["ipywidgets>=7.7.1,<7.8", "ipython_genutils>=0.2"],  # Colab's widget version (7.7 imports genutils)
         "command": ["nbclassic"],
         "url": "nbclassic/notebooks/{name}.ipynb",  # nbclassic's prefix beside Notebook 7
     },
