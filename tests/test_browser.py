@@ -51,7 +51,7 @@ nbformat = pytest.importorskip("nbformat")
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV_ROOT = Path(os.environ.get("NBHELPERS_ENV_ROOT", "/tmp"))  # where the front ends' envs are cached
-ENV_VERSION = 1  # bump when the front ends' package lists change: a new folder is built
+ENV_VERSION = 2  # bump when the front ends' package lists change: a new folder is built
 FPS = 25
 NOTEBOOKS = ("quickstart", "04_lipsync")
 
