@@ -59,6 +59,9 @@ _ENCODER_TEXT = {"libx264": "libx264 medium (official, CRF 18)", "libx264-fast":
 RESTORE_CHOICES = [("off", None), ("GFPGAN v1.4", "gfpgan"), ("RestoreFormer", "restoreformer"),
                    ("CodeFormer (non-commercial licence)", "codeformer")]
 PANEL_FIELDS = tuple(_LABELS)
+# The restore dropdown's value for "off": ipywidgets 8 reads a Dropdown value of None as "nothing selected" and
+# shows an empty box (seen in the browser test), so the widget holds this string and the panel reports None.
+_RESTORE_OFF = "off"
 
 
 def widgets_available() -> bool:
@@ -131,7 +134,10 @@ class SettingsPanel:
     @property
     def values(self) -> dict[str, Any]:
         """Current value of every field (``"auto"`` for batch and precision left to the planner)."""
-        return {name: control.value for name, control in self.controls.items()}
+        values = {name: control.value for name, control in self.controls.items()}
+        if values.get("restore") == _RESTORE_OFF:
+            values["restore"] = None
+        return values
 
     @property
     def config(self) -> InferenceConfig:
@@ -155,7 +161,11 @@ class SettingsPanel:
             if (self.uses_widgets and name == "batch_size" and isinstance(value, int)
                     and value not in [v for _, v in control.options]):
                 control.options = [*control.options, (str(value), value)]
-            control.value = "auto" if value is None and name in ("batch_size", "fp16") else value
+            if value is None and name in ("batch_size", "fp16"):
+                value = "auto"
+            elif value is None and name == "restore" and self.uses_widgets:
+                value = _RESTORE_OFF
+            control.value = value
         self._sync()
         return self
 
@@ -203,7 +213,8 @@ class SettingsPanel:
         elif name == "encoder":
             control = w.Dropdown(options=[(_ENCODER_TEXT.get(e, e), e) for e in ENCODERS], value=value, **common)
         elif name == "restore":
-            control = w.Dropdown(options=RESTORE_CHOICES, value=value, **common)
+            control = w.Dropdown(options=[(label, _RESTORE_OFF if v is None else v) for label, v in RESTORE_CHOICES],
+                                 value=_RESTORE_OFF if value is None else value, **common)
         elif name == "restore_strength":
             control = w.FloatSlider(value=float(value), min=0.0, max=1.0, step=0.05, **common)
         else:  # pragma: no cover - PANEL_FIELDS and this list are kept together
@@ -217,7 +228,7 @@ class SettingsPanel:
         jaw = self.controls["parsing_mode"].value == "jaw"
         rules = {"bbox_shift": (True, True), "extra_margin": (not v1, True), "parsing_mode": (not v1, True),
                  "left_cheek_width": (not v1 and jaw, True), "right_cheek_width": (not v1 and jaw, True),
-                 "restore_strength": (self.controls["restore"].value is not None, True)}
+                 "restore_strength": (self.controls["restore"].value not in (None, _RESTORE_OFF), True)}
         for name, (enabled, visible) in rules.items():
             control = self.controls[name]
             control.disabled = not enabled
@@ -254,7 +265,7 @@ class SettingsPanel:
             elif name == "fp16":
                 value = precision_text if value == "auto" else ("fp16" if value else "fp32")
             elif name == "restore":
-                value = dict((v, k) for k, v in RESTORE_CHOICES).get(value, value)
+                value = dict((v, k) for k, v in RESTORE_CHOICES).get(None if value == _RESTORE_OFF else value, value)
             out.append((_LABELS[name][0], str(value)))
         return out
 

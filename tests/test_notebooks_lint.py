@@ -1,9 +1,11 @@
 """The notebook linter as tests: every rule of tools/nblint.py over every notebook, plus the linter's own checks.
 
-The rules (STYLE.md §14-15): canonical JSON without outputs, one H1 then the Colab badge, the common setup and
-run-mode cells, one ``parameters`` cell, code cells of at most 3 lines, a sentence or two of second-person markdown
-before each code cell, no "we", a licence line naming each media file, timing cells tagged for nbval, and a final
-``env.check_result`` cell. The notebooks must also be exactly what tools/make_notebooks.py writes.
+The rules (STYLE.md §14-15): canonical JSON without outputs, one H1 then the Colab badge, the common setup cell
+(at most 4 plain lines) and run-mode cell, one ``parameters`` cell, code cells of at most 3 lines, a sentence or two
+of second-person markdown before each code cell, no "we", a licence line naming each media file, timing cells
+tagged for nbval, ``env`` used for the run mode and inputs only, and a final ``nbh.workbook.check`` cell. The
+notebooks must also be exactly what tools/make_notebooks.py writes from their jupytext sources
+(notebooks/src/*.py), and the sources exactly what jupytext writes back.
 """
 
 from __future__ import annotations
@@ -45,60 +47,87 @@ def test_rule(path, rule):
     assert rule(path, nb, text) == []
 
 
-@pytest.mark.parametrize("name", list(make_notebooks.BOOK))
+@pytest.mark.parametrize("name", make_notebooks.BOOK)
 def test_committed_notebook_is_what_the_generator_writes(name):
     path = ROOT / "notebooks" / f"{name}.ipynb"
     assert path.read_text(encoding="utf-8") == make_notebooks.render(name), (
-        f"{path.name} differs from tools/make_notebooks.py: edit the generator and run it")
+        f"{path.name} differs from notebooks/src/{name}.py: edit the source and run python tools/make_notebooks.py")
 
 
-def test_setup_cell_is_identical_and_short():
+def test_setup_cell_is_identical_short_and_plain():
     firsts = {nbformat.read(p, as_version=4).cells[2].source for p in NOTEBOOKS}
     assert firsts == {make_notebooks.SETUP_CELL}
-    assert len(make_notebooks.SETUP_CELL.splitlines()) <= 3
-    # On Colab it installs the pinned release with its [colab] extra in one pip call; it never names torch and
-    # fetches nothing else by address (00_setup read requirements-colab.txt from GitHub: offline it failed).
-    assert '"musetalk-workbook[colab] @ git+{REPO}@{TAG}"' in make_notebooks.SETUP_CELL
+    assert len(make_notebooks.SETUP_CELL.splitlines()) <= 4
+    assert nblint._not_plain(make_notebooks.SETUP_CELL) == []
+    # On Colab it installs the pinned release with its [colab] extra in one pip call; it never names torch as a
+    # package and fetches nothing else by address (00_setup read requirements-colab.txt from GitHub: offline it
+    # failed).
+    assert f'"musetalk-workbook[colab] @ git+{make_notebooks.REPO}@{make_notebooks.TAG}"' in make_notebooks.SETUP_CELL
     assert "raw/" not in make_notebooks.SETUP_CELL and " -r " not in make_notebooks.SETUP_CELL
-    assert "torch" not in make_notebooks.SETUP_CELL
+    assert "install torch" not in make_notebooks.SETUP_CELL and '"torch' not in make_notebooks.SETUP_CELL
 
 
-def test_setup_cell_runs_in_ipython_outside_colab(monkeypatch):
-    """The setup cell's Colab branch is skipped and nbh.setup() returns the report (IPython transforms kept)."""
+def _run_setup_cell(monkeypatch, colab: bool) -> list:
+    """Execute the setup cell as a kernel would (IPython's transforms applied), with subprocess.run recorded."""
     pytest.importorskip("IPython")
+    import subprocess
+
     from IPython.core.inputtransformer2 import TransformerManager
 
-    source = TransformerManager().transform_cell(make_notebooks.SETUP_CELL)
     calls = []
+    monkeypatch.setattr(subprocess, "run", lambda *args, **kwargs: calls.append((args, kwargs)))
+    if colab:
+        monkeypatch.setitem(sys.modules, "google.colab", type(sys)("google.colab"))
+    else:
+        monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    source = TransformerManager().transform_cell(make_notebooks.SETUP_CELL)
+    exec(compile(source, "<setup cell>", "exec"), {})
+    return calls
 
-    class FakeShell:
-        def run_line_magic(self, *args):  # pragma: no cover - must not be reached outside Colab
-            calls.append(args)
 
-    monkeypatch.delitem(sys.modules, "google.colab", raising=False)
-    monkeypatch.setenv("NBHELPERS_MODE", "ci")
-    namespace = {"get_ipython": FakeShell}
-    exec(compile(source + "\n_report = nbh.setup()", "<setup cell>", "exec"), namespace)
-    assert calls == []
-    assert namespace["_report"].mode == "ci"
+def test_setup_cell_does_nothing_outside_colab(monkeypatch):
+    assert _run_setup_cell(monkeypatch, colab=False) == []
 
 
 def test_setup_cell_installs_on_colab(monkeypatch):
-    """In Colab the same cell calls %pip with the pinned git URL and the requirements file of that tag."""
-    from IPython.core.inputtransformer2 import TransformerManager
-
-    source = TransformerManager().transform_cell(make_notebooks.SETUP_CELL.splitlines()[0] + "\n"
-                                                 + make_notebooks.SETUP_CELL.splitlines()[1])
-    calls = []
-
-    class FakeShell:
-        def run_line_magic(self, *args):
-            calls.append(args)
-
-    monkeypatch.setitem(sys.modules, "google.colab", type(sys)("google.colab"))
-    exec(compile(source, "<setup cell>", "exec"), {"get_ipython": FakeShell})
+    """In Colab the same cell runs pip of the kernel's own Python once, with the pinned git URL."""
+    calls = _run_setup_cell(monkeypatch, colab=True)
     repo, tag = make_notebooks.REPO, make_notebooks.TAG
-    assert calls == [("pip", f'install -q "musetalk-workbook[colab] @ git+{repo}@{tag}"')]
+    assert calls == [(([sys.executable, "-m", "pip", "install", "-q",
+                        f"musetalk-workbook[colab] @ git+{repo}@{tag}"],), {"check": True})]
+
+
+def test_run_mode_cell_reports_the_runtime(monkeypatch):
+    """The second cell imports the package, reads the run mode and ends with the setup report."""
+    monkeypatch.setenv("NBHELPERS_MODE", "ci")
+    namespace = {}
+    *body, last = make_notebooks.MODE_CELL.splitlines()
+    exec(compile("\n".join(body), "<mode cell>", "exec"), namespace)
+    report = eval(last.split("#")[0], namespace)
+    assert namespace["MODE"] == "ci" and report.mode == "ci"
+
+
+@pytest.mark.parametrize("name", make_notebooks.BOOK)
+def test_source_is_what_jupyter_saves(name):
+    """A source is in jupytext's own form: opening it in Jupyter and saving it changes no byte."""
+    jupytext = pytest.importorskip("jupytext")
+    path = make_notebooks.source_path(name)
+    text = path.read_text(encoding="utf-8")
+    nb = jupytext.reads(text, fmt=make_notebooks.FORMAT)
+    nb.metadata = dict(make_notebooks.SOURCE_METADATA)
+    assert jupytext.writes(nb, fmt=make_notebooks.FORMAT) == text
+
+
+def test_generator_is_byte_stable_and_refuses_a_changed_setup_cell(tmp_path, monkeypatch):
+    first = make_notebooks.render("04_lipsync")
+    assert make_notebooks.render("04_lipsync") == first
+    source = make_notebooks.source_path("04_lipsync").read_text(encoding="utf-8")
+    monkeypatch.setattr(make_notebooks, "SOURCES", tmp_path)
+    (tmp_path / "04_lipsync.py").write_text(source.replace("v0.1.0", "v0.0.9"), encoding="utf-8")
+    with pytest.raises(make_notebooks.SourceError, match="SETUP_CELL"):
+        make_notebooks.render("04_lipsync")
+    with pytest.raises(make_notebooks.SourceError, match="missing"):
+        make_notebooks.render("01_weights")
 
 
 # -- the linter catches what it should: mutate a good notebook and expect the rule to complain -------------------
@@ -171,6 +200,17 @@ def test_linter_flags_non_canonical_json():
 
     text = json.dumps(json.loads(nbformat.writes(nb)), indent=2) + "\n"  # indent 2: not what nbformat writes
     assert nblint.rule_canonical(path, nb, text)
+
+
+def test_linter_flags_env_plumbing_and_unplain_setup():
+    path, nb = _good()
+    nb.cells[8].source = "WEIGHTS = env.weights_dir(MODE)\nvideo, audio = nbh.env.workbook_inputs(MODE)"
+    assert _problems(nblint.rule_env_only_mode_and_inputs, path, nb) == [
+        "code cell 3 uses env.weights_dir: cells take only run_mode, workbook_inputs, upload, sample_audios from "
+        "env; use the public API (nbh.workbook for where things go, the pipeline object for the work)"]
+    assert nblint._not_plain("import sys; x = 1") == ["statements chained with ';'"]
+    assert nblint._not_plain('get_ipython().run_line_magic("pip", "x")') == ["get_ipython()"]
+    assert nblint._not_plain('s = "a; b"\n%pip install x') == ["an IPython magic or shell line"]
 
 
 def test_sentence_counter():

@@ -105,6 +105,19 @@ def test_changing_a_widget_updates_what_is_shown_and_the_config():
     assert panel.config.bbox_shift == -5 and panel.config.version == "v15"
 
 
+def test_restore_off_is_a_selected_choice(use_widgets):
+    panel = ui.settings_panel(use_widgets=use_widgets)
+    assert panel.values["restore"] is None and panel.config.restore is None
+    assert dict(panel.rows())["face restoration"] == "off"
+    if use_widgets:
+        assert panel.controls["restore"].label == "off"  # not an empty box
+        assert panel.controls["restore_strength"].disabled
+    panel.set(restore="restoreformer")
+    assert panel.config.restore == "restoreformer" and dict(panel.rows())["face restoration"] == "RestoreFormer"
+    panel.set(restore=None)
+    assert panel.config.restore is None and dict(panel.rows())["face restoration"] == "off"
+
+
 def test_set_validates_and_extends_slider_ranges(use_widgets):
     panel = ui.settings_panel(use_widgets=use_widgets)
     panel.set(extra_margin=120)  # above the app's 0-40 slider, allowed by the config
@@ -166,6 +179,12 @@ WIDGETS8 = textwrap.dedent("""
     assert panel.config.bbox_shift == 6 and not panel.controls["bbox_shift"].disabled
     assert panel.controls["extra_margin"].tooltip  # ipywidgets 8's name for the tooltip
     assert panel.widget is not None
+    # "off" is selected and shown (ipywidgets 8 shows an empty box for a Dropdown value of None).
+    assert panel.controls["restore"].label == "off" and panel.config.restore is None
+    panel.set(restore="gfpgan")
+    assert panel.config.restore == "gfpgan" and not panel.controls["restore_strength"].disabled
+    panel.set(restore=None)
+    assert panel.controls["restore"].label == "off" and panel.config.restore is None
     print("ok", ipywidgets.__version__)
 """)
 

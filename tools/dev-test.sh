@@ -29,6 +29,16 @@ PYTHON="$VENV/bin/python" bash tools/install.sh test
   "typing_extensions>=4.0"
 echo "install: $(( $(date +%s) - start )) s, $(du -sm "$VENV" | cut -f1) MB in $VENV; disk: $(free_gib) GiB free"
 
+# tests/test_browser.py runs the workbook in headless Chromium: Debian's package, installed here when this runs as
+# root with apt (CI); elsewhere, without it, the test skips and says how to install it. NBHELPERS_BROWSER=0 opts out.
+if [ "${NBHELPERS_BROWSER:-1}" != 0 ] && ! command -v chromium >/dev/null && command -v apt-get >/dev/null \
+    && [ "$(id -u)" = 0 ]; then
+  t=$(date +%s)
+  { apt-get install -y -qq chromium || { apt-get update -qq && apt-get install -y -qq chromium; }; } >/dev/null 2>&1 \
+    || echo "chromium: apt-get install failed; tests/test_browser.py will skip"
+  echo "chromium: $(( $(date +%s) - t )) s to install"
+fi
+
 export NBHELPERS_MODE=ci NBHELPERS_PROGRESS=0 MPLBACKEND=Agg
 exec "$VENV/bin/python" -m pytest -p no:cacheprovider --durations=25 --nbval-lax --nbval-current-env \
   tests notebooks "$@"

@@ -22,6 +22,7 @@ NOTEBOOK_DIR = ROOT / "notebooks"
 EXPECTED = ("00_setup", "01_weights", "02_media", "03_avatar", "04_lipsync", "05_realtime", "quickstart")
 
 MAX_CODE_LINES = 3  # lines of a code cell (STYLE.md §3: cells of 1-3 lines)
+MAX_SETUP_LINES = 4  # lines of the setup cell: plain Python a newcomer reads (no `;`, no magics, no get_ipython)
 MAX_SENTENCES = 3  # sentences of the markdown before a code cell ("one or two", a third for a needed remark)
 # Code cells allowed more than MAX_CODE_LINES lines, as (notebook, first line) -> justification. Keep it short.
 LONG_CELLS: dict[tuple[str, str], str] = {}
@@ -34,6 +35,10 @@ MEDIA_FILES = ("astronaut.png", "demo-speech.wav", "face-sing-576x768-25fps.mp4"
 FIRST_PERSON_PLURAL = re.compile(r"\b(we|we're|we've|we'll|we'd|us|our|ours|ourselves|let's)\b", re.IGNORECASE)
 SECOND_PERSON = re.compile(r"\b(you|your|yours|yourself)\b", re.IGNORECASE)
 IGNORE_TAG = "nbval-ignore-output"
+# What a code cell may take from nbhelpers.env: the run mode and the inputs. Everything else a cell needs is the
+# public API (the pipeline object, nbhelpers.workbook for where things go, ui, media, weights...).
+ENV_ALLOWED = ("run_mode", "workbook_inputs", "upload", "sample_audios")
+ENV_USE = re.compile(r"\benv\.(\w+)")
 TIMING_CALLS = ("plot_timings", "fps_table", "install_missing(", ".plan(", "lipsync(", ".generate(",
                 "prepare_avatar(", ".download(", "check_mmcv_wheels(", "install_mmpose(")
 
@@ -106,17 +111,36 @@ def rule_single_h1_and_badge(path: Path, nb, text: str) -> list[str]:
 
 
 def rule_setup_cells(path: Path, nb, text: str) -> list[str]:
-    """The first code cell is the setup cell (<= 3 lines) and the second the run-mode cell, same everywhere."""
+    """The first code cell is the setup cell (<= MAX_SETUP_LINES plain lines: no `;`, no magics, no
+    get_ipython) and the second the run-mode cell, the same everywhere."""
     setup, mode = _setup_cells()
     code = _code_cells(nb)
     problems = []
-    if len(setup.splitlines()) > 3:
-        problems.append("the setup cell has more than 3 lines")
+    if len(setup.splitlines()) > MAX_SETUP_LINES:
+        problems.append(f"the setup cell has more than {MAX_SETUP_LINES} lines")
+    problems += [f"the setup cell is not plain Python: {why}" for why in _not_plain(setup)]
     if not code or code[0].source != setup:
         problems.append("the first code cell must be the common setup cell (tools/make_notebooks.py SETUP_CELL)")
     if len(code) < 2 or code[1].source != mode:
         problems.append("the second code cell must be the common run-mode cell (MODE_CELL)")
     return problems
+
+
+def _not_plain(source: str) -> list[str]:
+    """What keeps ``source`` from being plain Python a newcomer reads: statements chained with `;`, IPython
+    magics or shell lines, get_ipython()."""
+    import io
+    import tokenize
+
+    why = []
+    tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    if any(t.type == tokenize.OP and t.string == ";" for t in tokens):
+        why.append("statements chained with ';'")
+    if any(line.lstrip().startswith(("%", "!")) for line in source.splitlines()):
+        why.append("an IPython magic or shell line")
+    if "get_ipython" in source:
+        why.append("get_ipython()")
+    return why
 
 
 def rule_parameters(path: Path, nb, text: str) -> list[str]:
@@ -136,6 +160,8 @@ def rule_code_cells(path: Path, nb, text: str) -> list[str]:
     problems = []
     setup, _ = _setup_cells()
     for i, c in enumerate(_code_cells(nb)):
+        if c.source == setup:
+            continue  # rule_setup_cells
         try:
             ast.parse(c.source)
         except SyntaxError as exc:
@@ -217,13 +243,21 @@ def rule_ignored_outputs(path: Path, nb, text: str) -> list[str]:
 
 
 def rule_final_check(path: Path, nb, text: str) -> list[str]:
-    """The last code cell checks that this run produced its result (nbhelpers.env.check_result), or, in the setup
-    notebook, that the runtime is ready (nbhelpers.env.check_setup)."""
+    """The last code cell checks that this run produced its result (nbhelpers.workbook.check), or, in the setup
+    notebook, that the runtime is ready (nbhelpers.workbook.check_setup)."""
     code = _code_cells(nb)
-    if not code or not any(call in code[-1].source for call in ("env.check_result(", "env.check_setup(")):
-        return ["the last code cell must call env.check_result(...) on this run's result (env.check_setup(...) "
-                "in a setup notebook)"]
+    if not code or not any(call in code[-1].source for call in ("workbook.check(", "workbook.check_setup(")):
+        return ["the last code cell must call nbh.workbook.check(...) on this run's result "
+                "(nbh.workbook.check_setup(...) in a setup notebook)"]
     return []
+
+
+def rule_env_only_mode_and_inputs(path: Path, nb, text: str) -> list[str]:
+    """Code cells take only the run mode and the inputs from nbhelpers.env (ENV_ALLOWED); the rest is the public
+    API, so that a cell shows what the library does rather than the workbook's plumbing."""
+    return [f"code cell {i} uses env.{name}: cells take only {', '.join(ENV_ALLOWED)} from env; use the public API "
+            "(nbh.workbook for where things go, the pipeline object for the work)"
+            for i, c in enumerate(_code_cells(nb)) for name in ENV_USE.findall(c.source) if name not in ENV_ALLOWED]
 
 
 def rule_kernel(path: Path, nb, text: str) -> list[str]:
@@ -234,7 +268,7 @@ def rule_kernel(path: Path, nb, text: str) -> list[str]:
 
 RULES = [rule_canonical, rule_no_outputs, rule_single_h1_and_badge, rule_setup_cells, rule_parameters,
          rule_code_cells, rule_markdown_before_code, rule_no_we, rule_media_licences, rule_ignored_outputs,
-         rule_final_check, rule_kernel]
+         rule_final_check, rule_env_only_mode_and_inputs, rule_kernel]
 
 
 def lint(path: Path) -> list[str]:

@@ -1,0 +1,107 @@
+# %% [markdown]
+# # Prepare an avatar
+#
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/musetalk-workbook/musetalk-workbook/blob/main/notebooks/03_avatar.ipynb)
+#
+# An avatar is everything MuseTalk computes once per video: face boxes, latents and blend masks. You preview the first frame, prepare the avatar, and look at its boxes and masks over your frames before any long run.
+#
+# **Media licences:** sample photo `astronaut.png`: Eileen Collins, NASA, public domain (shipped in scikit-image); sample speech `demo-speech.wav`: synthesised with espeak-ng by this project, free to use (see `nbhelpers/data/README.md`). In CI mode the tests use clips of `face-sing-576x768-25fps.mp4`, `speech-en-short.wav` and `sing-44k1-mono.wav` from the project's test media (test use only, not redistributed). Your own files stay yours.
+
+# %% [markdown]
+# ## Set up
+#
+# Run this first cell: on Colab it installs the workbook at a fixed release without touching torch; elsewhere your workbook is installed already and it does nothing.
+
+# %%
+import subprocess, sys
+WORKBOOK = "musetalk-workbook[colab] @ git+https://github.com/musetalk-workbook/musetalk-workbook@v0.1.0"
+if "google.colab" in sys.modules:  # on Colab: install this workbook at its release (torch stays as it is)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", WORKBOOK], check=True)
+
+# %% [markdown]
+# You import the package as `nbh`; its run mode decides where your inputs and weights come from: `colab`, `local`, or `ci` when the tests run the notebook with tiny random weights (every repainted mouth is then colour noise). The table shows your runtime.
+
+# %%
+import nbhelpers as nbh  # the workbook's package: pipeline, media, widgets and plots
+MODE = nbh.env.run_mode()  # "colab", "ci" (the tests set NBHELPERS_MODE=ci) or "local"
+nbh.setup(MODE)  # your runtime: GPU, versions, weights folder
+
+# %% [markdown]
+# ## Choose your parameters
+#
+# Put your own values here; when you leave them empty, you get the samples. Papermill and the tests replace this cell (it is tagged `parameters`).
+
+# %% tags=["parameters"]
+VIDEO = ""  # your video or photo; empty: the one from 02_media, else the sample
+SETTINGS = {}  # panel values for a run with no person at the controls, e.g. {"extra_margin": 20}
+
+# %% [markdown]
+# ## Inputs and `weights`
+#
+# You take your video from 02_media (or the sample) and your weights, downloading what is missing.
+
+# %%
+video, _ = nbh.env.workbook_inputs(MODE, VIDEO)
+WEIGHTS = nbh.workbook.weights()
+video
+
+# %% [markdown]
+# ## Settings (`ui`, `gpu`)
+#
+# The planner picks the device, precision and batch size for your GPU, and the panel lets you change them and the face settings. The controls only set values: after a change, run the next cell.
+
+# %% tags=["nbval-ignore-output"]
+panel = nbh.ui.settings_panel(nbh.workbook.plan("avatar"), values=SETTINGS)
+panel
+
+# %% [markdown]
+# ## Load the `pipeline`
+#
+# The pipeline holds the models on your device, in the precision you chose. Each model loads the first time a step needs it and then stays, so the preview, the avatar and every later run reuse it. After changing the version or the precision in the panel, run this cell again.
+
+# %%
+pipe = nbh.MuseTalkPipeline.from_pretrained(WEIGHTS, config=panel.config)
+pipe
+
+# %% [markdown]
+# ## Preview the first frame
+#
+# Before the full run, you see on your first frame the crop box, the landmarks, the blend mask and the repainted mouth.
+
+# %%
+pipe.preview(video, config=panel.config)
+
+# %% [markdown]
+# ## Prepare the `avatar`
+#
+# Preparing reads every frame once and stores the faces, latents and masks in your avatar folder, with a progress bar per stage.
+
+# %% tags=["nbval-ignore-output"]
+AVATAR_DIR = nbh.workbook.path("avatars", "my-avatar")
+avatar = pipe.prepare_avatar(video, AVATAR_DIR, config=panel.config)
+avatar
+
+# %% [markdown]
+# ## Look at the boxes and masks
+#
+# Each panel shows one of your frames with its crop box (green) and the blend mask (red) where the mouth is repainted.
+
+# %%
+nbh.ui.plot_faces(video, avatar)
+
+# %% [markdown]
+# ## Load it again
+#
+# Preparing again with the same settings loads your avatar from its folder instead of recomputing it.
+
+# %% tags=["nbval-ignore-output"]
+again = pipe.prepare_avatar(video, AVATAR_DIR, config=panel.config)
+again
+
+# %% [markdown]
+# ## Check
+#
+# The last cell checks that your second call loaded the cache.
+
+# %%
+nbh.workbook.check(again, from_cache=True)
