@@ -47,7 +47,7 @@ step lipsync4 70 taskset -c 0,1 python3 bench/lipsync.py --seconds 20 --cores 2 
 step tests 90 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_engine.py tests/test_live.py \
   tests/test_restore.py tests/test_pipeline.py
 # Issue 20: the restorers alone, then the offline job and the avatar path with and without each.
-step restore 170 python3 bench/restore.py --weights /tmp/ls/restore-weights --work /tmp/rt
+step restore 150 python3 bench/restore.py --weights /tmp/ls/weights --work /tmp/rt
 # Issue 18: the Ray batch against a loop of nbh.lipsync() (Ray from .raywhl; 10 loop calls stand for 20).
-step batch 300 env BENCH_LIMIT=290 bash bench/device_batch.sh bench -- --loop-jobs 10
+step batch 250 env BENCH_LIMIT=240 bash bench/device_batch.sh bench -- --loop-jobs 10
 exit 0
