@@ -481,9 +481,12 @@ def stage_table(title: str, timings: dict[str, float], wall: float, n: int) -> s
 
 
 def main() -> None:
+    os.environ.setdefault("NBHELPERS_STAGE_MEMORY", "1")  # ClipResult.stats: peak allocated per stage
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=20.0, help="seconds of speech (output frames = x 25)")
     parser.add_argument("--cores", type=int, default=0, help="limit the process to this many cores (0 = all)")
+    parser.add_argument("--encoder", default="libx264",
+                        help="our job's encoder setting (InferenceConfig.encoder; the official loop keeps libx264 medium)")
     parser.add_argument("--batch", type=int, default=None, help="our batch size (default: the planner's)")
     parser.add_argument("--fp32", action="store_true", help="generation models in fp32 (both runs: they share them)")
     parser.add_argument("--boxes", action="store_true", help="give ours the crop box: no face detection in our run "
@@ -551,7 +554,7 @@ def main() -> None:
         print(f"cap {args.cap} GiB: context {context0:.2f} GiB at start, allocator limited to "
               f"{args.cap - context0:.2f} GiB", flush=True)
     config = InferenceConfig(batch_size=args.batch, fp16=False if args.fp32 else None,
-                             device="cuda" if cuda else "cpu")
+                             device="cuda" if cuda else "cpu", encoder=args.encoder)
     t = time.perf_counter()
     pipe = MuseTalkPipeline.from_pretrained(weights, config=config)
     backend = None
@@ -588,7 +591,7 @@ def main() -> None:
     info = media.probe(ours.output)
     print(ours.summary(), flush=True)
     if ours.stats:
-        print("peak GPU memory reserved per stage (GiB, context not included): " + ", ".join(
+        print("peak GPU memory allocated per stage (GiB, context not included): " + ", ".join(
             f"{k.removeprefix('peak_gib_')} {v:.2f}" for k, v in ours.stats.items()), flush=True)
     ours_fig = {"n_frames": ours.n_frames, "source_frames": ours.source_frames, "wall_s": ours_wall,
                 "fps": ours.n_frames / ours_wall, "timings": dict(ours.timings), "clip_wall_s": ours.wall_s,
@@ -627,8 +630,8 @@ def main() -> None:
     conditions = (f"{'tiny random weights, CPU' if args.smoke else 'full-size v1.5, random weights'}; "
                   f"{ours.n_frames} output frames ({args.seconds:g} s of speech) over {ours_fig['source_frames']} "
                   f"source frames of {VIDEO}{f' (first {args.frames})' if args.frames else ''}; cores "
-                  f"{len(os.sched_getaffinity(0))}; ours {ours_fig['precision']} batch {ours_fig['batch']}"
-                  f"{f', cap {args.cap:g} GiB' if args.cap else ''}; official "
+                  f"{len(os.sched_getaffinity(0))}; ours {ours_fig['precision']} batch {ours_fig['batch']}, encoder "
+                  f"{args.encoder}{f', cap {args.cap:g} GiB' if args.cap else ''}; official "
                   f"{'fp16' if pipe.dtype == torch.float16 else 'fp32'} batch {OFFICIAL_BATCH}, face models fp32")
     print()
     print(f"### bench/lipsync.py: {conditions}")

@@ -41,9 +41,10 @@ class Timings:
 
     Attributes:
         seconds: Stage name -> seconds (summed when a stage runs more than once).
-        peak_gib: None, or (to track GPU memory) stage name -> the largest ``torch.cuda.max_memory_reserved``
-            seen while a block of that stage ran, GiB (the process's overall peak stays readable through
-            :func:`nbhelpers.gpu.peak_memory`).
+        peak_gib: None, or (to track GPU memory) stage name -> the largest ``torch.cuda.max_memory_allocated``
+            seen while a block of that stage ran, GiB. Tracking resets torch's peak counters at each stage (the
+            process's peak reserved memory stays readable through :func:`nbhelpers.gpu.peak_memory`; reserved
+            memory is not per stage: the caching allocator keeps it).
     """
 
     seconds: dict[str, float] = field(default_factory=dict)
@@ -68,7 +69,7 @@ class Timings:
             self.add(name, time.perf_counter() - start)
             if cuda is not None:
                 torch, index = cuda
-                peak = torch.cuda.max_memory_reserved(index) / 2**30
+                peak = torch.cuda.max_memory_allocated(index) / 2**30
                 self.peak_gib[name] = max(self.peak_gib.get(name, 0.0), peak)
                 _remember_peak(torch, index)
 

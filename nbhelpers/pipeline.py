@@ -39,7 +39,7 @@ import numpy as np
 
 from .config import InferenceConfig
 from .constants import FPS, SAMPLE_RATE
-from .engine import SourceFaces, Timings, flush_denormals
+from .engine import FRAMES_ON_GPU_FRACTION, SourceFaces, Timings, flush_denormals
 from .errors import InputError, MediaError, NbHelpersError
 from .framestore import FrameStore, output_frame_count
 from .result import ClipResult
@@ -579,7 +579,8 @@ class MuseTalkPipeline:
         from .framestore import check_disk_for_frames, expected_frames
 
         t0 = time.perf_counter()
-        timings = Timings(peak_gib={} if self.device.type == "cuda" else None)
+        track_memory = self.device.type == "cuda" and os.environ.get("NBHELPERS_STAGE_MEMORY", "") == "1"
+        timings = Timings(peak_gib={} if track_memory else None)
         config = self.job_config(config, boxes=boxes)
 
         # 1. check inputs: files, streams and weights, before anything heavy
@@ -987,7 +988,10 @@ class _StreamedJob:
         m = self.materials
         source = SourceFaces(frames=frames, latent_row=rows, latents=self.latents, boxes=[x.box for x in m],
                              masks=[x.mask for x in m], squares=[x.square for x in m], frames_device=frames_device)
-        return source.to_device(self.pipe.device)  # masks on the GPU once; the whole clip's frames if they fit
+        # masks on the GPU once; the whole clip's frames too when they fit (a piece's were uploaded with it, or
+        # stay on the host: the paste-back then copies each batch's frames)
+        whole_clip = frames is self.store
+        return source.to_device(self.pipe.device, frames_fraction=FRAMES_ON_GPU_FRACTION if whole_clip else 0.0)
 
     def close(self) -> None:
         if self.tracker is not None:

@@ -40,8 +40,9 @@ class ClipResult:
         notes: Lines worth telling the user (e.g. that the weights are random test weights).
         stats: Live-session figures (``kind="stream"`` from :meth:`~nbhelpers.avatar.Avatar.live`):
             first_frame_latency_s, sustained_fps, late_frames, max_late_s, idle_frames, starved_frames,
-            whisper_passes. The offline job on a GPU: ``peak_gib_<stage>``, the peak GPU memory reserved while
-            each of its stages ran (GiB, CUDA context not included). Empty otherwise.
+            whisper_passes. The offline job on a GPU with ``NBHELPERS_STAGE_MEMORY=1`` in the environment:
+            ``peak_gib_<stage>``, the peak GPU memory allocated while each of its stages ran (GiB; tracking resets
+            torch's peak counters, so it is off by default). Empty otherwise.
     """
 
     output: Path | None

@@ -235,9 +235,10 @@ def test_cli_verify_of_a_folder_that_is_not_there_says_so(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("device, pieces_on_gpu", [("cpu", True), pytest.param("cuda", True, marks=pytest.mark.gpu),
+                                                   pytest.param("cuda", False, marks=pytest.mark.gpu)])
 def test_streamed_pieces_give_the_frames_of_one_piece(tiny_weights, shared_data, make_media, speech_2s, ffmpeg,
-                                                     monkeypatch, device):
+                                                     monkeypatch, device, pieces_on_gpu):
     """The offline job prepares and renders its clip piece by piece while the encoder writes; the pieces must not
     change a frame: 3-frame pieces give the frames of one whole-clip piece, bit for bit, through frames before the
     first face (written unchanged, no model loaded yet), a face appearing inside a piece, and the ping-pong past
@@ -253,6 +254,9 @@ def test_streamed_pieces_give_the_frames_of_one_piece(tiny_weights, shared_data,
         torch = pytest.importorskip("torch")
         if not torch.cuda.is_available():
             pytest.skip("needs CUDA")
+    if not pieces_on_gpu:  # as under a tight memory cap: each piece's frames stay on the host
+        monkeypatch.setattr(pipeline_module, "PIECE_ON_GPU_FRACTION", 0.0)
+        monkeypatch.setattr(pipeline_module, "FRAMES_ON_GPU_FRACTION", 0.0)
     cfg = InferenceConfig(batch_size=1, device=device)
     pipe = MuseTalkPipeline.from_pretrained(tiny_weights, config=cfg)
     runs = {}
