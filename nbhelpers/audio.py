@@ -274,8 +274,8 @@ def log_mel_on_device(segment: Any, extractor: Any, device: Any):
     periodic Hann window of ``n_fft`` (400) samples, hop ``hop_length`` (160), reflect padding; the power spectrum
     without its last frame; the extractor's own mel filter bank (``mel_filters``, (201, 80)); ``log10`` of it
     clamped at 1e-10; clamped again at the segment's maximum minus 8; then ``(x + 4) / 4``. Only float rounding
-    can differ from the extractor: on the CPU it equals the extractor's torch path (transformers 5) and is within
-    1e-5 of its numpy path; on CUDA (cuFFT) within 1e-4 in log-mel units (values span about [-1.5, 1.5]); tested.
+    can differ from the extractor: on the CPU it is within 1e-5 of the extractor's torch path (transformers 5) and
+    1e-4 of its numpy path; on CUDA (cuFFT) within 1e-4 in log-mel units (values span about [-1.5, 1.5]); tested.
 
     Args:
         segment: (L,) float32 samples at 16 kHz, L <= ``n_samples`` (numpy or a tensor on any device).

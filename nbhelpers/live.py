@@ -27,17 +27,24 @@ The design, so that latency is bounded and frames never depend on how the audio 
   does not depend on chunk sizes (1 ms or 2 s chunks give the same frames), so there is no seam at chunk borders.
   (Bit for bit under the batch condition below.)
 - Latency: a frame is final ``80 ms + (hop - 1) x 40 ms + lookahead`` after its own audio ends, then takes one
-  whisper pass (a 30 s log-mel on the CPU and the encoder) and the render of its group.
+  whisper pass (a 30 s log-mel, computed on the device when the whisper is on CUDA, and the encoder) and the
+  render of its group. One-time costs (first forwards, kernel loading, pinned buffers) are paid by a warm-up when
+  the session is made (``warm_up``), not by frame 0; ``stats`` splits frame 0's latency into its parts.
+- Batches: the session cuts its engine batches at multiples of the batch size, as one-clip generation does. In
+  real time each group is rendered as soon as it is final; otherwise every group already final up to the end of
+  the current aligned batch is rendered with it (audio pushed faster than real time gives whole batches), each
+  group's tokens still from its own prefix.
 
 Which frames equal one ``avatar.generate`` of the whole audio (``L`` samples, ``T = L // 640`` frames) and why:
 
 - Equal: every frame whose group prefix reaches the end of its 30 s segment's audio, i.e. ``E_g >= min(L,
   480000 (s + 1))``: the groups whose last frame is at most ``2 + lookahead / 40 ms`` frames before the clip's
   end (always the last group, made at :meth:`LiveSession.close` with the whole audio; 1 to ``hop + 2`` frames)
-  and likewise the groups ending at most that far before each 30 s border. "Equal" is bit for bit when ``hop``
-  is a multiple of the engine batch size (the session renders a group in batches aligned like one-clip
-  generation's); with another hop the UNet and VAE run on other batch shapes, which changes results by float
-  rounding only (seen on the CPU: 1 level in 1 of 27 648 values). For
+  and likewise the groups ending at most that far before each 30 s border. "Equal" is bit for bit when the
+  frame's engine batch holds the frames one-clip generation's does (batches are aligned alike, see above): always
+  when ``hop`` is a multiple of the engine batch size, and for the batches whose groups were final at once;
+  a batch cut short (by the group rule or the clip's end) runs the UNet and VAE on another batch shape, which
+  changes results by float rounding only (seen on the CPU: 1 level in 1 of 27 648 values). For
   clips longer than 30 s, whole-clip generation encodes up to 8 segments per forward and live encodes one:
   float rounding again (about 1e-6 relative in fp32).
 - Can differ: every other frame, because audio that arrived after its group was made (later in the same 30 s
