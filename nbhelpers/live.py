@@ -27,17 +27,24 @@ The design, so that latency is bounded and frames never depend on how the audio 
   does not depend on chunk sizes (1 ms or 2 s chunks give the same frames), so there is no seam at chunk borders.
   (Bit for bit under the batch condition below.)
 - Latency: a frame is final ``80 ms + (hop - 1) x 40 ms + lookahead`` after its own audio ends, then takes one
-  whisper pass (a 30 s log-mel on the CPU and the encoder) and the render of its group.
+  whisper pass (a 30 s log-mel, computed on the device when the whisper is on CUDA, and the encoder) and the
+  render of its group. One-time costs (first forwards, kernel loading, pinned buffers) are paid by a warm-up when
+  the session is made (``warm_up``), not by frame 0; ``stats`` splits frame 0's latency into its parts.
+- Batches: the session cuts its engine batches at multiples of the batch size, as one-clip generation does. In
+  real time each group is rendered as soon as it is final; otherwise every group already final up to the end of
+  the current aligned batch is rendered with it (audio pushed faster than real time gives whole batches), each
+  group's tokens still from its own prefix.
 
 Which frames equal one ``avatar.generate`` of the whole audio (``L`` samples, ``T = L // 640`` frames) and why:
 
 - Equal: every frame whose group prefix reaches the end of its 30 s segment's audio, i.e. ``E_g >= min(L,
   480000 (s + 1))``: the groups whose last frame is at most ``2 + lookahead / 40 ms`` frames before the clip's
   end (always the last group, made at :meth:`LiveSession.close` with the whole audio; 1 to ``hop + 2`` frames)
-  and likewise the groups ending at most that far before each 30 s border. "Equal" is bit for bit when ``hop``
-  is a multiple of the engine batch size (the session renders a group in batches aligned like one-clip
-  generation's); with another hop the UNet and VAE run on other batch shapes, which changes results by float
-  rounding only (seen on the CPU: 1 level in 1 of 27 648 values). For
+  and likewise the groups ending at most that far before each 30 s border. "Equal" is bit for bit when the
+  frame's engine batch holds the frames one-clip generation's does (batches are aligned alike, see above): always
+  when ``hop`` is a multiple of the engine batch size, and for the batches whose groups were final at once;
+  a batch cut short (by the group rule or the clip's end) runs the UNet and VAE on another batch shape, which
+  changes results by float rounding only (seen on the CPU: 1 level in 1 of 27 648 values). For
   clips longer than 30 s, whole-clip generation encodes up to 8 segments per forward and live encodes one:
   float rounding again (about 1e-6 relative in fp32).
 - Can differ: every other frame, because audio that arrived after its group was made (later in the same 30 s
@@ -106,7 +113,10 @@ class LiveStats:
         max_late_s: Largest lateness, seconds.
         idle: Idle frames (silence).
         starved: Frames whose audio had not arrived in time (silence was added for them).
-        whisper_passes: Encoder forwards run.
+        whisper_passes: Encoder forwards run (the warm-up's not counted).
+        first_ready_t: Clock time the session started on frame 0's group (its audio final, the worker awake).
+        first_tokens_t: Clock time frame 0's whisper tokens were ready on the device (log-mel, encoder, gather).
+        first_rendered_t: Clock time frame 0's group was rendered and on the host (UNet, VAE decode, blend, copy).
     """
 
     first_push_t: float | None = None
@@ -117,9 +127,26 @@ class LiveStats:
     idle: int = 0
     starved: int = 0
     whisper_passes: int = 0
+    first_ready_t: float | None = None
+    first_tokens_t: float | None = None
+    first_rendered_t: float | None = None
+
+    def first_frame_breakdown(self) -> dict[str, float]:
+        """Frame 0's latency in parts, seconds (NaN where not reached): ``wait`` (first push until the session
+        started on its group: waiting for its audio and waking the worker), ``whisper`` (log-mel, encoder and
+        token gather), ``render`` (UNet, VAE decode, blend and the copy to the host) and ``handout`` (until it was
+        handed out: pacing in real time, the callback of frames before it).
+        """
+        marks = [self.first_push_t, self.first_ready_t, self.first_tokens_t, self.first_rendered_t,
+                 self.first_frame_t]
+        out = {}
+        for name, t0, t1 in zip(("wait", "whisper", "render", "handout"), marks, marks[1:], strict=False):
+            out[name] = float(t1 - t0) if t0 is not None and t1 is not None else float("nan")
+        return out
 
     def as_dict(self) -> dict[str, float]:
-        """Plain numbers: first_frame_latency_s, sustained_fps, late_frames, max_late_s, idle, starved, passes."""
+        """Plain numbers: first_frame_latency_s, sustained_fps, late_frames, max_late_s, idle, starved, passes,
+        and frame 0's latency in parts (``first_frame_<part>_s``, :meth:`first_frame_breakdown`)."""
         n = len(self.emit_t)
         span = self.emit_t[-1] - self.emit_t[0] if n > 1 else 0.0
         latency = (self.first_frame_t - self.first_push_t) if self.first_frame_t is not None \
@@ -127,7 +154,8 @@ class LiveStats:
         return {"first_frame_latency_s": float(latency),
                 "sustained_fps": float((n - 1) / span) if span > 0 else float("nan"),
                 "late_frames": int(self.late), "max_late_s": float(self.max_late_s), "idle_frames": int(self.idle),
-                "starved_frames": int(self.starved), "whisper_passes": int(self.whisper_passes)}
+                "starved_frames": int(self.starved), "whisper_passes": int(self.whisper_passes),
+                **{f"first_frame_{k}_s": v for k, v in self.first_frame_breakdown().items()}}
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -357,6 +385,9 @@ class LiveSession:
             :meth:`poll` and :meth:`close`, in the caller's thread (deterministic; for tests and notebooks).
         batch_size: Frames per engine batch (default the avatar's).
         ahead_s: Real-time mode: frames are not rendered more than this far ahead of their time (bounds memory).
+        warm_up: Run one whisper pass and one render of the first group's batch shape now, at construction (once
+            per avatar and shape), so that one-time costs (CUDA kernels loaded on first use, cuDNN and oneDNN
+            set-up, the pinned buffers) are not paid inside the first frame's latency.
 
     Raises:
         InputError: An option is out of range.
@@ -368,7 +399,7 @@ class LiveSession:
                  on_frame: Callable[[int, np.ndarray], None] | None = None, to: str | os.PathLike | None = None,
                  encoder: str | None = None, iterate: bool | None = None, max_queue: int = 2 * FPS,
                  clock: Callable[[], float] = time.monotonic, threaded: bool = True, batch_size: int | None = None,
-                 ahead_s: float = 1.0):
+                 ahead_s: float = 1.0, warm_up: bool = True):
         if isinstance(hop, bool) or not isinstance(hop, int) or hop < 1:
             raise InputError(f"hop must be a whole number of frames >= 1; got {hop!r}.")
         if context not in CONTEXTS:
@@ -379,7 +410,7 @@ class LiveSession:
                         ("ahead_s", ahead_s)):
             if not isinstance(v, (int, float)) or isinstance(v, bool) or not v >= 0 or math.isinf(v):
                 raise InputError(f"{name} must be a finite number >= 0; got {v!r}.")
-        from .engine import Timings, flush_denormals
+        from .engine import PinnedRing, Timings, flush_denormals
 
         self.avatar = avatar
         self.realtime = bool(realtime)
@@ -402,6 +433,8 @@ class LiveSession:
         self._models = st["models"]
         self._pipe = avatar._pipeline()
         self._flush = flush_denormals
+        self._ring = PinnedRing()  # pinned host buffers the rendered batches are copied into (CUDA)
+        self._on_cuda = getattr(self._models.device, "type", str(self._models.device)) == "cuda"
         self.batch_size = int(batch_size or avatar.config.batch_size or 8)
         h, w = avatar.frame_shape
         self.sink = FFmpegSink(to, w, h, encoder=encoder) if to is not None else None
@@ -432,6 +465,8 @@ class LiveSession:
         _ = self._pipe.whisper, self._pipe.feature_extractor  # loaded now, not inside the first frame's latency
         if silence == "closed":
             self._silent()
+        if warm_up:
+            self._warm_up()
         if self.threaded:
             self._thread = threading.Thread(target=self._worker, name="nbhelpers-live", daemon=True)
             if self.realtime:
@@ -654,20 +689,36 @@ class LiveSession:
             end = self._fill_starved(now, end)
         with self._flush(self._models.device):
             while total is None or self._next_compute < total:
-                a = self._next_compute
-                if self.realtime and not closing and self._deadline(a) > now + self.ahead_s:
+                spans = self._final_groups(now, end, total, closing)
+                if not spans:
                     break
-                span = self._group(a, end, total)
-                if span is None:
-                    break
-                b, e = span
-                self._compute(a, b, e)
-                self._next_compute = b
+                self._compute(spans)
+                self._next_compute = spans[-1][1]
                 self._emit_due(self.clock(), final or not self.realtime)
         self._emit_due(self.clock(), final or not self.realtime)
         if closing and self._next_compute >= total and (self._pacer is not None or not self._ready):
             self._done = True
         self._trim()
+
+    def _final_groups(self, now: float, end: int, total: int | None, closing: bool) -> list[tuple[int, int, int]]:
+        """The groups to make now, ``[(a, b, E), ...]`` from ``_next_compute`` on: one group in real time (each is
+        handed out as soon as it is made); otherwise every final group up to the end of the engine batch (aligned
+        at multiples of the batch size, as in one-clip generation) that the first one starts in, so that audio
+        that arrived at once is rendered in whole batches."""
+        spans: list[tuple[int, int, int]] = []
+        a = self._next_compute
+        limit = (a // self.batch_size + 1) * self.batch_size
+        while total is None or a < total:
+            if self.realtime and not closing and self._deadline(a) > now + self.ahead_s:
+                break
+            span = self._group(a, end, total)
+            if span is None or (spans and span[0] > limit):
+                break
+            spans.append((a, *span))
+            a = span[0]
+            if self.realtime or a >= limit:
+                break
+        return spans
 
     def _group(self, a: int, end: int, total: int | None) -> tuple[int, int] | None:
         """(b, E): frames a..b-1 are final with the audio prefix [0, E), or None when they are not yet."""
@@ -713,43 +764,74 @@ class LiveSession:
             return True
         return float(np.sqrt(np.mean(np.square(w, dtype=np.float64)))) < self.silence_rms
 
-    def _compute(self, a: int, b: int, e: int) -> None:
-        """Render frames a..b-1 from the audio prefix [0, e) and queue them for hand-out."""
-        import torch
-
+    def _compute(self, spans: list[tuple[int, int, int]]) -> None:
+        """Render the groups ``spans`` (frames a..b-1 of each from the audio prefix [0, E)) and queue them for
+        hand-out; frames are rendered in engine batches aligned at multiples of the batch size."""
         from .engine import render
 
-        idle = np.array([self._is_silent(n, e) for n in range(a, b)], dtype=bool)
-        speech = [n for n, i in zip(range(a, b), idle, strict=True) if not i]
+        a, b = spans[0][0], spans[-1][1]
+        first = a == 0 and self.stats.first_ready_t is None
+        if first:
+            self.stats.first_ready_t = self.clock()
+        idle = np.array([self._is_silent(n, e) for ga, gb, e in spans for n in range(ga, gb)], dtype=bool)
+        parts = []
         with self.timings.stage("audio"):
-            tokens = self._tokens(a, b, e) if speech else None
+            for ga, gb, e in spans:
+                parts.append(self._tokens(ga, gb, e) if not idle[ga - a:gb - a].all() else None)
+        if first:
+            if self._on_cuda:
+                from .gpu import host_wait
+
+                host_wait(self._models.device)  # frame 0 only: times the whisper part apart from the render
+            self.stats.first_tokens_t = self.clock()
         frames: dict[int, np.ndarray] = {}
         need_render = [n for n in range(a, b) if not idle[n - a] or self.silence == "closed"]
         if need_render:
-            if self.silence == "closed" and idle.any():
-                silent = self._silent()
-                feats = torch.stack([silent if idle[n - a] else tokens[n - a] for n in range(a, b)])
-            else:
-                feats = tokens
+            feats = self._features(parts, spans, idle)
             for r0, r1 in _runs(need_render):
-                for t0, batch in render(self._source, feats, self._models, self.batch_size, r1 - r0,
-                                        timings=self.timings, first_frame=r0, feature_offset=a):
-                    for k in range(len(batch)):
-                        frames[t0 + k] = np.array(batch[k])
+                cuts = [r0, *range((r0 // self.batch_size + 1) * self.batch_size, r1, self.batch_size), r1]
+                for c0, c1 in zip(cuts, cuts[1:], strict=False):  # aligned like one-clip generation's batches
+                    for t0, batch in render(self._source, feats, self._models, self.batch_size, c1 - c0,
+                                            timings=self.timings, first_frame=c0, feature_offset=a,
+                                            pinned=self._ring if self._on_cuda else False):
+                        for k in range(len(batch)):
+                            frames[t0 + k] = np.array(batch[k])  # the pinned buffer is reused: copy
         if self.silence == "source":
             from .framestore import cycle_index
 
             for n in range(a, b):
                 if idle[n - a]:
                     frames[n] = np.array(self._source.frames[int(cycle_index(n, self._source.n_frames))])
+        if first:
+            self.stats.first_rendered_t = self.clock()
         for n in range(a, b):
             audio = self._audio(SAMPLES_PER_FRAME * n, SAMPLES_PER_FRAME * (n + 1)).copy()
             self._ready.append((n, frames[n], bool(idle[n - a]), audio))
         self._more.set()
 
+    def _features(self, parts: list, spans: list[tuple[int, int, int]], idle: np.ndarray):
+        """(b - a, 50, 384) tokens of the frames of ``spans``: each group's own tokens (``parts``, None for a group
+        of idle frames only), the closed-mouth tokens for idle frames when ``silence="closed"``."""
+        import torch
+
+        if len(parts) == 1 and parts[0] is not None and not (self.silence == "closed" and idle.any()):
+            return parts[0]
+        silent = self._silent() if self.silence == "closed" else None
+        ref = next((p for p in parts if p is not None), silent)
+        rows = []
+        for (ga, gb, _), part in zip(spans, parts, strict=True):
+            rows.append(part if part is not None else ref.new_zeros((gb - ga, *ref.shape[-2:])))
+        feats = torch.cat(rows) if len(rows) > 1 else rows[0]
+        if silent is not None and idle.any():
+            feats = feats.clone() if feats is parts[0] else feats
+            feats[torch.from_numpy(np.flatnonzero(idle)).to(feats.device)] = silent.to(feats.dtype)
+        return feats
+
     def _tokens(self, a: int, b: int, e: int):
         """(b - a, 50, 384) tokens of frames a..b-1 exactly as whisper_features(audio[:e]) gives them."""
         import torch
+
+        from .gpu import to_device
 
         n_enc = e // SAMPLES_PER_ENCODER_FRAME
         idx = (np.arange(a, b, dtype=np.int64) * 2 - 4)[:, None] + np.arange(10, dtype=np.int64)[None, :]
@@ -767,15 +849,11 @@ class LiveSession:
         for s in segs:
             m = valid & (idx // 1500 == s)
             rows[m] = idx[m] - 1500 * s + base[s]
-        tokens = table[torch.as_tensor(rows, device=table.device)]  # (b - a, 10, 5, 384)
+        tokens = table[to_device(rows, table.device)]  # (b - a, 10, 5, 384); pinned copy: no wait for the GPU
         return tokens.reshape(b - a, 10 * WHISPER_LAYERS, WHISPER_DIM)
 
     def _segment(self, s: int, e: int):
         """Encoder output (kept frames, 5, 384) of 30 s segment s as whisper_features(audio[:e]) computes it."""
-        import torch
-
-        from .audio import _encoder_of, _log_mel
-
         start = s * SEGMENT_SAMPLES
         complete = e >= start + SEGMENT_SAMPLES
         if complete and s in self._segments:
@@ -784,12 +862,7 @@ class LiveSession:
         wave = self._audio(start, stop)
         if wave.size != stop - start:
             raise NbHelpersError(f"internal: audio {start}..{stop} is no longer held")
-        encoder = _encoder_of(self._pipe.whisper)
-        first = next(encoder.parameters())
-        with torch.no_grad():
-            mel = _log_mel(self._pipe.feature_extractor, wave).to(device=first.device, dtype=first.dtype)
-            hidden = encoder(mel, output_hidden_states=True).hidden_states
-            stacked = torch.stack(tuple(hidden), dim=2).reshape(-1, WHISPER_LAYERS, WHISPER_DIM)
+        stacked = self._encode(wave)
         self.stats.whisper_passes += 1
         kept = min(1500, e // SAMPLES_PER_ENCODER_FRAME - 1500 * s)
         out = stacked[:kept]
@@ -798,6 +871,46 @@ class LiveSession:
             for old in [k for k in self._segments if k < s - 1]:
                 del self._segments[old]
         return out
+
+    def _encode(self, wave: np.ndarray):
+        """(1500, 5, 384) encoder hidden states of one <= 30 s segment, as :func:`nbhelpers.audio.whisper_features`
+        computes them (the same log-mel, on the device with the whisper on CUDA, and the same encoder call)."""
+        import torch
+
+        from .audio import _encoder_of, _log_mel
+
+        encoder = _encoder_of(self._pipe.whisper)
+        first = next(encoder.parameters())
+        with torch.no_grad():
+            mel = _log_mel(self._pipe.feature_extractor, wave, first.device).to(device=first.device,
+                                                                                dtype=first.dtype)
+            hidden = encoder(mel, output_hidden_states=True).hidden_states
+            return torch.stack(tuple(hidden), dim=2).reshape(-1, WHISPER_LAYERS, WHISPER_DIM)
+
+    def _warm_up(self) -> None:
+        """One whisper pass and one render of the first group's batch shape (results dropped), once per avatar and
+        shape: the one-time costs of the first forwards are paid here, not by the first frame."""
+        import torch
+
+        from .engine import render
+
+        done = self.avatar._state.setdefault("live_warm", set())
+        size = min(self.hop, self.batch_size)
+        with self._flush(self._models.device):
+            if "whisper" not in done:
+                self._encode(np.zeros(SAMPLES_PER_FRAME, np.float32))
+                done.add("whisper")
+            if ("render", size) not in done:
+                first = next(self._pipe.whisper.parameters())
+                feats = torch.zeros((size, 10 * WHISPER_LAYERS, WHISPER_DIM), dtype=first.dtype, device=first.device)
+                for _ in render(self._source, feats, self._models, size, size,
+                                pinned=self._ring if self._on_cuda else False):
+                    pass
+                done.add(("render", size))
+            if self._on_cuda:
+                from .gpu import host_wait
+
+                host_wait(self._models.device)
 
     def _silent(self):
         """(50, 384) tokens of a frame inside digital silence (the closed-mouth idle frame), kept with the avatar's

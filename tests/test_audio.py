@@ -300,3 +300,61 @@ def test_fp16_encoder_gives_fp16_tokens():
     feats = whisper_features(np.zeros(3_200, np.float32), enc)
     assert enc.shapes == [((1, 80, 3000), torch.float16)] and feats.dtype == torch.float16
     assert [decode_label(v) for v in feats[4, :, 0].tolist()] == [expected_label(4, j, 10) for j in range(50)]
+
+
+def _mel_cases():
+    rng = np.random.default_rng(11)
+    quiet_then_burst = (rng.standard_normal(SR * 3) * 1e-4).astype(np.float32)
+    quiet_then_burst[SR:SR + 1600] += np.sin(np.arange(1600) * 0.3).astype(np.float32)  # the max - 8 clamp binds
+    return {"one frame": (rng.standard_normal(640) * 0.1).astype(np.float32),
+            "200 ms": (rng.standard_normal(3200) * 0.5).astype(np.float32),
+            "30 s": (rng.standard_normal(480_000) * 0.3).astype(np.float32),
+            "quiet with a burst": quiet_then_burst}
+
+
+@pytest.mark.parametrize("name", list(_mel_cases()))
+def test_log_mel_on_device_equals_the_feature_extractor(name):
+    """The torch log-mel the pipeline runs on CUDA, run here on the CPU: the extractor's features (transformers'
+    torch STFT path) within 1e-5 in log-mel units, its numpy path within 1e-4 (values span about 2.5; the quiet
+    bins, whose log amplifies float rounding, differ most)."""
+    from nbhelpers.audio import _log_mel, default_feature_extractor, log_mel_on_device
+
+    wave = _mel_cases()[name]
+    fe = default_feature_extractor()
+    ours = log_mel_on_device(wave, fe, "cpu")
+    assert ours.shape == (1, 80, 3000) and ours.dtype == torch.float32
+    ref = _log_mel(fe, wave).numpy()
+    numpy_path = fe._np_extract_fbank_features(np.pad(wave, (0, 480_000 - len(wave)))[None], "cpu")
+    np.testing.assert_allclose(ours.numpy(), ref, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(ours.numpy(), numpy_path, rtol=0, atol=1e-4)
+    if name == "quiet with a burst":  # the clamp at the segment's max - 8 is exercised
+        assert np.isclose(ref.min(), ref.max() - 2.0, atol=1e-5)  # (max - 8 + 4) / 4 = (max + 4) / 4 - 2
+
+
+def test_log_mel_stays_on_the_cpu_extractor_when_asked_for_what_the_device_path_does_not_do():
+    """A dithering extractor, or a CPU device, keeps the extractor's own computation."""
+    from nbhelpers.audio import _device_log_mel_ok, _log_mel, default_feature_extractor
+
+    fe = default_feature_extractor()
+    assert _device_log_mel_ok(fe)
+    assert not _device_log_mel_ok(SimpleNamespace(**{k: getattr(fe, k) for k in (
+        "n_fft", "hop_length", "n_samples", "nb_max_frames", "mel_filters", "sampling_rate")}, dither=1.0))
+    wave = np.zeros(640, np.float32)
+    assert _log_mel(fe, wave, torch.device("cpu")).device.type == "cpu"
+    with pytest.raises(InputError, match="at most 480000 samples"):
+        from nbhelpers.audio import log_mel_on_device
+
+        log_mel_on_device(np.zeros(480_001, np.float32), fe, "cpu")
+
+
+@pytest.mark.gpu
+def test_log_mel_on_cuda_is_the_extractors_within_1e_4():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU (runs on the project's GPU machine)")
+    from nbhelpers.audio import _log_mel, default_feature_extractor
+
+    fe = default_feature_extractor()
+    for name, wave in _mel_cases().items():
+        got = _log_mel(fe, wave, torch.device("cuda"))
+        assert got.is_cuda and got.shape == (1, 80, 3000)
+        np.testing.assert_allclose(got.cpu().numpy(), _log_mel(fe, wave).numpy(), rtol=0, atol=1e-4, err_msg=name)

@@ -292,3 +292,113 @@ def test_chunks_at_another_rate_are_resampled_as_one_file(avatar, monkeypatch):
     want = soxr.resample(mono, 24000, 16000, quality="soxr_hq")
     assert got.shape == want.shape == (16000,)
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+
+
+class CallLog(StubRender):
+    """StubRender that also records each call's (first_frame, n_out)."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: list[tuple[int, int]] = []
+
+    def __call__(self, source, features, models, batch_size, n_out, **kw):
+        self.calls.append((kw.get("first_frame", 0), n_out))
+        yield from super().__call__(source, features, models, batch_size, n_out, **kw)
+
+
+def test_warm_up_runs_at_construction_once_per_avatar_and_shape(avatar, monkeypatch):
+    """Making a session runs one log-mel + encoder pass and one render of the first group's batch shape (3 frames
+    here), not counted as whisper passes; the first push then renders that same shape and runs no warm-up; a
+    second session of the avatar, or warm_up=False, warms nothing."""
+    import nbhelpers.audio as audio_mod
+
+    log = CallLog()
+    monkeypatch.setattr("nbhelpers.engine.render", log)
+    mels = []
+    real_log_mel = audio_mod._log_mel
+    monkeypatch.setattr(audio_mod, "_log_mel", lambda *a, **k: mels.append(len(a[1])) or real_log_mel(*a, **k))
+    avatar._state.pop("live_warm", None)
+    session = avatar.live(threaded=False, hop=3, silence=None, on_frame=lambda n, f: None)
+    assert log.calls == [(0, 3)] and len(mels) == 1
+    assert session.stats.whisper_passes == 0 and {"whisper", ("render", 3)} <= avatar._state["live_warm"]
+    session.push(noise(0.2, seed=12))  # 3200 samples: frames 0-2 are final (3 * 640 + 1280)
+    assert log.calls[1:] == [(0, 3)] and len(mels) == 2 and session.stats.whisper_passes == 1
+    session.close()
+    log.calls.clear()
+    mels.clear()
+    avatar.live(threaded=False, hop=3, silence=None, on_frame=lambda n, f: None).close()
+    avatar._state["live_warm"].discard(("render", 4))
+    avatar.live(threaded=False, hop=4, silence=None, on_frame=lambda n, f: None, warm_up=False).close()
+    assert log.calls == [] and mels == []
+
+
+def test_audio_pushed_at_once_is_rendered_in_aligned_batches_with_each_groups_own_tokens(avatar, monkeypatch):
+    """hop 2, batch 4, 8 frames in one push: the groups final at once are rendered together up to the aligned
+    batch end ([0, 4) then [4, 6)), the last group at close ([6, 8)); each frame's tokens are still those of its own
+    group's prefix (2560, 3840, 5120 samples)."""
+    log = CallLog()
+    monkeypatch.setattr("nbhelpers.engine.render", log)
+    audio = noise(0.32, seed=13)
+    session = avatar.live(threaded=False, hop=2, silence=None, on_frame=lambda n, f: None, warm_up=False)
+    session.push(audio)
+    assert log.calls == [(0, 4), (4, 2)] and session.stats.whisper_passes == 3
+    res = session.close()
+    assert log.calls == [(0, 4), (4, 2), (6, 2)] and res.n_frames == 8
+    pipe = avatar._pipeline()
+    for group, e in enumerate((2560, 3840, 5120, 5120)):
+        ref = pipe.features(audio[:e]).float().numpy()
+        for n in (2 * group, 2 * group + 1):
+            np.testing.assert_array_equal(log.tokens[n], ref[n], err_msg=f"frame {n}, prefix {e}")
+
+
+def test_merged_batches_at_close_equal_one_clip_generation_bit_for_bit(avatar):
+    """Real render, hop 2 (not a multiple of the batch size 4), context='segment': every group is made at close
+    with the whole audio and rendered in generate's own batches ([0, 4), [4, 8)): every frame equals generate."""
+    audio = noise(0.32, seed=14)
+    ref: dict[int, np.ndarray] = {}
+    avatar.generate(audio, output=False, frame_callback=collect(ref))
+    live: dict[int, np.ndarray] = {}
+    session = avatar.live(threaded=False, hop=2, silence=None, context="segment", on_frame=collect(live))
+    push_random_chunks(session, audio, seed=15)
+    session.close()
+    assert sorted(live) == list(range(8))
+    for n in range(8):
+        np.testing.assert_array_equal(live[n], ref[n], err_msg=f"frame {n}")
+
+
+def test_first_frame_latency_is_reported_in_parts(avatar):
+    """The stats split frame 0's latency into wait, whisper, render and hand-out, which add up to it."""
+    session = avatar.live(threaded=False, hop=2, silence=None, on_frame=lambda n, f: None)
+    session.push(noise(0.2, seed=16))
+    st = session.close().stats
+    parts = [st[f"first_frame_{k}_s"] for k in ("wait", "whisper", "render", "handout")]
+    assert all(p >= 0 for p in parts) and parts[1] > 0 and parts[2] > 0
+    assert abs(sum(parts) - st["first_frame_latency_s"]) < 1e-9
+
+
+@pytest.mark.gpu
+def test_cuda_live_frames_equal_generate_with_the_device_log_mel(tiny_weights, make_media, tmp_path):
+    """On CUDA (log-mel on the device, pinned copies, warm-up): the last group and every context='segment' frame
+    equal generate's bit for bit (both compute the log-mel the same way)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU (runs on the project's GPU machine)")
+    from nbhelpers import InferenceConfig, prepare_avatar
+
+    video = make_media("testsrc-96-8f.mp4", "-f", "lavfi", "-i", "testsrc=size=96x96:rate=25", "-frames:v", "8",
+                       "-pix_fmt", "yuv420p")
+    av = prepare_avatar(video, tmp_path / "avatar", config=InferenceConfig(device="cuda", batch_size=4), boxes=BOX,
+                        weights_dir=tiny_weights)
+    try:
+        audio = noise(0.32, seed=17)
+        ref: dict[int, np.ndarray] = {}
+        av.generate(audio, output=False, frame_callback=collect(ref))
+        for context, frames in (("sliding", range(4, 8)), ("segment", range(8))):
+            live: dict[int, np.ndarray] = {}
+            session = av.live(threaded=False, hop=4, silence=None, context=context, on_frame=collect(live))
+            push_random_chunks(session, audio, seed=18)
+            session.close()
+            for n in frames:
+                np.testing.assert_array_equal(live[n], ref[n], err_msg=f"{context}, frame {n}")
+    finally:
+        av.close()
