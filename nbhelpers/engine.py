@@ -167,7 +167,7 @@ class SourceFaces:
         masks = [m if isinstance(m, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(m)).to(device)
                  for m in self.masks]
         frames_device = self.frames_device
-        if frames_device is None and len(self.frames):
+        if frames_device is None and frames_fraction > 0 and len(self.frames):
             h, w = self.frames[0].shape[:2]
             from .gpu import usable_bytes
 
