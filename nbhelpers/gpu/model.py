@@ -220,16 +220,18 @@ def stage_memory(kind: str, fp16: bool = True, frame_size: tuple[int, int] = DEF
     else:
         core, vae, core_frame, encode_frame = (mm.core_fixed_gib * f, mm.vae_weights_gib * f,
                                                mm.core_per_frame_gib * f, mm.encode_per_frame_gib * f)
-    faces = 0.0 if landmark_backend in ("dlib", "boxes") else (
-        mm.s3fd_weights_gib * f + mm.dwpose_gib + mm.s3fd_bytes_per_pixel * f * pixels / GIB)
+    gpu_faces = landmark_backend not in ("dlib", "boxes")
+    face_models = mm.s3fd_weights_gib * f + mm.dwpose_gib if gpu_faces else 0.0
+    faces = face_models + mm.s3fd_bytes_per_pixel * f * pixels / GIB if gpu_faces else 0.0
     parsing = (mm.bisenet_weights_gib * f, mm.bisenet_per_image_gib * f)
     blend = mm.blend_bytes_per_pixel * pixels / GIB
     if kind == "lipsync":
-        # pipeline.lipsync: faces before any model loads; then UNet + VAE + Whisper stay loaded, with the whisper
-        # features and the latents, through encode, parsing and generate.
-        resident = core + features + latents
-        return {"faces": (faces, 0.0), "encode": (resident, encode_frame),
-                "parsing": (resident + parsing[0], parsing[1]), "generate": (resident, core_frame + blend)}
+        # pipeline.lipsync streams its clip in pieces (faces, encode, parsing, generate for each piece), so the
+        # face models, BiSeNet, UNet + VAE + Whisper, the whisper features and the latents are all resident while
+        # any stage runs; S3FD's batch is sized to what is left (pipeline.fit_face_batches), at least one frame.
+        resident = core + features + latents + face_models + parsing[0]
+        return {"faces": (resident + faces - face_models, 0.0), "encode": (resident, encode_frame),
+                "parsing": (resident, parsing[1]), "generate": (resident, core_frame + blend)}
     if kind == "avatar":
         # avatar.prepare_avatar: faces; the VAE alone for encode (released after); BiSeNet alone for parsing.
         return {"faces": (faces, 0.0), "encode": (vae + latents, encode_frame), "parsing": parsing}
