@@ -576,6 +576,7 @@ class MuseTalkPipeline:
         """
         from . import faces, media
         from .engine import run
+        from .faces.track import is_single_box
         from .framestore import check_disk_for_frames, expected_frames
 
         t0 = time.perf_counter()
@@ -599,6 +600,10 @@ class MuseTalkPipeline:
         # long video decodes, tracks, encodes and parses only those (the official code prepares every frame).
         check_disk_for_frames(min(n_out, expected_frames(video_info, n_out)), reader.height, reader.width)
         n_src = min(n_out, expected_frames(video_info, n_out))  # an upper estimate until decoding ends
+        if boxes is not None and not is_single_box(boxes):
+            boxes = list(boxes)
+            if len(boxes) > n_out:  # one box per video frame, but the audio reaches only the first n_out frames
+                boxes = boxes[:n_out]
         store = FrameStore(reader.height, reader.width)
         job = _StreamedJob(self, config, store, n_out, boxes, timings)
         try:

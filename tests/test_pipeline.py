@@ -275,3 +275,20 @@ def test_streamed_pieces_give_the_frames_of_one_piece(tiny_weights, shared_data,
         j = cycle_index(t, 10)
         same = np.array_equal(runs[3][t], source[j])
         assert same == (j < 4), f"frame {t} (source {j}): {'unchanged' if same else 'repainted'}"
+
+
+@pytest.mark.slow
+def test_per_frame_boxes_of_the_whole_video_with_shorter_audio(tiny_weights, shared_data, make_media):
+    """One box per video frame, audio that reaches only the first 5 of 10 frames: the job decodes 5 frames and
+    uses their 5 boxes (it used to refuse the 10 boxes as 'boxes has 10 entries but the clip has 5 frames')."""
+    from nbhelpers import InferenceConfig, MuseTalkPipeline
+
+    clip = make_media("face-10f-boxes.mp4", "-i", str(shared_data / "face-sing-576x768-25fps.mp4"), "-frames:v",
+                      "10", "-an", "-c:v", "libx264", "-crf", "12", "-pix_fmt", "yuv420p")
+    speech = make_media("speech-0.2s.wav", "-i", str(shared_data / "speech-en-short.wav"), "-t", "0.2")
+    pipe = MuseTalkPipeline.from_pretrained(tiny_weights, config=InferenceConfig(device="cpu"))
+    boxes = [(190, 160, 360, 330)] * 9 + [None]
+    result = pipe.lipsync(clip, speech, Path(pipe.weights_dir).parent / "boxes-short.mp4", boxes=boxes)
+    assert (result.n_frames, result.source_frames, result.no_face_frames) == (5, 5, 0)
+    with pytest.raises(Exception, match="boxes has 3 entries"):
+        pipe.lipsync(clip, speech, Path(pipe.weights_dir).parent / "boxes-few.mp4", boxes=boxes[:3])

@@ -288,6 +288,13 @@ def track(frames: Any, backend: str | LandmarkBackend = "auto", config: Inferenc
         return tracker.finish()
 
 
+def is_single_box(boxes: Any) -> bool:
+    """Whether ``boxes`` is one ``(x1, y1, x2, y2)`` for the whole clip (else None or one entry per frame)."""
+    return boxes is not None and (
+        (isinstance(boxes, np.ndarray) and boxes.ndim == 1)
+        or (isinstance(boxes, (list, tuple)) and len(boxes) == 4 and all(_is_number(v) for v in boxes)))
+
+
 class FaceTracker:
     """:func:`track` one batch of frames at a time: crop boxes come out as the frames go in.
 
@@ -326,9 +333,7 @@ class FaceTracker:
         self.config, self.boxes, self.batch_size = config, boxes, int(batch_size)
         self._name, self._backend, self._weights_dir = name, backend, weights_dir
         self._device = device if device is not None else config.device
-        self._single_box = boxes is not None and (
-            (isinstance(boxes, np.ndarray) and boxes.ndim == 1)
-            or (isinstance(boxes, (list, tuple)) and len(boxes) == 4 and all(_is_number(v) for v in boxes)))
+        self._single_box = is_single_box(boxes)
         self.n_frames = 0
         self.total_hint: int | None = None
         self.frame_shape: tuple[int, int] | None = None
