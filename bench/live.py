@@ -12,6 +12,10 @@ Colab. Three runs of ``avatar.live`` after a warm-up:
 3. unpaced: the whole speech pushed at once, frames read from the iterator, no encoder (goal >= 100 fps), with
    the unpaced hop and with the session's default hop.
 
+Before them it times one whisper pass and one render of the first group's frames on the avatar's live model
+thread (where sessions run their model work) and on a fresh thread: PyTorch's cuDNN plans are cached per thread,
+and the gap is what frame 0 paid when each session rendered on a thread of its own.
+
 The avatar is the one bench/realtime.py prepares in ``--work`` (same video, boxes, weights; batch size is not a
 cached setting, so it is loaded, not prepared again: the output says which). Each phase prints its time; the whole
 run takes about 40 s on the H200 when the avatar exists.
@@ -57,6 +61,43 @@ def first_frame_latency(avatar, speech: np.ndarray, **options) -> tuple[float, d
     session.close()
     drain.join()
     return latency, parts
+
+
+def thread_cost(avatar, frames: int) -> dict[str, float]:
+    """Seconds of one whisper pass and one render of ``frames`` frames (warm shapes), on the avatar's live model
+    thread and on a fresh thread: PyTorch caches cuDNN convolution plans per thread, which is why every session's
+    model work runs on that one thread (nbhelpers.live.ModelThread); the gap is what a fresh thread costs."""
+    import torch
+
+    from nbhelpers.engine import render
+    from nbhelpers.gpu import host_wait
+    from nbhelpers.live import model_thread
+
+    st = avatar._ensure_state()
+    pipe = avatar._pipeline()
+    first = next(pipe.whisper.parameters())
+    feats = torch.zeros((frames, 50, 384), dtype=first.dtype, device=first.device)
+
+    def once() -> tuple[float, float]:
+        t0 = time.perf_counter()
+        pipe.features(np.zeros(640, np.float32))
+        host_wait(st["models"].device)
+        t1 = time.perf_counter()
+        for _ in render(st["source"], feats, st["models"], frames, frames):
+            pass
+        host_wait(st["models"].device)
+        return t1 - t0, time.perf_counter() - t1
+
+    worker = model_thread(avatar)
+    worker.call(once)  # these exact calls warm on the model thread first
+    (w_model, r_model) = worker.call(once)
+    out: list = []
+    fresh = threading.Thread(target=lambda: out.append(once()))
+    fresh.start()
+    fresh.join()
+    (w_fresh, r_fresh) = out[0]
+    return {"whisper_model_thread": w_model, "render_model_thread": r_model, "whisper_fresh_thread": w_fresh,
+            "render_fresh_thread": r_fresh}
 
 
 def paced(avatar, speech: np.ndarray, **options):
@@ -153,6 +194,10 @@ def main() -> None:
     print(f"{clock()} session warm-ups {time.perf_counter() - t0:.1f} s", flush=True)
     unpaced(avatar, speech[:32000], **options)  # the merged batch shapes, allocator
     print(f"{clock()} warm-up run", flush=True)
+    cost = thread_cost(avatar, min(args.hop or DEFAULT_HOP, avatar.config.batch_size or 20))
+    cost_line = ", ".join(f"{k} {v * 1000:.1f}" for k, v in cost.items())
+    print(f"{clock()} one whisper pass / one render of the first group, model thread vs a fresh thread: {cost_line} "
+          "ms", flush=True)
     latency, parts = first_frame_latency(avatar, speech, **options)
     breakdown = ", ".join(f"{k} {v * 1000:.1f}" for k, v in parts.items())
     print(f"{clock()} first frame after a first 200 ms chunk: {latency * 1000:.0f} ms ({breakdown} ms)", flush=True)
@@ -170,6 +215,8 @@ def main() -> None:
     rows = [
         ("first frame after a first 200 ms chunk, unpaced", "<= 300 ms", f"{latency * 1000:.0f} ms", latency <= 0.3),
         ("  of which (ms)", "", breakdown, True),
+        ("  whisper pass / render of the first group on the model thread vs a fresh thread (ms)", "", cost_line,
+         True),
         ("first frame after the first push, paced (includes the play-out delay)", "<= 300 ms",
          f"{st['first_frame_latency_s'] * 1000:.0f} ms", st["first_frame_latency_s"] <= 0.3),
         ("  of which (ms; hand-out = waiting for its time)", "", paced_parts, True),

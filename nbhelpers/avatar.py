@@ -540,6 +540,9 @@ class Avatar:
     def close(self) -> None:
         """Release this avatar's arrays on the device and its decoded frames; the models too when the avatar made
         its own pipeline (a pipeline passed in stays loaded for its other jobs)."""
+        models_thread = self._state.get("live_models_thread")  # live sessions' model thread (nbhelpers.live)
+        if models_thread is not None:
+            models_thread.close()
         self._state.clear()
         if self._frames is not None:
             self._frames.close()

@@ -30,6 +30,11 @@ The design, so that latency is bounded and frames never depend on how the audio 
   whisper pass (a 30 s log-mel, computed on the device when the whisper is on CUDA, and the encoder) and the
   render of its group. One-time costs (first forwards, kernel loading, pinned buffers) are paid by a warm-up when
   the session is made (``warm_up``), not by frame 0; ``stats`` splits frame 0's latency into its parts.
+- One thread per avatar runs all the model work of its sessions (:class:`ModelThread`): the warm-up, every
+  whisper pass and every render, in every session, threaded or not. PyTorch keeps some of its one-time set-up per
+  thread: the cuDNN execution plans of the convolutions (UNet, VAE decoder, whisper's conv front-end) are cached in
+  ``thread_local`` storage (``aten/src/ATen/native/cudnn/Conv_v8.cpp``), one plan per shape. A warm-up in the
+  constructor's thread followed by the work in a new per-session thread rebuilt every plan inside frame 0.
 - Batches: the session cuts its engine batches at multiples of the batch size, as one-clip generation does. In
   real time each group is rendered as soon as it is final; otherwise every group already final up to the end of
   the current aligned batch is rendered with it (audio pushed faster than real time gives whole batches), each
@@ -75,6 +80,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -340,6 +346,58 @@ class FFmpegSink:
 
 
 # ------------------------------------------------------------------------------------------------------------------
+# The model thread
+
+
+class ModelThread:
+    """The one long-lived thread that runs an avatar's model work for all its live sessions (kept in its state).
+
+    Why a thread of its own: PyTorch caches the cuDNN execution plan of each convolution shape per thread
+    (``thread_local`` caches in ``aten/src/ATen/native/cudnn/Conv_v8.cpp``), so work on a fresh thread re-plans
+    every convolution of the UNet, the VAE decoder and whisper's front-end on its first call of each shape, which
+    a warm-up done on another thread does not spare it. Here the warm-up and every session's whisper passes and
+    renders run on the same thread, which outlives the sessions: each shape is planned once per avatar. The
+    pinned host buffers of the rendered batches (:class:`~nbhelpers.engine.PinnedRing`) live here too, for the
+    same reason: made once, not inside a session's first frame. The ring is only used on this thread and each
+    batch is copied out before the next render call, so sessions can share it.
+
+    Sessions of one avatar hand their work over one at a time (the device runs it in turn anyway); a call made
+    from this thread itself runs inline. Waiting for a result blocks on the future (no polling).
+    """
+
+    def __init__(self):
+        from .engine import PinnedRing
+
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nbhelpers-live-models",
+                                        initializer=self._started)
+        self.ident: int | None = None  # the thread's id once it runs
+        self.ring = PinnedRing()
+        self.warm: set = set()  # what the warm-ups have run on this thread: "whisper", ("render", frames)
+
+    def _started(self) -> None:
+        self.ident = threading.get_ident()
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` on this thread; returns its result or raises its exception in the caller."""
+        if threading.get_ident() == self.ident:
+            return fn(*args)
+        return self._pool.submit(fn, *args).result()
+
+    def close(self) -> None:
+        """Let the thread end once its queued work is done (a later :meth:`call` raises RuntimeError)."""
+        self._pool.shutdown(wait=False)
+
+
+def model_thread(avatar: Any) -> ModelThread:
+    """The avatar's :class:`ModelThread` (made on first use, kept in its device state until ``avatar.close()``)."""
+    state = avatar._state
+    found = state.get("live_models_thread")
+    if found is None:
+        found = state["live_models_thread"] = ModelThread()
+    return found
+
+
+# ------------------------------------------------------------------------------------------------------------------
 # The session
 
 
@@ -385,9 +443,10 @@ class LiveSession:
             :meth:`poll` and :meth:`close`, in the caller's thread (deterministic; for tests and notebooks).
         batch_size: Frames per engine batch (default the avatar's).
         ahead_s: Real-time mode: frames are not rendered more than this far ahead of their time (bounds memory).
-        warm_up: Run one whisper pass and one render of the first group's batch shape now, at construction (once
-            per avatar and shape), so that one-time costs (CUDA kernels loaded on first use, cuDNN and oneDNN
-            set-up, the pinned buffers) are not paid inside the first frame's latency.
+        warm_up: Run one whisper pass and one render of each batch size the schedule uses (:meth:`warm_shapes`)
+            now, at construction (once per avatar and size, on the avatar's :class:`ModelThread`, where all the
+            session's model work runs), so that one-time costs (CUDA kernels loaded on first use, cuDNN plans and
+            oneDNN set-up, the pinned buffers) are not paid inside the first frame's latency.
 
     Raises:
         InputError: An option is out of range.
@@ -410,7 +469,7 @@ class LiveSession:
                         ("ahead_s", ahead_s)):
             if not isinstance(v, (int, float)) or isinstance(v, bool) or not v >= 0 or math.isinf(v):
                 raise InputError(f"{name} must be a finite number >= 0; got {v!r}.")
-        from .engine import PinnedRing, Timings, flush_denormals
+        from .engine import Timings, flush_denormals
 
         self.avatar = avatar
         self.realtime = bool(realtime)
@@ -433,7 +492,8 @@ class LiveSession:
         self._models = st["models"]
         self._pipe = avatar._pipeline()
         self._flush = flush_denormals
-        self._ring = PinnedRing()  # pinned host buffers the rendered batches are copied into (CUDA)
+        self._models_thread = model_thread(avatar)  # runs every whisper pass and render (see ModelThread)
+        self._ring = self._models_thread.ring  # pinned host buffers the rendered batches are copied into (CUDA)
         self._on_cuda = getattr(self._models.device, "type", str(self._models.device)) == "cuda"
         self.batch_size = int(batch_size or avatar.config.batch_size or 8)
         h, w = avatar.frame_shape
@@ -464,9 +524,9 @@ class LiveSession:
         self.result = None
         _ = self._pipe.whisper, self._pipe.feature_extractor  # loaded now, not inside the first frame's latency
         if silence == "closed":
-            self._silent()
+            self._models_thread.call(self._silent)
         if warm_up:
-            self._warm_up()
+            self._models_thread.call(self._warm_up)
         if self.threaded:
             self._thread = threading.Thread(target=self._worker, name="nbhelpers-live", daemon=True)
             if self.realtime:
@@ -687,14 +747,13 @@ class LiveSession:
         total = end // SAMPLES_PER_FRAME if closing else None
         if self.realtime and not closing:
             end = self._fill_starved(now, end)
-        with self._flush(self._models.device):
-            while total is None or self._next_compute < total:
-                spans = self._final_groups(now, end, total, closing)
-                if not spans:
-                    break
-                self._compute(spans)
-                self._next_compute = spans[-1][1]
-                self._emit_due(self.clock(), final or not self.realtime)
+        while total is None or self._next_compute < total:
+            spans = self._final_groups(now, end, total, closing)
+            if not spans:
+                break
+            self._models_thread.call(self._compute, spans)
+            self._next_compute = spans[-1][1]
+            self._emit_due(self.clock(), final or not self.realtime)
         self._emit_due(self.clock(), final or not self.realtime)
         if closing and self._next_compute >= total and (self._pacer is not None or not self._ready):
             self._done = True
@@ -766,7 +825,12 @@ class LiveSession:
 
     def _compute(self, spans: list[tuple[int, int, int]]) -> None:
         """Render the groups ``spans`` (frames a..b-1 of each from the audio prefix [0, E)) and queue them for
-        hand-out; frames are rendered in engine batches aligned at multiples of the batch size."""
+        hand-out; frames are rendered in engine batches aligned at multiples of the batch size. Runs on the
+        avatar's :class:`ModelThread`."""
+        with self._flush(self._models.device):  # per thread (the CPU's FP control), so here on the model thread
+            self._compute_flushed(spans)
+
+    def _compute_flushed(self, spans: list[tuple[int, int, int]]) -> None:
         from .engine import render
 
         a, b = spans[0][0], spans[-1][1]
@@ -887,20 +951,39 @@ class LiveSession:
             hidden = encoder(mel, output_hidden_states=True).hidden_states
             return torch.stack(tuple(hidden), dim=2).reshape(-1, WHISPER_LAYERS, WHISPER_DIM)
 
+    def warm_shapes(self) -> list[int]:
+        """Engine batch sizes (frames) this session's schedule renders, so the warm-up can run each of them.
+
+        A group rendered alone is cut at multiples of the batch size (as :meth:`_compute` does), which over one
+        period of ``lcm(hop, batch_size)`` frames gives every piece size of the real-time schedule; audio pushed
+        faster than real time (``realtime=False``) is also rendered in whole batches. The first group's size comes
+        first. The tail at :meth:`close` and batches merged short of a whole one can still meet a new size.
+        """
+        sizes: list[int] = []
+        b = self.batch_size
+        for g0 in range(0, math.lcm(self.hop, b), self.hop):
+            cuts = [g0, *range((g0 // b + 1) * b, g0 + self.hop, b), g0 + self.hop]
+            sizes += [c1 - c0 for c0, c1 in zip(cuts, cuts[1:], strict=False) if c1 - c0 not in sizes]
+        if not self.realtime and b not in sizes:
+            sizes.append(b)
+        return sizes
+
     def _warm_up(self) -> None:
-        """One whisper pass and one render of the first group's batch shape (results dropped), once per avatar and
-        shape: the one-time costs of the first forwards are paid here, not by the first frame."""
+        """One whisper pass and one render of each batch size of :meth:`warm_shapes` (results dropped), once per
+        avatar and size, on the avatar's :class:`ModelThread`: the one-time costs of the first forwards (and the
+        per-thread cuDNN plans) are paid here, not by the first frame."""
         import torch
 
         from .engine import render
 
-        done = self.avatar._state.setdefault("live_warm", set())
-        size = min(self.hop, self.batch_size)
+        done = self._models_thread.warm
         with self._flush(self._models.device):
             if "whisper" not in done:
                 self._encode(np.zeros(SAMPLES_PER_FRAME, np.float32))
                 done.add("whisper")
-            if ("render", size) not in done:
+            for size in self.warm_shapes():
+                if ("render", size) in done:
+                    continue
                 first = next(self._pipe.whisper.parameters())
                 feats = torch.zeros((size, 10 * WHISPER_LAYERS, WHISPER_DIM), dtype=first.dtype, device=first.device)
                 for _ in render(self._source, feats, self._models, size, size,
@@ -1024,4 +1107,4 @@ def play(session: LiveSession, waveform: np.ndarray, *, chunk_ms: float = 200.0,
     return session.close()
 
 
-__all__ = ["FFmpegSink", "LiveSession", "LiveStats", "play", "video_codec_args"]
+__all__ = ["FFmpegSink", "LiveSession", "LiveStats", "ModelThread", "model_thread", "play", "video_codec_args"]

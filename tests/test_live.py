@@ -306,10 +306,18 @@ class CallLog(StubRender):
         yield from super().__call__(source, features, models, batch_size, n_out, **kw)
 
 
+def fresh_models_thread(avatar):
+    """Give the avatar a new model thread (nothing warmed yet); the old one ends."""
+    old = avatar._state.pop("live_models_thread", None)
+    if old is not None:
+        old.close()
+
+
 def test_warm_up_runs_at_construction_once_per_avatar_and_shape(avatar, monkeypatch):
-    """Making a session runs one log-mel + encoder pass and one render of the first group's batch shape (3 frames
-    here), not counted as whisper passes; the first push then renders that same shape and runs no warm-up; a
-    second session of the avatar, or warm_up=False, warms nothing."""
+    """Making a session runs one log-mel + encoder pass and one render of each batch size of its schedule (hop 3,
+    batch 4, as fast as the audio comes: the group pieces 3, 1, 2 cut at batch multiples, and the whole batch 4),
+    not counted as whisper passes; the first push then renders one of those shapes and runs no warm-up; a second
+    session of the avatar, or warm_up=False, warms nothing."""
     import nbhelpers.audio as audio_mod
 
     log = CallLog()
@@ -317,19 +325,93 @@ def test_warm_up_runs_at_construction_once_per_avatar_and_shape(avatar, monkeypa
     mels = []
     real_log_mel = audio_mod._log_mel
     monkeypatch.setattr(audio_mod, "_log_mel", lambda *a, **k: mels.append(len(a[1])) or real_log_mel(*a, **k))
-    avatar._state.pop("live_warm", None)
+    fresh_models_thread(avatar)
     session = avatar.live(threaded=False, hop=3, silence=None, on_frame=lambda n, f: None)
-    assert log.calls == [(0, 3)] and len(mels) == 1
-    assert session.stats.whisper_passes == 0 and {"whisper", ("render", 3)} <= avatar._state["live_warm"]
+    assert session.warm_shapes() == [3, 1, 2, 4]
+    assert log.calls == [(0, 3), (0, 1), (0, 2), (0, 4)] and len(mels) == 1
+    warm = session._models_thread.warm
+    assert session.stats.whisper_passes == 0 and {"whisper", ("render", 3), ("render", 4)} <= warm
     session.push(noise(0.2, seed=12))  # 3200 samples: frames 0-2 are final (3 * 640 + 1280)
-    assert log.calls[1:] == [(0, 3)] and len(mels) == 2 and session.stats.whisper_passes == 1
+    assert log.calls[4:] == [(0, 3)] and len(mels) == 2 and session.stats.whisper_passes == 1
     session.close()
     log.calls.clear()
     mels.clear()
     avatar.live(threaded=False, hop=3, silence=None, on_frame=lambda n, f: None).close()
-    avatar._state["live_warm"].discard(("render", 4))
-    avatar.live(threaded=False, hop=4, silence=None, on_frame=lambda n, f: None, warm_up=False).close()
+    warm.discard(("render", 5))
+    avatar.live(threaded=False, hop=5, silence=None, on_frame=lambda n, f: None, warm_up=False).close()
     assert log.calls == [] and mels == []
+
+
+def test_warm_shapes_are_the_batch_sizes_the_schedule_renders(avatar, monkeypatch):
+    """The sizes follow the aligned cuts (hop 6, batch 4: groups [0, 6) -> 4 + 2, [6, 12) -> 2 + 4); in real time
+    on a fake clock with 200 ms chunks (hop 3, batch 4), every render before close has a warmed size."""
+    from nbhelpers.live import LiveSession
+
+    monkeypatch.setattr(LiveSession, "_warm_up", lambda self: None)
+    shapes = {(hop, rt): avatar.live(threaded=False, hop=hop, realtime=rt, silence=None,
+                                     on_frame=lambda n, f: None).warm_shapes()
+              for hop in (2, 3, 4, 6) for rt in (False, True)}
+    assert shapes == {(2, False): [2, 4], (2, True): [2], (3, False): [3, 1, 2, 4], (3, True): [3, 1, 2],
+                      (4, False): [4], (4, True): [4], (6, False): [4, 2], (6, True): [4, 2]}
+    monkeypatch.undo()
+    log = CallLog()
+    monkeypatch.setattr("nbhelpers.engine.render", log)
+    fresh_models_thread(avatar)
+    clock = FakeClock()
+    session = avatar.live(realtime=True, threaded=False, clock=clock, hop=3, silence=None,
+                          on_frame=lambda n, f: None)
+    warmed = [n for _, n in log.calls]
+    assert warmed == [3, 1, 2]
+    speech = noise(1.0, seed=19)
+    for k in range(5):  # 200 ms chunks at their time, polled every 10 ms of fake time
+        session.push(speech[3200 * k:3200 * (k + 1)])
+        for _ in range(20):
+            clock.t += 0.01
+            session.poll()
+    rendered = [n for _, n in log.calls[3:]]
+    assert len(rendered) >= 6 and set(rendered) == {1, 2, 3}
+    session.close()
+
+
+def test_all_model_work_runs_on_the_avatars_model_thread(avatar, monkeypatch):
+    """The warm-up, every whisper log-mel and every render of a threaded session and of a non-threaded one run on
+    one thread, the avatar's model thread, which outlives the sessions: not on the caller's thread nor on a
+    session's own worker thread (PyTorch caches cuDNN plans per thread: the warm-up must warm the thread that
+    renders)."""
+    import nbhelpers.audio as audio_mod
+    from nbhelpers.live import model_thread
+
+    threads: list[tuple[str, int]] = []
+    stub = StubRender()
+
+    def render(*args, **kw):
+        threads.append(("render", threading.get_ident()))
+        return stub(*args, **kw)
+
+    real_log_mel = audio_mod._log_mel
+
+    def log_mel(*a, **k):
+        threads.append(("mel", threading.get_ident()))
+        return real_log_mel(*a, **k)
+
+    monkeypatch.setattr("nbhelpers.engine.render", render)
+    monkeypatch.setattr(audio_mod, "_log_mel", log_mel)
+    fresh_models_thread(avatar)
+    audio = noise(0.32, seed=20)
+    threaded = avatar.live(hop=2, silence=None, on_frame=lambda n, f: None)
+    warm_up = list(threads)
+    threaded.push(audio)
+    res = threaded.close()
+    worker = threaded._thread.ident
+    plain = avatar.live(threaded=False, hop=2, silence=None, on_frame=lambda n, f: None)
+    plain.push(audio)
+    plain.close()
+    kinds = {k for k, _ in threads}
+    assert res.n_frames == 8 and kinds == {"render", "mel"} and {k for k, _ in warm_up} == {"render", "mel"}
+    assert len(threads) > len(warm_up) + 4  # the sessions' own passes and renders were seen too
+    ident = model_thread(avatar).ident
+    assert {t for _, t in threads} == {ident}
+    assert ident not in (threading.get_ident(), worker)
 
 
 def test_audio_pushed_at_once_is_rendered_in_aligned_batches_with_each_groups_own_tokens(avatar, monkeypatch):
