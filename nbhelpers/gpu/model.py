@@ -154,7 +154,8 @@ class FaceCpuTimes:
 #: about 2): other engineers' work sharing the cores (load 3.5-5.5) made the same jobs 2-4x slower, which no
 #: per-frame figure can predict. Tiny: fixed 4.8-5.2 s (whisper load + audio 3.0, models 1.3, encoder 0.4-0.6),
 #: latents 0.31-0.36, parsing 0.28-0.38 s per source frame, generate 0.23-0.41 s per output frame. Full (full-size
-#: random weights, boxes given, 2 source / 3 output frames): see bench/RESULTS.md.
+#: random weights, boxes given, 2 source / 3 output frames, batch 3; the fastest of three runs, at load 3.65, none
+#: on free cores): fixed 5.4-10 s, latents 8.7-9.4 s per source frame, generate 14.7-15.7 s per output frame.
 CPU_TIMES = {
     "full": CpuTimes(fixed_s=8.0, latents_s=9.0, parsing_s=0.33, generate_s=15.0,
                      source="bench/cpu_estimate.py --weights full, 2 cores, 2026-12-02 (bench/RESULTS.md)"),
