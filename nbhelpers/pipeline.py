@@ -360,9 +360,15 @@ class MuseTalkPipeline:
         base = base.replace(**changes)
         gpu.check_device(base.device)
         weights_path = check_weights_dir(weights_dir, base.version, base.landmark_backend)
-        plan = gpu.plan(kind="lipsync", config=base, n_frames=None, weights=_weights_kind(weights_path))
+        # Device and precision only: the batch size is planned per job, from its frames, so a user batch_size is
+        # left out here (else its warnings came twice, at load and at the job, and for a batch not yet cut to the
+        # job's length).
+        plan = gpu.plan(kind="lipsync", config=base.replace(batch_size=None), n_frames=None,
+                        weights=_weights_kind(weights_path))
         planned = plan.config.replace(batch_size=base.batch_size)
         planned.reasons.update(plan.config.reasons)
+        if base.batch_size is not None:  # the plan's batch reason is about a batch this config does not hold
+            planned.reasons.pop("batch_size", None)
         pipe = cls(weights_path, planned)
         pipe.check_weights()
         return pipe
@@ -519,12 +525,16 @@ class MuseTalkPipeline:
         return filled
 
     def plan(self, kind: str, config: InferenceConfig, n_frames: int | None, frame_size: tuple[int, int] | None,
-             source_frames: int | None = None):
-        """The batch size of one job on this pipeline's device (:func:`nbhelpers.gpu.plan`); returns its config."""
+             source_frames: int | None = None, landmark_backend: str | None = None):
+        """The batch size of one job on this pipeline's device (:func:`nbhelpers.gpu.plan`); returns its config.
+
+        ``landmark_backend`` names the backend the job really built (for the CPU time estimate); None takes the
+        config's."""
         from . import gpu
 
         return gpu.plan(kind=kind, config=config, n_frames=n_frames, frame_size=frame_size,
-                        weights=_weights_kind(self.weights_dir), source_frames=source_frames).config
+                        weights=_weights_kind(self.weights_dir), source_frames=source_frames,
+                        landmark_backend=landmark_backend).config
 
     def features(self, waveform: np.ndarray):
         """Whisper features of a 16 kHz mono waveform: (T, 50, 384) on the device, T = floor(seconds x 25).
@@ -607,16 +617,20 @@ class MuseTalkPipeline:
         store = FrameStore(reader.height, reader.width)
         job = _StreamedJob(self, config, store, n_out, boxes, timings)
         try:
-            # 3. gpu: batch size from free memory (user overrides kept), from the probed size and frame count
-            with timings.stage("plan"):
-                config = job.config = self.plan("lipsync", config, n_out, (reader.height, reader.width),
-                                                source_frames=n_src)
-            batch = int(config.batch_size or 8)
-            # 4. the landmark backend (or the boxes given) and the whisper features, one (50, 384) block per
-            # output frame, before the first frame is decoded
+            # 3. the landmark backend (or the boxes given), built first so that the plan's CPU time estimate
+            # counts the face tracking this job really does
             with timings.stage("faces"):
                 detector = "auto" if config.landmark_backend == "boxes" else self.landmarks(
                     backend or config.landmark_backend)
+            tracking = "boxes" if config.landmark_backend == "boxes" else getattr(detector, "name", None)
+            # 4. gpu: batch size from free memory (user overrides kept), from the probed size and frame count
+            with timings.stage("plan"):
+                config = job.config = self.plan("lipsync", config, n_out, (reader.height, reader.width),
+                                                source_frames=n_src, landmark_backend=tracking)
+            batch = int(config.batch_size or 8)
+            # 5. the tracker and the whisper features, one (50, 384) block per output frame, before the first
+            # frame is decoded
+            with timings.stage("faces"):
                 if self.device.type == "cuda":
                     fit_face_batches(detector, (reader.height, reader.width), self.device,
                                      models_loaded="unet" in self._loaded)
@@ -629,7 +643,7 @@ class MuseTalkPipeline:
                 if features.shape[0] != n_out:
                     raise NbHelpersError(f"internal: {features.shape[0]} feature frames for {n_out} output frames")
 
-                # 5-10. decode, faces, latents, blend material, generation and paste-back piece by piece: the
+                # 6-10. decode, faces, latents, blend material, generation and paste-back piece by piece: the
                 # encoder writes piece k while piece k+1 is prepared (see _StreamedJob)
                 with timings.stage("encoder_start"):
                     encoder = media.choose_encoder(config.encoder)

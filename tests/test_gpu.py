@@ -130,39 +130,74 @@ def test_realtime_and_avatar_stages():
     assert lip.headroom_gib == pytest.approx(lip.budget_gib - lip.stage_peaks_gib["encode"])  # the largest stage
 
 
+def estimate_by_hand(n_out: int, n_src: int | None, weights: str, backend: str, frame=FRAME) -> dict[str, float]:
+    """The CPU time formula of gpu.cpu_seconds for an offline job, written out from the constants' tables."""
+    t, f = gpu.CPU_TIMES[weights], gpu.FACE_CPU_TIMES[backend]
+    used = n_out if n_src is None else min(n_out, n_src)
+    per_face = f.per_frame_s + f.per_mpix_s * frame[0] * frame[1] / 1e6
+    return {"models": t.fixed_s + f.load_s, "faces": used * per_face, "latents": used * t.latents_s,
+            "parsing": used * t.parsing_s, "generate": n_out * t.generate_s}
+
+
+def minutes_or_seconds(s: float) -> str:
+    return f"{s:.0f} s" if s < 90 else f"{s / 60:.0f} min" if s < 5400 else f"{s / 3600:.1f} h"
+
+
 @pytest.mark.notorch
 def test_cpu_plan_is_fp32_batch_4_with_a_warning_in_words():
-    with pytest.warns(PlanWarning, match="18 s per frame"):
+    with pytest.warns(PlanWarning, match="Running on the CPU") as caught:
         p = gpu.plan("lipsync", report=CPU, n_frames=250)
+    assert len(caught) == 1 and p.warnings == (str(caught[0].message),)
     assert (p.device, p.fp16, p.batch_size) == ("cpu", False, 4)
-    assert "250 frames take about 67 min after face tracking" in p.warnings[0]  # 12 s + 250 x (6 + 0.8 + 9.3) s
+    # Full-size models, 1080x1920 assumed, face tracking by dwpose (what "auto" takes), 250 frames = 250 sources.
+    total = sum(estimate_by_hand(250, None, "full", "dwpose", (1080, 1920)).values())
+    assert f"250 frames take about {minutes_or_seconds(total)} (models " in p.warnings[0]
+    assert "face tracking by dwpose (auto)" in p.warnings[0] and "1080x1920 frames assumed" in p.warnings[0]
+    assert "after face tracking" not in p.warnings[0]  # face tracking is counted now
     assert "Change runtime type" in p.warnings[0]
     assert "7.5 GiB usable" in p.reasons["memory"] and "10.0 GiB available" in p.reasons["memory"]
-    assert p.verdict == "CPU only: fp32, batch 4 (about 18 s per frame)"
+    per = sum(v for k, v in estimate_by_hand(1, None, "full", "dwpose", (1080, 1920)).items() if k != "models")
+    assert p.verdict == f"CPU only: fp32, batch 4 (about {per:.1f} s per frame)"
     assert p.config.device == "cpu" and p.config.fp16 is False
 
 
-# Three tiny-model lipsync runs here (2 cores, 576x768 clip; dlib, dlib, auto = DWPose ONNX + S3FD), process CPU
-# seconds after face tracking, as recorded for issue 14 item 11: (output frames, source frames) -> seconds. The old
-# estimate (1.5 s per output frame) said 75 s, 150 s and 30 s.
-MEASURED_TINY_CPU_S = {(50, 40): 145.4, (100, 10): 141.6, (20, 20): 69.1}
+@pytest.mark.notorch
+@pytest.mark.parametrize("n_out, n_src, backend", [(57, 41, "dwpose"), (60, 40, "dlib"), (25, 10, "boxes"),
+                                                    (40, None, "dwpose-onnx"), (300, 12, "auto")])
+def test_cpu_time_estimate_counts_faces_source_and_output_frames(n_out, n_src, backend):
+    by_hand = estimate_by_hand(n_out, n_src, "tiny", "dwpose" if backend == "auto" else backend)
+    parts = gpu.cpu_seconds("lipsync", n_out, n_src, weights="tiny", landmark_backend=backend, frame_size=FRAME)
+    assert parts == pytest.approx(by_hand)
+    if backend == "boxes":
+        assert parts["faces"] == 0 and parts["models"] == gpu.CPU_TIMES["tiny"].fixed_s
+    else:
+        assert parts["faces"] > 0
+    with pytest.warns(PlanWarning) as caught:
+        p = gpu.plan("lipsync", report=CPU, n_frames=n_out, frame_size=FRAME, weights="tiny", source_frames=n_src,
+                     landmark_backend=backend)
+    (note,) = [str(w.message) for w in caught]
+    frames = f"{n_out} frames" + ("" if n_src is None else f" from {min(n_out, n_src)} source frames")
+    assert f"{frames} take about {minutes_or_seconds(sum(by_hand.values()))} (" in note
+    assert f"generate {minutes_or_seconds(by_hand['generate'])}" in note
+    assert ("no face tracking (boxes given)" if backend == "boxes" else "face tracking by") in note
+    assert p.landmark_backend == backend
+    # A long audio over a short clip tracks, encodes and parses only the source frames it uses.
+    short = gpu.cpu_seconds("lipsync", 100, 10, "tiny", landmark_backend="dlib")
+    assert short["latents"] < gpu.cpu_seconds("lipsync", 100, None, "tiny", landmark_backend="dlib")["latents"]
 
 
 @pytest.mark.notorch
-@pytest.mark.parametrize("n_out, n_src", sorted(MEASURED_TINY_CPU_S))
-def test_cpu_time_estimate_counts_source_and_output_frames(n_out, n_src):
-    t = gpu.CPU_TIMES["tiny"]
-    parts = gpu.cpu_seconds("lipsync", n_out, n_src, weights="tiny")
-    used = min(n_out, n_src)
-    assert parts == {"models": t.fixed_s, "latents": used * t.latents_s, "parsing": used * t.parsing_s,
-                     "generate": n_out * t.generate_s}
-    measured = MEASURED_TINY_CPU_S[(n_out, n_src)]
-    assert abs(sum(parts.values()) - measured) <= 0.3 * measured  # the issue 16 goal: within 30 %
-    with pytest.warns(PlanWarning, match=f"{n_out} frames from {used} source frames take about"):
-        gpu.plan("lipsync", report=CPU, n_frames=n_out, weights="tiny", source_frames=n_src)
-    # A long audio over a short clip encodes and parses only the source frames it uses.
-    assert gpu.cpu_seconds("lipsync", 100, 10, "tiny")["latents"] < gpu.cpu_seconds("lipsync", 100, None, "tiny")[
-        "latents"]
+def test_cpu_time_of_avatar_and_realtime_jobs():
+    t, f = gpu.CPU_TIMES["full"], gpu.FACE_CPU_TIMES["dlib"]
+    av = gpu.cpu_seconds("avatar", 30, weights="full", landmark_backend="dlib", frame_size=FRAME)
+    face = f.per_frame_s + f.per_mpix_s * 768 * 576 / 1e6
+    assert av == pytest.approx({"models": t.fixed_s / 2 + f.load_s, "faces": 30 * face, "latents": 30 * t.latents_s,
+                                "parsing": 30 * t.parsing_s})
+    assert gpu.cpu_seconds("realtime", 50, weights="full") == pytest.approx(
+        {"models": t.fixed_s, "generate": 50 * t.generate_s})
+    assert gpu.cpu_frame_seconds("realtime", "full") == pytest.approx(t.generate_s)
+    with pytest.raises(InputError, match="weights"):
+        gpu.cpu_seconds("lipsync", 3, weights="huge")
 
 
 @pytest.mark.notorch
@@ -183,7 +218,47 @@ def test_cpu_batch_follows_host_ram():
     assert p.batch_size == 1 and "4.1 GiB usable" in p.reasons["batch_size"]
     with pytest.warns(PlanWarning, match="tiny"):
         tiny = gpu.plan("lipsync", report=small, weights="tiny")
-    assert tiny.batch_size == 4 and "2.8 s per frame" in tiny.verdict
+    per = sum(v for k, v in estimate_by_hand(1, None, "tiny", "dwpose", (1080, 1920)).items() if k != "models")
+    assert tiny.batch_size == 4 and f"{per:.1f} s per frame" in tiny.verdict
+
+
+def batch_notes(caught) -> list[str]:
+    return [str(w.message) for w in caught if "batch" in str(w.message)]
+
+
+@pytest.mark.notorch
+def test_cpu_batch_size_notes_are_one_and_agree_with_the_plan():
+    # No user batch: the plan's own choice (4) gets no batch note, only the CPU time note.
+    with pytest.warns(PlanWarning) as caught:
+        auto = gpu.plan("lipsync", report=CPU, n_frames=57, frame_size=FRAME, weights="tiny", source_frames=41)
+    assert auto.batch_size == 4 and batch_notes(caught) == [] and len(caught) == 1
+    # A user batch above the plan's: one note, with the user's number and the plan's, and the reason says the same
+    # numbers once each (not "would choose 4: 4: ...").
+    with pytest.warns(PlanWarning) as caught:
+        p = gpu.plan("lipsync", report=CPU, config=InferenceConfig(batch_size=8), n_frames=57, frame_size=FRAME,
+                     weights="tiny", source_frames=41)
+    (note,) = batch_notes(caught)
+    assert p.batch_size == 8 and note.startswith("batch_size 8 (user override) is more than the plan's 4 on the CPU")
+    assert "fits in host RAM" in note and len(caught) == 2
+    assert p.reasons["batch_size"].startswith("user override (8); the plan would choose 4 (fp32 on the CPU")
+    assert "4: 4:" not in p.reasons["batch_size"]
+    # Cut to the job's length: the note names both the asked and the batch really used; none when that is <= 4.
+    with pytest.warns(PlanWarning) as caught:
+        cut = gpu.plan("lipsync", report=CPU, config=InferenceConfig(batch_size=8), n_frames=6, weights="tiny")
+    assert cut.batch_size == 6
+    assert batch_notes(caught) == ["batch_size 8 (user override, 6 for this 6-frame job) is more than the plan's 4 "
+                                   "on the CPU: it fits in host RAM, but a larger batch is no faster on the CPU and "
+                                   "progress shows later. Leave the batch size out for 4."]
+    for batch, n in ((8, 3), (2, 57), (4, 57)):
+        with pytest.warns(PlanWarning) as caught:
+            q = gpu.plan("lipsync", report=CPU, config=InferenceConfig(batch_size=batch), n_frames=n, weights="tiny")
+        assert q.batch_size == min(batch, n) and batch_notes(caught) == [], (batch, n)
+    # Too large for host RAM: the one note is the out-of-memory one, not also the "no faster" one.
+    small = GpuReport(host_ram_total_gib=6.0, host_ram_available_gib=5.5, torch_version="2.11.0")
+    with pytest.warns(PlanWarning) as caught:
+        big = gpu.plan("lipsync", report=small, config=InferenceConfig(batch_size=16), n_frames=57, frame_size=FRAME)
+    (note,) = batch_notes(caught)
+    assert big.batch_size == 16 and "likely to run out of memory" in note and "(the plan would choose 1)" in note
 
 
 @pytest.mark.notorch

@@ -109,6 +109,29 @@ def test_job_settings_keep_the_pipeline_device_precision_and_version(tiny_weight
     assert pipe.loaded == []
 
 
+def test_loading_plans_device_and_precision_and_each_job_its_batch(tiny_weights):
+    import warnings
+
+    import nbhelpers as nbh
+    from nbhelpers.gpu import PlanWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        pipe = nbh.MuseTalkPipeline.from_pretrained(tiny_weights, device="cpu",
+                                                    config=nbh.InferenceConfig(batch_size=8))
+    notes = [str(w.message) for w in caught if issubclass(w.category, PlanWarning)]
+    # One CPU note at load, none about the batch: that is planned per job, from the job's frames.
+    assert len(notes) == 1 and notes[0].startswith("Running on the CPU") and "batch_size" not in notes[0]
+    assert pipe.config.batch_size == 8 and "batch_size" not in pipe.config.reasons
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cfg = pipe.plan("lipsync", pipe.job_config(), 6, (768, 576), source_frames=6, landmark_backend="dlib")
+    notes = [str(w.message) for w in caught if issubclass(w.category, PlanWarning)]
+    assert cfg.batch_size == 6 and len(notes) == 2
+    assert "face tracking by dlib" in notes[0] and "6 frames from 6 source frames" in notes[0]
+    assert notes[1].startswith("batch_size 8 (user override, 6 for this 6-frame job) is more than the plan's 4")
+
+
 def test_a_missing_weights_folder_is_named_as_such(tmp_path):
     import nbhelpers as nbh
     from nbhelpers.errors import WeightsError

@@ -132,18 +132,22 @@ from .memory import (
 from .model import (
     CPU_TIMES,
     DEFAULT_FRAME_SIZE,
+    FACE_CPU_TIMES,
     GIB,
     KINDS,
     MEMORY_MODEL,
     WEIGHTS,
     CpuTimes,
+    FaceCpuTimes,
     MemoryModel,
     T,
+    cpu_frame_seconds,
     cpu_seconds,
+    face_cpu_times,
     stage_memory,
 )
 from .oom import _batched, batched, is_oom
-from .planner import Plan, PlanWarning, _cpu_batch, _duration, _fit_batch, _gpu_budget, plan, snap_batch
+from .planner import Plan, PlanWarning, _cpu_batch, _cpu_time_note, _duration, _fit_batch, _gpu_budget, plan, snap_batch
 
 _SUBMODULES = ("allocator", "model", "device", "planner", "memory", "oom")
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InputError, MissingDependencyError, NbHelpersError
-from .model import GIB, MEMORY_MODEL
+from .model import GIB, cpu_frame_seconds
 
 #: Seconds allowed for one ``nvidia-smi`` call before the report says "unknown".
 NVIDIA_SMI_TIMEOUT_S = 10.0
@@ -178,7 +178,7 @@ class GpuReport:
         raise NoGpuError(
             f"No CUDA GPU is usable in this runtime (torch {self.torch_version or 'version unknown'}; {why}). "
             "MuseTalk needs a GPU: "
-            f"on the CPU one frame takes about {MEMORY_MODEL.cpu_seconds_per_frame:.0f} s. {where} "
+            f"on the CPU one frame takes about {cpu_frame_seconds():.0f} s. {where} "
             "To run on the CPU anyway (CI, tiny models), pass allow_cpu=True or set the environment variable "
             "NBHELPERS_ALLOW_CPU=1.")
 

@@ -1,7 +1,8 @@
 """The memory and time model: every constant the planner uses, with its source.
 
 Owns :class:`MemoryModel` (peak GPU memory per stage as ``fixed + per_frame * batch``),
-:class:`CpuTimes` / :data:`CPU_TIMES` and :func:`cpu_seconds` (how long a CPU job takes), and
+:class:`CpuTimes` / :data:`CPU_TIMES`, :class:`FaceCpuTimes` / :data:`FACE_CPU_TIMES`, :func:`cpu_seconds` and
+:func:`cpu_frame_seconds` (how long a CPU job takes), and
 :func:`stage_memory` (the model evaluated for one stage and batch).
 """
 
@@ -65,9 +66,6 @@ class MemoryModel:
         cap_cpu: Batch on the CPU, frames. 4: on 2 cores the full UNet takes 2.9-3.6 s at batch 1 and 8-10 s at
             batch 4 (environment-notes), so larger batches do not help and progress shows later.
         cpu_ram_fraction: Share of available host RAM a CPU plan may use for models and activations.
-        cpu_seconds_per_frame: End-to-end CPU time per frame at full size, 2 cores, fp32 (environment-notes): 18.
-        cpu_seconds_per_frame_tiny: Same with the tiny test models: 2.8 (latents 0.8 + parsing 0.8 + generate
-            1.25 s per frame, :data:`CPU_TIMES`; the first figure, 1.5, left out the per-source-frame stages).
         fp16_min_capability: Oldest compute capability given fp16 by default (5.3: native half arithmetic).
     """
 
@@ -93,8 +91,6 @@ class MemoryModel:
     cap_realtime: int = 20
     cap_cpu: int = 4
     cpu_ram_fraction: float = 0.75
-    cpu_seconds_per_frame: float = 18.0
-    cpu_seconds_per_frame_tiny: float = 2.8
     fp16_min_capability: tuple[int, int] = (5, 3)
 
 
@@ -105,12 +101,14 @@ MEMORY_MODEL = MemoryModel()
 class CpuTimes:
     """Seconds of work per stage on a 2-core CPU (fp32), for the planner's estimate of how long a CPU job takes.
 
-    A job's time is not one figure per output frame: the latents and the face parsing run once per *source* frame
-    used (``min(output frames, source frames)``), generation once per output frame, and loading the models once
-    (issue 14 item 11: 1.5 s per output frame predicted 75 s for a tiny-model job that took 207 s).
+    A job's time is not one figure per output frame: face tracking, the latents and the face parsing run once per
+    *source* frame used (``min(output frames, source frames)``), generation once per output frame, and loading the
+    models once (issue 14 item 11: 1.5 s per output frame predicted 75 s for a tiny-model job that took 207 s).
+    Face tracking depends on the landmark backend, not on the weights: see :data:`FACE_CPU_TIMES`.
 
     Attributes:
-        fixed_s: Loading the models plus whisper on the clip's audio, seconds.
+        fixed_s: Once per job: loading the UNet, VAE, whisper and BiSeNet, whisper on the clip's audio (one
+            30 s window for short clips), starting and finishing the encoder, seconds.
         latents_s: VAE encode of one source frame's masked and reference crops, seconds per frame.
         parsing_s: BiSeNet face parsing and blend-mask preparation of one source frame, seconds per frame (the
             same network for real and tiny weights: the tiny tree keeps BiSeNet's full architecture).
@@ -125,55 +123,134 @@ class CpuTimes:
     source: str = ""
 
 
-#: Per-stage CPU figures, ``"full"`` and ``"tiny"`` weights. Tiny: process CPU time of each stage of three
-#: ``lipsync`` runs here (2 cores, 576x768 clip; 40 source / 50 output frames and 10 / 100 with dlib, 20 / 20 with
-#: DWPose ONNX + S3FD): models + audio 5.6-6.3 s, latents 0.71-0.85 s, parsing 0.59-0.91 s per source frame,
-#: generate + blend 1.22-1.52 s per output frame. (Face tracking, before the plan, is not counted: dlib took
-#: 0.08-0.14 s per frame, S3FD + DWPose ONNX 6 s per 576x768 frame.) Full: environment-notes (UNet 8-10 s per batch of 4, VAE encode 3 s per crop and decode 7 s per frame,
-#: UNet build 8 s), parsing as measured for tiny. The figures are CPU seconds: on two free cores a stage can
-#: finish up to about 1.7x sooner, and other work sharing the cores makes it slower.
+@dataclass(frozen=True)
+class FaceCpuTimes:
+    """Seconds of face tracking on a 2-core CPU (fp32) for one landmark backend.
+
+    Per source frame: ``per_frame_s + per_mpix_s * megapixels`` (the face detector runs on the full frame, so its
+    share grows with the pixels; the landmark model of the DWPose backends runs at its fixed 288x384 input).
+
+    Attributes:
+        load_s: Building the backend (its networks), once per job, seconds.
+        per_frame_s: Landmarks of one frame, independent of the frame size, seconds per frame.
+        per_mpix_s: The face detector on one full frame, seconds per megapixel (10**6 pixels).
+        source: Where the figures come from.
+    """
+
+    load_s: float
+    per_frame_s: float
+    per_mpix_s: float
+    source: str = ""
+
+    def seconds(self, frame_size: tuple[int, int]) -> float:
+        """Seconds per source frame of size (H, W) pixels."""
+        return self.per_frame_s + self.per_mpix_s * frame_size[0] * frame_size[1] / 1e6
+
+
+#: Per-stage CPU figures, ``"full"`` and ``"tiny"`` weights: wall seconds of each stage as ``ClipResult.timings``
+#: gives them, measured with ``bench/cpu_estimate.py`` on the development machine, 2026-12-02 (2 cores, fp32, torch
+#: 2 threads; the shared 576x768 clip cut to 10-40 source and 25-60 output frames; the table and conditions are in
+#: bench/RESULTS.md, "CPU time estimate"). The figures are the fastest runs, when the two cores were free (load
+#: about 2): other engineers' work sharing the cores (load 3.5-5.5) made the same jobs 2-4x slower, which no
+#: per-frame figure can predict. Tiny: fixed 4.8-5.2 s (whisper load + audio 3.0, models 1.3, encoder 0.4-0.6),
+#: latents 0.31-0.36, parsing 0.28-0.38 s per source frame, generate 0.23-0.41 s per output frame. Full (full-size
+#: random weights, boxes given, 2 source / 3 output frames, batch 3; the fastest of three runs, at load 3.65, none
+#: on free cores): fixed 5.4-10 s, latents 8.7-9.4 s per source frame, generate 14.7-15.7 s per output frame.
 CPU_TIMES = {
-    "full": CpuTimes(fixed_s=12.0, latents_s=6.0, parsing_s=0.8, generate_s=9.3,
-                     source="environment-notes (2 cores, fp32) + parsing measured here"),
-    "tiny": CpuTimes(fixed_s=6.0, latents_s=0.8, parsing_s=0.8, generate_s=1.25,
-                     source="stage CPU times of two tiny-model lipsync runs here (2 cores)"),
+    "full": CpuTimes(fixed_s=8.0, latents_s=9.0, parsing_s=0.33, generate_s=15.0,
+                     source="bench/cpu_estimate.py --weights full, 2 cores, 2026-12-02 (bench/RESULTS.md)"),
+    "tiny": CpuTimes(fixed_s=5.0, latents_s=0.33, parsing_s=0.33, generate_s=0.28,
+                     source="bench/cpu_estimate.py, 2 cores, 2026-12-02 (bench/RESULTS.md)"),
+}
+
+#: Face tracking on the CPU by landmark backend (the same for tiny and full weights: the tiny tree's S3FD and
+#: DWPose are full size). ``"auto"`` is taken as ``"dwpose"``, the automatic choice wherever torch runs and its
+#: weights are there (:func:`nbhelpers.faces.get_backend`); the offline job passes the backend it really built.
+#: Measured here, 2026-12-02, 2 cores, on 576x768 frames (0.44 megapixels): dwpose builds in 1.0 s, S3FD takes
+#: 3.1 s per full frame at batch 1 (7.0 s per megapixel) and DWPose 0.3 s per frame, 3.5 s per frame in all
+#: (the offline job: 35.7 s for 10 frames, backend built); dlib builds in 0.8 s and takes 0.044 s per frame
+#: (0.1 s per megapixel; the job: 1.3 s for 10 frames, 2.7 s for 40). dwpose-onnx and mmpose run the same
+#: networks and are taken as dwpose (not measured).
+FACE_CPU_TIMES = {
+    "dwpose": FaceCpuTimes(load_s=1.0, per_frame_s=0.4, per_mpix_s=7.0,
+                           source="bench/cpu_estimate.py --backend dwpose + S3FD/DWPose split, 2 cores, 2026-12-02"),
+    "dwpose-onnx": FaceCpuTimes(load_s=1.0, per_frame_s=0.4, per_mpix_s=7.0, source="taken as dwpose"),
+    "mmpose": FaceCpuTimes(load_s=1.0, per_frame_s=0.4, per_mpix_s=7.0, source="taken as dwpose"),
+    "dlib": FaceCpuTimes(load_s=0.9, per_frame_s=0.0, per_mpix_s=0.1,
+                         source="bench/cpu_estimate.py --backend dlib, 2 cores, 2026-12-02"),
+    "boxes": FaceCpuTimes(load_s=0.0, per_frame_s=0.0, per_mpix_s=0.0, source="no detector runs"),
 }
 
 
+def face_cpu_times(landmark_backend: str = "auto") -> FaceCpuTimes:
+    """The face-tracking figures of a landmark backend name (``"auto"`` and unknown names: ``"dwpose"``)."""
+    return FACE_CPU_TIMES.get(landmark_backend, FACE_CPU_TIMES["dwpose"])
+
+
 def cpu_seconds(kind: str = "lipsync", n_frames: int = 0, source_frames: int | None = None,
-                weights: str = "full", times: CpuTimes | None = None) -> dict[str, float]:
-    """The CPU time of a job's stages after face tracking, stage by stage, in seconds.
+                weights: str = "full", times: CpuTimes | None = None, *, landmark_backend: str = "auto",
+                frame_size: tuple[int, int] | None = None) -> dict[str, float]:
+    """The CPU time of a job, stage by stage, in seconds, face tracking included.
+
+    With ``u`` source frames used (lipsync: ``min(n_frames, source_frames)``; avatar: ``n_frames``) and ``n``
+    output frames, from :data:`CPU_TIMES` ``t`` and :data:`FACE_CPU_TIMES` ``f``:
+
+    - ``models`` = ``t.fixed_s`` (avatar: half, no UNet or whisper) + ``f.load_s`` (not for realtime);
+    - ``faces`` = ``u * f.seconds(frame_size)``; ``latents`` = ``u * t.latents_s``; ``parsing`` =
+      ``u * t.parsing_s`` (not for realtime: a prepared avatar has them);
+    - ``generate`` = ``n * t.generate_s`` (not for avatar).
 
     Args:
-        kind: ``"lipsync"`` (models, latents and parsing of the source frames used, generation), ``"avatar"``
-            (latents and parsing of every source frame) or ``"realtime"`` (models and generation).
+        kind: ``"lipsync"``, ``"avatar"`` or ``"realtime"``.
         n_frames: Output frames for lipsync/realtime (audio seconds x 25); source frames for avatar.
         source_frames: Source frames of the video (25 fps) for lipsync; None assumes at least ``n_frames``, so
             that every output frame has its own source frame (the longest case).
         weights: ``"full"`` or ``"tiny"``.
         times: Other figures (default ``CPU_TIMES[weights]``).
+        landmark_backend: The backend that tracks the faces (``"dwpose"``, ``"dlib"``, ``"boxes"``, ...);
+            ``"auto"`` counts as ``"dwpose"`` (:func:`face_cpu_times`).
+        frame_size: (H, W) of the video frames, pixels; None assumes :data:`DEFAULT_FRAME_SIZE`.
 
     Returns:
-        ``{stage: seconds}`` with the stages that run (``models``, ``latents``, ``parsing``, ``generate``).
+        ``{stage: seconds}`` with the stages that run (``models``, ``faces``, ``latents``, ``parsing``,
+        ``generate``).
 
     Raises:
         InputError: Unknown ``kind`` or ``weights``.
 
-    Source: none in the official code; the figures are documented at :data:`CPU_TIMES`.
+    Source: none in the official code; the figures are documented at :data:`CPU_TIMES` and
+    :data:`FACE_CPU_TIMES`.
     """
     if kind not in KINDS:
         raise InputError(f"kind must be one of {', '.join(map(repr, KINDS))}; got {kind!r}.")
     if weights not in WEIGHTS:
         raise InputError(f"weights must be 'full' or 'tiny'; got {weights!r}.")
     t = times or CPU_TIMES[weights]
+    f = face_cpu_times(landmark_backend)
+    per_face = f.seconds(frame_size or DEFAULT_FRAME_SIZE)
     n = max(0, int(n_frames or 0))
-    if kind == "avatar":
-        return {"models": t.fixed_s / 2, "latents": n * t.latents_s, "parsing": n * t.parsing_s}
     if kind == "realtime":
         return {"models": t.fixed_s, "generate": n * t.generate_s}
-    used = n if source_frames is None else min(n, max(0, int(source_frames)))
-    return {"models": t.fixed_s, "latents": used * t.latents_s, "parsing": used * t.parsing_s,
-            "generate": n * t.generate_s}
+    used = n if kind == "avatar" or source_frames is None else min(n, max(0, int(source_frames)))
+    parts = {"models": (t.fixed_s / 2 if kind == "avatar" else t.fixed_s) + (f.load_s if used else 0.0),
+             "faces": used * per_face, "latents": used * t.latents_s, "parsing": used * t.parsing_s}
+    if kind == "lipsync":
+        parts["generate"] = n * t.generate_s
+    return parts
+
+
+def cpu_frame_seconds(kind: str = "lipsync", weights: str = "full", landmark_backend: str = "auto",
+                      frame_size: tuple[int, int] | None = None) -> float:
+    """Seconds per frame of a long CPU job (models loaded once, one source frame per output frame).
+
+    The per-frame part of :func:`cpu_seconds`: faces + latents + parsing + generate for lipsync, generate for
+    realtime, faces + latents + parsing per source frame for avatar.
+
+    Raises:
+        InputError: Unknown ``kind`` or ``weights``.
+    """
+    parts = cpu_seconds(kind, 1, None, weights, landmark_backend=landmark_backend, frame_size=frame_size)
+    return sum(v for k, v in parts.items() if k != "models")
 
 #: Frame size (H, W) in pixels assumed when ``plan`` is not told the frame size: full HD, so the blend term is
 #: not underestimated for common inputs.

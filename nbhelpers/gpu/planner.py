@@ -16,7 +16,16 @@ from typing import Any
 
 from ..errors import InputError, NbHelpersWarning
 from .device import COLAB_GPU_STEPS, GpuReport, NoGpuError, _no_cuda_message, _read_report
-from .model import DEFAULT_FRAME_SIZE, KINDS, MEMORY_MODEL, WEIGHTS, MemoryModel, cpu_seconds, stage_memory
+from .model import (
+    DEFAULT_FRAME_SIZE,
+    KINDS,
+    MEMORY_MODEL,
+    WEIGHTS,
+    MemoryModel,
+    cpu_frame_seconds,
+    cpu_seconds,
+    stage_memory,
+)
 
 
 class PlanWarning(NbHelpersWarning):
@@ -47,6 +56,7 @@ class Plan:
         reasons: Why each value was chosen: keys ``"device"``, ``"fp16"``, ``"batch_size"``, ``"memory"``.
         warnings: Things to know, in words (CPU speed, fp16 falling back to fp32, a tight budget).
         base_config: The configuration the plan started from (user overrides); see :attr:`config`.
+        landmark_backend: The backend the CPU time estimate counts face tracking for (``"auto"``: ``"dwpose"``).
     """
 
     kind: str
@@ -64,6 +74,7 @@ class Plan:
     base_config: Any = field(default=None, repr=False)
     gpu_name: str | None = None
     free_gib: float | None = None
+    landmark_backend: str = "auto"
 
     @property
     def precision(self) -> str:
@@ -101,9 +112,8 @@ class Plan:
             free = "" if self.free_gib is None else f", {self.free_gib:.1f} GiB free"
             return f"{self.gpu_name}{free}: {self.precision}, batch {self.batch_size}"
         if self.device == "cpu":
-            per = (MEMORY_MODEL.cpu_seconds_per_frame_tiny if self.weights == "tiny"
-                   else MEMORY_MODEL.cpu_seconds_per_frame)
-            return f"CPU only: {self.precision}, batch {self.batch_size} (about {per:g} s per frame)"
+            per = cpu_frame_seconds(self.kind, self.weights, self.landmark_backend, self.frame_size)
+            return f"CPU only: {self.precision}, batch {self.batch_size} (about {per:.1f} s per frame)"
         return f"{self.device}: {self.precision}, batch {self.batch_size}"
 
     def _rows(self) -> list[tuple[str, str]]:
@@ -154,7 +164,8 @@ def snap_batch(n: float) -> int:
 
 def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = None, n_frames: int | None = None,
          frame_size: tuple[int, int] | None = None, weights: str = "full",
-         memory_model: MemoryModel | None = None, *, source_frames: int | None = None) -> Plan:
+         memory_model: MemoryModel | None = None, *, source_frames: int | None = None,
+         landmark_backend: str | None = None) -> Plan:
     """Choose device, precision and batch size for a job from the GPU report and the memory model.
 
     - device: CUDA when torch can use a GPU, else the CPU; ``config.device`` overrides ("user override").
@@ -178,6 +189,9 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
         memory_model: Constants of the memory model (default :data:`MEMORY_MODEL`).
         source_frames: Source frames of a lipsync job (25 fps), for the CPU time estimate (:func:`cpu_seconds`);
             None assumes one source frame per output frame.
+        landmark_backend: The landmark backend the job really uses (``"dwpose"``, ``"dlib"``, ``"boxes"``, ...),
+            for the CPU time estimate and the ``faces`` memory stage; None takes ``config.landmark_backend``
+            (``"auto"`` is counted as ``"dwpose"``, the automatic choice wherever torch runs).
 
     Returns:
         A :class:`Plan`; ``plan(...).config`` is the filled :class:`~nbhelpers.config.InferenceConfig`.
@@ -271,7 +285,8 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
                            f"fp32 on {device} (no memory model for this device)")
 
     # 3. Batch size.
-    stages = stage_memory(kind, fp16, frame_size, n_frames, weights, config.landmark_backend, mm)
+    backend = str(landmark_backend or config.landmark_backend or "auto")
+    stages = stage_memory(kind, fp16, frame_size, n_frames, weights, backend, mm)
     cap = {"lipsync": mm.cap_lipsync, "avatar": mm.cap_avatar, "realtime": mm.cap_realtime}[kind]
     budget: float | None = None
     precision = "fp16" if fp16 else "fp32"
@@ -284,27 +299,22 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
         reasons["memory"] = (f"host RAM: {budget:.1f} GiB usable ({mm.cpu_ram_fraction:.0%} of "
                              f"{rep.host_ram_available_gib:.1f} GiB available)" if budget is not None else
                              "host RAM unknown")
-        per = mm.cpu_seconds_per_frame_tiny if weights == "tiny" else mm.cpu_seconds_per_frame
-        total = ""
-        if n_frames:  # stage by stage (issue 14 item 11): latents and parsing count source frames, not output
-            parts = cpu_seconds(kind, n_frames, source_frames, weights)
-            frames = f"{n_frames} frames" + (f" from {min(n_frames, source_frames)} source frames"
-                                             if kind == "lipsync" and source_frames is not None else "")
-            total = (f"; {frames} take about {_duration(sum(parts.values()))} after face tracking ("
-                     + ", ".join(f"{k} {_duration(v)}" for k, v in parts.items() if v) + ")")
-        size = "with the tiny test models" if weights == "tiny" else "at full size"
-        notes.append(f"Running on the CPU: about {per:g} s per frame {size} (2 cores, fp32){total}. "
-                     f"Use a GPU runtime for real jobs (Colab: {COLAB_GPU_STEPS}).")
+        notes.append(_cpu_time_note(kind, n_frames, source_frames, weights, backend, frame_size,
+                                    size_note.replace(" (frame size not given)", "")))
     else:
         auto, why = min(4, cap), f"{device} has no memory model: a conservative 4"
     if n_frames and auto > n_frames:
         auto, why = n_frames, f"{n_frames}: the whole job in one batch ({why})"
+    # `why` opens with the batch it explains ("4: fp32 on the CPU ..."): quoted after "would choose 4" without it
+    why_auto = why[len(f"{auto}: "):] if why.startswith(f"{auto}: ") else why
+    asked = None
     if config.batch_size is not None:
-        batch = int(config.batch_size)
-        reasons["batch_size"] = f"user override ({batch}); the plan would choose {auto}: {why}"
+        batch = asked = int(config.batch_size)
+        reasons["batch_size"] = f"user override ({batch}); the plan would choose {auto} ({why_auto})"
         if n_frames and batch > n_frames:  # a batch is never longer than the job: say what is really used
             reasons["batch_size"] = (f"{n_frames}: user override ({batch}) is more than the job's {n_frames} "
-                                     f"frames, so the whole job is one batch; the plan would choose {auto}: {why}")
+                                     f"frames, so the whole job is one batch; the plan would choose {auto} "
+                                     f"({why_auto})")
             batch = n_frames
     else:
         batch = auto
@@ -329,23 +339,49 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
             notes.append(f"Face detection on full {frame_size[0]}x{frame_size[1]} frames (S3FD at batch 1) is "
                          f"predicted to need {peaks['faces']:.2f} GiB, above the {budget:.2f} GiB budget: use "
                          "landmark_backend='dlib' or a smaller video.")
-    if on_cpu and config.batch_size is not None:
-        # issue 14 item 11: a user batch on the CPU is checked against host RAM as it is against GPU memory
+    if on_cpu and asked is not None and batch > auto:
+        # One note about a user batch on the CPU, and only when it is more than the plan's (the batch really run,
+        # after the cut to the job's length): out of host RAM (issue 14 item 11) if the model predicts it, else
+        # slower progress. A batch at or below the plan's gets none: the plan's own choice is never warned about.
+        used = f"batch_size {asked} (user override" + (f", {batch} for this {n_frames}-frame job)" if batch != asked
+                                                       else ")")
         growing = {name: peak for name, peak in peaks.items() if stages[name][1] > 0}
         worst = max(growing, key=growing.get) if growing else None
-        if budget is not None and worst is not None and growing[worst] > budget and batch > 1:
-            notes.append(f"batch_size {batch} (user override) is predicted to need {growing[worst]:.1f} GiB of host "
-                         f"RAM in stage {worst!r}, above the {budget:.1f} GiB usable: the job is likely to run out "
-                         f"of memory. Leave the batch size out (the plan would choose {auto}).")
-        elif batch > mm.cap_cpu:
-            notes.append(f"batch_size {batch} (user override) is more than {mm.cap_cpu}: on the CPU a larger batch "
-                         "is no faster, and progress shows later.")
+        if budget is not None and worst is not None and growing[worst] > budget:
+            notes.append(f"{used} is predicted to need {growing[worst]:.1f} GiB of host RAM in stage {worst!r}, "
+                         f"above the {budget:.1f} GiB usable: the job is likely to run out of memory. Leave the "
+                         f"batch size out (the plan would choose {auto}).")
+        else:
+            notes.append(f"{used} is more than the plan's {auto} on the CPU: it fits in host RAM, but a larger batch "
+                         "is no faster on the CPU and progress shows later. Leave the batch size out for "
+                         f"{auto}.")
     for note in notes:
         warnings.warn(note, PlanWarning, stacklevel=2)
     return Plan(kind=kind, device=device, fp16=fp16, batch_size=batch, weights=weights, frame_size=frame_size,
                 n_frames=n_frames, budget_gib=budget, predicted_peak_gib=predicted, stage_peaks_gib=peaks,
                 reasons=reasons, warnings=tuple(notes), base_config=config, gpu_name=rep.name if on_cuda else None,
-                free_gib=rep.free_gib if on_cuda else None)
+                free_gib=rep.free_gib if on_cuda else None, landmark_backend=backend)
+
+
+def _cpu_time_note(kind: str, n_frames: int | None, source_frames: int | None, weights: str, backend: str,
+                   frame_size: tuple[int, int], size_note: str) -> str:
+    """The CPU warning: the job's time stage by stage when its length is known, else seconds per frame."""
+    models = "the tiny test models" if weights == "tiny" else "the full-size models"
+    tracking = "" if kind == "realtime" else (
+        "no face tracking (boxes given)" if backend == "boxes" else
+        f"face tracking by {'dwpose (auto)' if backend == 'auto' else backend}")
+    where = f"2 cores, fp32, {models}, {size_note}" + (f", {tracking}" if tracking else "")
+    if n_frames:  # stage by stage (issue 14 item 11): faces, latents and parsing count source frames, not output
+        parts = cpu_seconds(kind, n_frames, source_frames, weights, landmark_backend=backend, frame_size=frame_size)
+        frames = f"{n_frames} frames" + (f" from {min(n_frames, source_frames)} source frames"
+                                         if kind == "lipsync" and source_frames is not None else "")
+        what = (f"{frames} take about {_duration(sum(parts.values()))} ("
+                + ", ".join(f"{k} {_duration(v)}" for k, v in parts.items() if v) + ")")
+    else:
+        per = cpu_frame_seconds(kind, weights, backend, frame_size)
+        load = cpu_seconds(kind, 1, None, weights, landmark_backend=backend, frame_size=frame_size)["models"]
+        what = f"about {per:.1f} s per frame, plus {_duration(load)} to load the models"
+    return (f"Running on the CPU ({where}): {what}. Use a GPU runtime for real jobs (Colab: {COLAB_GPU_STEPS}).")
 
 
 def _gpu_budget(rep: GpuReport, mm: MemoryModel) -> tuple[float | None, str]:
