@@ -452,6 +452,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
     args.func = _in_cli_terms(args.func)  # messages in flag names, not Python names or notebooks (issue 14)
+    previous = _terminate_like_interrupt()
     try:
         return int(args.func(args) or 0)
     except NbHelpersError as exc:
@@ -465,6 +466,40 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except _Terminated:
+        print("terminated", file=sys.stderr)
+        return 143
+    finally:
+        if previous is not None:  # main() called in-process (tests, notebooks): give the handler back
+            import signal
+
+            signal.signal(signal.SIGTERM, previous)
+
+
+class _Terminated(BaseException):
+    """SIGTERM arrived (timeout, docker stop, Ray, systemd): unwound like Ctrl-C so partial files are removed."""
+
+
+def _terminate_like_interrupt():
+    """Turn SIGTERM into an exception in the main thread, so that the jobs' ``with`` blocks remove their partial
+    output and frame store as they do on Ctrl-C (the default SIGTERM action kills the process without cleanup).
+
+    Returns:
+        The handler it replaced (to restore), or None when none was installed.
+    """
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def handler(signum, frame):
+        raise _Terminated()
+
+    try:
+        return signal.signal(signal.SIGTERM, handler)
+    except (ValueError, OSError):  # not allowed here (an embedding host): keep the default
+        return None
 
 
 if __name__ == "__main__":

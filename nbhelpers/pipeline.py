@@ -619,10 +619,11 @@ class MuseTalkPipeline:
         try:
             # 3. the landmark backend (or the boxes given), built first so that the plan's CPU time estimate
             # counts the face tracking this job really does
+            # (with boxes given no detector runs, so none is built or loaded)
+            given = boxes is not None or config.landmark_backend == "boxes"
             with timings.stage("faces"):
-                detector = "auto" if config.landmark_backend == "boxes" else self.landmarks(
-                    backend or config.landmark_backend)
-            tracking = "boxes" if config.landmark_backend == "boxes" else getattr(detector, "name", None)
+                detector = "auto" if given else self.landmarks(backend or config.landmark_backend)
+            tracking = "boxes" if given else getattr(detector, "name", None)
             # 4. gpu: batch size from free memory (user overrides kept), from the probed size and frame count
             with timings.stage("plan"):
                 config = job.config = self.plan("lipsync", config, n_out, (reader.height, reader.width),
@@ -711,7 +712,8 @@ class MuseTalkPipeline:
         if len(frames) != 1:
             raise InputError(f"frame_index {frame_index} is past the end of {str(video_path)!r}.")
         frame = np.ascontiguousarray(frames[0])[None]
-        detector = "auto" if config.landmark_backend == "boxes" else self.landmarks(backend or config.landmark_backend)
+        given = boxes is not None or config.landmark_backend == "boxes"  # then no detector is built or loaded
+        detector = "auto" if given else self.landmarks(backend or config.landmark_backend)
         track = faces.track(frame, backend=detector, config=config, boxes=_one_frame_boxes(boxes, frame_index),
                             weights_dir=self.weights_dir)
         box = tuple(int(v) for v in track.crop_boxes[0])

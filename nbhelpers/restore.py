@@ -57,7 +57,7 @@ _SPECS: dict[str, tuple[str, str, str, str, str]] = {
 NONCOMMERCIAL_NOTE = ("CodeFormer is licensed for non-commercial use only (S-Lab License 1.0, "
                       "https://github.com/sczhou/CodeFormer/blob/master/LICENSE): do not use its output commercially. "
                       "GFPGAN and RestoreFormer are Apache-2.0.")
-INSTALL_LINE = "pip install spandrel spandrel-extra-arches"
+INSTALL_LINE = "pip install --no-deps spandrel spandrel-extra-arches einops"  # --no-deps: pip must not touch torch
 _warned_licence = False
 
 
@@ -110,8 +110,11 @@ def import_spandrel(name: str):
                 "the conda environment have it; with pip, from the same index as torch, e.g. `pip install "
                 "torchvision==<the version paired with your torch>`). Never let pip pick torchvision alone: it "
                 "would replace torch.") from exc
-        raise MissingDependencyError(f"face restoration needs spandrel: `{INSTALL_LINE}` (or `pip install "
-                                     "musetalk-workbook[restore]`).") from exc
+        raise MissingDependencyError(
+            f"face restoration needs spandrel: `{INSTALL_LINE}`. Keep --no-deps: spandrel requires torchvision, and "
+            "pip picking one would replace your torch (on a CPU build, with the whole CUDA stack). spandrel's other "
+            "needs (torch, torchvision, numpy, safetensors) must be there already: Colab and the conda environment "
+            "have them; elsewhere install torchvision from the same index as your torch first.") from exc
     arch_id = _SPECS[name][3]
     if name == "gfpgan":
         from spandrel.architectures.GFPGAN import GFPGANArch as Arch

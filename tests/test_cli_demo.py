@@ -56,3 +56,33 @@ def test_an_offline_download_names_demo_tiny_once(tmp_path):
     proc = _cli("demo", "--download", "--backend", "dlib", "--weights", str(tmp_path / "weights"), cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
     assert "cannot reach the weight hosts" in proc.stderr and proc.stderr.count("demo --tiny") == 1
+
+
+@pytest.mark.slow
+def test_sigterm_during_a_job_removes_the_partial_output_and_the_frame_store(tmp_path):
+    """`timeout`, docker stop, Ray and systemd send SIGTERM, not Ctrl-C: the job unwinds the same way (exit 143),
+    leaving no hidden .partial file beside the output and no frame store in the temporary folder."""
+    import signal
+    import time
+
+    pytest.importorskip("torch")
+    pytest.importorskip("dlib")
+    pytest.importorskip("skimage")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "NBHELPERS_PROGRESS": "0",
+           "TMPDIR": str(tmp_path / "tmp")}
+    env.pop("NBHELPERS_WEIGHTS", None)
+    (tmp_path / "tmp").mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "nbhelpers", "demo", "--tiny", "--backend", "dlib"], cwd=tmp_path,
+                            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    results = tmp_path / "results"
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and proc.poll() is None and not list(results.glob(".*partial*")):
+        time.sleep(0.05)
+    assert proc.poll() is None, "the job ended before its output file was started: " + proc.communicate()[1][-2000:]
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err[-3000:]
+    assert "terminated" in err and "Traceback" not in err
+    assert not list(results.glob(".*partial*")) and not list(results.glob("*.mp4"))
+    assert not list((tmp_path / "tmp").glob("nbhelpers-frames-*"))

@@ -52,4 +52,4 @@ else
 fi
 say "torch $(torch_version); now the workbook with [$EXTRAS]"
 pip_install -c ci/constraints-colab.txt -e ".[$EXTRAS]"
-say "done: $("$PY" -c 'import torch, nbhelpers; print(f"torch {torch.__version__} ({"CUDA " + torch.version.cuda if torch.version.cuda else "CPU build"}), nbhelpers {nbhelpers.__version__}")')"
+say "done: $("$PY" -c 'import torch, nbhelpers; build = "CUDA " + torch.version.cuda if torch.version.cuda else "CPU build"; print(f"torch {torch.__version__} ({build}), nbhelpers {nbhelpers.__version__}")')"

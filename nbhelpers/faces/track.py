@@ -266,7 +266,7 @@ def track(frames: Any, backend: str | LandmarkBackend = "auto", config: Inferenc
     Raises:
         InputError: Bad frames (not uint8 BGR, mixed sizes, empty), bad boxes (outside the frame, too small,
             wrong count), a bad batch_size, or ``landmark_backend="boxes"`` without boxes.
-        NoFaceError: No frame has a face ("no face found in 0 of N frames ...").
+        NoFaceError: No frame has a face ("no face found in any of the N frames ...").
         MissingDependencyError: The chosen backend's packages are missing.
 
     Warns:
@@ -429,7 +429,7 @@ class FaceTracker:
             from_face_box = np.zeros(n, dtype=bool)
             backend_name, reason = "boxes", "boxes given by the user; no detector ran"
             if not has_face.any():
-                raise NoFaceError(f"no face found in 0 of {n} frames: every entry of boxes is None (no face). Give "
+                raise NoFaceError(f"no face found in any of the {n} frames: every entry of boxes is None (no face). Give "
                                   "at least one (x1, y1, x2, y2) box.")
         else:
             used = self._used
@@ -439,7 +439,7 @@ class FaceTracker:
             has_face = np.array([r is not None for r in results], dtype=bool)
             if not has_face.any():
                 raise NoFaceError(
-                    f"no face found in 0 of {n} frames (landmark backend {backend_name!r}"
+                    f"no face found in any of the {n} frames (landmark backend {backend_name!r}"
                     + (f": {reason}" if reason else "") + "). Check that the clip shows a face turned towards the "
                     "camera (at least about 40 px tall), try another backend, or give the crop box yourself: "
                     "boxes=(x1, y1, x2, y2) in Python, --box=x1,y1,x2,y2 on the command line.")
