@@ -194,7 +194,10 @@ def main() -> None:
                     [dict(j, frames=frames[j["name"]]) for j in jobs], batch_s, busy.percent,
                     retried=[o.job for o in result.outcomes if o.attempts > 1], avatars=dict(result.avatars)))
     save()
-    print(f"batch: {batch_s:.1f} s", flush=True)
+    print(f"batch: {batch_s:.1f} s; phases (s from the start): " + ", ".join(
+        f"{k} {v:.1f}" for k, v in result.phases.items()) + "; job seconds on the workers: " + ", ".join(
+        f"{o.seconds:.2f}" for o in result.outcomes), flush=True)
+    report["phases"] = dict(result.phases)
 
     if not args.skip_loop:
         # A pipeline per call (every model loaded, the face prepared again), as a script of nbh.lipsync() calls does.

@@ -498,6 +498,9 @@ def main() -> None:
     parser.add_argument("--warmup-seconds", type=float, default=None,
                         help="a short job of ours first (models load, kernels), not timed; default 1 s (0 in smoke)")
     parser.add_argument("--skip-official", action="store_true", help="run ours only")
+    parser.add_argument("--profile", default=None,
+                        help="after the timed run, run ours once more under bench/stacks.py's sampler and write its "
+                             "per-thread report to this path")
     parser.add_argument("--out", default=None, help="write the figures as JSON to this path")
     parser.add_argument("--work", default=None, help="working folder (weights, cut media, outputs)")
     parser.add_argument("--weights", default=None, help="folder of the full-size random weights (reused)")
@@ -588,6 +591,16 @@ def main() -> None:
     ours_wall = time.perf_counter() - t
     mem = peak_memory(others_gib=0.0) if cuda else None  # the GPU is this process's alone
     faces_text = "boxes given (--boxes): no detector ran in our job" if args.boxes else backend.describe()
+    if args.profile:
+        from stacks import StackSampler
+
+        if backend is not None:
+            backend.reset()
+        with StackSampler() as sampler:
+            again = pipe.lipsync(video, audio, work / "ours-profiled.mp4", boxes=boxes, backend=backend)
+        Path(args.profile).write_text(f"profiled run: {again.n_frames} frames in {sampler.seconds:.2f} s\n"
+                                      + sampler.report() + "\n")
+        print(f"profile of a second run of ours ({sampler.seconds:.2f} s) written to {args.profile}", flush=True)
     info = media.probe(ours.output)
     print(ours.summary(), flush=True)
     if ours.stats:

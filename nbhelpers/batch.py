@@ -366,6 +366,10 @@ class BatchResult:
         wall_s: Wall-clock seconds of the whole batch (Ray start and model loads included).
         workers: One line per worker started (``host/pid device``); empty when nothing had to run.
         avatars: Avatars prepared (built now) and loaded from the cache, ``{"prepared": n, "loaded": m}``.
+        phases: Where the wall time went, seconds from the start of :func:`run`: ``checks`` (jobs read, media
+            probed, finished outputs found), ``ray_start`` (Ray started or joined), ``workers_ready`` (every
+            worker's pipeline loaded), ``first_job`` (the first job started), ``jobs_done`` (the last outcome),
+            and ``prepare_s`` (worker seconds spent preparing or loading avatars, summed); empty when nothing ran.
     """
 
     outcomes: tuple[JobOutcome, ...]
@@ -373,6 +377,7 @@ class BatchResult:
     wall_s: float
     workers: tuple[str, ...] = ()
     avatars: Mapping[str, int] = field(default_factory=dict)
+    phases: Mapping[str, float] = field(default_factory=dict)
 
     def count(self, status: str) -> int:
         """Jobs with ``status`` (done, skipped, failed)."""
@@ -751,27 +756,34 @@ def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], *, weights_
     todo = sum(len(g.queue) for g in groups.values())
     worker_names: list[str] = []
     avatars = {"prepared": 0, "loaded": 0}
+    phases: dict[str, float] = {}
     if todo:
+        phases["checks"] = time.perf_counter() - t0
         worker_names = _dispatch(job_list, groups, group_of, job_configs, expected_frames, outcomes, inputs_of,
                                  weights_path, config, address, cpu_workers, workers_per_gpu, gpus, max_attempts,
-                                 dict(_exit_at or {}), avatars, len(job_list) - todo)
+                                 dict(_exit_at or {}), avatars, len(job_list) - todo, phases, t0)
     for job in job_list:
         remove_partials(job.output)
     result = BatchResult(outcomes=tuple(outcomes[j.name] for j in job_list), summary_csv=summary_path,
-                         wall_s=time.perf_counter() - t0, workers=tuple(worker_names), avatars=avatars)
+                         wall_s=time.perf_counter() - t0, workers=tuple(worker_names), avatars=avatars,
+                         phases={k: round(v, 3) for k, v in phases.items()})
     if summary_path is not None:
         result.write_csv(summary_path)
     return result
 
 
 def _dispatch(job_list, groups, group_of, job_configs, expected_frames, outcomes, inputs_of, weights_path, config,
-              address, cpu_workers, workers_per_gpu, gpus, max_attempts, exit_at, avatars, already) -> list[str]:
-    """Start the workers, hand out prepares and jobs until every job has an outcome, stop the workers."""
+              address, cpu_workers, workers_per_gpu, gpus, max_attempts, exit_at, avatars, already, phases,
+              t0) -> list[str]:
+    """Start the workers, hand out prepares and jobs until every job has an outcome, stop the workers (the times
+    of its phases, seconds since ``t0``, go into ``phases``)."""
     from . import progress
 
     ray = _require_ray()
     todo = sum(len(g.queue) for g in groups.values())
     started = init_ray(address, num_cpus=cpu_workers, num_gpus=gpus if address is None else None)
+    phases["ray_start"] = time.perf_counter() - t0
+    phases["prepare_s"] = 0.0
     actors: list[Any] = []
     try:
         n_gpu = 0 if config.device == "cpu" else int(ray.cluster_resources().get("GPU", 0))
@@ -793,6 +805,7 @@ def _dispatch(job_list, groups, group_of, job_configs, expected_frames, outcomes
         actors = [remote.remote(str(weights_path), base, device, threads) for _ in range(n_workers)]
         try:
             names = ray.get([a.describe.remote() for a in actors])
+            phases["workers_ready"] = time.perf_counter() - t0
         except Exception as exc:  # noqa: BLE001 - a worker that cannot load the pipeline stops the batch
             raise NbHelpersError(f"the batch workers could not start ({_error_text(exc)[:2000]}). Check that "
                                  "nbhelpers, its weights folder and the media are there on every Ray node.") from exc
@@ -852,6 +865,7 @@ def _dispatch(job_list, groups, group_of, job_configs, expected_frames, outcomes
                                                     str(job.output), kill)
                     busy[ref] = (i, "job", job, n)
                     running[i] = job.name
+                    phases.setdefault("first_job", time.perf_counter() - t0)
                 return True
 
             idle = list(range(len(actors)))
@@ -906,6 +920,7 @@ def _dispatch(job_list, groups, group_of, job_configs, expected_frames, outcomes
                         idle.append(i)
                     if kind == "prepare":
                         group = item
+                        phases["prepare_s"] += float((reply or {}).get("seconds", 0.0))
                         if reply is None:
                             for tmp in group.directory.glob(".building-*") if group.directory.is_dir() else ():
                                 shutil.rmtree(tmp, ignore_errors=True)
@@ -961,6 +976,7 @@ def _dispatch(job_list, groups, group_of, job_configs, expected_frames, outcomes
                     last_poll = now
                     for i in running:
                         polls[actors[i].progress.remote()] = i
+            phases["jobs_done"] = time.perf_counter() - t0
             for group in groups.values():  # only when every worker is gone for good
                 if group.queue:
                     group.error = group.error or "no batch worker was left to run it (every worker died)"
