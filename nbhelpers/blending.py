@@ -565,8 +565,12 @@ def materials_for_frames(frames: Any, crop_boxes: Any, face_frames: Sequence[int
             idx = face_frames[start:start + step]
             boxes = [crop_boxes[i] for i in idx]
             if on_gpu:
-                if frames_device is not None:
-                    batch = frames_device[torch.as_tensor(idx, device=frames_device.device)]
+                if frames_device is not None and idx[-1] - idx[0] + 1 == len(idx):  # a run of frames: a view
+                    batch = frames_device[idx[0]:idx[-1] + 1]
+                elif frames_device is not None:  # the index through pinned memory (a pageable copy would wait)
+                    from .gpu import to_device
+
+                    batch = frames_device[to_device(np.asarray(idx, dtype=np.int64), frames_device.device)]
                 else:
                     from .gpu import to_device
 

@@ -59,22 +59,35 @@ class FrameStore:
 
     def append(self, frame: np.ndarray) -> int:
         """Append one (H, W, 3) uint8 BGR frame; returns its index."""
-        if self._fh is None:
-            raise RuntimeError("FrameStore.append after finish()")
         if frame.shape != self.frame_shape or frame.dtype != np.uint8:
             raise ValueError(f"frame {self._n} has shape {frame.shape} {frame.dtype}; expected {self.frame_shape} "
                              "uint8 (all frames of a clip must have the same size)")
+        self._write(frame, 1)
+        return self._n - 1
+
+    def append_batch(self, frames: np.ndarray) -> int:
+        """Append (b, H, W, 3) uint8 BGR frames in one write; returns the index of the first."""
+        if frames.ndim != 4 or frames.shape[1:] != self.frame_shape or frames.dtype != np.uint8:
+            raise ValueError(f"frames {self._n}.. have shape {frames.shape} {frames.dtype}; expected (b, "
+                             f"{', '.join(map(str, self.frame_shape))}) uint8 (all frames of a clip must have the "
+                             "same size)")
+        self._write(frames, len(frames))
+        return self._n - len(frames)
+
+    def _write(self, data: np.ndarray, count: int) -> None:
+        if self._fh is None:
+            raise RuntimeError("FrameStore.append after finish()")
         try:
-            self._fh.write(np.ascontiguousarray(frame).data)
+            self._fh.write(np.ascontiguousarray(data).data)
         except OSError as exc:
             if exc.errno != errno.ENOSPC:
                 raise
             self.close()
+            frame_bytes = self.height * self.width * 3
             raise DiskSpaceError(f"the disk holding {self.directory} filled up after {self._n} decoded frames "
-                                 f"({_gib(self._n * frame.nbytes)}); the frames written so far were removed. Free "
+                                 f"({_gib(self._n * frame_bytes)}); the frames written so far were removed. Free "
                                  "some space, or set TMPDIR to a folder on a larger local disk.") from exc
-        self._n += 1
-        return self._n - 1
+        self._n += count
 
     def tee(self, frames: Iterable[np.ndarray]) -> Iterator[np.ndarray]:
         """Yield ``frames`` unchanged while appending each to the store (decode once, use twice)."""

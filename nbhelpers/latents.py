@@ -293,8 +293,10 @@ def unet_step(unet: Any, pe: Callable[[Any], Any], latent_batch: Any, feature_ba
 
     _check_pair(latent_batch, feature_batch)
     device, dtype = _device_dtype(unet, "unet")
+    from .gpu import device_constant
+
     with torch.inference_mode():
-        timesteps = torch.tensor([0], device=device)
+        timesteps = device_constant([0], device)  # int64 0; made once (a torch.tensor here waited for the GPU)
         hidden = pe(feature_batch.to(device=device, dtype=dtype)).to(dtype)
         return unet(latent_batch.to(device=device, dtype=dtype), timesteps, encoder_hidden_states=hidden).sample
 

@@ -196,6 +196,8 @@ def face_mask_torch(labels: Any, mode: str = "jaw", left_cheek_width: int = 90,
     """
     import torch
 
+    from .gpu import device_constant
+
     check_parsing_args(mode, left_cheek_width, right_cheek_width)
     if (not isinstance(labels, torch.Tensor) or labels.ndim != 3 or tuple(labels.shape[1:]) != (PARSING_SIZE,) * 2
             or labels.dtype.is_floating_point or labels.dtype == torch.bool):
@@ -203,9 +205,9 @@ def face_mask_torch(labels: Any, mode: str = "jaw", left_cheek_width: int = 90,
                          f"got {getattr(labels, 'shape', type(labels).__name__)} {getattr(labels, 'dtype', '')}.")
     device = labels.device
     if mode in _KEEP:
-        keep = torch.isin(labels, torch.tensor(_KEEP[mode], dtype=labels.dtype, device=device))
+        keep = torch.isin(labels, device_constant(_KEEP[mode], device, labels.dtype))
         return keep.to(torch.uint8) * 255
-    cheeks = torch.from_numpy(cheek_mask(left_cheek_width, right_cheek_width) == 255).to(device)
+    cheeks = device_constant(cheek_mask(left_cheek_width, right_cheek_width) == 255, device, torch.bool)
     work = torch.float16 if device.type == "cuda" else torch.float32  # 0/1 values: exact in either
     skin = (labels == SKIN).to(work)[:, None]                                              # :96
     dilated = _binary_dilate(skin, jaw_dilation_kernel())                                  # :97
@@ -214,7 +216,7 @@ def face_mask_torch(labels: Any, mode: str = "jaw", left_cheek_width: int = 90,
     for _ in range(2):                                                                     # :98, iterations=2
         eroded = 1 - _binary_dilate(1 - eroded, kernel)  # erosion: outside pixels count as 1 (never win)
     region = torch.where(cheeks, eroded[:, 0], dilated[:, 0]) > 0.5                        # :101-102
-    lips = torch.isin(labels, torch.tensor((MOUTH, UPPER_LIP, LOWER_LIP), dtype=labels.dtype, device=device))
+    lips = torch.isin(labels, device_constant((MOUTH, UPPER_LIP, LOWER_LIP), device, labels.dtype))
     keep = (region & (labels != NOSE)) | lips                                              # :103-105
     return keep.to(torch.uint8) * 255
 
@@ -722,14 +724,15 @@ class FaceParser:
         """
         import torch
 
+        from .gpu import device_constant
         from .resample import crop_resize_batch
 
         _check_frames_torch(frames, squares)
         images = crop_resize_batch(frames.permute(0, 3, 1, 2), squares, PARSING_SIZE, "bilinear")
         if bgr:
             images = images.flip(1)
-        mean = torch.tensor(IMAGENET_MEAN, dtype=torch.float32, device=frames.device).view(1, 3, 1, 1)
-        std = torch.tensor(IMAGENET_STD, dtype=torch.float32, device=frames.device).view(1, 3, 1, 1)
+        mean = device_constant(IMAGENET_MEAN, frames.device, torch.float32).view(1, 3, 1, 1)
+        std = device_constant(IMAGENET_STD, frames.device, torch.float32).view(1, 3, 1, 1)
         return (images.to(torch.float32) / 255.0 - mean) / std
 
     def labels_torch(self, frames: Any, squares: Sequence[Sequence[int]], bgr: bool = True) -> Any:

@@ -27,7 +27,6 @@ a pipeline for the call.
 from __future__ import annotations
 
 import html
-import itertools
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -650,7 +649,7 @@ class MuseTalkPipeline:
                     encoder = media.choose_encoder(config.encoder)
                     writer = media.VideoWriter(output_path, store.width, store.height, fps=FPS, audio=audio_path,
                                                encoder=encoder)
-                decoded = _timed(_first(reader, n_out), timings, "decode")
+                decoded = job.decode_ahead(reader)
                 with writer:
                     run(job.pieces(decoded), features, None, batch, n_out, writer, frame_callback=frame_callback,
                         timings=timings, desc="lipsync")
@@ -889,6 +888,12 @@ class _Window:
             if not self.offset <= index < len(self):
                 raise IndexError(f"frame {index} is not in this piece ({self.offset}..{len(self) - 1})")
             return self.frames[int(index) - self.offset]
+        if isinstance(index, slice) and index.step in (None, 1):
+            start = self.offset if index.start is None else index.start
+            stop = len(self) if index.stop is None else index.stop
+            if not self.offset <= start <= stop <= len(self):
+                raise IndexError(f"frames {start}..{stop - 1} are not in this piece ({self.offset}..{len(self) - 1})")
+            return self.frames[start - self.offset:stop - self.offset]
         return self.frames[index - self.offset]  # an index array or tensor (GPU frames)
 
 
@@ -915,6 +920,13 @@ class _StreamedJob:
         self.crop = np.zeros((0, 4), dtype=np.int32)
         self.latents: Any = None
         self.materials: list[Any] = []
+        self._next_offset = 0
+        self._decoder: _DecodeAhead | None = None
+
+    def decode_ahead(self, reader: Any) -> _DecodeAhead:
+        """Start decoding the frames the job needs (the first ``min(n_out, N)``) in pieces, one piece ahead."""
+        self._decoder = _DecodeAhead(reader, self.n_out, STREAM_PIECE, self.store, self.timings)
+        return self._decoder
 
     def pieces(self, decoded: Any):
         """Yield :class:`~nbhelpers.engine.Piece` covering output frames 0..n_out-1 in order."""
@@ -923,24 +935,18 @@ class _StreamedJob:
         t = self.timings
         streamed = self.config.smooth_boxes <= 1
         written = 0
-        it = iter(decoded)
-        while True:
-            chunk = list(itertools.islice(it, STREAM_PIECE))
-            if not chunk:
-                break
-            with t.stage("store"):
-                arr = np.stack(chunk)
-                offset = len(self.store)
-                for frame in arr:
-                    self.store.append(frame)
+        for arr in decoded:  # (b, H, W, 3) pieces, already in the frame store
+            offset = self._next_offset
+            self._next_offset += len(arr)
+            frames_device = self._upload(arr) if streamed else None  # once: faces, parsing and the paste-back
             with t.stage("faces"):
-                crop, has = self.tracker.add(arr)
+                crop, has = self.tracker.add(arr, frames_device=frames_device)
             self.crop = np.concatenate([self.crop, crop])
             if not streamed:
                 self.rows.extend([-1] * len(arr))
                 continue
             face_frames = offset + np.flatnonzero(has)
-            frames_device = self._prepare(_Window(arr, offset), face_frames, arr)
+            frames_device = self._prepare(_Window(arr, offset), face_frames, arr, frames_device)
             stop = min(self.n_out, offset + len(arr))
             if stop > written:
                 if self.models is None or not has[written - offset:stop - offset].any():
@@ -951,7 +957,7 @@ class _StreamedJob:
                     yield Piece(written, stop - written, source=source, models=self.models)
                 written = stop
         with t.stage("store"):
-            self.store.finish()
+            self.store.finish()  # every piece was written by the decoding thread before it was handed over
         with t.stage("faces"):
             self.track = self.tracker.finish()  # NoFaceError for a clip without any face
         if len(self.store) != self.track.n_frames:
@@ -959,14 +965,27 @@ class _StreamedJob:
         if not streamed:  # smoothed crop boxes: prepare the whole clip now
             self.crop = self.track.crop_boxes
             self.rows = [-1] * len(self.store)
-            self._prepare(self.store, np.flatnonzero(self.track.has_face), None)
+            self._prepare(self.store, np.flatnonzero(self.track.has_face), None, None)
         if written < self.n_out:  # the rest of the ping-pong (or, smoothed, every frame) from the whole clip
             with t.stage("upload"):
                 source = self._source(self.store, None)
             yield Piece(written, self.n_out - written, source=source, models=self.models)
 
-    def _prepare(self, frames: Any, face_frames: np.ndarray, arr: Any):
-        """Latents and blend material of ``face_frames`` (clip indices); returns the piece's frames on the GPU."""
+    def _upload(self, arr: np.ndarray) -> Any:
+        """A piece's frames on the GPU when they take at most PIECE_ON_GPU_FRACTION of its usable memory, else
+        None (on the CPU too)."""
+        if self.pipe.device.type != "cuda":
+            return None
+        from .gpu import to_device, usable_bytes
+
+        if arr.nbytes >= PIECE_ON_GPU_FRACTION * (usable_bytes(self.pipe.device) or 0):
+            return None
+        with self.timings.stage("upload"):
+            return to_device(arr, self.pipe.device)
+
+    def _prepare(self, frames: Any, face_frames: np.ndarray, arr: Any, frames_device: Any):
+        """Latents and blend material of ``face_frames`` (clip indices), with the piece's frames on the GPU
+        (``frames_device``, or None); returns ``frames_device``."""
         from .blending import materials_for_frames
         from .latents import encode_frames
 
@@ -974,17 +993,10 @@ class _StreamedJob:
         if arr is not None:
             self.rows.extend([-1] * len(arr))
         if face_frames.size == 0:
-            return None
+            return frames_device
         if self.models is None:
             with t.stage("models"):  # loaded once per pipeline: no time here on a second job
                 self.models = self.pipe.models_for(config)
-        frames_device = None
-        if arr is not None and self.pipe.device.type == "cuda":
-            from .gpu import to_device, usable_bytes
-
-            if arr.nbytes < PIECE_ON_GPU_FRACTION * (usable_bytes(self.pipe.device) or 0):
-                with t.stage("upload"):  # once for the parsing and the paste-back of the piece
-                    frames_device = to_device(arr, self.pipe.device)
         batch = int(config.batch_size or 8)
         with t.stage("latents"):  # crop, resize and encode (indexed by source frame: Q6)
             latents = encode_frames(frames, self.crop, face_frames, self.models.vae, seed=config.seed,
@@ -1015,30 +1027,82 @@ class _StreamedJob:
         return source.to_device(self.pipe.device, frames_fraction=FRAMES_ON_GPU_FRACTION if whole_clip else 0.0)
 
     def close(self) -> None:
+        if self._decoder is not None:
+            self._decoder.close()
         if self.tracker is not None:
             self.tracker.close()
 
 
-def _timed(frames: Any, timings: Timings, stage: str):
-    """Yield from ``frames``, adding the seconds spent waiting for each item to ``stage``."""
-    it = iter(frames)
-    while True:
-        start = time.perf_counter()
+class _DecodeAhead:
+    """The first ``n`` frames of a video in pieces of ``piece`` frames, decoded in a thread one piece ahead of the
+    job, each piece appended to the frame store there.
+
+    ffmpeg writes decoded frames into a pipe of 64 KiB, so without a reader it stops within a frame; reading in a
+    thread lets it decode the next piece while the job's thread waits on the GPU (the reads and the store's disk
+    writes release the GIL). The wait of the job's thread for a piece is timed as ``decode``. An error in the
+    thread (ffmpeg failed, the disk filled up) is raised in the job's thread at the piece it would have given.
+    """
+
+    def __init__(self, reader: Any, n: int, piece: int, store: FrameStore, timings: Timings):
+        import queue
+        import threading
+
+        self._reader, self._left, self._piece, self._store, self._timings = reader, int(n), int(piece), store, timings
+        self._queue: Any = queue.Queue(maxsize=1)  # one piece ahead: bounded host memory
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="nbhelpers-decode", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
         try:
-            item = next(it)
-        except StopIteration:
-            timings.add(stage, time.perf_counter() - start)
-            return
-        timings.add(stage, time.perf_counter() - start)
-        yield item
+            while self._left > 0 and not self._stop.is_set():
+                arr = self._reader.read_batch(min(self._piece, self._left))
+                if len(arr) == 0:
+                    break
+                self._store.append_batch(arr)
+                self._left -= len(arr)
+                self._put(arr)
+            self._put(None)
+        except BaseException as exc:  # noqa: BLE001 - handed to the job's thread, raised there
+            self._put(exc)
 
+    def _put(self, item: Any) -> None:
+        import queue
 
-def _first(reader: Any, n: int):
-    """The first ``n`` frames of ``reader`` (an iterator of frames); stops decoding after them."""
-    for k, frame in enumerate(reader):
-        yield frame
-        if k + 1 >= n:
-            return
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def __iter__(self):
+        while True:
+            start = time.perf_counter()
+            item = self._queue.get()
+            self._timings.add("decode", time.perf_counter() - start)
+            if item is None:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    def close(self) -> None:
+        """Stop the thread (it ends at its next piece) and drop what it decoded ahead."""
+        import queue
+
+        self._stop.set()
+        deadline = time.monotonic() + 30.0  # a read in progress ends with its piece (or when ffmpeg is stopped)
+        while self._thread.is_alive() and time.monotonic() < deadline:
+            try:
+                self._queue.get(timeout=0.1)
+            except queue.Empty:
+                pass
+        try:
+            while True:
+                self._queue.get_nowait()
+        except queue.Empty:
+            pass
 
 
 def _weights_kind(weights_path: Path) -> str:

@@ -286,7 +286,10 @@ def gaussian_blur_batch(masks: Any, sides: Sequence[int], ksizes: Sequence[int])
     across = one_pass(masks)                                                      # rows pass: exact, x 256
     down = one_pass(across.transpose(-1, -2).contiguous())                        # columns pass, x 65536
     down = torch.bitwise_right_shift(down + (1 << (2 * _CV_BITS - 1)), 2 * _CV_BITS).clamp_(0, 255)
-    inside = torch.arange(length, device=device)[None] < torch.as_tensor(list(sides), device=device)[:, None]
+    sides_t = torch.as_tensor(list(sides), dtype=torch.int64)
+    if torch.device(device).type == "cuda":  # a pageable copy would wait for the queued work
+        sides_t = sides_t.pin_memory()
+    inside = torch.arange(length, device=device)[None] < sides_t.to(device, non_blocking=True)[:, None]
     keep = (inside[:, :, None] & inside[:, None, :]).to(torch.uint8)
     return down.to(torch.uint8).transpose(-1, -2) * keep
 

@@ -31,6 +31,10 @@ class LandmarkBackend(Protocol):
 
     ``detect`` takes a batch of frames (N, H, W, 3) uint8 BGR and returns a list of N entries, each a
     :class:`FaceResult` or None for a frame with no face. ``close`` releases models (GPU memory).
+
+    A backend whose face detector runs on a GPU may set ``accepts_frames_device = True``: its ``detect`` then also
+    takes ``frames_device=``, the same frames as a (N, H, W, 3) uint8 tensor already on that GPU (the offline job
+    uploads each piece once), and must give the same results as without it.
     """
 
     name: str

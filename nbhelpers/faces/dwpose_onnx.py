@@ -340,13 +340,15 @@ def check_frames(frames) -> np.ndarray:
     return arr
 
 
-def detect_with_pose(frames, face_detector, keypoints) -> list[FaceResult | None]:
+def detect_with_pose(frames, face_detector, keypoints, frames_device=None) -> list[FaceResult | None]:
     """The official pairing: the face detector's box per frame, DWPose landmarks only for frames with a face.
 
     Args:
         frames: (N, H, W, 3) uint8 BGR frames.
         face_detector: Object whose ``detect(frames)`` gives N ``(x1, y1, x2, y2, score)`` or None (S3FD).
         keypoints: Callable ``keypoints(frames) -> ((M, 133, 2) whole-body keypoints, scores)``.
+        frames_device: The same frames as a uint8 tensor on the detector's GPU, or None; when given, the face
+            detector reads them there (no second upload).
 
     Returns:
         N entries, None where the detector finds no face (DWPose is not run on those frames).
@@ -357,7 +359,9 @@ def detect_with_pose(frames, face_detector, keypoints) -> list[FaceResult | None
     Source: ``preprocessing.py:84-111`` (reference §3.1, §3.3 step 1).
     """
     frames = check_frames(frames)
-    boxes = list(face_detector.detect(frames))
+    if frames_device is not None and tuple(frames_device.shape) != frames.shape:
+        raise InputError(f"frames_device has shape {tuple(frames_device.shape)}; the frames have {frames.shape}.")
+    boxes = list(face_detector.detect(frames if frames_device is None else frames_device))
     if len(boxes) != len(frames):
         raise RuntimeError(f"face detector returned {len(boxes)} results for {len(frames)} frames")
     with_face = [i for i, b in enumerate(boxes) if b is not None]

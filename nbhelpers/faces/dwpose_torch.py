@@ -896,11 +896,15 @@ class DWPoseBackend:
         self.face_detector = face_detector if face_detector is not None else build_s3fd(
             root, self.device, dtype="auto", batch_size=S3FD_GPU_BATCH if on_gpu else 1)
 
-    def detect(self, frames: np.ndarray) -> list[FaceResult | None]:
+    accepts_frames_device = True
+
+    def detect(self, frames: np.ndarray, frames_device: Any = None) -> list[FaceResult | None]:
         """Face box and 68 landmarks for each frame (DWPose runs only on the frames where S3FD found a face).
 
         Args:
             frames: (N, H, W, 3) uint8 BGR frames.
+            frames_device: Optional: the same frames as a uint8 tensor on this backend's GPU (S3FD reads them
+                there instead of uploading ``frames`` again; same results).
 
         Returns:
             N entries: None where the face detector finds no face; else a FaceResult with the detector's box
@@ -914,7 +918,7 @@ class DWPoseBackend:
         """
         from .dwpose_onnx import detect_with_pose
 
-        return detect_with_pose(frames, self.face_detector, self.pose.keypoints)
+        return detect_with_pose(frames, self.face_detector, self.pose.keypoints, frames_device)
 
     def close(self) -> None:
         """Release both models (GPU memory)."""

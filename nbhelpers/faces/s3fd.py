@@ -420,7 +420,7 @@ class S3FD:
         """
         import torch
 
-        from ..gpu import batched, host_wait, to_device
+        from ..gpu import batched, device_constant, host_wait, to_device
 
         frames = _as_batch(frames, torch)
         side = self.max_side if max_side == "default" else max_side
@@ -429,7 +429,7 @@ class S3FD:
         if side is not None and max(height, width) > int(side):
             scale = int(side) / max(height, width)
         out_h, out_w = max(1, round(height * scale)), max(1, round(width * scale))
-        mean = torch.tensor(MEAN, dtype=torch.float32, device=self.device).view(1, 3, 1, 1)
+        mean = device_constant(MEAN, self.device, torch.float32).view(1, 3, 1, 1)
 
         def step(sl: slice) -> list[np.ndarray]:
             if isinstance(frames, torch.Tensor):

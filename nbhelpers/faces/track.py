@@ -343,11 +343,13 @@ class FaceTracker:
         self._crop: list[np.ndarray] = []
         self._from_face_box: list[np.ndarray] = []
 
-    def add(self, frames: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def add(self, frames: np.ndarray, frames_device: Any = None) -> tuple[np.ndarray, np.ndarray]:
         """Track the next frames of the clip.
 
         Args:
             frames: (b, H, W, 3) uint8 BGR, the frames following those already added.
+            frames_device: Optional: the same frames as a uint8 tensor on the GPU, handed to a backend that
+                ``accepts_frames_device`` (see :class:`~nbhelpers.faces.base.LandmarkBackend`); ignored otherwise.
 
         Returns:
             ``(crop_boxes, has_face)`` of these frames: (b, 4) int32 (rows of -1 without a face; unsmoothed) and
@@ -383,7 +385,13 @@ class FaceTracker:
             self.n_frames += b
             return crop, has
         found_all: list[FaceResult | None] = []
-        for sl, found in batched(b, b, lambda s, u=self._used: u.detect(batch[s]), stage="faces"):
+        if frames_device is not None and getattr(self._used, "accepts_frames_device", False):
+            def detect(s: slice, u: Any = self._used) -> Any:
+                return u.detect(batch[s], frames_device=frames_device[s])
+        else:
+            def detect(s: slice, u: Any = self._used) -> Any:
+                return u.detect(batch[s])
+        for sl, found in batched(b, b, detect, stage="faces"):
             if len(found) != sl.stop - sl.start:
                 raise RuntimeError(f"backend {getattr(self._used, 'name', self._used)!r} returned {len(found)} "
                                    f"results for {sl.stop - sl.start} frames; a backend must return one per frame.")

@@ -120,6 +120,7 @@ from .memory import (
     _release_one,
     _remember_peak,
     cast_and_move,
+    device_constant,
     empty_cache,
     host_wait,
     memory_scope,

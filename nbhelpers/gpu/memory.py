@@ -281,6 +281,50 @@ def to_device(array: Any, device: Any):
     return t.pin_memory().to(device, non_blocking=True)
 
 
+_CONSTANTS: dict[tuple, Any] = {}
+
+
+def device_constant(values: Any, device: Any, dtype: Any = None):
+    """A small read-only tensor of fixed values on ``device``, uploaded once and then reused.
+
+    ``torch.tensor(values, device=cuda)`` copies from pageable host memory, and such a copy waits until the
+    stream's queued work is done (CUDA's API synchronisation rules), so a constant made inside a batch loop stalls
+    the overlap of host and GPU work at every batch. This keeps one copy per (values, dtype, device), made through
+    pinned memory. Do not modify the tensor returned: it is shared.
+
+    Args:
+        values: Numbers (a sequence or a numpy array; at most 1 MiB).
+        device: Target device.
+        dtype: torch dtype (default: the numpy array's, or float32 for floats and int64 for integers).
+
+    Returns:
+        A tensor on ``device`` with the shape of ``values``.
+
+    Source: CUDA Runtime API, "API synchronization behavior"; torch.Tensor.pin_memory.
+    """
+    import numpy as np
+    import torch
+
+    arr = np.asarray(values)
+    if arr.nbytes > 1 << 20:
+        raise InputError(f"device_constant is for small constants (<= 1 MiB); got {arr.nbytes} bytes.")
+    t = torch.from_numpy(np.ascontiguousarray(arr))
+    if dtype is None:
+        dtype = torch.float32 if t.is_floating_point() else (torch.bool if t.dtype == torch.bool else torch.int64)
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    key = (arr.tobytes(), arr.shape, str(arr.dtype), str(dtype), str(device))
+    cached = _CONSTANTS.get(key)
+    if cached is None:
+        t = t.to(dtype)
+        cached = t.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else t.to(device)
+        if len(_CONSTANTS) > 256:  # bounded: constants are few; a caller making many distinct ones gets no cache
+            _CONSTANTS.clear()
+        _CONSTANTS[key] = cached
+    return cached
+
+
 def host_wait(device: Any = None) -> None:
     """Wait, sleeping, until the GPU has done everything queued on the current stream of ``device``.
 
