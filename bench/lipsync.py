@@ -445,7 +445,16 @@ def transcription_check(first, parser, mode, cheeks) -> str:
 
 
 def apply_cap(cap_gib: float) -> float:
-    """Hold the allocator to ``cap - context`` and make the planner see a ``cap`` GiB card; returns the context."""
+    """Hold the allocator to ``cap - context`` and make the planner see a ``cap`` GiB card; returns the context.
+
+    The report is what a real ``cap`` GiB card would give at the time it is read: ``free = cap - context -
+    reserved``, where ``reserved`` is this process's caching-allocator pool now (``torch.cuda.memory_reserved``,
+    the report's ``reserved_gib``) and ``context`` the larger of the context at start and what the real report
+    finds outside torch's pool now (``total - free - reserved``: the context grows as cuBLAS/cuDNN load). The real
+    report's free memory leaves out this process's pool, which the planner then adds back as far as it is cached;
+    a fixed ``cap - context`` after the warm-up job had filled the pool counted the pool twice (batch 4, 3.58 GiB
+    with the context under the 4 GiB cap).
+    """
     import torch
 
     from nbhelpers import gpu
@@ -460,12 +469,22 @@ def apply_cap(cap_gib: float) -> float:
     real = gpu.report
 
     def capped_report(*a, **k):
-        return dataclasses.replace(real(*a, **k), total_gib=float(cap_gib), free_gib=cap_gib - context)
+        return capped(real(*a, **k), cap_gib, context)
 
     gpu.report = capped_report
     if hasattr(gpu, "_read_report"):
         gpu._read_report = capped_report
     return context
+
+
+def capped(rep, cap_gib: float, context_gib: float):
+    """The report ``rep`` (real, read through torch) as a ``cap_gib`` GiB card would give it: ``total = cap``,
+    ``free = cap - context - reserved`` (at least 0), ``context`` the larger of ``context_gib`` and what ``rep``
+    finds outside torch's pool; reserved and allocated memory are ``rep``'s own."""
+    outside = rep.outside_torch_gib
+    context = max(float(context_gib), outside if outside is not None else 0.0)
+    free = max(0.0, float(cap_gib) - context - rep.reserved_gib)
+    return dataclasses.replace(rep, total_gib=float(cap_gib), free_gib=free)
 
 
 # ------------------------------------------------------------------------------------------------------------------

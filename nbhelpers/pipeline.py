@@ -527,13 +527,39 @@ class MuseTalkPipeline:
              source_frames: int | None = None, landmark_backend: str | None = None):
         """The batch size of one job on this pipeline's device (:func:`nbhelpers.gpu.plan`); returns its config.
 
-        ``landmark_backend`` names the backend the job really built (for the CPU time estimate); None takes the
-        config's."""
+        ``landmark_backend`` names the backend the job really built (for the CPU time estimate and the face
+        models); None takes the config's. The models this pipeline already holds on the GPU that the job's stages
+        count (:meth:`_resident_gib`) are passed as ``loaded_gib``, so that a second job on this pipeline gets the
+        plan of the first instead of a smaller batch."""
         from . import gpu
 
+        backend = landmark_backend or config.landmark_backend
         return gpu.plan(kind=kind, config=config, n_frames=n_frames, frame_size=frame_size,
                         weights=_weights_kind(self.weights_dir), source_frames=source_frames,
-                        landmark_backend=landmark_backend).config
+                        landmark_backend=landmark_backend, loaded_gib=self._resident_gib(kind, backend)).config
+
+    def _resident_gib(self, kind: str, landmark_backend: str) -> float:
+        """GiB that the loaded models which every stage of a ``kind`` job counts hold on this pipeline's GPU.
+
+        The memory model (:func:`nbhelpers.gpu.stage_memory`) counts in every stage: for ``"lipsync"`` the UNet,
+        VAE, whisper (with the positional encoding), BiSeNet and the GPU face models of ``landmark_backend``
+        (none for ``"dlib"`` and ``"boxes"``); for ``"realtime"`` the UNet, VAE and whisper. ``"avatar"`` loads
+        its models one stage at a time, so none is counted in every stage: 0. Face restorers and other
+        backends are not in the model, so their memory stays taken. Parameters and buffers, each storage once
+        (:func:`nbhelpers.gpu.module_bytes`); 0 on the CPU.
+        """
+        from . import gpu
+
+        if self.device.type != "cuda" or kind not in ("lipsync", "realtime"):
+            return 0.0
+        names = ["unet", "vae", "whisper", "pe"]
+        if kind == "lipsync":
+            names.append("face_parser")
+            if landmark_backend not in ("dlib", "boxes"):
+                names += [n for n, obj in self._loaded.items() if n.startswith("landmarks:")
+                          and landmark_backend in (n.split(":", 1)[1], getattr(obj, "name", None))]
+        held = [self._loaded[n] for n in names if n in self._loaded]
+        return gpu.module_bytes(*held, device=self.device) / 2**30
 
     def features(self, waveform: np.ndarray):
         """Whisper features of a 16 kHz mono waveform: (T, 50, 384) on the device, T = floor(seconds x 25).

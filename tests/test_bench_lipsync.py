@@ -84,3 +84,29 @@ def test_cut_wav_keeps_the_first_samples(bench, tmp_path):
     with wave.open(str(out)) as r:
         assert r.getframerate() == 22050 and r.getnframes() == 11025
         assert np.array_equal(np.frombuffer(r.readframes(r.getnframes()), "<i2"), samples[:11025])
+
+
+def test_the_capped_report_is_what_a_4_gib_card_would_give_after_the_warm_up_job(bench):
+    from nbhelpers import gpu
+    from nbhelpers.gpu import GpuReport
+
+    def h200(reserved, allocated, context=0.69):  # a real report read through torch on the 139.8 GiB card
+        return GpuReport(has_gpu=True, device="cuda:0", name="NVIDIA H200", compute_capability=(9, 0),
+                         total_gib=139.8, free_gib=139.8 - context - reserved, reserved_gib=reserved,
+                         allocated_gib=allocated)
+
+    # Before any job: the whole 4 GiB less the context (which has grown from 0.6 at start to 0.69).
+    start = bench.capped(h200(0.0, 0.0), 4.0, 0.6)
+    assert (start.total_gib, start.reserved_gib) == (4.0, 0.0) and start.free_gib == pytest.approx(3.31)
+    # After the warm-up job: 2.89 GiB reserved by this process, 1.9 of it the loaded models. A real 4 GiB card's
+    # free memory leaves the pool out: 4 - 0.69 - 2.89 = 0.42 GiB (the fixed 3.31 counted the pool twice).
+    warm = bench.capped(h200(2.89, 1.9), 4.0, 0.6)
+    assert warm.free_gib == pytest.approx(0.42) and (warm.reserved_gib, warm.allocated_gib) == (2.89, 1.9)
+    assert warm.outside_torch_gib == pytest.approx(0.69)  # the context, as a real card would show it
+    # The planner adds back the cached 0.99 GiB and the loaded models, so both jobs get the same budget and batch.
+    first = gpu.plan("lipsync", report=start, n_frames=500, frame_size=(768, 576))
+    later = gpu.plan("lipsync", report=warm, n_frames=500, frame_size=(768, 576), loaded_gib=1.9)
+    assert first.budget_gib == pytest.approx(later.budget_gib) == pytest.approx((3.31 - 0.5) * 0.9)
+    assert first.batch_size == later.batch_size == 1
+    # Never below zero, whatever the pool holds.
+    assert bench.capped(h200(3.5, 3.4), 4.0, 0.6).free_gib == 0.0

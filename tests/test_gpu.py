@@ -87,6 +87,113 @@ def test_4_gib_card_gets_batch_2_and_stays_under_3_5_gib():
     assert p.verdict == "GeForce GTX 1650, 3.7 GiB free: fp16, batch 2"
 
 
+def resident_by_hand(n_frames: int) -> float:
+    """The offline job's resident GiB with n_frames of whisper features and latents (fp16), written out."""
+    return RESIDENT + n_frames * 50 * 384 * 2 / GIB + n_frames * 8 * 32 * 32 * 2 / GIB
+
+
+@pytest.mark.notorch
+def test_4_gib_card_plans_batch_1_for_500_frames_and_predicts_under_3_5_gib_with_the_context():
+    # Issue 16: a 4 GiB card with a 0.69 GiB CUDA context (measured on the H200 under the cap) has 3.31 GiB free.
+    # 500 frames at 576x768: resident = 2.15 GiB models + 0.018 features + 0.008 latents = 2.176 GiB; budget =
+    # (3.31 - 0.5) x 0.9 = 2.529 GiB; the encode stage (0.19 GiB/frame) fits 1.86 frames -> batch 1.
+    first = card("4 GiB card", 4.0, 3.31)
+    p = gpu.plan("lipsync", report=first, n_frames=500, frame_size=FRAME)
+    resident, budget = resident_by_hand(500), budget_by_hand(3.31)
+    assert resident == pytest.approx(2.1755, abs=1e-4) and budget == pytest.approx(2.529)
+    assert 1 < (budget - resident) / ENCODE_GIB_PER_FRAME < 2
+    assert p.batch_size == 1 and p.budget_gib == pytest.approx(budget)
+    assert "stage 'encode'" in p.reasons["batch_size"] and "fits 1 frames" in p.reasons["batch_size"]
+    # The worst stage at batch 1 is the encode: 2.176 + 0.19 = 2.366 GiB, + 0.69 context = 3.06 GiB <= 3.5.
+    assert p.predicted_peak_gib == pytest.approx(p.stage_peaks_gib["encode"]) == pytest.approx(resident + 0.19)
+    assert p.predicted_peak_gib + 0.69 == pytest.approx(3.055, abs=1e-3) and p.predicted_peak_gib + 0.69 <= 3.5
+    assert p.warnings == ()
+    # Batch 2 would not be within the budget (encode 2.556 GiB > 2.529), though it would stay under 3.5 GiB.
+    assert resident + 2 * ENCODE_GIB_PER_FRAME > budget
+
+
+@pytest.mark.notorch
+@pytest.mark.parametrize("free, batch, double_batch", [(3.31, 1, 1), (5.6, 12, 2), (7.6, 20, 12)])
+def test_models_already_loaded_are_added_back_so_a_later_job_gets_the_first_jobs_plan(free, batch, double_batch):
+    # First job: nothing of this process on the GPU yet. Second job on the same pipeline: its models (2.0 GiB
+    # allocated) and 0.4 GiB of cached blocks are this process's pool (2.4 GiB reserved), which the driver's free
+    # memory no longer has; the pipeline passes the models' bytes as loaded_gib.
+    first = card("card", free + 0.4, free)
+    later = card("card", free + 0.4, free - 2.4, reserved_gib=2.4, allocated_gib=2.0)
+    p1 = gpu.plan("lipsync", report=first, n_frames=500, frame_size=FRAME)
+    p2 = gpu.plan("lipsync", report=later, n_frames=500, frame_size=FRAME, loaded_gib=2.0)
+    assert p1.batch_size == p2.batch_size == batch
+    assert p1.budget_gib == pytest.approx(p2.budget_gib) == pytest.approx(budget_by_hand(free))
+    assert "already loaded" not in p1.reasons["memory"]
+    assert "+ 0.40 GiB cached by this process + 2.00 GiB of models already loaded on the GPU" in p2.reasons["memory"]
+    # Without loaded_gib the models count twice: in the stages and as memory already taken.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        double = gpu.plan("lipsync", report=later, n_frames=500, frame_size=FRAME)
+    assert double.budget_gib == pytest.approx(budget_by_hand(free - 2.0))
+    assert double.batch_size == double_batch
+    # On the 4 GiB card the later job was even told that out-of-memory is likely (0.73 GiB budget).
+    assert any("out-of-memory is likely" in str(w.message) for w in caught) == (free < 4)
+    # What is added back is at most what torch has allocated (a loaded model is allocated memory).
+    capped = gpu.plan("lipsync", report=later, n_frames=500, frame_size=FRAME, loaded_gib=9.0)
+    assert capped.budget_gib == pytest.approx(p2.budget_gib)
+
+
+@pytest.mark.notorch
+@pytest.mark.parametrize("bad", [-0.1, float("nan"), "2", True, None])
+def test_loaded_gib_must_be_a_number_of_gib(bad):
+    with pytest.raises(InputError, match="loaded_gib must be a number of GiB >= 0"):
+        gpu.plan("lipsync", report=T4, loaded_gib=bad)
+
+
+def test_module_bytes_counts_parameters_and_buffers_inside_objects_once():
+    torch = pytest.importorskip("torch")
+
+    linear = torch.nn.Linear(10, 20)  # fp32: 200 + 20 values = 880 bytes
+    norm = torch.nn.BatchNorm1d(20)  # weight, bias (parameters) + running mean, var (buffers) = 320 bytes, + 8 (count)
+    assert gpu.module_bytes(linear) == 880 and gpu.module_bytes(norm) == 4 * 20 * 4 + 8
+    tied = torch.nn.Linear(10, 20)
+    tied.weight = linear.weight  # shares the storage: only its own bias (80 bytes) is new
+    backend = types.SimpleNamespace(detector=types.SimpleNamespace(net=linear), pose={"net": [norm]}, name="x")
+    assert gpu.module_bytes(backend, linear, tied) == 880 + 328 + 80
+    assert gpu.module_bytes(linear.half()) == 440
+    assert gpu.module_bytes(backend, device="cuda") == 0 and gpu.module_bytes(backend, device="cpu") == 440 + 328
+    assert gpu.module_bytes(None, "text", 3, torch.zeros(100)) == 0  # loose tensors are no model
+
+
+def test_pipeline_plan_adds_back_the_models_it_holds_and_only_those(monkeypatch, tmp_path):
+    from nbhelpers.pipeline import MuseTalkPipeline
+
+    pipe = MuseTalkPipeline(tmp_path, InferenceConfig(device="cuda", fp16=True))  # full-size weights (no tiny.json)
+    names = {"landmarks:auto": "dwpose", "landmarks:dlib": "dlib"}  # what each backend object calls itself
+    held = {name: types.SimpleNamespace(name=names.get(name))
+            for name in ("unet", "vae", "whisper", "pe", "feature_extractor", "face_parser", "landmarks:auto",
+                         "landmarks:dlib", "restorer:gfpgan")}
+    pipe._loaded.update(held)
+    seen = []
+
+    def fake_bytes(*objects, device=None):
+        seen.append(([n for n, o in held.items() if any(o is x for x in objects)], str(device)))
+        return int(2.0 * GIB)
+
+    monkeypatch.setattr(gpu, "module_bytes", fake_bytes)
+    monkeypatch.setattr(gpu, "_read_report", lambda *a, **k: card("8 GiB card", 8.0, 7.6 - 2.4, reserved_gib=2.4,
+                                                                  allocated_gib=2.0))
+    cfg = pipe.plan("lipsync", pipe.job_config(), 500, FRAME, landmark_backend="dwpose")
+    # The models every stage counts, the landmark backend the job tracks with; no restorer, no other backend.
+    assert seen[-1] == (["unet", "vae", "whisper", "pe", "face_parser", "landmarks:auto"], "cuda")
+    first = gpu.plan("lipsync", report=card("8 GiB card", 8.0, 7.6), n_frames=500, frame_size=FRAME)
+    assert cfg.batch_size == first.batch_size == 20  # 12 if the loaded models were counted twice
+    assert "2.00 GiB of models already loaded" in cfg.reasons["memory"]
+    pipe.plan("lipsync", pipe.job_config(), 500, FRAME, landmark_backend="boxes")
+    assert seen[-1][0] == ["unet", "vae", "whisper", "pe", "face_parser"]
+    pipe.plan("realtime", pipe.job_config(), 500, FRAME)
+    assert seen[-1][0] == ["unet", "vae", "whisper", "pe"]
+    calls = len(seen)
+    pipe.plan("avatar", pipe.job_config(), 500, FRAME)  # avatar stages load their models one at a time
+    assert len(seen) == calls
+
+
 @pytest.mark.notorch
 def test_8_gib_card_gets_the_largest_multiple_of_4_that_fits():
     p = gpu.plan("lipsync", report=RTX_8G, frame_size=FRAME)

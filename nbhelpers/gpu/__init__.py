@@ -35,7 +35,9 @@ The order follows ``pipeline.lipsync`` (faces, then models, features, encode, pa
 ``avatar.prepare_avatar`` (faces, VAE encode, release, parsing).
 fp32 multiplies weights and activations by :attr:`MemoryModel.fp32_factor`; the blend term (full frames) does
 not change with precision. The budget is
-``(free + this process's cached - workspace [- context]) * (1 - safety_fraction)``.
+``(free + this process's cached + models already loaded - workspace [- context]) * (1 - safety_fraction)``: the
+models a job's stages count that are already on the GPU (``plan(loaded_gib=...)``, from an earlier job on the same
+pipeline) are missing from ``free``, so they are added back and a later job gets the plan of the first.
 
 All constants are in :class:`MemoryModel` below (one table, with sources). ``bench/memory.py`` measures them on
 the GPU machine; update the table from its output.
@@ -113,6 +115,7 @@ from .device import (
 )
 from .memory import (
     _PEAK_SEEN,
+    MODULE_SEARCH_DEPTH,
     PeakMemory,
     StageMemory,
     _cuda,
@@ -124,6 +127,7 @@ from .memory import (
     empty_cache,
     host_wait,
     memory_scope,
+    module_bytes,
     peak_memory,
     release,
     reset_peak,

@@ -2,7 +2,8 @@
 
 Owns :func:`release` / :func:`empty_cache` (drop references and return cached blocks),
 :func:`memory_scope` / :class:`StageMemory` and :func:`peak_memory` / :class:`PeakMemory` /
-:func:`reset_peak` (peak reserved memory per stage), and :func:`cast_and_move`.
+:func:`reset_peak` (peak reserved memory per stage), :func:`module_bytes` (what loaded models hold on a device),
+and :func:`cast_and_move`.
 """
 
 from __future__ import annotations
@@ -367,6 +368,68 @@ def usable_bytes(device: Any = None) -> int | None:
         if fraction < 1.0:
             usable = min(usable, int(fraction * total) - allocated)
     return max(0, int(usable))
+
+
+MODULE_SEARCH_DEPTH = 4  # attribute levels module_bytes looks through (backend -> detector -> network: 2)
+
+
+def module_bytes(*objects: Any, device: Any = None) -> int:
+    """Bytes that the parameters and buffers of the torch modules in ``objects`` hold on ``device``.
+
+    Modules are found in the objects themselves and inside them: in their attributes, lists, tuples, sets and dict
+    values, up to :data:`MODULE_SEARCH_DEPTH` levels deep (a landmark backend holds its detector, which holds its
+    network). Each storage is counted once, so weights shared between modules (or a module reached twice) are not
+    counted twice. Loose tensors that are not a module's parameter or buffer are not counted, nor is memory that
+    other libraries hold (ONNX Runtime's arena).
+
+    Args:
+        *objects: Modules, or objects and containers holding them; anything else adds nothing.
+        device: Count only tensors on this device (``"cuda"`` matches every CUDA device, ``"cuda:0"`` only that
+            one); None counts every device.
+
+    Returns:
+        Bytes, 0 when torch is not imported or no module is found.
+
+    Source: none (ours); storage sizes from ``Tensor.untyped_storage().nbytes()`` (PyTorch).
+    """
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return 0
+    want = None if device is None else torch.device(device)
+    seen: set[int] = set()
+    storages: dict[tuple[str, int], int] = {}  # (device, data pointer) -> bytes
+
+    def on_device(t: Any) -> bool:
+        if want is None:
+            return True
+        return t.device.type == want.type and (want.index is None or t.device.index == want.index)
+
+    def visit(obj: Any, depth: int) -> None:
+        if obj is None or isinstance(obj, (str, bytes, int, float, bool)) or id(obj) in seen:
+            return
+        seen.add(id(obj))
+        if isinstance(obj, torch.nn.Module):
+            for tensors in (obj.parameters(), obj.buffers()):
+                for t in tensors:
+                    if on_device(t) and t.device.type != "meta":
+                        storage = t.untyped_storage()
+                        storages[(str(t.device), storage.data_ptr())] = storage.nbytes()
+            return
+        if isinstance(obj, torch.Tensor) or depth >= MODULE_SEARCH_DEPTH:
+            return
+        if isinstance(obj, dict):
+            items = list(obj.values())
+        elif isinstance(obj, (list, tuple, set, frozenset)):
+            items = list(obj)
+        else:
+            attrs = getattr(obj, "__dict__", None)
+            items = list(attrs.values()) if isinstance(attrs, dict) else []
+        for item in items:
+            visit(item, depth + 1)
+
+    for obj in objects:
+        visit(obj, 0)
+    return sum(storages.values())
 
 
 def reset_peak(device: Any = None) -> None:

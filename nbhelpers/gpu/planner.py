@@ -165,7 +165,7 @@ def snap_batch(n: float) -> int:
 def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = None, n_frames: int | None = None,
          frame_size: tuple[int, int] | None = None, weights: str = "full",
          memory_model: MemoryModel | None = None, *, source_frames: int | None = None,
-         landmark_backend: str | None = None) -> Plan:
+         landmark_backend: str | None = None, loaded_gib: float = 0.0) -> Plan:
     """Choose device, precision and batch size for a job from the GPU report and the memory model.
 
     - device: CUDA when torch can use a GPU, else the CPU; ``config.device`` overrides ("user override").
@@ -192,13 +192,18 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
         landmark_backend: The landmark backend the job really uses (``"dwpose"``, ``"dlib"``, ``"boxes"``, ...),
             for the CPU time estimate and the ``faces`` memory stage; None takes ``config.landmark_backend``
             (``"auto"`` is counted as ``"dwpose"``, the automatic choice wherever torch runs).
+        loaded_gib: GiB that the models this job's stages count as their fixed part (UNet, VAE, whisper, face
+            models, BiSeNet) already hold on the GPU, e.g. from an earlier job on the same pipeline. They are
+            missing from the report's free memory and counted again by the stages, so they are added back to the
+            usable memory: a second job gets the plan of the first. Bounded by the report's ``allocated_gib``
+            when the report was read through torch. Default 0 (nothing loaded yet).
 
     Returns:
         A :class:`Plan`; ``plan(...).config`` is the filled :class:`~nbhelpers.config.InferenceConfig`.
 
     Raises:
-        InputError: Unknown ``kind``/``weights``, a bad ``frame_size`` or ``n_frames``, or ``config`` not an
-            InferenceConfig.
+        InputError: Unknown ``kind``/``weights``, a bad ``frame_size``, ``n_frames`` or ``loaded_gib``, or
+            ``config`` not an InferenceConfig.
         NoGpuError: ``config.device`` asks for CUDA but no CUDA GPU is usable.
 
     Warns:
@@ -222,6 +227,8 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
         if isinstance(n_frames, bool) or not isinstance(n_frames, numbers.Integral) or n_frames < 0:
             raise InputError(f"n_frames must be a whole number >= 0 or None; got {n_frames!r}.")
         n_frames = int(n_frames)
+    if isinstance(loaded_gib, bool) or not isinstance(loaded_gib, numbers.Real) or not loaded_gib >= 0:
+        raise InputError(f"loaded_gib must be a number of GiB >= 0; got {loaded_gib!r}.")
     if frame_size is None:
         frame_size = DEFAULT_FRAME_SIZE
         size_note = f"{frame_size[0]}x{frame_size[1]} frames assumed (frame size not given)"
@@ -291,7 +298,7 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
     budget: float | None = None
     precision = "fp16" if fp16 else "fp32"
     if on_cuda:
-        budget, reasons["memory"] = _gpu_budget(rep, mm)
+        budget, reasons["memory"] = _gpu_budget(rep, mm, float(loaded_gib))
         auto, why = _fit_batch(stages, budget, cap, kind, precision, size_note)
     elif on_cpu:
         cap = mm.cap_cpu
@@ -384,14 +391,21 @@ def _cpu_time_note(kind: str, n_frames: int | None, source_frames: int | None, w
     return (f"Running on the CPU ({where}): {what}. Use a GPU runtime for real jobs (Colab: {COLAB_GPU_STEPS}).")
 
 
-def _gpu_budget(rep: GpuReport, mm: MemoryModel) -> tuple[float | None, str]:
+def _gpu_budget(rep: GpuReport, mm: MemoryModel, loaded_gib: float = 0.0) -> tuple[float | None, str]:
+    """The GPU budget of a plan, GiB, and its reason: ``(free + cached + loaded - workspace [- context]) * (1 -
+    safety)``, where ``loaded`` (models the stages count but which are already on the GPU, so missing from
+    ``free``) is at most the report's allocated memory when the report was read through torch."""
     if rep.free_gib is None:
         return None, "free GPU memory unknown"
     cached = max(0.0, rep.reserved_gib - rep.allocated_gib)
-    usable = rep.free_gib + cached
+    loaded = min(loaded_gib, rep.allocated_gib) if rep.memory_source == "torch" else loaded_gib
+    usable = rep.free_gib + cached + max(0.0, loaded)
     parts = [f"{rep.free_gib:.1f} GiB free"]
     if cached > 0.005:
         parts.append(f"+ {cached:.2f} GiB cached by this process")
+    if loaded > 0.005:
+        parts.append(f"+ {loaded:.2f} GiB of models already loaded on the GPU (counted in the stages' fixed part, "
+                     "so not counted twice)")
     parts.append(f"- {mm.workspace_gib:.2f} GiB for cuBLAS/cuDNN workspaces and lazily loaded kernels")
     usable -= mm.workspace_gib
     if rep.memory_source != "torch":
