@@ -266,7 +266,7 @@ def render(source: SourceFaces, features: Any, models: Any, batch_size: int, n_o
 
 def repaint(source: SourceFaces, features: Any, models: Any, ts: np.ndarray, *, first_frame: int = 0,
             cpu_blend: bool | None = None, timings: Timings | None = None, host_buffer: Any = None,
-            events: Any = None, defer_copy: bool = False, feature_offset: int = 0):
+            events: Any = None, defer_copy: bool = False, feature_offset: int = 0, pad_to: int | None = None):
     """Make output frames ``first_frame + ts``: the one step of the engine (UNet, decode, paste-back).
 
     Args:
@@ -284,6 +284,10 @@ def repaint(source: SourceFaces, features: Any, models: Any, ts: np.ndarray, *, 
         defer_copy: With a host buffer on CUDA, leave the copy to the host in flight: the caller waits for the
             stream (e.g. on ``events.last()``) before reading the frames.
         feature_offset: Output index of row 0 of ``features`` (row ``t - feature_offset`` drives output frame t).
+        pad_to: Run the UNet and the VAE decoder on at least this many rows, repeating the last face's (the
+            extra outputs are dropped): a clip's last batch, or one with frames without a face, then has the
+            shape of the others, so no new cuDNN plans are built for it (they are built per input shape). The
+            engine sets it on CUDA to the planned batch size, and drops it after an out-of-memory fallback.
 
     Returns:
         ``(frames, faces_256)``: (B, H, W, 3) uint8 BGR numpy frames (with ``defer_copy``, valid only once the
@@ -307,9 +311,14 @@ def repaint(source: SourceFaces, features: Any, models: Any, ts: np.ndarray, *, 
     with torch.inference_mode():
         faces_256 = None
         if has.any():
-            lat = source.latents[_index(rows[has], source.latents.device)]
-            feat = features[_index(t_abs[has] - feature_offset, features.device)]
-            faces_256 = decode(unet_step(models.unet, models.pe, lat, feat), models.vae)
+            face_rows_np, feature_rows = rows[has], t_abs[has] - feature_offset
+            n_face = len(face_rows_np)
+            if pad_to is not None and n_face < pad_to:
+                face_rows_np = np.concatenate([face_rows_np, np.repeat(face_rows_np[-1:], pad_to - n_face)])
+                feature_rows = np.concatenate([feature_rows, np.repeat(feature_rows[-1:], pad_to - n_face)])
+            lat = source.latents[_index(face_rows_np, source.latents.device)]
+            feat = features[_index(feature_rows, features.device)]
+            faces_256 = decode(unet_step(models.unet, models.pe, lat, feat), models.vae)[:n_face]
             restorer = getattr(models, "restorer", None)  # optional face restoration (nbhelpers.restore)
             if restorer is not None:
                 faces_256 = restorer(faces_256)
@@ -459,13 +468,22 @@ def _render(source, features, models, batch_size, n_out, timings, pinned, first_
     def host_buffer(shape):
         return ring.buffer(shape) if use_pinned else None
 
+    # every UNet + decode call at the planned batch shape on CUDA (repaint's pad_to), until an OOM fallback
+    pad = {"to": int(batch_size) if device.type == "cuda" else None}
+
+    def after_oom() -> None:
+        from .gpu import empty_cache
+
+        pad["to"] = None
+        empty_cache()
+
     def step(sl: slice):
         if events is not None:
             events.start()
         frames, _ = repaint(source, features, models, np.arange(sl.start, sl.stop), first_frame=first_frame,
                             cpu_blend=cpu_blend, timings=None if events is not None else timings,
                             host_buffer=host_buffer, events=events, defer_copy=use_pinned,
-                            feature_offset=feature_offset)
+                            feature_offset=feature_offset, pad_to=pad["to"])
         ring.produced += 1
         return frames, (events.last() if use_pinned else None)
 
@@ -473,7 +491,7 @@ def _render(source, features, models, batch_size, n_out, timings, pinned, first_
     # the host hands a batch over.
     pending = None
     try:
-        for sl, (frames, done) in batched(n_out, int(batch_size), step, stage="generate"):
+        for sl, (frames, done) in batched(n_out, int(batch_size), step, stage="generate", on_oom=after_oom):
             if pending is not None:
                 t0, prev, prev_done = pending
                 prev_done.synchronize()

@@ -338,14 +338,20 @@ def encode_frames(frames: Any, crop_boxes: Any, face_frames: Sequence[int], vae:
     batch = max(1, int(batch_size))
     starts = [0] + [k for k in range(1, len(face_frames)) if face_frames[k] != face_frames[k - 1] + 1]
     bounds = list(zip(starts, starts[1:] + [len(face_frames)], strict=True))
+    # On CUDA a short batch (the end of a run) is padded to the batch size with copies of its last crop and the
+    # extra latents dropped: every VAE call then has one shape, and cuDNN builds its plans once (per shape). A
+    # frame's latents do not depend on its batch (its noise is seeded by its own index).
+    pad = _device_dtype(vae, "vae")[0].type == "cuda"
     chunks = []
     with bar(total=len(face_frames), desc="latents", unit="frame", **({} if progress else {"disable": True})) as pbar:
         for run_start, run_stop in bounds:
             for start in range(run_start, run_stop, batch):
                 idx = face_frames[start:min(start + batch, run_stop)]
                 crops = np.stack([crop_and_resize(frames[int(i)], crop_boxes[int(i)]) for i in idx])
+                if pad and len(idx) < batch:
+                    crops = np.concatenate([crops, np.repeat(crops[-1:], batch - len(idx), axis=0)])
                 chunks.append(encode(crops, vae, generator=int(seed), mode=mode, first_index=int(idx[0]),
-                                     batch_size=batch))
+                                     batch_size=batch)[:len(idx)])
                 pbar.update(len(idx))
     return torch.cat(chunks).contiguous()
 

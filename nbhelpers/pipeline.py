@@ -659,7 +659,7 @@ class MuseTalkPipeline:
             with timings.stage("faces"):
                 if self.device.type == "cuda":
                     fit_face_batches(detector, (reader.height, reader.width), self.device,
-                                     models_loaded="unet" in self._loaded)
+                                     loaded_gib=self._resident_gib("lipsync", tracking or ""))
                 job.tracker = faces.FaceTracker(
                     detector, config, boxes=boxes, weights_dir=self.weights_dir,
                     batch_size=FACE_BATCH_GPU if self.device.type == "cuda" else FACE_BATCH_CPU)
@@ -865,7 +865,7 @@ FACES_SHARE = 0.5  # share of the memory left beside the models that the face mo
 PIECE_ON_GPU_FRACTION = 0.05  # a piece's frames go to the GPU once when they take under this share of free memory
 
 
-def fit_face_batches(detector: Any, frame_hw: tuple[int, int], device: Any, *, models_loaded: bool) -> None:
+def fit_face_batches(detector: Any, frame_hw: tuple[int, int], device: Any, *, loaded_gib: float = 0.0) -> None:
     """Size the landmark backend's GPU batches (S3FD frames, DWPose frames) to the memory this job leaves them.
 
     The offline job detects faces with the UNet, VAE and whisper resident (or about to be), so on a small card
@@ -877,7 +877,9 @@ def fit_face_batches(detector: Any, frame_hw: tuple[int, int], device: Any, *, m
         detector: A landmark backend object.
         frame_hw: (H, W) of the frames, pixels.
         device: The CUDA device.
-        models_loaded: Whether the UNet and VAE are already on the GPU (else their weights are reserved).
+        loaded_gib: GiB of this job's models already on the GPU (:meth:`MuseTalkPipeline._resident_gib`): added
+            back to the free memory, as the planner does, so that the first and a later job get the same batches
+            (and so the same shapes, whose cuDNN plans the first job built).
 
     Source: the planner's memory model (:class:`nbhelpers.gpu.MemoryModel`: ``s3fd_bytes_per_pixel``,
     ``core_fixed_gib``, ``workspace_gib``) and :data:`DWPOSE_GIB_PER_FRAME`, measured on the H200.
@@ -889,7 +891,9 @@ def fit_face_batches(detector: Any, frame_hw: tuple[int, int], device: Any, *, m
     if usable is None:
         return
     mm = MEMORY_MODEL
-    left = usable / 2**30 - (0.0 if models_loaded else mm.core_fixed_gib) - mm.workspace_gib
+    # the planner's budget (its workspace and safety margin), less the models every stage holds
+    budget = (usable / 2**30 + max(0.0, float(loaded_gib)) - mm.workspace_gib) * (1.0 - mm.safety_fraction)
+    left = budget - mm.core_fixed_gib - mm.bisenet_weights_gib - mm.s3fd_weights_gib - mm.dwpose_gib
     share = max(0.0, left) * FACES_SHARE
     s3fd_frame = mm.s3fd_bytes_per_pixel * frame_hw[0] * frame_hw[1] / 2**30
     face_detector, pose = getattr(detector, "face_detector", None), getattr(detector, "pose", None)

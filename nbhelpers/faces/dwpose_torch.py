@@ -798,20 +798,33 @@ class DWPoseTorch:
         Source: reference §3.1 (`preprocessing.py:97`, `[mmpose] apis/inference.py:162-166`,
         `models/pose_estimators/topdown.py:102-104,150-155`).
         """
-        from ..gpu import batched
+        from ..gpu import batched, empty_cache
 
         n = len(frames_bgr)
         if n == 0:
             return np.zeros((0, codec.NUM_KEYPOINTS, 2), np.float32), np.zeros((0, codec.NUM_KEYPOINTS), np.float32)
+        batch = self.batch_size or n
+        # On CUDA a short batch is padded to the batch size (copies of its last input, outputs dropped), so the
+        # network sees one shape and cuDNN builds its plans once; after an out-of-memory fallback, no padding.
+        pad = {"to": int(batch) if self.device.startswith("cuda") else None}
+
+        def after_oom() -> None:
+            pad["to"] = None
+            empty_cache()
 
         def step(sl: slice):
             x, centers, scales = self._inputs(frames_bgr[sl])
+            m = x.shape[0]
+            if pad["to"] is not None and m < pad["to"]:
+                x = _import_torch().cat([x, x[-1:].expand(pad["to"] - m, *x.shape[1:])])
             sx, sy, flipped = self.simcc(x)
-            kp, sc = simcc_to_keypoints(sx, sy, flipped)
+            if flipped is not None:
+                flipped = (flipped[0][:m], flipped[1][:m])
+            kp, sc = simcc_to_keypoints(sx[:m], sy[:m], flipped)
             return codec.to_frame(kp, centers, scales, self.input_size), sc
 
         kps, scores = [], []
-        for _, (kp, sc) in batched(n, self.batch_size, step, stage="dwpose"):
+        for _, (kp, sc) in batched(n, batch, step, stage="dwpose", on_oom=after_oom):
             kps.append(kp)
             scores.append(sc)
         return np.concatenate(kps), np.concatenate(scores)
