@@ -201,6 +201,14 @@ def taps_table(rows: Sequence[tuple[np.ndarray, np.ndarray]], length: int,
     return index, weight
 
 
+def _upload(t: Any, device: Any) -> Any:
+    """A host table on ``device`` through pinned memory: a copy from pageable memory waits for the GPU's queued
+    work (CUDA Runtime API, "API synchronization behavior"), which would stall the host at every batch."""
+    if t.device == device or getattr(device, "type", str(device)) != "cuda":
+        return t.to(device)
+    return (t if t.is_cuda else t.pin_memory()).to(device, non_blocking=True)
+
+
 def resize_axis(x: Any, index: Any, weight: Any, shift: int | None = _PIL_BITS, clip: bool = True) -> Any:
     """One separable pass along the last axis: ``out[b, ..., j] = sum_k x[b, ..., index[b, j, k]] * weight[b, j, k]``.
 
@@ -223,8 +231,10 @@ def resize_axis(x: Any, index: Any, weight: Any, shift: int | None = _PIL_BITS, 
         active = range(int(weight.shape[-1]))
     else:  # host tables: skip the all-zero tap columns without asking the device
         active = [int(k) for k in np.flatnonzero(np.any(np.asarray(weight) != 0, axis=(0, 1)))]
-    index = torch.as_tensor(index, dtype=torch.int64).to(device, non_blocking=True)
-    weight = torch.as_tensor(weight, dtype=torch.int64).to(device=device, dtype=torch.int32, non_blocking=True)
+    # host tables go through pinned memory: from pageable memory a copy waits for the GPU's queued work (CUDA's
+    # API synchronisation rules), which serialised the host and the device at every parsing batch
+    index = _upload(torch.as_tensor(index, dtype=torch.int64), device)
+    weight = _upload(torch.as_tensor(weight, dtype=torch.int64).to(torch.int32), device)
     batch, n_out, _ = index.shape
     lead = x.shape[1:-1]
     xi = x.to(torch.int32)
@@ -272,8 +282,8 @@ def gaussian_blur_batch(masks: Any, sides: Sequence[int], ksizes: Sequence[int])
         weight[b, radius - len(t) // 2:radius + len(t) // 2 + 1] = t
     active = [int(k) for k in np.flatnonzero(weight.any(axis=0))]
     device = masks.device
-    index_t = torch.from_numpy(index).to(device, non_blocking=True)
-    weight_t = torch.from_numpy(weight).to(device=device, dtype=torch.int32, non_blocking=True)
+    index_t = _upload(torch.from_numpy(index), device)
+    weight_t = _upload(torch.from_numpy(weight).to(torch.int32), device)
 
     def one_pass(x):  # along the last axis: reflect-pad once per frame, then one shifted slice per tap
         batch, rows, _ = x.shape
@@ -286,10 +296,8 @@ def gaussian_blur_batch(masks: Any, sides: Sequence[int], ksizes: Sequence[int])
     across = one_pass(masks)                                                      # rows pass: exact, x 256
     down = one_pass(across.transpose(-1, -2).contiguous())                        # columns pass, x 65536
     down = torch.bitwise_right_shift(down + (1 << (2 * _CV_BITS - 1)), 2 * _CV_BITS).clamp_(0, 255)
-    sides_t = torch.as_tensor(list(sides), dtype=torch.int64)
-    if torch.device(device).type == "cuda":  # a pageable copy would wait for the queued work
-        sides_t = sides_t.pin_memory()
-    inside = torch.arange(length, device=device)[None] < sides_t.to(device, non_blocking=True)[:, None]
+    sides_t = _upload(torch.as_tensor(list(sides), dtype=torch.int64), device)
+    inside = torch.arange(length, device=device)[None] < sides_t[:, None]
     keep = (inside[:, :, None] & inside[:, None, :]).to(torch.uint8)
     return down.to(torch.uint8).transpose(-1, -2) * keep
 
