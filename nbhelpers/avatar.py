@@ -715,7 +715,10 @@ def prepare_avatar(video: str | os.PathLike, directory: str | os.PathLike, *, co
             generate its clips; None makes one over ``weights_dir``.
 
     Returns:
-        :class:`Avatar` with ``loaded_from_cache`` telling whether anything was recomputed.
+        :class:`Avatar` with ``loaded_from_cache`` telling whether anything was recomputed. A rebuilt avatar
+        serves its frames from the local raw copy decoded while preparing (bit-exact the frames in
+        ``frames.mkv``, which is encoded and hashed in a thread while the models run) until :meth:`Avatar.close`
+        or until they are on the GPU, so its first clip decodes nothing.
 
     Raises:
         InputError: The video is missing or unreadable, or an option is invalid.
