@@ -88,7 +88,7 @@ def test_prepared_avatar_equals_a_fresh_load_of_its_cache(prepared):
         assert a.dtype == b.dtype and a.shape == b.shape, name
         np.testing.assert_array_equal(a, b, err_msg=name)
     assert len(avatar.masks) == len(fresh.masks) == 12
-    for a, b in zip(avatar.masks, fresh.masks):
+    for a, b in zip(avatar.masks, fresh.masks, strict=True):
         assert a.dtype == b.dtype == np.uint8
         np.testing.assert_array_equal(a, b)
     mine, theirs = avatar.frames(), fresh.frames()
