@@ -24,6 +24,7 @@ an avatar's frames equal the offline job's (``config.blur_ratio=0.1`` gives the 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import html
 import json
@@ -100,8 +101,12 @@ def _ffmpeg() -> str:
     return media.ffmpeg_exe()
 
 
-def write_lossless(frames: Any, path: Path, width: int, height: int) -> int:
-    """Write (H, W, 3) uint8 BGR frames to an FFV1 MKV that decodes back bit-exact. Returns the frame count."""
+def write_lossless(frames: Any, path: Path, width: int, height: int, *, stop: threading.Event | None = None) -> int:
+    """Write (H, W, 3) uint8 BGR frames to an FFV1 MKV that decodes back bit-exact. Returns the frame count.
+
+    ``stop``, when set from another thread, kills the encoder after the current frame and raises
+    :class:`~nbhelpers.errors.CacheError` (the partial file is the caller's to remove).
+    """
     args = [_ffmpeg(), "-v", "error", "-y", "-f", "rawvideo", "-pix_fmt", "bgr24", "-s", f"{width}x{height}",
             "-r", str(FPS), "-i", "-", "-c:v", "ffv1", "-level", "3", "-pix_fmt", "bgr0", "-f", "matroska",
             str(path)]
@@ -112,6 +117,9 @@ def write_lossless(frames: Any, path: Path, width: int, height: int) -> int:
     n = 0
     try:
         for frame in frames:
+            if stop is not None and stop.is_set():
+                proc.kill()
+                break
             proc.stdin.write(np.ascontiguousarray(frame).data)
             n += 1
         proc.stdin.close()
@@ -119,6 +127,8 @@ def write_lossless(frames: Any, path: Path, width: int, height: int) -> int:
         pass
     rc = proc.wait()
     drain.join()
+    if stop is not None and stop.is_set():
+        raise CacheError(f"writing the avatar frames to {path} was stopped after {n} frames")
     if rc != 0:
         raise FFmpegError(f"writing the avatar frames to {path} failed", args, rc,
                           b"".join(err).decode("utf-8", "replace")[-4000:])
@@ -235,6 +245,42 @@ class LosslessFrames:
         self._cache.clear()
 
 
+class _BackgroundWrite:
+    """:func:`write_lossless` then the file's size and SHA-256, in a thread (ffmpeg and hashlib release the GIL),
+    so that the encode overlaps the latents and face parsing of :func:`prepare_avatar`.
+
+    :meth:`result` joins and returns ``(frames written, size, sha256)`` or raises the writer's error;
+    :meth:`cancel` stops the encoder and joins (for the error path: nothing is left running or writing).
+    """
+
+    def __init__(self, frames: Any, path: Path, width: int, height: int):
+        self.path = path
+        self._stop = threading.Event()
+        self._out: tuple[int, int, str] | None = None
+        self._error: BaseException | None = None
+
+        def work() -> None:
+            try:
+                n = write_lossless(frames, path, width, height, stop=self._stop)
+                self._out = (n, path.stat().st_size, _sha256(path))
+            except BaseException as exc:  # noqa: BLE001 - handed to result()
+                self._error = exc
+
+        self._thread = threading.Thread(target=work, name="avatar-ffv1", daemon=True)
+        self._thread.start()
+
+    def result(self) -> tuple[int, int, str]:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._out is not None
+        return self._out
+
+    def cancel(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 # ------------------------------------------------------------------------------------------------------------------
 # The avatar
 
@@ -275,7 +321,7 @@ class Avatar:
     loaded_from_cache: bool = False
     rebuild_reason: str = ""
     pipeline: Any = field(default=None, repr=False)
-    _frames: LosslessFrames | None = field(default=None, repr=False)
+    _frames: LosslessFrames | FrameStore | None = field(default=None, repr=False)
     _state: dict[str, Any] = field(default_factory=dict, repr=False)
     _owns_pipeline: bool = field(default=False, repr=False)
 
@@ -363,8 +409,12 @@ class Avatar:
                              f"{avatar.n_faces} frames with a face; the cache will be rebuilt")
         return avatar
 
-    def frames(self) -> LosslessFrames:
-        """The N source frames, read from the lossless file on demand (:class:`LosslessFrames`)."""
+    def frames(self) -> LosslessFrames | FrameStore:
+        """The N source frames: read from the lossless file on demand (:class:`LosslessFrames`), or, for the avatar
+        :func:`prepare_avatar` just built, the local raw copy it decoded them into (a
+        :class:`~nbhelpers.framestore.FrameStore`, the very frames written losslessly: nothing is decoded again).
+        Both give read-only (H, W, 3) uint8 BGR frames by index; the raw copy is removed by :meth:`close`, or once
+        the frames are on the GPU, after which the lossless file serves them."""
         if self._frames is None:
             h, w = self.frame_shape
             self._frames = LosslessFrames(self.directory / FRAMES_FILE, self.n_frames, w, h)
@@ -402,6 +452,11 @@ class Avatar:
         boxes = [tuple(int(v) for v in self.crop_boxes[j]) for j in np.flatnonzero(self.has_face)]
         source = SourceFaces(frames=frames, latent_row=latent_row, latents=latents, boxes=boxes, masks=self.masks,
                              squares=[tuple(int(v) for v in s) for s in self.squares]).to_device(device)
+        if source.frames_device is not None and isinstance(self._frames, FrameStore):
+            # The frames are on the GPU now: free the local raw copy, the lossless file serves any later host read.
+            self._frames.close()
+            self._frames = None
+            source = dataclasses.replace(source, frames=self.frames())
         self._state.update(source=source, models=pipe.models_for(config))  # with the face restorer, if asked
         return self._state
 
@@ -660,7 +715,10 @@ def prepare_avatar(video: str | os.PathLike, directory: str | os.PathLike, *, co
             generate its clips; None makes one over ``weights_dir``.
 
     Returns:
-        :class:`Avatar` with ``loaded_from_cache`` telling whether anything was recomputed.
+        :class:`Avatar` with ``loaded_from_cache`` telling whether anything was recomputed. A rebuilt avatar
+        serves its frames from the local raw copy decoded while preparing (bit-exact the frames in
+        ``frames.mkv``, which is encoded and hashed in a thread while the models run) until :meth:`Avatar.close`
+        or until they are on the GPU, so its first clip decodes nothing.
 
     Raises:
         InputError: The video is missing or unreadable, or an option is invalid.
@@ -719,6 +777,8 @@ def prepare_avatar(video: str | os.PathLike, directory: str | os.PathLike, *, co
     store = FrameStore(reader.height, reader.width)
     directory.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".building-", dir=directory))
+    writer: _BackgroundWrite | None = None
+    kept = False  # the frame store becomes the new avatar's frames (no decode of the file just written)
     try:
         detector = "auto" if config.landmark_backend == "boxes" else pipe.landmarks(backend or run_config.landmark_backend)
         track = faces.track(store.tee(reader), backend=detector, config=config, boxes=boxes, weights_dir=weights_path)
@@ -727,6 +787,9 @@ def prepare_avatar(video: str | os.PathLike, directory: str | os.PathLike, *, co
         run_config = pipe.plan("avatar", run_config, len(store), store.frame_shape[:2])
         batch = int(run_config.batch_size or 8)
         face_frames = np.flatnonzero(track.has_face)
+        h, w = store.frame_shape[:2]
+        # The lossless file is encoded and hashed in a thread while the models compute latents and masks.
+        writer = _BackgroundWrite(store, work / FRAMES_FILE, w, h)
         with flush_denormals(pipe.device):
             latents_np = encode_frames(store, track.crop_boxes, face_frames, pipe.vae, seed=config.seed,
                                        mode=config.latent_mode, batch_size=batch).float().cpu().numpy()
@@ -736,17 +799,19 @@ def prepare_avatar(video: str | os.PathLike, directory: str | os.PathLike, *, co
         masks = [np.ascontiguousarray(m.mask.cpu().numpy() if hasattr(m.mask, "cpu") else m.mask) for m in materials]
         squares = np.asarray([m.square for m in materials], dtype=np.int32).reshape(-1, 4)
         crop_boxes = np.asarray(track.crop_boxes, dtype=np.int32)
-        h, w = store.frame_shape[:2]
 
-        # Write: frames, arrays, then the manifest last (its presence marks a complete cache).
-        n_written = write_lossless(store, work / FRAMES_FILE, w, h)
-        if n_written != len(store):
-            raise CacheError(f"wrote {n_written} of {len(store)} frames")
+        # Write: frames (in the thread), arrays, then the manifest last (its presence marks a complete cache).
         sides = np.asarray([m.shape[0] for m in masks], dtype=np.int32)
         flat = np.concatenate([m.reshape(-1) for m in masks]) if masks else np.zeros(0, np.uint8)
         with open(work / ARRAYS_FILE, "wb") as fh:
             np.savez(fh, crop_boxes=crop_boxes, has_face=track.has_face.astype(np.uint8), latents=latents_np,
                      squares=squares, mask_sides=sides, masks_flat=flat)
+        n_written, frames_size, frames_sha = writer.result()
+        writer = None
+        if n_written != len(store):
+            raise CacheError(f"wrote {n_written} of {len(store)} frames")
+        files = {FRAMES_FILE: {"size": frames_size, "sha256": frames_sha},
+                 ARRAYS_FILE: {"size": (work / ARRAYS_FILE).stat().st_size, "sha256": _sha256(work / ARRAYS_FILE)}}
         st = video_path.stat()
         source = source_fingerprint(video_path)
         source["mtime"] = int(st.st_mtime)
@@ -757,22 +822,27 @@ def prepare_avatar(video: str | os.PathLike, directory: str | os.PathLike, *, co
             "boxes": boxes_key, "source": source, "weights": weights_fingerprint(weights_path, config.version),
             "weights_dir": str(weights_path), "frame_shape": [h, w], "n_frames": len(store),
             "n_faces": int(len(face_frames)), "backend": track.backend,
-            "files": {name: {"size": (work / name).stat().st_size, "sha256": _sha256(work / name)}
-                      for name in (FRAMES_FILE, ARRAYS_FILE)},
+            "files": files,
         }
-        store.close()
         (directory / MANIFEST).unlink(missing_ok=True)  # invalidate first: a crash below leaves no stale manifest
         for name in (FRAMES_FILE, ARRAYS_FILE):
             os.replace(work / name, directory / name)
         tmp_manifest = work / MANIFEST
         tmp_manifest.write_text(json.dumps(meta, indent=1, sort_keys=True), "utf-8")
         os.replace(tmp_manifest, directory / MANIFEST)
+        # The arrays are read back from the cache just written; the frames are the store's (bit-exact the same
+        # as the lossless file, which decodes back exactly: FFV1), so the first clip decodes nothing.
+        avatar = Avatar.load(directory, weights_dir=weights_path, config=run_config, check=False, pipeline=pipe)
+        avatar._frames = store
+        kept = True
     finally:
+        if writer is not None:  # an error before the frames were written: stop the encoder before cleaning up
+            writer.cancel()
         reader.close()
-        store.close()
+        if not kept:
+            store.close()
         shutil.rmtree(work, ignore_errors=True)
 
-    avatar = Avatar.load(directory, weights_dir=weights_path, config=run_config, check=False, pipeline=pipe)
     avatar._owns_pipeline = owns
     avatar.loaded_from_cache = False
     avatar.rebuild_reason = reason

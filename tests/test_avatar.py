@@ -64,9 +64,66 @@ def test_frames_are_stored_losslessly(prepared, clip, ffmpeg):
     raw = subprocess.run([ffmpeg, "-v", "error", "-i", str(clip), "-f", "rawvideo", "-pix_fmt", "bgr24", "-"],
                          check=True, capture_output=True).stdout
     source = np.frombuffer(raw, np.uint8).reshape(-1, 768, 576, 3)
-    frames = avatar.frames()
-    assert len(frames) == len(source) == 12
-    np.testing.assert_array_equal(frames[:], source)
+    from nbhelpers.avatar import Avatar, LosslessFrames
+
+    stored = Avatar.load(folder).frames()  # decoded from frames.mkv
+    assert isinstance(stored, LosslessFrames)
+    assert len(stored) == len(avatar.frames()) == len(source) == 12
+    np.testing.assert_array_equal(stored[:], source)
+    np.testing.assert_array_equal(avatar.frames()[:], source)
+
+
+def test_prepared_avatar_equals_a_fresh_load_of_its_cache(prepared):
+    """The avatar prepare_avatar returns reuses the frames it decoded (no decode of the file it just wrote): its
+    frames and arrays equal, value and dtype, those of Avatar.load over the cache with every hash checked."""
+    from nbhelpers.avatar import Avatar
+    from nbhelpers.framestore import FrameStore
+
+    folder, avatar = prepared
+    assert isinstance(avatar.frames(), FrameStore)
+    fresh = Avatar.load(folder, check=True)
+    assert fresh.frame_shape == avatar.frame_shape == (768, 576) and fresh.n_frames == avatar.n_frames
+    for name in ("crop_boxes", "has_face", "latents_np", "squares"):
+        a, b = getattr(avatar, name), getattr(fresh, name)
+        assert a.dtype == b.dtype and a.shape == b.shape, name
+        np.testing.assert_array_equal(a, b, err_msg=name)
+    assert len(avatar.masks) == len(fresh.masks) == 12
+    for a, b in zip(avatar.masks, fresh.masks, strict=True):
+        assert a.dtype == b.dtype == np.uint8
+        np.testing.assert_array_equal(a, b)
+    mine, theirs = avatar.frames(), fresh.frames()
+    for j in (0, 5, 11, -1):
+        np.testing.assert_array_equal(mine[j], theirs[j], err_msg=f"frame {j}")
+    np.testing.assert_array_equal(mine[[3, 2, 10]], theirs[[3, 2, 10]])
+    np.testing.assert_array_equal(np.asarray(mine[:]), theirs[:])
+
+
+def test_a_failed_prepare_stops_the_frame_writer_and_leaves_nothing(clip, tiny_weights, config, tmp_path,
+                                                                    monkeypatch):
+    import threading
+
+    from nbhelpers import blending, prepare_avatar
+    from nbhelpers import framestore as fs_mod
+
+    stores = []
+    real_store = fs_mod.FrameStore
+
+    class Recording(real_store):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            stores.append(self)
+
+    def broken(*a, **k):
+        raise RuntimeError("parsing failed on purpose")
+
+    monkeypatch.setattr("nbhelpers.avatar.FrameStore", Recording)
+    monkeypatch.setattr(blending, "materials_for_frames", broken)
+    folder = tmp_path / "face"
+    with pytest.raises(RuntimeError, match="on purpose"):
+        prepare_avatar(clip, folder, config=config, boxes=BOX, weights_dir=tiny_weights)
+    assert list(folder.iterdir()) == []  # no .building- folder, no partial frames.mkv, no manifest
+    assert not any(t.name == "avatar-ffv1" for t in threading.enumerate())
+    assert len(stores) == 1 and not stores[0].path.exists() and not stores[0].directory.exists()
 
 
 def test_reload_without_recomputation(prepared, clip, tiny_weights, config, monkeypatch):
@@ -136,6 +193,19 @@ def test_generate_matches_offline_job(prepared, clip, speech, tiny_weights, conf
     np.testing.assert_array_equal(streamed[-1], ref[n - 1])
     measured = avatar.generate(speech, output=False)
     assert measured.output is None and measured.n_frames == n
+
+
+def test_close_removes_the_local_frames_and_the_file_serves_them(prepared):
+    from nbhelpers.avatar import LosslessFrames
+
+    folder, avatar = prepared
+    raw = avatar.frames().path
+    first = np.array(avatar.frames()[0])
+    assert raw.is_file()
+    avatar.close()
+    assert not raw.exists()
+    assert isinstance(avatar.frames(), LosslessFrames)
+    np.testing.assert_array_equal(avatar.frames()[0], first)
 
 
 @pytest.mark.parametrize("state, reason", [
