@@ -573,7 +573,8 @@ class Avatar:
 
         st = self._ensure_state()
         _, features, n_out = self._features(audio, Timings())
-        for _, frames in render(st["source"], features, st["models"], int(self.config.batch_size or 20), n_out):
+        for _, frames in render(st["source"], features, st["models"], int(self.config.batch_size or 20), n_out,
+                                pad_batches=True):
             yield from (np.array(f) for f in frames)
 
     def live(self, **options: Any):

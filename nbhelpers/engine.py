@@ -216,7 +216,8 @@ def check_features(features: Any, n_out: int) -> None:
 
 def render(source: SourceFaces, features: Any, models: Any, batch_size: int, n_out: int, *,
            timings: Timings | None = None, pinned: bool | PinnedRing = False, first_frame: int = 0,
-           cpu_blend: bool | None = None, feature_offset: int = 0) -> Iterator[tuple[int, np.ndarray]]:
+           cpu_blend: bool | None = None, feature_offset: int = 0,
+           pad_batches: bool = False) -> Iterator[tuple[int, np.ndarray]]:
     """Yield ``(t0, frames)`` for output frames ``first_frame .. first_frame + n_out - 1``, in order.
 
     Per batch: UNet step (:func:`nbhelpers.latents.unet_step`) and VAE decode (:func:`nbhelpers.latents.decode`)
@@ -241,6 +242,9 @@ def render(source: SourceFaces, features: Any, models: Any, batch_size: int, n_o
         feature_offset: Output index of row 0 of ``features`` (a live session passes only the rows of the frames
             it renders now; default 0: row ``t`` is output frame ``t``).
         cpu_blend: Force the CPU blend (default: the GPU blend on CUDA).
+        pad_batches: On CUDA, run every UNet + decode call on ``batch_size`` rows (:func:`repaint`'s ``pad_to``):
+            a clip's short last batch then has the shape of the others, whose cuDNN plans exist. For clips; a live
+            session renders short groups as they come and leaves it off (padding them would multiply the work).
 
     Yields:
         ``(t0, frames)``: frames is a (B, H, W, 3) uint8 BGR numpy array for output frames t0..t0+B-1. With
@@ -261,7 +265,7 @@ def render(source: SourceFaces, features: Any, models: Any, batch_size: int, n_o
                          f"{feature_offset!r}.")
     check_features(features, first_frame + n_out - feature_offset)
     return _render(source, features, models, batch_size, n_out, timings, pinned, first_frame, cpu_blend,
-                   feature_offset)
+                   feature_offset, pad_batches)
 
 
 def repaint(source: SourceFaces, features: Any, models: Any, ts: np.ndarray, *, first_frame: int = 0,
@@ -455,7 +459,8 @@ class Piece:
     models: Any = None
 
 
-def _render(source, features, models, batch_size, n_out, timings, pinned, first_frame, cpu_blend, feature_offset=0):
+def _render(source, features, models, batch_size, n_out, timings, pinned, first_frame, cpu_blend, feature_offset=0,
+            pad_batches=False):
 
     from .gpu import batched
 
@@ -469,7 +474,7 @@ def _render(source, features, models, batch_size, n_out, timings, pinned, first_
         return ring.buffer(shape) if use_pinned else None
 
     # every UNet + decode call at the planned batch shape on CUDA (repaint's pad_to), until an OOM fallback
-    pad = {"to": int(batch_size) if device.type == "cuda" else None}
+    pad = {"to": int(batch_size) if pad_batches and device.type == "cuda" else None}
 
     def after_oom() -> None:
         from .gpu import empty_cache
@@ -585,7 +590,8 @@ def run(source: SourceFaces, features: Any, models: Any, batch_size: int, n_out:
                 batches: Any = [(piece.first_frame, piece.frames)] if piece.count else []
             else:
                 batches = render(piece.source, features, piece.models if piece.models is not None else models,
-                                 batch_size, piece.count, timings=timings, pinned=ring, first_frame=piece.first_frame)
+                                 batch_size, piece.count, timings=timings, pinned=ring, first_frame=piece.first_frame,
+                                 pad_batches=True)
             for first, frames in batches:
                 sink.put(first, frames)
                 written += len(frames)
