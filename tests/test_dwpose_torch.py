@@ -451,3 +451,75 @@ def video_frames_or_random():
             return np.stack(out)
     with warnings.catch_warnings():
         return np.random.default_rng(0).integers(0, 256, (16, H, W, 3), dtype=np.uint8)
+
+
+class ContentDetector:
+    """A face box that depends on the pixels (numpy or torch alike): records what type of frames it was given."""
+
+    def __init__(self):
+        self.kinds: list[str] = []
+
+    def detect(self, frames):
+        self.kinds.append(type(frames).__module__.split(".")[0])
+        arr = frames.numpy() if isinstance(frames, torch.Tensor) else np.asarray(frames)
+        out = []
+        for f in arr:
+            m = float(f[..., 0].mean())
+            out.append(None if m < 60 else (100.0 + m, 120.0, 420.0 + m, 560.0, 0.9))
+        return out
+
+
+def test_detect_with_frames_on_the_device_gives_the_same_results(torch_backend, tiny_weights):
+    rng = np.random.default_rng(5)
+    frames = rng.integers(0, 256, (3, H, W, 3), dtype=np.uint8)
+    frames[1] //= 8  # dark: no face from the content detector
+    det = ContentDetector()
+    backend = dt.DWPoseBackend(device="cpu", model=torch_backend.pose.net, face_detector=det)
+    a = backend.detect(frames)
+    b = backend.detect(frames, frames_device=torch.from_numpy(frames))
+    assert det.kinds == ["numpy", "torch"]  # the detector read the tensor the second time
+    assert a[1] is None and b[1] is None and a[0] is not None and a[2] is not None
+    for x, y in zip((a[0], a[2]), (b[0], b[2]), strict=True):
+        np.testing.assert_array_equal(x.face_box, y.face_box)
+        np.testing.assert_array_equal(x.landmarks, y.landmarks)
+    # the real S3FD of the tiny weights tree (random weights) reads a CPU tensor as it reads the array
+    real = dt.DWPoseBackend(tiny_weights, "cpu", model=torch_backend.pose.net)
+    small = frames[:, :160, :120]
+    c, d = real.detect(small), real.detect(small, frames_device=torch.from_numpy(np.ascontiguousarray(small)))
+    assert [r is None for r in c] == [r is None for r in d]
+    for x, y in zip(c, d, strict=True):
+        if x is not None:
+            np.testing.assert_array_equal(x.face_box, y.face_box)
+            np.testing.assert_array_equal(x.landmarks, y.landmarks)
+    raw_a = real.face_detector.detections(small)
+    raw_b = real.face_detector.detections(torch.from_numpy(np.ascontiguousarray(small)))
+    for x, y in zip(raw_a, raw_b, strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_detect_with_pose_refuses_frames_device_of_another_shape(torch_backend):
+    frames = np.full((2, 64, 48, 3), 200, np.uint8)
+    det = ContentDetector()
+    backend = dt.DWPoseBackend(device="cpu", model=torch_backend.pose.net, face_detector=det)
+    for bad in (torch.from_numpy(frames[:1]), torch.from_numpy(frames[:, :32])):
+        with pytest.raises(InputError, match="frames_device has shape"):
+            backend.detect(frames, frames_device=bad)
+    assert det.kinds == []  # refused before the detector ran
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpu_keypoints_of_a_padded_short_batch_equal_batch_1(video_frames_or_random):
+    """5 frames at batch 4 on CUDA: the second batch (1 frame) is padded to 4 and its extra outputs dropped; the
+    keypoints equal those of batch 1 (no padding) within a SimCC bin, and 5 come back, in order."""
+    frames = video_frames_or_random[:5]
+    model = dt.build_model("cpu")
+    model.load_state_dict(dt.random_state_dict(0))
+    four = dt.DWPoseTorch(model=model, device="cuda", batch_size=4)
+    one = dt.DWPoseTorch(model=model, device="cuda", batch_size=1)
+    kp4, sc4 = four.keypoints(frames)
+    kp1, sc1 = one.keypoints(frames)
+    assert kp4.shape == kp1.shape == (5, codec.NUM_KEYPOINTS, 2) and sc4.shape == (5, codec.NUM_KEYPOINTS)
+    same = np.linalg.norm(kp4 - kp1, axis=-1) <= 1.3
+    assert same.mean() >= 0.9 and same[4].mean() >= 0.9  # the padded frame too
+    np.testing.assert_allclose(sc4, sc1, rtol=0.05, atol=0.05 * np.abs(sc1).max())

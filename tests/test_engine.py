@@ -242,3 +242,68 @@ def test_cuda_engine_matches_the_cpu_engine_with_events_and_deferred_copies(sour
     assert out.shape == want.shape
     assert np.abs(out.astype(int) - want.astype(int)).max() <= 2
     assert timings.seconds["generate"] > 0 and timings.seconds["blend"] > 0
+
+
+@pytest.mark.parametrize("ts", [np.arange(0, 4), np.arange(1, 3), np.arange(2, 3), np.arange(9, 13)])
+def test_repaint_pad_to_runs_the_padded_batch_and_keeps_only_the_real_faces(source_parts, tiny_models, ts):
+    """pad_to runs the UNet + decode on the faces' rows with the last one repeated and keeps the first F outputs:
+    faces_256 equal that padded batch computed here by hand (bit-exact), each pasted on its own frame; against
+    the unpadded call they differ only by the CPU's batch-size-dependent float rounding (<= 1 level). A batch
+    without a face runs no model."""
+    from nbhelpers.engine import repaint
+
+    frames, face_frames, latents, materials, features = source_parts
+    src = make_source(source_parts)
+    plain, plain_faces = repaint(src, features, tiny_models, ts)
+    padded, padded_faces = repaint(src, features, tiny_models, ts, pad_to=8)
+    with_face = [t for t in ts if cycle_index(t, N) != NO_FACE]
+    if not with_face:  # frame 2 only: no model runs, the frame passes through
+        assert plain_faces is None and padded_faces is None
+        np.testing.assert_array_equal(padded, plain)
+        np.testing.assert_array_equal(padded[0], frames[NO_FACE])
+        return
+    rows = [face_frames.index(int(cycle_index(t, N))) for t in with_face]
+    rows_8, ts_8 = rows + [rows[-1]] * (8 - len(rows)), with_face + [with_face[-1]] * (8 - len(rows))
+    with torch.inference_mode():
+        by_hand = decode(unet_step(tiny_models.unet, tiny_models.pe, latents[rows_8], features[ts_8]),
+                         tiny_models.vae)[:len(rows)]
+    assert tuple(padded_faces.shape) == tuple(plain_faces.shape) == (len(rows), 256, 256, 3)
+    assert torch.equal(padded_faces, by_hand)
+    assert (padded_faces.int() - plain_faces.int()).abs().max().item() <= 1
+    k = 0
+    for p, t in enumerate(ts):
+        j = int(cycle_index(t, N))
+        if j == NO_FACE:
+            np.testing.assert_array_equal(padded[p], frames[j])
+            continue
+        m = materials[rows[k]]
+        np.testing.assert_array_equal(padded[p], blending.blend_cpu(frames[j], by_hand[k].numpy(), m.box, m.mask,
+                                                                     m.square))
+        k += 1
+    assert np.abs(padded.astype(int) - plain.astype(int)).max() <= 1
+    # pad_to at or below the face count pads nothing: the unpadded call exactly
+    same, same_faces = repaint(src, features, tiny_models, ts, pad_to=len(rows))
+    np.testing.assert_array_equal(same, plain)
+    assert torch.equal(same_faces, plain_faces)
+
+
+@pytest.mark.gpu
+def test_cuda_repaint_with_pad_to_equals_repaint_without(source_parts, tiny_weights):
+    """On CUDA the padded UNet + decode (another batch shape, other cuDNN kernels) gives the same frames within one
+    level, and faces_256 of the real faces only."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU (runs on the project's GPU machine)")
+    from nbhelpers import models as models_mod
+    from nbhelpers.engine import repaint
+
+    gpu_models = models_mod.load_models(tiny_weights, device="cuda")
+    frames, face_frames, latents, materials, features = source_parts
+    src = SourceFaces.from_materials(frames, face_frames, latents.cuda(), materials).to_device("cuda")
+    feats = features.cuda()
+    for ts in (np.arange(0, 4), np.arange(9, 13), np.arange(1, 3)):
+        plain, plain_faces = repaint(src, feats, gpu_models, ts)
+        padded, padded_faces = repaint(src, feats, gpu_models, ts, pad_to=8)
+        n_face = int(sum(cycle_index(t, N) != NO_FACE for t in ts))
+        assert tuple(padded_faces.shape) == tuple(plain_faces.shape) == (n_face, 256, 256, 3)
+        assert (padded_faces.int() - plain_faces.int()).abs().max().item() <= 1
+        assert np.abs(padded.astype(int) - plain.astype(int)).max() <= 1

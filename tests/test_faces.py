@@ -348,6 +348,53 @@ def test_user_boxes_run_no_detector(fake_registry):
         faces.track(clip([1]), config=InferenceConfig(landmark_backend="boxes"))
 
 
+class DeviceFramesBackend(FakeBackend):
+    """FakeBackend that takes ``frames_device=`` (as a GPU backend does) and records each call's keyword args."""
+
+    accepts_frames_device = True
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.calls: list[dict] = []
+
+    def detect(self, frames, **kwargs):
+        self.calls.append(kwargs)
+        if "frames_device" in kwargs:
+            np.testing.assert_array_equal(np.asarray(kwargs["frames_device"]), frames)  # the same frames
+        return super().detect(frames)
+
+
+class KwargsBackend(FakeBackend):
+    """FakeBackend without ``accepts_frames_device`` whose detect would record any keyword argument."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.calls: list[dict] = []
+
+    def detect(self, frames, **kwargs):
+        self.calls.append(kwargs)
+        return super().detect(frames)
+
+
+def test_tracker_hands_frames_device_only_to_backends_that_accept_it():
+    frames = clip([1, 2, 0, 4, 5])
+    on_device = frames[:, ::1]  # stands in for the frames' GPU copy (sliced per batch like a tensor)
+    taking = DeviceFramesBackend()
+    tr = faces.FaceTracker(taking, batch_size=5)
+    crop, has = tr.add(frames, frames_device=on_device)
+    assert len(taking.calls) == 1 and taking.calls[0]["frames_device"] is not None
+    assert has.tolist() == [True, True, False, True, True]
+    plain = KwargsBackend()
+    tr2 = faces.FaceTracker(plain, batch_size=5)
+    crop2, has2 = tr2.add(frames, frames_device=on_device)
+    assert plain.calls == [{}]  # not passed to a backend that does not accept it
+    np.testing.assert_array_equal(crop, crop2)
+    assert has2.tolist() == has.tolist()
+    taking.calls.clear()
+    tr.add(frames)  # without frames_device: none passed
+    assert taking.calls == [{}]
+
+
 def test_track_rejects_bad_frames():
     with pytest.raises(InputError, match="uint8"):
         faces.track(np.zeros((2, 8, 8, 3), np.float32), backend=FakeBackend())

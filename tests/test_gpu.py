@@ -780,6 +780,51 @@ def test_is_oom(exc, expected):
 # ------------------------------------------------------------------------------------------------ memory discipline
 
 
+def test_device_constant_values_dtypes_and_cache_on_the_cpu():
+    torch = pytest.importorskip("torch")
+    import numpy as np
+
+    mean = gpu.device_constant((104.0, 117.0, 123.0), "cpu")
+    assert mean.dtype == torch.float32 and mean.device.type == "cpu" and mean.tolist() == [104.0, 117.0, 123.0]
+    assert gpu.device_constant(np.array([0.5, 1.5]), "cpu").dtype == torch.float32  # float64 array: float32
+    zero = gpu.device_constant([0], "cpu")
+    assert zero.dtype == torch.int64 and zero.tolist() == [0]
+    assert gpu.device_constant(np.array([3, 4], np.int32), "cpu").dtype == torch.int64
+    mask = gpu.device_constant(np.array([[True, False]]), "cpu")
+    assert mask.dtype == torch.bool and mask.shape == (1, 2) and mask.tolist() == [[True, False]]
+    as_u8 = gpu.device_constant((1, 12, 13), "cpu", torch.uint8)
+    assert as_u8.dtype == torch.uint8 and as_u8.tolist() == [1, 12, 13]
+    assert gpu.device_constant([2, 3], "cpu", torch.float16).dtype == torch.float16
+    # cached: the same values, dtype and device give the same object; anything else a different one
+    assert gpu.device_constant((104.0, 117.0, 123.0), "cpu") is mean
+    assert gpu.device_constant([104.0, 117.0, 123.0], torch.device("cpu"), torch.float32) is mean
+    assert gpu.device_constant((104.0, 117.0, 124.0), "cpu") is not mean
+    assert gpu.device_constant((104.0, 117.0, 123.0), "cpu", torch.float64) is not mean
+    assert gpu.device_constant((1, 12, 13), "cpu", torch.uint8) is as_u8
+    assert gpu.device_constant((1, 12, 13), "cpu", torch.int64) is not as_u8
+    assert gpu.device_constant([[0]], "cpu") is not zero  # another shape
+    # small constants only: over 1 MiB is refused; exactly 1 MiB is fine
+    assert gpu.device_constant(np.zeros(1 << 17), "cpu").shape == (1 << 17,)
+    with pytest.raises(InputError, match="1 MiB"):
+        gpu.device_constant(np.zeros((1 << 17) + 1), "cpu")
+
+
+def test_device_constant_does_not_share_memory_with_the_callers_array():
+    torch = pytest.importorskip("torch")
+    import numpy as np
+
+    values = np.array([7.0, 8.0], np.float32)
+    const = gpu.device_constant(values, "cpu", torch.float32)
+    values[0] = -1.0  # the caller reuses its array
+    assert const.tolist() == [7.0, 8.0]
+    assert gpu.device_constant(np.array([7.0, 8.0], np.float32), "cpu", torch.float32).tolist() == [7.0, 8.0]
+    frozen = np.array([1, 2], np.int64)
+    frozen.flags.writeable = False  # a read-only array (e.g. a memory map) is taken too, without a warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert gpu.device_constant(frozen, "cpu").tolist() == [1, 2]
+
+
 def test_release_and_memory_scope_on_the_cpu():
     torch = pytest.importorskip("torch")
     model = torch.nn.Linear(8, 8)

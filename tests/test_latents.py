@@ -383,3 +383,26 @@ def test_fp16_path_keeps_half_precision_end_to_end(crops, pe):
                   for k in range(2)]
     assert all(f.dtype == torch.uint8 for f in one_by_one)
     assert torch.equal(torch.cat(one_by_one), frames)
+
+
+@pytest.mark.gpu
+def test_cuda_encode_frames_pads_a_short_batch_and_matches_one_frame_at_a_time(tiny_vae):
+    """5 face frames at batch 4 on CUDA in fp16: the second batch (1 frame) is padded to 4 with copies of its crop
+    and the extra latents dropped; every frame's latents equal encoding it alone (batch 1, no padding: noise is
+    seeded by the frame's index) within fp16 rounding, and 5 rows come back."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU (runs on the project's GPU machine)")
+    from nbhelpers.latents import encode_frames
+
+    vae = copy.deepcopy(tiny_vae).to("cuda", torch.float16)
+    rng = np.random.default_rng(6)
+    frames = rng.integers(0, 256, (7, 300, 280, 3), dtype=np.uint8)
+    boxes = np.array([[10 + i, 20, 250 + i, 280] for i in range(7)], np.int32)
+    face_frames = [0, 1, 2, 3, 4]
+    batched = encode_frames(frames, boxes, face_frames, vae, seed=3, batch_size=4, progress=False)
+    alone = encode_frames(frames, boxes, face_frames, vae, seed=3, batch_size=1, progress=False)
+    assert batched.shape == alone.shape == (5, 8, 32, 32) and batched.dtype == torch.float16
+    diff = (batched.float() - alone.float()).abs().max().item()
+    assert diff <= 2e-2 * alone.float().abs().max().item(), diff
+    # not vacuous: the frames' latents differ from one another
+    assert (alone[4].float() - alone[3].float()).abs().max().item() > 10 * diff + 1e-3

@@ -292,3 +292,244 @@ def test_per_frame_boxes_of_the_whole_video_with_shorter_audio(tiny_weights, sha
     assert (result.n_frames, result.source_frames, result.no_face_frames) == (5, 5, 0)
     with pytest.raises(Exception, match="boxes has 3 entries"):
         pipe.lipsync(clip, speech, Path(pipe.weights_dir).parent / "boxes-few.mp4", boxes=boxes[:3])
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The offline job's pieces: batched frame store writes, decoding one piece ahead, piece windows, face batches
+
+
+@pytest.mark.notorch
+def test_framestore_append_batch_and_append_read_back_bit_exact_in_order(tmp_path):
+    rng = np.random.default_rng(1)
+    frames = rng.integers(0, 256, size=(9, 6, 5, 3), dtype=np.uint8)
+    store = FrameStore(6, 5, directory=tmp_path / "s")
+    assert store.append_batch(frames[:4]) == 0
+    assert store.append(frames[4]) == 4
+    assert store.append_batch(frames[5:6]) == 5  # a batch of one
+    assert store.append_batch(frames[6:][::-1].copy()[::-1]) == 6  # not contiguous in memory
+    assert len(store) == 9
+    # wrong shapes and dtypes are refused before anything is written
+    for bad in (frames[0], frames[:2, :, :4], frames[:2].astype(np.int16), frames[None, :2]):
+        with pytest.raises(ValueError, match="same size"):
+            store.append_batch(bad)
+    assert len(store) == 9
+    store.finish()
+    assert store.path.stat().st_size == frames.nbytes
+    np.testing.assert_array_equal(store[np.arange(9)], frames)
+    assert [store[i].tobytes() for i in range(9)] == [f.tobytes() for f in frames]
+    store.close()
+
+
+class FakeReader:
+    """``read_batch(n)`` of a clip of ``total`` frames whose pixels are all the frame's index; records the sizes
+    asked for. ``fail_at``: the 1-based call that raises; ``block_at``: the call that waits on ``release``."""
+
+    def __init__(self, total, fail_at=None, block_at=None, hw=(4, 3)):
+        import threading
+
+        self.total, self.fail_at, self.block_at, self.hw = total, fail_at, block_at, hw
+        self.asked: list[int] = []
+        self.next = 0
+        self.release = threading.Event()
+
+    def read_batch(self, n):
+        self.asked.append(n)
+        if len(self.asked) == self.fail_at:
+            raise OSError("decoder broke at read 3")
+        if len(self.asked) == self.block_at:
+            self.release.wait(10)
+        k = min(n, self.total - self.next)
+        out = np.stack([np.full((*self.hw, 3), (self.next + i) % 256, np.uint8) for i in range(k)]) if k else \
+            np.zeros((0, *self.hw, 3), np.uint8)
+        self.next += k
+        return out
+
+
+@pytest.mark.parametrize(("total", "n", "sizes"), [(23, 17, [5, 5, 5, 2]), (12, 30, [5, 5, 2]), (10, 10, [5, 5])])
+def test_decode_ahead_gives_pieces_in_order_capped_at_n_and_stores_them(tmp_path, total, n, sizes):
+    from nbhelpers.engine import Timings
+    from nbhelpers.pipeline import _DecodeAhead
+
+    reader, store, timings = FakeReader(total), FrameStore(4, 3, directory=tmp_path / "s"), Timings()
+    dec = _DecodeAhead(reader, n, 5, store, timings)
+    pieces = list(dec)
+    dec.close()
+    assert [len(p) for p in pieces] == sizes
+    got = np.concatenate(pieces)
+    want = min(n, total)
+    assert got.shape == (want, 4, 3, 3) and got.dtype == np.uint8
+    np.testing.assert_array_equal(got[:, 0, 0, 0], np.arange(want))
+    assert max(reader.asked) <= 5 and sum(reader.asked[:len(sizes)]) >= want
+    assert reader.next == want or total < n  # nothing decoded past the n frames wanted
+    store.finish()
+    assert len(store) == want
+    np.testing.assert_array_equal(store[np.arange(want)], got)
+    assert "decode" in timings.seconds and timings.seconds["decode"] >= 0
+    store.close()
+
+
+def test_decode_ahead_raises_the_readers_error_at_the_piece_it_would_have_given(tmp_path):
+    from nbhelpers.engine import Timings
+    from nbhelpers.pipeline import _DecodeAhead
+
+    store = FrameStore(4, 3, directory=tmp_path / "s")
+    dec = _DecodeAhead(FakeReader(40, fail_at=3), 40, 5, store, Timings())
+    got = []
+    with pytest.raises(OSError, match="decoder broke at read 3"):
+        for piece in dec:
+            got.append(piece)
+    dec.close()
+    assert [len(p) for p in got] == [5, 5]
+    np.testing.assert_array_equal(np.concatenate(got)[:, 0, 0, 0], np.arange(10))
+    assert len(store) == 10
+    store.close()
+
+
+def test_decode_ahead_close_ends_a_thread_blocked_on_a_full_queue(tmp_path):
+    import time
+
+    from nbhelpers.engine import Timings
+    from nbhelpers.pipeline import _DecodeAhead
+
+    store = FrameStore(4, 3, directory=tmp_path / "s")
+    reader = FakeReader(1000)
+    dec = _DecodeAhead(reader, 1000, 5, store, Timings())
+    deadline = time.monotonic() + 5
+    while len(reader.asked) < 2 and time.monotonic() < deadline:  # one piece queued, the next one read: blocked
+        time.sleep(0.01)
+    time.sleep(0.2)
+    assert len(reader.asked) == 2 and dec._thread.is_alive()  # one piece ahead, no further
+    start = time.monotonic()
+    dec.close()
+    assert time.monotonic() - start < 2.0
+    dec._thread.join(2.0)
+    assert not dec._thread.is_alive()
+    assert len(reader.asked) == 2  # it read nothing more after close
+    store.close()
+
+
+def test_window_indexes_and_slices_by_clip_index_and_refuses_frames_outside():
+    from nbhelpers.pipeline import _Window
+
+    frames = np.arange(6)[:, None, None, None] * np.ones((6, 2, 2, 3), np.uint8)
+    w = _Window(frames, 10)
+    assert len(w) == 16
+    assert w[10][0, 0, 0] == 0 and w[np.int64(15)][0, 0, 0] == 5
+    np.testing.assert_array_equal(w[11:14][:, 0, 0, 0], [1, 2, 3])
+    np.testing.assert_array_equal(w[np.int64(12):np.int64(16)][:, 0, 0, 0], [2, 3, 4, 5])
+    np.testing.assert_array_equal(w[:][:, 0, 0, 0], np.arange(6))
+    np.testing.assert_array_equal(w[np.array([15, 10, 12])][:, 0, 0, 0], [5, 0, 2])
+    for bad in (9, 16, slice(9, 12), slice(14, 17), slice(3, 5)):
+        with pytest.raises(IndexError, match="not in this piece"):
+            w[bad]
+    torch = pytest.importorskip("torch")
+    t = _Window(torch.from_numpy(frames), 10)
+    assert t.device == torch.device("cpu")
+    assert t[12:15].data_ptr() == t.frames[2].data_ptr()  # a run of frames: a view, no copy
+    assert t[torch.tensor([13, 11])][:, 0, 0, 0].tolist() == [3, 1]
+
+
+class _ParserOnCuda:
+    """Says it is on CUDA so that materials_for_frames takes its GPU path (prepare_materials_torch is faked)."""
+
+    device = "cuda"
+
+
+def test_materials_of_a_run_and_of_frames_with_gaps_read_the_right_frames(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from nbhelpers import blending
+    from nbhelpers.config import InferenceConfig
+    from nbhelpers.pipeline import _Window
+
+    rng = np.random.default_rng(2)
+    frames = rng.integers(0, 256, (8, 6, 5, 3), dtype=np.uint8)
+    offset = 20
+    boxes = {offset + i: (i, i, i + 3, i + 3) for i in range(10)}  # boxes beyond the piece too
+    seen = []
+
+    def fake_torch_materials(batch, boxes, parser, **options):
+        seen.append(batch.clone())
+        return [(b, batch[k].clone()) for k, b in enumerate(boxes)]
+
+    monkeypatch.setattr(blending, "prepare_materials_torch", fake_torch_materials)
+    device_frames = _Window(torch.from_numpy(frames), offset)
+    for face_frames in ([21, 22, 23, 24], [20, 22, 23, 27]):
+        seen.clear()
+        out = blending.materials_for_frames(_Window(frames, offset), boxes, face_frames, _ParserOnCuda(),
+                                            InferenceConfig(), progress=False, frames_device=device_frames)
+        assert [b for b, _ in out] == [boxes[i] for i in face_frames]
+        for (_, got), i in zip(out, face_frames, strict=True):
+            np.testing.assert_array_equal(got.numpy(), frames[i - offset])
+        assert len(seen) == 1
+    # a run reaching outside the piece is an error, not another frame
+    with pytest.raises(IndexError, match="not in this piece"):
+        blending.materials_for_frames(_Window(frames, offset), boxes, [27, 28], _ParserOnCuda(), InferenceConfig(),
+                                      progress=False, frames_device=device_frames)
+
+
+def test_materials_on_the_cpu_are_the_same_for_a_run_and_for_frames_with_gaps(tiny_weights):
+    pytest.importorskip("torch")
+    from nbhelpers import blending
+    from nbhelpers.config import InferenceConfig
+    from nbhelpers.parsing import FaceParser
+    from nbhelpers.pipeline import _Window
+
+    rng = np.random.default_rng(3)
+    frames = rng.integers(0, 256, (4, 96, 80, 3), dtype=np.uint8)
+    offset = 7
+    crop = {offset + i: (10 + i, 12, 60 + i, 80) for i in range(4)}
+    parser = FaceParser(tiny_weights, device="cpu")
+    cfg = InferenceConfig()
+    run = blending.materials_for_frames(_Window(frames, offset), crop, [7, 8, 9, 10], parser, cfg, progress=False)
+    gaps = blending.materials_for_frames(_Window(frames, offset), crop, [7, 9, 10], parser, cfg, progress=False)
+    for a, b in zip([run[0], run[2], run[3]], gaps, strict=True):
+        assert tuple(a.box) == tuple(b.box) and tuple(a.square) == tuple(b.square)
+        np.testing.assert_array_equal(a.mask, b.mask)
+    assert not np.array_equal(run[0].mask, run[1].mask) or tuple(run[0].box) != tuple(run[1].box)
+
+
+def _fake_detector():
+    from types import SimpleNamespace
+
+    return SimpleNamespace(face_detector=SimpleNamespace(batch_size=99), pose=SimpleNamespace(batch_size=99))
+
+
+def _face_batches(monkeypatch, usable_gib, loaded_gib, hw=(576, 768)):
+    from nbhelpers import gpu
+    from nbhelpers.pipeline import fit_face_batches
+
+    monkeypatch.setattr(gpu, "usable_bytes", lambda device=None: int(usable_gib * 2**30))
+    det = _fake_detector()
+    fit_face_batches(det, hw, "cuda", loaded_gib=loaded_gib)
+    return det.face_detector.batch_size, det.pose.batch_size
+
+
+def test_face_batches_of_a_later_job_equal_the_first_jobs(monkeypatch):
+    pytest.importorskip("torch")
+    # first job: 4 GiB usable, nothing loaded yet; a later one: 1.5 GiB of its models loaded, 2.5 GiB left
+    first = _face_batches(monkeypatch, 4.0, 0.0)
+    later = _face_batches(monkeypatch, 2.5, 1.5)
+    assert first == later == (3, 14)  # not capped: S3FD cap 4, DWPose cap 32
+    # without the add-back the later job would get smaller batches (the test can tell them apart)
+    assert _face_batches(monkeypatch, 2.5, 0.0) == (1, 1)
+    assert _face_batches(monkeypatch, 2.5, -1.0) == (1, 1)  # a negative add-back counts as none
+
+
+def test_face_batches_on_a_4_gib_card_follow_the_memory_model(monkeypatch):
+    pytest.importorskip("torch")
+    from nbhelpers.faces.dwpose_torch import DEFAULT_BATCH, S3FD_GPU_BATCH
+    from nbhelpers.gpu import MEMORY_MODEL as mm
+    from nbhelpers.pipeline import DWPOSE_GIB_PER_FRAME, FACES_SHARE
+
+    usable = 3.3
+    budget = (usable - mm.workspace_gib) * (1 - mm.safety_fraction)
+    models = mm.core_fixed_gib + mm.bisenet_weights_gib + mm.s3fd_weights_gib + mm.dwpose_gib
+    share = FACES_SHARE * max(0.0, budget - models)
+    per_frame = mm.s3fd_bytes_per_pixel * 576 * 768 / 2**30
+    want_s3fd = min(S3FD_GPU_BATCH, max(1, int(np.floor(share / per_frame))))
+    want_pose = min(DEFAULT_BATCH["cuda"], max(1, int(np.floor(share / DWPOSE_GIB_PER_FRAME))))
+    got = _face_batches(monkeypatch, usable, 0.0)
+    assert got == (want_s3fd, want_pose)
+    assert got == (1, 5)  # with the model of 2026-12: 0.185 GiB for the face models, 0.13 GiB per S3FD frame
+    # a frame a quarter the size fits 4 times as many frames (capped at S3FD's batch of 4)
+    assert _face_batches(monkeypatch, usable, 0.0, hw=(288, 384))[0] == min(S3FD_GPU_BATCH, 5)

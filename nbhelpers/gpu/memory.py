@@ -309,7 +309,7 @@ def device_constant(values: Any, device: Any, dtype: Any = None):
     arr = np.asarray(values)
     if arr.nbytes > 1 << 20:
         raise InputError(f"device_constant is for small constants (<= 1 MiB); got {arr.nbytes} bytes.")
-    t = torch.from_numpy(np.ascontiguousarray(arr))
+    t = torch.from_numpy(np.array(arr, order="C"))  # a copy: the cached tensor must not alias the caller's array
     if dtype is None:
         dtype = torch.float32 if t.is_floating_point() else (torch.bool if t.dtype == torch.bool else torch.int64)
     device = torch.device(device)
