@@ -55,7 +55,9 @@ GAU_S = 128               # width of the shared q/k base
 GAU_EXPANSION = 2         # u and v width = 2 x 256
 SCALE_NORM_EPS = 1e-5
 
-DEFAULT_BATCH = {"cuda": 32, "cpu": 8}  # frames per network call (each frame is 2 inputs with the flip test)
+# Frames per network call, at most (2 inputs each with the flip test); on a GPU pipeline.fit_face_batches fits it to
+# the memory left, and the offline job hands it pieces of 64 frames (one call each).
+DEFAULT_BATCH = {"cuda": 64, "cpu": 8}
 # Full frames per S3FD call on a GPU, at most: fit_face_batches fits it to the memory left (a 576x768 frame holds
 # ~0.13 GiB of fp16 activations); fewer, larger calls spend less host time launching kernels.
 S3FD_GPU_BATCH = 16
