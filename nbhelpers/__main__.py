@@ -282,9 +282,15 @@ _CLI_TERMS: tuple[tuple[str, str], ...] = (
      " (give the full path, or a path relative to the current folder)"),
     (r" ?\(or (?:run )?(?:notebook |notebooks/)?0\d_\w+(?:\.ipynb)?\)", ""),
     (r"run notebooks/00_setup\.ipynb(?: \(weights\.download\))?", "run `python -m nbhelpers download`"),
-    (r"--weights DIR, weights_dir=,? (?:or )?(?:the )?NBHELPERS_WEIGHTS(?: environment variable)?",
+    # the three ways to name the weights folder, as the weights module lists them, become the two a CLI user has
+    (r"--weights DIR(?: on the command line)?, weights_dir=(?: in Python)?,? (?:or )?(?:the )?NBHELPERS_WEIGHTS"
+     r"(?: environment variable)?",
      "--weights DIR or the NBHELPERS_WEIGHTS environment variable"),
-    (r"(?:pass )?weights_dir=", "--weights "),
+    (r"\(weights_dir=, NBHELPERS_WEIGHTS\)", "(or the NBHELPERS_WEIGHTS environment variable)"),
+    # weights_dir= followed by a value, by the folder it names, or by nothing: a flag needs its DIR word and one space
+    (r"weights_dir=(?=['\"])", "--weights "),
+    (r"weights_dir= the folder", "--weights DIR, the folder"),
+    (r"weights_dir=", "--weights DIR"),
     (r"landmark_backend='boxes' needs boxes=: one \(x1, y1, x2, y2\) for the clip or one per frame\.",
      "--backend boxes needs --box=x1,y1,x2,y2 (one crop box for the clip)."),
     (r"config\.device is", "--device is"),

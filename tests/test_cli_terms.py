@@ -111,3 +111,43 @@ def test_a_cpu_batch_that_host_ram_cannot_hold_is_warned_about_in_flag_names():
     assert cli_terms(ram).startswith("--batch-size 1000 (user override) is predicted")
     with pytest.warns(PlanWarning, match="batch_size 16 .* no faster"):
         gpu.plan("lipsync", report=CPU, config=InferenceConfig(batch_size=16), n_frames=100, weights="tiny")
+
+
+def test_a_download_failure_names_the_weights_flag_once_with_its_dir(tmp_path):
+    # the offline message lists --weights DIR, weights_dir= and NBHELPERS_WEIGHTS; the CLI has two of those, and a
+    # rewrite of weights_dir= alone left "--weights DIR on the command line, --weights  in Python" (new-user trial)
+    import os
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "NBHELPERS_PROGRESS": "0"}
+    done = subprocess.run([sys.executable, "-m", "nbhelpers", "download", "--weights", str(tmp_path / "w"), "--sets",
+                           "s3fd"], capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120, env=env)
+    assert done.returncode == 2, done.stderr
+    [fix] = [line for line in done.stderr.splitlines() if line.startswith("Fix:")]
+    assert "or point the job at a folder that already holds them: --weights DIR or the NBHELPERS_WEIGHTS " \
+           "environment variable (a shared Google Drive folder works)." in fix
+    assert "  " not in fix and "in Python" not in fix and "on the command line" not in fix
+    assert_cli_words(done.stderr)
+
+
+@pytest.mark.parametrize("message, expected", [
+    ("Or copy the files by hand and pass --weights DIR (weights_dir=, NBHELPERS_WEIGHTS).",
+     "Or copy the files by hand and pass --weights DIR (or the NBHELPERS_WEIGHTS environment variable)."),
+    ("or pass weights_dir= the folder that holds the official models/ layout.",
+     "or pass --weights DIR, the folder that holds the official models/ layout."),
+    ("(the official layout), e.g. weights_dir='models'", "(the official layout), e.g. --weights 'models'"),
+    ("but no weights dir is known (pass weights_dir=)", "but no weights dir is known (pass --weights DIR)"),
+])
+def test_weights_dir_becomes_the_flag_with_its_dir(message, expected):
+    assert cli_terms(message) == expected
+
+
+def test_the_other_download_failure_message_in_cli_terms(tmp_path):
+    from nbhelpers.weights.downloads import DownloadRow, _failure_message
+    from nbhelpers.weights.manifest import MANIFEST
+
+    entry = next(iter(MANIFEST))
+    row = DownloadRow(entry.name, entry.path, "failed", "", None, 0.0, "HTTP 503 from the host")
+    text = cli_terms(_failure_message(tmp_path, [row], MANIFEST))
+    assert text.endswith("Or copy the files by hand and pass --weights DIR (or the NBHELPERS_WEIGHTS environment "
+                         "variable).")
+    assert_cli_words(text)
