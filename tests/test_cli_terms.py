@@ -151,3 +151,36 @@ def test_the_other_download_failure_message_in_cli_terms(tmp_path):
     assert text.endswith("Or copy the files by hand and pass --weights DIR (or the NBHELPERS_WEIGHTS environment "
                          "variable).")
     assert_cli_words(text)
+
+
+@pytest.mark.parametrize("command", [
+    ["lipsync", "missing-video.mp4", "missing-audio.wav"],
+    ["demo", "--tiny"],
+    ["avatar", "generate", "no-avatar-here", "missing-audio.wav"],
+])
+def test_restore_strength_without_restore_is_refused_before_any_work(command, capsys, monkeypatch):
+    # alone it was dropped without a word: the config uses it only with a restorer, and no avatar or jobs row names
+    # one; refused first, so neither the missing files nor the demo's tiny weights are reached
+    import nbhelpers.__main__ as cli_main
+    import nbhelpers.testing
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("work started before the flags were checked")
+
+    monkeypatch.setattr(nbhelpers.testing, "make_tiny_weights", no_work)
+    monkeypatch.setattr("nbhelpers.pipeline.lipsync", no_work)
+    assert cli_main.main([*command, "--restore-strength", "0.5"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --restore-strength 0.5 blends the restored face into the generated one, but no "
+                          "face restorer is chosen: add --restore NAME (gfpgan, restoreformer, codeformer)")
+    assert_cli_words(err)
+
+
+def test_restore_strength_with_restore_and_the_default_without_either():
+    from nbhelpers.__main__ import _config, build_parser
+
+    parse = build_parser().parse_args
+    cfg = _config(parse(["lipsync", "v.mp4", "a.wav", "--restore", "gfpgan", "--restore-strength", "0.25"]))
+    assert (cfg.restore, cfg.restore_strength) == ("gfpgan", 0.25)
+    assert (_config(parse(["lipsync", "v.mp4", "a.wav"])).restore_strength,
+            _config(parse(["lipsync", "v.mp4", "a.wav", "--restore", "gfpgan"])).restore_strength) == (1.0, 1.0)
