@@ -116,6 +116,7 @@ from .device import (
     report,
 )
 from .memory import (
+    _CONSTANTS,
     _PEAK_SEEN,
     MODULE_SEARCH_DEPTH,
     PeakMemory,
