@@ -59,8 +59,29 @@ def _add_restore(g) -> None:
     g.add_argument("--restore", choices=["gfpgan", "restoreformer", "codeformer"], default=None,
                    help="restore the repainted face before paste-back (default: off). Needs spandrel and the weight "
                         "set restore-<name>; codeformer is for NON-COMMERCIAL use only (S-Lab License 1.0)")
-    g.add_argument("--restore-strength", type=float, default=1.0,
-                   help="blend of restored and unrestored face, 0..1 (default 1 = restored only)")
+    g.add_argument("--restore-strength", type=float, default=None,
+                   help="blend of restored and unrestored face, 0..1 (default 1 = restored only); needs --restore")
+
+
+def _check_restore(args) -> None:
+    """Refuse ``--restore-strength`` without ``--restore`` before any work: the strength blends the restorer's
+    output (InferenceConfig: "used only with restore"), and no avatar or jobs-file row names a restorer of its own,
+    so alone it would be silently ignored.
+
+    Raises:
+        InputError: ``--restore-strength`` given and ``--restore`` not.
+    """
+    if getattr(args, "restore_strength", None) is not None and getattr(args, "restore", None) is None:
+        from .config import RESTORERS
+        from .errors import InputError
+
+        raise InputError(f"--restore-strength {args.restore_strength:g} blends the restored face into the generated "
+                         f"one, but no face restorer is chosen: add --restore NAME ({', '.join(RESTORERS)}), or "
+                         "leave --restore-strength out.")
+
+
+def _strength(args) -> float:
+    return 1.0 if args.restore_strength is None else args.restore_strength
 
 
 def _config(args):
@@ -72,7 +93,7 @@ def _config(args):
                            right_cheek_width=args.right_cheek_width,
                            landmark_backend="boxes" if args.box else args.backend, smooth_boxes=args.smooth_boxes,
                            seed=args.seed, encoder=args.encoder, restore=args.restore,
-                           restore_strength=args.restore_strength)
+                           restore_strength=_strength(args))
 
 
 def _box(text):
@@ -218,7 +239,7 @@ def _cmd_avatar(args) -> int:
                              "`python -m nbhelpers avatar prepare VIDEO DIR`.")
         avatar = Avatar.load(args.directory, weights_dir=args.weights)
         if args.restore is not None:  # not a cached field: the same avatar renders with or without restoration
-            avatar.config = avatar.config.replace(restore=args.restore, restore_strength=args.restore_strength)
+            avatar.config = avatar.config.replace(restore=args.restore, restore_strength=_strength(args))
         used: set[str] = set()
         for audio in args.audio:
             out = Path(args.output) if args.output else None
@@ -282,9 +303,15 @@ _CLI_TERMS: tuple[tuple[str, str], ...] = (
      " (give the full path, or a path relative to the current folder)"),
     (r" ?\(or (?:run )?(?:notebook |notebooks/)?0\d_\w+(?:\.ipynb)?\)", ""),
     (r"run notebooks/00_setup\.ipynb(?: \(weights\.download\))?", "run `python -m nbhelpers download`"),
-    (r"--weights DIR, weights_dir=,? (?:or )?(?:the )?NBHELPERS_WEIGHTS(?: environment variable)?",
+    # the three ways to name the weights folder, as the weights module lists them, become the two a CLI user has
+    (r"--weights DIR(?: on the command line)?, weights_dir=(?: in Python)?,? (?:or )?(?:the )?NBHELPERS_WEIGHTS"
+     r"(?: environment variable)?",
      "--weights DIR or the NBHELPERS_WEIGHTS environment variable"),
-    (r"(?:pass )?weights_dir=", "--weights "),
+    (r"\(weights_dir=, NBHELPERS_WEIGHTS\)", "(or the NBHELPERS_WEIGHTS environment variable)"),
+    # weights_dir= followed by a value, by the folder it names, or by nothing: a flag needs its DIR word and one space
+    (r"weights_dir=(?=['\"])", "--weights "),
+    (r"weights_dir= the folder", "--weights DIR, the folder"),
+    (r"weights_dir=", "--weights DIR"),
     (r"landmark_backend='boxes' needs boxes=: one \(x1, y1, x2, y2\) for the clip or one per frame\.",
      "--backend boxes needs --box=x1,y1,x2,y2 (one crop box for the clip)."),
     (r"config\.device is", "--device is"),
@@ -454,6 +481,7 @@ def main(argv: list[str] | None = None) -> int:
     args.func = _in_cli_terms(args.func)  # messages in flag names, not Python names or notebooks (issue 14)
     previous = _terminate_like_interrupt()
     try:
+        _check_restore(args)  # before any download, model or frame
         return int(args.func(args) or 0)
     except NbHelpersError as exc:
         from .errors import WeightsError

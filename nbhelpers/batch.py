@@ -54,6 +54,7 @@ STATUSES = ("done", "skipped", "failed")
 # pipelines) and "box", one crop box (x1, y1, x2, y2) for the clip.
 ROW_SETTINGS = ("batch_size", "extra_margin", "bbox_shift", "parsing_mode", "left_cheek_width", "right_cheek_width",
                 "landmark_backend", "smooth_boxes", "seed", "latent_mode", "blur_ratio", "box")
+ERROR_WIDTH = 80  # characters of a job's error in the text table; the summary CSV has the whole message
 SUMMARY_COLUMNS = ("job", "status", "frames", "seconds", "fps", "error", "video", "audio", "output", "attempts",
                    "worker")
 
@@ -404,23 +405,28 @@ class BatchResult:
         return self.frames / self.wall_s if self.wall_s > 0 else float("nan")
 
     def summary(self) -> str:
-        """One line: counts, frames and throughput."""
+        """One line: counts, frames and throughput, and the summary CSV (which holds the errors that
+        :meth:`table` cuts)."""
         text = (f"{len(self.outcomes)} jobs: {self.count('done')} done, {self.count('skipped')} skipped, "
                 f"{self.count('failed')} failed; {self.frames} frames in {self.wall_s:.1f} s "
                 f"({self.fps:.1f} fps) on {len(self.workers)} worker(s)")
+        cut = any(len(_one_line(o.error)) > ERROR_WIDTH for o in self.outcomes)
         if self.summary_csv is not None:
-            text += f"; summary: {self.summary_csv}"
+            text += f"; {'full errors in the summary' if cut else 'summary'}: {self.summary_csv}"
+        elif cut:
+            text += "; full errors: BatchResult.failed (no summary CSV was written)"
         return text
 
     def table(self) -> str:
-        """The table as text: job, status, frames, seconds, fps, error."""
+        """The table as text: job, status, frames, seconds, fps, error. An error is shown on one line and, when
+        longer than :data:`ERROR_WIDTH` characters, cut to that width ending in "..." (the whole message is in
+        the summary CSV, named by :meth:`summary`)."""
         cols = SUMMARY_COLUMNS[:6]
-        rows = [[str(o.row()[c]) for c in cols] for o in self.outcomes]
+        rows = [[str(o.row()[c]) for c in cols[:-1]] + [_cut_error(o.error)] for o in self.outcomes]
         widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(cols)]
-        widths[-1] = min(widths[-1], 80)
 
         def line(cells: list[str]) -> str:
-            return "  ".join(c[:w].ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
+            return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
 
         return "\n".join([line(list(cols)), line(["-" * w for w in widths]), *map(line, rows)])
 
@@ -446,6 +452,15 @@ class BatchResult:
                 writer.writerow(o.row())
         os.replace(tmp, path)
         return path
+
+
+def _one_line(error: str) -> str:
+    return " ".join(error.split())  # a multi-line message (the weights' Fix: lines) on one table row
+
+
+def _cut_error(error: str) -> str:
+    text = _one_line(error)
+    return text if len(text) <= ERROR_WIDTH else text[:ERROR_WIDTH - 3].rstrip() + "..."
 
 
 # ------------------------------------------------------------------------------------------------------------------

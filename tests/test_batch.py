@@ -241,3 +241,35 @@ def test_a_worker_killed_during_a_job_still_gives_every_output_once(ray_local, m
 
     for o in result.outcomes:
         assert media_mod.probe(o.output).frame_count == o.frames == len(media_mod.load_audio(o.audio)) * 25 // 16000
+
+
+@pytest.mark.notorch
+def test_a_long_error_is_cut_with_an_ellipsis_and_the_summary_names_the_csv(tmp_path):
+    from nbhelpers.batch import ERROR_WIDTH, BatchResult, JobOutcome
+
+    long_error = ("WeightsError: 1 weight file(s) this job needs are not usable:\n  musetalkV15/unet.pth: missing\n"
+                  "Fix: run `python -m nbhelpers download` " + "x" * 100 + " END")
+    outcomes = (JobOutcome("j0", "done", 25, 2.0, "", tmp_path / "a.mp4", tmp_path / "a.wav", tmp_path / "o0.mp4", 1),
+                JobOutcome("j1", "failed", 0, 0.5, long_error, tmp_path / "b.mp4", tmp_path / "b.wav",
+                           tmp_path / "o1.mp4", 1),
+                JobOutcome("j2", "failed", 0, 0.1, "MediaError: short", tmp_path / "c.mp4", tmp_path / "c.wav",
+                           tmp_path / "o2.mp4", 1))
+    csv_path = tmp_path / "batch-summary.csv"
+    result = BatchResult(outcomes=outcomes, summary_csv=csv_path, wall_s=3.0, workers=("host/1 cpu",))
+    lines = result.table().splitlines()
+    assert len(lines) == 2 + 3  # header, rule, one line per job: the error's own newlines do not break the table
+    one_line = " ".join(long_error.split())
+    cell = lines[3][lines[0].index("error"):]
+    assert cell.endswith("...") and len(cell) == ERROR_WIDTH == 80
+    assert cell[:-3] == one_line[:ERROR_WIDTH - 3].rstrip() and "END" not in cell
+    assert lines[4].endswith("MediaError: short")  # a short error is shown whole, without the marker
+    assert result.summary().endswith(f"1 done, 0 skipped, 2 failed; 25 frames in 3.0 s (8.3 fps) on 1 worker(s); "
+                                     f"full errors in the summary: {csv_path}")
+    result.write_csv(csv_path)
+    with open(csv_path, newline="") as fh:
+        assert list(csv.DictReader(fh))[1]["error"] == long_error  # where the summary line sends the reader
+
+    short = BatchResult(outcomes=outcomes[::2], summary_csv=csv_path, wall_s=3.0)
+    assert short.summary().endswith(f"; summary: {csv_path}") and "..." not in short.table()
+    no_csv = BatchResult(outcomes=outcomes, summary_csv=None, wall_s=3.0)
+    assert no_csv.summary().endswith("; full errors: BatchResult.failed (no summary CSV was written)")

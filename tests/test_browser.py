@@ -29,7 +29,8 @@ not the shared test media, which are licensed for testing only: the screenshots 
 is printed); ``NBHELPERS_DOCS_SCREENSHOTS=1`` also copies the best ones into ``docs/`` (under 300 KiB each).
 
 Skips, with the reason: no Chromium (``apt-get install -y chromium``; ``NBHELPERS_CHROMIUM`` names another
-binary), no Playwright (``pip install playwright``), or a front end's packages that cannot be installed.
+binary, and one that does not exist is a skip too), no Playwright (``pip install playwright``), or a front end's
+packages that cannot be installed.
 ``NBHELPERS_BROWSER=0`` skips it on purpose.
 """
 
@@ -81,11 +82,38 @@ pytestmark = [
 
 
 def _chromium() -> str:
-    path = os.environ.get("NBHELPERS_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+    """The Chromium binary: ``NBHELPERS_CHROMIUM`` (a path, or a command on PATH) when set, else Debian's.
+
+    Skips, saying why, when there is none, and when ``NBHELPERS_CHROMIUM`` names no executable: a wrong path would
+    otherwise pass here and fail the test later, at the browser's launch, after the front ends were installed.
+    """
+    named = os.environ.get("NBHELPERS_CHROMIUM")
+    if named:
+        found = shutil.which(named)  # a path to an executable file, or a command name on PATH
+        if found is None:
+            what = "is not an executable file" if os.path.exists(named) else "does not exist"
+            pytest.skip(f"NBHELPERS_CHROMIUM={named!r} {what} (nor a command on PATH): set it to a Chromium "
+                        "binary, or unset it to use Debian's package (apt-get install -y chromium)")
+        return found
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
     if not path:
         pytest.skip("no Chromium here: install Debian's package (apt-get install -y chromium) or set "
                     "NBHELPERS_CHROMIUM to a Chromium binary; Playwright's own browser downloads are not used")
     return path
+
+
+def test_chromium_named_by_the_environment_is_checked_before_use(tmp_path, monkeypatch):
+    missing = tmp_path / "no-such-chromium"
+    monkeypatch.setenv("NBHELPERS_CHROMIUM", str(missing))
+    with pytest.raises(pytest.skip.Exception, match=r"NBHELPERS_CHROMIUM='.*no-such-chromium' does not exist"):
+        _chromium()
+    plain = tmp_path / "chromium-not-executable"
+    plain.write_text("not a program\n")
+    monkeypatch.setenv("NBHELPERS_CHROMIUM", str(plain))
+    with pytest.raises(pytest.skip.Exception, match="is not an executable file"):
+        _chromium()
+    plain.chmod(0o755)
+    assert _chromium() == str(plain)
 
 
 def _playwright():

@@ -111,3 +111,76 @@ def test_a_cpu_batch_that_host_ram_cannot_hold_is_warned_about_in_flag_names():
     assert cli_terms(ram).startswith("--batch-size 1000 (user override) is predicted")
     with pytest.warns(PlanWarning, match="batch_size 16 .* no faster"):
         gpu.plan("lipsync", report=CPU, config=InferenceConfig(batch_size=16), n_frames=100, weights="tiny")
+
+
+def test_a_download_failure_names_the_weights_flag_once_with_its_dir(tmp_path):
+    # the offline message lists --weights DIR, weights_dir= and NBHELPERS_WEIGHTS; the CLI has two of those, and a
+    # rewrite of weights_dir= alone left "--weights DIR on the command line, --weights  in Python" (new-user trial)
+    import os
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "NBHELPERS_PROGRESS": "0"}
+    done = subprocess.run([sys.executable, "-m", "nbhelpers", "download", "--weights", str(tmp_path / "w"), "--sets",
+                           "s3fd"], capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120, env=env)
+    assert done.returncode == 2, done.stderr
+    [fix] = [line for line in done.stderr.splitlines() if line.startswith("Fix:")]
+    assert "or point the job at a folder that already holds them: --weights DIR or the NBHELPERS_WEIGHTS " \
+           "environment variable (a shared Google Drive folder works)." in fix
+    assert "  " not in fix and "in Python" not in fix and "on the command line" not in fix
+    assert_cli_words(done.stderr)
+
+
+@pytest.mark.parametrize("message, expected", [
+    ("Or copy the files by hand and pass --weights DIR (weights_dir=, NBHELPERS_WEIGHTS).",
+     "Or copy the files by hand and pass --weights DIR (or the NBHELPERS_WEIGHTS environment variable)."),
+    ("or pass weights_dir= the folder that holds the official models/ layout.",
+     "or pass --weights DIR, the folder that holds the official models/ layout."),
+    ("(the official layout), e.g. weights_dir='models'", "(the official layout), e.g. --weights 'models'"),
+    ("but no weights dir is known (pass weights_dir=)", "but no weights dir is known (pass --weights DIR)"),
+])
+def test_weights_dir_becomes_the_flag_with_its_dir(message, expected):
+    assert cli_terms(message) == expected
+
+
+def test_the_other_download_failure_message_in_cli_terms(tmp_path):
+    from nbhelpers.weights.downloads import DownloadRow, _failure_message
+    from nbhelpers.weights.manifest import MANIFEST
+
+    entry = next(iter(MANIFEST))
+    row = DownloadRow(entry.name, entry.path, "failed", "", None, 0.0, "HTTP 503 from the host")
+    text = cli_terms(_failure_message(tmp_path, [row], MANIFEST))
+    assert text.endswith("Or copy the files by hand and pass --weights DIR (or the NBHELPERS_WEIGHTS environment "
+                         "variable).")
+    assert_cli_words(text)
+
+
+@pytest.mark.parametrize("command", [
+    ["lipsync", "missing-video.mp4", "missing-audio.wav"],
+    ["demo", "--tiny"],
+    ["avatar", "generate", "no-avatar-here", "missing-audio.wav"],
+])
+def test_restore_strength_without_restore_is_refused_before_any_work(command, capsys, monkeypatch):
+    # alone it was dropped without a word: the config uses it only with a restorer, and no avatar or jobs row names
+    # one; refused first, so neither the missing files nor the demo's tiny weights are reached
+    import nbhelpers.__main__ as cli_main
+    import nbhelpers.testing
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("work started before the flags were checked")
+
+    monkeypatch.setattr(nbhelpers.testing, "make_tiny_weights", no_work)
+    monkeypatch.setattr("nbhelpers.pipeline.lipsync", no_work)
+    assert cli_main.main([*command, "--restore-strength", "0.5"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --restore-strength 0.5 blends the restored face into the generated one, but no "
+                          "face restorer is chosen: add --restore NAME (gfpgan, restoreformer, codeformer)")
+    assert_cli_words(err)
+
+
+def test_restore_strength_with_restore_and_the_default_without_either():
+    from nbhelpers.__main__ import _config, build_parser
+
+    parse = build_parser().parse_args
+    cfg = _config(parse(["lipsync", "v.mp4", "a.wav", "--restore", "gfpgan", "--restore-strength", "0.25"]))
+    assert (cfg.restore, cfg.restore_strength) == ("gfpgan", 0.25)
+    assert (_config(parse(["lipsync", "v.mp4", "a.wav"])).restore_strength,
+            _config(parse(["lipsync", "v.mp4", "a.wav", "--restore", "gfpgan"])).restore_strength) == (1.0, 1.0)

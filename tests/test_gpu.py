@@ -927,3 +927,51 @@ def test_importing_the_gpu_module_sets_it_for_the_process_and_its_children():
     out = subprocess.run([sys.executable, "-c", code], env={**clean, "PYTORCH_CUDA_ALLOC_CONF": "backend:native"},
                          capture_output=True, text=True, check=True, stdin=subprocess.DEVNULL, timeout=60).stdout
     assert out.strip() == "backend:native"
+
+
+# ------------------------------------------------------------------------------------------------ face restorer
+
+# Peak memory a restorer added at batch 20 on the avatar path (bench/RESULTS.md "Face restoration": H200, 576x768,
+# GFPGAN and RestoreFormer in bfloat16, CodeFormer in float32), written out here, per frame of the batch.
+RESTORE_ADDED_AT_20 = {"gfpgan": 5.22, "restoreformer": 4.66, "codeformer": 9.15}
+A10G = card("NVIDIA A10G", 22.0, 9.0, cc=(8, 6))  # bfloat16 restorers
+
+
+def realtime_batch_by_hand(free: float, restorer_per_frame: float) -> int:
+    """The realtime plan written out: the generate stage, core 1.87 GiB + (0.149 UNet/decode + blend + restorer)
+    per frame, in the budget, snapped to a multiple of 4, at most 20."""
+    fits = (budget_by_hand(free) - 1.87) / (0.149 + BLEND_GIB_PER_FRAME + restorer_per_frame)
+    return min(20, int(fits) - int(fits) % 4 if fits >= 4 else int(fits))
+
+
+@pytest.mark.notorch
+@pytest.mark.parametrize("restore, batch", [(None, 20), ("gfpgan", 12), ("restoreformer", 12), ("codeformer", 8)])
+def test_a_face_restorer_shrinks_the_planned_batch_by_its_measured_memory(restore, batch):
+    per = RESTORE_ADDED_AT_20[restore] / 20 if restore else 0.0
+    assert realtime_batch_by_hand(9.0, per) == batch  # the known answer, from the formula
+    p = gpu.plan("realtime", report=A10G, config=InferenceConfig(restore=restore), frame_size=FRAME)
+    assert p.batch_size == batch
+    assert p.stage_peaks_gib["generate"] == pytest.approx(1.87 + batch * (0.149 + BLEND_GIB_PER_FRAME + per),
+                                                          abs=1e-3)
+    if restore:
+        assert f"{per:.3f} GiB per frame for the {restore} face restorer" in p.reasons["batch_size"]
+        assert p.batch_size < gpu.plan("realtime", report=A10G, frame_size=FRAME).batch_size
+
+
+@pytest.mark.notorch
+def test_the_offline_job_counts_the_restorer_in_generate_and_fp32_doubles_gfpgan():
+    plain = gpu.plan("lipsync", report=T4, n_frames=500, frame_size=FRAME)
+    # the T4 (7.5) has no native bfloat16: GFPGAN runs in float32 there, twice its bfloat16 figure
+    restored = gpu.plan("lipsync", report=T4, n_frames=500, frame_size=FRAME, config=InferenceConfig(restore="gfpgan"))
+    per = 2 * 5.22 / 20
+    resident = plain.stage_peaks_gib["encode"] - plain.batch_size * ENCODE_GIB_PER_FRAME
+    fits = (budget_by_hand(14.7) - resident) / (0.149 + BLEND_GIB_PER_FRAME + per)
+    assert int(fits) == 15 and restored.batch_size == 12 < plain.batch_size == 32
+    assert "0.522 GiB per frame for the gfpgan face restorer in float32" in restored.reasons["batch_size"]
+    assert restored.stage_peaks_gib["encode"] == pytest.approx(resident + 12 * ENCODE_GIB_PER_FRAME)  # unchanged
+    # avatar preparation generates nothing: a restorer does not change its plan
+    assert (gpu.plan("avatar", report=GTX_4G, frame_size=FRAME, config=InferenceConfig(restore="codeformer"))
+            .batch_size == gpu.plan("avatar", report=GTX_4G, frame_size=FRAME).batch_size)
+    assert gpu.restore_per_frame_gib("codeformer", bf16=False) == gpu.restore_per_frame_gib("codeformer") == 0.4575
+    with pytest.raises(InputError, match="restore must be"):
+        gpu.restore_per_frame_gib("GFPGAN")

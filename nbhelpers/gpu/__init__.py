@@ -25,10 +25,12 @@ lipsync    encode      resident: core weights (UNet + VAE + Whisper) + whisper  
                        features + latents of the job
 lipsync    parsing     resident + BiSeNet weights                                   BiSeNet activations, 512²
 lipsync    generate    resident                                                     UNet + VAE decode + blend
+                                                                                    (+ face restorer, if any)
 avatar     faces       as lipsync                                                   0
 avatar     encode      VAE weights + latents (the VAE is loaded alone)              VAE encode
 avatar     parsing     BiSeNet weights (alone)                                      BiSeNet activations
 realtime   generate    core weights + whisper features                              UNet + VAE decode + blend
+                                                                                    (+ face restorer, if any)
 =========  ==========  ===========================================================  ===========================
 
 The order follows ``pipeline.lipsync`` (faces, then models, features, encode, parsing, generate) and
@@ -114,6 +116,7 @@ from .device import (
     report,
 )
 from .memory import (
+    _CONSTANTS,
     _PEAK_SEEN,
     MODULE_SEARCH_DEPTH,
     PeakMemory,
@@ -149,6 +152,7 @@ from .model import (
     cpu_frame_seconds,
     cpu_seconds,
     face_cpu_times,
+    restore_per_frame_gib,
     stage_memory,
 )
 from .oom import _batched, batched, is_oom

@@ -1,6 +1,7 @@
 """The memory and time model: every constant the planner uses, with its source.
 
-Owns :class:`MemoryModel` (peak GPU memory per stage as ``fixed + per_frame * batch``),
+Owns :class:`MemoryModel` (peak GPU memory per stage as ``fixed + per_frame * batch``, a face restorer's share
+included: :func:`restore_per_frame_gib`),
 :class:`CpuTimes` / :data:`CPU_TIMES`, :class:`FaceCpuTimes` / :data:`FACE_CPU_TIMES`, :func:`cpu_seconds` and
 :func:`cpu_frame_seconds` (how long a CPU job takes), and
 :func:`stage_memory` (the model evaluated for one stage and batch).
@@ -67,6 +68,17 @@ class MemoryModel:
             batch 4 (environment-notes), so larger batches do not help and progress shows later.
         cpu_ram_fraction: Share of available host RAM a CPU plan may use for models and activations.
         fp16_min_capability: Oldest compute capability given fp16 by default (5.3: native half arithmetic).
+        restore_gfpgan_per_frame_gib: What the GFPGAN v1.4 face restorer adds to the generate stage per frame of
+            the batch, in bfloat16, GiB/frame. Measured with bench/restore.py (bench/RESULTS.md, "Face
+            restoration": H200, the avatar path, 576x768, batch 20): peak +5.22 GiB, 5.22 / 20 = 0.261. The
+            weights (0.17 GiB) are inside that figure, not a fixed part: a restorer already loaded for an
+            earlier job is then counted a second time, a few hundred MiB on the safe side.
+        restore_restoreformer_per_frame_gib: The same for RestoreFormer in bfloat16: +4.66 GiB at batch 20, 0.233.
+        restore_codeformer_per_frame_gib: The same for CodeFormer, which always runs in float32 (spandrel's
+            CodeFormer fails in bfloat16, nbhelpers.restore.FLOAT32_ONLY): +9.15 GiB at batch 20, 0.4575.
+        bf16_min_capability: Oldest compute capability on which GFPGAN and RestoreFormer run in bfloat16 (8.0,
+            :func:`nbhelpers.restore.run_dtype`); below it, on the CPU and in an fp32 job they run in float32 and
+            their figure is multiplied by ``fp32_factor``.
     """
 
     core_weights_gib: float = 1.84
@@ -92,6 +104,10 @@ class MemoryModel:
     cap_cpu: int = 4
     cpu_ram_fraction: float = 0.75
     fp16_min_capability: tuple[int, int] = (5, 3)
+    restore_gfpgan_per_frame_gib: float = 0.261
+    restore_restoreformer_per_frame_gib: float = 0.233
+    restore_codeformer_per_frame_gib: float = 0.4575
+    bf16_min_capability: tuple[int, int] = (8, 0)
 
 
 MEMORY_MODEL = MemoryModel()
@@ -261,9 +277,39 @@ KINDS = ("lipsync", "avatar", "realtime")
 WEIGHTS = ("full", "tiny")
 
 
+def restore_per_frame_gib(restore: str | None, bf16: bool = True, memory_model: MemoryModel | None = None) -> float:
+    """GiB per frame of the batch that a face restorer adds to the generate stage (0 without one).
+
+    Args:
+        restore: ``"gfpgan"``, ``"restoreformer"``, ``"codeformer"`` (``InferenceConfig.restore``) or None.
+        bf16: Whether GFPGAN and RestoreFormer run in bfloat16 (an fp16 job on a GPU of compute capability 8.0 or
+            newer, :func:`nbhelpers.restore.run_dtype`); False multiplies their figure by ``fp32_factor``.
+            CodeFormer runs in float32 either way.
+        memory_model: Constants (default :data:`MEMORY_MODEL`).
+
+    Returns:
+        GiB per frame of the batch, >= 0.
+
+    Raises:
+        InputError: An unknown restorer name.
+
+    Source: bench/RESULTS.md "Face restoration" (measured peaks added at batch 20), see :class:`MemoryModel`.
+    """
+    if restore is None:
+        return 0.0
+    mm = memory_model or MEMORY_MODEL
+    per = {"gfpgan": mm.restore_gfpgan_per_frame_gib, "restoreformer": mm.restore_restoreformer_per_frame_gib,
+           "codeformer": mm.restore_codeformer_per_frame_gib}.get(restore)
+    if per is None:
+        raise InputError(f"restore must be 'gfpgan', 'restoreformer', 'codeformer' or None; got {restore!r}.")
+    # CodeFormer runs, and was measured, in float32 whatever the job's precision
+    return per if bf16 or restore == "codeformer" else per * mm.fp32_factor
+
+
 def stage_memory(kind: str, fp16: bool = True, frame_size: tuple[int, int] = DEFAULT_FRAME_SIZE,
                  n_frames: int | None = None, weights: str = "full", landmark_backend: str = "auto",
-                 memory_model: MemoryModel | None = None) -> dict[str, tuple[float, float]]:
+                 memory_model: MemoryModel | None = None, restore: str | None = None,
+                 restore_bf16: bool = True) -> dict[str, tuple[float, float]]:
     """The memory model's stages of a job: ``{stage: (fixed GiB, GiB per frame of the batch)}``.
 
     See the module docstring for the table of stages. Peak of a stage at batch ``b`` = ``fixed + per_frame * b``.
@@ -276,9 +322,16 @@ def stage_memory(kind: str, fp16: bool = True, frame_size: tuple[int, int] = DEF
         weights: ``"full"`` or ``"tiny"``.
         landmark_backend: ``"dlib"`` and ``"boxes"`` use no GPU face models (``faces`` stage is 0).
         memory_model: Constants (default :data:`MEMORY_MODEL`).
+        restore: The face restorer of the job (``InferenceConfig.restore``) or None; it runs between VAE decode
+            and paste-back, so its :func:`restore_per_frame_gib` is added to the ``generate`` stage (lipsync and
+            realtime; avatar preparation generates nothing).
+        restore_bf16: Whether GFPGAN / RestoreFormer run in bfloat16 (see :func:`restore_per_frame_gib`).
 
     Returns:
         Dict of stage name -> (fixed_gib, per_frame_gib), in the order the stages run.
+
+    Raises:
+        InputError: An unknown ``restore`` name.
 
     Source: DESIGN.md "Performance principles" (measured peaks); stage order from reference §0 and §6 (S3FD at
     batch 1 on full frames: quirk Q18, ``api.py:72``).
@@ -302,15 +355,16 @@ def stage_memory(kind: str, fp16: bool = True, frame_size: tuple[int, int] = DEF
     faces = face_models + mm.s3fd_bytes_per_pixel * f * pixels / GIB if gpu_faces else 0.0
     parsing = (mm.bisenet_weights_gib * f, mm.bisenet_per_image_gib * f)
     blend = mm.blend_bytes_per_pixel * pixels / GIB
+    restorer = restore_per_frame_gib(restore, restore_bf16, mm) if kind != "avatar" else 0.0
     if kind == "lipsync":
         # pipeline.lipsync streams its clip in pieces (faces, encode, parsing, generate for each piece), so the
         # face models, BiSeNet, UNet + VAE + Whisper, the whisper features and the latents are all resident while
         # any stage runs; S3FD's batch is sized to what is left (pipeline.fit_face_batches), at least one frame.
         resident = core + features + latents + face_models + parsing[0]
         return {"faces": (resident + faces - face_models, 0.0), "encode": (resident, encode_frame),
-                "parsing": (resident, parsing[1]), "generate": (resident, core_frame + blend)}
+                "parsing": (resident, parsing[1]), "generate": (resident, core_frame + blend + restorer)}
     if kind == "avatar":
         # avatar.prepare_avatar: faces; the VAE alone for encode (released after); BiSeNet alone for parsing.
         return {"faces": (faces, 0.0), "encode": (vae + latents, encode_frame), "parsing": parsing}
     # realtime (Avatar.generate): the three core models, the features of the clip, and the blend of full frames.
-    return {"generate": (core + features, core_frame + blend)}
+    return {"generate": (core + features, core_frame + blend + restorer)}

@@ -24,6 +24,7 @@ from .model import (
     MemoryModel,
     cpu_frame_seconds,
     cpu_seconds,
+    restore_per_frame_gib,
     stage_memory,
 )
 
@@ -175,13 +176,16 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
     - batch size: the largest batch whose worst stage fits the budget (see the module docstring), snapped by
       :func:`snap_batch`, at most the kind's cap (32 offline and avatar, 20 realtime, 4 on the CPU) and at most
       ``n_frames``; ``config.batch_size`` overrides, with a warning when the model predicts it does not fit.
+      A face restorer named by ``config.restore`` adds its GiB per frame to the generate stage
+      (:func:`~nbhelpers.gpu.model.restore_per_frame_gib`), so the batch shrinks to make room for it.
 
     Args:
         kind: ``"lipsync"`` (offline job), ``"avatar"`` (avatar preparation) or ``"realtime"`` (generation from
             a prepared avatar).
         report: A :class:`GpuReport`; None calls :func:`report`. Tests pass fakes built directly.
         config: An :class:`~nbhelpers.config.InferenceConfig` whose non-None ``device``/``fp16``/``batch_size``
-            are user overrides, and whose other fields :attr:`Plan.config` keeps; None for the defaults.
+            are user overrides, whose ``restore`` adds the face restorer's memory to the generate stage, and whose
+            other fields :attr:`Plan.config` keeps; None for the defaults.
         n_frames: Frames of the job: output frames (audio seconds x 25) for lipsync/realtime, source frames for
             avatar; None when not known yet.
         frame_size: (H, W) of the video frames, pixels; None assumes 1080x1920 (:data:`DEFAULT_FRAME_SIZE`).
@@ -293,16 +297,25 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
 
     # 3. Batch size.
     backend = str(landmark_backend or config.landmark_backend or "auto")
-    stages = stage_memory(kind, fp16, frame_size, n_frames, weights, backend, mm)
+    # a face restorer (config.restore) runs between decode and paste-back: its share joins the generate stage, in
+    # bfloat16 where nbhelpers.restore.run_dtype picks it (an fp16 job on compute capability >= 8.0), else float32
+    restore = config.restore if kind != "avatar" else None
+    restore_bf16 = bool(on_cuda and fp16 and cc is not None and tuple(cc) >= tuple(mm.bf16_min_capability))
+    stages = stage_memory(kind, fp16, frame_size, n_frames, weights, backend, mm, restore=restore,
+                          restore_bf16=restore_bf16)
+    stage_note = size_note if restore is None else (
+        f"{size_note}; the generate stage counts {restore_per_frame_gib(restore, restore_bf16, mm):.3f} GiB per "
+        f"frame for the {restore} face restorer in "
+        f"{'bfloat16' if restore_bf16 and restore != 'codeformer' else 'float32'}")
     cap = {"lipsync": mm.cap_lipsync, "avatar": mm.cap_avatar, "realtime": mm.cap_realtime}[kind]
     budget: float | None = None
     precision = "fp16" if fp16 else "fp32"
     if on_cuda:
         budget, reasons["memory"] = _gpu_budget(rep, mm, float(loaded_gib))
-        auto, why = _fit_batch(stages, budget, cap, kind, precision, size_note)
+        auto, why = _fit_batch(stages, budget, cap, kind, precision, stage_note)
     elif on_cpu:
         cap = mm.cap_cpu
-        budget, auto, why = _cpu_batch(rep, stages, mm, kind, size_note)
+        budget, auto, why = _cpu_batch(rep, stages, mm, kind, stage_note)
         reasons["memory"] = (f"host RAM: {budget:.1f} GiB usable ({mm.cpu_ram_fraction:.0%} of "
                              f"{rep.host_ram_available_gib:.1f} GiB available)" if budget is not None else
                              "host RAM unknown")
