@@ -270,12 +270,17 @@ def _cmd_avatar_live(args) -> int:
     if args.chunk_ms <= 0:
         raise InputError(f"--chunk-ms must be > 0; got {args.chunk_ms}.")
     waveform = media.load_audio(args.audio)
+    to = args.to
+    if to is None:  # as `avatar generate`: the avatar's vid_output folder
+        target = Path(args.directory) / "vid_output" / f"live-{Path(args.audio).stem}.mp4"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        to = str(target)
     avatar = Avatar.load(args.directory, weights_dir=args.weights)
     avatar.load_models()
-    session = avatar.live(realtime=args.realtime, to=args.to, silence=None if args.silence == "none" else args.silence,
+    session = avatar.live(realtime=args.realtime, to=to, silence=None if args.silence == "none" else args.silence,
                           encoder=args.encoder, iterate=False, on_frame=lambda n, frame: None)
     result = play(session, waveform, chunk_ms=args.chunk_ms, realtime=args.realtime)
-    print(f"{result.summary()} -> {result.output or args.to}")
+    print(f"{result.summary()} -> {result.output or to}")
     return 0
 
 
@@ -448,12 +453,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("avatar", help="prepare a face once, then generate from many audio clips")
     asub = p.add_subparsers(dest="avatar_cmd", required=True)
-    pp = asub.add_parser("prepare")
+    pp = asub.add_parser("prepare", help="prepare an avatar from a face video: frames, latents and masks cached in DIR")
     pp.add_argument("video")
     pp.add_argument("directory")
     pp.add_argument("--rebuild", action="store_true")
     _add_settings(pp)
-    pg = asub.add_parser("generate")
+    pg = asub.add_parser("generate", help="make clips from a prepared avatar, one per speech file (default: into "
+                                          "DIR/vid_output)")
     pg.add_argument("directory")
     pg.add_argument("audio", nargs="+")
     pg.add_argument("-o", "--output", default=None)
@@ -463,7 +469,8 @@ def build_parser() -> argparse.ArgumentParser:
     pl = asub.add_parser("live", help="play a speech file into a live session as if it arrived in real time")
     pl.add_argument("directory")
     pl.add_argument("--audio", required=True, help="speech file pushed in chunks")
-    pl.add_argument("--to", required=True, help="output file (.mp4/.mkv/.ts/.flv) or URL (rtmp://, srt://, udp://)")
+    pl.add_argument("--to", default=None, help="output file (.mp4/.mkv/.ts/.flv) or URL (rtmp://, srt://, udp://); "
+                                               "default <avatar>/vid_output/live-<audio name>.mp4")
     pl.add_argument("--realtime", action="store_true", help="push chunks at the pace of the audio, output at 25 fps")
     pl.add_argument("--chunk-ms", type=float, default=200.0, help="chunk length in milliseconds")
     pl.add_argument("--silence", choices=["closed", "source", "none"], default="closed",

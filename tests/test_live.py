@@ -253,6 +253,24 @@ def test_cli_plays_a_file_into_a_live_session(avatar, tiny_weights, tmp_path, ff
     assert media.probe(out).comment == media.SYNTHETIC_TAG  # marked synthetic, as every video the package writes
 
 
+def test_cli_live_without_to_writes_into_the_avatars_vid_output(avatar, tiny_weights, tmp_path, ffmpeg):
+    """Without --to, `avatar live` writes <avatar>/vid_output/live-<audio name>.mp4, as `avatar generate` writes
+    into vid_output: one frame per 40 ms of the file."""
+    import soundfile as sf
+
+    from nbhelpers.__main__ import main
+
+    wav = tmp_path / "hello.wav"
+    sf.write(wav, noise(0.2, seed=3), 16000)  # 0.2 s: 5 frames
+    out = avatar.directory / "vid_output" / "live-hello.mp4"
+    out.unlink(missing_ok=True)
+    assert main(["avatar", "live", str(avatar.directory), "--audio", str(wav), "--weights", str(tiny_weights)]) == 0
+    raw = subprocess.run([ffmpeg, "-v", "error", "-i", str(out), "-map", "0:v", "-f", "rawvideo", "-pix_fmt", "gray",
+                          "-"], capture_output=True, check=True).stdout
+    assert len(raw) // (96 * 96) == 5
+    out.unlink()
+
+
 def test_threaded_real_time_hands_out_every_frame_in_order(avatar):
     """The pacer thread: silence played in real time comes out of the iterator in order, one frame per 40 ms of
     audio, each handed out no earlier than its time (no timing claim beyond that: the machine is shared)."""
