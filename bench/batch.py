@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -72,6 +73,30 @@ class GpuBusy:
     @property
     def percent(self) -> float:
         return sum(self.samples) / len(self.samples) if self.samples else float("nan")
+
+
+class CpuBusy:
+    """Share of the machine's CPU time that was busy (not idle or waiting on I/O) while the ``with`` block ran, from
+    ``/proc/stat``'s first line (NaN where there is none)."""
+
+    @staticmethod
+    def _read() -> tuple[int, int] | None:
+        try:
+            fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        except (OSError, ValueError):
+            return None
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+        return sum(fields), idle
+
+    def __enter__(self):
+        self._start, self.percent = self._read(), float("nan")
+        return self
+
+    def __exit__(self, *exc):
+        end = self._read()
+        if self._start and end and end[0] > self._start[0]:
+            total, idle = end[0] - self._start[0], end[1] - self._start[1]
+            self.percent = 100.0 * (total - idle) / total
 
 
 def make_media(work: Path, data: Path, n_faces: int, n_jobs: int, seconds: float, ffmpeg: str, smoke: bool):
@@ -178,7 +203,7 @@ def main() -> None:
     out.mkdir()
     batch_jobs = [dict(j, output=str(out / f"{j['name']}.mp4")) for j in jobs]
     exit_at = {args.kill: 50} if args.kill else None
-    with GpuBusy(max(args.gpus, 1)) as busy:
+    with GpuBusy(max(args.gpus, 1)) as busy, CpuBusy() as cpu:
         t0 = time.perf_counter()
         result = batch.run(batch_jobs, weights_dir=weights, config=config, gpus=args.gpus, cpu_workers=1,
                            workers_per_gpu=args.workers_per_gpu, _exit_at=exit_at)
@@ -192,9 +217,10 @@ def main() -> None:
         print(f"WARNING: the batch made {result.frames} frames, the audios give {sum(frames.values())}", flush=True)
     rows.append(row(f"Ray batch ({len(result.workers)} worker(s))", max(args.gpus, 0),
                     [dict(j, frames=frames[j["name"]]) for j in jobs], batch_s, busy.percent,
-                    retried=[o.job for o in result.outcomes if o.attempts > 1], avatars=dict(result.avatars)))
+                    retried=[o.job for o in result.outcomes if o.attempts > 1], avatars=dict(result.avatars),
+                    cpu_busy_pct=round(cpu.percent, 1)))
     save()
-    print(f"batch: {batch_s:.1f} s; phases (s from the start): " + ", ".join(
+    print(f"batch: {batch_s:.1f} s; CPU busy {cpu.percent:.0f}% of {os.cpu_count()} cores; phases (s from the start): " + ", ".join(
         f"{k} {v:.1f}" for k, v in result.phases.items()) + "; job seconds on the workers: " + ", ".join(
         f"{o.seconds:.2f}" for o in result.outcomes), flush=True)
     report["phases"] = dict(result.phases)
@@ -206,7 +232,7 @@ def main() -> None:
         shutil_rm(out)
         out.mkdir()
         calls: list[float] = []
-        with GpuBusy(1) as busy:
+        with GpuBusy(1) as busy, CpuBusy() as cpu:
             t0 = time.perf_counter()
             for job in loop_jobs:
                 t1 = time.perf_counter()
@@ -221,9 +247,9 @@ def main() -> None:
             loop_s = time.perf_counter() - t0
         rows.insert(0, row("loop of nbh.lipsync()", 0 if args.smoke else 1,
                            [dict(j, frames=frames[j["name"]]) for j in loop_jobs], loop_s, busy.percent,
-                           calls_s=calls))
+                           calls_s=calls, cpu_busy_pct=round(cpu.percent, 1)))
         report.pop("loop_partial", None)
-        print(f"loop: {loop_s:.1f} s for {len(loop_jobs)} calls", flush=True)
+        print(f"loop: {loop_s:.1f} s for {len(loop_jobs)} calls; CPU busy {cpu.percent:.0f}%", flush=True)
 
     base = rows[0]["jobs_per_hour"] if not args.skip_loop else None
     report["ratio_jobs_per_hour"] = rows[-1]["jobs_per_hour"] / base if base else None

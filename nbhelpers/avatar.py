@@ -441,9 +441,12 @@ class Avatar:
         from .engine import SourceFaces
 
         pipe = self._pipeline()
-        config = pipe.job_config(self.config.replace(device=None, fp16=None))
-        config = pipe.plan("realtime", config, None, self.frame_shape)
+        asked = pipe.job_config(self.config.replace(device=None, fp16=None))
+        config = pipe.plan("realtime", asked, None, self.frame_shape)
         self.config = config
+        # A whole clip into a file waits for no first frame: its own plan (kind "clip") allows larger batches,
+        # unless the batch was asked for; live sessions and stream() keep the realtime batch of self.config.
+        self._state["clip_config"] = pipe.plan("clip", asked, None, self.frame_shape)
         device = pipe.device
         frames = self.frames()
         latents = torch.from_numpy(self.latents_np).to(device=device, dtype=pipe.dtype)
@@ -547,7 +550,8 @@ class Avatar:
                 out_path = Path(output)
             audio_track = None if isinstance(audio, np.ndarray) else Path(audio)
             h, w = self.frame_shape
-            batch = int(self.config.batch_size or 20)
+            clip_config = st.get("clip_config", self.config)
+            batch = int(clip_config.batch_size or 20)
             if out_path is None:
                 run(st["source"], features, st["models"], batch, n_out, None, frame_callback=frame_callback,
                     timings=timings)
@@ -563,7 +567,7 @@ class Avatar:
                 final = Path(writer.path) if hasattr(writer, "path") else out_path
         return ClipResult(output=final, n_frames=n_out, source_frames=self.n_frames,
                           no_face_frames=self.n_frames - self.n_faces, fps=FPS,
-                          duration_s=len(waveform) / SAMPLE_RATE, config=self.config, backend=self.backend or "cache",
+                          duration_s=len(waveform) / SAMPLE_RATE, config=clip_config, backend=self.backend or "cache",
                           timings=dict(timings.seconds), wall_s=time.perf_counter() - t0, kind="avatar",
                           notes=self._pipeline()._notes())
 

@@ -36,6 +36,7 @@ import io
 import json
 import os
 import shutil
+import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Mapping, Sequence
@@ -368,9 +369,11 @@ class BatchResult:
         workers: One line per worker started (``host/pid device``); empty when nothing had to run.
         avatars: Avatars prepared (built now) and loaded from the cache, ``{"prepared": n, "loaded": m}``.
         phases: Where the wall time went, seconds from the start of :func:`run`: ``checks`` (jobs read, media
-            probed, finished outputs found), ``ray_start`` (Ray started or joined), ``workers_ready`` (every
-            worker's pipeline loaded), ``first_job`` (the first job started), ``jobs_done`` (the last outcome),
-            and ``prepare_s`` (worker seconds spent preparing or loading avatars, summed); empty when nothing ran.
+            probed, finished outputs found) and ``ray_start`` (Ray started or joined; the media are probed
+            meanwhile, so the two overlap), ``workers_ready`` (every worker answered; its models go on loading
+            in a thread while its first avatar is prepared), ``first_job`` (the first job started), ``jobs_done``
+            (the last outcome), and ``prepare_s`` (worker seconds spent preparing or loading avatars, summed);
+            empty when nothing ran.
     """
 
     outcomes: tuple[JobOutcome, ...]
@@ -501,6 +504,25 @@ class BatchWorker:
         self.keep_avatars = 2
         self._job = ""
         self._frames = 0
+        # The models load in a thread from now on: a worker that waits for a face another one prepares is warm
+        # when the face is ready. Preparing needs only the VAE and the face parser; the rest waits while a
+        # preparation runs (they would share this process's one interpreter lock).
+        self._not_preparing = threading.Event()
+        self._not_preparing.set()
+        self._preload = threading.Thread(target=self._load_and_warm, args=(base,), name="batch-preload", daemon=True)
+        self._preload.start()
+
+    def _load_and_warm(self, base: Any) -> None:
+        """Load every model an avatar job uses (VAE and face parser first), then run the UNet, the VAE decoder and
+        whisper once at the batch of a clip, so that the first clip finds its kernels loaded. A failure here is
+        left to the job that needs the model: it loads it again and reports the error."""
+        try:
+            self.pipe.vae, self.pipe.face_parser  # noqa: B018 - loads them
+            self._not_preparing.wait()
+            self.pipe.preload("avatar", restore=base.restore)
+            self.pipe.warm_up(self.pipe.plan("clip", self.pipe.job_config(base), None, None).batch_size)
+        except Exception:  # noqa: BLE001 - see the docstring
+            pass
 
     def describe(self) -> str:
         """``host/pid device``."""
@@ -531,6 +553,7 @@ class BatchWorker:
             "error": text, ...}`` (no face, unreadable video...): errors are returned, not raised.
         """
         t0 = time.perf_counter()
+        self._not_preparing.clear()
         try:
             avatar = self.pipe.prepare_avatar(video, directory, config=self._config(config), boxes=box)
             self._keep(key, avatar)
@@ -538,6 +561,8 @@ class BatchWorker:
                     "seconds": time.perf_counter() - t0, "worker": self.name}
         except Exception as exc:  # noqa: BLE001 - recorded for the job, the batch goes on
             return {"ok": False, "error": _error_text(exc), "seconds": time.perf_counter() - t0, "worker": self.name}
+        finally:
+            self._not_preparing.set()
 
     def generate(self, key: str, directory: str, config: dict[str, Any], name: str, audio: str, output: str,
                  exit_at_frame: int | None = None) -> dict[str, Any]:
@@ -721,62 +746,80 @@ def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], *, weights_
             raise InputError(f"job {job.name!r}: {exc}") from None
     _require_ray()
 
-    # 1. what is finished, what fails before any worker (missing or unreadable files), and the groups by face
+    # 1. what is finished, what fails before any worker (missing or unreadable files), and the groups by face.
+    # Ray starts in this thread meanwhile (its start is seconds of waiting for its own processes), unless every
+    # output is there with its record: then a repeated batch that skips everything does not start Ray at all.
     fingerprints = _Fingerprints()
     weights_state = _weights_state(weights_path, config.version)
-    outcomes: dict[str, JobOutcome] = {}
-    inputs_of: dict[str, dict[str, Any]] = {}
-    groups: dict[str, _Group] = {}
-    group_of: dict[str, str] = {}
-    expected_frames: dict[str, int] = {}
-    bad_videos: dict[Path, str] = {}
     for job in job_list:
         remove_partials(job.output)
-        cfg = job_configs[job.name]
-
-        def failed(text: str, job: Job = job) -> JobOutcome:
-            return JobOutcome(job.name, "failed", 0, 0.0, text, job.video, job.audio, job.output)
-
-        try:
-            if job.video not in bad_videos:
-                try:
-                    check_video(job.video)
-                except NbHelpersError as exc:
-                    bad_videos[job.video] = _error_text(exc)
-            if job.video in bad_videos:
-                outcomes[job.name] = failed(bad_videos[job.video])
-                continue
-            _, audio_info = check_audio(job.audio)
-        except NbHelpersError as exc:
-            outcomes[job.name] = failed(_error_text(exc))
-            continue
-        box = job.settings.get("box")
-        inputs = {"video": fingerprints(job.video), "audio": fingerprints(job.audio), "box": list(box) if box else None,
-                  "settings": {k: v for k, v in cfg.to_dict().items() if k not in ("device", "fp16", "batch_size")},
-                  "weights": weights_state}
-        inputs_of[job.name] = inputs
-        rec = None if rerun else _finished(job, inputs)
-        if rec is not None:
-            outcomes[job.name] = JobOutcome(job.name, "skipped", int(rec.get("frames", 0)), 0.0, "", job.video,
-                                            job.audio, job.output, 0, str(rec.get("worker", "")))
-            continue
-        key = _group_key(inputs["video"], cfg, box)
-        if key not in groups:
-            groups[key] = _Group(key, job.video, cache_path / f"{job.video.stem}-{key}",
-                                 {k: v for k, v in cfg.to_dict().items() if k not in ("device", "fp16")}, box)
-        groups[key].queue.append(job)
-        group_of[job.name] = key
-        expected_frames[job.name] = int((audio_info.duration_s or 0) * 25)
-
-    todo = sum(len(g.queue) for g in groups.values())
-    worker_names: list[str] = []
-    avatars = {"prepared": 0, "loaded": 0}
+    likely_work = rerun or any(not (j.output.is_file() and record_path(j.output).is_file()) for j in job_list)
+    started = False
     phases: dict[str, float] = {}
-    if todo:
-        phases["checks"] = time.perf_counter() - t0
-        worker_names = _dispatch(job_list, groups, group_of, job_configs, expected_frames, outcomes, inputs_of,
-                                 weights_path, config, address, cpu_workers, workers_per_gpu, gpus, max_attempts,
-                                 dict(_exit_at or {}), avatars, len(job_list) - todo, phases, t0)
+    # A local Ray starts this many worker processes ahead, as soon as it is up: the workers' actors find them
+    # started (a GPU worker takes no CPU of Ray's count, so this only sets how many are started ahead).
+    ahead = max(cpu_workers, workers_per_gpu * (gpus or 1))
+    if likely_work:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(1, thread_name_prefix="batch-checks") as pool:
+            probing = pool.submit(_probe_inputs, job_list, fingerprints, check_video, check_audio)
+            try:
+                started = init_ray(address, num_cpus=ahead, num_gpus=gpus if address is None else None)
+            finally:
+                probed = probing.result()  # the probe's own errors (none expected) come after Ray's
+        phases["ray_start"] = time.perf_counter() - t0
+    else:
+        probed = _probe_inputs(job_list, fingerprints, check_video, check_audio)
+    try:
+        video_errors, audio_infos = probed
+        outcomes: dict[str, JobOutcome] = {}
+        inputs_of: dict[str, dict[str, Any]] = {}
+        groups: dict[str, _Group] = {}
+        group_of: dict[str, str] = {}
+        expected_frames: dict[str, int] = {}
+        for job in job_list:
+            cfg = job_configs[job.name]
+            error = video_errors.get(job.video) or audio_infos[job.audio][1]
+            if error:
+                outcomes[job.name] = JobOutcome(job.name, "failed", 0, 0.0, error, job.video, job.audio, job.output)
+                continue
+            audio_info = audio_infos[job.audio][0]
+            box = job.settings.get("box")
+            inputs = {"video": fingerprints(job.video), "audio": fingerprints(job.audio),
+                      "box": list(box) if box else None,
+                      "settings": {k: v for k, v in cfg.to_dict().items() if k not in ("device", "fp16", "batch_size")},
+                      "weights": weights_state}
+            inputs_of[job.name] = inputs
+            rec = None if rerun else _finished(job, inputs)
+            if rec is not None:
+                outcomes[job.name] = JobOutcome(job.name, "skipped", int(rec.get("frames", 0)), 0.0, "", job.video,
+                                                job.audio, job.output, 0, str(rec.get("worker", "")))
+                continue
+            key = _group_key(inputs["video"], cfg, box)
+            if key not in groups:
+                groups[key] = _Group(key, job.video, cache_path / f"{job.video.stem}-{key}",
+                                     {k: v for k, v in cfg.to_dict().items() if k not in ("device", "fp16")}, box)
+            groups[key].queue.append(job)
+            group_of[job.name] = key
+            expected_frames[job.name] = int((audio_info.duration_s or 0) * 25)
+
+        todo = sum(len(g.queue) for g in groups.values())
+        worker_names: list[str] = []
+        avatars = {"prepared": 0, "loaded": 0}
+        if todo:
+            phases["checks"] = time.perf_counter() - t0
+            if not likely_work:  # every output had a record, yet some input or setting changed
+                started = init_ray(address, num_cpus=ahead, num_gpus=gpus if address is None else None)
+                phases["ray_start"] = time.perf_counter() - t0
+            worker_names = _dispatch(job_list, groups, group_of, job_configs, expected_frames, outcomes, inputs_of,
+                                     weights_path, config, cpu_workers, workers_per_gpu, gpus, max_attempts,
+                                     dict(_exit_at or {}), avatars, len(job_list) - todo, phases, t0)
+        else:
+            phases.clear()
+    finally:
+        if started:
+            _require_ray().shutdown()
     for job in job_list:
         remove_partials(job.output)
     result = BatchResult(outcomes=tuple(outcomes[j.name] for j in job_list), summary_csv=summary_path,
@@ -787,17 +830,48 @@ def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], *, weights_
     return result
 
 
+def _probe_inputs(job_list: Sequence[Job], fingerprints: _Fingerprints, check_video, check_audio):
+    """Probe every distinct video and audio once, several at a time (each probe is an ffprobe run or a file
+    read, waiting on another process or the disk), and fingerprint the readable ones.
+
+    Returns:
+        ``(video_errors, audio_infos)``: ``{video: "<Type>: message"}`` for unreadable videos only, and
+        ``{audio: (info, "")}`` or ``{audio: (None, "<Type>: message")}`` for every audio.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    def video(path: Path) -> tuple[Path, str]:
+        try:
+            check_video(path)
+            fingerprints(path)
+            return path, ""
+        except (NbHelpersError, OSError) as exc:
+            return path, _error_text(exc)
+
+    def audio(path: Path) -> tuple[Path, tuple[Any, str]]:
+        try:
+            info = check_audio(path)[1]
+            fingerprints(path)
+            return path, (info, "")
+        except (NbHelpersError, OSError) as exc:
+            return path, (None, _error_text(exc))
+
+    videos = list(dict.fromkeys(j.video for j in job_list))
+    audios = list(dict.fromkeys(j.audio for j in job_list))
+    with ThreadPoolExecutor(min(8, max(2, os.cpu_count() or 1)), thread_name_prefix="batch-probe") as pool:
+        video_results = list(pool.map(video, videos))
+        audio_results = list(pool.map(audio, audios))
+    return {p: e for p, e in video_results if e}, dict(audio_results)
+
+
 def _dispatch(job_list, groups, group_of, job_configs, expected_frames, outcomes, inputs_of, weights_path, config,
-              address, cpu_workers, workers_per_gpu, gpus, max_attempts, exit_at, avatars, already, phases,
-              t0) -> list[str]:
-    """Start the workers, hand out prepares and jobs until every job has an outcome, stop the workers (the times
-    of its phases, seconds since ``t0``, go into ``phases``)."""
+              cpu_workers, workers_per_gpu, gpus, max_attempts, exit_at, avatars, already, phases, t0) -> list[str]:
+    """Start the workers on the running Ray, hand out prepares and jobs until every job has an outcome, stop the
+    workers (the times of its phases, seconds since ``t0``, go into ``phases``)."""
     from . import progress
 
     ray = _require_ray()
     todo = sum(len(g.queue) for g in groups.values())
-    started = init_ray(address, num_cpus=cpu_workers, num_gpus=gpus if address is None else None)
-    phases["ray_start"] = time.perf_counter() - t0
     phases["prepare_s"] = 0.0
     actors: list[Any] = []
     try:
@@ -1003,8 +1077,6 @@ def _dispatch(job_list, groups, group_of, job_configs, expected_frames, outcomes
                 ray.kill(a)
             except Exception:  # noqa: BLE001 - stopping must not hide the batch's outcome
                 pass
-        if started:
-            ray.shutdown()
 
 
 __all__ = ["BatchResult", "BatchWorker", "Job", "JobOutcome", "ROW_SETTINGS", "check_jobs", "init_ray",

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import html
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -308,6 +309,8 @@ class MuseTalkPipeline:
         self.dtype = torch.float16 if config.fp16 else torch.float32
         self._loaded: dict[str, Any] = {}
         self._checked: dict[str, tuple[int, int]] = {}  # weight file -> (size, mtime_ns) when last found usable
+        self._load_locks: dict[str, threading.Lock] = {}  # one per component: threads load each model once
+        self._locks_lock = threading.Lock()
 
     # -- construction --------------------------------------------------------------------------------------------
 
@@ -402,10 +405,67 @@ class MuseTalkPipeline:
     # -- the models, loaded on first use ---------------------------------------------------------------------------
 
     def _get(self, name: str, load: Callable[[], Any]) -> Any:
-        if name not in self._loaded:
-            with flush_denormals(self.device):
-                self._loaded[name] = load()
+        if name in self._loaded:
+            return self._loaded[name]
+        with self._locks_lock:
+            lock = self._load_locks.setdefault(name, threading.Lock())
+        with lock:  # a second thread asking for the same model waits for the first one's load
+            if name not in self._loaded:
+                with flush_denormals(self.device):
+                    self._loaded[name] = load()
         return self._loaded[name]
+
+    def warm_up(self, batch_size: int) -> None:
+        """Run the UNet and the VAE decoder once on zeros at ``batch_size`` frames, and whisper on 1 s of silence,
+        loading those models first if needed. CUDA only: on the CPU nothing is loaded or run.
+
+        A new process's first CUDA calls load their kernels and make the cuBLAS and cuDNN handles; a clip rendered
+        at the same batch afterwards starts at full speed. The outputs are discarded; GPU memory of one batch is
+        used while it runs. Thread-safe with jobs running at the same time (they share the loaded models).
+
+        Raises:
+            InputError: ``batch_size`` is not a positive whole number.
+        """
+        import torch
+
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+            raise InputError(f"batch_size must be a positive whole number; got {batch_size!r}.")
+        if self.device.type != "cuda":
+            return
+        from .constants import CROP_SIZE
+        from .latents import decode, unet_step
+
+        unet, vae = self.unet, self.vae
+        cfg = unet.config
+        side = CROP_SIZE // 2 ** (len(vae.config.block_out_channels) - 1)  # the latent of a 256x256 crop: 32
+        with torch.inference_mode():
+            latents = torch.zeros(batch_size, int(cfg.in_channels), side, side, device=self.device, dtype=self.dtype)
+            tokens = torch.zeros(batch_size, 50, int(cfg.cross_attention_dim), device=self.device, dtype=self.dtype)
+            decode(unet_step(unet, self.pe, latents, tokens), vae)
+            self.features(np.zeros(SAMPLE_RATE, dtype=np.float32))
+        torch.cuda.synchronize(self.device)
+
+    def preload(self, kind: str = "avatar", *, restore: str | None = None) -> list[str]:
+        """Load now the models that jobs of ``kind`` use, instead of at their first use; returns what is loaded.
+
+        ``"avatar"`` (preparing avatars and generating from them) and ``"lipsync"`` both load the VAE, the face
+        parser, the UNet, whisper with its feature extractor and the positional encoding; ``"lipsync"`` adds the
+        landmark backend of the pipeline's config (none for ``"boxes"``). ``restore`` adds that face restorer.
+        Thread-safe: a job that asks for a model while this loads it waits for the same load
+        (the batch workers load in a thread while their first avatar is prepared).
+
+        Raises:
+            InputError: An unknown ``kind``. Whatever loading a model raises (:class:`WeightsError`,
+                :class:`CheckpointError`, a missing dependency).
+        """
+        if kind not in ("avatar", "lipsync"):
+            raise InputError(f"kind must be 'avatar' or 'lipsync'; got {kind!r}.")
+        self.vae, self.face_parser, self.unet, self.whisper, self.feature_extractor, self.pe  # noqa: B018 - loads
+        if kind == "lipsync" and self.config.landmark_backend not in ("boxes",):
+            self.landmarks()
+        if restore is not None:
+            self.restorer(restore)
+        return self.loaded
 
     @property
     def unet(self):
@@ -543,14 +603,14 @@ class MuseTalkPipeline:
 
         The memory model (:func:`nbhelpers.gpu.stage_memory`) counts in every stage: for ``"lipsync"`` the UNet,
         VAE, whisper (with the positional encoding), BiSeNet and the GPU face models of ``landmark_backend``
-        (none for ``"dlib"`` and ``"boxes"``); for ``"realtime"`` the UNet, VAE and whisper. ``"avatar"`` loads
+        (none for ``"dlib"`` and ``"boxes"``); for ``"realtime"`` and ``"clip"`` the UNet, VAE and whisper. ``"avatar"`` loads
         its models one stage at a time, so none is counted in every stage: 0. Face restorers and other
         backends are not in the model, so their memory stays taken. Parameters and buffers, each storage once
         (:func:`nbhelpers.gpu.module_bytes`); 0 on the CPU.
         """
         from . import gpu
 
-        if self.device.type != "cuda" or kind not in ("lipsync", "realtime"):
+        if self.device.type != "cuda" or kind not in ("lipsync", "realtime", "clip"):
             return 0.0
         names = ["unet", "vae", "whisper", "pe"]
         if kind == "lipsync":

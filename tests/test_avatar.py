@@ -230,3 +230,31 @@ def test_loading_what_is_not_an_avatar_says_how_to_make_one(tmp_path, state, rea
     text = str(caught.value)
     assert text.startswith(reason.format(d=d))
     assert f"python -m nbhelpers avatar prepare VIDEO {d}" in text and "preparing it again" in text
+
+
+def test_a_whole_clip_plans_its_own_batch_and_gives_the_same_frames(prepared, speech, tiny_weights, tmp_path):
+    """Avatar.generate plans kind "clip" (a larger cap: nothing waits for its first frame) while live sessions and
+    stream() keep the realtime batch; the frames do not depend on the batch."""
+    from nbhelpers import InferenceConfig
+    from nbhelpers.avatar import Avatar
+    from nbhelpers.pipeline import MuseTalkPipeline
+
+    folder, _ = prepared
+    pipe = MuseTalkPipeline.from_pretrained(tiny_weights, device="cpu")
+    real, kinds = pipe.plan, []
+
+    def plan(kind, config, *args, **kwargs):  # distinct batches per kind (on the CPU both would be 4)
+        kinds.append(kind)
+        return real(kind, config, *args, **kwargs).replace(batch_size={"clip": 5, "realtime": 3}[kind])
+
+    pipe.plan = plan
+    avatar = Avatar.load(folder, config=InferenceConfig(device="cpu"), pipeline=pipe)
+    got: dict[int, np.ndarray] = {}
+    result = avatar.generate(speech, tmp_path / "clip.mp4", frame_callback=lambda t, f: got.__setitem__(t, f.copy()))
+    assert result.config.batch_size == 5 and avatar.config.batch_size == 3 and set(kinds) == {"clip", "realtime"}
+    streamed = list(avatar.stream(speech))
+    assert len(streamed) == len(got) == result.n_frames == 18
+    for t, frame in enumerate(streamed):
+        diff = np.abs(frame.astype(np.int16) - got[t].astype(np.int16)).max()
+        assert diff <= 1, f"frame {t}: batch 5 and batch 3 differ by {diff} levels"
+    avatar.close()

@@ -153,3 +153,51 @@ def test_an_output_under_a_file_is_refused_before_any_work(tmp_path):
     with pytest.raises(InputError, match="is a folder"):
         output_path_for(tmp_path / "d.mp4", tmp_path / "v.mp4", tmp_path / "a.wav")
     assert output_path_for(tmp_path / "new" / "o.mp4", tmp_path / "v.mp4", tmp_path / "a.wav").name == "o.mp4"
+
+
+def test_preload_from_several_threads_loads_each_model_once(tiny_weights, monkeypatch):
+    import threading
+
+    from nbhelpers import models
+    from nbhelpers.pipeline import MuseTalkPipeline
+
+    pipe = MuseTalkPipeline.from_pretrained(tiny_weights, device="cpu")
+    calls = collections.Counter()
+    for name in ("load_unet", "load_vae", "load_whisper"):
+        real = getattr(models, name)
+
+        def counted(*args, _real=real, _name=name, **kwargs):
+            calls[_name] += 1
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(models, name, counted)
+    start = threading.Barrier(3)
+
+    def load():
+        start.wait()
+        pipe.preload("avatar")
+
+    threads = [threading.Thread(target=load) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert calls == {"load_unet": 1, "load_vae": 1, "load_whisper": 1}
+    assert set(pipe.loaded) == {"vae", "face_parser", "unet", "whisper", "feature_extractor", "pe"}
+    unet = pipe.unet
+    pipe.preload("avatar")  # everything is there: nothing loads again
+    assert pipe.unet is unet and sum(calls.values()) == 3
+
+
+def test_warm_up_checks_its_batch_and_does_nothing_on_the_cpu(tiny_weights):
+    from nbhelpers.errors import InputError
+    from nbhelpers.pipeline import MuseTalkPipeline
+
+    pipe = MuseTalkPipeline.from_pretrained(tiny_weights, device="cpu")
+    for bad in (0, -1, 2.0, True, None):
+        with pytest.raises(InputError, match="batch_size must be a positive whole number"):
+            pipe.warm_up(bad)
+    pipe.warm_up(4)
+    assert pipe.loaded == []  # nothing loaded on the CPU
+    with pytest.raises(InputError, match="kind must be 'avatar' or 'lipsync'"):
+        pipe.preload("realtime")

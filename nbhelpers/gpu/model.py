@@ -64,6 +64,10 @@ class MemoryModel:
         cap_avatar: Largest batch of avatar preparation (encode, parsing), frames. 32, as above.
         cap_realtime: Largest batch of realtime generation, frames. 20, the official default
             (realtime_inference.py:331): 0.8 s of video per batch, so the first frame comes after one batch.
+        cap_clip: Largest batch of a whole clip generated from a prepared avatar into a file
+            (``Avatar.generate``, the batch runner), frames. 64: nothing waits for its first frame, and on an
+            H200 the UNet and decode of a 10 s clip took 3.3 ms per frame at 64 against 4.4 at 20 and 4.1 at 32
+            (bench/RESULTS.md, "Clip batch"), the UNet's cost per batch spread over more frames.
         cap_cpu: Batch on the CPU, frames. 4: on 2 cores the full UNet takes 2.9-3.6 s at batch 1 and 8-10 s at
             batch 4 (environment-notes), so larger batches do not help and progress shows later.
         cpu_ram_fraction: Share of available host RAM a CPU plan may use for models and activations.
@@ -101,6 +105,7 @@ class MemoryModel:
     cap_lipsync: int = 32
     cap_avatar: int = 32
     cap_realtime: int = 20
+    cap_clip: int = 64
     cap_cpu: int = 4
     cpu_ram_fraction: float = 0.75
     fp16_min_capability: tuple[int, int] = (5, 3)
@@ -217,7 +222,7 @@ def cpu_seconds(kind: str = "lipsync", n_frames: int = 0, source_frames: int | N
     - ``generate`` = ``n * t.generate_s`` (not for avatar).
 
     Args:
-        kind: ``"lipsync"``, ``"avatar"`` or ``"realtime"``.
+        kind: ``"lipsync"``, ``"avatar"``, ``"realtime"`` or ``"clip"`` (counted as realtime).
         n_frames: Output frames for lipsync/realtime (audio seconds x 25); source frames for avatar.
         source_frames: Source frames of the video (25 fps) for lipsync; None assumes at least ``n_frames``, so
             that every output frame has its own source frame (the longest case).
@@ -241,6 +246,7 @@ def cpu_seconds(kind: str = "lipsync", n_frames: int = 0, source_frames: int | N
         raise InputError(f"kind must be one of {', '.join(map(repr, KINDS))}; got {kind!r}.")
     if weights not in WEIGHTS:
         raise InputError(f"weights must be 'full' or 'tiny'; got {weights!r}.")
+    kind = "realtime" if kind == "clip" else kind  # the same work, only its batch cap differs
     t = times or CPU_TIMES[weights]
     f = face_cpu_times(landmark_backend)
     per_face = f.seconds(frame_size or DEFAULT_FRAME_SIZE)
@@ -273,7 +279,7 @@ def cpu_frame_seconds(kind: str = "lipsync", weights: str = "full", landmark_bac
 DEFAULT_FRAME_SIZE = (1080, 1920)
 
 
-KINDS = ("lipsync", "avatar", "realtime")
+KINDS = ("lipsync", "avatar", "realtime", "clip")  # clip: realtime's stages, cap_clip
 WEIGHTS = ("full", "tiny")
 
 
@@ -315,7 +321,7 @@ def stage_memory(kind: str, fp16: bool = True, frame_size: tuple[int, int] = DEF
     See the module docstring for the table of stages. Peak of a stage at batch ``b`` = ``fixed + per_frame * b``.
 
     Args:
-        kind: ``"lipsync"``, ``"avatar"`` or ``"realtime"``.
+        kind: ``"lipsync"``, ``"avatar"``, ``"realtime"`` or ``"clip"`` (counted as realtime).
         fp16: Half precision (fp32 multiplies weights and activations by ``fp32_factor``).
         frame_size: (H, W) of the full frames, pixels.
         n_frames: Frames of the job (adds whisper features and cached latents), or None.
@@ -337,6 +343,7 @@ def stage_memory(kind: str, fp16: bool = True, frame_size: tuple[int, int] = DEF
     batch 1 on full frames: quirk Q18, ``api.py:72``).
     """
     mm = memory_model or MEMORY_MODEL
+    kind = "realtime" if kind == "clip" else kind  # the same stages, only its batch cap differs
     f = 1.0 if fp16 else mm.fp32_factor
     bytes_per_value = 2 if fp16 else 4
     h, w = frame_size

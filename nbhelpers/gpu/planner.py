@@ -43,7 +43,7 @@ class Plan:
     """Device, precision and batch size for one kind of job, with the reason for each. Shows itself.
 
     Attributes:
-        kind: ``"lipsync"`` (offline job), ``"avatar"`` (avatar preparation) or ``"realtime"``.
+        kind: ``"lipsync"`` (offline job), ``"avatar"`` (avatar preparation), ``"realtime"`` or ``"clip"``.
         device: ``"cuda:0"``, ``"cuda"``, ``"cpu"``, ... (what the job should use).
         fp16: True for half precision (UNet, VAE, Whisper, positional encoding).
         batch_size: Frames per UNet/VAE batch (and per parsing / blend batch).
@@ -174,14 +174,16 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
       fp32 below compute capability 5.3 and on the CPU (fp16 asked on the CPU falls back to fp32, with a
       warning); ``config.fp16`` overrides.
     - batch size: the largest batch whose worst stage fits the budget (see the module docstring), snapped by
-      :func:`snap_batch`, at most the kind's cap (32 offline and avatar, 20 realtime, 4 on the CPU) and at most
+      :func:`snap_batch`, at most the kind's cap (32 offline and avatar, 20 realtime, 64 for a whole clip from an
+      avatar, 4 on the CPU) and at most
       ``n_frames``; ``config.batch_size`` overrides, with a warning when the model predicts it does not fit.
       A face restorer named by ``config.restore`` adds its GiB per frame to the generate stage
       (:func:`~nbhelpers.gpu.model.restore_per_frame_gib`), so the batch shrinks to make room for it.
 
     Args:
-        kind: ``"lipsync"`` (offline job), ``"avatar"`` (avatar preparation) or ``"realtime"`` (generation from
-            a prepared avatar).
+        kind: ``"lipsync"`` (offline job), ``"avatar"`` (avatar preparation), ``"realtime"`` (generation from
+            a prepared avatar, live) or ``"clip"`` (a whole clip from a prepared avatar into a file: realtime's
+            memory, a larger cap).
         report: A :class:`GpuReport`; None calls :func:`report`. Tests pass fakes built directly.
         config: An :class:`~nbhelpers.config.InferenceConfig` whose non-None ``device``/``fp16``/``batch_size``
             are user overrides, whose ``restore`` adds the face restorer's memory to the generate stage, and whose
@@ -307,7 +309,8 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
         f"{size_note}; the generate stage counts {restore_per_frame_gib(restore, restore_bf16, mm):.3f} GiB per "
         f"frame for the {restore} face restorer in "
         f"{'bfloat16' if restore_bf16 and restore != 'codeformer' else 'float32'}")
-    cap = {"lipsync": mm.cap_lipsync, "avatar": mm.cap_avatar, "realtime": mm.cap_realtime}[kind]
+    cap = {"lipsync": mm.cap_lipsync, "avatar": mm.cap_avatar, "realtime": mm.cap_realtime,
+           "clip": mm.cap_clip}[kind]
     budget: float | None = None
     precision = "fp16" if fp16 else "fp32"
     if on_cuda:
@@ -387,7 +390,7 @@ def _cpu_time_note(kind: str, n_frames: int | None, source_frames: int | None, w
                    frame_size: tuple[int, int], size_note: str) -> str:
     """The CPU warning: the job's time stage by stage when its length is known, else seconds per frame."""
     models = "the tiny test models" if weights == "tiny" else "the full-size models"
-    tracking = "" if kind == "realtime" else (
+    tracking = "" if kind in ("realtime", "clip") else (
         "no face tracking (boxes given)" if backend == "boxes" else
         f"face tracking by {'dwpose (auto)' if backend == 'auto' else backend}")
     where = f"2 cores, fp32, {models}, {size_note}" + (f", {tracking}" if tracking else "")
