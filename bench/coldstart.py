@@ -35,6 +35,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--warm", action="store_true")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--no-output", action="store_true", help="generate without writing (no encoder)")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (as a batch worker sets)")
     parser.add_argument("--tag", default="")
     parser.add_argument("--out", default=None)
     parser.add_argument("--batch-sizes", default="",
@@ -56,6 +58,8 @@ def main() -> None:
 
     import torch
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     mark("import torch")
     import nbhelpers as nbh
     from nbhelpers import media
@@ -95,7 +99,7 @@ def main() -> None:
         mark(f"prepare face {k}")
     timings = []
     for j in range(args.jobs):
-        out = work / f"cold-{args.tag}-{j}.mp4"
+        out = False if args.no_output else work / f"cold-{args.tag}-{j}.mp4"
         if args.profile and j == 0:
             from stacks import StackSampler
 
@@ -104,7 +108,8 @@ def main() -> None:
             profiles["generate0"] = sampler.report(top=20)
         else:
             res = avatars[j % len(avatars)].generate(audios[j], output=out)
-        timings.append({k: round(v, 3) for k, v in res.timings.items()})
+        timings.append(dict({k: round(v, 3) for k, v in res.timings.items()}, batch=res.config.batch_size,
+                            wall=round(res.wall_s, 3)))
         mark(f"generate {j}")
     steps["total"] = round(time.perf_counter() - T_START, 3)
     by_batch = {}

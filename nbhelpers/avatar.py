@@ -837,7 +837,10 @@ def prepare_avatar(video: str | os.PathLike, directory: str | os.PathLike, *, co
         os.replace(tmp_manifest, directory / MANIFEST)
         # The arrays are read back from the cache just written; the frames are the store's (bit-exact the same
         # as the lossless file, which decodes back exactly: FFV1), so the first clip decodes nothing.
-        avatar = Avatar.load(directory, weights_dir=weights_path, config=run_config, check=False, pipeline=pipe)
+        # Its clips plan their own batch (Avatar._ensure_state): the preparation's batch is not a batch asked for.
+        clip_config = run_config.replace(batch_size=config.batch_size,
+                                         reasons={k: v for k, v in run_config.reasons.items() if k != "batch_size"})
+        avatar = Avatar.load(directory, weights_dir=weights_path, config=clip_config, check=False, pipeline=pipe)
         avatar._frames = store
         kept = True
     finally:

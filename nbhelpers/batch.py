@@ -365,7 +365,8 @@ class BatchResult:
     Attributes:
         outcomes: One per job.
         summary_csv: The CSV written with the same table (None when writing it was turned off).
-        wall_s: Wall-clock seconds of the whole batch (Ray start and model loads included).
+        wall_s: Wall-clock seconds of the whole batch (Ray start and model loads included; a Ray that the
+            batch started shuts down after it, in a thread: :func:`wait_for_shutdown`).
         workers: One line per worker started (``host/pid device``); empty when nothing had to run.
         avatars: Avatars prepared (built now) and loaded from the cache, ``{"prepared": n, "loaded": m}``.
         phases: Where the wall time went, seconds from the start of :func:`run`: ``checks`` (jobs read, media
@@ -504,21 +505,17 @@ class BatchWorker:
         self.keep_avatars = 2
         self._job = ""
         self._frames = 0
-        # The models load in a thread from now on: a worker that waits for a face another one prepares is warm
-        # when the face is ready. Preparing needs only the VAE and the face parser; the rest waits while a
-        # preparation runs (they would share this process's one interpreter lock).
-        self._not_preparing = threading.Event()
-        self._not_preparing.set()
+        # The models load in a thread from now on, VAE and face parser first: preparing the first avatar needs only
+        # those, and the UNet, whisper and their first CUDA kernels (warm_up) load while it runs instead of in the
+        # first clip; a worker that waits for a face another one prepares is warm when the face is ready.
         self._preload = threading.Thread(target=self._load_and_warm, args=(base,), name="batch-preload", daemon=True)
         self._preload.start()
 
     def _load_and_warm(self, base: Any) -> None:
-        """Load every model an avatar job uses (VAE and face parser first), then run the UNet, the VAE decoder and
-        whisper once at the batch of a clip, so that the first clip finds its kernels loaded. A failure here is
-        left to the job that needs the model: it loads it again and reports the error."""
+        """Load every model an avatar job uses, then run the UNet, the VAE decoder and whisper once at the batch of
+        a clip, so that the first clip finds its kernels loaded. A failure here is left to the job that needs the
+        model: it loads it again and reports the error."""
         try:
-            self.pipe.vae, self.pipe.face_parser  # noqa: B018 - loads them
-            self._not_preparing.wait()
             self.pipe.preload("avatar", restore=base.restore)
             self.pipe.warm_up(self.pipe.plan("clip", self.pipe.job_config(base), None, None).batch_size)
         except Exception:  # noqa: BLE001 - see the docstring
@@ -553,7 +550,6 @@ class BatchWorker:
             "error": text, ...}`` (no face, unreadable video...): errors are returned, not raised.
         """
         t0 = time.perf_counter()
-        self._not_preparing.clear()
         try:
             avatar = self.pipe.prepare_avatar(video, directory, config=self._config(config), boxes=box)
             self._keep(key, avatar)
@@ -561,8 +557,6 @@ class BatchWorker:
                     "seconds": time.perf_counter() - t0, "worker": self.name}
         except Exception as exc:  # noqa: BLE001 - recorded for the job, the batch goes on
             return {"ok": False, "error": _error_text(exc), "seconds": time.perf_counter() - t0, "worker": self.name}
-        finally:
-            self._not_preparing.set()
 
     def generate(self, key: str, directory: str, config: dict[str, Any], name: str, audio: str, output: str,
                  exit_at_frame: int | None = None) -> dict[str, Any]:
@@ -629,6 +623,7 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpu
         MissingDependencyError: Ray is not installed (the message gives the install line).
     """
     ray = _require_ray()
+    wait_for_shutdown()
     if ray.is_initialized():
         return False
     address = address or os.environ.get("RAY_ADDRESS") or None
@@ -647,6 +642,33 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpu
             raise
         ray.shutdown()
         ray.init(**options)
+    return True
+
+
+_SHUTDOWN: threading.Thread | None = None  # the Ray shutdown a finished batch left running (see _shutdown_later)
+
+
+def _shutdown_later() -> None:
+    """Shut down the Ray that a batch started, in a thread: the batch's outcome is final once its workers are
+    stopped, and Ray's own shutdown (a second or more: its processes are waited for) need not delay it. The next
+    :func:`init_ray` waits for it (:func:`wait_for_shutdown`), and so does the interpreter at exit (the thread is
+    not a daemon)."""
+    global _SHUTDOWN
+    ray = _require_ray()
+    wait_for_shutdown()
+    _SHUTDOWN = threading.Thread(target=ray.shutdown, name="ray-shutdown")
+    _SHUTDOWN.start()
+
+
+def wait_for_shutdown(timeout_s: float | None = None) -> bool:
+    """Wait until the Ray shutdown that the last batch left running has finished (at most ``timeout_s``).
+
+    Call it before using Ray yourself right after a batch (``ray.init`` would otherwise find Ray still
+    initialised). Returns True when no shutdown is running any more."""
+    thread = _SHUTDOWN
+    if thread is not None:
+        thread.join(timeout_s)
+        return not thread.is_alive()
     return True
 
 
@@ -819,7 +841,7 @@ def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], *, weights_
             phases.clear()
     finally:
         if started:
-            _require_ray().shutdown()
+            _shutdown_later()
     for job in job_list:
         remove_partials(job.output)
     result = BatchResult(outcomes=tuple(outcomes[j.name] for j in job_list), summary_csv=summary_path,
@@ -1080,4 +1102,4 @@ def _dispatch(job_list, groups, group_of, job_configs, expected_frames, outcomes
 
 
 __all__ = ["BatchResult", "BatchWorker", "Job", "JobOutcome", "ROW_SETTINGS", "check_jobs", "init_ray",
-           "read_jobs", "record_path", "remove_partials", "run"]
+           "read_jobs", "record_path", "remove_partials", "run", "wait_for_shutdown"]

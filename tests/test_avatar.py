@@ -232,7 +232,8 @@ def test_loading_what_is_not_an_avatar_says_how_to_make_one(tmp_path, state, rea
     assert f"python -m nbhelpers avatar prepare VIDEO {d}" in text and "preparing it again" in text
 
 
-def test_a_whole_clip_plans_its_own_batch_and_gives_the_same_frames(prepared, speech, tiny_weights, tmp_path):
+def test_a_whole_clip_plans_its_own_batch_and_gives_the_same_frames(prepared, clip, speech, tiny_weights,
+                                                                   tmp_path):
     """Avatar.generate plans kind "clip" (a larger cap: nothing waits for its first frame) while live sessions and
     stream() keep the realtime batch; the frames do not depend on the batch."""
     from nbhelpers import InferenceConfig
@@ -243,9 +244,11 @@ def test_a_whole_clip_plans_its_own_batch_and_gives_the_same_frames(prepared, sp
     pipe = MuseTalkPipeline.from_pretrained(tiny_weights, device="cpu")
     real, kinds = pipe.plan, []
 
-    def plan(kind, config, *args, **kwargs):  # distinct batches per kind (on the CPU both would be 4)
+    def plan(kind, config, *args, **kwargs):  # distinct batches per kind (on the CPU all would be 4)
         kinds.append(kind)
-        return real(kind, config, *args, **kwargs).replace(batch_size={"clip": 5, "realtime": 3}[kind])
+        planned = real(kind, config, *args, **kwargs)
+        return planned if config.batch_size else planned.replace(batch_size={"clip": 5, "realtime": 3,
+                                                                              "avatar": 7}[kind])
 
     pipe.plan = plan
     avatar = Avatar.load(folder, config=InferenceConfig(device="cpu"), pipeline=pipe)
@@ -258,3 +261,11 @@ def test_a_whole_clip_plans_its_own_batch_and_gives_the_same_frames(prepared, sp
         diff = np.abs(frame.astype(np.int16) - got[t].astype(np.int16)).max()
         assert diff <= 1, f"frame {t}: batch 5 and batch 3 differ by {diff} levels"
     avatar.close()
+    # A freshly prepared avatar plans its clips the same way: the preparation's batch (7) is not one asked for.
+    from nbhelpers import prepare_avatar
+
+    fresh = prepare_avatar(clip, tmp_path / "fresh", config=InferenceConfig(device="cpu"), boxes=BOX, pipeline=pipe)
+    assert "avatar" in kinds
+    again = fresh.generate(speech, output=False)
+    assert (again.config.batch_size, fresh.config.batch_size) == (5, 3)
+    fresh.close()

@@ -533,3 +533,39 @@ def test_face_batches_on_a_4_gib_card_follow_the_memory_model(monkeypatch):
     assert got == (1, 5)  # with the model of 2026-12: 0.185 GiB for the face models, 0.13 GiB per S3FD frame
     # a frame a quarter the size fits 4 times as many frames (capped at S3FD's batch of 4)
     assert _face_batches(monkeypatch, usable, 0.0, hw=(288, 384))[0] == min(S3FD_GPU_BATCH, 5)
+
+
+@pytest.mark.gpu
+def test_warm_up_on_cuda_runs_the_models_a_batch_worker_loads(tiny_weights, shared_data, make_media, tmp_path):
+    """A batch worker loads and warms its models in a thread while it prepares its first avatar: on CUDA the two at
+    once must give the avatar and clip of a worker that did them one after the other."""
+    import threading
+
+    import numpy as np
+    import torch
+
+    from nbhelpers import InferenceConfig, MuseTalkPipeline
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA (run with -m gpu on the GPU machine)")
+    clip = make_media("face-6f.mp4", "-i", str(shared_data / "face-sing-576x768-25fps.mp4"), "-frames:v", "6",
+                      "-an", "-c:v", "libx264", "-crf", "12", "-pix_fmt", "yuv420p")
+    speech = str(shared_data / "speech-en-short.wav")
+    box = (190, 160, 360, 330)
+    frames = {}
+    for mode in ("serial", "threaded"):
+        pipe = MuseTalkPipeline.from_pretrained(tiny_weights, device="cuda", config=InferenceConfig())
+        if mode == "threaded":
+            loader = threading.Thread(target=lambda p=pipe: (p.preload("avatar"), p.warm_up(8)))
+            loader.start()
+        avatar = pipe.prepare_avatar(clip, tmp_path / mode, boxes=box)
+        if mode == "threaded":
+            loader.join()
+            assert {"unet", "whisper", "vae", "face_parser"} <= set(pipe.loaded)
+        got = []
+        result = avatar.generate(speech, output=False, frame_callback=lambda t, f, out=got: out.append(f.copy()))
+        assert result.config.batch_size >= avatar.config.batch_size  # a clip's plan (kind "clip") is not smaller
+        frames[mode] = np.stack(got)
+        avatar.close()
+        pipe.release()
+    np.testing.assert_array_equal(frames["threaded"], frames["serial"])
