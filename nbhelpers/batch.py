@@ -365,8 +365,7 @@ class BatchResult:
     Attributes:
         outcomes: One per job.
         summary_csv: The CSV written with the same table (None when writing it was turned off).
-        wall_s: Wall-clock seconds of the whole batch (Ray start and model loads included; a Ray that the
-            batch started shuts down after it, in a thread: :func:`wait_for_shutdown`).
+        wall_s: Wall-clock seconds of the whole batch (Ray start and model loads included).
         workers: One line per worker started (``host/pid device``); empty when nothing had to run.
         avatars: Avatars prepared (built now) and loaded from the cache, ``{"prepared": n, "loaded": m}``.
         phases: Where the wall time went, seconds from the start of :func:`run`: ``checks`` (jobs read, media
@@ -623,7 +622,6 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpu
         MissingDependencyError: Ray is not installed (the message gives the install line).
     """
     ray = _require_ray()
-    wait_for_shutdown()
     if ray.is_initialized():
         return False
     address = address or os.environ.get("RAY_ADDRESS") or None
@@ -642,33 +640,6 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpu
             raise
         ray.shutdown()
         ray.init(**options)
-    return True
-
-
-_SHUTDOWN: threading.Thread | None = None  # the Ray shutdown a finished batch left running (see _shutdown_later)
-
-
-def _shutdown_later() -> None:
-    """Shut down the Ray that a batch started, in a thread: the batch's outcome is final once its workers are
-    stopped, and Ray's own shutdown (a second or more: its processes are waited for) need not delay it. The next
-    :func:`init_ray` waits for it (:func:`wait_for_shutdown`), and so does the interpreter at exit (the thread is
-    not a daemon)."""
-    global _SHUTDOWN
-    ray = _require_ray()
-    wait_for_shutdown()
-    _SHUTDOWN = threading.Thread(target=ray.shutdown, name="ray-shutdown")
-    _SHUTDOWN.start()
-
-
-def wait_for_shutdown(timeout_s: float | None = None) -> bool:
-    """Wait until the Ray shutdown that the last batch left running has finished (at most ``timeout_s``).
-
-    Call it before using Ray yourself right after a batch (``ray.init`` would otherwise find Ray still
-    initialised). Returns True when no shutdown is running any more."""
-    thread = _SHUTDOWN
-    if thread is not None:
-        thread.join(timeout_s)
-        return not thread.is_alive()
     return True
 
 
@@ -840,8 +811,8 @@ def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], *, weights_
         else:
             phases.clear()
     finally:
-        if started:
-            _shutdown_later()
+        if started:  # before returning: Ray must be down when the caller next uses it
+            _require_ray().shutdown()
     for job in job_list:
         remove_partials(job.output)
     result = BatchResult(outcomes=tuple(outcomes[j.name] for j in job_list), summary_csv=summary_path,
@@ -1102,4 +1073,4 @@ def _dispatch(job_list, groups, group_of, job_configs, expected_frames, outcomes
 
 
 __all__ = ["BatchResult", "BatchWorker", "Job", "JobOutcome", "ROW_SETTINGS", "check_jobs", "init_ray",
-           "read_jobs", "record_path", "remove_partials", "run", "wait_for_shutdown"]
+           "read_jobs", "record_path", "remove_partials", "run"]

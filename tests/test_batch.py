@@ -273,26 +273,3 @@ def test_a_long_error_is_cut_with_an_ellipsis_and_the_summary_names_the_csv(tmp_
     assert short.summary().endswith(f"; summary: {csv_path}") and "..." not in short.table()
     no_csv = BatchResult(outcomes=outcomes, summary_csv=None, wall_s=3.0)
     assert no_csv.summary().endswith("; full errors: BatchResult.failed (no summary CSV was written)")
-
-
-def test_ray_shuts_down_after_the_batch_in_a_thread_that_the_next_start_waits_for(monkeypatch):
-    ray = pytest.importorskip("ray")
-    import threading
-    import time
-
-    from nbhelpers import batch
-
-    done: list[str] = []
-
-    def slow_shutdown():
-        time.sleep(0.5)
-        done.append(threading.current_thread().name)
-
-    monkeypatch.setattr(ray, "shutdown", slow_shutdown)
-    t0 = time.perf_counter()
-    batch._shutdown_later()
-    assert time.perf_counter() - t0 < 0.3 and not done  # the batch does not wait for it
-    monkeypatch.setattr(ray, "is_initialized", lambda: True)
-    assert batch.init_ray() is False  # a Ray still up is joined, not started again...
-    assert done == ["ray-shutdown"]  # ...after the shutdown that was running has finished
-    assert batch.wait_for_shutdown(0) is True
