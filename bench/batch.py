@@ -17,6 +17,7 @@ Ray's start, the workers' model loads, the avatars' preparation. GPU busy is the
     python bench/batch.py --loop-jobs 10     # the same batch; the loop times 10 of the calls (5 per face)
     python bench/batch.py --gpus 4 --jobs 40 --faces 4 --skip-loop   # the multi-GPU run (issue 22)
     python bench/batch.py --smoke            # tiny weights on the CPU, 4 jobs of 0.4 s: checks the script
+    python bench/batch.py --workers-per-gpu 2 --batch-size 0,128   # two batch arms (planned, 128), one loop
 
 On the GPU machine: ``bash bench/device_batch.sh`` (Ray and the other missing packages carried as xz tarballs).
 Ray must be importable (``pip install "ray>=2.10"``).
@@ -151,6 +152,10 @@ def main() -> None:
     parser.add_argument("--gpus", type=int, default=1, help="GPUs the batch uses (the loop uses one)")
     parser.add_argument("--workers-per-gpu", type=int, default=1)
     parser.add_argument("--skip-loop", action="store_true", help="run the batch only")
+    parser.add_argument("--batch-size", type=lambda text: [int(v) for v in text.split(",")], default=[0],
+                        help="comma-separated: one batch arm per value, run one after the other before the loop, "
+                             "each with that batch_size (as `--batch-size` of `python -m nbhelpers batch`; it sets "
+                             "the avatars' preparation batch too); 0: each worker's plan (clip cap 64). Default 0")
     parser.add_argument("--loop-jobs", type=int, default=None,
                         help="the loop times the first N of the jobs (faces alternate, so N even covers them "
                              "equally) and its jobs/hour is compared; default: all of them")
@@ -188,6 +193,7 @@ def main() -> None:
     frames = {j["name"]: len(media.load_audio(j["audio"])) * 25 // 16000 for j in jobs}
     rows: list[dict] = []
     report = {"jobs": args.jobs, "seconds": args.seconds, "faces": args.faces, "smoke": args.smoke,
+              "batch_sizes": args.batch_size, "workers_per_gpu": args.workers_per_gpu,
               "weights_s": round(t_weights, 1), "rows": rows}
 
     def save() -> None:
@@ -197,33 +203,39 @@ def main() -> None:
         tmp.replace(out_json)
 
     # The batch first: it gets no page cache or CUDA warm-up from the loop, and its figures are saved before the
-    # loop starts (a run cut short by its time limit still has them).
-    out = work / f"batch-{args.gpus}gpu"
-    shutil_rm(out)
-    out.mkdir()
-    batch_jobs = [dict(j, output=str(out / f"{j['name']}.mp4")) for j in jobs]
+    # loop starts (a run cut short by its time limit still has them). One batch arm per --batch-size value, each
+    # into a fresh folder (its own avatar cache, nothing skipped).
     exit_at = {args.kill: 50} if args.kill else None
-    with GpuBusy(max(args.gpus, 1)) as busy, CpuBusy() as cpu:
-        t0 = time.perf_counter()
-        result = batch.run(batch_jobs, weights_dir=weights, config=config, gpus=args.gpus, cpu_workers=1,
-                           workers_per_gpu=args.workers_per_gpu, _exit_at=exit_at)
-        batch_s = time.perf_counter() - t0
-    print(result, flush=True)
-    if not result.ok:
-        raise SystemExit(f"{len(result.failed)} job(s) failed")
-    made = sorted(p.name for p in out.glob("*.mp4"))
-    assert made == sorted(f"{j['name']}.mp4" for j in jobs), made
-    if result.frames != sum(frames.values()):
-        print(f"WARNING: the batch made {result.frames} frames, the audios give {sum(frames.values())}", flush=True)
-    rows.append(row(f"Ray batch ({len(result.workers)} worker(s))", max(args.gpus, 0),
-                    [dict(j, frames=frames[j["name"]]) for j in jobs], batch_s, busy.percent,
-                    retried=[o.job for o in result.outcomes if o.attempts > 1], avatars=dict(result.avatars),
-                    cpu_busy_pct=round(cpu.percent, 1)))
-    save()
-    print(f"batch: {batch_s:.1f} s; CPU busy {cpu.percent:.0f}% of {os.cpu_count()} cores; phases (s from the start): " + ", ".join(
-        f"{k} {v:.1f}" for k, v in result.phases.items()) + "; job seconds on the workers: " + ", ".join(
-        f"{o.seconds:.2f}" for o in result.outcomes), flush=True)
-    report["phases"] = dict(result.phases)
+    for size in args.batch_size:
+        out = work / f"batch-{args.gpus}gpu-b{size or 'plan'}"
+        shutil_rm(out)
+        out.mkdir()
+        batch_jobs = [dict(j, output=str(out / f"{j['name']}.mp4")) for j in jobs]
+        with GpuBusy(max(args.gpus, 1)) as busy, CpuBusy() as cpu:
+            t0 = time.perf_counter()
+            result = batch.run(batch_jobs, weights_dir=weights, config=config.replace(batch_size=size or None),
+                               gpus=args.gpus, cpu_workers=1, workers_per_gpu=args.workers_per_gpu, _exit_at=exit_at)
+            batch_s = time.perf_counter() - t0
+        print(result, flush=True)
+        if not result.ok:
+            raise SystemExit(f"{len(result.failed)} job(s) failed")
+        made = sorted(p.name for p in out.glob("*.mp4"))
+        assert made == sorted(f"{j['name']}.mp4" for j in jobs), made
+        if result.frames != sum(frames.values()):
+            print(f"WARNING: the batch made {result.frames} frames, the audios give {sum(frames.values())}",
+                  flush=True)
+        label = f"batch {size}" if size else "planned batch"
+        rows.append(row(f"Ray batch ({len(result.workers)} worker(s), {label})", max(args.gpus, 0),
+                        [dict(j, frames=frames[j["name"]]) for j in jobs], batch_s, busy.percent,
+                        retried=[o.job for o in result.outcomes if o.attempts > 1], avatars=dict(result.avatars),
+                        cpu_busy_pct=round(cpu.percent, 1), batch_size=size or None, phases=dict(result.phases)))
+        save()
+        print(f"batch ({label}): {batch_s:.1f} s; CPU busy {cpu.percent:.0f}% of {os.cpu_count()} cores; phases "
+              "(s from the start): " + ", ".join(f"{k} {v:.1f}" for k, v in result.phases.items())
+              + "; job seconds on the workers: " + ", ".join(f"{o.seconds:.2f}" for o in result.outcomes),
+              flush=True)
+        report["phases"] = dict(result.phases)
+        exit_at = None  # the kill is for the first arm only
 
     if not args.skip_loop:
         # A pipeline per call (every model loaded, the face prepared again), as a script of nbh.lipsync() calls does.
@@ -252,15 +264,17 @@ def main() -> None:
         print(f"loop: {loop_s:.1f} s for {len(loop_jobs)} calls; CPU busy {cpu.percent:.0f}%", flush=True)
 
     base = rows[0]["jobs_per_hour"] if not args.skip_loop else None
-    report["ratio_jobs_per_hour"] = rows[-1]["jobs_per_hour"] / base if base else None
+    batch_rows = rows[1:] if not args.skip_loop else rows
+    report["ratio_jobs_per_hour"] = batch_rows[0]["jobs_per_hour"] / base if base else None  # the first batch arm
+    report["ratios_jobs_per_hour"] = [r["jobs_per_hour"] / base for r in batch_rows] if base else None
     report["table"] = table(rows, base)
     save()
     subset = "" if args.skip_loop or len(loop_jobs) == len(jobs) else f"; the loop timed the first {len(loop_jobs)}"
     print(f"\n{args.jobs} jobs of {args.seconds:g} s over {args.faces} faces, {sum(frames.values())} frames, "
           f"{'tiny weights, CPU' if args.smoke else 'full-size random weights'}{subset}\n")
     print(report["table"])
-    if rows[-1]["retried"]:
-        print(f"\nretried after a worker died: {', '.join(rows[-1]['retried'])}; every output present once")
+    if batch_rows[0]["retried"]:
+        print(f"\nretried after a worker died: {', '.join(batch_rows[0]['retried'])}; every output present once")
     print(f"\nJSON: {out_json}")
 
 
