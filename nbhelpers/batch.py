@@ -17,7 +17,9 @@ output MP4 and optional settings per job. :func:`run` starts Ray on this machine
 - Running the same batch again skips finished outputs. Next to each output a small record
   (``.<name>.batch.json``) holds the fingerprints of what made it: the sizes and SHA-256 of video and audio, the
   settings, the weight files and the output's size. An output counts as finished only when it exists, its record
-  matches and its size is the recorded one; a changed input or setting makes it again.
+  matches and its size is the recorded one; a changed input or setting makes it again. A job that failed at the
+  input checks (a missing or unreadable file) leaves a hint in ``cache_dir/failed``; a rerun where every unfinished
+  job has a hint matching its unchanged files probes them again and reports them without starting Ray.
 
 Progress bars count jobs and frames (:func:`nbhelpers.progress.bar`). The result, :class:`BatchResult`, is a table
 (job, status, frames, seconds, fps, error) that shows itself in a notebook, also written as a CSV next to the
