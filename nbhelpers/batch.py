@@ -17,7 +17,9 @@ output MP4 and optional settings per job. :func:`run` starts Ray on this machine
 - Running the same batch again skips finished outputs. Next to each output a small record
   (``.<name>.batch.json``) holds the fingerprints of what made it: the sizes and SHA-256 of video and audio, the
   settings, the weight files and the output's size. An output counts as finished only when it exists, its record
-  matches and its size is the recorded one; a changed input or setting makes it again.
+  matches and its size is the recorded one; a changed input or setting makes it again. A job that failed at the
+  input checks (a missing or unreadable file) leaves a hint in ``cache_dir/failed``; a rerun where every unfinished
+  job has a hint matching its unchanged files probes them again and reports them without starting Ray.
 
 Progress bars count jobs and frames (:func:`nbhelpers.progress.bar`). The result, :class:`BatchResult`, is a table
 (job, status, frames, seconds, fps, error) that shows itself in a notebook, also written as a CSV next to the
@@ -47,6 +49,8 @@ from typing import Any
 from .errors import InputError, MissingDependencyError, NbHelpersError
 
 RECORD_FORMAT = 1  # bump when the output record's fields change (older records then make their outputs again)
+HINT_FORMAT = 1  # bump when the input-failure hint's fields change (older hints are then ignored)
+HINTS_NAME = "failed"  # folder of the input-failure hints, in the avatar cache
 SUMMARY_NAME = "batch-summary.csv"
 CACHE_NAME = "avatar-cache"
 INSTALL_RAY = 'pip install "ray>=2.10"'
@@ -128,6 +132,13 @@ def _setting(key: str, value: Any, where: str) -> Any:
     return value
 
 
+def _clean_path(path: Path) -> Path:
+    """``path`` made absolute, its folder resolved (no ``..``, folder links followed as the system follows them)
+    and its own name kept as written (a linked file keeps the name its job gave it)."""
+    path = Path.cwd() / path  # unchanged when absolute
+    return path.resolve() if path.name in ("", "..") else path.parent.resolve() / path.name
+
+
 def _job_from_row(row: Mapping[str, Any], base: Path, where: str) -> Job:
     row = {str(k).strip(): v for k, v in row.items() if k is not None}
     settings_in = dict(row.pop("settings", None) or {})
@@ -144,12 +155,11 @@ def _job_from_row(row: Mapping[str, Any], base: Path, where: str) -> Job:
     settings = {k: v for k, v in ((k, _setting(k, v, where)) for k, v in settings_in.items()) if v is not None}
 
     def path(value: Any) -> Path:
-        p = Path(os.fspath(value)).expanduser()
-        return p if p.is_absolute() else base / p
+        return _clean_path(base / Path(os.fspath(value)).expanduser())  # an absolute value replaces base
 
     video, audio = path(str(fixed["video"]).strip()), path(str(fixed["audio"]).strip())
     out_text = str(fixed.get("output") or "").strip()
-    output = path(out_text) if out_text else base / "results" / f"{video.stem}_{audio.stem}.mp4"
+    output = path(out_text) if out_text else _clean_path(base / "results" / f"{video.stem}_{audio.stem}.mp4")
     if output.suffix.lower() != ".mp4":
         raise InputError(f"{where}: output must end in .mp4; got {str(output)!r}.")
     name = str(fixed.get("name") or "").strip() or output.stem
@@ -161,8 +171,10 @@ def read_jobs(path: str | os.PathLike) -> list[Job]:
 
     Columns (CSV) or keys (JSON): ``video``, ``audio``, ``output`` (default ``results/<video>_<audio>.mp4``),
     optional ``name``, and optional settings (:data:`ROW_SETTINGS`), as columns or, in JSON, also under
-    ``"settings"``. Relative paths are relative to the jobs file's folder. Empty lines and lines starting with
-    ``#`` are skipped.
+    ``"settings"``. Relative paths are relative to the jobs file's folder; every path comes back absolute with
+    its folder resolved (``../clips/a.mp4`` becomes ``/data/clips/a.mp4``). Empty lines and lines starting with
+    ``#`` are skipped. A ``box`` is four numbers ``x1,y1,x2,y2`` (source pixels, rounded to whole pixels; spaces
+    allowed): in a CSV the cell holds commas, so it is quoted (``"190,160,360,330"``); in JSON a list or that text.
 
     Returns:
         The jobs in file order.
@@ -204,7 +216,8 @@ def read_jobs(path: str | os.PathLike) -> list[Job]:
 
 def check_jobs(jobs: Iterable[Job | Mapping[str, Any]]) -> list[Job]:
     """Jobs as :class:`Job` objects (dicts are converted, relative paths taken from the working directory), with
-    unique outputs; a name used twice gets a number (``clip``, ``clip-2``).
+    unique outputs; a name used twice gets a number (``clip``, ``clip-2``). Paths come back absolute, their
+    folders resolved (no ``..``), so that the summary names each file one way.
 
     Raises:
         InputError: A job is malformed, or two jobs share an output.
@@ -212,7 +225,8 @@ def check_jobs(jobs: Iterable[Job | Mapping[str, Any]]) -> list[Job]:
     out: list[Job] = []
     for k, job in enumerate(jobs):
         if isinstance(job, Job):
-            out.append(job)
+            paths = [_clean_path(Path(os.fspath(p)).expanduser()) for p in (job.video, job.audio, job.output)]
+            out.append(job if paths == [job.video, job.audio, job.output] else Job(job.name, *paths, job.settings))
         elif isinstance(job, Mapping):
             out.append(_job_from_row(job, Path.cwd(), f"job {k}"))
         else:
@@ -297,6 +311,62 @@ def _write_json(path: Path, data: Any) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     tmp.write_text(json.dumps(data, indent=1, sort_keys=True), "utf-8")
     os.replace(tmp, path)
+
+
+def _file_state(path: Path) -> dict[str, Any]:
+    """A cheap fingerprint of an input file (one stat, no read): path, size and mtime_ns, or ``missing``."""
+    try:
+        st = path.stat()
+    except OSError:
+        return {"path": str(path), "missing": True}
+    return {"path": str(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def _hint_path(cache_path: Path, output: Path) -> Path:
+    """Where the input-failure hint of ``output``'s job lives: ``<cache>/failed/<sha of the output path>.json``."""
+    return cache_path / HINTS_NAME / f"{hashlib.sha256(str(output.resolve()).encode()).hexdigest()[:24]}.json"
+
+
+def _write_hint(cache_path: Path, job: Job, error: str) -> None:
+    """Note that ``job`` failed at the input checks, with its inputs' cheap fingerprints, so that a rerun with
+    the same inputs knows it needs no Ray for it. A hint only decides whether Ray starts while the inputs are
+    probed: the probe still runs and decides the outcome, so a hint that cannot be written is left out."""
+    hint = {"format": HINT_FORMAT, "output": str(job.output.resolve()), "stage": "inputs", "error": error,
+            "inputs": {"video": _file_state(job.video), "audio": _file_state(job.audio)}}
+    path = _hint_path(cache_path, job.output)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _write_json(path, hint)
+    except OSError:
+        pass
+
+
+def _drop_hint(cache_path: Path, job: Job) -> None:
+    """Remove ``job``'s input-failure hint (its inputs passed the checks now)."""
+    try:
+        _hint_path(cache_path, job.output).unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
+def _failed_at_inputs(cache_path: Path, job: Job) -> bool:
+    """True when ``job`` failed at the input checks last time and its video and audio look unchanged since
+    (same path, size and mtime, or still missing)."""
+    try:
+        hint = json.loads(_hint_path(cache_path, job.output).read_text("utf-8"))
+    except (OSError, ValueError):
+        return False
+    return (isinstance(hint, dict) and hint.get("format") == HINT_FORMAT and hint.get("stage") == "inputs"
+            and hint.get("output") == str(job.output.resolve())
+            and hint.get("inputs") == {"video": _file_state(job.video), "audio": _file_state(job.audio)})
+
+
+def _likely_work(job_list: Sequence[Job], cache_path: Path, rerun: bool) -> bool:
+    """Whether the batch will probably need Ray: a rerun, or a job with neither its output and record (it may
+    be finished) nor an input-failure hint that still matches its inputs (it will fail again before any worker).
+    A wrong guess only costs time: without it Ray starts after the input checks, when some job is left to run."""
+    return rerun or any(not (j.output.is_file() and record_path(j.output).is_file())
+                        and not _failed_at_inputs(cache_path, j) for j in job_list)
 
 
 def remove_partials(output: Path) -> list[Path]:
@@ -605,9 +675,11 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpu
 
     A local start is kept small so that it is quick on a 2-core machine: ``num_cpus`` (default 2, at most the
     cores here) bounds the worker processes Ray starts ahead, no dashboard, workers' output not forwarded to this
-    process, a 256 MiB object store (the batch passes only file names through it). Ray's startup can time out
-    on a heavily loaded machine (its agents must start within seconds); that is tried once more. Does nothing
-    when Ray is already initialised in this process.
+    process, a 256 MiB object store (the batch passes only file names through it). Ray's notice that token
+    authentication is on (its default since 2.59) is dropped by a logging filter during the start; its other
+    warnings and errors are shown as before. Ray's startup can time out on a heavily loaded machine (its agents
+    must start within seconds); that is tried once more. Does nothing when Ray is already initialised in this
+    process.
 
     Args:
         address: ``"auto"``, ``"HOST:PORT"`` or ``"ray://HOST:PORT"`` of a running cluster; None joins the one in
@@ -626,7 +698,7 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpu
         return False
     address = address or os.environ.get("RAY_ADDRESS") or None
     if address:
-        ray.init(address=address, log_to_driver=False, configure_logging=False)
+        _ray_init(ray, address=address, log_to_driver=False, configure_logging=False)
         return True
     cores = os.cpu_count() or 1
     # address="local": always a new instance (a bare ray.init() would join a cluster someone `ray start`ed here)
@@ -634,13 +706,43 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpu
                    include_dashboard=False,
                    log_to_driver=False, configure_logging=False, object_store_memory=256 * 2**20)
     try:
-        ray.init(**options)
+        _ray_init(ray, **options)
     except Exception as exc:  # noqa: BLE001 - Ray's own startup timeout on a loaded machine: try once more
         if "timed out during startup" not in str(exc):
             raise
         ray.shutdown()
-        ray.init(**options)
+        _ray_init(ray, **options)
     return True
+
+
+# Ray (2.59 and later) turns token authentication on for a new local instance and, where the logging is left to
+# the program (configure_logging=False), logs this notice of its default at every start; its warnings and errors
+# otherwise reach the program as before (docs.ray.io ray-security/token-auth.html).
+_AUTH_NOTICE_LOGGER = "ray._private.authentication.authentication_token_setup"
+_AUTH_NOTICE = "Token authentication is enabled for this Ray cluster."
+
+
+class _DropAuthNotice:
+    """A logging filter that drops Ray's notice that token authentication is on (and nothing else)."""
+
+    def filter(self, record: Any) -> bool:
+        """False for the notice, True for every other record."""
+        try:
+            return not str(record.getMessage()).startswith(_AUTH_NOTICE)
+        except Exception:  # noqa: BLE001 - a record that cannot be formatted is passed on, as it was
+            return True
+
+
+def _ray_init(ray, **options) -> None:
+    """``ray.init(**options)`` without Ray's token-authentication notice (see :data:`_AUTH_NOTICE`)."""
+    import logging
+
+    notice_logger, quiet = logging.getLogger(_AUTH_NOTICE_LOGGER), _DropAuthNotice()
+    notice_logger.addFilter(quiet)
+    try:
+        ray.init(**options)
+    finally:
+        notice_logger.removeFilter(quiet)
 
 
 def _is_worker_loss(ray, exc: BaseException) -> bool:
@@ -741,12 +843,13 @@ def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], *, weights_
 
     # 1. what is finished, what fails before any worker (missing or unreadable files), and the groups by face.
     # Ray starts in this thread meanwhile (its start is seconds of waiting for its own processes), unless every
-    # output is there with its record: then a repeated batch that skips everything does not start Ray at all.
+    # job looks finished (its output is there with its record) or failed at these checks last time with the same
+    # inputs (its hint): then a repeated batch with nothing left to run does not start Ray at all.
     fingerprints = _Fingerprints()
     weights_state = _weights_state(weights_path, config.version)
     for job in job_list:
         remove_partials(job.output)
-    likely_work = rerun or any(not (j.output.is_file() and record_path(j.output).is_file()) for j in job_list)
+    likely_work = _likely_work(job_list, cache_path, rerun)
     started = False
     phases: dict[str, float] = {}
     # A local Ray starts this many worker processes ahead, as soon as it is up: the workers' actors find them
@@ -776,7 +879,9 @@ def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], *, weights_
             error = video_errors.get(job.video) or audio_infos[job.audio][1]
             if error:
                 outcomes[job.name] = JobOutcome(job.name, "failed", 0, 0.0, error, job.video, job.audio, job.output)
+                _write_hint(cache_path, job, error)
                 continue
+            _drop_hint(cache_path, job)  # it passed the checks: finished, or to run (a worker's failure needs Ray)
             audio_info = audio_infos[job.audio][0]
             box = job.settings.get("box")
             inputs = {"video": fingerprints(job.video), "audio": fingerprints(job.audio),

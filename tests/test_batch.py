@@ -73,6 +73,100 @@ def test_bad_jobs_files_say_what_is_wrong(tmp_path, text, message):
         read_jobs(tmp_path / "jobs.csv")
 
 
+@pytest.mark.notorch
+def test_paths_come_out_absolute_without_dot_dot(tmp_path, monkeypatch):
+    from nbhelpers.batch import Job, check_jobs, read_jobs
+
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "elsewhere" / "deep").mkdir(parents=True)
+    (tmp_path / "jobs" / "link").symlink_to(tmp_path / "elsewhere" / "deep")  # link/.. is elsewhere, as for the OS
+    (tmp_path / "jobs" / "jobs.csv").write_text("video,audio,output\n"
+                                                "../clips/a.mp4,./speech/../speech/1.wav,../out/a1.mp4\n"
+                                                "link/../b.mp4,1.wav,\n")
+    a, b = read_jobs(tmp_path / "jobs" / "jobs.csv")
+    assert (a.video, a.audio, a.output) == (tmp_path / "clips" / "a.mp4", tmp_path / "jobs" / "speech" / "1.wav",
+                                            tmp_path / "out" / "a1.mp4")
+    assert b.video == tmp_path / "elsewhere" / "b.mp4" and b.output == tmp_path / "jobs" / "results" / "b_1.mp4"
+    monkeypatch.chdir(tmp_path / "jobs")
+    (c,) = check_jobs([Job("c", "../clips/c.mp4", "x/../1.wav", "../out/c.mp4")])
+    assert (c.video, c.audio, c.output) == (tmp_path / "clips" / "c.mp4", tmp_path / "jobs" / "1.wav",
+                                            tmp_path / "out" / "c.mp4")
+
+
+@pytest.mark.notorch
+def test_only_rays_token_auth_notice_is_filtered():
+    import logging
+
+    from nbhelpers.batch import _AUTH_NOTICE_LOGGER, _DropAuthNotice
+
+    def record(message, level=logging.WARNING):
+        return logging.LogRecord(_AUTH_NOTICE_LOGGER, level, __file__, 1, message, None, None)
+
+    quiet = _DropAuthNotice()
+    assert not quiet.filter(record("Token authentication is enabled for this Ray cluster. Set RAY_AUTH_MODE=disabled "
+                                   "to opt out. For more information, see https://docs.ray.io/en/latest/"))
+    assert quiet.filter(record("Token authentication is disabled for this Ray cluster. Anyone with network access "
+                               "to the cluster can run arbitrary code"))  # Ray's security warning still shows
+    assert quiet.filter(record("Token authentication is enabled but no token was found", logging.ERROR))
+
+
+def hint_jobs(make_media, folder):
+    """Two jobs that fail at the input checks: a missing video, and a corrupt audio beside a readable video."""
+    video = make_media("hint-face.mp4", "-f", "lavfi", "-i", "testsrc=size=64x64:rate=25", "-frames:v", "4",
+                       "-pix_fmt", "yuv420p")
+    audio = make_media("hint-speech.wav", "-f", "lavfi", "-i", "sine=frequency=300:duration=0.3")
+    corrupt = folder / "corrupt.wav"
+    corrupt.write_bytes(b"RIFF\x24\x00\x00\x00WAVEfmt " + b"\x01" * 400)
+    return corrupt, [{"name": "gone", "video": str(folder / "gone.mp4"), "audio": str(audio),
+                      "output": str(folder / "out" / "gone.mp4")},
+                     {"name": "bad", "video": str(video), "audio": str(corrupt), "output": str(folder / "out" / "bad.mp4")}]
+
+
+def test_a_rerun_of_jobs_that_failed_at_the_input_checks_starts_no_ray(tmp_path, make_media, tiny_weights,
+                                                                      monkeypatch):
+    pytest.importorskip("ray")
+    from nbhelpers import batch
+
+    starts = []
+    monkeypatch.setattr(batch, "init_ray", lambda *a, **k: starts.append(a) or False)  # records; starts nothing
+    corrupt, jobs = hint_jobs(make_media, tmp_path)
+
+    def run(**kw):
+        starts.clear()
+        result = batch.run(jobs, weights_dir=tiny_weights, **kw)
+        assert [o.status for o in result.outcomes] == ["failed", "failed"] and result.workers == ()
+        return result, len(starts)
+
+    first, n = run()
+    assert n == 1  # nothing known yet: Ray starts while the inputs are probed
+    assert "gone.mp4" in first.outcomes[0].error and "corrupt.wav" in first.outcomes[1].error
+    again, n = run()
+    assert n == 0  # the same inputs fail again: no Ray
+    hints = sorted((tmp_path / "out" / "avatar-cache" / "failed").iterdir())  # in the batch's state folder
+    assert len(hints) == 2 and {json.loads(h.read_text())["stage"] for h in hints} == {"inputs"}
+    first_lines = [o.error.splitlines()[0] for o in first.outcomes]  # (ffmpeg's own lines hold addresses)
+    assert [o.error.splitlines()[0] for o in again.outcomes] == first_lines  # the probe's, as it is now
+    assert run(rerun=True)[1] == 1
+    corrupt.write_bytes(b"RIFF\x24\x00\x00\x00WAVEfmt " + b"\x02" * 500)  # changed: the hint no longer matches
+    assert run()[1] == 1
+    assert run()[1] == 0
+
+
+def test_a_job_whose_inputs_pass_the_checks_is_likely_work(tmp_path, make_media):
+    from nbhelpers.batch import _likely_work, _write_hint, check_jobs
+
+    corrupt, jobs = hint_jobs(make_media, tmp_path)
+    cache = tmp_path / "cache"
+    gone, bad = check_jobs(jobs)
+    for job in (gone, bad):
+        _write_hint(cache, job, "InputError: ...")
+    assert not _likely_work([gone, bad], cache, rerun=False) and _likely_work([gone, bad], cache, rerun=True)
+    shutil.copy(gone.audio, corrupt)  # now readable: the job goes to a worker
+    assert _likely_work([bad], cache, rerun=False) and not _likely_work([gone], cache, rerun=False)
+    worker_failed = check_jobs([dict(jobs[1], audio=str(gone.audio), output=str(tmp_path / "w.mp4"))])
+    assert _likely_work(worker_failed, cache, rerun=False)  # no face, say: no hint, so a rerun retries it on Ray
+
+
 def test_without_ray_the_command_says_how_to_install_it(tmp_path, tiny_weights):
     (tmp_path / "jobs.csv").write_text("video,audio,output\na.mp4,1.wav,o.mp4\n")
     code = ("import sys; sys.modules['ray'] = None; from nbhelpers.__main__ import main; "
@@ -159,7 +253,10 @@ def test_six_jobs_with_a_corrupt_audio_give_five_outputs_and_one_error(first_run
     assert hidden_in(out) == [f".j{k}.mp4.batch.json" for k in (0, 1, 2, 4, 5)]  # records, no partial file
     # each face prepared once, by the two workers
     assert result.avatars == {"prepared": 2, "loaded": 0} and len(result.workers) == 2
-    assert len(list((out / "avatar-cache").iterdir())) == 2
+    cache = sorted(p.name for p in (out / "avatar-cache").iterdir())
+    assert len(cache) == 3 and cache[-1] == "failed"  # two avatars, and the hint of j3's failed input check
+    assert [json.loads(p.read_text())["output"] for p in (out / "avatar-cache" / "failed").iterdir()] == [
+        str(out / "j3.mp4")]
     for o in result.outcomes:
         if o.status == "done":
             n = len(media_mod.load_audio(o.audio)) * 25 // 16000
@@ -241,6 +338,44 @@ def test_a_worker_killed_during_a_job_still_gives_every_output_once(ray_local, m
 
     for o in result.outcomes:
         assert media_mod.probe(o.output).frame_count == o.frames == len(media_mod.load_audio(o.audio)) * 25 // 16000
+
+
+@pytest.mark.slow
+def test_a_jobs_file_with_dot_dot_paths_finds_its_records_and_writes_clean_paths(first_run, media, tiny_weights,
+                                                                                 tmp_path):
+    from nbhelpers import InferenceConfig
+    from nbhelpers.batch import run
+
+    out, first = first_run
+    folder = tmp_path / "jobs"
+    folder.mkdir()
+    with open(folder / "jobs.csv", "w", newline="") as fh:  # every path relative to the jobs file, through ..
+        writer = csv.writer(fh)
+        writer.writerow(["name", "video", "audio", "output", "box"])
+        for job in six_jobs(media, out):
+            writer.writerow([job["name"], *(os.path.relpath(job[k], folder) for k in ("video", "audio", "output")),
+                             ",".join(map(str, BOX))])
+    assert "../" in (folder / "jobs.csv").read_text()
+    again = run(folder / "jobs.csv", weights_dir=tiny_weights, config=InferenceConfig(device="cpu", batch_size=4),
+                cpu_workers=2, cache_dir=tmp_path / "cache", summary=tmp_path / "summary.csv")
+    assert [o.status for o in again.outcomes] == ["skipped"] * 3 + ["failed"] + ["skipped"] * 2  # records found
+    with open(tmp_path / "summary.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    for row, o in zip(rows, first.outcomes, strict=True):
+        for key in ("video", "audio", "output"):
+            assert row[key] == str(getattr(o, key).resolve()) and ".." not in row[key]
+    assert "/../" not in str(again) and "corrupt.wav" in rows[3]["error"]
+
+
+@pytest.mark.slow
+def test_a_local_ray_start_prints_no_token_auth_notice():
+    pytest.importorskip("ray")
+    code = "import ray; from nbhelpers.batch import init_ray; print(init_ray(num_cpus=1)); ray.shutdown()"
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_MODE", "RAY_ADDRESS")}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env=dict(env, PYTHONPATH=ROOT))
+    assert proc.returncode == 0 and proc.stdout.strip() == "True", proc.stderr
+    assert "Token authentication is enabled" not in proc.stdout + proc.stderr
 
 
 @pytest.mark.notorch
