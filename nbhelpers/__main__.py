@@ -444,7 +444,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache-dir", default=None, help="avatar cache (default: <outputs folder>/avatar-cache)")
     p.add_argument("--summary", default=None, help="summary CSV (default: <outputs folder>/batch-summary.csv)")
     p.add_argument("--cpu-workers", type=int, default=1, help="CPU workers when there is no GPU (default 1)")
-    p.add_argument("--workers-per-gpu", type=int, default=1, help="workers sharing each GPU (default 1)")
+    p.add_argument("--workers-per-gpu", type=int, default=None,
+                   help="workers sharing each GPU (default: 2 where each GPU has free memory for two, else 1)")
     p.add_argument("--gpus", type=int, default=None, help="GPUs to use (default: all)")
     p.add_argument("--max-attempts", type=int, default=3, help="starts of a job whose worker keeps dying (default 3)")
     p.add_argument("--rerun", action="store_true", help="make every output again, even finished ones")

@@ -444,6 +444,8 @@ class BatchResult:
             in a thread while its first avatar is prepared), ``first_job`` (the first job started), ``jobs_done``
             (the last outcome), and ``prepare_s`` (worker seconds spent preparing or loading avatars, summed);
             empty when nothing ran.
+        workers_note: How many workers share each GPU and why (:func:`choose_workers_per_gpu`, or "asked");
+            empty on the CPU or when nothing ran.
     """
 
     outcomes: tuple[JobOutcome, ...]
@@ -452,6 +454,7 @@ class BatchResult:
     workers: tuple[str, ...] = ()
     avatars: Mapping[str, int] = field(default_factory=dict)
     phases: Mapping[str, float] = field(default_factory=dict)
+    workers_note: str = ""
 
     def count(self, status: str) -> int:
         """Jobs with ``status`` (done, skipped, failed)."""
@@ -483,6 +486,8 @@ class BatchResult:
         text = (f"{len(self.outcomes)} jobs: {self.count('done')} done, {self.count('skipped')} skipped, "
                 f"{self.count('failed')} failed; {self.frames} frames in {self.wall_s:.1f} s "
                 f"({self.fps:.1f} fps) on {len(self.workers)} worker(s)")
+        if self.workers and self.workers_note:
+            text += f" ({self.workers_note})"
         cut = any(len(_one_line(o.error)) > ERROR_WIDTH for o in self.outcomes)
         if self.summary_csv is not None:
             text += f"; {'full errors in the summary' if cut else 'summary'}: {self.summary_csv}"
@@ -666,6 +671,64 @@ class BatchWorker:
             self._job = ""
 
 
+def worker_gib(config: Any) -> float:
+    """GPU memory one batch worker may take at its peak, GiB, by the planner's memory model: every model of an
+    avatar job resident (a worker loads them all, :meth:`BatchWorker.__init__`), then the larger of a clip's
+    generate stage at the clip cap and an avatar's encode at the preparation cap, plus the CUDA context and the
+    workspaces. Frames are taken at the model's default size (1080x1920), so smaller videos need less.
+
+    Args:
+        config: The batch's :class:`~nbhelpers.config.InferenceConfig` (``fp16=False`` doubles the figure).
+
+    Returns:
+        GiB (a T4-sized figure: about 13.8 at fp16).
+
+    Source: :mod:`nbhelpers.gpu.model` (``stage_memory``, ``MemoryModel`` caps and their measurements).
+    """
+    from .gpu.model import MEMORY_MODEL as mm
+    from .gpu.model import stage_memory
+
+    fp16 = config.fp16 is not False
+    clip_a, clip_b = stage_memory("clip", fp16=fp16)["generate"]
+    enc_a, enc_b = stage_memory("avatar", fp16=fp16)["encode"]
+    core = mm.core_fixed_gib * (1.0 if fp16 else mm.fp32_factor)  # the UNet, whisper and VAE stay loaded
+    peak = max(clip_a + clip_b * mm.cap_clip, core + enc_a + enc_b * mm.cap_avatar)
+    return peak + mm.context_gib + mm.workspace_gib
+
+
+def choose_workers_per_gpu(config: Any, free_gib: Mapping[int, float] | None, *, joining: bool) -> tuple[int, str]:
+    """How many workers share each GPU when the caller did not say (``workers_per_gpu=None``).
+
+    Two workers on one GPU let one's CPU work (audio, paste-back download, encoding, file writing) run while the
+    other's UNet and decode use the GPU: on an H200, 20 clips of 10 s took 1.41-1.55 s each on one worker and
+    1.67-1.96 s each on each of two at once, 0.9 s per clip together (bench/RESULTS.md, "Ray batch"). Each worker
+    plans its batch from the memory it sees, so two are chosen only where every GPU used has free memory for two
+    workers' peaks (:func:`worker_gib`) within the planner's safety margin; else one, which is also the choice
+    when the memory cannot be read or the GPUs are a cluster's (not visible from this machine).
+
+    Args:
+        config: The batch's :class:`~nbhelpers.config.InferenceConfig`.
+        free_gib: ``{GPU index: free GiB}`` of the GPUs Ray will use (:func:`nbhelpers.gpu.free_memory_by_index`),
+            or None when unknown.
+        joining: True when the batch joins a running cluster.
+
+    Returns:
+        ``(workers per GPU, why)``.
+    """
+    from .gpu.model import MEMORY_MODEL as mm
+
+    if joining:
+        return 1, "1 worker per GPU: the cluster's GPUs are not visible from here (--workers-per-gpu 2 for two)"
+    if not free_gib:
+        return 1, "1 worker per GPU: the GPUs' free memory could not be read"
+    need, least = worker_gib(config), min(free_gib.values())
+    usable = least * (1.0 - mm.safety_fraction)
+    if 2 * need <= usable:
+        return 2, (f"2 workers per GPU: {least:.1f} GiB free on the fullest GPU holds two workers' "
+                   f"{need:.1f} GiB peaks")
+    return 1, f"1 worker per GPU: {least:.1f} GiB free is less than two workers' {need:.1f} GiB peaks need"
+
+
 # ------------------------------------------------------------------------------------------------------------------
 # Ray
 
@@ -780,7 +843,7 @@ def _group_key(video_fp: dict[str, Any], config: Any, box: Any) -> str:
 
 def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], *, weights_dir: str | os.PathLike | None = None,
         config: Any = None, address: str | None = None, cache_dir: str | os.PathLike | None = None,
-        summary: str | os.PathLike | bool | None = None, cpu_workers: int = 1, workers_per_gpu: int = 1,
+        summary: str | os.PathLike | bool | None = None, cpu_workers: int = 1, workers_per_gpu: int | None = None,
         gpus: int | None = None, max_attempts: int = 3, rerun: bool = False,
         _exit_at: Mapping[str, int] | None = None) -> BatchResult:
     """Run a batch of lip-sync jobs on Ray; see the module docstring for what is guaranteed.
@@ -797,7 +860,9 @@ def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], *, weights_
         summary: CSV of the summary table; None = ``<outputs folder>/batch-summary.csv``; False writes none.
         cpu_workers: CPU workers when Ray offers no GPU (each holds its own models; torch threads are shared
             out between them).
-        workers_per_gpu: Workers sharing each GPU (2 can hide one worker's CPU time behind the other's GPU time).
+        workers_per_gpu: Workers sharing each GPU (2 can hide one worker's CPU time behind the other's GPU time);
+            None chooses 2 where the GPUs' free memory holds two workers, else 1 (:func:`choose_workers_per_gpu`;
+            the choice is in :attr:`BatchResult.workers_note`).
         gpus: GPUs to use (default all that Ray offers).
         max_attempts: Times a job is started before a worker dying during it counts as its failure.
         rerun: Make every output again, even finished ones.
@@ -819,8 +884,8 @@ def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], *, weights_
     t0 = time.perf_counter()
     job_list = read_jobs(jobs) if isinstance(jobs, (str, os.PathLike)) else check_jobs(jobs)
     config = config or InferenceConfig()
-    for name, value in (("cpu_workers", cpu_workers), ("workers_per_gpu", workers_per_gpu),
-                        ("max_attempts", max_attempts)):
+    for name, value in (("cpu_workers", cpu_workers), ("workers_per_gpu", 1 if workers_per_gpu is None
+                                                       else workers_per_gpu), ("max_attempts", max_attempts)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise InputError(f"{name} must be a positive whole number; got {value!r}.")
     if gpus is not None and (not isinstance(gpus, int) or gpus < 0):
@@ -854,7 +919,24 @@ def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], *, weights_
     phases: dict[str, float] = {}
     # A local Ray starts this many worker processes ahead, as soon as it is up: the workers' actors find them
     # started (a GPU worker takes no CPU of Ray's count, so this only sets how many are started ahead).
-    ahead = max(cpu_workers, workers_per_gpu * (gpus or 1))
+    # Workers per GPU, when not given: from the free memory of this machine's GPUs (NVML or nvidia-smi, no CUDA
+    # here), which also says how many GPUs a local Ray will offer.
+    joining = bool(address or os.environ.get("RAY_ADDRESS"))
+    free = None
+    if config.device != "cpu" and not joining:
+        from .gpu.device import free_memory_by_index
+
+        free = free_memory_by_index()
+        if free and gpus is not None:
+            free = dict(sorted(free.items())[:gpus])
+    workers_note = ""
+    if workers_per_gpu is None:
+        workers_per_gpu, workers_note = (1, "") if config.device == "cpu" or free == {} else \
+            choose_workers_per_gpu(config, free, joining=joining)
+    else:
+        workers_note = f"{workers_per_gpu} worker(s) per GPU, as asked"
+    n_gpu_guess = gpus if gpus is not None else (len(free) if free else 1)
+    ahead = max(cpu_workers, workers_per_gpu * max(1, n_gpu_guess))
     if likely_work:
         from concurrent.futures import ThreadPoolExecutor
 
@@ -922,6 +1004,7 @@ def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], *, weights_
         remove_partials(job.output)
     result = BatchResult(outcomes=tuple(outcomes[j.name] for j in job_list), summary_csv=summary_path,
                          wall_s=time.perf_counter() - t0, workers=tuple(worker_names), avatars=avatars,
+                         workers_note=workers_note if any("cuda" in w for w in worker_names) else "",
                          phases={k: round(v, 3) for k, v in phases.items()})
     if summary_path is not None:
         result.write_csv(summary_path)

@@ -34,6 +34,43 @@ def test_import_is_light():
 
 
 @pytest.mark.notorch
+def test_workers_per_gpu_are_chosen_from_free_memory():
+    """Two workers share a GPU only where its free memory holds both peaks. Known answer from the memory model's
+    documented constants, computed here by hand: a worker's peak at fp16 is the clip's generate stage at the clip
+    cap, 1.87 + (0.149 + 12 * 1080 * 1920 / 2**30) * 64 = 12.889 GiB, above the preparation's 1.87 + 0.16 +
+    0.19 * 32 = 8.11, plus 0.4 (context) + 0.5 (workspaces) = 13.789 GiB; two need 27.578 GiB within the 10 %
+    margin, i.e. 30.64 GiB free. fp32 doubles the weights and activations: 25.195 GiB a worker, 55.99 free."""
+    from nbhelpers import InferenceConfig
+    from nbhelpers.batch import choose_workers_per_gpu, worker_gib
+
+    fp16, fp32 = InferenceConfig(), InferenceConfig(fp16=False)
+    assert worker_gib(fp16) == pytest.approx(13.789, abs=1e-3)
+    assert worker_gib(fp32) == pytest.approx(25.195, abs=1e-3)
+    assert choose_workers_per_gpu(fp16, {0: 30.5}, joining=False)[0] == 1  # a 32 GB card with its context
+    n, why = choose_workers_per_gpu(fp16, {0: 30.8}, joining=False)
+    assert n == 2 and "30.8 GiB free" in why and "13.8 GiB" in why
+    assert choose_workers_per_gpu(fp16, {0: 140.0, 1: 20.0}, joining=False)[0] == 1  # the fullest GPU decides
+    assert choose_workers_per_gpu(fp16, {0: 140.0, 1: 139.0}, joining=False)[0] == 2
+    assert choose_workers_per_gpu(fp32, {0: 55.5}, joining=False)[0] == 1
+    assert choose_workers_per_gpu(fp32, {0: 56.5}, joining=False)[0] == 2
+    n, why = choose_workers_per_gpu(fp16, None, joining=False)
+    assert n == 1 and "could not be read" in why
+    n, why = choose_workers_per_gpu(fp16, {0: 140.0}, joining=True)
+    assert n == 1 and "cluster" in why and "--workers-per-gpu 2" in why
+
+
+@pytest.mark.notorch
+def test_the_summary_line_says_how_many_workers_share_a_gpu(tmp_path):
+    from nbhelpers.batch import BatchResult, JobOutcome
+
+    done = JobOutcome("a", "done", 250, 2.0, "", tmp_path / "a.mp4", tmp_path / "a.wav", tmp_path / "o.mp4")
+    note = "2 workers per GPU: 140.0 GiB free on the fullest GPU holds two workers' 13.8 GiB peaks"
+    line = BatchResult((done,), None, 10.0, workers=("h/1 cuda", "h/2 cuda"), workers_note=note).summary()
+    assert line.endswith(f"on 2 worker(s) ({note})")
+    assert note not in BatchResult((done,), None, 10.0, workers=(), workers_note=note).summary()
+
+
+@pytest.mark.notorch
 def test_read_jobs_csv_and_jsonl(tmp_path):
     from nbhelpers.batch import read_jobs
 

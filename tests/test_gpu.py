@@ -988,3 +988,26 @@ def test_a_whole_clip_from_an_avatar_may_take_a_larger_batch():
         "clip", report=GTX_4G, frame_size=FRAME)
     assert small_rt.batch_size == small_clip.batch_size < 20
     assert gpu.cpu_seconds("clip", 50, weights="full") == gpu.cpu_seconds("realtime", 50, weights="full")
+
+
+def test_free_memory_by_index_reads_nvidia_smi_without_cuda(monkeypatch, tmp_path):
+    """The batch's driver reads every GPU's free memory from nvidia-smi (MiB -> GiB), keeping only the GPUs
+    CUDA_VISIBLE_DEVICES lists; no answer is None (unknown), no GPU an empty dict."""
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # force the nvidia-smi path
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    _fake_nvidia_smi(tmp_path, monkeypatch, """case "$1" in
+  --query-gpu=index,memory.free) echo "0, 143771"; echo "1, 1024"; echo "2, [N/A]";;
+  *) exit 2;;
+esac
+""")
+    assert gpu.free_memory_by_index() == {0: pytest.approx(143771 / 1024), 1: pytest.approx(1.0)}
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert gpu.free_memory_by_index() == {1: pytest.approx(1.0)}
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-1234abcd")  # UUIDs: every GPU kept
+    assert set(gpu.free_memory_by_index()) == {0, 1}
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    _fake_nvidia_smi(tmp_path, monkeypatch, "exit 9\n")
+    notes: list[str] = []
+    assert gpu.free_memory_by_index(notes) is None and any("status 9" in n for n in notes)
+    _fake_nvidia_smi(tmp_path, monkeypatch, "exit 0\n")  # answers, lists no GPU
+    assert gpu.free_memory_by_index() == {}

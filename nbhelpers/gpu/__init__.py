@@ -106,6 +106,7 @@ from .device import (
     _no_cuda_message,
     _number,
     _nvidia_smi_info,
+    _nvml_free,
     _nvml_info,
     _read_report,
     _read_torch_cuda,
@@ -113,6 +114,7 @@ from .device import (
     _same_uuid,
     check_device,
     check_gpu,
+    free_memory_by_index,
     report,
 )
 from .memory import (

@@ -1,7 +1,7 @@
 """The device report: what this runtime has (GPU, memory, driver, versions, host RAM) and the checks on it.
 
 Owns :class:`GpuReport` / :func:`report` (torch, NVML and ``nvidia-smi``, each optional), :func:`check_gpu`
-and :func:`check_device`, and the small environment probes the planner shares (:func:`_in_colab`,
+and :func:`check_device`, :func:`free_memory_by_index` (no CUDA), and the small environment probes the planner shares (:func:`_in_colab`,
 :func:`_env_flag`). Nothing here imports torch at module import.
 """
 
@@ -469,6 +469,65 @@ def _nvml_info(uuid: str | None, index: int | None, notes: list[str]) -> dict[st
         except Exception:  # noqa: BLE001
             pass
     return info
+
+
+def free_memory_by_index(notes: list[str] | None = None) -> dict[int, float] | None:
+    """Free memory of every GPU this process may use, without CUDA: for a process that hands the GPUs to others
+    (the batch's driver starts Ray workers and must neither import torch nor make a CUDA context).
+
+    Read from NVML (nvidia-ml-py) when it is installed, else from ``nvidia-smi --query-gpu=index,memory.free``. Where
+    ``CUDA_VISIBLE_DEVICES`` is a list of whole numbers, only those GPUs are kept (as CUDA and Ray number them from
+    it); other forms of it (UUIDs, MIG names) keep every GPU.
+
+    Args:
+        notes: Where to append why a source did not answer (optional).
+
+    Returns:
+        ``{index: free GiB}`` keyed by the physical index ``nvidia-smi`` shows, empty when there is no GPU, or None
+        when neither NVML nor ``nvidia-smi`` answered (memory unknown).
+    """
+    notes = [] if notes is None else notes
+    free = _nvml_free(notes)
+    if free is None:
+        exe = shutil.which("nvidia-smi")
+        rows = _run_nvidia_smi(exe, "gpu=index,memory.free", notes) if exe else None
+        if rows is None:
+            return None
+        free = {}
+        for row in rows:
+            index, mib = (_number(row[0]), _number(row[1])) if len(row) >= 2 else (None, None)
+            if index is not None and mib is not None:
+                free[int(index)] = mib / 1024
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        wanted = [v.strip() for v in visible.split(",") if v.strip()]
+        if all(v.isdigit() for v in wanted):
+            free = {i: g for i, g in free.items() if str(i) in wanted}
+    return free
+
+
+def _nvml_free(notes: list[str]) -> dict[int, float] | None:
+    """``{index: free GiB}`` of every GPU from NVML, or None when NVML is missing or fails."""
+    try:
+        import pynvml
+    except Exception:  # noqa: BLE001 - not installed (the usual case) or broken
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception as exc:  # noqa: BLE001
+        notes.append(f"NVML could not start ({exc})")
+        return None
+    try:
+        return {i: pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(i)).free / GIB
+                for i in range(pynvml.nvmlDeviceGetCount())}
+    except Exception as exc:  # noqa: BLE001
+        notes.append(f"NVML query failed ({type(exc).__name__}: {exc})")
+        return None
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001
+            pass
 
 
 def _run_nvidia_smi(exe: str, query: str, notes: list[str]) -> list[list[str]] | None:
