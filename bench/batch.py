@@ -10,7 +10,9 @@ then makes a pipeline per call (every model loaded, the face prepared again for 
 ``nbh.lipsync()`` calls does; each call is independent of the others, so ``--loop-jobs N`` (the first N jobs, faces
 alternating) measures the loop's jobs/hour on fewer calls when device time is short. Wall times include everything:
 Ray's start, the workers' model loads, the avatars' preparation. GPU busy is the mean of NVML's utilisation samples
-(every 0.5 s) over the arm and the GPUs used. The ratio is jobs/hour against the loop's. The figures go to
+(every 0.5 s) over the arm and the GPUs used. The ratio is jobs/hour against the loop's. Steady jobs/hour leaves
+the start-up out: the jobs after the first one over the time from its end to the last one's (the loop: its calls
+after the first), the figure that scaling over GPUs is also judged on (issue 22). The figures go to
 ``--out`` as JSON, rewritten after the batch and after every loop call (a run stopped by its time limit keeps them).
 
     python bench/batch.py --out b.json       # 20 jobs of 10 s over 2 faces, one GPU; markdown table to stdout
@@ -26,6 +28,7 @@ Ray must be importable (``pip install "ray>=2.10"``).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import subprocess
@@ -126,14 +129,23 @@ def make_media(work: Path, data: Path, n_faces: int, n_jobs: int, seconds: float
 
 def table(rows: list[dict], base_rate: float | None) -> str:
     """The markdown table: arm, jobs, frames, wall s, jobs/hour, frames/s, GPU busy, ratio (jobs/hour vs the loop)."""
-    lines = ["| arm | jobs | frames | wall s | jobs/hour | frames/s | GPU busy % | vs loop |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| arm | jobs | frames | wall s | jobs/hour | steady jobs/hour | frames/s | GPU busy % | vs loop |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         ratio = f"{r['jobs_per_hour'] / base_rate:.2f}x" if base_rate else ""
         busy = "n/a" if r["gpu_busy_pct"] is None else f"{r['gpu_busy_pct']:.0f}"
+        steady = "n/a" if r.get("steady_jobs_per_hour") is None else f"{r['steady_jobs_per_hour']:.0f}"
         lines.append(f"| {r['arm']} | {r['jobs']} | {r['frames']} | {r['wall_s']:.1f} | {r['jobs_per_hour']:.0f} | "
-                     f"{r['frames_per_s']:.1f} | {busy} | {ratio} |")
+                     f"{steady} | {r['frames_per_s']:.1f} | {busy} | {ratio} |")
     return "\n".join(lines)
+
+
+def steady_rate(ends_s: list[float]) -> float | None:
+    """Jobs/hour once the first job is out: the jobs after the first over the time from its end to the last's
+    (the start-up, Ray, imports, first preparations, left out; what scaling over GPUs is judged on beside the
+    wall time). ``ends_s``: when each job ended, seconds from the arm's start. None for fewer than 3 jobs."""
+    ends = sorted(ends_s)
+    return (len(ends) - 1) / (ends[-1] - ends[0]) * 3600 if len(ends) > 2 and ends[-1] > ends[0] else None
 
 
 def row(arm: str, gpus: int, jobs: list[dict], wall_s: float, busy: float, **extra) -> dict:
@@ -228,7 +240,9 @@ def main() -> None:
         rows.append(row(f"Ray batch ({len(result.workers)} worker(s), {label})", max(args.gpus, 0),
                         [dict(j, frames=frames[j["name"]]) for j in jobs], batch_s, busy.percent,
                         retried=[o.job for o in result.outcomes if o.attempts > 1], avatars=dict(result.avatars),
-                        cpu_busy_pct=round(cpu.percent, 1), batch_size=size or None, phases=dict(result.phases)))
+                        cpu_busy_pct=round(cpu.percent, 1), batch_size=size or None, phases=dict(result.phases),
+                        steady_jobs_per_hour=steady_rate([o.ended_s for o in result.outcomes if o.status == "done"]),
+                        workers_note=result.workers_note))
         save()
         print(f"batch ({label}): {batch_s:.1f} s; CPU busy {cpu.percent:.0f}% of {os.cpu_count()} cores; phases "
               "(s from the start): " + ", ".join(f"{k} {v:.1f}" for k, v in result.phases.items())
@@ -259,7 +273,8 @@ def main() -> None:
             loop_s = time.perf_counter() - t0
         rows.insert(0, row("loop of nbh.lipsync()", 0 if args.smoke else 1,
                            [dict(j, frames=frames[j["name"]]) for j in loop_jobs], loop_s, busy.percent,
-                           calls_s=calls, cpu_busy_pct=round(cpu.percent, 1)))
+                           calls_s=calls, cpu_busy_pct=round(cpu.percent, 1),
+                           steady_jobs_per_hour=steady_rate(list(itertools.accumulate(calls)))))
         report.pop("loop_partial", None)
         print(f"loop: {loop_s:.1f} s for {len(loop_jobs)} calls; CPU busy {cpu.percent:.0f}%", flush=True)
 

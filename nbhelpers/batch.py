@@ -32,6 +32,7 @@ does not import Ray or torch.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import hashlib
 import html
 import io
@@ -402,6 +403,8 @@ class JobOutcome:
         output: The output MP4.
         attempts: Times the job was started on a worker (more than 1 when a worker died during it).
         worker: The worker that made it (``host/pid device``), or "".
+        ended_s: When the outcome came, seconds from the start of :func:`run` (0 for jobs settled before any
+            worker: skipped, or failed at the input checks); not in the summary CSV.
     """
 
     job: str
@@ -414,6 +417,7 @@ class JobOutcome:
     output: Path
     attempts: int = 0
     worker: str = ""
+    ended_s: float = 0.0
 
     @property
     def fps(self) -> float:
@@ -1092,7 +1096,7 @@ def _dispatch(job_list, groups, group_of, job_configs, expected_frames, outcomes
                 progress.bar(total=sum(expected_frames.values()), desc="batch frames", unit="frame") as frames_bar:
 
             def finish(job: Job, outcome: JobOutcome) -> None:
-                outcomes[job.name] = outcome
+                outcomes[job.name] = dataclasses.replace(outcome, ended_s=round(time.perf_counter() - t0, 3))
                 jobs_bar.update(1)
                 shown = frames_done.pop(job.name, 0)
                 frames_bar.update(max(outcome.frames - shown, 0) if outcome.status == "done" else 0)
