@@ -429,9 +429,10 @@ class MuseTalkPipeline:
         weights_path = check_weights_dir(weights_dir, base.version, base.landmark_backend)
         # Device and precision only: the batch size is planned per job, from its frames, so a user batch_size is
         # left out here (else its warnings came twice, at load and at the job, and for a batch not yet cut to the
-        # job's length).
+        # job's length). Silent: this plan knows neither the frame size (it would assume 1080x1920) nor the
+        # length, so its CPU note came before each job's own, a second and wrong one (a new user's trial).
         plan = gpu.plan(kind="lipsync", config=base.replace(batch_size=None), n_frames=None,
-                        weights=_weights_kind(weights_path))
+                        weights=_weights_kind(weights_path), warn=False)
         planned = plan.config.replace(batch_size=base.batch_size)
         planned.reasons.update(plan.config.reasons)
         if base.batch_size is not None:  # the plan's batch reason is about a batch this config does not hold
