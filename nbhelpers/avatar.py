@@ -712,7 +712,10 @@ def prepare_avatar(video: str | os.PathLike, directory: str | os.PathLike, *, co
         directory: The avatar folder (created; may be on Google Drive).
         config: Settings; cached fields are version, extra_margin, bbox_shift, parsing_mode, cheek widths,
             landmark backend, smoothing, seed, latent_mode and blur_ratio.
-        boxes: Crop boxes given by hand (one for the clip or one per 25 fps frame), skipping detection.
+        boxes: Crop boxes given by hand, skipping detection, full-frame pixels: one ``(x1, y1, x2, y2)`` for
+            every frame (bare, or a list holding just that box), or exactly one entry, a box or None (no face),
+            per 25 fps frame of the whole video (an avatar keeps every frame of its video). Per-frame boxes of
+            another length are refused before any model loads, with the video's frame count.
         weights_dir: Weights folder (default: the pipeline's, else :func:`nbhelpers.weights.default_dir`).
         rebuild: Rebuild even when the cache is valid.
         backend: Landmark backend object or name (default ``config.landmark_backend``).
@@ -726,7 +729,8 @@ def prepare_avatar(video: str | os.PathLike, directory: str | os.PathLike, *, co
         or until they are on the GPU, so its first clip decodes nothing.
 
     Raises:
-        InputError: The video is missing or unreadable, or an option is invalid.
+        InputError: The video is missing or unreadable, an option is invalid, or ``boxes`` does not fit the
+            video (per-frame boxes not one per frame, a box outside the frame).
         WeightsError: Weight files are missing.
         NoFaceError: No frame has a face (pass ``boxes=``).
         DiskSpaceError: The local disk cannot hold the decoded frames.
@@ -739,9 +743,10 @@ def prepare_avatar(video: str | os.PathLike, directory: str | os.PathLike, *, co
     from .engine import flush_denormals
     from .framestore import check_disk_for_frames, expected_frames
     from .latents import encode_frames
-    from .pipeline import MuseTalkPipeline, check_video, check_weights_dir
+    from .pipeline import MuseTalkPipeline, check_boxes, check_video, check_weights_dir, given_boxes
 
     config = config or InferenceConfig()
+    boxes = given_boxes(boxes)  # a list holding one box is that box (and the same cache key)
     if boxes is not None and config.landmark_backend != "boxes":
         config = config.replace(landmark_backend="boxes")
     directory = Path(directory)
@@ -767,6 +772,7 @@ def prepare_avatar(video: str | os.PathLike, directory: str | os.PathLike, *, co
 
     gpu.check_device(config.device)
     _, video_info = check_video(video_path)
+    boxes = check_boxes(boxes, video_path, video_info)
     check_weights_dir(weights_path, config.version, config.landmark_backend)
     if config.restore is not None:
         from .restore import check_available

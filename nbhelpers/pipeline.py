@@ -166,13 +166,15 @@ def check_inputs(video: Any, audio: Any, output: Any = None, *, config: Inferenc
         output: Output MP4 path, or None for ``results/<video>_<audio>.mp4`` in the working directory.
         config: Settings (already validated by :class:`InferenceConfig`).
         weights_dir: Folder of the weights (official ``models/`` layout), or None for the default.
-        boxes: User crop boxes or None.
+        boxes: User crop boxes or None, checked by :func:`check_boxes` (per-frame boxes against the video's
+            frame count).
 
     Returns:
         ``(video, audio, output, weights_dir, video_info, audio_info)``.
 
     Raises:
-        InputError: A file is missing, is not media, has no video/audio stream, or the output is not ``.mp4``.
+        InputError: A file is missing, is not media, has no video/audio stream, or the output is not ``.mp4``;
+            per-frame boxes are not one per 25 fps frame of the video, or a box does not fit the frame.
         NoGpuError: ``config.device`` names a CUDA device this runtime does not have.
         WeightsError: Weight files are missing (names them and gives the download command), the restorer's too.
         MissingDependencyError: ``config.restore`` is set and spandrel is not installed.
@@ -186,6 +188,7 @@ def check_inputs(video: Any, audio: Any, output: Any = None, *, config: Inferenc
     output_path = output_path_for(output, video_path, audio_path)
     if boxes is None and config.landmark_backend == "boxes":
         raise InputError("landmark_backend='boxes' needs boxes=: one (x1, y1, x2, y2) for the clip or one per frame.")
+    check_boxes(boxes, video_path, video_info)
     if config.restore is not None:
         from .restore import check_available
 
@@ -193,14 +196,76 @@ def check_inputs(video: Any, audio: Any, output: Any = None, *, config: Inferenc
     return video_path, audio_path, output_path, weights_path, video_info, audio_info
 
 
-def _one_frame_boxes(boxes: Any, frame_index: int) -> Any:
-    """The boxes argument for one frame: a single box stays; per-frame boxes give that frame's."""
+def given_boxes(boxes: Any) -> Any:
+    """The ``boxes`` argument of a job in one form: None, one box, or a per-frame list or array.
+
+    A list (or (1, 4) array) holding exactly one box becomes that box (it means that box for every frame, as a
+    bare ``(x1, y1, x2, y2)`` does: :func:`nbhelpers.faces.boxes.single_box`); any other iterable that is not a
+    list, tuple or array (a generator) is read into a list, so that it can be checked and then used.
+    """
+    from .faces.boxes import single_box
+
     if boxes is None:
         return None
-    arr = np.asarray(boxes, dtype=object)
-    if arr.ndim > 1 or (arr.ndim == 1 and len(arr) and not np.isscalar(arr[0])):
-        return [boxes[int(frame_index)]]
+    if not isinstance(boxes, (list, tuple, np.ndarray)):
+        boxes = list(boxes)
+    one = single_box(boxes)
+    return one if one is not None else boxes
+
+
+def check_boxes(boxes: Any, video: Any, video_info: Any = None) -> Any:
+    """Check crop boxes given by hand against the face video before any frame is decoded or any model loads.
+
+    One box for the whole clip (a bare ``(x1, y1, x2, y2)``, or a list holding just that box) is checked against
+    the frame size. Per-frame boxes need exactly one entry, a box or None (no face), for each 25 fps frame of the
+    whole video, numbered as :func:`nbhelpers.media.load_video` yields them (a job whose audio reaches only the
+    first frames still takes one entry per video frame and uses the first ones); the video's frames are counted
+    for this, by one fast counting decode (about 0.4 s for 22 s of 576x768 video), and every box is checked.
+
+    Args:
+        boxes: None, one box, a one-box list, or per-frame boxes (see :func:`nbhelpers.faces.user_boxes`), in
+            full-frame pixels of the upright video.
+        video: Path of the face video or photo (already checked by :func:`check_video`).
+        video_info: Its :class:`~nbhelpers.media.MediaInfo` (for the frame size), or None to probe it.
+
+    Returns:
+        :func:`given_boxes` of ``boxes``: None, the one box, or the per-frame boxes.
+
+    Raises:
+        InputError: Per-frame boxes whose count is not the video's frame count at 25 fps (the message gives both
+            counts and what to pass), or a box outside the frame, inverted or smaller than 16 pixels.
+
+    Source: no official counterpart: the official ``--use_saved_coord`` reuses a pickled per-frame box list
+    unchecked (scripts/inference.py:151-160, reference §3.3).
+    """
+    from . import media
+    from .faces.boxes import boxes_count_message, single_box, user_boxes
+
+    boxes = given_boxes(boxes)
+    if boxes is None:
+        return None
+    if single_box(boxes) is not None:
+        info = video_info if video_info is not None else media.probe(video, count_frames=False)
+        user_boxes(boxes, 1, (int(info.height), int(info.width)))
+        return boxes
+    with media.load_video(video) as reader:
+        n_frames, shape = reader.frame_count, (reader.height, reader.width)
+    if len(boxes) != n_frames:
+        raise InputError(boxes_count_message(len(boxes), n_frames, f"video {str(video)!r}"))
+    user_boxes(boxes, n_frames, shape)
     return boxes
+
+
+def _one_frame_boxes(boxes: Any, frame_index: int) -> Any:
+    """The boxes argument for one frame: a single box stays; per-frame boxes give that frame's."""
+    from .faces.boxes import single_box
+
+    if boxes is None or single_box(boxes) is not None:
+        return boxes
+    if not 0 <= int(frame_index) < len(boxes):
+        raise InputError(f"boxes has {len(boxes)} entries (one per frame), none for frame_index {frame_index}. Give "
+                         "one (x1, y1, x2, y2) for every frame, or one entry, a box or None, per frame.")
+    return [boxes[int(frame_index)]]
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -364,9 +429,10 @@ class MuseTalkPipeline:
         weights_path = check_weights_dir(weights_dir, base.version, base.landmark_backend)
         # Device and precision only: the batch size is planned per job, from its frames, so a user batch_size is
         # left out here (else its warnings came twice, at load and at the job, and for a batch not yet cut to the
-        # job's length).
+        # job's length). Silent: this plan knows neither the frame size (it would assume 1080x1920) nor the
+        # length, so its CPU note came before each job's own, a second and wrong one (a new user's trial).
         plan = gpu.plan(kind="lipsync", config=base.replace(batch_size=None), n_frames=None,
-                        weights=_weights_kind(weights_path))
+                        weights=_weights_kind(weights_path), warn=False)
         planned = plan.config.replace(batch_size=base.batch_size)
         planned.reasons.update(plan.config.reasons)
         if base.batch_size is not None:  # the plan's batch reason is about a batch this config does not hold
@@ -650,8 +716,11 @@ class MuseTalkPipeline:
             output: Path of the MP4 to write (default ``results/<video>_<audio>.mp4``). Written under a temporary
                 name and renamed when complete.
             config: :class:`InferenceConfig`; default the pipeline's. Batch size is planned when left empty.
-            boxes: Crop boxes given by hand instead of detecting faces: one ``(x1, y1, x2, y2)`` in source pixels
-                for the whole clip, or one per 25 fps frame (None for a frame without a face).
+            boxes: Crop boxes given by hand instead of detecting faces, in source pixels: one ``(x1, y1, x2, y2)``
+                for the whole clip (bare, or a list holding just that box), or exactly one entry per 25 fps frame
+                of the whole video (None for a frame without a face; audio that reaches only the first frames uses
+                their entries). Per-frame boxes of another length are refused before anything heavy runs, with
+                the video's frame count (:func:`check_boxes`).
             backend: A landmark backend object or name; default ``config.landmark_backend``.
             frame_callback: Called as ``frame_callback(t, frame)`` with each finished (H, W, 3) uint8 BGR frame
                 before it is encoded (for tests and previews).
@@ -677,6 +746,7 @@ class MuseTalkPipeline:
         t0 = time.perf_counter()
         track_memory = self.device.type == "cuda" and os.environ.get("NBHELPERS_STAGE_MEMORY", "") == "1"
         timings = Timings(peak_gib={} if track_memory else None)
+        boxes = given_boxes(boxes)
         config = self.job_config(config, boxes=boxes)
 
         # 1. check inputs: files, streams and weights, before anything heavy
@@ -695,7 +765,7 @@ class MuseTalkPipeline:
         # long video decodes, tracks, encodes and parses only those (the official code prepares every frame).
         check_disk_for_frames(min(n_out, expected_frames(video_info, n_out)), reader.height, reader.width)
         n_src = min(n_out, expected_frames(video_info, n_out))  # an upper estimate until decoding ends
-        if boxes is not None and not is_single_box(boxes):
+        if boxes is not None and not is_single_box(boxes):  # one per video frame (checked in check_inputs)
             boxes = list(boxes)
             if len(boxes) > n_out:  # one box per video frame, but the audio reaches only the first n_out frames
                 boxes = boxes[:n_out]
@@ -766,7 +836,8 @@ class MuseTalkPipeline:
         Args:
             video: Face video or photo.
             config: Settings (default the pipeline's).
-            boxes: One crop box ``(x1, y1, x2, y2)`` or per-frame boxes, as for :meth:`lipsync`.
+            boxes: One crop box ``(x1, y1, x2, y2)`` (bare, or a list holding just that box) or per-frame boxes
+                (the entry of ``frame_index`` is used), as for :meth:`lipsync`.
             audio: Optional speech file.
             frame_index: Which 25 fps frame to preview (default the first).
             backend: Landmark backend object or name (default ``config.landmark_backend``).
@@ -786,6 +857,7 @@ class MuseTalkPipeline:
         from .engine import repaint
         from .latents import encode_frames
 
+        boxes = given_boxes(boxes)
         config = self.job_config(config, boxes=boxes)
         from . import gpu
 
@@ -824,7 +896,9 @@ class MuseTalkPipeline:
                        config: InferenceConfig | None = None, boxes: Any = None, rebuild: bool = False,
                        backend: Any = None):
         """Prepare (or load) the avatar of a face video with this pipeline's models; see
-        :func:`nbhelpers.avatar.prepare_avatar`. The avatar generates its clips with the same loaded models."""
+        :func:`nbhelpers.avatar.prepare_avatar` (``boxes``: one box for every frame, bare or as a list holding
+        just that box, or exactly one entry per 25 fps frame of the video). The avatar generates its clips with
+        the same loaded models."""
         from .avatar import prepare_avatar
 
         return prepare_avatar(video, directory, config=config, boxes=boxes, rebuild=rebuild, backend=backend,
@@ -1223,7 +1297,8 @@ def lipsync(video: str | os.PathLike, audio: str | os.PathLike, output: str | os
         audio: Speech file.
         output: Output MP4 (default ``results/<video>_<audio>.mp4``).
         version: ``"v15"`` or ``"v1"``; overrides ``config.version`` when given.
-        boxes: Crop boxes given by hand (see :meth:`MuseTalkPipeline.lipsync`).
+        boxes: Crop boxes given by hand: one for the clip (bare, or a list holding just that box) or one per 25 fps
+            frame of the video (see :meth:`MuseTalkPipeline.lipsync`).
         config: :class:`InferenceConfig`; missing device, precision and batch size are planned from the GPU.
         weights_dir: Folder of the weights in the official layout (default :func:`nbhelpers.weights.default_dir`).
         backend: A landmark backend object or name.
@@ -1238,6 +1313,7 @@ def lipsync(video: str | os.PathLike, audio: str | os.PathLike, output: str | os
     config = config or InferenceConfig()
     if version is not None and version != config.version:
         config = config.replace(version=version)
+    boxes = given_boxes(boxes)
     if boxes is not None and config.landmark_backend != "boxes":
         config = config.replace(landmark_backend="boxes")
     check_inputs(video, audio, output, config=config, weights_dir=weights_dir, boxes=boxes)
@@ -1255,7 +1331,7 @@ def preview(video: str | os.PathLike, config: InferenceConfig | None = None, *,
         video: Face video or photo.
         config: Settings (default :class:`InferenceConfig`).
         weights_dir: Weights folder (default :func:`nbhelpers.weights.default_dir`).
-        boxes: One crop box or per-frame boxes.
+        boxes: One crop box (bare, or a list holding just that box) or per-frame boxes.
         audio: Optional speech file.
         frame_index: Which 25 fps frame to preview.
         backend: Landmark backend object or name.
@@ -1282,12 +1358,13 @@ def describe_boxes(boxes: Sequence[Any] | None) -> str:
     """One line describing user boxes (for logs)."""
     if boxes is None:
         return "detected"
-    arr = np.asarray(boxes, dtype=object)
-    return "one box for the clip" if arr.ndim == 1 else f"{len(arr)} boxes given"
+    from .faces.boxes import single_box
+
+    return "one box for the clip" if single_box(boxes) is not None else f"{len(boxes)} boxes given"
 
 
 # Kept for code written against the first releases: both names are the one result type.
 LipsyncResult = ClipResult
 
-__all__ = ["ClipResult", "LipsyncResult", "MuseTalkPipeline", "Preview", "check_audio", "check_inputs",
-           "check_video", "check_weights_dir", "lipsync", "output_path_for", "preview"]
+__all__ = ["ClipResult", "LipsyncResult", "MuseTalkPipeline", "Preview", "check_audio", "check_boxes", "check_inputs",
+           "check_video", "check_weights_dir", "given_boxes", "lipsync", "output_path_for", "preview"]

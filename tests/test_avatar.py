@@ -141,6 +141,41 @@ def test_reload_without_recomputation(prepared, clip, tiny_weights, config, monk
     assert again.loaded_from_cache and again.rebuild_reason == ""
 
 
+def test_one_box_in_a_list_is_that_box_and_a_wrong_count_gives_the_videos(prepared, clip, tiny_weights, config,
+                                                                           tmp_path, monkeypatch):
+    """A new user's trial: boxes=[one box] was refused, and the refusal said "the clip has 8 frames" (the first
+    preparation batch) of this 12-frame clip. A one-box list is that box for every frame (the same avatar as the
+    bare box: its cache is reused); per-frame boxes of another length are refused before a pipeline is made,
+    with the video's 12 frames (an avatar keeps every frame of its video)."""
+    from nbhelpers import latents, prepare_avatar
+    from nbhelpers.errors import InputError
+    from nbhelpers.pipeline import MuseTalkPipeline
+
+    folder, _ = prepared
+    again = prepare_avatar(clip, folder, config=config, boxes=[BOX], weights_dir=tiny_weights)
+    assert again.loaded_from_cache and again.crop_boxes.tolist() == [list(BOX)] * 12
+    seen = {}
+
+    def stop(frames, crop_boxes, *args, **kwargs):  # past tracking, the path is the bare box's (tested above)
+        seen["crop"] = np.asarray(crop_boxes).tolist()
+        raise RuntimeError("stopped after tracking")
+
+    monkeypatch.setattr(latents, "encode_frames", stop)
+    with pytest.raises(RuntimeError, match="stopped after tracking"):
+        prepare_avatar(clip, tmp_path / "one", config=config, boxes=[BOX], weights_dir=tiny_weights)
+    assert seen["crop"] == [list(BOX)] * 12
+
+    def no_pipeline(*args, **kwargs):
+        raise AssertionError("a pipeline was made before the boxes were checked")
+
+    monkeypatch.setattr(MuseTalkPipeline, "from_pretrained", no_pipeline)
+    for n in (5, 8, 13):
+        with pytest.raises(InputError, match=rf"boxes has {n} entries but video '[^']*face-12f.mp4' has 12 frames "
+                                             r"at 25 fps\. .*exactly 12 entries, a box or None"):
+            prepare_avatar(clip, tmp_path / f"n{n}", config=config, boxes=[BOX] * n, weights_dir=tiny_weights)
+        assert not (tmp_path / f"n{n}").exists()
+
+
 @pytest.mark.parametrize("change", ["parameter", "source", "truncate", "corrupt", "manifest"])
 def test_changes_and_damage_rebuild(change, prepared, clip, tiny_weights, config, tmp_path, make_media,
                                     shared_data):

@@ -348,6 +348,32 @@ def test_user_boxes_run_no_detector(fake_registry):
         faces.track(clip([1]), config=InferenceConfig(landmark_backend="boxes"))
 
 
+def test_a_list_holding_one_box_is_that_box_for_every_frame(fake_registry):
+    """A new user's trial: boxes=[one box] was refused as per-frame boxes of the wrong length. It means that box for
+    every frame, as the bare box does, in every form (list, tuple, (1, 4) array); [None] stays one frame's entry."""
+    box = (20, 30, 120, 150)
+    for one in ([box], (box,), [list(box)], [np.array(box)], np.array([box])):
+        tr = faces.track(clip([0, 0, 0, 0]), backend="dlib", boxes=one)
+        assert fake_registry == [] and tr.backend == "boxes"
+        assert tr.crop_boxes.tolist() == [list(box)] * 4 and tr.has_face.all(), one
+        crop, has = faces.user_boxes(one, 5, (FH, FW))
+        assert crop.tolist() == [list(box)] * 5 and has.all()
+    with pytest.raises(InputError, match="1 entries but the clip has 4 frames"):
+        faces.track(clip([0, 0, 0, 0]), boxes=[None])
+
+
+def test_too_few_boxes_for_a_clip_of_unknown_length_do_not_name_a_batch_as_its_length():
+    """Frames from a generator (length unknown until read): 3 boxes for a 5-frame clip tracked 2 frames at a time
+    used to be refused as "the clip has 4 frames" (the frames read so far, not the clip's)."""
+    def frames():
+        yield from clip([0, 0, 0, 0, 0])
+
+    boxes = [(20, 30, 120, 150)] * 3
+    with pytest.raises(InputError, match=r"boxes has 3 entries but the clip has more frames than that \(at least 4"):
+        faces.track(frames(), boxes=boxes, batch_size=2)
+    assert faces.track(clip([0, 0, 0]), boxes=boxes).n_frames == 3  # the right count passes
+
+
 class DeviceFramesBackend(FakeBackend):
     """FakeBackend that takes ``frames_device=`` (as a GPU backend does) and records each call's keyword args."""
 

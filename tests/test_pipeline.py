@@ -294,6 +294,40 @@ def test_per_frame_boxes_of_the_whole_video_with_shorter_audio(tiny_weights, sha
         pipe.lipsync(clip, speech, Path(pipe.weights_dir).parent / "boxes-few.mp4", boxes=boxes[:3])
 
 
+@pytest.mark.slow
+def test_a_cpu_clip_warns_once_with_its_frame_size_and_takes_one_box_in_a_list(tiny_weights, shared_data,
+                                                                              make_media, tmp_path):
+    """A new user's trial: nbh.lipsync on the CPU gave two PlanWarnings per clip, the first (the pipeline's plan at
+    load) assuming 1080x1920 frames, and boxes=[one box] was refused. Now: one warning, from the job's own plan
+    with the clip's 768x576 (H x W) frames and length; the one-box list is that box for every frame; per-frame boxes
+    of another length than the video's 10 frames are refused before any model loads, saying both counts."""
+    import warnings
+
+    import nbhelpers as nbh
+    from nbhelpers.errors import InputError
+    from nbhelpers.gpu import PlanWarning
+
+    clip = make_media("face-10f-boxes.mp4", "-i", str(shared_data / "face-sing-576x768-25fps.mp4"), "-frames:v",
+                      "10", "-an", "-c:v", "libx264", "-crf", "12", "-pix_fmt", "yuv420p")
+    speech = make_media("speech-0.2s.wav", "-i", str(shared_data / "speech-en-short.wav"), "-t", "0.2")
+    box = (190, 160, 360, 330)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = nbh.lipsync(clip, speech, tmp_path / "one-box.mp4", config=nbh.InferenceConfig(device="cpu"),
+                             boxes=[box], weights_dir=tiny_weights)
+    notes = [str(w.message) for w in caught if issubclass(w.category, PlanWarning)]
+    assert len(notes) == 1, notes
+    assert notes[0].startswith("Running on the CPU") and "768x576 frames," in notes[0] and "1080" not in notes[0]
+    assert "5 frames from 5 source frames take about" in notes[0]
+    assert (result.n_frames, result.source_frames, result.no_face_frames) == (5, 5, 0)
+    pipe = nbh.MuseTalkPipeline.from_pretrained(tiny_weights, device="cpu")
+    for n in (3, 11):  # 11 used to pass: cut to the 5 frames the audio reaches, though the video has 10
+        with pytest.raises(InputError, match=rf"boxes has {n} entries but video '[^']*face-10f-boxes.mp4' has 10 "
+                                             r"frames at 25 fps\. .*exactly 10 entries"):
+            pipe.lipsync(clip, speech, tmp_path / "wrong.mp4", boxes=[box] * n)
+    assert pipe.loaded == [] and not (tmp_path / "wrong.mp4").exists()
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # The offline job's pieces: batched frame store writes, decoding one piece ahead, piece windows, face batches
 

@@ -26,6 +26,7 @@ __all__ = [
     "bbox_shift_range",
     "crop_box",
     "crop_box_with_source",
+    "single_box",
     "smooth_boxes",
     "user_boxes",
 ]
@@ -325,14 +326,47 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
 
 
+def _is_box(value: Any) -> bool:
+    """Whether ``value`` looks like one ``(x1, y1, x2, y2)``: a (4,) array or a sequence of 4 numbers."""
+    if isinstance(value, np.ndarray):
+        return value.ndim == 1
+    return isinstance(value, (list, tuple)) and len(value) == 4 and all(_is_number(v) for v in value)
+
+
+def single_box(boxes: Any) -> Any:
+    """The one crop box that ``boxes`` gives for the whole clip, or None when it gives one entry per frame.
+
+    A bare ``(x1, y1, x2, y2)`` (tuple, list or (4,) array) and a list, tuple or (1, 4) array holding exactly one
+    such box both mean that box for every frame, whatever the clip's length. ``[None]`` stays a per-frame list
+    (one frame without a face).
+
+    Args:
+        boxes: None, one box, a one-box list, or per-frame boxes (an (N, 4) array, or N boxes and None).
+
+    Returns:
+        The box as given (the inner one for a one-box list; a (4,) view for a (1, 4) array), or None for None and
+        for per-frame boxes. The numbers are not checked here (:func:`user_boxes` checks them).
+    """
+    if boxes is None:
+        return None
+    if _is_box(boxes):
+        return boxes
+    if isinstance(boxes, np.ndarray):
+        return boxes[0] if boxes.ndim == 2 and boxes.shape[0] == 1 else None
+    if isinstance(boxes, (list, tuple)) and len(boxes) == 1 and _is_box(boxes[0]):
+        return boxes[0]
+    return None
+
+
 def user_boxes(boxes: Any, n_frames: int, frame_shape: Any, *, min_side: int = MIN_CROP_SIDE
                ) -> tuple[np.ndarray, np.ndarray]:
     """Validate crop boxes given by the user and expand them to one row per frame.
 
     Args:
-        boxes: One ``(x1, y1, x2, y2)`` for the whole clip; or, per frame, an (N, 4) array (rows of -1 or NaN mean
-            "no face") or a length-N list of 4-tuples and None. Pixels of the full frame, half-open
-            ``frame[y1:y2, x1:x2]``; fractional values are truncated with ``int()`` as the official boxes are.
+        boxes: One ``(x1, y1, x2, y2)`` for the whole clip (bare, or a list holding just that box: see
+            :func:`single_box`); or, per frame, an (N, 4) array (rows of -1 or NaN mean "no face") or a length-N
+            list of 4-tuples and None. Pixels of the full frame, half-open ``frame[y1:y2, x1:x2]``; fractional
+            values are truncated with ``int()`` as the official boxes are.
         n_frames: N, the number of frames.
         frame_shape: ``(H, W)`` or ``(H, W, 3)`` of the frames, pixels.
         min_side: Smallest accepted box side in pixels.
@@ -348,16 +382,15 @@ def user_boxes(boxes: Any, n_frames: int, frame_shape: Any, *, min_side: int = M
     (scripts/inference.py:151-160, reference §3.3); it does no validation.
     """
     height, width = _frame_hw(frame_shape)
-    if isinstance(boxes, np.ndarray) and boxes.ndim == 1 or (
-            isinstance(boxes, (list, tuple)) and len(boxes) == 4 and all(_is_number(v) for v in boxes)):
-        rows: list[Any] = [boxes] * n_frames
+    one = single_box(boxes)
+    if one is not None:
+        rows: list[Any] = [one] * n_frames
         single = True
     else:
-        rows = list(boxes) if not isinstance(boxes, np.ndarray) else list(boxes)
+        rows = list(boxes)
         single = False
         if len(rows) != n_frames:
-            raise InputError(f"boxes has {len(rows)} entries but the clip has {n_frames} frames at 25 fps. Give "
-                             "one (x1, y1, x2, y2) for the whole clip, or exactly one box (or None) per frame.")
+            raise InputError(boxes_count_message(len(rows), n_frames, "the clip"))
     out = np.full((n_frames, 4), -1, dtype=np.int32)
     has_face = np.zeros(n_frames, dtype=bool)
     for i, row in enumerate(rows):
@@ -385,3 +418,16 @@ def user_boxes(boxes: Any, n_frames: int, frame_shape: Any, *, min_side: int = M
         out[i] = (x1, y1, x2, y2)
         has_face[i] = True
     return out, has_face
+
+
+def boxes_count_message(given: int, n_frames: int, where: str) -> str:
+    """The refusal of per-frame boxes of the wrong length: the count given, the frames there are, what to pass.
+
+    Args:
+        given: Entries of the per-frame ``boxes``.
+        n_frames: Frames at 25 fps that need one entry each.
+        where: What has those frames, e.g. ``"the clip"`` or ``"video 'face.mp4'"``.
+    """
+    return (f"boxes has {given} entries but {where} has {n_frames} frames at 25 fps. Give one (x1, y1, x2, y2) "
+            f"(or a list holding that one box) for every frame, or exactly {n_frames} entries, a box or None "
+            "(no face) per frame.")

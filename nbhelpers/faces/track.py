@@ -19,7 +19,14 @@ from ..config import InferenceConfig
 from ..constants import CROP_SIZE
 from ..errors import InputError, NbHelpersWarning, NoFaceError
 from .base import FaceResult, LandmarkBackend
-from .boxes import BBoxShiftRange, _is_number, bbox_shift_range, crop_box_with_source, smooth_boxes, user_boxes
+from .boxes import (
+    BBoxShiftRange,
+    bbox_shift_range,
+    crop_box_with_source,
+    single_box,
+    smooth_boxes,
+    user_boxes,
+)
 from .registry import get_backend
 
 LARGE_FACE_RATIO = 3.0  # warn when the median crop side exceeds this many times CROP_SIZE (256 px)
@@ -158,8 +165,13 @@ def _check_frame(frame: Any, index: int, shape: tuple[int, int] | None) -> np.nd
     return arr
 
 
-def _batches(frames: Any, batch_size: int, stack: ExitStack) -> tuple[Iterator[np.ndarray], int | None]:
-    """Batches (b, H, W, 3) uint8 of the frames, validated, and the frame count when it is known up front."""
+def _batches(frames: Any, batch_size: int, stack: ExitStack, exact: bool = False
+             ) -> tuple[Iterator[np.ndarray], int | None]:
+    """Batches (b, H, W, 3) uint8 of the frames, validated, and the frame count when it is known up front.
+
+    For a video reader the count is its duration x fps (for the progress bar) unless ``exact``: then the
+    reader's exact :attr:`~nbhelpers.media.VideoReader.frame_count` (one fast counting decode), what per-frame
+    boxes are checked against."""
     if isinstance(frames, (str, os.PathLike)):
         from ..media import load_video
 
@@ -174,7 +186,9 @@ def _batches(frames: Any, batch_size: int, stack: ExitStack) -> tuple[Iterator[n
                              f"{frames.dtype}.")
         return (arr[i:i + batch_size] for i in range(0, arr.shape[0], batch_size)), int(arr.shape[0])
     if callable(getattr(frames, "iter_batches", None)):  # a media.VideoReader: decode straight into batches
-        return _reader_batches(frames, batch_size), _reader_total_hint(frames)
+        count = getattr(frames, "frame_count", None) if exact else None
+        total = int(count) if isinstance(count, (int, np.integer)) else _reader_total_hint(frames)
+        return _reader_batches(frames, batch_size), total
     if not isinstance(frames, Iterable):
         raise InputError(f"frames must be an (N, H, W, 3) uint8 array, an iterable of (H, W, 3) frames, a video "
                          f"reader or a video path; got {type(frames).__name__}.")
@@ -254,8 +268,10 @@ def track(frames: Any, backend: str | LandmarkBackend = "auto", config: Inferenc
             backend made here is closed (models released) at the end; an object you pass stays open.
             ``"auto"`` defers to ``config.landmark_backend`` when that is not ``"auto"``.
         config: Inference settings (version, bbox_shift, extra_margin, smooth_boxes, device); None = defaults.
-        boxes: None (detect), one ``(x1, y1, x2, y2)`` for the whole clip, or per frame an (N, 4) array (rows of
-            -1 or NaN = no face) or a list of 4-tuples and None. Full-frame pixels.
+        boxes: None (detect); one ``(x1, y1, x2, y2)`` for the whole clip, bare or as a list holding just that
+            box; or per frame, exactly one entry for each of the N frames: an (N, 4) array (rows of -1 or NaN =
+            no face) or a list of 4-tuples and None. Full-frame pixels. Per-frame boxes over a video are checked
+            against its exact frame count (one fast counting decode) before any frame is tracked.
         weights_dir: Weights dir for the detector backends; None = ``nbhelpers.weights.default_dir()``.
         batch_size: Frames handed to the backend at a time (halved on CUDA out-of-memory).
         device: Device of the backend's models; None = ``config.device`` (then the backend's choice).
@@ -279,7 +295,8 @@ def track(frames: Any, backend: str | LandmarkBackend = "auto", config: Inferenc
 
     with FaceTracker(backend, config, boxes=boxes, weights_dir=weights_dir, batch_size=batch_size,
                      device=device) as tracker, ExitStack() as stack:
-        batches, total = _batches(frames, tracker.batch_size, stack)
+        batches, total = _batches(frames, tracker.batch_size, stack,
+                                  exact=tracker.boxes is not None and not tracker._single_box)
         tracker.total_hint = total
         pbar = stack.enter_context(bar(total=total, desc="faces", unit="frame"))
         for batch in batches:
@@ -289,10 +306,9 @@ def track(frames: Any, backend: str | LandmarkBackend = "auto", config: Inferenc
 
 
 def is_single_box(boxes: Any) -> bool:
-    """Whether ``boxes`` is one ``(x1, y1, x2, y2)`` for the whole clip (else None or one entry per frame)."""
-    return boxes is not None and (
-        (isinstance(boxes, np.ndarray) and boxes.ndim == 1)
-        or (isinstance(boxes, (list, tuple)) and len(boxes) == 4 and all(_is_number(v) for v in boxes)))
+    """Whether ``boxes`` is one ``(x1, y1, x2, y2)`` for the whole clip, bare or as a list holding just that box
+    (:func:`~nbhelpers.faces.boxes.single_box`); else None or one entry per frame."""
+    return single_box(boxes) is not None
 
 
 class FaceTracker:
@@ -330,6 +346,8 @@ class FaceTracker:
                              "box for the clip) or one box per frame, or choose a detector backend.")
         if boxes is not None and not isinstance(boxes, (np.ndarray, list, tuple)):
             boxes = list(boxes)  # e.g. a generator of per-frame boxes
+        one = single_box(boxes)
+        boxes = one if one is not None else boxes  # a list holding one box: that box for every frame
         self.config, self.boxes, self.batch_size = config, boxes, int(batch_size)
         self._name, self._backend, self._weights_dir = name, backend, weights_dir
         self._device = device if device is not None else config.device
@@ -380,8 +398,11 @@ class FaceTracker:
                 crop, has = user_boxes(self.boxes, b, self.frame_shape)
             elif first + b <= len(self.boxes):
                 crop, has = user_boxes(list(self.boxes[first:first + b]), b, self.frame_shape)
-            else:
-                user_boxes(self.boxes, first + b, self.frame_shape)  # raises: fewer boxes than frames
+            else:  # fewer boxes than frames; the clip's full length is not known until it is read
+                raise InputError(
+                    f"boxes has {len(self.boxes)} entries but the clip has more frames than that (at least "
+                    f"{first + b} at 25 fps). Give one (x1, y1, x2, y2) (or a list holding that one box) for every "
+                    "frame, or exactly one entry, a box or None (no face), per frame.")
             self.n_frames += b
             return crop, has
         found_all: list[FaceResult | None] = []
@@ -489,12 +510,7 @@ class FaceTracker:
 
 def _count_hint(boxes: Any) -> int:
     """Frame count to validate per-frame boxes against before the clip's length is known (their own length)."""
-    if isinstance(boxes, np.ndarray) and boxes.ndim == 1:
-        return 1
-    if isinstance(boxes, (list, tuple)) and len(boxes) == 4 and all(
-            isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) for v in boxes):
-        return 1
-    return len(boxes)
+    return 1 if is_single_box(boxes) else len(boxes)
 
 
 def _warn_large(result: FaceTrack) -> None:

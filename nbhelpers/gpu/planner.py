@@ -166,7 +166,7 @@ def snap_batch(n: float) -> int:
 def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = None, n_frames: int | None = None,
          frame_size: tuple[int, int] | None = None, weights: str = "full",
          memory_model: MemoryModel | None = None, *, source_frames: int | None = None,
-         landmark_backend: str | None = None, loaded_gib: float = 0.0) -> Plan:
+         landmark_backend: str | None = None, loaded_gib: float = 0.0, warn: bool = True) -> Plan:
     """Choose device, precision and batch size for a job from the GPU report and the memory model.
 
     - device: CUDA when torch can use a GPU, else the CPU; ``config.device`` overrides ("user override").
@@ -203,6 +203,9 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
             missing from the report's free memory and counted again by the stages, so they are added back to the
             usable memory: a second job gets the plan of the first. Bounded by the report's ``allocated_gib``
             when the report was read through torch. Default 0 (nothing loaded yet).
+        warn: Emit each entry of ``Plan.warnings`` as a :class:`PlanWarning` (default). False only records them,
+            for a plan made before the job's frames are known (a pipeline's device and precision at load), so that
+            a job warns once, from its own plan with its real frame size and length.
 
     Returns:
         A :class:`Plan`; ``plan(...).config`` is the filled :class:`~nbhelpers.config.InferenceConfig`.
@@ -213,7 +216,8 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
         NoGpuError: ``config.device`` asks for CUDA but no CUDA GPU is usable.
 
     Warns:
-        PlanWarning: For each entry of ``Plan.warnings`` (CPU speed, fp16 on the CPU, a tight budget).
+        PlanWarning: For each entry of ``Plan.warnings`` (CPU speed, fp16 on the CPU, a tight budget), unless
+            ``warn`` is False.
 
     Source: batch defaults 8 offline and 20 realtime (``inference.py:266``, ``realtime_inference.py:331``);
     fp16 casts (``inference.py:53-56``, ``realtime_inference.py:366-368``).
@@ -378,7 +382,7 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
             notes.append(f"{used} is more than the plan's {auto} on the CPU: it fits in host RAM, but a larger batch "
                          "is no faster on the CPU and progress shows later. Leave the batch size out for "
                          f"{auto}.")
-    for note in notes:
+    for note in notes if warn else ():
         warnings.warn(note, PlanWarning, stacklevel=2)
     return Plan(kind=kind, device=device, fp16=fp16, batch_size=batch, weights=weights, frame_size=frame_size,
                 n_frames=n_frames, budget_gib=budget, predicted_peak_gib=predicted, stage_peaks_gib=peaks,
@@ -431,6 +435,20 @@ def _gpu_budget(rep: GpuReport, mm: MemoryModel, loaded_gib: float = 0.0) -> tup
     return budget, " ".join(parts) + f", less a {mm.safety_fraction:.0%} margin = {budget:.2f} GiB budget"
 
 
+# Why each kind's batch stops at its cap, in the words of the cap's docstring in MemoryModel (say no more than it).
+_OFFLINE_CAP = ("at about 0.8 TFLOP per frame (UNet + decode) a batch of 8-16 already keeps a T4 busy and DESIGN.md "
+                "finds the CPU side (blend, encode) to be the wall, so larger batches add memory, first-output "
+                "latency and OOM-retry cost for no speed")
+_CAP_REASONS = {
+    "lipsync": _OFFLINE_CAP,
+    "avatar": f"as the offline job: {_OFFLINE_CAP}",
+    "realtime": ("the official realtime default (realtime_inference.py:331): 0.8 s of video per batch, and the first "
+                 "frame comes after one batch"),
+    "clip": ("nothing waits for its first frame, and on an H200 the UNet and decode took 3.3 ms per frame at 64 "
+             "against 4.4 at 20 and 4.1 at 32 (bench/RESULTS.md, \"Clip batch\")"),
+}
+
+
 def _fit_batch(stages: dict[str, tuple[float, float]], budget: float | None, cap: int, kind: str, precision: str,
                size_note: str) -> tuple[int, str]:
     if budget is None:
@@ -450,7 +468,7 @@ def _fit_batch(stages: dict[str, tuple[float, float]], budget: float | None, cap
         return 1, f"1: {model}; the {budget:.2f} GiB budget does not fit even one frame"
     if best >= cap:
         return cap, (f"{cap}: {model}; the {budget:.2f} GiB budget fits {int(best)} frames; capped at {cap} for "
-                     f"{kind} (larger batches add memory and latency, not speed)")
+                     f"{kind} ({_CAP_REASONS[kind]})")
     snapped = snap_batch(best)
     return snapped, (f"{snapped}: {model}; the {budget:.2f} GiB budget fits {int(best)} frames, snapped to "
                      f"{snapped} (1, 2 or a multiple of 4)")
