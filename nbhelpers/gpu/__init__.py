@@ -158,7 +158,19 @@ from .model import (
     stage_memory,
 )
 from .oom import _batched, batched, is_oom
-from .planner import Plan, PlanWarning, _cpu_batch, _cpu_time_note, _duration, _fit_batch, _gpu_budget, plan, snap_batch
+from .planner import (
+    _CAP_REASONS,
+    _OFFLINE_CAP,
+    Plan,
+    PlanWarning,
+    _cpu_batch,
+    _cpu_time_note,
+    _duration,
+    _fit_batch,
+    _gpu_budget,
+    plan,
+    snap_batch,
+)
 
 _SUBMODULES = ("allocator", "model", "device", "planner", "memory", "oom")
 
