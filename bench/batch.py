@@ -162,7 +162,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0, help="speech per job (and face video length)")
     parser.add_argument("--faces", type=int, default=2)
     parser.add_argument("--gpus", type=int, default=1, help="GPUs the batch uses (the loop uses one)")
-    parser.add_argument("--workers-per-gpu", type=int, default=1)
+    parser.add_argument("--workers-per-gpu", type=int, default=None,
+                        help="workers sharing each GPU (default: the batch's own choice from the free memory)")
     parser.add_argument("--skip-loop", action="store_true", help="run the batch only")
     parser.add_argument("--batch-size", type=lambda text: [int(v) for v in text.split(",")], default=[0],
                         help="comma-separated: one batch arm per value, run one after the other before the loop, "
