@@ -438,14 +438,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("batch", help="many clips on Ray: each face prepared once, every GPU used, nothing lost",
                        description="Run a jobs file (CSV with columns video,audio,output and optional settings, or "
-                                   "JSON lines) on Ray. Finished outputs are skipped; exit status 1 when a job failed.")
+                                   "JSON lines) on Ray. Finished outputs are skipped. Exit status 0 when every job is "
+                                   "done or skipped, 1 when a job failed, 2 when the batch could not start (a bad "
+                                   "jobs file, no Ray, missing weights). --box gives its box to every job that has "
+                                   "none of its own.")
     p.add_argument("jobs", help="CSV or JSON-lines jobs file (relative paths are relative to it)")
     p.add_argument("--address", default=None, help="Ray cluster to join (auto, HOST:PORT); default: start Ray here")
     p.add_argument("--cache-dir", default=None, help="avatar cache (default: <outputs folder>/avatar-cache)")
     p.add_argument("--summary", default=None, help="summary CSV (default: <outputs folder>/batch-summary.csv)")
-    p.add_argument("--cpu-workers", type=int, default=1, help="CPU workers when there is no GPU (default 1)")
+    p.add_argument("--cpu-workers", type=int, default=1,
+                   help="CPU workers when there is no GPU (default 1; each holds its own models and the cores are "
+                        "shared out between them)")
     p.add_argument("--workers-per-gpu", type=int, default=None,
-                   help="workers sharing each GPU (default: 2 where each GPU has free memory for two, else 1)")
+                   help="workers sharing each GPU (default: 2 where every GPU has free memory for two workers' "
+                        "peaks, about 31 GiB at fp16, else 1)")
     p.add_argument("--gpus", type=int, default=None, help="GPUs to use (default: all)")
     p.add_argument("--max-attempts", type=int, default=3, help="starts of a job whose worker keeps dying (default 3)")
     p.add_argument("--rerun", action="store_true", help="make every output again, even finished ones")

@@ -141,7 +141,7 @@ def _clean_path(path: Path) -> Path:
 
 
 def _job_from_row(row: Mapping[str, Any], base: Path, where: str) -> Job:
-    row = {str(k).strip(): v for k, v in row.items() if k is not None}
+    row = {str(k).strip().lower(): v for k, v in row.items() if k is not None}  # "Video " is the video column
     settings_in = dict(row.pop("settings", None) or {})
     missing = [k for k in ("video", "audio") if not str(row.get(k) or "").strip()]
     if missing:
@@ -204,7 +204,8 @@ def read_jobs(path: str | os.PathLike) -> list[Job]:
             jobs.append(_job_from_row(row, base, f"{path.name} line {k}"))
     else:
         lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
-        reader = csv.DictReader(io.StringIO("\n".join(lines)))
+        # skipinitialspace: a quoted cell after ", " (`a.mp4, b.wav, o.mp4, "1,2,3,4"`) is still one cell
+        reader = csv.DictReader(io.StringIO("\n".join(lines)), skipinitialspace=True)
         for k, row in enumerate(reader, 2):
             if None in row:
                 raise InputError(f"{path.name} row {k} has more cells than the header has columns.")
@@ -489,7 +490,7 @@ class BatchResult:
         :meth:`table` cuts)."""
         text = (f"{len(self.outcomes)} jobs: {self.count('done')} done, {self.count('skipped')} skipped, "
                 f"{self.count('failed')} failed; {self.frames} frames in {self.wall_s:.1f} s "
-                f"({self.fps:.1f} fps) on {len(self.workers)} worker(s)")
+                f"({self.fps:.1f} fps) on {len(self.workers)} {self._worker_kind()}worker(s)")
         if self.workers and self.workers_note:
             text += f" ({self.workers_note})"
         cut = any(len(_one_line(o.error)) > ERROR_WIDTH for o in self.outcomes)
@@ -498,6 +499,11 @@ class BatchResult:
         elif cut:
             text += "; full errors: BatchResult.failed (no summary CSV was written)"
         return text
+
+    def _worker_kind(self) -> str:
+        """``"CPU "`` or ``"GPU "`` when every worker is of that kind (a worker's line ends with its device)."""
+        devices = {w.rsplit(" ", 1)[-1].split(":")[0] for w in self.workers}
+        return {frozenset({"cpu"}): "CPU ", frozenset({"cuda"}): "GPU "}.get(frozenset(devices), "")
 
     def table(self) -> str:
         """The table as text: job, status, frames, seconds, fps, error. An error is shown on one line and, when
@@ -679,7 +685,7 @@ def worker_gib(config: Any) -> float:
     """GPU memory one batch worker may take at its peak, GiB, by the planner's memory model: every model of an
     avatar job resident (a worker loads them all, :meth:`BatchWorker.__init__`), then the larger of a clip's
     generate stage at the clip cap and an avatar's encode at the preparation cap, plus the CUDA context and the
-    workspaces. Frames are taken at the model's default size (1080x1920), so smaller videos need less.
+    workspaces. Frames are taken at the model's default size (1920x1080), so smaller videos need less.
 
     Args:
         config: The batch's :class:`~nbhelpers.config.InferenceConfig` (``fp16=False`` doubles the figure).
@@ -954,7 +960,7 @@ def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], *, weights_
     else:
         probed = _probe_inputs(job_list, fingerprints, check_video, check_audio)
     try:
-        video_errors, audio_infos = probed
+        video_errors, audio_infos, video_infos = probed
         outcomes: dict[str, JobOutcome] = {}
         inputs_of: dict[str, dict[str, Any]] = {}
         groups: dict[str, _Group] = {}
@@ -962,7 +968,7 @@ def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], *, weights_
         expected_frames: dict[str, int] = {}
         for job in job_list:
             cfg = job_configs[job.name]
-            error = video_errors.get(job.video) or audio_infos[job.audio][1]
+            error = video_errors.get(job.video) or audio_infos[job.audio][1] or _box_error(job, video_infos)
             if error:
                 outcomes[job.name] = JobOutcome(job.name, "failed", 0, 0.0, error, job.video, job.audio, job.output)
                 _write_hint(cache_path, job, error)
@@ -1015,23 +1021,39 @@ def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], *, weights_
     return result
 
 
+def _box_error(job: Job, video_infos: Mapping[Path, Any]) -> str:
+    """The error of a job whose crop box does not fit its video's frames ("" when it fits or there is none), as
+    :func:`nbhelpers.pipeline.check_boxes` finds it, so that it fails at the checks, not on a worker."""
+    from .pipeline import check_boxes
+
+    box, info = job.settings.get("box"), video_infos.get(job.video)
+    if box is None or info is None:
+        return ""
+    try:
+        check_boxes(box, job.video, info)
+    except NbHelpersError as exc:
+        return _error_text(exc)
+    return ""
+
+
 def _probe_inputs(job_list: Sequence[Job], fingerprints: _Fingerprints, check_video, check_audio):
     """Probe every distinct video and audio once, several at a time (each probe is an ffprobe run or a file
     read, waiting on another process or the disk), and fingerprint the readable ones.
 
     Returns:
-        ``(video_errors, audio_infos)``: ``{video: "<Type>: message"}`` for unreadable videos only, and
-        ``{audio: (info, "")}`` or ``{audio: (None, "<Type>: message")}`` for every audio.
+        ``(video_errors, audio_infos, video_infos)``: ``{video: "<Type>: message"}`` for unreadable videos only,
+        ``{audio: (info, "")}`` or ``{audio: (None, "<Type>: message")}`` for every audio, and ``{video: info}``
+        (:class:`~nbhelpers.media.MediaInfo`) for the readable videos.
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    def video(path: Path) -> tuple[Path, str]:
+    def video(path: Path) -> tuple[Path, str, Any]:
         try:
-            check_video(path)
+            info = check_video(path)[1]
             fingerprints(path)
-            return path, ""
+            return path, "", info
         except (NbHelpersError, OSError) as exc:
-            return path, _error_text(exc)
+            return path, _error_text(exc), None
 
     def audio(path: Path) -> tuple[Path, tuple[Any, str]]:
         try:
@@ -1046,7 +1068,8 @@ def _probe_inputs(job_list: Sequence[Job], fingerprints: _Fingerprints, check_vi
     with ThreadPoolExecutor(min(8, max(2, os.cpu_count() or 1)), thread_name_prefix="batch-probe") as pool:
         video_results = list(pool.map(video, videos))
         audio_results = list(pool.map(audio, audios))
-    return {p: e for p, e in video_results if e}, dict(audio_results)
+    return ({p: e for p, e, _ in video_results if e}, dict(audio_results),
+            {p: info for p, e, info in video_results if not e})
 
 
 def _dispatch(job_list, groups, group_of, job_configs, expected_frames, outcomes, inputs_of, weights_path, config,

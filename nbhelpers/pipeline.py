@@ -429,7 +429,7 @@ class MuseTalkPipeline:
         weights_path = check_weights_dir(weights_dir, base.version, base.landmark_backend)
         # Device and precision only: the batch size is planned per job, from its frames, so a user batch_size is
         # left out here (else its warnings came twice, at load and at the job, and for a batch not yet cut to the
-        # job's length). Silent: this plan knows neither the frame size (it would assume 1080x1920) nor the
+        # job's length). Silent: this plan knows neither the frame size (it would assume 1920x1080) nor the
         # length, so its CPU note came before each job's own, a second and wrong one (a new user's trial).
         plan = gpu.plan(kind="lipsync", config=base.replace(batch_size=None), n_frames=None,
                         weights=_weights_kind(weights_path), warn=False)

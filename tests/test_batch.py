@@ -66,7 +66,9 @@ def test_the_summary_line_says_how_many_workers_share_a_gpu(tmp_path):
     done = JobOutcome("a", "done", 250, 2.0, "", tmp_path / "a.mp4", tmp_path / "a.wav", tmp_path / "o.mp4")
     note = "2 workers per GPU: 140.0 GiB free on the fullest GPU holds two workers' 13.8 GiB peaks"
     line = BatchResult((done,), None, 10.0, workers=("h/1 cuda", "h/2 cuda"), workers_note=note).summary()
-    assert line.endswith(f"on 2 worker(s) ({note})")
+    assert line.endswith(f"on 2 GPU worker(s) ({note})")
+    cpu = BatchResult((done,), None, 10.0, workers=("h/1 cpu",), workers_note="").summary()
+    assert cpu.endswith("on 1 CPU worker(s)")
     assert note not in BatchResult((done,), None, 10.0, workers=(), workers_note=note).summary()
 
 
@@ -187,6 +189,38 @@ def test_a_rerun_of_jobs_that_failed_at_the_input_checks_starts_no_ray(tmp_path,
     corrupt.write_bytes(b"RIFF\x24\x00\x00\x00WAVEfmt " + b"\x02" * 500)  # changed: the hint no longer matches
     assert run()[1] == 1
     assert run()[1] == 0
+
+
+def test_a_box_outside_its_video_fails_at_the_checks_before_any_worker(tmp_path, make_media, tiny_weights,
+                                                                          monkeypatch):
+    """A new user's box of 1,1,600,800 on a smaller video went to a worker (Ray started, every run); it is now an
+    input-check failure, named, with no worker, and its rerun starts no Ray."""
+    pytest.importorskip("ray")
+    from nbhelpers import batch
+
+    starts = []
+    monkeypatch.setattr(batch, "init_ray", lambda *a, **k: starts.append(a) or False)  # records; starts nothing
+    video = make_media("box-face.mp4", "-f", "lavfi", "-i", "testsrc=size=64x48:rate=25", "-frames:v", "4",
+                       "-pix_fmt", "yuv420p")
+    audio = make_media("box-speech.wav", "-f", "lavfi", "-i", "sine=frequency=300:duration=0.3")
+    jobs = [{"name": "wide", "video": str(video), "audio": str(audio), "output": str(tmp_path / "o" / "wide.mp4"),
+             "box": (1, 1, 60, 80)}]  # 80 rows in a 48-row frame
+    result = batch.run(jobs, weights_dir=tiny_weights)
+    (outcome,) = result.outcomes
+    assert outcome.status == "failed" and result.workers == () and outcome.error.startswith("InputError")
+    assert "does not fit" in outcome.error and "64x48" in outcome.error.replace(" ", "")
+    starts.clear()
+    assert batch.run(jobs, weights_dir=tiny_weights).outcomes[0].status == "failed" and starts == []
+
+
+@pytest.mark.notorch
+def test_csv_headers_take_any_case_and_a_quoted_box_may_follow_a_space(tmp_path):
+    from nbhelpers.batch import read_jobs
+
+    (tmp_path / "jobs.csv").write_text('Video, Audio , OUTPUT, Box\na.mp4, 1.wav, o.mp4, "190,160,360,330"\n')
+    (job,) = read_jobs(tmp_path / "jobs.csv")
+    assert (job.video, job.audio, job.output) == (tmp_path / "a.mp4", tmp_path / "1.wav", tmp_path / "o.mp4")
+    assert job.settings == {"box": BOX}
 
 
 def test_a_job_whose_inputs_pass_the_checks_is_likely_work(tmp_path, make_media):
@@ -435,7 +469,7 @@ def test_a_long_error_is_cut_with_an_ellipsis_and_the_summary_names_the_csv(tmp_
     assert cell.endswith("...") and len(cell) == ERROR_WIDTH == 80
     assert cell[:-3] == one_line[:ERROR_WIDTH - 3].rstrip() and "END" not in cell
     assert lines[4].endswith("MediaError: short")  # a short error is shown whole, without the marker
-    assert result.summary().endswith(f"1 done, 0 skipped, 2 failed; 25 frames in 3.0 s (8.3 fps) on 1 worker(s); "
+    assert result.summary().endswith(f"1 done, 0 skipped, 2 failed; 25 frames in 3.0 s (8.3 fps) on 1 CPU worker(s); "
                                      f"full errors in the summary: {csv_path}")
     result.write_csv(csv_path)
     with open(csv_path, newline="") as fh:

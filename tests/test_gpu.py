@@ -256,10 +256,10 @@ def test_cpu_plan_is_fp32_batch_4_with_a_warning_in_words():
         p = gpu.plan("lipsync", report=CPU, n_frames=250)
     assert len(caught) == 1 and p.warnings == (str(caught[0].message),)
     assert (p.device, p.fp16, p.batch_size) == ("cpu", False, 4)
-    # Full-size models, 1080x1920 assumed, face tracking by dwpose (what "auto" takes), 250 frames = 250 sources.
+    # Full-size models, 1920x1080 assumed, face tracking by dwpose (what "auto" takes), 250 frames = 250 sources.
     total = sum(estimate_by_hand(250, None, "full", "dwpose", (1080, 1920)).values())
     assert f"250 frames take about {minutes_or_seconds(total)} (models " in p.warnings[0]
-    assert "face tracking by dwpose (auto)" in p.warnings[0] and "1080x1920 frames assumed" in p.warnings[0]
+    assert "face tracking by dwpose (auto)" in p.warnings[0] and "1920x1080 frames assumed" in p.warnings[0]
     assert "after face tracking" not in p.warnings[0]  # face tracking is counted now
     assert "Change runtime type" in p.warnings[0]
     assert "7.5 GiB usable" in p.reasons["memory"] and "10.0 GiB available" in p.reasons["memory"]
@@ -419,7 +419,7 @@ def test_4k_face_detection_warning_and_dlib_backend():
     uhd = (2160, 3840)
     # S3FD runs at batch 1 on the full frame: 320 B/pixel (fp16) + weights 0.05 + DWPose 0.2 GiB.
     faces = 0.05 + 0.2 + 320 * 2160 * 3840 / GIB
-    with pytest.warns(PlanWarning, match=f"Face detection on full 2160x3840 .* {faces:.2f} GiB"):
+    with pytest.warns(PlanWarning, match=f"Face detection on full 3840x2160 .* {faces:.2f} GiB"):
         gpu.plan("avatar", report=card("GPU 3.5G", 3.5, 3.2), frame_size=uhd)
     with warnings.catch_warnings():
         warnings.simplefilter("error", PlanWarning)

@@ -298,8 +298,8 @@ def test_per_frame_boxes_of_the_whole_video_with_shorter_audio(tiny_weights, sha
 def test_a_cpu_clip_warns_once_with_its_frame_size_and_takes_one_box_in_a_list(tiny_weights, shared_data,
                                                                               make_media, tmp_path):
     """A new user's trial: nbh.lipsync on the CPU gave two PlanWarnings per clip, the first (the pipeline's plan at
-    load) assuming 1080x1920 frames, and boxes=[one box] was refused. Now: one warning, from the job's own plan
-    with the clip's 768x576 (H x W) frames and length; the one-box list is that box for every frame; per-frame boxes
+    load) assuming 1920x1080 frames, and boxes=[one box] was refused. Now: one warning, from the job's own plan
+    with the clip's 576x768 (W x H) frames and length; the one-box list is that box for every frame; per-frame boxes
     of another length than the video's 10 frames are refused before any model loads, saying both counts."""
     import warnings
 
@@ -317,7 +317,7 @@ def test_a_cpu_clip_warns_once_with_its_frame_size_and_takes_one_box_in_a_list(t
                              boxes=[box], weights_dir=tiny_weights)
     notes = [str(w.message) for w in caught if issubclass(w.category, PlanWarning)]
     assert len(notes) == 1, notes
-    assert notes[0].startswith("Running on the CPU") and "768x576 frames," in notes[0] and "1080" not in notes[0]
+    assert notes[0].startswith("Running on the CPU") and "576x768 frames," in notes[0] and "1080" not in notes[0]
     assert "5 frames from 5 source frames take about" in notes[0]
     assert (result.n_frames, result.source_frames, result.no_face_frames) == (5, 5, 0)
     pipe = nbh.MuseTalkPipeline.from_pretrained(tiny_weights, device="cpu")

@@ -120,7 +120,7 @@ def test_loading_plans_device_and_precision_and_each_job_its_batch(tiny_weights)
         pipe = nbh.MuseTalkPipeline.from_pretrained(tiny_weights, device="cpu",
                                                     config=nbh.InferenceConfig(batch_size=8))
     notes = [str(w.message) for w in caught if issubclass(w.category, PlanWarning)]
-    # No note at load: the plan there knows neither the frame size nor the length (it assumed 1080x1920), so each
+    # No note at load: the plan there knows neither the frame size nor the length (it assumed 1920x1080), so each
     # job warns once, from its own plan; the batch is planned per job too, from the job's frames.
     assert notes == [] and pipe.config.device == "cpu" and pipe.config.fp16 is False
     assert pipe.config.batch_size == 8 and "batch_size" not in pipe.config.reasons

@@ -190,7 +190,7 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
             other fields :attr:`Plan.config` keeps; None for the defaults.
         n_frames: Frames of the job: output frames (audio seconds x 25) for lipsync/realtime, source frames for
             avatar; None when not known yet.
-        frame_size: (H, W) of the video frames, pixels; None assumes 1080x1920 (:data:`DEFAULT_FRAME_SIZE`).
+        frame_size: (H, W) of the video frames, pixels; None assumes 1080 high, 1920 wide (:data:`DEFAULT_FRAME_SIZE`). Messages name sizes width x height (``1920x1080``).
         weights: ``"full"`` (the official models) or ``"tiny"`` (test models).
         memory_model: Constants of the memory model (default :data:`MEMORY_MODEL`).
         source_frames: Source frames of a lipsync job (25 fps), for the CPU time estimate (:func:`cpu_seconds`);
@@ -241,7 +241,7 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
         raise InputError(f"loaded_gib must be a number of GiB >= 0; got {loaded_gib!r}.")
     if frame_size is None:
         frame_size = DEFAULT_FRAME_SIZE
-        size_note = f"{frame_size[0]}x{frame_size[1]} frames assumed (frame size not given)"
+        size_note = f"{frame_size[1]}x{frame_size[0]} frames assumed (frame size not given)"  # width x height
     else:
         try:
             values = tuple(frame_size)
@@ -252,7 +252,7 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
             raise InputError(f"frame_size must be (height, width) in pixels, two positive integers; got "
                              f"{frame_size!r}.")
         frame_size = (int(values[0]), int(values[1]))
-        size_note = f"{frame_size[0]}x{frame_size[1]} frames"
+        size_note = f"{frame_size[1]}x{frame_size[0]} frames"  # width x height, as media names sizes
     mm = memory_model or MEMORY_MODEL
     rep = report if report is not None else _read_report()
     reasons: dict[str, str] = {}
@@ -363,7 +363,7 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
                              f"the {budget:.2f} GiB budget: out-of-memory is likely. Free GPU memory (close other "
                              "notebooks, restart the runtime) or use a larger GPU.")
         if "faces" in peaks and peaks["faces"] > budget:
-            notes.append(f"Face detection on full {frame_size[0]}x{frame_size[1]} frames (S3FD at batch 1) is "
+            notes.append(f"Face detection on full {frame_size[1]}x{frame_size[0]} frames (S3FD at batch 1) is "
                          f"predicted to need {peaks['faces']:.2f} GiB, above the {budget:.2f} GiB budget: use "
                          "landmark_backend='dlib' or a smaller video.")
     if on_cpu and asked is not None and batch > auto:
