@@ -23,6 +23,7 @@ import json
 import math
 import os
 import pickle
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -334,6 +335,27 @@ def check_state_dict(model: nn.Module, state_dict: Mapping[str, Any], path: str 
     raise CheckpointError("\n".join(lines))
 
 
+# The libraries' lazy modules (diffusers' and transformers' ``_LazyModule``) import a class's submodule on first
+# attribute access; two threads doing that at once can see a half-initialised package (diffusers 0.39: "Failed to
+# import diffusers.models.unets.unet_2d_condition ... 'diffusers.models.unets'") when a pipeline loads its models
+# in several threads (a batch worker's preload beside its jobs), and loading a model can import more of them.
+# Class lookups and the libraries' model construction take this lock; reading the weights files into place
+# (load_unet's state dict) and moving models to the device do not.
+_IMPORT_LOCK = threading.RLock()
+
+
+def _library_class(module: str, name: str, install: str):
+    """``module.name`` (a diffusers or transformers class), imported under :data:`_IMPORT_LOCK`.
+
+    Raises:
+        MissingDependencyError: ``module`` is not installed (the message gives ``install``).
+    """
+    from .errors import require
+
+    with _IMPORT_LOCK:
+        return getattr(require(module, install), name)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # UNet
 # ---------------------------------------------------------------------------------------------------------------
@@ -341,7 +363,8 @@ def check_state_dict(model: nn.Module, state_dict: Mapping[str, Any], path: str 
 def _sdpa(model: nn.Module) -> None:
     """Make torch SDPA attention explicit (diffusers' AttnProcessor2_0), as diffusers 0.30.2 picks by default."""
     try:
-        from diffusers.models.attention_processor import AttnProcessor2_0
+        with _IMPORT_LOCK:
+            from diffusers.models.attention_processor import AttnProcessor2_0
     except ImportError:  # pragma: no cover - very old diffusers keep their default
         return
     if hasattr(model, "set_attn_processor") and getattr(model, "attn_processors", None):
@@ -367,13 +390,11 @@ def build_unet(config: Mapping[str, Any] | str = "v15", device: str | torch.devi
 
     Source: unet.py:36-38 (``UNet2DConditionModel(**json.load(config))``), reference §1.3.
     """
-    from .errors import require
-
-    diffusers = require("diffusers", "pip install diffusers")
+    unet_class = _library_class("diffusers", "UNet2DConditionModel", "pip install diffusers")
     cfg = unet_config(config) if isinstance(config, str) else dict(config)
     try:
-        with torch.device(device):
-            unet = diffusers.UNet2DConditionModel.from_config(cfg)
+        with _IMPORT_LOCK, torch.device(device):
+            unet = unet_class.from_config(cfg)
     except (TypeError, ValueError, KeyError) as exc:
         raise WeightsError(f"the UNet config does not build a UNet2DConditionModel ({exc}). Use the official "
                            f"musetalk.json (download: {_FIX}).") from exc
@@ -494,9 +515,7 @@ def load_vae(weights_dir: str | os.PathLike | None = None, device: str | torch.d
 
     Source: vae.py:24 (``AutoencoderKL.from_pretrained(models/sd-vae)``), utils.py:21-23.
     """
-    from .errors import require
-
-    diffusers = require("diffusers", "pip install diffusers")
+    vae_class = _library_class("diffusers", "AutoencoderKL", "pip install diffusers")
     root = _root(weights_dir)
     _require(root, [f"{VAE_DIR}/config.json", f"{VAE_DIR}/diffusion_pytorch_model.safetensors"], "the VAE")
     _read_json(root / VAE_DIR / "config.json")
@@ -507,7 +526,8 @@ def load_vae(weights_dir: str | os.PathLike | None = None, device: str | torch.d
     if importlib.util.find_spec("accelerate") is None:
         kwargs["low_cpu_mem_usage"] = False  # diffusers would warn and do this itself
     try:
-        vae, info = diffusers.AutoencoderKL.from_pretrained(str(root / VAE_DIR), **kwargs)
+        with _IMPORT_LOCK:
+            vae, info = vae_class.from_pretrained(str(root / VAE_DIR), **kwargs)
     except (OSError, ValueError, RuntimeError, KeyError) as exc:
         raise CheckpointError(f"{path} could not be loaded into AutoencoderKL ({type(exc).__name__}: "
                               f"{str(exc)[:400]}). Delete it and download it again with {_FIX}.") from exc
@@ -542,6 +562,7 @@ def load_whisper(weights_dir: str | os.PathLike | None = None, device: str | tor
     from .errors import require
 
     transformers = require("transformers", "pip install transformers")
+    whisper_class = _library_class("transformers", "WhisperModel", "pip install transformers")
     root = _root(weights_dir)
     _require(root, [f"{WHISPER_DIR}/config.json", f"{WHISPER_DIR}/model.safetensors"], "whisper")
     _read_json(root / WHISPER_DIR / "config.json")
@@ -550,8 +571,8 @@ def load_whisper(weights_dir: str | os.PathLike | None = None, device: str | tor
     kwargs: dict[str, Any] = {"local_files_only": True, "output_loading_info": True,
                               "use_safetensors": path.suffix == ".safetensors", "attn_implementation": "sdpa"}
     try:
-        with _library_bars_follow_ours(transformers):
-            model, info = transformers.WhisperModel.from_pretrained(str(root / WHISPER_DIR), **kwargs)
+        with _IMPORT_LOCK, _library_bars_follow_ours(transformers):
+            model, info = whisper_class.from_pretrained(str(root / WHISPER_DIR), **kwargs)
     except (OSError, ValueError, RuntimeError, KeyError) as exc:
         hint = (" transformers refuses .bin files on this torch version: download whisper/model.safetensors "
                 f"with {_FIX}." if path.suffix == ".bin" and "torch" in str(exc).lower() else
@@ -577,13 +598,12 @@ def load_feature_extractor(weights_dir: str | os.PathLike | None = None) -> Any:
 
     Source: audio_processor.py:12-13 (``AutoFeatureExtractor.from_pretrained(models/whisper)``).
     """
-    from .errors import require
-
-    transformers = require("transformers", "pip install transformers")
+    extractor_class = _library_class("transformers", "WhisperFeatureExtractor", "pip install transformers")
     root = _root(weights_dir)
     _require(root, [f"{WHISPER_DIR}/preprocessor_config.json"], "the whisper feature extractor")
     _read_json(root / WHISPER_DIR / "preprocessor_config.json")
-    return transformers.WhisperFeatureExtractor.from_pretrained(str(root / WHISPER_DIR), local_files_only=True)
+    with _IMPORT_LOCK:
+        return extractor_class.from_pretrained(str(root / WHISPER_DIR), local_files_only=True)
 
 
 # ---------------------------------------------------------------------------------------------------------------
