@@ -20,6 +20,8 @@ after the first), the figure that scaling over GPUs is also judged on (issue 22)
     python bench/batch.py --gpus 4 --jobs 40 --faces 4 --skip-loop   # the multi-GPU run (issue 22)
     python bench/batch.py --smoke            # tiny weights on the CPU, 4 jobs of 0.4 s: checks the script
     python bench/batch.py --workers-per-gpu 2 --batch-size 0,128   # two batch arms (planned, 128), one loop
+    python bench/batch.py --workers-per-gpu 0,3,4 --skip-loop       # the batch's choice, then 3 and 4 per GPU
+    python bench/batch.py --jobs-per-worker 1,2                     # one job at a time per worker, then two
 
 On the GPU machine: ``bash bench/device_batch.sh`` (Ray and the other missing packages carried as xz tarballs).
 Ray must be importable (``pip install "ray>=2.10"``).
@@ -162,8 +164,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0, help="speech per job (and face video length)")
     parser.add_argument("--faces", type=int, default=2)
     parser.add_argument("--gpus", type=int, default=1, help="GPUs the batch uses (the loop uses one)")
-    parser.add_argument("--workers-per-gpu", type=int, default=None,
-                        help="workers sharing each GPU (default: the batch's own choice from the free memory)")
+    parser.add_argument("--workers-per-gpu", type=lambda text: [int(v) for v in text.split(",")], default=[0],
+                        help="comma-separated: workers sharing each GPU, one set of batch arms per value; 0: the "
+                             "batch's own choice from the free memory (default)")
+    parser.add_argument("--jobs-per-worker", type=lambda text: [int(v) for v in text.split(",")], default=[0],
+                        help="comma-separated: jobs each worker runs at once, one set of batch arms per value; 0: "
+                             "the batch's own choice (default)")
     parser.add_argument("--skip-loop", action="store_true", help="run the batch only")
     parser.add_argument("--batch-size", type=lambda text: [int(v) for v in text.split(",")], default=[0],
                         help="comma-separated: one batch arm per value, run one after the other before the loop, "
@@ -219,15 +225,16 @@ def main() -> None:
     # loop starts (a run cut short by its time limit still has them). One batch arm per --batch-size value, each
     # into a fresh folder (its own avatar cache, nothing skipped).
     exit_at = {args.kill: 50} if args.kill else None
-    for size in args.batch_size:
-        out = work / f"batch-{args.gpus}gpu-b{size or 'plan'}"
+    for per_gpu, slots, size in itertools.product(args.workers_per_gpu, args.jobs_per_worker, args.batch_size):
+        out = work / f"batch-{args.gpus}gpu-w{per_gpu or 'auto'}-j{slots or 'auto'}-b{size or 'plan'}"
         shutil_rm(out)
         out.mkdir()
         batch_jobs = [dict(j, output=str(out / f"{j['name']}.mp4")) for j in jobs]
         with GpuBusy(max(args.gpus, 1)) as busy, CpuBusy() as cpu:
             t0 = time.perf_counter()
             result = batch.run(batch_jobs, weights_dir=weights, config=config.replace(batch_size=size or None),
-                               gpus=args.gpus, cpu_workers=1, workers_per_gpu=args.workers_per_gpu, _exit_at=exit_at)
+                               gpus=args.gpus, cpu_workers=1, workers_per_gpu=per_gpu or None,
+                               jobs_per_worker=slots or None, _exit_at=exit_at)
             batch_s = time.perf_counter() - t0
         print(result, flush=True)
         if not result.ok:
@@ -238,10 +245,16 @@ def main() -> None:
             print(f"WARNING: the batch made {result.frames} frames, the audios give {sum(frames.values())}",
                   flush=True)
         label = f"batch {size}" if size else "planned batch"
+        if len(args.jobs_per_worker) > 1:
+            label = f"{slots or 'auto'} jobs each, {label}"
+        if len(args.workers_per_gpu) > 1:
+            label = f"{per_gpu or 'auto'} per GPU, {label}"
         rows.append(row(f"Ray batch ({len(result.workers)} worker(s), {label})", max(args.gpus, 0),
                         [dict(j, frames=frames[j["name"]]) for j in jobs], batch_s, busy.percent,
                         retried=[o.job for o in result.outcomes if o.attempts > 1], avatars=dict(result.avatars),
-                        cpu_busy_pct=round(cpu.percent, 1), batch_size=size or None, phases=dict(result.phases),
+                        cpu_busy_pct=round(cpu.percent, 1), batch_size=size or None,
+                        workers_per_gpu=per_gpu or None, jobs_per_worker=slots or None,
+                        phases=dict(result.phases),
                         steady_jobs_per_hour=steady_rate([o.ended_s for o in result.outcomes if o.status == "done"]),
                         workers_note=result.workers_note))
         save()
@@ -249,6 +262,13 @@ def main() -> None:
               "(s from the start): " + ", ".join(f"{k} {v:.1f}" for k, v in result.phases.items())
               + "; job seconds on the workers: " + ", ".join(f"{o.seconds:.2f}" for o in result.outcomes),
               flush=True)
+        for worker, events in result.timeline.items():
+            print(f"  {worker}: " + ", ".join(f"{e} {t:.1f}" for e, t in events), flush=True)
+        for o in result.outcomes:
+            print(f"  {o.job} {o.seconds:.2f} s: " + ", ".join(f"{k} {v:.2f}" for k, v in o.timings.items()), flush=True)
+        rows[-1]["timeline"] = {w: list(map(list, ev)) for w, ev in result.timeline.items()}
+        rows[-1]["job_timings"] = {o.job: dict(o.timings) for o in result.outcomes}
+        save()
         report["phases"] = dict(result.phases)
         exit_at = None  # the kill is for the first arm only
 

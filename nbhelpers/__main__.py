@@ -386,7 +386,7 @@ def _cmd_batch(args) -> int:
                                                         {**j.settings, "box": _box(args.box)}) for j in jobs]
     result = batch.run(jobs, weights_dir=args.weights, config=config, address=args.address, cache_dir=args.cache_dir,
                        summary=args.summary, cpu_workers=args.cpu_workers, workers_per_gpu=args.workers_per_gpu,
-                       gpus=args.gpus, max_attempts=args.max_attempts, rerun=args.rerun)
+                       jobs_per_worker=args.jobs_per_worker, gpus=args.gpus, max_attempts=args.max_attempts, rerun=args.rerun)
     print(result)
     return 0 if result.ok else 1
 
@@ -452,6 +452,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers-per-gpu", type=int, default=None,
                    help="workers sharing each GPU (default: 2 where every GPU has free memory for two workers' "
                         "peaks, about 31 GiB at fp16, else 1)")
+    p.add_argument("--jobs-per-worker", type=int, default=None,
+                   help="jobs each worker runs at once over its loaded models (default: 2 on a GPU where the free "
+                        "memory holds every worker's peak with two, else 1; 1 on the CPU)")
     p.add_argument("--gpus", type=int, default=None, help="GPUs to use (default: all)")
     p.add_argument("--max-attempts", type=int, default=3, help="starts of a job whose worker keeps dying (default 3)")
     p.add_argument("--rerun", action="store_true", help="make every output again, even finished ones")

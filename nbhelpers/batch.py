@@ -2,8 +2,9 @@
 
 A batch is a list of jobs (a CSV or JSON-lines file, or :class:`Job` objects): a face video, a speech file, an
 output MP4 and optional settings per job. :func:`run` starts Ray on this machine (or joins a cluster with
-``address=``), starts one worker per GPU (CPU workers when there is none), each holding one loaded
-:class:`~nbhelpers.pipeline.MuseTalkPipeline`, and hands out the work:
+``address=``), starts one or two workers per GPU (CPU workers when there is none), each holding one loaded
+:class:`~nbhelpers.pipeline.MuseTalkPipeline` and running one or two jobs at once in threads over it
+(``workers_per_gpu``, ``jobs_per_worker``: chosen from the free GPU memory when not given), and hands out the work:
 
 - Jobs are grouped by source video (its content and the settings that shape the face cache). Each group's
   avatar is prepared once (:func:`nbhelpers.avatar.prepare_avatar`, cached under ``cache_dir`` on storage every
@@ -12,8 +13,8 @@ output MP4 and optional settings per job. :func:`run` starts Ray on this machine
   a face go to a worker that already holds it when one is free.
 - Nothing is lost. Outputs are written under a temporary name and renamed (:class:`nbhelpers.media.VideoWriter`).
   A failing job (an unreadable file, no face) is recorded with its error and the batch goes on. A worker that dies
-  during a job (killed, out of memory, a crashed driver) is restarted by Ray, its half-written file is removed and
-  the job is given to the next free worker, up to ``max_attempts`` times.
+  during a job (killed, out of memory, a crashed driver) is restarted by Ray, its half-written files are removed and
+  its jobs (every one it was running) are given to the next free worker, up to ``max_attempts`` times each.
 - Running the same batch again skips finished outputs. Next to each output a small record
   (``.<name>.batch.json``) holds the fingerprints of what made it: the sizes and SHA-256 of video and audio, the
   settings, the weight files and the output's size. An output counts as finished only when it exists, its record
@@ -406,6 +407,8 @@ class JobOutcome:
         worker: The worker that made it (``host/pid device``), or "".
         ended_s: When the outcome came, seconds from the start of :func:`run` (0 for jobs settled before any
             worker: skipped, or failed at the input checks); not in the summary CSV.
+        timings: Where a job made now spent its seconds on the worker (the clip's
+            :attr:`nbhelpers.result.ClipResult.timings`: seconds per stage); empty otherwise; not in the summary CSV.
     """
 
     job: str
@@ -419,6 +422,7 @@ class JobOutcome:
     attempts: int = 0
     worker: str = ""
     ended_s: float = 0.0
+    timings: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def fps(self) -> float:
@@ -451,6 +455,10 @@ class BatchResult:
             empty when nothing ran.
         workers_note: How many workers share each GPU and why (:func:`choose_workers_per_gpu`, or "asked");
             empty on the CPU or when nothing ran.
+        timeline: Per worker (its ``host/pid device``), what it did when: ``(event, seconds from the start of
+            run())`` for its start, its pipeline made, each model loaded, its warm-up done, each avatar prepared
+            and each job (:meth:`BatchWorker.events`); the seconds come from the wall clock of the worker's
+            machine, so on a cluster they are as good as its clocks' agreement. Empty when nothing ran.
     """
 
     outcomes: tuple[JobOutcome, ...]
@@ -460,6 +468,7 @@ class BatchResult:
     avatars: Mapping[str, int] = field(default_factory=dict)
     phases: Mapping[str, float] = field(default_factory=dict)
     workers_note: str = ""
+    timeline: Mapping[str, tuple[tuple[str, float], ...]] = field(default_factory=dict)
 
     def count(self, status: str) -> int:
         """Jobs with ``status`` (done, skipped, failed)."""
@@ -576,6 +585,13 @@ class BatchWorker:
         from .config import InferenceConfig
         from .pipeline import MuseTalkPipeline
 
+        self._events: list[tuple[str, float]] = [("start", time.time())]  # wall clock: the driver aligns them
+        # This process is ours and runs torch only: diffusers and transformers need not import their Flax and
+        # TensorFlow classes where jax, flax or tensorflow are installed (Colab has all three). Their switches
+        # (USE_FLAX, USE_TF: diffusers.utils.import_utils, transformers 4.x utils/import_utils) are read at
+        # import.
+        for switch in ("USE_FLAX", "USE_TF"):
+            os.environ.setdefault(switch, "0")
         progress.configure(disable=True)  # the driver shows the bars
         if threads:
             import torch
@@ -585,10 +601,14 @@ class BatchWorker:
         self.pipe = MuseTalkPipeline.from_pretrained(weights_dir, version=base.version, device=device,
                                                      config=base.replace(device=device))
         self.name = f"{socket.gethostname()}/{os.getpid()} {self.pipe.device}"
+        self._mark("pipeline")
         self.avatars: OrderedDict[str, Any] = OrderedDict()
-        self.keep_avatars = 2
-        self._job = ""
-        self._frames = 0
+        self.keep_avatars = 2  # besides those in use: a job may run beside another one (run()'s jobs_per_worker)
+        self._lock = threading.Lock()  # the avatars, their use counts and the jobs' progress
+        self._in_use: dict[str, int] = {}
+        self._ready: set[str] = set()  # avatars whose device state is made (the first job makes it, alone)
+        self._key_locks: dict[str, threading.Lock] = {}
+        self._progress: dict[str, int] = {}
         # The models load in a thread from now on, VAE and face parser first: preparing the first avatar needs only
         # those, and the UNet, whisper and their first CUDA kernels (warm_up) load while it runs instead of in the
         # first clip; a worker that waits for a face another one prepares is warm when the face is ready.
@@ -600,18 +620,31 @@ class BatchWorker:
         a clip, so that the first clip finds its kernels loaded. A failure here is left to the job that needs the
         model: it loads it again and reports the error."""
         try:
+            for model in ("vae", "face_parser", "unet", "whisper", "feature_extractor", "pe"):  # preload()'s models
+                getattr(self.pipe, model)
+                self._mark(f"loaded {model}")
             self.pipe.preload("avatar", restore=base.restore)
             self.pipe.warm_up(self.pipe.plan("clip", self.pipe.job_config(base), None, None).batch_size)
+            self._mark("warm")
         except Exception:  # noqa: BLE001 - see the docstring
             pass
+
+    def _mark(self, event: str) -> None:
+        self._events.append((event, time.time()))
+
+    def events(self) -> list[tuple[str, float]]:
+        """What this worker did when, ``(event, wall-clock time.time())``: its start, pipeline made, each model
+        loaded, warm, each prepare and job started and ended (``prepare <key>``, ``job <name>``, ``... done``)."""
+        return list(self._events)
 
     def describe(self) -> str:
         """``host/pid device``."""
         return self.name
 
-    def progress(self) -> tuple[str, int]:
-        """The running job's name and its frames finished so far."""
-        return self._job, self._frames
+    def progress(self) -> dict[str, int]:
+        """``{job name: frames finished so far}`` of the jobs running now."""
+        with self._lock:
+            return dict(self._progress)
 
     def _config(self, config: dict[str, Any]):
         from .config import InferenceConfig
@@ -619,10 +652,22 @@ class BatchWorker:
         return InferenceConfig(**config).replace(device=None, fp16=None)
 
     def _keep(self, key: str, avatar: Any) -> None:
-        self.avatars[key] = avatar
-        self.avatars.move_to_end(key)
-        while len(self.avatars) > self.keep_avatars:
-            _, old = self.avatars.popitem(last=False)
+        """Keep ``avatar`` as the most recent; close the oldest ones beyond ``keep_avatars`` that no job uses."""
+        closing = []
+        with self._lock:
+            previous = self.avatars.get(key)
+            if previous is not None and previous is not avatar:  # prepared again: the new one serves new jobs
+                self._ready.discard(key)
+                if not self._in_use.get(key):
+                    closing.append(previous)
+            self.avatars[key] = avatar
+            self.avatars.move_to_end(key)
+            idle = [k for k in self.avatars if not self._in_use.get(k) and k != key]
+            while len(self.avatars) > self.keep_avatars and idle:
+                old = idle.pop(0)
+                closing.append(self.avatars.pop(old))
+                self._ready.discard(old)
+        for old in closing:
             old.close()
 
     def prepare(self, key: str, video: str, directory: str, config: dict[str, Any],
@@ -634,9 +679,11 @@ class BatchWorker:
             "error": text, ...}`` (no face, unreadable video...): errors are returned, not raised.
         """
         t0 = time.perf_counter()
+        self._mark(f"prepare {key[:8]}")
         try:
             avatar = self.pipe.prepare_avatar(video, directory, config=self._config(config), boxes=box)
             self._keep(key, avatar)
+            self._mark(f"prepare {key[:8]} done")
             return {"ok": True, "loaded_from_cache": bool(avatar.loaded_from_cache),
                     "seconds": time.perf_counter() - t0, "worker": self.name}
         except Exception as exc:  # noqa: BLE001 - recorded for the job, the batch goes on
@@ -660,28 +707,41 @@ class BatchWorker:
             ``{"ok": True, "frames": n, "seconds": s, "worker": name}`` or ``{"ok": False, "error": text, ...}``.
         """
         t0 = time.perf_counter()
-        self._job, self._frames = name, 0
+        with self._lock:
+            self._progress[name] = 0
+            self._in_use[key] = self._in_use.get(key, 0) + 1
+            key_lock = self._key_locks.setdefault(key, threading.Lock())
+        self._mark(f"job {name}")
 
         def on_frame(t: int, frame: Any) -> None:
-            self._frames = t + 1
+            with self._lock:
+                self._progress[name] = t + 1
             if exit_at_frame is not None and t >= exit_at_frame:
                 os._exit(3)
 
         try:
-            avatar = self.avatars.get(key)
-            if avatar is None:
-                avatar = self.pipe.load_avatar(directory, config=self._config(config))
-            self._keep(key, avatar)
+            with key_lock:  # one thread loads the avatar and makes its device state; a second job waits for it
+                avatar = self.avatars.get(key)
+                if avatar is None:
+                    avatar = self.pipe.load_avatar(directory, config=self._config(config))
+                self._keep(key, avatar)
+                if key not in self._ready:
+                    avatar.load_models()
+                    self._ready.add(key)
             result = avatar.generate(audio, output=output, frame_callback=on_frame)
+            self._mark(f"job {name} done")
             return {"ok": True, "frames": int(result.n_frames), "seconds": time.perf_counter() - t0,
-                    "worker": self.name}
+                    "worker": self.name, "timings": {k: round(float(v), 4) for k, v in result.timings.items()
+                                                     if not k.startswith("peak_gib")}}
         except Exception as exc:  # noqa: BLE001 - recorded for the job, the batch goes on
             return {"ok": False, "error": _error_text(exc), "seconds": time.perf_counter() - t0, "worker": self.name}
         finally:
-            self._job = ""
+            with self._lock:
+                self._progress.pop(name, None)
+                self._in_use[key] -= 1
 
 
-def worker_gib(config: Any) -> float:
+def worker_gib(config: Any, jobs: int = 1) -> float:
     """GPU memory one batch worker may take at its peak, GiB, by the planner's memory model: every model of an
     avatar job resident (a worker loads them all, :meth:`BatchWorker.__init__`), then the larger of a clip's
     generate stage at the clip cap and an avatar's encode at the preparation cap, plus the CUDA context and the
@@ -689,9 +749,10 @@ def worker_gib(config: Any) -> float:
 
     Args:
         config: The batch's :class:`~nbhelpers.config.InferenceConfig` (``fp16=False`` doubles the figure).
+        jobs: Jobs the worker runs at once (:func:`run`'s ``jobs_per_worker``): each adds its batch's share.
 
     Returns:
-        GiB (a T4-sized figure: about 13.8 at fp16).
+        GiB (a T4-sized figure for one job: about 13.8 at fp16).
 
     Source: :mod:`nbhelpers.gpu.model` (``stage_memory``, ``MemoryModel`` caps and their measurements).
     """
@@ -702,7 +763,7 @@ def worker_gib(config: Any) -> float:
     clip_a, clip_b = stage_memory("clip", fp16=fp16)["generate"]
     enc_a, enc_b = stage_memory("avatar", fp16=fp16)["encode"]
     core = mm.core_fixed_gib * (1.0 if fp16 else mm.fp32_factor)  # the UNet, whisper and VAE stay loaded
-    peak = max(clip_a + clip_b * mm.cap_clip, core + enc_a + enc_b * mm.cap_avatar)
+    peak = max(clip_a + jobs * clip_b * mm.cap_clip, core + enc_a + jobs * enc_b * mm.cap_avatar)
     return peak + mm.context_gib + mm.workspace_gib
 
 
@@ -737,6 +798,40 @@ def choose_workers_per_gpu(config: Any, free_gib: Mapping[int, float] | None, *,
         return 2, (f"2 workers per GPU: {least:.1f} GiB free on the fullest GPU holds two workers' "
                    f"{need:.1f} GiB peaks")
     return 1, f"1 worker per GPU: {least:.1f} GiB free is less than two workers' {need:.1f} GiB peaks need"
+
+
+def choose_jobs_per_worker(config: Any, free_gib: Mapping[int, float] | None, workers_per_gpu: int, *,
+                           joining: bool) -> tuple[int, str]:
+    """How many jobs each worker runs at once when the caller did not say (``jobs_per_worker=None``).
+
+    A clip's GPU work (UNet, decode, paste-back) and its CPU tail (libx264 finishing the file after the last
+    frame, the audio mux, the rename) alternate in one job; two workers on a GPU overlap them only when their jobs
+    happen to run out of step, and in step they leave the GPU idle through both tails (an H200, 10 s clips, the
+    same code: 1.8 s per job on each of two workers in one run, 2.6 s in another, bench/RESULTS.md). A second job in the same worker, in a thread
+    over the same loaded models, starts its GPU work while the first one's tail runs, whatever the other workers
+    do. Two jobs are chosen where every GPU used has free memory for ``workers_per_gpu`` workers' peaks with two
+    jobs each (:func:`worker_gib`) within the planner's safety margin; else one, also on the CPU (its cores are
+    the torch threads'), when the memory cannot be read, or on a cluster's GPUs (not visible from here).
+
+    Args:
+        config: The batch's :class:`~nbhelpers.config.InferenceConfig`.
+        free_gib: ``{GPU index: free GiB}`` of the GPUs Ray will use, or None when unknown.
+        workers_per_gpu: Workers sharing each GPU.
+        joining: True when the batch joins a running cluster.
+
+    Returns:
+        ``(jobs per worker, why)``.
+    """
+    from .gpu.model import MEMORY_MODEL as mm
+
+    if config.device == "cpu":
+        return 1, ""
+    if joining or not free_gib:
+        return 1, "1 job at once per worker (--jobs-per-worker 2 for two)"
+    need, least = workers_per_gpu * worker_gib(config, jobs=2), min(free_gib.values())
+    if need <= least * (1.0 - mm.safety_fraction):
+        return 2, f"2 jobs at once per worker ({need:.1f} GiB of peaks fit)"
+    return 1, f"1 job at once per worker: two each would need {need:.1f} GiB"
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -854,7 +949,7 @@ def _group_key(video_fp: dict[str, Any], config: Any, box: Any) -> str:
 def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], *, weights_dir: str | os.PathLike | None = None,
         config: Any = None, address: str | None = None, cache_dir: str | os.PathLike | None = None,
         summary: str | os.PathLike | bool | None = None, cpu_workers: int = 1, workers_per_gpu: int | None = None,
-        gpus: int | None = None, max_attempts: int = 3, rerun: bool = False,
+        jobs_per_worker: int | None = None, gpus: int | None = None, max_attempts: int = 3, rerun: bool = False,
         _exit_at: Mapping[str, int] | None = None) -> BatchResult:
     """Run a batch of lip-sync jobs on Ray; see the module docstring for what is guaranteed.
 
@@ -873,6 +968,10 @@ def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], *, weights_
         workers_per_gpu: Workers sharing each GPU (2 can hide one worker's CPU time behind the other's GPU time);
             None chooses 2 where the GPUs' free memory holds two workers, else 1 (:func:`choose_workers_per_gpu`;
             the choice is in :attr:`BatchResult.workers_note`).
+        jobs_per_worker: Jobs (and avatar preparations) each worker runs at once, in threads sharing its loaded
+            models: a second one keeps the GPU busy while the first one's encoder finishes its file, whatever the
+            other workers do. None: 2 on a GPU where the free memory holds every worker's peak with two jobs
+            (:func:`worker_gib`), else 1 (always 1 on the CPU, whose cores the torch threads already use).
         gpus: GPUs to use (default all that Ray offers).
         max_attempts: Times a job is started before a worker dying during it counts as its failure.
         rerun: Make every output again, even finished ones.
@@ -895,7 +994,9 @@ def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], *, weights_
     job_list = read_jobs(jobs) if isinstance(jobs, (str, os.PathLike)) else check_jobs(jobs)
     config = config or InferenceConfig()
     for name, value in (("cpu_workers", cpu_workers), ("workers_per_gpu", 1 if workers_per_gpu is None
-                                                       else workers_per_gpu), ("max_attempts", max_attempts)):
+                                                       else workers_per_gpu),
+                        ("jobs_per_worker", 1 if jobs_per_worker is None else jobs_per_worker),
+                        ("max_attempts", max_attempts)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise InputError(f"{name} must be a positive whole number; got {value!r}.")
     if gpus is not None and (not isinstance(gpus, int) or gpus < 0):
@@ -945,6 +1046,11 @@ def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], *, weights_
             choose_workers_per_gpu(config, free, joining=joining)
     else:
         workers_note = f"{workers_per_gpu} worker(s) per GPU, as asked"
+    if jobs_per_worker is None:
+        jobs_per_worker, jobs_note = choose_jobs_per_worker(config, free, workers_per_gpu, joining=joining)
+    else:
+        jobs_note = f"{jobs_per_worker} job(s) at once per worker, as asked"
+    workers_note = "; ".join(n for n in (workers_note, jobs_note) if n)
     n_gpu_guess = gpus if gpus is not None else (len(free) if free else 1)
     ahead = max(cpu_workers, workers_per_gpu * max(1, n_gpu_guess))
     if likely_work:
@@ -997,14 +1103,17 @@ def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], *, weights_
         todo = sum(len(g.queue) for g in groups.values())
         worker_names: list[str] = []
         avatars = {"prepared": 0, "loaded": 0}
+        timeline: dict[str, tuple[tuple[str, float], ...]] = {}
         if todo:
             phases["checks"] = time.perf_counter() - t0
             if not likely_work:  # every output had a record, yet some input or setting changed
                 started = init_ray(address, num_cpus=ahead, num_gpus=gpus if address is None else None)
                 phases["ray_start"] = time.perf_counter() - t0
             worker_names = _dispatch(job_list, groups, group_of, job_configs, expected_frames, outcomes, inputs_of,
-                                     weights_path, config, cpu_workers, workers_per_gpu, gpus, max_attempts,
-                                     dict(_exit_at or {}), avatars, len(job_list) - todo, phases, t0)
+                                     weights_path, config, cpu_workers, workers_per_gpu, jobs_per_worker, gpus,
+                                     max_attempts,
+                                     dict(_exit_at or {}), avatars, len(job_list) - todo, phases, t0,
+                                     timeline)
         else:
             phases.clear()
     finally:
@@ -1015,7 +1124,7 @@ def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], *, weights_
     result = BatchResult(outcomes=tuple(outcomes[j.name] for j in job_list), summary_csv=summary_path,
                          wall_s=time.perf_counter() - t0, workers=tuple(worker_names), avatars=avatars,
                          workers_note=workers_note if any("cuda" in w for w in worker_names) else "",
-                         phases={k: round(v, 3) for k, v in phases.items()})
+                         phases={k: round(v, 3) for k, v in phases.items()}, timeline=timeline)
     if summary_path is not None:
         result.write_csv(summary_path)
     return result
@@ -1072,10 +1181,31 @@ def _probe_inputs(job_list: Sequence[Job], fingerprints: _Fingerprints, check_vi
             {p: info for p, e, info in video_results if not e})
 
 
+def _collect_timeline(ray, actors: list[Any], names: list[str], t0: float, timeline: dict) -> None:
+    """Each live worker's :meth:`BatchWorker.events`, as seconds since ``t0`` (this process's perf_counter) by the
+    wall clock, into ``timeline`` under the worker's name; a worker that does not answer within 5 s is left out."""
+    start_wall = time.time() - (time.perf_counter() - t0)
+    try:
+        refs = [a.events.remote() for a in actors]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=5.0)
+    except Exception:  # noqa: BLE001 - the timeline is a report: it must not cost the batch its outcomes
+        return
+    for i, ref in enumerate(refs):
+        if ref not in ready:
+            continue
+        try:
+            events = ray.get(ref)
+        except Exception:  # noqa: BLE001 - a worker that died: no timeline, the outcomes are what count
+            continue
+        timeline[names[i]] = tuple((str(e), round(float(w) - start_wall, 3)) for e, w in events)
+
+
 def _dispatch(job_list, groups, group_of, job_configs, expected_frames, outcomes, inputs_of, weights_path, config,
-              cpu_workers, workers_per_gpu, gpus, max_attempts, exit_at, avatars, already, phases, t0) -> list[str]:
+              cpu_workers, workers_per_gpu, slots, gpus, max_attempts, exit_at, avatars, already, phases, t0,
+              timeline) -> list[str]:
     """Start the workers on the running Ray, hand out prepares and jobs until every job has an outcome, stop the
-    workers (the times of its phases, seconds since ``t0``, go into ``phases``)."""
+    workers (the times of its phases, seconds since ``t0``, go into ``phases``; each worker's events, seconds since
+    ``t0`` by the wall clock, into ``timeline``)."""
     from . import progress
 
     ray = _require_ray()
@@ -1097,7 +1227,9 @@ def _dispatch(job_list, groups, group_of, job_configs, expected_frames, outcomes
             device = "cpu"
         n_workers = max(1, min(n_workers, todo))
         threads = max(1, cores // n_workers)
-        remote = ray.remote(BatchWorker).options(max_restarts=-1, max_task_retries=0, max_concurrency=2, **options)
+        # Threads per worker: its jobs, and one more for the progress polls.
+        remote = ray.remote(BatchWorker).options(max_restarts=-1, max_task_retries=0, max_concurrency=slots + 1,
+                                                 **options)
         base = {k: v for k, v in config.to_dict().items()}
         actors = [remote.remote(str(weights_path), base, device, threads) for _ in range(n_workers)]
         try:
@@ -1112,7 +1244,7 @@ def _dispatch(job_list, groups, group_of, job_configs, expected_frames, outcomes
         busy: dict[Any, tuple[int, str, Any, int]] = {}  # ref -> (actor index, kind, group or job, attempt)
         attempts: dict[str, int] = {}
         frames_done: dict[str, int] = {}
-        running: dict[int, str] = {}
+        running: dict[int, set[str]] = {}
         polls: dict[Any, int] = {}
         last_poll = 0.0
         with progress.bar(total=len(job_list), desc="batch jobs", unit="job", initial=already) as jobs_bar, \
@@ -1161,11 +1293,14 @@ def _dispatch(job_list, groups, group_of, job_configs, expected_frames, outcomes
                     ref = actors[i].generate.remote(group.key, str(group.directory), cfg, job.name, str(job.audio),
                                                     str(job.output), kill)
                     busy[ref] = (i, "job", job, n)
-                    running[i] = job.name
+                    running.setdefault(i, set()).add(job.name)
                     phases.setdefault("first_job", time.perf_counter() - t0)
                 return True
 
-            idle = list(range(len(actors)))
+            # Each worker runs up to `slots` prepares and jobs at once (jobs_per_worker); one that died takes work
+            # again once a ping finds it back (Ray restarts it), its calls that were lost counted out one by one.
+            in_flight = [0] * len(actors)
+            alive = [True] * len(actors)
             ping_at: dict[int, float] = {}  # restarting workers: when to ask again whether they are back
             pings_lost: dict[int, int] = {}
 
@@ -1173,11 +1308,10 @@ def _dispatch(job_list, groups, group_of, job_configs, expected_frames, outcomes
                 return any(kind in ("prepare", "job") for _, kind, _, _ in busy.values())
 
             while any(g.queue for g in groups.values()) or working():
-                still_idle = []
-                for i in idle:
-                    if not submit(i):
-                        still_idle.append(i)
-                idle = still_idle
+                for level in range(slots):  # breadth first: every worker gets work before any gets a second
+                    for i in range(len(actors)):
+                        if alive[i] and in_flight[i] <= level and submit(i):
+                            in_flight[i] += 1
                 now = time.perf_counter()
                 for i, when in list(ping_at.items()):
                     if now >= when:
@@ -1191,7 +1325,10 @@ def _dispatch(job_list, groups, group_of, job_configs, expected_frames, outcomes
                 done, _ = ray.wait(list(busy), num_returns=1, timeout=0.5)
                 for ref in done:
                     i, kind, item, n = busy.pop(ref)
-                    running.pop(i, None)
+                    if kind == "job":
+                        running.get(i, set()).discard(item.name)
+                    if kind in ("prepare", "job"):
+                        in_flight[i] -= 1
                     try:
                         reply = ray.get(ref)
                     except Exception as exc:  # noqa: BLE001 - a dead worker, or an error Ray raised for the call
@@ -1200,6 +1337,7 @@ def _dispatch(job_list, groups, group_of, job_configs, expected_frames, outcomes
                         else:
                             # Ray restarts the worker (max_restarts); it takes work again once it answers.
                             holds[i].clear()
+                            alive[i] = False
                             ping_at[i] = time.perf_counter() + 1.0
                             reply = None
                             lost = (f"its worker died during each of its {n} attempt(s) (last {names[i]}: "
@@ -1211,10 +1349,8 @@ def _dispatch(job_list, groups, group_of, job_configs, expected_frames, outcomes
                                 ping_at.pop(i, None)
                             continue
                         pings_lost.pop(i, None)
-                        idle.append(i)
+                        alive[i] = True
                         continue
-                    if reply is not None:
-                        idle.append(i)
                     if kind == "prepare":
                         group = item
                         phases["prepare_s"] += float((reply or {}).get("seconds", 0.0))
@@ -1253,7 +1389,8 @@ def _dispatch(job_list, groups, group_of, job_configs, expected_frames, outcomes
                                "made": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
                         _write_json(record_path(job.output), rec)
                         finish(job, JobOutcome(job.name, "done", reply["frames"], reply["seconds"], "", job.video,
-                                               job.audio, job.output, n, reply["worker"]))
+                                               job.audio, job.output, n, reply["worker"],
+                                               timings=dict(reply.get("timings") or {})))
                     else:
                         finish(job, JobOutcome(job.name, "failed", 0, reply["seconds"], reply["error"], job.video,
                                                job.audio, job.output, n, reply["worker"]))
@@ -1263,17 +1400,20 @@ def _dispatch(job_list, groups, group_of, job_configs, expected_frames, outcomes
                 for ref in ready_polls:
                     polls.pop(ref)
                     try:
-                        name, count = ray.get(ref)
+                        counts = ray.get(ref)
                     except Exception:  # noqa: BLE001 - a worker that died: its job is retried above
                         continue
-                    if name and name in job_by_name and outcomes.get(name) is None:
-                        frames_bar.update(max(count - frames_done.get(name, 0), 0))
-                        frames_done[name] = max(count, frames_done.get(name, 0))
-                if now - last_poll > 1.0 and running and not polls:
+                    for name, count in counts.items():
+                        if name in job_by_name and outcomes.get(name) is None:
+                            frames_bar.update(max(count - frames_done.get(name, 0), 0))
+                            frames_done[name] = max(count, frames_done.get(name, 0))
+                if now - last_poll > 1.0 and any(running.values()) and not polls:
                     last_poll = now
-                    for i in running:
-                        polls[actors[i].progress.remote()] = i
+                    for i, names_running in running.items():
+                        if names_running:
+                            polls[actors[i].progress.remote()] = i
             phases["jobs_done"] = time.perf_counter() - t0
+            _collect_timeline(ray, actors, names, t0, timeline)
             for group in groups.values():  # only when every worker is gone for good
                 if group.queue:
                     group.error = group.error or "no batch worker was left to run it (every worker died)"

@@ -59,6 +59,29 @@ def test_workers_per_gpu_are_chosen_from_free_memory():
     assert n == 1 and "cluster" in why and "--workers-per-gpu 2" in why
 
 
+def test_jobs_per_worker_are_chosen_from_free_memory():
+    """Two jobs at once per worker only where the free memory holds every worker's peak with two jobs. Known
+    answer from the memory model's constants, by hand: with two jobs the clip stage is 1.87 + 2 * (0.149 + 12 *
+    1080 * 1920 / 2**30) * 64 = 23.909 GiB, plus 0.9 (context, workspaces) = 24.809 GiB a worker; two workers need
+    49.618 GiB within the 10 % margin, i.e. 55.13 GiB free; one worker 27.57 GiB free."""
+    from nbhelpers import InferenceConfig
+    from nbhelpers.batch import choose_jobs_per_worker, worker_gib
+
+    fp16 = InferenceConfig()
+    assert worker_gib(fp16, jobs=2) == pytest.approx(24.809, abs=1e-3)
+    assert worker_gib(fp16, jobs=1) == worker_gib(fp16)
+    assert choose_jobs_per_worker(fp16, {0: 55.0}, 2, joining=False)[0] == 1
+    n, why = choose_jobs_per_worker(fp16, {0: 55.3}, 2, joining=False)
+    assert n == 2 and "49.6 GiB" in why
+    assert choose_jobs_per_worker(fp16, {0: 27.4}, 1, joining=False)[0] == 1  # a 32 GB card: one job at a time
+    assert choose_jobs_per_worker(fp16, {0: 27.7}, 1, joining=False)[0] == 2
+    assert choose_jobs_per_worker(fp16, {0: 139.8, 1: 30.0}, 2, joining=False)[0] == 1  # the fullest GPU decides
+    assert choose_jobs_per_worker(InferenceConfig(device="cpu"), {0: 139.8}, 1, joining=False) == (1, "")
+    n, why = choose_jobs_per_worker(fp16, None, 1, joining=False)
+    assert n == 1 and "--jobs-per-worker 2" in why
+    assert choose_jobs_per_worker(fp16, {0: 139.8}, 1, joining=True)[0] == 1
+
+
 @pytest.mark.notorch
 def test_the_summary_line_says_how_many_workers_share_a_gpu(tmp_path):
     from nbhelpers.batch import BatchResult, JobOutcome
@@ -409,6 +432,32 @@ def test_a_worker_killed_during_a_job_still_gives_every_output_once(ray_local, m
 
     for o in result.outcomes:
         assert media_mod.probe(o.output).frame_count == o.frames == len(media_mod.load_audio(o.audio)) * 25 // 16000
+
+
+def test_two_jobs_at_once_per_worker_and_one_killed_still_give_every_output_once(ray_local, media, tiny_weights,
+                                                                                   tmp_path):
+    """One CPU worker running two jobs at a time (both faces prepared at once, then two clips at once over the
+    same models); the worker dies during k2, taking the job beside it down too: both run again, every output is
+    there once, with the frames its audio gives, and two of the clips ran at the same time."""
+    from nbhelpers import InferenceConfig
+    from nbhelpers import media as media_mod
+    from nbhelpers.batch import run
+
+    videos, audios, _ = media
+    jobs = [{"name": f"k{k}", "video": str(videos[k % 2]), "audio": str(audios[k]), "output": str(tmp_path / f"k{k}.mp4"),
+             "box": BOX} for k in range(4)]
+    result = run(jobs, weights_dir=tiny_weights, config=InferenceConfig(device="cpu", batch_size=4), cpu_workers=1,
+                 jobs_per_worker=2, _exit_at={"k2": 3})
+    assert [o.status for o in result.outcomes] == ["done"] * 4, str(result)
+    assert result.outcomes[2].attempts == 2 and sum(o.attempts for o in result.outcomes) in (5, 6)
+    assert outputs_in(tmp_path) == ["batch-summary.csv", "k0.mp4", "k1.mp4", "k2.mp4", "k3.mp4"]
+    assert hidden_in(tmp_path) == [f".k{k}.mp4.batch.json" for k in range(4)]  # no half-written file left
+    for o in result.outcomes:
+        assert media_mod.probe(o.output).frame_count == o.frames == len(media_mod.load_audio(o.audio)) * 25 // 16000
+        assert o.timings.get("generate", 0) > 0
+    # Two of the clips ran at the same time: before the kill (the first two), or after it (the two run again).
+    spans = sorted((o.ended_s - o.seconds, o.ended_s) for o in result.outcomes)
+    assert any(b[0] < a[1] for a, b in zip(spans, spans[1:], strict=False)), spans
 
 
 @pytest.mark.slow
