@@ -65,6 +65,7 @@ holds it, so code that looks the name up at call time sees the new value.
 # ruff: noqa: F401 (re-exports)  Made by tools/split_modules.py; edit the submodules, not this list.
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import html
@@ -106,8 +107,10 @@ from .device import (
     _no_cuda_message,
     _number,
     _nvidia_smi_info,
+    _nvml,
     _nvml_free,
     _nvml_info,
+    _nvml_query,
     _read_report,
     _read_torch_cuda,
     _run_nvidia_smi,

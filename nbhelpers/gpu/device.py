@@ -7,6 +7,7 @@ and :func:`check_device`, :func:`free_memory_by_index` (no CUDA), and the small 
 
 from __future__ import annotations
 
+import contextlib
 import html
 import os
 import platform
@@ -420,16 +421,36 @@ def _same_uuid(a: str | None, b: str | None) -> bool:
     return norm(a) == norm(b)
 
 
-def _nvml_info(uuid: str | None, index: int | None, notes: list[str]) -> dict[str, Any] | None:
+@contextlib.contextmanager
+def _nvml(notes: list[str]):
+    """NVML (nvidia-ml-py's ``pynvml``) started for the block and shut down after it; None when it is not
+    installed or does not start (why goes into ``notes``)."""
     try:
         import pynvml
     except Exception:  # noqa: BLE001 - not installed (the usual case) or broken
-        return None
+        yield None
+        return
     try:
         pynvml.nvmlInit()
     except Exception as exc:  # noqa: BLE001
         notes.append(f"NVML could not start ({exc})")
-        return None
+        yield None
+        return
+    try:
+        yield pynvml
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def _nvml_info(uuid: str | None, index: int | None, notes: list[str]) -> dict[str, Any] | None:
+    with _nvml(notes) as pynvml:
+        return None if pynvml is None else _nvml_query(pynvml, uuid, index, notes)
+
+
+def _nvml_query(pynvml, uuid: str | None, index: int | None, notes: list[str]) -> dict[str, Any]:
     info: dict[str, Any] = {"source": "nvml"}
     try:
         driver = pynvml.nvmlSystemGetDriverVersion()
@@ -463,11 +484,6 @@ def _nvml_info(uuid: str | None, index: int | None, notes: list[str]) -> dict[st
         info["processes"] = tuple(procs)
     except Exception as exc:  # noqa: BLE001
         notes.append(f"NVML query failed ({type(exc).__name__}: {exc})")
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:  # noqa: BLE001
-            pass
     return info
 
 
@@ -508,26 +524,15 @@ def free_memory_by_index(notes: list[str] | None = None) -> dict[int, float] | N
 
 def _nvml_free(notes: list[str]) -> dict[int, float] | None:
     """``{index: free GiB}`` of every GPU from NVML, or None when NVML is missing or fails."""
-    try:
-        import pynvml
-    except Exception:  # noqa: BLE001 - not installed (the usual case) or broken
-        return None
-    try:
-        pynvml.nvmlInit()
-    except Exception as exc:  # noqa: BLE001
-        notes.append(f"NVML could not start ({exc})")
-        return None
-    try:
-        return {i: pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(i)).free / GIB
-                for i in range(pynvml.nvmlDeviceGetCount())}
-    except Exception as exc:  # noqa: BLE001
-        notes.append(f"NVML query failed ({type(exc).__name__}: {exc})")
-        return None
-    finally:
+    with _nvml(notes) as pynvml:
+        if pynvml is None:
+            return None
         try:
-            pynvml.nvmlShutdown()
-        except Exception:  # noqa: BLE001
-            pass
+            return {i: pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(i)).free / GIB
+                    for i in range(pynvml.nvmlDeviceGetCount())}
+        except Exception as exc:  # noqa: BLE001
+            notes.append(f"NVML query failed ({type(exc).__name__}: {exc})")
+            return None
 
 
 def _run_nvidia_smi(exe: str, query: str, notes: list[str]) -> list[list[str]] | None:
