@@ -306,6 +306,11 @@ class Avatar:
         loaded_from_cache: True when nothing was recomputed.
         rebuild_reason: Why the cache was (re)built, or "" when loaded.
         pipeline: The pipeline whose models generate its clips (None until the first clip when loaded alone).
+        prepare_timings: Wall seconds of each stage of the preparation that made it (empty when loaded):
+            ``frames`` (decode and crop boxes), ``parser_wait`` and ``vae_wait`` (loading the face parser and
+            the VAE, or waiting for another thread loading them, as in a batch worker), ``parse`` (face parsing
+            and blend masks), ``encode`` (latents), ``arrays`` (the arrays file), ``frames_file`` (waiting for the
+            lossless frames file and its hash), ``finish`` (manifest and reload).
     """
 
     directory: Path
@@ -324,6 +329,7 @@ class Avatar:
     _frames: LosslessFrames | FrameStore | None = field(default=None, repr=False)
     _state: dict[str, Any] = field(default_factory=dict, repr=False)
     _owns_pipeline: bool = field(default=False, repr=False)
+    prepare_timings: dict[str, float] = field(default_factory=dict, repr=False)
 
     @property
     def n_frames(self) -> int:
@@ -740,7 +746,7 @@ def prepare_avatar(video: str | os.PathLike, directory: str | os.PathLike, *, co
     """
     from . import faces, media, weights
     from .blending import materials_for_frames
-    from .engine import flush_denormals
+    from .engine import Timings, flush_denormals
     from .framestore import check_disk_for_frames, expected_frames
     from .latents import encode_frames
     from .pipeline import MuseTalkPipeline, check_boxes, check_video, check_weights_dir, given_boxes
@@ -790,35 +796,51 @@ def prepare_avatar(video: str | os.PathLike, directory: str | os.PathLike, *, co
     work = Path(tempfile.mkdtemp(prefix=".building-", dir=directory))
     writer: _BackgroundWrite | None = None
     kept = False  # the frame store becomes the new avatar's frames (no decode of the file just written)
+    timings = Timings()
     try:
-        detector = "auto" if config.landmark_backend == "boxes" else pipe.landmarks(backend or run_config.landmark_backend)
-        track = faces.track(store.tee(reader), backend=detector, config=config, boxes=boxes, weights_dir=weights_path)
-        store.finish()
-        reader.close()
+        with timings.stage("frames"):
+            detector = ("auto" if config.landmark_backend == "boxes"
+                        else pipe.landmarks(backend or run_config.landmark_backend))
+            track = faces.track(store.tee(reader), backend=detector, config=config, boxes=boxes,
+                                weights_dir=weights_path)
+            store.finish()
+            reader.close()
         run_config = pipe.plan("avatar", run_config, len(store), store.frame_shape[:2])
         batch = int(run_config.batch_size or 8)
         face_frames = np.flatnonzero(track.has_face)
         h, w = store.frame_shape[:2]
-        # The lossless file is encoded and hashed in a thread while the models compute latents and masks.
+        # The lossless file is encoded and hashed in a thread while the models compute masks and latents. Face
+        # parsing (our own network, torch only) runs before the VAE: where the VAE is still loading in another
+        # thread (a batch worker's preload, whose diffusers import takes seconds), the masks are made meanwhile.
+        # The two are independent (the latents' sampling has its own seeded generator).
         writer = _BackgroundWrite(store, work / FRAMES_FILE, w, h)
         with flush_denormals(pipe.device):
-            latents_np = encode_frames(store, track.crop_boxes, face_frames, pipe.vae, seed=config.seed,
-                                       mode=config.latent_mode, batch_size=batch).float().cpu().numpy()
-            parser = pipe.face_parser
+            with timings.stage("parser_wait"):
+                parser = pipe.face_parser
             parser.batch_size = batch
-            materials = materials_for_frames(store, track.crop_boxes, face_frames, parser, run_config)
-        masks = [np.ascontiguousarray(m.mask.cpu().numpy() if hasattr(m.mask, "cpu") else m.mask) for m in materials]
+            with timings.stage("parse"):
+                materials = materials_for_frames(store, track.crop_boxes, face_frames, parser, run_config)
+                masks = [np.ascontiguousarray(m.mask.cpu().numpy() if hasattr(m.mask, "cpu") else m.mask)
+                         for m in materials]
+            with timings.stage("vae_wait"):
+                vae = pipe.vae
+            with timings.stage("encode"):
+                latents_np = encode_frames(store, track.crop_boxes, face_frames, vae, seed=config.seed,
+                                           mode=config.latent_mode, batch_size=batch).float().cpu().numpy()
         squares = np.asarray([m.square for m in materials], dtype=np.int32).reshape(-1, 4)
         crop_boxes = np.asarray(track.crop_boxes, dtype=np.int32)
 
         # Write: frames (in the thread), arrays, then the manifest last (its presence marks a complete cache).
-        sides = np.asarray([m.shape[0] for m in masks], dtype=np.int32)
-        flat = np.concatenate([m.reshape(-1) for m in masks]) if masks else np.zeros(0, np.uint8)
-        with open(work / ARRAYS_FILE, "wb") as fh:
-            np.savez(fh, crop_boxes=crop_boxes, has_face=track.has_face.astype(np.uint8), latents=latents_np,
-                     squares=squares, mask_sides=sides, masks_flat=flat)
-        n_written, frames_size, frames_sha = writer.result()
+        with timings.stage("arrays"):
+            sides = np.asarray([m.shape[0] for m in masks], dtype=np.int32)
+            flat = np.concatenate([m.reshape(-1) for m in masks]) if masks else np.zeros(0, np.uint8)
+            with open(work / ARRAYS_FILE, "wb") as fh:
+                np.savez(fh, crop_boxes=crop_boxes, has_face=track.has_face.astype(np.uint8), latents=latents_np,
+                         squares=squares, mask_sides=sides, masks_flat=flat)
+        with timings.stage("frames_file"):
+            n_written, frames_size, frames_sha = writer.result()
         writer = None
+        finish_start = time.perf_counter()
         if n_written != len(store):
             raise CacheError(f"wrote {n_written} of {len(store)} frames")
         files = {FRAMES_FILE: {"size": frames_size, "sha256": frames_sha},
@@ -849,6 +871,8 @@ def prepare_avatar(video: str | os.PathLike, directory: str | os.PathLike, *, co
         avatar = Avatar.load(directory, weights_dir=weights_path, config=clip_config, check=False, pipeline=pipe)
         avatar._frames = store
         kept = True
+        timings.add("finish", time.perf_counter() - finish_start)
+        avatar.prepare_timings = {k: round(v, 4) for k, v in timings.seconds.items()}
     finally:
         if writer is not None:  # an error before the frames were written: stop the encoder before cleaning up
             writer.cancel()

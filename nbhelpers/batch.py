@@ -459,6 +459,10 @@ class BatchResult:
             run())`` for its start, its pipeline made, each model loaded, its warm-up done, each avatar prepared
             and each job (:meth:`BatchWorker.events`); the seconds come from the wall clock of the worker's
             machine, so on a cluster they are as good as its clocks' agreement. Empty when nothing ran.
+        preparations: One per avatar preparation a worker finished (or failed), in the order they ended:
+            ``{"video", "worker", "status" ("prepared", "loaded" from the cache, "failed"), "seconds",
+            "ended_s" (from the start of run()), "timings"}``, ``timings`` being the stages of a preparation
+            (:attr:`nbhelpers.avatar.Avatar.prepare_timings`; empty when loaded or failed).
     """
 
     outcomes: tuple[JobOutcome, ...]
@@ -469,6 +473,7 @@ class BatchResult:
     phases: Mapping[str, float] = field(default_factory=dict)
     workers_note: str = ""
     timeline: Mapping[str, tuple[tuple[str, float], ...]] = field(default_factory=dict)
+    preparations: tuple[Mapping[str, Any], ...] = ()
 
     def count(self, status: str) -> int:
         """Jobs with ``status`` (done, skipped, failed)."""
@@ -609,21 +614,28 @@ class BatchWorker:
         self._ready: set[str] = set()  # avatars whose device state is made (the first job makes it, alone)
         self._key_locks: dict[str, threading.Lock] = {}
         self._progress: dict[str, int] = {}
-        # The models load in a thread from now on, VAE and face parser first: preparing the first avatar needs only
-        # those, and the UNet, whisper and their first CUDA kernels (warm_up) load while it runs instead of in the
-        # first clip; a worker that waits for a face another one prepares is warm when the face is ready.
+        self._job_started = threading.Event()  # a clip has started: it warms the kernels, warm_up is not needed
+        # The models load in a thread from now on, face parser and VAE first: preparing the first avatar needs only
+        # those (the face parser first: it is ours, torch only, and masks the frames while diffusers imports for
+        # the VAE, see prepare_avatar), and the UNet, whisper and their first CUDA kernels (warm_up) load while it
+        # runs instead of in the first clip; a worker that waits for a face another one prepares is warm when the
+        # face is ready.
         self._preload = threading.Thread(target=self._load_and_warm, args=(base,), name="batch-preload", daemon=True)
         self._preload.start()
 
     def _load_and_warm(self, base: Any) -> None:
-        """Load every model an avatar job uses, then run the UNet, the VAE decoder and whisper once at the batch of
-        a clip, so that the first clip finds its kernels loaded. A failure here is left to the job that needs the
-        model: it loads it again and reports the error."""
+        """Load every model an avatar job uses, then, unless a clip has started meanwhile (it warms them itself, and
+        a warm-up beside it would only slow it down), run the UNet, the VAE decoder and whisper once at the batch
+        of a clip, so that the first clip finds its kernels loaded. A failure here is left to the job that needs
+        the model: it loads it again and reports the error."""
         try:
-            for model in ("vae", "face_parser", "unet", "whisper", "feature_extractor", "pe"):  # preload()'s models
+            for model in ("face_parser", "vae", "unet", "whisper", "feature_extractor", "pe"):  # preload()'s models
                 getattr(self.pipe, model)
                 self._mark(f"loaded {model}")
             self.pipe.preload("avatar", restore=base.restore)
+            if self._job_started.is_set():
+                self._mark("warm-up skipped (a clip started)")
+                return
             self.pipe.warm_up(self.pipe.plan("clip", self.pipe.job_config(base), None, None).batch_size)
             self._mark("warm")
         except Exception:  # noqa: BLE001 - see the docstring
@@ -675,8 +687,9 @@ class BatchWorker:
         """Prepare (or load from the cache) the avatar of ``video`` in ``directory``.
 
         Returns:
-            ``{"ok": True, "loaded_from_cache": bool, "seconds": s, "worker": name}`` or ``{"ok": False,
-            "error": text, ...}`` (no face, unreadable video...): errors are returned, not raised.
+            ``{"ok": True, "loaded_from_cache": bool, "seconds": s, "worker": name, "timings": {stage: s}}``
+            (:attr:`~nbhelpers.avatar.Avatar.prepare_timings`, empty when loaded) or ``{"ok": False, "error":
+            text, ...}`` (no face, unreadable video...): errors are returned, not raised.
         """
         t0 = time.perf_counter()
         self._mark(f"prepare {key[:8]}")
@@ -685,7 +698,8 @@ class BatchWorker:
             self._keep(key, avatar)
             self._mark(f"prepare {key[:8]} done")
             return {"ok": True, "loaded_from_cache": bool(avatar.loaded_from_cache),
-                    "seconds": time.perf_counter() - t0, "worker": self.name}
+                    "seconds": time.perf_counter() - t0, "worker": self.name,
+                    "timings": dict(avatar.prepare_timings)}
         except Exception as exc:  # noqa: BLE001 - recorded for the job, the batch goes on
             return {"ok": False, "error": _error_text(exc), "seconds": time.perf_counter() - t0, "worker": self.name}
 
@@ -712,6 +726,7 @@ class BatchWorker:
             self._in_use[key] = self._in_use.get(key, 0) + 1
             key_lock = self._key_locks.setdefault(key, threading.Lock())
         self._mark(f"job {name}")
+        self._job_started.set()
 
         def on_frame(t: int, frame: Any) -> None:
             with self._lock:
@@ -1104,6 +1119,7 @@ def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], *, weights_
         worker_names: list[str] = []
         avatars = {"prepared": 0, "loaded": 0}
         timeline: dict[str, tuple[tuple[str, float], ...]] = {}
+        preparations: list[dict[str, Any]] = []
         if todo:
             phases["checks"] = time.perf_counter() - t0
             if not likely_work:  # every output had a record, yet some input or setting changed
@@ -1113,7 +1129,7 @@ def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], *, weights_
                                      weights_path, config, cpu_workers, workers_per_gpu, jobs_per_worker, gpus,
                                      max_attempts,
                                      dict(_exit_at or {}), avatars, len(job_list) - todo, phases, t0,
-                                     timeline)
+                                     timeline, preparations)
         else:
             phases.clear()
     finally:
@@ -1124,7 +1140,8 @@ def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], *, weights_
     result = BatchResult(outcomes=tuple(outcomes[j.name] for j in job_list), summary_csv=summary_path,
                          wall_s=time.perf_counter() - t0, workers=tuple(worker_names), avatars=avatars,
                          workers_note=workers_note if any("cuda" in w for w in worker_names) else "",
-                         phases={k: round(v, 3) for k, v in phases.items()}, timeline=timeline)
+                         phases={k: round(v, 3) for k, v in phases.items()}, timeline=timeline,
+                         preparations=tuple(preparations))
     if summary_path is not None:
         result.write_csv(summary_path)
     return result
@@ -1202,10 +1219,10 @@ def _collect_timeline(ray, actors: list[Any], names: list[str], t0: float, timel
 
 def _dispatch(job_list, groups, group_of, job_configs, expected_frames, outcomes, inputs_of, weights_path, config,
               cpu_workers, workers_per_gpu, slots, gpus, max_attempts, exit_at, avatars, already, phases, t0,
-              timeline) -> list[str]:
+              timeline, preparations) -> list[str]:
     """Start the workers on the running Ray, hand out prepares and jobs until every job has an outcome, stop the
     workers (the times of its phases, seconds since ``t0``, go into ``phases``; each worker's events, seconds since
-    ``t0`` by the wall clock, into ``timeline``)."""
+    ``t0`` by the wall clock, into ``timeline``; each preparation that ended, into ``preparations``)."""
     from . import progress
 
     ray = _require_ray()
@@ -1354,6 +1371,14 @@ def _dispatch(job_list, groups, group_of, job_configs, expected_frames, outcomes
                     if kind == "prepare":
                         group = item
                         phases["prepare_s"] += float((reply or {}).get("seconds", 0.0))
+                        if reply is not None:
+                            preparations.append({
+                                "video": str(group.video), "worker": reply.get("worker", names[i]),
+                                "status": ("failed" if not reply["ok"] else
+                                           "loaded" if reply["loaded_from_cache"] else "prepared"),
+                                "seconds": round(float(reply.get("seconds", 0.0)), 3),
+                                "ended_s": round(time.perf_counter() - t0, 3),
+                                "timings": dict(reply.get("timings") or {})})
                         if reply is None:
                             for tmp in group.directory.glob(".building-*") if group.directory.is_dir() else ():
                                 shutil.rmtree(tmp, ignore_errors=True)
