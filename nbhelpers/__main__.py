@@ -450,8 +450,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="CPU workers when there is no GPU (default 1; each holds its own models and the cores are "
                         "shared out between them)")
     p.add_argument("--workers-per-gpu", type=int, default=None,
-                   help="workers sharing each GPU (default: 2 where every GPU has free memory for two workers' "
-                        "peaks, about 31 GiB at fp16, else 1)")
+                   help="worker processes sharing each GPU (default 1: its jobs share one CUDA context and one "
+                        "set of models, the fastest measured)")
     p.add_argument("--jobs-per-worker", type=int, default=None,
                    help="jobs each worker runs at once over its loaded models (default: 2 on a GPU where the free "
                         "memory holds every worker's peak with two, else 1; 1 on the CPU)")

@@ -2,9 +2,9 @@
 
 A batch is a list of jobs (a CSV or JSON-lines file, or :class:`Job` objects): a face video, a speech file, an
 output MP4 and optional settings per job. :func:`run` starts Ray on this machine (or joins a cluster with
-``address=``), starts one or two workers per GPU (CPU workers when there is none), each holding one loaded
-:class:`~nbhelpers.pipeline.MuseTalkPipeline` and running one or two jobs at once in threads over it
-(``workers_per_gpu``, ``jobs_per_worker``: chosen from the free GPU memory when not given), and hands out the work:
+``address=``), starts one worker per GPU (CPU workers when there is none; ``workers_per_gpu`` for more), each
+holding one loaded :class:`~nbhelpers.pipeline.MuseTalkPipeline` and running one or two jobs at once in threads over
+it (``jobs_per_worker``: chosen from the free GPU memory when not given), and hands out the work:
 
 - Jobs are grouped by source video (its content and the settings that shape the face cache). Each group's
   avatar is prepared once (:func:`nbhelpers.avatar.prepare_avatar`, cached under ``cache_dir`` on storage every
@@ -453,8 +453,8 @@ class BatchResult:
             in a thread while its first avatar is prepared), ``first_job`` (the first job started), ``jobs_done``
             (the last outcome), and ``prepare_s`` (worker seconds spent preparing or loading avatars, summed);
             empty when nothing ran.
-        workers_note: How many workers share each GPU and why (:func:`choose_workers_per_gpu`, or "asked");
-            empty on the CPU or when nothing ran.
+        workers_note: How many workers share each GPU and how many jobs each runs at once, and why
+            (:func:`choose_jobs_per_worker`, or "asked"); empty on the CPU or when nothing ran.
         timeline: Per worker (its ``host/pid device``), what it did when: ``(event, seconds from the start of
             run())`` for its start, its pipeline made, each model loaded, its warm-up done, each avatar prepared
             and each job (:meth:`BatchWorker.events`); the seconds come from the wall clock of the worker's
@@ -782,51 +782,18 @@ def worker_gib(config: Any, jobs: int = 1) -> float:
     return peak + mm.context_gib + mm.workspace_gib
 
 
-def choose_workers_per_gpu(config: Any, free_gib: Mapping[int, float] | None, *, joining: bool) -> tuple[int, str]:
-    """How many workers share each GPU when the caller did not say (``workers_per_gpu=None``).
-
-    Two workers on one GPU let one's CPU work (audio, paste-back download, encoding, file writing) run while the
-    other's UNet and decode use the GPU: on an H200, 20 clips of 10 s took 1.41-1.55 s each on one worker and
-    1.67-1.96 s each on each of two at once, 0.9 s per clip together (bench/RESULTS.md, "Ray batch"). Each worker
-    plans its batch from the memory it sees, so two are chosen only where every GPU used has free memory for two
-    workers' peaks (:func:`worker_gib`) within the planner's safety margin; else one, which is also the choice
-    when the memory cannot be read or the GPUs are a cluster's (not visible from this machine).
-
-    Args:
-        config: The batch's :class:`~nbhelpers.config.InferenceConfig`.
-        free_gib: ``{GPU index: free GiB}`` of the GPUs Ray will use (:func:`nbhelpers.gpu.free_memory_by_index`),
-            or None when unknown.
-        joining: True when the batch joins a running cluster.
-
-    Returns:
-        ``(workers per GPU, why)``.
-    """
-    from .gpu.model import MEMORY_MODEL as mm
-
-    if joining:
-        return 1, "1 worker per GPU: the cluster's GPUs are not visible from here (--workers-per-gpu 2 for two)"
-    if not free_gib:
-        return 1, "1 worker per GPU: the GPUs' free memory could not be read"
-    need, least = worker_gib(config), min(free_gib.values())
-    usable = least * (1.0 - mm.safety_fraction)
-    if 2 * need <= usable:
-        return 2, (f"2 workers per GPU: {least:.1f} GiB free on the fullest GPU holds two workers' "
-                   f"{need:.1f} GiB peaks")
-    return 1, f"1 worker per GPU: {least:.1f} GiB free is less than two workers' {need:.1f} GiB peaks need"
-
-
 def choose_jobs_per_worker(config: Any, free_gib: Mapping[int, float] | None, workers_per_gpu: int, *,
                            joining: bool) -> tuple[int, str]:
     """How many jobs each worker runs at once when the caller did not say (``jobs_per_worker=None``).
 
     A clip's GPU work (UNet, decode, paste-back) and its CPU tail (libx264 finishing the file after the last
-    frame, the audio mux, the rename) alternate in one job; two workers on a GPU overlap them only when their jobs
-    happen to run out of step, and in step they leave the GPU idle through both tails (an H200, 10 s clips, the
-    same code: 1.8 s per job on each of two workers in one run, 2.6 s in another, bench/RESULTS.md). A second job in the same worker, in a thread
-    over the same loaded models, starts its GPU work while the first one's tail runs, whatever the other workers
-    do. Two jobs are chosen where every GPU used has free memory for ``workers_per_gpu`` workers' peaks with two
-    jobs each (:func:`worker_gib`) within the planner's safety margin; else one, also on the CPU (its cores are
-    the torch threads'), when the memory cannot be read, or on a cluster's GPUs (not visible from here).
+    frame, the audio mux, the rename) alternate in one job. A second job in the same worker, in a thread over the
+    same loaded models, starts its GPU work while the first one's tail runs (an H200, 20 clips of 10 s: one worker
+    with one job at a time 2.6-3.0 s a job in step with another worker, with two at once 1.6-1.8 s for each of
+    the two, 0.9 s of wall a job; three at once gained nothing, 2.2-3.6 s each: bench/RESULTS.md). Two jobs are
+    chosen where every GPU used has free memory for ``workers_per_gpu`` workers' peaks with two jobs each
+    (:func:`worker_gib`) within the planner's safety margin; else one, also on the CPU (its cores are the torch
+    threads'), when the memory cannot be read, or on a cluster's GPUs (not visible from here).
 
     Args:
         config: The batch's :class:`~nbhelpers.config.InferenceConfig`.
@@ -980,9 +947,11 @@ def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], *, weights_
         summary: CSV of the summary table; None = ``<outputs folder>/batch-summary.csv``; False writes none.
         cpu_workers: CPU workers when Ray offers no GPU (each holds its own models; torch threads are shared
             out between them).
-        workers_per_gpu: Workers sharing each GPU (2 can hide one worker's CPU time behind the other's GPU time);
-            None chooses 2 where the GPUs' free memory holds two workers, else 1 (:func:`choose_workers_per_gpu`;
-            the choice is in :attr:`BatchResult.workers_note`).
+        workers_per_gpu: Worker processes sharing each GPU (None: 1). One is the fastest measured: its jobs, in
+            threads, share one CUDA context and one set of models, while processes on one GPU time-share it (an
+            H200, 20 clips of 10 s, each arm in a fresh process: one worker with two jobs at once 49.4 s, two
+            workers with two each 56.1 s; their jobs 1.6-1.8 s against 2.4-6.9 s, bench/RESULTS.md); each
+            worker also loads the models and imports torch and diffusers again (17-20 s there).
         jobs_per_worker: Jobs (and avatar preparations) each worker runs at once, in threads sharing its loaded
             models: a second one keeps the GPU busy while the first one's encoder finishes its file, whatever the
             other workers do. None: 2 on a GPU where the free memory holds every worker's peak with two jobs
@@ -1045,7 +1014,7 @@ def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], *, weights_
     phases: dict[str, float] = {}
     # A local Ray starts this many worker processes ahead, as soon as it is up: the workers' actors find them
     # started (a GPU worker takes no CPU of Ray's count, so this only sets how many are started ahead).
-    # Workers per GPU, when not given: from the free memory of this machine's GPUs (NVML or nvidia-smi, no CUDA
+    # Jobs per worker, when not given: from the free memory of this machine's GPUs (NVML or nvidia-smi, no CUDA
     # here), which also says how many GPUs a local Ray will offer.
     joining = bool(address or os.environ.get("RAY_ADDRESS"))
     free = None
@@ -1055,10 +1024,8 @@ def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], *, weights_
         free = free_memory_by_index()
         if free and gpus is not None:
             free = dict(sorted(free.items())[:gpus])
-    workers_note = ""
     if workers_per_gpu is None:
-        workers_per_gpu, workers_note = (1, "") if config.device == "cpu" or free == {} else \
-            choose_workers_per_gpu(config, free, joining=joining)
+        workers_per_gpu, workers_note = 1, "1 worker per GPU"
     else:
         workers_note = f"{workers_per_gpu} worker(s) per GPU, as asked"
     if jobs_per_worker is None:

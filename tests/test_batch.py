@@ -34,29 +34,16 @@ def test_import_is_light():
 
 
 @pytest.mark.notorch
-def test_workers_per_gpu_are_chosen_from_free_memory():
-    """Two workers share a GPU only where its free memory holds both peaks. Known answer from the memory model's
-    documented constants, computed here by hand: a worker's peak at fp16 is the clip's generate stage at the clip
-    cap, 1.87 + (0.149 + 12 * 1080 * 1920 / 2**30) * 64 = 12.889 GiB, above the preparation's 1.87 + 0.16 +
-    0.19 * 32 = 8.11, plus 0.4 (context) + 0.5 (workspaces) = 13.789 GiB; two need 27.578 GiB within the 10 %
-    margin, i.e. 30.64 GiB free. fp32 doubles the weights and activations: 25.195 GiB a worker, 55.99 free."""
+def test_a_workers_memory_peak_is_the_memory_models_known_answer():
+    """Known answer from the memory model's documented constants, computed here by hand: a worker's peak at fp16 is
+    the clip's generate stage at the clip cap, 1.87 + (0.149 + 12 * 1080 * 1920 / 2**30) * 64 = 12.889 GiB, above
+    the preparation's 1.87 + 0.16 + 0.19 * 32 = 8.11, plus 0.4 (context) + 0.5 (workspaces) = 13.789 GiB; fp32
+    doubles the weights and activations: 25.195 GiB."""
     from nbhelpers import InferenceConfig
-    from nbhelpers.batch import choose_workers_per_gpu, worker_gib
+    from nbhelpers.batch import worker_gib
 
-    fp16, fp32 = InferenceConfig(), InferenceConfig(fp16=False)
-    assert worker_gib(fp16) == pytest.approx(13.789, abs=1e-3)
-    assert worker_gib(fp32) == pytest.approx(25.195, abs=1e-3)
-    assert choose_workers_per_gpu(fp16, {0: 30.5}, joining=False)[0] == 1  # a 32 GB card with its context
-    n, why = choose_workers_per_gpu(fp16, {0: 30.8}, joining=False)
-    assert n == 2 and "30.8 GiB free" in why and "13.8 GiB" in why
-    assert choose_workers_per_gpu(fp16, {0: 140.0, 1: 20.0}, joining=False)[0] == 1  # the fullest GPU decides
-    assert choose_workers_per_gpu(fp16, {0: 140.0, 1: 139.0}, joining=False)[0] == 2
-    assert choose_workers_per_gpu(fp32, {0: 55.5}, joining=False)[0] == 1
-    assert choose_workers_per_gpu(fp32, {0: 56.5}, joining=False)[0] == 2
-    n, why = choose_workers_per_gpu(fp16, None, joining=False)
-    assert n == 1 and "could not be read" in why
-    n, why = choose_workers_per_gpu(fp16, {0: 140.0}, joining=True)
-    assert n == 1 and "cluster" in why and "--workers-per-gpu 2" in why
+    assert worker_gib(InferenceConfig()) == pytest.approx(13.789, abs=1e-3)
+    assert worker_gib(InferenceConfig(fp16=False)) == pytest.approx(25.195, abs=1e-3)
 
 
 def test_jobs_per_worker_are_chosen_from_free_memory():
@@ -347,6 +334,14 @@ def test_six_jobs_with_a_corrupt_audio_give_five_outputs_and_one_error(first_run
     assert hidden_in(out) == [f".j{k}.mp4.batch.json" for k in (0, 1, 2, 4, 5)]  # records, no partial file
     # each face prepared once, by the two workers
     assert result.avatars == {"prepared": 2, "loaded": 0} and len(result.workers) == 2
+    # where each preparation's time went: every stage of prepare_avatar, on the worker that made it
+    videos, _, _ = media
+    assert sorted(p["video"] for p in result.preparations) == sorted(str(v) for v in videos)
+    for prep in result.preparations:
+        assert prep["status"] == "prepared" and prep["worker"] in result.workers
+        assert list(prep["timings"]) == ["frames", "parser_wait", "parse", "vae_wait", "encode", "arrays",
+                                         "frames_file", "finish"]
+        assert 0 < sum(prep["timings"].values()) <= prep["seconds"] and prep["ended_s"] <= result.wall_s
     cache = sorted(p.name for p in (out / "avatar-cache").iterdir())
     assert len(cache) == 3 and cache[-1] == "failed"  # two avatars, and the hint of j3's failed input check
     assert [json.loads(p.read_text())["output"] for p in (out / "avatar-cache" / "failed").iterdir()] == [
@@ -458,6 +453,34 @@ def test_two_jobs_at_once_per_worker_and_one_killed_still_give_every_output_once
     # Two of the clips ran at the same time: before the kill (the first two), or after it (the two run again).
     spans = sorted((o.ended_s - o.seconds, o.ended_s) for o in result.outcomes)
     assert any(b[0] < a[1] for a, b in zip(spans, spans[1:], strict=False)), spans
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_one_worker_runs_two_jobs_at_once_and_every_output_is_made(media, tiny_weights, tmp_path):
+    """The GPU defaults: one worker per GPU, two jobs at once where its memory holds them (any GPU with 28 GiB
+    free: the H200), both faces prepared by it, every clip made with the frames its audio gives."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("ray")
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    from nbhelpers import media as media_mod
+    from nbhelpers.batch import run
+    from nbhelpers.gpu.device import free_memory_by_index
+
+    videos, audios, _ = media
+    jobs = [{"name": f"g{k}", "video": str(videos[k % 2]), "audio": str(audios[k]), "output": str(tmp_path / f"g{k}.mp4"),
+             "box": BOX} for k in range(4)]
+    result = run(jobs, weights_dir=tiny_weights)
+    assert [o.status for o in result.outcomes] == ["done"] * 4, str(result)
+    assert len(result.workers) == torch.cuda.device_count() and all("cuda" in w for w in result.workers)
+    two = min(free_memory_by_index().values()) >= 27.6
+    assert result.workers_note.startswith("1 worker per GPU; " + ("2 jobs at once" if two else "1 job at once"))
+    assert result.avatars == {"prepared": 2, "loaded": 0}
+    assert {p["status"] for p in result.preparations} == {"prepared"}
+    for o in result.outcomes:
+        assert media_mod.probe(o.output).frame_count == o.frames == len(media_mod.load_audio(o.audio)) * 25 // 16000
+    events = [e for ev in result.timeline.values() for e, _ in ev]
+    assert "loaded vae" in events and ("warm" in events or "warm-up skipped (a clip started)" in events)
 
 
 @pytest.mark.slow
