@@ -26,6 +26,7 @@ a pipeline for the call.
 
 from __future__ import annotations
 
+import functools
 import html
 import os
 import threading
@@ -248,12 +249,28 @@ def check_boxes(boxes: Any, video: Any, video_info: Any = None) -> Any:
         info = video_info if video_info is not None else media.probe(video, count_frames=False)
         user_boxes(boxes, 1, (int(info.height), int(info.width)))
         return boxes
-    with media.load_video(video) as reader:
-        n_frames, shape = reader.frame_count, (reader.height, reader.width)
+    n_frames, shape = _counted_frames(video)
     if len(boxes) != n_frames:
         raise InputError(boxes_count_message(len(boxes), n_frames, f"video {str(video)!r}"))
     user_boxes(boxes, n_frames, shape)
     return boxes
+
+
+def _counted_frames(video: Any) -> tuple[int, tuple[int, int]]:
+    """``(25 fps frames, (height, width))`` of a video file by a counting decode, remembered for the same file
+    unchanged (path, size and modification time): ``nbh.lipsync()`` checks its inputs before it makes a pipeline
+    and the pipeline's job checks them again, and per-frame boxes need the count each time."""
+    path = Path(video).resolve()
+    st = path.stat()
+    return _count_frames_of(str(path), st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=32)
+def _count_frames_of(path: str, size: int, mtime_ns: int) -> tuple[int, tuple[int, int]]:
+    from . import media
+
+    with media.load_video(path) as reader:
+        return int(reader.frame_count), (int(reader.height), int(reader.width))
 
 
 def _one_frame_boxes(boxes: Any, frame_index: int) -> Any:

@@ -741,7 +741,13 @@ def _detect_boxes(video: Any, detector: str, weights_dir: Any, device: Any) -> t
 
 
 def _given_boxes(boxes: Any, n_frames: int | None) -> np.ndarray:
-    b = np.asarray(boxes, dtype=np.float64)
+    """(N, 4) float boxes from ``boxes=``: one box (bare, or a list or (1, 4) array holding just it, as for the
+    lip-sync jobs: :func:`nbhelpers.faces.boxes.single_box`) repeated over the ``n_frames`` frames, or one row per
+    frame (rows of -1 become NaN, no face)."""
+    from .faces.boxes import single_box
+
+    one = single_box(boxes)
+    b = np.asarray(boxes if one is None else one, dtype=np.float64)
     if b.shape == (4,):
         if n_frames is None:
             raise InputError("one box for the clip needs the frame count; pass one box per frame instead.")
@@ -790,8 +796,8 @@ def sync_score(video: Any, audio: Any = None, *, model: SyncEmbedder | None = No
         weights_dir: The weights dir (SyncNet and S3FD files); None = the default.
         detector: ``"auto"`` (S3FD when its weights are present, else dlib with a note), ``"s3fd"``, or a landmark
             backend name (``"dlib"``, ``"dwpose-onnx"``...). Ignored when ``boxes`` is given.
-        boxes: Face boxes instead of detection: one ``(x1, y1, x2, y2)`` for the clip or (N, 4) per frame (rows of
-            NaN or -1 = no face), full-frame pixels.
+        boxes: Face boxes instead of detection: one ``(x1, y1, x2, y2)`` for the clip (bare, or a list holding
+            just it) or (N, 4) per frame (rows of NaN or -1 = no face), full-frame pixels.
         device: Device of the models; None = CUDA when available.
         vshift: Largest offset searched, frames (15 published).
         batch_size: Windows per model call (20 published).
@@ -820,8 +826,10 @@ def sync_score(video: Any, audio: Any = None, *, model: SyncEmbedder | None = No
 
     notes: list[str] = []
     if boxes is not None:
-        face_boxes, used = _given_boxes(boxes, _frame_count(video) if np.asarray(boxes).shape == (4,) else None), \
-            "boxes"
+        from .faces.boxes import single_box
+
+        face_boxes = _given_boxes(boxes, _frame_count(video) if single_box(boxes) is not None else None)
+        used = "boxes"
     else:
         face_boxes, used, notes = _detect_boxes(video, detector, weights_dir, device)
     squares = smooth_face_boxes(face_boxes)

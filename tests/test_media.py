@@ -444,6 +444,25 @@ def test_reader_can_be_iterated_twice_and_closed(make_media):
     assert all(p.poll() is not None for p in procs)
 
 
+def test_a_loop_over_frames_stopped_early_leaves_no_pipe_open(make_media):
+    """Breaking out of ``for frame in reader`` and closing the reader closes every pipe of its ffmpeg (its stderr
+    pipe was left to the garbage collector, a ResourceWarning: unclosed file)."""
+    import gc
+
+    clip = lavfi_clip(make_media, "rate-30.mp4", "30")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        with media.load_video(clip) as reader:
+            for k, _ in enumerate(reader):
+                if k == 2:
+                    pipes = [(s.proc.popen.stdout, s.proc.popen.stderr) for s in reader._streams]
+                    break
+        assert pipes and all(out.closed and err.closed for out, err in pipes)
+        del reader, pipes
+        gc.collect()
+    assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # load_audio
 # ---------------------------------------------------------------------------------------------------------------

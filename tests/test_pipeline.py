@@ -328,6 +328,37 @@ def test_a_cpu_clip_warns_once_with_its_frame_size_and_takes_one_box_in_a_list(t
     assert pipe.loaded == [] and not (tmp_path / "wrong.mp4").exists()
 
 
+def test_per_frame_boxes_count_an_unchanged_video_once(shared_data, make_media, tmp_path, monkeypatch):
+    """nbh.lipsync() checks its inputs, then its pipeline's job checks them again: per-frame boxes need the
+    video's frame count both times, which the second time comes from the first count (the file is unchanged);
+    a changed file is counted again."""
+    import os
+    import shutil
+
+    from nbhelpers import media
+    from nbhelpers.errors import InputError
+    from nbhelpers.pipeline import check_boxes
+
+    clip = tmp_path / "face-10f.mp4"
+    shutil.copy(make_media("face-10f-boxes.mp4", "-i", str(shared_data / "face-sing-576x768-25fps.mp4"),
+                           "-frames:v", "10", "-an", "-c:v", "libx264", "-crf", "12", "-pix_fmt", "yuv420p"), clip)
+    decodes = []
+    real = media.load_video
+    monkeypatch.setattr(media, "load_video", lambda *a, **k: decodes.append(a[0]) or real(*a, **k))
+    boxes = [(190, 160, 360, 330)] * 10
+    assert check_boxes(boxes, clip) == boxes and check_boxes(boxes, clip) == boxes
+    assert len(decodes) == 1
+    with pytest.raises(InputError, match="boxes has 9 entries"):
+        check_boxes(boxes[:9], clip)
+    assert len(decodes) == 1
+    shutil.copy(make_media("face-12f-boxes.mp4", "-i", str(shared_data / "face-sing-576x768-25fps.mp4"),
+                           "-frames:v", "12", "-an", "-c:v", "libx264", "-crf", "12", "-pix_fmt", "yuv420p"), clip)
+    os.utime(clip, ns=(1, 1))  # another size and time: counted again
+    with pytest.raises(InputError, match="boxes has 10 entries but video .* has 12 frames"):
+        check_boxes(boxes, clip)
+    assert len(decodes) == 2
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # The offline job's pieces: batched frame store writes, decoding one piece ahead, piece windows, face batches
 

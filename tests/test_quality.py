@@ -196,6 +196,17 @@ def test_sync_score_with_an_injected_model_finds_the_offset_of_a_synthetic_clip(
     np.testing.assert_allclose(np.concatenate(model.audio), a, atol=0.02)
 
 
+def test_sync_score_takes_a_list_holding_one_box_as_that_box_for_every_frame():
+    """``boxes=[box]`` means the box for the whole clip, as for the lip-sync jobs (it was read as one frame's
+    box, and the 60-frame clip then failed its frame count)."""
+    frames, wave, _ = level_clip(2)
+    bare = quality.sync_score(frames, wave, model=LevelEmbedder(), boxes=(24, 24, 72, 72))
+    for one in ([(24, 24, 72, 72)], np.array([[24, 24, 72, 72]])):
+        got = quality.sync_score(frames, wave, model=LevelEmbedder(), boxes=one)
+        assert (got.offset_frames, got.n_windows) == (bare.offset_frames, bare.n_windows) == (2, 55)
+        assert got.lse_c == bare.lse_c and got.lse_d == bare.lse_d
+
+
 def test_sync_score_checks_inputs_before_loading_anything(tmp_path):
     frames, wave, _ = level_clip(0, n=10)
     with pytest.raises(InputError, match="carries no sound"):

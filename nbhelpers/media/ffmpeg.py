@@ -135,6 +135,11 @@ class _Process:
                 self._lines.append(raw.decode("utf-8", "replace").rstrip("\r\n"))
         except (OSError, ValueError):  # pragma: no cover - stream closed under us during a kill
             pass
+        finally:  # ffmpeg has exited (or was killed): its stderr pipe is ours to close, not the garbage collector's
+            try:
+                stream.close()
+            except OSError:  # pragma: no cover
+                pass
 
     def tail(self, lines: int = _STDERR_TAIL_LINES) -> str:
         self._thread.join(timeout=5)
