@@ -223,7 +223,7 @@ def check_jobs(jobs: Iterable[Job | Mapping[str, Any]]) -> list[Job]:
     folders resolved (no ``..``), so that the summary names each file one way.
 
     Raises:
-        InputError: A job is malformed, or two jobs share an output.
+        InputError: A job is malformed, two jobs share an output, or an output is a job's video or audio.
     """
     out: list[Job] = []
     for k, job in enumerate(jobs):
@@ -234,13 +234,6 @@ def check_jobs(jobs: Iterable[Job | Mapping[str, Any]]) -> list[Job]:
             out.append(_job_from_row(job, Path.cwd(), f"job {k}"))
         else:
             raise InputError(f"job {k} must be a Job or a dict with video, audio and output; got {type(job).__name__}.")
-    outputs: dict[Path, str] = {}
-    for job in out:
-        key = job.output.resolve()
-        if key in outputs:
-            raise InputError(f"jobs {outputs[key]!r} and {job.name!r} both write {str(job.output)!r}; give each job "
-                             "its own output.")
-        outputs[key] = job.name
     names: set[str] = set()
     for k, job in enumerate(out):  # names label the summary rows: a repeated one gets a number
         name, n = job.name, 1
@@ -250,6 +243,24 @@ def check_jobs(jobs: Iterable[Job | Mapping[str, Any]]) -> list[Job]:
         names.add(name)
         if name != job.name:
             out[k] = Job(name, job.video, job.audio, job.output, job.settings)
+
+    def label(k: int) -> str:
+        return f"job {k + 1} ({out[k].name!r})"
+
+    outputs: dict[Path, int] = {}
+    for k, job in enumerate(out):
+        key = job.output.resolve()
+        if key in outputs:
+            raise InputError(f"{label(outputs[key])} and {label(k)} both write {str(job.output)!r}; give each job "
+                             "its own output.")
+        outputs[key] = k
+    for k, job in enumerate(out):  # an output that is a job's input would replace it (and the rerun, again)
+        for kind, source in (("video", job.video), ("audio", job.audio)):
+            writer = outputs.get(source.resolve())
+            if writer is not None:
+                whose = "its own" if writer == k else f"{label(k)}'s"
+                raise InputError(f"{label(writer)} writes {str(source)!r}, which is {whose} {kind}: writing it would "
+                                 "replace the input. Give another output path.")
     if not out:
         raise InputError("the batch holds no job.")
     return out

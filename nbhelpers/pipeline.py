@@ -124,11 +124,15 @@ def output_path_for(output: Any, video_path: Path, audio_path: Path) -> Path:
     """The output MP4 path: ``output``, or ``results/<video>_<audio>.mp4`` in the working directory.
 
     Raises:
-        InputError: ``output`` does not end in ``.mp4``.
+        InputError: ``output`` does not end in ``.mp4``, is a folder or inside a file, or is the job's own video or
+            audio (writing it would replace the input).
     """
     if output is None:
-        return Path.cwd() / "results" / f"{video_path.stem}_{audio_path.stem}.mp4"
+        path = Path.cwd() / "results" / f"{video_path.stem}_{audio_path.stem}.mp4"
+        _check_not_an_input(path, video_path, audio_path)
+        return path
     path = Path(os.fspath(output)).expanduser()
+    _check_not_an_input(path, video_path, audio_path)
     if path.suffix.lower() != ".mp4":
         raise InputError(f"output must end in .mp4; got {str(path)!r}.")
     if path.is_dir():
@@ -138,6 +142,21 @@ def output_path_for(output: Any, video_path: Path, audio_path: Path) -> Path:
         raise InputError(f"output {str(path)!r} cannot be written: {str(blocked)!r} is a file, not a folder. Give an "
                          "output path inside a folder.")
     return path
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """True when ``a`` and ``b`` name one file (a link or another spelling of the path included)."""
+    try:
+        return a.resolve() == b.resolve() or (a.exists() and b.exists() and os.path.samefile(a, b))
+    except OSError:
+        return False
+
+
+def _check_not_an_input(output: Path, video_path: Path, audio_path: Path) -> None:
+    for kind, source in (("video", video_path), ("audio", audio_path)):
+        if _same_file(output, Path(source)):
+            raise InputError(f"output {str(output)!r} is the job's {kind}: writing it would replace the input. Give "
+                             "another output path.")
 
 
 def check_weights_dir(weights_dir: Any, version: str, landmark_backend: str = "auto") -> Path:

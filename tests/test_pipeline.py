@@ -328,6 +328,24 @@ def test_a_cpu_clip_warns_once_with_its_frame_size_and_takes_one_box_in_a_list(t
     assert pipe.loaded == [] and not (tmp_path / "wrong.mp4").exists()
 
 
+@pytest.mark.notorch
+def test_an_output_that_is_the_jobs_own_video_or_audio_is_refused(tmp_path):
+    """Writing the output over an input would replace it (a new user's batch row did, and each rerun dubbed the
+    previous output again); a link to the input is the input too."""
+    from nbhelpers.errors import InputError
+    from nbhelpers.pipeline import output_path_for
+
+    video, audio = tmp_path / "face.mp4", tmp_path / "speech.mp4"
+    video.write_bytes(b"v")
+    audio.write_bytes(b"a")
+    (tmp_path / "link.mp4").symlink_to(video)
+    for output, kind in ((video, "video"), (tmp_path / "sub" / ".." / "face.mp4", "video"), (audio, "audio"),
+                         (tmp_path / "link.mp4", "video")):
+        with pytest.raises(InputError, match=f"is the job's {kind}: writing it would replace the input"):
+            output_path_for(output, video, audio)
+    assert output_path_for(tmp_path / "out.mp4", video, audio) == tmp_path / "out.mp4"
+
+
 def test_per_frame_boxes_count_an_unchanged_video_once(shared_data, make_media, tmp_path, monkeypatch):
     """nbh.lipsync() checks its inputs, then its pipeline's job checks them again: per-frame boxes need the
     video's frame count both times, which the second time comes from the first count (the file is unchanged);
