@@ -741,13 +741,9 @@ def _detect_boxes(video: Any, detector: str, weights_dir: Any, device: Any) -> t
 
 
 def _given_boxes(boxes: Any, n_frames: int | None) -> np.ndarray:
-    """(N, 4) float boxes from ``boxes=``: one box (bare, or a list or (1, 4) array holding just it, as for the
-    lip-sync jobs: :func:`nbhelpers.faces.boxes.single_box`) repeated over the ``n_frames`` frames, or one row per
-    frame (rows of -1 become NaN, no face)."""
-    from .faces.boxes import single_box
-
-    one = single_box(boxes)
-    b = np.asarray(boxes if one is None else one, dtype=np.float64)
+    """(N, 4) float boxes from ``boxes=``: one box repeated over the ``n_frames`` frames, or one row per frame
+    (rows of -1 become NaN, no face)."""
+    b = np.asarray(boxes, dtype=np.float64)
     if b.shape == (4,):
         if n_frames is None:
             raise InputError("one box for the clip needs the frame count; pass one box per frame instead.")
@@ -828,7 +824,9 @@ def sync_score(video: Any, audio: Any = None, *, model: SyncEmbedder | None = No
     if boxes is not None:
         from .faces.boxes import single_box
 
-        face_boxes = _given_boxes(boxes, _frame_count(video) if single_box(boxes) is not None else None)
+        # one box for the clip: bare, or a list or (1, 4) array holding just it, as for the lip-sync jobs
+        one = single_box(boxes)
+        face_boxes = _given_boxes(boxes, None) if one is None else _given_boxes(one, _frame_count(video))
         used = "boxes"
     else:
         face_boxes, used, notes = _detect_boxes(video, detector, weights_dir, device)
