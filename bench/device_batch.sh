@@ -12,6 +12,14 @@
 #           carried .raywhl.
 #   bench : python3 bench/batch.py --weights /tmp/ls/weights --out $OUT/batch.json BENCH ARGS, held to
 #           $BENCH_LIMIT s (default 540); the weights written by device_run.sh's 'weights' step are reused.
+#
+# The GPU machine's image sets PYTHONDONTWRITEBYTECODE=1 and its site-packages hold no __pycache__: every new
+# Python process there compiles torch, transformers, diffusers and Ray from source (about 8 s of an 18 s import of
+# what a batch worker loads), as a user's pip install (which writes .pyc) never does. PYCACHE=1 compiles them all
+# once into /tmp/pyc first and points PYTHONPYCACHEPREFIX there, for every process of both arms alike (the
+# condition of a pip-installed machine, Colab's included); the installed packages themselves are not touched.
+# STACKS=1 puts bench/prof first on PYTHONPATH: its sitecustomize samples every thread of the batch workers and
+# of the bench's arm processes into $OUT/stacks (bench/prof/summarize.py prints them).
 set -u
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
@@ -25,6 +33,21 @@ export PYTHONPATH=/tmp/raysite:/tmp/site:$PWD NBHELPERS_PROGRESS=0 PYTHONUNBUFFE
   NBHELPERS_SHARED_DATA=$PWD/.benchdata RAY_USAGE_STATS_ENABLED=0
 start=$(date +%s)
 note() { echo "$*" | tee -a "$OUT/steps.txt"; }
+
+pycache() {  # PYCACHE=1: every installed package's bytecode compiled once into /tmp/pyc, used through the prefix
+  local site
+  site=$(python3 -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')
+  if [ ! -f /tmp/pyc/.compiled ]; then
+    local t0=$SECONDS
+    PYTHONPYCACHEPREFIX=/tmp/pyc python3 -m compileall -q -j "$(nproc)" "$site" /tmp/site /tmp/raysite \
+      "$PWD/nbhelpers" "$PWD/bench" > /tmp/pyc-compile.log 2>&1
+    touch /tmp/pyc/.compiled
+    note "compiled $site, /tmp/site, /tmp/raysite, nbhelpers and bench into /tmp/pyc in $(( SECONDS - t0 )) s"
+  fi
+  export PYTHONPYCACHEPREFIX=/tmp/pyc
+}
+note "PYTHONDONTWRITEBYTECODE=${PYTHONDONTWRITEBYTECODE:-unset} PYCACHE=${PYCACHE:-0} STACKS=${STACKS:-0}"
+if [ "${STACKS:-0}" = 1 ]; then export PYTHONPATH=$PWD/bench/prof:$PYTHONPATH BENCH_STACKS_OUT=$OUT/stacks; fi
 
 unpack() {  # unpack TARBALL DEST: extract (Python's tarfile: no xz program needed) unless DEST has its marker
   local tarball=$1 dest=$2 sum
@@ -64,6 +87,7 @@ for s in "${steps[@]}"; do
   case $s in
     ray) stage_ray; rc=$? ;;
     bench)
+      [ "${PYCACHE:-0}" = 1 ] && pycache
       nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$OUT/gpu.txt" 2>&1
       set -o pipefail
       timeout "${BENCH_LIMIT:-540}" python3 bench/batch.py --weights /tmp/ls/weights --work /tmp/bench-batch \
