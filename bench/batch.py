@@ -58,11 +58,14 @@ class GpuBusy:
     def __init__(self, n_gpus: int, interval_s: float = 0.5):
         self.n_gpus, self.interval_s = n_gpus, interval_s
         self.samples: list[float] = []
+        self.times: list[float] = []  # seconds from the start of the block, one per sample
         self._stop = threading.Event()
 
     def _loop(self, handles, nvml):
+        t0 = time.perf_counter()
         while not self._stop.wait(self.interval_s):
             self.samples.append(sum(nvml.nvmlDeviceGetUtilizationRates(h).gpu for h in handles) / len(handles))
+            self.times.append(time.perf_counter() - t0)
 
     def __enter__(self):
         try:
@@ -100,15 +103,47 @@ class CpuBusy:
         idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
         return sum(fields), idle
 
+    def __init__(self, interval_s: float = 0.5):
+        self.interval_s = interval_s
+        self.series: list[float] = []  # busy % of each interval
+        self._stop = threading.Event()
+
+    def _loop(self) -> None:
+        last = self._start
+        while not self._stop.wait(self.interval_s):
+            now = self._read()
+            if last and now and now[0] > last[0]:
+                self.series.append(round(100.0 * (1 - (now[1] - last[1]) / (now[0] - last[0])), 1))
+            last = now
+
     def __enter__(self):
         self._start, self.percent = self._read(), float("nan")
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
         return self
 
     def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
         end = self._read()
         if self._start and end and end[0] > self._start[0]:
             total, idle = end[0] - self._start[0], end[1] - self._start[1]
             self.percent = 100.0 * (total - idle) / total
+
+
+def print_series(gpu: GpuBusy, cpu: CpuBusy) -> dict:
+    """Print the GPU and CPU busy % of each second of an arm (``t gpu/cpu``) and return both series."""
+    per_s = max(1, round(1.0 / gpu.interval_s))
+    g = [round(sum(gpu.samples[k:k + per_s]) / len(gpu.samples[k:k + per_s])) for k in range(0, len(gpu.samples),
+                                                                                             per_s)]
+    c = [round(sum(cpu.series[k:k + per_s]) / len(cpu.series[k:k + per_s])) for k in range(0, len(cpu.series),
+                                                                                          per_s)]
+    if g or c:
+        print("  busy % by second (GPU/CPU): " + " ".join(
+            f"{k}:{g[k] if k < len(g) else '-'}/{c[k] if k < len(c) else '-'}" for k in range(max(len(g), len(c)))),
+            flush=True)
+    return {"gpu_busy_series": gpu.samples, "gpu_busy_times_s": [round(t, 2) for t in gpu.times],
+            "cpu_busy_series": cpu.series}
 
 
 def make_media(work: Path, data: Path, n_faces: int, n_jobs: int, seconds: float, ffmpeg: str, smoke: bool):
@@ -181,6 +216,8 @@ def batch_in_process(spec: dict) -> dict:
     from nbhelpers import batch
 
     t0 = time.perf_counter()
+    if spec.get("waiting") is not None:
+        batch.WAITING_PER_SLOT = int(spec["waiting"])
     result = batch.run(spec["jobs"], weights_dir=spec["weights"], config=nbh.InferenceConfig(**spec["config"]),
                        gpus=spec["gpus"], cpu_workers=1, workers_per_gpu=spec["workers_per_gpu"],
                        jobs_per_worker=spec["jobs_per_worker"], _exit_at=spec["exit_at"])
@@ -240,6 +277,10 @@ def main() -> None:
     parser.add_argument("--jobs-per-worker", type=lambda text: [int(v) for v in text.split(",")], default=[0],
                         help="comma-separated: jobs each worker runs at once, one set of batch arms per value; 0: "
                              "the batch's own choice (default)")
+    parser.add_argument("--waiting", type=lambda text: [int(v) for v in text.split(",")], default=[-1],
+                        help="comma-separated: jobs a GPU worker holds per render slot beyond the rendering one "
+                             "(nbhelpers.batch.WAITING_PER_SLOT), one set of batch arms per value; -1: the "
+                             "package's value (default); 0: a worker holds only the jobs it renders")
     parser.add_argument("--skip-loop", action="store_true", help="run the batch only")
     parser.add_argument("--loop", type=lambda text: text.split(","), default=["fresh"],
                         help="comma-separated loop arms: fresh (a new Python process, timed from its launch to its "
@@ -310,14 +351,17 @@ def main() -> None:
     # workers' imports are in the batch's wall time, so the driver's and the loop's are in theirs too.
     exit_at = {args.kill: 50} if args.kill else None
     config_fields = {"device": "cpu"} if args.smoke else {}
-    for per_gpu, slots, size in itertools.product(args.workers_per_gpu, args.jobs_per_worker, args.batch_size):
-        out = work / f"batch-{args.gpus}gpu-w{per_gpu or 'auto'}-j{slots or 'auto'}-b{size or 'plan'}"
+    for per_gpu, slots, size, waiting in itertools.product(args.workers_per_gpu, args.jobs_per_worker,
+                                                           args.batch_size, args.waiting):
+        out = work / (f"batch-{args.gpus}gpu-w{per_gpu or 'auto'}-j{slots or 'auto'}-b{size or 'plan'}"
+                      f"-q{waiting if waiting >= 0 else 'auto'}")
         shutil_rm(out)
         out.mkdir()
         batch_jobs = [dict(j, output=str(out / f"{j['name']}.mp4")) for j in jobs]
         spec = {"kind": "batch", "jobs": batch_jobs, "weights": str(weights),
                 "config": dict(config_fields, batch_size=size or None), "gpus": args.gpus,
-                "workers_per_gpu": per_gpu or None, "jobs_per_worker": slots or None, "exit_at": exit_at}
+                "workers_per_gpu": per_gpu or None, "jobs_per_worker": slots or None, "exit_at": exit_at,
+                "waiting": waiting if waiting >= 0 else None}
         with GpuBusy(max(args.gpus, 1)) as busy, CpuBusy() as cpu:
             t0 = time.perf_counter()
             res = run_child(spec, work) if not args.in_process else batch_in_process(spec)
@@ -335,6 +379,8 @@ def main() -> None:
             label = f"{slots or 'auto'} jobs each, {label}"
         if len(args.workers_per_gpu) > 1:
             label = f"{per_gpu or 'auto'} per GPU, {label}"
+        if len(args.waiting) > 1:
+            label = f"{waiting if waiting >= 0 else 'auto'} waiting per slot, {label}"
         label += ", in the bench process" if args.in_process else ""
         outcomes = res["outcomes"]
         rows.append(row(f"Ray batch ({len(res['workers'])} worker(s), {label})", max(args.gpus, 0),
@@ -345,6 +391,7 @@ def main() -> None:
                         phases=res["phases"], run_s=res["run_s"], before_run_s=round(batch_s - res["run_s"], 2),
                         steady_jobs_per_hour=steady_rate([o["ended_s"] for o in outcomes if o["status"] == "done"]),
                         workers_note=res["workers_note"]))
+        rows[-1].update(print_series(busy, cpu))
         save()
         print(f"batch ({label}): {batch_s:.1f} s ({res['run_s']:.1f} in batch.run(), the rest the process's start, "
               f"imports and exit); CPU busy {cpu.percent:.0f}% of {os.cpu_count()} cores; phases (s from the "
@@ -392,6 +439,7 @@ def main() -> None:
                                  loop_s, busy.percent, calls_s=calls, cpu_busy_pct=round(cpu.percent, 1),
                                  before_calls_s=round(loop_s - sum(calls), 2),
                                  steady_jobs_per_hour=steady_rate(list(itertools.accumulate(calls)))))
+        rows[n_loops].update(print_series(busy, cpu))
         n_loops += 1
         report.pop("loop_partial", None)
         save()

@@ -520,7 +520,7 @@ class Avatar:
         return waveform, features, n_out
 
     def generate(self, audio: str | os.PathLike | np.ndarray, output: str | os.PathLike | bool | None = None, *,
-                 frame_callback=None, encoder: str | None = None) -> ClipResult:
+                 frame_callback=None, encoder: str | None = None, render_gate: Any = None) -> ClipResult:
         """Turn one speech clip into a video of this avatar.
 
         Args:
@@ -532,6 +532,9 @@ class Avatar:
                 (copy it if you keep it).
             encoder: Video encoder setting (:data:`nbhelpers.constants.ENCODERS`); default ``config.encoder``.
                 Chosen once per avatar (the NVENC test encode runs once).
+            render_gate: None, or a lock or semaphore shared by threads rendering clips at once: held only while
+                this clip renders (:func:`nbhelpers.engine.run`), so reading its audio and starting its encoder
+                happen before, and its encoder's finishing of the file after. The batch workers pass one.
 
         Returns:
             :class:`~nbhelpers.result.ClipResult` (``kind="avatar"``) with generation fps and end-to-end fps.
@@ -560,7 +563,7 @@ class Avatar:
             batch = int(clip_config.batch_size or 20)
             if out_path is None:
                 run(st["source"], features, st["models"], batch, n_out, None, frame_callback=frame_callback,
-                    timings=timings)
+                    timings=timings, render_gate=render_gate)
                 final = None
             else:
                 setting = encoder or self.config.encoder
@@ -569,7 +572,7 @@ class Avatar:
                 writer = media.VideoWriter(out_path, w, h, fps=FPS, audio=audio_track, encoder=self._state["encoder"])
                 with writer:
                     run(st["source"], features, st["models"], batch, n_out, writer, frame_callback=frame_callback,
-                        timings=timings)
+                        timings=timings, render_gate=render_gate)
                 final = Path(writer.path) if hasattr(writer, "path") else out_path
         return ClipResult(output=final, n_frames=n_out, source_frames=self.n_frames,
                           no_face_frames=self.n_frames - self.n_faces, fps=FPS,

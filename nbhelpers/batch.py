@@ -3,8 +3,9 @@
 A batch is a list of jobs (a CSV or JSON-lines file, or :class:`Job` objects): a face video, a speech file, an
 output MP4 and optional settings per job. :func:`run` starts Ray on this machine (or joins a cluster with
 ``address=``), starts one worker per GPU (CPU workers when there is none; ``workers_per_gpu`` for more), each
-holding one loaded :class:`~nbhelpers.pipeline.MuseTalkPipeline` and running one or two jobs at once in threads over
-it (``jobs_per_worker``: chosen from the free GPU memory when not given), and hands out the work:
+holding one loaded :class:`~nbhelpers.pipeline.MuseTalkPipeline` and rendering one or two clips at once in threads
+over it (``jobs_per_worker``: chosen from the free GPU memory when not given; a GPU worker holds as many jobs again,
+whose audio and encoder are ready when a clip's last batch frees the GPU), and hands out the work:
 
 - Jobs are grouped by source video (its content and the settings that shape the face cache). Each group's
   avatar is prepared once (:func:`nbhelpers.avatar.prepare_avatar`, cached under ``cache_dir`` on storage every
@@ -32,6 +33,7 @@ does not import Ray or torch.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import hashlib
@@ -54,6 +56,9 @@ RECORD_FORMAT = 1  # bump when the output record's fields change (older records 
 HINT_FORMAT = 1  # bump when the input-failure hint's fields change (older hints are then ignored)
 HINTS_NAME = "failed"  # folder of the input-failure hints, in the avatar cache
 SUMMARY_NAME = "batch-summary.csv"
+# Jobs a GPU worker holds per render slot beyond the one rendering (see _dispatch): one is enough for the next clip to
+# be ready to render when a clip's last batch is done.
+WAITING_PER_SLOT = 1
 CACHE_NAME = "avatar-cache"
 INSTALL_RAY = 'pip install "ray>=2.10"'
 STATUSES = ("done", "skipped", "failed")
@@ -584,6 +589,24 @@ def _error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+class _JobGate:
+    """A worker's render gate as one job holds it: its acquire and release also mark the job's timeline
+    (``job <name> rendering`` and ``job <name> rendered``)."""
+
+    def __init__(self, gate: threading.BoundedSemaphore, mark):
+        self.gate, self.mark = gate, mark
+
+    def acquire(self) -> None:
+        """Wait for a render slot, then mark that the job renders."""
+        self.gate.acquire()
+        self.mark("rendering")
+
+    def release(self) -> None:
+        """Mark that the job's last batch is rendered, then give its slot back."""
+        self.mark("rendered")
+        self.gate.release()
+
+
 class BatchWorker:
     """One loaded pipeline on one device (a GPU, or the CPU), run as a Ray actor by :func:`run`.
 
@@ -592,9 +615,14 @@ class BatchWorker:
         config: Base settings as a dict (InferenceConfig fields); the device is this worker's.
         device: ``"cuda"`` (the GPU Ray assigned) or ``"cpu"``.
         threads: torch CPU threads (None: leave torch's choice).
+        render_slots: Clips and preparations that use the device at once (None: no limit). More jobs than that
+            may run on the worker: each reads its audio and starts its encoder, then waits for a slot, and gives
+            it back once its last batch is rendered, while its encoder finishes the file (see
+            :func:`nbhelpers.engine.run`'s ``render_gate``).
     """
 
-    def __init__(self, weights_dir: str, config: dict[str, Any], device: str, threads: int | None = None):
+    def __init__(self, weights_dir: str, config: dict[str, Any], device: str, threads: int | None = None,
+                 render_slots: int | None = None):
         import socket
 
         from . import progress
@@ -626,6 +654,7 @@ class BatchWorker:
         self._key_locks: dict[str, threading.Lock] = {}
         self._progress: dict[str, int] = {}
         self._job_started = threading.Event()  # a clip has started: it warms the kernels, warm_up is not needed
+        self._render_gate = threading.BoundedSemaphore(int(render_slots)) if render_slots else None
         # The models load in a thread from now on, face parser and VAE first: preparing the first avatar needs only
         # those (the face parser first: it is ours, torch only, and masks the frames while diffusers imports for
         # the VAE, see prepare_avatar), and the UNet, whisper and their first CUDA kernels (warm_up) load while it
@@ -657,7 +686,9 @@ class BatchWorker:
 
     def events(self) -> list[tuple[str, float]]:
         """What this worker did when, ``(event, wall-clock time.time())``: its start, pipeline made, each model
-        loaded, warm, each prepare and job started and ended (``prepare <key>``, ``job <name>``, ``... done``)."""
+        loaded, warm, each prepare and job started, ready to generate, rendering and ended (``prepare <key>``,
+        ``job <name>``, ``job <name> ready`` (its models and avatar loaded), ``job <name> rendering`` and
+        ``job <name> rendered`` (it holds a render slot in between, when the worker has them), ``... done``)."""
         return list(self._events)
 
     def describe(self) -> str:
@@ -705,7 +736,8 @@ class BatchWorker:
         t0 = time.perf_counter()
         self._mark(f"prepare {key[:8]}")
         try:
-            avatar = self.pipe.prepare_avatar(video, directory, config=self._config(config), boxes=box)
+            with self._render_gate or contextlib.nullcontext():
+                avatar = self.pipe.prepare_avatar(video, directory, config=self._config(config), boxes=box)
             self._keep(key, avatar)
             self._mark(f"prepare {key[:8]} done")
             return {"ok": True, "loaded_from_cache": bool(avatar.loaded_from_cache),
@@ -754,7 +786,10 @@ class BatchWorker:
                 if key not in self._ready:
                     avatar.load_models()
                     self._ready.add(key)
-            result = avatar.generate(audio, output=output, frame_callback=on_frame)
+            self._mark(f"job {name} ready")
+            gate = (_JobGate(self._render_gate, lambda what: self._mark(f"job {name} {what}"))
+                    if self._render_gate is not None else None)
+            result = avatar.generate(audio, output=output, frame_callback=on_frame, render_gate=gate)
             self._mark(f"job {name} done")
             return {"ok": True, "frames": int(result.n_frames), "seconds": time.perf_counter() - t0,
                     "worker": self.name, "timings": {k: round(float(v), 4) for k, v in result.timings.items()
@@ -906,6 +941,30 @@ def _ray_init(ray, **options) -> None:
         notice_logger.removeFilter(quiet)
 
 
+def shutdown_ray() -> None:
+    """``ray.shutdown()``, a local instance's autoscaler monitor stopped first (what :func:`run` calls at its end).
+
+    Ray stops its processes one kind after another, each given a second to exit after SIGTERM
+    (``ray/_private/node.py`` ``_kill_process_impl``). Its autoscaler monitor answers SIGTERM by reporting to the
+    GCS, which is stopped before it, and so takes the whole second (``ray/autoscaler/_private/monitor.py``
+    ``_signal_handler``; measured here: 1.03 s of a 1.6 s shutdown). An instance started on this machine has no
+    autoscaling to finish, so its monitor is killed at once. The process table this reads is Ray's own
+    (``ray._private.worker._global_node.all_processes``); where it is not there (another Ray version, a joined
+    cluster, whose processes are not ours), Ray stops everything as before.
+    """
+    ray = _require_ray()
+    try:
+        node = ray._private.worker._global_node
+        monitors = node.all_processes.get("monitor", []) if node is not None and node.is_head() else []
+        for info in monitors:
+            if info.process.poll() is None:
+                info.process.kill()
+                info.process.wait(timeout=5)
+    except Exception:  # noqa: BLE001 - Ray's internals differ: its own shutdown stops the monitor
+        pass
+    ray.shutdown()
+
+
 def _is_worker_loss(ray, exc: BaseException) -> bool:
     """A Ray error that means the worker process went away (retry the job), not a failure of the job."""
     lost = tuple(getattr(ray.exceptions, n) for n in ("RayActorError", "WorkerCrashedError", "NodeDiedError",
@@ -963,10 +1022,12 @@ def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], *, weights_
             H200, 20 clips of 10 s, each arm in a fresh process: one worker with two jobs at once 49.4 s, two
             workers with two each 56.1 s; their jobs 1.6-1.8 s against 2.4-6.9 s, bench/RESULTS.md); each
             worker also loads the models and imports torch and diffusers again (17-20 s there).
-        jobs_per_worker: Jobs (and avatar preparations) each worker runs at once, in threads sharing its loaded
-            models: a second one keeps the GPU busy while the first one's encoder finishes its file, whatever the
-            other workers do. None: 2 on a GPU where the free memory holds every worker's peak with two jobs
-            (:func:`worker_gib`), else 1 (always 1 on the CPU, whose cores the torch threads already use).
+        jobs_per_worker: Clips (and avatar preparations) each worker renders at once, in threads sharing its
+            loaded models. A GPU worker holds as many jobs again (:data:`WAITING_PER_SLOT`), which read their audio
+            and start their encoders meanwhile and render as soon as a slot is free: a clip gives its slot back
+            when its last batch is rendered, so its encoder finishes the file while the next clip renders. None: 2
+            on a GPU where the free memory holds every worker's peak with two jobs (:func:`worker_gib`), else 1
+            (always 1 on the CPU, whose cores the torch threads already use; a CPU worker holds only that job).
         gpus: GPUs to use (default all that Ray offers).
         max_attempts: Times a job is started before a worker dying during it counts as its failure.
         rerun: Make every output again, even finished ones.
@@ -1112,7 +1173,7 @@ def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], *, weights_
             phases.clear()
     finally:
         if started:  # before returning: Ray must be down when the caller next uses it
-            _require_ray().shutdown()
+            shutdown_ray()
     for job in job_list:
         remove_partials(job.output)
     result = BatchResult(outcomes=tuple(outcomes[j.name] for j in job_list), summary_csv=summary_path,
@@ -1222,11 +1283,16 @@ def _dispatch(job_list, groups, group_of, job_configs, expected_frames, outcomes
             device = "cpu"
         n_workers = max(1, min(n_workers, todo))
         threads = max(1, cores // n_workers)
-        # Threads per worker: its jobs, and one more for the progress polls.
-        remote = ray.remote(BatchWorker).options(max_restarts=-1, max_task_retries=0, max_concurrency=slots + 1,
+        # A GPU worker renders `slots` clips at once and holds as many more jobs, which read their audio and start
+        # their encoders meanwhile and render as soon as a clip's last batch is done (its encoder then finishes the
+        # file beside them): the GPU does not wait for the clips' starts and ends. The CPU's cores are the torch
+        # threads' already: a CPU worker holds only the jobs it runs.
+        depth = slots * (1 + WAITING_PER_SLOT) if device == "cuda" else slots
+        # Threads per worker: its calls, and one more for the progress polls.
+        remote = ray.remote(BatchWorker).options(max_restarts=-1, max_task_retries=0, max_concurrency=depth + 1,
                                                  **options)
         base = {k: v for k, v in config.to_dict().items()}
-        actors = [remote.remote(str(weights_path), base, device, threads) for _ in range(n_workers)]
+        actors = [remote.remote(str(weights_path), base, device, threads, slots) for _ in range(n_workers)]
         try:
             names = ray.get([a.describe.remote() for a in actors])
             phases["workers_ready"] = time.perf_counter() - t0
@@ -1257,20 +1323,22 @@ def _dispatch(job_list, groups, group_of, job_configs, expected_frames, outcomes
                     finish(job, JobOutcome(job.name, "failed", 0, 0.0, group.error, job.video, job.audio, job.output,
                                            attempts.get(job.name, 0)))
 
-            def next_work(i: int):
+            def next_work(i: int, jobs_only: bool):
                 ready = [g for g in groups.values() if g.state == "ready" and g.queue]
                 mine = [g for g in ready if g.key in holds[i]]
                 if mine:
                     return "job", max(mine, key=lambda g: len(g.queue))
                 pending = [g for g in groups.values() if g.state == "pending" and g.queue]
-                if pending:
+                if pending and not jobs_only:
                     return "prepare", pending[0]
                 if ready:  # load a face another worker prepared: the one with most work left per holder
                     return "job", max(ready, key=lambda g: len(g.queue) / (1 + sum(g.key in h for h in holds)))
                 return None
 
-            def submit(i: int) -> bool:
-                work = next_work(i)
+            def submit(i: int, held: int) -> bool:
+                # a call beyond the worker's render slots (it holds `held` calls) waits for one: a job (its encoder
+                # starts meanwhile), never a preparation that another worker could start at once
+                work = next_work(i, jobs_only=held >= slots)
                 if work is None:
                     return False
                 kind, group = work
@@ -1292,7 +1360,8 @@ def _dispatch(job_list, groups, group_of, job_configs, expected_frames, outcomes
                     phases.setdefault("first_job", time.perf_counter() - t0)
                 return True
 
-            # Each worker runs up to `slots` prepares and jobs at once (jobs_per_worker); one that died takes work
+            # Each worker runs up to `slots` prepares and jobs at once (jobs_per_worker), and holds up to `depth`
+            # calls in all (the jobs beyond `slots` wait for a render slot on the worker); one that died takes work
             # again once a ping finds it back (Ray restarts it), its calls that were lost counted out one by one.
             in_flight = [0] * len(actors)
             alive = [True] * len(actors)
@@ -1303,9 +1372,9 @@ def _dispatch(job_list, groups, group_of, job_configs, expected_frames, outcomes
                 return any(kind in ("prepare", "job") for _, kind, _, _ in busy.values())
 
             while any(g.queue for g in groups.values()) or working():
-                for level in range(slots):  # breadth first: every worker gets work before any gets a second
+                for level in range(depth):  # breadth first: every worker gets work before any gets a second
                     for i in range(len(actors)):
-                        if alive[i] and in_flight[i] <= level and submit(i):
+                        if alive[i] and in_flight[i] <= level and submit(i, in_flight[i]):
                             in_flight[i] += 1
                 now = time.perf_counter()
                 for i, when in list(ping_at.items()):
@@ -1431,4 +1500,4 @@ def _dispatch(job_list, groups, group_of, job_configs, expected_frames, outcomes
 
 
 __all__ = ["BatchResult", "BatchWorker", "Job", "JobOutcome", "ROW_SETTINGS", "check_jobs", "init_ray",
-           "read_jobs", "record_path", "remove_partials", "run"]
+           "read_jobs", "record_path", "remove_partials", "run", "shutdown_ray", "WAITING_PER_SLOT"]

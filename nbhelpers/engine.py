@@ -543,9 +543,31 @@ def _blend_on_device(source: SourceFaces, js, has, face_rows, faces_256, device,
     return buf.numpy()
 
 
+class _Gate:
+    """Holds ``gate`` (a lock or semaphore, or None) from ``with`` until :meth:`release` or the block's end."""
+
+    def __init__(self, gate: Any):
+        self.gate, self.held = gate, False
+
+    def __enter__(self) -> _Gate:
+        if self.gate is not None:
+            self.gate.acquire()
+            self.held = True
+        return self
+
+    def release(self) -> None:
+        """Release the gate now (once; later calls and the block's end do nothing)."""
+        if self.held:
+            self.held = False
+            self.gate.release()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
 def run(source: SourceFaces, features: Any, models: Any, batch_size: int, n_out: int, writer: Any, *,
         frame_callback: Callable[[int, np.ndarray], None] | None = None, timings: Timings | None = None,
-        desc: str = "generate") -> int:
+        desc: str = "generate", render_gate: Any = None) -> int:
     """Render ``n_out`` frames and hand each batch to ``writer`` on a background thread; returns frames written.
 
     ``source`` is one :class:`SourceFaces` for the whole clip, or an iterable of :class:`Piece` covering output
@@ -567,6 +589,12 @@ def run(source: SourceFaces, features: Any, models: Any, batch_size: int, n_out:
             order, before it is written (copy the frame to keep it).
         timings: Accumulates ``generate``, ``blend`` and ``encode_wait`` (waiting for the encoder at the end).
         desc: Name of the progress bar.
+        render_gate: None, or a lock or semaphore (``acquire()``/``release()``, e.g. a
+            ``threading.BoundedSemaphore``) held while this clip renders: taken before its first batch, given back
+            once its last batch is rendered, before that batch is queued and before the wait for the encoder to
+            finish the file. Threads rendering clips at once through one gate (a batch worker's jobs) thus render
+            at most as many clips as it admits, and a clip whose encoder is finishing its file lets the next one
+            render meanwhile.
 
     Returns:
         The number of frames handed to the writer (``n_out``).
@@ -579,7 +607,8 @@ def run(source: SourceFaces, features: Any, models: Any, batch_size: int, n_out:
     pieces = [Piece(0, n_out, source)] if isinstance(source, SourceFaces) else source
     ring = PinnedRing()
     written = 0
-    with BackgroundWriter(writer, frame_callback) as sink, bar(total=n_out, desc=desc, unit="frame") as progress:
+    with BackgroundWriter(writer, frame_callback) as sink, bar(total=n_out, desc=desc, unit="frame") as progress, \
+            _Gate(render_gate) as gate:
         for piece in pieces:  # a generator of pieces prepares piece k+1 while the encoder writes piece k
             if piece.first_frame != written or piece.count < 0 or written + piece.count > n_out:
                 raise NbHelpersError(f"internal: piece of frames {piece.first_frame}..+{piece.count} after "
@@ -593,6 +622,8 @@ def run(source: SourceFaces, features: Any, models: Any, batch_size: int, n_out:
                                  batch_size, piece.count, timings=timings, pinned=ring, first_frame=piece.first_frame,
                                  pad_batches=True)
             for first, frames in batches:
+                if written + len(frames) >= n_out:
+                    gate.release()  # the last batch is rendered: the device is free for another clip
                 sink.put(first, frames)
                 written += len(frames)
                 progress.update(len(frames))

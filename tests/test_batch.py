@@ -483,6 +483,22 @@ def test_on_a_gpu_one_worker_runs_two_jobs_at_once_and_every_output_is_made(medi
         assert media_mod.probe(o.output).frame_count == o.frames == len(media_mod.load_audio(o.audio)) * 25 // 16000
     events = [e for ev in result.timeline.values() for e, _ in ev]
     assert "loaded vae" in events and ("warm" in events or "warm-up skipped (a clip started)" in events)
+    # Each worker renders at most its slots' clips at once and holds as many jobs again: with two slots, its two
+    # faces' preparations and jobs were more than two calls at once at some point.
+    slots = 2 if two else 1
+    for timeline in result.timeline.values():
+        renders = held = most_renders = most_held = 0
+        for event, _ in sorted(timeline, key=lambda e: e[1]):
+            if event.startswith(("prepare ", "job ")) and not event.endswith((" done", " ready", " rendering",
+                                                                              " rendered")):
+                held += 1
+            elif event.endswith(" done"):
+                held -= 1
+            renders += event.endswith(" rendering") - event.endswith(" rendered")
+            most_renders, most_held = max(most_renders, renders), max(most_held, held)
+        assert most_renders <= slots, timeline
+        if slots == 2:
+            assert most_held >= 3, timeline
 
 
 @pytest.mark.slow
@@ -521,6 +537,67 @@ def test_a_local_ray_start_prints_no_token_auth_notice():
                           env=dict(env, PYTHONPATH=ROOT))
     assert proc.returncode == 0 and proc.stdout.strip() == "True", proc.stderr
     assert "Token authentication is enabled" not in proc.stdout + proc.stderr
+
+
+@pytest.mark.slow
+def test_shutdown_stops_every_process_of_a_local_ray_and_kills_its_monitor_at_once():
+    """shutdown_ray() leaves none of the local instance's processes running; its autoscaler monitor is killed
+    (SIGKILL) instead of being sent SIGTERM and given Ray's second of grace."""
+    pytest.importorskip("ray")
+    code = ("import json, ray; from nbhelpers.batch import init_ray, shutdown_ray; init_ray(num_cpus=1); "
+            "node = ray._private.worker._global_node; "
+            "procs = {k: [i.process for i in v] for k, v in node.all_processes.items()}; shutdown_ray(); "
+            "[p.wait(timeout=30) for v in procs.values() for p in v]; "
+            "print(json.dumps({'up': ray.is_initialized(), "
+            "'codes': {k: [p.returncode for p in v] for k, v in procs.items()}}))")
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_MODE", "RAY_ADDRESS")}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env=dict(env, PYTHONPATH=ROOT))
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["up"] is False
+    assert report["codes"]["monitor"] == [-9], report  # killed, not terminated
+    assert {"raylet", "gcs_server"} <= set(report["codes"]), report
+    assert all(code is not None for codes in report["codes"].values() for code in codes), report
+
+
+def test_a_worker_renders_through_its_slots_one_clip_at_a_time_and_marks_it(media, tiny_weights, tmp_path):
+    """A worker with one render slot running two jobs at once (threads, as Ray's would): both clips are made, the
+    second renders only once the first has rendered its last batch, and each job's timeline has its steps in
+    order (started, ready, rendering, rendered, done)."""
+    pytest.importorskip("torch")
+    import threading
+
+    from nbhelpers import InferenceConfig
+    from nbhelpers import media as media_mod
+    from nbhelpers.batch import BatchWorker
+
+    videos, audios, _ = media
+    config = InferenceConfig(device="cpu", batch_size=4).to_dict()
+    worker = BatchWorker(str(tiny_weights), config, "cpu", threads=1, render_slots=1)
+    cfg = {k: v for k, v in InferenceConfig(device="cpu", batch_size=4, landmark_backend="boxes").to_dict().items()
+           if k not in ("device", "fp16")}
+    avatar = tmp_path / "avatar"
+    assert worker.prepare("k", str(videos[0]), str(avatar), cfg, BOX)["ok"]
+    replies = {}
+
+    def job(name, audio):
+        replies[name] = worker.generate("k", str(avatar), cfg, name, str(audio), str(tmp_path / f"{name}.mp4"))
+
+    threads = [threading.Thread(target=job, args=(n, a)) for n, a in (("x", audios[0]), ("y", audios[1]))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert all(r["ok"] for r in replies.values()) and set(replies) == {"x", "y"}, replies
+    for name, audio in (("x", audios[0]), ("y", audios[1])):
+        assert media_mod.probe(tmp_path / f"{name}.mp4").frame_count == len(media_mod.load_audio(audio)) * 25 // 16000
+    when = {event: t for event, t in worker.events()}
+    for name in "xy":
+        steps = [when[f"job {name}{step}"] for step in ("", " ready", " rendering", " rendered", " done")]
+        assert steps == sorted(steps), (name, steps)
+    first, second = sorted((when[f"job {n} rendering"], when[f"job {n} rendered"]) for n in "xy")
+    assert first[1] <= second[0], (first, second)  # one slot: never two clips rendering at once
 
 
 @pytest.mark.notorch

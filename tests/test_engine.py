@@ -215,6 +215,79 @@ def test_a_stalled_writer_is_aborted_and_reported_not_waited_on_forever():
     assert time.perf_counter() - start < 5
 
 
+class RecordingGate:
+    """A one-slot render gate that records who took and gave it back, and signals when thread "b" takes it."""
+
+    def __init__(self):
+        self.slot = threading.BoundedSemaphore(1)
+        self.log: list[tuple[str, str]] = []
+        self.b_took = threading.Event()
+
+    def acquire(self):
+        self.slot.acquire()
+        self.log.append(("take", threading.current_thread().name))
+        if threading.current_thread().name == "b":
+            self.b_took.set()
+
+    def release(self):
+        self.log.append(("give", threading.current_thread().name))
+        self.slot.release()
+
+
+def test_a_render_gate_is_given_back_before_the_encoder_finishes_the_file(source_parts, tiny_models):
+    """Clip a's encoder cannot write its last batch until clip b has taken the gate: with the gate held only while
+    rendering, b renders during a's encoder tail and both finish; held to the end, a would wait in vain."""
+    gate = RecordingGate()
+    features = source_parts[4]
+    results: dict[str, object] = {}
+
+    class TailWaitsForB(RecordingWriter):
+        waited = None
+
+        def write(self, frames):
+            if sum(len(b) for b in self.batches) + len(frames) == 13:  # the last batch: a's encoder tail
+                self.waited = gate.b_took.wait(20)
+            super().write(frames)
+
+    writers = {"a": TailWaitsForB(), "b": RecordingWriter()}
+
+    def clip(name):
+        try:
+            results[name] = run(make_source(source_parts), features, tiny_models, 4, 13, writers[name],
+                                render_gate=gate)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            results[name] = exc
+
+    a = threading.Thread(target=clip, args=("a",), name="a")
+    a.start()
+    deadline = time.monotonic() + 20
+    while not gate.log and time.monotonic() < deadline:  # a holds the gate before b asks for it
+        time.sleep(0.005)
+    b = threading.Thread(target=clip, args=("b",), name="b")
+    b.start()
+    a.join(60)
+    b.join(60)
+    assert results == {"a": 13, "b": 13}
+    assert writers["a"].waited is True, "b could not take the gate while a's encoder finished"
+    assert gate.log == [("take", "a"), ("give", "a"), ("take", "b"), ("give", "b")]
+    for name in "ab":
+        frames = np.concatenate(writers[name].batches)
+        assert frames.shape == (13, H, W, 3)
+    assert np.array_equal(np.concatenate(writers["a"].batches), np.concatenate(writers["b"].batches))
+
+
+def test_a_failing_clip_gives_its_render_gate_back(source_parts, tiny_models):
+    gate = threading.BoundedSemaphore(1)
+
+    class Broken:
+        def write(self, frames):
+            raise OSError("disk gone")
+
+    with pytest.raises(OSError, match="disk gone"):
+        run(make_source(source_parts), source_parts[4], tiny_models, 4, 13, Broken(), render_gate=gate)
+    assert gate.acquire(timeout=0.1), "the gate was kept by a clip that failed"
+
+
 @pytest.mark.gpu
 def test_cuda_engine_matches_the_cpu_engine_with_events_and_deferred_copies(source_parts, tiny_weights):
     """On CUDA: the overlapped loop (pinned ring, deferred copies, event timings) gives the CPU engine's frames
