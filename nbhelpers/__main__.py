@@ -453,8 +453,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="worker processes sharing each GPU (default 1: its jobs share one CUDA context and one "
                         "set of models, the fastest measured)")
     p.add_argument("--jobs-per-worker", type=int, default=None,
-                   help="jobs each worker runs at once over its loaded models (default: 2 on a GPU where the free "
-                        "memory holds every worker's peak with two, else 1; 1 on the CPU)")
+                   help="clips each worker renders at once over its loaded models; a GPU worker holds as many jobs "
+                        "again, ready to render (default: 2 on a GPU where the free memory holds every worker's "
+                        "peak with two, else 1; 1 on the CPU)")
     p.add_argument("--gpus", type=int, default=None, help="GPUs to use (default: all)")
     p.add_argument("--max-attempts", type=int, default=3, help="starts of a job whose worker keeps dying (default 3)")
     p.add_argument("--rerun", action="store_true", help="make every output again, even finished ones")
