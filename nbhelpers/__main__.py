@@ -307,6 +307,7 @@ _CLI_TERMS: tuple[tuple[str, str], ...] = (
     (r" ?\(upload the file first in notebook 02_media, or give the full path\)",
      " (give the full path, or a path relative to the current folder)"),
     (r" ?\(or (?:run )?(?:notebook |notebooks/)?0\d_\w+(?:\.ipynb)?\)", ""),
+    (r"(?<![\w.-])cache_dir(?!\w)", "--cache-dir"),
     (r"run notebooks/00_setup\.ipynb(?: \(weights\.download\))?", "run `python -m nbhelpers download`"),
     # the three ways to name the weights folder, as the weights module lists them, become the two a CLI user has
     (r"--weights DIR(?: on the command line)?, weights_dir=(?: in Python)?,? (?:or )?(?:the )?NBHELPERS_WEIGHTS"
@@ -325,7 +326,8 @@ _CLI_TERMS: tuple[tuple[str, str], ...] = (
     (r"or device=None \(automatic\)", "or leave --device out (automatic)"),
     (r" or None \(automatic\)", " or left out (automatic)"),
     (r"(?<![\w.-])(batch_size|extra_margin|bbox_shift|left_cheek_width|right_cheek_width|smooth_boxes|parsing_mode|"
-     r"landmark_backend|device|version|seed)(?= must| [\w.]+ \(user override\)| \(user override\)|=)",
+     r"landmark_backend|device|version|seed|cpu_workers|workers_per_gpu|jobs_per_worker|max_attempts|gpus|cache_dir)"
+     r"(?= must| [\w.]+ \(user override\)| \(user override\)|=)",
      lambda m: "--" + {"landmark_backend": "backend"}.get(m.group(1), m.group(1)).replace("_", "-")),
 )
 
@@ -493,7 +495,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .errors import NbHelpersError
+    from .errors import NbHelpersError, Terminated
 
     args = build_parser().parse_args(argv)
     args.func = _in_cli_terms(args.func)  # messages in flag names, not Python names or notebooks (issue 14)
@@ -509,21 +511,18 @@ def main(argv: list[str] | None = None) -> int:
             message += "\n" + TRY_TINY
         print(f"error: {message}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Terminated), perhaps re-raised as Ctrl-C by a C wait
+        if isinstance(exc, Terminated) or Terminated.pending:
+            print("terminated", file=sys.stderr)
+            return 143
         print("interrupted", file=sys.stderr)
         return 130
-    except _Terminated:
-        print("terminated", file=sys.stderr)
-        return 143
     finally:
+        Terminated.pending = False
         if previous is not None:  # main() called in-process (tests, notebooks): give the handler back
             import signal
 
             signal.signal(signal.SIGTERM, previous)
-
-
-class _Terminated(BaseException):
-    """SIGTERM arrived (timeout, docker stop, Ray, systemd): unwound like Ctrl-C so partial files are removed."""
 
 
 def _terminate_like_interrupt():
@@ -536,11 +535,14 @@ def _terminate_like_interrupt():
     import signal
     import threading
 
+    from .errors import Terminated
+
     if threading.current_thread() is not threading.main_thread():
         return None
 
     def handler(signum, frame):
-        raise _Terminated()
+        Terminated.pending = True
+        raise Terminated()
 
     try:
         return signal.signal(signal.SIGTERM, handler)

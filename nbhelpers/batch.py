@@ -15,7 +15,10 @@ whose audio and encoder are ready when a clip's last batch frees the GPU), and h
 - Nothing is lost. Outputs are written under a temporary name and renamed (:class:`nbhelpers.media.VideoWriter`).
   A failing job (an unreadable file, no face) is recorded with its error and the batch goes on. A worker that dies
   during a job (killed, out of memory, a crashed driver) is restarted by Ray, its half-written files are removed and
-  its jobs (every one it was running) are given to the next free worker, up to ``max_attempts`` times each.
+  its jobs (every one it was running) are given to the next free worker, up to ``max_attempts`` times each. A batch
+  stopped by Ctrl-C or SIGTERM shuts its workers down, removes their half-written files and writes the summary
+  with the unfinished jobs as ``"interrupted"``. A batch holds a lock on its avatar cache (``batch.lock``) while it
+  runs, so that a second one started over the same outputs is refused instead of making every clip again.
 - Running the same batch again skips finished outputs. Next to each output a small record
   (``.<name>.batch.json``) holds the fingerprints of what made it: the sizes and SHA-256 of video and audio, the
   settings, the weight files and the output's size. An output counts as finished only when it exists, its record
@@ -61,7 +64,7 @@ SUMMARY_NAME = "batch-summary.csv"
 WAITING_PER_SLOT = 1
 CACHE_NAME = "avatar-cache"
 INSTALL_RAY = 'pip install "ray>=2.10"'
-STATUSES = ("done", "skipped", "failed")
+STATUSES = ("done", "skipped", "failed", "interrupted")  # "interrupted": only in the summary of a stopped batch
 # Per-job settings: InferenceConfig fields a row may set (version, device and precision belong to the workers'
 # pipelines) and "box", one crop box (x1, y1, x2, y2) for the clip.
 ROW_SETTINGS = ("batch_size", "extra_margin", "bbox_shift", "parsing_mode", "left_cheek_width", "right_cheek_width",
@@ -115,28 +118,48 @@ class Job:
 
 
 def _setting(key: str, value: Any, where: str) -> Any:
-    """A per-job setting, converted from text (CSV) where needed; None for an empty cell."""
+    """A per-job setting checked for its kind and converted from text (CSV) where needed; None for an empty cell.
+
+    Whole-number settings (``batch_size``, ``extra_margin``, ``bbox_shift``, ...) take whole numbers (``12``,
+    ``"12"``, ``12.0``), number settings (``blur_ratio``) any finite number, text settings text; a ``box`` four
+    finite numbers. JSON's ``true``/``false`` is no number here.
+
+    Raises:
+        InputError: A value of the wrong kind (``2.5`` pixels of ``extra_margin``, ``[1]``, ``true``), not finite,
+            or a box that is not four numbers.
+    """
+    import math
+
     from .config import InferenceConfig
 
     if value is None or (isinstance(value, str) and not value.strip()):
         return None
     if key == "box":
-        parts = value.replace(" ", "").split(",") if isinstance(value, str) else list(value)
+        parts = value.replace(" ", "").split(",") if isinstance(value, str) else value
         try:
-            box = tuple(int(round(float(v))) for v in parts)
-        except (TypeError, ValueError):
+            if isinstance(parts, (str, bytes, Mapping)) or any(isinstance(v, bool) for v in parts):
+                raise TypeError
+            numbers = [float(v) for v in parts]
+            box = tuple(int(round(v)) for v in numbers) if all(map(math.isfinite, numbers)) else ()
+        except (TypeError, ValueError, OverflowError):
             box = ()
         if len(box) != 4:
-            raise InputError(f"{where}: box must be four numbers x1,y1,x2,y2 in source pixels; got {value!r}.")
+            raise InputError(f"{where}: box must be four finite numbers x1,y1,x2,y2 in source pixels; got {value!r}.")
         return box
     default = InferenceConfig.__dataclass_fields__[key].default
     kind = float if isinstance(default, float) else int if key == "batch_size" or isinstance(default, int) else str
-    if isinstance(value, str) and kind is not str:
-        try:
-            value = kind(float(value)) if kind is int and float(value).is_integer() else kind(value)
-        except ValueError:
-            raise InputError(f"{where}: {key} must be a number; got {value!r}.") from None
-    return value
+    if kind is str:
+        if not isinstance(value, str):
+            raise InputError(f"{where}: {key} must be text; got {value!r}.")
+        return value.strip()
+    what = "a whole number" if kind is int else "a number"
+    number = None
+    if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        with contextlib.suppress(ValueError, OverflowError):  # "twelve"; an int beyond a float's range
+            number = float(value)
+    if number is None or not math.isfinite(number) or (kind is int and not number.is_integer()):
+        raise InputError(f"{where}: {key} must be {what}; got {value!r}.")
+    return int(number) if kind is int else number
 
 
 def _clean_path(path: Path) -> Path:
@@ -148,7 +171,11 @@ def _clean_path(path: Path) -> Path:
 
 def _job_from_row(row: Mapping[str, Any], base: Path, where: str) -> Job:
     row = {str(k).strip().lower(): v for k, v in row.items() if k is not None}  # "Video " is the video column
-    settings_in = dict(row.pop("settings", None) or {})
+    settings_in = row.pop("settings", None) or {}
+    if not isinstance(settings_in, Mapping):
+        raise InputError(f"{where}: settings must be an object of setting names and values (\"settings\": "
+                         f"{{\"bbox_shift\": 5}}); got {settings_in!r}.")
+    settings_in = dict(settings_in)
     missing = [k for k in ("video", "audio") if not str(row.get(k) or "").strip()]
     if missing:
         raise InputError(f"{where}: {' and '.join(missing)} missing; every job needs a video and an audio file "
@@ -194,7 +221,11 @@ def read_jobs(path: str | os.PathLike) -> list[Job]:
     if not path.is_file():
         raise InputError(f"jobs file {str(path)!r} does not exist; give a CSV (columns video,audio,output) or a "
                          "JSON-lines file.")
-    text = path.read_text("utf-8-sig")
+    try:
+        text = path.read_text("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"jobs file {str(path)!r} is not UTF-8 text ({exc.reason} at byte {exc.start}); save it as "
+                         "UTF-8 (in a spreadsheet: CSV UTF-8).") from None
     base = path.resolve().parent
     jobs: list[Job] = []
     if path.suffix.lower() in (".jsonl", ".json", ".ndjson"):
@@ -209,17 +240,41 @@ def read_jobs(path: str | os.PathLike) -> list[Job]:
                 raise InputError(f"{path.name} line {k}: a job is a JSON object; got {type(row).__name__}.")
             jobs.append(_job_from_row(row, base, f"{path.name} line {k}"))
     else:
-        lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+        # Comment and empty lines are left out before the CSV reader sees the text; line_numbers maps the reader's
+        # lines back to the file's, so that a message names the line an editor shows.
+        line_numbers = [k for k, ln in enumerate(text.splitlines(), 1) if ln.strip() and not ln.lstrip().startswith("#")]
+        kept = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
         # skipinitialspace: a quoted cell after ", " (`a.mp4, b.wav, o.mp4, "1,2,3,4"`) is still one cell
-        reader = csv.DictReader(io.StringIO("\n".join(lines)), skipinitialspace=True)
-        for k, row in enumerate(reader, 2):
+        reader = csv.DictReader(io.StringIO("\n".join(kept)), skipinitialspace=True)
+        _check_header(reader.fieldnames or [], path.name)
+        for row in reader:
+            where = f"{path.name} line {line_numbers[reader.line_num - 1]}"
             if None in row:
-                raise InputError(f"{path.name} row {k} has more cells than the header has columns.")
-            jobs.append(_job_from_row(row, base, f"{path.name} row {k}"))
+                raise InputError(f"{where} has more cells than the header has columns (a box's commas need quotes: "
+                                 '"190,160,360,330").')
+            jobs.append(_job_from_row(row, base, where))
     if not jobs:
         raise InputError(f"jobs file {str(path)!r} holds no job; write a header (video,audio,output) and one row per "
                          "clip.")
     return check_jobs(jobs)
+
+
+def _check_header(columns: Sequence[str], file_name: str) -> None:
+    """Refuse a CSV header that cannot be a jobs header: an empty column name (a trailing comma), or one column
+    holding another separator (a spreadsheet's semicolons or tabs).
+
+    Raises:
+        InputError: Saying what the header holds and how to write it.
+    """
+    names = [str(c).strip() for c in columns]
+    if len(names) == 1:
+        for sep, word in ((";", "semicolons"), ("\t", "tabs"), ("|", "bars")):
+            if sep in names[0]:
+                raise InputError(f"{file_name}: the header {names[0]!r} is separated by {word}; a jobs CSV separates "
+                                 "its columns by commas (video,audio,output). Save it as CSV with commas.")
+    if "" in names:
+        raise InputError(f"{file_name}: the header {','.join(names)!r} has an empty column name (a comma at the end "
+                         "of the line, or two in a row); remove it.")
 
 
 def check_jobs(jobs: Iterable[Job | Mapping[str, Any]]) -> list[Job]:
@@ -388,6 +443,97 @@ def _likely_work(job_list: Sequence[Job], cache_path: Path, rerun: bool) -> bool
                         and not _failed_at_inputs(cache_path, j) for j in job_list)
 
 
+def outputs_folder(job_list: Sequence[Job]) -> Path:
+    """The folder of a batch's summary CSV and avatar cache when none is given: the deepest folder holding every
+    output, or, when that is a filesystem root or a folder this user cannot write in (outputs under ``/tmp/a`` and
+    ``/var/tmp/b`` share only ``/``), the first job's output folder."""
+    folders = [j.output.resolve().parent for j in job_list]
+    common = Path(os.path.commonpath([str(f) for f in folders]))
+    if common.parent == common or not _writable(common):
+        return folders[0]
+    return common
+
+
+def _writable(folder: Path) -> bool:
+    """Whether this process can make files in ``folder``, or make ``folder`` (its nearest existing parent is a
+    folder it can write in)."""
+    existing = folder
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent
+    return existing.is_dir() and os.access(existing, os.W_OK | os.X_OK)
+
+
+def check_writable(folders: Iterable[Path]) -> None:
+    """Check, before Ray starts, that the batch can write where it writes: every output folder, the avatar cache
+    and the summary's folder (made when missing).
+
+    Raises:
+        InputError: A folder that is inside a file, or on read-only storage or not this user's to write in (the
+            message names up to three and what to do).
+    """
+    bad = []
+    for folder in dict.fromkeys(Path(f) for f in folders):
+        existing = folder
+        while not existing.exists() and existing.parent != existing:
+            existing = existing.parent
+        if not existing.is_dir():
+            bad.append(f"{str(folder)!r} (a file, not a folder)" if existing == folder else
+                       f"{str(folder)!r} (inside the file {str(existing)!r})")
+        elif not os.access(existing, os.W_OK | os.X_OK):
+            bad.append(f"{str(folder)!r} (read-only or not yours)" if existing == folder else
+                       f"{str(folder)!r} (its folder {str(existing)!r} is read-only or not yours)")
+    if bad:
+        more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+        raise InputError(f"the batch cannot write in {', '.join(bad[:3])}{more}. Give the outputs (and any "
+                         "cache_dir and summary) in folders you can write in.")
+
+
+class _BatchLock:
+    """An exclusive lock on a batch's avatar cache (``<cache>/batch.lock``, ``fcntl.flock``) held for the whole run,
+    so that a second batch started over the same outputs is refused instead of rendering every clip again and
+    removing the first one's files in progress. The file holds who holds it (pid, host, start time) for the
+    refusal's message, and stays (removing a lock file races with the next taker). Where ``fcntl`` is missing
+    (Windows) there is no lock.
+
+    Raises:
+        InputError: On entry, when another process holds the lock.
+    """
+
+    def __init__(self, cache_path: Path):
+        self.path = Path(cache_path) / "batch.lock"
+        self._fh = None
+
+    def __enter__(self) -> _BatchLock:
+        try:
+            import fcntl
+        except ImportError:
+            return self
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(self.path, "a+", encoding="utf-8")
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            fh.seek(0)
+            holder = fh.read().strip() or "another process"
+            fh.close()
+            raise InputError(f"another batch is running over the avatar cache {str(self.path.parent)!r} ({holder}): "
+                             "wait for it to end, or give this batch its own outputs and cache_dir. Two batches "
+                             "over the same outputs would each make every clip.") from None
+        import socket
+
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"pid {os.getpid()} on {socket.gethostname()}, started {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+        fh.flush()
+        self._fh = fh
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._fh is not None:
+            self._fh.close()  # closing the file gives the lock back
+            self._fh = None
+
+
 def remove_partials(output: Path) -> list[Path]:
     """Remove the half-written files a dead worker left for ``output`` (``VideoWriter``'s temporary names,
     ``.<stem>.partial-<8 hex><suffix>``). Returns what was removed."""
@@ -412,7 +558,8 @@ class JobOutcome:
 
     Attributes:
         job: The job's name.
-        status: ``"done"`` (made now), ``"skipped"`` (already finished from the same inputs) or ``"failed"``.
+        status: ``"done"`` (made now), ``"skipped"`` (already finished from the same inputs) or ``"failed"``;
+            ``"interrupted"`` in the summary CSV of a batch stopped before the job ended.
         frames: Output frames (25 fps); for a skipped job the recorded count; 0 when failed.
         seconds: Wall-clock seconds of the job on its worker (0 when skipped).
         error: ``"<ExceptionType>: <message>"`` when failed, else "".
@@ -930,15 +1077,25 @@ class _DropAuthNotice:
 
 
 def _ray_init(ray, **options) -> None:
-    """``ray.init(**options)`` without Ray's token-authentication notice (see :data:`_AUTH_NOTICE`)."""
+    """``ray.init(**options)`` without Ray's token-authentication notice (see :data:`_AUTH_NOTICE`), the caller's
+    SIGTERM handler kept."""
     import logging
+    import signal
 
     notice_logger, quiet = logging.getLogger(_AUTH_NOTICE_LOGGER), _DropAuthNotice()
     notice_logger.addFilter(quiet)
+    in_main = threading.current_thread() is threading.main_thread()
+    sigterm = signal.getsignal(signal.SIGTERM) if in_main else None
     try:
         ray.init(**options)
     finally:
         notice_logger.removeFilter(quiet)
+        # ray.init replaces the driver's SIGTERM handler with one that calls sys.exit(signum)
+        # (ray/_private/worker.py, init: "terminate any signal before connecting driver"); the program's own is put
+        # back, so that its clean-up on SIGTERM (the command line's: partial outputs removed, exit status 143) runs.
+        if in_main and sigterm is not None:
+            with contextlib.suppress(ValueError, OSError, TypeError):
+                signal.signal(signal.SIGTERM, sigterm)
 
 
 def shutdown_ray() -> None:
@@ -1039,12 +1196,17 @@ def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], *, weights_
 
     Raises:
         MissingDependencyError: Ray is not installed (the message gives the install line).
-        InputError: The jobs file or a job is malformed, two jobs share an output, or an option is invalid;
-            raised before Ray starts. (A missing or unreadable media file fails only its job.)
+        InputError: The jobs file or a job is malformed, two jobs share an output, an option is invalid, an
+            output, cache or summary folder cannot be written in (:func:`check_writable`), or another batch holds
+            the avatar cache's lock; raised before Ray starts. (A missing or unreadable media file fails only its
+            job.)
         WeightsError: Weight files are missing.
+        KeyboardInterrupt: Ctrl-C (or :class:`~nbhelpers.errors.Terminated`, SIGTERM on the command line): raised
+            once the workers are down, their partial files removed and the summary written with the unfinished
+            jobs as ``"interrupted"``.
     """
     from .config import InferenceConfig
-    from .pipeline import check_audio, check_video, check_weights_dir
+    from .pipeline import check_weights_dir
 
     t0 = time.perf_counter()
     job_list = read_jobs(jobs) if isinstance(jobs, (str, os.PathLike)) else check_jobs(jobs)
@@ -1058,10 +1220,12 @@ def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], *, weights_
     if gpus is not None and (not isinstance(gpus, int) or gpus < 0):
         raise InputError(f"gpus must be a whole number >= 0 or None (all); got {gpus!r}.")
     weights_path = check_weights_dir(weights_dir, config.version)
-    outputs_dir = Path(os.path.commonpath([str(j.output.resolve().parent) for j in job_list]))
+    outputs_dir = outputs_folder(job_list)
     cache_path = Path(cache_dir).expanduser().resolve() if cache_dir is not None else outputs_dir / CACHE_NAME
-    summary_path = None if summary is False else (Path(summary) if summary not in (None, True)
+    summary_path = None if summary is False else (Path(summary).expanduser().resolve() if summary not in (None, True)
                                                    else outputs_dir / SUMMARY_NAME)
+    check_writable([j.output.parent for j in job_list] + [cache_path]
+                   + ([summary_path.parent] if summary_path is not None else []))
     job_configs = {}
     for job in job_list:  # settings are validated before anything starts
         changes = {k: v for k, v in job.settings.items() if k != "box"}
@@ -1072,6 +1236,15 @@ def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], *, weights_
         except InputError as exc:
             raise InputError(f"job {job.name!r}: {exc}") from None
     _require_ray()
+    with _BatchLock(cache_path):
+        return _run_locked(job_list, config, job_configs, weights_path, cache_path, summary_path, address,
+                           cpu_workers, workers_per_gpu, jobs_per_worker, gpus, max_attempts, rerun, _exit_at, t0)
+
+
+def _run_locked(job_list, config, job_configs, weights_path, cache_path, summary_path, address, cpu_workers,
+                workers_per_gpu, jobs_per_worker, gpus, max_attempts, rerun, _exit_at, t0) -> BatchResult:
+    """:func:`run` once its arguments are checked and the batch holds its avatar cache's lock."""
+    from .pipeline import check_audio, check_video
 
     # 1. what is finished, what fails before any worker (missing or unreadable files), and the groups by face.
     # Ray starts in this thread meanwhile (its start is seconds of waiting for its own processes), unless every
@@ -1119,16 +1292,17 @@ def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], *, weights_
         phases["ray_start"] = time.perf_counter() - t0
     else:
         probed = _probe_inputs(job_list, fingerprints, check_video, check_audio)
+    outcomes: dict[str, JobOutcome] = {}
     try:
         video_errors, audio_infos, video_infos = probed
-        outcomes: dict[str, JobOutcome] = {}
         inputs_of: dict[str, dict[str, Any]] = {}
         groups: dict[str, _Group] = {}
         group_of: dict[str, str] = {}
         expected_frames: dict[str, int] = {}
         for job in job_list:
             cfg = job_configs[job.name]
-            error = video_errors.get(job.video) or audio_infos[job.audio][1] or _box_error(job, video_infos)
+            error = (video_errors.get(job.video) or audio_infos[job.audio][1] or _box_error(job, video_infos)
+                     or _short_audio_error(audio_infos[job.audio][0]))
             if error:
                 outcomes[job.name] = JobOutcome(job.name, "failed", 0, 0.0, error, job.video, job.audio, job.output)
                 _write_hint(cache_path, job, error)
@@ -1171,6 +1345,15 @@ def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], *, weights_
                                      timeline, preparations)
         else:
             phases.clear()
+    except BaseException as exc:  # Ctrl-C, SIGTERM (the command line's), an error: nothing half-made is left
+        if started:
+            started = False
+            shutdown_ray()  # the workers stop before their partial files are removed
+        for job in job_list:
+            remove_partials(job.output)
+        if summary_path is not None:
+            _write_stopped_summary(job_list, outcomes, summary_path, exc, t0)
+        raise
     finally:
         if started:  # before returning: Ray must be down when the caller next uses it
             shutdown_ray()
@@ -1186,6 +1369,37 @@ def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], *, weights_
     return result
 
 
+def _write_stopped_summary(job_list: Sequence[Job], outcomes: Mapping[str, JobOutcome], path: Path,
+                           exc: BaseException, t0: float) -> None:
+    """Write the summary of a batch stopped before its end (Ctrl-C, SIGTERM, an error): the jobs settled so far
+    as they ended, every other one ``"interrupted"``. A summary that cannot be written is left out (the stop's
+    own exception is what the caller sees)."""
+    from .errors import Terminated
+
+    if isinstance(exc, Terminated) or Terminated.pending:
+        why = "terminated (SIGTERM)"
+    else:
+        why = "interrupted (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else f"stopped by {type(exc).__name__}"
+    rows = tuple(outcomes.get(j.name) or JobOutcome(j.name, "interrupted", 0, 0.0, f"the batch was {why} before this "
+                                                    "job ended; run the batch again to make it", j.video, j.audio,
+                                                    j.output) for j in job_list)
+    with contextlib.suppress(OSError):
+        BatchResult(outcomes=rows, summary_csv=path, wall_s=time.perf_counter() - t0).write_csv(path)
+
+
+def _short_audio_error(info: Any) -> str:
+    """The error of a job whose audio is shorter than one 25 fps frame by its container's duration ("" when it is
+    long enough or the duration is unknown), so that it fails at the checks, not on a worker, which would refuse it
+    there (:func:`nbhelpers.pipeline.speech_frames`)."""
+    from .constants import FPS
+
+    seconds = getattr(info, "duration_s", None)
+    if seconds is None or seconds >= 1.0 / FPS:
+        return ""
+    return (f"InputError: audio {str(info.path)!r} lasts {seconds:.3f} s, shorter than one frame (1/{FPS} s); give "
+            "at least 0.04 s of speech.")
+
+
 def _box_error(job: Job, video_infos: Mapping[Path, Any]) -> str:
     """The error of a job whose crop box does not fit its video's frames ("" when it fits or there is none), as
     :func:`nbhelpers.pipeline.check_boxes` finds it, so that it fails at the checks, not on a worker."""
@@ -1196,9 +1410,17 @@ def _box_error(job: Job, video_infos: Mapping[Path, Any]) -> str:
         return ""
     try:
         check_boxes(box, job.video, info)
-    except NbHelpersError as exc:
-        return _error_text(exc)
+    except NbHelpersError as exc:  # the message names the Python argument "boxes"; a job's setting is "box"
+        text = _error_text(exc)
+        return text.replace(": boxes = ", ": box = ", 1).replace(": boxes must", ": box must", 1)
     return ""
+
+
+def _input_error_text(exc: BaseException) -> str:
+    """A probe's error as a job's: a missing file's advice is about the jobs file (its paths are relative to its
+    folder), not the upload cell of a notebook that the pipeline's own message names."""
+    return _error_text(exc).replace("(upload the file first in notebook 02_media, or give the full path)",
+                                    "(a relative path in a jobs file is relative to its folder)")
 
 
 def _probe_inputs(job_list: Sequence[Job], fingerprints: _Fingerprints, check_video, check_audio):
@@ -1218,7 +1440,7 @@ def _probe_inputs(job_list: Sequence[Job], fingerprints: _Fingerprints, check_vi
             fingerprints(path)
             return path, "", info
         except (NbHelpersError, OSError) as exc:
-            return path, _error_text(exc), None
+            return path, _input_error_text(exc), None
 
     def audio(path: Path) -> tuple[Path, tuple[Any, str]]:
         try:
@@ -1226,7 +1448,7 @@ def _probe_inputs(job_list: Sequence[Job], fingerprints: _Fingerprints, check_vi
             fingerprints(path)
             return path, (info, "")
         except (NbHelpersError, OSError) as exc:
-            return path, (None, _error_text(exc))
+            return path, (None, _input_error_text(exc))
 
     videos = list(dict.fromkeys(j.video for j in job_list))
     audios = list(dict.fromkeys(j.audio for j in job_list))

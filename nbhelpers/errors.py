@@ -93,6 +93,19 @@ def require(module: str, install: str):
         ) from exc
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived (a timeout, ``docker stop``, systemd, a scheduler) and the command line turned it into an
+    exception in the main thread, so that ``with`` blocks remove partial outputs as on Ctrl-C.
+
+    It is a kind of KeyboardInterrupt because code that waits in C takes only that from a signal handler: Ray's
+    ``ray.wait`` turns it into a plain KeyboardInterrupt of its own (any other exception raised by the handler
+    there becomes a SystemError). :attr:`pending` is set by the handler, so that the stop is still known to be a
+    SIGTERM after such a wait re-raised it as Ctrl-C.
+    """
+
+    pending = False
+
+
 class NbHelpersWarning(UserWarning):
     """Base class of the warnings nbhelpers gives on purpose. They are shown as ``Name: message``, without the
     file name and source line Python adds by default (that line is ours, not the user's, and only adds noise in a

@@ -111,17 +111,58 @@ def test_read_jobs_csv_and_jsonl(tmp_path):
     ("video,audio,output,colour\na.mp4,1.wav,o.mp4,red\n", "unknown column(s) colour"),
     ("video,audio,output\na.mp4,,o.mp4\n", "audio missing"),
     ("video,audio,output\na.mp4,1.wav,o.mov\n", "output must end in .mp4"),
-    ("video,audio,output,bbox_shift\na.mp4,1.wav,o.mp4,up\n", "bbox_shift must be a number"),
-    ("video,audio,output,box\na.mp4,1.wav,o.mp4,\"1,2,3\"\n", "box must be four numbers"),
+    ("video,audio,output,bbox_shift\na.mp4,1.wav,o.mp4,up\n", "bbox_shift must be a whole number; got 'up'"),
+    ("video,audio,output,extra_margin\na.mp4,1.wav,o.mp4,2.5\n", "extra_margin must be a whole number; got '2.5'"),
+    ("video,audio,output,blur_ratio\na.mp4,1.wav,o.mp4,nan\n", "blur_ratio must be a number; got 'nan'"),
+    ("video,audio,output,box\na.mp4,1.wav,o.mp4,\"1,2,3\"\n", "box must be four finite numbers"),
+    ("video,audio,output,box\na.mp4,1.wav,o.mp4,\"inf,2,3,4\"\n", "box must be four finite numbers"),
+    ("video,audio,output,box\na.mp4,1.wav,o.mp4,\"1e999,2,3,4\"\n", "box must be four finite numbers"),
     ("video,audio,output\n", "holds no job"),
+    # a comment and an empty line before the bad row: the message names the line an editor shows (line 5)
+    ("# the jobs\nvideo,audio,output\n\na.mp4,1.wav,o.mp4\nb.mp4,,p.mp4\n", "jobs.csv line 5: audio missing"),
+    ("video,audio,output,\na.mp4,1.wav,o.mp4,\n", "has an empty column name (a comma at the end"),
+    ("video;audio;output\na.mp4;1.wav;o.mp4\n", "is separated by semicolons; a jobs CSV separates its columns by "
+                                                  "commas"),
+    ("video\taudio\toutput\na.mp4\t1.wav\to.mp4\n", "is separated by tabs"),
+    ("video,audio,output\na.mp4,1.wav,o.mp4,1,2,3,4\n", "line 2 has more cells than the header has columns (a box's"),
+    # JSON lines: values of the wrong kind are refused, not converted or passed on to fail later
+    ('{"video": "a.mp4", "audio": "1.wav", "box": 5}\n', "jobs.jsonl line 1: box must be four finite numbers"),
+    ('{"video": "a.mp4", "audio": "1.wav", "box": "1,2,3,x"}\n', "box must be four finite numbers"),
+    ('{"video": "a.mp4", "audio": "1.wav", "box": [1, 2, 3, true]}\n', "box must be four finite numbers"),
+    ('{"video": "a.mp4", "audio": "1.wav", "settings": "bbox_shift=5"}\n', "settings must be an object of setting "
+                                                                            "names and values"),
+    ('{"video": "a.mp4", "audio": "1.wav", "settings": [5]}\n', "settings must be an object"),
+    ('{"video": "a.mp4", "audio": "1.wav", "extra_margin": [1]}\n', "extra_margin must be a whole number; got [1]"),
+    ('{"video": "a.mp4", "audio": "1.wav", "extra_margin": 2.5}\n', "extra_margin must be a whole number; got 2.5"),
+    ('{"video": "a.mp4", "audio": "1.wav", "bbox_shift": true}\n', "bbox_shift must be a whole number; got True"),
+    ('{"video": "a.mp4", "audio": "1.wav", "bbox_shift": 1e400}\n', "bbox_shift must be a whole number; got inf"),
+    ('{"video": "a.mp4", "audio": "1.wav", "batch_size": 10000000000000000000000000000000000000000000000000000000'
+     '00000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000'
+     '00000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000'
+     '00000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000'
+     '0000}\n', "batch_size must be a whole number"),
+    ('{"video": "a.mp4", "audio": "1.wav", "parsing_mode": 3}\n', "parsing_mode must be text; got 3"),
 ])
 def test_bad_jobs_files_say_what_is_wrong(tmp_path, text, message):
     from nbhelpers.batch import read_jobs
     from nbhelpers.errors import InputError
 
-    (tmp_path / "jobs.csv").write_text(text)
-    with pytest.raises(InputError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    name = "jobs.jsonl" if text.startswith("{") else "jobs.csv"
+    (tmp_path / name).write_text(text)
+    with pytest.raises(InputError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+        read_jobs(tmp_path / name)
+
+
+@pytest.mark.notorch
+def test_a_jobs_file_not_in_utf8_is_refused_with_how_to_save_it(tmp_path):
+    from nbhelpers.batch import read_jobs
+    from nbhelpers.errors import InputError
+
+    (tmp_path / "jobs.csv").write_bytes("video,audio,output\na.mp4,1.wav,o.mp4\n".encode("utf-16"))
+    with pytest.raises(InputError, match=r"is not UTF-8 text .*save it as UTF-8"):
         read_jobs(tmp_path / "jobs.csv")
+    (tmp_path / "jobs.csv").write_bytes("video,audio,output\nä.mp4,1.wav,o.mp4\n".encode("utf-8-sig"))  # a BOM is fine
+    assert read_jobs(tmp_path / "jobs.csv")[0].video.name == "ä.mp4"
 
 
 @pytest.mark.notorch
@@ -223,6 +264,83 @@ def test_a_box_outside_its_video_fails_at_the_checks_before_any_worker(tmp_path,
     assert "does not fit" in outcome.error and "64x48" in outcome.error.replace(" ", "")
     starts.clear()
     assert batch.run(jobs, weights_dir=tiny_weights).outcomes[0].status == "failed" and starts == []
+
+
+def test_too_short_audio_and_a_missing_video_fail_at_the_checks_in_batch_terms(tmp_path, make_media, tiny_weights,
+                                                                             monkeypatch):
+    """A new user's 0.02 s audio went to a worker (Ray started on every rerun only to fail there); it now fails at
+    the checks. A missing video's advice is about the jobs file, not a notebook's upload cell; a box that does not
+    fit is named as the job's setting, ``box``."""
+    pytest.importorskip("ray")
+    from nbhelpers import batch
+
+    starts = []
+    monkeypatch.setattr(batch, "init_ray", lambda *a, **k: starts.append(a) or False)  # records; starts nothing
+    video = make_media("short-face.mp4", "-f", "lavfi", "-i", "testsrc=size=64x48:rate=25", "-frames:v", "4",
+                       "-pix_fmt", "yuv420p")
+    blip = make_media("blip.wav", "-f", "lavfi", "-i", "sine=frequency=300:sample_rate=16000:duration=0.02")
+    jobs = [{"name": "blip", "video": str(video), "audio": str(blip), "output": str(tmp_path / "o" / "blip.mp4")},
+            {"name": "gone", "video": str(tmp_path / "gone.mp4"), "audio": str(blip),
+             "output": str(tmp_path / "o" / "gone.mp4")},
+            {"name": "wide", "video": str(video), "audio": str(blip), "output": str(tmp_path / "o" / "wide.mp4"),
+             "box": (1, 1, 60, 80)}]
+    short, gone, wide = batch.run(jobs, weights_dir=tiny_weights).outcomes
+    assert short.status == "failed" and "lasts 0.020 s, shorter than one frame" in short.error
+    assert "notebook" not in gone.error and "relative to its folder" in gone.error
+    assert wide.error.startswith("InputError: box = (1, 1, 60, 80) does not fit")
+    starts.clear()
+    assert [o.status for o in batch.run(jobs, weights_dir=tiny_weights).outcomes] == ["failed"] * 3
+    assert starts == []  # the hints of all three match: no Ray on the rerun
+
+
+@pytest.mark.notorch
+def test_the_summary_and_cache_default_to_a_folder_of_the_outputs_never_the_root():
+    from pathlib import Path
+
+    from nbhelpers.batch import Job, outputs_folder
+
+    def job(name, output):
+        return Job(name, Path("/v.mp4"), Path("/a.wav"), Path(output))
+
+    assert outputs_folder([job("a", "/tmp/nbh-x/a/1.mp4"), job("b", "/tmp/nbh-x/b/2.mp4")]) == Path("/tmp/nbh-x")
+    # two trees sharing only "/" (a new user's /tmp/bt/cp and /var/tmp/btout): the first job's folder, not "/"
+    assert outputs_folder([job("a", "/tmp/bt/cp/1.mp4"), job("b", "/var/tmp/btout/2.mp4")]) == Path("/tmp/bt/cp")
+
+
+def test_a_batch_that_cannot_write_its_outputs_is_refused_before_ray(tmp_path, tiny_weights, monkeypatch):
+    pytest.importorskip("ray")
+    from nbhelpers import batch
+    from nbhelpers.errors import InputError
+
+    monkeypatch.setattr(batch, "init_ray", lambda *a, **k: pytest.fail("Ray started"))
+    (tmp_path / "a-file").write_text("x")
+    jobs = [{"video": "v.mp4", "audio": "a.wav", "output": str(tmp_path / "a-file" / "o.mp4")}]
+    with pytest.raises(InputError, match=r"cannot write in '[^']*/a-file' \(a file, not a folder\), '[^']*/a-file/avatar-cache' \(inside "
+                                         r"the file '[^']*/a-file'\)"):
+        batch.run(jobs, weights_dir=tiny_weights)
+    if os.access("/proc/sys", os.W_OK):
+        pytest.skip("/proc/sys is writable here: no read-only folder to try")
+    jobs = [{"video": "v.mp4", "audio": "a.wav", "output": "/proc/sys/nbh-out/o.mp4"}]
+    with pytest.raises(InputError, match=r"'/proc/sys/nbh-out' \(its folder '/proc/sys' is read-only or not yours\)"):
+        batch.run(jobs, weights_dir=tiny_weights, cache_dir=tmp_path / "cache", summary=False)
+
+
+def test_a_second_batch_over_the_same_cache_is_refused_while_the_first_runs(tmp_path, tiny_weights, monkeypatch):
+    pytest.importorskip("ray")
+    from nbhelpers import batch
+    from nbhelpers.errors import InputError
+
+    starts = []
+    monkeypatch.setattr(batch, "init_ray", lambda *a, **k: starts.append(a) or False)  # records; starts nothing
+    jobs = [{"video": str(tmp_path / "v.mp4"), "audio": str(tmp_path / "a.wav"), "output": str(tmp_path / "o.mp4")}]
+    partial = tmp_path / ".o.partial-0123abcd.mp4"  # the running batch's file in progress
+    partial.write_bytes(b"x")
+    with batch._BatchLock(tmp_path / "avatar-cache"):
+        with pytest.raises(InputError, match=rf"another batch is running .*\(pid {os.getpid()} on "):
+            batch.run(jobs, weights_dir=tiny_weights)
+        assert partial.exists() and starts == []  # refused before it removed or started anything
+    result = batch.run(jobs, weights_dir=tiny_weights)  # the lock is free again: the job runs (and fails: no files)
+    assert result.outcomes[0].status == "failed" and not partial.exists()
 
 
 @pytest.mark.notorch
@@ -345,7 +463,8 @@ def test_six_jobs_with_a_corrupt_audio_give_five_outputs_and_one_error(first_run
                                          "frames_file", "finish"]
         assert 0 < sum(prep["timings"].values()) <= prep["seconds"] and prep["ended_s"] <= result.wall_s
     cache = sorted(p.name for p in (out / "avatar-cache").iterdir())
-    assert len(cache) == 3 and cache[-1] == "failed"  # two avatars, and the hint of j3's failed input check
+    # two avatars, the batch's lock and the hint of j3's failed input check
+    assert len(cache) == 4 and cache[-2:] == ["batch.lock", "failed"]
     assert [json.loads(p.read_text())["output"] for p in (out / "avatar-cache" / "failed").iterdir()] == [
         str(out / "j3.mp4")]
     for o in result.outcomes:
@@ -537,6 +656,45 @@ def test_a_local_ray_start_prints_no_token_auth_notice():
                           env=dict(env, PYTHONPATH=ROOT))
     assert proc.returncode == 0 and proc.stdout.strip() == "True", proc.stderr
     assert "Token authentication is enabled" not in proc.stdout + proc.stderr
+
+
+@pytest.mark.slow
+def test_sigterm_during_a_batch_exits_143_with_no_partial_file_and_a_summary_of_what_was_left(media, shared_data,
+                                                                                            tiny_weights, tmp_path):
+    """A new user's SIGTERM mid-batch was taken by Ray's own handler (installed by ``ray.init`` after ours): exit 1,
+    no word, and a hidden partial output left behind. Now the command line's handler is kept: the batch stops, its
+    workers' partial files are removed, the summary lists the unfinished job as interrupted, and the exit status is
+    143 with "terminated"."""
+    pytest.importorskip("ray")
+    import signal
+    import time
+
+    videos, _, _ = media
+    out = tmp_path / "out"
+    (tmp_path / "jobs.csv").write_text("name,video,audio,output,box\n"
+                                       f"long,{videos[0]},{shared_data / 'speech-en-short.wav'},{out / 'long.mp4'},"
+                                       f'"{",".join(map(str, BOX))}"\n')
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_MODE", "RAY_ADDRESS")}
+    proc = subprocess.Popen([sys.executable, "-m", "nbhelpers", "batch", str(tmp_path / "jobs.csv"), "--weights",
+                             str(tiny_weights), "--device", "cpu", "--batch-size", "4"], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(env, PYTHONPATH=ROOT, NBHELPERS_PROGRESS="0"))
+    try:
+        deadline = time.monotonic() + 300
+        while not list(out.glob(".long.partial-*.mp4")):  # the worker is writing the clip
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, stderr
+    assert stderr.strip().splitlines()[-1] == "terminated" and "Traceback" not in stderr, stderr
+    assert hidden_in(out) == [] and not (out / "long.mp4").exists()
+    with open(out / "batch-summary.csv", newline="") as fh:
+        (row,) = list(csv.DictReader(fh))
+    assert row["status"] == "interrupted" and "terminated (SIGTERM)" in row["error"], row
 
 
 @pytest.mark.slow
