@@ -493,7 +493,7 @@ class _BatchLock:
     so that a second batch started over the same outputs is refused instead of rendering every clip again and
     removing the first one's files in progress. The file holds who holds it (pid, host, start time) for the
     refusal's message, and stays (removing a lock file races with the next taker). Where ``fcntl`` is missing
-    (Windows) there is no lock.
+    (Windows) or the storage takes no locks (``flock`` fails other than by being held) there is no lock.
 
     Raises:
         InputError: On entry, when another process holds the lock.
@@ -512,13 +512,16 @@ class _BatchLock:
         fh = open(self.path, "a+", encoding="utf-8")
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+        except BlockingIOError:  # held by another process
             fh.seek(0)
             holder = fh.read().strip() or "another process"
             fh.close()
             raise InputError(f"another batch is running over the avatar cache {str(self.path.parent)!r} ({holder}): "
                              "wait for it to end, or give this batch its own outputs and cache_dir. Two batches "
                              "over the same outputs would each make every clip.") from None
+        except OSError:  # storage without locks (some network file systems): the batch runs without one
+            fh.close()
+            return self
         import socket
 
         fh.seek(0)
