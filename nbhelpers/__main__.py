@@ -110,12 +110,26 @@ def _box(text):
     return tuple(values)
 
 
+def _tiny_note(weights_dir: str | None) -> str:
+    """The notice for outputs made with tiny random test weights from ``--weights`` ("" for real weights)."""
+    from .weights import default_dir, is_tiny
+
+    folder = Path(weights_dir).expanduser() if weights_dir else default_dir()
+    if not is_tiny(folder):
+        return ""
+    return (f"NOTE: {folder} holds tiny RANDOM test weights: the repainted mouths are colour noise, not lip-sync. "
+            "For real results: python -m nbhelpers download, and leave --weights out (or give the folder it names).")
+
+
 def _cmd_lipsync(args) -> int:
     from .pipeline import lipsync
 
     result = lipsync(args.video, args.audio, args.output, config=_config(args), boxes=_box(args.box),
                      weights_dir=args.weights)
     print(f"{result.summary()} -> {result.output}")
+    note = _tiny_note(args.weights)
+    if note:
+        print(note)
     return 0
 
 
@@ -390,6 +404,9 @@ def _cmd_batch(args) -> int:
                        summary=args.summary, cpu_workers=args.cpu_workers, workers_per_gpu=args.workers_per_gpu,
                        jobs_per_worker=args.jobs_per_worker, gpus=args.gpus, max_attempts=args.max_attempts, rerun=args.rerun)
     print(result)
+    note = _tiny_note(args.weights)
+    if note and result.count("done"):
+        print(note)
     return 0 if result.ok else 1
 
 

@@ -1349,13 +1349,15 @@ def _run_locked(job_list, config, job_configs, weights_path, cache_path, summary
         else:
             phases.clear()
     except BaseException as exc:  # Ctrl-C, SIGTERM (the command line's), an error: nothing half-made is left
-        if started:
-            started = False
-            shutdown_ray()  # the workers stop before their partial files are removed
-        for job in job_list:
-            remove_partials(job.output)
-        if summary_path is not None:
-            _write_stopped_summary(job_list, outcomes, summary_path, exc, t0)
+        try:
+            if started:
+                started = False
+                shutdown_ray()  # the workers stop before their partial files are removed
+        finally:  # a second Ctrl-C during the shutdown still leaves no partial file
+            for job in job_list:
+                remove_partials(job.output)
+            if summary_path is not None:
+                _write_stopped_summary(job_list, outcomes, summary_path, exc, t0)
         raise
     finally:
         if started:  # before returning: Ray must be down when the caller next uses it

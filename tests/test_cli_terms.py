@@ -184,3 +184,15 @@ def test_restore_strength_with_restore_and_the_default_without_either():
     assert (cfg.restore, cfg.restore_strength) == ("gfpgan", 0.25)
     assert (_config(parse(["lipsync", "v.mp4", "a.wav"])).restore_strength,
             _config(parse(["lipsync", "v.mp4", "a.wav", "--restore", "gfpgan"])).restore_strength) == (1.0, 1.0)
+
+
+def test_outputs_of_tiny_weights_from_weights_get_the_noise_notice(tiny_weights, tmp_path, monkeypatch):
+    """A new user's batch with ``--weights <tiny>`` printed no word that its mouths are noise (only demo --tiny
+    did); lipsync and batch now name the folder of tiny random weights. Real weights get no notice."""
+    from nbhelpers.__main__ import _tiny_note
+
+    note = _tiny_note(str(tiny_weights))
+    assert note.startswith(f"NOTE: {tiny_weights} holds tiny RANDOM test weights") and "noise" in note
+    assert _tiny_note(str(tmp_path)) == ""
+    monkeypatch.setenv("NBHELPERS_WEIGHTS", str(tiny_weights))  # no --weights: the default folder is read
+    assert _tiny_note(None) == note
