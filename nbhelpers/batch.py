@@ -1726,5 +1726,6 @@ def _dispatch(job_list, groups, group_of, job_configs, expected_frames, outcomes
                 pass
 
 
-__all__ = ["BatchResult", "BatchWorker", "Job", "JobOutcome", "ROW_SETTINGS", "check_jobs", "init_ray",
-           "read_jobs", "record_path", "remove_partials", "run", "shutdown_ray", "WAITING_PER_SLOT"]
+__all__ = ["BatchResult", "BatchWorker", "Job", "JobOutcome", "ROW_SETTINGS", "check_jobs", "check_writable",
+           "init_ray", "outputs_folder", "read_jobs", "record_path", "remove_partials", "run", "shutdown_ray",
+           "WAITING_PER_SLOT"]
