@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -107,6 +108,10 @@ class InferenceConfig:
                              "0.1 realtime.")
         if self.smooth_boxes < 0:
             raise InputError(f"smooth_boxes must be >= 0 frames; got {self.smooth_boxes!r}.")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral)
+                                      or self.seed < 0):
+            # the latent sampler takes a seed >= 0 (latents._base_seed): refused here, before any job starts
+            raise InputError(f"seed must be a whole number >= 0; got {self.seed!r}.")
         if self.restore is not None:
             _choice("restore", self.restore, RESTORERS + (None,))
             from .restore import warn_licence

@@ -45,6 +45,7 @@ def tone(make_media):
     ("extra_margin", 500, "--extra-margin must be between 0 and 200 pixels; got 500."),
     ("left_cheek_width", -1, "--left-cheek-width must be between 0 and 256"),
     ("smooth_boxes", -2, "--smooth-boxes must be >= 0 frames"),
+    ("seed", -1, "--seed must be a whole number >= 0; got -1."),
     ("device", "gpu", "--device must be 'cuda', 'cuda:N' (N = 0, 1, ...), 'cpu' or left out (automatic)"),
     ("landmark_backend", "face", "--backend must be one of"),
 ])
