@@ -28,8 +28,9 @@ def _add_settings(p: argparse.ArgumentParser) -> None:
     g.add_argument("--version", choices=["v15", "v1"], default="v15")
     g.add_argument("--batch-size", type=int, default=None, help="frames per batch (default: from free GPU memory)")
     prec = g.add_mutually_exclusive_group()
-    prec.add_argument("--fp16", dest="fp16", action="store_const", const=True, default=None)
-    prec.add_argument("--fp32", dest="fp16", action="store_const", const=False)
+    prec.add_argument("--fp16", dest="fp16", action="store_const", const=True, default=None,
+                      help="half precision (default: on a GPU that runs it well, a T4 included)")
+    prec.add_argument("--fp32", dest="fp16", action="store_const", const=False, help="full precision")
     g.add_argument("--device", default=None, help="cuda, cuda:1 or cpu (default: CUDA when available)")
     g.add_argument("--extra-margin", type=int, default=10, help="pixels added below the crop box (v15)")
     g.add_argument("--bbox-shift", type=int, default=0, help="pixels added to landmark 29's y: + repaints more mouth, - less (both versions, as the official app)")
@@ -107,6 +108,9 @@ def _box(text):
         values = []
     if len(values) != 4:
         raise InputError(f"--box must be four numbers x1,y1,x2,y2 in source pixels; got {text!r}.")
+    if not (values[0] < values[2] and values[1] < values[3]):
+        raise InputError(f"--box={text} is inverted: x1,y1 is the top-left corner and x2,y2 the bottom-right one, "
+                         "so x1 < x2 and y1 < y2.")
     return tuple(values)
 
 
@@ -459,8 +463,10 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Run a jobs file (CSV with columns video,audio,output and optional settings, or "
                                    "JSON lines) on Ray. Finished outputs are skipped. Exit status 0 when every job is "
                                    "done or skipped, 1 when a job failed, 2 when the batch could not start (a bad "
-                                   "jobs file, no Ray, missing weights). --box gives its box to every job that has "
-                                   "none of its own.")
+                                   "jobs file, no Ray, missing weights, a folder it cannot write in, another batch "
+                                   "running over the same outputs), 130 on Ctrl-C and 143 on SIGTERM (half-written "
+                                   "files removed, the unfinished jobs marked interrupted in the summary). --box "
+                                   "gives its box to every job that has none of its own.")
     p.add_argument("jobs", help="CSV or JSON-lines jobs file (relative paths are relative to it)")
     p.add_argument("--address", default=None, help="Ray cluster to join (auto, HOST:PORT); default: start Ray here")
     p.add_argument("--cache-dir", default=None, help="avatar cache (default: <outputs folder>/avatar-cache)")

@@ -17,8 +17,9 @@ whose audio and encoder are ready when a clip's last batch frees the GPU), and h
   during a job (killed, out of memory, a crashed driver) is restarted by Ray, its half-written files are removed and
   its jobs (every one it was running) are given to the next free worker, up to ``max_attempts`` times each. A batch
   stopped by Ctrl-C or SIGTERM shuts its workers down, removes their half-written files and writes the summary
-  with the unfinished jobs as ``"interrupted"``. A batch holds a lock on its avatar cache (``batch.lock``) while it
-  runs, so that a second one started over the same outputs is refused instead of making every clip again.
+  with the unfinished jobs as ``"interrupted"``. A batch holds locks on its avatar cache (``batch.lock``) and its
+  outputs folder (``.batch.lock``) while it runs, so that a second one started over the same outputs is refused
+  instead of making every clip again; its summary CSV replaces only an earlier summary.
 - Running the same batch again skips finished outputs. Next to each output a small record
   (``.<name>.batch.json``) holds the fingerprints of what made it: the sizes and SHA-256 of video and audio, the
   settings, the weight files and the output's size. An output counts as finished only when it exists, its record
@@ -145,6 +146,9 @@ def _setting(key: str, value: Any, where: str) -> Any:
             box = ()
         if len(box) != 4:
             raise InputError(f"{where}: box must be four finite numbers x1,y1,x2,y2 in source pixels; got {value!r}.")
+        if not (box[0] < box[2] and box[1] < box[3]):
+            raise InputError(f"{where}: box {value!r} is inverted: x1,y1 is the top-left corner and x2,y2 the "
+                             "bottom-right one, so x1 < x2 and y1 < y2.")
         return box
     default = InferenceConfig.__dataclass_fields__[key].default
     kind = float if isinstance(default, float) else int if key == "batch_size" or isinstance(default, int) else str
@@ -181,6 +185,9 @@ def _job_from_row(row: Mapping[str, Any], base: Path, where: str) -> Job:
         raise InputError(f"{where}: {' and '.join(missing)} missing; every job needs a video and an audio file "
                          "(columns video, audio, output).")
     fixed = {k: row.pop(k) for k in ("name", "video", "audio", "output") if k in row}
+    for key, value in fixed.items():  # a CSV cell is always text; a JSON value may be anything
+        if value is not None and not isinstance(value, (str, os.PathLike)):
+            raise InputError(f"{where}: {key} must be a path as text; got {value!r}.")
     settings_in.update(row)
     unknown = sorted(k for k in settings_in if k not in ROW_SETTINGS)
     if unknown:
@@ -275,6 +282,10 @@ def _check_header(columns: Sequence[str], file_name: str) -> None:
     if "" in names:
         raise InputError(f"{file_name}: the header {','.join(names)!r} has an empty column name (a comma at the end "
                          "of the line, or two in a row); remove it.")
+    lowered = [n.lower() for n in names]
+    twice = sorted({n for n in lowered if lowered.count(n) > 1})
+    if twice:
+        raise InputError(f"{file_name}: the header names {', '.join(twice)} more than once; keep one column each.")
 
 
 def check_jobs(jobs: Iterable[Job | Mapping[str, Any]]) -> list[Job]:
@@ -471,6 +482,8 @@ def check_writable(folders: Iterable[Path]) -> None:
         InputError: A folder that is inside a file, or on read-only storage or not this user's to write in (the
             message names up to three and what to do).
     """
+    import tempfile
+
     bad = []
     for folder in dict.fromkeys(Path(f) for f in folders):
         existing = folder
@@ -479,19 +492,58 @@ def check_writable(folders: Iterable[Path]) -> None:
         if not existing.is_dir():
             bad.append(f"{str(folder)!r} (a file, not a folder)" if existing == folder else
                        f"{str(folder)!r} (inside the file {str(existing)!r})")
-        elif not os.access(existing, os.W_OK | os.X_OK):
+            continue
+        if not os.access(existing, os.W_OK | os.X_OK):
             bad.append(f"{str(folder)!r} (read-only or not yours)" if existing == folder else
                        f"{str(folder)!r} (its folder {str(existing)!r} is read-only or not yours)")
+            continue
+        try:  # what the permission bits do not say (root on /proc or /sys, a read-only bind): the folder is made
+            folder.mkdir(parents=True, exist_ok=True)  # (the batch writes there anyway) and a file tried in it
+            with tempfile.NamedTemporaryFile(dir=folder, prefix=".nbhelpers-write-check-"):
+                pass
+        except OSError as exc:
+            bad.append(f"{str(folder)!r} ({exc.strerror or type(exc).__name__})")
     if bad:
         more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
         raise InputError(f"the batch cannot write in {', '.join(bad[:3])}{more}. Give the outputs (and any "
                          "cache_dir and summary) in folders you can write in.")
 
 
+def check_summary_path(path: Path, job_list: Sequence[Job], jobs_file: Path | None = None) -> None:
+    """Check, before Ray starts, that writing the summary CSV at ``path`` replaces nothing but an earlier summary:
+    not a folder, not the jobs file, not a job's video, audio or output, and not any other file that exists
+    (a file there must begin with the summary's header row).
+
+    Raises:
+        InputError: Naming what ``path`` is and what to give instead.
+    """
+    fix = "give the summary another path (summary=, --summary) or leave it out (<outputs folder>/batch-summary.csv)"
+    if path.is_dir():
+        raise InputError(f"the summary {str(path)!r} is a folder; {fix}.")
+    target = path.resolve()
+    if jobs_file is not None and target == Path(jobs_file).resolve():
+        raise InputError(f"the summary {str(path)!r} is the jobs file: writing it would replace the jobs; {fix}.")
+    for job in job_list:
+        for kind, file in (("video", job.video), ("audio", job.audio), ("output", job.output)):
+            if target == file.resolve():
+                raise InputError(f"the summary {str(path)!r} is job {job.name!r}'s {kind}: writing it would replace "
+                                 f"that file; {fix}.")
+    if path.exists():
+        try:
+            with open(path, encoding="utf-8", newline="") as fh:
+                first = fh.readline().strip()
+        except (OSError, UnicodeDecodeError):
+            first = ""
+        if first != ",".join(SUMMARY_COLUMNS):
+            raise InputError(f"{str(path)!r} exists and is not a batch summary: writing the summary there would "
+                             f"replace it; {fix}.")
+
+
 class _BatchLock:
-    """An exclusive lock on a batch's avatar cache (``<cache>/batch.lock``, ``fcntl.flock``) held for the whole run,
-    so that a second batch started over the same outputs is refused instead of rendering every clip again and
-    removing the first one's files in progress. The file holds who holds it (pid, host, start time) for the
+    """An exclusive lock on a folder of a batch (its avatar cache, ``<cache>/batch.lock``, and its outputs folder,
+    ``<outputs>/.batch.lock``; ``fcntl.flock``) held for the whole run, so that a second batch started over the same
+    outputs (with the same cache or another one) is refused instead of rendering every clip again and removing the
+    first one's files in progress. The file holds who holds it (pid, host, start time) for the
     refusal's message, and stays (removing a lock file races with the next taker). Where ``fcntl`` is missing
     (Windows) or the storage takes no locks (``flock`` fails other than by being held) there is no lock.
 
@@ -499,8 +551,9 @@ class _BatchLock:
         InputError: On entry, when another process holds the lock.
     """
 
-    def __init__(self, cache_path: Path):
-        self.path = Path(cache_path) / "batch.lock"
+    def __init__(self, folder: Path, name: str = "batch.lock", what: str = "the avatar cache"):
+        self.path = Path(folder) / name
+        self.what = what
         self._fh = None
 
     def __enter__(self) -> _BatchLock:
@@ -508,15 +561,19 @@ class _BatchLock:
             import fcntl
         except ImportError:
             return self
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fh = open(self.path, "a+", encoding="utf-8")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fh = open(self.path, "a+", encoding="utf-8")
+        except OSError as exc:
+            raise InputError(f"the batch cannot make its lock {str(self.path)!r} ({exc.strerror or exc}); give the "
+                             "outputs and cache_dir in folders you can write in.") from None
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:  # held by another process
             fh.seek(0)
             holder = fh.read().strip() or "another process"
             fh.close()
-            raise InputError(f"another batch is running over the avatar cache {str(self.path.parent)!r} ({holder}): "
+            raise InputError(f"another batch is running over {self.what} {str(self.path.parent)!r} ({holder}): "
                              "wait for it to end, or give this batch its own outputs and cache_dir. Two batches "
                              "over the same outputs would each make every clip.") from None
         except OSError:  # storage without locks (some network file systems): the batch runs without one
@@ -1200,8 +1257,9 @@ def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], *, weights_
     Raises:
         MissingDependencyError: Ray is not installed (the message gives the install line).
         InputError: The jobs file or a job is malformed, two jobs share an output, an option is invalid, an
-            output, cache or summary folder cannot be written in (:func:`check_writable`), or another batch holds
-            the avatar cache's lock; raised before Ray starts. (A missing or unreadable media file fails only its
+            output, cache or summary folder cannot be written in (:func:`check_writable`), the summary would
+            replace another file (:func:`check_summary_path`), or another batch holds the avatar cache's or the
+            outputs folder's lock; raised before Ray starts. (A missing or unreadable media file fails only its
             job.)
         WeightsError: Weight files are missing.
         KeyboardInterrupt: Ctrl-C (or :class:`~nbhelpers.errors.Terminated`, SIGTERM on the command line): raised
@@ -1229,6 +1287,8 @@ def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], *, weights_
                                                    else outputs_dir / SUMMARY_NAME)
     check_writable([j.output.parent for j in job_list] + [cache_path]
                    + ([summary_path.parent] if summary_path is not None else []))
+    if summary_path is not None:
+        check_summary_path(summary_path, job_list, jobs if isinstance(jobs, (str, os.PathLike)) else None)
     job_configs = {}
     for job in job_list:  # settings are validated before anything starts
         changes = {k: v for k, v in job.settings.items() if k != "box"}
@@ -1239,7 +1299,7 @@ def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], *, weights_
         except InputError as exc:
             raise InputError(f"job {job.name!r}: {exc}") from None
     _require_ray()
-    with _BatchLock(cache_path):
+    with _BatchLock(cache_path), _BatchLock(outputs_dir, ".batch.lock", "the outputs folder"):
         return _run_locked(job_list, config, job_configs, weights_path, cache_path, summary_path, address,
                            cpu_workers, workers_per_gpu, jobs_per_worker, gpus, max_attempts, rerun, _exit_at, t0)
 
@@ -1283,20 +1343,23 @@ def _run_locked(job_list, config, job_configs, weights_path, cache_path, summary
     workers_note = "; ".join(n for n in (workers_note, jobs_note) if n)
     n_gpu_guess = gpus if gpus is not None else (len(free) if free else 1)
     ahead = max(cpu_workers, workers_per_gpu * max(1, n_gpu_guess))
-    if likely_work:
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(1, thread_name_prefix="batch-checks") as pool:
-            probing = pool.submit(_probe_inputs, job_list, fingerprints, check_video, check_audio)
-            try:
-                started = init_ray(address, num_cpus=ahead, num_gpus=gpus if address is None else None)
-            finally:
-                probed = probing.result()  # the probe's own errors (none expected) come after Ray's
-        phases["ray_start"] = time.perf_counter() - t0
-    else:
-        probed = _probe_inputs(job_list, fingerprints, check_video, check_audio)
     outcomes: dict[str, JobOutcome] = {}
+    starting = False
     try:
+        if likely_work:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(1, thread_name_prefix="batch-checks") as pool:
+                probing = pool.submit(_probe_inputs, job_list, fingerprints, check_video, check_audio)
+                try:
+                    starting = True  # a stop during Ray's start still shuts down what it started
+                    started = init_ray(address, num_cpus=ahead, num_gpus=gpus if address is None else None)
+                    starting = False
+                finally:
+                    probed = probing.result()  # the probe's own errors (none expected) come after Ray's
+            phases["ray_start"] = time.perf_counter() - t0
+        else:
+            probed = _probe_inputs(job_list, fingerprints, check_video, check_audio)
         video_errors, audio_infos, video_infos = probed
         inputs_of: dict[str, dict[str, Any]] = {}
         groups: dict[str, _Group] = {}
@@ -1339,7 +1402,9 @@ def _run_locked(job_list, config, job_configs, weights_path, cache_path, summary
         if todo:
             phases["checks"] = time.perf_counter() - t0
             if not likely_work:  # every output had a record, yet some input or setting changed
+                starting = True
                 started = init_ray(address, num_cpus=ahead, num_gpus=gpus if address is None else None)
+                starting = False
                 phases["ray_start"] = time.perf_counter() - t0
             worker_names = _dispatch(job_list, groups, group_of, job_configs, expected_frames, outcomes, inputs_of,
                                      weights_path, config, cpu_workers, workers_per_gpu, jobs_per_worker, gpus,
@@ -1350,8 +1415,8 @@ def _run_locked(job_list, config, job_configs, weights_path, cache_path, summary
             phases.clear()
     except BaseException as exc:  # Ctrl-C, SIGTERM (the command line's), an error: nothing half-made is left
         try:
-            if started:
-                started = False
+            if started or starting:
+                started = starting = False
                 shutdown_ray()  # the workers stop before their partial files are removed
         finally:  # a second Ctrl-C during the shutdown still leaves no partial file
             for job in job_list:
@@ -1726,6 +1791,6 @@ def _dispatch(job_list, groups, group_of, job_configs, expected_frames, outcomes
                 pass
 
 
-__all__ = ["BatchResult", "BatchWorker", "Job", "JobOutcome", "ROW_SETTINGS", "check_jobs", "check_writable",
-           "init_ray", "outputs_folder", "read_jobs", "record_path", "remove_partials", "run", "shutdown_ray",
-           "WAITING_PER_SLOT"]
+__all__ = ["BatchResult", "BatchWorker", "Job", "JobOutcome", "ROW_SETTINGS", "check_jobs", "check_summary_path",
+           "check_writable", "init_ray", "outputs_folder", "read_jobs", "record_path", "remove_partials", "run",
+           "shutdown_ray", "WAITING_PER_SLOT"]

@@ -142,6 +142,9 @@ def test_read_jobs_csv_and_jsonl(tmp_path):
      '00000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000'
      '0000}\n', "batch_size must be a whole number"),
     ('{"video": "a.mp4", "audio": "1.wav", "parsing_mode": 3}\n', "parsing_mode must be text; got 3"),
+    ('{"video": 5, "audio": "1.wav"}\n', "jobs.jsonl line 1: video must be a path as text; got 5"),
+    ("video,audio,output,box\na.mp4,1.wav,o.mp4,\"360,330,190,160\"\n", "box '360,330,190,160' is inverted"),
+    ("video,audio,output,output\na.mp4,1.wav,o.mp4,p.mp4\n", "the header names output more than once"),
 ])
 def test_bad_jobs_files_say_what_is_wrong(tmp_path, text, message):
     from nbhelpers.batch import read_jobs
@@ -318,11 +321,53 @@ def test_a_batch_that_cannot_write_its_outputs_is_refused_before_ray(tmp_path, t
     with pytest.raises(InputError, match=r"cannot write in '[^']*/a-file' \(a file, not a folder\), '[^']*/a-file/avatar-cache' \(inside "
                                          r"the file '[^']*/a-file'\)"):
         batch.run(jobs, weights_dir=tiny_weights)
+    if os.path.isdir("/proc/self"):  # root's permission bits allow /proc, yet no file can be made there
+        jobs = [{"video": "v.mp4", "audio": "a.wav", "output": "/proc/nbh-o.mp4"}]
+        with pytest.raises(InputError, match=r"cannot write in '/proc' \("):
+            batch.run(jobs, weights_dir=tiny_weights, cache_dir=tmp_path / "cache", summary=False)
     if os.access("/proc/sys", os.W_OK):
         pytest.skip("/proc/sys is writable here: no read-only folder to try")
     jobs = [{"video": "v.mp4", "audio": "a.wav", "output": "/proc/sys/nbh-out/o.mp4"}]
     with pytest.raises(InputError, match=r"'/proc/sys/nbh-out' \(its folder '/proc/sys' is read-only or not yours\)"):
         batch.run(jobs, weights_dir=tiny_weights, cache_dir=tmp_path / "cache", summary=False)
+
+
+def test_a_summary_path_that_would_replace_another_file_is_refused_before_ray(tmp_path, tiny_weights, monkeypatch):
+    """A new user's --summary s.wav replaced the job's own audio, and a jobs file saved as batch-summary.csv in the
+    outputs folder was replaced by the summary: a summary replaces only an earlier summary now."""
+    pytest.importorskip("ray")
+    from nbhelpers import batch
+    from nbhelpers.errors import InputError
+
+    monkeypatch.setattr(batch, "init_ray", lambda *a, **k: pytest.fail("Ray started"))
+    (tmp_path / "s.wav").write_bytes(b"RIFF")
+    jobs_file = tmp_path / "batch-summary.csv"
+    jobs_file.write_text("video,audio,output\nv.mp4,s.wav,o.mp4\n")
+    (tmp_path / "notes.txt").write_text("mine")
+    cases = [(tmp_path / "s.wav", "is job 'o''s audio"), (jobs_file, "is the jobs file"),
+             (tmp_path / "o.mp4", "is job 'o''s output"), (tmp_path, "is a folder"),
+             (tmp_path / "notes.txt", "exists and is not a batch summary")]
+    for summary, message in cases:
+        with pytest.raises(InputError, match=message):
+            batch.run(jobs_file, weights_dir=tiny_weights, summary=summary)
+    with pytest.raises(InputError, match="is the jobs file"):  # the default summary path, too
+        batch.run(jobs_file, weights_dir=tiny_weights)
+    assert (tmp_path / "s.wav").read_bytes() == b"RIFF" and (tmp_path / "notes.txt").read_text() == "mine"
+    assert jobs_file.read_text().startswith("video,audio,output")
+
+
+def test_a_second_batch_over_the_same_outputs_with_its_own_cache_is_refused(tmp_path, tiny_weights, monkeypatch):
+    """A new user's second batch over the same outputs with another --cache-dir ran beside the first and removed
+    its file in progress: the outputs folder is locked too."""
+    pytest.importorskip("ray")
+    from nbhelpers import batch
+    from nbhelpers.errors import InputError
+
+    monkeypatch.setattr(batch, "init_ray", lambda *a, **k: pytest.fail("Ray started"))
+    jobs = [{"video": str(tmp_path / "v.mp4"), "audio": str(tmp_path / "a.wav"), "output": str(tmp_path / "o.mp4")}]
+    with batch._BatchLock(tmp_path, ".batch.lock", "the outputs folder"):
+        with pytest.raises(InputError, match=r"another batch is running over the outputs folder"):
+            batch.run(jobs, weights_dir=tiny_weights, cache_dir=tmp_path / "another-cache")
 
 
 def test_a_second_batch_over_the_same_cache_is_refused_while_the_first_runs(tmp_path, tiny_weights, monkeypatch):
@@ -421,7 +466,9 @@ def outputs_in(folder):
 
 
 def hidden_in(folder):
-    return sorted(p.name for p in folder.iterdir() if p.is_file() and p.name.startswith("."))
+    """The hidden files a batch left in ``folder`` besides its outputs folder's lock (``.batch.lock``)."""
+    return sorted(p.name for p in folder.iterdir() if p.is_file() and p.name.startswith(".")
+                  and p.name != ".batch.lock")
 
 
 def frames_of(path, ffmpeg):

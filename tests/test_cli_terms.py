@@ -197,3 +197,13 @@ def test_outputs_of_tiny_weights_from_weights_get_the_noise_notice(tiny_weights,
     assert _tiny_note(str(tmp_path)) == ""
     monkeypatch.setenv("NBHELPERS_WEIGHTS", str(tiny_weights))  # no --weights: the default folder is read
     assert _tiny_note(None) == note
+
+
+def test_an_inverted_box_is_refused_when_the_flag_is_read():
+    """--box=10,10,5,5 went on to fail as "does not fit the frame" after Ray had started; it is refused at once,
+    saying which corner is which."""
+    from nbhelpers.__main__ import _box
+
+    assert _box("190,160,360,330") == (190, 160, 360, 330)
+    with pytest.raises(InputError, match=r"--box=10,10,5,5 is inverted: x1,y1 is the top-left corner"):
+        _box("10,10,5,5")
