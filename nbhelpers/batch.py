@@ -902,6 +902,20 @@ class BatchWorker:
         """``host/pid device``."""
         return self.name
 
+    def close(self) -> int:
+        """Close every avatar this worker holds (their frames on local disk go with them; see
+        :class:`nbhelpers.framestore.FrameStore`); the driver calls it once the batch's jobs are done, before it
+        stops the worker. Returns how many were closed."""
+        with self._lock:
+            avatars = list(self.avatars.values())
+            self.avatars.clear()
+            self._ready.clear()
+        for avatar in avatars:
+            with contextlib.suppress(Exception):  # closing is tidying: a failure must not fail the batch
+                avatar.close()
+        self._mark("closed")
+        return len(avatars)
+
     def progress(self) -> dict[str, int]:
         """``{job name: frames finished so far}`` of the jobs running now."""
         with self._lock:
@@ -1156,6 +1170,14 @@ def _ray_init(ray, **options) -> None:
         if in_main and sigterm is not None:
             with contextlib.suppress(ValueError, OSError, TypeError):
                 signal.signal(signal.SIGTERM, sigterm)
+
+
+def _remove_stale_frames() -> None:
+    """:func:`nbhelpers.framestore.remove_stale_frames` in this machine's temporary folder, never raising."""
+    from .framestore import remove_stale_frames
+
+    with contextlib.suppress(Exception):
+        remove_stale_frames()
 
 
 def shutdown_ray() -> None:
@@ -1427,6 +1449,8 @@ def _run_locked(job_list, config, job_configs, weights_path, cache_path, summary
     finally:
         if started:  # before returning: Ray must be down when the caller next uses it
             shutdown_ray()
+        if address is None:  # the workers ran here: frames a stopped one could not remove go now
+            _remove_stale_frames()
     for job in job_list:
         remove_partials(job.output)
     result = BatchResult(outcomes=tuple(outcomes[j.name] for j in job_list), summary_csv=summary_path,
@@ -1529,6 +1553,34 @@ def _probe_inputs(job_list: Sequence[Job], fingerprints: _Fingerprints, check_vi
             {p: info for p, e, info in video_results if not e})
 
 
+def _cpu_worker_count(asked: int, offered: int, needed: int) -> int:
+    """CPU workers to start: ``asked``, but no more than the ``offered`` CPUs of the Ray cluster, each worker taking
+    one (``num_cpus=1``): Ray would leave the others waiting for a CPU that never frees, and the batch waiting for
+    them (a local Ray offers this machine's cores, :func:`init_ray`). Warns (FallbackWarning) when it gives fewer
+    than the ``needed`` workers (``asked``, or the jobs to run where there are fewer)."""
+    import warnings
+
+    from .errors import FallbackWarning
+
+    count = max(1, min(needed, offered or 1))
+    if count < needed:
+        warnings.warn(f"cpu_workers={asked} is more than the {offered or 1} CPU(s) Ray offers, and each worker takes "
+                      f"one: running {count} worker(s). (Each worker also holds its own models; more workers than "
+                      "cores would only share the cores.)", FallbackWarning, stacklevel=4)
+    return count
+
+
+def _close_workers(ray, actors: list[Any], timeout_s: float = 10.0) -> None:
+    """Ask each worker to close its avatars (:meth:`BatchWorker.close`), so that their frames on its machine's
+    disk are removed before ``ray.kill`` stops it, waiting at most ``timeout_s``. A worker that does not answer is
+    stopped all the same; what it leaves, the next frame store on its machine removes
+    (:func:`nbhelpers.framestore.remove_stale_frames`)."""
+    try:
+        ray.wait([a.close.remote() for a in actors], num_returns=len(actors), timeout=timeout_s)
+    except Exception:  # noqa: BLE001 - tidying must not cost the batch its outcomes
+        pass
+
+
 def _collect_timeline(ray, actors: list[Any], names: list[str], t0: float, timeline: dict) -> None:
     """Each live worker's :meth:`BatchWorker.events`, as seconds since ``t0`` (this process's perf_counter) by the
     wall clock, into ``timeline`` under the worker's name; a worker that does not answer within 5 s is left out."""
@@ -1570,7 +1622,7 @@ def _dispatch(job_list, groups, group_of, job_configs, expected_frames, outcomes
             options = {"num_gpus": 1 / workers_per_gpu, "num_cpus": 0}
             device = "cuda"
         else:
-            n_workers = cpu_workers
+            n_workers = _cpu_worker_count(cpu_workers, int(ray.cluster_resources().get("CPU", 0)), min(todo, cpu_workers))
             options = {"num_cpus": 1}
             device = "cpu"
         n_workers = max(1, min(n_workers, todo))
@@ -1778,6 +1830,7 @@ def _dispatch(job_list, groups, group_of, job_configs, expected_frames, outcomes
                             polls[actors[i].progress.remote()] = i
             phases["jobs_done"] = time.perf_counter() - t0
             _collect_timeline(ray, actors, names, t0, timeline)
+            _close_workers(ray, actors)
             for group in groups.values():  # only when every worker is gone for good
                 if group.queue:
                     group.error = group.error or "no batch worker was left to run it (every worker died)"

@@ -6,10 +6,16 @@ and long clips do not fit in host memory (quirk Q25: the official code holds eve
 network mount such as Google Drive) and maps it back with ``numpy.memmap``, so the operating system pages frames in
 and out as needed. :func:`check_disk_for_frames` says before decoding whether the frames fit; a disk that fills up
 anyway raises :class:`~nbhelpers.errors.DiskSpaceError` and the raw file is removed.
+
+A process that ends without closing its store (killed, ``os._exit``, a Ray worker stopped by ``ray.kill``) cannot
+remove its file. So each store's folder holds a lock (``flock``) for the life of its process, and every new store
+first removes the folders whose lock nobody holds any more (:func:`remove_stale_frames`): frames left behind are
+removed the next time frames are stored, on any machine that shares the temporary folder's kernel.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
@@ -24,6 +30,10 @@ from .constants import FPS
 from .errors import DiskSpaceError
 
 DISK_RESERVE_BYTES = 1 << 30  # left free beside the raw frames (the output file and the system need room too)
+PREFIX = "nbhelpers-frames-"  # a store's own folder in the temporary folder
+LOCK_NAME = "owner.lock"  # held (flock) by the process of the store, released by the kernel when it ends
+NO_LOCK_NAME = "owner.nolock"  # its file system refused the lock: only its own store removes it
+UNLOCKED_AGE_S = 3600.0  # a folder without a lock file (an older version's, or one killed as it was made)
 
 
 class FrameStore:
@@ -42,15 +52,22 @@ class FrameStore:
         self.height = int(height)
         self.width = int(width)
         self._own_dir = directory is None
-        self.directory = Path(directory or tempfile.mkdtemp(prefix="nbhelpers-frames-"))
-        self.directory.mkdir(parents=True, exist_ok=True)
+        lock = None
+        if self._own_dir:
+            with contextlib.suppress(Exception):  # clearing what others left must never stop this store
+                remove_stale_frames()
+            self.directory = Path(tempfile.mkdtemp(prefix=PREFIX))
+            lock = _hold_lock(self.directory)
+        else:
+            self.directory = Path(directory)
+            self.directory.mkdir(parents=True, exist_ok=True)
         self.path = self.directory / "frames.u8"
         self._fh = open(self.path, "wb")  # noqa: SIM115 - closed in finish()
         self._n = 0
         self._array: np.memmap | None = None
         # The raw file is removed by close(), or when the store is garbage-collected, or at interpreter exit:
-        # a forgotten store never leaves gigabytes in the temp folder.
-        self._finalizer = weakref.finalize(self, _remove, self.path, self.directory if self._own_dir else None)
+        # a forgotten store never leaves gigabytes in the temp folder (and a killed process's, the next store).
+        self._finalizer = weakref.finalize(self, _remove, self.path, self.directory if self._own_dir else None, lock)
 
     @property
     def frame_shape(self) -> tuple[int, int, int]:
@@ -174,13 +191,92 @@ def expected_frames(info, default: int) -> int:
     return int(duration * FPS) + 1 if duration else int(default)
 
 
-def _remove(path: Path, own_dir: Path | None) -> None:
+def _remove(path: Path, own_dir: Path | None, lock: int | None = None) -> None:
     try:
         path.unlink()
     except FileNotFoundError:
         pass
     if own_dir is not None:
         shutil.rmtree(own_dir, ignore_errors=True)
+    if lock is not None:
+        with contextlib.suppress(OSError):
+            os.close(lock)
+
+
+def _hold_lock(directory: Path) -> int | None:
+    """Take this process's lock of a new store folder: ``owner.lock``, ``flock``-ed before it gets its name, so that
+    a lock file another process sees is always held while its store lives. Returns the open descriptor (kept
+    until the store is closed; the kernel releases it when the process ends however it ends), or None where the
+    system or its file system has no ``flock``: the folder is then marked ``owner.nolock`` and only its own store
+    removes it, as before locks."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not on Linux or macOS
+        return None
+    making = directory / (LOCK_NAME + ".new")
+    fd = os.open(making, os.O_CREAT | os.O_RDWR, 0o600)  # not inherited by child processes (PEP 446)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.replace(making, directory / LOCK_NAME)
+    except OSError:  # a file system without flock: the folder says so, and no sweep removes it
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.replace(making, directory / NO_LOCK_NAME)
+        return None
+    return fd
+
+
+def remove_stale_frames(folder: str | os.PathLike | None = None, unlocked_age_s: float = UNLOCKED_AGE_S,
+                        ) -> list[Path]:
+    """Remove the frame folders (``nbhelpers-frames-*``) in ``folder`` whose process ended without removing them.
+
+    A folder whose ``owner.lock`` this process can lock has no living owner: no store holds it (a store's process
+    holds the lock for as long as the store is open, see :class:`FrameStore`). A folder without a lock file
+    (made by an older nbhelpers, or a process killed between making it and locking it) is removed once it is
+    older than ``unlocked_age_s``. Folders marked ``owner.nolock`` (their file system has no ``flock``), those of
+    other users, and any that cannot be read are left alone.
+
+    Args:
+        folder: Where to look; None = the system's temporary folder (``TMPDIR``), where stores are made.
+        unlocked_age_s: Age (seconds since the folder last changed) after which a folder without a lock file goes.
+
+    Returns:
+        The folders removed.
+    """
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not on Linux or macOS
+        return []
+    import time
+
+    removed = []
+    for candidate in Path(folder if folder is not None else tempfile.gettempdir()).glob(PREFIX + "*"):
+        try:
+            if not candidate.is_dir() or candidate.is_symlink():
+                continue
+            lock_path = candidate / LOCK_NAME
+            if (candidate / NO_LOCK_NAME).exists():
+                continue
+            if not lock_path.exists():
+                if time.time() - candidate.stat().st_mtime > unlocked_age_s:
+                    shutil.rmtree(candidate)
+                    removed.append(candidate)
+                continue
+            fd = os.open(lock_path, os.O_RDWR)
+        except OSError:  # another user's (mode 0700), gone meanwhile, or not ours to remove
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # held: its store is alive
+            os.close(fd)
+            continue
+        try:  # ours now: no living store holds it, and another sweep cannot take it meanwhile
+            shutil.rmtree(candidate, ignore_errors=True)
+            if not candidate.exists():
+                removed.append(candidate)
+        finally:
+            os.close(fd)
+    return removed
 
 
 def cycle_index(t: int | np.ndarray, n_frames: int) -> int | np.ndarray:

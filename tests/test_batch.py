@@ -12,6 +12,8 @@ import os
 import shutil
 import subprocess
 import sys
+import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -471,6 +473,13 @@ def hidden_in(folder):
                   and p.name != ".batch.lock")
 
 
+def frame_folders():
+    """The frame stores' folders in the temporary folder the batch's workers share with this process."""
+    import tempfile
+
+    return set(Path(tempfile.gettempdir()).glob("nbhelpers-frames-*"))
+
+
 def frames_of(path, ffmpeg):
     raw = subprocess.run([ffmpeg, "-v", "error", "-i", str(path), "-f", "rawvideo", "-pix_fmt", "bgr24", "-"],
                          check=True, capture_output=True).stdout
@@ -585,8 +594,11 @@ def test_a_worker_killed_during_a_job_still_gives_every_output_once(ray_local, m
     videos, audios, _ = media
     jobs = [{"name": f"k{k}", "video": str(videos[k % 2]), "audio": str(audios[k]), "output": str(tmp_path / f"k{k}.mp4"),
              "box": BOX} for k in range(4)]
+    before = frame_folders()
     result = run(jobs, weights_dir=tiny_weights, config=InferenceConfig(device="cpu", batch_size=4), cpu_workers=2,
                  _exit_at={"k2": 3})
+    # the killed worker's frames and those of the workers stopped at the end are removed by the batch's end
+    assert frame_folders() - before == set()
     assert [o.status for o in result.outcomes] == ["done"] * 4, str(result)
     assert [o.attempts for o in result.outcomes] == [1, 1, 2, 1]
     assert outputs_in(tmp_path) == ["batch-summary.csv", "k0.mp4", "k1.mp4", "k2.mp4", "k3.mp4"]
@@ -609,8 +621,10 @@ def test_two_jobs_at_once_per_worker_and_one_killed_still_give_every_output_once
     videos, audios, _ = media
     jobs = [{"name": f"k{k}", "video": str(videos[k % 2]), "audio": str(audios[k]), "output": str(tmp_path / f"k{k}.mp4"),
              "box": BOX} for k in range(4)]
+    before = frame_folders()
     result = run(jobs, weights_dir=tiny_weights, config=InferenceConfig(device="cpu", batch_size=4), cpu_workers=1,
                  jobs_per_worker=2, _exit_at={"k2": 3})
+    assert frame_folders() - before == set()  # no frames left on disk by the killed worker or the closed one
     assert [o.status for o in result.outcomes] == ["done"] * 4, str(result)
     assert result.outcomes[2].attempts == 2 and sum(o.attempts for o in result.outcomes) in (5, 6)
     assert outputs_in(tmp_path) == ["batch-summary.csv", "k0.mp4", "k1.mp4", "k2.mp4", "k3.mp4"]
@@ -621,6 +635,28 @@ def test_two_jobs_at_once_per_worker_and_one_killed_still_give_every_output_once
     # Two of the clips ran at the same time: before the kill (the first two), or after it (the two run again).
     spans = sorted((o.ended_s - o.seconds, o.ended_s) for o in result.outcomes)
     assert any(b[0] < a[1] for a, b in zip(spans, spans[1:], strict=False)), spans
+
+
+def test_more_cpu_workers_than_ray_has_cpus_run_on_the_cpus_it_has(ray_local, media, tiny_weights, tmp_path):
+    """cpu_workers=3 where Ray offers 2 CPUs: each worker takes one, so a third would wait for a CPU for ever (the
+    batch hung there); two workers run the three jobs, with a warning that says so."""
+    from nbhelpers import InferenceConfig
+    from nbhelpers.batch import _cpu_worker_count, run
+    from nbhelpers.errors import FallbackWarning
+
+    assert int(ray_local.cluster_resources()["CPU"]) == 2
+    videos, audios, _ = media
+    jobs = [{"name": f"c{k}", "video": str(videos[0]), "audio": str(audios[k]), "output": str(tmp_path / f"c{k}.mp4"),
+             "box": BOX} for k in range(3)]
+    with pytest.warns(FallbackWarning, match=r"cpu_workers=3 is more than the 2 CPU\(s\) Ray offers.*running 2"):
+        result = run(jobs, weights_dir=tiny_weights, config=InferenceConfig(device="cpu", batch_size=4),
+                     cpu_workers=3)
+    assert [o.status for o in result.outcomes] == ["done"] * 3 and len(result.workers) == 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning where the cores suffice, or where fewer jobs need fewer
+        assert _cpu_worker_count(2, 2, 2) == 2 and _cpu_worker_count(8, 4, 3) == 3
+    with pytest.warns(FallbackWarning):
+        assert _cpu_worker_count(8, 0, 8) == 1  # a cluster that reports no CPU: one worker
 
 
 @pytest.mark.gpu
