@@ -472,8 +472,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache-dir", default=None, help="avatar cache (default: <outputs folder>/avatar-cache)")
     p.add_argument("--summary", default=None, help="summary CSV (default: <outputs folder>/batch-summary.csv)")
     p.add_argument("--cpu-workers", type=int, default=1,
-                   help="CPU workers when there is no GPU (default 1; each holds its own models and the cores are "
-                        "shared out between them)")
+                   help="CPU workers when there is no GPU (default 1; at most one per CPU Ray offers; each holds its "
+                        "own models and the cores are shared out between them)")
     p.add_argument("--workers-per-gpu", type=int, default=None,
                    help="worker processes sharing each GPU (default 1: its jobs share one CUDA context and one "
                         "set of models, the fastest measured)")

@@ -1255,7 +1255,8 @@ def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], *, weights_
         cache_dir: Folder of the avatar cache (default ``<outputs folder>/avatar-cache``; kept between runs).
         summary: CSV of the summary table; None = ``<outputs folder>/batch-summary.csv``; False writes none.
         cpu_workers: CPU workers when Ray offers no GPU (each holds its own models; torch threads are shared
-            out between them).
+            out between them). At most one per CPU Ray offers, each taking one: more are cut to that, with a
+            :class:`~nbhelpers.errors.FallbackWarning`.
         workers_per_gpu: Worker processes sharing each GPU (None: 1). One is the fastest measured: its jobs, in
             threads, share one CUDA context and one set of models, while processes on one GPU time-share it (an
             H200, 20 clips of 10 s, each arm in a fresh process: one worker with two jobs at once 49.4 s, two
