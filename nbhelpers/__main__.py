@@ -403,7 +403,7 @@ def _cmd_batch(args) -> int:
     jobs = batch.read_jobs(args.jobs)
     if args.box:  # --box gives the jobs that set no box of their own one crop box
         jobs = [j if "box" in j.settings else batch.Job(j.name, j.video, j.audio, j.output,
-                                                        {**j.settings, "box": _box(args.box)}) for j in jobs]
+                                                        {**j.settings, "box": _box(args.box)}, j.source) for j in jobs]
     result = batch.run(jobs, weights_dir=args.weights, config=config, address=args.address, cache_dir=args.cache_dir,
                        summary=args.summary, cpu_workers=args.cpu_workers, workers_per_gpu=args.workers_per_gpu,
                        jobs_per_worker=args.jobs_per_worker, gpus=args.gpus, max_attempts=args.max_attempts, rerun=args.rerun)

@@ -109,6 +109,8 @@ class Job:
         output: The MP4 to write.
         settings: Per-job settings (see :data:`ROW_SETTINGS`): InferenceConfig fields such as ``bbox_shift`` or
             ``extra_margin``, and ``box`` = ``(x1, y1, x2, y2)`` in source pixels to skip face detection.
+        source: Where the job was read (``"jobs.csv line 4"``; empty for jobs made in Python): messages about its
+            settings name it.
     """
 
     name: str
@@ -116,6 +118,7 @@ class Job:
     audio: Path
     output: Path
     settings: Mapping[str, Any] = field(default_factory=dict)
+    source: str = field(default="", compare=False)  # where it was read ("jobs.csv line 4"), for messages
 
 
 def _setting(key: str, value: Any, where: str) -> Any:
@@ -154,7 +157,7 @@ def _setting(key: str, value: Any, where: str) -> Any:
     kind = float if isinstance(default, float) else int if key == "batch_size" or isinstance(default, int) else str
     if kind is str:
         if not isinstance(value, str):
-            raise InputError(f"{where}: {key} must be text; got {value!r}.")
+            raise InputError(f"{where}, setting {key}: must be text; got {value!r}.")
         return value.strip()
     what = "a whole number" if kind is int else "a number"
     number = None
@@ -162,8 +165,25 @@ def _setting(key: str, value: Any, where: str) -> Any:
         with contextlib.suppress(ValueError, OverflowError):  # "twelve"; an int beyond a float's range
             number = float(value)
     if number is None or not math.isfinite(number) or (kind is int and not number.is_integer()):
-        raise InputError(f"{where}: {key} must be {what}; got {value!r}.")
+        raise InputError(f"{where}, setting {key}: must be {what}; got {value!r}.")
     return int(number) if kind is int else number
+
+
+def _setting_error(job: Job, config: Any, changes: Mapping[str, Any], exc: InputError) -> str:
+    """The message of a job whose settings ``config`` refuses (a value out of its range), naming where the job was
+    read and the setting at fault (``jobs.csv line 4 (job 'o10'), setting extra_margin: must be between ...``):
+    each of the job's own settings is tried alone, the first one refused is named; a refusal of the settings
+    together (or of the batch's own ``config``) keeps the whole message."""
+    label = f"{job.source} (job {job.name!r})" if job.source else f"job {job.name!r}"
+    for key, value in changes.items():
+        if key not in job.settings:
+            continue
+        try:
+            config.replace(**{key: value})
+        except InputError as alone:
+            text = str(alone)
+            return f"{label}, setting {key}: {text[len(key) + 1:] if text.startswith(key + ' ') else text}"
+    return f"{label}: {exc}"
 
 
 def _clean_path(path: Path) -> Path:
@@ -204,7 +224,7 @@ def _job_from_row(row: Mapping[str, Any], base: Path, where: str) -> Job:
     if output.suffix.lower() != ".mp4":
         raise InputError(f"{where}: output must end in .mp4; got {str(output)!r}.")
     name = str(fixed.get("name") or "").strip() or output.stem
-    return Job(name=name, video=video, audio=audio, output=output, settings=settings)
+    return Job(name=name, video=video, audio=audio, output=output, settings=settings, source=where)
 
 
 def read_jobs(path: str | os.PathLike) -> list[Job]:
@@ -300,7 +320,7 @@ def check_jobs(jobs: Iterable[Job | Mapping[str, Any]]) -> list[Job]:
     for k, job in enumerate(jobs):
         if isinstance(job, Job):
             paths = [_clean_path(Path(os.fspath(p)).expanduser()) for p in (job.video, job.audio, job.output)]
-            out.append(job if paths == [job.video, job.audio, job.output] else Job(job.name, *paths, job.settings))
+            out.append(job if paths == [job.video, job.audio, job.output] else Job(job.name, *paths, job.settings, job.source))
         elif isinstance(job, Mapping):
             out.append(_job_from_row(job, Path.cwd(), f"job {k}"))
         else:
@@ -313,7 +333,7 @@ def check_jobs(jobs: Iterable[Job | Mapping[str, Any]]) -> list[Job]:
             name = f"{job.name}-{n}"
         names.add(name)
         if name != job.name:
-            out[k] = Job(name, job.video, job.audio, job.output, job.settings)
+            out[k] = Job(name, job.video, job.audio, job.output, job.settings, job.source)
 
     def label(k: int) -> str:
         return f"job {k + 1} ({out[k].name!r})"
@@ -1320,7 +1340,7 @@ def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], *, weights_
         try:
             job_configs[job.name] = config.replace(**changes)
         except InputError as exc:
-            raise InputError(f"job {job.name!r}: {exc}") from None
+            raise InputError(_setting_error(job, config, changes, exc)) from None
     _require_ray()
     with _BatchLock(cache_path), _BatchLock(outputs_dir, ".batch.lock", "the outputs folder"):
         return _run_locked(job_list, config, job_configs, weights_path, cache_path, summary_path, address,

@@ -113,9 +113,9 @@ def test_read_jobs_csv_and_jsonl(tmp_path):
     ("video,audio,output,colour\na.mp4,1.wav,o.mp4,red\n", "unknown column(s) colour"),
     ("video,audio,output\na.mp4,,o.mp4\n", "audio missing"),
     ("video,audio,output\na.mp4,1.wav,o.mov\n", "output must end in .mp4"),
-    ("video,audio,output,bbox_shift\na.mp4,1.wav,o.mp4,up\n", "bbox_shift must be a whole number; got 'up'"),
-    ("video,audio,output,extra_margin\na.mp4,1.wav,o.mp4,2.5\n", "extra_margin must be a whole number; got '2.5'"),
-    ("video,audio,output,blur_ratio\na.mp4,1.wav,o.mp4,nan\n", "blur_ratio must be a number; got 'nan'"),
+    ("video,audio,output,bbox_shift\na.mp4,1.wav,o.mp4,up\n", "setting bbox_shift: must be a whole number; got 'up'"),
+    ("video,audio,output,extra_margin\na.mp4,1.wav,o.mp4,2.5\n", "setting extra_margin: must be a whole number; got '2.5'"),
+    ("video,audio,output,blur_ratio\na.mp4,1.wav,o.mp4,nan\n", "setting blur_ratio: must be a number; got 'nan'"),
     ("video,audio,output,box\na.mp4,1.wav,o.mp4,\"1,2,3\"\n", "box must be four finite numbers"),
     ("video,audio,output,box\na.mp4,1.wav,o.mp4,\"inf,2,3,4\"\n", "box must be four finite numbers"),
     ("video,audio,output,box\na.mp4,1.wav,o.mp4,\"1e999,2,3,4\"\n", "box must be four finite numbers"),
@@ -134,16 +134,16 @@ def test_read_jobs_csv_and_jsonl(tmp_path):
     ('{"video": "a.mp4", "audio": "1.wav", "settings": "bbox_shift=5"}\n', "settings must be an object of setting "
                                                                             "names and values"),
     ('{"video": "a.mp4", "audio": "1.wav", "settings": [5]}\n', "settings must be an object"),
-    ('{"video": "a.mp4", "audio": "1.wav", "extra_margin": [1]}\n', "extra_margin must be a whole number; got [1]"),
-    ('{"video": "a.mp4", "audio": "1.wav", "extra_margin": 2.5}\n', "extra_margin must be a whole number; got 2.5"),
-    ('{"video": "a.mp4", "audio": "1.wav", "bbox_shift": true}\n', "bbox_shift must be a whole number; got True"),
-    ('{"video": "a.mp4", "audio": "1.wav", "bbox_shift": 1e400}\n', "bbox_shift must be a whole number; got inf"),
+    ('{"video": "a.mp4", "audio": "1.wav", "extra_margin": [1]}\n', "setting extra_margin: must be a whole number; got [1]"),
+    ('{"video": "a.mp4", "audio": "1.wav", "extra_margin": 2.5}\n', "setting extra_margin: must be a whole number; got 2.5"),
+    ('{"video": "a.mp4", "audio": "1.wav", "bbox_shift": true}\n', "setting bbox_shift: must be a whole number; got True"),
+    ('{"video": "a.mp4", "audio": "1.wav", "bbox_shift": 1e400}\n', "setting bbox_shift: must be a whole number; got inf"),
     ('{"video": "a.mp4", "audio": "1.wav", "batch_size": 10000000000000000000000000000000000000000000000000000000'
      '00000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000'
      '00000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000'
      '00000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000'
-     '0000}\n', "batch_size must be a whole number"),
-    ('{"video": "a.mp4", "audio": "1.wav", "parsing_mode": 3}\n', "parsing_mode must be text; got 3"),
+     '0000}\n', "jobs.jsonl line 1, setting batch_size: must be a whole number"),
+    ('{"video": "a.mp4", "audio": "1.wav", "parsing_mode": 3}\n', "setting parsing_mode: must be text; got 3"),
     ('{"video": 5, "audio": "1.wav"}\n', "jobs.jsonl line 1: video must be a path as text; got 5"),
     ("video,audio,output,box\na.mp4,1.wav,o.mp4,\"360,330,190,160\"\n", "box '360,330,190,160' is inverted"),
     ("video,audio,output,output\na.mp4,1.wav,o.mp4,p.mp4\n", "the header names output more than once"),

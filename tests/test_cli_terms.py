@@ -207,3 +207,19 @@ def test_an_inverted_box_is_refused_when_the_flag_is_read():
     assert _box("190,160,360,330") == (190, 160, 360, 330)
     with pytest.raises(InputError, match=r"--box=10,10,5,5 is inverted: x1,y1 is the top-left corner"):
         _box("10,10,5,5")
+
+
+def test_a_batch_setting_out_of_range_names_its_line_and_setting_not_a_flag(tiny_weights, tmp_path):
+    """extra_margin 500 in a jobs file's row: the message names the file's line, the job and the setting (the
+    trial's batch said `job 'o2': --extra-margin must be ...`, a flag the user never typed), before Ray starts;
+    the same value as a flag is still named as the flag."""
+    (tmp_path / "jobs.csv").write_text("# two jobs\nvideo,audio,output,extra_margin\na.mp4,1.wav,o1.mp4,12\n"
+                                       "a.mp4,2.wav,o2.mp4,500\n")
+    proc = cli("batch", tmp_path / "jobs.csv", "--weights", tiny_weights, "--device", "cpu")
+    assert proc.returncode == 2, proc.stderr
+    assert ("jobs.csv line 4 (job 'o2'), setting extra_margin: must be between 0 and 200 pixels; got 500."
+            in proc.stderr), proc.stderr
+    assert "--extra-margin" not in proc.stderr and "Traceback" not in proc.stderr
+    assert_cli_words(proc.stderr)
+    flag = cli("batch", tmp_path / "jobs.csv", "--weights", tiny_weights, "--device", "cpu", "--bbox-shift", "999")
+    assert flag.returncode == 2 and "--bbox-shift must be between -200 and 200 pixels; got 999" in flag.stderr
