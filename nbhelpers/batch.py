@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import InputError, MissingDependencyError, NbHelpersError
+from .errors import FallbackWarning, InputError, MissingDependencyError, NbHelpersError
 
 RECORD_FORMAT = 1  # bump when the output record's fields change (older records then make their outputs again)
 HINT_FORMAT = 1  # bump when the input-failure hint's fields change (older hints are then ignored)
@@ -1580,8 +1580,6 @@ def _cpu_worker_count(asked: int, offered: int, needed: int) -> int:
     them (a local Ray offers this machine's cores, :func:`init_ray`). Warns (FallbackWarning) when it gives fewer
     than the ``needed`` workers (``asked``, or the jobs to run where there are fewer)."""
     import warnings
-
-    from .errors import FallbackWarning
 
     count = max(1, min(needed, offered or 1))
     if count < needed:
