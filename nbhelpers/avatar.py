@@ -578,7 +578,7 @@ class Avatar:
                           no_face_frames=self.n_frames - self.n_faces, fps=FPS,
                           duration_s=len(waveform) / SAMPLE_RATE, config=clip_config, backend=self.backend or "cache",
                           timings=dict(timings.seconds), wall_s=time.perf_counter() - t0, kind="avatar",
-                          notes=self._pipeline()._notes())
+                          notes=self._pipeline()._notes((w, h) if final is not None else None))
 
     def stream(self, audio: str | os.PathLike | np.ndarray) -> Iterator[np.ndarray]:
         """Yield the finished (H, W, 3) uint8 BGR frames of one clip, in order, as they are made (no file)."""

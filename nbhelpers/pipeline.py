@@ -856,7 +856,7 @@ class MuseTalkPipeline:
         return ClipResult(output=final, n_frames=n_out, source_frames=track.n_frames, no_face_frames=track.n_no_face,
                           fps=FPS, duration_s=len(waveform) / SAMPLE_RATE, config=job.config, backend=track.backend,
                           timings=dict(timings.seconds), wall_s=time.perf_counter() - t0, kind="lipsync",
-                          notes=self._notes(),
+                          notes=self._notes((store.width, store.height) if final is not None else None),
                           stats={f"peak_gib_{k}": round(v, 3) for k, v in (timings.peak_gib or {}).items()})
 
     def preview(self, video: str | os.PathLike, *, config: InferenceConfig | None = None, boxes: Any = None,
@@ -997,10 +997,14 @@ class MuseTalkPipeline:
     def __exit__(self, *exc) -> None:
         self.release()
 
-    def _notes(self) -> tuple[str, ...]:
-        from . import weights
+    def _notes(self, size: tuple[int, int] | None = None) -> tuple[str, ...]:
+        """The notes of a clip's summary: random test weights, and (``size`` = the frames' width, height) frames
+        padded to an even size by the writer (:func:`nbhelpers.media.padded_size_note`)."""
+        from . import media, weights
 
-        return ("(random test weights: the mouth is noise)",) if weights.is_tiny(self.weights_dir) else ()
+        notes = ["(random test weights: the mouth is noise)"] if weights.is_tiny(self.weights_dir) else []
+        padded = media.padded_size_note(*size) if size is not None else None
+        return tuple(notes + ([padded] if padded else []))
 
     def _gpu_gib(self) -> float | None:
         import torch

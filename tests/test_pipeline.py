@@ -99,6 +99,7 @@ def test_lipsync_end_to_end_real_media(tiny_weights, short_face_clip, speech_2s,
     assert result.source_frames == 40 and result.no_face_frames == 0
     info = media.probe(out)
     assert (info.width, info.height) == (576, 768)
+    assert "frames written as" not in result.summary()  # even sizes: no padding note
     assert info.fps == 25
     decoded = _frames_of(out, ffmpeg, 576, 768)
     assert len(decoded) == expected_frames
@@ -122,6 +123,24 @@ def test_lipsync_end_to_end_real_media(tiny_weights, short_face_clip, speech_2s,
             assert xs.min() >= 150 and xs.max() <= 420 and ys.max() <= 420, f"frame {t}: change outside the face"
     assert changed_any, "no frame was repainted"
     assert result.timings and "generate" in result.timings
+
+
+def test_an_odd_sized_video_is_written_one_pixel_larger_and_the_summary_says_so(tiny_weights, shared_data,
+                                                                                make_media, tmp_path):
+    """A 577x769 face video (the real one, cropped): the file is 578x770 (yuv420p needs even sizes), the source
+    pixels unscaled, and the clip's summary names both sizes (a new user found the size changed silently)."""
+    from nbhelpers import InferenceConfig, lipsync, media
+
+    odd = make_media("face-odd.mp4", "-i", str(shared_data / "face-sing-576x768-25fps.mp4"), "-frames:v", "4",
+                     "-vf", "format=yuv444p,pad=577:769", "-an", "-c:v", "libx264", "-pix_fmt", "yuv444p", "-crf", "0")
+    audio = make_media("speech-0.2s.wav", "-i", str(shared_data / "speech-en-short.wav"), "-t", "0.2")
+    result = lipsync(odd, audio, tmp_path / "odd.mp4", config=InferenceConfig(batch_size=4, device="cpu"),
+                     boxes=(190, 160, 360, 330), weights_dir=tiny_weights)
+    info = media.probe(result.output)
+    assert (info.width, info.height) == (578, 770)
+    assert "(577x769 frames written as 578x770: one black column/row added" in result.summary()
+    assert media.padded_size_note(576, 768) is None and media.padded_size_note(577, 768).startswith(
+        "(577x768 frames written as 578x768:")
 
 
 @pytest.mark.slow

@@ -127,6 +127,7 @@ from .writer import (
     convert_to_25fps,
     demo_inputs,
     nvenc_probe,
+    padded_size_note,
 )
 
 __all__ = [
@@ -144,6 +145,7 @@ __all__ = [
     "ffmpeg_exe",
     "ffmpeg_version",
     "nvenc_probe",
+    "padded_size_note",
     "frames_at",
     "load_audio",
     "load_video",

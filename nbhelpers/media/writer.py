@@ -81,6 +81,18 @@ class EncoderChoice:
     reason: str = ""
 
 
+def padded_size_note(width: int, height: int) -> str | None:
+    """The note a clip's summary gives when :class:`VideoWriter` pads its frames: ``None`` for an even
+    ``width`` x ``height`` (pixels), else what the file's size is and why (``"(577x769 frames written as 578x770:
+    ..."``). H.264 in yuv420p stores colour at half resolution, so both sizes must be even; the writer adds one
+    black column at the right and/or one row at the bottom and never scales the frames."""
+    if not (int(width) % 2 or int(height) % 2):
+        return None
+    padded = f"{int(width) + int(width) % 2}x{int(height) + int(height) % 2}"
+    return (f"({width}x{height} frames written as {padded}: one black column/row added at the right/bottom, since "
+            "H.264 in yuv420p needs even sizes; crop the source to an even size to avoid it)")
+
+
 def nvenc_probe(ffmpeg: str | None = None, timeout: float = 30.0) -> tuple[bool, str]:
     """Whether ``h264_nvenc`` really encodes with this ffmpeg here: one 256x256 black frame, encoded to nothing.
 
