@@ -36,9 +36,33 @@ class FFmpegError(MediaError):
         self.returncode = returncode
         self.stderr_tail = stderr_tail
         full = message
+        stopped = _stop_signal_note(returncode)
+        if stopped:
+            full += " " + stopped
         if stderr_tail:
             full += "\n--- ffmpeg said ---\n" + stderr_tail.rstrip()
         super().__init__(full)
+
+
+def _stop_signal_note(returncode: int | None) -> str:
+    """What an ffmpeg exit status says about a signal: a negative one is the signal that ended it (Python's
+    ``Popen.returncode``), 255 is what ffmpeg returns after it caught SIGINT or SIGTERM and stopped
+    (fftools/ffmpeg.c: ``received_nb_signals ? 255 : ...``). Its own last lines then often blame an input it was
+    opening when the signal came, while the files are fine."""
+    import signal
+
+    if returncode is None or not (returncode < 0 or returncode == 255):
+        return ""
+    if returncode < 0:
+        try:
+            how = f"by {signal.Signals(-returncode).name}"
+        except ValueError:
+            how = f"by signal {-returncode}"
+    else:
+        how = "by a signal (exit status 255)"
+    return (f"ffmpeg was stopped {how}, not by a problem with the files: a Ctrl-C, kill or timeout sent to its "
+            "process group (this process may ignore it, as a background job of a script does) interrupted it; run "
+            "the job again.")
 
 
 class WeightsError(NbHelpersError):

@@ -669,6 +669,34 @@ def test_writer_video_only_and_odd_size(tmp_path):
     assert luma[51:, :].mean() < 20 and luma[:, 67:].mean() < 20  # the added row/column is black (chroma bleeds)
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+@pytest.mark.parametrize("frames_first", [0, 5])
+def test_an_encoder_stopped_by_a_signal_is_said_to_be_so_not_blamed_on_the_files(shared_data, tmp_path,
+                                                                                   frames_first):
+    """A SIGINT to the process group that this process ignores (a script's background job) stops only ffmpeg: a new
+    user got an error blaming the audio file it was opening. The error now says a signal stopped it, by name when
+    ffmpeg died of it (returncode -2, at its start) or by ffmpeg's exit status 255 when it caught it (later),
+    and no file is left."""
+    import signal
+    import time
+
+    writer = media.VideoWriter(tmp_path / "out.mp4", 64, 48, audio=shared_data / "speech-en-short.wav")
+    with pytest.raises(FFmpegError) as caught:
+        with writer:
+            if frames_first:
+                writer.write(_colour_frames(frames_first, 48, 64))
+                time.sleep(0.5)  # ffmpeg has opened its inputs and installed its own signal handlers
+            writer._proc.popen.send_signal(signal.SIGINT)
+            for _ in range(200):  # until the broken pipe
+                writer.write(_colour_frames(5, 48, 64))
+                time.sleep(0.01)
+    rc = caught.value.returncode
+    assert rc in (-signal.SIGINT, 255), rc
+    said = "by SIGINT" if rc < 0 else "by a signal (exit status 255)"
+    assert f"ffmpeg was stopped {said}, not by a problem with the files" in str(caught.value)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_writer_abort_on_exception_leaves_nothing(tmp_path):
     out = tmp_path / "never.mp4"
     with pytest.raises(RuntimeError, match="boom"):
