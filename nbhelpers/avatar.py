@@ -44,7 +44,7 @@ import numpy as np
 from . import __version__
 from .config import InferenceConfig
 from .constants import FPS, SAMPLE_RATE
-from .errors import CacheError, FFmpegError, InputError
+from .errors import CacheError, FFmpegError, InputError, NoFaceError
 from .framestore import FrameStore
 from .result import ClipResult
 
@@ -752,7 +752,14 @@ def prepare_avatar(video: str | os.PathLike, directory: str | os.PathLike, *, co
     from .engine import Timings, flush_denormals
     from .framestore import check_disk_for_frames, expected_frames
     from .latents import encode_frames
-    from .pipeline import MuseTalkPipeline, check_boxes, check_video, check_weights_dir, given_boxes
+    from .pipeline import (
+        MuseTalkPipeline,
+        check_boxes,
+        check_video,
+        check_weights_dir,
+        given_boxes,
+        no_face_in_rotated_video,
+    )
 
     config = config or InferenceConfig()
     boxes = given_boxes(boxes)  # a list holding one box is that box (and the same cache key)
@@ -804,8 +811,11 @@ def prepare_avatar(video: str | os.PathLike, directory: str | os.PathLike, *, co
         with timings.stage("frames"):
             detector = ("auto" if config.landmark_backend == "boxes"
                         else pipe.landmarks(backend or run_config.landmark_backend))
-            track = faces.track(store.tee(reader), backend=detector, config=config, boxes=boxes,
-                                weights_dir=weights_path)
+            try:
+                track = faces.track(store.tee(reader), backend=detector, config=config, boxes=boxes,
+                                    weights_dir=weights_path)
+            except NoFaceError as exc:
+                raise no_face_in_rotated_video(exc, video_info) from None
             store.finish()
             reader.close()
         run_config = pipe.plan("avatar", run_config, len(store), store.frame_shape[:2])

@@ -41,7 +41,7 @@ import numpy as np
 from .config import InferenceConfig
 from .constants import FPS, SAMPLE_RATE
 from .engine import FRAMES_ON_GPU_FRACTION, SourceFaces, Timings, flush_denormals
-from .errors import InputError, MediaError, NbHelpersError
+from .errors import InputError, MediaError, NbHelpersError, NoFaceError
 from .framestore import FrameStore, output_frame_count
 from .result import ClipResult
 
@@ -232,6 +232,23 @@ def given_boxes(boxes: Any) -> Any:
     one = single_box(boxes)
     return one if one is not None else boxes
 
+
+
+def no_face_in_rotated_video(exc: Exception, video_info: Any) -> Exception:
+    """``exc`` (a :class:`~nbhelpers.errors.NoFaceError`) with a note when the video carries a rotation tag: its
+    frames are turned upright as a player shows them (:mod:`nbhelpers.media.video`), so a face stored upright in a
+    wrongly tagged file lies on its side. Returns ``exc`` itself for an untagged video or another error.
+
+    Args:
+        exc: The error the face tracking raised.
+        video_info: The video's :class:`~nbhelpers.media.MediaInfo` (its ``rotation``, clockwise degrees).
+    """
+    rotation = int(getattr(video_info, "rotation", 0) or 0)
+    if not isinstance(exc, NoFaceError) or not rotation:
+        return exc
+    return NoFaceError(f"{exc} The video is tagged to be shown turned {rotation} degrees clockwise, and its frames "
+                       "were turned so: if the face lies on its side when the video is played, the tag is wrong; "
+                       "correct it (ffmpeg's -display_rotation input option) or give the crop box yourself.")
 
 def check_boxes(boxes: Any, video: Any, video_info: Any = None) -> Any:
     """Check crop boxes given by hand against the face video before any frame is decoded or any model loads.
@@ -848,6 +865,8 @@ class MuseTalkPipeline:
                     finish = time.perf_counter()
                 timings.add("encoder_finish", time.perf_counter() - finish)
                 final = Path(writer.path) if hasattr(writer, "path") else output_path
+        except NoFaceError as exc:
+            raise no_face_in_rotated_video(exc, video_info) from None
         finally:
             job.close()
             reader.close()

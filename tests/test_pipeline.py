@@ -671,3 +671,30 @@ def test_warm_up_on_cuda_runs_the_models_a_batch_worker_loads(tiny_weights, shar
         avatar.close()
         pipe.release()
     np.testing.assert_array_equal(frames["threaded"], frames["serial"])
+
+
+def test_no_face_in_a_video_tagged_as_rotated_says_its_frames_were_turned(tiny_weights, shared_data, make_media,
+                                                                           tmp_path):
+    """A new user's video tagged to be shown turned 90 degrees failed with the plain no-face message; the frames
+    are turned upright as a player shows them, which is what to check. Both the offline job and an avatar's
+    preparation say so (no face here: every per-frame box is None), an untagged video keeps the plain message."""
+    from nbhelpers import InferenceConfig, lipsync, media, prepare_avatar
+    from nbhelpers.errors import NoFaceError
+
+    src = str(shared_data / "face-sing-576x768-25fps.mp4")
+    plain = make_media("face-3f.mp4", "-i", src, "-frames:v", "3", "-an", "-c:v", "libx264", "-pix_fmt", "yuv420p")
+    rotated = make_media("face-3f-rot90.mp4", "-display_rotation", "90", "-i", str(plain), "-c", "copy")
+    assert media.probe(rotated).rotation in (90, 270) and media.probe(plain).rotation == 0
+    audio = make_media("speech-0.12s.wav", "-i", str(shared_data / "speech-en-short.wav"), "-t", "0.12")
+    cfg = InferenceConfig(batch_size=4, device="cpu")
+    for video, tagged in ((rotated, True), (plain, False)):
+        n = 3
+        with pytest.raises(NoFaceError) as offline:
+            lipsync(video, audio, tmp_path / "o.mp4", config=cfg, boxes=[None] * n, weights_dir=tiny_weights)
+        with pytest.raises(NoFaceError) as avatar:
+            prepare_avatar(video, tmp_path / "avatar", config=cfg, boxes=[None] * n, weights_dir=tiny_weights)
+        for caught in (offline, avatar):
+            text = str(caught.value)
+            assert text.startswith("no face found in any of the 3 frames")
+            assert ("The video is tagged to be shown turned" in text) == tagged, text
+    assert not (tmp_path / "o.mp4").exists()
