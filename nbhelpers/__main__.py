@@ -419,8 +419,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("lipsync", help="lip-sync a face video or photo to a speech file")
-    p.add_argument("video")
-    p.add_argument("audio")
+    p.add_argument("video", help="face video (any frame rate: read at 25 fps) or a photo (PNG, JPEG, ...)")
+    p.add_argument("audio", help="speech file (WAV, MP3, M4A, FLAC, or a video's sound track)")
     p.add_argument("-o", "--output", default=None, help="output .mp4 (default results/<video>_<audio>.mp4)")
     _add_settings(p)
     p.set_defaults(func=_cmd_lipsync)
@@ -435,19 +435,27 @@ def build_parser() -> argparse.ArgumentParser:
     _add_settings(p)
     p.set_defaults(func=_cmd_demo)
 
+    from .weights import DEFAULT_SETS, SETS
+
+    sets = ", ".join(SETS)
     p = sub.add_parser("download", help="download the weights")
-    p.add_argument("--sets", nargs="*", default=None, help="weight sets (default: the v1.5 inference set)")
-    p.add_argument("--weights", default=None)
+    p.add_argument("--sets", nargs="*", default=None,
+                   help=f"weight sets, of: {sets} (default: {' '.join(DEFAULT_SETS)}, the v1.5 inference set)")
+    p.add_argument("--weights", default=None, help="weights folder (default: $NBHELPERS_WEIGHTS, else ~/.cache/musetalk-workbook/models)")
     p.set_defaults(func=_cmd_download)
 
     p = sub.add_parser("verify", help="check the weights folder")
-    p.add_argument("--weights", default=None)
+    p.add_argument("--weights", default=None, help="weights folder (default: $NBHELPERS_WEIGHTS, else ~/.cache/musetalk-workbook/models)")
     p.add_argument("--sets", nargs="*", default=None,
-                   help="weight sets to check (default: the download default; e.g. core parsing for dlib users)")
+                   help=f"weight sets to check, of: {sets} (default: the download default; e.g. core parsing for "
+                        "dlib users)")
     p.add_argument("--deep", action="store_true", help="also hash files whose sha256 is known (slow for the UNet)")
     p.set_defaults(func=_cmd_verify)
 
-    p = sub.add_parser("report", help="GPU report and the planner's choice")
+    p = sub.add_parser("report", help="GPU report and the planner's choice",
+                       description="Print this machine's GPU (or CPU) report: device, free memory, precision, and "
+                                   "the batch size and fp16 choice the planner makes for a job here. Reads no "
+                                   "weights and starts no model.")
     p.set_defaults(func=_cmd_report)
 
     p = sub.add_parser("score", help="is a clip in sync? the mouth-audio lag (no weights) and SyncNet's LSE-D/LSE-C "
