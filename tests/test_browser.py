@@ -36,6 +36,7 @@ packages that cannot be installed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -392,8 +393,13 @@ def browser_and_server(request, tmp_path_factory, shots_dir):
             overlay.with_name(f".complete-{overlay.name}").unlink(missing_ok=True)
 
 
-def _widget_labels(page: Page, cell) -> list[str]:
-    return [t.strip() for t in cell.locator(".widget-label").all_text_contents()]
+def _widget_labels(page: Page, cell, timeout_s: float = 60) -> list[str]:
+    """The labels of the widgets in ``cell``, once the front end has drawn them: it draws widget views after the
+    kernel has answered, and on a loaded machine that came after the snapshot (a CI run read no label at all)."""
+    labels = cell.locator(".widget-label")
+    with contextlib.suppress(Exception):  # none drawn in time: the caller's assertion says what is missing
+        labels.first.wait_for(state="attached", timeout=timeout_s * 1000)
+    return [t.strip() for t in labels.all_text_contents()]
 
 
 def test_lipsync_notebook_in_the_browser(browser_and_server, shots_dir):
