@@ -395,8 +395,13 @@ class VideoWriter:
                 self._proc.popen.wait(timeout=_KILL_WAIT_S)
             except subprocess.TimeoutExpired:
                 pass  # it closed its input but keeps running: abort() below kills it
+            ended = ""
+            if self._proc.popen.returncode == 0:  # no error of its own: something outside stopped it
+                ended = (" It ended with exit status 0 before it had every frame: it was stopped from outside (a "
+                         "signal to its process group, such as a Ctrl-C this process ignores as a script's "
+                         "background job), not by a problem with the files; run the job again.")
             error = self._proc.error(f"ffmpeg stopped while frames were being written to {str(self.path)!r} "
-                                     f"({self.frames_written} frames written; {type(exc).__name__}).")
+                                     f"({self.frames_written} frames written; {type(exc).__name__}).{ended}")
             self.abort()
             raise error from exc
         self.frames_written += len(arr)
