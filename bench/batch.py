@@ -28,6 +28,7 @@ The figures go to ``--out`` as JSON, rewritten after every arm (and every call o
     python bench/batch.py --workers-per-gpu 0,3,4 --skip-loop       # the batch's choice, then 3 and 4 per GPU
     python bench/batch.py --jobs-per-worker 1,2                     # one job at a time per worker, then two
     python bench/batch.py --loop fresh,in-process                  # the loop in a fresh process and in this one
+    python bench/batch.py --bytecode off,auto,off,auto             # the workers' shared bytecode cache off and on
 
 On the GPU machine: ``bash bench/device_batch.sh`` (Ray and the other missing packages carried as xz tarballs).
 Ray must be importable (``pip install "ray>=2.10"``).

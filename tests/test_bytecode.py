@@ -157,7 +157,7 @@ def test_ray_workers_read_and_write_the_shared_cache(tmp_path):
     root = tmp_path / "site"
     pkg = fake_package(root)
     cache = tmp_path / "cache"
-    script = textwrap.dedent(f"""
+    script = textwrap.dedent("""
         import os, sys, ray
         from nbhelpers import batch, bytecode
         bytecode.PACKAGES = ("fakepkg",)
