@@ -339,9 +339,12 @@ def check_state_dict(model: nn.Module, state_dict: Mapping[str, Any], path: str 
 # attribute access; two threads doing that at once can see a half-initialised package (diffusers 0.39: "Failed to
 # import diffusers.models.unets.unet_2d_condition ... 'diffusers.models.unets'") when a pipeline loads its models
 # in several threads (a batch worker's preload beside its jobs), and loading a model can import more of them.
-# Class lookups and the libraries' model construction take this lock; reading the weights files into place
-# (load_unet's state dict) and moving models to the device do not.
-_IMPORT_LOCK = threading.RLock()
+# Class lookups and the libraries' model construction take this lock, and a pipeline's every model load holds it
+# from start to end (MuseTalkPipeline._get): no two models are built at once in this process, since diffusers'
+# from_pretrained, where accelerate is installed, replaces torch.nn.Module.register_parameter process-wide while it
+# builds (accelerate's init_empty_weights), and a module built in another thread meanwhile gets meta parameters.
+LOAD_LOCK = threading.RLock()
+_IMPORT_LOCK = LOAD_LOCK
 
 
 def _library_class(module: str, name: str, install: str):

@@ -29,7 +29,6 @@ from __future__ import annotations
 import functools
 import html
 import os
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -427,8 +426,6 @@ class MuseTalkPipeline:
         self.dtype = torch.float16 if config.fp16 else torch.float32
         self._loaded: dict[str, Any] = {}
         self._checked: dict[str, tuple[int, int]] = {}  # weight file -> (size, mtime_ns) when last found usable
-        self._load_locks: dict[str, threading.Lock] = {}  # one per component: threads load each model once
-        self._locks_lock = threading.Lock()
 
     # -- construction --------------------------------------------------------------------------------------------
 
@@ -524,11 +521,24 @@ class MuseTalkPipeline:
     # -- the models, loaded on first use ---------------------------------------------------------------------------
 
     def _get(self, name: str, load: Callable[[], Any]) -> Any:
+        """The loaded model ``name``, loaded by ``load()`` on first use.
+
+        Every load in the process, of any model and any pipeline, holds :data:`nbhelpers.models.LOAD_LOCK` from
+        start to end: a thread asking for a model another one is loading waits for that load, and no two models
+        are built at once. Building at once is not safe: where accelerate is installed (Colab, the GPU machine's
+        image), diffusers' ``from_pretrained`` builds the model under accelerate's ``init_empty_weights``, which
+        replaces ``torch.nn.Module.register_parameter`` for the whole process while it runs
+        (``accelerate/big_modeling.py``, ``init_on_device``), so a module built in another thread meanwhile gets
+        parameters on the meta device ("Cannot copy out of meta tensor" when it is moved). Measured on the
+        development machine with accelerate 1.x: 16,340 of 151,338 ``nn.Linear`` built in a second thread during
+        20 s of VAE and whisper loads had meta weights; a batch worker restarted after a crash failed a job so on
+        the GPU machine (its preload thread and a job's thread loading at once).
+        """
+        from .models import LOAD_LOCK
+
         if name in self._loaded:
             return self._loaded[name]
-        with self._locks_lock:
-            lock = self._load_locks.setdefault(name, threading.Lock())
-        with lock:  # a second thread asking for the same model waits for the first one's load
+        with LOAD_LOCK:
             if name not in self._loaded:
                 with flush_denormals(self.device):
                     self._loaded[name] = load()

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -188,6 +189,55 @@ def test_preload_from_several_threads_loads_each_model_once(tiny_weights, monkey
     unet = pipe.unet
     pipe.preload("avatar")  # everything is there: nothing loads again
     assert pipe.unet is unet and sum(calls.values()) == 3
+
+
+def test_no_model_is_built_while_another_thread_loads_one(tiny_weights, monkeypatch):
+    """A VAE load stands in for diffusers' from_pretrained with accelerate installed: while it runs, every
+    parameter registered anywhere in the process goes to the meta device (accelerate's init_empty_weights replaces
+    torch.nn.Module.register_parameter so). A second thread asks for the face parser meanwhile: it must wait for
+    the load and get real weights, equal to those of a parser built alone."""
+    import threading
+
+    import torch
+
+    from nbhelpers import models
+    from nbhelpers.parsing import FaceParser
+    from nbhelpers.pipeline import MuseTalkPipeline
+
+    pipe = MuseTalkPipeline.from_pretrained(tiny_weights, device="cpu")
+    inside, asked = threading.Event(), threading.Event()
+    real_register = torch.nn.Module.register_parameter
+
+    def to_meta(module, name, param):
+        if param is not None:
+            param = torch.nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
+        real_register(module, name, param)
+
+    def patched_vae(*args, **kwargs):
+        torch.nn.Module.register_parameter = to_meta
+        try:
+            inside.set()
+            asked.wait(10)
+            time.sleep(0.3)  # the other thread, were it not waiting, builds its parser now
+            return "vae"
+        finally:
+            torch.nn.Module.register_parameter = real_register
+
+    monkeypatch.setattr(models, "load_vae", patched_vae)
+    loader = threading.Thread(target=lambda: pipe.vae)
+    loader.start()
+    assert inside.wait(10)
+    got = []
+    asker = threading.Thread(target=lambda: got.append(pipe.face_parser))
+    asker.start()
+    asked.set()
+    loader.join(20)
+    asker.join(60)
+    alone = FaceParser(tiny_weights, device="cpu")
+    params = dict(got[0].net.named_parameters())
+    assert params and all(p.device.type == "cpu" for p in params.values())
+    for name, ref in alone.net.named_parameters():
+        assert torch.equal(params[name], ref), name
 
 
 def test_warm_up_checks_its_batch_and_does_nothing_on_the_cpu(tiny_weights):
