@@ -22,9 +22,10 @@ seconds later then finds them compiled. With fewer CPUs the workers fill the cac
 find it filled.
 
 The folder (default ``$XDG_CACHE_HOME/musetalk-workbook/bytecode-v1``, i.e. ``~/.cache/...``) must belong to this
-user and be writable by nobody else, since what it holds is run; it is emptied when it grows over
-:data:`CAP_BYTES`, and not used where less than :data:`MIN_FREE_BYTES` is free. ``NBHELPERS_BYTECODE_CACHE=0``
-turns all of this off; a path there is used as the folder.
+user and be writable by nobody else, since what it holds is run, and be empty or tagged as ours (a
+``CACHEDIR.TAG``, which backup tools also heed), so that a folder of other files is never used or emptied; it is
+emptied when it grows over :data:`CAP_BYTES`, and not used where less than :data:`MIN_FREE_BYTES` is free.
+``NBHELPERS_BYTECODE_CACHE=0`` turns all of this off; a path there is used as the folder.
 """
 
 from __future__ import annotations
@@ -63,6 +64,13 @@ PACKAGES = ("ray", "google", "torch", "sympy", "scipy", "diffusers", "transforme
 PACKAGE_SKIP = r"(.*[\\/])?tests?[\\/]"
 STDLIB_SKIP = r"(site-packages|dist-packages|test|idlelib|turtledemo|lib2to3|ensurepip|tkinter)[\\/]"
 _OFF = {"0", "off", "false", "no"}
+# The folder's tag (the Cache Directory Tagging Specification, bford.info/cachedir: a file CACHEDIR.TAG whose first 43
+# bytes are this signature; backup tools such as GNU tar --exclude-caches skip the folder), with a line of ours: only
+# a folder that holds it, or an empty one, is used, and only such a folder is ever emptied.
+TAG_NAME = "CACHEDIR.TAG"
+TAG_TEXT = ("Signature: 8a477f597d28d172789f06886806bc55\n"
+            "# This file is a cache directory tag created by nbhelpers (the bytecode cache of its Ray batches).\n"
+            "# For information about cache directory tags, see: https://bford.info/cachedir/\n")
 
 _warmups: list[subprocess.Popen] = []
 _warmups_lock = threading.Lock()
@@ -144,8 +152,10 @@ def _python_writes_bytecode() -> bool:
 def folder_problem(folder: Path) -> str:
     """Why ``folder`` may not hold bytecode that other processes will run, or "" when it may.
 
-    It is made (mode 0700) where missing; it must be a folder of this user that nobody else can write to, with at
-    least :data:`MIN_FREE_BYTES` free. Where it holds more than :data:`CAP_BYTES`, it is emptied first."""
+    It is made (mode 0700) where missing; it must be a folder of this user that nobody else can write to, either
+    empty (it is then tagged, :data:`TAG_NAME`) or tagged by nbhelpers already, so that a folder of other files
+    named by mistake is never used or emptied, with at least :data:`MIN_FREE_BYTES` free. Where it holds more than
+    :data:`CAP_BYTES`, it is emptied first (its tag kept)."""
     try:
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         st = folder.stat()
@@ -157,8 +167,21 @@ def folder_problem(folder: Path) -> str:
         return f"{folder} belongs to another user"
     if st.st_mode & 0o022:
         return f"{folder} can be written by other users (mode {st.st_mode & 0o777:o})"
+    tag = folder / TAG_NAME
+    try:
+        ours = tag.is_file() and not tag.is_symlink() and tag.read_text(errors="replace") == TAG_TEXT
+        if not ours and not any(folder.iterdir()):
+            tag.write_text(TAG_TEXT)
+            ours = True
+    except OSError as exc:
+        return f"{folder} could not be read or tagged ({exc.strerror or exc})"
+    if not ours:
+        return (f"{folder} holds other files and no {TAG_NAME} of nbhelpers; give {SWITCH} an empty or new "
+                f"folder")
     if _tree_bytes(folder) > CAP_BYTES:
         for child in folder.iterdir():
+            if child.name == TAG_NAME:
+                continue
             with contextlib.suppress(OSError):
                 shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
     try:

@@ -123,17 +123,28 @@ def test_a_cache_folder_others_can_write_to_or_on_a_full_disk_is_not_used(pkg_ro
     assert the_plan.folder is None and "GiB free, less than" in the_plan.reason
 
 
-def test_a_cache_over_its_cap_is_emptied_first(tmp_path, monkeypatch):
+def test_a_cache_over_its_cap_is_emptied_first_and_a_folder_of_other_files_is_never_used(tmp_path, monkeypatch):
     folder = tmp_path / "cache"
-    (folder / "a" / "b").mkdir(parents=True, mode=0o700)
+    folder.mkdir(mode=0o700)
     folder.chmod(0o700)
+    assert bytecode.folder_problem(folder) == ""  # empty: tagged, then used
+    tag = (folder / "CACHEDIR.TAG").read_bytes()
+    assert tag[:43] == b"Signature: 8a477f597d28d172789f06886806bc55"  # bford.info/cachedir, version 0.6
+    (folder / "a" / "b").mkdir(parents=True)
     (folder / "a" / "b" / "x.pyc").write_bytes(b"\0" * 5000)
     (folder / "warmed-1").write_text("")
     monkeypatch.setattr(bytecode, "CAP_BYTES", 4000)
     assert bytecode.folder_problem(folder) == ""
-    assert folder.is_dir() and list(folder.iterdir()) == []
+    assert sorted(p.name for p in folder.iterdir()) == ["CACHEDIR.TAG"]
     (folder / "small.pyc").write_bytes(b"\0" * 100)
     assert bytecode.folder_problem(folder) == "" and (folder / "small.pyc").exists()  # under the cap: kept
+    mine = tmp_path / "my-project"  # NBHELPERS_BYTECODE_CACHE set to a folder of one's own files, by mistake
+    mine.mkdir(mode=0o700)
+    mine.chmod(0o700)
+    (mine / "thesis.tex").write_bytes(b"\0" * 5000)
+    problem = bytecode.folder_problem(mine)
+    assert "holds other files and no CACHEDIR.TAG of nbhelpers" in problem
+    assert sorted(p.name for p in mine.iterdir()) == ["thesis.tex"]  # nothing emptied, nothing tagged
 
 
 def test_the_environment_holds_the_prefix_only_while_ray_starts(pkg_root, tmp_path, monkeypatch):
