@@ -8,13 +8,15 @@ compiles again what it imports: a batch worker imports about 3,600 modules (76 M
 diffusers, transformers, Ray), which took it 13-18 s on the project's GPU machine, an image of that kind
 (bench/RESULTS.md, sessions of 2026-12-02 and 2026-12-03), while the single process of a loop pays it once.
 
-Where that is so (:func:`plan`), a local batch gives Ray's processes one cache to share: ``PYTHONPYCACHEPREFIX``
+Where that is so for torch (:func:`plan`; the rule is torch's, the largest, since with a prefix Python passes over
+every ``__pycache__``, torch's included), a local batch gives Ray's processes one cache to share: ``PYTHONPYCACHEPREFIX``
 points them at a folder of ours, so they read and write bytecode there and never in the packages' own folders
 (Python's documentation, "PYTHONPYCACHEPREFIX": "Python will write .pyc files in a mirror directory tree at this
 path, instead of in __pycache__ directories within the source tree"). ``PYTHONDONTWRITEBYTECODE`` is dropped for
 them only, so that they write into that folder; this process and the packages' folders are left as they are.
 Python checks every cached file against its source (its modification time and size, recorded in the ``.pyc``
-header: PEP 552) before using it, so an upgraded package is compiled again, not run stale.
+header: PEP 552) before using it; each environment (its Python and the versions of torch, diffusers, transformers,
+Ray and a few more) also gets a tree of its own, so an upgrade that kept its files' times is not run stale.
 
 On a machine with at least :data:`MIN_WARM_CPUS` CPUs, the packages a worker imports are also compiled ahead in
 parallel (``compileall``, all CPUs but two) while Ray starts, once per installed version: a worker that starts
@@ -25,7 +27,9 @@ The folder (default ``$XDG_CACHE_HOME/musetalk-workbook/bytecode-v1``, i.e. ``~/
 user and be writable by nobody else, since what it holds is run, and be empty or tagged as ours (a
 ``CACHEDIR.TAG``, which backup tools also heed), so that a folder of other files is never used or emptied; it is
 emptied when it grows over :data:`CAP_BYTES`, and not used where less than :data:`MIN_FREE_BYTES` is free.
-``NBHELPERS_BYTECODE_CACHE=0`` turns all of this off; a path there is used as the folder.
+The folders above it must not let another user replace it (each of this user or root, writable by nobody else
+unless sticky, as ``/tmp``). ``NBHELPERS_BYTECODE_CACHE=0`` turns all of this off; a path there is used as the
+folder. On Windows, where ``os.stat`` reports every folder as writable by all, it is never used.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SWITCH = "NBHELPERS_BYTECODE_CACHE"
-FOLDER_NAME = "bytecode-v1"  # the layout's version: Python's own (``PYTHONPYCACHEPREFIX``'s mirror tree)
+FOLDER_NAME = "bytecode-v2"  # v2: tagged, one mirror tree (``PYTHONPYCACHEPREFIX``'s) per environment
 CAP_BYTES = 2 * 2**30  # what one full warm-up writes is about 0.3 GB (torch, transformers, diffusers, Ray, scipy, sympy)
 MIN_FREE_BYTES = 2 * 2**30
 MIN_WARM_CPUS = 4  # with fewer, a compile ahead would take the CPUs Ray's start and the first worker need
@@ -64,6 +68,7 @@ PACKAGES = ("ray", "google", "torch", "sympy", "scipy", "diffusers", "transforme
 PACKAGE_SKIP = r"(.*[\\/])?tests?[\\/]"
 STDLIB_SKIP = r"(site-packages|dist-packages|test|idlelib|turtledemo|lib2to3|ensurepip|tkinter)[\\/]"
 _OFF = {"0", "off", "false", "no"}
+_ON = {"1", "on", "true", "yes", "auto"}  # the default folder, as with the variable unset
 # The folder's tag (the Cache Directory Tagging Specification, bford.info/cachedir: a file CACHEDIR.TAG whose first 43
 # bytes are this signature; backup tools such as GNU tar --exclude-caches skip the folder), with a line of ours: only
 # a folder that holds it, or an empty one, is used, and only such a folder is ever emptied.
@@ -81,7 +86,8 @@ class Plan:
     """What :func:`plan` decided.
 
     Attributes:
-        folder: The cache folder Ray's processes are given, or None when none is used.
+        folder: The mirror tree Ray's processes are given (``PYTHONPYCACHEPREFIX``), this environment's under the
+            tagged cache folder (:func:`default_folder`), or None when none is used.
         reason: Why, in a sentence (shown in the batch's summary and its docstring's terms).
         missing: The packages found without bytecode that Python may not write beside them.
         warm_dirs: The folders to compile ahead in the order a worker imports them, the standard library's after
@@ -97,23 +103,32 @@ class Plan:
 
 
 def default_folder() -> Path:
-    """``$NBHELPERS_BYTECODE_CACHE`` when it names a folder, else ``$XDG_CACHE_HOME/musetalk-workbook/bytecode-v1``
-    (``~/.cache/musetalk-workbook/bytecode-v1``), beside the weights' default folder
-    (:func:`nbhelpers.weights.default_dir`)."""
+    """``$NBHELPERS_BYTECODE_CACHE`` when it names a folder, else ``$XDG_CACHE_HOME/musetalk-workbook/bytecode-v2``
+    (``~/.cache/musetalk-workbook/bytecode-v2``; a relative ``XDG_CACHE_HOME`` is ignored, as the XDG Base
+    Directory Specification says), beside the weights' default folder (:func:`nbhelpers.weights.default_dir`).
+    Always absolute: Ray's processes may run in other working folders."""
     chosen = os.environ.get(SWITCH, "").strip()
-    if chosen and chosen.lower() not in _OFF:
-        return Path(chosen).expanduser()
+    if chosen and chosen.lower() not in _OFF | _ON:
+        return Path(os.path.abspath(Path(chosen).expanduser()))
     cache = os.environ.get("XDG_CACHE_HOME", "").strip()
-    base = Path(cache).expanduser() if cache else Path.home() / ".cache"
-    return base / "musetalk-workbook" / FOLDER_NAME
+    base = Path(cache).expanduser() if cache and os.path.isabs(os.path.expanduser(cache)) else Path.home() / ".cache"
+    return Path(os.path.abspath(base / "musetalk-workbook" / FOLDER_NAME))
 
 
 def usable_cpus() -> int:
-    """The CPUs this process may run on (its affinity where the platform has one, as ``taskset`` sets it)."""
+    """The CPUs this process may use: its affinity where the platform has one (as ``taskset`` sets it), at most
+    a cgroup v2 CPU quota (``/sys/fs/cgroup/cpu.max``, as ``docker --cpus`` sets it)."""
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        cpus = max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
+        cpus = max(1, os.cpu_count() or 1)
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota != "max":
+            cpus = min(cpus, max(1, int(int(quota) // int(period))))
+    except (OSError, ValueError):
+        pass
+    return cpus
 
 
 def _package_folders(name: str) -> tuple[Path | None, tuple[Path, ...]]:
@@ -133,20 +148,38 @@ def _package_folders(name: str) -> tuple[Path | None, tuple[Path, ...]]:
 
 
 def _without_bytecode(origin: Path) -> bool:
-    """True where ``origin`` has no ``.pyc`` beside it (``__pycache__``) and Python will not write one there."""
-    try:
-        beside = Path(importlib.util.cache_from_source(str(origin)))
-    except NotImplementedError:  # an interpreter without bytecode caching: nothing to share
+    """True where ``origin`` has no ``.pyc`` beside it (``__pycache__``) and Ray's processes will not write one
+    there."""
+    tag = sys.implementation.cache_tag
+    if tag is None:  # an interpreter without bytecode caching: nothing to share
         return False
-    if beside.is_file():
+    if (origin.parent / "__pycache__" / f"{origin.stem}.{tag}.pyc").is_file():
         return False
     return not _python_writes_bytecode() or not os.access(origin.parent, os.W_OK)
 
 
 def _python_writes_bytecode() -> bool:
-    """Whether Python writes bytecode beside the sources it compiles here (``PYTHONDONTWRITEBYTECODE``, ``-B``);
-    Ray's processes inherit the setting."""
-    return not sys.flags.dont_write_bytecode
+    """Whether the processes Ray starts write bytecode beside the sources they compile: they inherit this
+    process's environment (``PYTHONDONTWRITEBYTECODE``), not its command-line flags (``-B``)."""
+    return not os.environ.get("PYTHONDONTWRITEBYTECODE")
+
+
+def _safe_ancestors(folder: Path) -> str:
+    """Why a folder above ``folder`` would let another user replace it, or "": each must belong to this user or
+    root and be writable by nobody else, unless it has the sticky bit (as ``/tmp``), as OpenSSH's StrictModes
+    checks a user's files."""
+    if not hasattr(os, "getuid"):
+        return ""
+    for parent in folder.parents:
+        try:
+            st = parent.stat()
+        except OSError as exc:
+            return f"{parent} could not be read ({exc.strerror or exc})"
+        if st.st_uid not in (0, os.getuid()):
+            return f"{parent}, above it, belongs to another user"
+        if st.st_mode & 0o022 and not st.st_mode & 0o1000:
+            return f"{parent}, above it, can be written by other users (mode {st.st_mode & 0o777:o})"
+    return ""
 
 
 def folder_problem(folder: Path) -> str:
@@ -158,9 +191,13 @@ def folder_problem(folder: Path) -> str:
     :data:`CAP_BYTES`, it is emptied first (its tag kept)."""
     try:
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        folder = Path(os.path.realpath(folder))
         st = folder.stat()
     except OSError as exc:
         return f"{folder} could not be made ({exc.strerror or exc})"
+    above = _safe_ancestors(folder)
+    if above:
+        return above
     if not folder.is_dir():
         return f"{folder} is not a folder"
     if hasattr(os, "getuid") and st.st_uid != os.getuid():
@@ -202,6 +239,25 @@ def _tree_bytes(folder: Path) -> int:
     return total
 
 
+_HEAVY = ("torch", "ray")  # the packages whose bytecode decides, the largest first (see PACKAGES)
+_STAMPED = ("torch", "diffusers", "transformers", "ray", "numpy", "scipy", "sympy", "huggingface_hub")
+
+
+def _environment_stamp() -> str:
+    """A name for this environment's mirror tree: its Python and the versions of its main distributions. An
+    upgrade of one of them gets a new tree, so bytecode of the old sources is never checked against new ones
+    by their modification time alone (an installer may keep a file's time and size); old trees go at the cap."""
+    import importlib.metadata
+
+    versions = []
+    for dist in _STAMPED:
+        try:
+            versions.append((dist, importlib.metadata.version(dist)))
+        except Exception:  # noqa: BLE001 - absent or unreadable metadata: the name alone
+            versions.append((dist, ""))
+    return hashlib.sha256(repr((sys.version, sys.prefix, sys.executable, versions)).encode()).hexdigest()[:16]
+
+
 def plan(cpus: int | None = None, packages: Sequence[str] | None = None) -> Plan:
     """Decide whether the processes of a local Ray start share a bytecode cache, and what to compile ahead.
 
@@ -217,22 +273,33 @@ def plan(cpus: int | None = None, packages: Sequence[str] | None = None) -> Plan
     """
     if os.environ.get(SWITCH, "").strip().lower() in _OFF:
         return Plan(None, f"turned off by {SWITCH}={os.environ[SWITCH].strip()}")
-    if sys.pycache_prefix:
-        return Plan(None, f"PYTHONPYCACHEPREFIX is set ({sys.pycache_prefix}); Ray's processes use it")
+    if os.environ.get("PYTHONPYCACHEPREFIX"):
+        return Plan(None, f"PYTHONPYCACHEPREFIX is set ({os.environ['PYTHONPYCACHEPREFIX']}); Ray's processes use it")
     packages = PACKAGES if packages is None else tuple(packages)
     found = {name: _package_folders(name) for name in packages}
     origins = {name: origin for name, (origin, _) in found.items() if origin is not None}
     missing = tuple(name for name, origin in origins.items() if _without_bytecode(origin))
     if not missing:
-        return Plan(None, "the installed packages have their bytecode")
-    folder = default_folder()
-    problem = folder_problem(folder)
+        return Plan(None, "the installed packages have their bytecode, or Ray's processes write it beside them")
+    heaviest = next((n for n in _HEAVY if n in origins), None)
+    if heaviest is not None and heaviest not in missing:
+        # with a prefix, Python reads no __pycache__ at all: torch's own bytecode would be passed over
+        return Plan(None, f"{heaviest} has its bytecode ({', '.join(missing[:4])} not), which a shared cache would "
+                          "have Python pass over", missing)
+    root = default_folder()
+    problem = folder_problem(root)
     if problem:
         return Plan(None, f"{', '.join(missing[:4])}{' and others' if len(missing) > 4 else ''} have no bytecode, "
                           f"but {problem}", missing)
+    root = Path(os.path.realpath(root))
+    folder = root / f"env-{_environment_stamp()}"
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+    except OSError as exc:
+        return Plan(None, f"{folder} could not be made ({exc.strerror or exc})", missing)
     cpus = usable_cpus() if cpus is None else int(cpus)
-    stamp = hashlib.sha256(repr((sys.version, sys.executable, sorted(
-        (name, str(o), o.stat().st_mtime_ns) for name, o in origins.items()))).encode()).hexdigest()[:16]
+    stamp = hashlib.sha256(repr(sorted(
+        (name, str(o), o.stat().st_mtime_ns) for name, o in origins.items())).encode()).hexdigest()[:16]
     marker = folder / f"warmed-{stamp}"
     warm: tuple[Path, ...] = ()
     if cpus >= MIN_WARM_CPUS and not marker.exists():
@@ -255,11 +322,20 @@ def plan(cpus: int | None = None, packages: Sequence[str] | None = None) -> Plan
 # (py2 samples). The bytecode is checked by timestamp, as Python's own caching does, even where SOURCE_DATE_EPOCH
 # would make py_compile hash the sources. The pool's processes are forked, so they keep this one's pycache_prefix;
 # where there is no fork, the files are compiled here one after another. The marker records the seconds and counts.
+# A lock file (flock) keeps a second compile ahead of the same tree, another batch's, from running beside it.
 _WARM_SCRIPT = """
 import compileall, functools, json, multiprocessing, os, py_compile, re, sys, time
 from concurrent.futures import ProcessPoolExecutor
 t0 = time.monotonic()
 folders, marker, workers = json.loads(sys.argv[1])
+try:  # one compile ahead at a time in a folder: another process's batch may be compiling it already
+    import fcntl
+    lock = open(os.path.join(os.path.dirname(marker), "warmup.lock"), "a")
+    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+except ImportError:
+    pass
+except OSError:
+    sys.exit(0)
 files = []
 for folder, skip in folders:
     rx = re.compile(skip)
@@ -289,6 +365,9 @@ def start_warmup(the_plan: Plan, cpus: int | None = None) -> subprocess.Popen | 
     to compile. The process is never waited on by the batch (:func:`reap` collects it); its output is dropped."""
     if the_plan.folder is None or not the_plan.warm_dirs:
         return None
+    with _warmups_lock:
+        if any(proc.poll() is None for proc in _warmups):  # this process's earlier one is still compiling
+            return None
     import json
 
     cpus = usable_cpus() if cpus is None else int(cpus)
@@ -298,7 +377,7 @@ def start_warmup(the_plan: Plan, cpus: int | None = None) -> subprocess.Popen | 
     try:
         proc = subprocess.Popen([sys.executable, "-I", "-X", f"pycache_prefix={the_plan.folder}", "-c",
                                  _WARM_SCRIPT, args], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
+                                stderr=subprocess.DEVNULL, start_new_session=True)
     except OSError:
         return None
     with _warmups_lock:
@@ -308,12 +387,19 @@ def start_warmup(the_plan: Plan, cpus: int | None = None) -> subprocess.Popen | 
 
 def reap(stop: bool = False) -> None:
     """Collect the compile-ahead processes that have ended; with ``stop``, end those still running first (a
-    stopped batch). A process stopped half-way leaves only complete files (and at most one temporary one)."""
+    stopped batch): the process and its pool, which run in a session of their own (SIGTERM to its process group).
+    Bytecode is written atomically, so a stop leaves complete files and at most a temporary file per process of
+    the pool."""
+    import signal
+
     with _warmups_lock:
         for proc in list(_warmups):
             if stop and proc.poll() is None:
                 with contextlib.suppress(OSError):
-                    proc.terminate()
+                    if hasattr(os, "killpg"):
+                        os.killpg(proc.pid, signal.SIGTERM)
+                    else:
+                        proc.terminate()
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=5)
             if proc.poll() is not None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import importlib.resources
 import importlib.util
 import json
@@ -339,12 +340,25 @@ def check_state_dict(model: nn.Module, state_dict: Mapping[str, Any], path: str 
 # attribute access; two threads doing that at once can see a half-initialised package (diffusers 0.39: "Failed to
 # import diffusers.models.unets.unet_2d_condition ... 'diffusers.models.unets'") when a pipeline loads its models
 # in several threads (a batch worker's preload beside its jobs), and loading a model can import more of them.
-# Class lookups and the libraries' model construction take this lock, and a pipeline's every model load holds it
-# from start to end (MuseTalkPipeline._get): no two models are built at once in this process, since diffusers'
-# from_pretrained, where accelerate is installed, replaces torch.nn.Module.register_parameter process-wide while it
-# builds (accelerate's init_empty_weights), and a module built in another thread meanwhile gets meta parameters.
+# Class lookups take this lock, and every model load of nbhelpers holds it from start to end (load_unet, load_vae,
+# load_whisper, load_feature_extractor, FaceParser, faces.get_backend, MuseTalkPipeline._get): no two of our models
+# are built at once in this process, since diffusers' from_pretrained, where accelerate is installed, replaces
+# torch.nn.Module.register_parameter process-wide while it builds (accelerate's init_empty_weights), and a module
+# built or assigned its weights in another thread meanwhile gets meta parameters. Models a program builds itself,
+# or a landmark backend's own lazy loads at its first call, are not covered.
 LOAD_LOCK = threading.RLock()
 _IMPORT_LOCK = LOAD_LOCK
+
+
+def _one_load_at_a_time(load):
+    """``load`` run under :data:`LOAD_LOCK`, from its start to its end (building, weights assigned, moved)."""
+
+    @functools.wraps(load)
+    def serialized(*args, **kwargs):
+        with LOAD_LOCK:
+            return load(*args, **kwargs)
+
+    return serialized
 
 
 def _library_class(module: str, name: str, install: str):
@@ -414,6 +428,7 @@ def _finish(model: nn.Module, device: str | torch.device, dtype: torch.dtype) ->
     return model
 
 
+@_one_load_at_a_time
 def load_unet(weights_dir: str | os.PathLike | None = None, version: str = "v15", device: str | torch.device = "cpu",
               dtype: torch.dtype = torch.float32) -> nn.Module:
     """Load the MuseTalk UNet strictly from ``<weights_dir>/musetalkV15/{musetalk.json, unet.pth}`` (v15) or
@@ -496,6 +511,7 @@ def _loading_problems(info: Mapping[str, Any] | None, path: Path, what: str) -> 
                               f"not the official one: delete it and download it again with {_FIX}.")
 
 
+@_one_load_at_a_time
 def load_vae(weights_dir: str | os.PathLike | None = None, device: str | torch.device = "cpu",
              dtype: torch.dtype = torch.float32) -> nn.Module:
     """Load sd-vae-ft-mse (diffusers ``AutoencoderKL``) from ``<weights_dir>/sd-vae`` with no network.
@@ -539,6 +555,7 @@ def load_vae(weights_dir: str | os.PathLike | None = None, device: str | torch.d
     return _finish(vae, device, dtype)
 
 
+@_one_load_at_a_time
 def load_whisper(weights_dir: str | os.PathLike | None = None, device: str | torch.device = "cpu",
                  dtype: torch.dtype = torch.float32) -> nn.Module:
     """Load whisper-tiny (transformers ``WhisperModel``) from ``<weights_dir>/whisper`` with no network.
@@ -586,6 +603,7 @@ def load_whisper(weights_dir: str | os.PathLike | None = None, device: str | tor
     return _finish(model, device, dtype)
 
 
+@_one_load_at_a_time
 def load_feature_extractor(weights_dir: str | os.PathLike | None = None) -> Any:
     """Load the ``WhisperFeatureExtractor`` from ``<weights_dir>/whisper/preprocessor_config.json`` (no network).
 

@@ -632,7 +632,10 @@ class FaceParser:
             self.dtype = torch.float32
         self.batch_size = batch_size
         self.path = bisenet_path(weights)
-        self.net = load_bisenet(self.path, self.device, self.dtype)
+        from .models import LOAD_LOCK
+
+        with LOAD_LOCK:  # one model built at a time in the process (nbhelpers.models.LOAD_LOCK)
+            self.net = load_bisenet(self.path, self.device, self.dtype)
 
     def __repr__(self) -> str:
         return f"FaceParser({str(self.path)!r}, device={str(self.device)!r}, dtype={self.dtype})"

@@ -523,9 +523,9 @@ class MuseTalkPipeline:
     def _get(self, name: str, load: Callable[[], Any]) -> Any:
         """The loaded model ``name``, loaded by ``load()`` on first use.
 
-        Every load in the process, of any model and any pipeline, holds :data:`nbhelpers.models.LOAD_LOCK` from
-        start to end: a thread asking for a model another one is loading waits for that load, and no two models
-        are built at once. Building at once is not safe: where accelerate is installed (Colab, the GPU machine's
+        Every load holds :data:`nbhelpers.models.LOAD_LOCK` from start to end, as nbhelpers' loaders do: a thread
+        asking for a model another one is loading waits for that load, and no two of our models are built at once
+        in the process, whichever pipeline loads them. Building at once is not safe: where accelerate is installed (Colab, the GPU machine's
         image), diffusers' ``from_pretrained`` builds the model under accelerate's ``init_empty_weights``, which
         replaces ``torch.nn.Module.register_parameter`` for the whole process while it runs
         (``accelerate/big_modeling.py``, ``init_on_device``), so a module built in another thread meanwhile gets

@@ -17,6 +17,7 @@ import struct
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -72,7 +73,7 @@ def test_packages_with_their_bytecode_need_no_cache(pkg_root):
     init = pkg_root / "fakepkg" / "__init__.py"
     py_compile.compile(str(init), cfile=importlib.util.cache_from_source(str(init)), doraise=True)
     the_plan = bytecode.plan(cpus=8, packages=["fakepkg"])
-    assert the_plan.folder is None and the_plan.reason == "the installed packages have their bytecode"
+    assert the_plan.folder is None and the_plan.reason.startswith("the installed packages have their bytecode")
 
 
 def test_where_python_writes_bytecode_beside_the_sources_no_cache_is_needed(pkg_root, monkeypatch):
@@ -82,12 +83,13 @@ def test_where_python_writes_bytecode_beside_the_sources_no_cache_is_needed(pkg_
 
 def test_a_package_without_bytecode_gets_the_cache_and_a_compile_ahead_on_enough_cpus(pkg_root, tmp_path):
     many = bytecode.plan(cpus=8, packages=["fakepkg", "no_such_package_here"])
-    assert many.folder == tmp_path / "cache" and many.missing == ("fakepkg",)
+    assert many.folder.parent == tmp_path / "cache" and many.folder.name.startswith("env-")
+    assert many.missing == ("fakepkg",)
     assert many.warm_dirs[1:] == (pkg_root / "fakepkg",) and many.marker.parent == many.folder
     assert "compiling the standard library and 1 package folders ahead on 6 CPUs" in many.reason
     few = bytecode.plan(cpus=2, packages=["fakepkg"])
     assert few.folder == many.folder and few.warm_dirs == () and "the workers fill it as they import" in few.reason
-    assert (many.folder.stat().st_mode & 0o777) == 0o700
+    assert (many.folder.stat().st_mode & 0o777) == 0o700 == (many.folder.parent.stat().st_mode & 0o777)
 
 
 def test_the_compile_ahead_writes_checked_bytecode_into_the_cache_and_not_beside_the_sources(pkg_root, tmp_path):
@@ -152,7 +154,8 @@ def test_the_environment_holds_the_prefix_only_while_ray_starts(pkg_root, tmp_pa
     monkeypatch.delenv("PYTHONPYCACHEPREFIX", raising=False)
     monkeypatch.setattr(bytecode, "PACKAGES", ("fakepkg",))
     with bytecode.for_local_ray(cpus=2) as the_plan:
-        assert os.environ["PYTHONPYCACHEPREFIX"] == str(tmp_path / "cache") == str(the_plan.folder)
+        assert os.environ["PYTHONPYCACHEPREFIX"] == str(the_plan.folder)
+        assert the_plan.folder.parent == tmp_path / "cache"
         assert "PYTHONDONTWRITEBYTECODE" not in os.environ
     assert os.environ["PYTHONDONTWRITEBYTECODE"] == "1" and "PYTHONPYCACHEPREFIX" not in os.environ
     monkeypatch.setenv(bytecode.SWITCH, "off")
@@ -180,7 +183,7 @@ def test_ray_workers_read_and_write_the_shared_cache(tmp_path):
             return sys.pycache_prefix, sys.flags.dont_write_bytecode, fakepkg.mod.f()
 
         print(repr((ray.get(work.remote()), os.environ.get("PYTHONPYCACHEPREFIX"),
-                    os.environ.get("PYTHONDONTWRITEBYTECODE"), batch._bytecode_plan.folder is not None)))
+                    os.environ.get("PYTHONDONTWRITEBYTECODE"), str(batch._bytecode_plan.folder))))
         batch.shutdown_ray()
     """)
     repo = Path(__file__).resolve().parents[1]
@@ -191,7 +194,72 @@ def test_ray_workers_read_and_write_the_shared_cache(tmp_path):
                           stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr[-3000:]
     worker, prefix, dont_write, planned = ast.literal_eval(proc.stdout.strip().splitlines()[-1])
-    assert worker == (str(cache), 0, 42)
-    assert (prefix, dont_write, planned) == (None, "1", True)
-    assert header_matches(mirror_pyc(cache, pkg / "mod.py"), pkg / "mod.py")
+    tree = Path(planned)
+    assert tree.parent == cache and worker == (planned, 0, 42)
+    assert (prefix, dont_write) == (None, "1")
+    assert header_matches(mirror_pyc(tree, pkg / "mod.py"), pkg / "mod.py")
     assert not list(root.rglob("*.pyc"))
+
+
+def test_torchs_own_bytecode_keeps_the_cache_off_and_the_choice_follows_what_ray_inherits(pkg_root, monkeypatch):
+    """A prefix makes Python pass over every __pycache__: where torch has its bytecode and only a small package has
+    none, no cache. The decision reads the environment Ray's processes inherit, not this interpreter's flags."""
+    torch_pkg = fake_package(pkg_root, "torch_standin")
+    init = torch_pkg / "__init__.py"
+    py_compile.compile(str(init), cfile=str(init.parent / "__pycache__" / f"__init__.{sys.implementation.cache_tag}.pyc"),
+                       doraise=True)
+    monkeypatch.setattr(bytecode, "_HEAVY", ("torch_standin",))
+    the_plan = bytecode.plan(cpus=8, packages=["torch_standin", "fakepkg"])
+    assert the_plan.folder is None and "torch_standin has its bytecode" in the_plan.reason
+    monkeypatch.undo()
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    assert bytecode._python_writes_bytecode() is False
+    monkeypatch.delenv("PYTHONDONTWRITEBYTECODE")
+    assert bytecode._python_writes_bytecode() is True
+    monkeypatch.setenv("PYTHONPYCACHEPREFIX", "/somewhere")
+    assert bytecode.plan(cpus=8).folder is None
+
+
+def test_the_folder_is_absolute_and_its_parents_must_not_let_others_replace_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(bytecode.SWITCH, "rel/cache")
+    assert bytecode.default_folder() == tmp_path / "rel" / "cache"
+    for on in ("1", "on", "yes", "auto"):
+        monkeypatch.setenv(bytecode.SWITCH, on)
+        monkeypatch.setenv("XDG_CACHE_HOME", "relative/xdg")  # ignored, as the XDG spec says
+        assert bytecode.default_folder() == Path.home() / ".cache" / "musetalk-workbook" / bytecode.FOLDER_NAME
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    problem = bytecode.folder_problem(shared / "bytecode")
+    assert "above it, can be written by other users (mode 777)" in problem
+    shared.chmod(0o1777)  # sticky, as /tmp: others cannot rename what is ours
+    assert bytecode.folder_problem(shared / "bytecode") == ""
+
+
+def test_a_stopped_compile_ahead_leaves_no_process_behind(tmp_path):
+    """reap(stop=True) ends the compile ahead and its pool's processes (their own session)."""
+    pkg = tmp_path / "big"
+    pkg.mkdir()
+    for k in range(3000):
+        (pkg / f"m{k}.py").write_text("x = [i for i in range(10)]\n" * 50)
+    folder = tmp_path / "cache" / "env-test"
+    folder.mkdir(parents=True, mode=0o700)
+    the_plan = bytecode.Plan(folder, "test", ("big",), (pkg,), folder / "warmed-x")
+    proc = bytecode.start_warmup(the_plan, cpus=4)
+    assert proc is not None
+    assert bytecode.start_warmup(the_plan, cpus=4) is None  # one at a time
+    time.sleep(1.0)
+    group = proc.pid
+    bytecode.reap(stop=True)
+    assert proc.poll() is not None
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.2)
+    else:
+        pytest.fail("the compile ahead's pool outlived reap(stop=True)")
+    assert not the_plan.marker.exists()

@@ -189,12 +189,15 @@ def get_backend(name: str | LandmarkBackend = "auto", weights_dir: str | os.Path
         raise InputError("backend 'boxes' is not a detector: pass the crop boxes to nbhelpers.faces.track("
                          "frames, boxes=...) and no detector runs.")
     wd = _weights_dir(weights_dir)
-    if name == "auto":
-        return _auto(wd, device, **kwargs)
-    if name not in BACKENDS:
+    if name != "auto" and name not in BACKENDS:
         raise InputError(f"unknown landmark backend {name!r}; the choices are "
                          f"{', '.join(map(repr, ['auto', *BACKENDS]))}.")
-    backend = BACKENDS[name](weights_dir=wd, device=device, **kwargs)
+    from ..models import LOAD_LOCK
+
+    with LOAD_LOCK:  # one model built at a time in the process (nbhelpers.models.LOAD_LOCK)
+        if name == "auto":
+            return _auto(wd, device, **kwargs)
+        backend = BACKENDS[name](weights_dir=wd, device=device, **kwargs)
     return _set_reason(backend, f"asked for {name!r}")
 
 
