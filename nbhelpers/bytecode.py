@@ -23,7 +23,7 @@ parallel (``compileall``, all CPUs but two) while Ray starts, once per installed
 seconds later then finds them compiled. With fewer CPUs the workers fill the cache as they import, and later runs
 find it filled.
 
-The folder (default ``$XDG_CACHE_HOME/musetalk-workbook/bytecode-v1``, i.e. ``~/.cache/...``) must belong to this
+The folder (default ``$XDG_CACHE_HOME/musetalk-workbook/bytecode-v2``, i.e. ``~/.cache/...``) must belong to this
 user and be writable by nobody else, since what it holds is run, and be empty or tagged as ours (a
 ``CACHEDIR.TAG``, which backup tools also heed), so that a folder of other files is never used or emptied; it is
 emptied when it grows over :data:`CAP_BYTES`, and not used where less than :data:`MIN_FREE_BYTES` is free.
