@@ -15,7 +15,6 @@
 #
 # Usage:  PYTHON=.venv/bin/python bash ci/mmpose-env.sh [OVERLAY_DIR]      (default /tmp/overlay-mmpose)
 # Then:   PYTHONPATH=OVERLAY_DIR .venv/bin/python -m pytest tests/test_mmpose.py        (from the repository root)
-#         PYTHONPATH=OVERLAY_DIR .venv/bin/python bench/landmarks_cpu.py              (CPU landmark frames/s)
 # Cost measured here (2 cores): about 30-45 s and 75 MB with an empty pip cache. Idempotent: an overlay that
 # finished before (marker file .mmpose-env-ok, which names the base Python) is kept as it is; a folder that holds
 # anything else is refused, never emptied.
