@@ -401,6 +401,16 @@ def test_mouth_opening_and_envelope_known_answers():
         quality.mouth_opening(np.zeros((3, 5, 2)))
 
 
+def test_importing_quality_loads_neither_torch_nor_the_ui():
+    import subprocess
+    import sys
+
+    code = ("import sys, nbhelpers.quality as q; q.MouthAudioLag; q.sync_score; "
+            "print(sorted(m for m in ('torch', 'cv2', 'matplotlib', 'nbhelpers.ui') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
 # --------------------------------------------------------------------------------------------------------------
 # CLI
 # --------------------------------------------------------------------------------------------------------------
@@ -442,10 +452,11 @@ def test_sync_score_auto_detector_uses_s3fd_when_its_weights_are_there(tmp_path)
     # Random S3FD weights give meaningless boxes, so only the choice and the shape of the result are checked.
     pytest.importorskip("torch")
     from nbhelpers.faces import s3fd
+    from nbhelpers.quality.crops import detect_boxes
 
     frames, _, _ = level_clip(0, n=12)
-    boxes, used, notes = quality._detect_boxes(frames, "auto", tmp_path, "cpu")
+    boxes, used, notes = detect_boxes(frames, "auto", tmp_path, "cpu")
     assert used == "dlib" and "s3fd-619a316812.pth is missing" in notes[0]
     s3fd.write_tiny_s3fd(tmp_path)
-    boxes, used, notes = quality._detect_boxes(frames, "auto", tmp_path, "cpu")
+    boxes, used, notes = detect_boxes(frames, "auto", tmp_path, "cpu")
     assert used == "s3fd" and notes == [] and boxes.shape == (12, 4)

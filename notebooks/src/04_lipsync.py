@@ -96,7 +96,7 @@ nbh.ui.side_by_side(video, result)
 
 # %%
 sync = nbh.quality.mouth_audio_lag(result.output, backend=panel.config.landmark_backend, weights_dir=WEIGHTS)
-sync
+nbh.ui.plot_sync(sync)
 
 # %% [markdown]
 # With the optional `quality` weights (`python -m nbhelpers download --sets quality`), SyncNet gives you the field's scores for your result: LSE-D (lower is better) and LSE-C (higher is better).

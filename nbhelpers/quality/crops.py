@@ -1,0 +1,163 @@
+"""The face crops SyncNet sees: face boxes per frame (S3FD, a landmark backend or given), smoothed, cut to 224x224.
+
+Source: syncnet_python run_pipeline.py (``inference_video``, ``track_shot``, ``crop_video``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import weights
+from ..errors import InputError, NoFaceError
+from ..faces.registry import S3FD_FILE, get_backend
+from ..faces.s3fd import S3FD
+from .clip import frame_batches
+
+__all__ = ["detect_boxes", "given_boxes", "protocol_crops", "smooth_face_boxes"]
+
+CROP_SIDE = 224  # pixels, side of the face crop SyncNet sees (run_pipeline.py crop_video, cv2.resize)
+CROP_SCALE = 0.40  # margin of the crop around the face box (run_pipeline.py --crop_scale)
+CROP_PAD_VALUE = 110  # grey level of the padding around the frame (run_pipeline.py np.pad constant 110)
+SMOOTH_KERNEL = 13  # frames: median filter over box size and centre (run_pipeline.py signal.medfilt)
+FACEDET_SCALE = 0.25  # S3FD runs on frames scaled by this (run_pipeline.py --facedet_scale)
+FACEDET_MIN_SCORE = 0.9  # S3FD confidence kept (run_pipeline.py conf_th=0.9)
+MAX_MISSED_FRAMES = 25  # frames without a face bridged by interpolation (run_pipeline.py --num_failed_det)
+
+
+def _medfilt(x: np.ndarray, kernel: int) -> np.ndarray:
+    """``scipy.signal.medfilt``: centred median with zero padding at both ends (odd kernel)."""
+    half = kernel // 2
+    padded = np.concatenate([np.zeros(half), x, np.zeros(half)])
+    windows = np.lib.stride_tricks.sliding_window_view(padded, kernel)
+    return np.median(windows, axis=1)
+
+
+def smooth_face_boxes(boxes: np.ndarray) -> np.ndarray:
+    """Crop squares per frame from face boxes, as the published pipeline smooths them.
+
+    Missing frames (NaN rows) are filled by linear interpolation between the nearest detections (runs of more
+    than 25 frames cannot be bridged); then the half-size ``s = max(w, h) / 2`` and the centre ``(x, y)`` are
+    median-filtered over 13 frames (zero padding at the ends, as ``scipy.signal.medfilt``).
+
+    Args:
+        boxes: (N, 4) float ``(x1, y1, x2, y2)`` pixels, NaN rows where no face was found.
+
+    Returns:
+        (N, 3) float64 ``(s, x, y)``: half-size and centre in pixels.
+
+    Raises:
+        InputError: Wrong shape, no face in any frame, or a gap of more than 25 frames without a face.
+
+    Source: syncnet_python run_pipeline.py ``track_shot`` (``interp1d`` over the track, ``num_failed_det`` 25) and
+    ``crop_video`` (``medfilt(kernel_size=13)``).
+    """
+    b = np.asarray(boxes, dtype=np.float64)
+    if b.ndim != 2 or b.shape[1] != 4 or b.shape[0] == 0:
+        raise InputError(f"boxes must be (N, 4) (x1, y1, x2, y2); got shape {b.shape}.")
+    found = np.isfinite(b).all(axis=1)
+    if not found.any():
+        raise NoFaceError(f"no face found in any of the {b.shape[0]} frames; SyncNet needs the face in view. Pass "
+                          "boxes= (x1, y1, x2, y2) to give the face box yourself.")
+    idx = np.flatnonzero(found)
+    gaps = np.diff(np.concatenate([[-1], idx, [b.shape[0]]])) - 1
+    if gaps.max() > MAX_MISSED_FRAMES:
+        raise InputError(f"the face is missing for {int(gaps.max())} frames in a row (more than "
+                         f"{MAX_MISSED_FRAMES}); the published protocol scores one continuous face track. Trim the "
+                         "clip to the part with the face, or pass boxes=.")
+    t = np.arange(b.shape[0])
+    filled = np.stack([np.interp(t, idx, b[idx, k]) for k in range(4)], axis=1)
+    s = np.maximum(filled[:, 3] - filled[:, 1], filled[:, 2] - filled[:, 0]) / 2.0
+    cx = (filled[:, 0] + filled[:, 2]) / 2.0
+    cy = (filled[:, 1] + filled[:, 3]) / 2.0
+    return np.stack([_medfilt(s, SMOOTH_KERNEL), _medfilt(cx, SMOOTH_KERNEL), _medfilt(cy, SMOOTH_KERNEL)], axis=1)
+
+
+def protocol_crops(frames: np.ndarray, squares: np.ndarray) -> np.ndarray:
+    """Cut the 224x224 SyncNet face crops: the box widened by 40 % each side and 80 % below, grey-padded.
+
+    For half-size ``s`` and centre ``(x, y)``: rows ``y - s`` to ``y + 1.8 s``, columns ``x - 1.4 s`` to
+    ``x + 1.4 s`` of the frame padded with ``int(1.8 s)`` pixels of grey 110 (indices truncated to int as the
+    published code does), resized to 224x224 with bilinear interpolation (cv2.INTER_LINEAR).
+
+    Args:
+        frames: (n, H, W, 3) uint8 BGR.
+        squares: (n, 3) float ``(s, x, y)`` from :func:`smooth_face_boxes`.
+
+    Returns:
+        (n, 224, 224, 3) uint8 BGR.
+
+    Raises:
+        InputError: Shapes that do not match.
+
+    Source: syncnet_python run_pipeline.py ``crop_video`` (crop_scale 0.4).
+    """
+    import cv2
+
+    frames = np.asarray(frames)
+    squares = np.asarray(squares, dtype=np.float64)
+    if frames.ndim != 4 or frames.shape[-1] != 3 or squares.shape != (frames.shape[0], 3):
+        raise InputError(f"frames must be (n, H, W, 3) and squares (n, 3); got {frames.shape} and {squares.shape}.")
+    out = np.empty((frames.shape[0], CROP_SIDE, CROP_SIDE, 3), np.uint8)
+    cs = CROP_SCALE
+    for k, (frame, (s, x, y)) in enumerate(zip(frames, squares, strict=True)):
+        pad = int(s * (1 + 2 * cs))
+        padded = cv2.copyMakeBorder(frame, pad, pad, pad, pad, cv2.BORDER_CONSTANT,
+                                    value=(CROP_PAD_VALUE,) * 3)
+        my, mx = y + pad, x + pad
+        face = padded[int(my - s):int(my + s * (1 + 2 * cs)), int(mx - s * (1 + cs)):int(mx + s * (1 + cs))]
+        if face.size == 0:
+            raise InputError(f"frame {k}: the face box (half-size {s:.1f} px at ({x:.0f}, {y:.0f})) gives an empty "
+                             "crop; check the boxes.")
+        out[k] = cv2.resize(face, (CROP_SIDE, CROP_SIDE), interpolation=cv2.INTER_LINEAR)
+    return out
+
+
+def detect_boxes(video: Any, detector: str, weights_dir: Any, device: Any) -> tuple[np.ndarray, str, list[str]]:
+    """(N, 4) face boxes (NaN rows for none) from S3FD at scale 0.25 (score > 0.9) or a landmark backend."""
+    notes: list[str] = []
+    rows: list[np.ndarray] = []
+    root = Path(weights_dir).expanduser() if weights_dir is not None else weights.default_dir()
+    if detector == "auto":
+        detector = "s3fd" if (root / S3FD_FILE).is_file() else "dlib"
+        if detector == "dlib":
+            notes.append(f"face boxes from dlib because {root / S3FD_FILE} is missing (the protocol uses S3FD; "
+                         "LSE values can differ slightly): `python -m nbhelpers download --sets s3fd`")
+    if detector == "s3fd":
+        net = S3FD(root / S3FD_FILE, device=device)
+        try:
+            for batch in frame_batches(video, 16):
+                side = max(1, round(max(batch.shape[1:3]) * FACEDET_SCALE))
+                for dets in net.detections(batch, max_side=max(64, side)):
+                    keep = dets[dets[:, 4] > FACEDET_MIN_SCORE]
+                    rows.append(keep[0, :4] if len(keep) else np.full(4, np.nan))
+        finally:
+            net.close()
+        return np.asarray(rows, dtype=np.float64).reshape(-1, 4), "s3fd", notes
+    backend = get_backend(detector, weights_dir=weights_dir, device=device)
+    try:
+        for batch in frame_batches(video, 16):
+            for found in backend.detect(batch):
+                rows.append(np.full(4, np.nan) if found is None else np.asarray(found.face_box, dtype=np.float64))
+    finally:
+        backend.close()
+    if getattr(backend, "name", detector) != "s3fd":
+        notes.append(f"face boxes from {backend.name}, not S3FD: LSE values may differ slightly from published ones")
+    return np.asarray(rows, dtype=np.float64).reshape(-1, 4), str(getattr(backend, "name", detector)), notes
+
+
+def given_boxes(boxes: Any, n_frames: int | None) -> np.ndarray:
+    """(N, 4) float boxes from ``boxes=``: one box repeated over the ``n_frames`` frames, or one row per frame
+    (rows of -1 become NaN, no face)."""
+    b = np.asarray(boxes, dtype=np.float64)
+    if b.shape == (4,):
+        if n_frames is None:
+            raise InputError("one box for the clip needs the frame count; pass one box per frame instead.")
+        return np.tile(b, (n_frames, 1))
+    if b.ndim != 2 or b.shape[1] != 4:
+        raise InputError(f"boxes must be one (x1, y1, x2, y2) or (N, 4) per frame; got shape {b.shape}.")
+    b = b.copy()
+    b[(b < 0).all(axis=1)] = np.nan  # rows of -1 mean "no face", as in FaceTrack
+    return b
