@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .constants import FPS
+from .display import table_html, video_html
 
 KINDS = ("lipsync", "avatar", "stream", "preview")
 
@@ -102,16 +103,14 @@ class ClipResult:
         return self.summary()
 
     def _repr_html_(self) -> str:
-        rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{v:.3f} s</td></tr>" for k, v in self.timings.items())
+        table = table_html((k, f"{v:.3f} s") for k, v in self.timings.items())
         player = ""
         if self.output is not None:
             try:
-                from .ui import video_html
-
                 player = video_html(self.output)
             except Exception:  # noqa: BLE001 - the summary is still useful without the player
                 player = ""
-        return f"<p>{html.escape(self.summary())}</p><table>{rows}</table>{player}"
+        return f"<p>{html.escape(self.summary())}</p>{table}{player}"
 
 
 __all__ = ["ClipResult"]

@@ -267,6 +267,26 @@ def test_result_objects_and_photos(clip, tmp_path):
         ui.show_video(tmp_path / "missing.mp4")
 
 
+CLIP_RESULT_HTML = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+    from nbhelpers.config import InferenceConfig
+    from nbhelpers.result import ClipResult
+    r = ClipResult(output=Path(sys.argv[1]), n_frames=25, source_frames=25, no_face_frames=0, fps=25,
+                   duration_s=1.0, config=InferenceConfig(), backend="dlib", timings={"generate": 0.5}, wall_s=2.0)
+    page = r._repr_html_()
+    assert "<video controls" in page and "<td>generate</td><td>0.500 s</td>" in page, page[:300]
+    assert "nbhelpers.ui" not in sys.modules, "result imported the ui"
+    print("ok")
+""")
+
+
+def test_clip_result_shows_its_video_and_timings_without_the_ui(clip):
+    done = subprocess.run([sys.executable, "-c", CLIP_RESULT_HTML, str(clip)], capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
 def test_side_by_side_shows_both(clip, tmp_path):
     photo = tmp_path / "face.png"
     photo.write_bytes(ui.first_frame_png(clip))

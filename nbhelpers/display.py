@@ -1,0 +1,156 @@
+"""HTML for objects that show themselves in a notebook: a video, image or table as a string of HTML.
+
+Both :mod:`nbhelpers.result` (a clip shows its video) and :mod:`nbhelpers.ui` use it. Videos are embedded as
+``<video controls>`` with a base64 data URL up to ``max_embed_mb``; larger files show their first frame and a
+download hint, which works in Colab (no file server) and in Jupyter. Nothing here imports IPython.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import mimetypes
+import os
+import subprocess
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import InputError, MediaError
+from .media import ffmpeg_exe
+
+__all__ = ["IMAGE_SUFFIXES", "PREVIEW_WIDTH", "MediaView", "first_frame_png", "in_colab", "media_path",
+           "show_video", "table_html", "video_html"]
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".gif")
+PREVIEW_WIDTH = 480  # pixels: width of the first-frame preview of a video too large to embed
+
+
+def in_colab() -> bool:
+    """True inside a Google Colab runtime (the kernel has imported ``google.colab``)."""
+    return "google.colab" in sys.modules or bool(os.environ.get("COLAB_RELEASE_TAG"))
+
+
+def table_html(rows: Iterable[Sequence[Any]], header: Sequence[str] = ()) -> str:
+    """An HTML ``<table>`` of the rows' cells as escaped text, ``header`` (if any) as its first row."""
+    head = "<tr>" + "".join(f"<th>{html.escape(str(h))}</th>" for h in header) + "</tr>" if header else ""
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table>{head}{body}</table>"
+
+
+def media_path(media: Any) -> Path:
+    """The existing file of a path or of a result with an ``output`` path.
+
+    Raises:
+        InputError: Neither a path nor a result with one, or the file does not exist.
+    """
+    path = getattr(media, "output", media)
+    if not isinstance(path, (str, os.PathLike)):
+        raise InputError(f"expected a file path or a result with an output path; got {type(media).__name__}.")
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"media file {str(path)!r} does not exist.")
+    return path
+
+
+def first_frame_png(path: str | os.PathLike, width: int = PREVIEW_WIDTH) -> bytes:
+    """The first frame of a video (or an image) as PNG bytes, at most ``width`` pixels wide.
+
+    Args:
+        path: Any file ffmpeg reads.
+        width: Maximum width in pixels (aspect ratio kept; never enlarged).
+
+    Returns:
+        PNG file bytes.
+
+    Raises:
+        MediaError: ffmpeg could not read a frame.
+    """
+    command = [str(ffmpeg_exe()), "-v", "error", "-i", str(path), "-frames:v", "1",
+               "-vf", f"scale='min({int(width)},iw)':-2", "-f", "image2pipe", "-vcodec", "png", "-"]
+    done = subprocess.run(command, capture_output=True, stdin=subprocess.DEVNULL)
+    if done.returncode != 0 or not done.stdout:
+        raise MediaError(f"could not read the first frame of {path}: "
+                         f"{done.stderr.decode(errors='replace').strip()[-400:]}")
+    return done.stdout
+
+
+@dataclass(frozen=True)
+class MediaView:
+    """A video or image shown inline. Embedded when small, else a first-frame preview and a download hint.
+
+    Attributes:
+        path: The file.
+        embedded: True when the file itself is embedded (data URL).
+        size_mb: File size in MB (10**6 bytes).
+        title: Caption shown above it.
+    """
+
+    path: Path
+    embedded: bool
+    size_mb: float
+    title: str = ""
+    width: int = PREVIEW_WIDTH
+
+    @property
+    def is_image(self) -> bool:
+        return self.path.suffix.lower() in IMAGE_SUFFIXES
+
+    def _repr_html_(self) -> str:
+        caption = f"<div><b>{html.escape(self.title)}</b></div>" if self.title else ""
+        if self.embedded:
+            mime = mimetypes.guess_type(self.path.name)[0] or ("image/png" if self.is_image else "video/mp4")
+            data = base64.b64encode(self.path.read_bytes()).decode("ascii")
+            if self.is_image:
+                body = f"<img src='data:{mime};base64,{data}' style='max-width:{self.width}px'/>"
+            else:
+                body = (f"<video controls style='max-width:{self.width}px' src='data:{mime};base64,{data}'>"
+                        "Your browser cannot play this video inline.</video>")
+            return f"<div style='display:inline-block'>{caption}{body}</div>"
+        png = base64.b64encode(first_frame_png(self.path, self.width)).decode("ascii")
+        return (f"<div style='display:inline-block'>{caption}<img src='data:image/png;base64,{png}' "
+                f"style='max-width:{self.width}px'/><div>First frame only: the file is {self.size_mb:.1f} MB, "
+                f"over the inline limit. {self._download_hint()}</div></div>")
+
+    def _download_hint(self) -> str:
+        if in_colab():
+            return ("Download it with <code>from google.colab import files; files.download("
+                    f"{html.escape(repr(str(self.path)))})</code>, or open the Files panel on the left.")
+        try:
+            rel = Path(os.path.relpath(self.path.resolve(), Path.cwd()))
+        except ValueError:  # another drive on Windows
+            rel = None
+        if rel is not None and not str(rel).startswith(".."):
+            return f"<a href='{html.escape(rel.as_posix())}' download>Download {html.escape(self.path.name)}</a>."
+        return f"The file is at <code>{html.escape(str(self.path))}</code>."
+
+    def __repr__(self) -> str:
+        return f"MediaView({str(self.path)!r}, embedded={self.embedded}, {self.size_mb:.2f} MB)"
+
+
+def show_video(path: Any, max_embed_mb: float = 10, *, title: str = "", width: int = PREVIEW_WIDTH) -> MediaView:
+    """Show a video (or image) inline in Colab and Jupyter.
+
+    Args:
+        path: A video/image path, or a result with an ``output`` path (e.g. :class:`LipsyncResult`).
+        max_embed_mb: Largest file embedded as a base64 ``<video controls>`` (MB, 10**6 bytes); larger files show
+            the first frame and how to download the file.
+        title: Caption above the player.
+        width: Display width in pixels.
+
+    Returns:
+        A :class:`MediaView` (renders when it is the last value of a cell).
+
+    Raises:
+        InputError: The file does not exist.
+    """
+    file = media_path(path)
+    size_mb = file.stat().st_size / 1e6
+    return MediaView(file, size_mb <= max_embed_mb, size_mb, title, int(width))
+
+
+def video_html(path: Any, max_embed_mb: float = 10, *, title: str = "", width: int = PREVIEW_WIDTH) -> str:
+    """HTML of :func:`show_video` (for result objects' ``_repr_html_``)."""
+    return show_video(path, max_embed_mb, title=title, width=width)._repr_html_()

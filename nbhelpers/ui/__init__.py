@@ -1,0 +1,42 @@
+"""Notebook front end: a settings panel that only sets parameters, inline video and audio, and charts.
+
+- ``panel``: :func:`settings_panel` edits an :class:`~nbhelpers.config.InferenceConfig` and nothing else (widgets
+  when ipywidgets is there, a table of values otherwise).
+- ``media`` (and :mod:`nbhelpers.display`): :func:`show_video`, :func:`show_audio`, :func:`side_by_side`.
+- ``plots``: :func:`plot_timings`, :func:`plot_sync`, :func:`plot_faces`, :func:`compare_restore`,
+  :func:`fps_table`.
+
+Importing this package imports numpy only; ipywidgets, IPython and matplotlib are imported when used.
+"""
+
+from __future__ import annotations
+
+from ..display import PREVIEW_WIDTH, MediaView, first_frame_png, show_video, video_html
+from .media import AudioView, SideBySide, show_audio, side_by_side
+from .panel import BATCH_CHOICES, PANEL_FIELDS, RESTORE_CHOICES, SettingsPanel, settings_panel, widgets_available
+from .plots import Chart, FpsTable, compare_restore, fps_table, plot_faces, plot_sync, plot_timings
+
+__all__ = [
+    "BATCH_CHOICES",
+    "PANEL_FIELDS",
+    "PREVIEW_WIDTH",
+    "RESTORE_CHOICES",
+    "AudioView",
+    "Chart",
+    "FpsTable",
+    "MediaView",
+    "SettingsPanel",
+    "SideBySide",
+    "compare_restore",
+    "first_frame_png",
+    "fps_table",
+    "plot_faces",
+    "plot_sync",
+    "plot_timings",
+    "settings_panel",
+    "show_audio",
+    "show_video",
+    "side_by_side",
+    "video_html",
+    "widgets_available",
+]

@@ -1,0 +1,375 @@
+"""Charts and tables of a run: stage timings, mouth-audio sync, faces with their boxes and masks, restoration
+before and after, the speed of several clips.
+
+Charts are matplotlib figures made without pyplot (no global state); they display as PNG anywhere.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..display import table_html
+from ..errors import InputError
+from ..media import frames_at
+
+__all__ = ["Chart", "FpsTable", "compare_restore", "fps_table", "plot_faces", "plot_sync", "plot_timings"]
+
+
+class Chart:
+    """A matplotlib figure that shows itself as a PNG (no pyplot state involved).
+
+    Attributes:
+        figure: The ``matplotlib.figure.Figure``.
+    """
+
+    def __init__(self, figure: Any):
+        self.figure = figure
+
+    def png(self, dpi: int = 100) -> bytes:
+        """The figure as PNG bytes."""
+        buffer = io.BytesIO()
+        self.figure.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
+        return buffer.getvalue()
+
+    def save(self, path: str | os.PathLike, dpi: int = 100) -> Path:
+        """Write the figure to ``path`` (format from the suffix); returns the path."""
+        self.figure.savefig(path, dpi=dpi, bbox_inches="tight")
+        return Path(path)
+
+    def _repr_png_(self) -> bytes:
+        return self.png()
+
+    def __repr__(self) -> str:
+        return f"Chart({len(self.figure.axes)} axes)"
+
+
+def _figure(width_in: float, height_in: float):
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width_in, height_in), layout="constrained")
+
+
+def compare_restore(before: Any, after: Any, title: str = "Face restoration: before and after") -> Chart:
+    """The generated crop and the repainted mouth of one frame without and with face restoration, side by side.
+
+    Args:
+        before: :class:`~nbhelpers.pipeline.Preview` made with ``restore=None``.
+        after: :class:`~nbhelpers.pipeline.Preview` of the same frame made with a restorer.
+
+    Returns:
+        :class:`Chart` (2x2: the (256, 256) generated crops on top, the frames zoomed on the crop box below).
+
+    Raises:
+        InputError: The previews are of different frames or crop boxes.
+    """
+    if tuple(before.crop_box) != tuple(after.crop_box) or before.frame.shape != after.frame.shape:
+        raise InputError("compare_restore needs two previews of the same frame and crop box (the same video, "
+                         "frame_index and settings apart from restore).")
+    fig = _figure(8, 8)
+    fig.suptitle(title)
+    axes = fig.subplots(2, 2)
+    x1, y1, x2, y2 = before.crop_box
+    h, w = before.frame.shape[:2]
+    pad = max(x2 - x1, y2 - y1) // 4
+    for col, (preview, name) in enumerate(((before, "without restoration"), (after, "restored"))):
+        axes[0, col].imshow(preview.face_256[:, :, ::-1])
+        axes[0, col].set_title(f"generated crop, {name}")
+        axes[1, col].imshow(preview.result[max(y1 - pad, 0):min(y2 + pad, h), max(x1 - pad, 0):min(x2 + pad, w), ::-1])
+        axes[1, col].set_title(f"frame after paste-back, {name}")
+    for ax in axes.flat:
+        ax.set_xticks([])
+        ax.set_yticks([])
+    return Chart(fig)
+
+
+def plot_timings(timings: Any, title: str = "Time per stage") -> Chart:
+    """A horizontal bar chart of seconds per stage, with each stage's share of the total.
+
+    Args:
+        timings: Mapping of stage name -> seconds (insertion order kept), or a result with a ``timings`` mapping.
+
+    Returns:
+        A :class:`Chart`.
+
+    Raises:
+        InputError: No timings, or a negative or non-numeric value.
+    """
+    timings = getattr(timings, "timings", timings)
+    if not isinstance(timings, Mapping) or not timings:
+        raise InputError(f"timings must be a non-empty mapping of stage -> seconds; got {timings!r}.")
+    names = [str(k) for k in timings]
+    try:
+        seconds = np.array([float(v) for v in timings.values()])
+    except (TypeError, ValueError):
+        raise InputError(f"timings values must be seconds (numbers); got {dict(timings)!r}.") from None
+    if (seconds < 0).any() or not np.isfinite(seconds).all():
+        raise InputError(f"timings must be finite and >= 0 seconds; got {dict(timings)!r}.")
+    total = float(seconds.sum())
+    fig = _figure(7, 0.45 * len(names) + 1.2)
+    ax = fig.add_subplot()
+    y = np.arange(len(names))[::-1]
+    ax.barh(y, seconds, color="#4c72b0")
+    ax.set_yticks(y, names)
+    ax.set_xlabel("seconds")
+    ax.set_title(f"{title} (total {total:.2f} s)")
+    for yi, s in zip(y, seconds, strict=True):
+        share = 100 * s / total if total > 0 else 0.0
+        ax.annotate(f" {s:.2f} s ({share:.0f}%)", (s, yi), va="center", fontsize=9)
+    ax.set_xlim(0, max(total * 0.01, seconds.max() * 1.35, 1e-3))
+    return Chart(fig)
+
+
+def _zscore(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    ok = np.isfinite(x)
+    if not ok.any():
+        return x
+    sd = x[ok].std()
+    return (x - x[ok].mean()) / (sd if sd > 0 else 1.0)
+
+
+def plot_sync(lag: Any, score: Any = None, title: str = "Does the mouth follow the voice?") -> Chart:
+    """Draw the mouth opening and the speech envelope over time, and their correlation at each lag.
+
+    Top: both curves per frame, each standardised (z score) so they share one axis, over seconds. Bottom: the
+    correlation ``r(L)`` at each lag with the peak marked; with a SyncNet ``score``, its mean distance per offset
+    on a second axis, on the same lag scale (audio delay = -offset).
+
+    Args:
+        lag: A :class:`nbhelpers.quality.MouthAudioLag` (``mouth``, ``envelope``, ``lags``, ``correlations``,
+            ``lag_frames``, ``fps``).
+        score: Optional :class:`nbhelpers.quality.SyncScore` (``offsets``, ``mean_distances``).
+        title: Figure title.
+
+    Returns:
+        A :class:`Chart` (a matplotlib Figure made without pyplot).
+
+    Raises:
+        InputError: ``lag`` lacks those fields.
+    """
+    try:
+        mouth, env = np.asarray(lag.mouth, float), np.asarray(lag.envelope, float)
+        lags, corr, best, fps = np.asarray(lag.lags), np.asarray(lag.correlations), int(lag.lag_frames), lag.fps
+    except AttributeError as exc:
+        raise InputError(f"plot_sync needs a quality.mouth_audio_lag result; got {type(lag).__name__} ({exc}).") \
+            from None
+    fig = _figure(8, 5)
+    top, bottom = fig.subplots(2, 1, height_ratios=(3, 2))
+    t = np.arange(mouth.shape[0]) / float(fps)
+    top.plot(t, _zscore(mouth), color="#c44e52", lw=1.0, label="mouth opening (inner lips / eye width)")
+    top.plot(t, _zscore(env), color="#4c72b0", lw=1.0, alpha=0.8, label="speech envelope (log RMS)")
+    top.set_xlabel("seconds")
+    top.set_ylabel("z score")
+    top.legend(loc="upper right", fontsize=8)
+    top.set_title(title)
+    bottom.plot(lags, corr, color="#55a868", marker=".", label="correlation r")
+    bottom.axvline(best, color="#55a868", ls="--", lw=0.8)
+    bottom.annotate(f" lag {best:+d} frames, r {float(np.max(corr)):.2f}", (best, float(np.max(corr))),
+                    fontsize=8, va="bottom")
+    bottom.axhline(0, color="0.6", lw=0.5)
+    bottom.set_xlabel("lag, frames (+ = sound after mouth)")
+    bottom.set_ylabel("r")
+    if callable(getattr(lag, "summary", None)):
+        bottom.set_title(lag.summary(), fontsize=7, wrap=True)
+    if score is not None:
+        twin = bottom.twinx()
+        twin.plot(-np.asarray(score.offsets), np.asarray(score.mean_distances), color="#8172b2", lw=1.0,
+                  label="SyncNet mean distance")
+        twin.set_ylabel("SyncNet distance", color="#8172b2")
+    return Chart(fig)
+
+
+@dataclass(frozen=True)
+class FpsTable:
+    """Speed of several generated clips: frames, seconds, generation fps, end-to-end fps, real-time factor.
+
+    Attributes:
+        rows: One tuple per clip: ``(name, n_frames, wall_s, generation_fps, end_to_end_fps, realtime_factor)``.
+    """
+
+    rows: tuple[tuple[str, int, float, float, float, float], ...]
+
+    HEADERS = ("clip", "frames", "wall (s)", "generation fps", "end-to-end fps", "x real time")
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def _cells(self) -> list[list[str]]:
+        return [[name, str(n), f"{wall:.2f}", f"{gen:.1f}", f"{e2e:.1f}", f"{rt:.2f}"]
+                for name, n, wall, gen, e2e, rt in self.rows]
+
+    def __str__(self) -> str:
+        widths = [max(len(h), *(len(c[i]) for c in self._cells())) for i, h in enumerate(self.HEADERS)]
+        lines = ["  ".join(h.ljust(w) for h, w in zip(self.HEADERS, widths, strict=True))]
+        lines += ["  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) for cells in self._cells()]
+        return "\n".join(lines)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(str(self))
+
+    def _repr_html_(self) -> str:
+        return (f"{table_html(self._cells(), self.HEADERS)}<i>Generation fps counts the UNet and VAE decoding only; "
+                "end-to-end fps counts the wall clock from audio in to file closed. Real time is 25 fps.</i>")
+
+
+def fps_table(results: Sequence[Any]) -> FpsTable:
+    """A table of the speed of generated clips (e.g. ``Avatar.generate`` results).
+
+    Args:
+        results: Objects with ``n_frames``, ``wall_s``, ``generation_fps``, ``end_to_end_fps`` and optionally
+            ``output`` (for the clip name).
+
+    Returns:
+        An :class:`FpsTable`.
+
+    Raises:
+        InputError: ``results`` is empty or an item lacks those fields.
+    """
+    if not results:
+        raise InputError("fps_table needs at least one result (a list of Avatar.generate results).")
+    rows = []
+    for i, r in enumerate(results):
+        try:
+            e2e = float(r.end_to_end_fps)
+            name = Path(r.output).name if getattr(r, "output", None) else f"clip {i}"
+            rows.append((name, int(r.n_frames), float(r.wall_s), float(r.generation_fps), e2e, e2e / 25.0))
+        except AttributeError as exc:
+            raise InputError(f"results[{i}] is not a generation result ({exc}); pass Avatar.generate "
+                             "results.") from None
+    return FpsTable(tuple(rows))
+
+
+def _frames_at(frames: Any, indices: Sequence[int]) -> list[np.ndarray]:
+    if isinstance(frames, (str, os.PathLike)):  # a file: decode only the frames shown
+        return list(frames_at(frames, indices))
+    if isinstance(frames, np.ndarray) and frames.ndim == 3:
+        frames = frames[None]
+    if hasattr(frames, "__getitem__") and hasattr(frames, "__len__"):
+        return [np.asarray(frames[i]) for i in indices]
+    wanted, out = set(indices), {}
+    for i, frame in enumerate(frames):  # a streaming reader: read up to the last wanted frame
+        if i in wanted:
+            out[i] = np.asarray(frame)
+        if i >= max(indices):
+            break
+    missing = [i for i in indices if i not in out]
+    if missing:
+        raise InputError(f"frames has fewer frames than asked; missing indices {missing}.")
+    return [out[i] for i in indices]
+
+
+def _track_array(track: Any, names: Sequence[str]) -> np.ndarray | None:
+    for name in names:
+        value = getattr(track, name, None)
+        if value is not None and not callable(value):
+            return np.asarray(value)
+    return None
+
+
+@dataclass(frozen=True)
+class _Material:
+    mask: np.ndarray
+    square: Any
+
+
+def _track_masks(track: Any, has_face: np.ndarray | None) -> list[Any] | None:
+    """Per-frame blend masks of an avatar-like object (``materials``, or ``masks`` with ``squares``)."""
+    materials = getattr(track, "materials", None)
+    if materials is not None:
+        return list(materials)
+    masks, squares = getattr(track, "masks", None), getattr(track, "squares", None)
+    if masks is None:
+        return None
+    masks = list(masks)
+    if squares is not None:
+        masks = [_Material(m, s) for m, s in zip(masks, squares, strict=True)]
+    if has_face is not None and len(masks) == int(has_face.sum()) != len(has_face):
+        it = iter(masks)  # one mask per frame with a face: spread them over the frames
+        masks = [next(it) if face else None for face in has_face]
+    return masks
+
+
+def _full_mask(item: Any, shape: tuple[int, int]) -> np.ndarray | None:
+    """A (H, W) float mask in [0, 1] from a full-frame mask or from a blend material (mask over its square)."""
+    if item is None:
+        return None
+    mask = np.asarray(getattr(item, "mask", item), dtype=np.float32)
+    if mask.max(initial=0) > 1:
+        mask = mask / 255.0
+    square = getattr(item, "square", None)
+    if square is None:
+        return mask if mask.shape[:2] == shape else None
+    xs, ys, xe, ye = (int(v) for v in square)
+    canvas = np.zeros(shape, np.float32)
+    x0, y0, x1, y1 = max(xs, 0), max(ys, 0), min(xe, shape[1]), min(ye, shape[0])
+    if x1 > x0 and y1 > y0:
+        canvas[y0:y1, x0:x1] = mask[y0 - ys:y1 - ys, x0 - xs:x1 - xs]
+    return canvas
+
+
+def plot_faces(frames: Any, track: Any = None, *, indices: Sequence[int] | None = None, boxes: Any = None,
+               landmarks: Any = None, masks: Any = None, max_frames: int = 4, width_in: float = 3.2) -> Chart:
+    """Frames with their crop boxes, landmarks and blend masks drawn over them.
+
+    Args:
+        frames: A video or photo path (only the frames shown are decoded, at 25 fps), (N, H, W, 3) uint8
+            **BGR** frames, a list of them, or a frame reader (iterated up to the last index shown).
+        track: A face track (``nbhelpers.faces.track``) or an avatar: its ``boxes`` (N, 4) crop boxes in pixels,
+            ``landmarks`` (N, 68, 2) and ``has_face`` (N,) are used when present.
+        indices: Frame indices to show; default ``max_frames`` evenly spaced ones.
+        boxes: (N, 4) ``(x1, y1, x2, y2)`` crop boxes overriding the track's.
+        landmarks: (N, 68, 2) ``(x, y)`` points overriding the track's.
+        masks: Per frame: a (H, W) mask (0..1 or 0..255) or a blend material with ``mask`` and ``square``.
+        max_frames: How many frames to show when ``indices`` is None.
+        width_in: Width of each panel in inches.
+
+    Returns:
+        A :class:`Chart`, one panel per frame; frames without a face are titled so.
+
+    Raises:
+        InputError: No frames, or an index out of range.
+    """
+    boxes = _track_array(track, ("crop_boxes", "boxes")) if boxes is None else np.asarray(boxes)
+    landmarks = _track_array(track, ("landmarks",)) if landmarks is None else np.asarray(landmarks)
+    has_face = _track_array(track, ("has_face",))
+    if masks is None:
+        masks = _track_masks(track, has_face)
+    n_known = next((len(a) for a in (boxes, landmarks, has_face, masks) if a is not None), None)
+    if n_known is None:
+        n_known = len(frames) if hasattr(frames, "__len__") else max_frames
+    if indices is None:
+        count = max(1, min(int(max_frames), n_known))
+        indices = sorted({int(round(i)) for i in np.linspace(0, n_known - 1, count)})
+    indices = [int(i) for i in indices]
+    if not indices or min(indices) < 0 or (n_known and max(indices) >= n_known):
+        raise InputError(f"indices must be frame numbers in 0..{n_known - 1}; got {indices}.")
+    images = _frames_at(frames, indices)
+    aspect = images[0].shape[0] / images[0].shape[1]
+    fig = _figure(width_in * len(images), width_in * aspect + 0.5)
+    for k, (i, frame) in enumerate(zip(indices, images, strict=True)):
+        ax = fig.add_subplot(1, len(images), k + 1)
+        ax.imshow(frame[:, :, ::-1])  # BGR -> RGB for display
+        face = True if has_face is None else bool(has_face[i])
+        mask = _full_mask(masks[i], frame.shape[:2]) if masks is not None and i < len(masks) else None
+        if mask is not None:
+            overlay = np.zeros((*frame.shape[:2], 4), np.float32)
+            overlay[..., 0] = 1.0
+            overlay[..., 3] = 0.45 * mask
+            ax.imshow(overlay)
+        if face and boxes is not None:
+            x1, y1, x2, y2 = (float(v) for v in boxes[i])
+            from matplotlib.patches import Rectangle
+
+            ax.add_patch(Rectangle((x1, y1), x2 - x1, y2 - y1, fill=False, edgecolor="#00e000", linewidth=1.5))
+        if face and landmarks is not None and np.isfinite(landmarks[i]).all():
+            ax.scatter(landmarks[i][:, 0], landmarks[i][:, 1], s=4, c="#00c0ff")
+        ax.set_title(f"frame {i}" + ("" if face else " (no face)"), fontsize=9)
+        ax.set_axis_off()
+    return Chart(fig)
