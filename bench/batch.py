@@ -28,7 +28,6 @@ The figures go to ``--out`` as JSON, rewritten after every arm (and every call o
     python bench/batch.py --workers-per-gpu 0,3,4 --skip-loop       # the batch's choice, then 3 and 4 per GPU
     python bench/batch.py --jobs-per-worker 1,2                     # one job at a time per worker, then two
     python bench/batch.py --loop fresh,in-process                  # the loop in a fresh process and in this one
-    python bench/batch.py --bytecode off,auto,off,auto             # the workers' shared bytecode cache off and on
 
 On the GPU machine: ``bash bench/device_batch.sh`` (Ray and the other missing packages carried as xz tarballs).
 Ray must be importable (``pip install "ray>=2.10"``).
@@ -205,7 +204,6 @@ def batch_figures(result, run_s: float) -> dict:
     return {"text": str(result), "ok": result.ok, "failed": len(result.failed), "frames": result.frames,
             "run_s": round(run_s, 3), "workers": list(result.workers), "avatars": dict(result.avatars),
             "phases": dict(result.phases), "workers_note": result.workers_note,
-            "bytecode_note": result.bytecode_note,
             "timeline": {w: [list(e) for e in ev] for w, ev in result.timeline.items()},
             "preparations": [dict(p) for p in result.preparations],
             "outcomes": [{"job": o.job, "status": o.status, "seconds": o.seconds, "ended_s": o.ended_s,
@@ -218,7 +216,6 @@ def batch_in_process(spec: dict) -> dict:
     from nbhelpers import batch
 
     t0 = time.perf_counter()
-    os.environ.update(spec.get("env") or {})
     if spec.get("waiting") is not None:
         batch.WAITING_PER_SLOT = int(spec["waiting"])
     result = batch.run(spec["jobs"], weights_dir=spec["weights"], config=nbh.InferenceConfig(**spec["config"]),
@@ -284,10 +281,6 @@ def main() -> None:
                         help="comma-separated: jobs a GPU worker holds per render slot beyond the rendering one "
                              "(nbhelpers.batch.WAITING_PER_SLOT), one set of batch arms per value; -1: the "
                              "package's value (default); 0: a worker holds only the jobs it renders")
-    parser.add_argument("--bytecode", type=lambda text: text.split(","), default=["auto"],
-                        help="auto,off: batch arms with the workers' shared bytecode cache as nbhelpers decides "
-                             "(auto: in a new empty folder, as a first batch on the machine has it; "
-                             "nbhelpers.bytecode) and turned off (NBHELPERS_BYTECODE_CACHE=0)")
     parser.add_argument("--skip-loop", action="store_true", help="run the batch only")
     parser.add_argument("--loop", type=lambda text: text.split(","), default=["fresh"],
                         help="comma-separated loop arms: fresh (a new Python process, timed from its launch to its "
@@ -318,9 +311,6 @@ def main() -> None:
     bad = [m for m in args.loop if m not in ("fresh", "in-process")]
     if bad:
         parser.error(f"--loop takes fresh and in-process; got {', '.join(bad)}")
-    bad = [m for m in args.bytecode if m not in ("auto", "off")]
-    if bad:
-        parser.error(f"--bytecode takes auto and off; got {', '.join(bad)}")
     if args.smoke:
         args.jobs, args.seconds, args.faces, args.gpus = min(args.jobs, 4), 0.4, 2, 0
 
@@ -361,20 +351,17 @@ def main() -> None:
     # workers' imports are in the batch's wall time, so the driver's and the loop's are in theirs too.
     exit_at = {args.kill: 50} if args.kill else None
     config_fields = {"device": "cpu"} if args.smoke else {}
-    for per_gpu, slots, size, waiting, code in itertools.product(args.workers_per_gpu, args.jobs_per_worker,
-                                                                 args.batch_size, args.waiting, args.bytecode):
+    for per_gpu, slots, size, waiting in itertools.product(args.workers_per_gpu, args.jobs_per_worker,
+                                                           args.batch_size, args.waiting):
         out = work / (f"batch-{args.gpus}gpu-w{per_gpu or 'auto'}-j{slots or 'auto'}-b{size or 'plan'}"
-                      f"-q{waiting if waiting >= 0 else 'auto'}-c{code}")
-        code_dir = out.with_name(out.name + "-bytecode")
-        shutil_rm(code_dir)  # a first batch's condition: the cache (where nbhelpers uses one) starts empty
+                      f"-q{waiting if waiting >= 0 else 'auto'}")
         shutil_rm(out)
         out.mkdir()
         batch_jobs = [dict(j, output=str(out / f"{j['name']}.mp4")) for j in jobs]
         spec = {"kind": "batch", "jobs": batch_jobs, "weights": str(weights),
                 "config": dict(config_fields, batch_size=size or None), "gpus": args.gpus,
                 "workers_per_gpu": per_gpu or None, "jobs_per_worker": slots or None, "exit_at": exit_at,
-                "waiting": waiting if waiting >= 0 else None,
-                "env": {"NBHELPERS_BYTECODE_CACHE": "0" if code == "off" else str(code_dir)}}
+                "waiting": waiting if waiting >= 0 else None}
         with GpuBusy(max(args.gpus, 1)) as busy, CpuBusy() as cpu:
             t0 = time.perf_counter()
             res = run_child(spec, work) if not args.in_process else batch_in_process(spec)
@@ -394,8 +381,6 @@ def main() -> None:
             label = f"{per_gpu or 'auto'} per GPU, {label}"
         if len(args.waiting) > 1:
             label = f"{waiting if waiting >= 0 else 'auto'} waiting per slot, {label}"
-        if len(args.bytecode) > 1:
-            label = f"bytecode cache {code}, {label}"
         label += ", in the bench process" if args.in_process else ""
         outcomes = res["outcomes"]
         rows.append(row(f"Ray batch ({len(res['workers'])} worker(s), {label})", max(args.gpus, 0),
@@ -405,14 +390,13 @@ def main() -> None:
                         workers_per_gpu=per_gpu or None, jobs_per_worker=slots or None,
                         phases=res["phases"], run_s=res["run_s"], before_run_s=round(batch_s - res["run_s"], 2),
                         steady_jobs_per_hour=steady_rate([o["ended_s"] for o in outcomes if o["status"] == "done"]),
-                        workers_note=res["workers_note"], bytecode_note=res.get("bytecode_note", "")))
+                        workers_note=res["workers_note"]))
         rows[-1].update(print_series(busy, cpu))
         save()
         print(f"batch ({label}): {batch_s:.1f} s ({res['run_s']:.1f} in batch.run(), the rest the process's start, "
               f"imports and exit); CPU busy {cpu.percent:.0f}% of {os.cpu_count()} cores; phases (s from the "
               "start of run()): " + ", ".join(f"{k} {v:.1f}" for k, v in res["phases"].items())
-              + "; job seconds on the workers: " + ", ".join(f"{o['seconds']:.2f}" for o in outcomes)
-              + f"; bytecode: {res.get('bytecode_note') or 'not shared'}", flush=True)
+              + "; job seconds on the workers: " + ", ".join(f"{o['seconds']:.2f}" for o in outcomes), flush=True)
         for worker, events in res["timeline"].items():
             print(f"  {worker}: " + ", ".join(f"{e} {t:.1f}" for e, t in events), flush=True)
         for o in outcomes:

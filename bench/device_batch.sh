@@ -18,9 +18,6 @@
 # what a batch worker loads), as a user's pip install (which writes .pyc) never does. PYCACHE=1 compiles them all
 # once into /tmp/pyc first and points PYTHONPYCACHEPREFIX there, for every process of both arms alike (the
 # condition of a machine whose packages pip installed with their .pyc); the installed packages are not touched.
-# Since 2026-12-03 the batch itself gives its Ray processes one shared bytecode cache there, compiled ahead while Ray
-# starts (nbhelpers.bytecode; bench/batch.py --bytecode off turns it off for an arm), so PYCACHE=1 now differs
-# from the machine as it is mostly in the loop's process and the batch's driver.
 # STACKS=1 puts bench/prof first on PYTHONPATH: its sitecustomize samples every thread of the batch workers and
 # of the bench's arm processes into $OUT/stacks (bench/prof/summarize.py prints them).
 set -u

@@ -706,8 +706,6 @@ class BatchResult:
             ``{"video", "worker", "status" ("prepared", "loaded" from the cache, "failed"), "seconds",
             "ended_s" (from the start of run()), "timings"}``, ``timings`` being the stages of a preparation
             (:attr:`nbhelpers.avatar.Avatar.prepare_timings`; empty when loaded or failed).
-        bytecode_note: Where the workers shared a bytecode cache, what and why (:mod:`nbhelpers.bytecode`);
-            empty when they did not (their packages had theirs, Ray was joined or already running, or nothing ran).
     """
 
     outcomes: tuple[JobOutcome, ...]
@@ -719,7 +717,6 @@ class BatchResult:
     workers_note: str = ""
     timeline: Mapping[str, tuple[tuple[str, float], ...]] = field(default_factory=dict)
     preparations: tuple[Mapping[str, Any], ...] = ()
-    bytecode_note: str = ""
 
     def count(self, status: str) -> int:
         """Jobs with ``status`` (done, skipped, failed)."""
@@ -1118,11 +1115,8 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpu
     process, a 256 MiB object store (the batch passes only file names through it). Ray's notice that token
     authentication is on (its default since 2.59) is dropped by a logging filter during the start; its other
     warnings and errors are shown as before. Ray's startup can time out on a heavily loaded machine (its agents
-    must start within seconds); that is tried once more. Where the installed packages have no bytecode (uv's
-    installs, images with ``PYTHONDONTWRITEBYTECODE=1``), the processes of a local start share one bytecode cache
-    and, with 4 CPUs or more, the packages a worker imports are compiled ahead meanwhile
-    (:mod:`nbhelpers.bytecode`; ``NBHELPERS_BYTECODE_CACHE=0`` turns it off). Does nothing when Ray is already
-    initialised in this process.
+    must start within seconds); that is tried once more. Does nothing when Ray is already initialised in this
+    process.
 
     Args:
         address: ``"auto"``, ``"HOST:PORT"`` or ``"ray://HOST:PORT"`` of a running cluster; None joins the one in
@@ -1137,10 +1131,8 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpu
         MissingDependencyError: Ray is not installed (the message gives the install line).
     """
     ray = _require_ray()
-    global _bytecode_plan
     if ray.is_initialized():
         return False
-    _bytecode_plan = None
     address = address or os.environ.get("RAY_ADDRESS") or None
     if address:
         _ray_init(ray, address=address, log_to_driver=False, configure_logging=False)
@@ -1150,22 +1142,14 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpu
     options = dict(address="local", num_cpus=max(1, min(int(num_cpus or 2), cores)), num_gpus=num_gpus,
                    include_dashboard=False,
                    log_to_driver=False, configure_logging=False, object_store_memory=256 * 2**20)
-    from . import bytecode
-
-    # Where the installed packages have no bytecode, Ray's processes share one cache, compiled ahead meanwhile
-    # (nbhelpers.bytecode): each worker would otherwise compile torch, diffusers and the rest again.
-    with bytecode.for_local_ray() as _bytecode_plan:
-        try:
-            _ray_init(ray, **options)
-        except Exception as exc:  # noqa: BLE001 - Ray's own startup timeout on a loaded machine: try once more
-            if "timed out during startup" not in str(exc):
-                raise
-            ray.shutdown()
-            _ray_init(ray, **options)
+    try:
+        _ray_init(ray, **options)
+    except Exception as exc:  # noqa: BLE001 - Ray's own startup timeout on a loaded machine: try once more
+        if "timed out during startup" not in str(exc):
+            raise
+        ray.shutdown()
+        _ray_init(ray, **options)
     return True
-
-
-_bytecode_plan: Any = None  # what the last local start of init_ray() decided (nbhelpers.bytecode.Plan)
 
 
 # Ray (2.59 and later) turns token authentication on for a new local instance and, where the logging is left to
@@ -1206,14 +1190,6 @@ def _ray_init(ray, **options) -> None:
         if in_main and sigterm is not None:
             with contextlib.suppress(ValueError, OSError, TypeError):
                 signal.signal(signal.SIGTERM, sigterm)
-
-
-def _reap_bytecode(stop: bool = False) -> None:
-    """:func:`nbhelpers.bytecode.reap`: compile-ahead processes that ended collected (``stop``: ended first)."""
-    from . import bytecode
-
-    with contextlib.suppress(Exception):
-        bytecode.reap(stop=stop)
 
 
 def _remove_stale_frames() -> None:
@@ -1482,7 +1458,6 @@ def _run_locked(job_list, config, job_configs, weights_path, cache_path, summary
             phases.clear()
     except BaseException as exc:  # Ctrl-C, SIGTERM (the command line's), an error: nothing half-made is left
         try:
-            _reap_bytecode(stop=True)
             if started or starting:
                 started = starting = False
                 shutdown_ray()  # the workers stop before their partial files are removed
@@ -1497,16 +1472,13 @@ def _run_locked(job_list, config, job_configs, weights_path, cache_path, summary
             shutdown_ray()
         if address is None:  # the workers ran here: frames a stopped one could not remove go now
             _remove_stale_frames()
-        _reap_bytecode()
     for job in job_list:
         remove_partials(job.output)
     result = BatchResult(outcomes=tuple(outcomes[j.name] for j in job_list), summary_csv=summary_path,
                          wall_s=time.perf_counter() - t0, workers=tuple(worker_names), avatars=avatars,
                          workers_note=workers_note if any("cuda" in w for w in worker_names) else "",
                          phases={k: round(v, 3) for k, v in phases.items()}, timeline=timeline,
-                         preparations=tuple(preparations),
-                         bytecode_note=_bytecode_plan.reason if started and _bytecode_plan is not None
-                         and _bytecode_plan.folder is not None else "")
+                         preparations=tuple(preparations))
     if summary_path is not None:
         result.write_csv(summary_path)
     return result
