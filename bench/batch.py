@@ -214,10 +214,11 @@ def batch_in_process(spec: dict) -> dict:
     """One batch arm: ``nbhelpers.batch.run`` over the spec's jobs, in this process."""
     import nbhelpers as nbh
     from nbhelpers import batch
+    from nbhelpers.batch import scheduler
 
     t0 = time.perf_counter()
     if spec.get("waiting") is not None:
-        batch.WAITING_PER_SLOT = int(spec["waiting"])
+        scheduler.WAITING_PER_SLOT = int(spec["waiting"])
     result = batch.run(spec["jobs"], weights_dir=spec["weights"], config=nbh.InferenceConfig(**spec["config"]),
                        gpus=spec["gpus"], cpu_workers=1, workers_per_gpu=spec["workers_per_gpu"],
                        jobs_per_worker=spec["jobs_per_worker"], _exit_at=spec["exit_at"])
@@ -279,7 +280,7 @@ def main() -> None:
                              "the batch's own choice (default)")
     parser.add_argument("--waiting", type=lambda text: [int(v) for v in text.split(",")], default=[-1],
                         help="comma-separated: jobs a GPU worker holds per render slot beyond the rendering one "
-                             "(nbhelpers.batch.WAITING_PER_SLOT), one set of batch arms per value; -1: the "
+                             "(nbhelpers.batch.scheduler.WAITING_PER_SLOT), one set of batch arms per value; -1: the "
                              "package's value (default); 0: a worker holds only the jobs it renders")
     parser.add_argument("--skip-loop", action="store_true", help="run the batch only")
     parser.add_argument("--loop", type=lambda text: text.split(","), default=["fresh"],

@@ -42,7 +42,7 @@ def test_a_workers_memory_peak_is_the_memory_models_known_answer():
     the preparation's 1.87 + 0.16 + 0.19 * 32 = 8.11, plus 0.4 (context) + 0.5 (workspaces) = 13.789 GiB; fp32
     doubles the weights and activations: 25.195 GiB."""
     from nbhelpers import InferenceConfig
-    from nbhelpers.batch import worker_gib
+    from nbhelpers.batch.worker import worker_gib
 
     assert worker_gib(InferenceConfig()) == pytest.approx(13.789, abs=1e-3)
     assert worker_gib(InferenceConfig(fp16=False)) == pytest.approx(25.195, abs=1e-3)
@@ -54,7 +54,7 @@ def test_jobs_per_worker_are_chosen_from_free_memory():
     1080 * 1920 / 2**30) * 64 = 23.909 GiB, plus 0.9 (context, workspaces) = 24.809 GiB a worker; two workers need
     49.618 GiB within the 10 % margin, i.e. 55.13 GiB free; one worker 27.57 GiB free."""
     from nbhelpers import InferenceConfig
-    from nbhelpers.batch import choose_jobs_per_worker, worker_gib
+    from nbhelpers.batch.worker import choose_jobs_per_worker, worker_gib
 
     fp16 = InferenceConfig()
     assert worker_gib(fp16, jobs=2) == pytest.approx(24.809, abs=1e-3)
@@ -194,7 +194,7 @@ def test_paths_come_out_absolute_without_dot_dot(tmp_path, monkeypatch):
 def test_only_rays_token_auth_notice_is_filtered():
     import logging
 
-    from nbhelpers.batch import _AUTH_NOTICE_LOGGER, _DropAuthNotice
+    from nbhelpers.batch.cluster import _AUTH_NOTICE_LOGGER, _DropAuthNotice
 
     def record(message, level=logging.WARNING):
         return logging.LogRecord(_AUTH_NOTICE_LOGGER, level, __file__, 1, message, None, None)
@@ -225,7 +225,8 @@ def test_a_rerun_of_jobs_that_failed_at_the_input_checks_starts_no_ray(tmp_path,
     from nbhelpers import batch
 
     starts = []
-    monkeypatch.setattr(batch, "init_ray", lambda *a, **k: starts.append(a) or False)  # records; starts nothing
+    # records each start; starts nothing
+    monkeypatch.setattr("nbhelpers.batch.cluster.init_ray", lambda *a, **k: starts.append(a) or False)
     corrupt, jobs = hint_jobs(make_media, tmp_path)
 
     def run(**kw):
@@ -257,7 +258,8 @@ def test_a_box_outside_its_video_fails_at_the_checks_before_any_worker(tmp_path,
     from nbhelpers import batch
 
     starts = []
-    monkeypatch.setattr(batch, "init_ray", lambda *a, **k: starts.append(a) or False)  # records; starts nothing
+    # records each start; starts nothing
+    monkeypatch.setattr("nbhelpers.batch.cluster.init_ray", lambda *a, **k: starts.append(a) or False)
     video = make_media("box-face.mp4", "-f", "lavfi", "-i", "testsrc=size=64x48:rate=25", "-frames:v", "4",
                        "-pix_fmt", "yuv420p")
     audio = make_media("box-speech.wav", "-f", "lavfi", "-i", "sine=frequency=300:duration=0.3")
@@ -280,7 +282,8 @@ def test_too_short_audio_and_a_missing_video_fail_at_the_checks_in_batch_terms(t
     from nbhelpers import batch
 
     starts = []
-    monkeypatch.setattr(batch, "init_ray", lambda *a, **k: starts.append(a) or False)  # records; starts nothing
+    # records each start; starts nothing
+    monkeypatch.setattr("nbhelpers.batch.cluster.init_ray", lambda *a, **k: starts.append(a) or False)
     video = make_media("short-face.mp4", "-f", "lavfi", "-i", "testsrc=size=64x48:rate=25", "-frames:v", "4",
                        "-pix_fmt", "yuv420p")
     blip = make_media("blip.wav", "-f", "lavfi", "-i", "sine=frequency=300:sample_rate=16000:duration=0.02")
@@ -317,7 +320,7 @@ def test_a_batch_that_cannot_write_its_outputs_is_refused_before_ray(tmp_path, t
     from nbhelpers import batch
     from nbhelpers.errors import InputError
 
-    monkeypatch.setattr(batch, "init_ray", lambda *a, **k: pytest.fail("Ray started"))
+    monkeypatch.setattr("nbhelpers.batch.cluster.init_ray", lambda *a, **k: pytest.fail("Ray started"))
     (tmp_path / "a-file").write_text("x")
     jobs = [{"video": "v.mp4", "audio": "a.wav", "output": str(tmp_path / "a-file" / "o.mp4")}]
     with pytest.raises(InputError, match=r"cannot write in '[^']*/a-file' \(a file, not a folder\), '[^']*/a-file/avatar-cache' \(inside "
@@ -341,7 +344,7 @@ def test_a_summary_path_that_would_replace_another_file_is_refused_before_ray(tm
     from nbhelpers import batch
     from nbhelpers.errors import InputError
 
-    monkeypatch.setattr(batch, "init_ray", lambda *a, **k: pytest.fail("Ray started"))
+    monkeypatch.setattr("nbhelpers.batch.cluster.init_ray", lambda *a, **k: pytest.fail("Ray started"))
     (tmp_path / "s.wav").write_bytes(b"RIFF")
     jobs_file = tmp_path / "batch-summary.csv"
     jobs_file.write_text("video,audio,output\nv.mp4,s.wav,o.mp4\n")
@@ -363,11 +366,12 @@ def test_a_second_batch_over_the_same_outputs_with_its_own_cache_is_refused(tmp_
     its file in progress: the outputs folder is locked too."""
     pytest.importorskip("ray")
     from nbhelpers import batch
+    from nbhelpers.batch.records import BatchLock
     from nbhelpers.errors import InputError
 
-    monkeypatch.setattr(batch, "init_ray", lambda *a, **k: pytest.fail("Ray started"))
+    monkeypatch.setattr("nbhelpers.batch.cluster.init_ray", lambda *a, **k: pytest.fail("Ray started"))
     jobs = [{"video": str(tmp_path / "v.mp4"), "audio": str(tmp_path / "a.wav"), "output": str(tmp_path / "o.mp4")}]
-    with batch._BatchLock(tmp_path, ".batch.lock", "the outputs folder"):
+    with BatchLock(tmp_path, ".batch.lock", "the outputs folder"):
         with pytest.raises(InputError, match=r"another batch is running over the outputs folder"):
             batch.run(jobs, weights_dir=tiny_weights, cache_dir=tmp_path / "another-cache")
 
@@ -375,14 +379,16 @@ def test_a_second_batch_over_the_same_outputs_with_its_own_cache_is_refused(tmp_
 def test_a_second_batch_over_the_same_cache_is_refused_while_the_first_runs(tmp_path, tiny_weights, monkeypatch):
     pytest.importorskip("ray")
     from nbhelpers import batch
+    from nbhelpers.batch.records import BatchLock
     from nbhelpers.errors import InputError
 
     starts = []
-    monkeypatch.setattr(batch, "init_ray", lambda *a, **k: starts.append(a) or False)  # records; starts nothing
+    # records each start; starts nothing
+    monkeypatch.setattr("nbhelpers.batch.cluster.init_ray", lambda *a, **k: starts.append(a) or False)
     jobs = [{"video": str(tmp_path / "v.mp4"), "audio": str(tmp_path / "a.wav"), "output": str(tmp_path / "o.mp4")}]
     partial = tmp_path / ".o.partial-0123abcd.mp4"  # the running batch's file in progress
     partial.write_bytes(b"x")
-    with batch._BatchLock(tmp_path / "avatar-cache"):
+    with BatchLock(tmp_path / "avatar-cache"):
         with pytest.raises(InputError, match=rf"another batch is running .*\(pid {os.getpid()} on "):
             batch.run(jobs, weights_dir=tiny_weights)
         assert partial.exists() and starts == []  # refused before it removed or started anything
@@ -400,19 +406,20 @@ def test_csv_headers_take_any_case_and_a_quoted_box_may_follow_a_space(tmp_path)
     assert job.settings == {"box": BOX}
 
 
-def test_a_job_whose_inputs_pass_the_checks_is_likely_work(tmp_path, make_media):
-    from nbhelpers.batch import _likely_work, _write_hint, check_jobs
+def test_a_job_whose_inputs_pass_the_checks_islikely_work(tmp_path, make_media):
+    from nbhelpers.batch import check_jobs
+    from nbhelpers.batch.records import likely_work, write_hint
 
     corrupt, jobs = hint_jobs(make_media, tmp_path)
     cache = tmp_path / "cache"
     gone, bad = check_jobs(jobs)
     for job in (gone, bad):
-        _write_hint(cache, job, "InputError: ...")
-    assert not _likely_work([gone, bad], cache, rerun=False) and _likely_work([gone, bad], cache, rerun=True)
+        write_hint(cache, job, "InputError: ...")
+    assert not likely_work([gone, bad], cache, rerun=False) and likely_work([gone, bad], cache, rerun=True)
     shutil.copy(gone.audio, corrupt)  # now readable: the job goes to a worker
-    assert _likely_work([bad], cache, rerun=False) and not _likely_work([gone], cache, rerun=False)
+    assert likely_work([bad], cache, rerun=False) and not likely_work([gone], cache, rerun=False)
     worker_failed = check_jobs([dict(jobs[1], audio=str(gone.audio), output=str(tmp_path / "w.mp4"))])
-    assert _likely_work(worker_failed, cache, rerun=False)  # no face, say: no hint, so a rerun retries it on Ray
+    assert likely_work(worker_failed, cache, rerun=False)  # no face, say: no hint, so a rerun retries it on Ray
 
 
 def test_without_ray_the_command_says_how_to_install_it(tmp_path, tiny_weights):
@@ -641,7 +648,8 @@ def test_more_cpu_workers_than_ray_has_cpus_run_on_the_cpus_it_has(ray_local, me
     """cpu_workers=3 where Ray offers 2 CPUs: each worker takes one, so a third would wait for a CPU for ever (the
     batch hung there); two workers run the three jobs, with a warning that says so."""
     from nbhelpers import InferenceConfig
-    from nbhelpers.batch import _cpu_worker_count, run
+    from nbhelpers.batch import run
+    from nbhelpers.batch.scheduler import cpu_worker_count
     from nbhelpers.errors import FallbackWarning
 
     assert int(ray_local.cluster_resources()["CPU"]) == 2
@@ -654,9 +662,9 @@ def test_more_cpu_workers_than_ray_has_cpus_run_on_the_cpus_it_has(ray_local, me
     assert [o.status for o in result.outcomes] == ["done"] * 3 and len(result.workers) == 2
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no warning where the cores suffice, or where fewer jobs need fewer
-        assert _cpu_worker_count(2, 2, 2) == 2 and _cpu_worker_count(8, 4, 3) == 3
+        assert cpu_worker_count(2, 2, 2) == 2 and cpu_worker_count(8, 4, 3) == 3
     with pytest.warns(FallbackWarning):
-        assert _cpu_worker_count(8, 0, 8) == 1  # a cluster that reports no CPU: one worker
+        assert cpu_worker_count(8, 0, 8) == 1  # a cluster that reports no CPU: one worker
 
 
 @pytest.mark.gpu
@@ -843,7 +851,8 @@ def test_a_worker_renders_through_its_slots_one_clip_at_a_time_and_marks_it(medi
 
 @pytest.mark.notorch
 def test_a_long_error_is_cut_with_an_ellipsis_and_the_summary_names_the_csv(tmp_path):
-    from nbhelpers.batch import ERROR_WIDTH, BatchResult, JobOutcome
+    from nbhelpers.batch import BatchResult, JobOutcome
+    from nbhelpers.batch.results import ERROR_WIDTH
 
     long_error = ("WeightsError: 1 weight file(s) this job needs are not usable:\n  musetalkV15/unet.pth: missing\n"
                   "Fix: run `python -m nbhelpers download` " + "x" * 100 + " END")

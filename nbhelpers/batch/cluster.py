@@ -1,0 +1,209 @@
+"""Ray for a batch: start it on this machine or join a cluster, stop it, and the driver's calls that every worker
+answers (close, timeline). Ray is imported only inside these functions, so importing this module needs no Ray.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import logging
+import os
+import signal
+import threading
+import time
+from typing import Any
+
+from ..errors import MissingDependencyError
+
+INSTALL_RAY = 'pip install "ray>=2.10"'
+
+
+def ray_installed() -> bool:
+    """True when Ray can be imported (checked without importing it)."""
+    return importlib.util.find_spec("ray") is not None
+
+
+def require_ray():
+    """Import Ray, or raise :class:`MissingDependencyError` with the install line."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise MissingDependencyError(
+            f"batch runs need Ray, which is not installed ({exc}). Install it with `{INSTALL_RAY}` (or install this "
+            "package with its batch extra: `pip install -e \".[batch]\"` in a checkout), then run the batch "
+            "again.") from exc
+    return ray
+
+
+def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpus: int | None = None):
+    """Connect to Ray: join the cluster at ``address``, or start Ray on this machine.
+
+    A local start is kept small so that it is quick on a 2-core machine: ``num_cpus`` (default 2, at most the
+    cores here) bounds the worker processes Ray starts ahead, no dashboard, workers' output not forwarded to this
+    process, a 256 MiB object store (the batch passes only file names through it). Ray's notice that token
+    authentication is on (its default since 2.59) is dropped by a logging filter during the start; its other
+    warnings and errors are shown as before. Ray's startup can time out on a heavily loaded machine (its agents
+    must start within seconds); that is tried once more. Does nothing when Ray is already initialised in this
+    process.
+
+    Args:
+        address: ``"auto"``, ``"HOST:PORT"`` or ``"ray://HOST:PORT"`` of a running cluster; None joins the one in
+            ``$RAY_ADDRESS`` when set, else starts one here.
+        num_cpus: CPUs the local Ray offers (CPU workers take one each).
+        num_gpus: GPUs the local Ray offers (default: all it finds).
+
+    Returns:
+        True when this call started or joined Ray (and the caller should shut it down), False when it was running.
+
+    Raises:
+        MissingDependencyError: Ray is not installed (the message gives the install line).
+    """
+    ray = require_ray()
+    if ray.is_initialized():
+        return False
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    if address:
+        _ray_init(ray, address=address, log_to_driver=False, configure_logging=False)
+        return True
+    cores = os.cpu_count() or 1
+    # address="local": always a new instance (a bare ray.init() would join a cluster someone `ray start`ed here)
+    options = dict(address="local", num_cpus=max(1, min(int(num_cpus or 2), cores)), num_gpus=num_gpus,
+                   include_dashboard=False,
+                   log_to_driver=False, configure_logging=False, object_store_memory=256 * 2**20)
+    try:
+        _ray_init(ray, **options)
+    except Exception as exc:  # noqa: BLE001 - Ray's own startup timeout on a loaded machine: try once more
+        if "timed out during startup" not in str(exc):
+            raise
+        ray.shutdown()
+        _ray_init(ray, **options)
+    return True
+
+
+# Ray (2.59 and later) turns token authentication on for a new local instance and, where the logging is left to
+# the program (configure_logging=False), logs this notice of its default at every start; its warnings and errors
+# otherwise reach the program as before (docs.ray.io ray-security/token-auth.html).
+_AUTH_NOTICE_LOGGER = "ray._private.authentication.authentication_token_setup"
+_AUTH_NOTICE = "Token authentication is enabled for this Ray cluster."
+
+
+class _DropAuthNotice:
+    """A logging filter that drops Ray's notice that token authentication is on (and nothing else)."""
+
+    def filter(self, record: Any) -> bool:
+        """False for the notice, True for every other record."""
+        try:
+            return not str(record.getMessage()).startswith(_AUTH_NOTICE)
+        except Exception:  # noqa: BLE001 - a record that cannot be formatted is passed on, as it was
+            return True
+
+
+def _ray_init(ray, **options) -> None:
+    """``ray.init(**options)`` without Ray's token-authentication notice (see :data:`_AUTH_NOTICE`), the caller's
+    SIGTERM handler kept."""
+    notice_logger, quiet = logging.getLogger(_AUTH_NOTICE_LOGGER), _DropAuthNotice()
+    notice_logger.addFilter(quiet)
+    in_main = threading.current_thread() is threading.main_thread()
+    sigterm = signal.getsignal(signal.SIGTERM) if in_main else None
+    try:
+        ray.init(**options)
+    finally:
+        notice_logger.removeFilter(quiet)
+        # ray.init replaces the driver's SIGTERM handler with one that calls sys.exit(signum)
+        # (ray/_private/worker.py, init: "terminate any signal before connecting driver"); the program's own is put
+        # back, so that its clean-up on SIGTERM (the command line's: partial outputs removed, exit status 143) runs.
+        if in_main and sigterm is not None:
+            with contextlib.suppress(ValueError, OSError, TypeError):
+                signal.signal(signal.SIGTERM, sigterm)
+
+
+def shutdown_ray() -> None:
+    """``ray.shutdown()``, a local instance's autoscaler monitor stopped first (what a batch calls at its end).
+
+    Ray stops its processes one kind after another, each given a second to exit after SIGTERM
+    (``ray/_private/node.py`` ``_kill_process_impl``). Its autoscaler monitor answers SIGTERM by reporting to the
+    GCS, which is stopped before it, and so takes the whole second (``ray/autoscaler/_private/monitor.py``
+    ``_signal_handler``; measured here: 1.03 s of a 1.6 s shutdown). An instance started on this machine has no
+    autoscaling to finish, so its monitor is killed at once. The process table this reads is Ray's own
+    (``ray._private.worker._global_node.all_processes``); where it is not there (another Ray version, a joined
+    cluster, whose processes are not ours), Ray stops everything as before.
+    """
+    ray = require_ray()
+    try:
+        node = ray._private.worker._global_node
+        monitors = node.all_processes.get("monitor", []) if node is not None and node.is_head() else []
+        for info in monitors:
+            if info.process.poll() is None:
+                info.process.kill()
+                info.process.wait(timeout=5)
+    except Exception:  # noqa: BLE001 - Ray's internals differ: its own shutdown stops the monitor
+        pass
+    ray.shutdown()
+
+
+class RaySession:
+    """Ray for one batch: started (or joined) when the batch needs it, shut down at its end only when this batch
+    started it, also when it is stopped during the start.
+
+    Args:
+        address: Cluster to join (:func:`init_ray`); None starts Ray here (or joins ``$RAY_ADDRESS``).
+        num_cpus: CPUs a local Ray offers (:func:`init_ray`).
+        num_gpus: GPUs a local Ray offers; None: all it finds.
+    """
+
+    def __init__(self, address: str | None, num_cpus: int, num_gpus: int | None):
+        self.address, self.num_cpus, self.num_gpus = address, num_cpus, num_gpus
+        self.started = False  # this batch started or joined Ray: it shuts it down
+        self._starting = False
+
+    def start(self) -> None:
+        """Start or join Ray (:func:`init_ray`); nothing when Ray is running in this process already."""
+        self._starting = True  # a stop during Ray's start still shuts down what it started
+        self.started = init_ray(self.address, num_cpus=self.num_cpus,
+                                num_gpus=self.num_gpus if self.address is None else None) or self.started
+        self._starting = False
+
+    def stop(self) -> None:
+        """Shut Ray down (:func:`shutdown_ray`) when this batch started it or was starting it."""
+        if self.started or self._starting:
+            self.started = self._starting = False
+            shutdown_ray()
+
+
+def is_worker_loss(ray, exc: BaseException) -> bool:
+    """A Ray error that means the worker process went away (retry the job), not a failure of the job."""
+    lost = tuple(getattr(ray.exceptions, n) for n in ("RayActorError", "WorkerCrashedError", "NodeDiedError",
+                                                      "OutOfMemoryError", "ObjectLostError")
+                 if hasattr(ray.exceptions, n))
+    return isinstance(exc, lost)
+
+
+def close_workers(ray, actors: list[Any], timeout_s: float = 10.0) -> None:
+    """Ask each worker to close its avatars (:meth:`~nbhelpers.batch.worker.BatchWorker.close`), so that their
+    frames on its machine's disk are removed before ``ray.kill`` stops it, waiting at most ``timeout_s``. A worker
+    that does not answer is stopped all the same; what it leaves, the next frame store on its machine removes
+    (:func:`nbhelpers.framestore.remove_stale_frames`)."""
+    try:
+        ray.wait([a.close.remote() for a in actors], num_returns=len(actors), timeout=timeout_s)
+    except Exception:  # noqa: BLE001 - tidying must not cost the batch its outcomes
+        pass
+
+
+def collect_timeline(ray, actors: list[Any], names: list[str], t0: float, timeline: dict) -> None:
+    """Each live worker's :meth:`~nbhelpers.batch.worker.BatchWorker.events`, as seconds since ``t0`` (this
+    process's perf_counter) by the wall clock, into ``timeline`` under the worker's name; a worker that does not
+    answer within 5 s is left out."""
+    start_wall = time.time() - (time.perf_counter() - t0)
+    try:
+        refs = [a.events.remote() for a in actors]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=5.0)
+    except Exception:  # noqa: BLE001 - the timeline is a report: it must not cost the batch its outcomes
+        return
+    for i, ref in enumerate(refs):
+        if ref not in ready:
+            continue
+        try:
+            events = ray.get(ref)
+        except Exception:  # noqa: BLE001 - a worker that died: no timeline, the outcomes are what count
+            continue
+        timeline[names[i]] = tuple((str(e), round(float(w) - start_wall, 3)) for e, w in events)

@@ -1,0 +1,192 @@
+"""The batch's checks before any worker: every distinct video and audio probed once, and each job settled there
+(failed at its inputs, or skipped as finished) or put in the face group of its video, for the scheduler.
+
+A job whose input cannot be used (a missing or unreadable file, audio shorter than a frame, a box outside its
+video) fails here, with no worker and, on a rerun with the same inputs, no Ray (its hint, :mod:`.records`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..config import InferenceConfig
+from ..constants import FPS
+from ..errors import NbHelpersError
+from ..pipeline import check_audio, check_boxes, check_video
+from .jobs import Job
+from .records import drop_hint, finished_record, group_key, record_inputs, write_hint
+from .results import JobOutcome, error_text
+
+
+def _short_audio_error(info: Any) -> str:
+    """The error of a job whose audio is shorter than one 25 fps frame by its container's duration ("" when it is
+    long enough or the duration is unknown), so that it fails at the checks, not on a worker, which would refuse it
+    there (:func:`nbhelpers.pipeline.speech_frames`)."""
+    seconds = getattr(info, "duration_s", None)
+    if seconds is None or seconds >= 1.0 / FPS:
+        return ""
+    return (f"InputError: audio {str(info.path)!r} lasts {seconds:.3f} s, shorter than one frame (1/{FPS} s); give "
+            "at least 0.04 s of speech.")
+
+
+def _box_error(job: Job, video_info: Any) -> str:
+    """The error of a job whose crop box does not fit its video's frames ("" when it fits or there is none), as
+    :func:`nbhelpers.pipeline.check_boxes` finds it, so that it fails at the checks, not on a worker."""
+    box = job.settings.get("box")
+    if box is None or video_info is None:
+        return ""
+    try:
+        check_boxes(box, job.video, video_info)
+    except NbHelpersError as exc:  # the message names the Python argument "boxes"; a job's setting is "box"
+        text = error_text(exc)
+        return text.replace(": boxes = ", ": box = ", 1).replace(": boxes must", ": box must", 1)
+    return ""
+
+
+def _input_error_text(exc: BaseException) -> str:
+    """A probe's error as a job's: a missing file's advice is about the jobs file (its paths are relative to its
+    folder), not the upload cell of a notebook that the pipeline's own message names."""
+    return error_text(exc).replace("(upload the file first in notebook 02_media, or give the full path)",
+                                   "(a relative path in a jobs file is relative to its folder)")
+
+
+@dataclass(frozen=True)
+class Probed:
+    """What the probes found: ``{path: (MediaInfo or None, "<Type>: message" or "")}`` per distinct video and
+    audio (:class:`~nbhelpers.media.MediaInfo`)."""
+
+    videos: Mapping[Path, tuple[Any, str]]
+    audios: Mapping[Path, tuple[Any, str]]
+
+    def error(self, job: Job) -> str:
+        """Why ``job`` cannot run ("" when its inputs pass): its video's, its audio's, its box's, or its audio's
+        length's error, in that order."""
+        video_info, video_error = self.videos[job.video]
+        audio_info, audio_error = self.audios[job.audio]
+        return video_error or audio_error or _box_error(job, video_info) or _short_audio_error(audio_info)
+
+
+def probe_inputs(job_list: Sequence[Job], fingerprints: Callable[[Path], Any]) -> Probed:
+    """Probe every distinct video and audio once, several at a time (each probe is an ffprobe run or a file
+    read, waiting on another process or the disk), and fingerprint the readable ones."""
+
+    def probe(check: Callable[[Any], tuple[Path, Any]], path: Path) -> tuple[Path, tuple[Any, str]]:
+        try:
+            info = check(path)[1]
+            fingerprints(path)
+            return path, (info, "")
+        except (NbHelpersError, OSError) as exc:
+            return path, (None, _input_error_text(exc))
+
+    videos = list(dict.fromkeys(j.video for j in job_list))
+    audios = list(dict.fromkeys(j.audio for j in job_list))
+    with ThreadPoolExecutor(min(8, max(2, os.cpu_count() or 1)), thread_name_prefix="batch-probe") as pool:
+        video_results = list(pool.map(lambda p: probe(check_video, p), videos))
+        audio_results = list(pool.map(lambda p: probe(check_audio, p), audios))
+    return Probed(dict(video_results), dict(audio_results))
+
+
+@dataclass
+class FaceGroup:
+    """The jobs of one face: the same video content, box and avatar settings, so one prepared avatar.
+
+    Attributes:
+        key: :func:`~nbhelpers.batch.records.group_key`.
+        video: The face video.
+        directory: The avatar's folder in the cache (``<cache>/<video stem>-<key>``).
+        config: The avatar's settings as a dict (InferenceConfig fields but device and precision).
+        box: The crop box of the group's jobs, or None (faces detected).
+        queue: The group's jobs not yet handed to a worker, in the jobs' order.
+        state: ``"pending"`` (no avatar yet), ``"preparing"``, ``"ready"`` or ``"failed"``.
+        error: Why the preparation failed ("" otherwise).
+        attempts: Preparations started.
+    """
+
+    key: str
+    video: Path
+    directory: Path
+    config: dict[str, Any]
+    box: tuple[int, int, int, int] | None
+    queue: deque = field(default_factory=deque)
+    state: str = "pending"
+    error: str = ""
+    attempts: int = 0
+
+
+@dataclass
+class WorkPlan:
+    """The batch after the checks: the jobs settled already, and the face groups of the jobs left to run.
+
+    Attributes:
+        outcomes: ``{job name: JobOutcome}`` of the jobs settled (failed at the checks, skipped as finished); the
+            scheduler adds the others.
+        groups: ``{group key: FaceGroup}`` of the jobs to run.
+        group_of: ``{job name: group key}``.
+        inputs_of: ``{job name: fingerprints}`` (:func:`~nbhelpers.batch.records.record_inputs`) for the record
+            of each output made.
+        expected_frames: ``{job name: frames its audio gives}``, for the progress bar.
+    """
+
+    outcomes: dict[str, JobOutcome] = field(default_factory=dict)
+    groups: dict[str, FaceGroup] = field(default_factory=dict)
+    group_of: dict[str, str] = field(default_factory=dict)
+    inputs_of: dict[str, dict[str, Any]] = field(default_factory=dict)
+    expected_frames: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def todo(self) -> int:
+        """Jobs left to run."""
+        return sum(len(g.queue) for g in self.groups.values())
+
+    def add_to_group(self, job: Job, config: InferenceConfig, cache_path: Path, audio_info: Any) -> None:
+        """Queue ``job`` in the group of its face (made when it is the first)."""
+        box = job.settings.get("box")
+        key = group_key(self.inputs_of[job.name]["video"], config, box)
+        if key not in self.groups:
+            self.groups[key] = FaceGroup(key, job.video, cache_path / f"{job.video.stem}-{key}",
+                                         {k: v for k, v in config.to_dict().items() if k not in ("device", "fp16")},
+                                         box)
+        self.groups[key].queue.append(job)
+        self.group_of[job.name] = key
+        self.expected_frames[job.name] = int((audio_info.duration_s or 0) * FPS)
+
+
+def sort_jobs(plan: WorkPlan, job_list: Sequence[Job], job_configs: Mapping[str, InferenceConfig], probed: Probed,
+              fingerprints: Callable[[Path], Any], weight_files: Mapping[str, Any], cache_path: Path,
+              rerun: bool) -> None:
+    """Settle each job that needs no worker and group the others by face, into ``plan``.
+
+    A job whose inputs fail the checks fails here and leaves a hint in the cache; one whose output is finished
+    from the same inputs (its record matches) is skipped unless ``rerun``; the others go to their face group.
+
+    Args:
+        plan: Receives the outcomes and the groups.
+        job_list: The jobs.
+        job_configs: Each job's settings (:func:`~nbhelpers.batch.jobs.job_configs`).
+        probed: :func:`probe_inputs`' findings.
+        fingerprints: :class:`~nbhelpers.batch.records.Fingerprints` of this run.
+        weight_files: :func:`~nbhelpers.batch.records.weights_state`.
+        cache_path: The avatar cache.
+        rerun: Make finished outputs again.
+    """
+    for job in job_list:
+        error = probed.error(job)
+        if error:
+            plan.outcomes[job.name] = JobOutcome(job.name, "failed", 0, 0.0, error, job.video, job.audio, job.output)
+            write_hint(cache_path, job, error)
+            continue
+        drop_hint(cache_path, job)  # it passed the checks: finished, or to run (a worker's failure needs Ray)
+        config = job_configs[job.name]
+        inputs = plan.inputs_of[job.name] = record_inputs(job, config, fingerprints, weight_files)
+        rec = None if rerun else finished_record(job, inputs)
+        if rec is not None:
+            plan.outcomes[job.name] = JobOutcome(job.name, "skipped", int(rec.get("frames", 0)), 0.0, "", job.video,
+                                                 job.audio, job.output, 0, str(rec.get("worker", "")))
+        else:
+            plan.add_to_group(job, config, cache_path, probed.audios[job.audio][0])

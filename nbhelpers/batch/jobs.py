@@ -1,0 +1,347 @@
+"""The jobs of a batch: :class:`Job`, reading a jobs file (CSV or JSON lines), and checking jobs and their settings.
+
+Everything here runs before Ray starts and raises :class:`~nbhelpers.errors.InputError` naming the line or job at
+fault.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+import math
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..config import InferenceConfig
+from ..errors import InputError
+
+# Per-job settings: InferenceConfig fields a row may set (version, device and precision belong to the workers'
+# pipelines) and "box", one crop box (x1, y1, x2, y2) for the clip.
+ROW_SETTINGS = ("batch_size", "extra_margin", "bbox_shift", "parsing_mode", "left_cheek_width", "right_cheek_width",
+                "landmark_backend", "smooth_boxes", "seed", "latent_mode", "blur_ratio", "box")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One clip of a batch.
+
+    Attributes:
+        name: Unique name in the batch (default: the output file's stem).
+        video: Face video or photo.
+        audio: Speech file.
+        output: The MP4 to write.
+        settings: Per-job settings (see :data:`ROW_SETTINGS`): InferenceConfig fields such as ``bbox_shift`` or
+            ``extra_margin``, and ``box`` = ``(x1, y1, x2, y2)`` in source pixels to skip face detection.
+        source: Where the job was read (``"jobs.csv line 4"``; empty for jobs made in Python): messages about its
+            settings name it.
+    """
+
+    name: str
+    video: Path
+    audio: Path
+    output: Path
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    source: str = field(default="", compare=False)  # where it was read ("jobs.csv line 4"), for messages
+
+
+def _box(value: Any, where: str) -> tuple[int, int, int, int]:
+    """A ``box`` setting as four whole pixels ``(x1, y1, x2, y2)``, from text ``"x1,y1,x2,y2"`` or a sequence.
+
+    Raises:
+        InputError: Not four finite numbers (``true`` is no number), or x1 >= x2 or y1 >= y2.
+    """
+    parts = value.replace(" ", "").split(",") if isinstance(value, str) else value
+    try:
+        if isinstance(parts, (str, bytes, Mapping)) or any(isinstance(v, bool) for v in parts):
+            raise TypeError
+        numbers = [float(v) for v in parts]
+        box = tuple(int(round(v)) for v in numbers) if all(map(math.isfinite, numbers)) else ()
+    except (TypeError, ValueError, OverflowError):
+        box = ()
+    if len(box) != 4:
+        raise InputError(f"{where}: box must be four finite numbers x1,y1,x2,y2 in source pixels; got {value!r}.")
+    if not (box[0] < box[2] and box[1] < box[3]):
+        raise InputError(f"{where}: box {value!r} is inverted: x1,y1 is the top-left corner and x2,y2 the "
+                         "bottom-right one, so x1 < x2 and y1 < y2.")
+    return box
+
+
+def _setting(key: str, value: Any, where: str) -> Any:
+    """A per-job setting checked for its kind and converted from text (CSV) where needed; None for an empty cell.
+
+    Whole-number settings (``batch_size``, ``extra_margin``, ``bbox_shift``, ...) take whole numbers (``12``,
+    ``"12"``, ``12.0``), number settings (``blur_ratio``) any finite number, text settings text; a ``box`` four
+    finite numbers. JSON's ``true``/``false`` is no number here.
+
+    Raises:
+        InputError: A value of the wrong kind (``2.5`` pixels of ``extra_margin``, ``[1]``, ``true``), not finite,
+            or a box that is not four numbers.
+    """
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if key == "box":
+        return _box(value, where)
+    default = InferenceConfig.__dataclass_fields__[key].default
+    kind = float if isinstance(default, float) else int if key == "batch_size" or isinstance(default, int) else str
+    if kind is str:
+        if not isinstance(value, str):
+            raise InputError(f"{where}, setting {key}: must be text; got {value!r}.")
+        return value.strip()
+    what = "a whole number" if kind is int else "a number"
+    number = None
+    if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        with contextlib.suppress(ValueError, OverflowError):  # "twelve"; an int beyond a float's range
+            number = float(value)
+    if number is None or not math.isfinite(number) or (kind is int and not number.is_integer()):
+        raise InputError(f"{where}, setting {key}: must be {what}; got {value!r}.")
+    return int(number) if kind is int else number
+
+
+def _setting_error(job: Job, config: InferenceConfig, changes: Mapping[str, Any], exc: InputError) -> str:
+    """The message of a job whose settings ``config`` refuses (a value out of its range), naming where the job was
+    read and the setting at fault (``jobs.csv line 4 (job 'o10'), setting extra_margin: must be between ...``):
+    each of the job's own settings is tried alone, the first one refused is named; a refusal of the settings
+    together (or of the batch's own ``config``) keeps the whole message."""
+    label = f"{job.source} (job {job.name!r})" if job.source else f"job {job.name!r}"
+    for key, value in changes.items():
+        if key not in job.settings:
+            continue
+        try:
+            config.replace(**{key: value})
+        except InputError as alone:
+            text = str(alone)
+            return f"{label}, setting {key}: {text[len(key) + 1:] if text.startswith(key + ' ') else text}"
+    return f"{label}: {exc}"
+
+
+def job_configs(job_list: Sequence[Job], config: InferenceConfig) -> dict[str, InferenceConfig]:
+    """Each job's settings: ``config`` with the job's own settings (a ``box`` sets ``landmark_backend="boxes"``).
+
+    Returns:
+        ``{job name: InferenceConfig}``.
+
+    Raises:
+        InputError: A job's setting is out of range, naming where the job was read and the setting.
+    """
+    out = {}
+    for job in job_list:
+        changes = {k: v for k, v in job.settings.items() if k != "box"}
+        if "box" in job.settings:
+            changes["landmark_backend"] = "boxes"
+        try:
+            out[job.name] = config.replace(**changes)
+        except InputError as exc:
+            raise InputError(_setting_error(job, config, changes, exc)) from None
+    return out
+
+
+def _clean_path(path: Path) -> Path:
+    """``path`` made absolute, its folder resolved (no ``..``, folder links followed as the system follows them)
+    and its own name kept as written (a linked file keeps the name its job gave it)."""
+    path = Path.cwd() / path  # unchanged when absolute
+    return path.resolve() if path.name in ("", "..") else path.parent.resolve() / path.name
+
+
+def _row_settings(settings_in: Mapping[str, Any], row: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """A row's settings: its ``"settings"`` object (JSON) and its other columns (``row`` without paths and name),
+    each checked by :func:`_setting`, empty cells left out."""
+    settings_in = {**settings_in, **row}
+    unknown = sorted(k for k in settings_in if k not in ROW_SETTINGS)
+    if unknown:
+        raise InputError(f"{where}: unknown column(s) {', '.join(unknown)}. A job has name, video, audio, output and "
+                         f"optional settings: {', '.join(ROW_SETTINGS)}.")
+    return {k: v for k, v in ((k, _setting(k, v, where)) for k, v in settings_in.items()) if v is not None}
+
+
+def _job_from_row(row: Mapping[str, Any], base: Path, where: str) -> Job:
+    row = {str(k).strip().lower(): v for k, v in row.items() if k is not None}  # "Video " is the video column
+    settings_in = row.pop("settings", None) or {}
+    if not isinstance(settings_in, Mapping):
+        raise InputError(f"{where}: settings must be an object of setting names and values (\"settings\": "
+                         f"{{\"bbox_shift\": 5}}); got {settings_in!r}.")
+    missing = [k for k in ("video", "audio") if not str(row.get(k) or "").strip()]
+    if missing:
+        raise InputError(f"{where}: {' and '.join(missing)} missing; every job needs a video and an audio file "
+                         "(columns video, audio, output).")
+    fixed = {k: row.pop(k) for k in ("name", "video", "audio", "output") if k in row}
+    for key, value in fixed.items():  # a CSV cell is always text; a JSON value may be anything
+        if value is not None and not isinstance(value, (str, os.PathLike)):
+            raise InputError(f"{where}: {key} must be a path as text; got {value!r}.")
+    settings = _row_settings(settings_in, row, where)
+
+    def path(value: Any) -> Path:
+        return _clean_path(base / Path(os.fspath(value)).expanduser())  # an absolute value replaces base
+
+    video, audio = path(str(fixed["video"]).strip()), path(str(fixed["audio"]).strip())
+    out_text = str(fixed.get("output") or "").strip()
+    output = path(out_text) if out_text else _clean_path(base / "results" / f"{video.stem}_{audio.stem}.mp4")
+    if output.suffix.lower() != ".mp4":
+        raise InputError(f"{where}: output must end in .mp4; got {str(output)!r}.")
+    name = str(fixed.get("name") or "").strip() or output.stem
+    return Job(name=name, video=video, audio=audio, output=output, settings=settings, source=where)
+
+
+def _kept_lines(text: str) -> list[tuple[int, str]]:
+    """``(line number, line)`` of the lines that are neither empty nor comments (``#``)."""
+    return [(k, ln) for k, ln in enumerate(text.splitlines(), 1) if ln.strip() and not ln.lstrip().startswith("#")]
+
+
+def _jobs_from_jsonl(text: str, name: str, base: Path) -> list[Job]:
+    jobs = []
+    for k, line in _kept_lines(text):
+        try:
+            row = json.loads(line)
+        except ValueError as exc:
+            raise InputError(f"{name} line {k} is not JSON ({exc}); write one job object per line.") from None
+        if not isinstance(row, dict):
+            raise InputError(f"{name} line {k}: a job is a JSON object; got {type(row).__name__}.")
+        jobs.append(_job_from_row(row, base, f"{name} line {k}"))
+    return jobs
+
+
+def _jobs_from_csv(text: str, name: str, base: Path) -> list[Job]:
+    # Comment and empty lines are left out before the CSV reader sees the text; line_numbers maps the reader's
+    # lines back to the file's, so that a message names the line an editor shows.
+    kept = _kept_lines(text)
+    line_numbers = [k for k, _ in kept]
+    # skipinitialspace: a quoted cell after ", " (`a.mp4, b.wav, o.mp4, "1,2,3,4"`) is still one cell
+    reader = csv.DictReader(io.StringIO("\n".join(ln for _, ln in kept)), skipinitialspace=True)
+    _check_header(reader.fieldnames or [], name)
+    jobs = []
+    for row in reader:
+        where = f"{name} line {line_numbers[reader.line_num - 1]}"
+        if None in row:
+            raise InputError(f"{where} has more cells than the header has columns (a box's commas need quotes: "
+                             '"190,160,360,330").')
+        jobs.append(_job_from_row(row, base, where))
+    return jobs
+
+
+def read_jobs(path: str | os.PathLike) -> list[Job]:
+    """Read a jobs file: CSV with a header row, or JSON lines (``.jsonl``/``.json``: one object per line).
+
+    Columns (CSV) or keys (JSON): ``video``, ``audio``, ``output`` (default ``results/<video>_<audio>.mp4``),
+    optional ``name``, and optional settings (:data:`ROW_SETTINGS`), as columns or, in JSON, also under
+    ``"settings"``. Relative paths are relative to the jobs file's folder; every path comes back absolute with
+    its folder resolved (``../clips/a.mp4`` becomes ``/data/clips/a.mp4``). Empty lines and lines starting with
+    ``#`` are skipped. A ``box`` is four numbers ``x1,y1,x2,y2`` (source pixels, rounded to whole pixels; spaces
+    allowed): in a CSV the cell holds commas, so it is quoted (``"190,160,360,330"``); in JSON a list or that text.
+
+    Returns:
+        The jobs in file order.
+
+    Raises:
+        InputError: The file is missing or empty, a row lacks video or audio, has an unknown column or a bad value,
+            or two jobs share an output.
+    """
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise InputError(f"jobs file {str(path)!r} does not exist; give a CSV (columns video,audio,output) or a "
+                         "JSON-lines file.")
+    try:
+        text = path.read_text("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"jobs file {str(path)!r} is not UTF-8 text ({exc.reason} at byte {exc.start}); save it as "
+                         "UTF-8 (in a spreadsheet: CSV UTF-8).") from None
+    json_lines = path.suffix.lower() in (".jsonl", ".json", ".ndjson")
+    jobs = (_jobs_from_jsonl if json_lines else _jobs_from_csv)(text, path.name, path.resolve().parent)
+    if not jobs:
+        raise InputError(f"jobs file {str(path)!r} holds no job; write a header (video,audio,output) and one row per "
+                         "clip.")
+    return check_jobs(jobs)
+
+
+def _check_header(columns: Sequence[str], file_name: str) -> None:
+    """Refuse a CSV header that cannot be a jobs header: an empty column name (a trailing comma), or one column
+    holding another separator (a spreadsheet's semicolons or tabs).
+
+    Raises:
+        InputError: Saying what the header holds and how to write it.
+    """
+    names = [str(c).strip() for c in columns]
+    if len(names) == 1:
+        for sep, word in ((";", "semicolons"), ("\t", "tabs"), ("|", "bars")):
+            if sep in names[0]:
+                raise InputError(f"{file_name}: the header {names[0]!r} is separated by {word}; a jobs CSV separates "
+                                 "its columns by commas (video,audio,output). Save it as CSV with commas.")
+    if "" in names:
+        raise InputError(f"{file_name}: the header {','.join(names)!r} has an empty column name (a comma at the end "
+                         "of the line, or two in a row); remove it.")
+    lowered = [n.lower() for n in names]
+    twice = sorted({n for n in lowered if lowered.count(n) > 1})
+    if twice:
+        raise InputError(f"{file_name}: the header names {', '.join(twice)} more than once; keep one column each.")
+
+
+def _as_jobs(jobs: Iterable[Job | Mapping[str, Any]]) -> list[Job]:
+    """Jobs as :class:`Job` objects with clean absolute paths (dicts converted, relative to the working folder)."""
+    out: list[Job] = []
+    for k, job in enumerate(jobs):
+        if isinstance(job, Job):
+            paths = [_clean_path(Path(os.fspath(p)).expanduser()) for p in (job.video, job.audio, job.output)]
+            clean = paths == [job.video, job.audio, job.output]
+            out.append(job if clean else Job(job.name, *paths, job.settings, job.source))
+        elif isinstance(job, Mapping):
+            out.append(_job_from_row(job, Path.cwd(), f"job {k}"))
+        else:
+            raise InputError(f"job {k} must be a Job or a dict with video, audio and output; got {type(job).__name__}.")
+    return out
+
+
+def _unique_names(jobs: list[Job]) -> list[Job]:
+    """The jobs with a number added to each repeated name (``clip``, ``clip-2``): names label the summary rows."""
+    names: set[str] = set()
+    out = []
+    for job in jobs:
+        name, n = job.name, 1
+        while name in names:
+            n += 1
+            name = f"{job.name}-{n}"
+        names.add(name)
+        out.append(job if name == job.name else Job(name, job.video, job.audio, job.output, job.settings, job.source))
+    return out
+
+
+def _check_outputs(jobs: Sequence[Job]) -> None:
+    """Refuse two jobs writing one output, and an output that is a job's input (writing it would replace it).
+
+    Raises:
+        InputError: Naming both jobs and the file.
+    """
+    def label(k: int) -> str:
+        return f"job {k + 1} ({jobs[k].name!r})"
+
+    outputs: dict[Path, int] = {}
+    for k, job in enumerate(jobs):
+        key = job.output.resolve()
+        if key in outputs:
+            raise InputError(f"{label(outputs[key])} and {label(k)} both write {str(job.output)!r}; give each job "
+                             "its own output.")
+        outputs[key] = k
+    for k, job in enumerate(jobs):  # an output that is a job's input would replace it (and the rerun, again)
+        for kind, source in (("video", job.video), ("audio", job.audio)):
+            writer = outputs.get(source.resolve())
+            if writer is not None:
+                whose = "its own" if writer == k else f"{label(k)}'s"
+                raise InputError(f"{label(writer)} writes {str(source)!r}, which is {whose} {kind}: writing it would "
+                                 "replace the input. Give another output path.")
+
+
+def check_jobs(jobs: Iterable[Job | Mapping[str, Any]]) -> list[Job]:
+    """Jobs as :class:`Job` objects (dicts are converted, relative paths taken from the working directory), with
+    unique outputs; a name used twice gets a number (``clip``, ``clip-2``). Paths come back absolute, their
+    folders resolved (no ``..``), so that the summary names each file one way.
+
+    Raises:
+        InputError: A job is malformed, two jobs share an output, or an output is a job's video or audio.
+    """
+    out = _unique_names(_as_jobs(jobs))
+    _check_outputs(out)
+    if not out:
+        raise InputError("the batch holds no job.")
+    return out

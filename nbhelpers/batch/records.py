@@ -1,0 +1,302 @@
+"""What a batch keeps on disk between runs, and where it may write: fingerprints of inputs, the record beside each
+output, the input-failure hints, the locks on the avatar cache and the outputs folder, and the writability checks.
+
+An output counts as finished when it exists, its record (``.<name>.batch.json``) matches the fingerprints of what
+would make it now (the sizes and SHA-256 of video and audio, the settings, the weight files) and its size is the
+recorded one. A job that failed at the input checks leaves a hint in ``<cache>/failed`` so that a rerun with the
+same inputs needs no Ray for it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .. import weights
+from ..avatar import CACHED_FIELDS
+from ..config import InferenceConfig
+from ..errors import InputError
+from .jobs import Job
+
+RECORD_FORMAT = 1  # bump when the output record's fields change (older records then make their outputs again)
+HINT_FORMAT = 1  # bump when the input-failure hint's fields change (older hints are then ignored)
+HINTS_NAME = "failed"  # folder of the input-failure hints, in the avatar cache
+CACHE_NAME = "avatar-cache"  # the avatar cache's folder in the outputs folder, when none is given
+
+
+def _sha256(path: Path) -> str:
+    # TODO(hashing): use nbhelpers.hashing.sha256_file once it is on main.
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(1 << 22):
+            h.update(block)
+    return h.hexdigest()
+
+
+class Fingerprints:
+    """Size and SHA-256 of input files, each hashed once per run."""
+
+    def __init__(self):
+        self._cache: dict[Path, dict[str, Any]] = {}
+
+    def __call__(self, path: Path) -> dict[str, Any]:
+        """``{"size": bytes, "sha256": hex}`` of ``path``.
+
+        Raises:
+            OSError: The file cannot be read.
+        """
+        key = path.resolve()
+        if key not in self._cache:
+            self._cache[key] = {"size": key.stat().st_size, "sha256": _sha256(key)}
+        return self._cache[key]
+
+
+def record_path(output: Path) -> Path:
+    """Where the record of ``output`` lives: ``.<name>.batch.json`` beside it."""
+    return output.with_name(f".{output.name}.batch.json")
+
+
+def weights_state(weights_dir: Path, version: str) -> dict[str, list[int]]:
+    """``{file: [bytes, mtime s]}`` of the weight files a job of ``version`` reads (a changed file makes the
+    outputs again)."""
+    out = {}
+    for name in weights.required_files(version, parsing=True):
+        p = weights_dir / name
+        if p.is_file():
+            st = p.stat()
+            out[name] = [st.st_size, int(st.st_mtime)]
+    return out
+
+
+def record_inputs(job: Job, config: InferenceConfig, fingerprints: Callable[[Path], dict[str, Any]],
+                  weight_files: Mapping[str, Any]) -> dict[str, Any]:
+    """The fingerprints of what makes ``job``'s output, as its record holds them: video, audio, box, the settings
+    that change frames (not device, precision or batch size) and ``weight_files`` (:func:`weights_state`)."""
+    box = job.settings.get("box")
+    return {"video": fingerprints(job.video), "audio": fingerprints(job.audio), "box": list(box) if box else None,
+            "settings": {k: v for k, v in config.to_dict().items() if k not in ("device", "fp16", "batch_size")},
+            "weights": dict(weight_files)}
+
+
+def group_key(video_fingerprint: Mapping[str, Any], config: InferenceConfig, box: Any) -> str:
+    """The key of a face group: jobs with the same video content, box and avatar settings
+    (:data:`nbhelpers.avatar.CACHED_FIELDS`) share one prepared avatar. 16 hex digits."""
+    fields = {f: getattr(config, f) for f in CACHED_FIELDS}
+    text = json.dumps({"video": video_fingerprint["sha256"], "settings": fields, "box": box}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def finished_record(job: Job, inputs: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The record of ``job``'s output when the output is finished and was made from ``inputs``; else None."""
+    try:
+        rec = json.loads(record_path(job.output).read_text("utf-8"))
+        size = job.output.stat().st_size
+    except (OSError, ValueError):
+        return None
+    if rec.get("format") != RECORD_FORMAT or rec.get("inputs") != inputs or rec.get("output_size") != size:
+        return None
+    return rec
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write ``data`` as JSON to ``path`` (temporary name, then renamed)."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True), "utf-8")
+    os.replace(tmp, path)
+
+
+def write_record(output: Path, inputs: Mapping[str, Any], frames: int, worker: str, seconds: float) -> None:
+    """Write the record of an output just made (:func:`record_path`): its inputs' fingerprints, frames, size and
+    the worker that made it."""
+    write_json(record_path(output), {
+        "format": RECORD_FORMAT, "inputs": inputs, "frames": frames, "output_size": output.stat().st_size,
+        "worker": worker, "seconds": round(seconds, 3), "made": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+
+
+def _file_state(path: Path) -> dict[str, Any]:
+    """A cheap fingerprint of an input file (one stat, no read): path, size and mtime_ns, or ``missing``."""
+    try:
+        st = path.stat()
+    except OSError:
+        return {"path": str(path), "missing": True}
+    return {"path": str(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def _hint_path(cache_path: Path, output: Path) -> Path:
+    """Where the input-failure hint of ``output``'s job lives: ``<cache>/failed/<sha of the output path>.json``."""
+    return cache_path / HINTS_NAME / f"{hashlib.sha256(str(output.resolve()).encode()).hexdigest()[:24]}.json"
+
+
+def write_hint(cache_path: Path, job: Job, error: str) -> None:
+    """Note that ``job`` failed at the input checks, with its inputs' cheap fingerprints, so that a rerun with
+    the same inputs knows it needs no Ray for it. A hint only decides whether Ray starts while the inputs are
+    probed: the probe still runs and decides the outcome, so a hint that cannot be written is left out."""
+    hint = {"format": HINT_FORMAT, "output": str(job.output.resolve()), "stage": "inputs", "error": error,
+            "inputs": {"video": _file_state(job.video), "audio": _file_state(job.audio)}}
+    path = _hint_path(cache_path, job.output)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json(path, hint)
+    except OSError:
+        pass
+
+
+def drop_hint(cache_path: Path, job: Job) -> None:
+    """Remove ``job``'s input-failure hint (its inputs passed the checks now)."""
+    try:
+        _hint_path(cache_path, job.output).unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
+def _failed_at_inputs(cache_path: Path, job: Job) -> bool:
+    """True when ``job`` failed at the input checks last time and its video and audio look unchanged since
+    (same path, size and mtime, or still missing)."""
+    try:
+        hint = json.loads(_hint_path(cache_path, job.output).read_text("utf-8"))
+    except (OSError, ValueError):
+        return False
+    return (isinstance(hint, dict) and hint.get("format") == HINT_FORMAT and hint.get("stage") == "inputs"
+            and hint.get("output") == str(job.output.resolve())
+            and hint.get("inputs") == {"video": _file_state(job.video), "audio": _file_state(job.audio)})
+
+
+def likely_work(job_list: Sequence[Job], cache_path: Path, rerun: bool) -> bool:
+    """Whether the batch will probably need Ray: a rerun, or a job with neither its output and record (it may
+    be finished) nor an input-failure hint that still matches its inputs (it will fail again before any worker).
+    A wrong guess only costs time: without it Ray starts after the input checks, when some job is left to run."""
+    return rerun or any(not (j.output.is_file() and record_path(j.output).is_file())
+                        and not _failed_at_inputs(cache_path, j) for j in job_list)
+
+
+def _nearest_existing(folder: Path) -> Path:
+    """``folder``, or its nearest parent that exists."""
+    existing = folder
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent
+    return existing
+
+
+def _writable(folder: Path) -> bool:
+    """Whether this process can make files in ``folder``, or make ``folder`` (its nearest existing parent is a
+    folder it can write in)."""
+    existing = _nearest_existing(folder)
+    return existing.is_dir() and os.access(existing, os.W_OK | os.X_OK)
+
+
+def outputs_folder(job_list: Sequence[Job]) -> Path:
+    """The folder of a batch's summary CSV and avatar cache when none is given: the deepest folder holding every
+    output, or, when that is a filesystem root or a folder this user cannot write in (outputs under ``/tmp/a`` and
+    ``/var/tmp/b`` share only ``/``), the first job's output folder."""
+    folders = [j.output.resolve().parent for j in job_list]
+    common = Path(os.path.commonpath([str(f) for f in folders]))
+    if common.parent == common or not _writable(common):
+        return folders[0]
+    return common
+
+
+def _write_problem(folder: Path) -> str:
+    """Why the batch cannot write in ``folder`` (made when missing), or "" when it can."""
+    existing = _nearest_existing(folder)
+    if not existing.is_dir():
+        return (f"{str(folder)!r} (a file, not a folder)" if existing == folder else
+                f"{str(folder)!r} (inside the file {str(existing)!r})")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return (f"{str(folder)!r} (read-only or not yours)" if existing == folder else
+                f"{str(folder)!r} (its folder {str(existing)!r} is read-only or not yours)")
+    try:  # what the permission bits do not say (root on /proc or /sys, a read-only bind): the folder is made
+        folder.mkdir(parents=True, exist_ok=True)  # (the batch writes there anyway) and a file tried in it
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".nbhelpers-write-check-"):
+            pass
+    except OSError as exc:
+        return f"{str(folder)!r} ({exc.strerror or type(exc).__name__})"
+    return ""
+
+
+def check_writable(folders: Iterable[Path]) -> None:
+    """Check, before Ray starts, that the batch can write where it writes: every output folder, the avatar cache
+    and the summary's folder (made when missing).
+
+    Raises:
+        InputError: A folder that is inside a file, or on read-only storage or not this user's to write in (the
+            message names up to three and what to do).
+    """
+    bad = [p for p in map(_write_problem, dict.fromkeys(Path(f) for f in folders)) if p]
+    if bad:
+        more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+        raise InputError(f"the batch cannot write in {', '.join(bad[:3])}{more}. Give the outputs (and any "
+                         "cache_dir and summary) in folders you can write in.")
+
+
+class BatchLock:
+    """An exclusive lock on a folder of a batch (its avatar cache, ``<cache>/batch.lock``, and its outputs folder,
+    ``<outputs>/.batch.lock``; ``fcntl.flock``) held for the whole run, so that a second batch started over the same
+    outputs (with the same cache or another one) is refused instead of rendering every clip again and removing the
+    first one's files in progress. The file holds who holds it (pid, host, start time) for the
+    refusal's message, and stays (removing a lock file races with the next taker). Where ``fcntl`` is missing
+    (Windows) or the storage takes no locks (``flock`` fails other than by being held) there is no lock.
+
+    Raises:
+        InputError: On entry, when another process holds the lock.
+    """
+
+    def __init__(self, folder: Path, name: str = "batch.lock", what: str = "the avatar cache"):
+        self.path = Path(folder) / name
+        self.what = what
+        self._fh = None
+
+    def __enter__(self) -> BatchLock:
+        try:
+            import fcntl
+        except ImportError:
+            return self
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fh = open(self.path, "a+", encoding="utf-8")
+        except OSError as exc:
+            raise InputError(f"the batch cannot make its lock {str(self.path)!r} ({exc.strerror or exc}); give the "
+                             "outputs and cache_dir in folders you can write in.") from None
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # held by another process
+            fh.seek(0)
+            holder = fh.read().strip() or "another process"
+            fh.close()
+            raise InputError(f"another batch is running over {self.what} {str(self.path.parent)!r} ({holder}): "
+                             "wait for it to end, or give this batch its own outputs and cache_dir. Two batches "
+                             "over the same outputs would each make every clip.") from None
+        except OSError:  # storage without locks (some network file systems): the batch runs without one
+            fh.close()
+            return self
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"pid {os.getpid()} on {socket.gethostname()}, started {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+        fh.flush()
+        self._fh = fh
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._fh is not None:
+            self._fh.close()  # closing the file gives the lock back
+            self._fh = None
+
+
+def remove_partials(output: Path) -> list[Path]:
+    """Remove the half-written files a dead worker left for ``output`` (``VideoWriter``'s temporary names,
+    ``.<stem>.partial-<8 hex><suffix>``). Returns what was removed."""
+    removed = []
+    if output.parent.is_dir():
+        for p in output.parent.glob(f".{output.stem}.partial-*{output.suffix}"):
+            try:
+                p.unlink()
+                removed.append(p)
+            except OSError:
+                pass
+    return removed

@@ -1,0 +1,252 @@
+"""The outcome of a batch: one :class:`JobOutcome` per job, the :class:`BatchResult` table that shows itself, and
+its summary CSV (written next to the outputs, replacing only an earlier summary)."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import html
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError, Terminated
+from .jobs import Job
+
+STATUSES = ("done", "skipped", "failed", "interrupted")  # "interrupted": only in the summary of a stopped batch
+ERROR_WIDTH = 80  # characters of a job's error in the text table; the summary CSV has the whole message
+SUMMARY_COLUMNS = ("job", "status", "frames", "seconds", "fps", "error", "video", "audio", "output", "attempts",
+                   "worker")
+SUMMARY_NAME = "batch-summary.csv"  # the summary's name in the outputs folder, when no path is given
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    """What happened to one job.
+
+    Attributes:
+        job: The job's name.
+        status: ``"done"`` (made now), ``"skipped"`` (already finished from the same inputs) or ``"failed"``;
+            ``"interrupted"`` in the summary CSV of a batch stopped before the job ended.
+        frames: Output frames (25 fps); for a skipped job the recorded count; 0 when failed.
+        seconds: Wall-clock seconds of the job on its worker (0 when skipped).
+        error: ``"<ExceptionType>: <message>"`` when failed, else "".
+        video: The face video.
+        audio: The speech file.
+        output: The output MP4.
+        attempts: Times the job was started on a worker (more than 1 when a worker died during it).
+        worker: The worker that made it (``host/pid device``), or "".
+        ended_s: When the outcome came, seconds from the start of :func:`nbhelpers.batch.run` (0 for jobs settled
+            before any worker: skipped, or failed at the input checks); not in the summary CSV.
+        timings: Where a job made now spent its seconds on the worker (the clip's
+            :attr:`nbhelpers.result.ClipResult.timings`: seconds per stage); empty otherwise; not in the summary CSV.
+    """
+
+    job: str
+    status: str
+    frames: int
+    seconds: float
+    error: str
+    video: Path
+    audio: Path
+    output: Path
+    attempts: int = 0
+    worker: str = ""
+    ended_s: float = 0.0
+    timings: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def fps(self) -> float:
+        """Output frames per wall-clock second of the job (NaN when nothing ran)."""
+        return self.frames / self.seconds if self.seconds > 0 else float("nan")
+
+    def row(self) -> dict[str, Any]:
+        """The summary row (:data:`SUMMARY_COLUMNS`)."""
+        fps = "" if self.fps != self.fps else f"{self.fps:.2f}"
+        return {"job": self.job, "status": self.status, "frames": self.frames, "seconds": f"{self.seconds:.2f}",
+                "fps": fps, "error": self.error, "video": str(self.video), "audio": str(self.audio),
+                "output": str(self.output), "attempts": self.attempts, "worker": self.worker}
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """The outcome of a batch: one :class:`JobOutcome` per job, in the jobs' order. Shows a table in a notebook.
+
+    Attributes:
+        outcomes: One per job.
+        summary_csv: The CSV written with the same table (None when writing it was turned off).
+        wall_s: Wall-clock seconds of the whole batch (Ray start and model loads included).
+        workers: One line per worker started (``host/pid device``); empty when nothing had to run.
+        avatars: Avatars prepared (built now) and loaded from the cache, ``{"prepared": n, "loaded": m}``.
+        phases: Where the wall time went, seconds from the start of :func:`nbhelpers.batch.run`: ``checks``
+            (jobs read, media probed, finished outputs found) and ``ray_start`` (Ray started or joined; the media
+            are probed meanwhile, so the two overlap), ``workers_ready`` (every worker answered; its models go on
+            loading in a thread while its first avatar is prepared), ``first_job`` (the first job started),
+            ``jobs_done`` (the last outcome), and ``prepare_s`` (worker seconds spent preparing or loading avatars,
+            summed); empty when nothing ran.
+        workers_note: How many workers share each GPU and how many jobs each runs at once, and why
+            (:func:`nbhelpers.batch.worker.choose_jobs_per_worker`, or "asked"); empty on the CPU or when nothing
+            ran.
+        timeline: Per worker (its ``host/pid device``), what it did when: ``(event, seconds from the start of
+            run())`` for its start, its pipeline made, each model loaded, its warm-up done, each avatar prepared
+            and each job (:meth:`nbhelpers.batch.worker.BatchWorker.events`); the seconds come from the wall clock
+            of the worker's machine, so on a cluster they are as good as its clocks' agreement. Empty when nothing
+            ran.
+        preparations: One per avatar preparation a worker finished (or failed), in the order they ended:
+            ``{"video", "worker", "status" ("prepared", "loaded" from the cache, "failed"), "seconds",
+            "ended_s" (from the start of run()), "timings"}``, ``timings`` being the stages of a preparation
+            (:attr:`nbhelpers.avatar.Avatar.prepare_timings`; empty when loaded or failed).
+    """
+
+    outcomes: tuple[JobOutcome, ...]
+    summary_csv: Path | None
+    wall_s: float
+    workers: tuple[str, ...] = ()
+    avatars: Mapping[str, int] = field(default_factory=dict)
+    phases: Mapping[str, float] = field(default_factory=dict)
+    workers_note: str = ""
+    timeline: Mapping[str, tuple[tuple[str, float], ...]] = field(default_factory=dict)
+    preparations: tuple[Mapping[str, Any], ...] = ()
+
+    def count(self, status: str) -> int:
+        """Jobs with ``status`` (done, skipped, failed)."""
+        return sum(o.status == status for o in self.outcomes)
+
+    @property
+    def ok(self) -> bool:
+        """True when no job failed."""
+        return self.count("failed") == 0
+
+    @property
+    def failed(self) -> list[JobOutcome]:
+        """The failed jobs."""
+        return [o for o in self.outcomes if o.status == "failed"]
+
+    @property
+    def frames(self) -> int:
+        """Frames made in this run (skipped jobs not counted)."""
+        return sum(o.frames for o in self.outcomes if o.status == "done")
+
+    @property
+    def fps(self) -> float:
+        """Frames made per wall-clock second of the batch."""
+        return self.frames / self.wall_s if self.wall_s > 0 else float("nan")
+
+    def summary(self) -> str:
+        """One line: counts, frames and throughput, and the summary CSV (which holds the errors that
+        :meth:`table` cuts)."""
+        text = (f"{len(self.outcomes)} jobs: {self.count('done')} done, {self.count('skipped')} skipped, "
+                f"{self.count('failed')} failed; {self.frames} frames in {self.wall_s:.1f} s "
+                f"({self.fps:.1f} fps) on {len(self.workers)} {self._worker_kind()}worker(s)")
+        if self.workers and self.workers_note:
+            text += f" ({self.workers_note})"
+        cut = any(len(_one_line(o.error)) > ERROR_WIDTH for o in self.outcomes)
+        if self.summary_csv is not None:
+            text += f"; {'full errors in the summary' if cut else 'summary'}: {self.summary_csv}"
+        elif cut:
+            text += "; full errors: BatchResult.failed (no summary CSV was written)"
+        return text
+
+    def _worker_kind(self) -> str:
+        """``"CPU "`` or ``"GPU "`` when every worker is of that kind (a worker's line ends with its device)."""
+        devices = {w.rsplit(" ", 1)[-1].split(":")[0] for w in self.workers}
+        return {frozenset({"cpu"}): "CPU ", frozenset({"cuda"}): "GPU "}.get(frozenset(devices), "")
+
+    def table(self) -> str:
+        """The table as text: job, status, frames, seconds, fps, error. An error is shown on one line and, when
+        longer than :data:`ERROR_WIDTH` characters, cut to that width ending in "..." (the whole message is in
+        the summary CSV, named by :meth:`summary`)."""
+        cols = SUMMARY_COLUMNS[:6]
+        rows = [[str(o.row()[c]) for c in cols[:-1]] + [_cut_error(o.error)] for o in self.outcomes]
+        widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(cols)]
+
+        def line(cells: list[str]) -> str:
+            return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
+
+        return "\n".join([line(list(cols)), line(["-" * w for w in widths]), *map(line, rows)])
+
+    def __str__(self) -> str:
+        return f"{self.table()}\n{self.summary()}"
+
+    def _repr_html_(self) -> str:
+        cols = SUMMARY_COLUMNS[:6]
+        head = "".join(f"<th>{c}</th>" for c in cols)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(str(o.row()[c]))}</td>" for c in cols) + "</tr>"
+                       for o in self.outcomes)
+        return f"<p>{html.escape(self.summary())}</p><table><tr>{head}</tr>{body}</table>"
+
+    def write_csv(self, path: str | os.PathLike) -> Path:
+        """Write the table (:data:`SUMMARY_COLUMNS`) to ``path`` (temporary name, then renamed). Returns the path."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        with open(tmp, "w", newline="", encoding="utf-8") as fh:
+            writer = csv.DictWriter(fh, fieldnames=SUMMARY_COLUMNS)
+            writer.writeheader()
+            for o in self.outcomes:
+                writer.writerow(o.row())
+        os.replace(tmp, path)
+        return path
+
+
+def error_text(exc: BaseException) -> str:
+    """``"<ExceptionType>: <message>"``: a failed job's error (:attr:`JobOutcome.error`)."""
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _one_line(error: str) -> str:
+    return " ".join(error.split())  # a multi-line message (the weights' Fix: lines) on one table row
+
+
+def _cut_error(error: str) -> str:
+    text = _one_line(error)
+    return text if len(text) <= ERROR_WIDTH else text[:ERROR_WIDTH - 3].rstrip() + "..."
+
+
+def check_summary_path(path: Path, job_list: Sequence[Job], jobs_file: Path | None = None) -> None:
+    """Check, before Ray starts, that writing the summary CSV at ``path`` replaces nothing but an earlier summary:
+    not a folder, not the jobs file, not a job's video, audio or output, and not any other file that exists
+    (a file there must begin with the summary's header row).
+
+    Raises:
+        InputError: Naming what ``path`` is and what to give instead.
+    """
+    fix = "give the summary another path (summary=, --summary) or leave it out (<outputs folder>/batch-summary.csv)"
+    if path.is_dir():
+        raise InputError(f"the summary {str(path)!r} is a folder; {fix}.")
+    target = path.resolve()
+    if jobs_file is not None and target == Path(jobs_file).resolve():
+        raise InputError(f"the summary {str(path)!r} is the jobs file: writing it would replace the jobs; {fix}.")
+    for job in job_list:
+        for kind, file in (("video", job.video), ("audio", job.audio), ("output", job.output)):
+            if target == file.resolve():
+                raise InputError(f"the summary {str(path)!r} is job {job.name!r}'s {kind}: writing it would replace "
+                                 f"that file; {fix}.")
+    if path.exists():
+        try:
+            with open(path, encoding="utf-8", newline="") as fh:
+                first = fh.readline().strip()
+        except (OSError, UnicodeDecodeError):
+            first = ""
+        if first != ",".join(SUMMARY_COLUMNS):
+            raise InputError(f"{str(path)!r} exists and is not a batch summary: writing the summary there would "
+                             f"replace it; {fix}.")
+
+
+def write_stopped_summary(job_list: Sequence[Job], outcomes: Mapping[str, JobOutcome], path: Path,
+                          exc: BaseException, t0: float) -> None:
+    """Write the summary of a batch stopped before its end (Ctrl-C, SIGTERM, an error): the jobs settled so far
+    as they ended, every other one ``"interrupted"``. A summary that cannot be written is left out (the stop's
+    own exception is what the caller sees)."""
+    if isinstance(exc, Terminated) or Terminated.pending:
+        why = "terminated (SIGTERM)"
+    else:
+        why = "interrupted (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else f"stopped by {type(exc).__name__}"
+    rows = tuple(outcomes.get(j.name) or JobOutcome(j.name, "interrupted", 0, 0.0, f"the batch was {why} before this "
+                                                    "job ended; run the batch again to make it", j.video, j.audio,
+                                                    j.output) for j in job_list)
+    with contextlib.suppress(OSError):
+        BatchResult(outcomes=rows, summary_csv=path, wall_s=time.perf_counter() - t0).write_csv(path)

@@ -1,0 +1,382 @@
+"""The dispatch loop: start the workers on a running Ray, hand out avatar preparations and jobs until every job has
+an outcome, retry the work of a worker that died, and stop the workers.
+
+Each worker runs up to ``slots`` preparations and jobs at once and holds up to ``depth`` calls (a GPU worker holds
+:data:`WAITING_PER_SLOT` more jobs per slot, which read their audio and start their encoders while they wait). A
+worker keeps the avatars it loaded, so the jobs of a face go to a worker that holds it when one is free.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import time
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import progress
+from ..config import InferenceConfig
+from ..errors import FallbackWarning, NbHelpersError
+from .cluster import close_workers, collect_timeline, is_worker_loss
+from .inputs import FaceGroup, WorkPlan
+from .jobs import Job
+from .records import remove_partials, write_record
+from .results import JobOutcome, error_text
+from .worker import BatchWorker
+
+# Jobs a GPU worker holds per render slot beyond the one rendering: one is enough for the next clip to be ready to
+# render when a clip's last batch is done.
+WAITING_PER_SLOT = 1
+PING_AFTER_S = 1.0  # a worker that died is asked whether it is back this long after, and again after each miss
+PINGS_BEFORE_GIVING_UP = 300  # misses (about 5 minutes) before a restarting worker is given up
+PROGRESS_EVERY_S = 1.0  # how often the running jobs' frames are asked of their workers
+
+
+def cpu_worker_count(asked: int, offered: int, needed: int) -> int:
+    """CPU workers to start: ``asked``, but no more than the ``offered`` CPUs of the Ray cluster, each worker taking
+    one (``num_cpus=1``): Ray would leave the others waiting for a CPU that never frees, and the batch waiting for
+    them (a local Ray offers this machine's cores, :func:`~nbhelpers.batch.cluster.init_ray`). Warns
+    (FallbackWarning) when it gives fewer than the ``needed`` workers (``asked``, or the jobs to run where there are
+    fewer)."""
+    count = max(1, min(needed, offered or 1))
+    if count < needed:
+        warnings.warn(f"cpu_workers={asked} is more than the {offered or 1} CPU(s) Ray offers, and each worker takes "
+                      f"one: running {count} worker(s). (Each worker also holds its own models; more workers than "
+                      "cores would only share the cores.)", FallbackWarning, stacklevel=5)
+    return count
+
+
+@dataclass
+class RunLog:
+    """What a batch's run reports besides the outcomes (see :class:`~nbhelpers.batch.results.BatchResult`):
+    workers started, avatars prepared and loaded, phases, each worker's timeline and each preparation."""
+
+    workers: list[str] = field(default_factory=list)
+    avatars: dict[str, int] = field(default_factory=lambda: {"prepared": 0, "loaded": 0})
+    phases: dict[str, float] = field(default_factory=dict)
+    timeline: dict[str, tuple[tuple[str, float], ...]] = field(default_factory=dict)
+    preparations: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Workers:
+    """How the workers are started: ``cpu_workers`` when Ray offers no GPU, else ``per_gpu`` on each GPU (of at
+    most ``gpus``); each runs ``slots`` jobs at once."""
+
+    cpu_workers: int
+    per_gpu: int
+    slots: int
+    gpus: int | None
+    max_attempts: int
+
+
+class Scheduler:
+    """Hands out the work of a :class:`~nbhelpers.batch.inputs.WorkPlan` to workers on a running Ray.
+
+    Args:
+        ray: The ``ray`` module (running).
+        plan: The face groups to run; its ``outcomes`` receive every job's outcome.
+        job_list: Every job of the batch (for the progress bar's total).
+        job_configs: Each job's settings.
+        weights_path: The weights folder every worker loads.
+        config: The batch's settings (the workers' pipelines are made from them).
+        workers: How many workers and jobs.
+        log: Receives the workers, avatars, phases, timeline and preparations.
+        t0: ``time.perf_counter()`` at the batch's start (phases are seconds since then).
+        exit_at: For tests: ``{job name: frame}``; the worker running that job exits at that frame on the job's
+            first attempt, as a killed worker would.
+    """
+
+    def __init__(self, ray, plan: WorkPlan, job_list: Sequence[Job], job_configs: Mapping[str, InferenceConfig],
+                 weights_path: Path, config: InferenceConfig, workers: Workers, log: RunLog, t0: float,
+                 exit_at: Mapping[str, int] | None = None):
+        self.ray, self.plan, self.job_list, self.job_configs = ray, plan, job_list, job_configs
+        self.weights_path, self.config, self.workers, self.log, self.t0 = weights_path, config, workers, log, t0
+        self.exit_at = dict(exit_at or {})
+        self.actors: list[Any] = []
+        self.names: list[str] = []
+        self.depth = workers.slots
+        self.busy: dict[Any, tuple[int, str, Any, int]] = {}  # ref -> (actor index, kind, group or job, attempt)
+        self.attempts: dict[str, int] = {}
+        self.frames_done: dict[str, int] = {}
+        self.running: dict[int, set[str]] = {}
+        self.polls: dict[Any, int] = {}
+        self.last_poll = 0.0
+        self.holds: list[set[str]] = []  # the group keys each worker holds an avatar of
+        self.in_flight: list[int] = []
+        self.alive: list[bool] = []
+        self.ping_at: dict[int, float] = {}  # restarting workers: when to ask again whether they are back
+        self.pings_lost: dict[int, int] = {}
+        self.jobs_bar = self.frames_bar = None
+
+    # -- workers ---------------------------------------------------------------------------------------------------
+
+    def _worker_options(self) -> tuple[int, dict[str, Any], str]:
+        """``(workers, Ray actor options, device)``: per GPU when Ray offers GPUs (and the batch may use them),
+        else CPU workers, one Ray CPU each; never more workers than jobs."""
+        w, todo = self.workers, self.plan.todo
+        resources = self.ray.cluster_resources()
+        n_gpu = 0 if self.config.device == "cpu" else int(resources.get("GPU", 0))
+        if w.gpus is not None:
+            n_gpu = min(n_gpu, w.gpus)
+        if n_gpu:
+            n, options, device = n_gpu * w.per_gpu, {"num_gpus": 1 / w.per_gpu, "num_cpus": 0}, "cuda"
+        else:
+            n = cpu_worker_count(w.cpu_workers, int(resources.get("CPU", 0)), min(todo, w.cpu_workers))
+            options, device = {"num_cpus": 1}, "cpu"
+        return max(1, min(n, todo)), options, device
+
+    def _start_workers(self) -> None:
+        n_workers, options, device = self._worker_options()
+        threads = max(1, (os.cpu_count() or 1) // n_workers)
+        slots = self.workers.slots
+        # A GPU worker renders `slots` clips at once and holds as many more jobs, which read their audio and start
+        # their encoders meanwhile and render as soon as a clip's last batch is done (its encoder then finishes the
+        # file beside them): the GPU does not wait for the clips' starts and ends. The CPU's cores are the torch
+        # threads' already: a CPU worker holds only the jobs it runs.
+        self.depth = slots * (1 + WAITING_PER_SLOT) if device == "cuda" else slots
+        # Threads per worker: its calls, and one more for the progress polls.
+        remote = self.ray.remote(BatchWorker).options(max_restarts=-1, max_task_retries=0,
+                                                      max_concurrency=self.depth + 1, **options)
+        base = self.config.to_dict()
+        self.actors = [remote.remote(str(self.weights_path), base, device, threads, slots) for _ in range(n_workers)]
+        try:
+            self.names = self.ray.get([a.describe.remote() for a in self.actors])
+            self.log.phases["workers_ready"] = time.perf_counter() - self.t0
+        except Exception as exc:  # noqa: BLE001 - a worker that cannot load the pipeline stops the batch
+            raise NbHelpersError(f"the batch workers could not start ({error_text(exc)[:2000]}). Check that "
+                                 "nbhelpers, its weights folder and the media are there on every Ray node.") from exc
+        self.holds = [set() for _ in self.actors]
+        self.in_flight = [0] * len(self.actors)
+        self.alive = [True] * len(self.actors)
+
+    def _kill_workers(self) -> None:
+        for a in self.actors:
+            try:
+                self.ray.kill(a)
+            except Exception:  # noqa: BLE001 - stopping must not hide the batch's outcome
+                pass
+
+    # -- outcomes --------------------------------------------------------------------------------------------------
+
+    def _finish(self, job: Job, outcome: JobOutcome) -> None:
+        self.plan.outcomes[job.name] = dataclasses.replace(outcome, ended_s=round(time.perf_counter() - self.t0, 3))
+        self.jobs_bar.update(1)
+        shown = self.frames_done.pop(job.name, 0)
+        self.frames_bar.update(max(outcome.frames - shown, 0) if outcome.status == "done" else 0)
+
+    def _fail_group(self, group: FaceGroup) -> None:
+        while group.queue:
+            job = group.queue.popleft()
+            self._finish(job, JobOutcome(job.name, "failed", 0, 0.0, group.error, job.video, job.audio, job.output,
+                                         self.attempts.get(job.name, 0)))
+
+    # -- handing out work ------------------------------------------------------------------------------------------
+
+    def _next_work(self, i: int, jobs_only: bool) -> tuple[str, FaceGroup] | None:
+        """Worker ``i``'s next call: a job of a face it holds (the one with most jobs left), else a preparation
+        (unless ``jobs_only``), else a job of a face another worker prepared (most work left per holder)."""
+        groups = self.plan.groups.values()
+        ready = [g for g in groups if g.state == "ready" and g.queue]
+        mine = [g for g in ready if g.key in self.holds[i]]
+        if mine:
+            return "job", max(mine, key=lambda g: len(g.queue))
+        pending = [g for g in groups if g.state == "pending" and g.queue]
+        if pending and not jobs_only:
+            return "prepare", pending[0]
+        if ready:
+            return "job", max(ready, key=lambda g: len(g.queue) / (1 + sum(g.key in h for h in self.holds)))
+        return None
+
+    def _submit(self, i: int, held: int) -> bool:
+        # a call beyond the worker's render slots (it holds `held` calls) waits for one: a job (its encoder starts
+        # meanwhile), never a preparation that another worker could start at once
+        work = self._next_work(i, jobs_only=held >= self.workers.slots)
+        if work is None:
+            return False
+        kind, group = work
+        if kind == "prepare":
+            group.state = "preparing"
+            group.attempts += 1
+            ref = self.actors[i].prepare.remote(group.key, str(group.video), str(group.directory), group.config,
+                                                group.box)
+            self.busy[ref] = (i, "prepare", group, group.attempts)
+            return True
+        job = group.queue.popleft()
+        n = self.attempts[job.name] = self.attempts.get(job.name, 0) + 1
+        cfg = {k: v for k, v in self.job_configs[job.name].to_dict().items() if k not in ("device", "fp16")}
+        kill = self.exit_at.get(job.name) if n == 1 else None
+        ref = self.actors[i].generate.remote(group.key, str(group.directory), cfg, job.name, str(job.audio),
+                                             str(job.output), kill)
+        self.busy[ref] = (i, "job", job, n)
+        self.running.setdefault(i, set()).add(job.name)
+        self.log.phases.setdefault("first_job", time.perf_counter() - self.t0)
+        return True
+
+    def _fill(self) -> None:
+        """Give each live worker calls up to its depth, breadth first: every worker gets work before any gets a
+        second call."""
+        for level in range(self.depth):
+            for i in range(len(self.actors)):
+                if self.alive[i] and self.in_flight[i] <= level and self._submit(i, self.in_flight[i]):
+                    self.in_flight[i] += 1
+
+    def _ping_restarting(self) -> None:
+        """Ask each worker Ray is restarting whether it is back (it takes work again once it answers)."""
+        now = time.perf_counter()
+        for i, when in list(self.ping_at.items()):
+            if now >= when:
+                del self.ping_at[i]
+                self.busy[self.actors[i].describe.remote()] = (i, "ping", None, 0)
+
+    # -- replies ---------------------------------------------------------------------------------------------------
+
+    def _reply(self, ref: Any, i: int, n: int) -> tuple[dict[str, Any] | None, str]:
+        """``(reply, "")`` of a finished call, or ``(None, why)`` when its worker died (Ray restarts it; it takes
+        work again once a ping finds it back). An error Ray raised for the call itself is the call's failure."""
+        try:
+            return self.ray.get(ref), ""
+        except Exception as exc:  # noqa: BLE001 - a dead worker, or an error Ray raised for the call
+            if not is_worker_loss(self.ray, exc):
+                return {"ok": False, "error": error_text(exc), "seconds": 0.0, "worker": self.names[i]}, ""
+            self.holds[i].clear()
+            self.alive[i] = False
+            self.ping_at[i] = time.perf_counter() + PING_AFTER_S
+            return None, (f"its worker died during each of its {n} attempt(s) (last {self.names[i]}: "
+                          f"{type(exc).__name__})")
+
+    def _on_ping(self, i: int, reply: dict[str, Any] | None) -> None:
+        if reply is None:
+            self.pings_lost[i] = self.pings_lost.get(i, 0) + 1
+            if self.pings_lost[i] > PINGS_BEFORE_GIVING_UP:
+                self.ping_at.pop(i, None)
+            return
+        self.pings_lost.pop(i, None)
+        self.alive[i] = True
+
+    def _on_prepare(self, i: int, group: FaceGroup, n: int, reply: dict[str, Any] | None, lost: str) -> None:
+        self.log.phases["prepare_s"] += float((reply or {}).get("seconds", 0.0))
+        if reply is None:  # its worker died: the half-built avatar goes, the face is prepared again
+            for tmp in group.directory.glob(".building-*") if group.directory.is_dir() else ():
+                shutil.rmtree(tmp, ignore_errors=True)
+            if n >= self.workers.max_attempts:
+                group.state, group.error = "failed", f"preparing the avatar failed: {lost}"
+                self._fail_group(group)
+            else:
+                group.state = "pending"
+            return
+        self.log.preparations.append({
+            "video": str(group.video), "worker": reply.get("worker", self.names[i]),
+            "status": "failed" if not reply["ok"] else "loaded" if reply["loaded_from_cache"] else "prepared",
+            "seconds": round(float(reply.get("seconds", 0.0)), 3), "ended_s": round(time.perf_counter() - self.t0, 3),
+            "timings": dict(reply.get("timings") or {})})
+        if reply["ok"]:
+            group.state = "ready"
+            self.holds[i].add(group.key)
+            self.log.avatars["loaded" if reply["loaded_from_cache"] else "prepared"] += 1
+        else:
+            group.state, group.error = "failed", reply["error"]
+            self._fail_group(group)
+
+    def _on_job(self, i: int, job: Job, n: int, reply: dict[str, Any] | None, lost: str) -> None:
+        group = self.plan.groups[self.plan.group_of[job.name]]
+        if reply is None:  # its worker died: its half-written file goes, the job runs again (or has failed)
+            remove_partials(job.output)
+            self.frames_bar.update(-self.frames_done.pop(job.name, 0))
+            if n >= self.workers.max_attempts:
+                self._finish(job, JobOutcome(job.name, "failed", 0, 0.0, lost, job.video, job.audio, job.output, n))
+            else:
+                group.queue.appendleft(job)
+            return
+        if not reply["ok"]:
+            self._finish(job, JobOutcome(job.name, "failed", 0, reply["seconds"], reply["error"], job.video,
+                                         job.audio, job.output, n, reply["worker"]))
+            return
+        self.holds[i].add(group.key)
+        write_record(job.output, self.plan.inputs_of[job.name], reply["frames"], reply["worker"], reply["seconds"])
+        self._finish(job, JobOutcome(job.name, "done", reply["frames"], reply["seconds"], "", job.video, job.audio,
+                                     job.output, n, reply["worker"], timings=dict(reply.get("timings") or {})))
+
+    def _on_done(self, ref: Any) -> None:
+        i, kind, item, n = self.busy.pop(ref)
+        if kind == "job":
+            self.running.get(i, set()).discard(item.name)
+        if kind in ("prepare", "job"):
+            self.in_flight[i] -= 1
+        reply, lost = self._reply(ref, i, n)
+        if kind == "ping":
+            self._on_ping(i, reply)
+        elif kind == "prepare":
+            self._on_prepare(i, item, n, reply, lost)
+        else:
+            self._on_job(i, item, n, reply, lost)
+
+    def _poll_progress(self) -> None:
+        """Frames of the running jobs into the frames bar, asked of their workers about once a second."""
+        ready = self.ray.wait(list(self.polls), num_returns=len(self.polls), timeout=0)[0] if self.polls else []
+        for ref in ready:
+            self.polls.pop(ref)
+            try:
+                counts = self.ray.get(ref)
+            except Exception:  # noqa: BLE001 - a worker that died: its job is retried
+                continue
+            for name, count in counts.items():
+                if self.plan.outcomes.get(name) is None and name in self.plan.group_of:
+                    self.frames_bar.update(max(count - self.frames_done.get(name, 0), 0))
+                    self.frames_done[name] = max(count, self.frames_done.get(name, 0))
+        now = time.perf_counter()
+        if now - self.last_poll > PROGRESS_EVERY_S and any(self.running.values()) and not self.polls:
+            self.last_poll = now
+            for i, names_running in self.running.items():
+                if names_running:
+                    self.polls[self.actors[i].progress.remote()] = i
+
+    # -- the loop --------------------------------------------------------------------------------------------------
+
+    def _working(self) -> bool:
+        return any(kind in ("prepare", "job") for _, kind, _, _ in self.busy.values())
+
+    def _loop(self) -> None:
+        while any(g.queue for g in self.plan.groups.values()) or self._working():
+            self._fill()
+            self._ping_restarting()
+            if not self.busy and not self.ping_at:
+                break  # no worker left (every queued job has a group that is pending or ready)
+            if not self.busy:
+                time.sleep(0.2)
+                continue
+            done, _ = self.ray.wait(list(self.busy), num_returns=1, timeout=0.5)
+            for ref in done:
+                self._on_done(ref)
+            self._poll_progress()
+
+    def run(self) -> None:
+        """Start the workers, run every job of the plan to an outcome, stop the workers (their names, the phases,
+        timeline and preparations go into the log).
+
+        Raises:
+            NbHelpersError: The workers could not start (the pipeline or the weights are missing on a node).
+        """
+        self.log.phases["prepare_s"] = 0.0
+        try:
+            self._start_workers()
+            already = len(self.job_list) - self.plan.todo
+            with progress.bar(total=len(self.job_list), desc="batch jobs", unit="job", initial=already) as jobs_bar, \
+                    progress.bar(total=sum(self.plan.expected_frames.values()), desc="batch frames",
+                                 unit="frame") as frames_bar:
+                self.jobs_bar, self.frames_bar = jobs_bar, frames_bar
+                self._loop()
+                self.log.phases["jobs_done"] = time.perf_counter() - self.t0
+                collect_timeline(self.ray, self.actors, self.names, self.t0, self.log.timeline)
+                close_workers(self.ray, self.actors)
+                for group in self.plan.groups.values():  # only when every worker is gone for good
+                    if group.queue:
+                        group.error = group.error or "no batch worker was left to run it (every worker died)"
+                        self._fail_group(group)
+            self.log.workers = list(self.names)
+        finally:
+            self._kill_workers()

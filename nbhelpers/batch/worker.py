@@ -1,0 +1,299 @@
+"""The batch worker: one loaded pipeline on one device, run as a Ray actor (a plain class, so that importing it
+needs no Ray), and how many jobs a worker runs at once.
+
+A worker prepares avatars and generates clips; its calls return plain dicts (errors included, never raised), so
+that a failing job is recorded and the batch goes on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+from .. import progress
+from ..config import InferenceConfig
+from ..gpu.model import MEMORY_MODEL, stage_memory
+from ..pipeline import MuseTalkPipeline
+from .results import error_text
+
+
+class _JobGate:
+    """A worker's render gate as one job holds it: its acquire and release also mark the job's timeline
+    (``job <name> rendering`` and ``job <name> rendered``)."""
+
+    def __init__(self, gate: threading.BoundedSemaphore, mark):
+        self.gate, self.mark = gate, mark
+
+    def acquire(self) -> None:
+        """Wait for a render slot, then mark that the job renders."""
+        self.gate.acquire()
+        self.mark("rendering")
+
+    def release(self) -> None:
+        """Mark that the job's last batch is rendered, then give its slot back."""
+        self.mark("rendered")
+        self.gate.release()
+
+
+class BatchWorker:
+    """One loaded pipeline on one device (a GPU, or the CPU), run as a Ray actor by :func:`nbhelpers.batch.run`.
+
+    Args:
+        weights_dir: The weights folder (visible to every worker).
+        config: Base settings as a dict (InferenceConfig fields); the device is this worker's.
+        device: ``"cuda"`` (the GPU Ray assigned) or ``"cpu"``.
+        threads: torch CPU threads (None: leave torch's choice).
+        render_slots: Clips and preparations that use the device at once (None: no limit). More jobs than that
+            may run on the worker: each reads its audio and starts its encoder, then waits for a slot, and gives
+            it back once its last batch is rendered, while its encoder finishes the file (see
+            :func:`nbhelpers.engine.run`'s ``render_gate``).
+    """
+
+    def __init__(self, weights_dir: str, config: dict[str, Any], device: str, threads: int | None = None,
+                 render_slots: int | None = None):
+        self._events: list[tuple[str, float]] = [("start", time.time())]  # wall clock: the driver aligns them
+        # This process is ours and runs torch only: diffusers and transformers need not import their Flax and
+        # TensorFlow classes where jax, flax or tensorflow are installed (Colab has all three). Their switches
+        # (USE_FLAX, USE_TF: diffusers.utils.import_utils, transformers 4.x utils/import_utils) are read at
+        # import.
+        for switch in ("USE_FLAX", "USE_TF"):
+            os.environ.setdefault(switch, "0")
+        progress.configure(disable=True)  # the driver shows the bars
+        if threads:
+            import torch
+
+            torch.set_num_threads(int(threads))
+        base = InferenceConfig(**{k: v for k, v in config.items() if k not in ("device", "fp16")})
+        self.pipe = MuseTalkPipeline.from_pretrained(weights_dir, version=base.version, device=device,
+                                                     config=base.replace(device=device))
+        self.name = f"{socket.gethostname()}/{os.getpid()} {self.pipe.device}"
+        self._mark("pipeline")
+        self.avatars: OrderedDict[str, Any] = OrderedDict()
+        self.keep_avatars = 2  # besides those in use: a job may run beside another one (run()'s jobs_per_worker)
+        self._lock = threading.Lock()  # the avatars, their use counts and the jobs' progress
+        self._in_use: dict[str, int] = {}
+        self._ready: set[str] = set()  # avatars whose device state is made (the first job makes it, alone)
+        self._key_locks: dict[str, threading.Lock] = {}
+        self._progress: dict[str, int] = {}
+        self._job_started = threading.Event()  # a clip has started: it warms the kernels, warm_up is not needed
+        self._render_gate = threading.BoundedSemaphore(int(render_slots)) if render_slots else None
+        # The models load in a thread from now on, face parser and VAE first: preparing the first avatar needs only
+        # those (the face parser first: it is ours, torch only, and masks the frames while diffusers imports for
+        # the VAE, see prepare_avatar), and the UNet, whisper and their first CUDA kernels (warm_up) load while it
+        # runs instead of in the first clip; a worker that waits for a face another one prepares is warm when the
+        # face is ready.
+        self._preload = threading.Thread(target=self._load_and_warm, args=(base,), name="batch-preload", daemon=True)
+        self._preload.start()
+
+    def _load_and_warm(self, base: Any) -> None:
+        """Load every model an avatar job uses, then, unless a clip has started meanwhile (it warms them itself, and
+        a warm-up beside it would only slow it down), run the UNet, the VAE decoder and whisper once at the batch
+        of a clip, so that the first clip finds its kernels loaded. A failure here is left to the job that needs
+        the model: it loads it again and reports the error."""
+        try:
+            for model in ("face_parser", "vae", "unet", "whisper", "feature_extractor", "pe"):  # preload()'s models
+                getattr(self.pipe, model)
+                self._mark(f"loaded {model}")
+            self.pipe.preload("avatar", restore=base.restore)
+            if self._job_started.is_set():
+                self._mark("warm-up skipped (a clip started)")
+                return
+            self.pipe.warm_up(self.pipe.plan("clip", self.pipe.job_config(base), None, None).batch_size)
+            self._mark("warm")
+        except Exception:  # noqa: BLE001 - see the docstring
+            pass
+
+    def _mark(self, event: str) -> None:
+        self._events.append((event, time.time()))
+
+    def events(self) -> list[tuple[str, float]]:
+        """What this worker did when, ``(event, wall-clock time.time())``: its start, pipeline made, each model
+        loaded, warm, each prepare and job started, ready to generate, rendering and ended (``prepare <key>``,
+        ``job <name>``, ``job <name> ready`` (its models and avatar loaded), ``job <name> rendering`` and
+        ``job <name> rendered`` (it holds a render slot in between, when the worker has them), ``... done``)."""
+        return list(self._events)
+
+    def describe(self) -> str:
+        """``host/pid device``."""
+        return self.name
+
+    def close(self) -> int:
+        """Close every avatar this worker holds (their frames on local disk go with them; see
+        :class:`nbhelpers.framestore.FrameStore`); the driver calls it once the batch's jobs are done, before it
+        stops the worker. Returns how many were closed."""
+        with self._lock:
+            avatars = list(self.avatars.values())
+            self.avatars.clear()
+            self._ready.clear()
+        for avatar in avatars:
+            with contextlib.suppress(Exception):  # closing is tidying: a failure must not fail the batch
+                avatar.close()
+        self._mark("closed")
+        return len(avatars)
+
+    def progress(self) -> dict[str, int]:
+        """``{job name: frames finished so far}`` of the jobs running now."""
+        with self._lock:
+            return dict(self._progress)
+
+    def _config(self, config: dict[str, Any]) -> InferenceConfig:
+        return InferenceConfig(**config).replace(device=None, fp16=None)
+
+    def _keep(self, key: str, avatar: Any) -> None:
+        """Keep ``avatar`` as the most recent; close the oldest ones beyond ``keep_avatars`` that no job uses."""
+        closing = []
+        with self._lock:
+            previous = self.avatars.get(key)
+            if previous is not None and previous is not avatar:  # prepared again: the new one serves new jobs
+                self._ready.discard(key)
+                if not self._in_use.get(key):
+                    closing.append(previous)
+            self.avatars[key] = avatar
+            self.avatars.move_to_end(key)
+            idle = [k for k in self.avatars if not self._in_use.get(k) and k != key]
+            while len(self.avatars) > self.keep_avatars and idle:
+                old = idle.pop(0)
+                closing.append(self.avatars.pop(old))
+                self._ready.discard(old)
+        for old in closing:
+            old.close()
+
+    def prepare(self, key: str, video: str, directory: str, config: dict[str, Any],
+                box: tuple[int, int, int, int] | None) -> dict[str, Any]:
+        """Prepare (or load from the cache) the avatar of ``video`` in ``directory``.
+
+        Returns:
+            ``{"ok": True, "loaded_from_cache": bool, "seconds": s, "worker": name, "timings": {stage: s}}``
+            (:attr:`~nbhelpers.avatar.Avatar.prepare_timings`, empty when loaded) or ``{"ok": False, "error":
+            text, ...}`` (no face, unreadable video...): errors are returned, not raised.
+        """
+        t0 = time.perf_counter()
+        self._mark(f"prepare {key[:8]}")
+        try:
+            with self._render_gate or contextlib.nullcontext():
+                avatar = self.pipe.prepare_avatar(video, directory, config=self._config(config), boxes=box)
+            self._keep(key, avatar)
+            self._mark(f"prepare {key[:8]} done")
+            return {"ok": True, "loaded_from_cache": bool(avatar.loaded_from_cache),
+                    "seconds": time.perf_counter() - t0, "worker": self.name,
+                    "timings": dict(avatar.prepare_timings)}
+        except Exception as exc:  # noqa: BLE001 - recorded for the job, the batch goes on
+            return {"ok": False, "error": error_text(exc), "seconds": time.perf_counter() - t0, "worker": self.name}
+
+    def generate(self, key: str, directory: str, config: dict[str, Any], name: str, audio: str, output: str,
+                 exit_at_frame: int | None = None) -> dict[str, Any]:
+        """Generate one job's clip from the avatar in ``directory`` (loaded once per worker) and write ``output``.
+
+        Args:
+            key: The avatar's group key.
+            directory: The prepared avatar folder.
+            config: The job's settings (InferenceConfig fields).
+            name: The job's name (for progress).
+            audio: Speech file.
+            output: MP4 to write (temporary name, renamed when complete).
+            exit_at_frame: For tests only: the worker process exits (``os._exit``) when it has made this frame,
+                as a killed worker would.
+
+        Returns:
+            ``{"ok": True, "frames": n, "seconds": s, "worker": name}`` or ``{"ok": False, "error": text, ...}``.
+        """
+        t0 = time.perf_counter()
+        with self._lock:
+            self._progress[name] = 0
+            self._in_use[key] = self._in_use.get(key, 0) + 1
+            key_lock = self._key_locks.setdefault(key, threading.Lock())
+        self._mark(f"job {name}")
+        self._job_started.set()
+
+        def on_frame(t: int, frame: Any) -> None:
+            with self._lock:
+                self._progress[name] = t + 1
+            if exit_at_frame is not None and t >= exit_at_frame:
+                os._exit(3)
+
+        try:
+            with key_lock:  # one thread loads the avatar and makes its device state; a second job waits for it
+                avatar = self.avatars.get(key)
+                if avatar is None:
+                    avatar = self.pipe.load_avatar(directory, config=self._config(config))
+                self._keep(key, avatar)
+                if key not in self._ready:
+                    avatar.load_models()
+                    self._ready.add(key)
+            self._mark(f"job {name} ready")
+            gate = (_JobGate(self._render_gate, lambda what: self._mark(f"job {name} {what}"))
+                    if self._render_gate is not None else None)
+            result = avatar.generate(audio, output=output, frame_callback=on_frame, render_gate=gate)
+            self._mark(f"job {name} done")
+            return {"ok": True, "frames": int(result.n_frames), "seconds": time.perf_counter() - t0,
+                    "worker": self.name, "timings": {k: round(float(v), 4) for k, v in result.timings.items()
+                                                     if not k.startswith("peak_gib")}}
+        except Exception as exc:  # noqa: BLE001 - recorded for the job, the batch goes on
+            return {"ok": False, "error": error_text(exc), "seconds": time.perf_counter() - t0, "worker": self.name}
+        finally:
+            with self._lock:
+                self._progress.pop(name, None)
+                self._in_use[key] -= 1
+
+
+def worker_gib(config: Any, jobs: int = 1) -> float:
+    """GPU memory one batch worker may take at its peak, GiB, by the planner's memory model: every model of an
+    avatar job resident (a worker loads them all, :meth:`BatchWorker.__init__`), then the larger of a clip's
+    generate stage at the clip cap and an avatar's encode at the preparation cap, plus the CUDA context and the
+    workspaces. Frames are taken at the model's default size (1920x1080), so smaller videos need less.
+
+    Args:
+        config: The batch's :class:`~nbhelpers.config.InferenceConfig` (``fp16=False`` doubles the figure).
+        jobs: Jobs the worker runs at once (:func:`run`'s ``jobs_per_worker``): each adds its batch's share.
+
+    Returns:
+        GiB (a T4-sized figure for one job: about 13.8 at fp16).
+
+    Source: :mod:`nbhelpers.gpu.model` (``stage_memory``, ``MemoryModel`` caps and their measurements).
+    """
+    mm = MEMORY_MODEL
+    fp16 = config.fp16 is not False
+    clip_a, clip_b = stage_memory("clip", fp16=fp16)["generate"]
+    enc_a, enc_b = stage_memory("avatar", fp16=fp16)["encode"]
+    core = mm.core_fixed_gib * (1.0 if fp16 else mm.fp32_factor)  # the UNet, whisper and VAE stay loaded
+    peak = max(clip_a + jobs * clip_b * mm.cap_clip, core + enc_a + jobs * enc_b * mm.cap_avatar)
+    return peak + mm.context_gib + mm.workspace_gib
+
+
+def choose_jobs_per_worker(config: Any, free_gib: Mapping[int, float] | None, workers_per_gpu: int, *,
+                           joining: bool) -> tuple[int, str]:
+    """How many jobs each worker runs at once when the caller did not say (``jobs_per_worker=None``).
+
+    A clip's GPU work (UNet, decode, paste-back) and its CPU tail (libx264 finishing the file after the last
+    frame, the audio mux, the rename) alternate in one job. A second job in the same worker, in a thread over the
+    same loaded models, starts its GPU work while the first one's tail runs (an H200, 20 clips of 10 s: one worker
+    with one job at a time 2.6-3.0 s a job in step with another worker, with two at once 1.6-1.8 s for each of
+    the two, 0.9 s of wall a job; three at once gained nothing, 2.2-3.6 s each: bench/RESULTS.md). Two jobs are
+    chosen where every GPU used has free memory for ``workers_per_gpu`` workers' peaks with two jobs each
+    (:func:`worker_gib`) within the planner's safety margin; else one, also on the CPU (its cores are the torch
+    threads'), when the memory cannot be read, or on a cluster's GPUs (not visible from here).
+
+    Args:
+        config: The batch's :class:`~nbhelpers.config.InferenceConfig`.
+        free_gib: ``{GPU index: free GiB}`` of the GPUs Ray will use, or None when unknown.
+        workers_per_gpu: Workers sharing each GPU.
+        joining: True when the batch joins a running cluster.
+
+    Returns:
+        ``(jobs per worker, why)``.
+    """
+    mm = MEMORY_MODEL
+    if config.device == "cpu":
+        return 1, ""
+    if joining or not free_gib:
+        return 1, "1 job at once per worker (--jobs-per-worker 2 for two)"
+    need, least = workers_per_gpu * worker_gib(config, jobs=2), min(free_gib.values())
+    if need <= least * (1.0 - mm.safety_fraction):
+        return 2, f"2 jobs at once per worker ({need:.1f} GiB of peaks fit)"
+    return 1, f"1 job at once per worker: two each would need {need:.1f} GiB"
