@@ -219,9 +219,11 @@ def batch_in_process(spec: dict) -> dict:
     t0 = time.perf_counter()
     if spec.get("waiting") is not None:
         scheduler.WAITING_PER_SLOT = int(spec["waiting"])
-    result = batch.run(spec["jobs"], weights_dir=spec["weights"], config=nbh.InferenceConfig(**spec["config"]),
-                       gpus=spec["gpus"], cpu_workers=1, workers_per_gpu=spec["workers_per_gpu"],
-                       jobs_per_worker=spec["jobs_per_worker"], _exit_at=spec["exit_at"])
+    scheduler.EXIT_AT = spec["exit_at"] or {}  # --kill: that job's worker exits mid-clip on its first attempt
+    config = batch.BatchConfig(gpus=spec["gpus"], cpu_workers=1, workers_per_gpu=spec["workers_per_gpu"],
+                               jobs_per_worker=spec["jobs_per_worker"])
+    result = batch.run(spec["jobs"], config, inference=nbh.InferenceConfig(**spec["config"]),
+                       weights_dir=spec["weights"])
     return batch_figures(result, time.perf_counter() - t0)
 
 

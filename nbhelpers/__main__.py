@@ -18,6 +18,7 @@ Every error the package raises on purpose is printed as one message (no tracebac
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shutil
 import sys
 from pathlib import Path
@@ -396,17 +397,32 @@ def _in_cli_terms(func):
     return run
 
 
+def _add_fields(p: argparse.ArgumentParser, config_class) -> None:
+    """One flag per field of the config dataclass ``config_class``: ``--`` and the field's name with dashes, its
+    default, its kind (a bool is a switch, an int field takes a whole number) and its ``help`` and ``choices``
+    (the field's metadata)."""
+    for f in dataclasses.fields(config_class):
+        flag, kind = "--" + f.name.replace("_", "-"), str(f.type).split(" | ")[0]
+        if kind == "bool":
+            p.add_argument(flag, action="store_true", help=f.metadata.get("help"))
+        else:
+            p.add_argument(flag, type=int if kind == "int" else str, default=f.default,
+                           choices=f.metadata.get("choices"), help=f.metadata.get("help"))
+
+
+def _fields(args, config_class):
+    """``config_class`` made from the flags :func:`_add_fields` added."""
+    return config_class(**{f.name: getattr(args, f.name) for f in dataclasses.fields(config_class)})
+
+
 def _cmd_batch(args) -> int:
     from . import batch
 
-    config = _config(args)
     jobs = batch.read_jobs(args.jobs)
     if args.box:  # --box gives the jobs that set no box of their own one crop box
         jobs = [j if "box" in j.settings else batch.Job(j.name, j.video, j.audio, j.output,
                                                         {**j.settings, "box": _box(args.box)}, j.source) for j in jobs]
-    result = batch.run(jobs, weights_dir=args.weights, config=config, address=args.address, cache_dir=args.cache_dir,
-                       summary=args.summary, cpu_workers=args.cpu_workers, workers_per_gpu=args.workers_per_gpu,
-                       jobs_per_worker=args.jobs_per_worker, gpus=args.gpus, max_attempts=args.max_attempts, rerun=args.rerun)
+    result = batch.run(jobs, _fields(args, batch.BatchConfig), inference=_config(args), weights_dir=args.weights)
     print(result)
     note = _tiny_note(args.weights)
     if note and result.count("done"):
@@ -467,6 +483,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--weights", default=None)
     p.set_defaults(func=_cmd_score)
 
+    from .batch.config import BatchConfig
+
     p = sub.add_parser("batch", help="many clips on Ray: each face prepared once, every GPU used, nothing lost",
                        description="Run a jobs file (CSV with columns video,audio,output and optional settings, or "
                                    "JSON lines) on Ray. Finished outputs are skipped. Exit status 0 when every job is "
@@ -476,22 +494,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "files removed, the unfinished jobs marked interrupted in the summary). --box "
                                    "gives its box to every job that has none of its own.")
     p.add_argument("jobs", help="CSV or JSON-lines jobs file (relative paths are relative to it)")
-    p.add_argument("--address", default=None, help="Ray cluster to join (auto, HOST:PORT); default: start Ray here")
-    p.add_argument("--cache-dir", default=None, help="avatar cache (default: <outputs folder>/avatar-cache)")
-    p.add_argument("--summary", default=None, help="summary CSV (default: <outputs folder>/batch-summary.csv)")
-    p.add_argument("--cpu-workers", type=int, default=1,
-                   help="CPU workers when there is no GPU (default 1; at most one per CPU Ray offers; each holds its "
-                        "own models and the cores are shared out between them)")
-    p.add_argument("--workers-per-gpu", type=int, default=None,
-                   help="worker processes sharing each GPU (default 1: its jobs share one CUDA context and one "
-                        "set of models, the fastest measured)")
-    p.add_argument("--jobs-per-worker", type=int, default=None,
-                   help="clips each worker renders at once over its loaded models; a GPU worker holds as many jobs "
-                        "again, ready to render (default: 2 on a GPU where the free memory holds every worker's "
-                        "peak with two, else 1; 1 on the CPU)")
-    p.add_argument("--gpus", type=int, default=None, help="GPUs to use (default: all)")
-    p.add_argument("--max-attempts", type=int, default=3, help="starts of a job whose worker keeps dying (default 3)")
-    p.add_argument("--rerun", action="store_true", help="make every output again, even finished ones")
+    _add_fields(p, BatchConfig)
     _add_settings(p)
     p.set_defaults(func=_cmd_batch)
 

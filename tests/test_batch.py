@@ -85,6 +85,34 @@ def test_the_summary_line_says_how_many_workers_share_a_gpu(tmp_path):
 
 
 @pytest.mark.notorch
+def test_batch_settings_are_checked_when_made_and_the_batch_flags_come_from_them():
+    from nbhelpers import InferenceConfig
+    from nbhelpers.__main__ import _fields, build_parser, cli_terms
+    from nbhelpers.batch import BatchConfig, run
+    from nbhelpers.errors import InputError
+
+    for name, value, rule in [("cpu_workers", 0, "a positive whole number"), ("max_attempts", True, "a positive "
+                              "whole number"), ("jobs_per_worker", 1.5, "a positive whole number"),
+                              ("workers_per_gpu", 0, "a positive whole number"),
+                              ("gpus", -1, "a whole number >= 0 or None")]:
+        with pytest.raises(InputError, match=rf"^{name} must be {rule}.*; got {value!r}\.$") as caught:
+            BatchConfig(**{name: value})
+        assert cli_terms(str(caught.value)).startswith(f"--{name.replace('_', '-')} must be ")
+    assert BatchConfig(gpus=0, workers_per_gpu=None, jobs_per_worker=2).jobs_per_worker == 2
+
+    def flags(*extra):
+        return _fields(build_parser().parse_args(["batch", "jobs.csv", *extra]), BatchConfig)
+
+    assert flags() == BatchConfig()
+    assert flags("--address", "auto", "--cache-dir", "c", "--summary", "s.csv", "--cpu-workers", "2",
+                 "--workers-per-gpu", "3", "--jobs-per-worker", "1", "--gpus", "0", "--max-attempts", "5",
+                 "--rerun") == BatchConfig(address="auto", cache_dir="c", summary="s.csv", cpu_workers=2,
+                                           workers_per_gpu=3, jobs_per_worker=1, gpus=0, max_attempts=5, rerun=True)
+    with pytest.raises(InputError, match="config must be a BatchConfig .* as inference="):
+        run([], InferenceConfig())  # the jobs' settings given where the batch's go
+
+
+@pytest.mark.notorch
 def test_read_jobs_csv_and_jsonl(tmp_path):
     from nbhelpers.batch import read_jobs
 
@@ -231,7 +259,7 @@ def test_a_rerun_of_jobs_that_failed_at_the_input_checks_starts_no_ray(tmp_path,
 
     def run(**kw):
         starts.clear()
-        result = batch.run(jobs, weights_dir=tiny_weights, **kw)
+        result = batch.run(jobs, batch.BatchConfig(**kw), weights_dir=tiny_weights)
         assert [o.status for o in result.outcomes] == ["failed", "failed"] and result.workers == ()
         return result, len(starts)
 
@@ -329,12 +357,13 @@ def test_a_batch_that_cannot_write_its_outputs_is_refused_before_ray(tmp_path, t
     if os.path.isdir("/proc/self"):  # root's permission bits allow /proc, yet no file can be made there
         jobs = [{"video": "v.mp4", "audio": "a.wav", "output": "/proc/nbh-o.mp4"}]
         with pytest.raises(InputError, match=r"cannot write in '/proc' \("):
-            batch.run(jobs, weights_dir=tiny_weights, cache_dir=tmp_path / "cache", summary=False)
+            batch.run(jobs, batch.BatchConfig(cache_dir=tmp_path / "cache", summary=False),
+                      weights_dir=tiny_weights)
     if os.access("/proc/sys", os.W_OK):
         pytest.skip("/proc/sys is writable here: no read-only folder to try")
     jobs = [{"video": "v.mp4", "audio": "a.wav", "output": "/proc/sys/nbh-out/o.mp4"}]
     with pytest.raises(InputError, match=r"'/proc/sys/nbh-out' \(its folder '/proc/sys' is read-only or not yours\)"):
-        batch.run(jobs, weights_dir=tiny_weights, cache_dir=tmp_path / "cache", summary=False)
+        batch.run(jobs, batch.BatchConfig(cache_dir=tmp_path / "cache", summary=False), weights_dir=tiny_weights)
 
 
 def test_a_summary_path_that_would_replace_another_file_is_refused_before_ray(tmp_path, tiny_weights, monkeypatch):
@@ -354,7 +383,7 @@ def test_a_summary_path_that_would_replace_another_file_is_refused_before_ray(tm
              (tmp_path / "notes.txt", "exists and is not a batch summary")]
     for summary, message in cases:
         with pytest.raises(InputError, match=message):
-            batch.run(jobs_file, weights_dir=tiny_weights, summary=summary)
+            batch.run(jobs_file, batch.BatchConfig(summary=summary), weights_dir=tiny_weights)
     with pytest.raises(InputError, match="is the jobs file"):  # the default summary path, too
         batch.run(jobs_file, weights_dir=tiny_weights)
     assert (tmp_path / "s.wav").read_bytes() == b"RIFF" and (tmp_path / "notes.txt").read_text() == "mine"
@@ -373,7 +402,7 @@ def test_a_second_batch_over_the_same_outputs_with_its_own_cache_is_refused(tmp_
     jobs = [{"video": str(tmp_path / "v.mp4"), "audio": str(tmp_path / "a.wav"), "output": str(tmp_path / "o.mp4")}]
     with BatchLock(tmp_path, ".batch.lock", "the outputs folder"):
         with pytest.raises(InputError, match=r"another batch is running over the outputs folder"):
-            batch.run(jobs, weights_dir=tiny_weights, cache_dir=tmp_path / "another-cache")
+            batch.run(jobs, batch.BatchConfig(cache_dir=tmp_path / "another-cache"), weights_dir=tiny_weights)
 
 
 def test_a_second_batch_over_the_same_cache_is_refused_while_the_first_runs(tmp_path, tiny_weights, monkeypatch):
@@ -496,11 +525,11 @@ def frames_of(path, ffmpeg):
 @pytest.fixture(scope="module")
 def first_run(ray_local, media, tiny_weights, tmp_path_factory):
     from nbhelpers import InferenceConfig
-    from nbhelpers.batch import run
+    from nbhelpers.batch import BatchConfig, run
 
     out = tmp_path_factory.mktemp("batch-out")
-    result = run(six_jobs(media, out), weights_dir=tiny_weights, config=InferenceConfig(device="cpu", batch_size=4),
-                 cpu_workers=2)
+    result = run(six_jobs(media, out), BatchConfig(cpu_workers=2),
+                 inference=InferenceConfig(device="cpu", batch_size=4), weights_dir=tiny_weights)
     return out, result
 
 
@@ -560,12 +589,12 @@ def test_six_jobs_with_a_corrupt_audio_give_five_outputs_and_one_error(first_run
 @pytest.mark.slow
 def test_a_second_run_executes_none(first_run, media, tiny_weights):
     from nbhelpers import InferenceConfig
-    from nbhelpers.batch import run
+    from nbhelpers.batch import BatchConfig, run
 
     out, _ = first_run
     stamps = {p.name: p.stat().st_mtime_ns for p in out.glob("*.mp4")}
-    again = run(six_jobs(media, out), weights_dir=tiny_weights, config=InferenceConfig(device="cpu", batch_size=4),
-                cpu_workers=2)
+    again = run(six_jobs(media, out), BatchConfig(cpu_workers=2), inference=InferenceConfig(device="cpu", batch_size=4),
+                weights_dir=tiny_weights)
     assert [o.status for o in again.outcomes] == ["skipped"] * 3 + ["failed"] + ["skipped"] * 2
     assert again.workers == () and again.frames == 0  # no worker started: nothing ran
     assert [o.frames for o in again.outcomes] == [o.frames for o in first_run[1].outcomes]
@@ -575,7 +604,7 @@ def test_a_second_run_executes_none(first_run, media, tiny_weights):
 @pytest.mark.slow
 def test_a_changed_input_or_a_damaged_output_is_made_again(first_run, media, tiny_weights, tmp_path):
     from nbhelpers import InferenceConfig
-    from nbhelpers.batch import run
+    from nbhelpers.batch import BatchConfig, run
 
     out, first = first_run
     work = tmp_path / "out"
@@ -586,24 +615,26 @@ def test_a_changed_input_or_a_damaged_output_is_made_again(first_run, media, tin
     jobs[1]["audio"] = str(changed)
     with open(work / "j2.mp4", "r+b") as fh:  # j2's output damaged (truncated)
         fh.truncate(1000)
-    again = run(jobs, weights_dir=tiny_weights, config=InferenceConfig(device="cpu", batch_size=4), cpu_workers=1,
-                cache_dir=out / "avatar-cache")
+    again = run(jobs, BatchConfig(cpu_workers=1, cache_dir=out / "avatar-cache"),
+                inference=InferenceConfig(device="cpu", batch_size=4), weights_dir=tiny_weights)
     assert [o.status for o in again.outcomes] == ["skipped", "done", "done", "failed", "skipped", "skipped"]
     assert again.avatars == {"prepared": 0, "loaded": 1}  # the face's avatar came from the shared cache
     assert again.outcomes[1].frames == first.outcomes[4].frames
 
 
 @pytest.mark.slow
-def test_a_worker_killed_during_a_job_still_gives_every_output_once(ray_local, media, tiny_weights, tmp_path):
+def test_a_worker_killed_during_a_job_still_gives_every_output_once(ray_local, media, tiny_weights, tmp_path,
+                                                                   monkeypatch):
     from nbhelpers import InferenceConfig
-    from nbhelpers.batch import run
+    from nbhelpers.batch import BatchConfig, run
 
     videos, audios, _ = media
     jobs = [{"name": f"k{k}", "video": str(videos[k % 2]), "audio": str(audios[k]), "output": str(tmp_path / f"k{k}.mp4"),
              "box": BOX} for k in range(4)]
     before = frame_folders()
-    result = run(jobs, weights_dir=tiny_weights, config=InferenceConfig(device="cpu", batch_size=4), cpu_workers=2,
-                 _exit_at={"k2": 3})
+    monkeypatch.setattr("nbhelpers.batch.scheduler.EXIT_AT", {"k2": 3})  # k2's worker exits at its frame 3
+    result = run(jobs, BatchConfig(cpu_workers=2), inference=InferenceConfig(device="cpu", batch_size=4),
+                 weights_dir=tiny_weights)
     # the killed worker's frames and those of the workers stopped at the end are removed by the batch's end
     assert frame_folders() - before == set()
     assert [o.status for o in result.outcomes] == ["done"] * 4, str(result)
@@ -617,20 +648,21 @@ def test_a_worker_killed_during_a_job_still_gives_every_output_once(ray_local, m
 
 
 def test_two_jobs_at_once_per_worker_and_one_killed_still_give_every_output_once(ray_local, media, tiny_weights,
-                                                                                   tmp_path):
+                                                                                   tmp_path, monkeypatch):
     """One CPU worker running two jobs at a time (both faces prepared at once, then two clips at once over the
     same models); the worker dies during k2, taking the job beside it down too: both run again, every output is
     there once, with the frames its audio gives, and two of the clips ran at the same time."""
     from nbhelpers import InferenceConfig
     from nbhelpers import media as media_mod
-    from nbhelpers.batch import run
+    from nbhelpers.batch import BatchConfig, run
 
     videos, audios, _ = media
     jobs = [{"name": f"k{k}", "video": str(videos[k % 2]), "audio": str(audios[k]), "output": str(tmp_path / f"k{k}.mp4"),
              "box": BOX} for k in range(4)]
     before = frame_folders()
-    result = run(jobs, weights_dir=tiny_weights, config=InferenceConfig(device="cpu", batch_size=4), cpu_workers=1,
-                 jobs_per_worker=2, _exit_at={"k2": 3})
+    monkeypatch.setattr("nbhelpers.batch.scheduler.EXIT_AT", {"k2": 3})  # k2's worker exits at its frame 3
+    result = run(jobs, BatchConfig(cpu_workers=1, jobs_per_worker=2),
+                 inference=InferenceConfig(device="cpu", batch_size=4), weights_dir=tiny_weights)
     assert frame_folders() - before == set()  # no frames left on disk by the killed worker or the closed one
     assert [o.status for o in result.outcomes] == ["done"] * 4, str(result)
     assert result.outcomes[2].attempts == 2 and sum(o.attempts for o in result.outcomes) in (5, 6)
@@ -648,7 +680,7 @@ def test_more_cpu_workers_than_ray_has_cpus_run_on_the_cpus_it_has(ray_local, me
     """cpu_workers=3 where Ray offers 2 CPUs: each worker takes one, so a third would wait for a CPU for ever (the
     batch hung there); two workers run the three jobs, with a warning that says so."""
     from nbhelpers import InferenceConfig
-    from nbhelpers.batch import run
+    from nbhelpers.batch import BatchConfig, run
     from nbhelpers.batch.scheduler import cpu_worker_count
     from nbhelpers.errors import FallbackWarning
 
@@ -657,8 +689,8 @@ def test_more_cpu_workers_than_ray_has_cpus_run_on_the_cpus_it_has(ray_local, me
     jobs = [{"name": f"c{k}", "video": str(videos[0]), "audio": str(audios[k]), "output": str(tmp_path / f"c{k}.mp4"),
              "box": BOX} for k in range(3)]
     with pytest.warns(FallbackWarning, match=r"cpu_workers=3 is more than the 2 CPU\(s\) Ray offers.*running 2"):
-        result = run(jobs, weights_dir=tiny_weights, config=InferenceConfig(device="cpu", batch_size=4),
-                     cpu_workers=3)
+        result = run(jobs, BatchConfig(cpu_workers=3), inference=InferenceConfig(device="cpu", batch_size=4),
+                     weights_dir=tiny_weights)
     assert [o.status for o in result.outcomes] == ["done"] * 3 and len(result.workers) == 2
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no warning where the cores suffice, or where fewer jobs need fewer
@@ -715,7 +747,7 @@ def test_on_a_gpu_one_worker_runs_two_jobs_at_once_and_every_output_is_made(medi
 def test_a_jobs_file_with_dot_dot_paths_finds_its_records_and_writes_clean_paths(first_run, media, tiny_weights,
                                                                                  tmp_path):
     from nbhelpers import InferenceConfig
-    from nbhelpers.batch import run
+    from nbhelpers.batch import BatchConfig, run
 
     out, first = first_run
     folder = tmp_path / "jobs"
@@ -727,8 +759,9 @@ def test_a_jobs_file_with_dot_dot_paths_finds_its_records_and_writes_clean_paths
             writer.writerow([job["name"], *(os.path.relpath(job[k], folder) for k in ("video", "audio", "output")),
                              ",".join(map(str, BOX))])
     assert "../" in (folder / "jobs.csv").read_text()
-    again = run(folder / "jobs.csv", weights_dir=tiny_weights, config=InferenceConfig(device="cpu", batch_size=4),
-                cpu_workers=2, cache_dir=tmp_path / "cache", summary=tmp_path / "summary.csv")
+    config = BatchConfig(cpu_workers=2, cache_dir=tmp_path / "cache", summary=tmp_path / "summary.csv")
+    again = run(folder / "jobs.csv", config, inference=InferenceConfig(device="cpu", batch_size=4),
+                weights_dir=tiny_weights)
     assert [o.status for o in again.outcomes] == ["skipped"] * 3 + ["failed"] + ["skipped"] * 2  # records found
     with open(tmp_path / "summary.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))

@@ -5,7 +5,8 @@ output MP4 and optional settings per job. :func:`run` starts Ray on this machine
 ``address=``), starts one worker per GPU (CPU workers when there is none; ``workers_per_gpu`` for more), each
 holding one loaded :class:`~nbhelpers.pipeline.MuseTalkPipeline` and rendering one or two clips at once in threads
 over it (``jobs_per_worker``: chosen from the free GPU memory when not given; a GPU worker holds as many jobs again,
-whose audio and encoder are ready when a clip's last batch frees the GPU), and hands out the work:
+whose audio and encoder are ready when a clip's last batch frees the GPU), and hands out the work. Those options
+are the fields of a :class:`BatchConfig`; the settings of the jobs are an :class:`~nbhelpers.config.InferenceConfig`.
 
 - Jobs are grouped by source video (its content and the settings that shape the face cache). Each group's
   avatar is prepared once (:func:`nbhelpers.avatar.prepare_avatar`, cached under ``cache_dir`` on storage every
@@ -31,9 +32,10 @@ Progress bars count jobs and frames (:func:`nbhelpers.progress.bar`). The result
 (job, status, frames, seconds, fps, error) that shows itself in a notebook, also written as a CSV next to the
 outputs.
 
-The modules, in the order the data flows: :mod:`.jobs` (the jobs file), :mod:`.records` (fingerprints, records,
-hints, locks), :mod:`.inputs` (the checks before any worker), :mod:`.cluster` (Ray), :mod:`.worker` (the Ray
-actor), :mod:`.scheduler` (the dispatch loop) and :mod:`.results` (the table and its CSV).
+The modules, in the order the data flows: :mod:`.config` (:class:`BatchConfig`), :mod:`.jobs` (the jobs file),
+:mod:`.records` (fingerprints, records, hints, locks), :mod:`.inputs` (the checks before any worker),
+:mod:`.cluster` (Ray), :mod:`.worker` (the Ray actor), :mod:`.scheduler` (the dispatch loop) and :mod:`.results`
+(the table and its CSV).
 
 Ray is an optional extra: ``pip install "ray>=2.10"`` (or the package's ``[batch]`` extra). Importing this package
 does not import Ray or torch.
@@ -55,10 +57,10 @@ from ..framestore import remove_stale_frames
 from ..gpu.device import free_memory_by_index
 from ..pipeline import check_weights_dir
 from .cluster import INSTALL_RAY, RaySession, init_ray, ray_installed, require_ray, shutdown_ray
+from .config import BatchConfig
 from .inputs import WorkPlan, probe_inputs, sort_jobs
 from .jobs import ROW_SETTINGS, Job, check_jobs, job_configs, read_jobs
 from .records import (
-    CACHE_NAME,
     BatchLock,
     Fingerprints,
     check_writable,
@@ -68,13 +70,13 @@ from .records import (
     remove_partials,
     weights_state,
 )
-from .results import SUMMARY_NAME, BatchResult, JobOutcome, check_summary_path, write_stopped_summary
+from .results import BatchResult, JobOutcome, check_summary_path, write_stopped_summary
 from .scheduler import RunLog, Scheduler, Workers
 from .worker import BatchWorker, choose_jobs_per_worker
 
-__all__ = ["BatchResult", "BatchWorker", "INSTALL_RAY", "Job", "JobOutcome", "ROW_SETTINGS", "check_jobs",
-           "init_ray", "outputs_folder", "ray_installed", "read_jobs", "record_path", "remove_partials", "run",
-           "shutdown_ray"]
+__all__ = ["BatchConfig", "BatchResult", "BatchWorker", "INSTALL_RAY", "Job", "JobOutcome", "ROW_SETTINGS",
+           "check_jobs", "init_ray", "outputs_folder", "ray_installed", "read_jobs", "record_path", "remove_partials",
+           "run", "shutdown_ray"]
 
 
 @dataclass(frozen=True)
@@ -87,99 +89,56 @@ class _Paths:
     summary: Path | None
 
 
-def _positive(name: str, value: Any) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise InputError(f"{name} must be a positive whole number; got {value!r}.")
-
-
-def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], *, weights_dir: str | os.PathLike | None = None,
-        config: Any = None, address: str | None = None, cache_dir: str | os.PathLike | None = None,
-        summary: str | os.PathLike | bool | None = None, cpu_workers: int = 1, workers_per_gpu: int | None = None,
-        jobs_per_worker: int | None = None, gpus: int | None = None, max_attempts: int = 3, rerun: bool = False,
-        _exit_at: Mapping[str, int] | None = None) -> BatchResult:
+def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], config: BatchConfig | None = None, *,
+        inference: InferenceConfig | None = None, weights_dir: str | os.PathLike | None = None) -> BatchResult:
     """Run a batch of lip-sync jobs on Ray; see the package docstring for what is guaranteed.
 
     Args:
         jobs: A jobs file (CSV or JSON lines, see :func:`read_jobs`), or a sequence of :class:`Job` or dicts with
             ``video``, ``audio``, ``output`` and optional settings.
+        config: How the batch runs (:class:`BatchConfig`: Ray address, cache, summary, workers, attempts, rerun);
+            None: the defaults.
+        inference: The settings of every job (a job's own settings override them); its ``device="cpu"`` keeps
+            the workers on the CPU even where there are GPUs. None: the defaults.
         weights_dir: Weights folder, visible to every worker (default :func:`nbhelpers.weights.default_dir`).
-        config: :class:`~nbhelpers.config.InferenceConfig` of every job (a job's settings override it); its
-            ``device="cpu"`` keeps the workers on the CPU even where there are GPUs.
-        address: Ray cluster to join (``"auto"``, ``"HOST:PORT"``); None starts Ray here (see :func:`init_ray`).
-            On a cluster every path (jobs, weights, outputs, cache) must be on storage all nodes see.
-        cache_dir: Folder of the avatar cache (default ``<outputs folder>/avatar-cache``; kept between runs).
-        summary: CSV of the summary table; None = ``<outputs folder>/batch-summary.csv``; False writes none.
-        cpu_workers: CPU workers when Ray offers no GPU (each holds its own models; torch threads are shared
-            out between them). At most one per CPU Ray offers, each taking one: more are cut to that, with a
-            :class:`~nbhelpers.errors.FallbackWarning`.
-        workers_per_gpu: Worker processes sharing each GPU (None: 1). One is the fastest measured: its jobs, in
-            threads, share one CUDA context and one set of models, while processes on one GPU time-share it; each
-            worker also loads the models and imports torch and diffusers again.
-        jobs_per_worker: Clips (and avatar preparations) each worker renders at once, in threads sharing its
-            loaded models. A GPU worker holds as many jobs again, which read their audio and start their encoders
-            meanwhile and render as soon as a slot is free: a clip gives its slot back when its last batch is
-            rendered, so its encoder finishes the file while the next clip renders. None: 2 on a GPU where the free
-            memory holds every worker's peak with two jobs (:func:`~nbhelpers.batch.worker.worker_gib`), else 1
-            (always 1 on the CPU, whose cores the torch threads already use; a CPU worker holds only that job).
-        gpus: GPUs to use (default all that Ray offers).
-        max_attempts: Times a job is started before a worker dying during it counts as its failure.
-        rerun: Make every output again, even finished ones.
-        _exit_at: For tests: ``{job name: frame}``; the worker running that job exits at that frame on the
-            job's first attempt, as a killed worker would.
 
     Returns:
-        :class:`BatchResult` (also written to ``summary``).
+        :class:`BatchResult` (also written to the summary CSV).
 
     Raises:
         MissingDependencyError: Ray is not installed (the message gives the install line).
-        InputError: The jobs file or a job is malformed, two jobs share an output, an option is invalid, an
-            output, cache or summary folder cannot be written in (:func:`~nbhelpers.batch.records.check_writable`),
-            the summary would replace another file (:func:`~nbhelpers.batch.results.check_summary_path`), or
-            another batch holds the avatar cache's or the outputs folder's lock; raised before Ray starts. (A
-            missing or unreadable media file fails only its job.)
+        InputError: The jobs file or a job is malformed, two jobs share an output, ``config`` is not a
+            BatchConfig, an output, cache or summary folder cannot be written in
+            (:func:`~nbhelpers.batch.records.check_writable`), the summary would replace another file
+            (:func:`~nbhelpers.batch.results.check_summary_path`), or another batch holds the avatar cache's or the
+            outputs folder's lock; raised before Ray starts. (A missing or unreadable media file fails only its
+            job.)
         WeightsError: Weight files are missing.
         KeyboardInterrupt: Ctrl-C (or :class:`~nbhelpers.errors.Terminated`, SIGTERM on the command line): raised
             once the workers are down, their partial files removed and the summary written with the unfinished
             jobs as ``"interrupted"``.
     """
     t0 = time.perf_counter()
+    if config is not None and not isinstance(config, BatchConfig):
+        raise InputError(f"config must be a BatchConfig (how the batch runs); got {type(config).__name__}. Give the "
+                         "jobs' InferenceConfig as inference=.")
+    config, inference = config or BatchConfig(), inference or InferenceConfig()
     jobs_file = jobs if isinstance(jobs, (str, os.PathLike)) else None
     job_list = read_jobs(jobs_file) if jobs_file is not None else check_jobs(jobs)
-    config = config or InferenceConfig()
-    for name, value in (("cpu_workers", cpu_workers), ("max_attempts", max_attempts),
-                        ("workers_per_gpu", 1 if workers_per_gpu is None else workers_per_gpu),
-                        ("jobs_per_worker", 1 if jobs_per_worker is None else jobs_per_worker)):
-        _positive(name, value)
-    if gpus is not None and (not isinstance(gpus, int) or gpus < 0):
-        raise InputError(f"gpus must be a whole number >= 0 or None (all); got {gpus!r}.")
     outputs = outputs_folder(job_list)
-    paths = _Paths(weights=check_weights_dir(weights_dir, config.version), outputs=outputs,
-                   cache=Path(cache_dir).expanduser().resolve() if cache_dir is not None else outputs / CACHE_NAME,
-                   summary=None if summary is False else (Path(summary).expanduser().resolve()
-                                                          if summary not in (None, True) else outputs / SUMMARY_NAME))
+    paths = _Paths(weights=check_weights_dir(weights_dir, inference.version), outputs=outputs,
+                   cache=config.cache_path(outputs), summary=config.summary_path(outputs))
     check_writable([j.output.parent for j in job_list] + [paths.cache]
                    + ([paths.summary.parent] if paths.summary is not None else []))
     if paths.summary is not None:
         check_summary_path(paths.summary, job_list, jobs_file)
-    configs = job_configs(job_list, config)  # settings are validated before anything starts
+    configs = job_configs(job_list, inference)  # settings are validated before anything starts
     require_ray()
     with BatchLock(paths.cache), BatchLock(paths.outputs, ".batch.lock", "the outputs folder"):
-        return _run_locked(job_list, config, configs, paths, address,
-                           _Options(cpu_workers, workers_per_gpu, jobs_per_worker, gpus, max_attempts, rerun),
-                           dict(_exit_at or {}), t0)
+        return _run_locked(job_list, config, inference, configs, paths, t0)
 
 
-@dataclass(frozen=True)
-class _Options:
-    cpu_workers: int
-    workers_per_gpu: int | None
-    jobs_per_worker: int | None
-    gpus: int | None
-    max_attempts: int
-    rerun: bool
-
-
-def _workers(config: InferenceConfig, options: _Options, joining: bool) -> tuple[Workers, str, int]:
+def _workers(config: BatchConfig, inference: InferenceConfig, joining: bool) -> tuple[Workers, str, int]:
     """How many workers and jobs, and why: ``(Workers, note, processes a local Ray starts ahead)``.
 
     Jobs per worker, when not given, come from the free memory of this machine's GPUs (NVML or nvidia-smi, no
@@ -187,25 +146,25 @@ def _workers(config: InferenceConfig, options: _Options, joining: bool) -> tuple
     ahead as there will be workers: the actors find them started.
     """
     free = None
-    if config.device != "cpu" and not joining:
+    if inference.device != "cpu" and not joining:
         free = free_memory_by_index()
-        if free and options.gpus is not None:
-            free = dict(sorted(free.items())[:options.gpus])
-    per_gpu = options.workers_per_gpu or 1
-    notes = ["1 worker per GPU" if options.workers_per_gpu is None else f"{per_gpu} worker(s) per GPU, as asked"]
-    slots = options.jobs_per_worker
+        if free and config.gpus is not None:
+            free = dict(sorted(free.items())[:config.gpus])
+    per_gpu = config.workers_per_gpu or 1
+    notes = ["1 worker per GPU" if config.workers_per_gpu is None else f"{per_gpu} worker(s) per GPU, as asked"]
+    slots = config.jobs_per_worker
     if slots is None:
-        slots, why = choose_jobs_per_worker(config, free, per_gpu, joining=joining)
+        slots, why = choose_jobs_per_worker(inference, free, per_gpu, joining=joining)
         notes.append(why)
     else:
         notes.append(f"{slots} job(s) at once per worker, as asked")
-    n_gpu_guess = options.gpus if options.gpus is not None else (len(free) if free else 1)
-    ahead = max(options.cpu_workers, per_gpu * max(1, n_gpu_guess))
-    workers = Workers(options.cpu_workers, per_gpu, slots, options.gpus, options.max_attempts)
+    n_gpu_guess = config.gpus if config.gpus is not None else (len(free) if free else 1)
+    ahead = max(config.cpu_workers, per_gpu * max(1, n_gpu_guess))
+    workers = Workers(config.cpu_workers, per_gpu, slots, config.gpus, config.max_attempts)
     return workers, "; ".join(n for n in notes if n), ahead
 
 
-def _check_inputs(plan: WorkPlan, job_list: Sequence[Job], config: InferenceConfig,
+def _check_inputs(plan: WorkPlan, job_list: Sequence[Job], inference: InferenceConfig,
                   configs: Mapping[str, InferenceConfig], paths: _Paths, rerun: bool, ray: RaySession, log: RunLog,
                   t0: float) -> None:
     """Probe the inputs, find the finished outputs and group the rest by face. Ray starts in this thread meanwhile
@@ -213,7 +172,7 @@ def _check_inputs(plan: WorkPlan, job_list: Sequence[Job], config: InferenceConf
     with its record) or failed at these checks last time with the same inputs (its hint): then a repeated batch
     with nothing left to run does not start Ray at all. The jobs settled here go into ``plan``."""
     fingerprints = Fingerprints()
-    weight_files = weights_state(paths.weights, config.version)
+    weight_files = weights_state(paths.weights, inference.version)
     if likely_work(job_list, paths.cache, rerun):
         with ThreadPoolExecutor(1, thread_name_prefix="batch-checks") as pool:
             probing = pool.submit(probe_inputs, job_list, fingerprints)
@@ -227,25 +186,22 @@ def _check_inputs(plan: WorkPlan, job_list: Sequence[Job], config: InferenceConf
     sort_jobs(plan, job_list, configs, probed, fingerprints, weight_files, paths.cache, rerun)
 
 
-def _run_locked(job_list: list[Job], config: InferenceConfig, configs: Mapping[str, InferenceConfig], paths: _Paths,
-                address: str | None, options: _Options, exit_at: Mapping[str, int], t0: float) -> BatchResult:
+def _run_locked(job_list: list[Job], config: BatchConfig, inference: InferenceConfig,
+                configs: Mapping[str, InferenceConfig], paths: _Paths, t0: float) -> BatchResult:
     """:func:`run` once its arguments are checked and the batch holds its locks."""
     for job in job_list:
         remove_partials(job.output)
-    joining = bool(address or os.environ.get("RAY_ADDRESS"))
-    workers, workers_note, ahead = _workers(config, options, joining)
-    ray = RaySession(address, num_cpus=ahead, num_gpus=options.gpus)
-    log = RunLog()
-    plan = WorkPlan()
+    workers, workers_note, ahead = _workers(config, inference, bool(config.address or os.environ.get("RAY_ADDRESS")))
+    ray = RaySession(config.address, num_cpus=ahead, num_gpus=config.gpus)
+    log, plan = RunLog(), WorkPlan()
     try:
-        _check_inputs(plan, job_list, config, configs, paths, options.rerun, ray, log, t0)
+        _check_inputs(plan, job_list, inference, configs, paths, config.rerun, ray, log, t0)
         if plan.todo:
             log.phases["checks"] = time.perf_counter() - t0
             if not ray.started:  # every output had a record, yet some input or setting changed
                 ray.start()
                 log.phases["ray_start"] = time.perf_counter() - t0
-            Scheduler(require_ray(), plan, job_list, configs, paths.weights, config, workers, log, t0,
-                      exit_at).run()
+            Scheduler(require_ray(), plan, job_list, configs, paths.weights, inference, workers, log, t0).run()
         else:
             log.phases.clear()
     except BaseException as exc:  # Ctrl-C, SIGTERM (the command line's), an error: nothing half-made is left
@@ -259,7 +215,7 @@ def _run_locked(job_list: list[Job], config: InferenceConfig, configs: Mapping[s
         raise
     finally:
         ray.stop()  # before returning: Ray must be down when the caller next uses it
-        if address is None:  # the workers ran here: frames a stopped one could not remove go now
+        if config.address is None:  # the workers ran here: frames a stopped one could not remove go now
             _remove_stale_frames()
     for job in job_list:
         remove_partials(job.output)

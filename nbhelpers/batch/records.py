@@ -28,7 +28,6 @@ from .jobs import Job
 RECORD_FORMAT = 1  # bump when the output record's fields change (older records then make their outputs again)
 HINT_FORMAT = 1  # bump when the input-failure hint's fields change (older hints are then ignored)
 HINTS_NAME = "failed"  # folder of the input-failure hints, in the avatar cache
-CACHE_NAME = "avatar-cache"  # the avatar cache's folder in the outputs folder, when none is given
 
 
 def _sha256(path: Path) -> str:

@@ -20,7 +20,6 @@ STATUSES = ("done", "skipped", "failed", "interrupted")  # "interrupted": only i
 ERROR_WIDTH = 80  # characters of a job's error in the text table; the summary CSV has the whole message
 SUMMARY_COLUMNS = ("job", "status", "frames", "seconds", "fps", "error", "video", "audio", "output", "attempts",
                    "worker")
-SUMMARY_NAME = "batch-summary.csv"  # the summary's name in the outputs folder, when no path is given
 
 
 @dataclass(frozen=True)

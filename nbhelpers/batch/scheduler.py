@@ -34,6 +34,9 @@ WAITING_PER_SLOT = 1
 PING_AFTER_S = 1.0  # a worker that died is asked whether it is back this long after, and again after each miss
 PINGS_BEFORE_GIVING_UP = 300  # misses (about 5 minutes) before a restarting worker is given up
 PROGRESS_EVERY_S = 1.0  # how often the running jobs' frames are asked of their workers
+# For tests: {job name: frame}; the worker running that job exits (os._exit) when it has made that frame, on the
+# job's first attempt, as a killed worker would. Empty otherwise.
+EXIT_AT: Mapping[str, int] = {}
 
 
 def cpu_worker_count(asked: int, offered: int, needed: int) -> int:
@@ -83,20 +86,16 @@ class Scheduler:
         job_list: Every job of the batch (for the progress bar's total).
         job_configs: Each job's settings.
         weights_path: The weights folder every worker loads.
-        config: The batch's settings (the workers' pipelines are made from them).
+        inference: The batch's job settings (the workers' pipelines are made from them).
         workers: How many workers and jobs.
         log: Receives the workers, avatars, phases, timeline and preparations.
         t0: ``time.perf_counter()`` at the batch's start (phases are seconds since then).
-        exit_at: For tests: ``{job name: frame}``; the worker running that job exits at that frame on the job's
-            first attempt, as a killed worker would.
     """
 
     def __init__(self, ray, plan: WorkPlan, job_list: Sequence[Job], job_configs: Mapping[str, InferenceConfig],
-                 weights_path: Path, config: InferenceConfig, workers: Workers, log: RunLog, t0: float,
-                 exit_at: Mapping[str, int] | None = None):
+                 weights_path: Path, inference: InferenceConfig, workers: Workers, log: RunLog, t0: float):
         self.ray, self.plan, self.job_list, self.job_configs = ray, plan, job_list, job_configs
-        self.weights_path, self.config, self.workers, self.log, self.t0 = weights_path, config, workers, log, t0
-        self.exit_at = dict(exit_at or {})
+        self.weights_path, self.inference, self.workers, self.log, self.t0 = weights_path, inference, workers, log, t0
         self.actors: list[Any] = []
         self.names: list[str] = []
         self.depth = workers.slots
@@ -120,7 +119,7 @@ class Scheduler:
         else CPU workers, one Ray CPU each; never more workers than jobs."""
         w, todo = self.workers, self.plan.todo
         resources = self.ray.cluster_resources()
-        n_gpu = 0 if self.config.device == "cpu" else int(resources.get("GPU", 0))
+        n_gpu = 0 if self.inference.device == "cpu" else int(resources.get("GPU", 0))
         if w.gpus is not None:
             n_gpu = min(n_gpu, w.gpus)
         if n_gpu:
@@ -142,7 +141,7 @@ class Scheduler:
         # Threads per worker: its calls, and one more for the progress polls.
         remote = self.ray.remote(BatchWorker).options(max_restarts=-1, max_task_retries=0,
                                                       max_concurrency=self.depth + 1, **options)
-        base = self.config.to_dict()
+        base = self.inference.to_dict()
         self.actors = [remote.remote(str(self.weights_path), base, device, threads, slots) for _ in range(n_workers)]
         try:
             self.names = self.ray.get([a.describe.remote() for a in self.actors])
@@ -209,7 +208,7 @@ class Scheduler:
         job = group.queue.popleft()
         n = self.attempts[job.name] = self.attempts.get(job.name, 0) + 1
         cfg = {k: v for k, v in self.job_configs[job.name].to_dict().items() if k not in ("device", "fp16")}
-        kill = self.exit_at.get(job.name) if n == 1 else None
+        kill = EXIT_AT.get(job.name) if n == 1 else None
         ref = self.actors[i].generate.remote(group.key, str(group.directory), cfg, job.name, str(job.audio),
                                              str(job.output), kill)
         self.busy[ref] = (i, "job", job, n)

@@ -75,7 +75,7 @@ class BatchWorker:
         self.name = f"{socket.gethostname()}/{os.getpid()} {self.pipe.device}"
         self._mark("pipeline")
         self.avatars: OrderedDict[str, Any] = OrderedDict()
-        self.keep_avatars = 2  # besides those in use: a job may run beside another one (run()'s jobs_per_worker)
+        self.keep_avatars = 2  # besides those in use: a job may run beside another one (BatchConfig.jobs_per_worker)
         self._lock = threading.Lock()  # the avatars, their use counts and the jobs' progress
         self._in_use: dict[str, int] = {}
         self._ready: set[str] = set()  # avatars whose device state is made (the first job makes it, alone)
@@ -250,7 +250,7 @@ def worker_gib(config: Any, jobs: int = 1) -> float:
 
     Args:
         config: The batch's :class:`~nbhelpers.config.InferenceConfig` (``fp16=False`` doubles the figure).
-        jobs: Jobs the worker runs at once (:func:`run`'s ``jobs_per_worker``): each adds its batch's share.
+        jobs: Jobs the worker runs at once (``BatchConfig.jobs_per_worker``): each adds its batch's share.
 
     Returns:
         GiB (a T4-sized figure for one job: about 13.8 at fp16).
@@ -268,7 +268,7 @@ def worker_gib(config: Any, jobs: int = 1) -> float:
 
 def choose_jobs_per_worker(config: Any, free_gib: Mapping[int, float] | None, workers_per_gpu: int, *,
                            joining: bool) -> tuple[int, str]:
-    """How many jobs each worker runs at once when the caller did not say (``jobs_per_worker=None``).
+    """How many jobs each worker runs at once when the caller did not say (``BatchConfig.jobs_per_worker=None``).
 
     A clip's GPU work (UNet, decode, paste-back) and its CPU tail (libx264 finishing the file after the last
     frame, the audio mux, the rename) alternate in one job. A second job in the same worker, in a thread over the

@@ -128,7 +128,7 @@ nbh.ui.compare_restore(*(pipe.preview(video, config=panel.config.replace(restore
 
 # %% tags=["nbval-ignore-output"]
 jobs = [{"video": video, "audio": audio, "output": nbh.workbook.path("batch", f"clip{k}.mp4")} for k in range(2)]
-nbh.batch.run(jobs, config=panel.config, weights_dir=WEIGHTS) if nbh.batch.ray_installed() else nbh.batch.INSTALL_RAY
+nbh.batch.run(jobs, inference=panel.config, weights_dir=WEIGHTS) if nbh.batch.ray_installed() else nbh.batch.INSTALL_RAY
 
 # %% [markdown]
 # ## Check
