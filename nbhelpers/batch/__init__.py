@@ -1,44 +1,17 @@
 """Batch dubbing on Ray: many (video, audio) jobs over every GPU of a machine or a cluster, with nothing lost.
 
-A batch is a list of jobs (a CSV or JSON-lines file, or :class:`Job` objects): a face video, a speech file, an
-output MP4 and optional settings per job. :func:`run` starts Ray on this machine (or joins a cluster with
-``address=``), starts one worker per GPU (CPU workers when there is none; ``workers_per_gpu`` for more), each
-holding one loaded :class:`~nbhelpers.pipeline.MuseTalkPipeline` and rendering one or two clips at once in threads
-over it (``jobs_per_worker``: chosen from the free GPU memory when not given; a GPU worker holds as many jobs again,
-whose audio and encoder are ready when a clip's last batch frees the GPU), and hands out the work. Those options
-are the fields of a :class:`BatchConfig`; the settings of the jobs are an :class:`~nbhelpers.config.InferenceConfig`.
-
-- Jobs are grouped by source video (its content and the settings that shape the face cache). Each group's
-  avatar is prepared once (:func:`nbhelpers.avatar.prepare_avatar`, cached under ``cache_dir`` on storage every
-  worker sees) and every audio of the group is generated from it (:meth:`nbhelpers.avatar.Avatar.generate`, whose
-  frames equal the offline job's with the default ``blur_ratio``). A worker keeps the avatars it loaded, so jobs of
-  a face go to a worker that already holds it when one is free.
-- Nothing is lost. Outputs are written under a temporary name and renamed (:class:`nbhelpers.media.VideoWriter`).
-  A failing job (an unreadable file, no face) is recorded with its error and the batch goes on. A worker that dies
-  during a job (killed, out of memory, a crashed driver) is restarted by Ray, its half-written files are removed and
-  its jobs (every one it was running) are given to the next free worker, up to ``max_attempts`` times each. A batch
-  stopped by Ctrl-C or SIGTERM shuts its workers down, removes their half-written files and writes the summary
-  with the unfinished jobs as ``"interrupted"``. A batch holds locks on its avatar cache (``batch.lock``) and its
-  outputs folder (``.batch.lock``) while it runs, so that a second one started over the same outputs is refused
-  instead of making every clip again; its summary CSV replaces only an earlier summary.
-- Running the same batch again skips finished outputs. Next to each output a small record
-  (``.<name>.batch.json``) holds the fingerprints of what made it: the sizes and SHA-256 of video and audio, the
-  settings, the weight files and the output's size. An output counts as finished only when it exists, its record
-  matches and its size is the recorded one; a changed input or setting makes it again. A job that failed at the
-  input checks (a missing or unreadable file) leaves a hint in ``cache_dir/failed``; a rerun where every unfinished
-  job has a hint matching its unchanged files probes them again and reports them without starting Ray.
-
-Progress bars count jobs and frames (:func:`nbhelpers.progress.bar`). The result, :class:`BatchResult`, is a table
-(job, status, frames, seconds, fps, error) that shows itself in a notebook, also written as a CSV next to the
-outputs.
+:func:`run` takes the jobs (a CSV or JSON-lines file, or :class:`Job` objects), a :class:`BatchConfig` (how the
+batch runs) and an :class:`~nbhelpers.config.InferenceConfig` (the jobs' settings). It groups the jobs by face,
+prepares each face's avatar once, renders every clip on Ray workers that each hold one loaded pipeline, and returns
+a :class:`BatchResult` table, also written as a CSV next to the outputs. A failed clip is recorded and the batch
+goes on; a dead worker's jobs run again; a rerun skips the outputs whose records match. What is guaranteed, and
+why the defaults are what they are: ``docs/batch.md``.
 
 The modules, in the order the data flows: :mod:`.config` (:class:`BatchConfig`), :mod:`.jobs` (the jobs file),
 :mod:`.records` (fingerprints, records, hints, locks), :mod:`.inputs` (the checks before any worker),
 :mod:`.cluster` (Ray), :mod:`.worker` (the Ray actor), :mod:`.scheduler` (the dispatch loop) and :mod:`.results`
-(the table and its CSV).
-
-Ray is an optional extra: ``pip install "ray>=2.10"`` (or the package's ``[batch]`` extra). Importing this package
-does not import Ray or torch.
+(the table and its CSV). Importing the package imports neither Ray nor torch; Ray is the ``[batch]`` extra
+(``pip install "ray>=2.10"``).
 """
 
 from __future__ import annotations
@@ -91,7 +64,7 @@ class _Paths:
 
 def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], config: BatchConfig | None = None, *,
         inference: InferenceConfig | None = None, weights_dir: str | os.PathLike | None = None) -> BatchResult:
-    """Run a batch of lip-sync jobs on Ray; see the package docstring for what is guaranteed.
+    """Run a batch of lip-sync jobs on Ray (what is guaranteed: ``docs/batch.md``).
 
     Args:
         jobs: A jobs file (CSV or JSON lines, see :func:`read_jobs`), or a sequence of :class:`Job` or dicts with
