@@ -159,7 +159,7 @@ def main() -> None:
                     y = fn(x).clone()
                     torch.cuda.synchronize()
                     rec[f"{part}_first_s"] = round(time.perf_counter() - w0, 2)
-                    ms = timed(torch, lambda: fn(x), iters=args.iters)
+                    ms = timed(torch, lambda fn=fn, x=x: fn(x), iters=args.iters)
                 rec[f"{part}_fps"] = round(BATCH * 1e3 / ms, 1)
                 if part in ref:
                     d = (y.float() - ref[part].float()).abs()
