@@ -475,8 +475,7 @@ def apply_cap(cap_gib: float) -> float:
         return capped(real(*a, **k), cap_gib, context)
 
     gpu.report = capped_report
-    if hasattr(gpu, "_read_report"):
-        gpu._read_report = capped_report
+    gpu.planner._read_report = capped_report  # what plan() reads when it is given no report
     return context
 
 

@@ -169,7 +169,7 @@ def _cmd_demo(args) -> int:
             from .testing import make_tiny_weights
 
             print("demo --tiny: making tiny random weights (a few seconds; nothing is downloaded)", flush=True)
-            from .env import _cut
+            from .env.folders import _cut
 
             weights_dir = make_tiny_weights(folder / "tiny-weights")
             speech = _cut(Path(speech), folder / "speech-1s.wav", TINY_SECONDS, "audio")

@@ -18,6 +18,7 @@ torch = pytest.importorskip("torch")
 
 from nbhelpers import weights  # noqa: E402
 from nbhelpers.errors import WeightsError  # noqa: E402
+from nbhelpers.weights import verification  # noqa: E402
 
 
 class Payload:
@@ -69,7 +70,7 @@ def test_the_sha256_recorded_at_download_is_used_for_the_official_layout(mb, tmp
     marker = tmp_path / "code-ran"
     root = tmp_path / "models"
     path = _write(root, marker)
-    state_file = weights._State(root)  # what weights.download records from the hub's metadata
+    state_file = verification._State(root)  # what weights.download records from the hub's metadata
     state_file.record_facts(mb.CHECKPOINT_FILE, path.stat().st_size, weights.sha256_file(path), "hub (test)")
     state_file.save()
     state, meta = mb.load_checkpoint_state(path)

@@ -77,7 +77,7 @@ def test_cli_errors_for_files_and_weights_are_in_cli_terms(tmp_path, clip, tone)
 
 
 def test_the_gpu_message_names_the_flag():
-    from nbhelpers.gpu import _no_cuda_message
+    from nbhelpers.gpu.device import _no_cuda_message
 
     text = cli_terms(_no_cuda_message("cuda:1"))
     assert text.startswith("--device is 'cuda:1' but no CUDA GPU is usable")

@@ -25,6 +25,7 @@ from nbhelpers.errors import CheckpointError, InputError, WeightsError
 from nbhelpers.faces import dwpose_codec as codec
 from nbhelpers.faces import dwpose_onnx
 from nbhelpers.faces import registry as registry_module
+from nbhelpers.weights import verification
 
 torch = pytest.importorskip("torch")
 from nbhelpers.faces import dwpose_torch as dt  # noqa: E402
@@ -155,7 +156,7 @@ def test_a_pickled_checkpoint_is_unpickled_only_when_its_recorded_hash_matches(t
     torch.save({"meta": {"hub": _Pickled()}, "state_dict": dt.random_state_dict(2)}, path)
     with pytest.raises(WeightsError, match="Python objects"):
         dt.load_model(path)
-    state = weights._State(tmp_path)
+    state = verification._State(tmp_path)
     state.record_facts("dwpose/dw-ll_ucoco_384.pth", path.stat().st_size, weights.sha256_file(path), "hub test")
     state.save()
     assert dt.load_model(path, tmp_path).state_dict()["head.final_layer.bias"].shape == (133,)
@@ -348,7 +349,7 @@ def test_job_files_know_the_dwpose_backend(tmp_path, monkeypatch):
     auto = {e.name for e in weights.job_files("v15", "auto", directory=tmp_path)}
     if importlib.util.find_spec("mmpose") is None:
         assert "dwpose-mmpose" in auto and "dwpose-onnx" not in auto
-    assert [b for b, _ in weights._AUTO_ORDER] == [b for b, _ in registry_module.AUTO_ORDER]
+    assert [b for b, _ in verification._AUTO_ORDER] == [b for b, _ in registry_module.AUTO_ORDER]
 
 
 @pytest.mark.parametrize("cuda, want", [(None, "onnxruntime"), ("11.8", "onnxruntime-gpu>=1.16,<1.19"),

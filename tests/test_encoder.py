@@ -15,6 +15,7 @@ from nbhelpers import media
 from nbhelpers.config import InferenceConfig
 from nbhelpers.constants import ENCODERS
 from nbhelpers.errors import FallbackWarning, InputError
+from nbhelpers.media import writer as media_writer
 
 pytestmark = pytest.mark.notorch
 
@@ -62,7 +63,7 @@ def _has_nvidia_gpu() -> bool:
 def test_real_probe_on_a_machine_without_gpu_falls_back_with_the_reason(ffmpeg, monkeypatch):
     if _has_nvidia_gpu():
         pytest.skip("this machine has an NVIDIA GPU: NVENC may work here")
-    media._probe_cache.clear()
+    media_writer._probe_cache.clear()
     ok, why = media.nvenc_probe(ffmpeg)
     assert not ok and why  # e.g. "Cannot load libcuda.so.1", or "Unknown encoder" for a build without NVENC
     with pytest.warns(FallbackWarning, match="h264_nvenc is not usable") as record:
@@ -89,14 +90,14 @@ def test_each_libx264_preset_writes_a_valid_file(tmp_path, setting):
 
 
 def test_writer_with_auto_falls_back_and_still_writes(tmp_path, monkeypatch):
-    monkeypatch.setattr(media, "nvenc_probe", lambda exe: (False, "Cannot load libcuda.so.1"))
+    monkeypatch.setattr(media_writer, "nvenc_probe", lambda exe: (False, "Cannot load libcuda.so.1"))
     with pytest.warns(FallbackWarning, match="libcuda"):
         with media.VideoWriter(tmp_path / "a.mp4", 64, 48, encoder="auto") as writer:
             writer.write(np.zeros((3, 48, 64, 3), np.uint8))
     assert writer.args[writer.args.index("-c:v") + 1] == "libx264"
     assert media.probe(tmp_path / "a.mp4").frame_count == 3
     # a choice made once is reused without probing or warning again
-    monkeypatch.setattr(media, "nvenc_probe", lambda exe: pytest.fail("probed again"))
+    monkeypatch.setattr(media_writer, "nvenc_probe", lambda exe: pytest.fail("probed again"))
     with no_fallback_warning():
         with media.VideoWriter(tmp_path / "b.mp4", 64, 48, encoder=writer.encoder) as again:
             again.write(np.zeros((2, 48, 64, 3), np.uint8))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import subprocess
 import sys
@@ -88,7 +89,7 @@ def test_short_module_versions_are_not_a_restart(monkeypatch):
     fake = types.ModuleType("cv2")
     fake.__version__ = "4.12.0"  # cv2 reports 4.12.0 for opencv-python-headless 4.12.0.88
     monkeypatch.setitem(sys.modules, "cv2", fake)
-    monkeypatch.setattr(env, "package_version", lambda *names: "4.12.0.88" if "opencv-python-headless" in names
+    monkeypatch.setattr("nbhelpers.env.install.package_version", lambda *names: "4.12.0.88" if "opencv-python-headless" in names
                         else None)
     assert env.restart_reasons() == []
     fake.__version__ = "4.11.0"
@@ -131,7 +132,7 @@ def test_install_missing_plans_only_what_is_needed(tmp_path):
 
 def test_install_missing_counts_an_alternative_distribution(monkeypatch):
     versions = {"onnxruntime": "1.20.0"}
-    monkeypatch.setattr(env, "package_version", lambda *names: next((versions[n] for n in names if n in versions),
+    monkeypatch.setattr("nbhelpers.env.install.package_version", lambda *names: next((versions[n] for n in names if n in versions),
                                                                       None))
     [row] = env.install_missing(["onnxruntime-gpu>=1.16"], dry_run=True).rows
     assert row.action == "ok" and row.note == "provided by onnxruntime 1.20.0"
@@ -160,16 +161,16 @@ def test_colab_requirements_are_the_packages_colab_extra_and_nothing_is_read_by_
 
 def test_colab_requirements_from_the_installed_metadata(monkeypatch):
     """Installed from git (no checkout beside the package), the extra comes from the distribution's metadata."""
-    monkeypatch.setattr(env, "_checkout_extra", lambda extra: None)
-    monkeypatch.setattr(env.metadata, "requires", lambda name: [
+    monkeypatch.setattr("nbhelpers.env.install._checkout_extra", lambda extra: None)
+    monkeypatch.setattr("importlib.metadata.requires", lambda name: [
         "numpy>=1.24", 'onnxruntime-gpu>=1.20; extra == "colab"', 'soxr>=0.3; extra == "colab"',
         'pytest>=7.4; extra == "test"', 'tomli>=1; python_version < "3.0" and extra == "colab"'])
     assert env.colab_requirements() == ["onnxruntime-gpu>=1.20", "soxr>=0.3"]
 
     def absent(name):
-        raise env.metadata.PackageNotFoundError(name)
+        raise importlib.metadata.PackageNotFoundError(name)
 
-    monkeypatch.setattr(env.metadata, "requires", absent)
+    monkeypatch.setattr("importlib.metadata.requires", absent)
     with pytest.raises(InputError, match=r'pip install "musetalk-workbook\[colab\] @ git\+'):
         env.colab_requirements()
 
@@ -179,7 +180,7 @@ def test_check_setup_needs_no_earlier_cell(monkeypatch):
     (issue 14: `NameError: name 'installs' is not defined`)."""
     pytest.importorskip("torch")
     pytest.importorskip("dlib")
-    monkeypatch.setattr(env, "colab_requirements", lambda: ["pytest>=1.0", "onnxruntime-gpu>=999"])
+    monkeypatch.setattr("nbhelpers.env.install.colab_requirements", lambda: ["pytest>=1.0", "onnxruntime-gpu>=999"])
     message = env.check_setup(backend="dlib")
     assert message.startswith("OK: 1 requirement satisfied; onnxruntime-gpu>=999 not needed by the dlib backend")
     assert message.endswith("landmarks: dlib")
@@ -205,8 +206,9 @@ def _wheel(folder: Path, name: str, version: str, requires: tuple[str, ...] = ()
 INSTALL_SCRIPT = """
 import sys
 from nbhelpers import env
+from nbhelpers.env import install
 from nbhelpers.errors import NbHelpersError
-env.PROTECTED = env.PROTECTED + ("nbh-guarded",)  # stands in for numpy: installed, must not move
+install.PROTECTED = install.PROTECTED + ("nbh-guarded",)  # stands in for numpy: installed, must not move
 report = env.install_missing(["nbh-fresh>=1.0", "nbh-guarded>=1.0"])
 print("ACTIONS", sorted((r.name, r.action) for r in report.rows))
 print("NOW", list(report.installed_now))

@@ -20,6 +20,8 @@ import pytest
 
 from nbhelpers import media
 from nbhelpers.errors import FFmpegError, InputError, MediaError
+from nbhelpers.media import ffmpeg as media_ffmpeg
+from nbhelpers.media import probing
 
 pytestmark = pytest.mark.notorch
 
@@ -73,9 +75,9 @@ def test_uses_imageio_ffmpeg_binary(ffmpeg, monkeypatch):
     monkeypatch.setattr(shutil, "which", lambda name: None)
     assert media.ffmpeg_exe(prefer_system=True) == ffmpeg  # no ffmpeg on PATH -> still works
     assert media.ffmpeg_version(ffmpeg) >= (4, 2)
-    assert media._parse_version("ffmpeg version 4.4.2-0ubuntu0.22.04.1 Copyright") == (4, 4)
-    assert media._parse_version("ffmpeg version n9.0.2-17-g2a571b6068-20260930") == (9, 0)
-    assert media._parse_version("ffmpeg version N-112345-gdeadbeef") == (99, 0)
+    assert media_ffmpeg._parse_version("ffmpeg version 4.4.2-0ubuntu0.22.04.1 Copyright") == (4, 4)
+    assert media_ffmpeg._parse_version("ffmpeg version n9.0.2-17-g2a571b6068-20260930") == (9, 0)
+    assert media_ffmpeg._parse_version("ffmpeg version N-112345-gdeadbeef") == (99, 0)
 
 
 def test_import_is_light():
@@ -149,7 +151,7 @@ Input #0, mp3, from 'song.mp3':
 
 
 def test_parse_ffmpeg44_phone_clip_rotation_tag_and_displaymatrix():
-    info = media._parse_ffmpeg_info(FFMPEG_44_PHONE, Path("IMG_0001.MOV"))
+    info = probing._parse_ffmpeg_info(FFMPEG_44_PHONE, Path("IMG_0001.MOV"))
     assert info.rotation == 90  # clockwise, the phone's `rotate` tag convention
     assert (info.width, info.height) == (1080, 1920)  # upright size
     assert (info.video_stream.width, info.video_stream.height) == (1920, 1080)  # stored size
@@ -161,27 +163,27 @@ def test_parse_ffmpeg44_phone_clip_rotation_tag_and_displaymatrix():
 
 
 def test_parse_rotate_tag_only_and_ffmpeg6_side_data():
-    info = media._parse_ffmpeg_info(FFMPEG_44_TAG_ONLY, Path("x.mp4"))
+    info = probing._parse_ffmpeg_info(FFMPEG_44_TAG_ONLY, Path("x.mp4"))
     assert info.rotation == 270 and (info.width, info.height) == (480, 640)
     assert info.video_stream.language == "eng"
-    hdr = media._parse_ffmpeg_info(FFMPEG_6_HDR, Path("hdr.mov"))
+    hdr = probing._parse_ffmpeg_info(FFMPEG_6_HDR, Path("hdr.mov"))
     assert hdr.rotation == 180 and (hdr.width, hdr.height) == (3840, 2160)
     assert hdr.pix_fmt == "yuv420p10le" and hdr.fps == Fraction(60000, 1001)
     assert hdr.channels == 6 and hdr.sample_rate == 48000 and hdr.comment == "hello"
 
 
 def test_parse_cover_art_is_not_video():
-    info = media._parse_ffmpeg_info(FFMPEG_9_MP3_COVER, Path("song.mp3"))
+    info = probing._parse_ffmpeg_info(FFMPEG_9_MP3_COVER, Path("song.mp3"))
     assert info.has_audio and not info.has_video and info.width is None
     assert info.start_s == pytest.approx(0.025057)
     assert [s.kind for s in info.streams] == ["audio", "video"] and info.streams[1].attached_pic
 
 
 def test_parse_rates():
-    assert media._parse_rate("29.97") == Fraction(30000, 1001)
-    assert media._parse_rate("23.98") == Fraction(24000, 1001)
-    assert media._parse_rate("25") == 25 and media._parse_rate("1k") == 1000
-    assert media._parse_rate("12.5") == Fraction(25, 2)
+    assert probing._parse_rate("29.97") == Fraction(30000, 1001)
+    assert probing._parse_rate("23.98") == Fraction(24000, 1001)
+    assert probing._parse_rate("25") == 25 and probing._parse_rate("1k") == 1000
+    assert probing._parse_rate("12.5") == Fraction(25, 2)
 
 
 # ---------------------------------------------------------------------------------------------------------------

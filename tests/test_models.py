@@ -16,6 +16,7 @@ torch = pytest.importorskip("torch")
 from nbhelpers import models, weights  # noqa: E402
 from nbhelpers.errors import CheckpointError, InputError, WeightsError  # noqa: E402
 from nbhelpers.testing import make_tiny_weights, register_tiny_writer, tiny_writers  # noqa: E402
+from nbhelpers.weights import verification  # noqa: E402
 
 REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "reference"
 HTML = b"<!DOCTYPE html><html><head><title>Sign in</title></head><body>Sign in to continue</body></html>"
@@ -363,7 +364,7 @@ def test_pickles_with_objects_load_only_when_trusted(tmp_path):
 
 
 def test_expected_facts_combine_manifest_and_download_records(tmp_path):
-    state = weights._State(tmp_path)
+    state = verification._State(tmp_path)
     state.record_facts("dwpose/dw-ll_ucoco_384.pth", 123, "c" * 64, "hub yzd-v/DWPose@abc")
     state.save()
     exp = weights.expected_facts(tmp_path, "dwpose-mmpose")

@@ -136,7 +136,7 @@ def test_pip_runs_with_a_timeout_and_a_hung_pip_is_a_clear_error(monkeypatch):
         raise subprocess.TimeoutExpired(command, kwargs["timeout"], output=b"Collecting nbh-never\n",
                                         stderr=b"Retrying (Retry(total=4)) after connection broken\n")
 
-    monkeypatch.setattr(env.subprocess, "run", fake_run)
+    monkeypatch.setattr("nbhelpers.env.install.subprocess.run", fake_run)
     with pytest.raises(NbHelpersError) as caught:
         env.install_missing(["nbh-never-installed-xyz>=1.0"])
     message = str(caught.value)

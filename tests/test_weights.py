@@ -161,7 +161,7 @@ def test_default_dir_order(monkeypatch, tmp_path):
     assert w.default_dir() == tmp_path / "home" / ".cache" / "musetalk-workbook" / "models"
     # On Colab, a Drive folder is used only once it holds weights
     drive = tmp_path / "drive" / "models"
-    monkeypatch.setattr(w, "DRIVE_DIR", drive)
+    monkeypatch.setattr("nbhelpers.weights.manifest.DRIVE_DIR", drive)
     monkeypatch.setenv("COLAB_RELEASE_TAG", "release-colab")
     drive.mkdir(parents=True)
     assert w.default_dir() == tmp_path / "home" / ".cache" / "musetalk-workbook" / "models"
@@ -260,7 +260,7 @@ def test_verify_deep_hashes_once_and_never_reports_a_false_mismatch(tmp_path, mo
         (tmp_path / f"{name}.safetensors").write_bytes(data)
     calls = []
     real = w.sha256_file
-    monkeypatch.setattr(w, "sha256_file", lambda p, desc="": calls.append(Path(p).name) or real(p, desc))
+    monkeypatch.setattr("nbhelpers.weights.verification.sha256_file", lambda p, desc="": calls.append(Path(p).name) or real(p, desc))
     shallow = w.verify(tmp_path, sets="core", manifest=manifest)
     assert calls == [] and all(c.state == w.OK for c in shallow.checks)
     deep = w.verify(tmp_path, sets="core", deep=True, manifest=manifest)
@@ -273,6 +273,13 @@ def test_verify_deep_hashes_once_and_never_reports_a_false_mismatch(tmp_path, mo
     os.utime(tmp_path / "known.safetensors", ns=(1, 1))
     w.verify(tmp_path, sets="core", deep=True, manifest=manifest)
     assert calls[3:] == ["known.safetensors"]  # a changed file is hashed again
+
+
+def test_python_m_weights_runs_the_weights_command_line():
+    proc = subprocess.run([sys.executable, "-m", "nbhelpers.weights", "--help"], capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "list" in proc.stdout and "download" in proc.stdout and "verify" in proc.stdout
 
 
 def test_verify_of_a_read_only_folder_still_works(tmp_path):
@@ -313,6 +320,7 @@ if spec.get("gdown"):
         raise RuntimeError("gdown forced to fail")
     gdown.download = fake_download
 from nbhelpers import weights as w
+from nbhelpers.errors import WeightsError
 def fact(d):
     return None if d is None else w.Fact(**d)
 entries = [w.WeightFile(e["name"], e["path"], ("core",), e["format"], tuple(w.Source(**s) for s in e["sources"]),
@@ -327,7 +335,7 @@ for i in range(spec.get("calls", 1)):
         try:
             report = w.download(spec["dir"], sets="core", manifest=manifest)
             out[f"rows{i}"] = [dataclasses.asdict(r) for r in report.rows]
-        except w.WeightsError as exc:
+        except WeightsError as exc:
             out[f"error{i}"] = str(exc)
     out[f"warnings{i}"] = [str(c.message) for c in caught if "nbhelpers" in str(c.filename) or "download" in str(c.message)]
     print("CALL-DONE", i, flush=True)

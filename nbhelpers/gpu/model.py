@@ -5,6 +5,39 @@ included: :func:`restore_per_frame_gib`),
 :class:`CpuTimes` / :data:`CPU_TIMES`, :class:`FaceCpuTimes` / :data:`FACE_CPU_TIMES`, :func:`cpu_seconds` and
 :func:`cpu_frame_seconds` (how long a CPU job takes), and
 :func:`stage_memory` (the model evaluated for one stage and batch).
+
+Memory model
+------------
+The planner predicts the peak GPU memory of each stage of a job as ``fixed + per_frame * batch`` (GiB) and picks
+the largest batch whose worst stage fits the budget. Stages run one after another and the pipeline releases each
+stage's models before the next loads, so the job's peak is the *maximum* over stages, not their sum:
+
+=========  ==========  ===========================================================  ===========================
+kind       stage       fixed part (GiB)                                             per frame of the batch (GiB)
+=========  ==========  ===========================================================  ===========================
+lipsync    faces       S3FD weights + S3FD activations of one full frame + DWPose   0 (batch 1, full frames)
+lipsync    encode      resident: core weights (UNet + VAE + Whisper) + whisper      VAE encode, masked + ref
+                       features + latents of the job
+lipsync    parsing     resident + BiSeNet weights                                   BiSeNet activations, 512²
+lipsync    generate    resident                                                     UNet + VAE decode + blend
+                                                                                    (+ face restorer, if any)
+avatar     faces       as lipsync                                                   0
+avatar     encode      VAE weights + latents (the VAE is loaded alone)              VAE encode
+avatar     parsing     BiSeNet weights (alone)                                      BiSeNet activations
+realtime   generate    core weights + whisper features                              UNet + VAE decode + blend
+                                                                                    (+ face restorer, if any)
+=========  ==========  ===========================================================  ===========================
+
+The order follows ``pipeline.lipsync`` (faces, then models, features, encode, parsing, generate) and
+``avatar.prepare_avatar`` (faces, VAE encode, release, parsing).
+fp32 multiplies weights and activations by :attr:`MemoryModel.fp32_factor`; the blend term (full frames) does
+not change with precision. The budget is
+``(free + this process's cached + models already loaded - workspace [- context]) * (1 - safety_fraction)``: the
+models a job's stages count that are already on the GPU (``plan(loaded_gib=...)``, from an earlier job on the same
+pipeline) are missing from ``free``, so they are added back and a later job gets the plan of the first.
+
+All constants are in :class:`MemoryModel` below (one table, with sources). ``bench/memory.py`` measures them on
+the GPU machine; update the table from its output.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``python -m nbhelpers.weights``: runs the command line of the former ``nbhelpers/weights.py``."""
+"""``python -m nbhelpers.weights list|download|verify``: the weights command line (:mod:`.cli`)."""
 
 import sys
 

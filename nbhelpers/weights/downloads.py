@@ -3,6 +3,15 @@
 Owns :func:`download` and :class:`DownloadReport` / :class:`DownloadRow`, the transports (the Hugging Face
 hub through ``huggingface_hub``, Google Drive, plain HTTP(S); files bundled in the package), the host checks
 and offline mode, staging of partial files, and the check that accepts a file only once verified.
+
+How downloads work: each file has sources in order of preference (the Hugging Face hub through the installed
+``huggingface_hub`` client, a Google Drive id through ``gdown``, plain HTTP mirrors). A source is tried up to
+three times (the hub client resumes a cut transfer with a Range request; our HTTP mirror client resumes its
+``.part`` file), the result is checked (size and sha256 from the hub's own metadata when it gives them, and a
+look inside the file: HTML pages, git-lfs pointers and cut-off files are refused), and only then renamed into
+place with ``os.replace``. A file that fails moves on to the next source. No package is ever installed or
+upgraded. ``HF_ENDPOINT``, ``HF_TOKEN`` and ``HF_HUB_OFFLINE`` are honoured (the token is never sent to a
+mirror); partial downloads live in ``<weights dir>/.nbhelpers-downloads/``.
 """
 
 from __future__ import annotations

@@ -3,6 +3,11 @@
 Owns the recorded state (:class:`_State`: hub facts and cached hashes), :func:`sha256_file`, the expected
 facts of a file (:class:`Expected`), :class:`FileCheck` / :class:`VerifyReport` and :func:`verify`, and
 the files of one job (:func:`job_files`, :func:`check_job_files`).
+
+Facts about files (sizes, sha256) are marked *verified* or *unverified*. An unverified value is shown but never
+turns into a "mismatch": :func:`verify` reports what it can prove, and says "unverifiable" otherwise. Facts the
+hub reports at download time are recorded in ``<weights dir>/.nbhelpers-weights.json`` together with cached
+sha256 results (keyed by size and modification time, so a second ``verify(deep=True)`` is instant).
 """
 
 from __future__ import annotations
