@@ -32,6 +32,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from . import hashing
 from . import weights as _weights
 from .constants import VERSIONS, WHISPER_DIM
 from .errors import CheckpointError, InputError, WeightsError
@@ -250,7 +251,7 @@ def load_checkpoint(path: str | os.PathLike, trusted_sha256: str | None = None, 
                            f"damaged: delete it and download it again with {_FIX}.") from exc
     size = path.stat().st_size
     if trusted_sha256:
-        digest = _weights.sha256_file(path)
+        digest = hashing.sha256_file(path)
         if digest != trusted_sha256.strip().lower():
             raise WeightsError(f"{path} holds Python objects besides tensors and its sha256 {digest[:16]}... is "
                                f"not the expected {trusted_sha256[:16]}...; it is not unpickled. Delete it and "

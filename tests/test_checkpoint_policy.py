@@ -16,8 +16,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from nbhelpers import weights  # noqa: E402
 from nbhelpers.errors import WeightsError  # noqa: E402
+from nbhelpers.hashing import sha256_file  # noqa: E402
 from nbhelpers.weights import verification  # noqa: E402
 
 
@@ -60,7 +60,7 @@ def test_an_unverified_pickle_is_refused_and_nothing_in_it_runs(mb, tmp_path, re
 def test_a_verified_pickle_loads(mb, tmp_path):
     marker = tmp_path / "code-ran"
     path = _write(tmp_path / "models", marker)
-    state, meta = mb.load_checkpoint_state(path, trusted_sha256=weights.sha256_file(path))
+    state, meta = mb.load_checkpoint_state(path, trusted_sha256=sha256_file(path))
     assert marker.exists() and meta["epoch"] == 270  # the trusted file was unpickled in full
     assert list(state) == ["backbone.stem.0.conv.weight"]  # "module." prefix removed
     assert torch.equal(state["backbone.stem.0.conv.weight"], torch.ones(2, 3, 1, 1))
@@ -71,7 +71,7 @@ def test_the_sha256_recorded_at_download_is_used_for_the_official_layout(mb, tmp
     root = tmp_path / "models"
     path = _write(root, marker)
     state_file = verification._State(root)  # what weights.download records from the hub's metadata
-    state_file.record_facts(mb.CHECKPOINT_FILE, path.stat().st_size, weights.sha256_file(path), "hub (test)")
+    state_file.record_facts(mb.CHECKPOINT_FILE, path.stat().st_size, sha256_file(path), "hub (test)")
     state_file.save()
     state, meta = mb.load_checkpoint_state(path)
     assert marker.exists() and meta["epoch"] == 270 and "backbone.stem.0.conv.weight" in state

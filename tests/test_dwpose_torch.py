@@ -25,6 +25,7 @@ from nbhelpers.errors import CheckpointError, InputError, WeightsError
 from nbhelpers.faces import dwpose_codec as codec
 from nbhelpers.faces import dwpose_onnx
 from nbhelpers.faces import registry as registry_module
+from nbhelpers.hashing import sha256_file
 from nbhelpers.weights import verification
 
 torch = pytest.importorskip("torch")
@@ -157,7 +158,7 @@ def test_a_pickled_checkpoint_is_unpickled_only_when_its_recorded_hash_matches(t
     with pytest.raises(WeightsError, match="Python objects"):
         dt.load_model(path)
     state = verification._State(tmp_path)
-    state.record_facts("dwpose/dw-ll_ucoco_384.pth", path.stat().st_size, weights.sha256_file(path), "hub test")
+    state.record_facts("dwpose/dw-ll_ucoco_384.pth", path.stat().st_size, sha256_file(path), "hub test")
     state.save()
     assert dt.load_model(path, tmp_path).state_dict()["head.final_layer.bias"].shape == (133,)
 

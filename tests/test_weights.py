@@ -23,6 +23,7 @@ import pytest
 
 from nbhelpers import weights as w
 from nbhelpers.errors import InputError, WeightsError
+from nbhelpers.hashing import sha256_file
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -259,8 +260,9 @@ def test_verify_deep_hashes_once_and_never_reports_a_false_mismatch(tmp_path, mo
     for name in ("known", "wrong", "rumour"):
         (tmp_path / f"{name}.safetensors").write_bytes(data)
     calls = []
-    real = w.sha256_file
-    monkeypatch.setattr("nbhelpers.weights.verification.sha256_file", lambda p, desc="": calls.append(Path(p).name) or real(p, desc))
+    real = sha256_file
+    monkeypatch.setattr("nbhelpers.weights.verification.sha256_file",
+                        lambda p, desc=None: calls.append(Path(p).name) or real(p, desc))
     shallow = w.verify(tmp_path, sets="core", manifest=manifest)
     assert calls == [] and all(c.state == w.OK for c in shallow.checks)
     deep = w.verify(tmp_path, sets="core", deep=True, manifest=manifest)

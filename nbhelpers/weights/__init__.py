@@ -82,7 +82,6 @@ from .verification import (
     check_job_files,
     expected_facts,
     job_files,
-    sha256_file,
     verify,
 )
 
@@ -92,5 +91,5 @@ __all__ = [
     "TINY_MARKER", "TRUNCATED", "UNVERIFIABLE", "WRONG_SIZE", "DownloadReport", "DownloadRow", "Expected", "Fact",
     "FileCheck", "FileTable", "Inspection", "Manifest", "Source", "VerifyReport", "WeightFile", "check_job_files",
     "default_dir", "download", "drive_dir", "expected_facts", "inspect_file", "is_tiny", "job_files", "list_files",
-    "main", "missing_files", "required_files", "sha256_file", "verify",
+    "main", "missing_files", "required_files", "verify",
 ]

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import NbHelpersWarning, WeightsError
+from ..hashing import sha256_file
 from .inspect import MISSING, OK, UNVERIFIABLE, inspect_file
 from .manifest import (
     _CHUNK,
@@ -46,7 +47,7 @@ from .manifest import (
     _text_table,
     default_dir,
 )
-from .verification import _check, _State, sha256_file
+from .verification import _check, _State
 
 # ---------------------------------------------------------------------------------------------------------------
 # download

@@ -1,8 +1,8 @@
 """Verification: the weights folder checked against the manifest, with a fix for every bad file.
 
-Owns the recorded state (:class:`_State`: hub facts and cached hashes), :func:`sha256_file`, the expected
-facts of a file (:class:`Expected`), :class:`FileCheck` / :class:`VerifyReport` and :func:`verify`, and
-the files of one job (:func:`job_files`, :func:`check_job_files`).
+Owns the recorded state (:class:`_State`: hub facts and cached hashes), the expected facts of a file
+(:class:`Expected`), :class:`FileCheck` / :class:`VerifyReport` and :func:`verify`, and the files of one job
+(:func:`job_files`, :func:`check_job_files`).
 
 Facts about files (sizes, sha256) are marked *verified* or *unverified*. An unverified value is shown but never
 turns into a "mismatch": :func:`verify` reports what it can prove, and says "unverifiable" otherwise. Facts the
@@ -13,7 +13,6 @@ sha256 results (keyed by size and modification time, so a second ``verify(deep=T
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 from collections.abc import Sequence
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, WeightsError
+from ..hashing import sha256_file
 from .inspect import (
     _FORMAT_BY_SUFFIX,
     BAD_STATES,
@@ -35,7 +35,6 @@ from .inspect import (
     inspect_file,
 )
 from .manifest import (
-    _CHUNK,
     DEFAULT_SETS,
     DOWNLOAD_COMMAND,
     MANIFEST,
@@ -103,36 +102,6 @@ class _State:
                 tmp.unlink()
             except OSError:
                 pass
-
-
-def sha256_file(path: str | os.PathLike, desc: str = "") -> str:
-    """The sha256 of a file as lowercase hex, with a progress bar in bytes for large files.
-
-    Args:
-        path: The file.
-        desc: Label of the progress bar (default: the file name).
-
-    Returns:
-        64 lowercase hex digits.
-
-    Source: none in the official code (no checksum anywhere, reference §1.1).
-    """
-    from .. import progress
-
-    path = Path(path)
-    size = path.stat().st_size
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        if size < 64 * _CHUNK:
-            for block in iter(lambda: f.read(_CHUNK), b""):
-                digest.update(block)
-        else:
-            with progress.bar(total=size, desc=f"sha256 {desc or path.name}", unit="B", unit_scale=True,
-                              unit_divisor=1024) as pbar:
-                for block in iter(lambda: f.read(8 * _CHUNK), b""):
-                    digest.update(block)
-                    pbar.update(len(block))
-    return digest.hexdigest()
 
 
 @dataclasses.dataclass(frozen=True)
