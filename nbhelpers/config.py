@@ -5,16 +5,21 @@ from __future__ import annotations
 import dataclasses
 import numbers
 import re
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 from .constants import ENCODERS, VERSIONS
-from .errors import InputError
+from .errors import InputError, NbHelpersWarning
 
 PARSING_MODES = ("jaw", "raw", "neck")
 LANDMARK_BACKENDS = ("auto", "dwpose", "dwpose-onnx", "mmpose", "dlib", "boxes")
 LATENT_MODES = ("sample", "mode")
 RESTORERS = ("gfpgan", "restoreformer", "codeformer")  # face restorers of nbhelpers.restore (restore=None: off)
+NONCOMMERCIAL_NOTE = ("CodeFormer is licensed for non-commercial use only (S-Lab License 1.0, "
+                      "https://github.com/sczhou/CodeFormer/blob/master/LICENSE): do not use its output commercially. "
+                      "GFPGAN and RestoreFormer are Apache-2.0.")
+_warned_licence = False
 
 
 @dataclass(frozen=True)
@@ -114,8 +119,6 @@ class InferenceConfig:
             raise InputError(f"seed must be a whole number >= 0; got {self.seed!r}.")
         if self.restore is not None:
             _choice("restore", self.restore, RESTORERS + (None,))
-            from .restore import warn_licence
-
             warn_licence(self.restore)  # CodeFormer: non-commercial licence, said once per process
         if isinstance(self.restore_strength, bool) or not isinstance(self.restore_strength, (int, float)) \
                 or not 0.0 <= float(self.restore_strength) <= 1.0:
@@ -153,3 +156,11 @@ _DEVICE = re.compile(r"cpu|cuda(:\d+)?")
 def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         raise InputError(f"{name} must be one of {', '.join(map(repr, allowed))}; got {value!r}.")
+
+
+def warn_licence(name: str | None) -> None:
+    """Warn (once per process) that CodeFormer is for non-commercial use only; no effect for the others."""
+    global _warned_licence
+    if name == "codeformer" and not _warned_licence:
+        _warned_licence = True
+        warnings.warn(NONCOMMERCIAL_NOTE, NbHelpersWarning, stacklevel=3)

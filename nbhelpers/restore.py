@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .config import RESTORERS
+from .config import NONCOMMERCIAL_NOTE, RESTORERS, warn_licence
 from .errors import CheckpointError, InputError, MissingDependencyError, NbHelpersWarning, WeightsError
 
 # spandrel architecture ids whose call_fn hands the network our tensor unchanged although it was trained on [-1, 1]
@@ -54,11 +54,7 @@ _SPECS: dict[str, tuple[str, str, str, str, str]] = {
     "codeformer": ("codeformer", "restore-codeformer", "restore/codeformer.pth", "CodeFormer",
                    "S-Lab License 1.0 (non-commercial)"),
 }
-NONCOMMERCIAL_NOTE = ("CodeFormer is licensed for non-commercial use only (S-Lab License 1.0, "
-                      "https://github.com/sczhou/CodeFormer/blob/master/LICENSE): do not use its output commercially. "
-                      "GFPGAN and RestoreFormer are Apache-2.0.")
 INSTALL_LINE = "pip install --no-deps spandrel spandrel-extra-arches einops"  # --no-deps: pip must not touch torch
-_warned_licence = False
 
 
 def check_name(name: Any) -> str:
@@ -70,14 +66,6 @@ def check_name(name: Any) -> str:
     if name not in RESTORERS:
         raise InputError(f"restore must be None or one of {', '.join(map(repr, RESTORERS))}; got {name!r}.")
     return str(name)
-
-
-def warn_licence(name: str) -> None:
-    """Warn (once per process) that CodeFormer is for non-commercial use only; no effect for the others."""
-    global _warned_licence
-    if name == "codeformer" and not _warned_licence:
-        _warned_licence = True
-        warnings.warn(NONCOMMERCIAL_NOTE, NbHelpersWarning, stacklevel=3)
 
 
 def weight_path(name: str, weights_dir: str | os.PathLike) -> Path:
