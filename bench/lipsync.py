@@ -469,13 +469,12 @@ def apply_cap(cap_gib: float) -> float:
     if not 0 < fraction <= 1:
         raise SystemExit(f"--cap-gib {cap_gib} does not fit this GPU ({total / GIB:.1f} GiB, context {context:.2f})")
     torch.cuda.set_per_process_memory_fraction(fraction)
-    real = gpu.report
+    real = gpu.device.read_report
 
     def capped_report(*a, **k):
         return capped(real(*a, **k), cap_gib, context)
 
-    gpu.report = capped_report
-    gpu.planner._read_report = capped_report  # what plan() reads when it is given no report
+    gpu.planner.read_report = capped_report  # what gpu.plan() and gpu.report() read
     return context
 
 

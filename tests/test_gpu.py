@@ -177,7 +177,7 @@ def test_pipeline_plan_adds_back_the_models_it_holds_and_only_those(monkeypatch,
         return int(2.0 * GIB)
 
     monkeypatch.setattr(gpu, "module_bytes", fake_bytes)
-    monkeypatch.setattr("nbhelpers.gpu.planner._read_report", lambda *a, **k: card("8 GiB card", 8.0, 7.6 - 2.4, reserved_gib=2.4,
+    monkeypatch.setattr("nbhelpers.gpu.planner.read_report", lambda *a, **k: card("8 GiB card", 8.0, 7.6 - 2.4, reserved_gib=2.4,
                                                                   allocated_gib=2.0))
     cfg = pipe.plan("lipsync", pipe.job_config(), 500, FRAME, landmark_backend="dwpose")
     # The models every stage counts, the landmark backend the job tracks with; no restorer, no other backend.

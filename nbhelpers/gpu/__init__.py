@@ -18,16 +18,7 @@ halve on out-of-memory), :mod:`.allocator` (the allocator setting).
 from __future__ import annotations
 
 from .allocator import ALLOCATOR_SETTING, prefer_expandable_segments
-from .device import (
-    COLAB_GPU_STEPS,
-    GpuProcess,
-    GpuReport,
-    NoGpuError,
-    check_device,
-    check_gpu,
-    free_memory_by_index,
-    report,
-)
+from .device import COLAB_GPU_STEPS, GpuProcess, GpuReport, NoGpuError, check_device, free_memory_by_index
 from .memory import (
     PeakMemory,
     StageMemory,
@@ -59,7 +50,7 @@ from .model import (
     stage_memory,
 )
 from .oom import batched, is_oom
-from .planner import Plan, PlanWarning, plan, snap_batch
+from .planner import Plan, PlanWarning, check_gpu, plan, report, snap_batch
 
 __all__ = [
     "ALLOCATOR_SETTING",

@@ -1,8 +1,10 @@
 """The device report: what this runtime has (GPU, memory, driver, versions, host RAM) and the checks on it.
 
-Owns :class:`GpuReport` / :func:`report` (torch, NVML and ``nvidia-smi``, each optional), :func:`check_gpu`
-and :func:`check_device`, :func:`free_memory_by_index` (no CUDA), and the small environment probes the planner shares (:func:`_in_colab`,
-:func:`_env_flag`). Nothing here imports torch at module import.
+Owns :class:`GpuReport` / :func:`read_report` (torch, NVML and ``nvidia-smi``, each optional),
+:func:`check_device`, :func:`free_memory_by_index` (no CUDA), and the small environment probes the planner shares
+(:func:`_in_colab`, :func:`_env_flag`). The planner (:mod:`.planner`) builds on this module: its
+:func:`~nbhelpers.gpu.planner.report` adds the plan's verdict to what :func:`read_report` reads. Nothing here imports
+torch at module import.
 """
 
 from __future__ import annotations
@@ -56,7 +58,8 @@ class GpuProcess:
 class GpuReport:
     """What this runtime has: GPU, memory, versions, host RAM. Shows itself as text and as an HTML table.
 
-    Build one with :func:`report`; tests build fakes directly, e.g.
+    Build one with :func:`nbhelpers.gpu.report` (with the verdict) or :func:`read_report`; tests build fakes
+    directly, e.g.
     ``GpuReport(has_gpu=True, device="cuda:0", name="Tesla T4", compute_capability=(7, 5), total_gib=15.0,
     free_gib=14.7)``.
 
@@ -84,6 +87,9 @@ class GpuReport:
         host_ram_available_gib: Host RAM available without swapping, GiB, or None.
         colab: True in Google Colab.
         notes: Odd states met while reading (driver warnings, failed queries), in words.
+        verdict: One line: the GPU, its free memory and what :func:`~nbhelpers.gpu.plan` chooses for a lip-sync
+            job, e.g. ``"Tesla T4, 14.7 GiB free: fp16, batch 32"``. Filled by :func:`nbhelpers.gpu.report`;
+            empty in a report read by :func:`read_report` or built by hand.
     """
 
     has_gpu: bool = False
@@ -107,6 +113,7 @@ class GpuReport:
     host_ram_available_gib: float | None = None
     colab: bool = False
     notes: tuple[str, ...] = ()
+    verdict: str = ""
 
     @property
     def outside_torch_gib(self) -> float | None:
@@ -124,24 +131,6 @@ class GpuReport:
         if self.other_processes is None:
             return None
         return sum(p.used_gib or 0.0 for p in self.other_processes)
-
-    @property
-    def verdict(self) -> str:
-        """One line: the GPU, its free memory and what :func:`plan` would choose for a lip-sync job.
-
-        E.g. ``"Tesla T4, 14.7 GiB free: fp16, batch 32"``.
-        """
-        from .planner import PlanWarning, plan
-
-        if not self.has_torch:
-            return "torch is not installed: run the setup cell first (Colab has torch preinstalled)"
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", PlanWarning)
-                p = plan("lipsync", report=self)
-        except Exception as exc:  # noqa: BLE001 - a display must never fail
-            return f"no plan could be made ({type(exc).__name__}: {exc})"
-        return p.verdict
 
     def require_gpu(self, allow_cpu: bool | None = None) -> GpuReport:
         """Stop early when there is no usable CUDA GPU, with the fix in words.
@@ -221,7 +210,8 @@ class GpuReport:
         rows.append(("runtime", "Google Colab" if self.colab else "not Colab"))
         for note in self.notes:
             rows.append(("note", note))
-        rows.append(("verdict", self.verdict))
+        if self.verdict:
+            rows.append(("verdict", self.verdict))
         return rows
 
     def __str__(self) -> str:
@@ -235,12 +225,12 @@ class GpuReport:
         return f"<table><caption style='text-align:left'><b>GPU report</b></caption>{body}</table>"
 
 
-def report(device: str | int | None = None) -> GpuReport:
+def read_report(device: str | int | None = None) -> GpuReport:
     """Read what this runtime has: GPU name, compute capability, memory, other processes, versions, host RAM.
 
     Never raises on odd driver states (a driver too old for torch, a busy or lost GPU, a hanging ``nvidia-smi``):
     what could not be read is None or ``"unknown"`` and ``notes`` says why. Works without torch installed (then
-    ``torch_version`` is None and ``verdict`` says so). Reading free memory through torch makes this process's
+    ``torch_version`` is None and ``notes`` says so). Reading free memory through torch makes this process's
     CUDA context (about 0.3-0.4 GiB) if it did not exist yet.
 
     Args:
@@ -283,9 +273,6 @@ def report(device: str | int | None = None) -> GpuReport:
     return GpuReport(notes=tuple(notes), **values)
 
 
-_read_report = report  # plan()'s parameter named ``report`` hides the function
-
-
 def _no_cuda_message(device: str) -> str:
     return (f"config.device is {device!r} but no CUDA GPU is usable in this runtime. In Google Colab: "
             f"{COLAB_GPU_STEPS}. Or set device=None (automatic) or 'cpu'.")
@@ -316,26 +303,6 @@ def check_device(device: str | None) -> None:
     if index >= count:
         raise NoGpuError(f"config.device is {device!r} but this runtime has {count} CUDA GPU(s) (cuda:0 to "
                          f"cuda:{count - 1}). Pick one of those, or device=None (automatic).")
-
-
-def check_gpu(allow_cpu: bool | None = None, device: str | int | None = None) -> GpuReport:
-    """:func:`report` then :meth:`GpuReport.require_gpu`: stop a CPU-only runtime before any download.
-
-    Args:
-        allow_cpu: True lets a CPU-only runtime through; None reads ``NBHELPERS_ALLOW_CPU``.
-        device: CUDA device to report (see :func:`report`).
-
-    Returns:
-        The report.
-
-    Raises:
-        NoGpuError: No usable CUDA GPU and the CPU not allowed (the message gives the Colab steps).
-        MissingDependencyError: torch is not installed.
-        InputError: Bad ``device``.
-
-    Source: none (the official scripts assume ``cuda:0``, reference §6 "Devices").
-    """
-    return report(device).require_gpu(allow_cpu)
 
 
 def _device_index(device: str | int | None) -> int | None:

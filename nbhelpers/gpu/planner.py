@@ -1,7 +1,8 @@
 """The planner: device, precision and batch size for a job, with the reason for each.
 
 Owns :class:`Plan`, :func:`plan` (the device report and the memory model turned into a decision),
-:func:`snap_batch` and the budget and batch helpers, and :class:`PlanWarning`.
+:func:`snap_batch` and the budget and batch helpers, :class:`PlanWarning`, and :func:`report` /
+:func:`check_gpu`: the device report of :mod:`.device` with the plan's verdict for a lip-sync job.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..config import InferenceConfig
 from ..errors import InputError, NbHelpersWarning
-from .device import COLAB_GPU_STEPS, GpuReport, NoGpuError, _no_cuda_message, _read_report
+from .device import COLAB_GPU_STEPS, GpuReport, NoGpuError, _no_cuda_message, read_report
 from .model import (
     DEFAULT_FRAME_SIZE,
     KINDS,
@@ -100,8 +102,6 @@ class Plan:
         Every other field comes from the ``config`` given to :func:`plan` (or the defaults), and ``reasons`` holds
         this plan's reasons (over the given config's own).
         """
-        from ..config import InferenceConfig
-
         base = self.base_config if self.base_config is not None else InferenceConfig()
         return dataclasses.replace(base, device=self.device, fp16=self.fp16, batch_size=self.batch_size,
                                    reasons={**base.reasons, **self.reasons})
@@ -184,7 +184,8 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
         kind: ``"lipsync"`` (offline job), ``"avatar"`` (avatar preparation), ``"realtime"`` (generation from
             a prepared avatar, live) or ``"clip"`` (a whole clip from a prepared avatar into a file: realtime's
             memory, a larger cap).
-        report: A :class:`GpuReport`; None calls :func:`report`. Tests pass fakes built directly.
+        report: A :class:`GpuReport`; None reads one (:func:`~nbhelpers.gpu.device.read_report`). Tests pass
+            fakes built directly.
         config: An :class:`~nbhelpers.config.InferenceConfig` whose non-None ``device``/``fp16``/``batch_size``
             are user overrides, whose ``restore`` adds the face restorer's memory to the generate stage, and whose
             other fields :attr:`Plan.config` keeps; None for the defaults.
@@ -222,8 +223,6 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
     Source: batch defaults 8 offline and 20 realtime (``inference.py:266``, ``realtime_inference.py:331``);
     fp16 casts (``inference.py:53-56``, ``realtime_inference.py:366-368``).
     """
-    from ..config import InferenceConfig
-
     if kind not in KINDS:
         raise InputError(f"kind must be one of {', '.join(map(repr, KINDS))}; got {kind!r}.")
     if weights not in WEIGHTS:
@@ -254,7 +253,7 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
         frame_size = (int(values[0]), int(values[1]))
         size_note = f"{frame_size[1]}x{frame_size[0]} frames"  # width x height, as media names sizes
     mm = memory_model or MEMORY_MODEL
-    rep = report if report is not None else _read_report()
+    rep = report if report is not None else read_report()
     reasons: dict[str, str] = {}
     notes: list[str] = []
 
@@ -497,3 +496,60 @@ def _duration(seconds: float) -> str:
     if seconds < 5400:
         return f"{seconds / 60:.0f} min"
     return f"{seconds / 3600:.1f} h"
+
+
+# =====================================================================================================================
+# The device report with the plan's verdict
+# =====================================================================================================================
+
+
+def report(device: str | int | None = None) -> GpuReport:
+    """Read what this runtime has (:func:`~nbhelpers.gpu.device.read_report`) and add the plan's verdict.
+
+    Never raises on odd driver states: what could not be read is None or ``"unknown"`` and ``notes`` says why.
+    Works without torch installed (then ``torch_version`` is None and ``verdict`` says so). Reading free memory
+    through torch makes this process's CUDA context (about 0.3-0.4 GiB) if it did not exist yet.
+
+    Args:
+        device: The CUDA device to report: None (torch's current device), an index, or ``"cuda"``/``"cuda:N"``.
+
+    Returns:
+        A :class:`GpuReport` whose ``verdict`` is what :func:`plan` chooses for a lip-sync job (frozen; ``str()``
+        gives text, notebooks show an HTML table).
+
+    Raises:
+        InputError: ``device`` is not a CUDA device name or index, or names a device that does not exist.
+    """
+    rep = read_report(device)
+    return dataclasses.replace(rep, verdict=_verdict(rep))
+
+
+def _verdict(rep: GpuReport) -> str:
+    if not rep.has_torch:
+        return "torch is not installed: run the setup cell first (Colab has torch preinstalled)"
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PlanWarning)
+            return plan("lipsync", report=rep).verdict
+    except Exception as exc:  # noqa: BLE001 - a display must never fail
+        return f"no plan could be made ({type(exc).__name__}: {exc})"
+
+
+def check_gpu(allow_cpu: bool | None = None, device: str | int | None = None) -> GpuReport:
+    """:func:`report` then :meth:`GpuReport.require_gpu`: stop a CPU-only runtime before any download.
+
+    Args:
+        allow_cpu: True lets a CPU-only runtime through; None reads ``NBHELPERS_ALLOW_CPU``.
+        device: CUDA device to report (see :func:`report`).
+
+    Returns:
+        The report.
+
+    Raises:
+        NoGpuError: No usable CUDA GPU and the CPU not allowed (the message gives the Colab steps).
+        MissingDependencyError: torch is not installed.
+        InputError: Bad ``device``.
+
+    Source: none (the official scripts assume ``cuda:0``).
+    """
+    return report(device).require_gpu(allow_cpu)
