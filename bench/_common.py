@@ -61,7 +61,7 @@ def make_full_weights(directory: Path, seed: int = 0) -> Path:
     WhisperFeatureExtractor(**{k: v for k, v in _config("whisper-tiny-preprocessor.json").items()
                                if k in ("feature_size", "sampling_rate", "hop_length", "chunk_length",
                                         "n_fft", "padding_value")}).save_pretrained(directory / "whisper")
-    from nbhelpers.parsing import write_random_bisenet
+    from nbhelpers.testing import write_random_bisenet
 
     write_random_bisenet(directory / "face-parse-bisent" / "79999_iter.pth", seed=seed)
     marker.write_text("ok")
@@ -105,16 +105,18 @@ def ensure_silenced(path: Path) -> Path:
 def make_face_weights(directory: Path, seed: int = 0) -> dict[str, str]:
     """Write the full-size face detector weights with random values in the official layout, where missing.
 
-    - ``s3fd/s3fd-619a316812.pth``: the whole S3FD network (``nbhelpers.faces.s3fd.write_tiny_s3fd`` writes the
+    - ``s3fd/s3fd-619a316812.pth``: the whole S3FD network (``nbhelpers.testing.write_tiny_s3fd`` writes the
       full architecture), confidence heads silenced by :func:`silence_s3fd`.
-    - ``dwpose/dw-ll_ucoco_384.pth``: RTMPose-l whole-body through ``nbhelpers.faces.dwpose_torch``'s
-      ``write_random_checkpoint`` when that module exists (the torch DWPose backend); otherwise no DWPose file.
+    - ``dwpose/dw-ll_ucoco_384.pth``: RTMPose-l whole-body through
+      ``nbhelpers.testing.write_random_dwpose_checkpoint`` when the torch DWPose backend exists; otherwise no
+      DWPose file.
 
     Returns a dict naming what was written or found, for the bench's output.
     """
     directory = Path(directory)
     notes: dict[str, str] = {}
-    from nbhelpers.faces.s3fd import S3FD_FILE, write_tiny_s3fd
+    from nbhelpers.faces.s3fd import S3FD_FILE
+    from nbhelpers.testing import write_random_dwpose_checkpoint, write_tiny_s3fd
 
     s3fd = directory / S3FD_FILE
     if not s3fd.is_file():
@@ -129,6 +131,6 @@ def make_face_weights(directory: Path, seed: int = 0) -> dict[str, str]:
         return notes
     pth = directory / dwpose_torch.CHECKPOINT_FILE
     if not pth.is_file():
-        dwpose_torch.write_random_checkpoint(directory, seed=seed)
+        write_random_dwpose_checkpoint(directory, seed=seed)
     notes["dwpose"] = f"{dwpose_torch.CHECKPOINT_FILE}: full-size RTMPose-l whole-body, random weights"
     return notes

@@ -4,7 +4,7 @@
     python bench/landmarks.py --smoke         # anywhere: 2 frames per row, CPU rows only, to check the script runs
 
 Self-contained, no hub: writes DWPose (RTMPose-l whole-body 384x288, 33.6 M parameters) with random weights at full
-size in the official ``.pth`` layout (``dwpose_torch.write_random_checkpoint``), loads it through the ``dwpose``
+size in the official ``.pth`` layout (``nbhelpers.testing.write_random_dwpose_checkpoint``), loads it through the ``dwpose``
 backend's own loader, and exports the same weights to ONNX for ``dwpose-onnx``. Timed on real 576x768 frames of the
 shared test video (``$NBHELPERS_SHARED_DATA``, ``../shared/data`` or ``.benchdata/``; random frames otherwise),
 flip test on (the official setting), DWPose only (the face box is a stub):
@@ -99,12 +99,13 @@ def main(argv: list[str] | None = None) -> int:
 
     from nbhelpers.faces import dwpose_onnx
     from nbhelpers.faces import dwpose_torch as dt
+    from nbhelpers.testing import write_random_dwpose_checkpoint
 
     gpu = torch.cuda.is_available() and not args.smoke
     frames, source = _frames(max(args.gpu_frames if gpu else 0, args.cpu_frames))
     tmp = Path(tempfile.mkdtemp(prefix="landmarks-bench-"))
     t0 = time.perf_counter()
-    ckpt = dt.write_random_checkpoint(tmp, seed=0)
+    ckpt = write_random_dwpose_checkpoint(tmp, seed=0)
     net = dt.load_model(ckpt)
     print(f"random DWPose checkpoint written and loaded in {time.perf_counter() - t0:.1f} s "
           f"({sum(p.numel() for p in net.parameters()) / 1e6:.1f} M parameters, {ckpt.stat().st_size / 1e6:.0f} MB)",

@@ -44,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from nbhelpers import blending as B
     from nbhelpers import media
-    from nbhelpers.parsing import BISENET_FILE, FaceParser, write_random_bisenet
+    from nbhelpers.parsing import BISENET_FILE, FaceParser
+    from nbhelpers.testing import write_random_bisenet
 
     torch.set_num_threads(max(1, args.cores or torch.get_num_threads()))
     device = "cpu" if args.smoke or not torch.cuda.is_available() else "cuda"

@@ -29,7 +29,8 @@ def main() -> None:
 
     import torch
 
-    from nbhelpers.faces.s3fd import S3FD, write_tiny_s3fd
+    from nbhelpers.faces.s3fd import S3FD
+    from nbhelpers.testing import write_tiny_s3fd
 
     device = "cpu" if args.cpu or not torch.cuda.is_available() else "cuda"
     sizes = [(480, 640), (720, 1280)] if device == "cpu" else [(480, 640), (768, 576), (720, 1280), (1080, 1920),

@@ -41,6 +41,10 @@ import numpy as np
 
 from .constants import PARSING_SIZE
 from .errors import InputError
+from .gpu import batched, to_device
+from .parsing import check_parsing_args, face_mask, face_mask_torch
+from .progress import bar
+from .resample import gaussian_blur_batch, resize_batch
 
 __all__ = [
     "EXPAND", "UPPER_BOUNDARY_RATIO", "OFFLINE_BLUR_RATIO", "REALTIME_BLUR_RATIO", "BlendMaterial", "Region",
@@ -364,9 +368,6 @@ def prepare_materials(frames: Sequence[np.ndarray], boxes: Sequence[Any], parser
 
     Source: ``blending.py:112-136`` (``get_image_prepare_material``), ``blending.py:51-82`` (``get_image``).
     """
-    from .parsing import check_parsing_args, face_mask
-    from .progress import bar
-
     check_parsing_args(mode, left_cheek_width, right_cheek_width)
     feather_kernel_size(2, blur_ratio)
     if len(frames) != len(boxes):
@@ -414,8 +415,6 @@ def prepare_masks_torch(masks_512: Any, boxes: Sequence[Any], squares: Sequence[
     """
     import torch
 
-    from .resample import gaussian_blur_batch, resize_batch
-
     feather_kernel_size(2, blur_ratio)
     if (not isinstance(masks_512, torch.Tensor) or masks_512.ndim != 3 or masks_512.dtype != torch.uint8
             or tuple(masks_512.shape[1:]) != (PARSING_SIZE, PARSING_SIZE)):
@@ -438,7 +437,6 @@ def prepare_masks_torch(masks_512: Any, boxes: Sequence[Any], squares: Sequence[
     for b, ((x1, y1, x2, y2), (xs, ys, _, _), side) in enumerate(zip(checked, sq, sides, strict=True)):
         bx1, by1, bx2, by2 = max(x1 - xs, 0), max(y1 - ys, 0), min(x2 - xs, side), min(y2 - ys, side)
         bounds[b] = (max(by1, int(side * UPPER_BOUNDARY_RATIO)), by2, bx1, bx2)   # :67-77
-    from .gpu import to_device
 
     lim = to_device(bounds, masks_512.device)[:, :, None]
     pos = torch.arange(length, device=masks_512.device)[None]
@@ -486,10 +484,6 @@ def prepare_materials_torch(frames: Any, boxes: Sequence[Any], parser: Any, mode
     ``face_parsing/__init__.py:77-111`` (reference §7.2-7.4).
     """
     import torch
-
-    from .gpu import batched
-    from .parsing import check_parsing_args, face_mask_torch
-    from .progress import bar
 
     check_parsing_args(mode, left_cheek_width, right_cheek_width)
     feather_kernel_size(2, blur_ratio)
@@ -552,8 +546,6 @@ def materials_for_frames(frames: Any, crop_boxes: Any, face_frames: Sequence[int
     """
     import torch
 
-    from .progress import bar
-
     face_frames = [int(i) for i in face_frames]
     options = dict(mode=config.effective_parsing_mode, left_cheek_width=config.left_cheek_width,
                    right_cheek_width=config.right_cheek_width, blur_ratio=config.blur_ratio)
@@ -568,12 +560,8 @@ def materials_for_frames(frames: Any, crop_boxes: Any, face_frames: Sequence[int
                 if frames_device is not None and idx[-1] - idx[0] + 1 == len(idx):  # a run of frames: a view
                     batch = frames_device[idx[0]:idx[-1] + 1]
                 elif frames_device is not None:  # the index through pinned memory (a pageable copy would wait)
-                    from .gpu import to_device
-
                     batch = frames_device[to_device(np.asarray(idx, dtype=np.int64), frames_device.device)]
                 else:
-                    from .gpu import to_device
-
                     batch = to_device(np.stack([frames[i] for i in idx]), parser.device)
                 out.extend(prepare_materials_torch(batch, boxes, parser, **options))
             else:

@@ -10,7 +10,8 @@ mis-shaped key raises :class:`~nbhelpers.errors.CheckpointError` naming the keys
 >>> m = models.load_models(weights_dir, device="cuda", dtype=torch.float16)   # doctest: +SKIP
 >>> m.unet, m.vae, m.whisper, m.feature_extractor, m.pe                        # doctest: +SKIP
 
-This module imports torch at import time; ``import nbhelpers`` does not import it.
+Importing this module loads no torch: it is imported by the functions that need it, and
+:class:`PositionalEncoding` (a torch module) is defined on first access.
 """
 
 from __future__ import annotations
@@ -27,20 +28,22 @@ import pickle
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from torch import nn
-
-from . import hashing
+from . import hashing, progress
 from . import weights as _weights
 from .constants import VERSIONS, WHISPER_DIM
-from .errors import CheckpointError, InputError, WeightsError
+from .errors import CheckpointError, InputError, WeightsError, require
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 __all__ = [
-    "PositionalEncoding", "Models", "unet_config", "bundled_config", "build_unet", "load_checkpoint",
+    "PositionalEncoding",  # noqa: F822 - defined on first access (module __getattr__), so importing needs no torch
+    "Models", "unet_config", "bundled_config", "build_unet", "load_checkpoint",
     "check_state_dict", "load_unet", "load_vae", "load_whisper", "load_feature_extractor", "load_models",
-    "write_tiny_unet", "write_tiny_vae", "write_tiny_whisper", "TINY_UNET_CHANGES",
+    "LOAD_LOCK",
 ]
 
 UNET_FILES = {  # version -> (config, weights), relative to the weights dir (reference §1.1)
@@ -56,51 +59,65 @@ _FIX = f"`{_weights.DOWNLOAD_COMMAND}` (or {_weights.NOTEBOOK})"
 # Positional encoding of the audio tokens
 # ---------------------------------------------------------------------------------------------------------------
 
-class PositionalEncoding(nn.Module):
-    """Sinusoidal positional encoding added to the whisper tokens before the UNet's cross-attention.
+def __getattr__(name: str) -> Any:  # PEP 562: `models.PositionalEncoding` defines the torch class on first access
+    if name == "PositionalEncoding":
+        return _torch_classes()["PositionalEncoding"]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-    ``pe[0, pos, 2i] = sin(pos * exp(-2i * ln(10000) / d_model))`` and ``pe[0, pos, 2i+1] = cos(same angle)``,
-    computed in float32 at construction and kept as a buffer of shape [1, max_len, d_model]. Casting the module
-    (``.half()``) casts the buffer, as the official ``--use_float16`` path does.
 
-    Args:
-        d_model: Token width (384 for whisper-tiny).
-        max_len: Positions available (5000); a frame uses 50.
+@functools.cache
+def _torch_classes() -> dict[str, type]:
+    """Define this module's torch classes (needs torch; called on first use, once)."""
+    import torch
+    from torch import nn
 
-    Source: musetalk/models/unet.py:12-27 (reference §5.4); cast to half at inference.py:54.
-    """
+    class PositionalEncoding(nn.Module):
+        """Sinusoidal positional encoding added to the whisper tokens before the UNet's cross-attention.
 
-    def __init__(self, d_model: int = WHISPER_DIM, max_len: int = 5000):
-        super().__init__()
-        if d_model <= 0 or d_model % 2:
-            raise InputError(f"d_model must be a positive even number; got {d_model!r}.")
-        if max_len <= 0:
-            raise InputError(f"max_len must be positive; got {max_len!r}.")
-        position = torch.arange(max_len, dtype=torch.float32).unsqueeze(1)  # [max_len, 1]
-        rate = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
-        pe = torch.zeros(max_len, d_model, dtype=torch.float32)
-        pe[:, 0::2] = torch.sin(position * rate)
-        pe[:, 1::2] = torch.cos(position * rate)
-        self.register_buffer("pe", pe.unsqueeze(0))  # [1, max_len, d_model]
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Add the encoding of positions ``0..seq_len-1``.
+        ``pe[0, pos, 2i] = sin(pos * exp(-2i * ln(10000) / d_model))`` and ``pe[0, pos, 2i+1] = cos(same angle)``,
+        computed in float32 at construction and kept as a buffer of shape [1, max_len, d_model]. Casting the module
+        (``.half()``) casts the buffer, as the official ``--use_float16`` path does.
 
         Args:
-            x: Tokens [B, seq_len, d_model], any float dtype, on the module's device.
+            d_model: Token width (384 for whisper-tiny).
+            max_len: Positions available (5000); a frame uses 50.
 
-        Returns:
-            ``x + pe[:, :seq_len]`` in ``x``'s dtype, shape [B, seq_len, d_model].
-
-        Raises:
-            InputError: ``x`` is not 3-D with width ``d_model``, or ``seq_len > max_len``.
-
-        Source: musetalk/models/unet.py:26-27.
+        Source: musetalk/models/unet.py:12-27 (reference §5.4); cast to half at inference.py:54.
         """
-        if x.dim() != 3 or x.shape[-1] != self.pe.shape[-1] or x.shape[1] > self.pe.shape[1]:
-            raise InputError(f"x must be [B, seq_len <= {self.pe.shape[1]}, {self.pe.shape[-1]}]; got "
-                             f"{list(x.shape)}.")
-        return x + self.pe[:, : x.shape[1]].to(dtype=x.dtype)
+
+        def __init__(self, d_model: int = WHISPER_DIM, max_len: int = 5000):
+            super().__init__()
+            if d_model <= 0 or d_model % 2:
+                raise InputError(f"d_model must be a positive even number; got {d_model!r}.")
+            if max_len <= 0:
+                raise InputError(f"max_len must be positive; got {max_len!r}.")
+            position = torch.arange(max_len, dtype=torch.float32).unsqueeze(1)  # [max_len, 1]
+            rate = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
+            pe = torch.zeros(max_len, d_model, dtype=torch.float32)
+            pe[:, 0::2] = torch.sin(position * rate)
+            pe[:, 1::2] = torch.cos(position * rate)
+            self.register_buffer("pe", pe.unsqueeze(0))  # [1, max_len, d_model]
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            """Add the encoding of positions ``0..seq_len-1``.
+
+            Args:
+                x: Tokens [B, seq_len, d_model], any float dtype, on the module's device.
+
+            Returns:
+                ``x + pe[:, :seq_len]`` in ``x``'s dtype, shape [B, seq_len, d_model].
+
+            Raises:
+                InputError: ``x`` is not 3-D with width ``d_model``, or ``seq_len > max_len``.
+
+            Source: musetalk/models/unet.py:26-27.
+            """
+            if x.dim() != 3 or x.shape[-1] != self.pe.shape[-1] or x.shape[1] > self.pe.shape[1]:
+                raise InputError(f"x must be [B, seq_len <= {self.pe.shape[1]}, {self.pe.shape[-1]}]; got "
+                                 f"{list(x.shape)}.")
+            return x + self.pe[:, : x.shape[1]].to(dtype=x.dtype)
+
+    return {"PositionalEncoding": PositionalEncoding}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -151,9 +168,6 @@ def unet_config(version: str = "v15") -> dict[str, Any]:
     return bundled_config("musetalkV15-unet.json")
 
 
-TINY_UNET_CHANGES = {"block_out_channels": [32, 64, 64, 64], "norm_num_groups": 8}  # same blocks, small widths
-
-
 def _check_version(version: str) -> None:
     if version not in VERSIONS:
         raise InputError(f"version must be one of {', '.join(VERSIONS)}; got {version!r}.")
@@ -198,6 +212,8 @@ def _check_content(path: Path, fmt: str | None = None) -> None:
 # ---------------------------------------------------------------------------------------------------------------
 
 def _torch_load(path: Path, weights_only: bool, mmap: bool) -> Any:
+    import torch
+
     kwargs: dict[str, Any] = {"map_location": "cpu", "weights_only": weights_only}
     if mmap:  # torch >= 2.1
         try:
@@ -368,8 +384,6 @@ def _library_class(module: str, name: str, install: str):
     Raises:
         MissingDependencyError: ``module`` is not installed (the message gives ``install``).
     """
-    from .errors import require
-
     with _IMPORT_LOCK:
         return getattr(require(module, install), name)
 
@@ -408,6 +422,8 @@ def build_unet(config: Mapping[str, Any] | str = "v15", device: str | torch.devi
 
     Source: unet.py:36-38 (``UNet2DConditionModel(**json.load(config))``), reference §1.3.
     """
+    import torch
+
     unet_class = _library_class("diffusers", "UNet2DConditionModel", "pip install diffusers")
     cfg = unet_config(config) if isinstance(config, str) else dict(config)
     try:
@@ -420,10 +436,12 @@ def build_unet(config: Mapping[str, Any] | str = "v15", device: str | torch.devi
     return unet.eval()
 
 
-def _finish(model: nn.Module, device: str | torch.device, dtype: torch.dtype) -> nn.Module:
+def _finish(model: nn.Module, device: str | torch.device, dtype: torch.dtype | None) -> nn.Module:
+    import torch
+
     # nn.Module.to itself (not diffusers' or transformers' override, which only adds warnings): one tensor at a
     # time, so no second full copy in any dtype ever exists.
-    nn.Module.to(model, device=device, dtype=dtype)
+    torch.nn.Module.to(model, device=device, dtype=torch.float32 if dtype is None else dtype)
     model.eval()
     model.requires_grad_(False)
     return model
@@ -431,7 +449,7 @@ def _finish(model: nn.Module, device: str | torch.device, dtype: torch.dtype) ->
 
 @_one_load_at_a_time
 def load_unet(weights_dir: str | os.PathLike | None = None, version: str = "v15", device: str | torch.device = "cpu",
-              dtype: torch.dtype = torch.float32) -> nn.Module:
+              dtype: torch.dtype | None = None) -> nn.Module:
     """Load the MuseTalk UNet strictly from ``<weights_dir>/musetalkV15/{musetalk.json, unet.pth}`` (v15) or
     ``musetalk/{musetalk.json, pytorch_model.bin}`` (v1).
 
@@ -445,7 +463,7 @@ def load_unet(weights_dir: str | os.PathLike | None = None, version: str = "v15"
         weights_dir: The weights dir; None = :func:`nbhelpers.weights.default_dir`.
         version: ``"v15"`` or ``"v1"``.
         device: Target device (``"cpu"``, ``"cuda"``, ...).
-        dtype: Target dtype (``torch.float32``; ``torch.float16`` on CUDA).
+        dtype: Target dtype (``torch.float16`` on CUDA); None: float32.
 
     Returns:
         ``UNet2DConditionModel`` in eval mode with ``requires_grad`` False. Call it as
@@ -479,10 +497,8 @@ def load_unet(weights_dir: str | os.PathLike | None = None, version: str = "v15"
 @contextlib.contextmanager
 def _library_bars_follow_ours(transformers):
     """Hide transformers' own "Loading weights" bar while nbhelpers' bars are off (NBHELPERS_PROGRESS=0)."""
-    from .progress import _settings
-
     logging = getattr(getattr(transformers, "utils", None), "logging", None)
-    if not _settings.get("disable") or logging is None or not hasattr(logging, "disable_progress_bar"):
+    if not progress._settings.get("disable") or logging is None or not hasattr(logging, "disable_progress_bar"):
         yield
         return
     was_enabled = logging.is_progress_bar_enabled() if hasattr(logging, "is_progress_bar_enabled") else True
@@ -514,7 +530,7 @@ def _loading_problems(info: Mapping[str, Any] | None, path: Path, what: str) -> 
 
 @_one_load_at_a_time
 def load_vae(weights_dir: str | os.PathLike | None = None, device: str | torch.device = "cpu",
-             dtype: torch.dtype = torch.float32) -> nn.Module:
+             dtype: torch.dtype | None = None) -> nn.Module:
     """Load sd-vae-ft-mse (diffusers ``AutoencoderKL``) from ``<weights_dir>/sd-vae`` with no network.
 
     Accepts ``diffusion_pytorch_model.safetensors`` (preferred) or the official script's ``.bin``. Old attention
@@ -523,7 +539,7 @@ def load_vae(weights_dir: str | os.PathLike | None = None, device: str | torch.d
     Args:
         weights_dir: The weights dir; None = :func:`nbhelpers.weights.default_dir`.
         device: Target device.
-        dtype: Target dtype.
+        dtype: Target dtype; None: float32.
 
     Returns:
         ``AutoencoderKL`` in eval mode, ``requires_grad`` False. 256x256 RGB in [-1, 1] encodes to a
@@ -558,7 +574,7 @@ def load_vae(weights_dir: str | os.PathLike | None = None, device: str | torch.d
 
 @_one_load_at_a_time
 def load_whisper(weights_dir: str | os.PathLike | None = None, device: str | torch.device = "cpu",
-                 dtype: torch.dtype = torch.float32) -> nn.Module:
+                 dtype: torch.dtype | None = None) -> nn.Module:
     """Load whisper-tiny (transformers ``WhisperModel``) from ``<weights_dir>/whisper`` with no network.
 
     Attention is SDPA (``attn_implementation="sdpa"``), the kernel transformers 4.39 used by default.
@@ -568,7 +584,7 @@ def load_whisper(weights_dir: str | os.PathLike | None = None, device: str | tor
     Args:
         weights_dir: The weights dir; None = :func:`nbhelpers.weights.default_dir`.
         device: Target device.
-        dtype: Target dtype (the official code runs whisper in the UNet's dtype).
+        dtype: Target dtype (the official code runs whisper in the UNet's dtype); None: float32.
 
     Returns:
         ``WhisperModel`` in eval mode, ``requires_grad`` False. ``.encoder(mel [B, 80, 3000],
@@ -580,8 +596,6 @@ def load_whisper(weights_dir: str | os.PathLike | None = None, device: str | tor
 
     Source: inference.py:64-66 (``WhisperModel.from_pretrained(models/whisper)``), reference §5.1, §6.
     """
-    from .errors import require
-
     transformers = require("transformers", "pip install transformers")
     whisper_class = _library_class("transformers", "WhisperModel", "pip install transformers")
     root = _root(weights_dir)
@@ -658,7 +672,7 @@ class Models:
     vae: nn.Module
     whisper: nn.Module
     feature_extractor: Any
-    pe: PositionalEncoding
+    pe: nn.Module
     device: torch.device
     dtype: torch.dtype
     version: str = "v15"
@@ -674,7 +688,7 @@ class Models:
 
 
 def load_models(weights_dir: str | os.PathLike | None = None, version: str = "v15",
-                device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> Models:
+                device: str | torch.device = "cpu", dtype: torch.dtype | None = None) -> Models:
     """Load UNet, VAE, whisper, feature extractor and positional encoding for one version.
 
     All files are checked for presence first; one error lists every missing file.
@@ -683,7 +697,8 @@ def load_models(weights_dir: str | os.PathLike | None = None, version: str = "v1
         weights_dir: The weights dir; None = :func:`nbhelpers.weights.default_dir`.
         version: ``"v15"`` (default) or ``"v1"``.
         device: Target device (``"cpu"``, ``"cuda"``, ``torch.device``).
-        dtype: Target dtype of every model (``torch.float16`` on CUDA, ``torch.float32`` on CPU).
+        dtype: Target dtype of every model (``torch.float16`` on CUDA, ``torch.float32`` on CPU); None:
+            float32.
 
     Returns:
         :class:`Models`.
@@ -695,7 +710,10 @@ def load_models(weights_dir: str | os.PathLike | None = None, version: str = "v1
 
     Source: inference.py:45-67 (load_all_model, PE, whisper, casts).
     """
+    import torch
+
     _check_version(version)
+    dtype = torch.float32 if dtype is None else dtype
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise InputError(f"dtype must be a floating torch dtype (torch.float32, torch.float16); got {dtype!r}.")
     try:
@@ -718,160 +736,6 @@ def load_models(weights_dir: str | os.PathLike | None = None, version: str = "v1
     vae = load_vae(root, dev, dtype)
     whisper = load_whisper(root, dev, dtype)
     extractor = load_feature_extractor(root)
-    pe = PositionalEncoding(WHISPER_DIM, 5000).to(device=dev, dtype=dtype).eval()
+    pe = _torch_classes()["PositionalEncoding"](WHISPER_DIM, 5000).to(device=dev, dtype=dtype).eval()
     return Models(unet=unet, vae=vae, whisper=whisper, feature_extractor=extractor, pe=pe, device=dev, dtype=dtype,
                   version=version, weights_dir=root, tiny=_weights.is_tiny(root))
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Tiny random weights in the official layout (registered with nbhelpers.testing)
-# ---------------------------------------------------------------------------------------------------------------
-
-def _atomic_torch_save(obj: Any, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, str(tmp))
-    os.replace(tmp, path)
-
-
-def _atomic_json(data: Mapping[str, Any], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def _atomic_safetensors(state: Mapping[str, torch.Tensor], path: Path) -> None:
-    from safetensors.torch import save_file
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    save_file({k: v.contiguous() for k, v in state.items()}, str(tmp), metadata={"format": "pt"})
-    os.replace(tmp, path)
-
-
-def tiny_unet_config() -> dict[str, Any]:
-    """The tiny UNet config: the real one with ``block_out_channels`` [32, 64, 64, 64] and 8 norm groups.
-
-    Source: reference §1.3 (the real config); the widths are ours.
-    """
-    return {**unet_config("v15"), **TINY_UNET_CHANGES}
-
-
-def write_tiny_unet(directory: str | os.PathLike, versions: Sequence[str] = ("v15",)) -> list[Path]:
-    """Write tiny random UNets in the official formats: ``musetalk.json`` + a ``torch.save`` plain state dict.
-
-    Args:
-        directory: The weights dir.
-        versions: ``"v15"`` writes ``musetalkV15/{musetalk.json, unet.pth}``; ``"v1"`` writes
-            ``musetalk/{musetalk.json, pytorch_model.bin}`` (other random weights).
-
-    Returns:
-        The paths written.
-
-    Source: utils.py:206-243 (the official format: ``torch.save(unet.state_dict())``).
-    """
-    root = Path(directory)
-    out = []
-    cfg = tiny_unet_config()
-    for version in versions:
-        _check_version(version)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(1000 + VERSIONS.index(version))
-            unet = build_unet(cfg, device="cpu")
-        cfg_rel, w_rel = UNET_FILES[version]
-        _atomic_json(cfg, root / cfg_rel)
-        _atomic_torch_save(unet.state_dict(), root / w_rel)
-        out += [root / cfg_rel, root / w_rel]
-    return out
-
-
-_LEGACY_ATTENTION_NAMES = ((".to_q.", ".query."), (".to_k.", ".key."), (".to_v.", ".value."),
-                           (".to_out.0.", ".proj_attn."))
-
-
-def write_tiny_vae(directory: str | os.PathLike) -> list[Path]:
-    """Write a tiny random sd-vae-ft-mse: ``sd-vae/config.json`` + ``diffusion_pytorch_model.safetensors``.
-
-    Four blocks of width 32 (so 256 px -> 32 latent pixels, 4 latent channels). The mid-block attention is
-    stored under the pre-0.14 diffusers names (``query``/``key``/``value``/``proj_attn``), as in the
-    checkpoint published in 2022 (believed, not verified here), so diffusers' conversion is exercised.
-
-    Args:
-        directory: The weights dir.
-
-    Returns:
-        The paths written.
-
-    Source: vae.py:24 (the folder AutoencoderKL.from_pretrained reads).
-    """
-    import diffusers
-
-    cfg = bundled_config("sd-vae-ft-mse.json")
-    cfg.update(block_out_channels=[32, 32, 32, 32], norm_num_groups=8)
-    kwargs = {k: v for k, v in cfg.items() if not k.startswith("_")}
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(2000)
-        vae = diffusers.AutoencoderKL(**kwargs)
-    state = {}
-    for key, value in vae.state_dict().items():
-        if ".attentions." in key:
-            for new, old in _LEGACY_ATTENTION_NAMES:
-                key = key.replace(new, old)
-        state[key] = value
-    folder = Path(directory) / VAE_DIR
-    _atomic_json(cfg, folder / "config.json")
-    _atomic_safetensors(state, folder / "diffusion_pytorch_model.safetensors")
-    return [folder / "config.json", folder / "diffusion_pytorch_model.safetensors"]
-
-
-def tiny_whisper_config() -> dict[str, Any]:
-    """The tiny whisper config: d_model 384 and 4 encoder layers as whisper-tiny (so 5 hidden states of 384),
-    small feed-forward, 1 decoder layer, a 64-token vocabulary.
-
-    Source: reference/configs/whisper-tiny.json; the smaller sizes are ours.
-    """
-    cfg = {k: v for k, v in bundled_config("whisper-tiny.json").items() if not k.startswith("_")}
-    cfg.update(encoder_ffn_dim=64, decoder_layers=1, decoder_ffn_dim=64, vocab_size=64, max_target_positions=32,
-               pad_token_id=60, bos_token_id=60, eos_token_id=60, decoder_start_token_id=61,
-               suppress_tokens=[], begin_suppress_tokens=[])
-    return cfg
-
-
-def write_tiny_whisper(directory: str | os.PathLike) -> list[Path]:
-    """Write a tiny random whisper: ``whisper/{config.json, model.safetensors, preprocessor_config.json}``.
-
-    The weights are those of a ``WhisperForConditionalGeneration`` (keys ``model.encoder...``, as the hub file),
-    without the tied ``proj_out``; the preprocessor values are openai/whisper-tiny's.
-
-    Args:
-        directory: The weights dir.
-
-    Returns:
-        The paths written.
-
-    Source: inference.py:64-66 (the folder WhisperModel.from_pretrained reads).
-    """
-    import transformers
-
-    cfg = tiny_whisper_config()
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(3000)
-        model = transformers.WhisperForConditionalGeneration(transformers.WhisperConfig(**cfg))
-    state = {k: v for k, v in model.state_dict().items() if k != "proj_out.weight"}
-    folder = Path(directory) / WHISPER_DIR
-    _atomic_json(cfg, folder / "config.json")
-    _atomic_safetensors(state, folder / "model.safetensors")
-    _atomic_json(bundled_config("whisper-tiny-preprocessor.json"), folder / "preprocessor_config.json")
-    return [folder / "config.json", folder / "model.safetensors", folder / "preprocessor_config.json"]
-
-
-def _register_tiny_writers() -> None:
-    from .testing import register_tiny_writer
-
-    register_tiny_writer("unet", write_tiny_unet)
-    register_tiny_writer("vae", write_tiny_vae)
-    register_tiny_writer("whisper", write_tiny_whisper)
-
-
-_register_tiny_writers()

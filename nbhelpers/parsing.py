@@ -30,13 +30,16 @@ import numpy as np
 
 from .constants import PARSING_SIZE
 from .errors import CheckpointError, FallbackWarning, InputError, WeightsError
+from .gpu import batched, device_constant
+from .models import LOAD_LOCK
+from .resample import crop_resize_batch
 
 # ``BiSeNet`` is public too (``from nbhelpers.parsing import BiSeNet``) but stays out of __all__ so that a star
 # import does not load torch.
 __all__ = [
     "BISENET_FILE", "N_CLASSES", "LABELS", "PARSING_MODES", "SKIN", "NOSE", "MOUTH", "UPPER_LIP", "LOWER_LIP",
     "NECK", "face_mask", "face_mask_torch", "check_parsing_args", "jaw_dilation_kernel", "jaw_erosion_kernel", "cheek_mask", "FaceParser",
-    "build_bisenet", "load_bisenet", "bisenet_path", "write_random_bisenet",
+    "build_bisenet", "load_bisenet", "bisenet_path",
 ]
 
 BISENET_FILE = "face-parse-bisent/79999_iter.pth"  # relative to a weights dir (face_parsing/__init__.py:61-67)
@@ -195,8 +198,6 @@ def face_mask_torch(labels: Any, mode: str = "jaw", left_cheek_width: int = 90,
     Source: ``musetalk/utils/face_parsing/__init__.py:92-110`` (reference §7.3), as :func:`face_mask`.
     """
     import torch
-
-    from .gpu import device_constant
 
     check_parsing_args(mode, left_cheek_width, right_cheek_width)
     if (not isinstance(labels, torch.Tensor) or labels.ndim != 3 or tuple(labels.shape[1:]) != (PARSING_SIZE,) * 2
@@ -548,49 +549,6 @@ def _check_state_dict(expected: dict, state: dict, path: Path) -> None:
     raise CheckpointError("\n".join(lines))
 
 
-def write_random_bisenet(path: str | os.PathLike, seed: int = 0, dtype: Any = None) -> Path:
-    """Write a BiSeNet checkpoint in the official format (plain state dict) with random weights.
-
-    For tests and CI: the full architecture (13.3 M values) loads through :func:`load_bisenet` like the real file.
-
-    Args:
-        path: Output ``.pth`` path; parent folders are created. Written to a temporary name, then renamed.
-        seed: Seed of the random initialisation.
-        dtype: torch dtype of the stored floating-point tensors; None = float32 (53 MB, like the real file),
-            ``torch.float16`` halves the size and still loads into float32 parameters.
-
-    Returns:
-        The path written.
-    """
-    import torch
-
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = build_bisenet()
-        # Give the BatchNorm layers non-trivial statistics so that eval-mode outputs are not degenerate.
-        for module in model.modules():
-            if isinstance(module, torch.nn.BatchNorm2d):
-                module.running_mean.uniform_(-0.1, 0.1)
-                module.running_var.uniform_(0.5, 1.5)
-                module.weight.data.uniform_(0.5, 1.5)
-                module.bias.data.uniform_(-0.1, 0.1)
-    state = {k: (v.to(dtype) if dtype is not None and v.is_floating_point() else v).clone()
-             for k, v in model.state_dict().items()}
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
-    return path
-
-
-def _write_tiny(weights_dir: str | os.PathLike) -> None:
-    """Tiny-weights writer: ``face-parse-bisent/79999_iter.pth`` (real architecture, random, fp16 storage)."""
-    import torch
-
-    write_random_bisenet(Path(weights_dir) / BISENET_FILE, seed=0, dtype=torch.float16)
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # The parser: images -> label maps
 # ---------------------------------------------------------------------------------------------------------------
@@ -632,7 +590,6 @@ class FaceParser:
             self.dtype = torch.float32
         self.batch_size = batch_size
         self.path = bisenet_path(weights)
-        from .models import LOAD_LOCK
 
         with LOAD_LOCK:  # one model built at a time in the process (nbhelpers.models.LOAD_LOCK)
             self.net = load_bisenet(self.path, self.device, self.dtype)
@@ -688,8 +645,6 @@ class FaceParser:
         """
         import torch
 
-        from .gpu import batched
-
         images = _image_list(images_rgb)
         result = np.empty((len(images), PARSING_SIZE, PARSING_SIZE), np.uint8)
 
@@ -726,9 +681,6 @@ class FaceParser:
         Source: ``face_parsing/__init__.py:71-75,83-88``; ``blending.py:60`` (the crop).
         """
         import torch
-
-        from .gpu import device_constant
-        from .resample import crop_resize_batch
 
         _check_frames_torch(frames, squares)
         images = crop_resize_batch(frames.permute(0, 3, 1, 2), squares, PARSING_SIZE, "bilinear")
@@ -808,14 +760,3 @@ def _image_list(images_rgb: np.ndarray | Sequence[np.ndarray]) -> list[np.ndarra
             raise InputError(f"images_rgb[{i}] must be an (H, W, 3) uint8 RGB image; got shape {im.shape} dtype "
                              f"{im.dtype}.")
     return images
-
-
-def _register() -> None:
-    try:
-        from .testing import register_tiny_writer
-    except ImportError:  # testing.py not present (yet); make_tiny_weights then lacks the parser file
-        return
-    register_tiny_writer("parsing", _write_tiny)
-
-
-_register()

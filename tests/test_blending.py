@@ -269,7 +269,8 @@ def test_prepare_material_parses_the_rgb_square_of_the_original(frames):
 
 def test_prepare_material_with_the_real_parser(frames, tmp_path):
     torch = pytest.importorskip("torch")
-    from nbhelpers.parsing import BISENET_FILE, FaceParser, write_random_bisenet
+    from nbhelpers.parsing import BISENET_FILE, FaceParser
+    from nbhelpers.testing import write_random_bisenet
 
     write_random_bisenet(tmp_path / BISENET_FILE, seed=0, dtype=torch.float16)
     parser = FaceParser(tmp_path)

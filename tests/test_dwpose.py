@@ -1,7 +1,7 @@
 """DWPose without mmcv: the shared pre/post-processing maths and the ``dwpose-onnx`` backend end to end.
 
 The ONNX models here are built in the test with DWPose's real input/output signature and SimCC peaks at chosen
-bins (``simcc_peak_model``), so decoding, back-projection and the flip test are checked against answers worked
+bins (``nbhelpers.testing.simcc_peak_model``), so decoding, back-projection and the flip test are checked against answers worked
 out by hand: for a 576x768 frame the person box is 720x960 (1.25 padding, already w/h = 0.75), so an input pixel
 is 2.5 frame pixels and SimCC bin b maps to ``x = 1.25 b - 72``, ``y = 1.25 b - 96``.
 """
@@ -23,7 +23,8 @@ from nbhelpers.faces.base import FaceResult, LandmarkBackend
 onnx = pytest.importorskip("onnx", reason="the onnx package builds the test models (test extra)")
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime runs the dwpose-onnx backend (test extra)")
 
-from nbhelpers.faces import dwpose_onnx  # noqa: E402  (needs onnx for the model builder)
+from nbhelpers import testing  # noqa: E402  (its simcc_peak_model needs onnx)
+from nbhelpers.faces import dwpose_onnx  # noqa: E402
 
 W, H = 576, 768  # the shared video's frame size (w x h)
 FAR = 1.0e4  # a peak height above (768 / 2)**2 / 64: averaged parabolas with distant vertices stay positive
@@ -211,7 +212,7 @@ def test_constant_peaks_decode_and_back_project_to_the_pixel(tmp_path):
     cx = cx + 0.3
     heights = np.ones(133)
     heights[23 + 5] = -1.0
-    path = save(dwpose_onnx.simcc_peak_model(cx, cy, heights=heights), tmp_path)
+    path = save(testing.simcc_peak_model(cx, cy, heights=heights), tmp_path)
     pose = dwpose_onnx.DWPoseOnnx(path, "cpu", flip_test=False)
     frames = np.random.default_rng(1).integers(0, 256, (3, H, W, 3), dtype=np.uint8)
     kp, scores = pose.keypoints(frames)
@@ -243,7 +244,7 @@ def test_flip_test_with_an_input_dependent_model(tmp_path, flip_test):
     shift, shift_y = 17.3, 9.1
     cx, cy = _peaks(2)
     # heights well above the parabolas' fall-off, so that averaged peaks far apart still score > 0
-    model = dwpose_onnx.simcc_peak_model(cx, cy, heights=FAR, switch_shift_x=shift, switch_shift_y=shift_y)
+    model = testing.simcc_peak_model(cx, cy, heights=FAR, switch_shift_x=shift, switch_shift_y=shift_y)
     path = save(model, tmp_path)
     pose = dwpose_onnx.DWPoseOnnx(path, "cpu", flip_test=flip_test)
     frames = np.stack([_half_bright(True), _half_bright(False)])
@@ -266,9 +267,9 @@ def test_fixed_batch_custom_names_and_output_order_give_the_same_answer(tmp_path
     the y output listed first must give exactly what the dynamic-batch model gives, for an odd number of frames."""
     cx, cy = _peaks(3)
     kwargs = dict(switch_shift_x=11.3, switch_shift_y=4.1, heights=FAR)
-    dynamic = dwpose_onnx.DWPoseOnnx(save(dwpose_onnx.simcc_peak_model(cx, cy, **kwargs), tmp_path, "a.onnx"),
+    dynamic = dwpose_onnx.DWPoseOnnx(save(testing.simcc_peak_model(cx, cy, **kwargs), tmp_path, "a.onnx"),
                                      "cpu", batch_size=2)
-    fixed_model = dwpose_onnx.simcc_peak_model(cx, cy, batch=1, input_name="img", x_name="px", y_name="py",
+    fixed_model = testing.simcc_peak_model(cx, cy, batch=1, input_name="img", x_name="px", y_name="py",
                                                y_first=True, **kwargs)
     fixed = dwpose_onnx.DWPoseOnnx(save(fixed_model, tmp_path, "b.onnx"), "cpu", batch_size=2)
     assert fixed.fixed_batch == 1 and dynamic.fixed_batch is None
@@ -285,7 +286,7 @@ def test_frames_of_other_sizes_back_project_through_their_own_box(tmp_path):
     """A 640x360 frame: box 800 x 1066.67 around (320, 180); input x -> x / 288 * 800 + 320 - 400."""
     cx, cy = _peaks(4)
     cx = cx + 0.3
-    pose = dwpose_onnx.DWPoseOnnx(save(dwpose_onnx.simcc_peak_model(cx, cy), tmp_path), "cpu", flip_test=False)
+    pose = dwpose_onnx.DWPoseOnnx(save(testing.simcc_peak_model(cx, cy), tmp_path), "cpu", flip_test=False)
     kp, _ = pose.keypoints(np.zeros((1, 360, 640, 3), np.uint8))
     sh = 800 / 0.75
     np.testing.assert_allclose(kp[0, :, 0], np.round(cx) / 2 / 288 * 800 + 320 - 400, atol=1e-3)
@@ -296,14 +297,14 @@ def test_frames_of_other_sizes_back_project_through_their_own_box(tmp_path):
 
 @pytest.fixture
 def weights_dir(tmp_path):
-    dwpose_onnx.write_tiny_weights(tmp_path)
+    testing.write_tiny_dwpose_onnx(tmp_path)
     return tmp_path
 
 
 def test_backend_pairs_detector_boxes_with_dwpose_face_points(weights_dir, tmp_path):
     cx, cy = _peaks(5)
     cx = cx + 0.3
-    onnx.save(dwpose_onnx.simcc_peak_model(cx, cy), str(weights_dir / dwpose_onnx.ONNX_FILE))
+    onnx.save(testing.simcc_peak_model(cx, cy), str(weights_dir / dwpose_onnx.ONNX_FILE))
     detector = StubDetector(none={1})
     backend = dwpose_onnx.DWPoseOnnxBackend(weights_dir=weights_dir, device="cpu", face_detector=detector,
                                             flip_test=False)
@@ -364,7 +365,7 @@ def test_bad_frames_and_missing_weights_raise_clear_errors(weights_dir, tmp_path
 
 
 def test_wrong_signature_is_refused(tmp_path):
-    bad = dwpose_onnx.simcc_peak_model(np.zeros(5), np.zeros(5), input_size=(100, 100))
+    bad = testing.simcc_peak_model(np.zeros(5), np.zeros(5), input_size=(100, 100))
     # a model whose outputs are 200 bins long cannot be DWPose at 288x384 once the input says 288x384
     bad.graph.input[0].type.tensor_type.shape.dim[2].dim_value = 384
     bad.graph.input[0].type.tensor_type.shape.dim[3].dim_value = 288

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nbhelpers import faces, weights
+from nbhelpers import faces, testing, weights
 from nbhelpers.errors import CheckpointError, InputError, WeightsError
 from nbhelpers.faces import dwpose_codec as codec
 from nbhelpers.faces import dwpose_onnx
@@ -58,7 +58,7 @@ def test_parameter_names_and_shapes_equal_the_official_checkpoint():
     assert set(got) == set(expected), (sorted(set(got) - set(expected))[:5], sorted(set(expected) - set(got))[:5])
     assert got == expected
     assert abs(sum(p.numel() for p in model.parameters()) / 1e6 - 33.6) < 0.05
-    assert set(dt.random_state_dict(0)) == set(expected)
+    assert set(testing.random_dwpose_state_dict(0)) == set(expected)
 
 
 def test_module_import_is_light():
@@ -132,10 +132,10 @@ def test_inputs_equal_the_codec_crop_and_normalisation():
 # ------------------------------------------------------------------------------------------ checkpoints
 
 def test_official_layout_checkpoint_loads_through_the_package_policy(tmp_path):
-    path = dt.write_random_checkpoint(tmp_path, seed=1)
+    path = testing.write_random_dwpose_checkpoint(tmp_path, seed=1)
     assert path == tmp_path / "dwpose" / "dw-ll_ucoco_384.pth"
     model = dt.load_model(path)
-    want = dt.random_state_dict(1)
+    want = testing.random_dwpose_state_dict(1)
     assert all(torch.equal(model.state_dict()[k], want[k]) for k in want)
     # a DataParallel save ("module." on every key) loads too
     torch.save({"state_dict": {"module." + k: v for k, v in want.items()}}, path)
@@ -154,7 +154,7 @@ class _Pickled:  # stands in for the training objects mmengine pickles into the 
 def test_a_pickled_checkpoint_is_unpickled_only_when_its_recorded_hash_matches(tmp_path):
     path = tmp_path / "dwpose" / "dw-ll_ucoco_384.pth"
     path.parent.mkdir()
-    torch.save({"meta": {"hub": _Pickled()}, "state_dict": dt.random_state_dict(2)}, path)
+    torch.save({"meta": {"hub": _Pickled()}, "state_dict": testing.random_dwpose_state_dict(2)}, path)
     with pytest.raises(WeightsError, match="Python objects"):
         dt.load_model(path)
     state = verification._State(tmp_path)
@@ -183,7 +183,7 @@ def test_missing_checkpoint_and_bad_arguments_raise_clear_errors(tmp_path):
 @pytest.fixture(scope="module")
 def weights_tree(tmp_path_factory):
     root = tmp_path_factory.mktemp("dwpose-weights")
-    dt.write_random_checkpoint(root, seed=0)
+    testing.write_random_dwpose_checkpoint(root, seed=0)
     return root
 
 
@@ -270,14 +270,14 @@ def test_batches_give_the_same_answer_as_one_call(torch_backend, video_frames):
 def test_tiny_tree_checkpoint_draws_the_template_face_on_any_frame(tmp_path):
     """The tiny weights tree's .pth (official names and shapes, about 1.5 MB) makes the real network draw the
     cartoon face of the tiny ONNX model, whatever the frame: each landmark within one SimCC bin (1.25 px) of it."""
-    path = dt.write_tiny_weights(tmp_path)
+    path = testing.write_tiny_dwpose(tmp_path)
     assert path.stat().st_size < 3_000_000
     backend = dt.DWPoseBackend(tmp_path, "cpu", face_detector=StubDetector())
     frames = np.stack([np.zeros((H, W, 3), np.uint8), np.random.default_rng(0).integers(0, 256, (H, W, 3),
                                                                                          dtype=np.uint8)])
     a, b = (r.landmarks for r in backend.detect(frames))
     np.testing.assert_array_equal(a, b)  # input-independent
-    template = dwpose_onnx.face_template_input_px()[codec.FACE_START:codec.FACE_STOP]
+    template = testing.face_template_input_px()[codec.FACE_START:codec.FACE_STOP]
     expected = template * 2.5 - np.array([72.0, 96.0])  # 576x768 frame: box 720x960 around the centre
     assert np.abs(a - expected).max() <= 1.3
     lm = a
@@ -402,7 +402,7 @@ def test_gpu_fp16_batched_landmarks_follow_fp32(video_frames_or_random):
     decisive peak lands in the same SimCC bin (a bin is 1.25 px on a 576x768 frame)."""
     frames = video_frames_or_random
     model = dt.build_model("cpu")
-    model.load_state_dict(dt.random_state_dict(0))
+    model.load_state_dict(testing.random_dwpose_state_dict(0))
     torch.backends.cudnn.allow_tf32 = False  # a float32 reference
     try:
         fp32 = dt.DWPoseTorch(model=model, device="cuda", dtype="float32", batch_size=1)
@@ -516,7 +516,7 @@ def test_gpu_keypoints_of_a_padded_short_batch_equal_batch_1(video_frames_or_ran
     keypoints equal those of batch 1 (no padding) within a SimCC bin, and 5 come back, in order."""
     frames = video_frames_or_random[:5]
     model = dt.build_model("cpu")
-    model.load_state_dict(dt.random_state_dict(0))
+    model.load_state_dict(testing.random_dwpose_state_dict(0))
     four = dt.DWPoseTorch(model=model, device="cuda", batch_size=4)
     one = dt.DWPoseTorch(model=model, device="cuda", batch_size=1)
     kp4, sc4 = four.keypoints(frames)

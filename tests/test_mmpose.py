@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from nbhelpers import testing
 from nbhelpers.errors import CheckpointError
 from nbhelpers.faces import _mmcv_ops_stub
 from nbhelpers.faces import dwpose_codec as codec
@@ -205,7 +206,7 @@ def test_dwpose_torch_equals_mmpose_on_one_checkpoint_file(mb, frames, tmp_path)
     from nbhelpers.faces import dwpose_torch as dt
 
     torch.set_num_threads(2)
-    path = dt.write_random_checkpoint(tmp_path / "models", seed=5)
+    path = testing.write_random_dwpose_checkpoint(tmp_path / "models", seed=5)
     mm_model = mb.build_pose_model(path, "cpu")
     ours = dt.DWPoseBackend(tmp_path / "models", "cpu", face_detector=StubDetector(none={1}))
     x = torch.from_numpy(codec.prepare_inputs(frames[:1])[0])

@@ -13,7 +13,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from nbhelpers import models, weights  # noqa: E402
+from nbhelpers import models, testing, weights  # noqa: E402
 from nbhelpers.errors import CheckpointError, InputError, WeightsError  # noqa: E402
 from nbhelpers.testing import make_tiny_weights, register_tiny_writer, tiny_writers  # noqa: E402
 from nbhelpers.weights import verification  # noqa: E402
@@ -88,7 +88,7 @@ def test_unet_from_the_real_config_has_exactly_the_official_keys_and_shapes():
 
 
 def test_tiny_unet_keeps_the_block_types():
-    real, tiny = models.unet_config("v15"), models.tiny_unet_config()
+    real, tiny = models.unet_config("v15"), testing.tiny_unet_config()
     assert tiny["block_out_channels"] == [32, 64, 64, 64]
     for key in ("down_block_types", "up_block_types", "in_channels", "out_channels", "cross_attention_dim",
                 "attention_head_dim", "layers_per_block"):
@@ -211,7 +211,6 @@ def test_registered_writers_extend_the_tree(tmp_path):
         assert (one / "extra/x.json").read_text() == (two / "extra/x.json").read_text()  # seeded per writer
         assert "test-extra" in json.loads((one / "tiny.json").read_text())["writers"]
     finally:
-        from nbhelpers import testing
 
         testing._WRITERS.pop("test-extra", None)
     assert "test-extra" not in tiny_writers()

@@ -221,7 +221,8 @@ torch = pytest.importorskip("torch")
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory) -> Path:
     """A BiSeNet checkpoint in the official format (plain fp32 state dict, random weights)."""
-    from nbhelpers.parsing import BISENET_FILE, write_random_bisenet
+    from nbhelpers.parsing import BISENET_FILE
+    from nbhelpers.testing import write_random_bisenet
 
     weights = tmp_path_factory.mktemp("weights")
     write_random_bisenet(weights / BISENET_FILE, seed=1)
@@ -250,7 +251,8 @@ def test_official_format_loads_strictly(checkpoint):
 
 
 def test_fp16_storage_loads_into_fp32(tmp_path):
-    from nbhelpers.parsing import load_bisenet, write_random_bisenet
+    from nbhelpers.parsing import load_bisenet
+    from nbhelpers.testing import write_random_bisenet
 
     path = write_random_bisenet(tmp_path / "half.pth", seed=2, dtype=torch.float16)
     raw = torch.load(path, weights_only=True)

@@ -218,7 +218,8 @@ def test_bisenet_labels_and_input_equal_the_cpu_path_on_real_frames(frames):
     import tempfile
     from pathlib import Path
 
-    from nbhelpers.parsing import BISENET_FILE, write_random_bisenet
+    from nbhelpers.parsing import BISENET_FILE
+    from nbhelpers.testing import write_random_bisenet
 
     with tempfile.TemporaryDirectory() as tmp:
         write_random_bisenet(Path(tmp) / BISENET_FILE, seed=1)
@@ -260,7 +261,8 @@ def test_materials_on_cuda_equal_the_cpu_path(frames):
 def test_bisenet_fp16_materials_on_cuda_close_to_the_cpu_path(frames, tmp_path):
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
-    from nbhelpers.parsing import BISENET_FILE, write_random_bisenet
+    from nbhelpers.parsing import BISENET_FILE
+    from nbhelpers.testing import write_random_bisenet
 
     write_random_bisenet(tmp_path / BISENET_FILE, seed=1)
     cpu = FaceParser(tmp_path)
@@ -275,8 +277,6 @@ def test_bisenet_fp16_materials_on_cuda_close_to_the_cpu_path(frames, tmp_path):
 
 
 def test_both_material_paths_count_frames_in_a_progress_bar(frames, monkeypatch):
-    import nbhelpers.progress as progress
-
     bars = []
 
     class Recorder:
@@ -293,7 +293,7 @@ def test_both_material_paths_count_frames_in_a_progress_bar(frames, monkeypatch)
         def update(self, n=1):
             self.n += n
 
-    monkeypatch.setattr(progress, "bar", Recorder)
+    monkeypatch.setattr(B, "bar", Recorder)  # the name blending looks up
     parser = colour_parser(batch_size=2)
     B.prepare_materials(frames[:3], REAL_BOXES[:3], parser)
     B.prepare_materials_torch(torch.from_numpy(frames[:3]), REAL_BOXES[:3], parser)

@@ -451,12 +451,12 @@ def test_cli_score_prints_lse_with_the_weights(short_clip, tiny_syncnet, capsys)
 def test_sync_score_auto_detector_uses_s3fd_when_its_weights_are_there(tmp_path):
     # Random S3FD weights give meaningless boxes, so only the choice and the shape of the result are checked.
     pytest.importorskip("torch")
-    from nbhelpers.faces import s3fd
+    from nbhelpers import testing
     from nbhelpers.quality.crops import detect_boxes
 
     frames, _, _ = level_clip(0, n=12)
     boxes, used, notes = detect_boxes(frames, "auto", tmp_path, "cpu")
     assert used == "dlib" and "s3fd-619a316812.pth is missing" in notes[0]
-    s3fd.write_tiny_s3fd(tmp_path)
+    testing.write_tiny_s3fd(tmp_path)
     boxes, used, notes = detect_boxes(frames, "auto", tmp_path, "cpu")
     assert used == "s3fd" and notes == [] and boxes.shape == (12, 4)

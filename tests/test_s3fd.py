@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from nbhelpers import testing
 from nbhelpers.errors import CheckpointError, InputError, WeightsError
 from nbhelpers.faces import s3fd
 
@@ -189,7 +190,7 @@ def test_l2norm_known_answer_and_zero_vector_in_fp16():
 @pytest.fixture(scope="module")
 def tiny_s3fd_file(tmp_path_factory):
     pytest.importorskip("torch")
-    return s3fd.write_tiny_s3fd(tmp_path_factory.mktemp("w"))
+    return testing.write_tiny_s3fd(tmp_path_factory.mktemp("w"))
 
 
 def test_tiny_writer_file_loads_strictly_through_the_loader(tiny_s3fd_file):
@@ -262,8 +263,7 @@ def test_detect_feeds_rgb_minus_bgr_means_and_scales_boxes_back(tiny_s3fd_file):
 
 
 def test_tiny_writer_is_registered_with_nbhelpers_testing():
-    testing = pytest.importorskip("nbhelpers.testing")
-    assert testing.tiny_writers().get("s3fd") is s3fd.write_tiny_s3fd
+    assert testing.tiny_writers().get("s3fd") is testing.write_tiny_s3fd
 
 
 # ------------------------------------------------------------------------------------------------------------

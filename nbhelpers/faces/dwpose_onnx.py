@@ -10,14 +10,13 @@ the normalised RGB tensor (N, 3, 384, 288) float32 (what mmpose's data preproces
 outputs are the raw SimCC vectors (N, 133, 576) and (N, 133, 768). Names, batch axis and which output is x are
 read from the file, never assumed.
 
-This module also builds small ONNX graphs with the real input/output signature (:func:`simcc_peak_model`) for
-tests and for the tiny weights tree (:func:`write_tiny_weights`).
+Small ONNX graphs with the real signature, for tests and the tiny weights tree, are built by
+:mod:`nbhelpers.testing.tiny_faces`.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import math
 import os
 import warnings
 from dataclasses import dataclass
@@ -26,9 +25,11 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import FallbackWarning, InputError, NbHelpersWarning, WeightsError, require
+from .. import weights
+from ..errors import FallbackWarning, InputError, WeightsError, require
 from . import dwpose_codec as codec
 from .base import FaceResult
+from .s3fd import S3FD
 
 ONNX_FILE = "dwpose/dw-ll_ucoco_384.onnx"  # relative to the weights dir (official models/ layout)
 S3FD_FILE = "s3fd/s3fd-619a316812.pth"
@@ -107,12 +108,7 @@ class Availability:
 
 
 def _default_weights_dir() -> Path:
-    try:
-        from ..weights import default_dir
-    except ImportError as exc:  # weights.py not there yet
-        raise InputError("weights_dir=None: pass the folder that holds dwpose/ and s3fd/ (the official models/ "
-                         "layout), e.g. weights_dir='models'") from exc
-    return Path(default_dir())
+    return Path(weights.default_dir())
 
 
 def is_available(weights_dir: str | os.PathLike | None = None) -> Availability:
@@ -405,7 +401,6 @@ def build_s3fd(weights_dir: Path, device: str | None, *, dtype: Any = None, batc
         raise WeightsError(f"S3FD weights {str(path)!r} are missing: download the weights "
                            f"(notebooks/00_setup.ipynb) or pass the weights_dir that holds s3fd/")
     torch = require("torch", "pip install torch")
-    from .s3fd import S3FD
 
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -473,174 +468,3 @@ class DWPoseOnnxBackend:
 
     def __repr__(self) -> str:
         return f"DWPoseOnnxBackend(weights_dir={str(self.weights_dir)!r}, device={self.device!r})"
-
-
-# ---------------------------------------------------------------------- small ONNX graphs (tests, tiny tree)
-
-def simcc_peak_model(centers_x, centers_y, *, heights=1.0, sharpness: float = 1.0 / 64.0,
-                     switch_shift_x: float = 0.0, switch_shift_y: float = 0.0, switch_gain: float = 1000.0,
-                     input_size: tuple[int, int] = codec.INPUT_SIZE, batch: int | str = "batch",
-                     input_name: str = "input", x_name: str = "simcc_x", y_name: str = "simcc_y",
-                     y_first: bool = False):
-    """A small ONNX graph with DWPose's input and output signature and SimCC peaks at chosen places.
-
-    For keypoint k the outputs are parabolas with their vertex at a chosen bin:
-    ``simcc_x[n, k, b] = heights[k] - sharpness * (b - (centers_x[k] + s[n] * switch_shift_x))**2`` (likewise y),
-    where ``s[n] = clip(switch_gain * (mean(left half of input n) - mean(right half)), -1, 1)``. With
-    ``switch_shift_* = 0`` the outputs do not depend on the input; otherwise a frame brighter on the left moves the
-    peaks by +shift and its mirror image by -shift, so the flip test changes the answer in a known way. The argmax
-    of a sampled parabola is the bin nearest its vertex, and the mean of two parabolas is a parabola whose vertex is
-    the mean of the two vertices.
-
-    Args:
-        centers_x: (K,) vertex bins on the x axis (0 .. 2 * width - 1; 2 bins per input pixel).
-        centers_y: (K,) vertex bins on the y axis.
-        heights: Peak value(s), scalar or (K,); a keypoint with height <= 0 is rejected by the decoder.
-        sharpness: Curvature of the parabolas (per bin squared).
-        switch_shift_x: Bins the x peaks move for an input brighter on the left (minus for brighter right).
-        switch_shift_y: The same for y.
-        switch_gain: Gain before the clip to [-1, 1] (large: a sign switch).
-        input_size: ``(w, h)`` of the input in pixels.
-        batch: Batch dimension: a name (dynamic) or an int (fixed, e.g. 1 like the published file).
-        input_name, x_name, y_name: Tensor names.
-        y_first: List the y output first (checks that outputs are found by shape, not order).
-
-    Returns:
-        ``onnx.ModelProto`` (opset 17, IR version 8 so that older onnxruntime loads it).
-
-    Source: none (a test model; the signature is that of the published ``dw-ll_ucoco_384.onnx``).
-    """
-    onnx = require("onnx", "pip install onnx")
-    from onnx import TensorProto, helper, numpy_helper
-
-    cx = np.asarray(centers_x, dtype=np.float32).reshape(1, -1, 1)
-    cy = np.asarray(centers_y, dtype=np.float32).reshape(1, -1, 1)
-    k = cx.shape[1]
-    if cy.shape[1] != k:
-        raise InputError(f"centers_y has {cy.shape[1]} keypoints but centers_x has {k}")
-    heights_arr = np.broadcast_to(np.asarray(heights, dtype=np.float32), (k,)).reshape(1, k, 1)
-    w, h = int(input_size[0]), int(input_size[1])
-    wx, wy = int(w * codec.SIMCC_SPLIT_RATIO), int(h * codec.SIMCC_SPLIT_RATIO)
-
-    def const(name, value):
-        return numpy_helper.from_array(np.asarray(value), name)
-
-    inits = [
-        const("half", np.array([w // 2], np.int64)), const("zero", np.array([0], np.int64)),
-        const("width", np.array([w], np.int64)), const("axis3", np.array([3], np.int64)),
-        const("shape_n11", np.array([-1, 1, 1], np.int64)),
-        const("gain", np.float32(switch_gain)), const("lo", np.float32(-1.0)), const("hi", np.float32(1.0)),
-        const("shift_x", np.float32(switch_shift_x)), const("shift_y", np.float32(switch_shift_y)),
-        const("cx", cx), const("cy", cy), const("heights", heights_arr), const("sharp", np.float32(sharpness)),
-        const("bins_x", np.arange(wx, dtype=np.float32).reshape(1, 1, wx)),
-        const("bins_y", np.arange(wy, dtype=np.float32).reshape(1, 1, wy)),
-    ]
-    nodes = [
-        helper.make_node("Slice", [input_name, "zero", "half", "axis3"], ["left"]),
-        helper.make_node("Slice", [input_name, "half", "width", "axis3"], ["right"]),
-        helper.make_node("ReduceMean", ["left"], ["left_mean"], axes=[1, 2, 3], keepdims=1),
-        helper.make_node("ReduceMean", ["right"], ["right_mean"], axes=[1, 2, 3], keepdims=1),
-        helper.make_node("Sub", ["left_mean", "right_mean"], ["diff4"]),
-        helper.make_node("Reshape", ["diff4", "shape_n11"], ["diff"]),
-        helper.make_node("Mul", ["diff", "gain"], ["diff_gain"]),
-        helper.make_node("Clip", ["diff_gain", "lo", "hi"], ["switch"]),
-    ]
-    for axis, out in (("x", x_name), ("y", y_name)):
-        nodes += [
-            helper.make_node("Mul", ["switch", f"shift_{axis}"], [f"move_{axis}"]),
-            helper.make_node("Add", [f"c{axis}", f"move_{axis}"], [f"vertex_{axis}"]),     # (N, K, 1)
-            helper.make_node("Sub", [f"bins_{axis}", f"vertex_{axis}"], [f"d_{axis}"]),    # (N, K, W)
-            helper.make_node("Mul", [f"d_{axis}", f"d_{axis}"], [f"sq_{axis}"]),
-            helper.make_node("Mul", [f"sq_{axis}", "sharp"], [f"curve_{axis}"]),
-            helper.make_node("Sub", ["heights", f"curve_{axis}"], [out]),
-        ]
-    x_info = helper.make_tensor_value_info(x_name, TensorProto.FLOAT, [batch, k, wx])
-    y_info = helper.make_tensor_value_info(y_name, TensorProto.FLOAT, [batch, k, wy])
-    graph = helper.make_graph(
-        nodes, "dwpose_simcc_peaks",
-        [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, [batch, 3, h, w])],
-        [y_info, x_info] if y_first else [x_info, y_info], initializer=inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
-                              producer_name="nbhelpers.faces.dwpose_onnx")
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    return model
-
-
-def face_template_input_px() -> np.ndarray:
-    """A mirror-symmetric cartoon face in DWPose input pixels: (133, 2) float32 whole-body keypoints.
-
-    The 68 face points (iBUG order) sit around the middle of the 288x384 input (jaw arc, brows, nose, eyes,
-    lips); body, feet and hand points sit below them in mirror pairs. Used by the tiny weights tree so that the
-    tiny DWPose model gives a plausible face (and a valid crop box) on any frame.
-
-    Source: none (test data in iBUG-68 order).
-    """
-    axis = codec.INPUT_SIZE[0] * 0.5 - 0.25  # x -> 287.5/2 - x in bins is the flip mirror: axis 143.75
-    flip = codec.coco_wholebody_flip_indices()
-    offsets = np.zeros((codec.NUM_KEYPOINTS, 2), np.float64)  # (dx from the axis, y)
-    face = {}
-    for k in range(17):  # jaw: image-left temple, round the chin, image-right temple
-        t = math.pi * k / 16
-        face[k] = (-44 * math.cos(t), 180 + 60 * math.sin(t))
-    for i in range(5):   # image-left brow
-        face[17 + i] = (-38 + 7.5 * i, 168 - 4 * math.sin(math.pi * i / 4))
-    for i in range(4):   # nose bridge
-        face[27 + i] = (0.0, 178 + 10 * i)
-    face.update({31: (-10, 214), 32: (-5, 216), 33: (0, 218)})
-    face.update({36: (-30, 186), 37: (-24, 182), 38: (-16, 182), 39: (-10, 186), 40: (-16, 190), 41: (-24, 190)})
-    face.update({48: (-20, 228), 49: (-12, 224), 50: (-5, 222), 51: (0, 223), 55: (12, 234), 56: (5, 237),
-                 57: (0, 238)})
-    face.update({60: (-16, 228), 61: (-6, 227), 62: (0, 227), 65: (6, 230), 66: (0, 230)})
-    for k, (dx, y) in face.items():
-        wb = codec.FACE_START + k
-        offsets[wb] = (dx, y)
-        offsets[flip[wb]] = (-dx, y)
-    for k in range(codec.NUM_KEYPOINTS):
-        if codec.FACE_START <= k < codec.FACE_STOP or k > flip[k]:
-            continue
-        dx = 0.0 if flip[k] == k else -(50.0 + (k % 40))
-        offsets[k] = (dx, 300.0 + (k % 60))
-        offsets[flip[k]] = (-dx, 300.0 + (k % 60))
-    return np.stack([axis + offsets[:, 0], offsets[:, 1]], axis=1).astype(np.float32)
-
-
-def write_tiny_weights(directory: str | os.PathLike) -> Path | None:
-    """Write ``dwpose/dw-ll_ucoco_384.onnx`` as a small model with the real signature (tiny weights tree).
-
-    Input ``input`` (N, 3, 384, 288) float32 with a dynamic batch; outputs ``simcc_x`` (N, 133, 576) and
-    ``simcc_y`` (N, 133, 768) whose peaks draw :func:`face_template_input_px` (a few kB, no torch needed).
-
-    Args:
-        directory: The weights folder (official ``models/`` layout).
-
-    Returns:
-        Path of the written file (written to a temporary name, then renamed), or None when the ``onnx``
-        package is missing (a warning says so; the tree then has no dwpose-onnx model and ``get_backend("auto")``
-        falls back to dlib).
-
-    Source: none (tiny weights tree, DESIGN.md "Testing without the real weights").
-    """
-    try:
-        import onnx
-    except ImportError:
-        warnings.warn("the onnx package is not installed, so the tiny weights tree gets no "
-                      f"{ONNX_FILE} (pip install onnx)", NbHelpersWarning, stacklevel=2)
-        return None
-
-    path = Path(directory) / ONNX_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    bins = face_template_input_px() * codec.SIMCC_SPLIT_RATIO
-    model = simcc_peak_model(bins[:, 0], bins[:, 1])
-    tmp = path.with_name(path.name + ".tmp")
-    onnx.save(model, str(tmp))
-    os.replace(tmp, path)
-    return path
-
-
-try:  # testing.py registers writers from each model module (the tiny weights tree, DESIGN.md)
-    from ..testing import register_tiny_writer
-except ImportError:  # testing.py not there yet, or a trimmed install
-    pass
-else:
-    register_tiny_writer("dwpose-onnx", write_tiny_weights)

@@ -30,9 +30,12 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import FallbackWarning, InputError, MissingDependencyError, WeightsError
+from .. import models, weights
+from ..errors import CheckpointError, FallbackWarning, InputError, MissingDependencyError, WeightsError
+from ..gpu import batched, empty_cache, host_wait, to_device
 from . import dwpose_codec as codec
 from .base import FaceResult
+from .dwpose_onnx import Availability, _default_weights_dir, build_s3fd, detect_with_pose, files_available
 
 CHECKPOINT_FILE = "dwpose/dw-ll_ucoco_384.pth"  # relative to the weights dir (official models/ layout)
 S3FD_FILE = "s3fd/s3fd-619a316812.pth"
@@ -329,8 +332,6 @@ def state_dict_of(checkpoint: Any, path: str | os.PathLike = "checkpoint") -> di
 
     Source: `[mmpose] apis/inference.py:104-111` (``load_checkpoint`` reads ``state_dict``; reference §3.1).
     """
-    from ..errors import CheckpointError
-
     if not isinstance(checkpoint, dict):
         raise CheckpointError(f"{path} holds a {type(checkpoint).__name__}, not a DWPose checkpoint (a dict with a "
                               "'state_dict'); use the official dw-ll_ucoco_384.pth.")
@@ -365,8 +366,6 @@ def load_model(path: str | os.PathLike, weights_dir: str | os.PathLike | None = 
 
     Source: `preprocessing.py:17-19` (``init_model(config, checkpoint)``, reference §3.1).
     """
-    from .. import models, weights
-
     path = Path(path)
     root = Path(weights_dir) if weights_dir is not None else path.parent.parent
     try:
@@ -380,182 +379,6 @@ def load_model(path: str | os.PathLike, weights_dir: str | os.PathLike | None = 
     models.check_state_dict(model, state, path, what="DWPose RTMPose-l whole-body 384x288 (dw-ll_ucoco_384.pth)")
     model.load_state_dict(state, strict=True)
     return model.eval()
-
-
-def random_state_dict(seed: int = 0, *, bn_stats: bool = True) -> dict:
-    """A random state dict in the official key layout (names and shapes of ``dw-ll_ucoco_384.pth``).
-
-    Weight matrices and conv kernels are He-normal (std ``sqrt(2 / fan_in)``), biases N(0, 0.02). With
-    ``bn_stats``, BatchNorm scales are ``1 + N(0, 0.1)``, shifts N(0, 0.1), running means N(0, 0.1) and running
-    variances uniform in [0.5, 1.5], so that the norm layers are exercised too; the GAU's gamma/beta are N(0, 1) and
-    N(0, 0.1), ScaleNorm/Scale factors 1. Random weights at full size give the real shapes and FLOPs, and
-    keypoints that spread over the frame and follow the input (tests, benchmarks).
-
-    Args:
-        seed: Seed of a private generator: the same seed gives the same tensors.
-        bn_stats: Randomise the BatchNorm parameters and statistics (False: 1, 0, 0, 1).
-
-    Returns:
-        ``{name: float32 CPU tensor}`` (``num_batches_tracked`` int64 zeros).
-
-    Source: none (test and benchmark weights; the layout is that of the official file).
-    """
-    torch = _import_torch()
-    gen = torch.Generator().manual_seed(int(seed))
-    state = {}
-    for key, meta in build_model("meta").state_dict().items():
-        shape = tuple(meta.shape)
-        leaf = key.rsplit(".", 1)[-1]
-        is_bn = ".bn." in key
-        if leaf == "num_batches_tracked":
-            t = torch.zeros((), dtype=torch.int64)
-        elif is_bn and leaf == "weight":
-            t = 1 + 0.1 * torch.randn(shape, generator=gen) if bn_stats else torch.ones(shape)
-        elif is_bn and leaf in ("bias", "running_mean"):
-            t = 0.1 * torch.randn(shape, generator=gen) if bn_stats else torch.zeros(shape)
-        elif leaf == "running_var":
-            t = 0.5 + torch.rand(shape, generator=gen) if bn_stats else torch.ones(shape)
-        elif leaf == "gamma":
-            t = torch.randn(shape, generator=gen)
-        elif leaf == "beta":
-            t = 0.1 * torch.randn(shape, generator=gen)
-        elif leaf in ("g", "scale"):
-            t = torch.ones(shape)
-        elif leaf == "bias":
-            t = 0.02 * torch.randn(shape, generator=gen)
-        else:
-            fan_in = int(np.prod(shape[1:]))
-            t = torch.randn(shape, generator=gen) * math.sqrt(2.0 / fan_in)
-        state[key] = t.float() if t.dtype.is_floating_point else t
-    return state
-
-
-def write_random_checkpoint(directory: str | os.PathLike, seed: int = 0, *, mmengine_layout: bool = True) -> Path:
-    """Write ``<directory>/dwpose/dw-ll_ucoco_384.pth`` with :func:`random_state_dict` weights (134 MB).
-
-    Args:
-        directory: The weights dir (official ``models/`` layout).
-        seed: Seed of the weights.
-        mmengine_layout: Wrap as the official file is, ``{"meta": {...}, "state_dict": ...}`` (plain values only,
-            so it loads with ``weights_only=True``); False writes the bare state dict.
-
-    Returns:
-        The path (written to a temporary name, then renamed).
-
-    Source: none (tests, benchmarks).
-    """
-    torch = _import_torch()
-    state = random_state_dict(seed)
-    obj = {"meta": {"note": "nbhelpers random weights", "seed": int(seed)}, "state_dict": state} \
-        if mmengine_layout else state
-    path = Path(directory) / CHECKPOINT_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, str(tmp))
-    os.replace(tmp, path)
-    return path
-
-
-def template_state_dict(keypoints_px: np.ndarray | None = None) -> dict:
-    """A state dict in the official layout whose network draws fixed keypoints, whatever the input (tiny tree).
-
-    How: every backbone conv is zero, so the last stage's output is the constant ``silu(2)`` (its last BatchNorm's
-    shift is 2); the head's 7x7 conv (zero padding) then gives each keypoint a 108-value map that depends only on
-    which kernel taps fall inside the 12x9 map, so six of its taps carry six numbers per keypoint, which the
-    ``mlp`` linear layer reads back exactly (a pseudo-inverse); the GAU adds nothing (zero ``uv``/``o``, unit
-    residual scale); and ``cls_x``/``cls_y`` turn the six numbers into a parabola over the bins,
-    ``1 - 100 (z - z_k)^2`` in bin coordinates ``z`` in [-1, 1], whose argmax is the bin nearest the wanted one.
-    The ScaleNorm only rescales each keypoint by a positive factor, which moves no peak; mirror pairs of
-    :func:`dwpose_onnx.face_template_input_px` keep their peaks through the flip test. Constant tensors are stored
-    as broadcast views of one value, so the file is about 1.5 MB although every tensor has its official shape.
-
-    Args:
-        keypoints_px: (133, 2) ``(x, y)`` in 288x384 input pixels; default the mirror-symmetric cartoon face of
-            :func:`nbhelpers.faces.dwpose_onnx.face_template_input_px` (the tiny ONNX model's).
-
-    Returns:
-        ``{name: tensor}`` with the names and shapes of ``dw-ll_ucoco_384.pth``.
-
-    Source: none (the tiny weights tree, DESIGN.md "Testing without the real weights").
-    """
-    torch = _import_torch()
-    from torch.nn import functional as F
-
-    from .dwpose_onnx import face_template_input_px
-
-    kp = np.asarray(face_template_input_px() if keypoints_px is None else keypoints_px, np.float64)
-    k = codec.NUM_KEYPOINTS
-    taps = ((0, 0), (0, 6), (6, 0), (6, 6), (3, 0), (0, 3))  # six taps of the 7x7 kernel, x: 0-2, y: 3-5
-    fw, fh = FEATURE_MAP
-    ones = torch.ones(1, 1, fh, fw, dtype=torch.float64)
-    cols = []
-    for i, j in taps:
-        unit = torch.zeros(1, 1, FINAL_KERNEL, FINAL_KERNEL, dtype=torch.float64)
-        unit[0, 0, i, j] = 1.0
-        cols.append(F.conv2d(ones, unit, padding=FINAL_KERNEL // 2).flatten())
-    m_taps = torch.stack(cols, dim=1)  # (108, 6): each tap's footprint on the map
-    read_back = torch.linalg.pinv(m_taps)  # (6, 108), read_back @ m_taps = I
-    kappa = 2.0 / (1.0 + math.exp(-2.0))  # silu(2): the constant backbone output
-    curvature = 100.0
-    coeffs = np.zeros((k, 6))
-    for axis, bins in ((0, codec.SIMCC_X_BINS), (1, codec.SIMCC_Y_BINS)):
-        half = (bins - 1) / 2.0
-        z = (kp[:, axis] * codec.SIMCC_SPLIT_RATIO - half) / half
-        coeffs[:, 3 * axis:3 * axis + 3] = np.stack([1.0 - curvature * z**2, 2 * curvature * z,
-                                                      -curvature * np.ones(k)], axis=1)
-    kernel = torch.zeros(k, 1, FINAL_KERNEL, FINAL_KERNEL, dtype=torch.float64)
-    for t, (i, j) in enumerate(taps):
-        kernel[:, 0, i, j] = torch.from_numpy(coeffs[:, t]) / (HEAD_IN_CHANNELS * kappa)
-
-    def const(shape, value, dtype=torch.float32):
-        if not shape:
-            return torch.tensor(value, dtype=dtype)
-        return torch.full((1,) * len(shape), value, dtype=dtype).expand(shape)
-
-    last_bn = "backbone.stage4.2.final_conv.bn."
-    state = {}
-    for key, meta in build_model("meta").state_dict().items():
-        shape, leaf = tuple(meta.shape), key.rsplit(".", 1)[-1]
-        if leaf == "num_batches_tracked":
-            state[key] = torch.zeros((), dtype=torch.int64)
-        elif leaf in ("running_var", "g", "scale") or (".bn." in key and leaf == "weight"):
-            state[key] = const(shape, 1.0)
-        elif key == last_bn + "bias":
-            state[key] = const(shape, 2.0)
-        else:
-            state[key] = const(shape, 0.0)
-    state["head.final_layer.weight"] = kernel.float().expand(k, HEAD_IN_CHANNELS, FINAL_KERNEL, FINAL_KERNEL)
-    mlp = torch.zeros(GAU_HIDDEN, FEATURE_MAP[0] * FEATURE_MAP[1])
-    mlp[:6] = read_back.float()
-    state["head.mlp.1.weight"] = mlp
-    for name, bins, first in (("cls_x", codec.SIMCC_X_BINS, 0), ("cls_y", codec.SIMCC_Y_BINS, 3)):
-        half = (bins - 1) / 2.0
-        z = (torch.arange(bins, dtype=torch.float64) - half) / half
-        w = torch.zeros(bins, GAU_HIDDEN, dtype=torch.float64)
-        w[:, first], w[:, first + 1], w[:, first + 2] = 1.0, z, z * z
-        state[f"head.{name}.weight"] = w.float()
-    return state
-
-
-def write_tiny_weights(directory: str | os.PathLike) -> Path:
-    """Write ``dwpose/dw-ll_ucoco_384.pth`` for the tiny weights tree: :func:`template_state_dict` (about 1.5 MB).
-
-    The network then draws the same cartoon face as the tiny ONNX model, on any frame, so the tiny tree is complete
-    for the default weight set and the ``dwpose`` backend gives a plausible crop box there.
-
-    Returns:
-        The path (written to a temporary name, then renamed).
-
-    Source: none (tiny weights tree, DESIGN.md "Testing without the real weights").
-    """
-    torch = _import_torch()
-    path = Path(directory) / CHECKPOINT_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save({"meta": {"note": "nbhelpers tiny template weights (draws a fixed cartoon face)"},
-                "state_dict": template_state_dict()}, str(tmp))
-    os.replace(tmp, path)
-    return path
 
 
 def export_onnx(model, path: str | os.PathLike, *, dynamic_batch: bool = True, opset: int = 17) -> Path:
@@ -676,7 +499,6 @@ def simcc_to_keypoints(simcc_x, simcc_y, flip_simcc: tuple | None = None, flip_i
     `codecs/utils/post_processing.py:79-88` (reference §3.1).
     """
     torch = _import_torch()
-    from ..gpu import host_wait, to_device
 
     if flip_simcc is not None:
         idx = to_device(np.asarray(codec.coco_wholebody_flip_indices() if flip_indices is None else flip_indices,
@@ -762,7 +584,6 @@ class DWPoseTorch:
             warped.append(codec.warp_frame(frame, c, s, self.input_size))
             centers.append(c)
             scales.append(s)
-        from ..gpu import to_device
 
         x = to_device(np.stack(warped), self.device)
         x = x.flip(-1).permute(0, 3, 1, 2).float()  # BGR -> RGB, NCHW
@@ -802,8 +623,6 @@ class DWPoseTorch:
         Source: reference §3.1 (`preprocessing.py:97`, `[mmpose] apis/inference.py:162-166`,
         `models/pose_estimators/topdown.py:102-104,150-155`).
         """
-        from ..gpu import batched, empty_cache
-
         n = len(frames_bgr)
         if n == 0:
             return np.zeros((0, codec.NUM_KEYPOINTS, 2), np.float32), np.zeros((0, codec.NUM_KEYPOINTS), np.float32)
@@ -853,8 +672,6 @@ def is_available(weights_dir: str | os.PathLike | None = None):
 
     Source: `preprocessing.py:17-23` (the two files the official code loads).
     """
-    from .dwpose_onnx import Availability, files_available
-
     if importlib.util.find_spec("torch") is None:
         return Availability(False, f"torch is not installed: {INSTALL_TORCH}")
     return files_available(weights_dir, (CHECKPOINT_FILE, S3FD_FILE))
@@ -890,8 +707,6 @@ class DWPoseBackend:
 
     def __init__(self, weights_dir: str | os.PathLike | None = None, device: str | None = None, *, dtype: Any = None,
                  face_detector=None, model=None, flip_test: bool = True, batch_size: int | None = None):
-        from .dwpose_onnx import _default_weights_dir, build_s3fd
-
         if weights_dir is not None:
             root = Path(weights_dir)
         elif model is not None and face_detector is not None:
@@ -933,8 +748,6 @@ class DWPoseBackend:
 
         Source: `preprocessing.py:84-111` (reference §3.1, §3.3 step 1).
         """
-        from .dwpose_onnx import detect_with_pose
-
         return detect_with_pose(frames, self.face_detector, self.pose.keypoints, frames_device)
 
     def close(self) -> None:
@@ -950,11 +763,3 @@ class DWPoseBackend:
     def __repr__(self) -> str:
         wd = None if self.weights_dir is None else str(self.weights_dir)
         return f"DWPoseBackend(weights_dir={wd!r}, device={self.device!r}, dtype={str(self.pose.dtype)!r})"
-
-
-try:  # testing.py registers writers from each model module (the tiny weights tree, DESIGN.md)
-    from ..testing import register_tiny_writer
-except ImportError:  # a trimmed install
-    pass
-else:
-    register_tiny_writer("dwpose", write_tiny_weights)

@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..errors import CheckpointError, FallbackWarning, InputError, MissingDependencyError, WeightsError
+from ..gpu import batched, device_constant, host_wait, to_device
 from .registry import S3FD_FILE  # "s3fd/s3fd-619a316812.pth", relative to a weights dir (official `models/`)
 
 MEAN = (104.0, 117.0, 123.0)  # subtracted from the *RGB* channels in this order (BGR means on RGB data, Q18)
@@ -41,7 +42,6 @@ __all__ = [
     "decode_detections",
     "nms",
     "softmax",
-    "write_tiny_s3fd",
 ]
 
 
@@ -420,8 +420,6 @@ class S3FD:
         """
         import torch
 
-        from ..gpu import batched, device_constant, host_wait, to_device
-
         frames = _as_batch(frames, torch)
         side = self.max_side if max_side == "default" else max_side
         height, width = frames.shape[1:3]
@@ -554,60 +552,3 @@ def _check_state(net: Any, state: dict[str, Any], path: Path) -> None:
             parts.append("wrong shapes " + ", ".join(f"{k}: {got[k]} != {expected[k]}" for k in wrong[:3]))
         raise CheckpointError(f"{path} is not an S3FD checkpoint: {'; '.join(parts)}. Expected the official "
                               f"s3fd-619a316812.pth; download it again into <weights dir>/{S3FD_FILE}.")
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Tiny weights for tests
-# ---------------------------------------------------------------------------------------------------------------
-
-def write_tiny_s3fd(directory: str | os.PathLike, *, seed: int = 0, dtype: Any = None) -> Path:
-    """Write ``<directory>/s3fd/s3fd-619a316812.pth`` with random weights in the real S3FD architecture.
-
-    S3FD has no smaller variant that the official file layout could hold, so this is the full network
-    (22.4 M parameters), stored in float16 by default (about 43 MiB instead of 86 MiB; the loader casts to its
-    own dtype). Random weights detect nothing meaningful: tests of detection use dlib or built head outputs.
-
-    Args:
-        directory: The weights dir (the official ``models/`` folder).
-        seed: Seed of the random weights.
-        dtype: torch dtype of the stored tensors; None = float16.
-
-    Returns:
-        Path of the written file (written under a temporary name, then renamed).
-
-    Source: the file name and layout of the official weights (reference §1.1); names and shapes from
-    reference/checkpoints/s3fd.keys.json.
-    """
-    torch = _import_torch()
-    with torch.device("meta"):
-        net = _build_classes()["S3FDNet"]()
-    gen = torch.Generator().manual_seed(int(seed))
-    dtype = torch.float16 if dtype is None else dtype
-    state = {}
-    for key, meta in net.state_dict().items():
-        name = key.rsplit(".", 1)[0]
-        if name in L2NORM_SCALES:
-            t = torch.full(meta.shape, L2NORM_SCALES[name])
-        elif key.endswith(".bias"):
-            t = torch.zeros(meta.shape)
-        else:
-            fan_in = int(np.prod(meta.shape[1:]))
-            t = torch.randn(meta.shape, generator=gen) * (2.0 / fan_in) ** 0.5
-        state[key] = t.to(dtype)
-    out = Path(directory) / S3FD_FILE
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    torch.save(state, str(tmp))
-    os.replace(tmp, out)
-    return out
-
-
-def _register_tiny_writer() -> None:
-    try:
-        from ..testing import register_tiny_writer
-    except ImportError:  # nbhelpers.testing not written yet, or torch missing
-        return
-    register_tiny_writer("s3fd", write_tiny_s3fd)
-
-
-_register_tiny_writer()

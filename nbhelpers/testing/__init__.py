@@ -1,37 +1,77 @@
 """Tiny random weights in the official layout, for tests, CI notebooks and trying the code without a download.
 
 :func:`make_tiny_weights` writes a complete weights tree with the same file names and formats as the real one
-(``torch.save`` plain state dicts, safetensors, JSON configs) holding tiny models of the same block types. Each
-model module contributes its files by registering a writer at import::
+(``torch.save`` plain state dicts, safetensors, JSON configs, ONNX) holding tiny models of the same block types,
+built from the architectures of the core modules (:mod:`.tiny_models`: UNet, sd-vae, whisper, BiSeNet;
+:mod:`.tiny_faces`: S3FD, DWPose). The core never imports this package. A test can add a writer of its own::
 
     from nbhelpers.testing import register_tiny_writer
-    register_tiny_writer("parsing", write_tiny_bisenet)    # fn(directory) -> anything
+    register_tiny_writer("extra", write_extra)    # fn(directory) -> anything
 
 The tree carries a ``tiny.json`` marker (:data:`nbhelpers.weights.TINY_MARKER`) so that the pipeline and the GPU
-planner can tell it from real weights. Importing this module is light (no torch).
+planner can tell it from real weights. Importing this package is light (no torch).
 """
 
 from __future__ import annotations
 
-import importlib
+import importlib.util
 import inspect
 import json
 import os
+import sys
 import time
-import warnings
 import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .errors import InputError
+from ..constants import VERSIONS
+from ..errors import InputError
+from ..weights import TINY_MARKER
+from .tiny_faces import (
+    face_template_input_px,
+    random_dwpose_state_dict,
+    simcc_peak_model,
+    template_dwpose_state_dict,
+    write_random_dwpose_checkpoint,
+    write_tiny_dwpose,
+    write_tiny_dwpose_onnx,
+    write_tiny_s3fd,
+)
+from .tiny_models import (
+    TINY_UNET_CHANGES,
+    tiny_unet_config,
+    tiny_whisper_config,
+    write_random_bisenet,
+    write_tiny_bisenet,
+    write_tiny_unet,
+    write_tiny_vae,
+    write_tiny_whisper,
+)
 
-__all__ = ["register_tiny_writer", "tiny_writers", "make_tiny_weights", "WRITER_MODULES", "TINY_MARKER"]
-
-TINY_MARKER = "tiny.json"  # same as nbhelpers.weights.TINY_MARKER
-# Modules that register writers when imported; missing ones are skipped (they land as their issues do).
-WRITER_MODULES = ("nbhelpers.models", "nbhelpers.parsing", "nbhelpers.faces.s3fd", "nbhelpers.faces.dwpose_onnx",
-                  "nbhelpers.faces.dwpose_torch", "nbhelpers.faces.dwpose_mmpose", "nbhelpers.faces.mmpose_backend")
+__all__ = [
+    "TINY_MARKER",
+    "TINY_UNET_CHANGES",
+    "WRITER_NEEDS",
+    "face_template_input_px",
+    "make_tiny_weights",
+    "random_dwpose_state_dict",
+    "register_tiny_writer",
+    "simcc_peak_model",
+    "template_dwpose_state_dict",
+    "tiny_unet_config",
+    "tiny_whisper_config",
+    "tiny_writers",
+    "write_random_bisenet",
+    "write_random_dwpose_checkpoint",
+    "write_tiny_bisenet",
+    "write_tiny_dwpose",
+    "write_tiny_dwpose_onnx",
+    "write_tiny_s3fd",
+    "write_tiny_unet",
+    "write_tiny_vae",
+    "write_tiny_whisper",
+]
 
 # Writers that need a package of an optional extra: when it is not installed, the default run (every writer) leaves
 # that model out in silence and says so in tiny.json. A user of the ``[dlib]`` extra never needs the DWPose ONNX
@@ -40,7 +80,16 @@ WRITER_MODULES = ("nbhelpers.models", "nbhelpers.parsing", "nbhelpers.faces.s3fd
 WRITER_NEEDS: dict[str, tuple[str, ...]] = {"dwpose-onnx": ("onnx",)}
 FILE_MODE = 0o644  # every file of the tree (before the umask): the same as open() gives, whichever writer wrote it
 
-_WRITERS: dict[str, Callable[..., Any]] = {}
+# name -> fn(directory[, versions]); make_tiny_weights runs them in this order.
+_WRITERS: dict[str, Callable[..., Any]] = {
+    "unet": write_tiny_unet,
+    "vae": write_tiny_vae,
+    "whisper": write_tiny_whisper,
+    "parsing": write_tiny_bisenet,
+    "s3fd": write_tiny_s3fd,
+    "dwpose-onnx": write_tiny_dwpose_onnx,
+    "dwpose": write_tiny_dwpose,
+}
 
 
 def register_tiny_writer(name: str, fn: Callable[..., Any]) -> None:
@@ -55,7 +104,7 @@ def register_tiny_writer(name: str, fn: Callable[..., Any]) -> None:
     Raises:
         InputError: ``name`` is empty or ``fn`` is not callable.
 
-    Source: none in the official code (test support, DESIGN.md "Testing without the real weights").
+    Source: none in the official code (test support).
     """
     if not name or not isinstance(name, str):
         raise InputError(f"name must be a non-empty string; got {name!r}.")
@@ -64,24 +113,11 @@ def register_tiny_writer(name: str, fn: Callable[..., Any]) -> None:
     _WRITERS[name] = fn
 
 
-def _import_writer_modules() -> None:
-    for module in WRITER_MODULES:
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name and (module == exc.name or module.startswith(exc.name + ".")):
-                continue  # that module does not exist (yet)
-            warnings.warn(f"{module} was not imported ({exc}); its tiny weights are left out", stacklevel=3)
-        except ImportError as exc:
-            warnings.warn(f"{module} was not imported ({exc}); its tiny weights are left out", stacklevel=3)
-
-
 def tiny_writers() -> dict[str, Callable[..., Any]]:
-    """The registered writers (after importing every known model module), name -> function.
+    """The registered writers, name -> function.
 
     Source: none in the official code (test support).
     """
-    _import_writer_modules()
     return dict(_WRITERS)
 
 
@@ -92,11 +128,11 @@ def make_tiny_weights(directory: str | os.PathLike, versions: Sequence[str] = ("
     Files: ``musetalkV15/{musetalk.json, unet.pth}`` (UNet of the real block types with
     ``block_out_channels`` [32, 64, 64, 64]), ``sd-vae/{config.json, diffusion_pytorch_model.safetensors}``
     (4 blocks of width 32: 256 px -> 32x32x4), ``whisper/{config.json, model.safetensors,
-    preprocessor_config.json}`` (d_model 384, 4 encoder layers), plus whatever the face and parsing modules
-    register (BiSeNet, S3FD, DWPose ONNX), and ``tiny.json``. Every file is written under a temporary name and
-    renamed, and every file gets mode 0644 (less the umask). The same arguments give the same tensors. By default
-    a writer whose optional package is missing (:data:`WRITER_NEEDS`: the DWPose ONNX model needs ``onnx``) is
-    left out without a warning and named under ``left_out`` in ``tiny.json``.
+    preprocessor_config.json}`` (d_model 384, 4 encoder layers), BiSeNet, S3FD, DWPose (``.pth`` and ONNX), any
+    writer registered with :func:`register_tiny_writer`, and ``tiny.json``. Every file is written under a temporary
+    name and renamed, and every file gets mode 0644 (less the umask). The same arguments give the same tensors. By
+    default a writer whose optional package is missing (:data:`WRITER_NEEDS`: the DWPose ONNX model needs ``onnx``)
+    is left out without a warning and named under ``left_out`` in ``tiny.json``.
 
     Args:
         directory: The weights dir to fill (created).
@@ -111,10 +147,8 @@ def make_tiny_weights(directory: str | os.PathLike, versions: Sequence[str] = ("
         InputError: Unknown version or writer name.
         MissingDependencyError / ImportError: torch, diffusers or transformers missing.
 
-    Source: reference §1.1 (the layout); DESIGN.md "Testing without the real weights".
+    Source: the official ``models/`` layout.
     """
-    from .constants import VERSIONS
-
     versions = tuple(versions)
     bad = [v for v in versions if v not in VERSIONS]
     if bad or not versions:
@@ -162,9 +196,6 @@ def make_tiny_weights(directory: str | os.PathLike, versions: Sequence[str] = ("
 
 def _importable(module: str) -> bool:
     """True when ``module`` can be imported (found and not blocked), without importing it."""
-    import importlib.util
-    import sys
-
     if module in sys.modules:
         return sys.modules[module] is not None
     try:

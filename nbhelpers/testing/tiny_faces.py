@@ -1,0 +1,417 @@
+"""Tiny and random weights of the face models in their official files: S3FD, DWPose ``.pth`` and ONNX.
+
+* S3FD (``s3fd/s3fd-619a316812.pth``): the full network with random weights (it has no smaller variant).
+* DWPose in torch (``dwpose/dw-ll_ucoco_384.pth``): random weights at full size for tests and benchmarks
+  (:func:`write_random_dwpose_checkpoint`), or the tiny tree's template weights that draw a fixed cartoon face on
+  any frame (:func:`write_tiny_dwpose`).
+* DWPose as ONNX (``dwpose/dw-ll_ucoco_384.onnx``): small graphs with the real signature whose SimCC peaks sit at
+  chosen bins (:func:`simcc_peak_model`), so decoding is checked against answers worked out by hand.
+
+Torch and onnx are imported by the writers that use them.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import InputError, NbHelpersWarning, require
+from ..faces import dwpose_codec as codec
+from ..faces import dwpose_onnx, dwpose_torch, s3fd
+
+# ---------------------------------------------------------------------------------------------------------------
+# S3FD
+# ---------------------------------------------------------------------------------------------------------------
+
+def write_tiny_s3fd(directory: str | os.PathLike, *, seed: int = 0, dtype: Any = None) -> Path:
+    """Write ``<directory>/s3fd/s3fd-619a316812.pth`` with random weights in the real S3FD architecture.
+
+    S3FD has no smaller variant that the official file layout could hold, so this is the full network
+    (22.4 M parameters), stored in float16 by default (about 43 MiB instead of 86 MiB; the loader casts to its
+    own dtype). Random weights detect nothing meaningful: tests of detection use dlib or built head outputs.
+
+    Args:
+        directory: The weights dir (the official ``models/`` folder).
+        seed: Seed of the random weights.
+        dtype: torch dtype of the stored tensors; None = float16.
+
+    Returns:
+        Path of the written file (written under a temporary name, then renamed).
+
+    Source: the file name and layout of the official weights; names and shapes those of the official
+    ``s3fd-619a316812.pth``.
+    """
+    import torch
+
+    with torch.device("meta"):
+        net = s3fd.S3FDNet()
+    gen = torch.Generator().manual_seed(int(seed))
+    dtype = torch.float16 if dtype is None else dtype
+    state = {}
+    for key, meta in net.state_dict().items():
+        name = key.rsplit(".", 1)[0]
+        if name in s3fd.L2NORM_SCALES:
+            t = torch.full(meta.shape, s3fd.L2NORM_SCALES[name])
+        elif key.endswith(".bias"):
+            t = torch.zeros(meta.shape)
+        else:
+            fan_in = int(np.prod(meta.shape[1:]))
+            t = torch.randn(meta.shape, generator=gen) * (2.0 / fan_in) ** 0.5
+        state[key] = t.to(dtype)
+    out = Path(directory) / s3fd.S3FD_FILE
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    torch.save(state, str(tmp))
+    os.replace(tmp, out)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# DWPose in torch: the official .pth
+# ---------------------------------------------------------------------------------------------------------------
+
+def random_dwpose_state_dict(seed: int = 0, *, bn_stats: bool = True) -> dict:
+    """A random state dict in the official key layout (names and shapes of ``dw-ll_ucoco_384.pth``).
+
+    Weight matrices and conv kernels are He-normal (std ``sqrt(2 / fan_in)``), biases N(0, 0.02). With
+    ``bn_stats``, BatchNorm scales are ``1 + N(0, 0.1)``, shifts N(0, 0.1), running means N(0, 0.1) and running
+    variances uniform in [0.5, 1.5], so that the norm layers are exercised too; the GAU's gamma/beta are N(0, 1) and
+    N(0, 0.1), ScaleNorm/Scale factors 1. Random weights at full size give the real shapes and FLOPs, and
+    keypoints that spread over the frame and follow the input (tests, benchmarks).
+
+    Args:
+        seed: Seed of a private generator: the same seed gives the same tensors.
+        bn_stats: Randomise the BatchNorm parameters and statistics (False: 1, 0, 0, 1).
+
+    Returns:
+        ``{name: float32 CPU tensor}`` (``num_batches_tracked`` int64 zeros).
+
+    Source: none (test and benchmark weights; the layout is that of the official file).
+    """
+    import torch
+
+    gen = torch.Generator().manual_seed(int(seed))
+    state = {}
+    for key, meta in dwpose_torch.build_model("meta").state_dict().items():
+        shape = tuple(meta.shape)
+        leaf = key.rsplit(".", 1)[-1]
+        is_bn = ".bn." in key
+        if leaf == "num_batches_tracked":
+            t = torch.zeros((), dtype=torch.int64)
+        elif is_bn and leaf == "weight":
+            t = 1 + 0.1 * torch.randn(shape, generator=gen) if bn_stats else torch.ones(shape)
+        elif is_bn and leaf in ("bias", "running_mean"):
+            t = 0.1 * torch.randn(shape, generator=gen) if bn_stats else torch.zeros(shape)
+        elif leaf == "running_var":
+            t = 0.5 + torch.rand(shape, generator=gen) if bn_stats else torch.ones(shape)
+        elif leaf == "gamma":
+            t = torch.randn(shape, generator=gen)
+        elif leaf == "beta":
+            t = 0.1 * torch.randn(shape, generator=gen)
+        elif leaf in ("g", "scale"):
+            t = torch.ones(shape)
+        elif leaf == "bias":
+            t = 0.02 * torch.randn(shape, generator=gen)
+        else:
+            fan_in = int(np.prod(shape[1:]))
+            t = torch.randn(shape, generator=gen) * math.sqrt(2.0 / fan_in)
+        state[key] = t.float() if t.dtype.is_floating_point else t
+    return state
+
+
+def write_random_dwpose_checkpoint(directory: str | os.PathLike, seed: int = 0, *, mmengine_layout: bool = True) -> Path:
+    """Write ``<directory>/dwpose/dw-ll_ucoco_384.pth`` with :func:`random_dwpose_state_dict` weights (134 MB).
+
+    Args:
+        directory: The weights dir (official ``models/`` layout).
+        seed: Seed of the weights.
+        mmengine_layout: Wrap as the official file is, ``{"meta": {...}, "state_dict": ...}`` (plain values only,
+            so it loads with ``weights_only=True``); False writes the bare state dict.
+
+    Returns:
+        The path (written to a temporary name, then renamed).
+
+    Source: none (tests, benchmarks).
+    """
+    import torch
+
+    state = random_dwpose_state_dict(seed)
+    obj = {"meta": {"note": "nbhelpers random weights", "seed": int(seed)}, "state_dict": state} \
+        if mmengine_layout else state
+    path = Path(directory) / dwpose_torch.CHECKPOINT_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(obj, str(tmp))
+    os.replace(tmp, path)
+    return path
+
+
+def template_dwpose_state_dict(keypoints_px: np.ndarray | None = None) -> dict:
+    """A state dict in the official layout whose network draws fixed keypoints, whatever the input (tiny tree).
+
+    How: every backbone conv is zero, so the last stage's output is the constant ``silu(2)`` (its last BatchNorm's
+    shift is 2); the head's 7x7 conv (zero padding) then gives each keypoint a 108-value map that depends only on
+    which kernel taps fall inside the 12x9 map, so six of its taps carry six numbers per keypoint, which the
+    ``mlp`` linear layer reads back exactly (a pseudo-inverse); the GAU adds nothing (zero ``uv``/``o``, unit
+    residual scale); and ``cls_x``/``cls_y`` turn the six numbers into a parabola over the bins,
+    ``1 - 100 (z - z_k)^2`` in bin coordinates ``z`` in [-1, 1], whose argmax is the bin nearest the wanted one.
+    The ScaleNorm only rescales each keypoint by a positive factor, which moves no peak; mirror pairs of
+    :func:`face_template_input_px` keep their peaks through the flip test. Constant tensors are stored
+    as broadcast views of one value, so the file is about 1.5 MB although every tensor has its official shape.
+
+    Args:
+        keypoints_px: (133, 2) ``(x, y)`` in 288x384 input pixels; default the mirror-symmetric cartoon face of
+            :func:`face_template_input_px` (the tiny ONNX model's).
+
+    Returns:
+        ``{name: tensor}`` with the names and shapes of ``dw-ll_ucoco_384.pth``.
+
+    Source: none (the tiny weights tree).
+    """
+    import torch
+    from torch.nn import functional as F
+
+    kp = np.asarray(face_template_input_px() if keypoints_px is None else keypoints_px, np.float64)
+    k = codec.NUM_KEYPOINTS
+    taps = ((0, 0), (0, 6), (6, 0), (6, 6), (3, 0), (0, 3))  # six taps of the 7x7 kernel, x: 0-2, y: 3-5
+    fw, fh = dwpose_torch.FEATURE_MAP
+    ones = torch.ones(1, 1, fh, fw, dtype=torch.float64)
+    cols = []
+    for i, j in taps:
+        unit = torch.zeros(1, 1, dwpose_torch.FINAL_KERNEL, dwpose_torch.FINAL_KERNEL, dtype=torch.float64)
+        unit[0, 0, i, j] = 1.0
+        cols.append(F.conv2d(ones, unit, padding=dwpose_torch.FINAL_KERNEL // 2).flatten())
+    m_taps = torch.stack(cols, dim=1)  # (108, 6): each tap's footprint on the map
+    read_back = torch.linalg.pinv(m_taps)  # (6, 108), read_back @ m_taps = I
+    kappa = 2.0 / (1.0 + math.exp(-2.0))  # silu(2): the constant backbone output
+    curvature = 100.0
+    coeffs = np.zeros((k, 6))
+    for axis, bins in ((0, codec.SIMCC_X_BINS), (1, codec.SIMCC_Y_BINS)):
+        half = (bins - 1) / 2.0
+        z = (kp[:, axis] * codec.SIMCC_SPLIT_RATIO - half) / half
+        coeffs[:, 3 * axis:3 * axis + 3] = np.stack([1.0 - curvature * z**2, 2 * curvature * z,
+                                                      -curvature * np.ones(k)], axis=1)
+    kernel = torch.zeros(k, 1, dwpose_torch.FINAL_KERNEL, dwpose_torch.FINAL_KERNEL, dtype=torch.float64)
+    for t, (i, j) in enumerate(taps):
+        kernel[:, 0, i, j] = torch.from_numpy(coeffs[:, t]) / (dwpose_torch.HEAD_IN_CHANNELS * kappa)
+
+    def const(shape, value, dtype=torch.float32):
+        if not shape:
+            return torch.tensor(value, dtype=dtype)
+        return torch.full((1,) * len(shape), value, dtype=dtype).expand(shape)
+
+    last_bn = "backbone.stage4.2.final_conv.bn."
+    state = {}
+    for key, meta in dwpose_torch.build_model("meta").state_dict().items():
+        shape, leaf = tuple(meta.shape), key.rsplit(".", 1)[-1]
+        if leaf == "num_batches_tracked":
+            state[key] = torch.zeros((), dtype=torch.int64)
+        elif leaf in ("running_var", "g", "scale") or (".bn." in key and leaf == "weight"):
+            state[key] = const(shape, 1.0)
+        elif key == last_bn + "bias":
+            state[key] = const(shape, 2.0)
+        else:
+            state[key] = const(shape, 0.0)
+    state["head.final_layer.weight"] = kernel.float().expand(k, dwpose_torch.HEAD_IN_CHANNELS, dwpose_torch.FINAL_KERNEL, dwpose_torch.FINAL_KERNEL)
+    mlp = torch.zeros(dwpose_torch.GAU_HIDDEN, dwpose_torch.FEATURE_MAP[0] * dwpose_torch.FEATURE_MAP[1])
+    mlp[:6] = read_back.float()
+    state["head.mlp.1.weight"] = mlp
+    for name, bins, first in (("cls_x", codec.SIMCC_X_BINS, 0), ("cls_y", codec.SIMCC_Y_BINS, 3)):
+        half = (bins - 1) / 2.0
+        z = (torch.arange(bins, dtype=torch.float64) - half) / half
+        w = torch.zeros(bins, dwpose_torch.GAU_HIDDEN, dtype=torch.float64)
+        w[:, first], w[:, first + 1], w[:, first + 2] = 1.0, z, z * z
+        state[f"head.{name}.weight"] = w.float()
+    return state
+
+
+def write_tiny_dwpose(directory: str | os.PathLike) -> Path:
+    """Write ``dwpose/dw-ll_ucoco_384.pth`` for the tiny weights tree: :func:`template_dwpose_state_dict` (about 1.5 MB).
+
+    The network then draws the same cartoon face as the tiny ONNX model, on any frame, so the tiny tree is complete
+    for the default weight set and the ``dwpose`` backend gives a plausible crop box there.
+
+    Returns:
+        The path (written to a temporary name, then renamed).
+
+    Source: none (the tiny weights tree).
+    """
+    import torch
+
+    path = Path(directory) / dwpose_torch.CHECKPOINT_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save({"meta": {"note": "nbhelpers tiny template weights (draws a fixed cartoon face)"},
+                "state_dict": template_dwpose_state_dict()}, str(tmp))
+    os.replace(tmp, path)
+    return path
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# DWPose as ONNX: small graphs with the real signature
+# ---------------------------------------------------------------------------------------------------------------
+
+def simcc_peak_model(centers_x, centers_y, *, heights=1.0, sharpness: float = 1.0 / 64.0,
+                     switch_shift_x: float = 0.0, switch_shift_y: float = 0.0, switch_gain: float = 1000.0,
+                     input_size: tuple[int, int] = codec.INPUT_SIZE, batch: int | str = "batch",
+                     input_name: str = "input", x_name: str = "simcc_x", y_name: str = "simcc_y",
+                     y_first: bool = False):
+    """A small ONNX graph with DWPose's input and output signature and SimCC peaks at chosen places.
+
+    For keypoint k the outputs are parabolas with their vertex at a chosen bin:
+    ``simcc_x[n, k, b] = heights[k] - sharpness * (b - (centers_x[k] + s[n] * switch_shift_x))**2`` (likewise y),
+    where ``s[n] = clip(switch_gain * (mean(left half of input n) - mean(right half)), -1, 1)``. With
+    ``switch_shift_* = 0`` the outputs do not depend on the input; otherwise a frame brighter on the left moves the
+    peaks by +shift and its mirror image by -shift, so the flip test changes the answer in a known way. The argmax
+    of a sampled parabola is the bin nearest its vertex, and the mean of two parabolas is a parabola whose vertex is
+    the mean of the two vertices.
+
+    Args:
+        centers_x: (K,) vertex bins on the x axis (0 .. 2 * width - 1; 2 bins per input pixel).
+        centers_y: (K,) vertex bins on the y axis.
+        heights: Peak value(s), scalar or (K,); a keypoint with height <= 0 is rejected by the decoder.
+        sharpness: Curvature of the parabolas (per bin squared).
+        switch_shift_x: Bins the x peaks move for an input brighter on the left (minus for brighter right).
+        switch_shift_y: The same for y.
+        switch_gain: Gain before the clip to [-1, 1] (large: a sign switch).
+        input_size: ``(w, h)`` of the input in pixels.
+        batch: Batch dimension: a name (dynamic) or an int (fixed, e.g. 1 like the published file).
+        input_name, x_name, y_name: Tensor names.
+        y_first: List the y output first (checks that outputs are found by shape, not order).
+
+    Returns:
+        ``onnx.ModelProto`` (opset 17, IR version 8 so that older onnxruntime loads it).
+
+    Source: none (a test model; the signature is that of the published ``dw-ll_ucoco_384.onnx``).
+    """
+    onnx = require("onnx", "pip install onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    cx = np.asarray(centers_x, dtype=np.float32).reshape(1, -1, 1)
+    cy = np.asarray(centers_y, dtype=np.float32).reshape(1, -1, 1)
+    k = cx.shape[1]
+    if cy.shape[1] != k:
+        raise InputError(f"centers_y has {cy.shape[1]} keypoints but centers_x has {k}")
+    heights_arr = np.broadcast_to(np.asarray(heights, dtype=np.float32), (k,)).reshape(1, k, 1)
+    w, h = int(input_size[0]), int(input_size[1])
+    wx, wy = int(w * codec.SIMCC_SPLIT_RATIO), int(h * codec.SIMCC_SPLIT_RATIO)
+
+    def const(name, value):
+        return numpy_helper.from_array(np.asarray(value), name)
+
+    inits = [
+        const("half", np.array([w // 2], np.int64)), const("zero", np.array([0], np.int64)),
+        const("width", np.array([w], np.int64)), const("axis3", np.array([3], np.int64)),
+        const("shape_n11", np.array([-1, 1, 1], np.int64)),
+        const("gain", np.float32(switch_gain)), const("lo", np.float32(-1.0)), const("hi", np.float32(1.0)),
+        const("shift_x", np.float32(switch_shift_x)), const("shift_y", np.float32(switch_shift_y)),
+        const("cx", cx), const("cy", cy), const("heights", heights_arr), const("sharp", np.float32(sharpness)),
+        const("bins_x", np.arange(wx, dtype=np.float32).reshape(1, 1, wx)),
+        const("bins_y", np.arange(wy, dtype=np.float32).reshape(1, 1, wy)),
+    ]
+    nodes = [
+        helper.make_node("Slice", [input_name, "zero", "half", "axis3"], ["left"]),
+        helper.make_node("Slice", [input_name, "half", "width", "axis3"], ["right"]),
+        helper.make_node("ReduceMean", ["left"], ["left_mean"], axes=[1, 2, 3], keepdims=1),
+        helper.make_node("ReduceMean", ["right"], ["right_mean"], axes=[1, 2, 3], keepdims=1),
+        helper.make_node("Sub", ["left_mean", "right_mean"], ["diff4"]),
+        helper.make_node("Reshape", ["diff4", "shape_n11"], ["diff"]),
+        helper.make_node("Mul", ["diff", "gain"], ["diff_gain"]),
+        helper.make_node("Clip", ["diff_gain", "lo", "hi"], ["switch"]),
+    ]
+    for axis, out in (("x", x_name), ("y", y_name)):
+        nodes += [
+            helper.make_node("Mul", ["switch", f"shift_{axis}"], [f"move_{axis}"]),
+            helper.make_node("Add", [f"c{axis}", f"move_{axis}"], [f"vertex_{axis}"]),     # (N, K, 1)
+            helper.make_node("Sub", [f"bins_{axis}", f"vertex_{axis}"], [f"d_{axis}"]),    # (N, K, W)
+            helper.make_node("Mul", [f"d_{axis}", f"d_{axis}"], [f"sq_{axis}"]),
+            helper.make_node("Mul", [f"sq_{axis}", "sharp"], [f"curve_{axis}"]),
+            helper.make_node("Sub", ["heights", f"curve_{axis}"], [out]),
+        ]
+    x_info = helper.make_tensor_value_info(x_name, TensorProto.FLOAT, [batch, k, wx])
+    y_info = helper.make_tensor_value_info(y_name, TensorProto.FLOAT, [batch, k, wy])
+    graph = helper.make_graph(
+        nodes, "dwpose_simcc_peaks",
+        [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, [batch, 3, h, w])],
+        [y_info, x_info] if y_first else [x_info, y_info], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                              producer_name="nbhelpers.testing")
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def face_template_input_px() -> np.ndarray:
+    """A mirror-symmetric cartoon face in DWPose input pixels: (133, 2) float32 whole-body keypoints.
+
+    The 68 face points (iBUG order) sit around the middle of the 288x384 input (jaw arc, brows, nose, eyes,
+    lips); body, feet and hand points sit below them in mirror pairs. Used by the tiny weights tree so that the
+    tiny DWPose model gives a plausible face (and a valid crop box) on any frame.
+
+    Source: none (test data in iBUG-68 order).
+    """
+    axis = codec.INPUT_SIZE[0] * 0.5 - 0.25  # x -> 287.5/2 - x in bins is the flip mirror: axis 143.75
+    flip = codec.coco_wholebody_flip_indices()
+    offsets = np.zeros((codec.NUM_KEYPOINTS, 2), np.float64)  # (dx from the axis, y)
+    face = {}
+    for k in range(17):  # jaw: image-left temple, round the chin, image-right temple
+        t = math.pi * k / 16
+        face[k] = (-44 * math.cos(t), 180 + 60 * math.sin(t))
+    for i in range(5):   # image-left brow
+        face[17 + i] = (-38 + 7.5 * i, 168 - 4 * math.sin(math.pi * i / 4))
+    for i in range(4):   # nose bridge
+        face[27 + i] = (0.0, 178 + 10 * i)
+    face.update({31: (-10, 214), 32: (-5, 216), 33: (0, 218)})
+    face.update({36: (-30, 186), 37: (-24, 182), 38: (-16, 182), 39: (-10, 186), 40: (-16, 190), 41: (-24, 190)})
+    face.update({48: (-20, 228), 49: (-12, 224), 50: (-5, 222), 51: (0, 223), 55: (12, 234), 56: (5, 237),
+                 57: (0, 238)})
+    face.update({60: (-16, 228), 61: (-6, 227), 62: (0, 227), 65: (6, 230), 66: (0, 230)})
+    for k, (dx, y) in face.items():
+        wb = codec.FACE_START + k
+        offsets[wb] = (dx, y)
+        offsets[flip[wb]] = (-dx, y)
+    for k in range(codec.NUM_KEYPOINTS):
+        if codec.FACE_START <= k < codec.FACE_STOP or k > flip[k]:
+            continue
+        dx = 0.0 if flip[k] == k else -(50.0 + (k % 40))
+        offsets[k] = (dx, 300.0 + (k % 60))
+        offsets[flip[k]] = (-dx, 300.0 + (k % 60))
+    return np.stack([axis + offsets[:, 0], offsets[:, 1]], axis=1).astype(np.float32)
+
+
+def write_tiny_dwpose_onnx(directory: str | os.PathLike) -> Path | None:
+    """Write ``dwpose/dw-ll_ucoco_384.onnx`` as a small model with the real signature (tiny weights tree).
+
+    Input ``input`` (N, 3, 384, 288) float32 with a dynamic batch; outputs ``simcc_x`` (N, 133, 576) and
+    ``simcc_y`` (N, 133, 768) whose peaks draw :func:`face_template_input_px` (a few kB, no torch needed).
+
+    Args:
+        directory: The weights folder (official ``models/`` layout).
+
+    Returns:
+        Path of the written file (written to a temporary name, then renamed), or None when the ``onnx``
+        package is missing (a warning says so; the tree then has no dwpose-onnx model and ``get_backend("auto")``
+        falls back to dlib).
+
+    Source: none (the tiny weights tree).
+    """
+    try:
+        import onnx
+    except ImportError:
+        warnings.warn("the onnx package is not installed, so the tiny weights tree gets no "
+                      f"{dwpose_onnx.ONNX_FILE} (pip install onnx)", NbHelpersWarning, stacklevel=2)
+        return None
+
+    path = Path(directory) / dwpose_onnx.ONNX_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    bins = face_template_input_px() * codec.SIMCC_SPLIT_RATIO
+    model = simcc_peak_model(bins[:, 0], bins[:, 1])
+    tmp = path.with_name(path.name + ".tmp")
+    onnx.save(model, str(tmp))
+    os.replace(tmp, path)
+    return path

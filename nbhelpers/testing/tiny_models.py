@@ -1,0 +1,217 @@
+"""Tiny and random weights of the core models in their official files: UNet, sd-vae, whisper, BiSeNet.
+
+The tiny UNet, VAE and whisper have the real block types at small widths; BiSeNet has no smaller variant that its
+file could hold, so it is the full network with random weights. Every file is written under a temporary name and
+renamed. Torch, diffusers, transformers and safetensors are imported by the writers that use them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .. import models, parsing
+from ..constants import VERSIONS
+from ..errors import InputError
+
+if TYPE_CHECKING:
+    import torch
+
+TINY_UNET_CHANGES = {"block_out_channels": [32, 64, 64, 64], "norm_num_groups": 8}  # same blocks, small widths
+
+
+def _atomic_torch_save(obj: Any, path: Path) -> None:
+    import torch
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(obj, str(tmp))
+    os.replace(tmp, path)
+
+
+def _atomic_json(data: Mapping[str, Any], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _atomic_safetensors(state: Mapping[str, torch.Tensor], path: Path) -> None:
+    from safetensors.torch import save_file  # the same library the loaders read with
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    save_file({k: v.contiguous() for k, v in state.items()}, str(tmp), metadata={"format": "pt"})
+    os.replace(tmp, path)
+
+
+def tiny_unet_config() -> dict[str, Any]:
+    """The tiny UNet config: the real one with ``block_out_channels`` [32, 64, 64, 64] and 8 norm groups.
+
+    Source: the official ``musetalkV15/musetalk.json``; the widths are ours.
+    """
+    return {**models.unet_config("v15"), **TINY_UNET_CHANGES}
+
+
+def write_tiny_unet(directory: str | os.PathLike, versions: Sequence[str] = ("v15",)) -> list[Path]:
+    """Write tiny random UNets in the official formats: ``musetalk.json`` + a ``torch.save`` plain state dict.
+
+    Args:
+        directory: The weights dir.
+        versions: ``"v15"`` writes ``musetalkV15/{musetalk.json, unet.pth}``; ``"v1"`` writes
+            ``musetalk/{musetalk.json, pytorch_model.bin}`` (other random weights).
+
+    Returns:
+        The paths written.
+
+    Source: utils.py:206-243 (the official format: ``torch.save(unet.state_dict())``).
+    """
+    import torch
+
+    root = Path(directory)
+    out = []
+    cfg = tiny_unet_config()
+    for version in versions:
+        if version not in VERSIONS:
+            raise InputError(f"version must be one of {', '.join(VERSIONS)}; got {version!r}.")
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(1000 + VERSIONS.index(version))
+            unet = models.build_unet(cfg, device="cpu")
+        cfg_rel, w_rel = models.UNET_FILES[version]
+        _atomic_json(cfg, root / cfg_rel)
+        _atomic_torch_save(unet.state_dict(), root / w_rel)
+        out += [root / cfg_rel, root / w_rel]
+    return out
+
+
+_LEGACY_ATTENTION_NAMES = ((".to_q.", ".query."), (".to_k.", ".key."), (".to_v.", ".value."),
+                           (".to_out.0.", ".proj_attn."))
+
+
+def write_tiny_vae(directory: str | os.PathLike) -> list[Path]:
+    """Write a tiny random sd-vae-ft-mse: ``sd-vae/config.json`` + ``diffusion_pytorch_model.safetensors``.
+
+    Four blocks of width 32 (so 256 px -> 32 latent pixels, 4 latent channels). The mid-block attention is
+    stored under the pre-0.14 diffusers names (``query``/``key``/``value``/``proj_attn``), as in the
+    checkpoint published in 2022 (believed, not verified here), so diffusers' conversion is exercised.
+
+    Args:
+        directory: The weights dir.
+
+    Returns:
+        The paths written.
+
+    Source: vae.py:24 (the folder AutoencoderKL.from_pretrained reads).
+    """
+    import diffusers
+    import torch
+
+    cfg = models.bundled_config("sd-vae-ft-mse.json")
+    cfg.update(block_out_channels=[32, 32, 32, 32], norm_num_groups=8)
+    kwargs = {k: v for k, v in cfg.items() if not k.startswith("_")}
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(2000)
+        vae = diffusers.AutoencoderKL(**kwargs)
+    state = {}
+    for key, value in vae.state_dict().items():
+        if ".attentions." in key:
+            for new, old in _LEGACY_ATTENTION_NAMES:
+                key = key.replace(new, old)
+        state[key] = value
+    folder = Path(directory) / models.VAE_DIR
+    _atomic_json(cfg, folder / "config.json")
+    _atomic_safetensors(state, folder / "diffusion_pytorch_model.safetensors")
+    return [folder / "config.json", folder / "diffusion_pytorch_model.safetensors"]
+
+
+def tiny_whisper_config() -> dict[str, Any]:
+    """The tiny whisper config: d_model 384 and 4 encoder layers as whisper-tiny (so 5 hidden states of 384),
+    small feed-forward, 1 decoder layer, a 64-token vocabulary.
+
+    Source: reference/configs/whisper-tiny.json; the smaller sizes are ours.
+    """
+    cfg = {k: v for k, v in models.bundled_config("whisper-tiny.json").items() if not k.startswith("_")}
+    cfg.update(encoder_ffn_dim=64, decoder_layers=1, decoder_ffn_dim=64, vocab_size=64, max_target_positions=32,
+               pad_token_id=60, bos_token_id=60, eos_token_id=60, decoder_start_token_id=61,
+               suppress_tokens=[], begin_suppress_tokens=[])
+    return cfg
+
+
+def write_tiny_whisper(directory: str | os.PathLike) -> list[Path]:
+    """Write a tiny random whisper: ``whisper/{config.json, model.safetensors, preprocessor_config.json}``.
+
+    The weights are those of a ``WhisperForConditionalGeneration`` (keys ``model.encoder...``, as the hub file),
+    without the tied ``proj_out``; the preprocessor values are openai/whisper-tiny's.
+
+    Args:
+        directory: The weights dir.
+
+    Returns:
+        The paths written.
+
+    Source: inference.py:64-66 (the folder WhisperModel.from_pretrained reads).
+    """
+    import torch
+    import transformers
+
+    cfg = tiny_whisper_config()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(3000)
+        model = transformers.WhisperForConditionalGeneration(transformers.WhisperConfig(**cfg))
+    state = {k: v for k, v in model.state_dict().items() if k != "proj_out.weight"}
+    folder = Path(directory) / models.WHISPER_DIR
+    _atomic_json(cfg, folder / "config.json")
+    _atomic_safetensors(state, folder / "model.safetensors")
+    _atomic_json(models.bundled_config("whisper-tiny-preprocessor.json"), folder / "preprocessor_config.json")
+    return [folder / "config.json", folder / "model.safetensors", folder / "preprocessor_config.json"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# BiSeNet (face parsing)
+# ---------------------------------------------------------------------------------------------------------------
+
+def write_random_bisenet(path: str | os.PathLike, seed: int = 0, dtype: Any = None) -> Path:
+    """Write a BiSeNet checkpoint in the official format (plain state dict) with random weights.
+
+    For tests and CI: the full architecture (13.3 M values) loads through :func:`nbhelpers.parsing.load_bisenet` like the real
+    file.
+
+    Args:
+        path: Output ``.pth`` path; parent folders are created. Written to a temporary name, then renamed.
+        seed: Seed of the random initialisation.
+        dtype: torch dtype of the stored floating-point tensors; None = float32 (53 MB, like the real file),
+            ``torch.float16`` halves the size and still loads into float32 parameters.
+
+    Returns:
+        The path written.
+    """
+    import torch
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = parsing.build_bisenet()
+        # Give the BatchNorm layers non-trivial statistics so that eval-mode outputs are not degenerate.
+        for module in model.modules():
+            if isinstance(module, torch.nn.BatchNorm2d):
+                module.running_mean.uniform_(-0.1, 0.1)
+                module.running_var.uniform_(0.5, 1.5)
+                module.weight.data.uniform_(0.5, 1.5)
+                module.bias.data.uniform_(-0.1, 0.1)
+    state = {k: (v.to(dtype) if dtype is not None and v.is_floating_point() else v).clone()
+             for k, v in model.state_dict().items()}
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def write_tiny_bisenet(directory: str | os.PathLike) -> Path:
+    """Write ``face-parse-bisent/79999_iter.pth``: the real architecture, random, stored in float16 (27 MB)."""
+    import torch
+
+    return write_random_bisenet(Path(directory) / parsing.BISENET_FILE, seed=0, dtype=torch.float16)
