@@ -37,7 +37,8 @@ from .constants import (
     WHISPER_FPS,
     WHISPER_LAYERS,
 )
-from .errors import InputError
+from .errors import InputError, require
+from .gpu import to_device
 
 PAD_LEFT_STEPS = 2  # --audio_padding_length_left, video frames of context before the current one (inference.py:266)
 PAD_RIGHT_STEPS = 2  # --audio_padding_length_right, video frames of context after it (inference.py:267)
@@ -136,8 +137,6 @@ def default_feature_extractor():
 
     Source: ``musetalk/utils/audio_processor.py:12-13`` (reads ``models/whisper/preprocessor_config.json``).
     """
-    from .errors import require
-
     transformers = require("transformers", "pip install transformers")
     return transformers.WhisperFeatureExtractor(**WHISPER_TINY_PREPROCESSOR)
 
@@ -289,8 +288,6 @@ def log_mel_on_device(segment: Any, extractor: Any, device: Any):
         InputError: The segment is longer than 30 s.
     """
     import torch
-
-    from .gpu import to_device
 
     device = torch.device(device)
     n = int(extractor.n_samples)

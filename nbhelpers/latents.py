@@ -25,6 +25,8 @@ import numpy as np
 
 from .constants import AUDIO_TOKENS, CROP_SIZE, LATENT_CHANNELS, LATENT_SIZE, VAE_SCALING, WHISPER_DIM
 from .errors import InputError
+from .gpu import batched, device_constant, to_device
+from .progress import bar
 
 MASK_ROW = CROP_SIZE // 2  # first masked row of the 256-px crop: rows 128..255 become -1 (vae.py:40-49)
 LATENT_MODES = ("sample", "mode")
@@ -122,9 +124,6 @@ def encode(crops_256: Any, vae: Any, generator: Any = None, mode: str = "sample"
     """
     import torch
 
-    from .gpu import batched
-    from .progress import bar
-
     if mode not in LATENT_MODES:
         raise InputError(f"mode must be one of {LATENT_MODES}; got {mode!r}. 'sample' is the official inference, "
                          "'mode' the deterministic posterior mean.")
@@ -133,7 +132,6 @@ def encode(crops_256: Any, vae: Any, generator: Any = None, mode: str = "sample"
     if isinstance(first_index, bool) or int(first_index) != first_index or first_index < 0:
         raise InputError(f"first_index must be an integer >= 0 (the frame index of the first crop); got "
                          f"{first_index!r}.")
-    from .gpu import to_device
 
     device, dtype = _device_dtype(vae, "vae")
     scaling = _scaling_factor(vae)
@@ -293,7 +291,6 @@ def unet_step(unet: Any, pe: Callable[[Any], Any], latent_batch: Any, feature_ba
 
     _check_pair(latent_batch, feature_batch)
     device, dtype = _device_dtype(unet, "unet")
-    from .gpu import device_constant
 
     with torch.inference_mode():
         timesteps = device_constant([0], device)  # int64 0; made once (a torch.tensor here waited for the GPU)
@@ -329,8 +326,6 @@ def encode_frames(frames: Any, crop_boxes: Any, face_frames: Sequence[int], vae:
     Source: ``scripts/inference.py:163-176`` (reference §3.3, §4).
     """
     import torch
-
-    from .progress import bar
 
     face_frames = np.asarray(face_frames, dtype=np.int64)
     if face_frames.size == 0:

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from . import models, weights
 from .config import NONCOMMERCIAL_NOTE, RESTORERS, warn_licence
 from .errors import CheckpointError, InputError, MissingDependencyError, NbHelpersWarning, WeightsError
 
@@ -75,10 +76,8 @@ def weight_path(name: str, weights_dir: str | os.PathLike) -> Path:
 
 def download_command(name: str, weights_dir: str | os.PathLike | None = None) -> str:
     """The command that downloads restorer ``name``'s weights (into ``weights_dir`` when given)."""
-    from .weights import DOWNLOAD_COMMAND
-
     where = f" --weights {weights_dir}" if weights_dir is not None else ""
-    return f"{DOWNLOAD_COMMAND}{where} --sets {_SPECS[check_name(name)][1]}"
+    return f"{weights.DOWNLOAD_COMMAND}{where} --sets {_SPECS[check_name(name)][1]}"
 
 
 def import_spandrel(name: str):
@@ -296,8 +295,6 @@ def load_restorer(name: str, weights_dir: str | os.PathLike | None, device: Any 
     ``inference_gfpgan.py`` (v1.4 and RestoreFormer URLs), CodeFormer ``inference_codeformer.py`` (``params_ema``).
     """
     import torch
-
-    from . import models, weights
 
     check_name(name)
     strength = check_strength(strength)

@@ -96,7 +96,7 @@ def keep_video(video: str | os.PathLike):
         InputError: ``video`` does not exist.
         MediaError, FFmpegError: It cannot be read or converted.
     """
-    from .media import convert_to_25fps
+    from .media import convert_to_25fps  # numpy: this module imports with the standard library alone
 
     return convert_to_25fps(video, env.media_dir(None) / env.WORKBOOK_VIDEO)
 

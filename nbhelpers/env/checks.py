@@ -113,7 +113,7 @@ def check_setup(installs: InstallReport | None = None, backend: Any = None) -> s
         raise ResultCheckError("the install table is empty: install_missing read no requirement. Check that the "
                                f"package's [{COLAB_EXTRA}] extra lists what Colab lacks (env.colab_requirements()).")
     if isinstance(backend, str):
-        from .. import faces
+        from .. import faces  # numpy: env imports with the standard library alone (it installs the rest)
 
         backend = faces.get_backend(backend)
     backend_name = getattr(backend, "name", None) if backend is not None else None
@@ -145,7 +145,7 @@ def check_setup(installs: InstallReport | None = None, backend: Any = None) -> s
         raise ResultCheckError(f"torch does not import ({exc}); install the torch build for your machine first "
                                "(https://pytorch.org/get-started/locally/), then run this notebook again.") from None
     checked.append(f"torch {torch.__version__}" + (" with CUDA" if torch.cuda.is_available() else " (CPU)"))
-    from .. import media
+    from .. import media  # numpy
 
     exe = media.ffmpeg_exe()
     version = media.ffmpeg_version(exe)
@@ -172,9 +172,9 @@ def _check_file(path: Path, frames: int | None, duration_s: float | None, since:
     found = [f"{path.name} written this session ({path.stat().st_size / 2**20:.2f} MiB)"]
     if frames is None and duration_s is None:
         return found
-    from ..media import probe
+    from .. import media  # numpy
 
-    info = probe(path)
+    info = media.probe(path)
     got_frames = _first_attr(info, ("frame_count", "n_frames", "frames"))
     # The video's own length (frames / 25) is what must match: the container also counts the audio's padding.
     got_seconds = int(got_frames) / FPS if got_frames else _first_number(info, ("duration_s", "duration"))

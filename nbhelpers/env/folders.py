@@ -18,8 +18,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .. import gpu, weights
+from ..config import InferenceConfig
 from ..constants import FPS
-from ..errors import InputError, MediaError
+from ..errors import FFmpegError, InputError, MediaError
 from .modes import (
     AUDIO_SUFFIXES,
     CI_CLIP_SECONDS,
@@ -82,8 +84,6 @@ def _weights_path(mode: str, notes: list[str]) -> Path | None:
     if mode == "ci":
         return work_dir(mode) / "tiny-weights" / "models"
     try:
-        from .. import weights
-
         return Path(weights.default_dir())
     except (ImportError, AttributeError) as exc:
         notes.append(f"nbhelpers.weights is not available ({exc})")
@@ -111,8 +111,6 @@ def weights_dir(mode: str | None = None, *, download: bool = True) -> Path:
     """
     mode = _check_mode(mode)
     if mode != "ci":
-        from .. import weights
-
         folder = Path(weights.default_dir())
         if download:
             weights.download(directory=folder)
@@ -120,9 +118,9 @@ def weights_dir(mode: str | None = None, *, download: bool = True) -> Path:
     target = work_dir(mode) / "tiny-weights" / "models"
     marker = target.parent / ".complete"
     if not marker.is_file():
-        from ..testing import make_tiny_weights
+        from .. import testing  # numpy and the model modules: imported only in CI mode
 
-        make_tiny_weights(target)
+        testing.make_tiny_weights(target)
         marker.write_text("made by nbhelpers.testing.make_tiny_weights\n", encoding="utf-8")
     return target
 
@@ -143,13 +141,12 @@ def shared_data_dir() -> Path | None:
 
 def _ffmpeg() -> str:
     try:
-        from ..media import ffmpeg_exe
-
-        return str(ffmpeg_exe())
-    except (ImportError, AttributeError):
+        from .. import media  # numpy: without it, imageio-ffmpeg's binary directly
+    except ImportError:
         import imageio_ffmpeg
 
         return imageio_ffmpeg.get_ffmpeg_exe()
+    return str(media.ffmpeg_exe())
 
 
 def _cut(src: Path, dst: Path, seconds: float, kind: str) -> Path:
@@ -167,8 +164,6 @@ def _cut(src: Path, dst: Path, seconds: float, kind: str) -> Path:
     done = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL)
     if done.returncode != 0:
         tmp.unlink(missing_ok=True)
-        from ..errors import FFmpegError
-
         raise FFmpegError(f"could not cut the first {seconds} s of {src}", command, done.returncode,
                           "\n".join(done.stderr.splitlines()[-40:]))
     os.replace(tmp, dst)
@@ -271,9 +266,9 @@ def keep_audio(audio: str | os.PathLike, mode: str | None = None) -> Path:
 
 
 def _demo(folder: Path) -> tuple[Path, Path]:
-    from ..media import demo_inputs
+    from .. import media  # numpy
 
-    photo, speech = demo_inputs(folder)
+    photo, speech = media.demo_inputs(folder)
     return Path(photo), Path(speech)
 
 
@@ -318,8 +313,6 @@ def default_config(mode: str | None = None, **changes: Any):
     Returns:
         The config.
     """
-    from ..config import InferenceConfig
-
     mode = _check_mode(mode)
     base = {"landmark_backend": "dlib", "device": "cpu"} if mode == "ci" else {}
     base.update(changes)
@@ -337,8 +330,6 @@ def plan(kind: str = "lipsync", mode: str | None = None, **changes: Any):
     Returns:
         The plan; ``plan.config`` is the :class:`~nbhelpers.config.InferenceConfig` to use.
     """
-    from .. import gpu
-
     mode = _check_mode(mode)
     return gpu.plan(kind, config=default_config(mode, **changes), weights="tiny" if mode == "ci" else "full")
 
@@ -378,9 +369,9 @@ def media_seconds(path: str | os.PathLike) -> float:
     Raises:
         MediaError: The file cannot be probed or reports no duration.
     """
-    from ..media import probe
+    from .. import media  # numpy
 
-    seconds = _first_number(probe(path), ("duration_s", "duration", "seconds"))
+    seconds = _first_number(media.probe(path), ("duration_s", "duration", "seconds"))
     if seconds is None:
         raise MediaError(f"{path} reports no duration.")
     return seconds

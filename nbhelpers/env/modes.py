@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from .. import progress
 from ..errors import InputError, NbHelpersError
 
 MODES = ("colab", "ci", "local")
@@ -105,8 +106,6 @@ def run_mode(mode: str | None = None) -> str:
         raise InputError(f"{source} must be one of {', '.join(MODES)}; got {mode!r}. Unset it for automatic "
                          "detection, or set NBHELPERS_MODE=ci to run the notebooks as the tests do.")
     if mode == "ci" and "NBHELPERS_PROGRESS" not in os.environ:
-        from .. import progress
-
         progress.configure(disable=True)
     return mode
 

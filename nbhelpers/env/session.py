@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import gpu
 from .drive import drive_mounted
 from .folders import _weights_path
 from .install import RESTART_MESSAGE, package_version, restart_reasons
@@ -121,8 +122,6 @@ def setup(mode: str | None = None) -> EnvReport:
 def _device_summary(notes: list[str]) -> tuple[str, float | None, Any]:
     """(device text, VRAM GiB or None, gpu report or None), asking nbhelpers.gpu first, then torch itself."""
     try:
-        from .. import gpu
-
         report = gpu.report()
     except (ImportError, AttributeError):
         report = None

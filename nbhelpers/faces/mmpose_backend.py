@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import weights as _weights
 from ..errors import (
     CheckpointError,
     FallbackWarning,
@@ -38,9 +39,11 @@ from ..errors import (
     MissingDependencyError,
     WeightsError,
 )
+from ..models import load_checkpoint
+from . import _mmcv_ops_stub
 from . import dwpose_codec as codec
 from .base import FaceResult
-from .dwpose_onnx import S3FD_FILE, Availability, _default_weights_dir, build_s3fd
+from .dwpose_onnx import S3FD_FILE, Availability, _default_weights_dir, build_s3fd, detect_with_pose
 
 CHECKPOINT_FILE = "dwpose/dw-ll_ucoco_384.pth"  # relative to the weights dir (official models/ layout)
 INSTALL_HINT = ("mmpose is not importable. Install it with nbhelpers.faces.mim.install_mmpose() (see "
@@ -155,7 +158,6 @@ def mmpose_available() -> Availability:
         import_mmpose()
     except MissingDependencyError as exc:
         return Availability(False, str(exc))
-    from . import _mmcv_ops_stub
 
     if _mmcv_ops_stub.is_installed():
         return Availability(True, f"mmpose {_version('mmpose')}, mmcv-lite {_version('mmcv-lite')} + nbhelpers "
@@ -199,8 +201,6 @@ def import_mmpose():
 
     Source: shared/reference/environment-notes.md (OpenMMLab: the stub ``mmcv.ops`` before importing mmpose).
     """
-    from . import _mmcv_ops_stub
-
     if importlib.util.find_spec("mmcv") is None:
         raise MissingDependencyError("mmcv (or mmcv-lite) is not installed. " + INSTALL_HINT)
     _mmcv_ops_stub.install()
@@ -260,9 +260,6 @@ def load_checkpoint_state(path: str | os.PathLike, trusted_sha256: str | None = 
     Source: `preprocessing.py:17-19`, `[mmpose] apis/inference.py:104-111` (checkpoint state dict and meta);
     failure kinds F11, F12.
     """
-    from .. import weights as _weights
-    from ..models import load_checkpoint
-
     path = Path(path)
     if not path.is_file():
         raise WeightsError(f"DWPose checkpoint {str(path)!r} does not exist: download it with `"
@@ -480,8 +477,6 @@ class MMPoseBackend:
 
         Source: `preprocessing.py:84-111` (reference §3.1, §3.3 step 1).
         """
-        from .dwpose_onnx import detect_with_pose
-
         return detect_with_pose(frames, self.face_detector, self.keypoints)
 
     def close(self) -> None:

@@ -15,7 +15,9 @@ from collections.abc import Callable, Iterator, MutableMapping
 from pathlib import Path
 from typing import Any
 
+from .. import weights
 from ..errors import FallbackWarning, InputError, MissingDependencyError
+from ..models import LOAD_LOCK
 from .base import LandmarkBackend
 
 # Weight files (relative to a weights dir, the official `models/` folder) that the detector backends need.
@@ -107,11 +109,7 @@ def _weights_dir(weights_dir: str | os.PathLike | None) -> Path | None:
     if weights_dir is not None:
         return Path(weights_dir)
     try:
-        from ..weights import default_dir
-    except ImportError:
-        return None
-    try:
-        return Path(default_dir())
+        return Path(weights.default_dir())
     except Exception:  # noqa: BLE001 - no usable default: the weight-based backends are skipped with a reason
         return None
 
@@ -192,7 +190,6 @@ def get_backend(name: str | LandmarkBackend = "auto", weights_dir: str | os.Path
     if name != "auto" and name not in BACKENDS:
         raise InputError(f"unknown landmark backend {name!r}; the choices are "
                          f"{', '.join(map(repr, ['auto', *BACKENDS]))}.")
-    from ..models import LOAD_LOCK
 
     with LOAD_LOCK:  # one model built at a time in the process (nbhelpers.models.LOAD_LOCK)
         if name == "auto":

@@ -15,9 +15,12 @@ from typing import Any
 
 import numpy as np
 
+from .. import media
 from ..config import InferenceConfig
 from ..constants import CROP_SIZE
 from ..errors import InputError, NbHelpersWarning, NoFaceError
+from ..gpu import batched
+from ..progress import bar
 from .base import FaceResult, LandmarkBackend
 from .boxes import (
     BBoxShiftRange,
@@ -173,9 +176,7 @@ def _batches(frames: Any, batch_size: int, stack: ExitStack, exact: bool = False
     reader's exact :attr:`~nbhelpers.media.VideoReader.frame_count` (one fast counting decode), what per-frame
     boxes are checked against."""
     if isinstance(frames, (str, os.PathLike)):
-        from ..media import load_video
-
-        reader = load_video(frames)
+        reader = media.load_video(frames)
         if hasattr(reader, "__exit__"):
             stack.enter_context(reader)
         frames = reader
@@ -291,8 +292,6 @@ def track(frames: Any, backend: str | LandmarkBackend = "auto", config: Inferenc
     Source: musetalk/utils/preprocessing.py:84-137 (get_landmark_and_bbox); scripts/inference.py:150-181
     (reference §3, quirks Q6, Q7, Q15-Q17).
     """
-    from ..progress import bar
-
     with FaceTracker(backend, config, boxes=boxes, weights_dir=weights_dir, batch_size=batch_size,
                      device=device) as tracker, ExitStack() as stack:
         batches, total = _batches(frames, tracker.batch_size, stack,
@@ -376,8 +375,6 @@ class FaceTracker:
         Raises:
             InputError: Bad frames or boxes (see :func:`track`).
         """
-        from ..gpu import batched
-
         batch = np.asarray(frames)
         if batch.ndim != 4 or batch.shape[-1] != 3 or batch.dtype != np.uint8:
             raise InputError(f"frames must be (b, H, W, 3) uint8 BGR; got shape {batch.shape}, dtype {batch.dtype}.")

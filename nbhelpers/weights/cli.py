@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
+from ..errors import NbHelpersError
 from .downloads import download
 from .manifest import ENV_VAR, SETS, list_files
 from .verification import verify
@@ -25,8 +26,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     Source: download_weights.sh (the official equivalent, a shell script).
     """
     import argparse
-
-    from ..errors import NbHelpersError
 
     parser = argparse.ArgumentParser(prog="python -m nbhelpers.weights", description="MuseTalk weight files")
     sub = parser.add_subparsers(dest="command", required=True)

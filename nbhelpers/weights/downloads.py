@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .. import progress
 from ..errors import NbHelpersWarning, WeightsError
 from ..hashing import sha256_file
 from .inspect import MISSING, OK, UNVERIFIABLE, inspect_file
@@ -244,7 +245,6 @@ def _fetch_gdrive(source: Source, root: Path, rel: str) -> tuple[Path, int | Non
         import gdown
     except ImportError as exc:
         raise _Skipped("gdown is not installed (pip install gdown)") from exc
-    from .. import progress
 
     out = _staging(root, "gdrive", source.id) / Path(rel).name
     quiet = bool(progress._settings.get("disable"))
@@ -258,8 +258,6 @@ def _fetch_url(url: str, part: Path, desc: str) -> tuple[Path, int | None]:
     """Stream ``url`` into ``part`` (resuming from its current size with a Range request)."""
     import urllib.error
     import urllib.request
-
-    from .. import progress
 
     have = part.stat().st_size if part.exists() else 0
     headers = {"User-Agent": "nbhelpers (musetalk-workbook)", "Accept-Encoding": "identity"}
