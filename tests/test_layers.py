@@ -55,7 +55,6 @@ RANKS = {
     "avatar": 4,
     "live": 4,
     "batch": 4,
-    "bytecode": 4,  # leaves the package with the batch redesign
     "quality": 4,
     "testing": 4,
     # 5 front ends
@@ -76,13 +75,11 @@ STDLIB_ONLY = ("nbhelpers.env", "nbhelpers.workbook")
 PENDING = {
     "nbhelpers.__main__",
     "nbhelpers.avatar",
-    "nbhelpers.batch",
     "nbhelpers.engine",
     "nbhelpers.live",
     "nbhelpers.pipeline",
     "nbhelpers.quality",
-    "nbhelpers.result",
-    "nbhelpers.ui",
+    "nbhelpers.quality.syncnet",
 }
 
 
