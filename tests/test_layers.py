@@ -4,6 +4,8 @@ Every module of ``nbhelpers`` belongs to a layer (``RANKS``, the table of CONTRI
 only modules of its own layer or of layers below, without cycles. Imports are read from the source with ``ast``
 wherever they are in a file (a function-level import ties two modules together as much as a module-level one),
 except under ``if TYPE_CHECKING:``. Imports inside functions are for heavy or optional third-party libraries only.
+A package module that imports torch at its top (a network's module) is loaded at call time through
+``errors.require("nbhelpers....", install)``; such a call is an edge of the graph too.
 """
 
 from __future__ import annotations
@@ -141,7 +143,19 @@ def _imports(module: str) -> list[tuple[ast.Import | ast.ImportFrom, set[str], b
     return found
 
 
-GRAPH = {m: sorted({t for _, targets, _ in _imports(m) for t in targets}) for m in MODULES}
+def _required(module: str) -> set[str]:
+    """The package modules that ``module`` loads at call time with ``require("nbhelpers....", install)``."""
+    found = set()
+    for node in ast.walk(ast.parse(MODULES[module].read_text(encoding="utf-8"))):
+        if (isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "require"
+                and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
+                and node.args[0].value.startswith("nbhelpers.")):
+            found.add(node.args[0].value)
+    return found
+
+
+REQUIRED = {m: _required(m) for m in MODULES}
+GRAPH = {m: sorted({t for _, targets, _ in _imports(m) for t in targets} | REQUIRED[m]) for m in MODULES}
 
 
 def _third_party(node: ast.Import | ast.ImportFrom) -> set[str]:
@@ -221,6 +235,11 @@ def test_every_module_has_a_layer():
 
 def test_pending_names_only_modules_that_exist():
     assert PENDING <= set(MODULES), sorted(PENDING - set(MODULES))
+
+
+def test_required_names_are_package_modules():
+    unknown = {m: sorted(names - set(MODULES)) for m, names in REQUIRED.items() if names - set(MODULES)}
+    assert not unknown, f"require() names modules that do not exist: {unknown}"
 
 
 def test_no_import_cycles():
