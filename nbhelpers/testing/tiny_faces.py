@@ -176,16 +176,17 @@ def template_dwpose_state_dict(keypoints_px: np.ndarray | None = None) -> dict:
     import torch
     from torch.nn import functional as F
 
+    net = require("nbhelpers.faces.dwpose_net", dwpose_torch.INSTALL_TORCH)  # the architecture facts (torch)
     kp = np.asarray(face_template_input_px() if keypoints_px is None else keypoints_px, np.float64)
     k = codec.NUM_KEYPOINTS
     taps = ((0, 0), (0, 6), (6, 0), (6, 6), (3, 0), (0, 3))  # six taps of the 7x7 kernel, x: 0-2, y: 3-5
-    fw, fh = dwpose_torch.FEATURE_MAP
+    fw, fh = net.FEATURE_MAP
     ones = torch.ones(1, 1, fh, fw, dtype=torch.float64)
     cols = []
     for i, j in taps:
-        unit = torch.zeros(1, 1, dwpose_torch.FINAL_KERNEL, dwpose_torch.FINAL_KERNEL, dtype=torch.float64)
+        unit = torch.zeros(1, 1, net.FINAL_KERNEL, net.FINAL_KERNEL, dtype=torch.float64)
         unit[0, 0, i, j] = 1.0
-        cols.append(F.conv2d(ones, unit, padding=dwpose_torch.FINAL_KERNEL // 2).flatten())
+        cols.append(F.conv2d(ones, unit, padding=net.FINAL_KERNEL // 2).flatten())
     m_taps = torch.stack(cols, dim=1)  # (108, 6): each tap's footprint on the map
     read_back = torch.linalg.pinv(m_taps)  # (6, 108), read_back @ m_taps = I
     kappa = 2.0 / (1.0 + math.exp(-2.0))  # silu(2): the constant backbone output
@@ -196,9 +197,9 @@ def template_dwpose_state_dict(keypoints_px: np.ndarray | None = None) -> dict:
         z = (kp[:, axis] * codec.SIMCC_SPLIT_RATIO - half) / half
         coeffs[:, 3 * axis:3 * axis + 3] = np.stack([1.0 - curvature * z**2, 2 * curvature * z,
                                                       -curvature * np.ones(k)], axis=1)
-    kernel = torch.zeros(k, 1, dwpose_torch.FINAL_KERNEL, dwpose_torch.FINAL_KERNEL, dtype=torch.float64)
+    kernel = torch.zeros(k, 1, net.FINAL_KERNEL, net.FINAL_KERNEL, dtype=torch.float64)
     for t, (i, j) in enumerate(taps):
-        kernel[:, 0, i, j] = torch.from_numpy(coeffs[:, t]) / (dwpose_torch.HEAD_IN_CHANNELS * kappa)
+        kernel[:, 0, i, j] = torch.from_numpy(coeffs[:, t]) / (net.HEAD_IN_CHANNELS * kappa)
 
     def const(shape, value, dtype=torch.float32):
         if not shape:
@@ -217,14 +218,14 @@ def template_dwpose_state_dict(keypoints_px: np.ndarray | None = None) -> dict:
             state[key] = const(shape, 2.0)
         else:
             state[key] = const(shape, 0.0)
-    state["head.final_layer.weight"] = kernel.float().expand(k, dwpose_torch.HEAD_IN_CHANNELS, dwpose_torch.FINAL_KERNEL, dwpose_torch.FINAL_KERNEL)
-    mlp = torch.zeros(dwpose_torch.GAU_HIDDEN, dwpose_torch.FEATURE_MAP[0] * dwpose_torch.FEATURE_MAP[1])
+    state["head.final_layer.weight"] = kernel.float().expand(k, net.HEAD_IN_CHANNELS, *kernel.shape[2:])
+    mlp = torch.zeros(net.GAU_HIDDEN, net.FEATURE_MAP[0] * net.FEATURE_MAP[1])
     mlp[:6] = read_back.float()
     state["head.mlp.1.weight"] = mlp
     for name, bins, first in (("cls_x", codec.SIMCC_X_BINS, 0), ("cls_y", codec.SIMCC_Y_BINS, 3)):
         half = (bins - 1) / 2.0
         z = (torch.arange(bins, dtype=torch.float64) - half) / half
-        w = torch.zeros(bins, dwpose_torch.GAU_HIDDEN, dtype=torch.float64)
+        w = torch.zeros(bins, net.GAU_HIDDEN, dtype=torch.float64)
         w[:, first], w[:, first + 1], w[:, first + 2] = 1.0, z, z * z
         state[f"head.{name}.weight"] = w.float()
     return state
