@@ -230,7 +230,7 @@ def checkpoint(tmp_path_factory) -> Path:
 
 
 def test_bisenet_names_and_shapes_equal_the_official_checkpoint():
-    from nbhelpers.parsing import BiSeNet
+    from nbhelpers.parsing.network import BiSeNet
 
     reference = json.loads(KEYS.read_text())
     state = BiSeNet().state_dict()

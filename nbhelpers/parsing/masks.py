@@ -1,0 +1,250 @@
+"""Face parsing's label vocabulary and the label map -> mask step of each parsing mode (``raw`` / ``jaw`` / ``neck``).
+
+:func:`face_mask` works on one (512, 512) label map with numpy and OpenCV; :func:`face_mask_torch` does the same on a
+batch of label maps on a torch device, equal bit for bit. The label maps come from
+:class:`nbhelpers.parsing.FaceParser`.
+
+Source: ``musetalk/utils/face_parsing/__init__.py:15-57,92-110`` of the official repository
+(docs/official-behaviour.md §7.3).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..constants import PARSING_SIZE
+from ..errors import InputError
+from ..gpu import device_constant
+
+__all__ = [
+    "N_CLASSES", "LABELS", "PARSING_MODES", "SKIN", "NOSE", "MOUTH", "UPPER_LIP", "LOWER_LIP", "NECK",
+    "face_mask", "face_mask_torch", "check_parsing_args", "jaw_dilation_kernel", "jaw_erosion_kernel", "cheek_mask",
+]
+
+N_CLASSES = 19  # BiSeNet output classes: background + 18 CelebAMask-HQ parts (model.py:230-254)
+
+# Class index -> name, the CelebAMask-HQ order face-parsing.PyTorch trained with (docs/official-behaviour.md §7.3).
+LABELS = ("background", "skin", "l_brow", "r_brow", "l_eye", "r_eye", "eye_g", "l_ear", "r_ear", "ear_r",
+          "nose", "mouth", "u_lip", "l_lip", "neck", "neck_l", "cloth", "hair", "hat")
+SKIN, NOSE, MOUTH, UPPER_LIP, LOWER_LIP, NECK = 1, 10, 11, 12, 13, 14
+
+PARSING_MODES = ("jaw", "raw", "neck")
+_KEEP = {  # labels kept as 255 by the simple modes (face_parsing/__init__.py:93-95,106-108)
+    "raw": (SKIN, MOUTH, UPPER_LIP, LOWER_LIP),
+    "neck": (SKIN, MOUTH, UPPER_LIP, LOWER_LIP, NECK),
+}
+
+
+def jaw_dilation_kernel() -> np.ndarray:
+    """The 33x33 "cone + tail" kernel that jaw mode dilates the skin with.
+
+    Rows 0-9 are zero. Row ``r`` in 10..20 holds a centred run of ``2 (r - 10) + 1`` ones (1, 3, ..., 21 wide, around
+    column 16). Rows 21-32 hold ones in columns 6-26 (21 wide). With OpenCV's centre anchor (16, 16) a single skin
+    pixel at row ``y`` spreads to rows ``y-16 .. y-4`` at full width 21 and to rows ``y-3 .. y+6`` as a triangle
+    narrowing from 19 to 1 pixels, i.e. the skin grows mostly upwards.
+
+    Returns:
+        (33, 33) uint8 array of 0/1.
+
+    Source: ``musetalk/utils/face_parsing/__init__.py:15-42`` (docs/official-behaviour.md §7.3).
+    """
+    kernel = np.zeros((33, 33), np.uint8)
+    for row in range(10, 21):
+        half = row - 10
+        kernel[row, 16 - half:16 + half + 1] = 1
+    kernel[21:33, 6:27] = 1
+    return kernel
+
+
+def jaw_erosion_kernel() -> np.ndarray:
+    """The elliptical (35 wide, 3 high) structuring element that jaw mode erodes twice with.
+
+    Returns:
+        (3, 35) uint8 array: row 0 and row 2 have a single one at column 17, row 1 is all ones.
+
+    Source: ``cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (35, 3))``, ``face_parsing/__init__.py:45-46``.
+    """
+    import cv2
+
+    return cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (35, 3))
+
+
+def cheek_mask(left_cheek_width: int = 90, right_cheek_width: int = 90) -> np.ndarray:
+    """The two cheek bands of jaw mode in the 512-px parsing space.
+
+    255 on columns ``0 .. 256 - left_cheek_width`` and ``256 + right_cheek_width .. 511`` (both ends inclusive, as
+    OpenCV draws filled rectangles), 0 in the central band. With 90/90: columns 0-166 and 346-511.
+
+    Args:
+        left_cheek_width: Width in parsing pixels (0-256) of the central band left of column 256.
+        right_cheek_width: Width in parsing pixels (0-256) of the central band right of column 256.
+
+    Returns:
+        (512, 512) uint8 of 0/255.
+
+    Raises:
+        InputError: When a width is not an integer in 0..256.
+
+    Source: ``face_parsing/__init__.py:49-57`` (docs/official-behaviour.md §7.3).
+    """
+    left = _cheek_width("left_cheek_width", left_cheek_width)
+    right = _cheek_width("right_cheek_width", right_cheek_width)
+    import cv2
+
+    mask = np.zeros((PARSING_SIZE, PARSING_SIZE), np.uint8)
+    cv2.rectangle(mask, (0, 0), (PARSING_SIZE // 2 - left, PARSING_SIZE - 1), 255, -1)
+    cv2.rectangle(mask, (PARSING_SIZE // 2 + right, 0), (PARSING_SIZE - 1, PARSING_SIZE - 1), 255, -1)
+    return mask
+
+
+def face_mask(labels: np.ndarray, mode: str = "jaw", left_cheek_width: int = 90,
+              right_cheek_width: int = 90) -> np.ndarray:
+    """Turn a BiSeNet label map into the 0/255 mask of the pixels the generated face may replace.
+
+    Modes:
+
+    * ``raw`` (v1, or v15 with ``parsing_mode="raw"``): 255 on skin, mouth, upper and lower lip (1, 11, 12, 13).
+    * ``neck``: ``raw`` plus the neck (14).
+    * ``jaw`` (v15 default): the skin (1) is dilated with :func:`jaw_dilation_kernel` (grows upwards), the
+      dilation is eroded twice with :func:`jaw_erosion_kernel`; the eroded version is used on the cheek bands of
+      :func:`cheek_mask` and the dilated one in the central band. That region minus the nose (10), plus the lips
+      and mouth (11, 12, 13), is the mask.
+
+    Args:
+        labels: (512, 512) integer label map (values 0..18) from :meth:`FaceParser.labels`.
+        mode: ``"jaw"``, ``"raw"`` or ``"neck"``.
+        left_cheek_width: Jaw mode only: central band width left of column 256, in parsing pixels (0-256).
+            The scripts default to 90 (``inference.py:272``); the official ``FaceParsing()`` constructor (used by
+            v1, where it does not matter) has 80.
+        right_cheek_width: Jaw mode only: the same right of column 256 (``inference.py:273``).
+
+    Returns:
+        (512, 512) uint8 mask, 255 where kept and 0 elsewhere.
+
+    Raises:
+        InputError: When ``labels`` is not a (512, 512) integer array, ``mode`` is unknown, or a cheek width is
+            outside 0..256.
+
+    Source: ``musetalk/utils/face_parsing/__init__.py:92-110`` (docs/official-behaviour.md §7.3).
+    """
+    check_parsing_args(mode, left_cheek_width, right_cheek_width)
+    labels = np.asarray(labels)
+    if labels.shape != (PARSING_SIZE, PARSING_SIZE) or labels.dtype.kind not in "ui":
+        raise InputError(f"labels must be a ({PARSING_SIZE}, {PARSING_SIZE}) integer label map from "
+                         f"FaceParser.labels; got shape {labels.shape} dtype {labels.dtype}.")
+    if mode in _KEEP:
+        return np.where(np.isin(labels, _KEEP[mode]), 255, 0).astype(np.uint8)
+
+    cheeks = cheek_mask(left_cheek_width, right_cheek_width) == 255  # validates the widths
+    import cv2
+
+    skin = np.where(labels == SKIN, 255, 0).astype(np.uint8)                        # :96
+    dilated = cv2.dilate(skin, jaw_dilation_kernel(), iterations=1)                # :97
+    eroded = cv2.erode(dilated, jaw_erosion_kernel(), iterations=2)                # :98
+    region = np.where(cheeks, eroded, dilated) == 255                              # :101-102
+    keep = (region & (labels != NOSE)) | np.isin(labels, (MOUTH, UPPER_LIP, LOWER_LIP))  # :103-105
+    return np.where(keep, 255, 0).astype(np.uint8)
+
+
+def face_mask_torch(labels: Any, mode: str = "jaw", left_cheek_width: int = 90,
+                    right_cheek_width: int = 90) -> Any:
+    """:func:`face_mask` of a batch of label maps as torch ops on their device (equal bit for bit).
+
+    The jaw mode's ``cv2.dilate`` / ``cv2.erode`` are binary max / min filters over the kernels'
+    ones with OpenCV's anchor (the centre) and default border (outside pixels never win); they are done as max
+    pools over each kernel row's run of ones, shifted by the row's offset, which is exact for 0/1 images.
+
+    Args:
+        labels: (B, 512, 512) integer torch tensor (uint8 from :meth:`FaceParser.labels_torch`), any device.
+        mode: ``"jaw"``, ``"raw"`` or ``"neck"``.
+        left_cheek_width: Jaw mode only: central band width left of column 256, parsing pixels (0-256).
+        right_cheek_width: Jaw mode only: the same right of column 256.
+
+    Returns:
+        (B, 512, 512) uint8 tensor of 0/255 on ``labels``' device.
+
+    Raises:
+        InputError: When ``labels`` is not a (B, 512, 512) integer tensor, or the mode or a width is invalid.
+
+    Source: ``musetalk/utils/face_parsing/__init__.py:92-110`` (docs/official-behaviour.md §7.3), as
+    :func:`face_mask`.
+    """
+    import torch
+
+    check_parsing_args(mode, left_cheek_width, right_cheek_width)
+    if (not isinstance(labels, torch.Tensor) or labels.ndim != 3 or tuple(labels.shape[1:]) != (PARSING_SIZE,) * 2
+            or labels.dtype.is_floating_point or labels.dtype == torch.bool):
+        raise InputError(f"labels must be a (B, {PARSING_SIZE}, {PARSING_SIZE}) integer torch tensor of label maps; "
+                         f"got {getattr(labels, 'shape', type(labels).__name__)} {getattr(labels, 'dtype', '')}.")
+    device = labels.device
+    if mode in _KEEP:
+        keep = torch.isin(labels, device_constant(_KEEP[mode], device, labels.dtype))
+        return keep.to(torch.uint8) * 255
+    cheeks = device_constant(cheek_mask(left_cheek_width, right_cheek_width) == 255, device, torch.bool)
+    work = torch.float16 if device.type == "cuda" else torch.float32  # 0/1 values: exact in either
+    skin = (labels == SKIN).to(work)[:, None]                                              # :96
+    dilated = _binary_dilate(skin, jaw_dilation_kernel())                                  # :97
+    kernel = jaw_erosion_kernel()
+    eroded = dilated
+    for _ in range(2):                                                                     # :98, iterations=2
+        eroded = 1 - _binary_dilate(1 - eroded, kernel)  # erosion: outside pixels count as 1 (never win)
+    region = torch.where(cheeks, eroded[:, 0], dilated[:, 0]) > 0.5                        # :101-102
+    lips = torch.isin(labels, device_constant((MOUTH, UPPER_LIP, LOWER_LIP), device, labels.dtype))
+    keep = (region & (labels != NOSE)) | lips                                              # :103-105
+    return keep.to(torch.uint8) * 255
+
+
+def _binary_dilate(x: Any, kernel: np.ndarray) -> Any:
+    """OpenCV ``dilate`` of a (B, 1, H, W) 0/1 float tensor with a 0/1 kernel, centre anchor, zero outside.
+
+    ``out(y, x) = max over kernel ones (i, j) of in(y + i - ay, x + j - ax)``, no kernel flip (OpenCV's definition).
+    """
+    import torch
+    import torch.nn.functional as F
+
+    kh, kw = kernel.shape
+    ay, ax = kh // 2, kw // 2
+    height, width = x.shape[-2:]
+    padded = F.pad(x, (ax, kw - 1 - ax, ay, kh - 1 - ay), value=0.0)  # padded[y + i, x + j] = in(y+i-ay, x+j-ax)
+    runs: dict[tuple[int, int], Any] = {}
+    out = None
+    for i in range(kh):
+        cols = np.flatnonzero(kernel[i])
+        if cols.size == 0:
+            continue
+        for run in np.split(cols, np.flatnonzero(np.diff(cols) != 1) + 1):
+            start, length = int(run[0]), int(run.size)
+            if (start, length) not in runs:
+                pooled = F.max_pool2d(padded, (1, length), stride=1) if length > 1 else padded
+                runs[(start, length)] = pooled[..., start:start + width]
+            piece = runs[(start, length)][..., i:i + height, :]
+            out = piece if out is None else torch.maximum(out, piece)
+    return out
+
+
+def check_parsing_args(mode: str, left_cheek_width: int = 90, right_cheek_width: int = 90) -> None:
+    """Validate a parsing mode and the cheek widths (cheap; call before any model loads).
+
+    Args:
+        mode: ``"jaw"``, ``"raw"`` or ``"neck"``.
+        left_cheek_width: Integer 0..256 (parsing pixels).
+        right_cheek_width: Integer 0..256 (parsing pixels).
+
+    Raises:
+        InputError: When ``mode`` is unknown or a width is not an integer in 0..256.
+    """
+    if mode not in PARSING_MODES:
+        raise InputError(f"parsing_mode must be one of {PARSING_MODES}; got {mode!r}. Use 'jaw' for MuseTalk 1.5 "
+                         "(the official default) or 'raw' for 1.0.")
+    _cheek_width("left_cheek_width", left_cheek_width)
+    _cheek_width("right_cheek_width", right_cheek_width)
+
+
+def _cheek_width(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= int(value) <= 256:
+        raise InputError(f"{name} must be an integer between 0 and 256 (pixels of the 512-px parsing space); got "
+                         f"{value!r}. The official scripts use 90.")
+    return int(value)
+

@@ -1,0 +1,342 @@
+"""BiSeNet face parsing: loading ``79999_iter.pth`` strictly and turning images into (N, 512, 512) label maps.
+
+:class:`FaceParser` runs the official preprocessing on host images (:meth:`FaceParser.labels`) or on the squares of
+frames already on the device (:meth:`FaceParser.labels_torch`, the PIL resize done integer-exactly by
+:mod:`nbhelpers.resample`). The network itself is :class:`nbhelpers.parsing.network.BiSeNet`; importing this module
+loads no torch.
+
+Source: ``musetalk/utils/face_parsing/__init__.py:59-90`` of the official repository
+(docs/official-behaviour.md §7.3).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..constants import PARSING_SIZE
+from ..errors import CheckpointError, FallbackWarning, InputError, WeightsError, require
+from ..gpu import batched, device_constant
+from ..models import LOAD_LOCK
+from ..resample import crop_resize_batch
+from .masks import N_CLASSES, check_parsing_args, face_mask
+
+__all__ = ["BISENET_FILE", "FaceParser", "bisenet_path", "build_bisenet", "load_bisenet"]
+
+BISENET_FILE = "face-parse-bisent/79999_iter.pth"  # relative to a weights dir (face_parsing/__init__.py:61-67)
+IMAGENET_MEAN = (0.485, 0.456, 0.406)  # RGB, ToTensor scale [0, 1] (face_parsing/__init__.py:71-75)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+INSTALL_TORCH = "pip install torch  (on Colab it is preinstalled; never reinstall it there)"
+
+
+def build_bisenet(n_classes: int = N_CLASSES):
+    """A BiSeNet with PyTorch's default random initialisation (no file read).
+
+    Args:
+        n_classes: Output classes (19 for the official weights).
+
+    Returns:
+        ``BiSeNet`` module in eval mode on the CPU, float32.
+    """
+    return require("nbhelpers.parsing.network", INSTALL_TORCH).BiSeNet(n_classes).eval()
+
+
+def bisenet_path(weights: str | os.PathLike) -> Path:
+    """The path of ``79999_iter.pth`` given a weights dir or the file itself.
+
+    Args:
+        weights: A weights directory in the official layout (holding ``face-parse-bisent/79999_iter.pth``), or the
+            path of a BiSeNet ``.pth`` file.
+
+    Returns:
+        Path of the checkpoint file (which exists).
+
+    Raises:
+        WeightsError: When neither the file nor ``<weights>/face-parse-bisent/79999_iter.pth`` exists.
+    """
+    path = Path(weights).expanduser()
+    if path.is_file():
+        return path
+    candidate = path / BISENET_FILE
+    if candidate.is_file():
+        return candidate
+    raise WeightsError(f"The face-parsing weights were not found: neither {str(path)!r} nor {str(candidate)!r} is a "
+                       f"file. Run notebooks/00_setup.ipynb (or nbhelpers.weights.download) to fetch "
+                       f"{BISENET_FILE}, or pass the path of 79999_iter.pth.")
+
+
+def load_bisenet(weights: str | os.PathLike, device: Any = "cpu", dtype: Any = None):
+    """Load the official ``79999_iter.pth`` strictly into our BiSeNet.
+
+    The file is a plain state dict. It is read with ``torch.load(weights_only=True)`` onto the CPU; every key
+    must be present with its exact shape and no key may be extra. (The official code first loads the ImageNet
+    ResNet-18 into the backbone; 79999_iter.pth overwrites all of it, so that file is not needed.)
+
+    Args:
+        weights: Weights directory or checkpoint path (see :func:`bisenet_path`).
+        device: torch device for the model (``"cpu"``, ``"cuda"``, ``"cuda:1"``).
+        dtype: torch dtype of the parameters; None = ``torch.float32``. fp16 is meant for CUDA.
+
+    Returns:
+        ``BiSeNet`` in eval mode on ``device`` with ``dtype``.
+
+    Raises:
+        WeightsError: When the file is missing.
+        CheckpointError: When the file cannot be read as a state dict, or its keys or shapes differ from BiSeNet's
+            (the message lists the missing, unexpected and mis-shaped keys).
+
+    Source: ``face_parsing/__init__.py:59-67`` (docs/official-behaviour.md §1.1, §7.3).
+    """
+    import torch
+
+    path = bisenet_path(weights)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any unpickling failure means an unusable file
+        raise CheckpointError(f"Could not read the face-parsing checkpoint {str(path)!r} ({type(exc).__name__}: "
+                              f"{exc}). The file is probably incomplete or not 79999_iter.pth; delete it and run "
+                              "notebooks/00_setup.ipynb again to re-download it.") from exc
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise CheckpointError(f"{str(path)!r} is not a plain state dict of tensors (got {type(state).__name__}). "
+                              "Use the official face-parse-bisent/79999_iter.pth.")
+    model = build_bisenet()
+    _check_state_dict(model.state_dict(), state, path)
+    model.load_state_dict(state, strict=True)
+    return model.to(device=device, dtype=dtype or torch.float32).eval()
+
+
+def _check_state_dict(expected: dict, state: dict, path: Path) -> None:
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    shapes = sorted(f"{k}: file {tuple(state[k].shape)} != model {tuple(expected[k].shape)}"
+                    for k in set(state) & set(expected) if tuple(state[k].shape) != tuple(expected[k].shape))
+    if not (missing or unexpected or shapes):
+        return
+    lines = [f"The face-parsing checkpoint {str(path)!r} does not match BiSeNet (19 classes, ResNet-18):"]
+    for title, items in (("missing keys", missing), ("unexpected keys", unexpected), ("wrong shapes", shapes)):
+        if items:
+            shown = ", ".join(items[:8]) + (f", ... ({len(items)} in all)" if len(items) > 8 else "")
+            lines.append(f"  {title}: {shown}")
+    if unexpected and all(k.startswith("module.") for k in unexpected):
+        lines.append("  The keys start with 'module.' (saved from DataParallel); the official file has no prefix.")
+    lines.append("Use the official face-parse-bisent/79999_iter.pth (about 53 MB); re-download it with "
+                 "notebooks/00_setup.ipynb if it was replaced.")
+    raise CheckpointError("\n".join(lines))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The parser: images -> label maps
+# ---------------------------------------------------------------------------------------------------------------
+
+class FaceParser:
+    """BiSeNet face parsing with the official preprocessing, batched.
+
+    Example:
+        >>> parser = FaceParser("models", device="cuda", dtype=torch.float16)  # doctest: +SKIP
+        >>> labels = parser.labels(crops_rgb)            # (N, 512, 512) uint8, values 0..18  # doctest: +SKIP
+        >>> mask = face_mask(labels[0], "jaw")           # (512, 512) uint8 0/255  # doctest: +SKIP
+
+    Args:
+        weights: Weights directory (holding ``face-parse-bisent/79999_iter.pth``) or the checkpoint path.
+        device: torch device (``"cpu"``, ``"cuda"``...). The official code always uses ``cuda:0``
+            (docs/official-behaviour.md Q4).
+        dtype: torch dtype of the network; None = float32. ``torch.float16`` works on CUDA (the labels can differ
+            from fp32 on a few boundary pixels); on the CPU a half dtype falls back to float32 with a warning.
+        batch_size: Images per forward pass (512x512 each); on CUDA out-of-memory the batch is halved.
+
+    Raises:
+        WeightsError: When the checkpoint is missing.
+        CheckpointError: When it does not match BiSeNet.
+
+    Source: ``musetalk/utils/face_parsing/__init__.py:59-90`` (docs/official-behaviour.md §7.3).
+    """
+
+    def __init__(self, weights: str | os.PathLike, device: Any = "cpu", dtype: Any = None, batch_size: int = 8):
+        import torch
+
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise InputError(f"batch_size must be a positive integer; got {batch_size!r}.")
+        self.device = torch.device(device)
+        self.dtype = dtype or torch.float32
+        if self.device.type == "cpu" and self.dtype != torch.float32:
+            import warnings
+
+            warnings.warn(f"FaceParser: {self.dtype} on the CPU is slow or unsupported; using float32 instead.",
+                          FallbackWarning, stacklevel=2)
+            self.dtype = torch.float32
+        self.batch_size = batch_size
+        self.path = bisenet_path(weights)
+
+        with LOAD_LOCK:  # one model built at a time in the process (nbhelpers.models.LOAD_LOCK)
+            self.net = load_bisenet(self.path, self.device, self.dtype)
+
+    def __repr__(self) -> str:
+        return f"FaceParser({str(self.path)!r}, device={str(self.device)!r}, dtype={self.dtype})"
+
+    @staticmethod
+    def preprocess(images_rgb: np.ndarray | Sequence[np.ndarray]) -> np.ndarray:
+        """Official input preparation: PIL BILINEAR resize to 512x512, scale to [0, 1], ImageNet mean/std.
+
+        Args:
+            images_rgb: (N, H, W, 3) uint8 RGB array, or a sequence of (H_i, W_i, 3) uint8 RGB arrays (the
+                expanded squares of different frames have different sizes).
+
+        Returns:
+            (N, 3, 512, 512) float32 normalised images.
+
+        Raises:
+            InputError: When an image is not (H, W, 3) uint8 with H, W >= 1.
+
+        Source: ``face_parsing/__init__.py:71-75,83-88`` (transforms.ToTensor + Normalize; PIL resize BILINEAR).
+        """
+        from PIL import Image
+
+        bilinear = getattr(Image, "Resampling", Image).BILINEAR
+        images = _image_list(images_rgb)
+        out = np.empty((len(images), 3, PARSING_SIZE, PARSING_SIZE), np.float32)
+        mean = np.asarray(IMAGENET_MEAN, np.float32)[:, None, None]
+        std = np.asarray(IMAGENET_STD, np.float32)[:, None, None]
+        for i, image in enumerate(images):
+            resized = np.asarray(Image.fromarray(image).resize((PARSING_SIZE, PARSING_SIZE), bilinear))
+            out[i] = (resized.transpose(2, 0, 1).astype(np.float32) / 255.0 - mean) / std
+        return out
+
+    def labels(self, images_rgb: np.ndarray | Sequence[np.ndarray], batch_size: int | None = None) -> np.ndarray:
+        """Per-pixel class labels of each image, in the 512x512 parsing space.
+
+        Args:
+            images_rgb: (N, H, W, 3) uint8 **RGB** array, or a sequence of (H_i, W_i, 3) uint8 RGB arrays. MuseTalk
+                passes the expanded square of the original frame (``blending.crop_padded`` of the BGR frame,
+                flipped to RGB).
+            batch_size: Images per forward pass; None = the parser's ``batch_size``.
+
+        Returns:
+            (N, 512, 512) uint8 labels 0..18 (see :data:`LABELS`): argmax of the main head.
+
+        Raises:
+            InputError: When an image is not (H, W, 3) uint8.
+            OutOfMemoryError: When one image still does not fit on the GPU.
+
+        Source: ``face_parsing/__init__.py:83-90`` (``net(img)[0]``, argmax over classes).
+        """
+        import torch
+
+        images = _image_list(images_rgb)
+        result = np.empty((len(images), PARSING_SIZE, PARSING_SIZE), np.uint8)
+
+        def step(sl: slice) -> np.ndarray:
+            x = torch.from_numpy(self.preprocess(images[sl])).to(self.device)
+            with torch.inference_mode():
+                logits = self.net.parse(x.to(self.dtype))
+                return logits.argmax(dim=1).to(torch.uint8).cpu().numpy()
+
+        for sl, out in batched(len(images), batch_size or self.batch_size, step, stage="face parsing"):
+            result[sl] = out
+        return result
+
+    def preprocess_torch(self, frames: Any, squares: Sequence[Sequence[int]], bgr: bool = True) -> Any:
+        """:meth:`preprocess` of the squares of frames already on a torch device, without leaving it.
+
+        The crop (black outside the frame) and the PIL BILINEAR resize to 512 are done by
+        :func:`nbhelpers.resample.crop_resize_batch`, bit-exact with PIL; the scaling and mean/std are the same
+        float32 operations as :meth:`preprocess`.
+
+        Args:
+            frames: (B, H, W, 3) uint8 torch tensor, any device.
+            squares: B ``(xs, ys, xe, ye)`` expanded squares (``blending.expanded_square``), frame pixels; may
+                extend past the frame.
+            bgr: The frames are BGR (OpenCV order, the pipeline's); they are flipped to RGB as the official code
+                does before parsing. False for RGB frames.
+
+        Returns:
+            (B, 3, 512, 512) float32 normalised RGB images on ``frames``' device.
+
+        Raises:
+            InputError: When ``frames`` is not (B, H, W, 3) uint8 or the squares do not match it.
+
+        Source: ``face_parsing/__init__.py:71-75,83-88``; ``blending.py:60`` (the crop).
+        """
+        import torch
+
+        _check_frames_torch(frames, squares)
+        images = crop_resize_batch(frames.permute(0, 3, 1, 2), squares, PARSING_SIZE, "bilinear")
+        if bgr:
+            images = images.flip(1)
+        mean = device_constant(IMAGENET_MEAN, frames.device, torch.float32).view(1, 3, 1, 1)
+        std = device_constant(IMAGENET_STD, frames.device, torch.float32).view(1, 3, 1, 1)
+        return (images.to(torch.float32) / 255.0 - mean) / std
+
+    def labels_torch(self, frames: Any, squares: Sequence[Sequence[int]], bgr: bool = True) -> Any:
+        """Label maps of the squares of a batch of frames on the parser's device (no host round trip).
+
+        Args:
+            frames: (B, H, W, 3) uint8 torch tensor; moved to the parser's device when elsewhere.
+            squares: B expanded squares ``(xs, ys, xe, ye)`` (see :meth:`preprocess_torch`).
+            bgr: Frames in BGR order (default) or RGB.
+
+        Returns:
+            (B, 512, 512) uint8 tensor of labels 0..18 on the parser's device. One forward pass: the caller
+            chooses B (``blending.prepare_materials_torch`` uses the parser's ``batch_size``).
+
+        Raises:
+            InputError: As :meth:`preprocess_torch`.
+
+        Source: ``face_parsing/__init__.py:83-90`` (``net(img)[0]``, argmax over classes).
+        """
+        import torch
+
+        x = self.preprocess_torch(frames.to(self.device, non_blocking=True), squares, bgr)
+        with torch.inference_mode():
+            return self.net.parse(x.to(self.dtype)).argmax(dim=1).to(torch.uint8)
+
+    def masks(self, images_rgb: np.ndarray | Sequence[np.ndarray], mode: str = "jaw", left_cheek_width: int = 90,
+              right_cheek_width: int = 90) -> np.ndarray:
+        """:meth:`labels` followed by :func:`face_mask` for each image.
+
+        Args:
+            images_rgb: See :meth:`labels`.
+            mode: ``"jaw"``, ``"raw"`` or ``"neck"``.
+            left_cheek_width: Jaw-mode cheek band, parsing pixels (default 90).
+            right_cheek_width: Same on the right.
+
+        Returns:
+            (N, 512, 512) uint8 masks of 0/255.
+
+        Raises:
+            InputError: As :meth:`labels` and :func:`face_mask`.
+        """
+        check_parsing_args(mode, left_cheek_width, right_cheek_width)  # before the network runs
+        out = np.zeros((len(images_rgb), PARSING_SIZE, PARSING_SIZE), np.uint8)
+        for i, lab in enumerate(self.labels(images_rgb)):
+            out[i] = face_mask(lab, mode, left_cheek_width, right_cheek_width)
+        return out
+
+
+def _check_frames_torch(frames: Any, squares: Sequence[Sequence[int]]) -> None:
+    import torch
+
+    if (not isinstance(frames, torch.Tensor) or frames.ndim != 4 or frames.shape[3] != 3
+            or frames.dtype != torch.uint8):
+        raise InputError(f"frames must be a (B, H, W, 3) uint8 torch tensor; got "
+                         f"{getattr(frames, 'shape', type(frames).__name__)} {getattr(frames, 'dtype', '')}.")
+    if len(squares) != frames.shape[0]:
+        raise InputError(f"squares must have one entry per frame ({frames.shape[0]}); got {len(squares)}.")
+    for i, sq in enumerate(squares):
+        if len(sq) != 4 or int(sq[2]) - int(sq[0]) != int(sq[3]) - int(sq[1]) or int(sq[2]) <= int(sq[0]):
+            raise InputError(f"squares[{i}] must be (xs, ys, xe, ye) of a non-empty square; got {tuple(sq)!r}.")
+
+
+def _image_list(images_rgb: np.ndarray | Sequence[np.ndarray]) -> list[np.ndarray]:
+    if isinstance(images_rgb, np.ndarray) and images_rgb.ndim == 3:
+        raise InputError(f"images_rgb must be a batch (N, H, W, 3) or a list of (H, W, 3) images; got one image of "
+                         f"shape {images_rgb.shape}. Wrap it: [image].")
+    images = [np.ascontiguousarray(im) for im in images_rgb]
+    for i, im in enumerate(images):
+        if im.ndim != 3 or im.shape[2] != 3 or im.dtype != np.uint8 or im.shape[0] < 1 or im.shape[1] < 1:
+            raise InputError(f"images_rgb[{i}] must be an (H, W, 3) uint8 RGB image; got shape {im.shape} dtype "
+                             f"{im.dtype}.")
+    return images
