@@ -80,8 +80,6 @@ PENDING = {
     "nbhelpers.engine",
     "nbhelpers.live",
     "nbhelpers.pipeline",
-    "nbhelpers.quality",
-    "nbhelpers.quality.syncnet",
 }
 
 

@@ -258,8 +258,10 @@ def test_protocol_crop_takes_the_published_region():
 
 def test_syncnet_parameter_names_and_shapes_equal_the_published_checkpoint():
     torch = pytest.importorskip("torch")
+    from nbhelpers.quality.network import SyncNetV2
+
     with torch.device("meta"):
-        net = quality.SyncNetV2()
+        net = SyncNetV2()
     got = {k: tuple(v.shape) for k, v in net.state_dict().items() if not k.endswith("num_batches_tracked")}
     assert got == published_keys()
     assert sum(p.numel() for p in net.parameters()) == 13_631_616  # 54.5 MB in float32: the manifest estimate
@@ -297,12 +299,14 @@ def test_syncnet_loads_the_published_format_weights_only(tiny_syncnet, tmp_path)
 
 def test_syncnet_refuses_a_pickled_model_and_wrong_shapes(tmp_path):
     torch = pytest.importorskip("torch")
+    from nbhelpers.quality.network import SyncNetV2
+
     path = tmp_path / quality.SYNCNET_FILE
     path.parent.mkdir(parents=True)
     torch.save(torch.nn.Sequential(torch.nn.Linear(2, 2)), str(path))  # a pickled module: unpickling runs code
     with pytest.raises(WeightsError, match="Python objects besides tensors"):
         quality.load_syncnet(tmp_path, device="cpu")
-    state = quality.SyncNetV2().state_dict()
+    state = SyncNetV2().state_dict()
     state["netfcaud.3.weight"] = torch.zeros(512, 512)
     torch.save(state, str(path))
     with pytest.raises(CheckpointError, match="netfcaud.3.weight"):

@@ -20,12 +20,11 @@ Sign conventions (the two measures report opposite signs, as their sources do):
 - ``MouthAudioLag.lag_frames``: positive = the sound comes *later* than the mouth (the audio is delayed).
   ``SyncScore.audio_delay_frames`` (= -offset) is on this scale.
 
-Importing this package imports numpy only; torch is imported when SyncNet is built.
+Importing this package imports numpy only; torch and the network (:class:`nbhelpers.quality.network.SyncNetV2`)
+are loaded when SyncNet is built.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from .crops import protocol_crops, smooth_face_boxes
 from .lag import MouthAudioLag, mouth_audio_lag, mouth_opening, speech_envelope
@@ -38,7 +37,6 @@ __all__ = [
     "VSHIFT",
     "MouthAudioLag",
     "SyncEmbedder",
-    "SyncNetV2",  # noqa: F822 (module __getattr__: imports torch)
     "SyncScore",
     "load_syncnet",
     "mfcc",
@@ -51,11 +49,3 @@ __all__ = [
     "sync_score",
     "write_tiny_syncnet",
 ]
-
-
-def __getattr__(name: str) -> Any:
-    if name == "SyncNetV2":  # the torch network, imported on first use
-        from .network import SyncNetV2
-
-        return SyncNetV2
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,6 +1,6 @@
 """SyncNet v2, the network of ``syncnet_v2.model``, and the embedder that runs it on numpy windows.
 
-This module imports torch; :func:`nbhelpers.quality.load_syncnet` imports it when SyncNet is first built.
+This module imports torch; :func:`nbhelpers.quality.load_syncnet` loads it when SyncNet is first built.
 """
 
 from __future__ import annotations

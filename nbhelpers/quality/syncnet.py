@@ -1,7 +1,7 @@
 """SyncNet v2's weight file: what a model must offer, loading the published file, and a writer of random weights.
 
-Importing this module imports numpy only; torch and the network (:mod:`nbhelpers.quality.network`) are imported
-when SyncNet is built.
+Importing this module imports numpy only; torch and the network (:mod:`nbhelpers.quality.network`) are loaded when
+SyncNet is built.
 """
 
 from __future__ import annotations
@@ -12,12 +12,13 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from .. import weights
-from ..errors import CheckpointError, WeightsError
+from .. import models, weights
+from ..errors import CheckpointError, WeightsError, require
 
 __all__ = ["SYNCNET_FILE", "SyncEmbedder", "load_syncnet", "write_tiny_syncnet"]
 
 SYNCNET_FILE = "syncnet/syncnet_v2.model"  # relative to a weights dir; manifest entry "syncnet-v2", set "quality"
+INSTALL_TORCH = "pip install torch  (on Colab it is preinstalled; never reinstall it there)"
 
 
 @runtime_checkable
@@ -64,9 +65,7 @@ def load_syncnet(weights_dir: str | os.PathLike | None = None, device: str | Non
     """
     import torch
 
-    from .. import models  # imports torch
-    from .network import SyncNetV2, TorchEmbedder  # imports torch
-
+    network = require("nbhelpers.quality.network", INSTALL_TORCH)
     root = Path(weights_dir).expanduser() if weights_dir is not None else weights.default_dir()
     path = root / SYNCNET_FILE
     if not path.is_file():
@@ -79,16 +78,16 @@ def load_syncnet(weights_dir: str | os.PathLike | None = None, device: str | Non
         raise CheckpointError(f"{path} holds a {type(state).__name__}, not a state dict of SyncNet v2 parameters; "
                               f"delete it and run `{_download_hint()}`.")
     with torch.device("meta"):
-        net = SyncNetV2()
+        net = network.SyncNetV2()
     state = dict(state)
     for key, value in net.state_dict().items():
         if key.endswith("num_batches_tracked") and key not in state:
             state[key] = torch.zeros((), dtype=value.dtype)
     models.check_state_dict(net, state, path, "SyncNet v2")
     dev = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
-    net = SyncNetV2()
+    net = network.SyncNetV2()
     net.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()}, strict=True)
-    return TorchEmbedder(net.to(dev), dev)
+    return network.TorchEmbedder(net.to(dev), dev)
 
 
 def write_tiny_syncnet(directory: str | os.PathLike, *, seed: int = 0, legacy: bool = True) -> Path:
@@ -110,10 +109,9 @@ def write_tiny_syncnet(directory: str | os.PathLike, *, seed: int = 0, legacy: b
     """
     import torch
 
-    from .network import SyncNetV2  # imports torch
-
+    network = require("nbhelpers.quality.network", INSTALL_TORCH)
     torch.manual_seed(int(seed))
-    net = SyncNetV2()
+    net = network.SyncNetV2()
     state = {k: v for k, v in net.state_dict().items() if not k.endswith("num_batches_tracked")}
     out = Path(directory) / SYNCNET_FILE
     out.parent.mkdir(parents=True, exist_ok=True)
