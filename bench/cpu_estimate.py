@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             t0 = time.perf_counter()
-            pipe = MuseTalkPipeline.from_pretrained(wd, device="cpu", landmark_backend=backend)
+            pipe = MuseTalkPipeline.from_pretrained(wd, InferenceConfig(device="cpu", landmark_backend=backend))
             load_s = time.perf_counter() - t0
             config = InferenceConfig(batch_size=args.batch) if args.batch else None
             result = pipe.lipsync(video, audio, tmp / "out.mp4", config=config,

@@ -144,7 +144,7 @@ def main() -> None:
     import soundfile as sf
     from _common import make_full_weights, media_dir
 
-    from nbhelpers import MuseTalkPipeline
+    from nbhelpers import InferenceConfig, MuseTalkPipeline
 
     data = media_dir()
     if args.smoke:
@@ -176,7 +176,7 @@ def main() -> None:
         video = short
 
     core_table(restorers, weights, cuda, args.smoke)
-    pipe = MuseTalkPipeline.from_pretrained(weights, device="cuda" if cuda else "cpu")
+    pipe = MuseTalkPipeline.from_pretrained(weights, InferenceConfig(device="cuda" if cuda else "cpu"))
     base = pipe.config.replace(batch_size=args.batch)
 
     def sync():

@@ -432,8 +432,7 @@ class Avatar:
         if self.pipeline is None:
             from .pipeline import MuseTalkPipeline
 
-            self.pipeline = MuseTalkPipeline.from_pretrained(self.weights_dir, version=self.config.version,
-                                                             config=self.config)
+            self.pipeline = MuseTalkPipeline.from_pretrained(self.weights_dir, self.config)
             self._owns_pipeline = True
         return self.pipeline
 
@@ -504,7 +503,7 @@ class Avatar:
 
     def _features(self, audio, timings):
         from . import media
-        from .pipeline import speech_frames
+        from .checks import speech_frames
 
         pipe = self._pipeline()
         with timings.stage("audio"):
@@ -578,7 +577,7 @@ class Avatar:
                           no_face_frames=self.n_frames - self.n_faces, fps=FPS,
                           duration_s=len(waveform) / SAMPLE_RATE, config=clip_config, backend=self.backend or "cache",
                           timings=dict(timings.seconds), wall_s=time.perf_counter() - t0, kind="avatar",
-                          notes=self._pipeline()._notes((w, h) if final is not None else None))
+                          notes=self._pipeline().clip_notes((w, h) if final is not None else None))
 
     def stream(self, audio: str | os.PathLike | np.ndarray) -> Iterator[np.ndarray]:
         """Yield the finished (H, W, 3) uint8 BGR frames of one clip, in order, as they are made (no file)."""
@@ -749,17 +748,11 @@ def prepare_avatar(video: str | os.PathLike, directory: str | os.PathLike, *, co
     """
     from . import faces, media, weights
     from .blending import materials_for_frames
+    from .checks import check_boxes, check_video, check_weights_dir, given_boxes, no_face_in_rotated_video
     from .engine import Timings, flush_denormals
     from .framestore import check_disk_for_frames, expected_frames
     from .latents import encode_frames
-    from .pipeline import (
-        MuseTalkPipeline,
-        check_boxes,
-        check_video,
-        check_weights_dir,
-        given_boxes,
-        no_face_in_rotated_video,
-    )
+    from .pipeline import MuseTalkPipeline
 
     config = config or InferenceConfig()
     boxes = given_boxes(boxes)  # a list holding one box is that box (and the same cache key)
@@ -795,7 +788,7 @@ def prepare_avatar(video: str | os.PathLike, directory: str | os.PathLike, *, co
 
         check_available(config.restore, weights_path)
     owns = pipeline is None
-    pipe = pipeline or MuseTalkPipeline.from_pretrained(weights_path, version=config.version, config=config)
+    pipe = pipeline or MuseTalkPipeline.from_pretrained(weights_path, config)
     run_config = pipe.job_config(config.replace(device=None, fp16=None) if not owns else config)
     pipe.check_weights(run_config.landmark_backend)
 

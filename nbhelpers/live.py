@@ -1054,7 +1054,7 @@ class LiveSession:
         a = self.avatar
         n = self._next_emit
         stats = self.stats.as_dict()
-        notes = tuple(a._pipeline()._notes())
+        notes = tuple(a._pipeline().clip_notes())
         return ClipResult(output=output, n_frames=n, source_frames=a.n_frames, no_face_frames=a.n_frames - a.n_faces,
                           fps=FPS, duration_s=n * SAMPLES_PER_FRAME / SAMPLE_RATE, config=a.config,
                           backend=a.backend or "cache", timings=dict(self.timings.seconds),

@@ -276,7 +276,7 @@ def test_a_whole_clip_plans_its_own_batch_and_gives_the_same_frames(prepared, cl
     from nbhelpers.pipeline import MuseTalkPipeline
 
     folder, _ = prepared
-    pipe = MuseTalkPipeline.from_pretrained(tiny_weights, device="cpu")
+    pipe = MuseTalkPipeline.from_pretrained(tiny_weights, InferenceConfig(device="cpu"))
     real, kinds = pipe.plan, []
 
     def plan(kind, config, *args, **kwargs):  # distinct batches per kind (on the CPU all would be 4)

@@ -263,7 +263,6 @@ def test_streamed_pieces_give_the_frames_of_one_piece(tiny_weights, shared_data,
     first face (written unchanged, no model loaded yet), a face appearing inside a piece, and the ping-pong past
     the 10 source frames (the 2.3 s of speech need 57)."""
     from nbhelpers import InferenceConfig, MuseTalkPipeline
-    from nbhelpers import pipeline as pipeline_module
 
     clip = make_media("face-10f.mp4", "-i", str(shared_data / "face-sing-576x768-25fps.mp4"), "-frames:v", "10",
                       "-an", "-c:v", "libx264", "-crf", "12", "-pix_fmt", "yuv420p")
@@ -274,13 +273,13 @@ def test_streamed_pieces_give_the_frames_of_one_piece(tiny_weights, shared_data,
         if not torch.cuda.is_available():
             pytest.skip("needs CUDA")
     if not pieces_on_gpu:  # as under a tight memory cap: each piece's frames stay on the host
-        monkeypatch.setattr(pipeline_module, "PIECE_ON_GPU_FRACTION", 0.0)
-        monkeypatch.setattr(pipeline_module, "FRAMES_ON_GPU_FRACTION", 0.0)
+        monkeypatch.setattr("nbhelpers.offline.PIECE_ON_GPU_FRACTION", 0.0)
+        monkeypatch.setattr("nbhelpers.engine.FRAMES_ON_GPU_FRACTION", 0.0)
     cfg = InferenceConfig(batch_size=1, device=device)
     pipe = MuseTalkPipeline.from_pretrained(tiny_weights, config=cfg)
     runs = {}
     for piece in (3, 1000):
-        monkeypatch.setattr(pipeline_module, "STREAM_PIECE", piece)
+        monkeypatch.setattr("nbhelpers.offline.STREAM_PIECE", piece)
         frames: dict[int, np.ndarray] = {}
         result = pipe.lipsync(clip, speech_2s, Path(pipe.weights_dir).parent / f"piece-{piece}.mp4", boxes=boxes,
                               frame_callback=lambda t, f, frames=frames: frames.__setitem__(t, f.copy()))
@@ -339,7 +338,7 @@ def test_a_cpu_clip_warns_once_with_its_frame_size_and_takes_one_box_in_a_list(t
     assert notes[0].startswith("Running on the CPU") and "576x768 frames," in notes[0] and "1080" not in notes[0]
     assert "5 frames from 5 source frames take about" in notes[0]
     assert (result.n_frames, result.source_frames, result.no_face_frames) == (5, 5, 0)
-    pipe = nbh.MuseTalkPipeline.from_pretrained(tiny_weights, device="cpu")
+    pipe = nbh.MuseTalkPipeline.from_pretrained(tiny_weights, nbh.InferenceConfig(device="cpu"))
     for n in (3, 11):  # 11 used to pass: cut to the 5 frames the audio reaches, though the video has 10
         with pytest.raises(InputError, match=rf"boxes has {n} entries but video '[^']*face-10f-boxes.mp4' has 10 "
                                              r"frames at 25 fps\. .*exactly 10 entries"):
@@ -351,8 +350,8 @@ def test_a_cpu_clip_warns_once_with_its_frame_size_and_takes_one_box_in_a_list(t
 def test_an_output_that_is_the_jobs_own_video_or_audio_is_refused(tmp_path):
     """Writing the output over an input would replace it (a new user's batch row did, and each rerun dubbed the
     previous output again); a link to the input is the input too."""
+    from nbhelpers.checks import output_path_for
     from nbhelpers.errors import InputError
-    from nbhelpers.pipeline import output_path_for
 
     video, audio = tmp_path / "face.mp4", tmp_path / "speech.mp4"
     video.write_bytes(b"v")
@@ -373,8 +372,8 @@ def test_per_frame_boxes_count_an_unchanged_video_once(shared_data, make_media, 
     import shutil
 
     from nbhelpers import media
+    from nbhelpers.checks import check_boxes
     from nbhelpers.errors import InputError
-    from nbhelpers.pipeline import check_boxes
 
     clip = tmp_path / "face-10f.mp4"
     shutil.copy(make_media("face-10f-boxes.mp4", "-i", str(shared_data / "face-sing-576x768-25fps.mp4"),
@@ -450,10 +449,10 @@ class FakeReader:
 @pytest.mark.parametrize(("total", "n", "sizes"), [(23, 17, [5, 5, 5, 2]), (12, 30, [5, 5, 2]), (10, 10, [5, 5])])
 def test_decode_ahead_gives_pieces_in_order_capped_at_n_and_stores_them(tmp_path, total, n, sizes):
     from nbhelpers.engine import Timings
-    from nbhelpers.pipeline import _DecodeAhead
+    from nbhelpers.offline import DecodeAhead
 
     reader, store, timings = FakeReader(total), FrameStore(4, 3, directory=tmp_path / "s"), Timings()
-    dec = _DecodeAhead(reader, n, 5, store, timings)
+    dec = DecodeAhead(reader, n, 5, store, timings)
     pieces = list(dec)
     dec.close()
     assert [len(p) for p in pieces] == sizes
@@ -472,10 +471,10 @@ def test_decode_ahead_gives_pieces_in_order_capped_at_n_and_stores_them(tmp_path
 
 def test_decode_ahead_raises_the_readers_error_at_the_piece_it_would_have_given(tmp_path):
     from nbhelpers.engine import Timings
-    from nbhelpers.pipeline import _DecodeAhead
+    from nbhelpers.offline import DecodeAhead
 
     store = FrameStore(4, 3, directory=tmp_path / "s")
-    dec = _DecodeAhead(FakeReader(40, fail_at=3), 40, 5, store, Timings())
+    dec = DecodeAhead(FakeReader(40, fail_at=3), 40, 5, store, Timings())
     got = []
     with pytest.raises(OSError, match="decoder broke at read 3"):
         for piece in dec:
@@ -491,11 +490,11 @@ def test_decode_ahead_close_ends_a_thread_blocked_on_a_full_queue(tmp_path):
     import time
 
     from nbhelpers.engine import Timings
-    from nbhelpers.pipeline import _DecodeAhead
+    from nbhelpers.offline import DecodeAhead
 
     store = FrameStore(4, 3, directory=tmp_path / "s")
     reader = FakeReader(1000)
-    dec = _DecodeAhead(reader, 1000, 5, store, Timings())
+    dec = DecodeAhead(reader, 1000, 5, store, Timings())
     deadline = time.monotonic() + 5
     while len(reader.asked) < 2 and time.monotonic() < deadline:  # one piece queued, the next one read: blocked
         time.sleep(0.01)
@@ -511,10 +510,10 @@ def test_decode_ahead_close_ends_a_thread_blocked_on_a_full_queue(tmp_path):
 
 
 def test_window_indexes_and_slices_by_clip_index_and_refuses_frames_outside():
-    from nbhelpers.pipeline import _Window
+    from nbhelpers.offline import Window
 
     frames = np.arange(6)[:, None, None, None] * np.ones((6, 2, 2, 3), np.uint8)
-    w = _Window(frames, 10)
+    w = Window(frames, 10)
     assert len(w) == 16
     assert w[10][0, 0, 0] == 0 and w[np.int64(15)][0, 0, 0] == 5
     np.testing.assert_array_equal(w[11:14][:, 0, 0, 0], [1, 2, 3])
@@ -525,7 +524,7 @@ def test_window_indexes_and_slices_by_clip_index_and_refuses_frames_outside():
         with pytest.raises(IndexError, match="not in this piece"):
             w[bad]
     torch = pytest.importorskip("torch")
-    t = _Window(torch.from_numpy(frames), 10)
+    t = Window(torch.from_numpy(frames), 10)
     assert t.device == torch.device("cpu")
     assert t[12:15].data_ptr() == t.frames[2].data_ptr()  # a run of frames: a view, no copy
     assert t[torch.tensor([13, 11])][:, 0, 0, 0].tolist() == [3, 1]
@@ -541,7 +540,7 @@ def test_materials_of_a_run_and_of_frames_with_gaps_read_the_right_frames(monkey
     torch = pytest.importorskip("torch")
     from nbhelpers import blending
     from nbhelpers.config import InferenceConfig
-    from nbhelpers.pipeline import _Window
+    from nbhelpers.offline import Window
 
     rng = np.random.default_rng(2)
     frames = rng.integers(0, 256, (8, 6, 5, 3), dtype=np.uint8)
@@ -554,10 +553,10 @@ def test_materials_of_a_run_and_of_frames_with_gaps_read_the_right_frames(monkey
         return [(b, batch[k].clone()) for k, b in enumerate(boxes)]
 
     monkeypatch.setattr(blending, "prepare_materials_torch", fake_torch_materials)
-    device_frames = _Window(torch.from_numpy(frames), offset)
+    device_frames = Window(torch.from_numpy(frames), offset)
     for face_frames in ([21, 22, 23, 24], [20, 22, 23, 27]):
         seen.clear()
-        out = blending.materials_for_frames(_Window(frames, offset), boxes, face_frames, _ParserOnCuda(),
+        out = blending.materials_for_frames(Window(frames, offset), boxes, face_frames, _ParserOnCuda(),
                                             InferenceConfig(), progress=False, frames_device=device_frames)
         assert [b for b, _ in out] == [boxes[i] for i in face_frames]
         for (_, got), i in zip(out, face_frames, strict=True):
@@ -565,7 +564,7 @@ def test_materials_of_a_run_and_of_frames_with_gaps_read_the_right_frames(monkey
         assert len(seen) == 1
     # a run reaching outside the piece is an error, not another frame
     with pytest.raises(IndexError, match="not in this piece"):
-        blending.materials_for_frames(_Window(frames, offset), boxes, [27, 28], _ParserOnCuda(), InferenceConfig(),
+        blending.materials_for_frames(Window(frames, offset), boxes, [27, 28], _ParserOnCuda(), InferenceConfig(),
                                       progress=False, frames_device=device_frames)
 
 
@@ -573,8 +572,8 @@ def test_materials_on_the_cpu_are_the_same_for_a_run_and_for_frames_with_gaps(ti
     pytest.importorskip("torch")
     from nbhelpers import blending
     from nbhelpers.config import InferenceConfig
+    from nbhelpers.offline import Window
     from nbhelpers.parsing import FaceParser
-    from nbhelpers.pipeline import _Window
 
     rng = np.random.default_rng(3)
     frames = rng.integers(0, 256, (4, 96, 80, 3), dtype=np.uint8)
@@ -582,8 +581,8 @@ def test_materials_on_the_cpu_are_the_same_for_a_run_and_for_frames_with_gaps(ti
     crop = {offset + i: (10 + i, 12, 60 + i, 80) for i in range(4)}
     parser = FaceParser(tiny_weights, device="cpu")
     cfg = InferenceConfig()
-    run = blending.materials_for_frames(_Window(frames, offset), crop, [7, 8, 9, 10], parser, cfg, progress=False)
-    gaps = blending.materials_for_frames(_Window(frames, offset), crop, [7, 9, 10], parser, cfg, progress=False)
+    run = blending.materials_for_frames(Window(frames, offset), crop, [7, 8, 9, 10], parser, cfg, progress=False)
+    gaps = blending.materials_for_frames(Window(frames, offset), crop, [7, 9, 10], parser, cfg, progress=False)
     for a, b in zip([run[0], run[2], run[3]], gaps, strict=True):
         assert tuple(a.box) == tuple(b.box) and tuple(a.square) == tuple(b.square)
         np.testing.assert_array_equal(a.mask, b.mask)
@@ -597,10 +596,9 @@ def _fake_detector():
 
 
 def _face_batches(monkeypatch, usable_gib, loaded_gib, hw=(576, 768)):
-    from nbhelpers import gpu
-    from nbhelpers.pipeline import fit_face_batches
+    from nbhelpers.offline import fit_face_batches
 
-    monkeypatch.setattr(gpu, "usable_bytes", lambda device=None: int(usable_gib * 2**30))
+    monkeypatch.setattr("nbhelpers.gpu.usable_bytes", lambda device=None: int(usable_gib * 2**30))
     det = _fake_detector()
     fit_face_batches(det, hw, "cuda", loaded_gib=loaded_gib)
     return det.face_detector.batch_size, det.pose.batch_size
@@ -621,7 +619,7 @@ def test_face_batches_on_a_4_gib_card_follow_the_memory_model(monkeypatch):
     pytest.importorskip("torch")
     from nbhelpers.faces.dwpose_torch import DEFAULT_BATCH, S3FD_GPU_BATCH
     from nbhelpers.gpu import MEMORY_MODEL as mm
-    from nbhelpers.pipeline import DWPOSE_GIB_PER_FRAME, FACES_SHARE
+    from nbhelpers.offline import DWPOSE_GIB_PER_FRAME, FACES_SHARE
 
     usable = 3.3
     budget = (usable - mm.workspace_gib) * (1 - mm.safety_fraction)
@@ -656,7 +654,7 @@ def test_warm_up_on_cuda_runs_the_models_a_batch_worker_loads(tiny_weights, shar
     box = (190, 160, 360, 330)
     frames = {}
     for mode in ("serial", "threaded"):
-        pipe = MuseTalkPipeline.from_pretrained(tiny_weights, device="cuda", config=InferenceConfig())
+        pipe = MuseTalkPipeline.from_pretrained(tiny_weights, InferenceConfig(device="cuda"))
         if mode == "threaded":
             loader = threading.Thread(target=lambda p=pipe: (p.preload("avatar"), p.warm_up(8)))
             loader.start()

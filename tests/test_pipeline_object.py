@@ -21,7 +21,7 @@ SCRIPT = textwrap.dedent('''
     import nbhelpers as nbh
     wd, video, audio, work, mode = sys.argv[1:6]
     work = pathlib.Path(work)
-    pipe = nbh.MuseTalkPipeline.from_pretrained(wd, device="cpu", landmark_backend="dlib")
+    pipe = nbh.MuseTalkPipeline.from_pretrained(wd, nbh.InferenceConfig(device="cpu", landmark_backend="dlib"))
     open(work / "MARK", "w").close()  # the weight files are counted from here on
     if mode == "reference":  # load every component once, run nothing
         pipe.unet, pipe.vae, pipe.whisper, pipe.feature_extractor, pipe.pe, pipe.face_parser, pipe.landmarks()
@@ -93,7 +93,7 @@ def test_job_settings_keep_the_pipeline_device_precision_and_version(tiny_weight
     import nbhelpers as nbh
     from nbhelpers.errors import InputError
 
-    pipe = nbh.MuseTalkPipeline.from_pretrained(tiny_weights, device="cpu")
+    pipe = nbh.MuseTalkPipeline.from_pretrained(tiny_weights, nbh.InferenceConfig(device="cpu"))
     assert pipe.loaded == [] and pipe.config.device == "cpu" and pipe.config.fp16 is False
     cfg = pipe.job_config(nbh.InferenceConfig(extra_margin=20))
     assert (cfg.device, cfg.fp16, cfg.version, cfg.extra_margin) == ("cpu", False, "v15", 20)
@@ -118,8 +118,7 @@ def test_loading_plans_device_and_precision_and_each_job_its_batch(tiny_weights)
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        pipe = nbh.MuseTalkPipeline.from_pretrained(tiny_weights, device="cpu",
-                                                    config=nbh.InferenceConfig(batch_size=8))
+        pipe = nbh.MuseTalkPipeline.from_pretrained(tiny_weights, nbh.InferenceConfig(device="cpu", batch_size=8))
     notes = [str(w.message) for w in caught if issubclass(w.category, PlanWarning)]
     # No note at load: the plan there knows neither the frame size nor the length (it assumed 1920x1080), so each
     # job warns once, from its own plan; the batch is planned per job too, from the job's frames.
@@ -139,13 +138,13 @@ def test_a_missing_weights_folder_is_named_as_such(tmp_path):
     from nbhelpers.errors import WeightsError
 
     with pytest.raises(WeightsError, match="does not exist") as info:
-        nbh.MuseTalkPipeline.from_pretrained(tmp_path / "nowhere", device="cpu")
+        nbh.MuseTalkPipeline.from_pretrained(tmp_path / "nowhere", nbh.InferenceConfig(device="cpu"))
     assert f"--weights {tmp_path / 'nowhere'}" in str(info.value) and "demo --tiny" in str(info.value)
 
 
 def test_an_output_under_a_file_is_refused_before_any_work(tmp_path):
+    from nbhelpers.checks import output_path_for
     from nbhelpers.errors import InputError
-    from nbhelpers.pipeline import output_path_for
 
     blocker = tmp_path / "afile"
     blocker.write_text("x")
@@ -161,9 +160,10 @@ def test_preload_from_several_threads_loads_each_model_once(tiny_weights, monkey
     import threading
 
     from nbhelpers import models
+    from nbhelpers.config import InferenceConfig
     from nbhelpers.pipeline import MuseTalkPipeline
 
-    pipe = MuseTalkPipeline.from_pretrained(tiny_weights, device="cpu")
+    pipe = MuseTalkPipeline.from_pretrained(tiny_weights, InferenceConfig(device="cpu"))
     calls = collections.Counter()
     for name in ("load_unet", "load_vae", "load_whisper"):
         real = getattr(models, name)
@@ -201,10 +201,11 @@ def test_no_model_is_built_while_another_thread_loads_one(tiny_weights, monkeypa
     import torch
 
     from nbhelpers import models
+    from nbhelpers.config import InferenceConfig
     from nbhelpers.parsing import FaceParser
     from nbhelpers.pipeline import MuseTalkPipeline
 
-    pipe = MuseTalkPipeline.from_pretrained(tiny_weights, device="cpu")
+    pipe = MuseTalkPipeline.from_pretrained(tiny_weights, InferenceConfig(device="cpu"))
     inside, asked = threading.Event(), threading.Event()
     real_register = torch.nn.Module.register_parameter
 
@@ -241,10 +242,11 @@ def test_no_model_is_built_while_another_thread_loads_one(tiny_weights, monkeypa
 
 
 def test_warm_up_checks_its_batch_and_does_nothing_on_the_cpu(tiny_weights):
+    from nbhelpers.config import InferenceConfig
     from nbhelpers.errors import InputError
     from nbhelpers.pipeline import MuseTalkPipeline
 
-    pipe = MuseTalkPipeline.from_pretrained(tiny_weights, device="cpu")
+    pipe = MuseTalkPipeline.from_pretrained(tiny_weights, InferenceConfig(device="cpu"))
     for bad in (0, -1, 2.0, True, None):
         with pytest.raises(InputError, match="batch_size must be a positive whole number"):
             pipe.warm_up(bad)

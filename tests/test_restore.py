@@ -326,14 +326,15 @@ def test_restoration_changes_only_pixels_under_the_blend_mask(parts, tiny_models
 
 
 def test_pipeline_attaches_the_restorer_of_the_config(tiny_weights, tmp_path, make_media):
-    from nbhelpers.pipeline import MuseTalkPipeline, check_inputs
+    from nbhelpers.checks import check_inputs
+    from nbhelpers.pipeline import MuseTalkPipeline
 
     root = tmp_path / "w"
     root.mkdir()
     for child in Path(tiny_weights).iterdir():
         (root / child.name).symlink_to(child)
     restore.write_random_weights(root, "restoreformer", tiny=True)
-    pipe = MuseTalkPipeline.from_pretrained(root, device="cpu")
+    pipe = MuseTalkPipeline.from_pretrained(root, InferenceConfig(device="cpu"))
     assert pipe.models_for(pipe.config).restorer is None
     cfg = pipe.config.replace(restore="restoreformer", restore_strength=0.5)
     bundle = pipe.models_for(cfg)

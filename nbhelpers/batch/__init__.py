@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..checks import check_weights_dir
 from ..config import InferenceConfig
 from ..errors import InputError
 from ..framestore import remove_stale_frames
 from ..gpu.device import free_memory_by_index
-from ..pipeline import check_weights_dir
 from .cluster import INSTALL_RAY, RaySession, init_ray, ray_installed, require_ray, shutdown_ray
 from .config import BatchConfig
 from .inputs import WorkPlan, probe_inputs, sort_jobs

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..checks import check_audio, check_boxes, check_video
 from ..config import InferenceConfig
 from ..constants import FPS
 from ..errors import NbHelpersError
-from ..pipeline import check_audio, check_boxes, check_video
 from .jobs import Job
 from .records import drop_hint, finished_record, group_key, record_inputs, write_hint
 from .results import JobOutcome, error_text
@@ -27,7 +27,7 @@ from .results import JobOutcome, error_text
 def _short_audio_error(info: Any) -> str:
     """The error of a job whose audio is shorter than one 25 fps frame by its container's duration ("" when it is
     long enough or the duration is unknown), so that it fails at the checks, not on a worker, which would refuse it
-    there (:func:`nbhelpers.pipeline.speech_frames`)."""
+    there (:func:`nbhelpers.checks.speech_frames`)."""
     seconds = getattr(info, "duration_s", None)
     if seconds is None or seconds >= 1.0 / FPS:
         return ""
@@ -37,7 +37,7 @@ def _short_audio_error(info: Any) -> str:
 
 def _box_error(job: Job, video_info: Any) -> str:
     """The error of a job whose crop box does not fit its video's frames ("" when it fits or there is none), as
-    :func:`nbhelpers.pipeline.check_boxes` finds it, so that it fails at the checks, not on a worker."""
+    :func:`nbhelpers.checks.check_boxes` finds it, so that it fails at the checks, not on a worker."""
     box = job.settings.get("box")
     if box is None or video_info is None:
         return ""

@@ -70,8 +70,7 @@ class BatchWorker:
 
             torch.set_num_threads(int(threads))
         base = InferenceConfig(**{k: v for k, v in config.items() if k not in ("device", "fp16")})
-        self.pipe = MuseTalkPipeline.from_pretrained(weights_dir, version=base.version, device=device,
-                                                     config=base.replace(device=device))
+        self.pipe = MuseTalkPipeline.from_pretrained(weights_dir, base.replace(device=device))
         self.name = f"{socket.gethostname()}/{os.getpid()} {self.pipe.device}"
         self._mark("pipeline")
         self.avatars: OrderedDict[str, Any] = OrderedDict()

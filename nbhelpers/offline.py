@@ -1,0 +1,305 @@
+"""The offline job's machinery: a clip decoded, tracked and prepared in pieces while the encoder writes.
+
+:class:`StreamedJob` hands :func:`nbhelpers.engine.run` the output frames of one piece of :data:`STREAM_PIECE`
+source frames at a time; :class:`DecodeAhead` decodes the next piece in a thread meanwhile, and :class:`Window`
+indexes a piece's frames by their clip index. :func:`fit_face_batches` sizes the landmark backend's GPU batches to
+the memory the job leaves them. :meth:`nbhelpers.pipeline.MuseTalkPipeline.lipsync` drives them.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from . import blending, engine, faces, gpu
+from . import latents as latent_codes
+from .config import InferenceConfig
+from .engine import Piece, SourceFaces, Timings
+from .errors import MediaError
+from .faces.dwpose_torch import DEFAULT_BATCH, S3FD_GPU_BATCH
+from .framestore import FrameStore
+
+FACE_BATCH_GPU = 32  # frames decoded and handed to the landmark backend at a time on a GPU (it splits them further)
+FACE_BATCH_CPU = 8
+STREAM_PIECE = 64  # source frames the offline job prepares at a time while the encoder writes the previous ones
+DWPOSE_GIB_PER_FRAME = 0.034  # GiB per frame of DWPose fp16 with the flip test (1.09 GiB at 32 frames)
+FACES_SHARE = 0.5  # share of the memory left beside the models that the face models' batches may take
+PIECE_ON_GPU_FRACTION = 0.05  # a piece's frames go to the GPU once when they take under this share of free memory
+
+
+def fit_face_batches(detector: Any, frame_hw: tuple[int, int], device: Any, *, loaded_gib: float = 0.0) -> None:
+    """Size the landmark backend's GPU batches (S3FD frames, DWPose frames) to the memory this job leaves them.
+
+    The offline job detects faces with the UNet, VAE and whisper resident (or about to be), so on a small card
+    (or under ``set_per_process_memory_fraction``) the detector's default batches would push the job over it.
+    Sets ``detector.face_detector.batch_size`` and ``detector.pose.batch_size`` where the backend has them
+    (DWPose backends); other backends are left alone.
+
+    Args:
+        detector: A landmark backend object.
+        frame_hw: (H, W) of the frames, pixels.
+        device: The CUDA device.
+        loaded_gib: GiB of this job's models already on the GPU (:meth:`~nbhelpers.pipeline.MuseTalkPipeline.resident_gib`): added
+            back to the free memory, as the planner does, so that the first and a later job get the same batches
+            (and so the same shapes, whose cuDNN plans the first job built).
+
+    Source: the planner's memory model (:class:`nbhelpers.gpu.MemoryModel`: ``s3fd_bytes_per_pixel``,
+    ``core_fixed_gib``, ``workspace_gib``) and :data:`DWPOSE_GIB_PER_FRAME` (``bench/memory.py``).
+    """
+    usable = gpu.usable_bytes(device)
+    if usable is None:
+        return
+    mm = gpu.MEMORY_MODEL
+    # the planner's budget (its workspace and safety margin), less the models every stage holds
+    budget = (usable / 2**30 + max(0.0, float(loaded_gib)) - mm.workspace_gib) * (1.0 - mm.safety_fraction)
+    left = budget - mm.core_fixed_gib - mm.bisenet_weights_gib - mm.s3fd_weights_gib - mm.dwpose_gib
+    share = max(0.0, left) * FACES_SHARE
+    s3fd_frame = mm.s3fd_bytes_per_pixel * frame_hw[0] * frame_hw[1] / 2**30
+    face_detector, pose = getattr(detector, "face_detector", None), getattr(detector, "pose", None)
+    if face_detector is not None and hasattr(face_detector, "batch_size"):
+        face_detector.batch_size = int(min(S3FD_GPU_BATCH, max(1, share // s3fd_frame)))
+    if pose is not None and hasattr(pose, "batch_size"):
+        pose.batch_size = int(min(DEFAULT_BATCH["cuda"], max(1, share // DWPOSE_GIB_PER_FRAME)))
+
+
+class Window:
+    """Frames ``offset .. offset + n - 1`` of a clip, indexed by their clip index (a piece of the offline job)."""
+
+    def __init__(self, frames: Any, offset: int):
+        self.frames, self.offset = frames, int(offset)
+        self.device = getattr(frames, "device", None)
+
+    def __len__(self) -> int:
+        return self.offset + len(self.frames)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, (int, np.integer)):
+            if not self.offset <= index < len(self):
+                raise IndexError(f"frame {index} is not in this piece ({self.offset}..{len(self) - 1})")
+            return self.frames[int(index) - self.offset]
+        if isinstance(index, slice) and index.step in (None, 1):
+            start = self.offset if index.start is None else index.start
+            stop = len(self) if index.stop is None else index.stop
+            if not self.offset <= start <= stop <= len(self):
+                raise IndexError(f"frames {start}..{stop - 1} are not in this piece ({self.offset}..{len(self) - 1})")
+            return self.frames[start - self.offset:stop - self.offset]
+        return self.frames[index - self.offset]  # an index array or tensor (GPU frames)
+
+
+class StreamedJob:
+    """The offline job's frames in pieces: decode, track, encode latents and make blend material for
+    :data:`STREAM_PIECE` source frames, then hand their output frames to the engine, while the encoder thread
+    writes the previous piece. Output frame t < N uses source frame t, so a piece's outputs need only it.
+
+    With ``smooth_boxes`` > 1 the crop boxes are final only once the whole clip is tracked, so every frame is
+    tracked first and the clip is then prepared and rendered as one piece (no overlap with the encoder).
+    Frames before the first face are written unchanged without loading a model; a clip with no face at all
+    raises :class:`~nbhelpers.errors.NoFaceError` when its last frame is tracked (no model loaded, the partial
+    output removed).
+
+    Args:
+        pipe: The pipeline whose models it loads at the first face (its ``device``, ``face_parser`` and
+            ``models_for(config)``).
+        config: The job's settings (its batch planned).
+        store: The frame store the decoded frames go to.
+        n_out: Output frames of the job.
+        boxes: The boxes given (one per source frame, or one box), or None.
+        timings: The job's stage timings.
+    """
+
+    def __init__(self, pipe: Any, config: InferenceConfig, store: FrameStore, n_out: int, boxes: Any,
+                 timings: Timings):
+        self.pipe, self.config, self.store, self.n_out, self.timings = pipe, config, store, n_out, timings
+        self.boxes = boxes
+        self.tracker: Any = None
+        self.track: Any = None
+        self.models: Any = None
+        self.rows: list[int] = []  # latent row of each source frame so far, -1 without a face
+        self.crop = np.zeros((0, 4), dtype=np.int32)
+        self.latents: Any = None
+        self.materials: list[Any] = []
+        self._next_offset = 0
+        self._decoder: DecodeAhead | None = None
+
+    def start_tracking(self, detector: Any, weights_dir: Any, loaded_gib: float = 0.0) -> None:
+        """Make the face tracker over ``detector`` (a landmark backend object, or ``"auto"`` with boxes given),
+        its GPU batches first fitted to the memory the job leaves them (:func:`fit_face_batches`)."""
+        on_cuda = self.pipe.device.type == "cuda"
+        if on_cuda:
+            fit_face_batches(detector, (self.store.height, self.store.width), self.pipe.device, loaded_gib=loaded_gib)
+        self.tracker = faces.FaceTracker(detector, self.config, boxes=self.boxes, weights_dir=weights_dir,
+                                         batch_size=FACE_BATCH_GPU if on_cuda else FACE_BATCH_CPU)
+
+    def decode_ahead(self, reader: Any) -> DecodeAhead:
+        """Start decoding the frames the job needs (the first ``min(n_out, N)``) in pieces, one piece ahead."""
+        self._decoder = DecodeAhead(reader, self.n_out, STREAM_PIECE, self.store, self.timings)
+        return self._decoder
+
+    def pieces(self, decoded: Any):
+        """Yield :class:`~nbhelpers.engine.Piece` covering output frames 0..n_out-1 in order."""
+        t = self.timings
+        streamed = self.config.smooth_boxes <= 1
+        written = 0
+        for arr in decoded:  # (b, H, W, 3) pieces, already in the frame store
+            offset = self._next_offset
+            self._next_offset += len(arr)
+            frames_device = self._upload(arr) if streamed else None  # once: faces, parsing and the paste-back
+            with t.stage("faces"):
+                crop, has = self.tracker.add(arr, frames_device=frames_device)
+            self.crop = np.concatenate([self.crop, crop])
+            if not streamed:
+                self.rows.extend([-1] * len(arr))
+                continue
+            face_frames = offset + np.flatnonzero(has)
+            frames_device = self._prepare(Window(arr, offset), face_frames, arr, frames_device)
+            stop = min(self.n_out, offset + len(arr))
+            if stop > written:
+                if self.models is None or not has[written - offset:stop - offset].any():
+                    yield Piece(written, stop - written, frames=arr[written - offset:stop - offset])
+                else:
+                    window = Window(arr, offset)
+                    source = self._source(window, None if frames_device is None else Window(frames_device, offset))
+                    yield Piece(written, stop - written, source=source, models=self.models)
+                written = stop
+        with t.stage("store"):
+            self.store.finish()  # every piece was written by the decoding thread before it was handed over
+        with t.stage("faces"):
+            self.track = self.tracker.finish()  # NoFaceError for a clip without any face
+        if len(self.store) != self.track.n_frames:
+            raise MediaError(f"internal: decoded {len(self.store)} frames but tracked {self.track.n_frames}")
+        if not streamed:  # smoothed crop boxes: prepare the whole clip now
+            self.crop = self.track.crop_boxes
+            self.rows = [-1] * len(self.store)
+            self._prepare(self.store, np.flatnonzero(self.track.has_face), None, None)
+        if written < self.n_out:  # the rest of the ping-pong (or, smoothed, every frame) from the whole clip
+            with t.stage("upload"):
+                source = self._source(self.store, None)
+            yield Piece(written, self.n_out - written, source=source, models=self.models)
+
+    def _upload(self, arr: np.ndarray) -> Any:
+        """A piece's frames on the GPU when they take at most PIECE_ON_GPU_FRACTION of its usable memory, else
+        None (on the CPU too)."""
+        if self.pipe.device.type != "cuda":
+            return None
+        if arr.nbytes >= PIECE_ON_GPU_FRACTION * (gpu.usable_bytes(self.pipe.device) or 0):
+            return None
+        with self.timings.stage("upload"):
+            return gpu.to_device(arr, self.pipe.device)
+
+    def _prepare(self, frames: Any, face_frames: np.ndarray, arr: Any, frames_device: Any):
+        """Latents and blend material of ``face_frames`` (clip indices), with the piece's frames on the GPU
+        (``frames_device``, or None); returns ``frames_device``."""
+        t, config = self.timings, self.config
+        if arr is not None:
+            self.rows.extend([-1] * len(arr))
+        if face_frames.size == 0:
+            return frames_device
+        if self.models is None:
+            with t.stage("models"):  # loaded once per pipeline: no time here on a second job
+                self.models = self.pipe.models_for(config)
+        batch = int(config.batch_size or 8)
+        with t.stage("latents"):  # crop, resize and encode (indexed by source frame: Q6)
+            latents = latent_codes.encode_frames(frames, self.crop, face_frames, self.models.vae, seed=config.seed,
+                                    mode=config.latent_mode, batch_size=batch, progress=False)
+        with t.stage("parsing"):  # feathered mask + expanded square; on CUDA the parsing stays on the GPU
+            parser = self.pipe.face_parser
+            parser.batch_size = batch
+            window = None if frames_device is None else Window(frames_device, frames.offset)
+            materials = blending.materials_for_frames(frames, self.crop, face_frames, parser, config, progress=False,
+                                             frames_device=window)
+        import torch
+
+        first = len(self.materials)
+        for k, i in enumerate(face_frames):
+            self.rows[int(i)] = first + k
+        self.latents = latents if self.latents is None else torch.cat([self.latents, latents])
+        self.materials.extend(materials)
+        return frames_device
+
+    def _source(self, frames: Any, frames_device: Any) -> SourceFaces:
+        rows = np.asarray(self.rows[:len(frames)], dtype=np.int64)
+        m = self.materials
+        source = SourceFaces(frames=frames, latent_row=rows, latents=self.latents, boxes=[x.box for x in m],
+                             masks=[x.mask for x in m], squares=[x.square for x in m], frames_device=frames_device)
+        # masks on the GPU once; the whole clip's frames too when they fit (a piece's were uploaded with it, or
+        # stay on the host: the paste-back then copies each batch's frames)
+        whole_clip = frames is self.store
+        return source.to_device(self.pipe.device, frames_fraction=engine.FRAMES_ON_GPU_FRACTION if whole_clip else 0.0)
+
+    def close(self) -> None:
+        if self._decoder is not None:
+            self._decoder.close()
+        if self.tracker is not None:
+            self.tracker.close()
+
+
+class DecodeAhead:
+    """The first ``n`` frames of a video in pieces of ``piece`` frames, decoded in a thread one piece ahead of the
+    job, each piece appended to the frame store there.
+
+    ffmpeg writes decoded frames into a pipe of 64 KiB, so without a reader it stops within a frame; reading in a
+    thread lets it decode the next piece while the job's thread waits on the GPU (the reads and the store's disk
+    writes release the GIL). The wait of the job's thread for a piece is timed as ``decode``. An error in the
+    thread (ffmpeg failed, the disk filled up) is raised in the job's thread at the piece it would have given.
+    """
+
+    def __init__(self, reader: Any, n: int, piece: int, store: FrameStore, timings: Timings):
+        self._reader, self._left, self._piece, self._store, self._timings = reader, int(n), int(piece), store, timings
+        self._queue: Any = queue.Queue(maxsize=1)  # one piece ahead: bounded host memory
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="nbhelpers-decode", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while self._left > 0 and not self._stop.is_set():
+                arr = self._reader.read_batch(min(self._piece, self._left))
+                if len(arr) == 0:
+                    break
+                self._store.append_batch(arr)
+                self._left -= len(arr)
+                self._put(arr)
+            self._put(None)
+        except BaseException as exc:  # noqa: BLE001 - handed to the job's thread, raised there
+            self._put(exc)
+
+    def _put(self, item: Any) -> None:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def __iter__(self):
+        while True:
+            start = time.perf_counter()
+            item = self._queue.get()
+            self._timings.add("decode", time.perf_counter() - start)
+            if item is None:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    def close(self) -> None:
+        """Stop the thread (it ends at its next piece) and drop what it decoded ahead."""
+        self._stop.set()
+        deadline = time.monotonic() + 30.0  # a read in progress ends with its piece (or when ffmpeg is stopped)
+        while self._thread.is_alive() and time.monotonic() < deadline:
+            try:
+                self._queue.get(timeout=0.1)
+            except queue.Empty:
+                pass
+        try:
+            while True:
+                self._queue.get_nowait()
+        except queue.Empty:
+            pass
+
+
+__all__ = ["DecodeAhead", "StreamedJob", "Window", "fit_face_batches"]
