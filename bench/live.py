@@ -73,8 +73,8 @@ def thread_cost(avatar, frames: int) -> dict[str, float]:
     from nbhelpers.gpu import host_wait
     from nbhelpers.live import model_thread
 
-    st = avatar._ensure_state()
-    pipe = avatar._pipeline()
+    st = avatar.device_state()
+    pipe = avatar.pipe
     first = next(pipe.whisper.parameters())
     feats = torch.zeros((frames, 50, 384), dtype=first.dtype, device=first.device)
 

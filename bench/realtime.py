@@ -87,7 +87,7 @@ def reference_run(avatar, audio_path: Path, work: Path, batch: int, ffmpeg: str)
     from nbhelpers.audio import whisper_features
     from nbhelpers.latents import unet_step
 
-    st = avatar._ensure_state()
+    st = avatar.device_state()
     bundle = st["models"]
     frames = avatar.frames()
     n_src = len(frames)
@@ -257,7 +257,7 @@ def main() -> None:
                             weights_dir=weights)
     prep_s = time.perf_counter() - t0
     print(f"avatar: {avatar} in {prep_s:.1f} s", flush=True)
-    avatar._ensure_state()
+    avatar.device_state()
 
     # ours first (a run cut short by a time limit still reports them), then the reference loop
     torch.cuda.reset_peak_memory_stats()
@@ -278,7 +278,7 @@ def main() -> None:
     ref_peak = torch.cuda.max_memory_reserved() / 2**30
     print(f"reference: {ref}", flush=True)
     info = media.probe(ours.output)
-    st = avatar._state
+    st = avatar.device_state()
     feats = None
     from nbhelpers.audio import whisper_features
 

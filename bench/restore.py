@@ -145,6 +145,7 @@ def main() -> None:
     from _common import make_full_weights, media_dir
 
     from nbhelpers import InferenceConfig, MuseTalkPipeline
+    from nbhelpers.avatar import load_avatar, prepare_avatar
 
     data = media_dir()
     if args.smoke:
@@ -225,10 +226,10 @@ def main() -> None:
         record("offline job", name, result, wall, peak, peak_none)
 
     # Avatar path: prepared once, then clips generated from audio only (no file written: generation + paste-back).
-    avatar = pipe.prepare_avatar(video, work / "avatar", config=base, boxes=BOX)
+    avatar = prepare_avatar(video, work / "avatar", pipe, config=base, boxes=BOX)
     peak_none = None
     for name in [None, *restorers]:
-        av = pipe.load_avatar(avatar.directory, config=avatar.config.replace(restore=name))
+        av = load_avatar(avatar.directory, pipe, config=avatar.config.replace(restore=name))
         av.load_models()
         if not args.smoke:
             av.generate(warm, output=False)  # warm-up

@@ -239,7 +239,7 @@ def _cmd_report(args) -> int:
 
 
 def _cmd_avatar(args) -> int:
-    from .avatar import Avatar, prepare_avatar
+    from .avatar import load_avatar, prepare_avatar
 
     if args.avatar_cmd == "live":
         return _cmd_avatar_live(args)
@@ -256,7 +256,7 @@ def _cmd_avatar(args) -> int:
         if not Path(args.directory).is_dir():
             raise InputError(f"{args.directory!r} is not an avatar folder; make one first with "
                              "`python -m nbhelpers avatar prepare VIDEO DIR`.")
-        avatar = Avatar.load(args.directory, weights_dir=args.weights)
+        avatar = load_avatar(args.directory, weights_dir=args.weights)
         if args.restore is not None:  # not a cached field: the same avatar renders with or without restoration
             avatar.config = avatar.config.replace(restore=args.restore, restore_strength=_strength(args))
         used: set[str] = set()
@@ -279,7 +279,7 @@ def _cmd_avatar(args) -> int:
 
 def _cmd_avatar_live(args) -> int:
     from . import media
-    from .avatar import Avatar
+    from .avatar import load_avatar
     from .errors import InputError
     from .live import play
 
@@ -294,7 +294,7 @@ def _cmd_avatar_live(args) -> int:
         target = Path(args.directory) / "vid_output" / f"live-{Path(args.audio).stem}.mp4"
         target.parent.mkdir(parents=True, exist_ok=True)
         to = str(target)
-    avatar = Avatar.load(args.directory, weights_dir=args.weights)
+    avatar = load_avatar(args.directory, weights_dir=args.weights)
     avatar.load_models()
     session = avatar.live(realtime=args.realtime, to=to, silence=None if args.silence == "none" else args.silence,
                           encoder=args.encoder, iterate=False, on_frame=lambda n, frame: None)

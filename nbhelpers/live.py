@@ -390,11 +390,7 @@ class ModelThread:
 
 def model_thread(avatar: Any) -> ModelThread:
     """The avatar's :class:`ModelThread` (made on first use, kept in its device state until ``avatar.close()``)."""
-    state = avatar._state
-    found = state.get("live_models_thread")
-    if found is None:
-        found = state["live_models_thread"] = ModelThread()
-    return found
+    return avatar.keep("live_models_thread", ModelThread)
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -487,10 +483,10 @@ class LiveSession:
         self.timings = Timings()
         self.stats = LiveStats()
         self._t_created = time.perf_counter()
-        st = avatar._ensure_state()
+        st = avatar.device_state()
         self._source = st["source"]
         self._models = st["models"]
-        self._pipe = avatar._pipeline()
+        self._pipe = avatar.pipe
         self._flush = flush_denormals
         self._models_thread = model_thread(avatar)  # runs every whisper pass and render (see ModelThread)
         self._ring = self._models_thread.ring  # pinned host buffers the rendered batches are copied into (CUDA)
@@ -999,12 +995,11 @@ class LiveSession:
         """(50, 384) tokens of a frame inside digital silence (the closed-mouth idle frame), kept with the avatar's
         device state for its later sessions."""
         if self._silent_tokens is None:
-            state = self.avatar._state
-            if "live_silent_tokens" not in state:
-                feats = self._pipe.features(np.zeros(SAMPLE_RATE, np.float32))
-                state["live_silent_tokens"] = feats[FPS // 2].clone()
+            def make():
                 self.stats.whisper_passes += 1
-            self._silent_tokens = state["live_silent_tokens"]
+                return self._pipe.features(np.zeros(SAMPLE_RATE, np.float32))[FPS // 2].clone()
+
+            self._silent_tokens = self.avatar.keep("live_silent_tokens", make)
         return self._silent_tokens
 
     def _emit_due(self, now: float, flush: bool) -> None:
@@ -1054,7 +1049,7 @@ class LiveSession:
         a = self.avatar
         n = self._next_emit
         stats = self.stats.as_dict()
-        notes = tuple(a._pipeline().clip_notes())
+        notes = tuple(a.pipe.clip_notes())
         return ClipResult(output=output, n_frames=n, source_frames=a.n_frames, no_face_frames=a.n_frames - a.n_faces,
                           fps=FPS, duration_s=n * SAMPLES_PER_FRAME / SAMPLE_RATE, config=a.config,
                           backend=a.backend or "cache", timings=dict(self.timings.seconds),

@@ -596,23 +596,6 @@ class MuseTalkPipeline:
                        crop_box=tuple(int(v) for v in track.crop_boxes[0]), landmarks=lms, mask=material.mask,
                        square=tuple(int(v) for v in material.square), audio=source_text)
 
-    def prepare_avatar(self, video: str | os.PathLike, directory: str | os.PathLike, *,
-                       config: InferenceConfig | None = None, boxes: Any = None, rebuild: bool = False,
-                       backend: Any = None):
-        """Prepare (or load) the avatar of a face video with this pipeline's models; see
-        :func:`nbhelpers.avatar.prepare_avatar`."""
-        from .avatar import prepare_avatar
-
-        return prepare_avatar(video, directory, config=config, boxes=boxes, rebuild=rebuild, backend=backend,
-                              pipeline=self)
-
-    def load_avatar(self, directory: str | os.PathLike, *, config: InferenceConfig | None = None,
-                    check: bool = True):
-        """Load a prepared avatar that generates with this pipeline's models; see :meth:`nbhelpers.avatar.Avatar.load`."""
-        from .avatar import Avatar
-
-        return Avatar.load(directory, config=config, check=check, pipeline=self)
-
     # -- device and memory -----------------------------------------------------------------------------------------
 
     def to(self, device: str | Any) -> MuseTalkPipeline:

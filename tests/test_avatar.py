@@ -66,7 +66,7 @@ def test_frames_are_stored_losslessly(prepared, clip, ffmpeg):
     source = np.frombuffer(raw, np.uint8).reshape(-1, 768, 576, 3)
     from nbhelpers.avatar import Avatar, LosslessFrames
 
-    stored = Avatar.load(folder).frames()  # decoded from frames.mkv
+    stored = Avatar.load(folder, avatar.pipe).frames()  # decoded from frames.mkv
     assert isinstance(stored, LosslessFrames)
     assert len(stored) == len(avatar.frames()) == len(source) == 12
     np.testing.assert_array_equal(stored[:], source)
@@ -81,7 +81,7 @@ def test_prepared_avatar_equals_a_fresh_load_of_its_cache(prepared):
 
     folder, avatar = prepared
     assert isinstance(avatar.frames(), FrameStore)
-    fresh = Avatar.load(folder, check=True)
+    fresh = Avatar.load(folder, avatar.pipe, check=True)
     assert fresh.frame_shape == avatar.frame_shape == (768, 576) and fresh.n_frames == avatar.n_frames
     for name in ("crop_boxes", "has_face", "latents_np", "squares"):
         a, b = getattr(avatar, name), getattr(fresh, name)
@@ -116,7 +116,7 @@ def test_a_failed_prepare_stops_the_frame_writer_and_leaves_nothing(clip, tiny_w
     def broken(*a, **k):
         raise RuntimeError("parsing failed on purpose")
 
-    monkeypatch.setattr("nbhelpers.avatar.FrameStore", Recording)
+    monkeypatch.setattr("nbhelpers.avatar.prepare.FrameStore", Recording)
     monkeypatch.setattr(blending, "materials_for_frames", broken)
     folder = tmp_path / "face"
     with pytest.raises(RuntimeError, match="on purpose"):
@@ -127,7 +127,6 @@ def test_a_failed_prepare_stops_the_frame_writer_and_leaves_nothing(clip, tiny_w
 
 
 def test_reload_without_recomputation(prepared, clip, tiny_weights, config, monkeypatch):
-    from nbhelpers import avatar as avatar_mod
     from nbhelpers import prepare_avatar
 
     folder, _ = prepared
@@ -135,7 +134,7 @@ def test_reload_without_recomputation(prepared, clip, tiny_weights, config, monk
     def boom(*a, **k):
         raise AssertionError("recomputed")
 
-    monkeypatch.setattr(avatar_mod, "write_lossless", boom)
+    monkeypatch.setattr("nbhelpers.avatar.cache.write_lossless", boom)
     monkeypatch.setattr("nbhelpers.faces.track", boom)
     again = prepare_avatar(clip, folder, config=config.replace(batch_size=3), boxes=BOX, weights_dir=tiny_weights)
     assert again.loaded_from_cache and again.rebuild_reason == ""
@@ -250,7 +249,7 @@ def test_close_removes_the_local_frames_and_the_file_serves_them(prepared):
     ("bad manifest", "{d}/avatar.json is unreadable (Expecting value"),
 ])
 def test_loading_what_is_not_an_avatar_says_how_to_make_one(tmp_path, state, reason):
-    from nbhelpers.avatar import Avatar
+    from nbhelpers.avatar import load_avatar
     from nbhelpers.errors import CacheError
 
     d = tmp_path / "avatar"
@@ -261,7 +260,7 @@ def test_loading_what_is_not_an_avatar_says_how_to_make_one(tmp_path, state, rea
     if state == "bad manifest":
         (d / "avatar.json").write_text("")
     with pytest.raises(CacheError) as caught:
-        Avatar.load(d)
+        load_avatar(d)
     text = str(caught.value)
     assert text.startswith(reason.format(d=d))
     assert f"python -m nbhelpers avatar prepare VIDEO {d}" in text and "preparing it again" in text
@@ -286,7 +285,7 @@ def test_a_whole_clip_plans_its_own_batch_and_gives_the_same_frames(prepared, cl
                                                                               "avatar": 7}[kind])
 
     pipe.plan = plan
-    avatar = Avatar.load(folder, config=InferenceConfig(device="cpu"), pipeline=pipe)
+    avatar = Avatar.load(folder, pipe, config=InferenceConfig(device="cpu"))
     got: dict[int, np.ndarray] = {}
     result = avatar.generate(speech, tmp_path / "clip.mp4", frame_callback=lambda t, f: got.__setitem__(t, f.copy()))
     assert result.config.batch_size == 5 and avatar.config.batch_size == 3 and set(kinds) == {"clip", "realtime"}
@@ -299,7 +298,7 @@ def test_a_whole_clip_plans_its_own_batch_and_gives_the_same_frames(prepared, cl
     # A freshly prepared avatar plans its clips the same way: the preparation's batch (7) is not one asked for.
     from nbhelpers import prepare_avatar
 
-    fresh = prepare_avatar(clip, tmp_path / "fresh", config=InferenceConfig(device="cpu"), boxes=BOX, pipeline=pipe)
+    fresh = prepare_avatar(clip, tmp_path / "fresh", pipe, config=InferenceConfig(device="cpu"), boxes=BOX)
     assert "avatar" in kinds
     again = fresh.generate(speech, output=False)
     assert (again.config.batch_size, fresh.config.batch_size) == (5, 3)

@@ -116,7 +116,7 @@ def test_tokens_follow_the_prefix_law_for_any_chunking(avatar, monkeypatch):
     assert sorted(runs[0]) == list(range(125))
     for n in range(125):
         np.testing.assert_array_equal(runs[0][n], runs[1][n], err_msg=f"frame {n} depends on the chunking")
-    pipe = avatar._pipeline()
+    pipe = avatar.pipe
     whole = pipe.features(audio).float().numpy()
     for g in range(5):
         e = min(640 * (g * hop + hop) + 1280, len(audio))
@@ -444,7 +444,7 @@ def test_audio_pushed_at_once_is_rendered_in_aligned_batches_with_each_groups_ow
     assert log.calls == [(0, 4), (4, 2)] and session.stats.whisper_passes == 3
     res = session.close()
     assert log.calls == [(0, 4), (4, 2), (6, 2)] and res.n_frames == 8
-    pipe = avatar._pipeline()
+    pipe = avatar.pipe
     for group, e in enumerate((2560, 3840, 5120, 5120)):
         ref = pipe.features(audio[:e]).float().numpy()
         for n in (2 * group, 2 * group + 1):

@@ -644,7 +644,7 @@ def test_warm_up_on_cuda_runs_the_models_a_batch_worker_loads(tiny_weights, shar
     import numpy as np
     import torch
 
-    from nbhelpers import InferenceConfig, MuseTalkPipeline
+    from nbhelpers import InferenceConfig, MuseTalkPipeline, prepare_avatar
 
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA (run with -m gpu on the GPU machine)")
@@ -658,7 +658,7 @@ def test_warm_up_on_cuda_runs_the_models_a_batch_worker_loads(tiny_weights, shar
         if mode == "threaded":
             loader = threading.Thread(target=lambda p=pipe: (p.preload("avatar"), p.warm_up(8)))
             loader.start()
-        avatar = pipe.prepare_avatar(clip, tmp_path / mode, boxes=box)
+        avatar = prepare_avatar(clip, tmp_path / mode, pipe, boxes=box)
         if mode == "threaded":
             loader.join()
             assert {"unet", "whisper", "vae", "face_parser"} <= set(pipe.loaded)

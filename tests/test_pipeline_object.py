@@ -29,7 +29,7 @@ SCRIPT = textwrap.dedent('''
         pipe.preview(video)
         pipe.lipsync(video, audio, work / "a.mp4")
         pipe.lipsync(video, audio, work / "b.mp4", config=nbh.InferenceConfig(bbox_shift=4, batch_size=3))
-        avatar = pipe.prepare_avatar(video, work / "avatar")
+        avatar = nbh.prepare_avatar(video, work / "avatar", pipe)
         clip = avatar.generate(audio, work / "c.mp4")
         assert clip.n_frames > 0 and (work / "c.mp4").is_file()
     print("LOADED", sorted(pipe.loaded))

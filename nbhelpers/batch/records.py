@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import weights
-from ..avatar import CACHED_FIELDS
+from ..avatar.cache import CACHED_FIELDS
 from ..config import InferenceConfig
 from ..errors import InputError
 from .jobs import Job
@@ -86,7 +86,7 @@ def record_inputs(job: Job, config: InferenceConfig, fingerprints: Callable[[Pat
 
 def group_key(video_fingerprint: Mapping[str, Any], config: InferenceConfig, box: Any) -> str:
     """The key of a face group: jobs with the same video content, box and avatar settings
-    (:data:`nbhelpers.avatar.CACHED_FIELDS`) share one prepared avatar. 16 hex digits."""
+    (:data:`nbhelpers.avatar.cache.CACHED_FIELDS`) share one prepared avatar. 16 hex digits."""
     fields = {f: getattr(config, f) for f in CACHED_FIELDS}
     text = json.dumps({"video": video_fingerprint["sha256"], "settings": fields, "box": box}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import progress
+from ..avatar import load_avatar, prepare_avatar
 from ..config import InferenceConfig
 from ..gpu.model import MEMORY_MODEL, stage_memory
 from ..pipeline import MuseTalkPipeline
@@ -176,7 +177,7 @@ class BatchWorker:
         self._mark(f"prepare {key[:8]}")
         try:
             with self._render_gate or contextlib.nullcontext():
-                avatar = self.pipe.prepare_avatar(video, directory, config=self._config(config), boxes=box)
+                avatar = prepare_avatar(video, directory, self.pipe, config=self._config(config), boxes=box)
             self._keep(key, avatar)
             self._mark(f"prepare {key[:8]} done")
             return {"ok": True, "loaded_from_cache": bool(avatar.loaded_from_cache),
@@ -220,7 +221,7 @@ class BatchWorker:
             with key_lock:  # one thread loads the avatar and makes its device state; a second job waits for it
                 avatar = self.avatars.get(key)
                 if avatar is None:
-                    avatar = self.pipe.load_avatar(directory, config=self._config(config))
+                    avatar = load_avatar(directory, self.pipe, config=self._config(config))
                 self._keep(key, avatar)
                 if key not in self._ready:
                     avatar.load_models()

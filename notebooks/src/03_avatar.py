@@ -78,7 +78,7 @@ pipe.preview(video, config=panel.config)
 
 # %% tags=["nbval-ignore-output"]
 AVATAR_DIR = nbh.workbook.path("avatars", "my-avatar")
-avatar = pipe.prepare_avatar(video, AVATAR_DIR, config=panel.config)
+avatar = nbh.prepare_avatar(video, AVATAR_DIR, pipe, config=panel.config)
 avatar
 
 # %% [markdown]
@@ -95,7 +95,7 @@ nbh.ui.plot_faces(video, avatar)
 # Preparing again with the same settings loads your avatar from its folder instead of recomputing it.
 
 # %% tags=["nbval-ignore-output"]
-again = pipe.prepare_avatar(video, AVATAR_DIR, config=panel.config)
+again = nbh.prepare_avatar(video, AVATAR_DIR, pipe, config=panel.config)
 again
 
 # %% [markdown]

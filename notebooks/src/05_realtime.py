@@ -70,7 +70,7 @@ pipe
 # If you prepared this video in 03_avatar with the same settings, your avatar loads from its folder in seconds.
 
 # %% tags=["nbval-ignore-output"]
-avatar = pipe.prepare_avatar(video, nbh.workbook.path("avatars", "my-avatar"), config=panel.config)
+avatar = nbh.prepare_avatar(video, nbh.workbook.path("avatars", "my-avatar"), pipe, config=panel.config)
 avatar
 
 # %% [markdown]

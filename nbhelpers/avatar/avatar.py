@@ -1,0 +1,349 @@
+"""The avatar: a prepared face that turns any number of speech clips into video as fast as the GPU allows.
+
+:meth:`Avatar.generate` runs whisper features, UNet and VAE decode in batches through :mod:`nbhelpers.engine`,
+blends on the GPU with the cached masks and encodes through an ffmpeg pipe while the next batch computes. Every
+frame is produced, the last included (the official realtime worker drops it). The avatar is handed the pipeline
+whose models generate its clips; it never makes one.
+
+Source: ``scripts/realtime_inference.py``, with the offline feathering (0.05) by default so that an avatar's
+frames equal the offline job's (``config.blur_ratio=0.1`` gives the official realtime feathering).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import gpu, media
+from ..checks import speech_frames
+from ..config import InferenceConfig
+from ..constants import FPS, SAMPLE_RATE
+from ..engine import SourceFaces, Timings, flush_denormals, render, run
+from ..errors import CacheError, InputError
+from ..framestore import FrameStore
+from ..result import ClipResult
+from .cache import CACHED_FIELDS, FRAMES_FILE, LosslessFrames, check_files, read_arrays, read_manifest
+
+
+@dataclass
+class Avatar:
+    """A prepared face: frames, crop boxes, latents and blend material, ready to generate from any audio.
+
+    Made by :func:`nbhelpers.avatar.prepare_avatar` or :meth:`load`; it generates with the models of the
+    :class:`~nbhelpers.pipeline.MuseTalkPipeline` it is handed.
+
+    Attributes:
+        directory: The cache folder.
+        config: Settings it was prepared with (device, precision and batch size planned for this machine).
+        frame_shape: (H, W) of the frames in pixels.
+        crop_boxes: (N, 4) int32 crop boxes, rows of -1 for frames without a face.
+        has_face: (N,) bool.
+        latents_np: (M, 8, 32, 32) float32 latents of the M frames with a face.
+        squares: (M, 4) int32 expanded squares.
+        masks: M feathered blend masks (2s, 2s) uint8.
+        pipe: The pipeline whose models generate its clips.
+        backend: Landmark backend it was prepared with.
+        loaded_from_cache: True when nothing was recomputed.
+        rebuild_reason: Why the cache was (re)built, or "" when loaded.
+        prepare_timings: Wall seconds of each stage of the preparation that made it (empty when loaded):
+            ``frames`` (decode and crop boxes), ``parser_wait`` and ``vae_wait`` (loading the face parser and the
+            VAE, or waiting for another thread loading them), ``parse`` (face parsing and blend masks),
+            ``encode`` (latents), ``arrays`` (the arrays file), ``frames_file`` (waiting for the lossless frames
+            file and its hash), ``finish`` (manifest and reload).
+    """
+
+    directory: Path
+    config: InferenceConfig
+    frame_shape: tuple[int, int]
+    crop_boxes: np.ndarray
+    has_face: np.ndarray
+    latents_np: np.ndarray
+    squares: np.ndarray
+    masks: list[np.ndarray]
+    pipe: Any = field(repr=False)
+    backend: str = ""
+    loaded_from_cache: bool = False
+    rebuild_reason: str = ""
+    prepare_timings: dict[str, float] = field(default_factory=dict, repr=False)
+    _frames: LosslessFrames | FrameStore | None = field(default=None, repr=False)
+    _state: dict[str, Any] = field(default_factory=dict, repr=False)
+    _kept: set[str] = field(default_factory=set, repr=False)
+    _owns_pipe: bool = field(default=False, repr=False)
+
+    @property
+    def n_frames(self) -> int:
+        """Source frames at 25 fps."""
+        return int(len(self.has_face))
+
+    @property
+    def n_faces(self) -> int:
+        """Source frames with a face."""
+        return int(self.has_face.sum())
+
+    def __str__(self) -> str:
+        how = "loaded from cache" if self.loaded_from_cache else f"prepared ({self.rebuild_reason})"
+        return (f"Avatar {self.directory.name}: {self.n_frames} frames {self.frame_shape[1]}x{self.frame_shape[0]}, "
+                f"{self.n_faces} with a face; {how}")
+
+    def __repr__(self) -> str:  # the arrays are many megabytes: show what the avatar is, not its data
+        return (f"Avatar({str(self.directory)!r}, {self.n_frames} frames, {self.n_faces} with a face, "
+                f"{self.frame_shape[1]}x{self.frame_shape[0]}, backend {self.backend or '?'!r})")
+
+    def _repr_html_(self) -> str:
+        return f"<p>{html.escape(str(self))}</p>"
+
+    # -- loading -------------------------------------------------------------------------------------------------
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike, pipe: Any, *, config: InferenceConfig | None = None,
+             check: bool = True) -> Avatar:
+        """Load a prepared avatar that generates with ``pipe``'s models, checking its format, files and hashes.
+
+        Args:
+            directory: The avatar folder written by :func:`nbhelpers.avatar.prepare_avatar`.
+            pipe: The :class:`~nbhelpers.pipeline.MuseTalkPipeline` whose models generate the clips.
+            config: Override batch size, encoder and face restorer (cached fields must match the cache).
+            check: Verify every file's size and SHA-256 (catches truncated or corrupted files).
+
+        Raises:
+            CacheError: The folder is not a complete avatar of this format, a file is missing, truncated or
+                corrupt, or ``config`` differs in a cached field. Preparing the avatar again rebuilds it.
+        """
+        directory = Path(directory)
+        meta = read_meta(directory, check=check)
+        stored = stored_config(meta, config, directory)
+        arrays = read_arrays(directory)
+        return cls(directory=directory, config=stored, frame_shape=tuple(meta["frame_shape"]),
+                   crop_boxes=arrays["crop_boxes"], has_face=arrays["has_face"], latents_np=arrays["latents"],
+                   squares=arrays["squares"], masks=arrays["masks"], pipe=pipe, backend=str(meta.get("backend", "")),
+                   loaded_from_cache=True)
+
+    def frames(self) -> LosslessFrames | FrameStore:
+        """The N source frames, read-only (H, W, 3) uint8 BGR by index: from the lossless file on demand
+        (:class:`~nbhelpers.avatar.LosslessFrames`), or, for the avatar just prepared, the local raw copy it decoded
+        them into (:class:`~nbhelpers.framestore.FrameStore`: nothing is decoded again), until :meth:`close` or
+        until they are on the GPU."""
+        if self._frames is None:
+            h, w = self.frame_shape
+            self._frames = LosslessFrames(self.directory / FRAMES_FILE, self.n_frames, w, h)
+        return self._frames
+
+    # -- device state, shared by the jobs of this avatar ---------------------------------------------------------
+
+    def device_state(self) -> dict[str, Any]:
+        """The state every clip of this avatar renders from, made once: ``source`` (its latents and masks on the
+        pipeline's device, and its frames too when they fit a quarter of the free GPU memory), ``models`` (with
+        the face restorer of its config) and ``clip_config`` (the batch planned for a whole clip); the avatar's
+        ``config`` gets the realtime batch (live sessions and :meth:`stream`)."""
+        if "source" in self._state:
+            return self._state
+        import torch
+
+        pipe = self.pipe
+        asked = pipe.job_config(self.config.replace(device=None, fp16=None))
+        self.config = pipe.plan("realtime", asked, None, self.frame_shape)
+        # A whole clip into a file waits for no first frame: its own plan (kind "clip") allows larger batches.
+        self._state["clip_config"] = pipe.plan("clip", asked, None, self.frame_shape)
+        latents = torch.from_numpy(self.latents_np).to(device=pipe.device, dtype=pipe.dtype)
+        latent_row = np.full(self.n_frames, -1, dtype=np.int64)
+        latent_row[np.flatnonzero(self.has_face)] = np.arange(self.n_faces)
+        boxes = [tuple(int(v) for v in self.crop_boxes[j]) for j in np.flatnonzero(self.has_face)]
+        source = SourceFaces(frames=self.frames(), latent_row=latent_row, latents=latents, boxes=boxes,
+                             masks=self.masks, squares=[tuple(int(v) for v in s) for s in self.squares])
+        source = source.to_device(pipe.device)
+        if source.frames_device is not None and isinstance(self._frames, FrameStore):
+            # The frames are on the GPU now: free the local raw copy, the lossless file serves any later host read.
+            self._frames.close()
+            self._frames = None
+            source = dataclasses.replace(source, frames=self.frames())
+        self._state.update(source=source, models=pipe.models_for(self.config))
+        return self._state
+
+    def keep(self, key: str, make: Callable[[], Any]) -> Any:
+        """The object ``key`` of this avatar's device state, made by ``make()`` on first use and kept until
+        :meth:`close`, which calls its ``close()`` if it has one (a live session's model thread, for one)."""
+        if key not in self._state:
+            self._state[key] = make()
+            self._kept.add(key)
+        return self._state[key]
+
+    def optimize(self, compile: bool = False, channels_last: bool = True) -> Avatar:
+        """Speed up generation on CUDA (no effect on CPU). Returns self.
+
+        ``channels_last`` stores UNet and VAE convolution weights in NHWC, the layout cuDNN's fastest fp16 kernels
+        use; ``compile`` wraps the UNet and the VAE decoder in ``torch.compile`` (a one-time cost of tens of
+        seconds at the first batch, and again for each new batch shape). Numerics stay within fp16 rounding. This
+        changes the pipeline's models, so its other jobs run the same way.
+        """
+        import torch
+
+        st = self.device_state()
+        models = st["models"]
+        if models.device.type != "cuda":
+            return self
+        torch.backends.cudnn.benchmark = True
+        if channels_last:
+            models.unet.to(memory_format=torch.channels_last)
+            models.vae.to(memory_format=torch.channels_last)
+        if compile and not st.get("compiled"):
+            models.unet.forward = torch.compile(models.unet.forward)
+            models.vae.decoder.forward = torch.compile(models.vae.decoder.forward)
+            st["compiled"] = True
+        return self
+
+    def load_models(self) -> Avatar:
+        """Load UNet, VAE, whisper and the cached arrays onto the device now (else the first clip does it).
+
+        Returns self, so that the first :meth:`generate` measures generation only.
+        """
+        self.device_state()
+        self.pipe.features(np.zeros(SAMPLE_RATE // FPS, dtype=np.float32))  # whisper + feature extractor
+        return self
+
+    # -- generation ----------------------------------------------------------------------------------------------
+
+    def _features(self, audio: str | os.PathLike | np.ndarray, timings: Timings):
+        with timings.stage("audio"):
+            if isinstance(audio, np.ndarray):
+                waveform = np.asarray(audio, dtype=np.float32)
+            else:
+                path = Path(audio)
+                if not path.is_file():
+                    raise InputError(f"audio {str(path)!r} does not exist; give the path of a speech file.")
+                waveform = media.load_audio(path)
+            n_out = speech_frames(waveform)
+            features = self.pipe.features(waveform)
+        return waveform, features, n_out
+
+    def generate(self, audio: str | os.PathLike | np.ndarray, output: str | os.PathLike | bool | None = None, *,
+                 frame_callback: Callable[[int, np.ndarray], None] | None = None, encoder: str | None = None,
+                 render_gate: Any = None) -> ClipResult:
+        """Turn one speech clip into a video of this avatar.
+
+        Args:
+            audio: Speech file (any format ffmpeg reads), or a 16 kHz mono float32 waveform (then ``output``
+                gets no audio track).
+            output: MP4 path; None for ``<avatar>/vid_output/<audio name>.mp4``; False to write nothing (to
+                measure generation alone).
+            frame_callback: Called as ``frame_callback(t, frame)`` with each finished (H, W, 3) uint8 BGR frame
+                (copy it if you keep it).
+            encoder: Video encoder setting (:data:`nbhelpers.constants.ENCODERS`); default ``config.encoder``.
+                Chosen once per avatar (the NVENC test encode runs once).
+            render_gate: None, or a lock or semaphore shared by threads rendering clips at once: held only while
+                this clip renders (:func:`nbhelpers.engine.run`). The batch workers pass one.
+
+        Returns:
+            :class:`~nbhelpers.result.ClipResult` (``kind="avatar"``) with generation fps and end-to-end fps.
+
+        Raises:
+            InputError: The audio is missing, unreadable or shorter than one frame.
+        """
+        t0 = time.perf_counter()
+        timings = Timings()
+        st = self.device_state()
+        h, w = self.frame_shape
+        clip_config = st.get("clip_config", self.config)
+        batch = int(clip_config.batch_size or 20)
+        with flush_denormals(st["models"].device):
+            waveform, features, n_out = self._features(audio, timings)
+            if output is False:
+                final = None
+                run(st["source"], features, st["models"], batch, n_out, None, frame_callback=frame_callback,
+                    timings=timings, render_gate=render_gate)
+            else:
+                if output is None:
+                    name = Path(audio).stem if not isinstance(audio, np.ndarray) else "clip"
+                    output = self.directory / "vid_output" / f"{name}.mp4"
+                setting = encoder or self.config.encoder
+                if self._state.get("encoder_setting") != setting:
+                    self._state.update(encoder_setting=setting, encoder=media.choose_encoder(setting))
+                audio_track = None if isinstance(audio, np.ndarray) else Path(audio)
+                writer = media.VideoWriter(output, w, h, fps=FPS, audio=audio_track, encoder=self._state["encoder"])
+                with writer:
+                    run(st["source"], features, st["models"], batch, n_out, writer, frame_callback=frame_callback,
+                        timings=timings, render_gate=render_gate)
+                final = Path(writer.path)
+        return ClipResult(output=final, n_frames=n_out, source_frames=self.n_frames,
+                          no_face_frames=self.n_frames - self.n_faces, fps=FPS,
+                          duration_s=len(waveform) / SAMPLE_RATE, config=clip_config, backend=self.backend or "cache",
+                          timings=dict(timings.seconds), wall_s=time.perf_counter() - t0, kind="avatar",
+                          notes=self.pipe.clip_notes((w, h) if final is not None else None))
+
+    def stream(self, audio: str | os.PathLike | np.ndarray) -> Iterator[np.ndarray]:
+        """Yield the finished (H, W, 3) uint8 BGR frames of one clip, in order, as they are made (no file)."""
+        st = self.device_state()
+        _, features, n_out = self._features(audio, Timings())
+        for _, frames in render(st["source"], features, st["models"], int(self.config.batch_size or 20), n_out,
+                                pad_batches=True):
+            yield from (np.array(f) for f in frames)
+
+    def live(self, **options: Any):
+        """A live session of this avatar (:class:`nbhelpers.live.LiveSession`, whose options these are)."""
+        from ..live import LiveSession
+
+        return LiveSession(self, **options)
+
+    def close(self) -> None:
+        """Release this avatar's arrays on the device, its decoded frames and what its jobs kept here
+        (:meth:`keep`); the models too when the avatar was made with a pipeline of its own
+        (:func:`nbhelpers.avatar.load_avatar` without one): a pipeline passed in stays loaded for its other jobs."""
+        for key in self._kept:
+            close = getattr(self._state.get(key), "close", None)
+            if callable(close):
+                close()
+        self._kept.clear()
+        self._state.clear()
+        if self._frames is not None:
+            self._frames.close()
+            self._frames = None
+        if self._owns_pipe:
+            self.pipe.release()
+            self._owns_pipe = False
+        gpu.release()
+
+
+def read_meta(directory: Path, *, check: bool = True) -> dict[str, Any]:
+    """The manifest of the avatar in ``directory`` (its files' hashes verified when ``check``).
+
+    Raises:
+        CacheError: Not a complete, intact avatar of this format; the message says how to prepare it again.
+    """
+    try:
+        meta = read_manifest(directory)
+        if check:
+            check_files(directory, meta)
+    except CacheError as exc:
+        raise CacheError(f"{exc}. Prepare the avatar there (again) with `python -m nbhelpers avatar prepare "
+                         f"VIDEO {directory}` or nbhelpers.prepare_avatar(video, {str(directory)!r}); a damaged "
+                         "or outdated avatar is rebuilt by preparing it again.") from exc
+    return meta
+
+
+def stored_config(meta: dict[str, Any], config: InferenceConfig | None, directory: Path) -> InferenceConfig:
+    """The settings an avatar was prepared with (its manifest's), with ``config``'s device, precision, batch size,
+    encoder and restorer.
+
+    Raises:
+        CacheError: ``config`` differs in a cached field (an ``"auto"`` landmark backend matches any).
+    """
+    stored = InferenceConfig(**meta["params"])
+    if config is None:
+        return stored
+    diff = [f for f in CACHED_FIELDS if getattr(config, f) != getattr(stored, f)
+            and not (f == "landmark_backend" and "auto" in (config.landmark_backend, stored.landmark_backend))]
+    if diff:
+        raise CacheError(f"the avatar in {directory} was prepared with other settings ({', '.join(diff)}); "
+                         "prepare it again with prepare_avatar(..., config=...)")
+    return stored.replace(device=config.device, fp16=config.fp16, batch_size=config.batch_size,
+                          encoder=config.encoder, restore=config.restore, restore_strength=config.restore_strength)
+
+
+__all__ = ["Avatar"]

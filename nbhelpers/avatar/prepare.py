@@ -1,0 +1,252 @@
+"""Preparing an avatar: frames, crop boxes, latents and blend masks of a face video, computed once and cached.
+
+:func:`prepare_avatar` loads a valid cache or rebuilds it; :func:`load_avatar` loads one. Both take the pipeline
+whose models do the work, or make one (which the avatar then owns and releases on ``close()``).
+
+Source: ``scripts/realtime_inference.py:87-210``, without its stdin prompts and with frames without a face kept.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import blending, faces, gpu, latents, media, restore, weights
+from ..checks import check_boxes, check_video, check_weights_dir, given_boxes, no_face_in_rotated_video
+from ..config import InferenceConfig
+from ..engine import Timings, flush_denormals
+from ..errors import CacheError, InputError, NoFaceError
+from ..framestore import FrameStore, check_disk_for_frames, expected_frames
+from ..pipeline import MuseTalkPipeline
+from .avatar import Avatar, read_meta, stored_config
+from .cache import (
+    ARRAYS_FILE,
+    FRAMES_FILE,
+    BackgroundWrite,
+    boxes_key,
+    file_entry,
+    manifest,
+    stale_reason,
+    write_arrays,
+    write_manifest,
+)
+
+
+def prepare_avatar(video: str | os.PathLike, directory: str | os.PathLike, pipe: MuseTalkPipeline | None = None, *,
+                   config: InferenceConfig | None = None, boxes: Any = None,
+                   weights_dir: str | os.PathLike | None = None, rebuild: bool = False, backend: Any = None) -> Avatar:
+    """Prepare (or load) the avatar of a face video: frames, crop boxes, latents and blend masks, computed once.
+
+    When ``directory`` already holds an avatar made from the same video content, settings, boxes, weights,
+    format and package version, and every file passes its size and SHA-256 check, it is loaded without
+    recomputation. Otherwise it is rebuilt (the reason is in ``rebuild_reason``): the decoded frames wait on local
+    disk (never in the avatar folder, which may be on Google Drive), the cache files are written into a temporary
+    folder inside ``directory`` and moved into place, with ``avatar.json`` last. Nothing asks on stdin.
+
+    Args:
+        video: Face video (any frame rate: converted to 25 fps) or photo.
+        directory: The avatar folder (created; may be on Google Drive).
+        pipe: The :class:`~nbhelpers.pipeline.MuseTalkPipeline` whose models prepare the avatar and generate its
+            clips; None makes one over ``weights_dir`` after the inputs are checked (the avatar releases it on
+            ``close()``).
+        config: Settings; cached fields are version, extra_margin, bbox_shift, parsing_mode, cheek widths,
+            landmark backend, smoothing, seed, latent_mode and blur_ratio.
+        boxes: Crop boxes given by hand, full-frame pixels: one ``(x1, y1, x2, y2)`` for every frame (bare, or a
+            list holding just that box), or one entry, a box or None (no face), per 25 fps frame of the whole
+            video (an avatar keeps every frame). Checked before any model loads.
+        weights_dir: Weights folder when no ``pipe`` is given (default :func:`nbhelpers.weights.default_dir`).
+        rebuild: Rebuild even when the cache is valid.
+        backend: Landmark backend object (default the one ``config.landmark_backend`` names).
+
+    Returns:
+        :class:`~nbhelpers.avatar.Avatar`; ``loaded_from_cache`` tells whether anything was recomputed. A rebuilt
+        avatar serves its frames from the local raw copy decoded while preparing (bit-exact those of
+        ``frames.mkv``), so its first clip decodes nothing.
+
+    Raises:
+        InputError: The video is missing or unreadable, an option is invalid, ``boxes`` does not fit the video,
+            or both ``pipe`` and another ``weights_dir`` are given.
+        WeightsError: Weight files are missing.
+        NoFaceError: No frame has a face (pass ``boxes=``).
+        DiskSpaceError: The local disk cannot hold the decoded frames.
+    """
+    config = config or InferenceConfig()
+    boxes = given_boxes(boxes)  # a list holding one box is that box (and the same cache key)
+    if boxes is not None and config.landmark_backend != "boxes":
+        config = config.replace(landmark_backend="boxes")
+    directory = Path(directory)
+    weights_path = _weights_path(pipe, weights_dir)
+    if directory.exists() and not directory.is_dir():
+        raise InputError(f"directory {str(directory)!r} is a file; give a folder for the avatar (it is created).")
+    video_path = Path(video)
+    if not video_path.is_file():
+        raise InputError(f"video {str(video_path)!r} does not exist; give the path of a face video or photo.")
+    key = boxes_key(boxes)
+    reason = "rebuild asked" if rebuild else stale_reason(directory, video_path, config, weights_path, key)
+    if not reason:
+        try:
+            return load_avatar(directory, pipe, config=config, weights_dir=weights_path, check=False)
+        except CacheError as exc:
+            reason = str(exc)
+
+    # 1. checks: the video, the boxes and the weights, before any heavy work
+    gpu.check_device(config.device)
+    _, video_info = check_video(video_path)
+    boxes = check_boxes(boxes, video_path, video_info)
+    check_weights_dir(weights_path, config.version, config.landmark_backend)
+    if config.restore is not None:
+        restore.check_available(config.restore, weights_path)
+    owns = pipe is None
+    pipe = pipe or MuseTalkPipeline.from_pretrained(weights_path, config)
+    try:
+        avatar = _build(pipe, video_path, video_info, directory, config, boxes, key, backend, owns)
+    except BaseException:
+        if owns:
+            pipe.release()
+        raise
+    avatar.rebuild_reason = reason
+    return avatar
+
+
+def load_avatar(directory: str | os.PathLike, pipe: MuseTalkPipeline | None = None, *,
+                config: InferenceConfig | None = None, weights_dir: str | os.PathLike | None = None,
+                check: bool = True) -> Avatar:
+    """Load a prepared avatar (:meth:`Avatar.load`) with ``pipe``, or with a pipeline made for it.
+
+    Args:
+        directory: The avatar folder.
+        pipe: The pipeline whose models generate its clips; None makes one with the avatar's settings over
+            ``weights_dir`` (default: the folder it was prepared with, else the default), which the avatar
+            releases on ``close()``.
+        config: Override device, precision, batch size, encoder and face restorer (cached fields must match).
+        weights_dir: Weights folder when no ``pipe`` is given.
+        check: Verify every file's size and SHA-256.
+
+    Raises:
+        CacheError: Not a complete, intact avatar of this format, or ``config`` differs in a cached field.
+        InputError: Both ``pipe`` and another ``weights_dir`` are given.
+        WeightsError: No ``pipe`` is given and the weights are missing.
+    """
+    if pipe is not None:
+        _weights_path(pipe, weights_dir)
+        return Avatar.load(directory, pipe, config=config, check=check)
+    meta = read_meta(Path(directory), check=check)
+    settings = stored_config(meta, config, Path(directory))
+    folder = weights_dir or meta.get("weights_dir") or weights.default_dir()
+    pipe = MuseTalkPipeline.from_pretrained(folder, settings)
+    try:
+        avatar = Avatar.load(directory, pipe, config=settings, check=False)
+    except BaseException:
+        pipe.release()
+        raise
+    avatar._owns_pipe = True
+    return avatar
+
+
+def _weights_path(pipe: MuseTalkPipeline | None, weights_dir: str | os.PathLike | None) -> Path:
+    """The weights folder of a job: the pipeline's, else ``weights_dir``, else the default.
+
+    Raises:
+        InputError: ``weights_dir`` names another folder than the pipeline's.
+    """
+    if pipe is None:
+        return Path(weights_dir).expanduser() if weights_dir is not None else weights.default_dir()
+    if weights_dir is not None and Path(weights_dir).expanduser().resolve() != Path(pipe.weights_dir).resolve():
+        raise InputError(f"weights_dir {str(weights_dir)!r} is not the pipeline's weights folder "
+                         f"{str(pipe.weights_dir)!r}: the avatar uses the pipeline's models; give one of the two.")
+    return Path(pipe.weights_dir)
+
+
+def _build(pipe: MuseTalkPipeline, video: Path, video_info: Any, directory: Path, config: InferenceConfig,
+           boxes: Any, key: str | None, backend: Any, owns: bool) -> Avatar:
+    """Compute the avatar of ``video`` with ``pipe`` and write its cache into ``directory`` (see
+    :func:`prepare_avatar`); returns it, serving the frames decoded here."""
+    run_config = pipe.job_config(config if owns else config.replace(device=None, fp16=None))
+    pipe.check_weights(run_config.landmark_backend)
+    reader = media.load_video(video)
+    check_disk_for_frames(expected_frames(video_info, 1), reader.height, reader.width)
+    store = FrameStore(reader.height, reader.width)
+    directory.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".building-", dir=directory))
+    writer: BackgroundWrite | None = None
+    kept = False  # the frame store becomes the new avatar's frames (no decode of the file just written)
+    timings = Timings()
+    try:
+        # 2. media and faces: every frame decoded to local disk while its face is tracked
+        with timings.stage("frames"):
+            detector = ("auto" if config.landmark_backend == "boxes"
+                        else pipe.landmarks(backend or run_config.landmark_backend))
+            try:
+                track = faces.track(store.tee(reader), backend=detector, config=config, boxes=boxes,
+                                    weights_dir=pipe.weights_dir)
+            except NoFaceError as exc:
+                raise no_face_in_rotated_video(exc, video_info) from None
+            store.finish()
+            reader.close()
+        # 3. gpu: the preparation's batch
+        run_config = pipe.plan("avatar", run_config, len(store), store.frame_shape[:2])
+        batch = int(run_config.batch_size or 8)
+        face_frames = np.flatnonzero(track.has_face)
+        h, w = store.frame_shape[:2]
+        # The lossless file is encoded and hashed in a thread while the models compute masks and latents. Face
+        # parsing (torch only) runs before the VAE, so that where the VAE is still loading in another thread (a
+        # batch worker's preload) the masks are made meanwhile; the latents' sampling has its own generator.
+        writer = BackgroundWrite(store, work / FRAMES_FILE, w, h)
+        with flush_denormals(pipe.device):
+            # 4. parsing and blending: the feathered masks and expanded squares
+            with timings.stage("parser_wait"):
+                parser = pipe.face_parser
+            parser.batch_size = batch
+            with timings.stage("parse"):
+                materials = blending.materials_for_frames(store, track.crop_boxes, face_frames, parser, run_config)
+                masks = [np.ascontiguousarray(m.mask.cpu().numpy() if hasattr(m.mask, "cpu") else m.mask)
+                         for m in materials]
+            # 5. latents
+            with timings.stage("vae_wait"):
+                vae = pipe.vae
+            with timings.stage("encode"):
+                latents_np = latents.encode_frames(store, track.crop_boxes, face_frames, vae, seed=config.seed,
+                                                   mode=config.latent_mode, batch_size=batch).float().cpu().numpy()
+        # 6. the cache: frames (in the thread), arrays, then the manifest last
+        with timings.stage("arrays"):
+            squares = np.asarray([m.square for m in materials], dtype=np.int32).reshape(-1, 4)
+            write_arrays(work / ARRAYS_FILE, np.asarray(track.crop_boxes, dtype=np.int32), track.has_face,
+                         latents_np, squares, masks)
+        with timings.stage("frames_file"):
+            n_written, frames_size, frames_sha = writer.result()
+        writer = None
+        finish_start = time.perf_counter()
+        if n_written != len(store):
+            raise CacheError(f"wrote {n_written} of {len(store)} frames")
+        files = {FRAMES_FILE: file_entry(work / FRAMES_FILE, frames_size, frames_sha),
+                 ARRAYS_FILE: file_entry(work / ARRAYS_FILE)}
+        write_manifest(work, directory, manifest(config, key, video, pipe.weights_dir, (h, w), len(store),
+                                                 len(face_frames), track.backend, files))
+        # The arrays are read back from the cache just written; the frames are the store's (bit-exact those of the
+        # lossless file). Its clips plan their own batch: the preparation's is not a batch asked for.
+        clip_config = run_config.replace(batch_size=config.batch_size,
+                                         reasons={k: v for k, v in run_config.reasons.items() if k != "batch_size"})
+        avatar = Avatar.load(directory, pipe, config=clip_config, check=False)
+        avatar._frames = store
+        kept = True
+        timings.add("finish", time.perf_counter() - finish_start)
+    finally:
+        if writer is not None:  # an error before the frames were written: stop the encoder before cleaning up
+            writer.cancel()
+        reader.close()
+        if not kept:
+            store.close()
+        shutil.rmtree(work, ignore_errors=True)
+    avatar.prepare_timings = {k: round(v, 4) for k, v in timings.seconds.items()}
+    avatar._owns_pipe = owns
+    avatar.loaded_from_cache = False
+    return avatar
+
+
+__all__ = ["load_avatar", "prepare_avatar"]
