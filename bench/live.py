@@ -40,13 +40,20 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+
+def live(avatar, on_frame=None, **options):
+    """A live session of ``avatar`` with the LiveConfig ``options``."""
+    from nbhelpers.live import LiveConfig, LiveSession
+
+    return LiveSession(avatar, LiveConfig(**options), on_frame=on_frame)
+
 BOX = (190, 160, 360, 330)  # crop box around the face of the shared 576x768 video
 SMOKE_BOX = (16, 16, 80, 80)
 
 
 def first_frame_latency(avatar, speech: np.ndarray, **options) -> tuple[float, dict[str, float]]:
     """Seconds from pushing a first 200 ms chunk (alone) to frame 0 out of the iterator, and its parts (seconds)."""
-    session = avatar.live(realtime=False, **options)  # the session's clock is time.monotonic, as here
+    session = live(avatar, realtime=False, **options)  # the session's clock is time.monotonic, as here
     it = iter(session)
     t0 = time.monotonic()
     session.push(speech[:3200], 16000)
@@ -104,13 +111,13 @@ def paced(avatar, speech: np.ndarray, **options):
     """The speech pushed in 200 ms chunks at real-time pace, frames paced to 25 fps into a callback."""
     from nbhelpers.live import play
 
-    session = avatar.live(realtime=True, on_frame=lambda n, frame: None, **options)
+    session = live(avatar, realtime=True, on_frame=lambda n, frame: None, **options)
     return play(session, speech, chunk_ms=200.0, realtime=True)
 
 
 def unpaced(avatar, speech: np.ndarray, **options) -> tuple[float, int, object]:
     """The whole speech pushed at once, frames read from the iterator as fast as they come: (fps, frames, result)."""
-    session = avatar.live(realtime=False, **options)
+    session = live(avatar, realtime=False, **options)
     count = [0]
 
     def read():
@@ -147,7 +154,7 @@ def main() -> None:
     limit_cpus(args.cores)
     import torch
 
-    from nbhelpers.live import DEFAULT_DELAY_S, DEFAULT_HOP
+    from nbhelpers.live.config import DEFAULT_DELAY_S, DEFAULT_HOP
 
     torch.set_num_threads(args.cores)
     from nbhelpers import InferenceConfig, media, prepare_avatar
@@ -188,9 +195,9 @@ def main() -> None:
     paced_options = dict(options, **({} if args.delay is None else {"delay_s": args.delay}))
 
     t0 = time.perf_counter()
-    session = avatar.live(realtime=False, **options)  # its warm-up: the first group's batch shape, whisper
+    session = live(avatar, realtime=False, **options)  # its warm-up: the first group's batch shape, whisper
     session.close()
-    avatar.live(realtime=False, hop=args.unpaced_hop).close()
+    live(avatar, realtime=False, hop=args.unpaced_hop).close()
     print(f"{clock()} session warm-ups {time.perf_counter() - t0:.1f} s", flush=True)
     unpaced(avatar, speech[:32000], **options)  # the merged batch shapes, allocator
     print(f"{clock()} warm-up run", flush=True)

@@ -281,7 +281,7 @@ def _cmd_avatar_live(args) -> int:
     from . import media
     from .avatar import load_avatar
     from .errors import InputError
-    from .live import play
+    from .live import LiveConfig, LiveSession, play
 
     if not Path(args.directory).is_dir():
         raise InputError(f"{args.directory!r} is not an avatar folder; make one first with "
@@ -296,8 +296,9 @@ def _cmd_avatar_live(args) -> int:
         to = str(target)
     avatar = load_avatar(args.directory, weights_dir=args.weights)
     avatar.load_models()
-    session = avatar.live(realtime=args.realtime, to=to, silence=None if args.silence == "none" else args.silence,
-                          encoder=args.encoder, iterate=False, on_frame=lambda n, frame: None)
+    config = LiveConfig(realtime=args.realtime, to=to, silence=None if args.silence == "none" else args.silence,
+                        encoder=args.encoder, iterate=False)
+    session = LiveSession(avatar, config, on_frame=lambda n, frame: None)
     result = play(session, waveform, chunk_ms=args.chunk_ms, realtime=args.realtime)
     print(f"{result.summary()} -> {result.output or to}")
     return 0

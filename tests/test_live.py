@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -27,6 +28,13 @@ def avatar(tmp_path_factory, make_media, tiny_weights):
                         weights_dir=tiny_weights)
     yield av
     av.close()
+
+
+def session_of(avatar, *, on_frame=None, clock=None, **fields):
+    """A live session of ``avatar`` with the LiveConfig ``fields``."""
+    from nbhelpers.live import LiveConfig, LiveSession
+
+    return LiveSession(avatar, LiveConfig(**fields), on_frame=on_frame, **({} if clock is None else {"clock": clock}))
 
 
 def noise(seconds: float, seed: int = 0, level: float = 0.1) -> np.ndarray:
@@ -78,7 +86,7 @@ def test_frames_equal_one_clip_generation(avatar):
     avatar.generate(audio, output=False, frame_callback=collect(ref))
     assert len(ref) == 8
     live: dict[int, np.ndarray] = {}
-    session = avatar.live(threaded=False, hop=4, silence=None, on_frame=collect(live))
+    session = session_of(avatar, threaded=False, hop=4, silence=None, on_frame=collect(live))
     push_random_chunks(session, audio, seed=2)
     result = session.close()
     assert sorted(live) == list(range(8)) and result.n_frames == 8 and result.kind == "stream"
@@ -90,7 +98,7 @@ def test_frames_equal_one_clip_generation(avatar):
     for n in range(4):
         np.testing.assert_array_equal(live[n], prefix[n], err_msg=f"frame {n} vs the 3840-sample prefix")
     exact: dict[int, np.ndarray] = {}
-    session = avatar.live(threaded=False, hop=4, silence=None, context="segment", on_frame=collect(exact))
+    session = session_of(avatar, threaded=False, hop=4, silence=None, context="segment", on_frame=collect(exact))
     push_random_chunks(session, audio, seed=3)
     session.close()
     for n in range(8):
@@ -107,7 +115,7 @@ def test_tokens_follow_the_prefix_law_for_any_chunking(avatar, monkeypatch):
     runs = []
     for seed in (5, 6):
         stub.tokens = {}
-        session = avatar.live(threaded=False, hop=hop, silence=None, on_frame=lambda n, f: None)
+        session = session_of(avatar, threaded=False, hop=hop, silence=None, on_frame=lambda n, f: None)
         sizes = push_random_chunks(session, audio, seed=seed)
         assert min(sizes) < 32 and max(sizes) > 8000
         res = session.close()
@@ -142,7 +150,7 @@ def test_silence_gap_keeps_25_fps_and_the_source_cycle(avatar, monkeypatch):
     monkeypatch.setattr("nbhelpers.engine.render", StubRender())
     clock = FakeClock()
     got: dict[int, np.ndarray] = {}
-    session = avatar.live(realtime=True, threaded=False, clock=clock, hop=5, silence="source",
+    session = session_of(avatar, realtime=True, threaded=False, clock=clock, hop=5, silence="source",
                           on_frame=collect(got))
     speech = noise(0.4, seed=7)
     ticks = 0
@@ -202,7 +210,7 @@ def test_udp_stream_has_every_frame_and_the_audio(avatar, ffmpeg, tmp_path, monk
 
     time.sleep(1.0)  # let it bind first
     audio = np.concatenate([noise(0.4, seed=8), np.zeros(12800, np.float32)])  # 1.2 s: 30 frames
-    session = avatar.live(threaded=False, hop=5, silence="source", to=f"udp://127.0.0.1:{port}")
+    session = session_of(avatar, threaded=False, hop=5, silence="source", to=f"udp://127.0.0.1:{port}")
     for start in range(0, len(audio), 1600):
         session.push(audio[start:start + 1600])
         time.sleep(0.02)  # do not flood the loopback socket
@@ -276,7 +284,7 @@ def test_threaded_real_time_hands_out_every_frame_in_order(avatar):
     audio, each handed out no earlier than its time (no timing claim beyond that: the machine is shared)."""
     from nbhelpers.live import play
 
-    session = avatar.live(realtime=True, silence="source", hop=2)
+    session = session_of(avatar, realtime=True, silence="source", hop=2)
     got: list[int] = []
     reader = threading.Thread(target=lambda: got.extend(n for n, _ in session), daemon=True)
     reader.start()
@@ -298,7 +306,7 @@ def test_chunks_at_another_rate_are_resampled_as_one_file(avatar, monkeypatch):
     monkeypatch.setattr(LiveSession, "_step", lambda self, now, final=False: None)  # look at the input side only
     rng = np.random.default_rng(10)
     stereo = (rng.standard_normal((24000, 2)) * 3000).astype(np.int16)
-    session = avatar.live(threaded=False, silence=None, on_frame=lambda n, f: None)
+    session = session_of(avatar, threaded=False, silence=None, on_frame=lambda n, f: None)
     pos = 0
     while pos < len(stereo):
         size = int(rng.integers(1, 5000))
@@ -344,7 +352,7 @@ def test_warm_up_runs_at_construction_once_per_avatar_and_shape(avatar, monkeypa
     real_log_mel = audio_mod._log_mel
     monkeypatch.setattr(audio_mod, "_log_mel", lambda *a, **k: mels.append(len(a[1])) or real_log_mel(*a, **k))
     fresh_models_thread(avatar)
-    session = avatar.live(threaded=False, hop=3, silence=None, on_frame=lambda n, f: None)
+    session = session_of(avatar, threaded=False, hop=3, silence=None, on_frame=lambda n, f: None)
     assert session.warm_shapes() == [3, 1, 2, 4]
     assert log.calls == [(0, 3), (0, 1), (0, 2), (0, 4)] and len(mels) == 1
     warm = session._models_thread.warm
@@ -354,9 +362,9 @@ def test_warm_up_runs_at_construction_once_per_avatar_and_shape(avatar, monkeypa
     session.close()
     log.calls.clear()
     mels.clear()
-    avatar.live(threaded=False, hop=3, silence=None, on_frame=lambda n, f: None).close()
+    session_of(avatar, threaded=False, hop=3, silence=None, on_frame=lambda n, f: None).close()
     warm.discard(("render", 5))
-    avatar.live(threaded=False, hop=5, silence=None, on_frame=lambda n, f: None, warm_up=False).close()
+    session_of(avatar, threaded=False, hop=5, silence=None, on_frame=lambda n, f: None, warm_up=False).close()
     assert log.calls == [] and mels == []
 
 
@@ -366,7 +374,7 @@ def test_warm_shapes_are_the_batch_sizes_the_schedule_renders(avatar, monkeypatc
     from nbhelpers.live import LiveSession
 
     monkeypatch.setattr(LiveSession, "_warm_up", lambda self: None)
-    shapes = {(hop, rt): avatar.live(threaded=False, hop=hop, realtime=rt, silence=None,
+    shapes = {(hop, rt): session_of(avatar, threaded=False, hop=hop, realtime=rt, silence=None,
                                      on_frame=lambda n, f: None).warm_shapes()
               for hop in (2, 3, 4, 6) for rt in (False, True)}
     assert shapes == {(2, False): [2, 4], (2, True): [2], (3, False): [3, 1, 2, 4], (3, True): [3, 1, 2],
@@ -376,7 +384,7 @@ def test_warm_shapes_are_the_batch_sizes_the_schedule_renders(avatar, monkeypatc
     monkeypatch.setattr("nbhelpers.engine.render", log)
     fresh_models_thread(avatar)
     clock = FakeClock()
-    session = avatar.live(realtime=True, threaded=False, clock=clock, hop=3, silence=None,
+    session = session_of(avatar, realtime=True, threaded=False, clock=clock, hop=3, silence=None,
                           on_frame=lambda n, f: None)
     warmed = [n for _, n in log.calls]
     assert warmed == [3, 1, 2]
@@ -416,12 +424,12 @@ def test_all_model_work_runs_on_the_avatars_model_thread(avatar, monkeypatch):
     monkeypatch.setattr(audio_mod, "_log_mel", log_mel)
     fresh_models_thread(avatar)
     audio = noise(0.32, seed=20)
-    threaded = avatar.live(hop=2, silence=None, on_frame=lambda n, f: None)
+    threaded = session_of(avatar, hop=2, silence=None, on_frame=lambda n, f: None)
     warm_up = list(threads)
     threaded.push(audio)
     res = threaded.close()
     worker = threaded._thread.ident
-    plain = avatar.live(threaded=False, hop=2, silence=None, on_frame=lambda n, f: None)
+    plain = session_of(avatar, threaded=False, hop=2, silence=None, on_frame=lambda n, f: None)
     plain.push(audio)
     plain.close()
     kinds = {k for k, _ in threads}
@@ -439,7 +447,7 @@ def test_audio_pushed_at_once_is_rendered_in_aligned_batches_with_each_groups_ow
     log = CallLog()
     monkeypatch.setattr("nbhelpers.engine.render", log)
     audio = noise(0.32, seed=13)
-    session = avatar.live(threaded=False, hop=2, silence=None, on_frame=lambda n, f: None, warm_up=False)
+    session = session_of(avatar, threaded=False, hop=2, silence=None, on_frame=lambda n, f: None, warm_up=False)
     session.push(audio)
     assert log.calls == [(0, 4), (4, 2)] and session.stats.whisper_passes == 3
     res = session.close()
@@ -458,7 +466,7 @@ def test_merged_batches_at_close_equal_one_clip_generation_bit_for_bit(avatar):
     ref: dict[int, np.ndarray] = {}
     avatar.generate(audio, output=False, frame_callback=collect(ref))
     live: dict[int, np.ndarray] = {}
-    session = avatar.live(threaded=False, hop=2, silence=None, context="segment", on_frame=collect(live))
+    session = session_of(avatar, threaded=False, hop=2, silence=None, context="segment", on_frame=collect(live))
     push_random_chunks(session, audio, seed=15)
     session.close()
     assert sorted(live) == list(range(8))
@@ -468,7 +476,7 @@ def test_merged_batches_at_close_equal_one_clip_generation_bit_for_bit(avatar):
 
 def test_first_frame_latency_is_reported_in_parts(avatar):
     """The stats split frame 0's latency into wait, whisper, render and hand-out, which add up to it."""
-    session = avatar.live(threaded=False, hop=2, silence=None, on_frame=lambda n, f: None)
+    session = session_of(avatar, threaded=False, hop=2, silence=None, on_frame=lambda n, f: None)
     session.push(noise(0.2, seed=16))
     st = session.close().stats
     parts = [st[f"first_frame_{k}_s"] for k in ("wait", "whisper", "render", "handout")]
@@ -495,10 +503,32 @@ def test_cuda_live_frames_equal_generate_with_the_device_log_mel(tiny_weights, m
         av.generate(audio, output=False, frame_callback=collect(ref))
         for context, frames in (("sliding", range(4, 8)), ("segment", range(8))):
             live: dict[int, np.ndarray] = {}
-            session = av.live(threaded=False, hop=4, silence=None, context=context, on_frame=collect(live))
+            session = session_of(av, threaded=False, hop=4, silence=None, context=context, on_frame=collect(live))
             push_random_chunks(session, audio, seed=18)
             session.close()
             for n in frames:
                 np.testing.assert_array_equal(live[n], ref[n], err_msg=f"{context}, frame {n}")
     finally:
         av.close()
+
+
+@pytest.mark.notorch
+def test_live_config_refuses_out_of_range_settings_and_documents_each_field():
+    """Every setting of a live session is one field of LiveConfig, with its help for a command line, and a value out
+    of range is refused when the config is made, naming the field and the value."""
+    import dataclasses
+
+    from nbhelpers.errors import InputError
+    from nbhelpers.live import LiveConfig
+
+    assert all(f.metadata.get("help") for f in dataclasses.fields(LiveConfig))
+    for bad, says in (({"hop": 0}, "hop must be a whole number of frames >= 1; got 0"),
+                      ({"context": "all"}, "context must be one of"), ({"silence": "quiet"}, "silence must be"),
+                      ({"delay_s": -1.0}, "delay_s must be a finite number >= 0; got -1.0"),
+                      ({"ahead_s": float("inf")}, "ahead_s must be a finite number"),
+                      ({"batch_size": 0}, "batch_size must be a whole number >= 1; got 0"),
+                      ({"encoder": "x265"}, "encoder must be None or one of")):
+        with pytest.raises(InputError, match=says):
+            LiveConfig(**bad)
+    assert LiveConfig(to=Path("out.mp4")).to == "out.mp4"
+    assert LiveConfig().replace(hop=4).hop == 4

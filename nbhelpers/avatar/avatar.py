@@ -285,12 +285,6 @@ class Avatar:
                                 pad_batches=True):
             yield from (np.array(f) for f in frames)
 
-    def live(self, **options: Any):
-        """A live session of this avatar (:class:`nbhelpers.live.LiveSession`, whose options these are)."""
-        from ..live import LiveSession
-
-        return LiveSession(self, **options)
-
     def close(self) -> None:
         """Release this avatar's arrays on the device, its decoded frames and what its jobs kept here
         (:meth:`keep`); the models too when the avatar was made with a pipeline of its own

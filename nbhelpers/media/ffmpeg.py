@@ -117,10 +117,10 @@ def _passthrough(exe: str) -> list[str]:
 class _Process:
     """A running ffmpeg whose standard error a daemon thread drains into a bounded tail (so it never blocks)."""
 
-    def __init__(self, args: list[str], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE):
+    def __init__(self, args: list[str], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, pass_fds: tuple[int, ...] = ()):
         self.args = args
         try:
-            self.popen = subprocess.Popen(args, stdin=stdin, stdout=stdout, stderr=subprocess.PIPE)
+            self.popen = subprocess.Popen(args, stdin=stdin, stdout=stdout, stderr=subprocess.PIPE, pass_fds=pass_fds)
         except OSError as exc:
             raise FFmpegError(f"Could not start ffmpeg ({args[0]!r}): {exc}. Reinstall imageio-ffmpeg "
                               "(pip install --force-reinstall imageio-ffmpeg).", args_list=args) from exc

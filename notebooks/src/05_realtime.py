@@ -119,7 +119,7 @@ nbh.ui.show_video(clips[-1])
 # A live session takes speech in chunks, as a voice synthesiser sends it, and hands out each frame at 25 fps once its audio context is there. You play the first 2 s of your first clip in 200 ms chunks, as if it arrived now, and see the first-frame latency and whether any frame was late.
 
 # %% tags=["nbval-ignore-output"]
-session = avatar.live(realtime=True, on_frame=lambda n, frame: None)
+session = nbh.live.LiveSession(avatar, nbh.live.LiveConfig(realtime=True), on_frame=lambda n, frame: None)
 nbh.live.play(session, nbh.media.load_audio(audios[0])[: 2 * 16000], chunk_ms=200)
 
 # %% [markdown]

@@ -1,0 +1,223 @@
+"""Live output: frames and their audio into one ffmpeg process, a file or any output URL, the audio muxed live.
+
+:class:`FFmpegSink` is the package's :class:`~nbhelpers.media.writer.VideoWriter` with a second input: raw 16 kHz
+mono PCM on a pipe of its own, written as each frame is. It reuses the writer's process, its bounded writes (a
+stalled ffmpeg is stopped and reported), its temporary name and rename, and its clean-up on failure.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import selectors
+import subprocess
+import threading
+import uuid
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+
+from ..constants import FPS, SAMPLE_RATE
+from ..errors import FFmpegError, InputError
+from .ffmpeg import SYNTHETIC_TAG, WRITER_STALL_TIMEOUT_S, _Process, ffmpeg_exe
+from .writer import VideoWriter, choose_encoder
+
+# Output container by URL scheme, else by file suffix.
+URL_CONTAINERS = {"rtmp://": "flv", "rtmps://": "flv", "srt://": "mpegts", "udp://": "mpegts", "rtp://": "mpegts",
+                  "tcp://": "mpegts"}
+FILE_CONTAINERS = {".mp4": "mp4", ".mov": "mov", ".mkv": "matroska", ".ts": "mpegts", ".flv": "flv"}
+UDP_PACKET_BYTES = 1316  # 7 MPEG-TS packets of 188 bytes: one UDP datagram under a 1500-byte MTU
+GOP_FRAMES = 2 * FPS  # a keyframe every 2 s, so that a viewer joining a stream starts within 2 s
+
+
+def video_codec_args(encoder: str | None = None) -> tuple[list[str], str | None]:
+    """ffmpeg video encoder arguments for a live stream, and the ffmpeg binary to run them with.
+
+    Args:
+        encoder: None (libx264 ``ultrafast``, ``zerolatency``: a frame leaves the encoder as soon as it is in), or
+            an ``encoder`` setting of :func:`nbhelpers.media.choose_encoder` (:data:`nbhelpers.constants.ENCODERS`):
+            ``"nvenc"`` / ``"auto"`` use ``h264_nvenc`` with its low-latency tuning (``-preset p1 -tune ll``) when
+            the one-frame NVENC test encode works (else libx264 as for None, with the chooser's warning); a
+            ``libx264-<preset>`` setting uses that preset, ``libx264`` ultrafast, both with ``zerolatency``.
+
+    Returns:
+        ``(args, ffmpeg)``: the ``-c:v ...`` arguments and the binary (None = imageio-ffmpeg's).
+
+    Raises:
+        InputError: An unknown setting.
+    """
+    gop = ["-g", str(GOP_FRAMES)]
+    if encoder is None:
+        return ["-c:v", "libx264", "-preset", "ultrafast", "-tune", "zerolatency", "-pix_fmt", "yuv420p", *gop], None
+    choice = choose_encoder(encoder)
+    if choice.codec == "h264_nvenc":
+        return ["-c:v", "h264_nvenc", "-preset", "p1", "-tune", "ll", "-pix_fmt", "yuv420p", *gop], choice.ffmpeg
+    preset = choice.preset if encoder.startswith("libx264-") else "ultrafast"
+    return ["-c:v", "libx264", "-preset", preset, "-tune", "zerolatency", "-pix_fmt", "yuv420p", *gop], choice.ffmpeg
+
+
+def container_for(target: str) -> str:
+    """The ffmpeg output format of a file name or URL (``""`` when it cannot be told)."""
+    low = target.lower()
+    for scheme, fmt in URL_CONTAINERS.items():
+        if low.startswith(scheme):
+            return fmt
+    return FILE_CONTAINERS.get(Path(low.split("?")[0]).suffix, "")
+
+
+class FFmpegSink(VideoWriter):
+    """Frames and their audio into one ffmpeg process: a file or any output URL, the audio muxed live.
+
+    ffmpeg reads raw BGR video on its stdin and raw 16 kHz mono s16le PCM on a second pipe (``pipe:FD``, POSIX).
+    Two threads feed the two pipes, so neither blocks the other (ffmpeg may read them in any order) and
+    :meth:`write` returns at once while they keep up. A file target is written under a temporary name and renamed
+    when ffmpeg has finished; an ffmpeg that takes no frame data for ``stall_timeout_s`` is stopped and reported.
+
+    Args:
+        target: Output path (``.mp4``, ``.mov``, ``.mkv``, ``.ts``, ``.flv``) or URL (``rtmp://`` -> FLV,
+            ``srt://``, ``udp://``, ``rtp://``, ``tcp://`` -> MPEG-TS).
+        width: Frame width, pixels.
+        height: Frame height, pixels.
+        encoder: See :func:`video_codec_args`.
+        audio_bitrate: AAC bitrate.
+        stall_timeout_s: Seconds without progress after which ffmpeg counts as stalled; None waits for ever.
+
+    Raises:
+        InputError: The target's container cannot be told from its name, a size is not a positive whole number,
+            or the platform has no pass_fds.
+    """
+
+    def __init__(self, target: str | os.PathLike, width: int, height: int, *, encoder: str | None = None,
+                 audio_bitrate: str = "96k", stall_timeout_s: float | None = WRITER_STALL_TIMEOUT_S):
+        target = os.fspath(target)
+        fmt = container_for(target)
+        if not fmt:
+            raise InputError(f"cannot tell the container of {target!r}: give a .mp4/.mov/.mkv/.ts/.flv file or an "
+                             "rtmp://, srt://, udp://, rtp:// or tcp:// URL.")
+        if os.name != "posix":
+            raise InputError("the live ffmpeg sink needs a POSIX system (the audio goes through a second pipe).")
+        for name, value in (("width", width), ("height", height)):
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+                raise InputError(f"{name} must be a positive integer number of pixels; got {value!r}.")
+        # the writer's state (VideoWriter.write, close and abort use it)
+        self.width, self.height, self.fps = int(width), int(height), Fraction(FPS)
+        self.synthetic, self.encoder, self.audio = True, None, None
+        self.stall_timeout_s = None if stall_timeout_s is None else float(stall_timeout_s)
+        self.frames_written, self._result, self._closed = 0, None, False
+        self.target, self.is_url = target, "://" in target
+        self.path = self._tmp = None
+        out = target
+        if not self.is_url:
+            self.path = Path(target).expanduser().absolute()
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._tmp = self.path.with_name(f".{self.path.stem}.partial-{uuid.uuid4().hex[:8]}{self.path.suffix}")
+            out = str(self._tmp)
+        elif target.lower().startswith("udp://") and "pkt_size" not in target:
+            out = target + ("&" if "?" in target else "?") + f"pkt_size={UDP_PACKET_BYTES}"
+        codec_args, exe = video_codec_args(encoder)
+        self._exe = exe or ffmpeg_exe()
+        read_end, write_end = os.pipe()
+        self.args = [self._exe, "-hide_banner", "-v", "error", "-nostdin", "-y",
+                     "-thread_queue_size", "256", "-f", "rawvideo", "-pix_fmt", "bgr24", "-s", f"{width}x{height}",
+                     "-r", str(FPS), "-i", "pipe:0",
+                     "-thread_queue_size", "256", "-f", "s16le", "-ar", str(SAMPLE_RATE), "-ac", "1",
+                     "-i", f"pipe:{read_end}", "-map", "0:v", "-map", "1:a", *codec_args,
+                     "-c:a", "aac", "-b:a", audio_bitrate,
+                     "-metadata", f"comment={SYNTHETIC_TAG}", "-metadata:s:v:0", f"handler_name={SYNTHETIC_TAG}",
+                     "-f", fmt, *(["-flush_packets", "1"] if fmt == "mpegts" else []), out]
+        try:
+            self._proc = _Process(self.args, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, pass_fds=(read_end,))
+        finally:
+            os.close(read_end)
+        self._audio_pipe = os.fdopen(write_end, "wb", buffering=0)
+        self._selector = None
+        if self.stall_timeout_s is not None:  # bounded writes: non-blocking pipe + select, as VideoWriter's
+            fd = self._proc.popen.stdin.fileno()
+            os.set_blocking(fd, False)
+            self._selector = selectors.DefaultSelector()
+            self._selector.register(fd, selectors.EVENT_WRITE)
+        self.error: BaseException | None = None
+        self._queues: tuple[queue.Queue, queue.Queue] = (queue.Queue(maxsize=64), queue.Queue(maxsize=256))
+        self._threads = [threading.Thread(target=self._pump, args=(q, send), daemon=True, name=f"nbhelpers-live-{k}")
+                         for k, (q, send) in enumerate(zip(self._queues, (self._send_frame, self._send_audio),
+                                                           strict=True))]
+        for t in self._threads:
+            t.start()
+
+    def _send_frame(self, frame: np.ndarray | None) -> None:
+        if frame is not None:
+            VideoWriter.write(self, frame)
+
+    def _send_audio(self, pcm: bytes | None) -> None:
+        if pcm is None:
+            self._audio_pipe.close()  # end of the audio input
+        else:
+            self._audio_pipe.write(pcm)
+
+    def _pump(self, q: queue.Queue, send) -> None:
+        while True:
+            item = q.get()
+            if self.error is None or item is None:
+                try:
+                    send(item)
+                except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread
+                    self.error = self.error or exc
+            if item is None:
+                return
+
+    def write(self, frame: np.ndarray, audio: np.ndarray) -> None:  # type: ignore[override]
+        """Queue one (H, W, 3) uint8 BGR frame and its 640 float32 samples (blocks while ffmpeg is behind).
+
+        Raises:
+            FFmpegError: ffmpeg stopped taking input (its stderr is in the message).
+        """
+        if self.error is not None:
+            raise self._failed("ffmpeg stopped taking input")
+        pcm = (np.clip(audio, -1.0, 1.0) * 32767.0).round().astype("<i2").tobytes()
+        self._queues[1].put(pcm)
+        self._queues[0].put(np.array(frame))  # a copy: the caller may reuse its buffer
+
+    def _failed(self, what: str) -> FFmpegError:
+        if isinstance(self.error, FFmpegError):  # the writer's own report (ffmpeg died, or stalled)
+            return self.error
+        cause = f" ({self.error})" if self.error is not None else ""
+        return self._proc.error(f"the live output to {self.target} failed: {what}{cause}")
+
+    def close(self, timeout_s: float = 120.0) -> Path | None:  # type: ignore[override]
+        """Finish the stream; returns the file's path (None for a URL).
+
+        Raises:
+            FFmpegError: ffmpeg failed, stalled, or its input threads did not finish within ``timeout_s``.
+        """
+        for q in self._queues:
+            q.put(None)
+        for t in self._threads:
+            t.join(timeout_s)
+        if any(t.is_alive() for t in self._threads) or self.error is not None:
+            error = self._failed("ffmpeg did not take the last frames" if self.error is None else "writing failed")
+            self.abort()
+            raise error
+        if not self.is_url:
+            return VideoWriter.close(self)
+        self._closed = True
+        self._proc.popen.stdin.close()
+        rc = self._finish_wait()
+        if rc != 0:
+            raise self._failed(f"ffmpeg exited with code {rc}")
+        return None
+
+    def abort(self) -> None:
+        """Stop ffmpeg and remove a partial file."""
+        for q in self._queues:
+            try:
+                q.put_nowait(None)
+            except queue.Full:
+                pass
+        VideoWriter.abort(self)
+
+    def __repr__(self) -> str:
+        return f"FFmpegSink({self.target!r}, {self.width}x{self.height} px, frames_written={self.frames_written})"
+
+
+__all__ = ["FFmpegSink", "container_for", "video_codec_args"]
