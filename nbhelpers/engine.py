@@ -14,6 +14,7 @@ tokens ``features[t]``; a source frame without a face is written unchanged (fixe
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import threading
 import time
@@ -24,8 +25,13 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InputError, NbHelpersError
+from . import blending, gpu
+from .constants import AUDIO_TOKENS, WHISPER_DIM
+from .errors import FFmpegError, InputError, NbHelpersError
 from .framestore import cycle_index
+from .gpu.memory import _cuda, _remember_peak
+from .latents import decode, unet_step
+from .progress import bar
 
 WRITER_QUEUE_DEPTH = 2  # batches waiting for the encoder
 # Pinned host buffers in rotation: the queue, the batch being encoded, the batch handed over and the batch whose
@@ -55,8 +61,6 @@ class Timings:
         """Time the block and add its seconds to ``name`` (and its peak GPU memory, when tracked)."""
         cuda = None
         if self.peak_gib is not None:
-            from .gpu.memory import _cuda, _remember_peak
-
             torch, index = _cuda()
             if torch is not None:
                 cuda = (torch, index)
@@ -157,8 +161,6 @@ class SourceFaces:
         Returns:
             A new :class:`SourceFaces` (this one is unchanged).
         """
-        import dataclasses
-
         import torch
 
         device = torch.device(device)
@@ -169,9 +171,7 @@ class SourceFaces:
         frames_device = self.frames_device
         if frames_device is None and frames_fraction > 0 and len(self.frames):
             h, w = self.frames[0].shape[:2]
-            from .gpu import usable_bytes
-
-            free = usable_bytes(device) or 0  # under a per-process memory cap, what the cap leaves
+            free = gpu.usable_bytes(device) or 0  # under a per-process memory cap, what the cap leaves
             if len(self.frames) * h * w * 3 < frames_fraction * free:
                 frames_device = torch.empty((len(self.frames), h, w, 3), dtype=torch.uint8, device=device)
                 for start in range(0, len(self.frames), 64):
@@ -204,8 +204,6 @@ def check_features(features: Any, n_out: int) -> None:
     Raises:
         InputError: Wrong type, shape, or too few frames of tokens.
     """
-    from .constants import AUDIO_TOKENS, WHISPER_DIM
-
     shape = tuple(getattr(features, "shape", ()))
     if len(shape) != 3 or shape[1:] != (AUDIO_TOKENS, WHISPER_DIM):
         raise InputError(f"features must be a tensor (T, {AUDIO_TOKENS}, {WHISPER_DIM}) from "
@@ -301,9 +299,6 @@ def repaint(source: SourceFaces, features: Any, models: Any, ts: np.ndarray, *, 
     Source: ``scripts/inference.py:199-238`` (reference §6-§8).
     """
     import torch
-
-    from . import blending
-    from .latents import decode, unet_step
 
     device = _device_of(models)
     on_cuda = device.type == "cuda" and not cpu_blend
@@ -461,9 +456,6 @@ class Piece:
 
 def _render(source, features, models, batch_size, n_out, timings, pinned, first_frame, cpu_blend, feature_offset=0,
             pad_batches=False):
-
-    from .gpu import batched
-
     device = _device_of(models)
     on_cuda = device.type == "cuda" and not cpu_blend
     use_pinned = bool(pinned) and on_cuda
@@ -477,10 +469,8 @@ def _render(source, features, models, batch_size, n_out, timings, pinned, first_
     pad = {"to": int(batch_size) if pad_batches and device.type == "cuda" else None}
 
     def after_oom() -> None:
-        from .gpu import empty_cache
-
         pad["to"] = None
-        empty_cache()
+        gpu.empty_cache()
 
     def step(sl: slice):
         if events is not None:
@@ -496,7 +486,7 @@ def _render(source, features, models, batch_size, n_out, timings, pinned, first_
     # the host hands a batch over.
     pending = None
     try:
-        for sl, (frames, done) in batched(n_out, int(batch_size), step, stage="generate", on_oom=after_oom):
+        for sl, (frames, done) in gpu.batched(n_out, int(batch_size), step, stage="generate", on_oom=after_oom):
             if pending is not None:
                 t0, prev, prev_done = pending
                 prev_done.synchronize()
@@ -518,8 +508,6 @@ def _render(source, features, models, batch_size, n_out, timings, pinned, first_
 def _blend_on_device(source: SourceFaces, js, has, face_rows, faces_256, device, host_buffer,
                      wait: bool = True) -> np.ndarray:
     import torch
-
-    from . import blending
 
     if source.frames_device is not None:
         frames_t = source.frames_device[_index(js, source.frames_device.device)]
@@ -602,8 +590,6 @@ def run(source: SourceFaces, features: Any, models: Any, batch_size: int, n_out:
     Raises:
         Whatever the writer or the callback raised (re-raised in the calling thread), and those of :func:`render`.
     """
-    from .progress import bar
-
     pieces = [Piece(0, n_out, source)] if isinstance(source, SourceFaces) else source
     ring = PinnedRing()
     written = 0
@@ -687,8 +673,6 @@ class BackgroundWriter:
                     raise self._stalled("take the next batch") from None
 
     def _stalled(self, doing: str) -> NbHelpersError:
-        from .errors import FFmpegError
-
         what = getattr(self.writer, "path", None) or type(self.writer).__name__
         error = FFmpegError(f"the encoder thread did not {doing} within {self.timeout_s:g} s "
                             f"({getattr(self.writer, 'frames_written', '?')} frames written to {what}): ffmpeg or the "
