@@ -23,6 +23,11 @@ import shutil
 import sys
 from pathlib import Path
 
+from . import media, pipeline
+from .avatar import load_avatar, prepare_avatar
+from .errors import InputError
+from .live import LiveConfig, LiveSession, play
+
 
 def _add_settings(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("settings (defaults are the official v1.5 ones; device, precision, batch are planned)")
@@ -127,9 +132,7 @@ def _tiny_note(weights_dir: str | None) -> str:
 
 
 def _cmd_lipsync(args) -> int:
-    from .pipeline import lipsync
-
-    result = lipsync(args.video, args.audio, args.output, config=_config(args), boxes=_box(args.box),
+    result = pipeline.lipsync(args.video, args.audio, args.output, config=_config(args), boxes=_box(args.box),
                      weights_dir=args.weights)
     print(f"{result.summary()} -> {result.output}")
     note = _tiny_note(args.weights)
@@ -150,13 +153,10 @@ TINY_NOTE = ("NOTE: made with tiny RANDOM weights (--tiny): the repainted mouth 
 def _cmd_demo(args) -> int:
     import tempfile
 
-    from . import media, weights
-    from .pipeline import lipsync
+    from . import weights
 
     tiny = args.tiny
     if tiny and (args.download or args.weights):
-        from .errors import InputError
-
         raise InputError("--tiny makes its own random weights: leave out --download and --weights (or leave out "
                          "--tiny to run the real models).")
     if args.download:
@@ -176,7 +176,7 @@ def _cmd_demo(args) -> int:
             output = output or TINY_OUTPUT
             if config.device is None and not _has_cuda():
                 config = config.replace(device="cpu")
-        result = lipsync(photo, speech, output or "results/demo.mp4", config=config, boxes=_box(args.box),
+        result = pipeline.lipsync(photo, speech, output or "results/demo.mp4", config=config, boxes=_box(args.box),
                          weights_dir=weights_dir)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -239,8 +239,6 @@ def _cmd_report(args) -> int:
 
 
 def _cmd_avatar(args) -> int:
-    from .avatar import load_avatar, prepare_avatar
-
     if args.avatar_cmd == "live":
         return _cmd_avatar_live(args)
     if args.avatar_cmd == "prepare":
@@ -248,8 +246,6 @@ def _cmd_avatar(args) -> int:
                                 weights_dir=args.weights, rebuild=args.rebuild)
         print(avatar)
     else:
-        from .errors import InputError
-
         if args.output and len(args.audio) > 1:
             raise InputError(f"-o/--output names one file but {len(args.audio)} audio files were given; leave -o "
                              "out to write each clip to <avatar>/vid_output/<audio name>.mp4.")
@@ -278,11 +274,6 @@ def _cmd_avatar(args) -> int:
 
 
 def _cmd_avatar_live(args) -> int:
-    from . import media
-    from .avatar import load_avatar
-    from .errors import InputError
-    from .live import LiveConfig, LiveSession, play
-
     if not Path(args.directory).is_dir():
         raise InputError(f"{args.directory!r} is not an avatar folder; make one first with "
                          "`python -m nbhelpers avatar prepare VIDEO DIR`.")
