@@ -197,22 +197,27 @@ def test_a_stalled_writer_is_aborted_and_reported_not_waited_on_forever():
 
         path = "out.mp4"
         aborted = False
+        writes = 0
+        unblocked_by_abort = None
+        write_ended = threading.Event()
 
         def write(self, frames):
-            release.wait(30)
+            self.writes += 1
+            self.unblocked_by_abort = release.wait(30)  # False only if nothing ended the stalled write
+            self.write_ended.set()
 
         def abort(self):
             self.aborted = True
             release.set()
 
     writer = Stalled()
-    start = time.perf_counter()
     with pytest.raises(FFmpegError, match="did not take the next batch within 0.3 s"):
         with BackgroundWriter(writer, depth=1, timeout_s=0.3) as sink:
             for k in range(4):
                 sink.put(k, np.zeros((1, 2, 2, 3), np.uint8))
-    assert writer.aborted
-    assert time.perf_counter() - start < 5
+    assert writer.aborted and writer.write_ended.wait(30)
+    # the abort ended the stalled write (not its own 30 s wait), and nothing was written after it
+    assert writer.unblocked_by_abort is True and writer.writes == 1
 
 
 class RecordingGate:

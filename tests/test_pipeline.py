@@ -451,7 +451,13 @@ def test_decode_ahead_gives_pieces_in_order_capped_at_n_and_stores_them(tmp_path
     from nbhelpers.engine import Timings
     from nbhelpers.offline import DecodeAhead
 
-    reader, store, timings = FakeReader(total), FrameStore(4, 3, directory=tmp_path / "s"), Timings()
+    class CountingTimings(Timings):
+        def add(self, name, seconds):
+            waits.append((name, seconds))
+            super().add(name, seconds)
+
+    waits: list[tuple[str, float]] = []
+    reader, store, timings = FakeReader(total), FrameStore(4, 3, directory=tmp_path / "s"), CountingTimings()
     dec = DecodeAhead(reader, n, 5, store, timings)
     pieces = list(dec)
     dec.close()
@@ -465,7 +471,8 @@ def test_decode_ahead_gives_pieces_in_order_capped_at_n_and_stores_them(tmp_path
     store.finish()
     assert len(store) == want
     np.testing.assert_array_equal(store[np.arange(want)], got)
-    assert "decode" in timings.seconds and timings.seconds["decode"] >= 0
+    # the job's wait for each piece, and for the end, is timed as "decode": one wait per piece and one more
+    assert [name for name, _ in waits] == ["decode"] * (len(sizes) + 1)
     store.close()
 
 
@@ -500,11 +507,8 @@ def test_decode_ahead_close_ends_a_thread_blocked_on_a_full_queue(tmp_path):
         time.sleep(0.01)
     time.sleep(0.2)
     assert len(reader.asked) == 2 and dec._thread.is_alive()  # one piece ahead, no further
-    start = time.monotonic()
     dec.close()
-    assert time.monotonic() - start < 2.0
-    dec._thread.join(2.0)
-    assert not dec._thread.is_alive()
+    assert not dec._thread.is_alive()  # close returned with the thread ended, not left blocked on the queue
     assert len(reader.asked) == 2  # it read nothing more after close
     store.close()
 
