@@ -7,9 +7,9 @@ so an out-of-memory error halves the batch and the same frames are retried: ever
 in order. What the engine renders from is one :class:`SourceFaces` record, built by the offline job from the
 frames it has just prepared or by an avatar from its cache.
 
-Output frame ``t`` uses source frame ``cycle_index(t, N)`` (the official ping-pong, reference §4.5) and whisper
-tokens ``features[t]``; a source frame without a face is written unchanged (fixes quirk Q7). Source:
-``scripts/inference.py:187-238`` and ``scripts/realtime_inference.py:226-285`` (reference §6-§9).
+Output frame ``t`` uses source frame ``cycle_index(t, N)`` (the official ping-pong, docs/official-behaviour.md
+§4.5) and whisper tokens ``features[t]``; a source frame without a face is written unchanged. Source:
+``scripts/inference.py:187-238`` and ``scripts/realtime_inference.py:226-285`` (docs/official-behaviour.md §6-§9).
 """
 
 from __future__ import annotations
@@ -252,7 +252,8 @@ def render(source: SourceFaces, features: Any, models: Any, batch_size: int, n_o
         InputError: ``batch_size`` < 1, ``n_out`` < 0, or ``features`` too short (before the first batch).
         OutOfMemoryError: The GPU runs out of memory even at batch size 1.
 
-    Source: ``scripts/inference.py:187-238`` (reference §6-§8), ``realtime_inference.py:226-285`` (§9).
+    Source: ``scripts/inference.py:187-238`` and ``realtime_inference.py:226-285`` (docs/official-behaviour.md
+    §6-§9).
     """
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise InputError(f"batch_size must be a whole number >= 1; got {batch_size!r}.")
@@ -296,7 +297,7 @@ def repaint(source: SourceFaces, features: Any, models: Any, ts: np.ndarray, *, 
         batch's copy has completed), and the (F, 256, 256, 3) uint8 BGR tensor of generated (and, with a restorer,
         restored) crops of the F frames with a face (None when F = 0).
 
-    Source: ``scripts/inference.py:199-238`` (reference §6-§8).
+    Source: ``scripts/inference.py:199-238`` (docs/official-behaviour.md §6-§8).
     """
     import torch
 
