@@ -29,6 +29,7 @@ from .. import __version__, media, weights
 from ..config import InferenceConfig
 from ..constants import FPS
 from ..errors import CacheError, FFmpegError
+from ..hashing import sha256_file
 
 AVATAR_FORMAT = 1  # bump when the cache layout or the maths of any cached array changes
 MANIFEST = "avatar.json"
@@ -45,18 +46,10 @@ CACHED_WEIGHTS = ("sd-vae", "face-parse-bisent", "dwpose", "s3fd")
 # Fingerprints
 
 
-def _sha256(path: Path, chunk: int = 1 << 22) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
-    return h.hexdigest()
-
-
 def source_fingerprint(path: Path) -> dict[str, Any]:
     """Name, size, modification time (whole seconds) and SHA-256 of the source video: the content decides, so a
     copied file still matches."""
-    return {"name": path.name, "size": path.stat().st_size, "sha256": _sha256(path), "mtime": int(path.stat().st_mtime)}
+    return {"name": path.name, "size": path.stat().st_size, "sha256": sha256_file(path), "mtime": int(path.stat().st_mtime)}
 
 
 def weights_fingerprint(weights_dir: Path, version: str) -> dict[str, Any]:
@@ -244,7 +237,7 @@ class BackgroundWrite:
         def work() -> None:
             try:
                 n = write_lossless(frames, path, width, height, stop=self._stop)
-                self._out = (n, path.stat().st_size, _sha256(path))
+                self._out = (n, path.stat().st_size, sha256_file(path))
             except BaseException as exc:  # noqa: BLE001 - handed to result()
                 self._error = exc
 
@@ -306,7 +299,7 @@ def check_files(directory: Path, meta: dict[str, Any]) -> None:
         size = p.stat().st_size
         if size != info["size"]:
             raise CacheError(f"{p} has {size} bytes, expected {info['size']} (truncated or replaced)")
-        if _sha256(p) != info["sha256"]:
+        if sha256_file(p) != info["sha256"]:
             raise CacheError(f"{p} does not match its recorded SHA-256 (corrupted)")
 
 
@@ -327,7 +320,7 @@ def stale_reason(directory: Path, video: Path, config: InferenceConfig, weights_
         return "the given boxes changed"
     src = meta["source"]
     st = video.stat()
-    if st.st_size != src["size"] or (src.get("mtime") != int(st.st_mtime) and _sha256(video) != src["sha256"]):
+    if st.st_size != src["size"] or (src.get("mtime") != int(st.st_mtime) and sha256_file(video) != src["sha256"]):
         return "the source video changed"
     if meta["weights"] != weights_fingerprint(weights_dir, config.version):
         return "the weights changed"
@@ -401,7 +394,7 @@ def manifest(config: InferenceConfig, key: str | None, video: Path, weights_dir:
 def file_entry(path: Path, size: int | None = None, sha256: str | None = None) -> dict[str, Any]:
     """A manifest's ``files`` entry: size and SHA-256 (computed when not given)."""
     return {"size": path.stat().st_size if size is None else int(size),
-            "sha256": _sha256(path) if sha256 is None else sha256}
+            "sha256": sha256_file(path) if sha256 is None else sha256}
 
 
 __all__ = ["AVATAR_FORMAT", "ARRAYS_FILE", "CACHED_FIELDS", "FRAMES_FILE", "MANIFEST", "BackgroundWrite",
