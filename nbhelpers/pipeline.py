@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from . import faces, gpu, media, weights
+from . import faces, gpu, media, models, weights
 from . import restore as restorers
 from .audio import whisper_features
 from .blending import materials_for_frames
@@ -222,9 +222,7 @@ class MuseTalkPipeline:
         ``torch.nn.Module.register_parameter`` process-wide while it runs)."""
         if name in self._loaded:
             return self._loaded[name]
-        from .models import LOAD_LOCK  # nbhelpers.models imports torch
-
-        with LOAD_LOCK:
+        with models.LOAD_LOCK:
             if name not in self._loaded:
                 with flush_denormals(self.device):
                     self._loaded[name] = load()
@@ -233,37 +231,27 @@ class MuseTalkPipeline:
     @property
     def unet(self):
         """The MuseTalk ``UNet2DConditionModel`` (loaded on first use)."""
-        from . import models
-
         return self._get("unet", lambda: models.load_unet(self.weights_dir, self.version, self.device, self.dtype))
 
     @property
     def vae(self):
         """The sd-vae-ft-mse ``AutoencoderKL`` (loaded on first use)."""
-        from . import models
-
         return self._get("vae", lambda: models.load_vae(self.weights_dir, self.device, self.dtype))
 
     @property
     def whisper(self):
         """The whisper-tiny model; the pipeline uses its encoder (loaded on first use)."""
-        from . import models
-
         return self._get("whisper", lambda: models.load_whisper(self.weights_dir, self.device, self.dtype))
 
     @property
     def feature_extractor(self):
         """Whisper's log-mel feature extractor (CPU, loaded on first use)."""
-        from . import models
-
         return self._get("feature_extractor", lambda: models.load_feature_extractor(self.weights_dir))
 
     @property
     def pe(self):
         """The positional encoding of the whisper tokens (384, 5000)."""
-        from .models import PositionalEncoding
-
-        return self._get("pe", lambda: PositionalEncoding(WHISPER_DIM, 5000).to(self.device, self.dtype).eval())
+        return self._get("pe", lambda: models.PositionalEncoding(WHISPER_DIM, 5000).to(self.device, self.dtype).eval())
 
     @property
     def face_parser(self):
@@ -273,8 +261,6 @@ class MuseTalkPipeline:
     @property
     def models(self):
         """UNet, VAE, whisper, feature extractor and positional encoding as one :class:`nbhelpers.models.Models`."""
-        from . import models
-
         return models.Models(unet=self.unet, vae=self.vae, whisper=self.whisper,
                              feature_extractor=self.feature_extractor, pe=self.pe, device=self.device,
                              dtype=self.dtype, version=self.version, weights_dir=self.weights_dir,

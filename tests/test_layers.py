@@ -76,10 +76,6 @@ STDLIB_ONLY = ("nbhelpers.env", "nbhelpers.workbook")
 # when it lands. Nothing else may be added here.
 PENDING = {
     "nbhelpers.__main__",
-    "nbhelpers.avatar",
-    "nbhelpers.engine",
-    "nbhelpers.live",
-    "nbhelpers.pipeline",
 }
 
 
