@@ -1,18 +1,8 @@
-"""GPU planning: the device report, automatic precision and batch size, and recovery from out-of-memory.
+"""GPU planning: the device report, precision and batch size with reasons, and batches that halve on out-of-memory.
 
-The GPU module decides once: :func:`report` says what the runtime has, :func:`plan` turns that
-into a device, a precision and a batch size with the reason for each, and :func:`batched` runs a stage in ordered
-batches that halve on CUDA out-of-memory without losing a frame. Nothing here imports torch at module import;
-:func:`report` works without torch installed. Importing the package sets the CUDA allocator (:mod:`.allocator`).
-
->>> from nbhelpers import gpu
->>> gpu.report()                     # doctest: +SKIP   (GPU, memory, versions, host RAM, verdict)
->>> gpu.check_gpu()                  # doctest: +SKIP   (stops a CPU-only Colab runtime with the fix)
->>> gpu.plan("lipsync").config       # doctest: +SKIP   (InferenceConfig with device, fp16, batch_size, reasons)
-
-Submodules: :mod:`.device` (the report), :mod:`.model` (the memory and time model, every constant with its
-source), :mod:`.planner` (the plan), :mod:`.memory` (releasing and measuring memory), :mod:`.oom` (batches that
-halve on out-of-memory), :mod:`.allocator` (the allocator setting).
+:func:`report` says what the runtime has, :func:`plan` turns it into a device, a precision and a batch size with
+the reason for each, and :func:`batched` runs a stage in ordered batches that halve on CUDA out-of-memory. Nothing
+here imports torch at import; importing the package sets the CUDA allocator (:mod:`.allocator`).
 """
 
 from __future__ import annotations

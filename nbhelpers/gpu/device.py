@@ -1,10 +1,7 @@
 """The device report: what this runtime has (GPU, memory, driver, versions, host RAM) and the checks on it.
 
-Owns :class:`GpuReport` / :func:`read_report` (torch, NVML and ``nvidia-smi``, each optional),
-:func:`check_device`, :func:`free_memory_by_index` (no CUDA), and the small environment probes the planner shares
-(:func:`_in_colab`, :func:`_env_flag`). The planner (:mod:`.planner`) builds on this module: its
-:func:`~nbhelpers.gpu.planner.report` adds the plan's verdict to what :func:`read_report` reads. Nothing here imports
-torch at module import.
+Reads torch, NVML and ``nvidia-smi``, each optional; nothing here imports torch at module import.
+:func:`nbhelpers.gpu.report` adds the plan's verdict to what :func:`read_report` reads.
 """
 
 from __future__ import annotations
@@ -34,11 +31,6 @@ class NoGpuError(NbHelpersError, RuntimeError):
     """No CUDA GPU is usable and the caller did not allow the CPU (``allow_cpu`` / ``NBHELPERS_ALLOW_CPU=1``)."""
 
 
-# =====================================================================================================================
-# Device report
-# =====================================================================================================================
-
-
 @dataclass(frozen=True)
 class GpuProcess:
     """One process the driver lists on the GPU.
@@ -58,38 +50,34 @@ class GpuProcess:
 class GpuReport:
     """What this runtime has: GPU, memory, versions, host RAM. Shows itself as text and as an HTML table.
 
-    Build one with :func:`nbhelpers.gpu.report` (with the verdict) or :func:`read_report`; tests build fakes
-    directly, e.g.
-    ``GpuReport(has_gpu=True, device="cuda:0", name="Tesla T4", compute_capability=(7, 5), total_gib=15.0,
-    free_gib=14.7)``.
+    Built by :func:`nbhelpers.gpu.report` (with the verdict) or :func:`read_report`; tests build fakes directly.
 
     Attributes:
         has_gpu: True when torch can use a CUDA GPU.
-        has_torch: False when torch could not be imported (then nothing can run; ``verdict`` says so).
-        device: ``"cuda:0"`` (the GPU reported) or ``"cpu"``.
+        has_torch: False when torch could not be imported.
+        device: ``"cuda:N"`` (the GPU reported) or ``"cpu"``.
         name: GPU name (``"Tesla T4"``), or None.
-        compute_capability: ``(major, minor)``, e.g. ``(7, 5)`` for the T4, or None.
+        compute_capability: ``(major, minor)``, e.g. ``(7, 5)``, or None.
         total_gib: GPU memory, GiB, or None.
-        free_gib: Free GPU memory as the driver reports it, GiB, or None. Read through torch, so this process's
-            CUDA context is already taken out of it.
+        free_gib: Free GPU memory as the driver reports it, GiB, or None; read through torch, this process's CUDA
+            context is already taken out of it.
         reserved_gib: Memory this process's torch caching allocator holds, GiB.
         allocated_gib: Part of ``reserved_gib`` that live tensors use, GiB.
-        other_processes: Processes the driver lists on this GPU other than this one; None when unknown.
+        other_processes: Other processes the driver lists on this GPU; None when unknown.
         other_processes_source: ``"nvml"``, ``"nvidia-smi"`` or ``"unknown"``.
         memory_source: Where total/free came from: ``"torch"`` (CUDA context included), ``"nvml"``,
             ``"nvidia-smi"`` (context not yet made) or ``"none"``.
         gpu_count: CUDA devices torch sees.
         driver_version: NVIDIA driver version, or None.
-        cuda_version: CUDA version torch was built with (``torch.version.cuda``), or None.
+        cuda_version: CUDA version torch was built with, or None.
         torch_version: ``torch.__version__``, or None when torch is not installed.
         python_version: Python version, e.g. ``"3.11.7"``.
         host_ram_total_gib: Host RAM, GiB, or None.
         host_ram_available_gib: Host RAM available without swapping, GiB, or None.
         colab: True in Google Colab.
         notes: Odd states met while reading (driver warnings, failed queries), in words.
-        verdict: One line: the GPU, its free memory and what :func:`~nbhelpers.gpu.plan` chooses for a lip-sync
-            job, e.g. ``"Tesla T4, 14.7 GiB free: fp16, batch 32"``. Filled by :func:`nbhelpers.gpu.report`;
-            empty in a report read by :func:`read_report` or built by hand.
+        verdict: One line: the GPU, its free memory and what :func:`~nbhelpers.gpu.plan` chooses for a lip-sync job;
+            empty unless filled by :func:`nbhelpers.gpu.report`.
     """
 
     has_gpu: bool = False
@@ -117,9 +105,7 @@ class GpuReport:
 
     @property
     def outside_torch_gib(self) -> float | None:
-        """GPU memory held outside this process's torch allocator, GiB: ``total - free - reserved``.
-
-        This is this process's CUDA context plus what other processes hold; None when memory is unknown.
+        """GPU memory outside this process's torch allocator (CUDA context + other processes), GiB; None when unknown.
         """
         if self.total_gib is None or self.free_gib is None:
             return None
@@ -133,23 +119,18 @@ class GpuReport:
         return sum(p.used_gib or 0.0 for p in self.other_processes)
 
     def require_gpu(self, allow_cpu: bool | None = None) -> GpuReport:
-        """Stop early when there is no usable CUDA GPU, with the fix in words.
-
-        Call this before anything large is downloaded. Returns ``self`` so that ``report().require_gpu()`` chains.
+        """Stop early when there is no usable CUDA GPU, with the fix in words; call it before large downloads.
 
         Args:
-            allow_cpu: True lets a CPU-only runtime through (CI, tiny models). None reads the environment
-                variable ``NBHELPERS_ALLOW_CPU`` (``1``/``true``/``yes`` allow).
+            allow_cpu: True lets a CPU-only runtime through (CI, tiny models). None reads ``NBHELPERS_ALLOW_CPU``
+                (``1``/``true``/``yes``/``on`` allow).
 
         Returns:
-            This report.
+            This report, so that ``report().require_gpu()`` chains.
 
         Raises:
-            MissingDependencyError: torch is not installed (whatever ``allow_cpu`` says: nothing can run).
-            NoGpuError: No CUDA GPU is usable and the CPU is not allowed. The message gives the Colab steps
-                (Runtime > Change runtime type > T4 GPU > Save) and the escape hatch.
-
-        Source: none (the official scripts fail later inside ``.cuda()`` calls, reference §6 "Devices").
+            MissingDependencyError: torch is not installed (whatever ``allow_cpu`` says).
+            NoGpuError: No CUDA GPU is usable and the CPU is not allowed; the message gives the Colab steps.
         """
         if self.has_gpu:
             return self
@@ -228,21 +209,15 @@ class GpuReport:
 def read_report(device: str | int | None = None) -> GpuReport:
     """Read what this runtime has: GPU name, compute capability, memory, other processes, versions, host RAM.
 
-    Never raises on odd driver states (a driver too old for torch, a busy or lost GPU, a hanging ``nvidia-smi``):
-    what could not be read is None or ``"unknown"`` and ``notes`` says why. Works without torch installed (then
-    ``torch_version`` is None and ``notes`` says so). Reading free memory through torch makes this process's
-    CUDA context (about 0.3-0.4 GiB) if it did not exist yet.
+    Never raises on odd driver states (a driver too old for torch, a lost GPU, a hanging ``nvidia-smi``): what could
+    not be read is None or ``"unknown"`` and ``notes`` says why. Works without torch. Reading free memory through
+    torch makes this process's CUDA context if it did not exist yet.
 
     Args:
         device: The CUDA device to report: None (torch's current device), an index, or ``"cuda"``/``"cuda:N"``.
 
-    Returns:
-        A :class:`GpuReport` (frozen; ``str()`` gives text, notebooks show an HTML table).
-
     Raises:
         InputError: ``device`` is not a CUDA device name or index, or names a device that does not exist.
-
-    Source: none in the official code, which assumes ``cuda:0`` everywhere (reference §6 "Devices").
     """
     notes: list[str] = []
     values: dict[str, Any] = {"python_version": platform.python_version(), "colab": _in_colab()}
@@ -286,8 +261,6 @@ def check_device(device: str | None) -> None:
 
     Raises:
         NoGpuError: ``device`` names CUDA and torch sees no CUDA GPU, or fewer than N + 1 of them.
-
-    Source: none (ours); :func:`plan` applies the same rule later, after the faces stage.
     """
     if device is None or not str(device).startswith("cuda"):
         return
@@ -390,8 +363,7 @@ def _same_uuid(a: str | None, b: str | None) -> bool:
 
 @contextlib.contextmanager
 def _nvml(notes: list[str]):
-    """NVML (nvidia-ml-py's ``pynvml``) started for the block and shut down after it; None when it is not
-    installed or does not start (why goes into ``notes``)."""
+    """NVML (``pynvml``) started for the block and shut down after; None when missing or failing (why: in ``notes``)."""
     try:
         import pynvml
     except Exception:  # noqa: BLE001 - not installed (the usual case) or broken
@@ -455,19 +427,16 @@ def _nvml_query(pynvml, uuid: str | None, index: int | None, notes: list[str]) -
 
 
 def free_memory_by_index(notes: list[str] | None = None) -> dict[int, float] | None:
-    """Free memory of every GPU this process may use, without CUDA: for a process that hands the GPUs to others
-    (the batch's driver starts Ray workers and must neither import torch nor make a CUDA context).
+    """Free memory of every GPU this process may use, read without CUDA (for a process that hands GPUs to others).
 
-    Read from NVML (nvidia-ml-py) when it is installed, else from ``nvidia-smi --query-gpu=index,memory.free``. Where
-    ``CUDA_VISIBLE_DEVICES`` is a list of whole numbers, only those GPUs are kept (as CUDA and Ray number them from
-    it); other forms of it (UUIDs, MIG names) keep every GPU.
+    Read from NVML when installed, else ``nvidia-smi``. Where ``CUDA_VISIBLE_DEVICES`` is a list of whole numbers
+    only those GPUs are kept; other forms of it (UUIDs, MIG names) keep every GPU.
 
     Args:
         notes: Where to append why a source did not answer (optional).
 
     Returns:
-        ``{index: free GiB}`` keyed by the physical index ``nvidia-smi`` shows, empty when there is no GPU, or None
-        when neither NVML nor ``nvidia-smi`` answered (memory unknown).
+        ``{physical index: free GiB}``, empty when there is no GPU, or None when neither source answered.
     """
     notes = [] if notes is None else notes
     free = _nvml_free(notes)

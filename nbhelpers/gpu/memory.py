@@ -1,10 +1,4 @@
-"""Peak-memory discipline: releasing models and caches, and measuring what each stage held.
-
-Owns :func:`release` / :func:`empty_cache` (drop references and return cached blocks),
-:func:`memory_scope` / :class:`StageMemory` and :func:`peak_memory` / :class:`PeakMemory` /
-:func:`reset_peak` (peak reserved memory per stage), :func:`module_bytes` (what loaded models hold on a device),
-and :func:`cast_and_move`.
-"""
+"""Peak-memory discipline: releasing models and caches, measuring what each stage held, and host-to-GPU copies."""
 
 from __future__ import annotations
 
@@ -18,10 +12,6 @@ from typing import Any
 from ..errors import InputError
 from .device import _driver_info
 from .model import GIB, T
-
-# =====================================================================================================================
-# Peak-memory discipline
-# =====================================================================================================================
 
 _PEAK_SEEN: dict[int, float] = {}  # device index -> largest max_memory_reserved seen before a reset (bytes)
 
@@ -46,37 +36,25 @@ def _cuda(device: Any = None):
 
 
 def empty_cache() -> None:
-    """Run ``gc.collect()`` and return the caching allocator's unused blocks to the driver.
-
-    ``torch.cuda.empty_cache()`` when CUDA is usable; a no-op on the CPU or without torch.
-
-    Source: none (the official scripts keep every model loaded, quirk Q25).
-    """
+    """Run ``gc.collect()`` and ``torch.cuda.empty_cache()`` (the latter only when CUDA is usable)."""
     gc.collect()
     torch, _ = _cuda()
     if torch is not None:
         torch.cuda.empty_cache()
 
 
-_empty_cache = empty_cache  # the name batched() used first
-
-
 def release(*objects: Any) -> float:
     """Give up the memory of models and tensors that a stage no longer needs, then empty the caches.
 
-    A function cannot delete the caller's variables, so this empties the objects themselves: each
-    ``torch.nn.Module`` is moved to the ``meta`` device (its weights are gone: load it again to reuse it), each
-    tensor's storage is replaced by an empty one, lists/dicts/sets are emptied after their items are released,
-    and the modules and tensors held by an object's attributes (e.g. a ``Models`` dataclass) are released one
-    level deep. Then ``gc.collect()`` and ``torch.cuda.empty_cache()``. Still ``del`` your own names.
+    Each ``torch.nn.Module`` moves to the ``meta`` device (load it again to reuse it), each tensor's storage is
+    replaced by an empty one, lists/dicts/sets are emptied after their items, and modules and tensors in an object's
+    attributes are released one level deep. Still ``del`` your own names.
 
     Args:
         *objects: Modules, tensors, containers of them, or objects holding them; anything else is ignored.
 
     Returns:
         GiB returned to the driver (drop of ``torch.cuda.memory_reserved``), 0.0 on the CPU.
-
-    Source: none (the official scripts keep every model loaded, quirk Q25).
     """
     torch, index = _cuda()
     before = torch.cuda.memory_reserved(index) if torch is not None else 0
@@ -131,7 +109,7 @@ class StageMemory:
         stage: Stage name.
         peak_reserved_gib: ``torch.cuda.max_memory_reserved`` during the stage, GiB (0 on the CPU).
         peak_allocated_gib: ``torch.cuda.max_memory_allocated`` during the stage, GiB.
-        reserved_after_gib: Reserved after the stage's release, GiB (what the next stage starts from).
+        reserved_after_gib: Reserved after the stage's release, GiB.
         held: Objects registered with :meth:`hold`, released at exit.
     """
 
@@ -142,14 +120,7 @@ class StageMemory:
     held: list[Any] = field(default_factory=list, repr=False)
 
     def hold(self, obj: T) -> T:
-        """Register an object to be :func:`release`-d when the scope exits.
-
-        Args:
-            obj: A model, tensor, container of them, or an object holding them.
-
-        Returns:
-            ``obj`` itself, so that ``model = scope.hold(load(...))`` reads naturally.
-        """
+        """Register ``obj`` to be :func:`release`-d when the scope exits, and return it."""
         self.held.append(obj)
         return obj
 
@@ -162,15 +133,9 @@ class StageMemory:
 def memory_scope(stage: str, device: Any = None) -> Iterator[StageMemory]:
     """Measure one stage's peak GPU memory and release what it held when it ends.
 
-    On entry the peak counters are reset (the job's overall peak is kept for :func:`peak_memory`). On exit —
-    also after an error — the objects registered with ``scope.hold(...)`` are released (:func:`release`),
-    ``gc.collect()`` and ``torch.cuda.empty_cache()`` run, and the returned record is filled. Works on the CPU
-    (all figures 0).
-
-    >>> with memory_scope("faces") as scope:          # doctest: +SKIP
-    ...     detector = scope.hold(load_s3fd(...))
-    ...     boxes = detect(frames, detector)
-    >>> print(scope)                                  # doctest: +SKIP
+    On entry the peak counters are reset (the overall peak is kept for :func:`peak_memory`). On exit, also after an
+    error, the objects registered with ``scope.hold(...)`` are released and the record is filled. On the CPU all
+    figures are 0.
 
     Args:
         stage: Stage name.
@@ -178,8 +143,6 @@ def memory_scope(stage: str, device: Any = None) -> Iterator[StageMemory]:
 
     Yields:
         A :class:`StageMemory`, filled at exit.
-
-    Source: none (the official scripts keep every model loaded, quirk Q25).
     """
     record = StageMemory(stage)
     torch, index = _cuda(device)
@@ -210,8 +173,8 @@ class PeakMemory:
     Attributes:
         reserved_gib: Largest ``torch.cuda.max_memory_reserved`` seen (across :func:`memory_scope` resets), GiB.
         allocated_gib: ``torch.cuda.max_memory_allocated`` since the last reset, GiB.
-        context_gib: Estimate of this process's CUDA context (plus lazily loaded kernels), GiB: ``total - free
-            - reserved`` now, less what other processes the driver lists hold; None on the CPU.
+        context_gib: Estimate of this process's CUDA context, GiB: ``total - free - reserved`` less what other
+            processes hold; None on the CPU.
     """
 
     reserved_gib: float = 0.0
@@ -230,17 +193,15 @@ class PeakMemory:
 
 
 def peak_memory(device: Any = None, others_gib: float | None = None) -> PeakMemory:
-    """Read this process's peak GPU memory, for benchmarks: max reserved + an estimate of the CUDA context.
+    """This process's peak GPU memory, for benchmarks: max reserved + an estimate of the CUDA context.
 
     Args:
         device: CUDA device (None: current).
-        others_gib: GiB other processes hold on the device, subtracted from the context estimate; None reads
-            the driver's list (NVML or nvidia-smi) when available, else assumes 0.
+        others_gib: GiB other processes hold on the device; None reads the driver's list (NVML or nvidia-smi),
+            else assumes 0.
 
     Returns:
-        A :class:`PeakMemory` (all zeros and ``context_gib=None`` without CUDA).
-
-    Source: none (benchmark helper; DESIGN.md's peaks are ``max_memory_reserved``).
+        A :class:`PeakMemory` (zeros and ``context_gib=None`` without CUDA).
     """
     torch, index = _cuda(device)
     if torch is None:
@@ -257,20 +218,16 @@ def peak_memory(device: Any = None, others_gib: float | None = None) -> PeakMemo
 
 
 def to_device(array: Any, device: Any):
-    """A host array (numpy or a CPU tensor) on ``device``, copied without stalling the GPU's queue.
-
-    A copy from pageable host memory makes the host wait until the stream's queued work is done (CUDA's API
-    synchronisation rules for pageable transfers), which serialises host preparation and GPU work; a copy through
-    pinned memory (PyTorch's caching host allocator) is queued like a kernel and the host carries on.
+    """A host array (numpy or a CPU tensor) on ``device``, copied through pinned memory so the host does not wait.
 
     Args:
         array: numpy array or CPU tensor (any dtype torch takes).
         device: Target device; on the CPU the tensor is returned as is.
 
     Returns:
-        A tensor on ``device`` (same dtype and shape).
+        A tensor on ``device``, same dtype and shape.
 
-    Source: CUDA Runtime API, "API synchronization behavior" (memcpy from pageable memory); torch.Tensor.pin_memory.
+    Source: CUDA Runtime API, "API synchronization behavior" (a copy from pageable memory waits for the stream).
     """
     import numpy as np
     import torch
@@ -286,22 +243,18 @@ _CONSTANTS: dict[tuple, Any] = {}
 
 
 def device_constant(values: Any, device: Any, dtype: Any = None):
-    """A small read-only tensor of fixed values on ``device``, uploaded once and then reused.
-
-    ``torch.tensor(values, device=cuda)`` copies from pageable host memory, and such a copy waits until the
-    stream's queued work is done (CUDA's API synchronisation rules), so a constant made inside a batch loop stalls
-    the overlap of host and GPU work at every batch. This keeps one copy per (values, dtype, device), made through
-    pinned memory. Do not modify the tensor returned: it is shared.
+    """A small read-only tensor of fixed values on ``device``, uploaded once through pinned memory and then shared.
 
     Args:
         values: Numbers (a sequence or a numpy array; at most 1 MiB).
         device: Target device.
-        dtype: torch dtype (default: the numpy array's, or float32 for floats and int64 for integers).
+        dtype: torch dtype (default: the numpy array's, float32 for floats, int64 for integers).
 
     Returns:
-        A tensor on ``device`` with the shape of ``values``.
+        A tensor on ``device`` with the shape of ``values``; do not modify it.
 
-    Source: CUDA Runtime API, "API synchronization behavior"; torch.Tensor.pin_memory.
+    Raises:
+        InputError: ``values`` is larger than 1 MiB.
     """
     import numpy as np
     import torch
@@ -327,13 +280,10 @@ def device_constant(values: Any, device: Any, dtype: Any = None):
 
 
 def host_wait(device: Any = None) -> None:
-    """Wait, sleeping, until the GPU has done everything queued on the current stream of ``device``.
+    """Wait, sleeping rather than spinning a CPU core, until the GPU has done the work queued on ``device``'s stream.
 
-    ``.cpu()``, ``.item()`` and ``torch.cuda.synchronize()`` wait by spinning a CPU core by default; on a machine
-    with 2 cores (Colab) that core is taken from the video encoder running beside the GPU work. A blocking event
-    sleeps; the read that follows then finds its data ready. No-op without CUDA.
-
-    Source: CUDA Runtime API cudaEventBlockingSync (``torch.cuda.Event(blocking=True)``).
+    A blocking CUDA event (cudaEventBlockingSync) leaves the core to the video encoder on a 2-core machine. No-op
+    without CUDA.
     """
     torch, index = _cuda(device)
     if torch is None:
@@ -344,17 +294,13 @@ def host_wait(device: Any = None) -> None:
 
 
 def usable_bytes(device: Any = None) -> int | None:
-    """Bytes this process may still allocate on a CUDA device: the driver's free memory plus what the caching
-    allocator holds unused, bounded by ``torch.cuda.set_per_process_memory_fraction`` when one is set.
+    """Bytes this process may still allocate on a CUDA device, or None without CUDA.
+
+    The driver's free memory plus what the caching allocator holds unused, bounded by
+    ``torch.cuda.set_per_process_memory_fraction`` when one is set.
 
     Args:
         device: CUDA device (None: current).
-
-    Returns:
-        Bytes, or None without CUDA.
-
-    Source: torch.cuda.mem_get_info, memory_reserved/memory_allocated and get_per_process_memory_fraction
-    (PyTorch CUDA semantics: the fraction caps what the caching allocator may reserve).
     """
     torch, index = _cuda(device)
     if torch is None:
@@ -376,21 +322,16 @@ MODULE_SEARCH_DEPTH = 4  # attribute levels module_bytes looks through (backend 
 def module_bytes(*objects: Any, device: Any = None) -> int:
     """Bytes that the parameters and buffers of the torch modules in ``objects`` hold on ``device``.
 
-    Modules are found in the objects themselves and inside them: in their attributes, lists, tuples, sets and dict
-    values, up to :data:`MODULE_SEARCH_DEPTH` levels deep (a landmark backend holds its detector, which holds its
-    network). Each storage is counted once, so weights shared between modules (or a module reached twice) are not
-    counted twice. Loose tensors that are not a module's parameter or buffer are not counted, nor is memory that
-    other libraries hold (ONNX Runtime's arena).
+    Modules are looked for in the objects and in their attributes, lists, tuples, sets and dict values, up to
+    :data:`MODULE_SEARCH_DEPTH` levels deep. Each storage counts once; loose tensors and other libraries' memory
+    (ONNX Runtime's arena) do not count.
 
     Args:
-        *objects: Modules, or objects and containers holding them; anything else adds nothing.
-        device: Count only tensors on this device (``"cuda"`` matches every CUDA device, ``"cuda:0"`` only that
-            one); None counts every device.
+        *objects: Modules, or objects and containers holding them.
+        device: Count only tensors on this device (``"cuda"`` matches every CUDA device); None counts every device.
 
     Returns:
         Bytes, 0 when torch is not imported or no module is found.
-
-    Source: none (ours); storage sizes from ``Tensor.untyped_storage().nbytes()`` (PyTorch).
     """
     torch = sys.modules.get("torch")
     if torch is None:
@@ -433,12 +374,10 @@ def module_bytes(*objects: Any, device: Any = None) -> int:
 
 
 def reset_peak(device: Any = None) -> None:
-    """Forget the peaks so far (torch's counters and the one :func:`peak_memory` keeps across scopes).
+    """Forget the peaks so far (torch's counters and the one :func:`peak_memory` keeps); nothing happens without CUDA.
 
     Args:
-        device: CUDA device (None: current); nothing happens without CUDA.
-
-    Source: none (benchmark helper).
+        device: CUDA device (None: current).
     """
     torch, index = _cuda(device)
     if torch is not None:
@@ -447,30 +386,24 @@ def reset_peak(device: Any = None) -> None:
 
 
 def cast_and_move(module: Any, device: Any, dtype: Any = None) -> Any:
-    """Move a model to ``device`` and cast it to ``dtype``, tensor by tensor, never holding a full extra copy.
+    """Move a model to ``device`` and cast it to ``dtype`` tensor by tensor, never holding a full extra copy.
 
-    Each parameter and buffer is converted on its own (``nn.Module._apply``, as ``Module.to`` does), so at most
-    one tensor exists twice at any moment. The cast runs on the CPU side: a tensor going from the CPU (or a
-    memory-mapped checkpoint) to the GPU is cast there first and then copied, so the GPU never holds fp32 weights
-    of an fp16 model (the official ``.to(device)`` then ``.half()`` holds all 3.7 GiB of fp32 weights on the GPU
-    first), and host RAM never holds a second full copy either. A tensor going to the CPU is copied first and
-    cast there; GPU-to-GPU, a narrowing cast runs before the copy and a widening one after. Only floating-point
-    tensors change dtype (integer buffers such as position ids keep theirs). It calls ``nn.Module._apply``
-    directly, so the warnings that diffusers and transformers add to their ``.to`` overrides are not triggered.
+    A tensor leaving the CPU is cast there before the copy, so the GPU never holds fp32 weights of an fp16 model; a
+    tensor going to the CPU is copied, then cast; GPU to GPU, a narrowing cast comes first. Only floating-point
+    tensors change dtype. It calls ``nn.Module._apply``, so diffusers' and transformers' ``.to`` warnings stay quiet.
 
     Args:
-        module: A ``torch.nn.Module`` (changed in place).
+        module: A ``torch.nn.Module``, changed in place.
         device: Target device (``"cuda"``, ``"cuda:0"``, ``"cpu"``, a ``torch.device``).
-        dtype: Target floating dtype (``torch.float16``, ``torch.float32``), or None to keep each tensor's.
+        dtype: Target floating dtype, or None to keep each tensor's.
 
     Returns:
-        ``module`` (the same object, training/eval mode unchanged), on ``device`` in ``dtype``.
+        ``module`` itself, on ``device`` in ``dtype``, training/eval mode unchanged.
 
     Raises:
         InputError: ``module`` is not a ``torch.nn.Module`` or ``dtype`` is not a floating dtype.
 
-    Source: the official code moves to the GPU and then calls ``.half()`` (``inference.py:53-56``); this avoids
-    the fp32 copy on the GPU (failure kind F13). ``nbhelpers.models`` loads the same way (per-tensor ``.to``).
+    Source: ``inference.py:53-56`` moves to the GPU, then calls ``.half()``.
     """
     import torch
 

@@ -1,8 +1,4 @@
-"""Recovery from out-of-memory: stages run in ordered batches that halve on OOM without losing a frame.
-
-Owns :func:`is_oom` (which errors are out-of-memory) and :func:`batched` (the halving, resuming batch loop
-that the render engine, latents, parsing and face detection run through).
-"""
+"""Recovery from out-of-memory: stages run in ordered batches that halve on OOM without losing a frame."""
 
 from __future__ import annotations
 
@@ -13,24 +9,16 @@ from ..errors import FallbackWarning, InputError, OutOfMemoryError
 from .memory import empty_cache
 from .model import T
 
-# =====================================================================================================================
-# Out-of-memory fallback
-# =====================================================================================================================
-
 
 def is_oom(exc: BaseException) -> bool:
-    """True when ``exc`` is an out-of-memory error: torch's CUDA/MPS ``OutOfMemoryError`` (also raised by
-    ``set_per_process_memory_fraction``), a RuntimeError saying "out of memory" or "CUBLAS_STATUS_ALLOC_FAILED",
-    the CPU allocator's "can't allocate memory", or this package's :class:`~nbhelpers.errors.OutOfMemoryError`
-    (so an inner :func:`batched` that failed at batch 1 makes an outer one halve).
+    """True when ``exc`` is an out-of-memory error, so that a smaller batch may succeed.
+
+    Out-of-memory: torch's CUDA/MPS ``OutOfMemoryError``, a RuntimeError saying "out of memory",
+    "CUBLAS_STATUS_ALLOC_FAILED" or "can't allocate memory", and :class:`~nbhelpers.errors.OutOfMemoryError` (so an
+    inner :func:`batched` that failed at batch 1 makes an outer one halve).
 
     Args:
         exc: Any exception.
-
-    Returns:
-        Whether retrying with a smaller batch may succeed.
-
-    Source: none (the official code has no out-of-memory handling; failure kind F13).
     """
     name = type(exc).__name__
     if name in ("OutOfMemoryError", "CudaOutOfMemoryError"):
@@ -45,33 +33,27 @@ def batched(n_items: int, batch_size: int, step: Callable[[slice], T], *, stage:
             on_oom: Callable[[], None] | None = None) -> Iterator[tuple[slice, T]]:
     """Run ``step`` over ``range(n_items)`` in consecutive slices, halving the batch on out-of-memory.
 
-    Items are processed strictly in order and each exactly once: when ``step(slice(i, i + b))`` raises an
-    out-of-memory error (:func:`is_oom`), the failed call's references are dropped, the caches are emptied,
-    ``b`` is halved and the *same* start ``i`` is retried, so no item is lost or reordered and nothing before
-    ``i`` is recomputed. The batch that failed is halved (its real length: at the end of a stage, or when
-    ``n_items < batch_size``, that is less than ``batch_size``), and the smaller size is kept for the rest of the
-    stage (memory that ran out once is likely to run out again). Each halving emits a ``RuntimeWarning`` that says what happened.
+    Items run in order, each exactly once: when ``step(slice(i, i + b))`` raises an out-of-memory error
+    (:func:`is_oom`), the caches are emptied, the failed batch's real length is halved and the same start ``i`` is
+    retried. The smaller size is kept for the rest of the stage, and each halving warns (``FallbackWarning``).
 
     Args:
-        n_items: Number of items (frames) to process, >= 0.
+        n_items: Number of items (frames), >= 0.
         batch_size: Initial items per call, >= 1.
-        step: Called with a ``slice`` of item indices; returns that batch's result. It must not keep partial
-            effects of a failed call (write results only from what it returns).
-        stage: Stage name used in the warning (e.g. ``"generate"``).
-        on_oom: Called after an out-of-memory error, outside the ``except`` block (so the failed call's tensors
-            are already unreferenced), before retrying. Default: :func:`empty_cache` (``gc.collect()`` and
-            ``torch.cuda.empty_cache()``).
+        step: Called with a ``slice`` of item indices; returns that batch's result. It must keep no partial effect
+            of a failed call.
+        stage: Stage name for the warning (e.g. ``"generate"``).
+        on_oom: Called after an out-of-memory error, once the failed call's tensors are unreferenced, before the
+            retry. Default :func:`empty_cache`.
 
     Yields:
-        ``(slice, result)`` for each batch, in order. The loop does not keep a batch's result once the next
-        batch starts; drop yours too (``del``) when it is large.
+        ``(slice, result)`` for each batch, in order; a result is dropped when the next batch starts.
 
     Raises:
         InputError: ``n_items`` < 0 or ``batch_size`` < 1 (checked before the first call).
-        OutOfMemoryError: When a batch of 1 still runs out of memory.
+        OutOfMemoryError: A batch of 1 still runs out of memory.
 
-    Source: the official loop ``datagen`` batches in order with a fixed size (``utils.py:49-74``,
-    ``inference.py:187-206``); the halving is ours (failure kind F13).
+    Source: ``utils.py:49-74``, ``inference.py:187-206`` (fixed-size batches in order); the halving is ours.
     """
     if isinstance(n_items, bool) or not isinstance(n_items, int) or n_items < 0:
         raise InputError(f"n_items must be a whole number >= 0; got {n_items!r}.")

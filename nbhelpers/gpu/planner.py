@@ -1,9 +1,4 @@
-"""The planner: device, precision and batch size for a job, with the reason for each.
-
-Owns :class:`Plan`, :func:`plan` (the device report and the memory model turned into a decision),
-:func:`snap_batch` and the budget and batch helpers, :class:`PlanWarning`, and :func:`report` /
-:func:`check_gpu`: the device report of :mod:`.device` with the plan's verdict for a lip-sync job.
-"""
+"""The planner: device, precision and batch size for a job, with the reason for each, and the report's verdict."""
 
 from __future__ import annotations
 
@@ -32,12 +27,7 @@ from .model import (
 
 
 class PlanWarning(NbHelpersWarning):
-    """A plan works but something about it deserves attention (CPU speed, fp16 on CPU, a tight memory budget)."""
-
-
-# =====================================================================================================================
-# Planning
-# =====================================================================================================================
+    """A plan works but something about it deserves attention (CPU speed, fp16 on the CPU, a tight memory budget)."""
 
 
 @dataclass(frozen=True)
@@ -46,20 +36,22 @@ class Plan:
 
     Attributes:
         kind: ``"lipsync"`` (offline job), ``"avatar"`` (avatar preparation), ``"realtime"`` or ``"clip"``.
-        device: ``"cuda:0"``, ``"cuda"``, ``"cpu"``, ... (what the job should use).
+        device: ``"cuda:0"``, ``"cuda"``, ``"cpu"``, ...: what the job should use.
         fp16: True for half precision (UNet, VAE, Whisper, positional encoding).
         batch_size: Frames per UNet/VAE batch (and per parsing / blend batch).
         weights: ``"full"`` or ``"tiny"`` (test models).
         frame_size: (H, W) pixels of the frames the plan assumed.
         n_frames: Frames of the job, or None when not given.
-        budget_gib: GPU memory (or host RAM on the CPU) the plan lets the job use, GiB; None when unknown.
-        predicted_peak_gib: The memory model's peak at ``batch_size`` (worst stage), GiB, excluding the CUDA
-            context; None on the CPU.
+        budget_gib: GPU memory (host RAM on the CPU) the plan lets the job use, GiB; None when unknown.
+        predicted_peak_gib: The memory model's peak at ``batch_size`` (worst stage, CUDA context excluded), GiB;
+            None on the CPU.
         stage_peaks_gib: Predicted peak of each stage at ``batch_size``, GiB.
         reasons: Why each value was chosen: keys ``"device"``, ``"fp16"``, ``"batch_size"``, ``"memory"``.
         warnings: Things to know, in words (CPU speed, fp16 falling back to fp32, a tight budget).
-        base_config: The configuration the plan started from (user overrides); see :attr:`config`.
-        landmark_backend: The backend the CPU time estimate counts face tracking for (``"auto"``: ``"dwpose"``).
+        base_config: The configuration the plan started from; see :attr:`config`.
+        gpu_name: The GPU's name for the verdict, None on the CPU.
+        free_gib: The GPU's free memory for the verdict, GiB, None on the CPU.
+        landmark_backend: The backend the CPU estimate counts face tracking for (``"auto"``: ``"dwpose"``).
     """
 
     kind: str
@@ -86,10 +78,7 @@ class Plan:
 
     @property
     def headroom_gib(self) -> float | None:
-        """GiB of the budget the plan leaves unused at its peak (``budget - predicted peak``), >= 0.
-
-        What a caller may still spend on optional caches (e.g. keeping an avatar's source frames on the GPU);
-        None on the CPU or when free memory is unknown.
+        """GiB of the budget left unused at the predicted peak, >= 0 (for optional caches); None on the CPU or unknown.
         """
         if self.budget_gib is None or self.predicted_peak_gib is None:
             return None
@@ -97,11 +86,7 @@ class Plan:
 
     @property
     def config(self):
-        """An :class:`~nbhelpers.config.InferenceConfig` with ``device``, ``fp16`` and ``batch_size`` filled.
-
-        Every other field comes from the ``config`` given to :func:`plan` (or the defaults), and ``reasons`` holds
-        this plan's reasons (over the given config's own).
-        """
+        """The ``config`` given to :func:`plan` (or the defaults) with this plan's device, precision, batch, reasons."""
         base = self.base_config if self.base_config is not None else InferenceConfig()
         return dataclasses.replace(base, device=self.device, fp16=self.fp16, batch_size=self.batch_size,
                                    reasons={**base.reasons, **self.reasons})
@@ -141,19 +126,13 @@ class Plan:
 
 
 def snap_batch(n: float) -> int:
-    """Snap a batch size down to 1, 2, or a multiple of 4 (4, 8, 12, ..., 20, ..., 32).
-
-    Multiples of 4 waste little memory (a power-of-two rule would drop 31 to 16) and include the official
-    realtime default 20; below 4 only powers of two are used.
+    """Snap a batch size down to 1, 2, or a multiple of 4 (which includes the official realtime default 20).
 
     Args:
-        n: Largest batch that fits, frames (any real number; below 1 gives 1).
+        n: Largest batch that fits, frames (any real number; below 1 or NaN gives 1).
 
     Returns:
         The snapped batch size, >= 1.
-
-    Source: none; the official batch sizes are fixed (8 offline, 20 realtime: ``inference.py:266``,
-    ``realtime_inference.py:331``).
     """
     if not n >= 1:  # also catches NaN
         return 1
@@ -169,59 +148,49 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
          landmark_backend: str | None = None, loaded_gib: float = 0.0, warn: bool = True) -> Plan:
     """Choose device, precision and batch size for a job from the GPU report and the memory model.
 
-    - device: CUDA when torch can use a GPU, else the CPU; ``config.device`` overrides ("user override").
-    - precision: fp16 on CUDA (the T4 has no fast bf16, and fp16 is what the official realtime path runs),
-      fp32 below compute capability 5.3 and on the CPU (fp16 asked on the CPU falls back to fp32, with a
-      warning); ``config.fp16`` overrides.
-    - batch size: the largest batch whose worst stage fits the budget (see the module docstring), snapped by
-      :func:`snap_batch`, at most the kind's cap (32 offline and avatar, 20 realtime, 64 for a whole clip from an
-      avatar, 4 on the CPU) and at most
-      ``n_frames``; ``config.batch_size`` overrides, with a warning when the model predicts it does not fit.
-      A face restorer named by ``config.restore`` adds its GiB per frame to the generate stage
-      (:func:`~nbhelpers.gpu.model.restore_per_frame_gib`), so the batch shrinks to make room for it.
+    - device: CUDA when torch can use a GPU, else the CPU.
+    - precision: fp16 on CUDA (what the official realtime path runs; the T4 has no fast bf16), fp32 below compute
+      capability 5.3 and on the CPU (an fp16 request on the CPU falls back to fp32, with a warning).
+    - batch size: the largest batch whose worst stage fits the budget (:mod:`nbhelpers.gpu.model`), snapped by
+      :func:`snap_batch`, at most the kind's cap (:class:`MemoryModel`) and ``n_frames``. A face restorer
+      (``config.restore``) adds to the generate stage, so the batch shrinks to make room for it.
+
+    Non-None ``config.device``, ``config.fp16`` and ``config.batch_size`` override the choice ("user override"); a
+    batch predicted not to fit warns.
 
     Args:
-        kind: ``"lipsync"`` (offline job), ``"avatar"`` (avatar preparation), ``"realtime"`` (generation from
-            a prepared avatar, live) or ``"clip"`` (a whole clip from a prepared avatar into a file: realtime's
-            memory, a larger cap).
-        report: A :class:`GpuReport`; None reads one (:func:`~nbhelpers.gpu.device.read_report`). Tests pass
-            fakes built directly.
-        config: An :class:`~nbhelpers.config.InferenceConfig` whose non-None ``device``/``fp16``/``batch_size``
-            are user overrides, whose ``restore`` adds the face restorer's memory to the generate stage, and whose
-            other fields :attr:`Plan.config` keeps; None for the defaults.
+        kind: ``"lipsync"`` (offline job), ``"avatar"`` (avatar preparation), ``"realtime"`` (generation from a
+            prepared avatar, live) or ``"clip"`` (a whole clip from a prepared avatar into a file: realtime's memory,
+            a larger cap).
+        report: A :class:`GpuReport`; None reads one.
+        config: An :class:`~nbhelpers.config.InferenceConfig` (overrides, ``restore``, and the fields
+            :attr:`Plan.config` keeps); None for the defaults.
         n_frames: Frames of the job: output frames (audio seconds x 25) for lipsync/realtime, source frames for
             avatar; None when not known yet.
-        frame_size: (H, W) of the video frames, pixels; None assumes 1080 high, 1920 wide (:data:`DEFAULT_FRAME_SIZE`). Messages name sizes width x height (``1920x1080``).
+        frame_size: (H, W) of the video frames, pixels; None assumes :data:`DEFAULT_FRAME_SIZE`. Messages write
+            sizes width x height.
         weights: ``"full"`` (the official models) or ``"tiny"`` (test models).
-        memory_model: Constants of the memory model (default :data:`MEMORY_MODEL`).
-        source_frames: Source frames of a lipsync job (25 fps), for the CPU time estimate (:func:`cpu_seconds`);
-            None assumes one source frame per output frame.
-        landmark_backend: The landmark backend the job really uses (``"dwpose"``, ``"dlib"``, ``"boxes"``, ...),
-            for the CPU time estimate and the ``faces`` memory stage; None takes ``config.landmark_backend``
-            (``"auto"`` is counted as ``"dwpose"``, the automatic choice wherever torch runs).
-        loaded_gib: GiB that the models this job's stages count as their fixed part (UNet, VAE, whisper, face
-            models, BiSeNet) already hold on the GPU, e.g. from an earlier job on the same pipeline. They are
-            missing from the report's free memory and counted again by the stages, so they are added back to the
-            usable memory: a second job gets the plan of the first. Bounded by the report's ``allocated_gib``
-            when the report was read through torch. Default 0 (nothing loaded yet).
-        warn: Emit each entry of ``Plan.warnings`` as a :class:`PlanWarning` (default). False only records them,
-            for a plan made before the job's frames are known (a pipeline's device and precision at load), so that
-            a job warns once, from its own plan with its real frame size and length.
+        memory_model: Constants (default :data:`MEMORY_MODEL`).
+        source_frames: Source frames of a lipsync job (25 fps), for the CPU estimate; None assumes one per output
+            frame.
+        landmark_backend: The landmark backend the job uses, for the CPU estimate and the ``faces`` stage; None
+            takes ``config.landmark_backend``.
+        loaded_gib: GiB of the models the stages count that are already on the GPU (an earlier job on the same
+            pipeline); added back to the usable memory, at most the report's ``allocated_gib`` when read through
+            torch. Default 0.
+        warn: Emit each entry of ``Plan.warnings`` as a :class:`PlanWarning`. False only records them (a plan made
+            before the job's frames are known).
 
     Returns:
-        A :class:`Plan`; ``plan(...).config`` is the filled :class:`~nbhelpers.config.InferenceConfig`.
+        A :class:`Plan`; ``plan(...).config`` is the filled configuration.
 
     Raises:
-        InputError: Unknown ``kind``/``weights``, a bad ``frame_size``, ``n_frames`` or ``loaded_gib``, or
-            ``config`` not an InferenceConfig.
+        InputError: Unknown ``kind``/``weights``, a bad ``frame_size``, ``n_frames`` or ``loaded_gib``, or a
+            ``config`` that is not an InferenceConfig.
         NoGpuError: ``config.device`` asks for CUDA but no CUDA GPU is usable.
 
-    Warns:
-        PlanWarning: For each entry of ``Plan.warnings`` (CPU speed, fp16 on the CPU, a tight budget), unless
-            ``warn`` is False.
-
-    Source: batch defaults 8 offline and 20 realtime (``inference.py:266``, ``realtime_inference.py:331``);
-    fp16 casts (``inference.py:53-56``, ``realtime_inference.py:366-368``).
+    Source: batches 8 offline and 20 realtime (``inference.py:266``, ``realtime_inference.py:331``); fp16 casts
+    (``inference.py:53-56``, ``realtime_inference.py:366-368``).
     """
     if kind not in KINDS:
         raise InputError(f"kind must be one of {', '.join(map(repr, KINDS))}; got {kind!r}.")
@@ -366,9 +335,8 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
                          f"predicted to need {peaks['faces']:.2f} GiB, above the {budget:.2f} GiB budget: use "
                          "landmark_backend='dlib' or a smaller video.")
     if on_cpu and asked is not None and batch > auto:
-        # One note about a user batch on the CPU, and only when it is more than the plan's (the batch really run,
-        # after the cut to the job's length): out of host RAM (issue 14 item 11) if the model predicts it, else
-        # slower progress. A batch at or below the plan's gets none: the plan's own choice is never warned about.
+        # One note about a user batch on the CPU above the plan's (the batch really run, after the cut to the job's
+        # length): out of host RAM if the model predicts it, else slower progress.
         used = f"batch_size {asked} (user override" + (f", {batch} for this {n_frames}-frame job)" if batch != asked
                                                        else ")")
         growing = {name: peak for name, peak in peaks.items() if stages[name][1] > 0}
@@ -397,7 +365,7 @@ def _cpu_time_note(kind: str, n_frames: int | None, source_frames: int | None, w
         "no face tracking (boxes given)" if backend == "boxes" else
         f"face tracking by {'dwpose (auto)' if backend == 'auto' else backend}")
     where = f"2 cores, fp32, {models}, {size_note}" + (f", {tracking}" if tracking else "")
-    if n_frames:  # stage by stage (issue 14 item 11): faces, latents and parsing count source frames, not output
+    if n_frames:  # faces, latents and parsing count source frames, generate output frames
         parts = cpu_seconds(kind, n_frames, source_frames, weights, landmark_backend=backend, frame_size=frame_size)
         frames = f"{n_frames} frames" + (f" from {min(n_frames, source_frames)} source frames"
                                          if kind == "lipsync" and source_frames is not None else "")
@@ -411,9 +379,7 @@ def _cpu_time_note(kind: str, n_frames: int | None, source_frames: int | None, w
 
 
 def _gpu_budget(rep: GpuReport, mm: MemoryModel, loaded_gib: float = 0.0) -> tuple[float | None, str]:
-    """The GPU budget of a plan, GiB, and its reason: ``(free + cached + loaded - workspace [- context]) * (1 -
-    safety)``, where ``loaded`` (models the stages count but which are already on the GPU, so missing from
-    ``free``) is at most the report's allocated memory when the report was read through torch."""
+    """The GPU budget of a plan, GiB, and its reason (the formula is in :mod:`nbhelpers.gpu.model`)."""
     if rep.free_gib is None:
         return None, "free GPU memory unknown"
     cached = max(0.0, rep.reserved_gib - rep.allocated_gib)
@@ -434,17 +400,17 @@ def _gpu_budget(rep: GpuReport, mm: MemoryModel, loaded_gib: float = 0.0) -> tup
     return budget, " ".join(parts) + f", less a {mm.safety_fraction:.0%} margin = {budget:.2f} GiB budget"
 
 
-# Why each kind's batch stops at its cap, in the words of the cap's docstring in MemoryModel (say no more than it).
-_OFFLINE_CAP = ("at about 0.8 TFLOP per frame (UNet + decode) a batch of 8-16 already keeps a T4 busy and DESIGN.md "
-                "finds the CPU side (blend, encode) to be the wall, so larger batches add memory, first-output "
-                "latency and OOM-retry cost for no speed")
+# Why each kind's batch stops at its cap, in the words of the cap's docstring in MemoryModel.
+_OFFLINE_CAP = ("at about 0.8 TFLOP per frame (UNet + decode) a batch of 8-16 already keeps a T4 busy and the CPU "
+                "side (blend, encode) is the wall, so larger batches add memory, first-output latency and "
+                "OOM-retry cost for no speed")
 _CAP_REASONS = {
     "lipsync": _OFFLINE_CAP,
     "avatar": f"as the offline job: {_OFFLINE_CAP}",
     "realtime": ("the official realtime default (realtime_inference.py:331): 0.8 s of video per batch, and the first "
                  "frame comes after one batch"),
-    "clip": ("nothing waits for its first frame, and on an H200 the UNet and decode took 3.3 ms per frame at 64 "
-             "against 4.4 at 20 and 4.1 at 32 (bench/RESULTS.md, \"Clip batch\")"),
+    "clip": ("nothing waits for its first frame, and the UNet and decode took 3.3 ms per frame at 64 against 4.4 "
+             "at 20 and 4.1 at 32 (bench/RESULTS.md, \"Clip batch\")"),
 }
 
 
@@ -498,24 +464,17 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-# =====================================================================================================================
-# The device report with the plan's verdict
-# =====================================================================================================================
-
-
 def report(device: str | int | None = None) -> GpuReport:
     """Read what this runtime has (:func:`~nbhelpers.gpu.device.read_report`) and add the plan's verdict.
 
-    Never raises on odd driver states: what could not be read is None or ``"unknown"`` and ``notes`` says why.
-    Works without torch installed (then ``torch_version`` is None and ``verdict`` says so). Reading free memory
-    through torch makes this process's CUDA context (about 0.3-0.4 GiB) if it did not exist yet.
+    Never raises on odd driver states; works without torch. Reading free memory through torch makes this process's
+    CUDA context if it did not exist yet.
 
     Args:
         device: The CUDA device to report: None (torch's current device), an index, or ``"cuda"``/``"cuda:N"``.
 
     Returns:
-        A :class:`GpuReport` whose ``verdict`` is what :func:`plan` chooses for a lip-sync job (frozen; ``str()``
-        gives text, notebooks show an HTML table).
+        A :class:`GpuReport` whose ``verdict`` is what :func:`plan` chooses for a lip-sync job.
 
     Raises:
         InputError: ``device`` is not a CUDA device name or index, or names a device that does not exist.
@@ -542,14 +501,9 @@ def check_gpu(allow_cpu: bool | None = None, device: str | int | None = None) ->
         allow_cpu: True lets a CPU-only runtime through; None reads ``NBHELPERS_ALLOW_CPU``.
         device: CUDA device to report (see :func:`report`).
 
-    Returns:
-        The report.
-
     Raises:
-        NoGpuError: No usable CUDA GPU and the CPU not allowed (the message gives the Colab steps).
+        NoGpuError: No usable CUDA GPU and the CPU not allowed.
         MissingDependencyError: torch is not installed.
         InputError: Bad ``device``.
-
-    Source: none (the official scripts assume ``cuda:0``).
     """
     return report(device).require_gpu(allow_cpu)
