@@ -1,22 +1,10 @@
 """Media in and out over ffmpeg pipes: probing, 25 fps frame reading, audio decoding, video writing and muxing.
 
-Every ffmpeg call here:
-
-- uses imageio-ffmpeg's ffmpeg binary (:func:`ffmpeg_exe`), so nothing depends on an ffmpeg on PATH; the system
-  one is used only when you ask for it (``ffmpeg_exe(prefer_system=True)``, e.g. for an NVENC build);
-- is an argument list (no shell, so paths with spaces, quotes or non-ASCII letters are safe), with absolute paths;
-- gets ``-nostdin`` and ``stdin=DEVNULL`` (ffmpeg never waits on a prompt in a notebook), except the writer, whose
-  stdin is the frame pipe;
-- has its standard error drained by a thread (a full pipe never blocks it) and, on failure, raises
-  :class:`~nbhelpers.errors.FFmpegError` carrying the last lines ffmpeg printed.
-
-Frames are ``(H, W, 3) uint8`` **BGR** arrays (OpenCV order, as the official pipeline reads them with
-``cv2.imread``), streamed from a pipe so a long video never sits in RAM. Audio comes out as float32 mono at 16 kHz,
-the same samples as the official ``librosa.load(path, sr=16000)``.
-
-This package imports no torch, OpenCV or librosa (the Python 3.13 "notorch" CI job runs its tests).
-Submodules: :mod:`.ffmpeg` (the binary and its processes), :mod:`.probing` (what a file holds), :mod:`.video`
-(frames at 25 fps), :mod:`.audio` (16 kHz mono), :mod:`.writer` (the encoder choice and the MP4 writer).
+Every ffmpeg call runs imageio-ffmpeg's binary (:func:`ffmpeg_exe`; the system one only on request) with an
+argument list and absolute paths, ``-nostdin`` (except the writer, whose stdin is the frame pipe), its standard
+error drained by a thread, and raises :class:`~nbhelpers.errors.FFmpegError` with ffmpeg's last lines on failure.
+Frames are ``(H, W, 3) uint8`` BGR arrays streamed from a pipe; audio is float32 mono at 16 kHz, the samples of
+the official ``librosa.load(path, sr=16000)``. No torch, OpenCV or librosa is imported.
 """
 
 from __future__ import annotations

@@ -1,7 +1,4 @@
-"""Decoding audio: any file to 16 kHz mono float32, natively where possible, else through ffmpeg.
-
-Owns :func:`load_audio` and :func:`audio_duration` with the soundfile and ffmpeg decoders.
-"""
+"""Decoding audio: any file to 16 kHz mono float32, with soundfile where it can, else through ffmpeg."""
 
 from __future__ import annotations
 
@@ -14,9 +11,6 @@ from ..errors import InputError, MissingDependencyError
 from .ffmpeg import _PCM_FORMATS, _existing_file, _Process, ffmpeg_exe
 from .probing import MediaInfo, probe
 
-# ---------------------------------------------------------------------------------------------------------------
-# audio
-# ---------------------------------------------------------------------------------------------------------------
 
 def _soundfile_read(p: Path) -> tuple[np.ndarray, int] | None:
     """(channels-first float32 or 1-D, native rate) through libsndfile, exactly as librosa does; None if it can't."""
@@ -123,29 +117,25 @@ def _decode_native(path, param: str) -> tuple[np.ndarray, int, Path]:
 
 
 def load_audio(path, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
-    """Decode speech to a mono float32 waveform at ``sample_rate`` (16 kHz), the samples of ``librosa.load``.
+    """Decode speech to a mono float32 waveform at ``sample_rate``, the samples of ``librosa.load(path, sr=16000)``.
 
-    Steps (librosa 0.11's ``load(path, sr=16000)``, without needing librosa): read at the native rate with
-    soundfile when libsndfile can read the file (wav, flac, ogg, mp3...), otherwise decode the first audio stream
-    with ffmpeg at the native rate (m4a/aac, opus, a video's sound...; no resampling in ffmpeg); average the
-    channels; resample with ``soxr.resample(..., quality="soxr_hq")``; fix the length to
-    ``ceil(L * sample_rate / native_rate)`` samples (zero-padded or trimmed, as librosa's ``fix_length``).
+    As librosa 0.11 does, without librosa: soundfile at the native rate when libsndfile reads the file, else ffmpeg's
+    first audio stream at the native rate; channels averaged; ``soxr.resample(..., quality="soxr_hq")``; the length
+    fixed to ``ceil(L * sample_rate / native_rate)`` samples.
 
     Args:
         path: Any file with an audio stream (wav, mp3, m4a, ogg, flac, or a video with sound).
-        sample_rate: Output rate in Hz (16000 for Whisper).
+        sample_rate: Output rate, Hz (16000 for Whisper).
 
     Returns:
-        ``(L,) float32`` samples in [-1, 1] (nominal), mono, at ``sample_rate``.
+        ``(L,) float32`` samples, nominally in [-1, 1], mono, at ``sample_rate``.
 
     Raises:
-        InputError: Missing file, no audio stream (e.g. a video without sound or a photo), zero samples, or a bad
-            ``sample_rate``.
+        InputError: Missing file, no audio stream, zero samples, or a bad ``sample_rate``.
         FFmpegError: ffmpeg cannot read the file.
         MissingDependencyError: ``soxr`` is not installed and resampling is needed.
 
-    Source: musetalk/utils/audio_processor.py:18 (``librosa.load(path, sr=16000)``); [librosa] core/audio.py:56-66,
-    170-193 (soundfile first, mean to mono, ``soxr_hq``); reference §2.2.
+    Source: ``audio_processor.py:18``; ``[librosa] core/audio.py:56-66,170-193``; docs/official-behaviour.md §2.2.
     """
     if not isinstance(sample_rate, (int, np.integer)) or isinstance(sample_rate, bool) or sample_rate <= 0:
         raise InputError(f"sample_rate must be a positive integer in Hz (Whisper needs {SAMPLE_RATE}); got "
@@ -169,20 +159,17 @@ def load_audio(path, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
 
 
 def audio_duration(path) -> float:
-    """Exact duration in seconds of the first audio stream (decoded samples / native rate).
+    """Exact duration in seconds of the first audio stream: samples / native rate.
 
     Args:
         path: Any file with an audio stream.
-
-    Returns:
-        Seconds (float). The pipeline writes ``floor(seconds * 25)`` video frames.
 
     Raises:
         InputError: Missing file, no audio stream or no samples.
         FFmpegError: ffmpeg cannot read the file.
 
-    Source: the number of output frames follows the audio length (musetalk/utils/audio_processor.py:61-63,
-    reference §5.3).
+    Source: the output has ``floor(seconds * 25)`` frames (``audio_processor.py:61-63``;
+    docs/official-behaviour.md §5.3).
     """
     p = _existing_file(path, "audio")
     try:

@@ -1,9 +1,4 @@
-"""The ffmpeg binary and its processes: finding it, its version, and running it over pipes safely.
-
-Owns :func:`ffmpeg_exe` / :func:`ffmpeg_version` (the bundled imageio-ffmpeg binary, else the system one),
-:class:`_Process` (a child with bounded waits and a stderr tail) and the path checks shared by the readers
-and the writer, and :data:`SYNTHETIC_TAG`.
-"""
+"""The ffmpeg binary and its processes: finding it, its version, and running it over pipes with bounded waits."""
 
 from __future__ import annotations
 
@@ -36,10 +31,6 @@ _CHANNEL_LAYOUTS = {"mono": 1, "stereo": 2, "downmix": 2, "quad": 4, "quad(side)
                     "octagonal": 8, "cube": 8, "hexadecagonal": 16, "binaural": 2}
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# ffmpeg binary and process helpers
-# ---------------------------------------------------------------------------------------------------------------
-
 @functools.cache
 def _bundled_ffmpeg() -> str:
     try:
@@ -58,21 +49,17 @@ def _bundled_ffmpeg() -> str:
 
 
 def ffmpeg_exe(prefer_system: bool = False) -> str:
-    """Path of the ffmpeg binary that nbhelpers runs.
+    """Absolute path of the ffmpeg binary that nbhelpers runs.
 
     Args:
-        prefer_system: False (default): imageio-ffmpeg's binary (ffmpeg 7-9 with libx264 and AAC; it honours the
-            ``IMAGEIO_FFMPEG_EXE`` environment variable). True: the ``ffmpeg`` on PATH when there is one (e.g.
-            Colab's ffmpeg 4.4 for ``h264_nvenc``), falling back to imageio-ffmpeg's.
-
-    Returns:
-        Absolute path of an ffmpeg executable.
+        prefer_system: False: imageio-ffmpeg's binary (ffmpeg 7-9 with libx264 and AAC; honours
+            ``IMAGEIO_FFMPEG_EXE``). True: the ``ffmpeg`` on PATH when there is one (e.g. for ``h264_nvenc``), else
+            imageio-ffmpeg's.
 
     Raises:
         MissingDependencyError: imageio-ffmpeg is not installed or has no binary for this platform.
 
-    Source: the official scripts prepend ``--ffmpeg_path`` to PATH and run ``ffmpeg`` from it
-    (scripts/inference.py:23-39); we never depend on PATH.
+    Source: ``inference.py:23-39`` runs ``ffmpeg`` from PATH (``--ffmpeg_path``); nbhelpers never depends on PATH.
     """
     if prefer_system:
         found = shutil.which("ffmpeg")
@@ -83,14 +70,7 @@ def ffmpeg_exe(prefer_system: bool = False) -> str:
 
 @functools.cache
 def ffmpeg_version(exe: str | None = None) -> tuple[int, int]:
-    """Major and minor version of an ffmpeg binary, e.g. ``(9, 0)``; git builds (``N-12345-g...``) give (99, 0).
-
-    Args:
-        exe: Path of the ffmpeg binary; None for :func:`ffmpeg_exe`.
-
-    Returns:
-        ``(major, minor)``; ``(0, 0)`` when the version line cannot be read.
-    """
+    """``(major, minor)`` of an ffmpeg binary (None: :func:`ffmpeg_exe`); git builds give (99, 0), unreadable (0, 0)."""
     exe = exe or ffmpeg_exe()
     try:
         out = subprocess.run([exe, "-hide_banner", "-version"], stdin=subprocess.DEVNULL, capture_output=True,
@@ -115,7 +95,7 @@ def _passthrough(exe: str) -> list[str]:
 
 
 class _Process:
-    """A running ffmpeg whose standard error a daemon thread drains into a bounded tail (so it never blocks)."""
+    """A running ffmpeg whose standard error a daemon thread drains into a bounded tail."""
 
     def __init__(self, args: list[str], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, pass_fds: tuple[int, ...] = ()):
         self.args = args
@@ -169,8 +149,9 @@ class _Process:
         self._thread.join(timeout=5)
 
     def progress_mark(self, fallback: Path | None = None) -> tuple | None:
-        """Something that changes while ffmpeg works: its CPU ticks and bytes written (Linux ``/proc``), else the
-        size and time of ``fallback`` (the file it writes); None when neither can be read."""
+        """What changes while ffmpeg works: its CPU ticks and bytes written (``/proc``), else ``fallback``'s size and
+        time; None when neither can be read.
+        """
         pid = self.popen.pid
         try:
             with open(f"/proc/{pid}/stat", "rb") as f:

@@ -1,8 +1,4 @@
-"""Probing: what a media file holds (streams, fps, duration, rotation), parsed from ffmpeg's own output.
-
-Owns :class:`MediaInfo` / :class:`StreamInfo` and :func:`probe`, with the parsers of ffmpeg's stream
-lines (rates, channel layouts, rotation side data).
-"""
+"""Probing: what a media file holds (streams, fps, duration, rotation), parsed from ``ffmpeg -i``'s own output."""
 
 from __future__ import annotations
 
@@ -15,9 +11,6 @@ from pathlib import Path
 from ..errors import FFmpegError
 from .ffmpeg import _CHANNEL_LAYOUTS, _IMAGE_CODECS, _existing_file, _run, _tail, ffmpeg_exe
 
-# ---------------------------------------------------------------------------------------------------------------
-# probe
-# ---------------------------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class StreamInfo:
@@ -28,19 +21,17 @@ class StreamInfo:
         kind: ``"video"``, ``"audio"``, ``"subtitle"``, ``"data"`` or ``"attachment"``.
         codec: Decoder name, e.g. ``"h264"``, ``"aac"``, ``"png"``.
         language: ISO 639 code from the container, or None.
-        width: Stored frame width in pixels (before rotation); None for non-video.
-        height: Stored frame height in pixels (before rotation); None for non-video.
+        width: Stored frame width, pixels (before rotation); None for non-video.
+        height: Stored frame height, pixels (before rotation); None for non-video.
         pix_fmt: Pixel format, e.g. ``"yuv420p"``, ``"yuv420p10le"``, ``"rgba"``; None for non-video.
-        fps: Average frame rate (frames per second) as reported (``29.97`` -> ``Fraction(30000, 1001)``); None when
-            not reported.
-        rotation: Degrees **clockwise** a player turns the stored picture to show it upright (0, 90, 180 or 270;
-            the ``rotate`` tag convention of phones), from the display matrix or the ``rotate`` tag.
-        sample_rate: Audio samples per second (Hz); None for non-audio.
+        fps: Average frame rate, frames per second (29.97 is ``Fraction(30000, 1001)``); None when not reported.
+        rotation: Degrees clockwise a player turns the stored picture to show it upright (0, 90, 180, 270).
+        sample_rate: Audio samples per second, Hz; None for non-audio.
         channels: Audio channel count; None for non-audio or an unknown layout.
         channel_layout: ffmpeg's layout name (``"mono"``, ``"stereo"``, ``"5.1"``); None for non-audio.
-        attached_pic: True for cover art (an image stored as a video stream in an audio file).
+        attached_pic: True for cover art (an image stored as a video stream).
         default: True when the stream carries the container's "default" flag.
-        line: The stream line ffmpeg printed (for debugging).
+        line: The stream line ffmpeg printed.
     """
 
     index: int
@@ -62,37 +53,33 @@ class StreamInfo:
 
 @dataclass(frozen=True, repr=False)
 class MediaInfo:
-    """What a media file holds, read from ``ffmpeg -i`` (imageio-ffmpeg ships no ffprobe). Shows itself as a table
-    in a notebook.
+    """What a media file holds, read from ``ffmpeg -i`` (imageio-ffmpeg ships no ffprobe). Shows itself as a table.
 
     Attributes:
         path: Absolute path of the file.
         container: ffmpeg's demuxer name, e.g. ``"mov,mp4,m4a,3gp,3g2,mj2"``, ``"wav"``, ``"png_pipe"``.
-        duration_s: Container duration in seconds; None when unknown (single images).
-        start_s: Start time of the container in seconds; None when not reported.
-        bitrate_kbps: Overall bitrate in kb/s; None when not reported.
+        duration_s: Container duration, seconds; None when unknown (single images).
+        start_s: Start time of the container, seconds; None when not reported.
+        bitrate_kbps: Overall bitrate, kb/s; None when not reported.
         streams: Every stream in the file.
-        is_image: True for a single still picture (png, jpg, bmp, tif, webp...), detected from the content, not the
-            file name; :func:`load_video` turns it into a one-frame clip.
+        is_image: True for a single still picture, detected from the content, not the file name.
         has_video: True when the file has a video stream that is not cover art.
         has_audio: True when the file has an audio stream.
-        width: Width in pixels of the **upright** picture (after rotation) of the first video stream, i.e. the
-            width of the frames :func:`load_video` yields; None without video.
+        width: Width in pixels of the upright picture of the first video stream (what :func:`load_video` yields);
+            None without video.
         height: Height in pixels of the upright picture; None without video.
-        fps: Average source frame rate (frames per second) of the first video stream; None without video.
+        fps: Average source frame rate of the first video stream, frames per second; None without video.
         rotation: Clockwise degrees applied to show the first video stream upright (0, 90, 180, 270).
-        pix_fmt: Pixel format of the first video stream (``"yuv420p10le"`` = 10-bit); None without video.
+        pix_fmt: Pixel format of the first video stream; None without video.
         video_codec: Codec of the first video stream; None without video.
-        frame_count: Frames stored in the first video stream, counted exactly by demuxing (``probe(...,
-            count_frames=True)``, the default); 1 for an image; None when not counted or without video. This is
-            the *source* count; :attr:`VideoReader.frame_count` is the count at 25 fps.
-        sample_rate: Native sample rate (Hz) of the first audio stream; None without audio.
+        frame_count: Frames stored in the first video stream, counted by demuxing (``count_frames=True``); 1 for an
+            image; None when not counted. The source count; :attr:`VideoReader.frame_count` is the count at 25 fps.
+        sample_rate: Native sample rate of the first audio stream, Hz; None without audio.
         channels: Channel count of the first audio stream; None without audio.
         audio_codec: Codec of the first audio stream; None without audio.
         comment: The container's ``comment`` tag (e.g. :data:`SYNTHETIC_TAG`); None when absent.
-        exif_orientation: EXIF orientation of a still (1 = upright ... 8, read with Pillow); 1 for videos. The
-            reader applies it itself (as ``cv2.imread`` does), the same way whatever the ffmpeg version, and
-            ``width``/``height``/``rotation`` describe the picture after it.
+        exif_orientation: EXIF orientation of a still (1-8, read with Pillow); 1 for videos. The reader applies it
+            (as ``cv2.imread`` does) and ``width``/``height``/``rotation`` describe the picture after it.
     """
 
     path: Path
@@ -342,29 +329,21 @@ def _parse_stream(match: re.Match, block: list[str]) -> StreamInfo:
 
 
 def probe(path, count_frames: bool = True) -> MediaInfo:
-    """Read what a media file holds: streams, size, fps, duration, rotation, pixel format, audio rate.
+    """Read what a media file holds: streams, upright size, fps, duration, rotation, pixel format, audio rate.
 
-    Parses the standard error of ``ffmpeg -i <path>`` (formats of ffmpeg 4.4 to 9), and counts the video frames
-    exactly by demuxing without decoding (``ffmpeg -i <path> -map 0:<v> -c copy -f framecrc -``, one line per
-    packet), which takes tens of milliseconds.
+    Parses ``ffmpeg -i`` (ffmpeg 4.4 to 9) and counts the video frames exactly by demuxing without decoding
+    (``-c copy -f framecrc``).
 
     Args:
-        path: Video, image or audio file (str or Path; spaces and non-ASCII names are fine).
-        count_frames: Count the source video frames exactly (:attr:`MediaInfo.frame_count`); False leaves it None
-            and saves one ffmpeg run.
-
-    Returns:
-        A :class:`MediaInfo`. ``width``/``height`` are those of the upright picture (rotation applied) and
-        ``rotation`` is in degrees clockwise.
+        path: Video, image or audio file.
+        count_frames: Count the source video frames (:attr:`MediaInfo.frame_count`); False saves one ffmpeg run.
 
     Raises:
         InputError: ``path`` does not exist or is a folder.
-        FFmpegError: ffmpeg cannot read the file as media (e.g. a text file named ``.mp4``, a truncated download);
-            the message carries ffmpeg's words.
+        FFmpegError: ffmpeg cannot read the file as media (a text file named ``.mp4``, a truncated download).
 
-    Source: no official counterpart; the official scripts read the fps with OpenCV's ``CAP_PROP_FPS``
-    (scripts/inference.py:126) and decide image vs video by file extension (musetalk/utils/utils.py:33-41); we
-    decide from the content.
+    Source: the official scripts read the fps with OpenCV's ``CAP_PROP_FPS`` (``utils.py:43-47``) and tell images
+    from videos by extension (``utils.py:33-41``); here the content decides.
     """
     p = _existing_file(path, "path")
     exe = ffmpeg_exe()

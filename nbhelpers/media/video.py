@@ -1,8 +1,4 @@
-"""Reading video: frames at a constant 25 fps, photos as one frame, upright and without alpha.
-
-Owns :class:`VideoReader` (streaming, resampled to 25 fps, EXIF and rotation applied), :func:`load_video`,
-:func:`frames_at`, :func:`read_frame` and :func:`convert_to_25fps`.
-"""
+"""Reading video: frames at a constant 25 fps, photos as one frame, upright and without alpha."""
 
 from __future__ import annotations
 
@@ -43,10 +39,6 @@ def _progress_frames(stdout: bytes) -> int | None:
     found = re.findall(rb"^frame=\s*(\d+)", stdout, flags=re.MULTILINE)
     return int(found[-1]) if found else None
 
-
-# ---------------------------------------------------------------------------------------------------------------
-# video reading
-# ---------------------------------------------------------------------------------------------------------------
 
 def _has_alpha(pix_fmt: str | None) -> bool:
     if not pix_fmt:
@@ -135,30 +127,19 @@ class _FrameStream:
 class VideoReader:
     """Frames of a video (or one photo) at a constant frame rate, streamed from an ffmpeg pipe.
 
-    Iterating yields ``(H, W, 3) uint8`` BGR frames from the first frame each time (every ``iter()`` runs its own
-    decode, so you can loop twice). :meth:`read_batch` reads sequentially from a separate cursor. Use it as a
-    context manager (or call :meth:`close`) to stop any ffmpeg still running.
+    Iterating yields ``(H, W, 3) uint8`` BGR frames from the first frame, each ``iter()`` with its own decode;
+    :meth:`read_batch` reads from a separate cursor. Use it as a context manager (or :meth:`close`) to stop ffmpeg.
 
-    How frames are made (one ffmpeg command, ``-map 0:<first video stream>``):
-
-    - **Constant 25 fps.** The ``fps`` filter re-times the decoded frames by their timestamps (round to nearest,
-      duplicating or dropping frames), so 30, 29.97, 60, 18 fps and variable-frame-rate clips all come out as
-      constant 25 fps covering the same duration: ``frame_count == round(D * 25)``, where D is the end of the
-      last source frame (its timestamp plus its duration; an MP4's container duration can differ slightly), so
-      the length is kept within one frame (tested for 30, 29.97, 60, 18 fps and VFR with ffmpeg 7.0 and 9.0;
-      ffmpeg 4.2's ``fps`` filter ignores the last frame's duration and can give one frame fewer).
-    - **Rotation.** ffmpeg's autorotation turns phone clips upright; :attr:`width`/:attr:`height` are the upright
-      size.
-    - **Any pixel format.** 10-bit, 4:2:2/4:4:4, odd sizes and RGB sources are converted by ffmpeg to bgr24.
-    - **Alpha.** Sources with an alpha channel (PNG/WebP/ProRes 4444 ... or a palette with transparency) are decoded
-      to BGRA and composited over :attr:`background` (black by default):
-      ``out = round((colour * a + background * (255 - a)) / 255)``.
-    - **Photos.** A single image (detected from the content) yields exactly one frame; the pipeline loops it. Its
-      EXIF orientation is applied (as ``cv2.imread`` does in the official code), identically on every ffmpeg.
+    - Constant fps: the ``fps`` filter re-times frames by their timestamps (duplicating or dropping), so any source
+      rate or a variable rate gives ``frame_count == round(D * fps)``, D the end of the last source frame.
+    - Rotation: ffmpeg's autorotation turns phone clips upright; ``width``/``height`` are the upright size.
+    - Pixel formats: 10-bit, 4:2:2/4:4:4, odd sizes and RGB sources are converted to bgr24.
+    - Alpha: composited over ``background``: ``round((colour * a + background * (255 - a)) / 255)``.
+    - Photos: one frame, with its EXIF orientation applied as ``cv2.imread`` does.
 
     Args:
-        path: Video or photo file (any container or image format ffmpeg reads).
-        fps: Output frame rate in frames per second (25 for MuseTalk).
+        path: Video or photo file (any format ffmpeg reads).
+        fps: Output frame rate, frames per second (25 for MuseTalk).
         background: BGR colour (3 ints, 0-255) that transparent pixels are composited over.
         ffmpeg: Path of the ffmpeg binary; None for :func:`ffmpeg_exe`.
 
@@ -169,11 +150,11 @@ class VideoReader:
     Attributes:
         path: Absolute path of the source.
         info: :class:`MediaInfo` of the source.
-        fps: Output frame rate (frames per second), a Fraction (25 by default).
-        width: Frame width in pixels (upright).
-        height: Frame height in pixels (upright).
-        has_alpha: True when the source pixel format carries alpha (frames are flattened).
-        background: BGR colour that transparent pixels are composited over.
+        fps: Output frame rate, a Fraction.
+        width: Frame width, pixels (upright).
+        height: Frame height, pixels (upright).
+        has_alpha: True when the source pixel format carries alpha.
+        background: BGR colour transparent pixels are composited over.
     """
 
     def __init__(self, path, fps=FPS, *, background=(0, 0, 0), ffmpeg: str | None = None):
@@ -198,7 +179,6 @@ class VideoReader:
         self._cursor: _FrameStream | None = None
         self._streams: set[_FrameStream] = set()
 
-    # -- ffmpeg command -------------------------------------------------------------------------------------------
     def _filters(self, extra: str | None) -> list[str]:
         chain = [] if self.info.is_image else [f"fps={self.fps.numerator}/{self.fps.denominator}"]
         if extra:
@@ -222,14 +202,12 @@ class VideoReader:
             return args + ["-f", "null", "-progress", "pipe:1", "-"]
         return args + ["-f", "rawvideo", "-pix_fmt", "bgra" if self.has_alpha else "bgr24", "pipe:1"]
 
-    # -- frame count ----------------------------------------------------------------------------------------------
     @property
     def frame_count(self) -> int:
         """Exact number of frames this reader yields (1 for a photo).
 
-        For a video the count at the output fps is only known exactly from the decoded timestamps, so the first
-        access runs one fast counting decode (``-vf fps=25 -f null``, no colour conversion or pipe: about 0.4 s for
-        22 s of 576x768 video) and caches it; a completed iteration also records it.
+        A video's count is known only from the decoded timestamps, so the first access runs one counting decode
+        (``-vf fps=25 -f null``) and caches it; a completed iteration also records it.
         """
         if self._count is None:
             rc, out, err = _run(self._command(null=True), "count frames")
@@ -243,7 +221,6 @@ class VideoReader:
     def __len__(self) -> int:
         return self.frame_count
 
-    # -- reading --------------------------------------------------------------------------------------------------
     def _open(self, extra_filter: str | None = None, max_frames: int | None = None) -> _FrameStream:
         stream = _FrameStream(self, extra_filter, max_frames)
         self._streams.add(stream)
@@ -254,16 +231,13 @@ class VideoReader:
         self._streams.discard(stream)
 
     def iter_batches(self, batch_size: int = 16) -> Iterator[np.ndarray]:
-        """Yield ``(n, H, W, 3) uint8`` BGR batches (n = batch_size, the last one shorter) from the first frame.
+        """Yield ``(n, H, W, 3) uint8`` BGR batches of ``batch_size`` frames (the last shorter) from the first frame.
 
         Args:
-            batch_size: Frames per batch (>= 1).
-
-        Yields:
-            Arrays of consecutive frames; each array is new memory.
+            batch_size: Frames per batch, >= 1.
 
         Raises:
-            FFmpegError: ffmpeg failed while decoding (message with its stderr tail).
+            FFmpegError: ffmpeg failed while decoding.
         """
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise InputError(f"batch_size must be an integer >= 1; got {batch_size!r}.")
@@ -285,10 +259,7 @@ class VideoReader:
             yield from batch
 
     def read_batch(self, n: int) -> np.ndarray:
-        """Read the next ``n`` frames from the reader's cursor (which starts at frame 0).
-
-        Args:
-            n: Number of frames wanted (>= 1).
+        """Read the next ``n`` (>= 1) frames from the reader's cursor, which starts at frame 0.
 
         Returns:
             ``(n', H, W, 3) uint8`` BGR with ``n' <= n``; ``n' == 0`` once every frame has been read.
@@ -339,27 +310,20 @@ class VideoReader:
 
 
 def load_video(path, fps=FPS, *, background=(0, 0, 0), ffmpeg: str | None = None) -> VideoReader:
-    """Open a video or a photo as a stream of upright BGR frames at constant ``fps`` (25 by default).
+    """Open a video or a photo as a stream of upright BGR frames at constant ``fps``: a :class:`VideoReader`.
 
     Args:
-        path: Any container ffmpeg reads (mp4, mov, mkv, webm, avi, gif...) or one image (png, jpg, bmp, tif,
-            webp), detected from the content.
-        fps: Output frame rate in frames per second; MuseTalk needs 25.
+        path: Any container ffmpeg reads (mp4, mov, mkv, webm, avi, gif...) or one image, detected from the content.
+        fps: Output frame rate, frames per second; MuseTalk needs 25.
         background: BGR colour (3 ints, 0-255) that transparent pixels are composited over; black by default.
         ffmpeg: Path of the ffmpeg binary; None for :func:`ffmpeg_exe`.
-
-    Returns:
-        A :class:`VideoReader`; iterate it for ``(H, W, 3) uint8`` BGR frames. ``frame_count`` is exact (1 for a
-        photo).
 
     Raises:
         InputError: The file is missing, is a folder, has no video stream, or an argument is invalid.
         FFmpegError: ffmpeg cannot read the file.
 
-    Source: the official offline script extracts every frame with ``ffmpeg -i <video> %08d.png`` and keeps the
-    source fps (scripts/inference.py:120-126, musetalk/utils/utils.py:43-47), so non-25 fps input drifts
-    (reference §11 Q8); the Gradio app re-times uploads to 25 fps (app.py:432-472) and training data was made at 25
-    fps (scripts/preprocess.py:98-99). We always re-time to 25 fps at ingest (failure kinds F4, F7, F15).
+    Source: ``inference.py:120-126`` keeps the source fps, so other rates drift (#q8); ``app.py:432-472`` re-times
+    uploads to 25 fps, as this always does (docs/official-behaviour.md §2.1).
     """
     return VideoReader(path, fps, background=background, ffmpeg=ffmpeg)
 
@@ -370,19 +334,15 @@ def frames_at(path, indices: Sequence[int], fps=FPS, *, background=(0, 0, 0)) ->
     Args:
         path: Video or photo file.
         indices: Frame numbers (0-based, at ``fps``); any order, repeats allowed.
-        fps: Frame rate the indices refer to (25 by default).
+        fps: Frame rate the indices refer to.
         background: BGR colour for transparent pixels.
 
     Returns:
-        ``(len(indices), H, W, 3) uint8`` BGR, in the order of ``indices``; identical to the frames that iterating
-        ``load_video(path, fps)`` yields at those positions.
+        ``(len(indices), H, W, 3) uint8`` BGR in the order of ``indices``, the frames iteration yields there.
 
     Raises:
-        InputError: An index is negative, not an integer, or past the last frame (the message gives the count).
+        InputError: An index is negative, not an integer, or past the last frame.
         FFmpegError: ffmpeg failed.
-
-    Source: no official counterpart; the Gradio app's "Test Inpainting" previews only the first frame
-    (app.py:35-123). Frames are picked after the ``fps`` filter with ``select``, so numbering matches the reader.
     """
     wanted = list(indices)
     if not wanted:
@@ -419,21 +379,10 @@ def frames_at(path, indices: Sequence[int], fps=FPS, *, background=(0, 0, 0)) ->
 
 
 def read_frame(path, index: int = 0, fps=FPS, *, background=(0, 0, 0)) -> np.ndarray:
-    """One frame of a video or photo at ``fps`` (for previews and tests).
-
-    Args:
-        path: Video or photo file.
-        index: Frame number at ``fps`` (0-based).
-        fps: Frame rate ``index`` refers to (25 by default).
-        background: BGR colour for transparent pixels.
-
-    Returns:
-        ``(H, W, 3) uint8`` BGR.
+    """One ``(H, W, 3) uint8`` BGR frame of a video or photo, number ``index`` at ``fps`` (see :func:`frames_at`).
 
     Raises:
         InputError: ``index`` is negative or past the last frame.
         FFmpegError: ffmpeg failed.
-
-    Source: no official counterpart (see :func:`frames_at`).
     """
     return frames_at(path, [index], fps, background=background)[0]

@@ -1,10 +1,4 @@
-"""Writing video: the encoder choice and the writer that pipes frames and audio into an MP4.
-
-Owns :data:`ENCODER_SETTINGS`, :class:`EncoderChoice` / :func:`choose_encoder` / :func:`nvenc_probe`
-(NVENC probed once per process, libx264 fallback), :class:`VideoWriter` (temporary name, rename on
-success, bounded waits on a stalled ffmpeg), :func:`convert_to_25fps` (a file re-encoded at 25 fps) and
-:func:`demo_inputs` (the packaged demo photo and speech, written out).
-"""
+"""Writing video: the encoder choice and the writer that pipes frames and audio into an MP4."""
 
 from __future__ import annotations
 
@@ -38,14 +32,6 @@ from .ffmpeg import (
 from .probing import MediaInfo, _fps_text, probe
 from .video import _check_fps, load_video
 
-# ---------------------------------------------------------------------------------------------------------------
-# video writing
-# ---------------------------------------------------------------------------------------------------------------
-
-# ---------------------------------------------------------------------------------------------------------------
-# Encoder setting: libx264 presets, or NVENC after a real one-frame test encode
-# ---------------------------------------------------------------------------------------------------------------
-
 ENCODER_SETTINGS = {  # setting -> (ffmpeg encoder, preset); "auto" picks nvenc when it works, else libx264
     "libx264": ("libx264", "medium"),
     "libx264-fast": ("libx264", "fast"),
@@ -70,7 +56,7 @@ class EncoderChoice:
         setting: The setting asked for (one of :data:`nbhelpers.constants.ENCODERS`).
         codec: ffmpeg encoder used: ``"libx264"`` or ``"h264_nvenc"``.
         preset: Its preset (``"medium"``, ``"veryfast"``, ..., ``"p5"`` for NVENC).
-        ffmpeg: The ffmpeg binary to run it with; None = :func:`ffmpeg_exe` (imageio-ffmpeg's).
+        ffmpeg: The ffmpeg binary to run it with; None = :func:`ffmpeg_exe`.
         reason: Why this was chosen (the NVENC test encode's result for ``auto`` / ``nvenc``).
     """
 
@@ -82,10 +68,10 @@ class EncoderChoice:
 
 
 def padded_size_note(width: int, height: int) -> str | None:
-    """The note a clip's summary gives when :class:`VideoWriter` pads its frames: ``None`` for an even
-    ``width`` x ``height`` (pixels), else what the file's size is and why (``"(577x769 frames written as 578x770:
-    ..."``). H.264 in yuv420p stores colour at half resolution, so both sizes must be even; the writer adds one
-    black column at the right and/or one row at the bottom and never scales the frames."""
+    """The note a clip's summary gives when :class:`VideoWriter` pads odd frame sizes, or None for even ones.
+
+    H.264 in yuv420p needs even sizes, so the writer adds one black column at the right and/or row at the bottom.
+    """
     if not (int(width) % 2 or int(height) % 2):
         return None
     padded = f"{int(width) + int(width) % 2}x{int(height) + int(height) % 2}"
@@ -96,19 +82,15 @@ def padded_size_note(width: int, height: int) -> str | None:
 def nvenc_probe(ffmpeg: str | None = None, timeout: float = 30.0) -> tuple[bool, str]:
     """Whether ``h264_nvenc`` really encodes with this ffmpeg here: one 256x256 black frame, encoded to nothing.
 
-    Listing the encoder proves little (imageio-ffmpeg 0.8's ffmpeg lists ``h264_nvenc`` but fails on drivers
-    older than its NVENC API, and a GPU may have no encoder unit), so a real frame is encoded. The answer is
-    cached per binary for the life of the process.
+    Listing the encoder proves little (a driver older than ffmpeg's NVENC API, a GPU with no encoder unit). The
+    answer is cached per binary for the life of the process.
 
     Args:
-        ffmpeg: Path of the ffmpeg binary; None = :func:`ffmpeg_exe` (imageio-ffmpeg's).
+        ffmpeg: Path of the ffmpeg binary; None = :func:`ffmpeg_exe`.
         timeout: Seconds before the test encode counts as failed.
 
     Returns:
-        ``(True, "")`` when the frame was encoded, else ``(False, reason)`` with ffmpeg's last error line (or why
-        it could not run).
-
-    Source: shared/reference/environment-notes.md (NVENC on the H200 and Colab's 580 drivers).
+        ``(True, "")`` when the frame was encoded, else ``(False, reason)`` with ffmpeg's error line.
     """
     exe = ffmpeg or ffmpeg_exe()
     with _probe_lock:
@@ -139,24 +121,19 @@ def choose_encoder(setting: str = "libx264", *, ffmpegs: Sequence[str] | None = 
                    probe: Any = None, warn: bool = True) -> EncoderChoice:
     """Resolve an ``encoder`` setting to an ffmpeg encoder, preset and binary.
 
-    * ``"libx264"`` (default; the official offline job): CRF 18, preset ``medium``.
-    * ``"libx264-fast"`` ... ``"libx264-ultrafast"``: the same CRF at a faster libx264 preset (larger files or a
-      little lower quality; ``bench/encoders.py`` measures speed, size and PSNR against medium).
-    * ``"nvenc"`` / ``"auto"``: ``h264_nvenc`` (``-preset p5 -rc vbr -cq 18``) when a one-frame test encode
-      (:func:`nvenc_probe`) succeeds with imageio-ffmpeg's binary, else with the ``ffmpeg`` on PATH; otherwise
-      libx264 medium, with a :class:`~nbhelpers.errors.FallbackWarning` that gives the test encode's error.
+    ``"libx264"`` (the official offline encoder): CRF 18, preset ``medium``; ``"libx264-fast"`` ...
+    ``"libx264-ultrafast"``: the same CRF at a faster preset (bench/RESULTS.md, "Encoder settings"); ``"nvenc"`` /
+    ``"auto"``: ``h264_nvenc`` when :func:`nvenc_probe` succeeds with imageio-ffmpeg's binary, else with the one on
+    PATH, otherwise libx264 medium with a :class:`~nbhelpers.errors.FallbackWarning`.
 
     Args:
         setting: One of :data:`nbhelpers.constants.ENCODERS`.
-        ffmpegs: Binaries to try NVENC with, in order; None = imageio-ffmpeg's, then the one on PATH if different.
-        probe: ``probe(ffmpeg_path) -> (ok, reason)``; None = :func:`nvenc_probe` (tests inject their own).
+        ffmpegs: Binaries to try NVENC with, in order; None = imageio-ffmpeg's, then the one on PATH.
+        probe: ``probe(ffmpeg_path) -> (ok, reason)``; None = :func:`nvenc_probe`.
         warn: Emit the fallback warning (the reason is in the result either way).
 
-    Returns:
-        An :class:`EncoderChoice`.
-
     Raises:
-        InputError: When ``setting`` is not a known encoder setting.
+        InputError: ``setting`` is not a known encoder setting.
     """
     if setting not in ENCODER_SETTINGS:
         raise InputError(f"encoder must be one of {', '.join(map(repr, ENCODERS))}; got {setting!r}. "
@@ -188,74 +165,44 @@ def choose_encoder(setting: str = "libx264", *, ffmpegs: Sequence[str] | None = 
 class VideoWriter:
     """Encode BGR frames through an ffmpeg pipe into an H.264 MP4, with the original audio muxed in.
 
-    One ffmpeg process reads raw frames on its stdin (``-f rawvideo -pixel_format bgr24 -video_size WxH
-    -framerate 25 -i pipe:0``) and the audio file as a second input, maps exactly ``0:v:0`` and the first audio
-    stream of the audio file (``-map 1:<index>``), and writes:
-
-    - video: libx264, ``-crf 18`` (the official value), ``-pix_fmt yuv420p``, colours converted with the BT.709
-      matrix (limited range) and tagged as BT.709, ``-movflags +faststart`` (plays while downloading). Odd sizes
-      get one black column/row added at the right/bottom (``pad=ceil(iw/2)*2:ceil(ih/2)*2``) because yuv420p
-      needs even sizes; the frames you pass are never scaled.
-    - audio: the stream copied when it is already AAC (into mp4/mov/m4v/mkv), otherwise encoded to AAC. The
-      whole audio is kept and the file lasts as long as the longer stream, so when you write
-      ``floor(audio_s * 25)`` frames (what the pipeline does) the output lasts the audio's duration (the video
-      ends less than one frame earlier). ``shortest=True`` cuts at the shorter stream instead.
-    - metadata: ``comment`` = :data:`SYNTHETIC_TAG` and the same text as the video track's handler name, marking
-      the file as synthetic.
-
-    The file is written as ``.<name>.partial-<random><suffix>`` in the output folder and renamed to ``path`` with
-    ``os.replace`` only when ffmpeg succeeded; on any failure (or an exception inside the ``with`` block) ffmpeg
-    is killed and the partial file removed, so no half-written output is ever left.
-
-    No wait is unbounded: when ffmpeg takes no frame data for ``stall_timeout_s`` seconds in :meth:`write`, or
-    shows no progress (CPU time, bytes written) for that long while :meth:`close` finishes the file, it has
-    stalled (typically on an output folder on a network mount, such as Google Drive, that stopped answering): it
-    is killed and :class:`~nbhelpers.errors.FFmpegError` (with ``stalled = True``) says so, instead of the cell
-    hanging. A slow ffmpeg that keeps working is never stopped.
-
-    NVENC: ``codec="h264_nvenc"`` encodes on an NVIDIA GPU (``-preset p5 -rc vbr -cq <crf> -b:v 0``). It needs an
-    ffmpeg built with NVENC and a driver: imageio-ffmpeg's build has it, as has Colab's ``/usr/bin/ffmpeg``
-    (``VideoWriter(..., codec="h264_nvenc", ffmpeg=ffmpeg_exe(prefer_system=True))``). The ``encoder`` setting
-    does this choice safely: ``encoder="auto"`` uses NVENC only after a test encode worked (:func:`choose_encoder`).
+    One ffmpeg reads raw bgr24 frames on stdin and the audio file, maps ``0:v:0`` and the first audio stream, and
+    writes libx264 CRF 18 yuv420p (BT.709, limited range, tagged so; ``+faststart``; odd sizes padded by one black
+    column/row, never scaled), the audio copied when AAC else encoded to AAC, and ``comment`` = :data:`SYNTHETIC_TAG`.
+    All the audio is kept unless ``shortest``. The file is written as ``.<name>.partial-<random><suffix>`` and renamed
+    with ``os.replace`` only on success; any failure kills ffmpeg and removes the partial file. When ffmpeg takes no
+    frame data, or shows no progress while finishing, for ``stall_timeout_s`` (a network mount that stopped
+    answering), it is killed and an ``FFmpegError`` with ``stalled = True`` says so.
 
     Args:
         path: Output file (.mp4, .mov, .m4v or .mkv); its folder is created when missing.
-        width: Frame width in pixels (frames must be ``(height, width, 3)``).
-        height: Frame height in pixels.
-        fps: Frame rate in frames per second (25).
-        audio: File whose first audio stream is muxed in (the original speech file, or a video with sound);
-            None writes video only.
-        crf: Constant rate factor 0-51 (lower = better; 18 is visually lossless and the official choice).
-        codec: ``"libx264"`` (default), ``"h264_nvenc"``, or another ffmpeg H.264/H.265 encoder name.
+        width: Frame width, pixels.
+        height: Frame height, pixels.
+        fps: Frame rate, frames per second.
+        audio: File whose first audio stream is muxed in; None writes video only.
+        crf: Constant rate factor 0-51 (18, visually lossless, is the official value).
+        codec: ``"libx264"``, ``"h264_nvenc"`` (``-preset p5 -rc vbr -cq <crf>``), or another ffmpeg encoder name.
         preset: Encoder preset; None uses ``"medium"`` for libx264 and ``"p5"`` for NVENC.
-        audio_bitrate: AAC bitrate when the audio is re-encoded (ffmpeg notation, e.g. ``"192k"``).
+        audio_bitrate: AAC bitrate when the audio is re-encoded (e.g. ``"192k"``).
         shortest: Stop at the shorter stream (``-shortest``) instead of keeping all the audio.
-        ffmpeg: Path of the ffmpeg binary; None for :func:`ffmpeg_exe` (class default :attr:`ffmpeg`).
-        extra_args: More output options placed before the file name, e.g. ``["-tune", "film"]``.
-        synthetic: Tag the file as synthetic (comment and video handler name, :data:`SYNTHETIC_TAG`); True for
-            everything the lip-sync writes, False for plain conversions such as :func:`convert_to_25fps`.
-        stall_timeout_s: Seconds without progress after which ffmpeg counts as stalled (default
-            :data:`WRITER_STALL_TIMEOUT_S`, 120); None waits for ever.
-        encoder: An encoder setting (:data:`nbhelpers.constants.ENCODERS`, e.g. ``InferenceConfig.encoder``), or an
-            :class:`EncoderChoice` already made by :func:`choose_encoder` (resolve once per job, write many clips);
-            when given it sets ``codec`` and ``preset`` (an explicit ``preset`` still wins) and, for NVENC, the
-            binary. A setting goes through :func:`choose_encoder`, which warns when NVENC falls back to libx264.
+        ffmpeg: Path of the ffmpeg binary; None for the class attribute, else :func:`ffmpeg_exe`.
+        extra_args: More output options placed before the file name.
+        synthetic: Tag the file as synthetic (comment and video handler name); False for plain conversions.
+        stall_timeout_s: Seconds without progress after which ffmpeg counts as stalled; None waits for ever.
+        encoder: An encoder setting or an :class:`EncoderChoice` (:func:`choose_encoder`); it sets ``codec``, the
+            ``preset`` (unless given) and, for NVENC, the binary.
 
     Attributes:
         path: Final output path.
         encoder: The :class:`EncoderChoice` when ``encoder`` was given, else None.
         frames_written: Frames accepted so far.
-        stall_timeout_s: The stall bound in seconds (None = none).
+        stall_timeout_s: The stall bound, seconds (None = none).
 
     Raises:
-        InputError: Bad size, fps, crf, suffix, stall timeout or audio file (missing, or no audio stream) - before
-            ffmpeg starts.
-        FFmpegError: ffmpeg refused the options, died while frames were written (its stderr tail is in the
-            message), failed when finishing, or stalled (``stalled`` attribute True).
+        InputError: Bad size, fps, crf, suffix, stall timeout or audio file, before ffmpeg starts.
+        FFmpegError: ffmpeg refused the options, died, failed when finishing, or stalled.
 
-    Source: scripts/inference.py:230-237 (libx264, ``format=yuv420p``, ``-crf 18``; then a re-encoding mux of the
-    original audio with no ``-map``, reference §8 and §11 Q24). We encode once, map streams explicitly and write
-    atomically (failure kinds F6, F14, F16).
+    Source: ``inference.py:230-237`` encodes libx264 yuv420p CRF 18, then muxes with a second encode and no
+    ``-map`` (#q24); here one encode with mapped streams (docs/official-behaviour.md §8).
     """
 
     ffmpeg: str | None = None  # class-level default binary; None means ffmpeg_exe()
@@ -359,12 +306,12 @@ class VideoWriter:
         """Append one frame ``(H, W, 3)`` or a batch ``(N, H, W, 3)`` of uint8 BGR frames.
 
         Args:
-            frames: numpy array (or a torch tensor, copied to the host) of dtype uint8, BGR order, with
-                H = ``height`` and W = ``width``. Non-contiguous arrays are copied.
+            frames: numpy array (or a torch tensor, copied to the host), uint8, BGR, with H = ``height`` and W =
+                ``width``.
 
         Raises:
-            InputError: Wrong dtype or shape (the message shows what was received).
-            FFmpegError: ffmpeg has died (broken pipe); the partial file has been removed.
+            InputError: Wrong dtype or shape.
+            FFmpegError: ffmpeg has died; the partial file has been removed.
             MediaError: The writer is already closed.
         """
         if self._closed:
@@ -407,14 +354,12 @@ class VideoWriter:
         self.frames_written += len(arr)
 
     def close(self) -> Path:
-        """Finish the file: flush, wait for ffmpeg, rename the temporary file to :attr:`path`.
-
-        Returns:
-            The output path. Calling again returns it again.
+        """Finish the file: flush, wait for ffmpeg, rename the temporary file to :attr:`path`, and return the path.
 
         Raises:
             InputError: No frame was written (nothing is kept).
             FFmpegError: ffmpeg failed (the partial file is removed).
+            MediaError: The writer was aborted.
         """
         if self._result is not None:
             return self._result
@@ -555,26 +500,20 @@ class _Stalled(Exception):
 
 
 def convert_to_25fps(src, dst, crf: int = 18) -> MediaInfo:
-    """Write a constant-25-fps H.264 (yuv420p, CRF ``crf``) copy of a clip, with its first audio stream as AAC.
+    """Write a constant-25-fps H.264 (yuv420p, CRF ``crf``) copy of a clip, audio as AAC, and return its MediaInfo.
 
-    The frames are exactly those :func:`load_video` yields (upright, alpha flattened, re-timed by timestamps) and
-    the audio is copied when it is AAC, otherwise encoded to AAC. Written atomically (temporary name, then
-    ``os.replace``).
+    The frames are those :func:`load_video` yields; the file is written atomically.
 
     Args:
-        src: Source video (or photo: gives a one-frame clip).
+        src: Source video (a photo gives a one-frame clip).
         dst: Output file (.mp4, .mov, .m4v or .mkv).
-        crf: libx264 constant rate factor (0-51; 18 is the official value).
-
-    Returns:
-        :class:`MediaInfo` of the written file.
+        crf: libx264 constant rate factor, 0-51.
 
     Raises:
         InputError: Missing source, source without video, bad ``dst`` or ``crf``.
         FFmpegError: ffmpeg failed; no partial output is left.
 
-    Source: what the Gradio upload hook does with imageio (app.py:432-472) and the README asks users to do
-    (README.md:320); here with ffmpeg's timestamp-based ``fps`` filter and no quality loss beyond one CRF-18 encode.
+    Source: ``app.py:432-472`` re-times uploads to 25 fps; ``README.md:320`` asks for 25 fps input.
     """
     with load_video(src) as reader:
         audio = reader.path if reader.info.has_audio else None
@@ -584,29 +523,20 @@ def convert_to_25fps(src, dst, crf: int = 18) -> MediaInfo:
         return probe(writer.path)
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# demo inputs
-# ---------------------------------------------------------------------------------------------------------------
-
 def demo_inputs(directory) -> tuple[Path, Path]:
     """A demo face photo and speech clip, for a first run with nothing of your own.
 
-    Writes scikit-image's public-domain ``astronaut`` photo (Eileen Collins, NASA; 512x512, loaded from
-    ``skimage.data`` at run time) as ``astronaut.png`` into ``directory``, and returns the packaged
-    ``demo-speech.wav`` (4.7 s of English speech made by this project with espeak-ng; see
-    ``nbhelpers/data/README.md``).
+    Writes scikit-image's public-domain ``astronaut`` photo (512x512) as ``astronaut.png`` into ``directory``; the
+    speech is the packaged ``demo-speech.wav`` (4.7 s, made with espeak-ng; ``nbhelpers/data/README.md``).
 
     Args:
         directory: Folder to write the photo into (created when missing).
 
     Returns:
-        ``(photo_path, audio_path)``: the PNG in ``directory`` and the packaged WAV (copied into ``directory``
-        only when the package is not a plain folder on disk, e.g. a zip).
+        ``(photo_path, audio_path)``; the WAV is copied into ``directory`` only when the package is not a folder.
 
     Raises:
         MissingDependencyError: scikit-image or Pillow is not installed.
-
-    Source: no official counterpart; both inputs are ours or public domain (nbhelpers/data/README.md).
     """
     from importlib import resources
 
