@@ -1,37 +1,17 @@
-"""The weight files: a manifest, a cache folder, downloads that survive real networks, and verification.
+"""The weight files: a manifest, a cache folder (:func:`default_dir`), downloads with retries, and verification.
 
-The layout is the official ``models/`` folder, relative to one *weights dir*::
+The layout is the official ``models/`` folder, relative to one weights dir (sets in brackets)::
 
-    musetalkV15/unet.pth  musetalkV15/musetalk.json        (core, v1.5 UNet, about 3.4 GB)
-    sd-vae/config.json    sd-vae/diffusion_pytorch_model.safetensors   (or the official .bin)
-    whisper/config.json   whisper/model.safetensors (or pytorch_model.bin)   whisper/preprocessor_config.json
-    dwpose/dw-ll_ucoco_384.pth                           (faces: DWPose for the default dwpose backend and mmpose)
-    dwpose/dw-ll_ucoco_384.onnx                          (faces-onnx: only for the optional dwpose-onnx backend)
-    face-parse-bisent/79999_iter.pth                     (parsing)
-    s3fd/s3fd-619a316812.pth                             (s3fd: the face box detector)
-    musetalk/pytorch_model.bin  musetalk/musetalk.json   (v1: MuseTalk 1.0, only when asked)
-    syncnet/latentsync_syncnet.pt                        (syncnet: training only, only when asked)
-    syncnet/syncnet_v2.model                             (quality: the LSE-D / LSE-C score, only when asked)
-    restore/GFPGANv1.4.pth  restore/RestoreFormer.pth  restore/codeformer.pth   (restore-*: face restoration)
+    musetalkV15/unet.pth  musetalkV15/musetalk.json             [core: the v1.5 UNet, about 3.4 GB]
+    sd-vae/diffusion_pytorch_model.safetensors (or .bin)  sd-vae/config.json                       [core]
+    whisper/model.safetensors (or pytorch_model.bin)  whisper/config.json  whisper/preprocessor_config.json  [core]
+    dwpose/dw-ll_ucoco_384.pth  [faces]          dwpose/dw-ll_ucoco_384.onnx  [faces-onnx]
+    face-parse-bisent/79999_iter.pth  [parsing]  s3fd/s3fd-619a316812.pth  [s3fd]
+    musetalk/pytorch_model.bin  musetalk/musetalk.json  [v1]
+    syncnet/latentsync_syncnet.pt  [syncnet]     syncnet/syncnet_v2.model  [quality]
+    restore/GFPGANv1.4.pth  restore/RestoreFormer.pth  restore/codeformer.pth  [restore-*]
 
->>> from nbhelpers import weights
->>> weights.list_files()                 # doctest: +SKIP  (the manifest as a table)
->>> weights.download()                   # doctest: +SKIP  (the v1.5 inference set, about 4.2 GB)
->>> weights.verify(weights.default_dir())  # doctest: +SKIP  (a table: ok / missing / truncated / ...)
-
-Where the files go (:func:`default_dir`), in this order:
-
-1. ``$NBHELPERS_WEIGHTS`` when set: any folder, for example a Google Drive folder shared with a whole workshop
-   class, so that every session finds the files, verifies them and downloads nothing.
-2. On Colab with Google Drive mounted: ``/content/drive/MyDrive/musetalk-workbook/models`` *if it already holds
-   weight files* (a folder that an earlier session filled on purpose). Nothing is written to Drive unless you
-   choose it (set the variable, or pass ``directory=``), because 4.2 GB is a third of a free Drive.
-3. ``$XDG_CACHE_HOME/musetalk-workbook/models``, i.e. ``~/.cache/musetalk-workbook/models``.
-
-Nothing here imports torch; importing the package is cheap and touches no network. Submodules:
-:mod:`.manifest` (the files, sets and folders), :mod:`.inspect` (what a file on disk really is),
-:mod:`.verification` (the folder checked against the manifest), :mod:`.downloads` (downloads that survive real
-networks), :mod:`.cli` (``python -m nbhelpers.weights list|download|verify``).
+Nothing here imports torch or touches the network at import.
 """
 
 from __future__ import annotations

@@ -1,7 +1,4 @@
-"""The command line of the weights: ``python -m nbhelpers.weights list|download|verify``.
-
-Owns :func:`main` (argument parsing, printing the reports, exit codes).
-"""
+"""The command line of the weights: ``python -m nbhelpers.weights list|download|verify``."""
 
 from __future__ import annotations
 
@@ -13,17 +10,17 @@ from .downloads import download
 from .manifest import ENV_VAR, SETS, list_files
 from .verification import verify
 
-# ---------------------------------------------------------------------------------------------------------------
-# Command line: python -m nbhelpers.weights {list,download,verify}
-# ---------------------------------------------------------------------------------------------------------------
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m nbhelpers.weights list|download|verify [--dir D] [--sets ...] [--deep]``; returns the exit code.
+    """``python -m nbhelpers.weights list|download|verify [--dir D] [--sets ...] [--files ...] [--deep]``.
 
     Args:
         argv: Command-line arguments without the program name; None = ``sys.argv[1:]``.
 
-    Source: download_weights.sh (the official equivalent, a shell script).
+    Returns:
+        The exit code: 0, 1 when ``verify`` finds a problem, 2 on an error.
+
+    Source: ``download_weights.sh`` (the official equivalent).
     """
     import argparse
 

@@ -1,17 +1,10 @@
-"""Downloads that survive real networks: three transports, retries, staging and acceptance.
+"""Downloads that survive real networks: sources in order, retries, staging, and acceptance only once verified.
 
-Owns :func:`download` and :class:`DownloadReport` / :class:`DownloadRow`, the transports (the Hugging Face
-hub through ``huggingface_hub``, Google Drive, plain HTTP(S); files bundled in the package), the host checks
-and offline mode, staging of partial files, and the check that accepts a file only once verified.
-
-How downloads work: each file has sources in order of preference (the Hugging Face hub through the installed
-``huggingface_hub`` client, a Google Drive id through ``gdown``, plain HTTP mirrors). A source is tried up to
-three times (the hub client resumes a cut transfer with a Range request; our HTTP mirror client resumes its
-``.part`` file), the result is checked (size and sha256 from the hub's own metadata when it gives them, and a
-look inside the file: HTML pages, git-lfs pointers and cut-off files are refused), and only then renamed into
-place with ``os.replace``. A file that fails moves on to the next source. No package is ever installed or
-upgraded. ``HF_ENDPOINT``, ``HF_TOKEN`` and ``HF_HUB_OFFLINE`` are honoured (the token is never sent to a
-mirror); partial downloads live in ``<weights dir>/.nbhelpers-downloads/``.
+Each file's sources are tried in order (the Hugging Face hub through ``huggingface_hub``, a Google Drive id
+through ``gdown``, plain HTTP), each up to :data:`ATTEMPTS_PER_SOURCE` times with resumed transfers; the result is
+checked (the hub's size and sha256 when given, and a look inside) and only then renamed into place. Nothing is
+installed. ``HF_ENDPOINT``, ``HF_TOKEN`` and ``HF_HUB_OFFLINE`` are honoured (no token to a mirror); partial files
+live in ``<weights dir>/.nbhelpers-downloads/``.
 """
 
 from __future__ import annotations
@@ -50,9 +43,6 @@ from .manifest import (
 )
 from .verification import _check, _State
 
-# ---------------------------------------------------------------------------------------------------------------
-# download
-# ---------------------------------------------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
 class DownloadRow:
@@ -61,8 +51,7 @@ class DownloadRow:
     Attributes:
         name: Manifest name.
         path: Layout path.
-        action: ``"present"`` (verified, nothing fetched), ``"downloaded"``, ``"replaced"`` (a bad file was
-            replaced) or ``"failed"``.
+        action: ``"present"`` (nothing fetched), ``"downloaded"``, ``"replaced"`` (a bad file) or ``"failed"``.
         source: The source used (empty when none).
         size: Bytes on disk afterwards (None when failed).
         seconds: Wall-clock time spent on this file.
@@ -143,10 +132,8 @@ _HOSTS: dict[tuple[str, int], str] = {}  # (host, port) -> "" when reachable, el
 
 
 def _check_host(url: str, timeout_s: float = 5.0) -> None:
-    """Raise :class:`_Unreachable` when ``url``'s host cannot be resolved or connected to (checked once per host).
-
-    The hub client retries a failed request five times with back-off, per request and per file, so without this
-    a machine with no route to the hub spends minutes before saying so (7 min for the default set here).
+    """Raise :class:`_Unreachable` when ``url``'s host cannot be resolved or connected to (checked once per host), so
+    that a machine with no route does not wait through the hub client's retries for every file.
     """
     import socket
     from urllib.parse import urlsplit
@@ -428,31 +415,26 @@ def download(directory: str | os.PathLike | None = None, sets: str | Sequence[st
              manifest: Manifest | None = None) -> DownloadReport:
     """Fetch the weight files that are missing or bad, verifying each before it is put in place.
 
-    Present files are checked (size and contents, no hashing) and kept: a second call, or a session using a
-    shared folder that someone else filled, downloads nothing. A bad present file (HTML page, git-lfs pointer,
-    cut off, wrong size) is replaced, with a warning. Each missing file is fetched from its sources in order
-    (hub, Drive, mirrors), each source tried up to 3 times, checked (size and sha256 from the hub's metadata when
-    it gives them, plus a look inside), then renamed into place atomically. Nothing is installed or upgraded.
+    Present files are checked (no hashing) and kept, so a second call downloads nothing; a bad present file is
+    replaced with a warning.
 
     Args:
         directory: The weights dir; None = :func:`default_dir`. Created if needed.
-        sets: Sets to fetch: ``"core"``, ``"faces"``, ``"faces-onnx"``, ``"faces-mmpose"``, ``"parsing"``,
-            ``"s3fd"``, ``"v1"``, ``"syncnet"``, ``"default"``, ``"all"``; None = the v1.5 inference set (core,
-            faces, parsing, s3fd: about 4.2 GB) unless ``files`` is given.
+        sets: Sets to fetch (see :data:`SETS`, plus ``"default"`` and ``"all"``); None = the v1.5 inference set
+            (core, faces, parsing, s3fd: about 4.2 GB) unless ``files`` is given.
         files: Extra file names or layout paths (see :func:`list_files`).
-        check_hash: Hash each fetched file when a sha256 is known (about 6 s per GB).
+        check_hash: Hash each fetched file when a sha256 is known.
         manifest: Another manifest (tests).
 
     Returns:
         :class:`DownloadReport`, one row per selected file.
 
     Raises:
-        InputError: An unknown set or file name (the message lists the valid ones).
-        WeightsError: The folder cannot be written, or some file failed from every source; the message names
-            each file, each source's error, the manual URL and the fix. Files that succeeded are kept.
+        InputError: An unknown set or file name.
+        WeightsError: The folder cannot be written, or a file failed from every source; the message names each
+            source's error, the manual URL and the fix. Files that succeeded are kept.
 
-    Source: download_weights.sh:14-49 (the same files and repositories; ``HF_ENDPOINT=https://hf-mirror.com``
-    there is our second hub source).
+    Source: ``download_weights.sh:14-49`` (the same files; its ``hf-mirror.com`` endpoint is the second hub source).
     """
     manifest = MANIFEST if manifest is None else manifest
     entries = manifest.select(sets, files)

@@ -1,10 +1,4 @@
-"""File inspection: what a file on disk really is, read without trusting or unpickling it.
-
-Owns the states (:data:`OK`, :data:`HTML_PAGE`, :data:`LFS_POINTER`, :data:`TRUNCATED`, ...),
-:class:`Inspection` and :func:`inspect_file`: sniffing of HTML error pages and Git LFS pointers, and
-structural checks of torch zip and legacy checkpoints (a skimming unpickler that builds nothing),
-safetensors, JSON and ONNX files.
-"""
+"""File inspection: what a file on disk really is, read without trusting or unpickling it."""
 
 from __future__ import annotations
 
@@ -19,10 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import WeightsError
-
-# ---------------------------------------------------------------------------------------------------------------
-# Looking inside files (no torch needed)
-# ---------------------------------------------------------------------------------------------------------------
 
 OK = "ok"
 MISSING = "missing"
@@ -42,7 +32,7 @@ class Inspection:
 
     Attributes:
         state: ``"ok"`` (the structure is complete), ``"HTML page"``, ``"git-lfs pointer"``, ``"truncated"``,
-            ``"corrupt"`` or ``"unverifiable"`` (a format whose completeness cannot be judged from inside).
+            ``"corrupt"`` or ``"unverifiable"`` (completeness cannot be judged from inside).
         detail: One sentence saying what was checked or found.
         container: ``"zip"``, ``"legacy-pickle"``, ``"safetensors"``, ``"json"``, ``"onnx"`` or ``""``.
     """
@@ -69,25 +59,18 @@ def _looks_html(head: bytes) -> bool:
 
 
 def inspect_file(path: str | os.PathLike, fmt: str | None = None) -> Inspection:
-    """Look inside a weight file (headers and directory records only; fast even for 3.4 GB) without torch.
+    """Look inside a weight file, headers and directory records only (milliseconds even for 3.4 GB), without torch.
 
-    Detects a web page saved under a weight name (Google Drive quota pages, login pages), a git-lfs pointer
-    (a repository cloned without git-lfs), and cut-off files: a torch zip without its end-of-central-directory
-    record or whose members run past the end, a legacy torch pickle whose tensor data runs past the end, a
-    safetensors header declaring more data than the file holds, an ONNX protobuf whose last field runs past
-    the end, an unparseable JSON file.
+    Detects a web page saved under a weight name, a git-lfs pointer, and cut-off or damaged files: a torch zip
+    without its central directory or with members past the end, a legacy torch pickle or safetensors file whose
+    data runs past the end, an ONNX protobuf whose last field runs past the end, an unparseable JSON file.
 
     Args:
         path: The file.
         fmt: ``"torch"``, ``"safetensors"``, ``"json"`` or ``"onnx"``; None = from the suffix.
 
-    Returns:
-        :class:`Inspection`.
-
     Raises:
         WeightsError: The file does not exist or cannot be read.
-
-    Source: none in the official code (it calls torch.load directly, unet.py:44); failure kind F11.
     """
     path = Path(path)
     fmt = fmt or _FORMAT_BY_SUFFIX.get(path.suffix.lower(), "")

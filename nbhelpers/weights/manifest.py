@@ -1,10 +1,4 @@
-"""The manifest of the weight files: what a job needs, where each file comes from, and the folders.
-
-Owns :class:`WeightFile` / :class:`Source` / :class:`Fact` and the entries of :data:`MANIFEST` (sets,
-aliases), :func:`required_files` / :func:`missing_files`, the file table (:func:`list_files`), the choice of
-the weights folder (:func:`default_dir`, :func:`drive_dir`, :data:`ENV_VAR`, :data:`DRIVE_DIR`) and the
-tiny-weights marker (:func:`is_tiny`).
-"""
+"""The manifest of the weight files: what a job needs, where each file comes from, and the weights folder."""
 
 from __future__ import annotations
 
@@ -32,19 +26,14 @@ _CHUNK = 1 << 20  # bytes per read when streaming or hashing (1 MiB)
 _GB = 1e9
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Manifest
-# ---------------------------------------------------------------------------------------------------------------
-
 @dataclasses.dataclass(frozen=True)
 class Fact:
     """One known value about a file (a size in bytes or a sha256), and how much it can be trusted.
 
     Attributes:
         value: The size in bytes (int) or the lowercase hex sha256 (str; for ``sha256_prefix`` the first digits).
-        verified: True when checked against the real file; unverified values are shown, never used to declare a
-            file bad.
-        source: Where the value comes from (a reference section, the hub, a convention).
+        verified: True when checked against the real file; unverified values are shown, never used to reject a file.
+        source: Where the value comes from.
     """
 
     value: int | str
@@ -57,15 +46,14 @@ class Source:
     """One place a weight file can be fetched from.
 
     Attributes:
-        kind: ``"hub"`` (Hugging Face hub through ``huggingface_hub``), ``"gdrive"`` (a Google Drive file id
-            through ``gdown``), ``"url"`` (plain HTTP(S), resumed with Range requests) or ``"bundled"`` (a
-            config shipped inside this package).
-        repo: Hub repository id (``kind="hub"``), e.g. ``"TMElyralab/MuseTalk"``.
+        kind: ``"hub"`` (Hugging Face hub), ``"gdrive"`` (a Google Drive id through ``gdown``), ``"url"`` (plain
+            HTTP(S), resumed with Range requests) or ``"bundled"`` (a config shipped inside this package).
+        repo: Hub repository id, e.g. ``"TMElyralab/MuseTalk"``.
         filename: Path of the file inside the hub repository.
         revision: Hub branch, tag or commit.
-        endpoint: Hub endpoint for a mirror (e.g. ``https://hf-mirror.com``); None = the library's own
-            (``HF_ENDPOINT`` or huggingface.co). The token is never sent to a non-default endpoint.
-        id: Google Drive file id (``kind="gdrive"``).
+        endpoint: Hub endpoint of a mirror; None = ``HF_ENDPOINT`` or huggingface.co. The token is never sent to a
+            mirror.
+        id: Google Drive file id.
         url: The address (``kind="url"``).
         resource: File name under ``nbhelpers/configs`` (``kind="bundled"``).
     """
@@ -107,19 +95,19 @@ class WeightFile:
     """One file of the weights layout.
 
     Attributes:
-        name: Short unique name (``"unet-v15"``); :func:`download` and :func:`verify` accept it (or ``path``).
+        name: Short unique name (``"unet-v15"``); :func:`download` and :func:`verify` accept it or ``path``.
         path: Path relative to the weights dir, in the official layout (POSIX separators).
         sets: Sets the file belongs to (``"core"``, ``"faces-onnx"``, ...).
-        format: ``"torch"`` (torch.save: zip or legacy pickle), ``"safetensors"``, ``"json"`` or ``"onnx"``.
+        format: ``"torch"`` (zip or legacy pickle), ``"safetensors"``, ``"json"`` or ``"onnx"``.
         sources: Where to fetch it, in order of preference.
         size: Exact size in bytes, if known.
         sha256: Hex sha256, if known.
         sha256_prefix: Leading hex digits of the sha256 (torch.hub's file-name convention), if known.
-        approx_bytes: An estimate of the size (for planning and display only; never used to judge a file).
-        alternates: Other layout paths that hold the same content in another format (the official scripts
-            fetch ``.bin`` files where we prefer safetensors); a present alternate satisfies the entry.
+        approx_bytes: An estimate of the size, for display only.
+        alternates: Other layout paths with the same content in another format (the official ``.bin`` where this
+            prefers safetensors); a present alternate satisfies the entry.
         description: What the file is.
-        cited: Where the facts come from (reference document section and official file:line).
+        cited: Where the facts come from (official file:line).
     """
 
     name: str
@@ -155,53 +143,52 @@ _VAE = "stabilityai/sd-vae-ft-mse"
 _WHISPER = "openai/whisper-tiny"
 _DWPOSE = "yzd-v/DWPose"
 
-# Sizes: "estimate" values are derived from parameter counts (4 bytes per float32 value) of the key lists in
-# shared/reference/checkpoints and of the configs; none was checked against the real files (no hub access here).
+# Sizes marked "estimate" come from parameter counts (4 bytes per float32 value); none is checked against a file.
 _ENTRIES: tuple[WeightFile, ...] = (
     WeightFile(
         "unet-v15", "musetalkV15/unet.pth", ("core",), "torch", _hub(_MUSETALK, "musetalkV15/unet.pth"),
         sha256=Fact("7ebf6c98c181e20838e4c0054e96e944ac60d5d692cc01db42839fe11b787007", False,
-                    "a third-party page (reference §1.1)"),
+                    "a third-party page"),
         approx_bytes=3_399_791_376,
         description="MuseTalk 1.5 UNet, torch.save of a plain diffusers UNet2DConditionModel state dict "
                     "(849.9 M float32 values)",
-        cited="reference §1.1-1.2; download_weights.sh:22-24, unet.py:44-45"),
+        cited="download_weights.sh:22-24, unet.py:44-45"),
     WeightFile(
         "unet-v15-config", "musetalkV15/musetalk.json", ("core",), "json",
         (*_hub(_MUSETALK, "musetalkV15/musetalk.json"), Source("bundled", resource="musetalkV15-unet.json")),
         approx_bytes=800,
-        description="UNet2DConditionModel kwargs (v1.5); the bundled copy is reference/configs/musetalkV15-unet.json",
-        cited="reference §1.3; download_weights.sh:22-24"),
+        description="UNet2DConditionModel kwargs (v1.5); the bundled copy is nbhelpers/configs/musetalkV15-unet.json",
+        cited="download_weights.sh:22-24"),
     WeightFile(
         "vae-config", "sd-vae/config.json", ("core",), "json", _hub(_VAE, "config.json"), approx_bytes=550,
-        description="AutoencoderKL config of sd-vae-ft-mse", cited="reference §1.1; download_weights.sh:27-29"),
+        description="AutoencoderKL config of sd-vae-ft-mse", cited="download_weights.sh:27-29"),
     WeightFile(
         "vae", "sd-vae/diffusion_pytorch_model.safetensors", ("core",), "safetensors",
         _hub(_VAE, "diffusion_pytorch_model.safetensors"), approx_bytes=334_640_000,
         alternates=("sd-vae/diffusion_pytorch_model.bin",),
         description="sd-vae-ft-mse weights (83.7 M values); the official script fetches the .bin, which also "
                     "works",
-        cited="reference §1.1; download_weights.sh:27-29, vae.py:24"),
+        cited="download_weights.sh:27-29, vae.py:24"),
     WeightFile(
         "whisper-config", "whisper/config.json", ("core",), "json", _hub(_WHISPER, "config.json"),
-        approx_bytes=2_000, description="whisper-tiny config", cited="reference §1.1; download_weights.sh:32-34"),
+        approx_bytes=2_000, description="whisper-tiny config", cited="download_weights.sh:32-34"),
     WeightFile(
         "whisper", "whisper/model.safetensors", ("core",), "safetensors", _hub(_WHISPER, "model.safetensors"),
         approx_bytes=151_060_000, alternates=("whisper/pytorch_model.bin",),
         description="whisper-tiny weights (37.8 M values; only the encoder is used); safetensors because recent "
                     "transformers refuse .bin files on torch < 2.6",
-        cited="reference §1.1; download_weights.sh:32-34, inference.py:64-66"),
+        cited="download_weights.sh:32-34, inference.py:64-66"),
     WeightFile(
         "whisper-preprocessor", "whisper/preprocessor_config.json", ("core",), "json",
         _hub(_WHISPER, "preprocessor_config.json"),
         description="WhisperFeatureExtractor settings (80 mel bins, hop 160, 30 s chunks)",
-        cited="reference §1.1; download_weights.sh:32-34"),
+        cited="download_weights.sh:32-34"),
     WeightFile(
         "dwpose-mmpose", "dwpose/dw-ll_ucoco_384.pth", ("faces", "faces-mmpose"), "torch",
         _hub(_DWPOSE, "dw-ll_ucoco_384.pth"), approx_bytes=134_600_000,
         description="DWPose mmengine checkpoint (state dict of 33.6 M values plus metadata; the estimate is a lower "
                     "bound): the default landmark backend 'dwpose' (plain torch) and the exact mmpose path read it",
-        cited="reference §1.1; download_weights.sh:37-39, preprocessing.py:18-19"),
+        cited="download_weights.sh:37-39, preprocessing.py:18-19"),
     WeightFile(
         "dwpose-onnx", "dwpose/dw-ll_ucoco_384.onnx", ("faces-onnx",), "onnx", _hub(_DWPOSE, "dw-ll_ucoco_384.onnx"),
         approx_bytes=134_600_000,
@@ -216,31 +203,31 @@ _ENTRIES: tuple[WeightFile, ...] = (
         approx_bytes=53_300_000,
         description="BiSeNet face parsing, 19 classes (face-parsing.PyTorch), plain state dict; the ResNet-18 "
                     "ImageNet file of the official script is not needed (it is fully overwritten)",
-        cited="reference §1.1; download_weights.sh:47, download_weights.bat:38, face_parsing/__init__.py:61-67"),
+        cited="download_weights.sh:47, download_weights.bat:38, face_parsing/__init__.py:61-67"),
     WeightFile(
         "s3fd", "s3fd/s3fd-619a316812.pth", ("s3fd",), "torch",
         (Source("url", url="https://www.adrianbulat.com/downloads/python-fan/s3fd-619a316812.pth"),),
         sha256_prefix=Fact("619a316812", False, "torch.hub file-name convention (<name>-<first sha256 digits>)"),
         approx_bytes=89_840_000,
         description="S3FD face detector (22.5 M values); the official code fetches it at import time",
-        cited="reference §1.1; sfd_detector.py:11-13,17-24"),
+        cited="sfd_detector.py:11-13,17-24"),
     WeightFile(
         "unet-v1", "musetalk/pytorch_model.bin", ("v1",), "torch", _hub(_MUSETALK, "musetalk/pytorch_model.bin"),
         approx_bytes=3_399_791_376,
         description="MuseTalk 1.0 UNet (same architecture as v1.5), plain state dict",
-        cited="reference §1.1-1.3; download_weights.sh:17-19"),
+        cited="download_weights.sh:17-19"),
     WeightFile(
         "unet-v1-config", "musetalk/musetalk.json", ("v1",), "json",
         (*_hub(_MUSETALK, "musetalk/musetalk.json"), Source("bundled", resource="musetalkV15-unet.json")),
         approx_bytes=800,
-        description="UNet config (v1.0); v1.0 and v1.5 share the architecture (reference §1.3), so the bundled "
+        description="UNet config (v1.0); v1.0 and v1.5 share the architecture, so the bundled "
                     "v1.5 config is the last-resort source",
-        cited="reference §1.3; download_weights.sh:17-19, training_utils.py:66-73"),
+        cited="download_weights.sh:17-19, training_utils.py:66-73"),
     WeightFile(
         "syncnet", "syncnet/latentsync_syncnet.pt", ("syncnet",), "torch",
         _hub("ByteDance/LatentSync", "latentsync_syncnet.pt"),
         description="LatentSync SyncNet: training only (the official app.py refuses to start without it)",
-        cited="reference §1.1; download_weights.sh:42-44, app.py:139,149-159"),
+        cited="download_weights.sh:42-44, app.py:139,149-159"),
     WeightFile(
         "syncnet-v2", "syncnet/syncnet_v2.model", ("quality",), "torch",
         (*_hub("ByteDance/LatentSync-1.5", "auxiliary/syncnet_v2.model"),
@@ -250,8 +237,7 @@ _ENTRIES: tuple[WeightFile, ...] = (
                     "LSE-D / LSE-C lip-sync score of nbhelpers.quality (optional)",
         cited="syncnet_python download_model.sh, SyncNetInstance.py loadParameters; LatentSync "
               "checkpoints/auxiliary"),
-    # Face restoration (nbhelpers.restore, optional). Sizes are estimates from public download listings (about 348,
-    # 280 and 376 MB); no hash was checked here (no network to the release hosts).
+    # Face restoration (nbhelpers.restore, optional); sizes are estimates from the release listings.
     WeightFile(
         "gfpgan-v1.4", "restore/GFPGANv1.4.pth", ("restore-gfpgan",), "torch",
         (Source("url", url="https://github.com/TencentARC/GFPGAN/releases/download/v1.3.0/GFPGANv1.4.pth"),),
@@ -313,13 +299,8 @@ class Manifest(tuple):
         return tuple(seen)
 
     def get(self, name: str) -> WeightFile:
-        """The entry called ``name`` (its short name, layout path or alternate path).
-
-        Args:
-            name: E.g. ``"unet-v15"``, ``"musetalkV15/unet.pth"`` or ``"whisper/pytorch_model.bin"``.
-
-        Returns:
-            The :class:`WeightFile`.
+        """The entry called ``name``: its short name, layout path or alternate path (``"unet-v15"``,
+        ``"musetalkV15/unet.pth"``).
 
         Raises:
             InputError: Unknown name; the message lists the valid names.
@@ -332,15 +313,12 @@ class Manifest(tuple):
 
     def select(self, sets: str | Sequence[str] | None = None,
                files: str | Sequence[str] | None = None) -> list[WeightFile]:
-        """Entries of the given sets and/or file names, in manifest order.
+        """Entries of the given sets and/or file names, each once, in manifest order.
 
         Args:
-            sets: Set names (``"core"``, ``"faces-onnx"``, ... or ``"default"``, ``"all"``); None = the default
-                sets when ``files`` is None too, else no set.
+            sets: Set names (``"core"``, ``"faces-onnx"``, ... or ``"default"``, ``"all"``); None = the default sets
+                when ``files`` is None too, else no set.
             files: Extra file names or layout paths.
-
-        Returns:
-            The selected entries, each once.
 
         Raises:
             InputError: An unknown set or file name; the message lists the valid ones.
@@ -368,21 +346,16 @@ MANIFEST = Manifest(_ENTRIES)
 
 
 def required_files(version: str = "v15", parsing: bool = True) -> list[str]:
-    """Layout paths (relative to the weights dir) that a lip-sync job of ``version`` needs.
-
-    Face-landmark files are not listed: which ones are needed depends on the landmark backend.
+    """Layout paths that a lip-sync job of ``version`` needs, without the landmark files (those depend on the backend).
 
     Args:
         version: ``"v15"`` or ``"v1"``.
         parsing: Include the BiSeNet face-parsing file.
 
-    Returns:
-        Relative POSIX paths, e.g. ``["musetalkV15/unet.pth", ...]``.
-
     Raises:
         InputError: Unknown version.
 
-    Source: reference §1.1 (the files inference.py, vae.py and face_parsing/__init__.py open).
+    Source: docs/official-behaviour.md §1.1.
     """
     if version not in ("v15", "v1"):
         raise InputError(f"version must be 'v15' or 'v1'; got {version!r}.")
@@ -395,17 +368,7 @@ def required_files(version: str = "v15", parsing: bool = True) -> list[str]:
 
 
 def missing_files(directory: str | os.PathLike, paths: Sequence[str]) -> list[str]:
-    """Which of ``paths`` (layout paths) are absent from ``directory``; a present alternate counts as present.
-
-    Args:
-        directory: The weights dir.
-        paths: Layout paths, e.g. from :func:`required_files`.
-
-    Returns:
-        The missing ones, in the given order.
-
-    Source: reference §1.1 (download_weights.sh fetches .bin files where we prefer safetensors).
-    """
+    """Which of ``paths`` (layout paths) are absent from the weights dir ``directory``, in order; alternates count."""
     root = Path(directory)
     out = []
     for rel in paths:
@@ -417,10 +380,6 @@ def missing_files(directory: str | os.PathLike, paths: Sequence[str]) -> list[st
             out.append(rel)
     return out
 
-
-# ---------------------------------------------------------------------------------------------------------------
-# Tables that render in notebooks and terminals
-# ---------------------------------------------------------------------------------------------------------------
 
 def _human(n: int | float | None) -> str:
     if n is None:
@@ -470,7 +429,7 @@ class FileTable:
 
     @property
     def approx_total_bytes(self) -> int:
-        """Sum of the known or estimated sizes, in bytes (files with no estimate count 0)."""
+        """Sum of the known or estimated sizes, bytes (files with no estimate count 0)."""
         return sum(int(e.size.value) if e.size else (e.approx_bytes or 0) for e in self.entries)
 
     def _rows(self) -> list[list[str]]:
@@ -505,24 +464,15 @@ def list_files(sets: str | Sequence[str] | None = "all", manifest: Manifest | No
     """The manifest as a table: name, sets, layout path, size, sha256 and sources of each file.
 
     Args:
-        sets: Which sets to list (default ``"all"``; ``None`` or ``"default"`` = the v1.5 inference set).
+        sets: Which sets to list (default ``"all"``; None or ``"default"`` = the v1.5 inference set).
         manifest: Another manifest (tests); default :data:`MANIFEST`.
-
-    Returns:
-        :class:`FileTable` (HTML in a notebook, text in a terminal; ``approx_total_bytes`` for planning).
 
     Raises:
         InputError: An unknown set name; the message lists the valid ones.
-
-    Source: none in the official code (no size or checksum is stated anywhere, reference §1.1).
     """
     manifest = MANIFEST if manifest is None else manifest
     return FileTable(tuple(manifest.select(sets)))
 
-
-# ---------------------------------------------------------------------------------------------------------------
-# Where the files live
-# ---------------------------------------------------------------------------------------------------------------
 
 def _on_colab() -> bool:
     return "google.colab" in sys.modules or bool(os.environ.get("COLAB_RELEASE_TAG"))
@@ -537,28 +487,19 @@ def _holds_weights(folder: Path, manifest: Manifest | None = None) -> bool:
 
 
 def drive_dir() -> Path:
-    """The Google Drive folder used on Colab (``/content/drive/MyDrive/musetalk-workbook/models``).
-
-    Point ``NBHELPERS_WEIGHTS`` at it (or pass it as ``directory=``) to keep the weights on Drive across
-    sessions; once it holds weights, :func:`default_dir` picks it by itself.
-
-    Source: none in the official code (its models/ folder lives under the repository root, §1.1).
+    """The Google Drive folder used on Colab once it holds weights (``/content/drive/MyDrive/musetalk-workbook/models``).
     """
     return DRIVE_DIR
 
 
 def default_dir() -> Path:
-    """The weights dir used when none is given.
+    """The weights dir used when none is given (absolute, not created here).
 
-    Order: (1) ``$NBHELPERS_WEIGHTS``; (2) on Colab with Drive mounted, :func:`drive_dir` if it already holds
-    weight files; (3) ``$XDG_CACHE_HOME/musetalk-workbook/models`` (``~/.cache/musetalk-workbook/models``).
-    The folder is not created here.
+    In order: ``$NBHELPERS_WEIGHTS``; on Colab, :func:`drive_dir` if it already holds weight files (nothing is
+    written to Drive unless you choose it); ``$XDG_CACHE_HOME/musetalk-workbook/models``
+    (``~/.cache/musetalk-workbook/models``).
 
-    Returns:
-        An absolute path (``~`` expanded).
-
-    Source: the official scripts use ``models/`` under the repository root (reference §1.1); a notebook has no
-    such root, hence a cache folder.
+    Source: the official scripts use ``models/`` under the repository root (official-behaviour §1.1).
     """
     env = os.environ.get(ENV_VAR, "").strip()
     if env:
@@ -571,12 +512,7 @@ def default_dir() -> Path:
 
 
 def is_tiny(directory: str | os.PathLike) -> bool:
-    """True when ``directory`` holds tiny random test weights (``tiny.json`` from ``make_tiny_weights``).
-
-    Args:
-        directory: The weights dir.
-
-    Source: none in the official code (test support).
+    """True when the weights dir ``directory`` holds tiny random test weights (``tiny.json`` of ``make_tiny_weights``).
     """
     return (Path(directory) / TINY_MARKER).is_file()
 

@@ -1,13 +1,8 @@
 """Verification: the weights folder checked against the manifest, with a fix for every bad file.
 
-Owns the recorded state (:class:`_State`: hub facts and cached hashes), the expected facts of a file
-(:class:`Expected`), :class:`FileCheck` / :class:`VerifyReport` and :func:`verify`, and the files of one job
-(:func:`job_files`, :func:`check_job_files`).
-
-Facts about files (sizes, sha256) are marked *verified* or *unverified*. An unverified value is shown but never
-turns into a "mismatch": :func:`verify` reports what it can prove, and says "unverifiable" otherwise. Facts the
-hub reports at download time are recorded in ``<weights dir>/.nbhelpers-weights.json`` together with cached
-sha256 results (keyed by size and modification time, so a second ``verify(deep=True)`` is instant).
+An unverified fact never turns into a "mismatch": :func:`verify` reports what it can prove and says
+"unverifiable" otherwise. Facts the hub reports at download and cached sha256 results (keyed by size and
+modification time) live in ``<weights dir>/.nbhelpers-weights.json``.
 """
 
 from __future__ import annotations
@@ -51,13 +46,11 @@ from .manifest import (
     required_files,
 )
 
-# ---------------------------------------------------------------------------------------------------------------
-# Recorded facts and cached hashes (a small JSON next to the files)
-# ---------------------------------------------------------------------------------------------------------------
 
 class _State:
-    """``<weights dir>/.nbhelpers-weights.json``: hub facts recorded at download, and sha256 results cached by
-    (size, mtime). Writing is best effort: a read-only shared folder still verifies."""
+    """``<weights dir>/.nbhelpers-weights.json``: hub facts recorded at download and sha256 results cached by (size,
+    mtime). Writing is best effort, so a read-only shared folder still verifies.
+    """
 
     def __init__(self, directory: Path):
         self.path = directory / STATE_FILE
@@ -106,10 +99,10 @@ class _State:
 
 @dataclasses.dataclass(frozen=True)
 class Expected:
-    """What is known of one file of a weights dir, combining the manifest and the facts recorded at download.
+    """What is known of one file of a weights dir, from the manifest and the facts recorded at download.
 
     Attributes:
-        size: Exact bytes from a verified source (manifest verified value or the hub at download), else None.
+        size: Exact bytes from a verified source, else None.
         sha256: Hex sha256 from a verified source, else None.
         source: Where those values come from.
         unverified_sha256: A sha256 from an unverified source (shown, never used to reject).
@@ -122,27 +115,18 @@ class Expected:
 
 
 def expected_facts(directory: str | os.PathLike, name: str, manifest: Manifest | None = None) -> Expected:
-    """Size and sha256 known for a file of ``directory``: verified manifest values first, then what the hub
-    reported when :func:`download` fetched it (recorded in ``.nbhelpers-weights.json``).
+    """Size and sha256 known for a file of ``directory``: verified manifest values first, then the hub's at download.
 
-    Use it to decide whether a pickle checkpoint may be unpickled (``models.load_checkpoint``)::
-
-        exp = weights.expected_facts(d, "dwpose-mmpose")
-        models.load_checkpoint(d / "dwpose/dw-ll_ucoco_384.pth", trusted_sha256=exp.sha256,
-                               expected_size=exp.size)
+    Used to decide whether a pickle checkpoint may be unpickled (``models.load_checkpoint(path,
+    trusted_sha256=exp.sha256, expected_size=exp.size)``).
 
     Args:
         directory: The weights dir.
         name: Manifest name or layout path.
         manifest: Another manifest (tests).
 
-    Returns:
-        :class:`Expected`.
-
     Raises:
         InputError: Unknown name.
-
-    Source: none in the official code (no checksum anywhere, reference §1.1).
     """
     manifest = MANIFEST if manifest is None else manifest
     entry = manifest.get(name)
@@ -175,10 +159,6 @@ def _expected(entry: WeightFile, rel: str, state: _State) -> Expected:
     return Expected(size, sha, "; ".join(s for s in sources if s), unverified)
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# verify
-# ---------------------------------------------------------------------------------------------------------------
-
 @dataclasses.dataclass(frozen=True)
 class FileCheck:
     """The verdict on one file.
@@ -188,8 +168,7 @@ class FileCheck:
         path: Layout path that was checked (the primary path, or the alternate found on disk).
         size: Bytes on disk (None when missing).
         expected: The expected size as text (``"unknown"`` when nothing is known).
-        state: ``"ok"``, ``"missing"``, ``"wrong size"``, ``"HTML page"``, ``"git-lfs pointer"``, ``"truncated"``,
-            ``"hash mismatch"``, ``"corrupt"`` or ``"unverifiable"``.
+        state: One of the states of :mod:`nbhelpers.weights.inspect` (``"ok"``, ``"missing"``, ``"hash mismatch"``...).
         detail: What was checked or found.
         fix: What to do (empty when nothing is needed).
     """
@@ -347,28 +326,23 @@ def _check(entry: WeightFile, root: Path, state: _State, deep: bool) -> FileChec
 def verify(directory: str | os.PathLike | None = None, sets: str | Sequence[str] | None = None,
            files: str | Sequence[str] | None = None, deep: bool = False,
            manifest: Manifest | None = None) -> VerifyReport:
-    """Check the weight files of a folder: presence, size, contents and (``deep=True``) sha256.
+    """Check the weight files of a folder: presence, size, contents and (``deep=True``) sha256. Downloads nothing.
 
-    By default the v1.5 inference set is checked, plus any other manifest file that is present (so a folder
-    with the v1 UNet shows its state without flagging v1 as missing elsewhere). Nothing is downloaded; sha256
-    results are cached in ``.nbhelpers-weights.json`` keyed by (size, mtime), so a repeated deep check costs
-    nothing. An unverified expected value never produces a mismatch: such files read "ok" when their
-    structure is complete, else "unverifiable".
+    By default the v1.5 inference set is checked plus any other manifest file present. Files whose structure is
+    complete but that have no verified fact read "ok"; files that cannot be judged read "unverifiable".
 
     Args:
         directory: The weights dir; None = :func:`default_dir`.
         sets: Sets to check (None = the default sets plus present extras).
         files: Extra file names or layout paths.
-        deep: Also compute sha256 where a value is known (about 6 s per GB).
+        deep: Also compute sha256 where a value is known (cached for the next call).
         manifest: Another manifest (tests).
 
     Returns:
         :class:`VerifyReport` (``.ok``, ``.problems``, ``.raise_for_problems()``).
 
     Raises:
-        InputError: An unknown set or file name (the message lists valid ones).
-
-    Source: the official code checks nothing (reference §1.1: no size or checksum is stated anywhere).
+        InputError: An unknown set or file name.
     """
     manifest = MANIFEST if manifest is None else manifest
     root = Path(directory) if directory is not None else default_dir()
@@ -383,10 +357,6 @@ def verify(directory: str | os.PathLike | None = None, sets: str | Sequence[str]
     return VerifyReport(root, checks, deep=deep, tiny=is_tiny(root))
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# The input check of a job: every file it will open, before any frame is decoded
-# ---------------------------------------------------------------------------------------------------------------
-
 # Weight sets each landmark backend opens (faces/registry.py NEEDS_WEIGHTS, by set name); dlib and boxes need none.
 _LANDMARK_SETS = {"dwpose": ("faces", "s3fd"), "dwpose-onnx": ("faces-onnx", "s3fd"),
                   "mmpose": ("faces-mmpose", "s3fd")}
@@ -396,7 +366,8 @@ _AUTO_ORDER = (("mmpose", "mmpose"), ("dwpose", "torch"), ("dwpose-onnx", "onnxr
 
 def _auto_landmark_sets(root: Path, manifest: Manifest) -> tuple[str, ...]:
     """The sets the ``"auto"`` landmark choice would open: the first backend whose package is installed and whose
-    files are all present (found without importing anything); none when it would fall back to dlib."""
+    files are present (found without importing); none when it would fall back to dlib.
+    """
     import importlib.util
 
     for backend, module in _AUTO_ORDER:
@@ -412,24 +383,20 @@ def _auto_landmark_sets(root: Path, manifest: Manifest) -> tuple[str, ...]:
 
 def job_files(version: str = "v15", landmark_backend: str = "auto", *, parsing: bool = True,
               directory: str | os.PathLike | None = None, manifest: Manifest | None = None) -> list[WeightFile]:
-    """The manifest entries a lip-sync job or avatar opens, for its version and landmark backend.
+    """The manifest entries a lip-sync job or avatar opens, for its version and landmark backend, in manifest order.
 
     Args:
         version: ``"v15"`` or ``"v1"``.
-        landmark_backend: ``"auto"``, ``"dwpose"``, ``"dwpose-onnx"``, ``"mmpose"``, ``"dlib"`` or ``"boxes"``. For
-            ``"auto"`` the files of the backend that the automatic choice would take (see
-            :func:`nbhelpers.faces.get_backend`) are included when ``directory`` is given.
+        landmark_backend: ``"auto"``, ``"dwpose"``, ``"dwpose-onnx"``, ``"mmpose"``, ``"dlib"`` or ``"boxes"``; for
+            ``"auto"`` the files of the backend the automatic choice would take, when ``directory`` is given.
         parsing: Include the BiSeNet face-parsing file.
         directory: The weights dir, needed to predict the ``"auto"`` choice.
         manifest: Another manifest (tests).
 
-    Returns:
-        The entries, in manifest order.
-
     Raises:
         InputError: Unknown version or landmark backend.
 
-    Source: reference §1.1 (the files inference.py, vae.py, face_parsing and preprocessing.py open).
+    Source: docs/official-behaviour.md §1.1.
     """
     manifest = MANIFEST if manifest is None else manifest
     paths = required_files(version, parsing=parsing)  # raises InputError for an unknown version
@@ -450,31 +417,22 @@ def job_files(version: str = "v15", landmark_backend: str = "auto", *, parsing: 
 
 def check_job_files(directory: str | os.PathLike | None, version: str = "v15", landmark_backend: str = "auto", *,
                     parsing: bool = True, manifest: Manifest | None = None) -> VerifyReport:
-    """Check every weight file a job will open, cheaply, before any frame is decoded or any model is built.
-
-    Each file of :func:`job_files` is looked at as :func:`verify` does without hashing (presence, a look inside
-    with :func:`inspect_file`: web pages, git-lfs pointers, cut-off or damaged files, and the size when a verified
-    one is known); on a 3.4 GB UNet this takes milliseconds. One error names every bad file.
+    """Check every weight file a job will open, cheaply (no hashing), before any frame is decoded or model built.
 
     Args:
         directory: The weights dir; None = :func:`default_dir`.
         version: ``"v15"`` or ``"v1"``.
-        landmark_backend: As in :class:`nbhelpers.config.InferenceConfig` (``"auto"``: the files of the backend
-            the automatic choice would take; ``"dlib"`` and ``"boxes"`` open no landmark file).
-        parsing: Include the BiSeNet face-parsing file (every job blends with it).
+        landmark_backend: As :class:`nbhelpers.config.InferenceConfig`'s (see :func:`job_files`).
+        parsing: Include the BiSeNet face-parsing file.
         manifest: Another manifest (tests).
 
     Returns:
         :class:`VerifyReport` of the files checked (all usable).
 
     Raises:
-        WeightsError: The folder does not exist (said so, not as a list of missing files), or some files are
-            missing or unusable: every one is named with what is wrong, and the fix is the download command for
-            that folder (``--weights DIR`` when it is not the default) and those sets.
+        WeightsError: The folder does not exist, or some files are missing or unusable: one error names each with
+            what is wrong and the download command for that folder and those sets.
         InputError: Unknown version or landmark backend.
-
-    Source: none in the official code (it opens each file when its model is built, reference §1.1); failure
-    kind F11.
     """
     import shlex
 
