@@ -1,24 +1,10 @@
 """The notebooks' environment: run mode, setup report, installs of what is missing, inputs, weights, result checks.
 
-Every notebook's setup cell calls :func:`setup`, and its second cell :func:`run_mode`. The run mode decides where
-inputs and weights come from:
-
-=========  ==========================================================================================
-mode       inputs and weights
-=========  ==========================================================================================
-``colab``  Google Colab: your uploads (``02_media``) or the packaged demo; weights from
-           :func:`nbhelpers.weights.default_dir` (``NBHELPERS_WEIGHTS``, e.g. a shared Drive folder).
-``local``  Jupyter elsewhere: the same as Colab without the Colab-only cells.
-``ci``     Tests (``NBHELPERS_MODE=ci``): short clips cut from ``../shared/data`` (or the packaged demo),
-           a tiny random-weights tree from :func:`nbhelpers.testing.make_tiny_weights`, the dlib backend,
-           no progress bars, no installs (only the dry-run check).
-=========  ==========================================================================================
-
-Nothing here imports torch at module import; :func:`setup` asks :mod:`nbhelpers.gpu` for the device report.
-Submodules: :mod:`.modes` (run modes and the workbook's media), :mod:`.install` (what is installed, installing
-what is missing without touching torch), :mod:`.drive` (Google Drive on Colab), :mod:`.folders` (work, media
-and weights folders, the clips a notebook uses), :mod:`.session` (the setup report), :mod:`.checks` (the checks
-the notebooks make on themselves).
+Every notebook calls :func:`setup` and :func:`run_mode`. The run mode decides where inputs and weights come from:
+``colab`` and ``local`` use your uploads (``02_media``) or the packaged demo, and the weights of
+:func:`nbhelpers.weights.default_dir`; ``ci`` (``NBHELPERS_MODE=ci``, the tests) uses short clips of the
+project's test media (or the packaged demo), a tiny random-weights tree, the dlib backend, no progress bars and
+no installs. The package imports the standard library alone (it installs the rest).
 """
 
 from __future__ import annotations

@@ -1,8 +1,4 @@
-"""Assertions the notebooks make on themselves: a result is real, the setup works.
-
-Owns :func:`check_result` (an output file exists, plays, has the frames and audio it should) and
-:func:`check_setup` (imports, ffmpeg, the landmark backend and the weights a notebook needs).
-"""
+"""Checks the notebooks make on themselves: a result is real, the setup works."""
 
 from __future__ import annotations
 
@@ -17,32 +13,24 @@ from ..constants import FPS
 from .install import COLAB_EXTRA, InstallReport, install_missing
 from .modes import _SESSION_START, ResultCheckError, _first_attr, _first_number
 
-# --------------------------------------------------------------------------------------------------- result checks
-
 
 def check_result(result: Any, *, frames: int | None = None, duration_s: float | None = None,
                  from_cache: bool | None = None, min_rows: int | None = None, since: float | None = None) -> str:
-    """The final cell's check: this run produced its result. Raises with a clear message otherwise.
+    """The final cell's check that this run produced its result; returns a one-line summary of what was checked.
 
-    Checks, according to what ``result`` is:
-
-    * a path, an object with an ``output`` path (:class:`LipsyncResult`, :class:`GenerateResult`) or a
-      :class:`~nbhelpers.media.MediaInfo` of a written file: the file
-      exists, is non-empty and was written during this session; its probed frame count equals the result's
-      ``n_frames`` (or ``frames``), and its duration equals ``duration_s`` within one frame (1/25 s);
-    * an object with ``loaded_from_cache`` (an avatar): it equals ``from_cache`` when given, and ``n_frames`` > 0;
-    * an object with ``rows`` or a length (a table): at least ``min_rows`` rows (default 1).
+    According to what ``result`` is: a path, an object with an ``output`` path or a
+    :class:`~nbhelpers.media.MediaInfo`: the file exists, is non-empty, was written this session, has the result's
+    ``n_frames`` (or ``frames``) and lasts ``duration_s`` within one frame; an object with ``loaded_from_cache`` (an
+    avatar): it equals ``from_cache`` when given and ``n_frames`` > 0; anything with ``rows`` or a length: at least
+    ``min_rows`` rows (default 1).
 
     Args:
         result: What the notebook made.
         frames: Expected number of video frames, when known.
-        duration_s: Expected duration in seconds (one frame of tolerance).
+        duration_s: Expected duration, seconds (one frame of tolerance).
         from_cache: Expected ``loaded_from_cache`` of an avatar.
         min_rows: Minimum rows of a table-like result.
-        since: Seconds since the epoch the file must be newer than (default: when this kernel imported nbhelpers).
-
-    Returns:
-        A one-line summary of what was checked (the cell shows it).
+        since: Seconds since the epoch the file must be newer than (default: when nbhelpers.env was imported).
 
     Raises:
         ResultCheckError: A check failed; the message names it, shows the value and says what to look at.
@@ -85,27 +73,18 @@ ONNX_ONLY = frozenset({"onnxruntime", "onnxruntime-gpu"})
 
 
 def check_setup(installs: InstallReport | None = None, backend: Any = None) -> str:
-    """00_setup's final check: this runtime is ready for the other notebooks. Raises with the fix otherwise.
+    """``00_setup``'s final check that this runtime is ready; returns a one-line summary of what was checked.
 
-    Checks, in order: the install table has rows; every requirement in it is satisfied now (re-read from the
-    package metadata, so an install that failed or has not taken effect shows up) and none was refused; torch
-    imports; the ffmpeg binary that :mod:`nbhelpers.media` uses runs and reports a version; the landmark backend
-    chosen in the notebook has a name. onnxruntime serves only the ``dwpose-onnx`` backend, so its rows are not
-    required when another backend was chosen. It needs nothing from an earlier cell: given no table it reads the
-    ``[colab]`` extra itself, and given a backend name it asks :func:`nbhelpers.faces.get_backend`. Source: none
-    (ours).
+    In order: the install table has rows; every requirement in it is satisfied now (re-read from the metadata) and
+    none was refused (onnxruntime only for the ``dwpose-onnx`` backend); torch imports; the ffmpeg of
+    :mod:`nbhelpers.media` reports a version; the landmark backend has a name.
 
     Args:
-        installs: What :func:`install_missing` returned in this run; None reads the ``[colab]`` extra again
-            (:func:`colab_requirements`), as a dry run.
-        backend: The landmark backend from :func:`nbhelpers.faces.get_backend`, its name (``"auto"``,
-            ``"dlib"``...), or None to skip that check.
-
-    Returns:
-        A one-line summary of what was checked (the cell shows it).
+        installs: What :func:`install_missing` returned; None reads the ``[colab]`` extra again, as a dry run.
+        backend: A landmark backend from :func:`nbhelpers.faces.get_backend`, its name, or None to skip that check.
 
     Raises:
-        ResultCheckError: A check failed; the message says what is missing and the command or step that fixes it.
+        ResultCheckError: A check failed; the message says what is missing and what fixes it.
     """
     if installs is None:
         installs = install_missing(None, dry_run=True)

@@ -1,7 +1,4 @@
-"""Google Drive on Colab: mounting it and saying whether it is mounted.
-
-Owns :func:`drive_mounted`, :func:`mount_drive` and :class:`DriveStatus`.
-"""
+"""Google Drive on Colab: mounting it and saying whether it is mounted."""
 
 from __future__ import annotations
 
@@ -21,24 +18,19 @@ def drive_mounted(mountpoint: str = DRIVE_MOUNTPOINT) -> bool:
 
 def mount_drive(weights_folder: str | os.PathLike | None = None, *, enabled: bool = True,
                 mountpoint: str = DRIVE_MOUNTPOINT) -> DriveStatus:
-    """Mount Google Drive in Colab and optionally read the weights from a Drive folder.
+    """Mount Google Drive in Colab and optionally read the weights from a Drive folder; outside Colab, do nothing.
 
-    Outside Colab this does nothing and says so. For a workshop, a teacher downloads the weights once into a Drive
-    folder and shares it; each student adds a shortcut to it in *My Drive* and passes its path here, which sets
-    ``NBHELPERS_WEIGHTS`` for this session so that no student downloads the weights.
+    A teacher downloads the weights once into a shared Drive folder; each student adds a shortcut to it in My Drive
+    and passes its path here, which sets ``NBHELPERS_WEIGHTS`` for this session.
 
     Args:
-        weights_folder: A folder on the mounted Drive holding the weights layout (``musetalkV15/unet.pth`` ...),
-            e.g. ``"/content/drive/MyDrive/musetalk-weights"``; None or ``""`` leaves the weights location alone.
+        weights_folder: A folder on the mounted Drive holding the weights layout; None or ``""`` leaves the weights
+            location alone.
         enabled: False only reports the current state (the notebook's ``MOUNT_DRIVE`` parameter).
-        mountpoint: Where Drive is mounted (Colab's convention: ``/content/drive``).
-
-    Returns:
-        A :class:`DriveStatus` saying whether Drive is mounted and which weights folder is in use.
+        mountpoint: Where Drive is mounted.
 
     Raises:
-        InputError: ``weights_folder`` does not exist on the mounted Drive (the message says how to add a
-            shortcut to a shared folder).
+        InputError: ``weights_folder`` does not exist on the mounted Drive (the message says how to add a shortcut).
     """
     if not in_colab():
         return DriveStatus(False, None, "not in Colab: nothing mounted (use a local folder with "

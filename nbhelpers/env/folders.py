@@ -1,10 +1,4 @@
-"""The workbook's folders and inputs: work, media and weights folders, and the clips a notebook uses.
-
-Owns :func:`work_dir`, :func:`media_dir`, :func:`weights_dir`, :func:`shared_data_dir`, the CI media
-cutting (:func:`_cut`, short clips of the shared media in ``ci`` mode, cached by source fingerprint),
-:func:`workbook_inputs`, :func:`keep_audio`, :func:`sample_audios`, :func:`upload`, and the mode's
-defaults (:func:`default_config`, :func:`plan`).
-"""
+"""The workbook's folders and inputs: work, media and weights folders, and the clips a notebook uses."""
 
 from __future__ import annotations
 
@@ -30,11 +24,9 @@ from .modes import (
     SHARED_VIDEO,
     WORKBOOK_AUDIO,
     WORKBOOK_VIDEO,
-    _check_mode,
     _first_number,
+    run_mode,
 )
-
-# --------------------------------------------------------------------------------------------------- folders
 
 
 @functools.lru_cache(maxsize=1)
@@ -51,16 +43,13 @@ def _source_fingerprint() -> str:
 def work_dir(mode: str | None = None) -> Path:
     """The workbook's own folder for media, avatars and results (created).
 
-    ``NBHELPERS_WORKDIR`` when set; else ``/content/musetalk-workbook`` on Colab, ``~/musetalk-workbook``
-    locally, and a temporary folder keyed by the package source in CI mode.
+    ``NBHELPERS_WORKDIR`` when set; else ``/content/musetalk-workbook`` on Colab, ``~/musetalk-workbook`` locally,
+    and a temporary folder keyed by the package source in CI mode.
 
     Args:
         mode: Run mode; None detects it.
-
-    Returns:
-        The folder (it exists on return).
     """
-    mode = _check_mode(mode)
+    mode = run_mode(mode)
     if os.environ.get("NBHELPERS_WORKDIR"):
         folder = Path(os.environ["NBHELPERS_WORKDIR"]).expanduser()
     elif mode == "ci":
@@ -94,22 +83,18 @@ def _weights_path(mode: str, notes: list[str]) -> Path | None:
 def weights_dir(mode: str | None = None, *, download: bool = True) -> Path:
     """The weights folder this mode uses, with the files in it.
 
-    CI mode: a complete tiny random-weights tree in the official layout, made once by
-    :func:`nbhelpers.testing.make_tiny_weights` and reused (the model hub is out of reach in CI). Otherwise
-    :func:`nbhelpers.weights.default_dir` (``NBHELPERS_WEIGHTS``, a Drive folder, or the cache folder); with
-    ``download`` the default set is downloaded into it when files are missing (present files are only checked).
+    CI mode: a tiny random-weights tree in the official layout, made once by
+    :func:`nbhelpers.testing.make_tiny_weights`. Otherwise :func:`nbhelpers.weights.default_dir`, into which the
+    default set is downloaded when files are missing.
 
     Args:
         mode: Run mode; None detects it.
-        download: False only names the folder outside CI mode (``01_weights`` shows the download step itself).
-
-    Returns:
-        The folder path.
+        download: False only names the folder outside CI mode.
 
     Raises:
-        WeightsError: A download failed (the message names the files and the fix).
+        WeightsError: A download failed.
     """
-    mode = _check_mode(mode)
+    mode = run_mode(mode)
     if mode != "ci":
         folder = Path(weights.default_dir())
         if download:
@@ -126,10 +111,8 @@ def weights_dir(mode: str | None = None, *, download: bool = True) -> Path:
 
 
 def shared_data_dir() -> Path | None:
-    """The real test media folder (``../shared/data``), or None.
-
-    ``NBHELPERS_SHARED_DATA`` when set, else the first ``shared/data`` found walking up from the current folder
-    (notebooks run in ``notebooks/``, so the repository's sibling ``../shared/data`` is found).
+    """The project's test media folder, or None: ``NBHELPERS_SHARED_DATA`` when set, else the first ``shared/data``
+    found walking up from the current folder.
     """
     env = os.environ.get("NBHELPERS_SHARED_DATA")
     candidates = [Path(env).expanduser()] if env else [p / "shared" / "data" for p in (Path.cwd(), *Path.cwd().parents)]
@@ -173,28 +156,24 @@ def _cut(src: Path, dst: Path, seconds: float, kind: str) -> Path:
 def workbook_inputs(mode: str | None = None, video: str | os.PathLike | None = None,
                     audio: str | os.PathLike | None = None, *, uploads: Sequence[str | os.PathLike] = (),
                     seconds: float = CI_CLIP_SECONDS) -> tuple[Path, Path]:
-    """The video (or photo) and the audio a notebook works on.
+    """The ``(video, audio)`` paths a notebook works on.
 
-    Given paths win, then ``uploads`` (the first audio file by its suffix is the audio, the first other file the
-    video or photo). Otherwise: in CI mode, the first ``seconds`` of the shared test video and speech
-    (``../shared/data``; the packaged demo when absent); elsewhere, what ``02_media`` left in :func:`media_dir`,
-    else the packaged demo (:func:`nbhelpers.media.demo_inputs`: the astronaut photo and a speech clip).
+    Given paths win, then ``uploads`` (the first audio file by suffix is the audio, the first other file the video or
+    photo). Otherwise: in CI mode the first ``seconds`` of the test video and speech (the packaged demo when absent);
+    elsewhere what ``02_media`` left in :func:`media_dir`, else :func:`nbhelpers.media.demo_inputs`.
 
     Args:
         mode: Run mode; None detects it.
         video: Your video or photo; None or ``""`` for the default.
-        audio: Your speech audio (any format ffmpeg reads); None or ``""`` for the default.
-        uploads: Files from :func:`upload` (Colab's file picker).
-        seconds: Length of the CI clips in seconds.
-
-    Returns:
-        ``(video_path, audio_path)``.
+        audio: Your speech audio; None or ``""`` for the default.
+        uploads: Files from :func:`upload`.
+        seconds: Length of the CI clips, seconds.
 
     Raises:
         InputError: A given path does not exist.
         FFmpegError: Cutting the CI clips failed.
     """
-    mode = _check_mode(mode)
+    mode = run_mode(mode)
     chosen = []
     for name, value in (("video", video), ("audio", audio)):
         if value in (None, ""):
@@ -238,14 +217,11 @@ def _default_inputs(mode: str, seconds: float) -> tuple[Path, Path]:
 
 
 def keep_audio(audio: str | os.PathLike, mode: str | None = None) -> Path:
-    """Copy your audio into :func:`media_dir` as ``audio<suffix>`` so that the later notebooks find it.
+    """Copy your audio into :func:`media_dir` as ``audio<suffix>`` for the later notebooks, and return the copy.
 
     Args:
-        audio: The speech file (any format ffmpeg reads).
+        audio: The speech file.
         mode: Run mode; None detects it.
-
-    Returns:
-        The kept copy (the file itself when it already is that copy).
 
     Raises:
         InputError: ``audio`` does not exist.
@@ -273,19 +249,16 @@ def _demo(folder: Path) -> tuple[Path, Path]:
 
 
 def sample_audios(mode: str | None = None, *, seconds: float = CI_CLIP_SECONDS) -> list[Path]:
-    """Two different speech clips for the realtime notebook (several clips from one avatar).
+    """Two different speech clips for the realtime notebook.
 
-    CI mode: the first ``seconds`` of two shared recordings (or the demo speech cut at two lengths). Elsewhere:
-    the workbook audio (your upload or the demo speech) and the demo speech.
+    CI mode: the first ``seconds`` of two test recordings (or the demo speech at two lengths); elsewhere the
+    workbook audio and the demo speech.
 
     Args:
         mode: Run mode; None detects it.
-        seconds: Length of each CI clip in seconds.
-
-    Returns:
-        A list of two audio paths.
+        seconds: Length of each CI clip, seconds.
     """
-    mode = _check_mode(mode)
+    mode = run_mode(mode)
     _, first = workbook_inputs(mode, seconds=seconds)
     if mode == "ci":
         shared = shared_data_dir()
@@ -301,43 +274,33 @@ def sample_audios(mode: str | None = None, *, seconds: float = CI_CLIP_SECONDS) 
 
 
 def default_config(mode: str | None = None, **changes: Any):
-    """The starting :class:`~nbhelpers.config.InferenceConfig` of a notebook in this mode.
-
-    CI mode uses the ``dlib`` landmark backend (real faces found with no download) and the CPU; other modes keep
-    the defaults (``auto`` backend, device and precision chosen by :func:`nbhelpers.gpu.plan`).
+    """The starting :class:`~nbhelpers.config.InferenceConfig` of a notebook: CI mode uses the ``dlib`` backend and the
+    CPU, other modes the defaults.
 
     Args:
         mode: Run mode; None detects it.
         **changes: Fields to set, e.g. ``version="v1"``.
-
-    Returns:
-        The config.
     """
-    mode = _check_mode(mode)
+    mode = run_mode(mode)
     base = {"landmark_backend": "dlib", "device": "cpu"} if mode == "ci" else {}
     base.update(changes)
     return InferenceConfig(**base)
 
 
 def plan(kind: str = "lipsync", mode: str | None = None, **changes: Any):
-    """:func:`nbhelpers.gpu.plan` for this mode: device, precision and batch size, with the reasons.
+    """:func:`nbhelpers.gpu.plan` for this mode (CI mode: the tiny test models on the CPU).
 
     Args:
         kind: ``"lipsync"``, ``"avatar"`` or ``"realtime"``.
-        mode: Run mode; None detects it. CI mode plans for the tiny test models on the CPU.
-        **changes: Fields of the starting config (:func:`default_config`), e.g. ``batch_size=4``.
-
-    Returns:
-        The plan; ``plan.config`` is the :class:`~nbhelpers.config.InferenceConfig` to use.
+        mode: Run mode; None detects it.
+        **changes: Fields of the starting config (:func:`default_config`).
     """
-    mode = _check_mode(mode)
+    mode = run_mode(mode)
     return gpu.plan(kind, config=default_config(mode, **changes), weights="tiny" if mode == "ci" else "full")
 
 
 def upload(mode: str | None = None, directory: str | os.PathLike | None = None) -> list[Path]:
-    """Colab's file picker: upload your video/photo and audio into ``directory``.
-
-    Outside Colab this does nothing and returns an empty list (put the paths in the parameters cell instead).
+    """Colab's file picker: upload your video/photo and audio into ``directory``; elsewhere an empty list.
 
     Args:
         mode: Run mode; None detects it. Only ``"colab"`` opens the picker.
@@ -346,7 +309,7 @@ def upload(mode: str | None = None, directory: str | os.PathLike | None = None) 
     Returns:
         The saved files, in upload order.
     """
-    mode = _check_mode(mode)
+    mode = run_mode(mode)
     if mode != "colab":
         return []
     from google.colab import files  # type: ignore[import-not-found]

@@ -1,9 +1,4 @@
-"""The installer: what is installed, what is missing, and installing it without touching torch.
-
-Owns :func:`package_version`, :func:`restart_reasons` (a package upgraded under a running kernel), the
-requirements of the Colab extra (:func:`read_requirements`, :func:`colab_requirements`, the checkout's
-pyproject), :class:`InstallReport` / :class:`InstallRow` and :func:`install_missing`.
-"""
+"""The installer: what is installed, what is missing, and installing it without touching torch."""
 
 from __future__ import annotations
 
@@ -23,17 +18,10 @@ from typing import Any
 from ..errors import InputError, NbHelpersError
 from .modes import _DISTS, ALTERNATIVES, NEVER_INSTALL, PROTECTED
 
-# --------------------------------------------------------------------------------------------------- versions
-
 
 def package_version(*dists: str) -> str | None:
-    """The installed version of the first of ``dists`` that is installed, or None.
-
-    Args:
-        *dists: Distribution names as pip knows them (``"huggingface-hub"``, ``"opencv-python-headless"``).
-
-    Returns:
-        The version string from the installed metadata (no import), or None when none is installed.
+    """The installed version of the first of ``dists`` (pip distribution names) that is installed, read from the
+    metadata without importing; None when none is.
     """
     for name in dists:
         try:
@@ -44,14 +32,8 @@ def package_version(*dists: str) -> str | None:
 
 
 def restart_reasons() -> list[str]:
-    """Packages whose imported version differs from the installed one (an install ran after their import).
-
-    Python keeps the old module in memory, so the kernel must restart before the new version is used. Colab's
-    usual case: an install upgraded numpy after numpy was imported.
-
-    Returns:
-        One sentence per such package, e.g. ``"numpy 2.0.2 is imported but 2.3.5 is installed"``; empty when
-        nothing needs a restart.
+    """Packages whose imported version differs from the installed one (an install ran after their import), so the
+    kernel must restart; one sentence each, e.g. ``"numpy 2.0.2 is imported but 2.3.5 is installed"``.
     """
     reasons = []
     for module_name, dists in _DISTS.items():
@@ -66,10 +48,8 @@ def restart_reasons() -> list[str]:
 
 
 def _same_version(imported: str, installed: str) -> bool:
-    """True when a module's ``__version__`` names the installed distribution's version.
-
-    Some modules report a shorter version than their distribution (cv2 ``4.12.0`` for opencv ``4.12.0.88``, dlib
-    ``19.24.6`` for dlib-bin ``19.24.6.post1``), so a release prefix counts as the same version.
+    """True when a module's ``__version__`` names the installed distribution's version; a release prefix counts (cv2
+    ``4.12.0`` for opencv ``4.12.0.88``).
     """
     try:
         from packaging.version import Version
@@ -85,20 +65,17 @@ RESTART_MESSAGE = ("Restart needed: an install changed a package that was alread
                    "Runtime > Restart session, then run the notebook again from the top.")
 
 
-# --------------------------------------------------------------------------------------------------- installs
-
-
 @dataclass(frozen=True)
 class InstallRow:
     """One requirement of :func:`install_missing`.
 
     Attributes:
-        name: Distribution name (normalised, e.g. ``"imageio-ffmpeg"``).
+        name: Distribution name, normalised (``"imageio-ffmpeg"``).
         requirement: The requirement line, e.g. ``"imageio-ffmpeg>=0.5"``.
         installed: Installed version before the install, or None.
-        action: ``"ok"`` (satisfied), ``"install"``, ``"upgrade"``, ``"refused"`` (protected package), or
-            ``"skipped"`` (its environment marker does not apply).
-        note: Why, in words (for refused rows: what to do).
+        action: ``"ok"``, ``"install"``, ``"upgrade"``, ``"refused"`` (protected package) or ``"skipped"`` (its
+            environment marker does not apply).
+        note: Why, in words.
     """
 
     name: str
@@ -117,7 +94,7 @@ class InstallReport:
         dry_run: True when nothing was installed.
         command: The pip argument list that ran (or would run); empty when nothing was needed.
         installed_now: ``name==version`` for each package installed by this call.
-        restart_reasons: Packages imported before the install that it changed (restart the kernel).
+        restart_reasons: Packages imported before the install that it changed.
     """
 
     rows: tuple[InstallRow, ...]
@@ -184,17 +161,10 @@ def _normalise(name: str) -> str:
 
 
 def read_requirements(requirements: str | os.PathLike | Sequence[str]) -> list[str]:
-    """Requirement lines from a file or a list; comments and pip options dropped. Nothing is fetched by URL.
-
-    Args:
-        requirements: Path of a requirements file, or the requirement strings themselves.
-
-    Returns:
-        The requirement strings, e.g. ``["imageio-ffmpeg>=0.5", "onnxruntime>=1.16"]``.
+    """Requirement lines from a requirements file or a list, with comments and pip options dropped.
 
     Raises:
-        InputError: The file does not exist, or an address was given (the workbook reads nothing by URL at run
-            time: what Colab lacks is the package's ``[colab]`` extra, see :func:`colab_requirements`).
+        InputError: The file does not exist, or an address was given (nothing is fetched at run time).
     """
     if isinstance(requirements, (str, os.PathLike)):
         text_source = str(requirements)
@@ -221,20 +191,16 @@ COLAB_EXTRA = "colab"  # its extra of what Google Colab lacks (pyproject.toml [p
 
 
 def colab_requirements() -> list[str]:
-    """What Google Colab lacks for the workbook: the ``[colab]`` extra of this package (floors, never torch).
+    """What Google Colab lacks for the workbook: this package's ``[colab]`` extra (floors, never torch).
 
-    The setup cell installs them with the package (``%pip install "musetalk-workbook[colab] @ git+REPO@TAG"``);
-    ``00_setup`` shows them as a table and ``check_setup`` checks them. They are read from this checkout's
-    ``pyproject.toml`` when the imported package lives in one (the code and its list then always agree), else from
-    the installed distribution's metadata. Nothing is fetched.
+    Read from this checkout's ``pyproject.toml`` when the package lives in one, else from the installed metadata.
 
     Returns:
-        Requirement strings without the extra's marker, e.g. ``["onnxruntime-gpu>=1.20", "soxr>=0.3"]``; those
-        whose other environment markers do not hold here are left out.
+        Requirement strings without the extra's marker, e.g. ``["soxr>=0.3"]``; those whose other markers do not
+        hold here are left out.
 
     Raises:
-        InputError: Neither a checkout nor an installed ``musetalk-workbook`` is found (the message says how to
-            install it).
+        InputError: Neither a checkout nor an installed ``musetalk-workbook`` is found.
     """
     from packaging.markers import default_environment
     from packaging.requirements import Requirement
@@ -281,24 +247,20 @@ def install_missing(requirements: str | os.PathLike | Sequence[str] | None = Non
                     dry_run: bool = False) -> InstallReport:
     """Install only the requirements that are missing or below their floor; never touch the protected packages.
 
-    Each requirement's installed version (read from the package metadata, without importing) is compared with its
-    specifier. Satisfied ones are left alone. torch, torchvision and torchaudio are never installed (their build
-    must match the machine). Protected packages (:data:`PROTECTED`: numpy, transformers, huggingface-hub,
-    opencv, ipywidgets, ...) are installed when absent but never upgraded. The rest runs as one
-    ``python -m pip install`` argument list with a constraints file that pins every installed protected package
-    to its present version, so that no dependency of a new package can move them either.
+    torch, torchvision and torchaudio are never installed. Packages of :data:`PROTECTED` are installed when absent
+    but never upgraded. The rest runs as one ``python -m pip install`` with a constraints file pinning every
+    installed protected package.
 
     Args:
-        requirements: A requirements file path or a list of requirement strings (floors, e.g. ``"x>=1.2"``);
-            None: the package's ``[colab]`` extra (:func:`colab_requirements`).
-        dry_run: True only plans: the report lists what would be installed, and nothing runs. CI mode uses it.
+        requirements: A requirements file path or requirement strings; None: the ``[colab]`` extra.
+        dry_run: Only plan: the report lists what would be installed.
 
     Returns:
-        An :class:`InstallReport` (a table in notebooks); ``restart_needed`` tells when Colab must restart.
+        An :class:`InstallReport`; ``restart_needed`` tells when Colab must restart.
 
     Raises:
         InputError: A requirement line cannot be parsed, or the file cannot be read.
-        NbHelpersError: pip failed (the message holds pip's last output lines).
+        NbHelpersError: pip failed or did not finish in 30 minutes (the message holds pip's last lines).
     """
     from packaging.markers import default_environment
     from packaging.requirements import InvalidRequirement, Requirement

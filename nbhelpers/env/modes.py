@@ -1,9 +1,4 @@
-"""Run modes and the session: where the notebooks run and what mode they run in.
-
-Owns :data:`MODES` / :func:`run_mode` (``NBHELPERS_MODE``: ``full`` or ``ci``), :func:`in_colab`, the
-shared constants of the workbook's media (paths, licences, clip length), the packages the environment
-report names, :class:`ResultCheckError`, and the attribute readers the report and the checks share.
-"""
+"""Run modes (``colab``, ``ci``, ``local``) and the constants of the workbook's media and packages."""
 
 from __future__ import annotations
 
@@ -17,17 +12,17 @@ from .. import progress
 from ..errors import InputError, NbHelpersError
 
 MODES = ("colab", "ci", "local")
-CI_CLIP_SECONDS = 0.6  # seconds of video and of audio cut from ../shared/data for CI runs (15 frames at 25 fps)
-SHARED_VIDEO = "face-sing-576x768-25fps.mp4"  # names of the real test media in ../shared/data (test use only)
+CI_CLIP_SECONDS = 0.6  # seconds of video and of audio cut from the test media for CI runs (15 frames)
+SHARED_VIDEO = "face-sing-576x768-25fps.mp4"  # the project's test media (NBHELPERS_SHARED_DATA; test use only)
 SHARED_AUDIO = "speech-en-short.wav"
 SHARED_AUDIO_2 = "sing-44k1-mono.wav"
 # Every media file a notebook may show, with its licence; the notebooks' licence lines come from this table.
 MEDIA_LICENCES = {
     "astronaut.png": "Eileen Collins, NASA, public domain (shipped in scikit-image)",
     "demo-speech.wav": "speech synthesised with espeak-ng by this project, MIT",
-    SHARED_VIDEO: "the project's test media in ../shared/data (CI mode only; test use only, not redistributed)",
-    SHARED_AUDIO: "synthetic speech in ../shared/data (CI mode only; test use only, not redistributed)",
-    SHARED_AUDIO_2: "the test video's audio in ../shared/data (CI mode only; test use only, not redistributed)",
+    SHARED_VIDEO: "the project's test media (CI mode only; test use only, not redistributed)",
+    SHARED_AUDIO: "synthetic speech of the project's test media (CI mode only; test use only, not redistributed)",
+    SHARED_AUDIO_2: "the test video's audio (CI mode only; test use only, not redistributed)",
 }
 AUDIO_SUFFIXES = (".wav", ".mp3", ".m4a", ".aac", ".ogg", ".oga", ".opus", ".flac", ".wma")
 WORKBOOK_VIDEO = "video-25fps.mp4"  # what 02_media leaves in media_dir() for the later notebooks
@@ -75,23 +70,18 @@ class ResultCheckError(NbHelpersError, AssertionError):
     """A notebook's final check found that this run did not produce its result (see the message)."""
 
 
-# --------------------------------------------------------------------------------------------------- run mode
-
-
 def in_colab() -> bool:
     """True inside a Google Colab runtime (the kernel has imported ``google.colab``)."""
     return "google.colab" in sys.modules or bool(os.environ.get("COLAB_RELEASE_TAG"))
 
 
 def run_mode(mode: str | None = None) -> str:
-    """Where this notebook runs: ``"colab"``, ``"ci"`` or ``"local"``.
+    """Where this notebook runs: ``"colab"``, ``"ci"`` or ``"local"``; ``"ci"`` also turns progress bars off unless
+    ``NBHELPERS_PROGRESS`` is set.
 
     Args:
-        mode: An explicit mode (e.g. a papermill parameter); None reads the environment: ``NBHELPERS_MODE``
-            when set, else ``"colab"`` inside Colab, else ``"local"``.
-
-    Returns:
-        The mode. In ``"ci"`` mode progress bars are also switched off unless ``NBHELPERS_PROGRESS`` is set.
+        mode: An explicit mode (e.g. a papermill parameter); None reads ``NBHELPERS_MODE``, else ``"colab"``
+            inside Colab, else ``"local"``.
 
     Raises:
         InputError: ``mode`` or ``NBHELPERS_MODE`` is not one of ``colab``, ``ci``, ``local``.
@@ -108,10 +98,6 @@ def run_mode(mode: str | None = None) -> str:
     if mode == "ci" and "NBHELPERS_PROGRESS" not in os.environ:
         progress.configure(disable=True)
     return mode
-
-
-def _check_mode(mode: str | None) -> str:
-    return run_mode(mode)
 
 
 def _first_attr(obj: Any, names: Iterable[str]) -> Any:

@@ -1,8 +1,4 @@
-"""The setup report of a notebook: versions, device, restart advice, in one object that shows itself.
-
-Owns :class:`EnvReport` and :func:`setup` (what the first cell of every notebook calls) with the device
-summary it shows.
-"""
+"""The setup report of a notebook: versions, device, restart advice, in one object that shows itself."""
 
 from __future__ import annotations
 
@@ -18,8 +14,6 @@ from .folders import _weights_path
 from .install import RESTART_MESSAGE, package_version, restart_reasons
 from .modes import _DISTS, REPORTED, _first_number, run_mode
 
-# --------------------------------------------------------------------------------------------------- setup report
-
 
 @dataclass(frozen=True)
 class EnvReport:
@@ -28,8 +22,8 @@ class EnvReport:
     Attributes:
         mode: ``"colab"``, ``"ci"`` or ``"local"``.
         python: Python version, e.g. ``"3.13.0"``.
-        device: Device summary, e.g. ``"cuda: Tesla T4"`` or ``"cpu (no CUDA GPU)"``.
-        vram_gib: Total memory of the first GPU in GiB, or None without one.
+        device: Device summary, e.g. ``"cuda:0: Tesla T4"`` or ``"cpu (no CUDA GPU)"``.
+        vram_gib: Total memory of the GPU, GiB, or None without one.
         versions: Package import name -> installed version (None when not installed).
         weights_dir: Where this mode reads the weights (not created by the report).
         drive_mounted: True when Google Drive is mounted at ``/content/drive``.
@@ -89,15 +83,10 @@ class EnvReport:
 
 
 def setup(mode: str | None = None) -> EnvReport:
-    """The setup cell's report: run mode, device, versions, weights folder, Drive, restart.
-
-    Installs nothing (the setup cell's Colab-only ``%pip`` line does that before this call).
+    """The setup cell's report: run mode, device, versions, weights folder, Drive, restart. Installs nothing.
 
     Args:
         mode: Run mode override; None detects it (:func:`run_mode`).
-
-    Returns:
-        An :class:`EnvReport`; it renders as a table, with a red line when Colab must restart.
 
     Raises:
         InputError: ``NBHELPERS_MODE`` holds an unknown mode.
