@@ -1,20 +1,10 @@
 """A stand-in for ``mmcv.ops`` so that mmpose (and the mmdet modules it imports) load with ``mmcv-lite``.
 
-Why: ``mmcv-lite`` is mmcv without its compiled CUDA/C++ operators (``mmcv._ext``). Full mmcv has no prebuilt
-wheel for new torch versions and takes 15-60 minutes to compile (shared/reference/environment-notes.md). The
-RTMPose whole-body model that DWPose uses needs none of those operators: its CSPNeXt backbone and RTMCC head are
-plain convolutions, linear layers and attention. But mmpose and mmdet import a few operator names from
-``mmcv.ops`` at import time (``DeformConv2d``, ``MultiScaleDeformableAttention``, ``RoIPool``, ``batched_nms``,
-``mmcv.ops.roi_align.roi_align``, ... for models we never build), and that import fails without ``mmcv._ext``.
-
-What: :func:`install` puts a module named ``mmcv.ops`` (and the submodules those imports name) into
-``sys.modules``, **only when the real ``mmcv.ops`` cannot be imported**, and only for inference. Every operator
-in it is a placeholder that raises :class:`NotImplementedError` with an explanation as soon as it is called or
-instantiated, so a model that really needs a compiled operator fails loudly instead of computing something
-wrong. Unknown names also resolve to such placeholders (module ``__getattr__``), so a newer mmdet that imports
-one more operator name still loads.
-
-:func:`uninstall` removes it again (tests use this).
+``mmcv-lite`` lacks mmcv's compiled operators, and full mmcv has no prebuilt wheel for new torch. The RTMPose
+model of DWPose needs no compiled operator, but mmpose and mmdet import a few names from ``mmcv.ops`` at import
+time. :func:`install` puts a module ``mmcv.ops`` (and the submodules those imports name) into ``sys.modules``,
+only when the real one cannot be imported. Every operator in it, and any other name asked for, is a placeholder
+that raises :class:`NotImplementedError` when called, so a model that needs a compiled operator fails loudly.
 """
 
 from __future__ import annotations
@@ -23,7 +13,7 @@ import importlib
 import sys
 import types
 
-# Names mmpose 1.3.2 and mmdet 3.3.0 import from mmcv.ops or its submodules (found by tracing their imports).
+# Names mmpose 1.3.2 and mmdet 3.3.0 import from mmcv.ops or its submodules.
 KNOWN_OPS = (
     "DeformConv2d", "ModulatedDeformConv2d", "MultiScaleDeformableAttention", "RoIPool", "RoIAlign",
     "batched_nms", "nms", "nms_match", "roi_align", "point_sample", "rel_roi_point_to_rel_img_point",

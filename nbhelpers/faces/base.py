@@ -13,10 +13,8 @@ class FaceResult:
     """What a backend finds in one frame.
 
     Attributes:
-        face_box: (4,) float64 ``(x1, y1, x2, y2)`` in full-frame pixels: the detector's face box (S3FD for the
-            official pipeline, dlib's rectangle for the dlib backend).
-        landmarks: (68, 2) float32 ``(x, y)`` in full-frame pixels, iBUG 300-W order (DWPose whole-body points
-            23..90 in the same order).
+        face_box: (4,) float64 ``(x1, y1, x2, y2)``, full-frame pixels: the detector's box (S3FD, or dlib's).
+        landmarks: (68, 2) float32 ``(x, y)``, full-frame pixels, iBUG 300-W order (DWPose whole-body points 23..90).
         score: Detector confidence in [0, 1], or NaN when the backend gives none.
     """
 
@@ -27,14 +25,11 @@ class FaceResult:
 
 @runtime_checkable
 class LandmarkBackend(Protocol):
-    """A face backend. Implementations live in ``nbhelpers/faces/<name>.py`` and register in ``faces.BACKENDS``.
+    """A face backend; implementations register in ``faces.BACKENDS``.
 
-    ``detect`` takes a batch of frames (N, H, W, 3) uint8 BGR and returns a list of N entries, each a
-    :class:`FaceResult` or None for a frame with no face. ``close`` releases models (GPU memory).
-
-    A backend whose face detector runs on a GPU may set ``accepts_frames_device = True``: its ``detect`` then also
-    takes ``frames_device=``, the same frames as a (N, H, W, 3) uint8 tensor already on that GPU (the offline job
-    uploads each piece once), and must give the same results as without it.
+    ``detect`` takes (N, H, W, 3) uint8 BGR frames and returns N entries, each a :class:`FaceResult` or None (no
+    face); ``close`` releases the models. A backend with ``accepts_frames_device = True`` also takes
+    ``frames_device=``, the same frames as a (N, H, W, 3) uint8 tensor on its GPU, with the same results.
     """
 
     name: str

@@ -1,10 +1,8 @@
-"""Crop boxes from landmarks: the official MuseTalk rules, then the fixes for its known bugs.
+"""Crop boxes from landmarks: the official MuseTalk rules, then the fixes for its known bugs (numpy only).
 
-Everything here is numpy only (no torch, cv2 or dlib), so it can be imported and tested anywhere.
-
-Coordinates are full-frame pixels, x to the right and y down; a box ``(x1, y1, x2, y2)`` is the half-open slice
-``frame[y1:y2, x1:x2]``. Landmarks are the 68 face points in iBUG 300-W order (DWPose whole-body points 23..90);
-``lm[k]`` below means face-local index k, and lm[28], lm[29], lm[30] are points on the nose bridge.
+Coordinates are full-frame pixels, x right and y down; a box ``(x1, y1, x2, y2)`` is ``frame[y1:y2, x1:x2]``.
+``lm[k]`` is face point k of the 68 in iBUG 300-W order (DWPose whole-body points 23..90); lm[28..30] lie on the
+nose bridge.
 """
 
 from __future__ import annotations
@@ -86,26 +84,22 @@ def _grow_side(lo: int, hi: int, size: int, limit: int) -> tuple[int, int]:
 def crop_box_with_source(landmarks: Any, face_box: Any, frame_shape: Any, version: str = "v15",
                          bbox_shift: int = 0, extra_margin: int = 10, *,
                          min_side: int = MIN_CROP_SIDE) -> tuple[tuple[int, int, int, int], str]:
-    """:func:`crop_box`, also saying where the box came from.
+    """:func:`crop_box`, and where the box came from: ``"landmarks"``, or ``"face_box"`` when the detector box was used
+    (the official fallback, or a landmark box under ``min_side`` once clamped).
 
     Args:
-        landmarks: (68, 2) float or int ``(x, y)`` pixels, iBUG 300-W order.
-        face_box: (4,) ``(x1, y1, x2, y2)`` detector box in pixels, or None when there is none.
-        frame_shape: ``(H, W)`` or ``(H, W, 3)`` of the frame, in pixels.
+        landmarks: (68, 2) ``(x, y)`` pixels, iBUG 300-W order.
+        face_box: (4,) detector box ``(x1, y1, x2, y2)`` in pixels, or None.
+        frame_shape: ``(H, W)`` or ``(H, W, 3)`` of the frame, pixels.
         version: ``"v15"`` or ``"v1"``.
         bbox_shift: Pixels added to lm[29].y (positive moves the mask boundary down).
         extra_margin: Pixels added below the box for v15 (ignored for v1).
-        min_side: Smallest crop side in pixels after the fixes.
-
-    Returns:
-        ``((x1, y1, x2, y2), source)`` with Python ints and ``source`` one of ``"landmarks"`` (the landmark box)
-        or ``"face_box"`` (the detector box was used: the official fallback, or our fallback when the landmark box
-        shrank below ``min_side`` once clamped to the frame).
+        min_side: Smallest crop side after the fixes, pixels.
 
     Raises:
         InputError: Bad shapes, non-finite values, an unknown version, or a fallback needed with no face_box.
 
-    Source: musetalk/utils/preprocessing.py:84-137, scripts/inference.py:170-172 (reference §3.3).
+    Source: ``preprocessing.py:84-137``, ``inference.py:170-172``.
     """
     if version not in VERSIONS:
         raise InputError(f"version must be one of {', '.join(map(repr, VERSIONS))}; got {version!r}.")
@@ -150,50 +144,30 @@ def crop_box_with_source(landmarks: Any, face_box: Any, frame_shape: Any, versio
 
 def crop_box(landmarks: Any, face_box: Any, frame_shape: Any, version: str = "v15", bbox_shift: int = 0,
              extra_margin: int = 10) -> tuple[int, int, int, int]:
-    """The crop box MuseTalk cuts from one frame: the official rules, then fixes for their bugs.
+    """The crop box MuseTalk cuts from one frame: the official rules, then fixes of their bugs.
 
-    Official rules (reproduced exactly):
-
-    1. The landmarks are cast to int32 by truncation towards zero.
-    2. ``bbox_shift`` is added to lm[29].y **in place**, so the shifted point also counts in the max-y of step 3
-       (quirk Q16; only matters when the shift pushes lm[29] below the chin).
-    3. ``half_dist = max_k lm[k].y - lm[29].y`` and ``y1 = max(0, lm[29].y - half_dist)``; the landmark box is
-       ``(min_k lm[k].x, y1, max_k lm[k].x, max_k lm[k].y)``. Its horizontal midline, the boundary of the
-       inpainted lower half, sits at the shifted lm[29].y.
-    4. If ``y2 - y1 <= 0``, ``x2 - x1 <= 0`` or ``x1 < 0``, the detector box is used instead, clipped to >= 0
-       and int-truncated as the official S3FD result is.
-    5. v15 only: ``y2 = min(y2 + extra_margin, H)``. v1 ignores ``extra_margin``.
-
-    Deviations from the official code (fixes of the bugs in reference §11):
-
-    - Q17: all four sides are clamped to the frame (the official checks only ``x1 < 0``; NumPy then clips the
-      crop silently while the paste-back uses the unclipped size, which stretches the face). A box crossing the
-      right or bottom edge is therefore cut at the edge instead of being stretched.
-    - When the clamped landmark box is thinner than ``MIN_CROP_SIDE`` (16 px) on a side (a face almost entirely
-      outside the frame), the detector box is used if it is larger.
-    - A minimum size: each side is widened about its centre to at least 16 px (or the frame size if smaller),
-      then slid back inside the frame, so no crop is empty.
+    The official rules (docs/official-behaviour.md §3.3) are reproduced exactly, the in-place shift of lm[29]
+    included (#q16). Fixes: all four sides are clamped to the frame (#q17); a clamped landmark box thinner than
+    :data:`MIN_CROP_SIDE` falls back to a larger detector box; each side is widened to at least
+    :data:`MIN_CROP_SIDE` pixels inside the frame.
 
     Args:
-        landmarks: (68, 2) float or int array of ``(x, y)`` pixels in the full frame, iBUG 300-W order.
-        face_box: (4,) ``(x1, y1, x2, y2)`` detector face box in full-frame pixels (S3FD or dlib), used as the
-            fallback; None if there is none (then a degenerate landmark box raises).
+        landmarks: (68, 2) ``(x, y)`` pixels of the full frame, iBUG 300-W order.
+        face_box: (4,) detector box ``(x1, y1, x2, y2)`` in full-frame pixels, the fallback; None if there is none.
         frame_shape: ``(H, W)`` or ``(H, W, 3)`` of the frame, pixels.
-        version: ``"v15"`` (MuseTalk 1.5, default) or ``"v1"``.
+        version: ``"v15"`` or ``"v1"``.
         bbox_shift: Pixels added to lm[29].y; positive moves the mask boundary down (more mouth), negative up.
-            The official scripts force 0 for v15.
-        extra_margin: Pixels added to the bottom edge for v15 (official default 10), clipped to the frame height.
+        extra_margin: Pixels added to the bottom edge for v15, clipped to the frame height.
 
     Returns:
-        ``(x1, y1, x2, y2)`` as Python ints with ``0 <= x1 < x2 <= W`` and ``0 <= y1 < y2 <= H``; the crop is
-        ``frame[y1:y2, x1:x2]``. For v15 the extra margin is already included (the official realtime
-        ``coords.pkl`` convention); do not add it again.
+        ``(x1, y1, x2, y2)`` Python ints with ``0 <= x1 < x2 <= W``, ``0 <= y1 < y2 <= H``; for v15 the extra
+        margin is included (the realtime ``coords.pkl`` convention).
 
     Raises:
-        InputError: landmarks not (68, 2) or not finite, a bad frame_shape or version, or a fallback needed
-            with ``face_box=None``.
+        InputError: landmarks not (68, 2) or not finite, a bad frame_shape or version, or a fallback needed with
+            ``face_box=None``.
 
-    Source: musetalk/utils/preprocessing.py:84-137, scripts/inference.py:170-172 (reference §3.3).
+    Source: ``preprocessing.py:84-137``, ``inference.py:170-172``.
     """
     box, _ = crop_box_with_source(landmarks, face_box, frame_shape, version, bbox_shift, extra_margin)
     return box
@@ -202,14 +176,12 @@ def crop_box(landmarks: Any, face_box: Any, frame_shape: Any, version: str = "v1
 class BBoxShiftRange(NamedTuple):
     """The official "Manually adjust range" of ``bbox_shift``, printed as ``[ -minus~plus ]``.
 
-    Attributes:
-        minus: ``int(mean(lm[30].y - lm[29].y))`` over frames with a face, pixels (truncated towards zero).
-        plus: ``int(mean(lm[29].y - lm[28].y))``, pixels.
+    The official labels are swapped (#q15): a negative shift moves the boundary up to lm[28], ``plus`` pixels, a
+    positive one down to lm[30], ``minus`` pixels, so the range is ``[-plus, +minus]`` (:attr:`geometric`).
 
-    The official labels look swapped (quirk Q15): ``bbox_shift`` is added to lm[29].y, so a *negative* shift moves
-    the mask boundary *up* towards lm[28], a distance of ``plus``, and a positive shift moves it *down* towards
-    lm[30], a distance of ``minus``. The geometric range is therefore ``[-plus, +minus]``
-    (:attr:`geometric`); the printed text keeps the official form for comparison with official logs.
+    Attributes:
+        minus: ``int(mean(lm[30].y - lm[29].y))`` over frames with a face, pixels.
+        plus: ``int(mean(lm[29].y - lm[28].y))``, pixels.
     """
 
     minus: int
@@ -227,22 +199,20 @@ class BBoxShiftRange(NamedTuple):
 
 
 def bbox_shift_range(landmarks_per_frame: Any) -> BBoxShiftRange:
-    """The official adjustable range of ``bbox_shift`` from the unshifted landmarks of every frame with a face.
+    """The official adjustable range of ``bbox_shift`` from the unshifted landmarks of the frames with a face.
 
     Args:
-        landmarks_per_frame: (N, 68, 2) float array of ``(x, y)`` pixels with all-NaN rows for frames with no face,
-            or a sequence of (68, 2) arrays and None.
+        landmarks_per_frame: (N, 68, 2) ``(x, y)`` pixels with all-NaN rows for frames with no face, or a sequence
+            of (68, 2) arrays and None.
 
     Returns:
-        :class:`BBoxShiftRange` ``(minus, plus)``: ``int(mean(lm30.y - lm29.y))`` and ``int(mean(lm29.y -
-        lm28.y))`` over the frames with a face, on int-truncated landmarks, with Python ``int()`` truncation of
-        the mean (the official semantics). Read :class:`BBoxShiftRange` for what the labels mean.
+        :class:`BBoxShiftRange`, means over int-truncated landmarks, truncated with ``int()`` as the official does.
 
     Raises:
         InputError: Arrays of the wrong shape.
-        NoFaceError: No frame has a face (the official divides by zero here).
+        NoFaceError: No frame has a face (the official divides by zero).
 
-    Source: musetalk/utils/preprocessing.py:114-117,134-136 (reference §3.3, quirk Q15).
+    Source: ``preprocessing.py:114-117,134-136``.
     """
     frames: list[np.ndarray] = []
     if isinstance(landmarks_per_frame, np.ndarray) and landmarks_per_frame.ndim == 3:
@@ -269,23 +239,20 @@ def bbox_shift_range(landmarks_per_frame: Any) -> BBoxShiftRange:
 def smooth_boxes(boxes: Any, has_face: Any, window: int, frame_shape: Any) -> np.ndarray:
     """Temporal smoothing of crop boxes: a centred moving average that never crosses a frame with no face.
 
-    Each coordinate of frame i becomes the mean over frames ``i - (window - 1) // 2 .. i + window // 2`` that
-    belong to the same run of consecutive frames with a face (the window is cut at the ends of the run), then it
-    is rounded to the nearest pixel and clamped to the frame. The official pipeline does not smooth (window 0).
+    Each coordinate of frame i becomes the mean over frames ``i - (window - 1) // 2 .. i + window // 2`` of its run
+    of consecutive face frames, rounded to the nearest pixel and clamped to the frame. The official does not smooth.
 
     Args:
-        boxes: (N, 4) int ``(x1, y1, x2, y2)`` pixels; rows of frames with no face are ignored and returned as -1.
+        boxes: (N, 4) ``(x1, y1, x2, y2)`` pixels; rows of frames with no face are ignored.
         has_face: (N,) bool.
-        window: Window length in frames; 0 or 1 returns the boxes unchanged.
+        window: Window length, frames; 0 or 1 returns the boxes unchanged.
         frame_shape: ``(H, W)`` of the frames, pixels.
 
     Returns:
-        (N, 4) int32 smoothed boxes, -1 rows for frames with no face.
+        (N, 4) int32 boxes, -1 rows for frames with no face.
 
     Raises:
         InputError: A negative window or mismatched shapes.
-
-    Source: none; the official pipeline does not smooth boxes (failure kind F15, jitter).
     """
     arr = np.asarray(boxes, dtype=np.float64)
     mask = np.asarray(has_face, dtype=bool)
@@ -334,18 +301,10 @@ def _is_box(value: Any) -> bool:
 
 
 def single_box(boxes: Any) -> Any:
-    """The one crop box that ``boxes`` gives for the whole clip, or None when it gives one entry per frame.
+    """The one crop box ``boxes`` gives for the whole clip, or None when it gives one entry per frame (or is None).
 
-    A bare ``(x1, y1, x2, y2)`` (tuple, list or (4,) array) and a list, tuple or (1, 4) array holding exactly one
-    such box both mean that box for every frame, whatever the clip's length. ``[None]`` stays a per-frame list
-    (one frame without a face).
-
-    Args:
-        boxes: None, one box, a one-box list, or per-frame boxes (an (N, 4) array, or N boxes and None).
-
-    Returns:
-        The box as given (the inner one for a one-box list; a (4,) view for a (1, 4) array), or None for None and
-        for per-frame boxes. The numbers are not checked here (:func:`user_boxes` checks them).
+    A bare ``(x1, y1, x2, y2)`` and a list, tuple or (1, 4) array of exactly one box mean that box for every frame;
+    ``[None]`` stays per-frame. The numbers are checked by :func:`user_boxes`, not here.
     """
     if boxes is None:
         return None
@@ -363,23 +322,21 @@ def user_boxes(boxes: Any, n_frames: int, frame_shape: Any, *, min_side: int = M
     """Validate crop boxes given by the user and expand them to one row per frame.
 
     Args:
-        boxes: One ``(x1, y1, x2, y2)`` for the whole clip (bare, or a list holding just that box: see
-            :func:`single_box`); or, per frame, an (N, 4) array (rows of -1 or NaN mean "no face") or a length-N
-            list of 4-tuples and None. Pixels of the full frame, half-open ``frame[y1:y2, x1:x2]``; fractional
-            values are truncated with ``int()`` as the official boxes are.
+        boxes: One ``(x1, y1, x2, y2)`` for the whole clip (see :func:`single_box`); or per frame an (N, 4) array
+            (rows of -1 or NaN: no face) or N boxes and None. Full-frame pixels, fractions truncated with ``int()``.
         n_frames: N, the number of frames.
         frame_shape: ``(H, W)`` or ``(H, W, 3)`` of the frames, pixels.
-        min_side: Smallest accepted box side in pixels.
+        min_side: Smallest accepted box side, pixels.
 
     Returns:
-        ``(crop_boxes, has_face)``: (N, 4) int32 with -1 rows for "no face", and (N,) bool.
+        ``(crop_boxes, has_face)``: (N, 4) int32 with -1 rows for no face, and (N,) bool.
 
     Raises:
-        InputError: A box outside the frame, inverted, smaller than ``min_side``, or a per-frame list whose length
-            is not N. The message names the frame index and the rule.
+        InputError: A box outside the frame, inverted or smaller than ``min_side``, or a per-frame list whose length
+            is not N; the message names the frame index and the rule.
 
-    Source: the nearest official feature is ``--use_saved_coord``, which reuses a pickled per-frame box list
-    (scripts/inference.py:151-160, reference §3.3); it does no validation.
+    Source: the nearest official feature, ``--use_saved_coord``, reuses pickled boxes unchecked
+    (``inference.py:151-160``).
     """
     height, width = _frame_hw(frame_shape)
     one = single_box(boxes)
@@ -421,12 +378,7 @@ def user_boxes(boxes: Any, n_frames: int, frame_shape: Any, *, min_side: int = M
 
 
 def boxes_count_message(given: int, n_frames: int, where: str) -> str:
-    """The refusal of per-frame boxes of the wrong length: the count given, the frames there are, what to pass.
-
-    Args:
-        given: Entries of the per-frame ``boxes``.
-        n_frames: Frames at 25 fps that need one entry each.
-        where: What has those frames, e.g. ``"the clip"`` or ``"video 'face.mp4'"``.
+    """The refusal of per-frame ``boxes`` with ``given`` entries where ``where`` (e.g. ``"the clip"``) has ``n_frames``.
     """
     return (f"boxes has {given} entries but {where} has {n_frames} frames at 25 fps. Give one (x1, y1, x2, y2) "
             f"(or a list holding that one box) for every frame, or exactly {n_frames} entries, a box or None "

@@ -1,10 +1,8 @@
 """The ``dlib`` landmark backend: dlib's HOG frontal face detector and its 68-point shape predictor.
 
-It needs no download at run time: the detector is built into dlib (the ``dlib-bin`` wheel) and the predictor file
-ships inside the ``face-recognition-models`` package. It is the backend of the tests and of the notebooks' CI mode,
-and a real option when no DWPose weights are wanted. Its 68 points follow the iBUG 300-W order, the same order as
-DWPose's face points, so :func:`nbhelpers.faces.crop_box` treats both alike. Its landmarks are not the official
-DWPose ones: crop boxes differ from the official by a few pixels.
+Nothing is downloaded at run time (the predictor ships in ``face-recognition-models``). Its 68 points follow the
+iBUG 300-W order, as DWPose's face points do, but are not the official DWPose ones: crop boxes differ from the
+official by a few pixels.
 """
 
 from __future__ import annotations
@@ -25,19 +23,11 @@ RETRY_MAX_PIXELS = 1920 * 1080  # frames up to this area get a second, upsampled
 
 
 def predictor_path() -> Path:
-    """Path of ``shape_predictor_68_face_landmarks.dat`` inside the installed ``face_recognition_models``.
-
-    The package's own ``pose_predictor_model_location()`` imports ``pkg_resources``, which setuptools >= 81 no
-    longer ships, so the file is located through the package's import spec instead (no import needed), with the
-    package function as a second try.
-
-    Returns:
-        The path of the predictor file (about 95 MiB).
+    """Path of ``shape_predictor_68_face_landmarks.dat`` inside the installed ``face_recognition_models``, found
+    through its import spec (the package's own function needs ``pkg_resources``).
 
     Raises:
         MissingDependencyError: face-recognition-models is not installed, or its file is missing.
-
-    Source: none (not part of the official pipeline).
     """
     spec = importlib.util.find_spec("face_recognition_models")
     if spec is not None:
@@ -59,35 +49,21 @@ def predictor_path() -> Path:
 
 
 class DlibBackend:
-    """dlib face detection + 68 landmarks, one frame at a time on the CPU.
+    """dlib face detection and 68 landmarks, one frame at a time on the CPU.
 
-    Choices:
-
-    - **Several faces**: the largest detector rectangle (by area) is kept; ties go to the higher detector score.
-      The lip-synced face is usually the main, nearest one. Give ``boxes=`` to :func:`nbhelpers.faces.track`
-      to choose another person.
-    - **Upsampling** (``upsample=None``, automatic): dlib's HOG detector scans an 80x80-pixel window, so faces
-      smaller than about 80 px are found only on an upsampled image (each upsampling doubles the sides, 4x the
-      time). Each frame is first searched at upsample 0; when nothing is found and the frame has at most
-      1920x1080 pixels, it is searched again at upsample 1 (faces down to about 40 px). Larger frames are not
-      retried (their faces are rarely that small, and the doubled image is large). Pass ``upsample=0`` or ``1``
-      to fix the level for every frame.
-    - dlib wants RGB: each BGR frame is flipped before detection.
+    Of several faces the largest rectangle is kept (ties: the higher score). With ``upsample=None`` a frame is
+    searched at upsample 0, then, when nothing is found and the frame has at most :data:`RETRY_MAX_PIXELS`, at
+    upsample 1 (faces down to about 40 px instead of 80).
 
     Args:
-        weights_dir: Ignored (the predictor comes from the ``face-recognition-models`` package); accepted so every
-            backend factory has the same call.
+        weights_dir: Ignored (the predictor comes from ``face-recognition-models``).
         device: Ignored (dlib runs on the CPU).
-        upsample: None (automatic, above), 0, 1 or 2.
+        upsample: None (automatic), 0, 1 or 2.
         predictor: Path of another 68-point shape predictor ``.dat``; None uses the packaged one.
 
     Raises:
-        MissingDependencyError: dlib or face-recognition-models is missing (``pip install dlib-bin
-            face-recognition-models``).
-        InputError: A bad ``upsample``.
-
-    Source: none; the official pipeline uses DWPose + S3FD (reference §3.1-3.2). The crop-box rules applied to these
-    landmarks are the official ones (preprocessing.py:84-137).
+        MissingDependencyError: dlib or face-recognition-models is missing.
+        InputError: A bad ``upsample`` or a missing ``predictor`` file.
     """
 
     name = "dlib"
@@ -123,12 +99,11 @@ class DlibBackend:
         """Find the largest face and its 68 landmarks in each frame.
 
         Args:
-            frames: (N, H, W, 3) uint8 BGR (a single (H, W, 3) frame is accepted too).
+            frames: (N, H, W, 3) uint8 BGR, or one (H, W, 3) frame.
 
         Returns:
-            N entries: a :class:`FaceResult` (face_box = dlib's rectangle ``(left, top, right, bottom)`` in
-            pixels, float64, may reach outside the frame; landmarks (68, 2) float32 pixels; score = dlib's
-            detector score, not a probability) or None when no face is found.
+            N entries: a :class:`FaceResult` (face_box: dlib's rectangle, float64 pixels, may reach outside the frame;
+            landmarks (68, 2) float32 pixels; score: dlib's detector score, not a probability), or None.
 
         Raises:
             InputError: frames not uint8 (N, H, W, 3).

@@ -1,17 +1,10 @@
 """The ``dwpose-onnx`` landmark backend: the official DWPose weights as ONNX, run with onnxruntime, no mmcv.
 
-Same model (RTMPose-l whole-body 384x288, the DWPose-distilled weights), same pre- and post-processing as the
-official mmpose path (see :mod:`nbhelpers.faces.dwpose_codec`), including the flip test. The face box comes from
-S3FD, as in the official pipeline: a frame where S3FD finds no face gives ``None``; otherwise DWPose runs on the
-*whole frame* (no person box, as the official call) and whole-body points 23..90 are the 68 landmarks.
-
-The ONNX file is ``dwpose/dw-ll_ucoco_384.onnx`` from the Hugging Face repository ``yzd-v/DWPose``. Its input is
-the normalised RGB tensor (N, 3, 384, 288) float32 (what mmpose's data preprocessor hands the backbone) and its
-outputs are the raw SimCC vectors (N, 133, 576) and (N, 133, 768). Names, batch axis and which output is x are
-read from the file, never assumed.
-
-Small ONNX graphs with the real signature, for tests and the tiny weights tree, are built by
-:mod:`nbhelpers.testing.tiny_faces`.
+The same model and maths as the official mmpose path (:mod:`nbhelpers.faces.dwpose_codec`, flip test included):
+S3FD gives the face box (no face: None), and DWPose on the whole frame gives whole-body points 23..90 as the 68
+landmarks. The ONNX file (``dwpose/dw-ll_ucoco_384.onnx``, hub ``yzd-v/DWPose``) takes the normalised RGB
+(N, 3, 384, 288) float32 tensor and gives the raw SimCC vectors (N, 133, 576) and (N, 133, 768); names, batch axis
+and which output is x are read from the file.
 """
 
 from __future__ import annotations
@@ -37,21 +30,19 @@ ONNX_INSTALL = "pip install onnxruntime-gpu   (or: pip install onnxruntime  on a
 
 
 def onnxruntime_requirement(cuda: str | None) -> str:
-    """The onnxruntime distribution whose CUDA provider matches a torch build's CUDA version.
+    """The onnxruntime distribution whose CUDA provider matches a torch build's CUDA major version.
 
-    onnxruntime-gpu's CUDA provider links one CUDA major version: PyPI's builds up to 1.18 link CUDA 11.8, 1.19 to
-    1.26 link CUDA 12 (1.26.0 is the last), 1.27 and later CUDA 13 (``libcublas.so.13``). A build for another major
-    than torch's does not load its CUDA provider and DWPose silently runs on the CPU.
+    onnxruntime-gpu up to 1.18 links CUDA 11.8, 1.19 to 1.26 CUDA 12, 1.27 and later CUDA 13; a build for another
+    major does not load its CUDA provider and DWPose silently runs on the CPU.
 
     Args:
-        cuda: ``torch.version.cuda`` (``"12.8"``, ``"13.0"``...), or None for a CPU-only torch (or no torch).
+        cuda: ``torch.version.cuda`` (``"12.8"``, ``"13.0"``...), or None for a CPU-only torch or no torch.
 
     Returns:
-        A pip requirement: ``"onnxruntime"`` (CPU), ``"onnxruntime-gpu>=1.16,<1.19"`` (CUDA 11),
-        ``"onnxruntime-gpu>=1.19,<1.27"`` (CUDA 12) or ``"onnxruntime-gpu>=1.27"`` (CUDA 13 and later).
+        ``"onnxruntime"`` (CPU), ``"onnxruntime-gpu>=1.16,<1.19"`` (CUDA 11), ``"onnxruntime-gpu>=1.19,<1.27"``
+        (CUDA 12) or ``"onnxruntime-gpu>=1.27"`` (CUDA 13 and later).
 
-    Source: onnxruntime's CUDA execution provider requirements (CUDA 12 the PyPI default from 1.19);
-    shared/reference/environment-notes.md (1.26.0 the last CUDA 12 build).
+    Source: onnxruntime's CUDA execution provider requirements.
     """
     if not cuda:
         return "onnxruntime"
@@ -67,12 +58,11 @@ def onnxruntime_requirement(cuda: str | None) -> str:
 
 
 def install_hint(import_torch: bool = True) -> str:
-    """The pip line for the onnxruntime build that matches the installed torch's CUDA (see
-    :func:`onnxruntime_requirement`); ``pip install onnxruntime`` when torch has no CUDA or is missing.
+    """The pip line for the onnxruntime build matching the installed torch's CUDA (:func:`onnxruntime_requirement`).
 
     Args:
-        import_torch: Import torch to read its CUDA version (False: only when torch is already imported; else
-            the general line :data:`ONNX_INSTALL`).
+        import_torch: Import torch to read its CUDA version; False reads it only from an already imported torch,
+            else gives the general line :data:`ONNX_INSTALL`.
     """
     import sys
 
@@ -112,15 +102,10 @@ def _default_weights_dir() -> Path:
 
 
 def is_available(weights_dir: str | os.PathLike | None = None) -> Availability:
-    """Check, without importing anything heavy, whether :class:`DWPoseOnnxBackend` can be built.
+    """Whether :class:`DWPoseOnnxBackend` can be built here, checked without heavy imports; ``reason`` says the fix.
 
     Args:
-        weights_dir: Folder in the official ``models/`` layout (default: ``nbhelpers.weights.default_dir()``).
-
-    Returns:
-        :class:`Availability`; ``reason`` names the missing package or file and the fix.
-
-    Source: none (ours; the official code loads both models at import, `preprocessing.py:15-23`).
+        weights_dir: The weights dir (default :func:`nbhelpers.weights.default_dir`).
     """
     if importlib.util.find_spec("onnxruntime") is None:
         return Availability(False, f"onnxruntime is not installed: {install_hint(import_torch=False)}")
@@ -139,10 +124,8 @@ def files_available(weights_dir: str | os.PathLike | None, files: tuple[str, ...
     return Availability(True)
 
 
-# ------------------------------------------------------------------------------------------- ONNX runner
-
 def _providers(device: str | None) -> tuple[list, str]:
-    """onnxruntime providers for a device string, and the device actually used ("cuda:N" or "cpu")."""
+    """onnxruntime providers for a device string, and the device actually used (``"cuda:N"`` or ``"cpu"``)."""
     import onnxruntime as ort
 
     available = ort.get_available_providers()
@@ -174,23 +157,21 @@ class DWPoseOnnx:
     Args:
         onnx_path: The ONNX file (input (N|1, 3, 384, 288) float32, two SimCC outputs).
         device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or None (CUDA when onnxruntime has it, else CPU).
-        flip_test: Also run the horizontally flipped input and average, as the official config
-            (``test_cfg.flip_test=True``). Turning it off halves the cost and changes results slightly.
-        batch_size: Frames per onnxruntime call (each frame is 2 network inputs with the flip test).
+        flip_test: Also run the flipped input and average, as the official config; off halves the cost.
+        batch_size: Frames per onnxruntime call (2 network inputs each with the flip test).
 
     Attributes:
-        input_name: The model's input name, read from the file.
-        x_output, y_output: Names of the SimCC x output (last dim = input width x 2) and y output.
+        input_name: The model's input name.
+        x_output, y_output: Names of the SimCC x output (last dim 2 x input width) and y output.
         fixed_batch: The input's fixed batch size (1 for the published file), or None when dynamic.
-        input_size: ``(w, h)`` in pixels, from the file's input shape (288, 384).
+        input_size: ``(w, h)`` pixels, from the file's input shape.
         device: Where it runs (``"cpu"`` or ``"cuda:N"``).
 
     Raises:
-        WeightsError: The file is missing, is not a valid ONNX model, or its inputs/outputs do not look like
-            DWPose's (one 4-D input with 3 channels; two 3-D outputs whose last dims are 2 x width and 2 x height).
+        WeightsError: The file is missing, not a valid ONNX model, or its inputs/outputs do not look like DWPose's.
         MissingDependencyError: onnxruntime is not installed.
 
-    Source: the official path this mirrors is reference §3.1 (`preprocessing.py:17-19,97-101`).
+    Source: ``preprocessing.py:17-19,97-101``; docs/official-behaviour.md §3.1.
     """
 
     def __init__(self, onnx_path: str | os.PathLike, device: str | None = None, *, flip_test: bool = True,
@@ -270,16 +251,9 @@ class DWPoseOnnx:
         return np.concatenate(xs), np.concatenate(ys)
 
     def simcc(self, inputs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """SimCC vectors of normalised inputs, flip test included when enabled.
+        """``(simcc_x (N, K, 2w), simcc_y (N, K, 2h))`` float32 of (N, 3, h, w) normalised inputs, flip test included.
 
-        Args:
-            inputs: (N, 3, h, w) float32 normalised RGB (from :func:`dwpose_codec.prepare_inputs`).
-
-        Returns:
-            ``(simcc_x (N, K, 2w), simcc_y (N, K, 2h))`` float32; with the flip test, the average of the plain
-            and the flipped-back vectors.
-
-        Source: `[mmpose] models/pose_estimators/topdown.py:102-104`, `rtmcc_head.py:193-208` (reference §3.1).
+        Source: ``[mmpose] models/pose_estimators/topdown.py:102-104``, ``rtmcc_head.py:193-208``.
         """
         if not self.flip_test:
             return self._run(inputs)
@@ -288,17 +262,15 @@ class DWPoseOnnx:
         return codec.merge_flip((both_x[:n], both_y[:n]), (both_x[n:], both_y[n:]))
 
     def keypoints(self, frames_bgr: np.ndarray | list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        """133 whole-body keypoints per frame, the whole frame being the person box (official no-bbox call).
+        """133 whole-body keypoints per frame, the whole frame being the person box.
 
         Args:
-            frames_bgr: (N, H, W, 3) uint8 BGR frames (or a list of frames of any sizes).
+            frames_bgr: (N, H, W, 3) uint8 BGR frames, or a list of frames of any sizes.
 
         Returns:
-            ``(keypoints, scores)``: (N, 133, 2) float32 ``(x, y)`` in frame pixels (not rounded) and (N, 133)
-            float32 SimCC peak values.
+            ``(keypoints, scores)``: (N, 133, 2) float32 ``(x, y)`` frame pixels (not rounded), (N, 133) float32 peaks.
 
-        Source: reference §3.1 (`preprocessing.py:97`, `[mmpose] apis/inference.py:162-166`,
-        `models/pose_estimators/topdown.py:102-104,150-155`).
+        Source: ``preprocessing.py:97``; docs/official-behaviour.md §3.1.
         """
         kps, scores = [], []
         for start in range(0, len(frames_bgr), self.batch_size):
@@ -317,15 +289,11 @@ class DWPoseOnnx:
         self.session = None
 
 
-# ------------------------------------------------------------------------------------------------ backend
-
 def check_frames(frames) -> np.ndarray:
-    """Validate a frame batch for a landmark backend: (N, H, W, 3) uint8 BGR (one (H, W, 3) frame also works).
+    """Validate a frame batch for a landmark backend: (N, H, W, 3) or one (H, W, 3) uint8 BGR frame.
 
     Raises:
         InputError: Not a uint8 array of shape (N, H, W, 3) or (H, W, 3), or an empty image.
-
-    Source: none (our input check; the official code reads frames with cv2, `preprocessing.py:84-87`).
     """
     arr = np.asarray(frames)
     if arr.ndim == 3:
@@ -342,17 +310,16 @@ def detect_with_pose(frames, face_detector, keypoints, frames_device=None) -> li
     Args:
         frames: (N, H, W, 3) uint8 BGR frames.
         face_detector: Object whose ``detect(frames)`` gives N ``(x1, y1, x2, y2, score)`` or None (S3FD).
-        keypoints: Callable ``keypoints(frames) -> ((M, 133, 2) whole-body keypoints, scores)``.
-        frames_device: The same frames as a uint8 tensor on the detector's GPU, or None; when given, the face
-            detector reads them there (no second upload).
+        keypoints: ``keypoints(frames) -> ((M, 133, 2) whole-body keypoints, scores)``.
+        frames_device: The same frames as a uint8 tensor on the detector's GPU, read there; or None.
 
     Returns:
-        N entries, None where the detector finds no face (DWPose is not run on those frames).
+        N entries, None where the detector finds no face (DWPose does not run on those frames).
 
     Raises:
         InputError: ``frames`` is not a (N, H, W, 3) uint8 array.
 
-    Source: ``preprocessing.py:84-111`` (reference §3.1, §3.3 step 1).
+    Source: ``preprocessing.py:84-111``.
     """
     frames = check_frames(frames)
     if frames_device is not None and tuple(frames_device.shape) != frames.shape:
@@ -370,11 +337,10 @@ def detect_with_pose(frames, face_detector, keypoints, frames_device=None) -> li
 
 
 def face_result(box_with_score, landmarks: np.ndarray) -> FaceResult:
-    """A FaceResult from an S3FD detection ``(x1, y1, x2, y2, score)`` and (68, 2) landmarks.
+    """A :class:`FaceResult` from an S3FD detection ``(x1, y1, x2, y2, score)``, clipped to >= 0 and truncated as the
+    official does, and (68, 2) landmarks.
 
-    The box is clipped to >= 0 and truncated to whole pixels as the official code does.
-
-    Source: `face_detection/api.py:76-84` (reference §3.2), `preprocessing.py:99-101` (§3.1).
+    Source: ``api.py:76-84``, ``preprocessing.py:99-101``.
     """
     box = np.trunc(np.maximum(np.asarray(box_with_score[:4], dtype=np.float64), 0.0))
     score = float(box_with_score[4]) if len(box_with_score) > 4 else float("nan")
@@ -382,19 +348,18 @@ def face_result(box_with_score, landmarks: np.ndarray) -> FaceResult:
 
 
 def build_s3fd(weights_dir: Path, device: str | None, *, dtype: Any = None, batch_size: int = 1):
-    """The S3FD face detector of the weights folder on ``device`` (torch).
+    """The S3FD face detector of the weights folder on ``device``.
 
     Args:
         weights_dir: Folder holding ``s3fd/s3fd-619a316812.pth``.
         device: ``"cpu"``, ``"cuda[:N]"`` or None (the GPU when available).
-        dtype: None = float32, as the official run; ``"auto"`` = float16 on CUDA (float32 elsewhere), where a
-            batch whose outputs overflow is run again in float32 (:class:`~nbhelpers.faces.s3fd.S3FD`).
-        batch_size: Frames per network call (1 = the official behaviour).
+        dtype: None = float32, as officially; ``"auto"`` = float16 on CUDA (see :class:`~nbhelpers.faces.s3fd.S3FD`).
+        batch_size: Frames per network call (official: 1).
 
     Raises:
-        WeightsError: the S3FD weight file is missing.
+        WeightsError: The S3FD weight file is missing.
 
-    Source: `preprocessing.py:23` (FaceAlignment's SFD detector, reference §3.2).
+    Source: ``preprocessing.py:23``.
     """
     path = Path(weights_dir) / S3FD_FILE
     if not path.is_file():
@@ -408,22 +373,21 @@ def build_s3fd(weights_dir: Path, device: str | None, *, dtype: Any = None, batc
 
 
 class DWPoseOnnxBackend:
-    """Face box from S3FD + 68 landmarks from DWPose (ONNX, onnxruntime); the default landmark backend on Colab.
+    """Face box from S3FD and 68 landmarks from DWPose in ONNX on onnxruntime: the optional ``dwpose-onnx`` backend.
 
     Args:
-        weights_dir: Folder in the official ``models/`` layout with ``dwpose/dw-ll_ucoco_384.onnx`` and
-            ``s3fd/s3fd-619a316812.pth`` (default: ``nbhelpers.weights.default_dir()``).
+        weights_dir: The weights dir with ``dwpose/dw-ll_ucoco_384.onnx`` and ``s3fd/s3fd-619a316812.pth`` (default
+            :func:`nbhelpers.weights.default_dir`).
         device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or None (GPU when available) for both models.
-        face_detector: An object with ``detect(frames) -> list[(x1, y1, x2, y2, score) | None]`` to use instead of
-            S3FD (tests, or boxes from elsewhere). Default: S3FD from ``weights_dir``.
-        flip_test: DWPose flip test as in the official config (default True).
+        face_detector: An object with ``detect(frames) -> list[(x1, y1, x2, y2, score) | None]`` instead of S3FD.
+        flip_test: DWPose flip test, as in the official config.
         batch_size: Frames per DWPose call.
 
     Raises:
         WeightsError: A weight file is missing or unreadable.
         MissingDependencyError: onnxruntime (or torch, for S3FD) is not installed.
 
-    Source: reference §3.1-3.2 (`preprocessing.py:15-23,84-111`).
+    Source: ``preprocessing.py:15-23,84-111``.
     """
 
     name = "dwpose-onnx"
@@ -447,14 +411,11 @@ class DWPoseOnnxBackend:
             frames: (N, H, W, 3) uint8 BGR frames.
 
         Returns:
-            N entries: None where the face detector finds no face; else a FaceResult with the detector's box
-            (float64, whole pixels), its score, and (68, 2) float32 landmarks (x, y) in frame pixels (DWPose
-            whole-body points 23..90, not rounded; the crop box truncates them to int as the official code).
+            N entries: None where no face is found, else a :class:`FaceResult` (the detector's box, float64 whole
+            pixels; its score; (68, 2) float32 landmarks in frame pixels, not rounded).
 
         Raises:
             InputError: ``frames`` is not a (N, H, W, 3) uint8 array.
-
-        Source: `preprocessing.py:84-111` (reference §3.1, §3.3 step 1).
         """
         return detect_with_pose(frames, self.face_detector, self.pose.keypoints)
 

@@ -1,18 +1,11 @@
 """Installing the exact mmpose landmark path (mmengine, mmcv, mmdet, mmpose) through OpenMMLab's ``mim``, safely.
 
-The official README installs ``mmengine``, ``mmcv==2.0.1``, ``mmdet==3.1.0`` and ``mmpose==1.1.0`` with ``mim``
-on Python 3.10 / torch 2.0.1 / CUDA 11.8 (reference §11 Q29). ``mim install mmcv`` looks for a prebuilt wheel on
-OpenMMLab's find-links page for this torch and CUDA; when there is none it silently compiles mmcv from source,
-which takes 15-30 minutes on Colab and 45-60 minutes on a 2-core machine, and fails against new torch (it did
-here with torch 2.14: ATen needs a C++20 compiler) (shared/reference/environment-notes.md).
-
-So the setup notebook first calls :func:`check_mmcv_wheels`, which reads that page and says whether a wheel
-matches this Python, torch and CUDA. Only if the user still wants it does :func:`install_mmpose` run the installs,
-with a constraints file that holds torch, torchvision and numpy at their installed versions (it never changes
-them), then verifies the import and one landmark pass in a fresh interpreter and reports the time taken.
-
-Without a wheel, the ``dwpose`` backend gives the same landmarks (the same .pth, network and pre- and
-post-processing, in plain torch) with no mmcv at all; it is the default on Colab.
+The official README pins mmcv 2.0.1, mmdet 3.1.0 and mmpose 1.1.0 on Python 3.10 / torch 2.0.1 / CUDA 11.8 (#q29).
+``mim install mmcv`` compiles mmcv from source when OpenMMLab has no prebuilt wheel for this torch and CUDA
+(15-60 minutes, and it fails against new torch). So :func:`check_mmcv_wheels` first reads that page, and
+:func:`install_mmpose` installs with torch, torchvision and numpy held at their versions, then verifies one
+landmark pass in a fresh interpreter. Without a wheel, the ``dwpose`` backend gives the same landmarks without
+mmcv.
 """
 
 from __future__ import annotations
@@ -68,7 +61,7 @@ class PinSet:
 # OpenMMLab's pages (the newest prebuilt mmcv for torch 2.1 is 2.1.0) for torch 2.1.
 PINS: dict[str, PinSet] = {
     "2.0": PinSet("2.0", ">=0.7.1,<1.0.0", "2.0.1", "3.1.0", "1.1.0",
-                  "the official README pins (Python 3.10, torch 2.0.1, CUDA 11.8; reference Q29)"),
+                  "the official README pins (Python 3.10, torch 2.0.1, CUDA 11.8; quirk Q29)"),
     "2.1": PinSet("2.1", ">=0.7.1,<1.0.0", "2.1.0", "3.3.0", "1.3.2",
                   "mmcv 2.1.0 is OpenMMLab's prebuilt mmcv for torch 2.1; mmdet 3.1.0 refuses mmcv 2.1.0, so mmdet "
                   "3.3.0, and mmpose 1.3.2 (the version this package's tests run; RTMPose unchanged since 1.1.0)"),
@@ -88,18 +81,12 @@ def torch_series(version: str) -> str:
 
 
 def pins_for(torch_version: str) -> PinSet:
-    """The OpenMMLab versions to install next to a torch version.
+    """The OpenMMLab versions to install next to a torch version (``"2.1.2+cu121"`` or ``"2.1"``).
 
-    torch 2.0 gets the official pins, torch 2.1 the mmcv 2.1.0 set. Any newer torch gets the torch 2.1 set as
-    well, with a note: OpenMMLab publishes no mmcv wheel for it, so mmcv would be compiled from source.
+    torch 2.0 gets the official pins, torch 2.1 and newer the mmcv 2.1.0 set (newer: with a note that mmcv would be
+    compiled from source).
 
-    Args:
-        torch_version: Installed torch version (``"2.1.2+cu121"``) or series (``"2.1"``).
-
-    Returns:
-        A :class:`PinSet`.
-
-    Source: README.md:151-185 (reference Q29); shared/reference/environment-notes.md (OpenMMLab).
+    Source: ``README.md:151-185`` (#q29).
     """
     series = torch_series(torch_version)
     if series in PINS:
@@ -109,8 +96,6 @@ def pins_for(torch_version: str) -> PinSet:
                   f"no OpenMMLab mmcv wheel is expected for torch {series}: the torch 2.1 set, with mmcv compiled "
                   f"from source ({BUILD_TIME_COLAB}, {BUILD_TIME_2_CORES})")
 
-
-# --------------------------------------------------------------------------------------------- wheel check
 
 @dataclass(frozen=True)
 class WheelCheck:
@@ -122,12 +107,12 @@ class WheelCheck:
         python_tag: ``"cp310"`` etc.
         torch_series: ``"2.1"`` etc.
         cuda_tag: ``"cu118"``, ``"cu121"`` or ``"cpu"``.
-        platform: The wheel platform looked for (``"linux-x86_64"``, from ``sysconfig.get_platform()``).
-        mmcv_version: The mmcv version wanted (from :func:`pins_for`).
+        platform: The wheel platform looked for (``sysconfig.get_platform()``).
+        mmcv_version: The mmcv version wanted.
         matching: File names of the matching wheels.
         listed: File names of every mmcv wheel on the page.
-        page_found: False when the page does not exist (no wheels at all for this torch/CUDA pair).
-        reachable: False when the server could not be reached (offline, firewall); nothing is known then.
+        page_found: False when the page does not exist.
+        reachable: False when the server could not be reached.
         recommended_backend: ``"mmpose"`` when ok, else ``"dwpose"``.
         message: The verdict in words, with the expected build time when no wheel matches.
     """
@@ -171,11 +156,7 @@ _WHEEL = re.compile(r"^(?P<name>[A-Za-z0-9_.]+?)-(?P<version>[^-]+)(?:-(?P<build
 
 
 def parse_wheel_name(filename: str) -> dict | None:
-    """Split a wheel file name into name, version, python, abi and platform tags (None if it is no wheel).
-
-    >>> parse_wheel_name("mmcv-2.1.0-cp310-cp310-manylinux1_x86_64.whl")["py"]
-    'cp310'
-    """
+    """Split a wheel file name into name, version, py, abi and plat tags; None when it is no wheel."""
     m = _WHEEL.match(filename)
     if not m:
         return None
@@ -260,17 +241,7 @@ def _on_colab() -> bool:
 
 
 def expected_build_time(cpu_count: int | None = None, on_colab: bool | None = None) -> str:
-    """Expected time to compile mmcv from source, in words.
-
-    Args:
-        cpu_count: CPU cores (default ``os.cpu_count()``).
-        on_colab: Running on Google Colab (default: detected).
-
-    Returns:
-        ``"about 15-30 minutes on Colab"``, ``"about 45-60 minutes on a 2-core machine"``, or for more cores a
-        proportionally shorter rough estimate.
-
-    Source: shared/reference/environment-notes.md (OpenMMLab).
+    """Expected time to compile mmcv from source, in words, on Colab or for ``cpu_count`` cores (default: this machine).
     """
     colab = _on_colab() if on_colab is None else on_colab
     if colab:
@@ -302,29 +273,23 @@ def check_mmcv_wheels(index_url: str = OPENMMLAB_MMCV_INDEX, python: str | None 
                       timeout: float = 15.0) -> WheelCheck:
     """Decide, before installing anything, whether a prebuilt mmcv wheel matches this Python, torch and CUDA.
 
-    Reads OpenMMLab's find-links page ``{index_url}/{cuda_tag}/torch{major.minor}/index.html`` (the page
-    ``mim install mmcv`` uses) and looks for ``mmcv-{version}-{cpXY}-{cpXY}-{platform}.whl``.
+    Reads ``{index_url}/{cuda_tag}/torch{major.minor}/index.html`` (the page ``mim install mmcv`` uses) for
+    ``mmcv-{version}-{cpXY}-{cpXY}-{platform}.whl``.
 
     Args:
-        index_url: Base of the find-links tree (``https://...``, ``http://...`` or ``file://...``), or the URL of
-            one page (ending in ``.html``).
+        index_url: Base of the find-links tree (``https://``, ``http://`` or ``file://``), or one page's URL.
         python: ``"3.10"`` or ``"cp310"``; default: this interpreter.
-        torch: torch version (``"2.1.2+cu121"``) or series (``"2.1"``); default: the installed torch.
-        cuda: ``"11.8"``, ``"cu118"`` or ``"cpu"``; default: from the torch version's local tag or
-            ``torch.version.cuda`` (``"cpu"`` for a CPU build).
+        torch: torch version or series; default: the installed torch.
+        cuda: ``"11.8"``, ``"cu118"`` or ``"cpu"``; default: from the torch version or ``torch.version.cuda``.
         mmcv: The mmcv version wanted; default: :func:`pins_for` the torch version.
-        platform: ``sysconfig.get_platform()`` style (``"linux-x86_64"``); default: this machine.
+        platform: ``sysconfig.get_platform()`` style; default: this machine.
         timeout: Seconds to wait for the page.
 
     Returns:
-        :class:`WheelCheck`. Never raises for a missing page or an unreachable server: ``page_found`` /
-        ``reachable`` say so, and ``message`` gives the expected build time and recommends ``dwpose``.
+        :class:`WheelCheck`; a missing page or unreachable server is reported there, not raised.
 
     Raises:
-        InputError: ``python``, ``torch`` or ``cuda`` is not a version string; ``torch`` is None and torch is not
-            installed.
-
-    Source: README.md:151-185 (reference Q29); shared/reference/environment-notes.md (OpenMMLab).
+        InputError: ``python``, ``torch`` or ``cuda`` is not a version string, or torch is needed and missing.
     """
     py_tag = _python_tag(python)
     if torch is None:
@@ -387,8 +352,6 @@ def check_mmcv_wheels(index_url: str = OPENMMLAB_MMCV_INDEX, python: str | None 
                       message=f"No prebuilt mmcv {want} wheel for {where} at {page}: {detail}. {fallback}")
 
 
-# --------------------------------------------------------------------------------------------- installing
-
 @dataclass
 class StepResult:
     """One install command that ran: its argument list, exit status, seconds and the end of its output."""
@@ -404,17 +367,17 @@ class MimInstallResult:
     """What :func:`install_mmpose` did (or, for a dry run, would do).
 
     Attributes:
-        ok: True when every command succeeded, torch/torchvision/numpy are unchanged, and the verification
-            (import + one landmark pass in a fresh interpreter) passed. False for a dry run.
+        ok: True when every command succeeded, torch/torchvision/numpy are unchanged and the verification passed;
+            False for a dry run.
         dry_run: True when nothing was run.
-        commands: The exact argument lists, in order (no shell).
+        commands: The argument lists, in order.
         constraints_path: The constraints file passed to every command with ``-c``.
-        constraints: Its text (``torch==<installed>``, ``numpy==<installed>``, ...).
+        constraints: Its text (``torch==<installed>``, ...).
         pins: The OpenMMLab versions chosen and why.
         wheel_check: The mmcv wheel verdict, when one was made.
         steps: The commands that ran, with exit status and timing.
-        verify: The self-check report (JSON from ``python -m nbhelpers.faces.mmpose_backend --self-check``).
-        seconds: Wall time of the whole install, in seconds.
+        verify: The self-check report of ``python -m nbhelpers.faces.mmpose_backend --self-check``.
+        seconds: Wall time of the whole install, seconds.
         message: The outcome in words.
     """
 
@@ -468,46 +431,33 @@ def install_mmpose(dry_run: bool = False, *, python: str | None = None, torch_ve
                    mmcv_base_url: str | None = None, timeout_s: float = 3600.0) -> MimInstallResult:
     """Install mmengine, mmcv, mmdet and mmpose through openmim without touching torch or numpy.
 
-    Every command runs ``<python> -m mim install ...`` or ``<python> -m pip install ...`` as an argument list (no
-    shell) with ``-c <constraints>``, a file that holds ``torch``, ``torchvision`` and ``numpy`` at their installed
-    versions, so pip fails rather than replace them. Steps:
-
-    1. ``pip install openmim setuptools<81 wheel`` (+ cython): mim still imports ``pkg_resources``, which
-       setuptools 81 removed;
-    2. ``mim install mmengine`` (``>=0.7.1,<1.0.0``);
-    3. ``mim install mmcv==<pin>`` (a prebuilt wheel from OpenMMLab's page when :func:`check_mmcv_wheels` finds
-       one, else a source build; ``only_binary=True`` adds ``--only-binary mmcv`` to fail fast instead);
-    4. ``mim install mmdet==<pin>``;
-    5. ``pip install --no-deps mmpose==<pin>`` (its ``chumpy`` dependency does not build on current Python and
-       numpy, and is only used for SMPL models), then the dependencies mmpose really imports: json_tricks,
-       munkres, scipy, matplotlib, pillow, xtcocotools (from source with numpy 2, whose ABI its wheels predate).
-
-    Then (unless ``verify=False``) ``python -m nbhelpers.faces.mmpose_backend --self-check`` in a fresh
-    interpreter: mmpose imports, the RTMPose-l model builds and one landmark pass runs.
+    Every command is an argument list with ``-c <constraints>`` holding torch, torchvision and numpy at their
+    installed versions: ``pip install openmim setuptools<81 wheel`` (mim imports ``pkg_resources``), ``mim install``
+    mmengine, mmcv (``--only-binary mmcv`` with ``only_binary``) and mmdet, ``pip install --no-deps mmpose`` (its
+    ``chumpy`` does not build) and the packages mmpose imports. Then a self-check in a fresh interpreter.
 
     Args:
-        dry_run: Return the exact commands (and write the constraints file) without running anything.
-        python: Interpreter to install into (default: this one, ``sys.executable``).
+        dry_run: Return the commands (and write the constraints file) without running anything.
+        python: Interpreter to install into (default: this one).
         torch_version: torch version to hold (default: the installed one).
         numpy_version: numpy version to hold (default: the installed one).
         pins: OpenMMLab versions (default: :func:`pins_for` the torch version).
-        only_binary: Refuse to compile mmcv (fail in seconds when no wheel matches).
+        only_binary: Refuse to compile mmcv.
         wheel_check: A verdict from :func:`check_mmcv_wheels`; default: checked now (not in a dry run).
         weights_dir: Weights folder for the verification pass (random weights when its .pth is absent).
         verify: Run the verification after installing.
-        workdir: Where the constraints file goes (default: a new temporary folder).
-        mmcv_base_url: A mirror of ``https://download.openmmlab.com`` for mim's mmcv find-links (passed to mim as
-            ``MMCV_BASE_URL``; the wheel check then reads ``{mmcv_base_url}/mmcv/dist``). Default: OpenMMLab's.
-        timeout_s: Limit for each command, in seconds.
+        workdir: Where the constraints file goes (default: a shared temporary folder).
+        mmcv_base_url: A mirror of ``https://download.openmmlab.com`` (mim's ``MMCV_BASE_URL``).
+        timeout_s: Limit for each command, seconds.
 
     Returns:
-        :class:`MimInstallResult` (with ``seconds``, the whole time taken). A failed command stops the install;
-        ``ok`` is then False and ``message`` shows the command and the end of its output.
+        :class:`MimInstallResult`; a failed command stops the install with ``ok`` False and its output in
+        ``message``.
 
     Raises:
-        MissingDependencyError: torch or numpy is not installed (this installer never installs them).
+        MissingDependencyError: torch or numpy is not installed.
 
-    Source: README.md:151-185 (reference Q29); shared/reference/environment-notes.md (OpenMMLab).
+    Source: ``README.md:151-185`` (#q29).
     """
     python = python or sys.executable
     installed = _versions_of(python) if (torch_version is None or numpy_version is None) else {}

@@ -1,20 +1,12 @@
 """The ``mmpose`` landmark backend: the official DWPose path through OpenMMLab, for exact official landmarks.
 
-The official pipeline builds an mmpose ``TopdownPoseEstimator`` (RTMPose-l whole-body 384x288) from a config
-file and calls ``inference_topdown(model, frame)`` with no person box (reference §3.1). This module describes the
-same model as a Python dict (:data:`RTMPOSE_L_WHOLEBODY_384X288`, written here from the published facts, not
-copied from a config file), builds it with mmpose and loads ``dwpose/dw-ll_ucoco_384.pth`` unchanged. The face
-box comes from S3FD (frames where it finds nothing give None) and the 68 landmarks are whole-body points 23..90,
-exactly as in :mod:`nbhelpers.faces.dwpose_onnx`.
-
-mmpose needs mmcv. Where full mmcv is not installed (no prebuilt wheel for new torch; see
-:mod:`nbhelpers.faces.mim`), ``mmcv-lite`` plus our stand-in for ``mmcv.ops``
-(:mod:`nbhelpers.faces._mmcv_ops_stub`) is enough for this model's inference: none of its layers is a
-compiled operator. ``ci/mmpose-env.sh`` builds such an environment.
-
-``python -m nbhelpers.faces.mmpose_backend --self-check`` builds the model (random weights unless a weights
-folder with the checkpoint is given), runs one landmark pass and prints a JSON report; the mim installer uses it
-to verify an installation in a fresh interpreter.
+The official code builds an mmpose ``TopdownPoseEstimator`` (RTMPose-l whole-body 384x288) and calls
+``inference_topdown(model, frame)`` with no person box. This module describes that model as a dict
+(:data:`RTMPOSE_L_WHOLEBODY_384X288`), builds it with mmpose and loads ``dwpose/dw-ll_ucoco_384.pth`` unchanged;
+S3FD gives the face box, as in :mod:`nbhelpers.faces.dwpose_onnx`. Without full mmcv, ``mmcv-lite`` and the
+``mmcv.ops`` stand-in (:mod:`nbhelpers.faces._mmcv_ops_stub`) suffice: no layer of this model is a compiled
+operator. ``python -m nbhelpers.faces.mmpose_backend --self-check`` builds the model, runs one pass and prints a
+JSON report.
 """
 
 from __future__ import annotations
@@ -50,7 +42,7 @@ INSTALL_HINT = ("mmpose is not importable. Install it with nbhelpers.faces.mim.i
                 "notebooks/00_setup.ipynb), or use the 'dwpose' backend, which gives the same landmarks "
                 "without mmcv")
 
-# The SimCC codec. Source: rtmpose-l_8xb32-270e_coco-ubody-wholebody-384x288.py:44-50 (reference §3.1).
+# The SimCC codec. Source: rtmpose-l_8xb32-270e_coco-ubody-wholebody-384x288.py:44-50.
 _CODEC = dict(
     type="SimCCLabel",
     input_size=codec.INPUT_SIZE,            # (w, h) = 288 x 384 pixels
@@ -61,7 +53,7 @@ _CODEC = dict(
 )
 
 # The test pipeline: the whole image is the person box (no bbox given), padded 1.25, warped to 288x384.
-# Source: rtmpose-...py:164-169, [mmpose] common_transforms.py:51, topdown_transforms.py (reference §3.1).
+# Source: rtmpose-...py:164-169, [mmpose] common_transforms.py:51, topdown_transforms.py.
 _TEST_PIPELINE = [
     dict(type="LoadImage"),
     dict(type="GetBBoxCenterScale", padding=codec.BBOX_PADDING),
@@ -75,7 +67,7 @@ _TEST_PIPELINE = [
 #: SimCC codec above; flip test on. The backbone has no ``_scope_="mmdet"``, so mmpose's own CSPNeXt (the same
 #: layers and parameter names) is used and mmdet's model code is not needed. The train dataloader entry only
 #: carries the COCO-WholeBody metainfo (keypoint names, flip indices) that mmpose reads when the checkpoint has
-#: none. Source: rtmpose-...py:44-100,164-169,210 (reference §3.1).
+#: none. Source: rtmpose-...py:44-100,164-169,210.
 RTMPOSE_L_WHOLEBODY_384X288 = dict(
     default_scope="mmpose",
     model=dict(
@@ -119,15 +111,9 @@ RTMPOSE_L_WHOLEBODY_384X288 = dict(
 
 
 def config_dict(flip_test: bool = True) -> dict:
-    """A fresh copy of :data:`RTMPOSE_L_WHOLEBODY_384X288`.
+    """A deep copy of :data:`RTMPOSE_L_WHOLEBODY_384X288` with ``test_cfg.flip_test`` set (True officially).
 
-    Args:
-        flip_test: The model's ``test_cfg.flip_test`` (True officially).
-
-    Returns:
-        A deep copy (safe to edit).
-
-    Source: rtmpose-l_8xb32-270e_coco-ubody-wholebody-384x288.py:44-100,164-169 (reference §3.1).
+    Source: ``rtmpose-….py:44-100,164-169``.
     """
     cfg = copy.deepcopy(RTMPOSE_L_WHOLEBODY_384X288)
     cfg["model"]["test_cfg"]["flip_test"] = bool(flip_test)
@@ -147,10 +133,7 @@ def mmpose_available() -> Availability:
     """Whether mmpose imports here (installing the ``mmcv.ops`` stand-in first when only mmcv-lite is there).
 
     Returns:
-        :class:`~nbhelpers.faces.dwpose_onnx.Availability`; ``reason`` says what is missing, or, when ok, which
-        mmcv is used (``"mmcv 2.1.0"`` or ``"mmcv-lite 2.1.0 + nbhelpers mmcv.ops stand-in"``).
-
-    Source: none (ours; the official code imports mmpose unconditionally, `preprocessing.py:1-23`).
+        :class:`~nbhelpers.faces.dwpose_onnx.Availability`; ``reason`` says what is missing, or which mmcv is used.
     """
     if importlib.util.find_spec("mmpose") is None:
         return Availability(False, "mmpose is not installed: " + INSTALL_HINT)
@@ -166,15 +149,10 @@ def mmpose_available() -> Availability:
 
 
 def is_available(weights_dir: str | os.PathLike | None = None) -> Availability:
-    """Whether :class:`MMPoseBackend` can be built: mmpose imports and both weight files are present.
+    """Whether :class:`MMPoseBackend` can be built: mmpose imports and both weight files are in ``weights_dir``
+    (default :func:`nbhelpers.weights.default_dir`).
 
-    Args:
-        weights_dir: Folder in the official ``models/`` layout (default: ``nbhelpers.weights.default_dir()``).
-
-    Returns:
-        :class:`~nbhelpers.faces.dwpose_onnx.Availability`.
-
-    Source: `preprocessing.py:17-23` (the two files the official code loads).
+    Source: ``preprocessing.py:17-23``.
     """
     found = mmpose_available()
     if not found:
@@ -190,16 +168,10 @@ def is_available(weights_dir: str | os.PathLike | None = None) -> Availability:
 
 
 def import_mmpose():
-    """Import ``mmpose.apis`` (installing the ``mmcv.ops`` stand-in when only mmcv-lite is present).
-
-    Returns:
-        The ``mmpose.apis`` module.
+    """Import and return ``mmpose.apis``, installing the ``mmcv.ops`` stand-in when only mmcv-lite is present.
 
     Raises:
-        MissingDependencyError: mmpose, mmcv(-lite) or mmengine is missing or does not import; the message says
-            what failed and how to install.
-
-    Source: shared/reference/environment-notes.md (OpenMMLab: the stub ``mmcv.ops`` before importing mmpose).
+        MissingDependencyError: mmpose, mmcv(-lite) or mmengine is missing or does not import.
     """
     if importlib.util.find_spec("mmcv") is None:
         raise MissingDependencyError("mmcv (or mmcv-lite) is not installed. " + INSTALL_HINT)
@@ -235,30 +207,25 @@ def load_checkpoint_state(path: str | os.PathLike, trusted_sha256: str | None = 
                           expected_size: int | None = None, *, allow_pickle: bool = False) -> tuple[dict, dict]:
     """Read an mmpose checkpoint: its state dict and its ``meta`` (empty when absent).
 
-    The file goes through the package's one loading policy, :func:`nbhelpers.models.load_checkpoint`: it is
-    inspected first (a web page, git-lfs pointer or cut-off file is refused by name), read with
-    ``weights_only=True`` when it holds only tensors, and unpickled in full (mmengine checkpoints often pickle
-    numpy arrays or message hubs in ``meta``) only when its sha256 or size matches a verified value. Those values
-    come from the arguments or, for a file in the official layout (``<weights dir>/dwpose/dw-ll_ucoco_384.pth``),
-    from :func:`nbhelpers.weights.expected_facts` (the hub's sha256 and size recorded when
-    ``nbhelpers.weights.download`` fetched it). A file that would need a full unpickle and matches nothing is
-    refused, never loaded with a warning.
+    The file goes through :func:`nbhelpers.models.load_checkpoint`: inspected first, read with
+    ``weights_only=True`` when it holds only tensors, unpickled in full only when its sha256 or size matches a
+    verified value (the arguments, or for ``<weights dir>/dwpose/dw-ll_ucoco_384.pth``
+    :func:`nbhelpers.weights.expected_facts`); otherwise refused.
 
     Args:
         path: The ``.pth`` file.
         trusted_sha256: Hex sha256 that allows a full unpickle (default: the recorded facts of the weights dir).
-        expected_size: Size in bytes that allows a full unpickle when no sha256 is known (default: as above).
+        expected_size: Size in bytes that allows a full unpickle when no sha256 is known.
         allow_pickle: Unpickle in full without checks: only for a file you trust.
 
     Returns:
-        ``(state_dict, meta)``; a leading ``"module."`` on every key (a DataParallel save) is removed.
+        ``(state_dict, meta)``; a leading ``"module."`` on every key is removed.
 
     Raises:
-        WeightsError: The file is missing, is an HTML page / git-lfs pointer / cut off / damaged, holds Python
-            objects and matches no verified sha256 or size, or is not a dict checkpoint.
+        WeightsError: The file is missing or damaged, holds Python objects and matches no verified sha256 or size,
+            or is not a dict checkpoint.
 
-    Source: `preprocessing.py:17-19`, `[mmpose] apis/inference.py:104-111` (checkpoint state dict and meta);
-    failure kinds F11, F12.
+    Source: ``preprocessing.py:17-19``; ``[mmpose] apis/inference.py:104-111``.
     """
     path = Path(path)
     if not path.is_file():
@@ -285,23 +252,20 @@ def build_pose_model(checkpoint: str | os.PathLike | None = None, device: str | 
     """Build the official mmpose RTMPose-l whole-body model, with the checkpoint's weights or random ones.
 
     Args:
-        checkpoint: ``dw-ll_ucoco_384.pth`` (parameter names as reference/checkpoints/
-            dwpose-rtmpose-l-384x288.keys.json). None: random weights (tests, benchmarks).
+        checkpoint: ``dw-ll_ucoco_384.pth``, or None for random weights (tests, benchmarks).
         device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or None (GPU when available).
-        flip_test: ``test_cfg.flip_test`` (True officially).
-        seed: Seed for the random weights (only with ``checkpoint=None``; see :func:`randomize_weights`).
+        flip_test: ``test_cfg.flip_test``.
+        seed: Seed of the random weights (only with ``checkpoint=None``).
 
     Returns:
-        The ``TopdownPoseEstimator`` in eval mode with ``dataset_meta`` set (checkpoint meta first, else the
-        COCO-WholeBody metainfo, as ``init_model``).
+        The ``TopdownPoseEstimator`` in eval mode with ``dataset_meta`` set (the checkpoint's, else COCO-WholeBody).
 
     Raises:
         MissingDependencyError: mmpose does not import.
         WeightsError: The checkpoint is missing or unreadable.
         CheckpointError: Its parameter names or shapes do not match the model.
 
-    Source: `preprocessing.py:17-19` (``init_model(config, checkpoint, device)``), `[mmpose] apis/inference.py:95,
-    104,113-123` (reference §3.1).
+    Source: ``preprocessing.py:17-19``; ``[mmpose] apis/inference.py:95,104,113-123``.
     """
     apis = import_mmpose()
     from mmengine.config import Config
@@ -331,19 +295,15 @@ def build_pose_model(checkpoint: str | os.PathLike | None = None, device: str | 
 
 
 def randomize_weights(model, seed: int | None = None) -> None:
-    """Give every weight matrix and conv kernel He-normal random values (std = sqrt(2 / fan_in)), in place.
+    """Give every weight matrix and conv kernel He-normal values (std sqrt(2 / fan_in)) and biases N(0, 0.02), in place.
 
-    PyTorch's default initialisation lets the signal fade through the 50-odd layers of CSPNeXt + RTMCC, so a
-    freshly built model predicts nearly the same bins for every keypoint and frame; with He-normal weights the
-    random model's keypoints spread over the frame and move with the input, which makes comparisons between
-    backends meaningful. Biases get small normal values (std 0.02) from the same generator, so that one seed
-    fixes every parameter; norm scales and BatchNorm statistics keep their built (constant) values.
+    With PyTorch's default initialisation the signal fades through the 50-odd layers, so a random model predicts the
+    same bins for every keypoint; He-normal keypoints spread over the frame and follow the input. Norm scales and
+    BatchNorm statistics keep their built values.
 
     Args:
         model: A torch module.
         seed: Seed of a private generator (None: torch's global generator).
-
-    Source: none (test and benchmark weights).
     """
     import math
 
@@ -362,23 +322,19 @@ def randomize_weights(model, seed: int | None = None) -> None:
 
 
 def export_onnx(model, path: str | os.PathLike, *, dynamic_batch: bool = True, opset: int = 17) -> Path:
-    """Export an mmpose RTMPose model (backbone + SimCC head, no preprocessing, no flip) to ONNX.
+    """Export an mmpose RTMPose model (backbone + SimCC head, no preprocessing, no flip) to ONNX, atomically.
 
-    The result has the signature of the published ``dw-ll_ucoco_384.onnx``: input ``input`` (N, 3, 384, 288)
-    float32 normalised RGB, outputs ``simcc_x`` (N, 133, 576) and ``simcc_y`` (N, 133, 768), so that the
-    ``dwpose-onnx`` backend runs it. Use it to make the ONNX file from a ``.pth`` you already have, or to test
-    the two backends against each other on random weights.
+    The result has the published ``dw-ll_ucoco_384.onnx``'s signature: ``input`` (N, 3, 384, 288) float32
+    normalised RGB, ``simcc_x`` (N, 133, 576) and ``simcc_y`` (N, 133, 768).
 
     Args:
         model: From :func:`build_pose_model`.
-        path: Output ``.onnx`` file (written to a temporary name, then renamed).
-        dynamic_batch: Dynamic batch axis (True) or fixed batch 1 like the published file (False).
+        path: Output ``.onnx`` file.
+        dynamic_batch: A dynamic batch axis, or a fixed batch 1 like the published file.
         opset: ONNX opset.
 
     Returns:
         ``path``.
-
-    Source: none (ours; DWPose's published ``dw-ll_ucoco_384.onnx`` is such an export of the same model).
     """
     import torch
 
@@ -407,23 +363,22 @@ def export_onnx(model, path: str | os.PathLike, *, dynamic_batch: bool = True, o
 
 
 class MMPoseBackend:
-    """Face box from S3FD + 68 landmarks from the official mmpose DWPose model (``inference_topdown``).
+    """Face box from S3FD and 68 landmarks from the official mmpose DWPose model (``inference_topdown``).
 
     Args:
-        weights_dir: Folder in the official ``models/`` layout with ``dwpose/dw-ll_ucoco_384.pth`` and
-            ``s3fd/s3fd-619a316812.pth`` (default: ``nbhelpers.weights.default_dir()``).
+        weights_dir: The weights dir with ``dwpose/dw-ll_ucoco_384.pth`` and ``s3fd/s3fd-619a316812.pth`` (default
+            :func:`nbhelpers.weights.default_dir`).
         device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or None (GPU when available).
         face_detector: Object with ``detect(frames) -> list[(x1, y1, x2, y2, score) | None]`` instead of S3FD.
-        model: An already built pose model (from :func:`build_pose_model`, e.g. random weights) instead of the
-            checkpoint in ``weights_dir``.
-        flip_test: The official ``test_cfg.flip_test`` (True).
+        model: A pose model from :func:`build_pose_model` instead of the checkpoint in ``weights_dir``.
+        flip_test: The official ``test_cfg.flip_test``.
 
     Raises:
         MissingDependencyError: mmpose (or torch) does not import.
         WeightsError: A weight file is missing or unreadable.
         CheckpointError: The checkpoint does not fit the model.
 
-    Source: `preprocessing.py:15-23,84-111` (reference §3.1-3.2).
+    Source: ``preprocessing.py:15-23,84-111``; docs/official-behaviour.md §3.1-3.2.
     """
 
     name = "mmpose"
@@ -449,9 +404,9 @@ class MMPoseBackend:
             frames_bgr: (N, H, W, 3) uint8 BGR frames.
 
         Returns:
-            ``(keypoints, scores)``: (N, 133, 2) float32 ``(x, y)`` in frame pixels and (N, 133) float32.
+            ``(keypoints, scores)``: (N, 133, 2) float32 ``(x, y)`` frame pixels and (N, 133) float32.
 
-        Source: `preprocessing.py:97-101` (reference §3.1).
+        Source: ``preprocessing.py:97-101``.
         """
         kps = np.zeros((len(frames_bgr), codec.NUM_KEYPOINTS, 2), np.float32)
         scores = np.zeros((len(frames_bgr), codec.NUM_KEYPOINTS), np.float32)
@@ -463,19 +418,13 @@ class MMPoseBackend:
         return kps, scores
 
     def detect(self, frames: np.ndarray) -> list[FaceResult | None]:
-        """Face box and 68 landmarks for each frame (same contract as the dwpose-onnx backend).
-
-        Args:
-            frames: (N, H, W, 3) uint8 BGR frames.
-
-        Returns:
-            N entries: None where the face detector finds no face, else a FaceResult (box from the detector,
-            (68, 2) float32 landmarks in frame pixels = whole-body points 23..90).
+        """Face box and 68 landmarks for each frame, as :meth:`DWPoseOnnxBackend.detect
+        <nbhelpers.faces.dwpose_onnx.DWPoseOnnxBackend.detect>`.
 
         Raises:
             InputError: ``frames`` is not a (N, H, W, 3) uint8 array.
 
-        Source: `preprocessing.py:84-111` (reference §3.1, §3.3 step 1).
+        Source: ``preprocessing.py:84-111``.
         """
         return detect_with_pose(frames, self.face_detector, self.keypoints)
 
@@ -499,18 +448,15 @@ class MMPoseBackend:
 def self_check(weights_dir: str | os.PathLike | None = None, device: str | None = None) -> dict:
     """Build the mmpose model and run one landmark pass on a synthetic 512x512 frame; report versions and times.
 
-    Uses ``weights_dir/dwpose/dw-ll_ucoco_384.pth`` when it exists, else random weights (the check is then
-    about the installation, not the landmarks).
+    Uses ``weights_dir/dwpose/dw-ll_ucoco_384.pth`` when it exists, else random weights.
 
     Args:
         weights_dir: Optional weights folder.
         device: As :class:`MMPoseBackend`.
 
     Returns:
-        A JSON-able dict: ok, reason, versions (mmpose, mmcv, mmcv-lite, mmengine, torch, numpy),
-        weights ("checkpoint" or "random"), build_seconds, pass_seconds, landmarks_shape.
-
-    Source: `preprocessing.py:17-19,97` (``init_model`` then ``inference_topdown`` with no bbox).
+        A JSON-able dict: ok, reason, versions, weights (``"checkpoint"`` or ``"random"``), build_seconds,
+        pass_seconds, landmarks_shape.
     """
     report: dict = {"ok": False, "versions": {d: _version(d) for d in ("mmpose", "mmcv", "mmcv-lite", "mmengine",
                                                                         "mmdet", "torch", "numpy")}}

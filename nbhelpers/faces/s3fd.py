@@ -1,13 +1,9 @@
-"""S3FD face detection with the official weights (``s3fd/s3fd-619a316812.pth``), written from the facts of
-reference §3.2 so that no package downloads anything at construction (the face-alignment package does).
+"""S3FD face detection with the official weights (``s3fd/s3fd-619a316812.pth``), downloading nothing.
 
-Two halves, kept apart so the decoding can be tested on outputs built by hand:
-
-- the network (:class:`S3FDNet`, torch; parameter names and shapes equal
-  ``reference/checkpoints/s3fd.keys.json``) and the loader :class:`S3FD`;
-- the decoding (:func:`decode_detections`, :func:`nms`, :func:`best_box`), pure numpy.
-
-Importing this module imports numpy only; torch is imported when the network is first built.
+The network (:class:`S3FDNet`, torch, built on first use; its parameter names and shapes are the checkpoint's)
+and the loader :class:`S3FD` are kept apart from the decoding (:func:`decode_detections`, :func:`nms`,
+:func:`best_box`, numpy only), so the decoding can be tested on outputs built by hand. Importing this module
+imports numpy only.
 """
 
 from __future__ import annotations
@@ -46,7 +42,7 @@ __all__ = [
 
 
 class Detection(NamedTuple):
-    """One S3FD face: the box as the official returns it (ints, clipped to >= 0) and its score."""
+    """One S3FD face: the box as the official returns it (ints, clipped to >= 0, full-frame pixels) and its score."""
 
     x1: int
     y1: int
@@ -55,21 +51,10 @@ class Detection(NamedTuple):
     score: float
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Decoding (numpy only)
-# ---------------------------------------------------------------------------------------------------------------
-
 def softmax(logits: np.ndarray, axis: int = 1) -> np.ndarray:
-    """Numerically stable softmax.
+    """Numerically stable float64 softmax of ``logits`` along ``axis`` (1 for the (B, 2, H, W) conf maps).
 
-    Args:
-        logits: Array of any shape, float.
-        axis: Axis of the classes (1 for the (B, 2, H, W) conf maps).
-
-    Returns:
-        float64 array of the same shape whose values along ``axis`` sum to 1.
-
-    Source: the official applies torch's softmax on dim 1 of each conf map (detect.py:67-70, reference §3.2).
+    Source: ``detect.py:67-70``.
     """
     x = np.asarray(logits, dtype=np.float64)
     x = x - x.max(axis=axis, keepdims=True)
@@ -78,20 +63,20 @@ def softmax(logits: np.ndarray, axis: int = 1) -> np.ndarray:
 
 
 def nms(dets: np.ndarray, threshold: float = NMS_THRESHOLD) -> np.ndarray:
-    """Greedy non-maximum suppression with the "+1" pixel-area convention of the official detector.
+    """Greedy non-maximum suppression with the official "+1" pixel-area convention.
 
-    Boxes are visited from the highest score down; each kept box removes the remaining boxes whose overlap
-    ``inter / (area_i + area_j - inter)`` is above ``threshold``, where widths and heights are ``x2 - x1 + 1``
-    (inclusive pixel counts) and the intersection sides are ``max(0, min(x2) - max(x1) + 1)``.
+    Boxes are visited from the highest score down; a kept box removes the others whose overlap
+    ``inter / (area_i + area_j - inter)`` exceeds ``threshold``, with sides ``x2 - x1 + 1`` and intersection sides
+    ``max(0, min(x2) - max(x1) + 1)``.
 
     Args:
-        dets: (K, 5) float ``(x1, y1, x2, y2, score)`` in pixels.
-        threshold: Overlap above which a box is suppressed (kept when ``<= threshold``).
+        dets: (K, 5) float ``(x1, y1, x2, y2, score)``, pixels.
+        threshold: Overlap above which a box is suppressed.
 
     Returns:
         (M,) int64 indices into ``dets`` of the kept boxes, highest score first.
 
-    Source: face_detection/detection/sfd/bbox.py:44-64 (reference §3.2).
+    Source: ``bbox.py:44-64``.
     """
     dets = np.asarray(dets, dtype=np.float64)
     if dets.size == 0:
@@ -138,31 +123,26 @@ def decode_detections(olist: list[Any], *, apply_softmax: bool = True, candidate
                       nms_threshold: float = NMS_THRESHOLD, min_score: float = MIN_SCORE) -> list[np.ndarray]:
     """Turn the 12 S3FD head outputs into face boxes, per image.
 
-    For each head ``i`` (stride ``s = 4 * 2**i``: 4, 8, ..., 128) and each cell ``(r, c)`` whose face
-    probability is above ``candidate_score``: the anchor is the square of side ``4 s`` centred at
-    ``(s/2 + c s, s/2 + r s)``; the regression ``(dx, dy, dw, dh)`` decodes with variances (0.1, 0.2) to centre
-    ``anchor_centre + d * 0.1 * 4s`` and size ``4s * exp(d * 0.2)``. The candidates of all heads go through
-    :func:`nms` (0.3), and boxes with score <= ``min_score`` are dropped.
+    Head ``i`` has stride ``s = 4 * 2**i``; a cell ``(r, c)`` whose face probability exceeds ``candidate_score`` has
+    the square anchor of side ``4s`` centred at ``(s/2 + c s, s/2 + r s)``, and its regression decodes with
+    variances (0.1, 0.2) to centre ``anchor + d * 0.1 * 4s`` and size ``4s * exp(d * 0.2)``. All heads' candidates go
+    through :func:`nms`, then boxes with score <= ``min_score`` are dropped.
 
     Args:
-        olist: 12 arrays ``[conf_0, loc_0, conf_1, loc_1, ..., conf_5, loc_5]`` as :class:`S3FDNet` returns them
-            (numpy or torch): ``conf_i`` (B, 2, H_i, W_i) float, channel 1 = face (the first head already
-            max-outs its 3 background channels into channel 0); ``loc_i`` (B, 4, H_i, W_i) float.
-        apply_softmax: True when ``conf_i`` are logits (the network output); False when they are already
-            probabilities.
-        candidate_score: Face probability a cell must exceed to be decoded (official 0.05).
-        nms_threshold: NMS overlap threshold (official 0.3).
-        min_score: Boxes with score <= this are dropped after NMS (official 0.5).
+        olist: ``[conf_0, loc_0, ..., conf_5, loc_5]`` as :class:`S3FDNet` returns them (numpy or torch): ``conf_i``
+            (B, 2, H_i, W_i) float, channel 1 = face; ``loc_i`` (B, 4, H_i, W_i) float.
+        apply_softmax: True when ``conf_i`` are logits; False when they are probabilities.
+        candidate_score: Face probability a cell must exceed to be decoded.
+        nms_threshold: NMS overlap threshold.
+        min_score: Boxes with score <= this are dropped after NMS.
 
     Returns:
-        A list of B float64 arrays (K_b, 5) ``(x1, y1, x2, y2, score)`` in pixels of the network input,
-        highest score first; (0, 5) when nothing is found.
+        B float64 arrays (K_b, 5) ``(x1, y1, x2, y2, score)`` in network-input pixels, highest score first.
 
     Raises:
         InputError: Not 12 arrays, or shapes that do not pair up.
 
-    Source: face_detection/detection/sfd/detect.py:59-91, bbox.py:44-64,111-129, sfd_detector.py:41-47;
-    net_s3fd.py:124-127 (reference §3.2).
+    Source: ``detect.py:59-91``, ``bbox.py:44-64,111-129``, ``sfd_detector.py:41-47``, ``net_s3fd.py:124-127``.
     """
     if len(olist) != 2 * len(STRIDES):
         raise InputError(f"olist must hold 12 arrays (conf and loc for 6 heads); got {len(olist)}.")
@@ -184,15 +164,10 @@ def decode_detections(olist: list[Any], *, apply_softmax: bool = True, candidate
 
 
 def best_box(dets: np.ndarray) -> tuple[int, int, int, int] | None:
-    """The official per-frame result: the highest-score box clipped to >= 0 and int-truncated, or None.
+    """The official per-frame result: the highest-score box of (K, 5) ``dets``, clipped to >= 0 and int-truncated, or
+    None when ``dets`` is empty.
 
-    Args:
-        dets: (K, 5) ``(x1, y1, x2, y2, score)`` from :func:`decode_detections`.
-
-    Returns:
-        ``(x1, y1, x2, y2)`` Python ints, or None when ``dets`` is empty.
-
-    Source: face_detection/api.py:76-84 (reference §3.2).
+    Source: ``api.py:76-84``.
     """
     dets = np.asarray(dets)
     if dets.shape[0] == 0:
@@ -201,10 +176,6 @@ def best_box(dets: np.ndarray) -> tuple[int, int, int, int] | None:
     x1, y1, x2, y2 = (int(max(0.0, float(v))) for v in top[:4])
     return x1, y1, x2, y2
 
-
-# ---------------------------------------------------------------------------------------------------------------
-# Network (torch, built on first use)
-# ---------------------------------------------------------------------------------------------------------------
 
 _CLASSES: dict[str, Any] = {}
 
@@ -224,11 +195,7 @@ def _build_classes() -> dict[str, Any]:
         raise MissingDependencyError(f"S3FD needs torch ({exc}). Install it with:\n    {INSTALL_TORCH}") from exc
 
     class L2Norm(nn.Module):
-        """Scale each feature vector to unit L2 norm over channels, times a learned per-channel weight.
-
-        ``y = x / (||x||_2 + 1e-10) * weight``. Computed in float32 even for fp16 inputs (1e-10 underflows in
-        fp16, and an all-zero ReLU output would give 0/0).
-        """
+        """``y = x / (||x||_2 + 1e-10) * weight`` over channels, in float32 for any input (1e-10 underflows in fp16)."""
 
         def __init__(self, channels: int, scale: float):
             super().__init__()
@@ -240,15 +207,14 @@ def _build_classes() -> dict[str, Any]:
             return (xf / norm * self.weight.float().view(1, -1, 1, 1)).to(x.dtype)
 
     class S3FDNet(nn.Module):
-        """The S3FD network: VGG16 conv1_1..conv5_3, fc6/fc7 as convolutions, conv6/conv7 extra layers, L2Norm on
-        conv3_3/conv4_3/conv5_3 (scales 10, 8, 5) and six conf/loc heads at strides 4..128.
+        """The S3FD network: VGG16 conv1_1..conv5_3, fc6/fc7 as convolutions, conv6/conv7, L2Norm on conv3_3/4_3/5_3
+        (scales 10, 8, 5) and six conf/loc heads at strides 4..128.
 
-        ``forward(x)`` takes (B, 3, H, W) float: RGB values minus :data:`MEAN`, 0..255 scale. It returns the 12
-        maps ``[conf_0, loc_0, ..., conf_5, loc_5]``: ``conf_i`` (B, 2, H_i, W_i) logits (head 0 max-outs its 3
-        background channels into one, "max-out background label"), ``loc_i`` (B, 4, H_i, W_i).
-        Spatial sizes: H/4, H/8, H/16, then H/32 + 4 (fc6 pads 3 with a 3x3 kernel), and two stride-2 steps.
+        ``forward(x)`` takes (B, 3, H, W) float RGB minus :data:`MEAN`, 0..255 scale, and returns
+        ``[conf_0, loc_0, ..., conf_5, loc_5]``: (B, 2, H_i, W_i) logits (head 0 max-outs its 3 background channels)
+        and (B, 4, H_i, W_i) offsets.
 
-        Source: face_detection/detection/sfd/net_s3fd.py (reference §3.2; names = checkpoints/s3fd.keys.json).
+        Source: ``net_s3fd.py``.
         """
 
         def __init__(self):
@@ -318,13 +284,8 @@ def _resolve_dtype(torch: Any, dtype: Any, device: Any = None) -> Any:
 
 
 def load_state_dict(path: str | os.PathLike) -> dict[str, Any]:
-    """Read an S3FD checkpoint with ``torch.load(weights_only=True)`` on the CPU, with clear errors.
-
-    Args:
-        path: The ``.pth`` file (a plain state dict; a ``{"state_dict": ...}`` wrapper is unwrapped).
-
-    Returns:
-        The state dict (parameter name -> CPU tensor).
+    """Read an S3FD checkpoint (a plain state dict, or wrapped in ``"state_dict"``) on the CPU with
+    ``torch.load(weights_only=True)``.
 
     Raises:
         WeightsError: Missing, empty or unreadable file (an HTML page, a git-lfs pointer, a cut download).
@@ -353,23 +314,21 @@ class S3FD:
     """The S3FD face detector with the official weights, on one device.
 
     Args:
-        weights_path: Path of ``s3fd-619a316812.pth`` (a plain state dict, loaded strictly).
+        weights_path: Path of ``s3fd-619a316812.pth``, loaded strictly.
         device: ``"cuda"``, ``"cuda:1"``, ``"cpu"``...; None picks CUDA when available.
-        dtype: torch dtype (or ``"float16"``/``"float32"``), ``"auto"`` (float16 on CUDA, float32 elsewhere), or
-            None = float32. The L2Norm layers always run in float32. A half dtype on the CPU falls back to float32
-            with a :class:`~nbhelpers.errors.FallbackWarning` (slow or unsupported there). On CUDA in float16, a
-            batch whose outputs are not finite (an activation past the fp16 range) is run again in float32 with a
-            warning, so fp16 never returns fewer faces for that reason.
-        max_side: Default for :meth:`detect`: None (official: full resolution) or the longest side, in pixels, to
-            which larger frames are downscaled before detection (boxes are scaled back).
-        batch_size: Frames per network call; 1 is the official behaviour. Halved on CUDA out-of-memory.
+        dtype: A torch dtype or its name, ``"auto"`` (float16 on CUDA, float32 elsewhere), or None (float32). A half
+            dtype on the CPU falls back to float32 with a warning; a half batch whose outputs are not finite runs
+            again in float32, with a warning.
+        max_side: Default for :meth:`detect`: None (full resolution, official) or the longest side, pixels, to which
+            larger frames are downscaled before detection.
+        batch_size: Frames per network call (official: 1); halved on CUDA out-of-memory.
 
     Raises:
         WeightsError: The file is missing or unreadable.
-        CheckpointError: The state dict's names or shapes differ from the S3FD architecture.
+        CheckpointError: The state dict's names or shapes differ from the architecture.
         MissingDependencyError: torch is not installed.
 
-    Source: face_detection/api.py:46-84, detection/sfd/sfd_detector.py, detect.py:59-91 (reference §3.2).
+    Source: ``api.py:46-84``, ``sfd_detector.py``, ``detect.py:59-91``; docs/official-behaviour.md §3.2.
     """
 
     name = "s3fd"
@@ -407,10 +366,10 @@ class S3FD:
         """All faces S3FD keeps in each frame (after NMS and the 0.5 score cut), in full-frame pixels.
 
         Args:
-            frames: (N, H, W, 3) or (H, W, 3) uint8 BGR: a numpy array, or a torch tensor on any device (frames
-                already on the detector's GPU are not copied to the host; only the head outputs come back).
-            max_side: None for full resolution (official), an int to downscale frames whose longest side is
-                larger (bilinear with antialiasing, boxes scaled back), or ``"default"`` for the constructor's.
+            frames: (N, H, W, 3) or (H, W, 3) uint8 BGR, numpy or a torch tensor on any device (frames on the
+                detector's GPU stay there).
+            max_side: None for full resolution, an int to downscale larger frames (bilinear, antialiased; boxes scaled
+                back), or ``"default"`` for the constructor's.
 
         Returns:
             N float64 arrays (K, 5) ``(x1, y1, x2, y2, score)``, highest score first.
@@ -481,20 +440,19 @@ class S3FD:
         return [o.float() for o in self._net32(x.float())]
 
     def detect(self, frames: np.ndarray, max_side: int | None | str = "default") -> list[Detection | None]:
-        """The official per-frame face box: highest score, clipped to >= 0, int-truncated; None for no face.
+        """The official per-frame face box: highest score, clipped to >= 0, int-truncated.
 
         Args:
             frames: (N, H, W, 3) or (H, W, 3) uint8 BGR.
             max_side: As in :meth:`detections`.
 
         Returns:
-            N entries: a :class:`Detection` ``(x1, y1, x2, y2, score)`` (Python ints in full-frame pixels, and the
-            score in (0.5, 1], which the official code drops) or None when no face is found.
+            N entries: a :class:`Detection` (ints in full-frame pixels, score in (0.5, 1]) or None for no face.
 
         Raises:
             InputError: frames not uint8 (N, H, W, 3).
 
-        Source: face_detection/api.py:72-84 (reference §3.2).
+        Source: ``api.py:72-84``.
         """
         out: list[Detection | None] = []
         for dets in self.detections(frames, max_side):

@@ -1,7 +1,7 @@
-"""``track``: run a landmark backend over a clip (streamed in batches) and turn every frame into a crop box.
+"""``track``: run a landmark backend over a clip, streamed in batches, and turn every frame into a crop box.
 
-Frames with no face are kept, marked and counted, never dropped (failure kind F2); a clip with no face at all
-raises :class:`~nbhelpers.errors.NoFaceError` (F1). The pipeline runs this first, before any heavy model loads.
+Frames with no face are kept, marked and counted, never dropped; a clip with no face at all raises
+:class:`~nbhelpers.errors.NoFaceError`.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ DEFAULT_BATCH_FRAMES = 8  # frames decoded and handed to the backend at a time
 
 
 class FaceSizeWarning(NbHelpersWarning):
-    """The face is much larger than the 256-px crop, so the repainted mouth is upscaled a lot (F15)."""
+    """The face is much larger than the 256-px crop, so the repainted mouth is upscaled a lot."""
 
 
 @dataclass
@@ -45,21 +45,22 @@ class FaceTrack:
     """Per-frame face boxes, landmarks and crop boxes of one clip, with no frame dropped.
 
     Attributes:
-        crop_boxes: (N, 4) int32 ``(x1, y1, x2, y2)`` full-frame pixels, the final crop box of each frame (after
-            :func:`~nbhelpers.faces.crop_box`, v15's extra_margin already included, clamped, smoothed if asked);
-            rows of -1 for frames with no face. Crop ``frame[y1:y2, x1:x2]``; do not add extra_margin again.
-        face_boxes: (N, 4) float64 detector boxes in pixels (the user's boxes in boxes mode), NaN rows for no face.
-        landmarks: (N, 68, 2) float32 ``(x, y)`` pixels, iBUG 300-W order; NaN for frames with no face and in
-            boxes mode.
+        crop_boxes: (N, 4) int32 ``(x1, y1, x2, y2)`` full-frame pixels, the final crop box of each frame (v15's
+            extra_margin included, clamped, smoothed if asked); -1 rows for frames with no face.
+        face_boxes: (N, 4) float64 detector boxes, pixels (the user's boxes in boxes mode); NaN rows for no face.
+        landmarks: (N, 68, 2) float32 ``(x, y)`` pixels, iBUG 300-W order; NaN for no face and in boxes mode.
         has_face: (N,) bool.
         frame_shape: ``(H, W)`` of the frames, pixels.
-        backend: Backend name (``"dlib"``, ``"dwpose-onnx"``, ``"mmpose"``, ``"boxes"`` for user boxes...).
+        backend: Backend name (``"dlib"``, ``"dwpose"``, ..., ``"boxes"`` for user boxes).
         backend_reason: Why that backend was used.
-        bbox_shift_range: The official adjustable ``bbox_shift`` range (None in boxes mode); see
-            :class:`~nbhelpers.faces.BBoxShiftRange` for what its labels mean.
+        bbox_shift_range: The official adjustable ``bbox_shift`` range (None in boxes mode).
         scores: (N,) float32 detector scores (NaN when none).
-        used_face_box: (N,) bool, frames whose crop box came from the detector box instead of the landmarks.
-        version: ``"v15"`` or ``"v1"``; bbox_shift, extra_margin (pixels) and smooth_boxes (frames) as used.
+        used_face_box: (N,) bool, frames whose crop box came from the detector box.
+        version: ``"v15"`` or ``"v1"``.
+        bbox_shift: As used, pixels.
+        extra_margin: As used, pixels (0 for v1).
+        smooth_boxes: As used, frames.
+        notes: Remarks for the summary (a very large face).
     """
 
     crop_boxes: np.ndarray
@@ -97,14 +98,7 @@ class FaceTrack:
         return self.n_frames
 
     def box(self, index: int) -> tuple[int, int, int, int] | None:
-        """The crop box of one frame.
-
-        Args:
-            index: Frame index, 0 <= index < N.
-
-        Returns:
-            ``(x1, y1, x2, y2)`` Python ints in pixels, or None when the frame has no face.
-        """
+        """The crop box ``(x1, y1, x2, y2)`` of frame ``index`` as Python ints, or None when it has no face."""
         if not self.has_face[index]:
             return None
         x1, y1, x2, y2 = (int(v) for v in self.crop_boxes[index])
@@ -170,11 +164,9 @@ def _check_frame(frame: Any, index: int, shape: tuple[int, int] | None) -> np.nd
 
 def _batches(frames: Any, batch_size: int, stack: ExitStack, exact: bool = False
              ) -> tuple[Iterator[np.ndarray], int | None]:
-    """Batches (b, H, W, 3) uint8 of the frames, validated, and the frame count when it is known up front.
-
-    For a video reader the count is its duration x fps (for the progress bar) unless ``exact``: then the
-    reader's exact :attr:`~nbhelpers.media.VideoReader.frame_count` (one fast counting decode), what per-frame
-    boxes are checked against."""
+    """Validated (b, H, W, 3) uint8 batches of ``frames`` and the frame count when known up front: for a video
+    reader its duration x fps, or with ``exact`` its exact ``frame_count`` (one counting decode).
+    """
     if isinstance(frames, (str, os.PathLike)):
         reader = media.load_video(frames)
         if hasattr(reader, "__exit__"):
@@ -249,48 +241,34 @@ def track(frames: Any, backend: str | LandmarkBackend = "auto", config: Inferenc
           batch_size: int = DEFAULT_BATCH_FRAMES, device: str | None = None) -> FaceTrack:
     """Find the face, its 68 landmarks and the crop box in every frame of a clip.
 
-    Frames are read and processed ``batch_size`` at a time, so a long video never sits in memory whole. Frames
-    with no face are kept and marked (``has_face`` False, crop box row -1) and counted; nothing is dropped or
-    re-indexed (the official code lets latents and frames drift apart after such a frame, quirks Q6/Q7).
-
-    With ``boxes`` given, no detector runs at all: the boxes are the crop boxes, used as given (no extra_margin
-    added, since you drew the region to crop). The crop's lower half (rows at or below its midline) is what
-    MuseTalk repaints, so put the midline just under the nose. This serves hard shots, several people in view,
-    and machines with no detector.
-
-    Temporal smoothing (``config.smooth_boxes`` frames, 0 = off as in the official code) averages each crop-box
-    coordinate over a centred window, within runs of consecutive frames with a face only.
+    Frames are read ``batch_size`` at a time. Frames with no face are kept and marked (``has_face`` False, crop box
+    -1), never re-indexed (the official drifts after such a frame, #q6, #q7). With ``boxes`` no detector runs: the
+    boxes are the crop boxes, used as given (no extra_margin); MuseTalk repaints the crop's lower half, so put the
+    midline just under the nose. ``config.smooth_boxes`` (frames, 0 = off as officially) averages each coordinate
+    over a centred window within runs of face frames.
 
     Args:
-        frames: (N, H, W, 3) uint8 BGR array, a single (H, W, 3) frame, an iterable of (H, W, 3) uint8 BGR frames
-            (e.g. a :class:`nbhelpers.media.VideoReader`), or a video/photo path (opened with
-            ``nbhelpers.media.load_video`` at 25 fps).
-        backend: ``"auto"``, a backend name (``"dlib"``, ``"dwpose-onnx"``, ``"mmpose"``) or a backend object. A
-            backend made here is closed (models released) at the end; an object you pass stays open.
-            ``"auto"`` defers to ``config.landmark_backend`` when that is not ``"auto"``.
+        frames: (N, H, W, 3) uint8 BGR array, one (H, W, 3) frame, an iterable of them (e.g. a
+            :class:`nbhelpers.media.VideoReader`), or a video/photo path (read at 25 fps).
+        backend: ``"auto"``, a backend name or a backend object; one made here is closed at the end. ``"auto"``
+            defers to ``config.landmark_backend``.
         config: Inference settings (version, bbox_shift, extra_margin, smooth_boxes, device); None = defaults.
-        boxes: None (detect); one ``(x1, y1, x2, y2)`` for the whole clip, bare or as a list holding just that
-            box; or per frame, exactly one entry for each of the N frames: an (N, 4) array (rows of -1 or NaN =
-            no face) or a list of 4-tuples and None. Full-frame pixels. Per-frame boxes over a video are checked
-            against its exact frame count (one fast counting decode) before any frame is tracked.
-        weights_dir: Weights dir for the detector backends; None = ``nbhelpers.weights.default_dir()``.
+        boxes: None (detect); one ``(x1, y1, x2, y2)`` for the whole clip; or one entry per frame, an (N, 4) array
+            (-1 or NaN rows: no face) or N boxes and None, checked against a video's exact frame count first.
+        weights_dir: Weights dir for the detector backends; None = :func:`nbhelpers.weights.default_dir`.
         batch_size: Frames handed to the backend at a time (halved on CUDA out-of-memory).
-        device: Device of the backend's models; None = ``config.device`` (then the backend's choice).
-
-    Returns:
-        A :class:`FaceTrack` (shows a summary when displayed).
+        device: Device of the backend's models; None = ``config.device``.
 
     Raises:
-        InputError: Bad frames (not uint8 BGR, mixed sizes, empty), bad boxes (outside the frame, too small,
-            wrong count), a bad batch_size, or ``landmark_backend="boxes"`` without boxes.
-        NoFaceError: No frame has a face ("no face found in any of the N frames ...").
+        InputError: Bad frames (not uint8 BGR, mixed sizes, empty), bad boxes (outside the frame, too small, wrong
+            count), a bad batch_size, or ``landmark_backend="boxes"`` without boxes.
+        NoFaceError: No frame has a face.
         MissingDependencyError: The chosen backend's packages are missing.
 
     Warns:
-        FaceSizeWarning: The median crop box is more than 3x the 256-px crop (the mouth is downscaled a lot).
+        FaceSizeWarning: The median crop box is more than 3x the 256-px crop.
 
-    Source: musetalk/utils/preprocessing.py:84-137 (get_landmark_and_bbox); scripts/inference.py:150-181
-    (reference §3, quirks Q6, Q7, Q15-Q17).
+    Source: ``preprocessing.py:84-137``; ``inference.py:150-181``; docs/official-behaviour.md §3.
     """
     with FaceTracker(backend, config, boxes=boxes, weights_dir=weights_dir, batch_size=batch_size,
                      device=device) as tracker, ExitStack() as stack:
@@ -305,17 +283,15 @@ def track(frames: Any, backend: str | LandmarkBackend = "auto", config: Inferenc
 
 
 def is_single_box(boxes: Any) -> bool:
-    """Whether ``boxes`` is one ``(x1, y1, x2, y2)`` for the whole clip, bare or as a list holding just that box
-    (:func:`~nbhelpers.faces.boxes.single_box`); else None or one entry per frame."""
+    """Whether ``boxes`` is one ``(x1, y1, x2, y2)`` for the whole clip (:func:`~nbhelpers.faces.boxes.single_box`)."""
     return single_box(boxes) is not None
 
 
 class FaceTracker:
     """:func:`track` one batch of frames at a time: crop boxes come out as the frames go in.
 
-    The offline job streams a clip through detection, encoding and generation in pieces with this; :func:`track`
-    is this over a whole clip. With ``config.smooth_boxes`` > 1 the crop boxes :meth:`add` returns are the
-    unsmoothed ones; :meth:`finish` smooths them (a caller streaming a clip must then wait for it).
+    The offline job streams a clip through detection, encoding and generation with this. With
+    ``config.smooth_boxes`` > 1, :meth:`add` returns unsmoothed boxes and :meth:`finish` smooths them.
 
     Args:
         backend, config, boxes, weights_dir, batch_size, device: As :func:`track`.
@@ -365,12 +341,11 @@ class FaceTracker:
 
         Args:
             frames: (b, H, W, 3) uint8 BGR, the frames following those already added.
-            frames_device: Optional: the same frames as a uint8 tensor on the GPU, handed to a backend that
-                ``accepts_frames_device`` (see :class:`~nbhelpers.faces.base.LandmarkBackend`); ignored otherwise.
+            frames_device: The same frames as a uint8 tensor on the GPU, for a backend that ``accepts_frames_device``;
+                ignored otherwise.
 
         Returns:
-            ``(crop_boxes, has_face)`` of these frames: (b, 4) int32 (rows of -1 without a face; unsmoothed) and
-            (b,) bool.
+            ``(crop_boxes, has_face)``: (b, 4) int32 unsmoothed (-1 rows without a face) and (b,) bool.
 
         Raises:
             InputError: Bad frames or boxes (see :func:`track`).
@@ -432,15 +407,11 @@ class FaceTracker:
         return crop.copy(), np.array([r is not None for r in found_all], dtype=bool)
 
     def finish(self) -> FaceTrack:
-        """The :class:`FaceTrack` of every frame added (smoothed when the settings ask), and release a backend made
-        here.
+        """The :class:`FaceTrack` of every frame added (smoothed when asked); releases a backend made here.
 
         Raises:
             InputError: No frame was added, or per-frame ``boxes`` do not match the frame count.
             NoFaceError: No frame has a face.
-
-        Warns:
-            FaceSizeWarning: As :func:`track`.
         """
         config, n, frame_shape = self.config, self.n_frames, self.frame_shape
         self.close()
