@@ -1,5 +1,4 @@
-"""Fixed numbers of MuseTalk, with units. Sources are the lines of the official repository (commit 0a89dec)
-cited in shared/reference/musetalk-pipeline.md."""
+"""Fixed numbers of MuseTalk, with units and the official file:line (docs/official-behaviour.md §14)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """HTML for objects that show themselves in a notebook: a video, image or table as a string of HTML.
 
-Both :mod:`nbhelpers.result` (a clip shows its video) and :mod:`nbhelpers.ui` use it. Videos are embedded as
-``<video controls>`` with a base64 data URL up to ``max_embed_mb``; larger files show their first frame and a
-download hint, which works in Colab (no file server) and in Jupyter. Nothing here imports IPython.
+Videos are embedded as ``<video controls>`` with a base64 data URL up to ``max_embed_mb``; larger files show their
+first frame and a download hint. Nothing here imports IPython.
 """
 
 from __future__ import annotations
@@ -56,14 +55,7 @@ def media_path(media: Any) -> Path:
 
 
 def first_frame_png(path: str | os.PathLike, width: int = PREVIEW_WIDTH) -> bytes:
-    """The first frame of a video (or an image) as PNG bytes, at most ``width`` pixels wide.
-
-    Args:
-        path: Any file ffmpeg reads.
-        width: Maximum width in pixels (aspect ratio kept; never enlarged).
-
-    Returns:
-        PNG file bytes.
+    """PNG bytes of the first frame of a video (or an image), at most ``width`` pixels wide (never enlarged).
 
     Raises:
         MediaError: ffmpeg could not read a frame.
@@ -79,13 +71,14 @@ def first_frame_png(path: str | os.PathLike, width: int = PREVIEW_WIDTH) -> byte
 
 @dataclass(frozen=True)
 class MediaView:
-    """A video or image shown inline. Embedded when small, else a first-frame preview and a download hint.
+    """A video or image shown inline: embedded when small, else a first-frame preview and a download hint.
 
     Attributes:
         path: The file.
         embedded: True when the file itself is embedded (data URL).
-        size_mb: File size in MB (10**6 bytes).
+        size_mb: File size, MB (10**6 bytes).
         title: Caption shown above it.
+        width: Display width, pixels.
     """
 
     path: Path
@@ -131,17 +124,13 @@ class MediaView:
 
 
 def show_video(path: Any, max_embed_mb: float = 10, *, title: str = "", width: int = PREVIEW_WIDTH) -> MediaView:
-    """Show a video (or image) inline in Colab and Jupyter.
+    """Show a video (or image) inline in Colab and Jupyter: a :class:`MediaView`.
 
     Args:
-        path: A video/image path, or a result with an ``output`` path (e.g. :class:`LipsyncResult`).
-        max_embed_mb: Largest file embedded as a base64 ``<video controls>`` (MB, 10**6 bytes); larger files show
-            the first frame and how to download the file.
+        path: A video/image path, or a result with an ``output`` path.
+        max_embed_mb: Largest file embedded, MB (10**6 bytes); larger files show the first frame and a download hint.
         title: Caption above the player.
-        width: Display width in pixels.
-
-    Returns:
-        A :class:`MediaView` (renders when it is the last value of a cell).
+        width: Display width, pixels.
 
     Raises:
         InputError: The file does not exist.

@@ -1,7 +1,6 @@
-"""Exception classes. Every error the package raises on purpose derives from :class:`NbHelpersError`.
+"""Exception and warning classes. Every error the package raises on purpose derives from :class:`NbHelpersError`.
 
-Messages follow one rule (STYLE.md §7): name the parameter or file, show the value received, state the rule,
-and give the next step (which notebook to run, which file is missing, which install command).
+A message names the parameter or file, shows the value received, states the rule and gives the next step.
 """
 
 from __future__ import annotations
@@ -22,12 +21,12 @@ class MediaError(NbHelpersError):
 
 
 class FFmpegError(MediaError):
-    """ffmpeg exited with an error. ``stderr_tail`` holds the last lines it printed.
+    """ffmpeg exited with an error; the message ends with what it printed.
 
     Attributes:
-        args_list: The argument list that was run (no shell involved).
+        args_list: The argument list that was run.
         returncode: ffmpeg's exit status.
-        stderr_tail: The last ~40 lines of ffmpeg's standard error.
+        stderr_tail: The last lines of ffmpeg's standard error.
     """
 
     def __init__(self, message: str, args_list: list[str] | None = None, returncode: int | None = None,
@@ -45,10 +44,9 @@ class FFmpegError(MediaError):
 
 
 def _stop_signal_note(returncode: int | None) -> str:
-    """What an ffmpeg exit status says about a signal: a negative one is the signal that ended it (Python's
-    ``Popen.returncode``), 255 is what ffmpeg returns after it caught SIGINT or SIGTERM and stopped
-    (fftools/ffmpeg.c: ``received_nb_signals ? 255 : ...``). Its own last lines then often blame an input it was
-    opening when the signal came, while the files are fine."""
+    """What an ffmpeg exit status says about a signal: negative is the signal that ended it, 255 is ffmpeg's status
+    after it caught SIGINT or SIGTERM (``fftools/ffmpeg.c``); its last lines may then blame an input file that is fine.
+    """
     import signal
 
     if returncode is None or not (returncode < 0 or returncode == 255):
@@ -78,7 +76,7 @@ class MissingDependencyError(NbHelpersError, ImportError):
 
 
 class NoFaceError(InputError):
-    """No face was found in any frame (F1 of the failure kinds). Raised before any heavy model loads."""
+    """No face was found in any frame. Raised before any heavy model loads."""
 
 
 class CacheError(NbHelpersError):
@@ -86,8 +84,7 @@ class CacheError(NbHelpersError):
 
 
 class DiskSpaceError(NbHelpersError, OSError):
-    """Not enough free disk for what a job must write (checked before it starts), or the disk filled up while it ran.
-    The message gives what is needed, what is free and where; nothing half-written is left behind."""
+    """Not enough free disk for what a job must write, before or while it runs; nothing half-written is left."""
 
 
 class OutOfMemoryError(NbHelpersError):
@@ -95,18 +92,7 @@ class OutOfMemoryError(NbHelpersError):
 
 
 def require(module: str, install: str):
-    """Import an optional dependency or raise :class:`MissingDependencyError` with the install line.
-
-    Args:
-        module: Dotted module name, e.g. ``"onnxruntime"``.
-        install: The pip line that provides it, e.g. ``"pip install onnxruntime"``.
-
-    Returns:
-        The imported module.
-
-    Raises:
-        MissingDependencyError: When the import fails; the message names ``install``.
-    """
+    """Import an optional dependency, or raise :class:`MissingDependencyError` naming the pip line ``install``."""
     import importlib
 
     try:
@@ -118,27 +104,26 @@ def require(module: str, install: str):
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM arrived (a timeout, ``docker stop``, systemd, a scheduler) and the command line turned it into an
-    exception in the main thread, so that ``with`` blocks remove partial outputs as on Ctrl-C.
+    """SIGTERM made an exception in the main thread by the command line, so ``with`` blocks clean up as on Ctrl-C.
 
-    It is a kind of KeyboardInterrupt because code that waits in C takes only that from a signal handler: Ray's
-    ``ray.wait`` turns it into a plain KeyboardInterrupt of its own (any other exception raised by the handler
-    there becomes a SystemError). :attr:`pending` is set by the handler, so that the stop is still known to be a
-    SIGTERM after such a wait re-raised it as Ctrl-C.
+    A KeyboardInterrupt, because code waiting in C (Ray's ``ray.wait``) takes only that from a signal handler;
+    :attr:`pending` records that the stop was a SIGTERM even after such a wait re-raised it as Ctrl-C.
     """
 
     pending = False
 
 
 class NbHelpersWarning(UserWarning):
-    """Base class of the warnings nbhelpers gives on purpose. They are shown as ``Name: message``, without the
-    file name and source line Python adds by default (that line is ours, not the user's, and only adds noise in a
-    notebook); filter them with ``warnings.filterwarnings("ignore", category=NbHelpersWarning)``."""
+    """Base class of nbhelpers' warnings, shown as ``Name: message`` without Python's file and source line.
+
+    Filter them with ``warnings.filterwarnings("ignore", category=NbHelpersWarning)``.
+    """
 
 
 class FallbackWarning(NbHelpersWarning, RuntimeWarning):
-    """What was asked could not be done as asked and a slower or smaller way took over, with nothing lost: a batch
-    halved after CUDA out-of-memory, the CPU instead of a missing CUDA provider, the next landmark backend."""
+    """A slower or smaller way took over from what was asked, with nothing lost (a batch halved after out-of-memory,
+    the CPU instead of a missing CUDA provider, the next landmark backend).
+    """
 
 
 _default_formatwarning = warnings.formatwarning

@@ -1,16 +1,10 @@
 """Random access to the 25 fps frames of a clip without holding them in RAM, within a checked disk budget.
 
-The ping-pong cycle of MuseTalk (frames 0..N-1 then N-1..0, reference §4.5) needs random access to source frames,
-and long clips do not fit in host memory (quirk Q25: the official code holds every frame in RAM). A
-:class:`FrameStore` streams decoded frames into one raw file on local disk (the system's temporary folder, never a
-network mount such as Google Drive) and maps it back with ``numpy.memmap``, so the operating system pages frames in
-and out as needed. :func:`check_disk_for_frames` says before decoding whether the frames fit; a disk that fills up
-anyway raises :class:`~nbhelpers.errors.DiskSpaceError` and the raw file is removed.
-
-A process that ends without closing its store (killed, ``os._exit``, a Ray worker stopped by ``ray.kill``) cannot
-remove its file. So each store's folder holds a lock (``flock``) for the life of its process, and every new store
-first removes the folders whose lock nobody holds any more (:func:`remove_stale_frames`): frames left behind are
-removed the next time frames are stored, on any machine that shares the temporary folder's kernel.
+The ping-pong cycle (docs/official-behaviour.md §4.5) needs random access to source frames, and long clips do not
+fit in host memory (#q25). A :class:`FrameStore` streams decoded frames into one raw file on local disk (the
+system's temporary folder) and maps it back with ``numpy.memmap``. Each store's folder holds an ``flock`` for the
+life of its process, and a new store first removes the folders whose lock nobody holds
+(:func:`remove_stale_frames`), so frames of a killed process go the next time frames are stored.
 """
 
 from __future__ import annotations
@@ -39,13 +33,16 @@ UNLOCKED_AGE_S = 3600.0  # a folder without a lock file (an older version's, or 
 class FrameStore:
     """Frames (N, H, W, 3) uint8 BGR kept in a raw file on disk, appended once, then read by index.
 
+    Use :meth:`append` while decoding, then :meth:`finish`; then ``store[i]`` and ``store[list]`` return frames and
+    ``len(store)`` is the number appended. The file is removed by :meth:`close`, garbage collection or exit.
+
     Args:
-        height: Frame height in pixels.
-        width: Frame width in pixels.
+        height: Frame height, pixels.
+        width: Frame width, pixels.
         directory: Folder for the raw file (default: a new temporary folder, removed by :meth:`close`).
 
-    Use :meth:`append` while decoding, then :meth:`finish`; after that ``store[i]`` and ``store[list]`` return
-    frames, ``len(store)`` is N. Frames are never dropped: the count is exactly the number appended.
+    Raises:
+        DiskSpaceError: The disk filled up while appending (the frames written are removed).
     """
 
     def __init__(self, height: int, width: int, directory: str | os.PathLike | None = None):
@@ -65,8 +62,6 @@ class FrameStore:
         self._fh = open(self.path, "wb")  # noqa: SIM115 - closed in finish()
         self._n = 0
         self._array: np.memmap | None = None
-        # The raw file is removed by close(), or when the store is garbage-collected, or at interpreter exit:
-        # a forgotten store never leaves gigabytes in the temp folder (and a killed process's, the next store).
         self._finalizer = weakref.finalize(self, _remove, self.path, self.directory if self._own_dir else None, lock)
 
     @property
@@ -75,7 +70,7 @@ class FrameStore:
         return (self.height, self.width, 3)
 
     def append(self, frame: np.ndarray) -> int:
-        """Append one (H, W, 3) uint8 BGR frame; returns its index."""
+        """Append one (H, W, 3) uint8 BGR frame and return its index."""
         if frame.shape != self.frame_shape or frame.dtype != np.uint8:
             raise ValueError(f"frame {self._n} has shape {frame.shape} {frame.dtype}; expected {self.frame_shape} "
                              "uint8 (all frames of a clip must have the same size)")
@@ -83,7 +78,7 @@ class FrameStore:
         return self._n - 1
 
     def append_batch(self, frames: np.ndarray) -> int:
-        """Append (b, H, W, 3) uint8 BGR frames in one write; returns the index of the first."""
+        """Append (b, H, W, 3) uint8 BGR frames in one write and return the index of the first."""
         if frames.ndim != 4 or frames.shape[1:] != self.frame_shape or frames.dtype != np.uint8:
             raise ValueError(f"frames {self._n}.. have shape {frames.shape} {frames.dtype}; expected (b, "
                              f"{', '.join(map(str, self.frame_shape))}) uint8 (all frames of a clip must have the "
@@ -113,7 +108,7 @@ class FrameStore:
             yield frame
 
     def finish(self) -> FrameStore:
-        """Close the file and map it for reading. Returns self."""
+        """Close the file and map it for reading; returns self."""
         if self._fh is not None:
             self._fh.close()
             self._fh = None
@@ -156,10 +151,10 @@ def check_disk_for_frames(n_frames: int, height: int, width: int, directory: str
     """Check that ``n_frames`` raw (H, W, 3) uint8 frames fit on the disk of ``directory`` with 1 GiB to spare.
 
     Args:
-        n_frames: Frames that will be stored (the job decodes only the frames its audio reaches).
+        n_frames: Frames that will be stored.
         height: Frame height, pixels.
         width: Frame width, pixels.
-        directory: Where the frames go; None = the system's temporary folder (``TMPDIR``), as :class:`FrameStore`.
+        directory: Where the frames go; None = the system's temporary folder, as :class:`FrameStore`.
 
     Returns:
         The bytes needed.
@@ -179,11 +174,8 @@ def check_disk_for_frames(n_frames: int, height: int, width: int, directory: str
 
 
 def expected_frames(info, default: int) -> int:
-    """Upper estimate of the 25 fps frames of a probed video (duration x 25 + 1; 1 for a photo), for disk checks.
-
-    Args:
-        info: A :class:`nbhelpers.media.MediaInfo`.
-        default: Returned when the duration is unknown.
+    """Upper estimate of the 25 fps frames of a probed video (a :class:`nbhelpers.media.MediaInfo`): duration x 25 + 1,
+    1 for a photo, ``default`` when the duration is unknown.
     """
     if getattr(info, "is_image", False):
         return 1
@@ -204,11 +196,10 @@ def _remove(path: Path, own_dir: Path | None, lock: int | None = None) -> None:
 
 
 def _hold_lock(directory: Path) -> int | None:
-    """Take this process's lock of a new store folder: ``owner.lock``, ``flock``-ed before it gets its name, so that
-    a lock file another process sees is always held while its store lives. Returns the open descriptor (kept
-    until the store is closed; the kernel releases it when the process ends however it ends), or None where the
-    system or its file system has no ``flock``: the folder is then marked ``owner.nolock`` and only its own store
-    removes it, as before locks."""
+    """Take this process's ``flock`` on a new store folder's ``owner.lock`` (locked before it is named, so a visible
+    lock file is always held) and return its descriptor; None where there is no ``flock`` (the folder is then
+    marked ``owner.nolock`` and only its own store removes it).
+    """
     try:
         import fcntl
     except ImportError:  # pragma: no cover - not on Linux or macOS
@@ -230,15 +221,12 @@ def remove_stale_frames(folder: str | os.PathLike | None = None, unlocked_age_s:
                         ) -> list[Path]:
     """Remove the frame folders (``nbhelpers-frames-*``) in ``folder`` whose process ended without removing them.
 
-    A folder whose ``owner.lock`` this process can lock has no living owner: no store holds it (a store's process
-    holds the lock for as long as the store is open, see :class:`FrameStore`). A folder without a lock file
-    (made by an older nbhelpers, or a process killed between making it and locking it) is removed once it is
-    older than ``unlocked_age_s``. Folders marked ``owner.nolock`` (their file system has no ``flock``), those of
-    other users, and any that cannot be read are left alone.
+    A folder whose ``owner.lock`` this process can lock has no living store; one without a lock file goes once older
+    than ``unlocked_age_s``. Folders marked ``owner.nolock``, other users' and unreadable ones are left alone.
 
     Args:
-        folder: Where to look; None = the system's temporary folder (``TMPDIR``), where stores are made.
-        unlocked_age_s: Age (seconds since the folder last changed) after which a folder without a lock file goes.
+        folder: Where to look; None = the system's temporary folder.
+        unlocked_age_s: Seconds since a folder without a lock file last changed after which it goes.
 
     Returns:
         The folders removed.
@@ -280,11 +268,9 @@ def remove_stale_frames(folder: str | os.PathLike | None = None, unlocked_age_s:
 
 
 def cycle_index(t: int | np.ndarray, n_frames: int) -> int | np.ndarray:
-    """Source frame used by output frame ``t``: the official ping-pong over ``n_frames`` source frames.
+    """Source frame of output frame ``t`` in the official ping-pong over ``n_frames`` source frames.
 
-    The cycle is ``0, 1, ..., N-1, N-1, ..., 1, 0`` and repeats (period 2N; the turn-around frames appear twice),
-    so long audio loops the video back and forth and short audio uses only the first frames. A single photo
-    (N = 1) always gives 0.
+    The cycle ``0, 1, ..., N-1, N-1, ..., 1, 0`` repeats with period 2N; a photo (N = 1) always gives 0.
 
     Args:
         t: Output frame index (int or integer array), >= 0.
@@ -293,7 +279,7 @@ def cycle_index(t: int | np.ndarray, n_frames: int) -> int | np.ndarray:
     Returns:
         Source frame index in [0, N), same type as ``t``.
 
-    Source: ``scripts/inference.py:179-181, 210-212`` (``frames + frames[::-1]`` indexed ``i mod 2N``).
+    Source: ``inference.py:179-181,210-212``.
     """
     if n_frames < 1:
         raise ValueError(f"n_frames must be >= 1, got {n_frames}")
@@ -303,9 +289,8 @@ def cycle_index(t: int | np.ndarray, n_frames: int) -> int | np.ndarray:
 
 
 def output_frame_count(n_samples: int, sample_rate: int = 16_000, fps: int = FPS) -> int:
-    """Number of output frames for audio of ``n_samples`` at ``sample_rate``: ``floor(seconds * fps)``, exactly.
+    """Output frames for audio of ``n_samples`` at ``sample_rate`` Hz: ``floor(seconds * fps)`` in integer arithmetic.
 
-    Source: ``musetalk/utils/audio_processor.py:63`` (computed with integer arithmetic here, so 30.00 s gives
-    exactly 750 frames with no floating-point rounding).
+    Source: ``audio_processor.py:63``.
     """
     return int(n_samples) * int(fps) // int(sample_rate)

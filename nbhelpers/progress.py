@@ -1,7 +1,6 @@
-"""One switch for every progress bar (STYLE.md §8).
+"""One switch for every progress bar: ``tqdm.auto`` bars, one per stage, in domain units.
 
-Bars come from ``tqdm.auto`` (a widget in notebooks, text in a terminal), one per stage, counted in domain units.
-Set ``NBHELPERS_PROGRESS=0`` in the environment (CI does) or call :func:`configure` to turn them off.
+``NBHELPERS_PROGRESS=0`` in the environment, or :func:`configure`, turns them off.
 """
 
 from __future__ import annotations
@@ -25,16 +24,13 @@ def configure(disable: bool | None = None, **tqdm_kwargs: Any) -> None:
 
 
 def bar(total: int | float | None = None, desc: str = "", unit: str = "frame", **kwargs: Any):
-    """A ``tqdm.auto`` progress bar for one stage.
+    """A ``tqdm.auto`` progress bar for one stage; use it as a context manager.
 
     Args:
         total: Number of units in the stage, or None when unknown.
         desc: Stage name shown at the left (e.g. ``"faces"``).
         unit: Domain unit counted (``"frame"``, ``"batch"``, ``"B"`` for bytes).
-        **kwargs: Passed to ``tqdm``; override the global settings.
-
-    Returns:
-        A ``tqdm`` instance; use it as a context manager.
+        **kwargs: Passed to ``tqdm``, over the global settings.
     """
     from tqdm.auto import tqdm
 

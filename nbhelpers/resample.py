@@ -1,25 +1,14 @@
-"""Bit-exact torch versions of the two uint8 image filters the official mask sequence uses, on any device.
+"""Bit-exact torch versions of the two uint8 image filters of the official mask sequence, on any device.
 
-The official blend material is made with PIL resizes and ``cv2.GaussianBlur``. Both are separable integer
-filters on uint8 images, so both can be written as "gather K taps along one axis, multiply by integer weights,
-sum, shift" in int32 torch ops, which give the same integers on the CPU and on a GPU (no float rounding, no TF32,
-no cuDNN algorithm choice). Each frame of a batch may have its own geometry (its own square, side and kernel):
-the per-frame tap tables are padded to a common length with zero weights.
+PIL's resizes and ``cv2.GaussianBlur`` are separable integer filters on uint8 images, so both are written as
+"gather K taps along one axis, multiply by integer weights, sum, shift" in int32 torch ops, which give the same
+integers on the CPU and a GPU. Each frame of a batch may have its own geometry (tap tables padded with zero
+weights). Importing this module loads numpy only.
 
-* :func:`pil_taps`: PIL's ``Image.resize`` coefficients (``BILINEAR``, ``BICUBIC``) for one axis, in PIL's
-  22-bit fixed point; :func:`resize_axis` applies them with PIL's rounding and clipping. A 2-D resize is the
-  horizontal pass, then the vertical pass on the clipped uint8 intermediate, as PIL does.
-* :func:`gaussian_taps`: the 8-bit fixed-point kernel of ``cv2.GaussianBlur(src, (k, k), 0)`` for uint8 images;
-  :func:`gaussian_blur_batch` applies it with ``BORDER_REFLECT_101`` and OpenCV's rounding.
-
-Sources (documented behaviour of the libraries, re-derived and checked bit for bit against them in
-tests/test_resample.py): Pillow ``libImaging/Resample.c`` (``precompute_coeffs``, ``normalize_coeffs_8bpc``,
-``PRECISION_BITS = 22``, filters ``bilinear`` support 1 and ``bicubic`` a = -0.5 support 2, horizontal pass
-first); OpenCV ``imgproc/src/smooth`` (``getGaussianKernelBitExact``: fixed tables for k <= 9 with sigma 0, else
-``sigma = 0.15 k + 0.35``; the kernel quantised to 8 fractional bits with error diffusion, centre tap taking the
-remainder so the taps sum to 256; row pass exact, column pass rounded ``(v + 2^15) >> 16``).
-
-Importing this module loads numpy only; the torch functions import torch when called.
+Source: Pillow ``libImaging/Resample.c`` (``precompute_coeffs``, ``normalize_coeffs_8bpc``, 22 fractional bits,
+bilinear support 1, bicubic a = -0.5 support 2, horizontal pass first); OpenCV ``imgproc/src/smooth``
+(``getGaussianKernelBitExact``: tables for k <= 9, else ``sigma = 0.15 k + 0.35``; taps quantised to 8 bits with
+error diffusion, summing to 256; the column pass rounds ``(v + 2^15) >> 16``).
 """
 
 from __future__ import annotations
@@ -65,16 +54,14 @@ def pil_taps(in_size: int, out_size: int, filter: str) -> tuple[np.ndarray, np.n
     Args:
         in_size: Input length along the axis, samples (>= 1).
         out_size: Output length, samples (>= 1).
-        filter: ``"bilinear"`` or ``"bicubic"`` (PIL ``Image.Resampling.BILINEAR`` / ``BICUBIC``).
+        filter: ``"bilinear"`` or ``"bicubic"``.
 
     Returns:
-        ``(index, weight)``: two read-only (out_size, K) int64 arrays; output ``j`` is
-        ``clip(sum_k in[index[j, k]] * weight[j, k] + 2^21 >> 22, 0, 255)``. Unused taps have weight 0.
+        ``(index, weight)``: read-only (out_size, K) int64; output ``j`` is
+        ``clip(sum_k in[index[j, k]] * weight[j, k] + 2^21 >> 22, 0, 255)``; unused taps weigh 0.
 
     Raises:
-        InputError: When a size is not a positive integer or the filter is unknown.
-
-    Source: Pillow ``Resample.c`` ``precompute_coeffs`` and ``normalize_coeffs_8bpc`` (whole-image box).
+        InputError: A size is not positive or the filter is unknown.
     """
     if filter not in PIL_FILTERS:
         raise InputError(f"filter must be one of {sorted(PIL_FILTERS)}; got {filter!r}.")
@@ -107,19 +94,11 @@ def pil_taps(in_size: int, out_size: int, filter: str) -> tuple[np.ndarray, np.n
 
 @functools.lru_cache(maxsize=512)
 def gaussian_taps(ksize: int) -> np.ndarray:
-    """The integer kernel of ``cv2.GaussianBlur(src_uint8, (ksize, ksize), 0)`` along one axis (sums to 256).
-
-    Args:
-        ksize: Odd kernel size >= 1 (sigma follows from it: ``0.3 ((ksize - 1) / 2 - 1) + 0.8``).
-
-    Returns:
-        Read-only (ksize,) int64 array of taps in 1/256 units.
+    """The integer kernel of ``cv2.GaussianBlur(src_uint8, (ksize, ksize), 0)`` along one axis: read-only (ksize,)
+    int64 taps in 1/256 units, summing to 256.
 
     Raises:
-        InputError: When ``ksize`` is not a positive odd integer.
-
-    Source: OpenCV ``getGaussianKernelBitExact`` (tables for 1, 3, 5, 7, 9) and the error-diffused fixed-point
-    conversion of the 8U path of ``GaussianBlur`` (see the module docstring).
+        InputError: ``ksize`` is not a positive odd integer.
     """
     if isinstance(ksize, bool) or not isinstance(ksize, (int, np.integer)) or ksize < 1 or ksize % 2 == 0:
         raise InputError(f"ksize must be a positive odd integer; got {ksize!r}.")
@@ -155,14 +134,7 @@ def gaussian_taps(ksize: int) -> np.ndarray:
 
 
 def reflect_101(index: np.ndarray, size: int) -> np.ndarray:
-    """OpenCV ``BORDER_REFLECT_101`` (``gfedcb|abcdefgh|gfedcba``) of integer positions into ``0 .. size - 1``.
-
-    Args:
-        index: Integer array of positions, any values.
-        size: Axis length (>= 1).
-
-    Returns:
-        int64 array of in-range positions (all 0 when ``size == 1``).
+    """OpenCV ``BORDER_REFLECT_101`` (``gfedcb|abcdefgh|gfedcba``) of integer positions into ``0 .. size - 1`` (int64).
     """
     index = np.asarray(index, np.int64)
     if size == 1:
@@ -174,17 +146,14 @@ def reflect_101(index: np.ndarray, size: int) -> np.ndarray:
 
 def taps_table(rows: Sequence[tuple[np.ndarray, np.ndarray]], length: int,
                offsets: Sequence[int] | None = None, limit: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Stack per-frame tap tables into one padded batch table.
+    """Stack per-frame tap tables into one padded (B, length, K) int64 ``(index, weight)`` table.
 
     Args:
-        rows: B pairs ``(index (O_b, K_b), weight (O_b, K_b))`` (from :func:`pil_taps` or built by hand).
-        length: Output length of the padded table (>= every O_b); the extra outputs get weight 0.
-        offsets: Optional B integers added to each frame's indices (e.g. a square's origin in the frame).
-        limit: With ``offsets``: the input axis length; taps falling outside ``0 .. limit - 1`` get weight 0
-            (the black outside the frame of a PIL crop) and a clamped index.
-
-    Returns:
-        ``(index, weight)``: (B, length, K) int64 arrays, K the largest K_b.
+        rows: B pairs ``(index (O_b, K_b), weight (O_b, K_b))``.
+        length: Output length (>= every O_b); extra outputs weigh 0.
+        offsets: B integers added to each frame's indices (e.g. a square's origin in the frame).
+        limit: With ``offsets``, the input axis length: taps outside ``0 .. limit - 1`` weigh 0 (PIL's black
+            outside the frame) and get a clamped index.
     """
     k = max(int(r[0].shape[1]) for r in rows)
     index = np.zeros((len(rows), length, k), np.int64)
@@ -202,27 +171,24 @@ def taps_table(rows: Sequence[tuple[np.ndarray, np.ndarray]], length: int,
 
 
 def _upload(t: Any, device: Any) -> Any:
-    """A host table on ``device`` through pinned memory: a copy from pageable memory waits for the GPU's queued
-    work (CUDA Runtime API, "API synchronization behavior"), which would stall the host at every batch."""
+    """A host table on ``device``, through pinned memory on CUDA so that the copy does not wait for the GPU."""
     if t.device == device or getattr(device, "type", str(device)) != "cuda":
         return t.to(device)
     return (t if t.is_cuda else t.pin_memory()).to(device, non_blocking=True)
 
 
 def resize_axis(x: Any, index: Any, weight: Any, shift: int | None = _PIL_BITS, clip: bool = True) -> Any:
-    """One separable pass along the last axis: ``out[b, ..., j] = sum_k x[b, ..., index[b, j, k]] * weight[b, j, k]``.
-
-    Integer arithmetic throughout (int32, as PIL and OpenCV), so CPU and GPU give the same integers.
+    """One integer separable pass along the last axis: ``out[b, ..., j] = sum_k x[b, ..., idx[b, j, k]] * w[b, j, k]``.
 
     Args:
-        x: (B, ..., L) integer torch tensor (uint8 or int32).
-        index: (B, O, K) integer tensor or array of positions into the last axis (0 .. L - 1).
-        weight: (B, O, K) integer tensor or array of weights.
-        shift: Fixed-point bits to round away, ``(sum + 2^(shift-1)) >> shift``; None keeps the exact sums.
-        clip: Clamp the result to 0..255 and return uint8 (PIL's ``clip8``); False returns int32.
+        x: (B, ..., L) uint8 or int32 torch tensor.
+        index: (B, O, K) integer positions ``idx`` into the last axis (tensor or array).
+        weight: (B, O, K) integer weights ``w`` (tensor or array).
+        shift: Fixed-point bits rounded away, ``(sum + 2^(shift-1)) >> shift``; None keeps the exact sums.
+        clip: Clamp to 0..255 and return uint8 (PIL's ``clip8``); False returns int32.
 
     Returns:
-        (B, ..., O) tensor on ``x``'s device: uint8 when ``clip``, else int32.
+        (B, ..., O) tensor on ``x``'s device.
     """
     import torch
 
@@ -231,8 +197,6 @@ def resize_axis(x: Any, index: Any, weight: Any, shift: int | None = _PIL_BITS, 
         active = range(int(weight.shape[-1]))
     else:  # host tables: skip the all-zero tap columns without asking the device
         active = [int(k) for k in np.flatnonzero(np.any(np.asarray(weight) != 0, axis=(0, 1)))]
-    # host tables go through pinned memory: from pageable memory a copy waits for the GPU's queued work (CUDA's
-    # API synchronisation rules), which serialised the host and the device at every parsing batch
     index = _upload(torch.as_tensor(index, dtype=torch.int64), device)
     weight = _upload(torch.as_tensor(weight, dtype=torch.int64).to(torch.int32), device)
     batch, n_out, _ = index.shape
@@ -253,19 +217,19 @@ def resize_axis(x: Any, index: Any, weight: Any, shift: int | None = _PIL_BITS, 
 
 
 def gaussian_blur_batch(masks: Any, sides: Sequence[int], ksizes: Sequence[int]) -> Any:
-    """``cv2.GaussianBlur(mask, (k, k), 0)`` of each frame's top-left ``side x side`` square, batched and exact.
+    """``cv2.GaussianBlur(mask, (k, k), 0)`` of each frame's top-left ``side x side`` square, batched and bit-exact
+    (``BORDER_REFLECT_101`` on the square alone).
 
     Args:
-        masks: (B, S, S) uint8 torch tensor, frame ``b`` using ``[:sides[b], :sides[b]]`` (the rest ignored).
+        masks: (B, S, S) uint8 torch tensor; frame ``b`` uses ``[:sides[b], :sides[b]]``.
         sides: B square sides, each <= S.
-        ksizes: B odd kernel sizes (e.g. :func:`nbhelpers.blending.feather_kernel_size`).
+        ksizes: B odd kernel sizes.
 
     Returns:
-        (B, S, S) uint8 tensor: frame ``b``'s blurred square in ``[:sides[b], :sides[b]]``, 0 elsewhere. Equal
-        bit for bit to OpenCV's 8U result with ``BORDER_REFLECT_101`` on the square alone.
+        (B, S, S) uint8 tensor: each blurred square, 0 elsewhere.
 
     Raises:
-        InputError: When the lengths disagree or a kernel size is not odd.
+        InputError: The lengths disagree or a kernel size is not odd.
     """
     import torch
 
@@ -303,22 +267,18 @@ def gaussian_blur_batch(masks: Any, sides: Sequence[int], ksizes: Sequence[int])
 
 
 def crop_resize_batch(images: Any, squares: Sequence[Sequence[int]], size: int, filter: str = "bilinear") -> Any:
-    """PIL ``image.crop(square).resize((size, size), filter)`` of every image of a batch, exact, on its device.
+    """PIL ``image.crop(square).resize((size, size), filter)`` of every image of a batch, bit-exact, on its device.
 
-    Parts of a square outside the image are black, as PIL's ``crop`` makes them. The crop is never materialised:
-    the square's offset is folded into the tap tables.
+    Parts of a square outside the image are black, as PIL's ``crop`` makes them; the offset is folded into the taps.
 
     Args:
-        images: (B, C, H, W) uint8 torch tensor (any channel order; channels are independent, as in PIL).
-        squares: B ``(xs, ys, xe, ye)`` squares in image pixels (``xe - xs == ye - ys >= 1``); may extend past
-            any edge.
+        images: (B, C, H, W) uint8 torch tensor (channels independent, any order).
+        squares: B ``(xs, ys, xe, ye)`` squares in image pixels (``xe - xs == ye - ys >= 1``), may pass any edge.
         size: Output side, pixels.
         filter: ``"bilinear"`` or ``"bicubic"``.
 
     Returns:
         (B, C, size, size) uint8 tensor on ``images``' device.
-
-    Source: Pillow ``Image.crop`` (zero fill) and ``Image.resize`` (``Resample.c``), see :func:`pil_taps`.
     """
     height, width = int(images.shape[-2]), int(images.shape[-1])
     sides = [int(sq[2]) - int(sq[0]) for sq in squares]
@@ -330,12 +290,7 @@ def crop_resize_batch(images: Any, squares: Sequence[Sequence[int]], size: int, 
 
 
 def resize_batch(images: Any, sides: Sequence[int], filter: str = "bicubic") -> Any:
-    """PIL ``resize((side_b, side_b), filter)`` of each square image of a batch to its own side, exact.
-
-    Args:
-        images: (B, N, N) uint8 torch tensor (one channel, e.g. the 512x512 parsing masks).
-        sides: B output sides (>= 1).
-        filter: ``"bilinear"`` or ``"bicubic"`` (PIL's default for mode 'L').
+    """PIL ``resize((side_b, side_b), filter)`` of each (N, N) uint8 image of a (B, N, N) tensor to its own side, exact.
 
     Returns:
         (B, S, S) uint8 tensor, ``S = max(sides)``: frame ``b`` in ``[:sides[b], :sides[b]]``, 0 elsewhere.
