@@ -50,34 +50,23 @@ class GpuProcess:
 class GpuReport:
     """What this runtime has: GPU, memory, versions, host RAM. Shows itself as text and as an HTML table.
 
-    Built by :func:`nbhelpers.gpu.report` (with the verdict) or :func:`read_report`; tests build fakes directly.
-
     Attributes:
         has_gpu: True when torch can use a CUDA GPU.
         has_torch: False when torch could not be imported.
         device: ``"cuda:N"`` (the GPU reported) or ``"cpu"``.
-        name: GPU name (``"Tesla T4"``), or None.
-        compute_capability: ``(major, minor)``, e.g. ``(7, 5)``, or None.
-        total_gib: GPU memory, GiB, or None.
-        free_gib: Free GPU memory as the driver reports it, GiB, or None; read through torch, this process's CUDA
-            context is already taken out of it.
-        reserved_gib: Memory this process's torch caching allocator holds, GiB.
-        allocated_gib: Part of ``reserved_gib`` that live tensors use, GiB.
+        name, compute_capability: GPU name (``"Tesla T4"``) and ``(major, minor)``, or None.
+        total_gib, free_gib: GPU memory and the driver's free memory, GiB, or None; read through torch, the free
+            memory excludes this process's CUDA context.
+        reserved_gib, allocated_gib: What this process's torch allocator holds, and the part live tensors use, GiB.
         other_processes: Other processes the driver lists on this GPU; None when unknown.
         other_processes_source: ``"nvml"``, ``"nvidia-smi"`` or ``"unknown"``.
-        memory_source: Where total/free came from: ``"torch"`` (CUDA context included), ``"nvml"``,
-            ``"nvidia-smi"`` (context not yet made) or ``"none"``.
+        memory_source: Where total/free came from: ``"torch"``, ``"nvml"``, ``"nvidia-smi"`` or ``"none"``.
         gpu_count: CUDA devices torch sees.
-        driver_version: NVIDIA driver version, or None.
-        cuda_version: CUDA version torch was built with, or None.
-        torch_version: ``torch.__version__``, or None when torch is not installed.
-        python_version: Python version, e.g. ``"3.11.7"``.
-        host_ram_total_gib: Host RAM, GiB, or None.
-        host_ram_available_gib: Host RAM available without swapping, GiB, or None.
+        driver_version, cuda_version, torch_version, python_version: Versions (torch's CUDA build), or None.
+        host_ram_total_gib, host_ram_available_gib: Host RAM and what is available without swapping, GiB, or None.
         colab: True in Google Colab.
         notes: Odd states met while reading (driver warnings, failed queries), in words.
-        verdict: One line: the GPU, its free memory and what :func:`~nbhelpers.gpu.plan` chooses for a lip-sync job;
-            empty unless filled by :func:`nbhelpers.gpu.report`.
+        verdict: What :func:`~nbhelpers.gpu.plan` chooses for a lip-sync job, filled by :func:`nbhelpers.gpu.report`.
     """
 
     has_gpu: bool = False
@@ -119,18 +108,14 @@ class GpuReport:
         return sum(p.used_gib or 0.0 for p in self.other_processes)
 
     def require_gpu(self, allow_cpu: bool | None = None) -> GpuReport:
-        """Stop early when there is no usable CUDA GPU, with the fix in words; call it before large downloads.
+        """Return this report, or stop when no CUDA GPU is usable, with the fix in words (the Colab steps).
 
         Args:
-            allow_cpu: True lets a CPU-only runtime through (CI, tiny models). None reads ``NBHELPERS_ALLOW_CPU``
-                (``1``/``true``/``yes``/``on`` allow).
-
-        Returns:
-            This report, so that ``report().require_gpu()`` chains.
+            allow_cpu: True lets a CPU-only runtime through; None reads ``NBHELPERS_ALLOW_CPU``.
 
         Raises:
             MissingDependencyError: torch is not installed (whatever ``allow_cpu`` says).
-            NoGpuError: No CUDA GPU is usable and the CPU is not allowed; the message gives the Colab steps.
+            NoGpuError: No CUDA GPU is usable and the CPU is not allowed.
         """
         if self.has_gpu:
             return self
@@ -207,14 +192,13 @@ class GpuReport:
 
 
 def read_report(device: str | int | None = None) -> GpuReport:
-    """Read what this runtime has: GPU name, compute capability, memory, other processes, versions, host RAM.
+    """Read what this runtime has: GPU, compute capability, memory, other processes, versions, host RAM.
 
-    Never raises on odd driver states (a driver too old for torch, a lost GPU, a hanging ``nvidia-smi``): what could
-    not be read is None or ``"unknown"`` and ``notes`` says why. Works without torch. Reading free memory through
-    torch makes this process's CUDA context if it did not exist yet.
+    Never raises on odd driver states or without torch: what could not be read is None and ``notes`` says why.
+    Reading free memory through torch makes this process's CUDA context.
 
     Args:
-        device: The CUDA device to report: None (torch's current device), an index, or ``"cuda"``/``"cuda:N"``.
+        device: None (torch's current device), a CUDA index, ``"cuda"`` or ``"cuda:N"``.
 
     Raises:
         InputError: ``device`` is not a CUDA device name or index, or names a device that does not exist.
@@ -254,10 +238,7 @@ def _no_cuda_message(device: str) -> str:
 
 
 def check_device(device: str | None) -> None:
-    """Stop a job that asks for a CUDA device this runtime does not have, before any frame is decoded.
-
-    Args:
-        device: ``config.device``: None (automatic), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
+    """Stop a job whose ``device`` (``config.device``) names a CUDA device this runtime does not have.
 
     Raises:
         NoGpuError: ``device`` names CUDA and torch sees no CUDA GPU, or fewer than N + 1 of them.
@@ -427,16 +408,8 @@ def _nvml_query(pynvml, uuid: str | None, index: int | None, notes: list[str]) -
 
 
 def free_memory_by_index(notes: list[str] | None = None) -> dict[int, float] | None:
-    """Free memory of every GPU this process may use, read without CUDA (for a process that hands GPUs to others).
-
-    Read from NVML when installed, else ``nvidia-smi``. Where ``CUDA_VISIBLE_DEVICES`` is a list of whole numbers
-    only those GPUs are kept; other forms of it (UUIDs, MIG names) keep every GPU.
-
-    Args:
-        notes: Where to append why a source did not answer (optional).
-
-    Returns:
-        ``{physical index: free GiB}``, empty when there is no GPU, or None when neither source answered.
+    """``{physical index: free GiB}`` of the GPUs this process may use (``CUDA_VISIBLE_DEVICES`` as whole numbers),
+    read without CUDA from NVML or ``nvidia-smi``; empty without a GPU, None when neither answered (why: ``notes``).
     """
     notes = [] if notes is None else notes
     free = _nvml_free(notes)

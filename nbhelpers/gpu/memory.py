@@ -44,17 +44,10 @@ def empty_cache() -> None:
 
 
 def release(*objects: Any) -> float:
-    """Give up the memory of models and tensors that a stage no longer needs, then empty the caches.
+    """Give up the memory of models and tensors a stage no longer needs, then empty the caches; return the GiB freed.
 
-    Each ``torch.nn.Module`` moves to the ``meta`` device (load it again to reuse it), each tensor's storage is
-    replaced by an empty one, lists/dicts/sets are emptied after their items, and modules and tensors in an object's
-    attributes are released one level deep. Still ``del`` your own names.
-
-    Args:
-        *objects: Modules, tensors, containers of them, or objects holding them; anything else is ignored.
-
-    Returns:
-        GiB returned to the driver (drop of ``torch.cuda.memory_reserved``), 0.0 on the CPU.
+    Modules move to the ``meta`` device, tensors get an empty storage, containers are emptied, and an object's
+    attributes are released one level deep (``*objects`` of any other kind are ignored). Still ``del`` your names.
     """
     torch, index = _cuda()
     before = torch.cuda.memory_reserved(index) if torch is not None else 0
@@ -103,12 +96,11 @@ def _release_one(obj: Any, depth: int) -> None:
 
 @dataclass
 class StageMemory:
-    """Memory of one stage, filled when its :func:`memory_scope` exits.
+    """Memory of one stage, filled when its :func:`memory_scope` exits (all 0 on the CPU).
 
     Attributes:
         stage: Stage name.
-        peak_reserved_gib: ``torch.cuda.max_memory_reserved`` during the stage, GiB (0 on the CPU).
-        peak_allocated_gib: ``torch.cuda.max_memory_allocated`` during the stage, GiB.
+        peak_reserved_gib, peak_allocated_gib: ``torch.cuda.max_memory_reserved`` / ``_allocated`` in the stage, GiB.
         reserved_after_gib: Reserved after the stage's release, GiB.
         held: Objects registered with :meth:`hold`, released at exit.
     """
@@ -131,18 +123,10 @@ class StageMemory:
 
 @contextmanager
 def memory_scope(stage: str, device: Any = None) -> Iterator[StageMemory]:
-    """Measure one stage's peak GPU memory and release what it held when it ends.
+    """Measure one stage's peak GPU memory on ``device`` (None: current) and release what it held when it ends.
 
-    On entry the peak counters are reset (the overall peak is kept for :func:`peak_memory`). On exit, also after an
-    error, the objects registered with ``scope.hold(...)`` are released and the record is filled. On the CPU all
-    figures are 0.
-
-    Args:
-        stage: Stage name.
-        device: CUDA device (None: current).
-
-    Yields:
-        A :class:`StageMemory`, filled at exit.
+    Entry resets the peak counters (the overall peak is kept for :func:`peak_memory`); exit, also on error, releases
+    what ``scope.hold(...)`` registered and fills the yielded :class:`StageMemory` named ``stage``.
     """
     record = StageMemory(stage)
     torch, index = _cuda(device)
@@ -171,10 +155,9 @@ class PeakMemory:
     """Peak GPU memory of this process so far.
 
     Attributes:
-        reserved_gib: Largest ``torch.cuda.max_memory_reserved`` seen (across :func:`memory_scope` resets), GiB.
+        reserved_gib: Largest ``torch.cuda.max_memory_reserved`` seen across :func:`memory_scope` resets, GiB.
         allocated_gib: ``torch.cuda.max_memory_allocated`` since the last reset, GiB.
-        context_gib: Estimate of this process's CUDA context, GiB: ``total - free - reserved`` less what other
-            processes hold; None on the CPU.
+        context_gib: This process's CUDA context, ``total - free - reserved`` less other processes, GiB; None on CPU.
     """
 
     reserved_gib: float = 0.0
@@ -193,15 +176,11 @@ class PeakMemory:
 
 
 def peak_memory(device: Any = None, others_gib: float | None = None) -> PeakMemory:
-    """This process's peak GPU memory, for benchmarks: max reserved + an estimate of the CUDA context.
+    """This process's :class:`PeakMemory` on ``device``, for benchmarks (zeros without CUDA).
 
     Args:
         device: CUDA device (None: current).
-        others_gib: GiB other processes hold on the device; None reads the driver's list (NVML or nvidia-smi),
-            else assumes 0.
-
-    Returns:
-        A :class:`PeakMemory` (zeros and ``context_gib=None`` without CUDA).
+        others_gib: GiB other processes hold there; None reads the driver's list, else 0.
     """
     torch, index = _cuda(device)
     if torch is None:
@@ -218,16 +197,8 @@ def peak_memory(device: Any = None, others_gib: float | None = None) -> PeakMemo
 
 
 def to_device(array: Any, device: Any):
-    """A host array (numpy or a CPU tensor) on ``device``, copied through pinned memory so the host does not wait.
-
-    Args:
-        array: numpy array or CPU tensor (any dtype torch takes).
-        device: Target device; on the CPU the tensor is returned as is.
-
-    Returns:
-        A tensor on ``device``, same dtype and shape.
-
-    Source: CUDA Runtime API, "API synchronization behavior" (a copy from pageable memory waits for the stream).
+    """A numpy array or CPU tensor on ``device`` (same dtype and shape), copied through pinned memory on CUDA so that
+    the host does not wait for the GPU's queue (CUDA Runtime API, "API synchronization behavior").
     """
     import numpy as np
     import torch
@@ -243,15 +214,8 @@ _CONSTANTS: dict[tuple, Any] = {}
 
 
 def device_constant(values: Any, device: Any, dtype: Any = None):
-    """A small read-only tensor of fixed values on ``device``, uploaded once through pinned memory and then shared.
-
-    Args:
-        values: Numbers (a sequence or a numpy array; at most 1 MiB).
-        device: Target device.
-        dtype: torch dtype (default: the numpy array's, float32 for floats, int64 for integers).
-
-    Returns:
-        A tensor on ``device`` with the shape of ``values``; do not modify it.
+    """A small read-only tensor of ``values`` (at most 1 MiB) on ``device``, uploaded once through pinned memory and
+    shared; ``dtype`` defaults to the array's, float32 for floats, int64 for integers.
 
     Raises:
         InputError: ``values`` is larger than 1 MiB.
@@ -294,13 +258,8 @@ def host_wait(device: Any = None) -> None:
 
 
 def usable_bytes(device: Any = None) -> int | None:
-    """Bytes this process may still allocate on a CUDA device, or None without CUDA.
-
-    The driver's free memory plus what the caching allocator holds unused, bounded by
-    ``torch.cuda.set_per_process_memory_fraction`` when one is set.
-
-    Args:
-        device: CUDA device (None: current).
+    """Bytes this process may still allocate on ``device``: free memory plus the allocator's unused cache, within
+    ``set_per_process_memory_fraction``; None without CUDA.
     """
     torch, index = _cuda(device)
     if torch is None:
@@ -320,18 +279,10 @@ MODULE_SEARCH_DEPTH = 4  # attribute levels module_bytes looks through (backend 
 
 
 def module_bytes(*objects: Any, device: Any = None) -> int:
-    """Bytes that the parameters and buffers of the torch modules in ``objects`` hold on ``device``.
+    """Bytes that the parameters and buffers of the torch modules in ``objects`` hold on ``device`` (None: any).
 
-    Modules are looked for in the objects and in their attributes, lists, tuples, sets and dict values, up to
-    :data:`MODULE_SEARCH_DEPTH` levels deep. Each storage counts once; loose tensors and other libraries' memory
-    (ONNX Runtime's arena) do not count.
-
-    Args:
-        *objects: Modules, or objects and containers holding them.
-        device: Count only tensors on this device (``"cuda"`` matches every CUDA device); None counts every device.
-
-    Returns:
-        Bytes, 0 when torch is not imported or no module is found.
+    Modules are found up to :data:`MODULE_SEARCH_DEPTH` levels into attributes and containers; each storage counts
+    once; loose tensors and other libraries' memory do not count. 0 when torch is not imported.
     """
     torch = sys.modules.get("torch")
     if torch is None:
@@ -386,19 +337,13 @@ def reset_peak(device: Any = None) -> None:
 
 
 def cast_and_move(module: Any, device: Any, dtype: Any = None) -> Any:
-    """Move a model to ``device`` and cast it to ``dtype`` tensor by tensor, never holding a full extra copy.
+    """Move ``module`` to ``device`` and cast its floating tensors to ``dtype`` (None: kept), tensor by tensor.
 
-    A tensor leaving the CPU is cast there before the copy, so the GPU never holds fp32 weights of an fp16 model; a
-    tensor going to the CPU is copied, then cast; GPU to GPU, a narrowing cast comes first. Only floating-point
-    tensors change dtype. It calls ``nn.Module._apply``, so diffusers' and transformers' ``.to`` warnings stay quiet.
-
-    Args:
-        module: A ``torch.nn.Module``, changed in place.
-        device: Target device (``"cuda"``, ``"cuda:0"``, ``"cpu"``, a ``torch.device``).
-        dtype: Target floating dtype, or None to keep each tensor's.
+    A tensor leaving the CPU is cast before the copy, so the GPU never holds fp32 weights of an fp16 model; to the
+    CPU it is copied, then cast. ``nn.Module._apply`` keeps diffusers' and transformers' ``.to`` warnings quiet.
 
     Returns:
-        ``module`` itself, on ``device`` in ``dtype``, training/eval mode unchanged.
+        ``module`` itself, changed in place, training/eval mode unchanged.
 
     Raises:
         InputError: ``module`` is not a ``torch.nn.Module`` or ``dtype`` is not a floating dtype.

@@ -1,26 +1,12 @@
 """The memory and time model: every constant the planner uses, with its source.
 
-The planner predicts the peak GPU memory of each stage of a job as ``fixed + per_frame * batch`` GiB
-(:func:`stage_memory`) and picks the largest batch whose worst stage fits the budget. Stages run one after another,
-so the job's peak is the maximum over stages, not their sum:
-
-=========  ========  ========================================================  ===============================
-kind       stage     fixed part                                                per frame of the batch
-=========  ========  ========================================================  ===============================
-lipsync    faces     resident + S3FD activations of one full frame             0 (batch 1, full frames)
-lipsync    encode    resident: core weights, whisper features, latents, face   VAE encode (masked + reference)
-                     models, BiSeNet weights (the job streams its pieces)
-lipsync    parsing   resident                                                  BiSeNet activations at 512²
-lipsync    generate  resident                                                  UNet + decode + blend (+ restorer)
-avatar     faces     S3FD + DWPose + S3FD activations                          0
-avatar     encode    VAE weights + latents (the VAE alone)                     VAE encode
-avatar     parsing   BiSeNet weights (alone)                                   BiSeNet activations
-realtime   generate  core weights + whisper features                           UNet + decode + blend (+ restorer)
-=========  ========  ========================================================  ===============================
-
-fp32 multiplies weights and activations by :attr:`MemoryModel.fp32_factor`; the blend term does not change. The
-budget is ``(free + cached by this process + models already loaded - workspace [- context]) * (1 -
-safety_fraction)``, so a later job on the same pipeline gets the plan of the first.
+A stage's peak GPU memory is ``fixed + per_frame * batch`` GiB (:func:`stage_memory`); stages run one after
+another, so a job's peak is the largest stage's. lipsync streams its clip in pieces, so every model, the whisper
+features and the latents stay resident: its ``faces`` stage adds S3FD's activations on one full frame, ``encode``
+the VAE encode per frame, ``parsing`` BiSeNet per frame, ``generate`` UNet + decode + blend (+ a restorer) per
+frame. avatar runs faces, then the VAE alone, then BiSeNet alone; realtime and clip only ``generate``, with the
+core models and the features resident. fp32 doubles weights and activations (not the blend). The budget is
+``(free + cached + models already loaded - workspace [- context]) * (1 - safety_fraction)``.
 """
 
 from __future__ import annotations
@@ -38,53 +24,43 @@ GIB = 2**30  # bytes per GiB
 
 @dataclass(frozen=True)
 class MemoryModel:
-    """The planner's constants, one table: GiB = 2**30 bytes, fp16 figures (times ``fp32_factor`` in fp32).
+    """The planner's constants: GiB = 2**30 bytes, fp16 figures (times ``fp32_factor`` in fp32).
 
-    Measured figures are in bench/RESULTS.md ("Memory by stage", "Face restoration", "Clip batch"); the others are
+    Measured figures are in bench/RESULTS.md ("Memory by stage", "Face restoration", "Clip batch"); the rest are
     estimates that ``bench/memory.py`` checks. Try other values with :func:`dataclasses.replace`.
 
     Attributes:
         core_weights_gib: UNet + VAE + Whisper weights, GiB (measured).
-        core_fixed_gib: Fixed part of the core's peak (weights + buffers), GiB: the intercept of the measured peaks
-            3.06 / 4.25 / 6.62 GiB at batch 8 / 16 / 32.
-        core_per_frame_gib: Growth of the core's peak per frame of a UNet + VAE-decode batch, GiB/frame: that line's
-            slope (VAE decode of the 256x256 crops dominates).
+        core_fixed_gib, core_per_frame_gib: The line through the core's measured peaks 3.06 / 4.25 / 6.62 GiB at
+            UNet + VAE-decode batch 8 / 16 / 32: GiB, and GiB per frame.
         vae_weights_gib: sd-vae-ft-mse weights (84 M parameters), GiB.
         encode_per_frame_gib: VAE encode of one frame's masked + reference crops, GiB/frame (measured).
-        s3fd_weights_gib: S3FD weights (22 M parameters), GiB; estimate.
-        s3fd_bytes_per_pixel: S3FD activations per pixel of the full frame (batch 1, quirk Q18), bytes; estimate (two
-            64-channel maps of VGG16's first block plus the input).
-        dwpose_gib: DWPose through ONNX Runtime (weights + arena at 288x384), GiB, fp32 whatever the plan; estimate.
-        bisenet_weights_gib: BiSeNet weights, GiB; estimate.
-        bisenet_per_image_gib: BiSeNet activations per 512x512 crop, GiB/image; estimate.
-        blend_bytes_per_pixel: GPU paste-back per full-frame pixel, bytes: 3 (uint8 BGR) x 4 float intermediates
-            (frame, resized crop, mask, result); the same in every precision.
+        s3fd_weights_gib, s3fd_bytes_per_pixel: S3FD weights, GiB, and activations per full-frame pixel, bytes
+            (batch 1, #q18); estimates.
+        dwpose_gib: DWPose in ONNX Runtime (weights + arena), GiB, fp32 whatever the plan; estimate.
+        bisenet_weights_gib, bisenet_per_image_gib: BiSeNet weights, and activations per 512x512 crop, GiB; estimates.
+        blend_bytes_per_pixel: GPU paste-back per full-frame pixel, bytes (uint8 BGR x 4 float intermediates).
         context_gib: CUDA context of a process, GiB; subtracted only when free memory was read outside torch.
         workspace_gib: Kept free for cuBLAS/cuDNN workspaces, lazily loaded kernels and allocator rounding, GiB.
-        safety_fraction: Fraction of what remains that the plan leaves unused (fragmentation, a second notebook).
+        safety_fraction: Fraction of what remains that the plan leaves unused.
         fp32_factor: fp32 / fp16 ratio of weights and activations.
-        tiny_fixed_gib: Fixed part of the tiny test models' peak, GiB.
-        tiny_per_frame_gib: Per-frame part of the tiny test models' peak, GiB/frame.
+        tiny_fixed_gib, tiny_per_frame_gib: The tiny test models' peak: GiB, and GiB per frame.
         cap_lipsync: Largest offline batch, frames: at about 0.8 TFLOP per frame (UNet + decode) a batch of 8-16
             already keeps a T4 busy and the CPU side (blend, encode) is the wall, so larger batches add memory,
             first-output latency and OOM-retry cost for no speed.
-        cap_avatar: Largest batch of avatar preparation (encode, parsing), frames, as ``cap_lipsync``.
+        cap_avatar: Largest batch of avatar preparation, frames, as ``cap_lipsync``.
         cap_realtime: Largest realtime batch, frames: the official default (realtime_inference.py:331), 0.8 s of
-            video, so the first frame comes after one batch.
-        cap_clip: Largest batch of a whole clip from a prepared avatar into a file (``Avatar.generate``, the batch
-            runner), frames: nothing waits for its first frame, and the UNet and decode of a 10 s clip took 3.3 ms
-            per frame at 64 against 4.4 at 20 and 4.1 at 32 ("Clip batch").
+            video before the first frame.
+        cap_clip: Largest batch of a whole clip from an avatar into a file, frames: nothing waits for its first
+            frame, and the UNet and decode of a 10 s clip took 3.3 ms per frame at 64 against 4.4 at 20 and 4.1 at 32.
         cap_cpu: Batch on the CPU, frames: a larger one is no faster on 2 cores and shows progress later.
-        cpu_ram_fraction: Share of available host RAM a CPU plan may use for models and activations.
+        cpu_ram_fraction: Share of available host RAM a CPU plan may use.
         fp16_min_capability: Oldest compute capability given fp16 by default (native half arithmetic).
-        restore_gfpgan_per_frame_gib: What the GFPGAN v1.4 face restorer adds to the generate stage per frame in
-            bfloat16, weights included, GiB/frame (the peak it added at batch 20, "Face restoration").
-        restore_restoreformer_per_frame_gib: The same for RestoreFormer in bfloat16.
-        restore_codeformer_per_frame_gib: The same for CodeFormer, always in float32
-            (:data:`nbhelpers.restore.FLOAT32_ONLY`).
+        restore_gfpgan_per_frame_gib, restore_restoreformer_per_frame_gib, restore_codeformer_per_frame_gib: What
+            each face restorer adds to ``generate`` per frame, weights included, GiB/frame: GFPGAN v1.4 and
+            RestoreFormer in bfloat16, CodeFormer always in float32.
         bf16_min_capability: Oldest compute capability on which GFPGAN and RestoreFormer run in bfloat16
-            (:func:`nbhelpers.restore.run_dtype`); elsewhere they run in float32 and their figure is multiplied by
-            ``fp32_factor``.
+            (:func:`nbhelpers.restore.run_dtype`); elsewhere their figure is multiplied by ``fp32_factor``.
     """
 
     core_weights_gib: float = 1.84
@@ -124,16 +100,12 @@ MEMORY_MODEL = MemoryModel()
 class CpuTimes:
     """Seconds of work per stage on a 2-core CPU (fp32), for the estimate of a CPU job's time.
 
-    Face tracking, latents and parsing run once per source frame used, generation once per output frame, and the
-    model loading once per job. Face tracking depends on the landmark backend: see :data:`FACE_CPU_TIMES`.
-
     Attributes:
-        fixed_s: Once per job: loading the UNet, VAE, whisper and BiSeNet, whisper on the audio, starting and
-            finishing the encoder, seconds.
-        latents_s: VAE encode of one source frame's masked and reference crops, seconds per frame.
-        parsing_s: Face parsing and blend-mask preparation of one source frame, seconds per frame (the tiny tree
-            keeps BiSeNet's full architecture).
-        generate_s: UNet + VAE decode + CPU blend of one output frame, seconds per frame.
+        fixed_s: Once per job: loading the models, whisper on the audio, the encoder's start and end, seconds.
+        latents_s: VAE encode of one source frame's masked and reference crops, seconds per source frame.
+        parsing_s: Face parsing and blend-mask preparation, seconds per source frame (BiSeNet is full size in
+            the tiny tree too).
+        generate_s: UNet + VAE decode + CPU blend, seconds per output frame.
         source: Where the figures come from.
     """
 
@@ -146,16 +118,9 @@ class CpuTimes:
 
 @dataclass(frozen=True)
 class FaceCpuTimes:
-    """Seconds of face tracking on a 2-core CPU (fp32) for one landmark backend.
-
-    Per source frame: ``per_frame_s + per_mpix_s * megapixels`` (the detector runs on the full frame; DWPose runs at
-    its fixed 288x384 input).
-
-    Attributes:
-        load_s: Building the backend, once per job, seconds.
-        per_frame_s: Landmarks of one frame, seconds per frame.
-        per_mpix_s: The face detector on one full frame, seconds per megapixel (10**6 pixels).
-        source: Where the figures come from.
+    """Seconds of face tracking on a 2-core CPU (fp32) for one backend: ``per_frame_s + per_mpix_s * megapixels`` per
+    source frame (the detector runs on the full frame, the landmark model at its fixed input), plus ``load_s`` once.
+    The ``source`` says where the figures come from.
     """
 
     load_s: float
@@ -198,24 +163,20 @@ def face_cpu_times(landmark_backend: str = "auto") -> FaceCpuTimes:
 def cpu_seconds(kind: str = "lipsync", n_frames: int = 0, source_frames: int | None = None,
                 weights: str = "full", times: CpuTimes | None = None, *, landmark_backend: str = "auto",
                 frame_size: tuple[int, int] | None = None) -> dict[str, float]:
-    """The CPU time of a job, stage by stage, in seconds.
+    """The CPU time of a job, ``{stage: seconds}`` for the stages that run.
 
-    With ``u`` source frames used (lipsync: ``min(n_frames, source_frames)``; avatar: ``n_frames``), ``n`` output
-    frames, ``t`` from :data:`CPU_TIMES` and ``f`` from :data:`FACE_CPU_TIMES`: ``models`` = ``t.fixed_s`` (avatar:
-    half) + ``f.load_s`` (not realtime); ``faces``, ``latents``, ``parsing`` = ``u`` times ``f.seconds(frame_size)``,
-    ``t.latents_s``, ``t.parsing_s`` (not realtime); ``generate`` = ``n * t.generate_s`` (not avatar).
+    With ``u`` source frames used (lipsync: ``min(n_frames, source_frames)``; avatar: ``n_frames``) and ``n``
+    output frames: ``models`` = fixed (avatar: half) + the backend's load; ``faces``, ``latents``, ``parsing`` =
+    ``u`` x their per-frame figure (not realtime); ``generate`` = ``n * generate_s`` (not avatar).
 
     Args:
         kind: ``"lipsync"``, ``"avatar"``, ``"realtime"`` or ``"clip"`` (counted as realtime).
         n_frames: Output frames for lipsync/realtime (audio seconds x 25); source frames for avatar.
-        source_frames: Source frames of a lipsync job (25 fps); None assumes at least ``n_frames``.
+        source_frames: Source frames of a lipsync job; None assumes at least ``n_frames``.
         weights: ``"full"`` or ``"tiny"``.
         times: Other figures (default ``CPU_TIMES[weights]``).
-        landmark_backend: The backend that tracks the faces; ``"auto"`` counts as ``"dwpose"``.
+        landmark_backend: The backend that tracks the faces (:func:`face_cpu_times`).
         frame_size: (H, W) of the frames, pixels; None assumes :data:`DEFAULT_FRAME_SIZE`.
-
-    Returns:
-        ``{stage: seconds}`` for the stages that run (``models``, ``faces``, ``latents``, ``parsing``, ``generate``).
 
     Raises:
         InputError: Unknown ``kind`` or ``weights``.
@@ -259,13 +220,10 @@ WEIGHTS = ("full", "tiny")
 
 
 def restore_per_frame_gib(restore: str | None, bf16: bool = True, memory_model: MemoryModel | None = None) -> float:
-    """GiB per frame of the batch that a face restorer adds to the generate stage (0 without one).
+    """GiB per frame of the batch that a face restorer (``InferenceConfig.restore``, or None: 0) adds to ``generate``.
 
-    Args:
-        restore: ``"gfpgan"``, ``"restoreformer"``, ``"codeformer"`` (``InferenceConfig.restore``) or None.
-        bf16: Whether GFPGAN and RestoreFormer run in bfloat16 (:func:`nbhelpers.restore.run_dtype`); False
-            multiplies their figure by ``fp32_factor``. CodeFormer runs in float32 either way.
-        memory_model: Constants (default :data:`MEMORY_MODEL`).
+    ``bf16`` False multiplies GFPGAN's and RestoreFormer's figure by ``fp32_factor``; CodeFormer always runs in
+    float32. ``memory_model`` defaults to :data:`MEMORY_MODEL`.
 
     Raises:
         InputError: An unknown restorer name.
@@ -284,9 +242,7 @@ def stage_memory(kind: str, fp16: bool = True, frame_size: tuple[int, int] = DEF
                  n_frames: int | None = None, weights: str = "full", landmark_backend: str = "auto",
                  memory_model: MemoryModel | None = None, restore: str | None = None,
                  restore_bf16: bool = True) -> dict[str, tuple[float, float]]:
-    """The memory model's stages of a job: ``{stage: (fixed GiB, GiB per frame of the batch)}``, in the order they run.
-
-    The table of stages is in the module docstring; a stage's peak at batch ``b`` is ``fixed + per_frame * b``.
+    """The stages of a job, ``{stage: (fixed GiB, GiB per frame of the batch)}`` in the order they run (module doc).
 
     Args:
         kind: ``"lipsync"``, ``"avatar"``, ``"realtime"`` or ``"clip"`` (counted as realtime).
@@ -294,9 +250,9 @@ def stage_memory(kind: str, fp16: bool = True, frame_size: tuple[int, int] = DEF
         frame_size: (H, W) of the full frames, pixels.
         n_frames: Frames of the job (adds whisper features and latents), or None.
         weights: ``"full"`` or ``"tiny"``.
-        landmark_backend: ``"dlib"`` and ``"boxes"`` use no GPU face models (the ``faces`` stage is 0).
+        landmark_backend: ``"dlib"`` and ``"boxes"`` use no GPU face models.
         memory_model: Constants (default :data:`MEMORY_MODEL`).
-        restore: The job's face restorer or None; its :func:`restore_per_frame_gib` joins the ``generate`` stage.
+        restore: The job's face restorer or None (:func:`restore_per_frame_gib`, added to ``generate``).
         restore_bf16: Whether GFPGAN / RestoreFormer run in bfloat16.
 
     Raises:

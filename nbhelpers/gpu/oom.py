@@ -11,14 +11,9 @@ from .model import T
 
 
 def is_oom(exc: BaseException) -> bool:
-    """True when ``exc`` is an out-of-memory error, so that a smaller batch may succeed.
-
-    Out-of-memory: torch's CUDA/MPS ``OutOfMemoryError``, a RuntimeError saying "out of memory",
-    "CUBLAS_STATUS_ALLOC_FAILED" or "can't allocate memory", and :class:`~nbhelpers.errors.OutOfMemoryError` (so an
-    inner :func:`batched` that failed at batch 1 makes an outer one halve).
-
-    Args:
-        exc: Any exception.
+    """True when ``exc`` is an out-of-memory error that a smaller batch may avoid: torch's ``OutOfMemoryError``, a
+    RuntimeError saying "out of memory", "CUBLAS_STATUS_ALLOC_FAILED" or "can't allocate memory", or
+    :class:`~nbhelpers.errors.OutOfMemoryError` (an inner :func:`batched` that failed at batch 1).
     """
     name = type(exc).__name__
     if name in ("OutOfMemoryError", "CudaOutOfMemoryError"):
@@ -33,24 +28,21 @@ def batched(n_items: int, batch_size: int, step: Callable[[slice], T], *, stage:
             on_oom: Callable[[], None] | None = None) -> Iterator[tuple[slice, T]]:
     """Run ``step`` over ``range(n_items)`` in consecutive slices, halving the batch on out-of-memory.
 
-    Items run in order, each exactly once: when ``step(slice(i, i + b))`` raises an out-of-memory error
-    (:func:`is_oom`), the caches are emptied, the failed batch's real length is halved and the same start ``i`` is
-    retried. The smaller size is kept for the rest of the stage, and each halving warns (``FallbackWarning``).
+    Items run in order, each once: on an out-of-memory error (:func:`is_oom`) the caches are emptied, the failed
+    batch's length is halved, kept for the rest of the stage, and the same start is retried, with a warning.
 
     Args:
         n_items: Number of items (frames), >= 0.
         batch_size: Initial items per call, >= 1.
-        step: Called with a ``slice`` of item indices; returns that batch's result. It must keep no partial effect
-            of a failed call.
-        stage: Stage name for the warning (e.g. ``"generate"``).
-        on_oom: Called after an out-of-memory error, once the failed call's tensors are unreferenced, before the
-            retry. Default :func:`empty_cache`.
+        step: Called with a ``slice`` of item indices; returns that batch's result and keeps no partial effect.
+        stage: Stage name for the warning.
+        on_oom: Called after an out-of-memory error, before the retry; default :func:`empty_cache`.
 
     Yields:
-        ``(slice, result)`` for each batch, in order; a result is dropped when the next batch starts.
+        ``(slice, result)`` for each batch, in order.
 
     Raises:
-        InputError: ``n_items`` < 0 or ``batch_size`` < 1 (checked before the first call).
+        InputError: ``n_items`` < 0 or ``batch_size`` < 1.
         OutOfMemoryError: A batch of 1 still runs out of memory.
 
     Source: ``utils.py:49-74``, ``inference.py:187-206`` (fixed-size batches in order); the halving is ours.

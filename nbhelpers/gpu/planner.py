@@ -36,21 +36,16 @@ class Plan:
 
     Attributes:
         kind: ``"lipsync"`` (offline job), ``"avatar"`` (avatar preparation), ``"realtime"`` or ``"clip"``.
-        device: ``"cuda:0"``, ``"cuda"``, ``"cpu"``, ...: what the job should use.
-        fp16: True for half precision (UNet, VAE, Whisper, positional encoding).
-        batch_size: Frames per UNet/VAE batch (and per parsing / blend batch).
+        device, fp16, batch_size: What the job should use; the batch counts frames per UNet/VAE/parsing batch.
         weights: ``"full"`` or ``"tiny"`` (test models).
-        frame_size: (H, W) pixels of the frames the plan assumed.
-        n_frames: Frames of the job, or None when not given.
+        frame_size, n_frames: (H, W) pixels assumed, and the job's frames (None when not given).
         budget_gib: GPU memory (host RAM on the CPU) the plan lets the job use, GiB; None when unknown.
-        predicted_peak_gib: The memory model's peak at ``batch_size`` (worst stage, CUDA context excluded), GiB;
-            None on the CPU.
+        predicted_peak_gib: The worst stage's peak at ``batch_size``, CUDA context excluded, GiB; None on the CPU.
         stage_peaks_gib: Predicted peak of each stage at ``batch_size``, GiB.
-        reasons: Why each value was chosen: keys ``"device"``, ``"fp16"``, ``"batch_size"``, ``"memory"``.
+        reasons: Why each value was chosen, keyed ``"device"``, ``"fp16"``, ``"batch_size"``, ``"memory"``.
         warnings: Things to know, in words (CPU speed, fp16 falling back to fp32, a tight budget).
-        base_config: The configuration the plan started from; see :attr:`config`.
-        gpu_name: The GPU's name for the verdict, None on the CPU.
-        free_gib: The GPU's free memory for the verdict, GiB, None on the CPU.
+        base_config: The configuration the plan started from (see :attr:`config`).
+        gpu_name, free_gib: The GPU's name and free GiB for the verdict; None on the CPU.
         landmark_backend: The backend the CPU estimate counts face tracking for (``"auto"``: ``"dwpose"``).
     """
 
@@ -126,14 +121,7 @@ class Plan:
 
 
 def snap_batch(n: float) -> int:
-    """Snap a batch size down to 1, 2, or a multiple of 4 (which includes the official realtime default 20).
-
-    Args:
-        n: Largest batch that fits, frames (any real number; below 1 or NaN gives 1).
-
-    Returns:
-        The snapped batch size, >= 1.
-    """
+    """Snap a batch size ``n`` (frames, any real) down to 1, 2 or a multiple of 4 (which includes realtime's 20)."""
     if not n >= 1:  # also catches NaN
         return 1
     n = int(math.floor(min(n, 1 << 20)))
@@ -148,48 +136,32 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
          landmark_backend: str | None = None, loaded_gib: float = 0.0, warn: bool = True) -> Plan:
     """Choose device, precision and batch size for a job from the GPU report and the memory model.
 
-    - device: CUDA when torch can use a GPU, else the CPU.
-    - precision: fp16 on CUDA (what the official realtime path runs; the T4 has no fast bf16), fp32 below compute
-      capability 5.3 and on the CPU (an fp16 request on the CPU falls back to fp32, with a warning).
-    - batch size: the largest batch whose worst stage fits the budget (:mod:`nbhelpers.gpu.model`), snapped by
-      :func:`snap_batch`, at most the kind's cap (:class:`MemoryModel`) and ``n_frames``. A face restorer
-      (``config.restore``) adds to the generate stage, so the batch shrinks to make room for it.
-
-    Non-None ``config.device``, ``config.fp16`` and ``config.batch_size`` override the choice ("user override"); a
-    batch predicted not to fit warns.
+    Device: CUDA when torch can use a GPU, else the CPU. Precision: fp16 on CUDA (as the official realtime path;
+    the T4 has no fast bf16), fp32 below compute capability 5.3 and on the CPU. Batch: the largest whose worst stage
+    (a face restorer included) fits the budget (:mod:`nbhelpers.gpu.model`), snapped by :func:`snap_batch`, at most
+    the kind's cap and ``n_frames``. Non-None ``config.device``, ``fp16`` and ``batch_size`` override the choice.
 
     Args:
-        kind: ``"lipsync"`` (offline job), ``"avatar"`` (avatar preparation), ``"realtime"`` (generation from a
-            prepared avatar, live) or ``"clip"`` (a whole clip from a prepared avatar into a file: realtime's memory,
-            a larger cap).
+        kind: ``"lipsync"`` (offline job), ``"avatar"`` (avatar preparation), ``"realtime"`` (live, from an avatar)
+            or ``"clip"`` (a whole clip from an avatar into a file: realtime's memory, a larger cap).
         report: A :class:`GpuReport`; None reads one.
-        config: An :class:`~nbhelpers.config.InferenceConfig` (overrides, ``restore``, and the fields
-            :attr:`Plan.config` keeps); None for the defaults.
-        n_frames: Frames of the job: output frames (audio seconds x 25) for lipsync/realtime, source frames for
-            avatar; None when not known yet.
-        frame_size: (H, W) of the video frames, pixels; None assumes :data:`DEFAULT_FRAME_SIZE`. Messages write
-            sizes width x height.
-        weights: ``"full"`` (the official models) or ``"tiny"`` (test models).
+        config: An :class:`~nbhelpers.config.InferenceConfig`; None for the defaults.
+        n_frames: Output frames (audio seconds x 25) for lipsync/realtime, source frames for avatar; or None.
+        frame_size: (H, W) of the frames, pixels; None assumes :data:`DEFAULT_FRAME_SIZE`.
+        weights: ``"full"`` or ``"tiny"`` (test models).
         memory_model: Constants (default :data:`MEMORY_MODEL`).
-        source_frames: Source frames of a lipsync job (25 fps), for the CPU estimate; None assumes one per output
-            frame.
-        landmark_backend: The landmark backend the job uses, for the CPU estimate and the ``faces`` stage; None
-            takes ``config.landmark_backend``.
-        loaded_gib: GiB of the models the stages count that are already on the GPU (an earlier job on the same
-            pipeline); added back to the usable memory, at most the report's ``allocated_gib`` when read through
-            torch. Default 0.
-        warn: Emit each entry of ``Plan.warnings`` as a :class:`PlanWarning`. False only records them (a plan made
-            before the job's frames are known).
-
-    Returns:
-        A :class:`Plan`; ``plan(...).config`` is the filled configuration.
+        source_frames: Source frames of a lipsync job, for the CPU estimate; None: one per output frame.
+        landmark_backend: The job's landmark backend, for the CPU estimate and the ``faces`` stage; None takes
+            ``config.landmark_backend``.
+        loaded_gib: GiB of the stages' models already on the GPU (an earlier job on the same pipeline), added back
+            to the usable memory.
+        warn: Emit ``Plan.warnings`` as :class:`PlanWarning`; False only records them.
 
     Raises:
-        InputError: Unknown ``kind``/``weights``, a bad ``frame_size``, ``n_frames`` or ``loaded_gib``, or a
-            ``config`` that is not an InferenceConfig.
+        InputError: Unknown ``kind``/``weights``, a bad ``frame_size``, ``n_frames``, ``loaded_gib`` or ``config``.
         NoGpuError: ``config.device`` asks for CUDA but no CUDA GPU is usable.
 
-    Source: batches 8 offline and 20 realtime (``inference.py:266``, ``realtime_inference.py:331``); fp16 casts
+    Source: batches 8 offline and 20 realtime (``inference.py:266``, ``realtime_inference.py:331``); fp16
     (``inference.py:53-56``, ``realtime_inference.py:366-368``).
     """
     if kind not in KINDS:
@@ -465,16 +437,7 @@ def _duration(seconds: float) -> str:
 
 
 def report(device: str | int | None = None) -> GpuReport:
-    """Read what this runtime has (:func:`~nbhelpers.gpu.device.read_report`) and add the plan's verdict.
-
-    Never raises on odd driver states; works without torch. Reading free memory through torch makes this process's
-    CUDA context if it did not exist yet.
-
-    Args:
-        device: The CUDA device to report: None (torch's current device), an index, or ``"cuda"``/``"cuda:N"``.
-
-    Returns:
-        A :class:`GpuReport` whose ``verdict`` is what :func:`plan` chooses for a lip-sync job.
+    """:func:`~nbhelpers.gpu.device.read_report` with the ``verdict`` of :func:`plan` for a lip-sync job.
 
     Raises:
         InputError: ``device`` is not a CUDA device name or index, or names a device that does not exist.
@@ -495,15 +458,9 @@ def _verdict(rep: GpuReport) -> str:
 
 
 def check_gpu(allow_cpu: bool | None = None, device: str | int | None = None) -> GpuReport:
-    """:func:`report` then :meth:`GpuReport.require_gpu`: stop a CPU-only runtime before any download.
-
-    Args:
-        allow_cpu: True lets a CPU-only runtime through; None reads ``NBHELPERS_ALLOW_CPU``.
-        device: CUDA device to report (see :func:`report`).
+    """:func:`report` of ``device``, then :meth:`GpuReport.require_gpu` with ``allow_cpu``: stop a CPU-only runtime.
 
     Raises:
-        NoGpuError: No usable CUDA GPU and the CPU not allowed.
-        MissingDependencyError: torch is not installed.
-        InputError: Bad ``device``.
+        NoGpuError, MissingDependencyError, InputError: As those two.
     """
     return report(device).require_gpu(allow_cpu)
