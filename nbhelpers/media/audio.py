@@ -117,18 +117,11 @@ def _decode_native(path, param: str) -> tuple[np.ndarray, int, Path]:
 
 
 def load_audio(path, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
-    """Decode speech to a mono float32 waveform at ``sample_rate``, the samples of ``librosa.load(path, sr=16000)``.
+    """Decode speech to ``(L,)`` float32 mono samples (nominally -1..1) at ``sample_rate`` Hz, as ``librosa.load``.
 
-    As librosa 0.11 does, without librosa: soundfile at the native rate when libsndfile reads the file, else ffmpeg's
-    first audio stream at the native rate; channels averaged; ``soxr.resample(..., quality="soxr_hq")``; the length
-    fixed to ``ceil(L * sample_rate / native_rate)`` samples.
-
-    Args:
-        path: Any file with an audio stream (wav, mp3, m4a, ogg, flac, or a video with sound).
-        sample_rate: Output rate, Hz (16000 for Whisper).
-
-    Returns:
-        ``(L,) float32`` samples, nominally in [-1, 1], mono, at ``sample_rate``.
+    As librosa 0.11 does, without librosa: soundfile at the native rate (else ffmpeg's first audio stream),
+    channels averaged, ``soxr.resample(..., quality="soxr_hq")``, length ``ceil(L * sample_rate / native_rate)``.
+    ``path`` is any file with an audio stream (speech, or a video with sound).
 
     Raises:
         InputError: Missing file, no audio stream, zero samples, or a bad ``sample_rate``.
@@ -159,17 +152,13 @@ def load_audio(path, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
 
 
 def audio_duration(path) -> float:
-    """Exact duration in seconds of the first audio stream: samples / native rate.
-
-    Args:
-        path: Any file with an audio stream.
+    """Exact duration in seconds of the first audio stream of ``path``: samples / native rate.
 
     Raises:
         InputError: Missing file, no audio stream or no samples.
         FFmpegError: ffmpeg cannot read the file.
 
-    Source: the output has ``floor(seconds * 25)`` frames (``audio_processor.py:61-63``;
-    docs/official-behaviour.md §5.3).
+    Source: the output has ``floor(seconds * 25)`` frames (``audio_processor.py:61-63``).
     """
     p = _existing_file(path, "audio")
     try:

@@ -14,21 +14,18 @@ from .ffmpeg import _CHANNEL_LAYOUTS, _IMAGE_CODECS, _existing_file, _run, _tail
 
 @dataclass(frozen=True)
 class StreamInfo:
-    """One stream of a media file, as ffmpeg reports it.
+    """One stream of a media file, as ffmpeg reports it (fields of another kind of stream are None).
 
     Attributes:
         index: Stream index in the file (what ``-map 0:<index>`` selects).
         kind: ``"video"``, ``"audio"``, ``"subtitle"``, ``"data"`` or ``"attachment"``.
         codec: Decoder name, e.g. ``"h264"``, ``"aac"``, ``"png"``.
         language: ISO 639 code from the container, or None.
-        width: Stored frame width, pixels (before rotation); None for non-video.
-        height: Stored frame height, pixels (before rotation); None for non-video.
-        pix_fmt: Pixel format, e.g. ``"yuv420p"``, ``"yuv420p10le"``, ``"rgba"``; None for non-video.
-        fps: Average frame rate, frames per second (29.97 is ``Fraction(30000, 1001)``); None when not reported.
+        width, height: Stored frame size, pixels, before rotation.
+        pix_fmt: Pixel format, e.g. ``"yuv420p"``, ``"yuv420p10le"``, ``"rgba"``.
+        fps: Average frame rate, a Fraction (29.97 is 30000/1001); None when not reported.
         rotation: Degrees clockwise a player turns the stored picture to show it upright (0, 90, 180, 270).
-        sample_rate: Audio samples per second, Hz; None for non-audio.
-        channels: Audio channel count; None for non-audio or an unknown layout.
-        channel_layout: ffmpeg's layout name (``"mono"``, ``"stereo"``, ``"5.1"``); None for non-audio.
+        sample_rate, channels, channel_layout: Audio rate (Hz), channel count and ffmpeg's layout name.
         attached_pic: True for cover art (an image stored as a video stream).
         default: True when the stream carries the container's "default" flag.
         line: The stream line ffmpeg printed.
@@ -58,28 +55,19 @@ class MediaInfo:
     Attributes:
         path: Absolute path of the file.
         container: ffmpeg's demuxer name, e.g. ``"mov,mp4,m4a,3gp,3g2,mj2"``, ``"wav"``, ``"png_pipe"``.
-        duration_s: Container duration, seconds; None when unknown (single images).
-        start_s: Start time of the container, seconds; None when not reported.
-        bitrate_kbps: Overall bitrate, kb/s; None when not reported.
+        duration_s, start_s, bitrate_kbps: Container duration and start, seconds, and bitrate, kb/s; or None.
         streams: Every stream in the file.
-        is_image: True for a single still picture, detected from the content, not the file name.
-        has_video: True when the file has a video stream that is not cover art.
-        has_audio: True when the file has an audio stream.
-        width: Width in pixels of the upright picture of the first video stream (what :func:`load_video` yields);
-            None without video.
-        height: Height in pixels of the upright picture; None without video.
-        fps: Average source frame rate of the first video stream, frames per second; None without video.
-        rotation: Clockwise degrees applied to show the first video stream upright (0, 90, 180, 270).
-        pix_fmt: Pixel format of the first video stream; None without video.
-        video_codec: Codec of the first video stream; None without video.
-        frame_count: Frames stored in the first video stream, counted by demuxing (``count_frames=True``); 1 for an
-            image; None when not counted. The source count; :attr:`VideoReader.frame_count` is the count at 25 fps.
-        sample_rate: Native sample rate of the first audio stream, Hz; None without audio.
-        channels: Channel count of the first audio stream; None without audio.
-        audio_codec: Codec of the first audio stream; None without audio.
-        comment: The container's ``comment`` tag (e.g. :data:`SYNTHETIC_TAG`); None when absent.
-        exif_orientation: EXIF orientation of a still (1-8, read with Pillow); 1 for videos. The reader applies it
-            (as ``cv2.imread`` does) and ``width``/``height``/``rotation`` describe the picture after it.
+        is_image: True for a single still picture, told from the content, not the file name.
+        has_video, has_audio: Whether there is a video stream (not cover art) and an audio stream.
+        width, height: The upright size of the first video stream's frames (what :func:`load_video` yields), pixels.
+        fps, rotation, pix_fmt, video_codec: The first video stream's average source rate, clockwise rotation,
+            pixel format and codec.
+        frame_count: Frames stored in the first video stream, counted by demuxing; 1 for an image; None when not
+            counted. :attr:`VideoReader.frame_count` is the count at 25 fps.
+        sample_rate, channels, audio_codec: The first audio stream's native rate (Hz), channels and codec.
+        comment: The container's ``comment`` tag (e.g. :data:`SYNTHETIC_TAG`), or None.
+        exif_orientation: EXIF orientation of a still (1-8), applied by the reader as ``cv2.imread`` does; size and
+            rotation describe the picture after it.
     """
 
     path: Path
@@ -331,19 +319,15 @@ def _parse_stream(match: re.Match, block: list[str]) -> StreamInfo:
 def probe(path, count_frames: bool = True) -> MediaInfo:
     """Read what a media file holds: streams, upright size, fps, duration, rotation, pixel format, audio rate.
 
-    Parses ``ffmpeg -i`` (ffmpeg 4.4 to 9) and counts the video frames exactly by demuxing without decoding
+    Parses ``ffmpeg -i`` (ffmpeg 4.4 to 9); with ``count_frames`` also counts the video frames exactly by demuxing
     (``-c copy -f framecrc``).
-
-    Args:
-        path: Video, image or audio file.
-        count_frames: Count the source video frames (:attr:`MediaInfo.frame_count`); False saves one ffmpeg run.
 
     Raises:
         InputError: ``path`` does not exist or is a folder.
         FFmpegError: ffmpeg cannot read the file as media (a text file named ``.mp4``, a truncated download).
 
-    Source: the official scripts read the fps with OpenCV's ``CAP_PROP_FPS`` (``utils.py:43-47``) and tell images
-    from videos by extension (``utils.py:33-41``); here the content decides.
+    Source: the official scripts read the fps with OpenCV (``utils.py:43-47``) and tell images from videos by
+    extension (``utils.py:33-41``); here the content decides.
     """
     p = _existing_file(path, "path")
     exe = ffmpeg_exe()

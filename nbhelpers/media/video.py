@@ -127,20 +127,17 @@ class _FrameStream:
 class VideoReader:
     """Frames of a video (or one photo) at a constant frame rate, streamed from an ffmpeg pipe.
 
-    Iterating yields ``(H, W, 3) uint8`` BGR frames from the first frame, each ``iter()`` with its own decode;
-    :meth:`read_batch` reads from a separate cursor. Use it as a context manager (or :meth:`close`) to stop ffmpeg.
-
-    - Constant fps: the ``fps`` filter re-times frames by their timestamps (duplicating or dropping), so any source
-      rate or a variable rate gives ``frame_count == round(D * fps)``, D the end of the last source frame.
-    - Rotation: ffmpeg's autorotation turns phone clips upright; ``width``/``height`` are the upright size.
-    - Pixel formats: 10-bit, 4:2:2/4:4:4, odd sizes and RGB sources are converted to bgr24.
-    - Alpha: composited over ``background``: ``round((colour * a + background * (255 - a)) / 255)``.
-    - Photos: one frame, with its EXIF orientation applied as ``cv2.imread`` does.
+    Iterating yields ``(H, W, 3) uint8`` BGR frames from the first, each ``iter()`` with its own decode;
+    :meth:`read_batch` reads from a separate cursor. Use it as a context manager to stop ffmpeg. The ``fps`` filter
+    re-times frames by their timestamps, so any source rate gives ``round(D * fps)`` frames (D the end of the last
+    source frame); phone clips are turned upright; any pixel format becomes bgr24; alpha is composited over
+    ``background`` as ``round((colour * a + background * (255 - a)) / 255)``; a photo is one frame with its EXIF
+    orientation applied.
 
     Args:
-        path: Video or photo file (any format ffmpeg reads).
-        fps: Output frame rate, frames per second (25 for MuseTalk).
-        background: BGR colour (3 ints, 0-255) that transparent pixels are composited over.
+        path: Video or photo file.
+        fps: Output frame rate, frames per second.
+        background: BGR colour (3 ints, 0-255) under transparent pixels.
         ffmpeg: Path of the ffmpeg binary; None for :func:`ffmpeg_exe`.
 
     Raises:
@@ -148,13 +145,11 @@ class VideoReader:
         FFmpegError: ffmpeg cannot read the file.
 
     Attributes:
-        path: Absolute path of the source.
-        info: :class:`MediaInfo` of the source.
+        path, info: Absolute path and :class:`MediaInfo` of the source.
         fps: Output frame rate, a Fraction.
-        width: Frame width, pixels (upright).
-        height: Frame height, pixels (upright).
+        width, height: Frame size, pixels (upright).
         has_alpha: True when the source pixel format carries alpha.
-        background: BGR colour transparent pixels are composited over.
+        background: BGR colour under transparent pixels.
     """
 
     def __init__(self, path, fps=FPS, *, background=(0, 0, 0), ffmpeg: str | None = None):
@@ -231,10 +226,7 @@ class VideoReader:
         self._streams.discard(stream)
 
     def iter_batches(self, batch_size: int = 16) -> Iterator[np.ndarray]:
-        """Yield ``(n, H, W, 3) uint8`` BGR batches of ``batch_size`` frames (the last shorter) from the first frame.
-
-        Args:
-            batch_size: Frames per batch, >= 1.
+        """Yield ``(n, H, W, 3) uint8`` BGR batches of ``batch_size`` (>= 1) frames, the last shorter, from the first.
 
         Raises:
             FFmpegError: ffmpeg failed while decoding.
@@ -259,10 +251,7 @@ class VideoReader:
             yield from batch
 
     def read_batch(self, n: int) -> np.ndarray:
-        """Read the next ``n`` (>= 1) frames from the reader's cursor, which starts at frame 0.
-
-        Returns:
-            ``(n', H, W, 3) uint8`` BGR with ``n' <= n``; ``n' == 0`` once every frame has been read.
+        """The next ``n`` (>= 1) frames from the reader's cursor: ``(n', H, W, 3) uint8`` BGR, ``n' == 0`` at the end.
 
         Raises:
             FFmpegError: ffmpeg failed while decoding.
@@ -310,35 +299,21 @@ class VideoReader:
 
 
 def load_video(path, fps=FPS, *, background=(0, 0, 0), ffmpeg: str | None = None) -> VideoReader:
-    """Open a video or a photo as a stream of upright BGR frames at constant ``fps``: a :class:`VideoReader`.
-
-    Args:
-        path: Any container ffmpeg reads (mp4, mov, mkv, webm, avi, gif...) or one image, detected from the content.
-        fps: Output frame rate, frames per second; MuseTalk needs 25.
-        background: BGR colour (3 ints, 0-255) that transparent pixels are composited over; black by default.
-        ffmpeg: Path of the ffmpeg binary; None for :func:`ffmpeg_exe`.
+    """Open a video or a photo as a :class:`VideoReader` of upright BGR frames at constant ``fps`` (MuseTalk: 25).
 
     Raises:
         InputError: The file is missing, is a folder, has no video stream, or an argument is invalid.
         FFmpegError: ffmpeg cannot read the file.
 
     Source: ``inference.py:120-126`` keeps the source fps, so other rates drift (#q8); ``app.py:432-472`` re-times
-    uploads to 25 fps, as this always does (docs/official-behaviour.md §2.1).
+    uploads to 25 fps, as this always does.
     """
     return VideoReader(path, fps, background=background, ffmpeg=ffmpeg)
 
 
 def frames_at(path, indices: Sequence[int], fps=FPS, *, background=(0, 0, 0)) -> np.ndarray:
-    """Decode chosen frames (numbered at ``fps``, as :func:`load_video` yields them) without piping the others.
-
-    Args:
-        path: Video or photo file.
-        indices: Frame numbers (0-based, at ``fps``); any order, repeats allowed.
-        fps: Frame rate the indices refer to.
-        background: BGR colour for transparent pixels.
-
-    Returns:
-        ``(len(indices), H, W, 3) uint8`` BGR in the order of ``indices``, the frames iteration yields there.
+    """``(len(indices), H, W, 3) uint8`` BGR: the frames numbered ``indices`` at ``fps`` (any order, repeats allowed),
+    as iteration yields them, decoded without piping the others.
 
     Raises:
         InputError: An index is negative, not an integer, or past the last frame.

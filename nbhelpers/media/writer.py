@@ -54,10 +54,9 @@ class EncoderChoice:
 
     Attributes:
         setting: The setting asked for (one of :data:`nbhelpers.constants.ENCODERS`).
-        codec: ffmpeg encoder used: ``"libx264"`` or ``"h264_nvenc"``.
-        preset: Its preset (``"medium"``, ``"veryfast"``, ..., ``"p5"`` for NVENC).
+        codec, preset: ffmpeg encoder (``"libx264"`` or ``"h264_nvenc"``) and its preset.
         ffmpeg: The ffmpeg binary to run it with; None = :func:`ffmpeg_exe`.
-        reason: Why this was chosen (the NVENC test encode's result for ``auto`` / ``nvenc``).
+        reason: Why this was chosen.
     """
 
     setting: str
@@ -80,17 +79,8 @@ def padded_size_note(width: int, height: int) -> str | None:
 
 
 def nvenc_probe(ffmpeg: str | None = None, timeout: float = 30.0) -> tuple[bool, str]:
-    """Whether ``h264_nvenc`` really encodes with this ffmpeg here: one 256x256 black frame, encoded to nothing.
-
-    Listing the encoder proves little (a driver older than ffmpeg's NVENC API, a GPU with no encoder unit). The
-    answer is cached per binary for the life of the process.
-
-    Args:
-        ffmpeg: Path of the ffmpeg binary; None = :func:`ffmpeg_exe`.
-        timeout: Seconds before the test encode counts as failed.
-
-    Returns:
-        ``(True, "")`` when the frame was encoded, else ``(False, reason)`` with ffmpeg's error line.
+    """``(True, "")`` when ``h264_nvenc`` encodes one 256x256 black frame with this ``ffmpeg`` within ``timeout``
+    seconds, else ``(False, reason)``; cached per binary (a listed encoder may still fail on the driver).
     """
     exe = ffmpeg or ffmpeg_exe()
     with _probe_lock:
@@ -121,14 +111,13 @@ def choose_encoder(setting: str = "libx264", *, ffmpegs: Sequence[str] | None = 
                    probe: Any = None, warn: bool = True) -> EncoderChoice:
     """Resolve an ``encoder`` setting to an ffmpeg encoder, preset and binary.
 
-    ``"libx264"`` (the official offline encoder): CRF 18, preset ``medium``; ``"libx264-fast"`` ...
-    ``"libx264-ultrafast"``: the same CRF at a faster preset (bench/RESULTS.md, "Encoder settings"); ``"nvenc"`` /
-    ``"auto"``: ``h264_nvenc`` when :func:`nvenc_probe` succeeds with imageio-ffmpeg's binary, else with the one on
-    PATH, otherwise libx264 medium with a :class:`~nbhelpers.errors.FallbackWarning`.
+    ``"libx264"`` (official): CRF 18, preset ``medium``; ``"libx264-fast"`` ... ``"-ultrafast"``: faster presets
+    (bench/RESULTS.md, "Encoder settings"); ``"nvenc"`` / ``"auto"``: ``h264_nvenc`` when :func:`nvenc_probe`
+    succeeds with imageio-ffmpeg's binary or the one on PATH, else libx264 medium with a ``FallbackWarning``.
 
     Args:
         setting: One of :data:`nbhelpers.constants.ENCODERS`.
-        ffmpegs: Binaries to try NVENC with, in order; None = imageio-ffmpeg's, then the one on PATH.
+        ffmpegs: Binaries to try NVENC with; None = imageio-ffmpeg's, then the one on PATH.
         probe: ``probe(ffmpeg_path) -> (ok, reason)``; None = :func:`nvenc_probe`.
         warn: Emit the fallback warning (the reason is in the result either way).
 
@@ -165,31 +154,28 @@ def choose_encoder(setting: str = "libx264", *, ffmpegs: Sequence[str] | None = 
 class VideoWriter:
     """Encode BGR frames through an ffmpeg pipe into an H.264 MP4, with the original audio muxed in.
 
-    One ffmpeg reads raw bgr24 frames on stdin and the audio file, maps ``0:v:0`` and the first audio stream, and
-    writes libx264 CRF 18 yuv420p (BT.709, limited range, tagged so; ``+faststart``; odd sizes padded by one black
-    column/row, never scaled), the audio copied when AAC else encoded to AAC, and ``comment`` = :data:`SYNTHETIC_TAG`.
-    All the audio is kept unless ``shortest``. The file is written as ``.<name>.partial-<random><suffix>`` and renamed
-    with ``os.replace`` only on success; any failure kills ffmpeg and removes the partial file. When ffmpeg takes no
-    frame data, or shows no progress while finishing, for ``stall_timeout_s`` (a network mount that stopped
-    answering), it is killed and an ``FFmpegError`` with ``stalled = True`` says so.
+    It maps ``0:v:0`` and the first audio stream and writes libx264 CRF 18 yuv420p (BT.709, limited range,
+    ``+faststart``; odd sizes padded by one black column/row), the audio copied when AAC else encoded, and
+    ``comment`` = :data:`SYNTHETIC_TAG`. It writes ``.<name>.partial-<random><suffix>``, renamed only on success; a
+    failure or a stall (no frame taken, or no progress while finishing, for ``stall_timeout_s``) kills ffmpeg and
+    removes the partial file.
 
     Args:
         path: Output file (.mp4, .mov, .m4v or .mkv); its folder is created when missing.
-        width: Frame width, pixels.
-        height: Frame height, pixels.
+        width, height: Frame size, pixels.
         fps: Frame rate, frames per second.
         audio: File whose first audio stream is muxed in; None writes video only.
-        crf: Constant rate factor 0-51 (18, visually lossless, is the official value).
-        codec: ``"libx264"``, ``"h264_nvenc"`` (``-preset p5 -rc vbr -cq <crf>``), or another ffmpeg encoder name.
-        preset: Encoder preset; None uses ``"medium"`` for libx264 and ``"p5"`` for NVENC.
+        crf: Constant rate factor 0-51 (18 is the official value).
+        codec: ``"libx264"``, ``"h264_nvenc"`` (``-rc vbr -cq <crf>``), or another ffmpeg encoder name.
+        preset: Encoder preset; None: ``"medium"`` for libx264, ``"p5"`` for NVENC.
         audio_bitrate: AAC bitrate when the audio is re-encoded (e.g. ``"192k"``).
-        shortest: Stop at the shorter stream (``-shortest``) instead of keeping all the audio.
+        shortest: Stop at the shorter stream instead of keeping all the audio.
         ffmpeg: Path of the ffmpeg binary; None for the class attribute, else :func:`ffmpeg_exe`.
         extra_args: More output options placed before the file name.
-        synthetic: Tag the file as synthetic (comment and video handler name); False for plain conversions.
+        synthetic: Tag the file as synthetic; False for plain conversions.
         stall_timeout_s: Seconds without progress after which ffmpeg counts as stalled; None waits for ever.
-        encoder: An encoder setting or an :class:`EncoderChoice` (:func:`choose_encoder`); it sets ``codec``, the
-            ``preset`` (unless given) and, for NVENC, the binary.
+        encoder: An encoder setting or :class:`EncoderChoice`; sets ``codec``, ``preset`` (unless given) and the
+            binary.
 
     Attributes:
         path: Final output path.
@@ -199,10 +185,10 @@ class VideoWriter:
 
     Raises:
         InputError: Bad size, fps, crf, suffix, stall timeout or audio file, before ffmpeg starts.
-        FFmpegError: ffmpeg refused the options, died, failed when finishing, or stalled.
+        FFmpegError: ffmpeg refused the options, died, failed when finishing, or stalled (``stalled`` True).
 
     Source: ``inference.py:230-237`` encodes libx264 yuv420p CRF 18, then muxes with a second encode and no
-    ``-map`` (#q24); here one encode with mapped streams (docs/official-behaviour.md §8).
+    ``-map`` (#q24); here one encode with mapped streams.
     """
 
     ffmpeg: str | None = None  # class-level default binary; None means ffmpeg_exe()
@@ -303,11 +289,7 @@ class VideoWriter:
         return args + [str(self._tmp)]
 
     def write(self, frames) -> None:
-        """Append one frame ``(H, W, 3)`` or a batch ``(N, H, W, 3)`` of uint8 BGR frames.
-
-        Args:
-            frames: numpy array (or a torch tensor, copied to the host), uint8, BGR, with H = ``height`` and W =
-                ``width``.
+        """Append one ``(H, W, 3)`` frame or ``(N, H, W, 3)`` batch of uint8 BGR ``frames`` (numpy or torch).
 
         Raises:
             InputError: Wrong dtype or shape.
@@ -500,14 +482,8 @@ class _Stalled(Exception):
 
 
 def convert_to_25fps(src, dst, crf: int = 18) -> MediaInfo:
-    """Write a constant-25-fps H.264 (yuv420p, CRF ``crf``) copy of a clip, audio as AAC, and return its MediaInfo.
-
-    The frames are those :func:`load_video` yields; the file is written atomically.
-
-    Args:
-        src: Source video (a photo gives a one-frame clip).
-        dst: Output file (.mp4, .mov, .m4v or .mkv).
-        crf: libx264 constant rate factor, 0-51.
+    """Write ``dst``, a constant-25-fps H.264 (yuv420p, CRF ``crf``) copy of ``src`` with its audio as AAC, atomically,
+    and return its :class:`MediaInfo`; the frames are those :func:`load_video` yields.
 
     Raises:
         InputError: Missing source, source without video, bad ``dst`` or ``crf``.
@@ -524,16 +500,8 @@ def convert_to_25fps(src, dst, crf: int = 18) -> MediaInfo:
 
 
 def demo_inputs(directory) -> tuple[Path, Path]:
-    """A demo face photo and speech clip, for a first run with nothing of your own.
-
-    Writes scikit-image's public-domain ``astronaut`` photo (512x512) as ``astronaut.png`` into ``directory``; the
-    speech is the packaged ``demo-speech.wav`` (4.7 s, made with espeak-ng; ``nbhelpers/data/README.md``).
-
-    Args:
-        directory: Folder to write the photo into (created when missing).
-
-    Returns:
-        ``(photo_path, audio_path)``; the WAV is copied into ``directory`` only when the package is not a folder.
+    """``(photo_path, audio_path)`` for a first run: scikit-image's public-domain ``astronaut`` photo (512x512),
+    written into ``directory``, and the packaged ``demo-speech.wav`` (4.7 s, espeak-ng; ``nbhelpers/data/README.md``).
 
     Raises:
         MissingDependencyError: scikit-image or Pillow is not installed.
