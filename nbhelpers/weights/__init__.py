@@ -1,17 +1,7 @@
 """The weight files: a manifest, a cache folder (:func:`default_dir`), downloads with retries, and verification.
 
-The layout is the official ``models/`` folder, relative to one weights dir (sets in brackets)::
-
-    musetalkV15/unet.pth  musetalkV15/musetalk.json             [core: the v1.5 UNet, about 3.4 GB]
-    sd-vae/diffusion_pytorch_model.safetensors (or .bin)  sd-vae/config.json                       [core]
-    whisper/model.safetensors (or pytorch_model.bin)  whisper/config.json  whisper/preprocessor_config.json  [core]
-    dwpose/dw-ll_ucoco_384.pth  [faces]          dwpose/dw-ll_ucoco_384.onnx  [faces-onnx]
-    face-parse-bisent/79999_iter.pth  [parsing]  s3fd/s3fd-619a316812.pth  [s3fd]
-    musetalk/pytorch_model.bin  musetalk/musetalk.json  [v1]
-    syncnet/latentsync_syncnet.pt  [syncnet]     syncnet/syncnet_v2.model  [quality]
-    restore/GFPGANv1.4.pth  restore/RestoreFormer.pth  restore/codeformer.pth  [restore-*]
-
-Nothing here imports torch or touches the network at import.
+The layout is the official ``models/`` folder relative to one weights dir; :func:`list_files` shows every file
+with its set and sources. Nothing here imports torch or touches the network at import.
 """
 
 from __future__ import annotations

@@ -12,13 +12,8 @@ from .verification import verify
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m nbhelpers.weights list|download|verify [--dir D] [--sets ...] [--files ...] [--deep]``.
-
-    Args:
-        argv: Command-line arguments without the program name; None = ``sys.argv[1:]``.
-
-    Returns:
-        The exit code: 0, 1 when ``verify`` finds a problem, 2 on an error.
+    """``python -m nbhelpers.weights list|download|verify [--dir D] [--sets ...] [--files ...] [--deep]`` with ``argv``
+    (None: ``sys.argv[1:]``); returns the exit code: 0, 1 when ``verify`` finds a problem, 2 on an error.
 
     Source: ``download_weights.sh`` (the official equivalent).
     """

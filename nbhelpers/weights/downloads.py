@@ -1,10 +1,9 @@
 """Downloads that survive real networks: sources in order, retries, staging, and acceptance only once verified.
 
-Each file's sources are tried in order (the Hugging Face hub through ``huggingface_hub``, a Google Drive id
-through ``gdown``, plain HTTP), each up to :data:`ATTEMPTS_PER_SOURCE` times with resumed transfers; the result is
-checked (the hub's size and sha256 when given, and a look inside) and only then renamed into place. Nothing is
-installed. ``HF_ENDPOINT``, ``HF_TOKEN`` and ``HF_HUB_OFFLINE`` are honoured (no token to a mirror); partial files
-live in ``<weights dir>/.nbhelpers-downloads/``.
+Each source (the hub through ``huggingface_hub``, Google Drive through ``gdown``, plain HTTP) is tried up to
+:data:`ATTEMPTS_PER_SOURCE` times, resuming; a file is renamed into place only after its checks. ``HF_ENDPOINT``,
+``HF_TOKEN`` (never sent to a mirror) and ``HF_HUB_OFFLINE`` are honoured; partial files live in
+``<weights dir>/.nbhelpers-downloads/``.
 """
 
 from __future__ import annotations
@@ -49,8 +48,7 @@ class DownloadRow:
     """What :func:`download` did for one file.
 
     Attributes:
-        name: Manifest name.
-        path: Layout path.
+        name, path: Manifest name and layout path.
         action: ``"present"`` (nothing fetched), ``"downloaded"``, ``"replaced"`` (a bad file) or ``"failed"``.
         source: The source used (empty when none).
         size: Bytes on disk afterwards (None when failed).
@@ -69,11 +67,8 @@ class DownloadRow:
 
 @dataclasses.dataclass(frozen=True)
 class DownloadReport:
-    """The result of :func:`download`; HTML in notebooks, a text table elsewhere.
-
-    Attributes:
-        directory: The weights dir.
-        rows: One :class:`DownloadRow` per selected file.
+    """The result of :func:`download` for the weights dir ``directory``, one :class:`DownloadRow` per file in ``rows``;
+    HTML in notebooks, a text table elsewhere.
     """
 
     directory: Path
@@ -415,19 +410,15 @@ def download(directory: str | os.PathLike | None = None, sets: str | Sequence[st
              manifest: Manifest | None = None) -> DownloadReport:
     """Fetch the weight files that are missing or bad, verifying each before it is put in place.
 
-    Present files are checked (no hashing) and kept, so a second call downloads nothing; a bad present file is
-    replaced with a warning.
+    Present files are checked (no hashing) and kept; a bad present file is replaced with a warning.
 
     Args:
         directory: The weights dir; None = :func:`default_dir`. Created if needed.
-        sets: Sets to fetch (see :data:`SETS`, plus ``"default"`` and ``"all"``); None = the v1.5 inference set
-            (core, faces, parsing, s3fd: about 4.2 GB) unless ``files`` is given.
-        files: Extra file names or layout paths (see :func:`list_files`).
+        sets: Sets to fetch (:data:`SETS`, ``"default"``, ``"all"``); None = the v1.5 inference set (core, faces,
+            parsing, s3fd: about 4.2 GB) unless ``files`` is given.
+        files: Extra file names or layout paths.
         check_hash: Hash each fetched file when a sha256 is known.
         manifest: Another manifest (tests).
-
-    Returns:
-        :class:`DownloadReport`, one row per selected file.
 
     Raises:
         InputError: An unknown set or file name.

@@ -28,13 +28,8 @@ BAD_STATES = frozenset({MISSING, WRONG_SIZE, HTML_PAGE, LFS_POINTER, TRUNCATED, 
 
 @dataclasses.dataclass(frozen=True)
 class Inspection:
-    """What a look inside a file found.
-
-    Attributes:
-        state: ``"ok"`` (the structure is complete), ``"HTML page"``, ``"git-lfs pointer"``, ``"truncated"``,
-            ``"corrupt"`` or ``"unverifiable"`` (completeness cannot be judged from inside).
-        detail: One sentence saying what was checked or found.
-        container: ``"zip"``, ``"legacy-pickle"``, ``"safetensors"``, ``"json"``, ``"onnx"`` or ``""``.
+    """What a look inside a file found: its ``state`` (``"ok"``, ``"HTML page"``, ``"git-lfs pointer"``,
+    ``"truncated"``, ``"corrupt"`` or ``"unverifiable"``), a ``detail`` sentence, and the ``container`` format found.
     """
 
     state: str
@@ -59,15 +54,11 @@ def _looks_html(head: bytes) -> bool:
 
 
 def inspect_file(path: str | os.PathLike, fmt: str | None = None) -> Inspection:
-    """Look inside a weight file, headers and directory records only (milliseconds even for 3.4 GB), without torch.
+    """Look inside a weight file without torch, reading headers and directory records only (milliseconds for 3.4 GB).
 
-    Detects a web page saved under a weight name, a git-lfs pointer, and cut-off or damaged files: a torch zip
-    without its central directory or with members past the end, a legacy torch pickle or safetensors file whose
-    data runs past the end, an ONNX protobuf whose last field runs past the end, an unparseable JSON file.
-
-    Args:
-        path: The file.
-        fmt: ``"torch"``, ``"safetensors"``, ``"json"`` or ``"onnx"``; None = from the suffix.
+    Detects a web page or git-lfs pointer saved under a weight name, and cut-off or damaged torch zips, legacy
+    pickles, safetensors, ONNX and JSON files. ``fmt`` (``"torch"``, ``"safetensors"``, ``"json"``, ``"onnx"``)
+    defaults to the suffix's.
 
     Raises:
         WeightsError: The file does not exist or cannot be read.

@@ -28,12 +28,8 @@ _GB = 1e9
 
 @dataclasses.dataclass(frozen=True)
 class Fact:
-    """One known value about a file (a size in bytes or a sha256), and how much it can be trusted.
-
-    Attributes:
-        value: The size in bytes (int) or the lowercase hex sha256 (str; for ``sha256_prefix`` the first digits).
-        verified: True when checked against the real file; unverified values are shown, never used to reject a file.
-        source: Where the value comes from.
+    """One known ``value`` about a file (a size in bytes, or a lowercase hex sha256 or its first digits), its
+    ``source``, and whether it was ``verified`` against the real file (unverified values never reject a file).
     """
 
     value: int | str
@@ -46,13 +42,10 @@ class Source:
     """One place a weight file can be fetched from.
 
     Attributes:
-        kind: ``"hub"`` (Hugging Face hub), ``"gdrive"`` (a Google Drive id through ``gdown``), ``"url"`` (plain
-            HTTP(S), resumed with Range requests) or ``"bundled"`` (a config shipped inside this package).
-        repo: Hub repository id, e.g. ``"TMElyralab/MuseTalk"``.
-        filename: Path of the file inside the hub repository.
-        revision: Hub branch, tag or commit.
-        endpoint: Hub endpoint of a mirror; None = ``HF_ENDPOINT`` or huggingface.co. The token is never sent to a
-            mirror.
+        kind: ``"hub"`` (Hugging Face), ``"gdrive"`` (a Drive id through ``gdown``), ``"url"`` (plain HTTP(S),
+            resumed) or ``"bundled"`` (a config under ``nbhelpers/configs``).
+        repo, filename, revision: Hub repository id, path in it, and branch, tag or commit.
+        endpoint: Hub endpoint of a mirror (no token is sent there); None = ``HF_ENDPOINT`` or huggingface.co.
         id: Google Drive file id.
         url: The address (``kind="url"``).
         resource: File name under ``nbhelpers/configs`` (``kind="bundled"``).
@@ -95,19 +88,16 @@ class WeightFile:
     """One file of the weights layout.
 
     Attributes:
-        name: Short unique name (``"unet-v15"``); :func:`download` and :func:`verify` accept it or ``path``.
+        name: Short unique name (``"unet-v15"``), accepted wherever a layout path is.
         path: Path relative to the weights dir, in the official layout (POSIX separators).
         sets: Sets the file belongs to (``"core"``, ``"faces-onnx"``, ...).
-        format: ``"torch"`` (zip or legacy pickle), ``"safetensors"``, ``"json"`` or ``"onnx"``.
+        format: ``"torch"``, ``"safetensors"``, ``"json"`` or ``"onnx"``.
         sources: Where to fetch it, in order of preference.
-        size: Exact size in bytes, if known.
-        sha256: Hex sha256, if known.
-        sha256_prefix: Leading hex digits of the sha256 (torch.hub's file-name convention), if known.
+        size, sha256, sha256_prefix: Known facts (torch.hub's file-name prefix of the sha256), or None.
         approx_bytes: An estimate of the size, for display only.
-        alternates: Other layout paths with the same content in another format (the official ``.bin`` where this
-            prefers safetensors); a present alternate satisfies the entry.
-        description: What the file is.
-        cited: Where the facts come from (official file:line).
+        alternates: Layout paths of the same content in another format (the official ``.bin``); one present
+            satisfies the entry.
+        description, cited: What the file is, and the official file:line of the facts.
     """
 
     name: str
@@ -299,8 +289,7 @@ class Manifest(tuple):
         return tuple(seen)
 
     def get(self, name: str) -> WeightFile:
-        """The entry called ``name``: its short name, layout path or alternate path (``"unet-v15"``,
-        ``"musetalkV15/unet.pth"``).
+        """The entry called ``name`` (short name, layout path or alternate path).
 
         Raises:
             InputError: Unknown name; the message lists the valid names.
@@ -313,12 +302,8 @@ class Manifest(tuple):
 
     def select(self, sets: str | Sequence[str] | None = None,
                files: str | Sequence[str] | None = None) -> list[WeightFile]:
-        """Entries of the given sets and/or file names, each once, in manifest order.
-
-        Args:
-            sets: Set names (``"core"``, ``"faces-onnx"``, ... or ``"default"``, ``"all"``); None = the default sets
-                when ``files`` is None too, else no set.
-            files: Extra file names or layout paths.
+        """Entries of ``sets`` (names, ``"default"``, ``"all"``; None: the default sets unless ``files`` is given) and
+        ``files`` (names or layout paths), each once, in manifest order.
 
         Raises:
             InputError: An unknown set or file name; the message lists the valid ones.
@@ -346,11 +331,8 @@ MANIFEST = Manifest(_ENTRIES)
 
 
 def required_files(version: str = "v15", parsing: bool = True) -> list[str]:
-    """Layout paths that a lip-sync job of ``version`` needs, without the landmark files (those depend on the backend).
-
-    Args:
-        version: ``"v15"`` or ``"v1"``.
-        parsing: Include the BiSeNet face-parsing file.
+    """Layout paths a lip-sync job of ``version`` (``"v15"``, ``"v1"``) needs, BiSeNet with ``parsing``; landmark files
+    depend on the backend and are not listed.
 
     Raises:
         InputError: Unknown version.
@@ -461,11 +443,7 @@ class FileTable:
 
 
 def list_files(sets: str | Sequence[str] | None = "all", manifest: Manifest | None = None) -> FileTable:
-    """The manifest as a table: name, sets, layout path, size, sha256 and sources of each file.
-
-    Args:
-        sets: Which sets to list (default ``"all"``; None or ``"default"`` = the v1.5 inference set).
-        manifest: Another manifest (tests); default :data:`MANIFEST`.
+    """The manifest (``sets``, default ``"all"``) as a :class:`FileTable`: name, sets, path, size, sha256, sources.
 
     Raises:
         InputError: An unknown set name; the message lists the valid ones.
@@ -487,17 +465,15 @@ def _holds_weights(folder: Path, manifest: Manifest | None = None) -> bool:
 
 
 def drive_dir() -> Path:
-    """The Google Drive folder used on Colab once it holds weights (``/content/drive/MyDrive/musetalk-workbook/models``).
-    """
+    """The Google Drive folder used on Colab once it holds weights: :data:`DRIVE_DIR`."""
     return DRIVE_DIR
 
 
 def default_dir() -> Path:
-    """The weights dir used when none is given (absolute, not created here).
+    """The absolute weights dir used when none is given (not created here).
 
-    In order: ``$NBHELPERS_WEIGHTS``; on Colab, :func:`drive_dir` if it already holds weight files (nothing is
-    written to Drive unless you choose it); ``$XDG_CACHE_HOME/musetalk-workbook/models``
-    (``~/.cache/musetalk-workbook/models``).
+    In order: ``$NBHELPERS_WEIGHTS``; on Colab, :func:`drive_dir` if it already holds weight files;
+    ``$XDG_CACHE_HOME/musetalk-workbook/models`` (``~/.cache/musetalk-workbook/models``).
 
     Source: the official scripts use ``models/`` under the repository root (official-behaviour §1.1).
     """

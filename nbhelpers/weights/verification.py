@@ -1,8 +1,7 @@
 """Verification: the weights folder checked against the manifest, with a fix for every bad file.
 
-An unverified fact never turns into a "mismatch": :func:`verify` reports what it can prove and says
-"unverifiable" otherwise. Facts the hub reports at download and cached sha256 results (keyed by size and
-modification time) live in ``<weights dir>/.nbhelpers-weights.json``.
+An unverified fact never makes a "mismatch". Facts the hub gave at download and cached sha256 results (keyed by
+size and modification time) live in ``<weights dir>/.nbhelpers-weights.json``.
 """
 
 from __future__ import annotations
@@ -99,13 +98,8 @@ class _State:
 
 @dataclasses.dataclass(frozen=True)
 class Expected:
-    """What is known of one file of a weights dir, from the manifest and the facts recorded at download.
-
-    Attributes:
-        size: Exact bytes from a verified source, else None.
-        sha256: Hex sha256 from a verified source, else None.
-        source: Where those values come from.
-        unverified_sha256: A sha256 from an unverified source (shown, never used to reject).
+    """What is known of one file of a weights dir: ``size`` and ``sha256`` from verified sources (or None), their
+    ``source``, and an ``unverified_sha256`` shown but never used to reject.
     """
 
     size: int | None
@@ -115,15 +109,8 @@ class Expected:
 
 
 def expected_facts(directory: str | os.PathLike, name: str, manifest: Manifest | None = None) -> Expected:
-    """Size and sha256 known for a file of ``directory``: verified manifest values first, then the hub's at download.
-
-    Used to decide whether a pickle checkpoint may be unpickled (``models.load_checkpoint(path,
-    trusted_sha256=exp.sha256, expected_size=exp.size)``).
-
-    Args:
-        directory: The weights dir.
-        name: Manifest name or layout path.
-        manifest: Another manifest (tests).
+    """The :class:`Expected` size and sha256 of file ``name`` of ``directory``: verified manifest values, then the
+    hub's at download; what ``models.load_checkpoint`` needs to allow a full unpickle.
 
     Raises:
         InputError: Unknown name.
@@ -165,10 +152,10 @@ class FileCheck:
 
     Attributes:
         name: Manifest name.
-        path: Layout path that was checked (the primary path, or the alternate found on disk).
+        path: Layout path checked (the primary path, or the alternate found on disk).
         size: Bytes on disk (None when missing).
-        expected: The expected size as text (``"unknown"`` when nothing is known).
-        state: One of the states of :mod:`nbhelpers.weights.inspect` (``"ok"``, ``"missing"``, ``"hash mismatch"``...).
+        expected: The expected size as text.
+        state: A state of :mod:`nbhelpers.weights.inspect` (``"ok"``, ``"missing"``, ``"hash mismatch"``...).
         detail: What was checked or found.
         fix: What to do (empty when nothing is needed).
     """
@@ -192,13 +179,9 @@ _STATE_COLOURS = {OK: "", UNVERIFIABLE: "background:#fff8e1"}
 
 @dataclasses.dataclass(frozen=True)
 class VerifyReport:
-    """The result of :func:`verify`: one row per file; HTML in notebooks, a text table elsewhere.
-
-    Attributes:
-        directory: The weights dir checked.
-        checks: One :class:`FileCheck` per file.
-        deep: Whether sha256 values were computed.
-        tiny: Whether the folder holds tiny random test weights.
+    """The result of :func:`verify`: one :class:`FileCheck` per file in ``checks`` for the weights dir ``directory``,
+    whether sha256 values were computed (``deep``) and whether it holds ``tiny`` test weights. Shows itself as a
+    table.
     """
 
     directory: Path
@@ -326,20 +309,14 @@ def _check(entry: WeightFile, root: Path, state: _State, deep: bool) -> FileChec
 def verify(directory: str | os.PathLike | None = None, sets: str | Sequence[str] | None = None,
            files: str | Sequence[str] | None = None, deep: bool = False,
            manifest: Manifest | None = None) -> VerifyReport:
-    """Check the weight files of a folder: presence, size, contents and (``deep=True``) sha256. Downloads nothing.
-
-    By default the v1.5 inference set is checked plus any other manifest file present. Files whose structure is
-    complete but that have no verified fact read "ok"; files that cannot be judged read "unverifiable".
+    """Check the weight files of a folder: presence, size, contents and (``deep``) sha256. Downloads nothing.
 
     Args:
         directory: The weights dir; None = :func:`default_dir`.
-        sets: Sets to check (None = the default sets plus present extras).
+        sets: Sets to check; None = the v1.5 inference set plus any other manifest file present.
         files: Extra file names or layout paths.
         deep: Also compute sha256 where a value is known (cached for the next call).
         manifest: Another manifest (tests).
-
-    Returns:
-        :class:`VerifyReport` (``.ok``, ``.problems``, ``.raise_for_problems()``).
 
     Raises:
         InputError: An unknown set or file name.
@@ -383,20 +360,17 @@ def _auto_landmark_sets(root: Path, manifest: Manifest) -> tuple[str, ...]:
 
 def job_files(version: str = "v15", landmark_backend: str = "auto", *, parsing: bool = True,
               directory: str | os.PathLike | None = None, manifest: Manifest | None = None) -> list[WeightFile]:
-    """The manifest entries a lip-sync job or avatar opens, for its version and landmark backend, in manifest order.
+    """The manifest entries a lip-sync job or avatar opens, in manifest order.
 
     Args:
         version: ``"v15"`` or ``"v1"``.
-        landmark_backend: ``"auto"``, ``"dwpose"``, ``"dwpose-onnx"``, ``"mmpose"``, ``"dlib"`` or ``"boxes"``; for
-            ``"auto"`` the files of the backend the automatic choice would take, when ``directory`` is given.
+        landmark_backend: A backend name or ``"auto"`` (the automatic choice's files, when ``directory`` is given).
         parsing: Include the BiSeNet face-parsing file.
         directory: The weights dir, needed to predict the ``"auto"`` choice.
         manifest: Another manifest (tests).
 
     Raises:
         InputError: Unknown version or landmark backend.
-
-    Source: docs/official-behaviour.md §1.1.
     """
     manifest = MANIFEST if manifest is None else manifest
     paths = required_files(version, parsing=parsing)  # raises InputError for an unknown version
@@ -417,21 +391,13 @@ def job_files(version: str = "v15", landmark_backend: str = "auto", *, parsing: 
 
 def check_job_files(directory: str | os.PathLike | None, version: str = "v15", landmark_backend: str = "auto", *,
                     parsing: bool = True, manifest: Manifest | None = None) -> VerifyReport:
-    """Check every weight file a job will open, cheaply (no hashing), before any frame is decoded or model built.
+    """Check every weight file a job will open (:func:`job_files`) without hashing, before any frame is decoded.
 
-    Args:
-        directory: The weights dir; None = :func:`default_dir`.
-        version: ``"v15"`` or ``"v1"``.
-        landmark_backend: As :class:`nbhelpers.config.InferenceConfig`'s (see :func:`job_files`).
-        parsing: Include the BiSeNet face-parsing file.
-        manifest: Another manifest (tests).
-
-    Returns:
-        :class:`VerifyReport` of the files checked (all usable).
+    Returns the :class:`VerifyReport`; ``directory`` None means :func:`default_dir`.
 
     Raises:
-        WeightsError: The folder does not exist, or some files are missing or unusable: one error names each with
-            what is wrong and the download command for that folder and those sets.
+        WeightsError: The folder does not exist, or files are missing or unusable: one error names each, what is
+            wrong, and the download command for that folder and those sets.
         InputError: Unknown version or landmark backend.
     """
     import shlex
