@@ -1,10 +1,9 @@
 """The notebooks' environment: run mode, setup report, installs of what is missing, inputs, weights, result checks.
 
-Every notebook calls :func:`setup` and :func:`run_mode`. The run mode decides where inputs and weights come from:
-``colab`` and ``local`` use your uploads (``02_media``) or the packaged demo, and the weights of
-:func:`nbhelpers.weights.default_dir`; ``ci`` (``NBHELPERS_MODE=ci``, the tests) uses short clips of the
-project's test media (or the packaged demo), a tiny random-weights tree, the dlib backend, no progress bars and
-no installs. The package imports the standard library alone (it installs the rest).
+The run mode (:func:`run_mode`; every ``mode`` argument here, None detecting it) decides where inputs and
+weights come from: ``colab`` and ``local`` use your uploads or the packaged demo and
+:func:`nbhelpers.weights.default_dir`; ``ci`` (the tests) short clips of the project's test media, tiny random
+weights, the dlib backend, no progress bars and no installs. The package imports the standard library alone.
 """
 
 from __future__ import annotations

@@ -16,21 +16,12 @@ from .modes import _SESSION_START, ResultCheckError, _first_attr, _first_number
 
 def check_result(result: Any, *, frames: int | None = None, duration_s: float | None = None,
                  from_cache: bool | None = None, min_rows: int | None = None, since: float | None = None) -> str:
-    """The final cell's check that this run produced its result; returns a one-line summary of what was checked.
+    """The final cell's check that this run produced its ``result``; returns a one-line summary of what was checked.
 
-    According to what ``result`` is: a path, an object with an ``output`` path or a
-    :class:`~nbhelpers.media.MediaInfo`: the file exists, is non-empty, was written this session, has the result's
-    ``n_frames`` (or ``frames``) and lasts ``duration_s`` within one frame; an object with ``loaded_from_cache`` (an
-    avatar): it equals ``from_cache`` when given and ``n_frames`` > 0; anything with ``rows`` or a length: at least
-    ``min_rows`` rows (default 1).
-
-    Args:
-        result: What the notebook made.
-        frames: Expected number of video frames, when known.
-        duration_s: Expected duration, seconds (one frame of tolerance).
-        from_cache: Expected ``loaded_from_cache`` of an avatar.
-        min_rows: Minimum rows of a table-like result.
-        since: Seconds since the epoch the file must be newer than (default: when nbhelpers.env was imported).
+    A path, an ``output`` path or a :class:`~nbhelpers.media.MediaInfo`: the file exists, was written after
+    ``since`` (default: this session), has ``frames`` (default: the result's ``n_frames``) and lasts ``duration_s``
+    within one frame. An avatar (``loaded_from_cache``): it equals ``from_cache`` when given and has frames. Anything
+    with rows or a length: at least ``min_rows`` (default 1).
 
     Raises:
         ResultCheckError: A check failed; the message names it, shows the value and says what to look at.
@@ -75,13 +66,9 @@ ONNX_ONLY = frozenset({"onnxruntime", "onnxruntime-gpu"})
 def check_setup(installs: InstallReport | None = None, backend: Any = None) -> str:
     """``00_setup``'s final check that this runtime is ready; returns a one-line summary of what was checked.
 
-    In order: the install table has rows; every requirement in it is satisfied now (re-read from the metadata) and
-    none was refused (onnxruntime only for the ``dwpose-onnx`` backend); torch imports; the ffmpeg of
-    :mod:`nbhelpers.media` reports a version; the landmark backend has a name.
-
-    Args:
-        installs: What :func:`install_missing` returned; None reads the ``[colab]`` extra again, as a dry run.
-        backend: A landmark backend from :func:`nbhelpers.faces.get_backend`, its name, or None to skip that check.
+    In order: every requirement of ``installs`` (None: the ``[colab]`` extra, as a dry run) is satisfied now and none
+    was refused (onnxruntime only for the ``dwpose-onnx`` backend); torch imports; the ffmpeg of
+    :mod:`nbhelpers.media` reports a version; ``backend`` (a landmark backend or its name; None: skipped) has a name.
 
     Raises:
         ResultCheckError: A check failed; the message says what is missing and what fixes it.

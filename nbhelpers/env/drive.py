@@ -18,16 +18,9 @@ def drive_mounted(mountpoint: str = DRIVE_MOUNTPOINT) -> bool:
 
 def mount_drive(weights_folder: str | os.PathLike | None = None, *, enabled: bool = True,
                 mountpoint: str = DRIVE_MOUNTPOINT) -> DriveStatus:
-    """Mount Google Drive in Colab and optionally read the weights from a Drive folder; outside Colab, do nothing.
-
-    A teacher downloads the weights once into a shared Drive folder; each student adds a shortcut to it in My Drive
-    and passes its path here, which sets ``NBHELPERS_WEIGHTS`` for this session.
-
-    Args:
-        weights_folder: A folder on the mounted Drive holding the weights layout; None or ``""`` leaves the weights
-            location alone.
-        enabled: False only reports the current state (the notebook's ``MOUNT_DRIVE`` parameter).
-        mountpoint: Where Drive is mounted.
+    """Mount Google Drive at ``mountpoint`` in Colab (outside Colab, do nothing) and optionally read the weights from
+    ``weights_folder`` on it, set as ``NBHELPERS_WEIGHTS`` for this session (a teacher's shared folder, added to My
+    Drive as a shortcut). ``enabled`` False only reports the state (the notebook's ``MOUNT_DRIVE``).
 
     Raises:
         InputError: ``weights_folder`` does not exist on the mounted Drive (the message says how to add a shortcut).
@@ -56,12 +49,8 @@ def mount_drive(weights_folder: str | os.PathLike | None = None, *, enabled: boo
 
 @dataclass(frozen=True)
 class DriveStatus:
-    """Result of :func:`mount_drive`.
-
-    Attributes:
-        mounted: True when Drive is mounted.
-        weights_dir: The Drive weights folder now in ``NBHELPERS_WEIGHTS``, or None.
-        message: What happened, in words.
+    """Result of :func:`mount_drive`: whether Drive is ``mounted``, the ``weights_dir`` now in ``NBHELPERS_WEIGHTS`` (or
+    None), and a ``message`` in words.
     """
 
     mounted: bool

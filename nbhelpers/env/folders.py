@@ -41,13 +41,8 @@ def _source_fingerprint() -> str:
 
 
 def work_dir(mode: str | None = None) -> Path:
-    """The workbook's own folder for media, avatars and results (created).
-
-    ``NBHELPERS_WORKDIR`` when set; else ``/content/musetalk-workbook`` on Colab, ``~/musetalk-workbook`` locally,
-    and a temporary folder keyed by the package source in CI mode.
-
-    Args:
-        mode: Run mode; None detects it.
+    """The workbook's own folder for media, avatars and results, created: ``NBHELPERS_WORKDIR``, else
+    ``/content/musetalk-workbook`` on Colab, ``~/musetalk-workbook`` locally, a temporary folder in CI mode.
     """
     mode = run_mode(mode)
     if os.environ.get("NBHELPERS_WORKDIR"):
@@ -81,15 +76,9 @@ def _weights_path(mode: str, notes: list[str]) -> Path | None:
 
 
 def weights_dir(mode: str | None = None, *, download: bool = True) -> Path:
-    """The weights folder this mode uses, with the files in it.
-
-    CI mode: a tiny random-weights tree in the official layout, made once by
-    :func:`nbhelpers.testing.make_tiny_weights`. Otherwise :func:`nbhelpers.weights.default_dir`, into which the
-    default set is downloaded when files are missing.
-
-    Args:
-        mode: Run mode; None detects it.
-        download: False only names the folder outside CI mode.
+    """The weights folder of this mode, with the files in it: in CI mode a tiny random-weights tree made once by
+    :func:`nbhelpers.testing.make_tiny_weights`; else :func:`nbhelpers.weights.default_dir`, into which the default
+    set is downloaded when files are missing unless ``download`` is False.
 
     Raises:
         WeightsError: A download failed.
@@ -158,16 +147,9 @@ def workbook_inputs(mode: str | None = None, video: str | os.PathLike | None = N
                     seconds: float = CI_CLIP_SECONDS) -> tuple[Path, Path]:
     """The ``(video, audio)`` paths a notebook works on.
 
-    Given paths win, then ``uploads`` (the first audio file by suffix is the audio, the first other file the video or
-    photo). Otherwise: in CI mode the first ``seconds`` of the test video and speech (the packaged demo when absent);
+    Given paths win, then ``uploads`` (the first audio file by suffix is the audio, the first other file the video).
+    Otherwise: in CI mode the first ``seconds`` of the test video and speech (the packaged demo when absent);
     elsewhere what ``02_media`` left in :func:`media_dir`, else :func:`nbhelpers.media.demo_inputs`.
-
-    Args:
-        mode: Run mode; None detects it.
-        video: Your video or photo; None or ``""`` for the default.
-        audio: Your speech audio; None or ``""`` for the default.
-        uploads: Files from :func:`upload`.
-        seconds: Length of the CI clips, seconds.
 
     Raises:
         InputError: A given path does not exist.
@@ -217,11 +199,7 @@ def _default_inputs(mode: str, seconds: float) -> tuple[Path, Path]:
 
 
 def keep_audio(audio: str | os.PathLike, mode: str | None = None) -> Path:
-    """Copy your audio into :func:`media_dir` as ``audio<suffix>`` for the later notebooks, and return the copy.
-
-    Args:
-        audio: The speech file.
-        mode: Run mode; None detects it.
+    """Copy ``audio`` into :func:`media_dir` as ``audio<suffix>`` for the later notebooks, and return the copy.
 
     Raises:
         InputError: ``audio`` does not exist.
@@ -249,14 +227,8 @@ def _demo(folder: Path) -> tuple[Path, Path]:
 
 
 def sample_audios(mode: str | None = None, *, seconds: float = CI_CLIP_SECONDS) -> list[Path]:
-    """Two different speech clips for the realtime notebook.
-
-    CI mode: the first ``seconds`` of two test recordings (or the demo speech at two lengths); elsewhere the
-    workbook audio and the demo speech.
-
-    Args:
-        mode: Run mode; None detects it.
-        seconds: Length of each CI clip, seconds.
+    """Two different speech clips for the realtime notebook: in CI mode the first ``seconds`` of two test recordings
+    (or the demo speech at two lengths); elsewhere the workbook audio and the demo speech.
     """
     mode = run_mode(mode)
     _, first = workbook_inputs(mode, seconds=seconds)
@@ -274,12 +246,8 @@ def sample_audios(mode: str | None = None, *, seconds: float = CI_CLIP_SECONDS) 
 
 
 def default_config(mode: str | None = None, **changes: Any):
-    """The starting :class:`~nbhelpers.config.InferenceConfig` of a notebook: CI mode uses the ``dlib`` backend and the
-    CPU, other modes the defaults.
-
-    Args:
-        mode: Run mode; None detects it.
-        **changes: Fields to set, e.g. ``version="v1"``.
+    """The starting :class:`~nbhelpers.config.InferenceConfig` of a notebook with ``changes``: CI mode uses the
+    ``dlib`` backend and the CPU, other modes the defaults.
     """
     mode = run_mode(mode)
     base = {"landmark_backend": "dlib", "device": "cpu"} if mode == "ci" else {}
@@ -288,26 +256,16 @@ def default_config(mode: str | None = None, **changes: Any):
 
 
 def plan(kind: str = "lipsync", mode: str | None = None, **changes: Any):
-    """:func:`nbhelpers.gpu.plan` for this mode (CI mode: the tiny test models on the CPU).
-
-    Args:
-        kind: ``"lipsync"``, ``"avatar"`` or ``"realtime"``.
-        mode: Run mode; None detects it.
-        **changes: Fields of the starting config (:func:`default_config`).
+    """:func:`nbhelpers.gpu.plan` of ``kind`` for this mode and :func:`default_config` with ``changes`` (CI mode: the
+    tiny test models on the CPU).
     """
     mode = run_mode(mode)
     return gpu.plan(kind, config=default_config(mode, **changes), weights="tiny" if mode == "ci" else "full")
 
 
 def upload(mode: str | None = None, directory: str | os.PathLike | None = None) -> list[Path]:
-    """Colab's file picker: upload your video/photo and audio into ``directory``; elsewhere an empty list.
-
-    Args:
-        mode: Run mode; None detects it. Only ``"colab"`` opens the picker.
-        directory: Where the uploads are saved; default :func:`media_dir` ``/ "uploads"``.
-
-    Returns:
-        The saved files, in upload order.
+    """Colab's file picker (``colab`` mode only; elsewhere an empty list): the uploaded files, saved into ``directory``
+    (default :func:`media_dir` ``/ "uploads"``), in upload order.
     """
     mode = run_mode(mode)
     if mode != "colab":

@@ -73,8 +73,7 @@ class InstallRow:
         name: Distribution name, normalised (``"imageio-ffmpeg"``).
         requirement: The requirement line, e.g. ``"imageio-ffmpeg>=0.5"``.
         installed: Installed version before the install, or None.
-        action: ``"ok"``, ``"install"``, ``"upgrade"``, ``"refused"`` (protected package) or ``"skipped"`` (its
-            environment marker does not apply).
+        action: ``"ok"``, ``"install"``, ``"upgrade"``, ``"refused"`` (protected) or ``"skipped"`` (marker).
         note: Why, in words.
     """
 
@@ -93,7 +92,7 @@ class InstallReport:
         rows: One :class:`InstallRow` per requirement.
         dry_run: True when nothing was installed.
         command: The pip argument list that ran (or would run); empty when nothing was needed.
-        installed_now: ``name==version`` for each package installed by this call.
+        installed_now: ``name==version`` of each package installed by this call.
         restart_reasons: Packages imported before the install that it changed.
     """
 
@@ -191,13 +190,9 @@ COLAB_EXTRA = "colab"  # its extra of what Google Colab lacks (pyproject.toml [p
 
 
 def colab_requirements() -> list[str]:
-    """What Google Colab lacks for the workbook: this package's ``[colab]`` extra (floors, never torch).
-
-    Read from this checkout's ``pyproject.toml`` when the package lives in one, else from the installed metadata.
-
-    Returns:
-        Requirement strings without the extra's marker, e.g. ``["soxr>=0.3"]``; those whose other markers do not
-        hold here are left out.
+    """What Colab lacks for the workbook: this package's ``[colab]`` extra (floors, never torch), read from the
+    checkout's ``pyproject.toml`` or the installed metadata, without the extra's marker and without the lines whose
+    other markers do not hold here.
 
     Raises:
         InputError: Neither a checkout nor an installed ``musetalk-workbook`` is found.
@@ -245,18 +240,11 @@ def _checkout_extra(extra: str) -> list[str] | None:
 
 def install_missing(requirements: str | os.PathLike | Sequence[str] | None = None,
                     dry_run: bool = False) -> InstallReport:
-    """Install only the requirements that are missing or below their floor; never touch the protected packages.
+    """Install only the ``requirements`` (a file or lines; None: the ``[colab]`` extra) that are missing or below
+    their floor, or with ``dry_run`` only list them.
 
-    torch, torchvision and torchaudio are never installed. Packages of :data:`PROTECTED` are installed when absent
-    but never upgraded. The rest runs as one ``python -m pip install`` with a constraints file pinning every
-    installed protected package.
-
-    Args:
-        requirements: A requirements file path or requirement strings; None: the ``[colab]`` extra.
-        dry_run: Only plan: the report lists what would be installed.
-
-    Returns:
-        An :class:`InstallReport`; ``restart_needed`` tells when Colab must restart.
+    torch, torchvision and torchaudio are never installed; packages of :data:`PROTECTED` are installed when absent but
+    never upgraded. The rest runs as one ``pip install`` with a constraints file pinning the protected packages.
 
     Raises:
         InputError: A requirement line cannot be parsed, or the file cannot be read.

@@ -77,11 +77,7 @@ def in_colab() -> bool:
 
 def run_mode(mode: str | None = None) -> str:
     """Where this notebook runs: ``"colab"``, ``"ci"`` or ``"local"``; ``"ci"`` also turns progress bars off unless
-    ``NBHELPERS_PROGRESS`` is set.
-
-    Args:
-        mode: An explicit mode (e.g. a papermill parameter); None reads ``NBHELPERS_MODE``, else ``"colab"``
-            inside Colab, else ``"local"``.
+    ``NBHELPERS_PROGRESS`` is set. ``mode`` None reads ``NBHELPERS_MODE``, else detects Colab.
 
     Raises:
         InputError: ``mode`` or ``NBHELPERS_MODE`` is not one of ``colab``, ``ci``, ``local``.

@@ -25,10 +25,10 @@ class EnvReport:
         device: Device summary, e.g. ``"cuda:0: Tesla T4"`` or ``"cpu (no CUDA GPU)"``.
         vram_gib: Total memory of the GPU, GiB, or None without one.
         versions: Package import name -> installed version (None when not installed).
-        weights_dir: Where this mode reads the weights (not created by the report).
+        weights_dir: Where this mode reads the weights.
         drive_mounted: True when Google Drive is mounted at ``/content/drive``.
         restart_reasons: Why the kernel must restart before continuing (empty: no restart needed).
-        gpu: The :func:`nbhelpers.gpu.report` object, or None when it could not be made.
+        gpu: The :func:`nbhelpers.gpu.report` object, or None.
         notes: Other remarks (a module that could not be asked, a missing package).
     """
 
@@ -83,10 +83,7 @@ class EnvReport:
 
 
 def setup(mode: str | None = None) -> EnvReport:
-    """The setup cell's report: run mode, device, versions, weights folder, Drive, restart. Installs nothing.
-
-    Args:
-        mode: Run mode override; None detects it (:func:`run_mode`).
+    """The setup cell's :class:`EnvReport`: run mode, device, versions, weights folder, Drive, restart.
 
     Raises:
         InputError: ``NBHELPERS_MODE`` holds an unknown mode.
