@@ -1,8 +1,7 @@
 """Crop boxes from landmarks: the official MuseTalk rules, then the fixes for its known bugs (numpy only).
 
-Coordinates are full-frame pixels, x right and y down; a box ``(x1, y1, x2, y2)`` is ``frame[y1:y2, x1:x2]``.
-``lm[k]`` is face point k of the 68 in iBUG 300-W order (DWPose whole-body points 23..90); lm[28..30] lie on the
-nose bridge.
+A box ``(x1, y1, x2, y2)`` in full-frame pixels (x right, y down) is ``frame[y1:y2, x1:x2]``. ``lm[k]`` is face
+point k of the 68 in iBUG 300-W order (DWPose whole-body points 23..90); lm[28..30] lie on the nose bridge.
 """
 
 from __future__ import annotations
@@ -84,20 +83,12 @@ def _grow_side(lo: int, hi: int, size: int, limit: int) -> tuple[int, int]:
 def crop_box_with_source(landmarks: Any, face_box: Any, frame_shape: Any, version: str = "v15",
                          bbox_shift: int = 0, extra_margin: int = 10, *,
                          min_side: int = MIN_CROP_SIDE) -> tuple[tuple[int, int, int, int], str]:
-    """:func:`crop_box`, and where the box came from: ``"landmarks"``, or ``"face_box"`` when the detector box was used
-    (the official fallback, or a landmark box under ``min_side`` once clamped).
-
-    Args:
-        landmarks: (68, 2) ``(x, y)`` pixels, iBUG 300-W order.
-        face_box: (4,) detector box ``(x1, y1, x2, y2)`` in pixels, or None.
-        frame_shape: ``(H, W)`` or ``(H, W, 3)`` of the frame, pixels.
-        version: ``"v15"`` or ``"v1"``.
-        bbox_shift: Pixels added to lm[29].y (positive moves the mask boundary down).
-        extra_margin: Pixels added below the box for v15 (ignored for v1).
-        min_side: Smallest crop side after the fixes, pixels.
+    """``(box, source)``: :func:`crop_box` with its smallest side ``min_side`` (pixels), and ``"landmarks"``, or
+    ``"face_box"`` when the detector box was used (the official fallback, or a clamped landmark box under
+    ``min_side``).
 
     Raises:
-        InputError: Bad shapes, non-finite values, an unknown version, or a fallback needed with no face_box.
+        InputError: As :func:`crop_box`.
 
     Source: ``preprocessing.py:84-137``, ``inference.py:170-172``.
     """
@@ -147,21 +138,19 @@ def crop_box(landmarks: Any, face_box: Any, frame_shape: Any, version: str = "v1
     """The crop box MuseTalk cuts from one frame: the official rules, then fixes of their bugs.
 
     The official rules (docs/official-behaviour.md §3.3) are reproduced exactly, the in-place shift of lm[29]
-    included (#q16). Fixes: all four sides are clamped to the frame (#q17); a clamped landmark box thinner than
-    :data:`MIN_CROP_SIDE` falls back to a larger detector box; each side is widened to at least
-    :data:`MIN_CROP_SIDE` pixels inside the frame.
+    included (#q16). Fixes: the four sides are clamped to the frame (#q17); a clamped landmark box thinner than
+    :data:`MIN_CROP_SIDE` falls back to a larger detector box; each side is at least :data:`MIN_CROP_SIDE` pixels.
 
     Args:
-        landmarks: (68, 2) ``(x, y)`` pixels of the full frame, iBUG 300-W order.
-        face_box: (4,) detector box ``(x1, y1, x2, y2)`` in full-frame pixels, the fallback; None if there is none.
+        landmarks: (68, 2) ``(x, y)`` full-frame pixels, iBUG 300-W order.
+        face_box: (4,) detector box ``(x1, y1, x2, y2)``, full-frame pixels, the fallback; or None.
         frame_shape: ``(H, W)`` or ``(H, W, 3)`` of the frame, pixels.
         version: ``"v15"`` or ``"v1"``.
         bbox_shift: Pixels added to lm[29].y; positive moves the mask boundary down (more mouth), negative up.
         extra_margin: Pixels added to the bottom edge for v15, clipped to the frame height.
 
     Returns:
-        ``(x1, y1, x2, y2)`` Python ints with ``0 <= x1 < x2 <= W``, ``0 <= y1 < y2 <= H``; for v15 the extra
-        margin is included (the realtime ``coords.pkl`` convention).
+        ``(x1, y1, x2, y2)`` Python ints, ``0 <= x1 < x2 <= W``, ``0 <= y1 < y2 <= H``, v15's margin included.
 
     Raises:
         InputError: landmarks not (68, 2) or not finite, a bad frame_shape or version, or a fallback needed with
@@ -174,14 +163,11 @@ def crop_box(landmarks: Any, face_box: Any, frame_shape: Any, version: str = "v1
 
 
 class BBoxShiftRange(NamedTuple):
-    """The official "Manually adjust range" of ``bbox_shift``, printed as ``[ -minus~plus ]``.
+    """The official "Manually adjust range" of ``bbox_shift``, printed as ``[ -minus~plus ]``, in pixels.
 
-    The official labels are swapped (#q15): a negative shift moves the boundary up to lm[28], ``plus`` pixels, a
-    positive one down to lm[30], ``minus`` pixels, so the range is ``[-plus, +minus]`` (:attr:`geometric`).
-
-    Attributes:
-        minus: ``int(mean(lm[30].y - lm[29].y))`` over frames with a face, pixels.
-        plus: ``int(mean(lm[29].y - lm[28].y))``, pixels.
+    ``minus`` is ``int(mean(lm[30].y - lm[29].y))`` and ``plus`` ``int(mean(lm[29].y - lm[28].y))`` over the frames
+    with a face. The official labels are swapped (#q15): the shifts that move the boundary to lm[28] and lm[30] are
+    ``[-plus, +minus]`` (:attr:`geometric`).
     """
 
     minus: int
@@ -199,14 +185,8 @@ class BBoxShiftRange(NamedTuple):
 
 
 def bbox_shift_range(landmarks_per_frame: Any) -> BBoxShiftRange:
-    """The official adjustable range of ``bbox_shift`` from the unshifted landmarks of the frames with a face.
-
-    Args:
-        landmarks_per_frame: (N, 68, 2) ``(x, y)`` pixels with all-NaN rows for frames with no face, or a sequence
-            of (68, 2) arrays and None.
-
-    Returns:
-        :class:`BBoxShiftRange`, means over int-truncated landmarks, truncated with ``int()`` as the official does.
+    """The official :class:`BBoxShiftRange` from the unshifted landmarks of the frames with a face:
+    ``landmarks_per_frame`` (N, 68, 2) pixels with all-NaN rows for no face, or (68, 2) arrays and None.
 
     Raises:
         InputError: Arrays of the wrong shape.
@@ -237,19 +217,10 @@ def bbox_shift_range(landmarks_per_frame: Any) -> BBoxShiftRange:
 
 
 def smooth_boxes(boxes: Any, has_face: Any, window: int, frame_shape: Any) -> np.ndarray:
-    """Temporal smoothing of crop boxes: a centred moving average that never crosses a frame with no face.
+    """Smooth (N, 4) crop ``boxes`` over time: (N, 4) int32, -1 rows where ``has_face`` (N,) is False.
 
-    Each coordinate of frame i becomes the mean over frames ``i - (window - 1) // 2 .. i + window // 2`` of its run
-    of consecutive face frames, rounded to the nearest pixel and clamped to the frame. The official does not smooth.
-
-    Args:
-        boxes: (N, 4) ``(x1, y1, x2, y2)`` pixels; rows of frames with no face are ignored.
-        has_face: (N,) bool.
-        window: Window length, frames; 0 or 1 returns the boxes unchanged.
-        frame_shape: ``(H, W)`` of the frames, pixels.
-
-    Returns:
-        (N, 4) int32 boxes, -1 rows for frames with no face.
+    Each coordinate of frame i becomes the mean over frames ``i - (window - 1) // 2 .. i + window // 2`` of its run of
+    face frames, rounded and clamped to ``frame_shape`` (H, W). A ``window`` of 0 or 1 frames changes nothing.
 
     Raises:
         InputError: A negative window or mismatched shapes.
@@ -319,21 +290,18 @@ def single_box(boxes: Any) -> Any:
 
 def user_boxes(boxes: Any, n_frames: int, frame_shape: Any, *, min_side: int = MIN_CROP_SIDE
                ) -> tuple[np.ndarray, np.ndarray]:
-    """Validate crop boxes given by the user and expand them to one row per frame.
+    """Validate crop boxes given by the user and expand them to ``(crop_boxes, has_face)``: (N, 4) int32 with -1 rows
+    for no face, and (N,) bool.
 
     Args:
-        boxes: One ``(x1, y1, x2, y2)`` for the whole clip (see :func:`single_box`); or per frame an (N, 4) array
-            (rows of -1 or NaN: no face) or N boxes and None. Full-frame pixels, fractions truncated with ``int()``.
+        boxes: One ``(x1, y1, x2, y2)`` for the clip (see :func:`single_box`), or per frame an (N, 4) array (-1 or
+            NaN rows: no face) or N boxes and None; full-frame pixels, fractions truncated.
         n_frames: N, the number of frames.
         frame_shape: ``(H, W)`` or ``(H, W, 3)`` of the frames, pixels.
         min_side: Smallest accepted box side, pixels.
 
-    Returns:
-        ``(crop_boxes, has_face)``: (N, 4) int32 with -1 rows for no face, and (N,) bool.
-
     Raises:
-        InputError: A box outside the frame, inverted or smaller than ``min_side``, or a per-frame list whose length
-            is not N; the message names the frame index and the rule.
+        InputError: A box outside the frame, inverted or under ``min_side``, or a per-frame list not of length N.
 
     Source: the nearest official feature, ``--use_saved_coord``, reuses pickled boxes unchecked
     (``inference.py:151-160``).

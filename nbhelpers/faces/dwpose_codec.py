@@ -1,9 +1,7 @@
 """DWPose (RTMPose-l whole-body, 384x288) pre- and post-processing maths, shared by the landmark backends.
 
-The official top-down path with the whole frame as the person box (docs/official-behaviour.md §3.1): pad the box
-by 1.25 and fix its aspect to 288/384, warp it onto the 288x384 input, BGR -> RGB and normalise; then decode the
-SimCC vectors (133 keypoints, 2 bins per input pixel, averaged with the flipped input's) and map them back to the
-frame. The 68 face landmarks are whole-body keypoints 23..90. NumPy and OpenCV only.
+The official top-down path with the whole frame as the person box (docs/official-behaviour.md §3.1), in NumPy and
+OpenCV; the 68 face landmarks are whole-body keypoints 23..90.
 """
 
 from __future__ import annotations
@@ -53,13 +51,10 @@ def _ibug68_mirror() -> list[int]:
 
 @functools.lru_cache(maxsize=1)
 def coco_wholebody_flip_indices() -> tuple[int, ...]:
-    """Index of the mirror keypoint of each of the 133 COCO-WholeBody keypoints, an involution.
+    """Index of the mirror keypoint of each of the 133 COCO-WholeBody keypoints (an involution): body left/right pairs,
+    feet 17..19 <-> 20..22, face by :func:`_ibug68_mirror`, hands 91..111 <-> 112..132.
 
-    Body 0..16 swap left/right pairs, feet 17..19 <-> 20..22, face 23..90 by :func:`_ibug68_mirror`, hands
-    91..111 <-> 112..132.
-
-    Source: mmpose's ``configs/_base_/datasets/coco_wholebody.py`` ``flip_indices``, used at ``[mmpose]
-    rtmcc_head.py:193-208``.
+    Source: mmpose's ``coco_wholebody.py`` ``flip_indices``, used at ``[mmpose] rtmcc_head.py:193-208``.
     """
     flip = list(range(NUM_KEYPOINTS))
 
@@ -91,14 +86,8 @@ def fix_aspect_ratio(scale: np.ndarray, aspect_ratio: float) -> np.ndarray:
 
 def frame_center_scale(width: int, height: int, padding: float = BBOX_PADDING,
                        input_size: tuple[int, int] = INPUT_SIZE) -> tuple[np.ndarray, np.ndarray]:
-    """Centre ``(cx, cy)`` and aspect-fixed size ``(w, h)`` of the whole-frame person box, (2,) float32 each, in frame
-    pixels, as the official no-bbox call makes them.
-
-    Args:
-        width: Frame width, pixels.
-        height: Frame height, pixels.
-        padding: Box enlargement factor.
-        input_size: Model input ``(w, h)``, pixels, fixing the aspect ratio.
+    """Centre ``(cx, cy)`` and aspect-fixed size ``(w, h)``, (2,) float32 frame pixels, of the whole ``width`` x
+    ``height`` frame as person box, enlarged by ``padding`` and fixed to the aspect of ``input_size``.
 
     Source: ``preprocessing.py:97``; ``[mmpose] apis/inference.py:162-166``, ``common_transforms.py:51``,
     ``topdown_transforms.py:56-70``.
@@ -112,19 +101,11 @@ def frame_center_scale(width: int, height: int, padding: float = BBOX_PADDING,
 
 def warp_matrix(center: np.ndarray, scale: np.ndarray, output_size: tuple[int, int],
                 rotation_deg: float = 0.0) -> np.ndarray:
-    """(2, 3) float64 affine matrix for ``cv2.warpAffine`` that maps a box of the frame onto the model input.
+    """(2, 3) float64 matrix for ``cv2.warpAffine`` mapping the box (``center``, ``scale`` (w, h), frame pixels,
+    ``rotation_deg`` counter-clockwise) onto an ``output_size`` (w, h) input: ``A = s * [[cos r, sin r],
+    [-sin r, cos r]]`` with ``s = out_w / w``, ``t = out_centre - A @ centre``.
 
-    The box centre goes to the output's middle and its width to the output width, with rotation ``r`` turned upright:
-    ``A = s * [[cos r, sin r], [-sin r, cos r]]``, ``t = out_centre - A @ centre``.
-
-    Args:
-        center: (2,) ``(cx, cy)``, frame pixels.
-        scale: (2,) box ``(w, h)``, frame pixels (only w sets the factor).
-        output_size: ``(w, h)`` of the model input, pixels.
-        rotation_deg: Box rotation, degrees counter-clockwise (0 officially).
-
-    Source: ``[mmpose] topdown_transforms.py:89,113-118`` (``get_warp_matrix``, no UDP); equal to mmpose's
-    three-point matrix to float32 rounding.
+    Source: ``[mmpose] topdown_transforms.py:89,113-118`` (``get_warp_matrix``, no UDP).
     """
     cx, cy = float(center[0]), float(center[1])
     out_w, out_h = float(output_size[0]), float(output_size[1])
@@ -162,16 +143,8 @@ def normalize(inputs_bgr: np.ndarray) -> np.ndarray:
 
 def prepare_inputs(frames_bgr: np.ndarray | list[np.ndarray], input_size: tuple[int, int] = INPUT_SIZE,
                    padding: float = BBOX_PADDING) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Whole-frame person box, warp and normalisation for a batch of frames.
-
-    Args:
-        frames_bgr: (N, H, W, 3) uint8 BGR frames, or a list of (H_i, W_i, 3) frames of any sizes.
-        input_size: Model input ``(w, h)``, pixels.
-        padding: Person-box padding factor.
-
-    Returns:
-        ``(inputs, centers, scales)``: (N, 3, h, w) float32 normalised RGB, and (N, 2) float32 box centres and
-        aspect-fixed sizes in frame pixels.
+    """Whole-frame person box, warp and normalisation of ``frames_bgr`` ((N, H, W, 3) uint8 BGR, or frames of any
+    sizes): ``(inputs, centers, scales)``, (N, 3, h, w) float32 normalised RGB and (N, 2) float32 frame pixels.
 
     Source: docs/official-behaviour.md §3.1.
     """
@@ -190,13 +163,8 @@ def prepare_inputs(frames_bgr: np.ndarray | list[np.ndarray], input_size: tuple[
 
 def flip_simcc_back(simcc_x: np.ndarray, simcc_y: np.ndarray,
                     flip_indices: tuple[int, ...] | list[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Map SimCC vectors of the horizontally flipped input back: keypoint k takes its mirror's vectors and the x
-    vector is reversed along its bins.
-
-    Args:
-        simcc_x: (N, K, Wx) float x vectors of the flipped input.
-        simcc_y: (N, K, Wy) float y vectors of the flipped input.
-        flip_indices: K ints; default COCO-WholeBody (K = 133).
+    """Map (N, K, Wx) / (N, K, Wy) SimCC vectors of the flipped input back: keypoint k takes its mirror's (per
+    ``flip_indices``, default COCO-WholeBody) and x vectors are reversed along their bins.
 
     Source: ``[mmpose] models/utils/tta.py`` ``flip_vectors``.
     """
@@ -216,18 +184,11 @@ def merge_flip(simcc: tuple[np.ndarray, np.ndarray], simcc_flipped: tuple[np.nda
 
 def decode_simcc(simcc_x: np.ndarray, simcc_y: np.ndarray,
                  split_ratio: float = SIMCC_SPLIT_RATIO) -> tuple[np.ndarray, np.ndarray]:
-    """SimCC vectors -> keypoints in model-input pixels, and scores.
+    """SimCC vectors (N, K, Wx), (N, K, Wy) -> ``(keypoints, scores)``: (N, K, 2) float32 ``(x, y)`` input pixels and
+    (N, K) float32.
 
-    The location is the first argmax bin of each vector divided by ``split_ratio``; the score is the smaller of the
-    two peaks; a keypoint whose score is <= 0 gets bin -1.
-
-    Args:
-        simcc_x: (N, K, Wx) float x vectors (raw network output).
-        simcc_y: (N, K, Wy) float y vectors.
-        split_ratio: Bins per input pixel.
-
-    Returns:
-        ``(keypoints, scores)``: (N, K, 2) float32 ``(x, y)`` in input pixels (-0.5 when rejected), (N, K) float32.
+    A location is the first argmax bin divided by ``split_ratio``; the score is the smaller peak; a keypoint scoring
+    <= 0 gets bin -1 (-0.5 pixels).
 
     Source: ``[mmpose] codecs/simcc_label.py:156,173``, ``codecs/utils/post_processing.py:79-88``.
     """

@@ -1,10 +1,8 @@
-"""The ``dwpose-onnx`` landmark backend: the official DWPose weights as ONNX, run with onnxruntime, no mmcv.
+"""The ``dwpose-onnx`` landmark backend: the official DWPose weights as ONNX on onnxruntime, no mmcv.
 
-The same model and maths as the official mmpose path (:mod:`nbhelpers.faces.dwpose_codec`, flip test included):
-S3FD gives the face box (no face: None), and DWPose on the whole frame gives whole-body points 23..90 as the 68
-landmarks. The ONNX file (``dwpose/dw-ll_ucoco_384.onnx``, hub ``yzd-v/DWPose``) takes the normalised RGB
-(N, 3, 384, 288) float32 tensor and gives the raw SimCC vectors (N, 133, 576) and (N, 133, 768); names, batch axis
-and which output is x are read from the file.
+The official model and maths (:mod:`nbhelpers.faces.dwpose_codec`, flip test included), with S3FD's face box.
+``dwpose/dw-ll_ucoco_384.onnx`` takes (N, 3, 384, 288) float32 normalised RGB and gives the SimCC vectors (N, 133,
+576) and (N, 133, 768); names, batch axis and which output is x are read from the file.
 """
 
 from __future__ import annotations
@@ -30,17 +28,11 @@ ONNX_INSTALL = "pip install onnxruntime-gpu   (or: pip install onnxruntime  on a
 
 
 def onnxruntime_requirement(cuda: str | None) -> str:
-    """The onnxruntime distribution whose CUDA provider matches a torch build's CUDA major version.
+    """The onnxruntime requirement whose CUDA provider matches ``torch.version.cuda`` ``cuda`` (None: CPU).
 
-    onnxruntime-gpu up to 1.18 links CUDA 11.8, 1.19 to 1.26 CUDA 12, 1.27 and later CUDA 13; a build for another
-    major does not load its CUDA provider and DWPose silently runs on the CPU.
-
-    Args:
-        cuda: ``torch.version.cuda`` (``"12.8"``, ``"13.0"``...), or None for a CPU-only torch or no torch.
-
-    Returns:
-        ``"onnxruntime"`` (CPU), ``"onnxruntime-gpu>=1.16,<1.19"`` (CUDA 11), ``"onnxruntime-gpu>=1.19,<1.27"``
-        (CUDA 12) or ``"onnxruntime-gpu>=1.27"`` (CUDA 13 and later).
+    onnxruntime-gpu up to 1.18 links CUDA 11.8, 1.19 to 1.26 CUDA 12, 1.27 and later CUDA 13; another major does not
+    load its CUDA provider and DWPose silently runs on the CPU. Returns ``"onnxruntime"`` (CPU) or
+    ``"onnxruntime-gpu>=1.16,<1.19"`` / ``">=1.19,<1.27"`` / ``">=1.27"``.
 
     Source: onnxruntime's CUDA execution provider requirements.
     """
@@ -58,11 +50,8 @@ def onnxruntime_requirement(cuda: str | None) -> str:
 
 
 def install_hint(import_torch: bool = True) -> str:
-    """The pip line for the onnxruntime build matching the installed torch's CUDA (:func:`onnxruntime_requirement`).
-
-    Args:
-        import_torch: Import torch to read its CUDA version; False reads it only from an already imported torch,
-            else gives the general line :data:`ONNX_INSTALL`.
+    """The pip line for the onnxruntime matching torch's CUDA; with ``import_torch`` False, torch is read only when
+    already imported, else the general :data:`ONNX_INSTALL`.
     """
     import sys
 
@@ -83,12 +72,7 @@ def install_hint(import_torch: bool = True) -> str:
 
 @dataclass(frozen=True)
 class Availability:
-    """Whether a backend can be built here, and why not.
-
-    Attributes:
-        ok: True when every package and weight file it needs is present.
-        reason: Empty when ok; otherwise what is missing and how to get it.
-    """
+    """Whether a backend can be built here (``ok``, also its truth value), and the ``reason`` with the fix when not."""
 
     ok: bool
     reason: str = ""
@@ -156,22 +140,21 @@ class DWPoseOnnx:
 
     Args:
         onnx_path: The ONNX file (input (N|1, 3, 384, 288) float32, two SimCC outputs).
-        device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or None (CUDA when onnxruntime has it, else CPU).
-        flip_test: Also run the flipped input and average, as the official config; off halves the cost.
-        batch_size: Frames per onnxruntime call (2 network inputs each with the flip test).
+        device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or None (CUDA when onnxruntime has it).
+        flip_test: Also run the flipped input and average, as the official config.
+        batch_size: Frames per onnxruntime call.
 
     Attributes:
-        input_name: The model's input name.
-        x_output, y_output: Names of the SimCC x output (last dim 2 x input width) and y output.
+        input_name, x_output, y_output: The file's input name and SimCC x and y output names.
         fixed_batch: The input's fixed batch size (1 for the published file), or None when dynamic.
         input_size: ``(w, h)`` pixels, from the file's input shape.
         device: Where it runs (``"cpu"`` or ``"cuda:N"``).
 
     Raises:
-        WeightsError: The file is missing, not a valid ONNX model, or its inputs/outputs do not look like DWPose's.
+        WeightsError: The file is missing, not a valid ONNX model, or does not look like DWPose's.
         MissingDependencyError: onnxruntime is not installed.
 
-    Source: ``preprocessing.py:17-19,97-101``; docs/official-behaviour.md §3.1.
+    Source: ``preprocessing.py:17-19,97-101``.
     """
 
     def __init__(self, onnx_path: str | os.PathLike, device: str | None = None, *, flip_test: bool = True,
@@ -262,13 +245,8 @@ class DWPoseOnnx:
         return codec.merge_flip((both_x[:n], both_y[:n]), (both_x[n:], both_y[n:]))
 
     def keypoints(self, frames_bgr: np.ndarray | list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        """133 whole-body keypoints per frame, the whole frame being the person box.
-
-        Args:
-            frames_bgr: (N, H, W, 3) uint8 BGR frames, or a list of frames of any sizes.
-
-        Returns:
-            ``(keypoints, scores)``: (N, 133, 2) float32 ``(x, y)`` frame pixels (not rounded), (N, 133) float32 peaks.
+        """``(keypoints, scores)`` of the whole frames ``frames_bgr`` ((N, H, W, 3) uint8 BGR or frames of any sizes) as
+        person boxes: (N, 133, 2) float32 ``(x, y)`` frame pixels, not rounded, and (N, 133) float32 peaks.
 
         Source: ``preprocessing.py:97``; docs/official-behaviour.md §3.1.
         """
@@ -309,12 +287,12 @@ def detect_with_pose(frames, face_detector, keypoints, frames_device=None) -> li
 
     Args:
         frames: (N, H, W, 3) uint8 BGR frames.
-        face_detector: Object whose ``detect(frames)`` gives N ``(x1, y1, x2, y2, score)`` or None (S3FD).
+        face_detector: Its ``detect(frames)`` gives N ``(x1, y1, x2, y2, score)`` or None (S3FD).
         keypoints: ``keypoints(frames) -> ((M, 133, 2) whole-body keypoints, scores)``.
         frames_device: The same frames as a uint8 tensor on the detector's GPU, read there; or None.
 
     Returns:
-        N entries, None where the detector finds no face (DWPose does not run on those frames).
+        N :class:`FaceResult` or None where the detector finds no face.
 
     Raises:
         InputError: ``frames`` is not a (N, H, W, 3) uint8 array.
@@ -348,13 +326,8 @@ def face_result(box_with_score, landmarks: np.ndarray) -> FaceResult:
 
 
 def build_s3fd(weights_dir: Path, device: str | None, *, dtype: Any = None, batch_size: int = 1):
-    """The S3FD face detector of the weights folder on ``device``.
-
-    Args:
-        weights_dir: Folder holding ``s3fd/s3fd-619a316812.pth``.
-        device: ``"cpu"``, ``"cuda[:N]"`` or None (the GPU when available).
-        dtype: None = float32, as officially; ``"auto"`` = float16 on CUDA (see :class:`~nbhelpers.faces.s3fd.S3FD`).
-        batch_size: Frames per network call (official: 1).
+    """The :class:`~nbhelpers.faces.s3fd.S3FD` detector of ``weights_dir`` on ``device`` (None: the GPU when
+    available), in ``dtype`` (None: float32 as officially) at ``batch_size`` frames per call.
 
     Raises:
         WeightsError: The S3FD weight file is missing.
@@ -376,10 +349,9 @@ class DWPoseOnnxBackend:
     """Face box from S3FD and 68 landmarks from DWPose in ONNX on onnxruntime: the optional ``dwpose-onnx`` backend.
 
     Args:
-        weights_dir: The weights dir with ``dwpose/dw-ll_ucoco_384.onnx`` and ``s3fd/s3fd-619a316812.pth`` (default
-            :func:`nbhelpers.weights.default_dir`).
+        weights_dir: The weights dir (default :func:`nbhelpers.weights.default_dir`).
         device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or None (GPU when available) for both models.
-        face_detector: An object with ``detect(frames) -> list[(x1, y1, x2, y2, score) | None]`` instead of S3FD.
+        face_detector: An object whose ``detect(frames)`` gives N ``(x1, y1, x2, y2, score)`` or None, not S3FD.
         flip_test: DWPose flip test, as in the official config.
         batch_size: Frames per DWPose call.
 
@@ -405,14 +377,8 @@ class DWPoseOnnxBackend:
         self.face_detector = face_detector if face_detector is not None else build_s3fd(root, device)
 
     def detect(self, frames: np.ndarray) -> list[FaceResult | None]:
-        """Face box and 68 landmarks for each frame.
-
-        Args:
-            frames: (N, H, W, 3) uint8 BGR frames.
-
-        Returns:
-            N entries: None where no face is found, else a :class:`FaceResult` (the detector's box, float64 whole
-            pixels; its score; (68, 2) float32 landmarks in frame pixels, not rounded).
+        """Face box and 68 landmarks for each of (N, H, W, 3) uint8 BGR ``frames``: N :class:`FaceResult` (the
+        detector's box in whole pixels, its score, (68, 2) float32 landmarks, frame pixels) or None.
 
         Raises:
             InputError: ``frames`` is not a (N, H, W, 3) uint8 array.

@@ -1,11 +1,9 @@
 """Installing the exact mmpose landmark path (mmengine, mmcv, mmdet, mmpose) through OpenMMLab's ``mim``, safely.
 
-The official README pins mmcv 2.0.1, mmdet 3.1.0 and mmpose 1.1.0 on Python 3.10 / torch 2.0.1 / CUDA 11.8 (#q29).
-``mim install mmcv`` compiles mmcv from source when OpenMMLab has no prebuilt wheel for this torch and CUDA
-(15-60 minutes, and it fails against new torch). So :func:`check_mmcv_wheels` first reads that page, and
-:func:`install_mmpose` installs with torch, torchvision and numpy held at their versions, then verifies one
-landmark pass in a fresh interpreter. Without a wheel, the ``dwpose`` backend gives the same landmarks without
-mmcv.
+``mim install mmcv`` compiles mmcv from source (15-60 minutes; it fails against new torch) when OpenMMLab has no
+prebuilt wheel for this torch and CUDA, so :func:`check_mmcv_wheels` reads that page first. :func:`install_mmpose`
+holds torch, torchvision and numpy at their versions and verifies one pass. Without a wheel, the ``dwpose``
+backend gives the same landmarks without mmcv.
 """
 
 from __future__ import annotations
@@ -37,15 +35,8 @@ BUILD_TIME_2_CORES = "45-60 minutes on a 2-core machine"
 
 @dataclass(frozen=True)
 class PinSet:
-    """Versions of the OpenMMLab packages installed for one torch series.
-
-    Attributes:
-        torch_series: ``"2.0"``, ``"2.1"``, ... (major.minor of torch).
-        mmengine: A version specifier for mmengine (e.g. ``">=0.7.1,<1.0.0"``).
-        mmcv: Exact mmcv version.
-        mmdet: Exact mmdet version.
-        mmpose: Exact mmpose version.
-        note: Why these versions.
+    """The OpenMMLab versions installed for one ``torch_series`` (``"2.1"``): an ``mmengine`` specifier, exact ``mmcv``,
+    ``mmdet`` and ``mmpose`` versions, and a ``note`` saying why.
     """
 
     torch_series: str
@@ -81,12 +72,10 @@ def torch_series(version: str) -> str:
 
 
 def pins_for(torch_version: str) -> PinSet:
-    """The OpenMMLab versions to install next to a torch version (``"2.1.2+cu121"`` or ``"2.1"``).
+    """The :class:`PinSet` for a torch version or series: the official pins (README, #q29) for torch 2.0, the mmcv
+    2.1.0 set for 2.1 and newer (newer: mmcv compiled from source, said in the note).
 
-    torch 2.0 gets the official pins, torch 2.1 and newer the mmcv 2.1.0 set (newer: with a note that mmcv would be
-    compiled from source).
-
-    Source: ``README.md:151-185`` (#q29).
+    Source: ``README.md:151-185``.
     """
     series = torch_series(torch_version)
     if series in PINS:
@@ -103,16 +92,12 @@ class WheelCheck:
 
     Attributes:
         ok: True when a wheel of the wanted mmcv version matches.
-        page_url: The find-links page that was read.
-        python_tag: ``"cp310"`` etc.
-        torch_series: ``"2.1"`` etc.
-        cuda_tag: ``"cu118"``, ``"cu121"`` or ``"cpu"``.
-        platform: The wheel platform looked for (``sysconfig.get_platform()``).
+        page_url: The find-links page read.
+        python_tag, torch_series, cuda_tag, platform: What was looked for (``"cp310"``, ``"2.1"``, ``"cu121"``,
+            ``"linux-x86_64"``).
         mmcv_version: The mmcv version wanted.
-        matching: File names of the matching wheels.
-        listed: File names of every mmcv wheel on the page.
-        page_found: False when the page does not exist.
-        reachable: False when the server could not be reached.
+        matching, listed: File names of the matching wheels and of every mmcv wheel on the page.
+        page_found, reachable: False when the page does not exist, or the server could not be reached.
         recommended_backend: ``"mmpose"`` when ok, else ``"dwpose"``.
         message: The verdict in words, with the expected build time when no wheel matches.
     """
@@ -273,20 +258,10 @@ def check_mmcv_wheels(index_url: str = OPENMMLAB_MMCV_INDEX, python: str | None 
                       timeout: float = 15.0) -> WheelCheck:
     """Decide, before installing anything, whether a prebuilt mmcv wheel matches this Python, torch and CUDA.
 
-    Reads ``{index_url}/{cuda_tag}/torch{major.minor}/index.html`` (the page ``mim install mmcv`` uses) for
-    ``mmcv-{version}-{cpXY}-{cpXY}-{platform}.whl``.
-
-    Args:
-        index_url: Base of the find-links tree (``https://``, ``http://`` or ``file://``), or one page's URL.
-        python: ``"3.10"`` or ``"cp310"``; default: this interpreter.
-        torch: torch version or series; default: the installed torch.
-        cuda: ``"11.8"``, ``"cu118"`` or ``"cpu"``; default: from the torch version or ``torch.version.cuda``.
-        mmcv: The mmcv version wanted; default: :func:`pins_for` the torch version.
-        platform: ``sysconfig.get_platform()`` style; default: this machine.
-        timeout: Seconds to wait for the page.
-
-    Returns:
-        :class:`WheelCheck`; a missing page or unreachable server is reported there, not raised.
+    Reads ``{index_url}/{cuda_tag}/torch{major.minor}/index.html`` (``mim install mmcv``'s page; ``index_url`` may
+    also be one page) within ``timeout`` seconds. ``python``, ``torch``, ``cuda`` (``"11.8"``, ``"cu118"``,
+    ``"cpu"``), ``mmcv`` and ``platform`` default to this machine's and :func:`pins_for`'s. A missing page or server
+    is reported in the :class:`WheelCheck`, not raised.
 
     Raises:
         InputError: ``python``, ``torch`` or ``cuda`` is not a version string, or torch is needed and missing.
@@ -367,16 +342,14 @@ class MimInstallResult:
     """What :func:`install_mmpose` did (or, for a dry run, would do).
 
     Attributes:
-        ok: True when every command succeeded, torch/torchvision/numpy are unchanged and the verification passed;
-            False for a dry run.
+        ok: True when every command succeeded, torch/torchvision/numpy are unchanged and the verification passed.
         dry_run: True when nothing was run.
         commands: The argument lists, in order.
-        constraints_path: The constraints file passed to every command with ``-c``.
-        constraints: Its text (``torch==<installed>``, ...).
+        constraints_path, constraints: The constraints file passed with ``-c`` and its text.
         pins: The OpenMMLab versions chosen and why.
         wheel_check: The mmcv wheel verdict, when one was made.
         steps: The commands that ran, with exit status and timing.
-        verify: The self-check report of ``python -m nbhelpers.faces.mmpose_backend --self-check``.
+        verify: The ``--self-check`` report of :mod:`nbhelpers.faces.mmpose_backend`.
         seconds: Wall time of the whole install, seconds.
         message: The outcome in words.
     """
@@ -431,28 +404,23 @@ def install_mmpose(dry_run: bool = False, *, python: str | None = None, torch_ve
                    mmcv_base_url: str | None = None, timeout_s: float = 3600.0) -> MimInstallResult:
     """Install mmengine, mmcv, mmdet and mmpose through openmim without touching torch or numpy.
 
-    Every command is an argument list with ``-c <constraints>`` holding torch, torchvision and numpy at their
-    installed versions: ``pip install openmim setuptools<81 wheel`` (mim imports ``pkg_resources``), ``mim install``
-    mmengine, mmcv (``--only-binary mmcv`` with ``only_binary``) and mmdet, ``pip install --no-deps mmpose`` (its
-    ``chumpy`` does not build) and the packages mmpose imports. Then a self-check in a fresh interpreter.
+    Each command is an argument list with ``-c <constraints>`` holding torch, torchvision and numpy: openmim and
+    ``setuptools<81`` (mim imports ``pkg_resources``), ``mim install`` mmengine, mmcv and mmdet, ``pip install
+    --no-deps mmpose`` (its ``chumpy`` does not build) and what mmpose imports; then a self-check in a new
+    interpreter. A failed command stops the install with ``ok`` False.
 
     Args:
         dry_run: Return the commands (and write the constraints file) without running anything.
         python: Interpreter to install into (default: this one).
-        torch_version: torch version to hold (default: the installed one).
-        numpy_version: numpy version to hold (default: the installed one).
+        torch_version, numpy_version: Versions to hold (default: the installed ones).
         pins: OpenMMLab versions (default: :func:`pins_for` the torch version).
-        only_binary: Refuse to compile mmcv.
+        only_binary: Refuse to compile mmcv (``--only-binary mmcv``).
         wheel_check: A verdict from :func:`check_mmcv_wheels`; default: checked now (not in a dry run).
-        weights_dir: Weights folder for the verification pass (random weights when its .pth is absent).
+        weights_dir: Weights folder for the verification (random weights without its .pth).
         verify: Run the verification after installing.
         workdir: Where the constraints file goes (default: a shared temporary folder).
         mmcv_base_url: A mirror of ``https://download.openmmlab.com`` (mim's ``MMCV_BASE_URL``).
         timeout_s: Limit for each command, seconds.
-
-    Returns:
-        :class:`MimInstallResult`; a failed command stops the install with ``ok`` False and its output in
-        ``message``.
 
     Raises:
         MissingDependencyError: torch or numpy is not installed.

@@ -1,12 +1,9 @@
 """The ``mmpose`` landmark backend: the official DWPose path through OpenMMLab, for exact official landmarks.
 
-The official code builds an mmpose ``TopdownPoseEstimator`` (RTMPose-l whole-body 384x288) and calls
-``inference_topdown(model, frame)`` with no person box. This module describes that model as a dict
-(:data:`RTMPOSE_L_WHOLEBODY_384X288`), builds it with mmpose and loads ``dwpose/dw-ll_ucoco_384.pth`` unchanged;
-S3FD gives the face box, as in :mod:`nbhelpers.faces.dwpose_onnx`. Without full mmcv, ``mmcv-lite`` and the
-``mmcv.ops`` stand-in (:mod:`nbhelpers.faces._mmcv_ops_stub`) suffice: no layer of this model is a compiled
-operator. ``python -m nbhelpers.faces.mmpose_backend --self-check`` builds the model, runs one pass and prints a
-JSON report.
+The model of the official ``inference_topdown(model, frame)`` call is described as a dict
+(:data:`RTMPOSE_L_WHOLEBODY_384X288`), built with mmpose and loaded from ``dwpose/dw-ll_ucoco_384.pth``; S3FD gives
+the face box. ``mmcv-lite`` with the ``mmcv.ops`` stand-in (:mod:`nbhelpers.faces._mmcv_ops_stub`) suffices.
+``python -m nbhelpers.faces.mmpose_backend --self-check`` prints a JSON report of one pass.
 """
 
 from __future__ import annotations
@@ -205,21 +202,12 @@ def _torch_device(device: str | None) -> str:
 
 def load_checkpoint_state(path: str | os.PathLike, trusted_sha256: str | None = None,
                           expected_size: int | None = None, *, allow_pickle: bool = False) -> tuple[dict, dict]:
-    """Read an mmpose checkpoint: its state dict and its ``meta`` (empty when absent).
+    """``(state_dict, meta)`` of an mmpose checkpoint, a leading ``"module."`` removed and ``meta`` empty when absent.
 
-    The file goes through :func:`nbhelpers.models.load_checkpoint`: inspected first, read with
-    ``weights_only=True`` when it holds only tensors, unpickled in full only when its sha256 or size matches a
-    verified value (the arguments, or for ``<weights dir>/dwpose/dw-ll_ucoco_384.pth``
-    :func:`nbhelpers.weights.expected_facts`); otherwise refused.
-
-    Args:
-        path: The ``.pth`` file.
-        trusted_sha256: Hex sha256 that allows a full unpickle (default: the recorded facts of the weights dir).
-        expected_size: Size in bytes that allows a full unpickle when no sha256 is known.
-        allow_pickle: Unpickle in full without checks: only for a file you trust.
-
-    Returns:
-        ``(state_dict, meta)``; a leading ``"module."`` on every key is removed.
+    Through :func:`nbhelpers.models.load_checkpoint`: inspected first, read with ``weights_only=True`` when it holds
+    only tensors, unpickled in full only when it matches ``trusted_sha256`` or ``expected_size`` (default: for
+    ``<weights dir>/dwpose/dw-ll_ucoco_384.pth``, :func:`nbhelpers.weights.expected_facts`), or with
+    ``allow_pickle`` (a file you trust).
 
     Raises:
         WeightsError: The file is missing or damaged, holds Python objects and matches no verified sha256 or size,
@@ -249,16 +237,8 @@ def load_checkpoint_state(path: str | os.PathLike, trusted_sha256: str | None = 
 
 def build_pose_model(checkpoint: str | os.PathLike | None = None, device: str | None = "cpu", *,
                      flip_test: bool = True, seed: int | None = None):
-    """Build the official mmpose RTMPose-l whole-body model, with the checkpoint's weights or random ones.
-
-    Args:
-        checkpoint: ``dw-ll_ucoco_384.pth``, or None for random weights (tests, benchmarks).
-        device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or None (GPU when available).
-        flip_test: ``test_cfg.flip_test``.
-        seed: Seed of the random weights (only with ``checkpoint=None``).
-
-    Returns:
-        The ``TopdownPoseEstimator`` in eval mode with ``dataset_meta`` set (the checkpoint's, else COCO-WholeBody).
+    """The official mmpose RTMPose-l whole-body model in eval mode on ``device`` (None: GPU when available), with the
+    weights of ``checkpoint`` or, for None, random ones from ``seed``; ``flip_test`` sets ``test_cfg.flip_test``.
 
     Raises:
         MissingDependencyError: mmpose does not import.
@@ -295,15 +275,11 @@ def build_pose_model(checkpoint: str | os.PathLike | None = None, device: str | 
 
 
 def randomize_weights(model, seed: int | None = None) -> None:
-    """Give every weight matrix and conv kernel He-normal values (std sqrt(2 / fan_in)) and biases N(0, 0.02), in place.
+    """Give ``model``'s weight matrices and kernels He-normal values (std sqrt(2 / fan_in)) and biases N(0, 0.02), in
+    place, from a generator seeded with ``seed`` (None: torch's global one).
 
-    With PyTorch's default initialisation the signal fades through the 50-odd layers, so a random model predicts the
-    same bins for every keypoint; He-normal keypoints spread over the frame and follow the input. Norm scales and
-    BatchNorm statistics keep their built values.
-
-    Args:
-        model: A torch module.
-        seed: Seed of a private generator (None: torch's global generator).
+    With PyTorch's default initialisation the signal fades through the 50-odd layers and a random model predicts the
+    same bins for every keypoint; He-normal keypoints spread over the frame and follow the input.
     """
     import math
 
@@ -322,19 +298,9 @@ def randomize_weights(model, seed: int | None = None) -> None:
 
 
 def export_onnx(model, path: str | os.PathLike, *, dynamic_batch: bool = True, opset: int = 17) -> Path:
-    """Export an mmpose RTMPose model (backbone + SimCC head, no preprocessing, no flip) to ONNX, atomically.
-
-    The result has the published ``dw-ll_ucoco_384.onnx``'s signature: ``input`` (N, 3, 384, 288) float32
-    normalised RGB, ``simcc_x`` (N, 133, 576) and ``simcc_y`` (N, 133, 768).
-
-    Args:
-        model: From :func:`build_pose_model`.
-        path: Output ``.onnx`` file.
-        dynamic_batch: A dynamic batch axis, or a fixed batch 1 like the published file.
-        opset: ONNX opset.
-
-    Returns:
-        ``path``.
+    """Export ``model`` (backbone + SimCC head) to ONNX at ``path``, atomically, with the published file's signature:
+    ``input`` (N, 3, 384, 288) float32, ``simcc_x`` (N, 133, 576), ``simcc_y`` (N, 133, 768); a dynamic batch axis
+    unless ``dynamic_batch`` is False; ``opset``. Returns ``path``.
     """
     import torch
 
@@ -366,11 +332,10 @@ class MMPoseBackend:
     """Face box from S3FD and 68 landmarks from the official mmpose DWPose model (``inference_topdown``).
 
     Args:
-        weights_dir: The weights dir with ``dwpose/dw-ll_ucoco_384.pth`` and ``s3fd/s3fd-619a316812.pth`` (default
-            :func:`nbhelpers.weights.default_dir`).
+        weights_dir: The weights dir (default :func:`nbhelpers.weights.default_dir`).
         device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or None (GPU when available).
-        face_detector: Object with ``detect(frames) -> list[(x1, y1, x2, y2, score) | None]`` instead of S3FD.
-        model: A pose model from :func:`build_pose_model` instead of the checkpoint in ``weights_dir``.
+        face_detector: An object whose ``detect(frames)`` gives N ``(x1, y1, x2, y2, score)`` or None, not S3FD.
+        model: A pose model from :func:`build_pose_model` instead of the checkpoint.
         flip_test: The official ``test_cfg.flip_test``.
 
     Raises:
@@ -378,7 +343,7 @@ class MMPoseBackend:
         WeightsError: A weight file is missing or unreadable.
         CheckpointError: The checkpoint does not fit the model.
 
-    Source: ``preprocessing.py:15-23,84-111``; docs/official-behaviour.md §3.1-3.2.
+    Source: ``preprocessing.py:15-23,84-111``.
     """
 
     name = "mmpose"
@@ -398,13 +363,8 @@ class MMPoseBackend:
         self.face_detector = face_detector if face_detector is not None else build_s3fd(root, device)
 
     def keypoints(self, frames_bgr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """133 whole-body keypoints per frame through ``inference_topdown(model, frame)`` with no bbox.
-
-        Args:
-            frames_bgr: (N, H, W, 3) uint8 BGR frames.
-
-        Returns:
-            ``(keypoints, scores)``: (N, 133, 2) float32 ``(x, y)`` frame pixels and (N, 133) float32.
+        """``(keypoints, scores)`` of (N, H, W, 3) uint8 BGR ``frames_bgr`` through ``inference_topdown`` with no bbox:
+        (N, 133, 2) float32 ``(x, y)`` frame pixels and (N, 133) float32.
 
         Source: ``preprocessing.py:97-101``.
         """
@@ -446,17 +406,9 @@ class MMPoseBackend:
 
 
 def self_check(weights_dir: str | os.PathLike | None = None, device: str | None = None) -> dict:
-    """Build the mmpose model and run one landmark pass on a synthetic 512x512 frame; report versions and times.
-
-    Uses ``weights_dir/dwpose/dw-ll_ucoco_384.pth`` when it exists, else random weights.
-
-    Args:
-        weights_dir: Optional weights folder.
-        device: As :class:`MMPoseBackend`.
-
-    Returns:
-        A JSON-able dict: ok, reason, versions, weights (``"checkpoint"`` or ``"random"``), build_seconds,
-        pass_seconds, landmarks_shape.
+    """Build the mmpose model on ``device`` (with ``weights_dir``'s checkpoint when there, else random weights) and run
+    one pass on a synthetic frame; returns a JSON-able dict: ok, reason, versions, weights, build_seconds,
+    pass_seconds, landmarks_shape.
     """
     report: dict = {"ok": False, "versions": {d: _version(d) for d in ("mmpose", "mmcv", "mmcv-lite", "mmengine",
                                                                         "mmdet", "torch", "numpy")}}

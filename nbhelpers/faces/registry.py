@@ -133,24 +133,19 @@ def get_backend(name: str | LandmarkBackend = "auto", weights_dir: str | os.Path
                 device: str | None = None, **kwargs: Any) -> LandmarkBackend:
     """Build a landmark backend by name, or choose one automatically.
 
-    ``"auto"`` takes the first that works of: ``mmpose`` (the exact official landmarks) if mmpose imports, then
-    ``dwpose`` (torch; float16 on a GPU) if torch imports, then ``dwpose-onnx`` if onnxruntime imports, each only
-    when the weights dir holds its files (:data:`NEEDS_WEIGHTS`), else ``dlib``. A candidate that fails to start
-    is skipped with a warning. The backend's ``reason`` says which was chosen and why.
+    ``"auto"`` takes the first that works of ``mmpose``, ``dwpose`` (torch) and ``dwpose-onnx``, each when its
+    package imports and the weights dir holds its files (:data:`NEEDS_WEIGHTS`), else ``dlib``; one that fails to
+    start is skipped with a warning. The backend's ``reason`` says which was chosen and why.
 
     Args:
         name: ``"auto"``, a name in :data:`BACKENDS`, or a backend object (returned unchanged).
         weights_dir: The weights dir; None uses :func:`nbhelpers.weights.default_dir`.
-        device: Device for the backend's models (``"cuda"``, ``"cpu"``); None lets the backend choose.
+        device: Device for the backend's models; None lets the backend choose.
         **kwargs: Passed to the backend factory (e.g. ``upsample=1`` for dlib).
 
-    Returns:
-        A :class:`~nbhelpers.faces.base.LandmarkBackend` with a ``reason`` attribute.
-
     Raises:
-        InputError: An unknown name, or ``"boxes"`` (user boxes need no backend: pass ``boxes=`` to ``track``).
-        MissingDependencyError: The named backend's packages are missing, or (auto) none is usable; the message
-            gives the install lines.
+        InputError: An unknown name, or ``"boxes"`` (pass ``boxes=`` to ``track`` instead).
+        MissingDependencyError: The backend's packages are missing, or (auto) none is usable.
         WeightsError: A named backend's weight files are missing or corrupt.
 
     Source: the official code builds DWPose (mmpose) and S3FD at import (``preprocessing.py:15-23``; #q20).

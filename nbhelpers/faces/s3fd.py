@@ -1,9 +1,8 @@
 """S3FD face detection with the official weights (``s3fd/s3fd-619a316812.pth``), downloading nothing.
 
-The network (:class:`S3FDNet`, torch, built on first use; its parameter names and shapes are the checkpoint's)
-and the loader :class:`S3FD` are kept apart from the decoding (:func:`decode_detections`, :func:`nms`,
-:func:`best_box`, numpy only), so the decoding can be tested on outputs built by hand. Importing this module
-imports numpy only.
+The network (:class:`S3FDNet`, torch, built on first use, with the checkpoint's parameter names) and the loader
+:class:`S3FD` are kept apart from the numpy decoding (:func:`decode_detections`, :func:`nms`, :func:`best_box`),
+which tests check on outputs built by hand. Importing this module imports numpy only.
 """
 
 from __future__ import annotations
@@ -63,18 +62,11 @@ def softmax(logits: np.ndarray, axis: int = 1) -> np.ndarray:
 
 
 def nms(dets: np.ndarray, threshold: float = NMS_THRESHOLD) -> np.ndarray:
-    """Greedy non-maximum suppression with the official "+1" pixel-area convention.
+    """Greedy non-maximum suppression of (K, 5) ``dets`` ``(x1, y1, x2, y2, score)`` with the official "+1" areas:
+    the (M,) int64 indices of the kept boxes, highest score first.
 
-    Boxes are visited from the highest score down; a kept box removes the others whose overlap
-    ``inter / (area_i + area_j - inter)`` exceeds ``threshold``, with sides ``x2 - x1 + 1`` and intersection sides
-    ``max(0, min(x2) - max(x1) + 1)``.
-
-    Args:
-        dets: (K, 5) float ``(x1, y1, x2, y2, score)``, pixels.
-        threshold: Overlap above which a box is suppressed.
-
-    Returns:
-        (M,) int64 indices into ``dets`` of the kept boxes, highest score first.
+    From the highest score down, a kept box removes the others whose ``inter / (area_i + area_j - inter)`` exceeds
+    ``threshold``, sides counted as ``x2 - x1 + 1``.
 
     Source: ``bbox.py:44-64``.
     """
@@ -121,23 +113,19 @@ def _decode_image(outputs: list[np.ndarray], candidate_score: float) -> np.ndarr
 
 def decode_detections(olist: list[Any], *, apply_softmax: bool = True, candidate_score: float = CANDIDATE_SCORE,
                       nms_threshold: float = NMS_THRESHOLD, min_score: float = MIN_SCORE) -> list[np.ndarray]:
-    """Turn the 12 S3FD head outputs into face boxes, per image.
+    """Turn the 12 S3FD head outputs into face boxes: B float64 arrays (K_b, 5) ``(x1, y1, x2, y2, score)`` in input
+    pixels, highest score first.
 
     Head ``i`` has stride ``s = 4 * 2**i``; a cell ``(r, c)`` whose face probability exceeds ``candidate_score`` has
-    the square anchor of side ``4s`` centred at ``(s/2 + c s, s/2 + r s)``, and its regression decodes with
-    variances (0.1, 0.2) to centre ``anchor + d * 0.1 * 4s`` and size ``4s * exp(d * 0.2)``. All heads' candidates go
-    through :func:`nms`, then boxes with score <= ``min_score`` are dropped.
+    the anchor of side ``4s`` centred at ``(s/2 + c s, s/2 + r s)``, decoded with variances (0.1, 0.2) to centre
+    ``anchor + d * 0.1 * 4s`` and size ``4s * exp(d * 0.2)``. Then :func:`nms` at ``nms_threshold``, and scores
+    <= ``min_score`` are dropped.
 
     Args:
-        olist: ``[conf_0, loc_0, ..., conf_5, loc_5]`` as :class:`S3FDNet` returns them (numpy or torch): ``conf_i``
-            (B, 2, H_i, W_i) float, channel 1 = face; ``loc_i`` (B, 4, H_i, W_i) float.
+        olist: ``[conf_0, loc_0, ..., conf_5, loc_5]`` (numpy or torch): (B, 2, H_i, W_i) float, channel 1 = face,
+            and (B, 4, H_i, W_i) float.
         apply_softmax: True when ``conf_i`` are logits; False when they are probabilities.
-        candidate_score: Face probability a cell must exceed to be decoded.
-        nms_threshold: NMS overlap threshold.
-        min_score: Boxes with score <= this are dropped after NMS.
-
-    Returns:
-        B float64 arrays (K_b, 5) ``(x1, y1, x2, y2, score)`` in network-input pixels, highest score first.
+        candidate_score, nms_threshold, min_score: The official 0.05, 0.3 and 0.5 by default.
 
     Raises:
         InputError: Not 12 arrays, or shapes that do not pair up.
@@ -207,12 +195,11 @@ def _build_classes() -> dict[str, Any]:
             return (xf / norm * self.weight.float().view(1, -1, 1, 1)).to(x.dtype)
 
     class S3FDNet(nn.Module):
-        """The S3FD network: VGG16 conv1_1..conv5_3, fc6/fc7 as convolutions, conv6/conv7, L2Norm on conv3_3/4_3/5_3
-        (scales 10, 8, 5) and six conf/loc heads at strides 4..128.
+        """The S3FD network: VGG16, fc6/fc7 as convolutions, conv6/conv7, L2Norm on conv3_3/4_3/5_3 (scales 10, 8,
+        5) and six conf/loc heads at strides 4..128.
 
-        ``forward(x)`` takes (B, 3, H, W) float RGB minus :data:`MEAN`, 0..255 scale, and returns
-        ``[conf_0, loc_0, ..., conf_5, loc_5]``: (B, 2, H_i, W_i) logits (head 0 max-outs its 3 background channels)
-        and (B, 4, H_i, W_i) offsets.
+        ``forward(x)`` takes (B, 3, H, W) float RGB minus :data:`MEAN` (0..255) and returns ``[conf_0, loc_0, ...]``:
+        (B, 2, H_i, W_i) logits (head 0 max-outs 3 background channels) and (B, 4, H_i, W_i) offsets.
 
         Source: ``net_s3fd.py``.
         """
@@ -316,11 +303,10 @@ class S3FD:
     Args:
         weights_path: Path of ``s3fd-619a316812.pth``, loaded strictly.
         device: ``"cuda"``, ``"cuda:1"``, ``"cpu"``...; None picks CUDA when available.
-        dtype: A torch dtype or its name, ``"auto"`` (float16 on CUDA, float32 elsewhere), or None (float32). A half
-            dtype on the CPU falls back to float32 with a warning; a half batch whose outputs are not finite runs
-            again in float32, with a warning.
-        max_side: Default for :meth:`detect`: None (full resolution, official) or the longest side, pixels, to which
-            larger frames are downscaled before detection.
+        dtype: A torch dtype or its name, ``"auto"`` (float16 on CUDA), or None (float32). Half on the CPU falls
+            back to float32; a half batch with non-finite outputs runs again in float32 (both warn).
+        max_side: Default for :meth:`detect`: None (full resolution, official) or the longest side, pixels, larger
+            frames are downscaled to.
         batch_size: Frames per network call (official: 1); halved on CUDA out-of-memory.
 
     Raises:
@@ -363,16 +349,13 @@ class S3FD:
             self.net = self.net.to(memory_format=torch.channels_last)
 
     def detections(self, frames: np.ndarray, max_side: int | None | str = "default") -> list[np.ndarray]:
-        """All faces S3FD keeps in each frame (after NMS and the 0.5 score cut), in full-frame pixels.
+        """All faces S3FD keeps in each frame after NMS and the 0.5 score cut: N float64 arrays (K, 5)
+        ``(x1, y1, x2, y2, score)`` in full-frame pixels, highest score first.
 
         Args:
-            frames: (N, H, W, 3) or (H, W, 3) uint8 BGR, numpy or a torch tensor on any device (frames on the
-                detector's GPU stay there).
-            max_side: None for full resolution, an int to downscale larger frames (bilinear, antialiased; boxes scaled
-                back), or ``"default"`` for the constructor's.
-
-        Returns:
-            N float64 arrays (K, 5) ``(x1, y1, x2, y2, score)``, highest score first.
+            frames: (N, H, W, 3) or (H, W, 3) uint8 BGR, numpy or torch (frames on the detector's GPU stay there).
+            max_side: None (full resolution), an int to downscale larger frames (bilinear, antialiased), or
+                ``"default"`` for the constructor's.
 
         Raises:
             InputError: frames not uint8 (N, H, W, 3).
@@ -440,14 +423,8 @@ class S3FD:
         return [o.float() for o in self._net32(x.float())]
 
     def detect(self, frames: np.ndarray, max_side: int | None | str = "default") -> list[Detection | None]:
-        """The official per-frame face box: highest score, clipped to >= 0, int-truncated.
-
-        Args:
-            frames: (N, H, W, 3) or (H, W, 3) uint8 BGR.
-            max_side: As in :meth:`detections`.
-
-        Returns:
-            N entries: a :class:`Detection` (ints in full-frame pixels, score in (0.5, 1]) or None for no face.
+        """The official per-frame face box of ``frames``: a :class:`Detection` (highest score, clipped to >= 0,
+        int-truncated, full-frame pixels) or None, per frame; ``max_side`` as in :meth:`detections`.
 
         Raises:
             InputError: frames not uint8 (N, H, W, 3).

@@ -42,24 +42,20 @@ class FaceSizeWarning(NbHelpersWarning):
 
 @dataclass
 class FaceTrack:
-    """Per-frame face boxes, landmarks and crop boxes of one clip, with no frame dropped.
+    """Per-frame face boxes, landmarks and crop boxes of one clip, with no frame dropped (N frames).
 
     Attributes:
-        crop_boxes: (N, 4) int32 ``(x1, y1, x2, y2)`` full-frame pixels, the final crop box of each frame (v15's
-            extra_margin included, clamped, smoothed if asked); -1 rows for frames with no face.
-        face_boxes: (N, 4) float64 detector boxes, pixels (the user's boxes in boxes mode); NaN rows for no face.
+        crop_boxes: (N, 4) int32 ``(x1, y1, x2, y2)`` full-frame pixels, final (v15's margin included, clamped,
+            smoothed if asked); -1 rows for frames with no face.
+        face_boxes: (N, 4) float64 detector boxes (the user's in boxes mode), pixels; NaN rows for no face.
         landmarks: (N, 68, 2) float32 ``(x, y)`` pixels, iBUG 300-W order; NaN for no face and in boxes mode.
         has_face: (N,) bool.
         frame_shape: ``(H, W)`` of the frames, pixels.
-        backend: Backend name (``"dlib"``, ``"dwpose"``, ..., ``"boxes"`` for user boxes).
-        backend_reason: Why that backend was used.
+        backend, backend_reason: Backend name (``"boxes"`` for user boxes) and why it was used.
         bbox_shift_range: The official adjustable ``bbox_shift`` range (None in boxes mode).
         scores: (N,) float32 detector scores (NaN when none).
         used_face_box: (N,) bool, frames whose crop box came from the detector box.
-        version: ``"v15"`` or ``"v1"``.
-        bbox_shift: As used, pixels.
-        extra_margin: As used, pixels (0 for v1).
-        smooth_boxes: As used, frames.
+        version, bbox_shift, extra_margin, smooth_boxes: The settings used (pixels, frames; v1's margin is 0).
         notes: Remarks for the summary (a very large face).
     """
 
@@ -239,29 +235,26 @@ def _reader_total_hint(reader: Any) -> int | None:
 def track(frames: Any, backend: str | LandmarkBackend = "auto", config: InferenceConfig | None = None,
           boxes: Any = None, weights_dir: str | os.PathLike | None = None,
           batch_size: int = DEFAULT_BATCH_FRAMES, device: str | None = None) -> FaceTrack:
-    """Find the face, its 68 landmarks and the crop box in every frame of a clip.
+    """Find the face, its 68 landmarks and the crop box in every frame of a clip, ``batch_size`` frames at a time.
 
-    Frames are read ``batch_size`` at a time. Frames with no face are kept and marked (``has_face`` False, crop box
-    -1), never re-indexed (the official drifts after such a frame, #q6, #q7). With ``boxes`` no detector runs: the
-    boxes are the crop boxes, used as given (no extra_margin); MuseTalk repaints the crop's lower half, so put the
-    midline just under the nose. ``config.smooth_boxes`` (frames, 0 = off as officially) averages each coordinate
-    over a centred window within runs of face frames.
+    Frames with no face are kept and marked, never re-indexed (#q6, #q7). With ``boxes`` no detector runs and the
+    boxes are the crop boxes, as given (MuseTalk repaints the lower half: put the midline just under the nose).
+    ``config.smooth_boxes`` frames (0: off, as officially) average each coordinate within runs of face frames.
 
     Args:
-        frames: (N, H, W, 3) uint8 BGR array, one (H, W, 3) frame, an iterable of them (e.g. a
-            :class:`nbhelpers.media.VideoReader`), or a video/photo path (read at 25 fps).
-        backend: ``"auto"``, a backend name or a backend object; one made here is closed at the end. ``"auto"``
-            defers to ``config.landmark_backend``.
-        config: Inference settings (version, bbox_shift, extra_margin, smooth_boxes, device); None = defaults.
-        boxes: None (detect); one ``(x1, y1, x2, y2)`` for the whole clip; or one entry per frame, an (N, 4) array
-            (-1 or NaN rows: no face) or N boxes and None, checked against a video's exact frame count first.
+        frames: (N, H, W, 3) uint8 BGR, one frame, an iterable of frames (a :class:`nbhelpers.media.VideoReader`),
+            or a video/photo path (read at 25 fps).
+        backend: ``"auto"`` (then ``config.landmark_backend``), a backend name, or a backend object (left open).
+        config: Inference settings; None = defaults.
+        boxes: None (detect); one ``(x1, y1, x2, y2)`` for the clip; or one entry per frame (see :func:`user_boxes`),
+            checked against a video's exact frame count first.
         weights_dir: Weights dir for the detector backends; None = :func:`nbhelpers.weights.default_dir`.
         batch_size: Frames handed to the backend at a time (halved on CUDA out-of-memory).
         device: Device of the backend's models; None = ``config.device``.
 
     Raises:
-        InputError: Bad frames (not uint8 BGR, mixed sizes, empty), bad boxes (outside the frame, too small, wrong
-            count), a bad batch_size, or ``landmark_backend="boxes"`` without boxes.
+        InputError: Bad frames (not uint8 BGR, mixed sizes, empty), bad boxes, a bad batch_size, or
+            ``landmark_backend="boxes"`` without boxes.
         NoFaceError: No frame has a face.
         MissingDependencyError: The chosen backend's packages are missing.
 
@@ -288,10 +281,8 @@ def is_single_box(boxes: Any) -> bool:
 
 
 class FaceTracker:
-    """:func:`track` one batch of frames at a time: crop boxes come out as the frames go in.
-
-    The offline job streams a clip through detection, encoding and generation with this. With
-    ``config.smooth_boxes`` > 1, :meth:`add` returns unsmoothed boxes and :meth:`finish` smooths them.
+    """:func:`track` one batch of frames at a time (the offline job's streamed pieces); with ``smooth_boxes`` > 1,
+    :meth:`add` returns unsmoothed boxes and :meth:`finish` smooths them.
 
     Args:
         backend, config, boxes, weights_dir, batch_size, device: As :func:`track`.
@@ -337,15 +328,9 @@ class FaceTracker:
         self._from_face_box: list[np.ndarray] = []
 
     def add(self, frames: np.ndarray, frames_device: Any = None) -> tuple[np.ndarray, np.ndarray]:
-        """Track the next frames of the clip.
-
-        Args:
-            frames: (b, H, W, 3) uint8 BGR, the frames following those already added.
-            frames_device: The same frames as a uint8 tensor on the GPU, for a backend that ``accepts_frames_device``;
-                ignored otherwise.
-
-        Returns:
-            ``(crop_boxes, has_face)``: (b, 4) int32 unsmoothed (-1 rows without a face) and (b,) bool.
+        """Track the next (b, H, W, 3) uint8 BGR ``frames`` of the clip; returns (b, 4) int32 unsmoothed crop boxes and
+        (b,) bool ``has_face``. ``frames_device`` is the same frames on the GPU, for a backend that
+        ``accepts_frames_device``.
 
         Raises:
             InputError: Bad frames or boxes (see :func:`track`).
