@@ -71,14 +71,8 @@ def first_frame_png(path: str | os.PathLike, width: int = PREVIEW_WIDTH) -> byte
 
 @dataclass(frozen=True)
 class MediaView:
-    """A video or image shown inline: embedded when small, else a first-frame preview and a download hint.
-
-    Attributes:
-        path: The file.
-        embedded: True when the file itself is embedded (data URL).
-        size_mb: File size, MB (10**6 bytes).
-        title: Caption shown above it.
-        width: Display width, pixels.
+    """A video or image shown inline: the file at ``path`` embedded when small, else a first-frame preview and a
+    download hint; ``size_mb`` in 10**6 bytes, ``title`` above it, ``width`` in pixels.
     """
 
     path: Path
@@ -124,13 +118,8 @@ class MediaView:
 
 
 def show_video(path: Any, max_embed_mb: float = 10, *, title: str = "", width: int = PREVIEW_WIDTH) -> MediaView:
-    """Show a video (or image) inline in Colab and Jupyter: a :class:`MediaView`.
-
-    Args:
-        path: A video/image path, or a result with an ``output`` path.
-        max_embed_mb: Largest file embedded, MB (10**6 bytes); larger files show the first frame and a download hint.
-        title: Caption above the player.
-        width: Display width, pixels.
+    """Show a video or image (a path, or a result with an ``output`` path) inline in Colab and Jupyter: a
+    :class:`MediaView`, embedded up to ``max_embed_mb`` (10**6 bytes), ``title`` above it, ``width`` pixels wide.
 
     Raises:
         InputError: The file does not exist.

@@ -1,10 +1,9 @@
 """Random access to the 25 fps frames of a clip without holding them in RAM, within a checked disk budget.
 
-The ping-pong cycle (docs/official-behaviour.md §4.5) needs random access to source frames, and long clips do not
-fit in host memory (#q25). A :class:`FrameStore` streams decoded frames into one raw file on local disk (the
-system's temporary folder) and maps it back with ``numpy.memmap``. Each store's folder holds an ``flock`` for the
-life of its process, and a new store first removes the folders whose lock nobody holds
-(:func:`remove_stale_frames`), so frames of a killed process go the next time frames are stored.
+The ping-pong cycle (official-behaviour §4.5) needs random access to frames that do not fit in RAM (#q25): a
+:class:`FrameStore` writes them to one raw file in the temporary folder and maps it back with ``numpy.memmap``.
+Each store holds an ``flock`` on its folder; a new store removes the folders nobody holds
+(:func:`remove_stale_frames`).
 """
 
 from __future__ import annotations
@@ -31,15 +30,11 @@ UNLOCKED_AGE_S = 3600.0  # a folder without a lock file (an older version's, or 
 
 
 class FrameStore:
-    """Frames (N, H, W, 3) uint8 BGR kept in a raw file on disk, appended once, then read by index.
+    """``height`` x ``width`` uint8 BGR frames kept in a raw file in ``directory`` (default: a new temporary folder),
+    appended once, then read by index.
 
-    Use :meth:`append` while decoding, then :meth:`finish`; then ``store[i]`` and ``store[list]`` return frames and
-    ``len(store)`` is the number appended. The file is removed by :meth:`close`, garbage collection or exit.
-
-    Args:
-        height: Frame height, pixels.
-        width: Frame width, pixels.
-        directory: Folder for the raw file (default: a new temporary folder, removed by :meth:`close`).
+    :meth:`append` while decoding, then :meth:`finish`; then ``store[i]`` and ``store[list]`` give frames. The file
+    goes at :meth:`close`, garbage collection or exit.
 
     Raises:
         DiskSpaceError: The disk filled up while appending (the frames written are removed).
@@ -148,16 +143,8 @@ def _gib(n_bytes: float) -> str:
 
 
 def check_disk_for_frames(n_frames: int, height: int, width: int, directory: str | os.PathLike | None = None) -> int:
-    """Check that ``n_frames`` raw (H, W, 3) uint8 frames fit on the disk of ``directory`` with 1 GiB to spare.
-
-    Args:
-        n_frames: Frames that will be stored.
-        height: Frame height, pixels.
-        width: Frame width, pixels.
-        directory: Where the frames go; None = the system's temporary folder, as :class:`FrameStore`.
-
-    Returns:
-        The bytes needed.
+    """Check that ``n_frames`` raw ``height`` x ``width`` x 3 uint8 frames fit on the disk of ``directory``
+    (default: the temporary folder) with 1 GiB to spare; returns the bytes needed.
 
     Raises:
         DiskSpaceError: Not enough free space; the message says what is needed, what is free and where.
@@ -219,17 +206,9 @@ def _hold_lock(directory: Path) -> int | None:
 
 def remove_stale_frames(folder: str | os.PathLike | None = None, unlocked_age_s: float = UNLOCKED_AGE_S,
                         ) -> list[Path]:
-    """Remove the frame folders (``nbhelpers-frames-*``) in ``folder`` whose process ended without removing them.
-
-    A folder whose ``owner.lock`` this process can lock has no living store; one without a lock file goes once older
-    than ``unlocked_age_s``. Folders marked ``owner.nolock``, other users' and unreadable ones are left alone.
-
-    Args:
-        folder: Where to look; None = the system's temporary folder.
-        unlocked_age_s: Seconds since a folder without a lock file last changed after which it goes.
-
-    Returns:
-        The folders removed.
+    """Remove the frame folders in ``folder`` (default: the temporary folder) whose process ended without removing
+    them, and return them: those whose ``owner.lock`` can be locked, and those without one older than
+    ``unlocked_age_s`` seconds. ``owner.nolock``, other users' and unreadable folders stay.
     """
     try:
         import fcntl
@@ -268,16 +247,8 @@ def remove_stale_frames(folder: str | os.PathLike | None = None, unlocked_age_s:
 
 
 def cycle_index(t: int | np.ndarray, n_frames: int) -> int | np.ndarray:
-    """Source frame of output frame ``t`` in the official ping-pong over ``n_frames`` source frames.
-
-    The cycle ``0, 1, ..., N-1, N-1, ..., 1, 0`` repeats with period 2N; a photo (N = 1) always gives 0.
-
-    Args:
-        t: Output frame index (int or integer array), >= 0.
-        n_frames: Number of 25 fps source frames N, >= 1.
-
-    Returns:
-        Source frame index in [0, N), same type as ``t``.
+    """Source frame of output frame ``t`` (int or integer array) in the official ping-pong over ``n_frames`` (N >= 1):
+    ``0, 1, ..., N-1, N-1, ..., 1, 0`` repeated, so a photo always gives 0.
 
     Source: ``inference.py:179-181,210-212``.
     """

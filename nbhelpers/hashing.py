@@ -14,15 +14,8 @@ BAR_FROM_BYTES = 64 << 20  # files from this size (64 MiB) show a progress bar i
 
 
 def sha256_file(path: str | os.PathLike, desc: str | None = None) -> str:
-    """The SHA-256 of a file as lowercase hex, read in chunks, with a progress bar for large files.
-
-    Args:
-        path: The file.
-        desc: Label of the progress bar, shown for files of :data:`BAR_FROM_BYTES` or more (default: the file
-            name).
-
-    Returns:
-        64 lowercase hex digits.
+    """The SHA-256 of the file ``path`` as 64 lowercase hex digits, read in chunks, with a progress bar labelled
+    ``desc`` (default: the file name) for files of :data:`BAR_FROM_BYTES` or more.
 
     Raises:
         OSError: The file cannot be read.

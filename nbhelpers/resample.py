@@ -49,16 +49,9 @@ PIL_FILTERS = {"bilinear": (_bilinear, 1.0), "bicubic": (_bicubic, 2.0)}  # name
 
 @functools.lru_cache(maxsize=4096)
 def pil_taps(in_size: int, out_size: int, filter: str) -> tuple[np.ndarray, np.ndarray]:
-    """PIL's resize taps for one axis: which input samples each output sample reads, with what integer weight.
-
-    Args:
-        in_size: Input length along the axis, samples (>= 1).
-        out_size: Output length, samples (>= 1).
-        filter: ``"bilinear"`` or ``"bicubic"``.
-
-    Returns:
-        ``(index, weight)``: read-only (out_size, K) int64; output ``j`` is
-        ``clip(sum_k in[index[j, k]] * weight[j, k] + 2^21 >> 22, 0, 255)``; unused taps weigh 0.
+    """PIL's resize taps for one axis of ``in_size`` -> ``out_size`` samples with ``filter`` (``"bilinear"``,
+    ``"bicubic"``): read-only (out_size, K) int64 ``(index, weight)``, output ``j`` being
+    ``clip(sum_k in[index[j, k]] * weight[j, k] + 2^21 >> 22, 0, 255)``; unused taps weigh 0.
 
     Raises:
         InputError: A size is not positive or the filter is unknown.
@@ -146,14 +139,10 @@ def reflect_101(index: np.ndarray, size: int) -> np.ndarray:
 
 def taps_table(rows: Sequence[tuple[np.ndarray, np.ndarray]], length: int,
                offsets: Sequence[int] | None = None, limit: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Stack per-frame tap tables into one padded (B, length, K) int64 ``(index, weight)`` table.
+    """Stack B per-frame ``rows`` ``(index (O_b, K_b), weight (O_b, K_b))`` into one (B, ``length``, K) int64 table.
 
-    Args:
-        rows: B pairs ``(index (O_b, K_b), weight (O_b, K_b))``.
-        length: Output length (>= every O_b); extra outputs weigh 0.
-        offsets: B integers added to each frame's indices (e.g. a square's origin in the frame).
-        limit: With ``offsets``, the input axis length: taps outside ``0 .. limit - 1`` weigh 0 (PIL's black
-            outside the frame) and get a clamped index.
+    ``offsets`` (B ints) shift each frame's indices; then taps outside ``0 .. limit - 1`` weigh 0 (PIL's black outside
+    the frame) with a clamped index.
     """
     k = max(int(r[0].shape[1]) for r in rows)
     index = np.zeros((len(rows), length, k), np.int64)
@@ -178,17 +167,11 @@ def _upload(t: Any, device: Any) -> Any:
 
 
 def resize_axis(x: Any, index: Any, weight: Any, shift: int | None = _PIL_BITS, clip: bool = True) -> Any:
-    """One integer separable pass along the last axis: ``out[b, ..., j] = sum_k x[b, ..., idx[b, j, k]] * w[b, j, k]``.
+    """One integer pass along the last axis: ``out[b, ..., j] = sum_k x[b, ..., index[b, j, k]] * weight[b, j, k]``.
 
-    Args:
-        x: (B, ..., L) uint8 or int32 torch tensor.
-        index: (B, O, K) integer positions ``idx`` into the last axis (tensor or array).
-        weight: (B, O, K) integer weights ``w`` (tensor or array).
-        shift: Fixed-point bits rounded away, ``(sum + 2^(shift-1)) >> shift``; None keeps the exact sums.
-        clip: Clamp to 0..255 and return uint8 (PIL's ``clip8``); False returns int32.
-
-    Returns:
-        (B, ..., O) tensor on ``x``'s device.
+    ``x`` is (B, ..., L) uint8 or int32 torch; ``index`` and ``weight`` (B, O, K) integer tensors or arrays. The sums
+    are rounded by ``shift`` bits, ``(sum + 2^(shift-1)) >> shift`` (None: exact), and with ``clip`` clamped to uint8
+    (PIL's ``clip8``, else int32). Returns (B, ..., O) on ``x``'s device.
     """
     import torch
 
@@ -217,16 +200,10 @@ def resize_axis(x: Any, index: Any, weight: Any, shift: int | None = _PIL_BITS, 
 
 
 def gaussian_blur_batch(masks: Any, sides: Sequence[int], ksizes: Sequence[int]) -> Any:
-    """``cv2.GaussianBlur(mask, (k, k), 0)`` of each frame's top-left ``side x side`` square, batched and bit-exact
-    (``BORDER_REFLECT_101`` on the square alone).
+    """``cv2.GaussianBlur(mask, (k, k), 0)`` of each frame's top-left ``side x side`` square, batched and bit-exact.
 
-    Args:
-        masks: (B, S, S) uint8 torch tensor; frame ``b`` uses ``[:sides[b], :sides[b]]``.
-        sides: B square sides, each <= S.
-        ksizes: B odd kernel sizes.
-
-    Returns:
-        (B, S, S) uint8 tensor: each blurred square, 0 elsewhere.
+    ``masks`` is (B, S, S) uint8 torch; ``sides`` and ``ksizes`` (odd) have B entries. Returns (B, S, S) uint8, each
+    square blurred with ``BORDER_REFLECT_101`` on the square alone, 0 elsewhere.
 
     Raises:
         InputError: The lengths disagree or a kernel size is not odd.
@@ -267,18 +244,11 @@ def gaussian_blur_batch(masks: Any, sides: Sequence[int], ksizes: Sequence[int])
 
 
 def crop_resize_batch(images: Any, squares: Sequence[Sequence[int]], size: int, filter: str = "bilinear") -> Any:
-    """PIL ``image.crop(square).resize((size, size), filter)`` of every image of a batch, bit-exact, on its device.
+    """PIL ``image.crop(square).resize((size, size), filter)`` of each of (B, C, H, W) uint8 torch ``images``, exact,
+    on its device: (B, C, size, size) uint8.
 
-    Parts of a square outside the image are black, as PIL's ``crop`` makes them; the offset is folded into the taps.
-
-    Args:
-        images: (B, C, H, W) uint8 torch tensor (channels independent, any order).
-        squares: B ``(xs, ys, xe, ye)`` squares in image pixels (``xe - xs == ye - ys >= 1``), may pass any edge.
-        size: Output side, pixels.
-        filter: ``"bilinear"`` or ``"bicubic"``.
-
-    Returns:
-        (B, C, size, size) uint8 tensor on ``images``' device.
+    ``squares`` are B ``(xs, ys, xe, ye)`` in image pixels, equal sides, possibly past an edge (black there, as
+    PIL's ``crop``).
     """
     height, width = int(images.shape[-2]), int(images.shape[-1])
     sides = [int(sq[2]) - int(sq[0]) for sq in squares]
