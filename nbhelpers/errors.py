@@ -5,6 +5,8 @@ A message names the parameter or file, shows the value received, states the rule
 
 from __future__ import annotations
 
+import importlib
+import signal
 import warnings
 
 
@@ -47,8 +49,6 @@ def _stop_signal_note(returncode: int | None) -> str:
     """What an ffmpeg exit status says about a signal: negative is the signal that ended it, 255 is ffmpeg's status
     after it caught SIGINT or SIGTERM (``fftools/ffmpeg.c``); its last lines may then blame an input file that is fine.
     """
-    import signal
-
     if returncode is None or not (returncode < 0 or returncode == 255):
         return ""
     if returncode < 0:
@@ -93,8 +93,6 @@ class OutOfMemoryError(NbHelpersError):
 
 def require(module: str, install: str):
     """Import an optional dependency, or raise :class:`MissingDependencyError` naming the pip line ``install``."""
-    import importlib
-
     try:
         return importlib.import_module(module)
     except ImportError as exc:  # pragma: no cover - message content is tested through callers

@@ -13,6 +13,7 @@ import errno
 import os
 import shutil
 import tempfile
+import time
 import weakref
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -214,8 +215,6 @@ def remove_stale_frames(folder: str | os.PathLike | None = None, unlocked_age_s:
         import fcntl
     except ImportError:  # pragma: no cover - not on Linux or macOS
         return []
-    import time
-
     removed = []
     for candidate in Path(folder if folder is not None else tempfile.gettempdir()).glob(PREFIX + "*"):
         try:

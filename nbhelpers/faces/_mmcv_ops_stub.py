@@ -104,14 +104,3 @@ def install() -> bool:
             setattr(ops, sub, module)
     mmcv.ops = ops
     return True
-
-
-def uninstall() -> None:
-    """Remove the stand-in from ``sys.modules`` (modules that already imported names from it keep them)."""
-    if not is_installed():
-        return
-    for key in [k for k in sys.modules if k == "mmcv.ops" or k.startswith("mmcv.ops.")]:
-        del sys.modules[key]
-    mmcv = sys.modules.get("mmcv")
-    if mmcv is not None and getattr(getattr(mmcv, "ops", None), STUB_FLAG, False):
-        del mmcv.ops

@@ -26,7 +26,6 @@ STD_RGB: tuple[float, float, float] = (58.395, 57.12, 57.375)
 NUM_KEYPOINTS: int = 133
 FACE_START: int = 23
 FACE_STOP: int = 91  # exclusive: whole-body 23..90
-NUM_FACE_LANDMARKS: int = FACE_STOP - FACE_START  # 68
 
 # Length of the SimCC x and y vectors: 576 and 768 bins.
 SIMCC_X_BINS: int = int(INPUT_SIZE[0] * SIMCC_SPLIT_RATIO)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,8 +54,6 @@ def install_hint(import_torch: bool = True) -> str:
     """The pip line for the onnxruntime matching torch's CUDA; with ``import_torch`` False, torch is read only when
     already imported, else the general :data:`ONNX_INSTALL`.
     """
-    import sys
-
     if not import_torch and "torch" not in sys.modules:
         return ONNX_INSTALL + " -- pick the onnxruntime-gpu build for torch's CUDA: <1.27 for CUDA 12, >=1.27 for 13"
     cuda = None

@@ -8,10 +8,12 @@ the face box. ``mmcv-lite`` with the ``mmcv.ops`` stand-in (:mod:`nbhelpers.face
 
 from __future__ import annotations
 
+import argparse
 import copy
 import importlib
 import importlib.util
 import json
+import math
 import os
 import sys
 import time
@@ -281,8 +283,6 @@ def randomize_weights(model, seed: int | None = None) -> None:
     With PyTorch's default initialisation the signal fades through the 50-odd layers and a random model predicts the
     same bins for every keypoint; He-normal keypoints spread over the frame and follow the input.
     """
-    import math
-
     import torch
 
     generator = torch.Generator().manual_seed(seed) if seed is not None else None
@@ -434,8 +434,6 @@ def self_check(weights_dir: str | os.PathLike | None = None, device: str | None 
 
 
 def _main(argv: list[str]) -> int:
-    import argparse
-
     parser = argparse.ArgumentParser(prog="python -m nbhelpers.faces.mmpose_backend")
     parser.add_argument("--self-check", action="store_true", help="build the model, run one pass, print JSON")
     parser.add_argument("--weights-dir", default=None)

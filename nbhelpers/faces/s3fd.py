@@ -7,7 +7,9 @@ which tests check on outputs built by hand. Importing this module imports numpy 
 
 from __future__ import annotations
 
+import copy
 import os
+import warnings
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -330,8 +332,6 @@ class S3FD:
                                                                         else "cpu"))
         self.dtype = _resolve_dtype(torch, dtype, self.device)
         if self.device.type == "cpu" and self.dtype != torch.float32:
-            import warnings
-
             warnings.warn(f"S3FD: {self.dtype} on the CPU is slow or unsupported; using float32 instead.",
                           FallbackWarning, stacklevel=2)
             self.dtype = torch.float32
@@ -412,9 +412,6 @@ class S3FD:
 
     def _rerun_fp32(self, x: Any) -> list[Any]:
         """Run one batch again in float32 after a half-precision overflow (warns once per detector)."""
-        import copy
-        import warnings
-
         if self._net32 is None:
             warnings.warn(f"S3FD: {self.dtype} outputs were not finite (an activation overflowed); running such "
                           "batches in float32. Use dtype='float32' to skip the half-precision attempt.",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import re
 from dataclasses import dataclass
@@ -370,8 +371,6 @@ def _exif_orientation(path: Path) -> int:
 
 
 def _replace(info: MediaInfo, **changes) -> MediaInfo:
-    import dataclasses
-
     return dataclasses.replace(info, **changes)
 
 

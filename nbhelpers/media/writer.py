@@ -10,8 +10,10 @@ import subprocess
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -145,8 +147,6 @@ def choose_encoder(setting: str = "libx264", *, ffmpegs: Sequence[str] | None = 
     reason = ("h264_nvenc is not usable here (" + "; ".join(failures or ["no ffmpeg to try"]) + "); encoding with "
               "libx264 CRF 18, preset medium instead")
     if warn:
-        import warnings
-
         warnings.warn(f"encoder={setting!r}: {reason}.", FallbackWarning, stacklevel=2)
     return EncoderChoice(setting, "libx264", "medium", None, reason)
 
@@ -506,8 +506,6 @@ def demo_inputs(directory) -> tuple[Path, Path]:
     Raises:
         MissingDependencyError: scikit-image or Pillow is not installed.
     """
-    from importlib import resources
-
     folder = Path(directory).expanduser().absolute()
     folder.mkdir(parents=True, exist_ok=True)
     try:

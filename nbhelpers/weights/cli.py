@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Sequence
 
@@ -17,8 +18,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Source: ``download_weights.sh`` (the official equivalent).
     """
-    import argparse
-
     parser = argparse.ArgumentParser(prog="python -m nbhelpers.weights", description="MuseTalk weight files")
     sub = parser.add_subparsers(dest="command", required=True)
     for name in ("list", "download", "verify"):

@@ -7,8 +7,10 @@ size and modification time) live in ``<weights dir>/.nbhelpers-weights.json``.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import os
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -345,8 +347,6 @@ def _auto_landmark_sets(root: Path, manifest: Manifest) -> tuple[str, ...]:
     """The sets the ``"auto"`` landmark choice would open: the first backend whose package is installed and whose
     files are present (found without importing); none when it would fall back to dlib.
     """
-    import importlib.util
-
     for backend, module in _AUTO_ORDER:
         try:
             installed = importlib.util.find_spec(module) is not None
@@ -400,8 +400,6 @@ def check_job_files(directory: str | os.PathLike | None, version: str = "v15", l
             wrong, and the download command for that folder and those sets.
         InputError: Unknown version or landmark backend.
     """
-    import shlex
-
     manifest = MANIFEST if manifest is None else manifest
     root = Path(directory).expanduser() if directory is not None else default_dir()
     here = _same_dir(root, default_dir())
