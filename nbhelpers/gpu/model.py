@@ -24,73 +24,47 @@ GIB = 2**30  # bytes per GiB
 
 @dataclass(frozen=True)
 class MemoryModel:
-    """The planner's constants: GiB = 2**30 bytes, fp16 figures (times ``fp32_factor`` in fp32).
+    """The planner's constants: GiB = 2**30 bytes, fp16 figures (times ``fp32_factor`` in fp32), each field's
+    meaning and unit in its comment.
 
     Measured figures are in bench/RESULTS.md ("Memory by stage", "Face restoration", "Clip batch"); the rest are
-    estimates that ``bench/memory.py`` checks. Try other values with :func:`dataclasses.replace`.
-
-    Attributes:
-        core_weights_gib: UNet + VAE + Whisper weights, GiB (measured).
-        core_fixed_gib, core_per_frame_gib: The line through the core's measured peaks 3.06 / 4.25 / 6.62 GiB at
-            UNet + VAE-decode batch 8 / 16 / 32: GiB, and GiB per frame.
-        vae_weights_gib: sd-vae-ft-mse weights (84 M parameters), GiB.
-        encode_per_frame_gib: VAE encode of one frame's masked + reference crops, GiB/frame (measured).
-        s3fd_weights_gib, s3fd_bytes_per_pixel: S3FD weights, GiB, and activations per full-frame pixel, bytes
-            (batch 1, #q18); estimates.
-        dwpose_gib: DWPose in ONNX Runtime (weights + arena), GiB, fp32 whatever the plan; estimate.
-        bisenet_weights_gib, bisenet_per_image_gib: BiSeNet weights, and activations per 512x512 crop, GiB; estimates.
-        blend_bytes_per_pixel: GPU paste-back per full-frame pixel, bytes (uint8 BGR x 4 float intermediates).
-        context_gib: CUDA context of a process, GiB; subtracted only when free memory was read outside torch.
-        workspace_gib: Kept free for cuBLAS/cuDNN workspaces, lazily loaded kernels and allocator rounding, GiB.
-        safety_fraction: Fraction of what remains that the plan leaves unused.
-        fp32_factor: fp32 / fp16 ratio of weights and activations.
-        tiny_fixed_gib, tiny_per_frame_gib: The tiny test models' peak: GiB, and GiB per frame.
-        cap_lipsync: Largest offline batch, frames: at about 0.8 TFLOP per frame (UNet + decode) a batch of 8-16
-            already keeps a T4 busy and the CPU side (blend, encode) is the wall, so larger batches add memory,
-            first-output latency and OOM-retry cost for no speed.
-        cap_avatar: Largest batch of avatar preparation, frames, as ``cap_lipsync``.
-        cap_realtime: Largest realtime batch, frames: the official default (realtime_inference.py:331), 0.8 s of
-            video before the first frame.
-        cap_clip: Largest batch of a whole clip from an avatar into a file, frames: nothing waits for its first
-            frame, and the UNet and decode of a 10 s clip took 3.3 ms per frame at 64 against 4.4 at 20 and 4.1 at 32.
-        cap_cpu: Batch on the CPU, frames: a larger one is no faster on 2 cores and shows progress later.
-        cpu_ram_fraction: Share of available host RAM a CPU plan may use.
-        fp16_min_capability: Oldest compute capability given fp16 by default (native half arithmetic).
-        restore_gfpgan_per_frame_gib, restore_restoreformer_per_frame_gib, restore_codeformer_per_frame_gib: What
-            each face restorer adds to ``generate`` per frame, weights included, GiB/frame: GFPGAN v1.4 and
-            RestoreFormer in bfloat16, CodeFormer always in float32.
-        bf16_min_capability: Oldest compute capability on which GFPGAN and RestoreFormer run in bfloat16
-            (:func:`nbhelpers.restore.run_dtype`); elsewhere their figure is multiplied by ``fp32_factor``.
+    estimates that ``bench/memory.py`` checks. Try other values with :func:`dataclasses.replace`. The batch caps:
+    offline and avatar 32, since at about 0.8 TFLOP per frame (UNet + decode) a batch of 8-16 already keeps a T4
+    busy and the CPU side (blend, encode) is the wall, so larger batches add memory, first-output latency and
+    OOM-retry cost for no speed; realtime 20, the official default (realtime_inference.py:331), 0.8 s of video
+    before the first frame; a whole clip from an avatar 64, as nothing waits for its first frame, and the UNet and
+    decode of a 10 s clip took 3.3 ms per frame at 64 against 4.4 at 20 and 4.1 at 32; the CPU 4, as a larger
+    batch is no faster on 2 cores.
     """
 
-    core_weights_gib: float = 1.84
-    core_fixed_gib: float = 1.87
-    core_per_frame_gib: float = 0.149
-    vae_weights_gib: float = 0.16
-    encode_per_frame_gib: float = 0.19
-    s3fd_weights_gib: float = 0.05
-    s3fd_bytes_per_pixel: float = 320.0
-    dwpose_gib: float = 0.2
-    bisenet_weights_gib: float = 0.03
-    bisenet_per_image_gib: float = 0.05
-    blend_bytes_per_pixel: float = 12.0
-    context_gib: float = 0.4
-    workspace_gib: float = 0.5
-    safety_fraction: float = 0.10
-    fp32_factor: float = 2.0
-    tiny_fixed_gib: float = 0.05
-    tiny_per_frame_gib: float = 0.01
-    cap_lipsync: int = 32
+    core_weights_gib: float = 1.84  # UNet + VAE + Whisper weights (measured)
+    core_fixed_gib: float = 1.87  # intercept and slope (per frame) of the core's measured peaks 3.06 / 4.25 /
+    core_per_frame_gib: float = 0.149  # 6.62 GiB at UNet + VAE-decode batch 8 / 16 / 32
+    vae_weights_gib: float = 0.16  # sd-vae-ft-mse (84 M parameters)
+    encode_per_frame_gib: float = 0.19  # VAE encode of one frame's masked + reference crops (measured)
+    s3fd_weights_gib: float = 0.05  # S3FD (22 M parameters); estimate
+    s3fd_bytes_per_pixel: float = 320.0  # S3FD activations per full-frame pixel, bytes (batch 1, #q18); estimate
+    dwpose_gib: float = 0.2  # DWPose in ONNX Runtime (weights + arena), fp32 whatever the plan; estimate
+    bisenet_weights_gib: float = 0.03  # estimate
+    bisenet_per_image_gib: float = 0.05  # activations per 512x512 crop; estimate
+    blend_bytes_per_pixel: float = 12.0  # GPU paste-back per full-frame pixel, bytes (uint8 BGR x 4 float copies)
+    context_gib: float = 0.4  # CUDA context; subtracted only when free memory was read outside torch
+    workspace_gib: float = 0.5  # cuBLAS/cuDNN workspaces, lazily loaded kernels, allocator rounding
+    safety_fraction: float = 0.10  # share of what remains that the plan leaves unused
+    fp32_factor: float = 2.0  # fp32 / fp16 ratio of weights and activations
+    tiny_fixed_gib: float = 0.05  # the tiny test models' peak
+    tiny_per_frame_gib: float = 0.01  # and its growth per frame
+    cap_lipsync: int = 32  # frames; the caps' reasons are in the docstring
     cap_avatar: int = 32
     cap_realtime: int = 20
     cap_clip: int = 64
     cap_cpu: int = 4
-    cpu_ram_fraction: float = 0.75
-    fp16_min_capability: tuple[int, int] = (5, 3)
-    restore_gfpgan_per_frame_gib: float = 0.261
-    restore_restoreformer_per_frame_gib: float = 0.233
-    restore_codeformer_per_frame_gib: float = 0.4575
-    bf16_min_capability: tuple[int, int] = (8, 0)
+    cpu_ram_fraction: float = 0.75  # share of available host RAM a CPU plan may use
+    fp16_min_capability: tuple[int, int] = (5, 3)  # oldest compute capability given fp16 (native half arithmetic)
+    restore_gfpgan_per_frame_gib: float = 0.261  # what each face restorer adds to generate per frame, weights
+    restore_restoreformer_per_frame_gib: float = 0.233  # included: GFPGAN v1.4 and RestoreFormer in bfloat16,
+    restore_codeformer_per_frame_gib: float = 0.4575  # CodeFormer always in float32
+    bf16_min_capability: tuple[int, int] = (8, 0)  # GFPGAN/RestoreFormer in bfloat16 from here (restore.run_dtype)
 
 
 MEMORY_MODEL = MemoryModel()
@@ -98,22 +72,13 @@ MEMORY_MODEL = MemoryModel()
 
 @dataclass(frozen=True)
 class CpuTimes:
-    """Seconds of work per stage on a 2-core CPU (fp32), for the estimate of a CPU job's time.
+    """Seconds of work per stage on a 2-core CPU (fp32), for the estimate of a CPU job's time."""
 
-    Attributes:
-        fixed_s: Once per job: loading the models, whisper on the audio, the encoder's start and end, seconds.
-        latents_s: VAE encode of one source frame's masked and reference crops, seconds per source frame.
-        parsing_s: Face parsing and blend-mask preparation, seconds per source frame (BiSeNet is full size in
-            the tiny tree too).
-        generate_s: UNet + VAE decode + CPU blend, seconds per output frame.
-        source: Where the figures come from.
-    """
-
-    fixed_s: float
-    latents_s: float
-    parsing_s: float
-    generate_s: float
-    source: str = ""
+    fixed_s: float  # once per job: loading the models, whisper on the audio, the encoder's start and end
+    latents_s: float  # VAE encode of one source frame's masked and reference crops
+    parsing_s: float  # face parsing and blend-mask preparation of one source frame (full-size BiSeNet in tiny too)
+    generate_s: float  # UNet + VAE decode + CPU blend of one output frame
+    source: str = ""  # where the figures come from
 
 
 @dataclass(frozen=True)
