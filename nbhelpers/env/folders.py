@@ -100,8 +100,8 @@ def weights_dir(mode: str | None = None, *, download: bool = True) -> Path:
 
 
 def shared_data_dir() -> Path | None:
-    """The project's test media folder, or None: ``NBHELPERS_SHARED_DATA`` when set, else the first ``shared/data``
-    found walking up from the current folder.
+    """The project's test media folder, or None: ``NBHELPERS_SHARED_DATA`` when set, else the ``data`` folder of
+    the first ``shared`` folder found walking up from the current folder.
     """
     env = os.environ.get("NBHELPERS_SHARED_DATA")
     candidates = [Path(env).expanduser()] if env else [p / "shared" / "data" for p in (Path.cwd(), *Path.cwd().parents)]
