@@ -1,6 +1,6 @@
 """Random access to the 25 fps frames of a clip without holding them in RAM, within a checked disk budget.
 
-The ping-pong cycle (official-behaviour §4.5) needs random access to frames that do not fit in RAM (#q25): a
+The ping-pong cycle (official-behaviour §4.5) needs random access to frames that do not fit in RAM (quirk Q25): a
 :class:`FrameStore` writes them to one raw file in the temporary folder and maps it back with ``numpy.memmap``.
 Each store holds an ``flock`` on its folder; a new store removes the folders nobody holds
 (:func:`remove_stale_frames`).

@@ -138,8 +138,9 @@ def crop_box(landmarks: Any, face_box: Any, frame_shape: Any, version: str = "v1
     """The crop box MuseTalk cuts from one frame: the official rules, then fixes of their bugs.
 
     The official rules (docs/official-behaviour.md §3.3) are reproduced exactly, the in-place shift of lm[29]
-    included (#q16). Fixes: the four sides are clamped to the frame (#q17); a clamped landmark box thinner than
-    :data:`MIN_CROP_SIDE` falls back to a larger detector box; each side is at least :data:`MIN_CROP_SIDE` pixels.
+    included (quirk Q16). Fixes: the four sides are clamped to the frame (quirk Q17); a clamped landmark box
+    thinner than :data:`MIN_CROP_SIDE` falls back to a larger detector box; each side is at least
+    :data:`MIN_CROP_SIDE` pixels.
 
     Args:
         landmarks: (68, 2) ``(x, y)`` full-frame pixels, iBUG 300-W order.
@@ -166,7 +167,7 @@ class BBoxShiftRange(NamedTuple):
     """The official "Manually adjust range" of ``bbox_shift``, printed as ``[ -minus~plus ]``, in pixels.
 
     ``minus`` is ``int(mean(lm[30].y - lm[29].y))`` and ``plus`` ``int(mean(lm[29].y - lm[28].y))`` over the frames
-    with a face. The official labels are swapped (#q15): the shifts that move the boundary to lm[28] and lm[30] are
+    with a face. The official labels are swapped (quirk Q15): the shifts that move the boundary to lm[28] and lm[30] are
     ``[-plus, +minus]`` (:attr:`geometric`).
     """
 

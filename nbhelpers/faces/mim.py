@@ -72,7 +72,7 @@ def torch_series(version: str) -> str:
 
 
 def pins_for(torch_version: str) -> PinSet:
-    """The :class:`PinSet` for a torch version or series: the official pins (README, #q29) for torch 2.0, the mmcv
+    """The :class:`PinSet` for a torch version or series: the official pins (README, quirk Q29) for torch 2.0, the mmcv
     2.1.0 set for 2.1 and newer (newer: mmcv compiled from source, said in the note).
 
     Source: ``README.md:151-185``.
@@ -425,7 +425,7 @@ def install_mmpose(dry_run: bool = False, *, python: str | None = None, torch_ve
     Raises:
         MissingDependencyError: torch or numpy is not installed.
 
-    Source: ``README.md:151-185`` (#q29).
+    Source: ``README.md:151-185`` (quirk Q29).
     """
     python = python or sys.executable
     installed = _versions_of(python) if (torch_version is None or numpy_version is None) else {}

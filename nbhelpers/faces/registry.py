@@ -148,7 +148,7 @@ def get_backend(name: str | LandmarkBackend = "auto", weights_dir: str | os.Path
         MissingDependencyError: The backend's packages are missing, or (auto) none is usable.
         WeightsError: A named backend's weight files are missing or corrupt.
 
-    Source: the official code builds DWPose (mmpose) and S3FD at import (``preprocessing.py:15-23``; #q20).
+    Source: the official code builds DWPose (mmpose) and S3FD at import (``preprocessing.py:15-23``; quirk Q20).
     """
     if not isinstance(name, str):
         if callable(getattr(name, "detect", None)):

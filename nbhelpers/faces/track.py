@@ -237,7 +237,7 @@ def track(frames: Any, backend: str | LandmarkBackend = "auto", config: Inferenc
           batch_size: int = DEFAULT_BATCH_FRAMES, device: str | None = None) -> FaceTrack:
     """Find the face, its 68 landmarks and the crop box in every frame of a clip, ``batch_size`` frames at a time.
 
-    Frames with no face are kept and marked, never re-indexed (#q6, #q7). With ``boxes`` no detector runs and the
+    Frames with no face are kept and marked, never re-indexed (quirks Q6, Q7). With ``boxes`` no detector runs and the
     boxes are the crop boxes, as given (MuseTalk repaints the lower half: put the midline just under the nose).
     ``config.smooth_boxes`` frames (0: off, as officially) average each coordinate within runs of face frames.
 

@@ -43,7 +43,7 @@ class MemoryModel:
     vae_weights_gib: float = 0.16  # sd-vae-ft-mse (84 M parameters)
     encode_per_frame_gib: float = 0.19  # VAE encode of one frame's masked + reference crops (measured)
     s3fd_weights_gib: float = 0.05  # S3FD (22 M parameters); estimate
-    s3fd_bytes_per_pixel: float = 320.0  # S3FD activations per full-frame pixel, bytes (batch 1, #q18); estimate
+    s3fd_bytes_per_pixel: float = 320.0  # S3FD activations per full-frame pixel, bytes (batch 1, quirk Q18); estimate
     dwpose_gib: float = 0.2  # DWPose in ONNX Runtime (weights + arena), fp32 whatever the plan; estimate
     bisenet_weights_gib: float = 0.03  # estimate
     bisenet_per_image_gib: float = 0.05  # activations per 512x512 crop; estimate
@@ -223,7 +223,7 @@ def stage_memory(kind: str, fp16: bool = True, frame_size: tuple[int, int] = DEF
     Raises:
         InputError: An unknown ``restore`` name.
 
-    Source: docs/official-behaviour.md §0 and §6 (stage order); S3FD at batch 1 on full frames (#q18).
+    Source: docs/official-behaviour.md §0 and §6 (stage order); S3FD at batch 1 on full frames (quirk Q18).
     """
     mm = memory_model or MEMORY_MODEL
     kind = "realtime" if kind == "clip" else kind  # the same stages, only its batch cap differs

@@ -305,7 +305,7 @@ def load_video(path, fps=FPS, *, background=(0, 0, 0), ffmpeg: str | None = None
         InputError: The file is missing, is a folder, has no video stream, or an argument is invalid.
         FFmpegError: ffmpeg cannot read the file.
 
-    Source: ``inference.py:120-126`` keeps the source fps, so other rates drift (#q8); ``app.py:432-472`` re-times
+    Source: ``inference.py:120-126`` keeps the source fps, so other rates drift (quirk Q8); ``app.py:432-472`` re-times
     uploads to 25 fps, as this always does.
     """
     return VideoReader(path, fps, background=background, ffmpeg=ffmpeg)

@@ -188,7 +188,7 @@ class VideoWriter:
         FFmpegError: ffmpeg refused the options, died, failed when finishing, or stalled (``stalled`` True).
 
     Source: ``inference.py:230-237`` encodes libx264 yuv420p CRF 18, then muxes with a second encode and no
-    ``-map`` (#q24); here one encode with mapped streams.
+    ``-map`` (quirk Q24); here one encode with mapped streams.
     """
 
     ffmpeg: str | None = None  # class-level default binary; None means ffmpeg_exe()
