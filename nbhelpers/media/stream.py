@@ -1,8 +1,7 @@
 """Live output: frames and their audio into one ffmpeg process, a file or any output URL, the audio muxed live.
 
-:class:`FFmpegSink` is the package's :class:`~nbhelpers.media.writer.VideoWriter` with a second input: raw 16 kHz
-mono PCM on a pipe of its own, written as each frame is. It reuses the writer's process, its bounded writes (a
-stalled ffmpeg is stopped and reported), its temporary name and rename, and its clean-up on failure.
+:class:`FFmpegSink` is :class:`~nbhelpers.media.writer.VideoWriter` with a second input, raw 16 kHz mono PCM on a
+pipe of its own; it keeps the writer's bounded writes, temporary name and clean-up on failure.
 """
 
 from __future__ import annotations
@@ -32,17 +31,11 @@ GOP_FRAMES = 2 * FPS  # a keyframe every 2 s, so that a viewer joining a stream 
 
 
 def video_codec_args(encoder: str | None = None) -> tuple[list[str], str | None]:
-    """ffmpeg video encoder arguments for a live stream, and the ffmpeg binary to run them with.
+    """``(args, ffmpeg)``: the ``-c:v ...`` arguments of a live stream and the binary (None: imageio-ffmpeg's).
 
-    Args:
-        encoder: None (libx264 ``ultrafast``, ``zerolatency``: a frame leaves the encoder as soon as it is in), or
-            an ``encoder`` setting of :func:`nbhelpers.media.choose_encoder` (:data:`nbhelpers.constants.ENCODERS`):
-            ``"nvenc"`` / ``"auto"`` use ``h264_nvenc`` with its low-latency tuning (``-preset p1 -tune ll``) when
-            the one-frame NVENC test encode works (else libx264 as for None, with the chooser's warning); a
-            ``libx264-<preset>`` setting uses that preset, ``libx264`` ultrafast, both with ``zerolatency``.
-
-    Returns:
-        ``(args, ffmpeg)``: the ``-c:v ...`` arguments and the binary (None = imageio-ffmpeg's).
+    ``encoder`` None gives libx264 ``ultrafast`` ``zerolatency`` (a frame leaves the encoder as soon as it is in);
+    ``"nvenc"`` / ``"auto"`` give ``h264_nvenc -preset p1 -tune ll`` when :func:`nbhelpers.media.choose_encoder`'s
+    test encode works (else libx264, with its warning); ``libx264-<preset>`` that preset with ``zerolatency``.
 
     Raises:
         InputError: An unknown setting.
@@ -69,16 +62,13 @@ def container_for(target: str) -> str:
 class FFmpegSink(VideoWriter):
     """Frames and their audio into one ffmpeg process: a file or any output URL, the audio muxed live.
 
-    ffmpeg reads raw BGR video on its stdin and raw 16 kHz mono s16le PCM on a second pipe (``pipe:FD``, POSIX).
-    Two threads feed the two pipes, so neither blocks the other (ffmpeg may read them in any order) and
-    :meth:`write` returns at once while they keep up. A file target is written under a temporary name and renamed
-    when ffmpeg has finished; an ffmpeg that takes no frame data for ``stall_timeout_s`` is stopped and reported.
+    ffmpeg reads raw BGR video on stdin and raw 16 kHz mono s16le PCM on a second pipe (``pipe:FD``, POSIX), each
+    fed by a thread so that neither blocks the other and :meth:`write` returns at once.
 
     Args:
         target: Output path (``.mp4``, ``.mov``, ``.mkv``, ``.ts``, ``.flv``) or URL (``rtmp://`` -> FLV,
             ``srt://``, ``udp://``, ``rtp://``, ``tcp://`` -> MPEG-TS).
-        width: Frame width, pixels.
-        height: Frame height, pixels.
+        width, height: Frame size, pixels.
         encoder: See :func:`video_codec_args`.
         audio_bitrate: AAC bitrate.
         stall_timeout_s: Seconds without progress after which ffmpeg counts as stalled; None waits for ever.
