@@ -1,22 +1,11 @@
-"""Whisper features: the audio tokens that drive the lips (reference §5.1).
+"""Whisper features: the audio tokens that drive the lips.
 
-The path, for a 16 kHz mono waveform of ``L`` samples and ``fps`` video frames per second:
+For a 16 kHz mono waveform of ``L`` samples: 30 s segments, whisper's log-mel per segment (clamped at ``max - 8``
+per segment), whisper-tiny's 5 encoder hidden states (50 encoder frames a second), then for video frame ``k`` a
+window of 10 encoder frames with zeros outside the audio, flattened to ``[T, 50, 384]``, ``T = L * fps // 16000``.
+The positional encoding is added later, by :func:`nbhelpers.latents.unet_step`, as the official code does.
 
-1. cut the waveform into 30 s segments (480 000 samples; the last may be shorter);
-2. log-mel of each segment with a ``WhisperFeatureExtractor`` (it pads each segment to 30 s with digital silence and
-   clamps to ``max - 8`` *per segment*), giving ``[80, 3000]``; with the whisper on CUDA the same log-mel is
-   computed there in torch (:func:`log_mel_on_device`: no CPU STFT of 30 s per segment, float rounding apart);
-3. whisper-tiny's encoder with all 5 hidden states (conv + positions, after layers 1-3, and the final layer norm of
-   layer 4's output), stacked to ``[1500, 5, 384]`` per segment and joined on time: 50 encoder frames per second;
-4. trimmed to ``floor(L / 16000 * 50)`` encoder frames;
-5. for video frame ``k`` a window of 10 encoder frames starting at ``floor(k * 50 / fps) - 2 * ceil(50 / fps)``
-   (2 video frames before, the current one, 2 after at 25 fps), with zeros outside the audio;
-6. flattened time-major: token ``time_step * 5 + layer``, giving ``[T, 50, 384]`` with ``T = floor(L / 16000 * fps)``.
-
-The sinusoidal positional encoding is **not** added here: the official code adds it right before the UNet
-(``scripts/inference.py:200``), and so does :func:`nbhelpers.latents.unet_step`.
-
-torch and transformers are imported inside the functions, so importing this module stays light.
+Source: ``musetalk/utils/audio_processor.py:21-93``; docs/official-behaviour.md §5.1-§5.3.
 """
 
 from __future__ import annotations
@@ -42,11 +31,10 @@ from .gpu import to_device
 
 PAD_LEFT_STEPS = 2  # --audio_padding_length_left, video frames of context before the current one (inference.py:266)
 PAD_RIGHT_STEPS = 2  # --audio_padding_length_right, video frames of context after it (inference.py:267)
-ENCODER_FRAMES_PER_SEGMENT = 1500  # whisper encoder frames per 30 s segment (20 ms each)
 SEGMENTS_PER_BATCH = 8  # 30 s segments sent through the encoder in one forward (4 minutes of audio)
 
-# The fields of openai/whisper-tiny's preprocessor_config.json that shape the log-mel
-# (shared/reference/configs/whisper-tiny-preprocessor.json); transformers computes the mel filters from them.
+# The fields of openai/whisper-tiny's preprocessor_config.json that shape the log-mel; transformers computes the
+# mel filters from them.
 WHISPER_TINY_PREPROCESSOR = {
     "feature_size": 80,  # mel bins
     "sampling_rate": SAMPLE_RATE,  # Hz
@@ -60,20 +48,17 @@ WHISPER_TINY_PREPROCESSOR = {
 
 @dataclass(frozen=True)
 class FrameWindows:
-    """Which whisper encoder frames each video frame reads (pure integer bookkeeping of reference §5.1 steps 5-7).
-
-    Encoder frame ``j`` covers audio ``[j * 20 ms, (j + 1) * 20 ms)``. Video frame ``k`` reads encoder frames
-    ``starts[k] .. starts[k] + window - 1``; indices outside ``[0, n_encoder_frames)`` are zero padding.
+    """Which whisper encoder frames (20 ms each) each video frame reads.
 
     Attributes:
-        n_frames: T, number of video frames, ``L * fps // 16000`` (exact integer arithmetic).
+        n_frames: T, video frames, ``L * fps // 16000``.
         n_encoder_frames: Encoder frames kept after trimming, ``L * 50 // 16000``.
-        starts: (T,) int64, first encoder frame of each window in *unpadded* coordinates
-            (``k * 50 // fps - pad_left``; negative at the start of the audio).
-        pad_left: Zero frames the official code prepends, ``2 * ceil(50 / fps)`` (4 at 25 fps).
-        pad_right: Zero frames the official code appends, ``6 * ceil(50 / fps)`` (12 at 25 fps).
+        starts: (T,) int64 first encoder frame of each window, unpadded (``k * 50 // fps - pad_left``; negative
+            at the start); indices outside ``[0, n_encoder_frames)`` are zero padding.
+        pad_left: Zero frames in front, ``2 * ceil(50 / fps)`` (4 at 25 fps).
+        pad_right: Zero frames behind, ``6 * ceil(50 / fps)`` (12 at 25 fps).
         window: Encoder frames per video frame, 10 (200 ms).
-        fps: Video frames per second the windows were made for.
+        fps: Video frames per second.
     """
 
     n_frames: int
@@ -91,24 +76,21 @@ class FrameWindows:
 
 
 def frame_windows(n_samples: int, fps: int = 25) -> FrameWindows:
-    """The encoder frames each video frame uses, computed with integers only.
+    """The encoder frames each video frame uses, in exact integer arithmetic.
+
+    The official float ``floor(L / 16000 * fps)`` is one short for a few lengths (L = 18 560: 28 frames, not 29).
 
     Args:
-        n_samples: L, number of 16 kHz audio samples, >= 0.
-        fps: Video frames per second, a positive integer (the pipeline always uses 25).
+        n_samples: L, 16 kHz audio samples, >= 0.
+        fps: Video frames per second, a positive integer (25 in the pipeline).
 
     Returns:
-        A :class:`FrameWindows` with T = ``n_samples * fps // 16000`` windows of 10 encoder frames.
+        :class:`FrameWindows` of T = ``n_samples * fps // 16000`` windows.
 
     Raises:
         InputError: ``n_samples`` is negative or ``fps`` is not a positive integer.
 
-    Notes:
-        The official code computes ``T`` and the trim length with floats, ``floor(L / 16000 * fps)``, which for a few
-        lengths gives one less than the exact value (for example L = 18 560 samples: 28.999... -> 28 frames instead
-        of 29). The integer form here is the intended count. At 25 fps the window starts agree exactly.
-
-    Source: ``musetalk/utils/audio_processor.py:48,59-90`` (reference §5.1 steps 5-7, §5.2).
+    Source: ``musetalk/utils/audio_processor.py:48,59-90``; docs/official-behaviour.md §5.1, §5.2.
     """
     fps = _check_fps(fps)
     if isinstance(n_samples, bool) or int(n_samples) != n_samples or n_samples < 0:
@@ -126,74 +108,41 @@ def frame_windows(n_samples: int, fps: int = 25) -> FrameWindows:
 
 @functools.lru_cache(maxsize=1)
 def default_feature_extractor():
-    """A ``WhisperFeatureExtractor`` with openai/whisper-tiny's preprocessor values, built offline.
-
-    Returns:
-        ``transformers.WhisperFeatureExtractor`` (80 mel bins, 16 kHz, hop 160, n_fft 400, 30 s chunks). The same
-        object is returned on every call.
-
-    Raises:
-        MissingDependencyError: transformers is not installed.
-
-    Source: ``musetalk/utils/audio_processor.py:12-13`` (reads ``models/whisper/preprocessor_config.json``).
-    """
+    """The cached ``WhisperFeatureExtractor`` with whisper-tiny's values; raises MissingDependencyError without
+    transformers. Source: ``musetalk/utils/audio_processor.py:12-13``."""
     transformers = require("transformers", "pip install transformers")
     return transformers.WhisperFeatureExtractor(**WHISPER_TINY_PREPROCESSOR)
 
 
 def whisper_features(waveform: np.ndarray, whisper: Any, fps: int = 25, feature_extractor: Any = None, *,
                      segments_per_batch: int = SEGMENTS_PER_BATCH):
-    """Per-video-frame whisper tokens, ``(T, 50, 384)``, as the official pipeline computes them.
+    """Per-video-frame whisper tokens, as the official pipeline computes them (without the positional encoding).
 
-    Each 30 s segment of the waveform gets its own log-mel (padded to 30 s with silence, so the ``max - 8`` clamp
-    is per segment); the encoder runs on several segments in one forward (``segments_per_batch``) with
-    ``output_hidden_states=True``, and its 5 hidden states are stacked, joined on time, trimmed to
-    ``n_samples * 50 // 16000`` encoder frames, windowed (10 encoder frames per video frame, zero padding outside
-    the audio) and flattened time-major.
-
-    The positional encoding is NOT applied here. The official code adds it right before the UNet
-    (``scripts/inference.py:200``); :func:`nbhelpers.latents.unet_step` does the same.
-
-    The log-mel is the extractor's on the CPU; with the whisper on CUDA it is computed on the device by
-    :func:`log_mel_on_device` (the same steps and mel filters; float rounding differs, within 1e-4 in log-mel units).
-
-    Attention runs with whatever implementation ``whisper`` was loaded with; transformers picks
-    ``attn_implementation="sdpa"`` (torch scaled-dot-product attention) by default, as the official transformers
-    4.39.2 did. Eager attention rounds differently in the last bits.
-
-    Differences from the official code, all fixes of edge cases:
-        - Zero padding always has its intended length (``2 * ceil(50 / fps)`` frames before, any needed after).
-          The official builds it with ``zeros_like`` of a slice, so audio under 12 encoder frames (< 0.24 s) got
-          shorter padding, shifted windows or an ``exit()`` (quirk Q14).
-        - Frame counts use exact integer arithmetic (see :func:`frame_windows`).
-        - Empty audio, and audio shorter than one video frame, raise :class:`InputError` (the official fails in
-          ``torch.cat([])``).
-        - Batching segments through the encoder changes results only by float rounding (about 1e-6 relative in
-          fp32) against the official one-segment-at-a-time loop.
+    With the whisper on CUDA the log-mel is computed there (:func:`log_mel_on_device`). Departures from the
+    official code, all edge cases: padding always has its full length (quirk Q14), frame counts are exact
+    integers (:func:`frame_windows`), too-short audio raises, and batched segments differ only by float rounding.
 
     Args:
-        waveform: (L,) float32 (or float64) numpy array, mono, 16 kHz, values in about [-1, 1]. Use
-            ``nbhelpers.media.load_audio`` to get one from any file.
-        whisper: A transformers ``WhisperModel`` (its ``.encoder`` is used), a ``WhisperForConditionalGeneration``,
-            or a ``WhisperEncoder``; whisper-tiny (4 layers, d_model 384) for MuseTalk. Its parameters' dtype and
-            device decide the output's.
+        waveform: (L,) float numpy array, mono, 16 kHz, values in about [-1, 1]
+            (``nbhelpers.media.load_audio``).
+        whisper: A transformers ``WhisperModel``, ``WhisperForConditionalGeneration`` or ``WhisperEncoder``
+            (whisper-tiny); its parameters' dtype and device are the output's.
         fps: Video frames per second, a positive integer; 25 for MuseTalk.
-        feature_extractor: A ``WhisperFeatureExtractor``; default :func:`default_feature_extractor` (whisper-tiny's
-            values, no network).
-        segments_per_batch: 30 s segments per encoder forward, >= 1 (memory grows about 60 MB per segment in fp32).
+        feature_extractor: A ``WhisperFeatureExtractor``; default :func:`default_feature_extractor`.
+        segments_per_batch: 30 s segments per encoder forward, >= 1.
 
     Returns:
-        torch.Tensor (T, 50, 384) in the whisper's dtype on its device, ``T = L * fps // 16000``. Token
-        ``j = time_step * 5 + layer`` of frame ``k`` is hidden state ``layer`` (0 = conv + positions, 4 = final
-        layer norm) of encoder frame ``k * 50 // fps - 2 * ceil(50 / fps) + time_step``, or zeros when that frame is
-        outside the audio.
+        torch.Tensor (T, 50, 384), whisper's dtype and device, ``T = L * fps // 16000``. Token
+        ``time_step * 5 + layer`` of frame ``k`` is hidden state ``layer`` (0 = embeddings, 4 = final layer norm)
+        of encoder frame ``k * 50 // fps - 2 * ceil(50 / fps) + time_step``, zeros outside the audio.
 
     Raises:
-        InputError: ``waveform`` is not a 1-D finite float array, is empty, or is shorter than one video frame
-            (``16000 / fps`` samples); ``fps`` is not a positive integer; ``segments_per_batch`` < 1; ``whisper``
-            has no parameters; or the encoder returns other than 5 hidden states of width 384.
+        InputError: ``waveform`` is not a 1-D finite float array or is shorter than one video frame; ``fps`` is
+            not a positive integer; ``segments_per_batch`` < 1; ``whisper`` has no parameters; or the encoder
+            returns other than 5 hidden states of width 384.
 
-    Source: ``musetalk/utils/audio_processor.py:21-93``, ``scripts/inference.py:65-68,122-127`` (reference §5.1).
+    Source: ``musetalk/utils/audio_processor.py:21-93``, ``scripts/inference.py:65-68``;
+    docs/official-behaviour.md §5.1, #q14.
     """
     import torch
 
@@ -232,8 +181,7 @@ def whisper_features(waveform: np.ndarray, whisper: Any, fps: int = 25, feature_
             pieces.append(stacked[:take])
             kept += take
         features = torch.cat(pieces, dim=0) if len(pieces) > 1 else pieces[0]  # (n_encoder_frames, 5, 384)
-        # Windows read a virtual zero-padded sequence: every index outside the audio points at one extra zero row,
-        # so the padding always has its intended length (fixes Q14).
+        # Every index outside the audio reads one extra zero row, so padding has its full length (quirk Q14).
         zero = features.new_zeros((1, WHISPER_LAYERS, WHISPER_DIM))
         padded = torch.cat([features, zero], dim=0)
         idx = torch.from_numpy(windows.indices()).to(device)
@@ -243,11 +191,7 @@ def whisper_features(waveform: np.ndarray, whisper: Any, fps: int = 25, feature_
 
 
 def _log_mel(extractor: Any, segment: np.ndarray, device: Any = None):
-    """[1, 80, 3000] float32 log-mel of one <= 30 s segment (the extractor pads it to 30 s with zeros).
-
-    On a CUDA ``device`` it is computed there by :func:`log_mel_on_device` (same maths, float rounding apart)
-    when the extractor allows it, and returned on that device; otherwise by the extractor on the CPU.
-    """
+    """(1, 80, 3000) float32 log-mel of one <= 30 s segment: on a CUDA ``device`` when possible, else the CPU."""
     if device is not None and _device_type(device) == "cuda" and _device_log_mel_ok(extractor):
         return log_mel_on_device(segment, extractor, device)
     out = extractor(segment, sampling_rate=SAMPLE_RATE, return_tensors="pt")
@@ -266,26 +210,24 @@ def _device_log_mel_ok(extractor: Any) -> bool:
 
 
 def log_mel_on_device(segment: Any, extractor: Any, device: Any):
-    """Whisper's log-mel of one <= 30 s segment, computed with torch on ``device`` (no copy back to the host).
+    """Whisper's log-mel of one <= 30 s segment, computed with torch on ``device``.
 
-    The same steps as ``WhisperFeatureExtractor`` (transformers ``feature_extraction_whisper.py``, after OpenAI
-    whisper's ``log_mel_spectrogram``): the segment zero-padded to ``n_samples`` (30 s), a centred STFT with a
-    periodic Hann window of ``n_fft`` (400) samples, hop ``hop_length`` (160), reflect padding; the power spectrum
-    without its last frame; the extractor's own mel filter bank (``mel_filters``, (201, 80)); ``log10`` of it
-    clamped at 1e-10; clamped again at the segment's maximum minus 8; then ``(x + 4) / 4``. Only float rounding
-    can differ from the extractor: on the CPU it is within 1e-5 of the extractor's torch path (transformers 5) and
-    1e-4 of its numpy path; on CUDA (cuFFT) within 1e-4 in log-mel units (values span about [-1.5, 1.5]); tested.
+    The steps of ``WhisperFeatureExtractor``: zero-pad to 30 s, centred STFT (periodic Hann, n_fft 400, hop 160,
+    reflect), power without the last frame, the extractor's mel filters, ``log10`` clamped at 1e-10 and at the
+    maximum minus 8, then ``(x + 4) / 4``. Agrees with the extractor within 1e-4 (values span about [-1.5, 1.5]).
 
     Args:
-        segment: (L,) float32 samples at 16 kHz, L <= ``n_samples`` (numpy or a tensor on any device).
+        segment: (L,) float32 16 kHz samples, L <= 480 000 (numpy, or a tensor on any device).
         extractor: A ``WhisperFeatureExtractor`` (its parameters and mel filters are used).
-        device: Where to compute (CUDA in the pipeline; the CPU works too).
+        device: Where to compute.
 
     Returns:
         torch.Tensor (1, 80, 3000) float32 on ``device``.
 
     Raises:
         InputError: The segment is longer than 30 s.
+
+    Source: transformers ``models/whisper/feature_extraction_whisper.py:63-132``; docs/official-behaviour.md §5.1.
     """
     import torch
 

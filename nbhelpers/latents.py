@@ -1,19 +1,7 @@
 """Latents: VAE encode of the masked and reference crops, the single UNet step, and VAE decode to uint8 frames.
 
-The maths follows the official code (reference §4 and §6):
-
-- **encode**: 256x256 BGR uint8 crop -> RGB -> ``/255`` -> rows 128..255 masked -> ``(x - 0.5) / 0.5`` (masked rows are
-  exactly -1) -> VAE posterior -> ``mean + std * noise`` (or the mean) -> ``x 0.18215``; masked latent (channels
-  0-3) ‖ reference latent of the same crop (channels 4-7) = ``(8, 32, 32)``.
-- **unet_step**: ``unet(latents, t=0, encoder_hidden_states=pe(whisper tokens)).sample`` = ``(4, 32, 32)``.
-- **decode**: ``(1 / 0.18215) * z`` -> VAE decoder -> ``(x / 2 + 0.5).clamp(0, 1)`` -> ``x 255`` in float32, rounded
-  half to even -> uint8 -> RGB to BGR.
-
-Attention kernels: diffusers' ``AttnProcessor2_0`` (torch scaled-dot-product attention) is the default processor of
-``UNet2DConditionModel`` and ``AutoencoderKL`` whenever torch >= 2.0, as in the official diffusers 0.30.2
-(reference §6). These functions use whatever processor the model was loaded with.
-
-torch, diffusers and cv2 are imported inside the functions, so importing this module stays light.
+These functions use whatever attention processor the models were loaded with (diffusers' SDPA by default, as in the
+official diffusers 0.30.2). Source: ``musetalk/models/vae.py``; docs/official-behaviour.md §4, §6.
 """
 
 from __future__ import annotations
@@ -32,32 +20,25 @@ MASK_ROW = CROP_SIZE // 2  # first masked row of the 256-px crop: rows 128..255 
 LATENT_MODES = ("sample", "mode")
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Crop
-
 
 def crop_and_resize(frame: np.ndarray, box: Sequence[float]) -> np.ndarray:
     """Cut the crop box out of a frame and resize it to 256x256 with Lanczos-4, as the official code does.
 
+    A box past the right or bottom edge is clipped to the frame, as the official numpy slice does (the crop is
+    stretched); a negative x1 or y1 is clipped to 0 (numpy would wrap it round).
+
     Args:
         frame: (H, W, 3) uint8 BGR full frame.
-        box: Crop box ``(x1, y1, x2, y2)`` in frame pixels, x2/y2 exclusive (a numpy slice
-            ``frame[y1:y2, x1:x2]``); float values are truncated with ``int()``. For v15 the caller has already added
-            ``extra_margin`` to ``y2``.
+        box: Crop box ``(x1, y1, x2, y2)`` in frame pixels, x2/y2 exclusive, truncated with ``int()``; for v15
+            ``y2`` already includes ``extra_margin``.
 
     Returns:
         (256, 256, 3) uint8 BGR crop.
 
     Raises:
-        InputError: ``frame`` is not (H, W, 3) uint8, ``box`` does not have 4 numbers, or the box does not overlap
-            the frame.
+        InputError: ``frame`` is not (H, W, 3) uint8, ``box`` is not 4 numbers, or the box misses the frame.
 
-    Notes:
-        Like the official numpy slice, a box past the right or bottom edge is clipped to the frame (and the crop is
-        stretched to 256x256). A negative x1 or y1 is clipped to 0 here; numpy would wrap it around to the other
-        side of the frame (the official code avoids negatives with a clamp and a fallback box, reference §3.3).
-
-    Source: ``scripts/inference.py:173-174`` (reference §3.3 "Resize").
+    Source: ``scripts/inference.py:173-174``; docs/official-behaviour.md §3.3.
     """
     import cv2
 
@@ -78,49 +59,40 @@ def crop_and_resize(frame: np.ndarray, box: Sequence[float]) -> np.ndarray:
     return cv2.resize(crop, (CROP_SIZE, CROP_SIZE), interpolation=cv2.INTER_LANCZOS4)
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Encode
-
 
 def encode(crops_256: Any, vae: Any, generator: Any = None, mode: str = "sample", *, first_index: int = 0,
            batch_size: int = 8, progress: bool = False):
     """VAE-encode face crops into MuseTalk's 8-channel latents (masked ‖ reference).
 
-    Per crop: BGR -> RGB, ``/255``, rows 128..255 set to -1 after ``(x - 0.5) / 0.5`` for the masked copy, both
-    copies cast to the VAE dtype and encoded in one batch, each posterior sampled as ``mean + std * noise`` (with
-    ``std = exp(0.5 * clamp(logvar, -30, 20))``) or taken at its mean (``mode="mode"``), then multiplied by
-    ``vae.config.scaling_factor`` (0.18215 for sd-vae-ft-mse).
-
-    Noise (``mode="sample"``): the official code draws it from the unseeded global RNG, so its runs differ (quirk
-    Q1). Here frame ``i`` (``first_index + position in crops_256``) gets its own CPU ``torch.Generator`` seeded from
-    ``(seed, i)``, and draws first the masked latent's noise, then the reference latent's, each ``(1, 4, 32, 32)``
-    float32 standard normal, cast to the VAE dtype on its device. So a seed gives the same latents on every device,
-    at every batch size, when the out-of-memory fallback halves the batch, and when a video is encoded in pieces
-    (pass each piece's ``first_index``).
+    Per crop: BGR to RGB, ``/255``, ``(x - 0.5) / 0.5``, rows 128..255 set to -1 in the masked copy; both copies
+    encoded in one VAE call; each posterior sampled as ``mean + std * noise`` (``mode="sample"``) or taken at its
+    mean (``mode="mode"``), times ``vae.config.scaling_factor`` (0.18215). The official noise comes from the
+    unseeded global RNG (quirk Q1); here frame ``i`` (``first_index`` + position) has its own CPU generator seeded
+    by :func:`frame_seed`, drawing the masked then the reference noise, each (1, 4, 32, 32) float32. So a seed
+    gives the same latents on every device and batch size, and when a video is encoded in pieces.
 
     Args:
-        crops_256: (N, 256, 256, 3) uint8 BGR crops: a numpy array, a list of (256, 256, 3) arrays, or a torch
-            uint8 tensor on any device (see :func:`crop_and_resize`).
-        vae: diffusers ``AutoencoderKL`` (sd-vae-ft-mse), already on its device and dtype.
-        generator: The noise seed: an ``int`` >= 0 (``InferenceConfig.seed``); a ``torch.Generator``, from which one
-            base seed is drawn per call; or None, which draws the base seed from torch's global RNG (reproducible
-            after ``torch.manual_seed``). Unused when ``mode="mode"``.
-        mode: ``"sample"`` (official inference, ``vae.py:93``) or ``"mode"`` (the posterior mean, as in training,
-            ``utils.py:154,159``; deterministic).
-        first_index: Frame index of ``crops_256[0]``, >= 0, for encoding a video in pieces.
-        batch_size: Crops per VAE call (each call encodes ``2 * batch_size`` images); halved on CUDA out-of-memory.
+        crops_256: (N, 256, 256, 3) uint8 BGR crops: a numpy array, a list of arrays, or a uint8 tensor on any
+            device (see :func:`crop_and_resize`).
+        vae: diffusers ``AutoencoderKL`` (sd-vae-ft-mse) on its device and dtype.
+        generator: Noise seed: an ``int`` >= 0 (``InferenceConfig.seed``), a ``torch.Generator`` (one base seed
+            drawn per call), or None (base seed from torch's global RNG). Unused when ``mode="mode"``.
+        mode: ``"sample"`` (official inference) or ``"mode"`` (posterior mean, as in training; deterministic).
+        first_index: Frame index of ``crops_256[0]``, >= 0.
+        batch_size: Crops per VAE call (``2 * batch_size`` images), >= 1; halved on CUDA out-of-memory.
         progress: Show a progress bar counted in frames.
 
     Returns:
         torch.Tensor (N, 8, 32, 32) in the VAE dtype on its device: channels 0-3 the masked crop's latent, 4-7 the
-        unmasked crop's latent, both scaled by ``scaling_factor``.
+        whole crop's.
 
     Raises:
         InputError: ``crops_256`` is not (N, 256, 256, 3) uint8, ``mode`` is unknown, ``generator`` is not an int
             >= 0, a ``torch.Generator`` or None, ``first_index`` < 0, or ``batch_size`` < 1.
         OutOfMemoryError: The GPU runs out of memory even at batch size 1.
 
-    Source: ``musetalk/models/vae.py:35,40-94,110-122`` (reference §4.1-4.3, quirk Q1).
+    Source: ``musetalk/models/vae.py:35-94,110-122``, training ``musetalk/utils/utils.py:154,159``;
+    docs/official-behaviour.md §4.1-§4.3, #q1.
     """
     import torch
 
@@ -167,11 +139,9 @@ def encode(crops_256: Any, vae: Any, generator: Any = None, mode: str = "sample"
 
 
 def _normalise(x_uint8_bhwc, dtype):
-    """(B, 256, 256, 3) uint8 BGR -> (B, 3, 256, 256) RGB in [-1, 1], arithmetic in float32, then cast to ``dtype``.
+    """(B, 256, 256, 3) uint8 BGR -> contiguous (B, 3, 256, 256) RGB in [-1, 1] (float32 maths, then ``dtype``).
 
-    The result is a contiguous NCHW tensor, as the official ``transpose`` + ``torch.from_numpy`` gives
-    (``vae.py:72-80``): a bare ``permute`` of the BHWC input would hand the VAE a channels-last tensor, whose
-    convolutions round differently (2.7e-4 relative in the latents, issue 14 item 14).
+    Contiguous NCHW as the official ``transpose`` gives (``vae.py:72-80``): a channels-last tensor rounds differently.
     """
     x = x_uint8_bhwc.flip(-1).permute(0, 3, 1, 2).contiguous().float() / 255.0
     return ((x - 0.5) / 0.5).to(dtype)
@@ -190,16 +160,11 @@ def _frame_noise(base_seed: int, frame_indices: range, latent_shape: tuple[int, 
 
 
 def frame_seed(base_seed: int, frame_index: int) -> int:
-    """The seed of frame ``frame_index``'s noise generator, a hash of ``(base_seed, frame_index)``.
+    """The seed of frame ``frame_index``'s noise generator: int in [0, 2**63) from numpy's ``SeedSequence``.
 
     Args:
         base_seed: The run's seed, >= 0.
         frame_index: 0-based frame index, >= 0.
-
-    Returns:
-        int in [0, 2**63), from numpy's ``SeedSequence`` (stable across numpy versions and platforms).
-
-    Source: none in the official code, which samples from the unseeded global RNG (``vae.py:93``, quirk Q1).
     """
     state = np.random.SeedSequence([int(base_seed), int(frame_index)]).generate_state(1, dtype=np.uint64)
     return int(state[0]) & (2**63 - 1)
@@ -218,30 +183,25 @@ def _base_seed(generator: Any) -> int:
                      "InferenceConfig.seed.")
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Decode
-
 
 def decode(latents: Any, vae: Any):
     """Decode UNet output latents to 256x256 BGR uint8 face crops, on the VAE's device.
 
-    ``(1 / scaling_factor) * z`` in the latents' dtype (the official order: dividing instead rounds differently by
-    an ulp), cast to the VAE dtype and decoded; ``(x / 2 + 0.5).clamp(0, 1)`` in the VAE dtype; then, in float32
-    like the official numpy step, ``x 255`` rounded half to even (``torch.round`` rounds half to even exactly as
-    ``numpy.round`` does), cast to uint8, and RGB reversed to BGR.
+    ``(1 / scaling_factor) * z`` (the official order), VAE decode, ``(x / 2 + 0.5).clamp(0, 1)``, then in float32
+    ``x 255`` rounded half to even, uint8, RGB to BGR.
 
     Args:
-        latents: (B, 4, 32, 32) float tensor, scaled latents (the UNet's output), any device.
-        vae: diffusers ``AutoencoderKL`` (sd-vae-ft-mse), on its device and dtype.
+        latents: (B, 4, 32, 32) float tensor of scaled latents (the UNet's output), any device.
+        vae: diffusers ``AutoencoderKL`` (sd-vae-ft-mse) on its device and dtype.
 
     Returns:
-        torch.Tensor (B, 256, 256, 3) uint8 BGR on the VAE's device (an inference tensor: ``.clone()`` it before
-        modifying it in place outside ``torch.inference_mode``).
+        torch.Tensor (B, 256, 256, 3) uint8 BGR on the VAE's device, an inference tensor (``.clone()`` it before
+        changing it in place outside ``torch.inference_mode``).
 
     Raises:
         InputError: ``latents`` is not a 4-D float tensor with 4 channels.
 
-    Source: ``musetalk/models/vae.py:96-108`` (reference §6 "Decode").
+    Source: ``musetalk/models/vae.py:96-108``; docs/official-behaviour.md §6.
     """
     import torch
 
@@ -259,25 +219,18 @@ def decode(latents: Any, vae: Any):
         return pixels.flip(1).permute(0, 2, 3, 1).contiguous()  # (B, H, W, 3) BGR
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# UNet
-
 
 def unet_step(unet: Any, pe: Callable[[Any], Any], latent_batch: Any, feature_batch: Any):
-    """One MuseTalk UNet call: the 4-channel latent of the mouth for each (latent, audio tokens) pair.
+    """One MuseTalk UNet call at timestep 0: the mouth's 4-channel latent for each (latent, audio tokens) pair.
 
-    The UNet runs at timestep 0 (``torch.tensor([0])``, int64, broadcast to the batch by diffusers) with
-    ``encoder_hidden_states = pe(features)``: the sinusoidal positional encoding is added here, right before the
-    UNet, as the official code does (``inference.py:200``). Features and latents are cast to the UNet dtype first
-    (the official features already have it, ``inference.py:65-67,201``). No scheduler, no noise, no attention mask.
+    ``unet(latents, 0, encoder_hidden_states=pe(features)).sample`` with both inputs cast to the UNet dtype: the
+    positional encoding is added here, right before the UNet, as officially. No scheduler, noise or mask.
 
     Args:
-        unet: diffusers ``UNet2DConditionModel`` (MuseTalk v1.5 or v1), on its device and dtype.
-        pe: The positional encoding, a callable ``(B, 50, 384) -> (B, 50, 384)`` adding ``pe[:, :50]``
-            (``nbhelpers.models.PositionalEncoding``), in the UNet dtype.
+        unet: diffusers ``UNet2DConditionModel`` (v1.5 or v1) on its device and dtype.
+        pe: Positional encoding, ``(B, 50, 384) -> (B, 50, 384)`` (``nbhelpers.models.PositionalEncoding``).
         latent_batch: (B, 8, 32, 32) float tensor from :func:`encode`, any device.
-        feature_batch: (B, 50, 384) float tensor of whisper tokens from
-            :func:`nbhelpers.audio.whisper_features`, any device.
+        feature_batch: (B, 50, 384) float tensor of whisper tokens, any device.
 
     Returns:
         torch.Tensor (B, 4, 32, 32) in the UNet dtype on its device: scaled latents for :func:`decode`.
@@ -285,7 +238,8 @@ def unet_step(unet: Any, pe: Callable[[Any], Any], latent_batch: Any, feature_ba
     Raises:
         InputError: Shapes are not (B, 8, h, w) and (B, 50, 384) with the same B.
 
-    Source: ``scripts/inference.py:50,199-203``; ``musetalk/models/unet.py:12-27`` (reference §5.4, §6).
+    Source: ``scripts/inference.py:50,199-203``, ``musetalk/models/unet.py:12-27``; docs/official-behaviour.md
+    §5.4, §6.
     """
     import torch
 
@@ -293,7 +247,7 @@ def unet_step(unet: Any, pe: Callable[[Any], Any], latent_batch: Any, feature_ba
     device, dtype = _device_dtype(unet, "unet")
 
     with torch.inference_mode():
-        timesteps = device_constant([0], device)  # int64 0; made once (a torch.tensor here waited for the GPU)
+        timesteps = device_constant([0], device)  # int64 0, made once per device
         hidden = pe(feature_batch.to(device=device, dtype=dtype)).to(dtype)
         return unet(latent_batch.to(device=device, dtype=dtype), timesteps, encoder_hidden_states=hidden).sample
 
@@ -302,28 +256,26 @@ def encode_frames(frames: Any, crop_boxes: Any, face_frames: Sequence[int], vae:
                   mode: str = "sample", batch_size: int = 8, progress: bool = True):
     """Latents of the source frames that have a face: crop, resize to 256x256, VAE-encode, in frame order.
 
-    Runs of consecutive frames are cut into batches; the posterior noise of source frame ``i`` is seeded from
-    ``(seed, i)`` (see :func:`encode`), so the batch size, the out-of-memory fallback, frames without a face and
-    whether all frames or a prefix are encoded (offline job or avatar) never change a frame's latents.
+    A frame's noise is seeded by its own index (:func:`encode`), so batching, out-of-memory fallback and face-less
+    frames never change its latents.
 
     Args:
-        frames: N source frames (N, H, W, 3) uint8 BGR with random access (``frames[i]``).
-        crop_boxes: (N, 4) crop boxes ``(x1, y1, x2, y2)``, frame pixels (rows of frames without a face unused).
-        face_frames: M increasing indices of the frames with a face, M >= 1.
+        frames: N source frames (H, W, 3) uint8 BGR with random access (``frames[i]``).
+        crop_boxes: (N, 4) crop boxes ``(x1, y1, x2, y2)``, frame pixels (rows of face-less frames unused).
+        face_frames: M >= 1 increasing indices of the frames with a face.
         vae: diffusers ``AutoencoderKL`` on its device and dtype.
         seed: ``InferenceConfig.seed``.
         mode: ``"sample"`` or ``"mode"`` (``InferenceConfig.latent_mode``).
         batch_size: Frames per VAE call.
-        progress: Show a progress bar (``latents``), counted in frames.
+        progress: Show a progress bar (``latents``) counted in frames.
 
     Returns:
-        torch.Tensor (M, 8, 32, 32) in the VAE dtype on its device, contiguous (NCHW) like latents reloaded from an
-        avatar cache, so the offline job and an avatar give bit-identical frames.
+        torch.Tensor (M, 8, 32, 32) contiguous, in the VAE dtype on its device.
 
     Raises:
         InputError: ``face_frames`` is empty, or a crop or option is invalid (see :func:`encode`).
 
-    Source: ``scripts/inference.py:163-176`` (reference §3.3, §4).
+    Source: ``scripts/inference.py:163-176``; docs/official-behaviour.md §3.3, §4.
     """
     import torch
 
@@ -333,9 +285,8 @@ def encode_frames(frames: Any, crop_boxes: Any, face_frames: Sequence[int], vae:
     batch = max(1, int(batch_size))
     starts = [0] + [k for k in range(1, len(face_frames)) if face_frames[k] != face_frames[k - 1] + 1]
     bounds = list(zip(starts, starts[1:] + [len(face_frames)], strict=True))
-    # On CUDA a short batch (the end of a run) is padded to the batch size with copies of its last crop and the
-    # extra latents dropped: every VAE call then has one shape, and cuDNN builds its plans once (per shape). A
-    # frame's latents do not depend on its batch (its noise is seeded by its own index).
+    # On CUDA a short batch is padded with copies of its last crop (latents dropped), so every VAE call has one
+    # shape and cuDNN plans once.
     pad = _device_dtype(vae, "vae")[0].type == "cuda"
     chunks = []
     with bar(total=len(face_frames), desc="latents", unit="frame", **({} if progress else {"disable": True})) as pbar:
@@ -350,9 +301,6 @@ def encode_frames(frames: Any, crop_boxes: Any, face_frames: Sequence[int], vae:
                 pbar.update(len(idx))
     return torch.cat(chunks).contiguous()
 
-
-# ----------------------------------------------------------------------------------------------------------------
-# Checks
 
 
 def _check_crops(crops: Any):
@@ -410,7 +358,7 @@ def _device_dtype(model: Any, name: str):
 
 
 def _scaling_factor(vae: Any) -> float:
-    """``vae.config.scaling_factor``, or diffusers' default 0.18215 when the config has none (sd-vae-ft-mse)."""
+    """``vae.config.scaling_factor``, else diffusers' default 0.18215 (sd-vae-ft-mse's config has none)."""
     config = getattr(vae, "config", None)
     value = getattr(config, "scaling_factor", None) if config is not None else None
     if value is None and isinstance(config, dict):
