@@ -1,34 +1,20 @@
 """Paste-back: put the generated 256x256 face into the original frame through a feathered face-parsing mask.
 
-One description of the maths (official ``musetalk/utils/blending.py``, reference §7.1-7.4), two implementations:
-:func:`blend_cpu` (numpy + OpenCV, bit-exact with the official PIL sequence) and :func:`blend_torch` (any torch
-device, within 2 grey levels of the CPU path). The material (parsing + feathered masks) likewise has a CPU path,
-:func:`prepare_materials`, and a batched torch path on the device, :func:`prepare_materials_torch`, whose resizes,
-morphology and blur are integer-exact copies of PIL's and OpenCV's (:mod:`nbhelpers.resample`): given the same
-labels its masks equal the CPU ones bit for bit.
+For crop box ``(x1, y1, x2, y2)``:
 
-The maths, for one frame with crop box ``box = (x1, y1, x2, y2)`` (w = x2 - x1, h = y2 - y1):
+1. Expanded square (:func:`expanded_square`): centre ``((x1+x2)//2, (y1+y2)//2)``, half side
+   ``s = int(max(w, h)//2 * 1.5)``.
+2. Material, once per source frame (:class:`BlendMaterial`): the square cropped from the original frame (black
+   outside it), parsed by BiSeNet into a 0/255 mask (:func:`nbhelpers.parsing.face_mask`), resized to ``(2s, 2s)``
+   with PIL bicubic, kept inside the box and on the square's lower half, feathered by ``cv2.GaussianBlur`` of size
+   ``int(ratio * 2s // 2 * 2) + 1`` (ratio 0.05 offline, 0.1 realtime: quirk Q10).
+3. The face resized to the box bilinearly, then per channel ``round((orig * (255 - m) + new * m) / 255)``, PIL's
+   masked paste. Only ``box ∩ square ∩ frame`` changes (:func:`paste_region`).
 
-1. **Expanded square** (:func:`expanded_square`): ``xc = (x1+x2)//2``, ``yc = (y1+y2)//2``,
-   ``s = int(max(w, h)//2 * 1.5)``, ``square = (xc-s, yc-s, xc+s, yc+s)``, side ``2s``.
-2. **Material** (once per source frame, cacheable; :func:`prepare_material`): crop the square from the
-   *original* frame (black outside the frame, :func:`crop_padded`), parse it with BiSeNet, turn the labels into
-   a 0/255 mask (:func:`nbhelpers.parsing.face_mask`), then :func:`prepare_mask`: resize the 512 mask to
-   ``(2s, 2s)`` with PIL's bicubic filter, keep it only inside the box and only on rows ``>= s`` (the lower half
-   of the square, i.e. frame rows ``>= yc``), and feather it with ``cv2.GaussianBlur`` of odd size
-   ``k = int(ratio * 2s // 2 * 2) + 1``: ratio 0.05 offline (``blending.py:81``), 0.1 realtime
-   (``blending.py:134``; quirk Q10 - callers choose, see :data:`OFFLINE_BLUR_RATIO`, :data:`REALTIME_BLUR_RATIO`).
-3. **Resize** the generated face to ``(w, h)`` bilinearly (``cv2.resize`` default, ``inference.py:218``).
-4. **Blend**: in the official code the resized face is pasted at the box into the crop of the original
-   (``face_large``), and ``face_large`` is pasted back into the frame at ``(xs, ys)`` with the mask as PIL 'L'
-   alpha. Per channel PIL computes exactly ``out = round((orig * (255 - m) + new * m) / 255)`` (no ties occur,
-   so ``(t + 127) // 255`` is the same integer). Outside the box ``face_large`` equals the original, and
-   ``round(orig * 255 / 255) == orig``, so only ``box ∩ square ∩ frame`` changes. Both paths therefore work on that
-   rectangle only (:func:`paste_region`); parts of the box or the square outside the frame are clipped, as PIL's
-   paste clips negative offsets.
+CPU paths (numpy, OpenCV, PIL) are bit-exact with the official code; the torch paths run on the device, with masks
+equal bit for bit (:mod:`nbhelpers.resample`) and blends within 2 grey levels. Frames are BGR; the parser gets RGB.
 
-Frames here are BGR (OpenCV order). The blend is per channel and the parser input is flipped to RGB, so the
-channel order is handled exactly where the official code converts.
+Source: ``musetalk/utils/blending.py:7-136``, ``scripts/inference.py:218``; docs/official-behaviour.md §7.
 """
 
 from __future__ import annotations
@@ -49,8 +35,8 @@ from .resample import gaussian_blur_batch, resize_batch
 __all__ = [
     "EXPAND", "UPPER_BOUNDARY_RATIO", "OFFLINE_BLUR_RATIO", "REALTIME_BLUR_RATIO", "BlendMaterial", "Region",
     "check_box", "expanded_square", "feather_kernel_size", "crop_padded", "box_mask", "feather", "prepare_mask",
-    "prepare_material", "prepare_materials", "prepare_masks_torch", "prepare_materials_torch", "paste_region", "resize_face", "blend_pixels", "blend_cpu",
-    "blend_torch",
+    "prepare_material", "prepare_materials", "prepare_masks_torch", "prepare_materials_torch", "paste_region",
+    "resize_face", "blend_pixels", "blend_cpu", "blend_torch",
 ]
 
 EXPAND = 1.5  # expanded-square factor, get_crop_box default (blending.py:7-13, :35)
@@ -64,12 +50,10 @@ class BlendMaterial:
     """What one source frame needs for paste-back, computed once (the avatar cache stores it).
 
     Attributes:
-        mask: (2s, 2s) uint8 feathered mask in 0..255 over the expanded square (the official ``mask/%08d.png``):
-            a numpy array from :func:`prepare_materials`, a torch tensor on the device from
-            :func:`prepare_materials_torch`.
-        square: ``(xs, ys, xe, ye)`` expanded square in frame pixels; may extend outside the frame (the official
-            ``mask_coords.pkl`` entry).
-        box: ``(x1, y1, x2, y2)`` crop box in frame pixels the material was made for (the ``coords.pkl`` entry).
+        mask: (2s, 2s) uint8 feathered mask, 0..255, over the expanded square: numpy from :func:`prepare_materials`,
+            a tensor on the device from :func:`prepare_materials_torch` (official ``mask/%08d.png``).
+        square: ``(xs, ys, xe, ye)`` expanded square, frame pixels; may extend outside the frame.
+        box: ``(x1, y1, x2, y2)`` crop box, frame pixels.
     """
 
     mask: np.ndarray
@@ -82,12 +66,8 @@ class BlendMaterial:
 
 @dataclass(frozen=True)
 class Region:
-    """The rectangle a blend changes, as slices into the frame, the resized face and the mask.
-
-    Attributes:
-        frame: ``(rows, cols)`` slices into the frame: ``box ∩ square ∩ frame``.
-        face: The same pixels as slices into the face resized to the box (h, w).
-        mask: The same pixels as slices into the (2s, 2s) mask.
+    """The rectangle ``box ∩ square ∩ frame`` a blend changes, as ``(rows, cols)`` slices into the frame, the face
+    resized to the box, and the (2s, 2s) mask.
     """
 
     frame: tuple[slice, slice]
@@ -95,24 +75,12 @@ class Region:
     mask: tuple[slice, slice]
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Geometry
-# ---------------------------------------------------------------------------------------------------------------
-
 def check_box(box: Any, name: str = "box") -> tuple[int, int, int, int]:
-    """Validate a crop box and return it as four Python ints.
-
-    Args:
-        box: ``(x1, y1, x2, y2)`` in frame pixels: 4 integers (Python/numpy ints, or floats with integral values)
-            with ``x2 - x1 >= 2`` and ``y2 - y1 >= 2``.
-        name: Parameter name used in the error message.
-
-    Returns:
-        ``(x1, y1, x2, y2)`` as ints.
+    """The crop box ``box = (x1, y1, x2, y2)`` (frame pixels) as four ints; ``name`` names it in errors.
 
     Raises:
-        InputError: When ``box`` is not 4 integral numbers or is (nearly) empty, e.g. the official placeholder
-            ``(0, 0, 0, 0)`` of a frame with no face (quirk Q7): such frames are passed through unchanged instead.
+        InputError: ``box`` is not 4 integral numbers or is smaller than 2x2, such as the official placeholder
+            ``(0, 0, 0, 0)`` of a face-less frame (quirk Q7; pass such frames through unchanged).
     """
     try:
         values = [float(v) for v in np.asarray(box, dtype=np.float64).reshape(-1)]
@@ -129,22 +97,16 @@ def check_box(box: Any, name: str = "box") -> tuple[int, int, int, int]:
 
 
 def expanded_square(box: Any, expand: float = EXPAND) -> tuple[int, int, int, int]:
-    """The square around the crop box that the mask and the parsing live in.
-
-    ``xc = (x1 + x2) // 2``, ``yc = (y1 + y2) // 2``, ``s = int(max(x2 - x1, y2 - y1) // 2 * expand)``; the
-    square is ``(xc - s, yc - s, xc + s, yc + s)`` (side ``2s``; it may extend outside the frame).
+    """The square ``(xc - s, yc - s, xc + s, yc + s)`` around the crop box that the mask lives in (ints, frame pixels).
 
     Args:
-        box: ``(x1, y1, x2, y2)`` crop box in frame pixels (see :func:`check_box`).
-        expand: Half-side factor; 1.5 in the current code (legacy v1.0 used 1.2).
-
-    Returns:
-        ``(xs, ys, xe, ye)`` ints in frame pixels.
+        box: ``(x1, y1, x2, y2)`` crop box, frame pixels.
+        expand: Half-side factor, >= 1; 1.5 (legacy v1.0: 1.2).
 
     Raises:
-        InputError: When the box is invalid or ``expand`` is not a number >= 1.
+        InputError: The box is invalid or ``expand`` is not a number >= 1.
 
-    Source: ``musetalk/utils/blending.py:7-13`` (``get_crop_box``), reference §7.2 step 2.
+    Source: ``musetalk/utils/blending.py:7-13``; docs/official-behaviour.md §7.2.
     """
     x1, y1, x2, y2 = check_box(box)
     if not isinstance(expand, (int, float)) or isinstance(expand, bool) or not expand >= 1:
@@ -155,20 +117,10 @@ def expanded_square(box: Any, expand: float = EXPAND) -> tuple[int, int, int, in
 
 
 def feather_kernel_size(side: int, blur_ratio: float = OFFLINE_BLUR_RATIO) -> int:
-    """Odd Gaussian kernel size of the feathering: ``int(blur_ratio * side // 2 * 2) + 1``.
+    """Odd feather kernel size in pixels, ``int(blur_ratio * side // 2 * 2) + 1`` in Python floats (side 300: 15).
 
-    Evaluated in Python floats exactly as the official expression (so e.g. side 200 -> 11, 300 -> 15, 400 -> 21
-    at ratio 0.05; side 300 -> 31 at 0.1).
-
-    Args:
-        side: Side of the expanded square, pixels (``2s``).
-        blur_ratio: 0.05 offline (``blending.py:81``), 0.1 realtime (``blending.py:134``).
-
-    Returns:
-        Kernel size in pixels, odd, >= 1.
-
-    Raises:
-        InputError: When ``blur_ratio`` is negative.
+    ``side`` is the square's ``2s`` in pixels; ``blur_ratio`` is 0.05 offline, 0.1 realtime. Raises InputError when
+    ``blur_ratio`` is negative. Source: ``musetalk/utils/blending.py:81,134``.
     """
     if not isinstance(blur_ratio, (int, float)) or isinstance(blur_ratio, bool) or not blur_ratio >= 0:
         raise InputError(f"blur_ratio must be a number >= 0; got {blur_ratio!r}. MuseTalk uses 0.05 offline and 0.1 "
@@ -195,19 +147,8 @@ def _check_frame(frame: Any, name: str = "frame") -> np.ndarray:
 
 
 def crop_padded(frame: np.ndarray, square: Any) -> np.ndarray:
-    """Crop a rectangle from a frame; parts outside the frame are black (as PIL ``Image.crop``).
-
-    Args:
-        frame: (H, W, C) uint8 image (any channel order; kept).
-        square: ``(xs, ys, xe, ye)`` in frame pixels; may extend past any edge.
-
-    Returns:
-        (ye - ys, xe - xs, C) uint8 copy.
-
-    Raises:
-        InputError: When the rectangle is empty.
-
-    Source: ``blending.py:60`` (``body.crop(crop_box)``), reference §7.2 step 3.
+    """Crop ``square = (xs, ys, xe, ye)`` from an (H, W, C) uint8 frame as a (ye - ys, xe - xs, C) copy, black
+    outside the frame (PIL ``Image.crop``); InputError when empty. Source: ``musetalk/utils/blending.py:60``.
     """
     xs, ys, xe, ye = (int(v) for v in square)
     if xe <= xs or ye <= ys:
@@ -221,18 +162,8 @@ def crop_padded(frame: np.ndarray, square: Any) -> np.ndarray:
 
 
 def paste_region(box: Any, square: Any, frame_shape: Sequence[int]) -> Region | None:
-    """Where a blend changes the frame: ``box ∩ square ∩ frame``, as slices (see the module docstring, step 4).
-
-    Args:
-        box: ``(x1, y1, x2, y2)`` crop box, frame pixels.
-        square: ``(xs, ys, xe, ye)`` expanded square, frame pixels.
-        frame_shape: ``(H, W, ...)`` of the frame.
-
-    Returns:
-        A :class:`Region`, or None when the intersection is empty (the frame stays unchanged).
-
-    Raises:
-        InputError: When ``box`` or ``square`` is invalid.
+    """Where a blend changes a frame of shape ``frame_shape = (H, W, ...)``: ``box ∩ square ∩ frame`` as a
+    :class:`Region`, or None when empty. InputError when ``box`` or ``square`` is invalid.
     """
     x1, y1, x2, y2 = check_box(box)
     xs, ys, xe, ye = _check_square(square)
@@ -246,22 +177,14 @@ def paste_region(box: Any, square: Any, frame_shape: Sequence[int]) -> Region | 
                   mask=(slice(top - ys, bottom - ys), slice(left - xs, right - xs)))
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Mask preparation
-# ---------------------------------------------------------------------------------------------------------------
-
 def box_mask(mask_512: np.ndarray, box: Any, square: Any) -> np.ndarray:
-    """The parsing mask brought to the expanded square, kept inside the box and on its lower half (no blur yet).
+    """The 512 parsing mask on the expanded square, inside the box and its lower half, not yet feathered.
 
-    1. Resize the 512x512 mask to (2s, 2s) with PIL **bicubic** (``Image.resize``'s default for mode 'L' in
-       Pillow >= 7, named explicitly here), so its edges are no longer binary (``blending.py:26,31,65``).
-    2. Zero everything outside the box (box minus square origin; parts outside the square are dropped)
-       (``blending.py:67-70``).
-    3. Zero rows ``< int(2s * 0.5) = s``: only the lower half of the square (frame rows ``>= yc``) is kept
-       (``blending.py:74-77``; the official comment says "upper" but the code keeps the lower part).
+    PIL bicubic resize to (2s, 2s), zero outside the box, zero rows ``< s`` (the official comment says "upper"; the
+    code keeps the lower part).
 
     Args:
-        mask_512: (512, 512) uint8 mask of 0/255 from :func:`nbhelpers.parsing.face_mask`.
+        mask_512: (512, 512) uint8 0/255 mask from :func:`nbhelpers.parsing.face_mask`.
         box: ``(x1, y1, x2, y2)`` crop box, frame pixels.
         square: ``(xs, ys, xe, ye)`` from :func:`expanded_square` of the same box.
 
@@ -269,9 +192,9 @@ def box_mask(mask_512: np.ndarray, box: Any, square: Any) -> np.ndarray:
         (2s, 2s) uint8 mask.
 
     Raises:
-        InputError: When ``mask_512`` is not (512, 512) uint8, or ``box``/``square`` are invalid.
+        InputError: ``mask_512`` is not (512, 512) uint8, or ``box``/``square`` is invalid.
 
-    Source: ``musetalk/utils/blending.py:65-77`` (reference §7.2 steps 4-6).
+    Source: ``musetalk/utils/blending.py:26,31,65-77``.
     """
     from PIL import Image
 
@@ -294,22 +217,9 @@ def box_mask(mask_512: np.ndarray, box: Any, square: Any) -> np.ndarray:
 
 
 def feather(mask: np.ndarray, blur_ratio: float = OFFLINE_BLUR_RATIO) -> np.ndarray:
-    """Gaussian feathering: ``cv2.GaussianBlur(mask, (k, k), 0)``, ``k`` from :func:`feather_kernel_size`.
+    """``cv2.GaussianBlur(mask, (k, k), 0)`` of a (2s, 2s) uint8 mask, ``k`` from :func:`feather_kernel_size`.
 
-    Sigma follows from ``k`` (OpenCV: ``0.3 * ((k - 1) * 0.5 - 1) + 0.8``), border ``BORDER_REFLECT_101``
-    (OpenCV's default).
-
-    Args:
-        mask: (2s, 2s) uint8 mask from :func:`box_mask`.
-        blur_ratio: 0.05 offline, 0.1 realtime (quirk Q10).
-
-    Returns:
-        (2s, 2s) uint8 feathered mask.
-
-    Raises:
-        InputError: When ``blur_ratio`` is negative.
-
-    Source: ``blending.py:81-82`` (offline), ``:134-135`` (realtime).
+    Source: ``musetalk/utils/blending.py:81-82,134-135``.
     """
     import cv2
 
@@ -319,23 +229,18 @@ def feather(mask: np.ndarray, blur_ratio: float = OFFLINE_BLUR_RATIO) -> np.ndar
 
 def prepare_mask(mask_512: np.ndarray, box: Any, square: Any | None = None,
                  blur_ratio: float = OFFLINE_BLUR_RATIO) -> np.ndarray:
-    """Parsing mask -> the feathered blend mask over the expanded square (:func:`box_mask` then :func:`feather`).
+    """The feathered (2s, 2s) uint8 blend mask from a parsing mask (:func:`box_mask`, then :func:`feather`).
 
     Args:
-        mask_512: (512, 512) uint8 0/255 mask from :func:`nbhelpers.parsing.face_mask` of the square's crop.
+        mask_512: (512, 512) uint8 0/255 mask of the square's crop.
         box: ``(x1, y1, x2, y2)`` crop box, frame pixels.
         square: ``(xs, ys, xe, ye)``; None = :func:`expanded_square` of ``box``.
-        blur_ratio: :data:`OFFLINE_BLUR_RATIO` (0.05, ``inference.py``) or :data:`REALTIME_BLUR_RATIO`
-            (0.1, ``realtime_inference.py``).
-
-    Returns:
-        (2s, 2s) uint8 mask, 0..255.
+        blur_ratio: :data:`OFFLINE_BLUR_RATIO` (0.05) or :data:`REALTIME_BLUR_RATIO` (0.1).
 
     Raises:
         InputError: As :func:`box_mask` and :func:`feather`.
 
-    Source: ``musetalk/utils/blending.py:65-82`` (offline ``get_image``), ``:112-136``
-    (``get_image_prepare_material``), reference §7.2 steps 4-7 and §7.4.
+    Source: ``musetalk/utils/blending.py:65-82,112-136``; docs/official-behaviour.md §7.2, §7.4.
     """
     feather_kernel_size(2, blur_ratio)  # validate before the resize
     square = expanded_square(box) if square is None else square
@@ -346,27 +251,26 @@ def prepare_materials(frames: Sequence[np.ndarray], boxes: Sequence[Any], parser
                       left_cheek_width: int = 90, right_cheek_width: int = 90,
                       blur_ratio: float = OFFLINE_BLUR_RATIO, expand: float = EXPAND,
                       chunk: int = 64) -> list[BlendMaterial]:
-    """Blend material of many frames: squares, crops, one batched parsing pass per chunk, masks.
+    """Blend material of many frames on the CPU, with one batched parsing call per chunk.
 
     Args:
-        frames: Sequence of (H, W, 3) uint8 **BGR** frames (or an (N, H, W, 3) array).
-        boxes: N crop boxes ``(x1, y1, x2, y2)``, frame pixels (no placeholders: skip frames without a face).
-        parser: A :class:`nbhelpers.parsing.FaceParser` (anything with ``labels(list of RGB images) ->
-            (N, 512, 512) uint8``).
-        mode: Parsing mode ``"jaw"`` (v15 default), ``"raw"`` (v1) or ``"neck"``.
-        left_cheek_width: Jaw-mode cheek band, parsing pixels (default 90).
+        frames: N (H, W, 3) uint8 BGR frames (a sequence or an (N, H, W, 3) array).
+        boxes: N crop boxes ``(x1, y1, x2, y2)``, frame pixels (skip face-less frames).
+        parser: A :class:`nbhelpers.parsing.FaceParser` (``labels(RGB images) -> (N, 512, 512) uint8``).
+        mode: Parsing mode ``"jaw"`` (v15), ``"raw"`` (v1) or ``"neck"``.
+        left_cheek_width: Jaw-mode cheek band, 512-px parsing pixels.
         right_cheek_width: Same on the right.
-        blur_ratio: 0.05 (offline) or 0.1 (realtime); see :func:`prepare_mask`.
-        expand: Expanded-square factor (1.5).
-        chunk: Frames parsed per call of ``parser.labels`` (bounds the memory of the crops).
+        blur_ratio: 0.05 offline, 0.1 realtime.
+        expand: Expanded-square factor.
+        chunk: Frames parsed per ``parser.labels`` call.
 
     Returns:
-        N :class:`BlendMaterial`, in order.
+        N :class:`BlendMaterial` with numpy masks, in order.
 
     Raises:
-        InputError: When a frame, a box or an option is invalid (checked for all frames before parsing).
+        InputError: A frame, box or option is invalid (all checked before parsing).
 
-    Source: ``blending.py:112-136`` (``get_image_prepare_material``), ``blending.py:51-82`` (``get_image``).
+    Source: ``musetalk/utils/blending.py:51-82,112-136``.
     """
     check_parsing_args(mode, left_cheek_width, right_cheek_width)
     feather_kernel_size(2, blur_ratio)
@@ -393,25 +297,21 @@ def prepare_materials(frames: Sequence[np.ndarray], boxes: Sequence[Any], parser
 
 def prepare_masks_torch(masks_512: Any, boxes: Sequence[Any], squares: Sequence[Any] | None = None,
                         blur_ratio: float = OFFLINE_BLUR_RATIO) -> list[Any]:
-    """:func:`prepare_mask` of a batch of parsing masks as torch ops on their device (equal bit for bit).
-
-    PIL's bicubic resize to each frame's ``(2s, 2s)``, the box and lower-half cut, and ``cv2.GaussianBlur``
-    with each frame's kernel size are integer-exact torch versions (:func:`nbhelpers.resample.resize_batch`,
-    :func:`nbhelpers.resample.gaussian_blur_batch`), batched over frames of different sizes.
+    """:func:`prepare_mask` of a batch of parsing masks in torch on their device, equal bit for bit.
 
     Args:
-        masks_512: (B, 512, 512) uint8 torch tensor of 0/255 (:func:`nbhelpers.parsing.face_mask_torch`).
+        masks_512: (B, 512, 512) uint8 0/255 tensor (:func:`nbhelpers.parsing.face_mask_torch`).
         boxes: B crop boxes ``(x1, y1, x2, y2)``, frame pixels.
         squares: B squares ``(xs, ys, xe, ye)``; None = :func:`expanded_square` of each box.
-        blur_ratio: 0.05 offline, 0.1 realtime (quirk Q10).
+        blur_ratio: 0.05 offline, 0.1 realtime.
 
     Returns:
-        B contiguous (2s_b, 2s_b) uint8 tensors on ``masks_512``' device.
+        B contiguous (2s_b, 2s_b) uint8 tensors on the masks' device.
 
     Raises:
-        InputError: When the masks are not (B, 512, 512) uint8, or a box, square or the ratio is invalid.
+        InputError: The masks are not (B, 512, 512) uint8, or a box, square or the ratio is invalid.
 
-    Source: ``musetalk/utils/blending.py:65-82`` and ``:112-136`` (reference §7.2 steps 4-7, §7.4).
+    Source: ``musetalk/utils/blending.py:65-82,112-136``.
     """
     import torch
 
@@ -451,37 +351,31 @@ def prepare_materials_torch(frames: Any, boxes: Sequence[Any], parser: Any, mode
                             left_cheek_width: int = 90, right_cheek_width: int = 90,
                             blur_ratio: float = OFFLINE_BLUR_RATIO, expand: float = EXPAND, bgr: bool = True,
                             batch_size: int | None = None) -> list[BlendMaterial]:
-    """:func:`prepare_materials` on the parser's torch device, in batches: nothing goes back to the host.
+    """:func:`prepare_materials` on the parser's torch device, in batches; nothing goes back to the host.
 
-    Per batch: the expanded squares are cropped and PIL-bilinear-resized to 512 on the device
-    (:meth:`nbhelpers.parsing.FaceParser.preprocess_torch`), parsed by BiSeNet in one pass, turned into masks
-    (:func:`nbhelpers.parsing.face_mask_torch`) and feathered (:func:`prepare_masks_torch`). Every image step is
-    integer-exact with the CPU path; the only difference can come from BiSeNet itself (a GPU or fp16 forward pass
-    may flip the argmax on a few boundary pixels). Run on the CPU device it equals :func:`prepare_materials`.
+    Every image step is integer-exact with the CPU path; only BiSeNet's argmax may flip on boundary pixels on a GPU
+    or in fp16.
 
     Args:
-        frames: (N, H, W, 3) uint8 torch tensor (BGR by default), on any device (best: already on the parser's);
-            each batch is moved to the parser's device when it is elsewhere. A numpy array is accepted too.
-        boxes: N crop boxes ``(x1, y1, x2, y2)``, frame pixels (no placeholders: skip frames without a face).
+        frames: (N, H, W, 3) uint8 tensor (or numpy array), any device; batches move to the parser's device.
+        boxes: N crop boxes ``(x1, y1, x2, y2)``, frame pixels (skip face-less frames).
         parser: A :class:`nbhelpers.parsing.FaceParser` (its device and dtype are used).
-        mode: ``"jaw"`` (v15 default), ``"raw"`` (v1) or ``"neck"``.
-        left_cheek_width: Jaw-mode cheek band, parsing pixels (default 90).
+        mode: ``"jaw"``, ``"raw"`` or ``"neck"``.
+        left_cheek_width: Jaw-mode cheek band, 512-px parsing pixels.
         right_cheek_width: Same on the right.
-        blur_ratio: 0.05 (offline) or 0.1 (realtime).
-        expand: Expanded-square factor (1.5).
-        bgr: Frames are BGR (default; flipped to RGB for the parser as the official code does) or RGB.
+        blur_ratio: 0.05 offline, 0.1 realtime.
+        expand: Expanded-square factor.
+        bgr: Frames are BGR (flipped to RGB for the parser), else RGB.
         batch_size: Frames per BiSeNet pass; None = ``parser.batch_size``. Halved on CUDA out-of-memory.
 
     Returns:
-        N :class:`BlendMaterial`, in order, whose ``mask`` is a contiguous (2s, 2s) uint8 **tensor on the
-        parser's device** (what :func:`blend_torch` takes; ``mask.cpu().numpy()`` gives the CPU path's array).
+        N :class:`BlendMaterial` whose masks are (2s, 2s) uint8 tensors on the parser's device.
 
     Raises:
-        InputError: When the frames, a box or an option is invalid (all checked before any parsing).
-        OutOfMemoryError: When one frame still does not fit on the GPU.
+        InputError: The frames, a box or an option is invalid (all checked before parsing).
+        OutOfMemoryError: One frame still does not fit on the GPU.
 
-    Source: ``blending.py:112-136`` (``get_image_prepare_material``), ``blending.py:51-82`` (``get_image``),
-    ``face_parsing/__init__.py:77-111`` (reference §7.2-7.4).
+    Source: ``musetalk/utils/blending.py:51-82,112-136``, ``musetalk/utils/face_parsing/__init__.py:77-111``.
     """
     import torch
 
@@ -519,30 +413,28 @@ def prepare_materials_torch(frames: Any, boxes: Sequence[Any], parser: Any, mode
 
 def materials_for_frames(frames: Any, crop_boxes: Any, face_frames: Sequence[int], parser: Any, config: Any, *,
                          chunk: int = 32, progress: bool = True, frames_device: Any = None) -> list[BlendMaterial]:
-    """Blend material of the source frames that have a face, in frame order, with the settings of a job.
+    """Blend material of the source frames that have a face, in order, with a job's settings.
 
-    With a parser on CUDA the whole material is made on the GPU in batches (:func:`prepare_materials_torch`:
-    every image step integer-exact with the CPU path) and the masks stay there; on the CPU the official PIL/OpenCV
-    sequence runs (:func:`prepare_materials`).
+    A parser on CUDA makes it there (:func:`prepare_materials_torch`, masks stay on the device); else
+    :func:`prepare_materials`.
 
     Args:
-        frames: N source frames (N, H, W, 3) uint8 BGR with random access (``frames[i]``).
+        frames: N source frames (H, W, 3) uint8 BGR with random access (``frames[i]``).
         crop_boxes: (N, 4) crop boxes, frame pixels.
         face_frames: M increasing indices of the frames with a face.
         parser: A :class:`nbhelpers.parsing.FaceParser`.
-        config: An :class:`~nbhelpers.config.InferenceConfig` (parsing mode, cheek widths, ``blur_ratio``).
-        chunk: Frames held at once (bounds the host memory of the crops).
-        progress: Show a progress bar (``parsing``), counted in frames.
+        config: :class:`~nbhelpers.config.InferenceConfig` (parsing mode, cheek widths, ``blur_ratio``).
+        chunk: Frames held at once on the host.
+        progress: Show a progress bar (``parsing``) counted in frames.
         frames_device: Optional (N, H, W, 3) uint8 tensor of the same frames on the parser's device.
 
     Returns:
-        M :class:`BlendMaterial`, one per entry of ``face_frames`` (masks as device tensors on CUDA, numpy on the
-        CPU).
+        M :class:`BlendMaterial`, one per ``face_frames`` entry.
 
     Raises:
-        InputError: A frame, a box or an option is invalid.
+        InputError: A frame, box or option is invalid.
 
-    Source: ``scripts/inference.py:219-231`` / ``realtime_inference.py:164-181`` (reference §7).
+    Source: ``scripts/realtime_inference.py:164-181``; docs/official-behaviour.md §7.
     """
     import torch
 
@@ -573,48 +465,22 @@ def materials_for_frames(frames: Any, crop_boxes: Any, face_frames: Sequence[int
 def prepare_material(frame_bgr: np.ndarray, box: Any, parser: Any, mode: str = "jaw", left_cheek_width: int = 90,
                      right_cheek_width: int = 90, blur_ratio: float = OFFLINE_BLUR_RATIO,
                      expand: float = EXPAND) -> BlendMaterial:
-    """Blend material of one frame (see :func:`prepare_materials`, which batches the parsing).
-
-    Args:
-        frame_bgr: (H, W, 3) uint8 BGR original frame.
-        box: ``(x1, y1, x2, y2)`` crop box, frame pixels.
-        parser: A :class:`nbhelpers.parsing.FaceParser`.
-        mode: ``"jaw"``, ``"raw"`` or ``"neck"``.
-        left_cheek_width: Jaw-mode cheek band, parsing pixels (default 90).
-        right_cheek_width: Same on the right.
-        blur_ratio: 0.05 (offline) or 0.1 (realtime).
-        expand: Expanded-square factor (1.5).
-
-    Returns:
-        :class:`BlendMaterial` with the (2s, 2s) uint8 mask, the square and the box.
-
-    Raises:
-        InputError: When the frame, box or an option is invalid.
-
-    Source: ``blending.py:112-136`` (``get_image_prepare_material``).
-    """
+    """Blend material of one (H, W, 3) uint8 BGR frame: :func:`prepare_materials` of one, same options."""
     return prepare_materials([frame_bgr], [box], parser, mode, left_cheek_width, right_cheek_width, blur_ratio,
                              expand)[0]
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Blend, CPU
-# ---------------------------------------------------------------------------------------------------------------
-
 def resize_face(face: np.ndarray, box: Any) -> np.ndarray:
-    """Resize the generated face to the box size with OpenCV bilinear (``cv2.resize`` default).
+    """The face resized to the box, (y2 - y1, x2 - x1, 3) uint8, with ``cv2.resize`` bilinear (itself if it fits).
 
     Args:
         face: (h0, w0, 3) uint8 face (256x256 from the VAE), any channel order.
         box: ``(x1, y1, x2, y2)`` crop box, frame pixels.
 
-    Returns:
-        (y2 - y1, x2 - x1, 3) uint8; ``face`` itself when it already has that size.
-
     Raises:
-        InputError: When ``face`` is not (h, w, 3) uint8 or the box is invalid.
+        InputError: ``face`` is not (h, w, 3) uint8 or the box is invalid.
 
-    Source: ``scripts/inference.py:218``; realtime ``realtime_inference.py:230-232`` (reference §7.1).
+    Source: ``scripts/inference.py:218``; docs/official-behaviour.md §7.1.
     """
     x1, y1, x2, y2 = check_box(box)
     _check_frame(face, "face")
@@ -626,18 +492,10 @@ def resize_face(face: np.ndarray, box: Any) -> np.ndarray:
 
 
 def blend_pixels(orig: np.ndarray, new: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """PIL's masked paste per channel: ``round((orig * (255 - m) + new * m) / 255)`` in exact integers.
+    """PIL's masked paste per channel, ``round((orig * (255 - m) + new * m) / 255)`` in exact integers.
 
-    Args:
-        orig: (..., C) uint8 original pixels.
-        new: (..., C) uint8 generated pixels, same shape.
-        mask: (...) or (..., 1) uint8 alpha 0..255 (broadcast over channels).
-
-    Returns:
-        uint8 array of ``orig``'s shape. m = 0 gives ``orig``, m = 255 gives ``new``.
-
-    Source: ``blending.py:89`` / ``:109`` (``body.paste(face_large, crop_box[:2], mask_image)``); PIL's
-    ``ImagingPaste`` with an 'L' mask (verified bit-exact, tests/test_blending.py).
+    ``orig`` and ``new`` are (..., C) uint8, ``mask`` (...) or (..., 1) uint8 alpha 0..255; the result is uint8 of
+    ``orig``'s shape. Source: ``musetalk/utils/blending.py:89`` (PIL ``Image.paste`` with an 'L' mask).
     """
     m = mask.astype(np.uint32)
     if m.ndim == orig.ndim - 1:
@@ -648,25 +506,23 @@ def blend_pixels(orig: np.ndarray, new: np.ndarray, mask: np.ndarray) -> np.ndar
 
 def blend_cpu(frame_bgr: np.ndarray, face_bgr: np.ndarray, box: Any, mask: np.ndarray, square: Any,
               inplace: bool = False) -> np.ndarray:
-    """Paste a generated face back into one frame (numpy/OpenCV; bit-exact with the official PIL sequence).
+    """Paste a generated face back into one frame with numpy/OpenCV, bit-exact with the official PIL code.
 
     Args:
         frame_bgr: (H, W, 3) uint8 BGR original frame.
-        face_bgr: (256, 256, 3) uint8 BGR generated face, or already resized to (y2 - y1, x2 - x1, 3).
-        box: ``(x1, y1, x2, y2)`` crop box, frame pixels (may extend outside the frame; clipped).
-        mask: (2s, 2s) uint8 feathered mask from :func:`prepare_mask` (``BlendMaterial.mask``).
-        square: ``(xs, ys, xe, ye)`` expanded square of the mask (``BlendMaterial.square``).
+        face_bgr: (256, 256, 3) uint8 BGR face, or already (y2 - y1, x2 - x1, 3).
+        box: ``(x1, y1, x2, y2)`` crop box, frame pixels (clipped to the frame).
+        mask: ``BlendMaterial.mask``, (2s, 2s) uint8.
+        square: ``BlendMaterial.square``.
         inplace: Write into ``frame_bgr`` instead of a copy.
 
     Returns:
         (H, W, 3) uint8 BGR blended frame (``frame_bgr`` itself when ``inplace``).
 
     Raises:
-        InputError: When an array has the wrong shape or dtype, the box is invalid, or the mask does not match
-            the square.
+        InputError: An array has the wrong shape or dtype, the box is invalid, or the mask does not match the square.
 
-    Source: ``musetalk/utils/blending.py:35-93`` (``get_image``, steps 1-3 and 8-9) and ``:96-109``
-    (``get_image_blending``); ``scripts/inference.py:218`` (resize), reference §7.1-7.2.
+    Source: ``musetalk/utils/blending.py:35-109``, ``scripts/inference.py:218``; docs/official-behaviour.md §7.1-§7.2.
     """
     _check_frame(frame_bgr, "frame_bgr")
     square = _check_mask(mask, square)
@@ -689,38 +545,28 @@ def _check_mask(mask: Any, square: Any, name: str = "mask") -> tuple[int, int, i
     return square
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Blend, torch (GPU)
-# ---------------------------------------------------------------------------------------------------------------
-
 def blend_torch(frames: Any, faces: Any, boxes: Sequence[Any], masks: Sequence[Any], squares: Sequence[Any],
                 inplace: bool = False) -> Any:
-    """Paste generated faces back into a batch of frames on the frames' device (the GPU path).
+    """Paste generated faces back into a batch of frames on the frames' device, within 2 levels of :func:`blend_cpu`.
 
-    Same maths as :func:`blend_cpu`, per frame: bilinear resize of the face to its box with
-    ``torch.nn.functional.interpolate(mode="bilinear", align_corners=False, antialias=False)`` in float32 and
-    rounded (OpenCV's ``INTER_LINEAR`` samples the same half-pixel-centred points without antialiasing, in
-    11-bit fixed point; the two differ by at most 1 level), then the exact integer blend
-    ``(orig * (255 - m) + new * m + 127) // 255`` on ``box ∩ square ∩ frame`` only. Result within 2 levels of
-    :func:`blend_cpu` at every pixel. Boxes differ per frame, so this is a loop of a few small kernels per frame
-    (cheap next to the VAE decode); masks given as numpy are uploaded cropped to the region.
+    The face is resized with ``interpolate(mode="bilinear", align_corners=False)`` in float32 and rounded (within 1
+    level of OpenCV's fixed point), then blended with the integer formula of :func:`blend_pixels`.
 
     Args:
-        frames: (B, H, W, 3) uint8 torch tensor (BGR), on any device (CUDA in the pipeline).
-        faces: (B, h0, w0, 3) uint8 torch tensor (BGR), 256x256 from the VAE decode; moved to ``frames``' device.
-        boxes: B crop boxes ``(x1, y1, x2, y2)`` (a sequence, an (B, 4) array or tensor).
-        masks: B (2s_i, 2s_i) uint8 masks (numpy arrays or tensors; ``BlendMaterial.mask``). Keep them on the
-            device (e.g. in the avatar) to skip the upload.
-        squares: B squares ``(xs, ys, xe, ye)`` (``BlendMaterial.square``).
+        frames: (B, H, W, 3) uint8 BGR tensor, any device.
+        faces: (B, h0, w0, 3) uint8 BGR tensor (256x256 from the decode); moved to ``frames``' device.
+        boxes: B crop boxes ``(x1, y1, x2, y2)`` (sequence, (B, 4) array or tensor).
+        masks: B (2s, 2s) uint8 masks, numpy or tensors (``BlendMaterial.mask``; device tensors skip an upload).
+        squares: B squares ``(xs, ys, xe, ye)``.
         inplace: Write into ``frames`` instead of a clone.
 
     Returns:
         (B, H, W, 3) uint8 tensor on ``frames``' device (``frames`` itself when ``inplace``).
 
     Raises:
-        InputError: When shapes, dtypes or lengths disagree, or a box/mask/square is invalid.
+        InputError: Shapes, dtypes or lengths disagree, or a box, mask or square is invalid.
 
-    Source: as :func:`blend_cpu` (``blending.py:35-109``, ``inference.py:218``, ``realtime_inference.py:230-232``).
+    Source: ``musetalk/utils/blending.py:35-109``, ``scripts/inference.py:218``.
     """
     import torch
     import torch.nn.functional as F
