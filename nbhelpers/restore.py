@@ -1,33 +1,19 @@
-"""Face restoration of the repainted crop: GFPGAN v1.4, RestoreFormer or CodeFormer through spandrel.
+"""Face restoration of the generated crops: GFPGAN v1.4, RestoreFormer or CodeFormer through spandrel.
 
-This module owns one concern: turning the (F, 256, 256, 3) uint8 BGR faces that the VAE decodes into restored faces
-of the same shape, on the same device, before the engine pastes them back (:func:`nbhelpers.engine.repaint`). Since
-the paste-back blends the crop into the frame through the feathered mask, only pixels under the mask change.
+The (F, 256, 256, 3) uint8 BGR faces from the VAE decode are restored on their device before paste-back, so only
+pixels under the blend mask change. The published ``.pth`` files (optional weight sets ``restore-gfpgan``,
+``restore-restoreformer``, ``restore-codeformer``) are read by :func:`nbhelpers.models.load_checkpoint` and built by
+spandrel (``pip install spandrel``; ``spandrel-extra-arches`` for CodeFormer, whose code is non-commercial: S-Lab
+License 1.0, warned once).
 
-MuseTalk repaints a 256x256 crop, so the mouth is soft on close-ups and HD video; a face restorer is the remedy
-people chain after it. The networks are loaded from their published ``.pth`` files (optional weight sets
-``restore-gfpgan``, ``restore-restoreformer``, ``restore-codeformer``) by spandrel (``pip install spandrel``, and
-``spandrel-extra-arches`` for CodeFormer): spandrel holds the architectures, this module holds the policy. The file
-is read by :func:`nbhelpers.models.load_checkpoint` (the package's one checkpoint policy: inspected first, tensors
-only) and the state dict handed to spandrel's ``ModelLoader.load_from_state_dict``.
+- spandrel takes and gives (B, 3, H, W) float RGB in [0, 1], but GFPGAN and CodeFormer were trained on [-1, 1] and
+  spandrel passes their tensor through (:data:`SIGNED_RANGE`), so they are mapped to [-1, 1] and back.
+- All three work at 512x512: the 256 crop is resized up bicubically and back down by the exact 2x2 mean.
+- spandrel marks all three unsafe in fp16; on CUDA they run in bfloat16 when the GPU has native bf16 (compute
+  capability >= 8.0), else float32 with a warning (:func:`run_dtype`).
+- ``restore_strength`` blends: ``face + strength * (restored - face)``, rounded.
 
-Facts used (spandrel 0.4.2, ``ImageModelDescriptor.__call__`` docstring and the architecture files):
-
-- Input and output are float tensors (B, 3, H, W), RGB, range [0, 1]; the output is clamped to [0, 1]. But the
-  networks were trained on [-1, 1] (GFPGAN's ``GFPGANer.enhance`` normalises with mean and std 0.5 and reads the
-  output with ``min_max=(-1, 1)``; CodeFormer's ``inference_codeformer.py`` the same), and only RestoreFormer's
-  ``call_fn`` converts (``RestoreFormer/__init__.py``: ``tv_normalize(x, 0.5, 0.5)``, ``(result + 1) / 2``);
-  GFPGAN's and CodeFormer's pass the tensor through (``model(image)[0]``). So for those two (:data:`SIGNED_RANGE`)
-  this module maps [0, 1] to [-1, 1] before and back after.
-- The three face models work at 512x512 (GFPGAN: ``SizeRequirements(minimum=512)``, out_size 512; CodeFormer:
-  ``multiple_of=512, square=True``; RestoreFormer: resolution 512). The 256 crop is resized up to 512 (bicubic)
-  and the result back down to 256 (area average, the exact 2x2 mean).
-- None of the three supports fp16 in spandrel (``supports_half=False``); all support bfloat16. On CUDA the
-  restorer therefore runs in bfloat16 where the GPU has native bf16 (compute capability 8.0 and newer: A100, L4,
-  H100/H200), else in float32 with a warning (the T4 of free Colab); float32 on the CPU.
-- CodeFormer's code is under a non-commercial licence (S-Lab License 1.0); choosing it warns once per process.
-
-``restore_strength`` blends restored and unrestored faces: ``face + strength * (restored - face)``, rounded.
+Source: spandrel 0.4.2 ``ImageModelDescriptor``, GFPGAN ``GFPGANer.enhance``, CodeFormer ``inference_codeformer.py``.
 """
 
 from __future__ import annotations
@@ -59,11 +45,7 @@ INSTALL_LINE = "pip install --no-deps spandrel spandrel-extra-arches einops"  # 
 
 
 def check_name(name: Any) -> str:
-    """Return ``name`` when it is a known restorer.
-
-    Raises:
-        InputError: Not one of :data:`RESTORERS`.
-    """
+    """``name`` when it is one of :data:`RESTORERS`, else InputError."""
     if name not in RESTORERS:
         raise InputError(f"restore must be None or one of {', '.join(map(repr, RESTORERS))}; got {name!r}.")
     return str(name)
@@ -84,8 +66,7 @@ def import_spandrel(name: str):
     """Import spandrel (and spandrel_extra_arches for CodeFormer); returns ``(spandrel, architecture object)``.
 
     Raises:
-        MissingDependencyError: spandrel (or spandrel-extra-arches, or the torchvision that spandrel imports at
-            load) is missing; the message gives the install line.
+        MissingDependencyError: spandrel, spandrel-extra-arches or torchvision is missing (with the install line).
     """
     try:
         import spandrel
@@ -121,8 +102,7 @@ def import_spandrel(name: str):
 
 
 def check_available(name: str, weights_dir: str | os.PathLike) -> Path:
-    """Check, before any frame is decoded, that restorer ``name`` can load: its weight file is there and spandrel
-    imports (presence only; the file is read by :func:`load_restorer`). Returns the weight file's path.
+    """The weight file of restorer ``name``, after checking it exists and spandrel imports (nothing is read).
 
     Raises:
         InputError: An unknown name.
@@ -140,19 +120,16 @@ def check_available(name: str, weights_dir: str | os.PathLike) -> Path:
 
 # Architectures (spandrel ids) that fail in reduced precision although spandrel marks bf16 as supported.
 FLOAT32_ONLY = {
-    # spandrel_extra_arches 0.2.0 CodeFormer/__arch/codeformer.py get_codebook_feat: a float32 one-hot matrix is
-    # multiplied with the codebook weight, which raises "expected mat1 and mat2 to have the same dtype" in bf16
-    # (seen on the H200, 2026-12-01)
+    # spandrel_extra_arches 0.2.0 CodeFormer/__arch/codeformer.py get_codebook_feat
     "CodeFormer": "spandrel's CodeFormer multiplies a float32 one-hot by its codebook, which fails in bfloat16",
 }
 
 
 def run_dtype(descriptor: Any, device: Any, dtype: Any) -> tuple[Any, str]:
-    """The dtype a restorer runs in on ``device`` when the pipeline runs in ``dtype``, and why.
+    """``(dtype, reason)`` a restorer runs in on ``device`` when the pipeline runs in ``dtype``.
 
-    float32 for the architectures in :data:`FLOAT32_ONLY`; fp16 where spandrel says the architecture supports
-    it; else bfloat16 on a GPU with native bf16 (compute capability >= 8.0) when spandrel supports it; else
-    float32.
+    float32 on the CPU, with a float32 pipeline, or for :data:`FLOAT32_ONLY`; fp16 where spandrel supports it; else
+    bfloat16 where spandrel supports it and the GPU has compute capability >= 8.0; else float32.
     """
     import torch
 
@@ -172,16 +149,16 @@ def run_dtype(descriptor: Any, device: Any, dtype: Any) -> tuple[Any, str]:
 
 @dataclass
 class Restorer:
-    """A loaded face restorer applied to batches of MuseTalk's generated crops, on their device.
+    """A loaded face restorer applied to batches of generated crops on their device.
 
     Attributes:
         name: ``"gfpgan"``, ``"restoreformer"`` or ``"codeformer"``.
-        descriptor: spandrel's ``ImageModelDescriptor`` (the network in eval mode, on ``device`` in ``dtype``).
-        device: The torch device of the network (the pipeline's).
-        dtype: The dtype it runs in (see :func:`run_dtype`).
+        descriptor: spandrel's ``ImageModelDescriptor``, in eval mode on ``device`` in ``dtype``.
+        device: The network's torch device (the pipeline's).
+        dtype: The dtype it runs in (:func:`run_dtype`).
         strength: Blend of restored and unrestored face, 0..1 (1 = restored only).
         reason: Why that dtype.
-        path: The weight file it came from.
+        path: The weight file.
     """
 
     name: str
@@ -193,23 +170,17 @@ class Restorer:
     path: Path | None = None
 
     def at(self, strength: float) -> Restorer:
-        """The same loaded network with another ``strength`` (0..1); nothing is copied.
-
-        Raises:
-            InputError: ``strength`` outside 0..1.
-        """
+        """The same loaded network with another ``strength`` (0..1; InputError outside); nothing is copied."""
         return replace(self, strength=check_strength(strength))
 
     def __call__(self, faces_256: Any) -> Any:
         """Restore a batch of generated crops.
 
         Args:
-            faces_256: (F, 256, 256, 3) uint8 BGR tensor on the restorer's device (what
-                :func:`nbhelpers.latents.decode` returns).
+            faces_256: (F, 256, 256, 3) uint8 BGR tensor on the restorer's device (:func:`nbhelpers.latents.decode`).
 
         Returns:
-            (F, 256, 256, 3) uint8 BGR tensor on the same device: ``faces + strength * (restored - faces)``,
-            rounded to the nearest integer. ``strength == 0`` returns the input tensor itself.
+            (F, 256, 256, 3) uint8 BGR tensor on the same device; the input itself when ``strength == 0``.
 
         Raises:
             InputError: Not a (F, 256, 256, 3) uint8 tensor.
@@ -224,7 +195,8 @@ class Restorer:
         if self.strength == 0 or shape[0] == 0:
             return faces_256
         with torch.inference_mode():
-            x = (faces_256.to(self.device).flip(-1).permute(0, 3, 1, 2).float() / 255).contiguous()  # (F, 3, 256, 256) RGB 0..1; contiguous: GFPGAN's style code uses view()
+            # (F, 3, 256, 256) RGB 0..1, contiguous: GFPGAN's style code uses view()
+            x = (faces_256.to(self.device).flip(-1).permute(0, 3, 1, 2).float() / 255).contiguous()
             x = F.interpolate(x, size=(RESTORE_SIZE, RESTORE_SIZE), mode="bicubic", align_corners=False).clamp_(0, 1)
             signed = str(getattr(getattr(self.descriptor, "architecture", None), "id", "")) in SIGNED_RANGE
             if signed:  # GFPGAN and CodeFormer take and give [-1, 1] (module docstring)
@@ -240,8 +212,7 @@ class Restorer:
             return restored.round_().clamp_(0, 255).to(torch.uint8)
 
     def close(self) -> None:
-        """Free the network's memory (its weights move to the meta device; load it again to reuse it). Views made
-        with :meth:`at` share the network and stop working too."""
+        """Free the network's memory (weights move to the meta device); views made with :meth:`at` stop working too."""
         self.descriptor.model.to("meta")
 
     def __repr__(self) -> str:
@@ -250,11 +221,7 @@ class Restorer:
 
 
 def check_strength(strength: Any) -> float:
-    """Return ``strength`` as a float in 0..1.
-
-    Raises:
-        InputError: Not a number in 0..1.
-    """
+    """``strength`` as a float in 0..1, else InputError."""
     try:
         value = float(strength)
     except (TypeError, ValueError):
@@ -269,30 +236,28 @@ def load_restorer(name: str, weights_dir: str | os.PathLike | None, device: Any 
                   strength: float = 1.0) -> Restorer:
     """Load restorer ``name`` from its published ``.pth`` file under ``weights_dir``.
 
-    The file is read by :func:`nbhelpers.models.load_checkpoint` (inspected first; tensors only, or a full unpickle
-    only when its sha256 matches the one the hub reported) and its state dict given to spandrel's
-    ``ModelLoader.load_from_state_dict`` through a registry that holds only the requested architecture, so a file
-    of another kind is refused by name. spandrel unwraps the published ``{"params_ema": ...}`` container itself.
+    The checkpoint goes through :func:`nbhelpers.models.load_checkpoint`, then to spandrel's
+    ``ModelLoader.load_from_state_dict`` with a registry holding only that architecture, so a file of another kind is
+    refused by name.
 
     Args:
-        name: ``"gfpgan"`` (GFPGAN v1.4), ``"restoreformer"`` (RestoreFormer, GFPGAN's release) or ``"codeformer"``
-            (non-commercial licence: warns).
-        weights_dir: The weights folder (``restore/<file>`` inside it); None = :func:`nbhelpers.weights.default_dir`.
-        device: Where the network runs (the pipeline's device).
-        dtype: The pipeline's dtype (``torch.float16`` on CUDA); the restorer's own is chosen by :func:`run_dtype`.
+        name: ``"gfpgan"``, ``"restoreformer"`` or ``"codeformer"`` (non-commercial: warns).
+        weights_dir: The weights folder (``restore/<file>`` inside); None = :func:`nbhelpers.weights.default_dir`.
+        device: Where the network runs.
+        dtype: The pipeline's dtype; the restorer's own comes from :func:`run_dtype`.
         strength: Blend of restored and unrestored face, 0..1.
 
     Returns:
-        A :class:`Restorer` in eval mode with ``requires_grad`` False.
+        A :class:`Restorer` in eval mode without gradients.
 
     Raises:
         InputError: An unknown name or a strength outside 0..1.
-        MissingDependencyError: spandrel, spandrel-extra-arches (CodeFormer) or torchvision is missing.
-        WeightsError: The weight file is missing (the message gives the download command) or unreadable.
+        MissingDependencyError: spandrel, spandrel-extra-arches or torchvision is missing.
+        WeightsError: The weight file is missing (with the download command) or unreadable.
         CheckpointError: The file is not a model of that architecture.
 
-    Source: spandrel 0.4.2 ``ModelLoader.load_from_state_dict``, ``ImageModelDescriptor``; GFPGAN
-    ``inference_gfpgan.py`` (v1.4 and RestoreFormer URLs), CodeFormer ``inference_codeformer.py`` (``params_ema``).
+    Source: spandrel 0.4.2 ``ModelLoader.load_from_state_dict``; GFPGAN ``inference_gfpgan.py``, CodeFormer
+    ``inference_codeformer.py`` (``params_ema``).
     """
     import torch
 
@@ -354,20 +319,17 @@ TINY_RESTOREFORMER = dict(PUBLISHED_KWARGS["restoreformer"], n_embed=64, embed_d
 def write_random_weights(directory: str | os.PathLike, name: str, *, seed: int = 0, tiny: bool = False) -> Path:
     """Write ``<directory>/restore/<file>``: spandrel's architecture with random weights, in the published format.
 
-    The file is ``torch.save({"params_ema": state_dict})`` (zip format), as GFPGAN and CodeFormer release theirs
-    (GFPGAN ``gfpgan/utils.py`` reads ``params_ema``, CodeFormer ``inference_codeformer.py`` reads
-    ``torch.load(...)['params_ema']``). The networks are built from spandrel's own classes with
-    :data:`PUBLISHED_KWARGS` (full size: 87.1 M / 72.7 M / 94.1 M float32 values, i.e. the 348 / 291 / 376 MB of
-    the published files), or with ``tiny=True`` (RestoreFormer only) a small variant for fast tests.
+    ``torch.save({"params_ema": state_dict})`` as GFPGAN and CodeFormer publish theirs, built with
+    :data:`PUBLISHED_KWARGS` (full size, about 290-380 MB), or a small RestoreFormer with ``tiny=True``.
 
     Args:
-        directory: A weights folder (``restore/`` is made inside it).
+        directory: A weights folder (``restore/`` is made inside).
         name: ``"gfpgan"``, ``"restoreformer"`` or ``"codeformer"``.
         seed: Seed of the random initialisation.
-        tiny: A small RestoreFormer (:data:`TINY_RESTOREFORMER`).
+        tiny: Write :data:`TINY_RESTOREFORMER` instead.
 
     Returns:
-        The path written (through a temporary name, then renamed).
+        The path written (through a temporary name).
 
     Raises:
         InputError: An unknown name, or ``tiny`` for another architecture than RestoreFormer.
@@ -397,6 +359,5 @@ def write_random_weights(directory: str | os.PathLike, name: str, *, seed: int =
 
 
 __all__ = ["FACE_SIZE", "NONCOMMERCIAL_NOTE", "RESTORERS", "RESTORE_SIZE", "Restorer", "check_available", "check_name",
-           "check_strength",
-           "download_command", "import_spandrel", "load_restorer", "run_dtype", "warn_licence", "weight_path",
+           "check_strength", "download_command", "import_spandrel", "load_restorer", "run_dtype", "warn_licence", "weight_path",
            "write_random_weights", "PUBLISHED_KWARGS", "TINY_RESTOREFORMER"]
