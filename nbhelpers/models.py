@@ -1,17 +1,13 @@
-"""Building and loading the models from local files: MuseTalk UNet, sd-vae-ft-mse, whisper-tiny, positional encoding.
+"""Loading the models from local files: MuseTalk UNet, sd-vae-ft-mse, whisper-tiny, positional encoding.
 
-Everything reads the official ``models/`` layout (see :mod:`nbhelpers.weights`) and never touches the network
-(``local_files_only=True``). The big UNet checkpoint is memory-mapped (``torch.load(mmap=True)``), assigned into a
-model built on the meta device, and only then cast and moved one tensor at a time, so neither Colab's ~12 GB of
-host RAM nor an fp16 GPU run ever holds an extra float32 copy. Loading is strict: a renamed, missing or
-mis-shaped key raises :class:`~nbhelpers.errors.CheckpointError` naming the keys and the file.
+Everything reads the official ``models/`` layout (:mod:`nbhelpers.weights`) with ``local_files_only=True``. The UNet
+checkpoint is memory-mapped, assigned into a model built on the meta device, then cast and moved one tensor at a
+time, so no extra float32 copy is ever held. Loading is strict: a missing, unexpected or mis-shaped key raises
+:class:`~nbhelpers.errors.CheckpointError` naming the keys and the file. :class:`PositionalEncoding` (a torch
+module) is defined on first access, so importing this module loads no torch.
 
->>> from nbhelpers import models
->>> m = models.load_models(weights_dir, device="cuda", dtype=torch.float16)   # doctest: +SKIP
->>> m.unet, m.vae, m.whisper, m.feature_extractor, m.pe                        # doctest: +SKIP
-
-Importing this module loads no torch: it is imported by the functions that need it, and
-:class:`PositionalEncoding` (a torch module) is defined on first access.
+Source: ``musetalk/models/unet.py``, ``musetalk/models/vae.py``, ``scripts/inference.py:45-67``;
+docs/official-behaviour.md §1.
 """
 
 from __future__ import annotations
@@ -46,7 +42,7 @@ __all__ = [
     "LOAD_LOCK",
 ]
 
-UNET_FILES = {  # version -> (config, weights), relative to the weights dir (reference §1.1)
+UNET_FILES = {  # version -> (config, weights), relative to the weights dir (docs/official-behaviour.md §1.1)
     "v15": ("musetalkV15/musetalk.json", "musetalkV15/unet.pth"),
     "v1": ("musetalk/musetalk.json", "musetalk/pytorch_model.bin"),
 }
@@ -54,10 +50,6 @@ VAE_DIR = "sd-vae"  # utils.py:21-23 (--vae_type default sd-vae)
 WHISPER_DIR = "whisper"  # inference.py:64-66
 _FIX = f"`{_weights.DOWNLOAD_COMMAND}` (or {_weights.NOTEBOOK})"
 
-
-# ---------------------------------------------------------------------------------------------------------------
-# Positional encoding of the audio tokens
-# ---------------------------------------------------------------------------------------------------------------
 
 def __getattr__(name: str) -> Any:  # PEP 562: `models.PositionalEncoding` defines the torch class on first access
     if name == "PositionalEncoding":
@@ -74,15 +66,14 @@ def _torch_classes() -> dict[str, type]:
     class PositionalEncoding(nn.Module):
         """Sinusoidal positional encoding added to the whisper tokens before the UNet's cross-attention.
 
-        ``pe[0, pos, 2i] = sin(pos * exp(-2i * ln(10000) / d_model))`` and ``pe[0, pos, 2i+1] = cos(same angle)``,
-        computed in float32 at construction and kept as a buffer of shape [1, max_len, d_model]. Casting the module
-        (``.half()``) casts the buffer, as the official ``--use_float16`` path does.
+        ``pe[0, pos, 2i] = sin(pos * exp(-2i * ln(10000) / d_model))``, ``pe[0, pos, 2i+1] = cos(same)``: a float32
+        buffer [1, max_len, d_model] that ``.half()`` casts, as the official ``--use_float16`` path does.
 
         Args:
-            d_model: Token width (384 for whisper-tiny).
+            d_model: Token width, a positive even number (384 for whisper-tiny).
             max_len: Positions available (5000); a frame uses 50.
 
-        Source: musetalk/models/unet.py:12-27 (reference §5.4); cast to half at inference.py:54.
+        Source: ``musetalk/models/unet.py:12-27``, ``scripts/inference.py:54``; docs/official-behaviour.md §5.4.
         """
 
         def __init__(self, d_model: int = WHISPER_DIM, max_len: int = 5000):
@@ -99,18 +90,10 @@ def _torch_classes() -> dict[str, type]:
             self.register_buffer("pe", pe.unsqueeze(0))  # [1, max_len, d_model]
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
-            """Add the encoding of positions ``0..seq_len-1``.
-
-            Args:
-                x: Tokens [B, seq_len, d_model], any float dtype, on the module's device.
-
-            Returns:
-                ``x + pe[:, :seq_len]`` in ``x``'s dtype, shape [B, seq_len, d_model].
+            """``x + pe[:, :seq_len]`` in ``x``'s dtype, for tokens ``x`` [B, seq_len, d_model] on the module's device.
 
             Raises:
                 InputError: ``x`` is not 3-D with width ``d_model``, or ``seq_len > max_len``.
-
-            Source: musetalk/models/unet.py:26-27.
             """
             if x.dim() != 3 or x.shape[-1] != self.pe.shape[-1] or x.shape[1] > self.pe.shape[1]:
                 raise InputError(f"x must be [B, seq_len <= {self.pe.shape[1]}, {self.pe.shape[-1]}]; got "
@@ -120,24 +103,17 @@ def _torch_classes() -> dict[str, type]:
     return {"PositionalEncoding": PositionalEncoding}
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Configs
-# ---------------------------------------------------------------------------------------------------------------
-
 def bundled_config(name: str) -> dict[str, Any]:
-    """A config shipped in ``nbhelpers/configs`` (copies of shared/reference/configs).
+    """A fresh dict of a config shipped in ``nbhelpers/configs``.
 
     Args:
         name: ``"musetalkV15-unet.json"``, ``"sd-vae-ft-mse.json"``, ``"whisper-tiny.json"`` or
             ``"whisper-tiny-preprocessor.json"``.
 
-    Returns:
-        A fresh dict (safe to modify).
-
     Raises:
         InputError: Unknown name.
 
-    Source: shared/reference/configs (reference §1.3 for the UNet, §1.1 for VAE and whisper).
+    Source: docs/official-behaviour.md §1.1, §1.3.
     """
     folder = importlib.resources.files("nbhelpers").joinpath("configs")
     try:
@@ -148,21 +124,18 @@ def bundled_config(name: str) -> dict[str, Any]:
 
 
 def unet_config(version: str = "v15") -> dict[str, Any]:
-    """The full-size MuseTalk UNet config (``UNet2DConditionModel`` kwargs), with no download.
+    """The full-size MuseTalk UNet config (``UNet2DConditionModel`` kwargs) as a fresh dict.
 
-    v1.0 and v1.5 share the architecture (reference §1.3), so both versions return the same dict: SD-1.x's UNet
-    with 8 input channels, cross-attention width 384, ``block_out_channels`` [320, 640, 1280, 1280].
+    v1.0 and v1.5 share the architecture, so both get the same dict: SD-1.x's UNet with 8 input channels and
+    cross-attention width 384.
 
     Args:
         version: ``"v15"`` or ``"v1"``.
 
-    Returns:
-        A fresh dict.
-
     Raises:
         InputError: Unknown version.
 
-    Source: ``models/musetalkV15/musetalk.json`` (not in the git repository; reference §1.3).
+    Source: ``models/musetalkV15/musetalk.json`` (not in the official git repository); docs/official-behaviour.md §1.3.
     """
     _check_version(version)
     return bundled_config("musetalkV15-unet.json")
@@ -207,10 +180,6 @@ def _check_content(path: Path, fmt: str | None = None) -> None:
                            f"download it again: {_FIX}.")
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Checkpoints
-# ---------------------------------------------------------------------------------------------------------------
-
 def _torch_load(path: Path, weights_only: bool, mmap: bool) -> Any:
     import torch
 
@@ -225,30 +194,27 @@ def _torch_load(path: Path, weights_only: bool, mmap: bool) -> Any:
 
 def load_checkpoint(path: str | os.PathLike, trusted_sha256: str | None = None, expected_size: int | None = None,
                     *, allow_pickle: bool = False, mmap: bool = True) -> Any:
-    """Load a ``torch.save`` file safely on torch 2.1 through 2.11+.
+    """Load a ``torch.save`` file safely on torch 2.1 and newer.
 
-    The file is first inspected (no unpickling): a web page, a git-lfs pointer or a cut-off file raises a clear
-    :class:`WeightsError`. A zip-format file is memory-mapped onto the CPU (``mmap=True``; tensors are read from
-    the page cache on demand); an old non-zip pickle cannot be mapped and is read normally. Plain state dicts load
-    with ``weights_only=True``. A checkpoint that holds other Python objects (the DWPose mmengine file carries
-    training metadata) is unpickled with ``weights_only=False`` only after its sha256 equals ``trusted_sha256``
-    or, when no hash is known, its size equals ``expected_size`` (or ``allow_pickle=True``).
+    The file is inspected first (a web page, git-lfs pointer or cut-off file raises). Zip files are memory-mapped
+    onto the CPU. Plain state dicts load with ``weights_only=True``; a file holding other Python objects is unpickled
+    in full only when its sha256 equals ``trusted_sha256``, else its size equals ``expected_size``, else with
+    ``allow_pickle=True``.
 
     Args:
         path: The checkpoint.
-        trusted_sha256: Hex sha256 the file must have to be unpickled in full (see
-            :func:`nbhelpers.weights.expected_facts`).
+        trusted_sha256: Hex sha256 that allows a full unpickle (:func:`nbhelpers.weights.expected_facts`).
         expected_size: Size in bytes that allows a full unpickle when no sha256 is known.
         allow_pickle: Unpickle in full without checks: only for a file you trust.
-        mmap: Memory-map zip-format files (default True).
+        mmap: Memory-map zip-format files.
 
     Returns:
         What was saved (usually a dict of CPU tensors).
 
     Raises:
-        WeightsError: Missing, HTML page, git-lfs pointer, truncated, damaged, or an untrusted pickle.
+        WeightsError: Missing, an HTML page, a git-lfs pointer, truncated, damaged, or an untrusted pickle.
 
-    Source: unet.py:44-45 (``torch.load`` of a plain state dict); failure kinds F11, F12.
+    Source: ``musetalk/models/unet.py:44-45``.
     """
     path = Path(path)
     if not path.is_file():
@@ -305,16 +271,15 @@ def check_state_dict(model: nn.Module, state_dict: Mapping[str, Any], path: str 
     """Compare a checkpoint's keys and shapes with a model's (works on the meta device; nothing is copied).
 
     Args:
-        model: The target module (parameters may live on the meta device).
+        model: The target module.
         state_dict: The loaded checkpoint (key -> tensor).
         path: The file it came from (named in the error).
         what: The model's name in the error, e.g. ``"MuseTalk UNet (v15)"``.
 
     Raises:
-        CheckpointError: Any missing, unexpected or mis-shaped key; the message names the first few of each,
-            the file, and the fix.
+        CheckpointError: Any missing, unexpected or mis-shaped key (the first few of each, the file and the fix).
 
-    Source: unet.py:44-45 (``load_state_dict`` with the default strict=True, reference §1.2).
+    Source: ``musetalk/models/unet.py:44-45`` (strict ``load_state_dict``); docs/official-behaviour.md §1.2.
     """
     if not isinstance(state_dict, Mapping):
         raise CheckpointError(f"{path} holds a {type(state_dict).__name__}, not a state dict (key -> tensor) for "
@@ -353,18 +318,11 @@ def check_state_dict(model: nn.Module, state_dict: Mapping[str, Any], path: str 
     raise CheckpointError("\n".join(lines))
 
 
-# The libraries' lazy modules (diffusers' and transformers' ``_LazyModule``) import a class's submodule on first
-# attribute access; two threads doing that at once can see a half-initialised package (diffusers 0.39: "Failed to
-# import diffusers.models.unets.unet_2d_condition ... 'diffusers.models.unets'") when a pipeline loads its models
-# in several threads (a batch worker's preload beside its jobs), and loading a model can import more of them.
-# Class lookups take this lock, and every model load of nbhelpers holds it from start to end (load_unet, load_vae,
-# load_whisper, load_feature_extractor, FaceParser, faces.get_backend, MuseTalkPipeline._get): no two of our models
-# are built at once in this process, since diffusers' from_pretrained, where accelerate is installed, replaces
-# torch.nn.Module.register_parameter process-wide while it builds (accelerate's init_empty_weights), and a module
-# built or assigned its weights in another thread meanwhile gets meta parameters. Models a program builds itself,
-# or a landmark backend's own lazy loads at its first call, are not covered.
+# One model load at a time in this process: diffusers' and transformers' lazy modules can be seen half-imported by
+# a second thread, and diffusers' from_pretrained (with accelerate) patches torch.nn.Module.register_parameter
+# process-wide while it builds. Every nbhelpers loader (load_unet, load_vae, load_whisper, load_feature_extractor,
+# FaceParser, faces.get_backend, the pipeline) holds this lock from start to end.
 LOAD_LOCK = threading.RLock()
-_IMPORT_LOCK = LOAD_LOCK
 
 
 def _one_load_at_a_time(load):
@@ -379,23 +337,17 @@ def _one_load_at_a_time(load):
 
 
 def _library_class(module: str, name: str, install: str):
-    """``module.name`` (a diffusers or transformers class), imported under :data:`_IMPORT_LOCK`.
-
-    Raises:
-        MissingDependencyError: ``module`` is not installed (the message gives ``install``).
+    """``module.name`` (a diffusers or transformers class) imported under :data:`LOAD_LOCK`; MissingDependencyError
+    with ``install`` when ``module`` is missing.
     """
-    with _IMPORT_LOCK:
+    with LOAD_LOCK:
         return getattr(require(module, install), name)
 
-
-# ---------------------------------------------------------------------------------------------------------------
-# UNet
-# ---------------------------------------------------------------------------------------------------------------
 
 def _sdpa(model: nn.Module) -> None:
     """Make torch SDPA attention explicit (diffusers' AttnProcessor2_0), as diffusers 0.30.2 picks by default."""
     try:
-        with _IMPORT_LOCK:
+        with LOAD_LOCK:
             from diffusers.models.attention_processor import AttnProcessor2_0
     except ImportError:  # pragma: no cover - very old diffusers keep their default
         return
@@ -404,30 +356,25 @@ def _sdpa(model: nn.Module) -> None:
 
 
 def build_unet(config: Mapping[str, Any] | str = "v15", device: str | torch.device = "meta") -> nn.Module:
-    """Build the MuseTalk UNet (diffusers ``UNet2DConditionModel``) from a config, with SDPA attention.
-
-    On the meta device (default) the build takes a fraction of a second and allocates nothing: parameter
-    names and shapes are available, and :func:`load_unet` assigns the checkpoint's tensors into it.
+    """Build the MuseTalk UNet (diffusers ``UNet2DConditionModel``) in eval mode, with SDPA attention.
 
     Args:
         config: A config dict (``musetalk.json``) or a version (``"v15"``/``"v1"``) for the bundled config.
-        device: Where parameters are created: ``"meta"`` (no memory), ``"cpu"`` (random init, float32).
-
-    Returns:
-        The ``UNet2DConditionModel`` in eval mode.
+        device: Where parameters are created: ``"meta"`` (no memory; :func:`load_unet` assigns the checkpoint) or
+            ``"cpu"`` (random float32 init).
 
     Raises:
         MissingDependencyError: diffusers is not installed.
         WeightsError: The config does not describe a UNet2DConditionModel.
 
-    Source: unet.py:36-38 (``UNet2DConditionModel(**json.load(config))``), reference §1.3.
+    Source: ``musetalk/models/unet.py:36-38``; docs/official-behaviour.md §1.3.
     """
     import torch
 
     unet_class = _library_class("diffusers", "UNet2DConditionModel", "pip install diffusers")
     cfg = unet_config(config) if isinstance(config, str) else dict(config)
     try:
-        with _IMPORT_LOCK, torch.device(device):
+        with LOAD_LOCK, torch.device(device):
             unet = unet_class.from_config(cfg)
     except (TypeError, ValueError, KeyError) as exc:
         raise WeightsError(f"the UNet config does not build a UNet2DConditionModel ({exc}). Use the official "
@@ -450,31 +397,28 @@ def _finish(model: nn.Module, device: str | torch.device, dtype: torch.dtype | N
 @_one_load_at_a_time
 def load_unet(weights_dir: str | os.PathLike | None = None, version: str = "v15", device: str | torch.device = "cpu",
               dtype: torch.dtype | None = None) -> nn.Module:
-    """Load the MuseTalk UNet strictly from ``<weights_dir>/musetalkV15/{musetalk.json, unet.pth}`` (v15) or
-    ``musetalk/{musetalk.json, pytorch_model.bin}`` (v1).
+    """Load the MuseTalk UNet strictly from ``musetalkV15/{musetalk.json, unet.pth}`` (v15) or
+    ``musetalk/{musetalk.json, pytorch_model.bin}`` (v1) under ``weights_dir``.
 
-    The model is built on the meta device, the checkpoint is memory-mapped and assigned
-    (``load_state_dict(strict=True, assign=True)``), then cast and moved tensor by tensor. On the CPU in the
-    checkpoint's own dtype the parameters stay file-backed views of the checkpoint (no RAM is copied): do not
-    overwrite that file in place while the model is in use (:func:`nbhelpers.weights.download` replaces files
-    with ``os.replace``, which is safe).
+    On the CPU in the checkpoint's dtype the parameters stay file-backed views of the memory-mapped file: replace that
+    file only with ``os.replace`` while the model is in use.
 
     Args:
         weights_dir: The weights dir; None = :func:`nbhelpers.weights.default_dir`.
         version: ``"v15"`` or ``"v1"``.
-        device: Target device (``"cpu"``, ``"cuda"``, ...).
-        dtype: Target dtype (``torch.float16`` on CUDA); None: float32.
+        device: Target device.
+        dtype: Target dtype; None = float32.
 
     Returns:
-        ``UNet2DConditionModel`` in eval mode with ``requires_grad`` False. Call it as
-        ``unet(latents [B, 8, 32, 32], t=0, encoder_hidden_states=[B, 50, 384]).sample -> [B, 4, 32, 32]``.
+        ``UNet2DConditionModel`` in eval mode without gradients:
+        ``unet(latents [B, 8, 32, 32], 0, encoder_hidden_states=[B, 50, 384]).sample`` is [B, 4, 32, 32].
 
     Raises:
         InputError: Unknown version.
-        WeightsError: A file is missing, is an HTML page / git-lfs pointer / cut off.
-        CheckpointError: Keys or shapes do not match (names the keys).
+        WeightsError: A file is missing, an HTML page, a git-lfs pointer or cut off.
+        CheckpointError: Keys or shapes do not match.
 
-    Source: unet.py:36-45; inference.py:53-56 (cast to half under ``--use_float16``).
+    Source: ``musetalk/models/unet.py:36-45``, ``scripts/inference.py:53-56``.
     """
     _check_version(version)
     root = _root(weights_dir)
@@ -488,10 +432,6 @@ def load_unet(weights_dir: str | os.PathLike | None = None, version: str = "v15"
     unet.load_state_dict(state, strict=True, assign=True)
     del state
     return _finish(unet, device, dtype)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# VAE and Whisper (from_pretrained on local folders)
 
 
 @contextlib.contextmanager
@@ -508,7 +448,7 @@ def _library_bars_follow_ours(transformers):
     finally:
         if was_enabled:
             logging.enable_progress_bar()
-# ---------------------------------------------------------------------------------------------------------------
+
 
 def _loading_problems(info: Mapping[str, Any] | None, path: Path, what: str) -> None:
     if not info:
@@ -531,25 +471,23 @@ def _loading_problems(info: Mapping[str, Any] | None, path: Path, what: str) -> 
 @_one_load_at_a_time
 def load_vae(weights_dir: str | os.PathLike | None = None, device: str | torch.device = "cpu",
              dtype: torch.dtype | None = None) -> nn.Module:
-    """Load sd-vae-ft-mse (diffusers ``AutoencoderKL``) from ``<weights_dir>/sd-vae`` with no network.
+    """Load sd-vae-ft-mse (diffusers ``AutoencoderKL``) from ``<weights_dir>/sd-vae``.
 
-    Accepts ``diffusion_pytorch_model.safetensors`` (preferred) or the official script's ``.bin``. Old attention
-    key names (``query``/``key``/``value``/``proj_attn``) are converted by diffusers.
+    Takes ``diffusion_pytorch_model.safetensors`` (preferred) or the official ``.bin``.
 
     Args:
         weights_dir: The weights dir; None = :func:`nbhelpers.weights.default_dir`.
         device: Target device.
-        dtype: Target dtype; None: float32.
+        dtype: Target dtype; None = float32.
 
     Returns:
-        ``AutoencoderKL`` in eval mode, ``requires_grad`` False. 256x256 RGB in [-1, 1] encodes to a
-        [B, 4, 32, 32] latent (scale by 0.18215).
+        ``AutoencoderKL`` in eval mode without gradients: 256x256 RGB in [-1, 1] encodes to [B, 4, 32, 32].
 
     Raises:
         WeightsError: A file is missing or damaged.
-        CheckpointError: The weights do not fit the config (names the keys).
+        CheckpointError: The weights do not fit the config.
 
-    Source: vae.py:24 (``AutoencoderKL.from_pretrained(models/sd-vae)``), utils.py:21-23.
+    Source: ``musetalk/models/vae.py:24``, ``musetalk/utils/utils.py:21-23``.
     """
     vae_class = _library_class("diffusers", "AutoencoderKL", "pip install diffusers")
     root = _root(weights_dir)
@@ -562,7 +500,7 @@ def load_vae(weights_dir: str | os.PathLike | None = None, device: str | torch.d
     if importlib.util.find_spec("accelerate") is None:
         kwargs["low_cpu_mem_usage"] = False  # diffusers would warn and do this itself
     try:
-        with _IMPORT_LOCK:
+        with LOAD_LOCK:
             vae, info = vae_class.from_pretrained(str(root / VAE_DIR), **kwargs)
     except (OSError, ValueError, RuntimeError, KeyError) as exc:
         raise CheckpointError(f"{path} could not be loaded into AutoencoderKL ({type(exc).__name__}: "
@@ -575,26 +513,25 @@ def load_vae(weights_dir: str | os.PathLike | None = None, device: str | torch.d
 @_one_load_at_a_time
 def load_whisper(weights_dir: str | os.PathLike | None = None, device: str | torch.device = "cpu",
                  dtype: torch.dtype | None = None) -> nn.Module:
-    """Load whisper-tiny (transformers ``WhisperModel``) from ``<weights_dir>/whisper`` with no network.
+    """Load whisper-tiny (transformers ``WhisperModel``, SDPA attention) from ``<weights_dir>/whisper``.
 
-    Attention is SDPA (``attn_implementation="sdpa"``), the kernel transformers 4.39 used by default.
-    Accepts ``model.safetensors`` (preferred: transformers >= 4.50 refuses ``.bin`` files on torch < 2.6) or
-    the official script's ``pytorch_model.bin``. Only ``.encoder`` is used by the pipeline.
+    Takes ``model.safetensors`` (preferred: transformers >= 4.50 refuses ``.bin`` on torch < 2.6) or the official
+    ``pytorch_model.bin``.
 
     Args:
         weights_dir: The weights dir; None = :func:`nbhelpers.weights.default_dir`.
         device: Target device.
-        dtype: Target dtype (the official code runs whisper in the UNet's dtype); None: float32.
+        dtype: Target dtype (officially the UNet's); None = float32.
 
     Returns:
-        ``WhisperModel`` in eval mode, ``requires_grad`` False. ``.encoder(mel [B, 80, 3000],
-        output_hidden_states=True).hidden_states`` gives 5 tensors [B, 1500, 384].
+        ``WhisperModel`` in eval mode without gradients; ``.encoder(mel [B, 80, 3000], output_hidden_states=True)``
+        gives 5 hidden states [B, 1500, 384].
 
     Raises:
-        WeightsError: A file is missing or damaged, or a ``.bin`` file is refused by transformers.
-        CheckpointError: The weights do not fit the config (names the keys).
+        WeightsError: A file is missing or damaged, or transformers refuses a ``.bin`` file.
+        CheckpointError: The weights do not fit the config.
 
-    Source: inference.py:64-66 (``WhisperModel.from_pretrained(models/whisper)``), reference §5.1, §6.
+    Source: ``scripts/inference.py:64-66``; docs/official-behaviour.md §5.1.
     """
     transformers = require("transformers", "pip install transformers")
     whisper_class = _library_class("transformers", "WhisperModel", "pip install transformers")
@@ -606,7 +543,7 @@ def load_whisper(weights_dir: str | os.PathLike | None = None, device: str | tor
     kwargs: dict[str, Any] = {"local_files_only": True, "output_loading_info": True,
                               "use_safetensors": path.suffix == ".safetensors", "attn_implementation": "sdpa"}
     try:
-        with _IMPORT_LOCK, _library_bars_follow_ours(transformers):
+        with LOAD_LOCK, _library_bars_follow_ours(transformers):
             model, info = whisper_class.from_pretrained(str(root / WHISPER_DIR), **kwargs)
     except (OSError, ValueError, RuntimeError, KeyError) as exc:
         hint = (" transformers refuses .bin files on this torch version: download whisper/model.safetensors "
@@ -620,31 +557,23 @@ def load_whisper(weights_dir: str | os.PathLike | None = None, device: str | tor
 
 @_one_load_at_a_time
 def load_feature_extractor(weights_dir: str | os.PathLike | None = None) -> Any:
-    """Load the ``WhisperFeatureExtractor`` from ``<weights_dir>/whisper/preprocessor_config.json`` (no network).
+    """Load the ``WhisperFeatureExtractor`` from ``<weights_dir>/whisper/preprocessor_config.json``.
 
     Args:
         weights_dir: The weights dir; None = :func:`nbhelpers.weights.default_dir`.
 
-    Returns:
-        ``transformers.WhisperFeatureExtractor`` (80 mel bins, 16 kHz, hop 160, 30 s chunks; mel filters
-        computed by transformers).
-
     Raises:
         WeightsError: The file is missing or damaged.
 
-    Source: audio_processor.py:12-13 (``AutoFeatureExtractor.from_pretrained(models/whisper)``).
+    Source: ``musetalk/utils/audio_processor.py:12-13``.
     """
     extractor_class = _library_class("transformers", "WhisperFeatureExtractor", "pip install transformers")
     root = _root(weights_dir)
     _require(root, [f"{WHISPER_DIR}/preprocessor_config.json"], "the whisper feature extractor")
     _read_json(root / WHISPER_DIR / "preprocessor_config.json")
-    with _IMPORT_LOCK:
+    with LOAD_LOCK:
         return extractor_class.from_pretrained(str(root / WHISPER_DIR), local_files_only=True)
 
-
-# ---------------------------------------------------------------------------------------------------------------
-# Everything at once
-# ---------------------------------------------------------------------------------------------------------------
 
 def _count(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
@@ -652,20 +581,20 @@ def _count(model: nn.Module) -> int:
 
 @dataclasses.dataclass
 class Models:
-    """The models of one MuseTalk run, all in eval mode with ``requires_grad`` False, on one device and dtype.
+    """The models of one MuseTalk run, in eval mode without gradients, on one device and dtype.
 
     Attributes:
         unet: ``UNet2DConditionModel`` (8 -> 4 channels, cross-attention 384).
         vae: ``AutoencoderKL`` (sd-vae-ft-mse).
-        whisper: ``WhisperModel`` (use ``.encoder``).
-        feature_extractor: ``WhisperFeatureExtractor`` (CPU, numpy).
+        whisper: ``WhisperModel`` (``.encoder`` is used).
+        feature_extractor: ``WhisperFeatureExtractor`` (CPU).
         pe: :class:`PositionalEncoding` (384, 5000).
         device: The device of every model.
         dtype: The dtype of every model.
         version: ``"v15"`` or ``"v1"``.
         weights_dir: Where the files came from.
-        tiny: True when they are tiny random test weights.
-        restorer: Optional face restorer the engine applies to the decoded crops (:mod:`nbhelpers.restore`).
+        tiny: True for tiny random test weights.
+        restorer: Optional face restorer for the decoded crops (:mod:`nbhelpers.restore`).
     """
 
     unet: nn.Module
@@ -691,24 +620,20 @@ def load_models(weights_dir: str | os.PathLike | None = None, version: str = "v1
                 device: str | torch.device = "cpu", dtype: torch.dtype | None = None) -> Models:
     """Load UNet, VAE, whisper, feature extractor and positional encoding for one version.
 
-    All files are checked for presence first; one error lists every missing file.
+    Every file is checked first; one error lists every missing or damaged file.
 
     Args:
         weights_dir: The weights dir; None = :func:`nbhelpers.weights.default_dir`.
-        version: ``"v15"`` (default) or ``"v1"``.
-        device: Target device (``"cpu"``, ``"cuda"``, ``torch.device``).
-        dtype: Target dtype of every model (``torch.float16`` on CUDA, ``torch.float32`` on CPU); None:
-            float32.
-
-    Returns:
-        :class:`Models`.
+        version: ``"v15"`` or ``"v1"``.
+        device: Target device (``"cpu"``, ``"cuda"``, a ``torch.device``).
+        dtype: Floating dtype of every model; None = float32.
 
     Raises:
         InputError: Unknown version, device or dtype.
-        WeightsError: Missing or damaged files (lists them with the download command).
-        CheckpointError: A checkpoint does not fit its model (names the keys).
+        WeightsError: Missing or damaged files (with the download command).
+        CheckpointError: A checkpoint does not fit its model.
 
-    Source: inference.py:45-67 (load_all_model, PE, whisper, casts).
+    Source: ``scripts/inference.py:45-67``.
     """
     import torch
 
