@@ -1,9 +1,4 @@
-"""The one result type of every clip the package writes: the offline job, an avatar clip, a stream.
-
-A :class:`ClipResult` says what was made (paths, frame counts, fps, durations), how (the settings with the
-planner's reasons, the landmark backend) and how long each stage took; in a notebook it shows a summary line, the
-stage timings and the video.
-"""
+"""The one result type of every clip the package writes (offline job, avatar clip, stream), shown in notebooks."""
 
 from __future__ import annotations
 
@@ -20,30 +15,27 @@ KINDS = ("lipsync", "avatar", "stream", "preview")
 
 @dataclass(frozen=True)
 class ClipResult:
-    """What one clip produced. Shows the video inline in a notebook.
+    """What one clip produced, how and how fast; in a notebook it shows a summary line, the timings and the video.
 
     Attributes:
-        output: Path of the finished MP4 (25 fps, source resolution, the input audio muxed in), or None when
-            nothing was written (an avatar clip with ``output=False``, a stream).
-        n_frames: Output frames, ``floor(audio seconds x 25)``, every one produced (the last included).
-        source_frames: 25 fps source frames the clip cycled over (1 for a photo). The offline job decodes only the
-            frames the audio reaches, ``min(n_frames, frames in the video)``.
+        output: The finished MP4 (25 fps, source resolution, the input audio muxed in), or None when nothing was
+            written (an avatar clip with ``output=False``, a stream).
+        n_frames: Output frames, ``floor(audio seconds x 25)``, the last included.
+        source_frames: 25 fps source frames the clip cycled over (1 for a photo; the offline job decodes only
+            ``min(n_frames, frames in the video)``).
         no_face_frames: Source frames without a face; they pass through unchanged.
         fps: Output frame rate (25).
-        duration_s: Audio duration in seconds (16 kHz samples / 16000).
+        duration_s: Audio duration, seconds.
         config: The settings used, with the planner's reasons in ``config.reasons``.
-        backend: Landmark backend that found the faces (``"boxes"`` when boxes were given; for an avatar the one
-            it was prepared with).
-        timings: Seconds per stage, in the order they ran (media, faces, models, audio, latents, parsing,
-            generate, blend, encode_wait...).
+        backend: Landmark backend that found the faces (``"boxes"`` when boxes were given).
+        timings: Seconds per stage, in the order they ran (media, faces, models, audio, latents, parsing, generate,
+            blend, encode_wait...).
         wall_s: Wall-clock seconds from the call to the closed file.
-        kind: ``"lipsync"`` (offline job), ``"avatar"`` (a clip from a prepared avatar) or ``"stream"``.
-        notes: Lines worth telling the user (e.g. that the weights are random test weights).
-        stats: Live-session figures (``kind="stream"`` from :meth:`~nbhelpers.avatar.Avatar.live`):
-            first_frame_latency_s, sustained_fps, late_frames, max_late_s, idle_frames, starved_frames,
-            whisper_passes. The offline job on a GPU with ``NBHELPERS_STAGE_MEMORY=1`` in the environment:
-            ``peak_gib_<stage>``, the peak GPU memory allocated while each of its stages ran (GiB; tracking resets
-            torch's peak counters, so it is off by default). Empty otherwise.
+        kind: ``"lipsync"``, ``"avatar"``, ``"stream"`` or ``"preview"``.
+        notes: Lines for the user (e.g. that the weights are random test weights).
+        stats: For a stream: first_frame_latency_s, sustained_fps, late_frames, max_late_s, idle_frames,
+            starved_frames, whisper_passes. For the offline job on a GPU with ``NBHELPERS_STAGE_MEMORY=1``:
+            ``peak_gib_<stage>``, peak GPU memory per stage in GiB. Else empty.
     """
 
     output: Path | None

@@ -1,17 +1,8 @@
 """The workbook's places for notebook cells: its weights, the files a notebook writes, the planner, the final check.
 
-A notebook cell shows the library's API (``MuseTalkPipeline.from_pretrained``, ``pipe.lipsync``,
-``pipe.prepare_avatar``) and takes from here only *where* things go. Every function reads the run mode itself
-(:func:`nbhelpers.env.run_mode`: ``NBHELPERS_MODE``, else Colab or local), so a cell never passes it:
-
->>> import nbhelpers as nbh
->>> pipe = nbh.MuseTalkPipeline.from_pretrained(nbh.workbook.weights())  # doctest: +SKIP
->>> result = pipe.lipsync(video, audio, nbh.workbook.path("lipsync.mp4"))  # doctest: +SKIP
->>> nbh.workbook.check(result, audio=audio)  # doctest: +SKIP
-
-The folders are those of :mod:`nbhelpers.env` (``NBHELPERS_WORKDIR``, ``/content/musetalk-workbook`` on Colab,
-``~/musetalk-workbook`` locally, a temporary folder in CI mode); the setup notebook's own steps
-(:func:`install_missing`, :func:`mount_drive`, :func:`check_setup`) are the same functions as there.
+Cells call the library's API (``MuseTalkPipeline.from_pretrained``, ``pipe.lipsync``) and take from here only
+*where* things go. Each function reads the run mode itself (:func:`nbhelpers.env.run_mode`); the folders are those
+of :mod:`nbhelpers.env` (``NBHELPERS_WORKDIR``, else a per-mode default).
 """
 
 from __future__ import annotations
@@ -29,32 +20,25 @@ __all__ = ["check", "check_setup", "install_missing", "keep_audio", "keep_video"
 
 
 def weights(*, download: bool = True) -> Path:
-    """The weights folder of this run mode, with its files.
+    """The weights folder of this run mode, in the official ``models/`` layout.
 
-    CI mode: the tiny random-weights tree (made once). Otherwise :func:`nbhelpers.weights.default_dir`
-    (``NBHELPERS_WEIGHTS``, a Drive folder or the cache folder), downloading the default set's missing files
-    first when ``download`` is true (present files are only checked).
+    CI mode: the tiny random-weights tree. Otherwise :func:`nbhelpers.weights.default_dir`, with the default set's
+    missing files downloaded first when ``download`` is true.
 
     Args:
-        download: False only names the folder (``01_weights`` shows the download itself).
-
-    Returns:
-        The folder, in the official ``models/`` layout.
+        download: False only names the folder.
 
     Raises:
-        WeightsError: A download failed (the message names the files and the fix).
+        WeightsError: A download failed.
     """
     return env.weights_dir(None, download=download)
 
 
 def path(*parts: str | os.PathLike) -> Path:
-    """A path inside the workbook's folder, its parent folder created: ``path("avatars", "my-avatar")``.
+    """``work_dir / parts...`` inside the workbook's folder, its parent folder created (not the path itself).
 
     Args:
-        *parts: Relative path parts (a file name, or folders then a name).
-
-    Returns:
-        ``work_dir / parts...`` (the file or folder itself is not created).
+        *parts: Relative path parts, e.g. ``path("avatars", "my-avatar")``.
 
     Raises:
         InputError: No part, or a part that is absolute or climbs out with ``..``.
@@ -71,26 +55,20 @@ def path(*parts: str | os.PathLike) -> Path:
 
 
 def plan(kind: str = "lipsync", **changes: Any):
-    """The GPU planner's choice for this run mode (:func:`nbhelpers.env.plan`): device, precision, batch size.
+    """The GPU planner's choice for this run mode (:func:`nbhelpers.env.plan`); ``plan.config`` is the config.
 
     Args:
         kind: ``"lipsync"``, ``"avatar"`` or ``"realtime"``.
         **changes: Fields of the starting config, e.g. ``batch_size=4``.
-
-    Returns:
-        The plan (it shows its reasons); ``plan.config`` is the :class:`~nbhelpers.config.InferenceConfig`.
     """
     return env.plan(kind, None, **changes)
 
 
 def keep_video(video: str | os.PathLike):
-    """Convert your video (or photo) to 25 fps into the workbook's media folder, where later notebooks find it.
+    """Convert your video (or photo) to 25 fps into the workbook's media folder; returns its ``MediaInfo``.
 
     Args:
         video: Your video or photo.
-
-    Returns:
-        The :class:`~nbhelpers.media.MediaInfo` of the converted file (``media_dir / video-25fps.mp4``).
 
     Raises:
         InputError: ``video`` does not exist.
@@ -102,20 +80,16 @@ def keep_video(video: str | os.PathLike):
 
 
 def check(result: Any, *, audio: str | os.PathLike | None = None, **expected: Any) -> str:
-    """A notebook's final check: this run produced its result (:func:`nbhelpers.env.check_result`).
+    """A notebook's final check that this run produced its result; returns a one-line summary.
 
     Args:
         result: What the notebook made (a result with an ``output``, an avatar, a table, a path).
-        audio: The speech the result was made from: its duration (probed) is the one the video must have, within
-            one frame (1/25 s).
-        **expected: ``frames``, ``duration_s``, ``from_cache``, ``min_rows``, ``since`` as in
-            :func:`~nbhelpers.env.check_result`.
-
-    Returns:
-        A one-line summary of what was checked.
+        audio: The speech the result was made from: the video must last as long, within 1/25 s.
+        **expected: ``frames``, ``duration_s``, ``from_cache``, ``min_rows``, ``since``, as in
+            :func:`nbhelpers.env.check_result`.
 
     Raises:
-        ResultCheckError: A check failed (the message names it and what to look at).
+        ResultCheckError: A check failed.
         MediaError: ``audio`` cannot be probed.
     """
     if audio is not None:
