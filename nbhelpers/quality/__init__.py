@@ -1,27 +1,12 @@
 """Quality: is a clip in sync? SyncNet's LSE-D / LSE-C and a weight-free mouth-follows-voice check.
 
-This package measures the audio-visual sync of a finished (or source) clip; it renders nothing
-(:func:`nbhelpers.ui.plot_sync` draws a :class:`MouthAudioLag`).
+- :func:`sync_score`: SyncNet v2 with the published ``syncnet_python`` evaluation protocol; needs the optional
+  ``quality`` weight set (``syncnet/syncnet_v2.model``).
+- :func:`mouth_audio_lag`: no weights; the inner-lip opening against the speech envelope.
 
-- :func:`sync_score` (``sync``): the field's measure, SyncNet v2 (Chung & Zisserman, "Out of time", 2016) run with
-  the published evaluation protocol of ``syncnet_python``: face crops (``crops``), MFCCs (``mfcc``), the network
-  (``network``, loaded by ``syncnet``) and the offset search. It needs the optional ``quality`` weight set
-  (``syncnet/syncnet_v2.model``).
-- :func:`mouth_audio_lag` (``lag``): no weights. The inner-lip opening per frame against the speech envelope,
-  and the lag where they correlate best.
-
-Both take the embedding/landmark step as an argument (``model=``, ``track=``) so the protocol can be tested with
-injected models, and both return a result dataclass that shows itself.
-
-Sign conventions (the two measures report opposite signs, as their sources do):
-
-- ``SyncScore.offset_frames`` is syncnet_python's "AV offset": video window ``i`` matches audio window
-  ``i - offset``; positive = the sound comes *earlier* than the picture.
-- ``MouthAudioLag.lag_frames``: positive = the sound comes *later* than the mouth (the audio is delayed).
-  ``SyncScore.audio_delay_frames`` (= -offset) is on this scale.
-
-Importing this package imports numpy only; torch and the network (:class:`nbhelpers.quality.network.SyncNetV2`)
-are loaded when SyncNet is built.
+Signs: ``SyncScore.offset_frames`` is syncnet_python's AV offset (positive = the sound comes *earlier* than the
+picture); ``MouthAudioLag.lag_frames`` and ``SyncScore.audio_delay_frames`` are positive when the sound comes
+*later*. Importing this package imports numpy only; torch loads when SyncNet is built.
 """
 
 from __future__ import annotations

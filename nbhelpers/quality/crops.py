@@ -36,23 +36,22 @@ def _medfilt(x: np.ndarray, kernel: int) -> np.ndarray:
 
 
 def smooth_face_boxes(boxes: np.ndarray) -> np.ndarray:
-    """Crop squares per frame from face boxes, as the published pipeline smooths them.
+    """Crop squares per frame from face boxes, smoothed as the published pipeline does.
 
-    Missing frames (NaN rows) are filled by linear interpolation between the nearest detections (runs of more
-    than 25 frames cannot be bridged); then the half-size ``s = max(w, h) / 2`` and the centre ``(x, y)`` are
-    median-filtered over 13 frames (zero padding at the ends, as ``scipy.signal.medfilt``).
+    NaN rows are filled by linear interpolation; then half-size ``s = max(w, h) / 2`` and centre are median-filtered
+    over 13 frames (zero padding at the ends, as ``scipy.signal.medfilt``).
 
     Args:
         boxes: (N, 4) float ``(x1, y1, x2, y2)`` pixels, NaN rows where no face was found.
 
     Returns:
-        (N, 3) float64 ``(s, x, y)``: half-size and centre in pixels.
+        (N, 3) float64 ``(s, x, y)``, pixels.
 
     Raises:
-        InputError: Wrong shape, no face in any frame, or a gap of more than 25 frames without a face.
+        InputError: Wrong shape, or a gap of more than 25 frames without a face.
+        NoFaceError: No face in any frame.
 
-    Source: syncnet_python run_pipeline.py ``track_shot`` (``interp1d`` over the track, ``num_failed_det`` 25) and
-    ``crop_video`` (``medfilt(kernel_size=13)``).
+    Source: syncnet_python ``run_pipeline.py`` ``track_shot`` and ``crop_video``.
     """
     b = np.asarray(boxes, dtype=np.float64)
     if b.ndim != 2 or b.shape[1] != 4 or b.shape[0] == 0:
@@ -76,23 +75,19 @@ def smooth_face_boxes(boxes: np.ndarray) -> np.ndarray:
 
 
 def protocol_crops(frames: np.ndarray, squares: np.ndarray) -> np.ndarray:
-    """Cut the 224x224 SyncNet face crops: the box widened by 40 % each side and 80 % below, grey-padded.
+    """The (n, 224, 224, 3) uint8 BGR SyncNet face crops: the box widened by 40 % each side and 80 % below.
 
-    For half-size ``s`` and centre ``(x, y)``: rows ``y - s`` to ``y + 1.8 s``, columns ``x - 1.4 s`` to
-    ``x + 1.4 s`` of the frame padded with ``int(1.8 s)`` pixels of grey 110 (indices truncated to int as the
-    published code does), resized to 224x224 with bilinear interpolation (cv2.INTER_LINEAR).
+    Rows ``y - s`` to ``y + 1.8 s`` and columns ``x - 1.4 s`` to ``x + 1.4 s`` of the frame padded with grey 110
+    (indices truncated as published), resized bilinearly.
 
     Args:
         frames: (n, H, W, 3) uint8 BGR.
         squares: (n, 3) float ``(s, x, y)`` from :func:`smooth_face_boxes`.
 
-    Returns:
-        (n, 224, 224, 3) uint8 BGR.
-
     Raises:
-        InputError: Shapes that do not match.
+        InputError: Shapes that do not match, or an empty crop.
 
-    Source: syncnet_python run_pipeline.py ``crop_video`` (crop_scale 0.4).
+    Source: syncnet_python ``run_pipeline.py`` ``crop_video``.
     """
     import cv2
 

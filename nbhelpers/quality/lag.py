@@ -1,10 +1,4 @@
-"""Does the mouth follow the voice? The lag between the inner-lip opening and the speech envelope (no weights).
-
-The inner-lip opening per frame (68 landmarks from a face backend, divided by the outer-eye-corner distance)
-against the speech envelope (log RMS per 40 ms video frame), both high-passed; the lag is the peak of their
-normalised cross-correlation, reported with its correlation, peak-to-sidelobe ratio and a z score that allows for
-the signals' autocorrelation. Positive lag = the sound comes *later* than the mouth.
-"""
+"""Does the mouth follow the voice? The lag between the inner-lip opening and the speech envelope (no weights)."""
 
 from __future__ import annotations
 
@@ -37,21 +31,16 @@ class MouthAudioLag:
     """How the mouth opening follows the speech envelope, frame by frame.
 
     Attributes:
-        lag_frames: The lag of the correlation peak in video frames (40 ms); positive = the sound comes later
-            than the mouth. ``mouth[t]`` pairs best with ``envelope[t + lag]``.
-        peak_correlation: Pearson correlation at that lag, in [-1, 1] (of the high-passed signals).
-        peak_to_sidelobe: ``(peak - mean(sidelobes)) / std(sidelobes)`` over the lags more than 2 frames from
-            the peak: how much the peak stands out.
-        z_score: ``atanh(peak) * sqrt(n_eff - 3)``, with ``n_eff`` the frame count reduced for the two signals'
-            autocorrelation (Bartlett): about 0 for unrelated signals.
-        reliable: ``z_score >= 3.5`` (a chance peak among 31 lags reaches it about 5 % of the time) and a
-            positive peak.
-        lags: (2 * max_lag + 1,) int, the lags searched, ascending.
+        lag_frames: Lag of the correlation peak in 40 ms video frames: ``mouth[t]`` pairs best with
+            ``envelope[t + lag]``; positive = the sound comes later than the mouth.
+        peak_correlation: Pearson correlation at that lag, in [-1, 1].
+        peak_to_sidelobe: ``(peak - mean(sidelobes)) / std(sidelobes)`` over lags more than 2 frames from the peak.
+        z_score: ``atanh(peak) * sqrt(n_eff - 3)``, ``n_eff`` reduced for autocorrelation (Bartlett).
+        reliable: ``z_score >= 3.5`` and a positive peak.
+        lags: (2 * max_lag + 1,) int, ascending.
         correlations: (2 * max_lag + 1,) float64, the correlation at each lag.
-        mouth: (N,) float64, inner-lip opening per frame divided by the outer-eye-corner distance (NaN where no
-            face was found).
-        envelope: (N,) float64, the speech envelope per video frame in dB (log RMS, floored 60 dB below its
-            loudest frame).
+        mouth: (N,) float64 inner-lip opening / outer-eye-corner distance, NaN where no face was found.
+        envelope: (N,) float64 speech envelope in dB, floored 60 dB below its loudest frame.
         fps: Frames per second of both curves (25).
         n_frames: N.
         backend: The landmark backend used.
@@ -86,22 +75,17 @@ class MouthAudioLag:
 
 
 def mouth_opening(landmarks: np.ndarray) -> np.ndarray:
-    """Inner-lip opening per frame in face-size units.
-
-    The mean vertical gap between the three upper and lower inner-lip points (iBUG 68, 0-based: 61-67, 62-66,
-    63-65) divided by the distance between the outer eye corners (36, 45), which does not change as the mouth
-    opens and scales with the face.
+    """Inner-lip opening per frame in face-size units: the mean gap of inner-lip points 61-67, 62-66, 63-65
+    (iBUG 68, 0-based) over the outer-eye-corner distance (36-45).
 
     Args:
         landmarks: (N, 68, 2) float ``(x, y)`` pixels, NaN for frames with no face.
 
     Returns:
-        (N,) float64, typically 0 (closed) to about 0.5 (wide open); NaN where the landmarks are NaN.
+        (N,) float64, 0 (closed) to about 0.5 (wide open); NaN where the landmarks are NaN.
 
     Raises:
         InputError: Not (N, 68, 2).
-
-    Source: none in MuseTalk; the iBUG 300-W point order (inner lip 60-67).
     """
     lm = np.asarray(landmarks, dtype=np.float64)
     if lm.ndim != 3 or lm.shape[1:] != (68, 2):
@@ -114,21 +98,20 @@ def mouth_opening(landmarks: np.ndarray) -> np.ndarray:
 
 def speech_envelope(waveform: np.ndarray, n_frames: int, sample_rate: int = SAMPLE_RATE, fps: int = FPS, *,
                     start_frame: int = 0) -> np.ndarray:
-    """The speech envelope per video frame: log RMS in dB of each frame's 40 ms of samples.
+    """The speech envelope per video frame: log RMS in dB (0 dB = RMS 1) of each frame's samples.
 
-    Frame ``t`` covers samples ``[t * sr / fps, (t + 1) * sr / fps)``; samples before the start or past the end
-    of the waveform count as silence. The result is floored 60 dB below the loudest frame, so pauses do not
-    dominate.
+    Frame ``t`` covers samples ``[t * sr / fps, (t + 1) * sr / fps)``, silence outside the waveform; floored 60 dB
+    below the loudest frame.
 
     Args:
         waveform: (L,) float samples.
         n_frames: N, the number of frames wanted.
-        sample_rate: Hz.
+        sample_rate: Hz, a multiple of ``fps``.
         fps: Video frames per second.
-        start_frame: Index of the first frame wanted (negative = before the sound starts, silence).
+        start_frame: First frame wanted (negative = before the sound starts).
 
     Returns:
-        (N,) float64 dB (0 dB = full-scale RMS 1), frames ``start_frame .. start_frame + N - 1``.
+        (N,) float64 dB for frames ``start_frame .. start_frame + N - 1``.
 
     Raises:
         InputError: Bad shapes or rates.
@@ -182,28 +165,18 @@ def mouth_audio_lag(video: Any, audio: Any = None, *, track: Any = None, backend
                     device: str | None = None) -> MouthAudioLag:
     """The lag between the mouth opening and the speech envelope, from their cross-correlation (no weights).
 
-    1. Landmarks per frame (``track`` if given, else :func:`nbhelpers.faces.track` with ``backend``); the mouth
-       curve is :func:`mouth_opening` (inner-lip gap / eye-corner distance); frames with no face are filled by
-       linear interpolation.
-    2. The voice curve is :func:`speech_envelope` (log RMS dB per 40 ms frame).
-    3. Both are high-passed (a centred 1 s moving average subtracted: head motion, phrase loudness and slow drift
-       carry no sync information) and correlated (Pearson over all N frames) at each lag ``-max_lag..max_lag``:
-       ``r(L) = corr(mouth[t], envelope[t + L])``, the envelope reaching past the clip's ends as silence, so each
-       lag uses the same mouth frames and shifting the sound by d frames moves the lag by exactly d.
-    4. The lag is the maximum of ``r``. Confidence: the peak ``r``, its peak-to-sidelobe ratio, and a z score
-       ``atanh(r) * sqrt(n_eff - 3)`` with ``n_eff`` reduced for the curves' autocorrelation (Bartlett); the lag is
-       ``reliable`` when z >= 3.5 and r > 0. A mouth that does not move with the voice gives a lag at the noise
-       level: read ``reliable`` before the lag.
+    Both curves (:func:`mouth_opening`, gaps interpolated, and :func:`speech_envelope`) lose a centred 1 s moving
+    average, then ``r(L) = corr(mouth[t], envelope[t + L])`` over all N frames for ``L = -max_lag..max_lag``, the
+    envelope reaching past the clip as silence. The lag is the maximum of ``r``; read ``reliable`` before the lag.
 
     Args:
-        video: A video path (25 fps) or (N, H, W, 3) uint8 BGR frames; only used for landmarks when ``track`` is
-            None, and for the sound when ``audio`` is None.
+        video: A video path (25 fps) or (N, H, W, 3) uint8 BGR frames; used for landmarks when ``track`` is None and
+            for the sound when ``audio`` is None.
         audio: A speech file, a (L,) 16 kHz waveform, or None for the video's sound.
-        track: A :class:`nbhelpers.faces.FaceTrack` or (N, 68, 2) landmarks already computed for ``video``.
-        backend: Landmark backend when ``track`` is None (``"auto"``, ``"dlib"``, ``"dwpose-onnx"``, ...).
+        track: A :class:`nbhelpers.faces.FaceTrack` or (N, 68, 2) landmarks of ``video``.
+        backend: Landmark backend when ``track`` is None.
         weights_dir: Weights dir for the landmark backend.
-        max_lag: Largest lag searched, frames; None = 15 (+-0.6 s), or less for a clip under 40 frames
-            (``(N - 10) // 2``, so a short clip still gets a lag).
+        max_lag: Largest lag searched, frames; None = 15, or ``(N - 10) // 2`` for a clip under 40 frames.
         device: Device of the landmark backend.
 
     Returns:
@@ -213,8 +186,7 @@ def mouth_audio_lag(video: Any, audio: Any = None, *, track: Any = None, backend
         InputError: Bad inputs, fewer than ``2 * max_lag + 10`` frames, or landmarks of the wrong shape.
         NoFaceError: No face in any frame.
 
-    Source: none in MuseTalk; the idea that mouth opening follows the acoustic envelope with a short lead is from
-    Chandrasekaran et al., "The natural statistics of audiovisual speech" (PLoS Comput Biol 2009).
+    Source: Chandrasekaran et al., "The natural statistics of audiovisual speech", PLoS Comput Biol 2009.
     """
     if max_lag is not None and (not isinstance(max_lag, (int, np.integer)) or max_lag < 1):
         raise InputError(f"max_lag must be a positive integer (frames); got {max_lag!r}.")

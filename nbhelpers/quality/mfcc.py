@@ -59,26 +59,22 @@ def _dct2_ortho(n: int, keep: int) -> np.ndarray:
 def mfcc(waveform: np.ndarray, sample_rate: int = SAMPLE_RATE, *, int16_scale: bool = True) -> np.ndarray:
     """13 MFCCs at 100 Hz, as ``python_speech_features.mfcc(signal, sample_rate)`` computes them by default.
 
-    Steps: pre-emphasis 0.97; frames of 25 ms every 10 ms, the last one zero-padded (``1 + ceil((L - 400) / 160)``
-    frames at 16 kHz), rectangular window; power spectrum ``|rfft_512|^2 / 512``; 26 triangular mel filters from
-    0 Hz to ``sr / 2``; log; orthonormal DCT-II, first 13; sinusoidal lifter 22; coefficient 0 replaced by the
-    log of the frame's total power. Zero energies become float64 eps before the log.
+    Pre-emphasis 0.97; 25 ms frames every 10 ms, the last zero-padded, rectangular window; ``|rfft_512|^2 / 512``;
+    26 mel filters from 0 Hz to ``sr / 2``; log (zeros become eps); orthonormal DCT-II, first 13; lifter 22;
+    coefficient 0 replaced by the log frame energy.
 
     Args:
-        waveform: (L,) mono samples. Float samples in [-1, 1] are multiplied by 32768 and rounded to int16 when
-            ``int16_scale`` (the protocol reads 16-bit PCM: coefficient 0 depends on the scale, and digital silence
-            must stay exactly 0); int16 arrays are used as they are.
+        waveform: (L,) mono samples; int16 arrays are used as they are.
         sample_rate: Hz (16000 in the protocol).
-        int16_scale: Scale float input to the int16 range (default True).
+        int16_scale: Scale float samples in [-1, 1] by 32768 and round, as the protocol reads 16-bit PCM.
 
     Returns:
         (13, T) float32, T = number of 10 ms frames.
 
     Raises:
-        InputError: Not a 1-D array, empty, or a bad sample rate.
+        InputError: Not a non-empty 1-D array, or a bad sample rate.
 
-    Source: syncnet_python SyncNetInstance.py (``python_speech_features.mfcc(audio, sample_rate)`` on the
-    ``wavfile.read`` int16 samples); python_speech_features 0.6 ``base.mfcc``/``fbank``, ``sigproc.framesig``.
+    Source: syncnet_python ``SyncNetInstance.py``; python_speech_features 0.6 ``base.mfcc``, ``sigproc.framesig``.
     """
     x = np.asarray(waveform)
     if x.ndim != 1 or x.size == 0:

@@ -22,20 +22,10 @@ def _conv_bn(conv: nn.Module, channels: int, bn: type[nn.Module], pool: nn.Modul
 class SyncNetV2(nn.Module):
     """SyncNet v2, the model of ``syncnet_v2.model``: an audio and a lip stream, 1024-d embeddings each.
 
-    Layer order and indices are those of the published ``SyncNetModel.S`` so the checkpoint's names
-    (``netcnnaud.0.weight`` ... ``netcnnlip.19.running_var``) load unchanged:
+    Layer order and indices are those of the published ``SyncNetModel.S``, so the checkpoint's names
+    (``netcnnaud.0.weight`` ... ``netcnnlip.19.running_var``) load unchanged.
 
-    - ``netcnnaud`` (MFCC (B, 1, 13, 20) -> (B, 512, 1, 1)): conv 3x3 64, BN, ReLU, max-pool 1x1; conv 3x3 192,
-      BN, ReLU, max-pool 3x3 stride (1, 2); conv 3x3 384, BN, ReLU; conv 3x3 256, BN, ReLU; conv 3x3 256, BN,
-      ReLU, max-pool 3x3 stride 2; conv (5, 4) 512 no padding, BN, ReLU.
-    - ``netfcaud`` / ``netfclip``: linear 512->512, BN1d, ReLU, linear 512->1024.
-    - ``netcnnlip`` (frames (B, 3, 5, 224, 224) -> (B, 512, 1, 1, 1)): conv3d (5, 7, 7) 96 stride (1, 2, 2),
-      BN, ReLU, max-pool (1, 3, 3) stride (1, 2, 2); conv3d (1, 5, 5) 256 stride (1, 2, 2) padding (0, 1, 1),
-      BN, ReLU, max-pool (1, 3, 3) stride (1, 2, 2) padding (0, 1, 1); three conv3d (1, 3, 3) 256 padding
-      (0, 1, 1) with BN and ReLU, max-pool (1, 3, 3) stride (1, 2, 2) after the third; conv3d (1, 6, 6) 512,
-      BN, ReLU.
-
-    Source: syncnet_python SyncNetModel.py (class ``S``, ``num_layers_in_fc_layers=1024``).
+    Source: syncnet_python ``SyncNetModel.py`` (class ``S``).
     """
 
     def __init__(self, embedding: int = 1024):

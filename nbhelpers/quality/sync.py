@@ -1,10 +1,4 @@
-"""SyncNet's LSE-D and LSE-C of a clip, with the published evaluation protocol of ``syncnet_python``.
-
-Face crops (:mod:`~nbhelpers.quality.crops`) in stacks of 5 frames and 13 MFCCs at 100 Hz in 20-step windows
-(:mod:`~nbhelpers.quality.mfcc`) are embedded by SyncNet; the distances between the two embeddings at every
-offset of +-15 frames give LSE-D (the smallest mean distance), LSE-C (the median minus that minimum) and the
-offset of the minimum.
-"""
+"""SyncNet's LSE-D and LSE-C of a clip, with the published evaluation protocol of ``syncnet_python``."""
 
 from __future__ import annotations
 
@@ -36,22 +30,20 @@ SAMPLES_PER_FRAME = SAMPLE_RATE // FPS  # 640 samples of 16 kHz audio per 25 fps
 
 @dataclasses.dataclass(frozen=True)
 class SyncScore:
-    """SyncNet's verdict on one clip (the published LSE protocol).
+    """SyncNet's verdict on one clip.
 
     Attributes:
-        lse_d: LSE-D, the smallest mean embedding distance over the offsets (lower = better sync; published
-            real videos are around 6-7, good lip-sync models 6.5-8).
-        lse_c: LSE-C, median of the mean distances minus their minimum (higher = more confident; around 6-8 for
-            real talking heads, below about 2 means SyncNet sees no sync).
-        offset_frames: syncnet_python's AV offset at the minimum, in video frames (40 ms): video window ``i``
-            matches audio window ``i - offset``; positive = the sound comes earlier than the picture.
-        offsets: (2 * vshift + 1,) int, the offsets searched, ``+vshift`` down to ``-vshift`` (the order of
-            ``mean_distances``).
-        mean_distances: (2 * vshift + 1,) float64, the mean distance at each offset.
-        frame_distances: (W,) float64, the per-window distance at the chosen offset.
-        n_windows: W, the number of 5-frame windows compared.
+        lse_d: LSE-D, the smallest mean embedding distance over the offsets (lower = better sync).
+        lse_c: LSE-C, median of the mean distances minus their minimum (higher = more confident; below about 2
+            SyncNet sees no sync).
+        offset_frames: syncnet_python's AV offset at the minimum, in 40 ms frames: video window ``i`` matches audio
+            window ``i - offset``.
+        offsets: (2 * vshift + 1,) int, ``+vshift`` down to ``-vshift`` (the order of ``mean_distances``).
+        mean_distances: (2 * vshift + 1,) float64, mean distance at each offset.
+        frame_distances: (W,) float64, per-window distance at the chosen offset.
+        n_windows: W, 5-frame windows compared.
         detector: Where the face boxes came from (``"s3fd"``, ``"dlib"``, ``"boxes"``).
-        notes: Departures from the published protocol that apply to this run.
+        notes: Departures from the published protocol in this run.
     """
 
     lse_d: float
@@ -87,29 +79,23 @@ class SyncScore:
 
 def score_embeddings(video_embeddings: np.ndarray, audio_embeddings: np.ndarray, vshift: int = VSHIFT, *,
                      detector: str = "", notes: Sequence[str] = ()) -> SyncScore:
-    """LSE-D, LSE-C and the offset from per-window embeddings, exactly as syncnet_python computes them.
+    """LSE-D, LSE-C and the offset from per-window embeddings, as syncnet_python computes them.
 
-    For each video window ``i`` and each ``j`` in ``0..2*vshift``, the distance ``||v_i - a_{i+j-vshift} +
-    1e-6||_2`` (torch's ``pairwise_distance``), where audio embeddings outside ``0..W-1`` are zero vectors (the
-    published code zero-pads). The mean over ``i`` gives one distance per offset; LSE-D is its minimum at index
-    ``j*``, the offset is ``vshift - j*``, LSE-C is ``median - minimum`` (torch's median: the lower middle value
-    of the 2*vshift+1 values).
+    Distance ``||v_i - a_{i+j-vshift} + 1e-6||_2`` for ``j`` in ``0..2*vshift`` (zero audio embeddings outside the
+    clip), averaged over ``i``; LSE-D is the minimum at ``j*``, the offset ``vshift - j*``, LSE-C the lower median
+    minus the minimum.
 
     Args:
-        video_embeddings: (W, D) float, one per 5-frame window (window ``i`` starts at frame ``i``).
-        audio_embeddings: (W, D) float, one per 20-step MFCC window (window ``i`` starts at MFCC step ``4 i``).
-        vshift: Largest offset searched, frames (15 in the published evaluation).
+        video_embeddings: (W, D) float, one per 5-frame window.
+        audio_embeddings: (W, D) float, one per 20-step MFCC window (starting at step ``4 i``).
+        vshift: Largest offset searched, frames.
         detector: Recorded in the result.
         notes: Recorded in the result.
-
-    Returns:
-        A :class:`SyncScore`.
 
     Raises:
         InputError: Shapes that differ or are not 2-D, no windows, or a negative vshift.
 
-    Source: syncnet_python SyncNetInstance.py ``calc_pdist`` and ``evaluate`` (``mdist = mean(stack(dists, 1), 1)``,
-    ``offset = vshift - minidx``, ``conf = median(mdist) - minval``); run_syncnet.py (vshift 15).
+    Source: syncnet_python ``SyncNetInstance.py`` ``calc_pdist`` and ``evaluate``.
     """
     v = np.asarray(video_embeddings, dtype=np.float64)
     a = np.asarray(audio_embeddings, dtype=np.float64)
@@ -139,46 +125,30 @@ def sync_score(video: Any, audio: Any = None, *, model: SyncEmbedder | None = No
                device: str | None = None, vshift: int = VSHIFT, batch_size: int = BATCH_WINDOWS) -> SyncScore:
     """LSE-D, LSE-C and the AV offset of a clip with SyncNet v2, following the published evaluation protocol.
 
-    Steps (syncnet_python run_pipeline.py + SyncNetInstance.py, as Wav2Lip and LatentSync evaluate):
-
-    1. Face boxes: S3FD on each frame scaled by 0.25, the best face with score > 0.9 (or ``boxes=``, or a
-       landmark backend's face box); gaps of up to 25 frames interpolated; size and centre median-filtered over
-       13 frames (:func:`smooth_face_boxes`).
-    2. Crops: 224x224 BGR with 40 % margin, more below the chin (:func:`protocol_crops`).
-    3. Audio: 16 kHz mono at int16 scale, 13 MFCCs at 100 Hz (:func:`mfcc`).
-    4. ``min(N, floor(L / 640)) - 5`` windows (the published count, one short of what would fit): window ``i``
-       holds frames ``i..i+4`` and MFCC steps ``4i..4i+19``; each gets a 1024-d embedding from ``model``.
-    5. :func:`score_embeddings` over offsets -vshift..+vshift.
-
-    Departures from the published pipeline (none changes the maths): frames are decoded straight from the
-    video at 25 fps instead of through JPEG files and an XVID/MP4V re-encode of the crops; there is no scene
-    cut detection or multi-person tracking (the clip is one shot of one face, as lip-sync output is); the
-    100-frame minimum track length is not enforced (short clips are scored, with fewer windows).
+    Face boxes (S3FD at scale 0.25, score > 0.9, or ``boxes=``) smoothed (:func:`smooth_face_boxes`), 224x224 crops
+    (:func:`protocol_crops`), 13 MFCCs at 100 Hz (:func:`mfcc`); ``min(N, floor(L / 640)) - 5`` windows of 5 frames
+    and 20 MFCC steps embedded by ``model``, then :func:`score_embeddings`. Frames are decoded directly (no JPEG
+    round trip) and there is no shot detection or person tracking: the clip is one shot of one face.
 
     Args:
         video: A video path (decoded at 25 fps) or (N, H, W, 3) uint8 BGR frames at 25 fps.
         audio: A speech file, a (L,) 16 kHz waveform (float in [-1, 1], or int16), or None for the video's sound.
-        model: A :class:`SyncEmbedder`; None loads SyncNet v2 from ``weights_dir`` (:func:`load_syncnet`).
+        model: A :class:`SyncEmbedder`; None loads SyncNet v2 from ``weights_dir``.
         weights_dir: The weights dir (SyncNet and S3FD files); None = the default.
-        detector: ``"auto"`` (S3FD when its weights are present, else dlib with a note), ``"s3fd"``, or a landmark
-            backend name (``"dlib"``, ``"dwpose-onnx"``...). Ignored when ``boxes`` is given.
-        boxes: Face boxes instead of detection: one ``(x1, y1, x2, y2)`` for the clip (bare, or a list holding
-            just it) or (N, 4) per frame (rows of NaN or -1 = no face), full-frame pixels.
+        detector: ``"auto"`` (S3FD when its weights are present, else dlib), ``"s3fd"``, or a landmark backend name;
+            ignored with ``boxes``.
+        boxes: Face boxes in frame pixels: one ``(x1, y1, x2, y2)`` for the clip, or (N, 4) (rows of NaN or -1 = no
+            face).
         device: Device of the models; None = CUDA when available.
-        vshift: Largest offset searched, frames (15 published).
-        batch_size: Windows per model call (20 published).
-
-    Returns:
-        A :class:`SyncScore`.
+        vshift: Largest offset searched, frames.
+        batch_size: Windows per model call.
 
     Raises:
-        InputError: A bad video, audio, boxes or argument, or a clip shorter than 6 frames / 0.24 s of audio.
+        InputError: A bad video, audio, boxes or argument, or under 6 frames / 0.24 s of audio.
         NoFaceError: No face in any frame.
-        WeightsError: ``model`` is None and the SyncNet (or S3FD) weights are missing: the message names
-            ``python -m nbhelpers download --sets quality``.
+        WeightsError: ``model`` is None and the SyncNet (or S3FD) weights are missing.
 
-    Source: syncnet_python run_pipeline.py, SyncNetInstance.py ``evaluate``, run_syncnet.py; Wav2Lip
-    evaluation/README.md and LatentSync eval/syncnet (LSE-D = min distance, LSE-C = confidence).
+    Source: syncnet_python ``run_pipeline.py``, ``SyncNetInstance.py`` ``evaluate``, ``run_syncnet.py``.
     """
     check_video(video)
     if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:

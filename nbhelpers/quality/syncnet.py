@@ -1,7 +1,6 @@
 """SyncNet v2's weight file: what a model must offer, loading the published file, and a writer of random weights.
 
-Importing this module imports numpy only; torch and the network (:mod:`nbhelpers.quality.network`) are loaded when
-SyncNet is built.
+Importing this module loads no torch; the network (:mod:`nbhelpers.quality.network`) loads when SyncNet is built.
 """
 
 from __future__ import annotations
@@ -39,29 +38,24 @@ def _download_hint() -> str:
 
 
 def load_syncnet(weights_dir: str | os.PathLike | None = None, device: str | None = None) -> Any:
-    """Build SyncNet v2 and load ``syncnet/syncnet_v2.model`` unchanged; returns a :class:`SyncEmbedder`.
+    """Build SyncNet v2 (float32, eval mode) and load ``syncnet/syncnet_v2.model`` unchanged.
 
-    Loading goes through :func:`nbhelpers.models.load_checkpoint`: the file is inspected first (web pages, git-lfs
-    pointers and cut-off files are refused) and read with ``torch.load(weights_only=True)``, which unpickles
-    tensors and plain containers only. The published file is a state dict (syncnet_python's ``loadParameters``
-    iterates ``loaded_state.items()`` and copies each tensor into the model; current syncnet_python and
-    LatentSync load it with ``weights_only=True``), so no code is ever unpickled from it. Only if a file were a
-    full pickle would ``load_checkpoint`` unpickle it, and then only when its sha256 equals the one the hub
-    reported at download time; a non-state-dict result is refused. The checkpoint may come from torch < 0.4.1
-    without BatchNorm ``num_batches_tracked`` entries (unused in eval mode); they are then kept at 0.
+    Read through :func:`nbhelpers.models.load_checkpoint` (the published file is a plain state dict); missing
+    BatchNorm ``num_batches_tracked`` entries of a pre-0.4.1 torch file are kept at 0.
 
     Args:
         weights_dir: The weights dir; None = :func:`nbhelpers.weights.default_dir`.
         device: ``"cuda"``, ``"cpu"``...; None = CUDA when available.
 
     Returns:
-        A :class:`SyncEmbedder` (``embed_video``, ``embed_audio``) wrapping the network in eval mode, float32.
+        A :class:`SyncEmbedder` wrapping the network.
 
     Raises:
-        WeightsError: The file is missing (the message gives the download command) or unreadable.
+        MissingDependencyError: torch is not installed.
+        WeightsError: The file is missing (with the download command) or unreadable.
         CheckpointError: Names or shapes differ from SyncNet v2's.
 
-    Source: syncnet_python SyncNetInstance.py ``loadParameters``; download_model.sh (``syncnet_v2.model``).
+    Source: syncnet_python ``SyncNetInstance.py`` ``loadParameters``.
     """
     import torch
 
@@ -93,19 +87,16 @@ def load_syncnet(weights_dir: str | os.PathLike | None = None, device: str | Non
 def write_tiny_syncnet(directory: str | os.PathLike, *, seed: int = 0, legacy: bool = True) -> Path:
     """Write ``<directory>/syncnet/syncnet_v2.model``: random weights in the published architecture and format.
 
-    SyncNet v2 is small (13.6 M parameters, about 52 MB), so this is the real network. The file is a plain state
-    dict without ``num_batches_tracked`` (as a pre-0.4.1 torch saved it), in the legacy (non-zip) torch format by
-    default, the format of a 2018 file.
+    SyncNet v2 is small (about 52 MB), so this is the real network, saved as a plain state dict without
+    ``num_batches_tracked``.
 
     Args:
         directory: The weights dir.
         seed: Seed of the random weights.
-        legacy: Write the legacy pickle format (``_use_new_zipfile_serialization=False``); False = zip format.
+        legacy: Write the legacy non-zip torch format, as the published file; False = zip.
 
     Returns:
-        The path written (under a temporary name, then renamed).
-
-    Source: syncnet_python SyncNetModel.py (the architecture), download_model.sh (the file name).
+        The path written (through a temporary name).
     """
     import torch
 
