@@ -23,8 +23,6 @@ PACKAGE = Path(__file__).resolve().parents[1] / "nbhelpers"
 # them and empties this set. Keys are "module:qualname".
 KNOWN_MISMATCHES: set[str] = {
     "nbhelpers.engine:render",
-    "nbhelpers.ui.plots:compare_restore",
-    "nbhelpers.ui.plots:plot_timings",
 }
 
 _NAME = r"\*{0,2}[A-Za-z_][A-Za-z0-9_]*"

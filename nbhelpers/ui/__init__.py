@@ -1,11 +1,5 @@
 """Notebook front end: a settings panel that only sets parameters, inline video and audio, and charts.
 
-- ``panel``: :func:`settings_panel` edits an :class:`~nbhelpers.config.InferenceConfig` and nothing else (widgets
-  when ipywidgets is there, a table of values otherwise).
-- ``media`` (and :mod:`nbhelpers.display`): :func:`show_video`, :func:`show_audio`, :func:`side_by_side`.
-- ``plots``: :func:`plot_timings`, :func:`plot_sync`, :func:`plot_faces`, :func:`compare_restore`,
-  :func:`fps_table`.
-
 Importing this package imports numpy only; ipywidgets, IPython and matplotlib are imported when used.
 """
 

@@ -18,7 +18,7 @@ __all__ = ["AudioView", "SideBySide", "show_audio", "side_by_side"]
 
 @dataclass(frozen=True)
 class AudioView:
-    """An audio file shown as an inline ``<audio controls>`` player (embedded up to ``max_embed_mb``).
+    """An audio file shown as an inline ``<audio controls>`` player.
 
     Attributes:
         path: The file.
@@ -67,17 +67,14 @@ class SideBySide:
 
 def side_by_side(source: Any, result: Any, *, titles: Sequence[str] = ("source", "result"),
                  max_embed_mb: float = 10, width: int = 360) -> SideBySide:
-    """Show the source and the result next to each other (video or photo on either side).
+    """Show the source and the result (video or photo on either side) next to each other.
 
     Args:
         source: The input video or photo path.
         result: The output path, or a result with an ``output`` path.
         titles: Captions of the two sides.
-        max_embed_mb: Per-file embedding limit in MB (see :func:`show_video`).
+        max_embed_mb: Per-file embedding limit in MB.
         width: Display width of each side in pixels.
-
-    Returns:
-        A :class:`SideBySide` view.
 
     Raises:
         InputError: A file does not exist.

@@ -1,8 +1,7 @@
 """The settings panel: widgets (or plain values) that edit an :class:`~nbhelpers.config.InferenceConfig`, nothing else.
 
-The work runs in the next cell, never in a widget callback, so *Run all*, papermill and nbval do exactly what a
-person does. With no person (or no ipywidgets) the same panel takes its values from a dict
-(``settings_panel(plan, values={...})``) and shows a table. It works on ipywidgets 7.7 (Colab) and 8.x.
+The work runs in the next cell, never in a widget callback, so *Run all*, papermill and nbval do what a person
+does. Headless, the same panel takes its values from a dict and shows a table. Works on ipywidgets 7.7 and 8.x.
 """
 
 from __future__ import annotations
@@ -47,8 +46,8 @@ _ENCODER_TEXT = {"libx264": "libx264 medium (official, CRF 18)", "libx264-fast":
 RESTORE_CHOICES = [("off", None), ("GFPGAN v1.4", "gfpgan"), ("RestoreFormer", "restoreformer"),
                    ("CodeFormer (non-commercial licence)", "codeformer")]
 PANEL_FIELDS = tuple(_LABELS)
-# The restore dropdown's value for "off": ipywidgets 8 reads a Dropdown value of None as "nothing selected" and
-# shows an empty box (seen in the browser test), so the widget holds this string and the panel reports None.
+# The restore dropdown holds this for "off" (ipywidgets 8 shows a value of None as an empty box); the panel
+# reports None.
 _RESTORE_OFF = "off"
 
 
@@ -73,13 +72,10 @@ class _Plain:
 
 
 class SettingsPanel:
-    """Widgets (or plain values) for the inference settings; ``.config`` is the resulting config.
-
-    Build it with :func:`settings_panel`. Displaying it shows the controls (or a table without ipywidgets);
-    reading :attr:`config` in a later cell gives an :class:`InferenceConfig` from the current values.
+    """Widgets (or plain values) for the inference settings; :attr:`config` is the config of the current values.
 
     Attributes:
-        base: The config the panel started from (the planner's config, or the one given).
+        base: The config the panel started from.
         controls: Field name -> ipywidgets control (or a plain stand-in).
         uses_widgets: True when real ipywidgets controls are used.
     """
@@ -96,8 +92,6 @@ class SettingsPanel:
         if self.uses_widgets:
             for control in self.controls.values():
                 control.observe(lambda change: self._sync(), names="value")
-
-    # -- values ------------------------------------------------------------------------------------------------
 
     @staticmethod
     def _initial(base: InferenceConfig, values: Mapping[str, Any]) -> dict[str, Any]:
@@ -129,11 +123,7 @@ class SettingsPanel:
 
     @property
     def config(self) -> InferenceConfig:
-        """The :class:`InferenceConfig` of the current values (validated).
-
-        Raises:
-            InputError: A value is out of range (the config's own check).
-        """
+        """The validated :class:`InferenceConfig` of the current values; InputError when one is out of range."""
         return _to_config(self.base, self.values)
 
     def set(self, **values: Any) -> SettingsPanel:
@@ -156,8 +146,6 @@ class SettingsPanel:
             control.value = value
         self._sync()
         return self
-
-    # -- controls ----------------------------------------------------------------------------------------------
 
     def _planned(self) -> tuple[str, str]:
         batch = self.base.batch_size
@@ -224,8 +212,6 @@ class SettingsPanel:
                 control.layout.display = "" if visible else "none"
             else:
                 control.visible = visible
-
-    # -- display -----------------------------------------------------------------------------------------------
 
     @property
     def widget(self) -> Any:
@@ -299,20 +285,14 @@ def _to_config(base: InferenceConfig, values: Mapping[str, Any]) -> InferenceCon
 
 def settings_panel(plan_or_config: Any = None, values: Mapping[str, Any] | None = None, *,
                    use_widgets: bool | None = None) -> SettingsPanel:
-    """A panel of the inference settings that only sets parameters.
+    """A panel of the inference settings that only sets parameters; read ``panel.config`` in the next cell.
 
     Args:
-        plan_or_config: A plan from :func:`nbhelpers.gpu.plan` (its chosen batch size and precision are shown as
-            "auto"), an :class:`InferenceConfig`, or None for the defaults.
-        values: Field name -> value to start from (the headless path: a parameters cell supplies them). Names:
-            version, extra_margin, parsing_mode, left_cheek_width, right_cheek_width, bbox_shift,
-            batch_size (int or "auto"), fp16 (True, False or "auto"), encoder (one of
-            :data:`nbhelpers.constants.ENCODERS`), restore (None, "gfpgan", "restoreformer", "codeformer"),
-            restore_strength (0..1).
+        plan_or_config: A plan from :func:`nbhelpers.gpu.plan` (its batch size and precision shown as "auto"), an
+            :class:`InferenceConfig`, or None for the defaults.
+        values: Field name -> starting value (the headless path), for the names in :data:`PANEL_FIELDS`;
+            ``batch_size`` and ``fp16`` also take ``"auto"``.
         use_widgets: Force (True) or avoid (False) ipywidgets; None uses them when installed.
-
-    Returns:
-        A :class:`SettingsPanel`; read ``panel.config`` in the next cell.
 
     Raises:
         InputError: An unknown name or a value out of range in ``values``.

@@ -1,8 +1,4 @@
-"""Charts and tables of a run: stage timings, mouth-audio sync, faces with their boxes and masks, restoration
-before and after, the speed of several clips.
-
-Charts are matplotlib figures made without pyplot (no global state); they display as PNG anywhere.
-"""
+"""Charts and tables of a run; charts are matplotlib figures made without pyplot, shown as PNG anywhere."""
 
 from __future__ import annotations
 
@@ -23,11 +19,7 @@ __all__ = ["Chart", "FpsTable", "compare_restore", "fps_table", "plot_faces", "p
 
 
 class Chart:
-    """A matplotlib figure that shows itself as a PNG (no pyplot state involved).
-
-    Attributes:
-        figure: The ``matplotlib.figure.Figure``.
-    """
+    """A matplotlib figure (``figure``) that shows itself as a PNG."""
 
     def __init__(self, figure: Any):
         self.figure = figure
@@ -57,14 +49,12 @@ def _figure(width_in: float, height_in: float):
 
 
 def compare_restore(before: Any, after: Any, title: str = "Face restoration: before and after") -> Chart:
-    """The generated crop and the repainted mouth of one frame without and with face restoration, side by side.
+    """One frame's generated crop and repainted mouth without and with face restoration, in a 2x2 chart.
 
     Args:
         before: :class:`~nbhelpers.pipeline.Preview` made with ``restore=None``.
         after: :class:`~nbhelpers.pipeline.Preview` of the same frame made with a restorer.
-
-    Returns:
-        :class:`Chart` (2x2: the (256, 256) generated crops on top, the frames zoomed on the crop box below).
+        title: Figure title.
 
     Raises:
         InputError: The previews are of different frames or crop boxes.
@@ -93,10 +83,8 @@ def plot_timings(timings: Any, title: str = "Time per stage") -> Chart:
     """A horizontal bar chart of seconds per stage, with each stage's share of the total.
 
     Args:
-        timings: Mapping of stage name -> seconds (insertion order kept), or a result with a ``timings`` mapping.
-
-    Returns:
-        A :class:`Chart`.
+        timings: Mapping of stage name -> seconds, or a result with a ``timings`` mapping.
+        title: Figure title.
 
     Raises:
         InputError: No timings, or a negative or non-numeric value.
@@ -136,23 +124,17 @@ def _zscore(x: np.ndarray) -> np.ndarray:
 
 
 def plot_sync(lag: Any, score: Any = None, title: str = "Does the mouth follow the voice?") -> Chart:
-    """Draw the mouth opening and the speech envelope over time, and their correlation at each lag.
+    """The mouth opening and speech envelope over time (z scores), and their correlation at each lag.
 
-    Top: both curves per frame, each standardised (z score) so they share one axis, over seconds. Bottom: the
-    correlation ``r(L)`` at each lag with the peak marked; with a SyncNet ``score``, its mean distance per offset
-    on a second axis, on the same lag scale (audio delay = -offset).
+    With a SyncNet ``score`` its mean distance per offset is drawn on the same lag scale (audio delay = -offset).
 
     Args:
-        lag: A :class:`nbhelpers.quality.MouthAudioLag` (``mouth``, ``envelope``, ``lags``, ``correlations``,
-            ``lag_frames``, ``fps``).
-        score: Optional :class:`nbhelpers.quality.SyncScore` (``offsets``, ``mean_distances``).
+        lag: A :class:`nbhelpers.quality.MouthAudioLag`.
+        score: Optional :class:`nbhelpers.quality.SyncScore`.
         title: Figure title.
 
-    Returns:
-        A :class:`Chart` (a matplotlib Figure made without pyplot).
-
     Raises:
-        InputError: ``lag`` lacks those fields.
+        InputError: ``lag`` lacks the fields of a MouthAudioLag.
     """
     try:
         mouth, env = np.asarray(lag.mouth, float), np.asarray(lag.envelope, float)
@@ -188,10 +170,8 @@ def plot_sync(lag: Any, score: Any = None, title: str = "Does the mouth follow t
 
 @dataclass(frozen=True)
 class FpsTable:
-    """Speed of several generated clips: frames, seconds, generation fps, end-to-end fps, real-time factor.
-
-    Attributes:
-        rows: One tuple per clip: ``(name, n_frames, wall_s, generation_fps, end_to_end_fps, realtime_factor)``.
+    """Speed of several generated clips, one row per clip:
+    ``(name, n_frames, wall_s, generation_fps, end_to_end_fps, realtime_factor)``.
     """
 
     rows: tuple[tuple[str, int, float, float, float, float], ...]
@@ -224,10 +204,7 @@ def fps_table(results: Sequence[Any]) -> FpsTable:
 
     Args:
         results: Objects with ``n_frames``, ``wall_s``, ``generation_fps``, ``end_to_end_fps`` and optionally
-            ``output`` (for the clip name).
-
-    Returns:
-        An :class:`FpsTable`.
+            ``output``.
 
     Raises:
         InputError: ``results`` is empty or an item lacks those fields.
@@ -316,22 +293,19 @@ def _full_mask(item: Any, shape: tuple[int, int]) -> np.ndarray | None:
 
 def plot_faces(frames: Any, track: Any = None, *, indices: Sequence[int] | None = None, boxes: Any = None,
                landmarks: Any = None, masks: Any = None, max_frames: int = 4, width_in: float = 3.2) -> Chart:
-    """Frames with their crop boxes, landmarks and blend masks drawn over them.
+    """Frames with their crop boxes, landmarks and blend masks drawn over them, one panel per frame.
 
     Args:
-        frames: A video or photo path (only the frames shown are decoded, at 25 fps), (N, H, W, 3) uint8
-            **BGR** frames, a list of them, or a frame reader (iterated up to the last index shown).
-        track: A face track (``nbhelpers.faces.track``) or an avatar: its ``boxes`` (N, 4) crop boxes in pixels,
-            ``landmarks`` (N, 68, 2) and ``has_face`` (N,) are used when present.
+        frames: A video or photo path (only the frames shown are decoded), (N, H, W, 3) uint8 BGR frames, a list of
+            them, or a frame reader.
+        track: A face track or an avatar: its ``boxes`` (N, 4) pixels, ``landmarks`` (N, 68, 2) and ``has_face``
+            (N,) are used when present.
         indices: Frame indices to show; default ``max_frames`` evenly spaced ones.
         boxes: (N, 4) ``(x1, y1, x2, y2)`` crop boxes overriding the track's.
         landmarks: (N, 68, 2) ``(x, y)`` points overriding the track's.
         masks: Per frame: a (H, W) mask (0..1 or 0..255) or a blend material with ``mask`` and ``square``.
         max_frames: How many frames to show when ``indices`` is None.
-        width_in: Width of each panel in inches.
-
-    Returns:
-        A :class:`Chart`, one panel per frame; frames without a face are titled so.
+        width_in: Width of each panel, inches.
 
     Raises:
         InputError: No frames, or an index out of range.
