@@ -1,17 +1,10 @@
 """Batch dubbing on Ray: many (video, audio) jobs over every GPU of a machine or a cluster, with nothing lost.
 
-:func:`run` takes the jobs (a CSV or JSON-lines file, or :class:`Job` objects), a :class:`BatchConfig` (how the
-batch runs) and an :class:`~nbhelpers.config.InferenceConfig` (the jobs' settings). It groups the jobs by face,
-prepares each face's avatar once, renders every clip on Ray workers that each hold one loaded pipeline, and returns
-a :class:`BatchResult` table, also written as a CSV next to the outputs. A failed clip is recorded and the batch
-goes on; a dead worker's jobs run again; a rerun skips the outputs whose records match. What is guaranteed, and
-why the defaults are what they are: ``docs/batch.md``.
-
-The modules, in the order the data flows: :mod:`.config` (:class:`BatchConfig`), :mod:`.jobs` (the jobs file),
-:mod:`.records` (fingerprints, records, hints, locks), :mod:`.inputs` (the checks before any worker),
-:mod:`.cluster` (Ray), :mod:`.worker` (the Ray actor), :mod:`.scheduler` (the dispatch loop) and :mod:`.results`
-(the table and its CSV). Importing the package imports neither Ray nor torch; Ray is the ``[batch]`` extra
-(``pip install "ray>=2.10"``).
+:func:`run` groups the jobs by face, prepares each face's avatar once, renders every clip on Ray workers that each
+hold one loaded pipeline, and returns a :class:`BatchResult` (also written as a CSV). A failed clip is recorded and
+the batch goes on; a dead worker's jobs run again; a rerun skips outputs whose records match (``docs/batch.md``).
+Modules in data-flow order: ``config``, ``jobs``, ``records``, ``inputs``, ``cluster``, ``worker``, ``scheduler``,
+``results``. Importing the package imports neither Ray nor torch; Ray is the ``[batch]`` extra.
 """
 
 from __future__ import annotations
@@ -67,29 +60,24 @@ def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], config: Bat
     """Run a batch of lip-sync jobs on Ray (what is guaranteed: ``docs/batch.md``).
 
     Args:
-        jobs: A jobs file (CSV or JSON lines, see :func:`read_jobs`), or a sequence of :class:`Job` or dicts with
-            ``video``, ``audio``, ``output`` and optional settings.
-        config: How the batch runs (:class:`BatchConfig`: Ray address, cache, summary, workers, attempts, rerun);
-            None: the defaults.
-        inference: The settings of every job (a job's own settings override them); its ``device="cpu"`` keeps
-            the workers on the CPU even where there are GPUs. None: the defaults.
-        weights_dir: Weights folder, visible to every worker (default :func:`nbhelpers.weights.default_dir`).
+        jobs: A jobs file (CSV or JSON lines, :func:`read_jobs`), or :class:`Job` objects or dicts with ``video``,
+            ``audio``, ``output`` and optional settings.
+        config: How the batch runs (:class:`BatchConfig`); None = the defaults.
+        inference: Every job's settings (a job's own override them); ``device="cpu"`` keeps the workers on the CPU.
+            None = the defaults.
+        weights_dir: Weights folder, visible to every worker; None = :func:`nbhelpers.weights.default_dir`.
 
     Returns:
         :class:`BatchResult` (also written to the summary CSV).
 
     Raises:
-        MissingDependencyError: Ray is not installed (the message gives the install line).
-        InputError: The jobs file or a job is malformed, two jobs share an output, ``config`` is not a
-            BatchConfig, an output, cache or summary folder cannot be written in
-            (:func:`~nbhelpers.batch.records.check_writable`), the summary would replace another file
-            (:func:`~nbhelpers.batch.results.check_summary_path`), or another batch holds the avatar cache's or the
-            outputs folder's lock; raised before Ray starts. (A missing or unreadable media file fails only its
-            job.)
+        MissingDependencyError: Ray is not installed.
+        InputError: Before Ray starts: a malformed jobs file or job, two jobs sharing an output, ``config`` not a
+            BatchConfig, a folder that cannot be written in, a summary path that would replace another file, or
+            another batch holding the cache's or the outputs folder's lock. (A bad media file fails only its job.)
         WeightsError: Weight files are missing.
-        KeyboardInterrupt: Ctrl-C (or :class:`~nbhelpers.errors.Terminated`, SIGTERM on the command line): raised
-            once the workers are down, their partial files removed and the summary written with the unfinished
-            jobs as ``"interrupted"``.
+        KeyboardInterrupt: Ctrl-C (or :class:`~nbhelpers.errors.Terminated` on SIGTERM), raised once the workers are
+            down, partial files removed and the summary written with the unfinished jobs ``"interrupted"``.
     """
     t0 = time.perf_counter()
     if config is not None and not isinstance(config, BatchConfig):
@@ -112,11 +100,8 @@ def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], config: Bat
 
 
 def _workers(config: BatchConfig, inference: InferenceConfig, joining: bool) -> tuple[Workers, str, int]:
-    """How many workers and jobs, and why: ``(Workers, note, processes a local Ray starts ahead)``.
-
-    Jobs per worker, when not given, come from the free memory of this machine's GPUs (NVML or nvidia-smi, no
-    CUDA here), which also says how many GPUs a local Ray will offer. A local Ray starts as many worker processes
-    ahead as there will be workers: the actors find them started.
+    """``(Workers, note, processes a local Ray starts ahead)``; jobs per worker, when not given, come from the free
+    memory of this machine's GPUs (NVML or nvidia-smi, no CUDA here).
     """
     free = None
     if inference.device != "cpu" and not joining:
@@ -140,10 +125,9 @@ def _workers(config: BatchConfig, inference: InferenceConfig, joining: bool) -> 
 def _check_inputs(plan: WorkPlan, job_list: Sequence[Job], inference: InferenceConfig,
                   configs: Mapping[str, InferenceConfig], paths: _Paths, rerun: bool, ray: RaySession, log: RunLog,
                   t0: float) -> None:
-    """Probe the inputs, find the finished outputs and group the rest by face. Ray starts in this thread meanwhile
-    (its start is seconds of waiting for its own processes), unless every job looks finished (its output is there
-    with its record) or failed at these checks last time with the same inputs (its hint): then a repeated batch
-    with nothing left to run does not start Ray at all. The jobs settled here go into ``plan``."""
+    """Probe the inputs, find the finished outputs and group the rest by face into ``plan``, starting Ray in
+    this thread meanwhile unless every job looks finished or failed at these checks last time with the same inputs.
+    """
     fingerprints = Fingerprints()
     weight_files = weights_state(paths.weights, inference.version)
     if likely_work(job_list, paths.cache, rerun):

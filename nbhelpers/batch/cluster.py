@@ -1,6 +1,4 @@
-"""Ray for a batch: start it on this machine or join a cluster, stop it, and the driver's calls that every worker
-answers (close, timeline). Ray is imported only inside these functions, so importing this module needs no Ray.
-"""
+"""Ray for a batch: start it here or join a cluster, stop it, and the driver's calls every worker answers."""
 
 from __future__ import annotations
 
@@ -36,27 +34,23 @@ def require_ray():
 
 
 def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpus: int | None = None):
-    """Connect to Ray: join the cluster at ``address``, or start Ray on this machine.
+    """Connect to Ray: join the cluster at ``address``, or start a small Ray on this machine.
 
-    A local start is kept small so that it is quick on a 2-core machine: ``num_cpus`` (default 2, at most the
-    cores here) bounds the worker processes Ray starts ahead, no dashboard, workers' output not forwarded to this
-    process, a 256 MiB object store (the batch passes only file names through it). Ray's notice that token
-    authentication is on (its default since 2.59) is dropped by a logging filter during the start; its other
-    warnings and errors are shown as before. Ray's startup can time out on a heavily loaded machine (its agents
-    must start within seconds); that is tried once more. Does nothing when Ray is already initialised in this
-    process.
+    A local start offers ``num_cpus`` (default 2, at most the cores) CPUs, no dashboard, no forwarded worker output, a
+    256 MiB object store, and is tried once more if Ray's startup times out. Ray's token-authentication notice is
+    dropped; nothing happens when Ray is already initialised in this process.
 
     Args:
-        address: ``"auto"``, ``"HOST:PORT"`` or ``"ray://HOST:PORT"`` of a running cluster; None joins the one in
-            ``$RAY_ADDRESS`` when set, else starts one here.
+        address: ``"auto"``, ``"HOST:PORT"`` or ``"ray://HOST:PORT"``; None joins ``$RAY_ADDRESS`` when set, else
+            starts Ray here.
         num_cpus: CPUs the local Ray offers (CPU workers take one each).
-        num_gpus: GPUs the local Ray offers (default: all it finds).
+        num_gpus: GPUs the local Ray offers; None = all it finds.
 
     Returns:
-        True when this call started or joined Ray (and the caller should shut it down), False when it was running.
+        True when this call started or joined Ray (the caller shuts it down), False when it was running.
 
     Raises:
-        MissingDependencyError: Ray is not installed (the message gives the install line).
+        MissingDependencyError: Ray is not installed.
     """
     ray = require_ray()
     if ray.is_initialized():
@@ -80,9 +74,7 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpu
     return True
 
 
-# Ray (2.59 and later) turns token authentication on for a new local instance and, where the logging is left to
-# the program (configure_logging=False), logs this notice of its default at every start; its warnings and errors
-# otherwise reach the program as before (docs.ray.io ray-security/token-auth.html).
+# Ray >= 2.59 logs this notice at every local start with configure_logging=False (its token-auth default).
 _AUTH_NOTICE_LOGGER = "ray._private.authentication.authentication_token_setup"
 _AUTH_NOTICE = "Token authentication is enabled for this Ray cluster."
 
@@ -99,8 +91,7 @@ class _DropAuthNotice:
 
 
 def _ray_init(ray, **options) -> None:
-    """``ray.init(**options)`` without Ray's token-authentication notice (see :data:`_AUTH_NOTICE`), the caller's
-    SIGTERM handler kept."""
+    """``ray.init(**options)`` without Ray's token-authentication notice, the caller's SIGTERM handler kept."""
     notice_logger, quiet = logging.getLogger(_AUTH_NOTICE_LOGGER), _DropAuthNotice()
     notice_logger.addFilter(quiet)
     in_main = threading.current_thread() is threading.main_thread()
@@ -109,24 +100,18 @@ def _ray_init(ray, **options) -> None:
         ray.init(**options)
     finally:
         notice_logger.removeFilter(quiet)
-        # ray.init replaces the driver's SIGTERM handler with one that calls sys.exit(signum)
-        # (ray/_private/worker.py, init: "terminate any signal before connecting driver"); the program's own is put
-        # back, so that its clean-up on SIGTERM (the command line's: partial outputs removed, exit status 143) runs.
+        # ray.init replaces the driver's SIGTERM handler (ray/_private/worker.py); the program's own clean-up goes back
         if in_main and sigterm is not None:
             with contextlib.suppress(ValueError, OSError, TypeError):
                 signal.signal(signal.SIGTERM, sigterm)
 
 
 def shutdown_ray() -> None:
-    """``ray.shutdown()``, a local instance's autoscaler monitor stopped first (what a batch calls at its end).
+    """``ray.shutdown()``, a local instance's autoscaler monitor killed first.
 
-    Ray stops its processes one kind after another, each given a second to exit after SIGTERM
-    (``ray/_private/node.py`` ``_kill_process_impl``). Its autoscaler monitor answers SIGTERM by reporting to the
-    GCS, which is stopped before it, and so takes the whole second (``ray/autoscaler/_private/monitor.py``
-    ``_signal_handler``; measured here: 1.03 s of a 1.6 s shutdown). An instance started on this machine has no
-    autoscaling to finish, so its monitor is killed at once. The process table this reads is Ray's own
-    (``ray._private.worker._global_node.all_processes``); where it is not there (another Ray version, a joined
-    cluster, whose processes are not ours), Ray stops everything as before.
+    The monitor answers SIGTERM by reporting to the GCS, already stopped, and so waits out Ray's one-second grace
+    (``ray/autoscaler/_private/monitor.py``); a local instance has no autoscaling to finish. Where Ray's process table
+    (``ray._private.worker._global_node``) is missing, Ray stops everything itself.
     """
     ray = require_ray()
     try:
@@ -142,13 +127,12 @@ def shutdown_ray() -> None:
 
 
 class RaySession:
-    """Ray for one batch: started (or joined) when the batch needs it, shut down at its end only when this batch
-    started it, also when it is stopped during the start.
+    """Ray for one batch: started or joined when needed, shut down at the end only when this batch started it.
 
     Args:
-        address: Cluster to join (:func:`init_ray`); None starts Ray here (or joins ``$RAY_ADDRESS``).
-        num_cpus: CPUs a local Ray offers (:func:`init_ray`).
-        num_gpus: GPUs a local Ray offers; None: all it finds.
+        address: Cluster to join; None starts Ray here (or joins ``$RAY_ADDRESS``).
+        num_cpus: CPUs a local Ray offers.
+        num_gpus: GPUs a local Ray offers; None = all it finds.
     """
 
     def __init__(self, address: str | None, num_cpus: int, num_gpus: int | None):
@@ -179,10 +163,9 @@ def is_worker_loss(ray, exc: BaseException) -> bool:
 
 
 def close_workers(ray, actors: list[Any], timeout_s: float = 10.0) -> None:
-    """Ask each worker to close its avatars (:meth:`~nbhelpers.batch.worker.BatchWorker.close`), so that their
-    frames on its machine's disk are removed before ``ray.kill`` stops it, waiting at most ``timeout_s``. A worker
-    that does not answer is stopped all the same; what it leaves, the next frame store on its machine removes
-    (:func:`nbhelpers.framestore.remove_stale_frames`)."""
+    """Ask each worker to close its avatars (their frames on disk go) before ``ray.kill``, waiting at most
+    ``timeout_s`` seconds; what a silent worker leaves, the next frame store on its machine removes.
+    """
     try:
         ray.wait([a.close.remote() for a in actors], num_returns=len(actors), timeout=timeout_s)
     except Exception:  # noqa: BLE001 - tidying must not cost the batch its outcomes
@@ -190,9 +173,9 @@ def close_workers(ray, actors: list[Any], timeout_s: float = 10.0) -> None:
 
 
 def collect_timeline(ray, actors: list[Any], names: list[str], t0: float, timeline: dict) -> None:
-    """Each live worker's :meth:`~nbhelpers.batch.worker.BatchWorker.events`, as seconds since ``t0`` (this
-    process's perf_counter) by the wall clock, into ``timeline`` under the worker's name; a worker that does not
-    answer within 5 s is left out."""
+    """Each live worker's :meth:`~nbhelpers.batch.worker.BatchWorker.events` into ``timeline`` under its name,
+    as seconds since ``t0`` (this process's perf_counter) by the wall clock; workers silent for 5 s are left out.
+    """
     start_wall = time.time() - (time.perf_counter() - t0)
     try:
         refs = [a.events.remote() for a in actors]

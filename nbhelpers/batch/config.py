@@ -1,8 +1,7 @@
-"""The batch's own settings: one frozen dataclass that the CLI's batch flags and :func:`nbhelpers.batch.run` share.
+"""The batch's own settings: one frozen dataclass the CLI's batch flags and :func:`nbhelpers.batch.run` share.
 
-The settings of the jobs themselves (version, margins, parsing mode, device, ...) are an
-:class:`~nbhelpers.config.InferenceConfig`. Each field's ``metadata`` holds its command-line ``help`` (the flag is
-``--`` and the field's name with dashes).
+The jobs' settings are an :class:`~nbhelpers.config.InferenceConfig`. Each field's ``metadata["help"]`` is its
+command-line help (flag ``--`` and the name with dashes).
 """
 
 from __future__ import annotations
@@ -16,25 +15,20 @@ from ..errors import InputError
 
 @dataclass(frozen=True)
 class BatchConfig:
-    """How a batch runs. Validated at construction.
+    """How a batch runs; validated at construction.
 
     Attributes:
-        address: Ray cluster to join (``"auto"``, ``"HOST:PORT"``, ``"ray://HOST:PORT"``); None starts Ray here,
-            or joins ``$RAY_ADDRESS`` when set (:func:`~nbhelpers.batch.cluster.init_ray`). On a cluster every path
-            (jobs, weights, outputs, cache) must be on storage all nodes see.
-        cache_dir: Folder of the avatar cache; None: ``<outputs folder>/avatar-cache`` (kept between runs).
-        summary: Path of the summary CSV; None: ``<outputs folder>/batch-summary.csv``; False writes none.
-        cpu_workers: CPU workers when Ray offers no GPU, each holding its own models, the cores shared out between
-            them; at most one per CPU Ray offers (more are cut to that, with a
-            :class:`~nbhelpers.errors.FallbackWarning`).
-        workers_per_gpu: Worker processes sharing each GPU; None: 1, the fastest measured (its jobs share one CUDA
-            context and one set of models, where processes time-share the GPU and load everything again).
-        jobs_per_worker: Clips (and avatar preparations) each worker renders at once, in threads over its loaded
-            models; a GPU worker holds as many jobs again, which read their audio and start their encoder while
-            they wait. None: 2 on a GPU whose free memory holds every worker's peak with two
-            (:func:`~nbhelpers.batch.worker.choose_jobs_per_worker`), else 1; 1 on the CPU.
-        gpus: GPUs to use; None: every GPU Ray offers.
-        max_attempts: Times a job is started before a worker dying during it counts as its failure.
+        address: Ray cluster to join (``"auto"``, ``"HOST:PORT"``, ``"ray://HOST:PORT"``); None starts Ray here or
+            joins ``$RAY_ADDRESS``. On a cluster every path must be on storage all nodes see.
+        cache_dir: Avatar cache folder; None = ``<outputs folder>/avatar-cache``.
+        summary: Summary CSV path; None = ``<outputs folder>/batch-summary.csv``; False writes none.
+        cpu_workers: CPU workers when Ray offers no GPU, each with its own models; at most one per CPU Ray offers
+            (more are cut, with a FallbackWarning).
+        workers_per_gpu: Worker processes sharing each GPU; None = 1 (measured in bench/RESULTS.md, Issue 18).
+        jobs_per_worker: Clips and preparations each worker renders at once over its loaded models (a GPU worker
+            holds as many waiting jobs again); None = :func:`~nbhelpers.batch.worker.choose_jobs_per_worker`.
+        gpus: GPUs to use; None = every GPU Ray offers.
+        max_attempts: Starts of a job before its worker dying during it counts as its failure.
         rerun: Make every output again, even finished ones.
     """
 

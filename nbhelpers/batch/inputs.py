@@ -1,8 +1,5 @@
-"""The batch's checks before any worker: every distinct video and audio probed once, and each job settled there
-(failed at its inputs, or skipped as finished) or put in the face group of its video, for the scheduler.
-
-A job whose input cannot be used (a missing or unreadable file, audio shorter than a frame, a box outside its
-video) fails here, with no worker and, on a rerun with the same inputs, no Ray (its hint, :mod:`.records`).
+"""The batch's checks before any worker: each distinct video and audio probed once, and each job failed at its
+inputs, skipped as finished, or put in its face group for the scheduler.
 """
 
 from __future__ import annotations
@@ -25,9 +22,7 @@ from .results import JobOutcome, error_text
 
 
 def _short_audio_error(info: Any) -> str:
-    """The error of a job whose audio is shorter than one 25 fps frame by its container's duration ("" when it is
-    long enough or the duration is unknown), so that it fails at the checks, not on a worker, which would refuse it
-    there (:func:`nbhelpers.checks.speech_frames`)."""
+    """The error of a job whose audio is shorter than one 25 fps frame ("" otherwise or when unknown)."""
     seconds = getattr(info, "duration_s", None)
     if seconds is None or seconds >= 1.0 / FPS:
         return ""
@@ -36,8 +31,7 @@ def _short_audio_error(info: Any) -> str:
 
 
 def _box_error(job: Job, video_info: Any) -> str:
-    """The error of a job whose crop box does not fit its video's frames ("" when it fits or there is none), as
-    :func:`nbhelpers.checks.check_boxes` finds it, so that it fails at the checks, not on a worker."""
+    """The error of a job whose crop box does not fit its video ("" when it fits or there is none)."""
     box = job.settings.get("box")
     if box is None or video_info is None:
         return ""
@@ -50,31 +44,27 @@ def _box_error(job: Job, video_info: Any) -> str:
 
 
 def _input_error_text(exc: BaseException) -> str:
-    """A probe's error as a job's: a missing file's advice is about the jobs file (its paths are relative to its
-    folder), not the upload cell of a notebook that the pipeline's own message names."""
+    """A probe's error as a job's: a missing file's advice names the jobs file, not a notebook."""
     return error_text(exc).replace("(upload the file first in notebook 02_media, or give the full path)",
                                    "(a relative path in a jobs file is relative to its folder)")
 
 
 @dataclass(frozen=True)
 class Probed:
-    """What the probes found: ``{path: (MediaInfo or None, "<Type>: message" or "")}`` per distinct video and
-    audio (:class:`~nbhelpers.media.MediaInfo`)."""
+    """``{path: (MediaInfo or None, "<Type>: message" or "")}`` per distinct video and audio."""
 
     videos: Mapping[Path, tuple[Any, str]]
     audios: Mapping[Path, tuple[Any, str]]
 
     def error(self, job: Job) -> str:
-        """Why ``job`` cannot run ("" when its inputs pass): its video's, its audio's, its box's, or its audio's
-        length's error, in that order."""
+        """Why ``job`` cannot run ("" when it can): its video's, audio's, box's or audio length's error."""
         video_info, video_error = self.videos[job.video]
         audio_info, audio_error = self.audios[job.audio]
         return video_error or audio_error or _box_error(job, video_info) or _short_audio_error(audio_info)
 
 
 def probe_inputs(job_list: Sequence[Job], fingerprints: Callable[[Path], Any]) -> Probed:
-    """Probe every distinct video and audio once, several at a time (each probe is an ffprobe run or a file
-    read, waiting on another process or the disk), and fingerprint the readable ones."""
+    """Probe every distinct video and audio once, in threads, and fingerprint the readable ones."""
 
     def probe(check: Callable[[Any], tuple[Path, Any]], path: Path) -> tuple[Path, tuple[Any, str]]:
         try:
@@ -94,17 +84,17 @@ def probe_inputs(job_list: Sequence[Job], fingerprints: Callable[[Path], Any]) -
 
 @dataclass
 class FaceGroup:
-    """The jobs of one face: the same video content, box and avatar settings, so one prepared avatar.
+    """The jobs of one face (same video content, box and avatar settings): one prepared avatar.
 
     Attributes:
         key: :func:`~nbhelpers.batch.records.group_key`.
         video: The face video.
-        directory: The avatar's folder in the cache (``<cache>/<video stem>-<key>``).
-        config: The avatar's settings as a dict (InferenceConfig fields but device and precision).
-        box: The crop box of the group's jobs, or None (faces detected).
-        queue: The group's jobs not yet handed to a worker, in the jobs' order.
-        state: ``"pending"`` (no avatar yet), ``"preparing"``, ``"ready"`` or ``"failed"``.
-        error: Why the preparation failed ("" otherwise).
+        directory: The avatar's folder, ``<cache>/<video stem>-<key>``.
+        config: The avatar's settings (InferenceConfig fields but device and precision).
+        box: The group's crop box, or None (faces detected).
+        queue: Jobs not yet handed to a worker, in order.
+        state: ``"pending"``, ``"preparing"``, ``"ready"`` or ``"failed"``.
+        error: Why the preparation failed.
         attempts: Preparations started.
     """
 
@@ -124,13 +114,11 @@ class WorkPlan:
     """The batch after the checks: the jobs settled already, and the face groups of the jobs left to run.
 
     Attributes:
-        outcomes: ``{job name: JobOutcome}`` of the jobs settled (failed at the checks, skipped as finished); the
-            scheduler adds the others.
-        groups: ``{group key: FaceGroup}`` of the jobs to run.
+        outcomes: ``{job name: JobOutcome}``; the scheduler adds the rest.
+        groups: ``{group key: FaceGroup}``.
         group_of: ``{job name: group key}``.
-        inputs_of: ``{job name: fingerprints}`` (:func:`~nbhelpers.batch.records.record_inputs`) for the record
-            of each output made.
-        expected_frames: ``{job name: frames its audio gives}``, for the progress bar.
+        inputs_of: ``{job name: fingerprints}`` for each output's record.
+        expected_frames: ``{job name: frames}``, for the progress bar.
     """
 
     outcomes: dict[str, JobOutcome] = field(default_factory=dict)
@@ -160,15 +148,13 @@ class WorkPlan:
 def sort_jobs(plan: WorkPlan, job_list: Sequence[Job], job_configs: Mapping[str, InferenceConfig], probed: Probed,
               fingerprints: Callable[[Path], Any], weight_files: Mapping[str, Any], cache_path: Path,
               rerun: bool) -> None:
-    """Settle each job that needs no worker and group the others by face, into ``plan``.
-
-    A job whose inputs fail the checks fails here and leaves a hint in the cache; one whose output is finished
-    from the same inputs (its record matches) is skipped unless ``rerun``; the others go to their face group.
+    """Into ``plan``: fail the jobs whose inputs fail (leaving a hint), skip the finished ones unless ``rerun``,
+    and group the others by face.
 
     Args:
         plan: Receives the outcomes and the groups.
         job_list: The jobs.
-        job_configs: Each job's settings (:func:`~nbhelpers.batch.jobs.job_configs`).
+        job_configs: Each job's settings.
         probed: :func:`probe_inputs`' findings.
         fingerprints: :class:`~nbhelpers.batch.records.Fingerprints` of this run.
         weight_files: :func:`~nbhelpers.batch.records.weights_state`.

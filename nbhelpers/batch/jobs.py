@@ -1,8 +1,4 @@
-"""The jobs of a batch: :class:`Job`, reading a jobs file (CSV or JSON lines), and checking jobs and their settings.
-
-Everything here runs before Ray starts and raises :class:`~nbhelpers.errors.InputError` naming the line or job at
-fault.
-"""
+"""The jobs of a batch: :class:`Job`, reading a jobs file (CSV or JSON lines), and checking jobs and settings."""
 
 from __future__ import annotations
 
@@ -31,14 +27,13 @@ class Job:
     """One clip of a batch.
 
     Attributes:
-        name: Unique name in the batch (default: the output file's stem).
+        name: Unique name in the batch (default: the output's stem).
         video: Face video or photo.
         audio: Speech file.
         output: The MP4 to write.
-        settings: Per-job settings (see :data:`ROW_SETTINGS`): InferenceConfig fields such as ``bbox_shift`` or
-            ``extra_margin``, and ``box`` = ``(x1, y1, x2, y2)`` in source pixels to skip face detection.
-        source: Where the job was read (``"jobs.csv line 4"``; empty for jobs made in Python): messages about its
-            settings name it.
+        settings: Per-job settings (:data:`ROW_SETTINGS`): InferenceConfig fields, and ``box`` = ``(x1, y1, x2, y2)``
+            source pixels to skip face detection.
+        source: Where the job was read (``"jobs.csv line 4"``), for messages.
     """
 
     name: str
@@ -50,10 +45,8 @@ class Job:
 
 
 def _box(value: Any, where: str) -> tuple[int, int, int, int]:
-    """A ``box`` setting as four whole pixels ``(x1, y1, x2, y2)``, from text ``"x1,y1,x2,y2"`` or a sequence.
-
-    Raises:
-        InputError: Not four finite numbers (``true`` is no number), or x1 >= x2 or y1 >= y2.
+    """A ``box`` setting (text ``"x1,y1,x2,y2"`` or a sequence) as four whole pixels; InputError unless four
+    finite numbers with x1 < x2 and y1 < y2.
     """
     parts = value.replace(" ", "").split(",") if isinstance(value, str) else value
     try:
@@ -103,10 +96,9 @@ def _setting(key: str, value: Any, where: str) -> Any:
 
 
 def _setting_error(job: Job, config: InferenceConfig, changes: Mapping[str, Any], exc: InputError) -> str:
-    """The message of a job whose settings ``config`` refuses (a value out of its range), naming where the job was
-    read and the setting at fault (``jobs.csv line 4 (job 'o10'), setting extra_margin: must be between ...``):
-    each of the job's own settings is tried alone, the first one refused is named; a refusal of the settings
-    together (or of the batch's own ``config``) keeps the whole message."""
+    """The message of a job whose settings ``config`` refuses, naming where it was read and the first of
+    its own settings refused alone (``jobs.csv line 4 (job 'o10'), setting extra_margin: ...``).
+    """
     label = f"{job.source} (job {job.name!r})" if job.source else f"job {job.name!r}"
     for key, value in changes.items():
         if key not in job.settings:
@@ -120,13 +112,8 @@ def _setting_error(job: Job, config: InferenceConfig, changes: Mapping[str, Any]
 
 
 def job_configs(job_list: Sequence[Job], config: InferenceConfig) -> dict[str, InferenceConfig]:
-    """Each job's settings: ``config`` with the job's own settings (a ``box`` sets ``landmark_backend="boxes"``).
-
-    Returns:
-        ``{job name: InferenceConfig}``.
-
-    Raises:
-        InputError: A job's setting is out of range, naming where the job was read and the setting.
+    """``{job name: InferenceConfig}``: ``config`` with each job's settings (a ``box`` sets
+    ``landmark_backend="boxes"``); InputError naming the job and setting when one is out of range.
     """
     out = {}
     for job in job_list:
@@ -141,15 +128,13 @@ def job_configs(job_list: Sequence[Job], config: InferenceConfig) -> dict[str, I
 
 
 def _clean_path(path: Path) -> Path:
-    """``path`` made absolute, its folder resolved (no ``..``, folder links followed as the system follows them)
-    and its own name kept as written (a linked file keeps the name its job gave it)."""
+    """``path`` absolute, its folder resolved, its own name kept as written (a linked file keeps its name)."""
     path = Path.cwd() / path  # unchanged when absolute
     return path.resolve() if path.name in ("", "..") else path.parent.resolve() / path.name
 
 
 def _row_settings(settings_in: Mapping[str, Any], row: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """A row's settings: its ``"settings"`` object (JSON) and its other columns (``row`` without paths and name),
-    each checked by :func:`_setting`, empty cells left out."""
+    """A row's settings, its ``"settings"`` object and its other columns, checked; empty cells left out."""
     settings_in = {**settings_in, **row}
     unknown = sorted(k for k in settings_in if k not in ROW_SETTINGS)
     if unknown:
@@ -223,17 +208,12 @@ def _jobs_from_csv(text: str, name: str, base: Path) -> list[Job]:
 
 
 def read_jobs(path: str | os.PathLike) -> list[Job]:
-    """Read a jobs file: CSV with a header row, or JSON lines (``.jsonl``/``.json``: one object per line).
+    """The jobs of a jobs file, in order: CSV with a header row, or JSON lines (``.jsonl``, ``.json``).
 
-    Columns (CSV) or keys (JSON): ``video``, ``audio``, ``output`` (default ``results/<video>_<audio>.mp4``),
-    optional ``name``, and optional settings (:data:`ROW_SETTINGS`), as columns or, in JSON, also under
-    ``"settings"``. Relative paths are relative to the jobs file's folder; every path comes back absolute with
-    its folder resolved (``../clips/a.mp4`` becomes ``/data/clips/a.mp4``). Empty lines and lines starting with
-    ``#`` are skipped. A ``box`` is four numbers ``x1,y1,x2,y2`` (source pixels, rounded to whole pixels; spaces
-    allowed): in a CSV the cell holds commas, so it is quoted (``"190,160,360,330"``); in JSON a list or that text.
-
-    Returns:
-        The jobs in file order.
+    Columns or keys: ``video``, ``audio``, ``output`` (default ``results/<video>_<audio>.mp4``), optional ``name``
+    and settings (:data:`ROW_SETTINGS`; in JSON also under ``"settings"``). Relative paths are relative to the file's
+    folder; paths come back absolute. Empty lines and ``#`` lines are skipped. A ``box`` is ``x1,y1,x2,y2`` in source
+    pixels, quoted in a CSV (``"190,160,360,330"``), a list or that text in JSON.
 
     Raises:
         InputError: The file is missing or empty, a row lacks video or audio, has an unknown column or a bad value,
@@ -257,12 +237,7 @@ def read_jobs(path: str | os.PathLike) -> list[Job]:
 
 
 def _check_header(columns: Sequence[str], file_name: str) -> None:
-    """Refuse a CSV header that cannot be a jobs header: an empty column name (a trailing comma), or one column
-    holding another separator (a spreadsheet's semicolons or tabs).
-
-    Raises:
-        InputError: Saying what the header holds and how to write it.
-    """
+    """Refuse a CSV header with an empty or repeated column name, or another separator than commas."""
     names = [str(c).strip() for c in columns]
     if len(names) == 1:
         for sep, word in ((";", "semicolons"), ("\t", "tabs"), ("|", "bars")):
@@ -308,11 +283,7 @@ def _unique_names(jobs: list[Job]) -> list[Job]:
 
 
 def _check_outputs(jobs: Sequence[Job]) -> None:
-    """Refuse two jobs writing one output, and an output that is a job's input (writing it would replace it).
-
-    Raises:
-        InputError: Naming both jobs and the file.
-    """
+    """Refuse two jobs writing one output, and an output that is a job's input (InputError naming both)."""
     def label(k: int) -> str:
         return f"job {k + 1} ({jobs[k].name!r})"
 
@@ -333,9 +304,8 @@ def _check_outputs(jobs: Sequence[Job]) -> None:
 
 
 def check_jobs(jobs: Iterable[Job | Mapping[str, Any]]) -> list[Job]:
-    """Jobs as :class:`Job` objects (dicts are converted, relative paths taken from the working directory), with
-    unique outputs; a name used twice gets a number (``clip``, ``clip-2``). Paths come back absolute, their
-    folders resolved (no ``..``), so that the summary names each file one way.
+    """Jobs as :class:`Job` objects with absolute paths (dicts converted, relative to the working folder), a
+    number added to repeated names (``clip``, ``clip-2``).
 
     Raises:
         InputError: A job is malformed, two jobs share an output, or an output is a job's video or audio.

@@ -1,10 +1,8 @@
-"""What a batch keeps on disk between runs, and where it may write: fingerprints of inputs, the record beside each
-output, the input-failure hints, the locks on the avatar cache and the outputs folder, and the writability checks.
+"""What a batch keeps on disk between runs and where it may write: input fingerprints, output records,
+input-failure hints, locks, writability checks.
 
-An output counts as finished when it exists, its record (``.<name>.batch.json``) matches the fingerprints of what
-would make it now (the sizes and SHA-256 of video and audio, the settings, the weight files) and its size is the
-recorded one. A job that failed at the input checks leaves a hint in ``<cache>/failed`` so that a rerun with the
-same inputs needs no Ray for it.
+An output is finished when it exists, its record ``.<name>.batch.json`` matches the fingerprints of what would make
+it now (sizes and SHA-256 of video and audio, settings, weight files) and its size is the recorded one.
 """
 
 from __future__ import annotations
@@ -23,20 +21,12 @@ from .. import weights
 from ..avatar.cache import CACHED_FIELDS
 from ..config import InferenceConfig
 from ..errors import InputError
+from ..hashing import sha256_file
 from .jobs import Job
 
 RECORD_FORMAT = 1  # bump when the output record's fields change (older records then make their outputs again)
 HINT_FORMAT = 1  # bump when the input-failure hint's fields change (older hints are then ignored)
 HINTS_NAME = "failed"  # folder of the input-failure hints, in the avatar cache
-
-
-def _sha256(path: Path) -> str:
-    # TODO(hashing): use nbhelpers.hashing.sha256_file once it is on main.
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(1 << 22):
-            h.update(block)
-    return h.hexdigest()
 
 
 class Fingerprints:
@@ -46,14 +36,10 @@ class Fingerprints:
         self._cache: dict[Path, dict[str, Any]] = {}
 
     def __call__(self, path: Path) -> dict[str, Any]:
-        """``{"size": bytes, "sha256": hex}`` of ``path``.
-
-        Raises:
-            OSError: The file cannot be read.
-        """
+        """``{"size": bytes, "sha256": hex}`` of ``path``, hashed once per run; OSError when unreadable."""
         key = path.resolve()
         if key not in self._cache:
-            self._cache[key] = {"size": key.stat().st_size, "sha256": _sha256(key)}
+            self._cache[key] = {"size": key.stat().st_size, "sha256": sha256_file(key)}
         return self._cache[key]
 
 
@@ -63,8 +49,7 @@ def record_path(output: Path) -> Path:
 
 
 def weights_state(weights_dir: Path, version: str) -> dict[str, list[int]]:
-    """``{file: [bytes, mtime s]}`` of the weight files a job of ``version`` reads (a changed file makes the
-    outputs again)."""
+    """``{file: [bytes, mtime s]}`` of the weight files a job of ``version`` reads."""
     out = {}
     for name in weights.required_files(version, parsing=True):
         p = weights_dir / name
@@ -76,8 +61,9 @@ def weights_state(weights_dir: Path, version: str) -> dict[str, list[int]]:
 
 def record_inputs(job: Job, config: InferenceConfig, fingerprints: Callable[[Path], dict[str, Any]],
                   weight_files: Mapping[str, Any]) -> dict[str, Any]:
-    """The fingerprints of what makes ``job``'s output, as its record holds them: video, audio, box, the settings
-    that change frames (not device, precision or batch size) and ``weight_files`` (:func:`weights_state`)."""
+    """What makes ``job``'s output, as its record holds it: video and audio fingerprints, box, the settings that
+    change frames (not device, precision or batch size) and ``weight_files``.
+    """
     box = job.settings.get("box")
     return {"video": fingerprints(job.video), "audio": fingerprints(job.audio), "box": list(box) if box else None,
             "settings": {k: v for k, v in config.to_dict().items() if k not in ("device", "fp16", "batch_size")},
@@ -85,8 +71,8 @@ def record_inputs(job: Job, config: InferenceConfig, fingerprints: Callable[[Pat
 
 
 def group_key(video_fingerprint: Mapping[str, Any], config: InferenceConfig, box: Any) -> str:
-    """The key of a face group: jobs with the same video content, box and avatar settings
-    (:data:`nbhelpers.avatar.cache.CACHED_FIELDS`) share one prepared avatar. 16 hex digits."""
+    """16 hex digits naming a face group: the video's content, box and avatar settings
+    (:data:`nbhelpers.avatar.cache.CACHED_FIELDS`)."""
     fields = {f: getattr(config, f) for f in CACHED_FIELDS}
     text = json.dumps({"video": video_fingerprint["sha256"], "settings": fields, "box": box}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -112,15 +98,14 @@ def write_json(path: Path, data: Any) -> None:
 
 
 def write_record(output: Path, inputs: Mapping[str, Any], frames: int, worker: str, seconds: float) -> None:
-    """Write the record of an output just made (:func:`record_path`): its inputs' fingerprints, frames, size and
-    the worker that made it."""
+    """Write the record of an output just made: its inputs' fingerprints, frames, size and worker."""
     write_json(record_path(output), {
         "format": RECORD_FORMAT, "inputs": inputs, "frames": frames, "output_size": output.stat().st_size,
         "worker": worker, "seconds": round(seconds, 3), "made": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
 
 
 def _file_state(path: Path) -> dict[str, Any]:
-    """A cheap fingerprint of an input file (one stat, no read): path, size and mtime_ns, or ``missing``."""
+    """A cheap fingerprint (one stat): path, size and mtime_ns, or ``missing``."""
     try:
         st = path.stat()
     except OSError:
@@ -129,14 +114,14 @@ def _file_state(path: Path) -> dict[str, Any]:
 
 
 def _hint_path(cache_path: Path, output: Path) -> Path:
-    """Where the input-failure hint of ``output``'s job lives: ``<cache>/failed/<sha of the output path>.json``."""
+    """``<cache>/failed/<sha of the output path>.json``: the input-failure hint of ``output``'s job."""
     return cache_path / HINTS_NAME / f"{hashlib.sha256(str(output.resolve()).encode()).hexdigest()[:24]}.json"
 
 
 def write_hint(cache_path: Path, job: Job, error: str) -> None:
-    """Note that ``job`` failed at the input checks, with its inputs' cheap fingerprints, so that a rerun with
-    the same inputs knows it needs no Ray for it. A hint only decides whether Ray starts while the inputs are
-    probed: the probe still runs and decides the outcome, so a hint that cannot be written is left out."""
+    """Note that ``job`` failed at the input checks, so that a rerun with the same inputs needs no Ray for it; a
+    hint that cannot be written is left out (the probe still decides the outcome).
+    """
     hint = {"format": HINT_FORMAT, "output": str(job.output.resolve()), "stage": "inputs", "error": error,
             "inputs": {"video": _file_state(job.video), "audio": _file_state(job.audio)}}
     path = _hint_path(cache_path, job.output)
@@ -156,8 +141,7 @@ def drop_hint(cache_path: Path, job: Job) -> None:
 
 
 def _failed_at_inputs(cache_path: Path, job: Job) -> bool:
-    """True when ``job`` failed at the input checks last time and its video and audio look unchanged since
-    (same path, size and mtime, or still missing)."""
+    """True when ``job`` failed at the input checks last time and its inputs look unchanged since."""
     try:
         hint = json.loads(_hint_path(cache_path, job.output).read_text("utf-8"))
     except (OSError, ValueError):
@@ -168,9 +152,9 @@ def _failed_at_inputs(cache_path: Path, job: Job) -> bool:
 
 
 def likely_work(job_list: Sequence[Job], cache_path: Path, rerun: bool) -> bool:
-    """Whether the batch will probably need Ray: a rerun, or a job with neither its output and record (it may
-    be finished) nor an input-failure hint that still matches its inputs (it will fail again before any worker).
-    A wrong guess only costs time: without it Ray starts after the input checks, when some job is left to run."""
+    """Whether the batch will probably need Ray: a rerun, or a job with neither output and record nor a matching
+    input-failure hint (a wrong guess only delays Ray's start).
+    """
     return rerun or any(not (j.output.is_file() and record_path(j.output).is_file())
                         and not _failed_at_inputs(cache_path, j) for j in job_list)
 
@@ -184,16 +168,15 @@ def _nearest_existing(folder: Path) -> Path:
 
 
 def _writable(folder: Path) -> bool:
-    """Whether this process can make files in ``folder``, or make ``folder`` (its nearest existing parent is a
-    folder it can write in)."""
+    """Whether this process can make files in ``folder``, or make it."""
     existing = _nearest_existing(folder)
     return existing.is_dir() and os.access(existing, os.W_OK | os.X_OK)
 
 
 def outputs_folder(job_list: Sequence[Job]) -> Path:
-    """The folder of a batch's summary CSV and avatar cache when none is given: the deepest folder holding every
-    output, or, when that is a filesystem root or a folder this user cannot write in (outputs under ``/tmp/a`` and
-    ``/var/tmp/b`` share only ``/``), the first job's output folder."""
+    """The deepest folder holding every output, or the first job's output folder when that is a filesystem
+    root or not writable: where the summary and avatar cache go by default.
+    """
     folders = [j.output.resolve().parent for j in job_list]
     common = Path(os.path.commonpath([str(f) for f in folders]))
     if common.parent == common or not _writable(common):
@@ -220,12 +203,10 @@ def _write_problem(folder: Path) -> str:
 
 
 def check_writable(folders: Iterable[Path]) -> None:
-    """Check, before Ray starts, that the batch can write where it writes: every output folder, the avatar cache
-    and the summary's folder (made when missing).
+    """Check before Ray starts that the batch can write (or make) every one of ``folders``.
 
     Raises:
-        InputError: A folder that is inside a file, or on read-only storage or not this user's to write in (the
-            message names up to three and what to do).
+        InputError: A folder is inside a file, read-only or not this user's (up to three named).
     """
     bad = [p for p in map(_write_problem, dict.fromkeys(Path(f) for f in folders)) if p]
     if bad:
@@ -235,12 +216,9 @@ def check_writable(folders: Iterable[Path]) -> None:
 
 
 class BatchLock:
-    """An exclusive lock on a folder of a batch (its avatar cache, ``<cache>/batch.lock``, and its outputs folder,
-    ``<outputs>/.batch.lock``; ``fcntl.flock``) held for the whole run, so that a second batch started over the same
-    outputs (with the same cache or another one) is refused instead of rendering every clip again and removing the
-    first one's files in progress. The file holds who holds it (pid, host, start time) for the
-    refusal's message, and stays (removing a lock file races with the next taker). Where ``fcntl`` is missing
-    (Windows) or the storage takes no locks (``flock`` fails other than by being held) there is no lock.
+    """An exclusive ``fcntl.flock`` lock on a batch's folder for the whole run, so a second batch over the same
+    outputs is refused. The file names its holder (pid, host, start time) and stays; without ``fcntl`` or on storage
+    without locks there is no lock.
 
     Raises:
         InputError: On entry, when another process holds the lock.
@@ -288,8 +266,9 @@ class BatchLock:
 
 
 def remove_partials(output: Path) -> list[Path]:
-    """Remove the half-written files a dead worker left for ``output`` (``VideoWriter``'s temporary names,
-    ``.<stem>.partial-<8 hex><suffix>``). Returns what was removed."""
+    """Remove and return the half-written files a dead worker left for ``output``
+    (``.<stem>.partial-<8 hex><suffix>``).
+    """
     removed = []
     if output.parent.is_dir():
         for p in output.parent.glob(f".{output.stem}.partial-*{output.suffix}"):

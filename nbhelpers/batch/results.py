@@ -1,5 +1,4 @@
-"""The outcome of a batch: one :class:`JobOutcome` per job, the :class:`BatchResult` table that shows itself, and
-its summary CSV (written next to the outputs, replacing only an earlier summary)."""
+"""The outcome of a batch: :class:`JobOutcome` per job, the :class:`BatchResult` table and its summary CSV."""
 
 from __future__ import annotations
 
@@ -28,20 +27,19 @@ class JobOutcome:
 
     Attributes:
         job: The job's name.
-        status: ``"done"`` (made now), ``"skipped"`` (already finished from the same inputs) or ``"failed"``;
-            ``"interrupted"`` in the summary CSV of a batch stopped before the job ended.
-        frames: Output frames (25 fps); for a skipped job the recorded count; 0 when failed.
-        seconds: Wall-clock seconds of the job on its worker (0 when skipped).
+        status: ``"done"``, ``"skipped"`` (finished from the same inputs) or ``"failed"``; ``"interrupted"`` in the
+            summary of a stopped batch.
+        frames: Output frames (25 fps); the recorded count when skipped; 0 when failed.
+        seconds: Wall-clock seconds on its worker (0 when skipped).
         error: ``"<ExceptionType>: <message>"`` when failed, else "".
         video: The face video.
         audio: The speech file.
         output: The output MP4.
-        attempts: Times the job was started on a worker (more than 1 when a worker died during it).
+        attempts: Starts on a worker (more than 1 when a worker died during it).
         worker: The worker that made it (``host/pid device``), or "".
-        ended_s: When the outcome came, seconds from the start of :func:`nbhelpers.batch.run` (0 for jobs settled
-            before any worker: skipped, or failed at the input checks); not in the summary CSV.
-        timings: Where a job made now spent its seconds on the worker (the clip's
-            :attr:`nbhelpers.result.ClipResult.timings`: seconds per stage); empty otherwise; not in the summary CSV.
+        ended_s: Seconds from the start of :func:`nbhelpers.batch.run` to the outcome (0 when settled before any
+            worker); not in the CSV.
+        timings: Seconds per stage of a job made now (:attr:`nbhelpers.result.ClipResult.timings`); not in the CSV.
     """
 
     job: str
@@ -72,32 +70,21 @@ class JobOutcome:
 
 @dataclass(frozen=True)
 class BatchResult:
-    """The outcome of a batch: one :class:`JobOutcome` per job, in the jobs' order. Shows a table in a notebook.
+    """The outcome of a batch, one :class:`JobOutcome` per job in order; shows a table in a notebook.
 
     Attributes:
         outcomes: One per job.
-        summary_csv: The CSV written with the same table (None when writing it was turned off).
-        wall_s: Wall-clock seconds of the whole batch (Ray start and model loads included).
-        workers: One line per worker started (``host/pid device``); empty when nothing had to run.
-        avatars: Avatars prepared (built now) and loaded from the cache, ``{"prepared": n, "loaded": m}``.
-        phases: Where the wall time went, seconds from the start of :func:`nbhelpers.batch.run`: ``checks``
-            (jobs read, media probed, finished outputs found) and ``ray_start`` (Ray started or joined; the media
-            are probed meanwhile, so the two overlap), ``workers_ready`` (every worker answered; its models go on
-            loading in a thread while its first avatar is prepared), ``first_job`` (the first job started),
-            ``jobs_done`` (the last outcome), and ``prepare_s`` (worker seconds spent preparing or loading avatars,
-            summed); empty when nothing ran.
-        workers_note: How many workers share each GPU and how many jobs each runs at once, and why
-            (:func:`nbhelpers.batch.worker.choose_jobs_per_worker`, or "asked"); empty on the CPU or when nothing
-            ran.
-        timeline: Per worker (its ``host/pid device``), what it did when: ``(event, seconds from the start of
-            run())`` for its start, its pipeline made, each model loaded, its warm-up done, each avatar prepared
-            and each job (:meth:`nbhelpers.batch.worker.BatchWorker.events`); the seconds come from the wall clock
-            of the worker's machine, so on a cluster they are as good as its clocks' agreement. Empty when nothing
-            ran.
-        preparations: One per avatar preparation a worker finished (or failed), in the order they ended:
-            ``{"video", "worker", "status" ("prepared", "loaded" from the cache, "failed"), "seconds",
-            "ended_s" (from the start of run()), "timings"}``, ``timings`` being the stages of a preparation
-            (:attr:`nbhelpers.avatar.Avatar.prepare_timings`; empty when loaded or failed).
+        summary_csv: The CSV of the same table (None when turned off).
+        wall_s: Wall-clock seconds of the whole batch.
+        workers: One line per worker started (``host/pid device``).
+        avatars: ``{"prepared": n, "loaded": m}``.
+        phases: Seconds from the start of run(): ``checks``, ``ray_start`` (overlapping), ``workers_ready``,
+            ``first_job``, ``jobs_done``, and ``prepare_s`` (worker seconds of avatar preparation, summed).
+        workers_note: Workers per GPU and jobs per worker, and why; empty on the CPU or when nothing ran.
+        timeline: Per worker, ``(event, seconds from the start of run())`` by that machine's wall clock
+            (:meth:`nbhelpers.batch.worker.BatchWorker.events`).
+        preparations: Per avatar preparation, in the order they ended: ``{"video", "worker", "status" ("prepared",
+            "loaded", "failed"), "seconds", "ended_s", "timings"}``.
     """
 
     outcomes: tuple[JobOutcome, ...]
@@ -135,8 +122,7 @@ class BatchResult:
         return self.frames / self.wall_s if self.wall_s > 0 else float("nan")
 
     def summary(self) -> str:
-        """One line: counts, frames and throughput, and the summary CSV (which holds the errors that
-        :meth:`table` cuts)."""
+        """One line: counts, frames, throughput, and the summary CSV (which holds the whole errors)."""
         text = (f"{len(self.outcomes)} jobs: {self.count('done')} done, {self.count('skipped')} skipped, "
                 f"{self.count('failed')} failed; {self.frames} frames in {self.wall_s:.1f} s "
                 f"({self.fps:.1f} fps) on {len(self.workers)} {self._worker_kind()}worker(s)")
@@ -155,9 +141,7 @@ class BatchResult:
         return {frozenset({"cpu"}): "CPU ", frozenset({"cuda"}): "GPU "}.get(frozenset(devices), "")
 
     def table(self) -> str:
-        """The table as text: job, status, frames, seconds, fps, error. An error is shown on one line and, when
-        longer than :data:`ERROR_WIDTH` characters, cut to that width ending in "..." (the whole message is in
-        the summary CSV, named by :meth:`summary`)."""
+        """The table as text: job, status, frames, seconds, fps, error (one line, cut to :data:`ERROR_WIDTH`)."""
         cols = SUMMARY_COLUMNS[:6]
         rows = [[str(o.row()[c]) for c in cols[:-1]] + [_cut_error(o.error)] for o in self.outcomes]
         widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(cols)]
@@ -178,7 +162,7 @@ class BatchResult:
         return f"<p>{html.escape(self.summary())}</p><table><tr>{head}</tr>{body}</table>"
 
     def write_csv(self, path: str | os.PathLike) -> Path:
-        """Write the table (:data:`SUMMARY_COLUMNS`) to ``path`` (temporary name, then renamed). Returns the path."""
+        """Write the table (:data:`SUMMARY_COLUMNS`) to ``path`` through a temporary name; returns the path."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
@@ -206,12 +190,10 @@ def _cut_error(error: str) -> str:
 
 
 def check_summary_path(path: Path, job_list: Sequence[Job], jobs_file: Path | None = None) -> None:
-    """Check, before Ray starts, that writing the summary CSV at ``path`` replaces nothing but an earlier summary:
-    not a folder, not the jobs file, not a job's video, audio or output, and not any other file that exists
-    (a file there must begin with the summary's header row).
+    """Check before Ray starts that writing the summary at ``path`` replaces nothing but an earlier summary.
 
     Raises:
-        InputError: Naming what ``path`` is and what to give instead.
+        InputError: ``path`` is a folder, the jobs file, a job's video, audio or output, or another existing file.
     """
     fix = "give the summary another path (summary=, --summary) or leave it out (<outputs folder>/batch-summary.csv)"
     if path.is_dir():
@@ -237,9 +219,9 @@ def check_summary_path(path: Path, job_list: Sequence[Job], jobs_file: Path | No
 
 def write_stopped_summary(job_list: Sequence[Job], outcomes: Mapping[str, JobOutcome], path: Path,
                           exc: BaseException, t0: float) -> None:
-    """Write the summary of a batch stopped before its end (Ctrl-C, SIGTERM, an error): the jobs settled so far
-    as they ended, every other one ``"interrupted"``. A summary that cannot be written is left out (the stop's
-    own exception is what the caller sees)."""
+    """Write the summary of a batch stopped early: settled jobs as they ended, the others ``"interrupted"``
+    (left out when it cannot be written).
+    """
     if isinstance(exc, Terminated) or Terminated.pending:
         why = "terminated (SIGTERM)"
     else:

@@ -1,9 +1,6 @@
 """The dispatch loop: start the workers on a running Ray, hand out avatar preparations and jobs until every job has
-an outcome, retry the work of a worker that died, and stop the workers.
-
-Each worker runs up to ``slots`` preparations and jobs at once and holds up to ``depth`` calls (a GPU worker holds
-:data:`WAITING_PER_SLOT` more jobs per slot, which read their audio and start their encoders while they wait). A
-worker keeps the avatars it loaded, so the jobs of a face go to a worker that holds it when one is free.
+an outcome, retry the work of a worker that died, and stop the workers. The jobs of a face go to a worker that
+holds its avatar when one is free.
 """
 
 from __future__ import annotations
@@ -40,11 +37,9 @@ EXIT_AT: Mapping[str, int] = {}
 
 
 def cpu_worker_count(asked: int, offered: int, needed: int) -> int:
-    """CPU workers to start: ``asked``, but no more than the ``offered`` CPUs of the Ray cluster, each worker taking
-    one (``num_cpus=1``): Ray would leave the others waiting for a CPU that never frees, and the batch waiting for
-    them (a local Ray offers this machine's cores, :func:`~nbhelpers.batch.cluster.init_ray`). Warns
-    (FallbackWarning) when it gives fewer than the ``needed`` workers (``asked``, or the jobs to run where there are
-    fewer)."""
+    """CPU workers to start: ``asked``, at most the ``offered`` CPUs (each worker takes one, and Ray would leave
+    the others waiting), warning (FallbackWarning) when fewer than ``needed``.
+    """
     count = max(1, min(needed, offered or 1))
     if count < needed:
         warnings.warn(f"cpu_workers={asked} is more than the {offered or 1} CPU(s) Ray offers, and each worker takes "
@@ -55,8 +50,7 @@ def cpu_worker_count(asked: int, offered: int, needed: int) -> int:
 
 @dataclass
 class RunLog:
-    """What a batch's run reports besides the outcomes (see :class:`~nbhelpers.batch.results.BatchResult`):
-    workers started, avatars prepared and loaded, phases, each worker's timeline and each preparation."""
+    """What a run reports besides the outcomes (:class:`~nbhelpers.batch.results.BatchResult`'s fields)."""
 
     workers: list[str] = field(default_factory=list)
     avatars: dict[str, int] = field(default_factory=lambda: {"prepared": 0, "loaded": 0})
@@ -67,8 +61,9 @@ class RunLog:
 
 @dataclass(frozen=True)
 class Workers:
-    """How the workers are started: ``cpu_workers`` when Ray offers no GPU, else ``per_gpu`` on each GPU (of at
-    most ``gpus``); each runs ``slots`` jobs at once."""
+    """``cpu_workers`` when Ray offers no GPU, else ``per_gpu`` on each of at most ``gpus`` GPUs; each runs
+    ``slots`` jobs at once.
+    """
 
     cpu_workers: int
     per_gpu: int

@@ -1,8 +1,5 @@
-"""The batch worker: one loaded pipeline on one device, run as a Ray actor (a plain class, so that importing it
-needs no Ray), and how many jobs a worker runs at once.
-
-A worker prepares avatars and generates clips; its calls return plain dicts (errors included, never raised), so
-that a failing job is recorded and the batch goes on.
+"""The batch worker: one loaded pipeline on one device, run as a Ray actor (a plain class, importable without Ray),
+and how many jobs a worker runs at once. Its calls return plain dicts, errors included, so the batch goes on.
 """
 
 from __future__ import annotations
@@ -25,8 +22,7 @@ from .results import error_text
 
 
 class _JobGate:
-    """A worker's render gate as one job holds it: its acquire and release also mark the job's timeline
-    (``job <name> rendering`` and ``job <name> rendered``)."""
+    """A worker's render gate as one job holds it, marking ``job <name> rendering`` and ``... rendered``."""
 
     def __init__(self, gate: threading.BoundedSemaphore, mark):
         self.gate, self.mark = gate, mark
@@ -43,26 +39,21 @@ class _JobGate:
 
 
 class BatchWorker:
-    """One loaded pipeline on one device (a GPU, or the CPU), run as a Ray actor by :func:`nbhelpers.batch.run`.
+    """One loaded pipeline on one device (a GPU or the CPU), run as a Ray actor by :func:`nbhelpers.batch.run`.
 
     Args:
-        weights_dir: The weights folder (visible to every worker).
+        weights_dir: The weights folder.
         config: Base settings as a dict (InferenceConfig fields); the device is this worker's.
         device: ``"cuda"`` (the GPU Ray assigned) or ``"cpu"``.
-        threads: torch CPU threads (None: leave torch's choice).
-        render_slots: Clips and preparations that use the device at once (None: no limit). More jobs than that
-            may run on the worker: each reads its audio and starts its encoder, then waits for a slot, and gives
-            it back once its last batch is rendered, while its encoder finishes the file (see
-            :func:`nbhelpers.engine.run`'s ``render_gate``).
+        threads: torch CPU threads; None = torch's choice.
+        render_slots: Clips and preparations using the device at once; None = no limit. Other jobs read their audio
+            and start their encoder while they wait (:func:`nbhelpers.engine.run`'s ``render_gate``).
     """
 
     def __init__(self, weights_dir: str, config: dict[str, Any], device: str, threads: int | None = None,
                  render_slots: int | None = None):
         self._events: list[tuple[str, float]] = [("start", time.time())]  # wall clock: the driver aligns them
-        # This process is ours and runs torch only: diffusers and transformers need not import their Flax and
-        # TensorFlow classes where jax, flax or tensorflow are installed (Colab has all three). Their switches
-        # (USE_FLAX, USE_TF: diffusers.utils.import_utils, transformers 4.x utils/import_utils) are read at
-        # import.
+        # torch only: diffusers and transformers skip their Flax and TensorFlow classes (read at import)
         for switch in ("USE_FLAX", "USE_TF"):
             os.environ.setdefault(switch, "0")
         progress.configure(disable=True)  # the driver shows the bars
@@ -83,19 +74,15 @@ class BatchWorker:
         self._progress: dict[str, int] = {}
         self._job_started = threading.Event()  # a clip has started: it warms the kernels, warm_up is not needed
         self._render_gate = threading.BoundedSemaphore(int(render_slots)) if render_slots else None
-        # The models load in a thread from now on, face parser and VAE first: preparing the first avatar needs only
-        # those (the face parser first: it is ours, torch only, and masks the frames while diffusers imports for
-        # the VAE, see prepare_avatar), and the UNet, whisper and their first CUDA kernels (warm_up) load while it
-        # runs instead of in the first clip; a worker that waits for a face another one prepares is warm when the
-        # face is ready.
+        # The models load in a thread, face parser and VAE first (all the first avatar needs), the UNet, whisper and
+        # the warm-up while that avatar is prepared.
         self._preload = threading.Thread(target=self._load_and_warm, args=(base,), name="batch-preload", daemon=True)
         self._preload.start()
 
     def _load_and_warm(self, base: Any) -> None:
-        """Load every model an avatar job uses, then, unless a clip has started meanwhile (it warms them itself, and
-        a warm-up beside it would only slow it down), run the UNet, the VAE decoder and whisper once at the batch
-        of a clip, so that the first clip finds its kernels loaded. A failure here is left to the job that needs
-        the model: it loads it again and reports the error."""
+        """Load every model an avatar job uses, then warm them up at a clip's batch unless a clip has started;
+        a failure is left to the job that needs the model.
+        """
         try:
             for model in ("face_parser", "vae", "unet", "whisper", "feature_extractor", "pe"):  # preload()'s models
                 getattr(self.pipe, model)
@@ -113,10 +100,9 @@ class BatchWorker:
         self._events.append((event, time.time()))
 
     def events(self) -> list[tuple[str, float]]:
-        """What this worker did when, ``(event, wall-clock time.time())``: its start, pipeline made, each model
-        loaded, warm, each prepare and job started, ready to generate, rendering and ended (``prepare <key>``,
-        ``job <name>``, ``job <name> ready`` (its models and avatar loaded), ``job <name> rendering`` and
-        ``job <name> rendered`` (it holds a render slot in between, when the worker has them), ``... done``)."""
+        """``(event, time.time())`` of what this worker did: start, pipeline, each model loaded, warm,
+        ``prepare <key>``, ``job <name>`` and its ``ready``, ``rendering``, ``rendered`` and ``done``.
+        """
         return list(self._events)
 
     def describe(self) -> str:
@@ -124,9 +110,7 @@ class BatchWorker:
         return self.name
 
     def close(self) -> int:
-        """Close every avatar this worker holds (their frames on local disk go with them; see
-        :class:`nbhelpers.framestore.FrameStore`); the driver calls it once the batch's jobs are done, before it
-        stops the worker. Returns how many were closed."""
+        """Close every avatar this worker holds (their frames on disk go with them); returns how many."""
         with self._lock:
             avatars = list(self.avatars.values())
             self.avatars.clear()
@@ -169,9 +153,7 @@ class BatchWorker:
         """Prepare (or load from the cache) the avatar of ``video`` in ``directory``.
 
         Returns:
-            ``{"ok": True, "loaded_from_cache": bool, "seconds": s, "worker": name, "timings": {stage: s}}``
-            (:attr:`~nbhelpers.avatar.Avatar.prepare_timings`, empty when loaded) or ``{"ok": False, "error":
-            text, ...}`` (no face, unreadable video...): errors are returned, not raised.
+            ``{"ok": True, "loaded_from_cache", "seconds", "worker", "timings"}`` or ``{"ok": False, "error", ...}``.
         """
         t0 = time.perf_counter()
         self._mark(f"prepare {key[:8]}")
@@ -188,20 +170,19 @@ class BatchWorker:
 
     def generate(self, key: str, directory: str, config: dict[str, Any], name: str, audio: str, output: str,
                  exit_at_frame: int | None = None) -> dict[str, Any]:
-        """Generate one job's clip from the avatar in ``directory`` (loaded once per worker) and write ``output``.
+        """Generate one job's clip from the avatar in ``directory`` (loaded once per worker) into ``output``.
 
         Args:
             key: The avatar's group key.
             directory: The prepared avatar folder.
             config: The job's settings (InferenceConfig fields).
-            name: The job's name (for progress).
+            name: The job's name.
             audio: Speech file.
-            output: MP4 to write (temporary name, renamed when complete).
-            exit_at_frame: For tests only: the worker process exits (``os._exit``) when it has made this frame,
-                as a killed worker would.
+            output: MP4 to write.
+            exit_at_frame: Tests only: the process exits (``os._exit``) after this frame, as a killed worker would.
 
         Returns:
-            ``{"ok": True, "frames": n, "seconds": s, "worker": name}`` or ``{"ok": False, "error": text, ...}``.
+            ``{"ok": True, "frames", "seconds", "worker", "timings"}`` or ``{"ok": False, "error", ...}``.
         """
         t0 = time.perf_counter()
         with self._lock:
@@ -243,19 +224,16 @@ class BatchWorker:
 
 
 def worker_gib(config: Any, jobs: int = 1) -> float:
-    """GPU memory one batch worker may take at its peak, GiB, by the planner's memory model: every model of an
-    avatar job resident (a worker loads them all, :meth:`BatchWorker.__init__`), then the larger of a clip's
-    generate stage at the clip cap and an avatar's encode at the preparation cap, plus the CUDA context and the
-    workspaces. Frames are taken at the model's default size (1920x1080), so smaller videos need less.
+    """GiB of GPU memory one batch worker may take at its peak, by the planner's memory model.
+
+    Every avatar model resident, then the larger of a clip's generate stage and an avatar's encode, plus the CUDA
+    context and workspaces, for 1920x1080 frames.
 
     Args:
         config: The batch's :class:`~nbhelpers.config.InferenceConfig` (``fp16=False`` doubles the figure).
-        jobs: Jobs the worker runs at once (``BatchConfig.jobs_per_worker``): each adds its batch's share.
+        jobs: Jobs the worker runs at once; each adds its batch's share.
 
-    Returns:
-        GiB (a T4-sized figure for one job: about 13.8 at fp16).
-
-    Source: :mod:`nbhelpers.gpu.model` (``stage_memory``, ``MemoryModel`` caps and their measurements).
+    Source: :mod:`nbhelpers.gpu.model`.
     """
     mm = MEMORY_MODEL
     fp16 = config.fp16 is not False
@@ -268,25 +246,18 @@ def worker_gib(config: Any, jobs: int = 1) -> float:
 
 def choose_jobs_per_worker(config: Any, free_gib: Mapping[int, float] | None, workers_per_gpu: int, *,
                            joining: bool) -> tuple[int, str]:
-    """How many jobs each worker runs at once when the caller did not say (``BatchConfig.jobs_per_worker=None``).
+    """``(jobs per worker, why)`` when ``BatchConfig.jobs_per_worker`` is None.
 
-    A clip's GPU work (UNet, decode, paste-back) and its CPU tail (libx264 finishing the file after the last
-    frame, the audio mux, the rename) alternate in one job. A second job in the same worker, in a thread over the
-    same loaded models, starts its GPU work while the first one's tail runs (an H200, 20 clips of 10 s: one worker
-    with one job at a time 2.6-3.0 s a job in step with another worker, with two at once 1.6-1.8 s for each of
-    the two, 0.9 s of wall a job; three at once gained nothing, 2.2-3.6 s each: bench/RESULTS.md). Two jobs are
-    chosen where every GPU used has free memory for ``workers_per_gpu`` workers' peaks with two jobs each
-    (:func:`worker_gib`) within the planner's safety margin; else one, also on the CPU (its cores are the torch
-    threads'), when the memory cannot be read, or on a cluster's GPUs (not visible from here).
+    A second job in a worker renders while the first one's encoder tail runs (measured in bench/RESULTS.md,
+    Issue 18). Two where every GPU has free memory for ``workers_per_gpu`` workers' peaks with two jobs each
+    (:func:`worker_gib`) within the planner's margin; else one, also on the CPU, when the memory is unknown, or when
+    joining a cluster.
 
     Args:
         config: The batch's :class:`~nbhelpers.config.InferenceConfig`.
-        free_gib: ``{GPU index: free GiB}`` of the GPUs Ray will use, or None when unknown.
+        free_gib: ``{GPU index: free GiB}``, or None when unknown.
         workers_per_gpu: Workers sharing each GPU.
         joining: True when the batch joins a running cluster.
-
-    Returns:
-        ``(jobs per worker, why)``.
     """
     mm = MEMORY_MODEL
     if config.device == "cpu":
