@@ -1,15 +1,9 @@
 """Tiny random weights in the official layout, for tests, CI notebooks and trying the code without a download.
 
-:func:`make_tiny_weights` writes a complete weights tree with the same file names and formats as the real one
-(``torch.save`` plain state dicts, safetensors, JSON configs, ONNX) holding tiny models of the same block types,
-built from the architectures of the core modules (:mod:`.tiny_models`: UNet, sd-vae, whisper, BiSeNet;
-:mod:`.tiny_faces`: S3FD, DWPose). The core never imports this package. A test can add a writer of its own::
-
-    from nbhelpers.testing import register_tiny_writer
-    register_tiny_writer("extra", write_extra)    # fn(directory) -> anything
-
-The tree carries a ``tiny.json`` marker (:data:`nbhelpers.weights.TINY_MARKER`) so that the pipeline and the GPU
-planner can tell it from real weights. Importing this package is light (no torch).
+:func:`make_tiny_weights` writes a complete weights tree with the real file names and formats, holding small models
+of the real block types built from the core's architectures (:mod:`.tiny_models`, :mod:`.tiny_faces`); a
+``tiny.json`` marker (:data:`nbhelpers.weights.TINY_MARKER`) tells it from real weights. Tests add writers with
+:func:`register_tiny_writer`. The core never imports this package; importing it loads no torch.
 """
 
 from __future__ import annotations
@@ -73,10 +67,8 @@ __all__ = [
     "write_tiny_whisper",
 ]
 
-# Writers that need a package of an optional extra: when it is not installed, the default run (every writer) leaves
-# that model out in silence and says so in tiny.json. A user of the ``[dlib]`` extra never needs the DWPose ONNX
-# model, and the CI-mode notebooks use dlib, so a warning there would only alarm. Asked for by name, the writer
-# runs anyway (and warns itself).
+# Writers that need an optional package: the default run leaves them out silently (tiny.json says so); asked for by
+# name, the writer runs anyway and warns itself.
 WRITER_NEEDS: dict[str, tuple[str, ...]] = {"dwpose-onnx": ("onnx",)}
 FILE_MODE = 0o644  # every file of the tree (before the umask): the same as open() gives, whichever writer wrote it
 
@@ -93,18 +85,15 @@ _WRITERS: dict[str, Callable[..., Any]] = {
 
 
 def register_tiny_writer(name: str, fn: Callable[..., Any]) -> None:
-    """Register a function that writes one model's tiny files into a weights dir.
+    """Register a function that writes one model's tiny files into a weights dir (replacing one of that name).
 
     Args:
-        name: Unique name (``"unet"``, ``"parsing"``, ``"s3fd"``, ...); registering again replaces it.
-        fn: ``fn(directory)`` writing files in the official layout under ``directory``. If it accepts a
-            ``versions`` argument it also receives the MuseTalk versions asked for. It runs with torch's RNG
-            seeded from the name (and restored afterwards), so its output is deterministic.
+        name: Unique name (``"unet"``, ``"parsing"``, ``"s3fd"``, ...).
+        fn: ``fn(directory)``, or ``fn(directory, versions=...)``, writing files in the official layout; it runs
+            with torch's RNG seeded from the name, so its output is deterministic.
 
     Raises:
         InputError: ``name`` is empty or ``fn`` is not callable.
-
-    Source: none in the official code (test support).
     """
     if not name or not isinstance(name, str):
         raise InputError(f"name must be a non-empty string; got {name!r}.")
@@ -114,40 +103,30 @@ def register_tiny_writer(name: str, fn: Callable[..., Any]) -> None:
 
 
 def tiny_writers() -> dict[str, Callable[..., Any]]:
-    """The registered writers, name -> function.
-
-    Source: none in the official code (test support).
-    """
+    """The registered writers, name -> function."""
     return dict(_WRITERS)
 
 
 def make_tiny_weights(directory: str | os.PathLike, versions: Sequence[str] = ("v15",), *,
                       writers: Sequence[str] | None = None) -> Path:
-    """Write a complete tiny-model weights tree in the official layout (random weights, deterministic).
+    """Write a complete tiny-model weights tree in the official layout (random, deterministic weights).
 
-    Files: ``musetalkV15/{musetalk.json, unet.pth}`` (UNet of the real block types with
-    ``block_out_channels`` [32, 64, 64, 64]), ``sd-vae/{config.json, diffusion_pytorch_model.safetensors}``
-    (4 blocks of width 32: 256 px -> 32x32x4), ``whisper/{config.json, model.safetensors,
-    preprocessor_config.json}`` (d_model 384, 4 encoder layers), BiSeNet, S3FD, DWPose (``.pth`` and ONNX), any
-    writer registered with :func:`register_tiny_writer`, and ``tiny.json``. Every file is written under a temporary
-    name and renamed, and every file gets mode 0644 (less the umask). The same arguments give the same tensors. By
-    default a writer whose optional package is missing (:data:`WRITER_NEEDS`: the DWPose ONNX model needs ``onnx``)
-    is left out without a warning and named under ``left_out`` in ``tiny.json``.
+    UNet (``block_out_channels`` [32, 64, 64, 64]), sd-vae (width 32: 256 px -> 4 x 32 x 32), whisper (d_model 384, 4
+    encoder layers), BiSeNet, S3FD, DWPose ``.pth`` and ONNX, any registered writer, and ``tiny.json``; files are
+    written through temporary names with mode 0644 less the umask. By default a writer whose optional package is
+    missing (:data:`WRITER_NEEDS`) is left out silently and listed under ``left_out`` in ``tiny.json``.
 
     Args:
         directory: The weights dir to fill (created).
         versions: MuseTalk versions whose UNet to write: ``("v15",)``, ``("v15", "v1")``.
-        writers: Names of the registered writers to run, e.g. ``("unet", "vae", "whisper")``; default: every one
-            whose optional package is installed.
+        writers: Names of registered writers to run; None = every one whose optional package is installed.
 
     Returns:
         ``directory`` as a Path.
 
     Raises:
         InputError: Unknown version or writer name.
-        MissingDependencyError / ImportError: torch, diffusers or transformers missing.
-
-    Source: the official ``models/`` layout.
+        MissingDependencyError, ImportError: torch, diffusers or transformers is missing.
     """
     versions = tuple(versions)
     bad = [v for v in versions if v not in VERSIONS]

@@ -1,13 +1,9 @@
 """Tiny and random weights of the face models in their official files: S3FD, DWPose ``.pth`` and ONNX.
 
-* S3FD (``s3fd/s3fd-619a316812.pth``): the full network with random weights (it has no smaller variant).
-* DWPose in torch (``dwpose/dw-ll_ucoco_384.pth``): random weights at full size for tests and benchmarks
-  (:func:`write_random_dwpose_checkpoint`), or the tiny tree's template weights that draw a fixed cartoon face on
-  any frame (:func:`write_tiny_dwpose`).
-* DWPose as ONNX (``dwpose/dw-ll_ucoco_384.onnx``): small graphs with the real signature whose SimCC peaks sit at
-  chosen bins (:func:`simcc_peak_model`), so decoding is checked against answers worked out by hand.
-
-Torch and onnx are imported by the writers that use them.
+S3FD is the full network with random weights. DWPose in torch gets random full-size weights
+(:func:`write_random_dwpose_checkpoint`) or template weights that draw a fixed cartoon face on any frame
+(:func:`write_tiny_dwpose`); as ONNX, small graphs with the real signature and SimCC peaks at chosen bins
+(:func:`simcc_peak_model`).
 """
 
 from __future__ import annotations
@@ -23,28 +19,19 @@ import numpy as np
 from ..errors import InputError, NbHelpersWarning, require
 from ..faces import dwpose_codec as codec
 from ..faces import dwpose_onnx, dwpose_torch, s3fd
+from .tiny_models import _atomic_torch_save
 
-# ---------------------------------------------------------------------------------------------------------------
-# S3FD
-# ---------------------------------------------------------------------------------------------------------------
 
 def write_tiny_s3fd(directory: str | os.PathLike, *, seed: int = 0, dtype: Any = None) -> Path:
-    """Write ``<directory>/s3fd/s3fd-619a316812.pth`` with random weights in the real S3FD architecture.
-
-    S3FD has no smaller variant that the official file layout could hold, so this is the full network
-    (22.4 M parameters), stored in float16 by default (about 43 MiB instead of 86 MiB; the loader casts to its
-    own dtype). Random weights detect nothing meaningful: tests of detection use dlib or built head outputs.
+    """Write ``<directory>/s3fd/s3fd-619a316812.pth``: the full S3FD with random weights (detects nothing).
 
     Args:
-        directory: The weights dir (the official ``models/`` folder).
+        directory: The weights dir.
         seed: Seed of the random weights.
-        dtype: torch dtype of the stored tensors; None = float16.
+        dtype: torch dtype of the stored tensors; None = float16 (about 43 MiB).
 
     Returns:
-        Path of the written file (written under a temporary name, then renamed).
-
-    Source: the file name and layout of the official weights; names and shapes those of the official
-    ``s3fd-619a316812.pth``.
+        The path written.
     """
     import torch
 
@@ -64,34 +51,22 @@ def write_tiny_s3fd(directory: str | os.PathLike, *, seed: int = 0, dtype: Any =
             t = torch.randn(meta.shape, generator=gen) * (2.0 / fan_in) ** 0.5
         state[key] = t.to(dtype)
     out = Path(directory) / s3fd.S3FD_FILE
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    torch.save(state, str(tmp))
-    os.replace(tmp, out)
+    _atomic_torch_save(state, out)
     return out
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# DWPose in torch: the official .pth
-# ---------------------------------------------------------------------------------------------------------------
-
 def random_dwpose_state_dict(seed: int = 0, *, bn_stats: bool = True) -> dict:
-    """A random state dict in the official key layout (names and shapes of ``dw-ll_ucoco_384.pth``).
+    """A random state dict with the names and shapes of ``dw-ll_ucoco_384.pth``.
 
-    Weight matrices and conv kernels are He-normal (std ``sqrt(2 / fan_in)``), biases N(0, 0.02). With
-    ``bn_stats``, BatchNorm scales are ``1 + N(0, 0.1)``, shifts N(0, 0.1), running means N(0, 0.1) and running
-    variances uniform in [0.5, 1.5], so that the norm layers are exercised too; the GAU's gamma/beta are N(0, 1) and
-    N(0, 0.1), ScaleNorm/Scale factors 1. Random weights at full size give the real shapes and FLOPs, and
-    keypoints that spread over the frame and follow the input (tests, benchmarks).
+    He-normal weights, N(0, 0.02) biases; with ``bn_stats`` BatchNorm scales ``1 + N(0, 0.1)``, shifts and running
+    means N(0, 0.1), running variances U(0.5, 1.5). Keypoints spread over the frame and follow the input.
 
     Args:
-        seed: Seed of a private generator: the same seed gives the same tensors.
+        seed: Seed of a private generator.
         bn_stats: Randomise the BatchNorm parameters and statistics (False: 1, 0, 0, 1).
 
     Returns:
         ``{name: float32 CPU tensor}`` (``num_batches_tracked`` int64 zeros).
-
-    Source: none (test and benchmark weights; the layout is that of the official file).
     """
     import torch
 
@@ -125,53 +100,39 @@ def random_dwpose_state_dict(seed: int = 0, *, bn_stats: bool = True) -> dict:
 
 
 def write_random_dwpose_checkpoint(directory: str | os.PathLike, seed: int = 0, *, mmengine_layout: bool = True) -> Path:
-    """Write ``<directory>/dwpose/dw-ll_ucoco_384.pth`` with :func:`random_dwpose_state_dict` weights (134 MB).
+    """Write ``<directory>/dwpose/dw-ll_ucoco_384.pth`` with :func:`random_dwpose_state_dict` (134 MB).
 
     Args:
-        directory: The weights dir (official ``models/`` layout).
+        directory: The weights dir.
         seed: Seed of the weights.
-        mmengine_layout: Wrap as the official file is, ``{"meta": {...}, "state_dict": ...}`` (plain values only,
-            so it loads with ``weights_only=True``); False writes the bare state dict.
+        mmengine_layout: Wrap as the official file, ``{"meta": {...}, "state_dict": ...}`` (plain values, so it loads
+            with ``weights_only=True``); False writes the bare state dict.
 
     Returns:
-        The path (written to a temporary name, then renamed).
-
-    Source: none (tests, benchmarks).
+        The path written.
     """
-    import torch
 
     state = random_dwpose_state_dict(seed)
     obj = {"meta": {"note": "nbhelpers random weights", "seed": int(seed)}, "state_dict": state} \
         if mmengine_layout else state
     path = Path(directory) / dwpose_torch.CHECKPOINT_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, str(tmp))
-    os.replace(tmp, path)
+    _atomic_torch_save(obj, path)
     return path
 
 
 def template_dwpose_state_dict(keypoints_px: np.ndarray | None = None) -> dict:
-    """A state dict in the official layout whose network draws fixed keypoints, whatever the input (tiny tree).
+    """A state dict in the official layout whose network draws fixed keypoints whatever the input.
 
-    How: every backbone conv is zero, so the last stage's output is the constant ``silu(2)`` (its last BatchNorm's
-    shift is 2); the head's 7x7 conv (zero padding) then gives each keypoint a 108-value map that depends only on
-    which kernel taps fall inside the 12x9 map, so six of its taps carry six numbers per keypoint, which the
-    ``mlp`` linear layer reads back exactly (a pseudo-inverse); the GAU adds nothing (zero ``uv``/``o``, unit
-    residual scale); and ``cls_x``/``cls_y`` turn the six numbers into a parabola over the bins,
-    ``1 - 100 (z - z_k)^2`` in bin coordinates ``z`` in [-1, 1], whose argmax is the bin nearest the wanted one.
-    The ScaleNorm only rescales each keypoint by a positive factor, which moves no peak; mirror pairs of
-    :func:`face_template_input_px` keep their peaks through the flip test. Constant tensors are stored
-    as broadcast views of one value, so the file is about 1.5 MB although every tensor has its official shape.
+    Every backbone conv is zero, so the backbone gives the constant ``silu(2)``; six taps of the head's 7x7 conv carry
+    six numbers per keypoint, read back exactly by the ``mlp`` layer (a pseudo-inverse); the GAU adds nothing; and
+    ``cls_x``/``cls_y`` make a parabola ``1 - 100 (z - z_k)^2`` over the bins, peaking at the wanted bin. Constant
+    tensors are broadcast views, so the file is about 1.5 MB.
 
     Args:
-        keypoints_px: (133, 2) ``(x, y)`` in 288x384 input pixels; default the mirror-symmetric cartoon face of
-            :func:`face_template_input_px` (the tiny ONNX model's).
+        keypoints_px: (133, 2) ``(x, y)`` in 288x384 input pixels; None = :func:`face_template_input_px`.
 
     Returns:
         ``{name: tensor}`` with the names and shapes of ``dw-ll_ucoco_384.pth``.
-
-    Source: none (the tiny weights tree).
     """
     import torch
     from torch.nn import functional as F
@@ -232,63 +193,43 @@ def template_dwpose_state_dict(keypoints_px: np.ndarray | None = None) -> dict:
 
 
 def write_tiny_dwpose(directory: str | os.PathLike) -> Path:
-    """Write ``dwpose/dw-ll_ucoco_384.pth`` for the tiny weights tree: :func:`template_dwpose_state_dict` (about 1.5 MB).
-
-    The network then draws the same cartoon face as the tiny ONNX model, on any frame, so the tiny tree is complete
-    for the default weight set and the ``dwpose`` backend gives a plausible crop box there.
-
-    Returns:
-        The path (written to a temporary name, then renamed).
-
-    Source: none (the tiny weights tree).
+    """Write ``dwpose/dw-ll_ucoco_384.pth`` with :func:`template_dwpose_state_dict`: the tiny ONNX model's cartoon
+    face on any frame, so the ``dwpose`` backend gives a plausible crop box in the tiny tree.
     """
-    import torch
-
     path = Path(directory) / dwpose_torch.CHECKPOINT_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save({"meta": {"note": "nbhelpers tiny template weights (draws a fixed cartoon face)"},
-                "state_dict": template_dwpose_state_dict()}, str(tmp))
-    os.replace(tmp, path)
+    _atomic_torch_save({"meta": {"note": "nbhelpers tiny template weights (draws a fixed cartoon face)"},
+                        "state_dict": template_dwpose_state_dict()}, path)
     return path
 
-
-# ---------------------------------------------------------------------------------------------------------------
-# DWPose as ONNX: small graphs with the real signature
-# ---------------------------------------------------------------------------------------------------------------
 
 def simcc_peak_model(centers_x, centers_y, *, heights=1.0, sharpness: float = 1.0 / 64.0,
                      switch_shift_x: float = 0.0, switch_shift_y: float = 0.0, switch_gain: float = 1000.0,
                      input_size: tuple[int, int] = codec.INPUT_SIZE, batch: int | str = "batch",
                      input_name: str = "input", x_name: str = "simcc_x", y_name: str = "simcc_y",
                      y_first: bool = False):
-    """A small ONNX graph with DWPose's input and output signature and SimCC peaks at chosen places.
+    """A small ONNX graph with DWPose's signature and SimCC peaks at chosen places.
 
-    For keypoint k the outputs are parabolas with their vertex at a chosen bin:
-    ``simcc_x[n, k, b] = heights[k] - sharpness * (b - (centers_x[k] + s[n] * switch_shift_x))**2`` (likewise y),
-    where ``s[n] = clip(switch_gain * (mean(left half of input n) - mean(right half)), -1, 1)``. With
-    ``switch_shift_* = 0`` the outputs do not depend on the input; otherwise a frame brighter on the left moves the
-    peaks by +shift and its mirror image by -shift, so the flip test changes the answer in a known way. The argmax
-    of a sampled parabola is the bin nearest its vertex, and the mean of two parabolas is a parabola whose vertex is
-    the mean of the two vertices.
+    ``simcc_x[n, k, b] = heights[k] - sharpness * (b - (centers_x[k] + s[n] * switch_shift_x))**2`` (likewise y), with
+    ``s[n] = clip(switch_gain * (mean(left half of input n) - mean(right half)), -1, 1)``: a frame brighter on the left
+    moves the peaks by +shift, its mirror by -shift, so the flip test changes the answer in a known way.
 
     Args:
-        centers_x: (K,) vertex bins on the x axis (0 .. 2 * width - 1; 2 bins per input pixel).
-        centers_y: (K,) vertex bins on the y axis.
-        heights: Peak value(s), scalar or (K,); a keypoint with height <= 0 is rejected by the decoder.
-        sharpness: Curvature of the parabolas (per bin squared).
-        switch_shift_x: Bins the x peaks move for an input brighter on the left (minus for brighter right).
+        centers_x: (K,) vertex bins on x (2 bins per input pixel).
+        centers_y: (K,) vertex bins on y.
+        heights: Peak value(s), scalar or (K,); a height <= 0 is rejected by the decoder.
+        sharpness: Curvature per bin squared.
+        switch_shift_x: Bins the x peaks move for an input brighter on the left.
         switch_shift_y: The same for y.
-        switch_gain: Gain before the clip to [-1, 1] (large: a sign switch).
+        switch_gain: Gain before the clip to [-1, 1].
         input_size: ``(w, h)`` of the input in pixels.
-        batch: Batch dimension: a name (dynamic) or an int (fixed, e.g. 1 like the published file).
-        input_name, x_name, y_name: Tensor names.
-        y_first: List the y output first (checks that outputs are found by shape, not order).
+        batch: Batch dimension: a name (dynamic) or an int.
+        input_name: Name of the input tensor.
+        x_name: Name of the x output.
+        y_name: Name of the y output.
+        y_first: List the y output first.
 
     Returns:
-        ``onnx.ModelProto`` (opset 17, IR version 8 so that older onnxruntime loads it).
-
-    Source: none (a test model; the signature is that of the published ``dw-ll_ucoco_384.onnx``).
+        ``onnx.ModelProto`` (opset 17, IR version 8).
     """
     onnx = require("onnx", "pip install onnx")
     from onnx import TensorProto, helper, numpy_helper
@@ -348,13 +289,8 @@ def simcc_peak_model(centers_x, centers_y, *, heights=1.0, sharpness: float = 1.
 
 
 def face_template_input_px() -> np.ndarray:
-    """A mirror-symmetric cartoon face in DWPose input pixels: (133, 2) float32 whole-body keypoints.
-
-    The 68 face points (iBUG order) sit around the middle of the 288x384 input (jaw arc, brows, nose, eyes,
-    lips); body, feet and hand points sit below them in mirror pairs. Used by the tiny weights tree so that the
-    tiny DWPose model gives a plausible face (and a valid crop box) on any frame.
-
-    Source: none (test data in iBUG-68 order).
+    """A mirror-symmetric cartoon face in DWPose input pixels: (133, 2) float32 whole-body keypoints, the 68
+    face points (iBUG order) around the middle of the 288x384 input, the others below in mirror pairs.
     """
     axis = codec.INPUT_SIZE[0] * 0.5 - 0.25  # x -> 287.5/2 - x in bins is the flip mirror: axis 143.75
     flip = codec.coco_wholebody_flip_indices()
@@ -386,20 +322,16 @@ def face_template_input_px() -> np.ndarray:
 
 
 def write_tiny_dwpose_onnx(directory: str | os.PathLike) -> Path | None:
-    """Write ``dwpose/dw-ll_ucoco_384.onnx`` as a small model with the real signature (tiny weights tree).
+    """Write ``dwpose/dw-ll_ucoco_384.onnx``: a few-kB graph with the real signature drawing
+    :func:`face_template_input_px`.
 
-    Input ``input`` (N, 3, 384, 288) float32 with a dynamic batch; outputs ``simcc_x`` (N, 133, 576) and
-    ``simcc_y`` (N, 133, 768) whose peaks draw :func:`face_template_input_px` (a few kB, no torch needed).
+    Input ``input`` (N, 3, 384, 288) float32; outputs ``simcc_x`` (N, 133, 576) and ``simcc_y`` (N, 133, 768).
 
     Args:
-        directory: The weights folder (official ``models/`` layout).
+        directory: The weights folder.
 
     Returns:
-        Path of the written file (written to a temporary name, then renamed), or None when the ``onnx``
-        package is missing (a warning says so; the tree then has no dwpose-onnx model and ``get_backend("auto")``
-        falls back to dlib).
-
-    Source: none (the tiny weights tree).
+        The path written, or None (with a warning) when ``onnx`` is missing.
     """
     try:
         import onnx

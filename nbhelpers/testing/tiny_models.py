@@ -1,8 +1,7 @@
 """Tiny and random weights of the core models in their official files: UNet, sd-vae, whisper, BiSeNet.
 
-The tiny UNet, VAE and whisper have the real block types at small widths; BiSeNet has no smaller variant that its
-file could hold, so it is the full network with random weights. Every file is written under a temporary name and
-renamed. Torch, diffusers, transformers and safetensors are imported by the writers that use them.
+The tiny UNet, VAE and whisper have the real block types at small widths; BiSeNet is the full network with random
+weights. Files are written through temporary names.
 """
 
 from __future__ import annotations
@@ -49,25 +48,22 @@ def _atomic_safetensors(state: Mapping[str, torch.Tensor], path: Path) -> None:
 
 
 def tiny_unet_config() -> dict[str, Any]:
-    """The tiny UNet config: the real one with ``block_out_channels`` [32, 64, 64, 64] and 8 norm groups.
-
-    Source: the official ``musetalkV15/musetalk.json``; the widths are ours.
-    """
+    """The real UNet config with ``block_out_channels`` [32, 64, 64, 64] and 8 norm groups."""
     return {**models.unet_config("v15"), **TINY_UNET_CHANGES}
 
 
 def write_tiny_unet(directory: str | os.PathLike, versions: Sequence[str] = ("v15",)) -> list[Path]:
-    """Write tiny random UNets in the official formats: ``musetalk.json`` + a ``torch.save`` plain state dict.
+    """Write tiny random UNets in the official formats (``musetalk.json`` and a ``torch.save`` state dict).
 
     Args:
         directory: The weights dir.
-        versions: ``"v15"`` writes ``musetalkV15/{musetalk.json, unet.pth}``; ``"v1"`` writes
-            ``musetalk/{musetalk.json, pytorch_model.bin}`` (other random weights).
+        versions: ``"v15"`` writes ``musetalkV15/{musetalk.json, unet.pth}``, ``"v1"`` ``musetalk/{musetalk.json,
+            pytorch_model.bin}`` (other random weights).
 
     Returns:
         The paths written.
 
-    Source: utils.py:206-243 (the official format: ``torch.save(unet.state_dict())``).
+    Source: ``musetalk/utils/utils.py:206-243`` (``torch.save(unet.state_dict())``).
     """
     import torch
 
@@ -92,11 +88,10 @@ _LEGACY_ATTENTION_NAMES = ((".to_q.", ".query."), (".to_k.", ".key."), (".to_v."
 
 
 def write_tiny_vae(directory: str | os.PathLike) -> list[Path]:
-    """Write a tiny random sd-vae-ft-mse: ``sd-vae/config.json`` + ``diffusion_pytorch_model.safetensors``.
+    """Write a tiny random sd-vae-ft-mse: ``sd-vae/{config.json, diffusion_pytorch_model.safetensors}``.
 
-    Four blocks of width 32 (so 256 px -> 32 latent pixels, 4 latent channels). The mid-block attention is
-    stored under the pre-0.14 diffusers names (``query``/``key``/``value``/``proj_attn``), as in the
-    checkpoint published in 2022 (believed, not verified here), so diffusers' conversion is exercised.
+    Four blocks of width 32 (256 px -> 32 latent pixels). The mid-block attention keeps diffusers' pre-0.14 names
+    (``query``/``key``/``value``/``proj_attn``), so diffusers' conversion runs.
 
     Args:
         directory: The weights dir.
@@ -104,7 +99,7 @@ def write_tiny_vae(directory: str | os.PathLike) -> list[Path]:
     Returns:
         The paths written.
 
-    Source: vae.py:24 (the folder AutoencoderKL.from_pretrained reads).
+    Source: ``musetalk/models/vae.py:24``.
     """
     import diffusers
     import torch
@@ -128,10 +123,8 @@ def write_tiny_vae(directory: str | os.PathLike) -> list[Path]:
 
 
 def tiny_whisper_config() -> dict[str, Any]:
-    """The tiny whisper config: d_model 384 and 4 encoder layers as whisper-tiny (so 5 hidden states of 384),
-    small feed-forward, 1 decoder layer, a 64-token vocabulary.
-
-    Source: reference/configs/whisper-tiny.json; the smaller sizes are ours.
+    """whisper-tiny's config with d_model 384 and 4 encoder layers (5 hidden states of 384), a small
+    feed-forward, 1 decoder layer and a 64-token vocabulary.
     """
     cfg = {k: v for k, v in models.bundled_config("whisper-tiny.json").items() if not k.startswith("_")}
     cfg.update(encoder_ffn_dim=64, decoder_layers=1, decoder_ffn_dim=64, vocab_size=64, max_target_positions=32,
@@ -143,8 +136,8 @@ def tiny_whisper_config() -> dict[str, Any]:
 def write_tiny_whisper(directory: str | os.PathLike) -> list[Path]:
     """Write a tiny random whisper: ``whisper/{config.json, model.safetensors, preprocessor_config.json}``.
 
-    The weights are those of a ``WhisperForConditionalGeneration`` (keys ``model.encoder...``, as the hub file),
-    without the tied ``proj_out``; the preprocessor values are openai/whisper-tiny's.
+    The weights are a ``WhisperForConditionalGeneration``'s without the tied ``proj_out`` (as the hub file); the
+    preprocessor values are whisper-tiny's.
 
     Args:
         directory: The weights dir.
@@ -152,7 +145,7 @@ def write_tiny_whisper(directory: str | os.PathLike) -> list[Path]:
     Returns:
         The paths written.
 
-    Source: inference.py:64-66 (the folder WhisperModel.from_pretrained reads).
+    Source: ``scripts/inference.py:64-66``.
     """
     import torch
     import transformers
@@ -169,21 +162,13 @@ def write_tiny_whisper(directory: str | os.PathLike) -> list[Path]:
     return [folder / "config.json", folder / "model.safetensors", folder / "preprocessor_config.json"]
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# BiSeNet (face parsing)
-# ---------------------------------------------------------------------------------------------------------------
-
 def write_random_bisenet(path: str | os.PathLike, seed: int = 0, dtype: Any = None) -> Path:
-    """Write a BiSeNet checkpoint in the official format (plain state dict) with random weights.
-
-    For tests and CI: the full architecture (13.3 M values) loads through :func:`nbhelpers.parsing.load_bisenet` like the real
-    file.
+    """Write a BiSeNet plain state dict with random weights that loads like the real file.
 
     Args:
-        path: Output ``.pth`` path; parent folders are created. Written to a temporary name, then renamed.
+        path: Output ``.pth`` path (parents created).
         seed: Seed of the random initialisation.
-        dtype: torch dtype of the stored floating-point tensors; None = float32 (53 MB, like the real file),
-            ``torch.float16`` halves the size and still loads into float32 parameters.
+        dtype: torch dtype of the stored floating tensors; None = float32 (53 MB), ``torch.float16`` halves it.
 
     Returns:
         The path written.
@@ -203,15 +188,12 @@ def write_random_bisenet(path: str | os.PathLike, seed: int = 0, dtype: Any = No
     state = {k: (v.to(dtype) if dtype is not None and v.is_floating_point() else v).clone()
              for k, v in model.state_dict().items()}
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    _atomic_torch_save(state, path)
     return path
 
 
 def write_tiny_bisenet(directory: str | os.PathLike) -> Path:
-    """Write ``face-parse-bisent/79999_iter.pth``: the real architecture, random, stored in float16 (27 MB)."""
+    """Write ``face-parse-bisent/79999_iter.pth``: the real architecture, random, in float16 (27 MB)."""
     import torch
 
     return write_random_bisenet(Path(directory) / parsing.BISENET_FILE, seed=0, dtype=torch.float16)
