@@ -76,20 +76,10 @@ class FrameWindows:
 
 
 def frame_windows(n_samples: int, fps: int = 25) -> FrameWindows:
-    """The encoder frames each video frame uses, in exact integer arithmetic.
+    """The :class:`FrameWindows` of ``n_samples`` (>= 0) 16 kHz samples at ``fps`` (a positive integer; 25 in the
+    pipeline), in exact integers: T = ``n_samples * fps // 16000`` windows. InputError otherwise.
 
     The official float ``floor(L / 16000 * fps)`` is one short for a few lengths (L = 18 560: 28 frames, not 29).
-
-    Args:
-        n_samples: L, 16 kHz audio samples, >= 0.
-        fps: Video frames per second, a positive integer (25 in the pipeline).
-
-    Returns:
-        :class:`FrameWindows` of T = ``n_samples * fps // 16000`` windows.
-
-    Raises:
-        InputError: ``n_samples`` is negative or ``fps`` is not a positive integer.
-
     Source: ``musetalk/utils/audio_processor.py:48,59-90``; docs/official-behaviour.md §5.1, §5.2.
     """
     fps = _check_fps(fps)
@@ -210,23 +200,12 @@ def _device_log_mel_ok(extractor: Any) -> bool:
 
 
 def log_mel_on_device(segment: Any, extractor: Any, device: Any):
-    """Whisper's log-mel of one <= 30 s segment, computed with torch on ``device``.
+    """Whisper's (1, 80, 3000) float32 log-mel of one <= 30 s segment, computed with torch on ``device``.
 
-    The steps of ``WhisperFeatureExtractor``: zero-pad to 30 s, centred STFT (periodic Hann, n_fft 400, hop 160,
-    reflect), power without the last frame, the extractor's mel filters, ``log10`` clamped at 1e-10 and at the
-    maximum minus 8, then ``(x + 4) / 4``. Agrees with the extractor within 1e-4 (values span about [-1.5, 1.5]).
-
-    Args:
-        segment: (L,) float32 16 kHz samples, L <= 480 000 (numpy, or a tensor on any device).
-        extractor: A ``WhisperFeatureExtractor`` (its parameters and mel filters are used).
-        device: Where to compute.
-
-    Returns:
-        torch.Tensor (1, 80, 3000) float32 on ``device``.
-
-    Raises:
-        InputError: The segment is longer than 30 s.
-
+    The steps of ``WhisperFeatureExtractor`` (whose parameters and mel filters ``extractor`` supplies): zero-pad to
+    30 s, centred STFT (periodic Hann, n_fft 400, hop 160, reflect), power without the last frame, mel filters,
+    ``log10`` clamped at 1e-10 and at the maximum minus 8, then ``(x + 4) / 4``; within 1e-4 of the extractor.
+    ``segment`` is (L,) float32 16 kHz samples, numpy or a tensor on any device; InputError when over 30 s.
     Source: transformers ``models/whisper/feature_extraction_whisper.py:63-132``; docs/official-behaviour.md §5.1.
     """
     import torch

@@ -97,16 +97,9 @@ def check_box(box: Any, name: str = "box") -> tuple[int, int, int, int]:
 
 
 def expanded_square(box: Any, expand: float = EXPAND) -> tuple[int, int, int, int]:
-    """The square ``(xc - s, yc - s, xc + s, yc + s)`` around the crop box that the mask lives in (ints, frame pixels).
-
-    Args:
-        box: ``(x1, y1, x2, y2)`` crop box, frame pixels.
-        expand: Half-side factor, >= 1; 1.5 (legacy v1.0: 1.2).
-
-    Raises:
-        InputError: The box is invalid or ``expand`` is not a number >= 1.
-
-    Source: ``musetalk/utils/blending.py:7-13``; docs/official-behaviour.md §7.2.
+    """The square ``(xc - s, yc - s, xc + s, yc + s)`` around crop box ``box`` (ints, frame pixels), half side
+    ``s = int(max(w, h) // 2 * expand)`` with ``expand`` >= 1 (1.5; legacy v1.0 1.2); InputError otherwise.
+    Source: ``musetalk/utils/blending.py:7-13``.
     """
     x1, y1, x2, y2 = check_box(box)
     if not isinstance(expand, (int, float)) or isinstance(expand, bool) or not expand >= 1:
@@ -178,18 +171,8 @@ def paste_region(box: Any, square: Any, frame_shape: Sequence[int]) -> Region | 
 
 
 def box_mask(mask_512: np.ndarray, box: Any, square: Any) -> np.ndarray:
-    """The 512 parsing mask on the expanded square, inside the box and its lower half, not yet feathered.
-
-    PIL bicubic resize to (2s, 2s), zero outside the box, zero rows ``< s`` (the official comment says "upper"; the
-    code keeps the lower part).
-
-    Args:
-        mask_512: (512, 512) uint8 0/255 mask from :func:`nbhelpers.parsing.face_mask`.
-        box: ``(x1, y1, x2, y2)`` crop box, frame pixels.
-        square: ``(xs, ys, xe, ye)`` from :func:`expanded_square` of the same box.
-
-    Returns:
-        (2s, 2s) uint8 mask.
+    """The (2s, 2s) uint8 mask: a (512, 512) uint8 parsing mask ``mask_512`` PIL-bicubic-resized onto ``square`` and kept
+    inside ``box`` and on rows >= s (the official comment says "upper"; the code keeps the lower part). Not feathered.
 
     Raises:
         InputError: ``mask_512`` is not (512, 512) uint8, or ``box``/``square`` is invalid.
@@ -229,17 +212,10 @@ def feather(mask: np.ndarray, blur_ratio: float = OFFLINE_BLUR_RATIO) -> np.ndar
 
 def prepare_mask(mask_512: np.ndarray, box: Any, square: Any | None = None,
                  blur_ratio: float = OFFLINE_BLUR_RATIO) -> np.ndarray:
-    """The feathered (2s, 2s) uint8 blend mask from a parsing mask (:func:`box_mask`, then :func:`feather`).
+    """The feathered (2s, 2s) uint8 blend mask: :func:`box_mask` then :func:`feather`.
 
-    Args:
-        mask_512: (512, 512) uint8 0/255 mask of the square's crop.
-        box: ``(x1, y1, x2, y2)`` crop box, frame pixels.
-        square: ``(xs, ys, xe, ye)``; None = :func:`expanded_square` of ``box``.
-        blur_ratio: :data:`OFFLINE_BLUR_RATIO` (0.05) or :data:`REALTIME_BLUR_RATIO` (0.1).
-
-    Raises:
-        InputError: As :func:`box_mask` and :func:`feather`.
-
+    ``square`` defaults to :func:`expanded_square` of ``box``; ``blur_ratio`` is :data:`OFFLINE_BLUR_RATIO` (0.05) or
+    :data:`REALTIME_BLUR_RATIO` (0.1). Raises InputError as those two do.
     Source: ``musetalk/utils/blending.py:65-82,112-136``; docs/official-behaviour.md §7.2, §7.4.
     """
     feather_kernel_size(2, blur_ratio)  # validate before the resize
@@ -251,7 +227,7 @@ def prepare_materials(frames: Sequence[np.ndarray], boxes: Sequence[Any], parser
                       left_cheek_width: int = 90, right_cheek_width: int = 90,
                       blur_ratio: float = OFFLINE_BLUR_RATIO, expand: float = EXPAND,
                       chunk: int = 64) -> list[BlendMaterial]:
-    """Blend material of many frames on the CPU, with one batched parsing call per chunk.
+    """Blend material of N frames on the CPU: N :class:`BlendMaterial` with numpy masks, in order.
 
     Args:
         frames: N (H, W, 3) uint8 BGR frames (a sequence or an (N, H, W, 3) array).
@@ -262,10 +238,7 @@ def prepare_materials(frames: Sequence[np.ndarray], boxes: Sequence[Any], parser
         right_cheek_width: Same on the right.
         blur_ratio: 0.05 offline, 0.1 realtime.
         expand: Expanded-square factor.
-        chunk: Frames parsed per ``parser.labels`` call.
-
-    Returns:
-        N :class:`BlendMaterial` with numpy masks, in order.
+        chunk: Frames per ``parser.labels`` call.
 
     Raises:
         InputError: A frame, box or option is invalid (all checked before parsing).
@@ -297,21 +270,10 @@ def prepare_materials(frames: Sequence[np.ndarray], boxes: Sequence[Any], parser
 
 def prepare_masks_torch(masks_512: Any, boxes: Sequence[Any], squares: Sequence[Any] | None = None,
                         blur_ratio: float = OFFLINE_BLUR_RATIO) -> list[Any]:
-    """:func:`prepare_mask` of a batch of parsing masks in torch on their device, equal bit for bit.
+    """:func:`prepare_mask` of (B, 512, 512) uint8 ``masks_512`` in torch on their device, equal bit for bit.
 
-    Args:
-        masks_512: (B, 512, 512) uint8 0/255 tensor (:func:`nbhelpers.parsing.face_mask_torch`).
-        boxes: B crop boxes ``(x1, y1, x2, y2)``, frame pixels.
-        squares: B squares ``(xs, ys, xe, ye)``; None = :func:`expanded_square` of each box.
-        blur_ratio: 0.05 offline, 0.1 realtime.
-
-    Returns:
-        B contiguous (2s_b, 2s_b) uint8 tensors on the masks' device.
-
-    Raises:
-        InputError: The masks are not (B, 512, 512) uint8, or a box, square or the ratio is invalid.
-
-    Source: ``musetalk/utils/blending.py:65-82,112-136``.
+    Takes B ``boxes`` and optional ``squares`` (default :func:`expanded_square` of each box) and returns B contiguous
+    (2s_b, 2s_b) uint8 tensors. Raises InputError for a bad mask batch, box, square or ratio.
     """
     import torch
 
@@ -351,31 +313,13 @@ def prepare_materials_torch(frames: Any, boxes: Sequence[Any], parser: Any, mode
                             left_cheek_width: int = 90, right_cheek_width: int = 90,
                             blur_ratio: float = OFFLINE_BLUR_RATIO, expand: float = EXPAND, bgr: bool = True,
                             batch_size: int | None = None) -> list[BlendMaterial]:
-    """:func:`prepare_materials` on the parser's torch device, in batches; nothing goes back to the host.
+    """:func:`prepare_materials` on the parser's torch device, in batches, masks left there as tensors.
 
-    Every image step is integer-exact with the CPU path; only BiSeNet's argmax may flip on boundary pixels on a GPU
-    or in fp16.
-
-    Args:
-        frames: (N, H, W, 3) uint8 tensor (or numpy array), any device; batches move to the parser's device.
-        boxes: N crop boxes ``(x1, y1, x2, y2)``, frame pixels (skip face-less frames).
-        parser: A :class:`nbhelpers.parsing.FaceParser` (its device and dtype are used).
-        mode: ``"jaw"``, ``"raw"`` or ``"neck"``.
-        left_cheek_width: Jaw-mode cheek band, 512-px parsing pixels.
-        right_cheek_width: Same on the right.
-        blur_ratio: 0.05 offline, 0.1 realtime.
-        expand: Expanded-square factor.
-        bgr: Frames are BGR (flipped to RGB for the parser), else RGB.
-        batch_size: Frames per BiSeNet pass; None = ``parser.batch_size``. Halved on CUDA out-of-memory.
-
-    Returns:
-        N :class:`BlendMaterial` whose masks are (2s, 2s) uint8 tensors on the parser's device.
-
-    Raises:
-        InputError: The frames, a box or an option is invalid (all checked before parsing).
-        OutOfMemoryError: One frame still does not fit on the GPU.
-
-    Source: ``musetalk/utils/blending.py:51-82,112-136``, ``musetalk/utils/face_parsing/__init__.py:77-111``.
+    Same arguments, but ``frames`` is an (N, H, W, 3) uint8 tensor (or array) on any device, with ``bgr`` (False for
+    RGB frames) and ``batch_size`` (frames per BiSeNet pass; None = ``parser.batch_size``; halved on CUDA
+    out-of-memory) in place of ``chunk``. Every image step is integer-exact with the CPU path; only BiSeNet's argmax
+    may flip on boundary pixels on a GPU or in fp16. Raises InputError for bad inputs (before parsing) and
+    OutOfMemoryError when one frame does not fit.
     """
     import torch
 
@@ -415,8 +359,7 @@ def materials_for_frames(frames: Any, crop_boxes: Any, face_frames: Sequence[int
                          chunk: int = 32, progress: bool = True, frames_device: Any = None) -> list[BlendMaterial]:
     """Blend material of the source frames that have a face, in order, with a job's settings.
 
-    A parser on CUDA makes it there (:func:`prepare_materials_torch`, masks stay on the device); else
-    :func:`prepare_materials`.
+    A parser on CUDA makes it there (:func:`prepare_materials_torch`), else :func:`prepare_materials`.
 
     Args:
         frames: N source frames (H, W, 3) uint8 BGR with random access (``frames[i]``).
@@ -430,11 +373,6 @@ def materials_for_frames(frames: Any, crop_boxes: Any, face_frames: Sequence[int
 
     Returns:
         M :class:`BlendMaterial`, one per ``face_frames`` entry.
-
-    Raises:
-        InputError: A frame, box or option is invalid.
-
-    Source: ``scripts/realtime_inference.py:164-181``; docs/official-behaviour.md §7.
     """
     import torch
 
@@ -471,15 +409,8 @@ def prepare_material(frame_bgr: np.ndarray, box: Any, parser: Any, mode: str = "
 
 
 def resize_face(face: np.ndarray, box: Any) -> np.ndarray:
-    """The face resized to the box, (y2 - y1, x2 - x1, 3) uint8, with ``cv2.resize`` bilinear (itself if it fits).
-
-    Args:
-        face: (h0, w0, 3) uint8 face (256x256 from the VAE), any channel order.
-        box: ``(x1, y1, x2, y2)`` crop box, frame pixels.
-
-    Raises:
-        InputError: ``face`` is not (h, w, 3) uint8 or the box is invalid.
-
+    """``face`` ((h0, w0, 3) uint8, any channel order) resized to ``box``, (y2 - y1, x2 - x1, 3), with
+    ``cv2.resize`` bilinear; itself when it fits. InputError for a bad face or box.
     Source: ``scripts/inference.py:218``; docs/official-behaviour.md §7.1.
     """
     x1, y1, x2, y2 = check_box(box)
@@ -516,13 +447,10 @@ def blend_cpu(frame_bgr: np.ndarray, face_bgr: np.ndarray, box: Any, mask: np.nd
         square: ``BlendMaterial.square``.
         inplace: Write into ``frame_bgr`` instead of a copy.
 
-    Returns:
-        (H, W, 3) uint8 BGR blended frame (``frame_bgr`` itself when ``inplace``).
-
     Raises:
         InputError: An array has the wrong shape or dtype, the box is invalid, or the mask does not match the square.
 
-    Source: ``musetalk/utils/blending.py:35-109``, ``scripts/inference.py:218``; docs/official-behaviour.md §7.1-§7.2.
+    Source: ``musetalk/utils/blending.py:35-109``; docs/official-behaviour.md §7.1-§7.2.
     """
     _check_frame(frame_bgr, "frame_bgr")
     square = _check_mask(mask, square)
@@ -547,26 +475,21 @@ def _check_mask(mask: Any, square: Any, name: str = "mask") -> tuple[int, int, i
 
 def blend_torch(frames: Any, faces: Any, boxes: Sequence[Any], masks: Sequence[Any], squares: Sequence[Any],
                 inplace: bool = False) -> Any:
-    """Paste generated faces back into a batch of frames on the frames' device, within 2 levels of :func:`blend_cpu`.
+    """:func:`blend_cpu` of a batch of frames on their device, within 2 grey levels.
 
-    The face is resized with ``interpolate(mode="bilinear", align_corners=False)`` in float32 and rounded (within 1
-    level of OpenCV's fixed point), then blended with the integer formula of :func:`blend_pixels`.
+    The face is resized with ``interpolate(mode="bilinear", align_corners=False)`` in float32 and rounded, then
+    blended with the integer formula of :func:`blend_pixels`.
 
     Args:
         frames: (B, H, W, 3) uint8 BGR tensor, any device.
-        faces: (B, h0, w0, 3) uint8 BGR tensor (256x256 from the decode); moved to ``frames``' device.
-        boxes: B crop boxes ``(x1, y1, x2, y2)`` (sequence, (B, 4) array or tensor).
-        masks: B (2s, 2s) uint8 masks, numpy or tensors (``BlendMaterial.mask``; device tensors skip an upload).
+        faces: (B, h0, w0, 3) uint8 BGR tensor; moved to ``frames``' device.
+        boxes: B crop boxes ``(x1, y1, x2, y2)``.
+        masks: B (2s, 2s) uint8 masks, numpy or tensors (device tensors skip an upload).
         squares: B squares ``(xs, ys, xe, ye)``.
         inplace: Write into ``frames`` instead of a clone.
 
-    Returns:
-        (B, H, W, 3) uint8 tensor on ``frames``' device (``frames`` itself when ``inplace``).
-
     Raises:
         InputError: Shapes, dtypes or lengths disagree, or a box, mask or square is invalid.
-
-    Source: ``musetalk/utils/blending.py:35-109``, ``scripts/inference.py:218``.
     """
     import torch
     import torch.nn.functional as F

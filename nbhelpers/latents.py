@@ -22,22 +22,11 @@ LATENT_MODES = ("sample", "mode")
 
 
 def crop_and_resize(frame: np.ndarray, box: Sequence[float]) -> np.ndarray:
-    """Cut the crop box out of a frame and resize it to 256x256 with Lanczos-4, as the official code does.
+    """Cut crop box ``box = (x1, y1, x2, y2)`` (frame pixels, exclusive ends, truncated to int; for v15 ``y2``
+    includes ``extra_margin``) out of an (H, W, 3) uint8 BGR frame and resize it to (256, 256, 3) with Lanczos-4.
 
-    A box past the right or bottom edge is clipped to the frame, as the official numpy slice does (the crop is
-    stretched); a negative x1 or y1 is clipped to 0 (numpy would wrap it round).
-
-    Args:
-        frame: (H, W, 3) uint8 BGR full frame.
-        box: Crop box ``(x1, y1, x2, y2)`` in frame pixels, x2/y2 exclusive, truncated with ``int()``; for v15
-            ``y2`` already includes ``extra_margin``.
-
-    Returns:
-        (256, 256, 3) uint8 BGR crop.
-
-    Raises:
-        InputError: ``frame`` is not (H, W, 3) uint8, ``box`` is not 4 numbers, or the box misses the frame.
-
+    Edges past the frame are clipped (the crop is stretched), as the official numpy slice does; a negative x1 or y1
+    is clipped to 0. Raises InputError for a bad frame or box, or a box that misses the frame.
     Source: ``scripts/inference.py:173-174``; docs/official-behaviour.md §3.3.
     """
     import cv2
@@ -64,22 +53,20 @@ def encode(crops_256: Any, vae: Any, generator: Any = None, mode: str = "sample"
            batch_size: int = 8, progress: bool = False):
     """VAE-encode face crops into MuseTalk's 8-channel latents (masked ‖ reference).
 
-    Per crop: BGR to RGB, ``/255``, ``(x - 0.5) / 0.5``, rows 128..255 set to -1 in the masked copy; both copies
-    encoded in one VAE call; each posterior sampled as ``mean + std * noise`` (``mode="sample"``) or taken at its
-    mean (``mode="mode"``), times ``vae.config.scaling_factor`` (0.18215). The official noise comes from the
-    unseeded global RNG (quirk Q1); here frame ``i`` (``first_index`` + position) has its own CPU generator seeded
-    by :func:`frame_seed`, drawing the masked then the reference noise, each (1, 4, 32, 32) float32. So a seed
-    gives the same latents on every device and batch size, and when a video is encoded in pieces.
+    Per crop: BGR to RGB, ``/255``, ``(x - 0.5) / 0.5``, rows 128..255 set to -1 in the masked copy; both copies in
+    one VAE call; each posterior sampled (``mean + std * noise``) or taken at its mean, times the scaling factor
+    (0.18215). The official noise is unseeded (quirk Q1); here frame ``i`` (``first_index`` + position) draws its
+    masked then reference noise, each (1, 4, 32, 32) float32, from a CPU generator seeded by :func:`frame_seed`, so a
+    seed gives the same latents on every device, batch size and split of the video.
 
     Args:
-        crops_256: (N, 256, 256, 3) uint8 BGR crops: a numpy array, a list of arrays, or a uint8 tensor on any
-            device (see :func:`crop_and_resize`).
+        crops_256: (N, 256, 256, 3) uint8 BGR crops: an array, a list of arrays, or a tensor on any device.
         vae: diffusers ``AutoencoderKL`` (sd-vae-ft-mse) on its device and dtype.
-        generator: Noise seed: an ``int`` >= 0 (``InferenceConfig.seed``), a ``torch.Generator`` (one base seed
-            drawn per call), or None (base seed from torch's global RNG). Unused when ``mode="mode"``.
-        mode: ``"sample"`` (official inference) or ``"mode"`` (posterior mean, as in training; deterministic).
+        generator: Noise seed: an ``int`` >= 0, a ``torch.Generator`` (one base seed drawn per call), or None (from
+            torch's global RNG). Unused when ``mode="mode"``.
+        mode: ``"sample"`` (official inference) or ``"mode"`` (posterior mean, as in training).
         first_index: Frame index of ``crops_256[0]``, >= 0.
-        batch_size: Crops per VAE call (``2 * batch_size`` images), >= 1; halved on CUDA out-of-memory.
+        batch_size: Crops per VAE call, >= 1; halved on CUDA out-of-memory.
         progress: Show a progress bar counted in frames.
 
     Returns:
@@ -87,11 +74,10 @@ def encode(crops_256: Any, vae: Any, generator: Any = None, mode: str = "sample"
         whole crop's.
 
     Raises:
-        InputError: ``crops_256`` is not (N, 256, 256, 3) uint8, ``mode`` is unknown, ``generator`` is not an int
-            >= 0, a ``torch.Generator`` or None, ``first_index`` < 0, or ``batch_size`` < 1.
+        InputError: A bad ``crops_256``, ``mode``, ``generator``, ``first_index`` or ``batch_size``.
         OutOfMemoryError: The GPU runs out of memory even at batch size 1.
 
-    Source: ``musetalk/models/vae.py:35-94,110-122``, training ``musetalk/utils/utils.py:154,159``;
+    Source: ``musetalk/models/vae.py:35-94,110-122``, ``musetalk/utils/utils.py:154,159``;
     docs/official-behaviour.md §4.1-§4.3, #q1.
     """
     import torch
@@ -185,23 +171,12 @@ def _base_seed(generator: Any) -> int:
 
 
 def decode(latents: Any, vae: Any):
-    """Decode UNet output latents to 256x256 BGR uint8 face crops, on the VAE's device.
+    """Decode (B, 4, 32, 32) float UNet latents (any device) to (B, 256, 256, 3) uint8 BGR crops on the VAE's device.
 
     ``(1 / scaling_factor) * z`` (the official order), VAE decode, ``(x / 2 + 0.5).clamp(0, 1)``, then in float32
-    ``x 255`` rounded half to even, uint8, RGB to BGR.
-
-    Args:
-        latents: (B, 4, 32, 32) float tensor of scaled latents (the UNet's output), any device.
-        vae: diffusers ``AutoencoderKL`` (sd-vae-ft-mse) on its device and dtype.
-
-    Returns:
-        torch.Tensor (B, 256, 256, 3) uint8 BGR on the VAE's device, an inference tensor (``.clone()`` it before
-        changing it in place outside ``torch.inference_mode``).
-
-    Raises:
-        InputError: ``latents`` is not a 4-D float tensor with 4 channels.
-
-    Source: ``musetalk/models/vae.py:96-108``; docs/official-behaviour.md §6.
+    ``x 255`` rounded half to even. The result is an inference tensor (``.clone()`` it before changing it in place).
+    ``vae`` is the diffusers ``AutoencoderKL`` on its device and dtype; InputError when ``latents`` is not a 4-D float
+    tensor with 4 channels. Source: ``musetalk/models/vae.py:96-108``; docs/official-behaviour.md §6.
     """
     import torch
 
@@ -221,10 +196,10 @@ def decode(latents: Any, vae: Any):
 
 
 def unet_step(unet: Any, pe: Callable[[Any], Any], latent_batch: Any, feature_batch: Any):
-    """One MuseTalk UNet call at timestep 0: the mouth's 4-channel latent for each (latent, audio tokens) pair.
+    """One MuseTalk UNet call at timestep 0: ``unet(latents, 0, encoder_hidden_states=pe(features)).sample``.
 
-    ``unet(latents, 0, encoder_hidden_states=pe(features)).sample`` with both inputs cast to the UNet dtype: the
-    positional encoding is added here, right before the UNet, as officially. No scheduler, noise or mask.
+    Both inputs are cast to the UNet dtype; the positional encoding is added here, as officially. No scheduler, noise
+    or mask.
 
     Args:
         unet: diffusers ``UNet2DConditionModel`` (v1.5 or v1) on its device and dtype.
@@ -233,13 +208,12 @@ def unet_step(unet: Any, pe: Callable[[Any], Any], latent_batch: Any, feature_ba
         feature_batch: (B, 50, 384) float tensor of whisper tokens, any device.
 
     Returns:
-        torch.Tensor (B, 4, 32, 32) in the UNet dtype on its device: scaled latents for :func:`decode`.
+        torch.Tensor (B, 4, 32, 32) in the UNet dtype on its device, for :func:`decode`.
 
     Raises:
         InputError: Shapes are not (B, 8, h, w) and (B, 50, 384) with the same B.
 
-    Source: ``scripts/inference.py:50,199-203``, ``musetalk/models/unet.py:12-27``; docs/official-behaviour.md
-    §5.4, §6.
+    Source: ``scripts/inference.py:50,199-203``, ``musetalk/models/unet.py:12-27``; docs/official-behaviour.md §6.
     """
     import torch
 
@@ -254,14 +228,15 @@ def unet_step(unet: Any, pe: Callable[[Any], Any], latent_batch: Any, feature_ba
 
 def encode_frames(frames: Any, crop_boxes: Any, face_frames: Sequence[int], vae: Any, *, seed: int = 0,
                   mode: str = "sample", batch_size: int = 8, progress: bool = True):
-    """Latents of the source frames that have a face: crop, resize to 256x256, VAE-encode, in frame order.
+    """Latents of the source frames that have a face, in frame order: (M, 8, 32, 32), contiguous, VAE dtype.
 
-    A frame's noise is seeded by its own index (:func:`encode`), so batching, out-of-memory fallback and face-less
-    frames never change its latents.
+    Crops (:func:`crop_and_resize`) are encoded in runs of consecutive frames; each frame's noise is seeded by its
+    own index, so batching never changes its latents. InputError when ``face_frames`` is empty or a crop or option
+    is invalid.
 
     Args:
         frames: N source frames (H, W, 3) uint8 BGR with random access (``frames[i]``).
-        crop_boxes: (N, 4) crop boxes ``(x1, y1, x2, y2)``, frame pixels (rows of face-less frames unused).
+        crop_boxes: (N, 4) crop boxes, frame pixels (rows of face-less frames unused).
         face_frames: M >= 1 increasing indices of the frames with a face.
         vae: diffusers ``AutoencoderKL`` on its device and dtype.
         seed: ``InferenceConfig.seed``.
@@ -269,13 +244,7 @@ def encode_frames(frames: Any, crop_boxes: Any, face_frames: Sequence[int], vae:
         batch_size: Frames per VAE call.
         progress: Show a progress bar (``latents``) counted in frames.
 
-    Returns:
-        torch.Tensor (M, 8, 32, 32) contiguous, in the VAE dtype on its device.
-
-    Raises:
-        InputError: ``face_frames`` is empty, or a crop or option is invalid (see :func:`encode`).
-
-    Source: ``scripts/inference.py:163-176``; docs/official-behaviour.md §3.3, §4.
+    Source: ``scripts/inference.py:163-176``; docs/official-behaviour.md §4.
     """
     import torch
 

@@ -104,15 +104,8 @@ def _torch_classes() -> dict[str, type]:
 
 
 def bundled_config(name: str) -> dict[str, Any]:
-    """A fresh dict of a config shipped in ``nbhelpers/configs``.
-
-    Args:
-        name: ``"musetalkV15-unet.json"``, ``"sd-vae-ft-mse.json"``, ``"whisper-tiny.json"`` or
-            ``"whisper-tiny-preprocessor.json"``.
-
-    Raises:
-        InputError: Unknown name.
-
+    """A fresh dict of a config shipped in ``nbhelpers/configs``: ``name`` is ``"musetalkV15-unet.json"``,
+    ``"sd-vae-ft-mse.json"``, ``"whisper-tiny.json"`` or ``"whisper-tiny-preprocessor.json"`` (InputError otherwise).
     Source: docs/official-behaviour.md §1.1, §1.3.
     """
     folder = importlib.resources.files("nbhelpers").joinpath("configs")
@@ -126,16 +119,9 @@ def bundled_config(name: str) -> dict[str, Any]:
 def unet_config(version: str = "v15") -> dict[str, Any]:
     """The full-size MuseTalk UNet config (``UNet2DConditionModel`` kwargs) as a fresh dict.
 
-    v1.0 and v1.5 share the architecture, so both get the same dict: SD-1.x's UNet with 8 input channels and
-    cross-attention width 384.
-
-    Args:
-        version: ``"v15"`` or ``"v1"``.
-
-    Raises:
-        InputError: Unknown version.
-
-    Source: ``models/musetalkV15/musetalk.json`` (not in the official git repository); docs/official-behaviour.md §1.3.
+    v1.0 and v1.5 share the architecture, so both ``version`` values (``"v15"``, ``"v1"``; InputError otherwise) give
+    SD-1.x's UNet with 8 input channels and cross-attention width 384.
+    Source: ``models/musetalkV15/musetalk.json`` (not in the official repository); docs/official-behaviour.md §1.3.
     """
     _check_version(version)
     return bundled_config("musetalkV15-unet.json")
@@ -268,18 +254,11 @@ def _few(keys: Sequence[str], n: int = 5) -> str:
 
 def check_state_dict(model: nn.Module, state_dict: Mapping[str, Any], path: str | os.PathLike,
                      what: str = "model") -> None:
-    """Compare a checkpoint's keys and shapes with a model's (works on the meta device; nothing is copied).
+    """Compare a checkpoint's keys and shapes with ``model``'s (works on the meta device; nothing is copied).
 
-    Args:
-        model: The target module.
-        state_dict: The loaded checkpoint (key -> tensor).
-        path: The file it came from (named in the error).
-        what: The model's name in the error, e.g. ``"MuseTalk UNet (v15)"``.
-
-    Raises:
-        CheckpointError: Any missing, unexpected or mis-shaped key (the first few of each, the file and the fix).
-
-    Source: ``musetalk/models/unet.py:44-45`` (strict ``load_state_dict``); docs/official-behaviour.md §1.2.
+    Raises CheckpointError naming the first missing, unexpected and mis-shaped keys, the file ``path`` and the model
+    ``what`` (e.g. ``"MuseTalk UNet (v15)"``). Source: ``musetalk/models/unet.py:44-45``; docs/official-behaviour.md
+    §1.2.
     """
     if not isinstance(state_dict, Mapping):
         raise CheckpointError(f"{path} holds a {type(state_dict).__name__}, not a state dict (key -> tensor) for "
@@ -358,16 +337,9 @@ def _sdpa(model: nn.Module) -> None:
 def build_unet(config: Mapping[str, Any] | str = "v15", device: str | torch.device = "meta") -> nn.Module:
     """Build the MuseTalk UNet (diffusers ``UNet2DConditionModel``) in eval mode, with SDPA attention.
 
-    Args:
-        config: A config dict (``musetalk.json``) or a version (``"v15"``/``"v1"``) for the bundled config.
-        device: Where parameters are created: ``"meta"`` (no memory; :func:`load_unet` assigns the checkpoint) or
-            ``"cpu"`` (random float32 init).
-
-    Raises:
-        MissingDependencyError: diffusers is not installed.
-        WeightsError: The config does not describe a UNet2DConditionModel.
-
-    Source: ``musetalk/models/unet.py:36-38``; docs/official-behaviour.md §1.3.
+    ``config`` is a ``musetalk.json`` dict or a version for the bundled config; ``device`` is ``"meta"`` (no memory;
+    :func:`load_unet` assigns the checkpoint) or ``"cpu"`` (random float32). Raises MissingDependencyError without
+    diffusers, WeightsError when the config builds no UNet. Source: ``musetalk/models/unet.py:36-38``.
     """
     import torch
 
@@ -471,23 +443,11 @@ def _loading_problems(info: Mapping[str, Any] | None, path: Path, what: str) -> 
 @_one_load_at_a_time
 def load_vae(weights_dir: str | os.PathLike | None = None, device: str | torch.device = "cpu",
              dtype: torch.dtype | None = None) -> nn.Module:
-    """Load sd-vae-ft-mse (diffusers ``AutoencoderKL``) from ``<weights_dir>/sd-vae``.
+    """Load sd-vae-ft-mse (diffusers ``AutoencoderKL``) from ``<weights_dir>/sd-vae``, arguments as :func:`load_unet`.
 
-    Takes ``diffusion_pytorch_model.safetensors`` (preferred) or the official ``.bin``.
-
-    Args:
-        weights_dir: The weights dir; None = :func:`nbhelpers.weights.default_dir`.
-        device: Target device.
-        dtype: Target dtype; None = float32.
-
-    Returns:
-        ``AutoencoderKL`` in eval mode without gradients: 256x256 RGB in [-1, 1] encodes to [B, 4, 32, 32].
-
-    Raises:
-        WeightsError: A file is missing or damaged.
-        CheckpointError: The weights do not fit the config.
-
-    Source: ``musetalk/models/vae.py:24``, ``musetalk/utils/utils.py:21-23``.
+    Takes ``diffusion_pytorch_model.safetensors`` (preferred) or the official ``.bin``. The result, in eval mode
+    without gradients, encodes 256x256 RGB in [-1, 1] to [B, 4, 32, 32]. Raises WeightsError for a missing or damaged
+    file, CheckpointError when the weights do not fit the config. Source: ``musetalk/models/vae.py:24``.
     """
     vae_class = _library_class("diffusers", "AutoencoderKL", "pip install diffusers")
     root = _root(weights_dir)
@@ -513,25 +473,13 @@ def load_vae(weights_dir: str | os.PathLike | None = None, device: str | torch.d
 @_one_load_at_a_time
 def load_whisper(weights_dir: str | os.PathLike | None = None, device: str | torch.device = "cpu",
                  dtype: torch.dtype | None = None) -> nn.Module:
-    """Load whisper-tiny (transformers ``WhisperModel``, SDPA attention) from ``<weights_dir>/whisper``.
+    """Load whisper-tiny (transformers ``WhisperModel``, SDPA attention) from ``<weights_dir>/whisper``, arguments
+    as :func:`load_unet` (officially ``dtype`` is the UNet's).
 
     Takes ``model.safetensors`` (preferred: transformers >= 4.50 refuses ``.bin`` on torch < 2.6) or the official
-    ``pytorch_model.bin``.
-
-    Args:
-        weights_dir: The weights dir; None = :func:`nbhelpers.weights.default_dir`.
-        device: Target device.
-        dtype: Target dtype (officially the UNet's); None = float32.
-
-    Returns:
-        ``WhisperModel`` in eval mode without gradients; ``.encoder(mel [B, 80, 3000], output_hidden_states=True)``
-        gives 5 hidden states [B, 1500, 384].
-
-    Raises:
-        WeightsError: A file is missing or damaged, or transformers refuses a ``.bin`` file.
-        CheckpointError: The weights do not fit the config.
-
-    Source: ``scripts/inference.py:64-66``; docs/official-behaviour.md §5.1.
+    ``pytorch_model.bin``. ``.encoder(mel [B, 80, 3000], output_hidden_states=True)`` gives 5 hidden states
+    [B, 1500, 384]. Raises WeightsError for a missing, damaged or refused file, CheckpointError when the weights do not
+    fit. Source: ``scripts/inference.py:64-66``; docs/official-behaviour.md §5.1.
     """
     transformers = require("transformers", "pip install transformers")
     whisper_class = _library_class("transformers", "WhisperModel", "pip install transformers")
@@ -557,14 +505,8 @@ def load_whisper(weights_dir: str | os.PathLike | None = None, device: str | tor
 
 @_one_load_at_a_time
 def load_feature_extractor(weights_dir: str | os.PathLike | None = None) -> Any:
-    """Load the ``WhisperFeatureExtractor`` from ``<weights_dir>/whisper/preprocessor_config.json``.
-
-    Args:
-        weights_dir: The weights dir; None = :func:`nbhelpers.weights.default_dir`.
-
-    Raises:
-        WeightsError: The file is missing or damaged.
-
+    """Load the ``WhisperFeatureExtractor`` of ``<weights_dir>/whisper/preprocessor_config.json`` (None =
+    :func:`nbhelpers.weights.default_dir`); WeightsError when missing or damaged.
     Source: ``musetalk/utils/audio_processor.py:12-13``.
     """
     extractor_class = _library_class("transformers", "WhisperFeatureExtractor", "pip install transformers")

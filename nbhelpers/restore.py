@@ -1,17 +1,11 @@
 """Face restoration of the generated crops: GFPGAN v1.4, RestoreFormer or CodeFormer through spandrel.
 
 The (F, 256, 256, 3) uint8 BGR faces from the VAE decode are restored on their device before paste-back, so only
-pixels under the blend mask change. The published ``.pth`` files (optional weight sets ``restore-gfpgan``,
-``restore-restoreformer``, ``restore-codeformer``) are read by :func:`nbhelpers.models.load_checkpoint` and built by
-spandrel (``pip install spandrel``; ``spandrel-extra-arches`` for CodeFormer, whose code is non-commercial: S-Lab
-License 1.0, warned once).
-
-- spandrel takes and gives (B, 3, H, W) float RGB in [0, 1], but GFPGAN and CodeFormer were trained on [-1, 1] and
-  spandrel passes their tensor through (:data:`SIGNED_RANGE`), so they are mapped to [-1, 1] and back.
-- All three work at 512x512: the 256 crop is resized up bicubically and back down by the exact 2x2 mean.
-- spandrel marks all three unsafe in fp16; on CUDA they run in bfloat16 when the GPU has native bf16 (compute
-  capability >= 8.0), else float32 with a warning (:func:`run_dtype`).
-- ``restore_strength`` blends: ``face + strength * (restored - face)``, rounded.
+pixels under the blend mask change. Weights are the optional sets ``restore-<name>``; spandrel builds them
+(CodeFormer, from ``spandrel-extra-arches``, is non-commercial: S-Lab License 1.0, warned once). All three work at
+512x512: the crop is resized up bicubically and back by the exact 2x2 mean. spandrel takes [0, 1] RGB, but
+GFPGAN and CodeFormer were trained on [-1, 1] and spandrel passes their tensor through (:data:`SIGNED_RANGE`), so
+they are mapped there and back. ``restore_strength`` blends: ``face + strength * (restored - face)``, rounded.
 
 Source: spandrel 0.4.2 ``ImageModelDescriptor``, GFPGAN ``GFPGANer.enhance``, CodeFormer ``inference_codeformer.py``.
 """
@@ -174,16 +168,8 @@ class Restorer:
         return replace(self, strength=check_strength(strength))
 
     def __call__(self, faces_256: Any) -> Any:
-        """Restore a batch of generated crops.
-
-        Args:
-            faces_256: (F, 256, 256, 3) uint8 BGR tensor on the restorer's device (:func:`nbhelpers.latents.decode`).
-
-        Returns:
-            (F, 256, 256, 3) uint8 BGR tensor on the same device; the input itself when ``strength == 0``.
-
-        Raises:
-            InputError: Not a (F, 256, 256, 3) uint8 tensor.
+        """Restore (F, 256, 256, 3) uint8 BGR ``faces_256`` on the restorer's device (:func:`nbhelpers.latents.decode`'s
+        output) into the same shape; the input itself when ``strength == 0``. InputError for another shape or dtype.
         """
         import torch
         import torch.nn.functional as F
@@ -236,28 +222,22 @@ def load_restorer(name: str, weights_dir: str | os.PathLike | None, device: Any 
                   strength: float = 1.0) -> Restorer:
     """Load restorer ``name`` from its published ``.pth`` file under ``weights_dir``.
 
-    The checkpoint goes through :func:`nbhelpers.models.load_checkpoint`, then to spandrel's
-    ``ModelLoader.load_from_state_dict`` with a registry holding only that architecture, so a file of another kind is
-    refused by name.
+    The checkpoint goes through :func:`nbhelpers.models.load_checkpoint`, then spandrel's ``load_from_state_dict``
+    with only that architecture registered, so a file of another kind is refused.
 
     Args:
         name: ``"gfpgan"``, ``"restoreformer"`` or ``"codeformer"`` (non-commercial: warns).
-        weights_dir: The weights folder (``restore/<file>`` inside); None = :func:`nbhelpers.weights.default_dir`.
+        weights_dir: The weights folder; None = :func:`nbhelpers.weights.default_dir`.
         device: Where the network runs.
-        dtype: The pipeline's dtype; the restorer's own comes from :func:`run_dtype`.
+        dtype: The pipeline's dtype; the restorer's own comes from :func:`run_dtype` (a float32 fallback under an
+            fp16 pipeline warns).
         strength: Blend of restored and unrestored face, 0..1.
-
-    Returns:
-        A :class:`Restorer` in eval mode without gradients.
 
     Raises:
         InputError: An unknown name or a strength outside 0..1.
         MissingDependencyError: spandrel, spandrel-extra-arches or torchvision is missing.
         WeightsError: The weight file is missing (with the download command) or unreadable.
         CheckpointError: The file is not a model of that architecture.
-
-    Source: spandrel 0.4.2 ``ModelLoader.load_from_state_dict``; GFPGAN ``inference_gfpgan.py``, CodeFormer
-    ``inference_codeformer.py`` (``params_ema``).
     """
     import torch
 
@@ -317,19 +297,9 @@ TINY_RESTOREFORMER = dict(PUBLISHED_KWARGS["restoreformer"], n_embed=64, embed_d
 
 
 def write_random_weights(directory: str | os.PathLike, name: str, *, seed: int = 0, tiny: bool = False) -> Path:
-    """Write ``<directory>/restore/<file>``: spandrel's architecture with random weights, in the published format.
-
-    ``torch.save({"params_ema": state_dict})`` as GFPGAN and CodeFormer publish theirs, built with
-    :data:`PUBLISHED_KWARGS` (full size, about 290-380 MB), or a small RestoreFormer with ``tiny=True``.
-
-    Args:
-        directory: A weights folder (``restore/`` is made inside).
-        name: ``"gfpgan"``, ``"restoreformer"`` or ``"codeformer"``.
-        seed: Seed of the random initialisation.
-        tiny: Write :data:`TINY_RESTOREFORMER` instead.
-
-    Returns:
-        The path written (through a temporary name).
+    """Write ``<directory>/restore/<file>``: spandrel's architecture ``name`` with random weights (``seed``), saved
+    as ``{"params_ema": state_dict}`` like the published files: full size (:data:`PUBLISHED_KWARGS`, 290-380 MB), or
+    :data:`TINY_RESTOREFORMER` with ``tiny``. Returns the path.
 
     Raises:
         InputError: An unknown name, or ``tiny`` for another architecture than RestoreFormer.

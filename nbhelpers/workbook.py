@@ -20,16 +20,9 @@ __all__ = ["check", "check_setup", "install_missing", "keep_audio", "keep_video"
 
 
 def weights(*, download: bool = True) -> Path:
-    """The weights folder of this run mode, in the official ``models/`` layout.
-
-    CI mode: the tiny random-weights tree. Otherwise :func:`nbhelpers.weights.default_dir`, with the default set's
-    missing files downloaded first when ``download`` is true.
-
-    Args:
-        download: False only names the folder.
-
-    Raises:
-        WeightsError: A download failed.
+    """The weights folder of this run mode, in the official ``models/`` layout: the tiny random tree in CI mode, else
+    :func:`nbhelpers.weights.default_dir` with the default set's missing files downloaded first unless ``download``
+    is False. WeightsError when a download fails.
     """
     return env.weights_dir(None, download=download)
 
@@ -55,20 +48,15 @@ def path(*parts: str | os.PathLike) -> Path:
 
 
 def plan(kind: str = "lipsync", **changes: Any):
-    """The GPU planner's choice for this run mode (:func:`nbhelpers.env.plan`); ``plan.config`` is the config.
-
-    Args:
-        kind: ``"lipsync"``, ``"avatar"`` or ``"realtime"``.
-        **changes: Fields of the starting config, e.g. ``batch_size=4``.
+    """The GPU planner's choice for this run mode (:func:`nbhelpers.env.plan`) for ``kind`` (``"lipsync"``,
+    ``"avatar"``, ``"realtime"``), starting from a config with ``changes`` (e.g. ``batch_size=4``); ``plan.config`` is
+    the config.
     """
     return env.plan(kind, None, **changes)
 
 
 def keep_video(video: str | os.PathLike):
-    """Convert your video (or photo) to 25 fps into the workbook's media folder; returns its ``MediaInfo``.
-
-    Args:
-        video: Your video or photo.
+    """Convert ``video`` (or a photo) to 25 fps into the workbook's media folder; returns its ``MediaInfo``.
 
     Raises:
         InputError: ``video`` does not exist.

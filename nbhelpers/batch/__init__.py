@@ -62,9 +62,8 @@ def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], config: Bat
     Args:
         jobs: A jobs file (CSV or JSON lines, :func:`read_jobs`), or :class:`Job` objects or dicts with ``video``,
             ``audio``, ``output`` and optional settings.
-        config: How the batch runs (:class:`BatchConfig`); None = the defaults.
+        config: How the batch runs; None = ``BatchConfig()``.
         inference: Every job's settings (a job's own override them); ``device="cpu"`` keeps the workers on the CPU.
-            None = the defaults.
         weights_dir: Weights folder, visible to every worker; None = :func:`nbhelpers.weights.default_dir`.
 
     Returns:
@@ -73,11 +72,11 @@ def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], config: Bat
     Raises:
         MissingDependencyError: Ray is not installed.
         InputError: Before Ray starts: a malformed jobs file or job, two jobs sharing an output, ``config`` not a
-            BatchConfig, a folder that cannot be written in, a summary path that would replace another file, or
-            another batch holding the cache's or the outputs folder's lock. (A bad media file fails only its job.)
+            BatchConfig, a folder that cannot be written in, a summary that would replace another file, or another
+            batch holding the cache's or outputs folder's lock. (A bad media file fails only its job.)
         WeightsError: Weight files are missing.
-        KeyboardInterrupt: Ctrl-C (or :class:`~nbhelpers.errors.Terminated` on SIGTERM), raised once the workers are
-            down, partial files removed and the summary written with the unfinished jobs ``"interrupted"``.
+        KeyboardInterrupt: Ctrl-C (or :class:`~nbhelpers.errors.Terminated` on SIGTERM), once the workers are down,
+            partial files removed and the summary written with the unfinished jobs ``"interrupted"``.
     """
     t0 = time.perf_counter()
     if config is not None and not isinstance(config, BatchConfig):

@@ -34,23 +34,13 @@ def require_ray():
 
 
 def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpus: int | None = None):
-    """Connect to Ray: join the cluster at ``address``, or start a small Ray on this machine.
+    """Join the Ray cluster at ``address`` (``"auto"``, ``"HOST:PORT"``, ``"ray://HOST:PORT"``; None = ``$RAY_ADDRESS``
+    when set), or start a small Ray here; True when this call started or joined it (the caller shuts it down), False
+    when it was running.
 
-    A local start offers ``num_cpus`` (default 2, at most the cores) CPUs, no dashboard, no forwarded worker output, a
-    256 MiB object store, and is tried once more if Ray's startup times out. Ray's token-authentication notice is
-    dropped; nothing happens when Ray is already initialised in this process.
-
-    Args:
-        address: ``"auto"``, ``"HOST:PORT"`` or ``"ray://HOST:PORT"``; None joins ``$RAY_ADDRESS`` when set, else
-            starts Ray here.
-        num_cpus: CPUs the local Ray offers (CPU workers take one each).
-        num_gpus: GPUs the local Ray offers; None = all it finds.
-
-    Returns:
-        True when this call started or joined Ray (the caller shuts it down), False when it was running.
-
-    Raises:
-        MissingDependencyError: Ray is not installed.
+    A local Ray offers ``num_cpus`` (default 2, at most the cores) CPUs and ``num_gpus`` GPUs (None = all), no
+    dashboard, no forwarded worker output, a 256 MiB object store; a startup timeout is tried once more.
+    MissingDependencyError when Ray is not installed.
     """
     ray = require_ray()
     if ray.is_initialized():
@@ -127,12 +117,8 @@ def shutdown_ray() -> None:
 
 
 class RaySession:
-    """Ray for one batch: started or joined when needed, shut down at the end only when this batch started it.
-
-    Args:
-        address: Cluster to join; None starts Ray here (or joins ``$RAY_ADDRESS``).
-        num_cpus: CPUs a local Ray offers.
-        num_gpus: GPUs a local Ray offers; None = all it finds.
+    """Ray for one batch at ``address`` (None = here or ``$RAY_ADDRESS``), offering ``num_cpus`` and ``num_gpus``
+    locally: started or joined when needed, shut down at the end only when this batch started it.
     """
 
     def __init__(self, address: str | None, num_cpus: int, num_gpus: int | None):

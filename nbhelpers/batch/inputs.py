@@ -84,18 +84,9 @@ def probe_inputs(job_list: Sequence[Job], fingerprints: Callable[[Path], Any]) -
 
 @dataclass
 class FaceGroup:
-    """The jobs of one face (same video content, box and avatar settings): one prepared avatar.
-
-    Attributes:
-        key: :func:`~nbhelpers.batch.records.group_key`.
-        video: The face video.
-        directory: The avatar's folder, ``<cache>/<video stem>-<key>``.
-        config: The avatar's settings (InferenceConfig fields but device and precision).
-        box: The group's crop box, or None (faces detected).
-        queue: Jobs not yet handed to a worker, in order.
-        state: ``"pending"``, ``"preparing"``, ``"ready"`` or ``"failed"``.
-        error: Why the preparation failed.
-        attempts: Preparations started.
+    """The jobs of one face (same video content, box and avatar settings), sharing one avatar in ``directory``
+    (``<cache>/<video stem>-<key>``); ``queue`` holds the jobs not yet handed out, ``state`` is ``"pending"``,
+    ``"preparing"``, ``"ready"`` or ``"failed"`` (with ``error``), ``attempts`` counts preparations.
     """
 
     key: str
@@ -111,14 +102,8 @@ class FaceGroup:
 
 @dataclass
 class WorkPlan:
-    """The batch after the checks: the jobs settled already, and the face groups of the jobs left to run.
-
-    Attributes:
-        outcomes: ``{job name: JobOutcome}``; the scheduler adds the rest.
-        groups: ``{group key: FaceGroup}``.
-        group_of: ``{job name: group key}``.
-        inputs_of: ``{job name: fingerprints}`` for each output's record.
-        expected_frames: ``{job name: frames}``, for the progress bar.
+    """The batch after the checks: ``outcomes`` of the jobs settled (the scheduler adds the rest), ``groups`` by face
+    key, and per job name its ``group_of`` key, ``inputs_of`` fingerprints (for its record) and ``expected_frames``.
     """
 
     outcomes: dict[str, JobOutcome] = field(default_factory=dict)
@@ -148,18 +133,8 @@ class WorkPlan:
 def sort_jobs(plan: WorkPlan, job_list: Sequence[Job], job_configs: Mapping[str, InferenceConfig], probed: Probed,
               fingerprints: Callable[[Path], Any], weight_files: Mapping[str, Any], cache_path: Path,
               rerun: bool) -> None:
-    """Into ``plan``: fail the jobs whose inputs fail (leaving a hint), skip the finished ones unless ``rerun``,
-    and group the others by face.
-
-    Args:
-        plan: Receives the outcomes and the groups.
-        job_list: The jobs.
-        job_configs: Each job's settings.
-        probed: :func:`probe_inputs`' findings.
-        fingerprints: :class:`~nbhelpers.batch.records.Fingerprints` of this run.
-        weight_files: :func:`~nbhelpers.batch.records.weights_state`.
-        cache_path: The avatar cache.
-        rerun: Make finished outputs again.
+    """Into ``plan``: fail the jobs whose inputs fail (leaving a hint in ``cache_path``), skip those finished from the
+    same inputs and weights unless ``rerun``, and queue the others in their face groups.
     """
     for job in job_list:
         error = probed.error(job)

@@ -24,16 +24,9 @@ ROW_SETTINGS = ("batch_size", "extra_margin", "bbox_shift", "parsing_mode", "lef
 
 @dataclass(frozen=True)
 class Job:
-    """One clip of a batch.
-
-    Attributes:
-        name: Unique name in the batch (default: the output's stem).
-        video: Face video or photo.
-        audio: Speech file.
-        output: The MP4 to write.
-        settings: Per-job settings (:data:`ROW_SETTINGS`): InferenceConfig fields, and ``box`` = ``(x1, y1, x2, y2)``
-            source pixels to skip face detection.
-        source: Where the job was read (``"jobs.csv line 4"``), for messages.
+    """One clip of a batch: ``name`` (unique; default the output's stem), ``video``, ``audio``, ``output`` (MP4),
+    per-job ``settings`` (:data:`ROW_SETTINGS`: InferenceConfig fields, and ``box`` = ``(x1, y1, x2, y2)`` source
+    pixels to skip face detection) and ``source``, where it was read (``"jobs.csv line 4"``), for messages.
     """
 
     name: str
@@ -65,15 +58,9 @@ def _box(value: Any, where: str) -> tuple[int, int, int, int]:
 
 
 def _setting(key: str, value: Any, where: str) -> Any:
-    """A per-job setting checked for its kind and converted from text (CSV) where needed; None for an empty cell.
-
-    Whole-number settings (``batch_size``, ``extra_margin``, ``bbox_shift``, ...) take whole numbers (``12``,
-    ``"12"``, ``12.0``), number settings (``blur_ratio``) any finite number, text settings text; a ``box`` four
-    finite numbers. JSON's ``true``/``false`` is no number here.
-
-    Raises:
-        InputError: A value of the wrong kind (``2.5`` pixels of ``extra_margin``, ``[1]``, ``true``), not finite,
-            or a box that is not four numbers.
+    """A per-job setting checked for its kind and converted from CSV text where needed (None for an empty cell):
+    whole numbers (``12``, ``"12"``, ``12.0``), finite numbers, text, or a box; JSON's ``true`` is no number.
+    InputError for a value of the wrong kind or not finite.
     """
     if value is None or (isinstance(value, str) and not value.strip()):
         return None

@@ -15,7 +15,6 @@ from typing import Any
 from ..errors import InputError, Terminated
 from .jobs import Job
 
-STATUSES = ("done", "skipped", "failed", "interrupted")  # "interrupted": only in the summary of a stopped batch
 ERROR_WIDTH = 80  # characters of a job's error in the text table; the summary CSV has the whole message
 SUMMARY_COLUMNS = ("job", "status", "frames", "seconds", "fps", "error", "video", "audio", "output", "attempts",
                    "worker")

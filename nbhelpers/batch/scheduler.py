@@ -73,18 +73,10 @@ class Workers:
 
 
 class Scheduler:
-    """Hands out the work of a :class:`~nbhelpers.batch.inputs.WorkPlan` to workers on a running Ray.
-
-    Args:
-        ray: The ``ray`` module (running).
-        plan: The face groups to run; its ``outcomes`` receive every job's outcome.
-        job_list: Every job of the batch (for the progress bar's total).
-        job_configs: Each job's settings.
-        weights_path: The weights folder every worker loads.
-        inference: The batch's job settings (the workers' pipelines are made from them).
-        workers: How many workers and jobs.
-        log: Receives the workers, avatars, phases, timeline and preparations.
-        t0: ``time.perf_counter()`` at the batch's start (phases are seconds since then).
+    """Hands out the face groups of ``plan`` to workers on a running ``ray``, recording every job's outcome in
+    ``plan.outcomes`` and the workers, avatars, phases (seconds since ``t0``), timeline and preparations in ``log``.
+    Workers load ``weights_path`` with the ``inference`` settings; ``job_configs`` are each job's settings and
+    ``job_list`` every job (the progress bar's total).
     """
 
     def __init__(self, ray, plan: WorkPlan, job_list: Sequence[Job], job_configs: Mapping[str, InferenceConfig],

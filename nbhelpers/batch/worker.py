@@ -150,10 +150,8 @@ class BatchWorker:
 
     def prepare(self, key: str, video: str, directory: str, config: dict[str, Any],
                 box: tuple[int, int, int, int] | None) -> dict[str, Any]:
-        """Prepare (or load from the cache) the avatar of ``video`` in ``directory``.
-
-        Returns:
-            ``{"ok": True, "loaded_from_cache", "seconds", "worker", "timings"}`` or ``{"ok": False, "error", ...}``.
+        """Prepare (or load from the cache) the avatar of ``video`` in ``directory``; returns ``{"ok": True,
+        "loaded_from_cache", "seconds", "worker", "timings"}`` or ``{"ok": False, "error", ...}``.
         """
         t0 = time.perf_counter()
         self._mark(f"prepare {key[:8]}")
@@ -170,19 +168,10 @@ class BatchWorker:
 
     def generate(self, key: str, directory: str, config: dict[str, Any], name: str, audio: str, output: str,
                  exit_at_frame: int | None = None) -> dict[str, Any]:
-        """Generate one job's clip from the avatar in ``directory`` (loaded once per worker) into ``output``.
-
-        Args:
-            key: The avatar's group key.
-            directory: The prepared avatar folder.
-            config: The job's settings (InferenceConfig fields).
-            name: The job's name.
-            audio: Speech file.
-            output: MP4 to write.
-            exit_at_frame: Tests only: the process exits (``os._exit``) after this frame, as a killed worker would.
-
-        Returns:
-            ``{"ok": True, "frames", "seconds", "worker", "timings"}`` or ``{"ok": False, "error", ...}``.
+        """Generate one job's clip from the avatar in ``directory`` (loaded once per worker, keyed ``key``) with the
+        job's ``config`` dict, from ``audio`` into ``output``; ``name`` labels its progress, and ``exit_at_frame`` (tests
+        only) makes the process exit after that frame as a killed worker would. Returns ``{"ok": True, "frames",
+        "seconds", "worker", "timings"}`` or ``{"ok": False, "error", ...}``.
         """
         t0 = time.perf_counter()
         with self._lock:
@@ -224,15 +213,10 @@ class BatchWorker:
 
 
 def worker_gib(config: Any, jobs: int = 1) -> float:
-    """GiB of GPU memory one batch worker may take at its peak, by the planner's memory model.
+    """GiB of GPU memory one batch worker running ``jobs`` jobs at once may take at its peak (planner's memory model).
 
-    Every avatar model resident, then the larger of a clip's generate stage and an avatar's encode, plus the CUDA
-    context and workspaces, for 1920x1080 frames.
-
-    Args:
-        config: The batch's :class:`~nbhelpers.config.InferenceConfig` (``fp16=False`` doubles the figure).
-        jobs: Jobs the worker runs at once; each adds its batch's share.
-
+    Every avatar model resident, then the larger of a clip's generate stage and an avatar's encode (each job adding its
+    batch's share), plus the CUDA context and workspaces, for 1920x1080 frames; ``config.fp16=False`` doubles it.
     Source: :mod:`nbhelpers.gpu.model`.
     """
     mm = MEMORY_MODEL
@@ -248,16 +232,10 @@ def choose_jobs_per_worker(config: Any, free_gib: Mapping[int, float] | None, wo
                            joining: bool) -> tuple[int, str]:
     """``(jobs per worker, why)`` when ``BatchConfig.jobs_per_worker`` is None.
 
-    A second job in a worker renders while the first one's encoder tail runs (measured in bench/RESULTS.md,
-    Issue 18). Two where every GPU has free memory for ``workers_per_gpu`` workers' peaks with two jobs each
-    (:func:`worker_gib`) within the planner's margin; else one, also on the CPU, when the memory is unknown, or when
-    joining a cluster.
-
-    Args:
-        config: The batch's :class:`~nbhelpers.config.InferenceConfig`.
-        free_gib: ``{GPU index: free GiB}``, or None when unknown.
-        workers_per_gpu: Workers sharing each GPU.
-        joining: True when the batch joins a running cluster.
+    A second job renders while the first one's encoder tail runs (measured in bench/RESULTS.md, Issue 18). Two when
+    every GPU's free memory (``free_gib``, ``{index: GiB}``) holds ``workers_per_gpu`` workers' peaks with two jobs
+    each (:func:`worker_gib`) within the planner's margin; one on the CPU, when the memory is unknown, when
+    ``joining`` a cluster, or otherwise.
     """
     mm = MEMORY_MODEL
     if config.device == "cpu":

@@ -75,18 +75,9 @@ def smooth_face_boxes(boxes: np.ndarray) -> np.ndarray:
 
 
 def protocol_crops(frames: np.ndarray, squares: np.ndarray) -> np.ndarray:
-    """The (n, 224, 224, 3) uint8 BGR SyncNet face crops: the box widened by 40 % each side and 80 % below.
-
-    Rows ``y - s`` to ``y + 1.8 s`` and columns ``x - 1.4 s`` to ``x + 1.4 s`` of the frame padded with grey 110
-    (indices truncated as published), resized bilinearly.
-
-    Args:
-        frames: (n, H, W, 3) uint8 BGR.
-        squares: (n, 3) float ``(s, x, y)`` from :func:`smooth_face_boxes`.
-
-    Raises:
-        InputError: Shapes that do not match, or an empty crop.
-
+    """The (n, 224, 224, 3) uint8 BGR SyncNet crops of (n, H, W, 3) uint8 BGR ``frames`` for (n, 3) ``squares``
+    ``(s, x, y)``: rows ``y - s`` to ``y + 1.8 s``, columns ``x - 1.4 s`` to ``x + 1.4 s`` of the frame padded with grey
+    110 (indices truncated as published), resized bilinearly. InputError for mismatched shapes or an empty crop.
     Source: syncnet_python ``run_pipeline.py`` ``crop_video``.
     """
     import cv2

@@ -75,17 +75,10 @@ class MouthAudioLag:
 
 
 def mouth_opening(landmarks: np.ndarray) -> np.ndarray:
-    """Inner-lip opening per frame in face-size units: the mean gap of inner-lip points 61-67, 62-66, 63-65
-    (iBUG 68, 0-based) over the outer-eye-corner distance (36-45).
+    """Inner-lip opening per frame in face-size units, (N,) float64 from 0 (closed) to about 0.5 (wide open).
 
-    Args:
-        landmarks: (N, 68, 2) float ``(x, y)`` pixels, NaN for frames with no face.
-
-    Returns:
-        (N,) float64, 0 (closed) to about 0.5 (wide open); NaN where the landmarks are NaN.
-
-    Raises:
-        InputError: Not (N, 68, 2).
+    The mean gap of inner-lip points 61-67, 62-66, 63-65 (iBUG 68, 0-based) over the outer-eye-corner distance (36-45),
+    from (N, 68, 2) float ``(x, y)`` pixel ``landmarks`` (NaN rows, no face, stay NaN); InputError for another shape.
     """
     lm = np.asarray(landmarks, dtype=np.float64)
     if lm.ndim != 3 or lm.shape[1:] != (68, 2):
@@ -98,20 +91,17 @@ def mouth_opening(landmarks: np.ndarray) -> np.ndarray:
 
 def speech_envelope(waveform: np.ndarray, n_frames: int, sample_rate: int = SAMPLE_RATE, fps: int = FPS, *,
                     start_frame: int = 0) -> np.ndarray:
-    """The speech envelope per video frame: log RMS in dB (0 dB = RMS 1) of each frame's samples.
+    """The speech envelope per video frame: (N,) float64 log RMS in dB (0 dB = RMS 1), floored 60 dB below the
+    loudest frame of the whole waveform.
 
-    Frame ``t`` covers samples ``[t * sr / fps, (t + 1) * sr / fps)``, silence outside the waveform; floored 60 dB
-    below the loudest frame.
+    Frame ``t`` covers samples ``[t * sr / fps, (t + 1) * sr / fps)``, silence outside the waveform.
 
     Args:
         waveform: (L,) float samples.
-        n_frames: N, the number of frames wanted.
+        n_frames: N, frames wanted.
         sample_rate: Hz, a multiple of ``fps``.
         fps: Video frames per second.
         start_frame: First frame wanted (negative = before the sound starts).
-
-    Returns:
-        (N,) float64 dB for frames ``start_frame .. start_frame + N - 1``.
 
     Raises:
         InputError: Bad shapes or rates.
@@ -165,22 +155,19 @@ def mouth_audio_lag(video: Any, audio: Any = None, *, track: Any = None, backend
                     device: str | None = None) -> MouthAudioLag:
     """The lag between the mouth opening and the speech envelope, from their cross-correlation (no weights).
 
-    Both curves (:func:`mouth_opening`, gaps interpolated, and :func:`speech_envelope`) lose a centred 1 s moving
-    average, then ``r(L) = corr(mouth[t], envelope[t + L])`` over all N frames for ``L = -max_lag..max_lag``, the
-    envelope reaching past the clip as silence. The lag is the maximum of ``r``; read ``reliable`` before the lag.
+    Both curves (:func:`mouth_opening`, gaps interpolated; :func:`speech_envelope`) lose a centred 1 s moving average,
+    then ``r(L) = corr(mouth[t], envelope[t + L])`` over all N frames for ``|L| <= max_lag``, the envelope reaching past
+    the clip as silence. Read ``reliable`` before the lag.
 
     Args:
-        video: A video path (25 fps) or (N, H, W, 3) uint8 BGR frames; used for landmarks when ``track`` is None and
-            for the sound when ``audio`` is None.
+        video: A video path (25 fps) or (N, H, W, 3) uint8 BGR frames; for landmarks when ``track`` is None and for
+            the sound when ``audio`` is None.
         audio: A speech file, a (L,) 16 kHz waveform, or None for the video's sound.
         track: A :class:`nbhelpers.faces.FaceTrack` or (N, 68, 2) landmarks of ``video``.
         backend: Landmark backend when ``track`` is None.
         weights_dir: Weights dir for the landmark backend.
         max_lag: Largest lag searched, frames; None = 15, or ``(N - 10) // 2`` for a clip under 40 frames.
         device: Device of the landmark backend.
-
-    Returns:
-        A :class:`MouthAudioLag` (:func:`nbhelpers.ui.plot_sync` draws it).
 
     Raises:
         InputError: Bad inputs, fewer than ``2 * max_lag + 10`` frames, or landmarks of the wrong shape.

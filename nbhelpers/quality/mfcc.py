@@ -57,7 +57,7 @@ def _dct2_ortho(n: int, keep: int) -> np.ndarray:
 
 
 def mfcc(waveform: np.ndarray, sample_rate: int = SAMPLE_RATE, *, int16_scale: bool = True) -> np.ndarray:
-    """13 MFCCs at 100 Hz, as ``python_speech_features.mfcc(signal, sample_rate)`` computes them by default.
+    """(13, T) float32 MFCCs at 100 Hz, as ``python_speech_features.mfcc(signal, sample_rate)`` computes them.
 
     Pre-emphasis 0.97; 25 ms frames every 10 ms, the last zero-padded, rectangular window; ``|rfft_512|^2 / 512``;
     26 mel filters from 0 Hz to ``sr / 2``; log (zeros become eps); orthonormal DCT-II, first 13; lifter 22;
@@ -67,9 +67,6 @@ def mfcc(waveform: np.ndarray, sample_rate: int = SAMPLE_RATE, *, int16_scale: b
         waveform: (L,) mono samples; int16 arrays are used as they are.
         sample_rate: Hz (16000 in the protocol).
         int16_scale: Scale float samples in [-1, 1] by 32768 and round, as the protocol reads 16-bit PCM.
-
-    Returns:
-        (13, T) float32, T = number of 10 ms frames.
 
     Raises:
         InputError: Not a non-empty 1-D array, or a bad sample rate.

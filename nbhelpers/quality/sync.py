@@ -79,22 +79,13 @@ class SyncScore:
 
 def score_embeddings(video_embeddings: np.ndarray, audio_embeddings: np.ndarray, vshift: int = VSHIFT, *,
                      detector: str = "", notes: Sequence[str] = ()) -> SyncScore:
-    """LSE-D, LSE-C and the offset from per-window embeddings, as syncnet_python computes them.
+    """The :class:`SyncScore` of per-window embeddings, as syncnet_python computes it.
 
     Distance ``||v_i - a_{i+j-vshift} + 1e-6||_2`` for ``j`` in ``0..2*vshift`` (zero audio embeddings outside the
     clip), averaged over ``i``; LSE-D is the minimum at ``j*``, the offset ``vshift - j*``, LSE-C the lower median
-    minus the minimum.
-
-    Args:
-        video_embeddings: (W, D) float, one per 5-frame window.
-        audio_embeddings: (W, D) float, one per 20-step MFCC window (starting at step ``4 i``).
-        vshift: Largest offset searched, frames.
-        detector: Recorded in the result.
-        notes: Recorded in the result.
-
-    Raises:
-        InputError: Shapes that differ or are not 2-D, no windows, or a negative vshift.
-
+    minus the minimum. ``video_embeddings`` (one per 5-frame window) and ``audio_embeddings`` (one per 20-step MFCC
+    window starting at step ``4 i``) are (W, D) floats; ``detector`` and ``notes`` are recorded. InputError for
+    shapes that differ or are not 2-D, no windows, or a negative ``vshift``.
     Source: syncnet_python ``SyncNetInstance.py`` ``calc_pdist`` and ``evaluate``.
     """
     v = np.asarray(video_embeddings, dtype=np.float64)
@@ -123,22 +114,21 @@ def score_embeddings(video_embeddings: np.ndarray, audio_embeddings: np.ndarray,
 def sync_score(video: Any, audio: Any = None, *, model: SyncEmbedder | None = None,
                weights_dir: str | os.PathLike | None = None, detector: str = "auto", boxes: Any = None,
                device: str | None = None, vshift: int = VSHIFT, batch_size: int = BATCH_WINDOWS) -> SyncScore:
-    """LSE-D, LSE-C and the AV offset of a clip with SyncNet v2, following the published evaluation protocol.
+    """The :class:`SyncScore` (LSE-D, LSE-C, AV offset) of a clip with SyncNet v2, by the published protocol.
 
-    Face boxes (S3FD at scale 0.25, score > 0.9, or ``boxes=``) smoothed (:func:`smooth_face_boxes`), 224x224 crops
+    Face boxes (S3FD at scale 0.25, score > 0.9, or ``boxes``) smoothed (:func:`smooth_face_boxes`), 224x224 crops
     (:func:`protocol_crops`), 13 MFCCs at 100 Hz (:func:`mfcc`); ``min(N, floor(L / 640)) - 5`` windows of 5 frames
-    and 20 MFCC steps embedded by ``model``, then :func:`score_embeddings`. Frames are decoded directly (no JPEG
-    round trip) and there is no shot detection or person tracking: the clip is one shot of one face.
+    and 20 MFCC steps embedded by ``model``, then :func:`score_embeddings`. Frames are decoded directly; there is no
+    shot detection or person tracking (one shot of one face).
 
     Args:
         video: A video path (decoded at 25 fps) or (N, H, W, 3) uint8 BGR frames at 25 fps.
         audio: A speech file, a (L,) 16 kHz waveform (float in [-1, 1], or int16), or None for the video's sound.
         model: A :class:`SyncEmbedder`; None loads SyncNet v2 from ``weights_dir``.
         weights_dir: The weights dir (SyncNet and S3FD files); None = the default.
-        detector: ``"auto"`` (S3FD when its weights are present, else dlib), ``"s3fd"``, or a landmark backend name;
-            ignored with ``boxes``.
-        boxes: Face boxes in frame pixels: one ``(x1, y1, x2, y2)`` for the clip, or (N, 4) (rows of NaN or -1 = no
-            face).
+        detector: ``"auto"`` (S3FD when its weights are present, else dlib), ``"s3fd"``, or a landmark backend name.
+        boxes: Face boxes in frame pixels instead of detection: one ``(x1, y1, x2, y2)``, or (N, 4) (rows of NaN or
+            -1 = no face).
         device: Device of the models; None = CUDA when available.
         vshift: Largest offset searched, frames.
         batch_size: Windows per model call.
@@ -148,7 +138,7 @@ def sync_score(video: Any, audio: Any = None, *, model: SyncEmbedder | None = No
         NoFaceError: No face in any frame.
         WeightsError: ``model`` is None and the SyncNet (or S3FD) weights are missing.
 
-    Source: syncnet_python ``run_pipeline.py``, ``SyncNetInstance.py`` ``evaluate``, ``run_syncnet.py``.
+    Source: syncnet_python ``run_pipeline.py``, ``SyncNetInstance.py``, ``run_syncnet.py``.
     """
     check_video(video)
     if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:

@@ -38,17 +38,11 @@ def _download_hint() -> str:
 
 
 def load_syncnet(weights_dir: str | os.PathLike | None = None, device: str | None = None) -> Any:
-    """Build SyncNet v2 (float32, eval mode) and load ``syncnet/syncnet_v2.model`` unchanged.
+    """SyncNet v2 (float32, eval) loaded from ``syncnet/syncnet_v2.model`` under ``weights_dir`` (None = the default),
+    on ``device`` (None = CUDA when available), as a :class:`SyncEmbedder`.
 
-    Read through :func:`nbhelpers.models.load_checkpoint` (the published file is a plain state dict); missing
-    BatchNorm ``num_batches_tracked`` entries of a pre-0.4.1 torch file are kept at 0.
-
-    Args:
-        weights_dir: The weights dir; None = :func:`nbhelpers.weights.default_dir`.
-        device: ``"cuda"``, ``"cpu"``...; None = CUDA when available.
-
-    Returns:
-        A :class:`SyncEmbedder` wrapping the network.
+    Read through :func:`nbhelpers.models.load_checkpoint`; the BatchNorm ``num_batches_tracked`` entries a pre-0.4.1
+    torch file lacks are kept at 0.
 
     Raises:
         MissingDependencyError: torch is not installed.
@@ -85,18 +79,9 @@ def load_syncnet(weights_dir: str | os.PathLike | None = None, device: str | Non
 
 
 def write_tiny_syncnet(directory: str | os.PathLike, *, seed: int = 0, legacy: bool = True) -> Path:
-    """Write ``<directory>/syncnet/syncnet_v2.model``: random weights in the published architecture and format.
-
-    SyncNet v2 is small (about 52 MB), so this is the real network, saved as a plain state dict without
-    ``num_batches_tracked``.
-
-    Args:
-        directory: The weights dir.
-        seed: Seed of the random weights.
-        legacy: Write the legacy non-zip torch format, as the published file; False = zip.
-
-    Returns:
-        The path written (through a temporary name).
+    """Write ``<directory>/syncnet/syncnet_v2.model``: the real (52 MB) network with random weights (``seed``), a
+    plain state dict without ``num_batches_tracked``, in the legacy non-zip torch format unless ``legacy=False``.
+    Returns the path.
     """
     import torch
 

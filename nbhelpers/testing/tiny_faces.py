@@ -23,15 +23,8 @@ from .tiny_models import _atomic_torch_save
 
 
 def write_tiny_s3fd(directory: str | os.PathLike, *, seed: int = 0, dtype: Any = None) -> Path:
-    """Write ``<directory>/s3fd/s3fd-619a316812.pth``: the full S3FD with random weights (detects nothing).
-
-    Args:
-        directory: The weights dir.
-        seed: Seed of the random weights.
-        dtype: torch dtype of the stored tensors; None = float16 (about 43 MiB).
-
-    Returns:
-        The path written.
+    """Write ``<directory>/s3fd/s3fd-619a316812.pth``: the full S3FD with random weights (``seed``; detects nothing),
+    stored in ``dtype`` (None = float16, about 43 MiB). Returns the path.
     """
     import torch
 
@@ -56,17 +49,11 @@ def write_tiny_s3fd(directory: str | os.PathLike, *, seed: int = 0, dtype: Any =
 
 
 def random_dwpose_state_dict(seed: int = 0, *, bn_stats: bool = True) -> dict:
-    """A random state dict with the names and shapes of ``dw-ll_ucoco_384.pth``.
+    """A random ``{name: float32 CPU tensor}`` with the names and shapes of ``dw-ll_ucoco_384.pth`` (``seed``).
 
     He-normal weights, N(0, 0.02) biases; with ``bn_stats`` BatchNorm scales ``1 + N(0, 0.1)``, shifts and running
-    means N(0, 0.1), running variances U(0.5, 1.5). Keypoints spread over the frame and follow the input.
-
-    Args:
-        seed: Seed of a private generator.
-        bn_stats: Randomise the BatchNorm parameters and statistics (False: 1, 0, 0, 1).
-
-    Returns:
-        ``{name: float32 CPU tensor}`` (``num_batches_tracked`` int64 zeros).
+    means N(0, 0.1), running variances U(0.5, 1.5) (else 1, 0, 0, 1). Keypoints spread over the frame and follow
+    the input.
     """
     import torch
 
@@ -100,16 +87,9 @@ def random_dwpose_state_dict(seed: int = 0, *, bn_stats: bool = True) -> dict:
 
 
 def write_random_dwpose_checkpoint(directory: str | os.PathLike, seed: int = 0, *, mmengine_layout: bool = True) -> Path:
-    """Write ``<directory>/dwpose/dw-ll_ucoco_384.pth`` with :func:`random_dwpose_state_dict` (134 MB).
-
-    Args:
-        directory: The weights dir.
-        seed: Seed of the weights.
-        mmengine_layout: Wrap as the official file, ``{"meta": {...}, "state_dict": ...}`` (plain values, so it loads
-            with ``weights_only=True``); False writes the bare state dict.
-
-    Returns:
-        The path written.
+    """Write ``<directory>/dwpose/dw-ll_ucoco_384.pth`` with :func:`random_dwpose_state_dict` (``seed``; 134 MB),
+    wrapped as the official file (``{"meta", "state_dict"}``, plain values) unless ``mmengine_layout=False``.
+    Returns the path.
     """
 
     state = random_dwpose_state_dict(seed)
@@ -126,13 +106,8 @@ def template_dwpose_state_dict(keypoints_px: np.ndarray | None = None) -> dict:
     Every backbone conv is zero, so the backbone gives the constant ``silu(2)``; six taps of the head's 7x7 conv carry
     six numbers per keypoint, read back exactly by the ``mlp`` layer (a pseudo-inverse); the GAU adds nothing; and
     ``cls_x``/``cls_y`` make a parabola ``1 - 100 (z - z_k)^2`` over the bins, peaking at the wanted bin. Constant
-    tensors are broadcast views, so the file is about 1.5 MB.
-
-    Args:
-        keypoints_px: (133, 2) ``(x, y)`` in 288x384 input pixels; None = :func:`face_template_input_px`.
-
-    Returns:
-        ``{name: tensor}`` with the names and shapes of ``dw-ll_ucoco_384.pth``.
+    tensors are broadcast views, so the file is about 1.5 MB. ``keypoints_px`` is (133, 2) ``(x, y)`` in 288x384
+    input pixels; None = :func:`face_template_input_px`.
     """
     import torch
     from torch.nn import functional as F
@@ -322,16 +297,9 @@ def face_template_input_px() -> np.ndarray:
 
 
 def write_tiny_dwpose_onnx(directory: str | os.PathLike) -> Path | None:
-    """Write ``dwpose/dw-ll_ucoco_384.onnx``: a few-kB graph with the real signature drawing
-    :func:`face_template_input_px`.
-
-    Input ``input`` (N, 3, 384, 288) float32; outputs ``simcc_x`` (N, 133, 576) and ``simcc_y`` (N, 133, 768).
-
-    Args:
-        directory: The weights folder.
-
-    Returns:
-        The path written, or None (with a warning) when ``onnx`` is missing.
+    """Write ``dwpose/dw-ll_ucoco_384.onnx`` under ``directory``: a few-kB graph drawing
+    :func:`face_template_input_px`, input ``input`` (N, 3, 384, 288) float32, outputs ``simcc_x`` (N, 133, 576) and
+    ``simcc_y`` (N, 133, 768). Returns the path, or None (with a warning) without ``onnx``.
     """
     try:
         import onnx

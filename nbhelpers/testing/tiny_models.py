@@ -53,17 +53,10 @@ def tiny_unet_config() -> dict[str, Any]:
 
 
 def write_tiny_unet(directory: str | os.PathLike, versions: Sequence[str] = ("v15",)) -> list[Path]:
-    """Write tiny random UNets in the official formats (``musetalk.json`` and a ``torch.save`` state dict).
-
-    Args:
-        directory: The weights dir.
-        versions: ``"v15"`` writes ``musetalkV15/{musetalk.json, unet.pth}``, ``"v1"`` ``musetalk/{musetalk.json,
-            pytorch_model.bin}`` (other random weights).
-
-    Returns:
-        The paths written.
-
-    Source: ``musetalk/utils/utils.py:206-243`` (``torch.save(unet.state_dict())``).
+    """Write tiny random UNets into weights dir ``directory`` in the official formats (``musetalk.json`` and a
+    ``torch.save`` state dict) and return the paths: ``"v15"`` in ``versions`` writes ``musetalkV15/{musetalk.json,
+    unet.pth}``, ``"v1"`` ``musetalk/{musetalk.json, pytorch_model.bin}`` (other random weights).
+    Source: ``musetalk/utils/utils.py:206-243``.
     """
     import torch
 
@@ -88,17 +81,9 @@ _LEGACY_ATTENTION_NAMES = ((".to_q.", ".query."), (".to_k.", ".key."), (".to_v."
 
 
 def write_tiny_vae(directory: str | os.PathLike) -> list[Path]:
-    """Write a tiny random sd-vae-ft-mse: ``sd-vae/{config.json, diffusion_pytorch_model.safetensors}``.
-
-    Four blocks of width 32 (256 px -> 32 latent pixels). The mid-block attention keeps diffusers' pre-0.14 names
-    (``query``/``key``/``value``/``proj_attn``), so diffusers' conversion runs.
-
-    Args:
-        directory: The weights dir.
-
-    Returns:
-        The paths written.
-
+    """Write a tiny random sd-vae-ft-mse, ``sd-vae/{config.json, diffusion_pytorch_model.safetensors}``, into
+    ``directory`` and return the paths: four blocks of width 32 (256 px -> 32 latent pixels), the mid-block attention
+    under diffusers' pre-0.14 names (``query``/``key``/``value``/``proj_attn``) so diffusers' conversion runs.
     Source: ``musetalk/models/vae.py:24``.
     """
     import diffusers
@@ -134,18 +119,9 @@ def tiny_whisper_config() -> dict[str, Any]:
 
 
 def write_tiny_whisper(directory: str | os.PathLike) -> list[Path]:
-    """Write a tiny random whisper: ``whisper/{config.json, model.safetensors, preprocessor_config.json}``.
-
-    The weights are a ``WhisperForConditionalGeneration``'s without the tied ``proj_out`` (as the hub file); the
-    preprocessor values are whisper-tiny's.
-
-    Args:
-        directory: The weights dir.
-
-    Returns:
-        The paths written.
-
-    Source: ``scripts/inference.py:64-66``.
+    """Write a tiny random whisper, ``whisper/{config.json, model.safetensors, preprocessor_config.json}``, into
+    ``directory`` and return the paths: a ``WhisperForConditionalGeneration``'s weights without the tied ``proj_out``
+    (as the hub file), whisper-tiny's preprocessor values. Source: ``scripts/inference.py:64-66``.
     """
     import torch
     import transformers
@@ -163,15 +139,8 @@ def write_tiny_whisper(directory: str | os.PathLike) -> list[Path]:
 
 
 def write_random_bisenet(path: str | os.PathLike, seed: int = 0, dtype: Any = None) -> Path:
-    """Write a BiSeNet plain state dict with random weights that loads like the real file.
-
-    Args:
-        path: Output ``.pth`` path (parents created).
-        seed: Seed of the random initialisation.
-        dtype: torch dtype of the stored floating tensors; None = float32 (53 MB), ``torch.float16`` halves it.
-
-    Returns:
-        The path written.
+    """Write a BiSeNet plain state dict with random weights (``seed``) to ``path`` (parents made) and return it;
+    ``dtype`` is the stored float dtype (None = float32, 53 MB; ``torch.float16`` halves it).
     """
     import torch
 

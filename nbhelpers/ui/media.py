@@ -67,17 +67,8 @@ class SideBySide:
 
 def side_by_side(source: Any, result: Any, *, titles: Sequence[str] = ("source", "result"),
                  max_embed_mb: float = 10, width: int = 360) -> SideBySide:
-    """Show the source and the result (video or photo on either side) next to each other.
-
-    Args:
-        source: The input video or photo path.
-        result: The output path, or a result with an ``output`` path.
-        titles: Captions of the two sides.
-        max_embed_mb: Per-file embedding limit in MB.
-        width: Display width of each side in pixels.
-
-    Raises:
-        InputError: A file does not exist.
+    """The ``source`` path and the ``result`` (a path or a result with ``output``) next to each other, captioned
+    ``titles``, each embedded up to ``max_embed_mb`` MB and ``width`` pixels wide; InputError when a file is missing.
     """
     return SideBySide(show_video(source, max_embed_mb, title=titles[0], width=width),
                       show_video(result, max_embed_mb, title=titles[1], width=width))

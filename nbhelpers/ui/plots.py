@@ -49,15 +49,9 @@ def _figure(width_in: float, height_in: float):
 
 
 def compare_restore(before: Any, after: Any, title: str = "Face restoration: before and after") -> Chart:
-    """One frame's generated crop and repainted mouth without and with face restoration, in a 2x2 chart.
-
-    Args:
-        before: :class:`~nbhelpers.pipeline.Preview` made with ``restore=None``.
-        after: :class:`~nbhelpers.pipeline.Preview` of the same frame made with a restorer.
-        title: Figure title.
-
-    Raises:
-        InputError: The previews are of different frames or crop boxes.
+    """A 2x2 chart of one frame's generated crop and repainted mouth, ``before`` (a
+    :class:`~nbhelpers.pipeline.Preview` with ``restore=None``) and ``after`` restoration, titled ``title``; InputError
+    when the previews differ in frame or crop box.
     """
     if tuple(before.crop_box) != tuple(after.crop_box) or before.frame.shape != after.frame.shape:
         raise InputError("compare_restore needs two previews of the same frame and crop box (the same video, "
@@ -80,14 +74,8 @@ def compare_restore(before: Any, after: Any, title: str = "Face restoration: bef
 
 
 def plot_timings(timings: Any, title: str = "Time per stage") -> Chart:
-    """A horizontal bar chart of seconds per stage, with each stage's share of the total.
-
-    Args:
-        timings: Mapping of stage name -> seconds, or a result with a ``timings`` mapping.
-        title: Figure title.
-
-    Raises:
-        InputError: No timings, or a negative or non-numeric value.
+    """A bar chart of seconds per stage with each stage's share, from a mapping or a result's ``timings``, titled
+    ``title``; InputError for no timings or a negative or non-numeric value.
     """
     timings = getattr(timings, "timings", timings)
     if not isinstance(timings, Mapping) or not timings:
@@ -124,17 +112,9 @@ def _zscore(x: np.ndarray) -> np.ndarray:
 
 
 def plot_sync(lag: Any, score: Any = None, title: str = "Does the mouth follow the voice?") -> Chart:
-    """The mouth opening and speech envelope over time (z scores), and their correlation at each lag.
-
-    With a SyncNet ``score`` its mean distance per offset is drawn on the same lag scale (audio delay = -offset).
-
-    Args:
-        lag: A :class:`nbhelpers.quality.MouthAudioLag`.
-        score: Optional :class:`nbhelpers.quality.SyncScore`.
-        title: Figure title.
-
-    Raises:
-        InputError: ``lag`` lacks the fields of a MouthAudioLag.
+    """Chart a :class:`nbhelpers.quality.MouthAudioLag` ``lag``: both curves over time (z scores), and the correlation
+    per lag with, given a :class:`~nbhelpers.quality.SyncScore` ``score``, its mean distance per offset on the same
+    scale (audio delay = -offset). InputError when ``lag`` lacks a MouthAudioLag's fields.
     """
     try:
         mouth, env = np.asarray(lag.mouth, float), np.asarray(lag.envelope, float)
@@ -200,14 +180,8 @@ class FpsTable:
 
 
 def fps_table(results: Sequence[Any]) -> FpsTable:
-    """A table of the speed of generated clips (e.g. ``Avatar.generate`` results).
-
-    Args:
-        results: Objects with ``n_frames``, ``wall_s``, ``generation_fps``, ``end_to_end_fps`` and optionally
-            ``output``.
-
-    Raises:
-        InputError: ``results`` is empty or an item lacks those fields.
+    """A table of the speed of generated clips: ``results`` with ``n_frames``, ``wall_s``, ``generation_fps``,
+    ``end_to_end_fps`` and optionally ``output``; InputError when empty or an item lacks them.
     """
     if not results:
         raise InputError("fps_table needs at least one result (a list of Avatar.generate results).")
