@@ -99,8 +99,6 @@ class Scheduler:
         self.pings_lost: dict[int, int] = {}
         self.jobs_bar = self.frames_bar = None
 
-    # -- workers ---------------------------------------------------------------------------------------------------
-
     def _worker_options(self) -> tuple[int, dict[str, Any], str]:
         """``(workers, Ray actor options, device)``: per GPU when Ray offers GPUs (and the batch may use them),
         else CPU workers, one Ray CPU each; never more workers than jobs."""
@@ -120,10 +118,8 @@ class Scheduler:
         n_workers, options, device = self._worker_options()
         threads = max(1, (os.cpu_count() or 1) // n_workers)
         slots = self.workers.slots
-        # A GPU worker renders `slots` clips at once and holds as many more jobs, which read their audio and start
-        # their encoders meanwhile and render as soon as a clip's last batch is done (its encoder then finishes the
-        # file beside them): the GPU does not wait for the clips' starts and ends. The CPU's cores are the torch
-        # threads' already: a CPU worker holds only the jobs it runs.
+        # A GPU worker also holds waiting jobs that read their audio and start their encoders, so the GPU never
+        # waits for a clip's start or end; a CPU worker (its cores are torch's) holds only the jobs it runs.
         self.depth = slots * (1 + WAITING_PER_SLOT) if device == "cuda" else slots
         # Threads per worker: its calls, and one more for the progress polls.
         remote = self.ray.remote(BatchWorker).options(max_restarts=-1, max_task_retries=0,
@@ -147,8 +143,6 @@ class Scheduler:
             except Exception:  # noqa: BLE001 - stopping must not hide the batch's outcome
                 pass
 
-    # -- outcomes --------------------------------------------------------------------------------------------------
-
     def _finish(self, job: Job, outcome: JobOutcome) -> None:
         self.plan.outcomes[job.name] = dataclasses.replace(outcome, ended_s=round(time.perf_counter() - self.t0, 3))
         self.jobs_bar.update(1)
@@ -160,8 +154,6 @@ class Scheduler:
             job = group.queue.popleft()
             self._finish(job, JobOutcome(job.name, "failed", 0, 0.0, group.error, job.video, job.audio, job.output,
                                          self.attempts.get(job.name, 0)))
-
-    # -- handing out work ------------------------------------------------------------------------------------------
 
     def _next_work(self, i: int, jobs_only: bool) -> tuple[str, FaceGroup] | None:
         """Worker ``i``'s next call: a job of a face it holds (the one with most jobs left), else a preparation
@@ -218,8 +210,6 @@ class Scheduler:
             if now >= when:
                 del self.ping_at[i]
                 self.busy[self.actors[i].describe.remote()] = (i, "ping", None, 0)
-
-    # -- replies ---------------------------------------------------------------------------------------------------
 
     def _reply(self, ref: Any, i: int, n: int) -> tuple[dict[str, Any] | None, str]:
         """``(reply, "")`` of a finished call, or ``(None, why)`` when its worker died (Ray restarts it; it takes
@@ -320,8 +310,6 @@ class Scheduler:
             for i, names_running in self.running.items():
                 if names_running:
                     self.polls[self.actors[i].progress.remote()] = i
-
-    # -- the loop --------------------------------------------------------------------------------------------------
 
     def _working(self) -> bool:
         return any(kind in ("prepare", "job") for _, kind, _, _ in self.busy.values())
