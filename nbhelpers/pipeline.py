@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from . import faces, gpu, media, models, weights
+from . import faces, gpu, media, models, progress, weights
 from . import restore as restorers
 from .audio import whisper_features
 from .blending import materials_for_frames
@@ -35,11 +35,12 @@ from .checks import (
     speech_frames,
 )
 from .config import InferenceConfig
-from .constants import CROP_SIZE, FPS, SAMPLE_RATE, WHISPER_DIM
+from .constants import CROP_SIZE, FPS, PARSING_SIZE, SAMPLE_RATE, WHISPER_DIM
 from .engine import SourceFaces, Timings, flush_denormals, repaint, run
 from .errors import InputError, NbHelpersError, NoFaceError
 from .faces.track import is_single_box
 from .framestore import FrameStore, check_disk_for_frames, expected_frames
+from .gpu.compile import BackgroundCompiler, cache_folder
 from .latents import decode, encode_frames, unet_step
 from .offline import StreamedJob
 from .parsing import FaceParser
@@ -47,6 +48,8 @@ from .result import ClipResult
 
 # Fields of the pipeline's own: a job's config may leave them empty (the pipeline's are used) but not change them.
 PIPELINE_FIELDS = ("version", "device", "fp16")
+# The models a job can have compiled (MuseTalkPipeline.compile_for).
+COMPILED_PARTS = ("unet", "decoder", "encoder", "parser")
 # Components __init__ takes, in the order a notebook shows them.
 COMPONENTS = ("unet", "vae", "whisper", "feature_extractor", "pe", "face_parser")
 
@@ -156,6 +159,7 @@ class MuseTalkPipeline:
                      face_parser=face_parser)
         self._loaded: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
         self._checked: dict[str, tuple[int, int]] = {}  # weight file -> (size, mtime_ns) when last found usable
+        self._compiler: BackgroundCompiler | None = None
 
     @classmethod
     def from_pretrained(cls, weights_dir: str | os.PathLike | None = None,
@@ -230,8 +234,10 @@ class MuseTalkPipeline:
 
     @property
     def unet(self):
-        """The MuseTalk ``UNet2DConditionModel`` (loaded on first use)."""
-        return self._get("unet", lambda: models.load_unet(self.weights_dir, self.version, self.device, self.dtype))
+        """The MuseTalk ``UNet2DConditionModel`` (loaded on first use). On CUDA its weights are stored
+        channels-last, the layout of cuDNN's fastest fp16 convolutions (bench/RESULTS.md, "T4-class GPU")."""
+        return self._get("unet", lambda: _channels_last(
+            models.load_unet(self.weights_dir, self.version, self.device, self.dtype)))
 
     @property
     def vae(self):
@@ -331,6 +337,7 @@ class MuseTalkPipeline:
             return
         import torch
 
+        self.compile_for(batch_size, parts=("unet", "decoder"))
         unet, vae = self.unet, self.vae
         cfg = unet.config
         side = CROP_SIZE // 2 ** (len(vae.config.block_out_channels) - 1)  # the latent of a 256x256 crop: 32
@@ -340,6 +347,67 @@ class MuseTalkPipeline:
             decode(unet_step(unet, self.pe, latents, tokens), vae)
             self.features(np.zeros(SAMPLE_RATE, dtype=np.float32))
         torch.cuda.synchronize(self.device)
+
+    # -- compiled models ------------------------------------------------------------------------------------------
+
+    @property
+    def compiler(self) -> BackgroundCompiler:
+        """The :class:`~nbhelpers.gpu.compile.BackgroundCompiler` of this pipeline's models (``config.compile``);
+        its ``status`` says what is compiled. Its cache folder is :func:`~nbhelpers.gpu.compile.cache_folder`."""
+        if self._compiler is None:
+            self._compiler = BackgroundCompiler(
+                self.device, getattr(self.config, "compile", "auto"), cache_dir=cache_folder(self.weights_dir),
+                facts={"version": self.version, "dtype": str(self.dtype), "weights": _weights_kind(self.weights_dir),
+                       "unet": _file_text(self.weights_dir / models.UNET_FILES[self.version][0]),
+                       "vae": _file_text(self.weights_dir / models.VAE_DIR / "config.json"), "channels_last_unet": True},
+                on_event=progress.note)
+        return self._compiler
+
+    def compile_for(self, batch_size: int, parts: tuple[str, ...] = COMPILED_PARTS) -> None:
+        """Have the models of ``parts`` compiled in the background for jobs at ``batch_size`` frames a batch;
+        returns at once (jobs run eagerly until the compiled code is ready). Does nothing on the CPU, with
+        ``config.compile == "off"``, or where :func:`~nbhelpers.gpu.compile.can_compile` says no.
+
+        Args:
+            batch_size: Frames per UNet/VAE batch of the coming job (the VAE encoder gets twice as many crops:
+                masked and reference; the face parser the same number of images).
+            parts: Any of :data:`COMPILED_PARTS`: ``"unet"``, ``"decoder"``, ``"encoder"``, ``"parser"``.
+
+        Raises:
+            InputError: ``batch_size`` is not a positive whole number, or a part is unknown.
+        """
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise InputError(f"batch_size must be a positive whole number; got {batch_size!r}.")
+        unknown = set(parts) - set(COMPILED_PARTS)
+        if unknown:
+            raise InputError(f"parts must be among {COMPILED_PARTS}; got {sorted(unknown)}.")
+        if getattr(self.config, "compile", "auto") == "off":
+            return
+        import torch
+
+        comp = self.compiler
+        if not comp.enabled:
+            return
+        b, dev, dt = int(batch_size), self.device, self.dtype
+        side = CROP_SIZE // 8  # the latent of a 256x256 crop
+        # The examples are made as the engine makes its tensors (inside inference mode; the VAE encoder under
+        # no_grad, nbhelpers.latents.encode), so that their signatures equal the job's calls.
+        with torch.inference_mode():
+            if "unet" in parts:
+                unet = self.unet
+                lat = torch.zeros(b, int(unet.config.in_channels), side, side, device=dev, dtype=dt)
+                tokens = torch.zeros(b, 50, int(unet.config.cross_attention_dim), device=dev, dtype=dt)
+                comp.request("unet", unet, lat, gpu.device_constant([0], dev), encoder_hidden_states=tokens)
+            if "decoder" in parts:
+                z = torch.zeros(b, int(self.vae.config.latent_channels), side, side, device=dev, dtype=dt)
+                comp.request("vae decoder", self.vae.decoder, z)
+            if "parser" in parts:
+                x = torch.zeros(b, 3, PARSING_SIZE, PARSING_SIZE, device=dev, dtype=dt)
+                comp.request("face parser", self.face_parser.net, x, method="parse")
+        if "encoder" in parts:
+            with torch.no_grad():
+                crops = torch.zeros(2 * b, 3, CROP_SIZE, CROP_SIZE, device=dev, dtype=dt)
+            comp.request("vae encoder", self.vae.encoder, crops, grad="no_grad")
 
     # -- steps shared by the jobs ----------------------------------------------------------------------------------
 
@@ -480,6 +548,7 @@ class MuseTalkPipeline:
             with timings.stage("plan"):
                 config = job.config = self.plan("lipsync", config, n_out, (reader.height, reader.width),
                                                 source_frames=n_src, landmark_backend=tracking)
+            self.compile_for(int(config.batch_size or 8))  # in the background: the job starts eagerly
             with timings.stage("faces"):
                 job.start_tracking(detector, self.weights_dir, self.resident_gib("lipsync", tracking or ""))
 
@@ -651,6 +720,23 @@ class MuseTalkPipeline:
 
 def _weights_kind(weights_path: Path) -> str:
     return "tiny" if weights.is_tiny(weights_path) else "full"
+
+
+def _file_text(path: Path) -> str | None:
+    """A small config file's text, for a cache key (None when it cannot be read)."""
+    try:
+        return path.read_text()
+    except OSError:
+        return None
+
+
+def _channels_last(module: Any) -> Any:
+    """``module`` with its 4-D weights in channels-last memory on CUDA (unchanged on the CPU)."""
+    import torch
+
+    if next(module.parameters()).device.type == "cuda":
+        module.to(memory_format=torch.channels_last)
+    return module
 
 
 # ------------------------------------------------------------------------------------------------------------------

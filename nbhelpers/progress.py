@@ -27,3 +27,13 @@ def bar(total: int | float | None = None, desc: str = "", unit: str = "frame", *
     options = dict(_settings)
     options.update(kwargs)
     return tqdm(total=total, desc=desc, unit=unit, **options)
+
+
+def note(message: str) -> None:
+    """Print a one-line notice of a long step that runs on its own (e.g. the background compile), unless bars are
+    off (``NBHELPERS_PROGRESS=0``). Written through ``tqdm.write`` so it does not break a bar in progress."""
+    if _settings.get("disable"):
+        return
+    from tqdm.auto import tqdm
+
+    tqdm.write(f"nbhelpers: {message}")

@@ -9,6 +9,7 @@ import sys
 import textwrap
 import warnings
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -28,8 +29,9 @@ class Net(torch.nn.Module):
 
 @pytest.fixture
 def possible(monkeypatch):
-    """Let the compiler run on this CPU machine (it compiles only for CUDA otherwise)."""
+    """Let the compiler run on this CPU machine (it compiles only for CUDA otherwise), as on a small GPU."""
     monkeypatch.setattr(gc, "can_compile", lambda device: (True, ""))
+    monkeypatch.setattr(gc, "fp16_tflops", lambda device: 57.4)
 
 
 def recording_compile(monkeypatch, calls):
@@ -49,29 +51,76 @@ def test_calls_are_eager_until_ready_then_compiled_only_for_the_example_signatur
     calls = []
     recording_compile(monkeypatch, calls)
     net = Net().eval()
-    example = torch.randn(2, 3, 8, 8)
-    comp = gc.BackgroundCompiler("cpu", mode="auto")
-    comp.add("net", net, example)
+    comp = gc.BackgroundCompiler("cpu", mode="on")
+    comp.install("net", net, dynamic_batch=False)
     with torch.inference_mode():
-        before = net(torch.randn(2, 3, 8, 8))  # not started yet: eager
+        example = torch.randn(2, 3, 8, 8)
+        before = net(torch.randn(2, 3, 8, 8))  # nothing asked yet: eager
     assert before.shape == (2, 4, 8, 8) and calls == []
-    status = comp.start().wait(30)
-    assert status.state == "ready" and status.parts == {"net": "compiled"}
+    comp.request("net", net, example)
+    status = comp.wait(30)
+    assert status.state == "ready" and status.parts == {"net 2x3x8x8": "compiled"}
     calls.clear()
     with torch.inference_mode():
         x = torch.randn(2, 3, 8, 8)
         y = net(x)
-        net(torch.randn(1, 3, 8, 8))  # another batch size: eager, no compile of its own
+        net(torch.randn(1, 3, 8, 8))  # another batch size: eager, and no compile of its own
         net(x.contiguous(memory_format=torch.channels_last))  # other strides: eager
     assert calls == [(2, 3, 8, 8)]
-    assert net.forward.calls == {"eager": 3, "compiled": 1}
+    assert comp.calls() == {"net": {"eager": 3, "compiled": 1}}
     with torch.no_grad():
-        net(x)  # outside inference mode: eager (the compiled code was made under inference mode)
-    assert calls == [(2, 3, 8, 8)]
+        net(x)  # an inference tensor outside inference mode: eager (compiled code was made inside it)
+    assert calls == [(2, 3, 8, 8)] and not comp.busy
     comp.remove()
     assert "forward" not in net.__dict__
     with torch.inference_mode():
         torch.testing.assert_close(net(x), y)
+
+
+def test_a_signature_that_repeats_is_compiled_without_being_asked(possible, monkeypatch):
+    calls = []
+    recording_compile(monkeypatch, calls)
+    net = Net().eval()
+    comp = gc.BackgroundCompiler("cpu", mode="on")
+    comp.install("net", net, dynamic_batch=False)
+    with torch.no_grad():
+        x = torch.randn(3, 3, 8, 8)
+        net(x)
+        assert calls == [] and not comp.busy  # seen once: not yet
+        net(x)  # seen twice: its compile is asked for, with copies of the call's tensors
+        comp.wait(30)
+        calls.clear()
+        net(x)
+    assert calls == [(3, 3, 8, 8)] and comp.status.parts == {"net 3x3x8x8": "compiled"}
+    with torch.enable_grad():
+        net(x)
+        net(x)  # with autograd on: never compiled
+    assert not comp.busy and len(comp.status.parts) == 1
+
+
+def test_one_compile_with_a_dynamic_batch_serves_every_batch_of_two_or_more(possible, monkeypatch):
+    calls = []
+    recording_compile(monkeypatch, calls)
+    net = Net().eval()
+    comp = gc.BackgroundCompiler("cpu", mode="on")
+    with torch.inference_mode():
+        comp.request("net", net, torch.zeros(4, 3, 8, 8))
+        assert comp.wait(30).parts == {"net Bx3x8x8": "compiled"}
+        calls.clear()
+        for b in (2, 5, 4, 1):
+            net(torch.randn(b, 3, 8, 8))
+    assert calls == [(2, 3, 8, 8), (5, 3, 8, 8), (4, 3, 8, 8)]  # one row: eager (compiled code needs 2 or more)
+    assert comp.calls() == {"net": {"eager": 1, "compiled": 3}}
+
+
+def test_auto_compiles_only_where_the_gpu_limits_the_job(monkeypatch):
+    monkeypatch.setattr(gc, "can_compile", lambda device: (True, ""))
+    monkeypatch.setattr(gc, "fp16_tflops", lambda device: 57.4)  # a T4-class GPU
+    assert gc.BackgroundCompiler("cpu", mode="auto").enabled
+    monkeypatch.setattr(gc, "fp16_tflops", lambda device: 750.0)  # an H200: the CPU side limits jobs
+    comp = gc.BackgroundCompiler("cpu", mode="auto")
+    assert not comp.enabled and "750 TFLOP/s" in comp.status.reason and "compile='on'" in comp.status.reason
+    assert gc.BackgroundCompiler("cpu", mode="on").enabled
 
 
 def test_a_failed_compile_warns_and_keeps_the_eager_model(possible, monkeypatch):
@@ -80,17 +129,17 @@ def test_a_failed_compile_warns_and_keeps_the_eager_model(possible, monkeypatch)
 
     monkeypatch.setattr(torch, "compile", broken)
     net = Net().eval()
-    x = torch.randn(2, 3, 8, 8)
     with torch.inference_mode():
+        x = torch.randn(2, 3, 8, 8)
         expected = Net.forward(net, x)
     comp = gc.BackgroundCompiler("cpu", mode="on")
-    comp.add("net", net, x)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        status = comp.start().wait(30)
-    assert status.state == "failed" and status.parts == {"net": "failed"}
+        comp.request("net", net, x)
+        status = comp.wait(30)
+    assert status.state == "failed" and status.parts == {"net Bx3x8x8": "failed"}
     assert "no working C++ compiler" in status.reason
-    assert any(issubclass(w.category, FallbackWarning) and "stay eager" in str(w.message) for w in caught)
+    assert any(issubclass(w.category, FallbackWarning) and "stays eager" in str(w.message) for w in caught)
     with torch.inference_mode():
         torch.testing.assert_close(net(x), expected)
 
@@ -98,8 +147,8 @@ def test_a_failed_compile_warns_and_keeps_the_eager_model(possible, monkeypatch)
 def test_off_and_impossible_leave_the_model_alone(monkeypatch):
     net = Net()
     comp = gc.BackgroundCompiler("cpu", mode="off")
-    comp.add("net", net, torch.randn(1, 3, 4, 4))
-    assert "forward" not in net.__dict__ and comp.start().wait(1).state == "off"
+    comp.request("net", net, torch.randn(1, 3, 4, 4))
+    assert "forward" not in net.__dict__ and comp.wait(1).state == "off"
     with pytest.warns(FallbackWarning, match="only on a CUDA GPU"):
         gc.BackgroundCompiler("cpu", mode="on")
     with pytest.raises(InputError, match="compile must be one of"):
@@ -119,16 +168,18 @@ SCRIPT = textwrap.dedent("""
     import json, sys, torch
     from nbhelpers.gpu import compile as gc
     gc.can_compile = lambda device: (True, "")
+    gc.fp16_tflops = lambda device: 57.4
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.SiLU()).eval()
-    x = torch.randn(2, 3, 8, 8)
+    with torch.inference_mode():
+        x = torch.randn(2, 3, 8, 8)
     comp = gc.BackgroundCompiler("cpu", cache_dir=sys.argv[1], facts={"net": "tiny"})
-    comp.add("net", net, x)
-    status = comp.start().wait(300)
+    comp.request("net", net, x)
+    status = comp.wait(300)
     with torch.inference_mode():
         y = net(x)
     print(json.dumps({"state": status.state, "warm": status.warm, "compiled": net.forward.calls["compiled"],
-                      "sum": float(y.sum()), "file": str(status.cache_file)}))
+                      "sum": float(y.sum())}))
 """)
 
 
@@ -150,5 +201,47 @@ def test_a_second_process_loads_the_first_ones_compile_cache(tmp_path):
     assert (first["warm"], second["warm"]) == (False, True)
     assert first["compiled"] == second["compiled"] == 1
     assert first["sum"] == pytest.approx(second["sum"], rel=1e-6)
-    meta = json.loads((cache / f"{first['file'].rsplit('/', 1)[1][:-4]}.json").read_text())
-    assert meta["facts"]["models"]["net"] == "tiny" and meta["size"] > 0
+    (meta_path,) = cache.glob("*.json")  # the second process wrote nothing new
+    meta = json.loads(meta_path.read_text())
+    assert meta["facts"]["models"]["net"] == "tiny" and meta["parts"] == ["net Bx3x8x8"] and meta["size"] > 0
+
+
+@pytest.mark.slow
+def test_a_lipsync_job_asks_for_the_signatures_it_then_calls(possible, monkeypatch, tiny_weights, shared_data,
+                                                           make_media, tmp_path):
+    """The pipeline's examples (made ahead, before the first frame) have the signatures of the job's real calls:
+    every model's full batches run the compiled code, and the frames equal those of a run with compile off."""
+    from nbhelpers import InferenceConfig, MuseTalkPipeline
+
+    calls = []
+    recording_compile(monkeypatch, calls)
+    clip = make_media("face-8f.mp4", "-i", str(shared_data / "face-sing-576x768-25fps.mp4"), "-frames:v", "8",
+                      "-an", "-c:v", "libx264", "-crf", "12", "-pix_fmt", "yuv420p")
+    speech = make_media("speech-0.64s.wav", "-i", str(shared_data / "speech-en-short.wav"), "-t", "0.64")
+    box = (190, 160, 360, 330)
+
+    def job(pipe, name):
+        got = {}
+        pipe.lipsync(clip, speech, tmp_path / f"{name}.mp4", boxes=box,
+                     frame_callback=lambda t, f: got.__setitem__(t, f.copy()))
+        return got
+
+    eager = MuseTalkPipeline.from_pretrained(tiny_weights, InferenceConfig(device="cpu", batch_size=4))
+    eager._compiler = gc.BackgroundCompiler("cpu", mode="off")
+    expected = job(eager, "eager")
+    pipe = MuseTalkPipeline.from_pretrained(tiny_weights, InferenceConfig(device="cpu", batch_size=4))
+    job(pipe, "first")  # asks for the compiles at its plan; its calls run eagerly until they are ready
+    status = pipe.compiler.wait(120)
+    assert status.state == "ready", status
+    assert set(status.parts) == {"unet Bx8x32x32", "vae decoder Bx4x32x32", "vae encoder Bx3x256x256",
+                                 "face parser Bx3x512x512"}
+    before = pipe.compiler.calls()
+    frames = job(pipe, "second")
+    after = pipe.compiler.calls()
+    # 16 output frames in batches of 4 from 8 source frames: every call of the second job matched compiled code
+    for name in ("unet", "vae decoder", "vae encoder", "face parser"):
+        assert after[name]["eager"] == before[name]["eager"], (name, before, after)
+        assert after[name]["compiled"] > before[name]["compiled"], (name, before, after)
+    assert frames.keys() == expected.keys() and len(expected) == 16
+    for t in expected:
+        np.testing.assert_array_equal(frames[t], expected[t])

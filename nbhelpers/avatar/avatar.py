@@ -175,28 +175,16 @@ class Avatar:
             self._kept.add(key)
         return self._state[key]
 
-    def optimize(self, compile: bool = False, channels_last: bool = True) -> Avatar:
-        """Speed up generation on CUDA (no effect on CPU). Returns self.
-
-        ``channels_last`` stores UNet and VAE convolution weights in NHWC, the layout cuDNN's fastest fp16 kernels
-        use; ``compile`` wraps the UNet and the VAE decoder in ``torch.compile`` (a one-time cost of tens of
-        seconds at the first batch, and again for each new batch shape). Numerics stay within fp16 rounding. This
-        changes the pipeline's models, so its other jobs run the same way.
+    def optimize(self, timeout_s: float | None = None) -> Avatar:
+        """Compile the UNet and VAE decoder for this avatar's clips and live sessions now, and wait until they are
+        ready (or ``timeout_s`` seconds passed). Jobs compile in the background by themselves
+        (``InferenceConfig.compile``); this makes the wait happen here instead. No effect on the CPU or with
+        ``compile="off"``. Returns self.
         """
-        import torch
-
         st = self.device_state()
-        models = st["models"]
-        if models.device.type != "cuda":
-            return self
-        torch.backends.cudnn.benchmark = True
-        if channels_last:
-            models.unet.to(memory_format=torch.channels_last)
-            models.vae.to(memory_format=torch.channels_last)
-        if compile and not st.get("compiled"):
-            models.unet.forward = torch.compile(models.unet.forward)
-            models.vae.decoder.forward = torch.compile(models.vae.decoder.forward)
-            st["compiled"] = True
+        for config in (self.config, st.get("clip_config", self.config)):
+            self.pipe.compile_for(int(config.batch_size or 20), parts=("unet", "decoder"))
+        self.pipe.compiler.wait(timeout_s)
         return self
 
     def load_models(self) -> Avatar:
@@ -252,6 +240,7 @@ class Avatar:
         h, w = self.frame_shape
         clip_config = st.get("clip_config", self.config)
         batch = int(clip_config.batch_size or 20)
+        self.pipe.compile_for(batch, parts=("unet", "decoder"))  # background; eager until ready
         with flush_denormals(st["models"].device):
             waveform, features, n_out = self._features(audio, timings)
             if output is False:
@@ -280,6 +269,7 @@ class Avatar:
     def stream(self, audio: str | os.PathLike | np.ndarray) -> Iterator[np.ndarray]:
         """Yield the finished (H, W, 3) uint8 BGR frames of one clip, in order, as they are made (no file)."""
         st = self.device_state()
+        self.pipe.compile_for(int(self.config.batch_size or 20), parts=("unet", "decoder"))
         _, features, n_out = self._features(audio, Timings())
         for _, frames in render(st["source"], features, st["models"], int(self.config.batch_size or 20), n_out,
                                 pad_batches=True):

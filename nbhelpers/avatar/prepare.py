@@ -192,6 +192,7 @@ def _build(pipe: MuseTalkPipeline, video: Path, video_info: Any, directory: Path
         # 3. gpu: the preparation's batch
         run_config = pipe.plan("avatar", run_config, len(store), store.frame_shape[:2])
         batch = int(run_config.batch_size or 8)
+        pipe.compile_for(batch, parts=("encoder", "parser"))  # in the background: eager until ready
         face_frames = np.flatnonzero(track.has_face)
         h, w = store.frame_shape[:2]
         # The lossless file is encoded and hashed in a thread while the models compute masks and latents. Face

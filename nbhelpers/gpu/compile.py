@@ -1,24 +1,27 @@
 """Compiled models that never make a job wait: eager at once, compiled in the background, cached across sessions.
 
-A :class:`BackgroundCompiler` is given models and one example call of each. It installs a dispatcher as each
-model's ``forward`` and compiles the original ``forward`` with ``torch.compile`` in a background thread, at low
-CPU priority. Until a model's compiled code is ready, and for every call whose inputs differ from the example's
-(shape, dtype, strides, device: the last, smaller batch of a clip, a batch halved after out-of-memory), the eager
-``forward`` runs. So the first frame of a job comes as soon as it would eagerly, and no call ever triggers a
-compile of its own.
+A :class:`BackgroundCompiler` puts a dispatcher in place of a model's method (``forward``, or another such as
+BiSeNet's ``parse``) and compiles the original with ``torch.compile`` in a background thread at low CPU priority,
+for the exact calls it is asked for (:meth:`BackgroundCompiler.request`: a job asks for its batch shape). A call
+runs compiled code only when that code is ready and the call's inputs match a compiled example (shapes, dtypes,
+strides, device, grad mode); every other call runs the eager method. So the first frame of a job comes as soon as
+it would eagerly, and no call ever starts a compile of its own.
 
-The compiler's caches (inductor's graphs and kernels, Triton's binaries, autotuning results) are saved as one file
-with ``torch.compiler.save_cache_artifacts`` and loaded with ``torch.compiler.load_cache_artifacts`` before the next
-compile (PyTorch's "Mega-Cache"; torch >= 2.7), in a versioned folder keyed by the torch, Triton and CUDA versions,
-the GPU and the caller's description of the models (configs, dtype, batch shape). A file of another key is never
-read. A compile that fails leaves the eager models in place and says why in a :class:`~nbhelpers.errors.FallbackWarning`.
+The compiler's caches (inductor graphs and kernels, Triton binaries, autotuning results) are saved with
+``torch.compiler.save_cache_artifacts`` and loaded with ``torch.compiler.load_cache_artifacts`` (PyTorch's
+"Mega-Cache", torch >= 2.7) in a folder the caller names, in files keyed by the torch, Triton and CUDA versions,
+the GPU and the caller's description of the models. Files of another key are never read; a file is loaded only
+when its bytes match the SHA-256 recorded beside it when it was written. A failed compile leaves the eager method
+in place and says why in a :class:`~nbhelpers.errors.FallbackWarning`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import queue
 import sys
 import threading
 import time
@@ -32,9 +35,16 @@ from ..errors import FallbackWarning, InputError
 
 COMPILE_MODES = ("auto", "on", "off")
 CACHE_FORMAT = 1  # bump when the file layout or the key's facts change
-CACHE_KEEP = 6  # cache files kept per folder (newest first); each is tens of MB
+CACHE_KEEP = 12  # cache files kept per folder, newest used first; each holds tens of MB
 MIN_CAPABILITY = (7, 0)  # Triton's oldest supported NVIDIA architecture (Volta); a T4 is 7.5
-BACKGROUND_NICE = 10  # added niceness of the compile thread (and the compile workers it starts), Linux only
+BACKGROUND_NICE = 10  # added niceness of the compile thread and of the compile workers it starts (Linux)
+GRAD_MODES = ("inference", "no_grad")
+AUTO_REQUEST_AFTER = 2  # calls of one signature without compiled code before it is compiled unasked
+# compile="auto" compiles on a GPU whose measured fp16 matmul rate is below this (TFLOP/s): there the GPU limits a
+# job (a T4 peaks at 65; its MPS stand-in measures 57.4). Above it (an A100 312, an H100/H200 about 750) the CPU
+# side does, and the compile's CPU time would cost more than it saves (bench/RESULTS.md, "T4-class GPU").
+GPU_WALL_TFLOPS = 200.0
+_RATES: dict[str, float] = {}
 
 
 @dataclass
@@ -42,35 +52,40 @@ class CompileStatus:
     """Where the background compile stands.
 
     Attributes:
-        state: ``"off"`` (not asked for or not possible), ``"waiting"``, ``"compiling"``, ``"ready"`` or
-            ``"failed"``.
-        reason: Why it is in that state, in words.
-        seconds: Wall-clock seconds the compile took (None before it ends).
-        warm: True when cache artifacts of an earlier session were loaded first.
-        cache_file: The cache file read or written, or None.
-        parts: Model name -> ``"eager"``, ``"compiled"`` or ``"failed"``.
+        state: ``"off"`` (not asked for, or not possible here), ``"idle"`` (nothing asked yet), ``"compiling"``,
+            ``"ready"`` (everything asked is compiled) or ``"failed"`` (every compile failed).
+        reason: Why, in words.
+        seconds: Wall-clock seconds spent compiling so far.
+        warm: True when cache files of an earlier session were loaded.
+        parts: ``"name batch-shape"`` -> ``"compiling"``, ``"compiled"`` or ``"failed"``.
     """
 
     state: str = "off"
     reason: str = ""
-    seconds: float | None = None
+    seconds: float = 0.0
     warm: bool = False
-    cache_file: Path | None = None
     parts: dict[str, str] = field(default_factory=dict)
 
     def __str__(self) -> str:
-        took = f" in {self.seconds:.0f} s" if self.seconds is not None else ""
-        warm = " (warm cache)" if self.warm else ""
-        return f"compile {self.state}{took}{warm}: {self.reason}"
+        warm = ", warm cache" if self.warm else ""
+        return f"compile {self.state} ({self.seconds:.0f} s{warm}): {self.reason}"
 
 
-def _signature(args: tuple, kwargs: dict) -> tuple:
-    """What a compiled call depends on: each tensor's shape, dtype, strides and device; other values as they are."""
+def _signature(args: tuple, kwargs: dict, dynamic_batch: bool = False) -> tuple:
+    """What compiled code depends on: each tensor's shape, dtype, strides, device and grad flags; other values.
+
+    With ``dynamic_batch`` the first dimension of every tensor of 2 or more dimensions and 2 or more rows counts as
+    any batch (compiled code made with that dimension dynamic serves them all; one row is its own case).
+    """
     import torch
 
     def one(v: Any) -> Any:
         if isinstance(v, torch.Tensor):
-            return ("T", tuple(v.shape), v.dtype, v.stride(), v.device, v.requires_grad)
+            shape = tuple(v.shape)
+            if dynamic_batch and v.ndim >= 2 and shape[0] >= 2:
+                shape = ("B", *shape[1:])
+            return ("T", shape, v.dtype, v.stride()[1:] if shape[:1] == ("B",) else v.stride(), v.device,
+                    v.requires_grad, v.is_inference())
         if isinstance(v, (list, tuple)):
             return tuple(one(x) for x in v)
         return ("V", type(v).__name__, v if isinstance(v, (int, float, str, bool, type(None))) else id(v))
@@ -79,42 +94,88 @@ def _signature(args: tuple, kwargs: dict) -> tuple:
             torch.is_grad_enabled())
 
 
-class _Dispatch:
-    """Installed as ``module.forward``: the compiled forward when ready and the call matches the example."""
+def _mark_batch_dynamic(value: Any) -> None:
+    """Mark the first dimension of the tensors in ``value`` (2+ dimensions, 2+ rows) dynamic for torch.compile."""
+    import torch
 
-    def __init__(self, name: str, eager: Callable) -> None:
+    if isinstance(value, torch.Tensor):
+        if value.ndim >= 2 and value.shape[0] >= 2:
+            torch._dynamo.maybe_mark_dynamic(value, 0)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _mark_batch_dynamic(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            _mark_batch_dynamic(v)
+
+
+def _shape_text(args: tuple, dynamic_batch: bool = False) -> str:
+    first = next((a for a in args if hasattr(a, "shape")), None)
+    if first is None:
+        return "-"
+    dims = [str(int(s)) for s in first.shape]
+    if dynamic_batch and len(dims) >= 2 and int(first.shape[0]) >= 2:
+        dims[0] = "B"
+    return "x".join(dims)
+
+
+class _Dispatch:
+    """Installed in place of a model's method: compiled code for calls that match a compiled example.
+
+    A call signature seen :data:`AUTO_REQUEST_AFTER` times without compiled code is handed to the compiler (with
+    copies of the call's tensors), so a path no job asked for ahead still gets compiled code.
+    """
+
+    def __init__(self, name: str, eager: Callable, compiler: BackgroundCompiler, dynamic_batch: bool) -> None:
         self.name = name
         self.eager = eager
-        self.compiled: Callable | None = None
-        self.signature: tuple | None = None
+        self.compiler = compiler
+        self.dynamic_batch = dynamic_batch
+        self.compiled_fn: Callable | None = None
+        self.ready: frozenset = frozenset()
+        self.asked: set[tuple] = set()
+        self.seen: dict[tuple, int] = {}
         self.calls = {"eager": 0, "compiled": 0}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        compiled = self.compiled
-        if compiled is not None and _signature(args, kwargs) == self.signature:
+        sig = _signature(args, kwargs, self.dynamic_batch)
+        if sig in self.ready:
             self.calls["compiled"] += 1
-            return compiled(*args, **kwargs)
+            return self.compiled_fn(*args, **kwargs)
         self.calls["eager"] += 1
+        if sig not in self.asked and not sig[-1]:  # autograd on: never compiled
+            self.seen[sig] = self.seen.get(sig, 0) + 1
+            if self.seen[sig] >= AUTO_REQUEST_AFTER:
+                self.compiler._ask(self, sig, _copies(args), _copies(kwargs),
+                                   "inference" if sig[-2] else "no_grad")
         return self.eager(*args, **kwargs)
 
 
-@dataclass
-class _Part:
-    name: str
-    module: Any
-    dispatch: _Dispatch
-    example_args: tuple
-    example_kwargs: dict
+def _copies(value: Any) -> Any:
+    """Copies of the tensors in ``value`` with the same shape, strides and inference flag (others kept as is)."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        with torch.inference_mode() if value.is_inference() else torch.no_grad():
+            out = torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device=value.device)
+            return out.copy_(value)
+    if isinstance(value, tuple):
+        return tuple(_copies(v) for v in value)
+    if isinstance(value, list):
+        return [_copies(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _copies(v) for k, v in value.items()}
+    return value
 
 
 def cache_key(facts: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """The cache file's key: a hash of the caller's ``facts`` and of this runtime (torch, Triton, CUDA, GPU).
+    """The cache key: a hash of the caller's ``facts`` and of this runtime (torch, Triton, CUDA, Python, GPU).
 
     Args:
-        facts: JSON-serialisable description of what is compiled (model configs, dtype, batch shape, options).
+        facts: JSON-serialisable description of what is compiled (model configs, dtype, options).
 
     Returns:
-        (16 hex digits, the full dict of facts that were hashed).
+        (16 hex digits, the dict that was hashed).
     """
     import torch
 
@@ -131,19 +192,11 @@ def cache_key(facts: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         runtime["gpu"] = torch.cuda.get_device_name(index)
         runtime["capability"] = list(torch.cuda.get_device_capability(index))
     full = {"runtime": runtime, "models": facts}
-    text = json.dumps(full, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16], full
+    return hashlib.sha256(json.dumps(full, sort_keys=True, default=str).encode()).hexdigest()[:16], full
 
 
 def can_compile(device: Any) -> tuple[bool, str]:
-    """Whether ``torch.compile`` can make GPU code here, and why not.
-
-    Args:
-        device: The torch device the models run on.
-
-    Returns:
-        (True, "") or (False, the reason in words).
-    """
+    """Whether ``torch.compile`` can make GPU code for ``device`` here: (True, "") or (False, why not)."""
     import torch
 
     device = torch.device(device)
@@ -154,15 +207,40 @@ def can_compile(device: Any) -> tuple[bool, str]:
     try:
         import triton  # noqa: F401
     except ImportError:
-        return False, "Triton is not installed (torch.compile makes GPU code with it)"
+        return False, "Triton is not installed (torch.compile makes its GPU code with it)"
     cap = torch.cuda.get_device_capability(device)
     if cap < MIN_CAPABILITY:
         return False, f"the GPU's compute capability {cap[0]}.{cap[1]} is older than Triton supports (7.0)"
     return True, ""
 
 
+def fp16_tflops(device: Any) -> float:
+    """The device's fp16 matrix-multiply rate in TFLOP/s, measured once per device (a 4096^3 product, median of 5
+    after 2 warm-ups, CUDA events; about 20 ms on a T4)."""
+    import torch
+
+    device = torch.device(device)
+    key = str(device)
+    if key not in _RATES:
+        n = 4096
+        a = torch.randn(n, n, device=device, dtype=torch.float16)
+        b = torch.randn(n, n, device=device, dtype=torch.float16)
+        times = []
+        for i in range(7):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            a @ b
+            end.record()
+            end.synchronize()
+            if i >= 2:
+                times.append(start.elapsed_time(end))
+        _RATES[key] = 2 * n**3 / (sorted(times)[len(times) // 2] * 1e-3) / 1e12
+        del a, b
+    return _RATES[key]
+
+
 def check_mode(mode: str) -> str:
-    """Validate a compile setting (``"auto"``, ``"on"``, ``"off"``).
+    """Return ``mode`` when it is one of :data:`COMPILE_MODES`.
 
     Raises:
         InputError: For any other value.
@@ -173,207 +251,292 @@ def check_mode(mode: str) -> str:
 
 
 class BackgroundCompiler:
-    """Compile models in a background thread while their eager versions serve calls.
+    """Compile models' methods in a background thread while their eager versions serve every call.
 
     Args:
         device: The models' torch device.
-        mode: ``"auto"`` (compile where :func:`can_compile` says it is possible), ``"on"`` (the same, with a
-            warning when it is not possible) or ``"off"``.
+        mode: ``"auto"`` (compile where :func:`can_compile` allows), ``"on"`` (the same, with a warning where it
+            does not) or ``"off"``.
         cache_dir: Folder of the cache files (made when missing), or None for no cache across sessions.
-        facts: Description of what is compiled, for the cache key (see :func:`cache_key`).
+        facts: What is compiled, for the cache key (model configs, dtype): see :func:`cache_key`.
         options: ``torch.compile`` options (inductor config names), e.g. ``{"coordinate_descent_tuning": True}``.
-        on_event: Called with a short message when the compile starts and ends (the notebooks and CLI print it).
+        on_event: Called with a one-line message when compiling starts and when it ends.
 
     Raises:
-        InputError: When ``mode`` is not one of :data:`COMPILE_MODES`.
+        InputError: ``mode`` is not one of :data:`COMPILE_MODES`.
 
-    Source: ``torch.compile`` and the Mega-Cache (PyTorch's "Compile Time Caching in torch.compile" recipe).
+    Source: ``torch.compile``; PyTorch's recipe "Compile Time Caching in torch.compile" (Mega-Cache).
     """
 
     def __init__(self, device: Any, mode: str = "auto", cache_dir: str | os.PathLike | None = None,
                  facts: dict[str, Any] | None = None, options: dict[str, Any] | None = None,
                  on_event: Callable[[str], None] | None = None) -> None:
         self.mode = check_mode(mode)
-        self.device = device
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         self.facts = dict(facts or {})
         self.options = dict(options or {})
         self.on_event = on_event
-        self.parts: list[_Part] = []
         self.status = CompileStatus()
+        self._dispatches: list[tuple[Any, str, _Dispatch]] = []
+        self._queue: queue.Queue = queue.Queue()
+        self._pending = 0
+        self._lock = threading.Condition()
         self._thread: threading.Thread | None = None
-        self._done = threading.Event()
+        self._compiled_here: list[str] = []
         possible, why = (False, "compile='off'") if mode == "off" else can_compile(device)
+        if possible and mode == "auto":
+            rate = fp16_tflops(device)
+            if rate >= GPU_WALL_TFLOPS:
+                possible, why = False, (f"compile='auto' and this GPU makes {rate:.0f} TFLOP/s in fp16: the CPU side "
+                                        "limits jobs here, so compiling would not pay (compile='on' compiles anyway)")
+            else:
+                why = f"this GPU makes {rate:.0f} TFLOP/s in fp16: the GPU limits jobs, compiled models pay"
         self.enabled = possible
         self.status.reason = why
-        if not possible and mode == "on":
-            warnings.warn(f"compile='on' but the models stay eager: {why}.", FallbackWarning, stacklevel=2)
+        if possible:
+            self.status.state = "idle"
+        elif mode == "on":
+            warnings.warn(f"compile='on', but the models stay eager: {why}.", FallbackWarning, stacklevel=2)
 
-    def add(self, name: str, module: Any, *example_args: Any, **example_kwargs: Any) -> None:
-        """Serve ``module``'s calls through a dispatcher, and compile its forward for calls like the example.
+    def request(self, name: str, module: Any, *args: Any, method: str = "forward", grad: str = "inference",
+                dynamic_batch: bool = True, **kwargs: Any) -> None:
+        """Have ``module.<method>`` compiled for calls like ``module.<method>(*args, **kwargs)``; returns at once.
+
+        The first request for a module installs the dispatcher; a request for a call already compiled or asked
+        for does nothing.
 
         Args:
-            name: Short name of the model (shown in the status), e.g. ``"unet"``.
-            module: A ``torch.nn.Module`` (its ``forward`` is replaced on the instance until :meth:`remove`).
-            *example_args: One call's positional arguments, as the job will make it (tensors on the device).
-            **example_kwargs: Its keyword arguments.
+            name: Short name of the model in the status (``"unet"``, ``"vae decoder"``...).
+            module: The ``torch.nn.Module`` (its attribute ``method`` is replaced on the instance until
+                :meth:`remove`).
+            *args: One call's positional arguments as the job makes it (tensors on the device, same shapes,
+                dtypes and memory layout).
+            method: The method to compile (default ``"forward"``).
+            grad: The autograd mode the job calls it in: ``"inference"`` (``torch.inference_mode``) or
+                ``"no_grad"``.
+            dynamic_batch: Compile the first dimension as any batch of 2 or more (one compile serves every batch
+                size: offline, clip, live, a last short batch); False compiles this shape only. Fixed by the first
+                request of a module.
+            **kwargs: The call's keyword arguments.
+
+        Raises:
+            InputError: ``grad`` is not one of :data:`GRAD_MODES`.
         """
+        if grad not in GRAD_MODES:
+            raise InputError(f"grad must be one of {GRAD_MODES}; got {grad!r}.")
         if not self.enabled:
             return
-        dispatch = _Dispatch(name, module.forward)
-        module.forward = dispatch
-        self.parts.append(_Part(name, module, dispatch, example_args, example_kwargs))
-        self.status.parts[name] = "eager"
+        import torch
 
-    def start(self) -> BackgroundCompiler:
-        """Start compiling in a background thread (no-op when disabled or already started). Returns self."""
-        if not self.enabled or not self.parts or self._thread is not None:
-            if not self.enabled:
-                self._done.set()
-            return self
-        self.status.state = "waiting"
-        self._thread = threading.Thread(target=self._run, name="nbhelpers-compile", daemon=True)
-        self._thread.start()
-        return self
+        dispatch = self.install(name, module, method, dynamic_batch=dynamic_batch)
+        with torch.inference_mode() if grad == "inference" else torch.no_grad():
+            sig = _signature(args, kwargs, dispatch.dynamic_batch)
+        self._ask(dispatch, sig, args, kwargs, grad)
+
+    def install(self, name: str, module: Any, method: str = "forward", *,
+                dynamic_batch: bool = True) -> _Dispatch | None:
+        """Put the dispatcher in place of ``module.<method>`` without asking for a compile: the calls the job makes
+        are compiled once a signature repeats (:data:`AUTO_REQUEST_AFTER`). None when compiling is off."""
+        if not self.enabled:
+            return None
+        dispatch = module.__dict__.get(method)
+        if not isinstance(dispatch, _Dispatch):
+            dispatch = _Dispatch(name, getattr(module, method), self, dynamic_batch)
+            setattr(module, method, dispatch)
+            self._dispatches.append((module, method, dispatch))
+        return dispatch
+
+    def _ask(self, dispatch: _Dispatch, sig: tuple, args: tuple, kwargs: dict, grad: str) -> None:
+        with self._lock:
+            if sig in dispatch.asked:
+                return
+            dispatch.asked.add(sig)
+            label = f"{dispatch.name} {_shape_text(args, dispatch.dynamic_batch)}"
+            self._pending += 1
+            self.status.parts[label] = "compiling"
+            self.status.state = "compiling"
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="nbhelpers-compile", daemon=True)
+                self._thread.start()
+        self._queue.put((dispatch, sig, label, args, kwargs, grad))
 
     def wait(self, timeout: float | None = None) -> CompileStatus:
-        """Block until the compile has ended (or ``timeout`` seconds passed); returns the status."""
-        self._done.wait(timeout)
+        """Block until every requested compile has ended, or ``timeout`` seconds passed; returns the status."""
+        with self._lock:
+            self._lock.wait_for(lambda: self._pending == 0, timeout)
         return self.status
 
+    @property
+    def busy(self) -> bool:
+        """True while requested compiles are still running."""
+        return self._pending > 0
+
+    def calls(self) -> dict[str, dict[str, int]]:
+        """Per model: how many calls ran eager and compiled code so far."""
+        return {d.name: dict(d.calls) for _, _, d in self._dispatches}
+
     def remove(self) -> None:
-        """Put every model's eager forward back (the compiled code is dropped)."""
-        for part in self.parts:
-            if part.module.__dict__.get("forward") is part.dispatch:
-                del part.module.forward
-            part.dispatch.compiled = None
+        """Put every model's eager method back (compiled code is dropped; compiles under way finish unused)."""
+        for module, method, dispatch in self._dispatches:
+            if module.__dict__.get(method) is dispatch:
+                delattr(module, method)
+            dispatch.ready = frozenset()
+        self._dispatches.clear()
 
     # -- the background thread -------------------------------------------------------------------------------------
 
     def _say(self, message: str) -> None:
         if self.on_event is not None:
-            try:
+            with contextlib.suppress(Exception):  # a failing printer must not stop the compile
                 self.on_event(message)
-            except Exception:  # noqa: BLE001 - a failing printer must not stop the compile
-                pass
 
     def _run(self) -> None:
+        _lower_priority()
+        key, full = cache_key({**self.facts, "options": self.options})
+        folder = self._folder()
+        if folder is not None:
+            self.status.warm = _load_artifacts(folder, key)
+        first = True
+        while True:
+            item = self._queue.get()
+            if first:
+                self._say(f"compiling the models for this GPU in the background ("
+                          f"{'from the cache of an earlier session' if self.status.warm else 'one time: minutes on 2 CPU cores'}"
+                          "); the job runs eagerly until they are ready")
+                first = False
+            self._compile(*item)
+            with self._lock:
+                self._pending -= 1
+                idle = self._pending == 0
+            if idle:
+                self._finish(folder, key, full)
+                with self._lock:
+                    self._lock.notify_all()
+
+    def _compile(self, dispatch: _Dispatch, sig: tuple, label: str, args: tuple, kwargs: dict, grad: str) -> None:
         import torch
 
-        _lower_priority()
         t0 = time.perf_counter()
-        self.status.state = "compiling"
-        key, full = cache_key({**self.facts, "options": self.options, "parts": [p.name for p in self.parts]})
-        cache_file = self._cache_file(key)
-        self.status.cache_file = cache_file
-        if cache_file is not None:
-            self.status.warm = _load_artifacts(cache_file)
-        self._say(f"compiling {', '.join(p.name for p in self.parts)} for this GPU in the background "
-                  f"({'warm cache' if self.status.warm else 'first time: a few minutes on 2 CPU cores'}); "
-                  "the job runs eagerly meanwhile")
-        failures = []
-        for part in self.parts:
-            try:
-                compiled = torch.compile(part.dispatch.eager, dynamic=False, options=self.options or None)
-                with torch.inference_mode():
-                    compiled(*part.example_args, **part.example_kwargs)
-                if torch.cuda.is_available():
-                    torch.cuda.synchronize()
-                with torch.inference_mode():
-                    part.dispatch.signature = _signature(part.example_args, part.example_kwargs)
-                part.dispatch.compiled = compiled
-                self.status.parts[part.name] = "compiled"
-            except Exception as exc:  # noqa: BLE001 - any compile failure leaves the eager model in place
-                failures.append(f"{part.name}: {type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}")
-                self.status.parts[part.name] = "failed"
-        self.status.seconds = time.perf_counter() - t0
-        if failures:
-            self.status.state = "failed" if len(failures) == len(self.parts) else "ready"
-            self.status.reason = "; ".join(failures)
-            warnings.warn(f"torch.compile failed, these models stay eager (same frames, slower): "
-                          f"{self.status.reason}", FallbackWarning, stacklevel=1)
-        else:
-            self.status.state = "ready"
-            self.status.reason = f"{len(self.parts)} model(s) compiled"
-            if cache_file is not None and not self.status.warm:
-                _save_artifacts(cache_file, full)
-        self._say(str(self.status))
-        self._done.set()
+        try:
+            if dispatch.compiled_fn is None:
+                dispatch.compiled_fn = torch.compile(dispatch.eager, dynamic=None if dispatch.dynamic_batch else False,
+                                                     options=self.options or None)
+            if dispatch.dynamic_batch:
+                _mark_batch_dynamic((args, kwargs))
+            with torch.inference_mode() if grad == "inference" else torch.no_grad():
+                dispatch.compiled_fn(*args, **kwargs)
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            dispatch.ready = dispatch.ready | {sig}  # a new frozenset: the job thread reads it lock-free
+            self.status.parts[label] = "compiled"
+            self._compiled_here.append(label)
+        except Exception as exc:  # noqa: BLE001 - any compile failure leaves the eager method in place
+            self.status.parts[label] = "failed"
+            lines = str(exc).strip().splitlines() or [""]
+            reason = f"{label}: {type(exc).__name__}: {lines[0][:200]}"
+            self.status.reason = reason
+            warnings.warn(f"torch.compile failed; this model stays eager (same frames, slower): {reason}",
+                          FallbackWarning, stacklevel=1)
+        self.status.seconds += time.perf_counter() - t0
 
-    def _cache_file(self, key: str) -> Path | None:
-        if self.cache_dir is None or not hasattr(__import__("torch").compiler, "save_cache_artifacts"):
+    def _finish(self, folder: Path | None, key: str, full: dict) -> None:
+        parts = self.status.parts.values()
+        failed = sum(p == "failed" for p in parts)
+        self.status.state = "failed" if failed == len(self.status.parts) else "ready"
+        if not failed:
+            self.status.reason = f"{len(self.status.parts)} compiled: " + ", ".join(self.status.parts)
+        if folder is not None and self._compiled_here:
+            _save_artifacts(folder, key, self._compiled_here, full)
+            self._compiled_here = []
+        self._say(str(self.status))
+
+    def _folder(self) -> Path | None:
+        import torch
+
+        if self.cache_dir is None or not hasattr(torch.compiler, "save_cache_artifacts"):
             return None
         try:
             self.cache_dir.mkdir(parents=True, exist_ok=True)
         except OSError:
             return None
-        if not _private_folder(self.cache_dir):
-            return None
-        return self.cache_dir / f"{key}.bin"
+        return self.cache_dir if _ours(self.cache_dir) else None
+
+
+def cache_folder(weights_dir: str | os.PathLike) -> Path:
+    """Where compile caches go: ``$NBHELPERS_COMPILE_CACHE``, else ``compile-cache/v<format>`` beside the weights
+    folder (on Drive when the weights are: a new Colab session starts warm), else the user's cache folder when the
+    weights' parent cannot be written.
+
+    Args:
+        weights_dir: The weights folder of the models compiled.
+
+    Returns:
+        A folder path (not created here).
+    """
+    env = os.environ.get("NBHELPERS_COMPILE_CACHE")
+    if env:
+        return Path(env).expanduser()
+    parent = Path(weights_dir).expanduser().resolve().parent
+    if os.access(parent, os.W_OK):
+        return parent / "compile-cache" / f"v{CACHE_FORMAT}"
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "nbhelpers" / "compile" / f"v{CACHE_FORMAT}"
 
 
 def _lower_priority() -> None:
     """Lower this thread's CPU priority (Linux: niceness is per thread; processes it starts inherit it)."""
     if sys.platform.startswith("linux") and hasattr(threading, "get_native_id"):
-        try:
+        with contextlib.suppress(OSError):
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICE)
-        except OSError:
-            pass
 
 
-def _private_folder(folder: Path) -> bool:
+def _ours(folder: Path) -> bool:
     """True when ``folder`` belongs to this user (cache files hold compiled code that is loaded and run)."""
-    if os.name != "posix":
-        return True
-    return folder.stat().st_uid == os.getuid()
+    return os.name != "posix" or folder.stat().st_uid == os.getuid()
 
 
-def _load_artifacts(path: Path) -> bool:
-    """Load a cache file written by :func:`_save_artifacts` when its recorded SHA-256 matches; True if loaded."""
+def _load_artifacts(folder: Path, key: str) -> bool:
+    """Load every cache file of ``key`` whose bytes match the SHA-256 recorded beside it; True if one loaded."""
     import torch
 
-    meta_path = path.with_suffix(".json")
-    if not (path.is_file() and meta_path.is_file()):
-        return False
-    try:
-        meta = json.loads(meta_path.read_text())
-        data = path.read_bytes()
-        if meta.get("format") != CACHE_FORMAT or hashlib.sha256(data).hexdigest() != meta.get("sha256"):
-            return False
-        torch.compiler.load_cache_artifacts(data)
-        os.utime(path)  # newest used first when the folder is trimmed
-        return True
-    except Exception:  # noqa: BLE001 - an unreadable cache only costs a cold compile
-        return False
+    loaded = False
+    for meta_path in sorted(folder.glob(f"{key}-*.json")):
+        path = meta_path.with_suffix(".bin")
+        try:
+            meta = json.loads(meta_path.read_text())
+            data = path.read_bytes()
+            if meta.get("format") != CACHE_FORMAT or hashlib.sha256(data).hexdigest() != meta.get("sha256"):
+                continue
+            torch.compiler.load_cache_artifacts(data)
+            os.utime(path)  # the most recently used files are kept when the folder is trimmed
+            loaded = True
+        except Exception:  # noqa: BLE001 - an unreadable file only costs a cold compile
+            continue
+    return loaded
 
 
-def _save_artifacts(path: Path, facts: dict[str, Any]) -> None:
-    """Write this process's compile artifacts to ``path`` (temporary name, then rename) and trim the folder."""
+def _save_artifacts(folder: Path, key: str, labels: list[str], facts: dict[str, Any]) -> None:
+    """Write this process's new compile artifacts as ``<key>-<labels hash>.bin`` (temporary name, then rename)."""
     import torch
 
-    try:
+    with contextlib.suppress(Exception):  # a cache that cannot be written only costs the next session a compile
         saved = torch.compiler.save_cache_artifacts()
-        if not saved:
+        if not saved or not saved[0]:
             return
         data = saved[0]
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_bytes(data)
+        stem = f"{key}-{hashlib.sha256(json.dumps(sorted(labels)).encode()).hexdigest()[:8]}"
         meta = {"format": CACHE_FORMAT, "sha256": hashlib.sha256(data).hexdigest(), "size": len(data),
-                "written": time.time(), "facts": facts}
-        tmp_meta = path.with_name(f".{path.stem}.{os.getpid()}.json.tmp")
-        tmp_meta.write_text(json.dumps(meta, indent=1, default=str))
-        os.replace(tmp, path)
-        os.replace(tmp_meta, path.with_suffix(".json"))
-        _trim(path.parent)
-    except Exception:  # noqa: BLE001 - a cache that cannot be written only costs the next session a cold compile
-        pass
+                "parts": sorted(labels), "facts": facts}
+        for suffix, payload in ((".bin", data), (".json", json.dumps(meta, indent=1, default=str).encode())):
+            tmp = folder / f".{stem}{suffix}.{os.getpid()}.tmp"
+            tmp.write_bytes(payload)
+            os.replace(tmp, folder / f"{stem}{suffix}")
+        _trim(folder)
 
 
 def _trim(folder: Path) -> None:
     files = sorted(folder.glob("*.bin"), key=lambda p: p.stat().st_mtime, reverse=True)
     for old in files[CACHE_KEEP:]:
         for p in (old, old.with_suffix(".json")):
-            try:
+            with contextlib.suppress(OSError):
                 p.unlink()
-            except OSError:
-                pass

@@ -82,12 +82,14 @@ avatar
 avatar.load_models()
 
 # %% [markdown]
-# ## Speed up (optional)
+# ## Speed up
 #
-# On a GPU you can make every later clip faster: your avatar switches to channels-last weights, and with `compile=True` you pay a one-time compile of about 90 s. On a CPU this does nothing.
+# On a GPU the UNet and VAE are compiled for your GPU in the background while your first clip runs eagerly; the
+# compiled code is cached beside your weights, so a later session starts fast. Run this cell to wait until it is
+# ready (minutes the first time on a free Colab, seconds after); on a CPU it returns at once.
 
 # %% tags=["nbval-ignore-output"]
-avatar.optimize(compile=False)  # True on a GPU: about 90 s once, then about 2x faster model work
+avatar.optimize()
 
 # %% [markdown]
 # ## Generate
