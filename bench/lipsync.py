@@ -521,6 +521,9 @@ def main() -> None:
                         help="a short job of ours first (models load, kernels, batch shapes), not timed; default 2 s "
                              "(0 in smoke)")
     parser.add_argument("--skip-official", action="store_true", help="run ours only")
+    parser.add_argument("--compile", default="auto", choices=("auto", "on", "off"),
+                        help="InferenceConfig.compile of ours; after the warm-up job the compile is waited for (the "
+                             "official loop always runs eager)")
     parser.add_argument("--profile", default=None,
                         help="after the timed run, run ours once more under bench/stacks.py's sampler and write its "
                              "per-thread report to this path")
@@ -543,7 +546,8 @@ def main() -> None:
 
     if args.cores:
         torch.set_num_threads(args.cores)
-    from _common import ensure_silenced, make_face_weights, make_full_weights, media_dir
+    from _common import ensure_silenced, gpu_ceilings, make_face_weights, make_full_weights, media_dir
+    from realtime import as_official
 
     from nbhelpers import InferenceConfig, MuseTalkPipeline, media
     from nbhelpers.gpu import peak_memory, reset_peak
@@ -579,8 +583,9 @@ def main() -> None:
         context0 = apply_cap(args.cap)
         print(f"cap {args.cap} GiB: context {context0:.2f} GiB at start, allocator limited to "
               f"{args.cap - context0:.2f} GiB", flush=True)
+    ceilings = gpu_ceilings() if cuda else None
     config = InferenceConfig(batch_size=args.batch, fp16=False if args.fp32 else None,
-                             device="cuda" if cuda else "cpu", encoder=args.encoder)
+                             device="cuda" if cuda else "cpu", encoder=args.encoder, compile=args.compile)
     t = time.perf_counter()
     pipe = MuseTalkPipeline.from_pretrained(weights, config=config)
     backend = None
@@ -603,6 +608,12 @@ def main() -> None:
               f"{cold.timings.get('models', 0.0):.2f} s", flush=True)
         if backend is not None:
             backend.reset()
+    t = time.perf_counter()
+    status = pipe.compiler.wait()
+    compile_fig = {"state": status.state, "warm": status.warm, "seconds": status.seconds,
+                   "parts": dict(status.parts), "reason": status.reason,
+                   "waited_after_warmup_s": time.perf_counter() - t}
+    print(f"compile: {compile_fig}", flush=True)
 
     if cuda:
         torch.cuda.synchronize()
@@ -660,7 +671,8 @@ def main() -> None:
         if inner is None:
             with contextlib.suppress(Exception):  # only its DWPose is borrowed when no torch DWPose exists
                 inner = pipe.landmarks()
-        official = official_run(pipe, inner, video, audio, work, ffmpeg, BOX, pipe.config)
+        with as_official(pipe) if cuda else contextlib.nullcontext():
+            official = official_run(pipe, inner, video, audio, work, ffmpeg, BOX, pipe.config)
         if cuda:
             official["peak_reserved_gib"] = torch.cuda.max_memory_reserved() / GIB
 
@@ -709,7 +721,8 @@ def main() -> None:
     if args.out:
         doc = {"conditions": conditions, "weights": face_notes, "cores": sorted(os.sched_getaffinity(0)),
                "torch": torch.__version__, "device": torch.cuda.get_device_name() if cuda else "cpu",
-               "setup_s": setup_s, "ours": ours_fig, "official": official,
+               "setup_s": setup_s, "ours": ours_fig, "official": official, "compile": compile_fig,
+               "ceilings": ceilings,
                "ratio": (ours_fig["fps"] / official["fps"]) if official else None}
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(doc, indent=1, default=str))

@@ -148,6 +148,8 @@ def main() -> None:
     parser.add_argument("--work", default=None)
     parser.add_argument("--weights", default=None)
     parser.add_argument("--smoke", action="store_true", help="tiny random weights on the CPU, a synthetic avatar")
+    parser.add_argument("--compile", default="auto", choices=("auto", "on", "off"),
+                        help="InferenceConfig.compile; the compile is waited for before the timed runs")
     args = parser.parse_args()
     from realtime import limit_cpus
 
@@ -175,14 +177,16 @@ def main() -> None:
         config = InferenceConfig(device="cpu", fp16=False, batch_size=4 if args.batch is None else args.batch or None)
         device = "cpu smoke run"
     else:
-        from _common import make_full_weights, media_dir
+        from _common import gpu_ceilings, make_full_weights, media_dir
 
         data = media_dir()
         weights = make_full_weights(Path(args.weights or work / "weights"))
         video, box, seconds = data / "face-sing-576x768-25fps.mp4", BOX, args.seconds
         speech = media.load_audio(data / "speech-en-long.wav")[: int(16000 * seconds)]
-        config = InferenceConfig(device="cuda", fp16=True, batch_size=20 if args.batch is None else args.batch or None)
+        config = InferenceConfig(device="cuda", fp16=True, batch_size=20 if args.batch is None else args.batch or None,
+                                 compile=args.compile)
         device = torch.cuda.get_device_name()
+        gpu_ceilings()
     print(f"cores: {sorted(os.sched_getaffinity(0))}, torch {torch.__version__}, {device}", flush=True)
     start = time.perf_counter()
     clock = lambda: f"[{time.perf_counter() - start:5.1f} s]"  # noqa: E731
@@ -191,6 +195,8 @@ def main() -> None:
     print(f"{clock()} avatar {how}: {avatar}", flush=True)
     avatar.load_models()
     print(f"{clock()} models, latents, masks and frames on the device", flush=True)
+    avatar.optimize()
+    print(f"{clock()} compiled models: {avatar.pipe.compiler.status}", flush=True)
     options = {} if args.hop is None else {"hop": args.hop}
     paced_options = dict(options, **({} if args.delay is None else {"delay_s": args.delay}))
 

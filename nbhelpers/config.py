@@ -84,9 +84,11 @@ class InferenceConfig:
     encoder: str = "libx264"
     restore: str | None = None
     restore_strength: float = 1.0
+    compile: str = "auto"  # torch.compile on small GPUs in the background: auto, on, off (nbhelpers.gpu.compile)
     reasons: dict[str, str] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def __post_init__(self) -> None:
+        _choice("compile", self.compile, ("auto", "on", "off"))
         _choice("version", self.version, VERSIONS)
         _choice("parsing_mode", self.parsing_mode, PARSING_MODES)
         _choice("landmark_backend", self.landmark_backend, LANDMARK_BACKENDS)

@@ -50,6 +50,9 @@ from .result import ClipResult
 PIPELINE_FIELDS = ("version", "device", "fp16")
 # The models a job can have compiled (MuseTalkPipeline.compile_for).
 COMPILED_PARTS = ("unet", "decoder", "encoder", "parser")
+# torch.compile options: fp16 intermediate results rounded where eager rounds them, so that compiled frames stay
+# within one level of eager ones (inductor otherwise keeps fused intermediates in fp32).
+COMPILE_OPTIONS = {"emulate_precision_casts": True}
 # Components __init__ takes, in the order a notebook shows them.
 COMPONENTS = ("unet", "vae", "whisper", "feature_extractor", "pe", "face_parser")
 
@@ -360,7 +363,7 @@ class MuseTalkPipeline:
                 facts={"version": self.version, "dtype": str(self.dtype), "weights": _weights_kind(self.weights_dir),
                        "unet": _file_text(self.weights_dir / models.UNET_FILES[self.version][0]),
                        "vae": _file_text(self.weights_dir / models.VAE_DIR / "config.json"), "channels_last_unet": True},
-                on_event=progress.note)
+                options=COMPILE_OPTIONS, on_event=progress.note)
         return self._compiler
 
     def compile_for(self, batch_size: int, parts: tuple[str, ...] = COMPILED_PARTS) -> None:

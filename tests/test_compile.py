@@ -4,6 +4,7 @@ the compile cache of one process makes the next one warm."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -245,3 +246,58 @@ def test_a_lipsync_job_asks_for_the_signatures_it_then_calls(possible, monkeypat
     assert frames.keys() == expected.keys() and len(expected) == 16
     for t in expected:
         np.testing.assert_array_equal(frames[t], expected[t])
+
+
+def _full_weights():
+    folder = os.environ.get("NBHELPERS_FULL_WEIGHTS")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU (runs on the project's GPU machine)")
+    if not folder:
+        pytest.skip("set NBHELPERS_FULL_WEIGHTS to a folder of full-size random weights (bench/_common.py)")
+    return folder
+
+
+def _avatar_frames(weights, work, shared_data, make_media, compile_mode):
+    """The frames of 1 s of speech over an 8-frame avatar of the shared video, on full-size weights."""
+    from nbhelpers import InferenceConfig, MuseTalkPipeline, prepare_avatar
+
+    clip = make_media("face-8f.mp4", "-i", str(shared_data / "face-sing-576x768-25fps.mp4"), "-frames:v", "8",
+                      "-an", "-c:v", "libx264", "-crf", "12", "-pix_fmt", "yuv420p")
+    speech = make_media("speech-1s.wav", "-i", str(shared_data / "speech-en-short.wav"), "-t", "1.0")
+    config = InferenceConfig(device="cuda", fp16=True, batch_size=20, compile=compile_mode)
+    pipe = MuseTalkPipeline.from_pretrained(weights, config)
+    avatar = prepare_avatar(clip, work / "avatar", pipe, config=config, boxes=(190, 160, 360, 330))
+    avatar.optimize()  # compile="on": wait until compiled; "off": returns at once
+    frames = {}
+    avatar.generate(speech, False, frame_callback=lambda t, f: frames.__setitem__(t, f.copy()))
+    return frames, pipe
+
+
+@pytest.mark.gpu
+def test_compiled_frames_are_within_one_level_of_eager_on_full_size_weights(shared_data, make_media, tmp_path):
+    weights = _full_weights()
+    eager, _ = _avatar_frames(weights, tmp_path, shared_data, make_media, "off")
+    compiled, pipe = _avatar_frames(weights, tmp_path, shared_data, make_media, "on")
+    assert pipe.compiler.status.state == "ready", pipe.compiler.status
+    counts = pipe.compiler.calls()
+    assert counts["unet"]["compiled"] > 0 and counts["vae decoder"]["compiled"] > 0, counts
+    assert eager.keys() == compiled.keys() and len(eager) == 25
+    worst = max(int(np.abs(eager[t].astype(int) - compiled[t].astype(int)).max()) for t in eager)
+    changed = sum(int((eager[t] != compiled[t]).any()) for t in eager)
+    assert worst <= 1, f"compiled frames differ from eager by up to {worst} levels ({changed} of 25 frames differ)"
+
+
+@pytest.mark.gpu
+def test_a_compile_that_fails_on_the_gpu_falls_back_to_eager(shared_data, make_media, tmp_path, monkeypatch):
+    weights = _full_weights()
+    eager, _ = _avatar_frames(weights, tmp_path, shared_data, make_media, "off")
+
+    def broken(fn, **kwargs):
+        raise RuntimeError("inductor backend failed to compile (forced by the test)")
+
+    monkeypatch.setattr(torch, "compile", broken)
+    with pytest.warns(FallbackWarning, match="forced by the test"):
+        frames, pipe = _avatar_frames(weights, tmp_path, shared_data, make_media, "on")
+    assert pipe.compiler.status.state == "failed"
+    for t in eager:
+        np.testing.assert_array_equal(frames[t], eager[t])

@@ -138,6 +138,8 @@ class _Dispatch:
         self.calls = {"eager": 0, "compiled": 0}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.compiler.paused_depth:
+            return self.eager(*args, **kwargs)
         sig = _signature(args, kwargs, self.dynamic_batch)
         if sig in self.ready:
             self.calls["compiled"] += 1
@@ -283,6 +285,7 @@ class BackgroundCompiler:
         self._lock = threading.Condition()
         self._thread: threading.Thread | None = None
         self._compiled_here: list[str] = []
+        self.paused_depth = 0
         possible, why = (False, "compile='off'") if mode == "off" else can_compile(device)
         if possible and mode == "auto":
             rate = fp16_tflops(device)
@@ -365,6 +368,15 @@ class BackgroundCompiler:
         with self._lock:
             self._lock.wait_for(lambda: self._pending == 0, timeout)
         return self.status
+
+    @contextlib.contextmanager
+    def paused(self):
+        """Inside this block every call runs the eager method and asks for nothing (to time uncompiled models)."""
+        self.paused_depth += 1
+        try:
+            yield self
+        finally:
+            self.paused_depth -= 1
 
     @property
     def busy(self) -> bool:

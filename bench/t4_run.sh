@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Issue 35's measurements on the GPU machine, each step bounded in time, logs and JSON to $OUT. Steps named t4-*
+# run on the T4-class MPS share of the H200 (bench/t4proxy.sh's recipe), h200-* on the whole GPU; all at 2 cores
+# except weights and prime. The machine keeps /tmp between calls while it is warm, so the compile cache and the
+# weights of one call serve the next one made right after.
+#
+#   bash bench/t4_run.sh weights t4-prime t4-realtime t4-live          # first call
+#   bash bench/t4_run.sh t4-lipsync h200-lipsync h200-realtime h200-live tests   # the call right after
+#
+# Needs the wheels the machine lacks in .whl/ and the shared media in .benchdata/ (both git-ignored: carry them).
+set -u
+OUT=${OUT:-$PWD/out}
+mkdir -p "$OUT"
+if [ ! -d /tmp/site/diffusers ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    || exit 1
+fi
+export PYTHONPATH=/tmp/site:$PWD NBHELPERS_PROGRESS=0 PYTHONUNBUFFERED=1 NBHELPERS_SHARED_DATA=$PWD/.benchdata \
+  NBHELPERS_COMPILE_CACHE=/tmp/compile-cache NBHELPERS_FULL_WEIGHTS=/tmp/ls/weights
+W=/tmp/ls/weights
+export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps CUDA_MPS_LOG_DIRECTORY=/tmp/mpslog
+mps_on() { mkdir -p /tmp/mps /tmp/mpslog; pgrep -x nvidia-cuda-mps >/dev/null || nvidia-cuda-mps-control -d; }
+mps_off() { echo quit | nvidia-cuda-mps-control 2>/dev/null; sleep 1; }
+trap mps_off EXIT
+start=$(date +%s)
+step() {  # step NAME SECONDS COMMAND...: log to $OUT/NAME.log; t4-* steps on the MPS share, others on the whole GPU
+  local name=$1 limit=$2; shift 2
+  local t0; t0=$(date +%s)
+  if [ "${name#t4-}" != "$name" ]; then
+    mps_on
+    CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=3 timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+  else
+    mps_off
+    timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+  fi
+  echo "$name: exit $? in $(( $(date +%s) - t0 )) s (at $(( $(date +%s) - start )) s)" | tee -a "$OUT/steps.txt"
+}
+two="taskset -c 0,1"
+for s in "$@"; do
+  case $s in
+    weights) step weights 90 python3 -c "import sys; sys.path[:0] = ['bench']
+from pathlib import Path; from _common import make_full_weights, make_face_weights
+print(make_face_weights(make_full_weights(Path('$W'))))" ;;
+    t4-prime) step t4-prime 190 python3 bench/compile.py --weights $W --batch 20 --out "$OUT/t4-compile.json" \
+      --compare-decoder '{}' ;;
+    t4-realtime) step t4-realtime 140 $two python3 bench/realtime.py --seconds 10 --cores 2 --weights $W --work /tmp/rt \
+      --out "$OUT/t4-realtime.json" ;;
+    t4-live) step t4-live 60 $two python3 bench/live.py --seconds 8 --weights $W --work /tmp/rt ;;
+    t4-lipsync) step t4-lipsync 220 $two python3 bench/lipsync.py --seconds 10 --cores 2 --cap-gib 15 --work /tmp/ls \
+      --weights $W --out "$OUT/t4-lipsync.json" ;;
+    h200-lipsync) step h200-lipsync 80 $two python3 bench/lipsync.py --seconds 20 --cores 2 --skip-official \
+      --work /tmp/ls --weights $W --out "$OUT/h200-lipsync.json" ;;
+    h200-realtime) step h200-realtime 70 $two python3 bench/realtime.py --seconds 20 --cores 2 --weights $W \
+      --work /tmp/rt2 --skip-reference --out "$OUT/h200-realtime.json" ;;
+    h200-live) step h200-live 50 $two python3 bench/live.py --seconds 8 --weights $W --work /tmp/rt2 ;;
+    tests) step tests 150 python3 -m pytest -q -p no:cacheprovider -m gpu tests/ --ignore=tests/test_browser.py \
+      --ignore=tests/test_zz_environments.py --ignore=tests/test_batch.py ;;
+    *) echo "unknown step $s" ;;
+  esac
+done
+exit 0
