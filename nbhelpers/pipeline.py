@@ -360,11 +360,14 @@ class MuseTalkPipeline:
         if self._compiler is None:
             self._compiler = BackgroundCompiler(
                 self.device, getattr(self.config, "compile", "auto"), cache_dir=cache_folder(self.weights_dir),
-                facts={"version": self.version, "dtype": str(self.dtype), "weights": _weights_kind(self.weights_dir),
-                       "unet": _file_text(self.weights_dir / models.UNET_FILES[self.version][0]),
-                       "vae": _file_text(self.weights_dir / models.VAE_DIR / "config.json"), "channels_last_unet": True},
+                facts=self._compile_facts,
                 options=COMPILE_OPTIONS, on_event=progress.note)
         return self._compiler
+
+    def _compile_facts(self) -> dict[str, Any]:
+        return {"version": self.version, "dtype": str(self.dtype), "weights": _weights_kind(self.weights_dir),
+                "unet": _file_text(self.weights_dir / models.UNET_FILES[self.version][0]),
+                "vae": _file_text(self.weights_dir / models.VAE_DIR / "config.json"), "channels_last_unet": True}
 
     def compile_for(self, batch_size: int, parts: tuple[str, ...] = COMPILED_PARTS) -> None:
         """Have the models of ``parts`` compiled in the background for jobs at ``batch_size`` frames a batch;

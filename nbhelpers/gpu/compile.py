@@ -260,7 +260,8 @@ class BackgroundCompiler:
         mode: ``"auto"`` (compile where :func:`can_compile` allows), ``"on"`` (the same, with a warning where it
             does not) or ``"off"``.
         cache_dir: Folder of the cache files (made when missing), or None for no cache across sessions.
-        facts: What is compiled, for the cache key (model configs, dtype): see :func:`cache_key`.
+        facts: What is compiled, for the cache key (model configs, dtype): see :func:`cache_key`; or a function
+            that returns them, called once when the first compile starts (so that a CPU run reads no file).
         options: ``torch.compile`` options (inductor config names), e.g. ``{"coordinate_descent_tuning": True}``.
         on_event: Called with a one-line message when compiling starts and when it ends.
 
@@ -271,11 +272,11 @@ class BackgroundCompiler:
     """
 
     def __init__(self, device: Any, mode: str = "auto", cache_dir: str | os.PathLike | None = None,
-                 facts: dict[str, Any] | None = None, options: dict[str, Any] | None = None,
+                 facts: dict[str, Any] | Callable[[], dict[str, Any]] | None = None, options: dict[str, Any] | None = None,
                  on_event: Callable[[str], None] | None = None) -> None:
         self.mode = check_mode(mode)
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
-        self.facts = dict(facts or {})
+        self.facts = facts if callable(facts) else dict(facts or {})
         self.options = dict(options or {})
         self.on_event = on_event
         self.status = CompileStatus()
@@ -404,7 +405,8 @@ class BackgroundCompiler:
 
     def _run(self) -> None:
         _lower_priority()
-        key, full = cache_key({**self.facts, "options": self.options})
+        facts = self.facts() if callable(self.facts) else self.facts
+        key, full = cache_key({**facts, "options": self.options})
         folder = self._folder()
         if folder is not None:
             self.status.warm = _load_artifacts(folder, key)
