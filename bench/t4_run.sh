@@ -46,15 +46,15 @@ print(make_face_weights(make_full_weights(Path('$W'))))" ;;
     t4-realtime) step t4-realtime 140 $two python3 bench/realtime.py --seconds 10 --cores 2 --weights $W --work /tmp/rt \
       --out "$OUT/t4-realtime.json" ;;
     t4-live) step t4-live 60 $two python3 bench/live.py --seconds 8 --weights $W --work /tmp/rt ;;
-    t4-lipsync) step t4-lipsync 220 $two python3 bench/lipsync.py --seconds 10 --cores 2 --cap-gib 15 --work /tmp/ls \
+    t4-lipsync) step t4-lipsync 200 $two python3 bench/lipsync.py --seconds 10 --cores 2 --cap-gib 15 --work /tmp/ls \
       --weights $W --out "$OUT/t4-lipsync.json" ;;
-    h200-lipsync) step h200-lipsync 80 $two python3 bench/lipsync.py --seconds 20 --cores 2 --skip-official \
+    h200-lipsync) step h200-lipsync 60 $two python3 bench/lipsync.py --seconds 20 --cores 2 --skip-official \
       --work /tmp/ls --weights $W --out "$OUT/h200-lipsync.json" ;;
-    h200-realtime) step h200-realtime 70 $two python3 bench/realtime.py --seconds 20 --cores 2 --weights $W \
+    h200-realtime) step h200-realtime 60 $two python3 bench/realtime.py --seconds 20 --cores 2 --weights $W \
       --work /tmp/rt2 --skip-reference --out "$OUT/h200-realtime.json" ;;
-    h200-live) step h200-live 50 $two python3 bench/live.py --seconds 8 --weights $W --work /tmp/rt2 ;;
-    tests) step tests 150 python3 -m pytest -q -p no:cacheprovider -m gpu tests/ --ignore=tests/test_browser.py \
-      --ignore=tests/test_zz_environments.py --ignore=tests/test_batch.py ;;
+    h200-live) step h200-live 40 $two python3 bench/live.py --seconds 8 --weights $W --work /tmp/rt2 ;;
+    tests) step tests 150 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_compile.py tests/ \
+      --ignore=tests/test_browser.py --ignore=tests/test_zz_environments.py --ignore=tests/test_batch.py ;;
     *) echo "unknown step $s" ;;
   esac
 done
