@@ -78,6 +78,43 @@ def test_calls_are_eager_until_ready_then_compiled_only_for_the_example_signatur
         torch.testing.assert_close(net(x), y)
 
 
+def test_calls_while_another_thread_traces_go_to_the_eager_model(possible, monkeypatch):
+    """Compiled code refuses to run while any thread is inside FX tracing (torch's flag is process-wide), as the
+    compiler thread is while it compiles another model: such calls use the eager model and give its result."""
+    import torch.fx._symbolic_trace as fx_trace
+
+    calls = []
+    recording_compile(monkeypatch, calls)
+    net = Net().eval()
+    comp = gc.BackgroundCompiler("cpu", mode="on")
+    comp.install("net", net, dynamic_batch=False)
+    x = torch.randn(2, 3, 8, 8)
+    with torch.inference_mode():
+        comp.request("net", net, x)
+        assert comp.wait(30).state == "ready"
+        calls.clear()  # the compiler's own first call
+        expected = net.forward.eager(x)
+        monkeypatch.setattr(fx_trace, "is_fx_symbolic_tracing", lambda: True)
+        torch.testing.assert_close(net(x), expected)
+        assert calls == [] and comp.calls()["net"] == {"eager": 1, "compiled": 0}
+        monkeypatch.setattr(fx_trace, "is_fx_symbolic_tracing", lambda: False)
+
+        def refusing(*args, **kwargs):  # the flag was set between the check and the call
+            raise RuntimeError("Detected that you are using FX to symbolically trace a dynamo-optimized function.")
+
+        monkeypatch.setattr(net.forward, "compiled_fn", refusing)
+        torch.testing.assert_close(net(x), expected)
+        assert comp.calls()["net"] == {"eager": 2, "compiled": 0}
+
+        def broken(*args, **kwargs):
+            raise RuntimeError("CUDA error: an illegal memory access")
+
+        monkeypatch.setattr(net.forward, "compiled_fn", broken)
+        with pytest.raises(RuntimeError, match="illegal memory access"):
+            net(x)
+    comp.remove()
+
+
 def test_a_signature_that_repeats_is_compiled_without_being_asked(possible, monkeypatch):
     calls = []
     recording_compile(monkeypatch, calls)

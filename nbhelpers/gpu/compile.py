@@ -141,9 +141,15 @@ class _Dispatch:
         if self.compiler.paused_depth:
             return self.eager(*args, **kwargs)
         sig = _signature(args, kwargs, self.dynamic_batch)
-        if sig in self.ready:
-            self.calls["compiled"] += 1
-            return self.compiled_fn(*args, **kwargs)
+        if sig in self.ready and not _fx_tracing():
+            try:
+                out = self.compiled_fn(*args, **kwargs)
+            except RuntimeError as err:  # the compiler thread began tracing after the check above
+                if "symbolically trace a dynamo-optimized" not in str(err):
+                    raise
+            else:
+                self.calls["compiled"] += 1
+                return out
         self.calls["eager"] += 1
         if sig not in self.asked and not sig[-1]:  # autograd on: never compiled
             self.seen[sig] = self.seen.get(sig, 0) + 1
@@ -151,6 +157,16 @@ class _Dispatch:
                 self.compiler._ask(self, sig, _copies(args), _copies(kwargs),
                                    "inference" if sig[-2] else "no_grad")
         return self.eager(*args, **kwargs)
+
+
+def _fx_tracing() -> bool:
+    """Whether some thread is inside FX tracing (a process-wide flag in torch): compiled code refuses to run then
+    (RuntimeError "Detected that you are using FX to symbolically trace a dynamo-optimized function"), so calls
+    made while the compiler thread traces a model go to the eager method."""
+    import torch.fx._symbolic_trace as fx_trace
+
+    check = getattr(fx_trace, "is_fx_symbolic_tracing", None) or getattr(fx_trace, "is_fx_tracing", None)
+    return bool(check()) if check is not None else False
 
 
 def _copies(value: Any) -> Any:
