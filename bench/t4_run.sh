@@ -44,7 +44,7 @@ print(make_face_weights(make_full_weights(Path('$W'))))" ;;
     t4-prime) step t4-prime 190 python3 bench/compile.py --weights $W --batch 20 --out "$OUT/t4-compile.json" ;;
     t4-realtime) step t4-realtime 170 $two python3 bench/realtime.py --seconds 8 --cores 2 --weights $W --work /tmp/rt \
       --out "$OUT/t4-realtime.json" ;;
-    t4-live) step t4-live 60 $two python3 bench/live.py --seconds 8 --weights $W --work /tmp/rt ;;
+    t4-live) step t4-live 90 $two python3 bench/live.py --seconds 8 --weights $W --work /tmp/rt ;;
     t4-lipsync) step t4-lipsync 200 $two python3 bench/lipsync.py --seconds 6 --cores 2 --cap-gib 15 --work /tmp/ls \
       --weights $W --out "$OUT/t4-lipsync.json" ;;
     h200-lipsync) step h200-lipsync 60 $two python3 bench/lipsync.py --seconds 20 --cores 2 --skip-official \
