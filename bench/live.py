@@ -156,7 +156,7 @@ def main() -> None:
     limit_cpus(args.cores)
     import torch
 
-    from nbhelpers.live.config import DEFAULT_DELAY_S, DEFAULT_HOP
+    from nbhelpers.config.live import DEFAULT_DELAY_S, DEFAULT_HOP
 
     torch.set_num_threads(args.cores)
     from nbhelpers import InferenceConfig, media, prepare_avatar

@@ -475,7 +475,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--weights", default=None)
     p.set_defaults(func=_cmd_score)
 
-    from .batch.config import BatchConfig
+    from .config import BatchConfig
 
     p = sub.add_parser("batch", help="many clips on Ray: each face prepared once, every GPU used, nothing lost",
                        description="Run a jobs file (CSV with columns video,audio,output and optional settings, or "

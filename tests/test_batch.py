@@ -81,9 +81,9 @@ def test_batch_settings_are_checked_when_made_and_the_batch_flags_come_from_them
     from nbhelpers.batch import BatchConfig, run
     from nbhelpers.errors import InputError
 
-    for name, value, rule in [("cpu_workers", 0, "a positive whole number"), ("max_attempts", True, "a positive "
-                              "whole number"), ("jobs_per_worker", 1.5, "a positive whole number"),
-                              ("workers_per_gpu", 0, "a positive whole number"),
+    for name, value, rule in [("cpu_workers", 0, "a whole number >= 1"), ("max_attempts", True, "a whole number "
+                              ">= 1"), ("jobs_per_worker", 1.5, "a whole number >= 1"),
+                              ("workers_per_gpu", 0, "a whole number >= 1"),
                               ("gpus", -1, "a whole number >= 0 or None")]:
         with pytest.raises(InputError, match=rf"^{name} must be {rule}.*; got {value!r}\.$") as caught:
             BatchConfig(**{name: value})

@@ -41,11 +41,11 @@ def tone(make_media):
 
 
 @pytest.mark.parametrize("field, value, flag", [
-    ("batch_size", 0, "--batch-size must be a positive integer or left out (automatic); got 0."),
-    ("extra_margin", 500, "--extra-margin must be between 0 and 200 pixels; got 500."),
-    ("left_cheek_width", -1, "--left-cheek-width must be between 0 and 256"),
-    ("smooth_boxes", -2, "--smooth-boxes must be >= 0 frames"),
-    ("seed", -1, "--seed must be a whole number >= 0; got -1."),
+    ("batch_size", 0, "--batch-size must be a whole number of frames >= 1 or left out (automatic); got 0."),
+    ("extra_margin", 500, "--extra-margin must be a whole number of pixels from 0 to 200; got 500."),
+    ("left_cheek_width", -1, "--left-cheek-width must be a whole number of pixels from 0 to 256"),
+    ("smooth_boxes", -2, "--smooth-boxes must be a whole number of frames >= 0"),
+    ("seed", -1, "--seed must be a whole number >= 0 and < 2**63; got -1."),
     ("device", "gpu", "--device must be 'cuda', 'cuda:N' (N = 0, 1, ...), 'cpu' or left out (automatic)"),
     ("landmark_backend", "face", "--backend must be one of"),
 ])
@@ -64,7 +64,7 @@ def test_cli_errors_for_files_and_weights_are_in_cli_terms(tmp_path, clip, tone)
     assert_cli_words(missing.stderr)
 
     bad_batch = cli("lipsync", clip, tone, "--batch-size", "0")
-    assert bad_batch.returncode == 2 and "--batch-size must be a positive integer" in bad_batch.stderr
+    assert bad_batch.returncode == 2 and "--batch-size must be a whole number of frames >= 1" in bad_batch.stderr
     assert_cli_words(bad_batch.stderr)
 
     nowhere = tmp_path / "no weights here"
@@ -217,9 +217,9 @@ def test_a_batch_setting_out_of_range_names_its_line_and_setting_not_a_flag(tiny
                                        "a.mp4,2.wav,o2.mp4,500\n")
     proc = cli("batch", tmp_path / "jobs.csv", "--weights", tiny_weights, "--device", "cpu")
     assert proc.returncode == 2, proc.stderr
-    assert ("jobs.csv line 4 (job 'o2'), setting extra_margin: must be between 0 and 200 pixels; got 500."
+    assert ("jobs.csv line 4 (job 'o2'), setting extra_margin: must be a whole number of pixels from 0 to 200; got 500."
             in proc.stderr), proc.stderr
     assert "--extra-margin" not in proc.stderr and "Traceback" not in proc.stderr
     assert_cli_words(proc.stderr)
     flag = cli("batch", tmp_path / "jobs.csv", "--weights", tiny_weights, "--device", "cpu", "--bbox-shift", "999")
-    assert flag.returncode == 2 and "--bbox-shift must be between -200 and 200 pixels; got 999" in flag.stderr
+    assert flag.returncode == 2 and "--bbox-shift must be a whole number of pixels from -200 to 200; got 999" in flag.stderr

@@ -139,7 +139,7 @@ def test_config_validates_and_codeformer_warns_about_its_licence(monkeypatch):
                 dict(restore_strength=True), dict(restore_strength="1")):
         with pytest.raises(InputError):
             InferenceConfig(**bad)
-    monkeypatch.setattr("nbhelpers.config._warned_licence", False)
+    monkeypatch.setattr("nbhelpers.config.inference._warned_licence", False)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         InferenceConfig(restore="codeformer")

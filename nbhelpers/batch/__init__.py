@@ -3,8 +3,9 @@
 :func:`run` groups the jobs by face, prepares each face's avatar once, renders every clip on Ray workers that each
 hold one loaded pipeline, and returns a :class:`BatchResult` (also written as a CSV). A failed clip is recorded and
 the batch goes on; a dead worker's jobs run again; a rerun skips outputs whose records match (``docs/batch.md``).
-Modules in data-flow order: ``config``, ``jobs``, ``records``, ``inputs``, ``cluster``, ``worker``, ``scheduler``,
-``results``. Importing the package imports neither Ray nor torch; Ray is the ``[batch]`` extra.
+Modules in data-flow order: ``jobs``, ``records``, ``inputs``, ``cluster``, ``worker``, ``scheduler``, ``results``;
+:class:`BatchConfig` is in :mod:`nbhelpers.config`. Importing the package imports neither Ray nor torch; Ray is
+the ``[batch]`` extra.
 """
 
 from __future__ import annotations
@@ -18,12 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from ..checks import check_weights_dir
-from ..config import InferenceConfig
+from ..config import BatchConfig, InferenceConfig
 from ..errors import InputError
 from ..framestore import remove_stale_frames
 from ..gpu.device import free_memory_by_index
 from .cluster import INSTALL_RAY, RaySession, init_ray, ray_installed, require_ray, shutdown_ray
-from .config import BatchConfig
 from .inputs import WorkPlan, probe_inputs, sort_jobs
 from .jobs import ROW_SETTINGS, Job, check_jobs, job_configs, read_jobs
 from .records import (

@@ -62,12 +62,11 @@ def weights_state(weights_dir: Path, version: str) -> dict[str, list[int]]:
 def record_inputs(job: Job, config: InferenceConfig, fingerprints: Callable[[Path], dict[str, Any]],
                   weight_files: Mapping[str, Any]) -> dict[str, Any]:
     """What makes ``job``'s output, as its record holds it: video and audio fingerprints, box, the settings that
-    change frames (not device, precision or batch size) and ``weight_files``.
+    change frames (not device, precision, batch size or compile) and ``weight_files``.
     """
     box = job.settings.get("box")
     return {"video": fingerprints(job.video), "audio": fingerprints(job.audio), "box": list(box) if box else None,
-            "settings": {k: v for k, v in config.to_dict().items() if k not in ("device", "fp16", "batch_size")},
-            "weights": dict(weight_files)}
+            "settings": config.output_settings(), "weights": dict(weight_files)}
 
 
 def group_key(video_fingerprint: Mapping[str, Any], config: InferenceConfig, box: Any) -> str:

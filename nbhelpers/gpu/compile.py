@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..constants import COMPILE_MODES
 from ..errors import FallbackWarning, InputError
 
-COMPILE_MODES = ("auto", "on", "off")
 CACHE_FORMAT = 1  # bump when the file layout or the key's facts change
 CACHE_KEEP = 12  # cache files kept per folder, newest used first; each holds tens of MB
 MIN_CAPABILITY = (7, 0)  # Triton's oldest supported NVIDIA architecture (Volta); a T4 is 7.5

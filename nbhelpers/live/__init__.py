@@ -5,7 +5,7 @@ its last frame, and its whisper tokens are those of one-clip generation on the a
 frames do not depend on how the audio was chunked. ``docs/live.md`` says which frames equal one-clip generation,
 the latency, and how silence and real-time pacing work.
 
-- :mod:`nbhelpers.live.config`: :class:`LiveConfig`, the session's settings.
+- :class:`LiveConfig` (from :mod:`nbhelpers.config`): the session's settings.
 - :mod:`nbhelpers.live.session`: :class:`LiveSession` (the audio timeline, the schedule, idle frames, pacing and
   the sinks: Python, a file or any ffmpeg URL through :class:`nbhelpers.media.stream.FFmpegSink`) and :func:`play`.
 - :mod:`nbhelpers.live.tokens`: the whisper tokens of each group from its audio prefix.
@@ -16,7 +16,7 @@ Frames are rendered by :func:`nbhelpers.engine.render`; nothing here is a second
 
 from __future__ import annotations
 
-from .config import LiveConfig
+from ..config import LiveConfig
 from .session import LiveSession, play
 from .stats import LiveStats
 from .thread import ModelThread, model_thread

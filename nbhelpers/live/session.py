@@ -20,13 +20,13 @@ from typing import Any
 import numpy as np
 
 from .. import engine, gpu
+from ..config import LiveConfig
 from ..constants import FPS, SAMPLE_RATE, SEGMENT_SAMPLES, WHISPER_DIM, WHISPER_LAYERS
 from ..engine import Timings, flush_denormals
 from ..errors import InputError, NbHelpersError, require
 from ..framestore import cycle_index
 from ..media.stream import FFmpegSink
 from ..result import ClipResult
-from .config import LiveConfig
 from .stats import LiveStats
 from .thread import model_thread
 from .tokens import SAMPLES_PER_FRAME, PrefixTokens

@@ -1,0 +1,179 @@
+"""Setting fields: what the checks, the command line, the widgets and the docs know of each setting.
+
+A config class declares each setting with :func:`setting`, which puts the facts in the field's ``metadata``: its
+``help``, ``unit``, ``choices`` (with display ``labels``), range (``ge``/``gt``/``le``/``lt``), what ``None``
+means (``none``), the official ``source``, and, where it is not ``--`` and the name with dashes, its ``flag``.
+:func:`check` enforces the annotation and those facts at construction, :func:`rule` says them in words, and
+:func:`documented` writes them into the class docstring. ``nbhelpers.cli`` makes each command's flags from them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+import os
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from ..errors import InputError
+
+__all__ = ["check", "documented", "flag", "kinds", "rule", "setting", "settings"]
+
+# The annotation words a setting may use, and the values each one takes (a bool is no number here).
+_TAKES = {
+    "bool": lambda v: isinstance(v, bool),
+    "int": lambda v: isinstance(v, numbers.Integral) and not isinstance(v, bool),
+    "float": lambda v: isinstance(v, numbers.Real) and not isinstance(v, bool),
+    "str": lambda v: isinstance(v, str),
+    "os.PathLike": lambda v: isinstance(v, os.PathLike),
+    "None": lambda v: v is None,
+}
+
+
+def setting(default: Any, *, help: str, unit: str | None = None, choices: tuple | None = None,
+            labels: dict | None = None, ge: float | None = None, gt: float | None = None, le: float | None = None,
+            lt: float | None = None, pattern: str | None = None, rule: str | None = None, none: str | None = None,
+            source: str | None = None, app_range: tuple[int, int] | None = None, flag: str | None = None,
+            flag_off: str | None = None, label: str | None = None, cli: bool = True, key: bool = True) -> Any:
+    """A dataclass field for one setting, its facts in ``metadata``.
+
+    Args:
+        default: The default value.
+        help: What the setting does, in a few words (the command line's help, the widget's tooltip).
+        unit: Unit of a number (``"pixels"``, ``"frames"``, ``"seconds"``).
+        choices: The values taken (None among them where it means something).
+        labels: Choice -> words shown for it by the widgets and the help.
+        ge, gt, le, lt: Range of a number (>=, >, <=, <).
+        pattern: Regular expression a text value matches in full; ``rule`` says it in words.
+        rule: The rule in words, where the annotation, choices and range do not say it.
+        none: What None means (``"automatic"``).
+        source: The official file and line, or the section of ``docs/official-behaviour.md``.
+        app_range: The range the official app's slider offers (``app.py:502-515``).
+        flag: The command-line flag, where it is not ``--`` and the name with dashes.
+        flag_off: The flag that sets a ``bool | None`` setting to False (default ``--no-<name>``).
+        label: Short name shown by the settings panel.
+        cli: False keeps the setting off the command line.
+        key: False where the setting does not change what an output is (device, precision, batch), so a finished
+            output made with another value is kept.
+    """
+    facts = {"help": help, "unit": unit, "choices": choices, "labels": labels, "ge": ge, "gt": gt, "le": le,
+             "lt": lt, "pattern": pattern, "rule": rule, "none": none, "source": source, "app_range": app_range,
+             "flag": flag, "flag_off": flag_off, "label": label}
+    metadata = {k: v for k, v in facts.items() if v is not None}
+    metadata.update(cli=cli, key=key)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def settings(config: Any) -> Iterator[dataclasses.Field]:
+    """The setting fields of a config class or object (those made by :func:`setting`), in declaration order."""
+    return (f for f in dataclasses.fields(config) if "help" in f.metadata)
+
+
+def kinds(f: dataclasses.Field) -> tuple[str, ...]:
+    """The words of a field's annotation: ``int | None`` -> ``("int", "None")``."""
+    return tuple(word.strip() for word in str(f.type).split("|"))
+
+
+def flag(f: dataclasses.Field) -> str:
+    """The field's command-line flag: its ``flag``, else ``--`` and its name with dashes."""
+    return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+
+
+def _number(value: float) -> str:
+    if isinstance(value, int) and value >= 2**32 and value & (value - 1) == 0:
+        return f"2**{value.bit_length() - 1}"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _range(m: dict[str, Any]) -> str:
+    low = next(((op, m[k]) for k, op in (("ge", ">="), ("gt", ">")) if k in m), None)
+    high = next(((op, m[k]) for k, op in (("le", "<="), ("lt", "<")) if k in m), None)
+    if low and high and (low[0], high[0]) == (">=", "<="):
+        return f" from {_number(low[1])} to {_number(high[1])}"
+    return "".join(f"{' and' if i else ''} {op} {_number(v)}" for i, (op, v) in enumerate(x for x in (low, high) if x))
+
+
+def rule(f: dataclasses.Field) -> str:
+    """The rule of a setting in words: ``"a whole number of pixels from 0 to 200"``, ``"one of 'jaw', 'raw',
+    'neck'"``, ``"True, False or None (automatic)"``."""
+    m, words = f.metadata, kinds(f)
+    choices = m.get("choices")
+    if "rule" in m:
+        text = m["rule"]
+    elif choices:
+        text = "one of " + ", ".join(repr(c) for c in choices if c is not None)
+    elif "int" in words or "float" in words:
+        text = "a whole number" if "int" in words else "a finite number"
+        text += (f" of {m['unit']}" if "unit" in m else "") + _range(m)
+    elif words[0] == "bool":
+        text = "True, False" if "None" in words else "True or False"
+    else:
+        text = "a path" if "os.PathLike" in words else "text"
+    if "None" in words or (choices and None in choices):
+        text += f" or None ({m['none']})" if "none" in m else " or None"
+    return text
+
+
+def refusal(f: dataclasses.Field, value: Any) -> InputError:
+    """The error for ``value`` refused by ``f``: the name, the rule, the value, and the official app's range."""
+    number = any(w in kinds(f) for w in ("int", "float"))
+    got = f"{value!r} (text)" if number and isinstance(value, str) else repr(value)
+    hint = f" The official app offers {f.metadata['app_range'][0]}-{f.metadata['app_range'][1]} (default " \
+           f"{f.default})." if "app_range" in f.metadata else ""
+    return InputError(f"{f.name} must be {rule(f)}; got {got}.{hint}")
+
+
+def _checked(f: dataclasses.Field, value: Any) -> Any:
+    """``value`` as ``f`` stores it (plain int and float for numpy numbers), or raise its refusal."""
+    m, words = f.metadata, kinds(f)
+    if not any(_TAKES[w](value) for w in words if w in _TAKES):
+        raise refusal(f, value)
+    if value is None or isinstance(value, bool):
+        if "choices" in m and value not in m["choices"] and not (value is None and "None" in words):
+            raise refusal(f, value)
+        return value
+    if "choices" in m and value not in m["choices"]:
+        raise refusal(f, value)
+    if isinstance(value, numbers.Real) and ("int" in words or "float" in words):
+        try:
+            value = int(value) if "int" in words and isinstance(value, numbers.Integral) else float(value)
+        except OverflowError:  # an int beyond a float's range
+            raise refusal(f, value) from None
+        if not math.isfinite(value) or any(k in m and not test(value, m[k]) for k, test in _BOUNDS):
+            raise refusal(f, value)
+    if "pattern" in m and isinstance(value, str) and not re.fullmatch(m["pattern"], value):
+        raise refusal(f, value)
+    return value
+
+
+_BOUNDS = (("ge", lambda v, b: v >= b), ("gt", lambda v, b: v > b), ("le", lambda v, b: v <= b),
+           ("lt", lambda v, b: v < b))
+
+
+def check(config: Any) -> None:
+    """Check every setting of a frozen config object against its annotation and facts; store numpy numbers as
+    plain Python ones (so they hash and serialise as the same settings).
+
+    Raises:
+        InputError: The first setting refused: ``"extra_margin must be a whole number of pixels from 0 to 200;
+            got 500."``
+    """
+    for f in settings(config):
+        value = getattr(config, f.name)
+        kept = _checked(f, value)
+        if kept is not value:
+            object.__setattr__(config, f.name, kept)
+
+
+def documented(cls: type) -> type:
+    """Append an ``Attributes:`` section made from the fields' facts to the class docstring (``help(cls)``)."""
+    lines = []
+    for f in settings(cls):
+        m = f.metadata
+        text = m["help"] if re.match(r"\S*[._]", m["help"]) else m["help"][0].upper() + m["help"][1:]
+        source = f" Source: {m['source']}." if "source" in m else ""
+        lines.append(f"        {f.name}: {text}. Default {f.default!r}; {rule(f)}.{source}")
+    cls.__doc__ = (cls.__doc__ or "").rstrip() + "\n\n    Attributes:\n" + "\n".join(lines) + "\n"
+    return cls
