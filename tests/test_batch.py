@@ -77,8 +77,10 @@ def test_the_summary_line_says_how_many_workers_share_a_gpu(tmp_path):
 @pytest.mark.notorch
 def test_batch_settings_are_checked_when_made_and_the_batch_flags_come_from_them():
     from nbhelpers import InferenceConfig
-    from nbhelpers.__main__ import _fields, build_parser, cli_terms
     from nbhelpers.batch import BatchConfig, run
+    from nbhelpers.cli.flags import config_from
+    from nbhelpers.cli.parser import build_parser
+    from nbhelpers.cli.terms import cli_terms
     from nbhelpers.errors import InputError
 
     for name, value, rule in [("cpu_workers", 0, "a whole number >= 1"), ("max_attempts", True, "a whole number "
@@ -91,7 +93,7 @@ def test_batch_settings_are_checked_when_made_and_the_batch_flags_come_from_them
     assert BatchConfig(gpus=0, workers_per_gpu=None, jobs_per_worker=2).jobs_per_worker == 2
 
     def flags(*extra):
-        return _fields(build_parser().parse_args(["batch", "jobs.csv", *extra]), BatchConfig)
+        return config_from(build_parser().parse_args(["batch", "jobs.csv", *extra]), BatchConfig)
 
     assert flags() == BatchConfig()
     assert flags("--address", "auto", "--cache-dir", "c", "--summary", "s.csv", "--cpu-workers", "2",
@@ -443,7 +445,7 @@ def test_a_job_whose_inputs_pass_the_checks_islikely_work(tmp_path, make_media):
 
 def test_without_ray_the_command_says_how_to_install_it(tmp_path, tiny_weights):
     (tmp_path / "jobs.csv").write_text("video,audio,output\na.mp4,1.wav,o.mp4\n")
-    code = ("import sys; sys.modules['ray'] = None; from nbhelpers.__main__ import main; "
+    code = ("import sys; sys.modules['ray'] = None; from nbhelpers.cli.main import main; "
             f"sys.exit(main(['batch', {str(tmp_path / 'jobs.csv')!r}, '--weights', {str(tiny_weights)!r}]))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=dict(os.environ, PYTHONPATH=ROOT))

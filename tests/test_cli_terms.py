@@ -11,7 +11,7 @@ import warnings
 import pytest
 
 from nbhelpers import gpu
-from nbhelpers.__main__ import cli_terms
+from nbhelpers.cli.terms import cli_terms
 from nbhelpers.config import InferenceConfig
 from nbhelpers.errors import InputError
 from nbhelpers.gpu import GpuReport, PlanWarning
@@ -162,7 +162,7 @@ def test_the_other_download_failure_message_in_cli_terms(tmp_path):
 def test_restore_strength_without_restore_is_refused_before_any_work(command, capsys, monkeypatch):
     # alone it was dropped without a word: the config uses it only with a restorer, and no avatar or jobs row names
     # one; refused first, so neither the missing files nor the demo's tiny weights are reached
-    import nbhelpers.__main__ as cli_main
+    import nbhelpers.cli.main as cli_main
     import nbhelpers.testing
 
     def no_work(*args, **kwargs):
@@ -178,7 +178,8 @@ def test_restore_strength_without_restore_is_refused_before_any_work(command, ca
 
 
 def test_restore_strength_with_restore_and_the_default_without_either():
-    from nbhelpers.__main__ import _config, build_parser
+    from nbhelpers.cli.flags import inference_config as _config
+    from nbhelpers.cli.parser import build_parser
 
     parse = build_parser().parse_args
     cfg = _config(parse(["lipsync", "v.mp4", "a.wav", "--restore", "gfpgan", "--restore-strength", "0.25"]))
@@ -190,7 +191,7 @@ def test_restore_strength_with_restore_and_the_default_without_either():
 def test_outputs_of_tiny_weights_from_weights_get_the_noise_notice(tiny_weights, tmp_path, monkeypatch):
     """A new user's batch with ``--weights <tiny>`` printed no word that its mouths are noise (only demo --tiny
     did); lipsync and batch now name the folder of tiny random weights. Real weights get no notice."""
-    from nbhelpers.__main__ import _tiny_note
+    from nbhelpers.cli.lipsync import tiny_note as _tiny_note
 
     note = _tiny_note(str(tiny_weights))
     assert note.startswith(f"NOTE: {tiny_weights} holds tiny RANDOM test weights") and "noise" in note
@@ -202,7 +203,7 @@ def test_outputs_of_tiny_weights_from_weights_get_the_noise_notice(tiny_weights,
 def test_an_inverted_box_is_refused_when_the_flag_is_read():
     """--box=10,10,5,5 went on to fail as "does not fit the frame" after Ray had started; it is refused at once,
     saying which corner is which."""
-    from nbhelpers.__main__ import _box
+    from nbhelpers.cli.flags import parse_box as _box
 
     assert _box("190,160,360,330") == (190, 160, 360, 330)
     with pytest.raises(InputError, match=r"--box=10,10,5,5 is inverted: x1,y1 is the top-left corner"):

@@ -327,7 +327,8 @@ def test_auto_prefers_mmpose_then_dwpose_then_dwpose_onnx(monkeypatch, tmp_path)
 
 def test_config_cli_and_weight_sets_know_the_backend():
     from nbhelpers import InferenceConfig
-    from nbhelpers.__main__ import _sets_for, build_parser
+    from nbhelpers.cli.lipsync import weight_sets as _sets_for
+    from nbhelpers.cli.parser import build_parser
 
     assert InferenceConfig(landmark_backend="dwpose").landmark_backend == "dwpose"
     for backend, sets in (("auto", "faces"), ("dwpose", "faces"), ("mmpose", "faces"), ("dwpose-onnx", "faces-onnx")):

@@ -105,7 +105,8 @@ def test_writer_with_auto_falls_back_and_still_writes(tmp_path, monkeypatch):
 
 
 def test_config_cli_and_panel_carry_the_setting():
-    from nbhelpers.__main__ import _config, build_parser
+    from nbhelpers.cli.flags import inference_config as _config
+    from nbhelpers.cli.parser import build_parser
     from nbhelpers.ui import settings_panel
 
     with pytest.raises(InputError, match="encoder"):

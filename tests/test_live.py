@@ -242,7 +242,7 @@ def test_cli_plays_a_file_into_a_live_session(avatar, tiny_weights, tmp_path, ff
     40 ms of the file, the audio muxed, the file renamed into place."""
     import soundfile as sf
 
-    from nbhelpers.__main__ import main
+    from nbhelpers.cli.main import main
 
     wav = tmp_path / "speech.wav"
     sf.write(wav, np.concatenate([noise(0.2, seed=9), np.zeros(6400, np.float32)]), 16000)  # 0.6 s: 15 frames
@@ -266,7 +266,7 @@ def test_cli_live_without_to_writes_into_the_avatars_vid_output(avatar, tiny_wei
     into vid_output: one frame per 40 ms of the file."""
     import soundfile as sf
 
-    from nbhelpers.__main__ import main
+    from nbhelpers.cli.main import main
 
     wav = tmp_path / "hello.wav"
     sf.write(wav, noise(0.2, seed=3), 16000)  # 0.2 s: 5 frames

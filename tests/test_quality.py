@@ -433,7 +433,7 @@ def short_clip(shared_data, ffmpeg, tmp_path_factory):
 
 def test_cli_score_prints_the_lag_and_names_the_download_without_weights(short_clip, tmp_path, capsys):
     pytest.importorskip("dlib")
-    from nbhelpers.__main__ import main
+    from nbhelpers.cli.main import main
 
     assert main(["score", str(short_clip), "--backend", "dlib", "--weights", str(tmp_path)]) == 0
     out, err = capsys.readouterr()
@@ -443,7 +443,7 @@ def test_cli_score_prints_the_lag_and_names_the_download_without_weights(short_c
 
 def test_cli_score_prints_lse_with_the_weights(short_clip, tiny_syncnet, capsys):
     pytest.importorskip("dlib")
-    from nbhelpers.__main__ import main
+    from nbhelpers.cli.main import main
 
     assert main(["score", str(short_clip), "--backend", "dlib", "--weights", str(tiny_syncnet),
                  "--device", "cpu"]) == 0

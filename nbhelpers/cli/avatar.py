@@ -1,0 +1,78 @@
+"""``avatar prepare``, ``avatar generate`` and ``avatar live``: a face prepared once, then any number of clips."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .. import media
+from ..avatar import load_avatar, prepare_avatar
+from ..config import LiveConfig
+from ..errors import InputError
+from ..live import LiveSession, play
+from .flags import config_from, inference_config, parse_box
+
+__all__ = ["avatar"]
+
+
+def avatar(args: argparse.Namespace) -> int:
+    """``avatar prepare|generate|live``."""
+    return {"prepare": _prepare, "generate": _generate, "live": _live}[args.avatar_cmd](args)
+
+
+def _prepare(args: argparse.Namespace) -> int:
+    prepared = prepare_avatar(args.video, args.directory, config=inference_config(args), boxes=parse_box(args.box),
+                              weights_dir=args.weights, rebuild=args.rebuild)
+    print(prepared)
+    return 0
+
+
+def _check_folder(directory: str) -> None:
+    if not Path(directory).is_dir():
+        raise InputError(f"{directory!r} is not an avatar folder; make one first with "
+                         "`python -m nbhelpers avatar prepare VIDEO DIR`.")
+
+
+def _generate(args: argparse.Namespace) -> int:
+    if args.output and len(args.audio) > 1:
+        raise InputError(f"-o/--output names one file but {len(args.audio)} audio files were given; leave -o "
+                         "out to write each clip to <avatar>/vid_output/<audio name>.mp4.")
+    _check_folder(args.directory)
+    loaded = load_avatar(args.directory, weights_dir=args.weights)
+    if args.restore is not None:  # not a cached field: the same avatar renders with or without restoration
+        given = {k: getattr(args, k) for k in ("restore", "restore_strength") if getattr(args, k) is not None}
+        loaded.config = loaded.config.replace(**given)
+    used: set[str] = set()
+    for audio in args.audio:
+        out = Path(args.output) if args.output else None
+        if out is None:  # distinct names: two clips called reply.wav in different folders must not collide
+            stem, k = Path(audio).stem, 1
+            name = stem
+            while name in used:
+                k += 1
+                name = f"{stem}-{k}"
+            used.add(name)
+            out = Path(args.directory) / "vid_output" / f"{name}.mp4"
+        # --encoder given: passed on; left out: the avatar's own setting
+        options = {} if args.encoder is None else {"encoder": args.encoder}
+        result = loaded.generate(audio, output=out, **options)
+        print(f"{result.summary()} -> {result.output}")
+    return 0
+
+
+def _live(args: argparse.Namespace) -> int:
+    _check_folder(args.directory)
+    if args.chunk_ms <= 0:
+        raise InputError(f"--chunk-ms must be > 0; got {args.chunk_ms}.")
+    config = config_from(args, LiveConfig, iterate=False)
+    waveform = media.load_audio(args.audio)
+    if config.to is None:  # as `avatar generate`: the avatar's vid_output folder
+        target = Path(args.directory) / "vid_output" / f"live-{Path(args.audio).stem}.mp4"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        config = config.replace(to=str(target))
+    loaded = load_avatar(args.directory, weights_dir=args.weights)
+    loaded.load_models()
+    session = LiveSession(loaded, config, on_frame=lambda n, frame: None)
+    result = play(session, waveform, chunk_ms=args.chunk_ms, realtime=config.realtime)
+    print(f"{result.summary()} -> {result.output or config.to}")
+    return 0

@@ -1,0 +1,28 @@
+"""``batch JOBS``: many clips on Ray (:func:`nbhelpers.batch.run`)."""
+
+from __future__ import annotations
+
+import argparse
+
+from .. import batch as batches
+from ..config import BatchConfig
+from .flags import config_from, inference_config, parse_box
+from .lipsync import tiny_note
+
+__all__ = ["batch"]
+
+
+def batch(args: argparse.Namespace) -> int:
+    """``batch JOBS``: exit status 0 when every job is done or skipped, 1 when one failed."""
+    jobs = batches.read_jobs(args.jobs)
+    if args.box:  # --box gives the jobs that set no box of their own one crop box
+        box = parse_box(args.box)
+        jobs = [j if "box" in j.settings else batches.Job(j.name, j.video, j.audio, j.output,
+                                                          {**j.settings, "box": box}, j.source) for j in jobs]
+    result = batches.run(jobs, config_from(args, BatchConfig), inference=inference_config(args),
+                         weights_dir=args.weights)
+    print(result)
+    note = tiny_note(args.weights)
+    if note and result.count("done"):
+        print(note)
+    return 0 if result.ok else 1

@@ -1,0 +1,148 @@
+"""Flags made from the settings' fields, and the configs made back from the flags.
+
+Each setting field of a config class (:func:`nbhelpers.config.fields.settings`) becomes one flag: its name
+(``--`` and the field's name with dashes, or the field's ``flag``), its choices, its help with the default, and a
+metavar from its unit. A flag left out is None in the parsed arguments, so the config's own default applies and a
+command can tell a flag given from one left out. The config checks the values when it is made; its message names
+the field, which :func:`nbhelpers.cli.terms.cli_terms` turns into the flag.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ..config import RESTORERS, InferenceConfig
+from ..config.fields import flag, kinds, settings
+from ..errors import InputError
+
+__all__ = ["add_fields", "check_restore", "config_from", "inference_config", "parse_box"]
+
+NONE = "none"  # how the command line spells None, for a setting whose default is not None (LiveConfig.silence)
+
+
+def _number(kind: type):
+    """An argparse type that reads a number, and keeps text that is not one, for the config to refuse by name."""
+
+    def read(text: str) -> Any:
+        try:
+            return kind(text)
+        except ValueError:
+            return text
+
+    read.__name__ = kind.__name__
+    return read
+
+
+def _default_text(f: dataclasses.Field, text: str | None) -> str:
+    if text is not None:
+        return f" (default: {text})"
+    if f.default is None:
+        return f" (default: {f.metadata['none']})" if "none" in f.metadata else ""
+    if isinstance(f.default, bool):
+        return ""
+    return f" (default: {f.default:g})" if isinstance(f.default, float) else f" (default: {f.default})"
+
+
+def _add(group: Any, f: dataclasses.Field, choices: Iterable[Any] | None, default_text: str | None) -> None:
+    m, words = f.metadata, kinds(f)
+    help_text = m["help"] + _default_text(f, default_text)
+    if words[0] == "bool":
+        if f.default is False:
+            group.add_argument(flag(f), dest=f.name, action="store_const", const=True, default=None, help=help_text)
+            return
+        off = m.get("flag_off") or "--no-" + f.name.replace("_", "-")
+        if f.default is True:
+            group.add_argument(off, dest=f.name, action="store_const", const=False, default=None,
+                               help="turn off: " + help_text)
+            return
+        pair = group.add_mutually_exclusive_group()
+        pair.add_argument(flag(f), dest=f.name, action="store_const", const=True, default=None, help=help_text)
+        pair.add_argument(off, dest=f.name, action="store_const", const=False, help=f"the opposite of {flag(f)}")
+        return
+    choices = m.get("choices") if choices is None else tuple(choices)
+    if choices is not None:
+        choices = [NONE if c is None else c for c in choices if c is not None or f.default is not None]
+    kind = int if "int" in words else float if "float" in words else None
+    metavar = m["unit"].upper() if "unit" in m and choices is None else None
+    if metavar is None and choices is None:
+        metavar = "N" if kind is int else "NUMBER" if kind is float else "PATH" if "os.PathLike" in words else None
+    group.add_argument(flag(f), dest=f.name, type=_number(kind) if kind else str, default=None, choices=choices,
+                       metavar=metavar, help=help_text)
+
+
+def add_fields(parser: Any, config_class: type, *, title: str | None = None, only: Iterable[str] | None = None,
+               choices: Mapping[str, Iterable[Any]] | None = None,
+               defaults: Mapping[str, str] | None = None) -> None:
+    """Add one flag per setting of ``config_class`` (those with ``cli=True``) to ``parser``.
+
+    Args:
+        parser: An argparse parser.
+        config_class: A config dataclass of :mod:`nbhelpers.config`.
+        title: The title of the argument group the flags go in (None: the parser's options).
+        only: The names of the settings to add (default all).
+        choices: Setting -> the choices this command takes, where fewer than the field's.
+        defaults: Setting -> the words for its default in the help, where the command's default is not the
+            field's (``avatar generate --encoder``: the avatar's setting).
+    """
+    group = parser.add_argument_group(title) if title else parser
+    names = None if only is None else set(only)
+    for f in settings(config_class):
+        if f.metadata["cli"] and (names is None or f.name in names):
+            _add(group, f, (choices or {}).get(f.name), (defaults or {}).get(f.name))
+
+
+def config_from(args: argparse.Namespace, config_class: type, **changes: Any) -> Any:
+    """``config_class`` made from the flags :func:`add_fields` added: the flags given, then ``changes``.
+
+    Raises:
+        InputError: A value the config refuses (its message names the field).
+    """
+    values = {}
+    for f in settings(config_class):
+        value = getattr(args, f.name, None)
+        if value is not None:
+            values[f.name] = None if value == NONE and None in f.metadata.get("choices", ()) else value
+    return config_class(**{**values, **changes})
+
+
+def parse_box(text: str | None) -> tuple[int, int, int, int] | None:
+    """``--box=x1,y1,x2,y2`` as four whole source pixels (None when not given).
+
+    Raises:
+        InputError: Not four numbers, or x1 >= x2 or y1 >= y2.
+    """
+    if not text:
+        return None
+    try:
+        values = [int(round(float(v))) for v in text.split(",")]
+    except (ValueError, OverflowError):
+        values = []
+    if len(values) != 4:
+        raise InputError(f"--box must be four numbers x1,y1,x2,y2 in source pixels; got {text!r}.")
+    if not (values[0] < values[2] and values[1] < values[3]):
+        raise InputError(f"--box={text} is inverted: x1,y1 is the top-left corner and x2,y2 the bottom-right one, "
+                         "so x1 < x2 and y1 < y2.")
+    return tuple(values)
+
+
+def inference_config(args: argparse.Namespace) -> InferenceConfig:
+    """The :class:`InferenceConfig` of a job's flags (``--box`` sets the landmark backend to ``boxes``)."""
+    return config_from(args, InferenceConfig, **({"landmark_backend": "boxes"} if getattr(args, "box", None) else {}))
+
+
+def check_restore(args: argparse.Namespace) -> None:
+    """Refuse ``--restore-strength`` without ``--restore`` before any work: the strength blends the restorer's
+    output, and no avatar or jobs-file row names a restorer of its own, so alone it would be silently ignored.
+
+    Raises:
+        InputError: ``--restore-strength`` given and ``--restore`` not.
+    """
+    strength = getattr(args, "restore_strength", None)
+    if strength is not None and getattr(args, "restore", None) is None:
+        shown = f"{strength:g}" if isinstance(strength, float) else repr(strength)
+        raise InputError(f"--restore-strength {shown} blends the restored face into the generated one, but no face "
+                         f"restorer is chosen: add --restore NAME ({', '.join(RESTORERS)}), or leave "
+                         "--restore-strength out.")

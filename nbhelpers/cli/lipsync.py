@@ -1,0 +1,101 @@
+"""``lipsync`` and ``demo``: one clip from a face and a speech file."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+import wave
+from pathlib import Path
+
+from .. import media, pipeline, testing, weights
+from ..errors import InputError
+from .flags import inference_config, parse_box
+from .parser import TINY_OUTPUT, TINY_SECONDS
+
+__all__ = ["TINY_NOTE", "TRY_TINY", "demo", "has_cuda", "lipsync", "tiny_note", "weight_sets"]
+
+#: What to run to see the tool work with no weights at all; the missing-weights messages name it.
+TRY_TINY = ("To see the tool run without any download: `python -m nbhelpers demo --tiny` (tiny random weights; "
+            "the repainted mouth is noise).")
+TINY_NOTE = ("NOTE: made with tiny RANDOM weights (--tiny): the repainted mouth is colour noise, not lip-sync. It "
+             "shows that every stage runs here. For the real result: python -m nbhelpers demo --download")
+
+
+def tiny_note(weights_dir: str | None) -> str:
+    """The notice for outputs made with tiny random test weights from ``--weights`` ("" for real weights)."""
+    folder = Path(weights_dir).expanduser() if weights_dir else weights.default_dir()
+    if not weights.is_tiny(folder):
+        return ""
+    return (f"NOTE: {folder} holds tiny RANDOM test weights: the repainted mouths are colour noise, not lip-sync. "
+            "For real results: python -m nbhelpers download, and leave --weights out (or give the folder it names).")
+
+
+def lipsync(args: argparse.Namespace) -> int:
+    """``lipsync VIDEO AUDIO``: the offline job."""
+    result = pipeline.lipsync(args.video, args.audio, args.output, config=inference_config(args),
+                              boxes=parse_box(args.box), weights_dir=args.weights)
+    print(f"{result.summary()} -> {result.output}")
+    note = tiny_note(args.weights)
+    if note:
+        print(note)
+    return 0
+
+
+def _first_seconds(wav: Path, out: Path, seconds: float) -> Path:
+    """The first ``seconds`` of a PCM WAV file, written to ``out``."""
+    with wave.open(str(wav)) as src, wave.open(str(out), "wb") as dst:
+        dst.setparams(src.getparams())
+        dst.writeframes(src.readframes(int(src.getframerate() * seconds)))
+    return out
+
+
+def demo(args: argparse.Namespace) -> int:
+    """``demo``: the bundled photo and speech, with the real weights or (``--tiny``) tiny random ones."""
+    if args.tiny and (args.download or args.weights):
+        raise InputError("--tiny makes its own random weights: leave out --download and --weights (or leave out "
+                         "--tiny to run the real models).")
+    config = inference_config(args)
+    if args.download:
+        weights.download(directory=args.weights, sets=weight_sets(args))
+    folder = Path(tempfile.mkdtemp(prefix="nbhelpers-demo-"))
+    try:
+        photo, speech = media.demo_inputs(folder)
+        weights_dir, output = args.weights, args.output
+        if args.tiny:
+            print("demo --tiny: making tiny random weights (a few seconds; nothing is downloaded)", flush=True)
+            weights_dir = testing.make_tiny_weights(folder / "tiny-weights")
+            speech = _first_seconds(Path(speech), folder / "speech-1s.wav", TINY_SECONDS)
+            output = output or TINY_OUTPUT
+            if config.device is None and not has_cuda():
+                config = config.replace(device="cpu")
+        result = pipeline.lipsync(photo, speech, output or "results/demo.mp4", config=config,
+                                  boxes=parse_box(args.box), weights_dir=weights_dir)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    print(f"{result.summary()} -> {result.output}")
+    if args.tiny:
+        print(TINY_NOTE)
+    return 0
+
+
+def has_cuda() -> bool:
+    """True when torch imports and sees a CUDA GPU."""
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def weight_sets(args: argparse.Namespace) -> list[str]:
+    """The weight sets a job with these flags needs (no landmark weights for dlib or a given box)."""
+    config = inference_config(args)
+    sets = ["core", "parsing"]
+    if config.version == "v1":
+        sets.append("v1")
+    if config.landmark_backend in ("auto", "dwpose", "mmpose"):  # all three read dwpose/dw-ll_ucoco_384.pth
+        sets += ["faces", "s3fd"]
+    elif config.landmark_backend == "dwpose-onnx":
+        sets += ["faces-onnx", "s3fd"]
+    return sets

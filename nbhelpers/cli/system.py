@@ -1,0 +1,38 @@
+"""``download``, ``verify`` and ``report``: the weights and the machine."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .. import gpu, weights
+
+__all__ = ["download", "report", "verify"]
+
+
+def download(args: argparse.Namespace) -> int:
+    """``download [--sets ...]``."""
+    print(weights.download(sets=args.sets or None, directory=args.weights))
+    return 0
+
+
+def verify(args: argparse.Namespace) -> int:
+    """``verify``: exit status 1 when the folder is missing or a file is missing or damaged."""
+    folder = Path(args.weights or weights.default_dir()).expanduser()
+    if not folder.is_dir():
+        print(f"error: the weights folder {str(folder)!r} does not exist. Download the weights with `python -m "
+              f"nbhelpers download --weights {folder}`, or pass --weights with the folder that holds them.",
+              file=sys.stderr)
+        return 1
+    result = weights.verify(folder, sets=args.sets or None, deep=args.deep)
+    print(result)
+    return 0 if getattr(result, "ok", True) else 1
+
+
+def report(args: argparse.Namespace) -> int:
+    """``report``: the GPU report and the plan of a lip-sync job here."""
+    rep = gpu.report()
+    print(rep)
+    print(gpu.plan(kind="lipsync", report=rep))
+    return 0

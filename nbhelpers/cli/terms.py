@@ -1,0 +1,92 @@
+"""The package's messages in command-line terms: flags for Python names, no pointers to notebooks."""
+
+from __future__ import annotations
+
+import functools
+import re
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from ..config import BatchConfig, InferenceConfig, LiveConfig
+from ..config.fields import flag, settings
+from ..errors import NbHelpersError, NbHelpersWarning
+
+__all__ = ["FLAGS", "cli_terms", "in_cli_terms"]
+
+#: Setting name -> its flag, for every setting of every config that has one.
+FLAGS = {f.name: flag(f) for cls in (InferenceConfig, LiveConfig, BatchConfig) for f in settings(cls)
+         if f.metadata["cli"]}
+
+_NAMES = r"(?<![\w.-])(" + "|".join(sorted(FLAGS, key=len, reverse=True)) + ")"  # a setting's name, alone
+
+# Python names in the package's messages -> what a command-line user types. Applied, in order, to the messages of
+# errors and warnings that reach the command line; each rule is checked against the real message in
+# tests/test_cli_terms.py, so a reworded message fails a test instead of slipping through unchanged.
+_CLI_TERMS: tuple[tuple[str, Any], ...] = (
+    (r" ?\(upload the file first in notebook 02_media, or give the full path\)",
+     " (give the full path, or a path relative to the current folder)"),
+    (r" ?\(or (?:run )?(?:notebook |notebooks/)?0\d_\w+(?:\.ipynb)?\)", ""),
+    (r"(?<![\w.-])cache_dir(?!\w)", "--cache-dir"),
+    (r"run notebooks/00_setup\.ipynb(?: \(weights\.download\))?", "run `python -m nbhelpers download`"),
+    # the three ways to name the weights folder, as the weights module lists them, become the two a CLI user has
+    (r"--weights DIR(?: on the command line)?, weights_dir=(?: in Python)?,? (?:or )?(?:the )?NBHELPERS_WEIGHTS"
+     r"(?: environment variable)?",
+     "--weights DIR or the NBHELPERS_WEIGHTS environment variable"),
+    (r"\(weights_dir=, NBHELPERS_WEIGHTS\)", "(or the NBHELPERS_WEIGHTS environment variable)"),
+    # weights_dir= followed by a value, by the folder it names, or by nothing: a flag needs its DIR word and one space
+    (r"weights_dir=(?=['\"])", "--weights "),
+    (r"weights_dir= the folder", "--weights DIR, the folder"),
+    (r"weights_dir=", "--weights DIR"),
+    (r"landmark_backend='boxes' needs boxes=: one \(x1, y1, x2, y2\) for the clip or one per frame\.",
+     "--backend boxes needs --box=x1,y1,x2,y2 (one crop box for the clip)."),
+    (r"config\.device is", "--device is"),
+    (r"then run the notebook again from the top", "then run the command again"),
+    (r"Or set device=None \(automatic\) or 'cpu'\.", "Or leave --device out (automatic), or pass --device cpu."),
+    (r"or device=None \(automatic\)", "or leave --device out (automatic)"),
+    (r" or None \(([^()]*)\)", r" or left out (\1)"),
+    # a setting named where its rule or value follows: the flag that sets it
+    (rf"set {_NAMES}=None\b", lambda m: f"leave {FLAGS[m.group(1)]} out"),
+    (rf"{_NAMES}=(?=\S)", lambda m: FLAGS[m.group(1)] + " "),
+    (rf"{_NAMES}(?= must| [\w.]+ \(user override\)| \(user override\))", lambda m: FLAGS[m.group(1)]),
+)
+
+
+def cli_terms(message: str) -> str:
+    """A package message in command-line terms: flags (``--batch-size``) for Python names (``batch_size``),
+    ``--weights`` for ``weights_dir=``, and no pointers to notebooks.
+
+    Args:
+        message: The text of an error or warning raised by the package.
+
+    Returns:
+        The same message for a command-line user.
+    """
+    for pattern, replacement in _CLI_TERMS:
+        message = re.sub(pattern, replacement, message)
+    return message
+
+
+def in_cli_terms(func: Callable[[Any], int]) -> Callable[[Any], int]:
+    """Wrap a command so that the package's errors and warnings reach the terminal in command-line terms."""
+
+    @functools.wraps(func)
+    def run(args: Any) -> int:
+        shown = warnings.showwarning
+
+        def show(message, category, *rest, **kw):
+            if isinstance(message, NbHelpersWarning):
+                message = category(cli_terms(str(message)))
+            return shown(message, category, *rest, **kw)
+
+        warnings.showwarning = show
+        try:
+            return func(args)
+        except NbHelpersError as exc:
+            if exc.args and isinstance(exc.args[0], str):
+                exc.args = (cli_terms(exc.args[0]), *exc.args[1:])
+            raise
+        finally:
+            warnings.showwarning = shown
+
+    return run
