@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..config import RESTORERS, InferenceConfig
-from ..config.fields import flag, kinds, settings
+from ..config.fields import described, flag, kinds, settings
 from ..errors import InputError
 
 __all__ = ["add_fields", "check_restore", "config_from", "inference_config", "parse_box"]
@@ -48,7 +48,8 @@ def _default_text(f: dataclasses.Field, text: str | None) -> str:
 
 def _add(group: Any, f: dataclasses.Field, choices: Iterable[Any] | None, default_text: str | None) -> None:
     m, words = f.metadata, kinds(f)
-    help_text = m["help"] + _default_text(f, default_text)
+    choices = m.get("choices") if choices is None else tuple(choices)
+    help_text = described(f, choices) + _default_text(f, default_text)
     if words[0] == "bool":
         if f.default is False:
             group.add_argument(flag(f), dest=f.name, action="store_const", const=True, default=None, help=help_text)
@@ -62,7 +63,6 @@ def _add(group: Any, f: dataclasses.Field, choices: Iterable[Any] | None, defaul
         pair.add_argument(flag(f), dest=f.name, action="store_const", const=True, default=None, help=help_text)
         pair.add_argument(off, dest=f.name, action="store_const", const=False, help=f"the opposite of {flag(f)}")
         return
-    choices = m.get("choices") if choices is None else tuple(choices)
     if choices is not None:
         choices = [NONE if c is None else c for c in choices if c is not None or f.default is not None]
     kind = int if "int" in words else float if "float" in words else None

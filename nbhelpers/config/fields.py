@@ -1,7 +1,8 @@
 """Setting fields: what the checks, the command line, the widgets and the docs know of each setting.
 
 A config class declares each setting with :func:`setting`, which puts the facts in the field's ``metadata``: its
-``help``, ``unit``, ``choices`` (with display ``labels``), range (``ge``/``gt``/``le``/``lt``), what ``None``
+``help``, ``unit``, ``choices`` (with display ``labels`` and, where the help does not say it, what each one
+does: ``meanings``), range (``ge``/``gt``/``le``/``lt``), what ``None``
 means (``none``), the official ``source``, and, where it is not ``--`` and the name with dashes, its ``flag``.
 :func:`check` enforces the annotation and those facts at construction, :func:`rule` says them in words, and
 :func:`documented` writes them into the class docstring. ``nbhelpers.cli`` makes each command's flags from them.
@@ -19,7 +20,7 @@ from typing import Any
 
 from ..errors import InputError
 
-__all__ = ["check", "documented", "flag", "kinds", "rule", "setting", "settings"]
+__all__ = ["check", "described", "documented", "flag", "kinds", "rule", "setting", "settings"]
 
 # The annotation words a setting may use, and the values each one takes (a bool is no number here).
 _TAKES = {
@@ -33,7 +34,7 @@ _TAKES = {
 
 
 def setting(default: Any, *, help: str, unit: str | None = None, choices: tuple | None = None,
-            labels: dict | None = None, ge: float | None = None, gt: float | None = None, le: float | None = None,
+            labels: dict | None = None, meanings: dict | None = None, ge: float | None = None, gt: float | None = None, le: float | None = None,
             lt: float | None = None, pattern: str | None = None, rule: str | None = None, none: str | None = None,
             source: str | None = None, app_range: tuple[int, int] | None = None, flag: str | None = None,
             flag_off: str | None = None, label: str | None = None, cli: bool = True, key: bool = True) -> Any:
@@ -45,6 +46,7 @@ def setting(default: Any, *, help: str, unit: str | None = None, choices: tuple 
         unit: Unit of a number (``"pixels"``, ``"frames"``, ``"seconds"``).
         choices: The values taken (None among them where it means something).
         labels: Choice -> words shown for it by the widgets and the help.
+        meanings: Choice -> what it does; the command line's help lists those of the choices a command takes.
         ge, gt, le, lt: Range of a number (>=, >, <=, <).
         pattern: Regular expression a text value matches in full; ``rule`` says it in words.
         rule: The rule in words, where the annotation, choices and range do not say it.
@@ -58,7 +60,7 @@ def setting(default: Any, *, help: str, unit: str | None = None, choices: tuple 
         key: False where the setting does not change what an output is (device, precision, batch), so a finished
             output made with another value is kept.
     """
-    facts = {"help": help, "unit": unit, "choices": choices, "labels": labels, "ge": ge, "gt": gt, "le": le,
+    facts = {"help": help, "unit": unit, "choices": choices, "labels": labels, "meanings": meanings, "ge": ge, "gt": gt, "le": le,
              "lt": lt, "pattern": pattern, "rule": rule, "none": none, "source": source, "app_range": app_range,
              "flag": flag, "flag_off": flag_off, "label": label}
     metadata = {k: v for k, v in facts.items() if v is not None}
@@ -167,12 +169,22 @@ def check(config: Any) -> None:
             object.__setattr__(config, f.name, kept)
 
 
+def described(f: dataclasses.Field, choices: tuple | None = None) -> str:
+    """The field's help, followed by what each of ``choices`` (default: all) does where the field says it:
+    ``"where the 68 face landmarks come from: auto (the first usable of ...), dwpose (DWPose in torch), ..."``."""
+    meanings = f.metadata.get("meanings")
+    if not meanings:
+        return f.metadata["help"]
+    offered = f.metadata["choices"] if choices is None else choices
+    return f.metadata["help"] + ": " + ", ".join(f"{c} ({meanings[c]})" for c in offered if c in meanings)
+
+
 def documented(cls: type) -> type:
     """Append an ``Attributes:`` section made from the fields' facts to the class docstring (``help(cls)``)."""
     lines = []
     for f in settings(cls):
-        m = f.metadata
-        text = m["help"] if re.match(r"\S*[._]", m["help"]) else m["help"][0].upper() + m["help"][1:]
+        m, text = f.metadata, described(f)
+        text = text if re.match(r"\S*[._]", text) else text[0].upper() + text[1:]
         source = f" Source: {m['source']}." if "source" in m else ""
         lines.append(f"        {f.name}: {text}. Default {f.default!r}; {rule(f)}.{source}")
     cls.__doc__ = (cls.__doc__ or "").rstrip() + "\n\n    Attributes:\n" + "\n".join(lines) + "\n"

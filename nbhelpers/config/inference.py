@@ -70,10 +70,12 @@ class InferenceConfig:
                                      help="the right cheek band of the jaw mask, in the 512-px parsing space")
     landmark_backend: str = setting("auto", choices=LANDMARK_BACKENDS, flag="--backend",
                                     source="musetalk/utils/preprocessing.py:15-23 (DWPose through mmpose)",
-                                    help="where the 68 face landmarks come from: auto (the first usable of mmpose, "
-                                         "dwpose, dwpose-onnx, dlib), dwpose (torch), dwpose-onnx, mmpose, dlib "
-                                         "(seconds on a CPU where DWPose takes minutes) or boxes (crop boxes you "
-                                         "give: no detection)")
+                                    help="where the 68 face landmarks come from",
+                                    meanings={"auto": "the first usable of mmpose, dwpose, dwpose-onnx, dlib",
+                                              "dwpose": "DWPose in torch", "dwpose-onnx": "DWPose on onnxruntime",
+                                              "mmpose": "DWPose through mmpose, as the official code",
+                                              "dlib": "seconds on a CPU where DWPose takes minutes",
+                                              "boxes": "the crop boxes given: no detection"})
     smooth_boxes: int = setting(0, unit="frames", ge=0,
                                 help="temporal smoothing window of the crop boxes; 0 = off, the official behaviour")
     seed: int = setting(0, ge=0, lt=2**63, source="models/autoencoders/vae.py:93 samples unseeded "
