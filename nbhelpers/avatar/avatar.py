@@ -15,6 +15,7 @@ import dataclasses
 import html
 import os
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -149,9 +150,13 @@ class Avatar:
 
         pipe = self.pipe
         asked = pipe.job_config(self.config.replace(device=None, fp16=None))
-        self.config = pipe.plan("realtime", asked, None, self.frame_shape)
-        # A whole clip into a file waits for no first frame: its own plan (kind "clip") allows larger batches.
-        self._state["clip_config"] = pipe.plan("clip", asked, None, self.frame_shape)
+        with warnings.catch_warnings(record=True) as notes:
+            warnings.simplefilter("always")
+            self.config = pipe.plan("realtime", asked, None, self.frame_shape)
+            # A whole clip into a file waits for no first frame: its own plan (kind "clip") allows larger batches.
+            self._state["clip_config"] = pipe.plan("clip", asked, None, self.frame_shape)
+        for note in {(n.category, str(n.message)): n.message for n in notes}.values():  # both plans' notes, once
+            warnings.warn(note, stacklevel=2)
         latents = torch.from_numpy(self.latents_np).to(device=pipe.device, dtype=pipe.dtype)
         latent_row = np.full(self.n_frames, -1, dtype=np.int64)
         latent_row[np.flatnonzero(self.has_face)] = np.arange(self.n_faces)
