@@ -57,6 +57,26 @@ def test_settings_errors_name_the_flag(field, value, flag):
     assert_cli_words(text)
 
 
+@pytest.mark.parametrize("argv, line", [
+    (["lipsync", "v.mp4", "a.wav", "--extra-margin", "500"],
+     "--extra-margin must be a whole number of pixels from 0 to 200; got 500."),
+    (["lipsync", "v.mp4", "a.wav", "--blur-ratio", "x"], "--blur-ratio must be a finite number > 0 and <= 0.5; got "
+                                                         "'x' (text)."),
+    (["avatar", "live", "{dir}", "--audio", "a.wav", "--delay-s", "nan"],
+     "--delay-s must be a finite number of seconds >= 0; got nan."),
+    (["avatar", "live", "{dir}", "--audio", "a.wav", "--hop", "0"], "--hop must be a whole number of frames >= 1"),
+    (["batch", "missing.csv", "--cpu-workers", "0"], "--cpu-workers must be a whole number >= 1; got 0."),
+])
+def test_a_refused_setting_of_every_config_is_one_line_naming_its_flag(argv, line, tmp_path, capsys):
+    """Each config checks its fields when made; the command line says which flag, before reading any file."""
+    from nbhelpers.cli.main import main
+
+    assert main([a.replace("{dir}", str(tmp_path)) for a in argv]) == 2
+    out, err = capsys.readouterr()
+    assert err.startswith(f"error: {line}") and err.count("\n") == 1 and err.endswith("\n")  # one line
+    assert "Traceback" not in err and not out
+
+
 def test_cli_errors_for_files_and_weights_are_in_cli_terms(tmp_path, clip, tone):
     missing = cli("lipsync", tmp_path / "nope.mp4", tone, "--weights", tmp_path)
     assert missing.returncode == 2 and "nope.mp4' does not exist" in missing.stderr
@@ -224,3 +244,17 @@ def test_a_batch_setting_out_of_range_names_its_line_and_setting_not_a_flag(tiny
     assert_cli_words(proc.stderr)
     flag = cli("batch", tmp_path / "jobs.csv", "--weights", tiny_weights, "--device", "cpu", "--bbox-shift", "999")
     assert flag.returncode == 2 and "--bbox-shift must be a whole number of pixels from -200 to 200; got 999" in flag.stderr
+
+
+def test_score_offers_the_backends_it_runs_and_says_what_each_does():
+    """score's --backend listed no dwpose and offered 'boxes' (crop boxes score cannot be given); its choices and
+    their help come from the landmark_backend field, less 'boxes'."""
+    proc = cli("score", "--help")
+    assert proc.returncode == 0
+    text = " ".join(proc.stdout.split())
+    assert "--backend {auto,dwpose,dwpose-onnx,mmpose,dlib}" in text and "dwpose (DWPose in torch)" in text
+    assert "boxes" not in text
+    refused = cli("score", "v.mp4", "--backend", "boxes")
+    assert refused.returncode == 2 and "invalid choice: 'boxes'" in refused.stderr
+    lipsync = " ".join(cli("lipsync", "--help").stdout.split())  # where --box gives the boxes, it is offered
+    assert "dlib,boxes}" in lipsync and "boxes (the crop boxes given: no detection)" in lipsync

@@ -14,13 +14,13 @@ __all__ = ["batch"]
 
 def batch(args: argparse.Namespace) -> int:
     """``batch JOBS``: exit status 0 when every job is done or skipped, 1 when one failed."""
+    config, inference = config_from(args, BatchConfig), inference_config(args)  # the flags first, before the file
     jobs = batches.read_jobs(args.jobs)
     if args.box:  # --box gives the jobs that set no box of their own one crop box
         box = parse_box(args.box)
         jobs = [j if "box" in j.settings else batches.Job(j.name, j.video, j.audio, j.output,
                                                           {**j.settings, "box": box}, j.source) for j in jobs]
-    result = batches.run(jobs, config_from(args, BatchConfig), inference=inference_config(args),
-                         weights_dir=args.weights)
+    result = batches.run(jobs, config, inference=inference, weights_dir=args.weights)
     print(result)
     note = tiny_note(args.weights)
     if note and result.count("done"):
