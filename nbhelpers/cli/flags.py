@@ -57,7 +57,7 @@ def _add(group: Any, f: dataclasses.Field, choices: Iterable[Any] | None, defaul
         off = m.get("flag_off") or "--no-" + f.name.replace("_", "-")
         if f.default is True:
             group.add_argument(off, dest=f.name, action="store_const", const=False, default=None,
-                               help="turn off: " + help_text)
+                               help=f"turn off {f.name.replace('_', ' ')}, which is on by default: {help_text}")
             return
         pair = group.add_mutually_exclusive_group()
         pair.add_argument(flag(f), dest=f.name, action="store_const", const=True, default=None, help=help_text)
