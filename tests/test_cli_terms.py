@@ -243,7 +243,8 @@ def test_a_batch_setting_out_of_range_names_its_line_and_setting_not_a_flag(tiny
     assert "--extra-margin" not in proc.stderr and "Traceback" not in proc.stderr
     assert_cli_words(proc.stderr)
     flag = cli("batch", tmp_path / "jobs.csv", "--weights", tiny_weights, "--device", "cpu", "--bbox-shift", "999")
-    assert flag.returncode == 2 and "--bbox-shift must be a whole number of pixels from -200 to 200; got 999" in flag.stderr
+    assert flag.returncode == 2
+    assert "--bbox-shift must be a whole number of pixels from -200 to 200; got 999" in flag.stderr
 
 
 def test_score_offers_the_backends_it_runs_and_says_what_each_does():

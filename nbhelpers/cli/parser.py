@@ -46,9 +46,9 @@ def _command(sub: argparse._SubParsersAction, name: str, help: str, description:
 def _job_settings(p: argparse.ArgumentParser) -> None:
     """The flags of a job's settings: every InferenceConfig field, ``--box`` and ``--weights``."""
     add_fields(p, InferenceConfig, title=SETTINGS)
-    p.add_argument("--box", default=None, metavar="X1,Y1,X2,Y2", help="one crop box for the whole clip, skipping detection: "
-                                               "--box=x1,y1,x2,y2 in source pixels (with '=', so that negative "
-                                               "numbers are not taken for options)")
+    p.add_argument("--box", default=None, metavar="X1,Y1,X2,Y2",
+                   help="one crop box for the whole clip, skipping detection: --box=x1,y1,x2,y2 in source pixels "
+                        "(with '=', so that negative numbers are not taken for options)")
     p.add_argument("--weights", default=None, metavar="DIR", help=WEIGHTS_HELP)
 
 

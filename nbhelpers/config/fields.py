@@ -34,10 +34,11 @@ _TAKES = {
 
 
 def setting(default: Any, *, help: str, unit: str | None = None, choices: tuple | None = None,
-            labels: dict | None = None, meanings: dict | None = None, ge: float | None = None, gt: float | None = None, le: float | None = None,
-            lt: float | None = None, pattern: str | None = None, rule: str | None = None, none: str | None = None,
-            source: str | None = None, app_range: tuple[int, int] | None = None, flag: str | None = None,
-            flag_off: str | None = None, label: str | None = None, cli: bool = True, key: bool = True) -> Any:
+            labels: dict | None = None, meanings: dict | None = None, ge: float | None = None,
+            gt: float | None = None, le: float | None = None, lt: float | None = None, pattern: str | None = None,
+            rule: str | None = None, none: str | None = None, source: str | None = None,
+            app_range: tuple[int, int] | None = None, flag: str | None = None, flag_off: str | None = None,
+            label: str | None = None, cli: bool = True, key: bool = True) -> Any:
     """A dataclass field for one setting, its facts in ``metadata``.
 
     Args:
@@ -60,9 +61,9 @@ def setting(default: Any, *, help: str, unit: str | None = None, choices: tuple 
         key: False where the setting does not change what an output is (device, precision, batch), so a finished
             output made with another value is kept.
     """
-    facts = {"help": help, "unit": unit, "choices": choices, "labels": labels, "meanings": meanings, "ge": ge, "gt": gt, "le": le,
-             "lt": lt, "pattern": pattern, "rule": rule, "none": none, "source": source, "app_range": app_range,
-             "flag": flag, "flag_off": flag_off, "label": label}
+    facts = {"help": help, "unit": unit, "choices": choices, "labels": labels, "meanings": meanings, "ge": ge,
+             "gt": gt, "le": le, "lt": lt, "pattern": pattern, "rule": rule, "none": none, "source": source,
+             "app_range": app_range, "flag": flag, "flag_off": flag_off, "label": label}
     metadata = {k: v for k, v in facts.items() if v is not None}
     metadata.update(cli=cli, key=key)
     return dataclasses.field(default=default, metadata=metadata)
