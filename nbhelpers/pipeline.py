@@ -1,11 +1,8 @@
-"""The pipeline object: the models of one MuseTalk version on one device, and the jobs that use them.
+"""The pipeline object: the models of one MuseTalk version on one device, and the offline job and preview.
 
-As in diffusers, ``__init__`` takes the settings and any components already loaded, and
-:meth:`~MuseTalkPipeline.from_pretrained` reads the weights folder; a component not handed in loads on first use.
-The offline job :meth:`~MuseTalkPipeline.lipsync` follows ``scripts/inference.py`` without its bugs that lose
-frames or drift: a frame without a face is written unchanged, input is read at 25 fps, crop boxes are clamped,
-frames stream through local disk, the video is encoded once and the VAE posterior is seeded. The avatar, live and
-batch jobs are handed a pipeline; every frame is rendered by :mod:`nbhelpers.engine`.
+:meth:`MuseTalkPipeline.lipsync` follows ``scripts/inference.py`` with the fixes of docs/official-behaviour.md §11:
+face-less frames written unchanged (quirk Q7), input read at 25 fps (Q8), crop boxes clamped (Q17), frames on local
+disk (Q25), one encode (Q24), a seeded VAE posterior (Q1). Frames are rendered by :mod:`nbhelpers.engine`.
 """
 
 from __future__ import annotations
@@ -46,7 +43,7 @@ from .offline import StreamedJob
 from .parsing import FaceParser
 from .result import ClipResult
 
-# Fields of the pipeline's own: a job's config may leave them empty (the pipeline's are used) but not change them.
+# A job's config may leave these empty (the pipeline's are used) but not change them.
 PIPELINE_FIELDS = ("version", "device", "fp16")
 # The models a job can have compiled (MuseTalkPipeline.compile_for).
 COMPILED_PARTS = ("unet", "decoder", "encoder", "parser")
@@ -59,18 +56,16 @@ COMPONENTS = ("unet", "vae", "whisper", "feature_extractor", "pe", "face_parser"
 
 @dataclass(frozen=True)
 class Preview:
-    """The inpainting of one frame, shown before a full run (figure with four panels in a notebook).
+    """One frame repainted before a full run; a four-panel figure in a notebook.
 
     Attributes:
-        frame: (H, W, 3) uint8 BGR source frame (25 fps numbering).
-        result: (H, W, 3) uint8 BGR frame after repainting and blending.
-        face_256: (256, 256, 3) uint8 BGR generated crop (the UNet output decoded by the VAE; restored when the
-            settings ask for a face restorer).
-        crop_box: ``(x1, y1, x2, y2)`` crop box in frame pixels; the lower half of it is repainted.
-        landmarks: (68, 2) float32 landmarks, or None when boxes were given.
-        mask: (2s, 2s) uint8 feathered blend mask over the expanded square ``square``.
-        square: ``(xs, ys, xe, ye)`` expanded square.
-        audio: Where the audio tokens came from (a file's first frame, or seeded random tokens).
+        frame, result: (H, W, 3) uint8 BGR source frame (25 fps numbering) and the frame after repainting.
+        face_256: (256, 256, 3) uint8 BGR generated crop (VAE-decoded UNet output, restored if the config asks).
+        crop_box: ``(x1, y1, x2, y2)`` frame pixels; its lower half is repainted.
+        landmarks: (68, 2) float32, or None when boxes were given.
+        mask: (2s, 2s) uint8 feathered blend mask over ``square``.
+        square: ``(xs, ys, xe, ye)`` expanded square, frame pixels.
+        audio: Where the tokens came from (a file's first frame, or seeded random tokens).
     """
 
     frame: np.ndarray
@@ -132,11 +127,10 @@ class Preview:
 
 
 class MuseTalkPipeline:
-    """The models of one MuseTalk version on one device, loaded once, and the jobs that use them.
+    """The models of one MuseTalk version on one device, each loaded once on first use, and the jobs that use them.
 
-    Make it with :meth:`from_pretrained`, or hand ``__init__`` a complete config and the components you hold. A
-    component not handed in loads from ``weights_dir`` the first time a step needs it and is kept, so every job
-    reads each weight file once. In a notebook it shows what is loaded, the device and the GPU memory it holds.
+    Make it with :meth:`from_pretrained` (reads the disk), or hand ``__init__`` a complete config and the components
+    you hold (diffusers' split). In a notebook it shows what is loaded, the device and the GPU memory held.
 
     Args:
         weights_dir: The weights folder (official ``models/`` layout).
@@ -167,18 +161,13 @@ class MuseTalkPipeline:
     @classmethod
     def from_pretrained(cls, weights_dir: str | os.PathLike | None = None,
                         config: InferenceConfig | None = None) -> MuseTalkPipeline:
-        """Check a weights folder and make a pipeline over it; no model is loaded yet.
-
-        Every setting comes from ``config``. Missing device and precision are planned here
-        (:func:`nbhelpers.gpu.plan`: CUDA and fp16 on a usable GPU, else CPU and fp32); the batch size is planned
-        per job. Every weight file the jobs open is checked (an HTML page or a git-lfs pointer is caught here).
+        """Check a weights folder (every file the jobs open: an HTML page or a git-lfs pointer is caught) and make a
+        pipeline over it; no model is loaded. Device and precision left empty are planned (:func:`nbhelpers.gpu.plan`:
+        CUDA and fp16 on a usable GPU, else CPU and fp32); the batch size is planned per job.
 
         Args:
             weights_dir: The weights folder; None = :func:`nbhelpers.weights.default_dir`.
             config: Default settings of the jobs (default :class:`InferenceConfig`).
-
-        Returns:
-            A :class:`MuseTalkPipeline`.
 
         Raises:
             NoGpuError: ``config.device`` asks for CUDA and none is usable.
@@ -188,8 +177,7 @@ class MuseTalkPipeline:
         base = config or InferenceConfig()
         gpu.check_device(base.device)
         weights_path = check_weights_dir(weights_dir, base.version, base.landmark_backend)
-        # Device and precision only, and silently: this plan knows neither the frame size nor the length, so its
-        # batch and its notes would be wrong; each job plans its batch and warns from its own frames.
+        # Device and precision only, silently: without frame size and length the batch and notes would be wrong.
         plan = gpu.plan(kind="lipsync", config=base.replace(batch_size=None), n_frames=None,
                         weights=_weights_kind(weights_path), warn=False)
         planned = plan.config.replace(batch_size=base.batch_size)
@@ -201,13 +189,8 @@ class MuseTalkPipeline:
         return pipe
 
     def check_weights(self, landmark_backend: str | None = None) -> None:
-        """Look inside every weight file a job with ``landmark_backend`` (default the pipeline's) opens; later
-        calls only compare each file's size and modification time.
-
-        Raises:
-            WeightsError: Files are missing or not weight files, each named, with the download command
-                (:func:`nbhelpers.weights.check_job_files`).
-        """
+        """Look inside every weight file a job with ``landmark_backend`` (default the pipeline's) opens, raising
+        WeightsError as :func:`nbhelpers.weights.check_job_files`; later calls compare only size and mtime."""
         backend = landmark_backend or self.config.landmark_backend
         entries = weights.job_files(self.version, backend, parsing=True, directory=self.weights_dir)
         keys = []
@@ -224,9 +207,8 @@ class MuseTalkPipeline:
     # -- the components, loaded on first use ---------------------------------------------------------------------
 
     def _get(self, name: str, load: Callable[[], Any]) -> Any:
-        """The component ``name``, loaded by ``load()`` on first use under :data:`nbhelpers.models.LOAD_LOCK`: no two
-        models are built at once in the process (accelerate's ``init_empty_weights``, which diffusers uses, patches
-        ``torch.nn.Module.register_parameter`` process-wide while it runs)."""
+        """The component ``name``, loaded by ``load()`` on first use under :data:`nbhelpers.models.LOAD_LOCK` (one
+        model built at a time: accelerate's ``init_empty_weights`` patches ``torch.nn.Module`` process-wide)."""
         if name in self._loaded:
             return self._loaded[name]
         with models.LOAD_LOCK:
@@ -276,27 +258,22 @@ class MuseTalkPipeline:
                              tiny=weights.is_tiny(self.weights_dir))
 
     def restorer(self, name: str):
-        """The face restorer ``name`` (``"gfpgan"``, ``"restoreformer"``, ``"codeformer"``), loaded on first use.
-
-        Raises what :func:`nbhelpers.restore.load_restorer` raises (missing spandrel or weights, a wrong file).
-        """
+        """The face restorer ``name`` (``"gfpgan"``, ``"restoreformer"``, ``"codeformer"``), loaded on first use;
+        raises what :func:`nbhelpers.restore.load_restorer` raises."""
         restorers.check_name(name)
         return self._get(f"restorer:{name}", lambda: restorers.load_restorer(name, self.weights_dir, self.device,
                                                                              self.dtype))
 
     def models_for(self, config: InferenceConfig):
-        """:attr:`models` with the face restorer of ``config`` (``restore``, ``restore_strength``) attached, or
-        none when ``config.restore`` is None: what the engine renders a job with."""
+        """:attr:`models` with ``config``'s face restorer (``restore``, ``restore_strength``) attached, if any."""
         bundle = self.models
         if config.restore is not None:
             bundle.restorer = self.restorer(config.restore).at(config.restore_strength)
         return bundle
 
     def landmarks(self, backend: Any = None):
-        """The landmark backend ``backend`` (a name, default the pipeline's; or an object, returned as is).
-
-        Backends made here are kept for later jobs. Raises what :func:`nbhelpers.faces.get_backend` raises.
-        """
+        """The landmark backend ``backend`` (a name, default the pipeline's, kept for later jobs; an object is
+        returned as is). Raises what :func:`nbhelpers.faces.get_backend` raises."""
         backend = backend or self.config.landmark_backend
         if not isinstance(backend, str):
             return backend
@@ -309,15 +286,9 @@ class MuseTalkPipeline:
         return list(self._loaded)
 
     def preload(self, kind: str = "avatar", *, restore: str | None = None) -> list[str]:
-        """Load now the models that jobs of ``kind`` use; returns what is loaded. Thread-safe.
-
-        ``"avatar"`` and ``"lipsync"`` load the VAE, face parser, UNet, whisper, its feature extractor and the
-        positional encoding; ``"lipsync"`` adds the config's landmark backend; ``restore`` adds that restorer.
-
-        Raises:
-            InputError: An unknown ``kind``. Whatever loading a model raises (:class:`WeightsError`,
-                :class:`CheckpointError`, a missing dependency).
-        """
+        """Load now (thread-safe) the models of ``kind`` jobs and return :attr:`loaded`: VAE, face parser, UNet,
+        whisper, feature extractor and positional encoding; for ``"lipsync"`` the config's landmark backend; the
+        ``restore`` restorer. InputError for another ``kind``."""
         if kind not in ("avatar", "lipsync"):
             raise InputError(f"kind must be 'avatar' or 'lipsync'; got {kind!r}.")
         self.vae, self.face_parser, self.unet, self.whisper, self.feature_extractor, self.pe  # noqa: B018 - loads
@@ -328,12 +299,8 @@ class MuseTalkPipeline:
         return self.loaded
 
     def warm_up(self, batch_size: int) -> None:
-        """Run the UNet and VAE decoder once on zeros at ``batch_size`` frames and whisper on 1 s of silence, so that
-        the first clip finds its CUDA kernels and handles made. CUDA only: on the CPU nothing loads or runs.
-
-        Raises:
-            InputError: ``batch_size`` is not a positive whole number.
-        """
+        """CUDA only: run the UNet and VAE decoder once on zeros at ``batch_size`` (a positive int, else InputError)
+        frames and whisper on 1 s of silence, so the first clip finds its kernels and handles made."""
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise InputError(f"batch_size must be a positive whole number; got {batch_size!r}.")
         if self.device.type != "cuda":
@@ -418,12 +385,8 @@ class MuseTalkPipeline:
     # -- steps shared by the jobs ----------------------------------------------------------------------------------
 
     def job_config(self, config: InferenceConfig | None = None, *, boxes: Any = None) -> InferenceConfig:
-        """A job's settings: ``config`` (default the pipeline's) with this pipeline's version, device and precision,
-        and its landmark backend when ``config`` leaves it at ``"auto"``.
-
-        Raises:
-            InputError: ``config`` asks for another version, device or precision than the pipeline holds.
-        """
+        """``config`` (default the pipeline's) with this pipeline's version, device, precision and, for ``"auto"``,
+        landmark backend; InputError when ``config`` asks for another version, device or precision."""
         config = config or self.config
         if boxes is not None and config.landmark_backend != "boxes":
             config = config.replace(landmark_backend="boxes")
@@ -443,12 +406,9 @@ class MuseTalkPipeline:
 
     def plan(self, kind: str, config: InferenceConfig, n_frames: int | None, frame_size: tuple[int, int] | None,
              source_frames: int | None = None, landmark_backend: str | None = None):
-        """The batch size of one job on this pipeline's device (:func:`nbhelpers.gpu.plan`); returns its config.
-
-        ``landmark_backend`` names the backend the job really built (for the CPU time estimate and the face
-        models); None takes the config's. The models this pipeline already holds on the GPU that the job's stages
-        count (:meth:`resident_gib`) are passed as ``loaded_gib``, so that a second job on this pipeline gets the
-        plan of the first instead of a smaller batch."""
+        """``config`` with the batch size of one job on this device (:func:`nbhelpers.gpu.plan`). ``landmark_backend``
+        is the backend the job built (None: the config's). The models already held (:meth:`resident_gib`) count as
+        free, so a second job gets the first one's batch."""
         backend = landmark_backend or config.landmark_backend
         return gpu.plan(kind=kind, config=config, n_frames=n_frames, frame_size=frame_size,
                         weights=_weights_kind(self.weights_dir), source_frames=source_frames,
@@ -470,16 +430,13 @@ class MuseTalkPipeline:
         return gpu.module_bytes(*held, device=self.device) / 2**30
 
     def features(self, waveform: np.ndarray):
-        """Whisper features of a 16 kHz mono waveform: (T, 50, 384) on the device, T = floor(seconds x 25).
-
-        Source: ``musetalk/utils/audio_processor.py``, through :func:`nbhelpers.audio.whisper_features`.
-        """
+        """(T, 50, 384) whisper features on the device of a 16 kHz mono float32 waveform, T = floor(seconds x 25)
+        (:func:`nbhelpers.audio.whisper_features`; docs/official-behaviour.md §5)."""
         with flush_denormals(self.device):
             return whisper_features(waveform, self.whisper, fps=FPS, feature_extractor=self.feature_extractor)
 
     def clip_notes(self, size: tuple[int, int] | None = None) -> tuple[str, ...]:
-        """The notes of a clip's summary: random test weights, and (``size`` = the frames' width, height) frames
-        padded to an even size by the writer (:func:`nbhelpers.media.padded_size_note`)."""
+        """A clip summary's notes: random test weights, and frames of ``size`` (width, height) padded to even sides."""
         notes = ["(random test weights: the mouth is noise)"] if weights.is_tiny(self.weights_dir) else []
         padded = media.padded_size_note(*size) if size is not None else None
         return tuple(notes + ([padded] if padded else []))
@@ -489,34 +446,31 @@ class MuseTalkPipeline:
     def lipsync(self, video: str | os.PathLike, audio: str | os.PathLike, output: str | os.PathLike | None = None, *,
                 config: InferenceConfig | None = None, boxes: Any = None, backend: Any = None,
                 frame_callback: Callable[[int, np.ndarray], None] | None = None) -> ClipResult:
-        """Lip-sync a face video (or photo) to a speech file and write an MP4.
-
-        The output has ``floor(audio seconds x 25)`` frames at 25 fps and the source size; source frames cycle
-        forward and back (0..N-1, N-1..0, ...) as the official code does, and only those the audio reaches are
-        decoded. Frames without a face are written unchanged (``no_face_frames``).
+        """Lip-sync a face video (or photo) to a speech file and write an MP4 of ``floor(audio seconds x 25)`` frames
+        at 25 fps and the source size. Source frames cycle 0..N-1, N-1..0, ... (docs/official-behaviour.md §4.5);
+        only those the audio reaches are decoded.
 
         Args:
             video: Face video (any container and frame rate: read at 25 fps) or a photo.
             audio: Speech (wav, mp3, m4a, ogg, flac, or a video with sound), any sample rate and channels.
-            output: The MP4 to write (default ``results/<video>_<audio>.mp4``), renamed into place when complete.
-            config: :class:`InferenceConfig`; default the pipeline's. Batch size is planned when left empty.
-            boxes: Crop boxes given by hand, source pixels: one ``(x1, y1, x2, y2)`` for the clip (bare, or a list
-                holding just that box), or one entry (a box or None) per 25 fps frame of the whole video
-                (:func:`nbhelpers.checks.check_boxes`).
-            backend: A landmark backend object; default the one ``config.landmark_backend`` names.
+            output: The MP4 (default ``results/<video>_<audio>.mp4``), renamed into place when complete.
+            config: :class:`InferenceConfig` (default the pipeline's); an empty batch size is planned.
+            boxes: Crop boxes in source pixels: one ``(x1, y1, x2, y2)`` for the clip (bare or in a one-item list),
+                or one entry (a box or None) per 25 fps frame of the video (:func:`nbhelpers.checks.check_boxes`).
+            backend: A landmark backend object (default the one ``config.landmark_backend`` names).
             frame_callback: ``frame_callback(t, frame)`` with each finished (H, W, 3) uint8 BGR frame.
 
         Returns:
-            :class:`~nbhelpers.result.ClipResult` (shows the video inline in a notebook).
+            :class:`~nbhelpers.result.ClipResult`.
 
         Raises:
             InputError: A file is missing or unreadable or an option is invalid (before anything heavy runs).
-            WeightsError: Weight files are missing or corrupt (names them and gives the download command).
-            NoFaceError: No frame has a face (before the UNet loads): pass ``boxes=`` or another clip.
+            WeightsError: Weight files are missing or corrupt.
+            NoFaceError: No frame has a face (before the UNet loads).
             DiskSpaceError: The local disk cannot hold the decoded frames (checked before decoding).
-            FFmpegError: ffmpeg failed (its stderr is in the message).
+            FFmpegError: ffmpeg failed.
 
-        Source: ``scripts/inference.py:85-249``, with the fixes listed in the module docstring.
+        Source: ``scripts/inference.py:85-249``, with the fixes of the module docstring.
         """
         t0 = time.perf_counter()
         track_memory = self.device.type == "cuda" and os.environ.get("NBHELPERS_STAGE_MEMORY", "") == "1"
@@ -530,8 +484,7 @@ class MuseTalkPipeline:
                 video, audio, output, config=config, weights_dir=self.weights_dir, boxes=boxes)
             self.check_weights(config.landmark_backend)
 
-        # 2. media: the audio at 16 kHz, then only the 25 fps frames it reaches (the ping-pong over n_out output
-        # frames uses source frames 0..min(n_out, N)-1), streamed to local disk
+        # 2. media: the audio at 16 kHz, then the 25 fps frames it reaches (0..min(n_out, N)-1) to local disk
         with timings.stage("media"):
             waveform = media.load_audio(audio_path)
             n_out = speech_frames(waveform, f"audio {str(audio_path)!r}")
@@ -543,14 +496,13 @@ class MuseTalkPipeline:
         store = FrameStore(reader.height, reader.width)
         job = StreamedJob(self, config, store, n_out, boxes, timings)
         try:
-            # 3. faces: the landmark backend, or none for boxes given (built first, so that the plan's CPU time
-            # estimate counts the face tracking this job really does)
+            # 3. faces: the landmark backend (none for boxes given), built before the plan counts its CPU time
             given = boxes is not None or config.landmark_backend == "boxes"
             with timings.stage("faces"):
                 detector = "auto" if given else self.landmarks(backend or config.landmark_backend)
             tracking = "boxes" if given else getattr(detector, "name", None)
 
-            # 4. gpu: the batch size from free memory (a batch given is kept), the frame size and the length
+            # 4. gpu: the batch size from free memory, frame size and length (a batch given is kept)
             with timings.stage("plan"):
                 config = job.config = self.plan("lipsync", config, n_out, (reader.height, reader.width),
                                                 source_frames=n_src, landmark_backend=tracking)
@@ -565,8 +517,7 @@ class MuseTalkPipeline:
                 if features.shape[0] != n_out:
                     raise NbHelpersError(f"internal: {features.shape[0]} feature frames for {n_out} output frames")
 
-                # 6. latents, parsing, generate, blending and encode, piece by piece: the encoder writes piece k
-                # while piece k+1 is decoded, tracked and prepared (nbhelpers.offline.StreamedJob)
+                # 6. latents, parsing, generate, blending and encode, piece by piece (nbhelpers.offline.StreamedJob)
                 with timings.stage("encoder_start"):
                     writer = media.VideoWriter(output_path, store.width, store.height, fps=FPS, audio=audio_path,
                                                encoder=media.choose_encoder(config.encoder))
@@ -592,23 +543,20 @@ class MuseTalkPipeline:
 
     def preview(self, video: str | os.PathLike, *, config: InferenceConfig | None = None, boxes: Any = None,
                 audio: str | os.PathLike | None = None, frame_index: int = 0, backend: Any = None) -> Preview:
-        """Repaint one frame with the current settings, to check the crop box and mask before a full run.
-
-        The steps of :meth:`lipsync` on one 25 fps frame, with the CPU blend (bit-exact with the official one). With
-        ``audio`` the tokens of its first frame are used; without, seeded random tokens, as the official app's "Test
-        Inpainting" button (``app.py:35-123``): the mouth is arbitrary, the crop, mask and blend are real.
+        """Repaint one 25 fps frame with the steps of :meth:`lipsync` and the bit-exact CPU blend, to check the crop
+        box and mask. Without ``audio`` the tokens are seeded random, as the official app's "Test Inpainting"
+        (``app.py:35-123``): the mouth is arbitrary, the crop, mask and blend are real.
 
         Args:
             video: Face video or photo.
             config: Settings (default the pipeline's).
-            boxes: One crop box ``(x1, y1, x2, y2)`` (bare, or a list holding just that box) or per-frame boxes
-                (the entry of ``frame_index`` is used), as for :meth:`lipsync`.
-            audio: Optional speech file.
-            frame_index: Which 25 fps frame to preview (default the first).
+            boxes: As for :meth:`lipsync` (per-frame boxes: the entry of ``frame_index`` is used).
+            audio: Optional speech file (the tokens of its first frame are used).
+            frame_index: Which 25 fps frame.
             backend: Landmark backend object (default the one ``config.landmark_backend`` names).
 
         Returns:
-            :class:`Preview` (a four-panel figure in a notebook).
+            :class:`Preview`.
 
         Raises:
             InputError: Missing or unreadable files, a frame index past the end, or invalid options.
@@ -660,13 +608,12 @@ class MuseTalkPipeline:
     # -- device and memory -----------------------------------------------------------------------------------------
 
     def to(self, device: str | Any) -> MuseTalkPipeline:
-        """Move the pipeline to ``device`` (fp16 on CUDA, fp32 on the CPU). Returns self.
-
-        The UNet, VAE, whisper and positional encoding move; the face parser, landmark backends and restorers are
-        released and rebuilt on the new device when next used.
+        """Move the UNet, VAE, whisper and positional encoding to ``device`` (fp16 on CUDA, fp32 on the CPU); the
+        face parser, landmark backends and restorers are rebuilt there when next used. Returns self.
 
         Raises:
-            InputError: An unknown device. NoGpuError: CUDA asked and none usable.
+            InputError: An unknown device.
+            NoGpuError: CUDA asked and none usable.
         """
         import torch
 
@@ -684,8 +631,7 @@ class MuseTalkPipeline:
         return self
 
     def release(self) -> float:
-        """Drop every loaded model and empty the CUDA cache; returns GiB freed on the GPU. The pipeline stays
-        usable: models are loaded again when next needed."""
+        """Drop every loaded model (reloaded when next needed) and empty the CUDA cache; returns GiB freed."""
         loaded = list(self._loaded.values())
         for obj in loaded:
             close = getattr(obj, "close", None)
@@ -752,11 +698,8 @@ def _channels_last(module: Any) -> Any:
 def lipsync(video: str | os.PathLike, audio: str | os.PathLike, output: str | os.PathLike | None = None, *,
             config: InferenceConfig | None = None, weights_dir: str | os.PathLike | None = None, boxes: Any = None,
             backend: Any = None, frame_callback: Callable[[int, np.ndarray], None] | None = None) -> ClipResult:
-    """Lip-sync a face video (or photo) to a speech file in one call: a pipeline is made for it and released.
-
-    The inputs are checked before the pipeline is made. For several jobs, make one :class:`MuseTalkPipeline`: its
-    models load once. Arguments as :meth:`MuseTalkPipeline.lipsync`, plus ``weights_dir``, the weights folder
-    (default :func:`nbhelpers.weights.default_dir`); returns its :class:`~nbhelpers.result.ClipResult`.
+    """:meth:`MuseTalkPipeline.lipsync` in one call: inputs checked, then a pipeline made over ``weights_dir``
+    (default :func:`nbhelpers.weights.default_dir`) and released. For several jobs make one pipeline.
 
     Raises:
         InputError, WeightsError, NoFaceError, DiskSpaceError, FFmpegError: see :meth:`MuseTalkPipeline.lipsync`.
@@ -774,8 +717,7 @@ def lipsync(video: str | os.PathLike, audio: str | os.PathLike, output: str | os
 def preview(video: str | os.PathLike, config: InferenceConfig | None = None, *,
             weights_dir: str | os.PathLike | None = None, boxes: Any = None,
             audio: str | os.PathLike | None = None, frame_index: int = 0, backend: Any = None) -> Preview:
-    """One-call :meth:`MuseTalkPipeline.preview` (a pipeline is made for it and released); arguments as there, plus
-    ``weights_dir``, the weights folder (default :func:`nbhelpers.weights.default_dir`).
+    """:meth:`MuseTalkPipeline.preview` in one call, with a pipeline made over ``weights_dir`` and released.
 
     Raises:
         InputError, WeightsError, NoFaceError: see :meth:`MuseTalkPipeline.preview`.
