@@ -1,7 +1,6 @@
-"""Input checks of a job, run before any frame is decoded or any model loads.
+"""Input checks of a job (offline, avatar, batch), run before any frame is decoded or any model loads.
 
-Every check names the parameter, shows the value received, states the rule and says what to do next
-(CONTRIBUTING: "Validate before expensive work"). The offline job, the avatar and the batch all start here.
+Each message names the parameter, shows the value, states the rule and says what to do next.
 """
 
 from __future__ import annotations
@@ -46,10 +45,7 @@ def _check_media(value: Any, name: str, stream: str, fix: str):
 
 
 def check_video(video: Any):
-    """Check that ``video`` is a readable file with a video stream (or a photo).
-
-    Returns:
-        ``(path, media_info)``.
+    """``(path, media_info)`` of ``video``, a readable file with a video stream (or a photo).
 
     Raises:
         InputError: Missing, a folder, unreadable, or without a video stream.
@@ -58,10 +54,7 @@ def check_video(video: Any):
 
 
 def check_audio(audio: Any):
-    """Check that ``audio`` is a readable file with an audio stream.
-
-    Returns:
-        ``(path, media_info)``.
+    """``(path, media_info)`` of ``audio``, a readable file with an audio stream.
 
     Raises:
         InputError: Missing, a folder, unreadable, or without an audio stream.
@@ -71,11 +64,7 @@ def check_audio(audio: Any):
 
 
 def speech_frames(waveform: np.ndarray, what: str = "audio") -> int:
-    """Output frames of a 16 kHz waveform, ``floor(seconds x 25)``, checked to be at least one.
-
-    Raises:
-        InputError: The audio lasts less than one frame (0.04 s).
-    """
+    """Output frames of a 16 kHz waveform, ``floor(seconds x 25)``; InputError under one frame (0.04 s)."""
     n_out = output_frame_count(len(waveform))
     if n_out < 1:
         raise InputError(f"{what} lasts {len(waveform) / SAMPLE_RATE:.3f} s, shorter than one frame (1/{FPS} s); "
@@ -123,14 +112,12 @@ def _check_not_an_input(output: Path, video_path: Path, audio_path: Path) -> Non
 
 
 def check_weights_dir(weights_dir: Any, version: str, landmark_backend: str = "auto") -> Path:
-    """The weights folder, checked for the presence of every file a job of ``version`` opens (cheap: no file is
-    read; :meth:`MuseTalkPipeline.check_weights` looks inside them).
+    """The weights folder (None: the default), checked for the presence of every file a job of ``version`` opens;
+    no file is read (:meth:`MuseTalkPipeline.check_weights` looks inside).
 
     Raises:
-        WeightsError: The folder does not exist, or files are missing (names them and gives the download command
-            for that folder).
+        WeightsError: The folder does not exist or files are missing.
     """
-
     weights_path = Path(weights_dir).expanduser() if weights_dir is not None else weights.default_dir()
     if not weights_path.is_dir() or weights.missing_files(weights_path,
                                                           weights.required_files(version, parsing=True)):
@@ -140,28 +127,23 @@ def check_weights_dir(weights_dir: Any, version: str, landmark_backend: str = "a
 
 def check_inputs(video: Any, audio: Any, output: Any = None, *, config: InferenceConfig,
                  weights_dir: Any = None, boxes: Any = None) -> tuple[Path, Path, Path, Path, Any, Any]:
-    """Validate every input of a job before any frame is decoded or any model loads.
+    """Validate every input of a job; returns ``(video, audio, output, weights_dir, video_info, audio_info)``.
 
     Args:
         video: Face video or photo path.
         audio: Speech file path (any format ffmpeg reads, or a video with an audio stream).
-        output: Output MP4 path, or None for ``results/<video>_<audio>.mp4`` in the working directory.
+        output: Output MP4 path (None: :func:`output_path_for`'s default).
         config: Settings (already validated by :class:`InferenceConfig`).
-        weights_dir: Folder of the weights (official ``models/`` layout), or None for the default.
-        boxes: User crop boxes or None, checked by :func:`check_boxes` (per-frame boxes against the video's
-            frame count).
-
-    Returns:
-        ``(video, audio, output, weights_dir, video_info, audio_info)``.
+        weights_dir: Weights folder (official ``models/`` layout), or None for the default.
+        boxes: User crop boxes or None (:func:`check_boxes`).
 
     Raises:
-        InputError: A file is missing, is not media, has no video/audio stream, or the output is not ``.mp4``;
-            per-frame boxes are not one per 25 fps frame of the video, or a box does not fit the frame.
+        InputError: A file is missing, not media or without the stream; the output is not ``.mp4``; boxes do not
+            fit the video (:func:`check_boxes`).
         NoGpuError: ``config.device`` names a CUDA device this runtime does not have.
-        WeightsError: Weight files are missing (names them and gives the download command), the restorer's too.
+        WeightsError: Weight files are missing, the restorer's too.
         MissingDependencyError: ``config.restore`` is set and spandrel is not installed.
     """
-
     gpu.check_device(config.device)
     video_path, video_info = check_video(video)
     weights_path = check_weights_dir(weights_dir, config.version, config.landmark_backend)
@@ -176,12 +158,8 @@ def check_inputs(video: Any, audio: Any, output: Any = None, *, config: Inferenc
 
 
 def given_boxes(boxes: Any) -> Any:
-    """The ``boxes`` argument of a job in one form: None, one box, or a per-frame list or array.
-
-    A list (or (1, 4) array) holding exactly one box becomes that box (it means that box for every frame, as a
-    bare ``(x1, y1, x2, y2)`` does: :func:`nbhelpers.faces.boxes.single_box`); any other iterable that is not a
-    list, tuple or array (a generator) is read into a list, so that it can be checked and then used.
-    """
+    """The ``boxes`` argument in one form: None, one box, or a per-frame list or array. A list or (1, 4) array of
+    one box becomes that box (:func:`nbhelpers.faces.boxes.single_box`); a generator is read into a list."""
     if boxes is None:
         return None
     if not isinstance(boxes, (list, tuple, np.ndarray)):
@@ -191,14 +169,9 @@ def given_boxes(boxes: Any) -> Any:
 
 
 def no_face_in_rotated_video(exc: Exception, video_info: Any) -> Exception:
-    """``exc`` (a :class:`~nbhelpers.errors.NoFaceError`) with a note when the video carries a rotation tag: its
-    frames are turned upright as a player shows them (:mod:`nbhelpers.media.video`), so a face stored upright in a
-    wrongly tagged file lies on its side. Returns ``exc`` itself for an untagged video or another error.
-
-    Args:
-        exc: The error the face tracking raised.
-        video_info: The video's :class:`~nbhelpers.media.MediaInfo` (its ``rotation``, clockwise degrees).
-    """
+    """``exc``, a :class:`~nbhelpers.errors.NoFaceError`, with a note when ``video_info.rotation`` (clockwise
+    degrees) is set: frames are turned upright as a player shows them, so a wrongly tagged face lies on its side.
+    Returns ``exc`` itself for an untagged video or another error."""
     rotation = int(getattr(video_info, "rotation", 0) or 0)
     if not isinstance(exc, NoFaceError) or not rotation:
         return exc
@@ -208,29 +181,22 @@ def no_face_in_rotated_video(exc: Exception, video_info: Any) -> Exception:
 
 
 def check_boxes(boxes: Any, video: Any, video_info: Any = None) -> Any:
-    """Check crop boxes given by hand against the face video before any frame is decoded or any model loads.
+    """Check hand-given crop boxes against the video; returns :func:`given_boxes` of ``boxes``.
 
-    One box for the whole clip (a bare ``(x1, y1, x2, y2)``, or a list holding just that box) is checked against
-    the frame size. Per-frame boxes need exactly one entry, a box or None (no face), for each 25 fps frame of the
-    whole video, numbered as :func:`nbhelpers.media.load_video` yields them (a job whose audio reaches only the
-    first frames still takes one entry per video frame and uses the first ones); the video's frames are counted
-    for this by one fast counting decode, and every box is checked.
+    One box (bare ``(x1, y1, x2, y2)`` or a one-box list) is checked against the frame size. Per-frame boxes need
+    one entry, a box or None, for each 25 fps frame of the whole video as :func:`nbhelpers.media.load_video` yields
+    them (a job uses the first ones), counted by one counting decode.
 
     Args:
-        boxes: None, one box, a one-box list, or per-frame boxes (see :func:`nbhelpers.faces.user_boxes`), in
-            full-frame pixels of the upright video.
+        boxes: None, one box, a one-box list, or per-frame boxes (:func:`nbhelpers.faces.user_boxes`), full-frame
+            pixels of the upright video.
         video: Path of the face video or photo (already checked by :func:`check_video`).
-        video_info: Its :class:`~nbhelpers.media.MediaInfo` (for the frame size), or None to probe it.
-
-    Returns:
-        :func:`given_boxes` of ``boxes``: None, the one box, or the per-frame boxes.
+        video_info: Its :class:`~nbhelpers.media.MediaInfo`, or None to probe it.
 
     Raises:
-        InputError: Per-frame boxes whose count is not the video's frame count at 25 fps (the message gives both
-            counts and what to pass), or a box outside the frame, inverted or smaller than 16 pixels.
+        InputError: Per-frame boxes not one per 25 fps frame, or a box outside the frame, inverted or under 16 px.
 
-    Source: no official counterpart: the official ``--use_saved_coord`` reuses a pickled per-frame box list
-    unchecked (scripts/inference.py:151-160).
+    Source: none; the official ``--use_saved_coord`` reuses pickled boxes unchecked (scripts/inference.py:151-160).
     """
     boxes = given_boxes(boxes)
     if boxes is None:
@@ -247,9 +213,8 @@ def check_boxes(boxes: Any, video: Any, video_info: Any = None) -> Any:
 
 
 def _counted_frames(video: Any) -> tuple[int, tuple[int, int]]:
-    """``(25 fps frames, (height, width))`` of a video file by a counting decode, remembered for the same file
-    unchanged (path, size and modification time): ``nbh.lipsync()`` checks its inputs before it makes a pipeline
-    and the pipeline's job checks them again, and per-frame boxes need the count each time."""
+    """``(25 fps frames, (height, width))`` of a video by a counting decode, cached by path, size and mtime
+    (``nbh.lipsync()`` and its pipeline's job both check the boxes)."""
     path = Path(video).resolve()
     st = path.stat()
     return _count_frames_of(str(path), st.st_size, st.st_mtime_ns)
@@ -262,7 +227,7 @@ def _count_frames_of(path: str, size: int, mtime_ns: int) -> tuple[int, tuple[in
 
 
 def one_frame_boxes(boxes: Any, frame_index: int) -> Any:
-    """The boxes argument for one frame: a single box stays; per-frame boxes give that frame's."""
+    """Boxes for one frame: a single box stays, per-frame boxes give that frame's (InputError past the end)."""
     if boxes is None or single_box(boxes) is not None:
         return boxes
     if not 0 <= int(frame_index) < len(boxes):
