@@ -1,9 +1,5 @@
-"""The offline job's machinery: a clip decoded, tracked and prepared in pieces while the encoder writes.
-
-:class:`StreamedJob` hands :func:`nbhelpers.engine.run` the output frames of one piece of :data:`STREAM_PIECE`
-source frames at a time; :class:`DecodeAhead` decodes the next piece in a thread meanwhile, and :class:`Window`
-indexes a piece's frames by their clip index. :func:`fit_face_batches` sizes the landmark backend's GPU batches to
-the memory the job leaves them. :meth:`nbhelpers.pipeline.MuseTalkPipeline.lipsync` drives them.
+"""The offline job's machinery (driven by :meth:`nbhelpers.pipeline.MuseTalkPipeline.lipsync`): a clip decoded,
+tracked and prepared in pieces of :data:`STREAM_PIECE` source frames while the encoder writes the previous one.
 """
 
 from __future__ import annotations
@@ -26,29 +22,23 @@ from .framestore import FrameStore
 FACE_BATCH_GPU = 32  # frames decoded and handed to the landmark backend at a time on a GPU (it splits them further)
 FACE_BATCH_CPU = 8
 STREAM_PIECE = 64  # source frames the offline job prepares at a time while the encoder writes the previous ones
-DWPOSE_GIB_PER_FRAME = 0.034  # GiB per frame of DWPose fp16 with the flip test (1.09 GiB at 32 frames)
+DWPOSE_GIB_PER_FRAME = 0.034  # GiB per frame of DWPose fp16 with the flip test (bench/RESULTS.md, Landmarks)
 FACES_SHARE = 0.5  # share of the memory left beside the models that the face models' batches may take
 PIECE_ON_GPU_FRACTION = 0.05  # a piece's frames go to the GPU once when they take under this share of free memory
 
 
 def fit_face_batches(detector: Any, frame_hw: tuple[int, int], device: Any, *, loaded_gib: float = 0.0) -> None:
-    """Size the landmark backend's GPU batches (S3FD frames, DWPose frames) to the memory this job leaves them.
-
-    The offline job detects faces with the UNet, VAE and whisper resident (or about to be), so on a small card
-    (or under ``set_per_process_memory_fraction``) the detector's default batches would push the job over it.
-    Sets ``detector.face_detector.batch_size`` and ``detector.pose.batch_size`` where the backend has them
-    (DWPose backends); other backends are left alone.
+    """Set ``detector.face_detector.batch_size`` (S3FD) and ``detector.pose.batch_size`` (DWPose), where the
+    backend has them, to a :data:`FACES_SHARE` of the GPU memory the job's models leave (the planner's
+    :class:`nbhelpers.gpu.MemoryModel` and :data:`DWPOSE_GIB_PER_FRAME`).
 
     Args:
         detector: A landmark backend object.
         frame_hw: (H, W) of the frames, pixels.
         device: The CUDA device.
-        loaded_gib: GiB of this job's models already on the GPU (:meth:`~nbhelpers.pipeline.MuseTalkPipeline.resident_gib`): added
-            back to the free memory, as the planner does, so that the first and a later job get the same batches
-            (and so the same shapes, whose cuDNN plans the first job built).
-
-    Source: the planner's memory model (:class:`nbhelpers.gpu.MemoryModel`: ``s3fd_bytes_per_pixel``,
-    ``core_fixed_gib``, ``workspace_gib``) and :data:`DWPOSE_GIB_PER_FRAME` (``bench/memory.py``).
+        loaded_gib: GiB of this job's models already on the GPU
+            (:meth:`~nbhelpers.pipeline.MuseTalkPipeline.resident_gib`), counted as free as the planner does, so a
+            later job gets the first one's batches.
     """
     usable = gpu.usable_bytes(device)
     if usable is None:
@@ -91,19 +81,15 @@ class Window:
 
 
 class StreamedJob:
-    """The offline job's frames in pieces: decode, track, encode latents and make blend material for
-    :data:`STREAM_PIECE` source frames, then hand their output frames to the engine, while the encoder thread
-    writes the previous piece. Output frame t < N uses source frame t, so a piece's outputs need only it.
+    """The offline job in pieces: per :data:`STREAM_PIECE` source frames, track, encode latents and make blend
+    material, then hand the piece's output frames (t < N uses source frame t) to the engine.
 
-    With ``smooth_boxes`` > 1 the crop boxes are final only once the whole clip is tracked, so every frame is
-    tracked first and the clip is then prepared and rendered as one piece (no overlap with the encoder).
-    Frames before the first face are written unchanged without loading a model; a clip with no face at all
-    raises :class:`~nbhelpers.errors.NoFaceError` when its last frame is tracked (no model loaded, the partial
-    output removed).
+    With ``smooth_boxes`` > 1 every frame is tracked first and the clip rendered as one piece. Frames before the
+    first face are written without loading a model; a clip with no face raises
+    :class:`~nbhelpers.errors.NoFaceError` when its last frame is tracked.
 
     Args:
-        pipe: The pipeline whose models it loads at the first face (its ``device``, ``face_parser`` and
-            ``models_for(config)``).
+        pipe: The pipeline whose models it loads at the first face.
         config: The job's settings (its batch planned).
         store: The frame store the decoded frames go to.
         n_out: Output frames of the job.
@@ -126,8 +112,8 @@ class StreamedJob:
         self._decoder: DecodeAhead | None = None
 
     def start_tracking(self, detector: Any, weights_dir: Any, loaded_gib: float = 0.0) -> None:
-        """Make the face tracker over ``detector`` (a landmark backend object, or ``"auto"`` with boxes given),
-        its GPU batches first fitted to the memory the job leaves them (:func:`fit_face_batches`)."""
+        """Make the face tracker over ``detector`` (a backend object, or ``"auto"`` with boxes given), its GPU batches
+        fitted first (:func:`fit_face_batches`)."""
         on_cuda = self.pipe.device.type == "cuda"
         if on_cuda:
             fit_face_batches(detector, (self.store.height, self.store.width), self.pipe.device, loaded_gib=loaded_gib)
@@ -181,8 +167,7 @@ class StreamedJob:
             yield Piece(written, self.n_out - written, source=source, models=self.models)
 
     def _upload(self, arr: np.ndarray) -> Any:
-        """A piece's frames on the GPU when they take at most PIECE_ON_GPU_FRACTION of its usable memory, else
-        None (on the CPU too)."""
+        """A piece's frames on the GPU when under PIECE_ON_GPU_FRACTION of its usable memory, else None."""
         if self.pipe.device.type != "cuda":
             return None
         if arr.nbytes >= PIECE_ON_GPU_FRACTION * (gpu.usable_bytes(self.pipe.device) or 0):
@@ -191,8 +176,7 @@ class StreamedJob:
             return gpu.to_device(arr, self.pipe.device)
 
     def _prepare(self, frames: Any, face_frames: np.ndarray, arr: Any, frames_device: Any):
-        """Latents and blend material of ``face_frames`` (clip indices), with the piece's frames on the GPU
-        (``frames_device``, or None); returns ``frames_device``."""
+        """Latents and blend material of ``face_frames`` (clip indices); returns ``frames_device``."""
         t, config = self.timings, self.config
         if arr is not None:
             self.rows.extend([-1] * len(arr))
@@ -204,13 +188,13 @@ class StreamedJob:
         batch = int(config.batch_size or 8)
         with t.stage("latents"):  # crop, resize and encode (indexed by source frame: Q6)
             latents = latent_codes.encode_frames(frames, self.crop, face_frames, self.models.vae, seed=config.seed,
-                                    mode=config.latent_mode, batch_size=batch, progress=False)
+                                                 mode=config.latent_mode, batch_size=batch, progress=False)
         with t.stage("parsing"):  # feathered mask + expanded square; on CUDA the parsing stays on the GPU
             parser = self.pipe.face_parser
             parser.batch_size = batch
             window = None if frames_device is None else Window(frames_device, frames.offset)
             materials = blending.materials_for_frames(frames, self.crop, face_frames, parser, config, progress=False,
-                                             frames_device=window)
+                                                      frames_device=window)
         import torch
 
         first = len(self.materials)
@@ -225,8 +209,7 @@ class StreamedJob:
         m = self.materials
         source = SourceFaces(frames=frames, latent_row=rows, latents=self.latents, boxes=[x.box for x in m],
                              masks=[x.mask for x in m], squares=[x.square for x in m], frames_device=frames_device)
-        # masks on the GPU once; the whole clip's frames too when they fit (a piece's were uploaded with it, or
-        # stay on the host: the paste-back then copies each batch's frames)
+        # masks on the GPU once; the whole clip's frames too when they fit (a piece's were uploaded with it)
         whole_clip = frames is self.store
         return source.to_device(self.pipe.device, frames_fraction=engine.FRAMES_ON_GPU_FRACTION if whole_clip else 0.0)
 
@@ -238,13 +221,9 @@ class StreamedJob:
 
 
 class DecodeAhead:
-    """The first ``n`` frames of a video in pieces of ``piece`` frames, decoded in a thread one piece ahead of the
-    job, each piece appended to the frame store there.
-
-    ffmpeg writes decoded frames into a pipe of 64 KiB, so without a reader it stops within a frame; reading in a
-    thread lets it decode the next piece while the job's thread waits on the GPU (the reads and the store's disk
-    writes release the GIL). The wait of the job's thread for a piece is timed as ``decode``. An error in the
-    thread (ffmpeg failed, the disk filled up) is raised in the job's thread at the piece it would have given.
+    """The first ``n`` frames of a video in pieces of ``piece`` frames, decoded and appended to the frame store in
+    a thread one piece ahead of the job (ffmpeg's 64 KiB pipe stalls without a reader). The job's wait is timed as
+    ``decode``; an error in the thread is raised in the job's thread at the piece it would have given.
     """
 
     def __init__(self, reader: Any, n: int, piece: int, store: FrameStore, timings: Timings):
