@@ -45,20 +45,13 @@ def _check_media(value: Any, name: str, stream: str, fix: str):
 
 
 def check_video(video: Any):
-    """``(path, media_info)`` of ``video``, a readable file with a video stream (or a photo).
-
-    Raises:
-        InputError: Missing, a folder, unreadable, or without a video stream.
-    """
+    """``(path, media_info)`` of ``video``; InputError unless it is a readable file with a video stream (a photo
+    counts)."""
     return _check_media(video, "video", "video", "; give a face video or photo.")
 
 
 def check_audio(audio: Any):
-    """``(path, media_info)`` of ``audio``, a readable file with an audio stream.
-
-    Raises:
-        InputError: Missing, a folder, unreadable, or without an audio stream.
-    """
+    """``(path, media_info)`` of ``audio``; InputError unless it is a readable file with an audio stream."""
     return _check_media(audio, "audio", "audio", ". Give a speech file (wav, mp3, m4a, ogg, flac) or a video that "
                         "carries sound.")
 

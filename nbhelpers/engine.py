@@ -1,15 +1,11 @@
-"""The render engine: every clip the package writes (offline job, avatar, stream, preview) is made here.
+"""The render engine: every frame of every clip (offline job, avatar, live, preview) is made here.
 
-It owns the generation loop and nothing else: for each batch of output frames, UNet step and VAE decode of the
-frames whose source frame has a face, paste-back into the source frames, and hand-off of the finished frames to a
-sink (the background encoder, a Python iterator, a callback). Batches run through :func:`nbhelpers.gpu.batched`,
-so an out-of-memory error halves the batch and the same frames are retried: every frame is produced exactly once,
-in order. What the engine renders from is one :class:`SourceFaces` record, built by the offline job from the
-frames it has just prepared or by an avatar from its cache.
-
-Output frame ``t`` uses source frame ``cycle_index(t, N)`` (the official ping-pong, docs/official-behaviour.md
-§4.5) and whisper tokens ``features[t]``; a source frame without a face is written unchanged. Source:
-``scripts/inference.py:187-238`` and ``scripts/realtime_inference.py:226-285`` (docs/official-behaviour.md §6-§9).
+Per batch of output frames: UNet step and VAE decode of the frames whose source frame has a face, paste-back, and
+hand-off to a sink. Output frame ``t`` uses source frame ``cycle_index(t, N)`` (the ping-pong,
+docs/official-behaviour.md §4.5) and tokens ``features[t]``; a face-less source frame is written unchanged. An
+out-of-memory error halves the batch and retries the same frames (:func:`nbhelpers.gpu.batched`), so every frame is
+made once, in order. Source: ``scripts/inference.py:187-238``, ``scripts/realtime_inference.py:226-285``
+(docs/official-behaviour.md §6-§9).
 """
 
 from __future__ import annotations
@@ -34,8 +30,7 @@ from .latents import decode, unet_step
 from .progress import bar
 
 WRITER_QUEUE_DEPTH = 2  # batches waiting for the encoder
-# Pinned host buffers in rotation: the queue, the batch being encoded, the batch handed over and the batch whose
-# copy is still in flight each hold one.
+# Pinned host buffers in rotation: the queue, the batch being encoded, the one handed over and the one in flight.
 PINNED_RING = WRITER_QUEUE_DEPTH + 3
 FRAMES_ON_GPU_FRACTION = 0.25  # source frames are kept on the GPU when they take under this share of free memory
 WRITER_TIMEOUT_S = 600.0  # a sink that accepts nothing for this long is reported as stalled (seconds)
@@ -46,11 +41,9 @@ class Timings:
     """Wall-clock seconds per stage, in the order the stages first ran.
 
     Attributes:
-        seconds: Stage name -> seconds (summed when a stage runs more than once).
-        peak_gib: None, or (to track GPU memory) stage name -> the largest ``torch.cuda.max_memory_allocated``
-            seen while a block of that stage ran, GiB. Tracking resets torch's peak counters at each stage (the
-            process's peak reserved memory stays readable through :func:`nbhelpers.gpu.peak_memory`; reserved
-            memory is not per stage: the caching allocator keeps it).
+        seconds: Stage name -> seconds (summed over repeats).
+        peak_gib: None, or stage name -> largest ``torch.cuda.max_memory_allocated`` in its blocks, GiB. Tracking
+            resets torch's peak counters per stage (:func:`nbhelpers.gpu.peak_memory` keeps the process's peak).
     """
 
     seconds: dict[str, float] = field(default_factory=dict)
@@ -89,11 +82,9 @@ class Timings:
 
 @contextmanager
 def flush_denormals(device) -> Iterator[None]:
-    """On the CPU, treat denormal floats as zero while the block runs (then restore the default, off).
+    """On the CPU, flush denormal floats (below 1e-38) to zero while the block runs, then restore the default (off).
 
-    Random or lightly trained weights give many denormal activations, which the CPU handles in slow microcode
-    (the tiny test UNet ran about 4x faster with them flushed). The values involved are below 1e-38, far under
-    fp32 resolution of the images, so results are unchanged in practice. No effect on CUDA.
+    Random or lightly trained weights give many denormals, which the CPU handles in slow microcode. No effect on CUDA.
     """
     import torch
 
@@ -109,19 +100,17 @@ def flush_denormals(device) -> Iterator[None]:
 
 @dataclass
 class SourceFaces:
-    """Everything the engine needs about the source frames (from a job or an avatar cache).
+    """What the engine renders from: the source frames and, for the M with a face, latents and blend material.
 
     Attributes:
-        frames: N source frames (N, H, W, 3) uint8 BGR with random access on the host (``len`` and ``[index]``:
-            a :class:`~nbhelpers.framestore.FrameStore`, an avatar's frame reader or a numpy array).
-        latent_row: (N,) int64: row of ``latents``/``boxes``/``masks``/``squares`` of each source frame, -1 for a
-            frame without a face.
-        latents: (M, 8, 32, 32) tensor on the UNet device, one per source frame with a face
-            (:func:`nbhelpers.latents.encode_frames`).
+        frames: N source frames (N, H, W, 3) uint8 BGR on the host with ``len`` and ``[index]`` (a
+            :class:`~nbhelpers.framestore.FrameStore`, an avatar's frame reader or a numpy array).
+        latent_row: (N,) int64 row of ``latents``/``boxes``/``masks``/``squares`` per source frame, -1 without a face.
+        latents: (M, 8, 32, 32) tensor on the UNet device (:func:`nbhelpers.latents.encode_frames`).
         boxes: M crop boxes ``(x1, y1, x2, y2)``, frame pixels.
         masks: M feathered blend masks (2s, 2s) uint8 (numpy, or tensors already on the device).
         squares: M expanded squares ``(xs, ys, xe, ye)``, frame pixels.
-        frames_device: Optional (N, H, W, 3) uint8 tensor of the same frames, already on the GPU.
+        frames_device: Optional (N, H, W, 3) uint8 tensor of the same frames on the GPU.
     """
 
     frames: Any
@@ -151,16 +140,8 @@ class SourceFaces:
         return len(self.frames)
 
     def to_device(self, device: Any, *, frames_fraction: float = FRAMES_ON_GPU_FRACTION) -> SourceFaces:
-        """This record with the masks on ``device`` (uploaded once, not per output frame) and, on CUDA, the source
-        frames too when they take under ``frames_fraction`` of the free GPU memory. A no-op on the CPU.
-
-        Args:
-            device: A torch device.
-            frames_fraction: Largest share of the free GPU memory the frames may take.
-
-        Returns:
-            A new :class:`SourceFaces` (this one is unchanged).
-        """
+        """A copy with the masks on CUDA ``device``, and the frames too when they take under ``frames_fraction`` of
+        the free GPU memory; ``self`` on the CPU."""
         import torch
 
         device = torch.device(device)
@@ -182,15 +163,8 @@ class SourceFaces:
     @classmethod
     def from_materials(cls, frames: Any, face_frames: Sequence[int], latents: Any, materials: Sequence[Any],
                        frames_device: Any = None) -> SourceFaces:
-        """Build from the M frames with a face, their latents and their blend material, in frame order.
-
-        Args:
-            frames: The N source frames (see the class attributes).
-            face_frames: M increasing source-frame indices that have a face.
-            latents: (M, 8, 32, 32) latents of those frames, in the same order.
-            materials: M :class:`~nbhelpers.blending.BlendMaterial` of those frames, in the same order.
-            frames_device: Optional copy of the frames on the GPU.
-        """
+        """Build from the N ``frames``, the M increasing indices ``face_frames`` of those with a face, and their
+        (M, 8, 32, 32) ``latents`` and :class:`~nbhelpers.blending.BlendMaterial` ``materials`` in that order."""
         latent_row = np.full(len(frames), -1, dtype=np.int64)
         latent_row[np.asarray(face_frames, dtype=np.int64)] = np.arange(len(face_frames))
         return cls(frames=frames, latent_row=latent_row, latents=latents, boxes=[m.box for m in materials],
@@ -199,11 +173,7 @@ class SourceFaces:
 
 
 def check_features(features: Any, n_out: int) -> None:
-    """Raise when ``features`` is not a (T, 50, 384) tensor with T >= ``n_out`` (before any batch runs).
-
-    Raises:
-        InputError: Wrong type, shape, or too few frames of tokens.
-    """
+    """Raise InputError unless ``features`` is a (T, 50, 384) tensor with T >= ``n_out``."""
     shape = tuple(getattr(features, "shape", ()))
     if len(shape) != 3 or shape[1:] != (AUDIO_TOKENS, WHISPER_DIM):
         raise InputError(f"features must be a tensor (T, {AUDIO_TOKENS}, {WHISPER_DIM}) from "
@@ -218,42 +188,35 @@ def render(source: SourceFaces, features: Any, models: Any, batch_size: int, n_o
            pad_batches: bool = False) -> Iterator[tuple[int, np.ndarray]]:
     """Yield ``(t0, frames)`` for output frames ``first_frame .. first_frame + n_out - 1``, in order.
 
-    Per batch: UNet step (:func:`nbhelpers.latents.unet_step`) and VAE decode (:func:`nbhelpers.latents.decode`)
-    of the frames whose source frame has a face, then paste-back. On CUDA the blend runs on the GPU
-    (:func:`nbhelpers.blending.blend_torch`) and only finished frames are copied to the host; on the CPU the
-    bit-exact :func:`nbhelpers.blending.blend_cpu` is used. An out-of-memory error halves the batch and retries
-    the same frames (:func:`nbhelpers.gpu.batched`).
+    Per batch :func:`repaint`: on CUDA the blend runs on the GPU (:func:`nbhelpers.blending.blend_torch`) and only
+    finished frames are copied to the host; on the CPU the bit-exact :func:`nbhelpers.blending.blend_cpu` is used.
 
     Args:
         source: The source frames, latents and blend material.
-        features: (T, 50, 384) whisper tokens on the models' device, T >= ``first_frame + n_out``; row ``t`` is
-            output frame ``t``.
+        features: (T, 50, 384) whisper tokens on the models' device; row ``t - feature_offset`` drives frame ``t``.
         models: Anything with ``unet``, ``vae`` and ``pe`` (a :class:`~nbhelpers.models.Models`).
         batch_size: Output frames per batch, >= 1.
         n_out: Output frames to produce, >= 0.
-        timings: Accumulates ``generate`` (UNet + decode) and ``blend`` seconds when given (from CUDA events on
-            the GPU, read when the clip ends: the loop never synchronises to time a batch).
-        pinned: Copy finished frames into a ring of pinned host buffers (CUDA only): True for a new ring, or a
-            :class:`PinnedRing` shared by consecutive calls feeding one sink. The caller must consume each batch
-            before ``PINNED_RING - 1`` more are produced (:class:`BackgroundWriter`'s queue guarantees it).
+        timings: Accumulates ``generate`` (UNet + decode) and ``blend`` seconds (on CUDA from events read at the
+            end: no synchronisation per batch).
+        pinned: Copy finished frames into pinned host buffers (CUDA only): True for a new ring, or a
+            :class:`PinnedRing` shared by calls feeding one sink. Consume each batch before ``PINNED_RING - 1``
+            more are made (:class:`BackgroundWriter`'s queue does).
         first_frame: Output index of the first frame (a stream renders its clip in pieces).
-        feature_offset: Output index of row 0 of ``features`` (a live session passes only the rows of the frames
-            it renders now; default 0: row ``t`` is output frame ``t``).
         cpu_blend: Force the CPU blend (default: the GPU blend on CUDA).
-        pad_batches: On CUDA, run every UNet + decode call on ``batch_size`` rows (:func:`repaint`'s ``pad_to``):
-            a clip's short last batch then has the shape of the others, whose cuDNN plans exist. For clips; a live
-            session renders short groups as they come and leaves it off (padding them would multiply the work).
+        feature_offset: Output index of row 0 of ``features`` (a live session passes only the rows it renders).
+        pad_batches: On CUDA, run every UNet + decode call on ``batch_size`` rows (:func:`repaint`'s ``pad_to``), so
+            a clip's short last batch reuses the cuDNN plans of the others. Off for live groups.
 
     Yields:
-        ``(t0, frames)``: frames is a (B, H, W, 3) uint8 BGR numpy array for output frames t0..t0+B-1. With
-        ``pinned`` it is a view of a reused buffer: copy it to keep it.
+        ``(t0, frames)``: (B, H, W, 3) uint8 BGR numpy frames t0..t0+B-1; with ``pinned`` a view of a reused
+        buffer (copy it to keep it).
 
     Raises:
         InputError: ``batch_size`` < 1, ``n_out`` < 0, or ``features`` too short (before the first batch).
         OutOfMemoryError: The GPU runs out of memory even at batch size 1.
 
-    Source: ``scripts/inference.py:187-238`` and ``realtime_inference.py:226-285`` (docs/official-behaviour.md
-    §6-§9).
+    Source: ``scripts/inference.py:187-238``, ``realtime_inference.py:226-285`` (docs/official-behaviour.md §6-§9).
     """
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise InputError(f"batch_size must be a whole number >= 1; got {batch_size!r}.")
@@ -270,32 +233,27 @@ def render(source: SourceFaces, features: Any, models: Any, batch_size: int, n_o
 def repaint(source: SourceFaces, features: Any, models: Any, ts: np.ndarray, *, first_frame: int = 0,
             cpu_blend: bool | None = None, timings: Timings | None = None, host_buffer: Any = None,
             events: Any = None, defer_copy: bool = False, feature_offset: int = 0, pad_to: int | None = None):
-    """Make output frames ``first_frame + ts``: the one step of the engine (UNet, decode, paste-back).
+    """Make output frames ``first_frame + ts``: UNet step, VAE decode and paste-back, the engine's one step.
 
     Args:
         source: The source frames, latents and blend material.
         features: (T, 50, 384) whisper tokens on the models' device.
-        models: Anything with ``unet``, ``vae`` and ``pe``; an optional ``restorer`` attribute (a
-            :class:`~nbhelpers.restore.Restorer`, or None) restores the decoded faces before paste-back, so only
-            pixels under the blend mask change.
+        models: Anything with ``unet``, ``vae`` and ``pe``; an optional ``restorer``
+            (:class:`~nbhelpers.restore.Restorer`) restores the decoded faces before paste-back.
         ts: (B,) int output indices relative to ``first_frame``.
         first_frame: Output index of ``ts == 0``.
         cpu_blend: Force the CPU blend (default: the GPU blend on CUDA).
         timings: Accumulates ``generate`` and ``blend`` seconds.
         host_buffer: ``host_buffer(shape)`` -> a pinned uint8 tensor to copy the frames into, or None.
-        events: A :class:`CudaStageEvents`: stage times are recorded as CUDA events (no synchronisation).
-        defer_copy: With a host buffer on CUDA, leave the copy to the host in flight: the caller waits for the
-            stream (e.g. on ``events.last()``) before reading the frames.
-        feature_offset: Output index of row 0 of ``features`` (row ``t - feature_offset`` drives output frame t).
-        pad_to: Run the UNet and the VAE decoder on at least this many rows, repeating the last face's (the
-            extra outputs are dropped): a clip's last batch, or one with frames without a face, then has the
-            shape of the others, so no new cuDNN plans are built for it (they are built per input shape). The
-            engine sets it on CUDA to the planned batch size, and drops it after an out-of-memory fallback.
+        events: A :class:`CudaStageEvents` to record stage times in (no synchronisation).
+        defer_copy: With a host buffer on CUDA, leave the copy in flight (wait on ``events.last()`` before reading).
+        feature_offset: Output index of row 0 of ``features``.
+        pad_to: Run the UNet and decoder on at least this many rows (the last face's repeated, extra outputs
+            dropped), so batches keep one shape and reuse their cuDNN plans.
 
     Returns:
-        ``(frames, faces_256)``: (B, H, W, 3) uint8 BGR numpy frames (with ``defer_copy``, valid only once the
-        batch's copy has completed), and the (F, 256, 256, 3) uint8 BGR tensor of generated (and, with a restorer,
-        restored) crops of the F frames with a face (None when F = 0).
+        ``(frames, faces_256)``: (B, H, W, 3) uint8 BGR numpy frames (with ``defer_copy`` valid once the copy is
+        done), and the (F, 256, 256, 3) uint8 BGR tensor of the F generated (restored) crops, None when F = 0.
 
     Source: ``scripts/inference.py:199-238`` (docs/official-behaviour.md §6-§8).
     """
@@ -346,11 +304,8 @@ def repaint(source: SourceFaces, features: Any, models: Any, ts: np.ndarray, *, 
 
 
 def _index(values: Any, device: Any):
-    """An int64 index tensor on ``device`` from host values, copied without a synchronisation.
-
-    A plain ``torch.as_tensor(values, device=cuda)`` copies from pageable memory, which waits for the stream's
-    queued work and so stalls the overlap of batches; a pinned staging copy is queued like a kernel.
-    """
+    """An int64 index tensor on ``device``; on CUDA through pinned memory, so the copy queues instead of waiting
+    for the stream."""
     import torch
 
     t = torch.from_numpy(np.ascontiguousarray(values, dtype=np.int64))
@@ -367,11 +322,8 @@ def _device_of(models: Any):
 
 
 class CudaStageEvents:
-    """Stage times of the engine on CUDA from events recorded in the stream, read once at the end of a clip.
-
-    Synchronising the device after each batch to time it would stall the pipeline of batches; events cost
-    nothing and are summed when the clip ends (``elapsed_time`` between consecutive marks, milliseconds).
-    """
+    """Stage times on CUDA from events recorded in the stream, summed once at the end of a clip (timing each batch
+    by synchronising would stall the overlap of batches)."""
 
     def __init__(self, device):
         import torch
@@ -413,13 +365,8 @@ class CudaStageEvents:
 
 
 class PinnedRing:
-    """Pinned host buffers that finished batches are copied into, reused in rotation (no allocation per batch).
-
-    Batch k (counted over every render call that shares the ring) uses slot ``k % size``, also when it is
-    retried after an out-of-memory error. The slot reused for batch k last held batch k - size, which the writer
-    has finished with: the queue, the batch being encoded, the handed-over one and the one in flight hold the
-    others (``size`` = :data:`PINNED_RING`).
-    """
+    """Pinned host buffers for finished batches, reused in rotation: batch k (over every render call sharing the
+    ring, retries included) uses slot ``k % size``, whose batch k - size the writer has finished with."""
 
     def __init__(self, size: int = PINNED_RING):
         self.slots: list = [None] * int(size)
@@ -442,10 +389,9 @@ class Piece:
     Attributes:
         first_frame: Output index of the first frame.
         count: Output frames in the piece.
-        source: What to render from (output frame ``t`` uses its source frame ``cycle_index(t, N)``).
-        frames: Instead of ``source``: (count, H, W, 3) uint8 BGR frames written unchanged (source frames
-            without a face, before any model is needed).
-        models: The models to render with, when not :func:`run`'s own (loaded once the first face appears).
+        source: What to render from.
+        frames: Instead of ``source``: (count, H, W, 3) uint8 BGR frames written unchanged (face-less frames).
+        models: The models to render with, when not :func:`run`'s own.
     """
 
     first_frame: int
@@ -466,7 +412,7 @@ def _render(source, features, models, batch_size, n_out, timings, pinned, first_
     def host_buffer(shape):
         return ring.buffer(shape) if use_pinned else None
 
-    # every UNet + decode call at the planned batch shape on CUDA (repaint's pad_to), until an OOM fallback
+    # every UNet + decode call at the planned batch shape on CUDA until an OOM fallback
     pad = {"to": int(batch_size) if pad_batches and device.type == "cuda" else None}
 
     def after_oom() -> None:
@@ -483,8 +429,7 @@ def _render(source, features, models, batch_size, n_out, timings, pinned, first_
         ring.produced += 1
         return frames, (events.last() if use_pinned else None)
 
-    # Batch k+1 is queued on the GPU before the host waits for batch k's copy, so the device never idles while
-    # the host hands a batch over.
+    # Batch k+1 is queued on the GPU before the host waits for batch k's copy: the device never idles.
     pending = None
     try:
         for sl, (frames, done) in gpu.batched(n_out, int(batch_size), step, stage="generate", on_oom=after_oom):
@@ -557,39 +502,27 @@ class _Gate:
 def run(source: SourceFaces, features: Any, models: Any, batch_size: int, n_out: int, writer: Any, *,
         frame_callback: Callable[[int, np.ndarray], None] | None = None, timings: Timings | None = None,
         desc: str = "generate", render_gate: Any = None) -> int:
-    """Render ``n_out`` frames and hand each batch to ``writer`` on a background thread; returns frames written.
-
-    ``source`` is one :class:`SourceFaces` for the whole clip, or an iterable of :class:`Piece` covering output
-    frames 0..n_out-1 in order: a generator that prepares each piece (faces, latents, blend material) as it is
-    asked for lets the encoder write one piece while the next is prepared (the offline job does this).
-
-    The GPU computes batch k+1 while the encoder thread writes batch k (at most :data:`WRITER_QUEUE_DEPTH`
-    batches queued), with a progress bar counted in frames. ``writer`` is anything with ``write(frames)``
-    taking (B, H, W, 3) uint8 BGR (a :class:`~nbhelpers.media.VideoWriter`); None renders without writing.
+    """Render ``n_out`` frames while a background thread writes batch k (at most :data:`WRITER_QUEUE_DEPTH`
+    queued); returns the frames written (``n_out``).
 
     Args:
-        source: A :class:`SourceFaces` (see :func:`render`), or an iterable of :class:`Piece`.
+        source: A :class:`SourceFaces`, or an iterable of :class:`Piece` covering output frames 0..n_out-1 in order
+            (a generator that prepares each piece when asked overlaps that work with the encoder).
         features: See :func:`render`.
         models: See :func:`render` (a piece may bring its own).
         batch_size: Output frames per batch.
         n_out: Output frames.
-        writer: The sink, or None.
-        frame_callback: Called as ``frame_callback(t, frame)`` with each finished (H, W, 3) uint8 BGR frame, in
-            order, before it is written (copy the frame to keep it).
+        writer: Anything with ``write(frames)`` taking (B, H, W, 3) uint8 BGR (a
+            :class:`~nbhelpers.media.VideoWriter`), or None.
+        frame_callback: ``frame_callback(t, frame)`` with each finished (H, W, 3) uint8 BGR frame, in order,
+            before it is written (copy it to keep it).
         timings: Accumulates ``generate``, ``blend`` and ``encode_wait`` (waiting for the encoder at the end).
-        desc: Name of the progress bar.
-        render_gate: None, or a lock or semaphore (``acquire()``/``release()``, e.g. a
-            ``threading.BoundedSemaphore``) held while this clip renders: taken before its first batch, given back
-            once its last batch is rendered, before that batch is queued and before the wait for the encoder to
-            finish the file. Threads rendering clips at once through one gate (a batch worker's jobs) thus render
-            at most as many clips as it admits, and a clip whose encoder is finishing its file lets the next one
-            render meanwhile.
-
-    Returns:
-        The number of frames handed to the writer (``n_out``).
+        desc: Name of the progress bar (counted in frames).
+        render_gate: None, or a lock or semaphore held from the first batch until the last one is rendered (before
+            the encoder finishes), so threads sharing it render at most as many clips at once as it admits.
 
     Raises:
-        Whatever the writer or the callback raised (re-raised in the calling thread), and those of :func:`render`.
+        Whatever the writer or the callback raised (in the calling thread), and those of :func:`render`.
     """
     pieces = [Piece(0, n_out, source)] if isinstance(source, SourceFaces) else source
     ring = PinnedRing()
@@ -624,19 +557,16 @@ def run(source: SourceFaces, features: Any, models: Any, batch_size: int, n_out:
 class BackgroundWriter:
     """Hands finished batches to a writer on a thread while the caller computes the next batch.
 
-    At most ``depth`` batches wait in the queue, so the caller blocks (does not drop frames) when the writer is
-    slower. An error in the writer or the callback stops the writing and is raised in the caller's thread at the
-    next :meth:`put` or at exit. No wait is unbounded: a writer that takes no batch for ``timeout_s`` seconds (a
-    stalled ffmpeg on a network mount that stopped answering) is aborted (``writer.abort()`` kills ffmpeg, which
-    also frees a write blocked on its pipe) and reported as stalled; nothing half-written is kept.
+    The caller blocks (drops nothing) while ``depth`` batches wait. An error in the writer or the callback is raised
+    in the caller's thread at the next :meth:`put` or at exit. A writer that takes no batch for ``timeout_s`` is
+    aborted (``writer.abort()`` kills ffmpeg) and reported as stalled (FFmpegError); nothing half-written is kept.
 
     Args:
-        writer: Anything with ``write(frames)`` (and optionally ``abort()`` and ``stall_timeout_s``), or None to
-            only run the callback.
+        writer: Anything with ``write(frames)`` (optionally ``abort()`` and ``stall_timeout_s``), or None.
         frame_callback: Optional ``frame_callback(t, frame)`` per frame, in order, before it is written.
         depth: Batches allowed to wait.
-        timeout_s: Seconds a put or the final join waits for the writer thread; default the writer's own
-            ``stall_timeout_s`` plus 30 s (it bounds each of its waits), else :data:`WRITER_TIMEOUT_S`.
+        timeout_s: Seconds a put or the final join waits; default the writer's ``stall_timeout_s`` + 30 s, else
+            :data:`WRITER_TIMEOUT_S`.
     """
 
     def __init__(self, writer: Any, frame_callback: Callable[[int, np.ndarray], None] | None = None,

@@ -1,12 +1,8 @@
-"""The avatar: a prepared face that turns any number of speech clips into video as fast as the GPU allows.
+"""The avatar: a prepared face that turns speech clips into video with the models of the pipeline it is handed.
 
-:meth:`Avatar.generate` runs whisper features, UNet and VAE decode in batches through :mod:`nbhelpers.engine`,
-blends on the GPU with the cached masks and encodes through an ffmpeg pipe while the next batch computes. Every
-frame is produced, the last included (the official realtime worker drops it). The avatar is handed the pipeline
-whose models generate its clips; it never makes one.
-
-Source: ``scripts/realtime_inference.py``, with the offline feathering (0.05) by default so that an avatar's
-frames equal the offline job's (``config.blur_ratio=0.1`` gives the official realtime feathering).
+Source: ``scripts/realtime_inference.py`` (docs/official-behaviour.md §9), with the last frame kept (quirk Q9) and
+the offline feathering 0.05 by default, so an avatar's frames equal the offline job's (``blur_ratio=0.1`` gives the
+official realtime one, quirk Q10).
 """
 
 from __future__ import annotations
@@ -36,29 +32,25 @@ from .cache import CACHED_FIELDS, FRAMES_FILE, LosslessFrames, check_files, read
 
 @dataclass
 class Avatar:
-    """A prepared face: frames, crop boxes, latents and blend material, ready to generate from any audio.
-
-    Made by :func:`nbhelpers.avatar.prepare_avatar` or :meth:`load`; it generates with the models of the
-    :class:`~nbhelpers.pipeline.MuseTalkPipeline` it is handed.
+    """A prepared face (frames, crop boxes, latents, blend material), made by
+    :func:`nbhelpers.avatar.prepare_avatar` or :meth:`load`.
 
     Attributes:
         directory: The cache folder.
-        config: Settings it was prepared with (device, precision and batch size planned for this machine).
+        config: Settings it was prepared with (device, precision and batch size planned here).
         frame_shape: (H, W) of the frames in pixels.
         crop_boxes: (N, 4) int32 crop boxes, rows of -1 for frames without a face.
         has_face: (N,) bool.
         latents_np: (M, 8, 32, 32) float32 latents of the M frames with a face.
         squares: (M, 4) int32 expanded squares.
         masks: M feathered blend masks (2s, 2s) uint8.
-        pipe: The pipeline whose models generate its clips.
+        pipe: The :class:`~nbhelpers.pipeline.MuseTalkPipeline` whose models generate its clips.
         backend: Landmark backend it was prepared with.
         loaded_from_cache: True when nothing was recomputed.
         rebuild_reason: Why the cache was (re)built, or "" when loaded.
-        prepare_timings: Wall seconds of each stage of the preparation that made it (empty when loaded):
-            ``frames`` (decode and crop boxes), ``parser_wait`` and ``vae_wait`` (loading the face parser and the
-            VAE, or waiting for another thread loading them), ``parse`` (face parsing and blend masks),
-            ``encode`` (latents), ``arrays`` (the arrays file), ``frames_file`` (waiting for the lossless frames
-            file and its hash), ``finish`` (manifest and reload).
+        prepare_timings: Wall seconds per stage of the preparation (empty when loaded): ``frames`` (decode, crop
+            boxes), ``parser_wait``/``vae_wait`` (loading those), ``parse`` (masks), ``encode`` (latents),
+            ``arrays``, ``frames_file`` (waiting for the lossless file and its hash), ``finish`` (manifest, reload).
     """
 
     directory: Path
@@ -94,7 +86,7 @@ class Avatar:
         return (f"Avatar {self.directory.name}: {self.n_frames} frames {self.frame_shape[1]}x{self.frame_shape[0]}, "
                 f"{self.n_faces} with a face; {how}")
 
-    def __repr__(self) -> str:  # the arrays are many megabytes: show what the avatar is, not its data
+    def __repr__(self) -> str:
         return (f"Avatar({str(self.directory)!r}, {self.n_frames} frames, {self.n_faces} with a face, "
                 f"{self.frame_shape[1]}x{self.frame_shape[0]}, backend {self.backend or '?'!r})")
 
@@ -112,11 +104,10 @@ class Avatar:
             directory: The avatar folder written by :func:`nbhelpers.avatar.prepare_avatar`.
             pipe: The :class:`~nbhelpers.pipeline.MuseTalkPipeline` whose models generate the clips.
             config: Override batch size, encoder and face restorer (cached fields must match the cache).
-            check: Verify every file's size and SHA-256 (catches truncated or corrupted files).
+            check: Verify every file's size and SHA-256.
 
         Raises:
-            CacheError: The folder is not a complete avatar of this format, a file is missing, truncated or
-                corrupt, or ``config`` differs in a cached field. Preparing the avatar again rebuilds it.
+            CacheError: Not a complete, intact avatar of this format, or ``config`` differs in a cached field.
         """
         directory = Path(directory)
         meta = read_meta(directory, check=check)
@@ -128,10 +119,8 @@ class Avatar:
                    loaded_from_cache=True)
 
     def frames(self) -> LosslessFrames | FrameStore:
-        """The N source frames, read-only (H, W, 3) uint8 BGR by index: from the lossless file on demand
-        (:class:`~nbhelpers.avatar.LosslessFrames`), or, for the avatar just prepared, the local raw copy it decoded
-        them into (:class:`~nbhelpers.framestore.FrameStore`: nothing is decoded again), until :meth:`close` or
-        until they are on the GPU."""
+        """The N source frames, read-only (H, W, 3) uint8 BGR by index: decoded on demand from the lossless file, or
+        for an avatar just prepared its local raw copy (until :meth:`close` or until they are on the GPU)."""
         if self._frames is None:
             h, w = self.frame_shape
             self._frames = LosslessFrames(self.directory / FRAMES_FILE, self.n_frames, w, h)
@@ -140,10 +129,9 @@ class Avatar:
     # -- device state, shared by the jobs of this avatar ---------------------------------------------------------
 
     def device_state(self) -> dict[str, Any]:
-        """The state every clip of this avatar renders from, made once: ``source`` (its latents and masks on the
-        pipeline's device, and its frames too when they fit a quarter of the free GPU memory), ``models`` (with
-        the face restorer of its config) and ``clip_config`` (the batch planned for a whole clip); the avatar's
-        ``config`` gets the realtime batch (live sessions and :meth:`stream`)."""
+        """The state every clip renders from, made once: ``source`` (:class:`~nbhelpers.engine.SourceFaces` on the
+        pipeline's device), ``models`` (with the config's restorer) and ``clip_config`` (a whole clip's batch); the
+        avatar's ``config`` gets the realtime batch (live sessions and :meth:`stream`)."""
         if "source" in self._state:
             return self._state
         import torch
@@ -165,7 +153,7 @@ class Avatar:
                              masks=self.masks, squares=[tuple(int(v) for v in s) for s in self.squares])
         source = source.to_device(pipe.device)
         if source.frames_device is not None and isinstance(self._frames, FrameStore):
-            # The frames are on the GPU now: free the local raw copy, the lossless file serves any later host read.
+            # frames on the GPU: free the raw copy, the lossless file serves later host reads
             self._frames.close()
             self._frames = None
             source = dataclasses.replace(source, frames=self.frames())
@@ -173,8 +161,8 @@ class Avatar:
         return self._state
 
     def keep(self, key: str, make: Callable[[], Any]) -> Any:
-        """The object ``key`` of this avatar's device state, made by ``make()`` on first use and kept until
-        :meth:`close`, which calls its ``close()`` if it has one (a live session's model thread, for one)."""
+        """The object ``key`` of the device state, made by ``make()`` on first use; :meth:`close` calls its
+        ``close()`` if any."""
         if key not in self._state:
             self._state[key] = make()
             self._kept.add(key)
@@ -193,10 +181,7 @@ class Avatar:
         return self
 
     def load_models(self) -> Avatar:
-        """Load UNet, VAE, whisper and the cached arrays onto the device now (else the first clip does it).
-
-        Returns self, so that the first :meth:`generate` measures generation only.
-        """
+        """Load UNet, VAE, whisper and the cached arrays onto the device now, not in the first clip. Returns self."""
         self.device_state()
         self.pipe.features(np.zeros(SAMPLE_RATE // FPS, dtype=np.float32))  # whisper + feature extractor
         return self
@@ -222,19 +207,15 @@ class Avatar:
         """Turn one speech clip into a video of this avatar.
 
         Args:
-            audio: Speech file (any format ffmpeg reads), or a 16 kHz mono float32 waveform (then ``output``
-                gets no audio track).
-            output: MP4 path; None for ``<avatar>/vid_output/<audio name>.mp4``; False to write nothing (to
-                measure generation alone).
-            frame_callback: Called as ``frame_callback(t, frame)`` with each finished (H, W, 3) uint8 BGR frame
-                (copy it if you keep it).
-            encoder: Video encoder setting (:data:`nbhelpers.constants.ENCODERS`); default ``config.encoder``.
-                Chosen once per avatar (the NVENC test encode runs once).
-            render_gate: None, or a lock or semaphore shared by threads rendering clips at once: held only while
-                this clip renders (:func:`nbhelpers.engine.run`). The batch workers pass one.
+            audio: Speech file (any format ffmpeg reads), or a 16 kHz mono float32 waveform (no audio track then).
+            output: MP4 path; None for ``<avatar>/vid_output/<audio name>.mp4``; False to write nothing.
+            frame_callback: ``frame_callback(t, frame)`` with each finished (H, W, 3) uint8 BGR frame (copy to keep).
+            encoder: Video encoder setting (:data:`nbhelpers.constants.ENCODERS`; default ``config.encoder``),
+                chosen once per avatar.
+            render_gate: None, or a lock or semaphore held while this clip renders (:func:`nbhelpers.engine.run`).
 
         Returns:
-            :class:`~nbhelpers.result.ClipResult` (``kind="avatar"``) with generation fps and end-to-end fps.
+            :class:`~nbhelpers.result.ClipResult` (``kind="avatar"``).
 
         Raises:
             InputError: The audio is missing, unreadable or shorter than one frame.
@@ -281,9 +262,8 @@ class Avatar:
             yield from (np.array(f) for f in frames)
 
     def close(self) -> None:
-        """Release this avatar's arrays on the device, its decoded frames and what its jobs kept here
-        (:meth:`keep`); the models too when the avatar was made with a pipeline of its own
-        (:func:`nbhelpers.avatar.load_avatar` without one): a pipeline passed in stays loaded for its other jobs."""
+        """Release the device arrays, decoded frames and :meth:`keep` objects; the models too when the avatar made
+        its own pipeline (a pipeline passed in stays loaded)."""
         for key in self._kept:
             close = getattr(self._state.get(key), "close", None)
             if callable(close):
@@ -300,11 +280,8 @@ class Avatar:
 
 
 def read_meta(directory: Path, *, check: bool = True) -> dict[str, Any]:
-    """The manifest of the avatar in ``directory`` (its files' hashes verified when ``check``).
-
-    Raises:
-        CacheError: Not a complete, intact avatar of this format; the message says how to prepare it again.
-    """
+    """The manifest of the avatar in ``directory``, its files' hashes verified when ``check``; CacheError, saying how
+    to prepare it again, unless it is a complete, intact avatar of this format."""
     try:
         meta = read_manifest(directory)
         if check:
@@ -317,12 +294,8 @@ def read_meta(directory: Path, *, check: bool = True) -> dict[str, Any]:
 
 
 def stored_config(meta: dict[str, Any], config: InferenceConfig | None, directory: Path) -> InferenceConfig:
-    """The settings an avatar was prepared with (its manifest's), with ``config``'s device, precision, batch size,
-    encoder and restorer.
-
-    Raises:
-        CacheError: ``config`` differs in a cached field (an ``"auto"`` landmark backend matches any).
-    """
+    """The manifest's settings with ``config``'s device, precision, batch size, encoder and restorer; CacheError
+    when ``config`` differs in a cached field (an ``"auto"`` landmark backend matches any)."""
     stored = InferenceConfig(**meta["params"])
     if config is None:
         return stored

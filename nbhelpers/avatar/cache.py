@@ -1,6 +1,4 @@
-"""The avatar cache on disk: lossless frames, arrays, manifest, fingerprints and staleness.
-
-An avatar is a folder of a few large files (Google Drive is slow with many small ones):
+"""The avatar cache on disk: a folder of a few large files (Google Drive is slow with many small ones).
 
 ================  ==================================================================================
 ``avatar.json``   format version, package version, parameters, source and weights fingerprints, and the size
@@ -47,8 +45,7 @@ CACHED_WEIGHTS = ("sd-vae", "face-parse-bisent", "dwpose", "s3fd")
 
 
 def source_fingerprint(path: Path) -> dict[str, Any]:
-    """Name, size, modification time (whole seconds) and SHA-256 of the source video: the content decides, so a
-    copied file still matches."""
+    """Name, size, modification time (whole seconds) and SHA-256 of the source video (a copied file still matches)."""
     return {"name": path.name, "size": path.stat().st_size, "sha256": sha256_file(path), "mtime": int(path.stat().st_mtime)}
 
 
@@ -78,11 +75,8 @@ def boxes_key(boxes: Any) -> str | None:
 
 
 def write_lossless(frames: Any, path: Path, width: int, height: int, *, stop: threading.Event | None = None) -> int:
-    """Write (H, W, 3) uint8 BGR frames to an FFV1 MKV that decodes back bit-exact. Returns the frame count.
-
-    ``stop``, when set from another thread, kills the encoder after the current frame and raises
-    :class:`~nbhelpers.errors.CacheError` (the partial file is the caller's to remove).
-    """
+    """Write (H, W, 3) uint8 BGR frames to an FFV1 MKV that decodes back bit-exact; returns the frame count.
+    ``stop`` set from another thread kills the encoder and raises CacheError (the caller removes the file)."""
     args = [media.ffmpeg_exe(), "-v", "error", "-y", "-f", "rawvideo", "-pix_fmt", "bgr24", "-s", f"{width}x{height}",
             "-r", str(FPS), "-i", "-", "-c:v", "ffv1", "-level", "3", "-pix_fmt", "bgr0", "-f", "matroska",
             str(path)]
@@ -137,24 +131,19 @@ def read_lossless(path: Path, width: int, height: int) -> Iterator[np.ndarray]:
 
 
 class LosslessFrames:
-    """Random access to the N frames of an avatar's FFV1 file, decoded on demand in chunks (no raw copy on disk).
+    """Random access to the N frames of an FFV1 file, decoded on demand in chunks: ``frames[j]`` is a read-only
+    (H, W, 3) uint8 BGR array, ``frames[a:b]`` and ``frames[[j, k]]`` stack copies.
 
-    Every FFV1 frame is a keyframe and the file's timestamps are exact multiples of 40 ms, so seeking to frame
-    ``j`` (``-ss j/25`` before the input) decodes exactly frames ``j, j+1, ...``. The ping-pong cycle reads the
-    frames forwards then backwards, so a small cache of recently decoded chunks serves both directions.
+    Every FFV1 frame is a keyframe at a multiple of 40 ms, so ``-ss j/25`` decodes exactly frames ``j, j+1, ...``;
+    a few recent chunks are kept for the ping-pong's backward pass. Access raises CacheError when the file holds
+    fewer frames than recorded.
 
     Args:
         path: The FFV1 file written by :func:`write_lossless`.
         n_frames: N, the frames it holds.
-        width: Frame width, pixels.
-        height: Frame height, pixels.
+        width, height: Frame size, pixels.
         chunk: Frames decoded per ffmpeg call.
         cached_chunks: Chunks kept in memory (each ``chunk x H x W x 3`` bytes).
-
-    ``frames[j]`` is a read-only (H, W, 3) uint8 BGR array; ``frames[a:b]`` and ``frames[[j, k]]`` stack copies.
-
-    Raises:
-        CacheError: (on access) the file holds fewer frames than recorded.
     """
 
     def __init__(self, path: Path, n_frames: int, width: int, height: int, chunk: int = 32, cached_chunks: int = 4):
@@ -221,11 +210,8 @@ class LosslessFrames:
 
 
 class BackgroundWrite:
-    """:func:`write_lossless` then the file's size and SHA-256, in a thread (ffmpeg and hashlib release the GIL),
-    so that the encode overlaps the models' work of :func:`nbhelpers.avatar.prepare_avatar`.
-
-    :meth:`result` joins and returns ``(frames written, size, sha256)`` or raises the writer's error;
-    :meth:`cancel` stops the encoder and joins (for the error path: nothing is left running or writing).
+    """:func:`write_lossless` then the file's size and SHA-256, in a thread, overlapping the models' work.
+    :meth:`result` joins and returns ``(frames written, size, sha256)`` or raises; :meth:`cancel` stops and joins.
     """
 
     def __init__(self, frames: Any, path: Path, width: int, height: int):
@@ -304,8 +290,8 @@ def check_files(directory: Path, meta: dict[str, Any]) -> None:
 
 
 def stale_reason(directory: Path, video: Path, config: InferenceConfig, weights_dir: Path, key: str | None) -> str:
-    """Why the cache in ``directory`` cannot be used for ``video`` with ``config``, the weights in ``weights_dir``
-    and the boxes of :func:`boxes_key` ``key`` ("" when it can)."""
+    """Why the cache in ``directory`` cannot serve ``video`` with ``config``, ``weights_dir`` and the boxes of
+    :func:`boxes_key` ``key``; "" when it can."""
     try:
         meta = read_manifest(directory)
     except CacheError as exc:
@@ -369,8 +355,8 @@ def read_arrays(directory: Path) -> dict[str, Any]:
 
 
 def write_manifest(work: Path, directory: Path, meta: dict[str, Any]) -> None:
-    """Move the frames and arrays files from ``work`` into ``directory``, then write the manifest there last (its
-    presence marks a complete cache); the old manifest is removed first, so a crash leaves none that is stale."""
+    """Move the frames and arrays files from ``work`` into ``directory`` and write the manifest last; the old one
+    is removed first, so a crash leaves no stale manifest."""
     (directory / MANIFEST).unlink(missing_ok=True)
     for name in (FRAMES_FILE, ARRAYS_FILE):
         os.replace(work / name, directory / name)

@@ -1,9 +1,7 @@
 """Preparing an avatar: frames, crop boxes, latents and blend masks of a face video, computed once and cached.
 
-:func:`prepare_avatar` loads a valid cache or rebuilds it; :func:`load_avatar` loads one. Both take the pipeline
-whose models do the work, or make one (which the avatar then owns and releases on ``close()``).
-
-Source: ``scripts/realtime_inference.py:87-210``, without its stdin prompts and with frames without a face kept.
+Source: ``scripts/realtime_inference.py:87-210``, without its stdin prompts (quirk Q22) and keeping face-less frames
+(quirk Q7).
 """
 
 from __future__ import annotations
@@ -41,33 +39,26 @@ from .cache import (
 def prepare_avatar(video: str | os.PathLike, directory: str | os.PathLike, pipe: MuseTalkPipeline | None = None, *,
                    config: InferenceConfig | None = None, boxes: Any = None,
                    weights_dir: str | os.PathLike | None = None, rebuild: bool = False, backend: Any = None) -> Avatar:
-    """Prepare (or load) the avatar of a face video: frames, crop boxes, latents and blend masks, computed once.
-
-    When ``directory`` already holds an avatar made from the same video content, settings, boxes, weights,
-    format and package version, and every file passes its size and SHA-256 check, it is loaded without
-    recomputation. Otherwise it is rebuilt (the reason is in ``rebuild_reason``): the decoded frames wait on local
-    disk (never in the avatar folder, which may be on Google Drive), the cache files are written into a temporary
-    folder inside ``directory`` and moved into place, with ``avatar.json`` last. Nothing asks on stdin.
+    """Load the avatar in ``directory`` when it was made from the same video content, settings, boxes, weights,
+    format and package version and its files pass their size and SHA-256 check; else rebuild it (``rebuild_reason``
+    says why): frames decoded to local disk, files written in a temporary folder inside ``directory``, then moved in
+    with ``avatar.json`` last.
 
     Args:
         video: Face video (any frame rate: converted to 25 fps) or photo.
         directory: The avatar folder (created; may be on Google Drive).
         pipe: The :class:`~nbhelpers.pipeline.MuseTalkPipeline` whose models prepare the avatar and generate its
-            clips; None makes one over ``weights_dir`` after the inputs are checked (the avatar releases it on
-            ``close()``).
-        config: Settings; cached fields are version, extra_margin, bbox_shift, parsing_mode, cheek widths,
-            landmark backend, smoothing, seed, latent_mode and blur_ratio.
-        boxes: Crop boxes given by hand, full-frame pixels: one ``(x1, y1, x2, y2)`` for every frame (bare, or a
-            list holding just that box), or one entry, a box or None (no face), per 25 fps frame of the whole
-            video (an avatar keeps every frame). Checked before any model loads.
+            clips; None makes one over ``weights_dir`` after the inputs are checked (released on ``close()``).
+        config: Settings; the cached fields are :data:`nbhelpers.avatar.cache.CACHED_FIELDS`.
+        boxes: Crop boxes, full-frame pixels: one ``(x1, y1, x2, y2)`` (bare or in a one-item list), or one entry,
+            a box or None, per 25 fps frame of the video. Checked before any model loads.
         weights_dir: Weights folder when no ``pipe`` is given (default :func:`nbhelpers.weights.default_dir`).
         rebuild: Rebuild even when the cache is valid.
         backend: Landmark backend object (default the one ``config.landmark_backend`` names).
 
     Returns:
-        :class:`~nbhelpers.avatar.Avatar`; ``loaded_from_cache`` tells whether anything was recomputed. A rebuilt
-        avatar serves its frames from the local raw copy decoded while preparing (bit-exact those of
-        ``frames.mkv``), so its first clip decodes nothing.
+        :class:`~nbhelpers.avatar.Avatar` (``loaded_from_cache``); a rebuilt one serves its frames from the local
+        raw copy, so its first clip decodes nothing.
 
     Raises:
         InputError: The video is missing or unreadable, an option is invalid, ``boxes`` does not fit the video,
@@ -77,7 +68,7 @@ def prepare_avatar(video: str | os.PathLike, directory: str | os.PathLike, pipe:
         DiskSpaceError: The local disk cannot hold the decoded frames.
     """
     config = config or InferenceConfig()
-    boxes = given_boxes(boxes)  # a list holding one box is that box (and the same cache key)
+    boxes = given_boxes(boxes)  # a one-box list is that box, with the same cache key
     if boxes is not None and config.landmark_backend != "boxes":
         config = config.replace(landmark_backend="boxes")
     directory = Path(directory)
@@ -122,8 +113,7 @@ def load_avatar(directory: str | os.PathLike, pipe: MuseTalkPipeline | None = No
     Args:
         directory: The avatar folder.
         pipe: The pipeline whose models generate its clips; None makes one with the avatar's settings over
-            ``weights_dir`` (default: the folder it was prepared with, else the default), which the avatar
-            releases on ``close()``.
+            ``weights_dir`` (default: the folder it was prepared with), released on ``close()``.
         config: Override device, precision, batch size, encoder and face restorer (cached fields must match).
         weights_dir: Weights folder when no ``pipe`` is given.
         check: Verify every file's size and SHA-256.
@@ -150,11 +140,7 @@ def load_avatar(directory: str | os.PathLike, pipe: MuseTalkPipeline | None = No
 
 
 def _weights_path(pipe: MuseTalkPipeline | None, weights_dir: str | os.PathLike | None) -> Path:
-    """The weights folder of a job: the pipeline's, else ``weights_dir``, else the default.
-
-    Raises:
-        InputError: ``weights_dir`` names another folder than the pipeline's.
-    """
+    """The pipeline's weights folder, else ``weights_dir``, else the default; InputError when both disagree."""
     if pipe is None:
         return Path(weights_dir).expanduser() if weights_dir is not None else weights.default_dir()
     if weights_dir is not None and Path(weights_dir).expanduser().resolve() != Path(pipe.weights_dir).resolve():
@@ -165,8 +151,7 @@ def _weights_path(pipe: MuseTalkPipeline | None, weights_dir: str | os.PathLike 
 
 def _build(pipe: MuseTalkPipeline, video: Path, video_info: Any, directory: Path, config: InferenceConfig,
            boxes: Any, key: str | None, backend: Any, owns: bool) -> Avatar:
-    """Compute the avatar of ``video`` with ``pipe`` and write its cache into ``directory`` (see
-    :func:`prepare_avatar`); returns it, serving the frames decoded here."""
+    """Compute the avatar of ``video`` with ``pipe``, write its cache into ``directory`` and return it."""
     run_config = pipe.job_config(config if owns else config.replace(device=None, fp16=None))
     pipe.check_weights(run_config.landmark_backend)
     reader = media.load_video(video)
@@ -195,9 +180,8 @@ def _build(pipe: MuseTalkPipeline, video: Path, video_info: Any, directory: Path
         pipe.compile_for(batch, parts=("encoder", "parser"))  # in the background: eager until ready
         face_frames = np.flatnonzero(track.has_face)
         h, w = store.frame_shape[:2]
-        # The lossless file is encoded and hashed in a thread while the models compute masks and latents. Face
-        # parsing (torch only) runs before the VAE, so that where the VAE is still loading in another thread (a
-        # batch worker's preload) the masks are made meanwhile; the latents' sampling has its own generator.
+        # The lossless file is encoded and hashed in a thread meanwhile. Parsing runs before the VAE, so masks are
+        # made while another thread (a batch worker's preload) may still be loading the VAE.
         writer = BackgroundWrite(store, work / FRAMES_FILE, w, h)
         with flush_denormals(pipe.device):
             # 4. parsing and blending: the feathered masks and expanded squares
@@ -229,8 +213,7 @@ def _build(pipe: MuseTalkPipeline, video: Path, video_info: Any, directory: Path
                  ARRAYS_FILE: file_entry(work / ARRAYS_FILE)}
         write_manifest(work, directory, manifest(config, key, video, pipe.weights_dir, (h, w), len(store),
                                                  len(face_frames), track.backend, files))
-        # The arrays are read back from the cache just written; the frames are the store's (bit-exact those of the
-        # lossless file). Its clips plan their own batch: the preparation's is not a batch asked for.
+        # Arrays read back from the cache, frames from the store; clips plan their own batch.
         clip_config = run_config.replace(batch_size=config.batch_size,
                                          reasons={k: v for k, v in run_config.reasons.items() if k != "batch_size"})
         avatar = Avatar.load(directory, pipe, config=clip_config, check=False)

@@ -1,13 +1,8 @@
 """DWPose's network in plain torch: RTMPose-l whole-body 384x288 (CSPNeXt-P5 backbone + RTMCC head).
 
-Written from the published definitions, without mmcv, mmdet or mmpose: a CSPNeXt-P5 backbone ("l": deepen =
-widen = 1.0, channel attention, only the last stage out) and an RTMCC head (7x7 conv to 133 keypoint maps,
-ScaleNorm + linear to 256-d tokens, one gated attention unit, two linear SimCC classifiers). Parameter names and
-shapes equal those of the official ``dwpose/dw-ll_ucoco_384.pth`` (the tests check them against the checkpoint's
-key list), so the file loads unchanged.
-
-This module imports torch. :mod:`nbhelpers.faces.dwpose_torch` (the backend, light to import) loads it when a model
-is first built.
+Without mmcv, mmdet or mmpose: a CSPNeXt-P5 backbone ("l": deepen = widen = 1.0, channel attention, last stage
+out) and an RTMCC head (7x7 conv to 133 keypoint maps, ScaleNorm + linear to 256-d tokens, one gated attention
+unit, two SimCC classifiers). Parameter names and shapes equal ``dwpose/dw-ll_ucoco_384.pth``'s. Imports torch.
 
 Source: rtmpose-l_8xb32-270e_coco-ubody-wholebody-384x288.py:53-100 (docs/official-behaviour.md §3.1); CSPNeXt as in
 RTMDet (Lyu et al. 2022, arXiv:2212.07784), the RTMCC head and its GAU as in RTMPose (Jiang et al. 2023,
@@ -260,14 +255,8 @@ class RTMPoseWholebody(nn.Module):
 
 
 def fuse_batchnorm(model):
-    """A copy of an :class:`RTMPoseWholebody` with every BatchNorm folded into its conv (inference only).
-
-    The copy computes the same function up to float rounding (about 1e-6 relative in float32) with 75 fewer
-    layers; it no longer has the checkpoint's ``bn`` keys, so it is not for saving. The model passed in is left as
-    it is.
-
-    Source: none (a standard inference rewrite; BatchNorm in eval mode is an affine map per channel).
-    """
+    """A copy of an :class:`RTMPoseWholebody` with every BatchNorm folded into its conv: the same function up to
+    float rounding (about 1e-6 relative in float32), 75 fewer layers, no ``bn`` keys (not for saving)."""
     fused = copy.deepcopy(model).eval()
     for module in fused.modules():
         if isinstance(module, ConvBNAct):

@@ -1,18 +1,8 @@
-"""The ``dwpose`` landmark backend: DWPose (RTMPose-l whole-body 384x288) in plain torch, from the official ``.pth``.
+"""The ``dwpose`` landmark backend: DWPose (RTMPose-l whole-body 384x288) in plain torch from the official ``.pth``,
+S3FD face boxes, and the pre- and post-processing of :mod:`nbhelpers.faces.dwpose_codec` (flip and SimCC decoding on
+the model's device). Importing it loads numpy only.
 
-The network (:mod:`nbhelpers.faces.dwpose_net`) is written from the published definitions, without mmcv, mmdet or
-mmpose; the official ``dwpose/dw-ll_ucoco_384.pth`` loads into it unchanged through
-:func:`nbhelpers.models.load_checkpoint`.
-
-Pre- and post-processing are those of the ONNX backend (:mod:`nbhelpers.faces.dwpose_codec`): the whole frame padded
-1.25 as the person box, the affine crop to 288x384, RGB mean/std, the flip test, SimCC argmax decoding and the
-back-projection. The flip and the decoding run on the model's device; on a GPU the network runs in float16 (the
-head's token part in float32, see :class:`DWPoseTorch`), batched; on the CPU in float32. As in the official
-pipeline, the face box comes from S3FD and landmarks are computed only for frames where S3FD found a face.
-
-Importing this module loads numpy only; torch and the network are imported when a model is first built.
-
-Source: docs/official-behaviour.md §3.1 (`preprocessing.py:15-23,84-111`).
+Source: `preprocessing.py:15-23,84-111` (docs/official-behaviour.md §3.1).
 """
 
 from __future__ import annotations
@@ -37,11 +27,9 @@ S3FD_FILE = "s3fd/s3fd-619a316812.pth"
 MANIFEST_NAME = "dwpose-mmpose"  # the .pth's entry in nbhelpers.weights.MANIFEST (its sha256/size facts)
 INSTALL_TORCH = "pip install torch  (on Colab it is preinstalled; never reinstall it there)"
 
-# Frames per network call, at most (2 inputs each with the flip test); on a GPU pipeline.fit_face_batches fits it to
-# the memory left, and the offline job hands it pieces of 64 frames (one call each).
+# Frames per network call, at most (2 inputs each with the flip test); offline.fit_face_batches fits it on a GPU.
 DEFAULT_BATCH = {"cuda": 64, "cpu": 8}
-# Full frames per S3FD call on a GPU, at most: fit_face_batches fits it to the memory left (a 576x768 frame holds
-# ~0.13 GiB of fp16 activations); fewer, larger calls spend less host time launching kernels.
+# Full frames per S3FD call on a GPU, at most (offline.fit_face_batches fits it; memory in bench/RESULTS.md).
 S3FD_GPU_BATCH = 16
 
 
@@ -61,16 +49,8 @@ def _network():
 
 
 def build_model(device: Any = "cpu"):
-    """A fresh :class:`~nbhelpers.faces.dwpose_net.RTMPoseWholebody` (PyTorch's default initialisation) in eval mode.
-
-    Args:
-        device: Where to build it (``"meta"`` builds without memory, for key/shape checks).
-
-    Returns:
-        The torch module.
-
-    Source: rtmpose-l_8xb32-270e_coco-ubody-wholebody-384x288.py:53-99 (docs/official-behaviour.md §3.1).
-    """
+    """A randomly initialised :class:`~nbhelpers.faces.dwpose_net.RTMPoseWholebody` in eval mode on ``device``
+    (``"meta"``: no memory, for key and shape checks)."""
     torch = _import_torch()
     with torch.device(device):
         model = _network().RTMPoseWholebody()
@@ -82,16 +62,10 @@ def build_model(device: Any = "cpu"):
 # ---------------------------------------------------------------------------------------------------------------
 
 def state_dict_of(checkpoint: Any, path: str | os.PathLike = "checkpoint") -> dict:
-    """The model state dict inside what ``torch.load`` returned for a DWPose file.
+    """The state dict in a loaded DWPose ``checkpoint`` (mmengine's ``{"meta", "state_dict"}`` or a plain one; a
+    ``"module."`` prefix on every key is removed). CheckpointError, naming ``path``, when it is not a dict.
 
-    The official file is an mmengine checkpoint ``{"meta": ..., "state_dict": {...}}``; a plain state dict also
-    works, and a leading ``"module."`` on every key (a DataParallel save) is removed.
-
-    Raises:
-        CheckpointError: It is not a dict (the message names the file).
-
-    Source: `[mmpose] apis/inference.py:104-111` (``load_checkpoint`` reads ``state_dict``;
-    docs/official-behaviour.md §3.1).
+    Source: `[mmpose] apis/inference.py:104-111`.
     """
     if not isinstance(checkpoint, dict):
         raise CheckpointError(f"{path} holds a {type(checkpoint).__name__}, not a DWPose checkpoint (a dict with a "
@@ -106,26 +80,20 @@ def state_dict_of(checkpoint: Any, path: str | os.PathLike = "checkpoint") -> di
 
 def load_model(path: str | os.PathLike, weights_dir: str | os.PathLike | None = None, *,
                allow_pickle: bool = False):
-    """Build the network and load ``dw-ll_ucoco_384.pth`` into it, strictly, on the CPU in float32.
-
-    The file goes through the package's one loading policy, :func:`nbhelpers.models.load_checkpoint`: it is
-    inspected first (HTML page, git-lfs pointer, cut-off file), read with ``weights_only=True``, and unpickled in
-    full (the official mmengine file pickles training metadata) only when its sha256 or size matches what
-    :func:`nbhelpers.weights.expected_facts` knows for ``weights_dir`` (the hub's values, recorded at download).
+    """:class:`~nbhelpers.faces.dwpose_net.RTMPoseWholebody` (eval, float32, CPU) with ``dw-ll_ucoco_384.pth``
+    loaded strictly through :func:`nbhelpers.models.load_checkpoint`: unpickled in full (the mmengine file pickles
+    metadata) only when its sha256 or size matches :func:`nbhelpers.weights.expected_facts` for ``weights_dir``.
 
     Args:
         path: The ``.pth`` file.
-        weights_dir: The weights dir it belongs to (for the recorded facts); default: ``path``'s grandparent.
+        weights_dir: The weights dir it belongs to; default ``path``'s grandparent.
         allow_pickle: Unpickle in full without the checks (only for a file you trust).
 
-    Returns:
-        The :class:`~nbhelpers.faces.dwpose_net.RTMPoseWholebody` in eval mode, float32, on the CPU.
-
     Raises:
-        WeightsError: Missing, damaged, or an untrusted pickle (the message says how to fix it).
+        WeightsError: Missing, damaged, or an untrusted pickle.
         CheckpointError: Its names or shapes differ from RTMPose-l whole-body 384x288.
 
-    Source: `preprocessing.py:17-19` (``init_model(config, checkpoint)``, docs/official-behaviour.md §3.1).
+    Source: `preprocessing.py:17-19` (docs/official-behaviour.md §3.1).
     """
     path = Path(path)
     root = Path(weights_dir) if weights_dir is not None else path.parent.parent
@@ -143,25 +111,17 @@ def load_model(path: str | os.PathLike, weights_dir: str | os.PathLike | None = 
 
 
 def export_onnx(model, path: str | os.PathLike, *, dynamic_batch: bool = True, opset: int = 17) -> Path:
-    """Export the torch network to ONNX with the published ``dw-ll_ucoco_384.onnx`` signature.
-
-    Input ``input`` (N, 3, 384, 288) float32 normalised RGB; outputs ``simcc_x`` (N, 133, 576) and ``simcc_y``
-    (N, 133, 768). Use it to make the ``dwpose-onnx`` file from the ``.pth`` (no second download), or to compare
-    the two backends on the same weights.
+    """Export ``model`` to ONNX with the published ``dw-ll_ucoco_384.onnx`` signature and return ``path``: input
+    ``input`` (N, 3, 384, 288) float32 normalised RGB, outputs ``simcc_x`` (N, 133, 576) and ``simcc_y`` (N, 133, 768).
 
     Args:
-        model: An :class:`~nbhelpers.faces.dwpose_net.RTMPoseWholebody` (moved to the CPU in float32 for the export).
+        model: An :class:`~nbhelpers.faces.dwpose_net.RTMPoseWholebody` (moved to the CPU in float32).
         path: Output ``.onnx`` (written to a temporary name, then renamed).
         dynamic_batch: Dynamic batch axis (True) or batch 1 like the published file.
         opset: ONNX opset.
 
-    Returns:
-        ``path``.
-
     Raises:
-        MissingDependencyError: The ``onnx`` package (needed by torch's exporter) is missing.
-
-    Source: none (ours; the published ONNX file is such an export of the same network).
+        MissingDependencyError: The ``onnx`` package is missing.
     """
     torch = _import_torch()
     if importlib.util.find_spec("onnx") is None:
@@ -223,11 +183,8 @@ def _dtype(dtype: Any, device: str):
 
 
 def simcc_to_keypoints(simcc_x, simcc_y, flip_simcc: tuple | None = None, flip_indices=None):
-    """Flip-merge (optional) and SimCC argmax decoding in torch, on the tensors' device.
-
-    The same maths as :func:`dwpose_codec.merge_flip` + :func:`dwpose_codec.decode_simcc`: the flipped input's
-    vectors take their mirror keypoint's and are reversed along x, ``(a + b) * 0.5``; then the argmax bin (the first
-    on ties), score = the smaller peak value, bin -1 where the score is <= 0, bins / 2.
+    """:func:`dwpose_codec.merge_flip` and :func:`dwpose_codec.decode_simcc` in torch on the tensors' device:
+    flipped vectors mirrored and averaged, the first argmax bin, score the smaller peak, bin -1 where score <= 0.
 
     Args:
         simcc_x, simcc_y: (N, K, Wx), (N, K, Wy) float32 tensors of the plain input.
@@ -265,27 +222,23 @@ class DWPoseTorch:
     """DWPose whole-body keypoints of whole frames with the torch network (no face detector).
 
     Args:
-        checkpoint: ``dw-ll_ucoco_384.pth`` (loaded with :func:`load_model`), or None when ``model`` is given.
+        checkpoint: ``dw-ll_ucoco_384.pth`` (:func:`load_model`), or None when ``model`` is given.
         device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or None (the GPU when torch sees one).
-        dtype: None (float16 on a GPU, float32 on the CPU), ``"float32"``, ``"float16"`` or ``"bfloat16"``. In half
-            precision the backbone and the head's 7x7 conv run in it; the head's token part (ScaleNorm, GAU, SimCC
-            classifiers: 0.6 % of the FLOPs) stays float32, so its squared-ReLU attention cannot overflow and the
-            SimCC vectors are float32 for the argmax.
-        flip_test: Also run the mirrored input and average, as the official config (``test_cfg.flip_test=True``).
-        batch_size: Frames per network call (default 32 on a GPU, 8 on the CPU; halved on CUDA out-of-memory).
-        model: An already built :class:`~nbhelpers.faces.dwpose_net.RTMPoseWholebody` (e.g. random weights)
-            instead of ``checkpoint``.
-        weights_dir: The weights dir (for the checkpoint's recorded sha256); default: the checkpoint's grandparent.
-        fuse: Fold the BatchNorm layers into the convs (:func:`~nbhelpers.faces.dwpose_net.fuse_batchnorm`, on a
-            copy): fewer passes over memory, the same results to float rounding (default True).
-        channels_last: Run the convs in NHWC memory layout (default: on a GPU, where half-precision convs are
-            faster in it).
+        dtype: None (float16 on a GPU, float32 on the CPU), ``"float32"``, ``"float16"`` or ``"bfloat16"``. The
+            head's token part (ScaleNorm, GAU, SimCC classifiers) stays float32: no attention overflow, float32
+            SimCC vectors for the argmax.
+        flip_test: Also run the mirrored input and average (official ``test_cfg.flip_test=True``).
+        batch_size: Frames per network call (default :data:`DEFAULT_BATCH`; halved on CUDA out-of-memory).
+        model: A built :class:`~nbhelpers.faces.dwpose_net.RTMPoseWholebody` instead of ``checkpoint``.
+        weights_dir: The weights dir (for the recorded sha256); default the checkpoint's grandparent.
+        fuse: Fold BatchNorm into the convs (:func:`~nbhelpers.faces.dwpose_net.fuse_batchnorm`, on a copy).
+        channels_last: NHWC convs (default: on a GPU).
 
     Raises:
-        WeightsError / CheckpointError: The checkpoint is missing, damaged or not DWPose's.
+        WeightsError, CheckpointError: The checkpoint is missing, damaged or not DWPose's.
         InputError: A bad device, dtype or batch_size.
 
-    Source: docs/official-behaviour.md §3.1 (`preprocessing.py:17-19,97-101`).
+    Source: `preprocessing.py:17-19,97-101` (docs/official-behaviour.md §3.1).
     """
 
     def __init__(self, checkpoint: str | os.PathLike | None = None, device: str | None = None, dtype: Any = None,
@@ -318,7 +271,7 @@ class DWPoseTorch:
         self._std = torch.tensor(codec.STD_RGB, dtype=torch.float32, device=self.device).view(1, 3, 1, 1)
 
     def _inputs(self, frames_bgr) -> tuple[Any, np.ndarray, np.ndarray]:
-        """Warp each frame on the CPU (the codec's cv2 affine), normalise on the device; (N, 3, 384, 288)."""
+        """(N, 3, 384, 288) inputs: each frame warped on the CPU (the codec's affine), normalised on the device."""
         _import_torch()
         warped, centers, scales = [], [], []
         for frame in frames_bgr:
@@ -334,12 +287,8 @@ class DWPoseTorch:
         return x, np.stack(centers), np.stack(scales)
 
     def simcc(self, inputs) -> tuple[Any, Any, tuple | None]:
-        """Raw SimCC vectors of normalised inputs (a torch tensor on the device, or numpy), and the flipped ones.
-
-        Returns:
-            ``(simcc_x, simcc_y, flipped)``: float32 tensors (N, K, 576), (N, K, 768), and with the flip test the
-            pair of the mirrored inputs (else None), not yet mapped back.
-        """
+        """``(simcc_x, simcc_y, flipped)`` of normalised inputs (tensor or numpy): float32 (N, K, 576), (N, K, 768)
+        and, with the flip test, the mirrored inputs' pair not yet mapped back (else None)."""
         torch = _import_torch()
         x = inputs if isinstance(inputs, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(inputs))
         x = x.to(self.device, self.dtype)
@@ -354,24 +303,16 @@ class DWPoseTorch:
             return sx, sy, None
 
     def keypoints(self, frames_bgr) -> tuple[np.ndarray, np.ndarray]:
-        """133 whole-body keypoints per frame, the whole frame being the person box (official no-bbox call).
+        """``(keypoints, scores)``: (N, 133, 2) float32 ``(x, y)`` frame pixels (not rounded) and (N, 133) float32
+        peaks of (N, H, W, 3) uint8 BGR ``frames_bgr`` (or a list of any sizes), each frame the person box.
 
-        Args:
-            frames_bgr: (N, H, W, 3) uint8 BGR frames (or a list of frames of any sizes).
-
-        Returns:
-            ``(keypoints, scores)``: (N, 133, 2) float32 ``(x, y)`` in frame pixels (not rounded) and (N, 133)
-            float32 SimCC peak values.
-
-        Source: docs/official-behaviour.md §3.1 (`preprocessing.py:97`, `[mmpose] apis/inference.py:162-166`,
-        `models/pose_estimators/topdown.py:102-104,150-155`).
+        Source: `preprocessing.py:97`, `[mmpose] apis/inference.py:162-166` (docs/official-behaviour.md §3.1).
         """
         n = len(frames_bgr)
         if n == 0:
             return np.zeros((0, codec.NUM_KEYPOINTS, 2), np.float32), np.zeros((0, codec.NUM_KEYPOINTS), np.float32)
         batch = self.batch_size or n
-        # On CUDA a short batch is padded to the batch size (copies of its last input, outputs dropped), so the
-        # network sees one shape and cuDNN builds its plans once; after an out-of-memory fallback, no padding.
+        # CUDA: a short batch is padded to one shape (cuDNN plans built once), until an out-of-memory fallback.
         pad = {"to": int(batch) if self.device.startswith("cuda") else None}
 
         def after_oom() -> None:
@@ -408,13 +349,8 @@ class DWPoseTorch:
 # ---------------------------------------------------------------------------------------------------------------
 
 def is_available(weights_dir: str | os.PathLike | None = None):
-    """Whether :class:`DWPoseBackend` can be built here: torch is installed and both weight files are present.
-
-    Returns:
-        :class:`~nbhelpers.faces.dwpose_onnx.Availability`; ``reason`` names what is missing and the fix.
-
-    Source: `preprocessing.py:17-23` (the two files the official code loads).
-    """
+    """:class:`~nbhelpers.faces.dwpose_onnx.Availability` of :class:`DWPoseBackend`: torch and both weight files
+    (`preprocessing.py:17-23`); ``reason`` names what is missing."""
     if importlib.util.find_spec("torch") is None:
         return Availability(False, f"torch is not installed: {INSTALL_TORCH}")
     return files_available(weights_dir, (CHECKPOINT_FILE, S3FD_FILE))
@@ -424,23 +360,21 @@ class DWPoseBackend:
     """Face box from S3FD + 68 landmarks from DWPose in torch: the default landmark backend wherever torch runs.
 
     Args:
-        weights_dir: Folder in the official ``models/`` layout with ``dwpose/dw-ll_ucoco_384.pth`` and
-            ``s3fd/s3fd-619a316812.pth`` (default: ``nbhelpers.weights.default_dir()``).
+        weights_dir: Official ``models/`` layout folder with :data:`CHECKPOINT_FILE` and :data:`S3FD_FILE`
+            (default ``nbhelpers.weights.default_dir()``).
         device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or None (the GPU when available), for both models.
-        dtype: DWPose precision: None (float16 on a GPU, float32 on the CPU) or as :class:`DWPoseTorch`.
-        face_detector: An object with ``detect(frames) -> list[(x1, y1, x2, y2, score) | None]`` to use instead of
-            S3FD (tests, or boxes from elsewhere). Default: S3FD from ``weights_dir``.
-        model: An already built :class:`~nbhelpers.faces.dwpose_net.RTMPoseWholebody` instead of the checkpoint
-            (tests, benchmarks).
-        flip_test: DWPose flip test as in the official config (default True).
-        batch_size: Frames per DWPose call (default 32 on a GPU, 8 on the CPU).
+        dtype: DWPose precision, as :class:`DWPoseTorch`.
+        face_detector: Instead of S3FD, an object with ``detect(frames) -> list[(x1, y1, x2, y2, score) | None]``.
+        model: A built :class:`~nbhelpers.faces.dwpose_net.RTMPoseWholebody` instead of the checkpoint.
+        flip_test: DWPose flip test as in the official config.
+        batch_size: Frames per DWPose call (default :data:`DEFAULT_BATCH`).
 
     Raises:
-        WeightsError / CheckpointError: A weight file is missing, damaged or not the official one.
+        WeightsError, CheckpointError: A weight file is missing, damaged or not the official one.
         MissingDependencyError: torch is not installed.
         InputError: A bad device, dtype or batch size.
 
-    Source: docs/official-behaviour.md §3.1-3.2 (`preprocessing.py:15-23,84-111`).
+    Source: `preprocessing.py:15-23,84-111` (docs/official-behaviour.md §3.1-3.2).
     """
 
     name = "dwpose"
@@ -467,7 +401,7 @@ class DWPoseBackend:
         self.pose = DWPoseTorch(None if model is not None else root / CHECKPOINT_FILE, device, dtype,
                                 flip_test=flip_test, batch_size=batch_size, model=model, weights_dir=root)
         self.device = self.pose.device
-        # S3FD in float16 on a GPU, several frames per call (float32, one frame at a time on the CPU as officially)
+        # S3FD: float16 and several frames per call on a GPU; float32, one frame per call on the CPU (official)
         on_gpu = self.device.startswith("cuda")
         self.face_detector = face_detector if face_detector is not None else build_s3fd(
             root, self.device, dtype="auto", batch_size=S3FD_GPU_BATCH if on_gpu else 1)
@@ -475,22 +409,14 @@ class DWPoseBackend:
     accepts_frames_device = True
 
     def detect(self, frames: np.ndarray, frames_device: Any = None) -> list[FaceResult | None]:
-        """Face box and 68 landmarks for each frame (DWPose runs only on the frames where S3FD found a face).
+        """Per frame None (no face) or a FaceResult: S3FD's box (float64, whole pixels) and score, and (68, 2)
+        float32 landmarks ``(x, y)`` in frame pixels (DWPose whole-body points 23..90, run on face frames only).
 
         Args:
-            frames: (N, H, W, 3) uint8 BGR frames.
-            frames_device: Optional: the same frames as a uint8 tensor on this backend's GPU (S3FD reads them
-                there instead of uploading ``frames`` again; same results).
+            frames: (N, H, W, 3) uint8 BGR frames (InputError otherwise).
+            frames_device: Optional: the same frames as a uint8 tensor on this backend's GPU (S3FD reads them).
 
-        Returns:
-            N entries: None where the face detector finds no face; else a FaceResult with the detector's box
-            (float64, whole pixels), its score, and (68, 2) float32 landmarks (x, y) in frame pixels (DWPose
-            whole-body points 23..90, not rounded).
-
-        Raises:
-            InputError: ``frames`` is not a (N, H, W, 3) uint8 array.
-
-        Source: `preprocessing.py:84-111` (docs/official-behaviour.md §3.1, §3.3 step 1).
+        Source: `preprocessing.py:84-111` (docs/official-behaviour.md §3.1, §3.3).
         """
         return detect_with_pose(frames, self.face_detector, self.pose.keypoints, frames_device)
 

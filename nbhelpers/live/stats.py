@@ -10,17 +10,17 @@ class LiveStats:
     """Counters of one live session (what :class:`~nbhelpers.result.ClipResult` ``.stats`` reports).
 
     Attributes:
-        first_push_t: Clock time of the first push, seconds.
-        first_frame_t: Clock time frame 0 was handed out, seconds.
-        emit_t: Clock times of every emitted frame (kept for the rate).
+        first_push_t: Clock time of the first push (all times in seconds of the session's clock).
+        first_frame_t: Clock time frame 0 was handed out.
+        emit_t: Clock times of every emitted frame.
         late: Frames handed out more than half a frame period after their time (real-time mode).
         max_late_s: Largest lateness, seconds.
         idle: Idle frames (silence).
         starved: Frames whose audio had not arrived in time (silence was added for them).
         whisper_passes: Encoder forwards run (the warm-up's not counted).
-        first_ready_t: Clock time the session started on frame 0's group (its audio final, the worker awake).
-        first_tokens_t: Clock time frame 0's whisper tokens were ready on the device (log-mel, encoder, gather).
-        first_rendered_t: Clock time frame 0's group was rendered and on the host (UNet, VAE decode, blend, copy).
+        first_ready_t: Clock time the session started on frame 0's group.
+        first_tokens_t: Clock time frame 0's whisper tokens were ready on the device.
+        first_rendered_t: Clock time frame 0's group was rendered and on the host.
     """
 
     first_push_t: float | None = None
@@ -36,11 +36,9 @@ class LiveStats:
     first_rendered_t: float | None = None
 
     def first_frame_breakdown(self) -> dict[str, float]:
-        """Frame 0's latency in parts, seconds (NaN where not reached): ``wait`` (first push until the session
-        started on its group: waiting for its audio and waking the worker), ``whisper`` (log-mel, encoder and
-        token gather), ``render`` (UNet, VAE decode, blend and the copy to the host) and ``handout`` (until it was
-        handed out: pacing in real time, the callback of frames before it).
-        """
+        """Frame 0's latency in parts, seconds (NaN where not reached): ``wait`` (for its audio and the worker),
+        ``whisper`` (log-mel, encoder, token gather), ``render`` (UNet, VAE decode, blend, copy to the host) and
+        ``handout`` (pacing, callbacks of earlier frames)."""
         marks = [self.first_push_t, self.first_ready_t, self.first_tokens_t, self.first_rendered_t,
                  self.first_frame_t]
         out = {}
@@ -49,8 +47,8 @@ class LiveStats:
         return out
 
     def as_dict(self) -> dict[str, float]:
-        """Plain numbers: first_frame_latency_s, sustained_fps, late_frames, max_late_s, idle, starved, passes,
-        and frame 0's latency in parts (``first_frame_<part>_s``, :meth:`first_frame_breakdown`)."""
+        """Plain numbers: first_frame_latency_s, sustained_fps, late_frames, max_late_s, idle_frames,
+        starved_frames, whisper_passes and ``first_frame_<part>_s`` (:meth:`first_frame_breakdown`)."""
         n = len(self.emit_t)
         span = self.emit_t[-1] - self.emit_t[0] if n > 1 else 0.0
         latency = (self.first_frame_t - self.first_push_t) if self.first_frame_t is not None \

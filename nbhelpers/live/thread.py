@@ -11,19 +11,12 @@ from ..engine import PinnedRing
 
 
 class ModelThread:
-    """The one long-lived thread that runs an avatar's model work for all its live sessions (kept in its state).
+    """The one long-lived thread that runs an avatar's model work (warm-up, whisper passes, renders) for all its
+    live sessions, one call at a time; a call from the thread itself runs inline.
 
-    Why a thread of its own: PyTorch caches the cuDNN execution plan of each convolution shape per thread
-    (``thread_local`` caches in ``aten/src/ATen/native/cudnn/Conv_v8.cpp``), so work on a fresh thread re-plans
-    every convolution of the UNet, the VAE decoder and whisper's front-end on its first call of each shape, which
-    a warm-up done on another thread does not spare it. Here the warm-up and every session's whisper passes and
-    renders run on the same thread, which outlives the sessions: each shape is planned once per avatar. The
-    pinned host buffers of the rendered batches (:class:`~nbhelpers.engine.PinnedRing`) live here too, for the
-    same reason: made once, not inside a session's first frame. The ring is only used on this thread and each
-    batch is copied out before the next render call, so sessions can share it.
-
-    Sessions of one avatar hand their work over one at a time (the device runs it in turn anyway); a call made
-    from this thread itself runs inline. Waiting for a result blocks on the future (no polling).
+    PyTorch caches cuDNN plans per thread (``aten/src/ATen/native/cudnn/Conv_v8.cpp``), so one thread that outlives
+    the sessions plans each shape once per avatar. Its :class:`~nbhelpers.engine.PinnedRing` is shared by the
+    sessions (each batch is copied out before the next render).
     """
 
     def __init__(self):

@@ -1,9 +1,8 @@
 """Whisper tokens of a live session's frames, each group's exactly as one-clip generation gives them on its prefix.
 
-Frame ``k`` reads encoder frames ``2k-4 .. 2k+5`` (50 tokens: 10 encoder frames of 5 layers, :mod:`nbhelpers.audio`).
-Whisper-tiny encodes whole 30 s segments with global self-attention and a log-mel clamped per segment, so the
-tokens of a group made from the audio prefix ``[0, E)`` are those of ``whisper_features(audio[:E])``: the open
-segment is encoded again for each group, a complete one once.
+Frame ``k`` reads encoder frames ``2k-4 .. 2k+5`` (50 tokens: 10 encoder frames of 5 layers). Whisper-tiny encodes
+30 s segments with global attention and a per-segment log-mel clamp, so the open segment is encoded again for each
+group and a complete one once (docs/official-behaviour.md §5.1).
 """
 
 from __future__ import annotations

@@ -1,19 +1,8 @@
-"""Face parsing: BiSeNet label maps and the ``raw`` / ``jaw`` / ``neck`` masks of the face to repaint.
+"""Face parsing: BiSeNet label maps (``parser``, ``network``) and the ``raw`` / ``jaw`` / ``neck`` masks of the face
+to repaint (``masks``). BiSeNet with a ResNet-18 context path, trained by face-parsing.PyTorch on CelebAMask-HQ
+(``79999_iter.pth``). Importing this package loads numpy only.
 
-MuseTalk decides which pixels of the generated face to show with a face-parsing network: BiSeNet with a ResNet-18
-context path, trained by face-parsing.PyTorch on CelebAMask-HQ (file ``79999_iter.pth``).
-
-- ``masks``: the label vocabulary (:data:`LABELS`) and :func:`face_mask`, the label map -> 0/255 mask step of each
-  parsing mode (numpy + OpenCV), with :func:`face_mask_torch`, the same on a batch on a torch device (equal bit for
-  bit).
-- ``parser``: :class:`FaceParser` loads ``face-parse-bisent/79999_iter.pth`` strictly and turns RGB images, or the
-  squares of frames already on the device, into (N, 512, 512) label maps with the official preprocessing.
-- ``network``: :class:`nbhelpers.parsing.network.BiSeNet`, the ``torch.nn.Module`` whose parameter names and shapes
-  equal the official checkpoint's. It imports torch, so it is loaded when a parser is first built; importing this
-  package loads numpy only.
-
-Source: ``musetalk/utils/face_parsing/__init__.py`` and ``model.py`` of the official repository
-(docs/official-behaviour.md §7.3).
+Source: ``musetalk/utils/face_parsing/__init__.py``, ``model.py`` (docs/official-behaviour.md §7.3).
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
 """Face parsing's label vocabulary and the label map -> mask step of each parsing mode (``raw`` / ``jaw`` / ``neck``).
 
-:func:`face_mask` works on one (512, 512) label map with numpy and OpenCV; :func:`face_mask_torch` does the same on a
-batch of label maps on a torch device, equal bit for bit. The label maps come from
-:class:`nbhelpers.parsing.FaceParser`.
-
-Source: ``musetalk/utils/face_parsing/__init__.py:15-57,92-110`` of the official repository
-(docs/official-behaviour.md §7.3).
+Source: ``musetalk/utils/face_parsing/__init__.py:15-57,92-110`` (docs/official-behaviour.md §7.3).
 """
 
 from __future__ import annotations
@@ -25,7 +20,7 @@ __all__ = [
 
 N_CLASSES = 19  # BiSeNet output classes: background + 18 CelebAMask-HQ parts (model.py:230-254)
 
-# Class index -> name, the CelebAMask-HQ order face-parsing.PyTorch trained with (docs/official-behaviour.md §7.3).
+# Class index -> name, the CelebAMask-HQ order face-parsing.PyTorch trained with.
 LABELS = ("background", "skin", "l_brow", "r_brow", "l_eye", "r_eye", "eye_g", "l_ear", "r_ear", "ear_r",
           "nose", "mouth", "u_lip", "l_lip", "neck", "neck_l", "cloth", "hair", "hat")
 SKIN, NOSE, MOUTH, UPPER_LIP, LOWER_LIP, NECK = 1, 10, 11, 12, 13, 14
@@ -38,17 +33,11 @@ _KEEP = {  # labels kept as 255 by the simple modes (face_parsing/__init__.py:93
 
 
 def jaw_dilation_kernel() -> np.ndarray:
-    """The 33x33 "cone + tail" kernel that jaw mode dilates the skin with.
+    """The (33, 33) uint8 0/1 "cone + tail" kernel jaw mode dilates the skin with: rows 0-9 zero, row ``r`` in
+    10..20 a run of ``2 (r - 10) + 1`` ones centred on column 16, rows 21-32 ones in columns 6-26. With OpenCV's
+    centre anchor the skin grows mostly upwards.
 
-    Rows 0-9 are zero. Row ``r`` in 10..20 holds a centred run of ``2 (r - 10) + 1`` ones (1, 3, ..., 21 wide, around
-    column 16). Rows 21-32 hold ones in columns 6-26 (21 wide). With OpenCV's centre anchor (16, 16) a single skin
-    pixel at row ``y`` spreads to rows ``y-16 .. y-4`` at full width 21 and to rows ``y-3 .. y+6`` as a triangle
-    narrowing from 19 to 1 pixels, i.e. the skin grows mostly upwards.
-
-    Returns:
-        (33, 33) uint8 array of 0/1.
-
-    Source: ``musetalk/utils/face_parsing/__init__.py:15-42`` (docs/official-behaviour.md §7.3).
+    Source: ``face_parsing/__init__.py:15-42``.
     """
     kernel = np.zeros((33, 33), np.uint8)
     for row in range(10, 21):
@@ -59,12 +48,9 @@ def jaw_dilation_kernel() -> np.ndarray:
 
 
 def jaw_erosion_kernel() -> np.ndarray:
-    """The elliptical (35 wide, 3 high) structuring element that jaw mode erodes twice with.
+    """The (3, 35) uint8 ellipse jaw mode erodes twice with: ones on row 1 and at column 17 of rows 0 and 2.
 
-    Returns:
-        (3, 35) uint8 array: row 0 and row 2 have a single one at column 17, row 1 is all ones.
-
-    Source: ``cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (35, 3))``, ``face_parsing/__init__.py:45-46``.
+    Source: ``face_parsing/__init__.py:45-46``.
     """
     import cv2
 
@@ -72,22 +58,11 @@ def jaw_erosion_kernel() -> np.ndarray:
 
 
 def cheek_mask(left_cheek_width: int = 90, right_cheek_width: int = 90) -> np.ndarray:
-    """The two cheek bands of jaw mode in the 512-px parsing space.
+    """The (512, 512) uint8 cheek bands of jaw mode: 255 on columns ``0 .. 256 - left_cheek_width`` and
+    ``256 + right_cheek_width .. 511`` (inclusive), 0 in the central band; widths are integers 0..256 in parsing
+    pixels (InputError otherwise). With 90/90: columns 0-166 and 346-511.
 
-    255 on columns ``0 .. 256 - left_cheek_width`` and ``256 + right_cheek_width .. 511`` (both ends inclusive, as
-    OpenCV draws filled rectangles), 0 in the central band. With 90/90: columns 0-166 and 346-511.
-
-    Args:
-        left_cheek_width: Width in parsing pixels (0-256) of the central band left of column 256.
-        right_cheek_width: Width in parsing pixels (0-256) of the central band right of column 256.
-
-    Returns:
-        (512, 512) uint8 of 0/255.
-
-    Raises:
-        InputError: When a width is not an integer in 0..256.
-
-    Source: ``face_parsing/__init__.py:49-57`` (docs/official-behaviour.md §7.3).
+    Source: ``face_parsing/__init__.py:49-57``.
     """
     left = _cheek_width("left_cheek_width", left_cheek_width)
     right = _cheek_width("right_cheek_width", right_cheek_width)
@@ -101,33 +76,23 @@ def cheek_mask(left_cheek_width: int = 90, right_cheek_width: int = 90) -> np.nd
 
 def face_mask(labels: np.ndarray, mode: str = "jaw", left_cheek_width: int = 90,
               right_cheek_width: int = 90) -> np.ndarray:
-    """Turn a BiSeNet label map into the 0/255 mask of the pixels the generated face may replace.
+    """The (512, 512) uint8 mask, 255 on the pixels the generated face may replace, of a BiSeNet label map.
 
-    Modes:
-
-    * ``raw`` (v1, or v15 with ``parsing_mode="raw"``): 255 on skin, mouth, upper and lower lip (1, 11, 12, 13).
-    * ``neck``: ``raw`` plus the neck (14).
-    * ``jaw`` (v15 default): the skin (1) is dilated with :func:`jaw_dilation_kernel` (grows upwards), the
-      dilation is eroded twice with :func:`jaw_erosion_kernel`; the eroded version is used on the cheek bands of
-      :func:`cheek_mask` and the dilated one in the central band. That region minus the nose (10), plus the lips
-      and mouth (11, 12, 13), is the mask.
+    ``raw`` (v1): skin, mouth and lips (1, 11, 12, 13). ``neck``: ``raw`` plus the neck (14). ``jaw`` (v15 default):
+    the skin dilated with :func:`jaw_dilation_kernel` (on the cheek bands of :func:`cheek_mask` then eroded twice
+    with :func:`jaw_erosion_kernel`), minus the nose (10), plus mouth and lips.
 
     Args:
         labels: (512, 512) integer label map (values 0..18) from :meth:`FaceParser.labels`.
         mode: ``"jaw"``, ``"raw"`` or ``"neck"``.
-        left_cheek_width: Jaw mode only: central band width left of column 256, in parsing pixels (0-256).
-            The scripts default to 90 (``inference.py:272``); the official ``FaceParsing()`` constructor (used by
-            v1, where it does not matter) has 80.
-        right_cheek_width: Jaw mode only: the same right of column 256 (``inference.py:273``).
-
-    Returns:
-        (512, 512) uint8 mask, 255 where kept and 0 elsewhere.
+        left_cheek_width: Jaw mode: central band left of column 256, parsing pixels 0..256 (the scripts use 90,
+            ``inference.py:272``; ``FaceParsing()`` defaults to 80).
+        right_cheek_width: Jaw mode: the same right of column 256 (``inference.py:273``).
 
     Raises:
-        InputError: When ``labels`` is not a (512, 512) integer array, ``mode`` is unknown, or a cheek width is
-            outside 0..256.
+        InputError: ``labels`` is not a (512, 512) integer array, or the mode or a width is invalid.
 
-    Source: ``musetalk/utils/face_parsing/__init__.py:92-110`` (docs/official-behaviour.md §7.3).
+    Source: ``face_parsing/__init__.py:92-110``.
     """
     check_parsing_args(mode, left_cheek_width, right_cheek_width)
     labels = np.asarray(labels)
@@ -150,27 +115,9 @@ def face_mask(labels: np.ndarray, mode: str = "jaw", left_cheek_width: int = 90,
 
 def face_mask_torch(labels: Any, mode: str = "jaw", left_cheek_width: int = 90,
                     right_cheek_width: int = 90) -> Any:
-    """:func:`face_mask` of a batch of label maps as torch ops on their device (equal bit for bit).
-
-    The jaw mode's ``cv2.dilate`` / ``cv2.erode`` are binary max / min filters over the kernels'
-    ones with OpenCV's anchor (the centre) and default border (outside pixels never win); they are done as max
-    pools over each kernel row's run of ones, shifted by the row's offset, which is exact for 0/1 images.
-
-    Args:
-        labels: (B, 512, 512) integer torch tensor (uint8 from :meth:`FaceParser.labels_torch`), any device.
-        mode: ``"jaw"``, ``"raw"`` or ``"neck"``.
-        left_cheek_width: Jaw mode only: central band width left of column 256, parsing pixels (0-256).
-        right_cheek_width: Jaw mode only: the same right of column 256.
-
-    Returns:
-        (B, 512, 512) uint8 tensor of 0/255 on ``labels``' device.
-
-    Raises:
-        InputError: When ``labels`` is not a (B, 512, 512) integer tensor, or the mode or a width is invalid.
-
-    Source: ``musetalk/utils/face_parsing/__init__.py:92-110`` (docs/official-behaviour.md §7.3), as
-    :func:`face_mask`.
-    """
+    """:func:`face_mask` of (B, 512, 512) integer ``labels`` on any torch device: a (B, 512, 512) uint8 0/255 tensor
+    there, bit-exact. ``cv2.dilate``/``erode`` become max pools over each kernel row's run of ones (exact on 0/1).
+    InputError as :func:`face_mask`."""
     import torch
 
     check_parsing_args(mode, left_cheek_width, right_cheek_width)
@@ -197,10 +144,7 @@ def face_mask_torch(labels: Any, mode: str = "jaw", left_cheek_width: int = 90,
 
 
 def _binary_dilate(x: Any, kernel: np.ndarray) -> Any:
-    """OpenCV ``dilate`` of a (B, 1, H, W) 0/1 float tensor with a 0/1 kernel, centre anchor, zero outside.
-
-    ``out(y, x) = max over kernel ones (i, j) of in(y + i - ay, x + j - ax)``, no kernel flip (OpenCV's definition).
-    """
+    """OpenCV ``dilate`` (centre anchor, no kernel flip, zero outside) of a (B, 1, H, W) 0/1 float tensor."""
     import torch
     import torch.nn.functional as F
 
@@ -225,16 +169,7 @@ def _binary_dilate(x: Any, kernel: np.ndarray) -> Any:
 
 
 def check_parsing_args(mode: str, left_cheek_width: int = 90, right_cheek_width: int = 90) -> None:
-    """Validate a parsing mode and the cheek widths (cheap; call before any model loads).
-
-    Args:
-        mode: ``"jaw"``, ``"raw"`` or ``"neck"``.
-        left_cheek_width: Integer 0..256 (parsing pixels).
-        right_cheek_width: Integer 0..256 (parsing pixels).
-
-    Raises:
-        InputError: When ``mode`` is unknown or a width is not an integer in 0..256.
-    """
+    """Raise InputError unless ``mode`` is in :data:`PARSING_MODES` and both widths are integers 0..256."""
     if mode not in PARSING_MODES:
         raise InputError(f"parsing_mode must be one of {PARSING_MODES}; got {mode!r}. Use 'jaw' for MuseTalk 1.5 "
                          "(the official default) or 'raw' for 1.0.")

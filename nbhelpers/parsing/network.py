@@ -1,16 +1,11 @@
 """BiSeNet, the face-parsing network of face-parsing.PyTorch (ResNet-18 context path, 19 CelebAMask-HQ classes).
 
-Written from the parameter names and shapes of the official ``face-parse-bisent/79999_iter.pth`` (the tests check
-them against the checkpoint's key list): ``cp.resnet.*`` (ResNet-18 without its classifier), ``cp.arm16`` /
-``cp.arm32`` (attention refinement), ``cp.conv_head16/32`` and ``cp.conv_avg`` (context path), ``ffm`` (feature
-fusion) and the three heads ``conv_out`` (main, 19 classes from 256 channels), ``conv_out16`` and ``conv_out32``
-(auxiliary, from 128 channels). Every convolution has no bias and is followed by a BatchNorm (eps 1e-5) except the
-1x1 attention and classifier convolutions.
+Parameter names and shapes equal ``face-parse-bisent/79999_iter.pth``'s: ``cp.resnet.*``, ``cp.arm16/32``
+(attention refinement), ``cp.conv_head16/32``, ``cp.conv_avg``, ``ffm`` (feature fusion) and the heads ``conv_out``
+(main) and ``conv_out16/32`` (auxiliary). Convolutions have no bias and a BatchNorm (eps 1e-5) except the 1x1
+attention and classifier ones. Imports torch.
 
-This module imports torch. :mod:`nbhelpers.parsing` (light to import) loads it when a parser is first built.
-
-Source: ``musetalk/utils/face_parsing/model.py:230-254`` and ``resnet.py`` of the official repository
-(docs/official-behaviour.md §7.3).
+Source: ``musetalk/utils/face_parsing/model.py:230-254``, ``resnet.py`` (docs/official-behaviour.md §7.3).
 """
 
 from __future__ import annotations
@@ -144,14 +139,8 @@ class Head(nn.Module):
 
 
 class BiSeNet(nn.Module):
-    """BiSeNet face parser (face-parsing.PyTorch layout), 19 classes.
-
-    Parameter names and shapes equal the official ``79999_iter.pth`` (191 entries, 13 313 119 values with
-    the BatchNorm counters). ``forward`` returns the three heads like the original; :meth:`parse` returns only
-    the main head (what MuseTalk uses) without computing the two auxiliary ones.
-
-    Source: ``musetalk/utils/face_parsing/model.py:230-254``, ``resnet.py`` (docs/official-behaviour.md §7.3).
-    """
+    """BiSeNet face parser; its state dict equals ``79999_iter.pth``'s (191 entries, 13 313 119 values with the
+    BatchNorm counters). ``forward`` returns the three heads, :meth:`parse` only the main one (MuseTalk's)."""
 
     def __init__(self, n_classes: int = N_CLASSES):
         super().__init__()
@@ -165,10 +154,7 @@ class BiSeNet(nn.Module):
         return F.interpolate(logits, size=size, mode="bilinear", align_corners=True)
 
     def parse(self, x):
-        """Main-head logits (N, n_classes, H, W) for normalised images x (N, 3, H, W), H and W multiples of 32.
-
-        Equal to ``forward(x)[0]``.
-        """
+        """``forward(x)[0]``: main-head logits (N, n_classes, H, W) of (N, 3, H, W) inputs, H and W multiples of 32."""
         feat8, context8, _ = self.cp(x)
         return self._upsample(self.conv_out(self.ffm(feat8, context8)), x.shape[2:])
 

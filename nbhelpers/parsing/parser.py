@@ -1,12 +1,6 @@
-"""BiSeNet face parsing: loading ``79999_iter.pth`` strictly and turning images into (N, 512, 512) label maps.
+"""BiSeNet face parsing: ``79999_iter.pth`` loaded strictly, images turned into (N, 512, 512) label maps.
 
-:class:`FaceParser` runs the official preprocessing on host images (:meth:`FaceParser.labels`) or on the squares of
-frames already on the device (:meth:`FaceParser.labels_torch`, the PIL resize done integer-exactly by
-:mod:`nbhelpers.resample`). The network itself is :class:`nbhelpers.parsing.network.BiSeNet`; importing this module
-loads no torch.
-
-Source: ``musetalk/utils/face_parsing/__init__.py:59-90`` of the official repository
-(docs/official-behaviour.md §7.3).
+Source: ``musetalk/utils/face_parsing/__init__.py:59-90`` (docs/official-behaviour.md §7.3).
 """
 
 from __future__ import annotations
@@ -34,30 +28,13 @@ INSTALL_TORCH = "pip install torch  (on Colab it is preinstalled; never reinstal
 
 
 def build_bisenet(n_classes: int = N_CLASSES):
-    """A BiSeNet with PyTorch's default random initialisation (no file read).
-
-    Args:
-        n_classes: Output classes (19 for the official weights).
-
-    Returns:
-        ``BiSeNet`` module in eval mode on the CPU, float32.
-    """
+    """A ``BiSeNet`` of ``n_classes`` outputs with PyTorch's random initialisation, eval mode, CPU, float32."""
     return require("nbhelpers.parsing.network", INSTALL_TORCH).BiSeNet(n_classes).eval()
 
 
 def bisenet_path(weights: str | os.PathLike) -> Path:
-    """The path of ``79999_iter.pth`` given a weights dir or the file itself.
-
-    Args:
-        weights: A weights directory in the official layout (holding ``face-parse-bisent/79999_iter.pth``), or the
-            path of a BiSeNet ``.pth`` file.
-
-    Returns:
-        Path of the checkpoint file (which exists).
-
-    Raises:
-        WeightsError: When neither the file nor ``<weights>/face-parse-bisent/79999_iter.pth`` exists.
-    """
+    """The checkpoint ``weights`` (a ``.pth`` file) or ``weights/face-parse-bisent/79999_iter.pth``; WeightsError
+    when neither exists."""
     path = Path(weights).expanduser()
     if path.is_file():
         return path
@@ -70,26 +47,20 @@ def bisenet_path(weights: str | os.PathLike) -> Path:
 
 
 def load_bisenet(weights: str | os.PathLike, device: Any = "cpu", dtype: Any = None):
-    """Load the official ``79999_iter.pth`` strictly into our BiSeNet.
-
-    The file is a plain state dict. It is read with ``torch.load(weights_only=True)`` onto the CPU; every key
-    must be present with its exact shape and no key may be extra. (The official code first loads the ImageNet
-    ResNet-18 into the backbone; 79999_iter.pth overwrites all of it, so that file is not needed.)
+    """``BiSeNet`` in eval mode on ``device`` with ``dtype`` (None: float32) from the plain state dict
+    ``79999_iter.pth``, read with ``torch.load(weights_only=True)``: every key present with its shape, none extra.
+    The official ImageNet ResNet-18 load is not needed (this file overwrites all of it).
 
     Args:
         weights: Weights directory or checkpoint path (see :func:`bisenet_path`).
-        device: torch device for the model (``"cpu"``, ``"cuda"``, ``"cuda:1"``).
-        dtype: torch dtype of the parameters; None = ``torch.float32``. fp16 is meant for CUDA.
-
-    Returns:
-        ``BiSeNet`` in eval mode on ``device`` with ``dtype``.
+        device: torch device (``"cpu"``, ``"cuda"``, ``"cuda:1"``).
+        dtype: torch dtype of the parameters; fp16 is meant for CUDA.
 
     Raises:
-        WeightsError: When the file is missing.
-        CheckpointError: When the file cannot be read as a state dict, or its keys or shapes differ from BiSeNet's
-            (the message lists the missing, unexpected and mis-shaped keys).
+        WeightsError: The file is missing.
+        CheckpointError: Not a state dict, or keys or shapes differ from BiSeNet's (listed in the message).
 
-    Source: ``face_parsing/__init__.py:59-67`` (docs/official-behaviour.md §1.1, §7.3).
+    Source: ``face_parsing/__init__.py:59-67`` (docs/official-behaviour.md §1.1).
     """
     import torch
 
@@ -128,31 +99,18 @@ def _check_state_dict(expected: dict, state: dict, path: Path) -> None:
     raise CheckpointError("\n".join(lines))
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# The parser: images -> label maps
-# ---------------------------------------------------------------------------------------------------------------
-
 class FaceParser:
     """BiSeNet face parsing with the official preprocessing, batched.
 
-    Example:
-        >>> parser = FaceParser("models", device="cuda", dtype=torch.float16)  # doctest: +SKIP
-        >>> labels = parser.labels(crops_rgb)            # (N, 512, 512) uint8, values 0..18  # doctest: +SKIP
-        >>> mask = face_mask(labels[0], "jaw")           # (512, 512) uint8 0/255  # doctest: +SKIP
-
     Args:
-        weights: Weights directory (holding ``face-parse-bisent/79999_iter.pth``) or the checkpoint path.
-        device: torch device (``"cpu"``, ``"cuda"``...). The official code always uses ``cuda:0``
-            (docs/official-behaviour.md Q4).
-        dtype: torch dtype of the network; None = float32. ``torch.float16`` works on CUDA (the labels can differ
-            from fp32 on a few boundary pixels); on the CPU a half dtype falls back to float32 with a warning.
-        batch_size: Images per forward pass (512x512 each); on CUDA out-of-memory the batch is halved.
+        weights: Weights directory or checkpoint path (:func:`bisenet_path`).
+        device: torch device (the official code always uses ``cuda:0``, quirk Q4).
+        dtype: torch dtype of the network; None: float32. float16 on CUDA can change a few boundary labels; on
+            the CPU a half dtype falls back to float32 with a FallbackWarning.
+        batch_size: Images per forward pass (512x512 each), halved on CUDA out-of-memory.
 
     Raises:
-        WeightsError: When the checkpoint is missing.
-        CheckpointError: When it does not match BiSeNet.
-
-    Source: ``musetalk/utils/face_parsing/__init__.py:59-90`` (docs/official-behaviour.md §7.3).
+        WeightsError, CheckpointError: As :func:`load_bisenet`.
     """
 
     def __init__(self, weights: str | os.PathLike, device: Any = "cpu", dtype: Any = None, batch_size: int = 8):
@@ -179,19 +137,10 @@ class FaceParser:
 
     @staticmethod
     def preprocess(images_rgb: np.ndarray | Sequence[np.ndarray]) -> np.ndarray:
-        """Official input preparation: PIL BILINEAR resize to 512x512, scale to [0, 1], ImageNet mean/std.
+        """(N, 3, 512, 512) float32 inputs of (N, H, W, 3) uint8 RGB ``images_rgb`` (or a list of any sizes): PIL
+        BILINEAR resize to 512, scale to [0, 1], ImageNet mean/std. InputError for a non-(H, W, 3) uint8 image.
 
-        Args:
-            images_rgb: (N, H, W, 3) uint8 RGB array, or a sequence of (H_i, W_i, 3) uint8 RGB arrays (the
-                expanded squares of different frames have different sizes).
-
-        Returns:
-            (N, 3, 512, 512) float32 normalised images.
-
-        Raises:
-            InputError: When an image is not (H, W, 3) uint8 with H, W >= 1.
-
-        Source: ``face_parsing/__init__.py:71-75,83-88`` (transforms.ToTensor + Normalize; PIL resize BILINEAR).
+        Source: ``face_parsing/__init__.py:71-75,83-88``.
         """
         from PIL import Image
 
@@ -206,22 +155,18 @@ class FaceParser:
         return out
 
     def labels(self, images_rgb: np.ndarray | Sequence[np.ndarray], batch_size: int | None = None) -> np.ndarray:
-        """Per-pixel class labels of each image, in the 512x512 parsing space.
+        """(N, 512, 512) uint8 labels 0..18 (:data:`LABELS`), the argmax of the main head, of each image.
 
         Args:
-            images_rgb: (N, H, W, 3) uint8 **RGB** array, or a sequence of (H_i, W_i, 3) uint8 RGB arrays. MuseTalk
-                passes the expanded square of the original frame (``blending.crop_padded`` of the BGR frame,
-                flipped to RGB).
-            batch_size: Images per forward pass; None = the parser's ``batch_size``.
-
-        Returns:
-            (N, 512, 512) uint8 labels 0..18 (see :data:`LABELS`): argmax of the main head.
+            images_rgb: (N, H, W, 3) uint8 **RGB** array or a list of (H_i, W_i, 3) ones (MuseTalk passes each
+                frame's expanded square, ``blending.crop_padded``, flipped to RGB).
+            batch_size: Images per forward pass; None: the parser's ``batch_size``.
 
         Raises:
-            InputError: When an image is not (H, W, 3) uint8.
-            OutOfMemoryError: When one image still does not fit on the GPU.
+            InputError: An image is not (H, W, 3) uint8.
+            OutOfMemoryError: One image does not fit on the GPU.
 
-        Source: ``face_parsing/__init__.py:83-90`` (``net(img)[0]``, argmax over classes).
+        Source: ``face_parsing/__init__.py:83-90``.
         """
         import torch
 
@@ -239,24 +184,16 @@ class FaceParser:
         return result
 
     def preprocess_torch(self, frames: Any, squares: Sequence[Sequence[int]], bgr: bool = True) -> Any:
-        """:meth:`preprocess` of the squares of frames already on a torch device, without leaving it.
-
-        The crop (black outside the frame) and the PIL BILINEAR resize to 512 are done by
-        :func:`nbhelpers.resample.crop_resize_batch`, bit-exact with PIL; the scaling and mean/std are the same
-        float32 operations as :meth:`preprocess`.
+        """:meth:`preprocess` of the squares of frames on their torch device: (B, 3, 512, 512) float32 RGB there.
+        Crop (black outside) and resize are :func:`nbhelpers.resample.crop_resize_batch`, bit-exact with PIL.
 
         Args:
             frames: (B, H, W, 3) uint8 torch tensor, any device.
-            squares: B ``(xs, ys, xe, ye)`` expanded squares (``blending.expanded_square``), frame pixels; may
-                extend past the frame.
-            bgr: The frames are BGR (OpenCV order, the pipeline's); they are flipped to RGB as the official code
-                does before parsing. False for RGB frames.
-
-        Returns:
-            (B, 3, 512, 512) float32 normalised RGB images on ``frames``' device.
+            squares: B ``(xs, ys, xe, ye)`` expanded squares, frame pixels (may extend past the frame).
+            bgr: The frames are BGR (flipped to RGB, as officially); False for RGB.
 
         Raises:
-            InputError: When ``frames`` is not (B, H, W, 3) uint8 or the squares do not match it.
+            InputError: ``frames`` is not (B, H, W, 3) uint8 or the squares do not match it.
 
         Source: ``face_parsing/__init__.py:71-75,83-88``; ``blending.py:60`` (the crop).
         """
@@ -271,21 +208,10 @@ class FaceParser:
         return (images.to(torch.float32) / 255.0 - mean) / std
 
     def labels_torch(self, frames: Any, squares: Sequence[Sequence[int]], bgr: bool = True) -> Any:
-        """Label maps of the squares of a batch of frames on the parser's device (no host round trip).
+        """(B, 512, 512) uint8 labels 0..18 on the parser's device of the squares of ``frames`` (moved there), in
+        one forward pass; arguments and errors as :meth:`preprocess_torch`.
 
-        Args:
-            frames: (B, H, W, 3) uint8 torch tensor; moved to the parser's device when elsewhere.
-            squares: B expanded squares ``(xs, ys, xe, ye)`` (see :meth:`preprocess_torch`).
-            bgr: Frames in BGR order (default) or RGB.
-
-        Returns:
-            (B, 512, 512) uint8 tensor of labels 0..18 on the parser's device. One forward pass: the caller
-            chooses B (``blending.prepare_materials_torch`` uses the parser's ``batch_size``).
-
-        Raises:
-            InputError: As :meth:`preprocess_torch`.
-
-        Source: ``face_parsing/__init__.py:83-90`` (``net(img)[0]``, argmax over classes).
+        Source: ``face_parsing/__init__.py:83-90``.
         """
         import torch
 
@@ -295,20 +221,7 @@ class FaceParser:
 
     def masks(self, images_rgb: np.ndarray | Sequence[np.ndarray], mode: str = "jaw", left_cheek_width: int = 90,
               right_cheek_width: int = 90) -> np.ndarray:
-        """:meth:`labels` followed by :func:`face_mask` for each image.
-
-        Args:
-            images_rgb: See :meth:`labels`.
-            mode: ``"jaw"``, ``"raw"`` or ``"neck"``.
-            left_cheek_width: Jaw-mode cheek band, parsing pixels (default 90).
-            right_cheek_width: Same on the right.
-
-        Returns:
-            (N, 512, 512) uint8 masks of 0/255.
-
-        Raises:
-            InputError: As :meth:`labels` and :func:`face_mask`.
-        """
+        """(N, 512, 512) uint8 0/255 masks: :meth:`labels` then :func:`face_mask` (same arguments and errors)."""
         check_parsing_args(mode, left_cheek_width, right_cheek_width)  # before the network runs
         out = np.zeros((len(images_rgb), PARSING_SIZE, PARSING_SIZE), np.uint8)
         for i, lab in enumerate(self.labels(images_rgb)):
