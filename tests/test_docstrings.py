@@ -19,11 +19,8 @@ pytestmark = pytest.mark.notorch
 
 PACKAGE = Path(__file__).resolve().parents[1] / "nbhelpers"
 
-# Args sections that disagree with their signatures, in files another docstring branch rewrites; that branch fixes
-# them and empties this set. Keys are "module:qualname".
-KNOWN_MISMATCHES: set[str] = {
-    "nbhelpers.engine:render",
-}
+# Args sections allowed to disagree with their signatures (none). Keys are "module:qualname".
+KNOWN_MISMATCHES: set[str] = set()
 
 _NAME = r"\*{0,2}[A-Za-z_][A-Za-z0-9_]*"
 _ENTRY = re.compile(rf"^({_NAME}(?:, {_NAME})*)\s*(\([^)]*\))?\s*:")
