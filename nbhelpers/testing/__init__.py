@@ -44,27 +44,11 @@ from .tiny_models import (
 )
 
 __all__ = [
-    "TINY_MARKER",
-    "TINY_UNET_CHANGES",
-    "WRITER_NEEDS",
-    "face_template_input_px",
-    "make_tiny_weights",
-    "random_dwpose_state_dict",
-    "register_tiny_writer",
-    "simcc_peak_model",
-    "template_dwpose_state_dict",
-    "tiny_unet_config",
-    "tiny_whisper_config",
-    "tiny_writers",
-    "write_random_bisenet",
-    "write_random_dwpose_checkpoint",
-    "write_tiny_bisenet",
-    "write_tiny_dwpose",
-    "write_tiny_dwpose_onnx",
-    "write_tiny_s3fd",
-    "write_tiny_unet",
-    "write_tiny_vae",
-    "write_tiny_whisper",
+    "TINY_MARKER", "TINY_UNET_CHANGES", "WRITER_NEEDS", "face_template_input_px", "make_tiny_weights",
+    "random_dwpose_state_dict", "register_tiny_writer", "simcc_peak_model", "template_dwpose_state_dict",
+    "tiny_unet_config", "tiny_whisper_config", "tiny_writers", "write_random_bisenet", "write_random_dwpose_checkpoint",
+    "write_tiny_bisenet", "write_tiny_dwpose", "write_tiny_dwpose_onnx", "write_tiny_s3fd", "write_tiny_unet",
+    "write_tiny_vae", "write_tiny_whisper"
 ]
 
 # Writers that need an optional package: the default run leaves them out silently (tiny.json says so); asked for by
