@@ -244,16 +244,8 @@ def _parse_ffmpeg_info(text: str, path: Path, frame_count: int | None = None) ->
 
     video = next((s for s in streams if s.kind == "video" and not s.attached_pic), None)
     audio = next((s for s in streams if s.kind == "audio"), None)
-    is_image = False
-    if video is not None:
-        image_container = container.endswith("_pipe") or container == "image2"
-        single = len([s for s in streams if s.kind in ("video", "audio")]) == 1
-        is_image = single and (image_container or (video.codec in _IMAGE_CODECS and duration_s is None))
-    width = height = None
-    if video is not None and video.width is not None:
-        width, height = video.width, video.height
-        if video.rotation in (90, 270):
-            width, height = height, width
+    is_image = video is not None and _is_image(container, streams, video, duration_s)
+    width, height = _display_size(video)
     if is_image:
         frame_count = 1
     return MediaInfo(
@@ -264,6 +256,23 @@ def _parse_ffmpeg_info(text: str, path: Path, frame_count: int | None = None) ->
         frame_count=frame_count if video else None, sample_rate=audio.sample_rate if audio else None,
         channels=audio.channels if audio else None, audio_codec=audio.codec if audio else None, comment=comment,
     )
+
+
+def _is_image(container: str, streams: list[StreamInfo], video: StreamInfo, duration_s: float | None) -> bool:
+    """Whether the input is a still image: its only audio or video stream is ``video``, in an image container
+    (``image2``, ``*_pipe``) or of an image codec without a duration."""
+    image_container = container.endswith("_pipe") or container == "image2"
+    single = len([s for s in streams if s.kind in ("video", "audio")]) == 1
+    return single and (image_container or (video.codec in _IMAGE_CODECS and duration_s is None))
+
+
+def _display_size(video: StreamInfo | None) -> tuple[int | None, int | None]:
+    """``(width, height)`` of ``video`` as displayed (swapped for a 90 or 270 degree rotation); Nones without one."""
+    if video is None or video.width is None:
+        return None, None
+    if video.rotation in (90, 270):
+        return video.height, video.width
+    return video.width, video.height
 
 
 def _parse_stream(match: re.Match, block: list[str]) -> StreamInfo:
@@ -291,20 +300,7 @@ def _parse_stream(match: re.Match, block: list[str]) -> StreamInfo:
                 info["fps"] = _parse_rate(tbr.group(1))
         if size_at is not None and size_at >= 2:
             info["pix_fmt"] = parts[1].split("(")[0].strip() or None
-        rotation = 0
-        matrix = rotate_tag = None
-        for line in block:
-            m = _MATRIX_RE.search(line)
-            if m and "nan" not in m.group(1):
-                matrix = float(m.group(1))
-            t = _ROTATE_TAG_RE.match(line)
-            if t:
-                rotate_tag = float(t.group(1))
-        if matrix is not None:
-            rotation = _rotation_cw(matrix)
-        elif rotate_tag is not None:
-            rotation = _rotation_cw(-rotate_tag)
-        info["rotation"] = rotation
+        info["rotation"] = _block_rotation(block)
     elif kind == "audio":
         for i, part in enumerate(parts[1:], start=1):
             hz = re.match(r"^(\d+) Hz$", part)
@@ -315,6 +311,24 @@ def _parse_stream(match: re.Match, block: list[str]) -> StreamInfo:
                     info["channels"] = _channel_count(parts[i + 1])
                 break
     return StreamInfo(**info)
+
+
+def _block_rotation(block: list[str]) -> int:
+    """Clockwise display rotation in degrees of a video stream from the lines under it: the display matrix's when
+    it has one, else the ``rotate`` tag's, else 0."""
+    matrix = rotate_tag = None
+    for line in block:
+        m = _MATRIX_RE.search(line)
+        if m and "nan" not in m.group(1):
+            matrix = float(m.group(1))
+        t = _ROTATE_TAG_RE.match(line)
+        if t:
+            rotate_tag = float(t.group(1))
+    if matrix is not None:
+        return _rotation_cw(matrix)
+    if rotate_tag is not None:
+        return _rotation_cw(-rotate_tag)
+    return 0
 
 
 def probe(path, count_frames: bool = True) -> MediaInfo:
