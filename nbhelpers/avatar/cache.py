@@ -40,9 +40,6 @@ CACHED_FIELDS = ("version", "extra_margin", "bbox_shift", "parsing_mode", "left_
 CACHED_WEIGHTS = ("sd-vae", "face-parse-bisent", "dwpose", "s3fd")
 
 
-# ------------------------------------------------------------------------------------------------------------------
-# Fingerprints
-
 
 def source_fingerprint(path: Path) -> dict[str, Any]:
     """Name, size, modification time (whole seconds) and SHA-256 of the source video (a copied file still matches)."""
@@ -69,9 +66,6 @@ def boxes_key(boxes: Any) -> str | None:
         np.asarray([[-1, -1, -1, -1] if b is None else list(b) for b in boxes], dtype=float)
     return hashlib.sha256(np.ascontiguousarray(rows).tobytes()).hexdigest()
 
-
-# ------------------------------------------------------------------------------------------------------------------
-# Lossless frames (FFV1)
 
 
 def write_lossless(frames: Any, path: Path, width: int, height: int, *, stop: threading.Event | None = None) -> int:
@@ -242,9 +236,6 @@ class BackgroundWrite:
         self._stop.set()
         self._thread.join()
 
-
-# ------------------------------------------------------------------------------------------------------------------
-# Manifest and arrays
 
 
 def read_manifest(directory: Path) -> dict[str, Any]:

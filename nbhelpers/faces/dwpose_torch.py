@@ -57,10 +57,6 @@ def build_model(device: Any = "cpu"):
     return model.eval()
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Checkpoints
-# ---------------------------------------------------------------------------------------------------------------
-
 def state_dict_of(checkpoint: Any, path: str | os.PathLike = "checkpoint") -> dict:
     """The state dict in a loaded DWPose ``checkpoint`` (mmengine's ``{"meta", "state_dict"}`` or a plain one; a
     ``"module."`` prefix on every key is removed). CheckpointError, naming ``path``, when it is not a dict.
@@ -142,10 +138,6 @@ def export_onnx(model, path: str | os.PathLike, *, dynamic_batch: bool = True, o
     os.replace(tmp, path)
     return path
 
-
-# ---------------------------------------------------------------------------------------------------------------
-# Inference
-# ---------------------------------------------------------------------------------------------------------------
 
 def _device(device: str | None) -> str:
     torch = _import_torch()
@@ -343,10 +335,6 @@ class DWPoseTorch:
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
 
-
-# ---------------------------------------------------------------------------------------------------------------
-# The backend
-# ---------------------------------------------------------------------------------------------------------------
 
 def is_available(weights_dir: str | os.PathLike | None = None):
     """:class:`~nbhelpers.faces.dwpose_onnx.Availability` of :class:`DWPoseBackend`: torch and both weight files
