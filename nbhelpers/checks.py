@@ -75,6 +75,7 @@ def output_path_for(output: Any, video_path: Path, audio_path: Path) -> Path:
     if output is None:
         path = Path.cwd() / "results" / f"{video_path.stem}_{audio_path.stem}.mp4"
         _check_not_an_input(path, video_path, audio_path)
+        media.check_writable(path.parent)
         return path
     path = Path(os.fspath(output)).expanduser()
     _check_not_an_input(path, video_path, audio_path)
@@ -86,6 +87,7 @@ def output_path_for(output: Any, video_path: Path, audio_path: Path) -> Path:
     if blocked is not None:
         raise InputError(f"output {str(path)!r} cannot be written: {str(blocked)!r} is a file, not a folder. Give an "
                          "output path inside a folder.")
+    media.check_writable(path.parent)
     return path
 
 

@@ -222,6 +222,11 @@ class Avatar:
         """
         t0 = time.perf_counter()
         timings = Timings()
+        if output is None:
+            name = Path(audio).stem if not isinstance(audio, np.ndarray) else "clip"
+            output = self.directory / "vid_output" / f"{name}.mp4"
+        if output is not False:  # before the models load
+            media.check_writable(Path(output).expanduser().parent)
         st = self.device_state()
         h, w = self.frame_shape
         clip_config = st.get("clip_config", self.config)
@@ -234,9 +239,6 @@ class Avatar:
                 run(st["source"], features, st["models"], batch, n_out, None, frame_callback=frame_callback,
                     timings=timings, render_gate=render_gate)
             else:
-                if output is None:
-                    name = Path(audio).stem if not isinstance(audio, np.ndarray) else "clip"
-                    output = self.directory / "vid_output" / f"{name}.mp4"
                 setting = encoder or self.config.encoder
                 if self._state.get("encoder_setting") != setting:
                     self._state.update(encoder_setting=setting, encoder=media.choose_encoder(setting))

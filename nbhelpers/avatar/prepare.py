@@ -89,6 +89,7 @@ def prepare_avatar(video: str | os.PathLike, directory: str | os.PathLike, pipe:
     # 1. checks: the video, the boxes and the weights, before any heavy work
     gpu.check_device(config.device)
     _, video_info = check_video(video_path)
+    media.check_writable(directory, "the avatar")
     boxes = check_boxes(boxes, video_path, video_info)
     check_weights_dir(weights_path, config.version, config.landmark_backend)
     if config.restore is not None:

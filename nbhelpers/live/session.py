@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import engine, gpu
+from .. import engine, gpu, media
 from ..config import LiveConfig
 from ..constants import FPS, SAMPLE_RATE, SEGMENT_SAMPLES, WHISPER_DIM, WHISPER_LAYERS
 from ..engine import Timings, flush_denormals
@@ -65,6 +65,8 @@ class LiveSession:
                  on_frame: Callable[[int, np.ndarray], None] | None = None,
                  clock: Callable[[], float] = time.monotonic):
         config = config or LiveConfig()
+        if config.to is not None and "://" not in config.to:  # before the models load
+            media.check_writable(Path(config.to).expanduser().parent)
         self.config = config
         self.avatar = avatar
         self.realtime = bool(config.realtime)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from .audio import audio_duration, load_audio
 from .ffmpeg import SYNTHETIC_TAG, WRITER_STALL_TIMEOUT_S, ffmpeg_exe, ffmpeg_version
+from .folders import check_writable, write_problem
 from .probing import MediaInfo, StreamInfo, probe
 from .video import VideoReader, frames_at, load_video, read_frame
 from .writer import (
@@ -34,6 +35,7 @@ __all__ = [
     "VideoReader",
     "VideoWriter",
     "audio_duration",
+    "check_writable",
     "choose_encoder",
     "convert_to_25fps",
     "demo_inputs",
@@ -46,4 +48,5 @@ __all__ = [
     "padded_size_note",
     "probe",
     "read_frame",
+    "write_problem",
 ]

@@ -20,6 +20,7 @@ import numpy as np
 from ..constants import FPS, SAMPLE_RATE
 from ..errors import FFmpegError, InputError
 from .ffmpeg import SYNTHETIC_TAG, WRITER_STALL_TIMEOUT_S, _Process, ffmpeg_exe
+from .folders import check_writable
 from .writer import VideoWriter, choose_encoder
 
 # Output container by URL scheme, else by file suffix.
@@ -100,6 +101,7 @@ class FFmpegSink(VideoWriter):
         out = target
         if not self.is_url:
             self.path = Path(target).expanduser().absolute()
+            check_writable(self.path.parent)
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._tmp = self.path.with_name(f".{self.path.stem}.partial-{uuid.uuid4().hex[:8]}{self.path.suffix}")
             out = str(self._tmp)

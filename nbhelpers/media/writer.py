@@ -31,6 +31,7 @@ from .ffmpeg import (
     _Process,
     ffmpeg_exe,
 )
+from .folders import check_writable
 from .probing import MediaInfo, _fps_text, probe
 from .video import _check_fps, load_video
 
@@ -235,6 +236,7 @@ class VideoWriter:
                                  "video.")
         self.frames_written = 0
         self._exe = ffmpeg or type(self).ffmpeg or ffmpeg_exe()
+        check_writable(out.parent)
         out.parent.mkdir(parents=True, exist_ok=True)
         self._tmp = out.with_name(f".{out.stem}.partial-{uuid.uuid4().hex[:8]}{out.suffix}")
         self._result: Path | None = None

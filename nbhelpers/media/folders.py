@@ -1,0 +1,71 @@
+"""Can a job write its output? Checked in a moment, before any frame is decoded or any model loads.
+
+Every job that writes a file (the offline lip-sync, an avatar's preparation and clips, a live session into a file)
+calls :func:`check_writable` on the output's folder first, so that a read-only folder or one that cannot be made
+is reported before minutes of work rather than by ffmpeg at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from ..errors import InputError
+
+
+def _nearest_existing(folder: Path) -> Path:
+    existing = folder
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent
+    return existing
+
+
+def write_problem(folder: str | os.PathLike) -> str:
+    """Why this process cannot make files in ``folder`` (creating it and its missing parents), or ``""``.
+
+    The permission bits are read first; then the missing folders are made and a file is tried in the folder
+    (what the bits do not say: root on a read-only mount, a full or read-only file system), and whatever the
+    try made is removed again, so that a job that stops early leaves no empty folder behind.
+    """
+    folder = Path(folder).expanduser().absolute()
+    existing = _nearest_existing(folder)
+    if not existing.is_dir():
+        return "a file, not a folder" if existing == folder else f"{existing} is a file, not a folder"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return "read-only or not yours" if existing == folder else f"{existing}/ is read-only or not yours"
+    made: list[Path] = []
+    try:
+        for part in reversed([folder, *folder.parents]):
+            if part.is_relative_to(existing) and part != existing and not part.exists():
+                part.mkdir()
+                made.append(part)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".nbhelpers-write-check-"):
+            pass
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+    finally:
+        for part in reversed(made):
+            try:
+                part.rmdir()
+            except OSError:  # another job put something there meanwhile: it stays
+                pass
+    return ""
+
+
+def check_writable(folder: str | os.PathLike, what: str = "the output") -> Path:
+    """Check that a job can write ``what`` into ``folder`` (made when missing); returns the folder.
+
+    Raises:
+        InputError: ``cannot write in <folder>/ (<why>)``: the folder or a parent is a file, read-only, not this
+            user's, or cannot be made.
+    """
+    path = Path(folder).expanduser()
+    why = write_problem(path)
+    if why:
+        raise InputError(f"cannot write in {str(path).rstrip(os.sep)}/ ({why}). Give {what} a folder you can "
+                         "write in.")
+    return path
+
+
+__all__ = ["check_writable", "write_problem"]
