@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ import numpy as np
 from . import gpu, media, restore, weights
 from .config import InferenceConfig
 from .constants import FPS, SAMPLE_RATE
-from .errors import InputError, MediaError, NoFaceError
+from .errors import InputError, MediaError, NoFaceError, SilentAudioWarning
 from .faces.boxes import boxes_count_message, single_box, user_boxes
 from .framestore import output_frame_count
 
@@ -63,6 +64,22 @@ def speech_frames(waveform: np.ndarray, what: str = "audio") -> int:
         raise InputError(f"{what} lasts {len(waveform) / SAMPLE_RATE:.3f} s, shorter than one frame (1/{FPS} s); "
                          "give at least 0.04 s of speech.")
     return n_out
+
+
+SILENT_DBFS = -60.0  # audio whose loudest sample is below this is called silent (the live session's threshold too)
+
+
+def warn_if_silent(waveform: np.ndarray, what: str = "audio") -> bool:
+    """Warn (:class:`~nbhelpers.errors.SilentAudioWarning`) when ``waveform`` is silent: its loudest sample is
+    below :data:`SILENT_DBFS`. The job goes on; returns whether it warned."""
+    peak = float(np.max(np.abs(waveform))) if len(waveform) else 0.0
+    if peak >= 10.0 ** (SILENT_DBFS / 20.0):
+        return False
+    level = "digital silence (every sample is 0)" if peak == 0.0 else f"its loudest sample is {20 * np.log10(peak):.0f} dBFS"
+    warnings.warn(f"{what} is silent: {level}. The job goes on, but the mouth will barely move; check that it is "
+                  "the right file and track (a muted recording, or the wrong channel).", SilentAudioWarning,
+                  stacklevel=3)
+    return True
 
 
 def output_path_for(output: Any, video_path: Path, audio_path: Path) -> Path:
@@ -232,4 +249,4 @@ def one_frame_boxes(boxes: Any, frame_index: int) -> Any:
 
 
 __all__ = ["check_audio", "check_boxes", "check_inputs", "check_video", "check_weights_dir", "given_boxes",
-           "no_face_in_rotated_video", "one_frame_boxes", "output_path_for", "speech_frames"]
+           "no_face_in_rotated_video", "one_frame_boxes", "output_path_for", "speech_frames", "warn_if_silent"]

@@ -124,6 +124,10 @@ class FallbackWarning(NbHelpersWarning, RuntimeWarning):
     """
 
 
+class SilentAudioWarning(NbHelpersWarning):
+    """The speech of a job is silent (digital silence, or nearly): the job goes on, but the mouth will not speak."""
+
+
 _default_formatwarning = warnings.formatwarning
 
 

@@ -30,6 +30,7 @@ from .checks import (
     no_face_in_rotated_video,
     one_frame_boxes,
     speech_frames,
+    warn_if_silent,
 )
 from .config import InferenceConfig
 from .constants import CROP_SIZE, FPS, PARSING_SIZE, SAMPLE_RATE, WHISPER_DIM
@@ -488,6 +489,7 @@ class MuseTalkPipeline:
         with timings.stage("media"):
             waveform = media.load_audio(audio_path)
             n_out = speech_frames(waveform, f"audio {str(audio_path)!r}")
+            warn_if_silent(waveform, f"audio {str(audio_path)!r}")
             reader = media.load_video(video_path)
         n_src = min(n_out, expected_frames(video_info, n_out))  # an upper estimate until decoding ends
         check_disk_for_frames(n_src, reader.height, reader.width)

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from .. import gpu, media
-from ..checks import speech_frames
+from ..checks import speech_frames, warn_if_silent
 from ..config import InferenceConfig
 from ..constants import FPS, SAMPLE_RATE
 from ..engine import SourceFaces, Timings, flush_denormals, render, run
@@ -198,6 +198,7 @@ class Avatar:
                     raise InputError(f"audio {str(path)!r} does not exist; give the path of a speech file.")
                 waveform = media.load_audio(path)
             n_out = speech_frames(waveform)
+            warn_if_silent(waveform, "audio" if isinstance(audio, np.ndarray) else f"audio {str(audio)!r}")
             features = self.pipe.features(waveform)
         return waveform, features, n_out
 
