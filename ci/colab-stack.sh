@@ -69,7 +69,7 @@ import json, re, sys, types
 notebook, repo, tag = sys.argv[1:4]
 cell = next(c for c in json.load(open(notebook))["cells"] if c["cell_type"] == "code")
 source = "".join(cell["source"])
-# the cell installs "musetalk-workbook[colab] @ git+https://github.com/...@TAG": point it at the local repository
+# the cell installs "musetalk-workbook[colab] @ git+https://github.com/...@main": point it at the local repository
 source, n = re.subn(r'git\+https://[^"@]+@[^"]+"', f'git+{repo}@{tag}"', source)
 assert n == 1, f"the setup cell no longer installs the workbook from one git URL: {source!r}"
 sys.modules["google.colab"] = types.ModuleType("google.colab")  # what Colab's kernel has imported

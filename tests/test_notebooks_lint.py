@@ -59,12 +59,35 @@ def test_setup_cell_is_identical_short_and_plain():
     assert firsts == {make_notebooks.SETUP_CELL}
     assert len(make_notebooks.SETUP_CELL.splitlines()) <= 4
     assert nblint._not_plain(make_notebooks.SETUP_CELL) == []
-    # On Colab it installs the pinned release with its [colab] extra in one pip call; it never names torch as a
+    # On Colab it installs the pinned ref with its [colab] extra in one pip call; it never names torch as a
     # package and fetches nothing else by address (00_setup read requirements-colab.txt from GitHub: offline it
     # failed).
-    assert f'"musetalk-workbook[colab] @ git+{make_notebooks.REPO}@{make_notebooks.TAG}"' in make_notebooks.SETUP_CELL
+    assert f'"musetalk-workbook[colab] @ git+{make_notebooks.REPO}@{make_notebooks.REF}"' in make_notebooks.SETUP_CELL
     assert "raw/" not in make_notebooks.SETUP_CELL and " -r " not in make_notebooks.SETUP_CELL
     assert "install torch" not in make_notebooks.SETUP_CELL and '"torch' not in make_notebooks.SETUP_CELL
+
+
+def test_the_ref_the_setup_cell_installs_exists_and_agrees_with_the_version():
+    """Every notebook installs make_notebooks.REF; a release tag there must be ``v<package version>``, and the ref
+    must exist in this repository (the cell installed a tag v0.1.0 the repository never had: it failed on Colab)."""
+    import subprocess
+
+    import nbhelpers
+
+    ref = make_notebooks.REF
+    for path in NOTEBOOKS:
+        assert f'musetalk-workbook@{ref}"' in nbformat.read(path, as_version=4).cells[2].source, path.name
+    if ref.startswith("v") and ref[1:2].isdigit():
+        assert ref == f"v{nbhelpers.__version__}", "the pinned release tag is not the package's version"
+    root = Path(make_notebooks.__file__).resolve().parents[1]
+    refs = subprocess.run(["git", "-C", str(root), "for-each-ref", "--format=%(refname)"], capture_output=True,
+                          text=True)
+    if refs.returncode != 0 or not refs.stdout.strip():
+        pytest.skip("not a git checkout with refs (an sdist or a detached shallow clone)")
+    names = refs.stdout.split()
+    assert (f"refs/tags/{ref}" in names or f"refs/heads/{ref}" in names
+            or any(n.startswith("refs/remotes/") and n.endswith(f"/{ref}") for n in names)), \
+        f"the notebooks install {ref!r}, which is no tag or branch of this repository"
 
 
 def _run_setup_cell(monkeypatch, colab: bool) -> list:
@@ -92,7 +115,7 @@ def test_setup_cell_does_nothing_outside_colab(monkeypatch):
 def test_setup_cell_installs_on_colab(monkeypatch):
     """In Colab the same cell runs pip of the kernel's own Python once, with the pinned git URL."""
     calls = _run_setup_cell(monkeypatch, colab=True)
-    repo, tag = make_notebooks.REPO, make_notebooks.TAG
+    repo, tag = make_notebooks.REPO, make_notebooks.REF
     assert calls == [(([sys.executable, "-m", "pip", "install", "-q",
                         f"musetalk-workbook[colab] @ git+{repo}@{tag}"],), {"check": True})]
 
@@ -123,7 +146,7 @@ def test_generator_is_byte_stable_and_refuses_a_changed_setup_cell(tmp_path, mon
     assert make_notebooks.render("04_lipsync") == first
     source = make_notebooks.source_path("04_lipsync").read_text(encoding="utf-8")
     monkeypatch.setattr(make_notebooks, "SOURCES", tmp_path)
-    (tmp_path / "04_lipsync.py").write_text(source.replace("v0.1.0", "v0.0.9"), encoding="utf-8")
+    (tmp_path / "04_lipsync.py").write_text(source.replace(f"@{make_notebooks.REF}\"", "@v0.0.9\""), encoding="utf-8")
     with pytest.raises(make_notebooks.SourceError, match="SETUP_CELL"):
         make_notebooks.render("04_lipsync")
     with pytest.raises(make_notebooks.SourceError, match="missing"):
@@ -178,7 +201,7 @@ def test_linter_flags_long_cells_and_missing_markdown():
 
 def test_linter_flags_a_changed_setup_cell_and_missing_licence():
     path, nb = _good()
-    nb.cells[2].source = nb.cells[2].source.replace("v0.1.0", "v0.0.9")
+    nb.cells[2].source = nb.cells[2].source.replace(f"@{make_notebooks.REF}\"", "@v0.0.9\"")
     assert _problems(nblint.rule_setup_cells, path, nb)
     nb.cells[0].source = nb.cells[0].source.replace("`demo-speech.wav`", "the speech")
     assert _problems(nblint.rule_media_licences, path, nb) == [

@@ -27,14 +27,18 @@ SOURCES = NOTEBOOKS / "src"
 
 ORG_REPO = "musetalk-workbook/musetalk-workbook"  # GitHub owner/name of this repository
 REPO = f"https://github.com/{ORG_REPO}"
-TAG = "v0.1.0"  # the release the notebooks install on Colab
+# The git ref the notebooks install on Colab: the main branch, a ref that always exists (the repository makes no
+# release tags), so a workshop gets the fixes of the day; tests/test_notebooks_lint.py checks that every notebook
+# installs it, that it exists in this checkout, and that a release tag, if one is ever pinned here, is the
+# package's version.
+REF = "main"
 
 # The first code cell of every notebook: four plain lines. On Colab it installs this repository at the pinned
-# release with its [colab] extra (what Colab lacks: floors, never torch) in one pip call of the kernel's own Python
+# ref with its [colab] extra (what Colab lacks: floors, never torch) in one pip call of the kernel's own Python
 # (what %pip does), fetching nothing else; elsewhere the package is installed already and the cell does nothing.
 SETUP_CELL = f"""import subprocess, sys
-WORKBOOK = "musetalk-workbook[colab] @ git+{REPO}@{TAG}"
-if "google.colab" in sys.modules:  # on Colab: install this workbook at its release (torch stays as it is)
+WORKBOOK = "musetalk-workbook[colab] @ git+{REPO}@{REF}"
+if "google.colab" in sys.modules:  # on Colab: install this workbook (torch stays as it is)
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", WORKBOOK], check=True)"""
 
 # The second code cell of every notebook: the package, the run mode (where inputs and weights come from) and the

@@ -208,7 +208,7 @@ def colab_requirements() -> list[str]:
         except metadata.PackageNotFoundError:
             raise InputError(f"{DIST_NAME} is not installed and this is no checkout, so its [{COLAB_EXTRA}] extra "
                              f"cannot be read; install it with pip install \"{DIST_NAME}[{COLAB_EXTRA}] @ "
-                             "git+<repository>@<tag>\" (the setup cell does).") from None
+                             "git+<repository>@main\" (the setup cell does).") from None
         lines = requires
     here = {**default_environment(), "extra": COLAB_EXTRA}
     out = []
