@@ -36,6 +36,7 @@ from .config import InferenceConfig
 from .constants import CROP_SIZE, FPS, PARSING_SIZE, SAMPLE_RATE, WHISPER_DIM
 from .engine import SourceFaces, Timings, flush_denormals, repaint, run
 from .errors import InputError, NbHelpersError, NoFaceError
+from .faces.memory import DetectionMemory
 from .faces.track import is_single_box
 from .framestore import FrameStore, check_disk_for_frames, expected_frames
 from .gpu.compile import BackgroundCompiler, cache_folder
@@ -158,6 +159,7 @@ class MuseTalkPipeline:
         self._loaded: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
         self._checked: dict[str, tuple[int, int]] = {}  # weight file -> (size, mtime_ns) when last found usable
         self._compiler: BackgroundCompiler | None = None
+        self.detections = DetectionMemory()  # face detections of the videos seen, so each video is tracked once
 
     @classmethod
     def from_pretrained(cls, weights_dir: str | os.PathLike | None = None,
@@ -510,7 +512,8 @@ class MuseTalkPipeline:
                                                 source_frames=n_src, landmark_backend=tracking)
             self.compile_for(int(config.batch_size or 8))  # in the background: the job starts eagerly
             with timings.stage("faces"):
-                job.start_tracking(detector, self.weights_dir, self.resident_gib("lipsync", tracking or ""))
+                job.start_tracking(self.detections.wrap(detector, video_path), self.weights_dir,
+                                   self.resident_gib("lipsync", tracking or ""))
 
             # 5. audio: whisper features, one (50, 384) block per output frame, before the first frame decodes
             with flush_denormals(self.device):
@@ -583,8 +586,8 @@ class MuseTalkPipeline:
         # 3. faces (no detector is built or loaded for boxes given)
         given = boxes is not None or config.landmark_backend == "boxes"
         detector = "auto" if given else self.landmarks(backend or config.landmark_backend)
-        track = faces.track(frame, backend=detector, config=config, boxes=one_frame_boxes(boxes, frame_index),
-                            weights_dir=self.weights_dir)
+        track = faces.track(frame, backend=self.detections.wrap(detector, video_path, int(frame_index)),
+                            config=config, boxes=one_frame_boxes(boxes, frame_index), weights_dir=self.weights_dir)
         with flush_denormals(self.device):
             # 4. latents
             latents = encode_frames(frame, track.crop_boxes, [0], self.vae, seed=config.seed,
@@ -629,6 +632,7 @@ class MuseTalkPipeline:
         for name in [n for n in self._loaded if n == "face_parser" or n.startswith(("landmarks:", "restorer:"))]:
             gpu.release(self._loaded.pop(name))
         self.device, self.dtype = dev, dtype
+        self.detections.clear()
         self.config = self.config.replace(device=str(dev), fp16=fp16)
         return self
 

@@ -169,8 +169,8 @@ def _build(pipe: MuseTalkPipeline, video: Path, video_info: Any, directory: Path
             detector = ("auto" if config.landmark_backend == "boxes"
                         else pipe.landmarks(backend or run_config.landmark_backend))
             try:
-                track = faces.track(store.tee(reader), backend=detector, config=config, boxes=boxes,
-                                    weights_dir=pipe.weights_dir)
+                track = faces.track(store.tee(reader), backend=pipe.detections.wrap(detector, video), config=config,
+                                    boxes=boxes, weights_dir=pipe.weights_dir)
             except NoFaceError as exc:
                 raise no_face_in_rotated_video(exc, video_info) from None
             store.finish()
