@@ -162,11 +162,15 @@ def check_disk_for_frames(n_frames: int, height: int, width: int, directory: str
 
 
 def expected_frames(info, default: int) -> int:
-    """Upper estimate of the 25 fps frames of a probed video (a :class:`nbhelpers.media.MediaInfo`): duration x 25 + 1,
-    1 for a photo, ``default`` when the duration is unknown.
+    """Upper estimate of the 25 fps frames of a probed video (a :class:`nbhelpers.media.MediaInfo`): its stored
+    frames when it has one frame or is stored at 25 fps and they were counted, else duration x 25 + 1; 1 for a
+    photo, ``default`` when the duration is unknown.
     """
     if getattr(info, "is_image", False):
         return 1
+    counted = getattr(info, "frame_count", None)
+    if counted is not None and (counted == 1 or getattr(info, "fps", None) == FPS):
+        return int(counted)
     duration = getattr(info, "duration_s", None)
     return int(duration * FPS) + 1 if duration else int(default)
 

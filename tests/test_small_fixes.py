@@ -1,0 +1,32 @@
+"""Small defects of issue 37 #7, each with its test."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.mark.notorch
+@pytest.mark.parametrize(("name", "args", "frames"), [
+    ("one-frame-25fps.mp4", ["-f", "lavfi", "-i", "testsrc=size=64x64:rate=25", "-frames:v", "1"], 1),
+    ("eight-frames-25fps.mp4", ["-f", "lavfi", "-i", "testsrc=size=64x64:rate=25", "-frames:v", "8"], 8),
+])
+def test_the_plans_source_frames_are_the_frames_the_job_reads(make_media, name, args, frames):
+    """A 1-frame video was planned as "2 source frames" and its result said 1."""
+    from nbhelpers import media
+    from nbhelpers.framestore import expected_frames
+
+    video = make_media(name, *args, "-pix_fmt", "yuv420p")
+    with media.load_video(video) as reader:
+        assert reader.frame_count == frames
+    assert expected_frames(media.probe(video), 100) == frames
+
+
+@pytest.mark.notorch
+def test_a_video_of_another_rate_keeps_an_upper_estimate(make_media):
+    from nbhelpers import media
+    from nbhelpers.framestore import expected_frames
+
+    video = make_media("ten-frames-30fps.mp4", "-f", "lavfi", "-i", "testsrc=size=64x64:rate=30", "-frames:v", "10",
+                       "-pix_fmt", "yuv420p")
+    with media.load_video(video) as reader:
+        assert expected_frames(media.probe(video), 100) >= reader.frame_count
