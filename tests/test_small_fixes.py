@@ -30,3 +30,24 @@ def test_a_video_of_another_rate_keeps_an_upper_estimate(make_media):
                        "-pix_fmt", "yuv420p")
     with media.load_video(video) as reader:
         assert expected_frames(media.probe(video), 100) >= reader.frame_count
+
+
+@pytest.mark.notorch
+def test_a_drive_error_is_reported_whole_not_cut_mid_text():
+    """gdown's error starts with a line "Failed to retrieve file url:" and says why on the next lines; the download
+    row kept the first line, cut at 200 characters."""
+    from nbhelpers.weights.downloads import _short
+
+    class FileURLRetrievalError(Exception):
+        pass
+
+    why = ("Cannot retrieve the public link of the file. You may need to change the permission to 'Anyone with the "
+           "link', or have had many accesses. Check FAQ in https://github.com/wkentaro/gdown?tab=readme-ov-file#faq.")
+    exc = FileURLRetrievalError(f"Failed to retrieve file url:\n\n\t{why}\n\nYou may still be able to access the "
+                                "file from the browser:\n\n\thttps://drive.google.com/uc?id=abc\n\nbut Gdown can't. "
+                                "Please check connections and permissions.")
+    text = _short(exc)
+    assert text.startswith(f"FileURLRetrievalError: Failed to retrieve file url: {why} You may still")
+    assert text.endswith("Please check connections and permissions.") and "\n" not in text
+    long = _short(RuntimeError("A first sentence. " * 60))
+    assert long.endswith("sentence. [...]") and len(long) < 640

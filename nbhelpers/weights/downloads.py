@@ -171,11 +171,19 @@ def _permanent(exc: BaseException) -> bool:
     return isinstance(status, int) and 400 <= status < 500 and status not in (408, 429)
 
 
+SHORT_CHARS = 600  # an error's text in a download row: whole sentences up to about this many characters
+
+
 def _short(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
+    """``exc`` on one line: its lines joined (gdown's first line is only "Failed to retrieve file url:"), long
+    texts kept to whole sentences."""
+    text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+    if len(text) > SHORT_CHARS:
+        end = text.rfind(". ", 0, SHORT_CHARS)
+        text = text[:end + 1] + " [...]" if end > 0 else text
     if isinstance(exc, (_Skipped, _Rejected)):  # our own reasons: no internal class name
-        return text[0] if text else "skipped"
-    return f"{type(exc).__name__}: {text[0][:200] if text else ''}".rstrip(": ")
+        return text or "skipped"
+    return f"{type(exc).__name__}: {text}".rstrip(": ")
 
 
 def _staging(root: Path, *parts: str) -> Path:
