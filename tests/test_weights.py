@@ -576,7 +576,13 @@ def test_offline_mode_tries_no_network_source_but_bundled_configs_work(tmp_path)
              "sources": [hub_source("org/models", "musetalkV15/unet.pth")]}]}
         result = run_child(hub, tmp_path, spec, HF_HUB_OFFLINE="1")
         assert hub.requests == []
-    assert "HF_HUB_OFFLINE" in result["error0"] and "musetalkV15/unet.pth" in result["error0"]
+        assert "HF_HUB_OFFLINE" in result["error0"] and "musetalkV15/unet.pth" in result["error0"]
+        # the UNet failed, so the config copied from the package is not left alone in the folder (verify counted
+        # "9 problems in 10 files" after a failed download)
+        assert not (tmp_path / "models/musetalkV15/musetalk.json").exists()
+        spec["entries"] = spec["entries"][:1]
+        result = run_child(hub, tmp_path, spec, HF_HUB_OFFLINE="1")
+        assert hub.requests == [] and result["rows0"][0]["action"] == "downloaded"
     bundled = json.loads((tmp_path / "models/musetalkV15/musetalk.json").read_text())
     assert bundled["cross_attention_dim"] == 384 and bundled["in_channels"] == 8
 

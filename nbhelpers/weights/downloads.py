@@ -49,7 +49,8 @@ class DownloadRow:
 
     Attributes:
         name, path: Manifest name and layout path.
-        action: ``"present"`` (nothing fetched), ``"downloaded"``, ``"replaced"`` (a bad file) or ``"failed"``.
+        action: ``"present"`` (nothing fetched), ``"downloaded"``, ``"replaced"`` (a bad file), ``"failed"``, or
+            ``"not kept"`` (a config copied from the package, removed again because other files failed).
         source: The source used (empty when none).
         size: Bytes on disk afterwards (None when failed).
         seconds: Wall-clock time spent on this file.
@@ -465,8 +466,16 @@ def download(directory: str | os.PathLike | None = None, sets: str | Sequence[st
                                "or ask the owner of the shared folder to run the download.") from exc
         done = iter(_download_one(e, root, state, check_hash, why) for e, why in todo)
         rows = [row if row is not None else next(done) for row in rows]
-    state.save()
     report = DownloadReport(root, tuple(rows))
+    if report.failed:  # a copy of a bundled config alone would look like a half-present set (verify: 9 of 10 bad)
+        for row in rows:
+            if row.action == "downloaded" and row.source.startswith("bundled"):
+                (root / row.path).unlink(missing_ok=True)
+                state.files.pop(row.path, None)
+        report = DownloadReport(root, tuple(dataclasses.replace(r, action="not kept", size=None, note=(
+            "copied from the package with the files that failed, not before"))
+            if r.action == "downloaded" and r.source.startswith("bundled") else r for r in rows))
+    state.save()
     if report.failed:
         error = WeightsError(_failure_message(root, report.failed, manifest))
         error.report = report  # type: ignore[attr-defined]
