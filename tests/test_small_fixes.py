@@ -51,3 +51,15 @@ def test_a_drive_error_is_reported_whole_not_cut_mid_text():
     assert text.endswith("Please check connections and permissions.") and "\n" not in text
     long = _short(RuntimeError("A first sentence. " * 60))
     assert long.endswith("sentence. [...]") and len(long) < 640
+
+
+@pytest.mark.notorch
+def test_verifys_header_says_what_it_did_not_check(tmp_path):
+    """Without deep mode the header read "checked sizes and contents (deep=True / --deep also hashes)": checked ...
+    deep=True, the opposite of what ran."""
+    from nbhelpers.weights import verify
+
+    header = str(verify(tmp_path)).splitlines()[0]
+    assert header.endswith("; checked sizes and contents; sha256 not computed (--deep, or deep=True in Python, "
+                           "computes it)"), header
+    assert str(verify(tmp_path, deep=True)).splitlines()[0].endswith("; checked sizes, contents and sha256")

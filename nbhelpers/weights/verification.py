@@ -211,8 +211,9 @@ class VerifyReport:
     def _summary(self) -> str:
         kind = " (tiny random test weights)" if self.tiny else ""
         verdict = "all usable" if self.ok else f"{len(self.problems)} problem(s)"
-        how = "sizes, contents and sha256" if self.deep else "sizes and contents (deep=True / --deep also hashes)"
-        return f"{self.directory}{kind}: {len(self.checks)} files, {verdict}; checked {how}"
+        how = ("checked sizes, contents and sha256" if self.deep else
+               "checked sizes and contents; sha256 not computed (--deep, or deep=True in Python, computes it)")
+        return f"{self.directory}{kind}: {len(self.checks)} files, {verdict}; {how}"
 
     _HEADERS = ("file", "size", "expected", "state", "detail", "fix")
 
