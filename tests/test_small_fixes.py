@@ -63,3 +63,39 @@ def test_verifys_header_says_what_it_did_not_check(tmp_path):
     assert header.endswith("; checked sizes and contents; sha256 not computed (--deep, or deep=True in Python, "
                            "computes it)"), header
     assert str(verify(tmp_path, deep=True)).splitlines()[0].endswith("; checked sizes, contents and sha256")
+
+
+def _streams(ffmpeg: str, path) -> tuple[str, str]:
+    import subprocess
+
+    text = subprocess.run([ffmpeg, "-hide_banner", "-i", str(path)], capture_output=True, text=True).stderr
+    video = next(line for line in text.splitlines() if "Video:" in line)
+    audio = next(line for line in text.splitlines() if "Audio:" in line)
+    return video, audio
+
+
+@pytest.mark.notorch
+def test_the_live_file_carries_what_the_other_outputs_carry(tmp_path, ffmpeg):
+    """The live file was 16 kHz audio, Constrained Baseline, without the BT.709 tags of the offline outputs."""
+    import numpy as np
+
+    from nbhelpers.media import VideoWriter
+    from nbhelpers.media.stream import FFmpegSink
+
+    frame = np.random.default_rng(0).integers(0, 255, (64, 80, 3), dtype=np.uint8)
+    sink = FFmpegSink(tmp_path / "live.mp4", 80, 64)
+    for _ in range(10):
+        sink.write(frame, np.zeros(640, np.float32))
+    live = _streams(ffmpeg, sink.close())
+    speech = tmp_path / "speech.wav"
+    import subprocess
+
+    subprocess.run([ffmpeg, "-v", "error", "-f", "lavfi", "-i", "sine=frequency=300:duration=0.4:sample_rate=48000",
+                    str(speech)], check=True)
+    with VideoWriter(tmp_path / "offline.mp4", 80, 64, audio=speech) as writer:
+        writer.write(np.stack([frame] * 10))
+    offline = _streams(ffmpeg, writer.path)
+    for line in (live[0], offline[0]):
+        assert "h264 (High)" in line and "yuv420p(tv, bt709" in line, line
+    for line in (live[1], offline[1]):
+        assert "aac (LC)" in line and "48000 Hz" in line, line

@@ -29,19 +29,28 @@ URL_CONTAINERS = {"rtmp://": "flv", "rtmps://": "flv", "srt://": "mpegts", "udp:
 FILE_CONTAINERS = {".mp4": "mp4", ".mov": "mov", ".mkv": "matroska", ".ts": "mpegts", ".flv": "flv"}
 UDP_PACKET_BYTES = 1316  # 7 MPEG-TS packets of 188 bytes: one UDP datagram under a 1500-byte MTU
 GOP_FRAMES = 2 * FPS  # a keyframe every 2 s, so that a viewer joining a stream starts within 2 s
+AUDIO_OUT_RATE = 48000  # Hz of the AAC track: the session's 16 kHz speech resampled, as players and editors expect
+# BT.709 limited range, converted and tagged as the offline writer's outputs (nbhelpers.media.writer)
+BT709_FILTER = ("scale=out_color_matrix=bt709:out_range=tv,format=yuv420p,"
+                "setparams=range=tv:color_primaries=bt709:color_trc=bt709:colorspace=bt709")
+BT709_TAGS = ["-colorspace", "bt709", "-color_primaries", "bt709", "-color_trc", "bt709", "-color_range", "tv"]
 
 
-def video_codec_args(encoder: str | None = None) -> tuple[list[str], str | None]:
+def video_codec_args(encoder: str | None = None, *, file: bool = False) -> tuple[list[str], str | None]:
     """``(args, ffmpeg)``: the ``-c:v ...`` arguments of a live stream and the binary (None: imageio-ffmpeg's).
 
-    ``encoder`` None gives libx264 ``ultrafast`` ``zerolatency`` (a frame leaves the encoder as soon as it is in);
-    ``"nvenc"`` / ``"auto"`` give ``h264_nvenc -preset p1 -tune ll`` when :func:`nbhelpers.media.choose_encoder`'s
-    test encode works (else libx264, with its warning); ``libx264-<preset>`` that preset with ``zerolatency``.
+    ``encoder`` None gives libx264 ``ultrafast`` ``zerolatency`` (a frame leaves the encoder as soon as it is in;
+    Constrained Baseline), or into a ``file`` libx264 ``veryfast`` CRF 18 (High profile, as the other outputs;
+    still many times real time); ``"nvenc"`` / ``"auto"`` give ``h264_nvenc -preset p1 -tune ll`` when
+    :func:`nbhelpers.media.choose_encoder`'s test encode works (else libx264, with its warning); ``libx264-<preset>``
+    that preset with ``zerolatency``.
 
     Raises:
         InputError: An unknown setting.
     """
     gop = ["-g", str(GOP_FRAMES)]
+    if encoder is None and file:
+        return ["-c:v", "libx264", "-preset", "veryfast", "-crf", "18", "-pix_fmt", "yuv420p", *gop], None
     if encoder is None:
         return ["-c:v", "libx264", "-preset", "ultrafast", "-tune", "zerolatency", "-pix_fmt", "yuv420p", *gop], None
     choice = choose_encoder(encoder)
@@ -107,15 +116,18 @@ class FFmpegSink(VideoWriter):
             out = str(self._tmp)
         elif target.lower().startswith("udp://") and "pkt_size" not in target:
             out = target + ("&" if "?" in target else "?") + f"pkt_size={UDP_PACKET_BYTES}"
-        codec_args, exe = video_codec_args(encoder)
+        codec_args, exe = video_codec_args(encoder, file=not self.is_url)
         self._exe = exe or ffmpeg_exe()
         read_end, write_end = os.pipe()
         self.args = [self._exe, "-hide_banner", "-v", "error", "-nostdin", "-y",
                      "-thread_queue_size", "256", "-f", "rawvideo", "-pix_fmt", "bgr24", "-s", f"{width}x{height}",
                      "-r", str(FPS), "-i", "pipe:0",
                      "-thread_queue_size", "256", "-f", "s16le", "-ar", str(SAMPLE_RATE), "-ac", "1",
-                     "-i", f"pipe:{read_end}", "-map", "0:v", "-map", "1:a", *codec_args,
-                     "-c:a", "aac", "-b:a", audio_bitrate,
+                     "-i", f"pipe:{read_end}", "-map", "0:v", "-map", "1:a",
+                     "-vf", ("pad=ceil(iw/2)*2:ceil(ih/2)*2," if width % 2 or height % 2 else "") + BT709_FILTER,
+                     *codec_args, *BT709_TAGS,
+                     "-c:a", "aac", "-b:a", audio_bitrate, "-ar", str(AUDIO_OUT_RATE),
+                     *(["-movflags", "+faststart"] if fmt in ("mp4", "mov") else []),
                      "-metadata", f"comment={SYNTHETIC_TAG}", "-metadata:s:v:0", f"handler_name={SYNTHETIC_TAG}",
                      "-f", fmt, *(["-flush_packets", "1"] if fmt == "mpegts" else []), out]
         try:
