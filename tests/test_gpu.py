@@ -477,6 +477,7 @@ def test_plan_renders_text_and_html():
 @pytest.mark.notorch
 def test_require_gpu_stops_a_cpu_runtime_with_the_colab_steps(monkeypatch):
     monkeypatch.delenv("NBHELPERS_ALLOW_CPU", raising=False)
+    monkeypatch.setitem(sys.modules, "ipykernel", type(sys)("ipykernel"))  # in a notebook's kernel
     with pytest.raises(NoGpuError) as info:
         dataclasses.replace(CPU, colab=True).require_gpu()
     message = str(info.value)

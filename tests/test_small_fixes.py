@@ -99,3 +99,23 @@ def test_the_live_file_carries_what_the_other_outputs_carry(tmp_path, ffmpeg):
         assert "h264 (High)" in line and "yuv420p(tv, bt709" in line, line
     for line in (live[1], offline[1]):
         assert "aac (LC)" in line and "48000 Hz" in line, line
+
+
+@pytest.mark.notorch
+def test_a_scripts_warnings_do_not_say_run_the_notebook_again():
+    """The CPU warning and the GPU errors of a script (no notebook kernel) said "run the notebook again"."""
+    import subprocess
+    import sys
+
+    script = ("import warnings, nbhelpers\n"
+              "from nbhelpers.gpu.planner import _cpu_time_note\n"
+              "from nbhelpers.gpu.device import _no_cuda_message\n"
+              "print(_cpu_time_note('lipsync', 25, 25, 'full', 'dlib', (256, 256), '256x256 frames'))\n"
+              "print(_no_cuda_message('cuda'))\n"
+              "import sys, types; sys.modules['ipykernel'] = types.ModuleType('ipykernel')\n"
+              "print(_no_cuda_message('cuda'))\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    plan, script_error, kernel_error = out.splitlines()
+    for line in (plan, script_error):
+        assert "T4 GPU > Save, then run it again" in line and "notebook" not in line, line
+    assert "T4 GPU > Save, then run the notebook again from the top" in kernel_error

@@ -27,6 +27,14 @@ NVIDIA_SMI_TIMEOUT_S = 10.0
 COLAB_GPU_STEPS = "Runtime > Change runtime type > T4 GPU > Save, then run the notebook again from the top"
 
 
+def colab_gpu_steps() -> str:
+    """:data:`COLAB_GPU_STEPS` in a notebook's kernel; in a script or a command (no kernel), what to run again is
+    the script or command, not a notebook."""
+    if "ipykernel" in sys.modules:
+        return COLAB_GPU_STEPS
+    return COLAB_GPU_STEPS.replace("run the notebook again from the top", "run it again")
+
+
 class NoGpuError(NbHelpersError, RuntimeError):
     """No CUDA GPU is usable and the caller did not allow the CPU (``allow_cpu`` / ``NBHELPERS_ALLOW_CPU=1``)."""
 
@@ -128,8 +136,8 @@ class GpuReport:
         if allow_cpu:
             return self
         why = "; ".join(self.notes) if self.notes else "torch.cuda.is_available() is False"
-        where = (f"In Google Colab: {COLAB_GPU_STEPS}." if self.colab else
-                 f"In Google Colab: {COLAB_GPU_STEPS}. Elsewhere: check that `nvidia-smi` lists a GPU and that "
+        where = (f"In Google Colab: {colab_gpu_steps()}." if self.colab else
+                 f"In Google Colab: {colab_gpu_steps()}. Elsewhere: check that `nvidia-smi` lists a GPU and that "
                  "torch is a CUDA build (torch.version.cuda is not None).")
         raise NoGpuError(
             f"No CUDA GPU is usable in this runtime (torch {self.torch_version or 'version unknown'}; {why}). "
@@ -234,7 +242,7 @@ def read_report(device: str | int | None = None) -> GpuReport:
 
 def _no_cuda_message(device: str) -> str:
     return (f"config.device is {device!r} but no CUDA GPU is usable in this runtime. In Google Colab: "
-            f"{COLAB_GPU_STEPS}. Or set device=None (automatic) or 'cpu'.")
+            f"{colab_gpu_steps()}. Or set device=None (automatic) or 'cpu'.")
 
 
 def check_device(device: str | None) -> None:

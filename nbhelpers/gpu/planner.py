@@ -12,7 +12,7 @@ from typing import Any
 
 from ..config import InferenceConfig
 from ..errors import InputError, NbHelpersWarning
-from .device import COLAB_GPU_STEPS, GpuReport, NoGpuError, _no_cuda_message, read_report
+from .device import GpuReport, NoGpuError, _no_cuda_message, colab_gpu_steps, read_report
 from .model import (
     DEFAULT_FRAME_SIZE,
     KINDS,
@@ -347,7 +347,7 @@ def _cpu_time_note(kind: str, n_frames: int | None, source_frames: int | None, w
         per = cpu_frame_seconds(kind, weights, backend, frame_size)
         load = cpu_seconds(kind, 1, None, weights, landmark_backend=backend, frame_size=frame_size)["models"]
         what = f"about {per:.1f} s per frame, plus {_duration(load)} to load the models"
-    return (f"Running on the CPU ({where}): {what}. Use a GPU runtime for real jobs (Colab: {COLAB_GPU_STEPS}).")
+    return (f"Running on the CPU ({where}): {what}. Use a GPU runtime for real jobs (Colab: {colab_gpu_steps()}).")
 
 
 def _gpu_budget(rep: GpuReport, mm: MemoryModel, loaded_gib: float = 0.0) -> tuple[float | None, str]:
