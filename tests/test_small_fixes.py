@@ -119,3 +119,21 @@ def test_a_scripts_warnings_do_not_say_run_the_notebook_again():
     for line in (plan, script_error):
         assert "T4 GPU > Save, then run it again" in line and "notebook" not in line, line
     assert "T4 GPU > Save, then run the notebook again from the top" in kernel_error
+
+
+def test_a_batch_without_ray_leaves_no_empty_folder(tmp_path, make_media, tiny_weights, monkeypatch):
+    """The writability check made avatar-cache/ (and the outputs' folder) before Ray was found missing."""
+    import sys
+
+    from nbhelpers import batch
+    from nbhelpers.errors import MissingDependencyError
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray fails, whether it is installed or not
+    video = make_media("testsrc-96-8f.mp4", "-f", "lavfi", "-i", "testsrc=size=96x96:rate=25", "-frames:v", "8",
+                       "-pix_fmt", "yuv420p")
+    speech = make_media("sine-0.4s.wav", "-f", "lavfi", "-i", "sine=frequency=300:duration=0.4")
+    outputs = tmp_path / "batch" / "out"
+    jobs = [{"video": str(video), "audio": str(speech), "output": str(outputs / "a.mp4")}]
+    with pytest.raises(MissingDependencyError, match="batch runs need Ray"):
+        batch.run(jobs, weights_dir=tiny_weights)
+    assert not (tmp_path / "batch").exists()

@@ -11,7 +11,6 @@ import hashlib
 import json
 import os
 import socket
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -22,6 +21,7 @@ from ..avatar.cache import CACHED_FIELDS
 from ..config import InferenceConfig
 from ..errors import InputError
 from ..hashing import sha256_file
+from ..media import write_problem
 from .jobs import Job
 
 RECORD_FORMAT = 1  # bump when the output record's fields change (older records then make their outputs again)
@@ -192,13 +192,10 @@ def _write_problem(folder: Path) -> str:
     if not os.access(existing, os.W_OK | os.X_OK):
         return (f"{str(folder)!r} (read-only or not yours)" if existing == folder else
                 f"{str(folder)!r} (its folder {str(existing)!r} is read-only or not yours)")
-    try:  # what the permission bits do not say (root on /proc or /sys, a read-only bind): the folder is made
-        folder.mkdir(parents=True, exist_ok=True)  # (the batch writes there anyway) and a file tried in it
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".nbhelpers-write-check-"):
-            pass
-    except OSError as exc:
-        return f"{str(folder)!r} ({exc.strerror or type(exc).__name__})"
-    return ""
+    # what the permission bits do not say (root on /proc or /sys, a read-only bind): the folder is made and a file
+    # tried in it, and what was made is removed again (a batch stopped before it starts leaves no empty folder)
+    why = write_problem(folder)
+    return f"{str(folder)!r} ({why})" if why else ""
 
 
 def check_writable(folders: Iterable[Path]) -> None:
