@@ -272,6 +272,9 @@ def track(frames: Any, backend: str | LandmarkBackend = "auto", config: Inferenc
         for batch in batches:
             tracker.add(batch)
             pbar.update(int(batch.shape[0]))
+        if pbar.total != pbar.n:  # the duration's estimate was off by a frame: end the bar full at the real count
+            pbar.total = pbar.n
+            pbar.refresh()
         return tracker.finish()
 
 

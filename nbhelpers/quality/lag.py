@@ -5,14 +5,17 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import warnings
 from typing import Any
 
 import numpy as np
 
+from .. import gpu, media
 from ..constants import FPS, SAMPLE_RATE
 from ..errors import InputError, NoFaceError
 from ..faces.track import track as track_faces
-from .clip import audio_samples, check_video
+from ..framestore import expected_frames
+from .clip import audio_samples, check_video, is_path
 
 __all__ = ["MouthAudioLag", "mouth_audio_lag", "mouth_opening", "speech_envelope"]
 
@@ -24,6 +27,7 @@ Z_SIGNIFICANT = 3.5  # z score of the peak above which the lag is called reliabl
 INNER_UPPER = (61, 62, 63)  # iBUG 68 (0-based): upper inner lip, left to right
 INNER_LOWER = (67, 66, 65)  # lower inner lip points facing them
 EYE_CORNERS = (36, 45)  # outer eye corners: the face-size unit
+LONG_TRACKING_S = 60.0  # face tracking expected to take longer than this on the CPU is announced before it starts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,6 +154,31 @@ def _effective_n(a: np.ndarray, b: np.ndarray, max_k: int) -> float:
     return max(3.0 + 1e-9, n / max(total, 1.0))
 
 
+def announce_cpu_tracking(video: Any, backend: str = "auto", device: str | None = None) -> float | None:
+    """Warn (:class:`~nbhelpers.gpu.PlanWarning`) before face tracking of a video file that will run on the CPU for
+    more than :data:`LONG_TRACKING_S`, with the estimate (DWPose, the default, takes about a minute per 150 frames
+    there); returns the estimate in seconds, or None on a GPU or for frames in memory."""
+    if not is_path(video) or not isinstance(backend, str):
+        return None
+    if device is None:
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if not str(device).startswith("cpu"):
+        return None
+    info = media.probe(video)
+    n = expected_frames(info, 0)
+    figures = gpu.face_cpu_times(backend)
+    seconds = figures.load_s + n * figures.seconds((int(info.height or 0), int(info.width or 0)))
+    if seconds >= LONG_TRACKING_S:
+        name = "dwpose (auto)" if backend == "auto" else backend
+        took = f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
+        warnings.warn(f"Finding the face in {n} frames with the {name} landmark backend on the CPU takes about "
+                      f"{took}; the dlib backend takes seconds where dlib is installed.", gpu.PlanWarning,
+                      stacklevel=3)
+    return seconds
+
+
 def mouth_audio_lag(video: Any, audio: Any = None, *, track: Any = None, backend: str = "auto",
                     weights_dir: str | os.PathLike | None = None, max_lag: int | None = None,
                     device: str | None = None) -> MouthAudioLag:
@@ -182,6 +211,7 @@ def mouth_audio_lag(video: Any, audio: Any = None, *, track: Any = None, backend
     samples = audio_samples(video, audio)
     name = ""
     if track is None:
+        announce_cpu_tracking(video, backend, device)
         track = track_faces(video, backend=backend, weights_dir=weights_dir, device=device)
     if hasattr(track, "landmarks"):
         name = str(getattr(track, "backend", ""))

@@ -1,0 +1,71 @@
+"""Long stages show their own progress and say how long they will take (issue 37 #4)."""
+
+from __future__ import annotations
+
+import io
+import warnings
+
+import numpy as np
+import pytest
+
+from nbhelpers.faces.base import FaceResult
+
+
+class StillFace:
+    name = "still"
+
+    def detect(self, frames):
+        lm = np.tile(np.array([48.0, 55.0], np.float32), (68, 1))
+        lm[0], lm[16], lm[8] = (25, 45), (71, 45), (48, 85)
+        return [FaceResult(face_box=np.array([20.0, 20, 76, 88]), landmarks=lm.copy()) for _ in frames]
+
+    def close(self):
+        pass
+
+
+@pytest.fixture
+def shown_bars():
+    """What the progress bars print, with bars on for the test."""
+    from nbhelpers import progress
+
+    saved = dict(progress._settings)
+    out = io.StringIO()
+    progress.configure(disable=False, file=out, mininterval=0, ascii=True)
+    yield out
+    progress._settings.clear()
+    progress._settings.update(saved)
+
+
+@pytest.mark.notorch
+def test_the_faces_bar_ends_full_when_the_duration_promised_one_frame_more(make_media, shown_bars):
+    """The score's face bar ended at "99% 187/188": the count from the duration (the sound runs a little longer than
+    the pictures) was one frame over."""
+    from nbhelpers import media
+    from nbhelpers.faces import track
+
+    video = make_media("10f-with-0.45s-sound.mp4", "-f", "lavfi", "-i", "testsrc=size=96x96:rate=25:duration=0.4",
+                       "-f", "lavfi", "-i", "sine=frequency=300:duration=0.45", "-pix_fmt", "yuv420p", "-c:a", "aac")
+    assert round(media.probe(video).duration_s * 25) == 11  # the hint the bar starts from
+    result = track(video, backend=StillFace())
+    assert result.n_frames == 10
+    last = shown_bars.getvalue().replace("\r", "\n").strip().splitlines()[-1]
+    assert "10/10" in last and "100%" in last, last
+
+
+@pytest.mark.notorch
+def test_the_score_says_how_long_cpu_face_tracking_takes_before_it_starts(make_media, monkeypatch):
+    from nbhelpers.gpu import PlanWarning
+    from nbhelpers.quality.lag import announce_cpu_tracking
+
+    video = make_media("testsrc-96-8f.mp4", "-f", "lavfi", "-i", "testsrc=size=96x96:rate=25", "-frames:v", "8",
+                       "-pix_fmt", "yuv420p")
+    with pytest.warns(PlanWarning, match=r"^Finding the face in 8 frames with the dwpose landmark backend on the "
+                                         r"CPU takes about \d+ s; the dlib backend takes seconds"):
+        monkeypatch.setattr("nbhelpers.quality.lag.LONG_TRACKING_S", 0.0)
+        assert announce_cpu_tracking(video, "dwpose", "cpu") > 0
+    monkeypatch.setattr("nbhelpers.quality.lag.LONG_TRACKING_S", 1e9)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert announce_cpu_tracking(video, "dwpose", "cpu") > 0  # short: no warning
+        assert announce_cpu_tracking(video, "dwpose", "cuda") is None
+        assert announce_cpu_tracking(np.zeros((8, 96, 96, 3), np.uint8), "dwpose", "cpu") is None
