@@ -29,7 +29,7 @@ from .constants import PARSING_SIZE
 from .errors import InputError
 from .gpu import batched, to_device
 from .parsing import check_parsing_args, face_mask, face_mask_torch
-from .progress import bar
+from .progress import bar, stage_bar
 from .resample import gaussian_blur_batch, resize_batch
 
 __all__ = [
@@ -226,7 +226,7 @@ def prepare_mask(mask_512: np.ndarray, box: Any, square: Any | None = None,
 def prepare_materials(frames: Sequence[np.ndarray], boxes: Sequence[Any], parser: Any, mode: str = "jaw",
                       left_cheek_width: int = 90, right_cheek_width: int = 90,
                       blur_ratio: float = OFFLINE_BLUR_RATIO, expand: float = EXPAND,
-                      chunk: int = 64) -> list[BlendMaterial]:
+                      chunk: int = 64, progress: bool = True) -> list[BlendMaterial]:
     """Blend material of N frames on the CPU: N :class:`BlendMaterial` with numpy masks, in order.
 
     Args:
@@ -239,6 +239,7 @@ def prepare_materials(frames: Sequence[np.ndarray], boxes: Sequence[Any], parser
         blur_ratio: 0.05 offline, 0.1 realtime.
         expand: Expanded-square factor.
         chunk: Frames per ``parser.labels`` call.
+        progress: Show the ``face parsing`` bar (off where a caller's bar counts these frames).
 
     Raises:
         InputError: A frame, box or option is invalid (all checked before parsing).
@@ -255,7 +256,7 @@ def prepare_materials(frames: Sequence[np.ndarray], boxes: Sequence[Any], parser
     checked = [check_box(b, f"boxes[{i}]") for i, b in enumerate(boxes)]
     squares = [expanded_square(b, expand) for b in checked]
     materials: list[BlendMaterial] = []
-    with bar(len(checked), "face parsing") as progress:
+    with bar(len(checked), "face parsing", **({} if progress else {"disable": True})) as pbar:
         for start in range(0, len(checked), max(1, int(chunk))):
             idx = range(start, min(start + max(1, int(chunk)), len(checked)))
             crops_rgb = [np.ascontiguousarray(crop_padded(frames[i], squares[i])[:, :, ::-1]) for i in idx]
@@ -264,7 +265,7 @@ def prepare_materials(frames: Sequence[np.ndarray], boxes: Sequence[Any], parser
                 mask_512 = face_mask(labels[j], mode, left_cheek_width, right_cheek_width)
                 materials.append(BlendMaterial(mask=prepare_mask(mask_512, checked[i], squares[i], blur_ratio),
                                                square=squares[i], box=checked[i]))
-                progress.update(1)
+                pbar.update(1)
     return materials
 
 
@@ -312,7 +313,7 @@ def prepare_masks_torch(masks_512: Any, boxes: Sequence[Any], squares: Sequence[
 def prepare_materials_torch(frames: Any, boxes: Sequence[Any], parser: Any, mode: str = "jaw",
                             left_cheek_width: int = 90, right_cheek_width: int = 90,
                             blur_ratio: float = OFFLINE_BLUR_RATIO, expand: float = EXPAND, bgr: bool = True,
-                            batch_size: int | None = None) -> list[BlendMaterial]:
+                            batch_size: int | None = None, progress: bool = True) -> list[BlendMaterial]:
     """:func:`prepare_materials` on the parser's torch device, in batches, masks left there as tensors.
 
     Same arguments, but ``frames`` is an (N, H, W, 3) uint8 tensor (or array) on any device, with ``bgr`` (False for
@@ -347,16 +348,16 @@ def prepare_materials_torch(frames: Any, boxes: Sequence[Any], parser: Any, mode
             return prepare_masks_torch(masks_512, checked[sl], squares[sl], blur_ratio)
 
     materials: list[BlendMaterial] = []
-    with bar(len(checked), "face parsing") as progress:  # counts queued frames: the device may still be busy
+    with bar(len(checked), "face parsing", **({} if progress else {"disable": True})) as pbar:  # counts queued frames
         for sl, masks in batched(len(checked), size, step, stage="face parsing"):
             materials += [BlendMaterial(mask=m, square=squares[i], box=checked[i])
                           for m, i in zip(masks, range(sl.start, sl.stop), strict=True)]
-            progress.update(sl.stop - sl.start)
+            pbar.update(sl.stop - sl.start)
     return materials
 
 
 def materials_for_frames(frames: Any, crop_boxes: Any, face_frames: Sequence[int], parser: Any, config: Any, *,
-                         chunk: int = 32, progress: bool = True, frames_device: Any = None) -> list[BlendMaterial]:
+                         chunk: int = 32, progress: Any = True, frames_device: Any = None) -> list[BlendMaterial]:
     """Blend material of the source frames that have a face, in order, with a job's settings.
 
     A parser on CUDA makes it there (:func:`prepare_materials_torch`), else :func:`prepare_materials`.
@@ -368,7 +369,7 @@ def materials_for_frames(frames: Any, crop_boxes: Any, face_frames: Sequence[int
         parser: A :class:`nbhelpers.parsing.FaceParser`.
         config: :class:`~nbhelpers.config.InferenceConfig` (parsing mode, cheek widths, ``blur_ratio``).
         chunk: Frames held at once on the host.
-        progress: Show a progress bar (``parsing``) counted in frames.
+        progress: Show a progress bar (``parsing``) counted in frames; or a bar to advance (one a job keeps).
         frames_device: Optional (N, H, W, 3) uint8 tensor of the same frames on the parser's device.
 
     Returns:
@@ -381,7 +382,7 @@ def materials_for_frames(frames: Any, crop_boxes: Any, face_frames: Sequence[int
                    right_cheek_width=config.right_cheek_width, blur_ratio=config.blur_ratio)
     on_gpu = torch.device(getattr(parser, "device", "cpu")).type == "cuda"
     out: list[BlendMaterial] = []
-    with bar(total=len(face_frames), desc="parsing", unit="frame", **({} if progress else {"disable": True})) as pbar:
+    with stage_bar(progress, len(face_frames), "parsing") as pbar:
         step = max(1, int(chunk)) * (4 if on_gpu else 1)
         for start in range(0, len(face_frames), step):
             idx = face_frames[start:start + step]
@@ -393,9 +394,9 @@ def materials_for_frames(frames: Any, crop_boxes: Any, face_frames: Sequence[int
                     batch = frames_device[to_device(np.asarray(idx, dtype=np.int64), frames_device.device)]
                 else:
                     batch = to_device(np.stack([frames[i] for i in idx]), parser.device)
-                out.extend(prepare_materials_torch(batch, boxes, parser, **options))
+                out.extend(prepare_materials_torch(batch, boxes, parser, progress=False, **options))
             else:
-                out.extend(prepare_materials([frames[i] for i in idx], boxes, parser, **options))
+                out.extend(prepare_materials([frames[i] for i in idx], boxes, parser, progress=False, **options))
             pbar.update(len(idx))
     return out
 

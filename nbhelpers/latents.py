@@ -14,7 +14,7 @@ import numpy as np
 from .constants import AUDIO_TOKENS, CROP_SIZE, LATENT_CHANNELS, LATENT_SIZE, VAE_SCALING, WHISPER_DIM
 from .errors import InputError
 from .gpu import batched, device_constant, to_device
-from .progress import bar
+from .progress import bar, stage_bar
 
 MASK_ROW = CROP_SIZE // 2  # first masked row of the 256-px crop: rows 128..255 become -1 (vae.py:40-49)
 LATENT_MODES = ("sample", "mode")
@@ -227,7 +227,7 @@ def unet_step(unet: Any, pe: Callable[[Any], Any], latent_batch: Any, feature_ba
 
 
 def encode_frames(frames: Any, crop_boxes: Any, face_frames: Sequence[int], vae: Any, *, seed: int = 0,
-                  mode: str = "sample", batch_size: int = 8, progress: bool = True):
+                  mode: str = "sample", batch_size: int = 8, progress: Any = True):
     """Latents of the source frames that have a face, in frame order: (M, 8, 32, 32), contiguous, VAE dtype.
 
     Crops (:func:`crop_and_resize`) are encoded in runs of consecutive frames; each frame's noise is seeded by its
@@ -242,7 +242,7 @@ def encode_frames(frames: Any, crop_boxes: Any, face_frames: Sequence[int], vae:
         seed: ``InferenceConfig.seed``.
         mode: ``"sample"`` or ``"mode"`` (``InferenceConfig.latent_mode``).
         batch_size: Frames per VAE call.
-        progress: Show a progress bar (``latents``) counted in frames.
+        progress: Show a progress bar (``latents``) counted in frames; or a bar to advance (one a job keeps).
 
     Source: ``scripts/inference.py:163-176``; docs/official-behaviour.md §4.
     """
@@ -258,7 +258,7 @@ def encode_frames(frames: Any, crop_boxes: Any, face_frames: Sequence[int], vae:
     # shape and cuDNN plans once.
     pad = _device_dtype(vae, "vae")[0].type == "cuda"
     chunks = []
-    with bar(total=len(face_frames), desc="latents", unit="frame", **({} if progress else {"disable": True})) as pbar:
+    with stage_bar(progress, len(face_frames), "latents") as pbar:
         for run_start, run_stop in bounds:
             for start in range(run_start, run_stop, batch):
                 idx = face_frames[start:min(start + batch, run_stop)]

@@ -4,6 +4,7 @@ tracked and prepared in pieces of :data:`STREAM_PIECE` source frames while the e
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
@@ -11,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from . import blending, engine, faces, gpu
+from . import blending, engine, faces, gpu, progress
 from . import latents as latent_codes
 from .config import InferenceConfig
 from .engine import Piece, SourceFaces, Timings
@@ -98,8 +99,11 @@ class StreamedJob:
     """
 
     def __init__(self, pipe: Any, config: InferenceConfig, store: FrameStore, n_out: int, boxes: Any,
-                 timings: Timings):
+                 timings: Timings, source_frames: int | None = None):
         self.pipe, self.config, self.store, self.n_out, self.timings = pipe, config, store, n_out, timings
+        self.source_frames = source_frames or n_out  # expected, for the stage bars until tracking ends
+        self._bars: dict[str, Any] = {}
+        self._bar_stack = contextlib.ExitStack()
         self.boxes = boxes
         self.tracker: Any = None
         self.track: Any = None
@@ -130,12 +134,14 @@ class StreamedJob:
         t = self.timings
         streamed = self.config.smooth_boxes <= 1
         written = 0
+        for name in ("faces", "latents", "parsing"):  # one bar per stage, in frames, over the whole job
+            self._bars[name] = self._bar_stack.enter_context(progress.bar(self.source_frames, name))
         for arr in decoded:  # (b, H, W, 3) pieces, already in the frame store
             offset = self._next_offset
             self._next_offset += len(arr)
             frames_device = self._upload(arr) if streamed else None  # once: faces, parsing and the paste-back
             with t.stage("faces"):
-                crop, has = self.tracker.add(arr, frames_device=frames_device)
+                crop, has = self._track(arr, frames_device)
             self.crop = np.concatenate([self.crop, crop])
             if not streamed:
                 self.rows.extend([-1] * len(arr))
@@ -155,16 +161,38 @@ class StreamedJob:
             self.store.finish()  # every piece was written by the decoding thread before it was handed over
         with t.stage("faces"):
             self.track = self.tracker.finish()  # NoFaceError for a clip without any face
+        self._end_bar("faces", self.track.n_frames)
         if len(self.store) != self.track.n_frames:
             raise MediaError(f"internal: decoded {len(self.store)} frames but tracked {self.track.n_frames}")
         if not streamed:  # smoothed crop boxes: prepare the whole clip now
             self.crop = self.track.crop_boxes
             self.rows = [-1] * len(self.store)
             self._prepare(self.store, np.flatnonzero(self.track.has_face), None, None)
+        for name in ("latents", "parsing"):
+            self._end_bar(name, self.track.n_faces)
         if written < self.n_out:  # the rest of the ping-pong (or, smoothed, every frame) from the whole clip
             with t.stage("upload"):
                 source = self._source(self.store, None)
             yield Piece(written, self.n_out - written, source=source, models=self.models)
+
+    def _track(self, arr: np.ndarray, frames_device: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Track a piece's faces in the tracker's batches, advancing the faces bar after each."""
+        step, crops, has = self.tracker.batch_size, [], []
+        for start in range(0, len(arr), step):
+            part = None if frames_device is None else frames_device[start:start + step]
+            crop, found = self.tracker.add(arr[start:start + step], frames_device=part)
+            crops.append(crop)
+            has.append(found)
+            self._bars["faces"].update(len(crop))
+        return np.concatenate(crops), np.concatenate(has)
+
+    def _end_bar(self, name: str, count: int) -> None:
+        """End a stage's bar full at the frames it really had (the totals were estimates)."""
+        pbar = self._bars.get(name)
+        if pbar is not None:
+            pbar.total = count
+            pbar.n = count
+            pbar.refresh()
 
     def _upload(self, arr: np.ndarray) -> Any:
         """A piece's frames on the GPU when under PIECE_ON_GPU_FRACTION of its usable memory, else None."""
@@ -188,13 +216,14 @@ class StreamedJob:
         batch = int(config.batch_size or 8)
         with t.stage("latents"):  # crop, resize and encode (indexed by source frame: Q6)
             latents = latent_codes.encode_frames(frames, self.crop, face_frames, self.models.vae, seed=config.seed,
-                                                 mode=config.latent_mode, batch_size=batch, progress=False)
+                                                 mode=config.latent_mode, batch_size=batch,
+                                                 progress=self._bars["latents"])
         with t.stage("parsing"):  # feathered mask + expanded square; on CUDA the parsing stays on the GPU
             parser = self.pipe.face_parser
             parser.batch_size = batch
             window = None if frames_device is None else Window(frames_device, frames.offset)
-            materials = blending.materials_for_frames(frames, self.crop, face_frames, parser, config, progress=False,
-                                                      frames_device=window)
+            materials = blending.materials_for_frames(frames, self.crop, face_frames, parser, config,
+                                                      progress=self._bars["parsing"], frames_device=window)
         import torch
 
         first = len(self.materials)
@@ -214,6 +243,7 @@ class StreamedJob:
         return source.to_device(self.pipe.device, frames_fraction=engine.FRAMES_ON_GPU_FRACTION if whole_clip else 0.0)
 
     def close(self) -> None:
+        self._bar_stack.close()
         if self._decoder is not None:
             self._decoder.close()
         if self.tracker is not None:

@@ -498,7 +498,7 @@ class MuseTalkPipeline:
         if boxes is not None and not is_single_box(boxes):  # one per video frame: the first n_out are used
             boxes = list(boxes)[:n_out]
         store = FrameStore(reader.height, reader.width)
-        job = StreamedJob(self, config, store, n_out, boxes, timings)
+        job = StreamedJob(self, config, store, n_out, boxes, timings, source_frames=n_src)
         try:
             # 3. faces: the landmark backend (none for boxes given), built before the plan counts its CPU time
             given = boxes is not None or config.landmark_backend == "boxes"
@@ -529,7 +529,7 @@ class MuseTalkPipeline:
                 decoded = job.decode_ahead(reader)
                 with writer:
                     run(job.pieces(decoded), features, None, int(config.batch_size or 8), n_out, writer,
-                        frame_callback=frame_callback, timings=timings, desc="lipsync")
+                        frame_callback=frame_callback, timings=timings, desc="generate")
                     finish = time.perf_counter()
                 timings.add("encoder_finish", time.perf_counter() - finish)
         except NoFaceError as exc:

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any
 
@@ -27,6 +28,14 @@ def bar(total: int | float | None = None, desc: str = "", unit: str = "frame", *
     options = dict(_settings)
     options.update(kwargs)
     return tqdm(total=total, desc=desc, unit=unit, **options)
+
+
+def stage_bar(progress: Any, total: int, desc: str, unit: str = "frame"):
+    """The bar of one call of a stage, as a context manager: ``progress`` True or False makes one (shown or not);
+    a bar object, one bar a job keeps across several calls of the stage, is used as it is and left open."""
+    if progress is None or isinstance(progress, bool):
+        return bar(total=total, desc=desc, unit=unit, **({} if progress else {"disable": True}))
+    return contextlib.nullcontext(progress)
 
 
 def note(message: str) -> None:

@@ -69,3 +69,24 @@ def test_the_score_says_how_long_cpu_face_tracking_takes_before_it_starts(make_m
         assert announce_cpu_tracking(video, "dwpose", "cpu") > 0  # short: no warning
         assert announce_cpu_tracking(video, "dwpose", "cuda") is None
         assert announce_cpu_tracking(np.zeros((8, 96, 96, 3), np.uint8), "dwpose", "cpu") is None
+
+
+@pytest.mark.slow
+def test_each_stage_of_a_lipsync_has_its_own_bar_that_ends_full(make_media, tiny_weights, tmp_path, shown_bars):
+    """The lipsync bar sat at "0/187" through finding faces, latents and parsing: each stage now counts its own
+    frames, and each bar ends at the frames the stage really had (8 source frames, 10 output frames)."""
+    import nbhelpers as nbh
+
+    video = make_media("testsrc-96-8f.mp4", "-f", "lavfi", "-i", "testsrc=size=96x96:rate=25", "-frames:v", "8",
+                       "-pix_fmt", "yuv420p")
+    speech = make_media("sine-0.4s.wav", "-f", "lavfi", "-i", "sine=frequency=300:duration=0.4")
+    pipe = nbh.MuseTalkPipeline.from_pretrained(tiny_weights, nbh.InferenceConfig(device="cpu", batch_size=4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pipe.lipsync(video, speech, tmp_path / "out.mp4", backend=StillFace())
+    lines = shown_bars.getvalue().replace("\r", "\n").splitlines()
+    for stage, frames in (("faces", 8), ("latents", 8), ("parsing", 8), ("generate", 10)):
+        shown = [line for line in lines if line.lstrip().startswith(f"{stage}:")]
+        assert shown, f"no {stage} bar in {lines}"
+        assert f"{frames}/{frames}" in shown[-1] and "100%" in shown[-1], shown[-1]
+    assert not [line for line in lines if "face parsing:" in line or "lipsync:" in line]  # no second bar per stage
