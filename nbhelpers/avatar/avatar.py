@@ -24,7 +24,7 @@ from ..checks import speech_frames, warn_if_silent
 from ..config import InferenceConfig
 from ..constants import FPS, SAMPLE_RATE
 from ..engine import SourceFaces, Timings, flush_denormals, render, run
-from ..errors import CacheError, InputError
+from ..errors import CacheError, InputError, NbHelpersWarning
 from ..framestore import FrameStore
 from ..result import ClipResult
 from .cache import CACHED_FIELDS, FRAMES_FILE, LosslessFrames, check_files, read_arrays, read_manifest
@@ -144,7 +144,7 @@ class Avatar:
             # A whole clip into a file waits for no first frame: its own plan (kind "clip") allows larger batches.
             self._state["clip_config"] = pipe.plan("clip", asked, None, self.frame_shape)
         for note in {(n.category, str(n.message)): n.message for n in notes}.values():  # both plans' notes, once
-            warnings.warn(note, stacklevel=2)
+            warnings.warn(note, NbHelpersWarning, stacklevel=2)  # a Warning instance keeps its own category
         latents = torch.from_numpy(self.latents_np).to(device=pipe.device, dtype=pipe.dtype)
         latent_row = np.full(self.n_frames, -1, dtype=np.int64)
         latent_row[np.flatnonzero(self.has_face)] = np.arange(self.n_faces)

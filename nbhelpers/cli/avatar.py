@@ -68,8 +68,9 @@ def _live(args: argparse.Namespace) -> int:
     waveform = media.load_audio(args.audio)
     if config.to is None:  # as `avatar generate`: the avatar's vid_output folder
         target = Path(args.directory) / "vid_output" / f"live-{Path(args.audio).stem}.mp4"
-        target.parent.mkdir(parents=True, exist_ok=True)
         config = config.replace(to=str(target))
+    if "://" not in config.to:  # a file: its folder is checked before the models load
+        media.check_writable(Path(config.to).expanduser().parent)
     loaded = load_avatar(args.directory, weights_dir=args.weights)
     loaded.load_models()
     session = LiveSession(loaded, config, on_frame=lambda n, frame: None)

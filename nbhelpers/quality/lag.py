@@ -15,6 +15,7 @@ from ..constants import FPS, SAMPLE_RATE
 from ..errors import InputError, NoFaceError
 from ..faces.track import track as track_faces
 from ..framestore import expected_frames
+from ..gpu import PlanWarning
 from .clip import audio_samples, check_video, is_path
 
 __all__ = ["MouthAudioLag", "mouth_audio_lag", "mouth_opening", "speech_envelope"]
@@ -174,7 +175,7 @@ def announce_cpu_tracking(video: Any, backend: str = "auto", device: str | None 
         name = "dwpose (auto)" if backend == "auto" else backend
         took = f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
         warnings.warn(f"Finding the face in {n} frames with the {name} landmark backend on the CPU takes about "
-                      f"{took}; the dlib backend takes seconds where dlib is installed.", gpu.PlanWarning,
+                      f"{took}; the dlib backend takes seconds where dlib is installed.", PlanWarning,
                       stacklevel=3)
     return seconds
 
