@@ -25,6 +25,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..display import in_colab
 from ..errors import InputError, MissingDependencyError
 
 #: Base of OpenMMLab's mmcv find-links pages: ``{base}/{cu118|cu121|cpu}/torch{2.1}/index.html``.
@@ -221,14 +222,10 @@ def _cuda_tag(cuda: str | None, torch_version: str | None) -> str:
     return f"cu{torch.version.cuda.replace('.', '')}" if torch.version.cuda else "cpu"
 
 
-def _on_colab() -> bool:
-    return "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ
-
-
 def expected_build_time(cpu_count: int | None = None, on_colab: bool | None = None) -> str:
     """Expected time to compile mmcv from source, in words, on Colab or for ``cpu_count`` cores (default: this machine).
     """
-    colab = _on_colab() if on_colab is None else on_colab
+    colab = in_colab() if on_colab is None else on_colab
     if colab:
         return f"about {BUILD_TIME_COLAB}"
     cores = cpu_count or os.cpu_count() or 2

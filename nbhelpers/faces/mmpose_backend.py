@@ -23,15 +23,9 @@ from pathlib import Path
 import numpy as np
 
 from .. import weights as _weights
-from ..errors import (
-    CheckpointError,
-    FallbackWarning,
-    InputError,
-    MissingDependencyError,
-    WeightsError,
-)
+from ..errors import CheckpointError, FallbackWarning, InputError, MissingDependencyError, WeightsError
 from ..models import load_checkpoint
-from . import _mmcv_ops_stub
+from . import _mmcv_ops_stub, dwpose_torch
 from . import dwpose_codec as codec
 from .base import FaceResult
 from .dwpose_onnx import S3FD_FILE, Availability, _default_weights_dir, build_s3fd, detect_with_pose
@@ -313,19 +307,7 @@ def export_onnx(model, path: str | os.PathLike, *, dynamic_batch: bool = True, o
         def forward(self, x):
             return self.head(self.backbone(x))
 
-    net = _Net(model).eval().cpu()
-    w, h = codec.INPUT_SIZE
-    dummy = torch.zeros(1, 3, h, w)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp.onnx")
-    axes = {"input": {0: "batch"}, "simcc_x": {0: "batch"}, "simcc_y": {0: "batch"}} if dynamic_batch else None
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(net, (dummy,), str(tmp), input_names=["input"], output_names=["simcc_x", "simcc_y"],
-                          dynamic_axes=axes, opset_version=opset, dynamo=False)
-    os.replace(tmp, path)
-    return path
+    return dwpose_torch.export_onnx(_Net(model), path, dynamic_batch=dynamic_batch, opset=opset)
 
 
 class MMPoseBackend:

@@ -189,14 +189,23 @@ class GpuReport:
         return rows
 
     def __str__(self) -> str:
-        rows = self._rows()
-        width = max(len(k) for k, _ in rows)
-        return "GPU report\n" + "\n".join(f"  {k:<{width}}  {v}" for k, v in rows)
+        return fields_text("GPU report", self._rows())
 
     def _repr_html_(self) -> str:
-        body = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th>"
-                       f"<td style='text-align:left'>{html.escape(v)}</td></tr>" for k, v in self._rows())
-        return f"<table><caption style='text-align:left'><b>GPU report</b></caption>{body}</table>"
+        return fields_html("GPU report", self._rows())
+
+
+def fields_text(title: str, rows: list[tuple[str, str]]) -> str:
+    """``title``, then one ``name  value`` line per row, the names padded to one width."""
+    width = max(len(k) for k, _ in rows)
+    return f"{title}\n" + "\n".join(f"  {k:<{width}}  {v}" for k, v in rows)
+
+
+def fields_html(title: str, rows: list[tuple[str, str]]) -> str:
+    """An HTML table captioned ``title``, one escaped ``name | value`` row per row."""
+    body = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th>"
+                   f"<td style='text-align:left'>{html.escape(str(v))}</td></tr>" for k, v in rows)
+    return f"<table><caption style='text-align:left'><b>{html.escape(title)}</b></caption>{body}</table>"
 
 
 def read_report(device: str | int | None = None) -> GpuReport:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import html
 import math
 import numbers
 import warnings
@@ -12,7 +11,7 @@ from typing import Any
 
 from ..config import InferenceConfig
 from ..errors import InputError, NbHelpersWarning
-from .device import GpuReport, NoGpuError, _no_cuda_message, colab_gpu_steps, read_report
+from .device import GpuReport, NoGpuError, _no_cuda_message, colab_gpu_steps, fields_html, fields_text, read_report
 from .model import (
     DEFAULT_FRAME_SIZE,
     KINDS,
@@ -110,14 +109,10 @@ class Plan:
         return rows
 
     def __str__(self) -> str:
-        rows = self._rows()
-        width = max(len(k) for k, _ in rows)
-        return f"Plan ({self.kind})\n" + "\n".join(f"  {k:<{width}}  {v}" for k, v in rows)
+        return fields_text(f"Plan ({self.kind})", self._rows())
 
     def _repr_html_(self) -> str:
-        body = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th>"
-                       f"<td style='text-align:left'>{html.escape(v)}</td></tr>" for k, v in self._rows())
-        return f"<table><caption style='text-align:left'><b>Plan ({html.escape(self.kind)})</b></caption>{body}</table>"
+        return fields_html(f"Plan ({self.kind})", self._rows())
 
 
 def snap_batch(n: float) -> int:

@@ -45,15 +45,7 @@ from .manifest import (
     missing_files,
     required_files,
 )
-from .verification import (
-    Expected,
-    FileCheck,
-    VerifyReport,
-    check_job_files,
-    expected_facts,
-    job_files,
-    verify,
-)
+from .verification import Expected, FileCheck, VerifyReport, check_job_files, expected_facts, job_files, verify
 
 __all__ = [
     "BAD_STATES", "CORRUPT", "DEFAULT_SETS", "DOWNLOAD_COMMAND", "DRIVE_DIR", "ENV_VAR", "HASH_MISMATCH",
