@@ -1,9 +1,11 @@
-"""SHA-256 of a file: the one helper the weights, the avatar cache and the batch records share."""
+"""SHA-256 of a file and atomic writes: the helpers the weights, caches, records and test weights share."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from . import progress
@@ -34,3 +36,19 @@ def sha256_file(path: str | os.PathLike, desc: str | None = None) -> str:
                     digest.update(block)
                     pbar.update(len(block))
     return digest.hexdigest()
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike, suffix: str = ".tmp") -> Iterator[Path]:
+    """A temporary path next to ``path`` (its folder made) to write in the block; renamed onto ``path`` when the
+    block ends without an error, removed when it raises. ``suffix`` ends the temporary name (for writers that read
+    the format from it).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}{suffix}")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)

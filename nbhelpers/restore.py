@@ -21,6 +21,7 @@ from typing import Any
 from . import models, weights
 from .config import NONCOMMERCIAL_NOTE, RESTORERS, warn_licence
 from .errors import CheckpointError, InputError, MissingDependencyError, NbHelpersWarning, WeightsError
+from .hashing import atomic_path
 
 # spandrel architecture ids whose call_fn hands the network our tensor unchanged although it was trained on [-1, 1]
 SIGNED_RANGE = frozenset({"GFPGAN", "CodeFormer"})
@@ -321,10 +322,8 @@ def write_random_weights(directory: str | os.PathLike, name: str, *, seed: int =
     torch.manual_seed(int(seed))
     net = Net(**(TINY_RESTOREFORMER if tiny else PUBLISHED_KWARGS[name]))
     path = weight_path(name, directory)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save({"params_ema": net.state_dict()}, tmp)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        torch.save({"params_ema": net.state_dict()}, tmp)
     return path
 
 

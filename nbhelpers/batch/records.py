@@ -20,7 +20,7 @@ from .. import weights
 from ..avatar.cache import CACHED_FIELDS
 from ..config import InferenceConfig
 from ..errors import InputError
-from ..hashing import sha256_file
+from ..hashing import atomic_path, sha256_file
 from ..media import write_problem
 from .jobs import Job
 
@@ -91,9 +91,8 @@ def finished_record(job: Job, inputs: Mapping[str, Any]) -> dict[str, Any] | Non
 
 def write_json(path: Path, data: Any) -> None:
     """Write ``data`` as JSON to ``path`` (temporary name, then renamed)."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True), "utf-8")
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True), "utf-8")
 
 
 def write_record(output: Path, inputs: Mapping[str, Any], frames: int, worker: str, seconds: float) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, Terminated
+from ..hashing import atomic_path
 from .jobs import Job
 
 ERROR_WIDTH = 80  # characters of a job's error in the text table; the summary CSV has the whole message
@@ -162,16 +163,11 @@ class BatchResult:
 
     def write_csv(self, path: str | os.PathLike) -> Path:
         """Write the table (:data:`SUMMARY_COLUMNS`) to ``path`` through a temporary name; returns the path."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        with open(tmp, "w", newline="", encoding="utf-8") as fh:
+        with atomic_path(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as fh:
             writer = csv.DictWriter(fh, fieldnames=SUMMARY_COLUMNS)
             writer.writeheader()
-            for o in self.outcomes:
-                writer.writerow(o.row())
-        os.replace(tmp, path)
-        return path
+            writer.writerows(o.row() for o in self.outcomes)
+        return Path(path)
 
 
 def error_text(exc: BaseException) -> str:

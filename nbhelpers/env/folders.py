@@ -16,6 +16,7 @@ from .. import gpu, weights
 from ..config import InferenceConfig
 from ..constants import FPS
 from ..errors import FFmpegError, InputError, MediaError
+from ..hashing import atomic_path
 from .modes import (
     AUDIO_SUFFIXES,
     CI_CLIP_SECONDS,
@@ -125,20 +126,17 @@ def _cut(src: Path, dst: Path, seconds: float, kind: str) -> Path:
     """Cut the first ``seconds`` of ``src`` into ``dst`` (video: H.264 25 fps without audio; audio: PCM WAV)."""
     if dst.is_file() and dst.stat().st_size > 0:
         return dst
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dst.with_name(f".{dst.stem}.{os.getpid()}.tmp{dst.suffix}")
     if kind == "video":
         codec = ["-an", "-vf", f"fps={FPS}", "-c:v", "libx264", "-preset", "veryfast", "-crf", "18",
                  "-pix_fmt", "yuv420p"]
     else:
         codec = ["-vn", "-c:a", "pcm_s16le"]
-    command = [_ffmpeg(), "-v", "error", "-y", "-i", str(src), "-t", f"{seconds:.3f}", *codec, str(tmp)]
-    done = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL)
-    if done.returncode != 0:
-        tmp.unlink(missing_ok=True)
-        raise FFmpegError(f"could not cut the first {seconds} s of {src}", command, done.returncode,
-                          "\n".join(done.stderr.splitlines()[-40:]))
-    os.replace(tmp, dst)
+    with atomic_path(dst, f".tmp{dst.suffix}") as tmp:
+        command = [_ffmpeg(), "-v", "error", "-y", "-i", str(src), "-t", f"{seconds:.3f}", *codec, str(tmp)]
+        done = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        if done.returncode != 0:
+            raise FFmpegError(f"could not cut the first {seconds} s of {src}", command, done.returncode,
+                              "\n".join(done.stderr.splitlines()[-40:]))
     return dst
 
 
@@ -213,9 +211,8 @@ def keep_audio(audio: str | os.PathLike, mode: str | None = None) -> Path:
         return target
     for old in folder.glob(WORKBOOK_AUDIO + ".*"):
         old.unlink()
-    tmp = target.with_name(f".{target.name}.tmp")
-    shutil.copyfile(source, tmp)
-    os.replace(tmp, target)
+    with atomic_path(target) as tmp:
+        shutil.copyfile(source, tmp)
     return target
 
 
@@ -277,9 +274,8 @@ def upload(mode: str | None = None, directory: str | os.PathLike | None = None) 
     saved = []
     for name, data in files.upload().items():
         target = folder / Path(name).name
-        tmp = target.with_name(f".{target.name}.tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, target)
+        with atomic_path(target) as tmp:
+            tmp.write_bytes(data)
         saved.append(target)
     return saved
 

@@ -18,6 +18,7 @@ import numpy as np
 from .. import models, weights
 from ..errors import CheckpointError, FallbackWarning, InputError, MissingDependencyError, WeightsError, require
 from ..gpu import batched, empty_cache, host_wait, to_device
+from ..hashing import atomic_path
 from . import dwpose_codec as codec
 from .base import FaceResult
 from .dwpose_onnx import Availability, _default_weights_dir, build_s3fd, detect_with_pose, files_available
@@ -124,19 +125,15 @@ def export_onnx(model, path: str | os.PathLike, *, dynamic_batch: bool = True, o
         raise MissingDependencyError("exporting DWPose to ONNX needs the onnx package: pip install onnx")
     net = model.to("cpu", torch.float32).eval()
     w, h = codec.INPUT_SIZE
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp.onnx")
     axes = {"input": {0: "batch"}, "simcc_x": {0: "batch"}, "simcc_y": {0: "batch"}} if dynamic_batch else None
     kwargs: dict[str, Any] = {}
     if "dynamo" in torch.onnx.export.__code__.co_varnames:
         kwargs["dynamo"] = False  # the TorchScript exporter: no onnxscript needed, same graph on torch 2.1..2.1x
-    with torch.no_grad(), warnings.catch_warnings():
+    with torch.no_grad(), warnings.catch_warnings(), atomic_path(path, ".tmp.onnx") as tmp:
         warnings.simplefilter("ignore")
         torch.onnx.export(net, (torch.zeros(1, 3, h, w),), str(tmp), input_names=["input"],
                           output_names=["simcc_x", "simcc_y"], dynamic_axes=axes, opset_version=opset, **kwargs)
-    os.replace(tmp, path)
-    return path
+    return Path(path)
 
 
 def _device(device: str | None) -> str:

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from ..display import in_colab
 from ..errors import InputError, MissingDependencyError
+from ..hashing import atomic_path
 
 #: Base of OpenMMLab's mmcv find-links pages: ``{base}/{cu118|cu121|cpu}/torch{2.1}/index.html``.
 OPENMMLAB_MMCV_INDEX = "https://download.openmmlab.com/mmcv/dist"
@@ -443,9 +444,8 @@ def install_mmpose(dry_run: bool = False, *, python: str | None = None, torch_ve
     folder.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256(constraints.encode()).hexdigest()[:12]
     cons_path = folder / ("constraints.txt" if workdir is not None else f"constraints-{digest}.txt")
-    tmp = cons_path.with_name(f"{cons_path.name}.{os.getpid()}.tmp")
-    tmp.write_text(constraints)
-    os.replace(tmp, cons_path)
+    with atomic_path(cons_path) as tmp:
+        tmp.write_text(constraints)
 
     numpy2 = int(numpy_version.split(".")[0]) >= 2
     pip = [python, "-m", "pip", "install", "-c", str(cons_path)]

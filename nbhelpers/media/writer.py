@@ -21,6 +21,7 @@ import numpy as np
 
 from ..constants import ENCODERS, FPS
 from ..errors import FallbackWarning, FFmpegError, InputError, MediaError, MissingDependencyError
+from ..hashing import atomic_path
 from .ffmpeg import (
     _KILL_WAIT_S,
     _PIPE_CHUNK,
@@ -520,18 +521,12 @@ def demo_inputs(directory) -> tuple[Path, Path]:
     except ImportError as exc:
         raise MissingDependencyError("Pillow writes the demo photo. Install it with:\n    pip install Pillow") from exc
     photo = folder / "astronaut.png"
-    tmp = folder / f".astronaut.partial-{uuid.uuid4().hex[:8]}.png"
-    try:
+    with atomic_path(photo, ".png") as tmp:
         Image.fromarray(skdata.astronaut()).save(tmp, format="PNG")  # RGB array -> PNG (colours kept)
-        os.replace(tmp, photo)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
     wav = resources.files("nbhelpers") / "data" / "demo-speech.wav"
     if isinstance(wav, Path) and wav.is_file():
         return photo, wav
     audio = folder / "demo-speech.wav"  # package inside a zip: copy the bytes out
-    tmp_audio = folder / f".demo-speech.partial-{uuid.uuid4().hex[:8]}.wav"
-    tmp_audio.write_bytes(wav.read_bytes())
-    os.replace(tmp_audio, audio)
+    with atomic_path(audio, ".wav") as tmp:
+        tmp.write_bytes(wav.read_bytes())
     return photo, audio

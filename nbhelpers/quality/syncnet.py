@@ -13,6 +13,7 @@ import numpy as np
 
 from .. import models, weights
 from ..errors import CheckpointError, WeightsError, require
+from ..hashing import atomic_path
 
 __all__ = ["SYNCNET_FILE", "SyncEmbedder", "load_syncnet", "write_tiny_syncnet"]
 
@@ -90,8 +91,6 @@ def write_tiny_syncnet(directory: str | os.PathLike, *, seed: int = 0, legacy: b
     net = network.SyncNetV2()
     state = {k: v for k, v in net.state_dict().items() if not k.endswith("num_batches_tracked")}
     out = Path(directory) / SYNCNET_FILE
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    torch.save(state, str(tmp), _use_new_zipfile_serialization=not legacy)
-    os.replace(tmp, out)
+    with atomic_path(out) as tmp:
+        torch.save(state, str(tmp), _use_new_zipfile_serialization=not legacy)
     return out

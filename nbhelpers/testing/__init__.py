@@ -21,6 +21,7 @@ from typing import Any
 
 from ..constants import VERSIONS
 from ..errors import InputError
+from ..hashing import atomic_path
 from ..weights import TINY_MARKER
 from .tiny_faces import (
     face_template_input_px,
@@ -150,9 +151,8 @@ def make_tiny_weights(directory: str | os.PathLike, versions: Sequence[str] = ("
                    if p.is_file() and p.name != TINY_MARKER and not p.name.startswith("."))
     marker = {"kind": "nbhelpers tiny random weights (not for real use)", "versions": list(versions),
               "writers": sorted(writers), "left_out": left_out, "files": files, "seconds": timings}
-    tmp = root / (TINY_MARKER + ".tmp")
-    tmp.write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, root / TINY_MARKER)
+    with atomic_path(root / TINY_MARKER) as tmp:
+        tmp.write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
     _same_modes(root)
     return root
 

@@ -19,6 +19,7 @@ import numpy as np
 from ..errors import InputError, NbHelpersWarning, require
 from ..faces import dwpose_codec as codec
 from ..faces import dwpose_onnx, dwpose_torch, s3fd
+from ..hashing import atomic_path
 from .tiny_models import _atomic_torch_save
 
 
@@ -309,10 +310,8 @@ def write_tiny_dwpose_onnx(directory: str | os.PathLike) -> Path | None:
         return None
 
     path = Path(directory) / dwpose_onnx.ONNX_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
     bins = face_template_input_px() * codec.SIMCC_SPLIT_RATIO
     model = simcc_peak_model(bins[:, 0], bins[:, 1])
-    tmp = path.with_name(path.name + ".tmp")
-    onnx.save(model, str(tmp))
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        onnx.save(model, str(tmp))
     return path

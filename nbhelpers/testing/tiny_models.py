@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from .. import models, parsing
 from ..constants import VERSIONS
 from ..errors import InputError
+from ..hashing import atomic_path
 
 if TYPE_CHECKING:
     import torch
@@ -25,26 +26,20 @@ TINY_UNET_CHANGES = {"block_out_channels": [32, 64, 64, 64], "norm_num_groups": 
 def _atomic_torch_save(obj: Any, path: Path) -> None:
     import torch
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, str(tmp))
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        torch.save(obj, str(tmp))
 
 
 def _atomic_json(data: Mapping[str, Any], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
 
 
 def _atomic_safetensors(state: Mapping[str, torch.Tensor], path: Path) -> None:
     from safetensors.torch import save_file  # the same library the loaders read with
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    save_file({k: v.contiguous() for k, v in state.items()}, str(tmp), metadata={"format": "pt"})
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        save_file({k: v.contiguous() for k, v in state.items()}, str(tmp), metadata={"format": "pt"})
 
 
 def tiny_unet_config() -> dict[str, Any]:

@@ -6,6 +6,7 @@ size and modification time) live in ``<weights dir>/.nbhelpers-weights.json``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
 import json
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, WeightsError
-from ..hashing import sha256_file
+from ..hashing import atomic_path, sha256_file
 from .inspect import (
     _FORMAT_BY_SUFFIX,
     BAD_STATES,
@@ -85,17 +86,11 @@ class _State:
     def save(self) -> None:
         if not self.changed:
             return
-        tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
-        try:
-            tmp.write_text(json.dumps({"version": 1, "files": self.files}, indent=1, sort_keys=True),
-                           encoding="utf-8")
-            os.replace(tmp, self.path)
+        with contextlib.suppress(OSError):
+            with atomic_path(self.path) as tmp:
+                tmp.write_text(json.dumps({"version": 1, "files": self.files}, indent=1, sort_keys=True),
+                               encoding="utf-8")
             self.changed = False
-        except OSError:
-            try:
-                tmp.unlink()
-            except OSError:
-                pass
 
 
 @dataclasses.dataclass(frozen=True)
