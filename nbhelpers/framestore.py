@@ -176,10 +176,8 @@ def expected_frames(info, default: int) -> int:
 
 
 def _remove(path: Path, own_dir: Path | None, lock: int | None = None) -> None:
-    try:
+    with contextlib.suppress(FileNotFoundError):
         path.unlink()
-    except FileNotFoundError:
-        pass
     if own_dir is not None:
         shutil.rmtree(own_dir, ignore_errors=True)
     if lock is not None:

@@ -10,6 +10,7 @@ the ``[batch]`` extra.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -187,7 +188,5 @@ def _run_locked(job_list: list[Job], config: BatchConfig, inference: InferenceCo
 
 def _remove_stale_frames() -> None:
     """:func:`nbhelpers.framestore.remove_stale_frames` in this machine's temporary folder, never raising."""
-    try:
+    with contextlib.suppress(Exception):  # tidying must not cost the batch its outcomes
         remove_stale_frames()
-    except Exception:  # noqa: BLE001 - tidying must not cost the batch its outcomes
-        pass

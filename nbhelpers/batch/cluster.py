@@ -104,15 +104,13 @@ def shutdown_ray() -> None:
     (``ray._private.worker._global_node``) is missing, Ray stops everything itself.
     """
     ray = require_ray()
-    try:
+    with contextlib.suppress(Exception):  # Ray's internals differ: its own shutdown stops the monitor
         node = ray._private.worker._global_node
         monitors = node.all_processes.get("monitor", []) if node is not None and node.is_head() else []
         for info in monitors:
             if info.process.poll() is None:
                 info.process.kill()
                 info.process.wait(timeout=5)
-    except Exception:  # noqa: BLE001 - Ray's internals differ: its own shutdown stops the monitor
-        pass
     ray.shutdown()
 
 
@@ -152,10 +150,8 @@ def close_workers(ray, actors: list[Any], timeout_s: float = 10.0) -> None:
     """Ask each worker to close its avatars (their frames on disk go) before ``ray.kill``, waiting at most
     ``timeout_s`` seconds; what a silent worker leaves, the next frame store on its machine removes.
     """
-    try:
+    with contextlib.suppress(Exception):  # tidying must not cost the batch its outcomes
         ray.wait([a.close.remote() for a in actors], num_returns=len(actors), timeout=timeout_s)
-    except Exception:  # noqa: BLE001 - tidying must not cost the batch its outcomes
-        pass
 
 
 def collect_timeline(ray, actors: list[Any], names: list[str], t0: float, timeline: dict) -> None:

@@ -7,6 +7,7 @@ it now (sizes and SHA-256 of video and audio, settings, weight files) and its si
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -123,19 +124,15 @@ def write_hint(cache_path: Path, job: Job, error: str) -> None:
     hint = {"format": HINT_FORMAT, "output": str(job.output.resolve()), "stage": "inputs", "error": error,
             "inputs": {"video": _file_state(job.video), "audio": _file_state(job.audio)}}
     path = _hint_path(cache_path, job.output)
-    try:
+    with contextlib.suppress(OSError):
         path.parent.mkdir(parents=True, exist_ok=True)
         write_json(path, hint)
-    except OSError:
-        pass
 
 
 def drop_hint(cache_path: Path, job: Job) -> None:
     """Remove ``job``'s input-failure hint (its inputs passed the checks now)."""
-    try:
+    with contextlib.suppress(OSError):
         _hint_path(cache_path, job.output).unlink(missing_ok=True)
-    except OSError:
-        pass
 
 
 def _failed_at_inputs(cache_path: Path, job: Job) -> bool:
@@ -267,9 +264,7 @@ def remove_partials(output: Path) -> list[Path]:
     removed = []
     if output.parent.is_dir():
         for p in output.parent.glob(f".{output.stem}.partial-*{output.suffix}"):
-            try:
+            with contextlib.suppress(OSError):
                 p.unlink()
                 removed.append(p)
-            except OSError:
-                pass
     return removed

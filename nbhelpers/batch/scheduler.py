@@ -5,6 +5,7 @@ holds its avatar when one is free.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -138,10 +139,8 @@ class Scheduler:
 
     def _kill_workers(self) -> None:
         for a in self.actors:
-            try:
+            with contextlib.suppress(Exception):  # stopping must not hide the batch's outcome
                 self.ray.kill(a)
-            except Exception:  # noqa: BLE001 - stopping must not hide the batch's outcome
-                pass
 
     def _finish(self, job: Job, outcome: JobOutcome) -> None:
         self.plan.outcomes[job.name] = dataclasses.replace(outcome, ended_s=round(time.perf_counter() - self.t0, 3))

@@ -83,7 +83,7 @@ class BatchWorker:
         """Load every model an avatar job uses, then warm them up at a clip's batch unless a clip has started;
         a failure is left to the job that needs the model.
         """
-        try:
+        with contextlib.suppress(Exception):  # see the docstring
             for model in ("face_parser", "vae", "unet", "whisper", "feature_extractor", "pe"):  # preload()'s models
                 getattr(self.pipe, model)
                 self._mark(f"loaded {model}")
@@ -93,8 +93,6 @@ class BatchWorker:
                 return
             self.pipe.warm_up(self.pipe.plan("clip", self.pipe.job_config(base), None, None).batch_size)
             self._mark("warm")
-        except Exception:  # noqa: BLE001 - see the docstring
-            pass
 
     def _mark(self, event: str) -> None:
         self._events.append((event, time.time()))

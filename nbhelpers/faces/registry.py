@@ -6,6 +6,7 @@ cv2, dlib or onnxruntime. A factory is called as ``Factory(weights_dir=..., devi
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import os
@@ -106,10 +107,9 @@ def _weights_dir(weights_dir: str | os.PathLike | None) -> Path | None:
 
 
 def _set_reason(backend: Any, reason: str) -> Any:
-    try:
+    # a backend with __slots__ or a read-only attribute: the reason is lost, not fatal
+    with contextlib.suppress(AttributeError):
         backend.reason = reason
-    except AttributeError:  # a backend with __slots__ or a read-only attribute: the reason is lost, not fatal
-        pass
     return backend
 
 

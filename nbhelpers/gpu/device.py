@@ -376,10 +376,8 @@ def _nvml(notes: list[str]):
     try:
         yield pynvml
     finally:
-        try:
+        with contextlib.suppress(Exception):
             pynvml.nvmlShutdown()
-        except Exception:  # noqa: BLE001
-            pass
 
 
 def _nvml_info(uuid: str | None, index: int | None, notes: list[str]) -> dict[str, Any] | None:
@@ -524,7 +522,7 @@ def _nvidia_smi_info(uuid: str | None, index: int | None, notes: list[str]) -> d
 
 def _host_ram_gib() -> tuple[float | None, float | None]:
     """(total, available) host RAM in GiB from /proc/meminfo, else psutil, else (None, None)."""
-    try:
+    with contextlib.suppress(OSError, ValueError):
         fields: dict[str, float] = {}
         with open("/proc/meminfo", encoding="ascii") as fh:
             for line in fh:
@@ -534,8 +532,6 @@ def _host_ram_gib() -> tuple[float | None, float | None]:
                     fields[key] = float(parts[0]) * 1024 / GIB  # kB -> GiB
         if "MemTotal" in fields:
             return fields["MemTotal"], fields.get("MemAvailable")
-    except (OSError, ValueError):
-        pass
     try:
         import psutil
 

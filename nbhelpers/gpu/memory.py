@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import sys
 from collections.abc import Iterator
@@ -64,17 +65,13 @@ def _release_one(obj: Any, depth: int) -> None:
         return
     if torch is not None:
         if isinstance(obj, torch.nn.Module):
-            try:
+            with contextlib.suppress(Exception):  # modules that refuse .to(); gc may still free them
                 obj.to(device="meta")
-            except Exception:  # noqa: BLE001 - modules that refuse .to(); gc may still free them
-                pass
             return
         if isinstance(obj, torch.Tensor):
-            try:
+            with contextlib.suppress(Exception):
                 with torch.no_grad():
                     obj.data = torch.empty(0, dtype=obj.dtype, device=obj.device)
-            except Exception:  # noqa: BLE001
-                pass
             return
     if depth > 1:
         return

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import numpy as np
@@ -161,14 +162,12 @@ def audio_duration(path) -> float:
     Source: the output has ``floor(seconds * 25)`` frames (``audio_processor.py:61-63``).
     """
     p = _existing_file(path, "audio")
-    try:
+    with contextlib.suppress(Exception):  # not readable by libsndfile -> decode with ffmpeg
         import soundfile as sf
 
         info = sf.info(str(p))
         # PCM containers state their sample count in the header; compressed ones are decoded to count exactly
         if info.format in _PCM_FORMATS and info.frames > 0 and info.samplerate > 0:
             return info.frames / info.samplerate
-    except Exception:  # not readable by libsndfile -> decode with ffmpeg
-        pass
     mono, rate, _ = _decode_native(p, "audio")
     return mono.shape[0] / rate

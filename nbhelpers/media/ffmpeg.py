@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import os
 import re
@@ -112,10 +113,8 @@ class _Process:
         except (OSError, ValueError):  # pragma: no cover - stream closed under us during a kill
             pass
         finally:  # ffmpeg has exited (or was killed): its stderr pipe is ours to close, not the garbage collector's
-            try:
+            with contextlib.suppress(OSError):  # pragma: no cover
                 stream.close()
-            except OSError:  # pragma: no cover
-                pass
 
     def tail(self, lines: int = _STDERR_TAIL_LINES) -> str:
         self._thread.join(timeout=5)
@@ -128,16 +127,12 @@ class _Process:
 
     def kill(self) -> None:
         if self.popen.poll() is None:
-            try:
+            with contextlib.suppress(OSError):  # pragma: no cover - already gone
                 self.popen.kill()
-            except OSError:  # pragma: no cover - already gone
-                pass
         for stream in (self.popen.stdin, self.popen.stdout):
             if stream is not None:
-                try:
+                with contextlib.suppress(OSError):
                     stream.close()
-                except OSError:
-                    pass
         try:
             self.popen.wait(timeout=_KILL_WAIT_S)
         except subprocess.TimeoutExpired:  # stuck in the kernel (a dead network mount): leave it, never hang here
@@ -149,18 +144,14 @@ class _Process:
         time; None when neither can be read.
         """
         pid = self.popen.pid
-        try:
+        with contextlib.suppress(OSError, IndexError):
             with open(f"/proc/{pid}/stat", "rb") as f:
                 fields = f.read().rsplit(b")", 1)[-1].split()
             mark: tuple = (fields[11], fields[12])  # utime, stime (fields 14 and 15 of proc(5))
-            try:
+            with contextlib.suppress(OSError):
                 with open(f"/proc/{pid}/io", "rb") as f:
                     mark += tuple(line for line in f.read().splitlines() if line.startswith((b"wchar", b"rchar")))
-            except OSError:
-                pass
             return mark
-        except (OSError, IndexError):
-            pass
         if fallback is not None:
             try:
                 st = fallback.stat()

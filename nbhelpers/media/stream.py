@@ -6,6 +6,7 @@ pipe of its own; it keeps the writer's bounded writes, temporary name and clean-
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import selectors
@@ -214,10 +215,8 @@ class FFmpegSink(VideoWriter):
     def abort(self) -> None:
         """Stop ffmpeg and remove a partial file."""
         for q in self._queues:
-            try:
+            with contextlib.suppress(queue.Full):
                 q.put_nowait(None)
-            except queue.Full:
-                pass
         VideoWriter.abort(self)
 
     def __repr__(self) -> str:

@@ -288,7 +288,7 @@ class VideoReader:
     def __del__(self):  # pragma: no cover - GC safety net
         try:
             self.close()
-        except Exception:
+        except Exception:  # noqa: BLE001
             pass
 
     def __repr__(self) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import selectors
@@ -355,10 +356,8 @@ class VideoWriter:
             raise InputError(f"No frames were written to {str(self.path)!r}; call write(frames) before close(). "
                              "Nothing was saved.")
         self._closed = True
-        try:
+        with contextlib.suppress(BrokenPipeError, OSError):
             self._proc.popen.stdin.close()
-        except (BrokenPipeError, OSError):
-            pass
         if self._selector is not None:
             self._selector.close()
         try:
@@ -449,10 +448,8 @@ class VideoWriter:
     def _remove_tmp(self) -> None:
         tmp = getattr(self, "_tmp", None)
         if tmp is not None:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()
-            except FileNotFoundError:
-                pass
 
     def __enter__(self) -> VideoWriter:
         return self
@@ -467,7 +464,7 @@ class VideoWriter:
         try:
             if getattr(self, "_result", None) is None:
                 self.abort()
-        except Exception:
+        except Exception:  # noqa: BLE001
             pass
 
     def __repr__(self) -> str:

@@ -8,6 +8,7 @@ Each source (the hub through ``huggingface_hub``, Google Drive through ``gdown``
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import importlib.resources
@@ -385,10 +386,8 @@ def _download_one(entry: WeightFile, root: Path, state: _State, check_hash: bool
 
 def _discard_staged(staged: Path | None) -> None:
     if staged is not None:
-        try:
+        with contextlib.suppress(OSError):
             Path(staged).unlink()
-        except OSError:
-            pass
 
 
 def _failure_message(root: Path, rows: Sequence[DownloadRow], manifest: Manifest) -> str:
