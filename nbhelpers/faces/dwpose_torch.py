@@ -35,12 +35,7 @@ S3FD_GPU_BATCH = 16
 
 
 def _import_torch():
-    try:
-        import torch
-    except ImportError as exc:  # pragma: no cover - torch is a core dependency
-        raise MissingDependencyError(f"the dwpose backend needs torch ({exc}). Install it with:\n    "
-                                     f"{INSTALL_TORCH}") from exc
-    return torch
+    return require("torch", INSTALL_TORCH)
 
 
 def _network():

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from ..constants import SAMPLE_RATE
-from ..errors import InputError, MissingDependencyError
+from ..errors import InputError, require
 from .ffmpeg import _PCM_FORMATS, _existing_file, _Process, ffmpeg_exe
 from .probing import MediaInfo, probe
 
@@ -137,11 +137,7 @@ def load_audio(path, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
     mono, rate, _ = _decode_native(path, "audio")
     if rate == sample_rate:
         return mono
-    try:
-        import soxr
-    except ImportError as exc:
-        raise MissingDependencyError("The package 'soxr' (audio resampling) is not installed. Install it with:\n"
-                                     "    pip install soxr") from exc
+    soxr = require("soxr", "pip install soxr")
     n_out = int(np.ceil(mono.shape[-1] * (float(sample_rate) / rate)))  # librosa.resample's fix_length size
     out = soxr.resample(mono, rate, int(sample_rate), quality="soxr_hq")
     out = np.asarray(out, dtype=np.float32)

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..constants import ENCODERS, FPS
-from ..errors import FallbackWarning, FFmpegError, InputError, MediaError, MissingDependencyError
+from ..errors import FallbackWarning, FFmpegError, InputError, MediaError, require
 from ..hashing import atomic_path
 from .ffmpeg import (
     _KILL_WAIT_S,
@@ -508,18 +508,11 @@ def demo_inputs(directory) -> tuple[Path, Path]:
     """
     folder = Path(directory).expanduser().absolute()
     folder.mkdir(parents=True, exist_ok=True)
-    try:
-        from skimage import data as skdata
-    except ImportError as exc:
-        raise MissingDependencyError("scikit-image provides the demo photo. Install it with:\n"
-                                     "    pip install scikit-image") from exc
-    try:
-        from PIL import Image
-    except ImportError as exc:
-        raise MissingDependencyError("Pillow writes the demo photo. Install it with:\n    pip install Pillow") from exc
+    skdata = require("skimage.data", "pip install scikit-image")
+    image = require("PIL.Image", "pip install Pillow")
     photo = folder / "astronaut.png"
     with atomic_path(photo, ".png") as tmp:
-        Image.fromarray(skdata.astronaut()).save(tmp, format="PNG")  # RGB array -> PNG (colours kept)
+        image.fromarray(skdata.astronaut()).save(tmp, format="PNG")  # RGB array -> PNG (colours kept)
     wav = resources.files("nbhelpers") / "data" / "demo-speech.wav"
     if isinstance(wav, Path) and wav.is_file():
         return photo, wav
