@@ -188,8 +188,7 @@ class BatchWorker:
         try:
             with key_lock:  # one thread loads the avatar and makes its device state; a second job waits for it
                 avatar = self.avatars.get(key)
-                if avatar is None:
-                    avatar = load_avatar(directory, self.pipe, config=self._config(config))
+                avatar = load_avatar(directory, self.pipe, config=self._config(config)) if avatar is None else avatar
                 self._keep(key, avatar)
                 if key not in self._ready:
                     avatar.load_models()

@@ -131,8 +131,7 @@ class GpuReport:
             raise MissingDependencyError(
                 "torch is not installed, so nothing can run. On Colab torch is preinstalled: restart the runtime "
                 "(Runtime > Restart session). Elsewhere install it first, e.g.:\n    pip install torch")
-        if allow_cpu is None:
-            allow_cpu = _env_flag("NBHELPERS_ALLOW_CPU")
+        allow_cpu = _env_flag("NBHELPERS_ALLOW_CPU") if allow_cpu is None else allow_cpu
         if allow_cpu:
             return self
         why = "; ".join(self.notes) if self.notes else "torch.cuda.is_available() is False"
@@ -310,8 +309,7 @@ def _read_torch_cuda(torch: Any, index: int | None, values: dict[str, Any], note
     try:
         count = int(torch.cuda.device_count())
         values["gpu_count"] = count
-        if index is None:
-            index = int(torch.cuda.current_device())
+        index = int(torch.cuda.current_device()) if index is None else index
     except Exception as exc:  # noqa: BLE001
         notes.append(f"CUDA is available but the devices could not be counted ({type(exc).__name__}: {exc})")
         return None
@@ -345,8 +343,7 @@ def _read_torch_cuda(torch: Any, index: int | None, values: dict[str, Any], note
 def _driver_info(uuid: str | None, index: int | None, notes: list[str]) -> dict[str, Any]:
     """Driver version and other processes on the GPU from NVML (nvidia-ml-py), else ``nvidia-smi``, else {}."""
     info = _nvml_info(uuid, index, notes)
-    if info is None:
-        info = _nvidia_smi_info(uuid, index, notes)
+    info = _nvidia_smi_info(uuid, index, notes) if info is None else info
     return info or {}
 
 
@@ -398,8 +395,7 @@ def _nvml_query(pynvml, uuid: str | None, index: int | None, notes: list[str]) -
                     break
                 except Exception:  # noqa: BLE001
                     continue
-        if handle is None:
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index or 0)
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index or 0) if handle is None else handle
         name = pynvml.nvmlDeviceGetName(handle)
         info["name"] = name.decode() if isinstance(name, bytes) else str(name)
         mem = pynvml.nvmlDeviceGetMemoryInfo(handle)

@@ -221,8 +221,7 @@ def mouth_audio_lag(video: Any, audio: Any = None, *, track: Any = None, backend
         landmarks = np.asarray(track)
     mouth = mouth_opening(landmarks)
     n = mouth.shape[0]
-    if max_lag is None:
-        max_lag = max(1, min(MAX_LAG, (n - 10) // 2))
+    max_lag = max(1, min(MAX_LAG, (n - 10) // 2)) if max_lag is None else max_lag
     if n < 2 * max_lag + 10:
         raise InputError(f"{n} frames are too few to search lags of +-{max_lag} frames; give at least "
                          f"{2 * max_lag + 10} frames ({(2 * max_lag + 10) / FPS:.1f} s) or a smaller max_lag.")

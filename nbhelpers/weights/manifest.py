@@ -312,8 +312,7 @@ class Manifest(tuple):
             sets = [sets]
         if isinstance(files, str):
             files = [files]
-        if sets is None:
-            sets = DEFAULT_SETS if not files else ()
+        sets = (DEFAULT_SETS if not files else ()) if sets is None else sets
         wanted: set[str] = set()
         for s in sets:
             if s in _ALIASES:
