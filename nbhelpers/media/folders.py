@@ -7,6 +7,7 @@ is reported before minutes of work rather than by ffmpeg at the end.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from pathlib import Path
@@ -46,10 +47,8 @@ def write_problem(folder: str | os.PathLike) -> str:
         return exc.strerror or type(exc).__name__
     finally:
         for part in reversed(made):
-            try:
+            with contextlib.suppress(OSError):  # another job put something there meanwhile: it stays
                 part.rmdir()
-            except OSError:  # another job put something there meanwhile: it stays
-                pass
     return ""
 
 
