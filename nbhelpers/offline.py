@@ -96,6 +96,8 @@ class StreamedJob:
         n_out: Output frames of the job.
         boxes: The boxes given (one per source frame, or one box), or None.
         timings: The job's stage timings.
+        source_frames: Source frames the video is expected to hold (the stage bars' totals until tracking ends);
+            None for ``n_out``.
     """
 
     def __init__(self, pipe: Any, config: InferenceConfig, store: FrameStore, n_out: int, boxes: Any,
