@@ -228,3 +228,13 @@ def test_a_batch_run_again_after_a_rewind_links_as_the_first_time():
         assert np.array_equal(a.frames, b.frames) and np.array_equal(a.boxes, b.boxes)
     left_of = [straight.at(i)[0][0] if straight.at(i)[0][1][0] < 100 else straight.at(i)[1][0] for i in range(12)]
     assert left_of == [0] * 6 + [1] * 6  # the face that was on the left moved right at the cut
+
+
+def test_the_command_line_takes_the_face_as_given():
+    from nbhelpers.cli.flags import inference_config
+    from nbhelpers.cli.parser import build_parser
+
+    parser = build_parser()
+    for given, face in (("120,80@3", "120,80@3"), ("1", 1), ("speaker", "speaker")):
+        assert inference_config(parser.parse_args(["lipsync", "v.mp4", "a.wav", "--face", given])).face == face
+    assert inference_config(parser.parse_args(["avatar", "prepare", "v.mp4", "dir", "--face", "0"])).face == 0
