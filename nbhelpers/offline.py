@@ -18,6 +18,7 @@ from .config import InferenceConfig
 from .engine import Piece, SourceFaces, Timings
 from .errors import MediaError
 from .faces.dwpose_torch import DEFAULT_BATCH, S3FD_GPU_BATCH
+from .faces.speaker import choose_face
 from .framestore import FrameStore
 
 FACE_BATCH_GPU = 32  # frames decoded and handed to the landmark backend at a time on a GPU (it splits them further)
@@ -117,14 +118,20 @@ class StreamedJob:
         self._next_offset = 0
         self._decoder: DecodeAhead | None = None
 
-    def start_tracking(self, detector: Any, weights_dir: Any, loaded_gib: float = 0.0) -> None:
+    def start_tracking(self, detector: Any, weights_dir: Any, loaded_gib: float = 0.0, video: Any = None,
+                       waveform: Any = None) -> None:
         """Make the face tracker over ``detector`` (a backend object, or ``"auto"`` with boxes given), its GPU batches
-        fitted first (:func:`fit_face_batches`)."""
+        fitted first (:func:`fit_face_batches`). A face choice that needs the whole ``video`` (a point in a later
+        frame; ``"speaker"`` with the ``waveform``) is settled first, into ``self.config`` (:func:`choose_face`)."""
+        schedule = None
+        if self.boxes is None and detector != "auto" and video is not None:
+            self.config, schedule, _ = choose_face(self.config, lambda: self.pipe.faces(
+                video, config=self.config, backend=detector), waveform, self.n_out)
         on_cuda = self.pipe.device.type == "cuda"
         if on_cuda:
             fit_face_batches(detector, (self.store.height, self.store.width), self.pipe.device, loaded_gib=loaded_gib)
         self.tracker = faces.FaceTracker(detector, self.config, boxes=self.boxes, weights_dir=weights_dir,
-                                         batch_size=FACE_BATCH_GPU if on_cuda else FACE_BATCH_CPU)
+                                         batch_size=FACE_BATCH_GPU if on_cuda else FACE_BATCH_CPU, schedule=schedule)
 
     def decode_ahead(self, reader: Any) -> DecodeAhead:
         """Start decoding the frames the job needs (the first ``min(n_out, N)``) in pieces, one piece ahead."""

@@ -110,8 +110,7 @@ class Preview:
             ax.set_xlim(max(x1 - pad // 2, 0), min(x2 + pad // 2, w))
             ax.set_ylim(min(y2 + pad // 2, h), max(y1 - pad // 2, 0))
         for ax in axes:
-            ax.set_xticks([])
-            ax.set_yticks([])
+            ax.set(xticks=[], yticks=[])
         fig.tight_layout()
         return fig
 
@@ -125,7 +124,6 @@ class Preview:
     def __repr__(self) -> str:
         return (f"Preview(crop_box={self.crop_box}, square={self.square}, frame={self.frame.shape[1]}x"
                 f"{self.frame.shape[0]}, audio={self.audio!r})")
-
 
 
 class MuseTalkPipeline:
@@ -282,6 +280,11 @@ class MuseTalkPipeline:
             return backend
         key = f"landmarks:{backend}"
         return self._get(key, lambda: faces.get_backend(backend, weights_dir=self.weights_dir, device=str(self.device)))
+
+    def faces(self, video: Any, *, config: InferenceConfig | None = None, backend: Any = None) -> faces.FaceTracks:
+        """Every face in ``video`` linked into numbered tracks (:func:`faces.find_tracks`); pick one with ``face=``."""
+        config = self.job_config(config)
+        return faces.find_tracks(video, self.landmarks(backend or config.landmark_backend), config, self.weights_dir)
 
     @property
     def loaded(self) -> list[str]:
@@ -513,7 +516,7 @@ class MuseTalkPipeline:
             self.compile_for(int(config.batch_size or 8))  # in the background: the job starts eagerly
             with timings.stage("faces"):
                 job.start_tracking(self.detections.wrap(detector, video_path), self.weights_dir,
-                                   self.resident_gib("lipsync", tracking or ""))
+                                   self.resident_gib("lipsync", tracking or ""), video=video_path, waveform=waveform)
 
             # 5. audio: whisper features, one (50, 384) block per output frame, before the first frame decodes
             with flush_denormals(self.device):

@@ -45,6 +45,8 @@ TABLE = {
         "restore": ((*TEXT, "gfp"), (None, "gfpgan")),
         "restore_strength": ((*NUMBER, None, -0.01, 1.01), (0.0, 1.0, 1)),
         "compile": ((*TEXT, None, "yes"), ("auto", "on", "off")),
+        "face": ((True, 2.5, NAN, None, -1, b"0", "left", "1,2,3", "5,5,1,1"),
+                 ("largest", "speaker", 0, 3, "10,20", "10,20,30,40@2")),
     },
     LiveConfig: {
         "realtime": ((*SWITCH, None), (True, False)),

@@ -35,7 +35,8 @@ FRAMES_FILE = "frames.mkv"
 ARRAYS_FILE = "avatar.npz"
 # Fields of InferenceConfig that change what is cached (device, precision and batch size do not).
 CACHED_FIELDS = ("version", "extra_margin", "bbox_shift", "parsing_mode", "left_cheek_width", "right_cheek_width",
-                 "landmark_backend", "smooth_boxes", "seed", "latent_mode", "blur_ratio")
+                 "landmark_backend", "smooth_boxes", "seed", "latent_mode", "blur_ratio", "face")
+_OLDER_DEFAULTS = {"face": "largest"}  # fields added since: what a manifest without them was made with
 # Weight folders whose files shape the cache (the UNet and whisper run at generate time and do not).
 CACHED_WEIGHTS = ("sd-vae", "face-parse-bisent", "dwpose", "s3fd")
 
@@ -289,10 +290,10 @@ def stale_reason(directory: Path, video: Path, config: InferenceConfig, weights_
         return str(exc)
     if meta["package_version"] != __version__:
         return f"made by nbhelpers {meta['package_version']}, this is {__version__}"
-    changed = [f for f in CACHED_FIELDS if getattr(config, f) != meta["params"].get(f)]
+    params = {**_OLDER_DEFAULTS, **meta["params"]}
+    changed = [f for f in CACHED_FIELDS if getattr(config, f) != params.get(f)]
     if changed:
-        return "settings changed: " + ", ".join(f"{f} {meta['params'].get(f)!r} -> {getattr(config, f)!r}"
-                                                for f in changed)
+        return "settings changed: " + ", ".join(f"{f} {params.get(f)!r} -> {getattr(config, f)!r}" for f in changed)
     if meta.get("boxes") != key:
         return "the given boxes changed"
     src = meta["source"]

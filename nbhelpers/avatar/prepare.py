@@ -20,6 +20,7 @@ from ..checks import check_boxes, check_video, check_weights_dir, given_boxes, n
 from ..config import InferenceConfig
 from ..engine import Timings, flush_denormals
 from ..errors import CacheError, InputError, NoFaceError
+from ..faces.speaker import choose_face
 from ..framestore import FrameStore, check_disk_for_frames, expected_frames
 from ..pipeline import MuseTalkPipeline
 from .avatar import Avatar, read_meta, stored_config
@@ -168,8 +169,11 @@ def _build(pipe: MuseTalkPipeline, video: Path, video_info: Any, directory: Path
         with timings.stage("frames"):
             detector = ("auto" if config.landmark_backend == "boxes"
                         else pipe.landmarks(backend or run_config.landmark_backend))
+            # a point or box in a later frame: its track number (the manifest keeps the choice as given)
+            tracked = config if boxes is not None or detector == "auto" else choose_face(
+                config, lambda: pipe.faces(video, config=config, backend=detector))[0]
             try:
-                track = faces.track(store.tee(reader), backend=pipe.detections.wrap(detector, video), config=config,
+                track = faces.track(store.tee(reader), backend=pipe.detections.wrap(detector, video), config=tracked,
                                     boxes=boxes, weights_dir=pipe.weights_dir)
             except NoFaceError as exc:
                 raise no_face_in_rotated_video(exc, video_info) from None

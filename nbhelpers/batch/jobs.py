@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import InferenceConfig
+from ..config import InferenceConfig, parse_face
 from ..errors import InputError
 
 # Per-job settings: InferenceConfig fields a row may set (version, device and precision belong to the workers'
 # pipelines) and "box", one crop box (x1, y1, x2, y2) for the clip.
 ROW_SETTINGS = ("batch_size", "extra_margin", "bbox_shift", "parsing_mode", "left_cheek_width", "right_cheek_width",
-                "landmark_backend", "smooth_boxes", "seed", "latent_mode", "blur_ratio", "box")
+                "landmark_backend", "smooth_boxes", "seed", "latent_mode", "blur_ratio", "face", "box")
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,12 @@ def _setting(key: str, value: Any, where: str) -> Any:
         return None
     if key == "box":
         return _box(value, where)
+    if key == "face":  # a track number, "largest", or "x,y[@frame]" / "x1,y1,x2,y2[@frame]" (quoted in a CSV)
+        try:
+            parse_face(value.strip() if isinstance(value, str) else value)
+        except InputError as exc:
+            raise InputError(f"{where}, setting face: {str(exc)[len('face '):]}") from None
+        return value.strip() if isinstance(value, str) else value
     default = InferenceConfig.__dataclass_fields__[key].default
     kind = float if isinstance(default, float) else int if key == "batch_size" or isinstance(default, int) else str
     if kind is str:

@@ -4,6 +4,7 @@ read.
 - :mod:`.inference`: :class:`InferenceConfig`, how one lip-sync job or avatar runs.
 - :mod:`.live`: :class:`LiveConfig`, how a live session runs.
 - :mod:`.batch`: :class:`BatchConfig`, how a batch runs.
+- :mod:`.face`: the face choice (:func:`parse_face`).
 - :mod:`.fields`: what each field's metadata holds (help, unit, choices, range, official source, flag) and the
   check every config runs at construction.
 """
@@ -11,6 +12,7 @@ read.
 from __future__ import annotations
 
 from .batch import BatchConfig
+from .face import FaceChoice, parse_face
 from .inference import (
     LANDMARK_BACKENDS,
     LATENT_MODES,
@@ -23,4 +25,4 @@ from .inference import (
 from .live import LiveConfig
 
 __all__ = ["LANDMARK_BACKENDS", "LATENT_MODES", "NONCOMMERCIAL_NOTE", "PARSING_MODES", "RESTORERS", "BatchConfig",
-           "InferenceConfig", "LiveConfig", "warn_licence"]
+           "FaceChoice", "InferenceConfig", "LiveConfig", "parse_face", "warn_licence"]

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..constants import COMPILE_MODES, ENCODERS, VERSIONS
 from ..errors import NbHelpersWarning
+from .face import FACE_RULE, parse_face
 from .fields import check, documented, setting
 
 __all__ = ["LANDMARK_BACKENDS", "LATENT_MODES", "NONCOMMERCIAL_NOTE", "PARSING_MODES", "RESTORERS",
@@ -110,6 +111,13 @@ class InferenceConfig:
     restore_strength: float = setting(1.0, ge=0.0, le=1.0, label="restore strength",
                                       help="blend of restored and unrestored face: 0 = unrestored, 1 = restored "
                                            "only; used with restore")
+    face: str | int = setting("largest", rule=FACE_RULE, label="face",
+                              source="one face per frame officially (musetalk/utils/preprocessing.py:84-111)",
+                              help="which face is repainted when the video shows several: largest (the backend's "
+                                   "own pick per frame), a track number of pipe.faces(video), a point x,y or box "
+                                   "x1,y1,x2,y2 in frame 0 (x,y@12: in frame 12), or speaker (per stretch of "
+                                   "speech, the face whose mouth moves with the audio; lip-sync only). Other faces "
+                                   "pass through unchanged")
     compile: str = setting("auto", choices=COMPILE_MODES, key=False,
                            help="torch.compile the UNet, VAE and face parser on CUDA in the background while the job "
                                 "starts eagerly; 'auto' where the GPU supports it (Triton, compute capability 7.0+), "
@@ -119,6 +127,9 @@ class InferenceConfig:
 
     def __post_init__(self) -> None:
         check(self)
+        choice = parse_face(self.face)
+        if choice.kind in ("largest", "speaker", "track"):  # one spelling per choice (part of the avatar cache key)
+            object.__setattr__(self, "face", choice.track if choice.kind == "track" else choice.kind)
         if self.version == "v15" and self.bbox_shift != 0:
             self.reasons.setdefault("bbox_shift", "applied to v15 as the official app does (the scripts force 0)")
         warn_licence(self.restore)  # CodeFormer: non-commercial licence, said once per process

@@ -20,7 +20,8 @@ from .boxes import (
     user_boxes,
 )
 from .registry import BACKENDS, BackendRegistry, get_backend
-from .track import FaceSizeWarning, FaceTrack, FaceTracker, track
+from .track import FaceSizeWarning, FaceTrack, FaceTracker, find_tracks, track
+from .tracks import FaceTracks, Track
 
 __all__ = [
     "BACKENDS",
@@ -31,10 +32,13 @@ __all__ = [
     "FaceSizeWarning",
     "FaceTrack",
     "FaceTracker",
+    "FaceTracks",
+    "Track",
     "LandmarkBackend",
     "bbox_shift_range",
     "crop_box",
     "crop_box_with_source",
+    "find_tracks",
     "get_backend",
     "smooth_boxes",
     "track",

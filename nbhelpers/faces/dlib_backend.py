@@ -84,16 +84,28 @@ class DlibBackend:
         self._predictor = dlib.shape_predictor(str(path))
         self.reason = ""
 
-    def _find(self, rgb: np.ndarray, upsample: int) -> tuple[Any, float] | None:
-        rects, scores, _ = self._detector.run(rgb, upsample, 0.0)
+    def _find(self, rgb: np.ndarray, upsample: int | None, choose: Any = None, frame: Any = None
+              ) -> tuple[Any, float] | None:
+        """The face kept in one frame: the largest (then the highest score), or ``choose``'s pick of all of them.
+        ``upsample`` None: 0, then 1 when nothing is found and the frame has at most RETRY_MAX_PIXELS."""
+        rects, scores, _ = self._detector.run(rgb, upsample or 0, 0.0)
+        if upsample is None and len(rects) == 0 and rgb.shape[0] * rgb.shape[1] <= RETRY_MAX_PIXELS:
+            rects, scores, _ = self._detector.run(rgb, 1, 0.0)
+        if choose is not None:  # every face to the chooser, which keeps one or none
+            dets = np.array([(r.left(), r.top(), r.right(), r.bottom(), s) for r, s in zip(rects, scores, strict=True)],
+                            dtype=np.float64).reshape(-1, 5)
+            best = choose(frame, dets)
+            return None if best is None else (rects[best], float(scores[best]))
         if len(rects) == 0:
             return None
         best = max(range(len(rects)), key=lambda i: (rects[i].width() * rects[i].height(), scores[i]))
         return rects[best], float(scores[best])
 
-    def detect(self, frames: np.ndarray) -> list[FaceResult | None]:
+    def detect(self, frames: np.ndarray, choose: Any = None) -> list[FaceResult | None]:
         """The largest face and its 68 landmarks in each of (N, H, W, 3) uint8 BGR ``frames``: N :class:`FaceResult`
         (dlib's rectangle, float64, may reach outside the frame; its score, not a probability) or None.
+        ``choose(frame, dets)`` (see :class:`nbhelpers.faces.tracks.FaceChooser`), when given, picks the face from
+        all of them, (K, 5) ``(x1, y1, x2, y2, score)``, or None.
 
         Raises:
             InputError: frames not uint8 (N, H, W, 3).
@@ -109,12 +121,7 @@ class DlibBackend:
         results: list[FaceResult | None] = []
         for frame in arr:
             rgb = np.ascontiguousarray(frame[:, :, ::-1])
-            if self.upsample is not None:
-                found = self._find(rgb, self.upsample)
-            else:
-                found = self._find(rgb, 0)
-                if found is None and rgb.shape[0] * rgb.shape[1] <= RETRY_MAX_PIXELS:
-                    found = self._find(rgb, 1)
+            found = self._find(rgb, self.upsample, choose, frame)
             if found is None:
                 results.append(None)
                 continue

@@ -281,7 +281,7 @@ def check_frames(frames) -> np.ndarray:
     return arr
 
 
-def detect_with_pose(frames, face_detector, keypoints, frames_device=None) -> list[FaceResult | None]:
+def detect_with_pose(frames, face_detector, keypoints, frames_device=None, choose=None) -> list[FaceResult | None]:
     """The official pairing: the face detector's box per frame, DWPose landmarks only for frames with a face.
 
     Args:
@@ -289,6 +289,8 @@ def detect_with_pose(frames, face_detector, keypoints, frames_device=None) -> li
         face_detector: Its ``detect(frames)`` gives N ``(x1, y1, x2, y2, score)`` or None (S3FD).
         keypoints: ``keypoints(frames) -> ((M, 133, 2) whole-body keypoints, scores)``.
         frames_device: The same frames as a uint8 tensor on the detector's GPU, read there; or None.
+        choose: None (the detector's best box), or ``choose(frame, dets)`` picking a row of all the detector's
+            faces (K, 5), clipped and truncated as the official box, or None (no face kept).
 
     Returns:
         N :class:`FaceResult` or None where the detector finds no face.
@@ -301,7 +303,12 @@ def detect_with_pose(frames, face_detector, keypoints, frames_device=None) -> li
     frames = check_frames(frames)
     if frames_device is not None and tuple(frames_device.shape) != frames.shape:
         raise InputError(f"frames_device has shape {tuple(frames_device.shape)}; the frames have {frames.shape}.")
-    boxes = list(face_detector.detect(frames if frames_device is None else frames_device))
+    if choose is None:
+        boxes = list(face_detector.detect(frames if frames_device is None else frames_device))
+    else:
+        boxes = [_chosen(frame, dets, choose)
+                 for frame, dets in zip(frames, face_detector.detections(
+                     frames if frames_device is None else frames_device), strict=True)]
     if len(boxes) != len(frames):
         raise RuntimeError(f"face detector returned {len(boxes)} results for {len(frames)} frames")
     with_face = [i for i, b in enumerate(boxes) if b is not None]
@@ -311,6 +318,13 @@ def detect_with_pose(frames, face_detector, keypoints, frames_device=None) -> li
         for j, i in enumerate(with_face):
             results[i] = face_result(boxes[i], codec.face_landmarks(points[j]))
     return results
+
+
+def _chosen(frame: np.ndarray, dets: np.ndarray, choose) -> np.ndarray | None:
+    dets = np.asarray(dets, dtype=np.float64).reshape(-1, 5).copy()
+    dets[:, :4] = np.trunc(np.maximum(dets[:, :4], 0.0))  # the official box: clipped to >= 0, truncated
+    row = choose(frame, dets)
+    return None if row is None else dets[row]
 
 
 def face_result(box_with_score, landmarks: np.ndarray) -> FaceResult:
@@ -375,14 +389,15 @@ class DWPoseOnnxBackend:
         self.device = self.pose.device
         self.face_detector = face_detector if face_detector is not None else build_s3fd(root, device)
 
-    def detect(self, frames: np.ndarray) -> list[FaceResult | None]:
+    def detect(self, frames: np.ndarray, choose=None) -> list[FaceResult | None]:
         """Face box and 68 landmarks for each of (N, H, W, 3) uint8 BGR ``frames``: N :class:`FaceResult` (the
-        detector's box in whole pixels, its score, (68, 2) float32 landmarks, frame pixels) or None.
+        detector's box in whole pixels, its score, (68, 2) float32 landmarks, frame pixels) or None; ``choose`` as
+        :func:`detect_with_pose`.
 
         Raises:
             InputError: ``frames`` is not a (N, H, W, 3) uint8 array.
         """
-        return detect_with_pose(frames, self.face_detector, self.pose.keypoints)
+        return detect_with_pose(frames, self.face_detector, self.pose.keypoints, choose=choose)
 
     def close(self) -> None:
         """Release both models (GPU memory)."""

@@ -388,17 +388,18 @@ class DWPoseBackend:
 
     accepts_frames_device = True
 
-    def detect(self, frames: np.ndarray, frames_device: Any = None) -> list[FaceResult | None]:
+    def detect(self, frames: np.ndarray, frames_device: Any = None, choose: Any = None) -> list[FaceResult | None]:
         """Per frame None (no face) or a FaceResult: S3FD's box (float64, whole pixels) and score, and (68, 2)
         float32 landmarks ``(x, y)`` in frame pixels (DWPose whole-body points 23..90, run on face frames only).
 
         Args:
             frames: (N, H, W, 3) uint8 BGR frames (InputError otherwise).
             frames_device: Optional: the same frames as a uint8 tensor on this backend's GPU (S3FD reads them).
+            choose: As :func:`~nbhelpers.faces.dwpose_onnx.detect_with_pose`.
 
         Source: `preprocessing.py:84-111` (docs/official-behaviour.md §3.1, §3.3).
         """
-        return detect_with_pose(frames, self.face_detector, self.pose.keypoints, frames_device)
+        return detect_with_pose(frames, self.face_detector, self.pose.keypoints, frames_device, choose)
 
     def close(self) -> None:
         """Release both models (GPU memory)."""

@@ -10,11 +10,13 @@ that answers remembered frames itself and asks the real one only for the others.
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
+from ..errors import InputError
 from ..hashing import sha256_file
 from .base import FaceResult
 
@@ -76,8 +78,15 @@ class RememberingBackend:
     def __getattr__(self, name: str) -> Any:  # name, reason, batch sizes: the real backend's
         return getattr(self.backend, name)
 
-    def detect(self, frames: Any, frames_device: Any = None) -> list[FaceResult | None]:
+    def detect(self, frames: Any, frames_device: Any = None, choose: Any = None) -> list[FaceResult | None]:
         indices = range(self.next, self.next + len(frames))
+        if choose is not None:  # a chosen face (nbhelpers.faces.tracks) depends on the choice: asked, not remembered
+            if "choose" not in inspect.signature(self.backend.detect).parameters:
+                raise InputError(f"landmark backend {getattr(self.backend, 'name', self.backend)!r} gives one face "
+                                 "per frame, so a face cannot be chosen; use a built-in backend.")
+            self.next += len(frames)
+            extra = {} if frames_device is None else {"frames_device": frames_device}
+            return self.backend.detect(frames, choose=choose, **extra)
         missing = [k for k, i in enumerate(indices) if i not in self.found]
         if missing:
             pick = missing if len(missing) < len(frames) else slice(None)

@@ -359,7 +359,7 @@ class MMPoseBackend:
             scores[i] = np.asarray(inst.keypoint_scores)[0]
         return kps, scores
 
-    def detect(self, frames: np.ndarray) -> list[FaceResult | None]:
+    def detect(self, frames: np.ndarray, choose=None) -> list[FaceResult | None]:
         """Face box and 68 landmarks for each frame, as :meth:`DWPoseOnnxBackend.detect
         <nbhelpers.faces.dwpose_onnx.DWPoseOnnxBackend.detect>`.
 
@@ -368,7 +368,7 @@ class MMPoseBackend:
 
         Source: ``preprocessing.py:84-111``.
         """
-        return detect_with_pose(frames, self.face_detector, self.keypoints)
+        return detect_with_pose(frames, self.face_detector, self.keypoints, choose=choose)
 
     def close(self) -> None:
         """Release the models (GPU memory)."""

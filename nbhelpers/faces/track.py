@@ -6,6 +6,7 @@ Frames with no face are kept, marked and counted, never dropped; a clip with no 
 
 from __future__ import annotations
 
+import inspect
 import os
 import warnings
 from collections.abc import Iterable, Iterator
@@ -16,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from .. import media
-from ..config import InferenceConfig
+from ..config import InferenceConfig, parse_face
 from ..constants import CROP_SIZE
 from ..errors import InputError, NbHelpersWarning, NoFaceError
 from ..gpu import batched
@@ -31,6 +32,7 @@ from .boxes import (
     user_boxes,
 )
 from .registry import get_backend
+from .tracks import FaceChooser, FaceTracks, listing_chooser
 
 LARGE_FACE_RATIO = 3.0  # warn when the median crop side exceeds this many times CROP_SIZE (256 px)
 DEFAULT_BATCH_FRAMES = 8  # frames decoded and handed to the backend at a time
@@ -74,6 +76,8 @@ class FaceTrack:
     extra_margin: int = 10
     smooth_boxes: int = 0
     notes: list[str] = field(default_factory=list)
+    face: str = "largest"
+    tracks: FaceTracks | None = None
 
     @property
     def n_frames(self) -> int:
@@ -289,6 +293,8 @@ class FaceTracker:
 
     Args:
         backend, config, boxes, weights_dir, batch_size, device: As :func:`track`.
+        schedule: For ``face="speaker"``: the track to repaint in each frame, -1 for none
+            (:func:`nbhelpers.faces.speaker.speaker_schedule`).
 
     Attributes:
         batch_size: Frames handed to the backend at a time.
@@ -301,7 +307,8 @@ class FaceTracker:
 
     def __init__(self, backend: str | LandmarkBackend = "auto", config: InferenceConfig | None = None,
                  boxes: Any = None, weights_dir: str | os.PathLike | None = None,
-                 batch_size: int = DEFAULT_BATCH_FRAMES, device: str | None = None):
+                 batch_size: int = DEFAULT_BATCH_FRAMES, device: str | None = None,
+                 schedule: np.ndarray | None = None):
         config = config if config is not None else InferenceConfig()
         if not isinstance(config, InferenceConfig):
             raise InputError(f"config must be an nbhelpers.InferenceConfig or None; got {type(config).__name__}.")
@@ -329,6 +336,11 @@ class FaceTracker:
         self._results: list[FaceResult | None] = []
         self._crop: list[np.ndarray] = []
         self._from_face_box: list[np.ndarray] = []
+        choice = parse_face(config.face)
+        if choice.kind != "largest" and boxes is not None:
+            raise InputError(f"face={config.face!r} chooses among the faces a detector finds; with boxes given the "
+                             "boxes say where the face is. Leave face='largest' or drop the boxes.")
+        self.chooser = FaceChooser(choice, schedule=schedule) if choice.kind != "largest" else None
 
     def add(self, frames: np.ndarray, frames_device: Any = None) -> tuple[np.ndarray, np.ndarray]:
         """Track the next (b, H, W, 3) uint8 BGR ``frames`` of the clip; returns (b, 4) int32 unsmoothed crop boxes and
@@ -366,12 +378,20 @@ class FaceTracker:
             self.n_frames += b
             return crop, has
         found_all: list[FaceResult | None] = []
+        extra: dict[str, Any] = {}
+        if self.chooser is not None:
+            if "choose" not in inspect.signature(self._used.detect).parameters:
+                raise InputError(f"landmark backend {getattr(self._used, 'name', self._used)!r} gives one face per "
+                                 f"frame, so face={self.config.face!r} cannot be chosen; use a built-in backend.")
+            extra["choose"] = self.chooser
         if frames_device is not None and getattr(self._used, "accepts_frames_device", False):
             def detect(s: slice, u: Any = self._used) -> Any:
-                return u.detect(batch[s], frames_device=frames_device[s])
+                self._mark(first + s.start)
+                return u.detect(batch[s], frames_device=frames_device[s], **extra)
         else:
             def detect(s: slice, u: Any = self._used) -> Any:
-                return u.detect(batch[s])
+                self._mark(first + s.start)
+                return u.detect(batch[s], **extra)
         for sl, found in batched(b, b, detect, stage="faces"):
             if len(found) != sl.stop - sl.start:
                 raise RuntimeError(f"backend {getattr(self._used, 'name', self._used)!r} returned {len(found)} "
@@ -393,6 +413,10 @@ class FaceTracker:
         self._from_face_box.append(from_face_box)
         self.n_frames += b
         return crop.copy(), np.array([r is not None for r in found_all], dtype=bool)
+
+    def _mark(self, frame: int) -> None:
+        if self.chooser is not None:
+            self.chooser.linker.mark(frame)
 
     def finish(self) -> FaceTrack:
         """The :class:`FaceTrack` of every frame added (smoothed when asked); releases a backend made here.
@@ -422,6 +446,8 @@ class FaceTracker:
             reason = str(getattr(used, "reason", "") or "")
             results = self._results
             has_face = np.array([r is not None for r in results], dtype=bool)
+            if self.chooser is not None:
+                self.chooser.check()
             if not has_face.any():
                 raise NoFaceError(
                     f"no face found in any of the {n} frames (landmark backend {backend_name!r}"
@@ -449,7 +475,8 @@ class FaceTracker:
                            bbox_shift_range=shift_range, scores=scores, used_face_box=from_face_box,
                            version=config.version, bbox_shift=int(config.bbox_shift),
                            extra_margin=int(config.extra_margin) if config.version == "v15" else 0,
-                           smooth_boxes=int(config.smooth_boxes))
+                           smooth_boxes=int(config.smooth_boxes), face=str(parse_face(config.face)),
+                           tracks=self.chooser.linker.result() if self.chooser is not None else None)
         _warn_large(result)
         return result
 
@@ -462,6 +489,32 @@ class FaceTracker:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def find_tracks(frames: Any, backend: str | LandmarkBackend = "auto", config: InferenceConfig | None = None,
+                weights_dir: str | os.PathLike | None = None, batch_size: int = DEFAULT_BATCH_FRAMES,
+                device: str | None = None) -> FaceTracks:
+    """Every face of every frame, linked into numbered tracks (:class:`~nbhelpers.faces.tracks.FaceTracks`): the
+    backend's face detector only, no landmarks. Arguments as :func:`track`.
+
+    Raises:
+        InputError: Bad frames, or a backend that gives one face per frame.
+        NoFaceError: No frame has a face.
+    """
+    config = (config if config is not None else InferenceConfig()).replace(face="largest")
+    with FaceTracker(backend, config, weights_dir=weights_dir, batch_size=batch_size,
+                     device=device) as tracker, ExitStack() as stack:
+        tracker.chooser = listing_chooser()
+        batches, total = _batches(frames, tracker.batch_size, stack)
+        pbar = stack.enter_context(bar(total=total, desc="faces", unit="frame"))
+        for batch in batches:
+            tracker.add(batch)
+            pbar.update(int(batch.shape[0]))
+        tracker.close()
+        if tracker.n_frames == 0:
+            raise InputError("frames is empty: the clip has no frames.")
+        tracker.chooser.check()
+        return tracker.chooser.linker.result()
 
 
 def _count_hint(boxes: Any) -> int:

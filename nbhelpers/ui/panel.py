@@ -38,6 +38,8 @@ _LABELS = {
     "restore": ("face restoration", "restore the repainted face before paste-back (only the masked region changes); "
                 "needs spandrel and the weight set restore-<name>; CodeFormer is for non-commercial use only"),
     "restore_strength": ("restore strength", "blend of restored and unrestored face: 0 = unrestored, 1 = restored"),
+    "face": ("face", "with several faces: largest (default), a track number of pipe.faces(video), a point x,y in "
+             "frame 0, or speaker (the face that speaks, lip-sync only)"),
 }
 _ENCODER_TEXT = {"libx264": "libx264 medium (official, CRF 18)", "libx264-fast": "libx264 fast",
                  "libx264-faster": "libx264 faster", "libx264-veryfast": "libx264 veryfast",
@@ -143,6 +145,8 @@ class SettingsPanel:
                 value = "auto"
             elif value is None and name == "restore" and self.uses_widgets:
                 value = _RESTORE_OFF
+            elif name == "face" and self.uses_widgets:
+                value = str(value)  # a text box
             control.value = value
         self._sync()
         return self
@@ -193,6 +197,8 @@ class SettingsPanel:
                                  value=_RESTORE_OFF if value is None else value, **common)
         elif name == "restore_strength":
             control = w.FloatSlider(value=float(value), min=0.0, max=1.0, step=0.05, **common)
+        elif name == "face":
+            control = w.Text(value=str(value), placeholder="largest, 0, 1, ..., x,y or speaker", **common)
         else:  # pragma: no cover - PANEL_FIELDS and this list are kept together
             raise KeyError(name)
         _set_tooltip(control, help_text)
@@ -280,6 +286,8 @@ def _to_config(base: InferenceConfig, values: Mapping[str, Any]) -> InferenceCon
         raise InputError(f"batch_size must be a positive integer or 'auto'; got {changes['batch_size']!r}.")
     if changes["fp16"] not in (None, True, False):
         raise InputError(f"fp16 must be True (fp16), False (fp32) or 'auto'; got {changes['fp16']!r}.")
+    if "face" in changes and not str(changes["face"]).strip():  # an emptied box: the default
+        changes["face"] = "largest"
     return base.replace(**changes)
 
 

@@ -13,6 +13,8 @@ import numpy as np
 
 from ..display import table_html
 from ..errors import InputError
+from ..faces.tracks import COLOURS as TRACK_COLOURS
+from ..faces.tracks import FaceTracks
 from ..media import frames_at
 
 __all__ = ["Chart", "FpsTable", "compare_restore", "fps_table", "plot_faces", "plot_sync", "plot_timings"]
@@ -273,7 +275,8 @@ def plot_faces(frames: Any, track: Any = None, *, indices: Sequence[int] | None 
         frames: A video or photo path (only the frames shown are decoded), (N, H, W, 3) uint8 BGR frames, a list of
             them, or a frame reader.
         track: A face track or an avatar: its ``boxes`` (N, 4) pixels, ``landmarks`` (N, 68, 2) and ``has_face``
-            (N,) are used when present.
+            (N,) are used when present. Face tracks (``pipe.faces(video)``, or a face track's ``tracks``) draw
+            every track's detector box in its colour with its number.
         indices: Frame indices to show; default ``max_frames`` evenly spaced ones.
         boxes: (N, 4) ``(x1, y1, x2, y2)`` crop boxes overriding the track's.
         landmarks: (N, 68, 2) ``(x, y)`` points overriding the track's.
@@ -284,6 +287,9 @@ def plot_faces(frames: Any, track: Any = None, *, indices: Sequence[int] | None 
     Raises:
         InputError: No frames, or an index out of range.
     """
+    every = track if isinstance(track, FaceTracks) else getattr(track, "tracks", None)
+    if isinstance(track, FaceTracks):
+        track = None
     boxes = _track_array(track, ("crop_boxes", "boxes")) if boxes is None else np.asarray(boxes)
     landmarks = _track_array(track, ("landmarks",)) if landmarks is None else np.asarray(landmarks)
     has_face = _track_array(track, ("has_face",))
@@ -291,7 +297,7 @@ def plot_faces(frames: Any, track: Any = None, *, indices: Sequence[int] | None 
         masks = _track_masks(track, has_face)
     n_known = next((len(a) for a in (boxes, landmarks, has_face, masks) if a is not None), None)
     if n_known is None:
-        n_known = len(frames) if hasattr(frames, "__len__") else max_frames
+        n_known = every.n_frames if every is not None else len(frames) if hasattr(frames, "__len__") else max_frames
     if indices is None:
         count = max(1, min(int(max_frames), n_known))
         indices = sorted({int(round(i)) for i in np.linspace(0, n_known - 1, count)})
@@ -316,6 +322,13 @@ def plot_faces(frames: Any, track: Any = None, *, indices: Sequence[int] | None 
             from matplotlib.patches import Rectangle
 
             ax.add_patch(Rectangle((x1, y1), x2 - x1, y2 - y1, fill=False, edgecolor="#00e000", linewidth=1.5))
+        for number, box in every.at(i) if every is not None else ():
+            from matplotlib.patches import Rectangle
+
+            colour = TRACK_COLOURS[number % len(TRACK_COLOURS)]
+            ax.add_patch(Rectangle((box[0], box[1]), box[2] - box[0], box[3] - box[1], fill=False, edgecolor=colour,
+                                   linewidth=1.5, linestyle="--"))
+            ax.text(box[0], box[1] - 2, str(number), color=colour, fontsize=9, fontweight="bold")
         if face and landmarks is not None and np.isfinite(landmarks[i]).all():
             ax.scatter(landmarks[i][:, 0], landmarks[i][:, 1], s=4, c="#00c0ff")
         ax.set_title(f"frame {i}" + ("" if face else " (no face)"), fontsize=9)

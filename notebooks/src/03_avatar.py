@@ -90,6 +90,28 @@ avatar
 nbh.ui.plot_faces(video, avatar)
 
 # %% [markdown]
+# ## Several faces (`faces`)
+#
+# When your video shows more than one person, `pipe.faces(video)` lists every face as a numbered track with a thumbnail, and the plot draws each track's box in its colour. Set `face` in the config to a track number, or a point `"x,y"` on a face in the first frame, to repaint that face only; `"speaker"` follows the voice in a lip-sync. Your choice below takes track 0, which in a one-face video is the face the default `largest` takes.
+
+# %% tags=["nbval-ignore-output"]
+tracks = pipe.faces(video, config=panel.config)
+tracks
+
+# %% [markdown]
+# Each track's box is drawn dashed in its colour, with its number, over two of your frames.
+
+# %%
+nbh.ui.plot_faces(video, tracks, max_frames=2)
+
+# %% [markdown]
+# The panel's `face` box takes the same choice (type `0` there, then run the cells below it again). Here a copy of your settings takes the first track, so your avatar above stays as it is.
+
+# %%
+chosen = panel.config.replace(face=tracks.tracks[0].number)
+chosen.face
+
+# %% [markdown]
 # ## Load it again
 #
 # Preparing again with the same settings loads your avatar from its folder instead of recomputing it.

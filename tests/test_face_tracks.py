@@ -1,0 +1,240 @@
+"""Several faces in one video: tracks over time, the choice of one, and only that one repainted.
+
+Media: the shared face video at 192x256 beside its mirror image (hstack), with a cut half-way that swaps the two
+halves; the dlib backend finds the faces, tiny random weights repaint them.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import numpy as np
+import pytest
+
+from nbhelpers import InferenceConfig
+from nbhelpers.config import parse_face
+from nbhelpers.errors import InputError
+
+pytest.importorskip("dlib")
+
+W, H, N = 384, 256, 16  # the side-by-side clip: two 192x256 halves, 16 frames, a cut before frame 8
+SWAP = ("[0:v]trim=end_frame=16,scale=192:256,split=2[a][b];[b]hflip[m];[a]split[a1][a2];[m]split[m1][m2];"
+        "[a1][m1]hstack,trim=end_frame=8[p];[m2][a2]hstack,trim=start_frame=8,setpts=PTS-STARTPTS[q];"
+        "[p][q]concat=n=2:v=1:a=0")
+
+
+@pytest.fixture(scope="module")
+def two_faces(shared_data, make_media):
+    """The face and its mirror image side by side; the halves swap at frame 8 (a cut)."""
+    return make_media("two-faces-swap.mp4", "-i", str(shared_data / "face-sing-576x768-25fps.mp4"),
+                      "-filter_complex", SWAP, "-an", "-c:v", "libx264", "-crf", "12", "-pix_fmt", "yuv420p")
+
+
+@pytest.fixture(scope="module")
+def speech(shared_data, make_media):
+    return make_media("speech-0.64s.wav", "-i", str(shared_data / "speech-en-short.wav"), "-t", "0.64")
+
+
+def _frames(path, ffmpeg):
+    out = subprocess.run([ffmpeg, "-v", "error", "-i", str(path), "-f", "rawvideo", "-pix_fmt", "bgr24", "-"],
+                         check=True, capture_output=True).stdout
+    return np.frombuffer(out, dtype=np.uint8).reshape(-1, H, W, 3)
+
+
+def test_face_choices_parse_and_bad_ones_are_refused():
+    assert parse_face("largest").kind == "largest" and InferenceConfig().face == "largest"
+    assert parse_face(2).track == 2 and parse_face("3").track == 3
+    point = parse_face("120, 80@7")
+    assert (point.kind, point.point, point.frame) == ("point", (120.0, 80.0), 7)
+    box = parse_face("10,20,110,140")
+    assert (box.kind, box.box, box.frame) == ("box", (10.0, 20.0, 110.0, 140.0), 0)
+    for bad in ("left", -1, True, "1,2,3", "50,50,10,10", 1.5):
+        with pytest.raises(InputError, match="face must be"):
+            InferenceConfig(face=bad)
+
+
+def test_the_jobs_file_and_the_avatar_cache_take_the_choice(tmp_path):
+    from nbhelpers.avatar.cache import CACHED_FIELDS
+    from nbhelpers.batch.jobs import job_configs, read_jobs
+
+    jobs_file = tmp_path / "jobs.csv"
+    jobs_file.write_text('video,audio,output,face\na.mp4,a.wav,oa.mp4,1\nb.mp4,b.wav,ob.mp4,"120,80@4"\n'
+                         "c.mp4,c.wav,oc.mp4,\n", "utf-8")
+    configs = job_configs(read_jobs(jobs_file), InferenceConfig())
+    assert [c.face for c in configs.values()] == [1, "120,80@4", "largest"]
+    jobs_file.write_text("video,audio,face\na.mp4,a.wav,left\n", "utf-8")
+    with pytest.raises(InputError, match="line 2, setting face: must be 'largest', 'speaker', a track number"):
+        read_jobs(jobs_file)
+    assert "face" in CACHED_FIELDS and InferenceConfig(face="Largest").face == "largest"
+
+
+def test_tracks_keep_their_numbers_over_a_cut_that_swaps_the_faces(two_faces):
+    from nbhelpers import faces
+
+    tracks = faces.find_tracks(two_faces, backend="dlib")
+    assert len(tracks) == 2 and tracks.cuts == [8], tracks.summary()
+    left, right = tracks[0], tracks[1]
+    assert list(left.frames) == list(range(N)) == list(right.frames)
+    centre = (left.boxes[:, 0] + left.boxes[:, 2]) / 2
+    assert (centre[:8] < W / 2).all() and (centre[8:] > W / 2).all(), centre  # the face went right at the cut
+    centre = (right.boxes[:, 0] + right.boxes[:, 2]) / 2
+    assert (centre[:8] > W / 2).all() and (centre[8:] < W / 2).all(), centre
+    assert [n for n, _ in tracks.at(0)] == [0, 1]
+    assert left.thumbnail.shape == (64, 64, 3) and left.thumbnail.dtype == np.uint8
+    html = tracks._repr_html_()
+    assert html.count("<img") == 2 and "track 1: frames 0-15" in html
+    assert tracks.select("100,80") == 0 and tracks.select("300,80") == 1 and tracks.select("300,80@8") == 0
+
+
+def test_a_track_that_does_not_exist_or_a_point_on_no_face_is_a_clear_error(two_faces):
+    from nbhelpers import faces
+
+    with pytest.raises(InputError, match=r"no face track 5; the tracks are track 0: frames 0-15.*track 1"):
+        faces.track(two_faces, backend="dlib", config=InferenceConfig(face=5))
+    with pytest.raises(InputError, match=r"lies on no face in frame 0; the nearest is track 0 at \(\d+, \d+, \d+, "
+                                         r"\d+\), \d+ px away"):
+        faces.track(two_faces, backend="dlib", config=InferenceConfig(face="5,5"))
+    with pytest.raises(InputError, match="with boxes given"):
+        faces.track(two_faces, config=InferenceConfig(face=1), boxes=(0, 0, 100, 100))
+
+
+@pytest.mark.parametrize(("face", "chosen"), [(1, 1), ("300,80@8", 0)])
+def test_only_the_chosen_face_is_repainted(face, chosen, tiny_weights, two_faces, speech, ffmpeg, tmp_path):
+    """Track 0 starts on the left and is on the right after the cut; the other half of every frame is untouched.
+    A point in a later frame names the track there (track 0 is on the right after the cut)."""
+    from nbhelpers import lipsync
+
+    captured: dict[int, np.ndarray] = {}
+    cfg = InferenceConfig(landmark_backend="dlib", batch_size=8, device="cpu", face=face)
+    result = lipsync(two_faces, speech, tmp_path / "out.mp4", config=cfg, weights_dir=tiny_weights,
+                     frame_callback=lambda t, f: captured.__setitem__(t, f.copy()))
+    assert result.n_frames == N == len(captured) and result.no_face_frames == 0
+    assert result.config.face == chosen
+    source = _frames(two_faces, ffmpeg)
+    for t, frame in captured.items():
+        on_left = (t < 8) == (chosen == 0)
+        mine, other = (slice(0, W // 2), slice(W // 2, W)) if on_left else (slice(W // 2, W), slice(0, W // 2))
+        assert np.array_equal(frame[:, other], source[t][:, other]), f"frame {t}: the other face changed"
+        assert not np.array_equal(frame[:, mine], source[t][:, mine]), f"frame {t}: the chosen face was not repainted"
+
+
+def _warp_mouth(frames: np.ndarray, env: np.ndarray, box: tuple[int, int, int, int]) -> np.ndarray:
+    """Stretch the rows of ``box`` about its middle by 1 + 0.8 x the normalised envelope: a mouth opening and
+    shutting with the speech."""
+    out = frames.copy()
+    x1, y1, x2, y2 = box
+    rows = np.arange(y2 - y1) - (y2 - y1) / 2
+    for t, level in enumerate(env / env.max()):
+        src = np.clip(np.round(y1 + (y2 - y1) / 2 + rows / (1 + 0.8 * level)).astype(int), 0, frames.shape[1] - 1)
+        out[t, y1:y2, x1:x2] = frames[t, src, x1:x2]
+    return out
+
+
+def _warped_clip(warped, shared_data, make_media, ffmpeg, folder):
+    """Two copies of the face side by side (50 frames); the mouth region of copy ``warped`` (0: left) opens and shuts
+    with the envelope of 2 s of speech. Returns (clip, speech, envelope)."""
+    from nbhelpers import media
+    from nbhelpers.faces.speaker import envelope
+
+    n = 50
+    pair = make_media("two-faces-50.mp4", "-i", str(shared_data / "face-sing-576x768-25fps.mp4"), "-filter_complex",
+                      "[0:v]trim=end_frame=50,scale=192:256,split=2[a][b];[b]hflip[m];[a][m]hstack", "-an",
+                      "-c:v", "libx264", "-crf", "12", "-pix_fmt", "yuv420p")
+    audio = make_media("speech-2s.wav", "-i", str(shared_data / "speech-en-short.wav"), "-t", "2", "-ac", "1",
+                       "-ar", "16000")
+    env = envelope(media.load_audio(audio), n)
+    box = (80, 84, 102, 100) if warped == 0 else (282, 84, 304, 100)  # the mouth of the left or the right copy
+    frames = _warp_mouth(_frames(pair, ffmpeg)[:n], env, box)
+    clip = folder / f"warped-{warped}.mp4"
+    subprocess.run([ffmpeg, "-v", "error", "-f", "rawvideo", "-pix_fmt", "bgr24", "-s", f"{W}x{H}", "-r", "25",
+                    "-i", "-", "-c:v", "libx264", "-crf", "12", "-pix_fmt", "yuv420p", str(clip)],
+                   input=frames.tobytes(), check=True)
+    return clip, audio, env
+
+
+@pytest.mark.parametrize("warped", [0, 1])
+def test_the_speaker_is_the_face_whose_mouth_moves_with_the_audio(warped, shared_data, make_media, ffmpeg, tmp_path):
+    from nbhelpers import faces
+    from nbhelpers.faces.speaker import speaker_schedule
+
+    n = 50
+    clip, _, env = _warped_clip(warped, shared_data, make_media, ffmpeg, tmp_path)
+    tracks = faces.find_tracks(clip, backend="dlib")
+    assert len(tracks) == 2
+    schedule, turns = speaker_schedule(tracks, env, np.arange(n))
+    speech = [(t, turn.track) for turn in turns for t in range(turn.first, turn.last + 1)]
+    assert len(speech) >= n // 2
+    assert sum(track == warped for _, track in speech) >= 0.95 * len(speech), [str(t) for t in turns]
+    assert (schedule[[t for t, _ in speech]] == warped).mean() >= 0.95
+
+
+def test_speaker_needs_the_audio():
+    from nbhelpers.faces.tracks import FaceChooser
+
+    assert InferenceConfig(face="Speaker").face == "speaker"
+    with pytest.raises(InputError, match="needs the audio"):
+        FaceChooser("speaker")
+
+
+def test_lipsync_repaints_the_speaker_only(tiny_weights, shared_data, make_media, ffmpeg, tmp_path):
+    """The job's face='speaker' path: the warped (left) copy speaks in the first 0.64 s; the right half is untouched
+    and the clip's reasons say who spoke when."""
+    from nbhelpers import lipsync
+
+    clip, _, _ = _warped_clip(0, shared_data, make_media, ffmpeg, tmp_path)
+    speech = make_media("speech-0.64s.wav", "-i", str(shared_data / "speech-en-short.wav"), "-t", "0.64")
+    source = _frames(clip, ffmpeg)
+    captured: dict[int, np.ndarray] = {}
+    cfg = InferenceConfig(landmark_backend="dlib", batch_size=8, device="cpu", face="speaker")
+    result = lipsync(clip, speech, tmp_path / "speaker.mp4", config=cfg, weights_dir=tiny_weights,
+                     frame_callback=lambda t, f: captured.__setitem__(t, f.copy()))
+    assert result.config.face == "speaker" and result.config.reasons["face"].startswith("speaker: track 0 in frames")
+    assert len(captured) == N
+    for t, frame in captured.items():
+        assert np.array_equal(frame[:, W // 2:], source[t][:, W // 2:]), f"frame {t}: the silent face changed"
+    assert any(not np.array_equal(f[:, :W // 2], source[t][:, :W // 2]) for t, f in captured.items())
+
+
+def test_a_batch_run_again_after_a_rewind_links_as_the_first_time():
+    """An out-of-memory halving runs a batch again: TrackLinker.mark cuts the history back to the batch start."""
+    from nbhelpers.faces.tracks import TrackLinker
+
+    rng = np.random.default_rng(0)
+    faces_ = [rng.integers(0, 255, (60, 60, 3), dtype=np.uint8) for _ in range(2)]
+    frames, dets = [], []
+    for i in range(12):
+        frame = np.full((100, 200, 3), 90, np.uint8)
+        left, right = (0, 1) if i < 6 else (1, 0)  # a cut swaps the two faces at frame 6
+        frame[20:80, 20:80], frame[20:80, 120:180] = faces_[left], faces_[right]
+        frames.append(frame)
+        dets.append(np.array([[20 + i % 2, 20, 80, 80, 0.9], [120, 20, 180, 80, 0.8]]))
+
+    def run(rewind: bool):
+        linker = TrackLinker()
+        for i in range(12):
+            if i % 4 == 0:
+                linker.mark(i)
+            linker.add(frames[i], dets[i])
+            if rewind and i == 6:
+                linker.mark(4)
+                for j in (4, 5, 6):
+                    linker.add(frames[j], dets[j])
+                rewind = False
+        return linker.result()
+
+    straight, again = run(False), run(True)
+    assert straight.cuts == [6] == again.cuts
+    for a, b in zip(straight, again, strict=True):
+        assert np.array_equal(a.frames, b.frames) and np.array_equal(a.boxes, b.boxes)
+    left_of = [straight.at(i)[0][0] if straight.at(i)[0][1][0] < 100 else straight.at(i)[1][0] for i in range(12)]
+    assert left_of == [0] * 6 + [1] * 6  # the face that was on the left moved right at the cut
+
+
+def test_the_command_line_takes_the_face_as_given():
+    from nbhelpers.cli.flags import inference_config
+    from nbhelpers.cli.parser import build_parser
+
+    parser = build_parser()
+    for given, face in (("120,80@3", "120,80@3"), ("1", 1), ("speaker", "speaker")):
+        assert inference_config(parser.parse_args(["lipsync", "v.mp4", "a.wav", "--face", given])).face == face
+    assert inference_config(parser.parse_args(["avatar", "prepare", "v.mp4", "dir", "--face", "0"])).face == 0
