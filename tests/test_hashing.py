@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 
 import pytest
+from helpers import BarRecorder
 
 from nbhelpers import hashing, progress
 
@@ -16,28 +17,12 @@ def test_sha256_file_matches_hashlib_small_and_large(tmp_path, monkeypatch):
     path = tmp_path / "blob.bin"
     path.write_bytes(data)
     assert hashing.sha256_file(path) == hashlib.sha256(data).hexdigest()
-    bars = []
-
-    class Bar:
-        def __init__(self, **kwargs):
-            bars.append(kwargs)
-            self.n = 0
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return False
-
-        def update(self, n):
-            self.n += n
-            bars[-1]["counted"] = self.n
-
+    recorder = BarRecorder()
     monkeypatch.setattr(hashing, "BAR_FROM_BYTES", 1 << 20)  # the large-file path: 8 MiB reads and a bar
-    monkeypatch.setattr(progress, "bar", Bar)
+    monkeypatch.setattr(progress, "bar", recorder)
     assert hashing.sha256_file(path, desc="blob") == hashlib.sha256(data).hexdigest()
-    assert bars == [dict(total=len(data), desc="sha256 blob", unit="B", unit_scale=True, unit_divisor=1024,
-                         counted=len(data))]
+    assert [(b.args, b.options, b.n) for b in recorder.bars] == [
+        ((), dict(total=len(data), desc="sha256 blob", unit="B", unit_scale=True, unit_divisor=1024), len(data))]
     empty = tmp_path / "empty"
     empty.write_bytes(b"")
     assert hashing.sha256_file(empty) == hashlib.sha256(b"").hexdigest()

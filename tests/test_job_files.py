@@ -8,10 +8,8 @@ building fail the test if they are reached.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
+from helpers import linked_copy
 
 import nbhelpers as nbh
 from nbhelpers import weights
@@ -22,17 +20,7 @@ LFS = (b"version https://git-lfs.github.com/spec/v1\n"
        b"oid sha256:7ebf6c98c181e20838e4c0054e96e944ac60d5d692cc01db42839fe11b787007\nsize 3399791376\n")
 
 
-def _linked_copy(src: Path, dst: Path) -> Path:
-    """A weights dir whose files are symbolic links to ``src``'s (cheap); break one by replacing its link."""
-    for f in src.rglob("*"):
-        if f.is_file():
-            target = dst / f.relative_to(src)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            os.symlink(f, target)
-    return dst
-
-
-def _break(root: Path, rel: str, content: bytes) -> None:
+def _break(root, rel: str, content: bytes) -> None:
     (root / rel).unlink()
     (root / rel).write_bytes(content)
 
@@ -55,25 +43,14 @@ def no_heavy_work(monkeypatch):
         monkeypatch.setattr(models, name, forbidden(f"models.{name}"))
 
 
-@pytest.fixture(scope="module")
-def clip(make_media):
-    return make_media("grey-1s.mp4", "-f", "lavfi", "-i", "color=c=gray:s=128x128:r=25:d=1", "-c:v", "libx264",
-                      "-pix_fmt", "yuv420p")
-
-
-@pytest.fixture(scope="module")
-def tone(make_media):
-    return make_media("tone-1s.wav", "-f", "lavfi", "-i", "sine=frequency=220:sample_rate=16000:duration=1")
-
-
-def test_lipsync_names_every_broken_file_before_any_frame_is_decoded(tiny_weights, tmp_path, clip, tone,
+def test_lipsync_names_every_broken_file_before_any_frame_is_decoded(tiny_weights, tmp_path, grey_clip, tone_1s,
                                                                      no_heavy_work):
-    root = _linked_copy(tiny_weights, tmp_path / "my weights")
+    root = linked_copy(tiny_weights, tmp_path / "my weights")
     _break(root, "musetalkV15/unet.pth", HTML)
     _break(root, "sd-vae/diffusion_pytorch_model.safetensors", LFS)
     (root / "whisper" / "preprocessor_config.json").unlink()
     with pytest.raises(WeightsError) as caught:
-        nbh.lipsync(clip, tone, tmp_path / "out.mp4", weights_dir=root,
+        nbh.lipsync(grey_clip, tone_1s, tmp_path / "out.mp4", weights_dir=root,
                     config=nbh.InferenceConfig(device="cpu", landmark_backend="dlib"))
     message = str(caught.value)
     assert "3 weight file(s)" in message and str(root) in message
@@ -85,13 +62,13 @@ def test_lipsync_names_every_broken_file_before_any_frame_is_decoded(tiny_weight
     assert not (tmp_path / "out.mp4").exists()
 
 
-def test_prepare_avatar_checks_the_landmark_and_parsing_files_too(tiny_weights, tmp_path, clip, no_heavy_work):
-    root = _linked_copy(tiny_weights, tmp_path / "models")
+def test_prepare_avatar_checks_the_landmark_and_parsing_files_too(tiny_weights, tmp_path, grey_clip, no_heavy_work):
+    root = linked_copy(tiny_weights, tmp_path / "models")
     cut = (tiny_weights / "face-parse-bisent/79999_iter.pth").read_bytes()[:100_000]
     _break(root, "face-parse-bisent/79999_iter.pth", cut)
     _break(root, "dwpose/dw-ll_ucoco_384.onnx", LFS)
     with pytest.raises(WeightsError) as caught:
-        nbh.prepare_avatar(clip, tmp_path / "avatar", weights_dir=root,
+        nbh.prepare_avatar(grey_clip, tmp_path / "avatar", weights_dir=root,
                            config=nbh.InferenceConfig(device="cpu", landmark_backend="dwpose-onnx"))
     message = str(caught.value)
     assert "face-parse-bisent/79999_iter.pth: truncated" in message
@@ -99,9 +76,9 @@ def test_prepare_avatar_checks_the_landmark_and_parsing_files_too(tiny_weights, 
     assert f"--weights {root} --sets faces-onnx parsing" in message
 
 
-def test_a_weights_folder_that_does_not_exist_is_said_so(tmp_path, clip, tone, no_heavy_work):
+def test_a_weights_folder_that_does_not_exist_is_said_so(tmp_path, grey_clip, tone_1s, no_heavy_work):
     with pytest.raises(WeightsError) as caught:
-        nbh.lipsync(clip, tone, tmp_path / "out.mp4", weights_dir=tmp_path / "nope",
+        nbh.lipsync(grey_clip, tone_1s, tmp_path / "out.mp4", weights_dir=tmp_path / "nope",
                     config=nbh.InferenceConfig(device="cpu", landmark_backend="dlib"))
     message = str(caught.value)
     assert f"the weights folder '{tmp_path / 'nope'}' does not exist" in message
@@ -109,7 +86,7 @@ def test_a_weights_folder_that_does_not_exist_is_said_so(tmp_path, clip, tone, n
 
 
 def test_which_files_are_checked_and_the_default_folder_fix(tiny_weights, tmp_path, monkeypatch):
-    root = _linked_copy(tiny_weights, tmp_path / "models")
+    root = linked_copy(tiny_weights, tmp_path / "models")
     _break(root, "s3fd/s3fd-619a316812.pth", LFS)
     # dlib and boxes open no landmark file: the broken S3FD file does not stop them
     assert weights.check_job_files(root, "v15", "dlib").ok

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import REFERENCE
 
 torch = pytest.importorskip("torch")
 
@@ -18,7 +19,6 @@ from nbhelpers.errors import CheckpointError, InputError, WeightsError  # noqa: 
 from nbhelpers.testing import make_tiny_weights, register_tiny_writer, tiny_writers  # noqa: E402
 from nbhelpers.weights import verification  # noqa: E402
 
-REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "reference"
 HTML = b"<!DOCTYPE html><html><head><title>Sign in</title></head><body>Sign in to continue</body></html>"
 LFS = b"version https://git-lfs.github.com/spec/v1\noid sha256:" + b"b" * 64 + b"\nsize 3400000000\n"
 CORE = ["musetalkV15", "sd-vae", "whisper"]

@@ -13,13 +13,12 @@ from __future__ import annotations
 import copy
 import importlib.util
 import sys
-from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
 nbformat = pytest.importorskip("nbformat")
 
-ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 

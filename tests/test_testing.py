@@ -8,6 +8,7 @@ import sys
 import warnings
 
 import pytest
+from helpers import ROOT
 
 torch = pytest.importorskip("torch")
 
@@ -81,12 +82,12 @@ def test_a_green_run_leaves_nothing_sizeable_in_the_temp_folder(tmp_path):
     A run with this conftest and pyproject.toml, under a fresh TMPDIR, must leave (almost) nothing there."""
     import shutil
     import subprocess
-    from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = ROOT
     project = tmp_path / "project"
     project.mkdir()
-    shutil.copy(root / "tests" / "conftest.py", project / "conftest.py")
+    for name in ("conftest.py", "helpers.py"):  # the conftest imports its paths from helpers
+        shutil.copy(root / "tests" / name, project / name)
     (project / "test_inner.py").write_text(INNER_TEST)
     temp = tmp_path / "temp"
     temp.mkdir()

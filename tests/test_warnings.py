@@ -7,13 +7,13 @@ import importlib
 import subprocess
 import sys
 import warnings
-from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
 from nbhelpers.errors import FallbackWarning, NbHelpersWarning
 
-PACKAGE = Path(__file__).resolve().parents[1] / "nbhelpers"
+PACKAGE = ROOT / "nbhelpers"
 # testing.py only builds tiny weights for tests; its notes are for developers and keep Python's format.
 EXEMPT = {"testing.py"}
 

@@ -20,12 +20,12 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
 from nbhelpers import weights as w
 from nbhelpers.errors import InputError, WeightsError
 from nbhelpers.hashing import sha256_file
 
-ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fakehub import FakeHub  # noqa: E402
 

@@ -32,17 +32,13 @@ def test_path_refuses_what_leaves_the_work_folder(workdir, parts):
 
 
 @pytest.fixture
-def clip_and_audio(make_media):
-    video = make_media("wb-clip.mp4", "-f", "lavfi", "-i", "testsrc=size=64x48:rate=25:duration=1",
-                       "-pix_fmt", "yuv420p")
-    audio_1s = make_media("wb-1s.wav", "-f", "lavfi", "-i", "sine=frequency=440:duration=1", "-ar", "16000")
-    audio_2s = make_media("wb-2s.wav", "-f", "lavfi", "-i", "sine=frequency=440:duration=2", "-ar", "16000")
-    return video, audio_1s, audio_2s
+def clip_and_audio(lavfi_video, lavfi_tone):
+    return lavfi_video(seconds=1), lavfi_tone(1, 440), lavfi_tone(2, 440)
 
 
 def test_check_takes_the_duration_from_the_audio(clip_and_audio):
     video, audio_1s, audio_2s = clip_and_audio
-    assert workbook.check(video, audio=audio_1s, since=0).startswith("OK: wb-clip.mp4")
+    assert workbook.check(video, audio=audio_1s, since=0).startswith(f"OK: {video.name}")
     with pytest.raises(env.ResultCheckError, match="expected 2.000 s"):
         workbook.check(video, audio=audio_2s, since=0)
     with pytest.raises(InputError, match="not both"):
