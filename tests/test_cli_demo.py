@@ -8,15 +8,13 @@ import sys
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import ROOT, run_cli
 
 
 def _cli(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "NBHELPERS_PROGRESS": "0"}
-    env.pop("NBHELPERS_WEIGHTS", None)
-    return subprocess.run([sys.executable, "-m", "nbhelpers", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, stdin=subprocess.DEVNULL, timeout=timeout)
+    """The CLI offline and without a default weights folder."""
+    return run_cli(*args, env={"HF_HUB_OFFLINE": "1", "NBHELPERS_PROGRESS": "0"}, unset=("NBHELPERS_WEIGHTS",),
+                   cwd=cwd, timeout=timeout)
 
 
 def test_the_missing_weights_message_names_demo_tiny(tmp_path):

@@ -4,40 +4,24 @@ as such instead of being echoed as the batch used."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import warnings
 
 import pytest
+from helpers import CPU_ONLY, T4
+from helpers import run_cli as cli
 
 from nbhelpers import gpu
 from nbhelpers.cli.terms import cli_terms
 from nbhelpers.config import InferenceConfig
 from nbhelpers.errors import InputError
-from nbhelpers.gpu import GpuReport, PlanWarning
+from nbhelpers.gpu import PlanWarning
 
 PYTHON_WORDS = ("batch_size", "or None", "weights_dir=", "notebook", "config.device", "landmark_backend")
-
-
-def cli(*args, timeout=120):
-    return subprocess.run([sys.executable, "-m", "nbhelpers", *map(str, args)], capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL, timeout=timeout)
 
 
 def assert_cli_words(text: str) -> None:
     for word in PYTHON_WORDS:
         assert word not in text, f"{word!r} in a command-line message: {text}"
-
-
-@pytest.fixture(scope="module")
-def clip(make_media):
-    return make_media("grey-1s.mp4", "-f", "lavfi", "-i", "color=c=gray:s=128x128:r=25:d=1", "-c:v", "libx264",
-                      "-pix_fmt", "yuv420p")
-
-
-@pytest.fixture(scope="module")
-def tone(make_media):
-    return make_media("tone-1s.wav", "-f", "lavfi", "-i", "sine=frequency=220:sample_rate=16000:duration=1")
 
 
 @pytest.mark.parametrize("field, value, flag", [
@@ -77,18 +61,18 @@ def test_a_refused_setting_of_every_config_is_one_line_naming_its_flag(argv, lin
     assert "Traceback" not in err and not out
 
 
-def test_cli_errors_for_files_and_weights_are_in_cli_terms(tmp_path, clip, tone):
-    missing = cli("lipsync", tmp_path / "nope.mp4", tone, "--weights", tmp_path)
+def test_cli_errors_for_files_and_weights_are_in_cli_terms(tmp_path, grey_clip, tone_1s):
+    missing = cli("lipsync", tmp_path / "nope.mp4", tone_1s, "--weights", tmp_path)
     assert missing.returncode == 2 and "nope.mp4' does not exist" in missing.stderr
     assert "give the full path, or a path relative to the current folder" in missing.stderr
     assert_cli_words(missing.stderr)
 
-    bad_batch = cli("lipsync", clip, tone, "--batch-size", "0")
+    bad_batch = cli("lipsync", grey_clip, tone_1s, "--batch-size", "0")
     assert bad_batch.returncode == 2 and "--batch-size must be a whole number of frames >= 1" in bad_batch.stderr
     assert_cli_words(bad_batch.stderr)
 
     nowhere = tmp_path / "no weights here"
-    gone = cli("lipsync", clip, tone, "-o", tmp_path / "out.mp4", "--weights", nowhere, "--backend", "dlib",
+    gone = cli("lipsync", grey_clip, tone_1s, "-o", tmp_path / "out.mp4", "--weights", nowhere, "--backend", "dlib",
                "--device", "cpu")
     assert gone.returncode == 2, gone.stderr
     assert f"the weights folder '{nowhere}' does not exist" in gone.stderr
@@ -105,16 +89,11 @@ def test_the_gpu_message_names_the_flag():
     assert_cli_words(text)
 
 
-CPU = GpuReport(host_ram_total_gib=12.7, host_ram_available_gib=10.0, torch_version="2.11.0")
-T4 = GpuReport(has_gpu=True, device="cuda:0", name="Tesla T4", compute_capability=(7, 5), total_gib=15.0,
-               free_gib=14.7)
-
-
 @pytest.mark.notorch
 def test_a_batch_longer_than_the_job_is_the_whole_job_not_echoed():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PlanWarning)
-        p = gpu.plan("lipsync", report=CPU, config=InferenceConfig(batch_size=100000), n_frames=50)
+        p = gpu.plan("lipsync", report=CPU_ONLY, config=InferenceConfig(batch_size=100000), n_frames=50)
     assert p.batch_size == 50 and p.config.batch_size == 50  # what the job's summary reports
     assert p.reasons["batch_size"].startswith("50: user override (100000) is more than the job's 50 frames")
     on_gpu = gpu.plan("lipsync", report=T4, config=InferenceConfig(batch_size=100000), n_frames=20)
@@ -124,24 +103,21 @@ def test_a_batch_longer_than_the_job_is_the_whole_job_not_echoed():
 @pytest.mark.notorch
 def test_a_cpu_batch_that_host_ram_cannot_hold_is_warned_about_in_flag_names():
     with pytest.warns(PlanWarning) as caught:
-        p = gpu.plan("lipsync", report=CPU, config=InferenceConfig(batch_size=1000), n_frames=5000)
+        p = gpu.plan("lipsync", report=CPU_ONLY, config=InferenceConfig(batch_size=1000), n_frames=5000)
     assert p.batch_size == 1000
     [ram] = [str(w.message) for w in caught if "host RAM" in str(w.message)]
     assert ram.startswith("batch_size 1000 (user override) is predicted to need ")
     assert "above the 7.5 GiB usable" in ram and "the plan would choose 4)" in ram
     assert cli_terms(ram).startswith("--batch-size 1000 (user override) is predicted")
     with pytest.warns(PlanWarning, match="batch_size 16 .* no faster"):
-        gpu.plan("lipsync", report=CPU, config=InferenceConfig(batch_size=16), n_frames=100, weights="tiny")
+        gpu.plan("lipsync", report=CPU_ONLY, config=InferenceConfig(batch_size=16), n_frames=100, weights="tiny")
 
 
 def test_a_download_failure_names_the_weights_flag_once_with_its_dir(tmp_path):
     # the offline message lists --weights DIR, weights_dir= and NBHELPERS_WEIGHTS; the CLI has two of those, and a
     # rewrite of weights_dir= alone left "--weights DIR on the command line, --weights  in Python" (new-user trial)
-    import os
-
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "NBHELPERS_PROGRESS": "0"}
-    done = subprocess.run([sys.executable, "-m", "nbhelpers", "download", "--weights", str(tmp_path / "w"), "--sets",
-                           "s3fd"], capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120, env=env)
+    done = cli("download", "--weights", tmp_path / "w", "--sets", "s3fd",
+               env={"HF_HUB_OFFLINE": "1", "NBHELPERS_PROGRESS": "0"})
     assert done.returncode == 2, done.stderr
     [fix] = [line for line in done.stderr.splitlines() if line.startswith("Fix:")]
     assert "or point the job at a folder that already holds them: --weights DIR or the NBHELPERS_WEIGHTS " \
