@@ -12,11 +12,11 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import fake_program
 
 from nbhelpers import env, media
 from nbhelpers.errors import FFmpegError, NbHelpersError
@@ -29,10 +29,7 @@ BOUND_S = 30.0  # a call that takes longer than this has hung
 
 def _fake_ffmpeg(tmp_path: Path, name: str, body: str) -> str:
     """An executable that takes ffmpeg's arguments (the output file is the last one) and runs ``body``."""
-    path = tmp_path / name
-    path.write_text(f"#!{sys.executable}\nimport sys, time\nout = sys.argv[-1]\n{body}\n")
-    path.chmod(0o755)
-    return str(path)
+    return fake_program(tmp_path / name, f"#!{sys.executable}\nimport sys, time\nout = sys.argv[-1]\n{body}\n")
 
 
 def _bounded(fn):
@@ -78,16 +75,22 @@ def test_a_writer_whose_ffmpeg_never_finishes_the_file_stops_with_a_stall_error(
 
 
 def test_a_slow_ffmpeg_that_keeps_reading_is_not_stopped(tmp_path):
-    # Reads 64 KiB every 0.05 s: 900 KiB take about 0.7 s, longer than the stall timeout, with progress throughout.
-    exe = _fake_ffmpeg(tmp_path, "ffmpeg-slow", "while sys.stdin.buffer.read1(65536):\n    time.sleep(0.05)\n"
-                                                "open(out, 'wb').write(b'done')")
+    # Reads 64 KiB, then pauses 0.05 s, until the end: 900 KiB take 15 reads and so at least 15 pauses, 0.75 s, longer
+    # than the stall timeout, with progress throughout. It writes how many reads and bytes it took.
+    pause_s = 0.05
+    exe = _fake_ffmpeg(tmp_path, "ffmpeg-slow", "reads = size = 0\n"
+                                                "while chunk := sys.stdin.buffer.read(65536):\n"
+                                                "    reads, size = reads + 1, size + len(chunk)\n"
+                                                f"    time.sleep({pause_s})\n"
+                                                "open(out, 'w').write(f'{reads} {size}')")
     writer = media.VideoWriter(tmp_path / "out.mp4", 320, 240, ffmpeg=exe, stall_timeout_s=STALL_S)
-    start = time.monotonic()
     _, error = _bounded(lambda: writer.write(FRAMES))
     assert error is None, repr(error)
-    assert time.monotonic() - start > STALL_S  # the whole write took longer than the stall bound: no total limit
     path, error = _bounded(writer.close)
-    assert error is None and path == tmp_path / "out.mp4" and path.read_bytes() == b"done"
+    assert error is None and path == tmp_path / "out.mp4"
+    reads, size = map(int, path.read_text().split())
+    assert size == FRAMES.nbytes  # every frame reached the program: nothing was cut short
+    assert reads * pause_s > STALL_S  # its pauses add up to more than the stall bound: there is no total limit
 
 
 def test_stall_timeout_is_validated(tmp_path):
