@@ -4,10 +4,9 @@ implementation of the official sequence on real frames, and the torch path withi
 
 from __future__ import annotations
 
-import subprocess
-
 import numpy as np
 import pytest
+from helpers import face_frames
 
 from nbhelpers import blending as B
 from nbhelpers.errors import InputError
@@ -21,16 +20,9 @@ FACE_BOX = (220, 180, 340, 330)  # covers the face in face-sing-576x768-25fps.mp
 # ------------------------------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def frames(shared_data, ffmpeg) -> np.ndarray:
+def frames(shared_data) -> np.ndarray:
     """Frames 25, 125 and 250 of the real face video as (3, 768, 576, 3) uint8 BGR."""
-    out = []
-    for seconds in ("1", "5", "10"):  # accurate input seeking: frames 25, 125, 250 at 25 fps
-        raw = subprocess.run(
-            [ffmpeg, "-v", "error", "-ss", seconds, "-i", str(shared_data / "face-sing-576x768-25fps.mp4"),
-             "-frames:v", "1", "-f", "rawvideo", "-pix_fmt", "bgr24", "-"],
-            check=True, capture_output=True, stdin=subprocess.DEVNULL).stdout
-        out.append(np.frombuffer(raw, np.uint8).reshape(768, 576, 3))
-    return np.stack(out)
+    return face_frames([25, 125, 250])
 
 
 def synthetic_mask_512(seed: int = 0) -> np.ndarray:

@@ -12,11 +12,10 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
 from nbhelpers import env
 from nbhelpers.errors import InputError, NbHelpersError
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(autouse=True)
@@ -388,9 +387,8 @@ def test_default_config_and_plan_in_ci_mode():
 
 
 @pytest.fixture
-def clip_25(make_media):
-    return make_media("env-clip.mp4", "-f", "lavfi", "-i", "testsrc=size=64x48:rate=25:duration=1",
-                      "-pix_fmt", "yuv420p")
+def clip_25(lavfi_video):
+    return lavfi_video(seconds=1)
 
 
 def test_check_result_accepts_this_sessions_output(clip_25):
@@ -399,7 +397,7 @@ def test_check_result_accepts_this_sessions_output(clip_25):
         n_frames = 25
 
     message = env.check_result(Result(), duration_s=1.0, since=0)
-    assert message.startswith("OK: env-clip.mp4 written this session") and "25 frames" in message
+    assert message.startswith(f"OK: {clip_25.name} written this session") and "25 frames" in message
 
 
 def test_check_result_rejects_stale_wrong_and_missing_files(clip_25, tmp_path):

@@ -20,7 +20,8 @@ SCALE = 0.18215
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Fixtures: tiny real models (random, seeded) and fakes that record what they are given
+# Fixtures: tiny real models (random, seeded; the VAE is conftest.py's tiny_vae) and fakes that record what
+# they are given
 
 
 @pytest.fixture(scope="module")
@@ -31,15 +32,6 @@ def tiny_unet():
         down_block_types=("CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "DownBlock2D"),
         up_block_types=("UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"),
         cross_attention_dim=384, attention_head_dim=8, norm_num_groups=32).eval()
-
-
-@pytest.fixture(scope="module")
-def tiny_vae():
-    torch.manual_seed(0)
-    return diffusers.AutoencoderKL(
-        in_channels=3, out_channels=3, latent_channels=4, layers_per_block=1, block_out_channels=(8, 8, 8, 8),
-        down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4, norm_num_groups=4,
-        sample_size=256).eval()
 
 
 @pytest.fixture(scope="module")

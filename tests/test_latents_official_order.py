@@ -13,20 +13,11 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-diffusers = pytest.importorskip("diffusers")
+pytest.importorskip("diffusers")
 
 from nbhelpers.latents import decode, encode  # noqa: E402
 
 SCALE = 0.18215  # diffusers' default scaling factor, used for sd-vae-ft-mse (reference §4.2)
-
-
-@pytest.fixture(scope="module")
-def tiny_vae():
-    torch.manual_seed(0)
-    return diffusers.AutoencoderKL(
-        in_channels=3, out_channels=3, latent_channels=4, layers_per_block=1, block_out_channels=(8, 8, 8, 8),
-        down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4, norm_num_groups=4,
-        sample_size=256).eval()
 
 
 @pytest.fixture(scope="module")
