@@ -11,10 +11,10 @@ from __future__ import annotations
 import importlib.util
 import math
 import os
-import warnings
 
 import numpy as np
 import pytest
+from helpers import StubDetector, loaded_by
 
 from nbhelpers.errors import InputError, WeightsError
 from nbhelpers.faces import dwpose_codec as codec
@@ -43,17 +43,6 @@ def save(model, tmp_path, name="m.onnx"):
     path = tmp_path / name
     onnx.save(model, str(path))
     return path
-
-
-class StubDetector:
-    """Stands in for S3FD: a fixed box per frame, None for the frames listed in ``none``."""
-
-    def __init__(self, box=(10.7, -3.2, 400.9, 500.5, 0.93), none=()):
-        self.box, self.none, self.calls = box, set(none), 0
-
-    def detect(self, frames):
-        self.calls += 1
-        return [None if i in self.none else self.box for i in range(len(frames))]
 
 
 # ------------------------------------------------------------------------------------------ flip indices
@@ -393,13 +382,6 @@ def test_availability_names_what_is_missing(weights_dir, tmp_path):
 
 def test_import_is_light():
     """Importing the backend modules must not pull in torch (import nbhelpers stays light)."""
-    import subprocess
-    import sys
-
-    code = ("import sys, nbhelpers.faces.dwpose_onnx, nbhelpers.faces.dwpose_codec, nbhelpers.faces.mmpose_backend, "
-            "nbhelpers.faces.mim; bad=[m for m in ('torch','onnxruntime','mmpose','mmcv','cv2') if m in sys.modules];"
-            " print(bad); sys.exit(1 if bad else 0)")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    with warnings.catch_warnings():
-        res = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
-    assert res.returncode == 0, res.stdout + res.stderr
+    code = ("import nbhelpers.faces.dwpose_onnx, nbhelpers.faces.dwpose_codec, nbhelpers.faces.mmpose_backend, "
+            "nbhelpers.faces.mim")
+    assert loaded_by(code, ("torch", "onnxruntime", "mmpose", "mmcv", "cv2")) == []

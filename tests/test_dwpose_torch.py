@@ -11,14 +11,20 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import subprocess
-import sys
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import (
+    FACE_VIDEO,
+    REFERENCE,
+    ROOT,
+    SHARED_DATA,
+    StubDetector,
+    face_frames,
+    loaded_by,
+    max_landmark_difference,
+)
 
 from nbhelpers import faces, testing, weights
 from nbhelpers.errors import CheckpointError, InputError, WeightsError
@@ -32,20 +38,9 @@ torch = pytest.importorskip("torch")
 from nbhelpers.faces import dwpose_net  # noqa: E402
 from nbhelpers.faces import dwpose_torch as dt  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-KEYS_JSON = ROOT.parent / "shared" / "reference" / "checkpoints" / "dwpose-rtmpose-l-384x288.keys.json"
+KEYS_JSON = REFERENCE / "checkpoints" / "dwpose-rtmpose-l-384x288.keys.json"
 W, H = 576, 768
-
-
-class StubDetector:
-    """Stands in for S3FD: a fixed box per frame, None for the frames listed in ``none``; counts its calls."""
-
-    def __init__(self, box=(120.6, 150.2, 460.9, 560.5, 0.97), none=()):
-        self.box, self.none, self.calls = box, set(none), 0
-
-    def detect(self, frames):
-        self.calls += 1
-        return [None if i in self.none else self.box for i in range(len(frames))]
+FACE = (120.6, 150.2, 460.9, 560.5, 0.97)  # the stand-in detector's box around the face of the shared video
 
 
 # ------------------------------------------------------------------------------------------ architecture
@@ -63,11 +58,8 @@ def test_parameter_names_and_shapes_equal_the_official_checkpoint():
 
 
 def test_module_import_is_light():
-    code = ("import sys, nbhelpers.faces.dwpose_torch, nbhelpers.faces.registry; "
-            "bad=[m for m in ('torch','onnxruntime','cv2','mmpose') if m in sys.modules]; print(bad); "
-            "sys.exit(1 if bad else 0)")
-    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
-    assert res.returncode == 0, res.stdout + res.stderr
+    assert loaded_by("import nbhelpers.faces.dwpose_torch, nbhelpers.faces.registry",
+                     ("torch", "onnxruntime", "cv2", "mmpose")) == []
 
 
 def test_blocks_compute_what_their_definitions_say():
@@ -165,7 +157,7 @@ def test_a_pickled_checkpoint_is_unpickled_only_when_its_recorded_hash_matches(t
 
 def test_missing_checkpoint_and_bad_arguments_raise_clear_errors(tmp_path):
     with pytest.raises(WeightsError, match="dw-ll_ucoco_384.pth"):
-        dt.DWPoseBackend(tmp_path, "cpu", face_detector=StubDetector())
+        dt.DWPoseBackend(tmp_path, "cpu", face_detector=StubDetector(FACE))
     model = dt.build_model("cpu")
     with pytest.raises(InputError, match="device="):
         dt.DWPoseTorch(model=model, device="tpu")
@@ -173,7 +165,7 @@ def test_missing_checkpoint_and_bad_arguments_raise_clear_errors(tmp_path):
         dt.DWPoseTorch(model=model, device="cpu", dtype="float16")
     with pytest.raises(InputError, match="batch_size"):
         dt.DWPoseTorch(model=model, device="cpu", batch_size=0)
-    backend = dt.DWPoseBackend(device="cpu", model=model, face_detector=StubDetector())
+    backend = dt.DWPoseBackend(device="cpu", model=model, face_detector=StubDetector(FACE))
     with pytest.raises(InputError, match="uint8"):
         backend.detect(np.zeros((1, 8, 8, 3), np.float32))
 
@@ -190,7 +182,7 @@ def weights_tree(tmp_path_factory):
 @pytest.fixture(scope="module")
 def torch_backend(weights_tree):
     torch.set_num_threads(2)
-    return dt.DWPoseBackend(weights_tree, "cpu", face_detector=StubDetector(none={1}))
+    return dt.DWPoseBackend(weights_tree, "cpu", face_detector=StubDetector(FACE, none={1}))
 
 
 @pytest.fixture(scope="module")
@@ -200,35 +192,21 @@ def onnx_backend(torch_backend, tmp_path_factory):
     net = dt.load_model(torch_backend.weights_dir / dt.CHECKPOINT_FILE)  # the same file, read again
     path = dt.export_onnx(net, tmp_path_factory.mktemp("onnx") / "dw-ll_ucoco_384.onnx")
     backend = dwpose_onnx.DWPoseOnnxBackend.__new__(dwpose_onnx.DWPoseOnnxBackend)  # our ONNX file, stub detector
-    backend.weights_dir, backend.face_detector, backend.device = path.parent, StubDetector(none={1}), "cpu"
+    backend.weights_dir, backend.face_detector, backend.device = path.parent, StubDetector(FACE, none={1}), "cpu"
     backend.pose = dwpose_onnx.DWPoseOnnx(path, "cpu")
     return backend
 
 
 @pytest.fixture(scope="module")
 def video_frames(shared_data):
-    cv2 = pytest.importorskip("cv2")
-    cap = cv2.VideoCapture(str(shared_data / "face-sing-576x768-25fps.mp4"))
-    out = []
-    for i in range(40):
-        ok, frame = cap.read()
-        assert ok
-        if i in (0, 20, 39):
-            out.append(frame)
-    cap.release()
-    return np.stack(out)
+    return face_frames([0, 20, 39])
 
 
 def test_dwpose_equals_dwpose_onnx_on_the_same_weights_and_video_frames(torch_backend, onnx_backend, video_frames):
     a = torch_backend.detect(video_frames)
     b = onnx_backend.detect(video_frames)
     assert a[1] is None and b[1] is None  # no face from the detector: no landmarks
-    worst = 0.0
-    for i in (0, 2):
-        worst = max(worst, float(np.abs(a[i].landmarks - b[i].landmarks).max()))
-        np.testing.assert_array_equal(a[i].face_box, b[i].face_box)
-        assert faces.crop_box(a[i].landmarks, a[i].face_box, video_frames.shape[1:]) == \
-            faces.crop_box(b[i].landmarks, b[i].face_box, video_frames.shape[1:])
+    worst = max_landmark_difference(a, b, video_frames.shape[1:])
     print(f"dwpose vs dwpose-onnx, fp32, shared video frames: max landmark difference {worst:.4f} px")
     assert worst <= 0.1
     # not vacuous: the random network's landmarks spread out and follow the input
@@ -254,7 +232,7 @@ def test_flip_test_matters_and_both_backends_apply_it_alike(torch_backend, onnx_
 
 
 def test_frames_without_a_face_run_no_pose_model(torch_backend):
-    backend = dt.DWPoseBackend(device="cpu", model=torch_backend.pose.net, face_detector=StubDetector(none={0, 1}))
+    backend = dt.DWPoseBackend(device="cpu", model=torch_backend.pose.net, face_detector=StubDetector(FACE, none={0, 1}))
     backend.pose.net = None  # would fail if DWPose ran
     assert backend.detect(np.zeros((2, 64, 48, 3), np.uint8)) == [None, None]
 
@@ -272,7 +250,7 @@ def test_tiny_tree_checkpoint_draws_the_template_face_on_any_frame(tmp_path):
     cartoon face of the tiny ONNX model, whatever the frame: each landmark within one SimCC bin (1.25 px) of it."""
     path = testing.write_tiny_dwpose(tmp_path)
     assert path.stat().st_size < 3_000_000
-    backend = dt.DWPoseBackend(tmp_path, "cpu", face_detector=StubDetector())
+    backend = dt.DWPoseBackend(tmp_path, "cpu", face_detector=StubDetector(FACE))
     frames = np.stack([np.zeros((H, W, 3), np.uint8), np.random.default_rng(0).integers(0, 256, (H, W, 3),
                                                                                          dtype=np.uint8)])
     a, b = (r.landmarks for r in backend.detect(frames))
@@ -436,10 +414,9 @@ def test_gpu_fp16_batched_landmarks_follow_fp32(video_frames_or_random):
 
 @pytest.fixture
 def video_frames_or_random():
-    path = Path(os.environ.get("NBHELPERS_SHARED_DATA", ROOT.parent / "shared" / "data")) / \
-        "face-sing-576x768-25fps.mp4"
+    path = SHARED_DATA / FACE_VIDEO
     if not path.is_file():
-        path = ROOT / ".benchdata" / "face-sing-576x768-25fps.mp4"
+        path = ROOT / ".benchdata" / FACE_VIDEO
     if path.is_file():
         cv2 = pytest.importorskip("cv2")
         cap = cv2.VideoCapture(str(path))

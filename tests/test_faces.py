@@ -6,21 +6,21 @@ in mouth-points.json, independent of dlib)."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import warnings
 
 import numpy as np
 import pytest
+from helpers import FACE_VIDEO, face_frames, loaded_by
 
-from nbhelpers import faces
+from nbhelpers import faces, media
 from nbhelpers.config import InferenceConfig
 from nbhelpers.errors import InputError, MissingDependencyError, NoFaceError
 from nbhelpers.faces import FaceResult, crop_box, crop_box_with_source
 from nbhelpers.faces import registry as registry_module
 
 H, W = 480, 640  # frame used by the hand-computed crop_box cases (rows, columns)
-VIDEO = "face-sing-576x768-25fps.mp4"
+VIDEO = FACE_VIDEO
 PHOTO = "face-photo-man.png"
 
 
@@ -46,10 +46,8 @@ FACE_BOX = (50.5, 70.2, 150.9, 205.6)  # a detector box around face(); the offic
 # --------------------------------------------------------------------------------------------------------------
 
 def test_import_is_light():
-    code = ("import sys, nbhelpers.faces, nbhelpers.faces.s3fd, nbhelpers.faces.dlib_backend; "
-            "print(sorted(m for m in ('torch', 'cv2', 'dlib', 'onnxruntime', 'mmpose') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]"
+    assert loaded_by("import nbhelpers.faces, nbhelpers.faces.s3fd, nbhelpers.faces.dlib_backend",
+                     ("torch", "cv2", "dlib", "onnxruntime", "mmpose")) == []
 
 
 def test_v15_and_v1_basic_box():
@@ -552,28 +550,6 @@ def test_dlib_missing_packages_give_the_install_line(monkeypatch):
 # The real dlib backend on the shared media
 # --------------------------------------------------------------------------------------------------------------
 
-def read_frames(path, indices):
-    """Frames (at 25 fps) by index: nbhelpers.media.frames_at when present, else a direct ffmpeg decode."""
-    try:
-        from nbhelpers.media import frames_at
-    except ImportError:
-        frames_at = None
-    if frames_at is not None:
-        return frames_at(path, indices)
-    import imageio_ffmpeg
-
-    probe = subprocess.run([imageio_ffmpeg.get_ffmpeg_exe(), "-hide_banner", "-i", str(path)], capture_output=True,
-                           text=True).stderr
-    w, h = (int(v) for v in probe.split(" Video: ")[1].split(", ")[2].split(" ")[0].split("x"))
-    expr = "+".join(f"eq(n\\,{i})" for i in sorted(set(indices)))
-    raw = subprocess.run([imageio_ffmpeg.get_ffmpeg_exe(), "-v", "error", "-i", str(path), "-vf", f"select={expr}",
-                          "-fps_mode", "passthrough", "-f", "rawvideo", "-pix_fmt", "bgr24", "-"],
-                         capture_output=True, check=True).stdout
-    got = np.frombuffer(raw, np.uint8).reshape(-1, h, w, 3)
-    order = {i: k for k, i in enumerate(sorted(set(indices)))}
-    return got[[order[i] for i in indices]]
-
-
 @pytest.fixture(scope="module")
 def dlib_backend():
     pytest.importorskip("dlib")
@@ -588,7 +564,7 @@ def dlib_backend():
 def annotated(shared_data):
     points = json.loads((shared_data / "mouth-points.json").read_text())
     video = points[VIDEO]
-    frames = read_frames(shared_data / VIDEO, [p["frame_index_at_25fps"] for p in video])
+    frames = face_frames([p["frame_index_at_25fps"] for p in video])
     return frames, [p["mouth_box_xyxy"] for p in video], points[PHOTO][0]["mouth_box_xyxy"]
 
 
@@ -611,12 +587,11 @@ def test_dlib_crop_boxes_hold_the_mouth_in_their_lower_half(dlib_backend, annota
 
 
 def test_dlib_still_photo_gives_identical_boxes(dlib_backend, shared_data, annotated):
-    photo = read_frames(shared_data / PHOTO, [0])[0]
+    photo = media.frames_at(shared_data / PHOTO, [0])[0]
     tr = faces.track(np.stack([photo] * 3), backend=dlib_backend)
     assert tr.has_face.all() and (tr.crop_boxes == tr.crop_boxes[0]).all()
     assert_mouth_in_lower_half(tr.crop_boxes[0], annotated[2])
     # The same through a path (nbhelpers.media.load_video reads a photo as one frame).
-    pytest.importorskip("nbhelpers.media")
     from_path = faces.track(shared_data / PHOTO, backend=dlib_backend)
     assert from_path.n_frames == 1 and from_path.crop_boxes[0].tolist() == tr.crop_boxes[0].tolist()
 
@@ -633,9 +608,9 @@ def test_dlib_real_video_with_black_frames_inserted(dlib_backend, annotated):
     assert (tr.crop_boxes[[1, 2, 5]] == -1).all()
 
 
-def test_dlib_blank_clip_from_lavfi_raises_before_anything_else(dlib_backend, make_media):
+def test_dlib_blank_clip_from_lavfi_raises_before_anything_else(dlib_backend, lavfi_video):
     pytest.importorskip("nbhelpers.media")
-    path = make_media("black.mp4", "-f", "lavfi", "-i", "color=c=black:s=160x120:d=0.2:r=25", "-pix_fmt", "yuv420p")
+    path = lavfi_video("color=c=black", "160x120", seconds=0.2)
     with pytest.raises(NoFaceError, match="no face found in any of the 5 frames"):
         faces.track(path, backend=dlib_backend)
 

@@ -16,18 +16,17 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import REFERENCE, StubDetector, face_frames, max_landmark_difference
 
 from nbhelpers import testing
 from nbhelpers.errors import CheckpointError
 from nbhelpers.faces import _mmcv_ops_stub
 from nbhelpers.faces import dwpose_codec as codec
 
-KEYS_JSON = Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "checkpoints" / \
-    "dwpose-rtmpose-l-384x288.keys.json"
+KEYS_JSON = REFERENCE / "checkpoints" / "dwpose-rtmpose-l-384x288.keys.json"
 HAVE_MMPOSE = importlib.util.find_spec("mmpose") is not None and importlib.util.find_spec("mmcv") is not None
 needs_mmpose = pytest.mark.skipif(
     not HAVE_MMPOSE, reason="mmpose/mmcv not importable here (the main CI venv has neither); build the mmpose "
@@ -35,12 +34,7 @@ needs_mmpose = pytest.mark.skipif(
                             "pytest tests/test_mmpose.py` (tests/test_zz_environments.py does both)")
 
 
-class StubDetector:
-    def __init__(self, none=()):
-        self.none = set(none)
-
-    def detect(self, frames):
-        return [None if i in self.none else (5, 6, 300, 400, 0.99) for i in range(len(frames))]
+FACE = (5, 6, 300, 400, 0.99)  # the stand-in detector's box
 
 
 @pytest.mark.skipif(importlib.util.find_spec("mmcv") is not None, reason="mmcv is installed here")
@@ -76,16 +70,7 @@ def onnx_file(mb, model, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def frames(shared_data):
-    cv2 = pytest.importorskip("cv2")
-    cap = cv2.VideoCapture(str(shared_data / "face-sing-576x768-25fps.mp4"))
-    out = []
-    for i in range(40):
-        ok, frame = cap.read()
-        assert ok
-        if i in (0, 39):
-            out.append(frame)
-    cap.release()
-    return np.stack(out)
+    return face_frames([0, 39])
 
 
 @needs_mmpose
@@ -122,9 +107,9 @@ def test_ops_stand_in_is_used_only_because_real_ops_are_missing(mb):
 def test_mmpose_and_dwpose_onnx_agree_on_the_same_random_weights(mb, model, onnx_file, frames):
     from nbhelpers.faces.dwpose_onnx import DWPoseOnnx, DWPoseOnnxBackend
 
-    mm = mb.MMPoseBackend(model=model, face_detector=StubDetector(none={1}), device="cpu")
+    mm = mb.MMPoseBackend(model=model, face_detector=StubDetector(FACE, none={1}), device="cpu")
     onnx_backend = DWPoseOnnxBackend.__new__(DWPoseOnnxBackend)  # same backend, our ONNX file, stub detector
-    onnx_backend.weights_dir, onnx_backend.face_detector = onnx_file.parent, StubDetector(none={1})
+    onnx_backend.weights_dir, onnx_backend.face_detector = onnx_file.parent, StubDetector(FACE, none={1})
     onnx_backend.pose = DWPoseOnnx(onnx_file, "cpu")
     onnx_backend.device = "cpu"
     wide = np.ascontiguousarray(np.repeat(np.linspace(0, 255, 640, dtype=np.uint8)[None, :, None], 360, 0)
@@ -151,7 +136,7 @@ def test_flip_test_changes_the_result_in_both_backends_alike(mb, model, onnx_fil
 
     plain = mb.build_pose_model(None, "cpu", flip_test=False, seed=0)  # one seed fixes every parameter
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in plain.state_dict().items())
-    mm_noflip = mb.MMPoseBackend(model=plain, face_detector=StubDetector(), device="cpu")
+    mm_noflip = mb.MMPoseBackend(model=plain, face_detector=StubDetector(FACE), device="cpu")
     kp_mm, _ = mm_noflip.keypoints(frames[:1])
     kp_onnx, _ = DWPoseOnnx(onnx_file, "cpu", flip_test=False).keypoints(frames[:1])
     assert np.abs(kp_mm - kp_onnx).max() <= 0.5
@@ -178,7 +163,7 @@ def test_checkpoint_in_the_official_layout_loads_strictly(mb, model, frames, tmp
     path = tmp_path / "models" / "dwpose" / "dw-ll_ucoco_384.pth"
     path.parent.mkdir(parents=True)
     torch.save({"meta": {"epoch": 270}, "state_dict": {"module." + k: v for k, v in state.items()}}, path)
-    backend = mb.MMPoseBackend(tmp_path / "models", "cpu", face_detector=StubDetector())
+    backend = mb.MMPoseBackend(tmp_path / "models", "cpu", face_detector=StubDetector(FACE))
     loaded = backend.model.state_dict()
     assert all(torch.equal(loaded[k], state[k]) for k in state)
     assert backend.detect(frames[:1])[0].landmarks.shape == (68, 2)
@@ -202,13 +187,12 @@ def test_dwpose_torch_equals_mmpose_on_one_checkpoint_file(mb, frames, tmp_path)
     (with and without the flip test), the crop boxes are identical, and a frame with no face gets none."""
     import torch
 
-    from nbhelpers import faces
     from nbhelpers.faces import dwpose_torch as dt
 
     torch.set_num_threads(2)
     path = testing.write_random_dwpose_checkpoint(tmp_path / "models", seed=5)
     mm_model = mb.build_pose_model(path, "cpu")
-    ours = dt.DWPoseBackend(tmp_path / "models", "cpu", face_detector=StubDetector(none={1}))
+    ours = dt.DWPoseBackend(tmp_path / "models", "cpu", face_detector=StubDetector(FACE, none={1}))
     x = torch.from_numpy(codec.prepare_inputs(frames[:1])[0])
     with torch.no_grad():
         want = mm_model.head(mm_model.backbone(x))
@@ -217,16 +201,11 @@ def test_dwpose_torch_equals_mmpose_on_one_checkpoint_file(mb, frames, tmp_path)
         scale = float(b.abs().max())
         print(f"dwpose vs mmpose SimCC vectors: max difference {float((a - b).abs().max()):.3g} (peak {scale:.3g})")
         assert float((a - b).abs().max()) <= 1e-4 * scale, (float((a - b).abs().max()), scale)
-    mm = mb.MMPoseBackend(model=mm_model, face_detector=StubDetector(none={1}), device="cpu")
+    mm = mb.MMPoseBackend(model=mm_model, face_detector=StubDetector(FACE, none={1}), device="cpu")
     batch = np.stack([frames[0], frames[1], frames[1]])
     a, b = ours.detect(batch), mm.detect(batch)
     assert a[1] is None and b[1] is None
-    worst = 0.0
-    for i in (0, 2):
-        worst = max(worst, float(np.abs(a[i].landmarks - b[i].landmarks).max()))
-        np.testing.assert_array_equal(a[i].face_box, b[i].face_box)
-        assert faces.crop_box(a[i].landmarks, a[i].face_box, batch.shape[1:]) == \
-            faces.crop_box(b[i].landmarks, b[i].face_box, batch.shape[1:])
+    worst = max_landmark_difference(a, b, batch.shape[1:])
     print(f"dwpose vs mmpose, fp32, shared video frames: max landmark difference {worst:.4f} px")
     assert worst <= 0.1
     assert len(np.unique(a[0].landmarks, axis=0)) > 20  # the random network's landmarks spread out

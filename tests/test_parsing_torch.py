@@ -4,10 +4,9 @@ blending.prepare_materials on real frames (CPU device here; the same code on CUD
 
 from __future__ import annotations
 
-import subprocess
-
 import numpy as np
 import pytest
+from helpers import BarRecorder, face_frames
 
 torch = pytest.importorskip("torch")
 cv2 = pytest.importorskip("cv2")
@@ -164,12 +163,9 @@ def test_prepare_masks_torch_rejects_bad_input():
 # ------------------------------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def frames(shared_data, ffmpeg) -> np.ndarray:
+def frames(shared_data) -> np.ndarray:
     """Frames 0-3 of the real face video, (4, 768, 576, 3) uint8 BGR."""
-    raw = subprocess.run([ffmpeg, "-v", "error", "-i", str(shared_data / "face-sing-576x768-25fps.mp4"),
-                          "-frames:v", "4", "-f", "rawvideo", "-pix_fmt", "bgr24", "-"],
-                         check=True, capture_output=True, stdin=subprocess.DEVNULL).stdout
-    return np.frombuffer(raw, np.uint8).reshape(-1, 768, 576, 3).copy()
+    return face_frames([0, 1, 2, 3])
 
 
 class ColourNet(torch.nn.Module):
@@ -277,24 +273,9 @@ def test_bisenet_fp16_materials_on_cuda_close_to_the_cpu_path(frames, tmp_path):
 
 
 def test_both_material_paths_count_frames_in_a_progress_bar(frames, monkeypatch):
-    bars = []
-
-    class Recorder:
-        def __init__(self, total=None, desc="", unit="frame", **kwargs):
-            self.total, self.desc, self.n = total, desc, 0
-            bars.append(self)
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return False
-
-        def update(self, n=1):
-            self.n += n
-
-    monkeypatch.setattr(B, "bar", Recorder)  # the name blending looks up
+    recorder = BarRecorder()
+    monkeypatch.setattr(B, "bar", recorder)  # the name blending looks up
     parser = colour_parser(batch_size=2)
     B.prepare_materials(frames[:3], REAL_BOXES[:3], parser)
     B.prepare_materials_torch(torch.from_numpy(frames[:3]), REAL_BOXES[:3], parser)
-    assert [(b.desc, b.total, b.n) for b in bars] == [("face parsing", 3, 3)] * 2
+    assert [(b.args, b.n) for b in recorder.bars] == [((3, "face parsing"), 3)] * 2

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import ENGINE_BOX, engine_parts, expected_frame, linked_copy, source_faces
 
 torch = pytest.importorskip("torch")
 
@@ -51,12 +52,11 @@ if not _spandrel_importable():
     pytest.skip("spandrel / spandrel-extra-arches are not installed (tools/dev-test.sh installs them with --no-deps)",
                 allow_module_level=True)
 
-from nbhelpers import blending, restore  # noqa: E402
+from nbhelpers import restore  # noqa: E402
 from nbhelpers.config import InferenceConfig  # noqa: E402
-from nbhelpers.engine import SourceFaces, repaint  # noqa: E402
+from nbhelpers.engine import repaint  # noqa: E402
 from nbhelpers.errors import CheckpointError, InputError, NbHelpersWarning, WeightsError  # noqa: E402
 from nbhelpers.framestore import cycle_index  # noqa: E402
-from nbhelpers.latents import decode, unet_step  # noqa: E402
 
 # Published facts the random files must reproduce:
 # - sizes of the released files, bytes (public download listings: GFPGANv1.4.pth 348 MB, codeformer.pth 376 MB;
@@ -237,44 +237,13 @@ def test_tiny_restoreformer_runs_batched_as_one_by_one(tmp_path):
 # ------------------------------------------------------------------------------------------------------------------
 # In the engine
 
-H, W = 120, 110
-BOX = (25, 30, 85, 100)
+BOX = ENGINE_BOX
 N = 4
 
 
 @pytest.fixture(scope="module")
-def tiny_models(tiny_weights):
-    from nbhelpers import models
-
-    return models.load_models(tiny_weights)
-
-
-@pytest.fixture(scope="module")
 def parts():
-    rng = np.random.default_rng(7)
-    frames = rng.integers(0, 256, (N, H, W, 3), dtype=np.uint8)
-    face_frames = [0, 1, 3]  # frame 2 has no face
-    torch.manual_seed(5)
-    latents = torch.randn(len(face_frames), 8, 32, 32)
-    square = blending.expanded_square(BOX)
-    mask_512 = np.zeros((512, 512), np.uint8)
-    mask_512[256:480, 60:450] = 255
-    mask = blending.prepare_mask(mask_512, BOX, square)
-    materials = [blending.BlendMaterial(mask=mask, square=square, box=BOX) for _ in face_frames]
-    features = torch.randn(6, 50, 384)
-    return frames, face_frames, latents, materials, features
-
-
-def old_engine_frame(parts, models, t):
-    """Output frame t as the engine made it before restoration existed: decode, then the CPU paste-back."""
-    frames, face_frames, latents, materials, features = parts
-    j = int(cycle_index(t, N))
-    if j not in face_frames:
-        return frames[j]
-    row = face_frames.index(j)
-    face = decode(unet_step(models.unet, models.pe, latents[row:row + 1], features[t:t + 1]), models.vae)[0]
-    m = materials[row]
-    return blending.blend_cpu(frames[j], face.numpy(), m.box, m.mask, m.square)
+    return engine_parts(N, [0, 1, 3], 6, seed=7, torch_seed=5)  # frame 2 has no face
 
 
 def frame_mask(parts, shape):
@@ -288,29 +257,24 @@ def frame_mask(parts, shape):
     return out
 
 
-def _source(parts):
-    frames, face_frames, latents, materials, _ = parts
-    return SourceFaces.from_materials(frames, face_frames, latents, materials)
-
-
 def test_restore_none_is_bit_identical_to_the_engine_without_restoration(parts, tiny_models):
     import dataclasses
 
     ts = np.arange(6)
-    plain, _ = repaint(_source(parts), parts[4], tiny_models, ts)
-    with_none, _ = repaint(_source(parts), parts[4], dataclasses.replace(tiny_models, restorer=None), ts)
+    plain, _ = repaint(source_faces(parts), parts[4], tiny_models, ts)
+    with_none, _ = repaint(source_faces(parts), parts[4], dataclasses.replace(tiny_models, restorer=None), ts)
     assert np.array_equal(plain, with_none)
     for t in ts:  # one frame per call, as the reference computes it (a batch of 6 rounds differently by <= 1)
-        one, _ = repaint(_source(parts), parts[4], dataclasses.replace(tiny_models, restorer=None), np.array([t]))
-        assert np.array_equal(one[0], old_engine_frame(parts, tiny_models, int(t))), t
+        one, _ = repaint(source_faces(parts), parts[4], dataclasses.replace(tiny_models, restorer=None), np.array([t]))
+        assert np.array_equal(one[0], expected_frame(parts, tiny_models, int(t))), t
 
 
 def test_restoration_changes_only_pixels_under_the_blend_mask(parts, tiny_models):
     import dataclasses
 
     ts = np.arange(6)
-    base, faces = repaint(_source(parts), parts[4], tiny_models, ts)
-    restored, faces_r = repaint(_source(parts), parts[4], dataclasses.replace(tiny_models, restorer=stub(Invert())),
+    base, faces = repaint(source_faces(parts), parts[4], tiny_models, ts)
+    restored, faces_r = repaint(source_faces(parts), parts[4], dataclasses.replace(tiny_models, restorer=stub(Invert())),
                                 ts)
     assert faces_r.shape == faces.shape and not torch.equal(faces_r, faces)
     under = frame_mask(parts, base.shape[1:])
@@ -325,14 +289,11 @@ def test_restoration_changes_only_pixels_under_the_blend_mask(parts, tiny_models
             assert not diff.any()  # a frame without a face is written unchanged
 
 
-def test_pipeline_attaches_the_restorer_of_the_config(tiny_weights, tmp_path, make_media):
+def test_pipeline_attaches_the_restorer_of_the_config(tiny_weights, tmp_path, lavfi_video, lavfi_tone):
     from nbhelpers.checks import check_inputs
     from nbhelpers.pipeline import MuseTalkPipeline
 
-    root = tmp_path / "w"
-    root.mkdir()
-    for child in Path(tiny_weights).iterdir():
-        (root / child.name).symlink_to(child)
+    root = linked_copy(tiny_weights, tmp_path / "w")
     restore.write_random_weights(root, "restoreformer", tiny=True)
     pipe = MuseTalkPipeline.from_pretrained(root, InferenceConfig(device="cpu"))
     assert pipe.models_for(pipe.config).restorer is None
@@ -344,8 +305,7 @@ def test_pipeline_attaches_the_restorer_of_the_config(tiny_weights, tmp_path, ma
     assert pipe.restorer("restoreformer").strength == 1.0  # .at() made a view; the cached one is unchanged
     pipe.release()
     # a job that asks for a restorer whose weights are absent stops in the input check, before any frame decodes
-    video = make_media("restore-1f.mp4", "-f", "lavfi", "-i", "testsrc=size=64x64:rate=25", "-frames:v", "1")
-    audio = make_media("restore-tone.wav", "-f", "lavfi", "-i", "sine=frequency=220:duration=0.2")
+    video, audio = lavfi_video("testsrc", "64x64", frames=1), lavfi_tone(0.2, 220, 44100)
     check_inputs(video, audio, None, config=InferenceConfig(restore="restoreformer"), weights_dir=root)
     with pytest.raises(WeightsError, match="--sets restore-gfpgan"):
         check_inputs(video, audio, None, config=InferenceConfig(restore="gfpgan"), weights_dir=root)

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import REFERENCE
 
 from nbhelpers import testing
 from nbhelpers.errors import CheckpointError, InputError, WeightsError
 from nbhelpers.faces import s3fd
 
-REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "checkpoints" / "s3fd.keys.json"
+KEYS = REFERENCE / "checkpoints" / "s3fd.keys.json"
 
 # Map sizes (H_i, W_i) of the six heads for a 64x96 input: H/4, H/8, H/16, H/32 + 4, then two stride-2 steps.
 MAPS_64x96 = [(16, 24), (8, 12), (4, 6), (6, 7), (3, 4), (2, 2)]
@@ -151,9 +151,9 @@ def test_decode_rejects_wrong_outputs():
 
 def test_parameter_names_and_shapes_equal_the_official_checkpoint():
     torch = pytest.importorskip("torch")
-    if not REFERENCE.is_file():
-        pytest.skip(f"reference key list not found at {REFERENCE}")
-    expected = json.loads(REFERENCE.read_text())
+    if not KEYS.is_file():
+        pytest.skip(f"reference key list not found at {KEYS}")
+    expected = json.loads(KEYS.read_text())
     with torch.device("meta"):
         net = s3fd.S3FDNet()
     got = {k: list(v.shape) for k, v in net.state_dict().items()}
