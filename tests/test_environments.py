@@ -15,8 +15,8 @@ import venv
 from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("resolve_check", ROOT / "ci" / "resolve_check.py")
 resolve_check = importlib.util.module_from_spec(spec)
 sys.modules["resolve_check"] = resolve_check
@@ -185,7 +185,7 @@ def test_requirements_colab_txt_is_the_colab_extra():
     import re
 
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
-    root = Path(__file__).resolve().parents[1]
+    root = ROOT
     extra = tomllib.loads((root / "pyproject.toml").read_text("utf-8"))["project"]["optional-dependencies"]["colab"]
     lines = [line.split("#")[0].strip() for line in (root / "requirements-colab.txt").read_text("utf-8").splitlines()]
     assert [line for line in lines if line] == extra

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import decode_frames, loaded_by, passthrough
 
 from nbhelpers import media
 from nbhelpers.errors import FFmpegError, InputError, MediaError
@@ -33,20 +34,6 @@ STEREO = "aevalsrc=0.5*sin(2*PI*440*t)|0.3*sin(2*PI*660*t):s=48000:d=2"  # two d
 # helpers: independent decodes
 # ---------------------------------------------------------------------------------------------------------------
 
-def passthrough(ffmpeg: str) -> list[str]:
-    """ffmpeg's output option for "no frame duplication or dropping" (renamed in ffmpeg 5.1)."""
-    return ["-fps_mode", "passthrough"] if media.ffmpeg_version(ffmpeg) >= (5, 1) else ["-vsync", "passthrough"]
-
-
-def direct_frames(ffmpeg: str, path: Path, source_indices: list[int], width: int, height: int) -> np.ndarray:
-    """Frames by *source* frame number, decoded by a plain ffmpeg command (no fps filter), bgr24."""
-    expr = "+".join(f"eq(n\\,{i})" for i in source_indices)
-    out = subprocess.run([ffmpeg, "-v", "error", "-i", str(path), "-map", "0:v:0", "-vf", f"select={expr}",
-                          *passthrough(ffmpeg), "-f", "rawvideo", "-pix_fmt", "bgr24", "-"],
-                         stdin=subprocess.DEVNULL, capture_output=True, check=True).stdout
-    return np.frombuffer(out, np.uint8).reshape(-1, height, width, 3)
-
-
 def native_mono(ffmpeg: str, path: Path, channels: int) -> np.ndarray:
     """Native-rate float32 samples mean-mixed to mono, decoded by a plain ffmpeg command to raw f32le."""
     out = subprocess.run([ffmpeg, "-v", "error", "-i", str(path), "-map", "0:a:0", "-f", "f32le", "-c:a", "pcm_f32le",
@@ -61,9 +48,17 @@ def stream_count(ffmpeg: str, path: Path, spec: str) -> int:
     return sum(1 for line in out.splitlines() if line and not line.startswith("#"))
 
 
-def lavfi_clip(make_media, name: str, rate: str, seconds: float = 2, extra: tuple[str, ...] = ()) -> Path:
-    return make_media(name, "-f", "lavfi", "-i", f"testsrc=size=64x48:rate={rate}:duration={seconds}",
-                      "-c:v", "libx264", "-pix_fmt", "yuv420p", *extra)
+@pytest.fixture(scope="module")
+def stereo_m4a(make_media):
+    """2 s of STEREO in AAC (.m4a): a format libsndfile cannot read."""
+    return make_media("stereo48k.m4a", "-f", "lavfi", "-i", STEREO, "-c:a", "aac")
+
+
+@pytest.fixture(scope="module")
+def clip_with_sound(make_media):
+    """2 s of 64x48 testsrc at 30 fps with STEREO in AAC."""
+    return make_media("with-sound.mp4", "-f", "lavfi", "-i", "testsrc=size=64x48:rate=30:duration=2", "-f", "lavfi",
+                      "-i", STEREO, "-c:v", "libx264", "-pix_fmt", "yuv420p", "-c:a", "aac", "-shortest")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -81,11 +76,7 @@ def test_uses_imageio_ffmpeg_binary(ffmpeg, monkeypatch):
 
 
 def test_import_is_light():
-    code = ("import sys, nbhelpers.media; bad = [m for m in ('torch', 'cv2', 'librosa', 'skimage') "
-            "if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)")
-    done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1], capture_output=True,
-                          text=True)
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert loaded_by("import nbhelpers.media", ("torch", "cv2", "librosa", "skimage")) == []
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -217,8 +208,8 @@ def test_image_detected_by_content_not_extension(shared_data, tmp_path):
 # ---------------------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("rate", ["30", "30000/1001", "60", "18"])
-def test_any_rate_comes_out_at_25fps(make_media, rate):
-    clip = lavfi_clip(make_media, f"rate-{rate.replace('/', '_')}.mp4", rate)
+def test_any_rate_comes_out_at_25fps(lavfi_video, rate):
+    clip = lavfi_video(seconds=2, rate=rate)
     with media.load_video(clip) as reader:
         count = reader.frame_count
         frames = list(reader)
@@ -284,7 +275,7 @@ def test_variable_frame_rate_clip(make_media, ffmpeg):
 def test_real_video_is_frame_exact(shared_data, ffmpeg):
     video = shared_data / "face-sing-576x768-25fps.mp4"
     picks = [0, 137, 549]
-    expected = direct_frames(ffmpeg, video, picks, 576, 768)
+    expected = decode_frames(video, (576, 768), indices=picks, ffmpeg=ffmpeg)
     with media.load_video(video) as reader:
         assert (reader.width, reader.height, reader.frame_count) == (576, 768, 550)
         first = reader.read_batch(138)
@@ -298,8 +289,8 @@ def test_real_video_is_frame_exact(shared_data, ffmpeg):
     np.testing.assert_array_equal(media.read_frame(video, 137), expected[1])
 
 
-def test_frames_at_past_the_end(make_media):
-    clip = lavfi_clip(make_media, "rate-30.mp4", "30")
+def test_frames_at_past_the_end(lavfi_video):
+    clip = lavfi_video(seconds=2, rate="30")
     with pytest.raises(InputError, match=r"past the last frame.*50 frames"):
         media.frames_at(clip, [3, 50])
     with pytest.raises(InputError, match="integers >= 0"):
@@ -339,12 +330,12 @@ def test_phone_rotation_comes_out_upright(make_media, ffmpeg, tmp_path, ccw, cw,
     assert frame[3, 3].tolist() == [0, 0, 0] or (y, x) == (3, 3)
 
 
-def test_odd_size_and_10bit(make_media, ffmpeg):
+def test_odd_size_and_10bit(lavfi_video, make_media, ffmpeg):
     odd = make_media("odd.mkv", "-f", "lavfi", "-i", "testsrc=size=67x51:rate=30:duration=2", "-c:v", "ffv1")
     with media.load_video(odd) as reader:
         frames = np.stack(list(reader))
     assert frames.shape == (50, 51, 67, 3)
-    np.testing.assert_array_equal(frames[0], direct_frames(ffmpeg, odd, [0], 67, 51)[0])
+    np.testing.assert_array_equal(frames[0], decode_frames(odd, (67, 51), indices=[0], ffmpeg=ffmpeg)[0])
     ten = make_media("ten.mp4", "-f", "lavfi", "-i", "testsrc=size=64x48:rate=25:duration=2", "-c:v", "libx264",
                      "-pix_fmt", "yuv420p10le")
     info = media.probe(ten)
@@ -352,9 +343,9 @@ def test_odd_size_and_10bit(make_media, ffmpeg):
     with media.load_video(ten) as reader:
         frames = np.stack(list(reader))
     assert frames.shape == (50, 48, 64, 3) and frames.dtype == np.uint8
-    np.testing.assert_array_equal(frames[[0, 49]], direct_frames(ffmpeg, ten, [0, 49], 64, 48))
+    np.testing.assert_array_equal(frames[[0, 49]], decode_frames(ten, (64, 48), indices=[0, 49], ffmpeg=ffmpeg))
     # the same picture as the 8-bit source, up to coding noise
-    eight = lavfi_clip(make_media, "rate-25.mp4", "25")
+    eight = lavfi_video(seconds=2, rate="25")
     ref = media.read_frame(eight, 0).astype(int)
     assert np.abs(frames[0].astype(int) - ref).mean() < 6
 
@@ -433,8 +424,8 @@ def test_photo_is_one_frame(shared_data):
         media.read_frame(shared_data / "face-photo-man.png", 1)
 
 
-def test_reader_can_be_iterated_twice_and_closed(make_media):
-    clip = lavfi_clip(make_media, "rate-30.mp4", "30")
+def test_reader_can_be_iterated_twice_and_closed(lavfi_video):
+    clip = lavfi_video(seconds=2, rate="30")
     reader = media.load_video(clip)
     a = np.stack(list(reader))
     b = next(reader.iter_batches(50))
@@ -446,12 +437,12 @@ def test_reader_can_be_iterated_twice_and_closed(make_media):
     assert all(p.poll() is not None for p in procs)
 
 
-def test_a_loop_over_frames_stopped_early_leaves_no_pipe_open(make_media):
+def test_a_loop_over_frames_stopped_early_leaves_no_pipe_open(lavfi_video):
     """Breaking out of ``for frame in reader`` and closing the reader closes every pipe of its ffmpeg (its stderr
     pipe was left to the garbage collector, a ResourceWarning: unclosed file)."""
     import gc
 
-    clip = lavfi_clip(make_media, "rate-30.mp4", "30")
+    clip = lavfi_video(seconds=2, rate="30")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ResourceWarning)
         with media.load_video(clip) as reader:
@@ -502,10 +493,10 @@ def test_stereo_48k_decodes_like_librosa(make_media, ffmpeg, suffix, codec):
     assert top == {440, 660}
 
 
-def test_ffmpeg_path_matches_independent_decode(make_media, ffmpeg):
+def test_ffmpeg_path_matches_independent_decode(stereo_m4a, ffmpeg):
     # m4a is never readable by libsndfile: check the ffmpeg path against soxr on a plain ffmpeg decode
     soxr = pytest.importorskip("soxr")
-    path = make_media("stereo48k.m4a", "-f", "lavfi", "-i", STEREO, "-c:a", "aac")
+    path = stereo_m4a
     native = native_mono(ffmpeg, path, channels=2)
     expected = soxr.resample(native, 48000, 16000, quality="soxr_hq")
     n = math.ceil(len(native) / 3)
@@ -524,9 +515,8 @@ def test_real_wav_matches_librosa(shared_data, ffmpeg):
     assert media.audio_duration(path) == pytest.approx(22.489, abs=1e-3)
 
 
-def test_audio_from_a_video_with_sound(make_media):
-    clip = make_media("with-sound.mp4", "-f", "lavfi", "-i", "testsrc=size=64x48:rate=30:duration=2", "-f", "lavfi",
-                      "-i", STEREO, "-c:v", "libx264", "-pix_fmt", "yuv420p", "-c:a", "aac", "-shortest")
+def test_audio_from_a_video_with_sound(clip_with_sound):
+    clip = clip_with_sound
     y = media.load_audio(clip)
     assert abs(len(y) / 16000 - 2.0) < 0.05 and np.abs(y).max() > 0.3
 
@@ -535,13 +525,13 @@ def test_audio_from_a_video_with_sound(make_media):
 # paths and errors
 # ---------------------------------------------------------------------------------------------------------------
 
-def test_paths_with_spaces_and_non_ascii(make_media, tmp_path):
+def test_paths_with_spaces_and_non_ascii(lavfi_video, stereo_m4a, tmp_path):
     folder = tmp_path / "my clips é 語"
     folder.mkdir()
     video = folder / "vidéo ünï 01.mp4"
-    shutil.copyfile(lavfi_clip(make_media, "rate-30.mp4", "30"), video)
+    shutil.copyfile(lavfi_video(seconds=2, rate="30"), video)
     audio = folder / "sprache ö 'quote'.m4a"
-    shutil.copyfile(make_media("stereo48k.m4a", "-f", "lavfi", "-i", STEREO, "-c:a", "aac"), audio)
+    shutil.copyfile(stereo_m4a, audio)
     assert media.probe(video).frame_count == 60
     with media.load_video(video) as reader:
         frames = np.stack(list(reader))
@@ -572,8 +562,8 @@ def test_text_file_named_mp4(tmp_path):
         media.load_audio(fake)
 
 
-def test_video_without_audio_given_as_audio(make_media):
-    clip = lavfi_clip(make_media, "rate-30.mp4", "30")
+def test_video_without_audio_given_as_audio(lavfi_video):
+    clip = lavfi_video(seconds=2, rate="30")
     with pytest.raises(InputError, match="no audio stream.*video without sound"):
         media.load_audio(clip)
     with pytest.raises(InputError, match="no audio stream"):
@@ -597,8 +587,8 @@ def test_zero_length_audio(tmp_path, make_media):
         media.load_audio(empty_m4a)
 
 
-def test_bad_arguments(make_media):
-    clip = lavfi_clip(make_media, "rate-30.mp4", "30")
+def test_bad_arguments(lavfi_video):
+    clip = lavfi_video(seconds=2, rate="30")
     with pytest.raises(InputError, match="fps must be a positive"):
         media.load_video(clip, fps=0)
     with pytest.raises(InputError, match="background"):
@@ -642,15 +632,14 @@ def test_writer_duration_equals_audio(tmp_path, ffmpeg):
     assert diff.mean() < 3 and diff.max() <= 12
 
 
-def test_writer_copies_aac_and_muxes_audio_of_a_video(make_media, tmp_path):
-    m4a = make_media("stereo48k.m4a", "-f", "lavfi", "-i", STEREO, "-c:a", "aac")
+def test_writer_copies_aac_and_muxes_audio_of_a_video(stereo_m4a, clip_with_sound, tmp_path):
+    m4a = stereo_m4a
     writer = media.VideoWriter(tmp_path / "copy.mp4", 64, 48, audio=m4a)
     assert writer.args[writer.args.index("-c:a") + 1] == "copy"
     writer.write(_colour_frames(50))
     info = media.probe(writer.close())
     assert info.frame_count == 50 and abs(info.duration_s - 2.0) <= FRAME
-    clip = make_media("with-sound.mp4", "-f", "lavfi", "-i", "testsrc=size=64x48:rate=30:duration=2", "-f", "lavfi",
-                      "-i", STEREO, "-c:v", "libx264", "-pix_fmt", "yuv420p", "-c:a", "aac", "-shortest")
+    clip = clip_with_sound
     with media.VideoWriter(tmp_path / "from-video.mp4", 64, 48, audio=clip) as writer:
         assert "1:1" in writer.args  # the audio stream of the second input, mapped explicitly
         writer.write(_colour_frames(25))
@@ -756,9 +745,8 @@ def test_writer_validates_frames(tmp_path):
         media.VideoWriter(tmp_path / "v.mp4", 64, 48, crf=80)
 
 
-def test_convert_to_25fps(make_media, tmp_path):
-    clip = make_media("with-sound.mp4", "-f", "lavfi", "-i", "testsrc=size=64x48:rate=30:duration=2", "-f", "lavfi",
-                      "-i", STEREO, "-c:v", "libx264", "-pix_fmt", "yuv420p", "-c:a", "aac", "-shortest")
+def test_convert_to_25fps(clip_with_sound, tmp_path):
+    clip = clip_with_sound
     info = media.convert_to_25fps(clip, tmp_path / "25 fps.mp4")
     assert info.fps == 25 and info.frame_count == 50 and info.has_audio and info.pix_fmt == "yuv420p"
     assert abs(info.duration_s - 2.0) <= FRAME

@@ -18,13 +18,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import ROOT, T4
 
 from nbhelpers import ui
 from nbhelpers.config import InferenceConfig
 from nbhelpers.errors import InputError
-
-ROOT = Path(__file__).resolve().parents[1]
-
 
 # ------------------------------------------------------------------------------------------------ settings panel
 
@@ -160,9 +158,7 @@ def test_settings_panel_rejects_other_objects():
 
 def test_real_gpu_plan_feeds_the_panel():
     gpu = pytest.importorskip("nbhelpers.gpu")
-    report = gpu.GpuReport(has_gpu=True, device="cuda:0", name="Tesla T4", compute_capability=(7, 5),
-                           total_gib=15.0, free_gib=14.7, torch_version="2.11.0")
-    plan = gpu.plan("lipsync", report=report, n_frames=250, frame_size=(720, 1280))
+    plan = gpu.plan("lipsync", report=T4, n_frames=250, frame_size=(720, 1280))
     panel = ui.settings_panel(plan, use_widgets=False)
     assert panel.config.batch_size == plan.batch_size and panel.config.fp16 is True
     assert f"planner: {plan.batch_size}" in dict(panel.rows())["batch (frames)"]
@@ -209,15 +205,13 @@ def test_panel_works_on_ipywidgets_8(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def clip(make_media):
-    return make_media("ui-clip.mp4", "-f", "lavfi", "-i", "testsrc=size=320x240:rate=25:duration=1",
-                      "-pix_fmt", "yuv420p", "-c:v", "libx264")
+def clip(lavfi_video):
+    return lavfi_video("testsrc", "320x240", seconds=1)
 
 
 @pytest.fixture(scope="module")
-def big_clip(make_media):
-    return make_media("ui-big.mp4", "-f", "lavfi", "-i", "testsrc=size=960x540:rate=25:duration=1",
-                      "-pix_fmt", "yuv420p", "-c:v", "libx264")
+def big_clip(lavfi_video):
+    return lavfi_video("testsrc", "960x540", seconds=1)
 
 
 def _data_urls(html: str) -> list[tuple[str, bytes]]:
@@ -295,8 +289,8 @@ def test_side_by_side_shows_both(clip, tmp_path):
     assert "your photo" in html and "lip-synced" in html and "display:flex" in html
 
 
-def test_show_audio_embeds_the_file(make_media):
-    wav = make_media("ui-tone.wav", "-f", "lavfi", "-i", "sine=frequency=440:duration=0.5")
+def test_show_audio_embeds_the_file(lavfi_tone):
+    wav = lavfi_tone(0.5, 440, 44100)
     html = ui.show_audio(wav)._repr_html_()
     [(mime, data)] = _data_urls(html)
     assert "<audio controls" in html and mime == "audio/wav" and data == Path(wav).read_bytes()
