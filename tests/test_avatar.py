@@ -3,26 +3,26 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
-import subprocess
 
 import numpy as np
 import pytest
+from helpers import decode_frames
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def clip(shared_data, make_media):
+def clip(face_clip):
     """12 frames of the real face video."""
-    return make_media("face-12f.mp4", "-i", str(shared_data / "face-sing-576x768-25fps.mp4"), "-frames:v", "12",
-                      "-an", "-c:v", "libx264", "-crf", "12", "-pix_fmt", "yuv420p")
+    return face_clip(12)
 
 
 @pytest.fixture(scope="module")
-def speech(shared_data, make_media):
+def speech(speech_clip):
     """0.72 s of real speech (18 frames: longer than the 12-frame clip, so the ping-pong turns around)."""
-    return make_media("speech-0.72s.wav", "-i", str(shared_data / "speech-en-short.wav"), "-ss", "1", "-t", "0.72")
+    return speech_clip(0.72, 1)
 
 
 BOX = (190, 160, 360, 330)
@@ -61,9 +61,7 @@ def test_prepare_writes_a_complete_versioned_cache(prepared):
 
 def test_frames_are_stored_losslessly(prepared, clip, ffmpeg):
     folder, avatar = prepared
-    raw = subprocess.run([ffmpeg, "-v", "error", "-i", str(clip), "-f", "rawvideo", "-pix_fmt", "bgr24", "-"],
-                         check=True, capture_output=True).stdout
-    source = np.frombuffer(raw, np.uint8).reshape(-1, 768, 576, 3)
+    source = decode_frames(clip, ffmpeg=ffmpeg)
     from nbhelpers.avatar import Avatar, LosslessFrames
 
     stored = Avatar.load(folder, avatar.pipe).frames()  # decoded from frames.mkv
@@ -169,15 +167,14 @@ def test_one_box_in_a_list_is_that_box_and_a_wrong_count_gives_the_videos(prepar
 
     monkeypatch.setattr(MuseTalkPipeline, "from_pretrained", no_pipeline)
     for n in (5, 8, 13):
-        with pytest.raises(InputError, match=rf"boxes has {n} entries but video '[^']*face-12f.mp4' has 12 frames "
+        with pytest.raises(InputError, match=rf"boxes has {n} entries but video '[^']*{re.escape(clip.name)}' has 12 frames "
                                              r"at 25 fps\. .*exactly 12 entries, a box or None"):
             prepare_avatar(clip, tmp_path / f"n{n}", config=config, boxes=[BOX] * n, weights_dir=tiny_weights)
         assert not (tmp_path / f"n{n}").exists()
 
 
 @pytest.mark.parametrize("change", ["parameter", "source", "truncate", "corrupt", "manifest"])
-def test_changes_and_damage_rebuild(change, prepared, clip, tiny_weights, config, tmp_path, make_media,
-                                    shared_data):
+def test_changes_and_damage_rebuild(change, prepared, clip, tiny_weights, config, tmp_path, face_clip):
     from nbhelpers import prepare_avatar
 
     folder, _ = prepared
@@ -187,8 +184,7 @@ def test_changes_and_damage_rebuild(change, prepared, clip, tiny_weights, config
     if change == "parameter":
         cfg = config.replace(extra_margin=12)
     elif change == "source":
-        video = make_media("face-12f-b.mp4", "-i", str(shared_data / "face-sing-576x768-25fps.mp4"), "-ss", "2",
-                           "-frames:v", "12", "-an", "-c:v", "libx264", "-crf", "12", "-pix_fmt", "yuv420p")
+        video = face_clip(12, start_s=2)
     elif change == "truncate":
         p = work / "avatar.npz"
         p.write_bytes(p.read_bytes()[:-100])

@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 import pytest
+from helpers import ENGINE_BOX, engine_parts, expected_frame, source_faces
 
 torch = pytest.importorskip("torch")
 
@@ -19,16 +20,9 @@ from nbhelpers.framestore import cycle_index  # noqa: E402
 from nbhelpers.latents import decode, unet_step  # noqa: E402
 
 H, W = 120, 110
-BOX = (25, 30, 85, 100)
+BOX = ENGINE_BOX
 N = 5
 NO_FACE = 2  # source frame 2 has no face
-
-
-@pytest.fixture(scope="module")
-def tiny_models(tiny_weights):
-    from nbhelpers import models
-
-    return models.load_models(tiny_weights)
 
 
 class CountingFrames:
@@ -48,35 +42,7 @@ class CountingFrames:
 
 @pytest.fixture(scope="module")
 def source_parts():
-    rng = np.random.default_rng(4)
-    frames = rng.integers(0, 256, (N, H, W, 3), dtype=np.uint8)
-    face_frames = [j for j in range(N) if j != NO_FACE]
-    torch.manual_seed(3)
-    latents = torch.randn(len(face_frames), 8, 32, 32)
-    square = blending.expanded_square(BOX)
-    mask_512 = np.zeros((512, 512), np.uint8)
-    mask_512[256:480, 60:450] = 255
-    mask = blending.prepare_mask(mask_512, BOX, square)
-    materials = [blending.BlendMaterial(mask=mask, square=square, box=BOX) for _ in face_frames]
-    features = torch.randn(13, 50, 384)
-    return frames, face_frames, latents, materials, features
-
-
-def make_source(parts, frames=None):
-    f, face_frames, latents, materials, _ = parts
-    return SourceFaces.from_materials(f if frames is None else frames, face_frames, latents, materials)
-
-
-def expected_frame(parts, models, t):
-    """Output frame t computed on its own: source frame cycle(t), its latent row, tokens t, the CPU blend."""
-    frames, face_frames, latents, materials, features = parts
-    j = int(cycle_index(t, N))
-    if j == NO_FACE:
-        return frames[j]
-    row = face_frames.index(j)
-    face = decode(unet_step(models.unet, models.pe, latents[row:row + 1], features[t:t + 1]), models.vae)[0]
-    m = materials[row]
-    return blending.blend_cpu(frames[j], face.numpy(), m.box, m.mask, m.square)
+    return engine_parts(N, [j for j in range(N) if j != NO_FACE], 13, seed=4, torch_seed=3, hw=(H, W))
 
 
 class RecordingWriter:
@@ -89,7 +55,7 @@ class RecordingWriter:
 
 def test_frames_follow_the_ping_pong_and_no_face_frames_pass_through(source_parts, tiny_models):
     features = source_parts[4]
-    out = list(render(make_source(source_parts), features, tiny_models, 4, 13))
+    out = list(render(source_faces(source_parts), features, tiny_models, 4, 13))
     assert [t0 for t0, _ in out] == [0, 4, 8, 12]
     frames = np.concatenate([f for _, f in out])
     assert frames.shape == (13, H, W, 3) and frames.dtype == np.uint8
@@ -104,7 +70,7 @@ def test_frames_follow_the_ping_pong_and_no_face_frames_pass_through(source_part
 
 def test_audio_shorter_than_the_video_reads_only_the_first_frames(source_parts, tiny_models):
     counting = CountingFrames(source_parts[0])
-    out = np.concatenate([f for _, f in render(make_source(source_parts, counting), source_parts[4], tiny_models,
+    out = np.concatenate([f for _, f in render(source_faces(source_parts, counting), source_parts[4], tiny_models,
                                                8, 3)])
     assert len(out) == 3 and set(counting.read) == {0, 1, 2}
     assert np.array_equal(out[2], source_parts[0][2])  # frame 2 has no face
@@ -131,13 +97,13 @@ def test_out_of_memory_in_the_middle_writes_every_frame_once_in_order(source_par
 
     features = source_parts[4]
     clean = RecordingWriter()
-    run(make_source(source_parts), features, tiny_models, 4, 13, clean)
+    run(source_faces(source_parts), features, tiny_models, 4, 13, clean)
     oom_unet = OomOnce(tiny_models.unet, above=2)
     models = SimpleNamespace(unet=oom_unet, vae=tiny_models.vae, pe=tiny_models.pe, device=tiny_models.device)
     got = RecordingWriter()
     seen: list[int] = []
     with pytest.warns(RuntimeWarning, match="out of memory"):
-        n = run(make_source(source_parts), features, models, 4, 13, got, frame_callback=lambda t, f: seen.append(t))
+        n = run(source_faces(source_parts), features, models, 4, 13, got, frame_callback=lambda t, f: seen.append(t))
     assert n == 13 and seen == list(range(13))
     # batch 1 (t 0-3: sources 0, 1, 2, 3; 3 with a face) ran; batch 2 (t 4-7: sources 4, 4, 3, 2) failed and was
     # retried in halves of 2 for the rest of the clip; t 12 (source 2, no face) needs no UNet call
@@ -153,7 +119,7 @@ def test_inputs_are_checked_before_any_batch_runs(source_parts, tiny_models):
 
     never = OomOnce(torch.nn.Identity(), above=0)
     models = SimpleNamespace(unet=never, vae=tiny_models.vae, pe=tiny_models.pe, device=tiny_models.device)
-    src = make_source(source_parts)
+    src = source_faces(source_parts)
     with pytest.raises(InputError, match="batch_size"):
         render(src, source_parts[4], models, 0, 4)
     with pytest.raises(InputError, match="13 frames"):
@@ -171,7 +137,7 @@ def test_feature_offset_reads_rows_relative_to_the_first_frame(source_parts, tin
     """A live session passes only the rows of the frames it renders: row t - offset drives output frame t (same
     frames, same source-frame cycle as the full tensor), and an offset past first_frame is refused."""
     features = source_parts[4]
-    src = make_source(source_parts)
+    src = source_faces(source_parts)
     full = np.concatenate([f for _, f in render(src, features, tiny_models, 3, 3, first_frame=6)])
     part = np.concatenate([f for _, f in render(src, features[6:9].clone(), tiny_models, 3, 3, first_frame=6,
                                                 feature_offset=6)])
@@ -186,7 +152,7 @@ def test_a_writer_error_reaches_the_caller(source_parts, tiny_models):
             raise OSError("disk gone")
 
     with pytest.raises(OSError, match="disk gone"):
-        run(make_source(source_parts), source_parts[4], tiny_models, 4, 13, Broken())
+        run(source_faces(source_parts), source_parts[4], tiny_models, 4, 13, Broken())
 
 
 def test_a_stalled_writer_is_aborted_and_reported_not_waited_on_forever():
@@ -258,7 +224,7 @@ def test_a_render_gate_is_given_back_before_the_encoder_finishes_the_file(source
 
     def clip(name):
         try:
-            results[name] = run(make_source(source_parts), features, tiny_models, 4, 13, writers[name],
+            results[name] = run(source_faces(source_parts), features, tiny_models, 4, 13, writers[name],
                                 render_gate=gate)
         except BaseException as exc:  # noqa: BLE001 - reported below
             results[name] = exc
@@ -289,7 +255,7 @@ def test_a_failing_clip_gives_its_render_gate_back(source_parts, tiny_models):
             raise OSError("disk gone")
 
     with pytest.raises(OSError, match="disk gone"):
-        run(make_source(source_parts), source_parts[4], tiny_models, 4, 13, Broken(), render_gate=gate)
+        run(source_faces(source_parts), source_parts[4], tiny_models, 4, 13, Broken(), render_gate=gate)
     assert gate.acquire(timeout=0.1), "the gate was kept by a clip that failed"
 
 
@@ -307,7 +273,7 @@ def test_cuda_engine_matches_the_cpu_engine_with_events_and_deferred_copies(sour
     cpu_models = models_mod.load_models(tiny_weights)
     gpu_models = models_mod.load_models(tiny_weights, device="cuda")
     frames, face_frames, latents, materials, features = source_parts
-    cpu_src = make_source(source_parts)
+    cpu_src = source_faces(source_parts)
     want = np.concatenate([f for _, f in render(cpu_src, features, cpu_models, 4, 13)])
     gpu_src = SourceFaces.from_materials(frames, face_frames, latents.cuda(), materials).to_device("cuda")
     assert gpu_src.frames_device is not None and all(m.is_cuda for m in gpu_src.masks)
@@ -331,7 +297,7 @@ def test_repaint_pad_to_runs_the_padded_batch_and_keeps_only_the_real_faces(sour
     from nbhelpers.engine import repaint
 
     frames, face_frames, latents, materials, features = source_parts
-    src = make_source(source_parts)
+    src = source_faces(source_parts)
     plain, plain_faces = repaint(src, features, tiny_models, ts)
     padded, padded_faces = repaint(src, features, tiny_models, ts, pad_to=8)
     with_face = [t for t in ts if cycle_index(t, N) != NO_FACE]

@@ -19,11 +19,10 @@ BOX = (16, 16, 80, 80)
 
 
 @pytest.fixture(scope="module")
-def avatar(tmp_path_factory, make_media, tiny_weights):
+def avatar(tmp_path_factory, lavfi_video, tiny_weights):
     from nbhelpers import InferenceConfig, prepare_avatar
 
-    video = make_media("testsrc-96-8f.mp4", "-f", "lavfi", "-i", "testsrc=size=96x96:rate=25", "-frames:v", "8",
-                       "-pix_fmt", "yuv420p")
+    video = lavfi_video("testsrc", "96x96", frames=8)
     folder = tmp_path_factory.mktemp("live") / "avatar"
     av = prepare_avatar(video, folder, config=InferenceConfig(device="cpu", batch_size=4), boxes=BOX,
                         weights_dir=tiny_weights)
@@ -495,7 +494,7 @@ def test_first_frame_latency_is_reported_in_parts(avatar):
 
 
 @pytest.mark.gpu
-def test_cuda_live_frames_equal_generate_with_the_device_log_mel(tiny_weights, make_media, tmp_path):
+def test_cuda_live_frames_equal_generate_with_the_device_log_mel(tiny_weights, lavfi_video, tmp_path):
     """On CUDA (log-mel on the device, pinned copies, warm-up): the last group and every context='segment' frame
     equal generate's bit for bit (both compute the log-mel the same way)."""
     torch = pytest.importorskip("torch")
@@ -503,8 +502,7 @@ def test_cuda_live_frames_equal_generate_with_the_device_log_mel(tiny_weights, m
         pytest.skip("needs a CUDA GPU (runs on the project's GPU machine)")
     from nbhelpers import InferenceConfig, prepare_avatar
 
-    video = make_media("testsrc-96-8f.mp4", "-f", "lavfi", "-i", "testsrc=size=96x96:rate=25", "-frames:v", "8",
-                       "-pix_fmt", "yuv420p")
+    video = lavfi_video("testsrc", "96x96", frames=8)
     av = prepare_avatar(video, tmp_path / "avatar", config=InferenceConfig(device="cuda", batch_size=4), boxes=BOX,
                         weights_dir=tiny_weights)
     try:
