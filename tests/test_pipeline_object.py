@@ -65,15 +65,13 @@ def _traced(tmp_path, name, args):
     return log.read_text(), proc.stdout
 
 
-def test_every_job_on_one_pipeline_reads_each_weight_file_once(tiny_weights, shared_data, make_media, tmp_path):
+def test_every_job_on_one_pipeline_reads_each_weight_file_once(tiny_weights, face_clip, speech_clip, tmp_path):
     if shutil.which("strace") is None:
         pytest.skip("strace is not installed (apt-get install strace): it counts the files the jobs open")
     pytest.importorskip("dlib")
     from nbhelpers.faces.dlib_backend import predictor_path
 
-    video = make_media("face-8f.mp4", "-i", str(shared_data / "face-sing-576x768-25fps.mp4"), "-frames:v", "8",
-                       "-an", "-c:v", "libx264", "-crf", "12", "-pix_fmt", "yuv420p")
-    audio = make_media("speech-0.4s.wav", "-i", str(shared_data / "speech-en-short.wav"), "-ss", "1", "-t", "0.4")
+    video, audio = face_clip(8), speech_clip(0.4, 1)
     roots = [str(tiny_weights) + "/", str(predictor_path().parent) + "/"]
     ref_log, ref_out = _traced(tmp_path, "reference", [tiny_weights, video, audio])
     jobs_log, jobs_out = _traced(tmp_path, "jobs", [tiny_weights, video, audio])

@@ -61,9 +61,8 @@ def test_weights_and_setup_steps_are_the_env_ones(monkeypatch, tmp_path):
     assert workbook.mount_drive is env.mount_drive and workbook.keep_audio is env.keep_audio
 
 
-def test_keep_video_converts_into_the_media_folder(workdir, make_media):
-    source = make_media("wb-30fps.mp4", "-f", "lavfi", "-i", "testsrc=size=64x48:rate=30:duration=1",
-                        "-pix_fmt", "yuv420p")
+def test_keep_video_converts_into_the_media_folder(workdir, lavfi_video):
+    source = lavfi_video(seconds=1, rate=30)
     info = workbook.keep_video(source)
     assert Path(info.path) == workdir / "media" / env.WORKBOOK_VIDEO
     assert info.fps == 25 and abs(info.duration_s - 1.0) <= 1 / 25
