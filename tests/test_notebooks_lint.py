@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import sys
+from pathlib import Path
 
 import pytest
 from helpers import ROOT
