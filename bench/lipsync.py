@@ -13,7 +13,7 @@ give the known crop box. The output says which was done. (S3FD's confidence head
 so that no cell is a candidate: the convolutions cost what real ones do, and the NMS of random candidates, which
 real weights never produce, does not swamp the figure.)
 
-Official (``scripts/inference.py``, reference §2-§8), transcribed step by step from the reference's facts:
+Official (``scripts/inference.py``, official-behaviour.md §2-§8), transcribed step by step from the reference's facts:
 ffmpeg writes every video frame as PNG, ``cv2.imread`` reads them all; per frame DWPose (flip test) then S3FD at batch
 1 in float32, as ``get_landmark_and_bbox``; per frame crop, Lanczos resize and two VAE encodes at batch 1; UNet
 batches of 8 in fp16 with each decode copied to the host and rounded in numpy; per output frame bilinear resize and
@@ -90,7 +90,7 @@ def cut_video(ffmpeg: str, src: Path, dst: Path, n_frames: int) -> Path:
 
 
 def known_landmarks(box: tuple[int, int, int, int], extra_margin: int) -> tuple[np.ndarray, np.ndarray]:
-    """68 landmarks whose official crop box (reference §3.3, then v15's extra_margin) is ``box``; and the face box.
+    """68 landmarks whose official crop box (official-behaviour.md §3.3, then v15's extra_margin) is ``box``; and the face box.
 
     x spans x1..x2; the chin (max y) is y2 - extra_margin; lm[29] sits at the midline, so that
     ``y1 = lm29.y - (max_y - lm29.y)``.
@@ -161,7 +161,7 @@ class FullCostFaces:
 
 
 # ------------------------------------------------------------------------------------------------------------------
-# The official offline loop, transcribed (scripts/inference.py; reference §2-§8)
+# The official offline loop, transcribed (scripts/inference.py; official-behaviour.md §2-§8)
 
 
 def official_crop_box(box):
@@ -186,7 +186,7 @@ def official_face_parse(parser, image_pil, mode, left_cheek_width, right_cheek_w
 
 def official_get_image(image, face, face_box, parser, mode, cheeks, upper_boundary_ratio=0.5, expand=1.5,
                        timer=None):
-    """get_image (blending.py:35-93), reference §7.2 steps 1-9, in PIL as the official does. ``timer["parsing"]``
+    """get_image (blending.py:35-93), official-behaviour.md §7.2 steps 1-9, in PIL as the official does. ``timer["parsing"]``
     (when given) accumulates the seconds of the face-parsing call."""
     import cv2
     from PIL import Image
@@ -280,7 +280,7 @@ def official_face_models(pipe, backend, device):
 def official_run(pipe, backend, video: Path, audio: Path, work: Path, ffmpeg: str, box, config) -> dict:
     """The official offline loop, step by step, on the pipeline's generation models and the given inputs.
 
-    Follows scripts/inference.py:85-249 in order (reference §2-§8); the comments cite the official lines.
+    Follows scripts/inference.py:85-249 in order (official-behaviour.md §2-§8); the comments cite the official lines.
     """
     import cv2
     import torch

@@ -3,7 +3,7 @@
 Runs on the GPU machine with the full-size v1.5 architecture and random weights, an avatar prepared from the shared
 face video (given boxes) and 20 s of speech. The whole process is limited to 2 CPU cores (taskset), as on Colab.
 
-Reference loop (official ``scripts/realtime_inference.py:212-308``, reference §9.3, transcribed in our words):
+Reference loop (official ``scripts/realtime_inference.py:212-308``, official-behaviour.md §9.3, transcribed in our words):
 main thread: whisper features, then per batch of 20: PE, UNet (fp16), VAE decode with the result copied to the host
 and rounded in numpy (``vae.py:96-108``), each 256x256 frame put on a queue; worker thread: per frame, OpenCV
 bilinear resize to the box, PIL paste-blend with the cached mask into a copy of the cached full frame, PNG written;

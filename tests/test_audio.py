@@ -36,7 +36,7 @@ def test_frame_windows_counts_and_ends(name, n_samples, n_frames, n_encoder):
     assert (w.n_frames, w.n_encoder_frames, w.pad_left, w.pad_right, w.window) == (n_frames, n_encoder, 4, 12, 10)
     idx = w.indices()
     assert idx.shape == (n_frames, 10)
-    # start: frame 0 reads 4 zero frames then encoder frames 0..5 (reference §5.1 step 7: [2k-4, 2k+6))
+    # start: frame 0 reads 4 zero frames then encoder frames 0..5 (official-behaviour.md §5.1 step 7: [2k-4, 2k+6))
     assert idx[0].tolist() == [-1, -1, -1, -1, 0, 1, 2, 3, 4, 5]
     # middle
     k = n_frames // 2
@@ -49,7 +49,7 @@ def test_frame_windows_counts_and_ends(name, n_samples, n_frames, n_encoder):
 
 
 def test_frame_windows_other_fps_follow_the_reference_table():
-    # reference §5.2: 30 fps -> p 2, start floor(1.667k) - 4; 24 fps -> p 3, start floor(2.083k) - 6
+    # official-behaviour.md §5.2: 30 fps -> p 2, start floor(1.667k) - 4; 24 fps -> p 3, start floor(2.083k) - 6
     w30 = frame_windows(SR * 2, 30)
     assert (w30.pad_left, w30.pad_right) == (4, 12)
     assert w30.starts.tolist() == [math.floor(k * 50 / 30) - 4 for k in range(60)]
@@ -107,7 +107,7 @@ def decode_label(value: float) -> tuple[int, int] | None:
 
 
 def expected_label(k: int, token: int, n_encoder: int) -> tuple[int, int] | None:
-    """Reference §5.1 steps 7-8 at 25 fps: token = time_step * 5 + layer of encoder frame 2k - 4 + time_step."""
+    """official-behaviour.md §5.1 steps 7-8 at 25 fps: token = time_step * 5 + layer of encoder frame 2k - 4 + time_step."""
     time_step, layer = divmod(token, 5)
     frame = 2 * k - 4 + time_step
     return (frame, layer) if 0 <= frame < n_encoder else None
@@ -227,7 +227,7 @@ def run_layer(layer, hidden):
 
 
 def reference_features(wave: np.ndarray, model) -> torch.Tensor:
-    """Reference §5.1 written out plainly: per-segment log-mel, the encoder run layer by layer, float lengths,
+    """official-behaviour.md §5.1 written out plainly: per-segment log-mel, the encoder run layer by layer, float lengths,
     explicit zero padding and one window per video frame."""
     extractor = transformers.WhisperFeatureExtractor(
         feature_size=80, sampling_rate=SR, hop_length=160, chunk_length=30, n_fft=400, padding_value=0.0)

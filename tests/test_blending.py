@@ -1,6 +1,6 @@
 """Blending: geometry and masks by known answers, the CPU path bit-exact against an independent PIL
 implementation of the official sequence on real frames, and the torch path within 2 levels of it
-(reference §7.1-7.4)."""
+(official-behaviour.md §7.1-7.4)."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def random_face(seed: int, size: int = 256) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------------------------------------
-# The official sequence, written independently with PIL as reference §7.2 describes it
+# The official sequence, written independently with PIL as official-behaviour.md §7.2 describes it
 # ------------------------------------------------------------------------------------------------------------
 
 def official_blend(frame_bgr, face_256_bgr, box, mask_512, blur_ratio=0.05):

@@ -81,7 +81,7 @@ class RecordingVAE(torch.nn.Module):
 
 
 def normalise_like_the_reference(crops_bgr: np.ndarray) -> np.ndarray:
-    """Reference §4.1: BGR->RGB, /255 in float64, float32, CHW, (x - 0.5) / 0.5."""
+    """official-behaviour.md §4.1: BGR->RGB, /255 in float64, float32, CHW, (x - 0.5) / 0.5."""
     rgb = crops_bgr[..., ::-1]
     x = (rgb.astype(np.float64) / 255).astype(np.float32).transpose(0, 3, 1, 2)
     return (x - np.float32(0.5)) / np.float32(0.5)

@@ -17,7 +17,7 @@ pytest.importorskip("diffusers")
 
 from nbhelpers.latents import decode, encode  # noqa: E402
 
-SCALE = 0.18215  # diffusers' default scaling factor, used for sd-vae-ft-mse (reference §4.2)
+SCALE = 0.18215  # diffusers' default scaling factor, used for sd-vae-ft-mse (official-behaviour.md §4.2)
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +30,7 @@ def crops():
 
 
 def official_input(crops_bgr: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-    """Reference §4.1 with numpy: (masked, reference) float32 NCHW tensors as the official code builds them."""
+    """official-behaviour.md §4.1 with numpy: (masked, reference) float32 NCHW tensors as the official code builds them."""
     rgb = crops_bgr[..., ::-1]
     x = (rgb.astype(np.float64) / 255).transpose(0, 3, 1, 2).astype(np.float32)  # vae.py:72-74
     mask = np.zeros((256, 256), np.float32)

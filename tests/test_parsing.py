@@ -1,5 +1,5 @@
 """Face parsing: the raw / jaw / neck masks by known answers and an independent slow implementation, and our
-BiSeNet against the official checkpoint's parameter names and shapes (reference §7.3)."""
+BiSeNet against the official checkpoint's parameter names and shapes (official-behaviour.md §7.3)."""
 
 from __future__ import annotations
 
@@ -123,7 +123,7 @@ def test_cheek_mask_columns_inclusive():
 
 
 # An independent slow implementation of jaw mode: maxima/minima over shifted copies, following the words of
-# reference §7.3 (OpenCV's anchor at the kernel centre; outside the image never wins a max or a min).
+# official-behaviour.md §7.3 (OpenCV's anchor at the kernel centre; outside the image never wins a max or a min).
 
 def slow_dilate(img: np.ndarray, kernel: np.ndarray) -> np.ndarray:
     kh, kw = kernel.shape
