@@ -40,8 +40,8 @@ __all__ = sorted(_LAZY) + ["__version__"]
 
 # Submodules reachable as attributes (``nbh.weights.download(...)``), imported on first access like the names above.
 _SUBMODULES = ("audio", "avatar", "batch", "blending", "engine", "env", "faces", "gpu", "latents", "live", "media",
-               "models", "parsing", "pipeline", "quality", "restore", "result", "testing", "ui", "weights",
-               "workbook")
+               "models", "parsing", "pipeline", "quality", "reference", "restore", "result", "testing", "ui",
+               "weights", "workbook")
 
 
 def __getattr__(name: str) -> Any:

@@ -1,16 +1,17 @@
 """The workbook as a person sees it: the notebooks run in a real browser against a real Jupyter server.
 
 nbval runs the notebooks' code; this test checks what is on the screen. It starts a Jupyter server on localhost,
-opens ``quickstart.ipynb`` and ``04_lipsync.ipynb`` in headless Chromium (Debian's ``chromium`` package, driven
-by Playwright for Python with ``executable_path``; Playwright's own browser downloads are never used), runs every
-cell in CI mode and checks, from the page itself:
+opens ``quickstart.ipynb``, ``04_lipsync.ipynb`` and ``06_inside_musetalk.ipynb`` in headless Chromium (Debian's
+``chromium`` package, driven by Playwright for Python with ``executable_path``; Playwright's own browser downloads
+are never used), runs every cell in CI mode and checks, from the page itself:
 
 * the settings panel renders as widget elements (sliders and dropdowns with their labels);
 * a value typed into the ``extra_margin`` slider's readout reaches ``panel.config`` in the kernel (a cell added
   through the page reads it back);
 * the result's ``<video>`` element loads and its duration equals the result's (``ClipResult.n_frames / fps``)
   within one frame (1/25 s);
-* the plots (the stage timings chart) render as ``<img>`` elements with pixels.
+* the plots (the stage timings chart; 06's face, paste-back and per-stage charts) render as ``<img>`` elements
+  with pixels, 06's crop-box sliders are widgets, and 06's reference frames equal the engine's within 1 level.
 
 Two front ends:
 
@@ -55,7 +56,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ENV_ROOT = Path(os.environ.get("NBHELPERS_ENV_ROOT", "/tmp"))  # where the front ends' envs are cached
 ENV_VERSION = 2  # bump when the front ends' package lists change: a new folder is built
 FPS = 25
-NOTEBOOKS = ("quickstart", "04_lipsync")
+NOTEBOOKS = ("quickstart", "04_lipsync", "06_inside_musetalk")
 
 # One server environment for both front ends (they install side by side: nbclassic 1.x brings Notebook 7, which
 # brings JupyterLab): JupyterLab 4 with the ipywidgets 8 front end (jupyterlab_widgets 3), and the classic Notebook
@@ -496,3 +497,25 @@ def test_quickstart_notebook_in_the_browser(browser_and_server, shots_dir):
     assert abs(duration - facts["n_frames"] / facts["fps"]) <= 1 / FPS, (duration, facts)
     page.shot(video, "video")
     page.page.close()
+
+
+def test_inside_musetalk_notebook_in_the_browser(browser_and_server, shots_dir):
+    """06_inside_musetalk: the crop-box sliders are widgets, the stage figures are images, and the reference loop's
+    frames equal the engine's within 1 level in the kernel the page drives."""
+    browser, server = browser_and_server
+    page = Page(browser, server, "06_inside_musetalk", shots_dir)
+    page.run_all()
+    explorer = page.cell_with("crop_box_explorer(").locator(page.js["output"])
+    labels = _widget_labels(page, explorer)
+    assert "bbox_shift" in labels and "extra_margin" in labels, labels
+    for code, label in (("show_face(", "face"), ("show_paste(", "paste"), ("plot_stage_ms(", "stages")):
+        cell = page.cell_with(code)
+        image = cell.locator(f"{page.js['output']} img").first
+        image.wait_for(timeout=30_000)
+        assert image.evaluate("i => i.complete && i.naturalWidth") > 100, code
+        page.shot(cell.locator(page.js["outputs"]), label)
+    facts = page.ask_kernel("{'levels': comparison.max_levels, 'frames': comparison.frames, 'n': result.n_frames}")
+    assert facts["levels"] <= 1 and facts["frames"] == facts["n"] > 0, facts
+    page.page.close()
+    if server.kind == "lab" and os.environ.get("NBHELPERS_DOCS_SCREENSHOTS") == "1":
+        _to_docs(shots_dir, "lab-06_inside_musetalk", ("face", "paste"))

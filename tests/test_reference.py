@@ -202,3 +202,69 @@ def test_a_loop_shifted_by_one_is_caught(avatar, avatar_frames, monkeypatch, bro
     short = waveform[:3 * 640]  # 3 frames are enough to see it
     shifted = run_reference(avatar.pipe, frames, short, avatar.config, boxes=[BOX] * len(frames))
     assert max_difference(shifted, engine[:3]) > TOLERANCE
+
+
+def full_weights() -> str:
+    """The folder of full-size random weights (bench/_common.py writes it); skips without CUDA or the folder."""
+    import os
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    folder = os.environ.get("NBHELPERS_FULL_WEIGHTS")
+    if not folder:
+        pytest.skip("set NBHELPERS_FULL_WEIGHTS to a folder of full-size random weights (bench/_common.py)")
+    return folder
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fp16", [False, True], ids=["fp32", "fp16"])
+def test_full_size_weights_on_cuda_give_the_reference_frames(fp16, clip, clip_with_gaps, speech, tmp_path):
+    """The offline job (two source frames without a face), an avatar clip and a live session with
+    context="segment", on full-size random weights in the GPU's batches, each against the loop's frames."""
+    from nbhelpers import InferenceConfig, MuseTalkPipeline, media, prepare_avatar
+    from nbhelpers.live import LiveConfig, LiveSession
+
+    config = InferenceConfig(device="cuda", fp16=fp16, batch_size=8, landmark_backend="boxes")
+    pipe = MuseTalkPipeline.from_pretrained(full_weights(), config)
+    waveform, worst = media.load_audio(speech), {}
+
+    gaps = [None if j in (1, 2) else BOX for j in range(4)]
+    got, keep = collector()
+    result = pipe.lipsync(clip_with_gaps, speech, tmp_path / "job.mp4", config=config, frame_callback=keep, boxes=gaps)
+    ref = run_reference(pipe, list(media.load_video(clip_with_gaps)), waveform, config, boxes=gaps)
+    assert result.no_face_frames == 2 and len(ref) == 7
+    worst["offline"] = max_difference(ref, in_order(got))
+
+    ref = run_reference(pipe, list(media.load_video(clip)), waveform, config, boxes=[BOX] * 4)
+    avatar = prepare_avatar(clip, tmp_path / "avatar", pipe, config=config, boxes=BOX)
+    try:
+        got, keep = collector()
+        avatar.generate(waveform, output=False, frame_callback=keep)
+        worst["avatar"] = max_difference(ref, in_order(got))
+        got, keep = collector()
+        session = LiveSession(avatar, LiveConfig(context="segment", threaded=False, silence=None, hop=3,
+                                                 warm_up=False), on_frame=keep)
+        for start, stop in itertools.pairwise([0, 700, 2500, len(waveform)]):
+            session.push(waveform[start:stop], 16000)
+        session.close()
+        worst["live"] = max_difference(ref, in_order(got))
+    finally:
+        avatar.close()
+    assert max(worst.values()) <= TOLERANCE, worst
+
+
+def test_the_notebook_helpers_cut_the_speech_and_compare_frames(speech, tmp_path):
+    """06_inside_musetalk's helpers: the cut speech is what the engine reads back from its file, and the comparison
+    reports the largest difference of any frame."""
+    from nbhelpers import media, ui
+
+    waveform, path = ui.cut_speech(speech, 0.2, tmp_path / "cut.wav")
+    assert len(waveform) == 3200 and np.array_equal(waveform, media.load_audio(path))
+    assert np.abs(waveform - media.load_audio(speech)[:3200]).max() < 1e-4
+    frames = [np.full((4, 4, 3), v, np.uint8) for v in (10, 20, 30)]
+    engine = {0: frames[0], 1: frames[1] + 1, 2: frames[2] + 3}
+    comparison = ui.compare_frames(frames, engine, reference_s=3.0, engine_s=0.5)
+    assert (comparison.frames, comparison.max_levels) == (3, 3)
+    assert "DIFFERENT" in repr(comparison) and "6.0x" in repr(comparison)
+    chart = ui.plot_stage_ms({"unet": 0.3, "decode": 0.15}, 3)
+    assert [t.get_text() for t in chart.figure.axes[0].texts] == [" 100", " 50"]

@@ -48,7 +48,8 @@ MODE = nbh.env.run_mode()  # "colab", "ci" (the tests set NBHELPERS_MODE=ci) or 
 nbh.setup(MODE)  # your runtime: GPU, versions, weights folder"""
 
 # The notebooks in reading order (each has notebooks/src/<name>.py).
-BOOK = ("00_setup", "01_weights", "02_media", "03_avatar", "04_lipsync", "05_realtime", "quickstart")
+BOOK = ("00_setup", "01_weights", "02_media", "03_avatar", "04_lipsync", "05_realtime", "06_inside_musetalk",
+        "quickstart")
 # How the sources are written (what jupytext writes back when a source is saved from Jupyter): no header, only
 # the cells' tags kept.
 FORMAT = "py:percent"

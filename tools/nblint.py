@@ -19,7 +19,8 @@ import nbformat
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK_DIR = ROOT / "notebooks"
-EXPECTED = ("00_setup", "01_weights", "02_media", "03_avatar", "04_lipsync", "05_realtime", "quickstart")
+EXPECTED = ("00_setup", "01_weights", "02_media", "03_avatar", "04_lipsync", "05_realtime", "06_inside_musetalk",
+            "quickstart")
 
 MAX_CODE_LINES = 3  # lines of a code cell (STYLE.md §3: cells of 1-3 lines)
 MAX_SETUP_LINES = 4  # lines of the setup cell: plain Python a newcomer reads (no `;`, no magics, no get_ipython)
