@@ -166,7 +166,8 @@ class Comparison:
     def __repr__(self) -> str:
         speed = self.reference_s / max(self.engine_s, 1e-9)
         verdict = "equal within 1 level" if self.max_levels <= 1 else "DIFFERENT"
-        return (f"{self.frames} frames, {verdict} (largest difference {self.max_levels} levels); reference loop "
+        levels = f"{self.max_levels} level" + ("" if self.max_levels == 1 else "s")
+        return (f"{self.frames} frames, {verdict} (largest difference {levels}); reference loop "
                 f"{1000 * self.reference_s / self.frames:.0f} ms per frame, engine "
                 f"{1000 * self.engine_s / self.frames:.0f} ms per frame: the engine is {speed:.1f}x as fast")
 

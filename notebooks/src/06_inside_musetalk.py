@@ -94,7 +94,7 @@ nbh.ui.show_crop(crop)
 # %% [markdown]
 # ## 3. Encode (`latents`, `models`)
 #
-# The VAE turns both of your images into 4 channels of 32 x 32 each, 8 channels together. Look at the top row: its lower half is flat, the masked mouth; the bottom row still carries your whole face.
+# The VAE turns both of your images into 4 channels of 32 x 32 each, 8 channels together. With real weights the top row's lower half is flat (the masked mouth) while the bottom row still carries your whole face; in CI mode all of it is noise.
 
 # %%
 latent = nbh.reference.encode(crop, pipe.models.vae, config, J)
