@@ -15,6 +15,7 @@ from .. import faces, reference
 from ..config import PARSING_MODES
 from ..constants import SAMPLE_RATE
 from ..media import load_audio, load_video
+from .panel import widgets_available
 from .plots import Chart, _figure
 
 __all__ = ["Comparison", "compare_frames", "crop_box_explorer", "cut_speech", "first_frames", "plot_stage_ms", "show_crop",
@@ -71,8 +72,6 @@ def show_face(frame: np.ndarray, found: Any, box: Sequence[int] | None) -> Chart
 
 def crop_box_explorer(frame: np.ndarray, found: Any, config: Any) -> Any:
     """:func:`show_face` with ``bbox_shift`` and ``extra_margin`` sliders (ipywidgets); a plain figure without them."""
-    from .panel import widgets_available
-
     def draw(bbox_shift: int = config.bbox_shift, extra_margin: int = config.extra_margin) -> Chart:
         box = None if found is None else faces.crop_box(np.asarray(found.landmarks).reshape(68, 2), found.face_box,
                                                         frame.shape, config.version, bbox_shift, extra_margin)
