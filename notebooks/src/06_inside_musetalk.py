@@ -14,8 +14,8 @@
 
 # %%
 import subprocess, sys
-WORKBOOK = "musetalk-workbook[colab] @ git+https://github.com/musetalk-workbook/musetalk-workbook@v0.1.0"
-if "google.colab" in sys.modules:  # on Colab: install this workbook at its release (torch stays as it is)
+WORKBOOK = "musetalk-workbook[colab] @ git+https://github.com/musetalk-workbook/musetalk-workbook@main"
+if "google.colab" in sys.modules:  # on Colab: install this workbook (torch stays as it is)
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", WORKBOOK], check=True)
 
 # %% [markdown]
