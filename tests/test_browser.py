@@ -1,7 +1,7 @@
 """The workbook as a person sees it: the notebooks run in a real browser against a real Jupyter server.
 
 nbval runs the notebooks' code; this test checks what is on the screen. It starts a Jupyter server on localhost,
-opens ``quickstart.ipynb``, ``04_lipsync.ipynb`` and ``06_inside_musetalk.ipynb`` in headless Chromium (Debian's
+opens ``quickstart.ipynb``, ``03_avatar.ipynb``, ``04_lipsync.ipynb`` and ``06_inside_musetalk.ipynb`` in headless Chromium (Debian's
 ``chromium`` package, driven by Playwright for Python with ``executable_path``; Playwright's own browser downloads
 are never used), runs every cell in CI mode and checks, from the page itself:
 
@@ -11,7 +11,9 @@ are never used), runs every cell in CI mode and checks, from the page itself:
 * the result's ``<video>`` element loads and its duration equals the result's (``ClipResult.n_frames / fps``)
   within one frame (1/25 s);
 * the plots (the stage timings chart; 06's face, paste-back and per-stage charts) render as ``<img>`` elements
-  with pixels, 06's crop-box sliders are widgets, and 06's reference frames equal the engine's within 1 level.
+  with pixels, 06's crop-box sliders are widgets, and 06's reference frames equal the engine's within 1 level;
+* 03's face tracks show their numbered thumbnails and their boxes, and the face chosen in the page is the one the
+  kernel's config holds.
 
 Two front ends:
 
@@ -56,7 +58,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ENV_ROOT = Path(os.environ.get("NBHELPERS_ENV_ROOT", "/tmp"))  # where the front ends' envs are cached
 ENV_VERSION = 2  # bump when the front ends' package lists change: a new folder is built
 FPS = 25
-NOTEBOOKS = ("quickstart", "04_lipsync", "06_inside_musetalk")
+NOTEBOOKS = ("quickstart", "03_avatar", "04_lipsync", "06_inside_musetalk")
 
 # One server environment for both front ends (they install side by side: nbclassic 1.x brings Notebook 7, which
 # brings JupyterLab): JupyterLab 4 with the ipywidgets 8 front end (jupyterlab_widgets 3), and the classic Notebook
@@ -519,3 +521,22 @@ def test_inside_musetalk_notebook_in_the_browser(browser_and_server, shots_dir):
     page.page.close()
     if server.kind == "lab" and os.environ.get("NBHELPERS_DOCS_SCREENSHOTS") == "1":
         _to_docs(shots_dir, "lab-06_inside_musetalk", ("face", "paste"))
+
+
+def test_avatar_notebook_shows_the_face_tracks_in_the_browser(browser_and_server, shots_dir):
+    """03_avatar: the tracks show their thumbnails as images with their numbers, the track plot renders, and the
+    choice made in the page is the config's ``face`` in the kernel."""
+    browser, server = browser_and_server
+    page = Page(browser, server, "03_avatar", shots_dir)
+    page.run_all()
+    listing = page.cell_with("pipe.faces(").locator(page.js["output"]).first
+    thumbs = listing.locator("img")
+    thumbs.first.wait_for(timeout=30_000)
+    facts = page.ask_kernel("{'tracks': [t.number for t in tracks.tracks], 'face': chosen.face}")
+    assert facts["tracks"] and thumbs.count() >= len(facts["tracks"]), (facts, thumbs.count())
+    assert facts["face"] == facts["tracks"][0], facts
+    plot = page.cell_with("plot_faces(video, tracks").locator(f"{page.js['output']} img").first
+    plot.wait_for(timeout=30_000)
+    assert plot.evaluate("i => i.complete && i.naturalWidth") > 100
+    page.shot(listing, "tracks")
+    page.page.close()
