@@ -10,7 +10,7 @@
 # %% [markdown]
 # ## Set up
 #
-# Run this first cell: on Colab it installs the workbook at a fixed release without touching torch; elsewhere your workbook is installed already and it does nothing.
+# Run this first cell: on Colab it installs the workbook from its main branch without touching torch; elsewhere your workbook is installed already and it does nothing.
 
 # %%
 import subprocess, sys

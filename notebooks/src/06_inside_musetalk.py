@@ -10,7 +10,7 @@
 # %% [markdown]
 # ## Set up
 #
-# Run this first cell: on Colab it installs the workbook at a fixed release without touching torch; elsewhere your workbook is installed already and it does nothing.
+# Run this first cell: on Colab it installs the workbook from its main branch without touching torch; elsewhere your workbook is installed already and it does nothing.
 
 # %%
 import subprocess, sys
@@ -59,7 +59,7 @@ pipe
 # %% [markdown]
 # ## One second of speech, and the frames it needs (`media`)
 #
-# You cut the first second of your speech: at 25 frames a second it makes 25 output frames. The video plays forward, then backward, so those frames come from the first 25 source frames at most; `J` is the one your output frame `FRAME` repaints.
+# You cut the first second of your speech: at 25 frames a second it makes 25 output frames. When the speech is longer than the video, MuseTalk plays the video forward, then backward, then forward again (so no jump shows), which is why output frame `FRAME` repaints source frame `J` and not always the frame of the same number.
 
 # %%
 speech, SPEECH = nbh.ui.cut_speech(audio, 1.0, nbh.workbook.path("inside", "one-second.wav"))
@@ -85,7 +85,7 @@ nbh.ui.crop_box_explorer(frames[J], found, config)
 # %% [markdown]
 # ## 2. Crop and mask (`latents`)
 #
-# Your box is resized to the 256 x 256 crop the networks were trained on, whatever the size of your face. Look at the right image: its lower half is black, so the network never sees your mouth and has to draw it from the sound.
+# Your box is resized to the 256 x 256 crop the networks were trained on, whatever the size of your face (left image). Look at the right image, a copy with its lower half black: in this copy the network cannot see your mouth, so it has to draw it from the sound. The heading names the module each step's code lives in.
 
 # %%
 crop = nbh.reference.crop_face(frames[J], box)
@@ -94,7 +94,7 @@ nbh.ui.show_crop(crop)
 # %% [markdown]
 # ## 3. Encode (`latents`, `models`)
 #
-# The VAE turns both of your images into 4 channels of 32 x 32 each, 8 channels together. With real weights the top row's lower half is flat (the masked mouth) while the bottom row still carries your whole face; in CI mode all of it is noise.
+# The VAE turns both of your images into 4 channels of 32 x 32 each, 8 channels together, one small grey image a channel: top row the masked copy (its lower half flat with real weights; noise in CI mode), bottom row the unmasked crop, the reference that tells the network who you are (skin, teeth, lighting). Its mouth is not copied, because in training the reference was another frame of the same video with the same head pose but a different mouth (paper, section 3). So the network learned to take the mouth from the sound.
 
 # %%
 latent = nbh.reference.encode(crop, pipe.models.vae, config, J)
@@ -103,7 +103,7 @@ nbh.ui.show_latents(latent)
 # %% [markdown]
 # ## 4. Listen (`audio`)
 #
-# Whisper's encoder hears your second of speech as 50 feature vectors a second. Look at the cyan frame: these 10 encoder frames (200 ms around your frame) are all the sound your output frame is made from.
+# Whisper's encoder hears your second of speech as 50 feature vectors a second. The heat map has time across (encoder frames) and feature channels down. Look at the cyan frame: these 10 encoder frames (200 ms, from 80 ms before your frame to 120 ms after its start) are all the sound your output frame is made from.
 
 # %%
 states = nbh.reference.whisper_states(speech, pipe.models)
@@ -119,7 +119,7 @@ tuple(tokens.shape)
 # %% [markdown]
 # ## 5. Generate (`models`)
 #
-# The UNet runs once on your latents, at timestep 0: one step of inpainting, no noise and no sampling loop. Compare the bottom row (its output) with the top two: the output keeps the whole face's layout and fills in the masked half.
+# The UNet runs once on your latents, at timestep 0 (a diffusion model's last, noise-free step): one step of inpainting, no noise and no sampling loop. Rows, top to bottom: the masked copy, the reference, the output. The output keeps the whole face's layout and fills in the masked half.
 
 # %% tags=["nbval-ignore-output"]
 generated = nbh.reference.generate(latent, tokens, pipe.models)
@@ -137,7 +137,7 @@ nbh.ui.show_images([crop, face], ["your crop", "decoded face"])
 # %% [markdown]
 # ## 7. Parse the face (`parsing`)
 #
-# BiSeNet labels every pixel of a square around the face (skin, lips, nose, neck, hair...), and each `parsing_mode` keeps some labels, below the middle of the crop box, feathered at the edge. Look at the white area: only those pixels of your frame change.
+# BiSeNet labels every pixel of a square around the crop box, a little larger than it (skin, lips, nose, neck, hair...), and each `parsing_mode` keeps some labels, below the middle of the crop box, feathered at the edge. The mask is drawn over that square of your frame. Look at the white area: only those pixels of your frame change.
 
 # %%
 labels = nbh.reference.parse_face(frames[J], box, pipe.face_parser)
