@@ -62,7 +62,7 @@ def _generate(args: argparse.Namespace) -> int:
 
 def _live(args: argparse.Namespace) -> int:
     _check_folder(args.directory)
-    if args.chunk_ms <= 0:
+    if not 0 < args.chunk_ms < float("inf"):  # also NaN
         raise InputError(f"--chunk-ms must be > 0; got {args.chunk_ms}.")
     config = config_from(args, LiveConfig, iterate=False)
     waveform = media.load_audio(args.audio)
