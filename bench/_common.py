@@ -139,32 +139,38 @@ def make_face_weights(directory: Path, seed: int = 0) -> dict[str, str]:
 T4_PUBLISHED = {"matmul_tflops": 65.0, "copy_gbs": 320.0}  # NVIDIA T4 datasheet: fp16 tensor peak, memory bandwidth
 
 
-def gpu_ceilings() -> dict:
-    """Measure this GPU's fp16 matmul rate (8192^3, median of 10 after 3 warm-ups, CUDA events) and device copy
-    bandwidth (1 GiB, read + write), print them beside a T4's published figures, and return them."""
+def cuda_median_ms(fn, iters: int = 10, warmup: int = 3) -> float:
+    """Median milliseconds of ``fn()`` on the current CUDA stream (CUDA events), after ``warmup`` calls."""
     import statistics
 
     import torch
 
-    def median_ms(fn, n=10):
-        for _ in range(3):
-            fn()
-        times = []
-        for _ in range(n):
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            fn()
-            e.record()
-            e.synchronize()
-            times.append(s.elapsed_time(e))
-        return statistics.median(times)
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e))
+    return statistics.median(times)
+
+
+def gpu_ceilings() -> dict:
+    """Measure this GPU's fp16 matmul rate (8192^3, median of 10 after 3 warm-ups, CUDA events) and device copy
+    bandwidth (1 GiB, read + write), print them beside a T4's published figures, and return them."""
+
+    import torch
 
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
     b = torch.randn_like(a)
-    tflops = 2 * 8192**3 / median_ms(lambda: a @ b) / 1e9
+    tflops = 2 * 8192**3 / cuda_median_ms(lambda: a @ b) / 1e9
     x = torch.empty(2**29, device="cuda", dtype=torch.float16)
     y = torch.empty_like(x)
-    gbs = 2 * x.numel() * 2 / median_ms(lambda: y.copy_(x)) / 1e6
+    gbs = 2 * x.numel() * 2 / cuda_median_ms(lambda: y.copy_(x)) / 1e6
     share = os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")
     where = f"MPS share {share} % of an {torch.cuda.get_device_name()}" if share else torch.cuda.get_device_name()
     print(f"GPU: {where}: measured {tflops:.1f} TFLOP/s fp16 matmul, {gbs:.0f} GB/s copy (a T4's published "

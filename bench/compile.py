@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -23,18 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def median_ms(torch, fn, iters: int) -> float:
-    for _ in range(2):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e))
-    return statistics.median(times)
+    from _common import cuda_median_ms
+
+    return cuda_median_ms(fn, iters, warmup=2)
 
 
 def main() -> None:
