@@ -671,7 +671,14 @@ def test_an_encoder_stopped_by_a_signal_is_said_to_be_so_not_blamed_on_the_files
     import signal
     import time
 
-    writer = media.VideoWriter(tmp_path / "out.mp4", 64, 48, audio=shared_data / "speech-en-short.wav")
+    # A process started with SIGINT ignored (CI's pytest can be a background job) passes SIG_IGN on to ffmpeg, which
+    # then ignores a SIGINT that comes before it installs its own handler. A handler here makes the child start
+    # with the default action, as it does under a terminal; the signal goes to ffmpeg only.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        writer = media.VideoWriter(tmp_path / "out.mp4", 64, 48, audio=shared_data / "speech-en-short.wav")
+    finally:
+        signal.signal(signal.SIGINT, previous)
     with pytest.raises(FFmpegError) as caught:
         with writer:
             if frames_first:
