@@ -4,7 +4,7 @@
 # except weights and prime. The machine keeps /tmp between calls while it is warm, so the compile cache and the
 # weights of one call serve the next one made right after.
 #
-#   bash bench/t4_run.sh weights t4-prime t4-realtime t4-live          # first call
+#   bash bench/t4_run.sh weights t4-prime t4-core t4-realtime           # first call (t4-core: the official core)
 #   bash bench/t4_run.sh t4-lipsync h200-lipsync h200-realtime h200-live tests   # the call right after
 #
 # Needs the wheels the machine lacks in .whl/ and the shared media in .benchdata/ (both git-ignored: carry them).
@@ -42,6 +42,7 @@ for s in "$@"; do
 from pathlib import Path; from _common import make_full_weights, make_face_weights
 print(make_face_weights(make_full_weights(Path('$W'))))" ;;
     t4-prime) step t4-prime 190 python3 bench/compile.py --weights $W --batch 20 --out "$OUT/t4-compile.json" ;;
+    t4-core) step t4-core 120 python3 bench/t4probe.py --only E0 --out "$OUT/t4-core.jsonl" ;;
     t4-realtime) step t4-realtime 170 $two python3 bench/realtime.py --seconds 8 --cores 2 --weights $W --work /tmp/rt \
       --out "$OUT/t4-realtime.json" ;;
     t4-live) step t4-live 90 $two python3 bench/live.py --seconds 8 --weights $W --work /tmp/rt ;;
