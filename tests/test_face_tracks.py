@@ -168,6 +168,30 @@ def test_the_speaker_is_the_face_whose_mouth_moves_with_the_audio(warped, shared
     assert (schedule[[t for t, _ in speech]] == warped).mean() >= 0.95
 
 
+def test_syncnet_decides_the_speaker_when_its_weights_are_there(shared_data, make_media, ffmpeg, tmp_path):
+    """A scorer that favours track 1 overrides the correlation (which picks the warped track 0); without the SyncNet
+    weights there is no scorer, with them (random, official format) each turn is SyncNet's most confident track."""
+    from nbhelpers import faces, media, quality
+    from nbhelpers.faces.speaker import choose_face, speaker_schedule, syncnet_scorer
+
+    clip, audio, env = _warped_clip(0, shared_data, make_media, ffmpeg, tmp_path)
+    tracks = faces.find_tracks(clip, backend="dlib")
+    _, plain = speaker_schedule(tracks, env, np.arange(50))
+    _, stubbed = speaker_schedule(tracks, env, np.arange(50), lambda cands, first, src: [t.number for t in cands])
+    assert [t.track for t in stubbed] == [1] * len(plain) != [t.track for t in plain]
+    assert {t.measure for t in stubbed} == {"LSE-C"} and {t.measure for t in plain} == {"r"}
+    wave = media.load_audio(audio)[:16 * 640]  # 16 output frames
+    assert syncnet_scorer(clip, wave, tmp_path) is None
+    quality.write_tiny_syncnet(tmp_path, seed=1)
+    scorer = syncnet_scorer(clip, wave, tmp_path, "cpu")
+    config, _, turns = choose_face(InferenceConfig(face="speaker"), lambda: tracks, wave, 16, scorer)
+    assert turns and "LSE-C=" in config.reasons["face"]
+    for turn in turns:
+        confidence = scorer(list(tracks), turn.first, np.arange(turn.first, turn.last + 1))
+        assert turn.measure == "LSE-C" and turn.track == int(np.argmax(confidence))
+        assert turn.score == pytest.approx(max(confidence))
+
+
 def test_speaker_needs_the_audio():
     from nbhelpers.faces.tracks import FaceChooser
 
