@@ -213,6 +213,7 @@ def test_lipsync_repaints_the_speaker_only(tiny_weights, shared_data, make_media
     result = lipsync(clip, speech, tmp_path / "speaker.mp4", config=cfg, weights_dir=tiny_weights,
                      frame_callback=lambda t, f: captured.__setitem__(t, f.copy()))
     assert result.config.face == "speaker" and result.config.reasons["face"].startswith("speaker: track 0 in frames")
+    assert result.turns and result.turns[0].track == 0 and str(result.turns[0]) in result.config.reasons["face"]
     assert len(captured) == N
     for t, frame in captured.items():
         assert np.array_equal(frame[:, W // 2:], source[t][:, W // 2:]), f"frame {t}: the silent face changed"

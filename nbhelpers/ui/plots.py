@@ -113,10 +113,12 @@ def _zscore(x: np.ndarray) -> np.ndarray:
     return (x - x[ok].mean()) / (sd if sd > 0 else 1.0)
 
 
-def plot_sync(lag: Any, score: Any = None, title: str = "Does the mouth follow the voice?") -> Chart:
+def plot_sync(lag: Any, score: Any = None, title: str = "Does the mouth follow the voice?", *,
+              turns: Any = None) -> Chart:
     """Chart a :class:`nbhelpers.quality.MouthAudioLag` ``lag``: both curves over time (z scores), and the correlation
     per lag with, given a :class:`~nbhelpers.quality.SyncScore` ``score``, its mean distance per offset on the same
-    scale (audio delay = -offset). InputError when ``lag`` lacks a MouthAudioLag's fields.
+    scale (audio delay = -offset). ``turns`` (a ``face="speaker"`` result or its ``turns``) shade each speaker's
+    output frames in the track's colour with its number. InputError when ``lag`` lacks a MouthAudioLag's fields.
     """
     try:
         mouth, env = np.asarray(lag.mouth, float), np.asarray(lag.envelope, float)
@@ -133,6 +135,11 @@ def plot_sync(lag: Any, score: Any = None, title: str = "Does the mouth follow t
     top.set_ylabel("z score")
     top.legend(loc="upper right", fontsize=8)
     top.set_title(title)
+    for turn in getattr(turns, "turns", turns) or ():
+        colour = TRACK_COLOURS[turn.track % len(TRACK_COLOURS)] if turn.track >= 0 else "0.6"
+        top.axvspan(turn.first / fps, (turn.last + 1) / fps, color=colour, alpha=0.2, lw=0)
+        top.text(turn.first / fps, 1.0, f" {turn.track}" if turn.track >= 0 else " -", color=colour, va="top",
+                 fontsize=8, fontweight="bold", transform=top.get_xaxis_transform())
     bottom.plot(lags, corr, color="#55a868", marker=".", label="correlation r")
     bottom.axvline(best, color="#55a868", ls="--", lw=0.8)
     bottom.annotate(f" lag {best:+d} frames, r {float(np.max(corr)):.2f}", (best, float(np.max(corr))),
