@@ -118,6 +118,32 @@ def test_only_the_chosen_face_is_repainted(face, chosen, tiny_weights, two_faces
         assert not np.array_equal(frame[:, mine], source[t][:, mine]), f"frame {t}: the chosen face was not repainted"
 
 
+def test_an_avatar_repaints_the_chosen_face_and_caches_each_choice(tiny_weights, shared_data, make_media, ffmpeg,
+                                                                   tmp_path):
+    """One avatar folder prepared with face=0, then face=1: each clip repaints that face only, and the second choice
+    rebuilds the cache (the key includes the choice) where the same choice again loads it."""
+    from nbhelpers import prepare_avatar
+
+    clip = make_media("two-faces-6.mp4", "-i", str(shared_data / "face-sing-576x768-25fps.mp4"), "-filter_complex",
+                      "[0:v]trim=end_frame=6,scale=192:256,split=2[a][b];[b]hflip[m];[a][m]hstack", "-an",
+                      "-c:v", "libx264", "-crf", "12", "-pix_fmt", "yuv420p")
+    speech = make_media("speech-0.24s.wav", "-i", str(shared_data / "speech-en-short.wav"), "-t", "0.24")
+    source, halves = _frames(clip, ffmpeg), (slice(0, W // 2), slice(W // 2, W))
+    for face, cached in ((0, False), (1, False), (1, True)):
+        cfg = InferenceConfig(landmark_backend="dlib", device="cpu", face=face)
+        avatar = prepare_avatar(clip, tmp_path / "avatar", config=cfg, weights_dir=tiny_weights)
+        assert avatar.loaded_from_cache == cached, avatar.rebuild_reason
+        assert cached or face == 0 or avatar.rebuild_reason == "settings changed: face 0 -> 1"
+        captured: list[tuple[int, np.ndarray]] = []
+        avatar.generate(speech, False, frame_callback=lambda t, f, into=captured: into.append((t, f.copy())))
+        avatar.close()
+        mine, other = halves[face], halves[1 - face]
+        assert len(captured) == 6
+        for t, frame in captured:
+            assert np.array_equal(frame[:, other], source[t][:, other]), f"face={face}, frame {t}: the other changed"
+            assert not np.array_equal(frame[:, mine], source[t][:, mine]), f"face={face}, frame {t}: not repainted"
+
+
 def _warp_mouth(frames: np.ndarray, env: np.ndarray, box: tuple[int, int, int, int]) -> np.ndarray:
     """Stretch the rows of ``box`` about its middle by 1 + 0.8 x the normalised envelope: a mouth opening and
     shutting with the speech."""
