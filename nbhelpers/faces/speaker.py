@@ -26,6 +26,7 @@ from ..errors import InputError, NoFaceError
 from ..framestore import cycle_index
 from ..media import frames_at
 from ..quality.crops import protocol_crops, smooth_face_boxes
+from ..quality.lag import pearson
 from ..quality.mfcc import mfcc
 from ..quality.sync import score_crops
 from ..quality.syncnet import SYNCNET_FILE, load_syncnet
@@ -59,9 +60,8 @@ class Turn:
 def envelope(waveform: np.ndarray, n_frames: int) -> np.ndarray:
     """(n_frames,) RMS loudness of a 16 kHz waveform per 25 fps output frame."""
     hop = SAMPLE_RATE // FPS
-    wave = np.zeros(n_frames * hop, dtype=np.float32)
     part = np.asarray(waveform, dtype=np.float32)[: n_frames * hop]
-    wave[: len(part)] = part
+    wave = np.pad(part, (0, n_frames * hop - len(part)))
     return np.sqrt((wave.reshape(n_frames, hop) ** 2).mean(axis=1))
 
 
@@ -100,12 +100,6 @@ def mouth_signal(track: Track, n_frames: int) -> np.ndarray:
     return out
 
 
-def _corr(a: np.ndarray, b: np.ndarray) -> float:
-    a, b = a - a.mean(), b - b.mean()
-    den = float(np.sqrt((a * a).sum() * (b * b).sum()))
-    return float(abs((a * b).sum()) / den) if den > 0 else 0.0
-
-
 def speaker_schedule(tracks: FaceTracks, env: np.ndarray, source_of: np.ndarray,
                      scorer: Scorer | None = None) -> tuple[np.ndarray, list[Turn]]:
     """Who speaks: per source frame the track to repaint (-1: none), and the turns per output frame.
@@ -126,7 +120,7 @@ def speaker_schedule(tracks: FaceTracks, env: np.ndarray, source_of: np.ndarray,
             part = signal[first:last + 1]
             present = np.isfinite(part)
             if present.mean() >= MIN_PRESENT and present.sum() >= 3:
-                scores[number] = _corr(part[present], env[first:last + 1][present])
+                scores[number] = abs(pearson(part[present], env[first:last + 1][present]))
         confidences = scorer([tracks[n] for n in scores], first, source_of[first:last + 1]) \
             if scorer is not None and len(scores) > 1 else None
         if confidences is not None:
@@ -137,38 +131,33 @@ def speaker_schedule(tracks: FaceTracks, env: np.ndarray, source_of: np.ndarray,
     for turn in turns:  # a turn lasts until the next one starts (quiet frames keep the speaker)
         per_output[turn.first:] = turn.track
     schedule = np.full(tracks.n_frames, -1, dtype=np.int64)
-    seen = np.zeros(tracks.n_frames, dtype=bool)
-    for t, src in enumerate(source_of):  # a source frame shown twice (ping-pong) keeps its first speaker
-        if not seen[src]:
-            schedule[src], seen[src] = per_output[t], True
+    shown, first_shown = np.unique(source_of, return_index=True)  # a frame shown twice keeps its first speaker
+    schedule[shown] = per_output[first_shown]
     return schedule, turns
 
 
 def syncnet_scorer(video: Any, waveform: np.ndarray, weights_dir: str | os.PathLike | None = None,
-                   device: Any = None, model: Any = None) -> Scorer | None:
+                   device: Any = None) -> Scorer | None:
     """A :data:`Scorer` giving each candidate track's SyncNet LSE-C over a stretch: its boxes (gaps interpolated)
     cut into the published protocol's crops of the stretch's frames of ``video``, against the MFCCs of the 16 kHz
-    ``waveform`` (:func:`nbhelpers.quality.sync.score_crops`). None when ``model`` is None and ``weights_dir`` (None: the
-    default) lacks ``syncnet/syncnet_v2.model``. A stretch under 6 frames, or a track missing from more than 25
+    ``waveform`` (:func:`nbhelpers.quality.sync.score_crops`). None when ``weights_dir`` (None: the default) lacks
+    ``syncnet/syncnet_v2.model``. A stretch under 6 frames, or a track missing from more than 25
     frames in a row of it, leaves the stretch to the correlation."""
     root = Path(weights_dir).expanduser() if weights_dir is not None else weights.default_dir()
-    if model is None and not (root / SYNCNET_FILE).is_file():
+    if not (root / SYNCNET_FILE).is_file():
         return None
-    model = model if model is not None else load_syncnet(root, device)
-    cc = mfcc(np.asarray(waveform, dtype=np.float32), SAMPLE_RATE)
+    model, cc = load_syncnet(root, device), mfcc(np.asarray(waveform, dtype=np.float32), SAMPLE_RATE)
 
     def score(candidates: list[Track], first: int, sources: np.ndarray) -> list[float] | None:
-        if len(sources) <= 5:
-            return None
         frames, out = frames_at(video, [int(s) for s in sources]), []
         for track in candidates:
             pos = np.minimum(np.searchsorted(track.frames, sources), len(track) - 1)
             boxes = np.where((track.frames[pos] == sources)[:, None], track.boxes[pos], np.nan)
-            try:
+            try:  # InputError: under 6 frames, or a gap of more than 25
                 crops = protocol_crops(frames, smooth_face_boxes(boxes))
+                out.append(score_crops(crops, cc[:, 4 * first:], model).lse_c)
             except (InputError, NoFaceError):
                 return None
-            out.append(score_crops(crops, cc[:, 4 * first:], model).lse_c)
         return out
 
     return score

@@ -11,8 +11,7 @@ import numpy as np
 
 from ..constants import FPS, SAMPLE_RATE
 from ..errors import InputError
-from ..faces.boxes import single_box
-from .clip import audio_samples, check_video, frame_batches, frame_count
+from .clip import audio_samples, check_video, frame_batches
 from .crops import CROP_SIDE, detect_boxes, given_boxes, protocol_crops, smooth_face_boxes
 from .mfcc import mfcc
 from .syncnet import SyncEmbedder, load_syncnet
@@ -72,9 +71,6 @@ class SyncScore:
 
     def __repr__(self) -> str:
         return self.summary()
-
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        printer.text(self.summary())
 
 
 def score_embeddings(video_embeddings: np.ndarray, audio_embeddings: np.ndarray, vshift: int = VSHIFT, *,
@@ -150,12 +146,8 @@ def sync_score(video: Any, audio: Any = None, *, model: SyncEmbedder | None = No
     if not isinstance(embedder, SyncEmbedder):
         raise InputError(f"model must have embed_video(stacks) and embed_audio(windows); got {type(model).__name__}.")
 
-    notes: list[str] = []
     if boxes is not None:
-        # one box for the clip: bare, or a list or (1, 4) array holding just it, as for the lip-sync jobs
-        one = single_box(boxes)
-        face_boxes = given_boxes(boxes, None) if one is None else given_boxes(one, frame_count(video))
-        used = "boxes"
+        face_boxes, used, notes = given_boxes(boxes, video), "boxes", []
     else:
         face_boxes, used, notes = detect_boxes(video, detector, weights_dir, device)
     squares = smooth_face_boxes(face_boxes)
