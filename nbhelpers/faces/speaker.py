@@ -39,6 +39,7 @@ Scorer = Callable[[list[Track], int, np.ndarray], "list[float] | None"]
 SILENCE = 0.2  # a frame is quiet below this fraction of the clip's 95th-percentile envelope
 MIN_SILENCE = 3  # quiet frames (120 ms) that end a stretch of speech
 MIN_PRESENT = 0.5  # a track takes part in a stretch when its face is in at least this share of its frames
+SYNCNET_FRAMES = 50  # SyncNet scores a stretch's first 2 s at most (the frames are held in memory at full size)
 
 
 @dataclass(frozen=True)
@@ -138,18 +139,19 @@ def speaker_schedule(tracks: FaceTracks, env: np.ndarray, source_of: np.ndarray,
 
 def syncnet_scorer(video: Any, waveform: np.ndarray, weights_dir: str | os.PathLike | None = None,
                    device: Any = None) -> Scorer | None:
-    """A :data:`Scorer` giving each candidate track's SyncNet LSE-C over a stretch: its boxes (gaps interpolated)
-    cut into the published protocol's crops of the stretch's frames of ``video``, against the MFCCs of the 16 kHz
-    ``waveform`` (:func:`nbhelpers.quality.sync.score_crops`). None when ``weights_dir`` (None: the default) lacks
-    ``syncnet/syncnet_v2.model``. A stretch under 6 frames, or a track missing from more than 25
-    frames in a row of it, leaves the stretch to the correlation."""
+    """A :data:`Scorer` giving each candidate track's SyncNet LSE-C over a stretch's first 2 s: its boxes (gaps
+    interpolated) cut into the published protocol's crops of those frames of ``video``, against the MFCCs of the
+    16 kHz ``waveform`` (:func:`nbhelpers.quality.sync.score_crops`). None when ``weights_dir`` (None: the default)
+    lacks ``syncnet/syncnet_v2.model``. A stretch under 6 frames, or a track missing from more than 25 frames in a
+    row of it, leaves the stretch to the correlation."""
     root = Path(weights_dir).expanduser() if weights_dir is not None else weights.default_dir()
     if not (root / SYNCNET_FILE).is_file():
         return None
     model, cc = load_syncnet(root, device), mfcc(np.asarray(waveform, dtype=np.float32), SAMPLE_RATE)
 
     def score(candidates: list[Track], first: int, sources: np.ndarray) -> list[float] | None:
-        frames, out = frames_at(video, [int(s) for s in sources]), []
+        sources = np.asarray(sources[:SYNCNET_FRAMES])
+        frames, out = frames_at(video, sources.tolist()), []
         for track in candidates:
             pos = np.minimum(np.searchsorted(track.frames, sources), len(track) - 1)
             boxes = np.where((track.frames[pos] == sources)[:, None], track.boxes[pos], np.nan)

@@ -146,10 +146,8 @@ def sync_score(video: Any, audio: Any = None, *, model: SyncEmbedder | None = No
     if not isinstance(embedder, SyncEmbedder):
         raise InputError(f"model must have embed_video(stacks) and embed_audio(windows); got {type(model).__name__}.")
 
-    if boxes is not None:
-        face_boxes, used, notes = given_boxes(boxes, video), "boxes", []
-    else:
-        face_boxes, used, notes = detect_boxes(video, detector, weights_dir, device)
+    face_boxes, used, notes = (given_boxes(boxes, video), "boxes", []) if boxes is not None else detect_boxes(
+        video, detector, weights_dir, device)
     squares = smooth_face_boxes(face_boxes)
     n_frames = squares.shape[0]
 

@@ -284,9 +284,7 @@ def plot_faces(frames: Any, track: Any = None, *, indices: Sequence[int] | None 
     Raises:
         InputError: No frames, or an index out of range.
     """
-    every = track if isinstance(track, FaceTracks) else getattr(track, "tracks", None)
-    if isinstance(track, FaceTracks):
-        track = None
+    every, track = (track, None) if isinstance(track, FaceTracks) else (getattr(track, "tracks", None), track)
     boxes = _track_array(track, ("crop_boxes", "boxes")) if boxes is None else np.asarray(boxes)
     landmarks = _track_array(track, ("landmarks",)) if landmarks is None else np.asarray(landmarks)
     has_face = _track_array(track, ("has_face",))
