@@ -18,7 +18,7 @@ from .config import InferenceConfig
 from .engine import Piece, SourceFaces, Timings
 from .errors import MediaError
 from .faces.dwpose_torch import DEFAULT_BATCH, S3FD_GPU_BATCH
-from .faces.speaker import choose_face
+from .faces.speaker import choose_face, syncnet_scorer
 from .framestore import FrameStore
 
 FACE_BATCH_GPU = 32  # frames decoded and handed to the landmark backend at a time on a GPU (it splits them further)
@@ -110,6 +110,7 @@ class StreamedJob:
         self.boxes = boxes
         self.tracker: Any = None
         self.track: Any = None
+        self.turns: list[Any] = []  # face="speaker": who spoke when (faces.speaker.Turn)
         self.models: Any = None
         self.rows: list[int] = []  # latent row of each source frame so far, -1 without a face
         self.crop = np.zeros((0, 4), dtype=np.int32)
@@ -122,11 +123,14 @@ class StreamedJob:
                        waveform: Any = None) -> None:
         """Make the face tracker over ``detector`` (a backend object, or ``"auto"`` with boxes given), its GPU batches
         fitted first (:func:`fit_face_batches`). A face choice that needs the whole ``video`` (a point in a later
-        frame; ``"speaker"`` with the ``waveform``) is settled first, into ``self.config`` (:func:`choose_face`)."""
+        frame; ``"speaker"`` with the ``waveform``, by SyncNet when its weights are in ``weights_dir``) is settled
+        first, into ``self.config`` and ``self.turns`` (:func:`choose_face`)."""
         schedule = None
         if self.boxes is None and detector != "auto" and video is not None:
-            self.config, schedule, _ = choose_face(self.config, lambda: self.pipe.faces(
-                video, config=self.config, backend=detector), waveform, self.n_out)
+            scorer = syncnet_scorer(video, waveform, weights_dir, self.pipe.device) if (
+                self.config.face == "speaker" and waveform is not None) else None
+            self.config, schedule, self.turns = choose_face(self.config, lambda: self.pipe.faces(
+                video, config=self.config, backend=detector), waveform, self.n_out, scorer)
         on_cuda = self.pipe.device.type == "cuda"
         if on_cuda:
             fit_face_batches(detector, (self.store.height, self.store.width), self.pipe.device, loaded_gib=loaded_gib)

@@ -545,7 +545,7 @@ class MuseTalkPipeline:
         return ClipResult(output=Path(writer.path), n_frames=n_out, source_frames=track.n_frames,
                           no_face_frames=track.n_no_face, fps=FPS, duration_s=len(waveform) / SAMPLE_RATE,
                           config=job.config, backend=track.backend, timings=dict(timings.seconds),
-                          wall_s=time.perf_counter() - t0, kind="lipsync",
+                          wall_s=time.perf_counter() - t0, kind="lipsync", turns=tuple(job.turns),
                           notes=self.clip_notes((store.width, store.height)),
                           stats={f"peak_gib_{k}": round(v, 3) for k, v in (timings.peak_gib or {}).items()})
 

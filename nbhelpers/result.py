@@ -36,6 +36,8 @@ class ClipResult:
         stats: For a stream: first_frame_latency_s, sustained_fps, late_frames, max_late_s, idle_frames,
             starved_frames, whisper_passes. For the offline job on a GPU with ``NBHELPERS_STAGE_MEMORY=1``:
             ``peak_gib_<stage>``, peak GPU memory per stage in GiB. Else empty.
+        turns: With ``face="speaker"``: which track spoke in which output frames (``faces.speaker.Turn``), for
+            :func:`nbhelpers.ui.plot_sync`.
     """
 
     output: Path | None
@@ -51,6 +53,7 @@ class ClipResult:
     kind: str = "lipsync"
     notes: tuple[str, ...] = field(default=())
     stats: dict[str, float] = field(default_factory=dict)
+    turns: tuple[Any, ...] = ()
 
     @property
     def batch_size(self) -> int | None:

@@ -118,6 +118,32 @@ def test_only_the_chosen_face_is_repainted(face, chosen, tiny_weights, two_faces
         assert not np.array_equal(frame[:, mine], source[t][:, mine]), f"frame {t}: the chosen face was not repainted"
 
 
+def test_an_avatar_repaints_the_chosen_face_and_caches_each_choice(tiny_weights, shared_data, make_media, ffmpeg,
+                                                                   tmp_path):
+    """One avatar folder prepared with face=0, then face=1: each clip repaints that face only, and the second choice
+    rebuilds the cache (the key includes the choice) where the same choice again loads it."""
+    from nbhelpers import prepare_avatar
+
+    clip = make_media("two-faces-6.mp4", "-i", str(shared_data / "face-sing-576x768-25fps.mp4"), "-filter_complex",
+                      "[0:v]trim=end_frame=6,scale=192:256,split=2[a][b];[b]hflip[m];[a][m]hstack", "-an",
+                      "-c:v", "libx264", "-crf", "12", "-pix_fmt", "yuv420p")
+    speech = make_media("speech-0.24s.wav", "-i", str(shared_data / "speech-en-short.wav"), "-t", "0.24")
+    source, halves = _frames(clip, ffmpeg), (slice(0, W // 2), slice(W // 2, W))
+    for face, cached in ((0, False), (1, False), (1, True)):
+        cfg = InferenceConfig(landmark_backend="dlib", device="cpu", face=face)
+        avatar = prepare_avatar(clip, tmp_path / "avatar", config=cfg, weights_dir=tiny_weights)
+        assert avatar.loaded_from_cache == cached, avatar.rebuild_reason
+        assert cached or face == 0 or avatar.rebuild_reason == "settings changed: face 0 -> 1"
+        captured: list[tuple[int, np.ndarray]] = []
+        avatar.generate(speech, False, frame_callback=lambda t, f, into=captured: into.append((t, f.copy())))
+        avatar.close()
+        mine, other = halves[face], halves[1 - face]
+        assert len(captured) == 6
+        for t, frame in captured:
+            assert np.array_equal(frame[:, other], source[t][:, other]), f"face={face}, frame {t}: the other changed"
+            assert not np.array_equal(frame[:, mine], source[t][:, mine]), f"face={face}, frame {t}: not repainted"
+
+
 def _warp_mouth(frames: np.ndarray, env: np.ndarray, box: tuple[int, int, int, int]) -> np.ndarray:
     """Stretch the rows of ``box`` about its middle by 1 + 0.8 x the normalised envelope: a mouth opening and
     shutting with the speech."""
@@ -168,6 +194,30 @@ def test_the_speaker_is_the_face_whose_mouth_moves_with_the_audio(warped, shared
     assert (schedule[[t for t, _ in speech]] == warped).mean() >= 0.95
 
 
+def test_syncnet_decides_the_speaker_when_its_weights_are_there(shared_data, make_media, ffmpeg, tmp_path):
+    """A scorer that favours track 1 overrides the correlation (which picks the warped track 0); without the SyncNet
+    weights there is no scorer, with them (random, official format) each turn is SyncNet's most confident track."""
+    from nbhelpers import faces, media, quality
+    from nbhelpers.faces.speaker import choose_face, speaker_schedule, syncnet_scorer
+
+    clip, audio, env = _warped_clip(0, shared_data, make_media, ffmpeg, tmp_path)
+    tracks = faces.find_tracks(clip, backend="dlib")
+    _, plain = speaker_schedule(tracks, env, np.arange(50))
+    _, stubbed = speaker_schedule(tracks, env, np.arange(50), lambda cands, first, src: [t.number for t in cands])
+    assert [t.track for t in stubbed] == [1] * len(plain) != [t.track for t in plain]
+    assert {t.measure for t in stubbed} == {"LSE-C"} and {t.measure for t in plain} == {"r"}
+    wave = media.load_audio(audio)[:16 * 640]  # 16 output frames
+    assert syncnet_scorer(clip, wave, tmp_path) is None
+    quality.write_tiny_syncnet(tmp_path, seed=1)
+    scorer = syncnet_scorer(clip, wave, tmp_path, "cpu")
+    config, _, turns = choose_face(InferenceConfig(face="speaker"), lambda: tracks, wave, 16, scorer)
+    assert turns and "LSE-C=" in config.reasons["face"]
+    for turn in turns:
+        confidence = scorer(list(tracks), turn.first, np.arange(turn.first, turn.last + 1))
+        assert turn.measure == "LSE-C" and turn.track == int(np.argmax(confidence))
+        assert turn.score == pytest.approx(max(confidence))
+
+
 def test_speaker_needs_the_audio():
     from nbhelpers.faces.tracks import FaceChooser
 
@@ -189,6 +239,7 @@ def test_lipsync_repaints_the_speaker_only(tiny_weights, shared_data, make_media
     result = lipsync(clip, speech, tmp_path / "speaker.mp4", config=cfg, weights_dir=tiny_weights,
                      frame_callback=lambda t, f: captured.__setitem__(t, f.copy()))
     assert result.config.face == "speaker" and result.config.reasons["face"].startswith("speaker: track 0 in frames")
+    assert result.turns and result.turns[0].track == 0 and str(result.turns[0]) in result.config.reasons["face"]
     assert len(captured) == N
     for t, frame in captured.items():
         assert np.array_equal(frame[:, W // 2:], source[t][:, W // 2:]), f"frame {t}: the silent face changed"

@@ -391,6 +391,26 @@ def test_plot_sync_draws_both_curves_and_the_correlation(sing):
         ui.plot_sync(object())
 
 
+def test_plot_sync_shades_who_spoke_when(sing):
+    from types import SimpleNamespace
+
+    from matplotlib.colors import to_rgb
+
+    from nbhelpers import ui
+    from nbhelpers.faces.speaker import Turn
+    from nbhelpers.faces.tracks import COLOURS
+
+    got = quality.mouth_audio_lag(None, sing[1], track=sing[0])
+    result = SimpleNamespace(turns=(Turn(0, 49, 1, 0.8), Turn(50, 124, 0, 0.6, "LSE-C")))
+    top = ui.plot_sync(got, turns=result).figure.axes[0]
+    assert [t.get_text().strip() for t in top.texts] == ["1", "0"] and len(top.patches) == 2
+    for span, colour, (start, end) in zip(top.patches, (COLOURS[1], COLOURS[0]), ((0, 2), (2, 5)), strict=True):
+        assert span.get_facecolor()[:3] == pytest.approx(to_rgb(colour))
+        box = span.get_bbox()  # in data units: seconds
+        assert (box.x0, box.x1) == pytest.approx((start, end))
+    assert not ui.plot_sync(got).figure.axes[0].patches
+
+
 def test_mouth_opening_and_envelope_known_answers():
     lm = np.zeros((1, 68, 2))
     lm[0, 36] = (0, 0)

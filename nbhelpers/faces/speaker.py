@@ -3,48 +3,66 @@
 A stretch is a run of loud output frames; it ends at a silence (at least ``MIN_SILENCE`` quiet frames) or at a cut.
 In each stretch the speaker is the track whose mouth region changes most in step with the audio's loudness: the
 absolute correlation between the audio's envelope and the main component of the track's mouth patches (the way
-``quality.mouth_audio_lag`` relates mouth and audio, here with no lag and no landmarks). The speaker changes only
-where a stretch starts; quiet frames keep the speaker before them.
+``quality.mouth_audio_lag`` relates mouth and audio, here with no lag and no landmarks), or, when the SyncNet
+weights are there (:func:`syncnet_scorer`) and two or more tracks are in the stretch, the track with SyncNet's
+highest confidence (LSE-C) over it. The speaker changes only where a stretch starts; quiet frames keep the speaker
+before them.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from .. import weights
 from ..config import InferenceConfig, parse_face
 from ..constants import FPS, SAMPLE_RATE
+from ..errors import InputError, NoFaceError
 from ..framestore import cycle_index
+from ..media import frames_at
+from ..quality.crops import protocol_crops, smooth_face_boxes
+from ..quality.lag import pearson
+from ..quality.mfcc import mfcc
+from ..quality.sync import score_crops
+from ..quality.syncnet import SYNCNET_FILE, load_syncnet
 from .tracks import FaceTracks, Track
+
+#: ``scorer(candidates, first, sources)``: a confidence per candidate track (higher: more likely the speaker) over
+#: output frames ``first``.. showing source frames ``sources``, or None to leave the choice to the correlation.
+Scorer = Callable[[list[Track], int, np.ndarray], "list[float] | None"]
 
 SILENCE = 0.2  # a frame is quiet below this fraction of the clip's 95th-percentile envelope
 MIN_SILENCE = 3  # quiet frames (120 ms) that end a stretch of speech
 MIN_PRESENT = 0.5  # a track takes part in a stretch when its face is in at least this share of its frames
+SYNCNET_FRAMES = 50  # SyncNet scores a stretch's first 2 s at most (the frames are held in memory at full size)
 
 
 @dataclass(frozen=True)
 class Turn:
-    """Output frames ``first``..``last`` (inclusive) spoken by track ``track`` (-1: no face), with the
-    correlation ``score`` that chose it."""
+    """Output frames ``first``..``last`` (inclusive) spoken by track ``track`` (-1: no face), with the ``score``
+    that chose it, a correlation (``measure`` ``"r"``) or SyncNet's confidence (``"LSE-C"``)."""
 
     first: int
     last: int
     track: int
     score: float
+    measure: str = "r"
 
     def __str__(self) -> str:
         who = f"track {self.track}" if self.track >= 0 else "no face"
-        return f"{who} in frames {self.first}-{self.last} (r={self.score:.2f})"
+        return f"{who} in frames {self.first}-{self.last} ({self.measure}={self.score:.2f})"
 
 
 def envelope(waveform: np.ndarray, n_frames: int) -> np.ndarray:
     """(n_frames,) RMS loudness of a 16 kHz waveform per 25 fps output frame."""
     hop = SAMPLE_RATE // FPS
-    wave = np.zeros(n_frames * hop, dtype=np.float32)
     part = np.asarray(waveform, dtype=np.float32)[: n_frames * hop]
-    wave[: len(part)] = part
+    wave = np.pad(part, (0, n_frames * hop - len(part)))
     return np.sqrt((wave.reshape(n_frames, hop) ** 2).mean(axis=1))
 
 
@@ -83,52 +101,77 @@ def mouth_signal(track: Track, n_frames: int) -> np.ndarray:
     return out
 
 
-def _corr(a: np.ndarray, b: np.ndarray) -> float:
-    a, b = a - a.mean(), b - b.mean()
-    den = float(np.sqrt((a * a).sum() * (b * b).sum()))
-    return float(abs((a * b).sum()) / den) if den > 0 else 0.0
-
-
-def speaker_schedule(tracks: FaceTracks, env: np.ndarray, source_of: np.ndarray) -> tuple[np.ndarray, list[Turn]]:
+def speaker_schedule(tracks: FaceTracks, env: np.ndarray, source_of: np.ndarray,
+                     scorer: Scorer | None = None) -> tuple[np.ndarray, list[Turn]]:
     """Who speaks: per source frame the track to repaint (-1: none), and the turns per output frame.
 
     Args:
         tracks: The clip's face tracks (their ``mouths`` patches).
         env: (T,) loudness per output frame (:func:`envelope`).
         source_of: (T,) the source frame each output frame shows.
+        scorer: Decides a stretch with two or more candidate tracks when it gives scores (:data:`Scorer`).
     """
     signals = {t.number: mouth_signal(t, tracks.n_frames)[source_of] for t in tracks}
     cut_frames = set(tracks.cuts)
     boundaries = {t for t in range(1, len(source_of)) if int(source_of[t]) in cut_frames}
     turns: list[Turn] = []
     for first, last in stretches(env, boundaries):
-        best, best_score = -1, -1.0
+        scores, measure = {}, "r"
         for number, signal in signals.items():
             part = signal[first:last + 1]
             present = np.isfinite(part)
-            if present.mean() < MIN_PRESENT or present.sum() < 3:
-                continue
-            score = _corr(part[present], env[first:last + 1][present])
-            if score > best_score:
-                best, best_score = number, score
-        turns.append(Turn(first, last, best, max(best_score, 0.0)))
+            if present.mean() >= MIN_PRESENT and present.sum() >= 3:
+                scores[number] = abs(pearson(part[present], env[first:last + 1][present]))
+        confidences = scorer([tracks[n] for n in scores], first, source_of[first:last + 1]) \
+            if scorer is not None and len(scores) > 1 else None
+        if confidences is not None:
+            scores, measure = dict(zip(scores, confidences, strict=True)), "LSE-C"
+        best = max(scores, key=scores.__getitem__, default=-1)
+        turns.append(Turn(first, last, best, max(scores.get(best, 0.0), 0.0), measure))
     per_output = np.full(len(source_of), turns[0].track if turns else -1, dtype=np.int64)
     for turn in turns:  # a turn lasts until the next one starts (quiet frames keep the speaker)
         per_output[turn.first:] = turn.track
     schedule = np.full(tracks.n_frames, -1, dtype=np.int64)
-    seen = np.zeros(tracks.n_frames, dtype=bool)
-    for t, src in enumerate(source_of):  # a source frame shown twice (ping-pong) keeps its first speaker
-        if not seen[src]:
-            schedule[src], seen[src] = per_output[t], True
+    shown, first_shown = np.unique(source_of, return_index=True)  # a frame shown twice keeps its first speaker
+    schedule[shown] = per_output[first_shown]
     return schedule, turns
 
 
+def syncnet_scorer(video: Any, waveform: np.ndarray, weights_dir: str | os.PathLike | None = None,
+                   device: Any = None) -> Scorer | None:
+    """A :data:`Scorer` giving each candidate track's SyncNet LSE-C over a stretch's first 2 s: its boxes (gaps
+    interpolated) cut into the published protocol's crops of those frames of ``video``, against the MFCCs of the
+    16 kHz ``waveform`` (:func:`nbhelpers.quality.sync.score_crops`). None when ``weights_dir`` (None: the default)
+    lacks ``syncnet/syncnet_v2.model``. A stretch under 6 frames, or a track missing from more than 25 frames in a
+    row of it, leaves the stretch to the correlation."""
+    root = Path(weights_dir).expanduser() if weights_dir is not None else weights.default_dir()
+    if not (root / SYNCNET_FILE).is_file():
+        return None
+    model, cc = load_syncnet(root, device), mfcc(np.asarray(waveform, dtype=np.float32), SAMPLE_RATE)
+
+    def score(candidates: list[Track], first: int, sources: np.ndarray) -> list[float] | None:
+        sources = np.asarray(sources[:SYNCNET_FRAMES])
+        frames, out = frames_at(video, sources.tolist()), []
+        for track in candidates:
+            pos = np.minimum(np.searchsorted(track.frames, sources), len(track) - 1)
+            boxes = np.where((track.frames[pos] == sources)[:, None], track.boxes[pos], np.nan)
+            try:  # InputError: under 6 frames, or a gap of more than 25
+                crops = protocol_crops(frames, smooth_face_boxes(boxes))
+                out.append(score_crops(crops, cc[:, 4 * first:], model).lse_c)
+            except (InputError, NoFaceError):
+                return None
+        return out
+
+    return score
+
+
 def choose_face(config: InferenceConfig, find: Callable[[], FaceTracks], waveform: np.ndarray | None = None,
-                n_out: int = 0) -> tuple[InferenceConfig, np.ndarray | None, list[Turn]]:
+                n_out: int = 0, scorer: Scorer | None = None) -> tuple[InferenceConfig, np.ndarray | None, list[Turn]]:
     """Settle what a job's tracker cannot settle frame by frame, with ``find()`` (one detector pass over the video)
     only when needed: a point or box in a later frame than 0 becomes its track number; ``"speaker"`` (with the
-    16 kHz ``waveform`` of ``n_out`` output frames) becomes a schedule per source frame and its turns, recorded in
-    ``config.reasons["face"]``. Returns ``(config, schedule or None, turns)``."""
+    16 kHz ``waveform`` of ``n_out`` output frames, and ``scorer`` for :func:`speaker_schedule`) becomes a schedule
+    per source frame and its turns, recorded in ``config.reasons["face"]``. Returns ``(config, schedule or None,
+    turns)``."""
     choice = parse_face(config.face)
     if choice.kind in ("point", "box") and choice.frame > 0:
         number = find().select(choice)
@@ -139,6 +182,6 @@ def choose_face(config: InferenceConfig, find: Callable[[], FaceTracks], wavefor
         return config, None, []
     tracks = find()
     source_of = np.asarray(cycle_index(np.arange(n_out), tracks.n_frames))
-    schedule, turns = speaker_schedule(tracks, envelope(waveform, n_out), source_of)
+    schedule, turns = speaker_schedule(tracks, envelope(waveform, n_out), source_of, scorer)
     config.reasons["face"] = "speaker: " + "; ".join(map(str, turns))
     return config, schedule, turns

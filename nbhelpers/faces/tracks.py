@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import base64
 import html
-import struct
-import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -134,12 +132,7 @@ class FaceTracks:
 
     def at(self, frame: int) -> list[tuple[int, np.ndarray]]:
         """``(track number, box)`` of every face in ``frame``."""
-        out = []
-        for t in self.tracks:
-            box = t.box_at(frame)
-            if box is not None:
-                out.append((t.number, box))
-        return out
+        return [(t.number, box) for t in self.tracks if (box := t.box_at(frame)) is not None]
 
     def select(self, face: Any) -> int:
         """The track number a face choice (:func:`nbhelpers.config.parse_face`) names.
@@ -165,30 +158,17 @@ class FaceTracks:
     def __repr__(self) -> str:
         return self.summary()
 
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        printer.text(self.summary())
-
     def _repr_html_(self) -> str:
+        import cv2
+
         cells = []
         for t in self.tracks:
             colour = COLOURS[t.number % len(COLOURS)]
-            src = "data:image/png;base64," + base64.b64encode(png_bytes(t.thumbnail[:, :, ::-1])).decode()
+            src = "data:image/png;base64," + base64.b64encode(cv2.imencode(".png", t.thumbnail)[1]).decode()
             cells.append(f'<figure style="display:inline-block;margin:4px;text-align:center">'
                          f'<img src="{src}" width="{THUMB_SHOW}" style="border:3px solid {colour}">'
                          f'<figcaption>{html.escape(t.describe())}</figcaption></figure>')
         return f"<div><pre>{html.escape(self.summary().splitlines()[0])}</pre>{''.join(cells)}</div>"
-
-
-def png_bytes(rgb: np.ndarray) -> bytes:
-    """A (H, W, 3) uint8 RGB image as PNG bytes (stdlib only)."""
-    h, w = rgb.shape[:2]
-    raw = b"".join(b"\x00" + np.ascontiguousarray(rgb[y]).tobytes() for y in range(h))
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
-
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
-            + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
 
 
 def pick_at(choice: FaceChoice, faces: list[tuple[int, np.ndarray]], frame: int, listing: str) -> int:
@@ -219,11 +199,9 @@ def pick_at(choice: FaceChoice, faces: list[tuple[int, np.ndarray]], frame: int,
 
 
 @dataclass
-class _Live:
+class _Live:  # a track being linked; its last box and frame are the ends of boxes and frames
     number: int
-    box: np.ndarray
     signature: np.ndarray
-    last: int
     frames: list[int] = field(default_factory=list)
     boxes: list[np.ndarray] = field(default_factory=list)
     scores: list[float] = field(default_factory=list)
@@ -254,11 +232,11 @@ class TrackLinker:
             n_frames, grey, n_cuts, live = self._marks[frame]
             self.n_frames, self._grey, self._cuts = n_frames, grey, self._cuts[:n_cuts]
             self._tracks = self._tracks[:len(live)]
-            for t, (box, signature, last, n, thumb, thumb_side) in zip(self._tracks, live, strict=True):
-                t.box, t.signature, t.last, t.thumb, t.thumb_side = box, signature, last, thumb, thumb_side
+            for t, (signature, n, thumb, thumb_side) in zip(self._tracks, live, strict=True):
+                t.signature, t.thumb, t.thumb_side = signature, thumb, thumb_side
                 del t.frames[n:], t.boxes[n:], t.scores[n:], t.mouths[n:]
         elif frame == self.n_frames:
-            live = [(t.box, t.signature, t.last, len(t.frames), t.thumb, t.thumb_side) for t in self._tracks]
+            live = [(t.signature, len(t.frames), t.thumb, t.thumb_side) for t in self._tracks]
             self._marks = {frame: (self.n_frames, self._grey, len(self._cuts), live)}
 
     def add(self, frame: np.ndarray, dets: np.ndarray) -> np.ndarray:
@@ -279,27 +257,23 @@ class TrackLinker:
         sigs = {k: signature(frame, dets[k]) for k in keep}
         pairs = []
         for t in self._tracks:
-            gap = index - t.last
+            gap = index - t.frames[-1]
             if gap > MAX_GAP:
                 continue
             for k in keep:
                 distance = 1.0 - float(t.signature @ sigs[k])
-                overlap = iou(t.box, dets[k])
+                overlap = iou(t.boxes[-1], dets[k])
                 if (overlap < IOU_MIN if gap == 1 and not cut else distance > APPEARANCE_MAX):
                     continue  # next frame: boxes overlap; over a cut or a gap: faces look alike
                 pairs.append((distance + (0.0 if cut else IOU_WEIGHT * (1.0 - overlap)), t.number, k))
-        used_t: set[int] = set()
-        for _, number, k in sorted(pairs):
-            if number in used_t or numbers[k] >= 0:
-                continue
-            used_t.add(number)
-            numbers[k] = number
+        for _, number, k in sorted(pairs):  # the closest pairs first, each track and detection once
+            if numbers[k] < 0 and number not in numbers:
+                numbers[k] = number
         for k in sorted(keep, key=lambda k: (dets[k, 0], dets[k, 1])):  # new tracks numbered left to right
             if numbers[k] < 0:
                 numbers[k] = len(self._tracks)
-                self._tracks.append(_Live(number=len(self._tracks), box=dets[k, :4], signature=sigs[k], last=index))
+                self._tracks.append(_Live(number=len(self._tracks), signature=sigs[k]))
             t = self._tracks[numbers[k]]
-            t.box, t.last = dets[k, :4], index
             t.signature = _unit((t.signature + sigs[k]).reshape(THUMB, THUMB, 3))
             t.frames.append(index)
             t.boxes.append(dets[k, :4].copy())

@@ -12,9 +12,10 @@ import numpy as np
 
 from .. import weights
 from ..errors import InputError, NoFaceError
+from ..faces.boxes import single_box
 from ..faces.registry import S3FD_FILE, get_backend
 from ..faces.s3fd import S3FD
-from .clip import frame_batches
+from .clip import frame_batches, frame_count
 
 __all__ = ["detect_boxes", "given_boxes", "protocol_crops", "smooth_face_boxes"]
 
@@ -134,14 +135,13 @@ def detect_boxes(video: Any, detector: str, weights_dir: Any, device: Any) -> tu
     return np.asarray(rows, dtype=np.float64).reshape(-1, 4), str(getattr(backend, "name", detector)), notes
 
 
-def given_boxes(boxes: Any, n_frames: int | None) -> np.ndarray:
-    """(N, 4) float boxes from ``boxes=``: one box repeated over the ``n_frames`` frames, or one row per frame
-    (rows of -1 become NaN, no face)."""
-    b = np.asarray(boxes, dtype=np.float64)
+def given_boxes(boxes: Any, video: Any) -> np.ndarray:
+    """(N, 4) float boxes from ``boxes=``: one box (bare, or a list or (1, 4) array holding just it, as for the
+    lip-sync jobs) repeated over the frames of ``video``, or one row per frame (rows of -1 become NaN, no face)."""
+    one = single_box(boxes)
+    b = np.asarray(boxes if one is None else one, dtype=np.float64)
     if b.shape == (4,):
-        if n_frames is None:
-            raise InputError("one box for the clip needs the frame count; pass one box per frame instead.")
-        return np.tile(b, (n_frames, 1))
+        return np.tile(b, (frame_count(video), 1))
     if b.ndim != 2 or b.shape[1] != 4:
         raise InputError(f"boxes must be one (x1, y1, x2, y2) or (N, 4) per frame; got shape {b.shape}.")
     b = b.copy()

@@ -75,9 +75,6 @@ class MouthAudioLag:
     def __repr__(self) -> str:
         return self.summary()
 
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        printer.text(self.summary())
-
 
 def mouth_opening(landmarks: np.ndarray) -> np.ndarray:
     """Inner-lip opening per frame in face-size units, (N,) float64 from 0 (closed) to about 0.5 (wide open).
@@ -139,7 +136,7 @@ def _highpass(x: np.ndarray, frames: int = HIGHPASS_FRAMES) -> np.ndarray:
     return x - num / den
 
 
-def _pearson(a: np.ndarray, b: np.ndarray) -> float:
+def pearson(a: np.ndarray, b: np.ndarray) -> float:
     a = a - a.mean()
     b = b - b.mean()
     den = math.sqrt(float(a @ a) * float(b @ b))
@@ -151,7 +148,7 @@ def _effective_n(a: np.ndarray, b: np.ndarray, max_k: int) -> float:
     n = a.shape[0]
     total = 1.0
     for k in range(1, min(max_k, n - 2) + 1):
-        total += 2.0 * _pearson(a[:-k], a[k:]) * _pearson(b[:-k], b[k:])
+        total += 2.0 * pearson(a[:-k], a[k:]) * pearson(b[:-k], b[k:])
     return max(3.0 + 1e-9, n / max(total, 1.0))
 
 
@@ -210,16 +207,11 @@ def mouth_audio_lag(video: Any, audio: Any = None, *, track: Any = None, backend
     if track is None:
         check_video(video)
     samples = audio_samples(video, audio)
-    name = ""
     if track is None:
         announce_cpu_tracking(video, backend, device)
         track = track_faces(video, backend=backend, weights_dir=weights_dir, device=device)
-    if hasattr(track, "landmarks"):
-        name = str(getattr(track, "backend", ""))
-        landmarks = np.asarray(track.landmarks)
-    else:
-        landmarks = np.asarray(track)
-    mouth = mouth_opening(landmarks)
+    name = str(getattr(track, "backend", "")) if hasattr(track, "landmarks") else ""
+    mouth = mouth_opening(np.asarray(getattr(track, "landmarks", track)))
     n = mouth.shape[0]
     max_lag = max(1, min(MAX_LAG, (n - 10) // 2)) if max_lag is None else max_lag
     if n < 2 * max_lag + 10:
@@ -236,7 +228,7 @@ def mouth_audio_lag(video: Any, audio: Any = None, *, track: Any = None, backend
     a, b = _highpass(filled), _highpass(env_ext)[HIGHPASS_FRAMES:-HIGHPASS_FRAMES]
     env_ext = env_ext[HIGHPASS_FRAMES:-HIGHPASS_FRAMES]
     lags = np.arange(-max_lag, max_lag + 1)
-    corr = np.array([_pearson(a, b[max_lag + int(L):max_lag + int(L) + n]) for L in lags])
+    corr = np.array([pearson(a, b[max_lag + int(L):max_lag + int(L) + n]) for L in lags])
     k = int(np.argmax(corr))
     peak = float(corr[k])
     side = corr[np.abs(lags - lags[k]) > SIDELOBE_GUARD]

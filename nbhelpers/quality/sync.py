@@ -11,13 +11,12 @@ import numpy as np
 
 from ..constants import FPS, SAMPLE_RATE
 from ..errors import InputError
-from ..faces.boxes import single_box
-from .clip import audio_samples, check_video, frame_batches, frame_count
+from .clip import audio_samples, check_video, frame_batches
 from .crops import CROP_SIDE, detect_boxes, given_boxes, protocol_crops, smooth_face_boxes
 from .mfcc import mfcc
 from .syncnet import SyncEmbedder, load_syncnet
 
-__all__ = ["VSHIFT", "SyncScore", "score_embeddings", "sync_score"]
+__all__ = ["VSHIFT", "SyncScore", "score_crops", "score_embeddings", "sync_score"]
 
 VSHIFT = 15  # frames: offsets searched are -VSHIFT..+VSHIFT (run_syncnet.py --vshift 15)
 STACK_FRAMES = 5  # video frames per SyncNet input window (0.2 s at 25 fps)
@@ -72,9 +71,6 @@ class SyncScore:
 
     def __repr__(self) -> str:
         return self.summary()
-
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        printer.text(self.summary())
 
 
 def score_embeddings(video_embeddings: np.ndarray, audio_embeddings: np.ndarray, vshift: int = VSHIFT, *,
@@ -150,42 +146,41 @@ def sync_score(video: Any, audio: Any = None, *, model: SyncEmbedder | None = No
     if not isinstance(embedder, SyncEmbedder):
         raise InputError(f"model must have embed_video(stacks) and embed_audio(windows); got {type(model).__name__}.")
 
-    notes: list[str] = []
-    if boxes is not None:
-        # one box for the clip: bare, or a list or (1, 4) array holding just it, as for the lip-sync jobs
-        one = single_box(boxes)
-        face_boxes = given_boxes(boxes, None) if one is None else given_boxes(one, frame_count(video))
-        used = "boxes"
-    else:
-        face_boxes, used, notes = detect_boxes(video, detector, weights_dir, device)
+    face_boxes, used, notes = (given_boxes(boxes, video), "boxes", []) if boxes is not None else detect_boxes(
+        video, detector, weights_dir, device)
     squares = smooth_face_boxes(face_boxes)
     n_frames = squares.shape[0]
 
-    cc = mfcc(samples, SAMPLE_RATE)
     n = min(n_frames, samples.shape[0] // SAMPLES_PER_FRAME)
-    n_windows = n - STACK_FRAMES
-    if n_windows < 1:
+    if n - STACK_FRAMES < 1:
         raise InputError(f"the clip is too short to score: {n_frames} frames and {samples.shape[0] / SAMPLE_RATE:.2f}"
-                         f" s of audio give {max(0, n_windows)} windows; SyncNet needs at least 6 frames and 0.24 s.")
+                         f" s of audio give {max(0, n - STACK_FRAMES)} windows; SyncNet needs at least 6 frames and "
+                         "0.24 s.")
     if abs(n_frames / FPS - samples.shape[0] / SAMPLE_RATE) > 1.0 / FPS:
         notes.append(f"video ({n_frames / FPS:.2f} s) and audio ({samples.shape[0] / SAMPLE_RATE:.2f} s) lengths "
                      f"differ; the first {n / FPS:.2f} s are scored")
-    need = MFCC_PER_FRAME * (n_windows - 1) + MFCC_WINDOW
-    if cc.shape[1] < need:  # cannot happen for L >= 640 n samples; kept as a guard
-        cc = np.pad(cc, ((0, 0), (0, need - cc.shape[1])))
-
-    # Crops for frames 0..n-1, kept as uint8 (224*224*3 bytes a frame), then windows in batches.
-    crops = np.empty((n, CROP_SIDE, CROP_SIDE, 3), np.uint8)
-    start = 0
+    crops, start = np.empty((n, CROP_SIDE, CROP_SIDE, 3), np.uint8), 0  # uint8: 224*224*3 bytes a frame
     for batch in frame_batches(video, 32):
-        if start >= n:
-            break
         take = batch[: n - start]
         crops[start:start + take.shape[0]] = protocol_crops(take, squares[start:start + take.shape[0]])
         start += take.shape[0]
+        if start >= n:
+            break
     if start < n:
         raise InputError(f"the video gave {start} frames, fewer than the {n} counted; it may be damaged.")
+    return score_crops(crops, mfcc(samples, SAMPLE_RATE), embedder, vshift, batch_size, detector=used, notes=notes)
 
+
+def score_crops(crops: np.ndarray, cc: np.ndarray, embedder: SyncEmbedder, vshift: int = VSHIFT,
+                batch_size: int = BATCH_WINDOWS, **recorded: Any) -> SyncScore:
+    """The :class:`SyncScore` of (n, 224, 224, 3) uint8 BGR protocol crops and the (13, T) MFCCs of their audio
+    (step ``4 i`` = frame ``i``): ``n - 5`` windows of 5 frames and 20 steps embedded ``batch_size`` at a time, then
+    :func:`score_embeddings` (``recorded``: its ``detector`` and ``notes``)."""
+    n_windows = crops.shape[0] - STACK_FRAMES
+    if n_windows < 1:
+        raise InputError(f"SyncNet needs at least 6 frames to score; got {crops.shape[0]}.")
+    need = MFCC_PER_FRAME * (n_windows - 1) + MFCC_WINDOW
+    cc = np.pad(cc, ((0, 0), (0, max(0, need - cc.shape[1]))))  # zero steps past the audio's end
     video_emb, audio_emb = [], []
     for i in range(0, n_windows, batch_size):
         idx = range(i, min(n_windows, i + batch_size))
@@ -194,4 +189,4 @@ def sync_score(video: Any, audio: Any = None, *, model: SyncEmbedder | None = No
         windows = np.stack([cc[:, MFCC_PER_FRAME * v:MFCC_PER_FRAME * v + MFCC_WINDOW] for v in idx])[:, None]
         video_emb.append(np.asarray(embedder.embed_video(stacks), dtype=np.float64))
         audio_emb.append(np.asarray(embedder.embed_audio(windows), dtype=np.float64))
-    return score_embeddings(np.concatenate(video_emb), np.concatenate(audio_emb), vshift, detector=used, notes=notes)
+    return score_embeddings(np.concatenate(video_emb), np.concatenate(audio_emb), vshift, **recorded)

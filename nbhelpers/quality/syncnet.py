@@ -19,6 +19,7 @@ __all__ = ["SYNCNET_FILE", "SyncEmbedder", "load_syncnet", "write_tiny_syncnet"]
 
 SYNCNET_FILE = "syncnet/syncnet_v2.model"  # relative to a weights dir; manifest entry "syncnet-v2", set "quality"
 INSTALL_TORCH = "pip install torch  (on Colab it is preinstalled; never reinstall it there)"
+DOWNLOAD_HINT = f"{weights.DOWNLOAD_COMMAND} --sets quality"
 
 
 @runtime_checkable
@@ -32,10 +33,6 @@ class SyncEmbedder(Protocol):
     def embed_video(self, stacks: np.ndarray) -> np.ndarray: ...
 
     def embed_audio(self, windows: np.ndarray) -> np.ndarray: ...
-
-
-def _download_hint() -> str:
-    return f"{weights.DOWNLOAD_COMMAND} --sets quality"
 
 
 def load_syncnet(weights_dir: str | os.PathLike | None = None, device: str | None = None) -> Any:
@@ -59,13 +56,13 @@ def load_syncnet(weights_dir: str | os.PathLike | None = None, device: str | Non
     path = root / SYNCNET_FILE
     if not path.is_file():
         raise WeightsError(f"the SyncNet weights are missing: {path}. LSE-D/LSE-C need the optional 'quality' "
-                           f"weight set (about 52 MB): run `{_download_hint()}` (or pass weights_dir= the folder "
+                           f"weight set (about 52 MB): run `{DOWNLOAD_HINT}` (or pass weights_dir= the folder "
                            "that holds syncnet/syncnet_v2.model). mouth_audio_lag needs no weights.")
     exp = weights.expected_facts(root, "syncnet-v2")
     state = models.load_checkpoint(path, trusted_sha256=exp.sha256, expected_size=None, mmap=False)
     if not isinstance(state, dict):
         raise CheckpointError(f"{path} holds a {type(state).__name__}, not a state dict of SyncNet v2 parameters; "
-                              f"delete it and run `{_download_hint()}`.")
+                              f"delete it and run `{DOWNLOAD_HINT}`.")
     with torch.device("meta"):
         net = network.SyncNetV2()
     state = dict(state)

@@ -7,6 +7,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -70,8 +71,7 @@ def compare_restore(before: Any, after: Any, title: str = "Face restoration: bef
         axes[1, col].imshow(preview.result[max(y1 - pad, 0):min(y2 + pad, h), max(x1 - pad, 0):min(x2 + pad, w), ::-1])
         axes[1, col].set_title(f"frame after paste-back, {name}")
     for ax in axes.flat:
-        ax.set_xticks([])
-        ax.set_yticks([])
+        ax.set(xticks=[], yticks=[])
     return Chart(fig)
 
 
@@ -95,8 +95,7 @@ def plot_timings(timings: Any, title: str = "Time per stage") -> Chart:
     y = np.arange(len(names))[::-1]
     ax.barh(y, seconds, color="#4c72b0")
     ax.set_yticks(y, names)
-    ax.set_xlabel("seconds")
-    ax.set_title(f"{title} (total {total:.2f} s)")
+    ax.set(xlabel="seconds", title=f"{title} (total {total:.2f} s)")
     for yi, s in zip(y, seconds, strict=True):
         share = 100 * s / total if total > 0 else 0.0
         ax.annotate(f" {s:.2f} s ({share:.0f}%)", (s, yi), va="center", fontsize=9)
@@ -113,10 +112,12 @@ def _zscore(x: np.ndarray) -> np.ndarray:
     return (x - x[ok].mean()) / (sd if sd > 0 else 1.0)
 
 
-def plot_sync(lag: Any, score: Any = None, title: str = "Does the mouth follow the voice?") -> Chart:
+def plot_sync(lag: Any, score: Any = None, title: str = "Does the mouth follow the voice?", *,
+              turns: Any = None) -> Chart:
     """Chart a :class:`nbhelpers.quality.MouthAudioLag` ``lag``: both curves over time (z scores), and the correlation
     per lag with, given a :class:`~nbhelpers.quality.SyncScore` ``score``, its mean distance per offset on the same
-    scale (audio delay = -offset). InputError when ``lag`` lacks a MouthAudioLag's fields.
+    scale (audio delay = -offset). ``turns`` (a ``face="speaker"`` result or its ``turns``) shade each speaker's
+    output frames in the track's colour with its number. InputError when ``lag`` lacks a MouthAudioLag's fields.
     """
     try:
         mouth, env = np.asarray(lag.mouth, float), np.asarray(lag.envelope, float)
@@ -129,17 +130,19 @@ def plot_sync(lag: Any, score: Any = None, title: str = "Does the mouth follow t
     t = np.arange(mouth.shape[0]) / float(fps)
     top.plot(t, _zscore(mouth), color="#c44e52", lw=1.0, label="mouth opening (inner lips / eye width)")
     top.plot(t, _zscore(env), color="#4c72b0", lw=1.0, alpha=0.8, label="speech envelope (log RMS)")
-    top.set_xlabel("seconds")
-    top.set_ylabel("z score")
+    top.set(xlabel="seconds", ylabel="z score", title=title)
     top.legend(loc="upper right", fontsize=8)
-    top.set_title(title)
+    for turn in getattr(turns, "turns", turns) or ():
+        colour = TRACK_COLOURS[turn.track % len(TRACK_COLOURS)] if turn.track >= 0 else "0.6"
+        top.axvspan(turn.first / fps, (turn.last + 1) / fps, color=colour, alpha=0.2, lw=0)
+        top.text(turn.first / fps, 1.0, f" {turn.track}" if turn.track >= 0 else " -", color=colour, va="top",
+                 fontsize=8, fontweight="bold", transform=top.get_xaxis_transform())
     bottom.plot(lags, corr, color="#55a868", marker=".", label="correlation r")
     bottom.axvline(best, color="#55a868", ls="--", lw=0.8)
     bottom.annotate(f" lag {best:+d} frames, r {float(np.max(corr)):.2f}", (best, float(np.max(corr))),
                     fontsize=8, va="bottom")
     bottom.axhline(0, color="0.6", lw=0.5)
-    bottom.set_xlabel("lag, frames (+ = sound after mouth)")
-    bottom.set_ylabel("r")
+    bottom.set(xlabel="lag, frames (+ = sound after mouth)", ylabel="r")
     if callable(getattr(lag, "summary", None)):
         bottom.set_title(lag.summary(), fontsize=7, wrap=True)
     if score is not None:
@@ -226,12 +229,6 @@ def _track_array(track: Any, names: Sequence[str]) -> np.ndarray | None:
     return None
 
 
-@dataclass(frozen=True)
-class _Material:
-    mask: np.ndarray
-    square: Any
-
-
 def _track_masks(track: Any, has_face: np.ndarray | None) -> list[Any] | None:
     """Per-frame blend masks of an avatar-like object (``materials``, or ``masks`` with ``squares``)."""
     materials = getattr(track, "materials", None)
@@ -242,7 +239,7 @@ def _track_masks(track: Any, has_face: np.ndarray | None) -> list[Any] | None:
         return None
     masks = list(masks)
     if squares is not None:
-        masks = [_Material(m, s) for m, s in zip(masks, squares, strict=True)]
+        masks = [SimpleNamespace(mask=m, square=s) for m, s in zip(masks, squares, strict=True)]
     if has_face is not None and len(masks) == int(has_face.sum()) != len(has_face):
         it = iter(masks)  # one mask per frame with a face: spread them over the frames
         masks = [next(it) if face else None for face in has_face]
@@ -287,9 +284,7 @@ def plot_faces(frames: Any, track: Any = None, *, indices: Sequence[int] | None 
     Raises:
         InputError: No frames, or an index out of range.
     """
-    every = track if isinstance(track, FaceTracks) else getattr(track, "tracks", None)
-    if isinstance(track, FaceTracks):
-        track = None
+    every, track = (track, None) if isinstance(track, FaceTracks) else (getattr(track, "tracks", None), track)
     boxes = _track_array(track, ("crop_boxes", "boxes")) if boxes is None else np.asarray(boxes)
     landmarks = _track_array(track, ("landmarks",)) if landmarks is None else np.asarray(landmarks)
     has_face = _track_array(track, ("has_face",))
@@ -304,6 +299,8 @@ def plot_faces(frames: Any, track: Any = None, *, indices: Sequence[int] | None 
     indices = [int(i) for i in indices]
     if not indices or min(indices) < 0 or (n_known and max(indices) >= n_known):
         raise InputError(f"indices must be frame numbers in 0..{n_known - 1}; got {indices}.")
+    from matplotlib.patches import Rectangle
+
     images = _frames_at(frames, indices)
     aspect = images[0].shape[0] / images[0].shape[1]
     fig = _figure(width_in * len(images), width_in * aspect + 0.5)
@@ -312,19 +309,12 @@ def plot_faces(frames: Any, track: Any = None, *, indices: Sequence[int] | None 
         ax.imshow(frame[:, :, ::-1])  # BGR -> RGB for display
         face = True if has_face is None else bool(has_face[i])
         mask = _full_mask(masks[i], frame.shape[:2]) if masks is not None and i < len(masks) else None
-        if mask is not None:
-            overlay = np.zeros((*frame.shape[:2], 4), np.float32)
-            overlay[..., 0] = 1.0
-            overlay[..., 3] = 0.45 * mask
-            ax.imshow(overlay)
+        if mask is not None:  # red, 45 % opaque where the mask is 1
+            ax.imshow(np.dstack([np.ones_like(mask), np.zeros_like(mask), np.zeros_like(mask), 0.45 * mask]))
         if face and boxes is not None:
             x1, y1, x2, y2 = (float(v) for v in boxes[i])
-            from matplotlib.patches import Rectangle
-
             ax.add_patch(Rectangle((x1, y1), x2 - x1, y2 - y1, fill=False, edgecolor="#00e000", linewidth=1.5))
         for number, box in every.at(i) if every is not None else ():
-            from matplotlib.patches import Rectangle
-
             colour = TRACK_COLOURS[number % len(TRACK_COLOURS)]
             ax.add_patch(Rectangle((box[0], box[1]), box[2] - box[0], box[3] - box[1], fill=False, edgecolor=colour,
                                    linewidth=1.5, linestyle="--"))
