@@ -28,8 +28,7 @@ COLAB_GPU_STEPS = "Runtime > Change runtime type > T4 GPU > Save, then run the n
 
 
 def colab_gpu_steps() -> str:
-    """:data:`COLAB_GPU_STEPS` in a notebook's kernel; in a script or a command (no kernel), what to run again is
-    the script or command, not a notebook."""
+    """:data:`COLAB_GPU_STEPS`; outside a notebook's kernel it says to run the script or command again."""
     if "ipykernel" in sys.modules:
         return COLAB_GPU_STEPS
     return COLAB_GPU_STEPS.replace("run the notebook again from the top", "run it again")
@@ -102,8 +101,7 @@ class GpuReport:
 
     @property
     def outside_torch_gib(self) -> float | None:
-        """GPU memory outside this process's torch allocator (CUDA context + other processes), GiB; None when unknown.
-        """
+        """GPU memory outside this process's torch allocator (CUDA context + other processes), GiB, or None."""
         if self.total_gib is None or self.free_gib is None:
             return None
         return max(0.0, self.total_gib - self.free_gib - self.reserved_gib)
@@ -131,7 +129,8 @@ class GpuReport:
             raise MissingDependencyError(
                 "torch is not installed, so nothing can run. On Colab torch is preinstalled: restart the runtime "
                 "(Runtime > Restart session). Elsewhere install it first, e.g.:\n    pip install torch")
-        allow_cpu = _env_flag("NBHELPERS_ALLOW_CPU") if allow_cpu is None else allow_cpu
+        if allow_cpu is None:
+            allow_cpu = os.environ.get("NBHELPERS_ALLOW_CPU", "").strip().lower() in ("1", "true", "yes", "on")
         if allow_cpu:
             return self
         why = "; ".join(self.notes) if self.notes else "torch.cuda.is_available() is False"
@@ -181,8 +180,7 @@ class GpuReport:
         else:
             rows.append(("host RAM", "unknown"))
         rows.append(("runtime", "Google Colab" if self.colab else "not Colab"))
-        for note in self.notes:
-            rows.append(("note", note))
+        rows += [("note", note) for note in self.notes]
         if self.verdict:
             rows.append(("verdict", self.verdict))
         return rows
@@ -276,10 +274,10 @@ def check_device(device: str | None) -> None:
 
 
 def _device_index(device: str | int | None) -> int | None:
-    if device is None or isinstance(device, bool):
-        if isinstance(device, bool):
-            raise InputError(f"device must be None, a CUDA index or 'cuda:N'; got {device!r}.")
+    if device is None:
         return None
+    if isinstance(device, bool):
+        raise InputError(f"device must be None, a CUDA index or 'cuda:N'; got {device!r}.")
     if isinstance(device, int):
         if device < 0:
             raise InputError(f"device must be a CUDA index >= 0; got {device!r}.")
@@ -348,12 +346,11 @@ def _driver_info(uuid: str | None, index: int | None, notes: list[str]) -> dict[
 
 
 def _same_uuid(a: str | None, b: str | None) -> bool:
-    if not a or not b:
-        return False
-    def norm(u: str) -> str:
-        u = u.strip().lower()
-        return u[4:] if u.startswith("gpu-") else u
-    return norm(a) == norm(b)
+    return bool(a and b) and a.strip().lower().removeprefix("gpu-") == b.strip().lower().removeprefix("gpu-")
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 @contextlib.contextmanager
@@ -385,8 +382,7 @@ def _nvml_info(uuid: str | None, index: int | None, notes: list[str]) -> dict[st
 def _nvml_query(pynvml, uuid: str | None, index: int | None, notes: list[str]) -> dict[str, Any]:
     info: dict[str, Any] = {"source": "nvml"}
     try:
-        driver = pynvml.nvmlSystemGetDriverVersion()
-        info["driver_version"] = driver.decode() if isinstance(driver, bytes) else str(driver)
+        info["driver_version"] = _text(pynvml.nvmlSystemGetDriverVersion())
         handle = None
         if uuid:
             for candidate in (uuid, f"GPU-{uuid}"):
@@ -396,8 +392,7 @@ def _nvml_query(pynvml, uuid: str | None, index: int | None, notes: list[str]) -
                 except Exception:  # noqa: BLE001
                     continue
         handle = pynvml.nvmlDeviceGetHandleByIndex(index or 0) if handle is None else handle
-        name = pynvml.nvmlDeviceGetName(handle)
-        info["name"] = name.decode() if isinstance(name, bytes) else str(name)
+        info["name"] = _text(pynvml.nvmlDeviceGetName(handle))
         mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
         info["total_gib"], info["free_gib"] = mem.total / GIB, mem.free / GIB
         me = os.getpid()
@@ -407,8 +402,7 @@ def _nvml_query(pynvml, uuid: str | None, index: int | None, notes: list[str]) -
                 continue
             used = getattr(p, "usedGpuMemory", None)
             try:
-                pname = pynvml.nvmlSystemGetProcessName(p.pid)
-                pname = pname.decode() if isinstance(pname, bytes) else str(pname)
+                pname = _text(pynvml.nvmlSystemGetProcessName(p.pid))
             except Exception:  # noqa: BLE001
                 pname = ""
             procs.append(GpuProcess(int(p.pid), os.path.basename(pname), None if used is None else used / GIB))
@@ -540,6 +534,3 @@ def _host_ram_gib() -> tuple[float | None, float | None]:
 def _in_colab() -> bool:
     return "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ
 
-
-def _env_flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
