@@ -25,7 +25,6 @@ from .modes import (
     SHARED_VIDEO,
     WORKBOOK_AUDIO,
     WORKBOOK_VIDEO,
-    _first_number,
     run_mode,
 )
 
@@ -65,15 +64,8 @@ def media_dir(mode: str | None = None) -> Path:
     return folder
 
 
-def _weights_path(mode: str, notes: list[str]) -> Path | None:
-    if mode == "ci":
-        return work_dir(mode) / "tiny-weights" / "models"
-    try:
-        return Path(weights.default_dir())
-    except (ImportError, AttributeError) as exc:
-        notes.append(f"nbhelpers.weights is not available ({exc})")
-        env = os.environ.get("NBHELPERS_WEIGHTS")
-        return Path(env) if env else None
+def _weights_path(mode: str) -> Path:
+    return work_dir(mode) / "tiny-weights" / "models" if mode == "ci" else weights.default_dir()
 
 
 def weights_dir(mode: str | None = None, *, download: bool = True) -> Path:
@@ -288,7 +280,7 @@ def media_seconds(path: str | os.PathLike) -> float:
     """
     from .. import media  # numpy
 
-    seconds = _first_number(media.probe(path), ("duration_s", "duration", "seconds"))
+    seconds = media.probe(path).duration_s
     if seconds is None:
         raise MediaError(f"{path} reports no duration.")
     return seconds

@@ -36,9 +36,8 @@ from .manifest import (
     Manifest,
     Source,
     WeightFile,
-    _html_table,
     _human,
-    _text_table,
+    _Report,
     default_dir,
 )
 from .verification import _check, _State
@@ -68,7 +67,7 @@ class DownloadRow:
 
 
 @dataclasses.dataclass(frozen=True)
-class DownloadReport:
+class DownloadReport(_Report):
     """The result of :func:`download` for the weights dir ``directory``, one :class:`DownloadRow` per file in ``rows``;
     HTML in notebooks, a text table elsewhere.
     """
@@ -94,23 +93,15 @@ class DownloadReport:
     _HEADERS = ("file", "action", "size", "seconds", "source", "note")
 
     def _rows(self) -> list[list[str]]:
-        return [[r.path, r.action, _human(r.size) if r.size is not None else "-", f"{r.seconds:.1f}", r.source,
-                 r.note] for r in self.rows]
+        return [[r.path, r.action, _human(r.size), f"{r.seconds:.1f}", r.source, r.note] for r in self.rows]
+
+    def _styles(self) -> list[str]:
+        return ["background:#fde0dc" if r.action == "failed" else "" for r in self.rows]
 
     def _summary(self) -> str:
         got = sum(r.action in ("downloaded", "replaced") for r in self.rows)
         return (f"{self.directory}: {len(self.rows)} files, {got} fetched ({_human(self.downloaded_bytes)}), "
                 f"{sum(r.action == 'present' for r in self.rows)} already present, {len(self.failed)} failed")
-
-    def __str__(self) -> str:
-        return self._summary() + "\n" + _text_table(self._HEADERS, self._rows())
-
-    def __repr__(self) -> str:
-        return str(self)
-
-    def _repr_html_(self) -> str:
-        styles = ["background:#fde0dc" if r.action == "failed" else "" for r in self.rows]
-        return _html_table(self._HEADERS, self._rows(), caption=self._summary(), row_styles=styles)
 
 
 class _Rejected(Exception):

@@ -40,9 +40,8 @@ from .manifest import (
     TRY_TINY,
     Manifest,
     WeightFile,
-    _html_table,
     _human,
-    _text_table,
+    _Report,
     default_dir,
     is_tiny,
     required_files,
@@ -175,7 +174,7 @@ _STATE_COLOURS = {OK: "", UNVERIFIABLE: "background:#fff8e1"}
 
 
 @dataclasses.dataclass(frozen=True)
-class VerifyReport:
+class VerifyReport(_Report):
     """The result of :func:`verify`: one :class:`FileCheck` per file in ``checks`` for the weights dir ``directory``,
     whether sha256 values were computed (``deep``) and whether it holds ``tiny`` test weights. Shows itself as a
     table.
@@ -213,18 +212,10 @@ class VerifyReport:
     _HEADERS = ("file", "size", "expected", "state", "detail", "fix")
 
     def _rows(self) -> list[list[str]]:
-        return [[c.path, _human(c.size) if c.size is not None else "-", c.expected, c.state, c.detail, c.fix]
-                for c in self.checks]
+        return [[c.path, _human(c.size), c.expected, c.state, c.detail, c.fix] for c in self.checks]
 
-    def __str__(self) -> str:
-        return self._summary() + "\n" + _text_table(self._HEADERS, self._rows())
-
-    def __repr__(self) -> str:
-        return str(self)
-
-    def _repr_html_(self) -> str:
-        styles = [_STATE_COLOURS.get(c.state, "background:#fde0dc") for c in self.checks]
-        return _html_table(self._HEADERS, self._rows(), caption=self._summary(), row_styles=styles)
+    def _styles(self) -> list[str]:
+        return [_STATE_COLOURS.get(c.state, "background:#fde0dc") for c in self.checks]
 
 
 def _set_arg(entry: WeightFile) -> str:
@@ -370,12 +361,10 @@ def job_files(version: str = "v15", landmark_backend: str = "auto", *, parsing: 
     """
     manifest = MANIFEST if manifest is None else manifest
     paths = required_files(version, parsing=parsing)  # raises InputError for an unknown version
-    if landmark_backend in _LANDMARK_SETS:
-        sets: tuple[str, ...] = _LANDMARK_SETS[landmark_backend]
-    elif landmark_backend == "auto":
+    if landmark_backend == "auto":
         sets = _auto_landmark_sets(Path(directory), manifest) if directory is not None else ()
-    elif landmark_backend in ("dlib", "boxes"):
-        sets = ()
+    elif landmark_backend in (*_LANDMARK_SETS, "dlib", "boxes"):
+        sets = _LANDMARK_SETS.get(landmark_backend, ())
     else:
         raise InputError(f"landmark_backend must be one of 'auto', 'dwpose', 'dwpose-onnx', 'mmpose', 'dlib', "
                          f"'boxes'; got {landmark_backend!r}.")
@@ -416,11 +405,7 @@ def check_job_files(directory: str | os.PathLike | None, version: str = "v15", l
     lines = [f"{len(bad)} weight file(s) this job needs under {root} are not usable (checked before any frame is "
              "read):"]
     lines += [f"  {c.path}: {c.state} - {c.detail}" for c in bad]
-    sets: list[str] = []
-    for c in bad:
-        for s in manifest.get(c.name).sets[:1]:
-            if s not in sets:
-                sets.append(s)
+    sets = dict.fromkeys(manifest.get(c.name).sets[0] for c in bad)
     states = {c.state for c in bad}
     notes = []
     if LFS_POINTER in states:
