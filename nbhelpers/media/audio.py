@@ -139,13 +139,8 @@ def load_audio(path, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
         return mono
     soxr = require("soxr", "pip install soxr")
     n_out = int(np.ceil(mono.shape[-1] * (float(sample_rate) / rate)))  # librosa.resample's fix_length size
-    out = soxr.resample(mono, rate, int(sample_rate), quality="soxr_hq")
-    out = np.asarray(out, dtype=np.float32)
-    if out.shape[0] > n_out:
-        out = out[:n_out]
-    elif out.shape[0] < n_out:
-        out = np.pad(out, (0, n_out - out.shape[0]))
-    return np.ascontiguousarray(out, dtype=np.float32)
+    out = np.asarray(soxr.resample(mono, rate, int(sample_rate), quality="soxr_hq"), dtype=np.float32)[:n_out]
+    return np.ascontiguousarray(np.pad(out, (0, n_out - out.shape[0])), dtype=np.float32)
 
 
 def audio_duration(path) -> float:

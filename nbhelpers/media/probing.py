@@ -188,9 +188,7 @@ def _rotation_cw(ccw_degrees: float) -> int:
     """ffmpeg's display-matrix angle (counter-clockwise) -> clockwise degrees in [0, 360), snapped to 90s."""
     cw = (-ccw_degrees) % 360.0
     snapped = round(cw / 90.0) * 90
-    if abs(cw - snapped) < 1.0:
-        return int(snapped) % 360
-    return int(round(cw)) % 360
+    return int(snapped if abs(cw - snapped) < 1.0 else round(cw)) % 360
 
 
 _STREAM_RE = re.compile(r"^\s*Stream #(\d+):(\d+)(?:\[[^\]]*\])?(?:\(([^)]*)\))?: (\w+): (.*)$")
@@ -355,13 +353,13 @@ def probe(path, count_frames: bool = True) -> MediaInfo:
             "file (not a web page or a partial download); re-export or re-download it.",
             args_list=args, stderr_tail=_tail(text))
     if count_frames and info.has_video and not info.is_image:
-        info = _replace(info, frame_count=_count_packets(exe, p, info.video_stream.index))
+        info = dataclasses.replace(info, frame_count=_count_packets(exe, p, info.video_stream.index))
     if info.is_image and info.width:
         orientation = _exif_orientation(p)
         if orientation != 1:
             stored_w, stored_h = info.video_stream.width, info.video_stream.height
             swap = orientation >= 5
-            info = _replace(info, exif_orientation=orientation, rotation=_EXIF_ROTATION[orientation],
+            info = dataclasses.replace(info, exif_orientation=orientation, rotation=_EXIF_ROTATION[orientation],
                             width=stored_h if swap else stored_w, height=stored_w if swap else stored_h)
     return info
 
@@ -382,10 +380,6 @@ def _exif_orientation(path: Path) -> int:
     except Exception:
         return 1
     return value if value in _EXIF_ROTATION else 1
-
-
-def _replace(info: MediaInfo, **changes) -> MediaInfo:
-    return dataclasses.replace(info, **changes)
 
 
 def _count_packets(exe: str, path: Path, stream_index: int) -> int | None:

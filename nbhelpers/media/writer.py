@@ -195,10 +195,8 @@ class VideoWriter:
             binary.
 
     Attributes:
-        path: Final output path.
         encoder: The :class:`EncoderChoice` when ``encoder`` was given, else None.
         frames_written: Frames accepted so far.
-        stall_timeout_s: The stall bound, seconds (None = none).
 
     Raises:
         InputError: Bad size, fps, crf, suffix, stall timeout or audio file, before ffmpeg starts.
@@ -325,13 +323,11 @@ class VideoWriter:
             self._send(memoryview(arr).cast("B"))
         except _Stalled as exc:
             raise self._stalled(f"took no frame data for {exc.seconds:g} s") from None
-        except (BrokenPipeError, ConnectionResetError, OSError, ValueError) as exc:
+        except (OSError, ValueError) as exc:  # BrokenPipeError, ConnectionResetError, a closed pipe
             if self._watchdog_fired:
                 raise self._stalled(f"took no frame data for {self.stall_timeout_s:g} s") from None
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):  # still running: abort() below kills it
                 self._proc.popen.wait(timeout=_KILL_WAIT_S)
-            except subprocess.TimeoutExpired:
-                pass  # it closed its input but keeps running: abort() below kills it
             ended = ""
             if self._proc.popen.returncode == 0:  # no error of its own: something outside stopped it
                 ended = (" It ended with exit status 0 before it had every frame: it was stopped from outside (a "
@@ -465,11 +461,9 @@ class VideoWriter:
             self.close()
 
     def __del__(self):  # pragma: no cover - GC safety net: never leave ffmpeg running or a partial file behind
-        try:
+        with contextlib.suppress(Exception):
             if getattr(self, "_result", None) is None:
                 self.abort()
-        except Exception:  # noqa: BLE001
-            pass
 
     def __repr__(self) -> str:
         state = "done" if self._result else ("closed" if self._closed else "open")
