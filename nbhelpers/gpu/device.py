@@ -1,6 +1,6 @@
 """The device report: what this runtime has (GPU, memory, driver, versions, host RAM) and the checks on it.
 
-Reads torch, NVML and ``nvidia-smi``, each optional; nothing here imports torch at module import.
+Reads torch and ``nvidia-smi``, each optional; nothing here imports torch at module import.
 :func:`nbhelpers.gpu.report` adds the plan's verdict to what :func:`read_report` reads.
 """
 
@@ -66,8 +66,8 @@ class GpuReport:
             memory excludes this process's CUDA context.
         reserved_gib, allocated_gib: What this process's torch allocator holds, and the part live tensors use, GiB.
         other_processes: Other processes the driver lists on this GPU; None when unknown.
-        other_processes_source: ``"nvml"``, ``"nvidia-smi"`` or ``"unknown"``.
-        memory_source: Where total/free came from: ``"torch"``, ``"nvml"``, ``"nvidia-smi"`` or ``"none"``.
+        other_processes_source: ``"nvidia-smi"`` or ``"unknown"``.
+        memory_source: Where total/free came from: ``"torch"``, ``"nvidia-smi"`` or ``"none"``.
         gpu_count: CUDA devices torch sees.
         driver_version, cuda_version, torch_version, python_version: Versions (torch's CUDA build), or None.
         host_ram_total_gib, host_ram_available_gib: Host RAM and what is available without swapping, GiB, or None.
@@ -292,7 +292,7 @@ def _device_index(device: str | int | None) -> int | None:
 
 
 def _read_torch_cuda(torch: Any, index: int | None, values: dict[str, Any], notes: list[str]) -> str | None:
-    """Fill the CUDA fields of ``values`` from torch; return the device UUID (for NVML) when known."""
+    """Fill the CUDA fields of ``values`` from torch; return the device UUID (to find it in nvidia-smi) when known."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -338,115 +338,30 @@ def _read_torch_cuda(torch: Any, index: int | None, values: dict[str, Any], note
     return uuid
 
 
-def _driver_info(uuid: str | None, index: int | None, notes: list[str]) -> dict[str, Any]:
-    """Driver version and other processes on the GPU from NVML (nvidia-ml-py), else ``nvidia-smi``, else {}."""
-    info = _nvml_info(uuid, index, notes)
-    info = _nvidia_smi_info(uuid, index, notes) if info is None else info
-    return info or {}
-
-
 def _same_uuid(a: str | None, b: str | None) -> bool:
     return bool(a and b) and a.strip().lower().removeprefix("gpu-") == b.strip().lower().removeprefix("gpu-")
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-@contextlib.contextmanager
-def _nvml(notes: list[str]):
-    """NVML (``pynvml``) started for the block and shut down after; None when missing or failing (why: in ``notes``)."""
-    try:
-        import pynvml
-    except Exception:  # noqa: BLE001 - not installed (the usual case) or broken
-        yield None
-        return
-    try:
-        pynvml.nvmlInit()
-    except Exception as exc:  # noqa: BLE001
-        notes.append(f"NVML could not start ({exc})")
-        yield None
-        return
-    try:
-        yield pynvml
-    finally:
-        with contextlib.suppress(Exception):
-            pynvml.nvmlShutdown()
-
-
-def _nvml_info(uuid: str | None, index: int | None, notes: list[str]) -> dict[str, Any] | None:
-    with _nvml(notes) as pynvml:
-        return None if pynvml is None else _nvml_query(pynvml, uuid, index, notes)
-
-
-def _nvml_query(pynvml, uuid: str | None, index: int | None, notes: list[str]) -> dict[str, Any]:
-    info: dict[str, Any] = {"source": "nvml"}
-    try:
-        info["driver_version"] = _text(pynvml.nvmlSystemGetDriverVersion())
-        handle = None
-        if uuid:
-            for candidate in (uuid, f"GPU-{uuid}"):
-                try:
-                    handle = pynvml.nvmlDeviceGetHandleByUUID(candidate)
-                    break
-                except Exception:  # noqa: BLE001
-                    continue
-        handle = pynvml.nvmlDeviceGetHandleByIndex(index or 0) if handle is None else handle
-        info["name"] = _text(pynvml.nvmlDeviceGetName(handle))
-        mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
-        info["total_gib"], info["free_gib"] = mem.total / GIB, mem.free / GIB
-        me = os.getpid()
-        procs = []
-        for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
-            if int(p.pid) == me:
-                continue
-            used = getattr(p, "usedGpuMemory", None)
-            try:
-                pname = _text(pynvml.nvmlSystemGetProcessName(p.pid))
-            except Exception:  # noqa: BLE001
-                pname = ""
-            procs.append(GpuProcess(int(p.pid), os.path.basename(pname), None if used is None else used / GIB))
-        info["processes"] = tuple(procs)
-    except Exception as exc:  # noqa: BLE001
-        notes.append(f"NVML query failed ({type(exc).__name__}: {exc})")
-    return info
-
-
 def free_memory_by_index(notes: list[str] | None = None) -> dict[int, float] | None:
     """``{physical index: free GiB}`` of the GPUs this process may use (``CUDA_VISIBLE_DEVICES`` as whole numbers),
-    read without CUDA from NVML or ``nvidia-smi``; empty without a GPU, None when neither answered (why: ``notes``).
+    read without CUDA from ``nvidia-smi``; empty without a GPU, None when it did not answer (why: ``notes``).
     """
     notes = [] if notes is None else notes
-    free = _nvml_free(notes)
-    if free is None:
-        exe = shutil.which("nvidia-smi")
-        rows = _run_nvidia_smi(exe, "gpu=index,memory.free", notes) if exe else None
-        if rows is None:
-            return None
-        free = {}
-        for row in rows:
-            index, mib = (_number(row[0]), _number(row[1])) if len(row) >= 2 else (None, None)
-            if index is not None and mib is not None:
-                free[int(index)] = mib / 1024
+    exe = shutil.which("nvidia-smi")
+    rows = _run_nvidia_smi(exe, "gpu=index,memory.free", notes) if exe else None
+    if rows is None:
+        return None
+    free = {}
+    for row in rows:
+        index, mib = (_number(row[0]), _number(row[1])) if len(row) >= 2 else (None, None)
+        if index is not None and mib is not None:
+            free[int(index)] = mib / 1024
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         wanted = [v.strip() for v in visible.split(",") if v.strip()]
         if all(v.isdigit() for v in wanted):
             free = {i: g for i, g in free.items() if str(i) in wanted}
     return free
-
-
-def _nvml_free(notes: list[str]) -> dict[int, float] | None:
-    """``{index: free GiB}`` of every GPU from NVML, or None when NVML is missing or fails."""
-    with _nvml(notes) as pynvml:
-        if pynvml is None:
-            return None
-        try:
-            return {i: pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(i)).free / GIB
-                    for i in range(pynvml.nvmlDeviceGetCount())}
-        except Exception as exc:  # noqa: BLE001
-            notes.append(f"NVML query failed ({type(exc).__name__}: {exc})")
-            return None
 
 
 def _run_nvidia_smi(exe: str, query: str, notes: list[str]) -> list[list[str]] | None:
@@ -473,13 +388,12 @@ def _number(text: str) -> float | None:
         return None
 
 
-def _nvidia_smi_info(uuid: str | None, index: int | None, notes: list[str]) -> dict[str, Any] | None:
+def _driver_info(uuid: str | None, index: int | None, notes: list[str]) -> dict[str, Any]:
+    """Driver version, name, memory and the other processes on the GPU from ``nvidia-smi``; {} when it cannot say."""
     exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return None
-    gpus = _run_nvidia_smi(exe, "gpu=uuid,driver_version,name,memory.total,memory.free", notes)
+    gpus = _run_nvidia_smi(exe, "gpu=uuid,driver_version,name,memory.total,memory.free", notes) if exe else None
     if gpus is None:
-        return None
+        return {}
     info: dict[str, Any] = {"source": "nvidia-smi"}
     rows = [r for r in gpus if len(r) >= 5]
     if not rows:
