@@ -21,9 +21,7 @@ def _cuda(device: Any = None):
     """(torch, device index) when CUDA is usable, else (None, None). Never raises."""
     try:
         import torch
-    except Exception:  # noqa: BLE001
-        return None, None
-    try:
+
         if not torch.cuda.is_available():
             return None, None
         if device is None:

@@ -197,19 +197,18 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
         reasons["device"] = "no CUDA GPU usable: running on the CPU"
     on_cuda, on_cpu = device.startswith("cuda"), device == "cpu"
     cc = rep.compute_capability
-    if on_cuda:
-        if config.fp16 is not None:
-            fp16 = bool(config.fp16)
-            reasons["fp16"] = f"user override ({'fp16' if fp16 else 'fp32'})"
-        elif cc is not None and tuple(cc) < tuple(mm.fp16_min_capability):
-            fp16 = False
-            reasons["fp16"] = (f"fp32: compute capability {cc[0]}.{cc[1]} has no native half arithmetic "
-                               f"(fp16 needs {mm.fp16_min_capability[0]}.{mm.fp16_min_capability[1]} or newer)")
-        else:
-            fp16 = True
-            cc_text = f"compute capability {cc[0]}.{cc[1]}" if cc else "compute capability unknown"
-            reasons["fp16"] = (f"fp16 on CUDA ({cc_text}): halves weights and activations and is what the official "
-                               "realtime path runs; bf16 is not used, the T4 (7.5) has no fast bf16")
+    if on_cuda and config.fp16 is not None:
+        fp16 = bool(config.fp16)
+        reasons["fp16"] = f"user override ({'fp16' if fp16 else 'fp32'})"
+    elif on_cuda and cc is not None and tuple(cc) < tuple(mm.fp16_min_capability):
+        fp16 = False
+        reasons["fp16"] = (f"fp32: compute capability {cc[0]}.{cc[1]} has no native half arithmetic "
+                           f"(fp16 needs {mm.fp16_min_capability[0]}.{mm.fp16_min_capability[1]} or newer)")
+    elif on_cuda:
+        fp16 = True
+        cc_text = f"compute capability {cc[0]}.{cc[1]}" if cc else "compute capability unknown"
+        reasons["fp16"] = (f"fp16 on CUDA ({cc_text}): halves weights and activations and is what the official "
+                           "realtime path runs; bf16 is not used, the T4 (7.5) has no fast bf16")
     elif on_cpu:
         fp16 = False
         if config.fp16:
@@ -234,16 +233,13 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
         f"{size_note}; the generate stage counts {restore_per_frame_gib(restore, restore_bf16, mm):.3f} GiB per "
         f"frame for the {restore} face restorer in "
         f"{'bfloat16' if restore_bf16 and restore != 'codeformer' else 'float32'}")
-    cap = {"lipsync": mm.cap_lipsync, "avatar": mm.cap_avatar, "realtime": mm.cap_realtime,
-           "clip": mm.cap_clip}[kind]
+    cap = getattr(mm, f"cap_{kind}")
     budget: float | None = None
-    precision = "fp16" if fp16 else "fp32"
     if on_cuda:
         budget, reasons["memory"] = _gpu_budget(rep, mm, float(loaded_gib))
-        auto, why = _fit_batch(stages, budget, cap, kind, precision, stage_note)
+        auto, why = _fit_batch(stages, budget, cap, kind, "fp16" if fp16 else "fp32", stage_note)
     elif on_cpu:
-        cap = mm.cap_cpu
-        budget, auto, why = _cpu_batch(rep, stages, mm, kind, stage_note)
+        budget, auto, why = _cpu_batch(rep, stages, mm, stage_note)
         reasons["memory"] = (f"host RAM: {budget:.1f} GiB usable ({mm.cpu_ram_fraction:.0%} of "
                              f"{rep.host_ram_available_gib:.1f} GiB available)" if budget is not None else
                              "host RAM unknown")
@@ -388,7 +384,7 @@ def _fit_batch(stages: dict[str, tuple[float, float]], budget: float | None, cap
                      f"{snapped} (1, 2 or a multiple of 4)")
 
 
-def _cpu_batch(rep: GpuReport, stages: dict[str, tuple[float, float]], mm: MemoryModel, kind: str,
+def _cpu_batch(rep: GpuReport, stages: dict[str, tuple[float, float]], mm: MemoryModel,
                size_note: str) -> tuple[float | None, int, str]:
     cap = mm.cap_cpu
     if rep.host_ram_available_gib is None:

@@ -254,17 +254,20 @@ def _check(entry: WeightFile, root: Path, state: _State, deep: bool) -> FileChec
     exp = _expected(entry, rel, state)
     expected_text = (f"{_human(exp.size)} ({exp.source})" if exp.size is not None
                      else (entry.expected_text() if rel == entry.path else "unknown"))
+
+    def found(verdict: str, detail: str, fix: str | None = None) -> FileCheck:
+        fix = _fix(entry, verdict, rel, root) if fix is None else fix
+        return FileCheck(entry.name, rel, st.st_size, expected_text, verdict, detail, fix)
+
     insp = inspect_file(path, _FORMAT_BY_SUFFIX.get(Path(rel).suffix.lower(), entry.format))
     if insp.bad:
-        return FileCheck(entry.name, rel, st.st_size, expected_text, insp.state, insp.detail,
-                         _fix(entry, insp.state, rel, root))
+        return found(insp.state, insp.detail)
     notes = [insp.detail]
     proven = insp.state == OK
     if exp.size is not None:
         if st.st_size != exp.size:
-            kind = TRUNCATED if st.st_size < exp.size else WRONG_SIZE
-            return FileCheck(entry.name, rel, st.st_size, expected_text, kind,
-                             f"{st.st_size} bytes, expected {exp.size} ({exp.source})", _fix(entry, kind, rel, root))
+            return found(TRUNCATED if st.st_size < exp.size else WRONG_SIZE,
+                         f"{st.st_size} bytes, expected {exp.size} ({exp.source})")
         notes.append("size matches")
         proven = True
     want_hash = exp.sha256 or exp.unverified_sha256 or (entry.sha256_prefix is not None and rel == entry.path)
@@ -275,9 +278,7 @@ def _check(entry: WeightFile, root: Path, state: _State, deep: bool) -> FileChec
             state.record_sha256(rel, st, sha)
         if exp.sha256:
             if sha != exp.sha256:
-                return FileCheck(entry.name, rel, st.st_size, expected_text, HASH_MISMATCH,
-                                 f"sha256 {sha[:16]}... but {exp.source} says {exp.sha256[:16]}...",
-                                 _fix(entry, HASH_MISMATCH, rel, root))
+                return found(HASH_MISMATCH, f"sha256 {sha[:16]}... but {exp.source} says {exp.sha256[:16]}...")
             notes.append(f"sha256 matches ({exp.source})")
             proven = True
         elif exp.unverified_sha256:
@@ -288,11 +289,11 @@ def _check(entry: WeightFile, root: Path, state: _State, deep: bool) -> FileChec
             same = sha.startswith(str(entry.sha256_prefix.value))
             notes.append(f"sha256 {'starts' if same else 'does not start'} with {entry.sha256_prefix.value} "
                          f"({entry.sha256_prefix.source}, unverified)")
-    elif want_hash and not deep:
+    elif want_hash:
         notes.append("sha256 not computed (deep=False)")
-    final = OK if proven else UNVERIFIABLE
-    fix = "" if final == OK else "nothing known to check it against; it will be used as it is"
-    return FileCheck(entry.name, rel, st.st_size, expected_text, final, "; ".join(notes), fix)
+    if proven:
+        return found(OK, "; ".join(notes), "")
+    return found(UNVERIFIABLE, "; ".join(notes), "nothing known to check it against; it will be used as it is")
 
 
 def verify(directory: str | os.PathLike | None = None, sets: str | Sequence[str] | None = None,
