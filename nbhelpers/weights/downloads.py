@@ -237,11 +237,13 @@ def _fetch_gdrive(source: Source, root: Path, rel: str) -> tuple[Path, int | Non
     return out, None, None, f"Google Drive {source.id}"
 
 
-def _fetch_url(url: str, part: Path, desc: str) -> tuple[Path, int | None]:
-    """Stream ``url`` into ``part`` (resuming from its current size with a Range request)."""
+def _fetch_url(source: Source, root: Path, rel: str) -> tuple[Path, int | None, str | None, str]:
+    """Stream ``source.url`` into a ``.part`` file of the staging folder, resuming it with a Range request."""
     import urllib.error
     import urllib.request
 
+    url, desc = source.url, Path(rel).name
+    part = _staging(root, "url") / (desc + ".part")
     have = part.stat().st_size if part.exists() else 0
     headers = {"User-Agent": "nbhelpers (musetalk-workbook)", "Accept-Encoding": "identity"}
     if have:
@@ -252,7 +254,7 @@ def _fetch_url(url: str, part: Path, desc: str) -> tuple[Path, int | None]:
     except urllib.error.HTTPError as exc:
         if exc.code == 416 and have:  # asked past the end: the .part is already whole (checked by the caller)
             match = re.search(r"/(\d+)", exc.headers.get("Content-Range", ""))
-            return part, int(match.group(1)) if match else have
+            return part, int(match.group(1)) if match else have, None, f"URL {url}"
         raise
     with response:
         if response.headers.get_content_type() == "text/html":
@@ -279,13 +281,7 @@ def _fetch_url(url: str, part: Path, desc: str) -> tuple[Path, int | None]:
     got = part.stat().st_size
     if total is not None and got < total:
         raise OSError(f"connection closed at {got} of {total} bytes")
-    return part, total
-
-
-def _fetch_plain(source: Source, root: Path, rel: str) -> tuple[Path, int | None, str | None, str]:
-    part = _staging(root, "url") / (Path(rel).name + ".part")
-    staged, total = _fetch_url(source.url, part, Path(rel).name)
-    return staged, total, None, f"URL {source.url}"
+    return part, total, None, f"URL {url}"
 
 
 def _fetch_bundled(source: Source, root: Path, rel: str) -> tuple[Path, int | None, str | None, str]:
@@ -307,7 +303,7 @@ def _fetch(source: Source, root: Path, rel: str) -> tuple[Path, int | None, str 
         return _fetch_gdrive(source, root, rel)
     if source.kind == "url":
         _check_host(source.address())
-        return _fetch_plain(source, root, rel)
+        return _fetch_url(source, root, rel)
     raise _Skipped(f"unknown source kind {source.kind!r}")
 
 
