@@ -89,19 +89,30 @@ def _signature(args: tuple, kwargs: dict, dynamic_batch: bool = False) -> tuple:
             torch.is_grad_enabled())
 
 
+def _map_tensors(value: Any, fn: Callable[[Any], Any]) -> Any:
+    """``value`` with ``fn`` applied to each tensor in it, through tuples (returned as tuples), lists and dicts."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return fn(value)
+    if isinstance(value, tuple):
+        return tuple(_map_tensors(v, fn) for v in value)
+    if isinstance(value, list):
+        return [_map_tensors(v, fn) for v in value]
+    if isinstance(value, dict):
+        return {k: _map_tensors(v, fn) for k, v in value.items()}
+    return value
+
+
 def _mark_batch_dynamic(value: Any) -> None:
     """Mark the first dimension of the tensors in ``value`` (2+ dimensions, 2+ rows) dynamic for torch.compile."""
     import torch
 
-    if isinstance(value, torch.Tensor):
-        if value.ndim >= 2 and value.shape[0] >= 2:
-            torch._dynamo.maybe_mark_dynamic(value, 0)
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            _mark_batch_dynamic(v)
-    elif isinstance(value, dict):
-        for v in value.values():
-            _mark_batch_dynamic(v)
+    def mark(t: Any) -> None:
+        if t.ndim >= 2 and t.shape[0] >= 2:
+            torch._dynamo.maybe_mark_dynamic(t, 0)
+
+    _map_tensors(value, mark)
 
 
 def _shape_text(args: tuple, dynamic_batch: bool = False) -> str:
@@ -168,17 +179,11 @@ def _copies(value: Any) -> Any:
     """Copies of the tensors in ``value`` with the same shape, strides and inference flag (others kept as is)."""
     import torch
 
-    if isinstance(value, torch.Tensor):
-        with torch.inference_mode() if value.is_inference() else torch.no_grad():
-            out = torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device=value.device)
-            return out.copy_(value)
-    if isinstance(value, tuple):
-        return tuple(_copies(v) for v in value)
-    if isinstance(value, list):
-        return [_copies(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _copies(v) for k, v in value.items()}
-    return value
+    def copy(t: Any) -> Any:
+        with torch.inference_mode() if t.is_inference() else torch.no_grad():
+            return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device).copy_(t)
+
+    return _map_tensors(value, copy)
 
 
 def cache_key(facts: dict[str, Any]) -> tuple[str, dict[str, Any]]:

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..constants import SAMPLE_RATE
 from ..errors import InputError, require
-from .ffmpeg import _PCM_FORMATS, _existing_file, _Process, ffmpeg_exe
+from .ffmpeg import _PCM_FORMATS, QUIET, _existing_file, _Process, ffmpeg_exe
 from .probing import MediaInfo, probe
 
 
@@ -53,9 +53,8 @@ def _wav_header(buf: bytes) -> tuple[int, int, int] | None:
 def _ffmpeg_decode(p: Path, info: MediaInfo) -> tuple[np.ndarray, int]:
     """Decode the first audio stream at its native rate to float32, mean-mixed to mono chunk by chunk."""
     exe = ffmpeg_exe()
-    args = [exe, "-nostdin", "-hide_banner", "-nostats", "-loglevel", "error", "-i", str(p), "-map",
-            f"0:{info.audio_stream.index}", "-vn", "-sn", "-dn", "-map_metadata", "-1", "-fflags", "+bitexact",
-            "-c:a", "pcm_f32le", "-f", "wav", "pipe:1"]
+    args = [exe, *QUIET, "-i", str(p), "-map", f"0:{info.audio_stream.index}", "-vn", "-sn", "-dn",
+            "-map_metadata", "-1", "-fflags", "+bitexact", "-c:a", "pcm_f32le", "-f", "wav", "pipe:1"]
     proc = _Process(args)
     stdout = proc.popen.stdout
     try:

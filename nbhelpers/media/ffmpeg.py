@@ -24,6 +24,7 @@ SYNTHETIC_ARGS = ["-metadata", f"comment={SYNTHETIC_TAG}", "-metadata:s:v:0", f"
 BT709_FILTER = ("scale=out_color_matrix=bt709:out_range=tv,format=yuv420p,"
                 "setparams=range=tv:color_primaries=bt709:color_trc=bt709:colorspace=bt709")
 BT709_TAGS = ["-colorspace", "bt709", "-color_primaries", "bt709", "-color_trc", "bt709", "-color_range", "tv"]
+QUIET = ["-nostdin", "-hide_banner", "-nostats", "-loglevel", "error"]  # no prompt, banner, stats or chatter
 _STDERR_TAIL_LINES = 40  # lines of ffmpeg's stderr kept in an FFmpegError
 WRITER_STALL_TIMEOUT_S = 120.0  # seconds a writing ffmpeg may take no frame data / show no progress: then stalled
 _KILL_WAIT_S = 10.0  # seconds to wait for a killed ffmpeg to exit (one stuck on a dead mount may never exit)

@@ -10,7 +10,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from ..errors import FFmpegError
-from .ffmpeg import _CHANNEL_LAYOUTS, _IMAGE_CODECS, _existing_file, _run, _tail, ffmpeg_exe
+from .ffmpeg import _CHANNEL_LAYOUTS, _IMAGE_CODECS, QUIET, _existing_file, _run, _tail, ffmpeg_exe
 
 
 @dataclass(frozen=True)
@@ -385,8 +385,7 @@ def _exif_orientation(path: Path) -> int:
 def _count_packets(exe: str, path: Path, stream_index: int) -> int | None:
     """Packets (= frames) of one stream, by demuxing only: one framecrc line per packet (ffmpeg 7.0's progress
     report leaves out the frame count when stream copying, so it is not used here)."""
-    args = [exe, "-nostdin", "-hide_banner", "-nostats", "-loglevel", "error", "-i", str(path),
-            "-map", f"0:{stream_index}", "-c", "copy", "-f", "framecrc", "pipe:1"]
+    args = [exe, *QUIET, "-i", str(path), "-map", f"0:{stream_index}", "-c", "copy", "-f", "framecrc", "pipe:1"]
     rc, out, _ = _run(args, "count video frames")
     if rc != 0:
         return None

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..constants import FPS
 from ..errors import FFmpegError, InputError
-from .ffmpeg import _ALPHA_PIX_FMTS, _existing_file, _passthrough, _Process, _run, _tail, ffmpeg_exe
+from .ffmpeg import _ALPHA_PIX_FMTS, QUIET, _existing_file, _passthrough, _Process, _run, _tail, ffmpeg_exe
 from .probing import _fps_text, probe
 
 # EXIF orientation -> (row step, column step) after the transpose of orientations 5-8
@@ -172,7 +172,7 @@ class VideoReader:
         self._streams: set[_FrameStream] = set()
 
     def _command(self, extra_filter: str | None = None, max_frames: int | None = None, null: bool = False):
-        args = [self._exe, "-nostdin", "-hide_banner", "-nostats", "-loglevel", "error"]
+        args = [self._exe, *QUIET]
         if self.info.is_image:
             args.append("-noautorotate")  # recent ffmpeg turns JPEGs by EXIF, older does not: we do it ourselves
         args += ["-i", str(self.path), "-map", f"0:{self.info.video_stream.index}"]

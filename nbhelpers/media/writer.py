@@ -28,6 +28,7 @@ from .ffmpeg import (
     _PIPE_CHUNK,
     _WRITER_SUFFIXES,
     BT709_TAGS,
+    QUIET,
     SYNTHETIC_ARGS,
     WRITER_STALL_TIMEOUT_S,
     _existing_file,
@@ -267,8 +268,7 @@ class VideoWriter:
 
     def _build_args(self, codec, crf, preset, audio_info, audio_bitrate, shortest, extra) -> list[str]:
         w, h = self.width, self.height
-        args = [self._exe, "-nostdin", "-hide_banner", "-nostats", "-loglevel", "error", "-y",
-                "-f", "rawvideo", "-pixel_format", "bgr24", "-video_size", f"{w}x{h}",
+        args = [self._exe, *QUIET, "-y", "-f", "rawvideo", "-pixel_format", "bgr24", "-video_size", f"{w}x{h}",
                 "-framerate", f"{self.fps.numerator}/{self.fps.denominator}", "-i", "pipe:0"]
         if self.audio is not None:
             args += ["-i", str(self.audio)]
