@@ -218,7 +218,7 @@ def read_report(device: str | int | None = None) -> GpuReport:
         InputError: ``device`` is not a CUDA device name or index, or names a device that does not exist.
     """
     notes: list[str] = []
-    values: dict[str, Any] = {"python_version": platform.python_version(), "colab": _in_colab()}
+    values: dict[str, Any] = {"python_version": platform.python_version(), "colab": "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ}
     values["host_ram_total_gib"], values["host_ram_available_gib"] = _host_ram_gib()
     index = _device_index(device)
     try:
@@ -443,8 +443,3 @@ def _host_ram_gib() -> tuple[float | None, float | None]:
         return vm.total / GIB, vm.available / GIB
     except Exception:  # noqa: BLE001
         return None, None
-
-
-def _in_colab() -> bool:
-    return "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ
-

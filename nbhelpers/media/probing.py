@@ -242,8 +242,13 @@ def _parse_ffmpeg_info(text: str, path: Path, frame_count: int | None = None) ->
 
     video = next((s for s in streams if s.kind == "video" and not s.attached_pic), None)
     audio = next((s for s in streams if s.kind == "audio"), None)
-    is_image = video is not None and _is_image(container, streams, video, duration_s)
-    width, height = _display_size(video)
+    # a still: its only audio or video stream is the picture, in an image container or an image codec without duration
+    single = len([s for s in streams if s.kind in ("video", "audio")]) == 1
+    is_image = video is not None and single and (container.endswith("_pipe") or container == "image2" or (
+        video.codec in _IMAGE_CODECS and duration_s is None))
+    width, height = (video.width, video.height) if video is not None else (None, None)
+    if video is not None and video.rotation in (90, 270):  # the upright size
+        width, height = height, width
     if is_image:
         frame_count = 1
     return MediaInfo(
@@ -254,23 +259,6 @@ def _parse_ffmpeg_info(text: str, path: Path, frame_count: int | None = None) ->
         frame_count=frame_count if video else None, sample_rate=audio.sample_rate if audio else None,
         channels=audio.channels if audio else None, audio_codec=audio.codec if audio else None, comment=comment,
     )
-
-
-def _is_image(container: str, streams: list[StreamInfo], video: StreamInfo, duration_s: float | None) -> bool:
-    """Whether the input is a still image: its only audio or video stream is ``video``, in an image container
-    (``image2``, ``*_pipe``) or of an image codec without a duration."""
-    image_container = container.endswith("_pipe") or container == "image2"
-    single = len([s for s in streams if s.kind in ("video", "audio")]) == 1
-    return single and (image_container or (video.codec in _IMAGE_CODECS and duration_s is None))
-
-
-def _display_size(video: StreamInfo | None) -> tuple[int | None, int | None]:
-    """``(width, height)`` of ``video`` as displayed (swapped for a 90 or 270 degree rotation); Nones without one."""
-    if video is None or video.width is None:
-        return None, None
-    if video.rotation in (90, 270):
-        return video.height, video.width
-    return video.width, video.height
 
 
 def _parse_stream(match: re.Match, block: list[str]) -> StreamInfo:

@@ -27,11 +27,6 @@ def _apply_orientation(frames: np.ndarray, orientation: int) -> np.ndarray:
     return np.ascontiguousarray(out[:, ::rows, ::cols])
 
 
-def _progress_frames(stdout: bytes) -> int | None:
-    found = re.findall(rb"^frame=\s*(\d+)", stdout, flags=re.MULTILINE)
-    return int(found[-1]) if found else None
-
-
 def _has_alpha(pix_fmt: str | None) -> bool:
     if not pix_fmt:
         return False
@@ -198,7 +193,8 @@ class VideoReader:
         """
         if self._count is None:
             rc, out, err = _run(self._command(null=True), "count frames")
-            count = _progress_frames(out)
+            found = re.findall(rb"^frame=\s*(\d+)", out, flags=re.MULTILINE)
+            count = int(found[-1]) if found else None
             if rc != 0 or count is None:
                 raise FFmpegError(f"ffmpeg could not decode {str(self.path)!r} to count its frames.",
                                   args_list=self._command(null=True), returncode=rc, stderr_tail=_tail(err))

@@ -349,7 +349,9 @@ def _download_one(entry: WeightFile, root: Path, state: _State, check_hash: bool
                 note = _accept(entry, staged, size, sha, check_hash)
             except _Rejected as exc:
                 errors.append(f"{source.describe()}: rejected ({exc})")
-                _discard_staged(staged)
+                if staged is not None:
+                    with contextlib.suppress(OSError):
+                        Path(staged).unlink()
                 break
             except Exception as exc:  # noqa: BLE001 - every failure moves on; all of them are reported
                 errors.append(f"{source.describe()} (try {attempt}): {_short(exc)}")
@@ -369,12 +371,6 @@ def _download_one(entry: WeightFile, root: Path, state: _State, check_hash: bool
             return DownloadRow(entry.name, entry.path, "replaced" if replacing else "downloaded", where,
                                st.st_size, time.monotonic() - start, note)
     return DownloadRow(entry.name, entry.path, "failed", "", None, time.monotonic() - start, " | ".join(errors))
-
-
-def _discard_staged(staged: Path | None) -> None:
-    if staged is not None:
-        with contextlib.suppress(OSError):
-            Path(staged).unlink()
 
 
 def _failure_message(root: Path, rows: Sequence[DownloadRow], manifest: Manifest) -> str:

@@ -218,13 +218,10 @@ class VerifyReport(_Report):
         return [_STATE_COLOURS.get(c.state, "background:#fde0dc") for c in self.checks]
 
 
-def _set_arg(entry: WeightFile) -> str:
-    return "" if set(entry.sets) & set(DEFAULT_SETS) else f" --sets {entry.sets[0]}"
-
-
 def _fix(entry: WeightFile, state: str, rel: str, root: Path | None = None) -> str:
     where = "" if root is None or _same_dir(root, default_dir()) else f" --weights {root}"
-    cmd = f"`{DOWNLOAD_COMMAND}{where}{_set_arg(entry)}` (or {NOTEBOOK})"
+    sets = "" if set(entry.sets) & set(DEFAULT_SETS) else f" --sets {entry.sets[0]}"
+    cmd = f"`{DOWNLOAD_COMMAND}{where}{sets}` (or {NOTEBOOK})"
     if state == MISSING:
         return f"download it: {cmd}"
     if state == LFS_POINTER:
