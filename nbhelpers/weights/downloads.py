@@ -140,10 +140,6 @@ def _check_host(url: str, timeout_s: float = 5.0) -> None:
         raise _Unreachable(_HOSTS[key])
 
 
-def _offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in {"1", "ON", "YES", "TRUE"}
-
-
 def _default_endpoint() -> str:
     return (os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
 
@@ -294,7 +290,7 @@ def _fetch_bundled(source: Source, root: Path, rel: str) -> tuple[Path, int | No
 def _fetch(source: Source, root: Path, rel: str) -> tuple[Path, int | None, str | None, str]:
     if source.kind == "bundled":
         return _fetch_bundled(source, root, rel)
-    if _offline():
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in {"1", "ON", "YES", "TRUE"}:
         raise _Skipped("HF_HUB_OFFLINE is set: no network source is tried")
     if source.kind == "hub":
         _check_host((source.endpoint or _default_endpoint()).rstrip("/"))

@@ -453,10 +453,6 @@ def list_files(sets: str | Sequence[str] | None = "all", manifest: Manifest | No
     return FileTable(tuple(manifest.select(sets)))
 
 
-def _on_colab() -> bool:
-    return "google.colab" in sys.modules or bool(os.environ.get("COLAB_RELEASE_TAG"))
-
-
 def _holds_weights(folder: Path) -> bool:
     try:
         return any((folder / p).is_file() for e in MANIFEST for p in (e.path, *e.alternates))
@@ -475,7 +471,8 @@ def default_dir() -> Path:
     env = os.environ.get(ENV_VAR, "").strip()
     if env:
         return Path(env).expanduser().absolute()
-    if _on_colab() and DRIVE_DIR.is_dir() and _holds_weights(DRIVE_DIR):
+    on_colab = "google.colab" in sys.modules or bool(os.environ.get("COLAB_RELEASE_TAG"))
+    if on_colab and DRIVE_DIR.is_dir() and _holds_weights(DRIVE_DIR):
         return DRIVE_DIR
     cache = os.environ.get("XDG_CACHE_HOME", "").strip()
     base = Path(cache).expanduser() if cache else Path.home() / ".cache"
