@@ -263,13 +263,10 @@ def _parse_ffmpeg_info(text: str, path: Path, frame_count: int | None = None) ->
 
 def _parse_stream(match: re.Match, block: list[str]) -> StreamInfo:
     index, language, kind, rest = int(match.group(2)), match.group(3), match.group(4).lower(), match.group(5)
-    flags = re.findall(r"\(([a-z ]+)\)\s*$", rest)
-    attached = "(attached pic)" in rest
-    default = "(default)" in rest
     parts = _split_top(rest)
     codec = parts[0].split()[0] if parts else "unknown"
     info: dict = {"index": index, "kind": kind, "codec": codec, "language": language if language != "und" else None,
-                  "attached_pic": attached, "default": default or "default" in flags,
+                  "attached_pic": "(attached pic)" in rest, "default": "(default)" in rest,
                   "line": match.group(0).strip()}
     if kind == "video":
         size_at = None

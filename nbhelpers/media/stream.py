@@ -42,16 +42,15 @@ def video_codec_args(encoder: str | None = None, *, file: bool = False) -> tuple
     Raises:
         InputError: An unknown setting.
     """
-    gop = ["-g", str(GOP_FRAMES)]
-    if encoder is None and file:
-        return ["-c:v", "libx264", "-preset", "veryfast", "-crf", "18", "-pix_fmt", "yuv420p", *gop], None
+    tail = ["-pix_fmt", "yuv420p", "-g", str(GOP_FRAMES)]
     if encoder is None:
-        return ["-c:v", "libx264", "-preset", "ultrafast", "-tune", "zerolatency", "-pix_fmt", "yuv420p", *gop], None
+        opts = ["-preset", "veryfast", "-crf", "18"] if file else ["-preset", "ultrafast", "-tune", "zerolatency"]
+        return ["-c:v", "libx264", *opts, *tail], None
     choice = choose_encoder(encoder)
     if choice.codec == "h264_nvenc":
-        return ["-c:v", "h264_nvenc", "-preset", "p1", "-tune", "ll", "-pix_fmt", "yuv420p", *gop], choice.ffmpeg
+        return ["-c:v", "h264_nvenc", "-preset", "p1", "-tune", "ll", *tail], choice.ffmpeg
     preset = choice.preset if encoder.startswith("libx264-") else "ultrafast"
-    return ["-c:v", "libx264", "-preset", preset, "-tune", "zerolatency", "-pix_fmt", "yuv420p", *gop], choice.ffmpeg
+    return ["-c:v", "libx264", "-preset", preset, "-tune", "zerolatency", *tail], choice.ffmpeg
 
 
 def container_for(target: str) -> str:
