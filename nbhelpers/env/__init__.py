@@ -34,7 +34,6 @@ from .install import (
 )
 from .modes import (
     CI_CLIP_SECONDS,
-    MEDIA_LICENCES,
     MODES,
     REPORTED,
     SHARED_AUDIO,
@@ -49,7 +48,7 @@ from .modes import (
 from .session import EnvReport, setup
 
 __all__ = [
-    "CI_CLIP_SECONDS", "MEDIA_LICENCES", "MODES", "REPORTED", "SHARED_AUDIO", "SHARED_AUDIO_2", "SHARED_VIDEO",
+    "CI_CLIP_SECONDS", "MODES", "REPORTED", "SHARED_AUDIO", "SHARED_AUDIO_2", "SHARED_VIDEO",
     "WORKBOOK_AUDIO", "WORKBOOK_VIDEO", "DriveStatus", "EnvReport", "InstallReport", "InstallRow", "ResultCheckError",
     "check_result", "check_setup", "colab_requirements", "default_config", "drive_mounted", "in_colab",
     "install_missing", "keep_audio", "media_dir", "media_seconds", "mount_drive", "package_version", "plan",

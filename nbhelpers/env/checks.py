@@ -11,7 +11,7 @@ from typing import Any
 
 from ..constants import FPS
 from .install import COLAB_EXTRA, InstallReport, install_missing
-from .modes import _SESSION_START, ResultCheckError, _first_attr, _first_number
+from .modes import _SESSION_START, ResultCheckError
 
 
 def check_result(result: Any, *, frames: int | None = None, duration_s: float | None = None,
@@ -141,9 +141,9 @@ def _check_file(path: Path, frames: int | None, duration_s: float | None, since:
     from .. import media  # numpy
 
     info = media.probe(path)
-    got_frames = _first_attr(info, ("frame_count", "n_frames", "frames"))
+    got_frames = info.frame_count
     # The video's own length (frames / 25) is what must match: the container also counts the audio's padding.
-    got_seconds = int(got_frames) / FPS if got_frames else _first_number(info, ("duration_s", "duration"))
+    got_seconds = got_frames / FPS if got_frames else info.duration_s
     if frames is not None and got_frames is not None and int(got_frames) != int(frames):
         raise ResultCheckError(f"{path.name} has {got_frames} frames; the result reports {frames}.")
     if duration_s is not None and got_seconds is not None and abs(got_seconds - duration_s) > 1.0 / FPS + 1e-6:

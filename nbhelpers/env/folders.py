@@ -25,7 +25,6 @@ from .modes import (
     SHARED_VIDEO,
     WORKBOOK_AUDIO,
     WORKBOOK_VIDEO,
-    _first_number,
     run_mode,
 )
 
@@ -65,15 +64,8 @@ def media_dir(mode: str | None = None) -> Path:
     return folder
 
 
-def _weights_path(mode: str, notes: list[str]) -> Path | None:
-    if mode == "ci":
-        return work_dir(mode) / "tiny-weights" / "models"
-    try:
-        return Path(weights.default_dir())
-    except (ImportError, AttributeError) as exc:
-        notes.append(f"nbhelpers.weights is not available ({exc})")
-        env = os.environ.get("NBHELPERS_WEIGHTS")
-        return Path(env) if env else None
+def _weights_path(mode: str) -> Path:
+    return work_dir(mode) / "tiny-weights" / "models" if mode == "ci" else weights.default_dir()
 
 
 def weights_dir(mode: str | None = None, *, download: bool = True) -> Path:
@@ -177,16 +169,20 @@ def workbook_inputs(mode: str | None = None, video: str | os.PathLike | None = N
     return chosen[0], chosen[1]
 
 
+def _ci_clip(source: Path, name: str, seconds: float, kind: str = "audio") -> Path:
+    """The first ``seconds`` of ``source``, cut once into ``clips/<name>-<milliseconds>ms<suffix>`` of the work dir."""
+    target = work_dir("ci") / "clips" / f"{name}-{int(round(seconds * 1000))}ms{'.mp4' if kind == 'video' else '.wav'}"
+    return _cut(source, target, seconds, kind)
+
+
 def _default_inputs(mode: str, seconds: float) -> tuple[Path, Path]:
     if mode == "ci":
         shared = shared_data_dir()
-        clips = work_dir(mode) / "clips"
-        tag = f"{int(round(seconds * 1000))}ms"
         if shared is not None:
-            return (_cut(shared / SHARED_VIDEO, clips / f"face-{tag}.mp4", seconds, "video"),
-                    _cut(shared / SHARED_AUDIO, clips / f"speech-{tag}.wav", seconds, "audio"))
-        photo, speech = _demo(clips / "demo")
-        return photo, _cut(speech, clips / f"demo-speech-{tag}.wav", seconds, "audio")
+            return (_ci_clip(shared / SHARED_VIDEO, "face", seconds, "video"),
+                    _ci_clip(shared / SHARED_AUDIO, "speech", seconds))
+        photo, speech = _demo(work_dir(mode) / "clips" / "demo")
+        return photo, _ci_clip(speech, "demo-speech", seconds)
     folder = media_dir(mode)
     video = folder / WORKBOOK_VIDEO
     audios = sorted(folder.glob(WORKBOOK_AUDIO + ".*"))
@@ -231,13 +227,10 @@ def sample_audios(mode: str | None = None, *, seconds: float = CI_CLIP_SECONDS) 
     _, first = workbook_inputs(mode, seconds=seconds)
     if mode == "ci":
         shared = shared_data_dir()
-        clips = work_dir(mode) / "clips"
-        tag = f"{int(round(seconds * 1000))}ms"
         if shared is not None:
-            return [first, _cut(shared / SHARED_AUDIO_2, clips / f"sing-{tag}.wav", seconds, "audio")]
-        _, speech = _demo(clips / "demo")
-        half = max(seconds / 2, 0.2)
-        return [first, _cut(speech, clips / f"demo-speech-{int(round(half * 1000))}ms.wav", half, "audio")]
+            return [first, _ci_clip(shared / SHARED_AUDIO_2, "sing", seconds)]
+        _, speech = _demo(work_dir(mode) / "clips" / "demo")
+        return [first, _ci_clip(speech, "demo-speech", max(seconds / 2, 0.2))]
     _, speech = _demo(work_dir(mode) / "demo")
     return [first, speech]
 
@@ -288,7 +281,7 @@ def media_seconds(path: str | os.PathLike) -> float:
     """
     from .. import media  # numpy
 
-    seconds = _first_number(media.probe(path), ("duration_s", "duration", "seconds"))
+    seconds = media.probe(path).duration_s
     if seconds is None:
         raise MediaError(f"{path} reports no duration.")
     return seconds

@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Iterable
-from typing import Any
 
 from .. import progress
 from ..errors import InputError, NbHelpersError
@@ -16,14 +14,6 @@ CI_CLIP_SECONDS = 0.6  # seconds of video and of audio cut from the test media f
 SHARED_VIDEO = "face-sing-576x768-25fps.mp4"  # the project's test media (NBHELPERS_SHARED_DATA; test use only)
 SHARED_AUDIO = "speech-en-short.wav"
 SHARED_AUDIO_2 = "sing-44k1-mono.wav"
-# Every media file a notebook may show, with its licence; the notebooks' licence lines come from this table.
-MEDIA_LICENCES = {
-    "astronaut.png": "Eileen Collins, NASA, public domain (shipped in scikit-image)",
-    "demo-speech.wav": "speech synthesised with espeak-ng by this project, MIT",
-    SHARED_VIDEO: "the project's test media (CI mode only; test use only, not redistributed)",
-    SHARED_AUDIO: "synthetic speech of the project's test media (CI mode only; test use only, not redistributed)",
-    SHARED_AUDIO_2: "the test video's audio (CI mode only; test use only, not redistributed)",
-}
 AUDIO_SUFFIXES = (".wav", ".mp3", ".m4a", ".aac", ".ogg", ".oga", ".opus", ".flac", ".wma")
 WORKBOOK_VIDEO = "video-25fps.mp4"  # what 02_media leaves in media_dir() for the later notebooks
 WORKBOOK_AUDIO = "audio"  # + the uploaded file's suffix
@@ -94,19 +84,3 @@ def run_mode(mode: str | None = None) -> str:
     if mode == "ci" and "NBHELPERS_PROGRESS" not in os.environ:
         progress.configure(disable=True)
     return mode
-
-
-def _first_attr(obj: Any, names: Iterable[str]) -> Any:
-    for name in names:
-        value = getattr(obj, name, None)
-        if value not in (None, ""):
-            return value
-    return None
-
-
-def _first_number(obj: Any, names: Iterable[str]) -> float | None:
-    value = _first_attr(obj, names)
-    try:
-        return None if value is None else float(value)
-    except (TypeError, ValueError):
-        return None

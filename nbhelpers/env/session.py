@@ -12,7 +12,7 @@ from .. import gpu
 from .drive import drive_mounted
 from .folders import _weights_path
 from .install import RESTART_MESSAGE, package_version, restart_reasons
-from .modes import _DISTS, REPORTED, _first_number, run_mode
+from .modes import _DISTS, REPORTED, run_mode
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ def setup(mode: str | None = None) -> EnvReport:
         device=device,
         vram_gib=vram_gib,
         versions={name: package_version(*_DISTS[name]) for name in REPORTED},
-        weights_dir=_weights_path(mode, notes),
+        weights_dir=_weights_path(mode),
         drive_mounted=drive_mounted(),
         restart_reasons=tuple(restart_reasons()),
         gpu=gpu_report,
@@ -106,30 +106,12 @@ def setup(mode: str | None = None) -> EnvReport:
 
 
 def _device_summary(notes: list[str]) -> tuple[str, float | None, Any]:
-    """(device text, VRAM GiB or None, gpu report or None), asking nbhelpers.gpu first, then torch itself."""
+    """(device text, VRAM GiB or None, :func:`nbhelpers.gpu.report` or None when it failed)."""
     try:
         report = gpu.report()
-    except (ImportError, AttributeError):
-        report = None
     except Exception as exc:  # noqa: BLE001 - a report must never stop the setup cell
         notes.append(f"gpu.report() failed: {exc}")
-        report = None
-    if report is not None:
-        has_gpu = bool(getattr(report, "has_gpu", False))
-        vram = _first_number(report, ("total_gib",)) if has_gpu else None
-        name = getattr(report, "name", None)
-        device = str(getattr(report, "device", "cuda" if has_gpu else "cpu"))
-        text = f"{device}: {name}" if has_gpu and name else ("cpu (no CUDA GPU)" if not has_gpu else device)
-        return text, vram, report
-    if package_version("torch") is None:
-        notes.append("torch is not installed: install the build for your machine from pytorch.org")
-        return "cpu (torch not installed)", None, None
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            props = torch.cuda.get_device_properties(0)
-            return f"cuda: {props.name}", props.total_memory / 2**30, None
-    except Exception as exc:  # noqa: BLE001
-        notes.append(f"torch could not report the GPU: {exc}")
-    return "cpu (no CUDA GPU)", None, None
+        return "cpu (no CUDA GPU)", None, None
+    if not report.has_gpu:
+        return "cpu (no CUDA GPU)", None, report
+    return (f"{report.device}: {report.name}" if report.name else report.device), report.total_gib, report

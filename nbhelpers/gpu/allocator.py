@@ -9,16 +9,11 @@ ALLOCATOR_SETTING = "expandable_segments:True"
 
 
 def prefer_expandable_segments() -> bool:
-    """Ask PyTorch's CUDA caching allocator for expandable segments, unless the allocator is configured already.
+    """Set ``PYTORCH_CUDA_ALLOC_CONF`` to :data:`ALLOCATOR_SETTING` on Linux unless an allocator setting exists,
+    ``NBHELPERS_ALLOCATOR`` is ``default`` or CUDA has started; True when this call set it.
 
-    A job's batches come in several sizes (VAE encode, UNet, decode, paste-back) and the default allocator keeps
-    blocks it cannot reuse; expandable segments lower the peak reserved memory (bench/RESULTS.md, "Memory by stage").
-    Runs at import of :mod:`nbhelpers.gpu`. Sets ``PYTORCH_CUDA_ALLOC_CONF`` for this process and its children only
-    when neither ``PYTORCH_CUDA_ALLOC_CONF`` nor ``PYTORCH_ALLOC_CONF`` is set, the platform is Linux,
-    ``NBHELPERS_ALLOCATOR`` is not ``default`` and CUDA has not started in this process.
-
-    Returns:
-        True when this call set it.
+    Batches of several sizes leave the default allocator blocks it cannot reuse; expandable segments lower the peak
+    reserved memory (bench/RESULTS.md, "Memory by stage").
     """
     if (os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALLOC_CONF")
             or os.environ.get("NBHELPERS_ALLOCATOR", "").lower() == "default" or not sys.platform.startswith("linux")):

@@ -1,18 +1,12 @@
 """Compiled models that never make a job wait: eager at once, compiled in the background, cached across sessions.
 
-A :class:`BackgroundCompiler` puts a dispatcher in place of a model's method (``forward``, or another such as
-BiSeNet's ``parse``) and compiles the original with ``torch.compile`` in a background thread at low CPU priority,
-for the exact calls it is asked for (:meth:`BackgroundCompiler.request`: a job asks for its batch shape). A call
-runs compiled code only when that code is ready and the call's inputs match a compiled example (shapes, dtypes,
-strides, device, grad mode); every other call runs the eager method. So the first frame of a job comes as soon as
-it would eagerly, and no call ever starts a compile of its own.
+A :class:`BackgroundCompiler` puts a dispatcher in place of a model's method and compiles the original with
+``torch.compile`` in a low-priority background thread. A call runs compiled code only when it is ready and the
+call's inputs match a compiled example (shapes, dtypes, strides, device, grad mode); every other call runs eagerly.
 
-The compiler's caches (inductor graphs and kernels, Triton binaries, autotuning results) are saved with
-``torch.compiler.save_cache_artifacts`` and loaded with ``torch.compiler.load_cache_artifacts`` (PyTorch's
-"Mega-Cache", torch >= 2.7) in a folder the caller names, in files keyed by the torch, Triton and CUDA versions,
-the GPU and the caller's description of the models. Files of another key are never read; a file is loaded only
-when its bytes match the SHA-256 recorded beside it when it was written. A failed compile leaves the eager method
-in place and says why in a :class:`~nbhelpers.errors.FallbackWarning`.
+The caches are saved and loaded with ``torch.compiler.save_cache_artifacts`` / ``load_cache_artifacts`` (torch >=
+2.7) in files keyed by the torch, Triton and CUDA versions, the GPU and the models, each loaded only when its bytes
+match the SHA-256 recorded beside it. A failed compile leaves the eager method and warns (``FallbackWarning``).
 """
 
 from __future__ import annotations
@@ -33,6 +27,7 @@ from typing import Any
 
 from ..constants import COMPILE_MODES
 from ..errors import FallbackWarning, InputError
+from ..hashing import atomic_path
 
 CACHE_FORMAT = 1  # bump when the file layout or the key's facts change
 CACHE_KEEP = 12  # cache files kept per folder, newest used first; each holds tens of MB
@@ -94,19 +89,30 @@ def _signature(args: tuple, kwargs: dict, dynamic_batch: bool = False) -> tuple:
             torch.is_grad_enabled())
 
 
+def _map_tensors(value: Any, fn: Callable[[Any], Any]) -> Any:
+    """``value`` with ``fn`` applied to each tensor in it, through tuples (returned as tuples), lists and dicts."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return fn(value)
+    if isinstance(value, tuple):
+        return tuple(_map_tensors(v, fn) for v in value)
+    if isinstance(value, list):
+        return [_map_tensors(v, fn) for v in value]
+    if isinstance(value, dict):
+        return {k: _map_tensors(v, fn) for k, v in value.items()}
+    return value
+
+
 def _mark_batch_dynamic(value: Any) -> None:
     """Mark the first dimension of the tensors in ``value`` (2+ dimensions, 2+ rows) dynamic for torch.compile."""
     import torch
 
-    if isinstance(value, torch.Tensor):
-        if value.ndim >= 2 and value.shape[0] >= 2:
-            torch._dynamo.maybe_mark_dynamic(value, 0)
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            _mark_batch_dynamic(v)
-    elif isinstance(value, dict):
-        for v in value.values():
-            _mark_batch_dynamic(v)
+    def mark(t: Any) -> None:
+        if t.ndim >= 2 and t.shape[0] >= 2:
+            torch._dynamo.maybe_mark_dynamic(t, 0)
+
+    _map_tensors(value, mark)
 
 
 def _shape_text(args: tuple, dynamic_batch: bool = False) -> str:
@@ -173,17 +179,11 @@ def _copies(value: Any) -> Any:
     """Copies of the tensors in ``value`` with the same shape, strides and inference flag (others kept as is)."""
     import torch
 
-    if isinstance(value, torch.Tensor):
-        with torch.inference_mode() if value.is_inference() else torch.no_grad():
-            out = torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device=value.device)
-            return out.copy_(value)
-    if isinstance(value, tuple):
-        return tuple(_copies(v) for v in value)
-    if isinstance(value, list):
-        return [_copies(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _copies(v) for k, v in value.items()}
-    return value
+    def copy(t: Any) -> Any:
+        with torch.inference_mode() if t.is_inference() else torch.no_grad():
+            return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device).copy_(t)
+
+    return _map_tensors(value, copy)
 
 
 def cache_key(facts: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -257,17 +257,6 @@ def fp16_tflops(device: Any) -> float:
     return _RATES[key]
 
 
-def check_mode(mode: str) -> str:
-    """Return ``mode`` when it is one of :data:`COMPILE_MODES`.
-
-    Raises:
-        InputError: For any other value.
-    """
-    if mode not in COMPILE_MODES:
-        raise InputError(f"compile must be one of {', '.join(map(repr, COMPILE_MODES))}; got {mode!r}.")
-    return mode
-
-
 class BackgroundCompiler:
     """Compile models' methods in a background thread while their eager versions serve every call.
 
@@ -290,7 +279,9 @@ class BackgroundCompiler:
     def __init__(self, device: Any, mode: str = "auto", cache_dir: str | os.PathLike | None = None,
                  facts: dict[str, Any] | Callable[[], dict[str, Any]] | None = None, options: dict[str, Any] | None = None,
                  on_event: Callable[[str], None] | None = None) -> None:
-        self.mode = check_mode(mode)
+        if mode not in COMPILE_MODES:
+            raise InputError(f"compile must be one of {', '.join(map(repr, COMPILE_MODES))}; got {mode!r}.")
+        self.mode = mode
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         self.facts = facts if callable(facts) else dict(facts or {})
         self.options = dict(options or {})
@@ -322,21 +313,14 @@ class BackgroundCompiler:
                 dynamic_batch: bool = True, **kwargs: Any) -> None:
         """Have ``module.<method>`` compiled for calls like ``module.<method>(*args, **kwargs)``; returns at once.
 
-        The first request for a module installs the dispatcher; a request for a call already compiled or asked
-        for does nothing.
-
         Args:
             name: Short name of the model in the status (``"unet"``, ``"vae decoder"``...).
-            module: The ``torch.nn.Module`` (its attribute ``method`` is replaced on the instance until
-                :meth:`remove`).
-            *args: One call's positional arguments as the job makes it (tensors on the device, same shapes,
-                dtypes and memory layout).
-            method: The method to compile (default ``"forward"``).
-            grad: The autograd mode the job calls it in: ``"inference"`` (``torch.inference_mode``) or
-                ``"no_grad"``.
-            dynamic_batch: Compile the first dimension as any batch of 2 or more (one compile serves every batch
-                size: offline, clip, live, a last short batch); False compiles this shape only. Fixed by the first
-                request of a module.
+            module: The ``torch.nn.Module``; its ``method`` is replaced on the instance until :meth:`remove`.
+            *args: One call's positional arguments as the job makes them (same shapes, dtypes, memory layout).
+            method: The method to compile.
+            grad: The autograd mode of the job's calls: ``"inference"`` or ``"no_grad"``.
+            dynamic_batch: Compile the first dimension as any batch of 2 or more; False compiles this shape only.
+                Fixed by the first request of a module.
             **kwargs: The call's keyword arguments.
 
         Raises:
@@ -493,16 +477,8 @@ class BackgroundCompiler:
 
 
 def cache_folder(weights_dir: str | os.PathLike) -> Path:
-    """Where compile caches go: ``$NBHELPERS_COMPILE_CACHE``, else ``compile-cache/v<format>`` beside the weights
-    folder (on Drive when the weights are: a new Colab session starts warm), else the user's cache folder when the
-    weights' parent cannot be written.
-
-    Args:
-        weights_dir: The weights folder of the models compiled.
-
-    Returns:
-        A folder path (not created here).
-    """
+    """The compile cache folder (not created): ``$NBHELPERS_COMPILE_CACHE``, else ``compile-cache/v<format>`` beside
+    the weights folder ``weights_dir`` (a new Colab session starts warm from Drive), else the user's cache folder."""
     env = os.environ.get("NBHELPERS_COMPILE_CACHE")
     if env:
         return Path(env).expanduser()
@@ -558,9 +534,8 @@ def _save_artifacts(folder: Path, key: str, labels: list[str], facts: dict[str, 
         meta = {"format": CACHE_FORMAT, "sha256": hashlib.sha256(data).hexdigest(), "size": len(data),
                 "parts": sorted(labels), "facts": facts}
         for suffix, payload in ((".bin", data), (".json", json.dumps(meta, indent=1, default=str).encode())):
-            tmp = folder / f".{stem}{suffix}.{os.getpid()}.tmp"
-            tmp.write_bytes(payload)
-            os.replace(tmp, folder / f"{stem}{suffix}")
+            with atomic_path(folder / f"{stem}{suffix}") as tmp:
+                tmp.write_bytes(payload)
         _trim(folder)
 
 

@@ -1,6 +1,6 @@
 """The device report: what this runtime has (GPU, memory, driver, versions, host RAM) and the checks on it.
 
-Reads torch, NVML and ``nvidia-smi``, each optional; nothing here imports torch at module import.
+Reads torch and ``nvidia-smi``, each optional; nothing here imports torch at module import.
 :func:`nbhelpers.gpu.report` adds the plan's verdict to what :func:`read_report` reads.
 """
 
@@ -28,8 +28,7 @@ COLAB_GPU_STEPS = "Runtime > Change runtime type > T4 GPU > Save, then run the n
 
 
 def colab_gpu_steps() -> str:
-    """:data:`COLAB_GPU_STEPS` in a notebook's kernel; in a script or a command (no kernel), what to run again is
-    the script or command, not a notebook."""
+    """:data:`COLAB_GPU_STEPS`; outside a notebook's kernel it says to run the script or command again."""
     if "ipykernel" in sys.modules:
         return COLAB_GPU_STEPS
     return COLAB_GPU_STEPS.replace("run the notebook again from the top", "run it again")
@@ -67,8 +66,8 @@ class GpuReport:
             memory excludes this process's CUDA context.
         reserved_gib, allocated_gib: What this process's torch allocator holds, and the part live tensors use, GiB.
         other_processes: Other processes the driver lists on this GPU; None when unknown.
-        other_processes_source: ``"nvml"``, ``"nvidia-smi"`` or ``"unknown"``.
-        memory_source: Where total/free came from: ``"torch"``, ``"nvml"``, ``"nvidia-smi"`` or ``"none"``.
+        other_processes_source: ``"nvidia-smi"`` or ``"unknown"``.
+        memory_source: Where total/free came from: ``"torch"``, ``"nvidia-smi"`` or ``"none"``.
         gpu_count: CUDA devices torch sees.
         driver_version, cuda_version, torch_version, python_version: Versions (torch's CUDA build), or None.
         host_ram_total_gib, host_ram_available_gib: Host RAM and what is available without swapping, GiB, or None.
@@ -102,8 +101,7 @@ class GpuReport:
 
     @property
     def outside_torch_gib(self) -> float | None:
-        """GPU memory outside this process's torch allocator (CUDA context + other processes), GiB; None when unknown.
-        """
+        """GPU memory outside this process's torch allocator (CUDA context + other processes), GiB, or None."""
         if self.total_gib is None or self.free_gib is None:
             return None
         return max(0.0, self.total_gib - self.free_gib - self.reserved_gib)
@@ -131,7 +129,8 @@ class GpuReport:
             raise MissingDependencyError(
                 "torch is not installed, so nothing can run. On Colab torch is preinstalled: restart the runtime "
                 "(Runtime > Restart session). Elsewhere install it first, e.g.:\n    pip install torch")
-        allow_cpu = _env_flag("NBHELPERS_ALLOW_CPU") if allow_cpu is None else allow_cpu
+        if allow_cpu is None:
+            allow_cpu = os.environ.get("NBHELPERS_ALLOW_CPU", "").strip().lower() in ("1", "true", "yes", "on")
         if allow_cpu:
             return self
         why = "; ".join(self.notes) if self.notes else "torch.cuda.is_available() is False"
@@ -181,8 +180,7 @@ class GpuReport:
         else:
             rows.append(("host RAM", "unknown"))
         rows.append(("runtime", "Google Colab" if self.colab else "not Colab"))
-        for note in self.notes:
-            rows.append(("note", note))
+        rows += [("note", note) for note in self.notes]
         if self.verdict:
             rows.append(("verdict", self.verdict))
         return rows
@@ -220,7 +218,7 @@ def read_report(device: str | int | None = None) -> GpuReport:
         InputError: ``device`` is not a CUDA device name or index, or names a device that does not exist.
     """
     notes: list[str] = []
-    values: dict[str, Any] = {"python_version": platform.python_version(), "colab": _in_colab()}
+    values: dict[str, Any] = {"python_version": platform.python_version(), "colab": "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ}
     values["host_ram_total_gib"], values["host_ram_available_gib"] = _host_ram_gib()
     index = _device_index(device)
     try:
@@ -276,10 +274,10 @@ def check_device(device: str | None) -> None:
 
 
 def _device_index(device: str | int | None) -> int | None:
-    if device is None or isinstance(device, bool):
-        if isinstance(device, bool):
-            raise InputError(f"device must be None, a CUDA index or 'cuda:N'; got {device!r}.")
+    if device is None:
         return None
+    if isinstance(device, bool):
+        raise InputError(f"device must be None, a CUDA index or 'cuda:N'; got {device!r}.")
     if isinstance(device, int):
         if device < 0:
             raise InputError(f"device must be a CUDA index >= 0; got {device!r}.")
@@ -294,7 +292,7 @@ def _device_index(device: str | int | None) -> int | None:
 
 
 def _read_torch_cuda(torch: Any, index: int | None, values: dict[str, Any], notes: list[str]) -> str | None:
-    """Fill the CUDA fields of ``values`` from torch; return the device UUID (for NVML) when known."""
+    """Fill the CUDA fields of ``values`` from torch; return the device UUID (to find it in nvidia-smi) when known."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -340,119 +338,30 @@ def _read_torch_cuda(torch: Any, index: int | None, values: dict[str, Any], note
     return uuid
 
 
-def _driver_info(uuid: str | None, index: int | None, notes: list[str]) -> dict[str, Any]:
-    """Driver version and other processes on the GPU from NVML (nvidia-ml-py), else ``nvidia-smi``, else {}."""
-    info = _nvml_info(uuid, index, notes)
-    info = _nvidia_smi_info(uuid, index, notes) if info is None else info
-    return info or {}
-
-
 def _same_uuid(a: str | None, b: str | None) -> bool:
-    if not a or not b:
-        return False
-    def norm(u: str) -> str:
-        u = u.strip().lower()
-        return u[4:] if u.startswith("gpu-") else u
-    return norm(a) == norm(b)
-
-
-@contextlib.contextmanager
-def _nvml(notes: list[str]):
-    """NVML (``pynvml``) started for the block and shut down after; None when missing or failing (why: in ``notes``)."""
-    try:
-        import pynvml
-    except Exception:  # noqa: BLE001 - not installed (the usual case) or broken
-        yield None
-        return
-    try:
-        pynvml.nvmlInit()
-    except Exception as exc:  # noqa: BLE001
-        notes.append(f"NVML could not start ({exc})")
-        yield None
-        return
-    try:
-        yield pynvml
-    finally:
-        with contextlib.suppress(Exception):
-            pynvml.nvmlShutdown()
-
-
-def _nvml_info(uuid: str | None, index: int | None, notes: list[str]) -> dict[str, Any] | None:
-    with _nvml(notes) as pynvml:
-        return None if pynvml is None else _nvml_query(pynvml, uuid, index, notes)
-
-
-def _nvml_query(pynvml, uuid: str | None, index: int | None, notes: list[str]) -> dict[str, Any]:
-    info: dict[str, Any] = {"source": "nvml"}
-    try:
-        driver = pynvml.nvmlSystemGetDriverVersion()
-        info["driver_version"] = driver.decode() if isinstance(driver, bytes) else str(driver)
-        handle = None
-        if uuid:
-            for candidate in (uuid, f"GPU-{uuid}"):
-                try:
-                    handle = pynvml.nvmlDeviceGetHandleByUUID(candidate)
-                    break
-                except Exception:  # noqa: BLE001
-                    continue
-        handle = pynvml.nvmlDeviceGetHandleByIndex(index or 0) if handle is None else handle
-        name = pynvml.nvmlDeviceGetName(handle)
-        info["name"] = name.decode() if isinstance(name, bytes) else str(name)
-        mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
-        info["total_gib"], info["free_gib"] = mem.total / GIB, mem.free / GIB
-        me = os.getpid()
-        procs = []
-        for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
-            if int(p.pid) == me:
-                continue
-            used = getattr(p, "usedGpuMemory", None)
-            try:
-                pname = pynvml.nvmlSystemGetProcessName(p.pid)
-                pname = pname.decode() if isinstance(pname, bytes) else str(pname)
-            except Exception:  # noqa: BLE001
-                pname = ""
-            procs.append(GpuProcess(int(p.pid), os.path.basename(pname), None if used is None else used / GIB))
-        info["processes"] = tuple(procs)
-    except Exception as exc:  # noqa: BLE001
-        notes.append(f"NVML query failed ({type(exc).__name__}: {exc})")
-    return info
+    return bool(a and b) and a.strip().lower().removeprefix("gpu-") == b.strip().lower().removeprefix("gpu-")
 
 
 def free_memory_by_index(notes: list[str] | None = None) -> dict[int, float] | None:
     """``{physical index: free GiB}`` of the GPUs this process may use (``CUDA_VISIBLE_DEVICES`` as whole numbers),
-    read without CUDA from NVML or ``nvidia-smi``; empty without a GPU, None when neither answered (why: ``notes``).
+    read without CUDA from ``nvidia-smi``; empty without a GPU, None when it did not answer (why: ``notes``).
     """
     notes = [] if notes is None else notes
-    free = _nvml_free(notes)
-    if free is None:
-        exe = shutil.which("nvidia-smi")
-        rows = _run_nvidia_smi(exe, "gpu=index,memory.free", notes) if exe else None
-        if rows is None:
-            return None
-        free = {}
-        for row in rows:
-            index, mib = (_number(row[0]), _number(row[1])) if len(row) >= 2 else (None, None)
-            if index is not None and mib is not None:
-                free[int(index)] = mib / 1024
+    exe = shutil.which("nvidia-smi")
+    rows = _run_nvidia_smi(exe, "gpu=index,memory.free", notes) if exe else None
+    if rows is None:
+        return None
+    free = {}
+    for row in rows:
+        index, mib = (_number(row[0]), _number(row[1])) if len(row) >= 2 else (None, None)
+        if index is not None and mib is not None:
+            free[int(index)] = mib / 1024
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         wanted = [v.strip() for v in visible.split(",") if v.strip()]
         if all(v.isdigit() for v in wanted):
             free = {i: g for i, g in free.items() if str(i) in wanted}
     return free
-
-
-def _nvml_free(notes: list[str]) -> dict[int, float] | None:
-    """``{index: free GiB}`` of every GPU from NVML, or None when NVML is missing or fails."""
-    with _nvml(notes) as pynvml:
-        if pynvml is None:
-            return None
-        try:
-            return {i: pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(i)).free / GIB
-                    for i in range(pynvml.nvmlDeviceGetCount())}
-        except Exception as exc:  # noqa: BLE001
-            notes.append(f"NVML query failed ({type(exc).__name__}: {exc})")
-            return None
 
 
 def _run_nvidia_smi(exe: str, query: str, notes: list[str]) -> list[list[str]] | None:
@@ -479,13 +388,12 @@ def _number(text: str) -> float | None:
         return None
 
 
-def _nvidia_smi_info(uuid: str | None, index: int | None, notes: list[str]) -> dict[str, Any] | None:
+def _driver_info(uuid: str | None, index: int | None, notes: list[str]) -> dict[str, Any]:
+    """Driver version, name, memory and the other processes on the GPU from ``nvidia-smi``; {} when it cannot say."""
     exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return None
-    gpus = _run_nvidia_smi(exe, "gpu=uuid,driver_version,name,memory.total,memory.free", notes)
+    gpus = _run_nvidia_smi(exe, "gpu=uuid,driver_version,name,memory.total,memory.free", notes) if exe else None
     if gpus is None:
-        return None
+        return {}
     info: dict[str, Any] = {"source": "nvidia-smi"}
     rows = [r for r in gpus if len(r) >= 5]
     if not rows:
@@ -535,11 +443,3 @@ def _host_ram_gib() -> tuple[float | None, float | None]:
         return vm.total / GIB, vm.available / GIB
     except Exception:  # noqa: BLE001
         return None, None
-
-
-def _in_colab() -> bool:
-    return "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ
-
-
-def _env_flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")

@@ -21,9 +21,7 @@ def _cuda(device: Any = None):
     """(torch, device index) when CUDA is usable, else (None, None). Never raises."""
     try:
         import torch
-    except Exception:  # noqa: BLE001
-        return None, None
-    try:
+
         if not torch.cuda.is_available():
             return None, None
         if device is None:
@@ -75,15 +73,11 @@ def _release_one(obj: Any, depth: int) -> None:
             return
     if depth > 1:
         return
-    if isinstance(obj, (list, dict, set)):
-        items = list(obj.values()) if isinstance(obj, dict) else list(obj)
-        for item in items:
+    if isinstance(obj, (list, dict, set, tuple)):
+        for item in list(obj.values() if isinstance(obj, dict) else obj):
             _release_one(item, depth + 1)
-        obj.clear()
-        return
-    if isinstance(obj, tuple):
-        for item in obj:
-            _release_one(item, depth + 1)
+        if not isinstance(obj, tuple):
+            obj.clear()
         return
     attrs = getattr(obj, "__dict__", None)
     if isinstance(attrs, dict):

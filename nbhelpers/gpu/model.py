@@ -146,10 +146,7 @@ def cpu_seconds(kind: str = "lipsync", n_frames: int = 0, source_frames: int | N
     Raises:
         InputError: Unknown ``kind`` or ``weights``.
     """
-    if kind not in KINDS:
-        raise InputError(f"kind must be one of {', '.join(map(repr, KINDS))}; got {kind!r}.")
-    if weights not in WEIGHTS:
-        raise InputError(f"weights must be 'full' or 'tiny'; got {weights!r}.")
+    check_kind(kind, weights)
     kind = "realtime" if kind == "clip" else kind  # the same work, only its batch cap differs
     t = times or CPU_TIMES[weights]
     f = face_cpu_times(landmark_backend)
@@ -182,6 +179,14 @@ DEFAULT_FRAME_SIZE = (1080, 1920)
 
 KINDS = ("lipsync", "avatar", "realtime", "clip")  # clip: realtime's stages, cap_clip
 WEIGHTS = ("full", "tiny")
+
+
+def check_kind(kind: str, weights: str) -> None:
+    """Raise :class:`InputError` for a ``kind`` not in :data:`KINDS` or ``weights`` not in :data:`WEIGHTS`."""
+    if kind not in KINDS:
+        raise InputError(f"kind must be one of {', '.join(map(repr, KINDS))}; got {kind!r}.")
+    if weights not in WEIGHTS:
+        raise InputError(f"weights must be 'full' or 'tiny'; got {weights!r}.")
 
 
 def restore_per_frame_gib(restore: str | None, bf16: bool = True, memory_model: MemoryModel | None = None) -> float:

@@ -14,10 +14,9 @@ from ..errors import InputError, NbHelpersWarning
 from .device import GpuReport, NoGpuError, _no_cuda_message, colab_gpu_steps, fields_html, fields_text, read_report
 from .model import (
     DEFAULT_FRAME_SIZE,
-    KINDS,
     MEMORY_MODEL,
-    WEIGHTS,
     MemoryModel,
+    check_kind,
     cpu_frame_seconds,
     cpu_seconds,
     restore_per_frame_gib,
@@ -72,8 +71,7 @@ class Plan:
 
     @property
     def headroom_gib(self) -> float | None:
-        """GiB of the budget left unused at the predicted peak, >= 0 (for optional caches); None on the CPU or unknown.
-        """
+        """GiB of the budget left unused at the predicted peak, >= 0; None on the CPU or when unknown."""
         if self.budget_gib is None or self.predicted_peak_gib is None:
             return None
         return max(0.0, self.budget_gib - self.predicted_peak_gib)
@@ -159,10 +157,7 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
     Source: batches 8 offline and 20 realtime (``inference.py:266``, ``realtime_inference.py:331``); fp16
     (``inference.py:53-56``, ``realtime_inference.py:366-368``).
     """
-    if kind not in KINDS:
-        raise InputError(f"kind must be one of {', '.join(map(repr, KINDS))}; got {kind!r}.")
-    if weights not in WEIGHTS:
-        raise InputError(f"weights must be 'full' or 'tiny'; got {weights!r}.")
+    check_kind(kind, weights)
     if config is None:
         config = InferenceConfig()
     elif not isinstance(config, InferenceConfig):
@@ -174,26 +169,21 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
         n_frames = int(n_frames)
     if isinstance(loaded_gib, bool) or not isinstance(loaded_gib, numbers.Real) or not loaded_gib >= 0:
         raise InputError(f"loaded_gib must be a number of GiB >= 0; got {loaded_gib!r}.")
-    if frame_size is None:
-        frame_size = DEFAULT_FRAME_SIZE
-        size_note = f"{frame_size[1]}x{frame_size[0]} frames assumed (frame size not given)"  # width x height
-    else:
-        try:
-            values = tuple(frame_size)
-        except TypeError:
-            values = ()
-        if len(values) != 2 or not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) and v > 0
-                                       for v in values):
-            raise InputError(f"frame_size must be (height, width) in pixels, two positive integers; got "
-                             f"{frame_size!r}.")
-        frame_size = (int(values[0]), int(values[1]))
-        size_note = f"{frame_size[1]}x{frame_size[0]} frames"  # width x height, as media names sizes
+    given = frame_size is not None
+    try:
+        values = tuple(frame_size) if given else DEFAULT_FRAME_SIZE
+    except TypeError:
+        values = ()
+    if len(values) != 2 or not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) and v > 0
+                                   for v in values):
+        raise InputError(f"frame_size must be (height, width) in pixels, two positive integers; got {frame_size!r}.")
+    frame_size = (int(values[0]), int(values[1]))
+    size_note = f"{frame_size[1]}x{frame_size[0]} frames" + ("" if given else " assumed (frame size not given)")
     mm = memory_model or MEMORY_MODEL
     rep = report if report is not None else read_report()
     reasons: dict[str, str] = {}
     notes: list[str] = []
 
-    # 1. Device.
     if config.device is not None:
         device = str(config.device)
         if device.startswith("cuda") and not rep.has_gpu:
@@ -205,24 +195,20 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
     else:
         device = "cpu"
         reasons["device"] = "no CUDA GPU usable: running on the CPU"
-    on_cuda = device.startswith("cuda")
-    on_cpu = device == "cpu"
-
-    # 2. Precision.
+    on_cuda, on_cpu = device.startswith("cuda"), device == "cpu"
     cc = rep.compute_capability
-    if on_cuda:
-        if config.fp16 is not None:
-            fp16 = bool(config.fp16)
-            reasons["fp16"] = f"user override ({'fp16' if fp16 else 'fp32'})"
-        elif cc is not None and tuple(cc) < tuple(mm.fp16_min_capability):
-            fp16 = False
-            reasons["fp16"] = (f"fp32: compute capability {cc[0]}.{cc[1]} has no native half arithmetic "
-                               f"(fp16 needs {mm.fp16_min_capability[0]}.{mm.fp16_min_capability[1]} or newer)")
-        else:
-            fp16 = True
-            cc_text = f"compute capability {cc[0]}.{cc[1]}" if cc else "compute capability unknown"
-            reasons["fp16"] = (f"fp16 on CUDA ({cc_text}): halves weights and activations and is what the official "
-                               "realtime path runs; bf16 is not used, the T4 (7.5) has no fast bf16")
+    if on_cuda and config.fp16 is not None:
+        fp16 = bool(config.fp16)
+        reasons["fp16"] = f"user override ({'fp16' if fp16 else 'fp32'})"
+    elif on_cuda and cc is not None and tuple(cc) < tuple(mm.fp16_min_capability):
+        fp16 = False
+        reasons["fp16"] = (f"fp32: compute capability {cc[0]}.{cc[1]} has no native half arithmetic "
+                           f"(fp16 needs {mm.fp16_min_capability[0]}.{mm.fp16_min_capability[1]} or newer)")
+    elif on_cuda:
+        fp16 = True
+        cc_text = f"compute capability {cc[0]}.{cc[1]}" if cc else "compute capability unknown"
+        reasons["fp16"] = (f"fp16 on CUDA ({cc_text}): halves weights and activations and is what the official "
+                           "realtime path runs; bf16 is not used, the T4 (7.5) has no fast bf16")
     elif on_cpu:
         fp16 = False
         if config.fp16:
@@ -236,7 +222,6 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
         reasons["fp16"] = ("user override" if config.fp16 is not None else
                            f"fp32 on {device} (no memory model for this device)")
 
-    # 3. Batch size.
     backend = str(landmark_backend or config.landmark_backend or "auto")
     # a face restorer (config.restore) runs between decode and paste-back: its share joins the generate stage, in
     # bfloat16 where nbhelpers.restore.run_dtype picks it (an fp16 job on compute capability >= 8.0), else float32
@@ -248,16 +233,13 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
         f"{size_note}; the generate stage counts {restore_per_frame_gib(restore, restore_bf16, mm):.3f} GiB per "
         f"frame for the {restore} face restorer in "
         f"{'bfloat16' if restore_bf16 and restore != 'codeformer' else 'float32'}")
-    cap = {"lipsync": mm.cap_lipsync, "avatar": mm.cap_avatar, "realtime": mm.cap_realtime,
-           "clip": mm.cap_clip}[kind]
+    cap = getattr(mm, f"cap_{kind}")
     budget: float | None = None
-    precision = "fp16" if fp16 else "fp32"
     if on_cuda:
         budget, reasons["memory"] = _gpu_budget(rep, mm, float(loaded_gib))
-        auto, why = _fit_batch(stages, budget, cap, kind, precision, stage_note)
+        auto, why = _fit_batch(stages, budget, cap, kind, "fp16" if fp16 else "fp32", stage_note)
     elif on_cpu:
-        cap = mm.cap_cpu
-        budget, auto, why = _cpu_batch(rep, stages, mm, kind, stage_note)
+        budget, auto, why = _cpu_batch(rep, stages, mm, stage_note)
         reasons["memory"] = (f"host RAM: {budget:.1f} GiB usable ({mm.cpu_ram_fraction:.0%} of "
                              f"{rep.host_ram_available_gib:.1f} GiB available)" if budget is not None else
                              "host RAM unknown")
@@ -284,11 +266,11 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
 
     peaks = {name: a + b * batch for name, (a, b) in stages.items()}
     predicted = max(peaks.values()) if on_cuda else None
+    growing = {name: peak for name, peak in peaks.items() if stages[name][1] > 0}
+    worst = max(growing, key=growing.get) if growing else None
+    need = growing[worst] if worst is not None else 0.0
     if on_cuda and budget is not None:
-        growing = {name: peak for name, peak in peaks.items() if stages[name][1] > 0}
-        worst = max(growing, key=growing.get) if growing else None
-        if worst is not None and growing[worst] > budget:
-            need = growing[worst]
+        if worst is not None and need > budget:
             if config.batch_size is not None and batch > 1:
                 notes.append(f"batch_size {batch} (user override) is predicted to need {need:.2f} GiB in stage "
                              f"{worst!r}, above the {budget:.2f} GiB budget: out-of-memory is likely; the batch "
@@ -301,15 +283,11 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
             notes.append(f"Face detection on full {frame_size[1]}x{frame_size[0]} frames (S3FD at batch 1) is "
                          f"predicted to need {peaks['faces']:.2f} GiB, above the {budget:.2f} GiB budget: use "
                          "landmark_backend='dlib' or a smaller video.")
-    if on_cpu and asked is not None and batch > auto:
-        # One note about a user batch on the CPU above the plan's (the batch really run, after the cut to the job's
-        # length): out of host RAM if the model predicts it, else slower progress.
+    if on_cpu and asked is not None and batch > auto:  # a user batch above the plan's, as really run
         used = f"batch_size {asked} (user override" + (f", {batch} for this {n_frames}-frame job)" if batch != asked
                                                        else ")")
-        growing = {name: peak for name, peak in peaks.items() if stages[name][1] > 0}
-        worst = max(growing, key=growing.get) if growing else None
-        if budget is not None and worst is not None and growing[worst] > budget:
-            notes.append(f"{used} is predicted to need {growing[worst]:.1f} GiB of host RAM in stage {worst!r}, "
+        if budget is not None and worst is not None and need > budget:
+            notes.append(f"{used} is predicted to need {need:.1f} GiB of host RAM in stage {worst!r}, "
                          f"above the {budget:.1f} GiB usable: the job is likely to run out of memory. Leave the "
                          f"batch size out (the plan would choose {auto}).")
         else:
@@ -406,7 +384,7 @@ def _fit_batch(stages: dict[str, tuple[float, float]], budget: float | None, cap
                      f"{snapped} (1, 2 or a multiple of 4)")
 
 
-def _cpu_batch(rep: GpuReport, stages: dict[str, tuple[float, float]], mm: MemoryModel, kind: str,
+def _cpu_batch(rep: GpuReport, stages: dict[str, tuple[float, float]], mm: MemoryModel,
                size_note: str) -> tuple[float | None, int, str]:
     cap = mm.cap_cpu
     if rep.host_ram_available_gib is None:

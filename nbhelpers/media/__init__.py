@@ -26,27 +26,8 @@ from .writer import (
 )
 
 __all__ = [
-    "ENCODER_SETTINGS",
-    "SYNTHETIC_TAG",
-    "WRITER_STALL_TIMEOUT_S",
-    "EncoderChoice",
-    "MediaInfo",
-    "StreamInfo",
-    "VideoReader",
-    "VideoWriter",
-    "audio_duration",
-    "check_writable",
-    "choose_encoder",
-    "convert_to_25fps",
-    "demo_inputs",
-    "ffmpeg_exe",
-    "ffmpeg_version",
-    "frames_at",
-    "load_audio",
-    "load_video",
-    "nvenc_probe",
-    "padded_size_note",
-    "probe",
-    "read_frame",
-    "write_problem",
+    "ENCODER_SETTINGS", "SYNTHETIC_TAG", "WRITER_STALL_TIMEOUT_S", "EncoderChoice", "MediaInfo", "StreamInfo",
+    "VideoReader", "VideoWriter", "audio_duration", "check_writable", "choose_encoder", "convert_to_25fps",
+    "demo_inputs", "ffmpeg_exe", "ffmpeg_version", "frames_at", "load_audio", "load_video", "nvenc_probe",
+    "padded_size_note", "probe", "read_frame", "write_problem"
 ]

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..constants import SAMPLE_RATE
 from ..errors import InputError, require
-from .ffmpeg import _PCM_FORMATS, _existing_file, _Process, ffmpeg_exe
+from .ffmpeg import _PCM_FORMATS, QUIET, _existing_file, _Process, ffmpeg_exe
 from .probing import MediaInfo, probe
 
 
@@ -53,9 +53,8 @@ def _wav_header(buf: bytes) -> tuple[int, int, int] | None:
 def _ffmpeg_decode(p: Path, info: MediaInfo) -> tuple[np.ndarray, int]:
     """Decode the first audio stream at its native rate to float32, mean-mixed to mono chunk by chunk."""
     exe = ffmpeg_exe()
-    args = [exe, "-nostdin", "-hide_banner", "-nostats", "-loglevel", "error", "-i", str(p), "-map",
-            f"0:{info.audio_stream.index}", "-vn", "-sn", "-dn", "-map_metadata", "-1", "-fflags", "+bitexact",
-            "-c:a", "pcm_f32le", "-f", "wav", "pipe:1"]
+    args = [exe, *QUIET, "-i", str(p), "-map", f"0:{info.audio_stream.index}", "-vn", "-sn", "-dn",
+            "-map_metadata", "-1", "-fflags", "+bitexact", "-c:a", "pcm_f32le", "-f", "wav", "pipe:1"]
     proc = _Process(args)
     stdout = proc.popen.stdout
     try:
@@ -139,13 +138,8 @@ def load_audio(path, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
         return mono
     soxr = require("soxr", "pip install soxr")
     n_out = int(np.ceil(mono.shape[-1] * (float(sample_rate) / rate)))  # librosa.resample's fix_length size
-    out = soxr.resample(mono, rate, int(sample_rate), quality="soxr_hq")
-    out = np.asarray(out, dtype=np.float32)
-    if out.shape[0] > n_out:
-        out = out[:n_out]
-    elif out.shape[0] < n_out:
-        out = np.pad(out, (0, n_out - out.shape[0]))
-    return np.ascontiguousarray(out, dtype=np.float32)
+    out = np.asarray(soxr.resample(mono, rate, int(sample_rate), quality="soxr_hq"), dtype=np.float32)[:n_out]
+    return np.ascontiguousarray(np.pad(out, (0, n_out - out.shape[0])), dtype=np.float32)
 
 
 def audio_duration(path) -> float:

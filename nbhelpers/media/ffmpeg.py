@@ -18,6 +18,13 @@ SYNTHETIC_TAG = "Synthetic lip-sync video made with MuseTalk (nbhelpers)"
 """Written as the ``comment`` tag of every video :class:`VideoWriter` makes (and as the video track's handler
 name), so that anyone can tell the file was generated."""
 
+SYNTHETIC_ARGS = ["-metadata", f"comment={SYNTHETIC_TAG}", "-metadata:s:v:0", f"handler_name={SYNTHETIC_TAG}"]
+# BT.709 matrix, limited range, and the stream tagged so (setparams: the -color_* options alone are not carried
+# through the filtered frames by every ffmpeg version)
+BT709_FILTER = ("scale=out_color_matrix=bt709:out_range=tv,format=yuv420p,"
+                "setparams=range=tv:color_primaries=bt709:color_trc=bt709:colorspace=bt709")
+BT709_TAGS = ["-colorspace", "bt709", "-color_primaries", "bt709", "-color_trc", "bt709", "-color_range", "tv"]
+QUIET = ["-nostdin", "-hide_banner", "-nostats", "-loglevel", "error"]  # no prompt, banner, stats or chatter
 _STDERR_TAIL_LINES = 40  # lines of ffmpeg's stderr kept in an FFmpegError
 WRITER_STALL_TIMEOUT_S = 120.0  # seconds a writing ffmpeg may take no frame data / show no progress: then stalled
 _KILL_WAIT_S = 10.0  # seconds to wait for a killed ffmpeg to exit (one stuck on a dead mount may never exit)
@@ -84,6 +91,11 @@ def _parse_version(text: str) -> tuple[int, int]:
     if re.search(r"ffmpeg version (N-|git-)", text):
         return (99, 0)
     return (0, 0)
+
+
+def _video_filter(width: int, height: int) -> str:
+    """BT.709 yuv420p, odd sizes padded by one black column/row at the right/bottom (yuv420p needs even sizes)."""
+    return ("pad=ceil(iw/2)*2:ceil(ih/2)*2," if width % 2 or height % 2 else "") + BT709_FILTER
 
 
 def _passthrough(exe: str) -> list[str]:

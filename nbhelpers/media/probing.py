@@ -10,7 +10,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from ..errors import FFmpegError
-from .ffmpeg import _CHANNEL_LAYOUTS, _IMAGE_CODECS, _existing_file, _run, _tail, ffmpeg_exe
+from .ffmpeg import _CHANNEL_LAYOUTS, _IMAGE_CODECS, QUIET, _existing_file, _run, _tail, ffmpeg_exe
 
 
 @dataclass(frozen=True)
@@ -188,9 +188,7 @@ def _rotation_cw(ccw_degrees: float) -> int:
     """ffmpeg's display-matrix angle (counter-clockwise) -> clockwise degrees in [0, 360), snapped to 90s."""
     cw = (-ccw_degrees) % 360.0
     snapped = round(cw / 90.0) * 90
-    if abs(cw - snapped) < 1.0:
-        return int(snapped) % 360
-    return int(round(cw)) % 360
+    return int(snapped if abs(cw - snapped) < 1.0 else round(cw)) % 360
 
 
 _STREAM_RE = re.compile(r"^\s*Stream #(\d+):(\d+)(?:\[[^\]]*\])?(?:\(([^)]*)\))?: (\w+): (.*)$")
@@ -244,8 +242,13 @@ def _parse_ffmpeg_info(text: str, path: Path, frame_count: int | None = None) ->
 
     video = next((s for s in streams if s.kind == "video" and not s.attached_pic), None)
     audio = next((s for s in streams if s.kind == "audio"), None)
-    is_image = video is not None and _is_image(container, streams, video, duration_s)
-    width, height = _display_size(video)
+    # a still: its only audio or video stream is the picture, in an image container or an image codec without duration
+    single = len([s for s in streams if s.kind in ("video", "audio")]) == 1
+    is_image = video is not None and single and (container.endswith("_pipe") or container == "image2" or (
+        video.codec in _IMAGE_CODECS and duration_s is None))
+    width, height = (video.width, video.height) if video is not None else (None, None)
+    if video is not None and video.rotation in (90, 270):  # the upright size
+        width, height = height, width
     if is_image:
         frame_count = 1
     return MediaInfo(
@@ -258,32 +261,12 @@ def _parse_ffmpeg_info(text: str, path: Path, frame_count: int | None = None) ->
     )
 
 
-def _is_image(container: str, streams: list[StreamInfo], video: StreamInfo, duration_s: float | None) -> bool:
-    """Whether the input is a still image: its only audio or video stream is ``video``, in an image container
-    (``image2``, ``*_pipe``) or of an image codec without a duration."""
-    image_container = container.endswith("_pipe") or container == "image2"
-    single = len([s for s in streams if s.kind in ("video", "audio")]) == 1
-    return single and (image_container or (video.codec in _IMAGE_CODECS and duration_s is None))
-
-
-def _display_size(video: StreamInfo | None) -> tuple[int | None, int | None]:
-    """``(width, height)`` of ``video`` as displayed (swapped for a 90 or 270 degree rotation); Nones without one."""
-    if video is None or video.width is None:
-        return None, None
-    if video.rotation in (90, 270):
-        return video.height, video.width
-    return video.width, video.height
-
-
 def _parse_stream(match: re.Match, block: list[str]) -> StreamInfo:
     index, language, kind, rest = int(match.group(2)), match.group(3), match.group(4).lower(), match.group(5)
-    flags = re.findall(r"\(([a-z ]+)\)\s*$", rest)
-    attached = "(attached pic)" in rest
-    default = "(default)" in rest
     parts = _split_top(rest)
     codec = parts[0].split()[0] if parts else "unknown"
     info: dict = {"index": index, "kind": kind, "codec": codec, "language": language if language != "und" else None,
-                  "attached_pic": attached, "default": default or "default" in flags,
+                  "attached_pic": "(attached pic)" in rest, "default": "(default)" in rest,
                   "line": match.group(0).strip()}
     if kind == "video":
         size_at = None
@@ -355,13 +338,13 @@ def probe(path, count_frames: bool = True) -> MediaInfo:
             "file (not a web page or a partial download); re-export or re-download it.",
             args_list=args, stderr_tail=_tail(text))
     if count_frames and info.has_video and not info.is_image:
-        info = _replace(info, frame_count=_count_packets(exe, p, info.video_stream.index))
+        info = dataclasses.replace(info, frame_count=_count_packets(exe, p, info.video_stream.index))
     if info.is_image and info.width:
         orientation = _exif_orientation(p)
         if orientation != 1:
             stored_w, stored_h = info.video_stream.width, info.video_stream.height
             swap = orientation >= 5
-            info = _replace(info, exif_orientation=orientation, rotation=_EXIF_ROTATION[orientation],
+            info = dataclasses.replace(info, exif_orientation=orientation, rotation=_EXIF_ROTATION[orientation],
                             width=stored_h if swap else stored_w, height=stored_w if swap else stored_h)
     return info
 
@@ -384,15 +367,10 @@ def _exif_orientation(path: Path) -> int:
     return value if value in _EXIF_ROTATION else 1
 
 
-def _replace(info: MediaInfo, **changes) -> MediaInfo:
-    return dataclasses.replace(info, **changes)
-
-
 def _count_packets(exe: str, path: Path, stream_index: int) -> int | None:
     """Packets (= frames) of one stream, by demuxing only: one framecrc line per packet (ffmpeg 7.0's progress
     report leaves out the frame count when stream copying, so it is not used here)."""
-    args = [exe, "-nostdin", "-hide_banner", "-nostats", "-loglevel", "error", "-i", str(path),
-            "-map", f"0:{stream_index}", "-c", "copy", "-f", "framecrc", "pipe:1"]
+    args = [exe, *QUIET, "-i", str(path), "-map", f"0:{stream_index}", "-c", "copy", "-f", "framecrc", "pipe:1"]
     rc, out, _ = _run(args, "count video frames")
     if rc != 0:
         return None

@@ -9,10 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
-import selectors
-import subprocess
 import threading
-import uuid
 from fractions import Fraction
 from pathlib import Path
 
@@ -20,9 +17,9 @@ import numpy as np
 
 from ..constants import FPS, SAMPLE_RATE
 from ..errors import FFmpegError, InputError
-from .ffmpeg import SYNTHETIC_TAG, WRITER_STALL_TIMEOUT_S, _Process, ffmpeg_exe
+from .ffmpeg import BT709_TAGS, SYNTHETIC_ARGS, WRITER_STALL_TIMEOUT_S, _video_filter, ffmpeg_exe
 from .folders import check_writable
-from .writer import VideoWriter, choose_encoder
+from .writer import VideoWriter, _check_size, _partial, choose_encoder
 
 # Output container by URL scheme, else by file suffix.
 URL_CONTAINERS = {"rtmp://": "flv", "rtmps://": "flv", "srt://": "mpegts", "udp://": "mpegts", "rtp://": "mpegts",
@@ -31,10 +28,6 @@ FILE_CONTAINERS = {".mp4": "mp4", ".mov": "mov", ".mkv": "matroska", ".ts": "mpe
 UDP_PACKET_BYTES = 1316  # 7 MPEG-TS packets of 188 bytes: one UDP datagram under a 1500-byte MTU
 GOP_FRAMES = 2 * FPS  # a keyframe every 2 s, so that a viewer joining a stream starts within 2 s
 AUDIO_OUT_RATE = 48000  # Hz of the AAC track: the session's 16 kHz speech resampled, as players and editors expect
-# BT.709 limited range, converted and tagged as the offline writer's outputs (nbhelpers.media.writer)
-BT709_FILTER = ("scale=out_color_matrix=bt709:out_range=tv,format=yuv420p,"
-                "setparams=range=tv:color_primaries=bt709:color_trc=bt709:colorspace=bt709")
-BT709_TAGS = ["-colorspace", "bt709", "-color_primaries", "bt709", "-color_trc", "bt709", "-color_range", "tv"]
 
 
 def video_codec_args(encoder: str | None = None, *, file: bool = False) -> tuple[list[str], str | None]:
@@ -49,16 +42,15 @@ def video_codec_args(encoder: str | None = None, *, file: bool = False) -> tuple
     Raises:
         InputError: An unknown setting.
     """
-    gop = ["-g", str(GOP_FRAMES)]
-    if encoder is None and file:
-        return ["-c:v", "libx264", "-preset", "veryfast", "-crf", "18", "-pix_fmt", "yuv420p", *gop], None
+    tail = ["-pix_fmt", "yuv420p", "-g", str(GOP_FRAMES)]
     if encoder is None:
-        return ["-c:v", "libx264", "-preset", "ultrafast", "-tune", "zerolatency", "-pix_fmt", "yuv420p", *gop], None
+        opts = ["-preset", "veryfast", "-crf", "18"] if file else ["-preset", "ultrafast", "-tune", "zerolatency"]
+        return ["-c:v", "libx264", *opts, *tail], None
     choice = choose_encoder(encoder)
     if choice.codec == "h264_nvenc":
-        return ["-c:v", "h264_nvenc", "-preset", "p1", "-tune", "ll", "-pix_fmt", "yuv420p", *gop], choice.ffmpeg
+        return ["-c:v", "h264_nvenc", "-preset", "p1", "-tune", "ll", *tail], choice.ffmpeg
     preset = choice.preset if encoder.startswith("libx264-") else "ultrafast"
-    return ["-c:v", "libx264", "-preset", preset, "-tune", "zerolatency", "-pix_fmt", "yuv420p", *gop], choice.ffmpeg
+    return ["-c:v", "libx264", "-preset", preset, "-tune", "zerolatency", *tail], choice.ffmpeg
 
 
 def container_for(target: str) -> str:
@@ -98,11 +90,8 @@ class FFmpegSink(VideoWriter):
                              "rtmp://, srt://, udp://, rtp:// or tcp:// URL.")
         if os.name != "posix":
             raise InputError("the live ffmpeg sink needs a POSIX system (the audio goes through a second pipe).")
-        for name, value in (("width", width), ("height", height)):
-            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
-                raise InputError(f"{name} must be a positive integer number of pixels; got {value!r}.")
         # the writer's state (VideoWriter.write, close and abort use it)
-        self.width, self.height, self.fps = int(width), int(height), Fraction(FPS)
+        (self.width, self.height), self.fps = _check_size(width, height), Fraction(FPS)
         self.synthetic, self.encoder, self.audio = True, None, None
         self.stall_timeout_s = None if stall_timeout_s is None else float(stall_timeout_s)
         self.frames_written, self._result, self._closed = 0, None, False
@@ -113,7 +102,7 @@ class FFmpegSink(VideoWriter):
             self.path = Path(target).expanduser().absolute()
             check_writable(self.path.parent)
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._tmp = self.path.with_name(f".{self.path.stem}.partial-{uuid.uuid4().hex[:8]}{self.path.suffix}")
+            self._tmp = _partial(self.path)
             out = str(self._tmp)
         elif target.lower().startswith("udp://") and "pkt_size" not in target:
             out = target + ("&" if "?" in target else "?") + f"pkt_size={UDP_PACKET_BYTES}"
@@ -125,23 +114,14 @@ class FFmpegSink(VideoWriter):
                      "-r", str(FPS), "-i", "pipe:0",
                      "-thread_queue_size", "256", "-f", "s16le", "-ar", str(SAMPLE_RATE), "-ac", "1",
                      "-i", f"pipe:{read_end}", "-map", "0:v", "-map", "1:a",
-                     "-vf", ("pad=ceil(iw/2)*2:ceil(ih/2)*2," if width % 2 or height % 2 else "") + BT709_FILTER,
-                     *codec_args, *BT709_TAGS,
+                     "-vf", _video_filter(self.width, self.height), *codec_args, *BT709_TAGS,
                      "-c:a", "aac", "-b:a", audio_bitrate, "-ar", str(AUDIO_OUT_RATE),
-                     *(["-movflags", "+faststart"] if fmt in ("mp4", "mov") else []),
-                     "-metadata", f"comment={SYNTHETIC_TAG}", "-metadata:s:v:0", f"handler_name={SYNTHETIC_TAG}",
-                     "-f", fmt, *(["-flush_packets", "1"] if fmt == "mpegts" else []), out]
+                     *(["-movflags", "+faststart"] if fmt in ("mp4", "mov") else []), *SYNTHETIC_ARGS, "-f", fmt, *(["-flush_packets", "1"] if fmt == "mpegts" else []), out]
         try:
-            self._proc = _Process(self.args, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, pass_fds=(read_end,))
+            self._start(pass_fds=(read_end,))
         finally:
             os.close(read_end)
         self._audio_pipe = os.fdopen(write_end, "wb", buffering=0)
-        self._selector = None
-        if self.stall_timeout_s is not None:  # bounded writes: non-blocking pipe + select, as VideoWriter's
-            fd = self._proc.popen.stdin.fileno()
-            os.set_blocking(fd, False)
-            self._selector = selectors.DefaultSelector()
-            self._selector.register(fd, selectors.EVENT_WRITE)
         self.error: BaseException | None = None
         self._queues: tuple[queue.Queue, queue.Queue] = (queue.Queue(maxsize=64), queue.Queue(maxsize=256))
         self._threads = [threading.Thread(target=self._pump, args=(q, send), daemon=True, name=f"nbhelpers-live-{k}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Iterator, Sequence
 from fractions import Fraction
@@ -10,34 +11,20 @@ import numpy as np
 
 from ..constants import FPS
 from ..errors import FFmpegError, InputError
-from .ffmpeg import _ALPHA_PIX_FMTS, _existing_file, _passthrough, _Process, _run, _tail, ffmpeg_exe
+from .ffmpeg import _ALPHA_PIX_FMTS, QUIET, _existing_file, _passthrough, _Process, _run, _tail, ffmpeg_exe
 from .probing import _fps_text, probe
+
+# EXIF orientation -> (row step, column step) after the transpose of orientations 5-8
+_EXIF_STEPS = {2: (1, -1), 3: (-1, -1), 4: (-1, 1), 5: (1, 1), 6: (1, -1), 7: (-1, -1), 8: (-1, 1)}
 
 
 def _apply_orientation(frames: np.ndarray, orientation: int) -> np.ndarray:
     """Turn (N, H, W, C) stored pixels upright for an EXIF orientation (Pillow's ``ImageOps.exif_transpose``)."""
-    if orientation == 2:
-        out = frames[:, :, ::-1]
-    elif orientation == 3:
-        out = frames[:, ::-1, ::-1]
-    elif orientation == 4:
-        out = frames[:, ::-1]
-    elif orientation == 5:
-        out = frames.transpose(0, 2, 1, 3)
-    elif orientation == 6:
-        out = frames.transpose(0, 2, 1, 3)[:, :, ::-1]
-    elif orientation == 7:
-        out = frames.transpose(0, 2, 1, 3)[:, ::-1, ::-1]
-    elif orientation == 8:
-        out = frames.transpose(0, 2, 1, 3)[:, ::-1]
-    else:
+    if orientation not in _EXIF_STEPS:
         return frames
-    return np.ascontiguousarray(out)
-
-
-def _progress_frames(stdout: bytes) -> int | None:
-    found = re.findall(rb"^frame=\s*(\d+)", stdout, flags=re.MULTILINE)
-    return int(found[-1]) if found else None
+    rows, cols = _EXIF_STEPS[orientation]
+    out = frames.transpose(0, 2, 1, 3) if orientation >= 5 else frames
+    return np.ascontiguousarray(out[:, ::rows, ::cols])
 
 
 def _has_alpha(pix_fmt: str | None) -> bool:
@@ -63,6 +50,11 @@ def _check_fps(fps) -> Fraction:
     if value is None or value <= 0 or isinstance(fps, bool):
         raise InputError(f"fps must be a positive number of frames per second (MuseTalk uses {FPS}); got {fps!r}.")
     return value
+
+
+def _check_count(name: str, n: int) -> None:
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise InputError(f"{name} must be an integer >= 1; got {n!r}.")
 
 
 def _check_background(background) -> tuple[int, int, int]:
@@ -174,18 +166,13 @@ class VideoReader:
         self._cursor: _FrameStream | None = None
         self._streams: set[_FrameStream] = set()
 
-    def _filters(self, extra: str | None) -> list[str]:
-        chain = [] if self.info.is_image else [f"fps={self.fps.numerator}/{self.fps.denominator}"]
-        if extra:
-            chain.append(extra)
-        return chain
-
     def _command(self, extra_filter: str | None = None, max_frames: int | None = None, null: bool = False):
-        args = [self._exe, "-nostdin", "-hide_banner", "-nostats", "-loglevel", "error"]
+        args = [self._exe, *QUIET]
         if self.info.is_image:
             args.append("-noautorotate")  # recent ffmpeg turns JPEGs by EXIF, older does not: we do it ourselves
         args += ["-i", str(self.path), "-map", f"0:{self.info.video_stream.index}"]
-        chain = self._filters(extra_filter)
+        chain = [f"fps={self.fps.numerator}/{self.fps.denominator}"] if not self.info.is_image else []
+        chain += [extra_filter] if extra_filter else []
         if chain:
             args += ["-vf", ",".join(chain)]
         if self.info.is_image:
@@ -206,7 +193,8 @@ class VideoReader:
         """
         if self._count is None:
             rc, out, err = _run(self._command(null=True), "count frames")
-            count = _progress_frames(out)
+            found = re.findall(rb"^frame=\s*(\d+)", out, flags=re.MULTILINE)
+            count = int(found[-1]) if found else None
             if rc != 0 or count is None:
                 raise FFmpegError(f"ffmpeg could not decode {str(self.path)!r} to count its frames.",
                                   args_list=self._command(null=True), returncode=rc, stderr_tail=_tail(err))
@@ -231,8 +219,7 @@ class VideoReader:
         Raises:
             FFmpegError: ffmpeg failed while decoding.
         """
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-            raise InputError(f"batch_size must be an integer >= 1; got {batch_size!r}.")
+        _check_count("batch_size", batch_size)
         stream = self._open()
         try:
             while True:
@@ -256,8 +243,7 @@ class VideoReader:
         Raises:
             FFmpegError: ffmpeg failed while decoding.
         """
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise InputError(f"n must be an integer >= 1; got {n!r}.")
+        _check_count("n", n)
         if self._cursor is None:
             self._cursor = self._open()
         batch = self._cursor.read(n)
@@ -286,10 +272,8 @@ class VideoReader:
         self.close()
 
     def __del__(self):  # pragma: no cover - GC safety net
-        try:
+        with contextlib.suppress(Exception):
             self.close()
-        except Exception:  # noqa: BLE001
-            pass
 
     def __repr__(self) -> str:
         count = self._count if self._count is not None else "?"

@@ -27,10 +27,13 @@ from .ffmpeg import (
     _KILL_WAIT_S,
     _PIPE_CHUNK,
     _WRITER_SUFFIXES,
-    SYNTHETIC_TAG,
+    BT709_TAGS,
+    QUIET,
+    SYNTHETIC_ARGS,
     WRITER_STALL_TIMEOUT_S,
     _existing_file,
     _Process,
+    _video_filter,
     ffmpeg_exe,
 )
 from .folders import check_writable
@@ -69,6 +72,18 @@ class EncoderChoice:
     preset: str
     ffmpeg: str | None = None
     reason: str = ""
+
+
+def _check_size(width: int, height: int) -> tuple[int, int]:
+    for name, value in (("width", width), ("height", height)):
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+            raise InputError(f"{name} must be a positive integer number of pixels; got {value!r}.")
+    return int(width), int(height)
+
+
+def _partial(path: Path) -> Path:
+    """The temporary name an output is written under: ``.<stem>.partial-<random><suffix>`` beside it."""
+    return path.with_name(f".{path.stem}.partial-{uuid.uuid4().hex[:8]}{path.suffix}")
 
 
 def padded_size_note(width: int, height: int) -> str | None:
@@ -181,10 +196,8 @@ class VideoWriter:
             binary.
 
     Attributes:
-        path: Final output path.
         encoder: The :class:`EncoderChoice` when ``encoder`` was given, else None.
         frames_written: Frames accepted so far.
-        stall_timeout_s: The stall bound, seconds (None = none).
 
     Raises:
         InputError: Bad size, fps, crf, suffix, stall timeout or audio file, before ffmpeg starts.
@@ -209,10 +222,7 @@ class VideoWriter:
         if self.encoder is not None:
             codec, preset = self.encoder.codec, preset or self.encoder.preset
             ffmpeg = ffmpeg or self.encoder.ffmpeg
-        for name, value in (("width", width), ("height", height)):
-            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
-                raise InputError(f"{name} must be a positive integer number of pixels; got {value!r}.")
-        self.width, self.height = int(width), int(height)
+        self.width, self.height = _check_size(width, height)
         self.fps = _check_fps(fps)
         if not isinstance(crf, (int, np.integer)) or isinstance(crf, bool) or not 0 <= crf <= 51:
             raise InputError(f"crf must be an integer 0-51 (18 = visually lossless, the official value); got {crf!r}.")
@@ -240,11 +250,15 @@ class VideoWriter:
         self._exe = ffmpeg or type(self).ffmpeg or ffmpeg_exe()
         check_writable(out.parent)
         out.parent.mkdir(parents=True, exist_ok=True)
-        self._tmp = out.with_name(f".{out.stem}.partial-{uuid.uuid4().hex[:8]}{out.suffix}")
+        self._tmp = _partial(out)
         self._result: Path | None = None
         self._closed = False
         self.args = self._build_args(codec, crf, preset, audio_info, audio_bitrate, shortest, list(extra_args))
-        self._proc = _Process(self.args, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+        self._start()
+
+    def _start(self, pass_fds: tuple[int, ...] = ()) -> None:
+        """Start ffmpeg on ``self.args`` with the frame pipe as stdin, made non-blocking under a stall bound."""
+        self._proc = _Process(self.args, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, pass_fds=pass_fds)
         self._selector: selectors.BaseSelector | None = None
         if self.stall_timeout_s is not None and os.name == "posix":  # bounded writes: non-blocking pipe + select
             fd = self._proc.popen.stdin.fileno()
@@ -254,30 +268,21 @@ class VideoWriter:
 
     def _build_args(self, codec, crf, preset, audio_info, audio_bitrate, shortest, extra) -> list[str]:
         w, h = self.width, self.height
-        args = [self._exe, "-nostdin", "-hide_banner", "-nostats", "-loglevel", "error", "-y",
-                "-f", "rawvideo", "-pixel_format", "bgr24", "-video_size", f"{w}x{h}",
+        args = [self._exe, *QUIET, "-y", "-f", "rawvideo", "-pixel_format", "bgr24", "-video_size", f"{w}x{h}",
                 "-framerate", f"{self.fps.numerator}/{self.fps.denominator}", "-i", "pipe:0"]
         if self.audio is not None:
             args += ["-i", str(self.audio)]
         args += ["-map", "0:v:0"]
         if self.audio is not None:
             args += ["-map", f"1:{audio_info.audio_stream.index}"]
-        chain = []
-        if w % 2 or h % 2:
-            chain.append("pad=ceil(iw/2)*2:ceil(ih/2)*2")  # one black column/row; yuv420p needs even sizes
-        # BT.709 matrix, limited range, and the stream tagged so (setparams: the -color_* options alone are not
-        # carried through the filtered frames by every ffmpeg version)
-        chain += ["scale=out_color_matrix=bt709:out_range=tv", "format=yuv420p",
-                  "setparams=range=tv:color_primaries=bt709:color_trc=bt709:colorspace=bt709"]
-        args += ["-vf", ",".join(chain)]
+        args += ["-vf", _video_filter(w, h)]
         if codec == "libx264":
             args += ["-c:v", "libx264", "-preset", preset or "medium", "-crf", str(int(crf))]
         elif codec.endswith("_nvenc"):
             args += ["-c:v", codec, "-preset", preset or "p5", "-rc", "vbr", "-cq", str(int(crf)), "-b:v", "0"]
         else:
             args += ["-c:v", codec] + (["-preset", preset] if preset else [])
-        args += ["-pix_fmt", "yuv420p", "-colorspace", "bt709", "-color_primaries", "bt709", "-color_trc", "bt709",
-                 "-color_range", "tv"]
+        args += ["-pix_fmt", "yuv420p", *BT709_TAGS]
         if self.audio is not None:
             if audio_info.audio_codec == "aac":
                 args += ["-c:a", "copy"]
@@ -287,10 +292,7 @@ class VideoWriter:
                 args += ["-shortest"]
         if self.path.suffix.lower() in (".mp4", ".mov", ".m4v"):
             args += ["-movflags", "+faststart"]
-        if self.synthetic:
-            args += ["-metadata", f"comment={SYNTHETIC_TAG}", "-metadata:s:v:0", f"handler_name={SYNTHETIC_TAG}"]
-        args += extra
-        return args + [str(self._tmp)]
+        return args + (SYNTHETIC_ARGS if self.synthetic else []) + extra + [str(self._tmp)]
 
     def write(self, frames) -> None:
         """Append one ``(H, W, 3)`` frame or ``(N, H, W, 3)`` batch of uint8 BGR ``frames`` (numpy or torch).
@@ -321,13 +323,11 @@ class VideoWriter:
             self._send(memoryview(arr).cast("B"))
         except _Stalled as exc:
             raise self._stalled(f"took no frame data for {exc.seconds:g} s") from None
-        except (BrokenPipeError, ConnectionResetError, OSError, ValueError) as exc:
+        except (OSError, ValueError) as exc:  # BrokenPipeError, ConnectionResetError, a closed pipe
             if self._watchdog_fired:
                 raise self._stalled(f"took no frame data for {self.stall_timeout_s:g} s") from None
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):  # still running: abort() below kills it
                 self._proc.popen.wait(timeout=_KILL_WAIT_S)
-            except subprocess.TimeoutExpired:
-                pass  # it closed its input but keeps running: abort() below kills it
             ended = ""
             if self._proc.popen.returncode == 0:  # no error of its own: something outside stopped it
                 ended = (" It ended with exit status 0 before it had every frame: it was stopped from outside (a "
@@ -461,11 +461,9 @@ class VideoWriter:
             self.close()
 
     def __del__(self):  # pragma: no cover - GC safety net: never leave ffmpeg running or a partial file behind
-        try:
+        with contextlib.suppress(Exception):
             if getattr(self, "_result", None) is None:
                 self.abort()
-        except Exception:  # noqa: BLE001
-            pass
 
     def __repr__(self) -> str:
         state = "done" if self._result else ("closed" if self._closed else "open")

@@ -39,7 +39,6 @@ from .manifest import (
     Source,
     WeightFile,
     default_dir,
-    drive_dir,
     is_tiny,
     list_files,
     missing_files,
@@ -52,6 +51,6 @@ __all__ = [
     "HTML_PAGE", "LFS_POINTER", "MANIFEST", "MISSING", "NOTEBOOK", "OK", "SETS", "STAGING_DIR", "STATE_FILE",
     "TINY_MARKER", "TRUNCATED", "UNVERIFIABLE", "WRONG_SIZE", "DownloadReport", "DownloadRow", "Expected", "Fact",
     "FileCheck", "FileTable", "Inspection", "Manifest", "Source", "VerifyReport", "WeightFile", "check_job_files",
-    "default_dir", "download", "drive_dir", "expected_facts", "inspect_file", "is_tiny", "job_files", "list_files",
+    "default_dir", "download", "expected_facts", "inspect_file", "is_tiny", "job_files", "list_files",
     "main", "missing_files", "required_files", "verify",
 ]

@@ -36,9 +36,8 @@ from .manifest import (
     Manifest,
     Source,
     WeightFile,
-    _html_table,
     _human,
-    _text_table,
+    _Report,
     default_dir,
 )
 from .verification import _check, _State
@@ -68,7 +67,7 @@ class DownloadRow:
 
 
 @dataclasses.dataclass(frozen=True)
-class DownloadReport:
+class DownloadReport(_Report):
     """The result of :func:`download` for the weights dir ``directory``, one :class:`DownloadRow` per file in ``rows``;
     HTML in notebooks, a text table elsewhere.
     """
@@ -94,23 +93,15 @@ class DownloadReport:
     _HEADERS = ("file", "action", "size", "seconds", "source", "note")
 
     def _rows(self) -> list[list[str]]:
-        return [[r.path, r.action, _human(r.size) if r.size is not None else "-", f"{r.seconds:.1f}", r.source,
-                 r.note] for r in self.rows]
+        return [[r.path, r.action, _human(r.size), f"{r.seconds:.1f}", r.source, r.note] for r in self.rows]
+
+    def _styles(self) -> list[str]:
+        return ["background:#fde0dc" if r.action == "failed" else "" for r in self.rows]
 
     def _summary(self) -> str:
         got = sum(r.action in ("downloaded", "replaced") for r in self.rows)
         return (f"{self.directory}: {len(self.rows)} files, {got} fetched ({_human(self.downloaded_bytes)}), "
                 f"{sum(r.action == 'present' for r in self.rows)} already present, {len(self.failed)} failed")
-
-    def __str__(self) -> str:
-        return self._summary() + "\n" + _text_table(self._HEADERS, self._rows())
-
-    def __repr__(self) -> str:
-        return str(self)
-
-    def _repr_html_(self) -> str:
-        styles = ["background:#fde0dc" if r.action == "failed" else "" for r in self.rows]
-        return _html_table(self._HEADERS, self._rows(), caption=self._summary(), row_styles=styles)
 
 
 class _Rejected(Exception):
@@ -147,10 +138,6 @@ def _check_host(url: str, timeout_s: float = 5.0) -> None:
             _HOSTS[key] = f"{host} cannot be reached from this machine ({exc.strerror or exc})"
     if _HOSTS[key]:
         raise _Unreachable(_HOSTS[key])
-
-
-def _offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in {"1", "ON", "YES", "TRUE"}
 
 
 def _default_endpoint() -> str:
@@ -246,11 +233,13 @@ def _fetch_gdrive(source: Source, root: Path, rel: str) -> tuple[Path, int | Non
     return out, None, None, f"Google Drive {source.id}"
 
 
-def _fetch_url(url: str, part: Path, desc: str) -> tuple[Path, int | None]:
-    """Stream ``url`` into ``part`` (resuming from its current size with a Range request)."""
+def _fetch_url(source: Source, root: Path, rel: str) -> tuple[Path, int | None, str | None, str]:
+    """Stream ``source.url`` into a ``.part`` file of the staging folder, resuming it with a Range request."""
     import urllib.error
     import urllib.request
 
+    url, desc = source.url, Path(rel).name
+    part = _staging(root, "url") / (desc + ".part")
     have = part.stat().st_size if part.exists() else 0
     headers = {"User-Agent": "nbhelpers (musetalk-workbook)", "Accept-Encoding": "identity"}
     if have:
@@ -261,7 +250,7 @@ def _fetch_url(url: str, part: Path, desc: str) -> tuple[Path, int | None]:
     except urllib.error.HTTPError as exc:
         if exc.code == 416 and have:  # asked past the end: the .part is already whole (checked by the caller)
             match = re.search(r"/(\d+)", exc.headers.get("Content-Range", ""))
-            return part, int(match.group(1)) if match else have
+            return part, int(match.group(1)) if match else have, None, f"URL {url}"
         raise
     with response:
         if response.headers.get_content_type() == "text/html":
@@ -288,13 +277,7 @@ def _fetch_url(url: str, part: Path, desc: str) -> tuple[Path, int | None]:
     got = part.stat().st_size
     if total is not None and got < total:
         raise OSError(f"connection closed at {got} of {total} bytes")
-    return part, total
-
-
-def _fetch_plain(source: Source, root: Path, rel: str) -> tuple[Path, int | None, str | None, str]:
-    part = _staging(root, "url") / (Path(rel).name + ".part")
-    staged, total = _fetch_url(source.url, part, Path(rel).name)
-    return staged, total, None, f"URL {source.url}"
+    return part, total, None, f"URL {url}"
 
 
 def _fetch_bundled(source: Source, root: Path, rel: str) -> tuple[Path, int | None, str | None, str]:
@@ -307,7 +290,7 @@ def _fetch_bundled(source: Source, root: Path, rel: str) -> tuple[Path, int | No
 def _fetch(source: Source, root: Path, rel: str) -> tuple[Path, int | None, str | None, str]:
     if source.kind == "bundled":
         return _fetch_bundled(source, root, rel)
-    if _offline():
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in {"1", "ON", "YES", "TRUE"}:
         raise _Skipped("HF_HUB_OFFLINE is set: no network source is tried")
     if source.kind == "hub":
         _check_host((source.endpoint or _default_endpoint()).rstrip("/"))
@@ -316,7 +299,7 @@ def _fetch(source: Source, root: Path, rel: str) -> tuple[Path, int | None, str 
         return _fetch_gdrive(source, root, rel)
     if source.kind == "url":
         _check_host(source.address())
-        return _fetch_plain(source, root, rel)
+        return _fetch_url(source, root, rel)
     raise _Skipped(f"unknown source kind {source.kind!r}")
 
 
@@ -362,7 +345,9 @@ def _download_one(entry: WeightFile, root: Path, state: _State, check_hash: bool
                 note = _accept(entry, staged, size, sha, check_hash)
             except _Rejected as exc:
                 errors.append(f"{source.describe()}: rejected ({exc})")
-                _discard_staged(staged)
+                if staged is not None:
+                    with contextlib.suppress(OSError):
+                        Path(staged).unlink()
                 break
             except Exception as exc:  # noqa: BLE001 - every failure moves on; all of them are reported
                 errors.append(f"{source.describe()} (try {attempt}): {_short(exc)}")
@@ -382,12 +367,6 @@ def _download_one(entry: WeightFile, root: Path, state: _State, check_hash: bool
             return DownloadRow(entry.name, entry.path, "replaced" if replacing else "downloaded", where,
                                st.st_size, time.monotonic() - start, note)
     return DownloadRow(entry.name, entry.path, "failed", "", None, time.monotonic() - start, " | ".join(errors))
-
-
-def _discard_staged(staged: Path | None) -> None:
-    if staged is not None:
-        with contextlib.suppress(OSError):
-            Path(staged).unlink()
 
 
 def _failure_message(root: Path, rows: Sequence[DownloadRow], manifest: Manifest) -> str:

@@ -282,11 +282,7 @@ class Manifest(tuple):
     @property
     def sets(self) -> tuple[str, ...]:
         """Every set name used by an entry, in first-use order."""
-        seen: dict[str, None] = {}
-        for entry in self:
-            for s in entry.sets:
-                seen.setdefault(s, None)
-        return tuple(seen)
+        return tuple(dict.fromkeys(s for entry in self for s in entry.sets))
 
     def get(self, name: str) -> WeightFile:
         """The entry called ``name`` (short name, layout path or alternate path).
@@ -351,26 +347,19 @@ def required_files(version: str = "v15", parsing: bool = True) -> list[str]:
 def missing_files(directory: str | os.PathLike, paths: Sequence[str]) -> list[str]:
     """Which of ``paths`` (layout paths) are absent from the weights dir ``directory``, in order; alternates count."""
     root = Path(directory)
-    out = []
-    for rel in paths:
-        alts: tuple[str, ...] = ()
-        for entry in MANIFEST:
-            if entry.path == rel:
-                alts = entry.alternates
-        if not any((root / p).is_file() for p in (rel, *alts)):
-            out.append(rel)
-    return out
+    alternates = {entry.path: entry.alternates for entry in MANIFEST}
+    return [rel for rel in paths if not any((root / p).is_file() for p in (rel, *alternates.get(rel, ())))]
 
 
 def _human(n: int | float | None) -> str:
     if n is None:
         return "-"
     n = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
+    for unit in ("B", "KiB", "MiB"):
+        if abs(n) < 1024:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
-    return f"{n:.1f} GiB"  # pragma: no cover
+    return f"{n:.1f} GiB"
 
 
 def _text_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -398,8 +387,24 @@ def _html_table(headers: Sequence[str], rows: Sequence[Sequence[str]], caption: 
     return "\n".join(out)
 
 
+class _Report:
+    """A report that shows its ``_summary()`` over a table of ``_rows()`` under ``_HEADERS``: text, or HTML with
+    each row's ``_styles()``."""
+
+    _HEADERS: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        return self._summary() + "\n" + _text_table(self._HEADERS, self._rows())
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    def _repr_html_(self) -> str:
+        return _html_table(self._HEADERS, self._rows(), caption=self._summary(), row_styles=self._styles())
+
+
 @dataclasses.dataclass(frozen=True)
-class FileTable:
+class FileTable(_Report):
     """The manifest (or a selection of it) as a table; renders as HTML in notebooks, text elsewhere.
 
     Attributes:
@@ -428,17 +433,14 @@ class FileTable:
 
     _HEADERS = ("name", "sets", "path", "size", "sha256", "sources (in order)")
 
+    def _summary(self) -> str:
+        return f"{len(self.entries)} weight files, about {self.approx_total_bytes / _GB:.2f} GB"
+
+    def _styles(self) -> None:
+        return None
+
     def __str__(self) -> str:
-        return (_text_table(self._HEADERS, self._rows())
-                + f"\n{len(self.entries)} files, about {self.approx_total_bytes / _GB:.2f} GB")
-
-    def _repr_html_(self) -> str:
-        return _html_table(self._HEADERS, self._rows(),
-                           caption=f"{len(self.entries)} weight files, about "
-                                   f"{self.approx_total_bytes / _GB:.2f} GB")
-
-    def __repr__(self) -> str:
-        return str(self)
+        return _text_table(self._HEADERS, self._rows()) + "\n" + self._summary().replace(" weight files", " files")
 
 
 def list_files(sets: str | Sequence[str] | None = "all", manifest: Manifest | None = None) -> FileTable:
@@ -451,27 +453,17 @@ def list_files(sets: str | Sequence[str] | None = "all", manifest: Manifest | No
     return FileTable(tuple(manifest.select(sets)))
 
 
-def _on_colab() -> bool:
-    return "google.colab" in sys.modules or bool(os.environ.get("COLAB_RELEASE_TAG"))
-
-
-def _holds_weights(folder: Path, manifest: Manifest | None = None) -> bool:
-    manifest = MANIFEST if manifest is None else manifest
+def _holds_weights(folder: Path) -> bool:
     try:
-        return any((folder / p).is_file() for e in manifest for p in (e.path, *e.alternates))
+        return any((folder / p).is_file() for e in MANIFEST for p in (e.path, *e.alternates))
     except OSError:
         return False
-
-
-def drive_dir() -> Path:
-    """The Google Drive folder used on Colab once it holds weights: :data:`DRIVE_DIR`."""
-    return DRIVE_DIR
 
 
 def default_dir() -> Path:
     """The absolute weights dir used when none is given (not created here).
 
-    In order: ``$NBHELPERS_WEIGHTS``; on Colab, :func:`drive_dir` if it already holds weight files;
+    In order: ``$NBHELPERS_WEIGHTS``; on Colab, :data:`DRIVE_DIR` if it already holds weight files;
     ``$XDG_CACHE_HOME/musetalk-workbook/models`` (``~/.cache/musetalk-workbook/models``).
 
     Source: the official scripts use ``models/`` under the repository root (official-behaviour §1.1).
@@ -479,7 +471,8 @@ def default_dir() -> Path:
     env = os.environ.get(ENV_VAR, "").strip()
     if env:
         return Path(env).expanduser().absolute()
-    if _on_colab() and DRIVE_DIR.is_dir() and _holds_weights(DRIVE_DIR):
+    on_colab = "google.colab" in sys.modules or bool(os.environ.get("COLAB_RELEASE_TAG"))
+    if on_colab and DRIVE_DIR.is_dir() and _holds_weights(DRIVE_DIR):
         return DRIVE_DIR
     cache = os.environ.get("XDG_CACHE_HOME", "").strip()
     base = Path(cache).expanduser() if cache else Path.home() / ".cache"

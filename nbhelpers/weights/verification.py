@@ -40,9 +40,8 @@ from .manifest import (
     TRY_TINY,
     Manifest,
     WeightFile,
-    _html_table,
     _human,
-    _text_table,
+    _Report,
     default_dir,
     is_tiny,
     required_files,
@@ -175,7 +174,7 @@ _STATE_COLOURS = {OK: "", UNVERIFIABLE: "background:#fff8e1"}
 
 
 @dataclasses.dataclass(frozen=True)
-class VerifyReport:
+class VerifyReport(_Report):
     """The result of :func:`verify`: one :class:`FileCheck` per file in ``checks`` for the weights dir ``directory``,
     whether sha256 values were computed (``deep``) and whether it holds ``tiny`` test weights. Shows itself as a
     table.
@@ -213,27 +212,16 @@ class VerifyReport:
     _HEADERS = ("file", "size", "expected", "state", "detail", "fix")
 
     def _rows(self) -> list[list[str]]:
-        return [[c.path, _human(c.size) if c.size is not None else "-", c.expected, c.state, c.detail, c.fix]
-                for c in self.checks]
+        return [[c.path, _human(c.size), c.expected, c.state, c.detail, c.fix] for c in self.checks]
 
-    def __str__(self) -> str:
-        return self._summary() + "\n" + _text_table(self._HEADERS, self._rows())
-
-    def __repr__(self) -> str:
-        return str(self)
-
-    def _repr_html_(self) -> str:
-        styles = [_STATE_COLOURS.get(c.state, "background:#fde0dc") for c in self.checks]
-        return _html_table(self._HEADERS, self._rows(), caption=self._summary(), row_styles=styles)
-
-
-def _set_arg(entry: WeightFile) -> str:
-    return "" if set(entry.sets) & set(DEFAULT_SETS) else f" --sets {entry.sets[0]}"
+    def _styles(self) -> list[str]:
+        return [_STATE_COLOURS.get(c.state, "background:#fde0dc") for c in self.checks]
 
 
 def _fix(entry: WeightFile, state: str, rel: str, root: Path | None = None) -> str:
     where = "" if root is None or _same_dir(root, default_dir()) else f" --weights {root}"
-    cmd = f"`{DOWNLOAD_COMMAND}{where}{_set_arg(entry)}` (or {NOTEBOOK})"
+    sets = "" if set(entry.sets) & set(DEFAULT_SETS) else f" --sets {entry.sets[0]}"
+    cmd = f"`{DOWNLOAD_COMMAND}{where}{sets}` (or {NOTEBOOK})"
     if state == MISSING:
         return f"download it: {cmd}"
     if state == LFS_POINTER:
@@ -263,17 +251,20 @@ def _check(entry: WeightFile, root: Path, state: _State, deep: bool) -> FileChec
     exp = _expected(entry, rel, state)
     expected_text = (f"{_human(exp.size)} ({exp.source})" if exp.size is not None
                      else (entry.expected_text() if rel == entry.path else "unknown"))
+
+    def found(verdict: str, detail: str, fix: str | None = None) -> FileCheck:
+        fix = _fix(entry, verdict, rel, root) if fix is None else fix
+        return FileCheck(entry.name, rel, st.st_size, expected_text, verdict, detail, fix)
+
     insp = inspect_file(path, _FORMAT_BY_SUFFIX.get(Path(rel).suffix.lower(), entry.format))
     if insp.bad:
-        return FileCheck(entry.name, rel, st.st_size, expected_text, insp.state, insp.detail,
-                         _fix(entry, insp.state, rel, root))
+        return found(insp.state, insp.detail)
     notes = [insp.detail]
     proven = insp.state == OK
     if exp.size is not None:
         if st.st_size != exp.size:
-            kind = TRUNCATED if st.st_size < exp.size else WRONG_SIZE
-            return FileCheck(entry.name, rel, st.st_size, expected_text, kind,
-                             f"{st.st_size} bytes, expected {exp.size} ({exp.source})", _fix(entry, kind, rel, root))
+            return found(TRUNCATED if st.st_size < exp.size else WRONG_SIZE,
+                         f"{st.st_size} bytes, expected {exp.size} ({exp.source})")
         notes.append("size matches")
         proven = True
     want_hash = exp.sha256 or exp.unverified_sha256 or (entry.sha256_prefix is not None and rel == entry.path)
@@ -284,9 +275,7 @@ def _check(entry: WeightFile, root: Path, state: _State, deep: bool) -> FileChec
             state.record_sha256(rel, st, sha)
         if exp.sha256:
             if sha != exp.sha256:
-                return FileCheck(entry.name, rel, st.st_size, expected_text, HASH_MISMATCH,
-                                 f"sha256 {sha[:16]}... but {exp.source} says {exp.sha256[:16]}...",
-                                 _fix(entry, HASH_MISMATCH, rel, root))
+                return found(HASH_MISMATCH, f"sha256 {sha[:16]}... but {exp.source} says {exp.sha256[:16]}...")
             notes.append(f"sha256 matches ({exp.source})")
             proven = True
         elif exp.unverified_sha256:
@@ -297,11 +286,11 @@ def _check(entry: WeightFile, root: Path, state: _State, deep: bool) -> FileChec
             same = sha.startswith(str(entry.sha256_prefix.value))
             notes.append(f"sha256 {'starts' if same else 'does not start'} with {entry.sha256_prefix.value} "
                          f"({entry.sha256_prefix.source}, unverified)")
-    elif want_hash and not deep:
+    elif want_hash:
         notes.append("sha256 not computed (deep=False)")
-    final = OK if proven else UNVERIFIABLE
-    fix = "" if final == OK else "nothing known to check it against; it will be used as it is"
-    return FileCheck(entry.name, rel, st.st_size, expected_text, final, "; ".join(notes), fix)
+    if proven:
+        return found(OK, "; ".join(notes), "")
+    return found(UNVERIFIABLE, "; ".join(notes), "nothing known to check it against; it will be used as it is")
 
 
 def verify(directory: str | os.PathLike | None = None, sets: str | Sequence[str] | None = None,
@@ -370,12 +359,10 @@ def job_files(version: str = "v15", landmark_backend: str = "auto", *, parsing: 
     """
     manifest = MANIFEST if manifest is None else manifest
     paths = required_files(version, parsing=parsing)  # raises InputError for an unknown version
-    if landmark_backend in _LANDMARK_SETS:
-        sets: tuple[str, ...] = _LANDMARK_SETS[landmark_backend]
-    elif landmark_backend == "auto":
+    if landmark_backend == "auto":
         sets = _auto_landmark_sets(Path(directory), manifest) if directory is not None else ()
-    elif landmark_backend in ("dlib", "boxes"):
-        sets = ()
+    elif landmark_backend in (*_LANDMARK_SETS, "dlib", "boxes"):
+        sets = _LANDMARK_SETS.get(landmark_backend, ())
     else:
         raise InputError(f"landmark_backend must be one of 'auto', 'dwpose', 'dwpose-onnx', 'mmpose', 'dlib', "
                          f"'boxes'; got {landmark_backend!r}.")
@@ -416,11 +403,7 @@ def check_job_files(directory: str | os.PathLike | None, version: str = "v15", l
     lines = [f"{len(bad)} weight file(s) this job needs under {root} are not usable (checked before any frame is "
              "read):"]
     lines += [f"  {c.path}: {c.state} - {c.detail}" for c in bad]
-    sets: list[str] = []
-    for c in bad:
-        for s in manifest.get(c.name).sets[:1]:
-            if s not in sets:
-                sets.append(s)
+    sets = dict.fromkeys(manifest.get(c.name).sets[0] for c in bad)
     states = {c.state for c in bad}
     notes = []
     if LFS_POINTER in states:
