@@ -294,16 +294,13 @@ class DWPoseBackend(PoseBackend):
         weights_dir: Folder in the official ``models/`` layout with :data:`CHECKPOINT_FILE` and :data:`S3FD_FILE`
             (default ``nbhelpers.weights.default_dir()``).
         device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or None (the GPU when available), for both models.
-        dtype: DWPose precision, as :class:`DWPoseTorch`.
+        dtype: As :class:`DWPoseTorch`.
         face_detector: Instead of S3FD, an object with ``detect(frames) -> list[(x1, y1, x2, y2, score) | None]``.
-        model: A built :class:`~nbhelpers.faces.dwpose_net.RTMPoseWholebody` instead of the checkpoint.
-        flip_test: DWPose flip test as in the official config.
-        batch_size: Frames per DWPose call (default :data:`DEFAULT_BATCH`).
+        model, flip_test, batch_size: As :class:`DWPoseTorch` (``model`` instead of the checkpoint).
 
     Raises:
         WeightsError, CheckpointError: A weight file is missing, damaged or not the official one.
-        MissingDependencyError: torch is not installed.
-        InputError: A bad device, dtype or batch size.
+        MissingDependencyError, InputError: torch is not installed; a bad device, dtype or batch size.
 
     Source: `preprocessing.py:15-23,84-111` (docs/official-behaviour.md §3.1-3.3).
     """

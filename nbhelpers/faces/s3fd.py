@@ -278,15 +278,13 @@ class S3FD:
     Args:
         weights_path: Path of ``s3fd-619a316812.pth``, loaded strictly.
         device: ``"cuda"``, ``"cuda:1"``, ``"cpu"``...; None picks CUDA when available.
-        dtype: A torch dtype or its name, ``"auto"`` (float16 on CUDA), or None (float32). Half on the CPU falls
-            back to float32; a half batch with non-finite outputs runs again in float32 (both warn).
-        max_side: Default for :meth:`detect`: None (full resolution, official) or the longest side, pixels, larger
-            frames are downscaled to.
+        dtype: As :func:`resolve_dtype`. Half on the CPU falls back to float32; a half batch with non-finite
+            outputs runs again in float32 (both warn).
+        max_side: Default for :meth:`detect`: None (full resolution, official) or the longest side, pixels.
         batch_size: Frames per network call (official: 1); halved on CUDA out-of-memory.
 
     Raises:
-        WeightsError: The file is missing or unreadable.
-        CheckpointError: The state dict's names or shapes differ from the architecture.
+        WeightsError, CheckpointError: The file is missing, unreadable, or its names or shapes are not S3FD's.
         MissingDependencyError: torch is not installed.
 
     Source: ``api.py:46-84``, ``sfd_detector.py``, ``detect.py:59-91``; docs/official-behaviour.md §3.2.

@@ -47,8 +47,8 @@ class FaceTrack:
     """Per-frame face boxes, landmarks and crop boxes of one clip, with no frame dropped (N frames).
 
     Attributes:
-        crop_boxes: (N, 4) int32 ``(x1, y1, x2, y2)`` full-frame pixels, final (v15's margin included, clamped,
-            smoothed if asked); -1 rows for frames with no face.
+        crop_boxes: (N, 4) int32 ``(x1, y1, x2, y2)`` full-frame pixels, final (margin, clamp, smoothing); -1 rows
+            for frames with no face.
         face_boxes: (N, 4) float64 detector boxes (the user's in boxes mode), pixels; NaN rows for no face.
         landmarks: (N, 68, 2) float32 ``(x, y)`` pixels, iBUG 300-W order; NaN for no face and in boxes mode.
         has_face: (N,) bool.
