@@ -51,14 +51,12 @@ def install_hint(import_torch: bool = True) -> str:
     """
     if not import_torch and "torch" not in sys.modules:
         return ONNX_INSTALL + " -- pick the onnxruntime-gpu build for torch's CUDA: <1.27 for CUDA 12, >=1.27 for 13"
-    cuda = None
-    if importlib.util.find_spec("torch") is not None:
-        try:
-            import torch
+    try:
+        import torch
 
-            cuda = torch.version.cuda
-        except Exception:  # noqa: BLE001 - a broken torch: the CPU build is the safe hint
-            cuda = None
+        cuda = torch.version.cuda
+    except Exception:  # noqa: BLE001 - no torch or a broken one: the CPU build is the safe hint
+        cuda = None
     req = onnxruntime_requirement(cuda)
     where = f"matches torch's CUDA {cuda}" if cuda else "torch has no CUDA here"
     return (f'pip install "{req}"   ({where}; the default landmark backend \'dwpose\' needs no onnxruntime)')
