@@ -1,10 +1,8 @@
 """A stand-in for ``mmcv.ops`` so that mmpose (and the mmdet modules it imports) load with ``mmcv-lite``.
 
-``mmcv-lite`` lacks mmcv's compiled operators, and full mmcv has no prebuilt wheel for new torch. The RTMPose
-model of DWPose needs no compiled operator, but mmpose and mmdet import a few names from ``mmcv.ops`` at import
-time. :func:`install` puts a module ``mmcv.ops`` (and the submodules those imports name) into ``sys.modules``,
-only when the real one cannot be imported. Every operator in it, and any other name asked for, is a placeholder
-that raises :class:`NotImplementedError` when called, so a model that needs a compiled operator fails loudly.
+DWPose's RTMPose needs no compiled mmcv operator, but mmpose and mmdet import names from ``mmcv.ops``.
+:func:`install` puts ``mmcv.ops`` and the submodules they name into ``sys.modules`` when the real one does not
+import; each operator there, and any other name asked for, raises :class:`NotImplementedError` when instantiated.
 """
 
 from __future__ import annotations
@@ -33,11 +31,8 @@ def _placeholder(name: str):
     class _MissingOp:
         __doc__ = message
 
-        def __init__(self, *args, **kwargs):
+        def __init__(self, *args, **kwargs):  # subclassing at import time works; building one does not
             raise NotImplementedError(message)
-
-        def __init_subclass__(cls, **kwargs):  # subclassing at import time is allowed; using it is not
-            super().__init_subclass__(**kwargs)
 
     _MissingOp.__name__ = _MissingOp.__qualname__ = name
     return _MissingOp
@@ -72,14 +67,8 @@ def is_installed() -> bool:
 
 
 def install() -> bool:
-    """Put the stand-in ``mmcv.ops`` into ``sys.modules`` if the real one cannot be imported.
-
-    Call before importing mmpose. Does nothing when mmcv is not installed at all (mmpose then cannot import
-    anyway) or when the real compiled operators are available.
-
-    Returns:
-        True when the stand-in is (now) in place, False when the real ``mmcv.ops`` is used or mmcv is absent.
-    """
+    """Put the stand-in ``mmcv.ops`` into ``sys.modules`` (before mmpose is imported) unless mmcv is absent or its
+    real compiled operators import; True when the stand-in is (now) in place."""
     if is_installed():
         return True
     try:

@@ -6,7 +6,6 @@ point k of the 68 in iBUG 300-W order (DWPose whole-body points 23..90); lm[28..
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -54,11 +53,6 @@ def _official_face_box(face_box: Any) -> tuple[int, int, int, int]:
     return x1, y1, x2, y2
 
 
-def _clamp(box: tuple[int, int, int, int], height: int, width: int) -> tuple[int, int, int, int]:
-    x1, y1, x2, y2 = box
-    return (min(max(x1, 0), width), min(max(y1, 0), height), min(max(x2, 0), width), min(max(y2, 0), height))
-
-
 def _grow_side(lo: int, hi: int, size: int, limit: int) -> tuple[int, int]:
     """Widen [lo, hi) about its centre to at least ``size`` pixels, then slide it back inside [0, limit)."""
     size = min(size, limit)
@@ -77,14 +71,9 @@ def _grow_side(lo: int, hi: int, size: int, limit: int) -> tuple[int, int]:
 def crop_box_with_source(landmarks: Any, face_box: Any, frame_shape: Any, version: str = "v15",
                          bbox_shift: int = 0, extra_margin: int = 10, *,
                          min_side: int = MIN_CROP_SIDE) -> tuple[tuple[int, int, int, int], str]:
-    """``(box, source)``: :func:`crop_box` with its smallest side ``min_side`` (pixels), and ``"landmarks"``, or
-    ``"face_box"`` when the detector box was used (the official fallback, or a clamped landmark box under
-    ``min_side``).
-
-    Raises:
-        InputError: As :func:`crop_box`.
-
-    Source: ``preprocessing.py:84-137``, ``inference.py:170-172``.
+    """``(box, source)``: :func:`crop_box` with its smallest side ``min_side`` (pixels), and ``"face_box"`` when the
+    detector box was used (the official fallback, or a clamped landmark box under ``min_side``), else
+    ``"landmarks"``. InputError as :func:`crop_box`.
     """
     if version not in VERSIONS:
         raise InputError(f"version must be one of {', '.join(map(repr, VERSIONS))}; got {version!r}.")
@@ -113,7 +102,8 @@ def crop_box_with_source(landmarks: Any, face_box: Any, frame_shape: Any, versio
         x1_, y1_, x2_, y2_ = b
         if version == "v15":  # inference.py:170-172: y2 = min(y2 + extra_margin, H)
             y2_ = min(y2_ + int(extra_margin), height)
-        return _clamp((x1_, y1_, x2_, y2_), height, width)  # fix of Q17: all four sides inside the frame
+        # fix of Q17: all four sides inside the frame
+        return min(max(x1_, 0), width), min(max(y1_, 0), height), min(max(x2_, 0), width), min(max(y2_, 0), height)
 
     out = finish(box)
     if source == "landmarks" and (out[2] - out[0] < min_side or out[3] - out[1] < min_side) and face_box is not None:
@@ -129,11 +119,9 @@ def crop_box_with_source(landmarks: Any, face_box: Any, frame_shape: Any, versio
 
 def crop_box(landmarks: Any, face_box: Any, frame_shape: Any, version: str = "v15", bbox_shift: int = 0,
              extra_margin: int = 10) -> tuple[int, int, int, int]:
-    """The crop box MuseTalk cuts from one frame: the official rules, then fixes of their bugs.
-
-    The official rules (docs/official-behaviour.md §3.3) are reproduced exactly, the in-place shift of lm[29]
-    included (quirk Q16). Fixes: the four sides are clamped to the frame (quirk Q17); a clamped landmark box
-    thinner than :data:`MIN_CROP_SIDE` falls back to a larger detector box; each side is at least
+    """The crop box MuseTalk cuts from one frame: the official rules (docs/official-behaviour.md §3.3), the in-place
+    shift of lm[29] included (quirk Q16), then fixes: the sides are clamped to the frame (quirk Q17), a clamped
+    landmark box thinner than :data:`MIN_CROP_SIDE` falls back to a larger detector box, and each side is at least
     :data:`MIN_CROP_SIDE` pixels.
 
     Args:
@@ -180,20 +168,12 @@ class BBoxShiftRange(NamedTuple):
 
 
 def bbox_shift_range(landmarks_per_frame: Any) -> BBoxShiftRange:
-    """The official :class:`BBoxShiftRange` from the unshifted landmarks of the frames with a face:
-    ``landmarks_per_frame`` (N, 68, 2) pixels with all-NaN rows for no face, or (68, 2) arrays and None.
-
-    Raises:
-        InputError: Arrays of the wrong shape.
-        NoFaceError: No frame has a face (the official divides by zero).
-
-    Source: ``preprocessing.py:114-117,134-136``.
+    """The official :class:`BBoxShiftRange` of unshifted landmarks, (N, 68, 2) pixels with all-NaN rows for no face
+    (or (68, 2) arrays and None). InputError for a wrong shape; NoFaceError when no frame has a face (the official
+    divides by zero). Source: ``preprocessing.py:114-117,134-136``.
     """
     frames: list[np.ndarray] = []
-    if isinstance(landmarks_per_frame, np.ndarray) and landmarks_per_frame.ndim == 3:
-        items: Sequence[Any] = list(landmarks_per_frame)
-    else:
-        items = list(landmarks_per_frame)
+    items = list(landmarks_per_frame)
     for i, lm in enumerate(items):
         if lm is None:
             continue
@@ -212,13 +192,10 @@ def bbox_shift_range(landmarks_per_frame: Any) -> BBoxShiftRange:
 
 
 def smooth_boxes(boxes: Any, has_face: Any, window: int, frame_shape: Any) -> np.ndarray:
-    """Smooth (N, 4) crop ``boxes`` over time: (N, 4) int32, -1 rows where ``has_face`` (N,) is False.
-
-    Each coordinate of frame i becomes the mean over frames ``i - (window - 1) // 2 .. i + window // 2`` of its run of
-    face frames, rounded and clamped to ``frame_shape`` (H, W). A ``window`` of 0 or 1 frames changes nothing.
-
-    Raises:
-        InputError: A negative window or mismatched shapes.
+    """(N, 4) crop ``boxes`` smoothed over time: (N, 4) int32, -1 rows where ``has_face`` (N,) is False. Each
+    coordinate of frame i becomes the mean over frames ``i - (window - 1) // 2 .. i + window // 2`` of its run of face
+    frames, rounded and clamped to ``frame_shape`` (H, W); a ``window`` of 0 or 1 changes nothing. InputError for a
+    negative window or mismatched shapes.
     """
     arr = np.asarray(boxes, dtype=np.float64)
     mask = np.asarray(has_face, dtype=bool)
@@ -267,10 +244,8 @@ def _is_box(value: Any) -> bool:
 
 
 def single_box(boxes: Any) -> Any:
-    """The one crop box ``boxes`` gives for the whole clip, or None when it gives one entry per frame (or is None).
-
-    A bare ``(x1, y1, x2, y2)`` and a list, tuple or (1, 4) array of exactly one box mean that box for every frame;
-    ``[None]`` stays per-frame. The numbers are checked by :func:`user_boxes`, not here.
+    """The one crop box ``boxes`` gives for the whole clip (a bare ``(x1, y1, x2, y2)``, or a list, tuple or (1, 4)
+    array of exactly one box), or None (per-frame entries, ``[None]``, or None); :func:`user_boxes` checks numbers.
     """
     if boxes is None:
         return None
@@ -285,15 +260,13 @@ def single_box(boxes: Any) -> Any:
 
 def user_boxes(boxes: Any, n_frames: int, frame_shape: Any, *, min_side: int = MIN_CROP_SIDE
                ) -> tuple[np.ndarray, np.ndarray]:
-    """Validate crop boxes given by the user and expand them to ``(crop_boxes, has_face)``: (N, 4) int32 with -1 rows
-    for no face, and (N,) bool.
+    """The user's crop boxes checked and expanded to ``(crop_boxes, has_face)``: (N, 4) int32 with -1 rows for no
+    face, and (N,) bool.
 
     Args:
         boxes: One ``(x1, y1, x2, y2)`` for the clip (see :func:`single_box`), or per frame an (N, 4) array (-1 or
             NaN rows: no face) or N boxes and None; full-frame pixels, fractions truncated.
-        n_frames: N, the number of frames.
-        frame_shape: ``(H, W)`` or ``(H, W, 3)`` of the frames, pixels.
-        min_side: Smallest accepted box side, pixels.
+        n_frames, frame_shape, min_side: N; ``(H, W)`` or ``(H, W, 3)``; the smallest box side, pixels.
 
     Raises:
         InputError: A box outside the frame, inverted or under ``min_side``, or a per-frame list not of length N.
@@ -341,8 +314,7 @@ def user_boxes(boxes: Any, n_frames: int, frame_shape: Any, *, min_side: int = M
 
 
 def boxes_count_message(given: int, n_frames: int, where: str) -> str:
-    """The refusal of per-frame ``boxes`` with ``given`` entries where ``where`` (e.g. ``"the clip"``) has ``n_frames``.
-    """
+    """The refusal of ``given`` per-frame boxes where ``where`` (e.g. ``"the clip"``) has ``n_frames``."""
     return (f"boxes has {given} entries but {where} has {n_frames} frames at 25 fps. Give one (x1, y1, x2, y2) "
             f"(or a list holding that one box) for every frame, or exactly {n_frames} entries, a box or None "
             "(no face) per frame.")

@@ -5,7 +5,6 @@ Its points follow the iBUG 300-W order as DWPose's do, but crop boxes differ fro
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import os
 from pathlib import Path
@@ -22,22 +21,12 @@ RETRY_MAX_PIXELS = 1920 * 1080  # frames up to this area get a second, upsampled
 
 
 def predictor_path() -> Path:
-    """Path of ``shape_predictor_68_face_landmarks.dat`` inside the installed ``face_recognition_models``, found
-    through its import spec (the package's own function needs ``pkg_resources``).
-
-    Raises:
-        MissingDependencyError: face-recognition-models is not installed, or its file is missing.
-    """
+    """Path of ``shape_predictor_68_face_landmarks.dat`` in the installed ``face_recognition_models``, found through
+    its import spec (the package's own function needs ``pkg_resources``); MissingDependencyError when absent."""
     spec = importlib.util.find_spec("face_recognition_models")
     if spec is not None:
         for folder in spec.submodule_search_locations or []:
             candidate = Path(folder) / PREDICTOR_FILE
-            if candidate.is_file():
-                return candidate
-        with contextlib.suppress(Exception):  # fall through to the clear error below
-            import face_recognition_models
-
-            candidate = Path(face_recognition_models.pose_predictor_model_location())
             if candidate.is_file():
                 return candidate
     raise MissingDependencyError(
@@ -46,15 +35,12 @@ def predictor_path() -> Path:
 
 
 class DlibBackend:
-    """dlib face detection and 68 landmarks, one frame at a time on the CPU.
-
-    Of several faces the largest is kept. With ``upsample`` None a frame is searched at upsample 0, then, when nothing
-    is found and it has at most :data:`RETRY_MAX_PIXELS`, at 1 (faces down to about 40 px instead of 80).
+    """dlib face detection and 68 landmarks, one frame at a time on the CPU; of several faces the largest is kept.
 
     Args:
-        weights_dir: Ignored (the predictor comes from ``face-recognition-models``).
-        device: Ignored (dlib runs on the CPU).
-        upsample: None (automatic), 0, 1 or 2.
+        weights_dir, device: Ignored (the predictor comes from ``face-recognition-models``; dlib runs on the CPU).
+        upsample: 0, 1, 2, or None: 0, then 1 (faces down to about 40 px instead of 80) when nothing is found in a
+            frame of at most :data:`RETRY_MAX_PIXELS`.
         predictor: Path of another 68-point shape predictor ``.dat``; None uses the packaged one.
 
     Raises:
@@ -86,8 +72,7 @@ class DlibBackend:
 
     def _find(self, rgb: np.ndarray, upsample: int | None, choose: Any = None, frame: Any = None
               ) -> tuple[Any, float] | None:
-        """The face kept in one frame: the largest (then the highest score), or ``choose``'s pick of all of them.
-        ``upsample`` None: 0, then 1 when nothing is found and the frame has at most RETRY_MAX_PIXELS."""
+        """The face kept in one frame: the largest (then the highest score), or ``choose``'s pick of all of them."""
         rects, scores, _ = self._detector.run(rgb, upsample or 0, 0.0)
         if upsample is None and len(rects) == 0 and rgb.shape[0] * rgb.shape[1] <= RETRY_MAX_PIXELS:
             rects, scores, _ = self._detector.run(rgb, 1, 0.0)
@@ -103,13 +88,9 @@ class DlibBackend:
 
     def detect(self, frames: np.ndarray, choose: Any = None) -> list[FaceResult | None]:
         """The largest face and its 68 landmarks in each of (N, H, W, 3) uint8 BGR ``frames``: N :class:`FaceResult`
-        (dlib's rectangle, float64, may reach outside the frame; its score, not a probability) or None.
-        ``choose(frame, dets)`` (see :class:`nbhelpers.faces.tracks.FaceChooser`), when given, picks the face from
-        all of them, (K, 5) ``(x1, y1, x2, y2, score)``, or None.
-
-        Raises:
-            InputError: frames not uint8 (N, H, W, 3).
-            RuntimeError: After :meth:`close`.
+        (dlib's rectangle, float64, may reach outside the frame; its score, not a probability) or None; or the face
+        ``choose(frame, dets)`` (:class:`nbhelpers.faces.tracks.FaceChooser`) picks from all (K, 5) ``(x1, y1, x2,
+        y2, score)``. InputError for bad frames; RuntimeError after :meth:`close`.
         """
         if self._detector is None:
             raise RuntimeError("this DlibBackend was closed; make a new one with nbhelpers.faces.get_backend('dlib')")

@@ -33,9 +33,7 @@ SIMCC_Y_BINS: int = int(INPUT_SIZE[1] * SIMCC_SPLIT_RATIO)
 
 
 def _ibug68_mirror() -> list[int]:
-    """Mirror partner of each iBUG-68 point (0-based): jaw k <-> 16-k, brows end to end, nose base 31<->35 and 32<->34,
-    eyes 36<->45 ... 41<->46, lips corner to corner; points on the midline map to themselves.
-    """
+    """Mirror partner of each iBUG-68 point (0-based); points on the midline map to themselves."""
     pairs = [(k, 16 - k) for k in range(8)]                       # jaw, 8 is the chin
     pairs += [(17 + k, 26 - k) for k in range(5)]                 # brows
     pairs += [(31, 35), (32, 34)]                                 # nose base
@@ -50,10 +48,8 @@ def _ibug68_mirror() -> list[int]:
 
 @functools.lru_cache(maxsize=1)
 def coco_wholebody_flip_indices() -> tuple[int, ...]:
-    """Index of the mirror keypoint of each of the 133 COCO-WholeBody keypoints (an involution): body left/right pairs,
-    feet 17..19 <-> 20..22, face by :func:`_ibug68_mirror`, hands 91..111 <-> 112..132.
-
-    Source: mmpose's ``coco_wholebody.py`` ``flip_indices``, used at ``[mmpose] rtmcc_head.py:193-208``.
+    """Index of the mirror keypoint of each of the 133 COCO-WholeBody keypoints (an involution). Source: mmpose's
+    ``coco_wholebody.py`` ``flip_indices``, used at ``[mmpose] rtmcc_head.py:193-208``.
     """
     flip = list(range(NUM_KEYPOINTS))
 
@@ -71,55 +67,40 @@ def coco_wholebody_flip_indices() -> tuple[int, ...]:
     return tuple(flip)
 
 
-def fix_aspect_ratio(scale: np.ndarray, aspect_ratio: float) -> np.ndarray:
-    """Enlarge (..., 2) box sizes ``(w, h)`` so that w / h equals ``aspect_ratio``, never shrinking a side.
-
-    Source: ``[mmpose] datasets/transforms/topdown_transforms.py:56-70``.
-    """
-    scale = np.asarray(scale)
-    w, h = scale[..., 0:1], scale[..., 1:2]
-    wide = np.concatenate([w, w / aspect_ratio], axis=-1)
-    tall = np.concatenate([h * aspect_ratio, h], axis=-1)
-    return np.where(w > h * aspect_ratio, wide, tall).astype(scale.dtype)
-
-
 def frame_center_scale(width: int, height: int, padding: float = BBOX_PADDING,
                        input_size: tuple[int, int] = INPUT_SIZE) -> tuple[np.ndarray, np.ndarray]:
-    """Centre ``(cx, cy)`` and aspect-fixed size ``(w, h)``, (2,) float32 frame pixels, of the whole ``width`` x
-    ``height`` frame as person box, enlarged by ``padding`` and fixed to the aspect of ``input_size``.
+    """Centre ``(cx, cy)`` and size ``(w, h)``, (2,) float32 frame pixels, of the whole frame as person box, enlarged
+    by ``padding``, then one side enlarged so that w / h is the aspect of ``input_size``.
 
     Source: ``preprocessing.py:97``; ``[mmpose] apis/inference.py:162-166``, ``common_transforms.py:51``,
     ``topdown_transforms.py:56-70``.
     """
-    box = np.array([0, 0, width, height], dtype=np.float32)
-    center = np.array([(box[0] + box[2]) * 0.5, (box[1] + box[3]) * 0.5], dtype=np.float32)
-    scale = np.array([box[2] - box[0], box[3] - box[1]], dtype=np.float32) * np.float32(padding)
-    scale = fix_aspect_ratio(scale, input_size[0] / input_size[1])
-    return center, scale
+    center = np.array([width * 0.5, height * 0.5], dtype=np.float32)
+    scale = np.array([width, height], dtype=np.float32) * np.float32(padding)
+    aspect = input_size[0] / input_size[1]
+    w, h = scale[0:1], scale[1:2]
+    return center, np.concatenate([w, w / aspect] if w > h * aspect else [h * aspect, h]).astype(np.float32)
 
 
 def warp_matrix(center: np.ndarray, scale: np.ndarray, output_size: tuple[int, int],
                 rotation_deg: float = 0.0) -> np.ndarray:
-    """(2, 3) float64 matrix for ``cv2.warpAffine`` mapping the box (``center``, ``scale`` (w, h), frame pixels,
-    ``rotation_deg`` counter-clockwise) onto an ``output_size`` (w, h) input: ``A = s * [[cos r, sin r],
-    [-sin r, cos r]]`` with ``s = out_w / w``, ``t = out_centre - A @ centre``.
+    """(2, 3) float64 ``cv2.warpAffine`` matrix mapping the box (``center``, ``scale`` (w, h), ``rotation_deg``
+    counter-clockwise) onto an ``output_size`` (w, h) input: ``A = s * [[cos r, sin r], [-sin r, cos r]]``,
+    ``s = out_w / w``, ``t = out_centre - A @ centre``.
 
     Source: ``[mmpose] topdown_transforms.py:89,113-118`` (``get_warp_matrix``, no UDP).
     """
-    cx, cy = float(center[0]), float(center[1])
     out_w, out_h = float(output_size[0]), float(output_size[1])
     s = out_w / float(scale[0])
     r = math.radians(rotation_deg)
-    cos_r, sin_r = math.cos(r), math.sin(r)
-    a = np.array([[s * cos_r, s * sin_r], [-s * sin_r, s * cos_r]], dtype=np.float64)
-    t = np.array([out_w * 0.5, out_h * 0.5]) - a @ np.array([cx, cy])
+    a = s * np.array([[math.cos(r), math.sin(r)], [-math.sin(r), math.cos(r)]], dtype=np.float64)
+    t = np.array([out_w * 0.5, out_h * 0.5]) - a @ np.array([float(center[0]), float(center[1])])
     return np.concatenate([a, t[:, None]], axis=1)
 
 
 def warp_frame(frame_bgr: np.ndarray, center: np.ndarray, scale: np.ndarray,
                input_size: tuple[int, int] = INPUT_SIZE) -> np.ndarray:
-    """Cut the (centre, scale) box out of an (H, W, 3) uint8 BGR frame and warp it (bilinear, black outside) to an
-    (input_h, input_w, 3) uint8 BGR input.
+    """The (centre, scale) box of an (H, W, 3) uint8 BGR frame warped (bilinear, black outside) to (h, w, 3) uint8.
 
     Source: ``[mmpose] topdown_transforms.py:113-118``.
     """
@@ -129,43 +110,39 @@ def warp_frame(frame_bgr: np.ndarray, center: np.ndarray, scale: np.ndarray,
     return cv2.warpAffine(frame_bgr, mat, (int(input_size[0]), int(input_size[1])), flags=cv2.INTER_LINEAR)
 
 
-def normalize(inputs_bgr: np.ndarray) -> np.ndarray:
-    """(N, h, w, 3) uint8 BGR inputs -> (N, 3, h, w) float32 RGB ``(x - MEAN_RGB) / STD_RGB``.
+def warp_frames(frames_bgr, input_size: tuple[int, int] = INPUT_SIZE,
+                padding: float = BBOX_PADDING) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(warped, centers, scales)`` of N >= 1 frames (any sizes), each its own person box: (N, h, w, 3) uint8 BGR
+    and (N, 2) float32 frame pixels."""
+    boxes = [frame_center_scale(f.shape[1], f.shape[0], padding, input_size) for f in frames_bgr]
+    warped = [warp_frame(f, c, s, input_size) for f, (c, s) in zip(frames_bgr, boxes, strict=True)]
+    return np.stack(warped), np.stack([c for c, _ in boxes]), np.stack([s for _, s in boxes])
 
-    Source: ``rtmpose-….py:55-59``.
-    """
+
+def normalize(inputs_bgr: np.ndarray) -> np.ndarray:
+    """(N, h, w, 3) uint8 BGR -> (N, 3, h, w) float32 RGB ``(x - MEAN_RGB) / STD_RGB`` (``rtmpose-….py:55-59``)."""
     x = np.ascontiguousarray(inputs_bgr[..., ::-1], dtype=np.float32)
     x -= np.asarray(MEAN_RGB, dtype=np.float32)
     x /= np.asarray(STD_RGB, dtype=np.float32)
     return np.ascontiguousarray(x.transpose(0, 3, 1, 2))
 
 
-def prepare_inputs(frames_bgr: np.ndarray | list[np.ndarray], input_size: tuple[int, int] = INPUT_SIZE,
+def prepare_inputs(frames_bgr, input_size: tuple[int, int] = INPUT_SIZE,
                    padding: float = BBOX_PADDING) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Whole-frame person box, warp and normalisation of ``frames_bgr`` ((N, H, W, 3) uint8 BGR, or frames of any
-    sizes): ``(inputs, centers, scales)``, (N, 3, h, w) float32 normalised RGB and (N, 2) float32 frame pixels.
-
-    Source: docs/official-behaviour.md §3.1.
+    """:func:`warp_frames` then :func:`normalize`: ``(inputs, centers, scales)``, (N, 3, h, w) float32 and (N, 2)
+    float32. Source: docs/official-behaviour.md §3.1.
     """
-    warped, centers, scales = [], [], []
-    for frame in frames_bgr:
-        h, w = frame.shape[:2]
-        c, s = frame_center_scale(w, h, padding, input_size)
-        warped.append(warp_frame(frame, c, s, input_size))
-        centers.append(c)
-        scales.append(s)
-    if not warped:
+    if len(frames_bgr) == 0:
         return (np.zeros((0, 3, input_size[1], input_size[0]), np.float32), np.zeros((0, 2), np.float32),
                 np.zeros((0, 2), np.float32))
-    return normalize(np.stack(warped)), np.stack(centers), np.stack(scales)
+    warped, centers, scales = warp_frames(frames_bgr, input_size, padding)
+    return normalize(warped), centers, scales
 
 
 def flip_simcc_back(simcc_x: np.ndarray, simcc_y: np.ndarray,
                     flip_indices: tuple[int, ...] | list[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Map (N, K, Wx) / (N, K, Wy) SimCC vectors of the flipped input back: keypoint k takes its mirror's (per
-    ``flip_indices``, default COCO-WholeBody) and x vectors are reversed along their bins.
-
-    Source: ``[mmpose] models/utils/tta.py`` ``flip_vectors``.
+    """(N, K, Wx), (N, K, Wy) SimCC vectors of the flipped input mapped back: keypoint k takes its mirror's (per
+    ``flip_indices``, default COCO-WholeBody), x reversed along its bins. Source: ``[mmpose] models/utils/tta.py``.
     """
     idx = np.asarray(coco_wholebody_flip_indices() if flip_indices is None else flip_indices)
     return simcc_x[:, idx, ::-1], simcc_y[:, idx]
@@ -173,26 +150,20 @@ def flip_simcc_back(simcc_x: np.ndarray, simcc_y: np.ndarray,
 
 def merge_flip(simcc: tuple[np.ndarray, np.ndarray], simcc_flipped: tuple[np.ndarray, np.ndarray],
                flip_indices: tuple[int, ...] | list[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Average the plain ``(simcc_x, simcc_y)`` with the flipped input's mapped back, ``(a + b) * 0.5`` in float32.
-
-    Source: ``[mmpose] rtmcc_head.py:193-208``.
-    """
+    """The plain ``(simcc_x, simcc_y)`` averaged with the flipped input's mapped back, ``(a + b) * 0.5`` in float32
+    (``[mmpose] rtmcc_head.py:193-208``)."""
     fx, fy = flip_simcc_back(simcc_flipped[0], simcc_flipped[1], flip_indices)
     return ((simcc[0] + fx) * 0.5).astype(np.float32), ((simcc[1] + fy) * 0.5).astype(np.float32)
 
 
 def decode_simcc(simcc_x: np.ndarray, simcc_y: np.ndarray,
                  split_ratio: float = SIMCC_SPLIT_RATIO) -> tuple[np.ndarray, np.ndarray]:
-    """SimCC vectors (N, K, Wx), (N, K, Wy) -> ``(keypoints, scores)``: (N, K, 2) float32 ``(x, y)`` input pixels and
-    (N, K) float32.
-
-    A location is the first argmax bin divided by ``split_ratio``; the score is the smaller peak; a keypoint scoring
-    <= 0 gets bin -1 (-0.5 pixels).
+    """SimCC vectors (N, K, Wx), (N, K, Wy) -> ``(keypoints, scores)``: (N, K, 2) float32 ``(x, y)`` input pixels, the
+    first argmax bin / ``split_ratio`` (bin -1 where the score is <= 0), and (N, K) float32, the smaller peak.
 
     Source: ``[mmpose] codecs/simcc_label.py:156,173``, ``codecs/utils/post_processing.py:79-88``.
     """
-    simcc_x = np.asarray(simcc_x)
-    simcc_y = np.asarray(simcc_y)
+    simcc_x, simcc_y = np.asarray(simcc_x), np.asarray(simcc_y)
     locs = np.stack([np.argmax(simcc_x, axis=-1), np.argmax(simcc_y, axis=-1)], axis=-1).astype(np.float32)
     scores = np.minimum(np.max(simcc_x, axis=-1), np.max(simcc_y, axis=-1)).astype(np.float32)
     locs[scores <= 0] = -1.0
@@ -201,10 +172,8 @@ def decode_simcc(simcc_x: np.ndarray, simcc_y: np.ndarray,
 
 def to_frame(keypoints: np.ndarray, centers: np.ndarray, scales: np.ndarray,
              input_size: tuple[int, int] = INPUT_SIZE) -> np.ndarray:
-    """(N, K, 2) keypoints from input to frame pixels, float32: ``kp / input_size * scale + center - scale / 2``.
-
-    Source: ``[mmpose] models/pose_estimators/topdown.py:150-155``.
-    """
+    """(N, K, 2) keypoints from input to frame pixels, float32: ``kp / input_size * scale + center - scale / 2``
+    (``[mmpose] models/pose_estimators/topdown.py:150-155``)."""
     size = np.asarray(input_size, dtype=np.float32)
     c = np.asarray(centers, dtype=np.float32)[:, None, :]
     s = np.asarray(scales, dtype=np.float32)[:, None, :]
@@ -212,8 +181,6 @@ def to_frame(keypoints: np.ndarray, centers: np.ndarray, scales: np.ndarray,
 
 
 def face_landmarks(keypoints: np.ndarray) -> np.ndarray:
-    """The (..., 68, 2) iBUG-order face landmarks (a view) of (..., 133, 2) whole-body keypoints: points 23..90.
-
-    Source: ``preprocessing.py:99-101``.
-    """
+    """The (..., 68, 2) iBUG-order face landmarks (a view) of (..., 133, 2) whole-body keypoints, points 23..90
+    (``preprocessing.py:99-101``)."""
     return keypoints[..., FACE_START:FACE_STOP, :]

@@ -1,8 +1,5 @@
-"""DWPose's network in plain torch: RTMPose-l whole-body 384x288 (CSPNeXt-P5 backbone + RTMCC head).
-
-Without mmcv, mmdet or mmpose: a CSPNeXt-P5 backbone ("l": deepen = widen = 1.0, channel attention, last stage
-out) and an RTMCC head (7x7 conv to 133 keypoint maps, ScaleNorm + linear to 256-d tokens, one gated attention
-unit, two SimCC classifiers). Parameter names and shapes equal ``dwpose/dw-ll_ucoco_384.pth``'s. Imports torch.
+"""DWPose's network in plain torch, without mmcv, mmdet or mmpose: RTMPose-l whole-body 384x288, a CSPNeXt-P5
+backbone and an RTMCC head, with the parameter names and shapes of ``dwpose/dw-ll_ucoco_384.pth``. Imports torch.
 
 Source: rtmpose-l_8xb32-270e_coco-ubody-wholebody-384x288.py:53-100 (docs/official-behaviour.md §3.1); CSPNeXt as in
 RTMDet (Lyu et al. 2022, arXiv:2212.07784), the RTMCC head and its GAU as in RTMPose (Jiang et al. 2023,

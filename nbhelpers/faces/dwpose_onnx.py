@@ -1,6 +1,6 @@
-"""The ``dwpose-onnx`` landmark backend: the official DWPose weights as ONNX on onnxruntime, no mmcv.
+"""The ``dwpose-onnx`` landmark backend (DWPose as ONNX on onnxruntime, S3FD's face box), and the pairing of a face
+detector with a DWPose model that every DWPose backend shares (:class:`PoseBackend`, :func:`detect_with_pose`).
 
-The official model and maths (:mod:`nbhelpers.faces.dwpose_codec`, flip test included), with S3FD's face box.
 ``dwpose/dw-ll_ucoco_384.onnx`` takes (N, 3, 384, 288) float32 normalised RGB and gives the SimCC vectors (N, 133,
 576) and (N, 133, 768); names, batch axis and which output is x are read from the file.
 """
@@ -29,13 +29,9 @@ ONNX_INSTALL = "pip install onnxruntime-gpu   (or: pip install onnxruntime  on a
 
 
 def onnxruntime_requirement(cuda: str | None) -> str:
-    """The onnxruntime requirement whose CUDA provider matches ``torch.version.cuda`` ``cuda`` (None: CPU).
-
-    onnxruntime-gpu up to 1.18 links CUDA 11.8, 1.19 to 1.26 CUDA 12, 1.27 and later CUDA 13; another major does not
-    load its CUDA provider and DWPose silently runs on the CPU. Returns ``"onnxruntime"`` (CPU) or
-    ``"onnxruntime-gpu>=1.16,<1.19"`` / ``">=1.19,<1.27"`` / ``">=1.27"``.
-
-    Source: onnxruntime's CUDA execution provider requirements.
+    """The onnxruntime requirement whose CUDA provider loads with ``torch.version.cuda`` ``cuda`` (None: the CPU
+    build): onnxruntime-gpu up to 1.18 links CUDA 11.8, 1.19 to 1.26 CUDA 12, 1.27 on CUDA 13 (onnxruntime's CUDA
+    execution provider requirements).
     """
     if not cuda:
         return "onnxruntime"
@@ -51,19 +47,16 @@ def onnxruntime_requirement(cuda: str | None) -> str:
 
 
 def install_hint(import_torch: bool = True) -> str:
-    """The pip line for the onnxruntime matching torch's CUDA; with ``import_torch`` False, torch is read only when
-    already imported, else the general :data:`ONNX_INSTALL`.
+    """The pip line for the onnxruntime matching torch's CUDA (torch read only when imported, unless ``import_torch``).
     """
     if not import_torch and "torch" not in sys.modules:
         return ONNX_INSTALL + " -- pick the onnxruntime-gpu build for torch's CUDA: <1.27 for CUDA 12, >=1.27 for 13"
-    cuda = None
-    if importlib.util.find_spec("torch") is not None:
-        try:
-            import torch
+    try:
+        import torch
 
-            cuda = torch.version.cuda
-        except Exception:  # noqa: BLE001 - a broken torch: the CPU build is the safe hint
-            cuda = None
+        cuda = torch.version.cuda
+    except Exception:  # noqa: BLE001 - no torch or a broken one: the CPU build is the safe hint
+        cuda = None
     req = onnxruntime_requirement(cuda)
     where = f"matches torch's CUDA {cuda}" if cuda else "torch has no CUDA here"
     return (f'pip install "{req}"   ({where}; the default landmark backend \'dwpose\' needs no onnxruntime)')
@@ -80,35 +73,30 @@ class Availability:
         return self.ok
 
 
-def _default_weights_dir() -> Path:
-    return Path(weights.default_dir())
+def weights_root(weights_dir: str | os.PathLike | None, needed: bool = True) -> Path | None:
+    """``weights_dir`` as a Path; when None, the weights folder, or None when not ``needed``."""
+    if weights_dir is not None:
+        return Path(weights_dir)
+    return Path(weights.default_dir()) if needed else None
 
 
 def is_available(weights_dir: str | os.PathLike | None = None) -> Availability:
-    """Whether :class:`DWPoseOnnxBackend` can be built here, checked without heavy imports; ``reason`` says the fix.
-
-    Args:
-        weights_dir: The weights dir (default :func:`nbhelpers.weights.default_dir`).
-    """
+    """Whether :class:`DWPoseOnnxBackend` can be built with ``weights_dir`` (default: the weights folder), checked
+    without heavy imports; ``reason`` says the fix."""
     if importlib.util.find_spec("onnxruntime") is None:
         return Availability(False, f"onnxruntime is not installed: {install_hint(import_torch=False)}")
-    return files_available(weights_dir, (ONNX_FILE, S3FD_FILE))
-
-
-def files_available(weights_dir: str | os.PathLike | None, files: tuple[str, ...]) -> Availability:
-    """Whether every weight file of ``files`` (layout paths) is in ``weights_dir`` (default: the weights folder)."""
     try:
-        root = Path(weights_dir) if weights_dir is not None else _default_weights_dir()
+        root = weights_root(weights_dir)
     except InputError as exc:
         return Availability(False, str(exc))
-    for rel in files:
+    for rel in (ONNX_FILE, S3FD_FILE):
         if not (root / rel).is_file():
             return Availability(False, f"{root / rel} is missing: run notebooks/00_setup.ipynb (weights.download)")
     return Availability(True)
 
 
 def _providers(device: str | None) -> tuple[list, str]:
-    """onnxruntime providers for a device string, and the device actually used (``"cuda:N"`` or ``"cpu"``)."""
+    """onnxruntime providers for ``device``, and the device used (``"cuda:N"`` or ``"cpu"``)."""
     import onnxruntime as ort
 
     available = ort.get_available_providers()
@@ -140,14 +128,12 @@ class DWPoseOnnx:
     Args:
         onnx_path: The ONNX file (input (N|1, 3, 384, 288) float32, two SimCC outputs).
         device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or None (CUDA when onnxruntime has it).
-        flip_test: Also run the flipped input and average, as the official config.
-        batch_size: Frames per onnxruntime call.
+        flip_test, batch_size: Also run the flipped input and average (official); frames per onnxruntime call.
 
     Attributes:
-        input_name, x_output, y_output: The file's input name and SimCC x and y output names.
-        fixed_batch: The input's fixed batch size (1 for the published file), or None when dynamic.
-        input_size: ``(w, h)`` pixels, from the file's input shape.
-        device: Where it runs (``"cpu"`` or ``"cuda:N"``).
+        input_name, x_output, y_output, fixed_batch, input_size: Read from the file: names, the fixed batch size
+            (1 for the published file) or None, and ``(w, h)`` pixels.
+        device: ``"cpu"`` or ``"cuda:N"``.
 
     Raises:
         WeightsError: The file is missing, not a valid ONNX model, or does not look like DWPose's.
@@ -211,7 +197,7 @@ class DWPoseOnnx:
         self._x_bins, self._y_bins = x_bins, y_bins
 
     def _run(self, inputs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Run the network on (M, 3, h, w) float32 inputs in chunks; returns (M, K, Wx), (M, K, Wy) float32."""
+        """(M, K, Wx), (M, K, Wy) float32 of (M, 3, h, w) float32 inputs, run in chunks."""
         chunk = self.fixed_batch or max(1, 2 * self.batch_size)
         xs, ys = [], []
         for start in range(0, len(inputs), chunk):
@@ -244,8 +230,8 @@ class DWPoseOnnx:
         return codec.merge_flip((both_x[:n], both_y[:n]), (both_x[n:], both_y[n:]))
 
     def keypoints(self, frames_bgr: np.ndarray | list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        """``(keypoints, scores)`` of the whole frames ``frames_bgr`` ((N, H, W, 3) uint8 BGR or frames of any sizes) as
-        person boxes: (N, 133, 2) float32 ``(x, y)`` frame pixels, not rounded, and (N, 133) float32 peaks.
+        """``(keypoints, scores)`` of (N, H, W, 3) uint8 BGR frames (or frames of any sizes), each its own person box:
+        (N, 133, 2) float32 ``(x, y)`` frame pixels, not rounded, and (N, 133) float32 peaks.
 
         Source: ``preprocessing.py:97``; docs/official-behaviour.md §3.1.
         """
@@ -267,11 +253,7 @@ class DWPoseOnnx:
 
 
 def check_frames(frames) -> np.ndarray:
-    """Validate a frame batch for a landmark backend: (N, H, W, 3) or one (H, W, 3) uint8 BGR frame.
-
-    Raises:
-        InputError: Not a uint8 array of shape (N, H, W, 3) or (H, W, 3), or an empty image.
-    """
+    """(N, H, W, 3) uint8 BGR frames (one (H, W, 3) frame gets N = 1); InputError for anything else."""
     arr = np.asarray(frames)
     if arr.ndim == 3:
         arr = arr[None]
@@ -282,33 +264,28 @@ def check_frames(frames) -> np.ndarray:
 
 
 def detect_with_pose(frames, face_detector, keypoints, frames_device=None, choose=None) -> list[FaceResult | None]:
-    """The official pairing: the face detector's box per frame, DWPose landmarks only for frames with a face.
+    """The official pairing: N :class:`FaceResult` (None where the detector finds no face) of the face detector's box
+    and DWPose's landmarks, run only on frames with a face.
 
     Args:
-        frames: (N, H, W, 3) uint8 BGR frames.
-        face_detector: Its ``detect(frames)`` gives N ``(x1, y1, x2, y2, score)`` or None (S3FD).
+        frames: (N, H, W, 3) uint8 BGR frames (InputError otherwise).
+        face_detector: S3FD, or any object whose ``detect(frames)`` gives N ``(x1, y1, x2, y2, score)`` or None.
         keypoints: ``keypoints(frames) -> ((M, 133, 2) whole-body keypoints, scores)``.
         frames_device: The same frames as a uint8 tensor on the detector's GPU, read there; or None.
         choose: None (the detector's best box), or ``choose(frame, dets)`` picking a row of all the detector's
             faces (K, 5), clipped and truncated as the official box, or None (no face kept).
-
-    Returns:
-        N :class:`FaceResult` or None where the detector finds no face.
-
-    Raises:
-        InputError: ``frames`` is not a (N, H, W, 3) uint8 array.
 
     Source: ``preprocessing.py:84-111``.
     """
     frames = check_frames(frames)
     if frames_device is not None and tuple(frames_device.shape) != frames.shape:
         raise InputError(f"frames_device has shape {tuple(frames_device.shape)}; the frames have {frames.shape}.")
+    seen = frames if frames_device is None else frames_device
     if choose is None:
-        boxes = list(face_detector.detect(frames if frames_device is None else frames_device))
+        boxes = list(face_detector.detect(seen))
     else:
-        boxes = [_chosen(frame, dets, choose)
-                 for frame, dets in zip(frames, face_detector.detections(
-                     frames if frames_device is None else frames_device), strict=True)]
+        boxes = [_chosen(frame, dets, choose) for frame, dets in zip(frames, face_detector.detections(seen),
+                                                                      strict=True)]
     if len(boxes) != len(frames):
         raise RuntimeError(f"face detector returned {len(boxes)} results for {len(frames)} frames")
     with_face = [i for i, b in enumerate(boxes) if b is not None]
@@ -328,84 +305,84 @@ def _chosen(frame: np.ndarray, dets: np.ndarray, choose) -> np.ndarray | None:
 
 
 def face_result(box_with_score, landmarks: np.ndarray) -> FaceResult:
-    """A :class:`FaceResult` from an S3FD detection ``(x1, y1, x2, y2, score)``, clipped to >= 0 and truncated as the
-    official does, and (68, 2) landmarks.
-
-    Source: ``api.py:76-84``, ``preprocessing.py:99-101``.
-    """
+    """A :class:`FaceResult` of an S3FD ``(x1, y1, x2, y2[, score])``, clipped to >= 0 and truncated as officially
+    (``api.py:76-84``), and (68, 2) landmarks."""
     box = np.trunc(np.maximum(np.asarray(box_with_score[:4], dtype=np.float64), 0.0))
     score = float(box_with_score[4]) if len(box_with_score) > 4 else float("nan")
     return FaceResult(face_box=box, landmarks=np.asarray(landmarks, dtype=np.float32).copy(), score=score)
 
 
 def build_s3fd(weights_dir: Path, device: str | None, *, dtype: Any = None, batch_size: int = 1):
-    """The :class:`~nbhelpers.faces.s3fd.S3FD` detector of ``weights_dir`` on ``device`` (None: the GPU when
-    available), in ``dtype`` (None: float32 as officially) at ``batch_size`` frames per call.
-
-    Raises:
-        WeightsError: The S3FD weight file is missing.
-
-    Source: ``preprocessing.py:23``.
-    """
+    """The :class:`~nbhelpers.faces.s3fd.S3FD` of ``weights_dir`` on ``device`` (None: the GPU when available), in
+    ``dtype`` (None: float32 as officially), ``batch_size`` frames per call (``preprocessing.py:23``). WeightsError
+    when the file is missing."""
     path = Path(weights_dir) / S3FD_FILE
     if not path.is_file():
         raise WeightsError(f"S3FD weights {str(path)!r} are missing: download the weights "
                            f"(notebooks/00_setup.ipynb) or pass the weights_dir that holds s3fd/")
     torch = require("torch", "pip install torch")
-
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     return S3FD(path, device, torch.float32 if dtype is None else dtype, batch_size=batch_size)
 
 
-class DWPoseOnnxBackend:
+class PoseBackend:
+    """S3FD's face box and DWPose's 68 face points per frame: what the ``dwpose``, ``dwpose-onnx`` and ``mmpose``
+    backends share. A subclass sets ``pose`` (or overrides :meth:`keypoints`), ``face_detector``, ``weights_dir`` and
+    ``device``.
+
+    Source: ``preprocessing.py:15-23,84-111``.
+    """
+
+    accepts_frames_device = False
+
+    def keypoints(self, frames_bgr) -> tuple[np.ndarray, np.ndarray]:
+        """(N, 133, 2) float32 whole-body keypoints in frame pixels and (N, 133) float32 scores of whole frames."""
+        return self.pose.keypoints(frames_bgr)
+
+    def detect(self, frames: np.ndarray, frames_device: Any = None, choose: Any = None) -> list[FaceResult | None]:
+        """Per frame of (N, H, W, 3) uint8 BGR ``frames``: None (no face) or a :class:`FaceResult` (the detector's box
+        in whole pixels, its score, (68, 2) float32 landmarks in frame pixels); arguments as :func:`detect_with_pose`.
+
+        Raises:
+            InputError: ``frames`` is not a (N, H, W, 3) uint8 array.
+        """
+        return detect_with_pose(frames, self.face_detector, self.keypoints, frames_device, choose)
+
+    def close(self) -> None:
+        """Release both models (GPU memory)."""
+        pose = self.__dict__.get("pose")
+        if pose is not None:
+            pose.close()
+        closer = getattr(self.__dict__.get("face_detector"), "close", None)
+        if callable(closer):
+            closer()
+        self.face_detector = None
+
+    def __repr__(self) -> str:
+        wd = None if self.weights_dir is None else str(self.weights_dir)
+        return f"{type(self).__name__}(weights_dir={wd!r}, device={self.device!r})"
+
+
+class DWPoseOnnxBackend(PoseBackend):
     """Face box from S3FD and 68 landmarks from DWPose in ONNX on onnxruntime: the optional ``dwpose-onnx`` backend.
 
     Args:
         weights_dir: The weights dir (default :func:`nbhelpers.weights.default_dir`).
         device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or None (GPU when available) for both models.
-        face_detector: An object whose ``detect(frames)`` gives N ``(x1, y1, x2, y2, score)`` or None, not S3FD.
+        face_detector: Instead of S3FD, an object whose ``detect(frames)`` gives N ``(x1, y1, x2, y2, score)`` or None.
         flip_test: DWPose flip test, as in the official config.
         batch_size: Frames per DWPose call.
 
     Raises:
         WeightsError: A weight file is missing or unreadable.
         MissingDependencyError: onnxruntime (or torch, for S3FD) is not installed.
-
-    Source: ``preprocessing.py:15-23,84-111``.
     """
 
     name = "dwpose-onnx"
-    description = ("DWPose (RTMPose-l whole-body) as ONNX on onnxruntime + S3FD face box: the official model and "
-                   "maths without mmcv")
-    weight_files = (ONNX_FILE, S3FD_FILE)
-    requires = ("onnxruntime", "torch")
-
     def __init__(self, weights_dir: str | os.PathLike | None = None, device: str | None = None, *,
                  face_detector=None, flip_test: bool = True, batch_size: int = 8):
-        root = Path(weights_dir) if weights_dir is not None else _default_weights_dir()
-        self.weights_dir = root
+        self.weights_dir = root = weights_root(weights_dir)
         self.pose = DWPoseOnnx(root / ONNX_FILE, device, flip_test=flip_test, batch_size=batch_size)
         self.device = self.pose.device
         self.face_detector = face_detector if face_detector is not None else build_s3fd(root, device)
-
-    def detect(self, frames: np.ndarray, choose=None) -> list[FaceResult | None]:
-        """Face box and 68 landmarks for each of (N, H, W, 3) uint8 BGR ``frames``: N :class:`FaceResult` (the
-        detector's box in whole pixels, its score, (68, 2) float32 landmarks, frame pixels) or None; ``choose`` as
-        :func:`detect_with_pose`.
-
-        Raises:
-            InputError: ``frames`` is not a (N, H, W, 3) uint8 array.
-        """
-        return detect_with_pose(frames, self.face_detector, self.pose.keypoints, choose=choose)
-
-    def close(self) -> None:
-        """Release both models (GPU memory)."""
-        self.pose.close()
-        closer = getattr(self.face_detector, "close", None)
-        if callable(closer):
-            closer()
-        self.face_detector = None
-
-    def __repr__(self) -> str:
-        return f"DWPoseOnnxBackend(weights_dir={str(self.weights_dir)!r}, device={self.device!r})"

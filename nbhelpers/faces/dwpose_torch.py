@@ -1,8 +1,6 @@
-"""The ``dwpose`` landmark backend: DWPose (RTMPose-l whole-body 384x288) in plain torch from the official ``.pth``,
-S3FD face boxes, and the pre- and post-processing of :mod:`nbhelpers.faces.dwpose_codec` (flip and SimCC decoding on
-the model's device). Importing it loads numpy only.
-
-Source: `preprocessing.py:15-23,84-111` (docs/official-behaviour.md §3.1).
+"""The ``dwpose`` landmark backend: DWPose (RTMPose-l whole-body 384x288) in plain torch from the official ``.pth``
+with S3FD's face box (`preprocessing.py:15-23,84-111`); flip and SimCC decoding run on the model's device. Importing
+it loads numpy only.
 """
 
 from __future__ import annotations
@@ -20,8 +18,8 @@ from ..errors import CheckpointError, FallbackWarning, InputError, MissingDepend
 from ..gpu import batched, empty_cache, host_wait, to_device
 from ..hashing import atomic_path
 from . import dwpose_codec as codec
-from .base import FaceResult
-from .dwpose_onnx import Availability, _default_weights_dir, build_s3fd, detect_with_pose, files_available
+from .dwpose_onnx import PoseBackend, build_s3fd, weights_root
+from .s3fd import resolve_dtype
 
 CHECKPOINT_FILE = "dwpose/dw-ll_ucoco_384.pth"  # relative to the weights dir (official models/ layout)
 S3FD_FILE = "s3fd/s3fd-619a316812.pth"
@@ -39,14 +37,13 @@ def _import_torch():
 
 
 def _network():
-    """:mod:`nbhelpers.faces.dwpose_net`, imported on first use (it imports torch)."""
     _import_torch()
     return require("nbhelpers.faces.dwpose_net", INSTALL_TORCH)
 
 
 def build_model(device: Any = "cpu"):
-    """A randomly initialised :class:`~nbhelpers.faces.dwpose_net.RTMPoseWholebody` in eval mode on ``device``
-    (``"meta"``: no memory, for key and shape checks)."""
+    """A random :class:`~nbhelpers.faces.dwpose_net.RTMPoseWholebody` in eval mode on ``device`` (``"meta"``: no
+    memory)."""
     torch = _import_torch()
     with torch.device(device):
         model = _network().RTMPoseWholebody()
@@ -54,9 +51,8 @@ def build_model(device: Any = "cpu"):
 
 
 def state_dict_of(checkpoint: Any, path: str | os.PathLike = "checkpoint") -> dict:
-    """The state dict in a loaded DWPose ``checkpoint`` (mmengine's ``{"meta", "state_dict"}`` or a plain one; a
-    ``"module."`` prefix on every key is removed). CheckpointError, naming ``path``, when it is not a dict.
-
+    """The state dict in a loaded DWPose ``checkpoint`` (mmengine's ``{"meta", "state_dict"}`` or plain), a
+    ``"module."`` prefix on every key removed; CheckpointError naming ``path`` when it is not a dict.
     Source: `[mmpose] apis/inference.py:104-111`.
     """
     if not isinstance(checkpoint, dict):
@@ -72,14 +68,10 @@ def state_dict_of(checkpoint: Any, path: str | os.PathLike = "checkpoint") -> di
 
 def load_model(path: str | os.PathLike, weights_dir: str | os.PathLike | None = None, *,
                allow_pickle: bool = False):
-    """:class:`~nbhelpers.faces.dwpose_net.RTMPoseWholebody` (eval, float32, CPU) with ``dw-ll_ucoco_384.pth``
-    loaded strictly through :func:`nbhelpers.models.load_checkpoint`: unpickled in full (the mmengine file pickles
-    metadata) only when its sha256 or size matches :func:`nbhelpers.weights.expected_facts` for ``weights_dir``.
-
-    Args:
-        path: The ``.pth`` file.
-        weights_dir: The weights dir it belongs to; default ``path``'s grandparent.
-        allow_pickle: Unpickle in full without the checks (only for a file you trust).
+    """:class:`~nbhelpers.faces.dwpose_net.RTMPoseWholebody` (eval, float32, CPU) with the ``.pth`` ``path`` loaded
+    strictly through :func:`nbhelpers.models.load_checkpoint`: unpickled in full (mmengine pickles metadata) only when
+    its sha256 or size matches :func:`nbhelpers.weights.expected_facts` for ``weights_dir`` (default: ``path``'s
+    grandparent), or with ``allow_pickle`` (a file you trust).
 
     Raises:
         WeightsError: Missing, damaged, or an untrusted pickle.
@@ -103,17 +95,10 @@ def load_model(path: str | os.PathLike, weights_dir: str | os.PathLike | None = 
 
 
 def export_onnx(model, path: str | os.PathLike, *, dynamic_batch: bool = True, opset: int = 17) -> Path:
-    """Export ``model`` to ONNX with the published ``dw-ll_ucoco_384.onnx`` signature and return ``path``: input
-    ``input`` (N, 3, 384, 288) float32 normalised RGB, outputs ``simcc_x`` (N, 133, 576) and ``simcc_y`` (N, 133, 768).
-
-    Args:
-        model: An :class:`~nbhelpers.faces.dwpose_net.RTMPoseWholebody` (moved to the CPU in float32).
-        path: Output ``.onnx`` (written to a temporary name, then renamed).
-        dynamic_batch: Dynamic batch axis (True) or batch 1 like the published file.
-        opset: ONNX opset.
-
-    Raises:
-        MissingDependencyError: The ``onnx`` package is missing.
+    """Export ``model`` (moved to the CPU in float32) to ``path``, atomically, with the published
+    ``dw-ll_ucoco_384.onnx`` signature: ``input`` (N, 3, 384, 288) float32 normalised RGB, ``simcc_x`` (N, 133, 576),
+    ``simcc_y`` (N, 133, 768); a dynamic batch axis unless ``dynamic_batch`` is False (batch 1, as published); ONNX
+    ``opset``. Returns ``path``; MissingDependencyError without the ``onnx`` package.
     """
     torch = _import_torch()
     if importlib.util.find_spec("onnx") is None:
@@ -131,7 +116,9 @@ def export_onnx(model, path: str | os.PathLike, *, dynamic_batch: bool = True, o
     return Path(path)
 
 
-def _device(device: str | None) -> str:
+def resolve_device(device: str | None) -> str:
+    """``"cpu"`` or ``"cuda:N"`` for ``device`` (None: the GPU when torch sees one; CUDA without a GPU warns and
+    falls back to the CPU); InputError for another string."""
     torch = _import_torch()
     if device is None:
         return "cuda:0" if torch.cuda.is_available() else "cpu"
@@ -151,14 +138,7 @@ def _device(device: str | None) -> str:
 
 def _dtype(dtype: Any, device: str):
     torch = _import_torch()
-    if dtype is None:
-        return torch.float16 if device.startswith("cuda") else torch.float32
-    table = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
-             "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
-    if isinstance(dtype, str):
-        if dtype not in table:
-            raise InputError(f"dtype must be one of {sorted(table)} or a torch.dtype; got {dtype!r}.")
-        dtype = table[dtype]
+    dtype = resolve_dtype(torch, "auto" if dtype is None else dtype, torch.device(device))
     if dtype not in (torch.float32, torch.float16, torch.bfloat16):
         raise InputError(f"dtype must be float32, float16 or bfloat16; got {dtype!r}.")
     if device == "cpu" and dtype != torch.float32:
@@ -167,16 +147,9 @@ def _dtype(dtype: Any, device: str):
 
 
 def simcc_to_keypoints(simcc_x, simcc_y, flip_simcc: tuple | None = None, flip_indices=None):
-    """:func:`dwpose_codec.merge_flip` and :func:`dwpose_codec.decode_simcc` in torch on the tensors' device:
-    flipped vectors mirrored and averaged, the first argmax bin, score the smaller peak, bin -1 where score <= 0.
-
-    Args:
-        simcc_x, simcc_y: (N, K, Wx), (N, K, Wy) float32 tensors of the plain input.
-        flip_simcc: ``(simcc_x, simcc_y)`` of the horizontally flipped input, or None (no flip test).
-        flip_indices: K ints; default COCO-WholeBody.
-
-    Returns:
-        ``(keypoints (N, K, 2) float32 input pixels, scores (N, K) float32)`` as numpy arrays.
+    """:func:`dwpose_codec.merge_flip` (when ``flip_simcc``, the flipped input's pair, is given; ``flip_indices``
+    default COCO-WholeBody) and :func:`dwpose_codec.decode_simcc` in torch on the device of the (N, K, Wx), (N, K, Wy)
+    float32 tensors: ``(keypoints (N, K, 2) float32 input pixels, scores (N, K) float32)``, numpy.
 
     Source: `[mmpose] rtmcc_head.py:193-208`, `codecs/simcc_label.py:156,173`,
     `codecs/utils/post_processing.py:79-88` (docs/official-behaviour.md §3.1).
@@ -208,9 +181,8 @@ class DWPoseTorch:
     Args:
         checkpoint: ``dw-ll_ucoco_384.pth`` (:func:`load_model`), or None when ``model`` is given.
         device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or None (the GPU when torch sees one).
-        dtype: None (float16 on a GPU, float32 on the CPU), ``"float32"``, ``"float16"`` or ``"bfloat16"``. The
-            head's token part (ScaleNorm, GAU, SimCC classifiers) stays float32: no attention overflow, float32
-            SimCC vectors for the argmax.
+        dtype: None (float16 on a GPU, float32 on the CPU), ``"float32"``, ``"float16"`` or ``"bfloat16"``; the head's
+            token part (ScaleNorm, GAU, SimCC classifiers) stays float32 (no attention overflow).
         flip_test: Also run the mirrored input and average (official ``test_cfg.flip_test=True``).
         batch_size: Frames per network call (default :data:`DEFAULT_BATCH`; halved on CUDA out-of-memory).
         model: A built :class:`~nbhelpers.faces.dwpose_net.RTMPoseWholebody` instead of ``checkpoint``.
@@ -229,7 +201,7 @@ class DWPoseTorch:
                  *, flip_test: bool = True, batch_size: int | None = None, model=None,
                  weights_dir: str | os.PathLike | None = None, fuse: bool = True, channels_last: bool | None = None):
         torch = _import_torch()
-        self.device = _device(device)
+        self.device = resolve_device(device)
         self.dtype = _dtype(dtype, self.device)
         if batch_size is None:
             batch_size = DEFAULT_BATCH["cuda" if self.device.startswith("cuda") else "cpu"]
@@ -255,24 +227,14 @@ class DWPoseTorch:
         self._std = torch.tensor(codec.STD_RGB, dtype=torch.float32, device=self.device).view(1, 3, 1, 1)
 
     def _inputs(self, frames_bgr) -> tuple[Any, np.ndarray, np.ndarray]:
-        """(N, 3, 384, 288) inputs: each frame warped on the CPU (the codec's affine), normalised on the device."""
-        _import_torch()
-        warped, centers, scales = [], [], []
-        for frame in frames_bgr:
-            h, w = frame.shape[:2]
-            c, s = codec.frame_center_scale(w, h, codec.BBOX_PADDING, self.input_size)
-            warped.append(codec.warp_frame(frame, c, s, self.input_size))
-            centers.append(c)
-            scales.append(s)
-
-        x = to_device(np.stack(warped), self.device)
-        x = x.flip(-1).permute(0, 3, 1, 2).float()  # BGR -> RGB, NCHW
-        x = (x - self._mean) / self._std  # the same float32 operations as codec.normalize
-        return x, np.stack(centers), np.stack(scales)
+        """(N, 3, 384, 288) inputs: warped on the CPU, normalised on the device as :func:`dwpose_codec.normalize`."""
+        warped, centers, scales = codec.warp_frames(frames_bgr, self.input_size)
+        x = to_device(warped, self.device).flip(-1).permute(0, 3, 1, 2).float()  # BGR -> RGB, NCHW
+        return (x - self._mean) / self._std, centers, scales
 
     def simcc(self, inputs) -> tuple[Any, Any, tuple | None]:
-        """``(simcc_x, simcc_y, flipped)`` of normalised inputs (tensor or numpy): float32 (N, K, 576), (N, K, 768)
-        and, with the flip test, the mirrored inputs' pair not yet mapped back (else None)."""
+        """``(simcc_x, simcc_y, flipped)`` float32 (N, K, 576), (N, K, 768) of normalised inputs (tensor or numpy), and
+        with the flip test the mirrored inputs' pair not yet mapped back (else None)."""
         torch = _import_torch()
         x = inputs if isinstance(inputs, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(inputs))
         x = x.to(self.device, self.dtype)
@@ -287,11 +249,8 @@ class DWPoseTorch:
             return sx, sy, None
 
     def keypoints(self, frames_bgr) -> tuple[np.ndarray, np.ndarray]:
-        """``(keypoints, scores)``: (N, 133, 2) float32 ``(x, y)`` frame pixels (not rounded) and (N, 133) float32
-        peaks of (N, H, W, 3) uint8 BGR ``frames_bgr`` (or a list of any sizes), each frame the person box.
-
-        Source: `preprocessing.py:97`, `[mmpose] apis/inference.py:162-166` (docs/official-behaviour.md §3.1).
-        """
+        """As :meth:`DWPoseOnnx.keypoints <nbhelpers.faces.dwpose_onnx.DWPoseOnnx.keypoints>`: (N, 133, 2) float32
+        frame pixels and (N, 133) float32 peaks of whole frames (`[mmpose] apis/inference.py:162-166`)."""
         n = len(frames_bgr)
         if n == 0:
             return np.zeros((0, codec.NUM_KEYPOINTS, 2), np.float32), np.zeros((0, codec.NUM_KEYPOINTS), np.float32)
@@ -328,56 +287,34 @@ class DWPoseTorch:
             torch.cuda.empty_cache()
 
 
-def is_available(weights_dir: str | os.PathLike | None = None):
-    """:class:`~nbhelpers.faces.dwpose_onnx.Availability` of :class:`DWPoseBackend`: torch and both weight files
-    (`preprocessing.py:17-23`); ``reason`` names what is missing."""
-    if importlib.util.find_spec("torch") is None:
-        return Availability(False, f"torch is not installed: {INSTALL_TORCH}")
-    return files_available(weights_dir, (CHECKPOINT_FILE, S3FD_FILE))
-
-
-class DWPoseBackend:
+class DWPoseBackend(PoseBackend):
     """Face box from S3FD + 68 landmarks from DWPose in torch: the default landmark backend wherever torch runs.
 
     Args:
-        weights_dir: Official ``models/`` layout folder with :data:`CHECKPOINT_FILE` and :data:`S3FD_FILE`
+        weights_dir: Folder in the official ``models/`` layout with :data:`CHECKPOINT_FILE` and :data:`S3FD_FILE`
             (default ``nbhelpers.weights.default_dir()``).
         device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or None (the GPU when available), for both models.
-        dtype: DWPose precision, as :class:`DWPoseTorch`.
+        dtype: As :class:`DWPoseTorch`.
         face_detector: Instead of S3FD, an object with ``detect(frames) -> list[(x1, y1, x2, y2, score) | None]``.
-        model: A built :class:`~nbhelpers.faces.dwpose_net.RTMPoseWholebody` instead of the checkpoint.
-        flip_test: DWPose flip test as in the official config.
-        batch_size: Frames per DWPose call (default :data:`DEFAULT_BATCH`).
+        model, flip_test, batch_size: As :class:`DWPoseTorch` (``model`` instead of the checkpoint).
 
     Raises:
         WeightsError, CheckpointError: A weight file is missing, damaged or not the official one.
-        MissingDependencyError: torch is not installed.
-        InputError: A bad device, dtype or batch size.
+        MissingDependencyError, InputError: torch is not installed; a bad device, dtype or batch size.
 
-    Source: `preprocessing.py:15-23,84-111` (docs/official-behaviour.md §3.1-3.2).
+    Source: `preprocessing.py:15-23,84-111` (docs/official-behaviour.md §3.1-3.3).
     """
 
     name = "dwpose"
-    description = ("DWPose (RTMPose-l whole-body) in torch from the official .pth + S3FD face box: the official "
-                   "model and maths, on the GPU in float16, no mmcv and no onnxruntime")
-    weight_files = (CHECKPOINT_FILE, S3FD_FILE)
-    requires = ("torch",)
+    accepts_frames_device = True  # S3FD reads the frames where they already are on the GPU
 
     def __init__(self, weights_dir: str | os.PathLike | None = None, device: str | None = None, *, dtype: Any = None,
                  face_detector=None, model=None, flip_test: bool = True, batch_size: int | None = None):
-        if weights_dir is not None:
-            root = Path(weights_dir)
-        elif model is not None and face_detector is not None:
-            root = None
-        else:
-            root = _default_weights_dir()
-        self.weights_dir = root
-        if model is None:
-            path = root / CHECKPOINT_FILE
-            if not path.is_file():
-                raise WeightsError(f"DWPose checkpoint {str(path)!r} does not exist: download the weights "
-                                   "(notebooks/00_setup.ipynb, `python -m nbhelpers download`) or pass the "
-                                   "weights_dir that holds dwpose/")
+        self.weights_dir = root = weights_root(weights_dir, model is None or face_detector is None)
+        if model is None and not (root / CHECKPOINT_FILE).is_file():
+            raise WeightsError(f"DWPose checkpoint {str(root / CHECKPOINT_FILE)!r} does not exist: download the "
+                               "weights (notebooks/00_setup.ipynb, `python -m nbhelpers download`) or pass the "
+                               "weights_dir that holds dwpose/")
         self.pose = DWPoseTorch(None if model is not None else root / CHECKPOINT_FILE, device, dtype,
                                 flip_test=flip_test, batch_size=batch_size, model=model, weights_dir=root)
         self.device = self.pose.device
@@ -386,31 +323,5 @@ class DWPoseBackend:
         self.face_detector = face_detector if face_detector is not None else build_s3fd(
             root, self.device, dtype="auto", batch_size=S3FD_GPU_BATCH if on_gpu else 1)
 
-    accepts_frames_device = True
-
-    def detect(self, frames: np.ndarray, frames_device: Any = None, choose: Any = None) -> list[FaceResult | None]:
-        """Per frame None (no face) or a FaceResult: S3FD's box (float64, whole pixels) and score, and (68, 2)
-        float32 landmarks ``(x, y)`` in frame pixels (DWPose whole-body points 23..90, run on face frames only).
-
-        Args:
-            frames: (N, H, W, 3) uint8 BGR frames (InputError otherwise).
-            frames_device: Optional: the same frames as a uint8 tensor on this backend's GPU (S3FD reads them).
-            choose: As :func:`~nbhelpers.faces.dwpose_onnx.detect_with_pose`.
-
-        Source: `preprocessing.py:84-111` (docs/official-behaviour.md §3.1, §3.3).
-        """
-        return detect_with_pose(frames, self.face_detector, self.pose.keypoints, frames_device, choose)
-
-    def close(self) -> None:
-        """Release both models (GPU memory)."""
-        pose = self.__dict__.get("pose")
-        if pose is not None:
-            pose.close()
-        closer = getattr(self.face_detector, "close", None)
-        if callable(closer):
-            closer()
-        self.face_detector = None
-
     def __repr__(self) -> str:
-        wd = None if self.weights_dir is None else str(self.weights_dir)
-        return f"DWPoseBackend(weights_dir={wd!r}, device={self.device!r}, dtype={str(self.pose.dtype)!r})"
+        return f"{super().__repr__()[:-1]}, dtype={str(self.pose.dtype)!r})"

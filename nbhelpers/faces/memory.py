@@ -1,11 +1,9 @@
 """Face detections remembered per video, so that a pipeline finds the faces of one video once.
 
-A preview and then a lip-sync of the same video, or a second speech over it, ask the landmark backend about the
-same frames again: on the CPU that is most of a minute. :class:`DetectionMemory` keeps what a backend found in
-each frame, keyed by the video's content (SHA-256) and the backend's name, the two things the detections depend
-on; the crop boxes are computed from them again, so ``bbox_shift``, ``extra_margin``, the version and the
-smoothing can change between jobs without a new detection. :meth:`DetectionMemory.wrap` hands a job a backend
-that answers remembered frames itself and asks the real one only for the others.
+:class:`DetectionMemory` keeps what a backend found in each frame, keyed by the video's content (SHA-256) and the
+backend's name; crop boxes are computed from them again, so ``bbox_shift``, ``extra_margin``, the version and the
+smoothing can change between jobs. :meth:`DetectionMemory.wrap` hands a job a backend that asks the real one only
+about frames not seen before.
 """
 
 from __future__ import annotations

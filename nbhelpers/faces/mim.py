@@ -9,7 +9,7 @@ backend gives the same landmarks without mmcv.
 from __future__ import annotations
 
 import hashlib
-import html.parser
+import html
 import json
 import os
 import re
@@ -37,9 +37,8 @@ BUILD_TIME_2_CORES = "45-60 minutes on a 2-core machine"
 
 @dataclass(frozen=True)
 class PinSet:
-    """The OpenMMLab versions installed for one ``torch_series`` (``"2.1"``): an ``mmengine`` specifier, exact ``mmcv``,
-    ``mmdet`` and ``mmpose`` versions, and a ``note`` saying why.
-    """
+    """The OpenMMLab versions for one ``torch_series`` (``"2.1"``): an ``mmengine`` specifier, exact ``mmcv``, ``mmdet``
+    and ``mmpose`` versions, and a ``note`` saying why."""
 
     torch_series: str
     mmengine: str
@@ -62,11 +61,7 @@ PINS: dict[str, PinSet] = {
 
 
 def torch_series(version: str) -> str:
-    """``"2.1.2+cu121"`` -> ``"2.1"``.
-
-    Raises:
-        InputError: Not a torch version string.
-    """
+    """``"2.1.2+cu121"`` -> ``"2.1"``; InputError for a string that is no torch version."""
     m = re.match(r"^\s*(\d+)\.(\d+)", str(version))
     if not m:
         raise InputError(f"torch={version!r}: expected a torch version such as '2.1.2' or '2.1'")
@@ -74,11 +69,8 @@ def torch_series(version: str) -> str:
 
 
 def pins_for(torch_version: str) -> PinSet:
-    """The :class:`PinSet` for a torch version or series: the official pins (README, quirk Q29) for torch 2.0, the mmcv
-    2.1.0 set for 2.1 and newer (newer: mmcv compiled from source, said in the note).
-
-    Source: ``README.md:151-185``.
-    """
+    """The :class:`PinSet` for a torch version or series: the official pins for torch 2.0 (``README.md:151-185``,
+    quirk Q29), the mmcv 2.1.0 set for 2.1 and newer (newer: mmcv compiled from source, said in the note)."""
     series = torch_series(torch_version)
     if series in PINS:
         return PINS[series]
@@ -93,15 +85,12 @@ class WheelCheck:
     """Whether OpenMMLab has a prebuilt mmcv wheel for this Python, torch and CUDA.
 
     Attributes:
-        ok: True when a wheel of the wanted mmcv version matches.
-        page_url: The find-links page read.
-        python_tag, torch_series, cuda_tag, platform: What was looked for (``"cp310"``, ``"2.1"``, ``"cu121"``,
-            ``"linux-x86_64"``).
-        mmcv_version: The mmcv version wanted.
+        ok: True when a wheel of the wanted ``mmcv_version`` matches.
+        page_url, python_tag, torch_series, cuda_tag, platform: The page read and what was looked for (``"cp310"``,
+            ``"2.1"``, ``"cu121"``, ``"linux-x86_64"``).
         matching, listed: File names of the matching wheels and of every mmcv wheel on the page.
         page_found, reachable: False when the page does not exist, or the server could not be reached.
-        recommended_backend: ``"mmpose"`` when ok, else ``"dwpose"``.
-        message: The verdict in words, with the expected build time when no wheel matches.
+        recommended_backend, message: ``"mmpose"`` when ok, else ``"dwpose"``; the verdict in words.
     """
 
     ok: bool
@@ -126,18 +115,7 @@ class WheelCheck:
         return f"{head}  \n{self.message}"
 
 
-class _Links(html.parser.HTMLParser):
-    def __init__(self):
-        super().__init__()
-        self.hrefs: list[str] = []
-
-    def handle_starttag(self, tag, attrs):
-        if tag == "a":
-            for name, value in attrs:
-                if name == "href" and value:
-                    self.hrefs.append(value)
-
-
+_HREF = re.compile(r"""<a\s[^>]*?href\s*=\s*["']?([^"'\s>]+)""", re.IGNORECASE)
 _WHEEL = re.compile(r"^(?P<name>[A-Za-z0-9_.]+?)-(?P<version>[^-]+)(?:-(?P<build>\d[^-]*))?-(?P<py>[^-]+)-"
                     r"(?P<abi>[^-]+)-(?P<plat>[^-]+)\.whl$")
 
@@ -154,15 +132,9 @@ def parse_wheel_name(filename: str) -> dict | None:
 
 def wheel_links(page_html: str) -> list[str]:
     """File names of all ``.whl`` links of a find-links page (URL-decoded, without ``#sha256=...``)."""
-    parser = _Links()
-    parser.feed(page_html)
-    names = []
-    for href in parser.hrefs:
-        path = urllib.parse.urlsplit(href).path
-        name = urllib.parse.unquote(path.rsplit("/", 1)[-1])
-        if name.endswith(".whl"):
-            names.append(name)
-    return names
+    paths = (urllib.parse.urlsplit(html.unescape(href)).path for href in _HREF.findall(page_html))
+    names = (urllib.parse.unquote(path.rsplit("/", 1)[-1]) for path in paths)
+    return [name for name in names if name.endswith(".whl")]
 
 
 def _platform_matches(wheel_platform: str, platform: str) -> bool:
@@ -191,7 +163,8 @@ def _python_tag(python: str | None) -> str:
     return f"cp{m.group(1)}{m.group(2)}"
 
 
-def _installed_version(dist: str) -> str | None:
+def installed_version(dist: str) -> str | None:
+    """The installed version of distribution ``dist``, or None."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
@@ -254,19 +227,16 @@ def _fetch(url: str, timeout: float) -> tuple[str | None, bool, str]:
 def check_mmcv_wheels(index_url: str = OPENMMLAB_MMCV_INDEX, python: str | None = None, torch: str | None = None,
                       cuda: str | None = None, *, mmcv: str | None = None, platform: str | None = None,
                       timeout: float = 15.0) -> WheelCheck:
-    """Decide, before installing anything, whether a prebuilt mmcv wheel matches this Python, torch and CUDA.
+    """Whether a prebuilt mmcv wheel matches this Python, torch and CUDA, decided before installing anything.
 
-    Reads ``{index_url}/{cuda_tag}/torch{major.minor}/index.html`` (``mim install mmcv``'s page; ``index_url`` may
-    also be one page) within ``timeout`` seconds. ``python``, ``torch``, ``cuda`` (``"11.8"``, ``"cu118"``,
-    ``"cpu"``), ``mmcv`` and ``platform`` default to this machine's and :func:`pins_for`'s. A missing page or server
-    is reported in the :class:`WheelCheck`, not raised.
-
-    Raises:
-        InputError: ``python``, ``torch`` or ``cuda`` is not a version string, or torch is needed and missing.
+    Reads ``{index_url}/{cuda_tag}/torch{major.minor}/index.html`` (``mim install mmcv``'s page; or ``index_url``
+    itself, a page) within ``timeout`` seconds. ``python``, ``torch``, ``cuda`` (``"11.8"``, ``"cu118"``, ``"cpu"``),
+    ``mmcv`` and ``platform`` default to this machine's and :func:`pins_for`'s. A missing page or server is reported
+    in the :class:`WheelCheck`; InputError for a ``python``, ``torch`` or ``cuda`` that is no version, or no torch.
     """
     py_tag = _python_tag(python)
     if torch is None:
-        torch = _installed_version("torch")
+        torch = installed_version("torch")
         if torch is None:
             raise InputError("torch=None and torch is not installed: install torch first, or pass torch='2.1'")
     series = torch_series(torch)
@@ -337,19 +307,15 @@ class StepResult:
 
 @dataclass
 class MimInstallResult:
-    """What :func:`install_mmpose` did (or, for a dry run, would do).
+    """What :func:`install_mmpose` did (or, for a ``dry_run``, would do).
 
     Attributes:
         ok: True when every command succeeded, torch/torchvision/numpy are unchanged and the verification passed.
-        dry_run: True when nothing was run.
-        commands: The argument lists, in order.
+        commands, steps: The argument lists in order; those that ran, with exit status and timing.
         constraints_path, constraints: The constraints file passed with ``-c`` and its text.
-        pins: The OpenMMLab versions chosen and why.
-        wheel_check: The mmcv wheel verdict, when one was made.
-        steps: The commands that ran, with exit status and timing.
+        pins, wheel_check: The OpenMMLab versions chosen and why; the mmcv wheel verdict, when one was made.
         verify: The ``--self-check`` report of :mod:`nbhelpers.faces.mmpose_backend`.
-        seconds: Wall time of the whole install, seconds.
-        message: The outcome in words.
+        seconds, message: Wall time of the whole install; the outcome in words.
     """
 
     ok: bool
@@ -382,7 +348,7 @@ _VERSIONS_SNIPPET = ("import json,importlib.metadata as m;print(json.dumps({d:ne
 def _versions_of(python: str) -> dict:
     """torch/numpy/torchvision versions installed for ``python`` (this process's metadata when it is us)."""
     if os.path.realpath(python) == os.path.realpath(sys.executable):
-        return {d: _installed_version(d) for d in ("torch", "numpy", "torchvision")}
+        return {d: installed_version(d) for d in ("torch", "numpy", "torchvision")}
     res = subprocess.run([python, "-c", _VERSIONS_SNIPPET], capture_output=True, text=True, timeout=120,
                          stdin=subprocess.DEVNULL)
     if res.returncode != 0:
@@ -400,12 +366,10 @@ def install_mmpose(dry_run: bool = False, *, python: str | None = None, torch_ve
                    wheel_check: WheelCheck | None = None, weights_dir: str | os.PathLike | None = None,
                    verify: bool = True, workdir: str | os.PathLike | None = None,
                    mmcv_base_url: str | None = None, timeout_s: float = 3600.0) -> MimInstallResult:
-    """Install mmengine, mmcv, mmdet and mmpose through openmim without touching torch or numpy.
-
-    Each command is an argument list with ``-c <constraints>`` holding torch, torchvision and numpy: openmim and
-    ``setuptools<81`` (mim imports ``pkg_resources``), ``mim install`` mmengine, mmcv and mmdet, ``pip install
-    --no-deps mmpose`` (its ``chumpy`` does not build) and what mmpose imports; then a self-check in a new
-    interpreter. A failed command stops the install with ``ok`` False.
+    """Install mmengine, mmcv, mmdet and mmpose through openmim, torch, torchvision and numpy held by ``-c
+    <constraints>``: openmim and ``setuptools<81`` (mim imports ``pkg_resources``), ``mim install`` mmengine, mmcv and
+    mmdet, ``pip install --no-deps mmpose`` (its ``chumpy`` does not build) and what mmpose imports; then a
+    self-check in a new interpreter. A failed command stops the install with ``ok`` False.
 
     Args:
         dry_run: Return the commands (and write the constraints file) without running anything.
@@ -421,9 +385,7 @@ def install_mmpose(dry_run: bool = False, *, python: str | None = None, torch_ve
         timeout_s: Limit for each command, seconds.
 
     Raises:
-        MissingDependencyError: torch or numpy is not installed.
-
-    Source: ``README.md:151-185`` (quirk Q29).
+        MissingDependencyError: torch or numpy is not installed. Source: ``README.md:151-185`` (quirk Q29).
     """
     python = python or sys.executable
     installed = _versions_of(python) if (torch_version is None or numpy_version is None) else {}

@@ -23,12 +23,12 @@ from pathlib import Path
 import numpy as np
 
 from .. import weights as _weights
-from ..errors import CheckpointError, FallbackWarning, InputError, MissingDependencyError, WeightsError
+from ..errors import CheckpointError, MissingDependencyError, WeightsError
 from ..models import load_checkpoint
 from . import _mmcv_ops_stub, dwpose_torch
 from . import dwpose_codec as codec
-from .base import FaceResult
-from .dwpose_onnx import S3FD_FILE, Availability, _default_weights_dir, build_s3fd, detect_with_pose
+from .dwpose_onnx import Availability, PoseBackend, build_s3fd, weights_root
+from .mim import installed_version
 
 CHECKPOINT_FILE = "dwpose/dw-ll_ucoco_384.pth"  # relative to the weights dir (official models/ layout)
 INSTALL_HINT = ("mmpose is not importable. Install it with nbhelpers.faces.mim.install_mmpose() (see "
@@ -36,14 +36,8 @@ INSTALL_HINT = ("mmpose is not importable. Install it with nbhelpers.faces.mim.i
                 "without mmcv")
 
 # The SimCC codec. Source: rtmpose-l_8xb32-270e_coco-ubody-wholebody-384x288.py:44-50.
-_CODEC = dict(
-    type="SimCCLabel",
-    input_size=codec.INPUT_SIZE,            # (w, h) = 288 x 384 pixels
-    sigma=(6.0, 6.93),
-    simcc_split_ratio=codec.SIMCC_SPLIT_RATIO,
-    normalize=False,
-    use_dark=False,
-)
+_CODEC = dict(type="SimCCLabel", input_size=codec.INPUT_SIZE, sigma=(6.0, 6.93),
+              simcc_split_ratio=codec.SIMCC_SPLIT_RATIO, normalize=False, use_dark=False)
 
 # The test pipeline: the whole image is the person box (no bbox given), padded 1.25, warped to 288x384.
 # Source: rtmpose-...py:164-169, [mmpose] common_transforms.py:51, topdown_transforms.py.
@@ -54,42 +48,24 @@ _TEST_PIPELINE = [
     dict(type="PackPoseInputs"),
 ]
 
-#: RTMPose-l whole-body 384x288 (the DWPose student), as an mmengine config dict. CSPNeXt-P5 backbone with
-#: deepen = widen = 1.0 ("l"), channel attention, the last stage (1024 channels) out; RTMCC head for 133
-#: keypoints on a 9x12 feature map with a GAU of 256 hidden units (s = 128, expansion 2), 7x7 final conv; the
-#: SimCC codec above; flip test on. The backbone has no ``_scope_="mmdet"``, so mmpose's own CSPNeXt (the same
-#: layers and parameter names) is used and mmdet's model code is not needed. The train dataloader entry only
-#: carries the COCO-WholeBody metainfo (keypoint names, flip indices) that mmpose reads when the checkpoint has
-#: none. Source: rtmpose-...py:44-100,164-169,210.
+#: RTMPose-l whole-body 384x288 (the DWPose student) as an mmengine config dict. The backbone has no
+#: ``_scope_="mmdet"``: mmpose's own CSPNeXt (the same layers and names) is used, no mmdet model code. The train
+#: dataloader entry only carries the COCO-WholeBody metainfo (keypoint names, flip indices) that mmpose reads when
+#: the checkpoint has none. Source: rtmpose-...py:44-100,164-169,210.
 RTMPOSE_L_WHOLEBODY_384X288 = dict(
     default_scope="mmpose",
     model=dict(
         type="TopdownPoseEstimator",
-        data_preprocessor=dict(
-            type="PoseDataPreprocessor",
-            mean=list(codec.MEAN_RGB),
-            std=list(codec.STD_RGB),
-            bgr_to_rgb=True,
-        ),
-        backbone=dict(
-            type="CSPNeXt",
-            arch="P5",
-            expand_ratio=0.5,
-            deepen_factor=1.0,
-            widen_factor=1.0,
-            out_indices=(4,),
-            channel_attention=True,
-            norm_cfg=dict(type="SyncBN"),
-            act_cfg=dict(type="SiLU"),
-        ),
+        data_preprocessor=dict(type="PoseDataPreprocessor", mean=list(codec.MEAN_RGB), std=list(codec.STD_RGB),
+                               bgr_to_rgb=True),
+        # CSPNeXt-P5 "l" (deepen = widen = 1.0), channel attention, the last stage (1024 channels) out
+        backbone=dict(type="CSPNeXt", arch="P5", expand_ratio=0.5, deepen_factor=1.0, widen_factor=1.0,
+                      out_indices=(4,), channel_attention=True, norm_cfg=dict(type="SyncBN"),
+                      act_cfg=dict(type="SiLU")),
         head=dict(
-            type="RTMCCHead",
-            in_channels=1024,
-            out_channels=codec.NUM_KEYPOINTS,
-            input_size=codec.INPUT_SIZE,
-            in_featuremap_size=(9, 12),         # input / 32: 288/32 x 384/32
-            simcc_split_ratio=codec.SIMCC_SPLIT_RATIO,
-            final_layer_kernel_size=7,
+            type="RTMCCHead", in_channels=1024, out_channels=codec.NUM_KEYPOINTS, input_size=codec.INPUT_SIZE,
+            in_featuremap_size=(9, 12),  # input / 32: 288/32 x 384/32
+            simcc_split_ratio=codec.SIMCC_SPLIT_RATIO, final_layer_kernel_size=7,
             gau_cfg=dict(hidden_dims=256, s=128, expansion_factor=2, dropout_rate=0.0, drop_path=0.0,
                          act_fn="SiLU", use_rel_bias=False, pos_enc=False),
             loss=dict(type="KLDiscretLoss", use_target_weight=True, beta=10.0, label_softmax=True),
@@ -104,30 +80,15 @@ RTMPOSE_L_WHOLEBODY_384X288 = dict(
 
 
 def config_dict(flip_test: bool = True) -> dict:
-    """A deep copy of :data:`RTMPOSE_L_WHOLEBODY_384X288` with ``test_cfg.flip_test`` set (True officially).
-
-    Source: ``rtmpose-….py:44-100,164-169``.
-    """
+    """A deep copy of :data:`RTMPOSE_L_WHOLEBODY_384X288` with ``test_cfg.flip_test`` set (True officially)."""
     cfg = copy.deepcopy(RTMPOSE_L_WHOLEBODY_384X288)
     cfg["model"]["test_cfg"]["flip_test"] = bool(flip_test)
     return cfg
 
 
-def _version(dist: str) -> str | None:
-    try:
-        from importlib.metadata import version
-
-        return version(dist)
-    except Exception:
-        return None
-
-
 def mmpose_available() -> Availability:
-    """Whether mmpose imports here (installing the ``mmcv.ops`` stand-in first when only mmcv-lite is there).
-
-    Returns:
-        :class:`~nbhelpers.faces.dwpose_onnx.Availability`; ``reason`` says what is missing, or which mmcv is used.
-    """
+    """Whether mmpose imports here (with the ``mmcv.ops`` stand-in when only mmcv-lite is there); ``reason`` says
+    what is missing, or which mmcv is used."""
     if importlib.util.find_spec("mmpose") is None:
         return Availability(False, "mmpose is not installed: " + INSTALL_HINT)
     try:
@@ -136,36 +97,15 @@ def mmpose_available() -> Availability:
         return Availability(False, str(exc))
 
     if _mmcv_ops_stub.is_installed():
-        return Availability(True, f"mmpose {_version('mmpose')}, mmcv-lite {_version('mmcv-lite')} + nbhelpers "
-                                  f"mmcv.ops stand-in")
-    return Availability(True, f"mmpose {_version('mmpose')}, mmcv {_version('mmcv')}")
-
-
-def is_available(weights_dir: str | os.PathLike | None = None) -> Availability:
-    """Whether :class:`MMPoseBackend` can be built: mmpose imports and both weight files are in ``weights_dir``
-    (default :func:`nbhelpers.weights.default_dir`).
-
-    Source: ``preprocessing.py:17-23``.
-    """
-    found = mmpose_available()
-    if not found:
-        return found
-    try:
-        root = Path(weights_dir) if weights_dir is not None else _default_weights_dir()
-    except InputError as exc:
-        return Availability(False, str(exc))
-    for rel in (CHECKPOINT_FILE, S3FD_FILE):
-        if not (root / rel).is_file():
-            return Availability(False, f"{root / rel} is missing: run notebooks/00_setup.ipynb (weights.download)")
-    return found
+        mmcv = f"mmcv-lite {installed_version('mmcv-lite')} + nbhelpers mmcv.ops stand-in"
+    else:
+        mmcv = f"mmcv {installed_version('mmcv')}"
+    return Availability(True, f"mmpose {installed_version('mmpose')}, {mmcv}")
 
 
 def import_mmpose():
-    """Import and return ``mmpose.apis``, installing the ``mmcv.ops`` stand-in when only mmcv-lite is present.
-
-    Raises:
-        MissingDependencyError: mmpose, mmcv(-lite) or mmengine is missing or does not import.
-    """
+    """``mmpose.apis``, imported with the ``mmcv.ops`` stand-in when only mmcv-lite is present;
+    MissingDependencyError when mmpose, mmcv(-lite) or mmengine is missing or does not import."""
     if importlib.util.find_spec("mmcv") is None:
         raise MissingDependencyError("mmcv (or mmcv-lite) is not installed. " + INSTALL_HINT)
     _mmcv_ops_stub.install()
@@ -179,35 +119,15 @@ def import_mmpose():
                                          + INSTALL_HINT) from exc
 
 
-def _torch_device(device: str | None) -> str:
-    import torch
-
-    if device is None:
-        return "cuda:0" if torch.cuda.is_available() else "cpu"
-    dev = str(device).lower()
-    if dev.startswith("cuda") and not torch.cuda.is_available():
-        warnings.warn(f"device={device!r} was asked for mmpose, but torch sees no CUDA GPU; running on the CPU "
-                      f"instead, which is much slower.", FallbackWarning, stacklevel=3)
-        return "cpu"
-    if dev == "cuda":
-        return "cuda:0"
-    if dev != "cpu" and not dev.startswith("cuda:"):
-        raise InputError(f"device={device!r}: expected 'cpu', 'cuda' or 'cuda:N' for the mmpose model")
-    return dev
-
-
 def load_checkpoint_state(path: str | os.PathLike, trusted_sha256: str | None = None,
                           expected_size: int | None = None, *, allow_pickle: bool = False) -> tuple[dict, dict]:
-    """``(state_dict, meta)`` of an mmpose checkpoint, a leading ``"module."`` removed and ``meta`` empty when absent.
-
-    Through :func:`nbhelpers.models.load_checkpoint`: inspected first, read with ``weights_only=True`` when it holds
-    only tensors, unpickled in full only when it matches ``trusted_sha256`` or ``expected_size`` (default: for
-    ``<weights dir>/dwpose/dw-ll_ucoco_384.pth``, :func:`nbhelpers.weights.expected_facts`), or with
-    ``allow_pickle`` (a file you trust).
+    """``(state_dict, meta)`` of an mmpose checkpoint, a leading ``"module."`` removed and ``meta`` empty when absent,
+    read through :func:`nbhelpers.models.load_checkpoint`: unpickled in full only when it matches ``trusted_sha256``
+    or ``expected_size`` (default: :func:`nbhelpers.weights.expected_facts` for ``<weights
+    dir>/dwpose/dw-ll_ucoco_384.pth``), or with ``allow_pickle`` (a file you trust).
 
     Raises:
-        WeightsError: The file is missing or damaged, holds Python objects and matches no verified sha256 or size,
-            or is not a dict checkpoint.
+        WeightsError: Missing, damaged, an unverified pickle, or not a dict checkpoint.
 
     Source: ``preprocessing.py:17-19``; ``[mmpose] apis/inference.py:104-111``.
     """
@@ -222,12 +142,8 @@ def load_checkpoint_state(path: str | os.PathLike, trusted_sha256: str | None = 
         trusted_sha256, expected_size = facts.sha256, facts.size
     ckpt = load_checkpoint(path, trusted_sha256=trusted_sha256, expected_size=expected_size,
                            allow_pickle=allow_pickle)
-    if not isinstance(ckpt, dict):
-        raise WeightsError(f"{path}: expected a dict checkpoint, got {type(ckpt).__name__}")
-    state = ckpt.get("state_dict", ckpt)
-    meta = ckpt.get("meta") or {}
-    if state and all(k.startswith("module.") for k in state):
-        state = {k[len("module."):]: v for k, v in state.items()}
+    state = dwpose_torch.state_dict_of(ckpt, path)  # a CheckpointError (a WeightsError) when not a dict
+    meta = ckpt.get("meta")
     return state, meta if isinstance(meta, dict) else {}
 
 
@@ -246,7 +162,7 @@ def build_pose_model(checkpoint: str | os.PathLike | None = None, device: str | 
     apis = import_mmpose()
     from mmengine.config import Config
 
-    dev = _torch_device(device)
+    dev = dwpose_torch.resolve_device(device)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*pkg_resources.*")
         warnings.filterwarnings("ignore", message=".*metainfo config file.*")  # found in mmpose's .mim folder
@@ -272,11 +188,8 @@ def build_pose_model(checkpoint: str | os.PathLike | None = None, device: str | 
 
 def randomize_weights(model, seed: int | None = None) -> None:
     """Give ``model``'s weight matrices and kernels He-normal values (std sqrt(2 / fan_in)) and biases N(0, 0.02), in
-    place, from a generator seeded with ``seed`` (None: torch's global one).
-
-    With PyTorch's default initialisation the signal fades through the 50-odd layers and a random model predicts the
-    same bins for every keypoint; He-normal keypoints spread over the frame and follow the input.
-    """
+    place, from ``seed`` (None: torch's global generator): with torch's default initialisation the signal fades
+    through the 50-odd layers and every keypoint lands on the same bins."""
     import torch
 
     generator = torch.Generator().manual_seed(seed) if seed is not None else None
@@ -310,46 +223,33 @@ def export_onnx(model, path: str | os.PathLike, *, dynamic_batch: bool = True, o
     return dwpose_torch.export_onnx(_Net(model), path, dynamic_batch=dynamic_batch, opset=opset)
 
 
-class MMPoseBackend:
+class MMPoseBackend(PoseBackend):
     """Face box from S3FD and 68 landmarks from the official mmpose DWPose model (``inference_topdown``).
 
     Args:
-        weights_dir: The weights dir (default :func:`nbhelpers.weights.default_dir`).
-        device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or None (GPU when available).
-        face_detector: An object whose ``detect(frames)`` gives N ``(x1, y1, x2, y2, score)`` or None, not S3FD.
+        weights_dir, device, face_detector: As :class:`~nbhelpers.faces.dwpose_torch.DWPoseBackend`.
         model: A pose model from :func:`build_pose_model` instead of the checkpoint.
         flip_test: The official ``test_cfg.flip_test``.
 
     Raises:
         MissingDependencyError: mmpose (or torch) does not import.
-        WeightsError: A weight file is missing or unreadable.
-        CheckpointError: The checkpoint does not fit the model.
-
-    Source: ``preprocessing.py:15-23,84-111``.
+        WeightsError, CheckpointError: A weight file is missing, unreadable or does not fit the model.
     """
 
     name = "mmpose"
-    description = "The official DWPose path: mmpose RTMPose-l whole-body (inference_topdown) + S3FD face box"
-    weight_files = (CHECKPOINT_FILE, S3FD_FILE)
-    requires = ("mmpose", "mmcv", "mmengine", "torch")
 
     def __init__(self, weights_dir: str | os.PathLike | None = None, device: str | None = None, *,
                  face_detector=None, model=None, flip_test: bool = True):
         self.apis = import_mmpose()
-        root = Path(weights_dir) if weights_dir is not None else (None if model is not None and face_detector
-                                                                   is not None else _default_weights_dir())
-        self.weights_dir = root
-        self.device = _torch_device(device)
+        self.weights_dir = root = weights_root(weights_dir, model is None or face_detector is None)
+        self.device = dwpose_torch.resolve_device(device)
         self.model = model if model is not None else build_pose_model(root / CHECKPOINT_FILE, self.device,
                                                                       flip_test=flip_test)
         self.face_detector = face_detector if face_detector is not None else build_s3fd(root, device)
 
     def keypoints(self, frames_bgr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(keypoints, scores)`` of (N, H, W, 3) uint8 BGR ``frames_bgr`` through ``inference_topdown`` with no bbox:
-        (N, 133, 2) float32 ``(x, y)`` frame pixels and (N, 133) float32.
-
-        Source: ``preprocessing.py:97-101``.
-        """
+        """``(keypoints, scores)``, (N, 133, 2) float32 frame pixels and (N, 133) float32, of (N, H, W, 3) uint8 BGR
+        frames through ``inference_topdown`` with no bbox (``preprocessing.py:97-101``)."""
         kps = np.zeros((len(frames_bgr), codec.NUM_KEYPOINTS, 2), np.float32)
         scores = np.zeros((len(frames_bgr), codec.NUM_KEYPOINTS), np.float32)
         for i, frame in enumerate(frames_bgr):
@@ -359,41 +259,23 @@ class MMPoseBackend:
             scores[i] = np.asarray(inst.keypoint_scores)[0]
         return kps, scores
 
-    def detect(self, frames: np.ndarray, choose=None) -> list[FaceResult | None]:
-        """Face box and 68 landmarks for each frame, as :meth:`DWPoseOnnxBackend.detect
-        <nbhelpers.faces.dwpose_onnx.DWPoseOnnxBackend.detect>`.
-
-        Raises:
-            InputError: ``frames`` is not a (N, H, W, 3) uint8 array.
-
-        Source: ``preprocessing.py:84-111``.
-        """
-        return detect_with_pose(frames, self.face_detector, self.keypoints, choose=choose)
-
     def close(self) -> None:
         """Release the models (GPU memory)."""
         self.model = None
-        closer = getattr(self.face_detector, "close", None)
-        if callable(closer):
-            closer()
-        self.face_detector = None
+        super().close()
         if "torch" in sys.modules:
             import torch
 
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
 
-    def __repr__(self) -> str:
-        return f"MMPoseBackend(weights_dir={str(self.weights_dir)!r}, device={self.device!r})"
-
 
 def self_check(weights_dir: str | os.PathLike | None = None, device: str | None = None) -> dict:
-    """Build the mmpose model on ``device`` (with ``weights_dir``'s checkpoint when there, else random weights) and run
-    one pass on a synthetic frame; returns a JSON-able dict: ok, reason, versions, weights, build_seconds,
-    pass_seconds, landmarks_shape.
+    """One pass of the mmpose model on ``device`` (``weights_dir``'s checkpoint when there, else random weights) on a
+    synthetic frame, as a JSON-able dict: ok, reason, versions, weights, build_seconds, pass_seconds, landmarks_shape.
     """
-    report: dict = {"ok": False, "versions": {d: _version(d) for d in ("mmpose", "mmcv", "mmcv-lite", "mmengine",
-                                                                        "mmdet", "torch", "numpy")}}
+    dists = ("mmpose", "mmcv", "mmcv-lite", "mmengine", "mmdet", "torch", "numpy")
+    report: dict = {"ok": False, "versions": {d: installed_version(d) for d in dists}}
     found = mmpose_available()
     report["reason"] = found.reason
     if not found:

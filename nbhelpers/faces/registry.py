@@ -42,11 +42,8 @@ class BackendRegistry(MutableMapping):
         self._resolved: dict[str, Callable[..., LandmarkBackend]] = {}
 
     def target(self, name: str) -> str | Callable[..., LandmarkBackend]:
-        """The registered target of ``name`` (a ``"module:attribute"`` string or a callable), not imported.
-
-        Raises:
-            KeyError: ``name`` is not registered.
-        """
+        """The registered target of ``name`` (a ``"module:attribute"`` string or a callable), not imported; KeyError
+        when ``name`` is not registered."""
         return self._targets[name]
 
     def __getitem__(self, name: str) -> Callable[..., LandmarkBackend]:
@@ -107,8 +104,7 @@ def _weights_dir(weights_dir: str | os.PathLike | None) -> Path | None:
 
 
 def _set_reason(backend: Any, reason: str) -> Any:
-    # a backend with __slots__ or a read-only attribute: the reason is lost, not fatal
-    with contextlib.suppress(AttributeError):
+    with contextlib.suppress(AttributeError):  # __slots__ or a read-only attribute: the reason is lost, not fatal
         backend.reason = reason
     return backend
 
@@ -123,24 +119,15 @@ def _imports(module: str) -> tuple[bool, str]:
     return True, f"{module} imports"
 
 
-def _missing_weights(name: str, wd: Path | None) -> list[str]:
-    if wd is None:
-        return list(NEEDS_WEIGHTS[name])
-    return [f for f in NEEDS_WEIGHTS[name] if not (wd / f).is_file()]
-
-
 def get_backend(name: str | LandmarkBackend = "auto", weights_dir: str | os.PathLike | None = None,
                 device: str | None = None, **kwargs: Any) -> LandmarkBackend:
-    """Build a landmark backend by name, or choose one automatically.
-
-    ``"auto"`` takes the first that works of ``mmpose``, ``dwpose`` (torch) and ``dwpose-onnx``, each when its
-    package imports and the weights dir holds its files (:data:`NEEDS_WEIGHTS`), else ``dlib``; one that fails to
-    start is skipped with a warning. The backend's ``reason`` says which was chosen and why.
+    """A landmark backend by name, or chosen: ``"auto"`` takes the first of :data:`AUTO_ORDER` whose package imports
+    and whose files (:data:`NEEDS_WEIGHTS`) are in the weights dir, else ``dlib``; one that fails to start is skipped
+    with a warning. The backend's ``reason`` says which was chosen and why.
 
     Args:
         name: ``"auto"``, a name in :data:`BACKENDS`, or a backend object (returned unchanged).
-        weights_dir: The weights dir; None uses :func:`nbhelpers.weights.default_dir`.
-        device: Device for the backend's models; None lets the backend choose.
+        weights_dir, device: None: :func:`nbhelpers.weights.default_dir`; the backend's choice.
         **kwargs: Passed to the backend factory (e.g. ``upsample=1`` for dlib).
 
     Raises:
@@ -175,12 +162,11 @@ def _auto(wd: Path | None, device: str | None, **kwargs: Any) -> LandmarkBackend
     where = str(wd) if wd is not None else "no weights dir"
     for name, module in AUTO_ORDER:
         ok, note = _imports(module)
-        if ok:
-            missing = _missing_weights(name, wd)
-            if missing and wd is None:
-                ok, note = False, f"{note} but no weights dir is known (pass weights_dir=)"
-            elif missing:
-                ok, note = False, f"{note} but {', '.join(missing)} missing in {where}"
+        missing = [f for f in NEEDS_WEIGHTS[name] if wd is None or not (wd / f).is_file()]
+        if ok and wd is None:
+            ok, note = False, f"{note} but no weights dir is known (pass weights_dir=)"
+        elif ok and missing:
+            ok, note = False, f"{note} but {', '.join(missing)} missing in {where}"
         if ok:
             try:
                 backend = BACKENDS[name](weights_dir=wd, device=device, **kwargs)

@@ -8,6 +8,7 @@ which tests check on outputs built by hand. Importing this module imports numpy 
 from __future__ import annotations
 
 import copy
+import functools
 import os
 import warnings
 from pathlib import Path
@@ -30,16 +31,8 @@ L2NORM_SCALES = {"conv3_3_norm": 10.0, "conv4_3_norm": 8.0, "conv5_3_norm": 5.0}
 HEADS = ("conv3_3_norm", "conv4_3_norm", "conv5_3_norm", "fc7", "conv6_2", "conv7_2")  # strides 4..128
 INSTALL_TORCH = "pip install torch  (on Colab it is preinstalled; never reinstall it there)"
 
-__all__ = [
-    "Detection",
-    "S3FD",
-    "S3FD_FILE",
-    "S3FDNet",  # noqa: F822 - built on first access (module __getattr__), so importing needs no torch
-    "best_box",
-    "decode_detections",
-    "nms",
-    "softmax",
-]
+# S3FDNet is built on first access (module __getattr__), so importing needs no torch
+__all__ = ["Detection", "S3FD", "S3FD_FILE", "S3FDNet", "best_box", "decode_detections", "nms", "softmax"]  # noqa: F822
 
 
 class Detection(NamedTuple):
@@ -64,11 +57,8 @@ def softmax(logits: np.ndarray, axis: int = 1) -> np.ndarray:
 
 
 def nms(dets: np.ndarray, threshold: float = NMS_THRESHOLD) -> np.ndarray:
-    """Greedy non-maximum suppression of (K, 5) ``dets`` ``(x1, y1, x2, y2, score)`` with the official "+1" areas:
-    the (M,) int64 indices of the kept boxes, highest score first.
-
-    From the highest score down, a kept box removes the others whose ``inter / (area_i + area_j - inter)`` exceeds
-    ``threshold``, sides counted as ``x2 - x1 + 1``.
+    """Greedy non-maximum suppression of (K, 5) ``dets`` ``(x1, y1, x2, y2, score)``: the (M,) int64 indices kept,
+    highest score first; a kept box removes those whose IoU exceeds ``threshold``, sides counted as ``x2 - x1 + 1``.
 
     Source: ``bbox.py:44-64``.
     """
@@ -115,19 +105,15 @@ def _decode_image(outputs: list[np.ndarray], candidate_score: float) -> np.ndarr
 
 def decode_detections(olist: list[Any], *, apply_softmax: bool = True, candidate_score: float = CANDIDATE_SCORE,
                       nms_threshold: float = NMS_THRESHOLD, min_score: float = MIN_SCORE) -> list[np.ndarray]:
-    """Turn the 12 S3FD head outputs into face boxes: B float64 arrays (K_b, 5) ``(x1, y1, x2, y2, score)`` in input
-    pixels, highest score first.
-
-    Head ``i`` has stride ``s = 4 * 2**i``; a cell ``(r, c)`` whose face probability exceeds ``candidate_score`` has
-    the anchor of side ``4s`` centred at ``(s/2 + c s, s/2 + r s)``, decoded with variances (0.1, 0.2) to centre
-    ``anchor + d * 0.1 * 4s`` and size ``4s * exp(d * 0.2)``. Then :func:`nms` at ``nms_threshold``, and scores
-    <= ``min_score`` are dropped.
+    """The 12 S3FD head outputs as face boxes: B float64 arrays (K_b, 5) ``(x1, y1, x2, y2, score)`` in input pixels,
+    highest score first. Head ``i`` (stride ``s = 4 * 2**i``): a cell ``(r, c)`` whose face probability exceeds
+    ``candidate_score`` decodes its anchor (side ``4s``, centre ``(s/2 + c s, s/2 + r s)``) with variances (0.1, 0.2);
+    then :func:`nms` at ``nms_threshold``, and scores <= ``min_score`` are dropped (officially 0.05, 0.3, 0.5).
 
     Args:
         olist: ``[conf_0, loc_0, ..., conf_5, loc_5]`` (numpy or torch): (B, 2, H_i, W_i) float, channel 1 = face,
             and (B, 4, H_i, W_i) float.
-        apply_softmax: True when ``conf_i`` are logits; False when they are probabilities.
-        candidate_score, nms_threshold, min_score: The official 0.05, 0.3 and 0.5 by default.
+        apply_softmax, candidate_score, nms_threshold, min_score: Whether ``conf_i`` are logits; the thresholds.
 
     Raises:
         InputError: Not 12 arrays, or shapes that do not pair up.
@@ -154,11 +140,7 @@ def decode_detections(olist: list[Any], *, apply_softmax: bool = True, candidate
 
 
 def best_box(dets: np.ndarray) -> tuple[int, int, int, int] | None:
-    """The official per-frame result: the highest-score box of (K, 5) ``dets``, clipped to >= 0 and int-truncated, or
-    None when ``dets`` is empty.
-
-    Source: ``api.py:76-84``.
-    """
+    """The highest-score box of (K, 5) ``dets``, clipped to >= 0 and int-truncated, or None (``api.py:76-84``)."""
     dets = np.asarray(dets)
     if dets.shape[0] == 0:
         return None
@@ -167,22 +149,16 @@ def best_box(dets: np.ndarray) -> tuple[int, int, int, int] | None:
     return x1, y1, x2, y2
 
 
-_CLASSES: dict[str, Any] = {}
-
 # VGG16 stages: (prefix, input channels, output channels, convs); a 2x2 max-pool follows each stage.
 _VGG = (("conv1", 3, 64, 2), ("conv2", 64, 128, 2), ("conv3", 128, 256, 3), ("conv4", 256, 512, 3),
         ("conv5", 512, 512, 3))
 
 
+@functools.lru_cache(maxsize=1)
 def _build_classes() -> dict[str, Any]:
-    if _CLASSES:
-        return _CLASSES
-    try:
-        import torch
-        from torch import nn
-        from torch.nn import functional as F
-    except ImportError as exc:  # pragma: no cover - torch is a core dependency
-        raise MissingDependencyError(f"S3FD needs torch ({exc}). Install it with:\n    {INSTALL_TORCH}") from exc
+    torch = _import_torch()
+    from torch import nn
+    from torch.nn import functional as F
 
     class L2Norm(nn.Module):
         """``y = x / (||x||_2 + 1e-10) * weight`` over channels, in float32 for any input (1e-10 underflows in fp16)."""
@@ -248,8 +224,7 @@ def _build_classes() -> dict[str, Any]:
                 out += [conf, getattr(self, f"{head}_mbox_loc")(feat)]
             return out
 
-    _CLASSES.update(S3FDNet=S3FDNet, L2Norm=L2Norm)
-    return _CLASSES
+    return {"S3FDNet": S3FDNet, "L2Norm": L2Norm}
 
 
 def __getattr__(name: str) -> Any:
@@ -258,7 +233,9 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _resolve_dtype(torch: Any, dtype: Any, device: Any = None) -> Any:
+def resolve_dtype(torch: Any, dtype: Any, device: Any = None) -> Any:
+    """The torch dtype of ``dtype``: a dtype, a name (``"float16"``, ``"fp16"``...), ``"auto"`` (float16 on a CUDA
+    ``device``, else float32) or None (float32); InputError for another name."""
     if dtype is None:
         return torch.float32
     if dtype == "auto":  # fp16 where it is fast (CUDA), fp32 elsewhere
@@ -273,12 +250,8 @@ def _resolve_dtype(torch: Any, dtype: Any, device: Any = None) -> Any:
 
 
 def load_state_dict(path: str | os.PathLike) -> dict[str, Any]:
-    """Read an S3FD checkpoint (a plain state dict, or wrapped in ``"state_dict"``) on the CPU with
-    ``torch.load(weights_only=True)``.
-
-    Raises:
-        WeightsError: Missing, empty or unreadable file (an HTML page, a git-lfs pointer, a cut download).
-    """
+    """An S3FD checkpoint's state dict (plain, or wrapped in ``"state_dict"``), read on the CPU with
+    ``weights_only=True``; WeightsError for a missing or unreadable file (an HTML page, a git-lfs pointer...)."""
     import torch
 
     path = Path(path)
@@ -305,15 +278,13 @@ class S3FD:
     Args:
         weights_path: Path of ``s3fd-619a316812.pth``, loaded strictly.
         device: ``"cuda"``, ``"cuda:1"``, ``"cpu"``...; None picks CUDA when available.
-        dtype: A torch dtype or its name, ``"auto"`` (float16 on CUDA), or None (float32). Half on the CPU falls
-            back to float32; a half batch with non-finite outputs runs again in float32 (both warn).
-        max_side: Default for :meth:`detect`: None (full resolution, official) or the longest side, pixels, larger
-            frames are downscaled to.
+        dtype: As :func:`resolve_dtype`. Half on the CPU falls back to float32; a half batch with non-finite
+            outputs runs again in float32 (both warn).
+        max_side: Default for :meth:`detect`: None (full resolution, official) or the longest side, pixels.
         batch_size: Frames per network call (official: 1); halved on CUDA out-of-memory.
 
     Raises:
-        WeightsError: The file is missing or unreadable.
-        CheckpointError: The state dict's names or shapes differ from the architecture.
+        WeightsError, CheckpointError: The file is missing, unreadable, or its names or shapes are not S3FD's.
         MissingDependencyError: torch is not installed.
 
     Source: ``api.py:46-84``, ``sfd_detector.py``, ``detect.py:59-91``; docs/official-behaviour.md §3.2.
@@ -330,7 +301,7 @@ class S3FD:
             raise InputError(f"batch_size must be >= 1; got {batch_size!r}.")
         self.device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available()
                                                                         else "cpu"))
-        self.dtype = _resolve_dtype(torch, dtype, self.device)
+        self.dtype = resolve_dtype(torch, dtype, self.device)
         if self.device.type == "cpu" and self.dtype != torch.float32:
             warnings.warn(f"S3FD: {self.dtype} on the CPU is slow or unsupported; using float32 instead.",
                           FallbackWarning, stacklevel=2)
@@ -349,16 +320,10 @@ class S3FD:
             self.net = self.net.to(memory_format=torch.channels_last)
 
     def detections(self, frames: np.ndarray, max_side: int | None | str = "default") -> list[np.ndarray]:
-        """All faces S3FD keeps in each frame after NMS and the 0.5 score cut: N float64 arrays (K, 5)
-        ``(x1, y1, x2, y2, score)`` in full-frame pixels, highest score first.
-
-        Args:
-            frames: (N, H, W, 3) or (H, W, 3) uint8 BGR, numpy or torch (frames on the detector's GPU stay there).
-            max_side: None (full resolution), an int to downscale larger frames (bilinear, antialiased), or
-                ``"default"`` for the constructor's.
-
-        Raises:
-            InputError: frames not uint8 (N, H, W, 3).
+        """All faces S3FD keeps in each frame of ``frames`` ((N, H, W, 3) or (H, W, 3) uint8 BGR, numpy or torch; on
+        the detector's GPU they stay there) after NMS and the 0.5 score cut: N float64 arrays (K, 5) ``(x1, y1, x2,
+        y2, score)`` in frame pixels, highest score first. ``max_side``: None (full resolution), an int to downscale
+        larger frames to (bilinear, antialiased), or ``"default"`` (the constructor's). InputError for bad frames.
         """
         import torch
 
@@ -420,13 +385,8 @@ class S3FD:
         return [o.float() for o in self._net32(x.float())]
 
     def detect(self, frames: np.ndarray, max_side: int | None | str = "default") -> list[Detection | None]:
-        """The official per-frame face box of ``frames``: a :class:`Detection` (highest score, clipped to >= 0,
-        int-truncated, full-frame pixels) or None, per frame; ``max_side`` as in :meth:`detections`.
-
-        Raises:
-            InputError: frames not uint8 (N, H, W, 3).
-
-        Source: ``api.py:72-84``.
+        """The official face box per frame: a :class:`Detection` (highest score, clipped to >= 0, int-truncated,
+        frame pixels) or None; arguments as :meth:`detections`. Source: ``api.py:72-84``.
         """
         out: list[Detection | None] = []
         for dets in self.detections(frames, max_side):
@@ -447,40 +407,30 @@ class S3FD:
 def _import_torch() -> Any:
     try:
         import torch
-    except ImportError as exc:  # pragma: no cover
+    except ImportError as exc:  # pragma: no cover - torch is a core dependency
         raise MissingDependencyError(f"S3FD needs torch ({exc}). Install it with:\n    {INSTALL_TORCH}") from exc
     return torch
 
 
-def _as_batch(frames: Any, torch: Any = None) -> Any:
-    if torch is not None and isinstance(frames, torch.Tensor):
-        t = frames[None] if frames.ndim == 3 else frames
-        if t.ndim != 4 or t.shape[-1] != 3 or t.dtype != torch.uint8 or t.shape[0] == 0:
-            raise InputError(f"frames must be (N, H, W, 3) uint8 BGR with N >= 1; got shape {tuple(t.shape)}, "
-                             f"dtype {t.dtype}.")
-        return t
-    arr = np.asarray(frames)
-    if arr.ndim == 3:
-        arr = arr[None]
-    if arr.ndim != 4 or arr.shape[-1] != 3 or arr.dtype != np.uint8 or arr.shape[0] == 0:
-        raise InputError(f"frames must be (N, H, W, 3) uint8 BGR with N >= 1; got shape {arr.shape}, dtype "
-                         f"{arr.dtype}.")
+def _as_batch(frames: Any, torch: Any) -> Any:
+    tensor = isinstance(frames, torch.Tensor)
+    arr = frames if tensor else np.asarray(frames)
+    arr = arr[None] if arr.ndim == 3 else arr
+    uint8 = arr.dtype == (torch.uint8 if tensor else np.uint8)
+    if arr.ndim != 4 or arr.shape[-1] != 3 or not uint8 or arr.shape[0] == 0:
+        raise InputError(f"frames must be (N, H, W, 3) uint8 BGR with N >= 1; got shape {tuple(arr.shape)}, "
+                         f"dtype {arr.dtype}.")
     return arr
 
 
 def _check_state(net: Any, state: dict[str, Any], path: Path) -> None:
     expected = {k: tuple(v.shape) for k, v in net.state_dict().items()}
     got = {k: tuple(getattr(v, "shape", ())) for k, v in state.items()}
-    missing = sorted(set(expected) - set(got))
-    unexpected = sorted(set(got) - set(expected))
+    odd = {"missing": sorted(set(expected) - set(got)), "unexpected": sorted(set(got) - set(expected))}
+    parts = [f"{what} {len(keys)} (e.g. {keys[:3]})" for what, keys in odd.items() if keys]
     wrong = sorted(k for k in set(expected) & set(got) if expected[k] != got[k])
-    if missing or unexpected or wrong:
-        parts = []
-        if missing:
-            parts.append(f"missing {len(missing)} (e.g. {missing[:3]})")
-        if unexpected:
-            parts.append(f"unexpected {len(unexpected)} (e.g. {unexpected[:3]})")
-        if wrong:
-            parts.append("wrong shapes " + ", ".join(f"{k}: {got[k]} != {expected[k]}" for k in wrong[:3]))
+    if wrong:
+        parts.append("wrong shapes " + ", ".join(f"{k}: {got[k]} != {expected[k]}" for k in wrong[:3]))
+    if parts:
         raise CheckpointError(f"{path} is not an S3FD checkpoint: {'; '.join(parts)}. Expected the official "
                               f"s3fd-619a316812.pth; download it again into <weights dir>/{S3FD_FILE}.")

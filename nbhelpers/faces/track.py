@@ -47,8 +47,8 @@ class FaceTrack:
     """Per-frame face boxes, landmarks and crop boxes of one clip, with no frame dropped (N frames).
 
     Attributes:
-        crop_boxes: (N, 4) int32 ``(x1, y1, x2, y2)`` full-frame pixels, final (v15's margin included, clamped,
-            smoothed if asked); -1 rows for frames with no face.
+        crop_boxes: (N, 4) int32 ``(x1, y1, x2, y2)`` full-frame pixels, final (margin, clamp, smoothing); -1 rows
+            for frames with no face.
         face_boxes: (N, 4) float64 detector boxes (the user's in boxes mode), pixels; NaN rows for no face.
         landmarks: (N, 68, 2) float32 ``(x, y)`` pixels, iBUG 300-W order; NaN for no face and in boxes mode.
         has_face: (N,) bool.
@@ -147,8 +147,11 @@ class FaceTrack:
     def __repr__(self) -> str:
         return self.summary()
 
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        printer.text(self.summary())
+
+def _check_batch(arr: np.ndarray) -> np.ndarray:
+    if arr.ndim != 4 or arr.shape[-1] != 3 or arr.dtype != np.uint8:
+        raise InputError(f"frames must be (N, H, W, 3) uint8 BGR; got shape {arr.shape}, dtype {arr.dtype}.")
+    return arr
 
 
 def _check_frame(frame: Any, index: int, shape: tuple[int, int] | None) -> np.ndarray:
@@ -173,15 +176,12 @@ def _batches(frames: Any, batch_size: int, stack: ExitStack, exact: bool = False
             stack.enter_context(reader)
         frames = reader
     if isinstance(frames, np.ndarray):
-        arr = frames[None] if frames.ndim == 3 else frames
-        if arr.ndim != 4 or arr.shape[-1] != 3 or arr.dtype != np.uint8:
-            raise InputError(f"frames must be (N, H, W, 3) uint8 BGR; got shape {frames.shape}, dtype "
-                             f"{frames.dtype}.")
+        arr = _check_batch(frames[None] if frames.ndim == 3 else frames)
         return (arr[i:i + batch_size] for i in range(0, arr.shape[0], batch_size)), int(arr.shape[0])
     if callable(getattr(frames, "iter_batches", None)):  # a media.VideoReader: decode straight into batches
         count = getattr(frames, "frame_count", None) if exact else None
         total = int(count) if isinstance(count, (int, np.integer)) else _reader_total_hint(frames)
-        return _reader_batches(frames, batch_size), total
+        return (np.asarray(b) for b in frames.iter_batches(batch_size)), total  # FaceTracker.add checks them
     if not isinstance(frames, Iterable):
         raise InputError(f"frames must be an (N, H, W, 3) uint8 array, an iterable of (H, W, 3) frames, a video "
                          f"reader or a video path; got {type(frames).__name__}.")
@@ -208,21 +208,6 @@ def _batches(frames: Any, batch_size: int, stack: ExitStack, exact: bool = False
     return gen(), total
 
 
-def _reader_batches(reader: Any, batch_size: int) -> Iterator[np.ndarray]:
-    shape: tuple[int, int] | None = None
-    start = 0
-    for batch in reader.iter_batches(batch_size):
-        arr = np.asarray(batch)
-        if arr.ndim != 4 or arr.shape[-1] != 3 or arr.dtype != np.uint8:
-            raise InputError(f"the video reader gave frames of shape {arr.shape}, dtype {arr.dtype}; expected "
-                             "(n, H, W, 3) uint8 BGR.")
-        if shape is not None and arr.shape[1:3] != shape:
-            _check_frame(arr[0], start, shape)
-        shape = arr.shape[1:3]
-        start += arr.shape[0]
-        yield arr
-
-
 def _reader_total_hint(reader: Any) -> int | None:
     """Frame count for the progress bar without a counting decode: 1 for a photo, else duration x fps."""
     info = getattr(reader, "info", None)
@@ -239,11 +224,10 @@ def _reader_total_hint(reader: Any) -> int | None:
 def track(frames: Any, backend: str | LandmarkBackend = "auto", config: InferenceConfig | None = None,
           boxes: Any = None, weights_dir: str | os.PathLike | None = None,
           batch_size: int = DEFAULT_BATCH_FRAMES, device: str | None = None) -> FaceTrack:
-    """Find the face, its 68 landmarks and the crop box in every frame of a clip, ``batch_size`` frames at a time.
+    """The face, its 68 landmarks and the crop box in every frame of a clip, ``batch_size`` frames at a time.
 
     Frames with no face are kept and marked, never re-indexed (quirks Q6, Q7). With ``boxes`` no detector runs and the
-    boxes are the crop boxes, as given (MuseTalk repaints the lower half: put the midline just under the nose).
-    ``config.smooth_boxes`` frames (0: off, as officially) average each coordinate within runs of face frames.
+    boxes are the crop boxes, as given. ``config.smooth_boxes`` (frames; 0: off, as officially) smooths the boxes.
 
     Args:
         frames: (N, H, W, 3) uint8 BGR, one frame, an iterable of frames (a :class:`nbhelpers.media.VideoReader`),
@@ -257,28 +241,16 @@ def track(frames: Any, backend: str | LandmarkBackend = "auto", config: Inferenc
         device: Device of the backend's models; None = ``config.device``.
 
     Raises:
-        InputError: Bad frames (not uint8 BGR, mixed sizes, empty), bad boxes, a bad batch_size, or
-            ``landmark_backend="boxes"`` without boxes.
+        InputError: Bad frames (not uint8 BGR, mixed sizes, empty), boxes or batch_size, or ``"boxes"`` without boxes.
         NoFaceError: No frame has a face.
         MissingDependencyError: The chosen backend's packages are missing.
-
-    Warns:
-        FaceSizeWarning: The median crop box is more than 3x the 256-px crop.
+        FaceSizeWarning: (a warning) The median crop box is more than 3x the 256-px crop.
 
     Source: ``preprocessing.py:84-137``; ``inference.py:150-181``; docs/official-behaviour.md §3.
     """
     with FaceTracker(backend, config, boxes=boxes, weights_dir=weights_dir, batch_size=batch_size,
-                     device=device) as tracker, ExitStack() as stack:
-        batches, total = _batches(frames, tracker.batch_size, stack,
-                                  exact=tracker.boxes is not None and not tracker._single_box)
-        tracker.total_hint = total
-        pbar = stack.enter_context(bar(total=total, desc="faces", unit="frame"))
-        for batch in batches:
-            tracker.add(batch)
-            pbar.update(int(batch.shape[0]))
-        if pbar.total != pbar.n:  # the duration's estimate was off by a frame: end the bar full at the real count
-            pbar.total = pbar.n
-            pbar.refresh()
+                     device=device) as tracker:
+        tracker._feed(frames, exact=tracker.boxes is not None and not tracker._single_box)
         return tracker.finish()
 
 
@@ -288,16 +260,11 @@ def is_single_box(boxes: Any) -> bool:
 
 
 class FaceTracker:
-    """:func:`track` one batch of frames at a time (the offline job's streamed pieces); with ``smooth_boxes`` > 1,
-    :meth:`add` returns unsmoothed boxes and :meth:`finish` smooths them.
-
-    Args:
-        backend, config, boxes, weights_dir, batch_size, device: As :func:`track`.
-        schedule: For ``face="speaker"``: the track to repaint in each frame, -1 for none
-            (:func:`nbhelpers.faces.speaker.speaker_schedule`).
+    """:func:`track` one batch of frames at a time (the offline job's streamed pieces): :meth:`add` returns
+    unsmoothed boxes, :meth:`finish` smooths them. Arguments as :func:`track`; ``schedule`` (for ``face="speaker"``)
+    gives the track to repaint in each frame, -1 for none (:func:`nbhelpers.faces.speaker.speaker_schedule`).
 
     Attributes:
-        batch_size: Frames handed to the backend at a time.
         n_frames: Frames added so far.
         total_hint: Expected frame count (validates per-frame ``boxes`` early), or None.
 
@@ -327,7 +294,7 @@ class FaceTracker:
         self.config, self.boxes, self.batch_size = config, boxes, int(batch_size)
         self._name, self._backend, self._weights_dir = name, backend, weights_dir
         self._device = device if device is not None else config.device
-        self._single_box = is_single_box(boxes)
+        self._single_box = one is not None
         self.n_frames = 0
         self.total_hint: int | None = None
         self.frame_shape: tuple[int, int] | None = None
@@ -350,14 +317,14 @@ class FaceTracker:
         Raises:
             InputError: Bad frames or boxes (see :func:`track`).
         """
-        batch = np.asarray(frames)
-        if batch.ndim != 4 or batch.shape[-1] != 3 or batch.dtype != np.uint8:
-            raise InputError(f"frames must be (b, H, W, 3) uint8 BGR; got shape {batch.shape}, dtype {batch.dtype}.")
+        batch = _check_batch(np.asarray(frames))
         b, first = int(batch.shape[0]), self.n_frames
         if self.frame_shape is None:
             self.frame_shape = (int(batch.shape[1]), int(batch.shape[2]))
             if self.boxes is not None:  # validate before reading the rest of the clip
-                total = self.total_hint if self.total_hint is not None else _count_hint(self.boxes)
+                # before the clip's length is known, per-frame boxes are checked against their own count
+                own = 1 if self._single_box else len(self.boxes)
+                total = self.total_hint if self.total_hint is not None else own
                 user_boxes(self.boxes, total, self.frame_shape)
             else:
                 self._used = get_backend(self._name, weights_dir=self._weights_dir, device=self._device)
@@ -366,15 +333,7 @@ class FaceTracker:
         elif batch.shape[1:3] != self.frame_shape:
             _check_frame(batch[0], first, self.frame_shape)
         if self.boxes is not None:
-            if self._single_box:
-                crop, has = user_boxes(self.boxes, b, self.frame_shape)
-            elif first + b <= len(self.boxes):
-                crop, has = user_boxes(list(self.boxes[first:first + b]), b, self.frame_shape)
-            else:  # fewer boxes than frames; the clip's full length is not known until it is read
-                raise InputError(
-                    f"boxes has {len(self.boxes)} entries but the clip has more frames than that (at least "
-                    f"{first + b} at 25 fps). Give one (x1, y1, x2, y2) (or a list holding that one box) for every "
-                    "frame, or exactly one entry, a box or None (no face), per frame.")
+            crop, has = self._user_crop(first, b)
             self.n_frames += b
             return crop, has
         found_all: list[FaceResult | None] = []
@@ -384,14 +343,11 @@ class FaceTracker:
                 raise InputError(f"landmark backend {getattr(self._used, 'name', self._used)!r} gives one face per "
                                  f"frame, so face={self.config.face!r} cannot be chosen; use a built-in backend.")
             extra["choose"] = self.chooser
-        if frames_device is not None and getattr(self._used, "accepts_frames_device", False):
-            def detect(s: slice, u: Any = self._used) -> Any:
-                self._mark(first + s.start)
-                return u.detect(batch[s], frames_device=frames_device[s], **extra)
-        else:
-            def detect(s: slice, u: Any = self._used) -> Any:
-                self._mark(first + s.start)
-                return u.detect(batch[s], **extra)
+        on_device = frames_device is not None and getattr(self._used, "accepts_frames_device", False)
+
+        def detect(s: slice, u: Any = self._used) -> Any:
+            self._mark(first + s.start)
+            return u.detect(batch[s], **extra, **({"frames_device": frames_device[s]} if on_device else {}))
         for sl, found in batched(b, b, detect, stage="faces"):
             if len(found) != sl.stop - sl.start:
                 raise RuntimeError(f"backend {getattr(self._used, 'name', self._used)!r} returned {len(found)} "
@@ -414,6 +370,28 @@ class FaceTracker:
         self.n_frames += b
         return crop.copy(), np.array([r is not None for r in found_all], dtype=bool)
 
+    def _feed(self, frames: Any, exact: bool = False) -> None:
+        """:meth:`add` every batch of ``frames`` (any input :func:`track` takes), with a progress bar."""
+        with ExitStack() as stack:
+            batches, self.total_hint = _batches(frames, self.batch_size, stack, exact)
+            pbar = stack.enter_context(bar(total=self.total_hint, desc="faces", unit="frame"))
+            for batch in batches:
+                self.add(batch)
+                pbar.update(int(batch.shape[0]))
+            if pbar.total != pbar.n:  # the duration's estimate was off by a frame: end the bar full at the real count
+                pbar.total = pbar.n
+                pbar.refresh()
+
+    def _user_crop(self, first: int, b: int) -> tuple[np.ndarray, np.ndarray]:
+        if self._single_box:
+            return user_boxes(self.boxes, b, self.frame_shape)
+        if first + b > len(self.boxes):  # fewer boxes than frames; the clip's length is not known until it is read
+            raise InputError(
+                f"boxes has {len(self.boxes)} entries but the clip has more frames than that (at least "
+                f"{first + b} at 25 fps). Give one (x1, y1, x2, y2) (or a list holding that one box) for every "
+                "frame, or exactly one entry, a box or None (no face), per frame.")
+        return user_boxes(list(self.boxes[first:first + b]), b, self.frame_shape)
+
     def _mark(self, frame: int) -> None:
         if self.chooser is not None:
             self.chooser.linker.mark(frame)
@@ -430,11 +408,11 @@ class FaceTracker:
         if n == 0 or frame_shape is None:
             raise InputError("frames is empty: the clip has no frames. Check the file (nbhelpers.media.probe) or the "
                              "array you passed.")
+        landmarks = np.full((n, 68, 2), np.nan, dtype=np.float32)
+        scores = np.full(n, np.nan, dtype=np.float32)
         if self.boxes is not None:
             crop, has_face = user_boxes(self.boxes, n, frame_shape)
             face_boxes = np.where(has_face[:, None], crop.astype(np.float64), np.nan)
-            landmarks = np.full((n, 68, 2), np.nan, dtype=np.float32)
-            scores = np.full(n, np.nan, dtype=np.float32)
             from_face_box = np.zeros(n, dtype=bool)
             backend_name, reason = "boxes", "boxes given by the user; no detector ran"
             if not has_face.any():
@@ -455,8 +433,6 @@ class FaceTracker:
                     "camera (at least about 40 px tall), try another backend, or give the crop box yourself: "
                     "boxes=(x1, y1, x2, y2) in Python, --box=x1,y1,x2,y2 on the command line.")
             face_boxes = np.full((n, 4), np.nan, dtype=np.float64)
-            landmarks = np.full((n, 68, 2), np.nan, dtype=np.float32)
-            scores = np.full(n, np.nan, dtype=np.float32)
             for i, r in enumerate(results):
                 if r is None:
                     continue
@@ -502,24 +478,14 @@ def find_tracks(frames: Any, backend: str | LandmarkBackend = "auto", config: In
         NoFaceError: No frame has a face.
     """
     config = (config if config is not None else InferenceConfig()).replace(face="largest")
-    with FaceTracker(backend, config, weights_dir=weights_dir, batch_size=batch_size,
-                     device=device) as tracker, ExitStack() as stack:
+    with FaceTracker(backend, config, weights_dir=weights_dir, batch_size=batch_size, device=device) as tracker:
         tracker.chooser = listing_chooser()
-        batches, total = _batches(frames, tracker.batch_size, stack)
-        pbar = stack.enter_context(bar(total=total, desc="faces", unit="frame"))
-        for batch in batches:
-            tracker.add(batch)
-            pbar.update(int(batch.shape[0]))
+        tracker._feed(frames)
         tracker.close()
         if tracker.n_frames == 0:
             raise InputError("frames is empty: the clip has no frames.")
         tracker.chooser.check()
         return tracker.chooser.linker.result()
-
-
-def _count_hint(boxes: Any) -> int:
-    """Frame count to validate per-frame boxes against before the clip's length is known (their own length)."""
-    return 1 if is_single_box(boxes) else len(boxes)
 
 
 def _warn_large(result: FaceTrack) -> None:
