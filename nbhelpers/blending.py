@@ -78,9 +78,8 @@ class Region:
 def check_box(box: Any, name: str = "box") -> tuple[int, int, int, int]:
     """The crop box ``box = (x1, y1, x2, y2)`` (frame pixels) as four ints; ``name`` names it in errors.
 
-    Raises:
-        InputError: ``box`` is not 4 integral numbers or is smaller than 2x2, such as the official placeholder
-            ``(0, 0, 0, 0)`` of a face-less frame (quirk Q7; pass such frames through unchanged).
+    Raises InputError when ``box`` is not 4 integral numbers or is smaller than 2x2, such as the official placeholder
+    ``(0, 0, 0, 0)`` of a face-less frame (quirk Q7; pass such frames through unchanged).
     """
     try:
         values = [float(v) for v in np.asarray(box, dtype=np.float64).reshape(-1)]
@@ -174,8 +173,7 @@ def box_mask(mask_512: np.ndarray, box: Any, square: Any) -> np.ndarray:
     """The (2s, 2s) uint8 mask: a (512, 512) uint8 parsing mask ``mask_512`` PIL-bicubic-resized onto ``square`` and kept
     inside ``box`` and on rows >= s (the official comment says "upper"; the code keeps the lower part). Not feathered.
 
-    Raises:
-        InputError: ``mask_512`` is not (512, 512) uint8, or ``box``/``square`` is invalid.
+    Raises InputError when ``mask_512`` is not (512, 512) uint8, or ``box``/``square`` is invalid.
 
     Source: ``musetalk/utils/blending.py:26,31,65-77``.
     """
@@ -227,22 +225,12 @@ def prepare_materials(frames: Sequence[np.ndarray], boxes: Sequence[Any], parser
                       left_cheek_width: int = 90, right_cheek_width: int = 90,
                       blur_ratio: float = OFFLINE_BLUR_RATIO, expand: float = EXPAND,
                       chunk: int = 64, progress: bool = True) -> list[BlendMaterial]:
-    """Blend material of N frames on the CPU: N :class:`BlendMaterial` with numpy masks, in order.
+    """Blend material of N (H, W, 3) uint8 BGR ``frames`` with N crop ``boxes`` on the CPU: N
+    :class:`BlendMaterial` with numpy masks, in order.
 
-    Args:
-        frames: N (H, W, 3) uint8 BGR frames (a sequence or an (N, H, W, 3) array).
-        boxes: N crop boxes ``(x1, y1, x2, y2)``, frame pixels (skip face-less frames).
-        parser: A :class:`nbhelpers.parsing.FaceParser` (``labels(RGB images) -> (N, 512, 512) uint8``).
-        mode: Parsing mode ``"jaw"`` (v15), ``"raw"`` (v1) or ``"neck"``.
-        left_cheek_width: Jaw-mode cheek band, 512-px parsing pixels.
-        right_cheek_width: Same on the right.
-        blur_ratio: 0.05 offline, 0.1 realtime.
-        expand: Expanded-square factor.
-        chunk: Frames per ``parser.labels`` call.
-        progress: Show the ``face parsing`` bar (off where a caller's bar counts these frames).
-
-    Raises:
-        InputError: A frame, box or option is invalid (all checked before parsing).
+    ``parser`` is a :class:`nbhelpers.parsing.FaceParser`; ``mode`` and the cheek widths (512-px parsing pixels) are
+    :func:`nbhelpers.parsing.face_mask`'s; ``chunk`` frames go to each ``parser.labels`` call. InputError for a bad
+    frame, box or option (all checked before parsing).
 
     Source: ``musetalk/utils/blending.py:51-82,112-136``.
     """
@@ -358,22 +346,12 @@ def prepare_materials_torch(frames: Any, boxes: Sequence[Any], parser: Any, mode
 
 def materials_for_frames(frames: Any, crop_boxes: Any, face_frames: Sequence[int], parser: Any, config: Any, *,
                          chunk: int = 32, progress: Any = True, frames_device: Any = None) -> list[BlendMaterial]:
-    """Blend material of the source frames that have a face, in order, with a job's settings.
+    """M :class:`BlendMaterial` of the frames ``face_frames`` (M increasing indices) of N source ``frames``
+    ((H, W, 3) uint8 BGR, random access) with (N, 4) ``crop_boxes``, with ``config``'s parsing settings.
 
-    A parser on CUDA makes it there (:func:`prepare_materials_torch`), else :func:`prepare_materials`.
-
-    Args:
-        frames: N source frames (H, W, 3) uint8 BGR with random access (``frames[i]``).
-        crop_boxes: (N, 4) crop boxes, frame pixels.
-        face_frames: M increasing indices of the frames with a face.
-        parser: A :class:`nbhelpers.parsing.FaceParser`.
-        config: :class:`~nbhelpers.config.InferenceConfig` (parsing mode, cheek widths, ``blur_ratio``).
-        chunk: Frames held at once on the host.
-        progress: Show a progress bar (``parsing``) counted in frames; or a bar to advance (one a job keeps).
-        frames_device: Optional (N, H, W, 3) uint8 tensor of the same frames on the parser's device.
-
-    Returns:
-        M :class:`BlendMaterial`, one per ``face_frames`` entry.
+    A parser on CUDA makes them there (:func:`prepare_materials_torch`, from ``frames_device`` when given), else
+    :func:`prepare_materials`, ``chunk`` frames held at once on the host. ``progress``: show a ``parsing`` bar, or a
+    bar to advance.
     """
     import torch
 
@@ -438,18 +416,9 @@ def blend_pixels(orig: np.ndarray, new: np.ndarray, mask: np.ndarray) -> np.ndar
 
 def blend_cpu(frame_bgr: np.ndarray, face_bgr: np.ndarray, box: Any, mask: np.ndarray, square: Any,
               inplace: bool = False) -> np.ndarray:
-    """Paste a generated face back into one frame with numpy/OpenCV, bit-exact with the official PIL code.
-
-    Args:
-        frame_bgr: (H, W, 3) uint8 BGR original frame.
-        face_bgr: (256, 256, 3) uint8 BGR face, or already (y2 - y1, x2 - x1, 3).
-        box: ``(x1, y1, x2, y2)`` crop box, frame pixels (clipped to the frame).
-        mask: ``BlendMaterial.mask``, (2s, 2s) uint8.
-        square: ``BlendMaterial.square``.
-        inplace: Write into ``frame_bgr`` instead of a copy.
-
-    Raises:
-        InputError: An array has the wrong shape or dtype, the box is invalid, or the mask does not match the square.
+    """Paste a generated (256, 256, 3) uint8 BGR face (or one already of the box's size) back into an (H, W, 3)
+    uint8 BGR frame (a copy, or itself with ``inplace``) through a :class:`BlendMaterial`'s ``mask`` and ``square``,
+    bit-exact with the official PIL code. InputError for a bad array, box, or a mask not matching the square.
 
     Source: ``musetalk/utils/blending.py:35-109``; docs/official-behaviour.md §7.1-§7.2.
     """
@@ -476,21 +445,12 @@ def _check_mask(mask: Any, square: Any, name: str = "mask") -> tuple[int, int, i
 
 def blend_torch(frames: Any, faces: Any, boxes: Sequence[Any], masks: Sequence[Any], squares: Sequence[Any],
                 inplace: bool = False) -> Any:
-    """:func:`blend_cpu` of a batch of frames on their device, within 2 grey levels.
+    """:func:`blend_cpu` of (B, H, W, 3) uint8 BGR ``frames`` on their device (a clone, or themselves with
+    ``inplace``) with (B, h0, w0, 3) uint8 BGR ``faces``, within 2 grey levels. ``masks`` may be numpy or tensors.
 
     The face is resized with ``interpolate(mode="bilinear", align_corners=False)`` in float32 and rounded, then
-    blended with the integer formula of :func:`blend_pixels`.
-
-    Args:
-        frames: (B, H, W, 3) uint8 BGR tensor, any device.
-        faces: (B, h0, w0, 3) uint8 BGR tensor; moved to ``frames``' device.
-        boxes: B crop boxes ``(x1, y1, x2, y2)``.
-        masks: B (2s, 2s) uint8 masks, numpy or tensors (device tensors skip an upload).
-        squares: B squares ``(xs, ys, xe, ye)``.
-        inplace: Write into ``frames`` instead of a clone.
-
-    Raises:
-        InputError: Shapes, dtypes or lengths disagree, or a box, mask or square is invalid.
+    blended with the integer formula of :func:`blend_pixels`. InputError when shapes, dtypes or lengths disagree, or a
+    box, mask or square is invalid.
     """
     import torch
     import torch.nn.functional as F

@@ -10,6 +10,7 @@ made once, in order. Source: ``scripts/inference.py:187-238``, ``scripts/realtim
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import queue
 import threading
@@ -38,13 +39,9 @@ WRITER_TIMEOUT_S = 600.0  # a sink that accepts nothing for this long is reporte
 
 @dataclass
 class Timings:
-    """Wall-clock seconds per stage, in the order the stages first ran.
-
-    Attributes:
-        seconds: Stage name -> seconds (summed over repeats).
-        peak_gib: None, or stage name -> largest ``torch.cuda.max_memory_allocated`` in its blocks, GiB. Tracking
-            resets torch's peak counters per stage (:func:`nbhelpers.gpu.peak_memory` keeps the process's peak).
-    """
+    """Wall-clock ``seconds`` per stage (summed over repeats), in the order the stages first ran, and optionally
+    ``peak_gib``, the largest ``torch.cuda.max_memory_allocated`` per stage (tracking resets torch's peak counters
+    per stage; :func:`nbhelpers.gpu.peak_memory` keeps the process's peak)."""
 
     seconds: dict[str, float] = field(default_factory=dict)
     peak_gib: dict[str, float] | None = None
@@ -100,17 +97,10 @@ def flush_denormals(device) -> Iterator[None]:
 
 @dataclass
 class SourceFaces:
-    """What the engine renders from: the source frames and, for the M with a face, latents and blend material.
-
-    Attributes:
-        frames: N source frames (N, H, W, 3) uint8 BGR on the host with ``len`` and ``[index]`` (a
-            :class:`~nbhelpers.framestore.FrameStore`, an avatar's frame reader or a numpy array).
-        latent_row: (N,) int64 row of ``latents``/``boxes``/``masks``/``squares`` per source frame, -1 without a face.
-        latents: (M, 8, 32, 32) tensor on the UNet device (:func:`nbhelpers.latents.encode_frames`).
-        boxes: M crop boxes ``(x1, y1, x2, y2)``, frame pixels.
-        masks: M feathered blend masks (2s, 2s) uint8 (numpy, or tensors already on the device).
-        squares: M expanded squares ``(xs, ys, xe, ye)``, frame pixels.
-        frames_device: Optional (N, H, W, 3) uint8 tensor of the same frames on the GPU.
+    """What the engine renders from: N source ``frames`` (N, H, W, 3) uint8 BGR on the host with ``len`` and
+    ``[index]`` (optionally also ``frames_device`` on the GPU), and for the M with a face their (M, 8, 32, 32)
+    ``latents`` on the UNet device, crop ``boxes``, (2s, 2s) uint8 blend ``masks`` (numpy or device tensors) and
+    expanded ``squares`` (frame pixels). ``latent_row``: (N,) int64 row of those per source frame, -1 without a face.
     """
 
     frames: Any
@@ -186,31 +176,14 @@ def render(source: SourceFaces, features: Any, models: Any, batch_size: int, n_o
            timings: Timings | None = None, pinned: bool | PinnedRing = False, first_frame: int = 0,
            cpu_blend: bool | None = None, feature_offset: int = 0,
            pad_batches: bool = False) -> Iterator[tuple[int, np.ndarray]]:
-    """Yield ``(t0, frames)`` for output frames ``first_frame .. first_frame + n_out - 1``, in order.
+    """Yield ``(t0, frames)``, (B, H, W, 3) uint8 BGR numpy frames t0..t0+B-1, for output frames
+    ``first_frame .. first_frame + n_out - 1`` in order, one :func:`repaint` per batch of ``batch_size`` (>= 1).
 
-    Per batch :func:`repaint`: on CUDA the blend runs on the GPU (:func:`nbhelpers.blending.blend_torch`) and only
-    finished frames are copied to the host; on the CPU the bit-exact :func:`nbhelpers.blending.blend_cpu` is used.
-
-    Args:
-        source: The source frames, latents and blend material.
-        features: (T, 50, 384) whisper tokens on the models' device; row ``t - feature_offset`` drives frame ``t``.
-        models: Anything with ``unet``, ``vae`` and ``pe`` (a :class:`~nbhelpers.models.Models`).
-        batch_size: Output frames per batch, >= 1.
-        n_out: Output frames to produce, >= 0.
-        timings: Accumulates ``generate`` (UNet + decode) and ``blend`` seconds (on CUDA from events read at the
-            end: no synchronisation per batch).
-        pinned: Copy finished frames into pinned host buffers (CUDA only): True for a new ring, or a
-            :class:`PinnedRing` shared by calls feeding one sink. Consume each batch before ``PINNED_RING - 1``
-            more are made (:class:`BackgroundWriter`'s queue does).
-        first_frame: Output index of the first frame (a stream renders its clip in pieces).
-        cpu_blend: Force the CPU blend (default: the GPU blend on CUDA).
-        feature_offset: Output index of row 0 of ``features`` (a live session passes only the rows it renders).
-        pad_batches: On CUDA, run every UNet + decode call on ``batch_size`` rows (:func:`repaint`'s ``pad_to``), so
-            a clip's short last batch reuses the cuDNN plans of the others. Off for live groups.
-
-    Yields:
-        ``(t0, frames)``: (B, H, W, 3) uint8 BGR numpy frames t0..t0+B-1; with ``pinned`` a view of a reused
-        buffer (copy it to keep it).
+    ``features`` (T, 50, 384) on the models' device: row ``t - feature_offset`` drives frame ``t``. ``timings`` gets
+    ``generate`` and ``blend`` seconds (on CUDA from events read at the end). ``pinned`` (CUDA only: True, or a
+    :class:`PinnedRing` shared by calls feeding one sink) copies frames into reused pinned buffers: consume each
+    batch before ``PINNED_RING - 1`` more are made. ``pad_batches`` runs every CUDA UNet + decode call on
+    ``batch_size`` rows, so a short last batch reuses the others' cuDNN plans.
 
     Raises:
         InputError: ``batch_size`` < 1, ``n_out`` < 0, or ``features`` too short (before the first batch).
@@ -233,27 +206,17 @@ def render(source: SourceFaces, features: Any, models: Any, batch_size: int, n_o
 def repaint(source: SourceFaces, features: Any, models: Any, ts: np.ndarray, *, first_frame: int = 0,
             cpu_blend: bool | None = None, timings: Timings | None = None, host_buffer: Any = None,
             events: Any = None, defer_copy: bool = False, feature_offset: int = 0, pad_to: int | None = None):
-    """Make output frames ``first_frame + ts``: UNet step, VAE decode and paste-back, the engine's one step.
+    """Make output frames ``first_frame + ts`` ((B,) ints): UNet step, VAE decode, the optional
+    ``models.restorer`` (:class:`~nbhelpers.restore.Restorer`), and paste-back (on the GPU on CUDA unless
+    ``cpu_blend``, else the bit-exact :func:`nbhelpers.blending.blend_cpu`).
 
-    Args:
-        source: The source frames, latents and blend material.
-        features: (T, 50, 384) whisper tokens on the models' device.
-        models: Anything with ``unet``, ``vae`` and ``pe``; an optional ``restorer``
-            (:class:`~nbhelpers.restore.Restorer`) restores the decoded faces before paste-back.
-        ts: (B,) int output indices relative to ``first_frame``.
-        first_frame: Output index of ``ts == 0``.
-        cpu_blend: Force the CPU blend (default: the GPU blend on CUDA).
-        timings: Accumulates ``generate`` and ``blend`` seconds.
-        host_buffer: ``host_buffer(shape)`` -> a pinned uint8 tensor to copy the frames into, or None.
-        events: A :class:`CudaStageEvents` to record stage times in (no synchronisation).
-        defer_copy: With a host buffer on CUDA, leave the copy in flight (wait on ``events.last()`` before reading).
-        feature_offset: Output index of row 0 of ``features``.
-        pad_to: Run the UNet and decoder on at least this many rows (the last face's repeated, extra outputs
-            dropped), so batches keep one shape and reuse their cuDNN plans.
+    ``host_buffer(shape)`` gives a pinned uint8 tensor to copy the frames into; with ``defer_copy`` the copy stays
+    in flight (wait on ``events.last()``, a :class:`CudaStageEvents`). ``pad_to`` runs the UNet and decoder on at
+    least that many rows (the last face repeated, extra outputs dropped), so batches keep one shape.
 
     Returns:
-        ``(frames, faces_256)``: (B, H, W, 3) uint8 BGR numpy frames (with ``defer_copy`` valid once the copy is
-        done), and the (F, 256, 256, 3) uint8 BGR tensor of the F generated (restored) crops, None when F = 0.
+        ``(frames, faces_256)``: (B, H, W, 3) uint8 BGR numpy frames, and the (F, 256, 256, 3) uint8 BGR tensor of
+        the F generated (restored) crops, None when F = 0.
 
     Source: ``scripts/inference.py:199-238`` (docs/official-behaviour.md §6-§8).
     """
@@ -277,7 +240,7 @@ def repaint(source: SourceFaces, features: Any, models: Any, ts: np.ndarray, *, 
             lat = source.latents[_index(face_rows_np, source.latents.device)]
             feat = features[_index(feature_rows, features.device)]
             faces_256 = decode(unet_step(models.unet, models.pe, lat, feat), models.vae)[:n_face]
-            restorer = getattr(models, "restorer", None)  # optional face restoration (nbhelpers.restore)
+            restorer = getattr(models, "restorer", None)
             if restorer is not None:
                 faces_256 = restorer(faces_256)
         t_gen = time.perf_counter()
@@ -331,22 +294,14 @@ class CudaStageEvents:
         self.torch = torch
         self.device = device
         self.marks: list[tuple[str, Any]] = []
-        self.start()
-
-    def start(self) -> None:
-        """Mark the start of a batch (the time up to the next mark is the next stage's)."""
-        self._record("")
+        self.mark("")
 
     def mark(self, stage: str) -> None:
-        """Mark the end of ``stage`` for the current batch."""
-        self._record(stage)
-
-    def _record(self, stage: str):
+        """Mark the end of ``stage`` for the current batch ("": the start of a batch)."""
         # blocking: a host waiting on the event sleeps instead of spinning a core the encoder needs
         event = self.torch.cuda.Event(enable_timing=True, blocking=True)
         event.record(self.torch.cuda.current_stream(self.device))
         self.marks.append((stage, event))
-        return event
 
     def last(self):
         """The most recent event (wait on it to know the batch's work, copy included, is done)."""
@@ -384,15 +339,8 @@ class PinnedRing:
 
 @dataclass
 class Piece:
-    """A run of consecutive output frames for :func:`run`: rendered from ``source``, or written as they are.
-
-    Attributes:
-        first_frame: Output index of the first frame.
-        count: Output frames in the piece.
-        source: What to render from.
-        frames: Instead of ``source``: (count, H, W, 3) uint8 BGR frames written unchanged (face-less frames).
-        models: The models to render with, when not :func:`run`'s own.
-    """
+    """``count`` consecutive output frames from ``first_frame`` for :func:`run`: rendered from ``source`` (with
+    ``models`` when not :func:`run`'s own), or ``frames`` (count, H, W, 3) uint8 BGR written unchanged."""
 
     first_frame: int
     count: int
@@ -421,7 +369,7 @@ def _render(source, features, models, batch_size, n_out, timings, pinned, first_
 
     def step(sl: slice):
         if events is not None:
-            events.start()
+            events.mark("")
         frames, _ = repaint(source, features, models, np.arange(sl.start, sl.stop), first_frame=first_frame,
                             cpu_blend=cpu_blend, timings=None if events is not None else timings,
                             host_buffer=host_buffer, events=events, defer_copy=use_pinned,
@@ -434,18 +382,15 @@ def _render(source, features, models, batch_size, n_out, timings, pinned, first_
     try:
         for sl, (frames, done) in gpu.batched(n_out, int(batch_size), step, stage="generate", on_oom=after_oom):
             if pending is not None:
-                t0, prev, prev_done = pending
-                prev_done.synchronize()
-                yield t0, prev
+                pending[2].synchronize()
+                yield pending[:2]
             pending = (first_frame + sl.start, frames, done)
             if done is None:
-                t0, prev, _ = pending
+                yield pending[:2]
                 pending = None
-                yield t0, prev
         if pending is not None:
-            t0, prev, prev_done = pending
-            prev_done.synchronize()
-            yield t0, prev
+            pending[2].synchronize()
+            yield pending[:2]
     finally:
         if events is not None and timings is not None:
             events.add_to(timings)
@@ -477,49 +422,16 @@ def _blend_on_device(source: SourceFaces, js, has, face_rows, faces_256, device,
     return buf.numpy()
 
 
-class _Gate:
-    """Holds ``gate`` (a lock or semaphore, or None) from ``with`` until :meth:`release` or the block's end."""
-
-    def __init__(self, gate: Any):
-        self.gate, self.held = gate, False
-
-    def __enter__(self) -> _Gate:
-        if self.gate is not None:
-            self.gate.acquire()
-            self.held = True
-        return self
-
-    def release(self) -> None:
-        """Release the gate now (once; later calls and the block's end do nothing)."""
-        if self.held:
-            self.held = False
-            self.gate.release()
-
-    def __exit__(self, *exc) -> None:
-        self.release()
-
-
 def run(source: SourceFaces, features: Any, models: Any, batch_size: int, n_out: int, writer: Any, *,
         frame_callback: Callable[[int, np.ndarray], None] | None = None, timings: Timings | None = None,
         desc: str = "generate", render_gate: Any = None) -> int:
-    """Render ``n_out`` frames while a background thread writes batch k (at most :data:`WRITER_QUEUE_DEPTH`
-    queued); returns the frames written (``n_out``).
+    """Render ``n_out`` frames (:func:`render`) while a background thread hands batch k to ``writer`` (anything
+    with ``write(frames)`` of (B, H, W, 3) uint8 BGR, or None) and ``frame_callback(t, frame)``; returns ``n_out``.
 
-    Args:
-        source: A :class:`SourceFaces`, or an iterable of :class:`Piece` covering output frames 0..n_out-1 in order
-            (a generator that prepares each piece when asked overlaps that work with the encoder).
-        features: See :func:`render`.
-        models: See :func:`render` (a piece may bring its own).
-        batch_size: Output frames per batch.
-        n_out: Output frames.
-        writer: Anything with ``write(frames)`` taking (B, H, W, 3) uint8 BGR (a
-            :class:`~nbhelpers.media.VideoWriter`), or None.
-        frame_callback: ``frame_callback(t, frame)`` with each finished (H, W, 3) uint8 BGR frame, in order,
-            before it is written (copy it to keep it).
-        timings: Accumulates ``generate``, ``blend`` and ``encode_wait`` (waiting for the encoder at the end).
-        desc: Name of the progress bar (counted in frames).
-        render_gate: None, or a lock or semaphore held from the first batch until the last one is rendered (before
-            the encoder finishes), so threads sharing it render at most as many clips at once as it admits.
+    ``source`` is a :class:`SourceFaces`, or an iterable of :class:`Piece` covering frames 0..n_out-1 in order (a
+    generator preparing each piece when asked overlaps that work with the encoder). ``timings`` also gets
+    ``encode_wait``. ``render_gate`` (a lock or semaphore, or None) is held from the first batch until the last one
+    is rendered, so threads sharing it render at most as many clips at once as it admits. ``desc`` names the bar.
 
     Raises:
         Whatever the writer or the callback raised (in the calling thread), and those of :func:`render`.
@@ -528,7 +440,10 @@ def run(source: SourceFaces, features: Any, models: Any, batch_size: int, n_out:
     ring = PinnedRing()
     written = 0
     with BackgroundWriter(writer, frame_callback) as sink, bar(total=n_out, desc=desc, unit="frame") as progress, \
-            _Gate(render_gate) as gate:
+            contextlib.ExitStack() as gate:
+        if render_gate is not None:
+            render_gate.acquire()
+            gate.callback(render_gate.release)
         for piece in pieces:  # a generator of pieces prepares piece k+1 while the encoder writes piece k
             if piece.first_frame != written or piece.count < 0 or written + piece.count > n_out:
                 raise NbHelpersError(f"internal: piece of frames {piece.first_frame}..+{piece.count} after "
@@ -543,7 +458,7 @@ def run(source: SourceFaces, features: Any, models: Any, batch_size: int, n_out:
                                  pad_batches=True)
             for first, frames in batches:
                 if written + len(frames) >= n_out:
-                    gate.release()  # the last batch is rendered: the device is free for another clip
+                    gate.close()  # the last batch is rendered: the device is free for another clip
                 sink.put(first, frames)
                 written += len(frames)
                 progress.update(len(frames))
@@ -555,18 +470,13 @@ def run(source: SourceFaces, features: Any, models: Any, batch_size: int, n_out:
 
 
 class BackgroundWriter:
-    """Hands finished batches to a writer on a thread while the caller computes the next batch.
+    """Hands finished batches to ``writer`` (``write(frames)``, optionally ``abort()`` and ``stall_timeout_s``; or
+    None) and ``frame_callback(t, frame)`` on a thread while the caller computes the next batch.
 
     The caller blocks (drops nothing) while ``depth`` batches wait. An error in the writer or the callback is raised
-    in the caller's thread at the next :meth:`put` or at exit. A writer that takes no batch for ``timeout_s`` is
-    aborted (``writer.abort()`` kills ffmpeg) and reported as stalled (FFmpegError); nothing half-written is kept.
-
-    Args:
-        writer: Anything with ``write(frames)`` (optionally ``abort()`` and ``stall_timeout_s``), or None.
-        frame_callback: Optional ``frame_callback(t, frame)`` per frame, in order, before it is written.
-        depth: Batches allowed to wait.
-        timeout_s: Seconds a put or the final join waits; default the writer's ``stall_timeout_s`` + 30 s, else
-            :data:`WRITER_TIMEOUT_S`.
+    in the caller's thread at the next :meth:`put` or at exit. A writer that takes no batch for ``timeout_s``
+    (default its ``stall_timeout_s`` + 30 s, else :data:`WRITER_TIMEOUT_S`) is aborted and reported as stalled
+    (FFmpegError); nothing half-written is kept.
     """
 
     def __init__(self, writer: Any, frame_callback: Callable[[int, np.ndarray], None] | None = None,
@@ -640,16 +550,12 @@ class BackgroundWriter:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         start = time.perf_counter()
-        if not self.thread.is_alive():  # already stopped (a stall was handled)
-            self.wait_s = time.perf_counter() - start
-            if exc_type is None and self.error is not None:
-                raise self.error
-            return
         try:
-            self._enqueue(None)
-            self.thread.join(self.timeout_s)
-            if self.thread.is_alive():
-                raise self._stalled("finish the last batches")
+            if self.thread.is_alive():  # else already stopped (a stall was handled)
+                self._enqueue(None)
+                self.thread.join(self.timeout_s)
+                if self.thread.is_alive():
+                    raise self._stalled("finish the last batches")
         except NbHelpersError:
             if exc_type is None:
                 raise  # else the job's own exception is the one to see

@@ -37,8 +37,7 @@ class FrameStore:
     :meth:`append` while decoding, then :meth:`finish`; then ``store[i]`` and ``store[list]`` give frames. The file
     goes at :meth:`close`, garbage collection or exit.
 
-    Raises:
-        DiskSpaceError: The disk filled up while appending (the frames written are removed).
+    Raises DiskSpaceError when the disk filled up while appending (the frames written are removed).
     """
 
     def __init__(self, height: int, width: int, directory: str | os.PathLike | None = None):
@@ -67,11 +66,7 @@ class FrameStore:
 
     def append(self, frame: np.ndarray) -> int:
         """Append one (H, W, 3) uint8 BGR frame and return its index."""
-        if frame.shape != self.frame_shape or frame.dtype != np.uint8:
-            raise ValueError(f"frame {self._n} has shape {frame.shape} {frame.dtype}; expected {self.frame_shape} "
-                             "uint8 (all frames of a clip must have the same size)")
-        self._write(frame, 1)
-        return self._n - 1
+        return self.append_batch(frame[None])
 
     def append_batch(self, frames: np.ndarray) -> int:
         """Append (b, H, W, 3) uint8 BGR frames in one write and return the index of the first."""
@@ -79,14 +74,10 @@ class FrameStore:
             raise ValueError(f"frames {self._n}.. have shape {frames.shape} {frames.dtype}; expected (b, "
                              f"{', '.join(map(str, self.frame_shape))}) uint8 (all frames of a clip must have the "
                              "same size)")
-        self._write(frames, len(frames))
-        return self._n - len(frames)
-
-    def _write(self, data: np.ndarray, count: int) -> None:
         if self._fh is None:
             raise RuntimeError("FrameStore.append after finish()")
         try:
-            self._fh.write(np.ascontiguousarray(data).data)
+            self._fh.write(np.ascontiguousarray(frames).data)
         except OSError as exc:
             if exc.errno != errno.ENOSPC:
                 raise
@@ -95,7 +86,8 @@ class FrameStore:
             raise DiskSpaceError(f"the disk holding {self.directory} filled up after {self._n} decoded frames "
                                  f"({_gib(self._n * frame_bytes)}); the frames written so far were removed. Free "
                                  "some space, or set TMPDIR to a folder on a larger local disk.") from exc
-        self._n += count
+        self._n += len(frames)
+        return self._n - len(frames)
 
     def tee(self, frames: Iterable[np.ndarray]) -> Iterator[np.ndarray]:
         """Yield ``frames`` unchanged while appending each to the store (decode once, use twice)."""
@@ -147,8 +139,7 @@ def check_disk_for_frames(n_frames: int, height: int, width: int, directory: str
     """Check that ``n_frames`` raw ``height`` x ``width`` x 3 uint8 frames fit on the disk of ``directory``
     (default: the temporary folder) with 1 GiB to spare; returns the bytes needed.
 
-    Raises:
-        DiskSpaceError: Not enough free space; the message says what is needed, what is free and where.
+    Raises DiskSpaceError when there is not enough free space; the message says what is needed, what is free and where.
     """
     where = Path(directory) if directory is not None else Path(tempfile.gettempdir())
     need = int(n_frames) * int(height) * int(width) * 3

@@ -20,7 +20,6 @@ MASK_ROW = CROP_SIZE // 2  # first masked row of the 256-px crop: rows 128..255 
 LATENT_MODES = ("sample", "mode")
 
 
-
 def crop_and_resize(frame: np.ndarray, box: Sequence[float]) -> np.ndarray:
     """Cut crop box ``box = (x1, y1, x2, y2)`` (frame pixels, exclusive ends, truncated to int; for v15 ``y2``
     includes ``extra_margin``) out of an (H, W, 3) uint8 BGR frame and resize it to (256, 256, 3) with Lanczos-4.
@@ -48,7 +47,6 @@ def crop_and_resize(frame: np.ndarray, box: Sequence[float]) -> np.ndarray:
     return cv2.resize(crop, (CROP_SIZE, CROP_SIZE), interpolation=cv2.INTER_LANCZOS4)
 
 
-
 def encode(crops_256: Any, vae: Any, generator: Any = None, mode: str = "sample", *, first_index: int = 0,
            batch_size: int = 8, progress: bool = False):
     """VAE-encode face crops into MuseTalk's 8-channel latents (masked ‖ reference).
@@ -59,19 +57,13 @@ def encode(crops_256: Any, vae: Any, generator: Any = None, mode: str = "sample"
     masked then reference noise, each (1, 4, 32, 32) float32, from a CPU generator seeded by :func:`frame_seed`, so a
     seed gives the same latents on every device, batch size and split of the video.
 
-    Args:
-        crops_256: (N, 256, 256, 3) uint8 BGR crops: an array, a list of arrays, or a tensor on any device.
-        vae: diffusers ``AutoencoderKL`` (sd-vae-ft-mse) on its device and dtype.
-        generator: Noise seed: an ``int`` >= 0, a ``torch.Generator`` (one base seed drawn per call), or None (from
-            torch's global RNG). Unused when ``mode="mode"``.
-        mode: ``"sample"`` (official inference) or ``"mode"`` (posterior mean, as in training).
-        first_index: Frame index of ``crops_256[0]``, >= 0.
-        batch_size: Crops per VAE call, >= 1; halved on CUDA out-of-memory.
-        progress: Show a progress bar counted in frames.
+    ``crops_256``: (N, 256, 256, 3) uint8 BGR crops (an array, a list of arrays, or a tensor on any device).
+    ``generator``: an ``int`` seed >= 0, a ``torch.Generator`` (one base seed drawn per call), or None (torch's global
+    RNG). ``mode``: ``"sample"`` (official) or ``"mode"`` (posterior mean). ``first_index``: frame index of
+    ``crops_256[0]``. ``batch_size``: crops per VAE call, halved on CUDA out-of-memory.
 
     Returns:
-        torch.Tensor (N, 8, 32, 32) in the VAE dtype on its device: channels 0-3 the masked crop's latent, 4-7 the
-        whole crop's.
+        (N, 8, 32, 32) tensor in the VAE dtype on its device: channels 0-3 the masked crop's latent, 4-7 the whole's.
 
     Raises:
         InputError: A bad ``crops_256``, ``mode``, ``generator``, ``first_index`` or ``batch_size``.
@@ -86,7 +78,8 @@ def encode(crops_256: Any, vae: Any, generator: Any = None, mode: str = "sample"
         raise InputError(f"mode must be one of {LATENT_MODES}; got {mode!r}. 'sample' is the official inference, "
                          "'mode' the deterministic posterior mean.")
     crops = _check_crops(crops_256)
-    _check_positive_int("batch_size", batch_size)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        raise InputError(f"batch_size must be an integer >= 1; got {batch_size!r}.")
     if isinstance(first_index, bool) or int(first_index) != first_index or first_index < 0:
         raise InputError(f"first_index must be an integer >= 0 (the frame index of the first crop); got "
                          f"{first_index!r}.")
@@ -146,12 +139,8 @@ def _frame_noise(base_seed: int, frame_indices: range, latent_shape: tuple[int, 
 
 
 def frame_seed(base_seed: int, frame_index: int) -> int:
-    """The seed of frame ``frame_index``'s noise generator: int in [0, 2**63) from numpy's ``SeedSequence``.
-
-    Args:
-        base_seed: The run's seed, >= 0.
-        frame_index: 0-based frame index, >= 0.
-    """
+    """The seed of frame ``frame_index``'s noise generator in a run seeded ``base_seed``: int in [0, 2**63) from
+    numpy's ``SeedSequence``."""
     state = np.random.SeedSequence([int(base_seed), int(frame_index)]).generate_state(1, dtype=np.uint64)
     return int(state[0]) & (2**63 - 1)
 
@@ -167,7 +156,6 @@ def _base_seed(generator: Any) -> int:
         return int(generator)
     raise InputError(f"generator must be a seed (an int >= 0), a torch.Generator or None; got {generator!r}. Use "
                      "InferenceConfig.seed.")
-
 
 
 def decode(latents: Any, vae: Any):
@@ -194,24 +182,13 @@ def decode(latents: Any, vae: Any):
         return pixels.flip(1).permute(0, 2, 3, 1).contiguous()  # (B, H, W, 3) BGR
 
 
-
 def unet_step(unet: Any, pe: Callable[[Any], Any], latent_batch: Any, feature_batch: Any):
-    """One MuseTalk UNet call at timestep 0: ``unet(latents, 0, encoder_hidden_states=pe(features)).sample``.
+    """One MuseTalk UNet call at timestep 0: ``unet(latents, 0, encoder_hidden_states=pe(features)).sample``, a
+    (B, 4, 32, 32) tensor in the UNet dtype on its device, for :func:`decode`.
 
-    Both inputs are cast to the UNet dtype; the positional encoding is added here, as officially. No scheduler, noise
-    or mask.
-
-    Args:
-        unet: diffusers ``UNet2DConditionModel`` (v1.5 or v1) on its device and dtype.
-        pe: Positional encoding, ``(B, 50, 384) -> (B, 50, 384)`` (``nbhelpers.models.PositionalEncoding``).
-        latent_batch: (B, 8, 32, 32) float tensor from :func:`encode`, any device.
-        feature_batch: (B, 50, 384) float tensor of whisper tokens, any device.
-
-    Returns:
-        torch.Tensor (B, 4, 32, 32) in the UNet dtype on its device, for :func:`decode`.
-
-    Raises:
-        InputError: Shapes are not (B, 8, h, w) and (B, 50, 384) with the same B.
+    ``latent_batch`` (B, 8, 32, 32) and ``feature_batch`` (B, 50, 384) may be on any device; both are cast to the UNet
+    dtype, and the positional encoding ``pe`` is added here, as officially. No scheduler, noise or mask. InputError
+    when the shapes are not (B, 8, h, w) and (B, 50, 384) with the same B.
 
     Source: ``scripts/inference.py:50,199-203``, ``musetalk/models/unet.py:12-27``; docs/official-behaviour.md §6.
     """
@@ -230,19 +207,10 @@ def encode_frames(frames: Any, crop_boxes: Any, face_frames: Sequence[int], vae:
                   mode: str = "sample", batch_size: int = 8, progress: Any = True):
     """Latents of the source frames that have a face, in frame order: (M, 8, 32, 32), contiguous, VAE dtype.
 
-    Crops (:func:`crop_and_resize`) are encoded in runs of consecutive frames; each frame's noise is seeded by its
-    own index, so batching never changes its latents. InputError when ``face_frames`` is empty or a crop or option
-    is invalid.
-
-    Args:
-        frames: N source frames (H, W, 3) uint8 BGR with random access (``frames[i]``).
-        crop_boxes: (N, 4) crop boxes, frame pixels (rows of face-less frames unused).
-        face_frames: M >= 1 increasing indices of the frames with a face.
-        vae: diffusers ``AutoencoderKL`` on its device and dtype.
-        seed: ``InferenceConfig.seed``.
-        mode: ``"sample"`` or ``"mode"`` (``InferenceConfig.latent_mode``).
-        batch_size: Frames per VAE call.
-        progress: Show a progress bar (``latents``) counted in frames; or a bar to advance (one a job keeps).
+    ``frames``: N source frames (H, W, 3) uint8 BGR with random access; ``crop_boxes`` (N, 4); ``face_frames``: M >= 1
+    increasing indices. Crops (:func:`crop_and_resize`) are encoded in runs of consecutive frames, ``batch_size`` a
+    call; each frame's noise is seeded by its own index, so batching never changes its latents. ``progress``: show a
+    ``latents`` bar, or a bar to advance. InputError when ``face_frames`` is empty or a crop or option is invalid.
 
     Source: ``scripts/inference.py:163-176``; docs/official-behaviour.md §4.
     """
@@ -271,7 +239,6 @@ def encode_frames(frames: Any, crop_boxes: Any, face_frames: Sequence[int], vae:
     return torch.cat(chunks).contiguous()
 
 
-
 def _check_crops(crops: Any):
     import torch
 
@@ -284,12 +251,8 @@ def _check_crops(crops: Any):
                 raise InputError(f"crops_256 must all be (256, 256, 3); got shapes {sorted(shapes)}. Make each with "
                                  "nbhelpers.latents.crop_and_resize(frame, box).")
             crops = np.stack(crops)
-    if isinstance(crops, np.ndarray):
-        ok = crops.dtype == np.uint8
-    elif isinstance(crops, torch.Tensor):
-        ok = crops.dtype == torch.uint8
-    else:
-        ok = False
+    ok = ((isinstance(crops, np.ndarray) and crops.dtype == np.uint8)
+          or (isinstance(crops, torch.Tensor) and crops.dtype == torch.uint8))
     if not ok or crops.ndim != 4 or tuple(crops.shape[1:]) != (CROP_SIZE, CROP_SIZE, 3):
         raise InputError(f"crops_256 must be (N, 256, 256, 3) uint8 BGR crops (numpy or torch); got "
                          f"{_describe(crops)}. Make each with nbhelpers.latents.crop_and_resize(frame, box).")
@@ -310,11 +273,6 @@ def _check_pair(latent_batch: Any, feature_batch: Any) -> None:
     if latent_batch.shape[0] != feature_batch.shape[0]:
         raise InputError(f"latent_batch and feature_batch must have the same batch size B; got "
                          f"{latent_batch.shape[0]} and {feature_batch.shape[0]}.")
-
-
-def _check_positive_int(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise InputError(f"{name} must be an integer >= 1; got {value!r}.")
 
 
 def _device_dtype(model: Any, name: str):

@@ -67,11 +67,8 @@ def _torch_classes() -> dict[str, type]:
         """Sinusoidal positional encoding added to the whisper tokens before the UNet's cross-attention.
 
         ``pe[0, pos, 2i] = sin(pos * exp(-2i * ln(10000) / d_model))``, ``pe[0, pos, 2i+1] = cos(same)``: a float32
-        buffer [1, max_len, d_model] that ``.half()`` casts, as the official ``--use_float16`` path does.
-
-        Args:
-            d_model: Token width, a positive even number (384 for whisper-tiny).
-            max_len: Positions available (5000); a frame uses 50.
+        buffer [1, max_len, d_model] that ``.half()`` casts, as the official ``--use_float16`` path does. ``d_model``
+        is the token width (even; 384), ``max_len`` the positions available (a frame uses 50).
 
         Source: ``musetalk/models/unet.py:12-27``, ``scripts/inference.py:54``; docs/official-behaviour.md §5.4.
         """
@@ -92,8 +89,7 @@ def _torch_classes() -> dict[str, type]:
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             """``x + pe[:, :seq_len]`` in ``x``'s dtype, for tokens ``x`` [B, seq_len, d_model] on the module's device.
 
-            Raises:
-                InputError: ``x`` is not 3-D with width ``d_model``, or ``seq_len > max_len``.
+            Raises InputError when ``x`` is not 3-D with width ``d_model``, or ``seq_len > max_len``.
             """
             if x.dim() != 3 or x.shape[-1] != self.pe.shape[-1] or x.shape[1] > self.pe.shape[1]:
                 raise InputError(f"x must be [B, seq_len <= {self.pe.shape[1]}, {self.pe.shape[-1]}]; got "
@@ -180,25 +176,14 @@ def _torch_load(path: Path, weights_only: bool, mmap: bool) -> Any:
 
 def load_checkpoint(path: str | os.PathLike, trusted_sha256: str | None = None, expected_size: int | None = None,
                     *, allow_pickle: bool = False, mmap: bool = True) -> Any:
-    """Load a ``torch.save`` file safely on torch 2.1 and newer.
+    """What a ``torch.save`` file ``path`` holds (usually a dict of CPU tensors), loaded safely on torch >= 2.1.
 
-    The file is inspected first (a web page, git-lfs pointer or cut-off file raises). Zip files are memory-mapped
-    onto the CPU. Plain state dicts load with ``weights_only=True``; a file holding other Python objects is unpickled
-    in full only when its sha256 equals ``trusted_sha256``, else its size equals ``expected_size``, else with
-    ``allow_pickle=True``.
+    The file is inspected first. Zip files are memory-mapped (``mmap``) onto the CPU. Plain state dicts load with
+    ``weights_only=True``; a file holding other Python objects is unpickled in full only when its sha256 equals
+    ``trusted_sha256`` (hex), else its size equals ``expected_size`` (bytes), else with ``allow_pickle=True``.
 
-    Args:
-        path: The checkpoint.
-        trusted_sha256: Hex sha256 that allows a full unpickle (:func:`nbhelpers.weights.expected_facts`).
-        expected_size: Size in bytes that allows a full unpickle when no sha256 is known.
-        allow_pickle: Unpickle in full without checks: only for a file you trust.
-        mmap: Memory-map zip-format files.
-
-    Returns:
-        What was saved (usually a dict of CPU tensors).
-
-    Raises:
-        WeightsError: Missing, an HTML page, a git-lfs pointer, truncated, damaged, or an untrusted pickle.
+    Raises WeightsError when the file is missing, an HTML page, a git-lfs pointer, truncated, damaged, or an untrusted
+    pickle.
 
     Source: ``musetalk/models/unet.py:44-45``.
     """
@@ -297,10 +282,8 @@ def check_state_dict(model: nn.Module, state_dict: Mapping[str, Any], path: str 
     raise CheckpointError("\n".join(lines))
 
 
-# One model load at a time in this process: diffusers' and transformers' lazy modules can be seen half-imported by
-# a second thread, and diffusers' from_pretrained (with accelerate) patches torch.nn.Module.register_parameter
-# process-wide while it builds. Every nbhelpers loader (load_unet, load_vae, load_whisper, load_feature_extractor,
-# FaceParser, faces.get_backend, the pipeline) holds this lock from start to end.
+# One model load at a time in this process, held by every loader: a second thread can see diffusers' and
+# transformers' lazy modules half-imported, and accelerate patches torch.nn.Module process-wide while it builds.
 LOAD_LOCK = threading.RLock()
 
 
@@ -369,21 +352,13 @@ def _finish(model: nn.Module, device: str | torch.device, dtype: torch.dtype | N
 @_one_load_at_a_time
 def load_unet(weights_dir: str | os.PathLike | None = None, version: str = "v15", device: str | torch.device = "cpu",
               dtype: torch.dtype | None = None) -> nn.Module:
-    """Load the MuseTalk UNet strictly from ``musetalkV15/{musetalk.json, unet.pth}`` (v15) or
-    ``musetalk/{musetalk.json, pytorch_model.bin}`` (v1) under ``weights_dir``.
+    """Load the MuseTalk UNet strictly from ``musetalkV15/{musetalk.json, unet.pth}`` (``version`` v15) or
+    ``musetalk/{musetalk.json, pytorch_model.bin}`` (v1) under ``weights_dir`` (None: the default folder), onto
+    ``device`` in ``dtype`` (None: float32), in eval mode without gradients:
+    ``unet(latents [B, 8, 32, 32], 0, encoder_hidden_states=[B, 50, 384]).sample`` is [B, 4, 32, 32].
 
     On the CPU in the checkpoint's dtype the parameters stay file-backed views of the memory-mapped file: replace that
     file only with ``os.replace`` while the model is in use.
-
-    Args:
-        weights_dir: The weights dir; None = :func:`nbhelpers.weights.default_dir`.
-        version: ``"v15"`` or ``"v1"``.
-        device: Target device.
-        dtype: Target dtype; None = float32.
-
-    Returns:
-        ``UNet2DConditionModel`` in eval mode without gradients:
-        ``unet(latents [B, 8, 32, 32], 0, encoder_hidden_states=[B, 50, 384]).sample`` is [B, 4, 32, 32].
 
     Raises:
         InputError: Unknown version.
@@ -523,20 +498,10 @@ def _count(model: nn.Module) -> int:
 
 @dataclasses.dataclass
 class Models:
-    """The models of one MuseTalk run, in eval mode without gradients, on one device and dtype.
-
-    Attributes:
-        unet: ``UNet2DConditionModel`` (8 -> 4 channels, cross-attention 384).
-        vae: ``AutoencoderKL`` (sd-vae-ft-mse).
-        whisper: ``WhisperModel`` (``.encoder`` is used).
-        feature_extractor: ``WhisperFeatureExtractor`` (CPU).
-        pe: :class:`PositionalEncoding` (384, 5000).
-        device: The device of every model.
-        dtype: The dtype of every model.
-        version: ``"v15"`` or ``"v1"``.
-        weights_dir: Where the files came from.
-        tiny: True for tiny random test weights.
-        restorer: Optional face restorer for the decoded crops (:mod:`nbhelpers.restore`).
+    """The models of one MuseTalk run, in eval mode without gradients, on one device and dtype: the UNet (8 -> 4
+    channels, cross-attention 384), sd-vae-ft-mse, whisper-tiny (its ``.encoder`` is used), the CPU feature
+    extractor, :class:`PositionalEncoding` (384, 5000), ``tiny`` for random test weights, and an optional face
+    ``restorer`` for the decoded crops (:mod:`nbhelpers.restore`).
     """
 
     unet: nn.Module
@@ -560,15 +525,8 @@ class Models:
 
 def load_models(weights_dir: str | os.PathLike | None = None, version: str = "v15",
                 device: str | torch.device = "cpu", dtype: torch.dtype | None = None) -> Models:
-    """Load UNet, VAE, whisper, feature extractor and positional encoding for one version.
-
-    Every file is checked first; one error lists every missing or damaged file.
-
-    Args:
-        weights_dir: The weights dir; None = :func:`nbhelpers.weights.default_dir`.
-        version: ``"v15"`` or ``"v1"``.
-        device: Target device (``"cpu"``, ``"cuda"``, a ``torch.device``).
-        dtype: Floating dtype of every model; None = float32.
+    """Load UNet, VAE, whisper, feature extractor and positional encoding for one version, arguments as
+    :func:`load_unet`. Every file is checked first; one error lists every missing or damaged file.
 
     Raises:
         InputError: Unknown version, device or dtype.

@@ -7,6 +7,7 @@ disk (Q25), one encode (Q24), a seeded VAE posterior (Q1). Frames are rendered b
 
 from __future__ import annotations
 
+import contextlib
 import html
 import os
 import time
@@ -49,9 +50,7 @@ from .result import ClipResult
 PIPELINE_FIELDS = ("version", "device", "fp16")
 # The models a job can have compiled (MuseTalkPipeline.compile_for).
 COMPILED_PARTS = ("unet", "decoder", "encoder", "parser")
-# torch.compile options: fp16 intermediate results rounded where eager rounds them, so that compiled frames stay
-# within one level of eager ones (inductor otherwise keeps fused intermediates in fp32).
-COMPILE_OPTIONS: dict = {}  # inductor defaults; emulate_precision_casts measured slower and no closer to eager
+COMPILE_OPTIONS: dict = {}  # torch.compile options: inductor's defaults
 # Components __init__ takes, in the order a notebook shows them.
 COMPONENTS = ("unet", "vae", "whisper", "feature_extractor", "pe", "face_parser")
 
@@ -60,14 +59,9 @@ COMPONENTS = ("unet", "vae", "whisper", "feature_extractor", "pe", "face_parser"
 class Preview:
     """One frame repainted before a full run; a four-panel figure in a notebook.
 
-    Attributes:
-        frame, result: (H, W, 3) uint8 BGR source frame (25 fps numbering) and the frame after repainting.
-        face_256: (256, 256, 3) uint8 BGR generated crop (VAE-decoded UNet output, restored if the config asks).
-        crop_box: ``(x1, y1, x2, y2)`` frame pixels; its lower half is repainted.
-        landmarks: (68, 2) float32, or None when boxes were given.
-        mask: (2s, 2s) uint8 feathered blend mask over ``square``.
-        square: ``(xs, ys, xe, ye)`` expanded square, frame pixels.
-        audio: Where the tokens came from (a file's first frame, or seeded random tokens).
+    ``frame`` and ``result`` are (H, W, 3) uint8 BGR, ``face_256`` the (256, 256, 3) generated crop, ``crop_box`` and
+    the expanded ``square`` frame pixels, ``landmarks`` (68, 2) float32 (None when boxes were given), ``mask`` the
+    (2s, 2s) uint8 blend mask over ``square``, ``audio`` where the tokens came from.
     """
 
     frame: np.ndarray
@@ -129,18 +123,10 @@ class Preview:
 class MuseTalkPipeline:
     """The models of one MuseTalk version on one device, each loaded once on first use, and the jobs that use them.
 
-    Make it with :meth:`from_pretrained` (reads the disk), or hand ``__init__`` a complete config and the components
-    you hold (diffusers' split). In a notebook it shows what is loaded, the device and the GPU memory held.
-
-    Args:
-        weights_dir: The weights folder (official ``models/`` layout).
-        config: Default settings of the jobs; ``device`` and ``fp16`` place the models (None: CPU, fp32).
-        unet, vae, whisper, feature_extractor, pe, face_parser: Components already loaded on that device and
-            precision (the properties of the same names); None loads them on first use.
-
-    Attributes:
-        weights_dir, config: As given. version: ``"v15"`` or ``"v1"``. device: The torch device of every model.
-        dtype: ``torch.float16`` or ``torch.float32``.
+    Make it with :meth:`from_pretrained` (reads the disk), or hand ``__init__`` the weights folder, a complete config
+    (its ``device`` and ``fp16`` place the models; None: CPU, fp32) and any components already loaded there
+    (diffusers' split; None loads them on first use). In a notebook it shows what is loaded, the device and the GPU
+    memory held. ``version``, ``device`` and ``dtype`` are those of every model.
     """
 
     def __init__(self, weights_dir: str | os.PathLike, config: InferenceConfig, *, unet: Any = None, vae: Any = None,
@@ -162,13 +148,9 @@ class MuseTalkPipeline:
     @classmethod
     def from_pretrained(cls, weights_dir: str | os.PathLike | None = None,
                         config: InferenceConfig | None = None) -> MuseTalkPipeline:
-        """Check a weights folder (every file the jobs open: an HTML page or a git-lfs pointer is caught) and make a
-        pipeline over it; no model is loaded. Device and precision left empty are planned (:func:`nbhelpers.gpu.plan`:
-        CUDA and fp16 on a usable GPU, else CPU and fp32); the batch size is planned per job.
-
-        Args:
-            weights_dir: The weights folder; None = :func:`nbhelpers.weights.default_dir`.
-            config: Default settings of the jobs (default :class:`InferenceConfig`).
+        """Check the weights folder ``weights_dir`` (None: :func:`nbhelpers.weights.default_dir`; every file the jobs
+        open) and make a pipeline over it with the jobs' default ``config``; no model is loaded. Device and precision
+        left empty are planned (:func:`nbhelpers.gpu.plan`); the batch size is planned per job.
 
         Raises:
             NoGpuError: ``config.device`` asks for CUDA and none is usable.
@@ -343,17 +325,10 @@ class MuseTalkPipeline:
                 "vae": _file_text(self.weights_dir / models.VAE_DIR / "config.json"), "channels_last_unet": True}
 
     def compile_for(self, batch_size: int, parts: tuple[str, ...] = COMPILED_PARTS) -> None:
-        """Have the models of ``parts`` compiled in the background for jobs at ``batch_size`` frames a batch;
-        returns at once (jobs run eagerly until the compiled code is ready). Does nothing on the CPU, with
-        ``config.compile == "off"``, or where :func:`~nbhelpers.gpu.compile.can_compile` says no.
-
-        Args:
-            batch_size: Frames per UNet/VAE batch of the coming job (the VAE encoder gets twice as many crops:
-                masked and reference; the face parser the same number of images).
-            parts: Any of :data:`COMPILED_PARTS`: ``"unet"``, ``"decoder"``, ``"encoder"``, ``"parser"``.
-
-        Raises:
-            InputError: ``batch_size`` is not a positive whole number, or a part is unknown.
+        """Have the models of ``parts`` (any of :data:`COMPILED_PARTS`) compiled in the background for jobs of
+        ``batch_size`` frames a batch (the VAE encoder gets twice as many crops); returns at once, jobs run eagerly
+        until the compiled code is ready. Nothing on the CPU, with ``config.compile == "off"``, or where
+        :func:`~nbhelpers.gpu.compile.can_compile` says no. InputError for a bad ``batch_size`` or part.
         """
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise InputError(f"batch_size must be a positive whole number; got {batch_size!r}.")
@@ -369,8 +344,7 @@ class MuseTalkPipeline:
             return
         b, dev, dt = int(batch_size), self.device, self.dtype
         side = CROP_SIZE // 8  # the latent of a 256x256 crop
-        # The examples are made as the engine makes its tensors (inside inference mode; the VAE encoder under
-        # no_grad, nbhelpers.latents.encode), so that their signatures equal the job's calls.
+        # Examples made as the engine makes its tensors (the VAE encoder's under no_grad), so signatures match.
         with torch.inference_mode():
             if "unet" in parts:
                 unet = self.unet
@@ -456,18 +430,11 @@ class MuseTalkPipeline:
         at 25 fps and the source size. Source frames cycle 0..N-1, N-1..0, ... (docs/official-behaviour.md §4.5);
         only those the audio reaches are decoded.
 
-        Args:
-            video: Face video (any container and frame rate: read at 25 fps) or a photo.
-            audio: Speech (wav, mp3, m4a, ogg, flac, or a video with sound), any sample rate and channels.
-            output: The MP4 (default ``results/<video>_<audio>.mp4``), renamed into place when complete.
-            config: :class:`InferenceConfig` (default the pipeline's); an empty batch size is planned.
-            boxes: Crop boxes in source pixels: one ``(x1, y1, x2, y2)`` for the clip (bare or in a one-item list),
-                or one entry (a box or None) per 25 fps frame of the video (:func:`nbhelpers.checks.check_boxes`).
-            backend: A landmark backend object (default the one ``config.landmark_backend`` names).
-            frame_callback: ``frame_callback(t, frame)`` with each finished (H, W, 3) uint8 BGR frame.
-
-        Returns:
-            :class:`~nbhelpers.result.ClipResult`.
+        ``video`` is read at 25 fps (a photo works); ``audio`` at any rate and channels. ``output`` (default
+        ``results/<video>_<audio>.mp4``) is renamed into place when complete. ``config`` defaults to the pipeline's.
+        ``boxes``: one ``(x1, y1, x2, y2)`` in source pixels for the clip, or one box or None per 25 fps frame
+        (:func:`nbhelpers.checks.check_boxes`). ``backend``: a landmark backend object (default the one
+        ``config.landmark_backend`` names). ``frame_callback(t, frame)`` gets each (H, W, 3) uint8 BGR frame.
 
         Raises:
             InputError: A file is missing or unreadable or an option is invalid (before anything heavy runs).
@@ -555,16 +522,8 @@ class MuseTalkPipeline:
         box and mask. Without ``audio`` the tokens are seeded random, as the official app's "Test Inpainting"
         (``app.py:35-123``): the mouth is arbitrary, the crop, mask and blend are real.
 
-        Args:
-            video: Face video or photo.
-            config: Settings (default the pipeline's).
-            boxes: As for :meth:`lipsync` (per-frame boxes: the entry of ``frame_index`` is used).
-            audio: Optional speech file (the tokens of its first frame are used).
-            frame_index: Which 25 fps frame.
-            backend: Landmark backend object (default the one ``config.landmark_backend`` names).
-
-        Returns:
-            :class:`Preview`.
+        ``config``, ``boxes`` (per-frame boxes: the entry of ``frame_index``) and ``backend`` are as for
+        :meth:`lipsync`; ``audio`` is an optional speech file (its first frame's tokens are used).
 
         Raises:
             InputError: Missing or unreadable files, a frame index past the end, or invalid options.
@@ -617,11 +576,8 @@ class MuseTalkPipeline:
 
     def to(self, device: str | Any) -> MuseTalkPipeline:
         """Move the UNet, VAE, whisper and positional encoding to ``device`` (fp16 on CUDA, fp32 on the CPU); the
-        face parser, landmark backends and restorers are rebuilt there when next used. Returns self.
-
-        Raises:
-            InputError: An unknown device.
-            NoGpuError: CUDA asked and none usable.
+        face parser, landmark backends and restorers are rebuilt there when next used. Returns self. InputError for
+        an unknown device, NoGpuError when CUDA is asked and none is usable.
         """
         import torch
 
@@ -645,10 +601,8 @@ class MuseTalkPipeline:
         for obj in loaded:
             close = getattr(obj, "close", None)
             if callable(close) and not hasattr(obj, "parameters"):
-                try:
+                with contextlib.suppress(Exception):  # releasing must not fail
                     close()
-                except Exception:  # noqa: BLE001 - releasing must not fail
-                    pass
         self._loaded.clear()
         return gpu.release(*loaded)
 
@@ -700,19 +654,11 @@ def _channels_last(module: Any) -> Any:
     return module
 
 
-# ------------------------------------------------------------------------------------------------------------------
-# One-call conveniences
-
-
 def lipsync(video: str | os.PathLike, audio: str | os.PathLike, output: str | os.PathLike | None = None, *,
             config: InferenceConfig | None = None, weights_dir: str | os.PathLike | None = None, boxes: Any = None,
             backend: Any = None, frame_callback: Callable[[int, np.ndarray], None] | None = None) -> ClipResult:
-    """:meth:`MuseTalkPipeline.lipsync` in one call: inputs checked, then a pipeline made over ``weights_dir``
-    (default :func:`nbhelpers.weights.default_dir`) and released. For several jobs make one pipeline.
-
-    Raises:
-        InputError, WeightsError, NoFaceError, DiskSpaceError, FFmpegError: see :meth:`MuseTalkPipeline.lipsync`.
-    """
+    """:meth:`MuseTalkPipeline.lipsync` in one call (raising what it raises): inputs checked, then a pipeline made
+    over ``weights_dir`` (default :func:`nbhelpers.weights.default_dir`) and released. For several jobs make one."""
     config = config or InferenceConfig()
     boxes = given_boxes(boxes)
     if boxes is not None and config.landmark_backend != "boxes":
@@ -726,11 +672,8 @@ def lipsync(video: str | os.PathLike, audio: str | os.PathLike, output: str | os
 def preview(video: str | os.PathLike, config: InferenceConfig | None = None, *,
             weights_dir: str | os.PathLike | None = None, boxes: Any = None,
             audio: str | os.PathLike | None = None, frame_index: int = 0, backend: Any = None) -> Preview:
-    """:meth:`MuseTalkPipeline.preview` in one call, with a pipeline made over ``weights_dir`` and released.
-
-    Raises:
-        InputError, WeightsError, NoFaceError: see :meth:`MuseTalkPipeline.preview`.
-    """
+    """:meth:`MuseTalkPipeline.preview` in one call (raising what it raises), a pipeline made over ``weights_dir``
+    and released."""
     config = config or InferenceConfig()
     if boxes is not None and config.landmark_backend != "boxes":
         config = config.replace(landmark_backend="boxes")

@@ -53,8 +53,7 @@ def pil_taps(in_size: int, out_size: int, filter: str) -> tuple[np.ndarray, np.n
     ``"bicubic"``): read-only (out_size, K) int64 ``(index, weight)``, output ``j`` being
     ``clip(sum_k in[index[j, k]] * weight[j, k] + 2^21 >> 22, 0, 255)``; unused taps weigh 0.
 
-    Raises:
-        InputError: A size is not positive or the filter is unknown.
+    Raises InputError when a size is not positive or the filter is unknown.
     """
     if filter not in PIL_FILTERS:
         raise InputError(f"filter must be one of {sorted(PIL_FILTERS)}; got {filter!r}.")
@@ -90,8 +89,7 @@ def gaussian_taps(ksize: int) -> np.ndarray:
     """The integer kernel of ``cv2.GaussianBlur(src_uint8, (ksize, ksize), 0)`` along one axis: read-only (ksize,)
     int64 taps in 1/256 units, summing to 256.
 
-    Raises:
-        InputError: ``ksize`` is not a positive odd integer.
+    Raises InputError when ``ksize`` is not a positive odd integer.
     """
     if isinstance(ksize, bool) or not isinstance(ksize, (int, np.integer)) or ksize < 1 or ksize % 2 == 0:
         raise InputError(f"ksize must be a positive odd integer; got {ksize!r}.")
@@ -205,8 +203,7 @@ def gaussian_blur_batch(masks: Any, sides: Sequence[int], ksizes: Sequence[int])
     ``masks`` is (B, S, S) uint8 torch; ``sides`` and ``ksizes`` (odd) have B entries. Returns (B, S, S) uint8, each
     square blurred with ``BORDER_REFLECT_101`` on the square alone, 0 elsewhere.
 
-    Raises:
-        InputError: The lengths disagree or a kernel size is not odd.
+    Raises InputError when the lengths disagree or a kernel size is not odd.
     """
     import torch
 

@@ -60,8 +60,8 @@ def download_command(name: str, weights_dir: str | os.PathLike | None = None) ->
 def import_spandrel(name: str):
     """Import spandrel (and spandrel_extra_arches for CodeFormer); returns ``(spandrel, architecture object)``.
 
-    Raises:
-        MissingDependencyError: spandrel, spandrel-extra-arches or torchvision is missing (with the install line).
+    Raises MissingDependencyError when spandrel, spandrel-extra-arches or torchvision is missing (with the install
+    line).
     """
     try:
         import spandrel
@@ -144,16 +144,9 @@ def run_dtype(descriptor: Any, device: Any, dtype: Any) -> tuple[Any, str]:
 
 @dataclass
 class Restorer:
-    """A loaded face restorer applied to batches of generated crops on their device.
-
-    Attributes:
-        name: ``"gfpgan"``, ``"restoreformer"`` or ``"codeformer"``.
-        descriptor: spandrel's ``ImageModelDescriptor``, in eval mode on ``device`` in ``dtype``.
-        device: The network's torch device (the pipeline's).
-        dtype: The dtype it runs in (:func:`run_dtype`).
-        strength: Blend of restored and unrestored face, 0..1 (1 = restored only).
-        reason: Why that dtype.
-        path: The weight file.
+    """A loaded face restorer ``name`` (spandrel's ``ImageModelDescriptor`` in eval mode on ``device`` in ``dtype``,
+    :func:`run_dtype`, for ``reason``) applied to batches of generated crops on their device. ``strength`` blends
+    restored and unrestored face, 0..1 (1 = restored only). ``path`` is the weight file.
     """
 
     name: str
@@ -221,18 +214,12 @@ def check_strength(strength: Any) -> float:
 
 def load_restorer(name: str, weights_dir: str | os.PathLike | None, device: Any = "cpu", dtype: Any = None, *,
                   strength: float = 1.0) -> Restorer:
-    """Load restorer ``name`` from its published ``.pth`` file under ``weights_dir``.
+    """Load restorer ``name`` (codeformer, non-commercial, warns) from its published ``.pth`` file under
+    ``weights_dir`` (None: the default folder) onto ``device``, in the dtype :func:`run_dtype` picks for the
+    pipeline's ``dtype`` (a float32 fallback under an fp16 pipeline warns), blending with ``strength`` (0..1).
 
     The checkpoint goes through :func:`nbhelpers.models.load_checkpoint`, then spandrel's ``load_from_state_dict``
     with only that architecture registered, so a file of another kind is refused.
-
-    Args:
-        name: ``"gfpgan"``, ``"restoreformer"`` or ``"codeformer"`` (non-commercial: warns).
-        weights_dir: The weights folder; None = :func:`nbhelpers.weights.default_dir`.
-        device: Where the network runs.
-        dtype: The pipeline's dtype; the restorer's own comes from :func:`run_dtype` (a float32 fallback under an
-            fp16 pipeline warns).
-        strength: Blend of restored and unrestored face, 0..1.
 
     Raises:
         InputError: An unknown name or a strength outside 0..1.
@@ -246,10 +233,7 @@ def load_restorer(name: str, weights_dir: str | os.PathLike | None, device: Any 
     strength = check_strength(strength)
     warn_licence(name)
     root = Path(weights_dir).expanduser() if weights_dir is not None else weights.default_dir()
-    path = weight_path(name, root)
-    if not path.is_file():
-        raise WeightsError(f"the {name} restorer weights are missing: {path}. Download the optional weight set with "
-                           f"`{download_command(name, root)}` (or run notebook 01_weights), or set restore=None.")
+    path = check_available(name, root)
     spandrel, arch = import_spandrel(name)
     entry_name = _SPECS[name][0]
     exp = weights.expected_facts(root, entry_name)

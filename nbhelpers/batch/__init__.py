@@ -58,17 +58,12 @@ class _Paths:
 
 def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], config: BatchConfig | None = None, *,
         inference: InferenceConfig | None = None, weights_dir: str | os.PathLike | None = None) -> BatchResult:
-    """Run a batch of lip-sync jobs on Ray (what is guaranteed: ``docs/batch.md``).
+    """Run a batch of lip-sync jobs on Ray and return a :class:`BatchResult` (also written to the summary CSV);
+    what is guaranteed: ``docs/batch.md``.
 
-    Args:
-        jobs: A jobs file (CSV or JSON lines, :func:`read_jobs`), or :class:`Job` objects or dicts with ``video``,
-            ``audio``, ``output`` and optional settings.
-        config: How the batch runs; None = ``BatchConfig()``.
-        inference: Every job's settings (a job's own override them); ``device="cpu"`` keeps the workers on the CPU.
-        weights_dir: Weights folder, visible to every worker; None = :func:`nbhelpers.weights.default_dir`.
-
-    Returns:
-        :class:`BatchResult` (also written to the summary CSV).
+    ``jobs``: a jobs file (:func:`read_jobs`), or :class:`Job` objects or dicts. ``config``: how the batch runs
+    (None: ``BatchConfig()``). ``inference``: every job's settings (a job's own override them; ``device="cpu"`` keeps
+    the workers on the CPU). ``weights_dir``: visible to every worker (None: the default folder).
 
     Raises:
         MissingDependencyError: Ray is not installed.

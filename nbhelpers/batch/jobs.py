@@ -208,9 +208,8 @@ def read_jobs(path: str | os.PathLike) -> list[Job]:
     folder; paths come back absolute. Empty lines and ``#`` lines are skipped. A ``box`` is ``x1,y1,x2,y2`` in source
     pixels, quoted in a CSV (``"190,160,360,330"``), a list or that text in JSON.
 
-    Raises:
-        InputError: The file is missing or empty, a row lacks video or audio, has an unknown column or a bad value,
-            or two jobs share an output.
+    Raises InputError when the file is missing or empty, a row lacks video or audio, has an unknown column or a bad
+    value, or two jobs share an output.
     """
     path = Path(path).expanduser()
     if not path.is_file():
@@ -300,8 +299,7 @@ def check_jobs(jobs: Iterable[Job | Mapping[str, Any]]) -> list[Job]:
     """Jobs as :class:`Job` objects with absolute paths (dicts converted, relative to the working folder), a
     number added to repeated names (``clip``, ``clip-2``).
 
-    Raises:
-        InputError: A job is malformed, two jobs share an output, or an output is a job's video or audio.
+    Raises InputError when a job is malformed, two jobs share an output, or an output is a job's video or audio.
     """
     out = _unique_names(_as_jobs(jobs))
     _check_outputs(out)

@@ -197,8 +197,7 @@ def _write_problem(folder: Path) -> str:
 def check_writable(folders: Iterable[Path]) -> None:
     """Check before Ray starts that the batch can write (or make) every one of ``folders``.
 
-    Raises:
-        InputError: A folder is inside a file, read-only or not this user's (up to three named).
+    Raises InputError when a folder is inside a file, read-only or not this user's (up to three named).
     """
     bad = [p for p in map(_write_problem, dict.fromkeys(Path(f) for f in folders)) if p]
     if bad:
@@ -212,8 +211,7 @@ class BatchLock:
     outputs is refused. The file names its holder (pid, host, start time) and stays; without ``fcntl`` or on storage
     without locks there is no lock.
 
-    Raises:
-        InputError: On entry, when another process holds the lock.
+    Raises InputError on entry, when another process holds the lock.
     """
 
     def __init__(self, folder: Path, name: str = "batch.lock", what: str = "the avatar cache"):

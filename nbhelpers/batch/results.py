@@ -23,23 +23,11 @@ SUMMARY_COLUMNS = ("job", "status", "frames", "seconds", "fps", "error", "video"
 
 @dataclass(frozen=True)
 class JobOutcome:
-    """What happened to one job.
-
-    Attributes:
-        job: The job's name.
-        status: ``"done"``, ``"skipped"`` (finished from the same inputs) or ``"failed"``; ``"interrupted"`` in the
-            summary of a stopped batch.
-        frames: Output frames (25 fps); the recorded count when skipped; 0 when failed.
-        seconds: Wall-clock seconds on its worker (0 when skipped).
-        error: ``"<ExceptionType>: <message>"`` when failed, else "".
-        video: The face video.
-        audio: The speech file.
-        output: The output MP4.
-        attempts: Starts on a worker (more than 1 when a worker died during it).
-        worker: The worker that made it (``host/pid device``), or "".
-        ended_s: Seconds from the start of :func:`nbhelpers.batch.run` to the outcome (0 when settled before any
-            worker); not in the CSV.
-        timings: Seconds per stage of a job made now (:attr:`nbhelpers.result.ClipResult.timings`); not in the CSV.
+    """What happened to job ``job``: ``status`` ``"done"``, ``"skipped"`` (finished from the same inputs) or
+    ``"failed"`` (``"interrupted"`` in the summary of a stopped batch); output ``frames`` at 25 fps (the recorded
+    count when skipped); wall-clock ``seconds`` on its worker; ``error`` ``"<ExceptionType>: <message>"`` or "";
+    ``attempts`` (more than 1 when a worker died during it); ``worker`` ``host/pid device``. Not in the CSV:
+    ``ended_s``, seconds from the start of :func:`nbhelpers.batch.run`, and ``timings``, seconds per stage.
     """
 
     job: str
@@ -72,19 +60,12 @@ class JobOutcome:
 class BatchResult:
     """The outcome of a batch, one :class:`JobOutcome` per job in order; shows a table in a notebook.
 
-    Attributes:
-        outcomes: One per job.
-        summary_csv: The CSV of the same table (None when turned off).
-        wall_s: Wall-clock seconds of the whole batch.
-        workers: One line per worker started (``host/pid device``).
-        avatars: ``{"prepared": n, "loaded": m}``.
-        phases: Seconds from the start of run(): ``checks``, ``ray_start`` (overlapping), ``workers_ready``,
-            ``first_job``, ``jobs_done``, and ``prepare_s`` (worker seconds of avatar preparation, summed).
-        workers_note: Workers per GPU and jobs per worker, and why; empty on the CPU or when nothing ran.
-        timeline: Per worker, ``(event, seconds from the start of run())`` by that machine's wall clock
-            (:meth:`nbhelpers.batch.worker.BatchWorker.events`).
-        preparations: Per avatar preparation, in the order they ended: ``{"video", "worker", "status" ("prepared",
-            "loaded", "failed"), "seconds", "ended_s", "timings"}``.
+    ``summary_csv`` holds the same table (None when turned off); ``workers`` one ``host/pid device`` line per worker;
+    ``avatars`` ``{"prepared": n, "loaded": m}``; ``phases`` seconds from the start of run() (``checks``,
+    ``ray_start``, ``workers_ready``, ``first_job``, ``jobs_done``; ``prepare_s`` summed worker seconds);
+    ``workers_note`` why that many workers and jobs each; ``timeline`` per worker ``(event, seconds from the start)``
+    (:meth:`nbhelpers.batch.worker.BatchWorker.events`); ``preparations`` per avatar preparation
+    ``{"video", "worker", "status", "seconds", "ended_s", "timings"}``.
     """
 
     outcomes: tuple[JobOutcome, ...]
@@ -187,8 +168,8 @@ def _cut_error(error: str) -> str:
 def check_summary_path(path: Path, job_list: Sequence[Job], jobs_file: Path | None = None) -> None:
     """Check before Ray starts that writing the summary at ``path`` replaces nothing but an earlier summary.
 
-    Raises:
-        InputError: ``path`` is a folder, the jobs file, a job's video, audio or output, or another existing file.
+    Raises InputError when ``path`` is a folder, the jobs file, a job's video, audio or output, or another existing
+    file.
     """
     fix = "give the summary another path (summary=, --summary) or leave it out (<outputs folder>/batch-summary.csv)"
     if path.is_dir():

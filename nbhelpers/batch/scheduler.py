@@ -331,8 +331,7 @@ class Scheduler:
         """Start the workers, run every job of the plan to an outcome, stop the workers (their names, the phases,
         timeline and preparations go into the log).
 
-        Raises:
-            NbHelpersError: The workers could not start (the pipeline or the weights are missing on a node).
+        Raises NbHelpersError when the workers could not start (the pipeline or the weights are missing on a node).
         """
         self.log.phases["prepare_s"] = 0.0
         try:

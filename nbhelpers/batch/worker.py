@@ -39,15 +39,10 @@ class _JobGate:
 
 
 class BatchWorker:
-    """One loaded pipeline on one device (a GPU or the CPU), run as a Ray actor by :func:`nbhelpers.batch.run`.
-
-    Args:
-        weights_dir: The weights folder.
-        config: Base settings as a dict (InferenceConfig fields); the device is this worker's.
-        device: ``"cuda"`` (the GPU Ray assigned) or ``"cpu"``.
-        threads: torch CPU threads; None = torch's choice.
-        render_slots: Clips and preparations using the device at once; None = no limit. Other jobs read their audio
-            and start their encoder while they wait (:func:`nbhelpers.engine.run`'s ``render_gate``).
+    """One loaded pipeline over ``weights_dir`` on ``device`` (``"cuda"``, the GPU Ray assigned, or ``"cpu"``), run
+    as a Ray actor by :func:`nbhelpers.batch.run`, with base settings ``config`` (InferenceConfig fields as a dict)
+    and ``threads`` torch CPU threads (None: torch's choice). ``render_slots`` clips and preparations use the device
+    at once (None: no limit); other jobs read their audio and start their encoder meanwhile.
     """
 
     def __init__(self, weights_dir: str, config: dict[str, Any], device: str, threads: int | None = None,
@@ -227,12 +222,10 @@ def worker_gib(config: Any, jobs: int = 1) -> float:
 
 def choose_jobs_per_worker(config: Any, free_gib: Mapping[int, float] | None, workers_per_gpu: int, *,
                            joining: bool) -> tuple[int, str]:
-    """``(jobs per worker, why)`` when ``BatchConfig.jobs_per_worker`` is None.
-
-    A second job renders while the first one's encoder tail runs (measured in bench/RESULTS.md, Issue 18). Two when
-    every GPU's free memory (``free_gib``, ``{index: GiB}``) holds ``workers_per_gpu`` workers' peaks with two jobs
-    each (:func:`worker_gib`) within the planner's margin; one on the CPU, when the memory is unknown, when
-    ``joining`` a cluster, or otherwise.
+    """``(jobs per worker, why)`` when ``BatchConfig.jobs_per_worker`` is None: two (a second job renders while the
+    first one's encoder tail runs) when every GPU's free memory (``free_gib``, ``{index: GiB}``) holds
+    ``workers_per_gpu`` workers' peaks with two jobs each (:func:`worker_gib`) within the planner's margin; one on the
+    CPU, when the memory is unknown, when ``joining`` a cluster, or otherwise.
     """
     mm = MEMORY_MODEL
     if config.device == "cpu":

@@ -46,19 +46,12 @@ _END = _Ended()
 class LiveSession:
     """A live avatar: :meth:`push` audio chunks as they arrive, get frames in order at 25 fps, :meth:`close`.
 
-    See :mod:`nbhelpers.live` for the context rule and exactly which frames equal one-clip generation. All model
-    work runs on the avatar's :class:`~nbhelpers.live.ModelThread`; with ``config.warm_up`` one whisper pass and
-    one render of each batch size the schedule uses (:meth:`warm_shapes`) run there at construction.
-
-    Args:
-        avatar: A prepared :class:`~nbhelpers.avatar.Avatar`; it renders with its pipeline's models.
-        config: The session's settings (default :class:`~nbhelpers.live.LiveConfig`).
-        on_frame: ``on_frame(n, frame)`` for each finished (H, W, 3) uint8 BGR frame, in order (in the session's
-            thread when threaded).
-        clock: Seconds, monotonic; inject a fake one to test pacing without sleeping.
-
-    Raises:
-        InputError: ``config.to`` names no container ffmpeg can tell.
+    ``avatar`` is a prepared :class:`~nbhelpers.avatar.Avatar`; ``on_frame(n, frame)`` gets each (H, W, 3) uint8 BGR
+    frame in order (in the session's thread when threaded); ``clock`` gives monotonic seconds (a fake one tests
+    pacing without sleeping). See :mod:`nbhelpers.live` for which frames equal one-clip generation. All model work
+    runs on the avatar's :class:`~nbhelpers.live.ModelThread`; with ``config.warm_up`` one whisper pass and one
+    render of each batch size of :meth:`warm_shapes` run there at construction. InputError when ``config.to`` names
+    no container ffmpeg can tell.
     """
 
     def __init__(self, avatar: Any, config: LiveConfig | None = None, *,
@@ -133,13 +126,9 @@ class LiveSession:
     # -- input -----------------------------------------------------------------------------------------------------
 
     def push(self, samples: Any, sample_rate: int = SAMPLE_RATE) -> None:
-        """Add a chunk of speech (any length, even 1 sample) to the session.
-
-        Args:
-            samples: (L,) or (L, C) PCM: float in about [-1, 1], or int16 (divided by 32768); channels are averaged
-                to mono. A CPU torch tensor works too.
-            sample_rate: Its rate in Hz; resampled to 16 kHz with soxr (``soxr_hq``, as
-                :func:`nbhelpers.media.load_audio`), streaming, so chunk borders add nothing.
+        """Add a chunk of speech (any length) to the session: (L,) or (L, C) PCM ``samples`` (float in about
+        [-1, 1] or int16; channels averaged; a CPU tensor works too) at ``sample_rate`` Hz, resampled to 16 kHz with
+        streaming soxr (``soxr_hq``, as :func:`nbhelpers.media.load_audio`), so chunk borders add nothing.
 
         Raises:
             InputError: Bad samples or rate, or the session is closed.

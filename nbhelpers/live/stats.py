@@ -9,18 +9,10 @@ from dataclasses import dataclass, field
 class LiveStats:
     """Counters of one live session (what :class:`~nbhelpers.result.ClipResult` ``.stats`` reports).
 
-    Attributes:
-        first_push_t: Clock time of the first push (all times in seconds of the session's clock).
-        first_frame_t: Clock time frame 0 was handed out.
-        emit_t: Clock times of every emitted frame.
-        late: Frames handed out more than half a frame period after their time (real-time mode).
-        max_late_s: Largest lateness, seconds.
-        idle: Idle frames (silence).
-        starved: Frames whose audio had not arrived in time (silence was added for them).
-        whisper_passes: Encoder forwards run (the warm-up's not counted).
-        first_ready_t: Clock time the session started on frame 0's group.
-        first_tokens_t: Clock time frame 0's whisper tokens were ready on the device.
-        first_rendered_t: Clock time frame 0's group was rendered and on the host.
+    ``*_t`` are times in seconds of the session's clock: the first push, frame 0 handed out, every frame emitted, and
+    frame 0's group started, its tokens ready and it rendered. ``late``: frames handed out more than half a frame
+    period after their time; ``idle``: silent frames; ``starved``: frames whose audio came too late (silence added);
+    ``whisper_passes``: encoder forwards (the warm-up's not counted).
     """
 
     first_push_t: float | None = None

@@ -80,17 +80,11 @@ def face_mask(labels: np.ndarray, mode: str = "jaw", left_cheek_width: int = 90,
 
     ``raw`` (v1): skin, mouth and lips (1, 11, 12, 13). ``neck``: ``raw`` plus the neck (14). ``jaw`` (v15 default):
     the skin dilated with :func:`jaw_dilation_kernel` (on the cheek bands of :func:`cheek_mask` then eroded twice
-    with :func:`jaw_erosion_kernel`), minus the nose (10), plus mouth and lips.
+    with :func:`jaw_erosion_kernel`), minus the nose (10), plus mouth and lips. ``labels`` is a (512, 512) integer
+    label map (0..18); the cheek widths are jaw mode's central band left and right of column 256, parsing pixels
+    0..256 (the scripts use 90, ``inference.py:272-273``; ``FaceParsing()`` defaults to 80).
 
-    Args:
-        labels: (512, 512) integer label map (values 0..18) from :meth:`FaceParser.labels`.
-        mode: ``"jaw"``, ``"raw"`` or ``"neck"``.
-        left_cheek_width: Jaw mode: central band left of column 256, parsing pixels 0..256 (the scripts use 90,
-            ``inference.py:272``; ``FaceParsing()`` defaults to 80).
-        right_cheek_width: Jaw mode: the same right of column 256 (``inference.py:273``).
-
-    Raises:
-        InputError: ``labels`` is not a (512, 512) integer array, or the mode or a width is invalid.
+    Raises InputError when ``labels`` is not a (512, 512) integer array, or the mode or a width is invalid.
 
     Source: ``face_parsing/__init__.py:92-110``.
     """

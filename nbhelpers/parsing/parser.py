@@ -49,12 +49,8 @@ def bisenet_path(weights: str | os.PathLike) -> Path:
 def load_bisenet(weights: str | os.PathLike, device: Any = "cpu", dtype: Any = None):
     """``BiSeNet`` in eval mode on ``device`` with ``dtype`` (None: float32) from the plain state dict
     ``79999_iter.pth``, read with ``torch.load(weights_only=True)``: every key present with its shape, none extra.
-    The official ImageNet ResNet-18 load is not needed (this file overwrites all of it).
-
-    Args:
-        weights: Weights directory or checkpoint path (see :func:`bisenet_path`).
-        device: torch device (``"cpu"``, ``"cuda"``, ``"cuda:1"``).
-        dtype: torch dtype of the parameters; fp16 is meant for CUDA.
+    ``weights`` is a weights folder or the checkpoint (:func:`bisenet_path`). The official ImageNet ResNet-18 load
+    is not needed (this file overwrites all of it).
 
     Raises:
         WeightsError: The file is missing.
@@ -100,17 +96,11 @@ def _check_state_dict(expected: dict, state: dict, path: Path) -> None:
 
 
 class FaceParser:
-    """BiSeNet face parsing with the official preprocessing, batched.
+    """BiSeNet face parsing of ``weights`` (:func:`bisenet_path`) with the official preprocessing, ``batch_size``
+    512x512 images a pass (halved on CUDA out-of-memory), on ``device`` (officially always ``cuda:0``, quirk Q4).
 
-    Args:
-        weights: Weights directory or checkpoint path (:func:`bisenet_path`).
-        device: torch device (the official code always uses ``cuda:0``, quirk Q4).
-        dtype: torch dtype of the network; None: float32. float16 on CUDA can change a few boundary labels; on
-            the CPU a half dtype falls back to float32 with a FallbackWarning.
-        batch_size: Images per forward pass (512x512 each), halved on CUDA out-of-memory.
-
-    Raises:
-        WeightsError, CheckpointError: As :func:`load_bisenet`.
+    ``dtype`` None is float32; float16 on CUDA can change a few boundary labels; on the CPU a half dtype falls back
+    to float32 with a FallbackWarning. Raises what :func:`load_bisenet` raises.
     """
 
     def __init__(self, weights: str | os.PathLike, device: Any = "cpu", dtype: Any = None, batch_size: int = 8):
@@ -157,10 +147,8 @@ class FaceParser:
     def labels(self, images_rgb: np.ndarray | Sequence[np.ndarray], batch_size: int | None = None) -> np.ndarray:
         """(N, 512, 512) uint8 labels 0..18 (:data:`LABELS`), the argmax of the main head, of each image.
 
-        Args:
-            images_rgb: (N, H, W, 3) uint8 **RGB** array or a list of (H_i, W_i, 3) ones (MuseTalk passes each
-                frame's expanded square, ``blending.crop_padded``, flipped to RGB).
-            batch_size: Images per forward pass; None: the parser's ``batch_size``.
+        ``images_rgb``: (N, H, W, 3) uint8 **RGB** array or a list of (H_i, W_i, 3) ones (MuseTalk passes each
+        frame's expanded square flipped to RGB). ``batch_size`` None: the parser's.
 
         Raises:
             InputError: An image is not (H, W, 3) uint8.
@@ -185,15 +173,9 @@ class FaceParser:
 
     def preprocess_torch(self, frames: Any, squares: Sequence[Sequence[int]], bgr: bool = True) -> Any:
         """:meth:`preprocess` of the squares of frames on their torch device: (B, 3, 512, 512) float32 RGB there.
+        ``frames`` (B, H, W, 3) uint8, BGR unless ``bgr`` is False; ``squares`` B ``(xs, ys, xe, ye)``, frame pixels.
         Crop (black outside) and resize are :func:`nbhelpers.resample.crop_resize_batch`, bit-exact with PIL.
-
-        Args:
-            frames: (B, H, W, 3) uint8 torch tensor, any device.
-            squares: B ``(xs, ys, xe, ye)`` expanded squares, frame pixels (may extend past the frame).
-            bgr: The frames are BGR (flipped to RGB, as officially); False for RGB.
-
-        Raises:
-            InputError: ``frames`` is not (B, H, W, 3) uint8 or the squares do not match it.
+        InputError when ``frames`` is not (B, H, W, 3) uint8 or the squares do not match it.
 
         Source: ``face_parsing/__init__.py:71-75,83-88``; ``blending.py:60`` (the crop).
         """

@@ -70,15 +70,9 @@ _WRITERS: dict[str, Callable[..., Any]] = {
 
 
 def register_tiny_writer(name: str, fn: Callable[..., Any]) -> None:
-    """Register a function that writes one model's tiny files into a weights dir (replacing one of that name).
-
-    Args:
-        name: Unique name (``"unet"``, ``"parsing"``, ``"s3fd"``, ...).
-        fn: ``fn(directory)``, or ``fn(directory, versions=...)``, writing files in the official layout; it runs
-            with torch's RNG seeded from the name, so its output is deterministic.
-
-    Raises:
-        InputError: ``name`` is empty or ``fn`` is not callable.
+    """Register ``fn(directory)`` or ``fn(directory, versions=...)`` as the writer ``name`` of one model's tiny
+    files in the official layout (replacing one of that name); it runs with torch's RNG seeded from the name.
+    InputError when ``name`` is empty or ``fn`` is not callable.
     """
     if not name or not isinstance(name, str):
         raise InputError(f"name must be a non-empty string; got {name!r}.")
@@ -99,15 +93,8 @@ def make_tiny_weights(directory: str | os.PathLike, versions: Sequence[str] = ("
     UNet (``block_out_channels`` [32, 64, 64, 64]), sd-vae (width 32: 256 px -> 4 x 32 x 32), whisper (d_model 384, 4
     encoder layers), BiSeNet, S3FD, DWPose ``.pth`` and ONNX, any registered writer, and ``tiny.json``; files are
     written through temporary names with mode 0644 less the umask. By default a writer whose optional package is
-    missing (:data:`WRITER_NEEDS`) is left out silently and listed under ``left_out`` in ``tiny.json``.
-
-    Args:
-        directory: The weights dir to fill (created).
-        versions: MuseTalk versions whose UNet to write: ``("v15",)``, ``("v15", "v1")``.
-        writers: Names of registered writers to run; None = every one whose optional package is installed.
-
-    Returns:
-        ``directory`` as a Path.
+    missing (:data:`WRITER_NEEDS`) is left out silently and listed under ``left_out`` in ``tiny.json``; ``writers``
+    names the ones to run. ``versions`` are the MuseTalk versions whose UNet to write. Returns ``directory``.
 
     Raises:
         InputError: Unknown version or writer name.

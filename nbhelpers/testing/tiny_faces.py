@@ -49,12 +49,11 @@ def write_tiny_s3fd(directory: str | os.PathLike, *, seed: int = 0, dtype: Any =
     return out
 
 
-def random_dwpose_state_dict(seed: int = 0, *, bn_stats: bool = True) -> dict:
+def random_dwpose_state_dict(seed: int = 0) -> dict:
     """A random ``{name: float32 CPU tensor}`` with the names and shapes of ``dw-ll_ucoco_384.pth`` (``seed``).
 
-    He-normal weights, N(0, 0.02) biases; with ``bn_stats`` BatchNorm scales ``1 + N(0, 0.1)``, shifts and running
-    means N(0, 0.1), running variances U(0.5, 1.5) (else 1, 0, 0, 1). Keypoints spread over the frame and follow
-    the input.
+    He-normal weights, N(0, 0.02) biases; BatchNorm scales ``1 + N(0, 0.1)``, shifts and running means N(0, 0.1),
+    running variances U(0.5, 1.5). Keypoints spread over the frame and follow the input.
     """
     import torch
 
@@ -67,11 +66,11 @@ def random_dwpose_state_dict(seed: int = 0, *, bn_stats: bool = True) -> dict:
         if leaf == "num_batches_tracked":
             t = torch.zeros((), dtype=torch.int64)
         elif is_bn and leaf == "weight":
-            t = 1 + 0.1 * torch.randn(shape, generator=gen) if bn_stats else torch.ones(shape)
+            t = 1 + 0.1 * torch.randn(shape, generator=gen)
         elif is_bn and leaf in ("bias", "running_mean"):
-            t = 0.1 * torch.randn(shape, generator=gen) if bn_stats else torch.zeros(shape)
+            t = 0.1 * torch.randn(shape, generator=gen)
         elif leaf == "running_var":
-            t = 0.5 + torch.rand(shape, generator=gen) if bn_stats else torch.ones(shape)
+            t = 0.5 + torch.rand(shape, generator=gen)
         elif leaf == "gamma":
             t = torch.randn(shape, generator=gen)
         elif leaf == "beta":
@@ -87,17 +86,13 @@ def random_dwpose_state_dict(seed: int = 0, *, bn_stats: bool = True) -> dict:
     return state
 
 
-def write_random_dwpose_checkpoint(directory: str | os.PathLike, seed: int = 0, *, mmengine_layout: bool = True) -> Path:
+def write_random_dwpose_checkpoint(directory: str | os.PathLike, seed: int = 0) -> Path:
     """Write ``<directory>/dwpose/dw-ll_ucoco_384.pth`` with :func:`random_dwpose_state_dict` (``seed``; 134 MB),
-    wrapped as the official file (``{"meta", "state_dict"}``, plain values) unless ``mmengine_layout=False``.
-    Returns the path.
+    wrapped as the official file (``{"meta", "state_dict"}``, plain values). Returns the path.
     """
-
-    state = random_dwpose_state_dict(seed)
-    obj = {"meta": {"note": "nbhelpers random weights", "seed": int(seed)}, "state_dict": state} \
-        if mmengine_layout else state
     path = Path(directory) / dwpose_torch.CHECKPOINT_FILE
-    _atomic_torch_save(obj, path)
+    _atomic_torch_save({"meta": {"note": "nbhelpers random weights", "seed": int(seed)},
+                        "state_dict": random_dwpose_state_dict(seed)}, path)
     return path
 
 
@@ -189,23 +184,9 @@ def simcc_peak_model(centers_x, centers_y, *, heights=1.0, sharpness: float = 1.
     ``s[n] = clip(switch_gain * (mean(left half of input n) - mean(right half)), -1, 1)``: a frame brighter on the left
     moves the peaks by +shift, its mirror by -shift, so the flip test changes the answer in a known way.
 
-    Args:
-        centers_x: (K,) vertex bins on x (2 bins per input pixel).
-        centers_y: (K,) vertex bins on y.
-        heights: Peak value(s), scalar or (K,); a height <= 0 is rejected by the decoder.
-        sharpness: Curvature per bin squared.
-        switch_shift_x: Bins the x peaks move for an input brighter on the left.
-        switch_shift_y: The same for y.
-        switch_gain: Gain before the clip to [-1, 1].
-        input_size: ``(w, h)`` of the input in pixels.
-        batch: Batch dimension: a name (dynamic) or an int.
-        input_name: Name of the input tensor.
-        x_name: Name of the x output.
-        y_name: Name of the y output.
-        y_first: List the y output first.
-
-    Returns:
-        ``onnx.ModelProto`` (opset 17, IR version 8).
+    Centres are (K,) bins (2 per input pixel); ``heights`` scalar or (K,) (<= 0 is rejected by the decoder);
+    ``input_size`` ``(w, h)`` pixels; ``batch`` a dimension name (dynamic) or an int; ``y_first`` lists the y output
+    first. Returns an ``onnx.ModelProto`` (opset 17, IR version 8).
     """
     onnx = require("onnx", "pip install onnx")
     from onnx import TensorProto, helper, numpy_helper
