@@ -96,7 +96,7 @@ def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], config: Bat
 
 def _workers(config: BatchConfig, inference: InferenceConfig, joining: bool) -> tuple[Workers, str, int]:
     """``(Workers, note, processes a local Ray starts ahead)``; jobs per worker, when not given, come from the free
-    memory of this machine's GPUs (NVML or nvidia-smi, no CUDA here).
+    memory of this machine's GPUs (nvidia-smi, no CUDA here).
     """
     free = None
     if inference.device != "cpu" and not joining:
