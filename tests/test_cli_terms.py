@@ -173,6 +173,28 @@ def test_restore_strength_without_restore_is_refused_before_any_work(command, ca
     assert_cli_words(err)
 
 
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "2", "x"])
+def test_a_restore_strength_out_of_its_rule_is_refused_for_that_before_the_missing_restorer(value, capsys):
+    from nbhelpers.cli.main import main
+
+    assert main(["lipsync", "missing-video.mp4", "missing-audio.wav", "--restore-strength", value]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --restore-strength must be a finite number from 0 to 1; got ") and value in err
+    assert "restorer" not in err
+
+
+def test_report_prints_the_cpu_warning_once(capsys, monkeypatch):
+    from nbhelpers.cli.main import main
+
+    monkeypatch.setattr(gpu, "report", lambda *a, **k: CPU_ONLY)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert main(["report"]) == 0
+    out, err = capsys.readouterr()
+    shown = out + err + "".join(str(w.message) for w in caught)
+    assert shown.count("Running on the CPU") == 1, shown
+
+
 def test_restore_strength_with_restore_and_the_default_without_either():
     from nbhelpers.cli.flags import inference_config as _config
     from nbhelpers.cli.parser import build_parser
