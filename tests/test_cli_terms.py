@@ -150,6 +150,17 @@ def test_the_other_download_failure_message_in_cli_terms(tmp_path):
     assert_cli_words(text)
 
 
+def test_an_estimated_size_reads_without_nested_brackets(tmp_path):
+    from nbhelpers.weights.downloads import DownloadRow, _failure_message
+    from nbhelpers.weights.manifest import MANIFEST
+
+    entry = next(e for e in MANIFEST if e.size is None and e.approx_bytes)
+    assert entry.expected_text().startswith("about ") and entry.expected_text().endswith(", estimated")
+    row = DownloadRow(entry.name, entry.path, "failed", "", None, 0.0, "HTTP 503 from the host")
+    line = _failure_message(tmp_path, [row], MANIFEST).splitlines()[1]
+    assert line == f"  {entry.path} ({entry.expected_text()}):" and "))" not in line and "~" not in line
+
+
 @pytest.mark.parametrize("command", [
     ["lipsync", "missing-video.mp4", "missing-audio.wav"],
     ["demo", "--tiny"],

@@ -8,6 +8,7 @@ is reported before minutes of work rather than by ffmpeg at the end.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import tempfile
 from pathlib import Path
@@ -31,10 +32,11 @@ def write_problem(folder: str | os.PathLike) -> str:
     """
     folder = Path(folder).expanduser().absolute()
     existing = _nearest_existing(folder)
+    where = "" if existing == folder else f"{existing}/ is "
     if not existing.is_dir():
-        return "a file, not a folder" if existing == folder else f"{existing} is a file, not a folder"
+        return f"{existing} is a file, not a folder" if where else "a file, not a folder"
     if not os.access(existing, os.W_OK | os.X_OK):
-        return "read-only or not yours" if existing == folder else f"{existing}/ is read-only or not yours"
+        return f"{where}read-only or not yours"
     made: list[Path] = []
     try:
         for part in reversed([folder, *folder.parents]):
@@ -43,8 +45,8 @@ def write_problem(folder: str | os.PathLike) -> str:
                 made.append(part)
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".nbhelpers-write-check-"):
             pass
-    except OSError as exc:
-        return exc.strerror or type(exc).__name__
+    except OSError as exc:  # ENOENT for a folder that is there: a file system that takes no new files (/proc)
+        return f"{where}not writable" if exc.errno == errno.ENOENT else exc.strerror or type(exc).__name__
     finally:
         for part in reversed(made):
             with contextlib.suppress(OSError):  # another job put something there meanwhile: it stays

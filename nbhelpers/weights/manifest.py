@@ -114,12 +114,12 @@ class WeightFile:
     cited: str = ""
 
     def expected_text(self) -> str:
-        """The size as a person should read it, marked verified / unverified / estimate."""
+        """The size as a person should read it, marked verified, unverified or estimated."""
         if self.size is not None:
             mark = "verified" if self.size.verified else "unverified"
             return f"{_human(int(self.size.value))} ({mark})"
         if self.approx_bytes:
-            return f"~{_human(self.approx_bytes)} (estimate)"
+            return f"about {_human(self.approx_bytes)}, estimated"
         return "unknown"
 
 
