@@ -143,8 +143,6 @@ class StreamedJob:
         t = self.timings
         streamed = self.config.smooth_boxes <= 1
         written = 0
-        for name in ("faces", "latents", "parsing"):  # one bar per stage, in frames, over the whole job
-            self._bars[name] = self._bar_stack.enter_context(progress.bar(self.source_frames, name))
         for arr in decoded:  # (b, H, W, 3) pieces, already in the frame store
             offset = self._next_offset
             self._next_offset += len(arr)
@@ -192,16 +190,21 @@ class StreamedJob:
             crop, found = self.tracker.add(arr[start:start + step], frames_device=part)
             crops.append(crop)
             has.append(found)
-            self._bars["faces"].update(len(crop))
+            self._bar("faces").update(len(crop))
         return np.concatenate(crops), np.concatenate(has)
 
+    def _bar(self, name: str) -> Any:
+        """The stage's bar of source frames over the whole job, made (its clock started) at the stage's first use."""
+        if name not in self._bars:
+            self._bars[name] = self._bar_stack.enter_context(progress.bar(self.source_frames, name))
+        return self._bars[name]
+
     def _end_bar(self, name: str, count: int) -> None:
-        """End a stage's bar full at the frames it really had (the totals were estimates)."""
+        """Close a stage's bar as the stage ends, full at the frames it really had (the totals were estimates)."""
         pbar = self._bars.get(name)
         if pbar is not None:
-            pbar.total = count
-            pbar.n = count
-            pbar.refresh()
+            pbar.total = pbar.n = count
+            pbar.close()
 
     def _upload(self, arr: np.ndarray) -> Any:
         """A piece's frames on the GPU when under PIECE_ON_GPU_FRACTION of its usable memory, else None."""
@@ -226,13 +229,13 @@ class StreamedJob:
         with t.stage("latents"):  # crop, resize and encode (indexed by source frame: Q6)
             latents = latent_codes.encode_frames(frames, self.crop, face_frames, self.models.vae, seed=config.seed,
                                                  mode=config.latent_mode, batch_size=batch,
-                                                 progress=self._bars["latents"])
+                                                 progress=self._bar("latents"))
         with t.stage("parsing"):  # feathered mask + expanded square; on CUDA the parsing stays on the GPU
             parser = self.pipe.face_parser
             parser.batch_size = batch
             window = None if frames_device is None else Window(frames_device, frames.offset)
             materials = blending.materials_for_frames(frames, self.crop, face_frames, parser, config,
-                                                      progress=self._bars["parsing"], frames_device=window)
+                                                      progress=self._bar("parsing"), frames_device=window)
         import torch
 
         first = len(self.materials)

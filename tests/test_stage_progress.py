@@ -85,8 +85,12 @@ def test_each_stage_of_a_lipsync_has_its_own_bar_that_ends_full(make_media, tiny
         warnings.simplefilter("ignore")
         pipe.lipsync(video, speech, tmp_path / "out.mp4", backend=StillFace())
     lines = shown_bars.getvalue().replace("\r", "\n").splitlines()
+    last = {}
     for stage, frames in (("faces", 8), ("latents", 8), ("parsing", 8), ("generate", 10)):
         shown = [line for line in lines if line.lstrip().startswith(f"{stage}:")]
         assert shown, f"no {stage} bar in {lines}"
         assert f"{frames}/{frames}" in shown[-1] and "100%" in shown[-1], shown[-1]
+        last[stage] = max(i for i, line in enumerate(lines) if line.lstrip().startswith(f"{stage}:"))
+    # each stage's bar is closed when the stage ends (its own time), not redrawn when the whole job ends
+    assert max(last["faces"], last["latents"], last["parsing"]) < last["generate"], lines
     assert not [line for line in lines if "face parsing:" in line or "lipsync:" in line]  # no second bar per stage
