@@ -108,9 +108,7 @@ class StreamedJob:
         self._bars: dict[str, Any] = {}
         self._bar_stack = contextlib.ExitStack()
         self.boxes = boxes
-        self.tracker: Any = None
-        self.track: Any = None
-        self.models: Any = None
+        self.tracker = self.track = self.models = None  # made when tracking starts, it ends, and at the first face
         self.rows: list[int] = []  # latent row of each source frame so far, -1 without a face
         self.crop = np.zeros((0, 4), dtype=np.int32)
         self.latents: Any = None
@@ -290,11 +288,8 @@ class DecodeAhead:
 
     def _put(self, item: Any) -> None:
         while not self._stop.is_set():
-            try:
-                self._queue.put(item, timeout=0.1)
-                return
-            except queue.Full:
-                continue
+            with contextlib.suppress(queue.Full):
+                return self._queue.put(item, timeout=0.1)
 
     def __iter__(self):
         while True:
@@ -312,15 +307,11 @@ class DecodeAhead:
         self._stop.set()
         deadline = time.monotonic() + 30.0  # a read in progress ends with its piece (or when ffmpeg is stopped)
         while self._thread.is_alive() and time.monotonic() < deadline:
-            try:
+            with contextlib.suppress(queue.Empty):
                 self._queue.get(timeout=0.1)
-            except queue.Empty:
-                pass
-        try:
+        with contextlib.suppress(queue.Empty):
             while True:
                 self._queue.get_nowait()
-        except queue.Empty:
-            pass
 
 
 __all__ = ["DecodeAhead", "StreamedJob", "Window", "fit_face_batches"]

@@ -16,13 +16,6 @@ from pathlib import Path
 from ..errors import InputError
 
 
-def _nearest_existing(folder: Path) -> Path:
-    existing = folder
-    while not existing.exists() and existing.parent != existing:
-        existing = existing.parent
-    return existing
-
-
 def write_problem(folder: str | os.PathLike) -> str:
     """Why this process cannot make files in ``folder`` (creating it and its missing parents), or ``""``.
 
@@ -31,7 +24,9 @@ def write_problem(folder: str | os.PathLike) -> str:
     try made is removed again, so that a job that stops early leaves no empty folder behind.
     """
     folder = Path(folder).expanduser().absolute()
-    existing = _nearest_existing(folder)
+    existing = folder
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent
     where = "" if existing == folder else f"{existing}/ is "
     if not existing.is_dir():
         return f"{existing} is a file, not a folder" if where else "a file, not a folder"
@@ -62,8 +57,7 @@ def check_writable(folder: str | os.PathLike, what: str = "the output") -> Path:
             user's, or cannot be made.
     """
     path = Path(folder).expanduser()
-    why = write_problem(path)
-    if why:
+    if why := write_problem(path):
         raise InputError(f"cannot write in {str(path).rstrip(os.sep)}/ ({why}). Give {what} a folder you can "
                          "write in.")
     return path

@@ -447,8 +447,7 @@ def list_files(sets: str | Sequence[str] | None = "all", manifest: Manifest | No
     Raises:
         InputError: An unknown set name; the message lists the valid ones.
     """
-    manifest = MANIFEST if manifest is None else manifest
-    return FileTable(tuple(manifest.select(sets)))
+    return FileTable(tuple((MANIFEST if manifest is None else manifest).select(sets)))
 
 
 def _on_colab() -> bool:
@@ -456,9 +455,9 @@ def _on_colab() -> bool:
 
 
 def _holds_weights(folder: Path, manifest: Manifest | None = None) -> bool:
-    manifest = MANIFEST if manifest is None else manifest
     try:
-        return any((folder / p).is_file() for e in manifest for p in (e.path, *e.alternates))
+        return any((folder / p).is_file() for e in (MANIFEST if manifest is None else manifest)
+                   for p in (e.path, *e.alternates))
     except OSError:
         return False
 
@@ -487,8 +486,7 @@ def default_dir() -> Path:
 
 
 def is_tiny(directory: str | os.PathLike) -> bool:
-    """True when the weights dir ``directory`` holds tiny random test weights (``tiny.json`` of ``make_tiny_weights``).
-    """
+    """True when ``directory`` holds tiny random test weights (``tiny.json`` of ``make_tiny_weights``)."""
     return (Path(directory) / TINY_MARKER).is_file()
 
 
