@@ -198,10 +198,12 @@ class StreamedJob:
         return self._bars[name]
 
     def _end_bar(self, name: str, count: int) -> None:
-        """Close a stage's bar as the stage ends, full at the frames it really had (the totals were estimates)."""
+        """Close a stage's bar as the stage ends, full at the frames it really had (the totals were estimates), with
+        the seconds spent in the stage (its timing; the stages of a piece take turns) as its time."""
         pbar = self._bars.get(name)
         if pbar is not None:
             pbar.total = pbar.n = count
+            pbar.start_t = pbar.last_print_t = time.time() - self.timings.seconds.get(name, 0.0)  # tqdm's clock
             pbar.close()
 
     def _upload(self, arr: np.ndarray) -> Any:

@@ -72,10 +72,21 @@ def test_the_score_says_how_long_cpu_face_tracking_takes_before_it_starts(make_m
 
 
 @pytest.mark.slow
-def test_each_stage_of_a_lipsync_has_its_own_bar_that_ends_full(make_media, tiny_weights, tmp_path, shown_bars):
+def test_each_stage_of_a_lipsync_has_its_own_bar_that_ends_full(make_media, tiny_weights, tmp_path, shown_bars,
+                                                                monkeypatch):
     """The lipsync bar sat at "0/187" through finding faces, latents and parsing: each stage now counts its own
-    frames, and each bar ends at the frames the stage really had (8 source frames, 10 output frames)."""
+    frames, and each bar ends at the frames the stage really had (8 source frames, 10 output frames), closed when
+    its stage ends with the stage's own time."""
     import nbhelpers as nbh
+    from nbhelpers.offline import StreamedJob
+
+    end_bar = StreamedJob._end_bar
+
+    def after_an_hour(self, name, count):  # the stage's timing says an hour: its bar shows an hour
+        self.timings.seconds[name] = 3600.0
+        end_bar(self, name, count)
+
+    monkeypatch.setattr(StreamedJob, "_end_bar", after_an_hour)
 
     video = make_media("testsrc-96-8f.mp4", "-f", "lavfi", "-i", "testsrc=size=96x96:rate=25", "-frames:v", "8",
                        "-pix_fmt", "yuv420p")
@@ -93,6 +104,7 @@ def test_each_stage_of_a_lipsync_has_its_own_bar_that_ends_full(make_media, tiny
         last[stage] = max(i for i, line in enumerate(lines) if line.lstrip().startswith(f"{stage}:"))
     # each stage's bar is closed when the stage ends (its own time), not redrawn when the whole job ends
     assert max(last["faces"], last["latents"], last["parsing"]) < last["generate"], lines
+    assert all("[1:00:00<" in lines[last[stage]] for stage in ("faces", "latents", "parsing")), lines
     assert not [line for line in lines if "face parsing:" in line or "lipsync:" in line]  # no second bar per stage
 
 
