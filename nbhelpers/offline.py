@@ -152,7 +152,7 @@ class StreamedJob:
                 self.rows.extend([-1] * len(arr))
                 continue
             face_frames = offset + np.flatnonzero(has)
-            frames_device = self._prepare(Window(arr, offset), face_frames, arr, frames_device)
+            self._prepare(Window(arr, offset), face_frames, arr, frames_device)
             stop = min(self.n_out, offset + len(arr))
             if stop > written:
                 if self.models is None or not has[written - offset:stop - offset].any():
@@ -215,13 +215,13 @@ class StreamedJob:
         with self.timings.stage("upload"):
             return gpu.to_device(arr, self.pipe.device)
 
-    def _prepare(self, frames: Any, face_frames: np.ndarray, arr: Any, frames_device: Any):
-        """Latents and blend material of ``face_frames`` (clip indices); returns ``frames_device``."""
+    def _prepare(self, frames: Any, face_frames: np.ndarray, arr: Any, frames_device: Any) -> None:
+        """Latents and blend material of ``face_frames`` (clip indices)."""
         t, config = self.timings, self.config
         if arr is not None:
             self.rows.extend([-1] * len(arr))
         if face_frames.size == 0:
-            return frames_device
+            return
         if self.models is None:
             with t.stage("models"):  # loaded once per pipeline: no time here on a second job
                 self.models = self.pipe.models_for(config)
@@ -243,7 +243,6 @@ class StreamedJob:
             self.rows[int(i)] = first + k
         self.latents = latents if self.latents is None else torch.cat([self.latents, latents])
         self.materials.extend(materials)
-        return frames_device
 
     def _source(self, frames: Any, frames_device: Any) -> SourceFaces:
         rows = np.asarray(self.rows[:len(frames)], dtype=np.int64)
