@@ -41,8 +41,7 @@ class FrameStore:
     """
 
     def __init__(self, height: int, width: int, directory: str | os.PathLike | None = None):
-        self.height = int(height)
-        self.width = int(width)
+        self.height, self.width = int(height), int(width)
         self._own_dir = directory is None
         lock = None
         if self._own_dir:
@@ -89,11 +88,10 @@ class FrameStore:
         self._n += len(frames)
         return self._n - len(frames)
 
-    def tee(self, frames: Iterable[np.ndarray]) -> Iterator[np.ndarray]:
-        """Yield ``frames`` unchanged while appending each to the store (decode once, use twice)."""
-        for frame in frames:
-            self.append(frame)
-            yield frame
+    def tee(self, frames: Iterable[np.ndarray], frame_count: int | None = None) -> Iterable[np.ndarray]:
+        """``frames`` unchanged, each appended to the store as it is read (decode once, use twice); the result's
+        ``frame_count`` is the count given, for a face track's bar (None: unknown)."""
+        return _Tee(self, frames, frame_count)
 
     def finish(self) -> FrameStore:
         """Close the file and map it for reading; returns self."""
@@ -152,6 +150,16 @@ def check_disk_for_frames(n_frames: int, height: int, width: int, directory: str
     return need
 
 
+class _Tee:
+    def __init__(self, store: FrameStore, frames: Iterable[np.ndarray], frame_count: int | None):
+        self.store, self.frames, self.frame_count = store, frames, frame_count
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        for frame in self.frames:
+            self.store.append(frame)
+            yield frame
+
+
 def expected_frames(info, default: int) -> int:
     """Upper estimate of the 25 fps frames of a probed video (a :class:`nbhelpers.media.MediaInfo`): its stored
     frames when it has one frame or is stored at 25 fps and they were counted, else duration x 25 + 1; 1 for a
@@ -167,8 +175,7 @@ def expected_frames(info, default: int) -> int:
 
 
 def _remove(path: Path, own_dir: Path | None, lock: int | None = None) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()
+    path.unlink(missing_ok=True)
     if own_dir is not None:
         shutil.rmtree(own_dir, ignore_errors=True)
     if lock is not None:
@@ -211,11 +218,9 @@ def remove_stale_frames(folder: str | os.PathLike | None = None, unlocked_age_s:
     removed = []
     for candidate in Path(folder if folder is not None else tempfile.gettempdir()).glob(PREFIX + "*"):
         try:
-            if not candidate.is_dir() or candidate.is_symlink():
+            if not candidate.is_dir() or candidate.is_symlink() or (candidate / NO_LOCK_NAME).exists():
                 continue
             lock_path = candidate / LOCK_NAME
-            if (candidate / NO_LOCK_NAME).exists():
-                continue
             if not lock_path.exists():
                 if time.time() - candidate.stat().st_mtime > unlocked_age_s:
                     shutil.rmtree(candidate)

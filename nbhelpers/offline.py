@@ -108,10 +108,8 @@ class StreamedJob:
         self._bars: dict[str, Any] = {}
         self._bar_stack = contextlib.ExitStack()
         self.boxes = boxes
-        self.tracker: Any = None
-        self.track: Any = None
+        self.tracker = self.track = self.models = None  # made when tracking starts, it ends, and at the first face
         self.turns: list[Any] = []  # face="speaker": who spoke when (faces.speaker.Turn)
-        self.models: Any = None
         self.rows: list[int] = []  # latent row of each source frame so far, -1 without a face
         self.crop = np.zeros((0, 4), dtype=np.int32)
         self.latents: Any = None
@@ -147,8 +145,6 @@ class StreamedJob:
         t = self.timings
         streamed = self.config.smooth_boxes <= 1
         written = 0
-        for name in ("faces", "latents", "parsing"):  # one bar per stage, in frames, over the whole job
-            self._bars[name] = self._bar_stack.enter_context(progress.bar(self.source_frames, name))
         for arr in decoded:  # (b, H, W, 3) pieces, already in the frame store
             offset = self._next_offset
             self._next_offset += len(arr)
@@ -160,7 +156,7 @@ class StreamedJob:
                 self.rows.extend([-1] * len(arr))
                 continue
             face_frames = offset + np.flatnonzero(has)
-            frames_device = self._prepare(Window(arr, offset), face_frames, arr, frames_device)
+            self._prepare(Window(arr, offset), face_frames, arr, frames_device)
             stop = min(self.n_out, offset + len(arr))
             if stop > written:
                 if self.models is None or not has[written - offset:stop - offset].any():
@@ -196,16 +192,23 @@ class StreamedJob:
             crop, found = self.tracker.add(arr[start:start + step], frames_device=part)
             crops.append(crop)
             has.append(found)
-            self._bars["faces"].update(len(crop))
+            self._bar("faces").update(len(crop))
         return np.concatenate(crops), np.concatenate(has)
 
+    def _bar(self, name: str) -> Any:
+        """The stage's bar of source frames over the whole job, made (its clock started) at the stage's first use."""
+        if name not in self._bars:
+            self._bars[name] = self._bar_stack.enter_context(progress.bar(self.source_frames, name))
+        return self._bars[name]
+
     def _end_bar(self, name: str, count: int) -> None:
-        """End a stage's bar full at the frames it really had (the totals were estimates)."""
+        """Close a stage's bar as the stage ends, full at the frames it really had (the totals were estimates), with
+        the seconds spent in the stage (its timing; the stages of a piece take turns) as its time."""
         pbar = self._bars.get(name)
         if pbar is not None:
-            pbar.total = count
-            pbar.n = count
-            pbar.refresh()
+            pbar.total = pbar.n = count
+            pbar.start_t = pbar.last_print_t = time.time() - self.timings.seconds.get(name, 0.0)  # tqdm's clock
+            pbar.close()
 
     def _upload(self, arr: np.ndarray) -> Any:
         """A piece's frames on the GPU when under PIECE_ON_GPU_FRACTION of its usable memory, else None."""
@@ -216,13 +219,13 @@ class StreamedJob:
         with self.timings.stage("upload"):
             return gpu.to_device(arr, self.pipe.device)
 
-    def _prepare(self, frames: Any, face_frames: np.ndarray, arr: Any, frames_device: Any):
-        """Latents and blend material of ``face_frames`` (clip indices); returns ``frames_device``."""
+    def _prepare(self, frames: Any, face_frames: np.ndarray, arr: Any, frames_device: Any) -> None:
+        """Latents and blend material of ``face_frames`` (clip indices)."""
         t, config = self.timings, self.config
         if arr is not None:
             self.rows.extend([-1] * len(arr))
         if face_frames.size == 0:
-            return frames_device
+            return
         if self.models is None:
             with t.stage("models"):  # loaded once per pipeline: no time here on a second job
                 self.models = self.pipe.models_for(config)
@@ -230,13 +233,13 @@ class StreamedJob:
         with t.stage("latents"):  # crop, resize and encode (indexed by source frame: Q6)
             latents = latent_codes.encode_frames(frames, self.crop, face_frames, self.models.vae, seed=config.seed,
                                                  mode=config.latent_mode, batch_size=batch,
-                                                 progress=self._bars["latents"])
+                                                 progress=self._bar("latents"))
         with t.stage("parsing"):  # feathered mask + expanded square; on CUDA the parsing stays on the GPU
             parser = self.pipe.face_parser
             parser.batch_size = batch
             window = None if frames_device is None else Window(frames_device, frames.offset)
             materials = blending.materials_for_frames(frames, self.crop, face_frames, parser, config,
-                                                      progress=self._bars["parsing"], frames_device=window)
+                                                      progress=self._bar("parsing"), frames_device=window)
         import torch
 
         first = len(self.materials)
@@ -244,7 +247,6 @@ class StreamedJob:
             self.rows[int(i)] = first + k
         self.latents = latents if self.latents is None else torch.cat([self.latents, latents])
         self.materials.extend(materials)
-        return frames_device
 
     def _source(self, frames: Any, frames_device: Any) -> SourceFaces:
         rows = np.asarray(self.rows[:len(frames)], dtype=np.int64)
@@ -291,11 +293,8 @@ class DecodeAhead:
 
     def _put(self, item: Any) -> None:
         while not self._stop.is_set():
-            try:
-                self._queue.put(item, timeout=0.1)
-                return
-            except queue.Full:
-                continue
+            with contextlib.suppress(queue.Full):
+                return self._queue.put(item, timeout=0.1)
 
     def __iter__(self):
         while True:
@@ -313,15 +312,11 @@ class DecodeAhead:
         self._stop.set()
         deadline = time.monotonic() + 30.0  # a read in progress ends with its piece (or when ffmpeg is stopped)
         while self._thread.is_alive() and time.monotonic() < deadline:
-            try:
+            with contextlib.suppress(queue.Empty):
                 self._queue.get(timeout=0.1)
-            except queue.Empty:
-                pass
-        try:
+        with contextlib.suppress(queue.Empty):
             while True:
                 self._queue.get_nowait()
-        except queue.Empty:
-            pass
 
 
 __all__ = ["DecodeAhead", "StreamedJob", "Window", "fit_face_batches"]

@@ -25,9 +25,7 @@ def bar(total: int | float | None = None, desc: str = "", unit: str = "frame", *
     """
     from tqdm.auto import tqdm
 
-    options = dict(_settings)
-    options.update(kwargs)
-    return tqdm(total=total, desc=desc, unit=unit, **options)
+    return tqdm(total=total, desc=desc, unit=unit, **{**_settings, **kwargs})
 
 
 def stage_bar(progress: Any, total: int, desc: str, unit: str = "frame"):

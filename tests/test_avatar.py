@@ -96,12 +96,15 @@ def test_prepared_avatar_equals_a_fresh_load_of_its_cache(prepared):
     np.testing.assert_array_equal(np.asarray(mine[:]), theirs[:])
 
 
-def test_a_failed_prepare_stops_the_frame_writer_and_leaves_nothing(clip, tiny_weights, config, tmp_path,
-                                                                    monkeypatch):
+@pytest.mark.parametrize("stage, error", [("nbhelpers.blending.materials_for_frames", RuntimeError),
+                                          ("nbhelpers.faces.track", KeyboardInterrupt)])
+def test_a_failed_prepare_stops_the_frame_writer_and_leaves_nothing(stage, error, clip, tiny_weights, config,
+                                                                    tmp_path, monkeypatch):
+    """An error or Ctrl-C part way left an empty avatar folder: nothing the preparation made is left."""
     import threading
 
-    from nbhelpers import blending, prepare_avatar
     from nbhelpers import framestore as fs_mod
+    from nbhelpers import prepare_avatar
 
     stores = []
     real_store = fs_mod.FrameStore
@@ -112,16 +115,18 @@ def test_a_failed_prepare_stops_the_frame_writer_and_leaves_nothing(clip, tiny_w
             stores.append(self)
 
     def broken(*a, **k):
-        raise RuntimeError("parsing failed on purpose")
+        raise error("failed on purpose")
 
     monkeypatch.setattr("nbhelpers.avatar.prepare.FrameStore", Recording)
-    monkeypatch.setattr(blending, "materials_for_frames", broken)
-    folder = tmp_path / "face"
-    with pytest.raises(RuntimeError, match="on purpose"):
-        prepare_avatar(clip, folder, config=config, boxes=BOX, weights_dir=tiny_weights)
-    assert list(folder.iterdir()) == []  # no .building- folder, no partial frames.mkv, no manifest
+    monkeypatch.setattr(stage, broken)
+    (tmp_path / "kept").mkdir()
+    for folder in (tmp_path / "new" / "face", tmp_path / "kept"):
+        with pytest.raises(error, match="on purpose"):
+            prepare_avatar(clip, folder, config=config, boxes=BOX, weights_dir=tiny_weights)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept"]  # no avatar folder, nor the folder made for it
+    assert list((tmp_path / "kept").iterdir()) == []  # a folder given is kept, without a .building- folder
     assert not any(t.name == "avatar-ffv1" for t in threading.enumerate())
-    assert len(stores) == 1 and not stores[0].path.exists() and not stores[0].directory.exists()
+    assert len(stores) == 2 and not any(s.path.exists() or s.directory.exists() for s in stores)
 
 
 def test_reload_without_recomputation(prepared, clip, tiny_weights, config, monkeypatch):

@@ -150,6 +150,17 @@ def test_the_other_download_failure_message_in_cli_terms(tmp_path):
     assert_cli_words(text)
 
 
+def test_an_estimated_size_reads_without_nested_brackets(tmp_path):
+    from nbhelpers.weights.downloads import DownloadRow, _failure_message
+    from nbhelpers.weights.manifest import MANIFEST
+
+    entry = next(e for e in MANIFEST if e.size is None and e.approx_bytes)
+    assert entry.expected_text().startswith("about ") and entry.expected_text().endswith(", estimated")
+    row = DownloadRow(entry.name, entry.path, "failed", "", None, 0.0, "HTTP 503 from the host")
+    line = _failure_message(tmp_path, [row], MANIFEST).splitlines()[1]
+    assert line == f"  {entry.path} ({entry.expected_text()}):" and "))" not in line and "~" not in line
+
+
 @pytest.mark.parametrize("command", [
     ["lipsync", "missing-video.mp4", "missing-audio.wav"],
     ["demo", "--tiny"],
@@ -171,6 +182,28 @@ def test_restore_strength_without_restore_is_refused_before_any_work(command, ca
     assert err.startswith("error: --restore-strength 0.5 blends the restored face into the generated one, but no "
                           "face restorer is chosen: add --restore NAME (gfpgan, restoreformer, codeformer)")
     assert_cli_words(err)
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "2", "x"])
+def test_a_restore_strength_out_of_its_rule_is_refused_for_that_before_the_missing_restorer(value, capsys):
+    from nbhelpers.cli.main import main
+
+    assert main(["lipsync", "missing-video.mp4", "missing-audio.wav", "--restore-strength", value]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --restore-strength must be a finite number from 0 to 1; got ") and value in err
+    assert "restorer" not in err
+
+
+def test_report_prints_the_cpu_warning_once(capsys, monkeypatch):
+    from nbhelpers.cli.main import main
+
+    monkeypatch.setattr(gpu, "report", lambda *a, **k: CPU_ONLY)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert main(["report"]) == 0
+    out, err = capsys.readouterr()
+    shown = out + err + "".join(str(w.message) for w in caught)
+    assert shown.count("Running on the CPU") == 1, shown
 
 
 def test_restore_strength_with_restore_and_the_default_without_either():

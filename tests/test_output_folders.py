@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -51,6 +52,23 @@ def test_check_writable_names_the_folder_and_why(read_only, tmp_path):
     # a folder that can be made passes, and the check leaves no folder behind
     assert write_problem(tmp_path / "new" / "sub") == "" and not (tmp_path / "new").exists()
     assert check_writable(tmp_path) == tmp_path and os.listdir(tmp_path) == ["file"]
+
+
+@pytest.mark.notorch
+@pytest.mark.skipif(not Path("/proc/self").exists(), reason="no /proc here")
+@pytest.mark.parametrize("folder, shown", [("/proc", "/proc/"), ("/proc/nbh-x", "/proc/nbh-x/")])
+def test_a_folder_of_proc_is_not_writable_rather_than_missing(folder, shown, tmp_path):
+    """/proc is there, yet a file or folder made in it is "not found": the reason is that it cannot be written."""
+    from nbhelpers.checks import output_path_for
+
+    video, audio = tmp_path / "face.mp4", tmp_path / "speech.wav"
+    video.write_bytes(b"v")
+    audio.write_bytes(b"a")
+    with pytest.raises(InputError) as caught:
+        output_path_for(Path(folder) / "out.mp4", video, audio)
+    text = str(caught.value)
+    assert text.startswith(f"cannot write in {shown} (") and "No such file" not in text
+    assert re.search(r"not writable|read-only|not yours|[Pp]ermission", text), text
 
 
 @pytest.mark.notorch

@@ -72,10 +72,21 @@ def test_the_score_says_how_long_cpu_face_tracking_takes_before_it_starts(make_m
 
 
 @pytest.mark.slow
-def test_each_stage_of_a_lipsync_has_its_own_bar_that_ends_full(make_media, tiny_weights, tmp_path, shown_bars):
+def test_each_stage_of_a_lipsync_has_its_own_bar_that_ends_full(make_media, tiny_weights, tmp_path, shown_bars,
+                                                                monkeypatch):
     """The lipsync bar sat at "0/187" through finding faces, latents and parsing: each stage now counts its own
-    frames, and each bar ends at the frames the stage really had (8 source frames, 10 output frames)."""
+    frames, and each bar ends at the frames the stage really had (8 source frames, 10 output frames), closed when
+    its stage ends with the stage's own time."""
     import nbhelpers as nbh
+    from nbhelpers.offline import StreamedJob
+
+    end_bar = StreamedJob._end_bar
+
+    def after_an_hour(self, name, count):  # the stage's timing says an hour: its bar shows an hour
+        self.timings.seconds[name] = 3600.0
+        end_bar(self, name, count)
+
+    monkeypatch.setattr(StreamedJob, "_end_bar", after_an_hour)
 
     video = make_media("testsrc-96-8f.mp4", "-f", "lavfi", "-i", "testsrc=size=96x96:rate=25", "-frames:v", "8",
                        "-pix_fmt", "yuv420p")
@@ -85,8 +96,34 @@ def test_each_stage_of_a_lipsync_has_its_own_bar_that_ends_full(make_media, tiny
         warnings.simplefilter("ignore")
         pipe.lipsync(video, speech, tmp_path / "out.mp4", backend=StillFace())
     lines = shown_bars.getvalue().replace("\r", "\n").splitlines()
+    last = {}
     for stage, frames in (("faces", 8), ("latents", 8), ("parsing", 8), ("generate", 10)):
         shown = [line for line in lines if line.lstrip().startswith(f"{stage}:")]
         assert shown, f"no {stage} bar in {lines}"
         assert f"{frames}/{frames}" in shown[-1] and "100%" in shown[-1], shown[-1]
+        last[stage] = max(i for i, line in enumerate(lines) if line.lstrip().startswith(f"{stage}:"))
+    # each stage's bar is closed when the stage ends (its own time), not redrawn when the whole job ends
+    assert max(last["faces"], last["latents"], last["parsing"]) < last["generate"], lines
+    assert all("[1:00:00<" in lines[last[stage]] for stage in ("faces", "latents", "parsing")), lines
     assert not [line for line in lines if "face parsing:" in line or "lipsync:" in line]  # no second bar per stage
+
+
+@pytest.mark.slow
+def test_avatar_prepare_prints_its_estimate_then_counts_faces_to_the_frame_count(make_media, tiny_weights, tmp_path,
+                                                                                shown_bars, monkeypatch):
+    """The faces bar of avatar prepare had no total, and nothing said how long the preparation would take."""
+    import nbhelpers as nbh
+
+    video = make_media("testsrc-96-8f.mp4", "-f", "lavfi", "-i", "testsrc=size=96x96:rate=25", "-frames:v", "8",
+                       "-pix_fmt", "yuv420p")
+    pipe = nbh.MuseTalkPipeline.from_pretrained(tiny_weights, nbh.InferenceConfig(device="cpu", batch_size=4))
+    monkeypatch.setattr(warnings, "showwarning", lambda message, *a, **k: shown_bars.write(f"WARNING {message}\n"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        nbh.prepare_avatar(video, tmp_path / "avatar", pipe, backend=StillFace())
+    lines = shown_bars.getvalue().replace("\r", "\n").splitlines()
+    estimate = next(i for i, line in enumerate(lines) if line.startswith("WARNING Running on the CPU"))
+    assert "8 frames take about" in lines[estimate] and "faces" in lines[estimate], lines[estimate]
+    shown = [(i, line) for i, line in enumerate(lines) if line.lstrip().startswith("faces:")]
+    assert shown and estimate < shown[0][0], lines
+    assert all("/8 " in line for _, line in shown) and "8/8" in shown[-1][1] and "100%" in shown[-1][1], shown

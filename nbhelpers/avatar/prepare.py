@@ -6,10 +6,10 @@ Source: ``scripts/realtime_inference.py:87-210``, without its stdin prompts (qui
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from ..checks import check_boxes, check_video, check_weights_dir, given_boxes, n
 from ..config import InferenceConfig
 from ..engine import Timings, flush_denormals
 from ..errors import CacheError, InputError, NoFaceError
+from ..faces.boxes import single_box
 from ..faces.speaker import choose_face
 from ..framestore import FrameStore, check_disk_for_frames, expected_frames
 from ..pipeline import MuseTalkPipeline
@@ -157,31 +158,36 @@ def _build(pipe: MuseTalkPipeline, video: Path, video_info: Any, directory: Path
     run_config = pipe.job_config(config if owns else config.replace(device=None, fp16=None))
     pipe.check_weights(run_config.landmark_backend)
     reader = media.load_video(video)
-    check_disk_for_frames(expected_frames(video_info, 1), reader.height, reader.width)
+    # the frames: one per box given for each, else an upper estimate until decoding ends (the faces bar's total)
+    n_src = len(boxes) if boxes is not None and single_box(boxes) is None else expected_frames(video_info, 1)
+    check_disk_for_frames(n_src, reader.height, reader.width)
     store = FrameStore(reader.height, reader.width)
+    made = [p for p in (directory, *directory.parents) if not p.exists()]  # removed again unless an avatar is in
     directory.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".building-", dir=directory))
     writer: BackgroundWrite | None = None
     kept = False  # the frame store becomes the new avatar's frames (no decode of the file just written)
     timings = Timings()
     try:
-        # 2. media and faces: every frame decoded to local disk while its face is tracked
         with timings.stage("frames"):
             detector = ("auto" if config.landmark_backend == "boxes"
                         else pipe.landmarks(backend or run_config.landmark_backend))
+        # 2. gpu: the preparation's batch (on the CPU the time it takes is printed before the faces are tracked)
+        run_config = pipe.plan("avatar", run_config, n_src, (reader.height, reader.width),
+                               landmark_backend="boxes" if detector == "auto" else getattr(detector, "name", None))
+        batch = int(run_config.batch_size or 8)
+        # 3. media and faces: every frame decoded to local disk while its face is tracked
+        with timings.stage("frames"):
             # a point or box in a later frame: its track number (the manifest keeps the choice as given)
             tracked = config if boxes is not None or detector == "auto" else choose_face(
                 config, lambda: pipe.faces(video, config=config, backend=detector))[0]
             try:
-                track = faces.track(store.tee(reader), backend=pipe.detections.wrap(detector, video), config=tracked,
-                                    boxes=boxes, weights_dir=pipe.weights_dir)
+                track = faces.track(store.tee(reader, n_src), backend=pipe.detections.wrap(detector, video),
+                                    config=tracked, boxes=boxes, weights_dir=pipe.weights_dir)
             except NoFaceError as exc:
                 raise no_face_in_rotated_video(exc, video_info) from None
             store.finish()
             reader.close()
-        # 3. gpu: the preparation's batch
-        run_config = pipe.plan("avatar", run_config, len(store), store.frame_shape[:2])
-        batch = int(run_config.batch_size or 8)
         pipe.compile_for(batch, parts=("encoder", "parser"))  # in the background: eager until ready
         face_frames = np.flatnonzero(track.has_face)
         h, w = store.frame_shape[:2]
@@ -211,20 +217,19 @@ def _build(pipe: MuseTalkPipeline, video: Path, video_info: Any, directory: Path
         with timings.stage("frames_file"):
             n_written, frames_size, frames_sha = writer.result()
         writer = None
-        finish_start = time.perf_counter()
-        if n_written != len(store):
-            raise CacheError(f"wrote {n_written} of {len(store)} frames")
-        files = {FRAMES_FILE: file_entry(work / FRAMES_FILE, frames_size, frames_sha),
-                 ARRAYS_FILE: file_entry(work / ARRAYS_FILE)}
-        write_manifest(work, directory, manifest(config, key, video, pipe.weights_dir, (h, w), len(store),
-                                                 len(face_frames), track.backend, files))
-        # Arrays read back from the cache, frames from the store; clips plan their own batch.
-        clip_config = run_config.replace(batch_size=config.batch_size,
-                                         reasons={k: v for k, v in run_config.reasons.items() if k != "batch_size"})
-        avatar = Avatar.load(directory, pipe, config=clip_config, check=False)
-        avatar._frames = store
-        kept = True
-        timings.add("finish", time.perf_counter() - finish_start)
+        with timings.stage("finish"):
+            if n_written != len(store):
+                raise CacheError(f"wrote {n_written} of {len(store)} frames")
+            files = {FRAMES_FILE: file_entry(work / FRAMES_FILE, frames_size, frames_sha),
+                     ARRAYS_FILE: file_entry(work / ARRAYS_FILE)}
+            write_manifest(work, directory, manifest(config, key, video, pipe.weights_dir, (h, w), len(store),
+                                                     len(face_frames), track.backend, files))
+            # Arrays read back from the cache, frames from the store; clips plan their own batch.
+            clip_config = run_config.replace(batch_size=config.batch_size, reasons={
+                k: v for k, v in run_config.reasons.items() if k != "batch_size"})
+            avatar = Avatar.load(directory, pipe, config=clip_config, check=False)
+            avatar._frames = store
+            kept = True
     finally:
         if writer is not None:  # an error before the frames were written: stop the encoder before cleaning up
             writer.cancel()
@@ -232,6 +237,9 @@ def _build(pipe: MuseTalkPipeline, video: Path, video_info: Any, directory: Path
         if not kept:
             store.close()
         shutil.rmtree(work, ignore_errors=True)
+        for part in made if not kept else ():
+            with contextlib.suppress(OSError):  # not empty: a complete avatar, or what another job put there
+                part.rmdir()
     avatar.prepare_timings = {k: round(v, 4) for k, v in timings.seconds.items()}
     avatar._owns_pipe = owns
     avatar.loaded_from_cache = False

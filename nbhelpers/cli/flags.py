@@ -134,15 +134,15 @@ def inference_config(args: argparse.Namespace) -> InferenceConfig:
 
 
 def check_restore(args: argparse.Namespace) -> None:
-    """Refuse ``--restore-strength`` without ``--restore`` before any work: the strength blends the restorer's
-    output, and no avatar or jobs-file row names a restorer of its own, so alone it would be silently ignored.
+    """Refuse ``--restore-strength`` out of its rule, or without ``--restore``, before any work: the strength blends
+    the restorer's output, and no avatar or jobs-file row names a restorer of its own, so alone it would be ignored.
 
     Raises:
-        InputError: ``--restore-strength`` given and ``--restore`` not.
+        InputError: ``--restore-strength`` not a finite number from 0 to 1, or given and ``--restore`` not.
     """
     strength = getattr(args, "restore_strength", None)
     if strength is not None and getattr(args, "restore", None) is None:
-        shown = f"{strength:g}" if isinstance(strength, float) else repr(strength)
-        raise InputError(f"--restore-strength {shown} blends the restored face into the generated one, but no face "
+        strength = InferenceConfig(restore_strength=strength).restore_strength  # NaN, inf, text: refused first
+        raise InputError(f"--restore-strength {strength:g} blends the restored face into the generated one, but no face "
                          f"restorer is chosen: add --restore NAME ({', '.join(RESTORERS)}), or leave "
                          "--restore-strength out.")

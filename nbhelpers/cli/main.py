@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     run = in_cli_terms(COMMANDS[args.command])  # messages in flag names, not Python names or notebooks
     previous = _terminate_like_interrupt()
     try:
-        check_restore(args)  # before any download, model or frame
+        in_cli_terms(check_restore)(args)  # before any download, model or frame
         return int(run(args) or 0)
     except NbHelpersError as exc:
         message = str(exc)

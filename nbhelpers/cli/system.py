@@ -31,8 +31,8 @@ def verify(args: argparse.Namespace) -> int:
 
 
 def report(args: argparse.Namespace) -> int:
-    """``report``: the GPU report and the plan of a lip-sync job here."""
+    """``report``: the GPU report and the plan of a lip-sync job here (its warnings shown once, in the plan)."""
     rep = gpu.report()
     print(rep)
-    print(gpu.plan(kind="lipsync", report=rep))
+    print(gpu.plan(kind="lipsync", report=rep, warn=False))
     return 0

@@ -8,18 +8,12 @@ is reported before minutes of work rather than by ffmpeg at the end.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import tempfile
 from pathlib import Path
 
 from ..errors import InputError
-
-
-def _nearest_existing(folder: Path) -> Path:
-    existing = folder
-    while not existing.exists() and existing.parent != existing:
-        existing = existing.parent
-    return existing
 
 
 def write_problem(folder: str | os.PathLike) -> str:
@@ -30,11 +24,14 @@ def write_problem(folder: str | os.PathLike) -> str:
     try made is removed again, so that a job that stops early leaves no empty folder behind.
     """
     folder = Path(folder).expanduser().absolute()
-    existing = _nearest_existing(folder)
+    existing = folder
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent
+    where = "" if existing == folder else f"{existing}/ is "
     if not existing.is_dir():
-        return "a file, not a folder" if existing == folder else f"{existing} is a file, not a folder"
+        return f"{existing} is a file, not a folder" if where else "a file, not a folder"
     if not os.access(existing, os.W_OK | os.X_OK):
-        return "read-only or not yours" if existing == folder else f"{existing}/ is read-only or not yours"
+        return f"{where}read-only or not yours"
     made: list[Path] = []
     try:
         for part in reversed([folder, *folder.parents]):
@@ -43,8 +40,8 @@ def write_problem(folder: str | os.PathLike) -> str:
                 made.append(part)
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".nbhelpers-write-check-"):
             pass
-    except OSError as exc:
-        return exc.strerror or type(exc).__name__
+    except OSError as exc:  # ENOENT for a folder that is there: a file system that takes no new files (/proc)
+        return f"{where}not writable" if exc.errno == errno.ENOENT else exc.strerror or type(exc).__name__
     finally:
         for part in reversed(made):
             with contextlib.suppress(OSError):  # another job put something there meanwhile: it stays
@@ -60,8 +57,7 @@ def check_writable(folder: str | os.PathLike, what: str = "the output") -> Path:
             user's, or cannot be made.
     """
     path = Path(folder).expanduser()
-    why = write_problem(path)
-    if why:
+    if why := write_problem(path):
         raise InputError(f"cannot write in {str(path).rstrip(os.sep)}/ ({why}). Give {what} a folder you can "
                          "write in.")
     return path

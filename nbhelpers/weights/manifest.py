@@ -114,12 +114,12 @@ class WeightFile:
     cited: str = ""
 
     def expected_text(self) -> str:
-        """The size as a person should read it, marked verified / unverified / estimate."""
+        """The size as a person should read it, marked verified, unverified or estimated."""
         if self.size is not None:
             mark = "verified" if self.size.verified else "unverified"
             return f"{_human(int(self.size.value))} ({mark})"
         if self.approx_bytes:
-            return f"~{_human(self.approx_bytes)} (estimate)"
+            return f"about {_human(self.approx_bytes)}, estimated"
         return "unknown"
 
 
@@ -449,8 +449,7 @@ def list_files(sets: str | Sequence[str] | None = "all", manifest: Manifest | No
     Raises:
         InputError: An unknown set name; the message lists the valid ones.
     """
-    manifest = MANIFEST if manifest is None else manifest
-    return FileTable(tuple(manifest.select(sets)))
+    return FileTable(tuple((MANIFEST if manifest is None else manifest).select(sets)))
 
 
 def _holds_weights(folder: Path) -> bool:
@@ -480,8 +479,7 @@ def default_dir() -> Path:
 
 
 def is_tiny(directory: str | os.PathLike) -> bool:
-    """True when the weights dir ``directory`` holds tiny random test weights (``tiny.json`` of ``make_tiny_weights``).
-    """
+    """True when ``directory`` holds tiny random test weights (``tiny.json`` of ``make_tiny_weights``)."""
     return (Path(directory) / TINY_MARKER).is_file()
 
 
