@@ -46,6 +46,7 @@ RANKS = {
     "blending": 1,
     "restore": 1,
     "models": 1,
+    "quality": 1,  # sync measures (SyncNet, MFCC, mouth-audio lag): faces and models, no job
     # 2 engine
     "engine": 2,
     "checks": 2,
@@ -58,7 +59,6 @@ RANKS = {
     "avatar": 4,
     "live": 4,
     "batch": 4,
-    "quality": 4,
     "testing": 4,
     # 5 front ends
     "ui": 5,
