@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from . import gpu, media, restore, weights
-from .config import InferenceConfig
+from .config import InferenceConfig, parse_face
 from .constants import FPS, SAMPLE_RATE
 from .errors import InputError, MediaError, NoFaceError, SilentAudioWarning
 from .faces.boxes import boxes_count_message, single_box, user_boxes
@@ -164,9 +164,24 @@ def check_inputs(video: Any, audio: Any, output: Any = None, *, config: Inferenc
     if boxes is None and config.landmark_backend == "boxes":
         raise InputError("landmark_backend='boxes' needs boxes=: one (x1, y1, x2, y2) for the clip or one per frame.")
     check_boxes(boxes, video_path, video_info)
+    check_face(config.face, video_info)
     if config.restore is not None:
         restore.check_available(config.restore, weights_path)
     return video_path, audio_path, output_path, weights_path, video_info, audio_info
+
+
+def check_face(face: Any, video_info: Any) -> None:
+    """InputError when ``face`` (``InferenceConfig.face``) is a point outside the frame of ``video_info`` (a
+    :class:`~nbhelpers.media.MediaInfo`, upright size) or a box that does not overlap it."""
+    choice = parse_face(face)
+    if choice.kind not in ("point", "box"):
+        return
+    w, h = int(video_info.width), int(video_info.height)
+    x1, y1, x2, y2 = choice.box or choice.point * 2
+    if x2 < 0 or y2 < 0 or x1 >= w or y1 >= h:
+        raise InputError(f"face={face!r} lies outside the frame: the video is {w}x{h} pixels (x from 0 to "
+                         f"{w - 1}, y from 0 to {h - 1}). Give a point x,y or a box x1,y1,x2,y2 on the face, in "
+                         "pixels of the frame.")
 
 
 def given_boxes(boxes: Any) -> Any:
@@ -248,5 +263,5 @@ def one_frame_boxes(boxes: Any, frame_index: int) -> Any:
     return [boxes[int(frame_index)]]
 
 
-__all__ = ["check_audio", "check_boxes", "check_inputs", "check_video", "check_weights_dir", "given_boxes",
-           "no_face_in_rotated_video", "one_frame_boxes", "output_path_for", "speech_frames", "warn_if_silent"]
+__all__ = ["check_audio", "check_boxes", "check_face", "check_inputs", "check_video", "check_weights_dir",
+           "given_boxes", "no_face_in_rotated_video", "one_frame_boxes", "output_path_for", "speech_frames", "warn_if_silent"]

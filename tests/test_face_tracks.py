@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 
 from nbhelpers import InferenceConfig
+from nbhelpers.checks import check_inputs
+from nbhelpers.cli.terms import cli_terms
 from nbhelpers.config import parse_face
 from nbhelpers.errors import InputError
 
@@ -91,11 +93,28 @@ def test_a_track_that_does_not_exist_or_a_point_on_no_face_is_a_clear_error(two_
 
     with pytest.raises(InputError, match=r"no face track 5; the tracks are track 0: frames 0-15.*track 1"):
         faces.track(two_faces, backend="dlib", config=InferenceConfig(face=5))
-    with pytest.raises(InputError, match=r"lies on no face in frame 0; the nearest is track 0 at \(\d+, \d+, \d+, "
-                                         r"\d+\), \d+ px away"):
+    with pytest.raises(InputError, match=r"^face: the point 5,5 in frame 0 lies on no face; the nearest is track 0 "
+                                         r"at \(\d+, \d+, \d+, \d+\), \d+ px away") as caught:
         faces.track(two_faces, backend="dlib", config=InferenceConfig(face="5,5"))
+    assert cli_terms(str(caught.value)).startswith("--face: the point 5,5 in frame 0 lies on no face; the nearest")
     with pytest.raises(InputError, match="with boxes given"):
         faces.track(two_faces, config=InferenceConfig(face=1), boxes=(0, 0, 100, 100))
+
+
+@pytest.mark.parametrize("face", ["99999,99999", "-1,10", "384,0", "400,0,500,100@3", "-50,-50,-1,20"])
+def test_a_point_or_box_off_the_frame_is_refused_by_the_input_checks(face, two_faces, speech, tiny_weights, tmp_path):
+    """Refused with the frame size before any face is searched, by lipsync's checks and by prepare_avatar."""
+    from nbhelpers import prepare_avatar
+
+    config = InferenceConfig(face=face, landmark_backend="dlib")
+    want = f"--face '{face}' lies outside the frame: the video is 384x256 pixels (x from 0 to 383, y from 0 to 255)"
+    with pytest.raises(InputError) as caught:
+        check_inputs(two_faces, speech, tmp_path / "out.mp4", config=config, weights_dir=tiny_weights)
+    assert cli_terms(str(caught.value)).startswith(want)
+    with pytest.raises(InputError, match="lies outside the frame"):
+        prepare_avatar(two_faces, tmp_path / "avatar", config=config, weights_dir=tiny_weights)
+    assert not (tmp_path / "avatar").exists()
+    assert check_inputs(two_faces, speech, config=InferenceConfig(face="383,255,999,999"), weights_dir=tiny_weights)
 
 
 @pytest.mark.parametrize(("face", "chosen"), [(1, 1), ("300,80@8", 0)])

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from .. import blending, faces, gpu, latents, media, restore, weights
-from ..checks import check_boxes, check_video, check_weights_dir, given_boxes, no_face_in_rotated_video
+from ..checks import check_boxes, check_face, check_video, check_weights_dir, given_boxes, no_face_in_rotated_video
 from ..config import InferenceConfig
 from ..engine import Timings, flush_denormals
 from ..errors import CacheError, InputError, NoFaceError
@@ -93,6 +93,7 @@ def prepare_avatar(video: str | os.PathLike, directory: str | os.PathLike, pipe:
     _, video_info = check_video(video_path)
     media.check_writable(directory, "the avatar")
     boxes = check_boxes(boxes, video_path, video_info)
+    check_face(config.face, video_info)
     check_weights_dir(weights_path, config.version, config.landmark_backend)
     if config.restore is not None:
         restore.check_available(config.restore, weights_path)

@@ -34,9 +34,13 @@ class FaceChoice:
         if self.kind == "track":
             return f"track {self.track}"
         if self.kind in ("point", "box"):
-            where = self.point if self.kind == "point" else self.box
-            return f"the face at {','.join(f'{v:g}' for v in where)} in frame {self.frame}"
+            return f"the {self.kind} {self.at} in frame {self.frame}"
         return self.kind
+
+    @property
+    def at(self) -> str:
+        """The point or box as typed, without the frame: ``"120,80"``."""
+        return ",".join(f"{v:g}" for v in (self.point or self.box or ()))
 
 
 def parse_face(value: Any) -> FaceChoice:

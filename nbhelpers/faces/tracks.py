@@ -178,7 +178,7 @@ def pick_at(choice: FaceChoice, faces: list[tuple[int, np.ndarray]], frame: int,
         InputError: The point or box lies on no face: names the nearest face and its distance.
     """
     if not faces:
-        raise InputError(f"face={choice}: frame {frame} has no face; {listing}")
+        raise InputError(f"face: {choice} lies on no face (frame {frame} has none); {listing}")
     if choice.kind == "box":
         overlaps = [(iou(np.asarray(choice.box), box), n) for n, box in faces]
         best = max(overlaps)
@@ -193,7 +193,7 @@ def pick_at(choice: FaceChoice, faces: list[tuple[int, np.ndarray]], frame: int,
             return min(inside)[1]
     dist = [(float(np.hypot(max(b[0] - px, 0, px - b[2]), max(b[1] - py, 0, py - b[3]))), n, b) for n, b in faces]
     d, n, b = min(dist, key=lambda x: x[0])
-    raise InputError(f"face={choice} lies on no face in frame {frame}; the nearest is track {n} at "
+    raise InputError(f"face: {choice} lies on no face; the nearest is track {n} at "
                      f"({b[0]:.0f}, {b[1]:.0f}, {b[2]:.0f}, {b[3]:.0f}), {d:.0f} px away. Use face={n} or a point "
                      "inside its box.")
 
