@@ -49,7 +49,7 @@ def test_prepare_writes_a_complete_versioned_cache(prepared):
     from nbhelpers.avatar import AVATAR_FORMAT
 
     folder, avatar = prepared
-    assert not avatar.loaded_from_cache
+    assert not avatar.loaded_from_cache and str(avatar).endswith("with a face; prepared (new avatar)")
     meta = json.loads((folder / "avatar.json").read_text())
     assert meta["format"] == AVATAR_FORMAT and meta["package_version"] == __version__
     assert meta["n_frames"] == 12 and meta["n_faces"] == 12

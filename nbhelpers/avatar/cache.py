@@ -283,7 +283,9 @@ def check_files(directory: Path, meta: dict[str, Any]) -> None:
 
 def stale_reason(directory: Path, video: Path, config: InferenceConfig, weights_dir: Path, key: str | None) -> str:
     """Why the cache in ``directory`` cannot serve ``video`` with ``config``, ``weights_dir`` and the boxes of
-    :func:`boxes_key` ``key``; "" when it can."""
+    :func:`boxes_key` ``key``; "" when it can, "new avatar" when the folder is empty or not there."""
+    if not directory.is_dir() or not any(directory.iterdir()):
+        return "new avatar"
     try:
         meta = read_manifest(directory)
     except CacheError as exc:
