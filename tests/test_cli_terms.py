@@ -206,6 +206,19 @@ def test_report_prints_the_cpu_warning_once(capsys, monkeypatch):
     assert shown.count("Running on the CPU") == 1, shown
 
 
+def test_report_plans_with_the_tiny_models_of_a_tiny_weights_folder(tiny_weights, capsys, monkeypatch):
+    from nbhelpers.cli.main import main
+
+    monkeypatch.setattr(gpu, "report", lambda *a, **k: CPU_ONLY)
+    monkeypatch.setenv("NBHELPERS_WEIGHTS", str(tiny_weights))
+    assert main(["report"]) == 0
+    out = capsys.readouterr().out
+    assert f"{tiny_weights} holds tiny random test weights: the plan is for the tiny models." in out
+    assert "lipsync (tiny weights)" in out and "full weights" not in out
+    assert main(["report", "--weights", str(tiny_weights.parent)]) == 0
+    assert "lipsync (full weights)" in capsys.readouterr().out
+
+
 def test_restore_strength_with_restore_and_the_default_without_either():
     from nbhelpers.cli.flags import inference_config as _config
     from nbhelpers.cli.parser import build_parser

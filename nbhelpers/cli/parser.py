@@ -94,9 +94,11 @@ def _weights(sub: argparse._SubParsersAction) -> None:
                         "dlib users)")
     p.add_argument("--deep", action="store_true", help="also hash files whose sha256 is known (slow for the UNet)")
 
-    _command(sub, "report", "GPU report and the planner's choice",
-             "Print this machine's GPU (or CPU) report: device, free memory, precision, and the batch size and fp16 "
-             "choice the planner makes for a job here. Reads no weights and starts no model.")
+    p = _command(sub, "report", "GPU report and the planner's choice",
+                 "Print this machine's GPU (or CPU) report: device, free memory, precision, and the batch size and "
+                 "fp16 choice the planner makes for a job here (with the tiny test models when the weights folder "
+                 "holds them). Reads no weights and starts no model.")
+    p.add_argument("--weights", default=None, metavar="DIR", help=WEIGHTS_HELP)
 
 
 def _score(sub: argparse._SubParsersAction) -> None:

@@ -34,5 +34,9 @@ def report(args: argparse.Namespace) -> int:
     """``report``: the GPU report and the plan of a lip-sync job here (its warnings shown once, in the plan)."""
     rep = gpu.report()
     print(rep)
-    print(gpu.plan(kind="lipsync", report=rep, warn=False))
+    folder = Path(args.weights or weights.default_dir()).expanduser()
+    tiny = weights.is_tiny(folder)
+    if tiny:
+        print(f"{folder} holds tiny random test weights: the plan is for the tiny models.")
+    print(gpu.plan(kind="lipsync", report=rep, warn=False, weights="tiny" if tiny else "full"))
     return 0
