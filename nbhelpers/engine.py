@@ -439,12 +439,15 @@ def run(source: SourceFaces, features: Any, models: Any, batch_size: int, n_out:
     pieces = [Piece(0, n_out, source)] if isinstance(source, SourceFaces) else source
     ring = PinnedRing()
     written = 0
-    with BackgroundWriter(writer, frame_callback) as sink, bar(total=n_out, desc=desc, unit="frame") as progress, \
+    progress = None
+    with BackgroundWriter(writer, frame_callback) as sink, contextlib.ExitStack() as bars, \
             contextlib.ExitStack() as gate:
         if render_gate is not None:
             render_gate.acquire()
             gate.callback(render_gate.release)
         for piece in pieces:  # a generator of pieces prepares piece k+1 while the encoder writes piece k
+            if progress is None:  # the bar and its clock start with the first piece, after the stages before it
+                progress = bars.enter_context(bar(total=n_out, desc=desc, unit="frame"))
             if piece.first_frame != written or piece.count < 0 or written + piece.count > n_out:
                 raise NbHelpersError(f"internal: piece of frames {piece.first_frame}..+{piece.count} after "
                                      f"{written} of {n_out} frames")

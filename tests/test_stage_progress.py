@@ -108,6 +108,28 @@ def test_each_stage_of_a_lipsync_has_its_own_bar_that_ends_full(make_media, tiny
     assert not [line for line in lines if "face parsing:" in line or "lipsync:" in line]  # no second bar per stage
 
 
+def test_the_generate_bar_counts_its_time_from_the_first_piece(shown_bars, monkeypatch):
+    """An hour of faces, latents and parsing before the first piece is not generation: the bar's clock (a fake one)
+    starts with the first piece, so 5 frames over 4 s read 00:04, not 1:00:04."""
+    import tqdm.std
+
+    from nbhelpers import engine
+
+    clock = [1000.0]
+    monkeypatch.setattr(tqdm.std, "time", lambda: clock[0])
+    frames = np.zeros((5, 8, 8, 3), np.uint8)
+
+    def pieces():
+        clock[0] += 3600.0
+        yield engine.Piece(0, 2, frames=frames[:2])
+        clock[0] += 4.0
+        yield engine.Piece(2, 3, frames=frames[2:])
+
+    assert engine.run(pieces(), None, None, 1, 5, None) == 5
+    last = [line for line in shown_bars.getvalue().replace("\r", "\n").splitlines() if "generate:" in line][-1]
+    assert "5/5 [00:04<00:00" in last, last
+
+
 @pytest.mark.slow
 def test_avatar_prepare_prints_its_estimate_then_counts_faces_to_the_frame_count(make_media, tiny_weights, tmp_path,
                                                                                 shown_bars, monkeypatch):
