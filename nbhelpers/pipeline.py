@@ -469,6 +469,7 @@ class MuseTalkPipeline:
             boxes = list(boxes)[:n_out]
         store = FrameStore(reader.height, reader.width)
         job = StreamedJob(self, config, store, n_out, boxes, timings, source_frames=n_src)
+        made = media.missing_folders(output_path.parent)  # removed again if the job stops before writing there
         try:
             # 3. faces: the landmark backend (none for boxes given), built before the plan counts its CPU time
             given = boxes is not None or config.landmark_backend == "boxes"
@@ -508,6 +509,7 @@ class MuseTalkPipeline:
             job.close()
             reader.close()
             store.close()
+            media.remove_empty(made)
         track = job.track
         return ClipResult(output=Path(writer.path), n_frames=n_out, source_frames=track.n_frames,
                           no_face_frames=track.n_no_face, fps=FPS, duration_s=len(waveform) / SAMPLE_RATE,

@@ -122,3 +122,26 @@ def test_every_job_refuses_an_unwritable_output_before_loading_a_model(read_only
     with pytest.raises(InputError, match=rf"^cannot write in {read_only}/ \("):
         LiveSession(avatar, LiveConfig(to=str(read_only / "live.mp4"), warm_up=False))
     assert not [p for p in tmp_path.rglob(".nbhelpers-write-check-*")]
+
+
+def test_a_stopped_lipsync_removes_the_empty_folders_it_made(tmp_path, make_media, tiny_weights, monkeypatch):
+    """The job fails once its encoder has made the output's folders: those it made go, a folder given stays."""
+    import nbhelpers as nbh
+
+    video = make_media("testsrc-96-8f.mp4", "-f", "lavfi", "-i", "testsrc=size=96x96:rate=25", "-frames:v", "8",
+                       "-pix_fmt", "yuv420p")
+    speech = make_media("sine-0.4s.wav", "-f", "lavfi", "-i", "sine=frequency=300:duration=0.4")
+    made = []
+
+    def stopped(*args, **kwargs):
+        made.append(sorted(p.name for p in tmp_path.rglob("*") if p.is_dir()))
+        raise KeyboardInterrupt("on purpose")
+
+    monkeypatch.setattr("nbhelpers.pipeline.run", stopped)
+    pipe = nbh.MuseTalkPipeline.from_pretrained(tiny_weights, nbh.InferenceConfig(device="cpu", batch_size=4))
+    (tmp_path / "kept").mkdir()
+    for out in (tmp_path / "new" / "sub" / "out.mp4", tmp_path / "kept" / "out.mp4"):
+        with pytest.raises(KeyboardInterrupt, match="on purpose"):
+            pipe.lipsync(video, speech, out, boxes=(16, 16, 80, 80))
+    assert made[0] == ["kept", "new", "sub"]  # the folders were there while the job ran
+    assert [p.name for p in tmp_path.iterdir()] == ["kept"] and not any((tmp_path / "kept").iterdir())

@@ -6,7 +6,6 @@ Source: ``scripts/realtime_inference.py:87-210``, without its stdin prompts (qui
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import tempfile
@@ -163,7 +162,7 @@ def _build(pipe: MuseTalkPipeline, video: Path, video_info: Any, directory: Path
     n_src = len(boxes) if boxes is not None and single_box(boxes) is None else expected_frames(video_info, 1)
     check_disk_for_frames(n_src, reader.height, reader.width)
     store = FrameStore(reader.height, reader.width)
-    made = [p for p in (directory, *directory.parents) if not p.exists()]  # removed again unless an avatar is in
+    made = media.missing_folders(directory)  # removed again unless an avatar is in
     directory.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".building-", dir=directory))
     writer: BackgroundWrite | None = None
@@ -238,9 +237,7 @@ def _build(pipe: MuseTalkPipeline, video: Path, video_info: Any, directory: Path
         if not kept:
             store.close()
         shutil.rmtree(work, ignore_errors=True)
-        for part in made if not kept else ():
-            with contextlib.suppress(OSError):  # not empty: a complete avatar, or what another job put there
-                part.rmdir()
+        media.remove_empty(made)  # a complete avatar, or what another job put there, keeps its folder
     avatar.prepare_timings = {k: round(v, 4) for k, v in timings.seconds.items()}
     avatar._owns_pipe = owns
     avatar.loaded_from_cache = False

@@ -63,4 +63,19 @@ def check_writable(folder: str | os.PathLike, what: str = "the output") -> Path:
     return path
 
 
-__all__ = ["check_writable", "write_problem"]
+def missing_folders(folder: str | os.PathLike) -> list[Path]:
+    """``folder`` and its parents that do not exist yet, innermost first: those a job may make and
+    :func:`remove_empty` removes again."""
+    folder = Path(folder).expanduser().absolute()
+    return [p for p in (folder, *folder.parents) if not p.exists()]
+
+
+def remove_empty(folders: list[Path]) -> None:
+    """Remove each of ``folders`` (:func:`missing_folders`) that is empty, so that a job that stopped leaves no empty
+    folder it made; one holding anything (an output, or what another job put there) stays."""
+    for part in folders:
+        with contextlib.suppress(OSError):
+            part.rmdir()
+
+
+__all__ = ["check_writable", "missing_folders", "remove_empty", "write_problem"]
