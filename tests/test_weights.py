@@ -587,6 +587,23 @@ def test_offline_mode_tries_no_network_source_but_bundled_configs_work(tmp_path)
     assert bundled["cross_attention_dim"] == 384 and bundled["in_channels"] == 8
 
 
+def test_a_failed_download_leaves_no_empty_folder_it_made(tmp_path, monkeypatch):
+    """Drive answers nothing (no network): neither the staging folder of that source nor the folder of the config
+    copied from the package and not kept stays behind; a folder that was there does."""
+    import types
+
+    monkeypatch.setitem(sys.modules, "gdown", types.SimpleNamespace(download=lambda **kw: None))
+    monkeypatch.setattr("nbhelpers.weights.downloads.RETRY_DELAY_S", 0.0)
+    root = tmp_path / "models"
+    (root / "kept").mkdir(parents=True)
+    manifest = w.Manifest([entry("cfg", "musetalkV15/musetalk.json", "json",
+                                 [w.Source("bundled", resource="musetalkV15-unet.json")]),
+                           entry("unet", "musetalkV15/unet.pth", "torch", [w.Source("gdrive", id="abc")])])
+    with pytest.raises(WeightsError, match="gdown could not fetch Drive id abc"):
+        w.download(root, sets="core", manifest=manifest)
+    assert sorted(p.name for p in root.iterdir()) == sorted(["kept", w.STATE_FILE])
+
+
 def test_the_token_goes_to_the_hub_and_never_to_a_mirror(tmp_path):
     with FakeHub() as hub:
         hub.add("org/models", "musetalkV15/unet.pth", UNET)

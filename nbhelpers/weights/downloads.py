@@ -442,6 +442,7 @@ def download(directory: str | os.PathLike | None = None, sets: str | Sequence[st
             raise WeightsError(f"cannot write to the weights dir {root} ({exc}); {len(todo)} file(s) are missing "
                                f"or bad: {names}. Choose a writable folder: set {ENV_VAR} or pass directory=, "
                                "or ask the owner of the shared folder to run the download.") from exc
+        before = {p for p in root.rglob("*") if p.is_dir()}
         done = iter(_download_one(e, root, state, check_hash, why) for e, why in todo)
         rows = [row if row is not None else next(done) for row in rows]
     report = DownloadReport(root, tuple(rows))
@@ -455,6 +456,11 @@ def download(directory: str | os.PathLike | None = None, sets: str | Sequence[st
             if r.action == "downloaded" and r.source.startswith("bundled") else r for r in rows))
     state.save()
     if report.failed:
+        # the folders this call made that hold nothing: a source that sent nothing, a bundled copy not kept (the
+        # staging folders holding partial transfers stay, for the next call to resume)
+        for folder in sorted({p for p in root.rglob("*") if p.is_dir()} - before, key=lambda p: -len(p.parts)):
+            with contextlib.suppress(OSError):
+                folder.rmdir()
         error = WeightsError(_failure_message(root, report.failed, manifest))
         error.report = report  # type: ignore[attr-defined]
         raise error
