@@ -37,6 +37,8 @@ def main() -> None:
     ap.add_argument("--no-timing", action="store_true", help="compile only (fill the cache)")
     ap.add_argument("--compare-decoder", default=None,
                     help="JSON of other torch.compile options: also compile the VAE decoder with them and time it")
+    ap.add_argument("--static-decoder", action="store_true",
+                    help="with --compare-decoder: compile that decoder for the --batch shape only (dynamic=False)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     import torch
@@ -114,10 +116,11 @@ def main() -> None:
     if args.compare_decoder is not None:
         opts = json.loads(args.compare_decoder)
         eager_fn = pipe.vae.decoder.forward.eager
-        other = torch.compile(eager_fn, options=opts or None)
+        other = torch.compile(eager_fn, dynamic=False if args.static_decoder else None, options=opts or None)
         with torch.inference_mode():
             zz = z.clone()
-            torch._dynamo.maybe_mark_dynamic(zz, 0)
+            if not args.static_decoder:
+                torch._dynamo.maybe_mark_dynamic(zz, 0)
             t0 = time.perf_counter()
             out = other(zz).float()
             torch.cuda.synchronize()
@@ -126,7 +129,7 @@ def main() -> None:
                 ref = pipe.vae.decoder(z).float()
             ms = median_ms(torch, lambda: other(zz), args.iters)
         pix = lambda x: ((x / 2 + 0.5).clamp(0, 1) * 255).round()  # noqa: E731 - the decode's rounding
-        doc["decoder_other_options"] = {"options": opts, "compile_s": first_s, "fps": b * 1e3 / ms,
+        doc["decoder_other_options"] = {"options": opts, "static": args.static_decoder, "compile_s": first_s, "fps": b * 1e3 / ms,
                                         "max_level_diff": float((pix(out) - pix(ref)).abs().max()),
                                         "max_abs_diff": float((out - ref).abs().max())}
         print(f"decoder with {opts}: {doc['decoder_other_options']}", flush=True)

@@ -4,8 +4,10 @@
 # except weights and prime. The machine keeps /tmp between calls while it is warm, so the compile cache and the
 # weights of one call serve the next one made right after.
 #
-#   bash bench/t4_run.sh weights t4-prime t4-core t4-realtime           # first call (t4-core: the official core)
-#   bash bench/t4_run.sh t4-lipsync h200-lipsync h200-realtime h200-live tests   # the call right after
+#   bash bench/t4_run.sh weights tests h200-lipsync h200-realtime h200-live   # first call: GPU tests, H200 figures
+#   bash bench/t4_run.sh t4-prime t4-core t4-realtime t4-static t4-live t4-lipsync   # the call right after
+# (t4-core: the official core; t4-static: the VAE decoder compiled for batch 20 only, beside the dynamic-batch one.)
+# The GPU tests and the H200 figures come first, in their own call: a later call can lose the machine.
 #
 # Needs the wheels the machine lacks in .whl/ and the shared media in .benchdata/ (both git-ignored: carry them).
 set -u
@@ -27,7 +29,7 @@ step() {  # step NAME SECONDS COMMAND...: log to $OUT/NAME.log; t4-* steps on th
   local name=$1 limit=$2; shift 2
   local t0; t0=$(date +%s)
   if [ "${name#t4-}" != "$name" ]; then
-    mps_on
+    mps_off; mps_on  # a fresh server each step: one whose client was killed answers "device is busy"
     CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=3 timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
   else
     mps_off
@@ -41,7 +43,9 @@ for s in "$@"; do
     weights) step weights 90 python3 -c "import sys; sys.path[:0] = ['bench']
 from pathlib import Path; from _common import make_full_weights, make_face_weights
 print(make_face_weights(make_full_weights(Path('$W'))))" ;;
-    t4-prime) step t4-prime 190 python3 bench/compile.py --weights $W --batch 20 --out "$OUT/t4-compile.json" ;;
+    t4-prime) step t4-prime 400 python3 bench/compile.py --weights $W --batch 20 --out "$OUT/t4-compile.json" ;;
+    t4-static) step t4-static 300 python3 bench/compile.py --weights $W --batch 20 --parts decoder \
+      --compare-decoder '{}' --static-decoder --out "$OUT/t4-static.json" ;;
     t4-core) step t4-core 120 python3 bench/t4probe.py --only E0 --out "$OUT/t4-core.jsonl" ;;
     t4-realtime) step t4-realtime 170 $two python3 bench/realtime.py --seconds 8 --cores 2 --weights $W --work /tmp/rt \
       --out "$OUT/t4-realtime.json" ;;
