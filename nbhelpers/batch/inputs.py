@@ -18,7 +18,7 @@ from ..constants import FPS
 from ..errors import NbHelpersError
 from .jobs import Job
 from .records import drop_hint, finished_record, group_key, record_inputs, write_hint
-from .results import JobOutcome, error_text
+from .results import JobOutcome, error_text, job_outcome
 
 
 def _short_audio_error(info: Any) -> str:
@@ -139,7 +139,7 @@ def sort_jobs(plan: WorkPlan, job_list: Sequence[Job], job_configs: Mapping[str,
     for job in job_list:
         error = probed.error(job)
         if error:
-            plan.outcomes[job.name] = JobOutcome(job.name, "failed", 0, 0.0, error, job.video, job.audio, job.output)
+            plan.outcomes[job.name] = job_outcome(job, "failed", error)
             write_hint(cache_path, job, error)
             continue
         drop_hint(cache_path, job)  # it passed the checks: finished, or to run (a worker's failure needs Ray)
@@ -147,7 +147,7 @@ def sort_jobs(plan: WorkPlan, job_list: Sequence[Job], job_configs: Mapping[str,
         inputs = plan.inputs_of[job.name] = record_inputs(job, config, fingerprints, weight_files)
         rec = None if rerun else finished_record(job, inputs)
         if rec is not None:
-            plan.outcomes[job.name] = JobOutcome(job.name, "skipped", int(rec.get("frames", 0)), 0.0, "", job.video,
-                                                 job.audio, job.output, 0, str(rec.get("worker", "")))
+            plan.outcomes[job.name] = job_outcome(job, "skipped", frames=int(rec.get("frames", 0)),
+                                                  worker=str(rec.get("worker", "")))
         else:
             plan.add_to_group(job, config, cache_path, probed.audios[job.audio][0])
