@@ -39,22 +39,17 @@ from .manifest import (
     _human,
     _Report,
     default_dir,
+    hub_endpoint,
 )
 from .verification import _check, _State
 
 
 @dataclasses.dataclass(frozen=True)
 class DownloadRow:
-    """What :func:`download` did for one file.
-
-    Attributes:
-        name, path: Manifest name and layout path.
-        action: ``"present"`` (nothing fetched), ``"downloaded"``, ``"replaced"`` (a bad file), ``"failed"``, or
-            ``"not kept"`` (a config copied from the package, removed again because other files failed).
-        source: The source used (empty when none).
-        size: Bytes on disk afterwards (None when failed).
-        seconds: Wall-clock time spent on this file.
-        note: Checks done, or every source's error when failed.
+    """What :func:`download` did for the manifest file ``name`` at layout ``path``: ``action`` ``"present"`` (nothing
+    fetched), ``"downloaded"``, ``"replaced"`` (a bad file), ``"failed"`` or ``"not kept"`` (a config copied from the
+    package, removed again because other files failed), from ``source`` ("" when none), ``size`` bytes on disk
+    afterwards (None when failed), wall-clock ``seconds``, and a ``note``: the checks done, or every source's error.
     """
 
     name: str
@@ -140,10 +135,6 @@ def _check_host(url: str, timeout_s: float = 5.0) -> None:
         raise _Unreachable(_HOSTS[key])
 
 
-def _default_endpoint() -> str:
-    return (os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
-
-
 def _permanent(exc: BaseException) -> bool:
     """True for errors that another try of the same source cannot fix (404, 401, 403, bad content)."""
     if isinstance(exc, (_Rejected, _Skipped)):
@@ -187,7 +178,7 @@ def _fetch_hub(source: Source, root: Path) -> tuple[Path, int | None, str | None
         import huggingface_hub as hf
     except ImportError as exc:
         raise _Skipped("huggingface_hub is not installed (pip install huggingface_hub)") from exc
-    mirror = source.endpoint is not None and source.endpoint.rstrip("/") != _default_endpoint()
+    mirror = source.endpoint is not None and source.endpoint.rstrip("/") != hub_endpoint()
     token: Any = False if mirror else None  # never send the user's HF token to a third-party mirror
     endpoint = source.endpoint.rstrip("/") if source.endpoint else None
     size = sha = None
@@ -293,7 +284,7 @@ def _fetch(source: Source, root: Path, rel: str) -> tuple[Path, int | None, str 
     if os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in {"1", "ON", "YES", "TRUE"}:
         raise _Skipped("HF_HUB_OFFLINE is set: no network source is tried")
     if source.kind == "hub":
-        _check_host((source.endpoint or _default_endpoint()).rstrip("/"))
+        _check_host((source.endpoint or hub_endpoint()).rstrip("/"))
         return _fetch_hub(source, root)
     if source.kind == "gdrive":
         return _fetch_gdrive(source, root, rel)
@@ -303,7 +294,7 @@ def _fetch(source: Source, root: Path, rel: str) -> tuple[Path, int | None, str 
     raise _Skipped(f"unknown source kind {source.kind!r}")
 
 
-def _accept(entry: WeightFile, staged: Path, size: int | None, sha: str | None, check_hash: bool) -> str:
+def _accept(entry: WeightFile, staged: Path, size: int | None, sha: str | None) -> str:
     """Check a fetched file before it is renamed into place; raise :class:`_Rejected` when it is not the file."""
     insp = inspect_file(staged, entry.format)
     if insp.bad:
@@ -320,7 +311,7 @@ def _accept(entry: WeightFile, staged: Path, size: int | None, sha: str | None, 
     if entry.sha256 is not None and entry.sha256.verified:
         wanted["the manifest"] = str(entry.sha256.value)
     wanted = {who: value.lower() for who, value in wanted.items() if value}
-    if check_hash and wanted:
+    if wanted:
         digest = sha256_file(staged, desc=Path(entry.path).name)
         for who, value in wanted.items():
             if digest != value:
@@ -329,20 +320,20 @@ def _accept(entry: WeightFile, staged: Path, size: int | None, sha: str | None, 
     return "; ".join(notes)
 
 
-def _download_one(entry: WeightFile, root: Path, state: _State, check_hash: bool, replacing: str) -> DownloadRow:
+def _download_one(entry: WeightFile, root: Path, state: _State, replacing: str) -> DownloadRow:
     start = time.monotonic()
     errors: list[str] = []
     target = root / entry.path
     for source in entry.sources:
         if (source.kind == "hub" and source.endpoint
-                and source.endpoint.rstrip("/") == _default_endpoint()
+                and source.endpoint.rstrip("/") == hub_endpoint()
                 and any(s.kind == "hub" and s.endpoint is None and s.repo == source.repo for s in entry.sources)):
             continue  # HF_ENDPOINT already points at this mirror: it was tried as the first source
         for attempt in range(1, ATTEMPTS_PER_SOURCE + 1):
             staged = None
             try:
                 staged, size, sha, where = _fetch(source, root, entry.path)
-                note = _accept(entry, staged, size, sha, check_hash)
+                note = _accept(entry, staged, size, sha)
             except _Rejected as exc:
                 errors.append(f"{source.describe()}: rejected ({exc})")
                 if staged is not None:
@@ -359,7 +350,7 @@ def _download_one(entry: WeightFile, root: Path, state: _State, check_hash: bool
             os.replace(staged, target)
             st = target.stat()
             state.record_facts(entry.path, size if size is not None else st.st_size if sha else None, sha, where)
-            if sha and check_hash:
+            if sha:
                 state.record_sha256(entry.path, st, sha)
             state.save()
             if errors:
@@ -393,28 +384,16 @@ def _failure_message(root: Path, rows: Sequence[DownloadRow], manifest: Manifest
 
 
 def download(directory: str | os.PathLike | None = None, sets: str | Sequence[str] | None = None,
-             files: str | Sequence[str] | None = None, *, check_hash: bool = True,
-             manifest: Manifest | None = None) -> DownloadReport:
-    """Fetch the weight files that are missing or bad, verifying each before it is put in place.
+             files: str | Sequence[str] | None = None, *, manifest: Manifest = MANIFEST) -> DownloadReport:
+    """Fetch into the weights dir ``directory`` (None: :func:`default_dir`; created) the files of ``sets``
+    (:data:`SETS`, ``"default"``, ``"all"``; None: the v1.5 inference set, about 4.2 GB, unless ``files`` names some)
+    and ``files`` that are missing or bad, hashing each fetched file whose sha256 is known before it is put in place.
+    Present files are checked (no hashing) and kept; a bad one is replaced with a warning.
 
-    Present files are checked (no hashing) and kept; a bad present file is replaced with a warning.
-
-    Args:
-        directory: The weights dir; None = :func:`default_dir`. Created if needed.
-        sets: Sets to fetch (:data:`SETS`, ``"default"``, ``"all"``); None = the v1.5 inference set (core, faces,
-            parsing, s3fd: about 4.2 GB) unless ``files`` is given.
-        files: Extra file names or layout paths.
-        check_hash: Hash each fetched file when a sha256 is known.
-        manifest: Another manifest (tests).
-
-    Raises:
-        InputError: An unknown set or file name.
-        WeightsError: The folder cannot be written, or a file failed from every source; the message names each
-            source's error, the manual URL and the fix. Files that succeeded are kept.
-
+    Raises InputError for an unknown set or file name; WeightsError when the folder cannot be written or a file
+    failed from every source (naming each source's error, the manual URL and the fix; files that succeeded are kept).
     Source: ``download_weights.sh:14-49`` (the same files; its ``hf-mirror.com`` endpoint is the second hub source).
     """
-    manifest = MANIFEST if manifest is None else manifest
     entries = manifest.select(sets, files)
     root = Path(directory).expanduser() if directory is not None else default_dir()
     state = _State(root)
@@ -443,7 +422,7 @@ def download(directory: str | os.PathLike | None = None, sets: str | Sequence[st
                                f"or bad: {names}. Choose a writable folder: set {ENV_VAR} or pass directory=, "
                                "or ask the owner of the shared folder to run the download.") from exc
         before = {p for p in root.rglob("*") if p.is_dir()}
-        done = iter(_download_one(e, root, state, check_hash, why) for e, why in todo)
+        done = iter(_download_one(e, root, state, why) for e, why in todo)
         rows = [row if row is not None else next(done) for row in rows]
     report = DownloadReport(root, tuple(rows))
     if report.failed:  # a copy of a bundled config alone would look like a half-present set (verify: 9 of 10 bad)

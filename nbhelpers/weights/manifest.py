@@ -39,16 +39,10 @@ class Fact:
 
 @dataclasses.dataclass(frozen=True)
 class Source:
-    """One place a weight file can be fetched from.
-
-    Attributes:
-        kind: ``"hub"`` (Hugging Face), ``"gdrive"`` (a Drive id through ``gdown``), ``"url"`` (plain HTTP(S),
-            resumed) or ``"bundled"`` (a config under ``nbhelpers/configs``).
-        repo, filename, revision: Hub repository id, path in it, and branch, tag or commit.
-        endpoint: Hub endpoint of a mirror (no token is sent there); None = ``HF_ENDPOINT`` or huggingface.co.
-        id: Google Drive file id.
-        url: The address (``kind="url"``).
-        resource: File name under ``nbhelpers/configs`` (``kind="bundled"``).
+    """One place a weight file can be fetched from: ``kind`` ``"hub"`` (Hugging Face ``repo``, ``filename``,
+    ``revision``; ``endpoint`` a mirror's, no token sent there, None = :func:`hub_endpoint`), ``"gdrive"`` (Drive ``id``
+    through ``gdown``), ``"url"`` (plain HTTP(S) ``url``, resumed) or ``"bundled"`` (``resource`` under
+    ``nbhelpers/configs``).
     """
 
     kind: str
@@ -74,7 +68,7 @@ class Source:
     def address(self) -> str:
         """A URL a person can open in a browser to fetch the file by hand."""
         if self.kind == "hub":
-            endpoint = (self.endpoint or os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
+            endpoint = (self.endpoint or hub_endpoint()).rstrip("/")
             return f"{endpoint}/{self.repo}/resolve/{self.revision}/{self.filename}"
         if self.kind == "gdrive":
             return f"https://drive.google.com/uc?id={self.id}"
@@ -83,21 +77,19 @@ class Source:
         return f"nbhelpers/configs/{self.resource}"
 
 
+def hub_endpoint() -> str:
+    """The Hugging Face endpoint used when a source names none: ``HF_ENDPOINT``, else huggingface.co."""
+    return (os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
+
+
 @dataclasses.dataclass(frozen=True)
 class WeightFile:
-    """One file of the weights layout.
-
-    Attributes:
-        name: Short unique name (``"unet-v15"``), accepted wherever a layout path is.
-        path: Path relative to the weights dir, in the official layout (POSIX separators).
-        sets: Sets the file belongs to (``"core"``, ``"faces-onnx"``, ...).
-        format: ``"torch"``, ``"safetensors"``, ``"json"`` or ``"onnx"``.
-        sources: Where to fetch it, in order of preference.
-        size, sha256, sha256_prefix: Known facts (torch.hub's file-name prefix of the sha256), or None.
-        approx_bytes: An estimate of the size, for display only.
-        alternates: Layout paths of the same content in another format (the official ``.bin``); one present
-            satisfies the entry.
-        description, cited: What the file is, and the official file:line of the facts.
+    """One file of the weights layout: a short unique ``name`` (``"unet-v15"``, accepted wherever a layout path is),
+    its ``path`` under the weights dir (official layout, POSIX separators), the ``sets`` it belongs to, its ``format``
+    (``"torch"``, ``"safetensors"``, ``"json"``, ``"onnx"``), its ``sources`` in order of preference, known ``size``,
+    ``sha256`` and ``sha256_prefix`` (torch.hub's file-name prefix) facts, an ``approx_bytes`` estimate for display,
+    ``alternates`` (layout paths of the same content in another format, like the official ``.bin``: one present
+    satisfies the entry), and a ``description`` with the official file:line it is ``cited`` from.
     """
 
     name: str
@@ -123,9 +115,8 @@ class WeightFile:
         return "unknown"
 
 
-def _hub(repo: str, filename: str, mirror: bool = True) -> tuple[Source, ...]:
-    first = Source("hub", repo=repo, filename=filename)
-    return (first, Source("hub", repo=repo, filename=filename, endpoint=HF_MIRROR)) if mirror else (first,)
+def _hub(repo: str, filename: str) -> tuple[Source, ...]:
+    return Source("hub", repo=repo, filename=filename), Source("hub", repo=repo, filename=filename, endpoint=HF_MIRROR)
 
 
 _MUSETALK = "TMElyralab/MuseTalk"
@@ -285,11 +276,8 @@ class Manifest(tuple):
         return tuple(dict.fromkeys(s for entry in self for s in entry.sets))
 
     def get(self, name: str) -> WeightFile:
-        """The entry called ``name`` (short name, layout path or alternate path).
-
-        Raises:
-            InputError: Unknown name; the message lists the valid names.
-        """
+        """The entry called ``name`` (short name, layout path or alternate path); InputError listing the valid names
+        when there is none."""
         for entry in self:
             if name in (entry.name, entry.path, *entry.alternates):
                 return entry
@@ -299,10 +287,8 @@ class Manifest(tuple):
     def select(self, sets: str | Sequence[str] | None = None,
                files: str | Sequence[str] | None = None) -> list[WeightFile]:
         """Entries of ``sets`` (names, ``"default"``, ``"all"``; None: the default sets unless ``files`` is given) and
-        ``files`` (names or layout paths), each once, in manifest order.
-
-        Raises:
-            InputError: An unknown set or file name; the message lists the valid ones.
+        ``files`` (names or layout paths), each once, in manifest order; InputError listing the valid ones for an
+        unknown set or file name.
         """
         if isinstance(sets, str):
             sets = [sets]
@@ -326,13 +312,8 @@ MANIFEST = Manifest(_ENTRIES)
 
 
 def required_files(version: str = "v15", parsing: bool = True) -> list[str]:
-    """Layout paths a lip-sync job of ``version`` (``"v15"``, ``"v1"``) needs, BiSeNet with ``parsing``; landmark files
-    depend on the backend and are not listed.
-
-    Raises:
-        InputError: Unknown version.
-
-    Source: docs/official-behaviour.md §1.1.
+    """Layout paths a lip-sync job of ``version`` (``"v15"``, ``"v1"``; InputError otherwise) needs, BiSeNet with
+    ``parsing``; landmark files depend on the backend and are not listed. Source: docs/official-behaviour.md §1.1.
     """
     if version not in ("v15", "v1"):
         raise InputError(f"version must be 'v15' or 'v1'; got {version!r}.")
@@ -393,6 +374,9 @@ class _Report:
 
     _HEADERS: tuple[str, ...] = ()
 
+    def _styles(self) -> list[str] | None:
+        return None
+
     def __str__(self) -> str:
         return self._summary() + "\n" + _text_table(self._HEADERS, self._rows())
 
@@ -405,11 +389,7 @@ class _Report:
 
 @dataclasses.dataclass(frozen=True)
 class FileTable(_Report):
-    """The manifest (or a selection of it) as a table; renders as HTML in notebooks, text elsewhere.
-
-    Attributes:
-        entries: The listed files.
-    """
+    """The manifest's listed ``entries`` (or a selection of it) as a table; HTML in notebooks, text elsewhere."""
 
     entries: tuple[WeightFile, ...]
 
@@ -436,20 +416,15 @@ class FileTable(_Report):
     def _summary(self) -> str:
         return f"{len(self.entries)} weight files, about {self.approx_total_bytes / _GB:.2f} GB"
 
-    def _styles(self) -> None:
-        return None
-
     def __str__(self) -> str:
         return _text_table(self._HEADERS, self._rows()) + "\n" + self._summary().replace(" weight files", " files")
 
 
-def list_files(sets: str | Sequence[str] | None = "all", manifest: Manifest | None = None) -> FileTable:
+def list_files(sets: str | Sequence[str] | None = "all") -> FileTable:
     """The manifest (``sets``, default ``"all"``) as a :class:`FileTable`: name, sets, path, size, sha256, sources.
-
-    Raises:
-        InputError: An unknown set name; the message lists the valid ones.
+    InputError for an unknown set name, listing the valid ones.
     """
-    return FileTable(tuple((MANIFEST if manifest is None else manifest).select(sets)))
+    return FileTable(tuple(MANIFEST.select(sets)))
 
 
 def _holds_weights(folder: Path) -> bool:
@@ -460,12 +435,10 @@ def _holds_weights(folder: Path) -> bool:
 
 
 def default_dir() -> Path:
-    """The absolute weights dir used when none is given (not created here).
-
-    In order: ``$NBHELPERS_WEIGHTS``; on Colab, :data:`DRIVE_DIR` if it already holds weight files;
-    ``$XDG_CACHE_HOME/musetalk-workbook/models`` (``~/.cache/musetalk-workbook/models``).
-
-    Source: the official scripts use ``models/`` under the repository root (official-behaviour §1.1).
+    """The absolute weights dir used when none is given (not created here): ``$NBHELPERS_WEIGHTS``; on Colab,
+    :data:`DRIVE_DIR` if it already holds weight files; ``$XDG_CACHE_HOME/musetalk-workbook/models``
+    (``~/.cache/musetalk-workbook/models``). The official scripts use ``models/`` under the repository root
+    (official-behaviour §1.1).
     """
     env = os.environ.get(ENV_VAR, "").strip()
     if env:

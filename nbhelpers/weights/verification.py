@@ -104,15 +104,11 @@ class Expected:
     unverified_sha256: str | None = None
 
 
-def expected_facts(directory: str | os.PathLike, name: str, manifest: Manifest | None = None) -> Expected:
+def expected_facts(directory: str | os.PathLike, name: str) -> Expected:
     """The :class:`Expected` size and sha256 of file ``name`` of ``directory``: verified manifest values, then the
-    hub's at download; what ``models.load_checkpoint`` needs to allow a full unpickle.
-
-    Raises:
-        InputError: Unknown name.
+    hub's at download; what ``models.load_checkpoint`` needs to allow a full unpickle. InputError for an unknown name.
     """
-    manifest = MANIFEST if manifest is None else manifest
-    entry = manifest.get(name)
+    entry = MANIFEST.get(name)
     rel = name if name in (entry.path, *entry.alternates) else entry.path
     return _expected(entry, rel, _State(Path(directory)))
 
@@ -144,16 +140,9 @@ def _expected(entry: WeightFile, rel: str, state: _State) -> Expected:
 
 @dataclasses.dataclass(frozen=True)
 class FileCheck:
-    """The verdict on one file.
-
-    Attributes:
-        name: Manifest name.
-        path: Layout path checked (the primary path, or the alternate found on disk).
-        size: Bytes on disk (None when missing).
-        expected: The expected size as text.
-        state: A state of :mod:`nbhelpers.weights.inspect` (``"ok"``, ``"missing"``, ``"hash mismatch"``...).
-        detail: What was checked or found.
-        fix: What to do (empty when nothing is needed).
+    """The verdict on the manifest file ``name`` at layout ``path`` (the primary one or the alternate on disk):
+    ``size`` in bytes (None when missing), the ``expected`` size as text, its ``state`` (one of
+    :mod:`nbhelpers.weights.inspect`'s), the ``detail`` checked or found, and the ``fix`` ("" when none is needed).
     """
 
     name: str
@@ -294,21 +283,12 @@ def _check(entry: WeightFile, root: Path, state: _State, deep: bool) -> FileChec
 
 
 def verify(directory: str | os.PathLike | None = None, sets: str | Sequence[str] | None = None,
-           files: str | Sequence[str] | None = None, deep: bool = False,
-           manifest: Manifest | None = None) -> VerifyReport:
-    """Check the weight files of a folder: presence, size, contents and (``deep``) sha256. Downloads nothing.
-
-    Args:
-        directory: The weights dir; None = :func:`default_dir`.
-        sets: Sets to check; None = the v1.5 inference set plus any other manifest file present.
-        files: Extra file names or layout paths.
-        deep: Also compute sha256 where a value is known (cached for the next call).
-        manifest: Another manifest (tests).
-
-    Raises:
-        InputError: An unknown set or file name.
+           files: str | Sequence[str] | None = None, deep: bool = False, manifest: Manifest = MANIFEST) -> VerifyReport:
+    """Check the weight files of the weights dir ``directory`` (None: :func:`default_dir`): presence, size, contents
+    and with ``deep`` sha256 where a value is known (cached for the next call). Downloads nothing. ``sets`` None
+    checks the v1.5 inference set plus any other manifest file present; ``files`` adds names or layout paths.
+    InputError for an unknown set or file name.
     """
-    manifest = MANIFEST if manifest is None else manifest
     root = Path(directory) if directory is not None else default_dir()
     chosen = manifest.select(sets, files)
     if sets is None and files is None:
@@ -328,7 +308,7 @@ _LANDMARK_SETS = {"dwpose": ("faces", "s3fd"), "dwpose-onnx": ("faces-onnx", "s3
 _AUTO_ORDER = (("mmpose", "mmpose"), ("dwpose", "torch"), ("dwpose-onnx", "onnxruntime"))
 
 
-def _auto_landmark_sets(root: Path, manifest: Manifest) -> tuple[str, ...]:
+def _auto_landmark_sets(root: Path) -> tuple[str, ...]:
     """The sets the ``"auto"`` landmark choice would open: the first backend whose package is installed and whose
     files are present (found without importing); none when it would fall back to dlib.
     """
@@ -337,53 +317,40 @@ def _auto_landmark_sets(root: Path, manifest: Manifest) -> tuple[str, ...]:
             installed = importlib.util.find_spec(module) is not None
         except (ImportError, ValueError):
             installed = False
-        entries = manifest.select(_LANDMARK_SETS[backend])
+        entries = MANIFEST.select(_LANDMARK_SETS[backend])
         if installed and all(any((root / q).is_file() for q in (e.path, *e.alternates)) for e in entries):
             return _LANDMARK_SETS[backend]
     return ()
 
 
 def job_files(version: str = "v15", landmark_backend: str = "auto", *, parsing: bool = True,
-              directory: str | os.PathLike | None = None, manifest: Manifest | None = None) -> list[WeightFile]:
-    """The manifest entries a lip-sync job or avatar opens, in manifest order.
-
-    Args:
-        version: ``"v15"`` or ``"v1"``.
-        landmark_backend: A backend name or ``"auto"`` (the automatic choice's files, when ``directory`` is given).
-        parsing: Include the BiSeNet face-parsing file.
-        directory: The weights dir, needed to predict the ``"auto"`` choice.
-        manifest: Another manifest (tests).
-
-    Raises:
-        InputError: Unknown version or landmark backend.
+              directory: str | os.PathLike | None = None) -> list[WeightFile]:
+    """The manifest entries a lip-sync job or avatar of ``version`` opens, in manifest order: BiSeNet with
+    ``parsing``, and the files of ``landmark_backend`` (``"auto"``: the automatic choice's, predicted from the
+    weights dir ``directory`` when given). InputError for an unknown version or landmark backend.
     """
-    manifest = MANIFEST if manifest is None else manifest
     paths = required_files(version, parsing=parsing)  # raises InputError for an unknown version
     if landmark_backend == "auto":
-        sets = _auto_landmark_sets(Path(directory), manifest) if directory is not None else ()
+        sets = _auto_landmark_sets(Path(directory)) if directory is not None else ()
     elif landmark_backend in (*_LANDMARK_SETS, "dlib", "boxes"):
         sets = _LANDMARK_SETS.get(landmark_backend, ())
     else:
         raise InputError(f"landmark_backend must be one of 'auto', 'dwpose', 'dwpose-onnx', 'mmpose', 'dlib', "
                          f"'boxes'; got {landmark_backend!r}.")
-    names = {manifest.get(rel).name for rel in paths}
+    names = {MANIFEST.get(rel).name for rel in paths}
     if sets:
-        names |= {e.name for e in manifest.select(sets)}
-    return [e for e in manifest if e.name in names]
+        names |= {e.name for e in MANIFEST.select(sets)}
+    return [e for e in MANIFEST if e.name in names]
 
 
 def check_job_files(directory: str | os.PathLike | None, version: str = "v15", landmark_backend: str = "auto", *,
-                    parsing: bool = True, manifest: Manifest | None = None) -> VerifyReport:
-    """Check every weight file a job will open (:func:`job_files`) without hashing, before any frame is decoded.
+                    parsing: bool = True) -> VerifyReport:
+    """Check every weight file a job will open (:func:`job_files`) without hashing, before any frame is decoded;
+    returns the :class:`VerifyReport` (``directory`` None: :func:`default_dir`).
 
-    Returns the :class:`VerifyReport`; ``directory`` None means :func:`default_dir`.
-
-    Raises:
-        WeightsError: The folder does not exist, or files are missing or unusable: one error names each, what is
-            wrong, and the download command for that folder and those sets.
-        InputError: Unknown version or landmark backend.
+    Raises WeightsError when the folder does not exist or files are missing or unusable (one error names each, what
+    is wrong, and the download command for that folder and those sets); InputError for an unknown version or backend.
     """
-    manifest = MANIFEST if manifest is None else manifest
     root = Path(directory).expanduser() if directory is not None else default_dir()
     here = _same_dir(root, default_dir())
     weights_arg = "" if here else f" --weights {shlex.quote(str(root))}"
@@ -393,7 +360,7 @@ def check_job_files(directory: str | os.PathLike | None, version: str = "v15", l
             f"the weights folder {str(root)!r} {what}. Download the weights into it with "
             f"`{DOWNLOAD_COMMAND}{weights_arg}` (or {NOTEBOOK}), or point the job at the folder that holds them "
             "(--weights DIR, weights_dir=, or the NBHELPERS_WEIGHTS environment variable). " + TRY_TINY)
-    entries = job_files(version, landmark_backend, parsing=parsing, directory=root, manifest=manifest)
+    entries = job_files(version, landmark_backend, parsing=parsing, directory=root)
     state = _State(root)
     checks = tuple(_check(e, root, state, deep=False) for e in entries)
     report = VerifyReport(root, checks, deep=False, tiny=is_tiny(root))
@@ -403,7 +370,7 @@ def check_job_files(directory: str | os.PathLike | None, version: str = "v15", l
     lines = [f"{len(bad)} weight file(s) this job needs under {root} are not usable (checked before any frame is "
              "read):"]
     lines += [f"  {c.path}: {c.state} - {c.detail}" for c in bad]
-    sets = dict.fromkeys(manifest.get(c.name).sets[0] for c in bad)
+    sets = dict.fromkeys(MANIFEST.get(c.name).sets[0] for c in bad)
     states = {c.state for c in bad}
     notes = []
     if LFS_POINTER in states:
