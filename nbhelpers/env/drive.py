@@ -20,10 +20,8 @@ def mount_drive(weights_folder: str | os.PathLike | None = None, *, enabled: boo
                 mountpoint: str = DRIVE_MOUNTPOINT) -> DriveStatus:
     """Mount Google Drive at ``mountpoint`` in Colab (outside Colab, do nothing) and optionally read the weights from
     ``weights_folder`` on it, set as ``NBHELPERS_WEIGHTS`` for this session (a teacher's shared folder, added to My
-    Drive as a shortcut). ``enabled`` False only reports the state (the notebook's ``MOUNT_DRIVE``).
-
-    Raises:
-        InputError: ``weights_folder`` does not exist on the mounted Drive (the message says how to add a shortcut).
+    Drive as a shortcut). ``enabled`` False only reports the state (the notebook's ``MOUNT_DRIVE``). InputError when
+    ``weights_folder`` does not exist on the mounted Drive (the message says how to add a shortcut).
     """
     if not in_colab():
         return DriveStatus(False, None, "not in Colab: nothing mounted (use a local folder with "
