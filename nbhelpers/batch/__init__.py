@@ -168,7 +168,8 @@ def _run_locked(job_list: list[Job], config: BatchConfig, inference: InferenceCo
     finally:
         ray.stop()  # before returning: Ray must be down when the caller next uses it
         if config.address is None:  # the workers ran here: frames a stopped one could not remove go now
-            _remove_stale_frames()
+            with contextlib.suppress(Exception):  # tidying must not cost the batch its outcomes
+                remove_stale_frames()
     for job in job_list:
         remove_partials(job.output)
     result = BatchResult(outcomes=tuple(plan.outcomes[j.name] for j in job_list), summary_csv=paths.summary,
@@ -179,9 +180,3 @@ def _run_locked(job_list: list[Job], config: BatchConfig, inference: InferenceCo
     if paths.summary is not None:
         result.write_csv(paths.summary)
     return result
-
-
-def _remove_stale_frames() -> None:
-    """:func:`nbhelpers.framestore.remove_stale_frames` in this machine's temporary folder, never raising."""
-    with contextlib.suppress(Exception):  # tidying must not cost the batch its outcomes
-        remove_stale_frames()

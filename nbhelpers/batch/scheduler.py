@@ -136,18 +136,13 @@ class Scheduler:
         self.in_flight = [0] * len(self.actors)
         self.alive = [True] * len(self.actors)
 
-    def _kill_workers(self) -> None:
-        for a in self.actors:
-            with contextlib.suppress(Exception):  # stopping must not hide the batch's outcome
-                self.ray.kill(a)
-
     def _finish(self, job: Job, status: str, error: str, attempts: int, reply: dict[str, Any] | None = None) -> None:
-        """Record ``job``'s outcome; ``reply`` is its worker's (frames, seconds, worker, timings), None when none ran."""
+        """Record ``job``'s outcome; ``reply`` is its worker's (frames, seconds, worker, timings), None if none ran."""
         reply = reply or {}
-        frames = reply.get("frames", 0)
-        self.plan.outcomes[job.name] = job_outcome(
-            job, status, error, frames=frames, seconds=reply.get("seconds", 0.0), attempts=attempts,
-            worker=reply.get("worker", ""), ended_s=round(time.perf_counter() - self.t0, 3), timings=reply.get("timings"))
+        frames, ended_s = reply.get("frames", 0), round(time.perf_counter() - self.t0, 3)
+        self.plan.outcomes[job.name] = job_outcome(job, status, error, frames=frames, seconds=reply.get("seconds", 0.0),
+                                                   attempts=attempts, worker=reply.get("worker", ""), ended_s=ended_s,
+                                                   timings=reply.get("timings"))
         self.jobs_bar.update(1)
         self.frames_bar.update(max(frames - self.frames_done.pop(job.name, 0), 0))
 
@@ -310,11 +305,8 @@ class Scheduler:
                 if names_running:
                     self.polls[self.actors[i].progress.remote()] = i
 
-    def _working(self) -> bool:
-        return any(kind in ("prepare", "job") for _, kind, _, _ in self.busy.values())
-
     def _loop(self) -> None:
-        while any(g.queue for g in self.plan.groups.values()) or self._working():
+        while any(g.queue for g in self.plan.groups.values()) or any(k != "ping" for _, k, _, _ in self.busy.values()):
             self._fill()
             self._ping_restarting()
             if not self.busy and not self.ping_at:
@@ -329,9 +321,8 @@ class Scheduler:
 
     def run(self) -> None:
         """Start the workers, run every job of the plan to an outcome, stop the workers (their names, the phases,
-        timeline and preparations go into the log).
-
-        Raises NbHelpersError when the workers could not start (the pipeline or the weights are missing on a node).
+        timeline and preparations go into the log). NbHelpersError when the workers could not start (the pipeline or
+        the weights are missing on a node).
         """
         self.log.phases["prepare_s"] = 0.0
         try:
@@ -351,4 +342,6 @@ class Scheduler:
                         self._fail_group(group)
             self.log.workers = list(self.names)
         finally:
-            self._kill_workers()
+            for a in self.actors:
+                with contextlib.suppress(Exception):  # stopping must not hide the batch's outcome
+                    self.ray.kill(a)
