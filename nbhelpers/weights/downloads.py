@@ -122,9 +122,7 @@ def _check_host(url: str, timeout_s: float = 5.0) -> None:
     from urllib.parse import urlsplit
 
     parts = urlsplit(url)
-    host = parts.hostname or ""
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    key = (host, port)
+    key = host, port = parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
     if key not in _HOSTS:
         try:
             with socket.create_connection((host, port), timeout=timeout_s):
@@ -144,10 +142,7 @@ def _permanent(exc: BaseException) -> bool:
                 "RemoteEntryNotFoundError", "DisabledRepoError", "LocalEntryNotFoundError",
                 "FileURLRetrievalError"}:
         return True
-    status = getattr(exc, "code", None)
-    response = getattr(exc, "response", None)
-    if status is None and response is not None:
-        status = getattr(response, "status_code", None)
+    status = getattr(exc, "code", None) or getattr(getattr(exc, "response", None), "status_code", None)
     return isinstance(status, int) and 400 <= status < 500 and status not in (408, 429)
 
 
@@ -187,9 +182,7 @@ def _fetch_hub(source: Source, root: Path) -> tuple[Path, int | None, str | None
         api = hf.HfApi(endpoint=endpoint, token=token)
         info = api.get_paths_info(source.repo, [source.filename], revision=source.revision)
         if info:
-            size = getattr(info[0], "size", None)
-            lfs = getattr(info[0], "lfs", None)
-            sha = getattr(lfs, "sha256", None) if lfs is not None else None
+            size, sha = getattr(info[0], "size", None), getattr(getattr(info[0], "lfs", None), "sha256", None)
     except Exception:  # noqa: BLE001, S110 - mirrors may lack this API; the HEAD below still gives size and etag
         pass
     try:
@@ -424,15 +417,14 @@ def download(directory: str | os.PathLike | None = None, sets: str | Sequence[st
         before = {p for p in root.rglob("*") if p.is_dir()}
         done = iter(_download_one(e, root, state, why) for e, why in todo)
         rows = [row if row is not None else next(done) for row in rows]
-    report = DownloadReport(root, tuple(rows))
-    if report.failed:  # a copy of a bundled config alone would look like a half-present set (verify: 9 of 10 bad)
-        for row in rows:
+    if any(r.action == "failed" for r in rows):  # a bundled config copy alone would look like a half-present set
+        for k, row in enumerate(rows):
             if row.action == "downloaded" and row.source.startswith("bundled"):
                 (root / row.path).unlink(missing_ok=True)
                 state.files.pop(row.path, None)
-        report = DownloadReport(root, tuple(dataclasses.replace(r, action="not kept", size=None, note=(
-            "copied from the package with the files that failed, not before"))
-            if r.action == "downloaded" and r.source.startswith("bundled") else r for r in rows))
+                rows[k] = dataclasses.replace(row, action="not kept", size=None,
+                                              note="copied from the package with the files that failed, not before")
+    report = DownloadReport(root, tuple(rows))
     state.save()
     if report.failed:
         # the folders this call made that hold nothing: a source that sent nothing, a bundled copy not kept (the

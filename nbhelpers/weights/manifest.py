@@ -128,28 +128,23 @@ _DWPOSE = "yzd-v/DWPose"
 _ENTRIES: tuple[WeightFile, ...] = (
     WeightFile(
         "unet-v15", "musetalkV15/unet.pth", ("core",), "torch", _hub(_MUSETALK, "musetalkV15/unet.pth"),
-        sha256=Fact("7ebf6c98c181e20838e4c0054e96e944ac60d5d692cc01db42839fe11b787007", False,
-                    "a third-party page"),
-        approx_bytes=3_399_791_376,
+        sha256=Fact("7ebf6c98c181e20838e4c0054e96e944ac60d5d692cc01db42839fe11b787007", False, "a third-party page"),
+        approx_bytes=3_399_791_376, cited="download_weights.sh:22-24, unet.py:44-45",
         description="MuseTalk 1.5 UNet, torch.save of a plain diffusers UNet2DConditionModel state dict "
-                    "(849.9 M float32 values)",
-        cited="download_weights.sh:22-24, unet.py:44-45"),
+                    "(849.9 M float32 values)"),
     WeightFile(
         "unet-v15-config", "musetalkV15/musetalk.json", ("core",), "json",
         (*_hub(_MUSETALK, "musetalkV15/musetalk.json"), Source("bundled", resource="musetalkV15-unet.json")),
-        approx_bytes=800,
-        description="UNet2DConditionModel kwargs (v1.5); the bundled copy is nbhelpers/configs/musetalkV15-unet.json",
-        cited="download_weights.sh:22-24"),
+        approx_bytes=800, cited="download_weights.sh:22-24",
+        description="UNet2DConditionModel kwargs (v1.5); the bundled copy is nbhelpers/configs/musetalkV15-unet.json"),
     WeightFile(
         "vae-config", "sd-vae/config.json", ("core",), "json", _hub(_VAE, "config.json"), approx_bytes=550,
         description="AutoencoderKL config of sd-vae-ft-mse", cited="download_weights.sh:27-29"),
     WeightFile(
         "vae", "sd-vae/diffusion_pytorch_model.safetensors", ("core",), "safetensors",
         _hub(_VAE, "diffusion_pytorch_model.safetensors"), approx_bytes=334_640_000,
-        alternates=("sd-vae/diffusion_pytorch_model.bin",),
-        description="sd-vae-ft-mse weights (83.7 M values); the official script fetches the .bin, which also "
-                    "works",
-        cited="download_weights.sh:27-29, vae.py:24"),
+        alternates=("sd-vae/diffusion_pytorch_model.bin",), cited="download_weights.sh:27-29, vae.py:24",
+        description="sd-vae-ft-mse weights (83.7 M values); the official script fetches the .bin, which also works"),
     WeightFile(
         "whisper-config", "whisper/config.json", ("core",), "json", _hub(_WHISPER, "config.json"),
         approx_bytes=2_000, description="whisper-tiny config", cited="download_weights.sh:32-34"),
@@ -161,9 +156,8 @@ _ENTRIES: tuple[WeightFile, ...] = (
         cited="download_weights.sh:32-34, inference.py:64-66"),
     WeightFile(
         "whisper-preprocessor", "whisper/preprocessor_config.json", ("core",), "json",
-        _hub(_WHISPER, "preprocessor_config.json"),
-        description="WhisperFeatureExtractor settings (80 mel bins, hop 160, 30 s chunks)",
-        cited="download_weights.sh:32-34"),
+        _hub(_WHISPER, "preprocessor_config.json"), cited="download_weights.sh:32-34",
+        description="WhisperFeatureExtractor settings (80 mel bins, hop 160, 30 s chunks)"),
     WeightFile(
         "dwpose-mmpose", "dwpose/dw-ll_ucoco_384.pth", ("faces", "faces-mmpose"), "torch",
         _hub(_DWPOSE, "dw-ll_ucoco_384.pth"), approx_bytes=134_600_000,
@@ -172,10 +166,9 @@ _ENTRIES: tuple[WeightFile, ...] = (
         cited="download_weights.sh:37-39, preprocessing.py:18-19"),
     WeightFile(
         "dwpose-onnx", "dwpose/dw-ll_ucoco_384.onnx", ("faces-onnx",), "onnx", _hub(_DWPOSE, "dw-ll_ucoco_384.onnx"),
-        approx_bytes=134_600_000,
+        approx_bytes=134_600_000, cited="hub yzd-v/DWPose (the same repository as the .pth)",
         description="DWPose RTMPose-l 384x288 whole-body, ONNX export (33.6 M values): only for the optional "
-                    "'dwpose-onnx' backend (onnxruntime)",
-        cited="hub yzd-v/DWPose (the same repository as the .pth)"),
+                    "'dwpose-onnx' backend (onnxruntime)"),
     WeightFile(
         "bisenet", "face-parse-bisent/79999_iter.pth", ("parsing",), "torch",
         (Source("hub", repo="ManyOtherFunctions/face-parse-bisent", filename="79999_iter.pth"),
@@ -189,26 +182,22 @@ _ENTRIES: tuple[WeightFile, ...] = (
         "s3fd", "s3fd/s3fd-619a316812.pth", ("s3fd",), "torch",
         (Source("url", url="https://www.adrianbulat.com/downloads/python-fan/s3fd-619a316812.pth"),),
         sha256_prefix=Fact("619a316812", False, "torch.hub file-name convention (<name>-<first sha256 digits>)"),
-        approx_bytes=89_840_000,
-        description="S3FD face detector (22.5 M values); the official code fetches it at import time",
-        cited="sfd_detector.py:11-13,17-24"),
+        approx_bytes=89_840_000, cited="sfd_detector.py:11-13,17-24",
+        description="S3FD face detector (22.5 M values); the official code fetches it at import time"),
     WeightFile(
         "unet-v1", "musetalk/pytorch_model.bin", ("v1",), "torch", _hub(_MUSETALK, "musetalk/pytorch_model.bin"),
-        approx_bytes=3_399_791_376,
-        description="MuseTalk 1.0 UNet (same architecture as v1.5), plain state dict",
-        cited="download_weights.sh:17-19"),
+        approx_bytes=3_399_791_376, cited="download_weights.sh:17-19",
+        description="MuseTalk 1.0 UNet (same architecture as v1.5), plain state dict"),
     WeightFile(
         "unet-v1-config", "musetalk/musetalk.json", ("v1",), "json",
         (*_hub(_MUSETALK, "musetalk/musetalk.json"), Source("bundled", resource="musetalkV15-unet.json")),
-        approx_bytes=800,
-        description="UNet config (v1.0); v1.0 and v1.5 share the architecture, so the bundled "
-                    "v1.5 config is the last-resort source",
-        cited="download_weights.sh:17-19, training_utils.py:66-73"),
+        approx_bytes=800, cited="download_weights.sh:17-19, training_utils.py:66-73",
+        description="UNet config (v1.0); v1.0 and v1.5 share the architecture, so the bundled v1.5 config is the "
+                    "last-resort source"),
     WeightFile(
         "syncnet", "syncnet/latentsync_syncnet.pt", ("syncnet",), "torch",
-        _hub("ByteDance/LatentSync", "latentsync_syncnet.pt"),
-        description="LatentSync SyncNet: training only (the official app.py refuses to start without it)",
-        cited="download_weights.sh:42-44, app.py:139,149-159"),
+        _hub("ByteDance/LatentSync", "latentsync_syncnet.pt"), cited="download_weights.sh:42-44, app.py:139,149-159",
+        description="LatentSync SyncNet: training only (the official app.py refuses to start without it)"),
     WeightFile(
         "syncnet-v2", "syncnet/syncnet_v2.model", ("quality",), "torch",
         (*_hub("ByteDance/LatentSync-1.5", "auxiliary/syncnet_v2.model"),
@@ -216,8 +205,7 @@ _ENTRIES: tuple[WeightFile, ...] = (
         approx_bytes=54_526_464,
         description="SyncNet v2 (Chung & Zisserman 2016), a plain state dict of 13.6 M float32 values: the "
                     "LSE-D / LSE-C lip-sync score of nbhelpers.quality (optional)",
-        cited="syncnet_python download_model.sh, SyncNetInstance.py loadParameters; LatentSync "
-              "checkpoints/auxiliary"),
+        cited="syncnet_python download_model.sh, SyncNetInstance.py loadParameters; LatentSync checkpoints/auxiliary"),
     # Face restoration (nbhelpers.restore, optional); sizes are estimates from the release listings.
     WeightFile(
         "gfpgan-v1.4", "restore/GFPGANv1.4.pth", ("restore-gfpgan",), "torch",

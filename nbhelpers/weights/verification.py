@@ -207,26 +207,26 @@ class VerifyReport(_Report):
         return [_STATE_COLOURS.get(c.state, "background:#fde0dc") for c in self.checks]
 
 
-def _fix(entry: WeightFile, state: str, rel: str, root: Path | None = None) -> str:
-    where = "" if root is None or _same_dir(root, default_dir()) else f" --weights {root}"
+def _weights_arg(root: Path) -> str:
+    """`` --weights <root>`` for the download command, "" when ``root`` is :func:`default_dir`."""
+    try:
+        here = root.expanduser().resolve() == default_dir().expanduser().resolve()
+    except OSError:
+        here = False
+    return "" if here else f" --weights {shlex.quote(str(root))}"
+
+
+def _fix(entry: WeightFile, state: str, rel: str, root: Path) -> str:
     sets = "" if set(entry.sets) & set(DEFAULT_SETS) else f" --sets {entry.sets[0]}"
-    cmd = f"`{DOWNLOAD_COMMAND}{where}{sets}` (or {NOTEBOOK})"
+    cmd = f"`{DOWNLOAD_COMMAND}{_weights_arg(root)}{sets}` (or {NOTEBOOK})"
     if state == MISSING:
         return f"download it: {cmd}"
     if state == LFS_POINTER:
-        return (f"the folder was cloned without git-lfs; delete {rel} and run {cmd}, or `git lfs pull` in the "
-                "clone")
+        return f"the folder was cloned without git-lfs; delete {rel} and run {cmd}, or `git lfs pull` in the clone"
     if state == HTML_PAGE:
         return (f"the server sent a web page (a quota, login or virus-scan page); delete {rel} and run {cmd}, "
                 f"or fetch {entry.sources[0].address()} in a browser and save it as {rel}")
     return f"delete {rel} and download it again: {cmd} (download() also replaces bad files itself)"
-
-
-def _same_dir(a: Path, b: Path) -> bool:
-    try:
-        return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
-    except OSError:
-        return False
 
 
 def _check(entry: WeightFile, root: Path, state: _State, deep: bool) -> FileCheck:
@@ -352,18 +352,14 @@ def check_job_files(directory: str | os.PathLike | None, version: str = "v15", l
     is wrong, and the download command for that folder and those sets); InputError for an unknown version or backend.
     """
     root = Path(directory).expanduser() if directory is not None else default_dir()
-    here = _same_dir(root, default_dir())
-    weights_arg = "" if here else f" --weights {shlex.quote(str(root))}"
+    weights_arg = _weights_arg(root)
     if not root.is_dir():
         what = "is a file, not a folder" if root.exists() else "does not exist"
         raise WeightsError(
             f"the weights folder {str(root)!r} {what}. Download the weights into it with "
             f"`{DOWNLOAD_COMMAND}{weights_arg}` (or {NOTEBOOK}), or point the job at the folder that holds them "
             "(--weights DIR, weights_dir=, or the NBHELPERS_WEIGHTS environment variable). " + TRY_TINY)
-    entries = job_files(version, landmark_backend, parsing=parsing, directory=root)
-    state = _State(root)
-    checks = tuple(_check(e, root, state, deep=False) for e in entries)
-    report = VerifyReport(root, checks, deep=False, tiny=is_tiny(root))
+    report = verify(root, files=[e.name for e in job_files(version, landmark_backend, parsing=parsing, directory=root)])
     if report.ok:
         return report
     bad = report.problems
@@ -371,13 +367,11 @@ def check_job_files(directory: str | os.PathLike | None, version: str = "v15", l
              "read):"]
     lines += [f"  {c.path}: {c.state} - {c.detail}" for c in bad]
     sets = dict.fromkeys(MANIFEST.get(c.name).sets[0] for c in bad)
-    states = {c.state for c in bad}
-    notes = []
-    if LFS_POINTER in states:
-        notes.append("git-lfs pointers mean the folder was cloned without git-lfs (`git lfs pull` in the clone "
-                     "also fixes them)")
-    if HTML_PAGE in states:
-        notes.append("a web page was saved instead of the file (a quota, login or virus-scan page)")
+    notes = [note for state, note in (
+        (LFS_POINTER, "git-lfs pointers mean the folder was cloned without git-lfs (`git lfs pull` in the clone also "
+                      "fixes them)"),
+        (HTML_PAGE, "a web page was saved instead of the file (a quota, login or virus-scan page)"),
+    ) if state in {c.state for c in bad}]
     lines.append(f"Fix: run `{DOWNLOAD_COMMAND}{weights_arg} --sets {' '.join(sets)}` (or {NOTEBOOK}): it "
                  "replaces bad files and fetches missing ones in that folder; or point the job at a folder that "
                  "holds good copies (--weights DIR, weights_dir=, NBHELPERS_WEIGHTS)."
