@@ -29,8 +29,8 @@ from .inputs import WorkPlan, probe_inputs, sort_jobs
 from .jobs import ROW_SETTINGS, Job, check_jobs, job_configs, read_jobs
 from .records import (
     BatchLock,
-    Fingerprints,
     check_writable,
+    fingerprinter,
     likely_work,
     outputs_folder,
     record_path,
@@ -123,7 +123,7 @@ def _check_inputs(plan: WorkPlan, job_list: Sequence[Job], inference: InferenceC
     """Probe the inputs, find the finished outputs and group the rest by face into ``plan``, starting Ray in
     this thread meanwhile unless every job looks finished or failed at these checks last time with the same inputs.
     """
-    fingerprints = Fingerprints()
+    fingerprints = fingerprinter()
     weight_files = weights_state(paths.weights, inference.version)
     if likely_work(job_list, paths.cache, rerun):
         with ThreadPoolExecutor(1, thread_name_prefix="batch-checks") as pool:

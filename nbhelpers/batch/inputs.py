@@ -74,12 +74,10 @@ def probe_inputs(job_list: Sequence[Job], fingerprints: Callable[[Path], Any]) -
         except (NbHelpersError, OSError) as exc:
             return path, (None, _input_error_text(exc))
 
-    videos = list(dict.fromkeys(j.video for j in job_list))
-    audios = list(dict.fromkeys(j.audio for j in job_list))
     with ThreadPoolExecutor(min(8, max(2, os.cpu_count() or 1)), thread_name_prefix="batch-probe") as pool:
-        video_results = list(pool.map(lambda p: probe(check_video, p), videos))
-        audio_results = list(pool.map(lambda p: probe(check_audio, p), audios))
-    return Probed(dict(video_results), dict(audio_results))
+        videos = pool.map(lambda p: probe(check_video, p), dict.fromkeys(j.video for j in job_list))
+        audios = pool.map(lambda p: probe(check_audio, p), dict.fromkeys(j.audio for j in job_list))
+        return Probed(dict(videos), dict(audios))
 
 
 @dataclass

@@ -8,6 +8,7 @@ it now (sizes and SHA-256 of video and audio, settings, weight files) and its si
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -30,18 +31,10 @@ HINT_FORMAT = 1  # bump when the input-failure hint's fields change (older hints
 HINTS_NAME = "failed"  # folder of the input-failure hints, in the avatar cache
 
 
-class Fingerprints:
-    """Size and SHA-256 of input files, each hashed once per run."""
-
-    def __init__(self):
-        self._cache: dict[Path, dict[str, Any]] = {}
-
-    def __call__(self, path: Path) -> dict[str, Any]:
-        """``{"size": bytes, "sha256": hex}`` of ``path``, hashed once per run; OSError when unreadable."""
-        key = path.resolve()
-        if key not in self._cache:
-            self._cache[key] = {"size": key.stat().st_size, "sha256": sha256_file(key)}
-        return self._cache[key]
+def fingerprinter() -> Callable[[Path], dict[str, Any]]:
+    """A function giving a path's ``{"size": bytes, "sha256": hex}``, each file hashed once; OSError when unreadable."""
+    hashed = functools.cache(lambda key: {"size": key.stat().st_size, "sha256": sha256_file(key)})
+    return lambda path: hashed(path.resolve())
 
 
 def record_path(output: Path) -> Path:
