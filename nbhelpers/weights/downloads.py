@@ -225,12 +225,10 @@ def _fetch_url(source: Source, root: Path, rel: str) -> tuple[Path, int | None, 
     url, desc = source.url, Path(rel).name
     part = _staging(root, "url") / (desc + ".part")
     have = part.stat().st_size if part.exists() else 0
-    headers = {"User-Agent": "nbhelpers (musetalk-workbook)", "Accept-Encoding": "identity"}
-    if have:
-        headers["Range"] = f"bytes={have}-"
-    request = urllib.request.Request(url, headers=headers)
-    try:
-        response = urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S)  # noqa: S310 - URLs are the manifest's
+    headers = {"User-Agent": "nbhelpers (musetalk-workbook)", "Accept-Encoding": "identity",
+               **({"Range": f"bytes={have}-"} if have else {})}
+    try:  # the URLs are the manifest's
+        response = urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=HTTP_TIMEOUT_S)
     except urllib.error.HTTPError as exc:
         if exc.code == 416 and have:  # asked past the end: the .part is already whole (checked by the caller)
             match = re.search(r"/(\d+)", exc.headers.get("Content-Range", ""))
@@ -252,10 +250,7 @@ def _fetch_url(source: Source, root: Path, rel: str) -> tuple[Path, int | None, 
             mode = "wb"
         with open(part, mode) as f, progress.bar(total=total, desc=desc, unit="B", unit_scale=True,
                                                  unit_divisor=1024, initial=have) as pbar:
-            while True:
-                block = response.read(_CHUNK)
-                if not block:
-                    break
+            while block := response.read(_CHUNK):
                 f.write(block)
                 pbar.update(len(block))
     got = part.stat().st_size

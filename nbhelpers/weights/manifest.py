@@ -332,28 +332,10 @@ def _human(n: int | float | None) -> str:
 
 
 def _text_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [len(h) for h in headers]
-    for row in rows:
-        widths = [max(w, len(str(c))) for w, c in zip(widths, row, strict=True)]
+    widths = [max(len(str(c)) for c in column) for column in zip(headers, *rows, strict=True)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    lines = [fmt.format(*headers), fmt.format(*["-" * w for w in widths])]
-    lines += [fmt.format(*[str(c) for c in row]) for row in rows]
+    lines = [fmt.format(*headers), fmt.format(*["-" * w for w in widths]), *(fmt.format(*map(str, r)) for r in rows)]
     return "\n".join(line.rstrip() for line in lines)
-
-
-def _html_table(headers: Sequence[str], rows: Sequence[Sequence[str]], caption: str = "",
-                row_styles: Sequence[str] | None = None) -> str:
-    out = ['<table style="border-collapse:collapse;font-size:90%">']
-    if caption:
-        out.append(f'<caption style="text-align:left;font-weight:bold">{html.escape(caption)}</caption>')
-    out.append("<tr>" + "".join(f'<th style="text-align:left;padding:2px 8px">{html.escape(h)}</th>'
-                                for h in headers) + "</tr>")
-    for i, row in enumerate(rows):
-        style = f' style="{row_styles[i]}"' if row_styles and row_styles[i] else ""
-        out.append(f"<tr{style}>" + "".join(f'<td style="padding:2px 8px">{html.escape(str(c))}</td>'
-                                            for c in row) + "</tr>")
-    out.append("</table>")
-    return "\n".join(out)
 
 
 class _Report:
@@ -372,7 +354,16 @@ class _Report:
         return str(self)
 
     def _repr_html_(self) -> str:
-        return _html_table(self._HEADERS, self._rows(), caption=self._summary(), row_styles=self._styles())
+        styles = self._styles()
+        out = ['<table style="border-collapse:collapse;font-size:90%">',
+               f'<caption style="text-align:left;font-weight:bold">{html.escape(self._summary())}</caption>',
+               "<tr>" + "".join(f'<th style="text-align:left;padding:2px 8px">{html.escape(h)}</th>'
+                                for h in self._HEADERS) + "</tr>"]
+        for i, row in enumerate(self._rows()):
+            style = f' style="{styles[i]}"' if styles and styles[i] else ""
+            out.append(f"<tr{style}>" + "".join(f'<td style="padding:2px 8px">{html.escape(str(c))}</td>'
+                                                for c in row) + "</tr>")
+        return "\n".join([*out, "</table>"])
 
 
 @dataclasses.dataclass(frozen=True)

@@ -64,18 +64,14 @@ class _State:
 
     def cached_sha256(self, rel: str, st: os.stat_result) -> str | None:
         rec = self.files.get(rel, {})
-        if rec.get("size") == st.st_size and rec.get("mtime_ns") == st.st_mtime_ns:
-            return rec.get("sha256")
-        return None
+        return rec.get("sha256") if (rec.get("size"), rec.get("mtime_ns")) == (st.st_size, st.st_mtime_ns) else None
 
     def record_sha256(self, rel: str, st: os.stat_result, sha: str) -> None:
-        rec = self.files.setdefault(rel, {})
-        rec.update(size=st.st_size, mtime_ns=st.st_mtime_ns, sha256=sha)
+        self.files.setdefault(rel, {}).update(size=st.st_size, mtime_ns=st.st_mtime_ns, sha256=sha)
         self.changed = True
 
     def record_facts(self, rel: str, size: int | None, sha: str | None, source: str) -> None:
-        rec = self.files.setdefault(rel, {})
-        rec.update(expected_size=size, expected_sha256=sha, facts_from=source)
+        self.files.setdefault(rel, {}).update(expected_size=size, expected_sha256=sha, facts_from=source)
         self.changed = True
 
     def facts(self, rel: str) -> tuple[int | None, str | None, str]:
@@ -114,9 +110,8 @@ def expected_facts(directory: str | os.PathLike, name: str) -> Expected:
 
 
 def _expected(entry: WeightFile, rel: str, state: _State) -> Expected:
-    size = sha = None
+    size = sha = unverified = None
     sources = []
-    unverified = None
     if rel == entry.path:
         if entry.size is not None and entry.size.verified:
             size = int(entry.size.value)
