@@ -77,10 +77,9 @@ def check_setup(installs: InstallReport | None = None, backend: Any = None) -> s
         from .. import faces  # numpy: env imports with the standard library alone (it installs the rest)
 
         backend = faces.get_backend(backend)
-    backend_name = getattr(backend, "name", None) if backend is not None else None
-    optional = set()
-    if backend_name and backend_name != "dwpose-onnx":
-        optional = {row.requirement for row in installs.rows if row.name in ONNX_ONLY}
+    backend_name = getattr(backend, "name", None)
+    skip_onnx = bool(backend_name) and backend_name != "dwpose-onnx"
+    optional = {row.requirement for row in installs.rows if skip_onnx and row.name in ONNX_ONLY}
     now = install_missing([row.requirement for row in installs.rows if row.requirement not in optional],
                           dry_run=True)
     if now.missing:

@@ -5,10 +5,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ..errors import InputError
-from .modes import DRIVE_MOUNTPOINT, in_colab
+from .modes import DRIVE_MOUNTPOINT, _ShownAsText, in_colab
 
 
 def drive_mounted(mountpoint: str = DRIVE_MOUNTPOINT) -> bool:
@@ -46,7 +45,7 @@ def mount_drive(weights_folder: str | os.PathLike | None = None, *, enabled: boo
 
 
 @dataclass(frozen=True)
-class DriveStatus:
+class DriveStatus(_ShownAsText):
     """Result of :func:`mount_drive`: whether Drive is ``mounted``, the ``weights_dir`` now in ``NBHELPERS_WEIGHTS`` (or
     None), and a ``message`` in words.
     """
@@ -58,6 +57,3 @@ class DriveStatus:
     def __str__(self) -> str:
         weights = f"; weights from {self.weights_dir}" if self.weights_dir else ""
         return f"Google Drive: {self.message}{weights}"
-
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        printer.text(str(self))

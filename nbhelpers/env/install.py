@@ -13,10 +13,9 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ..errors import InputError, NbHelpersError
-from .modes import _DISTS, ALTERNATIVES, NEVER_INSTALL, PROTECTED
+from .modes import _DISTS, ALTERNATIVES, NEVER_INSTALL, PROTECTED, _ShownAsText
 
 
 def package_version(*dists: str) -> str | None:
@@ -79,7 +78,7 @@ class InstallRow:
 
 
 @dataclass(frozen=True)
-class InstallReport:
+class InstallReport(_ShownAsText):
     """Result of :func:`install_missing`, shown as a table: one :class:`InstallRow` per requirement in ``rows``,
     ``dry_run`` (nothing installed), the pip argument list that ran or would run (``command``, empty when nothing was
     needed), ``name==version`` of each package it ``installed_now``, and the ``restart_reasons`` (packages imported
@@ -121,15 +120,11 @@ class InstallReport:
         if self.installed_now:
             return "installed: " + ", ".join(self.installed_now)
         if self.missing:
-            verb = "would install" if self.dry_run else "to install"
-            return f"{verb}: " + " ".join(self.missing)
+            return ("would install: " if self.dry_run else "to install: ") + " ".join(self.missing)
         if self.refused:
             names = ", ".join(f"{r.name} {r.installed} (needs {r.requirement})" for r in self.refused)
             return f"nothing to install; below their floor but protected, so left alone: {names}"
         return "nothing to install: every requirement is satisfied"
-
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        printer.text(str(self))
 
     def _repr_html_(self) -> str:
         cells = "".join(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from typing import Any
 
 from .. import progress
 from ..errors import InputError, NbHelpersError
@@ -44,6 +45,13 @@ _DISTS = {
 REPORTED = ("torch", "diffusers", "transformers", "huggingface_hub", "numpy", "ipywidgets", "onnxruntime", "dlib")
 
 _SESSION_START = time.time()  # seconds since the epoch when this kernel first imported nbhelpers.env
+
+
+class _ShownAsText:
+    """A report that IPython's plain-text display shows as ``str(report)``."""
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(str(self))
 
 
 class ResultCheckError(NbHelpersError, AssertionError):

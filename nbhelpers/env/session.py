@@ -12,11 +12,11 @@ from .. import gpu
 from .drive import drive_mounted
 from .folders import _weights_path
 from .install import RESTART_MESSAGE, package_version, restart_reasons
-from .modes import _DISTS, REPORTED, run_mode
+from .modes import _DISTS, REPORTED, _ShownAsText, run_mode
 
 
 @dataclass(frozen=True)
-class EnvReport:
+class EnvReport(_ShownAsText):
     """What the setup cell found, shown as a table in notebooks: the run ``mode``, the ``python`` version
     (``"3.13.0"``), the ``device`` (``"cuda:0: Tesla T4"`` or ``"cpu (no CUDA GPU)"``), the GPU's total ``vram_gib``
     (None without one), ``versions`` by import name (None: not installed), the ``weights_dir`` this mode reads, whether
@@ -62,9 +62,6 @@ class EnvReport:
         if self.restart_needed:
             lines.append(RESTART_MESSAGE)
         return "\n".join(lines)
-
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        printer.text(str(self))
 
     def _repr_html_(self) -> str:
         body = "".join(f"<tr><th style='text-align:left'>{html.escape(n)}</th>"
