@@ -110,24 +110,6 @@ def _ffmpeg() -> str:
     return str(media.ffmpeg_exe())
 
 
-def _cut(src: Path, dst: Path, seconds: float, kind: str) -> Path:
-    """Cut the first ``seconds`` of ``src`` into ``dst`` (video: H.264 25 fps without audio; audio: PCM WAV)."""
-    if dst.is_file() and dst.stat().st_size > 0:
-        return dst
-    if kind == "video":
-        codec = ["-an", "-vf", f"fps={FPS}", "-c:v", "libx264", "-preset", "veryfast", "-crf", "18",
-                 "-pix_fmt", "yuv420p"]
-    else:
-        codec = ["-vn", "-c:a", "pcm_s16le"]
-    with atomic_path(dst, f".tmp{dst.suffix}") as tmp:
-        command = [_ffmpeg(), "-v", "error", "-y", "-i", str(src), "-t", f"{seconds:.3f}", *codec, str(tmp)]
-        done = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL)
-        if done.returncode != 0:
-            raise FFmpegError(f"could not cut the first {seconds} s of {src}", command, done.returncode,
-                              "\n".join(done.stderr.splitlines()[-40:]))
-    return dst
-
-
 def workbook_inputs(mode: str | None = None, video: str | os.PathLike | None = None,
                     audio: str | os.PathLike | None = None, *, uploads: Sequence[str | os.PathLike] = (),
                     seconds: float = CI_CLIP_SECONDS) -> tuple[Path, Path]:
@@ -155,10 +137,24 @@ def workbook_inputs(mode: str | None = None, video: str | os.PathLike | None = N
     return video, audio
 
 
-def _ci_clip(source: Path, name: str, seconds: float, kind: str = "audio") -> Path:
-    """The first ``seconds`` of ``source``, cut once into ``clips/<name>-<milliseconds>ms<suffix>`` of the work dir."""
-    target = work_dir("ci") / "clips" / f"{name}-{int(round(seconds * 1000))}ms{'.mp4' if kind == 'video' else '.wav'}"
-    return _cut(source, target, seconds, kind)
+def _ci_clip(src: Path, name: str, seconds: float, kind: str = "audio") -> Path:
+    """The first ``seconds`` of ``src``, cut once into ``clips/<name>-<milliseconds>ms<suffix>`` of the work dir
+    (video: H.264 25 fps without audio; audio: PCM WAV)."""
+    dst = work_dir("ci") / "clips" / f"{name}-{int(round(seconds * 1000))}ms{'.mp4' if kind == 'video' else '.wav'}"
+    if dst.is_file() and dst.stat().st_size > 0:
+        return dst
+    if kind == "video":
+        codec = ["-an", "-vf", f"fps={FPS}", "-c:v", "libx264", "-preset", "veryfast", "-crf", "18",
+                 "-pix_fmt", "yuv420p"]
+    else:
+        codec = ["-vn", "-c:a", "pcm_s16le"]
+    with atomic_path(dst, f".tmp{dst.suffix}") as tmp:
+        command = [_ffmpeg(), "-v", "error", "-y", "-i", str(src), "-t", f"{seconds:.3f}", *codec, str(tmp)]
+        done = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        if done.returncode != 0:
+            raise FFmpegError(f"could not cut the first {seconds} s of {src}", command, done.returncode,
+                              "\n".join(done.stderr.splitlines()[-40:]))
+    return dst
 
 
 def _default_inputs(mode: str, seconds: float) -> tuple[Path, Path]:
