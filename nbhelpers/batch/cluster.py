@@ -49,11 +49,10 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpu
     if address:
         _ray_init(ray, address=address, log_to_driver=False, configure_logging=False)
         return True
-    cores = os.cpu_count() or 1
     # address="local": always a new instance (a bare ray.init() would join a cluster someone `ray start`ed here)
-    options = dict(address="local", num_cpus=max(1, min(int(num_cpus or 2), cores)), num_gpus=num_gpus,
-                   include_dashboard=False,
-                   log_to_driver=False, configure_logging=False, object_store_memory=256 * 2**20)
+    options = dict(address="local", num_cpus=max(1, min(int(num_cpus or 2), os.cpu_count() or 1)),
+                   num_gpus=num_gpus, include_dashboard=False, log_to_driver=False, configure_logging=False,
+                   object_store_memory=256 * 2**20)
     try:
         _ray_init(ray, **options)
     except Exception as exc:  # noqa: BLE001 - Ray's own startup timeout on a loaded machine: try once more
