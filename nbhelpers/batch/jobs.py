@@ -122,16 +122,6 @@ def _clean_path(path: Path) -> Path:
     return path.resolve() if path.name in ("", "..") else path.parent.resolve() / path.name
 
 
-def _row_settings(settings_in: Mapping[str, Any], row: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """A row's settings, its ``"settings"`` object and its other columns, checked; empty cells left out."""
-    settings_in = {**settings_in, **row}
-    unknown = sorted(k for k in settings_in if k not in ROW_SETTINGS)
-    if unknown:
-        raise InputError(f"{where}: unknown column(s) {', '.join(unknown)}. A job has name, video, audio, output and "
-                         f"optional settings: {', '.join(ROW_SETTINGS)}.")
-    return {k: v for k, v in ((k, _setting(k, v, where)) for k, v in settings_in.items()) if v is not None}
-
-
 def _job_from_row(row: Mapping[str, Any], base: Path, where: str) -> Job:
     row = {str(k).strip().lower(): v for k, v in row.items() if k is not None}  # "Video " is the video column
     settings_in = row.pop("settings", None) or {}
@@ -146,7 +136,12 @@ def _job_from_row(row: Mapping[str, Any], base: Path, where: str) -> Job:
     for key, value in fixed.items():  # a CSV cell is always text; a JSON value may be anything
         if value is not None and not isinstance(value, (str, os.PathLike)):
             raise InputError(f"{where}: {key} must be a path as text; got {value!r}.")
-    settings = _row_settings(settings_in, row, where)
+    settings_in = {**settings_in, **row}  # the "settings" object and the other columns
+    unknown = sorted(k for k in settings_in if k not in ROW_SETTINGS)
+    if unknown:
+        raise InputError(f"{where}: unknown column(s) {', '.join(unknown)}. A job has name, video, audio, output and "
+                         f"optional settings: {', '.join(ROW_SETTINGS)}.")
+    settings = {k: v for k, v in ((k, _setting(k, v, where)) for k, v in settings_in.items()) if v is not None}
 
     def path(value: Any) -> Path:
         return _clean_path(base / Path(os.fspath(value)).expanduser())  # an absolute value replaces base
