@@ -26,12 +26,8 @@ from ..errors import NbHelpersWarning, WeightsError
 from ..hashing import sha256_file
 from .inspect import MISSING, OK, UNVERIFIABLE, inspect_file
 from .manifest import (
-    _CHUNK,
-    ATTEMPTS_PER_SOURCE,
     ENV_VAR,
-    HTTP_TIMEOUT_S,
     MANIFEST,
-    RETRY_DELAY_S,
     STAGING_DIR,
     Manifest,
     Source,
@@ -42,6 +38,11 @@ from .manifest import (
     hub_endpoint,
 )
 from .verification import _check, _State
+
+ATTEMPTS_PER_SOURCE = 3  # tries of one source before moving to the next (each try resumes where possible)
+RETRY_DELAY_S = 1.0  # seconds between tries of one source
+HTTP_TIMEOUT_S = 30.0  # seconds without data before a plain-HTTP transfer is considered stalled
+_CHUNK = 1 << 20  # bytes per read when streaming (1 MiB)
 
 
 @dataclasses.dataclass(frozen=True)

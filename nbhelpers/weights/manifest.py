@@ -19,10 +19,6 @@ TINY_MARKER = "tiny.json"  # written by nbhelpers.testing.make_tiny_weights: ran
 HF_MIRROR = "https://hf-mirror.com"  # the mirror both official download scripts use (download_weights.sh:14)
 DOWNLOAD_COMMAND = "python -m nbhelpers download"
 NOTEBOOK = "notebooks/01_weights.ipynb"
-ATTEMPTS_PER_SOURCE = 3  # tries of one source before moving to the next (each try resumes where possible)
-RETRY_DELAY_S = 1.0  # seconds between tries of one source
-HTTP_TIMEOUT_S = 30.0  # seconds without data before a plain-HTTP transfer is considered stalled
-_CHUNK = 1 << 20  # bytes per read when streaming or hashing (1 MiB)
 _GB = 1e9
 
 
