@@ -35,12 +35,9 @@ def require_ray():
 
 def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpus: int | None = None):
     """Join the Ray cluster at ``address`` (``"auto"``, ``"HOST:PORT"``, ``"ray://HOST:PORT"``; None = ``$RAY_ADDRESS``
-    when set), or start a small Ray here; True when this call started or joined it (the caller shuts it down), False
-    when it was running.
-
-    A local Ray offers ``num_cpus`` (default 2, at most the cores) CPUs and ``num_gpus`` GPUs (None = all), no
-    dashboard, no forwarded worker output, a 256 MiB object store; a startup timeout is tried once more.
-    MissingDependencyError when Ray is not installed.
+    when set), or start a small Ray here offering ``num_cpus`` (default 2, at most the cores) CPUs and ``num_gpus``
+    GPUs (None = all), trying once more after a startup timeout. True when this call started or joined it (the caller
+    shuts it down), False when it was running; MissingDependencyError when Ray is not installed.
     """
     ray = require_ray()
     if ray.is_initialized():
