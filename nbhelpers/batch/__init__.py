@@ -29,8 +29,8 @@ from .inputs import WorkPlan, probe_inputs, sort_jobs
 from .jobs import ROW_SETTINGS, Job, check_jobs, job_configs, read_jobs
 from .records import (
     BatchLock,
-    Fingerprints,
     check_writable,
+    fingerprinter,
     likely_work,
     outputs_folder,
     record_path,
@@ -117,27 +117,6 @@ def _workers(config: BatchConfig, inference: InferenceConfig, joining: bool) -> 
     return workers, "; ".join(n for n in notes if n), ahead
 
 
-def _check_inputs(plan: WorkPlan, job_list: Sequence[Job], inference: InferenceConfig,
-                  configs: Mapping[str, InferenceConfig], paths: _Paths, rerun: bool, ray: RaySession, log: RunLog,
-                  t0: float) -> None:
-    """Probe the inputs, find the finished outputs and group the rest by face into ``plan``, starting Ray in
-    this thread meanwhile unless every job looks finished or failed at these checks last time with the same inputs.
-    """
-    fingerprints = Fingerprints()
-    weight_files = weights_state(paths.weights, inference.version)
-    if likely_work(job_list, paths.cache, rerun):
-        with ThreadPoolExecutor(1, thread_name_prefix="batch-checks") as pool:
-            probing = pool.submit(probe_inputs, job_list, fingerprints)
-            try:
-                ray.start()
-            finally:
-                probed = probing.result()  # the probe's own errors (none expected) come after Ray's
-        log.phases["ray_start"] = time.perf_counter() - t0
-    else:
-        probed = probe_inputs(job_list, fingerprints)
-    sort_jobs(plan, job_list, configs, probed, fingerprints, weight_files, paths.cache, rerun)
-
-
 def _run_locked(job_list: list[Job], config: BatchConfig, inference: InferenceConfig,
                 configs: Mapping[str, InferenceConfig], paths: _Paths, t0: float) -> BatchResult:
     """:func:`run` once its arguments are checked and the batch holds its locks."""
@@ -147,7 +126,21 @@ def _run_locked(job_list: list[Job], config: BatchConfig, inference: InferenceCo
     ray = RaySession(config.address, num_cpus=ahead, num_gpus=config.gpus)
     log, plan = RunLog(), WorkPlan()
     try:
-        _check_inputs(plan, job_list, inference, configs, paths, config.rerun, ray, log, t0)
+        # Probe the inputs, find the finished outputs and group the rest by face into the plan, starting Ray here
+        # meanwhile unless every job looks finished or failed at these checks last time with the same inputs.
+        fingerprints = fingerprinter()
+        if likely_work(job_list, paths.cache, config.rerun):
+            with ThreadPoolExecutor(1, thread_name_prefix="batch-checks") as pool:
+                probing = pool.submit(probe_inputs, job_list, fingerprints)
+                try:
+                    ray.start()
+                finally:
+                    probed = probing.result()  # the probe's own errors (none expected) come after Ray's
+            log.phases["ray_start"] = time.perf_counter() - t0
+        else:
+            probed = probe_inputs(job_list, fingerprints)
+        sort_jobs(plan, job_list, configs, probed, fingerprints, weights_state(paths.weights, inference.version),
+                  paths.cache, config.rerun)
         if plan.todo:
             log.phases["checks"] = time.perf_counter() - t0
             if not ray.started:  # every output had a record, yet some input or setting changed
@@ -168,7 +161,8 @@ def _run_locked(job_list: list[Job], config: BatchConfig, inference: InferenceCo
     finally:
         ray.stop()  # before returning: Ray must be down when the caller next uses it
         if config.address is None:  # the workers ran here: frames a stopped one could not remove go now
-            _remove_stale_frames()
+            with contextlib.suppress(Exception):  # tidying must not cost the batch its outcomes
+                remove_stale_frames()
     for job in job_list:
         remove_partials(job.output)
     result = BatchResult(outcomes=tuple(plan.outcomes[j.name] for j in job_list), summary_csv=paths.summary,
@@ -179,9 +173,3 @@ def _run_locked(job_list: list[Job], config: BatchConfig, inference: InferenceCo
     if paths.summary is not None:
         result.write_csv(paths.summary)
     return result
-
-
-def _remove_stale_frames() -> None:
-    """:func:`nbhelpers.framestore.remove_stale_frames` in this machine's temporary folder, never raising."""
-    with contextlib.suppress(Exception):  # tidying must not cost the batch its outcomes
-        remove_stale_frames()

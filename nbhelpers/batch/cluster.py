@@ -35,12 +35,9 @@ def require_ray():
 
 def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpus: int | None = None):
     """Join the Ray cluster at ``address`` (``"auto"``, ``"HOST:PORT"``, ``"ray://HOST:PORT"``; None = ``$RAY_ADDRESS``
-    when set), or start a small Ray here; True when this call started or joined it (the caller shuts it down), False
-    when it was running.
-
-    A local Ray offers ``num_cpus`` (default 2, at most the cores) CPUs and ``num_gpus`` GPUs (None = all), no
-    dashboard, no forwarded worker output, a 256 MiB object store; a startup timeout is tried once more.
-    MissingDependencyError when Ray is not installed.
+    when set), or start a small Ray here offering ``num_cpus`` (default 2, at most the cores) CPUs and ``num_gpus``
+    GPUs (None = all), trying once more after a startup timeout. True when this call started or joined it (the caller
+    shuts it down), False when it was running; MissingDependencyError when Ray is not installed.
     """
     ray = require_ray()
     if ray.is_initialized():
@@ -49,11 +46,10 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpu
     if address:
         _ray_init(ray, address=address, log_to_driver=False, configure_logging=False)
         return True
-    cores = os.cpu_count() or 1
     # address="local": always a new instance (a bare ray.init() would join a cluster someone `ray start`ed here)
-    options = dict(address="local", num_cpus=max(1, min(int(num_cpus or 2), cores)), num_gpus=num_gpus,
-                   include_dashboard=False,
-                   log_to_driver=False, configure_logging=False, object_store_memory=256 * 2**20)
+    options = dict(address="local", num_cpus=max(1, min(int(num_cpus or 2), os.cpu_count() or 1)),
+                   num_gpus=num_gpus, include_dashboard=False, log_to_driver=False, configure_logging=False,
+                   object_store_memory=256 * 2**20)
     try:
         _ray_init(ray, **options)
     except Exception as exc:  # noqa: BLE001 - Ray's own startup timeout on a loaded machine: try once more

@@ -18,7 +18,7 @@ from ..constants import FPS
 from ..errors import NbHelpersError
 from .jobs import Job
 from .records import drop_hint, finished_record, group_key, record_inputs, write_hint
-from .results import JobOutcome, error_text
+from .results import JobOutcome, error_text, job_outcome
 
 
 def _short_audio_error(info: Any) -> str:
@@ -74,12 +74,10 @@ def probe_inputs(job_list: Sequence[Job], fingerprints: Callable[[Path], Any]) -
         except (NbHelpersError, OSError) as exc:
             return path, (None, _input_error_text(exc))
 
-    videos = list(dict.fromkeys(j.video for j in job_list))
-    audios = list(dict.fromkeys(j.audio for j in job_list))
     with ThreadPoolExecutor(min(8, max(2, os.cpu_count() or 1)), thread_name_prefix="batch-probe") as pool:
-        video_results = list(pool.map(lambda p: probe(check_video, p), videos))
-        audio_results = list(pool.map(lambda p: probe(check_audio, p), audios))
-    return Probed(dict(video_results), dict(audio_results))
+        videos = pool.map(lambda p: probe(check_video, p), dict.fromkeys(j.video for j in job_list))
+        audios = pool.map(lambda p: probe(check_audio, p), dict.fromkeys(j.audio for j in job_list))
+        return Probed(dict(videos), dict(audios))
 
 
 @dataclass
@@ -139,7 +137,7 @@ def sort_jobs(plan: WorkPlan, job_list: Sequence[Job], job_configs: Mapping[str,
     for job in job_list:
         error = probed.error(job)
         if error:
-            plan.outcomes[job.name] = JobOutcome(job.name, "failed", 0, 0.0, error, job.video, job.audio, job.output)
+            plan.outcomes[job.name] = job_outcome(job, "failed", error)
             write_hint(cache_path, job, error)
             continue
         drop_hint(cache_path, job)  # it passed the checks: finished, or to run (a worker's failure needs Ray)
@@ -147,7 +145,7 @@ def sort_jobs(plan: WorkPlan, job_list: Sequence[Job], job_configs: Mapping[str,
         inputs = plan.inputs_of[job.name] = record_inputs(job, config, fingerprints, weight_files)
         rec = None if rerun else finished_record(job, inputs)
         if rec is not None:
-            plan.outcomes[job.name] = JobOutcome(job.name, "skipped", int(rec.get("frames", 0)), 0.0, "", job.video,
-                                                 job.audio, job.output, 0, str(rec.get("worker", "")))
+            plan.outcomes[job.name] = job_outcome(job, "skipped", frames=int(rec.get("frames", 0)),
+                                                  worker=str(rec.get("worker", "")))
         else:
             plan.add_to_group(job, config, cache_path, probed.audios[job.audio][0])

@@ -34,13 +34,11 @@ class Job:
     audio: Path
     output: Path
     settings: Mapping[str, Any] = field(default_factory=dict)
-    source: str = field(default="", compare=False)  # where it was read ("jobs.csv line 4"), for messages
+    source: str = field(default="", compare=False)
 
 
 def _box(value: Any, where: str) -> tuple[int, int, int, int]:
-    """A ``box`` setting (text ``"x1,y1,x2,y2"`` or a sequence) as four whole pixels; InputError unless four
-    finite numbers with x1 < x2 and y1 < y2.
-    """
+    """A ``box`` (``"x1,y1,x2,y2"`` or a sequence) as four whole pixels; InputError unless x1 < x2 and y1 < y2."""
     parts = value.replace(" ", "").split(",") if isinstance(value, str) else value
     try:
         if isinstance(parts, (str, bytes, Mapping)) or any(isinstance(v, bool) for v in parts):
@@ -58,9 +56,8 @@ def _box(value: Any, where: str) -> tuple[int, int, int, int]:
 
 
 def _setting(key: str, value: Any, where: str) -> Any:
-    """A per-job setting checked for its kind and converted from CSV text where needed (None for an empty cell):
-    whole numbers (``12``, ``"12"``, ``12.0``), finite numbers, text, or a box; JSON's ``true`` is no number.
-    InputError for a value of the wrong kind or not finite.
+    """A per-job setting checked for its kind and converted from CSV text (None for an empty cell): whole numbers
+    (``12``, ``"12"``, ``12.0``), finite numbers, text, or a box; InputError otherwise (JSON's ``true`` is no number).
     """
     if value is None or (isinstance(value, str) and not value.strip()):
         return None
@@ -89,9 +86,8 @@ def _setting(key: str, value: Any, where: str) -> Any:
 
 
 def _setting_error(job: Job, config: InferenceConfig, changes: Mapping[str, Any], exc: InputError) -> str:
-    """The message of a job whose settings ``config`` refuses, naming where it was read and the first of
-    its own settings refused alone (``jobs.csv line 4 (job 'o10'), setting extra_margin: ...``).
-    """
+    """Why ``config`` refuses ``job``'s settings, naming where it was read and the first of its own settings refused
+    alone (``jobs.csv line 4 (job 'o10'), setting extra_margin: ...``)."""
     label = f"{job.source} (job {job.name!r})" if job.source else f"job {job.name!r}"
     for key, value in changes.items():
         if key not in job.settings:
@@ -126,16 +122,6 @@ def _clean_path(path: Path) -> Path:
     return path.resolve() if path.name in ("", "..") else path.parent.resolve() / path.name
 
 
-def _row_settings(settings_in: Mapping[str, Any], row: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """A row's settings, its ``"settings"`` object and its other columns, checked; empty cells left out."""
-    settings_in = {**settings_in, **row}
-    unknown = sorted(k for k in settings_in if k not in ROW_SETTINGS)
-    if unknown:
-        raise InputError(f"{where}: unknown column(s) {', '.join(unknown)}. A job has name, video, audio, output and "
-                         f"optional settings: {', '.join(ROW_SETTINGS)}.")
-    return {k: v for k, v in ((k, _setting(k, v, where)) for k, v in settings_in.items()) if v is not None}
-
-
 def _job_from_row(row: Mapping[str, Any], base: Path, where: str) -> Job:
     row = {str(k).strip().lower(): v for k, v in row.items() if k is not None}  # "Video " is the video column
     settings_in = row.pop("settings", None) or {}
@@ -150,7 +136,12 @@ def _job_from_row(row: Mapping[str, Any], base: Path, where: str) -> Job:
     for key, value in fixed.items():  # a CSV cell is always text; a JSON value may be anything
         if value is not None and not isinstance(value, (str, os.PathLike)):
             raise InputError(f"{where}: {key} must be a path as text; got {value!r}.")
-    settings = _row_settings(settings_in, row, where)
+    settings_in = {**settings_in, **row}  # the "settings" object and the other columns
+    unknown = sorted(k for k in settings_in if k not in ROW_SETTINGS)
+    if unknown:
+        raise InputError(f"{where}: unknown column(s) {', '.join(unknown)}. A job has name, video, audio, output and "
+                         f"optional settings: {', '.join(ROW_SETTINGS)}.")
+    settings = {k: v for k, v in ((k, _setting(k, v, where)) for k, v in settings_in.items()) if v is not None}
 
     def path(value: Any) -> Path:
         return _clean_path(base / Path(os.fspath(value)).expanduser())  # an absolute value replaces base
@@ -183,8 +174,7 @@ def _jobs_from_jsonl(text: str, name: str, base: Path) -> list[Job]:
 
 
 def _jobs_from_csv(text: str, name: str, base: Path) -> list[Job]:
-    # Comment and empty lines are left out before the CSV reader sees the text; line_numbers maps the reader's
-    # lines back to the file's, so that a message names the line an editor shows.
+    # line_numbers maps the reader's lines (comments and empty lines left out) back to the file's, for messages
     kept = _kept_lines(text)
     line_numbers = [k for k, _ in kept]
     # skipinitialspace: a quoted cell after ", " (`a.mp4, b.wav, o.mp4, "1,2,3,4"`) is still one cell
@@ -245,35 +235,6 @@ def _check_header(columns: Sequence[str], file_name: str) -> None:
         raise InputError(f"{file_name}: the header names {', '.join(twice)} more than once; keep one column each.")
 
 
-def _as_jobs(jobs: Iterable[Job | Mapping[str, Any]]) -> list[Job]:
-    """Jobs as :class:`Job` objects with clean absolute paths (dicts converted, relative to the working folder)."""
-    out: list[Job] = []
-    for k, job in enumerate(jobs):
-        if isinstance(job, Job):
-            paths = [_clean_path(Path(os.fspath(p)).expanduser()) for p in (job.video, job.audio, job.output)]
-            clean = paths == [job.video, job.audio, job.output]
-            out.append(job if clean else Job(job.name, *paths, job.settings, job.source))
-        elif isinstance(job, Mapping):
-            out.append(_job_from_row(job, Path.cwd(), f"job {k}"))
-        else:
-            raise InputError(f"job {k} must be a Job or a dict with video, audio and output; got {type(job).__name__}.")
-    return out
-
-
-def _unique_names(jobs: list[Job]) -> list[Job]:
-    """The jobs with a number added to each repeated name (``clip``, ``clip-2``): names label the summary rows."""
-    names: set[str] = set()
-    out = []
-    for job in jobs:
-        name, n = job.name, 1
-        while name in names:
-            n += 1
-            name = f"{job.name}-{n}"
-        names.add(name)
-        out.append(job if name == job.name else Job(name, job.video, job.audio, job.output, job.settings, job.source))
-    return out
-
-
 def _check_outputs(jobs: Sequence[Job]) -> None:
     """Refuse two jobs writing one output, and an output that is a job's input (InputError naming both)."""
     def label(k: int) -> str:
@@ -296,12 +257,26 @@ def _check_outputs(jobs: Sequence[Job]) -> None:
 
 
 def check_jobs(jobs: Iterable[Job | Mapping[str, Any]]) -> list[Job]:
-    """Jobs as :class:`Job` objects with absolute paths (dicts converted, relative to the working folder), a
-    number added to repeated names (``clip``, ``clip-2``).
+    """Jobs as :class:`Job` objects with clean absolute paths (dicts converted, relative to the working folder), a
+    number added to repeated names (``clip``, ``clip-2``): names label the summary rows.
 
     Raises InputError when a job is malformed, two jobs share an output, or an output is a job's video or audio.
     """
-    out = _unique_names(_as_jobs(jobs))
+    out: list[Job] = []
+    names: set[str] = set()
+    for k, job in enumerate(jobs):
+        if isinstance(job, Mapping):
+            job = _job_from_row(job, Path.cwd(), f"job {k}")
+        elif not isinstance(job, Job):
+            raise InputError(f"job {k} must be a Job or a dict with video, audio and output; got {type(job).__name__}.")
+        paths = [_clean_path(Path(os.fspath(p)).expanduser()) for p in (job.video, job.audio, job.output)]
+        name, n = job.name, 1
+        while name in names:
+            n += 1
+            name = f"{job.name}-{n}"
+        names.add(name)
+        same = [name, *paths] == [job.name, job.video, job.audio, job.output]
+        out.append(job if same else Job(name, *paths, job.settings, job.source))
     _check_outputs(out)
     if not out:
         raise InputError("the batch holds no job.")

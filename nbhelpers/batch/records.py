@@ -8,6 +8,7 @@ it now (sizes and SHA-256 of video and audio, settings, weight files) and its si
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -30,18 +31,10 @@ HINT_FORMAT = 1  # bump when the input-failure hint's fields change (older hints
 HINTS_NAME = "failed"  # folder of the input-failure hints, in the avatar cache
 
 
-class Fingerprints:
-    """Size and SHA-256 of input files, each hashed once per run."""
-
-    def __init__(self):
-        self._cache: dict[Path, dict[str, Any]] = {}
-
-    def __call__(self, path: Path) -> dict[str, Any]:
-        """``{"size": bytes, "sha256": hex}`` of ``path``, hashed once per run; OSError when unreadable."""
-        key = path.resolve()
-        if key not in self._cache:
-            self._cache[key] = {"size": key.stat().st_size, "sha256": sha256_file(key)}
-        return self._cache[key]
+def fingerprinter() -> Callable[[Path], dict[str, Any]]:
+    """A function giving a path's ``{"size": bytes, "sha256": hex}``, each file hashed once; OSError when unreadable."""
+    hashed = functools.cache(lambda key: {"size": key.stat().st_size, "sha256": sha256_file(key)})
+    return lambda path: hashed(path.resolve())
 
 
 def record_path(output: Path) -> Path:
@@ -162,21 +155,15 @@ def _nearest_existing(folder: Path) -> Path:
     return existing
 
 
-def _writable(folder: Path) -> bool:
-    """Whether this process can make files in ``folder``, or make it."""
-    existing = _nearest_existing(folder)
-    return existing.is_dir() and os.access(existing, os.W_OK | os.X_OK)
-
-
 def outputs_folder(job_list: Sequence[Job]) -> Path:
     """The deepest folder holding every output, or the first job's output folder when that is a filesystem
     root or not writable: where the summary and avatar cache go by default.
     """
     folders = [j.output.resolve().parent for j in job_list]
     common = Path(os.path.commonpath([str(f) for f in folders]))
-    if common.parent == common or not _writable(common):
-        return folders[0]
-    return common
+    existing = _nearest_existing(common)
+    writable = existing.is_dir() and os.access(existing, os.W_OK | os.X_OK)  # it can be made, or files made in it
+    return common if common.parent != common and writable else folders[0]
 
 
 def _write_problem(folder: Path) -> str:
@@ -188,17 +175,13 @@ def _write_problem(folder: Path) -> str:
     if not os.access(existing, os.W_OK | os.X_OK):
         return (f"{str(folder)!r} (read-only or not yours)" if existing == folder else
                 f"{str(folder)!r} (its folder {str(existing)!r} is read-only or not yours)")
-    # what the permission bits do not say (root on /proc or /sys, a read-only bind): the folder is made and a file
-    # tried in it, and what was made is removed again (a batch stopped before it starts leaves no empty folder)
-    why = write_problem(folder)
+    why = write_problem(folder)  # what the permission bits do not say (root on /proc or /sys, a read-only bind)
     return f"{str(folder)!r} ({why})" if why else ""
 
 
 def check_writable(folders: Iterable[Path]) -> None:
-    """Check before Ray starts that the batch can write (or make) every one of ``folders``.
-
-    Raises InputError when a folder is inside a file, read-only or not this user's (up to three named).
-    """
+    """Check before Ray starts that the batch can write (or make) every one of ``folders``; InputError naming up to
+    three that are inside a file, read-only or not this user's."""
     bad = [p for p in map(_write_problem, dict.fromkeys(Path(f) for f in folders)) if p]
     if bad:
         more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
@@ -256,9 +239,7 @@ class BatchLock:
 
 
 def remove_partials(output: Path) -> list[Path]:
-    """Remove and return the half-written files a dead worker left for ``output``
-    (``.<stem>.partial-<8 hex><suffix>``).
-    """
+    """Remove and return the half-written files a dead worker left for ``output`` (``.<stem>.partial-*<suffix>``)."""
     removed = []
     if output.parent.is_dir():
         for p in output.parent.glob(f".{output.stem}.partial-*{output.suffix}"):

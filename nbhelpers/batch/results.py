@@ -151,6 +151,13 @@ class BatchResult:
         return Path(path)
 
 
+def job_outcome(job: Job, status: str, error: str = "", *, frames: int = 0, seconds: float = 0.0, attempts: int = 0,
+                worker: str = "", ended_s: float = 0.0, timings: Mapping[str, float] | None = None) -> JobOutcome:
+    """``job``'s :class:`JobOutcome`, its name and paths taken from the job."""
+    return JobOutcome(job.name, status, frames, seconds, error, job.video, job.audio, job.output, attempts, worker,
+                      ended_s, dict(timings or {}))
+
+
 def error_text(exc: BaseException) -> str:
     """``"<ExceptionType>: <message>"``: a failed job's error (:attr:`JobOutcome.error`)."""
     return f"{type(exc).__name__}: {exc}"
@@ -202,8 +209,7 @@ def write_stopped_summary(job_list: Sequence[Job], outcomes: Mapping[str, JobOut
         why = "terminated (SIGTERM)"
     else:
         why = "interrupted (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else f"stopped by {type(exc).__name__}"
-    rows = tuple(outcomes.get(j.name) or JobOutcome(j.name, "interrupted", 0, 0.0, f"the batch was {why} before this "
-                                                    "job ended; run the batch again to make it", j.video, j.audio,
-                                                    j.output) for j in job_list)
+    error = f"the batch was {why} before this job ended; run the batch again to make it"
+    rows = tuple(outcomes.get(j.name) or job_outcome(j, "interrupted", error) for j in job_list)
     with contextlib.suppress(OSError):
         BatchResult(outcomes=rows, summary_csv=path, wall_s=time.perf_counter() - t0).write_csv(path)

@@ -6,7 +6,6 @@ holds its avatar when one is free.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import shutil
 import time
@@ -23,7 +22,7 @@ from .cluster import close_workers, collect_timeline, is_worker_loss
 from .inputs import FaceGroup, WorkPlan
 from .jobs import Job
 from .records import remove_partials, write_record
-from .results import JobOutcome, error_text
+from .results import error_text, job_outcome
 from .worker import BatchWorker
 
 # Jobs a GPU worker holds per render slot beyond the one rendering: one is enough for the next clip to be ready to
@@ -137,22 +136,20 @@ class Scheduler:
         self.in_flight = [0] * len(self.actors)
         self.alive = [True] * len(self.actors)
 
-    def _kill_workers(self) -> None:
-        for a in self.actors:
-            with contextlib.suppress(Exception):  # stopping must not hide the batch's outcome
-                self.ray.kill(a)
-
-    def _finish(self, job: Job, outcome: JobOutcome) -> None:
-        self.plan.outcomes[job.name] = dataclasses.replace(outcome, ended_s=round(time.perf_counter() - self.t0, 3))
+    def _finish(self, job: Job, status: str, error: str, attempts: int, reply: dict[str, Any] | None = None) -> None:
+        """Record ``job``'s outcome; ``reply`` is its worker's (frames, seconds, worker, timings), None if none ran."""
+        reply = reply or {}
+        frames, ended_s = reply.get("frames", 0), round(time.perf_counter() - self.t0, 3)
+        self.plan.outcomes[job.name] = job_outcome(job, status, error, frames=frames, seconds=reply.get("seconds", 0.0),
+                                                   attempts=attempts, worker=reply.get("worker", ""), ended_s=ended_s,
+                                                   timings=reply.get("timings"))
         self.jobs_bar.update(1)
-        shown = self.frames_done.pop(job.name, 0)
-        self.frames_bar.update(max(outcome.frames - shown, 0) if outcome.status == "done" else 0)
+        self.frames_bar.update(max(frames - self.frames_done.pop(job.name, 0), 0))
 
     def _fail_group(self, group: FaceGroup) -> None:
         while group.queue:
             job = group.queue.popleft()
-            self._finish(job, JobOutcome(job.name, "failed", 0, 0.0, group.error, job.video, job.audio, job.output,
-                                         self.attempts.get(job.name, 0)))
+            self._finish(job, "failed", group.error, self.attempts.get(job.name, 0))
 
     def _next_work(self, i: int, jobs_only: bool) -> tuple[str, FaceGroup] | None:
         """Worker ``i``'s next call: a job of a face it holds (the one with most jobs left), else a preparation
@@ -263,18 +260,16 @@ class Scheduler:
             remove_partials(job.output)
             self.frames_bar.update(-self.frames_done.pop(job.name, 0))
             if n >= self.workers.max_attempts:
-                self._finish(job, JobOutcome(job.name, "failed", 0, 0.0, lost, job.video, job.audio, job.output, n))
+                self._finish(job, "failed", lost, n)
             else:
                 group.queue.appendleft(job)
             return
         if not reply["ok"]:
-            self._finish(job, JobOutcome(job.name, "failed", 0, reply["seconds"], reply["error"], job.video,
-                                         job.audio, job.output, n, reply["worker"]))
+            self._finish(job, "failed", reply["error"], n, reply)
             return
         self.holds[i].add(group.key)
         write_record(job.output, self.plan.inputs_of[job.name], reply["frames"], reply["worker"], reply["seconds"])
-        self._finish(job, JobOutcome(job.name, "done", reply["frames"], reply["seconds"], "", job.video, job.audio,
-                                     job.output, n, reply["worker"], timings=dict(reply.get("timings") or {})))
+        self._finish(job, "done", "", n, reply)
 
     def _on_done(self, ref: Any) -> None:
         i, kind, item, n = self.busy.pop(ref)
@@ -310,11 +305,8 @@ class Scheduler:
                 if names_running:
                     self.polls[self.actors[i].progress.remote()] = i
 
-    def _working(self) -> bool:
-        return any(kind in ("prepare", "job") for _, kind, _, _ in self.busy.values())
-
     def _loop(self) -> None:
-        while any(g.queue for g in self.plan.groups.values()) or self._working():
+        while any(g.queue for g in self.plan.groups.values()) or any(k != "ping" for _, k, _, _ in self.busy.values()):
             self._fill()
             self._ping_restarting()
             if not self.busy and not self.ping_at:
@@ -329,9 +321,8 @@ class Scheduler:
 
     def run(self) -> None:
         """Start the workers, run every job of the plan to an outcome, stop the workers (their names, the phases,
-        timeline and preparations go into the log).
-
-        Raises NbHelpersError when the workers could not start (the pipeline or the weights are missing on a node).
+        timeline and preparations go into the log). NbHelpersError when the workers could not start (the pipeline or
+        the weights are missing on a node).
         """
         self.log.phases["prepare_s"] = 0.0
         try:
@@ -351,4 +342,6 @@ class Scheduler:
                         self._fail_group(group)
             self.log.workers = list(self.names)
         finally:
-            self._kill_workers()
+            for a in self.actors:
+                with contextlib.suppress(Exception):  # stopping must not hide the batch's outcome
+                    self.ray.kill(a)

@@ -28,12 +28,10 @@ class _JobGate:
         self.gate, self.mark = gate, mark
 
     def acquire(self) -> None:
-        """Wait for a render slot, then mark that the job renders."""
         self.gate.acquire()
         self.mark("rendering")
 
     def release(self) -> None:
-        """Mark that the job's last batch is rendered, then give its slot back."""
         self.mark("rendered")
         self.gate.release()
 
@@ -75,10 +73,8 @@ class BatchWorker:
         self._preload.start()
 
     def _load_and_warm(self, base: Any) -> None:
-        """Load every model an avatar job uses, then warm them up at a clip's batch unless a clip has started;
-        a failure is left to the job that needs the model.
-        """
-        with contextlib.suppress(Exception):  # see the docstring
+        """Load every model an avatar job uses, then warm them up at a clip's batch unless a clip has started."""
+        with contextlib.suppress(Exception):  # a failure is left to the job that needs the model
             for model in ("face_parser", "vae", "unet", "whisper", "feature_extractor", "pe"):  # preload()'s models
                 getattr(self.pipe, model)
                 self._mark(f"loaded {model}")
@@ -162,9 +158,9 @@ class BatchWorker:
     def generate(self, key: str, directory: str, config: dict[str, Any], name: str, audio: str, output: str,
                  exit_at_frame: int | None = None) -> dict[str, Any]:
         """Generate one job's clip from the avatar in ``directory`` (loaded once per worker, keyed ``key``) with the
-        job's ``config`` dict, from ``audio`` into ``output``; ``name`` labels its progress, and ``exit_at_frame`` (tests
-        only) makes the process exit after that frame as a killed worker would. Returns ``{"ok": True, "frames",
-        "seconds", "worker", "timings"}`` or ``{"ok": False, "error", ...}``.
+        job's ``config`` dict, from ``audio`` into ``output``; ``name`` labels its progress, and ``exit_at_frame``
+        (tests only) makes the process exit after that frame as a killed worker would. Returns ``{"ok": True,
+        "frames", "seconds", "worker", "timings"}`` or ``{"ok": False, "error", ...}``.
         """
         t0 = time.perf_counter()
         with self._lock:

@@ -21,10 +21,8 @@ def check_result(result: Any, *, frames: int | None = None, duration_s: float | 
     A path, an ``output`` path or a :class:`~nbhelpers.media.MediaInfo`: the file exists, was written after
     ``since`` (default: this session), has ``frames`` (default: the result's ``n_frames``) and lasts ``duration_s``
     within one frame. An avatar (``loaded_from_cache``): it equals ``from_cache`` when given and has frames. Anything
-    with rows or a length: at least ``min_rows`` (default 1).
-
-    Raises:
-        ResultCheckError: A check failed; the message names it, shows the value and says what to look at.
+    with rows or a length: at least ``min_rows`` (default 1). ResultCheckError when a check fails, naming it, the
+    value and what to look at.
     """
     checked: list[str] = []
     output = result if isinstance(result, (str, os.PathLike)) else getattr(result, "output", None)
@@ -32,8 +30,7 @@ def check_result(result: Any, *, frames: int | None = None, duration_s: float | 
         output = result.path  # a MediaInfo of a file written by this run
     if output is not None:
         known = getattr(result, "n_frames", None) if frames is None else frames
-        checked += _check_file(Path(output), known,
-                               duration_s, _SESSION_START if since is None else since)
+        checked += _check_file(Path(output), known, duration_s, _SESSION_START if since is None else since)
     if hasattr(result, "loaded_from_cache"):
         cached = bool(result.loaded_from_cache)
         if from_cache is not None and cached != from_cache:
@@ -69,9 +66,7 @@ def check_setup(installs: InstallReport | None = None, backend: Any = None) -> s
     In order: every requirement of ``installs`` (None: the ``[colab]`` extra, as a dry run) is satisfied now and none
     was refused (onnxruntime only for the ``dwpose-onnx`` backend); torch imports; the ffmpeg of
     :mod:`nbhelpers.media` reports a version; ``backend`` (a landmark backend or its name; None: skipped) has a name.
-
-    Raises:
-        ResultCheckError: A check failed; the message says what is missing and what fixes it.
+    ResultCheckError when a check fails, saying what is missing and what fixes it.
     """
     if installs is None:
         installs = install_missing(None, dry_run=True)
@@ -82,10 +77,9 @@ def check_setup(installs: InstallReport | None = None, backend: Any = None) -> s
         from .. import faces  # numpy: env imports with the standard library alone (it installs the rest)
 
         backend = faces.get_backend(backend)
-    backend_name = getattr(backend, "name", None) if backend is not None else None
-    optional = set()
-    if backend_name and backend_name != "dwpose-onnx":
-        optional = {row.requirement for row in installs.rows if row.name in ONNX_ONLY}
+    backend_name = getattr(backend, "name", None)
+    skip_onnx = bool(backend_name) and backend_name != "dwpose-onnx"
+    optional = {row.requirement for row in installs.rows if skip_onnx and row.name in ONNX_ONLY}
     now = install_missing([row.requirement for row in installs.rows if row.requirement not in optional],
                           dry_run=True)
     if now.missing:

@@ -5,10 +5,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ..errors import InputError
-from .modes import DRIVE_MOUNTPOINT, in_colab
+from .modes import DRIVE_MOUNTPOINT, _ShownAsText, in_colab
 
 
 def drive_mounted(mountpoint: str = DRIVE_MOUNTPOINT) -> bool:
@@ -20,10 +19,8 @@ def mount_drive(weights_folder: str | os.PathLike | None = None, *, enabled: boo
                 mountpoint: str = DRIVE_MOUNTPOINT) -> DriveStatus:
     """Mount Google Drive at ``mountpoint`` in Colab (outside Colab, do nothing) and optionally read the weights from
     ``weights_folder`` on it, set as ``NBHELPERS_WEIGHTS`` for this session (a teacher's shared folder, added to My
-    Drive as a shortcut). ``enabled`` False only reports the state (the notebook's ``MOUNT_DRIVE``).
-
-    Raises:
-        InputError: ``weights_folder`` does not exist on the mounted Drive (the message says how to add a shortcut).
+    Drive as a shortcut). ``enabled`` False only reports the state (the notebook's ``MOUNT_DRIVE``). InputError when
+    ``weights_folder`` does not exist on the mounted Drive (the message says how to add a shortcut).
     """
     if not in_colab():
         return DriveStatus(False, None, "not in Colab: nothing mounted (use a local folder with "
@@ -48,7 +45,7 @@ def mount_drive(weights_folder: str | os.PathLike | None = None, *, enabled: boo
 
 
 @dataclass(frozen=True)
-class DriveStatus:
+class DriveStatus(_ShownAsText):
     """Result of :func:`mount_drive`: whether Drive is ``mounted``, the ``weights_dir`` now in ``NBHELPERS_WEIGHTS`` (or
     None), and a ``message`` in words.
     """
@@ -60,6 +57,3 @@ class DriveStatus:
     def __str__(self) -> str:
         weights = f"; weights from {self.weights_dir}" if self.weights_dir else ""
         return f"Google Drive: {self.message}{weights}"
-
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        printer.text(str(self))

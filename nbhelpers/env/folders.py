@@ -71,25 +71,21 @@ def _weights_path(mode: str) -> Path:
 def weights_dir(mode: str | None = None, *, download: bool = True) -> Path:
     """The weights folder of this mode, with the files in it: in CI mode a tiny random-weights tree made once by
     :func:`nbhelpers.testing.make_tiny_weights`; else :func:`nbhelpers.weights.default_dir`, into which the default
-    set is downloaded when files are missing unless ``download`` is False.
-
-    Raises:
-        WeightsError: A download failed.
+    set is downloaded when files are missing unless ``download`` is False (WeightsError when that fails).
     """
     mode = run_mode(mode)
+    folder = _weights_path(mode)
     if mode != "ci":
-        folder = Path(weights.default_dir())
         if download:
             weights.download(directory=folder)
         return folder
-    target = work_dir(mode) / "tiny-weights" / "models"
-    marker = target.parent / ".complete"
+    marker = folder.parent / ".complete"
     if not marker.is_file():
         from .. import testing  # numpy and the model modules: imported only in CI mode
 
-        testing.make_tiny_weights(target)
+        testing.make_tiny_weights(folder)
         marker.write_text("made by nbhelpers.testing.make_tiny_weights\n", encoding="utf-8")
-    return target
+    return folder
 
 
 def shared_data_dir() -> Path | None:
@@ -114,8 +110,37 @@ def _ffmpeg() -> str:
     return str(media.ffmpeg_exe())
 
 
-def _cut(src: Path, dst: Path, seconds: float, kind: str) -> Path:
-    """Cut the first ``seconds`` of ``src`` into ``dst`` (video: H.264 25 fps without audio; audio: PCM WAV)."""
+def workbook_inputs(mode: str | None = None, video: str | os.PathLike | None = None,
+                    audio: str | os.PathLike | None = None, *, uploads: Sequence[str | os.PathLike] = (),
+                    seconds: float = CI_CLIP_SECONDS) -> tuple[Path, Path]:
+    """The ``(video, audio)`` paths a notebook works on.
+
+    Given paths win, then ``uploads`` (the first audio file by suffix is the audio, the first other file the video).
+    Otherwise: in CI mode the first ``seconds`` of the test video and speech (the packaged demo when absent);
+    elsewhere what ``02_media`` left in :func:`media_dir`, else :func:`nbhelpers.media.demo_inputs`. InputError when a
+    given path does not exist; FFmpegError when cutting the CI clips failed.
+    """
+    mode = run_mode(mode)
+    for name, value in (("video", video), ("audio", audio)):
+        if value not in (None, "") and not Path(value).expanduser().is_file():
+            raise InputError(f"{name} {str(value)!r} does not exist. Give the path of a file (upload it in "
+                             "02_media, or copy it to Drive and use its /content/drive/MyDrive/... path), or "
+                             "leave it empty to use the sample.")
+    uploaded = [Path(p) for p in uploads]
+    audios = [p for p in uploaded if p.suffix.lower() in AUDIO_SUFFIXES]
+    others = [p for p in uploaded if p not in audios]
+    video = Path(video).expanduser() if video else (others[0] if others else None)
+    audio = Path(audio).expanduser() if audio else (audios[0] if audios else others[1] if len(others) > 1 else None)
+    if video is None or audio is None:
+        default_video, default_audio = _default_inputs(mode, seconds)
+        return video or default_video, audio or default_audio
+    return video, audio
+
+
+def _ci_clip(src: Path, name: str, seconds: float, kind: str = "audio") -> Path:
+    """The first ``seconds`` of ``src``, cut once into ``clips/<name>-<milliseconds>ms<suffix>`` of the work dir
+    (video: H.264 25 fps without audio; audio: PCM WAV)."""
+    dst = work_dir("ci") / "clips" / f"{name}-{int(round(seconds * 1000))}ms{'.mp4' if kind == 'video' else '.wav'}"
     if dst.is_file() and dst.stat().st_size > 0:
         return dst
     if kind == "video":
@@ -130,49 +155,6 @@ def _cut(src: Path, dst: Path, seconds: float, kind: str) -> Path:
             raise FFmpegError(f"could not cut the first {seconds} s of {src}", command, done.returncode,
                               "\n".join(done.stderr.splitlines()[-40:]))
     return dst
-
-
-def workbook_inputs(mode: str | None = None, video: str | os.PathLike | None = None,
-                    audio: str | os.PathLike | None = None, *, uploads: Sequence[str | os.PathLike] = (),
-                    seconds: float = CI_CLIP_SECONDS) -> tuple[Path, Path]:
-    """The ``(video, audio)`` paths a notebook works on.
-
-    Given paths win, then ``uploads`` (the first audio file by suffix is the audio, the first other file the video).
-    Otherwise: in CI mode the first ``seconds`` of the test video and speech (the packaged demo when absent);
-    elsewhere what ``02_media`` left in :func:`media_dir`, else :func:`nbhelpers.media.demo_inputs`.
-
-    Raises:
-        InputError: A given path does not exist.
-        FFmpegError: Cutting the CI clips failed.
-    """
-    mode = run_mode(mode)
-    chosen = []
-    for name, value in (("video", video), ("audio", audio)):
-        if value in (None, ""):
-            chosen.append(None)
-            continue
-        path = Path(value).expanduser()
-        if not path.is_file():
-            raise InputError(f"{name} {str(value)!r} does not exist. Give the path of a file (upload it in "
-                             "02_media, or copy it to Drive and use its /content/drive/MyDrive/... path), or "
-                             "leave it empty to use the sample.")
-        chosen.append(path)
-    uploaded = [Path(p) for p in uploads]
-    audios = [p for p in uploaded if p.suffix.lower() in AUDIO_SUFFIXES]
-    others = [p for p in uploaded if p not in audios]
-    chosen[0] = chosen[0] or (others[0] if others else None)
-    chosen[1] = chosen[1] or (audios[0] if audios else others[1] if len(others) > 1 else None)
-    if chosen[0] is None or chosen[1] is None:
-        default_video, default_audio = _default_inputs(mode, seconds)
-        chosen[0] = chosen[0] or default_video
-        chosen[1] = chosen[1] or default_audio
-    return chosen[0], chosen[1]
-
-
-def _ci_clip(source: Path, name: str, seconds: float, kind: str = "audio") -> Path:
-    """The first ``seconds`` of ``source``, cut once into ``clips/<name>-<milliseconds>ms<suffix>`` of the work dir."""
-    target = work_dir("ci") / "clips" / f"{name}-{int(round(seconds * 1000))}ms{'.mp4' if kind == 'video' else '.wav'}"
-    return _cut(source, target, seconds, kind)
 
 
 def _default_inputs(mode: str, seconds: float) -> tuple[Path, Path]:
@@ -193,11 +175,8 @@ def _default_inputs(mode: str, seconds: float) -> tuple[Path, Path]:
 
 
 def keep_audio(audio: str | os.PathLike, mode: str | None = None) -> Path:
-    """Copy ``audio`` into :func:`media_dir` as ``audio<suffix>`` for the later notebooks, and return the copy.
-
-    Raises:
-        InputError: ``audio`` does not exist.
-    """
+    """Copy ``audio`` into :func:`media_dir` as ``audio<suffix>`` for the later notebooks, and return the copy;
+    InputError when ``audio`` does not exist."""
     source = Path(audio).expanduser()
     if not source.is_file():
         raise InputError(f"audio {str(audio)!r} does not exist; give the path of your speech file.")
@@ -274,11 +253,8 @@ def upload(mode: str | None = None, directory: str | os.PathLike | None = None) 
 
 
 def media_seconds(path: str | os.PathLike) -> float:
-    """Duration of a media file in seconds (through :func:`nbhelpers.media.probe`).
-
-    Raises:
-        MediaError: The file cannot be probed or reports no duration.
-    """
+    """Duration of a media file in seconds (:func:`nbhelpers.media.probe`); MediaError when the file cannot be probed
+    or reports no duration."""
     from .. import media  # numpy
 
     seconds = media.probe(path).duration_s

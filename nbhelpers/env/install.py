@@ -13,16 +13,13 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ..errors import InputError, NbHelpersError
-from .modes import _DISTS, ALTERNATIVES, NEVER_INSTALL, PROTECTED
+from .modes import _DISTS, ALTERNATIVES, NEVER_INSTALL, PROTECTED, _ShownAsText
 
 
 def package_version(*dists: str) -> str | None:
-    """The installed version of the first of ``dists`` (pip distribution names) that is installed, read from the
-    metadata without importing; None when none is.
-    """
+    """The installed version of the first installed of ``dists`` (from the metadata, no import); None if none is."""
     for name in dists:
         try:
             return metadata.version(name)
@@ -67,14 +64,10 @@ RESTART_MESSAGE = ("Restart needed: an install changed a package that was alread
 
 @dataclass(frozen=True)
 class InstallRow:
-    """One requirement of :func:`install_missing`.
-
-    Attributes:
-        name: Distribution name, normalised (``"imageio-ffmpeg"``).
-        requirement: The requirement line, e.g. ``"imageio-ffmpeg>=0.5"``.
-        installed: Installed version before the install, or None.
-        action: ``"ok"``, ``"install"``, ``"upgrade"``, ``"refused"`` (protected) or ``"skipped"`` (marker).
-        note: Why, in words.
+    """One requirement of :func:`install_missing`: the normalised distribution ``name`` (``"imageio-ffmpeg"``), the
+    ``requirement`` line (``"imageio-ffmpeg>=0.5"``), the version ``installed`` before (or None), the ``action``
+    (``"ok"``, ``"install"``, ``"upgrade"``, ``"refused"`` when protected, ``"skipped"`` by a marker) and why, in a
+    ``note``.
     """
 
     name: str
@@ -85,15 +78,11 @@ class InstallRow:
 
 
 @dataclass(frozen=True)
-class InstallReport:
-    """Result of :func:`install_missing`; shows itself as a table.
-
-    Attributes:
-        rows: One :class:`InstallRow` per requirement.
-        dry_run: True when nothing was installed.
-        command: The pip argument list that ran (or would run); empty when nothing was needed.
-        installed_now: ``name==version`` of each package installed by this call.
-        restart_reasons: Packages imported before the install that it changed.
+class InstallReport(_ShownAsText):
+    """Result of :func:`install_missing`, shown as a table: one :class:`InstallRow` per requirement in ``rows``,
+    ``dry_run`` (nothing installed), the pip argument list that ran or would run (``command``, empty when nothing was
+    needed), ``name==version`` of each package it ``installed_now``, and the ``restart_reasons`` (packages imported
+    before the install that it changed).
     """
 
     rows: tuple[InstallRow, ...]
@@ -123,9 +112,7 @@ class InstallReport:
     def __str__(self) -> str:
         lines = [f"{r.name:<26} {r.installed or '-':<14} {r.action:<8} {r.requirement}  {r.note}".rstrip()
                  for r in self.rows]
-        head = f"{'package':<26} {'installed':<14} {'action':<8} requirement"
-        tail = [self._summary()]
-        return "\n".join([head, *lines, *tail])
+        return "\n".join([f"{'package':<26} {'installed':<14} {'action':<8} requirement", *lines, self._summary()])
 
     def _summary(self) -> str:
         if self.restart_needed:
@@ -133,15 +120,11 @@ class InstallReport:
         if self.installed_now:
             return "installed: " + ", ".join(self.installed_now)
         if self.missing:
-            verb = "would install" if self.dry_run else "to install"
-            return f"{verb}: " + " ".join(self.missing)
+            return ("would install: " if self.dry_run else "to install: ") + " ".join(self.missing)
         if self.refused:
             names = ", ".join(f"{r.name} {r.installed} (needs {r.requirement})" for r in self.refused)
             return f"nothing to install; below their floor but protected, so left alone: {names}"
         return "nothing to install: every requirement is satisfied"
-
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        printer.text(str(self))
 
     def _repr_html_(self) -> str:
         cells = "".join(
@@ -160,10 +143,8 @@ def _normalise(name: str) -> str:
 
 
 def read_requirements(requirements: str | os.PathLike | Sequence[str]) -> list[str]:
-    """Requirement lines from a requirements file or a list, with comments and pip options dropped.
-
-    Raises:
-        InputError: The file does not exist, or an address was given (nothing is fetched at run time).
+    """Requirement lines from a requirements file or a list, with comments and pip options dropped. InputError when
+    the file does not exist, or for an address (nothing is fetched at run time).
     """
     if isinstance(requirements, (str, os.PathLike)):
         text_source = str(requirements)
@@ -177,12 +158,8 @@ def read_requirements(requirements: str | os.PathLike | Sequence[str]) -> list[s
         lines: Iterable[str] = path.read_text(encoding="utf-8").splitlines()
     else:
         lines = requirements
-    out = []
-    for line in lines:
-        line = line.split(" #", 1)[0].strip()
-        if line and not line.startswith(("#", "-")):
-            out.append(line)
-    return out
+    stripped = (line.split(" #", 1)[0].strip() for line in lines)
+    return [line for line in stripped if line and not line.startswith(("#", "-"))]
 
 
 DIST_NAME = "musetalk-workbook"  # this package's distribution name
@@ -192,10 +169,7 @@ COLAB_EXTRA = "colab"  # its extra of what Google Colab lacks (pyproject.toml [p
 def colab_requirements() -> list[str]:
     """What Colab lacks for the workbook: this package's ``[colab]`` extra (floors, never torch), read from the
     checkout's ``pyproject.toml`` or the installed metadata, without the extra's marker and without the lines whose
-    other markers do not hold here.
-
-    Raises:
-        InputError: Neither a checkout nor an installed ``musetalk-workbook`` is found.
+    other markers do not hold here. InputError when neither a checkout nor an installed package is found.
     """
     from packaging.markers import default_environment
     from packaging.requirements import Requirement
@@ -204,12 +178,11 @@ def colab_requirements() -> list[str]:
     from_metadata = lines is None
     if from_metadata:
         try:
-            requires = metadata.requires(DIST_NAME) or []
+            lines = metadata.requires(DIST_NAME) or []
         except metadata.PackageNotFoundError:
             raise InputError(f"{DIST_NAME} is not installed and this is no checkout, so its [{COLAB_EXTRA}] extra "
                              f"cannot be read; install it with pip install \"{DIST_NAME}[{COLAB_EXTRA}] @ "
                              "git+<repository>@main\" (the setup cell does).") from None
-        lines = requires
     here = {**default_environment(), "extra": COLAB_EXTRA}
     out = []
     for line in lines:
@@ -246,9 +219,8 @@ def install_missing(requirements: str | os.PathLike | Sequence[str] | None = Non
     torch, torchvision and torchaudio are never installed; packages of :data:`PROTECTED` are installed when absent but
     never upgraded. The rest runs as one ``pip install`` with a constraints file pinning the protected packages.
 
-    Raises:
-        InputError: A requirement line cannot be parsed, or the file cannot be read.
-        NbHelpersError: pip failed or did not finish in 30 minutes (the message holds pip's last lines).
+    Raises InputError when a requirement line cannot be parsed or the file cannot be read; NbHelpersError when pip
+    failed or did not finish in 30 minutes (the message holds pip's last lines).
     """
     from packaging.markers import default_environment
     from packaging.requirements import InvalidRequirement, Requirement
@@ -266,21 +238,19 @@ def install_missing(requirements: str | os.PathLike | Sequence[str] | None = Non
         if req.marker is not None and not req.marker.evaluate(environment):
             rows.append(InstallRow(name, line, installed, "skipped", f"marker {req.marker} does not apply"))
             continue
-        satisfied = installed is not None and req.specifier.contains(installed, prereleases=True)
-        alternative = next(((alt, v) for alt in ALTERNATIVES.get(name, ()) if (v := package_version(alt))
+        alternative = next((f"{alt} {v}" for alt in ALTERNATIVES.get(name, ()) if (v := package_version(alt))
                             and req.specifier.contains(v, prereleases=True)), None)
-        if satisfied:
-            rows.append(InstallRow(name, line, installed, "ok"))
+        if installed is not None and req.specifier.contains(installed, prereleases=True):
+            action, note = "ok", ""
         elif installed is None and alternative is not None:
-            rows.append(InstallRow(name, line, None, "ok", f"provided by {alternative[0]} {alternative[1]}"))
+            action, note = "ok", f"provided by {alternative}"
         elif name in NEVER_INSTALL:
-            rows.append(InstallRow(name, line, installed, "refused",
-                                   "install the torch build for your CUDA from pytorch.org; this never touches it"))
+            action, note = "refused", "install the torch build for your CUDA from pytorch.org; this never touches it"
         elif name in PROTECTED and installed is not None:
-            rows.append(InstallRow(name, line, installed, "refused",
-                                   f"preinstalled core package: not upgraded; use an environment with {line}"))
+            action, note = "refused", f"preinstalled core package: not upgraded; use an environment with {line}"
         else:
-            rows.append(InstallRow(name, line, installed, "install" if installed is None else "upgrade"))
+            action, note = "install" if installed is None else "upgrade", ""
+        rows.append(InstallRow(name, line, installed, action, note))
     todo = [row.requirement for row in rows if row.action in ("install", "upgrade")]
     if not todo:
         return InstallReport(tuple(rows), dry_run)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from typing import Any
 
 from .. import progress
 from ..errors import InputError, NbHelpersError
@@ -27,33 +28,30 @@ NEVER_INSTALL = ("torch", "torchvision", "torchaudio")
 # Distributions that provide the same import as another: an installed alternative satisfies the requirement (two
 # of them in one environment overwrite each other's files).
 ALTERNATIVES = {
-    "onnxruntime-gpu": ("onnxruntime",),
-    "onnxruntime": ("onnxruntime-gpu",),
+    "onnxruntime-gpu": ("onnxruntime",), "onnxruntime": ("onnxruntime-gpu",),
+    "dlib-bin": ("dlib",), "dlib": ("dlib-bin",),
     "opencv-python-headless": ("opencv-python", "opencv-contrib-python", "opencv-contrib-python-headless"),
     "opencv-python": ("opencv-python-headless", "opencv-contrib-python", "opencv-contrib-python-headless"),
-    "dlib-bin": ("dlib",),
-    "dlib": ("dlib-bin",),
 }
 
 # Import name -> distribution names, for the version table and the restart check.
 _DISTS = {
-    "torch": ("torch",),
-    "diffusers": ("diffusers",),
-    "transformers": ("transformers",),
-    "huggingface_hub": ("huggingface-hub",),
-    "numpy": ("numpy",),
-    "ipywidgets": ("ipywidgets",),
-    "onnxruntime": ("onnxruntime", "onnxruntime-gpu"),
-    "dlib": ("dlib", "dlib-bin"),
+    "torch": ("torch",), "diffusers": ("diffusers",), "transformers": ("transformers",),
+    "huggingface_hub": ("huggingface-hub",), "numpy": ("numpy",), "ipywidgets": ("ipywidgets",),
+    "onnxruntime": ("onnxruntime", "onnxruntime-gpu"), "dlib": ("dlib", "dlib-bin"),
     "cv2": ("opencv-python-headless", "opencv-python", "opencv-contrib-python", "opencv-contrib-python-headless"),
-    "PIL": ("pillow",),
-    "scipy": ("scipy",),
-    "matplotlib": ("matplotlib",),
-    "mmpose": ("mmpose",),
+    "PIL": ("pillow",), "scipy": ("scipy",), "matplotlib": ("matplotlib",), "mmpose": ("mmpose",),
 }
 REPORTED = ("torch", "diffusers", "transformers", "huggingface_hub", "numpy", "ipywidgets", "onnxruntime", "dlib")
 
 _SESSION_START = time.time()  # seconds since the epoch when this kernel first imported nbhelpers.env
+
+
+class _ShownAsText:
+    """A report that IPython's plain-text display shows as ``str(report)``."""
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(str(self))
 
 
 class ResultCheckError(NbHelpersError, AssertionError):
@@ -67,10 +65,8 @@ def in_colab() -> bool:
 
 def run_mode(mode: str | None = None) -> str:
     """Where this notebook runs: ``"colab"``, ``"ci"`` or ``"local"``; ``"ci"`` also turns progress bars off unless
-    ``NBHELPERS_PROGRESS`` is set. ``mode`` None reads ``NBHELPERS_MODE``, else detects Colab.
-
-    Raises:
-        InputError: ``mode`` or ``NBHELPERS_MODE`` is not one of ``colab``, ``ci``, ``local``.
+    ``NBHELPERS_PROGRESS`` is set. ``mode`` None reads ``NBHELPERS_MODE``, else detects Colab. InputError when
+    ``mode`` or ``NBHELPERS_MODE`` is not one of ``colab``, ``ci``, ``local``.
     """
     source = "mode"
     if mode is None or mode == "":

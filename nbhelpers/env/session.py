@@ -12,24 +12,16 @@ from .. import gpu
 from .drive import drive_mounted
 from .folders import _weights_path
 from .install import RESTART_MESSAGE, package_version, restart_reasons
-from .modes import _DISTS, REPORTED, run_mode
+from .modes import _DISTS, REPORTED, _ShownAsText, run_mode
 
 
 @dataclass(frozen=True)
-class EnvReport:
-    """What the setup cell found. Shows itself as a table in notebooks.
-
-    Attributes:
-        mode: ``"colab"``, ``"ci"`` or ``"local"``.
-        python: Python version, e.g. ``"3.13.0"``.
-        device: Device summary, e.g. ``"cuda:0: Tesla T4"`` or ``"cpu (no CUDA GPU)"``.
-        vram_gib: Total memory of the GPU, GiB, or None without one.
-        versions: Package import name -> installed version (None when not installed).
-        weights_dir: Where this mode reads the weights.
-        drive_mounted: True when Google Drive is mounted at ``/content/drive``.
-        restart_reasons: Why the kernel must restart before continuing (empty: no restart needed).
-        gpu: The :func:`nbhelpers.gpu.report` object, or None.
-        notes: Other remarks (a module that could not be asked, a missing package).
+class EnvReport(_ShownAsText):
+    """What the setup cell found, shown as a table in notebooks: the run ``mode``, the ``python`` version
+    (``"3.13.0"``), the ``device`` (``"cuda:0: Tesla T4"`` or ``"cpu (no CUDA GPU)"``), the GPU's total ``vram_gib``
+    (None without one), ``versions`` by import name (None: not installed), the ``weights_dir`` this mode reads, whether
+    Drive is mounted at ``/content/drive``, the ``restart_reasons`` (empty: no restart needed), the
+    :func:`nbhelpers.gpu.report` object ``gpu`` (or None) and other ``notes``.
     """
 
     mode: str
@@ -71,9 +63,6 @@ class EnvReport:
             lines.append(RESTART_MESSAGE)
         return "\n".join(lines)
 
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        printer.text(str(self))
-
     def _repr_html_(self) -> str:
         body = "".join(f"<tr><th style='text-align:left'>{html.escape(n)}</th>"
                        f"<td style='text-align:left'>{html.escape(v)}</td></tr>" for n, v in self.rows())
@@ -83,26 +72,14 @@ class EnvReport:
 
 
 def setup(mode: str | None = None) -> EnvReport:
-    """The setup cell's :class:`EnvReport`: run mode, device, versions, weights folder, Drive, restart.
-
-    Raises:
-        InputError: ``NBHELPERS_MODE`` holds an unknown mode.
-    """
+    """The setup cell's :class:`EnvReport`: run mode, device, versions, weights folder, Drive, restart. InputError
+    when ``NBHELPERS_MODE`` holds an unknown mode."""
     mode = run_mode(mode)
     notes: list[str] = []
     device, vram_gib, gpu_report = _device_summary(notes)
-    return EnvReport(
-        mode=mode,
-        python=".".join(str(v) for v in sys.version_info[:3]),
-        device=device,
-        vram_gib=vram_gib,
-        versions={name: package_version(*_DISTS[name]) for name in REPORTED},
-        weights_dir=_weights_path(mode),
-        drive_mounted=drive_mounted(),
-        restart_reasons=tuple(restart_reasons()),
-        gpu=gpu_report,
-        notes=tuple(notes),
-    )
+    return EnvReport(mode, ".".join(str(v) for v in sys.version_info[:3]), device, vram_gib,
+                     {name: package_version(*_DISTS[name]) for name in REPORTED}, _weights_path(mode),
+                     drive_mounted(), tuple(restart_reasons()), gpu_report, tuple(notes))
 
 
 def _device_summary(notes: list[str]) -> tuple[str, float | None, Any]:

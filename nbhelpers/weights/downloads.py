@@ -26,12 +26,8 @@ from ..errors import NbHelpersWarning, WeightsError
 from ..hashing import sha256_file
 from .inspect import MISSING, OK, UNVERIFIABLE, inspect_file
 from .manifest import (
-    _CHUNK,
-    ATTEMPTS_PER_SOURCE,
     ENV_VAR,
-    HTTP_TIMEOUT_S,
     MANIFEST,
-    RETRY_DELAY_S,
     STAGING_DIR,
     Manifest,
     Source,
@@ -39,22 +35,22 @@ from .manifest import (
     _human,
     _Report,
     default_dir,
+    hub_endpoint,
 )
 from .verification import _check, _State
+
+ATTEMPTS_PER_SOURCE = 3  # tries of one source before moving to the next (each try resumes where possible)
+RETRY_DELAY_S = 1.0  # seconds between tries of one source
+HTTP_TIMEOUT_S = 30.0  # seconds without data before a plain-HTTP transfer is considered stalled
+_CHUNK = 1 << 20  # bytes per read when streaming (1 MiB)
 
 
 @dataclasses.dataclass(frozen=True)
 class DownloadRow:
-    """What :func:`download` did for one file.
-
-    Attributes:
-        name, path: Manifest name and layout path.
-        action: ``"present"`` (nothing fetched), ``"downloaded"``, ``"replaced"`` (a bad file), ``"failed"``, or
-            ``"not kept"`` (a config copied from the package, removed again because other files failed).
-        source: The source used (empty when none).
-        size: Bytes on disk afterwards (None when failed).
-        seconds: Wall-clock time spent on this file.
-        note: Checks done, or every source's error when failed.
+    """What :func:`download` did for the manifest file ``name`` at layout ``path``: ``action`` ``"present"`` (nothing
+    fetched), ``"downloaded"``, ``"replaced"`` (a bad file), ``"failed"`` or ``"not kept"`` (a config copied from the
+    package, removed again because other files failed), from ``source`` ("" when none), ``size`` bytes on disk
+    afterwards (None when failed), wall-clock ``seconds``, and a ``note``: the checks done, or every source's error.
     """
 
     name: str
@@ -127,9 +123,7 @@ def _check_host(url: str, timeout_s: float = 5.0) -> None:
     from urllib.parse import urlsplit
 
     parts = urlsplit(url)
-    host = parts.hostname or ""
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    key = (host, port)
+    key = host, port = parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
     if key not in _HOSTS:
         try:
             with socket.create_connection((host, port), timeout=timeout_s):
@@ -138,10 +132,6 @@ def _check_host(url: str, timeout_s: float = 5.0) -> None:
             _HOSTS[key] = f"{host} cannot be reached from this machine ({exc.strerror or exc})"
     if _HOSTS[key]:
         raise _Unreachable(_HOSTS[key])
-
-
-def _default_endpoint() -> str:
-    return (os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
 
 
 def _permanent(exc: BaseException) -> bool:
@@ -153,10 +143,7 @@ def _permanent(exc: BaseException) -> bool:
                 "RemoteEntryNotFoundError", "DisabledRepoError", "LocalEntryNotFoundError",
                 "FileURLRetrievalError"}:
         return True
-    status = getattr(exc, "code", None)
-    response = getattr(exc, "response", None)
-    if status is None and response is not None:
-        status = getattr(response, "status_code", None)
+    status = getattr(exc, "code", None) or getattr(getattr(exc, "response", None), "status_code", None)
     return isinstance(status, int) and 400 <= status < 500 and status not in (408, 429)
 
 
@@ -187,7 +174,7 @@ def _fetch_hub(source: Source, root: Path) -> tuple[Path, int | None, str | None
         import huggingface_hub as hf
     except ImportError as exc:
         raise _Skipped("huggingface_hub is not installed (pip install huggingface_hub)") from exc
-    mirror = source.endpoint is not None and source.endpoint.rstrip("/") != _default_endpoint()
+    mirror = source.endpoint is not None and source.endpoint.rstrip("/") != hub_endpoint()
     token: Any = False if mirror else None  # never send the user's HF token to a third-party mirror
     endpoint = source.endpoint.rstrip("/") if source.endpoint else None
     size = sha = None
@@ -196,9 +183,7 @@ def _fetch_hub(source: Source, root: Path) -> tuple[Path, int | None, str | None
         api = hf.HfApi(endpoint=endpoint, token=token)
         info = api.get_paths_info(source.repo, [source.filename], revision=source.revision)
         if info:
-            size = getattr(info[0], "size", None)
-            lfs = getattr(info[0], "lfs", None)
-            sha = getattr(lfs, "sha256", None) if lfs is not None else None
+            size, sha = getattr(info[0], "size", None), getattr(getattr(info[0], "lfs", None), "sha256", None)
     except Exception:  # noqa: BLE001, S110 - mirrors may lack this API; the HEAD below still gives size and etag
         pass
     try:
@@ -241,12 +226,10 @@ def _fetch_url(source: Source, root: Path, rel: str) -> tuple[Path, int | None, 
     url, desc = source.url, Path(rel).name
     part = _staging(root, "url") / (desc + ".part")
     have = part.stat().st_size if part.exists() else 0
-    headers = {"User-Agent": "nbhelpers (musetalk-workbook)", "Accept-Encoding": "identity"}
-    if have:
-        headers["Range"] = f"bytes={have}-"
-    request = urllib.request.Request(url, headers=headers)
-    try:
-        response = urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S)  # noqa: S310 - URLs are the manifest's
+    headers = {"User-Agent": "nbhelpers (musetalk-workbook)", "Accept-Encoding": "identity",
+               **({"Range": f"bytes={have}-"} if have else {})}
+    try:  # the URLs are the manifest's
+        response = urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=HTTP_TIMEOUT_S)
     except urllib.error.HTTPError as exc:
         if exc.code == 416 and have:  # asked past the end: the .part is already whole (checked by the caller)
             match = re.search(r"/(\d+)", exc.headers.get("Content-Range", ""))
@@ -268,10 +251,7 @@ def _fetch_url(source: Source, root: Path, rel: str) -> tuple[Path, int | None, 
             mode = "wb"
         with open(part, mode) as f, progress.bar(total=total, desc=desc, unit="B", unit_scale=True,
                                                  unit_divisor=1024, initial=have) as pbar:
-            while True:
-                block = response.read(_CHUNK)
-                if not block:
-                    break
+            while block := response.read(_CHUNK):
                 f.write(block)
                 pbar.update(len(block))
     got = part.stat().st_size
@@ -293,7 +273,7 @@ def _fetch(source: Source, root: Path, rel: str) -> tuple[Path, int | None, str 
     if os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in {"1", "ON", "YES", "TRUE"}:
         raise _Skipped("HF_HUB_OFFLINE is set: no network source is tried")
     if source.kind == "hub":
-        _check_host((source.endpoint or _default_endpoint()).rstrip("/"))
+        _check_host((source.endpoint or hub_endpoint()).rstrip("/"))
         return _fetch_hub(source, root)
     if source.kind == "gdrive":
         return _fetch_gdrive(source, root, rel)
@@ -303,7 +283,7 @@ def _fetch(source: Source, root: Path, rel: str) -> tuple[Path, int | None, str 
     raise _Skipped(f"unknown source kind {source.kind!r}")
 
 
-def _accept(entry: WeightFile, staged: Path, size: int | None, sha: str | None, check_hash: bool) -> str:
+def _accept(entry: WeightFile, staged: Path, size: int | None, sha: str | None) -> str:
     """Check a fetched file before it is renamed into place; raise :class:`_Rejected` when it is not the file."""
     insp = inspect_file(staged, entry.format)
     if insp.bad:
@@ -320,7 +300,7 @@ def _accept(entry: WeightFile, staged: Path, size: int | None, sha: str | None, 
     if entry.sha256 is not None and entry.sha256.verified:
         wanted["the manifest"] = str(entry.sha256.value)
     wanted = {who: value.lower() for who, value in wanted.items() if value}
-    if check_hash and wanted:
+    if wanted:
         digest = sha256_file(staged, desc=Path(entry.path).name)
         for who, value in wanted.items():
             if digest != value:
@@ -329,20 +309,20 @@ def _accept(entry: WeightFile, staged: Path, size: int | None, sha: str | None, 
     return "; ".join(notes)
 
 
-def _download_one(entry: WeightFile, root: Path, state: _State, check_hash: bool, replacing: str) -> DownloadRow:
+def _download_one(entry: WeightFile, root: Path, state: _State, replacing: str) -> DownloadRow:
     start = time.monotonic()
     errors: list[str] = []
     target = root / entry.path
     for source in entry.sources:
         if (source.kind == "hub" and source.endpoint
-                and source.endpoint.rstrip("/") == _default_endpoint()
+                and source.endpoint.rstrip("/") == hub_endpoint()
                 and any(s.kind == "hub" and s.endpoint is None and s.repo == source.repo for s in entry.sources)):
             continue  # HF_ENDPOINT already points at this mirror: it was tried as the first source
         for attempt in range(1, ATTEMPTS_PER_SOURCE + 1):
             staged = None
             try:
                 staged, size, sha, where = _fetch(source, root, entry.path)
-                note = _accept(entry, staged, size, sha, check_hash)
+                note = _accept(entry, staged, size, sha)
             except _Rejected as exc:
                 errors.append(f"{source.describe()}: rejected ({exc})")
                 if staged is not None:
@@ -359,7 +339,7 @@ def _download_one(entry: WeightFile, root: Path, state: _State, check_hash: bool
             os.replace(staged, target)
             st = target.stat()
             state.record_facts(entry.path, size if size is not None else st.st_size if sha else None, sha, where)
-            if sha and check_hash:
+            if sha:
                 state.record_sha256(entry.path, st, sha)
             state.save()
             if errors:
@@ -393,28 +373,16 @@ def _failure_message(root: Path, rows: Sequence[DownloadRow], manifest: Manifest
 
 
 def download(directory: str | os.PathLike | None = None, sets: str | Sequence[str] | None = None,
-             files: str | Sequence[str] | None = None, *, check_hash: bool = True,
-             manifest: Manifest | None = None) -> DownloadReport:
-    """Fetch the weight files that are missing or bad, verifying each before it is put in place.
+             files: str | Sequence[str] | None = None, *, manifest: Manifest = MANIFEST) -> DownloadReport:
+    """Fetch into the weights dir ``directory`` (None: :func:`default_dir`; created) the files of ``sets``
+    (:data:`SETS`, ``"default"``, ``"all"``; None: the v1.5 inference set, about 4.2 GB, unless ``files`` names some)
+    and ``files`` that are missing or bad, hashing each fetched file whose sha256 is known before it is put in place.
+    Present files are checked (no hashing) and kept; a bad one is replaced with a warning.
 
-    Present files are checked (no hashing) and kept; a bad present file is replaced with a warning.
-
-    Args:
-        directory: The weights dir; None = :func:`default_dir`. Created if needed.
-        sets: Sets to fetch (:data:`SETS`, ``"default"``, ``"all"``); None = the v1.5 inference set (core, faces,
-            parsing, s3fd: about 4.2 GB) unless ``files`` is given.
-        files: Extra file names or layout paths.
-        check_hash: Hash each fetched file when a sha256 is known.
-        manifest: Another manifest (tests).
-
-    Raises:
-        InputError: An unknown set or file name.
-        WeightsError: The folder cannot be written, or a file failed from every source; the message names each
-            source's error, the manual URL and the fix. Files that succeeded are kept.
-
+    Raises InputError for an unknown set or file name; WeightsError when the folder cannot be written or a file
+    failed from every source (naming each source's error, the manual URL and the fix; files that succeeded are kept).
     Source: ``download_weights.sh:14-49`` (the same files; its ``hf-mirror.com`` endpoint is the second hub source).
     """
-    manifest = MANIFEST if manifest is None else manifest
     entries = manifest.select(sets, files)
     root = Path(directory).expanduser() if directory is not None else default_dir()
     state = _State(root)
@@ -443,17 +411,16 @@ def download(directory: str | os.PathLike | None = None, sets: str | Sequence[st
                                f"or bad: {names}. Choose a writable folder: set {ENV_VAR} or pass directory=, "
                                "or ask the owner of the shared folder to run the download.") from exc
         before = {p for p in root.rglob("*") if p.is_dir()}
-        done = iter(_download_one(e, root, state, check_hash, why) for e, why in todo)
+        done = iter(_download_one(e, root, state, why) for e, why in todo)
         rows = [row if row is not None else next(done) for row in rows]
-    report = DownloadReport(root, tuple(rows))
-    if report.failed:  # a copy of a bundled config alone would look like a half-present set (verify: 9 of 10 bad)
-        for row in rows:
+    if any(r.action == "failed" for r in rows):  # a bundled config copy alone would look like a half-present set
+        for k, row in enumerate(rows):
             if row.action == "downloaded" and row.source.startswith("bundled"):
                 (root / row.path).unlink(missing_ok=True)
                 state.files.pop(row.path, None)
-        report = DownloadReport(root, tuple(dataclasses.replace(r, action="not kept", size=None, note=(
-            "copied from the package with the files that failed, not before"))
-            if r.action == "downloaded" and r.source.startswith("bundled") else r for r in rows))
+                rows[k] = dataclasses.replace(row, action="not kept", size=None,
+                                              note="copied from the package with the files that failed, not before")
+    report = DownloadReport(root, tuple(rows))
     state.save()
     if report.failed:
         # the folders this call made that hold nothing: a source that sent nothing, a bundled copy not kept (the

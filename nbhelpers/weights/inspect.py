@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import pickle
@@ -54,14 +55,10 @@ def _looks_html(head: bytes) -> bool:
 
 
 def inspect_file(path: str | os.PathLike, fmt: str | None = None) -> Inspection:
-    """Look inside a weight file without torch, reading headers and directory records only (milliseconds for 3.4 GB).
-
-    Detects a web page or git-lfs pointer saved under a weight name, and cut-off or damaged torch zips, legacy
-    pickles, safetensors, ONNX and JSON files. ``fmt`` (``"torch"``, ``"safetensors"``, ``"json"``, ``"onnx"``)
-    defaults to the suffix's.
-
-    Raises:
-        WeightsError: The file does not exist or cannot be read.
+    """Look inside a weight file without torch, reading headers and directory records only (milliseconds for 3.4 GB):
+    a web page or git-lfs pointer saved under a weight name, and cut-off or damaged torch zips, legacy pickles,
+    safetensors, ONNX and JSON files. ``fmt`` (``"torch"``, ``"safetensors"``, ``"json"``, ``"onnx"``) defaults to the
+    suffix's. WeightsError when the file does not exist or cannot be read.
     """
     path = Path(path)
     fmt = fmt or _FORMAT_BY_SUFFIX.get(path.suffix.lower(), "")
@@ -97,20 +94,21 @@ def inspect_file(path: str | os.PathLike, fmt: str | None = None) -> Inspection:
 
 def _inspect_torch(path: Path, size: int, head: bytes) -> Inspection:
     if head.startswith(b"PK\x03\x04"):
+        zip_ = functools.partial(Inspection, container="zip")
         try:
             with zipfile.ZipFile(path) as zf:
                 infos = zf.infolist()
         except (zipfile.BadZipFile, EOFError, ValueError) as exc:
-            return Inspection(TRUNCATED, f"a torch zip file without a readable central directory ({exc}): cut "
-                                         f"off at {size} bytes", "zip")
+            return zip_(TRUNCATED, f"a torch zip file without a readable central directory ({exc}): cut off at {size} "
+                                   "bytes")
         if not infos:
-            return Inspection(CORRUPT, "an empty zip archive", "zip")
+            return zip_(CORRUPT, "an empty zip archive")
         end = max(i.header_offset + 30 + len(i.filename.encode()) + len(i.extra) + i.compress_size for i in infos)
         if end > size:
-            return Inspection(TRUNCATED, f"zip members run to byte {end} but the file has {size}", "zip")
+            return zip_(TRUNCATED, f"zip members run to byte {end} but the file has {size}")
         if not any(i.filename.endswith("data.pkl") for i in infos):
-            return Inspection(CORRUPT, "a zip archive without data.pkl: not a torch.save file", "zip")
-        return Inspection(OK, f"torch zip complete ({len(infos)} members)", "zip")
+            return zip_(CORRUPT, "a zip archive without data.pkl: not a torch.save file")
+        return zip_(OK, f"torch zip complete ({len(infos)} members)")
     if head[:1] == b"\x80":
         return _inspect_legacy_torch(path, size)
     return Inspection(CORRUPT, f"not a torch file (starts with {head[:16]!r})")
@@ -163,12 +161,13 @@ class _SkimUnpickler(pickle.Unpickler):
 
 
 def _inspect_legacy_torch(path: Path, size: int) -> Inspection:
+    legacy = functools.partial(Inspection, container="legacy-pickle")
     with open(path, "rb") as f:
         try:
             magic = _SkimUnpickler(f).load()
             if magic != 0x1950A86A20F9469CFC6C:
-                return Inspection(UNVERIFIABLE, "a pickle that is not a legacy torch.save file; its completeness "
-                                                "cannot be judged", "legacy-pickle")
+                return legacy(UNVERIFIABLE, "a pickle that is not a legacy torch.save file; its completeness cannot be "
+                                            "judged")
             _SkimUnpickler(f).load()  # protocol version
             _SkimUnpickler(f).load()  # system info
             body = _SkimUnpickler(f)
@@ -176,56 +175,50 @@ def _inspect_legacy_torch(path: Path, size: int) -> Inspection:
             keys = _SkimUnpickler(f).load()
         except (EOFError, pickle.UnpicklingError) as exc:
             if isinstance(exc, EOFError) or "truncated" in str(exc):
-                return Inspection(TRUNCATED, f"a legacy torch pickle cut off inside its header ({size} bytes)",
-                                  "legacy-pickle")
-            return Inspection(CORRUPT, f"a legacy torch pickle with a damaged header ({exc})", "legacy-pickle")
+                return legacy(TRUNCATED, f"a legacy torch pickle cut off inside its header ({size} bytes)")
+            return legacy(CORRUPT, f"a legacy torch pickle with a damaged header ({exc})")
         except Exception as exc:  # noqa: BLE001 - any unpickling failure means the header is damaged
-            return Inspection(CORRUPT, f"a legacy torch pickle with a damaged header ({type(exc).__name__}: "
-                                       f"{exc})", "legacy-pickle")
+            return legacy(CORRUPT, f"a legacy torch pickle with a damaged header ({type(exc).__name__}: {exc})")
         pos = f.tell()
         for key in keys if isinstance(keys, list) else []:
             elem = _ELEMENT_BYTES.get(body.storages.get(str(key), ""))
             if elem is None:
-                return Inspection(UNVERIFIABLE, f"legacy torch pickle with an unknown storage type "
-                                                f"{body.storages.get(str(key))!r}", "legacy-pickle")
+                return legacy(UNVERIFIABLE, f"legacy torch pickle with an unknown storage type "
+                                            f"{body.storages.get(str(key))!r}")
             f.seek(pos)
             raw = f.read(8)
             if len(raw) < 8:
-                return Inspection(TRUNCATED, f"legacy torch pickle cut off at {size} bytes (tensor data missing)",
-                                  "legacy-pickle")
+                return legacy(TRUNCATED, f"legacy torch pickle cut off at {size} bytes (tensor data missing)")
             (count,) = struct.unpack("<q", raw)
             pos += 8 + count * elem
             if pos > size:
-                return Inspection(TRUNCATED, f"legacy torch pickle: tensor data runs to byte {pos} but the file "
-                                             f"has {size}", "legacy-pickle")
-    return Inspection(OK, f"legacy torch pickle complete ({len(keys)} storages)", "legacy-pickle")
+                return legacy(TRUNCATED, f"legacy torch pickle: tensor data runs to byte {pos} but the file has {size}")
+    return legacy(OK, f"legacy torch pickle complete ({len(keys)} storages)")
 
 
 def _inspect_safetensors(path: Path, size: int, head: bytes) -> Inspection:
+    found = functools.partial(Inspection, container="safetensors")
     if size < 8:
-        return Inspection(TRUNCATED, f"only {size} bytes: no safetensors header", "safetensors")
+        return found(TRUNCATED, f"only {size} bytes: no safetensors header")
     (n,) = struct.unpack("<Q", head[:8])
     if n > 100_000_000:
-        return Inspection(CORRUPT, f"not a safetensors file (header length {n})", "safetensors")
+        return found(CORRUPT, f"not a safetensors file (header length {n})")
     if 8 + n > size:
-        return Inspection(TRUNCATED, f"the safetensors header needs {8 + n} bytes but the file has {size}",
-                          "safetensors")
+        return found(TRUNCATED, f"the safetensors header needs {8 + n} bytes but the file has {size}")
     with open(path, "rb") as f:
         f.seek(8)
         raw = f.read(n)
     try:
         header = json.loads(raw)
     except ValueError as exc:
-        return Inspection(CORRUPT, f"the safetensors header is not JSON ({exc})", "safetensors")
+        return found(CORRUPT, f"the safetensors header is not JSON ({exc})")
     ends = [int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)]
     need = 8 + n + max(ends, default=0)
     if need > size:
-        return Inspection(TRUNCATED, f"the safetensors header declares {need} bytes but the file has {size}",
-                          "safetensors")
+        return found(TRUNCATED, f"the safetensors header declares {need} bytes but the file has {size}")
     if need < size:
-        return Inspection(CORRUPT, f"{size - need} bytes after the last tensor (the header declares {need})",
-                          "safetensors")
-    return Inspection(OK, f"safetensors complete ({len(ends)} tensors)", "safetensors")
+        return found(CORRUPT, f"{size - need} bytes after the last tensor (the header declares {need})")
+    return found(OK, f"safetensors complete ({len(ends)} tensors)")
 
 
 def _inspect_json(path: Path, size: int) -> Inspection:
@@ -257,6 +250,7 @@ def _varint(f: Any) -> int | None:
 
 
 def _inspect_onnx(path: Path, size: int) -> Inspection:
+    onnx = functools.partial(Inspection, container="onnx")
     fields = 0
     with open(path, "rb") as f:
         try:
@@ -266,25 +260,23 @@ def _inspect_onnx(path: Path, size: int) -> Inspection:
                     break
                 field, wire = tag >> 3, tag & 7
                 if field == 0 or field > 100:
-                    return Inspection(CORRUPT, f"not an ONNX protobuf (field number {field} at byte {f.tell()})",
-                                      "onnx")
+                    return onnx(CORRUPT, f"not an ONNX protobuf (field number {field} at byte {f.tell()})")
                 if wire == 0:
                     if _varint(f) is None:
-                        return Inspection(TRUNCATED, "ONNX protobuf cut off inside a number", "onnx")
+                        return onnx(TRUNCATED, "ONNX protobuf cut off inside a number")
                 elif wire in (1, 5):
                     step = 8 if wire == 1 else 4
                     if f.tell() + step > size:
-                        return Inspection(TRUNCATED, "ONNX protobuf cut off inside a fixed-size field", "onnx")
+                        return onnx(TRUNCATED, "ONNX protobuf cut off inside a fixed-size field")
                     f.seek(step, 1)
                 elif wire == 2:
                     length = _varint(f)
                     if length is None or f.tell() + length > size:
-                        return Inspection(TRUNCATED, f"ONNX field {field} runs past the end of the {size}-byte "
-                                                     "file", "onnx")
+                        return onnx(TRUNCATED, f"ONNX field {field} runs past the end of the {size}-byte file")
                     f.seek(length, 1)
                 else:
-                    return Inspection(CORRUPT, f"not an ONNX protobuf (wire type {wire})", "onnx")
+                    return onnx(CORRUPT, f"not an ONNX protobuf (wire type {wire})")
                 fields += 1
         except ValueError as exc:
-            return Inspection(CORRUPT, f"not an ONNX protobuf ({exc})", "onnx")
-    return Inspection(OK, f"ONNX protobuf complete ({fields} top-level fields)", "onnx")
+            return onnx(CORRUPT, f"not an ONNX protobuf ({exc})")
+    return onnx(OK, f"ONNX protobuf complete ({fields} top-level fields)")

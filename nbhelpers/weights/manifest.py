@@ -19,10 +19,6 @@ TINY_MARKER = "tiny.json"  # written by nbhelpers.testing.make_tiny_weights: ran
 HF_MIRROR = "https://hf-mirror.com"  # the mirror both official download scripts use (download_weights.sh:14)
 DOWNLOAD_COMMAND = "python -m nbhelpers download"
 NOTEBOOK = "notebooks/01_weights.ipynb"
-ATTEMPTS_PER_SOURCE = 3  # tries of one source before moving to the next (each try resumes where possible)
-RETRY_DELAY_S = 1.0  # seconds between tries of one source
-HTTP_TIMEOUT_S = 30.0  # seconds without data before a plain-HTTP transfer is considered stalled
-_CHUNK = 1 << 20  # bytes per read when streaming or hashing (1 MiB)
 _GB = 1e9
 
 
@@ -39,16 +35,10 @@ class Fact:
 
 @dataclasses.dataclass(frozen=True)
 class Source:
-    """One place a weight file can be fetched from.
-
-    Attributes:
-        kind: ``"hub"`` (Hugging Face), ``"gdrive"`` (a Drive id through ``gdown``), ``"url"`` (plain HTTP(S),
-            resumed) or ``"bundled"`` (a config under ``nbhelpers/configs``).
-        repo, filename, revision: Hub repository id, path in it, and branch, tag or commit.
-        endpoint: Hub endpoint of a mirror (no token is sent there); None = ``HF_ENDPOINT`` or huggingface.co.
-        id: Google Drive file id.
-        url: The address (``kind="url"``).
-        resource: File name under ``nbhelpers/configs`` (``kind="bundled"``).
+    """One place a weight file can be fetched from: ``kind`` ``"hub"`` (Hugging Face ``repo``, ``filename``,
+    ``revision``; ``endpoint`` a mirror's, no token sent there, None = :func:`hub_endpoint`), ``"gdrive"`` (Drive ``id``
+    through ``gdown``), ``"url"`` (plain HTTP(S) ``url``, resumed) or ``"bundled"`` (``resource`` under
+    ``nbhelpers/configs``).
     """
 
     kind: str
@@ -74,7 +64,7 @@ class Source:
     def address(self) -> str:
         """A URL a person can open in a browser to fetch the file by hand."""
         if self.kind == "hub":
-            endpoint = (self.endpoint or os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
+            endpoint = (self.endpoint or hub_endpoint()).rstrip("/")
             return f"{endpoint}/{self.repo}/resolve/{self.revision}/{self.filename}"
         if self.kind == "gdrive":
             return f"https://drive.google.com/uc?id={self.id}"
@@ -83,21 +73,19 @@ class Source:
         return f"nbhelpers/configs/{self.resource}"
 
 
+def hub_endpoint() -> str:
+    """The Hugging Face endpoint used when a source names none: ``HF_ENDPOINT``, else huggingface.co."""
+    return (os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
+
+
 @dataclasses.dataclass(frozen=True)
 class WeightFile:
-    """One file of the weights layout.
-
-    Attributes:
-        name: Short unique name (``"unet-v15"``), accepted wherever a layout path is.
-        path: Path relative to the weights dir, in the official layout (POSIX separators).
-        sets: Sets the file belongs to (``"core"``, ``"faces-onnx"``, ...).
-        format: ``"torch"``, ``"safetensors"``, ``"json"`` or ``"onnx"``.
-        sources: Where to fetch it, in order of preference.
-        size, sha256, sha256_prefix: Known facts (torch.hub's file-name prefix of the sha256), or None.
-        approx_bytes: An estimate of the size, for display only.
-        alternates: Layout paths of the same content in another format (the official ``.bin``); one present
-            satisfies the entry.
-        description, cited: What the file is, and the official file:line of the facts.
+    """One file of the weights layout: a short unique ``name`` (``"unet-v15"``, accepted wherever a layout path is),
+    its ``path`` under the weights dir (official layout, POSIX separators), the ``sets`` it belongs to, its ``format``
+    (``"torch"``, ``"safetensors"``, ``"json"``, ``"onnx"``), its ``sources`` in order of preference, known ``size``,
+    ``sha256`` and ``sha256_prefix`` (torch.hub's file-name prefix) facts, an ``approx_bytes`` estimate for display,
+    ``alternates`` (layout paths of the same content in another format, like the official ``.bin``: one present
+    satisfies the entry), and a ``description`` with the official file:line it is ``cited`` from.
     """
 
     name: str
@@ -123,9 +111,8 @@ class WeightFile:
         return "unknown"
 
 
-def _hub(repo: str, filename: str, mirror: bool = True) -> tuple[Source, ...]:
-    first = Source("hub", repo=repo, filename=filename)
-    return (first, Source("hub", repo=repo, filename=filename, endpoint=HF_MIRROR)) if mirror else (first,)
+def _hub(repo: str, filename: str) -> tuple[Source, ...]:
+    return Source("hub", repo=repo, filename=filename), Source("hub", repo=repo, filename=filename, endpoint=HF_MIRROR)
 
 
 _MUSETALK = "TMElyralab/MuseTalk"
@@ -137,28 +124,23 @@ _DWPOSE = "yzd-v/DWPose"
 _ENTRIES: tuple[WeightFile, ...] = (
     WeightFile(
         "unet-v15", "musetalkV15/unet.pth", ("core",), "torch", _hub(_MUSETALK, "musetalkV15/unet.pth"),
-        sha256=Fact("7ebf6c98c181e20838e4c0054e96e944ac60d5d692cc01db42839fe11b787007", False,
-                    "a third-party page"),
-        approx_bytes=3_399_791_376,
+        sha256=Fact("7ebf6c98c181e20838e4c0054e96e944ac60d5d692cc01db42839fe11b787007", False, "a third-party page"),
+        approx_bytes=3_399_791_376, cited="download_weights.sh:22-24, unet.py:44-45",
         description="MuseTalk 1.5 UNet, torch.save of a plain diffusers UNet2DConditionModel state dict "
-                    "(849.9 M float32 values)",
-        cited="download_weights.sh:22-24, unet.py:44-45"),
+                    "(849.9 M float32 values)"),
     WeightFile(
         "unet-v15-config", "musetalkV15/musetalk.json", ("core",), "json",
         (*_hub(_MUSETALK, "musetalkV15/musetalk.json"), Source("bundled", resource="musetalkV15-unet.json")),
-        approx_bytes=800,
-        description="UNet2DConditionModel kwargs (v1.5); the bundled copy is nbhelpers/configs/musetalkV15-unet.json",
-        cited="download_weights.sh:22-24"),
+        approx_bytes=800, cited="download_weights.sh:22-24",
+        description="UNet2DConditionModel kwargs (v1.5); the bundled copy is nbhelpers/configs/musetalkV15-unet.json"),
     WeightFile(
         "vae-config", "sd-vae/config.json", ("core",), "json", _hub(_VAE, "config.json"), approx_bytes=550,
         description="AutoencoderKL config of sd-vae-ft-mse", cited="download_weights.sh:27-29"),
     WeightFile(
         "vae", "sd-vae/diffusion_pytorch_model.safetensors", ("core",), "safetensors",
         _hub(_VAE, "diffusion_pytorch_model.safetensors"), approx_bytes=334_640_000,
-        alternates=("sd-vae/diffusion_pytorch_model.bin",),
-        description="sd-vae-ft-mse weights (83.7 M values); the official script fetches the .bin, which also "
-                    "works",
-        cited="download_weights.sh:27-29, vae.py:24"),
+        alternates=("sd-vae/diffusion_pytorch_model.bin",), cited="download_weights.sh:27-29, vae.py:24",
+        description="sd-vae-ft-mse weights (83.7 M values); the official script fetches the .bin, which also works"),
     WeightFile(
         "whisper-config", "whisper/config.json", ("core",), "json", _hub(_WHISPER, "config.json"),
         approx_bytes=2_000, description="whisper-tiny config", cited="download_weights.sh:32-34"),
@@ -170,9 +152,8 @@ _ENTRIES: tuple[WeightFile, ...] = (
         cited="download_weights.sh:32-34, inference.py:64-66"),
     WeightFile(
         "whisper-preprocessor", "whisper/preprocessor_config.json", ("core",), "json",
-        _hub(_WHISPER, "preprocessor_config.json"),
-        description="WhisperFeatureExtractor settings (80 mel bins, hop 160, 30 s chunks)",
-        cited="download_weights.sh:32-34"),
+        _hub(_WHISPER, "preprocessor_config.json"), cited="download_weights.sh:32-34",
+        description="WhisperFeatureExtractor settings (80 mel bins, hop 160, 30 s chunks)"),
     WeightFile(
         "dwpose-mmpose", "dwpose/dw-ll_ucoco_384.pth", ("faces", "faces-mmpose"), "torch",
         _hub(_DWPOSE, "dw-ll_ucoco_384.pth"), approx_bytes=134_600_000,
@@ -181,10 +162,9 @@ _ENTRIES: tuple[WeightFile, ...] = (
         cited="download_weights.sh:37-39, preprocessing.py:18-19"),
     WeightFile(
         "dwpose-onnx", "dwpose/dw-ll_ucoco_384.onnx", ("faces-onnx",), "onnx", _hub(_DWPOSE, "dw-ll_ucoco_384.onnx"),
-        approx_bytes=134_600_000,
+        approx_bytes=134_600_000, cited="hub yzd-v/DWPose (the same repository as the .pth)",
         description="DWPose RTMPose-l 384x288 whole-body, ONNX export (33.6 M values): only for the optional "
-                    "'dwpose-onnx' backend (onnxruntime)",
-        cited="hub yzd-v/DWPose (the same repository as the .pth)"),
+                    "'dwpose-onnx' backend (onnxruntime)"),
     WeightFile(
         "bisenet", "face-parse-bisent/79999_iter.pth", ("parsing",), "torch",
         (Source("hub", repo="ManyOtherFunctions/face-parse-bisent", filename="79999_iter.pth"),
@@ -198,26 +178,22 @@ _ENTRIES: tuple[WeightFile, ...] = (
         "s3fd", "s3fd/s3fd-619a316812.pth", ("s3fd",), "torch",
         (Source("url", url="https://www.adrianbulat.com/downloads/python-fan/s3fd-619a316812.pth"),),
         sha256_prefix=Fact("619a316812", False, "torch.hub file-name convention (<name>-<first sha256 digits>)"),
-        approx_bytes=89_840_000,
-        description="S3FD face detector (22.5 M values); the official code fetches it at import time",
-        cited="sfd_detector.py:11-13,17-24"),
+        approx_bytes=89_840_000, cited="sfd_detector.py:11-13,17-24",
+        description="S3FD face detector (22.5 M values); the official code fetches it at import time"),
     WeightFile(
         "unet-v1", "musetalk/pytorch_model.bin", ("v1",), "torch", _hub(_MUSETALK, "musetalk/pytorch_model.bin"),
-        approx_bytes=3_399_791_376,
-        description="MuseTalk 1.0 UNet (same architecture as v1.5), plain state dict",
-        cited="download_weights.sh:17-19"),
+        approx_bytes=3_399_791_376, cited="download_weights.sh:17-19",
+        description="MuseTalk 1.0 UNet (same architecture as v1.5), plain state dict"),
     WeightFile(
         "unet-v1-config", "musetalk/musetalk.json", ("v1",), "json",
         (*_hub(_MUSETALK, "musetalk/musetalk.json"), Source("bundled", resource="musetalkV15-unet.json")),
-        approx_bytes=800,
-        description="UNet config (v1.0); v1.0 and v1.5 share the architecture, so the bundled "
-                    "v1.5 config is the last-resort source",
-        cited="download_weights.sh:17-19, training_utils.py:66-73"),
+        approx_bytes=800, cited="download_weights.sh:17-19, training_utils.py:66-73",
+        description="UNet config (v1.0); v1.0 and v1.5 share the architecture, so the bundled v1.5 config is the "
+                    "last-resort source"),
     WeightFile(
         "syncnet", "syncnet/latentsync_syncnet.pt", ("syncnet",), "torch",
-        _hub("ByteDance/LatentSync", "latentsync_syncnet.pt"),
-        description="LatentSync SyncNet: training only (the official app.py refuses to start without it)",
-        cited="download_weights.sh:42-44, app.py:139,149-159"),
+        _hub("ByteDance/LatentSync", "latentsync_syncnet.pt"), cited="download_weights.sh:42-44, app.py:139,149-159",
+        description="LatentSync SyncNet: training only (the official app.py refuses to start without it)"),
     WeightFile(
         "syncnet-v2", "syncnet/syncnet_v2.model", ("quality",), "torch",
         (*_hub("ByteDance/LatentSync-1.5", "auxiliary/syncnet_v2.model"),
@@ -225,8 +201,7 @@ _ENTRIES: tuple[WeightFile, ...] = (
         approx_bytes=54_526_464,
         description="SyncNet v2 (Chung & Zisserman 2016), a plain state dict of 13.6 M float32 values: the "
                     "LSE-D / LSE-C lip-sync score of nbhelpers.quality (optional)",
-        cited="syncnet_python download_model.sh, SyncNetInstance.py loadParameters; LatentSync "
-              "checkpoints/auxiliary"),
+        cited="syncnet_python download_model.sh, SyncNetInstance.py loadParameters; LatentSync checkpoints/auxiliary"),
     # Face restoration (nbhelpers.restore, optional); sizes are estimates from the release listings.
     WeightFile(
         "gfpgan-v1.4", "restore/GFPGANv1.4.pth", ("restore-gfpgan",), "torch",
@@ -285,11 +260,8 @@ class Manifest(tuple):
         return tuple(dict.fromkeys(s for entry in self for s in entry.sets))
 
     def get(self, name: str) -> WeightFile:
-        """The entry called ``name`` (short name, layout path or alternate path).
-
-        Raises:
-            InputError: Unknown name; the message lists the valid names.
-        """
+        """The entry called ``name`` (short name, layout path or alternate path); InputError listing the valid names
+        when there is none."""
         for entry in self:
             if name in (entry.name, entry.path, *entry.alternates):
                 return entry
@@ -299,10 +271,8 @@ class Manifest(tuple):
     def select(self, sets: str | Sequence[str] | None = None,
                files: str | Sequence[str] | None = None) -> list[WeightFile]:
         """Entries of ``sets`` (names, ``"default"``, ``"all"``; None: the default sets unless ``files`` is given) and
-        ``files`` (names or layout paths), each once, in manifest order.
-
-        Raises:
-            InputError: An unknown set or file name; the message lists the valid ones.
+        ``files`` (names or layout paths), each once, in manifest order; InputError listing the valid ones for an
+        unknown set or file name.
         """
         if isinstance(sets, str):
             sets = [sets]
@@ -326,13 +296,8 @@ MANIFEST = Manifest(_ENTRIES)
 
 
 def required_files(version: str = "v15", parsing: bool = True) -> list[str]:
-    """Layout paths a lip-sync job of ``version`` (``"v15"``, ``"v1"``) needs, BiSeNet with ``parsing``; landmark files
-    depend on the backend and are not listed.
-
-    Raises:
-        InputError: Unknown version.
-
-    Source: docs/official-behaviour.md §1.1.
+    """Layout paths a lip-sync job of ``version`` (``"v15"``, ``"v1"``; InputError otherwise) needs, BiSeNet with
+    ``parsing``; landmark files depend on the backend and are not listed. Source: docs/official-behaviour.md §1.1.
     """
     if version not in ("v15", "v1"):
         raise InputError(f"version must be 'v15' or 'v1'; got {version!r}.")
@@ -363,28 +328,10 @@ def _human(n: int | float | None) -> str:
 
 
 def _text_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [len(h) for h in headers]
-    for row in rows:
-        widths = [max(w, len(str(c))) for w, c in zip(widths, row, strict=True)]
+    widths = [max(len(str(c)) for c in column) for column in zip(headers, *rows, strict=True)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    lines = [fmt.format(*headers), fmt.format(*["-" * w for w in widths])]
-    lines += [fmt.format(*[str(c) for c in row]) for row in rows]
+    lines = [fmt.format(*headers), fmt.format(*["-" * w for w in widths]), *(fmt.format(*map(str, r)) for r in rows)]
     return "\n".join(line.rstrip() for line in lines)
-
-
-def _html_table(headers: Sequence[str], rows: Sequence[Sequence[str]], caption: str = "",
-                row_styles: Sequence[str] | None = None) -> str:
-    out = ['<table style="border-collapse:collapse;font-size:90%">']
-    if caption:
-        out.append(f'<caption style="text-align:left;font-weight:bold">{html.escape(caption)}</caption>')
-    out.append("<tr>" + "".join(f'<th style="text-align:left;padding:2px 8px">{html.escape(h)}</th>'
-                                for h in headers) + "</tr>")
-    for i, row in enumerate(rows):
-        style = f' style="{row_styles[i]}"' if row_styles and row_styles[i] else ""
-        out.append(f"<tr{style}>" + "".join(f'<td style="padding:2px 8px">{html.escape(str(c))}</td>'
-                                            for c in row) + "</tr>")
-    out.append("</table>")
-    return "\n".join(out)
 
 
 class _Report:
@@ -393,6 +340,9 @@ class _Report:
 
     _HEADERS: tuple[str, ...] = ()
 
+    def _styles(self) -> list[str] | None:
+        return None
+
     def __str__(self) -> str:
         return self._summary() + "\n" + _text_table(self._HEADERS, self._rows())
 
@@ -400,16 +350,21 @@ class _Report:
         return str(self)
 
     def _repr_html_(self) -> str:
-        return _html_table(self._HEADERS, self._rows(), caption=self._summary(), row_styles=self._styles())
+        styles = self._styles()
+        out = ['<table style="border-collapse:collapse;font-size:90%">',
+               f'<caption style="text-align:left;font-weight:bold">{html.escape(self._summary())}</caption>',
+               "<tr>" + "".join(f'<th style="text-align:left;padding:2px 8px">{html.escape(h)}</th>'
+                                for h in self._HEADERS) + "</tr>"]
+        for i, row in enumerate(self._rows()):
+            style = f' style="{styles[i]}"' if styles and styles[i] else ""
+            out.append(f"<tr{style}>" + "".join(f'<td style="padding:2px 8px">{html.escape(str(c))}</td>'
+                                                for c in row) + "</tr>")
+        return "\n".join([*out, "</table>"])
 
 
 @dataclasses.dataclass(frozen=True)
 class FileTable(_Report):
-    """The manifest (or a selection of it) as a table; renders as HTML in notebooks, text elsewhere.
-
-    Attributes:
-        entries: The listed files.
-    """
+    """The manifest's listed ``entries`` (or a selection of it) as a table; HTML in notebooks, text elsewhere."""
 
     entries: tuple[WeightFile, ...]
 
@@ -436,20 +391,15 @@ class FileTable(_Report):
     def _summary(self) -> str:
         return f"{len(self.entries)} weight files, about {self.approx_total_bytes / _GB:.2f} GB"
 
-    def _styles(self) -> None:
-        return None
-
     def __str__(self) -> str:
         return _text_table(self._HEADERS, self._rows()) + "\n" + self._summary().replace(" weight files", " files")
 
 
-def list_files(sets: str | Sequence[str] | None = "all", manifest: Manifest | None = None) -> FileTable:
+def list_files(sets: str | Sequence[str] | None = "all") -> FileTable:
     """The manifest (``sets``, default ``"all"``) as a :class:`FileTable`: name, sets, path, size, sha256, sources.
-
-    Raises:
-        InputError: An unknown set name; the message lists the valid ones.
+    InputError for an unknown set name, listing the valid ones.
     """
-    return FileTable(tuple((MANIFEST if manifest is None else manifest).select(sets)))
+    return FileTable(tuple(MANIFEST.select(sets)))
 
 
 def _holds_weights(folder: Path) -> bool:
@@ -460,12 +410,10 @@ def _holds_weights(folder: Path) -> bool:
 
 
 def default_dir() -> Path:
-    """The absolute weights dir used when none is given (not created here).
-
-    In order: ``$NBHELPERS_WEIGHTS``; on Colab, :data:`DRIVE_DIR` if it already holds weight files;
-    ``$XDG_CACHE_HOME/musetalk-workbook/models`` (``~/.cache/musetalk-workbook/models``).
-
-    Source: the official scripts use ``models/`` under the repository root (official-behaviour §1.1).
+    """The absolute weights dir used when none is given (not created here): ``$NBHELPERS_WEIGHTS``; on Colab,
+    :data:`DRIVE_DIR` if it already holds weight files; ``$XDG_CACHE_HOME/musetalk-workbook/models``
+    (``~/.cache/musetalk-workbook/models``). The official scripts use ``models/`` under the repository root
+    (official-behaviour §1.1).
     """
     env = os.environ.get(ENV_VAR, "").strip()
     if env:

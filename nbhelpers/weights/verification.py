@@ -64,18 +64,14 @@ class _State:
 
     def cached_sha256(self, rel: str, st: os.stat_result) -> str | None:
         rec = self.files.get(rel, {})
-        if rec.get("size") == st.st_size and rec.get("mtime_ns") == st.st_mtime_ns:
-            return rec.get("sha256")
-        return None
+        return rec.get("sha256") if (rec.get("size"), rec.get("mtime_ns")) == (st.st_size, st.st_mtime_ns) else None
 
     def record_sha256(self, rel: str, st: os.stat_result, sha: str) -> None:
-        rec = self.files.setdefault(rel, {})
-        rec.update(size=st.st_size, mtime_ns=st.st_mtime_ns, sha256=sha)
+        self.files.setdefault(rel, {}).update(size=st.st_size, mtime_ns=st.st_mtime_ns, sha256=sha)
         self.changed = True
 
     def record_facts(self, rel: str, size: int | None, sha: str | None, source: str) -> None:
-        rec = self.files.setdefault(rel, {})
-        rec.update(expected_size=size, expected_sha256=sha, facts_from=source)
+        self.files.setdefault(rel, {}).update(expected_size=size, expected_sha256=sha, facts_from=source)
         self.changed = True
 
     def facts(self, rel: str) -> tuple[int | None, str | None, str]:
@@ -104,23 +100,18 @@ class Expected:
     unverified_sha256: str | None = None
 
 
-def expected_facts(directory: str | os.PathLike, name: str, manifest: Manifest | None = None) -> Expected:
+def expected_facts(directory: str | os.PathLike, name: str) -> Expected:
     """The :class:`Expected` size and sha256 of file ``name`` of ``directory``: verified manifest values, then the
-    hub's at download; what ``models.load_checkpoint`` needs to allow a full unpickle.
-
-    Raises:
-        InputError: Unknown name.
+    hub's at download; what ``models.load_checkpoint`` needs to allow a full unpickle. InputError for an unknown name.
     """
-    manifest = MANIFEST if manifest is None else manifest
-    entry = manifest.get(name)
+    entry = MANIFEST.get(name)
     rel = name if name in (entry.path, *entry.alternates) else entry.path
     return _expected(entry, rel, _State(Path(directory)))
 
 
 def _expected(entry: WeightFile, rel: str, state: _State) -> Expected:
-    size = sha = None
+    size = sha = unverified = None
     sources = []
-    unverified = None
     if rel == entry.path:
         if entry.size is not None and entry.size.verified:
             size = int(entry.size.value)
@@ -144,16 +135,9 @@ def _expected(entry: WeightFile, rel: str, state: _State) -> Expected:
 
 @dataclasses.dataclass(frozen=True)
 class FileCheck:
-    """The verdict on one file.
-
-    Attributes:
-        name: Manifest name.
-        path: Layout path checked (the primary path, or the alternate found on disk).
-        size: Bytes on disk (None when missing).
-        expected: The expected size as text.
-        state: A state of :mod:`nbhelpers.weights.inspect` (``"ok"``, ``"missing"``, ``"hash mismatch"``...).
-        detail: What was checked or found.
-        fix: What to do (empty when nothing is needed).
+    """The verdict on the manifest file ``name`` at layout ``path`` (the primary one or the alternate on disk):
+    ``size`` in bytes (None when missing), the ``expected`` size as text, its ``state`` (one of
+    :mod:`nbhelpers.weights.inspect`'s), the ``detail`` checked or found, and the ``fix`` ("" when none is needed).
     """
 
     name: str
@@ -218,26 +202,26 @@ class VerifyReport(_Report):
         return [_STATE_COLOURS.get(c.state, "background:#fde0dc") for c in self.checks]
 
 
-def _fix(entry: WeightFile, state: str, rel: str, root: Path | None = None) -> str:
-    where = "" if root is None or _same_dir(root, default_dir()) else f" --weights {root}"
+def _weights_arg(root: Path) -> str:
+    """`` --weights <root>`` for the download command, "" when ``root`` is :func:`default_dir`."""
+    try:
+        here = root.expanduser().resolve() == default_dir().expanduser().resolve()
+    except OSError:
+        here = False
+    return "" if here else f" --weights {shlex.quote(str(root))}"
+
+
+def _fix(entry: WeightFile, state: str, rel: str, root: Path) -> str:
     sets = "" if set(entry.sets) & set(DEFAULT_SETS) else f" --sets {entry.sets[0]}"
-    cmd = f"`{DOWNLOAD_COMMAND}{where}{sets}` (or {NOTEBOOK})"
+    cmd = f"`{DOWNLOAD_COMMAND}{_weights_arg(root)}{sets}` (or {NOTEBOOK})"
     if state == MISSING:
         return f"download it: {cmd}"
     if state == LFS_POINTER:
-        return (f"the folder was cloned without git-lfs; delete {rel} and run {cmd}, or `git lfs pull` in the "
-                "clone")
+        return f"the folder was cloned without git-lfs; delete {rel} and run {cmd}, or `git lfs pull` in the clone"
     if state == HTML_PAGE:
         return (f"the server sent a web page (a quota, login or virus-scan page); delete {rel} and run {cmd}, "
                 f"or fetch {entry.sources[0].address()} in a browser and save it as {rel}")
     return f"delete {rel} and download it again: {cmd} (download() also replaces bad files itself)"
-
-
-def _same_dir(a: Path, b: Path) -> bool:
-    try:
-        return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
-    except OSError:
-        return False
 
 
 def _check(entry: WeightFile, root: Path, state: _State, deep: bool) -> FileCheck:
@@ -294,21 +278,12 @@ def _check(entry: WeightFile, root: Path, state: _State, deep: bool) -> FileChec
 
 
 def verify(directory: str | os.PathLike | None = None, sets: str | Sequence[str] | None = None,
-           files: str | Sequence[str] | None = None, deep: bool = False,
-           manifest: Manifest | None = None) -> VerifyReport:
-    """Check the weight files of a folder: presence, size, contents and (``deep``) sha256. Downloads nothing.
-
-    Args:
-        directory: The weights dir; None = :func:`default_dir`.
-        sets: Sets to check; None = the v1.5 inference set plus any other manifest file present.
-        files: Extra file names or layout paths.
-        deep: Also compute sha256 where a value is known (cached for the next call).
-        manifest: Another manifest (tests).
-
-    Raises:
-        InputError: An unknown set or file name.
+           files: str | Sequence[str] | None = None, deep: bool = False, manifest: Manifest = MANIFEST) -> VerifyReport:
+    """Check the weight files of the weights dir ``directory`` (None: :func:`default_dir`): presence, size, contents
+    and with ``deep`` sha256 where a value is known (cached for the next call). Downloads nothing. ``sets`` None
+    checks the v1.5 inference set plus any other manifest file present; ``files`` adds names or layout paths.
+    InputError for an unknown set or file name.
     """
-    manifest = MANIFEST if manifest is None else manifest
     root = Path(directory) if directory is not None else default_dir()
     chosen = manifest.select(sets, files)
     if sets is None and files is None:
@@ -328,7 +303,7 @@ _LANDMARK_SETS = {"dwpose": ("faces", "s3fd"), "dwpose-onnx": ("faces-onnx", "s3
 _AUTO_ORDER = (("mmpose", "mmpose"), ("dwpose", "torch"), ("dwpose-onnx", "onnxruntime"))
 
 
-def _auto_landmark_sets(root: Path, manifest: Manifest) -> tuple[str, ...]:
+def _auto_landmark_sets(root: Path) -> tuple[str, ...]:
     """The sets the ``"auto"`` landmark choice would open: the first backend whose package is installed and whose
     files are present (found without importing); none when it would fall back to dlib.
     """
@@ -337,80 +312,61 @@ def _auto_landmark_sets(root: Path, manifest: Manifest) -> tuple[str, ...]:
             installed = importlib.util.find_spec(module) is not None
         except (ImportError, ValueError):
             installed = False
-        entries = manifest.select(_LANDMARK_SETS[backend])
+        entries = MANIFEST.select(_LANDMARK_SETS[backend])
         if installed and all(any((root / q).is_file() for q in (e.path, *e.alternates)) for e in entries):
             return _LANDMARK_SETS[backend]
     return ()
 
 
 def job_files(version: str = "v15", landmark_backend: str = "auto", *, parsing: bool = True,
-              directory: str | os.PathLike | None = None, manifest: Manifest | None = None) -> list[WeightFile]:
-    """The manifest entries a lip-sync job or avatar opens, in manifest order.
-
-    Args:
-        version: ``"v15"`` or ``"v1"``.
-        landmark_backend: A backend name or ``"auto"`` (the automatic choice's files, when ``directory`` is given).
-        parsing: Include the BiSeNet face-parsing file.
-        directory: The weights dir, needed to predict the ``"auto"`` choice.
-        manifest: Another manifest (tests).
-
-    Raises:
-        InputError: Unknown version or landmark backend.
+              directory: str | os.PathLike | None = None) -> list[WeightFile]:
+    """The manifest entries a lip-sync job or avatar of ``version`` opens, in manifest order: BiSeNet with
+    ``parsing``, and the files of ``landmark_backend`` (``"auto"``: the automatic choice's, predicted from the
+    weights dir ``directory`` when given). InputError for an unknown version or landmark backend.
     """
-    manifest = MANIFEST if manifest is None else manifest
     paths = required_files(version, parsing=parsing)  # raises InputError for an unknown version
     if landmark_backend == "auto":
-        sets = _auto_landmark_sets(Path(directory), manifest) if directory is not None else ()
+        sets = _auto_landmark_sets(Path(directory)) if directory is not None else ()
     elif landmark_backend in (*_LANDMARK_SETS, "dlib", "boxes"):
         sets = _LANDMARK_SETS.get(landmark_backend, ())
     else:
         raise InputError(f"landmark_backend must be one of 'auto', 'dwpose', 'dwpose-onnx', 'mmpose', 'dlib', "
                          f"'boxes'; got {landmark_backend!r}.")
-    names = {manifest.get(rel).name for rel in paths}
+    names = {MANIFEST.get(rel).name for rel in paths}
     if sets:
-        names |= {e.name for e in manifest.select(sets)}
-    return [e for e in manifest if e.name in names]
+        names |= {e.name for e in MANIFEST.select(sets)}
+    return [e for e in MANIFEST if e.name in names]
 
 
 def check_job_files(directory: str | os.PathLike | None, version: str = "v15", landmark_backend: str = "auto", *,
-                    parsing: bool = True, manifest: Manifest | None = None) -> VerifyReport:
-    """Check every weight file a job will open (:func:`job_files`) without hashing, before any frame is decoded.
+                    parsing: bool = True) -> VerifyReport:
+    """Check every weight file a job will open (:func:`job_files`) without hashing, before any frame is decoded;
+    returns the :class:`VerifyReport` (``directory`` None: :func:`default_dir`).
 
-    Returns the :class:`VerifyReport`; ``directory`` None means :func:`default_dir`.
-
-    Raises:
-        WeightsError: The folder does not exist, or files are missing or unusable: one error names each, what is
-            wrong, and the download command for that folder and those sets.
-        InputError: Unknown version or landmark backend.
+    Raises WeightsError when the folder does not exist or files are missing or unusable (one error names each, what
+    is wrong, and the download command for that folder and those sets); InputError for an unknown version or backend.
     """
-    manifest = MANIFEST if manifest is None else manifest
     root = Path(directory).expanduser() if directory is not None else default_dir()
-    here = _same_dir(root, default_dir())
-    weights_arg = "" if here else f" --weights {shlex.quote(str(root))}"
+    weights_arg = _weights_arg(root)
     if not root.is_dir():
         what = "is a file, not a folder" if root.exists() else "does not exist"
         raise WeightsError(
             f"the weights folder {str(root)!r} {what}. Download the weights into it with "
             f"`{DOWNLOAD_COMMAND}{weights_arg}` (or {NOTEBOOK}), or point the job at the folder that holds them "
             "(--weights DIR, weights_dir=, or the NBHELPERS_WEIGHTS environment variable). " + TRY_TINY)
-    entries = job_files(version, landmark_backend, parsing=parsing, directory=root, manifest=manifest)
-    state = _State(root)
-    checks = tuple(_check(e, root, state, deep=False) for e in entries)
-    report = VerifyReport(root, checks, deep=False, tiny=is_tiny(root))
+    report = verify(root, files=[e.name for e in job_files(version, landmark_backend, parsing=parsing, directory=root)])
     if report.ok:
         return report
     bad = report.problems
     lines = [f"{len(bad)} weight file(s) this job needs under {root} are not usable (checked before any frame is "
              "read):"]
     lines += [f"  {c.path}: {c.state} - {c.detail}" for c in bad]
-    sets = dict.fromkeys(manifest.get(c.name).sets[0] for c in bad)
-    states = {c.state for c in bad}
-    notes = []
-    if LFS_POINTER in states:
-        notes.append("git-lfs pointers mean the folder was cloned without git-lfs (`git lfs pull` in the clone "
-                     "also fixes them)")
-    if HTML_PAGE in states:
-        notes.append("a web page was saved instead of the file (a quota, login or virus-scan page)")
+    sets = dict.fromkeys(MANIFEST.get(c.name).sets[0] for c in bad)
+    notes = [note for state, note in (
+        (LFS_POINTER, "git-lfs pointers mean the folder was cloned without git-lfs (`git lfs pull` in the clone also "
+                      "fixes them)"),
+        (HTML_PAGE, "a web page was saved instead of the file (a quota, login or virus-scan page)"),
+    ) if state in {c.state for c in bad}]
     lines.append(f"Fix: run `{DOWNLOAD_COMMAND}{weights_arg} --sets {' '.join(sets)}` (or {NOTEBOOK}): it "
                  "replaces bad files and fetches missing ones in that folder; or point the job at a folder that "
                  "holds good copies (--weights DIR, weights_dir=, NBHELPERS_WEIGHTS)."
