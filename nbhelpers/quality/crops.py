@@ -37,16 +37,10 @@ def _medfilt(x: np.ndarray, kernel: int) -> np.ndarray:
 
 
 def smooth_face_boxes(boxes: np.ndarray) -> np.ndarray:
-    """Crop squares per frame from face boxes, smoothed as the published pipeline does.
-
-    NaN rows are filled by linear interpolation; then half-size ``s = max(w, h) / 2`` and centre are median-filtered
-    over 13 frames (zero padding at the ends, as ``scipy.signal.medfilt``).
-
-    Args:
-        boxes: (N, 4) float ``(x1, y1, x2, y2)`` pixels, NaN rows where no face was found.
-
-    Returns:
-        (N, 3) float64 ``(s, x, y)``, pixels.
+    """(N, 3) float64 crop squares ``(s, x, y)`` in pixels from (N, 4) float face ``boxes`` ``(x1, y1, x2, y2)``
+    (NaN rows where no face was found), smoothed as the published pipeline does: NaN rows filled by linear
+    interpolation, then half-size ``s = max(w, h) / 2`` and centre median-filtered over 13 frames (zero padding at
+    the ends, as ``scipy.signal.medfilt``).
 
     Raises:
         InputError: Wrong shape, or a gap of more than 25 frames without a face.
