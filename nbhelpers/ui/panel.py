@@ -107,7 +107,7 @@ class SettingsPanel:
     def set(self, **values: Any) -> SettingsPanel:
         """Change values as a person would with the controls (validated first); returns the panel."""
         merged = {**self.values, **values}
-        self._initial(self.base, {k: v for k, v in merged.items()})
+        self._initial(self.base, merged)
         for name, value in values.items():
             control = self.controls[name]
             if self.uses_widgets and hasattr(control, "max") and isinstance(value, int) and value > control.max:
@@ -128,11 +128,9 @@ class SettingsPanel:
         return self
 
     def _planned(self) -> tuple[str, str]:
-        batch = self.base.batch_size
-        fp16 = self.base.fp16
-        batch_text = f"auto (planner: {batch})" if batch else "auto"
-        precision_text = "auto" if fp16 is None else f"auto (planner: {'fp16' if fp16 else 'fp32'})"
-        return batch_text, precision_text
+        batch, fp16 = self.base.batch_size, self.base.fp16
+        return (f"auto (planner: {batch})" if batch else "auto",
+                "auto" if fp16 is None else f"auto (planner: {'fp16' if fp16 else 'fp32'})")
 
     def planner_notes(self) -> list[str]:
         """Why the planner chose the device, precision and batch size (from the plan's reasons)."""
@@ -252,12 +250,10 @@ def settings_panel(plan_or_config: Any = None, values: Mapping[str, Any] | None 
                    use_widgets: bool | None = None) -> SettingsPanel:
     """A panel of the inference settings that only sets parameters; read ``panel.config`` in the next cell.
 
-    Args:
-        plan_or_config: A plan from :func:`nbhelpers.gpu.plan` (its batch size and precision shown as "auto"), an
-            :class:`InferenceConfig`, or None for the defaults.
-        values: Field name -> starting value (the headless path), for the names in :data:`PANEL_FIELDS`;
-            ``batch_size`` and ``fp16`` also take ``"auto"``.
-        use_widgets: Force (True) or avoid (False) ipywidgets; None uses them when installed.
+    ``plan_or_config`` is a plan from :func:`nbhelpers.gpu.plan` (its batch size and precision shown as "auto"), an
+    :class:`InferenceConfig`, or None for the defaults. ``values`` maps names of :data:`PANEL_FIELDS` to starting
+    values (the headless path; ``batch_size`` and ``fp16`` also take ``"auto"``). ``use_widgets`` forces (True) or
+    avoids (False) ipywidgets; None uses them when installed.
 
     Raises:
         InputError: An unknown name or a value out of range in ``values``.
