@@ -237,10 +237,7 @@ def _track_array(track: Any, names: Sequence[str]) -> np.ndarray | None:
 
 
 def _track_masks(track: Any, has_face: np.ndarray | None) -> list[Any] | None:
-    """Per-frame blend masks of an avatar-like object (``materials``, or ``masks`` with ``squares``)."""
-    materials = getattr(track, "materials", None)
-    if materials is not None:
-        return list(materials)
+    """Per-frame blend masks of an avatar-like object (``masks`` with ``squares``)."""
     masks, squares = getattr(track, "masks", None), getattr(track, "squares", None)
     if masks is None:
         return None
