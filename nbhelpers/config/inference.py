@@ -146,9 +146,7 @@ class InferenceConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as a plain dict (without ``reasons``), e.g. for a cache fingerprint."""
-        d = dataclasses.asdict(self)
-        d.pop("reasons")
-        return d
+        return {k: v for k, v in dataclasses.asdict(self).items() if k != "reasons"}
 
     def output_settings(self) -> dict[str, Any]:
         """The settings that make what an output is (without device, precision, batch size and compile), as a
