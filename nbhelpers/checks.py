@@ -18,7 +18,7 @@ from .config import InferenceConfig, parse_face
 from .constants import FPS, SAMPLE_RATE
 from .errors import InputError, MediaError, NoFaceError, SilentAudioWarning
 from .faces.boxes import boxes_count_message, single_box, user_boxes
-from .framestore import output_frame_count
+from .framestore import expected_frames, output_frame_count
 
 
 def _as_input_path(value: Any, name: str) -> Path:
@@ -172,10 +172,15 @@ def check_inputs(video: Any, audio: Any, output: Any = None, *, config: Inferenc
 
 def check_face(face: Any, video_info: Any) -> None:
     """InputError when ``face`` (``InferenceConfig.face``) is a point outside the frame of ``video_info`` (a
-    :class:`~nbhelpers.media.MediaInfo`, upright size) or a box that does not overlap it."""
+    :class:`~nbhelpers.media.MediaInfo`, upright size), a box that does not overlap it, or names a frame (``@N``)
+    past the video's end."""
     choice = parse_face(face)
     if choice.kind not in ("point", "box"):
         return
+    n_frames = expected_frames(video_info, choice.frame + 1)
+    if choice.frame >= n_frames:
+        raise InputError(f"face={face!r} names frame {choice.frame}, but the video has {n_frames} frames at 25 fps "
+                         f"(0 to {n_frames - 1}). Give a frame of the video after '@', or leave '@' out for frame 0.")
     w, h = int(video_info.width), int(video_info.height)
     x1, y1, x2, y2 = choice.box or choice.point * 2
     if x2 < 0 or y2 < 0 or x1 >= w or y1 >= h:

@@ -219,6 +219,23 @@ def test_report_plans_with_the_tiny_models_of_a_tiny_weights_folder(tiny_weights
     assert "lipsync (full weights)" in capsys.readouterr().out
 
 
+def test_report_labels_the_full_and_the_tiny_time_per_frame(tiny_weights, capsys, monkeypatch):
+    """The GPU report's verdict times the full-size models, the plan's the tiny ones: each line says which."""
+    import dataclasses
+
+    from nbhelpers.cli.main import main
+
+    full = "CPU only: fp32, batch 4 (about 39.2 s per frame)"
+    monkeypatch.setattr(gpu, "report", lambda *a, **k: dataclasses.replace(CPU_ONLY, verdict=full))
+    assert main(["report", "--weights", str(tiny_weights)]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("verdict")]
+    assert len(lines) == 2, lines
+    assert lines[0].endswith(f"{full} [a lip-sync job with the full-size models]")
+    assert lines[1].endswith("s per frame) [the tiny test models, not a real job]")
+    assert main(["report", "--weights", str(tiny_weights.parent)]) == 0
+    assert "[" not in capsys.readouterr().out  # full weights: both verdicts are the same job's
+
+
 def test_restore_strength_with_restore_and_the_default_without_either():
     from nbhelpers.cli.flags import inference_config as _config
     from nbhelpers.cli.parser import build_parser

@@ -117,6 +117,24 @@ def test_a_point_or_box_off_the_frame_is_refused_by_the_input_checks(face, two_f
     assert check_inputs(two_faces, speech, config=InferenceConfig(face="383,255,999,999"), weights_dir=tiny_weights)
 
 
+@pytest.mark.parametrize("face", ["100,80@16", "10,20,110,140@999"])
+def test_a_frame_past_the_end_of_the_video_is_refused_by_the_input_checks(face, two_faces, speech, tiny_weights,
+                                                                          tmp_path):
+    """The frame after '@' is checked against the video's 16 frames before any face is searched."""
+    from nbhelpers import prepare_avatar
+
+    config = InferenceConfig(face=face, landmark_backend="dlib")
+    frame = face.split("@")[1]
+    want = f"--face '{face}' names frame {frame}, but the video has {N} frames at 25 fps (0 to {N - 1})"
+    with pytest.raises(InputError) as caught:
+        check_inputs(two_faces, speech, tmp_path / "out.mp4", config=config, weights_dir=tiny_weights)
+    assert cli_terms(str(caught.value)).startswith(want)
+    with pytest.raises(InputError, match=f"names frame {frame}, but the video has {N} frames"):
+        prepare_avatar(two_faces, tmp_path / "avatar", config=config, weights_dir=tiny_weights)
+    assert not (tmp_path / "avatar").exists()
+    assert check_inputs(two_faces, speech, config=InferenceConfig(face=f"100,80@{N - 1}"), weights_dir=tiny_weights)
+
+
 @pytest.mark.parametrize(("face", "chosen"), [(1, 1), ("300,80@8", 0)])
 def test_only_the_chosen_face_is_repainted(face, chosen, tiny_weights, two_faces, speech, ffmpeg, tmp_path):
     """Track 0 starts on the left and is on the right after the cut; the other half of every frame is untouched.

@@ -7,13 +7,8 @@
 
 from __future__ import annotations
 
-from ..result import ClipResult
 from .avatar import Avatar
-from .cache import AVATAR_FORMAT, LosslessFrames, read_lossless, write_lossless
+from .cache import AVATAR_FORMAT, LosslessFrames, write_lossless
 from .prepare import load_avatar, prepare_avatar
 
-# Kept for code written against the first releases: the one result type of every clip.
-GenerateResult = ClipResult
-
-__all__ = ["AVATAR_FORMAT", "Avatar", "GenerateResult", "LosslessFrames", "load_avatar", "prepare_avatar",
-           "read_lossless", "write_lossless"]
+__all__ = ["AVATAR_FORMAT", "Avatar", "LosslessFrames", "load_avatar", "prepare_avatar", "write_lossless"]

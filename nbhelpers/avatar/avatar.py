@@ -7,6 +7,7 @@ official realtime one, quirk Q10).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import html
 import os
@@ -98,13 +99,9 @@ class Avatar:
     @classmethod
     def load(cls, directory: str | os.PathLike, pipe: Any, *, config: InferenceConfig | None = None,
              check: bool = True) -> Avatar:
-        """Load a prepared avatar that generates with ``pipe``'s models, checking its format, files and hashes.
-
-        Args:
-            directory: The avatar folder written by :func:`nbhelpers.avatar.prepare_avatar`.
-            pipe: The :class:`~nbhelpers.pipeline.MuseTalkPipeline` whose models generate the clips.
-            config: Override batch size, encoder and face restorer (cached fields must match the cache).
-            check: Verify every file's size and SHA-256.
+        """Load the avatar folder written by :func:`nbhelpers.avatar.prepare_avatar`, to generate with ``pipe``'s
+        models, checking its format (and, with ``check``, every file's size and SHA-256). ``config`` overrides batch
+        size, encoder and face restorer (cached fields must match the cache).
 
         Raises:
             CacheError: Not a complete, intact avatar of this format, or ``config`` differs in a cached field.
@@ -205,18 +202,13 @@ class Avatar:
     def generate(self, audio: str | os.PathLike | np.ndarray, output: str | os.PathLike | bool | None = None, *,
                  frame_callback: Callable[[int, np.ndarray], None] | None = None, encoder: str | None = None,
                  render_gate: Any = None) -> ClipResult:
-        """Turn one speech clip into a video of this avatar.
+        """Turn one speech clip into a :class:`~nbhelpers.result.ClipResult` (``kind="avatar"``) of this avatar.
 
-        Args:
-            audio: Speech file (any format ffmpeg reads), or a 16 kHz mono float32 waveform (no audio track then).
-            output: MP4 path; None for ``<avatar>/vid_output/<audio name>.mp4``; False to write nothing.
-            frame_callback: ``frame_callback(t, frame)`` with each finished (H, W, 3) uint8 BGR frame (copy to keep).
-            encoder: Video encoder setting (:data:`nbhelpers.constants.ENCODERS`; default ``config.encoder``),
-                chosen once per avatar.
-            render_gate: None, or a lock or semaphore held while this clip renders (:func:`nbhelpers.engine.run`).
-
-        Returns:
-            :class:`~nbhelpers.result.ClipResult` (``kind="avatar"``).
+        ``audio`` is a speech file (any format ffmpeg reads) or a 16 kHz mono float32 waveform (no audio track then);
+        ``output`` an MP4 path, None for ``<avatar>/vid_output/<audio name>.mp4``, False to write nothing.
+        ``frame_callback(t, frame)`` gets each finished (H, W, 3) uint8 BGR frame (copy to keep). ``encoder`` is a
+        video encoder setting (:data:`nbhelpers.constants.ENCODERS`; default ``config.encoder``), chosen once per
+        avatar; ``render_gate`` a lock or semaphore held while this clip renders (:func:`nbhelpers.engine.run`).
 
         Raises:
             InputError: The audio is missing, unreadable or shorter than one frame.
@@ -235,20 +227,17 @@ class Avatar:
         self.pipe.compile_for(batch, parts=("unet", "decoder"))  # background; eager until ready
         with flush_denormals(st["models"].device):
             waveform, features, n_out = self._features(audio, timings)
-            if output is False:
-                final = None
-                run(st["source"], features, st["models"], batch, n_out, None, frame_callback=frame_callback,
-                    timings=timings, render_gate=render_gate)
-            else:
+            writer = None
+            if output is not False:
                 setting = encoder or self.config.encoder
                 if self._state.get("encoder_setting") != setting:
                     self._state.update(encoder_setting=setting, encoder=media.choose_encoder(setting))
                 audio_track = None if isinstance(audio, np.ndarray) else Path(audio)
                 writer = media.VideoWriter(output, w, h, fps=FPS, audio=audio_track, encoder=self._state["encoder"])
-                with writer:
-                    run(st["source"], features, st["models"], batch, n_out, writer, frame_callback=frame_callback,
-                        timings=timings, render_gate=render_gate)
-                final = Path(writer.path)
+            with contextlib.nullcontext() if writer is None else writer:
+                run(st["source"], features, st["models"], batch, n_out, writer, frame_callback=frame_callback,
+                    timings=timings, render_gate=render_gate)
+            final = None if writer is None else Path(writer.path)
         return ClipResult(output=final, n_frames=n_out, source_frames=self.n_frames,
                           no_face_frames=self.n_frames - self.n_faces, fps=FPS,
                           duration_s=len(waveform) / SAMPLE_RATE, config=clip_config, backend=self.backend or "cache",
@@ -258,10 +247,10 @@ class Avatar:
     def stream(self, audio: str | os.PathLike | np.ndarray) -> Iterator[np.ndarray]:
         """Yield the finished (H, W, 3) uint8 BGR frames of one clip, in order, as they are made (no file)."""
         st = self.device_state()
-        self.pipe.compile_for(int(self.config.batch_size or 20), parts=("unet", "decoder"))
+        batch = int(self.config.batch_size or 20)
+        self.pipe.compile_for(batch, parts=("unet", "decoder"))
         _, features, n_out = self._features(audio, Timings())
-        for _, frames in render(st["source"], features, st["models"], int(self.config.batch_size or 20), n_out,
-                                pad_batches=True):
+        for _, frames in render(st["source"], features, st["models"], batch, n_out, pad_batches=True):
             yield from (np.array(f) for f in frames)
 
     def close(self) -> None:

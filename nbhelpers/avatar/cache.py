@@ -41,7 +41,6 @@ _OLDER_DEFAULTS = {"face": "largest"}  # fields added since: what a manifest wit
 CACHED_WEIGHTS = ("sd-vae", "face-parse-bisent", "dwpose", "s3fd")
 
 
-
 def source_fingerprint(path: Path) -> dict[str, Any]:
     """Name, size, modification time (whole seconds) and SHA-256 of the source video (a copied file still matches)."""
     return {"name": path.name, "size": path.stat().st_size, "sha256": sha256_file(path), "mtime": int(path.stat().st_mtime)}
@@ -68,9 +67,8 @@ def boxes_key(boxes: Any) -> str | None:
     return hashlib.sha256(np.ascontiguousarray(rows).tobytes()).hexdigest()
 
 
-
 def write_lossless(frames: Any, path: Path, width: int, height: int, *, stop: threading.Event | None = None) -> int:
-    """Write (H, W, 3) uint8 BGR frames to an FFV1 MKV that decodes back bit-exact; returns the frame count.
+    """Write (H, W, 3) uint8 BGR frames to an FFV1 MKV that decodes back bit-exact (:class:`LosslessFrames`); returns the frame count.
     ``stop`` set from another thread kills the encoder and raises CacheError (the caller removes the file)."""
     args = [media.ffmpeg_exe(), "-v", "error", "-y", "-f", "rawvideo", "-pix_fmt", "bgr24", "-s", f"{width}x{height}",
             "-r", str(FPS), "-i", "-", "-c:v", "ffv1", "-level", "3", "-pix_fmt", "bgr0", "-f", "matroska",
@@ -100,54 +98,22 @@ def write_lossless(frames: Any, path: Path, width: int, height: int, *, stop: th
     return n
 
 
-def read_lossless(path: Path, width: int, height: int) -> Iterator[np.ndarray]:
-    """Yield the (H, W, 3) uint8 BGR frames of an FFV1 file written by :func:`write_lossless`."""
-    args = [media.ffmpeg_exe(), "-v", "error", "-i", str(path), "-f", "rawvideo", "-pix_fmt", "bgr24", "-"]
-    proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    err: list[bytes] = []
-    drain = threading.Thread(target=lambda: err.append(proc.stderr.read()), daemon=True)
-    drain.start()
-    size = width * height * 3
-    try:
-        while True:
-            buf = proc.stdout.read(size)
-            if not buf:
-                break
-            if len(buf) != size:
-                raise CacheError(f"{path} ends in a partial frame; the cache will be rebuilt")
-            yield np.frombuffer(buf, dtype=np.uint8).reshape(height, width, 3)
-    finally:
-        proc.stdout.close()
-        rc = proc.wait()
-        drain.join()
-    if rc != 0:
-        raise FFmpegError(f"reading the avatar frames from {path} failed", args, rc,
-                          b"".join(err).decode("utf-8", "replace")[-4000:])
-
-
 class LosslessFrames:
-    """Random access to the N frames of an FFV1 file, decoded on demand in chunks: ``frames[j]`` is a read-only
-    (H, W, 3) uint8 BGR array, ``frames[a:b]`` and ``frames[[j, k]]`` stack copies.
-
-    Every FFV1 frame is a keyframe at a multiple of 40 ms, so ``-ss j/25`` decodes exactly frames ``j, j+1, ...``;
-    a few recent chunks are kept for the ping-pong's backward pass. Access raises CacheError when the file holds
-    fewer frames than recorded.
-
-    Args:
-        path: The FFV1 file written by :func:`write_lossless`.
-        n_frames: N, the frames it holds.
-        width, height: Frame size, pixels.
-        chunk: Frames decoded per ffmpeg call.
-        cached_chunks: Chunks kept in memory (each ``chunk x H x W x 3`` bytes).
+    """Random access to the ``n_frames`` (W x H) frames of an FFV1 file written by :func:`write_lossless`, decoded
+    on demand in chunks: ``frames[j]`` is a read-only (H, W, 3) uint8 BGR array, ``frames[a:b]`` and
+    ``frames[[j, k]]`` stack copies. Every FFV1 frame is a keyframe at a multiple of 40 ms, so ``-ss j/25`` decodes
+    exactly frames ``j, j+1, ...``; recent chunks are kept for the ping-pong's backward pass. Access raises
+    CacheError when the file holds fewer frames than recorded.
     """
 
-    def __init__(self, path: Path, n_frames: int, width: int, height: int, chunk: int = 32, cached_chunks: int = 4):
+    chunk = 32  # frames decoded per ffmpeg call
+    cached_chunks = 4  # chunks kept in memory (each chunk x H x W x 3 bytes)
+
+    def __init__(self, path: Path, n_frames: int, width: int, height: int):
         self.path = Path(path)
         self.n_frames = int(n_frames)
         self.width = int(width)
         self.height = int(height)
-        self.chunk = max(1, int(chunk))
-        self.cached_chunks = max(2, int(cached_chunks))
         self._cache: dict[int, np.ndarray] = {}
         self._lock = threading.Lock()
 
@@ -236,7 +202,6 @@ class BackgroundWrite:
     def cancel(self) -> None:
         self._stop.set()
         self._thread.join()
-
 
 
 def read_manifest(directory: Path) -> dict[str, Any]:
@@ -378,6 +343,6 @@ def file_entry(path: Path, size: int | None = None, sha256: str | None = None) -
 
 
 __all__ = ["AVATAR_FORMAT", "ARRAYS_FILE", "CACHED_FIELDS", "FRAMES_FILE", "MANIFEST", "BackgroundWrite",
-           "LosslessFrames", "boxes_key", "check_files", "file_entry", "manifest", "read_arrays", "read_lossless",
+           "LosslessFrames", "boxes_key", "check_files", "file_entry", "manifest", "read_arrays",
            "read_manifest", "source_fingerprint", "stale_reason", "weights_fingerprint", "write_arrays",
            "write_lossless", "write_manifest"]

@@ -43,23 +43,15 @@ def prepare_avatar(video: str | os.PathLike, directory: str | os.PathLike, pipe:
     """Load the avatar in ``directory`` when it was made from the same video content, settings, boxes, weights,
     format and package version and its files pass their size and SHA-256 check; else rebuild it (``rebuild_reason``
     says why): frames decoded to local disk, files written in a temporary folder inside ``directory``, then moved in
-    with ``avatar.json`` last.
+    with ``avatar.json`` last. A rebuilt avatar serves its frames from the local raw copy.
 
-    Args:
-        video: Face video (any frame rate: converted to 25 fps) or photo.
-        directory: The avatar folder (created; may be on Google Drive).
-        pipe: The :class:`~nbhelpers.pipeline.MuseTalkPipeline` whose models prepare the avatar and generate its
-            clips; None makes one over ``weights_dir`` after the inputs are checked (released on ``close()``).
-        config: Settings; the cached fields are :data:`nbhelpers.avatar.cache.CACHED_FIELDS`.
-        boxes: Crop boxes, full-frame pixels: one ``(x1, y1, x2, y2)`` (bare or in a one-item list), or one entry,
-            a box or None, per 25 fps frame of the video. Checked before any model loads.
-        weights_dir: Weights folder when no ``pipe`` is given (default :func:`nbhelpers.weights.default_dir`).
-        rebuild: Rebuild even when the cache is valid.
-        backend: Landmark backend object (default the one ``config.landmark_backend`` names).
-
-    Returns:
-        :class:`~nbhelpers.avatar.Avatar` (``loaded_from_cache``); a rebuilt one serves its frames from the local
-        raw copy, so its first clip decodes nothing.
+    ``video`` is a face video (any frame rate: read at 25 fps) or photo; ``directory`` is created (Google Drive
+    works). ``pipe`` prepares the avatar and generates its clips; None makes one over ``weights_dir`` (default
+    :func:`nbhelpers.weights.default_dir`) after the inputs are checked, released on ``close()``. ``boxes`` are crop
+    boxes in full-frame pixels: one ``(x1, y1, x2, y2)`` (bare or in a one-item list), or one entry, a box or None,
+    per 25 fps frame, checked before any model loads. ``rebuild`` rebuilds a valid cache too; ``backend`` is a
+    landmark backend object (default the one ``config.landmark_backend`` names). The cached fields are
+    :data:`nbhelpers.avatar.cache.CACHED_FIELDS`.
 
     Raises:
         InputError: The video is missing or unreadable, an option is invalid, ``boxes`` does not fit the video,
@@ -111,15 +103,9 @@ def prepare_avatar(video: str | os.PathLike, directory: str | os.PathLike, pipe:
 def load_avatar(directory: str | os.PathLike, pipe: MuseTalkPipeline | None = None, *,
                 config: InferenceConfig | None = None, weights_dir: str | os.PathLike | None = None,
                 check: bool = True) -> Avatar:
-    """Load a prepared avatar (:meth:`Avatar.load`) with ``pipe``, or with a pipeline made for it.
-
-    Args:
-        directory: The avatar folder.
-        pipe: The pipeline whose models generate its clips; None makes one with the avatar's settings over
-            ``weights_dir`` (default: the folder it was prepared with), released on ``close()``.
-        config: Override device, precision, batch size, encoder and face restorer (cached fields must match).
-        weights_dir: Weights folder when no ``pipe`` is given.
-        check: Verify every file's size and SHA-256.
+    """Load a prepared avatar (:meth:`Avatar.load`, checking every file's size and SHA-256 when ``check``) with
+    ``pipe``, or with a pipeline made with its settings over ``weights_dir`` (default: the folder it was prepared
+    with), released on ``close()``. ``config`` overrides device, precision, batch size, encoder and face restorer.
 
     Raises:
         CacheError: Not a complete, intact avatar of this format, or ``config`` differs in a cached field.

@@ -1,11 +1,6 @@
 """The command line, ``python -m nbhelpers``: the same jobs as the notebooks, without Jupyter.
 
-- :mod:`.parser`: the commands and their arguments; each setting's flag comes from its config field (:mod:`.flags`).
-- :mod:`.flags`: flags made from the fields of :mod:`nbhelpers.config`, and the configs made back from the flags.
-- :mod:`.terms`: the package's messages in command-line terms (``--extra-margin`` for ``extra_margin``).
-- :mod:`.main`: :func:`~nbhelpers.cli.main.main`, which runs one command line and maps errors to exit statuses.
-- One module per command group: :mod:`.lipsync` (lipsync, demo), :mod:`.avatar` (prepare, generate, live),
-  :mod:`.batch`, :mod:`.score`, :mod:`.system` (download, verify, report).
-
-Importing this package imports none of its modules; ``python -m nbhelpers`` imports :mod:`.main`.
+:mod:`.parser` declares the commands, with each setting's flag made from its config field (:mod:`.flags`);
+:mod:`.main` runs one command line (one module per command group) and :mod:`.terms` words the package's messages in
+flags. Importing this package imports none of its modules; ``python -m nbhelpers`` imports :mod:`.main`.
 """

@@ -21,9 +21,8 @@ def avatar(args: argparse.Namespace) -> int:
 
 
 def _prepare(args: argparse.Namespace) -> int:
-    prepared = prepare_avatar(args.video, args.directory, config=inference_config(args), boxes=parse_box(args.box),
-                              weights_dir=args.weights, rebuild=args.rebuild)
-    print(prepared)
+    print(prepare_avatar(args.video, args.directory, config=inference_config(args), boxes=parse_box(args.box),
+                         weights_dir=args.weights, rebuild=args.rebuild))
     return 0
 
 
@@ -53,9 +52,7 @@ def _generate(args: argparse.Namespace) -> int:
                 name = f"{stem}-{k}"
             used.add(name)
             out = Path(args.directory) / "vid_output" / f"{name}.mp4"
-        # --encoder given: passed on; left out: the avatar's own setting
-        options = {} if args.encoder is None else {"encoder": args.encoder}
-        result = loaded.generate(audio, output=out, **options)
+        result = loaded.generate(audio, output=out, encoder=args.encoder)  # None: the avatar's own setting
         print(f"{result.summary()} -> {result.output}")
     return 0
 

@@ -76,16 +76,10 @@ def _add(group: Any, f: dataclasses.Field, choices: Iterable[Any] | None, defaul
 def add_fields(parser: Any, config_class: type, *, title: str | None = None, only: Iterable[str] | None = None,
                choices: Mapping[str, Iterable[Any]] | None = None,
                defaults: Mapping[str, str] | None = None) -> None:
-    """Add one flag per setting of ``config_class`` (those with ``cli=True``) to ``parser``.
-
-    Args:
-        parser: An argparse parser.
-        config_class: A config dataclass of :mod:`nbhelpers.config`.
-        title: The title of the argument group the flags go in (None: the parser's options).
-        only: The names of the settings to add (default all).
-        choices: Setting -> the choices this command takes, where fewer than the field's.
-        defaults: Setting -> the words for its default in the help, where the command's default is not the
-            field's (``avatar generate --encoder``: the avatar's setting).
+    """Add one flag per setting of ``config_class`` (those with ``cli=True``; ``only`` those named) to ``parser``, in
+    an argument group titled ``title`` (None: the parser's options). ``choices`` maps a setting to the choices this
+    command takes, where fewer than the field's; ``defaults`` to the words for its default in the help, where the
+    command's default is not the field's (``avatar generate --encoder``: the avatar's setting).
     """
     group = parser.add_argument_group(title) if title else parser
     names = None if only is None else set(only)

@@ -57,11 +57,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _terminate_like_interrupt() -> Any:
     """Turn SIGTERM into an exception in the main thread, so that the jobs' ``with`` blocks remove their partial
-    output and frame store as they do on Ctrl-C (the default SIGTERM action kills the process without cleanup).
-
-    Returns:
-        The handler it replaced (to restore), or None when none was installed.
-    """
+    output and frame store as they do on Ctrl-C (the default SIGTERM action kills the process without cleanup);
+    returns the handler it replaced (to restore), or None when none was installed."""
     if threading.current_thread() is not threading.main_thread():
         return None
 

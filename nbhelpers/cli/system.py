@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -33,10 +34,14 @@ def verify(args: argparse.Namespace) -> int:
 def report(args: argparse.Namespace) -> int:
     """``report``: the GPU report and the plan of a lip-sync job here (its warnings shown once, in the plan)."""
     rep = gpu.report()
-    print(rep)
     folder = Path(args.weights or weights.default_dir()).expanduser()
     tiny = weights.is_tiny(folder)
+    if tiny and rep.verdict:  # the report's verdict plans the full-size models, whatever the folder holds
+        rep = dataclasses.replace(rep, verdict=f"{rep.verdict} [a lip-sync job with the full-size models]")
+    print(rep)
+    plan = gpu.plan(kind="lipsync", report=rep, warn=False, weights="tiny" if tiny else "full")
     if tiny:
         print(f"{folder} holds tiny random test weights: the plan is for the tiny models.")
-    print(gpu.plan(kind="lipsync", report=rep, warn=False, weights="tiny" if tiny else "full"))
+        plan = str(plan).replace(plan.verdict, f"{plan.verdict} [the tiny test models, not a real job]", 1)
+    print(plan)
     return 0

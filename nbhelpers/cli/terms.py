@@ -54,15 +54,8 @@ _CLI_TERMS: tuple[tuple[str, Any], ...] = (
 
 
 def cli_terms(message: str) -> str:
-    """A package message in command-line terms: flags (``--batch-size``) for Python names (``batch_size``),
-    ``--weights`` for ``weights_dir=``, and no pointers to notebooks.
-
-    Args:
-        message: The text of an error or warning raised by the package.
-
-    Returns:
-        The same message for a command-line user.
-    """
+    """The text of an error or warning the package raised, in command-line terms: flags (``--batch-size``) for
+    Python names (``batch_size``), ``--weights`` for ``weights_dir=``, and no pointers to notebooks."""
     for pattern, replacement in _CLI_TERMS:
         message = re.sub(pattern, replacement, message)
     return message

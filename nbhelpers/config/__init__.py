@@ -1,12 +1,6 @@
-"""The settings: one frozen dataclass per concern, which widgets, the command line and the Python API all make and
-read.
-
-- :mod:`.inference`: :class:`InferenceConfig`, how one lip-sync job or avatar runs.
-- :mod:`.live`: :class:`LiveConfig`, how a live session runs.
-- :mod:`.batch`: :class:`BatchConfig`, how a batch runs.
-- :mod:`.face`: the face choice (:func:`parse_face`).
-- :mod:`.fields`: what each field's metadata holds (help, unit, choices, range, official source, flag) and the
-  check every config runs at construction.
+"""The settings: one frozen dataclass per concern (:class:`InferenceConfig`, :class:`LiveConfig`,
+:class:`BatchConfig`), which widgets, the command line and the Python API all make and read; the face choice
+(:func:`parse_face`); and in :mod:`.fields` each field's facts and the check every config runs at construction.
 """
 
 from __future__ import annotations

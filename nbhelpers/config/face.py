@@ -34,13 +34,9 @@ class FaceChoice:
         if self.kind == "track":
             return f"track {self.track}"
         if self.kind in ("point", "box"):
-            return f"the {self.kind} {self.at} in frame {self.frame}"
+            at = ",".join(f"{v:g}" for v in (self.point or self.box))  # as typed, without the frame: "120,80"
+            return f"the {self.kind} {at} in frame {self.frame}"
         return self.kind
-
-    @property
-    def at(self) -> str:
-        """The point or box as typed, without the frame: ``"120,80"``."""
-        return ",".join(f"{v:g}" for v in (self.point or self.box or ()))
 
 
 def parse_face(value: Any) -> FaceChoice:

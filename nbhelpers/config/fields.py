@@ -39,27 +39,13 @@ def setting(default: Any, *, help: str, unit: str | None = None, choices: tuple 
             rule: str | None = None, none: str | None = None, source: str | None = None,
             app_range: tuple[int, int] | None = None, flag: str | None = None, flag_off: str | None = None,
             label: str | None = None, cli: bool = True, key: bool = True) -> Any:
-    """A dataclass field for one setting, its facts in ``metadata``.
+    """A dataclass field for one setting with ``default``, its facts (see the module docstring) in ``metadata``.
 
-    Args:
-        default: The default value.
-        help: What the setting does, in a few words (the command line's help, the widget's tooltip).
-        unit: Unit of a number (``"pixels"``, ``"frames"``, ``"seconds"``).
-        choices: The values taken (None among them where it means something).
-        labels: Choice -> words shown for it by the widgets and the help.
-        meanings: Choice -> what it does; the command line's help lists those of the choices a command takes.
-        ge, gt, le, lt: Range of a number (>=, >, <=, <).
-        pattern: Regular expression a text value matches in full; ``rule`` says it in words.
-        rule: The rule in words, where the annotation, choices and range do not say it.
-        none: What None means (``"automatic"``).
-        source: The official file and line, or the section of ``docs/official-behaviour.md``.
-        app_range: The range the official app's slider offers (``app.py:502-515``).
-        flag: The command-line flag, where it is not ``--`` and the name with dashes.
-        flag_off: The flag that sets a ``bool | None`` setting to False (default ``--no-<name>``).
-        label: Short name shown by the settings panel.
-        cli: False keeps the setting off the command line.
-        key: False where the setting does not change what an output is (device, precision, batch), so a finished
-            output made with another value is kept.
+    ``source`` is the official file and line or a section of ``docs/official-behaviour.md``; ``app_range`` the range
+    the official app's slider offers (``app.py:502-515``); ``flag_off`` the flag that sets a ``bool | None``
+    setting to False (default ``--no-<name>``); ``label`` the settings panel's name for it. ``cli=False`` keeps the
+    setting off the command line; ``key=False`` marks one that does not change what an output is (device,
+    precision, batch), so a finished output made with another value is kept.
     """
     facts = {"help": help, "unit": unit, "choices": choices, "labels": labels, "meanings": meanings, "ge": ge,
              "gt": gt, "le": le, "lt": lt, "pattern": pattern, "rule": rule, "none": none, "source": source,
@@ -133,12 +119,10 @@ def _checked(f: dataclasses.Field, value: Any) -> Any:
     m, words = f.metadata, kinds(f)
     if not any(_TAKES[w](value) for w in words if w in _TAKES):
         raise refusal(f, value)
-    if value is None or isinstance(value, bool):
-        if "choices" in m and value not in m["choices"] and not (value is None and "None" in words):
-            raise refusal(f, value)
-        return value
-    if "choices" in m and value not in m["choices"]:
+    if "choices" in m and value not in m["choices"] and not (value is None and "None" in words):
         raise refusal(f, value)
+    if value is None or isinstance(value, bool):
+        return value
     if isinstance(value, numbers.Real) and ("int" in words or "float" in words):
         try:
             value = int(value) if "int" in words and isinstance(value, numbers.Integral) else float(value)

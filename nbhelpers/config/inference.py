@@ -135,11 +135,6 @@ class InferenceConfig:
         warn_licence(self.restore)  # CodeFormer: non-commercial licence, said once per process
 
     @property
-    def effective_extra_margin(self) -> int:
-        """Pixels added below the crop box: ``extra_margin`` for v15, 0 for v1 (``inference.py:170-172``)."""
-        return self.extra_margin if self.version == "v15" else 0
-
-    @property
     def effective_parsing_mode(self) -> str:
         """Parsing mode used: v1 always ``raw`` (``inference.py:223-226``), v15 ``parsing_mode``."""
         return self.parsing_mode if self.version == "v15" else "raw"
@@ -151,9 +146,7 @@ class InferenceConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as a plain dict (without ``reasons``), e.g. for a cache fingerprint."""
-        d = dataclasses.asdict(self)
-        d.pop("reasons")
-        return d
+        return {k: v for k, v in dataclasses.asdict(self).items() if k != "reasons"}
 
     def output_settings(self) -> dict[str, Any]:
         """The settings that make what an output is (without device, precision, batch size and compile), as a

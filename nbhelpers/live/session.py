@@ -34,13 +34,7 @@ from .tokens import SAMPLES_PER_FRAME, PrefixTokens
 RIGHT_CONTEXT = 2 * SAMPLES_PER_FRAME  # the window reads 2 video frames past the current one (PAD_RIGHT_STEPS)
 LEFT_CONTEXT = 2 * SAMPLES_PER_FRAME
 LATE_TOLERANCE_S = 0.5 / FPS  # a frame emitted more than half a frame period after its time is late
-
-
-class _Ended:
-    pass
-
-
-_END = _Ended()
+_END = object()  # the frames queue's end marker
 
 
 class LiveSession:
@@ -411,44 +405,41 @@ class LiveSession:
         hand-out; frames are rendered in engine batches aligned at multiples of the batch size. Runs on the
         avatar's :class:`ModelThread`."""
         with flush_denormals(self._models.device):  # per thread (the CPU's FP control), so here on the model thread
-            self._compute_flushed(spans)
-
-    def _compute_flushed(self, spans: list[tuple[int, int, int]]) -> None:
-        a, b = spans[0][0], spans[-1][1]
-        first = a == 0 and self.stats.first_ready_t is None
-        if first:
-            self.stats.first_ready_t = self.clock()
-        idle = np.array([self._is_silent(n, e) for ga, gb, e in spans for n in range(ga, gb)], dtype=bool)
-        parts = []
-        with self.timings.stage("audio"):
-            for ga, gb, e in spans:
-                parts.append(self._prefix.tokens(ga, gb, e) if not idle[ga - a:gb - a].all() else None)
-        if first:
-            if self._on_cuda:
-                gpu.host_wait(self._models.device)  # frame 0 only: times the whisper part apart from the render
-            self.stats.first_tokens_t = self.clock()
-        frames: dict[int, np.ndarray] = {}
-        need_render = [n for n in range(a, b) if not idle[n - a] or self.silence == "closed"]
-        if need_render:
-            feats = self._features(parts, spans, idle)
-            for r0, r1 in _runs(need_render):
-                cuts = [r0, *range((r0 // self.batch_size + 1) * self.batch_size, r1, self.batch_size), r1]
-                for c0, c1 in zip(cuts, cuts[1:], strict=False):  # aligned like one-clip generation's batches
-                    for t0, batch in engine.render(self._source, feats, self._models, self.batch_size, c1 - c0,
-                                            timings=self.timings, first_frame=c0, feature_offset=a,
-                                            pinned=self._ring if self._on_cuda else False):
-                        for k in range(len(batch)):
-                            frames[t0 + k] = np.array(batch[k])  # the pinned buffer is reused: copy
-        if self.silence == "source":
+            a, b = spans[0][0], spans[-1][1]
+            first = a == 0 and self.stats.first_ready_t is None
+            if first:
+                self.stats.first_ready_t = self.clock()
+            idle = np.array([self._is_silent(n, e) for ga, gb, e in spans for n in range(ga, gb)], dtype=bool)
+            parts = []
+            with self.timings.stage("audio"):
+                for ga, gb, e in spans:
+                    parts.append(self._prefix.tokens(ga, gb, e) if not idle[ga - a:gb - a].all() else None)
+            if first:
+                if self._on_cuda:
+                    gpu.host_wait(self._models.device)  # frame 0 only: times the whisper part apart from the render
+                self.stats.first_tokens_t = self.clock()
+            frames: dict[int, np.ndarray] = {}
+            need_render = [n for n in range(a, b) if not idle[n - a] or self.silence == "closed"]
+            if need_render:
+                feats = self._features(parts, spans, idle)
+                for r0, r1 in _runs(need_render):
+                    cuts = [r0, *range((r0 // self.batch_size + 1) * self.batch_size, r1, self.batch_size), r1]
+                    for c0, c1 in zip(cuts, cuts[1:], strict=False):  # aligned like one-clip generation's batches
+                        for t0, batch in engine.render(self._source, feats, self._models, self.batch_size, c1 - c0,
+                                                timings=self.timings, first_frame=c0, feature_offset=a,
+                                                pinned=self._ring if self._on_cuda else False):
+                            for k in range(len(batch)):
+                                frames[t0 + k] = np.array(batch[k])  # the pinned buffer is reused: copy
+            if self.silence == "source":
+                for n in range(a, b):
+                    if idle[n - a]:
+                        frames[n] = np.array(self._source.frames[int(cycle_index(n, self._source.n_frames))])
+            if first:
+                self.stats.first_rendered_t = self.clock()
             for n in range(a, b):
-                if idle[n - a]:
-                    frames[n] = np.array(self._source.frames[int(cycle_index(n, self._source.n_frames))])
-        if first:
-            self.stats.first_rendered_t = self.clock()
-        for n in range(a, b):
-            audio = self._audio(SAMPLES_PER_FRAME * n, SAMPLES_PER_FRAME * (n + 1)).copy()
-            self._ready.append((n, frames[n], bool(idle[n - a]), audio))
-        self._more.set()
+                audio = self._audio(SAMPLES_PER_FRAME * n, SAMPLES_PER_FRAME * (n + 1)).copy()
+                self._ready.append((n, frames[n], bool(idle[n - a]), audio))
+            self._more.set()
 
     def _features(self, parts: list, spans: list[tuple[int, int, int]], idle: np.ndarray):
         """(b - a, 50, 384) tokens of the frames of ``spans``: each group's own tokens (``parts``, None for a group
@@ -563,14 +554,12 @@ class LiveSession:
             self._base = keep
 
     def _result(self, output: Path | None) -> ClipResult:
-        a = self.avatar
-        n = self._next_emit
-        stats = self.stats.as_dict()
-        notes = tuple(a.pipe.clip_notes())
+        a, n = self.avatar, self._next_emit
         return ClipResult(output=output, n_frames=n, source_frames=a.n_frames, no_face_frames=a.n_frames - a.n_faces,
                           fps=FPS, duration_s=n * SAMPLES_PER_FRAME / SAMPLE_RATE, config=a.config,
                           backend=a.backend or "cache", timings=dict(self.timings.seconds),
-                          wall_s=time.perf_counter() - self._t_created, kind="stream", notes=notes, stats=stats)
+                          wall_s=time.perf_counter() - self._t_created, kind="stream",
+                          notes=tuple(a.pipe.clip_notes()), stats=self.stats.as_dict())
 
 
 def _runs(ns: list[int]) -> list[tuple[int, int]]:

@@ -37,16 +37,10 @@ def _medfilt(x: np.ndarray, kernel: int) -> np.ndarray:
 
 
 def smooth_face_boxes(boxes: np.ndarray) -> np.ndarray:
-    """Crop squares per frame from face boxes, smoothed as the published pipeline does.
-
-    NaN rows are filled by linear interpolation; then half-size ``s = max(w, h) / 2`` and centre are median-filtered
-    over 13 frames (zero padding at the ends, as ``scipy.signal.medfilt``).
-
-    Args:
-        boxes: (N, 4) float ``(x1, y1, x2, y2)`` pixels, NaN rows where no face was found.
-
-    Returns:
-        (N, 3) float64 ``(s, x, y)``, pixels.
+    """(N, 3) float64 crop squares ``(s, x, y)`` in pixels from (N, 4) float face ``boxes`` ``(x1, y1, x2, y2)``
+    (NaN rows where no face was found), smoothed as the published pipeline does: NaN rows filled by linear
+    interpolation, then half-size ``s = max(w, h) / 2`` and centre median-filtered over 13 frames (zero padding at
+    the ends, as ``scipy.signal.medfilt``).
 
     Raises:
         InputError: Wrong shape, or a gap of more than 25 frames without a face.
@@ -112,27 +106,24 @@ def detect_boxes(video: Any, detector: str, weights_dir: Any, device: Any) -> tu
         if detector == "dlib":
             notes.append(f"face boxes from dlib because {root / S3FD_FILE} is missing (the protocol uses S3FD; "
                          "LSE values can differ slightly): `python -m nbhelpers download --sets s3fd`")
-    if detector == "s3fd":
-        net = S3FD(root / S3FD_FILE, device=device)
-        try:
-            for batch in frame_batches(video, 16):
+    net = S3FD(root / S3FD_FILE, device=device) if detector == "s3fd" else get_backend(
+        detector, weights_dir=weights_dir, device=device)
+    name = "s3fd" if detector == "s3fd" else str(getattr(net, "name", detector))
+    try:
+        for batch in frame_batches(video, 16):
+            if detector == "s3fd":
                 side = max(1, round(max(batch.shape[1:3]) * FACEDET_SCALE))
                 for dets in net.detections(batch, max_side=max(64, side)):
                     keep = dets[dets[:, 4] > FACEDET_MIN_SCORE]
                     rows.append(keep[0, :4] if len(keep) else np.full(4, np.nan))
-        finally:
-            net.close()
-        return np.asarray(rows, dtype=np.float64).reshape(-1, 4), "s3fd", notes
-    backend = get_backend(detector, weights_dir=weights_dir, device=device)
-    try:
-        for batch in frame_batches(video, 16):
-            for found in backend.detect(batch):
-                rows.append(np.full(4, np.nan) if found is None else np.asarray(found.face_box, dtype=np.float64))
+            else:
+                rows += [np.full(4, np.nan) if found is None else np.asarray(found.face_box, dtype=np.float64)
+                         for found in net.detect(batch)]
     finally:
-        backend.close()
-    if getattr(backend, "name", detector) != "s3fd":
-        notes.append(f"face boxes from {backend.name}, not S3FD: LSE values may differ slightly from published ones")
-    return np.asarray(rows, dtype=np.float64).reshape(-1, 4), str(getattr(backend, "name", detector)), notes
+        net.close()
+    if name != "s3fd":
+        notes.append(f"face boxes from {name}, not S3FD: LSE values may differ slightly from published ones")
+    return np.asarray(rows, dtype=np.float64).reshape(-1, 4), name, notes
 
 
 def given_boxes(boxes: Any, video: Any) -> np.ndarray:

@@ -91,28 +91,20 @@ def mouth_opening(landmarks: np.ndarray) -> np.ndarray:
         return np.maximum(gap, 0.0) / eyes
 
 
-def speech_envelope(waveform: np.ndarray, n_frames: int, sample_rate: int = SAMPLE_RATE, fps: int = FPS, *,
-                    start_frame: int = 0) -> np.ndarray:
+def speech_envelope(waveform: np.ndarray, n_frames: int, *, start_frame: int = 0) -> np.ndarray:
     """The speech envelope per video frame: (N,) float64 log RMS in dB (0 dB = RMS 1), floored 60 dB below the
     loudest frame of the whole waveform.
 
-    Frame ``t`` covers samples ``[t * sr / fps, (t + 1) * sr / fps)``, silence outside the waveform.
-
-    Args:
-        waveform: (L,) float samples.
-        n_frames: N, frames wanted.
-        sample_rate: Hz, a multiple of ``fps``.
-        fps: Video frames per second.
-        start_frame: First frame wanted (negative = before the sound starts).
+    Frame ``t`` (from ``start_frame``, negative = before the sound starts, to ``start_frame + n_frames``) covers
+    the 640 samples from ``640 t`` of the (L,) float 16 kHz ``waveform``, silence outside it.
 
     Raises:
-        InputError: Bad shapes or rates.
+        InputError: ``waveform`` is not 1-D, or ``n_frames`` < 1.
     """
     x = np.asarray(waveform, dtype=np.float64)
-    if x.ndim != 1 or n_frames < 1 or sample_rate % fps:
-        raise InputError(f"waveform must be 1-D, n_frames >= 1 and sample_rate a multiple of fps; got shape "
-                         f"{x.shape}, n_frames {n_frames}, {sample_rate} Hz, {fps} fps.")
-    hop = sample_rate // fps
+    if x.ndim != 1 or n_frames < 1:
+        raise InputError(f"waveform must be 1-D and n_frames >= 1; got shape {x.shape}, n_frames {n_frames}.")
+    hop = SAMPLE_RATE // FPS
     buf = np.zeros(n_frames * hop)
     first = start_frame * hop  # sample index of buf[0]
     lo, hi = max(0, first), min(x.shape[0], first + buf.shape[0])
@@ -126,10 +118,10 @@ def speech_envelope(waveform: np.ndarray, n_frames: int, sample_rate: int = SAMP
     return np.maximum(db, loudest - ENVELOPE_FLOOR_DB)
 
 
-def _highpass(x: np.ndarray, frames: int = HIGHPASS_FRAMES) -> np.ndarray:
-    """``x`` minus its centred moving average over ``frames`` (edges use the available frames; a clip shorter than
-    ``frames`` uses the longest odd window it holds)."""
-    m = min(int(frames), int(x.shape[0]))
+def _highpass(x: np.ndarray) -> np.ndarray:
+    """``x`` minus its centred moving average over 25 frames (edges use the available frames; a clip shorter than
+    that uses the longest odd window it holds)."""
+    m = min(HIGHPASS_FRAMES, int(x.shape[0]))
     k = np.ones(max(1, m - (1 - m % 2)))
     num = np.convolve(x, k, mode="same")
     den = np.convolve(np.ones_like(x), k, mode="same")
@@ -186,15 +178,10 @@ def mouth_audio_lag(video: Any, audio: Any = None, *, track: Any = None, backend
     then ``r(L) = corr(mouth[t], envelope[t + L])`` over all N frames for ``|L| <= max_lag``, the envelope reaching past
     the clip as silence. Read ``reliable`` before the lag.
 
-    Args:
-        video: A video path (25 fps) or (N, H, W, 3) uint8 BGR frames; for landmarks when ``track`` is None and for
-            the sound when ``audio`` is None.
-        audio: A speech file, a (L,) 16 kHz waveform, or None for the video's sound.
-        track: A :class:`nbhelpers.faces.FaceTrack` or (N, 68, 2) landmarks of ``video``.
-        backend: Landmark backend when ``track`` is None.
-        weights_dir: Weights dir for the landmark backend.
-        max_lag: Largest lag searched, frames; None = 15, or ``(N - 10) // 2`` for a clip under 40 frames.
-        device: Device of the landmark backend.
+    ``video`` is a path (25 fps) or (N, H, W, 3) uint8 BGR frames, for landmarks when ``track`` (a
+    :class:`nbhelpers.faces.FaceTrack` or (N, 68, 2) landmarks) is None (found by ``backend`` on ``device`` with
+    ``weights_dir``) and for the sound when ``audio`` (a speech file or a (L,) 16 kHz waveform) is None. ``max_lag``
+    is the largest lag searched, frames; None = 15, or ``(N - 10) // 2`` for a clip under 40 frames.
 
     Raises:
         InputError: Bad inputs, fewer than ``2 * max_lag + 10`` frames, or landmarks of the wrong shape.

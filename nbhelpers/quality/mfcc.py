@@ -56,17 +56,14 @@ def _dct2_ortho(n: int, keep: int) -> np.ndarray:
     return m
 
 
-def mfcc(waveform: np.ndarray, sample_rate: int = SAMPLE_RATE, *, int16_scale: bool = True) -> np.ndarray:
-    """(13, T) float32 MFCCs at 100 Hz, as ``python_speech_features.mfcc(signal, sample_rate)`` computes them.
+def mfcc(waveform: np.ndarray, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
+    """(13, T) float32 MFCCs at 100 Hz of (L,) mono samples at ``sample_rate`` Hz (16000 in the protocol), as
+    ``python_speech_features.mfcc(signal, sample_rate)`` computes them on the 16-bit PCM the protocol reads: float
+    samples in [-1, 1] are scaled by 32768 and rounded, int16 ones used as they are.
 
     Pre-emphasis 0.97; 25 ms frames every 10 ms, the last zero-padded, rectangular window; ``|rfft_512|^2 / 512``;
     26 mel filters from 0 Hz to ``sr / 2``; log (zeros become eps); orthonormal DCT-II, first 13; lifter 22;
     coefficient 0 replaced by the log frame energy.
-
-    Args:
-        waveform: (L,) mono samples; int16 arrays are used as they are.
-        sample_rate: Hz (16000 in the protocol).
-        int16_scale: Scale float samples in [-1, 1] by 32768 and round, as the protocol reads 16-bit PCM.
 
     Raises:
         InputError: Not a non-empty 1-D array, or a bad sample rate.
@@ -78,7 +75,7 @@ def mfcc(waveform: np.ndarray, sample_rate: int = SAMPLE_RATE, *, int16_scale: b
         raise InputError(f"waveform must be a non-empty 1-D array of samples; got shape {x.shape}.")
     if not isinstance(sample_rate, (int, np.integer)) or sample_rate <= 0:
         raise InputError(f"sample_rate must be a positive integer in Hz; got {sample_rate!r}.")
-    if np.issubdtype(x.dtype, np.floating) and int16_scale:  # quantised as ffmpeg's pcm_s16le: digital silence
+    if np.issubdtype(x.dtype, np.floating):  # quantised as ffmpeg's pcm_s16le: digital silence
         x = np.clip(np.round(x.astype(np.float64) * INT16_SCALE), -INT16_SCALE, INT16_SCALE - 1)  # stays 0
     else:
         x = x.astype(np.float64)

@@ -117,17 +117,12 @@ def sync_score(video: Any, audio: Any = None, *, model: SyncEmbedder | None = No
     and 20 MFCC steps embedded by ``model``, then :func:`score_embeddings`. Frames are decoded directly; there is no
     shot detection or person tracking (one shot of one face).
 
-    Args:
-        video: A video path (decoded at 25 fps) or (N, H, W, 3) uint8 BGR frames at 25 fps.
-        audio: A speech file, a (L,) 16 kHz waveform (float in [-1, 1], or int16), or None for the video's sound.
-        model: A :class:`SyncEmbedder`; None loads SyncNet v2 from ``weights_dir``.
-        weights_dir: The weights dir (SyncNet and S3FD files); None = the default.
-        detector: ``"auto"`` (S3FD when its weights are present, else dlib), ``"s3fd"``, or a landmark backend name.
-        boxes: Face boxes in frame pixels instead of detection: one ``(x1, y1, x2, y2)``, or (N, 4) (rows of NaN or
-            -1 = no face).
-        device: Device of the models; None = CUDA when available.
-        vshift: Largest offset searched, frames.
-        batch_size: Windows per model call.
+    ``video`` is a path (decoded at 25 fps) or (N, H, W, 3) uint8 BGR frames at 25 fps; ``audio`` a speech file, a
+    (L,) 16 kHz waveform (float in [-1, 1], or int16), or None for the video's sound. ``model`` is a
+    :class:`SyncEmbedder` (None: SyncNet v2 from ``weights_dir``, whose S3FD file the default ``detector="auto"``
+    uses when present, else dlib; or name ``"s3fd"`` or a landmark backend). ``boxes`` in frame pixels replace
+    detection: one ``(x1, y1, x2, y2)``, or (N, 4) (rows of NaN or -1 = no face). ``vshift`` is the largest offset
+    searched (frames), ``batch_size`` the windows per model call; ``device`` None = CUDA when available.
 
     Raises:
         InputError: A bad video, audio, boxes or argument, or under 6 frames / 0.24 s of audio.

@@ -124,15 +124,12 @@ def make_tiny_weights(directory: str | os.PathLike, versions: Sequence[str] = ("
     for name, fn in writers.items():
         start = time.monotonic()
         try:
-            accepts_versions = "versions" in inspect.signature(fn).parameters
-        except (TypeError, ValueError):
-            accepts_versions = False
+            options = {"versions": versions} if "versions" in inspect.signature(fn).parameters else {}
+        except (TypeError, ValueError):  # no signature to read (a builtin)
+            options = {}
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(zlib.crc32(name.encode()) % (2**31))
-            if accepts_versions:
-                fn(root, versions=versions)
-            else:
-                fn(root)
+            fn(root, **options)
         timings[name] = round(time.monotonic() - start, 3)
     files = sorted(p.relative_to(root).as_posix() for p in root.rglob("*")
                    if p.is_file() and p.name != TINY_MARKER and not p.name.startswith("."))

@@ -12,7 +12,6 @@ import math
 import os
 import warnings
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -23,16 +22,15 @@ from ..hashing import atomic_path
 from .tiny_models import _atomic_torch_save
 
 
-def write_tiny_s3fd(directory: str | os.PathLike, *, seed: int = 0, dtype: Any = None) -> Path:
-    """Write ``<directory>/s3fd/s3fd-619a316812.pth``: the full S3FD with random weights (``seed``; detects nothing),
-    stored in ``dtype`` (None = float16, about 43 MiB). Returns the path.
+def write_tiny_s3fd(directory: str | os.PathLike) -> Path:
+    """Write ``<directory>/s3fd/s3fd-619a316812.pth``: the full S3FD with random weights (seed 0; detects nothing),
+    stored in float16 (about 43 MiB). Returns the path.
     """
     import torch
 
     with torch.device("meta"):
         net = s3fd.S3FDNet()
-    gen = torch.Generator().manual_seed(int(seed))
-    dtype = torch.float16 if dtype is None else dtype
+    gen = torch.Generator().manual_seed(0)
     state = {}
     for key, meta in net.state_dict().items():
         name = key.rsplit(".", 1)[0]
@@ -43,7 +41,7 @@ def write_tiny_s3fd(directory: str | os.PathLike, *, seed: int = 0, dtype: Any =
         else:
             fan_in = int(np.prod(meta.shape[1:]))
             t = torch.randn(meta.shape, generator=gen) * (2.0 / fan_in) ** 0.5
-        state[key] = t.to(dtype)
+        state[key] = t.half()
     out = Path(directory) / s3fd.S3FD_FILE
     _atomic_torch_save(state, out)
     return out

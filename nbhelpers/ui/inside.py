@@ -16,7 +16,7 @@ from ..config import PARSING_MODES
 from ..constants import SAMPLE_RATE
 from ..media import load_audio, load_video
 from .panel import widgets_available
-from .plots import Chart, _figure
+from .plots import Chart, _figure, bars
 
 __all__ = ["Comparison", "compare_frames", "crop_box_explorer", "cut_speech", "first_frames", "plot_stage_ms", "show_crop",
            "show_face", "show_images", "show_latents", "show_parsing", "show_paste", "show_whisper"]
@@ -25,11 +25,6 @@ __all__ = ["Comparison", "compare_frames", "crop_box_explorer", "cut_speech", "f
 def _array(x: Any) -> np.ndarray:
     """A torch tensor or array as a float/uint8 NumPy array on the CPU."""
     return x.detach().float().cpu().numpy() if hasattr(x, "detach") else np.asarray(x)
-
-
-def _bare(ax: Any) -> None:
-    ax.set_xticks([])
-    ax.set_yticks([])
 
 
 def _outline(ax: Any, box: Sequence[float], colour: str, label: str) -> None:
@@ -47,7 +42,7 @@ def show_images(images: Sequence[np.ndarray], titles: Sequence[str], title: str 
         image = _array(image)
         ax.imshow(image[:, :, ::-1] if image.ndim == 3 else image, cmap="gray")
         ax.set_title(name, fontsize=9)
-        _bare(ax)
+        ax.set(xticks=[], yticks=[])
     return Chart(fig)
 
 
@@ -66,7 +61,7 @@ def show_face(frame: np.ndarray, found: Any, box: Sequence[int] | None) -> Chart
         _outline(ax, box, "#2ca02c", "crop box")
     ax.set_title("no face found" if found is None else f"crop box {tuple(int(v) for v in box)}")
     ax.legend(loc="lower right", fontsize=8)
-    _bare(ax)
+    ax.set(xticks=[], yticks=[])
     return Chart(fig)
 
 
@@ -106,7 +101,7 @@ def show_latents(latent: Any, output: Any = None) -> Chart:
             ax = fig.add_subplot(len(rows), 4, 4 * r + c + 1)
             ax.imshow(channel, cmap="coolwarm")
             ax.set_title(f"{name}, channel {c}", fontsize=8)
-            _bare(ax)
+            ax.set(xticks=[], yticks=[])
     return Chart(fig)
 
 
@@ -138,7 +133,7 @@ def show_parsing(labels: np.ndarray, box: Sequence[int], config: Any) -> Chart:
         ax.imshow(mask, cmap="gray", vmin=0, vmax=255)
         ax.set_title(f"blend mask, parsing_mode={mode!r}", fontsize=9)
     for ax in axes:
-        _bare(ax)
+        ax.set(xticks=[], yticks=[])
     return Chart(fig)
 
 
@@ -181,19 +176,9 @@ def compare_frames(reference_frames: Sequence[np.ndarray], engine_frames: Mappin
 
 def plot_stage_ms(timings: Mapping[str, float], n_frames: int) -> Chart:
     """Milliseconds per output frame of each stage of the reference loop (``timings`` of ``reference.lipsync``)."""
-    names = list(timings)
-    ms = np.array([1000 * timings[k] / n_frames for k in names])
-    fig = _figure(7, 0.4 * len(names) + 1.2)
-    ax = fig.add_subplot()
-    y = np.arange(len(names))[::-1]
-    ax.barh(y, ms, color="#4c72b0")
-    ax.set_yticks(y, names)
-    ax.set_xlabel("ms per frame")
-    ax.set_title(f"Reference loop, ms per frame per stage (total {ms.sum():.0f})")
-    for yi, v in zip(y, ms, strict=True):
-        ax.annotate(f" {v:.0f}", (v, yi), va="center", fontsize=9)
-    ax.set_xlim(0, max(ms.max() * 1.2, 1e-3))
-    return Chart(fig)
+    ms = np.array([1000 * timings[k] / n_frames for k in timings])
+    return bars(list(timings), ms, [f" {v:.0f}" for v in ms], "ms per frame",
+                f"Reference loop, ms per frame per stage (total {ms.sum():.0f})", max(ms.max() * 1.2, 1e-3))
 
 
 def cut_speech(audio: str | Path, seconds: float, path: str | Path) -> tuple[np.ndarray, Path]:

@@ -18,13 +18,8 @@ __all__ = ["AudioView", "SideBySide", "show_audio", "side_by_side"]
 
 @dataclass(frozen=True)
 class AudioView:
-    """An audio file shown as an inline ``<audio controls>`` player.
-
-    Attributes:
-        path: The file.
-        embedded: True when the file is embedded; otherwise only its path is shown.
-        size_mb: File size in MB (10**6 bytes).
-    """
+    """The audio file ``path`` shown as an inline ``<audio controls>`` player when ``embedded``, else by its path;
+    ``size_mb`` is its size in MB (10**6 bytes)."""
 
     path: Path
     embedded: bool

@@ -11,10 +11,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
-from ..config import PARSING_MODES, InferenceConfig
-from ..constants import ENCODERS, VERSIONS
+from ..config import InferenceConfig
+from ..config.fields import settings
 from ..errors import InputError
 
 __all__ = ["BATCH_CHOICES", "PANEL_FIELDS", "RESTORE_CHOICES", "SettingsPanel", "settings_panel",
@@ -22,32 +20,10 @@ __all__ = ["BATCH_CHOICES", "PANEL_FIELDS", "RESTORE_CHOICES", "SettingsPanel", 
 
 BATCH_CHOICES = (1, 2, 4, 8, 16, 20, 32, 48, 64)  # frames per batch offered by the panel
 
-# Panel fields in display order: name -> (label, help). Ranges follow the official app where it has one.
-_LABELS = {
-    "version": ("Model version", "MuseTalk 1.5 (default) or 1.0 weights"),
-    "extra_margin": ("extra_margin (px)", "pixels added below the crop box, v1.5 only (app: 0-40, default 10)"),
-    "parsing_mode": ("parsing_mode", "face-parsing mask: jaw (v1.5 default), raw, neck; v1.0 always uses raw"),
-    "left_cheek_width": ("left cheek (px)", "jaw-mode cheek band in 512-px parsing space (app: 20-160)"),
-    "right_cheek_width": ("right cheek (px)", "jaw-mode cheek band in 512-px parsing space (app: 20-160)"),
-    "bbox_shift": ("bbox_shift (px)", "moves the repainted half's upper edge down (+, more mouth openness) or "
-                   "up (-); both versions, as the official app"),
-    "batch_size": ("batch (frames)", "frames per UNet/VAE batch; auto = the planner's choice"),
-    "fp16": ("precision", "fp16 on CUDA, fp32 on CPU; auto = the planner's choice"),
-    "encoder": ("video encoder", "libx264 CRF 18 preset medium (official); faster presets give bigger files or a "
-                "little less quality; nvenc/auto use the GPU's encoder when a test encode works, else libx264"),
-    "restore": ("face restoration", "restore the repainted face before paste-back (only the masked region changes); "
-                "needs spandrel and the weight set restore-<name>; CodeFormer is for non-commercial use only"),
-    "restore_strength": ("restore strength", "blend of restored and unrestored face: 0 = unrestored, 1 = restored"),
-    "face": ("face", "with several faces: largest (default), a track number of pipe.faces(video), a point x,y in "
-             "frame 0, or speaker (the face that speaks, lip-sync only)"),
-}
-_ENCODER_TEXT = {"libx264": "libx264 medium (official, CRF 18)", "libx264-fast": "libx264 fast",
-                 "libx264-faster": "libx264 faster", "libx264-veryfast": "libx264 veryfast",
-                 "libx264-superfast": "libx264 superfast", "libx264-ultrafast": "libx264 ultrafast",
-                 "auto": "auto (NVENC if it works, else libx264 medium)", "nvenc": "NVENC (GPU)"}
-RESTORE_CHOICES = [("off", None), ("GFPGAN v1.4", "gfpgan"), ("RestoreFormer", "restoreformer"),
-                   ("CodeFormer (non-commercial licence)", "codeformer")]
-PANEL_FIELDS = tuple(_LABELS)
+_FIELDS = {f.name: f for f in settings(InferenceConfig)}  # each control's label, tooltip and choices
+PANEL_FIELDS = ("version", "extra_margin", "parsing_mode", "left_cheek_width", "right_cheek_width", "bbox_shift",
+                "batch_size", "fp16", "encoder", "restore", "restore_strength", "face")  # in display order
+RESTORE_CHOICES = [(label, value) for value, label in _FIELDS["restore"].metadata["labels"].items()]
 # The restore dropdown holds this for "off" (ipywidgets 8 shows a value of None as an empty box); the panel
 # reports None.
 _RESTORE_OFF = "off"
@@ -131,7 +107,7 @@ class SettingsPanel:
     def set(self, **values: Any) -> SettingsPanel:
         """Change values as a person would with the controls (validated first); returns the panel."""
         merged = {**self.values, **values}
-        self._initial(self.base, {k: v for k, v in merged.items()})
+        self._initial(self.base, merged)
         for name, value in values.items():
             control = self.controls[name]
             if self.uses_widgets and hasattr(control, "max") and isinstance(value, int) and value > control.max:
@@ -152,11 +128,9 @@ class SettingsPanel:
         return self
 
     def _planned(self) -> tuple[str, str]:
-        batch = self.base.batch_size
-        fp16 = self.base.fp16
-        batch_text = f"auto (planner: {batch})" if batch else "auto"
-        precision_text = "auto" if fp16 is None else f"auto (planner: {'fp16' if fp16 else 'fp32'})"
-        return batch_text, precision_text
+        batch, fp16 = self.base.batch_size, self.base.fp16
+        return (f"auto (planner: {batch})" if batch else "auto",
+                "auto" if fp16 is None else f"auto (planner: {'fp16' if fp16 else 'fp32'})")
 
     def planner_notes(self) -> list[str]:
         """Why the planner chose the device, precision and batch size (from the plan's reasons)."""
@@ -168,19 +142,16 @@ class SettingsPanel:
             return _Plain(value)
         import ipywidgets as w
 
-        label, help_text = _LABELS[name]
-        common = {"description": label, "style": {"description_width": "140px"},
+        m = _FIELDS[name].metadata
+        common = {"description": m["label"], "style": {"description_width": "140px"},
                   "layout": w.Layout(width="520px")}
-        if name == "version":
-            control = w.Dropdown(options=[("MuseTalk 1.5", "v15"), ("MuseTalk 1.0", "v1")], value=value, **common)
-        elif name == "parsing_mode":
-            control = w.Dropdown(options=list(PARSING_MODES), value=value, **common)
-        elif name == "extra_margin":
-            control = w.IntSlider(value=value, min=0, max=max(40, value), **common)
-        elif name in ("left_cheek_width", "right_cheek_width"):
-            control = w.IntSlider(value=value, min=min(20, value), max=max(160, value), **common)
-        elif name == "bbox_shift":
-            control = w.IntSlider(value=value, min=min(-40, value), max=max(40, value), **common)
+        if name in ("version", "parsing_mode", "encoder", "restore"):
+            labels = m.get("labels") or {c: c for c in m["choices"]}
+            control = w.Dropdown(options=[(text, _RESTORE_OFF if c is None else c) for c, text in labels.items()],
+                                 value=_RESTORE_OFF if value is None else value, **common)
+        elif name in ("extra_margin", "left_cheek_width", "right_cheek_width", "bbox_shift"):
+            low, high = m.get("app_range", (-40, 40))  # the official app's slider (bbox_shift: +-40), or wider
+            control = w.IntSlider(value=value, min=min(low, value), max=max(high, value), **common)
         elif name == "batch_size":
             batch_text, _ = self._planned()
             options = [(batch_text, "auto")] + [(str(b), b) for b in sorted(set(BATCH_CHOICES) | (
@@ -190,18 +161,11 @@ class SettingsPanel:
             _, precision_text = self._planned()
             control = w.Dropdown(options=[(precision_text, "auto"), ("fp16", True), ("fp32", False)], value=value,
                                  **common)
-        elif name == "encoder":
-            control = w.Dropdown(options=[(_ENCODER_TEXT.get(e, e), e) for e in ENCODERS], value=value, **common)
-        elif name == "restore":
-            control = w.Dropdown(options=[(label, _RESTORE_OFF if v is None else v) for label, v in RESTORE_CHOICES],
-                                 value=_RESTORE_OFF if value is None else value, **common)
         elif name == "restore_strength":
             control = w.FloatSlider(value=float(value), min=0.0, max=1.0, step=0.05, **common)
-        elif name == "face":
+        else:  # face
             control = w.Text(value=str(value), placeholder="largest, 0, 1, ..., x,y or speaker", **common)
-        else:  # pragma: no cover - PANEL_FIELDS and this list are kept together
-            raise KeyError(name)
-        _set_tooltip(control, help_text)
+        _set_tooltip(control, m["help"])
         return control
 
     def _sync(self) -> None:
@@ -245,8 +209,8 @@ class SettingsPanel:
             elif name == "fp16":
                 value = precision_text if value == "auto" else ("fp16" if value else "fp32")
             elif name == "restore":
-                value = dict((v, k) for k, v in RESTORE_CHOICES).get(None if value == _RESTORE_OFF else value, value)
-            out.append((_LABELS[name][0], str(value)))
+                value = _FIELDS[name].metadata["labels"].get(None if value == _RESTORE_OFF else value, value)
+            out.append((_FIELDS[name].metadata["label"], str(value)))
         return out
 
     def __repr__(self) -> str:
@@ -274,18 +238,9 @@ def _set_tooltip(control: Any, text: str) -> None:
 
 def _to_config(base: InferenceConfig, values: Mapping[str, Any]) -> InferenceConfig:
     changes = {name: values[name] for name in PANEL_FIELDS if name in values}
-    if changes.get("version", base.version) not in VERSIONS:
-        raise InputError(f"version must be one of {', '.join(VERSIONS)}; got {changes.get('version')!r}.")
     for name in ("batch_size", "fp16"):
         if changes.get(name, "auto") == "auto":
             changes[name] = getattr(base, name)
-    for name in ("extra_margin", "left_cheek_width", "right_cheek_width", "bbox_shift"):
-        if not isinstance(changes.get(name, 0), (int, np.integer)) or isinstance(changes.get(name), bool):
-            raise InputError(f"{name} must be an integer number of pixels; got {changes[name]!r}.")
-    if changes["batch_size"] is not None and not isinstance(changes["batch_size"], (int, np.integer)):
-        raise InputError(f"batch_size must be a positive integer or 'auto'; got {changes['batch_size']!r}.")
-    if changes["fp16"] not in (None, True, False):
-        raise InputError(f"fp16 must be True (fp16), False (fp32) or 'auto'; got {changes['fp16']!r}.")
     if "face" in changes and not str(changes["face"]).strip():  # an emptied box: the default
         changes["face"] = "largest"
     return base.replace(**changes)
@@ -295,12 +250,10 @@ def settings_panel(plan_or_config: Any = None, values: Mapping[str, Any] | None 
                    use_widgets: bool | None = None) -> SettingsPanel:
     """A panel of the inference settings that only sets parameters; read ``panel.config`` in the next cell.
 
-    Args:
-        plan_or_config: A plan from :func:`nbhelpers.gpu.plan` (its batch size and precision shown as "auto"), an
-            :class:`InferenceConfig`, or None for the defaults.
-        values: Field name -> starting value (the headless path), for the names in :data:`PANEL_FIELDS`;
-            ``batch_size`` and ``fp16`` also take ``"auto"``.
-        use_widgets: Force (True) or avoid (False) ipywidgets; None uses them when installed.
+    ``plan_or_config`` is a plan from :func:`nbhelpers.gpu.plan` (its batch size and precision shown as "auto"), an
+    :class:`InferenceConfig`, or None for the defaults. ``values`` maps names of :data:`PANEL_FIELDS` to starting
+    values (the headless path; ``batch_size`` and ``fp16`` also take ``"auto"``). ``use_widgets`` forces (True) or
+    avoids (False) ipywidgets; None uses them when installed.
 
     Raises:
         InputError: An unknown name or a value out of range in ``values``.

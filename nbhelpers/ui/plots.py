@@ -90,16 +90,23 @@ def plot_timings(timings: Any, title: str = "Time per stage") -> Chart:
     if (seconds < 0).any() or not np.isfinite(seconds).all():
         raise InputError(f"timings must be finite and >= 0 seconds; got {dict(timings)!r}.")
     total = float(seconds.sum())
+    shares = 100 * seconds / total if total > 0 else 0 * seconds
+    return bars(names, seconds, [f" {s:.2f} s ({p:.0f}%)" for s, p in zip(seconds, shares, strict=True)], "seconds",
+                f"{title} (total {total:.2f} s)", max(total * 0.01, seconds.max() * 1.35, 1e-3))
+
+
+def bars(names: Sequence[str], values: np.ndarray, labels: Sequence[str], xlabel: str, title: str,
+         right: float) -> Chart:
+    """A horizontal bar per name, top to bottom, each annotated with its label; the x axis from 0 to ``right``."""
     fig = _figure(7, 0.45 * len(names) + 1.2)
     ax = fig.add_subplot()
     y = np.arange(len(names))[::-1]
-    ax.barh(y, seconds, color="#4c72b0")
+    ax.barh(y, values, color="#4c72b0")
     ax.set_yticks(y, names)
-    ax.set(xlabel="seconds", title=f"{title} (total {total:.2f} s)")
-    for yi, s in zip(y, seconds, strict=True):
-        share = 100 * s / total if total > 0 else 0.0
-        ax.annotate(f" {s:.2f} s ({share:.0f}%)", (s, yi), va="center", fontsize=9)
-    ax.set_xlim(0, max(total * 0.01, seconds.max() * 1.35, 1e-3))
+    ax.set(xlabel=xlabel, title=title)
+    for yi, v, text in zip(y, values, labels, strict=True):
+        ax.annotate(text, (v, yi), va="center", fontsize=9)
+    ax.set_xlim(0, right)
     return Chart(fig)
 
 
@@ -230,10 +237,7 @@ def _track_array(track: Any, names: Sequence[str]) -> np.ndarray | None:
 
 
 def _track_masks(track: Any, has_face: np.ndarray | None) -> list[Any] | None:
-    """Per-frame blend masks of an avatar-like object (``materials``, or ``masks`` with ``squares``)."""
-    materials = getattr(track, "materials", None)
-    if materials is not None:
-        return list(materials)
+    """Per-frame blend masks of an avatar-like object (``masks`` with ``squares``)."""
     masks, squares = getattr(track, "masks", None), getattr(track, "squares", None)
     if masks is None:
         return None
@@ -266,20 +270,15 @@ def _full_mask(item: Any, shape: tuple[int, int]) -> np.ndarray | None:
 
 def plot_faces(frames: Any, track: Any = None, *, indices: Sequence[int] | None = None, boxes: Any = None,
                landmarks: Any = None, masks: Any = None, max_frames: int = 4, width_in: float = 3.2) -> Chart:
-    """Frames with their crop boxes, landmarks and blend masks drawn over them, one panel per frame.
+    """Frames with their crop boxes, landmarks and blend masks drawn over them, one panel of ``width_in`` inches per
+    frame: ``indices``, or ``max_frames`` evenly spaced ones.
 
-    Args:
-        frames: A video or photo path (only the frames shown are decoded), (N, H, W, 3) uint8 BGR frames, a list of
-            them, or a frame reader.
-        track: A face track or an avatar: its ``boxes`` (N, 4) pixels, ``landmarks`` (N, 68, 2) and ``has_face``
-            (N,) are used when present. Face tracks (``pipe.faces(video)``, or a face track's ``tracks``) draw
-            every track's detector box in its colour with its number.
-        indices: Frame indices to show; default ``max_frames`` evenly spaced ones.
-        boxes: (N, 4) ``(x1, y1, x2, y2)`` crop boxes overriding the track's.
-        landmarks: (N, 68, 2) ``(x, y)`` points overriding the track's.
-        masks: Per frame: a (H, W) mask (0..1 or 0..255) or a blend material with ``mask`` and ``square``.
-        max_frames: How many frames to show when ``indices`` is None.
-        width_in: Width of each panel, inches.
+    ``frames`` is a video or photo path (only the frames shown are decoded), (N, H, W, 3) uint8 BGR frames, a list
+    of them, or a frame reader. ``track`` is a face track or an avatar: its ``boxes`` (N, 4) pixels, ``landmarks``
+    (N, 68, 2) and ``has_face`` (N,) are used when present; face tracks (``pipe.faces(video)``, or a face track's
+    ``tracks``) draw every track's detector box in its colour with its number. ``boxes`` (N, 4) ``(x1, y1, x2, y2)``
+    and ``landmarks`` (N, 68, 2) ``(x, y)`` override the track's; ``masks`` gives per frame a (H, W) mask (0..1 or
+    0..255) or a blend material with ``mask`` and ``square``.
 
     Raises:
         InputError: No frames, or an index out of range.
