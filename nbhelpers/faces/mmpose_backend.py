@@ -27,10 +27,11 @@ from ..errors import CheckpointError, MissingDependencyError, WeightsError
 from ..models import load_checkpoint
 from . import _mmcv_ops_stub, dwpose_torch
 from . import dwpose_codec as codec
-from .dwpose_onnx import Availability, PoseBackend, build_s3fd, weights_root
+from .base import DWPOSE_PTH_FILE as CHECKPOINT_FILE
+from .base import S3FD_FILE, Availability, PoseBackend, weights_root
 from .mim import installed_version
+from .s3fd import S3FD
 
-CHECKPOINT_FILE = "dwpose/dw-ll_ucoco_384.pth"  # relative to the weights dir (official models/ layout)
 INSTALL_HINT = ("mmpose is not importable. Install it with nbhelpers.faces.mim.install_mmpose() (see "
                 "notebooks/00_setup.ipynb), or use the 'dwpose' backend, which gives the same landmarks "
                 "without mmcv")
@@ -245,7 +246,7 @@ class MMPoseBackend(PoseBackend):
         self.device = dwpose_torch.resolve_device(device)
         self.model = model if model is not None else build_pose_model(root / CHECKPOINT_FILE, self.device,
                                                                       flip_test=flip_test)
-        self.face_detector = face_detector if face_detector is not None else build_s3fd(root, device)
+        self.face_detector = face_detector if face_detector is not None else S3FD(root / S3FD_FILE, device)
 
     def keypoints(self, frames_bgr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(keypoints, scores)``, (N, 133, 2) float32 frame pixels and (N, 133) float32, of (N, H, W, 3) uint8 BGR

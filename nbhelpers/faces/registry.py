@@ -18,12 +18,9 @@ from typing import Any
 from .. import weights
 from ..errors import FallbackWarning, InputError, MissingDependencyError
 from ..models import LOAD_LOCK
-from .base import LandmarkBackend
+from .base import DWPOSE_ONNX_FILE, DWPOSE_PTH_FILE, S3FD_FILE, LandmarkBackend
 
 # Weight files (relative to a weights dir, the official `models/` folder) that the detector backends need.
-S3FD_FILE = "s3fd/s3fd-619a316812.pth"
-DWPOSE_ONNX_FILE = "dwpose/dw-ll_ucoco_384.onnx"
-DWPOSE_PTH_FILE = "dwpose/dw-ll_ucoco_384.pth"
 NEEDS_WEIGHTS = {"mmpose": (DWPOSE_PTH_FILE, S3FD_FILE), "dwpose": (DWPOSE_PTH_FILE, S3FD_FILE),
                  "dwpose-onnx": (DWPOSE_ONNX_FILE, S3FD_FILE)}
 # The automatic choice, in order: (backend, the module that must import for it).

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import CheckpointError, FallbackWarning, InputError, MissingDependencyError, WeightsError
 from ..gpu import batched, device_constant, host_wait, to_device
-from .registry import S3FD_FILE  # "s3fd/s3fd-619a316812.pth", relative to a weights dir (official `models/`)
+from .base import S3FD_FILE
 
 MEAN = (104.0, 117.0, 123.0)  # subtracted from the *RGB* channels in this order (BGR means on RGB data, Q18)
 STRIDES = (4, 8, 16, 32, 64, 128)  # pixels, one per detection head

@@ -22,7 +22,7 @@ from ..constants import CROP_SIZE
 from ..errors import InputError, NbHelpersWarning, NoFaceError
 from ..gpu import batched
 from ..progress import bar
-from .base import FaceResult, LandmarkBackend
+from .base import FaceResult, LandmarkBackend, check_frames
 from .boxes import (
     BBoxShiftRange,
     bbox_shift_range,
@@ -148,12 +148,6 @@ class FaceTrack:
         return self.summary()
 
 
-def _check_batch(arr: np.ndarray) -> np.ndarray:
-    if arr.ndim != 4 or arr.shape[-1] != 3 or arr.dtype != np.uint8:
-        raise InputError(f"frames must be (N, H, W, 3) uint8 BGR; got shape {arr.shape}, dtype {arr.dtype}.")
-    return arr
-
-
 def _check_frame(frame: Any, index: int, shape: tuple[int, int] | None) -> np.ndarray:
     arr = np.asarray(frame)
     if arr.ndim != 3 or arr.shape[2] != 3 or arr.dtype != np.uint8:
@@ -176,7 +170,7 @@ def _batches(frames: Any, batch_size: int, stack: ExitStack, exact: bool = False
             stack.enter_context(reader)
         frames = reader
     if isinstance(frames, np.ndarray):
-        arr = _check_batch(frames[None] if frames.ndim == 3 else frames)
+        arr = check_frames(frames)
         return (arr[i:i + batch_size] for i in range(0, arr.shape[0], batch_size)), int(arr.shape[0])
     if callable(getattr(frames, "iter_batches", None)):  # a media.VideoReader: decode straight into batches
         count = getattr(frames, "frame_count", None) if exact else None
@@ -317,7 +311,7 @@ class FaceTracker:
         Raises:
             InputError: Bad frames or boxes (see :func:`track`).
         """
-        batch = _check_batch(np.asarray(frames))
+        batch = check_frames(frames)
         b, first = int(batch.shape[0]), self.n_frames
         if self.frame_shape is None:
             self.frame_shape = (int(batch.shape[1]), int(batch.shape[2]))
