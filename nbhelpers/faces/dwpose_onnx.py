@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -78,21 +79,18 @@ def _providers(device: str | None) -> tuple[list, str]:
 
     available = ort.get_available_providers()
     has_cuda = "CUDAExecutionProvider" in available
-    if device is None:
-        device = "cuda" if has_cuda else "cpu"
-    dev = str(device).lower()
-    if dev.startswith("cuda"):
-        if not has_cuda:
+    dev = ("cuda" if has_cuda else "cpu") if device is None else str(device).lower()
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", dev):
+        raise InputError(f"device={device!r}: expected 'cpu', 'cuda' or 'cuda:N' for the DWPose ONNX model")
+    if dev == "cpu" or not has_cuda:
+        if dev != "cpu":
             warnings.warn(f"device={device!r} was asked for DWPose, but this onnxruntime has no CUDA provider "
                           f"(providers: {available}); running DWPose on the CPU instead, which is much slower. "
                           f"Install the build that matches torch's CUDA: {install_hint()}.", FallbackWarning,
                           stacklevel=3)
-            return ["CPUExecutionProvider"], "cpu"
-        index = int(dev.split(":", 1)[1]) if ":" in dev else 0
-        return [("CUDAExecutionProvider", {"device_id": index}), "CPUExecutionProvider"], f"cuda:{index}"
-    if dev != "cpu":
-        raise InputError(f"device={device!r}: expected 'cpu', 'cuda' or 'cuda:N' for the DWPose ONNX model")
-    return ["CPUExecutionProvider"], "cpu"
+        return ["CPUExecutionProvider"], "cpu"
+    index = int(dev.partition(":")[2] or 0)
+    return [("CUDAExecutionProvider", {"device_id": index}), "CPUExecutionProvider"], f"cuda:{index}"
 
 
 def _dim(value) -> int | None:
@@ -100,21 +98,12 @@ def _dim(value) -> int | None:
 
 
 class DWPoseOnnx:
-    """DWPose whole-body keypoints of whole frames from an ONNX file (no face detector).
-
-    Args:
-        onnx_path: The ONNX file (input (N|1, 3, 384, 288) float32, two SimCC outputs).
-        device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or None (CUDA when onnxruntime has it).
-        flip_test, batch_size: Also run the flipped input and average (official); frames per onnxruntime call.
-
-    Attributes:
-        input_name, x_output, y_output, fixed_batch, input_size: Read from the file: names, the fixed batch size
-            (1 for the published file) or None, and ``(w, h)`` pixels.
-        device: ``"cpu"`` or ``"cuda:N"``.
-
-    Raises:
-        WeightsError: The file is missing, not a valid ONNX model, or does not look like DWPose's.
-        MissingDependencyError: onnxruntime is not installed.
+    """DWPose whole-body keypoints of whole frames from the ONNX file ``onnx_path`` (input (N|1, 3, 384, 288) float32,
+    two SimCC outputs; no face detector) on ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:N"``, None: CUDA when
+    onnxruntime has it; ``device`` becomes ``"cpu"`` or ``"cuda:N"``). ``flip_test`` also runs the flipped input and
+    averages (official); ``batch_size`` frames per onnxruntime call. Read from the file: ``input_name``,
+    ``x_output``, ``y_output``, ``fixed_batch`` (1 for the published file, or None) and ``input_size`` ``(w, h)``.
+    WeightsError for a missing, invalid or foreign file; MissingDependencyError without onnxruntime.
 
     Source: ``preprocessing.py:17-19,97-101``.
     """
@@ -231,18 +220,8 @@ class DWPoseOnnx:
 
 class DWPoseOnnxBackend(PoseBackend):
     """Face box from S3FD and 68 landmarks from DWPose in ONNX on onnxruntime: the optional ``dwpose-onnx`` backend.
-
-    Args:
-        weights_dir: The weights dir (default :func:`nbhelpers.weights.default_dir`).
-        device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or None (GPU when available) for both models.
-        face_detector: Instead of S3FD, an object whose ``detect(frames)`` gives N ``(x1, y1, x2, y2, score)`` or None.
-        flip_test: DWPose flip test, as in the official config.
-        batch_size: Frames per DWPose call.
-
-    Raises:
-        WeightsError: A weight file is missing or unreadable.
-        MissingDependencyError: onnxruntime (or torch, for S3FD) is not installed.
-    """
+    Arguments as :class:`~nbhelpers.faces.dwpose_torch.DWPoseBackend` and :class:`DWPoseOnnx`; WeightsError for a
+    missing or unreadable weight file, MissingDependencyError without onnxruntime (or torch, for S3FD)."""
 
     name = "dwpose-onnx"
     def __init__(self, weights_dir: str | os.PathLike | None = None, device: str | None = None, *,
