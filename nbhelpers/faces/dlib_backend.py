@@ -37,15 +37,10 @@ def predictor_path() -> Path:
 class DlibBackend:
     """dlib face detection and 68 landmarks, one frame at a time on the CPU; of several faces the largest is kept.
 
-    Args:
-        weights_dir, device: Ignored (the predictor comes from ``face-recognition-models``; dlib runs on the CPU).
-        upsample: 0, 1, 2, or None: 0, then 1 (faces down to about 40 px instead of 80) when nothing is found in a
-            frame of at most :data:`RETRY_MAX_PIXELS`.
-        predictor: Path of another 68-point shape predictor ``.dat``; None uses the packaged one.
-
-    Raises:
-        MissingDependencyError: dlib or face-recognition-models is missing.
-        InputError: A bad ``upsample`` or a missing ``predictor`` file.
+    ``weights_dir`` and ``device`` are ignored (the predictor comes from ``face-recognition-models``, or is another
+    68-point shape ``predictor`` .dat). ``upsample``: 0, 1, 2, or None: 0, then 1 (faces down to about 40 px instead
+    of 80) when nothing is found in a frame of at most :data:`RETRY_MAX_PIXELS`. MissingDependencyError without dlib
+    or face-recognition-models; InputError for a bad ``upsample`` or a missing ``predictor`` file.
     """
 
     name = "dlib"

@@ -275,9 +275,7 @@ class DWPoseTorch:
     def close(self) -> None:
         """Drop the network (and the CUDA cache)."""
         self.__dict__.pop("net", None)
-        torch = _import_torch()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+        empty_cache()
 
 
 class DWPoseBackend(PoseBackend):

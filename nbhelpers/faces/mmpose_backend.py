@@ -24,6 +24,7 @@ import numpy as np
 
 from .. import models
 from ..errors import MissingDependencyError
+from ..gpu import empty_cache
 from . import _mmcv_ops_stub, dwpose_torch
 from . import dwpose_codec as codec
 from .base import DWPOSE_PTH_FILE as CHECKPOINT_FILE
@@ -196,17 +197,10 @@ def export_onnx(model, path: str | os.PathLike, *, dynamic_batch: bool = True, o
 
 
 class MMPoseBackend(PoseBackend):
-    """Face box from S3FD and 68 landmarks from the official mmpose DWPose model (``inference_topdown``).
-
-    Args:
-        weights_dir, device, face_detector: As :class:`~nbhelpers.faces.dwpose_torch.DWPoseBackend`.
-        model: A pose model from :func:`build_pose_model` instead of the checkpoint.
-        flip_test: The official ``test_cfg.flip_test``.
-
-    Raises:
-        MissingDependencyError: mmpose (or torch) does not import.
-        WeightsError, CheckpointError: A weight file is missing, unreadable or does not fit the model.
-    """
+    """Face box from S3FD and 68 landmarks from the official mmpose DWPose model (``inference_topdown``): ``model``
+    from :func:`build_pose_model` or the checkpoint, with the official ``test_cfg.flip_test``; the other arguments as
+    :class:`~nbhelpers.faces.dwpose_torch.DWPoseBackend`. MissingDependencyError when mmpose (or torch) does not
+    import; WeightsError or CheckpointError for a missing, unreadable or foreign weight file."""
 
     name = "mmpose"
 
@@ -235,11 +229,7 @@ class MMPoseBackend(PoseBackend):
         """Release the models (GPU memory)."""
         self.model = None
         super().close()
-        if "torch" in sys.modules:
-            import torch
-
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
+        empty_cache()
 
 
 def self_check(weights_dir: str | os.PathLike | None = None, device: str | None = None) -> dict:

@@ -16,7 +16,7 @@ import numpy as np
 
 from .. import models
 from ..errors import FallbackWarning, InputError, require
-from ..gpu import batched, device_constant, host_wait, to_device
+from ..gpu import batched, device_constant, empty_cache, host_wait, to_device
 from .base import S3FD_FILE
 
 MEAN = (104.0, 117.0, 123.0)  # subtracted from the *RGB* channels in this order (BGR means on RGB data, Q18)
@@ -355,12 +355,9 @@ class S3FD:
 
     def close(self) -> None:
         """Release the network (and the CUDA cache)."""
-        net = self.__dict__.pop("net", None)
+        self.__dict__.pop("net", None)
         self._net32 = None
-        del net
-        torch = require("torch", INSTALL_TORCH)
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+        empty_cache()
 
 
 def _as_batch(frames: Any, torch: Any) -> Any:
