@@ -201,15 +201,8 @@ def smooth_boxes(boxes: Any, has_face: Any, window: int, frame_shape: Any) -> np
         return out
     height, width = _frame_hw(frame_shape)
     before, after = (int(window) - 1) // 2, int(window) // 2
-    n = arr.shape[0]
-    i = 0
-    while i < n:
-        if not mask[i]:
-            i += 1
-            continue
-        j = i
-        while j < n and mask[j]:
-            j += 1
+    edges = np.diff(np.concatenate([[0], mask.astype(np.int8), [0]]))
+    for i, j in zip(np.nonzero(edges == 1)[0], np.nonzero(edges == -1)[0], strict=True):
         run = arr[i:j]  # one run of consecutive frames with a face: [i, j)
         csum = np.vstack([np.zeros((1, 4)), np.cumsum(run, axis=0)])
         idx = np.arange(j - i)
@@ -220,7 +213,6 @@ def smooth_boxes(boxes: Any, has_face: Any, window: int, frame_shape: Any) -> np
         rounded[:, 0::2] = np.clip(rounded[:, 0::2], 0, width)
         rounded[:, 1::2] = np.clip(rounded[:, 1::2], 0, height)
         out[i:j] = rounded.astype(np.int32)
-        i = j
     return out
 
 

@@ -129,12 +129,9 @@ def normalize(inputs_bgr: np.ndarray) -> np.ndarray:
 
 def prepare_inputs(frames_bgr, input_size: tuple[int, int] = INPUT_SIZE,
                    padding: float = BBOX_PADDING) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`warp_frames` then :func:`normalize`: ``(inputs, centers, scales)``, (N, 3, h, w) float32 and (N, 2)
-    float32. Source: docs/official-behaviour.md §3.1.
+    """:func:`warp_frames` then :func:`normalize` of N >= 1 frames: ``(inputs, centers, scales)``, (N, 3, h, w)
+    float32 and (N, 2) float32. Source: docs/official-behaviour.md §3.1.
     """
-    if len(frames_bgr) == 0:
-        return (np.zeros((0, 3, input_size[1], input_size[0]), np.float32), np.zeros((0, 2), np.float32),
-                np.zeros((0, 2), np.float32))
     warped, centers, scales = warp_frames(frames_bgr, input_size, padding)
     return normalize(warped), centers, scales
 

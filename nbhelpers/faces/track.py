@@ -101,15 +101,8 @@ class FaceTrack:
 
     def no_face_ranges(self) -> list[tuple[int, int]]:
         """Runs of frames with no face as inclusive ``(first, last)`` frame indices."""
-        runs: list[tuple[int, int]] = []
-        start = None
-        for i, face in enumerate(self.has_face.tolist() + [True]):
-            if not face and start is None:
-                start = i
-            elif face and start is not None:
-                runs.append((start, i - 1))
-                start = None
-        return runs
+        edges = np.diff(np.concatenate([[1], self.has_face.astype(np.int8), [1]]))
+        return list(zip(np.nonzero(edges == -1)[0].tolist(), (np.nonzero(edges == 1)[0] - 1).tolist(), strict=True))
 
     def summary(self) -> str:
         """A few lines: counts, backend and why, crop-box sizes, the bbox_shift range."""
@@ -167,7 +160,6 @@ def _batches(frames: Any, batch_size: int, stack: ExitStack, exact: bool = False
     if not isinstance(frames, Iterable):
         raise InputError(f"frames must be an (N, H, W, 3) uint8 array, an iterable of (H, W, 3) frames, a video "
                          f"reader or a video path; got {type(frames).__name__}.")
-    total = None
     try:
         total = len(frames)  # type: ignore[arg-type]
     except TypeError:
@@ -193,14 +185,10 @@ def _batches(frames: Any, batch_size: int, stack: ExitStack, exact: bool = False
 def _reader_total_hint(reader: Any) -> int | None:
     """Frame count for the progress bar without a counting decode: 1 for a photo, else duration x fps."""
     info = getattr(reader, "info", None)
-    if info is None:
-        return None
     if getattr(info, "is_image", False):
         return 1
     duration, fps = getattr(info, "duration_s", None), getattr(reader, "fps", None)
-    if duration and fps:
-        return max(1, round(float(duration) * float(fps)))
-    return None
+    return max(1, round(float(duration) * float(fps))) if duration and fps else None
 
 
 def track(frames: Any, backend: str | LandmarkBackend = "auto", config: InferenceConfig | None = None,
