@@ -21,13 +21,9 @@ S3FD_FILE, DWPOSE_PTH_FILE, DWPOSE_ONNX_FILE = (weights.MANIFEST.get(name).path
 
 @dataclass(frozen=True)
 class FaceResult:
-    """What a backend finds in one frame.
-
-    Attributes:
-        face_box: (4,) float64 ``(x1, y1, x2, y2)``, full-frame pixels: the detector's box (S3FD, or dlib's).
-        landmarks: (68, 2) float32 ``(x, y)``, full-frame pixels, iBUG 300-W order (DWPose whole-body points 23..90).
-        score: Detector confidence in [0, 1], or NaN when the backend gives none.
-    """
+    """What a backend finds in one frame, in full-frame pixels: the detector's ``face_box`` (S3FD's or dlib's), (4,)
+    float64 ``(x1, y1, x2, y2)``; the (68, 2) float32 ``(x, y)`` ``landmarks`` in iBUG 300-W order (DWPose whole-body
+    points 23..90); the detector's ``score`` in [0, 1], or NaN when the backend gives none."""
 
     face_box: np.ndarray
     landmarks: np.ndarray
@@ -89,15 +85,12 @@ def face_result(box_with_score, landmarks: np.ndarray) -> FaceResult:
 
 def detect_with_pose(frames, face_detector, keypoints, frames_device=None, choose=None) -> list[FaceResult | None]:
     """The official pairing: N :class:`FaceResult` (None where the detector finds no face) of the face detector's box
-    and DWPose's landmarks, run only on frames with a face.
-
-    Args:
-        frames: (N, H, W, 3) uint8 BGR frames (InputError otherwise).
-        face_detector: S3FD, or any object whose ``detect(frames)`` gives N ``(x1, y1, x2, y2, score)`` or None.
-        keypoints: ``keypoints(frames) -> ((M, 133, 2) whole-body keypoints, scores)``.
-        frames_device: The same frames as a uint8 tensor on the detector's GPU, read there; or None.
-        choose: None (the detector's best box), or ``choose(frame, dets)`` picking a row of all the detector's
-            faces (K, 5), clipped and truncated as the official box, or None (no face kept).
+    and DWPose's landmarks (``keypoints(frames) -> ((M, 133, 2) whole-body keypoints, scores)``), run only on frames
+    with a face, of (N, H, W, 3) uint8 BGR ``frames`` (InputError otherwise), read by the detector from
+    ``frames_device`` (the same frames on its GPU) when given. ``face_detector``: S3FD, or any object whose
+    ``detect(frames)`` gives N ``(x1, y1, x2, y2, score)`` or None. ``choose``: None (the detector's best box), or
+    ``choose(frame, dets)`` picking a row of all the detector's faces (K, 5), clipped and truncated as the official
+    box, or None (no face kept).
 
     Source: ``preprocessing.py:84-111``.
     """
@@ -146,12 +139,9 @@ class PoseBackend:
 
     def close(self) -> None:
         """Release both models (GPU memory)."""
-        pose = self.__dict__.get("pose")
-        if pose is not None:
-            pose.close()
-        closer = getattr(self.__dict__.get("face_detector"), "close", None)
-        if callable(closer):
-            closer()
+        for part in (self.__dict__.get("pose"), self.__dict__.get("face_detector")):
+            if callable(getattr(part, "close", None)):
+                part.close()
         self.face_detector = None
 
     def __repr__(self) -> str:

@@ -156,15 +156,13 @@ def simcc_to_keypoints(simcc_x, simcc_y, flip_simcc: tuple | None = None, flip_i
     `codecs/utils/post_processing.py:79-88` (docs/official-behaviour.md §3.1).
     """
     torch = _import_torch()
-
     if flip_simcc is not None:
         idx = to_device(np.asarray(codec.coco_wholebody_flip_indices() if flip_indices is None else flip_indices,
                                    dtype=np.int64), simcc_x.device)
         fx, fy = flip_simcc
         simcc_x = (simcc_x + fx[:, idx].flip(-1)) * 0.5
         simcc_y = (simcc_y + fy[:, idx]) * 0.5
-    max_x, arg_x = simcc_x.max(dim=-1)
-    max_y, arg_y = simcc_y.max(dim=-1)
+    max_x, max_y = simcc_x.amax(dim=-1), simcc_y.amax(dim=-1)
     # torch's max(dim) documents no tie rule: take the first bin that reaches the maximum, as numpy's argmax.
     arg_x = (simcc_x == max_x.unsqueeze(-1)).to(torch.uint8).argmax(dim=-1)
     arg_y = (simcc_y == max_y.unsqueeze(-1)).to(torch.uint8).argmax(dim=-1)

@@ -406,7 +406,8 @@ def install_mmpose(dry_run: bool = False, *, python: str | None = None, torch_ve
     env = dict(os.environ)
     if mmcv_base_url:
         env["MMCV_BASE_URL"] = mmcv_base_url.rstrip("/")
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[2]), *filter(None, [env.get("PYTHONPATH")])])
+    package_root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join([package_root, *filter(None, [env.get("PYTHONPATH")])])
     for cmd in commands:
         t0 = time.perf_counter()
         try:

@@ -300,7 +300,8 @@ class FaceTracker:
         on_device = frames_device is not None and getattr(self._used, "accepts_frames_device", False)
 
         def detect(s: slice, u: Any = self._used) -> Any:
-            self._mark(first + s.start)
+            if self.chooser is not None:  # a batch run again (halved after out-of-memory) replaces its first try
+                self.chooser.linker.mark(first + s.start)
             return u.detect(batch[s], **extra, **({"frames_device": frames_device[s]} if on_device else {}))
         for sl, found in batched(b, b, detect, stage="faces"):
             if len(found) != sl.stop - sl.start:
@@ -345,10 +346,6 @@ class FaceTracker:
                 f"{first + b} at 25 fps). Give one (x1, y1, x2, y2) (or a list holding that one box) for every "
                 "frame, or exactly one entry, a box or None (no face), per frame.")
         return user_boxes(list(self.boxes[first:first + b]), b, self.frame_shape)
-
-    def _mark(self, frame: int) -> None:
-        if self.chooser is not None:
-            self.chooser.linker.mark(frame)
 
     def finish(self) -> FaceTrack:
         """The :class:`FaceTrack` of every frame added (smoothed when asked); releases a backend made here. InputError
