@@ -147,18 +147,17 @@ def _dtype(dtype: Any, device: str):
     return dtype
 
 
-def simcc_to_keypoints(simcc_x, simcc_y, flip_simcc: tuple | None = None, flip_indices=None):
-    """:func:`dwpose_codec.merge_flip` (when ``flip_simcc``, the flipped input's pair, is given; ``flip_indices``
-    default COCO-WholeBody) and :func:`dwpose_codec.decode_simcc` in torch on the device of the (N, K, Wx), (N, K, Wy)
-    float32 tensors: ``(keypoints (N, K, 2) float32 input pixels, scores (N, K) float32)``, numpy.
+def simcc_to_keypoints(simcc_x, simcc_y, flip_simcc: tuple | None = None):
+    """:func:`dwpose_codec.merge_flip` (when ``flip_simcc``, the flipped input's pair, is given) and
+    :func:`dwpose_codec.decode_simcc` in torch on the device of the (N, K, Wx), (N, K, Wy) float32 tensors:
+    ``(keypoints (N, K, 2) float32 input pixels, scores (N, K) float32)``, numpy.
 
     Source: `[mmpose] rtmcc_head.py:193-208`, `codecs/simcc_label.py:156,173`,
     `codecs/utils/post_processing.py:79-88` (docs/official-behaviour.md §3.1).
     """
     torch = _import_torch()
     if flip_simcc is not None:
-        idx = to_device(np.asarray(codec.coco_wholebody_flip_indices() if flip_indices is None else flip_indices,
-                                   dtype=np.int64), simcc_x.device)
+        idx = to_device(np.asarray(codec.coco_wholebody_flip_indices(), dtype=np.int64), simcc_x.device)
         fx, fy = flip_simcc
         simcc_x = (simcc_x + fx[:, idx].flip(-1)) * 0.5
         simcc_y = (simcc_y + fy[:, idx]) * 0.5
