@@ -241,10 +241,8 @@ def check_mmcv_wheels(index_url: str = OPENMMLAB_MMCV_INDEX, python: str | None 
     # OpenMMLab's docs name the page torch2.1/, mim asks for torch2.1.0/ (checked with openmim 0.3.9): try both.
     pages = [base] if base.endswith(".html") else [f"{base}/{cuda_tag}/torch{series}/index.html",
                                                      f"{base}/{cuda_tag}/torch{series}.0/index.html"]
-    page = pages[0]
     common = dict(python_tag=py_tag, torch_series=series, cuda_tag=cuda_tag, platform=plat, mmcv_version=want)
-    py_text = f"Python {py_tag[2]}.{py_tag[3:]}"
-    where = f"{py_text}, torch {series}, {cuda_tag}, {plat}"
+    where = f"Python {py_tag[2]}.{py_tag[3:]}, torch {series}, {cuda_tag}, {plat}"
     here = expected_build_time()
     others = [t for t in (BUILD_TIME_COLAB, BUILD_TIME_2_CORES) if t not in here]
     fallback = (f"Compiling mmcv from source instead would take {here}"

@@ -75,12 +75,12 @@ def nms(dets: np.ndarray, threshold: float = NMS_THRESHOLD) -> np.ndarray:
     return np.asarray(keep, dtype=np.int64)
 
 
-def _decode_image(outputs: list[np.ndarray], candidate_score: float) -> np.ndarray:
+def _decode_image(outputs: list[np.ndarray]) -> np.ndarray:
     """All candidate boxes of one image: (K, 5) ``(x1, y1, x2, y2, score)`` in input pixels."""
     found = []
     for level, stride in enumerate(STRIDES):
         prob, loc = outputs[2 * level], outputs[2 * level + 1]  # (2, h, w) face probability in [1]; (4, h, w)
-        rows, cols = np.nonzero(prob[1] > candidate_score)
+        rows, cols = np.nonzero(prob[1] > CANDIDATE_SCORE)
         if rows.size == 0:
             continue
         size = float(ANCHOR_SCALE * stride)
@@ -98,12 +98,12 @@ def _decode_image(outputs: list[np.ndarray], candidate_score: float) -> np.ndarr
     return np.concatenate(found, axis=0)
 
 
-def decode_detections(olist: list[Any], *, apply_softmax: bool = True, candidate_score: float = CANDIDATE_SCORE,
-                      nms_threshold: float = NMS_THRESHOLD, min_score: float = MIN_SCORE) -> list[np.ndarray]:
+def decode_detections(olist: list[Any], *, apply_softmax: bool = True,
+                      min_score: float = MIN_SCORE) -> list[np.ndarray]:
     """The 12 S3FD head outputs as face boxes: B float64 arrays (K_b, 5) ``(x1, y1, x2, y2, score)`` in input pixels,
     highest score first. Head ``i`` (stride ``s = 4 * 2**i``): a cell ``(r, c)`` whose face probability exceeds
-    ``candidate_score`` decodes its anchor (side ``4s``, centre ``(s/2 + c s, s/2 + r s)``) with variances (0.1, 0.2);
-    then :func:`nms` at ``nms_threshold``, and scores <= ``min_score`` are dropped (officially 0.05, 0.3, 0.5).
+    :data:`CANDIDATE_SCORE` (0.05) decodes its anchor (side ``4s``, centre ``(s/2 + c s, s/2 + r s)``) with variances
+    (0.1, 0.2); then :func:`nms` at :data:`NMS_THRESHOLD` (0.3), and scores <= ``min_score`` (officially 0.5) go.
     ``olist`` is ``[conf_0, loc_0, ..., conf_5, loc_5]`` (numpy or torch): (B, 2, H_i, W_i) float (logits when
     ``apply_softmax``), channel 1 = face, and (B, 4, H_i, W_i) float; InputError for other shapes.
 
@@ -122,8 +122,8 @@ def decode_detections(olist: list[Any], *, apply_softmax: bool = True, candidate
     batch = arrays[0].shape[0]
     results = []
     for b in range(batch):
-        dets = _decode_image([a[b] for a in arrays], candidate_score)
-        dets = dets[nms(dets, nms_threshold)]
+        dets = _decode_image([a[b] for a in arrays])
+        dets = dets[nms(dets)]
         results.append(dets[dets[:, 4] > min_score])
     return results
 
