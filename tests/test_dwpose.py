@@ -344,7 +344,7 @@ def test_bad_frames_and_missing_weights_raise_clear_errors(weights_dir, tmp_path
     with pytest.raises(WeightsError, match="dw-ll_ucoco_384.onnx"):
         dwpose_onnx.DWPoseOnnxBackend(tmp_path / "nowhere", "cpu", face_detector=StubDetector())
     with pytest.raises(WeightsError, match="s3fd"):
-        dwpose_onnx.build_s3fd(tmp_path / "nowhere", "cpu")
+        dwpose_onnx.DWPoseOnnxBackend(weights_dir, "cpu")  # no s3fd/ in it
     broken = tmp_path / "broken.onnx"
     broken.write_bytes(b"not an onnx file")
     with pytest.raises(WeightsError, match="download it again"):

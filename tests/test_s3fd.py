@@ -208,18 +208,18 @@ def test_tiny_writer_file_loads_strictly_through_the_loader(tiny_s3fd_file):
 
 def test_loader_errors_name_the_problem(tmp_path, tiny_s3fd_file):
     torch = pytest.importorskip("torch")
-    with pytest.raises(WeightsError, match="not found"):
+    with pytest.raises(WeightsError, match="does not exist"):
         s3fd.S3FD(tmp_path / "nope.pth", device="cpu")
     html = tmp_path / "html.pth"
     html.write_text("<html>Sign in</html>")
-    with pytest.raises(WeightsError, match="partial download"):
+    with pytest.raises(WeightsError, match="HTML page"):
         s3fd.S3FD(html, device="cpu")
     state = torch.load(tiny_s3fd_file, weights_only=True)
     del state["fc7_mbox_loc.bias"]
     state["conv1_1.weight"] = torch.zeros(64, 3, 5, 5)
     bad = tmp_path / "bad.pth"
     torch.save(state, bad)
-    with pytest.raises(CheckpointError, match=r"missing 1.*fc7_mbox_loc.bias.*wrong shapes conv1_1.weight"):
+    with pytest.raises(CheckpointError, match=r"1 missing(.|\n)*fc7_mbox_loc.bias(.|\n)*wrong shape: conv1_1.weight"):
         s3fd.S3FD(bad, device="cpu")
 
 

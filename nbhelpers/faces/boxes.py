@@ -124,20 +124,12 @@ def crop_box(landmarks: Any, face_box: Any, frame_shape: Any, version: str = "v1
     landmark box thinner than :data:`MIN_CROP_SIDE` falls back to a larger detector box, and each side is at least
     :data:`MIN_CROP_SIDE` pixels.
 
-    Args:
-        landmarks: (68, 2) ``(x, y)`` full-frame pixels, iBUG 300-W order.
-        face_box: (4,) detector box ``(x1, y1, x2, y2)``, full-frame pixels, the fallback; or None.
-        frame_shape: ``(H, W)`` or ``(H, W, 3)`` of the frame, pixels.
-        version: ``"v15"`` or ``"v1"``.
-        bbox_shift: Pixels added to lm[29].y; positive moves the mask boundary down (more mouth), negative up.
-        extra_margin: Pixels added to the bottom edge for v15, clipped to the frame height.
-
-    Returns:
-        ``(x1, y1, x2, y2)`` Python ints, ``0 <= x1 < x2 <= W``, ``0 <= y1 < y2 <= H``, v15's margin included.
-
-    Raises:
-        InputError: landmarks not (68, 2) or not finite, a bad frame_shape or version, or a fallback needed with
-            ``face_box=None``.
+    ``landmarks`` are (68, 2) ``(x, y)`` full-frame pixels in iBUG 300-W order; ``face_box`` the (4,) detector box
+    ``(x1, y1, x2, y2)`` (the fallback) or None; ``frame_shape`` ``(H, W)`` or ``(H, W, 3)``; ``version`` ``"v15"``
+    or ``"v1"``; ``bbox_shift`` pixels are added to lm[29].y (positive moves the mask boundary down: more mouth);
+    ``extra_margin`` pixels to the bottom edge for v15, clipped to the frame. Returns ``(x1, y1, x2, y2)`` Python
+    ints, ``0 <= x1 < x2 <= W``, ``0 <= y1 < y2 <= H``. InputError for landmarks not (68, 2) or not finite, a bad
+    frame_shape or version, or a fallback needed with ``face_box=None``.
 
     Source: ``preprocessing.py:84-137``, ``inference.py:170-172``.
     """
@@ -209,15 +201,8 @@ def smooth_boxes(boxes: Any, has_face: Any, window: int, frame_shape: Any) -> np
         return out
     height, width = _frame_hw(frame_shape)
     before, after = (int(window) - 1) // 2, int(window) // 2
-    n = arr.shape[0]
-    i = 0
-    while i < n:
-        if not mask[i]:
-            i += 1
-            continue
-        j = i
-        while j < n and mask[j]:
-            j += 1
+    edges = np.diff(np.concatenate([[0], mask.astype(np.int8), [0]]))
+    for i, j in zip(np.nonzero(edges == 1)[0], np.nonzero(edges == -1)[0], strict=True):
         run = arr[i:j]  # one run of consecutive frames with a face: [i, j)
         csum = np.vstack([np.zeros((1, 4)), np.cumsum(run, axis=0)])
         idx = np.arange(j - i)
@@ -228,19 +213,15 @@ def smooth_boxes(boxes: Any, has_face: Any, window: int, frame_shape: Any) -> np
         rounded[:, 0::2] = np.clip(rounded[:, 0::2], 0, width)
         rounded[:, 1::2] = np.clip(rounded[:, 1::2], 0, height)
         out[i:j] = rounded.astype(np.int32)
-        i = j
     return out
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
 
 
 def _is_box(value: Any) -> bool:
     """Whether ``value`` looks like one ``(x1, y1, x2, y2)``: a (4,) array or a sequence of 4 numbers."""
     if isinstance(value, np.ndarray):
         return value.ndim == 1
-    return isinstance(value, (list, tuple)) and len(value) == 4 and all(_is_number(v) for v in value)
+    return isinstance(value, (list, tuple)) and len(value) == 4 and all(
+        isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) for v in value)
 
 
 def single_box(boxes: Any) -> Any:
@@ -260,34 +241,24 @@ def single_box(boxes: Any) -> Any:
 
 def user_boxes(boxes: Any, n_frames: int, frame_shape: Any, *, min_side: int = MIN_CROP_SIDE
                ) -> tuple[np.ndarray, np.ndarray]:
-    """The user's crop boxes checked and expanded to ``(crop_boxes, has_face)``: (N, 4) int32 with -1 rows for no
-    face, and (N,) bool.
-
-    Args:
-        boxes: One ``(x1, y1, x2, y2)`` for the clip (see :func:`single_box`), or per frame an (N, 4) array (-1 or
-            NaN rows: no face) or N boxes and None; full-frame pixels, fractions truncated.
-        n_frames, frame_shape, min_side: N; ``(H, W)`` or ``(H, W, 3)``; the smallest box side, pixels.
-
-    Raises:
-        InputError: A box outside the frame, inverted or under ``min_side``, or a per-frame list not of length N.
+    """The user's crop ``boxes`` checked and expanded to ``(crop_boxes, has_face)`` of ``n_frames`` frames of
+    ``frame_shape``: (N, 4) int32 with -1 rows for no face, and (N,) bool. ``boxes`` is one ``(x1, y1, x2, y2)`` for
+    the clip (:func:`single_box`), or per frame an (N, 4) array (-1 or NaN rows: no face) or N boxes and None;
+    full-frame pixels, fractions truncated. InputError for a box outside the frame, inverted or under ``min_side``
+    pixels, or a per-frame list not of length N.
 
     Source: the nearest official feature, ``--use_saved_coord``, reuses pickled boxes unchecked
     (``inference.py:151-160``).
     """
     height, width = _frame_hw(frame_shape)
     one = single_box(boxes)
-    if one is not None:
-        rows: list[Any] = [one] * n_frames
-        single = True
-    else:
-        rows = list(boxes)
-        single = False
-        if len(rows) != n_frames:
-            raise InputError(boxes_count_message(len(rows), n_frames, "the clip"))
+    rows: list[Any] = [one] * n_frames if one is not None else list(boxes)
+    if len(rows) != n_frames:
+        raise InputError(boxes_count_message(len(rows), n_frames, "the clip"))
     out = np.full((n_frames, 4), -1, dtype=np.int32)
     has_face = np.zeros(n_frames, dtype=bool)
     for i, row in enumerate(rows):
-        where = "boxes" if single else f"boxes[{i}]"
+        where = "boxes" if one is not None else f"boxes[{i}]"
         if row is None:
             continue
         try:

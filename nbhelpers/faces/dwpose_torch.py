@@ -5,8 +5,10 @@ it loads numpy only.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
+import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -18,13 +20,9 @@ from ..errors import CheckpointError, FallbackWarning, InputError, MissingDepend
 from ..gpu import batched, empty_cache, host_wait, to_device
 from ..hashing import atomic_path
 from . import dwpose_codec as codec
-from .dwpose_onnx import PoseBackend, build_s3fd, weights_root
-from .s3fd import resolve_dtype
-
-CHECKPOINT_FILE = "dwpose/dw-ll_ucoco_384.pth"  # relative to the weights dir (official models/ layout)
-S3FD_FILE = "s3fd/s3fd-619a316812.pth"
-MANIFEST_NAME = "dwpose-mmpose"  # the .pth's entry in nbhelpers.weights.MANIFEST (its sha256/size facts)
-INSTALL_TORCH = "pip install torch  (on Colab it is preinstalled; never reinstall it there)"
+from .base import DWPOSE_PTH_FILE as CHECKPOINT_FILE
+from .base import S3FD_FILE, PoseBackend, weights_root
+from .s3fd import INSTALL_TORCH, S3FD, resolve_dtype
 
 # Frames per network call, at most (2 inputs each with the flip test); offline.fit_face_batches fits it on a GPU.
 DEFAULT_BATCH = {"cuda": 64, "cpu": 8}
@@ -66,28 +64,37 @@ def state_dict_of(checkpoint: Any, path: str | os.PathLike = "checkpoint") -> di
     return state
 
 
-def load_model(path: str | os.PathLike, weights_dir: str | os.PathLike | None = None, *,
-               allow_pickle: bool = False):
-    """:class:`~nbhelpers.faces.dwpose_net.RTMPoseWholebody` (eval, float32, CPU) with the ``.pth`` ``path`` loaded
-    strictly through :func:`nbhelpers.models.load_checkpoint`: unpickled in full (mmengine pickles metadata) only when
-    its sha256 or size matches :func:`nbhelpers.weights.expected_facts` for ``weights_dir`` (default: ``path``'s
-    grandparent), or with ``allow_pickle`` (a file you trust).
+def read_checkpoint(path: str | os.PathLike, weights_dir: str | os.PathLike | None = None, *,
+                    trusted_sha256: str | None = None, expected_size: int | None = None,
+                    allow_pickle: bool = False) -> Any:
+    """What the DWPose ``.pth`` ``path`` holds, read by :func:`nbhelpers.models.load_checkpoint`: unpickled in full
+    (mmengine pickles metadata) only when it matches ``trusted_sha256`` or ``expected_size`` (default:
+    :func:`nbhelpers.weights.expected_facts` of :data:`CHECKPOINT_FILE` in ``weights_dir``, default ``path``'s
+    grandparent), or with ``allow_pickle`` (a file you trust). WeightsError: missing, damaged or an untrusted pickle.
 
-    Raises:
-        WeightsError: Missing, damaged, or an untrusted pickle.
-        CheckpointError: Its names or shapes differ from RTMPose-l whole-body 384x288.
-
-    Source: `preprocessing.py:17-19` (docs/official-behaviour.md §3.1).
+    Source: `preprocessing.py:17-19`; `[mmpose] apis/inference.py:104-111`.
     """
     path = Path(path)
-    root = Path(weights_dir) if weights_dir is not None else path.parent.parent
-    try:
-        facts = weights.expected_facts(root, MANIFEST_NAME)
-        sha, size = facts.sha256, facts.size
-    except Exception:  # noqa: BLE001 - no manifest facts (a foreign folder): the plain policy applies
-        sha, size = None, None
-    ckpt = models.load_checkpoint(path, trusted_sha256=sha, expected_size=size, allow_pickle=allow_pickle)
-    state = state_dict_of(ckpt, path)
+    if not path.is_file():
+        raise WeightsError(f"DWPose checkpoint {str(path)!r} does not exist: download it with `"
+                           f"{weights.DOWNLOAD_COMMAND} --weights DIR --sets faces` (or {weights.NOTEBOOK}), or "
+                           "pass the weights_dir that holds dwpose/")
+    if trusted_sha256 is None and expected_size is None:
+        with contextlib.suppress(Exception):  # no manifest facts (a foreign folder): the plain policy applies
+            facts = weights.expected_facts(path.parent.parent if weights_dir is None else weights_dir,
+                                           CHECKPOINT_FILE)
+            trusted_sha256, expected_size = facts.sha256, facts.size
+    return models.load_checkpoint(path, trusted_sha256=trusted_sha256, expected_size=expected_size,
+                                  allow_pickle=allow_pickle)
+
+
+def load_model(path: str | os.PathLike, weights_dir: str | os.PathLike | None = None, *,
+               allow_pickle: bool = False):
+    """:class:`~nbhelpers.faces.dwpose_net.RTMPoseWholebody` (eval, float32, CPU) with the ``.pth`` ``path``
+    (:func:`read_checkpoint`) loaded strictly: CheckpointError when its names or shapes differ from RTMPose-l
+    whole-body 384x288. Source: `preprocessing.py:17-19` (docs/official-behaviour.md §3.1).
+    """
+    state = state_dict_of(read_checkpoint(path, weights_dir, allow_pickle=allow_pickle), path)
     model = build_model("cpu")
     models.check_state_dict(model, state, path, what="DWPose RTMPose-l whole-body 384x288 (dw-ll_ucoco_384.pth)")
     model.load_state_dict(state, strict=True)
@@ -120,20 +127,14 @@ def resolve_device(device: str | None) -> str:
     """``"cpu"`` or ``"cuda:N"`` for ``device`` (None: the GPU when torch sees one; CUDA without a GPU warns and
     falls back to the CPU); InputError for another string."""
     torch = _import_torch()
-    if device is None:
-        return "cuda:0" if torch.cuda.is_available() else "cpu"
-    dev = str(device).lower()
-    if dev.startswith("cuda"):
-        if dev not in ("cuda",) and not (dev.startswith("cuda:") and dev[5:].isdigit()):
-            raise InputError(f"device={device!r}: expected 'cpu', 'cuda' or 'cuda:N' for the DWPose model")
-        if not torch.cuda.is_available():
-            warnings.warn(f"device={device!r} was asked for DWPose, but torch sees no CUDA GPU; running DWPose on the "
-                          "CPU instead, which is much slower.", FallbackWarning, stacklevel=3)
-            return "cpu"
-        return "cuda:0" if dev == "cuda" else dev
-    if dev != "cpu":
+    dev = ("cuda" if torch.cuda.is_available() else "cpu") if device is None else str(device).lower()
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", dev):
         raise InputError(f"device={device!r}: expected 'cpu', 'cuda' or 'cuda:N' for the DWPose model")
-    return "cpu"
+    if dev.startswith("cuda") and not torch.cuda.is_available():
+        warnings.warn(f"device={device!r} was asked for DWPose, but torch sees no CUDA GPU; running DWPose on the "
+                      "CPU instead, which is much slower.", FallbackWarning, stacklevel=3)
+        return "cpu"
+    return "cuda:0" if dev == "cuda" else dev
 
 
 def _dtype(dtype: Any, device: str):
@@ -146,24 +147,21 @@ def _dtype(dtype: Any, device: str):
     return dtype
 
 
-def simcc_to_keypoints(simcc_x, simcc_y, flip_simcc: tuple | None = None, flip_indices=None):
-    """:func:`dwpose_codec.merge_flip` (when ``flip_simcc``, the flipped input's pair, is given; ``flip_indices``
-    default COCO-WholeBody) and :func:`dwpose_codec.decode_simcc` in torch on the device of the (N, K, Wx), (N, K, Wy)
-    float32 tensors: ``(keypoints (N, K, 2) float32 input pixels, scores (N, K) float32)``, numpy.
+def simcc_to_keypoints(simcc_x, simcc_y, flip_simcc: tuple | None = None):
+    """:func:`dwpose_codec.merge_flip` (when ``flip_simcc``, the flipped input's pair, is given) and
+    :func:`dwpose_codec.decode_simcc` in torch on the device of the (N, K, Wx), (N, K, Wy) float32 tensors:
+    ``(keypoints (N, K, 2) float32 input pixels, scores (N, K) float32)``, numpy.
 
     Source: `[mmpose] rtmcc_head.py:193-208`, `codecs/simcc_label.py:156,173`,
     `codecs/utils/post_processing.py:79-88` (docs/official-behaviour.md §3.1).
     """
     torch = _import_torch()
-
     if flip_simcc is not None:
-        idx = to_device(np.asarray(codec.coco_wholebody_flip_indices() if flip_indices is None else flip_indices,
-                                   dtype=np.int64), simcc_x.device)
+        idx = to_device(np.asarray(codec.coco_wholebody_flip_indices(), dtype=np.int64), simcc_x.device)
         fx, fy = flip_simcc
         simcc_x = (simcc_x + fx[:, idx].flip(-1)) * 0.5
         simcc_y = (simcc_y + fy[:, idx]) * 0.5
-    max_x, arg_x = simcc_x.max(dim=-1)
-    max_y, arg_y = simcc_y.max(dim=-1)
+    max_x, max_y = simcc_x.amax(dim=-1), simcc_y.amax(dim=-1)
     # torch's max(dim) documents no tie rule: take the first bin that reaches the maximum, as numpy's argmax.
     arg_x = (simcc_x == max_x.unsqueeze(-1)).to(torch.uint8).argmax(dim=-1)
     arg_y = (simcc_y == max_y.unsqueeze(-1)).to(torch.uint8).argmax(dim=-1)
@@ -178,21 +176,13 @@ def simcc_to_keypoints(simcc_x, simcc_y, flip_simcc: tuple | None = None, flip_i
 class DWPoseTorch:
     """DWPose whole-body keypoints of whole frames with the torch network (no face detector).
 
-    Args:
-        checkpoint: ``dw-ll_ucoco_384.pth`` (:func:`load_model`), or None when ``model`` is given.
-        device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or None (the GPU when torch sees one).
-        dtype: None (float16 on a GPU, float32 on the CPU), ``"float32"``, ``"float16"`` or ``"bfloat16"``; the head's
-            token part (ScaleNorm, GAU, SimCC classifiers) stays float32 (no attention overflow).
-        flip_test: Also run the mirrored input and average (official ``test_cfg.flip_test=True``).
-        batch_size: Frames per network call (default :data:`DEFAULT_BATCH`; halved on CUDA out-of-memory).
-        model: A built :class:`~nbhelpers.faces.dwpose_net.RTMPoseWholebody` instead of ``checkpoint``.
-        weights_dir: The weights dir (for the recorded sha256); default the checkpoint's grandparent.
-        fuse: Fold BatchNorm into the convs (:func:`~nbhelpers.faces.dwpose_net.fuse_batchnorm`, on a copy).
-        channels_last: NHWC convs (default: on a GPU).
-
-    Raises:
-        WeightsError, CheckpointError: The checkpoint is missing, damaged or not DWPose's.
-        InputError: A bad device, dtype or batch_size.
+    The network is ``model`` (a built :class:`~nbhelpers.faces.dwpose_net.RTMPoseWholebody`) or the ``checkpoint``
+    ``.pth`` (:func:`load_model`, facts from ``weights_dir``), on ``device`` (:func:`resolve_device`), in ``dtype``
+    (None: float16 on a GPU, float32 on the CPU; float32, float16 or bfloat16), the head's token part (ScaleNorm, GAU,
+    SimCC classifiers) in float32 (no attention overflow); ``fuse`` folds BatchNorm into the convs (on a copy),
+    ``channels_last`` (default: on a GPU) runs NHWC convs. ``flip_test`` also runs the mirrored input and averages
+    (official ``test_cfg.flip_test=True``); ``batch_size`` frames per call (default :data:`DEFAULT_BATCH`), halved on
+    CUDA out-of-memory. WeightsError or CheckpointError for a bad checkpoint, InputError for bad arguments.
 
     Source: `preprocessing.py:17-19,97-101` (docs/official-behaviour.md §3.1).
     """
@@ -282,25 +272,16 @@ class DWPoseTorch:
     def close(self) -> None:
         """Drop the network (and the CUDA cache)."""
         self.__dict__.pop("net", None)
-        torch = _import_torch()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+        empty_cache()
 
 
 class DWPoseBackend(PoseBackend):
     """Face box from S3FD + 68 landmarks from DWPose in torch: the default landmark backend wherever torch runs.
 
-    Args:
-        weights_dir: Folder in the official ``models/`` layout with :data:`CHECKPOINT_FILE` and :data:`S3FD_FILE`
-            (default ``nbhelpers.weights.default_dir()``).
-        device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or None (the GPU when available), for both models.
-        dtype: As :class:`DWPoseTorch`.
-        face_detector: Instead of S3FD, an object with ``detect(frames) -> list[(x1, y1, x2, y2, score) | None]``.
-        model, flip_test, batch_size: As :class:`DWPoseTorch` (``model`` instead of the checkpoint).
-
-    Raises:
-        WeightsError, CheckpointError: A weight file is missing, damaged or not the official one.
-        MissingDependencyError, InputError: torch is not installed; a bad device, dtype or batch size.
+    ``weights_dir`` (default :func:`nbhelpers.weights.default_dir`) holds :data:`CHECKPOINT_FILE` and
+    :data:`S3FD_FILE`; ``device`` serves both models; ``face_detector`` replaces S3FD (an object whose
+    ``detect(frames)`` gives N ``(x1, y1, x2, y2, score)`` or None); the other arguments are :class:`DWPoseTorch`'s.
+    WeightsError or CheckpointError for a missing or foreign weight file; MissingDependencyError without torch.
 
     Source: `preprocessing.py:15-23,84-111` (docs/official-behaviour.md §3.1-3.3).
     """
@@ -311,17 +292,13 @@ class DWPoseBackend(PoseBackend):
     def __init__(self, weights_dir: str | os.PathLike | None = None, device: str | None = None, *, dtype: Any = None,
                  face_detector=None, model=None, flip_test: bool = True, batch_size: int | None = None):
         self.weights_dir = root = weights_root(weights_dir, model is None or face_detector is None)
-        if model is None and not (root / CHECKPOINT_FILE).is_file():
-            raise WeightsError(f"DWPose checkpoint {str(root / CHECKPOINT_FILE)!r} does not exist: download the "
-                               "weights (notebooks/00_setup.ipynb, `python -m nbhelpers download`) or pass the "
-                               "weights_dir that holds dwpose/")
         self.pose = DWPoseTorch(None if model is not None else root / CHECKPOINT_FILE, device, dtype,
                                 flip_test=flip_test, batch_size=batch_size, model=model, weights_dir=root)
         self.device = self.pose.device
         # S3FD: float16 and several frames per call on a GPU; float32, one frame per call on the CPU (official)
         on_gpu = self.device.startswith("cuda")
-        self.face_detector = face_detector if face_detector is not None else build_s3fd(
-            root, self.device, dtype="auto", batch_size=S3FD_GPU_BATCH if on_gpu else 1)
+        self.face_detector = face_detector if face_detector is not None else S3FD(
+            root / S3FD_FILE, self.device, "auto", batch_size=S3FD_GPU_BATCH if on_gpu else 1)
 
     def __repr__(self) -> str:
         return f"{super().__repr__()[:-1]}, dtype={str(self.pose.dtype)!r})"

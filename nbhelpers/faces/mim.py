@@ -82,16 +82,10 @@ def pins_for(torch_version: str) -> PinSet:
 
 @dataclass(frozen=True)
 class WheelCheck:
-    """Whether OpenMMLab has a prebuilt mmcv wheel for this Python, torch and CUDA.
-
-    Attributes:
-        ok: True when a wheel of the wanted ``mmcv_version`` matches.
-        page_url, python_tag, torch_series, cuda_tag, platform: The page read and what was looked for (``"cp310"``,
-            ``"2.1"``, ``"cu121"``, ``"linux-x86_64"``).
-        matching, listed: File names of the matching wheels and of every mmcv wheel on the page.
-        page_found, reachable: False when the page does not exist, or the server could not be reached.
-        recommended_backend, message: ``"mmpose"`` when ok, else ``"dwpose"``; the verdict in words.
-    """
+    """Whether OpenMMLab has a prebuilt mmcv wheel (``ok``) of ``mmcv_version`` for this Python, torch and CUDA: the
+    page read, what was looked for (``"cp310"``, ``"2.1"``, ``"cu121"``, ``"linux-x86_64"``), the file names of the
+    ``matching`` wheels and of every mmcv wheel ``listed``, ``page_found`` and ``reachable`` (False: no such page, no
+    server), the ``recommended_backend`` (``"mmpose"`` when ok, else ``"dwpose"``) and the verdict in words."""
 
     ok: bool
     page_url: str
@@ -247,10 +241,8 @@ def check_mmcv_wheels(index_url: str = OPENMMLAB_MMCV_INDEX, python: str | None 
     # OpenMMLab's docs name the page torch2.1/, mim asks for torch2.1.0/ (checked with openmim 0.3.9): try both.
     pages = [base] if base.endswith(".html") else [f"{base}/{cuda_tag}/torch{series}/index.html",
                                                      f"{base}/{cuda_tag}/torch{series}.0/index.html"]
-    page = pages[0]
     common = dict(python_tag=py_tag, torch_series=series, cuda_tag=cuda_tag, platform=plat, mmcv_version=want)
-    py_text = f"Python {py_tag[2]}.{py_tag[3:]}"
-    where = f"{py_text}, torch {series}, {cuda_tag}, {plat}"
+    where = f"Python {py_tag[2]}.{py_tag[3:]}, torch {series}, {cuda_tag}, {plat}"
     here = expected_build_time()
     others = [t for t in (BUILD_TIME_COLAB, BUILD_TIME_2_CORES) if t not in here]
     fallback = (f"Compiling mmcv from source instead would take {here}"
@@ -271,24 +263,18 @@ def check_mmcv_wheels(index_url: str = OPENMMLAB_MMCV_INDEX, python: str | None 
         return WheelCheck(False, pages[0], **common, page_found=False,
                           message=f"OpenMMLab has no mmcv wheels for torch {series} with {cuda_tag}: no page at "
                                   f"{' or '.join(pages)} ({error}). No prebuilt mmcv {want} for {where}. {fallback}")
-    listed, matching = [], []
-    for name in wheel_links(text):
-        info = parse_wheel_name(name)
-        if info is None or info["name"] != "mmcv":
-            continue
-        listed.append(name)
-        py_ok = py_tag in info["py"].split(".")
-        abi_ok = any(a in (py_tag, "abi3", "none") for a in info["abi"].split("."))
-        if info["version"] == want and py_ok and abi_ok and _platform_matches(info["plat"], plat):
-            matching.append(name)
+    wheels = {name: info for name in wheel_links(text) if (info := parse_wheel_name(name)) and info["name"] == "mmcv"}
+    listed = list(wheels)
+    matching = [name for name, info in wheels.items() if info["version"] == want and py_tag in info["py"].split(".")
+                and any(a in (py_tag, "abi3", "none") for a in info["abi"].split("."))
+                and _platform_matches(info["plat"], plat)]
     if matching:
         return WheelCheck(True, page, **common, matching=tuple(matching), listed=tuple(listed),
                           recommended_backend="mmpose",
                           message=f"Prebuilt mmcv {want} wheel for {where}: {matching[0]} ({page}). "
                                   f"install_mmpose() installs it without compiling (a few minutes).")
-    versions = sorted({parse_wheel_name(n)["version"] for n in listed})
-    pythons = sorted({t for n in listed if parse_wheel_name(n)["version"] == want
-                      for t in parse_wheel_name(n)["py"].split(".")})
+    versions = sorted({info["version"] for info in wheels.values()})
+    pythons = sorted({t for info in wheels.values() if info["version"] == want for t in info["py"].split(".")})
     detail = (f"the page lists {len(listed)} mmcv wheels (versions {', '.join(versions) or 'none'}; "
               f"mmcv {want} for {', '.join(pythons) or 'no Python'})")
     return WheelCheck(False, page, **common, listed=tuple(listed),
@@ -307,16 +293,10 @@ class StepResult:
 
 @dataclass
 class MimInstallResult:
-    """What :func:`install_mmpose` did (or, for a ``dry_run``, would do).
-
-    Attributes:
-        ok: True when every command succeeded, torch/torchvision/numpy are unchanged and the verification passed.
-        commands, steps: The argument lists in order; those that ran, with exit status and timing.
-        constraints_path, constraints: The constraints file passed with ``-c`` and its text.
-        pins, wheel_check: The OpenMMLab versions chosen and why; the mmcv wheel verdict, when one was made.
-        verify: The ``--self-check`` report of :mod:`nbhelpers.faces.mmpose_backend`.
-        seconds, message: Wall time of the whole install; the outcome in words.
-    """
+    """What :func:`install_mmpose` did (or, for a ``dry_run``, would do): ``ok`` when every command succeeded,
+    torch/torchvision/numpy are unchanged and the verification passed; the ``commands`` in order and the ``steps``
+    that ran; the constraints file passed with ``-c`` and its text; the ``pins`` chosen, the mmcv ``wheel_check``
+    when made, the ``verify`` report of ``mmpose_backend --self-check``, the wall ``seconds`` and the outcome."""
 
     ok: bool
     dry_run: bool
@@ -357,10 +337,6 @@ def _versions_of(python: str) -> dict:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
-def _package_root() -> str:
-    return str(Path(__file__).resolve().parents[2])
-
-
 def install_mmpose(dry_run: bool = False, *, python: str | None = None, torch_version: str | None = None,
                    numpy_version: str | None = None, pins: PinSet | None = None, only_binary: bool = False,
                    wheel_check: WheelCheck | None = None, weights_dir: str | os.PathLike | None = None,
@@ -369,23 +345,15 @@ def install_mmpose(dry_run: bool = False, *, python: str | None = None, torch_ve
     """Install mmengine, mmcv, mmdet and mmpose through openmim, torch, torchvision and numpy held by ``-c
     <constraints>``: openmim and ``setuptools<81`` (mim imports ``pkg_resources``), ``mim install`` mmengine, mmcv and
     mmdet, ``pip install --no-deps mmpose`` (its ``chumpy`` does not build) and what mmpose imports; then a
-    self-check in a new interpreter. A failed command stops the install with ``ok`` False.
+    self-check (``verify``, with ``weights_dir``'s .pth or random weights) in a new interpreter. A failed command
+    stops the install with ``ok`` False; a ``dry_run`` only writes the constraints file (in ``workdir``, default a
+    shared temporary folder) and returns the commands. ``python`` (default: this one) is the interpreter installed
+    into, ``torch_version`` and ``numpy_version`` (default: its) are held, ``pins`` default to :func:`pins_for` the
+    torch version; ``only_binary`` refuses to compile mmcv; ``wheel_check`` defaults to :func:`check_mmcv_wheels`
+    now; ``mmcv_base_url`` is a mirror of ``https://download.openmmlab.com`` (mim's ``MMCV_BASE_URL``); ``timeout_s``
+    limits each command (seconds). MissingDependencyError without torch or numpy.
 
-    Args:
-        dry_run: Return the commands (and write the constraints file) without running anything.
-        python: Interpreter to install into (default: this one).
-        torch_version, numpy_version: Versions to hold (default: the installed ones).
-        pins: OpenMMLab versions (default: :func:`pins_for` the torch version).
-        only_binary: Refuse to compile mmcv (``--only-binary mmcv``).
-        wheel_check: A verdict from :func:`check_mmcv_wheels`; default: checked now (not in a dry run).
-        weights_dir: Weights folder for the verification (random weights without its .pth).
-        verify: Run the verification after installing.
-        workdir: Where the constraints file goes (default: a shared temporary folder).
-        mmcv_base_url: A mirror of ``https://download.openmmlab.com`` (mim's ``MMCV_BASE_URL``).
-        timeout_s: Limit for each command, seconds.
-
-    Raises:
-        MissingDependencyError: torch or numpy is not installed. Source: ``README.md:151-185`` (quirk Q29).
+    Source: ``README.md:151-185`` (quirk Q29).
     """
     python = python or sys.executable
     installed = _versions_of(python) if (torch_version is None or numpy_version is None) else {}
@@ -436,7 +404,8 @@ def install_mmpose(dry_run: bool = False, *, python: str | None = None, torch_ve
     env = dict(os.environ)
     if mmcv_base_url:
         env["MMCV_BASE_URL"] = mmcv_base_url.rstrip("/")
-    env["PYTHONPATH"] = os.pathsep.join([_package_root(), *filter(None, [env.get("PYTHONPATH")])])
+    package_root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join([package_root, *filter(None, [env.get("PYTHONPATH")])])
     for cmd in commands:
         t0 = time.perf_counter()
         try:

@@ -22,15 +22,16 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import weights as _weights
-from ..errors import CheckpointError, MissingDependencyError, WeightsError
-from ..models import load_checkpoint
+from .. import models
+from ..errors import MissingDependencyError
+from ..gpu import empty_cache
 from . import _mmcv_ops_stub, dwpose_torch
 from . import dwpose_codec as codec
-from .dwpose_onnx import Availability, PoseBackend, build_s3fd, weights_root
+from .base import DWPOSE_PTH_FILE as CHECKPOINT_FILE
+from .base import S3FD_FILE, Availability, PoseBackend, weights_root
 from .mim import installed_version
+from .s3fd import S3FD
 
-CHECKPOINT_FILE = "dwpose/dw-ll_ucoco_384.pth"  # relative to the weights dir (official models/ layout)
 INSTALL_HINT = ("mmpose is not importable. Install it with nbhelpers.faces.mim.install_mmpose() (see "
                 "notebooks/00_setup.ipynb), or use the 'dwpose' backend, which gives the same landmarks "
                 "without mmcv")
@@ -121,27 +122,11 @@ def import_mmpose():
 
 def load_checkpoint_state(path: str | os.PathLike, trusted_sha256: str | None = None,
                           expected_size: int | None = None, *, allow_pickle: bool = False) -> tuple[dict, dict]:
-    """``(state_dict, meta)`` of an mmpose checkpoint, a leading ``"module."`` removed and ``meta`` empty when absent,
-    read through :func:`nbhelpers.models.load_checkpoint`: unpickled in full only when it matches ``trusted_sha256``
-    or ``expected_size`` (default: :func:`nbhelpers.weights.expected_facts` for ``<weights
-    dir>/dwpose/dw-ll_ucoco_384.pth``), or with ``allow_pickle`` (a file you trust).
-
-    Raises:
-        WeightsError: Missing, damaged, an unverified pickle, or not a dict checkpoint.
-
-    Source: ``preprocessing.py:17-19``; ``[mmpose] apis/inference.py:104-111``.
+    """``(state_dict, meta)`` of an mmpose checkpoint read by :func:`~nbhelpers.faces.dwpose_torch.read_checkpoint`
+    (arguments and WeightsError as there), a leading ``"module."`` removed, ``meta`` empty when absent.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise WeightsError(f"DWPose checkpoint {str(path)!r} does not exist: download it with `"
-                           f"{_weights.DOWNLOAD_COMMAND} --weights DIR --sets faces-mmpose` (or "
-                           f"{_weights.NOTEBOOK}), or pass the weights_dir that holds dwpose/")
-    if trusted_sha256 is None and expected_size is None and path.as_posix().endswith("/" + CHECKPOINT_FILE):
-        root = Path(str(path)[: -len(CHECKPOINT_FILE)])
-        facts = _weights.expected_facts(root, CHECKPOINT_FILE)
-        trusted_sha256, expected_size = facts.sha256, facts.size
-    ckpt = load_checkpoint(path, trusted_sha256=trusted_sha256, expected_size=expected_size,
-                           allow_pickle=allow_pickle)
+    ckpt = dwpose_torch.read_checkpoint(path, trusted_sha256=trusted_sha256, expected_size=expected_size,
+                                        allow_pickle=allow_pickle)
     state = dwpose_torch.state_dict_of(ckpt, path)  # a CheckpointError (a WeightsError) when not a dict
     meta = ckpt.get("meta")
     return state, meta if isinstance(meta, dict) else {}
@@ -151,11 +136,7 @@ def build_pose_model(checkpoint: str | os.PathLike | None = None, device: str | 
                      flip_test: bool = True, seed: int | None = None):
     """The official mmpose RTMPose-l whole-body model in eval mode on ``device`` (None: GPU when available), with the
     weights of ``checkpoint`` or, for None, random ones from ``seed``; ``flip_test`` sets ``test_cfg.flip_test``.
-
-    Raises:
-        MissingDependencyError: mmpose does not import.
-        WeightsError: The checkpoint is missing or unreadable.
-        CheckpointError: Its parameter names or shapes do not match the model.
+    MissingDependencyError when mmpose does not import; WeightsError or CheckpointError for a bad checkpoint.
 
     Source: ``preprocessing.py:17-19``; ``[mmpose] apis/inference.py:95,104,113-123``.
     """
@@ -169,15 +150,7 @@ def build_pose_model(checkpoint: str | os.PathLike | None = None, device: str | 
         model = apis.init_model(Config(config_dict(flip_test)), checkpoint=None, device="cpu")
     if checkpoint is not None:
         state, meta = load_checkpoint_state(checkpoint)
-        own = model.state_dict()
-        missing = sorted(set(own) - set(state))
-        unexpected = sorted(set(state) - set(own))
-        wrong = sorted(k for k in set(own) & set(state) if tuple(own[k].shape) != tuple(state[k].shape))
-        if missing or unexpected or wrong:
-            raise CheckpointError(
-                f"{checkpoint}: does not match RTMPose-l whole-body 384x288: {len(missing)} missing keys "
-                f"{missing[:5]}, {len(unexpected)} unexpected {unexpected[:5]}, {len(wrong)} with other shapes "
-                f"{wrong[:5]}; is it dw-ll_ucoco_384.pth (the DWPose whole-body model)?")
+        models.check_state_dict(model, state, checkpoint, what="DWPose RTMPose-l whole-body 384x288 (mmpose)")
         model.load_state_dict(state, strict=True)
         if isinstance(meta.get("dataset_meta"), dict):
             model.dataset_meta = meta["dataset_meta"]
@@ -224,17 +197,10 @@ def export_onnx(model, path: str | os.PathLike, *, dynamic_batch: bool = True, o
 
 
 class MMPoseBackend(PoseBackend):
-    """Face box from S3FD and 68 landmarks from the official mmpose DWPose model (``inference_topdown``).
-
-    Args:
-        weights_dir, device, face_detector: As :class:`~nbhelpers.faces.dwpose_torch.DWPoseBackend`.
-        model: A pose model from :func:`build_pose_model` instead of the checkpoint.
-        flip_test: The official ``test_cfg.flip_test``.
-
-    Raises:
-        MissingDependencyError: mmpose (or torch) does not import.
-        WeightsError, CheckpointError: A weight file is missing, unreadable or does not fit the model.
-    """
+    """Face box from S3FD and 68 landmarks from the official mmpose DWPose model (``inference_topdown``): ``model``
+    from :func:`build_pose_model` or the checkpoint, with the official ``test_cfg.flip_test``; the other arguments as
+    :class:`~nbhelpers.faces.dwpose_torch.DWPoseBackend`. MissingDependencyError when mmpose (or torch) does not
+    import; WeightsError or CheckpointError for a missing, unreadable or foreign weight file."""
 
     name = "mmpose"
 
@@ -245,7 +211,7 @@ class MMPoseBackend(PoseBackend):
         self.device = dwpose_torch.resolve_device(device)
         self.model = model if model is not None else build_pose_model(root / CHECKPOINT_FILE, self.device,
                                                                       flip_test=flip_test)
-        self.face_detector = face_detector if face_detector is not None else build_s3fd(root, device)
+        self.face_detector = face_detector if face_detector is not None else S3FD(root / S3FD_FILE, device)
 
     def keypoints(self, frames_bgr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(keypoints, scores)``, (N, 133, 2) float32 frame pixels and (N, 133) float32, of (N, H, W, 3) uint8 BGR
@@ -263,11 +229,7 @@ class MMPoseBackend(PoseBackend):
         """Release the models (GPU memory)."""
         self.model = None
         super().close()
-        if "torch" in sys.modules:
-            import torch
-
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
+        empty_cache()
 
 
 def self_check(weights_dir: str | os.PathLike | None = None, device: str | None = None) -> dict:

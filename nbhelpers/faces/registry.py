@@ -15,15 +15,11 @@ from collections.abc import Callable, Iterator, MutableMapping
 from pathlib import Path
 from typing import Any
 
-from .. import weights
 from ..errors import FallbackWarning, InputError, MissingDependencyError
 from ..models import LOAD_LOCK
-from .base import LandmarkBackend
+from .base import DWPOSE_ONNX_FILE, DWPOSE_PTH_FILE, S3FD_FILE, LandmarkBackend, weights_root
 
 # Weight files (relative to a weights dir, the official `models/` folder) that the detector backends need.
-S3FD_FILE = "s3fd/s3fd-619a316812.pth"
-DWPOSE_ONNX_FILE = "dwpose/dw-ll_ucoco_384.onnx"
-DWPOSE_PTH_FILE = "dwpose/dw-ll_ucoco_384.pth"
 NEEDS_WEIGHTS = {"mmpose": (DWPOSE_PTH_FILE, S3FD_FILE), "dwpose": (DWPOSE_PTH_FILE, S3FD_FILE),
                  "dwpose-onnx": (DWPOSE_ONNX_FILE, S3FD_FILE)}
 # The automatic choice, in order: (backend, the module that must import for it).
@@ -94,15 +90,6 @@ BACKENDS = BackendRegistry({
 })
 
 
-def _weights_dir(weights_dir: str | os.PathLike | None) -> Path | None:
-    if weights_dir is not None:
-        return Path(weights_dir)
-    try:
-        return Path(weights.default_dir())
-    except Exception:  # noqa: BLE001 - no usable default: the weight-based backends are skipped with a reason
-        return None
-
-
 def _set_reason(backend: Any, reason: str) -> Any:
     with contextlib.suppress(AttributeError):  # __slots__ or a read-only attribute: the reason is lost, not fatal
         backend.reason = reason
@@ -123,17 +110,10 @@ def get_backend(name: str | LandmarkBackend = "auto", weights_dir: str | os.Path
                 device: str | None = None, **kwargs: Any) -> LandmarkBackend:
     """A landmark backend by name, or chosen: ``"auto"`` takes the first of :data:`AUTO_ORDER` whose package imports
     and whose files (:data:`NEEDS_WEIGHTS`) are in the weights dir, else ``dlib``; one that fails to start is skipped
-    with a warning. The backend's ``reason`` says which was chosen and why.
-
-    Args:
-        name: ``"auto"``, a name in :data:`BACKENDS`, or a backend object (returned unchanged).
-        weights_dir, device: None: :func:`nbhelpers.weights.default_dir`; the backend's choice.
-        **kwargs: Passed to the backend factory (e.g. ``upsample=1`` for dlib).
-
-    Raises:
-        InputError: An unknown name, or ``"boxes"`` (pass ``boxes=`` to ``track`` instead).
-        MissingDependencyError: The backend's packages are missing, or (auto) none is usable.
-        WeightsError: A named backend's weight files are missing or corrupt.
+    with a warning. The backend's ``reason`` says which was chosen and why. A backend object is returned unchanged;
+    ``weights_dir`` None is :func:`nbhelpers.weights.default_dir`; ``kwargs`` go to the factory (``upsample=1`` for
+    dlib). InputError for an unknown name or ``"boxes"`` (pass ``boxes=`` to ``track``); MissingDependencyError when
+    the backend's packages are missing or (auto) none is usable; WeightsError for a named backend's bad weights.
 
     Source: the official code builds DWPose (mmpose) and S3FD at import (``preprocessing.py:15-23``; quirk Q20).
     """
@@ -145,7 +125,10 @@ def get_backend(name: str | LandmarkBackend = "auto", weights_dir: str | os.Path
     if name == "boxes":
         raise InputError("backend 'boxes' is not a detector: pass the crop boxes to nbhelpers.faces.track("
                          "frames, boxes=...) and no detector runs.")
-    wd = _weights_dir(weights_dir)
+    try:
+        wd = weights_root(weights_dir)
+    except Exception:  # noqa: BLE001 - no usable default: the weight-based backends are skipped with a reason
+        wd = None
     if name != "auto" and name not in BACKENDS:
         raise InputError(f"unknown landmark backend {name!r}; the choices are "
                          f"{', '.join(map(repr, ['auto', *BACKENDS]))}.")

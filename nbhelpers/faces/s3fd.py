@@ -1,8 +1,7 @@
 """S3FD face detection with the official weights (``s3fd/s3fd-619a316812.pth``), downloading nothing.
 
-The network (:class:`S3FDNet`, torch, built on first use, with the checkpoint's parameter names) and the loader
-:class:`S3FD` are kept apart from the numpy decoding (:func:`decode_detections`, :func:`nms`, :func:`best_box`),
-which tests check on outputs built by hand. Importing this module imports numpy only.
+The network (:class:`S3FDNet`, built on first use) and the loader :class:`S3FD` are kept apart from the numpy
+decoding (:func:`decode_detections`, :func:`nms`, :func:`best_box`). Importing this module imports numpy only.
 """
 
 from __future__ import annotations
@@ -11,14 +10,14 @@ import copy
 import functools
 import os
 import warnings
-from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..errors import CheckpointError, FallbackWarning, InputError, MissingDependencyError, WeightsError
-from ..gpu import batched, device_constant, host_wait, to_device
-from .registry import S3FD_FILE  # "s3fd/s3fd-619a316812.pth", relative to a weights dir (official `models/`)
+from .. import models
+from ..errors import FallbackWarning, InputError, require
+from ..gpu import batched, device_constant, empty_cache, host_wait, to_device
+from .base import S3FD_FILE
 
 MEAN = (104.0, 117.0, 123.0)  # subtracted from the *RGB* channels in this order (BGR means on RGB data, Q18)
 STRIDES = (4, 8, 16, 32, 64, 128)  # pixels, one per detection head
@@ -46,10 +45,8 @@ class Detection(NamedTuple):
 
 
 def softmax(logits: np.ndarray, axis: int = 1) -> np.ndarray:
-    """Numerically stable float64 softmax of ``logits`` along ``axis`` (1 for the (B, 2, H, W) conf maps).
-
-    Source: ``detect.py:67-70``.
-    """
+    """Numerically stable float64 softmax of ``logits`` along ``axis`` (1 for the (B, 2, H, W) conf maps)
+    (``detect.py:67-70``)."""
     x = np.asarray(logits, dtype=np.float64)
     x = x - x.max(axis=axis, keepdims=True)
     e = np.exp(x)
@@ -58,10 +55,8 @@ def softmax(logits: np.ndarray, axis: int = 1) -> np.ndarray:
 
 def nms(dets: np.ndarray, threshold: float = NMS_THRESHOLD) -> np.ndarray:
     """Greedy non-maximum suppression of (K, 5) ``dets`` ``(x1, y1, x2, y2, score)``: the (M,) int64 indices kept,
-    highest score first; a kept box removes those whose IoU exceeds ``threshold``, sides counted as ``x2 - x1 + 1``.
-
-    Source: ``bbox.py:44-64``.
-    """
+    highest score first; a kept box removes those whose IoU exceeds ``threshold``, sides counted as ``x2 - x1 + 1``
+    (``bbox.py:44-64``)."""
     dets = np.asarray(dets, dtype=np.float64)
     if dets.size == 0:
         return np.zeros(0, dtype=np.int64)
@@ -80,12 +75,12 @@ def nms(dets: np.ndarray, threshold: float = NMS_THRESHOLD) -> np.ndarray:
     return np.asarray(keep, dtype=np.int64)
 
 
-def _decode_image(outputs: list[np.ndarray], candidate_score: float) -> np.ndarray:
+def _decode_image(outputs: list[np.ndarray]) -> np.ndarray:
     """All candidate boxes of one image: (K, 5) ``(x1, y1, x2, y2, score)`` in input pixels."""
     found = []
     for level, stride in enumerate(STRIDES):
         prob, loc = outputs[2 * level], outputs[2 * level + 1]  # (2, h, w) face probability in [1]; (4, h, w)
-        rows, cols = np.nonzero(prob[1] > candidate_score)
+        rows, cols = np.nonzero(prob[1] > CANDIDATE_SCORE)
         if rows.size == 0:
             continue
         size = float(ANCHOR_SCALE * stride)
@@ -103,20 +98,14 @@ def _decode_image(outputs: list[np.ndarray], candidate_score: float) -> np.ndarr
     return np.concatenate(found, axis=0)
 
 
-def decode_detections(olist: list[Any], *, apply_softmax: bool = True, candidate_score: float = CANDIDATE_SCORE,
-                      nms_threshold: float = NMS_THRESHOLD, min_score: float = MIN_SCORE) -> list[np.ndarray]:
+def decode_detections(olist: list[Any], *, apply_softmax: bool = True,
+                      min_score: float = MIN_SCORE) -> list[np.ndarray]:
     """The 12 S3FD head outputs as face boxes: B float64 arrays (K_b, 5) ``(x1, y1, x2, y2, score)`` in input pixels,
     highest score first. Head ``i`` (stride ``s = 4 * 2**i``): a cell ``(r, c)`` whose face probability exceeds
-    ``candidate_score`` decodes its anchor (side ``4s``, centre ``(s/2 + c s, s/2 + r s)``) with variances (0.1, 0.2);
-    then :func:`nms` at ``nms_threshold``, and scores <= ``min_score`` are dropped (officially 0.05, 0.3, 0.5).
-
-    Args:
-        olist: ``[conf_0, loc_0, ..., conf_5, loc_5]`` (numpy or torch): (B, 2, H_i, W_i) float, channel 1 = face,
-            and (B, 4, H_i, W_i) float.
-        apply_softmax, candidate_score, nms_threshold, min_score: Whether ``conf_i`` are logits; the thresholds.
-
-    Raises:
-        InputError: Not 12 arrays, or shapes that do not pair up.
+    :data:`CANDIDATE_SCORE` (0.05) decodes its anchor (side ``4s``, centre ``(s/2 + c s, s/2 + r s)``) with variances
+    (0.1, 0.2); then :func:`nms` at :data:`NMS_THRESHOLD` (0.3), and scores <= ``min_score`` (officially 0.5) go.
+    ``olist`` is ``[conf_0, loc_0, ..., conf_5, loc_5]`` (numpy or torch): (B, 2, H_i, W_i) float (logits when
+    ``apply_softmax``), channel 1 = face, and (B, 4, H_i, W_i) float; InputError for other shapes.
 
     Source: ``detect.py:59-91``, ``bbox.py:44-64,111-129``, ``sfd_detector.py:41-47``, ``net_s3fd.py:124-127``.
     """
@@ -133,8 +122,8 @@ def decode_detections(olist: list[Any], *, apply_softmax: bool = True, candidate
     batch = arrays[0].shape[0]
     results = []
     for b in range(batch):
-        dets = _decode_image([a[b] for a in arrays], candidate_score)
-        dets = dets[nms(dets, nms_threshold)]
+        dets = _decode_image([a[b] for a in arrays])
+        dets = dets[nms(dets)]
         results.append(dets[dets[:, 4] > min_score])
     return results
 
@@ -156,7 +145,7 @@ _VGG = (("conv1", 3, 64, 2), ("conv2", 64, 128, 2), ("conv3", 128, 256, 3), ("co
 
 @functools.lru_cache(maxsize=1)
 def _build_classes() -> dict[str, Any]:
-    torch = _import_torch()
+    torch = require("torch", INSTALL_TORCH)
     from torch import nn
     from torch.nn import functional as F
 
@@ -249,43 +238,12 @@ def resolve_dtype(torch: Any, dtype: Any, device: Any = None) -> Any:
     return dtype
 
 
-def load_state_dict(path: str | os.PathLike) -> dict[str, Any]:
-    """An S3FD checkpoint's state dict (plain, or wrapped in ``"state_dict"``), read on the CPU with
-    ``weights_only=True``; WeightsError for a missing or unreadable file (an HTML page, a git-lfs pointer...)."""
-    import torch
-
-    path = Path(path)
-    if not path.is_file():
-        raise WeightsError(f"S3FD weights not found: {path}. Download the weights first (notebook 01_weights, or "
-                           f"nbhelpers.weights.download()); the file belongs at <weights dir>/{S3FD_FILE}.")
-    size = path.stat().st_size
-    try:
-        state = torch.load(str(path), map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - any unpickling failure means a bad file
-        raise WeightsError(f"{path} ({size} bytes) is not a readable torch checkpoint ({type(exc).__name__}: "
-                           f"{str(exc)[:200]}). It may be a partial download, an HTML page or a git-lfs pointer; "
-                           "delete it and download it again (the real file is about 86 MiB).") from exc
-    if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
-        state = state["state_dict"]
-    if not isinstance(state, dict):
-        raise WeightsError(f"{path} holds a {type(state).__name__}, not a state dict of S3FD parameters.")
-    return state
-
-
 class S3FD:
-    """The S3FD face detector with the official weights, on one device.
-
-    Args:
-        weights_path: Path of ``s3fd-619a316812.pth``, loaded strictly.
-        device: ``"cuda"``, ``"cuda:1"``, ``"cpu"``...; None picks CUDA when available.
-        dtype: As :func:`resolve_dtype`. Half on the CPU falls back to float32; a half batch with non-finite
-            outputs runs again in float32 (both warn).
-        max_side: Default for :meth:`detect`: None (full resolution, official) or the longest side, pixels.
-        batch_size: Frames per network call (official: 1); halved on CUDA out-of-memory.
-
-    Raises:
-        WeightsError, CheckpointError: The file is missing, unreadable, or its names or shapes are not S3FD's.
-        MissingDependencyError: torch is not installed.
+    """The S3FD face detector with the official weights ``weights_path`` (plain or wrapped in ``"state_dict"``,
+    loaded strictly), on ``device`` (None: CUDA when available) in ``dtype`` (:func:`resolve_dtype`; half on the CPU
+    falls back to float32, a half batch with non-finite outputs runs again in float32, both warn). ``max_side`` is
+    :meth:`detect`'s default (None: full resolution, official); ``batch_size`` frames per call (official 1), halved
+    on CUDA out-of-memory. WeightsError or CheckpointError for a missing, damaged or foreign file.
 
     Source: ``api.py:46-84``, ``sfd_detector.py``, ``detect.py:59-91``; docs/official-behaviour.md §3.2.
     """
@@ -294,7 +252,7 @@ class S3FD:
 
     def __init__(self, weights_path: str | os.PathLike, device: str | None = None, dtype: Any = None,
                  max_side: int | None = None, batch_size: int = 1):
-        torch = _import_torch()
+        torch = require("torch", INSTALL_TORCH)
         if max_side is not None and int(max_side) < 64:
             raise InputError(f"max_side must be None (full resolution) or >= 64 pixels; got {max_side!r}.")
         if int(batch_size) < 1:
@@ -309,9 +267,10 @@ class S3FD:
         self._net32 = None  # float32 copy, made only if a half-precision batch overflows
         self.max_side = None if max_side is None else int(max_side)
         self.batch_size = int(batch_size)
-        state = load_state_dict(weights_path)
+        state = models.load_checkpoint(weights_path)
+        state = state.get("state_dict", state) if isinstance(state, dict) else state
         net = _build_classes()["S3FDNet"]()
-        _check_state(net, state, Path(weights_path))
+        models.check_state_dict(net, state, weights_path, what=f"S3FD face detector ({S3FD_FILE})")
         net.load_state_dict(state, strict=True)
         self.net = net.to(device=self.device, dtype=self.dtype).eval()
         # NHWC on a GPU in half precision, the layout of cuDNN's tensor-core convolutions (same results)
@@ -396,20 +355,9 @@ class S3FD:
 
     def close(self) -> None:
         """Release the network (and the CUDA cache)."""
-        net = self.__dict__.pop("net", None)
+        self.__dict__.pop("net", None)
         self._net32 = None
-        del net
-        torch = _import_torch()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-
-
-def _import_torch() -> Any:
-    try:
-        import torch
-    except ImportError as exc:  # pragma: no cover - torch is a core dependency
-        raise MissingDependencyError(f"S3FD needs torch ({exc}). Install it with:\n    {INSTALL_TORCH}") from exc
-    return torch
+        empty_cache()
 
 
 def _as_batch(frames: Any, torch: Any) -> Any:
@@ -421,16 +369,3 @@ def _as_batch(frames: Any, torch: Any) -> Any:
         raise InputError(f"frames must be (N, H, W, 3) uint8 BGR with N >= 1; got shape {tuple(arr.shape)}, "
                          f"dtype {arr.dtype}.")
     return arr
-
-
-def _check_state(net: Any, state: dict[str, Any], path: Path) -> None:
-    expected = {k: tuple(v.shape) for k, v in net.state_dict().items()}
-    got = {k: tuple(getattr(v, "shape", ())) for k, v in state.items()}
-    odd = {"missing": sorted(set(expected) - set(got)), "unexpected": sorted(set(got) - set(expected))}
-    parts = [f"{what} {len(keys)} (e.g. {keys[:3]})" for what, keys in odd.items() if keys]
-    wrong = sorted(k for k in set(expected) & set(got) if expected[k] != got[k])
-    if wrong:
-        parts.append("wrong shapes " + ", ".join(f"{k}: {got[k]} != {expected[k]}" for k in wrong[:3]))
-    if parts:
-        raise CheckpointError(f"{path} is not an S3FD checkpoint: {'; '.join(parts)}. Expected the official "
-                              f"s3fd-619a316812.pth; download it again into <weights dir>/{S3FD_FILE}.")

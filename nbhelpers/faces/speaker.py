@@ -103,14 +103,9 @@ def mouth_signal(track: Track, n_frames: int) -> np.ndarray:
 
 def speaker_schedule(tracks: FaceTracks, env: np.ndarray, source_of: np.ndarray,
                      scorer: Scorer | None = None) -> tuple[np.ndarray, list[Turn]]:
-    """Who speaks: per source frame the track to repaint (-1: none), and the turns per output frame.
-
-    Args:
-        tracks: The clip's face tracks (their ``mouths`` patches).
-        env: (T,) loudness per output frame (:func:`envelope`).
-        source_of: (T,) the source frame each output frame shows.
-        scorer: Decides a stretch with two or more candidate tracks when it gives scores (:data:`Scorer`).
-    """
+    """Who speaks: per source frame the track of ``tracks`` to repaint (-1: none), and the turns per output frame, from
+    the (T,) loudness ``env`` per output frame (:func:`envelope`), the (T,) source frame each shows, and the tracks'
+    ``mouths`` patches; ``scorer`` (:data:`Scorer`) decides a stretch with two or more candidates when it scores."""
     signals = {t.number: mouth_signal(t, tracks.n_frames)[source_of] for t in tracks}
     cut_frames = set(tracks.cuts)
     boundaries = {t for t in range(1, len(source_of)) if int(source_of[t]) in cut_frames}

@@ -22,7 +22,7 @@ from ..constants import CROP_SIZE
 from ..errors import InputError, NbHelpersWarning, NoFaceError
 from ..gpu import batched
 from ..progress import bar
-from .base import FaceResult, LandmarkBackend
+from .base import FaceResult, LandmarkBackend, check_frames
 from .boxes import (
     BBoxShiftRange,
     bbox_shift_range,
@@ -44,21 +44,15 @@ class FaceSizeWarning(NbHelpersWarning):
 
 @dataclass
 class FaceTrack:
-    """Per-frame face boxes, landmarks and crop boxes of one clip, with no frame dropped (N frames).
+    """Per-frame face boxes, landmarks and crop boxes of one clip of N frames of ``frame_shape`` (H, W), none dropped.
 
-    Attributes:
-        crop_boxes: (N, 4) int32 ``(x1, y1, x2, y2)`` full-frame pixels, final (margin, clamp, smoothing); -1 rows
-            for frames with no face.
-        face_boxes: (N, 4) float64 detector boxes (the user's in boxes mode), pixels; NaN rows for no face.
-        landmarks: (N, 68, 2) float32 ``(x, y)`` pixels, iBUG 300-W order; NaN for no face and in boxes mode.
-        has_face: (N,) bool.
-        frame_shape: ``(H, W)`` of the frames, pixels.
-        backend, backend_reason: Backend name (``"boxes"`` for user boxes) and why it was used.
-        bbox_shift_range: The official adjustable ``bbox_shift`` range (None in boxes mode).
-        scores: (N,) float32 detector scores (NaN when none).
-        used_face_box: (N,) bool, frames whose crop box came from the detector box.
-        version, bbox_shift, extra_margin, smooth_boxes: The settings used (pixels, frames; v1's margin is 0).
-        notes: Remarks for the summary (a very large face).
+    ``crop_boxes`` (N, 4) int32 ``(x1, y1, x2, y2)`` full-frame pixels, final (margin, clamp, smoothing), -1 rows
+    for no face; ``face_boxes`` (N, 4) float64 detector boxes (the user's in boxes mode), NaN rows for no face;
+    ``landmarks`` (N, 68, 2) float32 ``(x, y)`` pixels in iBUG 300-W order, NaN for no face and in boxes mode;
+    ``has_face`` and ``used_face_box`` (crop box from the detector box) (N,) bool; ``scores`` (N,) float32 (NaN: none);
+    ``backend`` (``"boxes"`` for user boxes) and why; ``bbox_shift_range``, the official adjustable range (None in
+    boxes mode); the settings used (v1's margin is 0), ``notes`` for the summary, and the face ``tracks`` when a face
+    was chosen among several.
     """
 
     crop_boxes: np.ndarray
@@ -99,10 +93,7 @@ class FaceTrack:
 
     def box(self, index: int) -> tuple[int, int, int, int] | None:
         """The crop box ``(x1, y1, x2, y2)`` of frame ``index`` as Python ints, or None when it has no face."""
-        if not self.has_face[index]:
-            return None
-        x1, y1, x2, y2 = (int(v) for v in self.crop_boxes[index])
-        return x1, y1, x2, y2
+        return tuple(int(v) for v in self.crop_boxes[index]) if self.has_face[index] else None
 
     def boxes(self) -> list[tuple[int, int, int, int] | None]:
         """All crop boxes as a list of ``(x1, y1, x2, y2)`` or None (the official coords-list shape)."""
@@ -110,15 +101,8 @@ class FaceTrack:
 
     def no_face_ranges(self) -> list[tuple[int, int]]:
         """Runs of frames with no face as inclusive ``(first, last)`` frame indices."""
-        runs: list[tuple[int, int]] = []
-        start = None
-        for i, face in enumerate(self.has_face.tolist() + [True]):
-            if not face and start is None:
-                start = i
-            elif face and start is not None:
-                runs.append((start, i - 1))
-                start = None
-        return runs
+        edges = np.diff(np.concatenate([[1], self.has_face.astype(np.int8), [1]]))
+        return list(zip(np.nonzero(edges == -1)[0].tolist(), (np.nonzero(edges == 1)[0] - 1).tolist(), strict=True))
 
     def summary(self) -> str:
         """A few lines: counts, backend and why, crop-box sizes, the bbox_shift range."""
@@ -129,16 +113,13 @@ class FaceTrack:
                  f"{self.n_no_face}" + (f" (frames {where})" if runs else "")]
         lines.append(f"  backend: {self.backend}" + (f" ({self.backend_reason})" if self.backend_reason else ""))
         faces = self.crop_boxes[self.has_face]
-        if len(faces) and self.backend == "boxes":
-            lines.append(f"  crop boxes: given by the user, used as given (median "
-                         f"{np.median(faces[:, 2] - faces[:, 0]):.0f}x{np.median(faces[:, 3] - faces[:, 1]):.0f} px)")
-        elif len(faces):
-            bw = np.median(faces[:, 2] - faces[:, 0])
-            bh = np.median(faces[:, 3] - faces[:, 1])
+        if len(faces):
+            size = f"median {np.median(faces[:, 2] - faces[:, 0]):.0f}x{np.median(faces[:, 3] - faces[:, 1]):.0f} px"
             fallback = int(self.used_face_box.sum()) if self.used_face_box is not None else 0
             smooth = f", smoothed over {self.smooth_boxes} frames" if self.smooth_boxes > 1 else ""
-            lines.append(f"  crop boxes: {self.version}, extra_margin {self.extra_margin}, bbox_shift "
-                         f"{self.bbox_shift}, median {bw:.0f}x{bh:.0f} px, {fallback} from the detector box{smooth}")
+            lines.append(f"  crop boxes: given by the user, used as given ({size})" if self.backend == "boxes" else
+                         f"  crop boxes: {self.version}, extra_margin {self.extra_margin}, bbox_shift "
+                         f"{self.bbox_shift}, {size}, {fallback} from the detector box{smooth}")
         if self.bbox_shift_range is not None:
             lines.append(f"  bbox_shift range: {self.bbox_shift_range}")
         lines.extend(f"  note: {n}" for n in self.notes)
@@ -146,12 +127,6 @@ class FaceTrack:
 
     def __repr__(self) -> str:
         return self.summary()
-
-
-def _check_batch(arr: np.ndarray) -> np.ndarray:
-    if arr.ndim != 4 or arr.shape[-1] != 3 or arr.dtype != np.uint8:
-        raise InputError(f"frames must be (N, H, W, 3) uint8 BGR; got shape {arr.shape}, dtype {arr.dtype}.")
-    return arr
 
 
 def _check_frame(frame: Any, index: int, shape: tuple[int, int] | None) -> np.ndarray:
@@ -176,7 +151,7 @@ def _batches(frames: Any, batch_size: int, stack: ExitStack, exact: bool = False
             stack.enter_context(reader)
         frames = reader
     if isinstance(frames, np.ndarray):
-        arr = _check_batch(frames[None] if frames.ndim == 3 else frames)
+        arr = check_frames(frames)
         return (arr[i:i + batch_size] for i in range(0, arr.shape[0], batch_size)), int(arr.shape[0])
     if callable(getattr(frames, "iter_batches", None)):  # a media.VideoReader: decode straight into batches
         count = getattr(frames, "frame_count", None) if exact else None
@@ -185,7 +160,6 @@ def _batches(frames: Any, batch_size: int, stack: ExitStack, exact: bool = False
     if not isinstance(frames, Iterable):
         raise InputError(f"frames must be an (N, H, W, 3) uint8 array, an iterable of (H, W, 3) frames, a video "
                          f"reader or a video path; got {type(frames).__name__}.")
-    total = None
     try:
         total = len(frames)  # type: ignore[arg-type]
     except TypeError:
@@ -211,40 +185,28 @@ def _batches(frames: Any, batch_size: int, stack: ExitStack, exact: bool = False
 def _reader_total_hint(reader: Any) -> int | None:
     """Frame count for the progress bar without a counting decode: 1 for a photo, else duration x fps."""
     info = getattr(reader, "info", None)
-    if info is None:
-        return None
     if getattr(info, "is_image", False):
         return 1
     duration, fps = getattr(info, "duration_s", None), getattr(reader, "fps", None)
-    if duration and fps:
-        return max(1, round(float(duration) * float(fps)))
-    return None
+    return max(1, round(float(duration) * float(fps))) if duration and fps else None
 
 
 def track(frames: Any, backend: str | LandmarkBackend = "auto", config: InferenceConfig | None = None,
           boxes: Any = None, weights_dir: str | os.PathLike | None = None,
           batch_size: int = DEFAULT_BATCH_FRAMES, device: str | None = None) -> FaceTrack:
-    """The face, its 68 landmarks and the crop box in every frame of a clip, ``batch_size`` frames at a time.
+    """The face, its 68 landmarks and the crop box in every frame of a clip, ``batch_size`` frames at a time (halved
+    on CUDA out-of-memory). Frames with no face are kept and marked, never re-indexed (quirks Q6, Q7).
 
-    Frames with no face are kept and marked, never re-indexed (quirks Q6, Q7). With ``boxes`` no detector runs and the
-    boxes are the crop boxes, as given. ``config.smooth_boxes`` (frames; 0: off, as officially) smooths the boxes.
+    ``frames``: (N, H, W, 3) uint8 BGR, one frame, an iterable of frames (a :class:`nbhelpers.media.VideoReader`) or
+    a video/photo path (read at 25 fps). ``backend``: ``"auto"`` (then ``config.landmark_backend``), a name, or a
+    backend object (left open); ``device`` None is ``config.device``, ``weights_dir`` None the default weights dir.
+    With ``boxes`` (one ``(x1, y1, x2, y2)`` for the clip, or one entry per frame as :func:`user_boxes`, checked
+    against a video's exact frame count first) no detector runs and the boxes are the crop boxes, as given.
+    ``config.smooth_boxes`` (frames; 0: off, as officially) smooths the boxes.
 
-    Args:
-        frames: (N, H, W, 3) uint8 BGR, one frame, an iterable of frames (a :class:`nbhelpers.media.VideoReader`),
-            or a video/photo path (read at 25 fps).
-        backend: ``"auto"`` (then ``config.landmark_backend``), a backend name, or a backend object (left open).
-        config: Inference settings; None = defaults.
-        boxes: None (detect); one ``(x1, y1, x2, y2)`` for the clip; or one entry per frame (see :func:`user_boxes`),
-            checked against a video's exact frame count first.
-        weights_dir: Weights dir for the detector backends; None = :func:`nbhelpers.weights.default_dir`.
-        batch_size: Frames handed to the backend at a time (halved on CUDA out-of-memory).
-        device: Device of the backend's models; None = ``config.device``.
-
-    Raises:
-        InputError: Bad frames (not uint8 BGR, mixed sizes, empty), boxes or batch_size, or ``"boxes"`` without boxes.
-        NoFaceError: No frame has a face.
-        MissingDependencyError: The chosen backend's packages are missing.
-        FaceSizeWarning: (a warning) The median crop box is more than 3x the 256-px crop.
+    InputError for bad frames (not uint8 BGR, mixed sizes, empty), boxes or batch_size, or ``"boxes"`` without boxes;
+    NoFaceError when no frame has a face; MissingDependencyError when the backend's packages are missing; a
+    FaceSizeWarning when the median crop box is more than 3x the 256-px crop.
 
     Source: ``preprocessing.py:84-137``; ``inference.py:150-181``; docs/official-behaviour.md §3.
     """
@@ -263,13 +225,8 @@ class FaceTracker:
     """:func:`track` one batch of frames at a time (the offline job's streamed pieces): :meth:`add` returns
     unsmoothed boxes, :meth:`finish` smooths them. Arguments as :func:`track`; ``schedule`` (for ``face="speaker"``)
     gives the track to repaint in each frame, -1 for none (:func:`nbhelpers.faces.speaker.speaker_schedule`).
-
-    Attributes:
-        n_frames: Frames added so far.
-        total_hint: Expected frame count (validates per-frame ``boxes`` early), or None.
-
-    Raises:
-        InputError, MissingDependencyError: As :func:`track`, at construction or at the first :meth:`add`.
+    ``n_frames`` counts the frames added; ``total_hint``, the expected count or None, checks per-frame ``boxes`` early.
+    InputError and MissingDependencyError as :func:`track`, at construction or at the first :meth:`add`.
     """
 
     def __init__(self, backend: str | LandmarkBackend = "auto", config: InferenceConfig | None = None,
@@ -312,12 +269,9 @@ class FaceTracker:
     def add(self, frames: np.ndarray, frames_device: Any = None) -> tuple[np.ndarray, np.ndarray]:
         """Track the next (b, H, W, 3) uint8 BGR ``frames`` of the clip; returns (b, 4) int32 unsmoothed crop boxes and
         (b,) bool ``has_face``. ``frames_device`` is the same frames on the GPU, for a backend that
-        ``accepts_frames_device``.
-
-        Raises:
-            InputError: Bad frames or boxes (see :func:`track`).
+        ``accepts_frames_device``. InputError for bad frames or boxes (see :func:`track`).
         """
-        batch = _check_batch(np.asarray(frames))
+        batch = check_frames(frames)
         b, first = int(batch.shape[0]), self.n_frames
         if self.frame_shape is None:
             self.frame_shape = (int(batch.shape[1]), int(batch.shape[2]))
@@ -346,7 +300,8 @@ class FaceTracker:
         on_device = frames_device is not None and getattr(self._used, "accepts_frames_device", False)
 
         def detect(s: slice, u: Any = self._used) -> Any:
-            self._mark(first + s.start)
+            if self.chooser is not None:  # a batch run again (halved after out-of-memory) replaces its first try
+                self.chooser.linker.mark(first + s.start)
             return u.detect(batch[s], **extra, **({"frames_device": frames_device[s]} if on_device else {}))
         for sl, found in batched(b, b, detect, stage="faces"):
             if len(found) != sl.stop - sl.start:
@@ -392,17 +347,10 @@ class FaceTracker:
                 "frame, or exactly one entry, a box or None (no face), per frame.")
         return user_boxes(list(self.boxes[first:first + b]), b, self.frame_shape)
 
-    def _mark(self, frame: int) -> None:
-        if self.chooser is not None:
-            self.chooser.linker.mark(frame)
-
     def finish(self) -> FaceTrack:
-        """The :class:`FaceTrack` of every frame added (smoothed when asked); releases a backend made here.
-
-        Raises:
-            InputError: No frame was added, or per-frame ``boxes`` do not match the frame count.
-            NoFaceError: No frame has a face.
-        """
+        """The :class:`FaceTrack` of every frame added (smoothed when asked); releases a backend made here. InputError
+        when no frame was added or per-frame ``boxes`` do not match the frame count; NoFaceError when no frame has a
+        face."""
         config, n, frame_shape = self.config, self.n_frames, self.frame_shape
         self.close()
         if n == 0 or frame_shape is None:
@@ -471,11 +419,8 @@ def find_tracks(frames: Any, backend: str | LandmarkBackend = "auto", config: In
                 weights_dir: str | os.PathLike | None = None, batch_size: int = DEFAULT_BATCH_FRAMES,
                 device: str | None = None) -> FaceTracks:
     """Every face of every frame, linked into numbered tracks (:class:`~nbhelpers.faces.tracks.FaceTracks`): the
-    backend's face detector only, no landmarks. Arguments as :func:`track`.
-
-    Raises:
-        InputError: Bad frames, or a backend that gives one face per frame.
-        NoFaceError: No frame has a face.
+    backend's face detector only, no landmarks. Arguments as :func:`track`. InputError for bad frames or a backend
+    that gives one face per frame; NoFaceError when no frame has a face.
     """
     config = (config if config is not None else InferenceConfig()).replace(face="largest")
     with FaceTracker(backend, config, weights_dir=weights_dir, batch_size=batch_size, device=device) as tracker:

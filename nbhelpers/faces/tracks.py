@@ -135,12 +135,8 @@ class FaceTracks:
         return [(t.number, box) for t in self.tracks if (box := t.box_at(frame)) is not None]
 
     def select(self, face: Any) -> int:
-        """The track number a face choice (:func:`nbhelpers.config.parse_face`) names.
-
-        Raises:
-            InputError: An unknown track (lists the tracks), a point or box on no face (names the nearest face and
-                its distance), or ``"largest"`` (not one track).
-        """
+        """The track number a face choice (:func:`nbhelpers.config.parse_face`) names. InputError for an unknown track
+        (lists the tracks), a point or box on no face (names the nearest face and its distance), or ``"largest"``."""
         choice = face if isinstance(face, FaceChoice) else parse_face(face)
         if choice.kind == "track":
             return self[int(choice.track)].number
@@ -172,11 +168,8 @@ class FaceTracks:
 
 
 def pick_at(choice: FaceChoice, faces: list[tuple[int, np.ndarray]], frame: int, listing: str) -> int:
-    """The track number among ``faces`` ((number, box) in ``frame``) that a point or box choice names.
-
-    Raises:
-        InputError: The point or box lies on no face: names the nearest face and its distance.
-    """
+    """The track number among ``faces`` ((number, box) in ``frame``) that a point or box choice names; InputError
+    naming the nearest face and its distance when the point or box lies on no face."""
     if not faces:
         raise InputError(f"face: {choice} lies on no face (frame {frame} has none); {listing}")
     if choice.kind == "box":
@@ -297,10 +290,7 @@ class TrackLinker:
 class FaceChooser:
     """The ``choose(frame, dets)`` callback a backend calls once per frame with all its detections (K, 5): links
     them (:class:`TrackLinker`) and returns the row of the chosen face, or None (the frame passes through).
-
-    Raises:
-        InputError: At the choice's frame, a point or box on no face (the nearest face named).
-    """
+    InputError at the choice's frame for a point or box on no face (the nearest face named)."""
 
     def __init__(self, face: Any, track: int | None = None, linker: TrackLinker | None = None,
                  schedule: np.ndarray | None = None):
@@ -330,12 +320,8 @@ class FaceChooser:
         return int(hit[0]) if len(hit) else None
 
     def check(self) -> None:
-        """After the last frame: the chosen track exists.
-
-        Raises:
-            InputError: It does not (lists the tracks).
-            NoFaceError: No face at all.
-        """
+        """After the last frame: InputError (listing the tracks) when the chosen track does not exist, NoFaceError
+        when there is no face at all."""
         tracks = self.linker.result()
         if not len(tracks):
             raise NoFaceError(f"no face found in any of the {tracks.n_frames} frames, so face={self.choice} "
