@@ -44,15 +44,10 @@ _RATES: dict[str, float] = {}
 
 @dataclass
 class CompileStatus:
-    """Where the background compile stands.
-
-    Attributes:
-        state: ``"off"`` (not asked for, or not possible here), ``"idle"`` (nothing asked yet), ``"compiling"``,
-            ``"ready"`` (everything asked is compiled) or ``"failed"`` (every compile failed).
-        reason: Why, in words.
-        seconds: Wall-clock seconds spent compiling so far.
-        warm: True when cache files of an earlier session were loaded.
-        parts: ``"name batch-shape"`` -> ``"compiling"``, ``"compiled"`` or ``"failed"``.
+    """Where the background compile stands: ``state`` ``"off"`` (not asked for, or not possible here), ``"idle"``,
+    ``"compiling"``, ``"ready"`` (all asked is compiled) or ``"failed"`` (every compile failed), the ``reason`` in
+    words, wall-clock ``seconds`` spent compiling, ``warm`` (an earlier session's cache files loaded) and ``parts``
+    (``"name batch-shape"`` -> ``"compiling"``, ``"compiled"`` or ``"failed"``).
     """
 
     state: str = "off"
@@ -102,27 +97,6 @@ def _map_tensors(value: Any, fn: Callable[[Any], Any]) -> Any:
     if isinstance(value, dict):
         return {k: _map_tensors(v, fn) for k, v in value.items()}
     return value
-
-
-def _mark_batch_dynamic(value: Any) -> None:
-    """Mark the first dimension of the tensors in ``value`` (2+ dimensions, 2+ rows) dynamic for torch.compile."""
-    import torch
-
-    def mark(t: Any) -> None:
-        if t.ndim >= 2 and t.shape[0] >= 2:
-            torch._dynamo.maybe_mark_dynamic(t, 0)
-
-    _map_tensors(value, mark)
-
-
-def _shape_text(args: tuple, dynamic_batch: bool = False) -> str:
-    first = next((a for a in args if hasattr(a, "shape")), None)
-    if first is None:
-        return "-"
-    dims = [str(int(s)) for s in first.shape]
-    if dynamic_batch and len(dims) >= 2 and int(first.shape[0]) >= 2:
-        dims[0] = "B"
-    return "x".join(dims)
 
 
 class _Dispatch:
@@ -187,14 +161,8 @@ def _copies(value: Any) -> Any:
 
 
 def cache_key(facts: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """The cache key: a hash of the caller's ``facts`` and of this runtime (torch, Triton, CUDA, Python, GPU).
-
-    Args:
-        facts: JSON-serialisable description of what is compiled (model configs, dtype, options).
-
-    Returns:
-        (16 hex digits, the dict that was hashed).
-    """
+    """(16 hex digits, the dict hashed): the key of the JSON-serialisable ``facts`` of what is compiled (model
+    configs, dtype, options) and of this runtime (torch, Triton, CUDA, Python, GPU)."""
     import torch
 
     runtime: dict[str, Any] = {"format": CACHE_FORMAT, "torch": torch.__version__, "cuda": torch.version.cuda,
@@ -260,15 +228,11 @@ def fp16_tflops(device: Any) -> float:
 class BackgroundCompiler:
     """Compile models' methods in a background thread while their eager versions serve every call.
 
-    Args:
-        device: The models' torch device.
-        mode: ``"auto"`` (compile where :func:`can_compile` allows), ``"on"`` (the same, with a warning where it
-            does not) or ``"off"``.
-        cache_dir: Folder of the cache files (made when missing), or None for no cache across sessions.
-        facts: What is compiled, for the cache key (model configs, dtype): see :func:`cache_key`; or a function
-            that returns them, called once when the first compile starts (so that a CPU run reads no file).
-        options: ``torch.compile`` options (inductor config names), e.g. ``{"coordinate_descent_tuning": True}``.
-        on_event: Called with a one-line message when compiling starts and when it ends.
+    ``mode`` ``"auto"`` compiles where :func:`can_compile` allows and the GPU limits jobs (:data:`GPU_WALL_TFLOPS`),
+    ``"on"`` wherever it allows (with a warning where it does not), ``"off"`` never. ``cache_dir`` (made when
+    missing; None: no cache across sessions) holds the cache files keyed by ``facts`` (:func:`cache_key`), or by
+    what a function ``facts`` returns when the first compile starts (so that a CPU run reads no file). ``options``
+    are ``torch.compile`` (inductor) options; ``on_event`` gets a one-line message when compiling starts and ends.
 
     Raises:
         InputError: ``mode`` is not one of :data:`COMPILE_MODES`.
@@ -311,17 +275,10 @@ class BackgroundCompiler:
 
     def request(self, name: str, module: Any, *args: Any, method: str = "forward", grad: str = "inference",
                 dynamic_batch: bool = True, **kwargs: Any) -> None:
-        """Have ``module.<method>`` compiled for calls like ``module.<method>(*args, **kwargs)``; returns at once.
-
-        Args:
-            name: Short name of the model in the status (``"unet"``, ``"vae decoder"``...).
-            module: The ``torch.nn.Module``; its ``method`` is replaced on the instance until :meth:`remove`.
-            *args: One call's positional arguments as the job makes them (same shapes, dtypes, memory layout).
-            method: The method to compile.
-            grad: The autograd mode of the job's calls: ``"inference"`` or ``"no_grad"``.
-            dynamic_batch: Compile the first dimension as any batch of 2 or more; False compiles this shape only.
-                Fixed by the first request of a module.
-            **kwargs: The call's keyword arguments.
+        """Have ``module.<method>`` (replaced on the instance until :meth:`remove`) compiled for calls like
+        ``module.<method>(*args, **kwargs)`` as the job makes them (same shapes, dtypes, memory layout) under
+        autograd mode ``grad``; returns at once. ``name`` shows in the status; ``dynamic_batch`` (fixed by a
+        module's first request) compiles the first dimension as any batch of 2 or more, False this shape only.
 
         Raises:
             InputError: ``grad`` is not one of :data:`GRAD_MODES`.
@@ -355,7 +312,8 @@ class BackgroundCompiler:
             if sig in dispatch.asked:
                 return
             dispatch.asked.add(sig)
-            label = f"{dispatch.name} {_shape_text(args, dispatch.dynamic_batch)}"
+            first = next((a for a in sig[0] if a[:1] == ("T",)), None)  # the first tensor's shape, "B" for a batch
+            label = f"{dispatch.name} {'x'.join(map(str, first[1])) if first else '-'}"
             self._pending += 1
             self.status.parts[label] = "compiling"
             self.status.state = "compiling"
@@ -404,7 +362,10 @@ class BackgroundCompiler:
                 self.on_event(message)
 
     def _run(self) -> None:
-        _lower_priority()
+        # lower this thread's CPU priority (Linux: niceness is per thread; the compile workers it starts inherit it)
+        if sys.platform.startswith("linux") and hasattr(threading, "get_native_id"):
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICE)
         facts = self.facts() if callable(self.facts) else self.facts
         key, full = cache_key({**facts, "options": self.options})
         folder = self._folder()
@@ -435,8 +396,9 @@ class BackgroundCompiler:
             if dispatch.compiled_fn is None:
                 dispatch.compiled_fn = torch.compile(dispatch.eager, dynamic=None if dispatch.dynamic_batch else False,
                                                      options=self.options or None)
-            if dispatch.dynamic_batch:
-                _mark_batch_dynamic((args, kwargs))
+            if dispatch.dynamic_batch:  # the first dimension of tensors of 2+ dimensions and 2+ rows
+                _map_tensors((args, kwargs), lambda t: t.ndim >= 2 and t.shape[0] >= 2
+                             and torch._dynamo.maybe_mark_dynamic(t, 0))
             with torch.inference_mode() if grad == "inference" else torch.no_grad():
                 dispatch.compiled_fn(*args, **kwargs)
             if torch.cuda.is_available():
@@ -473,7 +435,8 @@ class BackgroundCompiler:
             self.cache_dir.mkdir(parents=True, exist_ok=True)
         except OSError:
             return None
-        return self.cache_dir if _ours(self.cache_dir) else None
+        # only a folder of this user's: cache files hold compiled code that is loaded and run
+        return self.cache_dir if os.name != "posix" or self.cache_dir.stat().st_uid == os.getuid() else None
 
 
 def cache_folder(weights_dir: str | os.PathLike) -> Path:
@@ -487,18 +450,6 @@ def cache_folder(weights_dir: str | os.PathLike) -> Path:
         return parent / "compile-cache" / f"v{CACHE_FORMAT}"
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return base / "nbhelpers" / "compile" / f"v{CACHE_FORMAT}"
-
-
-def _lower_priority() -> None:
-    """Lower this thread's CPU priority (Linux: niceness is per thread; processes it starts inherit it)."""
-    if sys.platform.startswith("linux") and hasattr(threading, "get_native_id"):
-        with contextlib.suppress(OSError):
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICE)
-
-
-def _ours(folder: Path) -> bool:
-    """True when ``folder`` belongs to this user (cache files hold compiled code that is loaded and run)."""
-    return os.name != "posix" or folder.stat().st_uid == os.getuid()
 
 
 def _load_artifacts(folder: Path, key: str) -> bool:
@@ -536,12 +487,8 @@ def _save_artifacts(folder: Path, key: str, labels: list[str], facts: dict[str, 
         for suffix, payload in ((".bin", data), (".json", json.dumps(meta, indent=1, default=str).encode())):
             with atomic_path(folder / f"{stem}{suffix}") as tmp:
                 tmp.write_bytes(payload)
-        _trim(folder)
-
-
-def _trim(folder: Path) -> None:
-    files = sorted(folder.glob("*.bin"), key=lambda p: p.stat().st_mtime, reverse=True)
-    for old in files[CACHE_KEEP:]:
-        for p in (old, old.with_suffix(".json")):
-            with contextlib.suppress(OSError):
-                p.unlink()
+        files = sorted(folder.glob("*.bin"), key=lambda p: p.stat().st_mtime, reverse=True)
+        for old in files[CACHE_KEEP:]:
+            for p in (old, old.with_suffix(".json")):
+                with contextlib.suppress(OSError):
+                    p.unlink()

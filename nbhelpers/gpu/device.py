@@ -20,10 +20,7 @@ from typing import Any
 from ..errors import InputError, MissingDependencyError, NbHelpersError
 from .model import GIB, cpu_frame_seconds
 
-#: Seconds allowed for one ``nvidia-smi`` call before the report says "unknown".
-NVIDIA_SMI_TIMEOUT_S = 10.0
-
-
+NVIDIA_SMI_TIMEOUT_S = 10.0  # seconds allowed for one nvidia-smi call before the report says "unknown"
 COLAB_GPU_STEPS = "Runtime > Change runtime type > T4 GPU > Save, then run the notebook again from the top"
 
 
@@ -40,13 +37,8 @@ class NoGpuError(NbHelpersError, RuntimeError):
 
 @dataclass(frozen=True)
 class GpuProcess:
-    """One process the driver lists on the GPU.
-
-    Attributes:
-        pid: Process id as the driver sees it (in containers, a host pid).
-        name: Process name, or ``""`` when the driver does not say.
-        used_gib: GPU memory it holds, GiB, or None when the driver does not say.
-    """
+    """One process the driver lists on the GPU: ``pid`` as the driver sees it (in containers, a host pid), ``name``
+    (``""`` when the driver does not say) and the GPU memory it holds, ``used_gib`` (None when not said)."""
 
     pid: int
     name: str = ""
@@ -57,23 +49,13 @@ class GpuProcess:
 class GpuReport:
     """What this runtime has: GPU, memory, versions, host RAM. Shows itself as text and as an HTML table.
 
-    Attributes:
-        has_gpu: True when torch can use a CUDA GPU.
-        has_torch: False when torch could not be imported.
-        device: ``"cuda:N"`` (the GPU reported) or ``"cpu"``.
-        name, compute_capability: GPU name (``"Tesla T4"``) and ``(major, minor)``, or None.
-        total_gib, free_gib: GPU memory and the driver's free memory, GiB, or None; read through torch, the free
-            memory excludes this process's CUDA context.
-        reserved_gib, allocated_gib: What this process's torch allocator holds, and the part live tensors use, GiB.
-        other_processes: Other processes the driver lists on this GPU; None when unknown.
-        other_processes_source: ``"nvidia-smi"`` or ``"unknown"``.
-        memory_source: Where total/free came from: ``"torch"``, ``"nvidia-smi"`` or ``"none"``.
-        gpu_count: CUDA devices torch sees.
-        driver_version, cuda_version, torch_version, python_version: Versions (torch's CUDA build), or None.
-        host_ram_total_gib, host_ram_available_gib: Host RAM and what is available without swapping, GiB, or None.
-        colab: True in Google Colab.
-        notes: Odd states met while reading (driver warnings, failed queries), in words.
-        verdict: What :func:`~nbhelpers.gpu.plan` chooses for a lip-sync job, filled by :func:`nbhelpers.gpu.report`.
+    ``device`` is ``"cuda:N"`` (the GPU reported) or ``"cpu"``; sizes are GiB and None when unknown: ``total_gib``,
+    ``free_gib`` (the driver's; read through torch it excludes this process's CUDA context, ``memory_source`` says
+    ``"torch"``, ``"nvidia-smi"`` or ``"none"``), ``reserved_gib`` / ``allocated_gib`` (this process's torch
+    allocator, and the part live tensors use), host RAM total and available without swapping. ``other_processes``
+    are those the driver lists on this GPU (None when unknown). The versions are None when unknown (``cuda_version``
+    is torch's CUDA build); ``notes`` are odd states met while reading, in words; ``verdict`` is what
+    :func:`~nbhelpers.gpu.plan` chooses for a lip-sync job, filled by :func:`nbhelpers.gpu.report`.
     """
 
     has_gpu: bool = False
@@ -115,9 +97,7 @@ class GpuReport:
 
     def require_gpu(self, allow_cpu: bool | None = None) -> GpuReport:
         """Return this report, or stop when no CUDA GPU is usable, with the fix in words (the Colab steps).
-
-        Args:
-            allow_cpu: True lets a CPU-only runtime through; None reads ``NBHELPERS_ALLOW_CPU``.
+        ``allow_cpu`` True lets a CPU-only runtime through; None reads ``NBHELPERS_ALLOW_CPU``.
 
         Raises:
             MissingDependencyError: torch is not installed (whatever ``allow_cpu`` says).
@@ -206,13 +186,11 @@ def fields_html(title: str, rows: list[tuple[str, str]]) -> str:
 
 
 def read_report(device: str | int | None = None) -> GpuReport:
-    """Read what this runtime has: GPU, compute capability, memory, other processes, versions, host RAM.
+    """Read what ``device`` (None: torch's current one, a CUDA index, ``"cuda"`` or ``"cuda:N"``) and this runtime
+    have: GPU, compute capability, memory, other processes, versions, host RAM.
 
     Never raises on odd driver states or without torch: what could not be read is None and ``notes`` says why.
     Reading free memory through torch makes this process's CUDA context.
-
-    Args:
-        device: None (torch's current device), a CUDA index, ``"cuda"`` or ``"cuda:N"``.
 
     Raises:
         InputError: ``device`` is not a CUDA device name or index, or names a device that does not exist.
@@ -332,7 +310,7 @@ def _read_torch_cuda(torch: Any, index: int | None, values: dict[str, Any], note
     except Exception as exc:  # noqa: BLE001 - e.g. a GPU in exclusive mode held by another process
         notes.append(f"the free memory of cuda:{index} could not be read ({type(exc).__name__}: {exc}); "
                      "the GPU may be busy, lost or held by another process")
-        values.update(name=values.get("name"), memory_source="none")
+        values["memory_source"] = "none"
         return uuid
     values["has_gpu"] = True
     return uuid
@@ -347,8 +325,7 @@ def free_memory_by_index(notes: list[str] | None = None) -> dict[int, float] | N
     read without CUDA from ``nvidia-smi``; empty without a GPU, None when it did not answer (why: ``notes``).
     """
     notes = [] if notes is None else notes
-    exe = shutil.which("nvidia-smi")
-    rows = _run_nvidia_smi(exe, "gpu=index,memory.free", notes) if exe else None
+    rows = _run_nvidia_smi("gpu=index,memory.free", notes)
     if rows is None:
         return None
     free = {}
@@ -364,7 +341,11 @@ def free_memory_by_index(notes: list[str] | None = None) -> dict[int, float] | N
     return free
 
 
-def _run_nvidia_smi(exe: str, query: str, notes: list[str]) -> list[list[str]] | None:
+def _run_nvidia_smi(query: str, notes: list[str]) -> list[list[str]] | None:
+    """The CSV rows ``nvidia-smi`` answers to ``--query-<query>``; None (why: ``notes``) when it is missing or fails."""
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return None
     try:
         done = subprocess.run([exe, f"--query-{query}", "--format=csv,noheader,nounits"], capture_output=True,
                               text=True, timeout=NVIDIA_SMI_TIMEOUT_S, stdin=subprocess.DEVNULL)
@@ -390,8 +371,7 @@ def _number(text: str) -> float | None:
 
 def _driver_info(uuid: str | None, index: int | None, notes: list[str]) -> dict[str, Any]:
     """Driver version, name, memory and the other processes on the GPU from ``nvidia-smi``; {} when it cannot say."""
-    exe = shutil.which("nvidia-smi")
-    gpus = _run_nvidia_smi(exe, "gpu=uuid,driver_version,name,memory.total,memory.free", notes) if exe else None
+    gpus = _run_nvidia_smi("gpu=uuid,driver_version,name,memory.total,memory.free", notes)
     if gpus is None:
         return {}
     info: dict[str, Any] = {"source": "nvidia-smi"}
@@ -407,7 +387,7 @@ def _driver_info(uuid: str | None, index: int | None, notes: list[str]) -> dict[
     total, free = _number(chosen[3]), _number(chosen[4])
     if total is not None and free is not None:
         info["total_gib"], info["free_gib"] = total / 1024, free / 1024  # MiB -> GiB
-    apps = _run_nvidia_smi(exe, "compute-apps=gpu_uuid,pid,process_name,used_memory", notes)
+    apps = _run_nvidia_smi("compute-apps=gpu_uuid,pid,process_name,used_memory", notes)
     if apps is None:
         return info
     me = os.getpid()

@@ -85,13 +85,12 @@ class CpuTimes:
 class FaceCpuTimes:
     """Seconds of face tracking on a 2-core CPU (fp32) for one backend: ``per_frame_s + per_mpix_s * megapixels`` per
     source frame (the detector runs on the full frame, the landmark model at its fixed input), plus ``load_s`` once.
-    The ``source`` says where the figures come from.
     """
 
     load_s: float
     per_frame_s: float
     per_mpix_s: float
-    source: str = ""
+    source: str = ""  # where the figures come from
 
     def seconds(self, frame_size: tuple[int, int]) -> float:
         """Seconds per source frame of size (H, W) pixels."""
@@ -128,20 +127,14 @@ def face_cpu_times(landmark_backend: str = "auto") -> FaceCpuTimes:
 def cpu_seconds(kind: str = "lipsync", n_frames: int = 0, source_frames: int | None = None,
                 weights: str = "full", times: CpuTimes | None = None, *, landmark_backend: str = "auto",
                 frame_size: tuple[int, int] | None = None) -> dict[str, float]:
-    """The CPU time of a job, ``{stage: seconds}`` for the stages that run.
+    """The CPU time of a job of ``kind`` (``"clip"`` counted as realtime), ``{stage: seconds}`` for the stages that run.
 
-    With ``u`` source frames used (lipsync: ``min(n_frames, source_frames)``; avatar: ``n_frames``) and ``n``
-    output frames: ``models`` = fixed (avatar: half) + the backend's load; ``faces``, ``latents``, ``parsing`` =
-    ``u`` x their per-frame figure (not realtime); ``generate`` = ``n * generate_s`` (not avatar).
-
-    Args:
-        kind: ``"lipsync"``, ``"avatar"``, ``"realtime"`` or ``"clip"`` (counted as realtime).
-        n_frames: Output frames for lipsync/realtime (audio seconds x 25); source frames for avatar.
-        source_frames: Source frames of a lipsync job; None assumes at least ``n_frames``.
-        weights: ``"full"`` or ``"tiny"``.
-        times: Other figures (default ``CPU_TIMES[weights]``).
-        landmark_backend: The backend that tracks the faces (:func:`face_cpu_times`).
-        frame_size: (H, W) of the frames, pixels; None assumes :data:`DEFAULT_FRAME_SIZE`.
+    With ``u`` source frames used (lipsync: ``min(n_frames, source_frames)``, ``source_frames`` None assuming at
+    least ``n_frames``; avatar: ``n_frames``) and ``n`` output frames (audio seconds x 25): ``models`` = fixed
+    (avatar: half) + the load of ``landmark_backend`` (:func:`face_cpu_times`); ``faces``, ``latents``, ``parsing``
+    = ``u`` x their per-frame figure (not realtime; faces at ``frame_size`` (H, W) pixels, None:
+    :data:`DEFAULT_FRAME_SIZE`); ``generate`` = ``n * generate_s`` (not avatar). ``times`` defaults to
+    ``CPU_TIMES[weights]``.
 
     Raises:
         InputError: Unknown ``kind`` or ``weights``.
@@ -214,16 +207,10 @@ def stage_memory(kind: str, fp16: bool = True, frame_size: tuple[int, int] = DEF
                  restore_bf16: bool = True) -> dict[str, tuple[float, float]]:
     """The stages of a job, ``{stage: (fixed GiB, GiB per frame of the batch)}`` in the order they run (module doc).
 
-    Args:
-        kind: ``"lipsync"``, ``"avatar"``, ``"realtime"`` or ``"clip"`` (counted as realtime).
-        fp16: Half precision (fp32 multiplies weights and activations by ``fp32_factor``).
-        frame_size: (H, W) of the full frames, pixels.
-        n_frames: Frames of the job (adds whisper features and latents), or None.
-        weights: ``"full"`` or ``"tiny"``.
-        landmark_backend: ``"dlib"`` and ``"boxes"`` use no GPU face models.
-        memory_model: Constants (default :data:`MEMORY_MODEL`).
-        restore: The job's face restorer or None (:func:`restore_per_frame_gib`, added to ``generate``).
-        restore_bf16: Whether GFPGAN / RestoreFormer run in bfloat16.
+    ``kind`` ``"clip"`` counts as realtime; fp32 multiplies weights and activations by ``fp32_factor``;
+    ``frame_size`` is (H, W) of the full frames, pixels; ``n_frames`` (or None) adds whisper features and latents;
+    the ``landmark_backend`` ``"dlib"`` and ``"boxes"`` use no GPU face models; ``restore`` (or None) adds
+    :func:`restore_per_frame_gib` (``restore_bf16``: GFPGAN / RestoreFormer in bfloat16) to ``generate``.
 
     Raises:
         InputError: An unknown ``restore`` name.

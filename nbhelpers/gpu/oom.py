@@ -28,18 +28,10 @@ def batched(n_items: int, batch_size: int, step: Callable[[slice], T], *, stage:
             on_oom: Callable[[], None] | None = None) -> Iterator[tuple[slice, T]]:
     """Run ``step`` over ``range(n_items)`` in consecutive slices, halving the batch on out-of-memory.
 
-    Items run in order, each once: on an out-of-memory error (:func:`is_oom`) the caches are emptied, the failed
-    batch's length is halved, kept for the rest of the stage, and the same start is retried, with a warning.
-
-    Args:
-        n_items: Number of items (frames), >= 0.
-        batch_size: Initial items per call, >= 1.
-        step: Called with a ``slice`` of item indices; returns that batch's result and keeps no partial effect.
-        stage: Stage name for the warning.
-        on_oom: Called after an out-of-memory error, before the retry; default :func:`empty_cache`.
-
-    Yields:
-        ``(slice, result)`` for each batch, in order.
+    ``step`` gets a ``slice`` of item indices (frames), ``batch_size`` items at first, and returns that batch's
+    result, keeping no partial effect. Items run in order, each once: on an out-of-memory error (:func:`is_oom`)
+    ``on_oom`` runs (default :func:`empty_cache`), the failed batch's length is halved, kept for the rest of the
+    stage, and the same start is retried, with a warning naming ``stage``. Yields ``(slice, result)`` in order.
 
     Raises:
         InputError: ``n_items`` < 0 or ``batch_size`` < 1.

@@ -30,21 +30,13 @@ class PlanWarning(NbHelpersWarning):
 
 @dataclass(frozen=True)
 class Plan:
-    """Device, precision and batch size for one kind of job, with the reason for each. Shows itself.
+    """Device, precision and batch size (frames per UNet/VAE/parsing batch) for one kind of job (as :func:`plan`),
+    with the reason for each, keyed ``"device"``, ``"fp16"``, ``"batch_size"``, ``"memory"``. Shows itself.
 
-    Attributes:
-        kind: ``"lipsync"`` (offline job), ``"avatar"`` (avatar preparation), ``"realtime"`` or ``"clip"``.
-        device, fp16, batch_size: What the job should use; the batch counts frames per UNet/VAE/parsing batch.
-        weights: ``"full"`` or ``"tiny"`` (test models).
-        frame_size, n_frames: (H, W) pixels assumed, and the job's frames (None when not given).
-        budget_gib: GPU memory (host RAM on the CPU) the plan lets the job use, GiB; None when unknown.
-        predicted_peak_gib: The worst stage's peak at ``batch_size``, CUDA context excluded, GiB; None on the CPU.
-        stage_peaks_gib: Predicted peak of each stage at ``batch_size``, GiB.
-        reasons: Why each value was chosen, keyed ``"device"``, ``"fp16"``, ``"batch_size"``, ``"memory"``.
-        warnings: Things to know, in words (CPU speed, fp16 falling back to fp32, a tight budget).
-        base_config: The configuration the plan started from (see :attr:`config`).
-        gpu_name, free_gib: The GPU's name and free GiB for the verdict; None on the CPU.
-        landmark_backend: The backend the CPU estimate counts face tracking for (``"auto"``: ``"dwpose"``).
+    ``frame_size`` is the (H, W) pixels assumed; ``budget_gib`` the GPU memory (host RAM on the CPU) the job may use
+    and ``predicted_peak_gib`` the worst of ``stage_peaks_gib`` at ``batch_size``, CUDA context excluded (GiB, None
+    when unknown or on the CPU); ``warnings`` things to know, in words; ``base_config`` the configuration the plan
+    started from (:attr:`config`); ``gpu_name`` and ``free_gib`` feed the verdict (None on the CPU).
     """
 
     kind: str
@@ -134,21 +126,13 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
     (a face restorer included) fits the budget (:mod:`nbhelpers.gpu.model`), snapped by :func:`snap_batch`, at most
     the kind's cap and ``n_frames``. Non-None ``config.device``, ``fp16`` and ``batch_size`` override the choice.
 
-    Args:
-        kind: ``"lipsync"`` (offline job), ``"avatar"`` (avatar preparation), ``"realtime"`` (live, from an avatar)
-            or ``"clip"`` (a whole clip from an avatar into a file: realtime's memory, a larger cap).
-        report: A :class:`GpuReport`; None reads one.
-        config: An :class:`~nbhelpers.config.InferenceConfig`; None for the defaults.
-        n_frames: Output frames (audio seconds x 25) for lipsync/realtime, source frames for avatar; or None.
-        frame_size: (H, W) of the frames, pixels; None assumes :data:`DEFAULT_FRAME_SIZE`.
-        weights: ``"full"`` or ``"tiny"`` (test models).
-        memory_model: Constants (default :data:`MEMORY_MODEL`).
-        source_frames: Source frames of a lipsync job, for the CPU estimate; None: one per output frame.
-        landmark_backend: The job's landmark backend, for the CPU estimate and the ``faces`` stage; None takes
-            ``config.landmark_backend``.
-        loaded_gib: GiB of the stages' models already on the GPU (an earlier job on the same pipeline), added back
-            to the usable memory.
-        warn: Emit ``Plan.warnings`` as :class:`PlanWarning`; False only records them.
+    ``kind`` is ``"lipsync"`` (offline job), ``"avatar"`` (avatar preparation), ``"realtime"`` (live, from an
+    avatar) or ``"clip"`` (a whole clip from an avatar into a file: realtime's memory, a larger cap). ``report``
+    None reads one; ``config`` None takes the defaults; ``n_frames`` counts output frames (audio seconds x 25), for
+    avatar source frames; ``frame_size`` (H, W) pixels, None: :data:`DEFAULT_FRAME_SIZE`; ``source_frames`` (None:
+    one per output frame) and ``landmark_backend`` (None: ``config.landmark_backend``) feed the CPU estimate;
+    ``loaded_gib`` of the stages' models already on the GPU (an earlier job on the same pipeline) is added back to
+    the usable memory; ``warn`` False only records ``Plan.warnings`` instead of emitting :class:`PlanWarning`.
 
     Raises:
         InputError: Unknown ``kind``/``weights``, a bad ``frame_size``, ``n_frames``, ``loaded_gib`` or ``config``.

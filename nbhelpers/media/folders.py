@@ -77,5 +77,3 @@ def remove_empty(folders: list[Path]) -> None:
         with contextlib.suppress(OSError):
             part.rmdir()
 
-
-__all__ = ["check_writable", "missing_folders", "remove_empty", "write_problem"]

@@ -66,15 +66,10 @@ class FFmpegSink(VideoWriter):
     """Frames and their audio into one ffmpeg process: a file or any output URL, the audio muxed live.
 
     ffmpeg reads raw BGR video on stdin and raw 16 kHz mono s16le PCM on a second pipe (``pipe:FD``, POSIX), each
-    fed by a thread so that neither blocks the other and :meth:`write` returns at once.
-
-    Args:
-        target: Output path (``.mp4``, ``.mov``, ``.mkv``, ``.ts``, ``.flv``) or URL (``rtmp://`` -> FLV,
-            ``srt://``, ``udp://``, ``rtp://``, ``tcp://`` -> MPEG-TS).
-        width, height: Frame size, pixels.
-        encoder: See :func:`video_codec_args`.
-        audio_bitrate: AAC bitrate.
-        stall_timeout_s: Seconds without progress after which ffmpeg counts as stalled; None waits for ever.
+    fed by a thread so that neither blocks the other and :meth:`write` returns at once. ``target`` is a path
+    (``.mp4``, ``.mov``, ``.mkv``, ``.ts``, ``.flv``) or URL (``rtmp://`` -> FLV, ``srt://``, ``udp://``,
+    ``rtp://``, ``tcp://`` -> MPEG-TS); ``width`` and ``height`` are pixels; ``encoder`` as :func:`video_codec_args`;
+    ``stall_timeout_s`` as :class:`VideoWriter`'s.
 
     Raises:
         InputError: The target's container cannot be told from its name, a size is not a positive whole number,
@@ -82,7 +77,7 @@ class FFmpegSink(VideoWriter):
     """
 
     def __init__(self, target: str | os.PathLike, width: int, height: int, *, encoder: str | None = None,
-                 audio_bitrate: str = "96k", stall_timeout_s: float | None = WRITER_STALL_TIMEOUT_S):
+                 stall_timeout_s: float | None = WRITER_STALL_TIMEOUT_S):
         target = os.fspath(target)
         fmt = container_for(target)
         if not fmt:
@@ -115,7 +110,7 @@ class FFmpegSink(VideoWriter):
                      "-thread_queue_size", "256", "-f", "s16le", "-ar", str(SAMPLE_RATE), "-ac", "1",
                      "-i", f"pipe:{read_end}", "-map", "0:v", "-map", "1:a",
                      "-vf", _video_filter(self.width, self.height), *codec_args, *BT709_TAGS,
-                     "-c:a", "aac", "-b:a", audio_bitrate, "-ar", str(AUDIO_OUT_RATE),
+                     "-c:a", "aac", "-b:a", "96k", "-ar", str(AUDIO_OUT_RATE),
                      *(["-movflags", "+faststart"] if fmt in ("mp4", "mov") else []), *SYNTHETIC_ARGS, "-f", fmt, *(["-flush_packets", "1"] if fmt == "mpegts" else []), out]
         try:
             self._start(pass_fds=(read_end,))
@@ -202,5 +197,3 @@ class FFmpegSink(VideoWriter):
     def __repr__(self) -> str:
         return f"FFmpegSink({self.target!r}, {self.width}x{self.height} px, frames_written={self.frames_written})"
 
-
-__all__ = ["FFmpegSink", "container_for", "video_codec_args"]

@@ -123,25 +123,14 @@ class VideoReader:
     :meth:`read_batch` reads from a separate cursor. Use it as a context manager to stop ffmpeg. The ``fps`` filter
     re-times frames by their timestamps, so any source rate gives ``round(D * fps)`` frames (D the end of the last
     source frame); phone clips are turned upright; any pixel format becomes bgr24; alpha is composited over
-    ``background`` as ``round((colour * a + background * (255 - a)) / 255)``; a photo is one frame with its EXIF
-    orientation applied.
-
-    Args:
-        path: Video or photo file.
-        fps: Output frame rate, frames per second.
-        background: BGR colour (3 ints, 0-255) under transparent pixels.
-        ffmpeg: Path of the ffmpeg binary; None for :func:`ffmpeg_exe`.
+    ``background`` (BGR, 3 ints 0-255) as ``round((colour * a + background * (255 - a)) / 255)``; a photo is one
+    frame with its EXIF orientation applied. ``fps`` (frames per second) is kept as a Fraction, ``info`` is the
+    source's :class:`MediaInfo`, ``width`` and ``height`` the upright frame size in pixels; ``ffmpeg`` None runs
+    :func:`ffmpeg_exe`.
 
     Raises:
         InputError: Missing file, no video stream, or a bad ``fps``/``background``.
         FFmpegError: ffmpeg cannot read the file.
-
-    Attributes:
-        path, info: Absolute path and :class:`MediaInfo` of the source.
-        fps: Output frame rate, a Fraction.
-        width, height: Frame size, pixels (upright).
-        has_alpha: True when the source pixel format carries alpha.
-        background: BGR colour under transparent pixels.
     """
 
     def __init__(self, path, fps=FPS, *, background=(0, 0, 0), ffmpeg: str | None = None):
@@ -214,11 +203,8 @@ class VideoReader:
         self._streams.discard(stream)
 
     def iter_batches(self, batch_size: int = 16) -> Iterator[np.ndarray]:
-        """Yield ``(n, H, W, 3) uint8`` BGR batches of ``batch_size`` (>= 1) frames, the last shorter, from the first.
-
-        Raises:
-            FFmpegError: ffmpeg failed while decoding.
-        """
+        """Yield ``(n, H, W, 3) uint8`` BGR batches of ``batch_size`` (>= 1) frames, the last shorter, from the first;
+        FFmpegError when ffmpeg fails while decoding."""
         _check_count("batch_size", batch_size)
         stream = self._open()
         try:
@@ -238,11 +224,8 @@ class VideoReader:
             yield from batch
 
     def read_batch(self, n: int) -> np.ndarray:
-        """The next ``n`` (>= 1) frames from the reader's cursor: ``(n', H, W, 3) uint8`` BGR, ``n' == 0`` at the end.
-
-        Raises:
-            FFmpegError: ffmpeg failed while decoding.
-        """
+        """The next ``n`` (>= 1) frames from the reader's cursor: ``(n', H, W, 3) uint8`` BGR, ``n' == 0`` at the end;
+        FFmpegError when ffmpeg fails while decoding."""
         _check_count("n", n)
         if self._cursor is None:
             self._cursor = self._open()
@@ -284,10 +267,8 @@ class VideoReader:
 
 def load_video(path, fps=FPS, *, background=(0, 0, 0), ffmpeg: str | None = None) -> VideoReader:
     """Open a video or a photo as a :class:`VideoReader` of upright BGR frames at constant ``fps`` (MuseTalk: 25).
-
-    Raises:
-        InputError: The file is missing, is a folder, has no video stream, or an argument is invalid.
-        FFmpegError: ffmpeg cannot read the file.
+    Raises InputError when the file is missing, is a folder, has no video stream, or an argument is invalid, and
+    FFmpegError when ffmpeg cannot read the file.
 
     Source: ``inference.py:120-126`` keeps the source fps, so other rates drift (quirk Q8); ``app.py:432-472`` re-times
     uploads to 25 fps, as this always does.
@@ -297,11 +278,8 @@ def load_video(path, fps=FPS, *, background=(0, 0, 0), ffmpeg: str | None = None
 
 def frames_at(path, indices: Sequence[int], fps=FPS, *, background=(0, 0, 0)) -> np.ndarray:
     """``(len(indices), H, W, 3) uint8`` BGR: the frames numbered ``indices`` at ``fps`` (any order, repeats allowed),
-    as iteration yields them, decoded without piping the others.
-
-    Raises:
-        InputError: An index is negative, not an integer, or past the last frame.
-        FFmpegError: ffmpeg failed.
+    as iteration yields them, decoded without piping the others. Raises InputError for an index that is negative,
+    not an integer, or past the last frame, and FFmpegError when ffmpeg fails.
     """
     wanted = list(indices)
     if not wanted:
@@ -338,10 +316,6 @@ def frames_at(path, indices: Sequence[int], fps=FPS, *, background=(0, 0, 0)) ->
 
 
 def read_frame(path, index: int = 0, fps=FPS, *, background=(0, 0, 0)) -> np.ndarray:
-    """One ``(H, W, 3) uint8`` BGR frame of a video or photo, number ``index`` at ``fps`` (see :func:`frames_at`).
-
-    Raises:
-        InputError: ``index`` is negative or past the last frame.
-        FFmpegError: ffmpeg failed.
-    """
+    """One ``(H, W, 3) uint8`` BGR frame of a video or photo, number ``index`` at ``fps``; errors as
+    :func:`frames_at`."""
     return frames_at(path, [index], fps, background=background)[0]

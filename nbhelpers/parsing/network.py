@@ -16,8 +16,6 @@ from torch import nn
 
 from .masks import N_CLASSES
 
-__all__ = ["BiSeNet"]
-
 
 class ConvBNReLU(nn.Module):
     """conv (no bias) -> BatchNorm -> ReLU. Keys: ``conv.weight``, ``bn.*``."""

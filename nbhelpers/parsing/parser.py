@@ -6,6 +6,7 @@ Source: ``musetalk/utils/face_parsing/__init__.py:59-90`` (docs/official-behavio
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -18,8 +19,6 @@ from ..gpu import batched, device_constant
 from ..models import LOAD_LOCK
 from ..resample import crop_resize_batch
 from .masks import N_CLASSES, check_parsing_args, face_mask
-
-__all__ = ["BISENET_FILE", "FaceParser", "bisenet_path", "build_bisenet", "load_bisenet"]
 
 BISENET_FILE = "face-parse-bisent/79999_iter.pth"  # relative to a weights dir (face_parsing/__init__.py:61-67)
 IMAGENET_MEAN = (0.485, 0.456, 0.406)  # RGB, ToTensor scale [0, 1] (face_parsing/__init__.py:71-75)
@@ -111,14 +110,11 @@ class FaceParser:
         self.device = torch.device(device)
         self.dtype = dtype or torch.float32
         if self.device.type == "cpu" and self.dtype != torch.float32:
-            import warnings
-
             warnings.warn(f"FaceParser: {self.dtype} on the CPU is slow or unsupported; using float32 instead.",
                           FallbackWarning, stacklevel=2)
             self.dtype = torch.float32
         self.batch_size = batch_size
         self.path = bisenet_path(weights)
-
         with LOAD_LOCK:  # one model built at a time in the process (nbhelpers.models.LOAD_LOCK)
             self.net = load_bisenet(self.path, self.device, self.dtype)
 
@@ -145,10 +141,9 @@ class FaceParser:
         return out
 
     def labels(self, images_rgb: np.ndarray | Sequence[np.ndarray], batch_size: int | None = None) -> np.ndarray:
-        """(N, 512, 512) uint8 labels 0..18 (:data:`LABELS`), the argmax of the main head, of each image.
-
-        ``images_rgb``: (N, H, W, 3) uint8 **RGB** array or a list of (H_i, W_i, 3) ones (MuseTalk passes each
-        frame's expanded square flipped to RGB). ``batch_size`` None: the parser's.
+        """(N, 512, 512) uint8 labels 0..18 (:data:`LABELS`), the argmax of the main head, of each image of
+        ``images_rgb``, an (N, H, W, 3) uint8 **RGB** array or a list of (H_i, W_i, 3) ones (MuseTalk passes each
+        frame's expanded square flipped to RGB); ``batch_size`` None: the parser's.
 
         Raises:
             InputError: An image is not (H, W, 3) uint8.
