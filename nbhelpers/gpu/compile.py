@@ -234,14 +234,14 @@ class BackgroundCompiler:
     what a function ``facts`` returns when the first compile starts (so that a CPU run reads no file). ``options``
     are ``torch.compile`` (inductor) options; ``on_event`` gets a one-line message when compiling starts and ends.
 
-    Raises:
-        InputError: ``mode`` is not one of :data:`COMPILE_MODES`.
+    Raises InputError: ``mode`` is not one of :data:`COMPILE_MODES`.
 
     Source: ``torch.compile``; PyTorch's recipe "Compile Time Caching in torch.compile" (Mega-Cache).
     """
 
     def __init__(self, device: Any, mode: str = "auto", cache_dir: str | os.PathLike | None = None,
-                 facts: dict[str, Any] | Callable[[], dict[str, Any]] | None = None, options: dict[str, Any] | None = None,
+                 facts: dict[str, Any] | Callable[[], dict[str, Any]] | None = None,
+                 options: dict[str, Any] | None = None,
                  on_event: Callable[[str], None] | None = None) -> None:
         if mode not in COMPILE_MODES:
             raise InputError(f"compile must be one of {', '.join(map(repr, COMPILE_MODES))}; got {mode!r}.")
@@ -280,8 +280,7 @@ class BackgroundCompiler:
         autograd mode ``grad``; returns at once. ``name`` shows in the status; ``dynamic_batch`` (fixed by a
         module's first request) compiles the first dimension as any batch of 2 or more, False this shape only.
 
-        Raises:
-            InputError: ``grad`` is not one of :data:`GRAD_MODES`.
+        Raises InputError: ``grad`` is not one of :data:`GRAD_MODES`.
         """
         if grad not in GRAD_MODES:
             raise InputError(f"grad must be one of {GRAD_MODES}; got {grad!r}.")
@@ -375,9 +374,9 @@ class BackgroundCompiler:
         while True:
             item = self._queue.get()
             if first:
-                self._say(f"compiling the models for this GPU in the background ("
-                          f"{'from the cache of an earlier session' if self.status.warm else 'one time: minutes on 2 CPU cores'}"
-                          "); the job runs eagerly until they are ready")
+                how = "from the cache of an earlier session" if self.status.warm else "one time: minutes on 2 CPU cores"
+                self._say(f"compiling the models for this GPU in the background ({how}); the job runs eagerly until "
+                          "they are ready")
                 first = False
             self._compile(*item)
             with self._lock:

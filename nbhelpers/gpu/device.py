@@ -99,9 +99,8 @@ class GpuReport:
         """Return this report, or stop when no CUDA GPU is usable, with the fix in words (the Colab steps).
         ``allow_cpu`` True lets a CPU-only runtime through; None reads ``NBHELPERS_ALLOW_CPU``.
 
-        Raises:
-            MissingDependencyError: torch is not installed (whatever ``allow_cpu`` says).
-            NoGpuError: No CUDA GPU is usable and the CPU is not allowed.
+        Raises MissingDependencyError: torch is not installed (whatever ``allow_cpu`` says); NoGpuError: no CUDA GPU is
+        usable and the CPU is not allowed.
         """
         if self.has_gpu:
             return self
@@ -192,11 +191,11 @@ def read_report(device: str | int | None = None) -> GpuReport:
     Never raises on odd driver states or without torch: what could not be read is None and ``notes`` says why.
     Reading free memory through torch makes this process's CUDA context.
 
-    Raises:
-        InputError: ``device`` is not a CUDA device name or index, or names a device that does not exist.
+    Raises InputError: ``device`` is not a CUDA device name or index, or names a device that does not exist.
     """
     notes: list[str] = []
-    values: dict[str, Any] = {"python_version": platform.python_version(), "colab": "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ}
+    values: dict[str, Any] = {"python_version": platform.python_version(),
+                              "colab": "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ}
     values["host_ram_total_gib"], values["host_ram_available_gib"] = _host_ram_gib()
     index = _device_index(device)
     try:
@@ -232,8 +231,7 @@ def _no_cuda_message(device: str) -> str:
 def check_device(device: str | None) -> None:
     """Stop a job whose ``device`` (``config.device``) names a CUDA device this runtime does not have.
 
-    Raises:
-        NoGpuError: ``device`` names CUDA and torch sees no CUDA GPU, or fewer than N + 1 of them.
+    Raises NoGpuError: ``device`` names CUDA and torch sees no CUDA GPU, or fewer than N + 1 of them.
     """
     if device is None or not str(device).startswith("cuda"):
         return

@@ -136,8 +136,7 @@ def cpu_seconds(kind: str = "lipsync", n_frames: int = 0, source_frames: int | N
     :data:`DEFAULT_FRAME_SIZE`); ``generate`` = ``n * generate_s`` (not avatar). ``times`` defaults to
     ``CPU_TIMES[weights]``.
 
-    Raises:
-        InputError: Unknown ``kind`` or ``weights``.
+    Raises InputError: unknown ``kind`` or ``weights``.
     """
     check_kind(kind, weights)
     kind = "realtime" if kind == "clip" else kind  # the same work, only its batch cap differs
@@ -159,8 +158,7 @@ def cpu_frame_seconds(kind: str = "lipsync", weights: str = "full", landmark_bac
                       frame_size: tuple[int, int] | None = None) -> float:
     """Seconds per frame of a long CPU job: :func:`cpu_seconds` for one frame, without the model loading.
 
-    Raises:
-        InputError: Unknown ``kind`` or ``weights``.
+    Raises InputError: unknown ``kind`` or ``weights``.
     """
     parts = cpu_seconds(kind, 1, None, weights, landmark_backend=landmark_backend, frame_size=frame_size)
     return sum(v for k, v in parts.items() if k != "models")
@@ -188,8 +186,7 @@ def restore_per_frame_gib(restore: str | None, bf16: bool = True, memory_model: 
     ``bf16`` False multiplies GFPGAN's and RestoreFormer's figure by ``fp32_factor``; CodeFormer always runs in
     float32. ``memory_model`` defaults to :data:`MEMORY_MODEL`.
 
-    Raises:
-        InputError: An unknown restorer name.
+    Raises InputError: an unknown restorer name.
     """
     if restore is None:
         return 0.0
@@ -212,8 +209,7 @@ def stage_memory(kind: str, fp16: bool = True, frame_size: tuple[int, int] = DEF
     the ``landmark_backend`` ``"dlib"`` and ``"boxes"`` use no GPU face models; ``restore`` (or None) adds
     :func:`restore_per_frame_gib` (``restore_bf16``: GFPGAN / RestoreFormer in bfloat16) to ``generate``.
 
-    Raises:
-        InputError: An unknown ``restore`` name.
+    Raises InputError: an unknown ``restore`` name.
 
     Source: docs/official-behaviour.md §0 and §6 (stage order); S3FD at batch 1 on full frames (quirk Q18).
     """

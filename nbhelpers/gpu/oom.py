@@ -33,9 +33,7 @@ def batched(n_items: int, batch_size: int, step: Callable[[slice], T], *, stage:
     ``on_oom`` runs (default :func:`empty_cache`), the failed batch's length is halved, kept for the rest of the
     stage, and the same start is retried, with a warning naming ``stage``. Yields ``(slice, result)`` in order.
 
-    Raises:
-        InputError: ``n_items`` < 0 or ``batch_size`` < 1.
-        OutOfMemoryError: A batch of 1 still runs out of memory.
+    Raises InputError: ``n_items`` < 0 or ``batch_size`` < 1; OutOfMemoryError: A batch of 1 still runs out of memory.
 
     Source: ``utils.py:49-74``, ``inference.py:187-206`` (fixed-size batches in order); the halving is ours.
     """

@@ -134,9 +134,8 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
     ``loaded_gib`` of the stages' models already on the GPU (an earlier job on the same pipeline) is added back to
     the usable memory; ``warn`` False only records ``Plan.warnings`` instead of emitting :class:`PlanWarning`.
 
-    Raises:
-        InputError: Unknown ``kind``/``weights``, a bad ``frame_size``, ``n_frames``, ``loaded_gib`` or ``config``.
-        NoGpuError: ``config.device`` asks for CUDA but no CUDA GPU is usable.
+    Raises InputError: unknown ``kind``/``weights``, a bad ``frame_size``, ``n_frames``, ``loaded_gib`` or ``config``;
+    NoGpuError: ``config.device`` asks for CUDA but no CUDA GPU is usable.
 
     Source: batches 8 offline and 20 realtime (``inference.py:266``, ``realtime_inference.py:331``); fp16
     (``inference.py:53-56``, ``realtime_inference.py:366-368``).
@@ -396,8 +395,7 @@ def _duration(seconds: float) -> str:
 def report(device: str | int | None = None) -> GpuReport:
     """:func:`~nbhelpers.gpu.device.read_report` with the ``verdict`` of :func:`plan` for a lip-sync job.
 
-    Raises:
-        InputError: ``device`` is not a CUDA device name or index, or names a device that does not exist.
+    Raises InputError: ``device`` is not a CUDA device name or index, or names a device that does not exist.
     """
     rep = read_report(device)
     return dataclasses.replace(rep, verdict=_verdict(rep))
@@ -417,7 +415,6 @@ def _verdict(rep: GpuReport) -> str:
 def check_gpu(allow_cpu: bool | None = None, device: str | int | None = None) -> GpuReport:
     """:func:`report` of ``device``, then :meth:`GpuReport.require_gpu` with ``allow_cpu``: stop a CPU-only runtime.
 
-    Raises:
-        NoGpuError, MissingDependencyError, InputError: As those two.
+    Raises NoGpuError, MissingDependencyError, InputError: as those two.
     """
     return report(device).require_gpu(allow_cpu)

@@ -123,10 +123,8 @@ def load_audio(path, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
     channels averaged, ``soxr.resample(..., quality="soxr_hq")``, length ``ceil(L * sample_rate / native_rate)``.
     ``path`` is any file with an audio stream (speech, or a video with sound).
 
-    Raises:
-        InputError: Missing file, no audio stream, zero samples, or a bad ``sample_rate``.
-        FFmpegError: ffmpeg cannot read the file.
-        MissingDependencyError: ``soxr`` is not installed and resampling is needed.
+    Raises InputError: missing file, no audio stream, zero samples, or a bad ``sample_rate``; FFmpegError: ffmpeg cannot
+    read the file; MissingDependencyError: ``soxr`` is not installed and resampling is needed.
 
     Source: ``audio_processor.py:18``; ``[librosa] core/audio.py:56-66,170-193``; docs/official-behaviour.md §2.2.
     """
@@ -145,9 +143,7 @@ def load_audio(path, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
 def audio_duration(path) -> float:
     """Exact duration in seconds of the first audio stream of ``path``: samples / native rate.
 
-    Raises:
-        InputError: Missing file, no audio stream or no samples.
-        FFmpegError: ffmpeg cannot read the file.
+    Raises InputError: missing file, no audio stream or no samples; FFmpegError: ffmpeg cannot read the file.
 
     Source: the output has ``floor(seconds * 25)`` frames (``audio_processor.py:61-63``).
     """

@@ -52,9 +52,8 @@ def write_problem(folder: str | os.PathLike) -> str:
 def check_writable(folder: str | os.PathLike, what: str = "the output") -> Path:
     """Check that a job can write ``what`` into ``folder`` (made when missing); returns the folder.
 
-    Raises:
-        InputError: ``cannot write in <folder>/ (<why>)``: the folder or a parent is a file, read-only, not this
-            user's, or cannot be made.
+    Raises InputError: ``cannot write in <folder>/ (<why>)``: the folder or a parent is a file, read-only, not this
+    user's, or cannot be made.
     """
     path = Path(folder).expanduser()
     if why := write_problem(path):

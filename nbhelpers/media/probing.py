@@ -298,9 +298,8 @@ def probe(path, count_frames: bool = True) -> MediaInfo:
     Parses ``ffmpeg -i`` (ffmpeg 4.4 to 9); with ``count_frames`` also counts the video frames exactly by demuxing
     (``-c copy -f framecrc``).
 
-    Raises:
-        InputError: ``path`` does not exist or is a folder.
-        FFmpegError: ffmpeg cannot read the file as media (a text file named ``.mp4``, a truncated download).
+    Raises InputError: ``path`` does not exist or is a folder; FFmpegError: ffmpeg cannot read the file as media (a text
+    file named ``.mp4``, a truncated download).
 
     Source: the official scripts read the fps with OpenCV (``utils.py:43-47``) and tell images from videos by
     extension (``utils.py:33-41``); here the content decides.
@@ -316,38 +315,27 @@ def probe(path, count_frames: bool = True) -> MediaInfo:
             "file (not a web page or a partial download); re-export or re-download it.",
             args_list=args, stderr_tail=_tail(text))
     if count_frames and info.has_video and not info.is_image:
-        info = dataclasses.replace(info, frame_count=_count_packets(exe, p, info.video_stream.index))
+        # packets (= frames) by demuxing only, one framecrc line each (ffmpeg 7.0's progress report leaves out the
+        # frame count when stream copying)
+        rc, out, _ = _run([exe, *QUIET, "-i", str(p), "-map", f"0:{info.video_stream.index}", "-c", "copy", "-f",
+                           "framecrc", "pipe:1"], "count video frames")
+        count = sum(1 for line in out.splitlines() if line and not line.startswith(b"#"))
+        info = dataclasses.replace(info, frame_count=count if rc == 0 else None)
     if info.is_image and info.width:
-        orientation = _exif_orientation(p)
-        if orientation != 1:
+        try:  # the EXIF orientation tag (1-8), read with Pillow (header only)
+            from PIL import Image
+
+            with Image.open(p) as image:
+                orientation = int(image.getexif().get(0x0112, 1))
+        except Exception:  # no Pillow (a dependency), or no readable EXIF: the still is used as stored
+            orientation = 1
+        if orientation in _EXIF_ROTATION and orientation != 1:
             stored_w, stored_h = info.video_stream.width, info.video_stream.height
             swap = orientation >= 5
             info = dataclasses.replace(info, exif_orientation=orientation, rotation=_EXIF_ROTATION[orientation],
-                            width=stored_h if swap else stored_w, height=stored_w if swap else stored_h)
+                                       width=stored_h if swap else stored_w, height=stored_w if swap else stored_h)
     return info
 
 
 # EXIF orientation -> clockwise rotation of the upright picture (5 and 7 also mirror)
 _EXIF_ROTATION = {1: 0, 2: 0, 3: 180, 4: 180, 5: 90, 6: 90, 7: 270, 8: 270}
-
-
-def _exif_orientation(path: Path) -> int:
-    """EXIF orientation tag (1-8) of a still, read with Pillow (header only); 1 when absent or unreadable."""
-    try:
-        from PIL import Image
-
-        with Image.open(path) as image:
-            value = int(image.getexif().get(0x0112, 1))
-    except Exception:  # no Pillow (a dependency), or no readable EXIF: the still is used as stored
-        return 1
-    return value if value in _EXIF_ROTATION else 1
-
-
-def _count_packets(exe: str, path: Path, stream_index: int) -> int | None:
-    """Packets (= frames) of one stream, by demuxing only: one framecrc line per packet (ffmpeg 7.0's progress
-    report leaves out the frame count when stream copying, so it is not used here)."""
-    args = [exe, *QUIET, "-i", str(path), "-map", f"0:{stream_index}", "-c", "copy", "-f", "framecrc", "pipe:1"]
-    rc, out, _ = _run(args, "count video frames")
-    if rc != 0:
-        return None
-    return sum(1 for line in out.splitlines() if line and not line.startswith(b"#"))

@@ -39,8 +39,7 @@ def video_codec_args(encoder: str | None = None, *, file: bool = False) -> tuple
     :func:`nbhelpers.media.choose_encoder`'s test encode works (else libx264, with its warning); ``libx264-<preset>``
     that preset with ``zerolatency``.
 
-    Raises:
-        InputError: An unknown setting.
+    Raises InputError: an unknown setting.
     """
     tail = ["-pix_fmt", "yuv420p", "-g", str(GOP_FRAMES)]
     if encoder is None:
@@ -71,9 +70,8 @@ class FFmpegSink(VideoWriter):
     ``rtp://``, ``tcp://`` -> MPEG-TS); ``width`` and ``height`` are pixels; ``encoder`` as :func:`video_codec_args`;
     ``stall_timeout_s`` as :class:`VideoWriter`'s.
 
-    Raises:
-        InputError: The target's container cannot be told from its name, a size is not a positive whole number,
-            or the platform has no pass_fds.
+    Raises InputError: the target's container cannot be told from its name, a size is not a positive whole number, or
+    the platform has no pass_fds.
     """
 
     def __init__(self, target: str | os.PathLike, width: int, height: int, *, encoder: str | None = None,
@@ -111,7 +109,8 @@ class FFmpegSink(VideoWriter):
                      "-i", f"pipe:{read_end}", "-map", "0:v", "-map", "1:a",
                      "-vf", _video_filter(self.width, self.height), *codec_args, *BT709_TAGS,
                      "-c:a", "aac", "-b:a", "96k", "-ar", str(AUDIO_OUT_RATE),
-                     *(["-movflags", "+faststart"] if fmt in ("mp4", "mov") else []), *SYNTHETIC_ARGS, "-f", fmt, *(["-flush_packets", "1"] if fmt == "mpegts" else []), out]
+                     *(["-movflags", "+faststart"] if fmt in ("mp4", "mov") else []), *SYNTHETIC_ARGS, "-f", fmt,
+                     *(["-flush_packets", "1"] if fmt == "mpegts" else []), out]
         try:
             self._start(pass_fds=(read_end,))
         finally:
@@ -149,8 +148,7 @@ class FFmpegSink(VideoWriter):
     def write(self, frame: np.ndarray, audio: np.ndarray) -> None:  # type: ignore[override]
         """Queue one (H, W, 3) uint8 BGR frame and its 640 float32 samples (blocks while ffmpeg is behind).
 
-        Raises:
-            FFmpegError: ffmpeg stopped taking input (its stderr is in the message).
+        Raises FFmpegError: ffmpeg stopped taking input (its stderr is in the message).
         """
         if self.error is not None:
             raise self._failed("ffmpeg stopped taking input")
@@ -167,8 +165,7 @@ class FFmpegSink(VideoWriter):
     def close(self, timeout_s: float = 120.0) -> Path | None:  # type: ignore[override]
         """Finish the stream; returns the file's path (None for a URL).
 
-        Raises:
-            FFmpegError: ffmpeg failed, stalled, or its input threads did not finish within ``timeout_s``.
+        Raises FFmpegError: ffmpeg failed, stalled, or its input threads did not finish within ``timeout_s``.
         """
         for q in self._queues:
             q.put(None)

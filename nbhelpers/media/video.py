@@ -11,7 +11,7 @@ import numpy as np
 
 from ..constants import FPS
 from ..errors import FFmpegError, InputError
-from .ffmpeg import _ALPHA_PIX_FMTS, QUIET, _existing_file, _passthrough, _Process, _run, _tail, ffmpeg_exe
+from .ffmpeg import QUIET, _existing_file, _passthrough, _Process, _run, _tail, ffmpeg_exe
 from .probing import _fps_text, probe
 
 # EXIF orientation -> (row step, column step) after the transpose of orientations 5-8
@@ -25,13 +25,6 @@ def _apply_orientation(frames: np.ndarray, orientation: int) -> np.ndarray:
     rows, cols = _EXIF_STEPS[orientation]
     out = frames.transpose(0, 2, 1, 3) if orientation >= 5 else frames
     return np.ascontiguousarray(out[:, ::rows, ::cols])
-
-
-def _has_alpha(pix_fmt: str | None) -> bool:
-    if not pix_fmt:
-        return False
-    return (pix_fmt in _ALPHA_PIX_FMTS or pix_fmt.startswith(("yuva", "gbrap", "ya"))
-            or bool(re.match(r"^(rgba|bgra|argb|abgr)", pix_fmt)))
 
 
 def _flatten_alpha(bgra: np.ndarray, background: tuple[int, int, int]) -> np.ndarray:
@@ -55,17 +48,6 @@ def _check_fps(fps) -> Fraction:
 def _check_count(name: str, n: int) -> None:
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise InputError(f"{name} must be an integer >= 1; got {n!r}.")
-
-
-def _check_background(background) -> tuple[int, int, int]:
-    try:
-        values = tuple(int(v) for v in background)
-    except (TypeError, ValueError):
-        values = ()
-    if len(values) != 3 or any(not 0 <= v <= 255 for v in values):
-        raise InputError(f"background must be a BGR colour of 3 integers in 0-255, e.g. (0, 0, 0) for black; got "
-                         f"{background!r}.")
-    return values  # type: ignore[return-value]
 
 
 class _FrameStream:
@@ -128,15 +110,20 @@ class VideoReader:
     source's :class:`MediaInfo`, ``width`` and ``height`` the upright frame size in pixels; ``ffmpeg`` None runs
     :func:`ffmpeg_exe`.
 
-    Raises:
-        InputError: Missing file, no video stream, or a bad ``fps``/``background``.
-        FFmpegError: ffmpeg cannot read the file.
+    Raises InputError: missing file, no video stream, or a bad ``fps``/``background``; FFmpegError: ffmpeg cannot read
+    the file.
     """
 
     def __init__(self, path, fps=FPS, *, background=(0, 0, 0), ffmpeg: str | None = None):
         self.path = _existing_file(path, "video")
         self.fps = _check_fps(fps)
-        self.background = _check_background(background)
+        try:
+            self.background = tuple(int(v) for v in background)
+        except (TypeError, ValueError):
+            self.background = ()
+        if len(self.background) != 3 or any(not 0 <= v <= 255 for v in self.background):
+            raise InputError(f"background must be a BGR colour of 3 integers in 0-255, e.g. (0, 0, 0) for black; "
+                             f"got {background!r}.")
         self._exe = ffmpeg or ffmpeg_exe()
         self.info = probe(self.path, count_frames=False)
         if not self.info.has_video:
@@ -147,7 +134,9 @@ class VideoReader:
             raise InputError(f"video: ffmpeg reports no frame size for {str(self.path)!r}; convert it to MP4 first.")
         self.width: int = self.info.width
         self.height: int = self.info.height
-        self.has_alpha = _has_alpha(self.info.pix_fmt)
+        # the pixel formats with an alpha channel: pal8, ya*, yuva*, gbrap*, rgba*, bgra*, argb*, abgr*
+        fmt = self.info.pix_fmt or ""
+        self.has_alpha = fmt == "pal8" or fmt.startswith(("ya", "yuva", "gbrap", "rgba", "bgra", "argb", "abgr"))
         stored = self.info.video_stream
         # what ffmpeg delivers: upright for videos (autorotation), as stored for stills (EXIF applied by us)
         self._decoded_size = (stored.width, stored.height) if self.info.is_image else (self.width, self.height)

@@ -82,10 +82,8 @@ def _partial(path: Path) -> Path:
 
 
 def padded_size_note(width: int, height: int) -> str | None:
-    """The note a clip's summary gives when :class:`VideoWriter` pads odd frame sizes, or None for even ones.
-
-    H.264 in yuv420p needs even sizes, so the writer adds one black column at the right and/or row at the bottom.
-    """
+    """The note a clip's summary gives when :class:`VideoWriter` pads odd frame sizes (H.264 in yuv420p needs even
+    ones: one black column at the right and/or row at the bottom), or None for even ones."""
     if not (int(width) % 2 or int(height) % 2):
         return None
     padded = f"{int(width) + int(width) % 2}x{int(height) + int(height) % 2}"
@@ -123,17 +121,16 @@ def nvenc_probe(ffmpeg: str | None = None, timeout: float = 30.0) -> tuple[bool,
 
 
 def choose_encoder(setting: str = "libx264", *, ffmpegs: Sequence[str] | None = None,
-                   probe: Any = None, warn: bool = True) -> EncoderChoice:
+                   probe: Any = None) -> EncoderChoice:
     """Resolve an ``encoder`` setting to an ffmpeg encoder, preset and binary.
 
     ``"libx264"`` (official): CRF 18, preset ``medium``; ``"libx264-fast"`` ... ``"-ultrafast"``: faster presets
     (bench/RESULTS.md, "Encoder settings"); ``"nvenc"`` / ``"auto"``: ``h264_nvenc`` when :func:`nvenc_probe`
     succeeds with one of ``ffmpegs`` (None: imageio-ffmpeg's binary, then the one on PATH), else libx264 medium
-    with a ``FallbackWarning`` (``warn`` False: the reason is only in the result). ``probe(ffmpeg_path) -> (ok,
-    reason)`` defaults to :func:`nvenc_probe`.
+    with a ``FallbackWarning`` (and the reason in the result). ``probe(ffmpeg_path) -> (ok, reason)`` defaults to
+    :func:`nvenc_probe`.
 
-    Raises:
-        InputError: ``setting`` is not a known encoder setting.
+    Raises InputError: ``setting`` is not a known encoder setting.
     """
     if setting not in ENCODER_SETTINGS:
         raise InputError(f"encoder must be one of {', '.join(map(repr, ENCODERS))}; got {setting!r}. "
@@ -155,8 +152,7 @@ def choose_encoder(setting: str = "libx264", *, ffmpegs: Sequence[str] | None = 
         failures.append(f"{exe}: {why}")
     reason = ("h264_nvenc is not usable here (" + "; ".join(failures or ["no ffmpeg to try"]) + "); encoding with "
               "libx264 CRF 18, preset medium instead")
-    if warn:
-        warnings.warn(f"encoder={setting!r}: {reason}.", FallbackWarning, stacklevel=2)
+    warnings.warn(f"encoder={setting!r}: {reason}.", FallbackWarning, stacklevel=2)
     return EncoderChoice(setting, "libx264", "medium", None, reason)
 
 
@@ -177,9 +173,8 @@ class VideoWriter:
     ``ffmpeg`` (None: :func:`ffmpeg_exe`). ``synthetic`` False leaves the tag out (plain conversions);
     ``stall_timeout_s`` None waits for ever. :attr:`frames_written` counts the frames accepted so far.
 
-    Raises:
-        InputError: Bad size, fps, crf, suffix, stall timeout or audio file, before ffmpeg starts.
-        FFmpegError: ffmpeg refused the options, died, failed when finishing, or stalled (``stalled`` True).
+    Raises InputError: bad size, fps, crf, suffix, stall timeout or audio file, before ffmpeg starts; FFmpegError:
+    ffmpeg refused the options, died, failed when finishing, or stalled (``stalled`` True).
 
     Source: ``inference.py:230-237`` encodes libx264 yuv420p CRF 18, then muxes with a second encode and no
     ``-map`` (quirk Q24); here one encode with mapped streams.

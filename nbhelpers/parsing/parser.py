@@ -51,9 +51,8 @@ def load_bisenet(weights: str | os.PathLike, device: Any = "cpu", dtype: Any = N
     ``weights`` is a weights folder or the checkpoint (:func:`bisenet_path`). The official ImageNet ResNet-18 load
     is not needed (this file overwrites all of it).
 
-    Raises:
-        WeightsError: The file is missing.
-        CheckpointError: Not a state dict, or keys or shapes differ from BiSeNet's (listed in the message).
+    Raises WeightsError: the file is missing; CheckpointError: not a state dict, or keys or shapes differ from BiSeNet's
+    (listed in the message).
 
     Source: ``face_parsing/__init__.py:59-67`` (docs/official-behaviour.md §1.1).
     """
@@ -145,9 +144,7 @@ class FaceParser:
         ``images_rgb``, an (N, H, W, 3) uint8 **RGB** array or a list of (H_i, W_i, 3) ones (MuseTalk passes each
         frame's expanded square flipped to RGB); ``batch_size`` None: the parser's.
 
-        Raises:
-            InputError: An image is not (H, W, 3) uint8.
-            OutOfMemoryError: One image does not fit on the GPU.
+        Raises InputError: an image is not (H, W, 3) uint8; OutOfMemoryError: one image does not fit on the GPU.
 
         Source: ``face_parsing/__init__.py:83-90``.
         """
