@@ -1,8 +1,5 @@
-"""The device report: what this runtime has (GPU, memory, driver, versions, host RAM) and the checks on it.
-
-Reads torch and ``nvidia-smi``, each optional; nothing here imports torch at module import.
-:func:`nbhelpers.gpu.report` adds the plan's verdict to what :func:`read_report` reads.
-"""
+"""The device report: what this runtime has (GPU, memory, driver, versions, host RAM) and the checks on it, read
+from torch and ``nvidia-smi``, each optional (torch is not imported at module import)."""
 
 from __future__ import annotations
 
@@ -124,14 +121,10 @@ class GpuReport:
             "NBHELPERS_ALLOW_CPU=1.")
 
     def _rows(self) -> list[tuple[str, str]]:
-        rows: list[tuple[str, str]] = []
-        if self.has_gpu or self.name:
-            cc = f", compute capability {self.compute_capability[0]}.{self.compute_capability[1]}" \
-                if self.compute_capability else ""
-            usable = "" if self.has_gpu else " (not usable by torch)"
-            rows.append(("GPU", f"{self.name or 'unknown'} ({self.device}){cc}{usable}"))
-        else:
-            rows.append(("GPU", "none (CPU only)"))
+        cc = ", compute capability {}.{}".format(*self.compute_capability) if self.compute_capability else ""
+        usable = "" if self.has_gpu else " (not usable by torch)"
+        gpu = f"{self.name or 'unknown'} ({self.device}){cc}{usable}" if self.has_gpu or self.name else "none (CPU only)"
+        rows = [("GPU", gpu)]
         if self.total_gib is not None and self.free_gib is not None:
             mem = (f"{self.total_gib:.1f} GiB total, {self.free_gib:.1f} GiB free, "
                    f"{self.reserved_gib:.2f} GiB reserved by this process")
@@ -148,21 +141,14 @@ class GpuReport:
                     f"{p.name or 'pid'} {p.pid}: " + ("?" if p.used_gib is None else f"{p.used_gib:.2f} GiB")
                     for p in self.other_processes)
                 rows.append(("other processes", f"{self.others_gib:.2f} GiB ({listed}; {self.other_processes_source})"))
-        versions = [f"driver {self.driver_version or 'unknown'}",
-                    f"CUDA {self.cuda_version or 'none'} (torch build)",
-                    f"torch {self.torch_version or 'not installed'}",
-                    f"Python {self.python_version}"]
-        rows.append(("versions", ", ".join(versions)))
-        if self.host_ram_total_gib is not None:
-            avail = "" if self.host_ram_available_gib is None else f", {self.host_ram_available_gib:.1f} GiB available"
-            rows.append(("host RAM", f"{self.host_ram_total_gib:.1f} GiB total{avail}"))
-        else:
-            rows.append(("host RAM", "unknown"))
+        rows.append(("versions", f"driver {self.driver_version or 'unknown'}, CUDA {self.cuda_version or 'none'} "
+                     f"(torch build), torch {self.torch_version or 'not installed'}, Python {self.python_version}"))
+        avail = "" if self.host_ram_available_gib is None else f", {self.host_ram_available_gib:.1f} GiB available"
+        rows.append(("host RAM", "unknown" if self.host_ram_total_gib is None else
+                     f"{self.host_ram_total_gib:.1f} GiB total{avail}"))
         rows.append(("runtime", "Google Colab" if self.colab else "not Colab"))
         rows += [("note", note) for note in self.notes]
-        if self.verdict:
-            rows.append(("verdict", self.verdict))
-        return rows
+        return rows + ([("verdict", self.verdict)] if self.verdict else [])
 
     def __str__(self) -> str:
         return fields_text("GPU report", self._rows())

@@ -222,12 +222,9 @@ def stage_memory(kind: str, fp16: bool = True, frame_size: tuple[int, int] = DEF
     n = n_frames or 0
     features = n * AUDIO_TOKENS * WHISPER_DIM * bytes_per_value / GIB if kind != "avatar" else 0.0
     latents = n * LATENT_CHANNELS * LATENT_SIZE * LATENT_SIZE * bytes_per_value / GIB if kind != "realtime" else 0.0
-    if weights == "tiny":
-        core, vae, core_frame, encode_frame = (mm.tiny_fixed_gib * f, mm.tiny_fixed_gib * f,
-                                               mm.tiny_per_frame_gib * f, mm.tiny_per_frame_gib * f)
-    else:
-        core, vae, core_frame, encode_frame = (mm.core_fixed_gib * f, mm.vae_weights_gib * f,
-                                               mm.core_per_frame_gib * f, mm.encode_per_frame_gib * f)
+    core, vae, core_frame, encode_frame = (f * v for v in (
+        (mm.tiny_fixed_gib, mm.tiny_fixed_gib, mm.tiny_per_frame_gib, mm.tiny_per_frame_gib) if weights == "tiny"
+        else (mm.core_fixed_gib, mm.vae_weights_gib, mm.core_per_frame_gib, mm.encode_per_frame_gib)))
     gpu_faces = landmark_backend not in ("dlib", "boxes")
     face_models = mm.s3fd_weights_gib * f + mm.dwpose_gib if gpu_faces else 0.0
     faces = face_models + mm.s3fd_bytes_per_pixel * f * pixels / GIB if gpu_faces else 0.0

@@ -1,9 +1,6 @@
-"""Can a job write its output? Checked in a moment, before any frame is decoded or any model loads.
-
-Every job that writes a file (the offline lip-sync, an avatar's preparation and clips, a live session into a file)
-calls :func:`check_writable` on the output's folder first, so that a read-only folder or one that cannot be made
-is reported before minutes of work rather than by ffmpeg at the end.
-"""
+"""Can a job write its output? Every job that writes a file calls :func:`check_writable` on the output's folder
+before any frame is decoded or any model loads, so that a folder it cannot write in is reported before minutes of
+work rather than by ffmpeg at the end."""
 
 from __future__ import annotations
 

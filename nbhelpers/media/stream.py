@@ -1,8 +1,4 @@
-"""Live output: frames and their audio into one ffmpeg process, a file or any output URL, the audio muxed live.
-
-:class:`FFmpegSink` is :class:`~nbhelpers.media.writer.VideoWriter` with a second input, raw 16 kHz mono PCM on a
-pipe of its own; it keeps the writer's bounded writes, temporary name and clean-up on failure.
-"""
+"""Live output: frames and their audio into one ffmpeg process (:class:`FFmpegSink`), a file or any output URL."""
 
 from __future__ import annotations
 

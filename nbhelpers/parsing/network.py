@@ -3,9 +3,7 @@
 Parameter names and shapes equal ``face-parse-bisent/79999_iter.pth``'s: ``cp.resnet.*``, ``cp.arm16/32``
 (attention refinement), ``cp.conv_head16/32``, ``cp.conv_avg``, ``ffm`` (feature fusion) and the heads ``conv_out``
 (main) and ``conv_out16/32`` (auxiliary). Convolutions have no bias and a BatchNorm (eps 1e-5) except the 1x1
-attention and classifier ones. Imports torch.
-
-Source: ``musetalk/utils/face_parsing/model.py:230-254``, ``resnet.py`` (docs/official-behaviour.md §7.3).
+attention and classifier ones. Imports torch. Source: ``musetalk/utils/face_parsing/model.py:230-254``, ``resnet.py`` (docs/official-behaviour.md §7.3).
 """
 
 from __future__ import annotations
@@ -159,7 +157,5 @@ class BiSeNet(nn.Module):
     def forward(self, x):
         """(main, aux16, aux32) logits, each (N, n_classes, H, W), upsampled bilinearly (align_corners=True)."""
         feat8, context8, context16 = self.cp(x)
-        size = x.shape[2:]
-        return (self._upsample(self.conv_out(self.ffm(feat8, context8)), size),
-                self._upsample(self.conv_out16(context8), size),
-                self._upsample(self.conv_out32(context16), size))
+        heads = self.conv_out(self.ffm(feat8, context8)), self.conv_out16(context8), self.conv_out32(context16)
+        return tuple(self._upsample(h, x.shape[2:]) for h in heads)
