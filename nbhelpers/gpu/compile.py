@@ -62,11 +62,9 @@ class CompileStatus:
 
 
 def _signature(args: tuple, kwargs: dict, dynamic_batch: bool = False) -> tuple:
-    """What compiled code depends on: each tensor's shape, dtype, strides, device and grad flags; other values.
-
-    With ``dynamic_batch`` the first dimension of every tensor of 2 or more dimensions and 2 or more rows counts as
-    any batch (compiled code made with that dimension dynamic serves them all; one row is its own case).
-    """
+    """What compiled code depends on: each tensor's shape, dtype, strides, device and grad flags; other values. With
+    ``dynamic_batch`` the first dimension of every tensor of 2 or more dimensions and 2 or more rows counts as any
+    batch (compiled code made with that dimension dynamic serves them all; one row is its own case)."""
     import torch
 
     def one(v: Any) -> Any:
@@ -100,11 +98,9 @@ def _map_tensors(value: Any, fn: Callable[[Any], Any]) -> Any:
 
 
 class _Dispatch:
-    """Installed in place of a model's method: compiled code for calls that match a compiled example.
-
-    A call signature seen :data:`AUTO_REQUEST_AFTER` times without compiled code is handed to the compiler (with
-    copies of the call's tensors), so a path no job asked for ahead still gets compiled code.
-    """
+    """Installed in place of a model's method: compiled code for calls that match a compiled example. A call
+    signature seen :data:`AUTO_REQUEST_AFTER` times without compiled code is handed to the compiler (with copies of
+    the call's tensors), so a path no job asked for ahead still gets compiled code."""
 
     def __init__(self, name: str, eager: Callable, compiler: BackgroundCompiler, dynamic_batch: bool) -> None:
         self.name = name
@@ -188,8 +184,6 @@ def can_compile(device: Any) -> tuple[bool, str]:
     device = torch.device(device)
     if device.type != "cuda":
         return False, f"the models run on {device.type}; compiling pays only on a CUDA GPU"
-    if not hasattr(torch, "compile"):
-        return False, f"torch {torch.__version__} has no torch.compile"
     try:
         import triton  # noqa: F401
     except ImportError:
@@ -205,12 +199,10 @@ def fp16_tflops(device: Any) -> float:
     after 2 warm-ups, CUDA events; about 20 ms on a T4)."""
     import torch
 
-    device = torch.device(device)
-    key = str(device)
+    key = str(torch.device(device))
     if key not in _RATES:
         n = 4096
-        a = torch.randn(n, n, device=device, dtype=torch.float16)
-        b = torch.randn(n, n, device=device, dtype=torch.float16)
+        a, b = (torch.randn(n, n, device=key, dtype=torch.float16) for _ in range(2))
         times = []
         for i in range(7):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -250,7 +242,6 @@ class BackgroundCompiler:
         self.facts = facts if callable(facts) else dict(facts or {})
         self.options = dict(options or {})
         self.on_event = on_event
-        self.status = CompileStatus()
         self._dispatches: list[tuple[Any, str, _Dispatch]] = []
         self._queue: queue.Queue = queue.Queue()
         self._pending = 0
@@ -267,10 +258,8 @@ class BackgroundCompiler:
             else:
                 why = f"this GPU makes {rate:.0f} TFLOP/s in fp16: the GPU limits jobs, compiled models pay"
         self.enabled = possible
-        self.status.reason = why
-        if possible:
-            self.status.state = "idle"
-        elif mode == "on":
+        self.status = CompileStatus("idle" if possible else "off", why)
+        if not possible and mode == "on":
             warnings.warn(f"compile='on', but the models stay eager: {why}.", FallbackWarning, stacklevel=2)
 
     def request(self, name: str, module: Any, *args: Any, method: str = "forward", grad: str = "inference",
@@ -370,15 +359,11 @@ class BackgroundCompiler:
         folder = self._folder()
         if folder is not None:
             self.status.warm = _load_artifacts(folder, key)
-        first = True
+        how = "from the cache of an earlier session" if self.status.warm else "one time: minutes on 2 CPU cores"
+        self._say(f"compiling the models for this GPU in the background ({how}); the job runs eagerly until they are "
+                  "ready")
         while True:
-            item = self._queue.get()
-            if first:
-                how = "from the cache of an earlier session" if self.status.warm else "one time: minutes on 2 CPU cores"
-                self._say(f"compiling the models for this GPU in the background ({how}); the job runs eagerly until "
-                          "they are ready")
-                first = False
-            self._compile(*item)
+            self._compile(*self._queue.get())
             with self._lock:
                 self._pending -= 1
                 idle = self._pending == 0
@@ -407,16 +392,14 @@ class BackgroundCompiler:
             self._compiled_here.append(label)
         except Exception as exc:  # noqa: BLE001 - any compile failure leaves the eager method in place
             self.status.parts[label] = "failed"
-            lines = str(exc).strip().splitlines() or [""]
-            reason = f"{label}: {type(exc).__name__}: {lines[0][:200]}"
+            reason = f"{label}: {type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]}"
             self.status.reason = reason
             warnings.warn(f"torch.compile failed; this model stays eager (same frames, slower): {reason}",
                           FallbackWarning, stacklevel=1)
         self.status.seconds += time.perf_counter() - t0
 
     def _finish(self, folder: Path | None, key: str, full: dict) -> None:
-        parts = self.status.parts.values()
-        failed = sum(p == "failed" for p in parts)
+        failed = sum(p == "failed" for p in self.status.parts.values())
         self.status.state = "failed" if failed == len(self.status.parts) else "ready"
         if not failed:
             self.status.reason = f"{len(self.status.parts)} compiled: " + ", ".join(self.status.parts)
@@ -458,16 +441,13 @@ def _load_artifacts(folder: Path, key: str) -> bool:
     loaded = False
     for meta_path in sorted(folder.glob(f"{key}-*.json")):
         path = meta_path.with_suffix(".bin")
-        try:
+        with contextlib.suppress(Exception):  # an unreadable file only costs a cold compile
             meta = json.loads(meta_path.read_text())
             data = path.read_bytes()
-            if meta.get("format") != CACHE_FORMAT or hashlib.sha256(data).hexdigest() != meta.get("sha256"):
-                continue
-            torch.compiler.load_cache_artifacts(data)
-            os.utime(path)  # the most recently used files are kept when the folder is trimmed
-            loaded = True
-        except Exception:  # noqa: BLE001 - an unreadable file only costs a cold compile
-            continue
+            if meta.get("format") == CACHE_FORMAT and hashlib.sha256(data).hexdigest() == meta.get("sha256"):
+                torch.compiler.load_cache_artifacts(data)
+                os.utime(path)  # the most recently used files are kept when the folder is trimmed
+                loaded = True
     return loaded
 
 

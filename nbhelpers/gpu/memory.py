@@ -209,8 +209,7 @@ def device_constant(values: Any, device: Any, dtype: Any = None):
     key = (arr.tobytes(), arr.shape, str(arr.dtype), str(dtype), str(device))
     cached = _CONSTANTS.get(key)
     if cached is None:
-        t = t.to(dtype)
-        cached = t.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else t.to(device)
+        cached = to_device(t.to(dtype), device)
         if len(_CONSTANTS) > 256:  # bounded: constants are few; a caller making many distinct ones gets no cache
             _CONSTANTS.clear()
         _CONSTANTS[key] = cached

@@ -347,14 +347,10 @@ def _fit_batch(stages: dict[str, tuple[float, float]], budget: float | None, cap
     if budget is None:
         fallback = min(8, cap)
         return fallback, f"free memory unknown: the official offline default {fallback} (inference.py:266)"
-    best, limiting = math.inf, None
-    for name, (a, b) in stages.items():
-        if b <= 0:
-            continue
-        fits = (budget - a) / b
-        if fits < best:
-            best, limiting = fits, name
+    growing = {name: ab for name, ab in stages.items() if ab[1] > 0}
+    limiting = min(growing, key=lambda name: (budget - growing[name][0]) / growing[name][1], default=None)
     a, b = stages[limiting] if limiting else (0.0, 0.0)
+    best = (budget - a) / b if limiting else math.inf
     model = (f"stage {limiting!r} needs {a:.2f} GiB + {b:.3f} GiB per frame ({precision}, {size_note})"
              if limiting else "no stage grows with the batch")
     if best < 1:
