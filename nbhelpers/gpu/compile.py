@@ -225,9 +225,7 @@ class BackgroundCompiler:
     missing; None: no cache across sessions) holds the cache files keyed by ``facts`` (:func:`cache_key`), or by
     what a function ``facts`` returns when the first compile starts (so that a CPU run reads no file). ``options``
     are ``torch.compile`` (inductor) options; ``on_event`` gets a one-line message when compiling starts and ends.
-
     Raises InputError: ``mode`` is not one of :data:`COMPILE_MODES`.
-
     Source: ``torch.compile``; PyTorch's recipe "Compile Time Caching in torch.compile" (Mega-Cache).
     """
 
@@ -268,7 +266,6 @@ class BackgroundCompiler:
         ``module.<method>(*args, **kwargs)`` as the job makes them (same shapes, dtypes, memory layout) under
         autograd mode ``grad``; returns at once. ``name`` shows in the status; ``dynamic_batch`` (fixed by a
         module's first request) compiles the first dimension as any batch of 2 or more, False this shape only.
-
         Raises InputError: ``grad`` is not one of :data:`GRAD_MODES`.
         """
         if grad not in GRAD_MODES:

@@ -95,7 +95,6 @@ class GpuReport:
     def require_gpu(self, allow_cpu: bool | None = None) -> GpuReport:
         """Return this report, or stop when no CUDA GPU is usable, with the fix in words (the Colab steps).
         ``allow_cpu`` True lets a CPU-only runtime through; None reads ``NBHELPERS_ALLOW_CPU``.
-
         Raises MissingDependencyError: torch is not installed (whatever ``allow_cpu`` says); NoGpuError: no CUDA GPU is
         usable and the CPU is not allowed.
         """
@@ -176,7 +175,6 @@ def read_report(device: str | int | None = None) -> GpuReport:
 
     Never raises on odd driver states or without torch: what could not be read is None and ``notes`` says why.
     Reading free memory through torch makes this process's CUDA context.
-
     Raises InputError: ``device`` is not a CUDA device name or index, or names a device that does not exist.
     """
     notes: list[str] = []
@@ -238,18 +236,14 @@ def check_device(device: str | None) -> None:
 def _device_index(device: str | int | None) -> int | None:
     if device is None:
         return None
-    if isinstance(device, bool):
-        raise InputError(f"device must be None, a CUDA index or 'cuda:N'; got {device!r}.")
-    if isinstance(device, int):
-        if device < 0:
-            raise InputError(f"device must be a CUDA index >= 0; got {device!r}.")
+    if isinstance(device, int) and not isinstance(device, bool) and device >= 0:
         return device
     text = str(device).strip().lower()
     if text == "cuda":
         return None
     if text.startswith("cuda:") and text[5:].isdigit():
         return int(text[5:])
-    raise InputError(f"device must be None, a CUDA index, 'cuda' or 'cuda:N'; got {device!r}. "
+    raise InputError(f"device must be None, a CUDA index >= 0, 'cuda' or 'cuda:N'; got {device!r}. "
                      "The report describes a CUDA GPU; for the CPU call report() with no device.")
 
 
@@ -262,13 +256,11 @@ def _read_torch_cuda(torch: Any, index: int | None, values: dict[str, Any], note
         except Exception as exc:  # noqa: BLE001
             available = False
             notes.append(f"torch.cuda.is_available() failed ({type(exc).__name__}: {exc})")
-    for w in caught:
-        notes.append(f"torch warned: {str(w.message).strip()}")
+    notes += [f"torch warned: {str(w.message).strip()}" for w in caught]
     if not available:
         return None
     try:
-        count = int(torch.cuda.device_count())
-        values["gpu_count"] = count
+        values["gpu_count"] = count = int(torch.cuda.device_count())
         index = int(torch.cuda.current_device()) if index is None else index
     except Exception as exc:  # noqa: BLE001
         notes.append(f"CUDA is available but the devices could not be counted ({type(exc).__name__}: {exc})")
@@ -276,7 +268,6 @@ def _read_torch_cuda(torch: Any, index: int | None, values: dict[str, Any], note
     if index >= count:
         raise InputError(f"device cuda:{index} does not exist: torch sees {count} CUDA device(s) "
                          f"(cuda:0..cuda:{count - 1}). Pass device=None for the current one.")
-    uuid = None
     try:
         props = torch.cuda.get_device_properties(index)
         values.update(device=f"cuda:{index}", name=str(props.name),

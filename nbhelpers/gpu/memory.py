@@ -191,7 +191,6 @@ _CONSTANTS: dict[tuple, Any] = {}
 def device_constant(values: Any, device: Any, dtype: Any = None):
     """A small read-only tensor of ``values`` (at most 1 MiB) on ``device``, uploaded once through pinned memory and
     shared; ``dtype`` defaults to the array's, float32 for floats, int64 for integers.
-
     Raises InputError: ``values`` is larger than 1 MiB.
     """
     import numpy as np
@@ -311,9 +310,7 @@ def cast_and_move(module: Any, device: Any, dtype: Any = None) -> Any:
     CPU it is copied, then cast. ``nn.Module._apply`` keeps diffusers' and transformers' ``.to`` warnings quiet.
 
     Returns ``module`` itself, changed in place, training/eval mode unchanged.
-
     Raises InputError: ``module`` is not a ``torch.nn.Module`` or ``dtype`` is not a floating dtype.
-
     Source: ``inference.py:53-56`` moves to the GPU, then calls ``.half()``.
     """
     import torch

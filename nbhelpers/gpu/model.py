@@ -135,7 +135,6 @@ def cpu_seconds(kind: str = "lipsync", n_frames: int = 0, source_frames: int | N
     = ``u`` x their per-frame figure (not realtime; faces at ``frame_size`` (H, W) pixels, None:
     :data:`DEFAULT_FRAME_SIZE`); ``generate`` = ``n * generate_s`` (not avatar). ``times`` defaults to
     ``CPU_TIMES[weights]``.
-
     Raises InputError: unknown ``kind`` or ``weights``.
     """
     check_kind(kind, weights)
@@ -185,7 +184,6 @@ def restore_per_frame_gib(restore: str | None, bf16: bool = True, memory_model: 
 
     ``bf16`` False multiplies GFPGAN's and RestoreFormer's figure by ``fp32_factor``; CodeFormer always runs in
     float32. ``memory_model`` defaults to :data:`MEMORY_MODEL`.
-
     Raises InputError: an unknown restorer name.
     """
     if restore is None:
@@ -208,9 +206,7 @@ def stage_memory(kind: str, fp16: bool = True, frame_size: tuple[int, int] = DEF
     ``frame_size`` is (H, W) of the full frames, pixels; ``n_frames`` (or None) adds whisper features and latents;
     the ``landmark_backend`` ``"dlib"`` and ``"boxes"`` use no GPU face models; ``restore`` (or None) adds
     :func:`restore_per_frame_gib` (``restore_bf16``: GFPGAN / RestoreFormer in bfloat16) to ``generate``.
-
     Raises InputError: an unknown ``restore`` name.
-
     Source: docs/official-behaviour.md §0 and §6 (stage order); S3FD at batch 1 on full frames (quirk Q18).
     """
     mm = memory_model or MEMORY_MODEL

@@ -32,9 +32,7 @@ def batched(n_items: int, batch_size: int, step: Callable[[slice], T], *, stage:
     result, keeping no partial effect. Items run in order, each once: on an out-of-memory error (:func:`is_oom`)
     ``on_oom`` runs (default :func:`empty_cache`), the failed batch's length is halved, kept for the rest of the
     stage, and the same start is retried, with a warning naming ``stage``. Yields ``(slice, result)`` in order.
-
     Raises InputError: ``n_items`` < 0 or ``batch_size`` < 1; OutOfMemoryError: A batch of 1 still runs out of memory.
-
     Source: ``utils.py:49-74``, ``inference.py:187-206`` (fixed-size batches in order); the halving is ours.
     """
     if isinstance(n_items, bool) or not isinstance(n_items, int) or n_items < 0:

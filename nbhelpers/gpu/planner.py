@@ -133,10 +133,8 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
     one per output frame) and ``landmark_backend`` (None: ``config.landmark_backend``) feed the CPU estimate;
     ``loaded_gib`` of the stages' models already on the GPU (an earlier job on the same pipeline) is added back to
     the usable memory; ``warn`` False only records ``Plan.warnings`` instead of emitting :class:`PlanWarning`.
-
     Raises InputError: unknown ``kind``/``weights``, a bad ``frame_size``, ``n_frames``, ``loaded_gib`` or ``config``;
     NoGpuError: ``config.device`` asks for CUDA but no CUDA GPU is usable.
-
     Source: batches 8 offline and 20 realtime (``inference.py:266``, ``realtime_inference.py:331``); fp16
     (``inference.py:53-56``, ``realtime_inference.py:366-368``).
     """

@@ -58,8 +58,7 @@ def _ffmpeg_decode(p: Path, info: MediaInfo) -> tuple[np.ndarray, int]:
     proc = _Process(args)
     stdout = proc.popen.stdout
     try:
-        head = b""
-        header = None
+        head, header = b"", None
         while header is None:
             more = stdout.read1(65536) if hasattr(stdout, "read1") else stdout.read(65536)
             if not more:
@@ -122,10 +121,8 @@ def load_audio(path, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
     As librosa 0.11 does, without librosa: soundfile at the native rate (else ffmpeg's first audio stream),
     channels averaged, ``soxr.resample(..., quality="soxr_hq")``, length ``ceil(L * sample_rate / native_rate)``.
     ``path`` is any file with an audio stream (speech, or a video with sound).
-
     Raises InputError: missing file, no audio stream, zero samples, or a bad ``sample_rate``; FFmpegError: ffmpeg cannot
     read the file; MissingDependencyError: ``soxr`` is not installed and resampling is needed.
-
     Source: ``audio_processor.py:18``; ``[librosa] core/audio.py:56-66,170-193``; docs/official-behaviour.md §2.2.
     """
     if not isinstance(sample_rate, (int, np.integer)) or isinstance(sample_rate, bool) or sample_rate <= 0:
@@ -144,7 +141,6 @@ def audio_duration(path) -> float:
     """Exact duration in seconds of the first audio stream of ``path``: samples / native rate.
 
     Raises InputError: missing file, no audio stream or no samples; FFmpegError: ffmpeg cannot read the file.
-
     Source: the output has ``floor(seconds * 25)`` frames (``audio_processor.py:61-63``).
     """
     p = _existing_file(path, "audio")

@@ -57,9 +57,7 @@ def _bundled_ffmpeg() -> str:
 def ffmpeg_exe(prefer_system: bool = False) -> str:
     """Absolute path of the ffmpeg binary nbhelpers runs: imageio-ffmpeg's (honouring ``IMAGEIO_FFMPEG_EXE``), or with
     ``prefer_system`` the ``ffmpeg`` on PATH when there is one (e.g. for ``h264_nvenc``).
-
     Raises MissingDependencyError: imageio-ffmpeg is not installed or has no binary for this platform.
-
     Source: ``inference.py:23-39`` runs ``ffmpeg`` from PATH; nbhelpers never depends on PATH.
     """
     if prefer_system:

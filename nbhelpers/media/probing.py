@@ -297,10 +297,8 @@ def probe(path, count_frames: bool = True) -> MediaInfo:
 
     Parses ``ffmpeg -i`` (ffmpeg 4.4 to 9); with ``count_frames`` also counts the video frames exactly by demuxing
     (``-c copy -f framecrc``).
-
     Raises InputError: ``path`` does not exist or is a folder; FFmpegError: ffmpeg cannot read the file as media (a text
     file named ``.mp4``, a truncated download).
-
     Source: the official scripts read the fps with OpenCV (``utils.py:43-47``) and tell images from videos by
     extension (``utils.py:33-41``); here the content decides.
     """

@@ -34,7 +34,6 @@ def video_codec_args(encoder: str | None = None, *, file: bool = False) -> tuple
     still many times real time); ``"nvenc"`` / ``"auto"`` give ``h264_nvenc -preset p1 -tune ll`` when
     :func:`nbhelpers.media.choose_encoder`'s test encode works (else libx264, with its warning); ``libx264-<preset>``
     that preset with ``zerolatency``.
-
     Raises InputError: an unknown setting.
     """
     tail = ["-pix_fmt", "yuv420p", "-g", str(GOP_FRAMES)]
@@ -65,7 +64,6 @@ class FFmpegSink(VideoWriter):
     (``.mp4``, ``.mov``, ``.mkv``, ``.ts``, ``.flv``) or URL (``rtmp://`` -> FLV, ``srt://``, ``udp://``,
     ``rtp://``, ``tcp://`` -> MPEG-TS); ``width`` and ``height`` are pixels; ``encoder`` as :func:`video_codec_args`;
     ``stall_timeout_s`` as :class:`VideoWriter`'s.
-
     Raises InputError: the target's container cannot be told from its name, a size is not a positive whole number, or
     the platform has no pass_fds.
     """

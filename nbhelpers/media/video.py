@@ -109,7 +109,6 @@ class VideoReader:
     frame with its EXIF orientation applied. ``fps`` (frames per second) is kept as a Fraction, ``info`` is the
     source's :class:`MediaInfo`, ``width`` and ``height`` the upright frame size in pixels; ``ffmpeg`` None runs
     :func:`ffmpeg_exe`.
-
     Raises InputError: missing file, no video stream, or a bad ``fps``/``background``; FFmpegError: ffmpeg cannot read
     the file.
     """
@@ -132,8 +131,7 @@ class VideoReader:
                              "stream). Give a video or a photo of a face; audio goes in the audio argument.")
         if not self.info.width or not self.info.height:
             raise InputError(f"video: ffmpeg reports no frame size for {str(self.path)!r}; convert it to MP4 first.")
-        self.width: int = self.info.width
-        self.height: int = self.info.height
+        self.width, self.height = self.info.width, self.info.height
         # the pixel formats with an alpha channel: pal8, ya*, yuva*, gbrap*, rgba*, bgra*, argb*, abgr*
         fmt = self.info.pix_fmt or ""
         self.has_alpha = fmt == "pal8" or fmt.startswith(("ya", "yuva", "gbrap", "rgba", "bgra", "argb", "abgr"))
@@ -172,11 +170,10 @@ class VideoReader:
         if self._count is None:
             rc, out, err = _run(self._command(null=True), "count frames")
             found = re.findall(rb"^frame=\s*(\d+)", out, flags=re.MULTILINE)
-            count = int(found[-1]) if found else None
-            if rc != 0 or count is None:
+            if rc != 0 or not found:
                 raise FFmpegError(f"ffmpeg could not decode {str(self.path)!r} to count its frames.",
                                   args_list=self._command(null=True), returncode=rc, stderr_tail=_tail(err))
-            self._count = count
+            self._count = int(found[-1])
         return self._count
 
     def __len__(self) -> int:
@@ -258,7 +255,6 @@ def load_video(path, fps=FPS, *, background=(0, 0, 0), ffmpeg: str | None = None
     """Open a video or a photo as a :class:`VideoReader` of upright BGR frames at constant ``fps`` (MuseTalk: 25).
     Raises InputError when the file is missing, is a folder, has no video stream, or an argument is invalid, and
     FFmpegError when ffmpeg cannot read the file.
-
     Source: ``inference.py:120-126`` keeps the source fps, so other rates drift (quirk Q8); ``app.py:432-472`` re-times
     uploads to 25 fps, as this always does.
     """

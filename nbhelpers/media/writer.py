@@ -129,7 +129,6 @@ def choose_encoder(setting: str = "libx264", *, ffmpegs: Sequence[str] | None = 
     succeeds with one of ``ffmpegs`` (None: imageio-ffmpeg's binary, then the one on PATH), else libx264 medium
     with a ``FallbackWarning`` (and the reason in the result). ``probe(ffmpeg_path) -> (ok, reason)`` defaults to
     :func:`nvenc_probe`.
-
     Raises InputError: ``setting`` is not a known encoder setting.
     """
     if setting not in ENCODER_SETTINGS:
@@ -172,10 +171,8 @@ class VideoWriter:
     :class:`EncoderChoice` (kept as :attr:`encoder`) sets both (``preset`` unless given) and the binary, else
     ``ffmpeg`` (None: :func:`ffmpeg_exe`). ``synthetic`` False leaves the tag out (plain conversions);
     ``stall_timeout_s`` None waits for ever. :attr:`frames_written` counts the frames accepted so far.
-
     Raises InputError: bad size, fps, crf, suffix, stall timeout or audio file, before ffmpeg starts; FFmpegError:
     ffmpeg refused the options, died, failed when finishing, or stalled (``stalled`` True).
-
     Source: ``inference.py:230-237`` encodes libx264 yuv420p CRF 18, then muxes with a second encode and no
     ``-map`` (quirk Q24); here one encode with mapped streams.
     """
@@ -444,7 +441,6 @@ def convert_to_25fps(src, dst, crf: int = 18) -> MediaInfo:
     and return its :class:`MediaInfo`; the frames are those :func:`load_video` yields. Raises InputError for a
     missing source, a source without video, a bad ``dst`` or ``crf``; FFmpegError when ffmpeg failed (no partial
     output is left).
-
     Source: ``app.py:432-472`` re-times uploads to 25 fps; ``README.md:320`` asks for 25 fps input.
     """
     with load_video(src) as reader:

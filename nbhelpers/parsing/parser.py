@@ -50,10 +50,8 @@ def load_bisenet(weights: str | os.PathLike, device: Any = "cpu", dtype: Any = N
     ``79999_iter.pth``, read with ``torch.load(weights_only=True)``: every key present with its shape, none extra.
     ``weights`` is a weights folder or the checkpoint (:func:`bisenet_path`). The official ImageNet ResNet-18 load
     is not needed (this file overwrites all of it).
-
     Raises WeightsError: the file is missing; CheckpointError: not a state dict, or keys or shapes differ from BiSeNet's
     (listed in the message).
-
     Source: ``face_parsing/__init__.py:59-67`` (docs/official-behaviour.md §1.1).
     """
     import torch
@@ -124,7 +122,6 @@ class FaceParser:
     def preprocess(images_rgb: np.ndarray | Sequence[np.ndarray]) -> np.ndarray:
         """(N, 3, 512, 512) float32 inputs of (N, H, W, 3) uint8 RGB ``images_rgb`` (or a list of any sizes): PIL
         BILINEAR resize to 512, scale to [0, 1], ImageNet mean/std. InputError for a non-(H, W, 3) uint8 image.
-
         Source: ``face_parsing/__init__.py:71-75,83-88``.
         """
         from PIL import Image
@@ -143,9 +140,7 @@ class FaceParser:
         """(N, 512, 512) uint8 labels 0..18 (:data:`LABELS`), the argmax of the main head, of each image of
         ``images_rgb``, an (N, H, W, 3) uint8 **RGB** array or a list of (H_i, W_i, 3) ones (MuseTalk passes each
         frame's expanded square flipped to RGB); ``batch_size`` None: the parser's.
-
         Raises InputError: an image is not (H, W, 3) uint8; OutOfMemoryError: one image does not fit on the GPU.
-
         Source: ``face_parsing/__init__.py:83-90``.
         """
         import torch
@@ -168,7 +163,6 @@ class FaceParser:
         ``frames`` (B, H, W, 3) uint8, BGR unless ``bgr`` is False; ``squares`` B ``(xs, ys, xe, ye)``, frame pixels.
         Crop (black outside) and resize are :func:`nbhelpers.resample.crop_resize_batch`, bit-exact with PIL.
         InputError when ``frames`` is not (B, H, W, 3) uint8 or the squares do not match it.
-
         Source: ``face_parsing/__init__.py:71-75,83-88``; ``blending.py:60`` (the crop).
         """
         import torch
@@ -184,7 +178,6 @@ class FaceParser:
     def labels_torch(self, frames: Any, squares: Sequence[Sequence[int]], bgr: bool = True) -> Any:
         """(B, 512, 512) uint8 labels 0..18 on the parser's device of the squares of ``frames`` (moved there), in
         one forward pass; arguments and errors as :meth:`preprocess_torch`.
-
         Source: ``face_parsing/__init__.py:83-90``.
         """
         import torch
