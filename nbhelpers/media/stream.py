@@ -14,7 +14,6 @@ import numpy as np
 from ..constants import FPS, SAMPLE_RATE
 from ..errors import FFmpegError, InputError
 from .ffmpeg import BT709_TAGS, SYNTHETIC_ARGS, WRITER_STALL_TIMEOUT_S, _video_filter, ffmpeg_exe
-from .folders import check_writable
 from .writer import VideoWriter, _check_size, _partial, choose_encoder
 
 # Output container by URL scheme, else by file suffix.
@@ -87,8 +86,6 @@ class FFmpegSink(VideoWriter):
         out = target
         if not self.is_url:
             self.path = Path(target).expanduser().absolute()
-            check_writable(self.path.parent)
-            self.path.parent.mkdir(parents=True, exist_ok=True)
             self._tmp = _partial(self.path)
             out = str(self._tmp)
         elif target.lower().startswith("udp://") and "pkt_size" not in target:

@@ -77,7 +77,10 @@ def _check_size(width: int, height: int) -> tuple[int, int]:
 
 
 def _partial(path: Path) -> Path:
-    """The temporary name an output is written under: ``.<stem>.partial-<random><suffix>`` beside it."""
+    """The temporary name an output is written under, ``.<stem>.partial-<random><suffix>`` beside it, once its
+    folder is checked writable and made."""
+    check_writable(path.parent)
+    path.parent.mkdir(parents=True, exist_ok=True)
     return path.with_name(f".{path.stem}.partial-{uuid.uuid4().hex[:8]}{path.suffix}")
 
 
@@ -215,8 +218,6 @@ class VideoWriter:
                                  "video.")
         self.frames_written = 0
         self._exe = ffmpeg or ffmpeg_exe()
-        check_writable(out.parent)
-        out.parent.mkdir(parents=True, exist_ok=True)
         self._tmp = _partial(out)
         self._result: Path | None = None
         self._closed = False
@@ -280,10 +281,8 @@ class VideoWriter:
         arr = np.ascontiguousarray(arr)
         try:
             self._send(memoryview(arr).cast("B"))
-        except _Stalled as exc:
-            raise self._stalled(f"took no frame data for {exc.seconds:g} s") from None
-        except (OSError, ValueError) as exc:  # BrokenPipeError, ConnectionResetError, a closed pipe
-            if self._watchdog_fired:
+        except (_Stalled, OSError, ValueError) as exc:  # OSError: BrokenPipeError, ConnectionResetError, a closed pipe
+            if isinstance(exc, _Stalled) or self._watchdog_fired:
                 raise self._stalled(f"took no frame data for {self.stall_timeout_s:g} s") from None
             with contextlib.suppress(subprocess.TimeoutExpired):  # still running: abort() below kills it
                 self._proc.popen.wait(timeout=_KILL_WAIT_S)
@@ -319,8 +318,8 @@ class VideoWriter:
             self._selector.close()
         try:
             rc = self._finish_wait()
-        except _Stalled as exc:
-            raise self._stalled(f"showed no progress for {exc.seconds:g} s while finishing the file") from None
+        except _Stalled:
+            raise self._stalled(f"showed no progress for {self.stall_timeout_s:g} s while finishing the file") from None
         if rc != 0 or not self._tmp.is_file():
             error = self._proc.error(f"ffmpeg failed to write {str(self.path)!r} (exit status {rc}) after "
                                      f"{self.frames_written} frames; nothing was saved.")
@@ -355,7 +354,7 @@ class VideoWriter:
         pos, size = 0, len(data)
         while pos < size:
             if not self._selector.select(self.stall_timeout_s):
-                raise _Stalled(self.stall_timeout_s)
+                raise _Stalled
             try:
                 pos += os.write(fd, data[pos:pos + _PIPE_CHUNK])
             except BlockingIOError:  # the reader took less than select promised; wait again
@@ -375,7 +374,7 @@ class VideoWriter:
                 if now_mark != mark:
                     mark, since = now_mark, time.monotonic()
                 elif time.monotonic() - since >= self.stall_timeout_s:
-                    raise _Stalled(self.stall_timeout_s) from None
+                    raise _Stalled from None
 
     def _stalled(self, what: str) -> FFmpegError:
         """Kill a stalled ffmpeg, drop the partial file, and return the error that says so."""
@@ -429,11 +428,7 @@ class VideoWriter:
 
 
 class _Stalled(Exception):
-    """ffmpeg made no progress for ``seconds`` (internal; turned into an FFmpegError)."""
-
-    def __init__(self, seconds: float):
-        super().__init__(seconds)
-        self.seconds = seconds
+    """ffmpeg made no progress for the writer's ``stall_timeout_s`` (internal; turned into an FFmpegError)."""
 
 
 def convert_to_25fps(src, dst, crf: int = 18) -> MediaInfo:
