@@ -122,8 +122,8 @@ class GpuReport:
     def _rows(self) -> list[tuple[str, str]]:
         cc = ", compute capability {}.{}".format(*self.compute_capability) if self.compute_capability else ""
         usable = "" if self.has_gpu else " (not usable by torch)"
-        gpu = f"{self.name or 'unknown'} ({self.device}){cc}{usable}" if self.has_gpu or self.name else "none (CPU only)"
-        rows = [("GPU", gpu)]
+        rows = [("GPU", f"{self.name or 'unknown'} ({self.device}){cc}{usable}" if self.has_gpu or self.name
+                 else "none (CPU only)")]
         if self.total_gib is not None and self.free_gib is not None:
             mem = (f"{self.total_gib:.1f} GiB total, {self.free_gib:.1f} GiB free, "
                    f"{self.reserved_gib:.2f} GiB reserved by this process")

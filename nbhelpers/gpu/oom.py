@@ -15,13 +15,10 @@ def is_oom(exc: BaseException) -> bool:
     RuntimeError saying "out of memory", "CUBLAS_STATUS_ALLOC_FAILED" or "can't allocate memory", or
     :class:`~nbhelpers.errors.OutOfMemoryError` (an inner :func:`batched` that failed at batch 1).
     """
-    name = type(exc).__name__
-    if name in ("OutOfMemoryError", "CudaOutOfMemoryError"):
+    if type(exc).__name__ in ("OutOfMemoryError", "CudaOutOfMemoryError"):
         return True
-    if not isinstance(exc, RuntimeError):
-        return False
-    text = str(exc).lower()
-    return ("out of memory" in text or "cublas_status_alloc_failed" in text or "can't allocate memory" in text)
+    text = str(exc).lower() if isinstance(exc, RuntimeError) else ""
+    return any(s in text for s in ("out of memory", "cublas_status_alloc_failed", "can't allocate memory"))
 
 
 def batched(n_items: int, batch_size: int, step: Callable[[slice], T], *, stage: str = "batch",

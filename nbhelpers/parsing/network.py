@@ -3,7 +3,8 @@
 Parameter names and shapes equal ``face-parse-bisent/79999_iter.pth``'s: ``cp.resnet.*``, ``cp.arm16/32``
 (attention refinement), ``cp.conv_head16/32``, ``cp.conv_avg``, ``ffm`` (feature fusion) and the heads ``conv_out``
 (main) and ``conv_out16/32`` (auxiliary). Convolutions have no bias and a BatchNorm (eps 1e-5) except the 1x1
-attention and classifier ones. Imports torch. Source: ``musetalk/utils/face_parsing/model.py:230-254``, ``resnet.py`` (docs/official-behaviour.md §7.3).
+attention and classifier ones. Imports torch.
+Source: ``musetalk/utils/face_parsing/model.py:230-254``, ``resnet.py`` (docs/official-behaviour.md §7.3).
 """
 
 from __future__ import annotations

@@ -35,12 +35,10 @@ def bisenet_path(weights: str | os.PathLike) -> Path:
     """The checkpoint ``weights`` (a ``.pth`` file) or ``weights/face-parse-bisent/79999_iter.pth``; WeightsError
     when neither exists."""
     path = Path(weights).expanduser()
-    if path.is_file():
-        return path
-    candidate = path / BISENET_FILE
-    if candidate.is_file():
-        return candidate
-    raise WeightsError(f"The face-parsing weights were not found: neither {str(path)!r} nor {str(candidate)!r} is a "
+    for found in (path, path / BISENET_FILE):
+        if found.is_file():
+            return found
+    raise WeightsError(f"The face-parsing weights were not found: neither {str(path)!r} nor {str(found)!r} is a "
                        f"file. Run notebooks/00_setup.ipynb (or nbhelpers.weights.download) to fetch "
                        f"{BISENET_FILE}, or pass the path of 79999_iter.pth.")
 
@@ -167,7 +165,15 @@ class FaceParser:
         """
         import torch
 
-        _check_frames_torch(frames, squares)
+        if (not isinstance(frames, torch.Tensor) or frames.ndim != 4 or frames.shape[3] != 3
+                or frames.dtype != torch.uint8):
+            raise InputError(f"frames must be a (B, H, W, 3) uint8 torch tensor; got "
+                             f"{getattr(frames, 'shape', type(frames).__name__)} {getattr(frames, 'dtype', '')}.")
+        if len(squares) != frames.shape[0]:
+            raise InputError(f"squares must have one entry per frame ({frames.shape[0]}); got {len(squares)}.")
+        for i, sq in enumerate(squares):
+            if len(sq) != 4 or int(sq[2]) - int(sq[0]) != int(sq[3]) - int(sq[1]) or int(sq[2]) <= int(sq[0]):
+                raise InputError(f"squares[{i}] must be (xs, ys, xe, ye) of a non-empty square; got {tuple(sq)!r}.")
         images = crop_resize_batch(frames.permute(0, 3, 1, 2), squares, PARSING_SIZE, "bilinear")
         if bgr:
             images = images.flip(1)
@@ -194,20 +200,6 @@ class FaceParser:
         for i, lab in enumerate(self.labels(images_rgb)):
             out[i] = face_mask(lab, mode, left_cheek_width, right_cheek_width)
         return out
-
-
-def _check_frames_torch(frames: Any, squares: Sequence[Sequence[int]]) -> None:
-    import torch
-
-    if (not isinstance(frames, torch.Tensor) or frames.ndim != 4 or frames.shape[3] != 3
-            or frames.dtype != torch.uint8):
-        raise InputError(f"frames must be a (B, H, W, 3) uint8 torch tensor; got "
-                         f"{getattr(frames, 'shape', type(frames).__name__)} {getattr(frames, 'dtype', '')}.")
-    if len(squares) != frames.shape[0]:
-        raise InputError(f"squares must have one entry per frame ({frames.shape[0]}); got {len(squares)}.")
-    for i, sq in enumerate(squares):
-        if len(sq) != 4 or int(sq[2]) - int(sq[0]) != int(sq[3]) - int(sq[1]) or int(sq[2]) <= int(sq[0]):
-            raise InputError(f"squares[{i}] must be (xs, ys, xe, ye) of a non-empty square; got {tuple(sq)!r}.")
 
 
 def _image_list(images_rgb: np.ndarray | Sequence[np.ndarray]) -> list[np.ndarray]:
