@@ -81,16 +81,13 @@ class GpuReport:
     @property
     def outside_torch_gib(self) -> float | None:
         """GPU memory outside this process's torch allocator (CUDA context + other processes), GiB, or None."""
-        if self.total_gib is None or self.free_gib is None:
-            return None
-        return max(0.0, self.total_gib - self.free_gib - self.reserved_gib)
+        known = self.total_gib is not None and self.free_gib is not None
+        return max(0.0, self.total_gib - self.free_gib - self.reserved_gib) if known else None
 
     @property
     def others_gib(self) -> float | None:
         """GPU memory held by the other processes the driver lists, GiB; None when unknown."""
-        if self.other_processes is None:
-            return None
-        return sum(p.used_gib or 0.0 for p in self.other_processes)
+        return None if self.other_processes is None else sum(p.used_gib or 0.0 for p in self.other_processes)
 
     def require_gpu(self, allow_cpu: bool | None = None) -> GpuReport:
         """Return this report, or stop when no CUDA GPU is usable, with the fix in words (the Colab steps).

@@ -64,9 +64,8 @@ class Plan:
     @property
     def headroom_gib(self) -> float | None:
         """GiB of the budget left unused at the predicted peak, >= 0; None on the CPU or when unknown."""
-        if self.budget_gib is None or self.predicted_peak_gib is None:
-            return None
-        return max(0.0, self.budget_gib - self.predicted_peak_gib)
+        known = self.budget_gib is not None and self.predicted_peak_gib is not None
+        return max(0.0, self.budget_gib - self.predicted_peak_gib) if known else None
 
     @property
     def config(self):

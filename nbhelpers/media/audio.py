@@ -17,15 +17,11 @@ def _soundfile_read(p: Path) -> tuple[np.ndarray, int] | None:
     """(channels-first float32 or 1-D, native rate) through libsndfile, exactly as librosa does; None if it can't."""
     try:
         import soundfile as sf
-    except (ImportError, OSError):
-        return None
-    try:
+
         with sf.SoundFile(str(p)) as handle:
-            rate = handle.samplerate
-            data = handle.read(frames=-1, dtype="float32", always_2d=False).T
-    except Exception:  # libsndfile cannot read this format (mp4/m4a/video...) -> ffmpeg
+            return handle.read(frames=-1, dtype="float32", always_2d=False).T, int(handle.samplerate)
+    except Exception:  # no libsndfile, or it cannot read this format (mp4/m4a/video...) -> ffmpeg
         return None
-    return data, int(rate)
 
 
 def _wav_header(buf: bytes) -> tuple[int, int, int] | None:
@@ -52,10 +48,8 @@ def _wav_header(buf: bytes) -> tuple[int, int, int] | None:
 
 def _ffmpeg_decode(p: Path, info: MediaInfo) -> tuple[np.ndarray, int]:
     """Decode the first audio stream at its native rate to float32, mean-mixed to mono chunk by chunk."""
-    exe = ffmpeg_exe()
-    args = [exe, *QUIET, "-i", str(p), "-map", f"0:{info.audio_stream.index}", "-vn", "-sn", "-dn",
-            "-map_metadata", "-1", "-fflags", "+bitexact", "-c:a", "pcm_f32le", "-f", "wav", "pipe:1"]
-    proc = _Process(args)
+    proc = _Process([ffmpeg_exe(), *QUIET, "-i", str(p), "-map", f"0:{info.audio_stream.index}", "-vn", "-sn", "-dn",
+                     "-map_metadata", "-1", "-fflags", "+bitexact", "-c:a", "pcm_f32le", "-f", "wav", "pipe:1"])
     stdout = proc.popen.stdout
     try:
         head, header = b"", None
@@ -89,8 +83,7 @@ def _ffmpeg_decode(p: Path, info: MediaInfo) -> tuple[np.ndarray, int]:
             raise proc.error(f"ffmpeg failed while decoding the audio of {str(p)!r}.")
     finally:
         proc.kill()
-    mono = np.concatenate(pieces) if pieces else np.zeros(0, np.float32)
-    return mono, rate
+    return (np.concatenate(pieces) if pieces else np.zeros(0, np.float32)), rate
 
 
 def _decode_native(path, param: str) -> tuple[np.ndarray, int, Path]:

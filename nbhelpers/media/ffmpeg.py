@@ -83,9 +83,7 @@ def _parse_version(text: str) -> tuple[int, int]:
     match = re.search(r"ffmpeg version n?(\d+)\.(\d+)", text)
     if match:
         return int(match.group(1)), int(match.group(2))
-    if re.search(r"ffmpeg version (N-|git-)", text):
-        return (99, 0)
-    return (0, 0)
+    return (99, 0) if re.search(r"ffmpeg version (N-|git-)", text) else (0, 0)
 
 
 def _video_filter(width: int, height: int) -> str:

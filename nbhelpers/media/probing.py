@@ -164,9 +164,7 @@ def _channel_count(layout: str) -> int | None:
     if match:
         return int(match.group(1))
     match = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", layout)
-    if match:
-        return sum(int(g) for g in match.groups() if g)
-    return None
+    return sum(int(g) for g in match.groups() if g) if match else None
 
 
 def _rotation_cw(ccw_degrees: float) -> int:
@@ -287,9 +285,7 @@ def _block_rotation(block: list[str]) -> int:
             rotate_tag = float(t.group(1))
     if matrix is not None:
         return _rotation_cw(matrix)
-    if rotate_tag is not None:
-        return _rotation_cw(-rotate_tag)
-    return 0
+    return 0 if rotate_tag is None else _rotation_cw(-rotate_tag)
 
 
 def probe(path, count_frames: bool = True) -> MediaInfo:

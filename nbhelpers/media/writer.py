@@ -355,10 +355,8 @@ class VideoWriter:
         while pos < size:
             if not self._selector.select(self.stall_timeout_s):
                 raise _Stalled
-            try:
+            with contextlib.suppress(BlockingIOError):  # the reader took less than select promised; wait again
                 pos += os.write(fd, data[pos:pos + _PIPE_CHUNK])
-            except BlockingIOError:  # the reader took less than select promised; wait again
-                continue
 
     def _finish_wait(self) -> int:
         """Wait for ffmpeg to exit after its stdin closed, as long as it shows progress (CPU time, bytes)."""
