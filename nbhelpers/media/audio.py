@@ -53,10 +53,7 @@ def _ffmpeg_decode(p: Path, info: MediaInfo) -> tuple[np.ndarray, int]:
     stdout = proc.popen.stdout
     try:
         head, header = b"", None
-        while header is None:
-            more = stdout.read1(65536) if hasattr(stdout, "read1") else stdout.read(65536)
-            if not more:
-                break
+        while header is None and (more := stdout.read1(65536)):  # stdout is a BufferedReader
             head += more
             header = _wav_header(head)
         if header is None:

@@ -141,10 +141,8 @@ def _split_top(text: str) -> list[str]:
 def _parse_rate(text: str) -> Fraction | None:
     """'25' -> 25, '29.97' -> 30000/1001, '1k' -> 1000 (ffmpeg prints rates with at most 2 decimals)."""
     text = text.strip()
-    mult = 1000 if text.endswith("k") else 1
-    text = text.rstrip("k")
     try:
-        value = Fraction(text) * mult
+        value = Fraction(text.rstrip("k")) * (1000 if text.endswith("k") else 1)
     except (ValueError, ZeroDivisionError):
         return None
     if value <= 0:

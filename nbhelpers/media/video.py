@@ -69,18 +69,13 @@ class _FrameStream:
             return np.empty((0, r.height, r.width, 3), dtype=np.uint8)
         view = memoryview(out).cast("B")
         filled, want = 0, n * self.frame_bytes
-        stdout = self.proc.popen.stdout
-        while filled < want:
-            got = stdout.readinto(view[filled:])
-            if not got:
-                break
+        while filled < want and (got := self.proc.popen.stdout.readinto(view[filled:])):
             filled += got
         frames = filled // self.frame_bytes
         self.count += frames
         if filled < want:
             self.done = True
-            rc = self.proc.wait()
-            if rc != 0:
+            if self.proc.wait() != 0:
                 raise self.proc.error(f"ffmpeg failed while decoding {str(r.path)!r} after {self.count} frames.")
             if filled % self.frame_bytes:
                 raise self.proc.error(
