@@ -339,8 +339,6 @@ class BackgroundCompiler:
             dispatch.ready = frozenset()
         self._dispatches.clear()
 
-    # -- the background thread -------------------------------------------------------------------------------------
-
     def _say(self, message: str) -> None:
         if self.on_event is not None:
             with contextlib.suppress(Exception):  # a failing printer must not stop the compile

@@ -300,11 +300,8 @@ def free_memory_by_index(notes: list[str] | None = None) -> dict[int, float] | N
     rows = _run_nvidia_smi("gpu=index,memory.free", notes)
     if rows is None:
         return None
-    free = {}
-    for row in rows:
-        index, mib = (_number(row[0]), _number(row[1])) if len(row) >= 2 else (None, None)
-        if index is not None and mib is not None:
-            free[int(index)] = mib / 1024
+    pairs = [(_number(row[0]), _number(row[1])) for row in rows if len(row) >= 2]
+    free = {int(index): mib / 1024 for index, mib in pairs if index is not None and mib is not None}
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         wanted = [v.strip() for v in visible.split(",") if v.strip()]
@@ -362,13 +359,12 @@ def _driver_info(uuid: str | None, index: int | None, notes: list[str]) -> dict[
     apps = _run_nvidia_smi("compute-apps=gpu_uuid,pid,process_name,used_memory", notes)
     if apps is None:
         return info
-    me = os.getpid()
     procs = []
     for r in apps:
         if len(r) < 4 or "no running" in r[0].lower():
             continue
         pid = _number(r[1])
-        if pid is None or int(pid) == me or (len(rows) > 1 and not _same_uuid(r[0], gpu_uuid)):
+        if pid is None or int(pid) == os.getpid() or (len(rows) > 1 and not _same_uuid(r[0], gpu_uuid)):
             continue
         used = _number(r[3])
         procs.append(GpuProcess(int(pid), os.path.basename(r[2]), None if used is None else used / 1024))

@@ -24,9 +24,7 @@ def _cuda(device: Any = None):
 
         if not torch.cuda.is_available():
             return None, None
-        if device is None:
-            return torch, torch.cuda.current_device()
-        dev = torch.device(device) if not isinstance(device, int) else torch.device("cuda", device)
+        dev = torch.device("cuda", device) if isinstance(device, int) else torch.device(device or "cuda")
         if dev.type != "cuda":
             return None, None
         return torch, dev.index if dev.index is not None else torch.cuda.current_device()

@@ -391,18 +391,15 @@ def report(device: str | int | None = None) -> GpuReport:
     Raises InputError: ``device`` is not a CUDA device name or index, or names a device that does not exist.
     """
     rep = read_report(device)
-    return dataclasses.replace(rep, verdict=_verdict(rep))
-
-
-def _verdict(rep: GpuReport) -> str:
-    if not rep.has_torch:
-        return "torch is not installed: run the setup cell first (Colab has torch preinstalled)"
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", PlanWarning)
-            return plan("lipsync", report=rep).verdict
-    except Exception as exc:  # noqa: BLE001 - a display must never fail
-        return f"no plan could be made ({type(exc).__name__}: {exc})"
+    verdict = "torch is not installed: run the setup cell first (Colab has torch preinstalled)"
+    if rep.has_torch:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", PlanWarning)
+                verdict = plan("lipsync", report=rep).verdict
+        except Exception as exc:  # noqa: BLE001 - a display must never fail
+            verdict = f"no plan could be made ({type(exc).__name__}: {exc})"
+    return dataclasses.replace(rep, verdict=verdict)
 
 
 def check_gpu(allow_cpu: bool | None = None, device: str | int | None = None) -> GpuReport:
