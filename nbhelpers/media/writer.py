@@ -161,23 +161,19 @@ def choose_encoder(setting: str = "libx264", *, ffmpegs: Sequence[str] | None = 
 class VideoWriter:
     """Encode BGR frames through an ffmpeg pipe into an H.264 MP4, with the original audio muxed in.
 
-    It maps ``0:v:0`` and the first audio stream and writes libx264 CRF 18 yuv420p (BT.709, limited range,
-    ``+faststart``; odd sizes padded by one black column/row), the audio copied when AAC else encoded, and
-    ``comment`` = :data:`SYNTHETIC_TAG`. It writes ``.<name>.partial-<random><suffix>``, renamed only on success; a
-    failure or a stall (no frame taken, or no progress while finishing, for ``stall_timeout_s``) kills ffmpeg and
-    removes the partial file.
-
-    ``path`` ends in .mp4, .mov, .m4v or .mkv (its folder is made when missing); ``width`` and ``height`` are
-    pixels, ``fps`` frames per second; ``audio`` None writes video only (a re-encoded track is AAC 192 kb/s);
-    ``crf`` is 0-51. ``codec`` is ``"libx264"``, ``"h264_nvenc"`` (``-rc vbr -cq <crf>``) or another ffmpeg encoder,
-    ``preset`` None ``"medium"`` for libx264 and ``"p5"`` for NVENC; an ``encoder`` setting or
-    :class:`EncoderChoice` (kept as :attr:`encoder`) sets both (``preset`` unless given) and the binary, else
-    ``ffmpeg`` (None: :func:`ffmpeg_exe`). ``synthetic`` False leaves the tag out (plain conversions);
-    ``stall_timeout_s`` None waits for ever. :attr:`frames_written` counts the frames accepted so far.
+    ``0:v:0`` and the first stream of ``audio`` (None: video only) are mapped; the video is libx264 CRF ``crf``
+    (0-51) yuv420p, BT.709 limited range, ``+faststart``, odd sizes padded by one black column/row; the audio is
+    copied when AAC, else AAC 192 kb/s; ``comment`` is :data:`SYNTHETIC_TAG` unless ``synthetic`` is False. ffmpeg
+    writes ``.<name>.partial-<random><suffix>`` beside ``path`` (.mp4, .mov, .m4v or .mkv; its folder is made),
+    renamed only on success; a failure or a stall (nothing taken, or no progress while finishing, for
+    ``stall_timeout_s``; None waits for ever) kills ffmpeg and removes it. ``codec`` ``"h264_nvenc"`` runs ``-rc vbr
+    -cq <crf>``; ``preset`` None is ``"medium"`` (libx264) or ``"p5"`` (NVENC); an ``encoder`` setting or
+    :class:`EncoderChoice` (kept as :attr:`encoder`) sets both and the binary, else ``ffmpeg`` (None:
+    :func:`ffmpeg_exe`). :attr:`frames_written` counts the frames accepted so far.
     Raises InputError: bad size, fps, crf, suffix, stall timeout or audio file, before ffmpeg starts; FFmpegError:
     ffmpeg refused the options, died, failed when finishing, or stalled (``stalled`` True).
-    Source: ``inference.py:230-237`` encodes libx264 yuv420p CRF 18, then muxes with a second encode and no
-    ``-map`` (quirk Q24); here one encode with mapped streams.
+    Source: ``inference.py:230-237`` encodes libx264 yuv420p CRF 18, then muxes with a second encode and no ``-map``
+    (quirk Q24); here one encode with mapped streams.
     """
 
     def __init__(self, path, width: int, height: int, fps=FPS, audio=None, crf: int = 18, codec: str = "libx264",
