@@ -101,10 +101,8 @@ class ContextPath(nn.Module):
     def forward(self, x):
         feat8, feat16, feat32 = self.resnet(x)
         context = self.conv_avg(global_pool(feat32))  # (N, 128, 1, 1), broadcast over the 1/32 map
-        up32 = F.interpolate(self.arm32(feat32) + context, size=feat16.shape[2:], mode="nearest")
-        up32 = self.conv_head32(up32)
-        up16 = F.interpolate(self.arm16(feat16) + up32, size=feat8.shape[2:], mode="nearest")
-        up16 = self.conv_head16(up16)
+        up32 = self.conv_head32(F.interpolate(self.arm32(feat32) + context, size=feat16.shape[2:], mode="nearest"))
+        up16 = self.conv_head16(F.interpolate(self.arm16(feat16) + up32, size=feat8.shape[2:], mode="nearest"))
         return feat8, up16, up32  # 1/8 (128 ch), 1/8 (128 ch), 1/16 (128 ch)
 
 
