@@ -1,9 +1,6 @@
-"""GPU planning: the device report, precision and batch size with reasons, and batches that halve on out-of-memory.
-
-:func:`report` says what the runtime has, :func:`plan` turns it into a device, a precision and a batch size with
-the reason for each, and :func:`batched` runs a stage in ordered batches that halve on CUDA out-of-memory. Nothing
-here imports torch at import; importing the package sets the CUDA allocator (:mod:`.allocator`).
-"""
+"""GPU planning: :func:`report` says what the runtime has, :func:`plan` chooses device, precision and batch size
+with the reason for each, :func:`batched` runs a stage in ordered batches that halve on CUDA out-of-memory.
+Nothing here imports torch at import; importing the package sets the CUDA allocator (:mod:`.allocator`)."""
 
 from __future__ import annotations
 

@@ -10,10 +10,9 @@ ALLOCATOR_SETTING = "expandable_segments:True"
 
 def prefer_expandable_segments() -> bool:
     """Set ``PYTORCH_CUDA_ALLOC_CONF`` to :data:`ALLOCATOR_SETTING` on Linux unless an allocator setting exists,
-    ``NBHELPERS_ALLOCATOR`` is ``default`` or CUDA has started; True when this call set it.
-
-    Batches of several sizes leave the default allocator blocks it cannot reuse; expandable segments lower the peak
-    reserved memory (bench/RESULTS.md, "Memory by stage").
+    ``NBHELPERS_ALLOCATOR`` is ``default`` or CUDA has started; True when this call set it. Batches of several
+    sizes leave the default allocator blocks it cannot reuse; expandable segments lower the peak reserved memory
+    (bench/RESULTS.md, "Memory by stage").
     """
     if (os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALLOC_CONF")
             or os.environ.get("NBHELPERS_ALLOCATOR", "").lower() == "default" or not sys.platform.startswith("linux")):

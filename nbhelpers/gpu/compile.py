@@ -3,7 +3,6 @@
 A :class:`BackgroundCompiler` puts a dispatcher in place of a model's method and compiles the original with
 ``torch.compile`` in a low-priority background thread. A call runs compiled code only when it is ready and the
 call's inputs match a compiled example (shapes, dtypes, strides, device, grad mode); every other call runs eagerly.
-
 The caches are saved and loaded with ``torch.compiler.save_cache_artifacts`` / ``load_cache_artifacts`` (torch >=
 2.7) in files keyed by the torch, Triton and CUDA versions, the GPU and the models, each loaded only when its bytes
 match the SHA-256 recorded beside it. A failed compile leaves the eager method and warns (``FallbackWarning``).
@@ -44,15 +43,10 @@ _RATES: dict[str, float] = {}
 
 @dataclass
 class CompileStatus:
-    """Where the background compile stands.
-
-    Attributes:
-        state: ``"off"`` (not asked for, or not possible here), ``"idle"`` (nothing asked yet), ``"compiling"``,
-            ``"ready"`` (everything asked is compiled) or ``"failed"`` (every compile failed).
-        reason: Why, in words.
-        seconds: Wall-clock seconds spent compiling so far.
-        warm: True when cache files of an earlier session were loaded.
-        parts: ``"name batch-shape"`` -> ``"compiling"``, ``"compiled"`` or ``"failed"``.
+    """Where the background compile stands: ``state`` ``"off"`` (not asked for, or not possible here), ``"idle"``,
+    ``"compiling"``, ``"ready"`` (all asked is compiled) or ``"failed"`` (every compile failed), the ``reason`` in
+    words, wall-clock ``seconds`` spent compiling, ``warm`` (an earlier session's cache files loaded) and ``parts``
+    (``"name batch-shape"`` -> ``"compiling"``, ``"compiled"`` or ``"failed"``).
     """
 
     state: str = "off"
@@ -67,11 +61,9 @@ class CompileStatus:
 
 
 def _signature(args: tuple, kwargs: dict, dynamic_batch: bool = False) -> tuple:
-    """What compiled code depends on: each tensor's shape, dtype, strides, device and grad flags; other values.
-
-    With ``dynamic_batch`` the first dimension of every tensor of 2 or more dimensions and 2 or more rows counts as
-    any batch (compiled code made with that dimension dynamic serves them all; one row is its own case).
-    """
+    """What compiled code depends on: each tensor's shape, dtype, strides, device and grad flags; other values. With
+    ``dynamic_batch`` the first dimension of every tensor of 2 or more dimensions and 2 or more rows counts as any
+    batch (compiled code made with that dimension dynamic serves them all; one row is its own case)."""
     import torch
 
     def one(v: Any) -> Any:
@@ -104,33 +96,10 @@ def _map_tensors(value: Any, fn: Callable[[Any], Any]) -> Any:
     return value
 
 
-def _mark_batch_dynamic(value: Any) -> None:
-    """Mark the first dimension of the tensors in ``value`` (2+ dimensions, 2+ rows) dynamic for torch.compile."""
-    import torch
-
-    def mark(t: Any) -> None:
-        if t.ndim >= 2 and t.shape[0] >= 2:
-            torch._dynamo.maybe_mark_dynamic(t, 0)
-
-    _map_tensors(value, mark)
-
-
-def _shape_text(args: tuple, dynamic_batch: bool = False) -> str:
-    first = next((a for a in args if hasattr(a, "shape")), None)
-    if first is None:
-        return "-"
-    dims = [str(int(s)) for s in first.shape]
-    if dynamic_batch and len(dims) >= 2 and int(first.shape[0]) >= 2:
-        dims[0] = "B"
-    return "x".join(dims)
-
-
 class _Dispatch:
-    """Installed in place of a model's method: compiled code for calls that match a compiled example.
-
-    A call signature seen :data:`AUTO_REQUEST_AFTER` times without compiled code is handed to the compiler (with
-    copies of the call's tensors), so a path no job asked for ahead still gets compiled code.
-    """
+    """Installed in place of a model's method: compiled code for calls that match a compiled example. A call
+    signature seen :data:`AUTO_REQUEST_AFTER` times without compiled code is handed to the compiler (with copies of
+    the call's tensors), so a path no job asked for ahead still gets compiled code."""
 
     def __init__(self, name: str, eager: Callable, compiler: BackgroundCompiler, dynamic_batch: bool) -> None:
         self.name = name
@@ -187,14 +156,8 @@ def _copies(value: Any) -> Any:
 
 
 def cache_key(facts: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """The cache key: a hash of the caller's ``facts`` and of this runtime (torch, Triton, CUDA, Python, GPU).
-
-    Args:
-        facts: JSON-serialisable description of what is compiled (model configs, dtype, options).
-
-    Returns:
-        (16 hex digits, the dict that was hashed).
-    """
+    """(16 hex digits, the dict hashed): the key of the JSON-serialisable ``facts`` of what is compiled (model
+    configs, dtype, options) and of this runtime (torch, Triton, CUDA, Python, GPU)."""
     import torch
 
     runtime: dict[str, Any] = {"format": CACHE_FORMAT, "torch": torch.__version__, "cuda": torch.version.cuda,
@@ -220,8 +183,6 @@ def can_compile(device: Any) -> tuple[bool, str]:
     device = torch.device(device)
     if device.type != "cuda":
         return False, f"the models run on {device.type}; compiling pays only on a CUDA GPU"
-    if not hasattr(torch, "compile"):
-        return False, f"torch {torch.__version__} has no torch.compile"
     try:
         import triton  # noqa: F401
     except ImportError:
@@ -237,12 +198,10 @@ def fp16_tflops(device: Any) -> float:
     after 2 warm-ups, CUDA events; about 20 ms on a T4)."""
     import torch
 
-    device = torch.device(device)
-    key = str(device)
+    key = str(torch.device(device))
     if key not in _RATES:
         n = 4096
-        a = torch.randn(n, n, device=device, dtype=torch.float16)
-        b = torch.randn(n, n, device=device, dtype=torch.float16)
+        a, b = (torch.randn(n, n, device=key, dtype=torch.float16) for _ in range(2))
         times = []
         for i in range(7):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -260,24 +219,18 @@ def fp16_tflops(device: Any) -> float:
 class BackgroundCompiler:
     """Compile models' methods in a background thread while their eager versions serve every call.
 
-    Args:
-        device: The models' torch device.
-        mode: ``"auto"`` (compile where :func:`can_compile` allows), ``"on"`` (the same, with a warning where it
-            does not) or ``"off"``.
-        cache_dir: Folder of the cache files (made when missing), or None for no cache across sessions.
-        facts: What is compiled, for the cache key (model configs, dtype): see :func:`cache_key`; or a function
-            that returns them, called once when the first compile starts (so that a CPU run reads no file).
-        options: ``torch.compile`` options (inductor config names), e.g. ``{"coordinate_descent_tuning": True}``.
-        on_event: Called with a one-line message when compiling starts and when it ends.
-
-    Raises:
-        InputError: ``mode`` is not one of :data:`COMPILE_MODES`.
-
+    ``mode`` ``"auto"`` compiles where :func:`can_compile` allows and the GPU limits jobs (:data:`GPU_WALL_TFLOPS`),
+    ``"on"`` wherever it allows (with a warning where it does not), ``"off"`` never. ``cache_dir`` (made when
+    missing; None: no cache across sessions) holds the cache files keyed by ``facts`` (:func:`cache_key`), or by
+    what a function ``facts`` returns when the first compile starts (so that a CPU run reads no file). ``options``
+    are ``torch.compile`` (inductor) options; ``on_event`` gets a one-line message when compiling starts and ends.
+    Raises InputError: ``mode`` is not one of :data:`COMPILE_MODES`.
     Source: ``torch.compile``; PyTorch's recipe "Compile Time Caching in torch.compile" (Mega-Cache).
     """
 
     def __init__(self, device: Any, mode: str = "auto", cache_dir: str | os.PathLike | None = None,
-                 facts: dict[str, Any] | Callable[[], dict[str, Any]] | None = None, options: dict[str, Any] | None = None,
+                 facts: dict[str, Any] | Callable[[], dict[str, Any]] | None = None,
+                 options: dict[str, Any] | None = None,
                  on_event: Callable[[str], None] | None = None) -> None:
         if mode not in COMPILE_MODES:
             raise InputError(f"compile must be one of {', '.join(map(repr, COMPILE_MODES))}; got {mode!r}.")
@@ -286,7 +239,6 @@ class BackgroundCompiler:
         self.facts = facts if callable(facts) else dict(facts or {})
         self.options = dict(options or {})
         self.on_event = on_event
-        self.status = CompileStatus()
         self._dispatches: list[tuple[Any, str, _Dispatch]] = []
         self._queue: queue.Queue = queue.Queue()
         self._pending = 0
@@ -303,28 +255,17 @@ class BackgroundCompiler:
             else:
                 why = f"this GPU makes {rate:.0f} TFLOP/s in fp16: the GPU limits jobs, compiled models pay"
         self.enabled = possible
-        self.status.reason = why
-        if possible:
-            self.status.state = "idle"
-        elif mode == "on":
+        self.status = CompileStatus("idle" if possible else "off", why)
+        if not possible and mode == "on":
             warnings.warn(f"compile='on', but the models stay eager: {why}.", FallbackWarning, stacklevel=2)
 
     def request(self, name: str, module: Any, *args: Any, method: str = "forward", grad: str = "inference",
                 dynamic_batch: bool = True, **kwargs: Any) -> None:
-        """Have ``module.<method>`` compiled for calls like ``module.<method>(*args, **kwargs)``; returns at once.
-
-        Args:
-            name: Short name of the model in the status (``"unet"``, ``"vae decoder"``...).
-            module: The ``torch.nn.Module``; its ``method`` is replaced on the instance until :meth:`remove`.
-            *args: One call's positional arguments as the job makes them (same shapes, dtypes, memory layout).
-            method: The method to compile.
-            grad: The autograd mode of the job's calls: ``"inference"`` or ``"no_grad"``.
-            dynamic_batch: Compile the first dimension as any batch of 2 or more; False compiles this shape only.
-                Fixed by the first request of a module.
-            **kwargs: The call's keyword arguments.
-
-        Raises:
-            InputError: ``grad`` is not one of :data:`GRAD_MODES`.
+        """Have ``module.<method>`` (replaced on the instance until :meth:`remove`) compiled for calls like
+        ``module.<method>(*args, **kwargs)`` as the job makes them (same shapes, dtypes, memory layout) under
+        autograd mode ``grad``; returns at once. ``name`` shows in the status; ``dynamic_batch`` (fixed by a
+        module's first request) compiles the first dimension as any batch of 2 or more, False this shape only.
+        Raises InputError: ``grad`` is not one of :data:`GRAD_MODES`.
         """
         if grad not in GRAD_MODES:
             raise InputError(f"grad must be one of {GRAD_MODES}; got {grad!r}.")
@@ -355,7 +296,8 @@ class BackgroundCompiler:
             if sig in dispatch.asked:
                 return
             dispatch.asked.add(sig)
-            label = f"{dispatch.name} {_shape_text(args, dispatch.dynamic_batch)}"
+            first = next((a for a in sig[0] if a[:1] == ("T",)), None)  # the first tensor's shape, "B" for a batch
+            label = f"{dispatch.name} {'x'.join(map(str, first[1])) if first else '-'}"
             self._pending += 1
             self.status.parts[label] = "compiling"
             self.status.state = "compiling"
@@ -396,29 +338,26 @@ class BackgroundCompiler:
             dispatch.ready = frozenset()
         self._dispatches.clear()
 
-    # -- the background thread -------------------------------------------------------------------------------------
-
     def _say(self, message: str) -> None:
         if self.on_event is not None:
             with contextlib.suppress(Exception):  # a failing printer must not stop the compile
                 self.on_event(message)
 
     def _run(self) -> None:
-        _lower_priority()
+        # lower this thread's CPU priority (Linux: niceness is per thread; the compile workers it starts inherit it)
+        if sys.platform.startswith("linux") and hasattr(threading, "get_native_id"):
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICE)
         facts = self.facts() if callable(self.facts) else self.facts
         key, full = cache_key({**facts, "options": self.options})
         folder = self._folder()
         if folder is not None:
             self.status.warm = _load_artifacts(folder, key)
-        first = True
+        how = "from the cache of an earlier session" if self.status.warm else "one time: minutes on 2 CPU cores"
+        self._say(f"compiling the models for this GPU in the background ({how}); the job runs eagerly until they are "
+                  "ready")
         while True:
-            item = self._queue.get()
-            if first:
-                self._say(f"compiling the models for this GPU in the background ("
-                          f"{'from the cache of an earlier session' if self.status.warm else 'one time: minutes on 2 CPU cores'}"
-                          "); the job runs eagerly until they are ready")
-                first = False
-            self._compile(*item)
+            self._compile(*self._queue.get())
             with self._lock:
                 self._pending -= 1
                 idle = self._pending == 0
@@ -435,8 +374,9 @@ class BackgroundCompiler:
             if dispatch.compiled_fn is None:
                 dispatch.compiled_fn = torch.compile(dispatch.eager, dynamic=None if dispatch.dynamic_batch else False,
                                                      options=self.options or None)
-            if dispatch.dynamic_batch:
-                _mark_batch_dynamic((args, kwargs))
+            if dispatch.dynamic_batch:  # the first dimension of tensors of 2+ dimensions and 2+ rows
+                _map_tensors((args, kwargs), lambda t: t.ndim >= 2 and t.shape[0] >= 2
+                             and torch._dynamo.maybe_mark_dynamic(t, 0))
             with torch.inference_mode() if grad == "inference" else torch.no_grad():
                 dispatch.compiled_fn(*args, **kwargs)
             if torch.cuda.is_available():
@@ -446,16 +386,14 @@ class BackgroundCompiler:
             self._compiled_here.append(label)
         except Exception as exc:  # noqa: BLE001 - any compile failure leaves the eager method in place
             self.status.parts[label] = "failed"
-            lines = str(exc).strip().splitlines() or [""]
-            reason = f"{label}: {type(exc).__name__}: {lines[0][:200]}"
+            reason = f"{label}: {type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]}"
             self.status.reason = reason
             warnings.warn(f"torch.compile failed; this model stays eager (same frames, slower): {reason}",
                           FallbackWarning, stacklevel=1)
         self.status.seconds += time.perf_counter() - t0
 
     def _finish(self, folder: Path | None, key: str, full: dict) -> None:
-        parts = self.status.parts.values()
-        failed = sum(p == "failed" for p in parts)
+        failed = sum(p == "failed" for p in self.status.parts.values())
         self.status.state = "failed" if failed == len(self.status.parts) else "ready"
         if not failed:
             self.status.reason = f"{len(self.status.parts)} compiled: " + ", ".join(self.status.parts)
@@ -473,7 +411,8 @@ class BackgroundCompiler:
             self.cache_dir.mkdir(parents=True, exist_ok=True)
         except OSError:
             return None
-        return self.cache_dir if _ours(self.cache_dir) else None
+        # only a folder of this user's: cache files hold compiled code that is loaded and run
+        return self.cache_dir if os.name != "posix" or self.cache_dir.stat().st_uid == os.getuid() else None
 
 
 def cache_folder(weights_dir: str | os.PathLike) -> Path:
@@ -489,18 +428,6 @@ def cache_folder(weights_dir: str | os.PathLike) -> Path:
     return base / "nbhelpers" / "compile" / f"v{CACHE_FORMAT}"
 
 
-def _lower_priority() -> None:
-    """Lower this thread's CPU priority (Linux: niceness is per thread; processes it starts inherit it)."""
-    if sys.platform.startswith("linux") and hasattr(threading, "get_native_id"):
-        with contextlib.suppress(OSError):
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICE)
-
-
-def _ours(folder: Path) -> bool:
-    """True when ``folder`` belongs to this user (cache files hold compiled code that is loaded and run)."""
-    return os.name != "posix" or folder.stat().st_uid == os.getuid()
-
-
 def _load_artifacts(folder: Path, key: str) -> bool:
     """Load every cache file of ``key`` whose bytes match the SHA-256 recorded beside it; True if one loaded."""
     import torch
@@ -508,16 +435,13 @@ def _load_artifacts(folder: Path, key: str) -> bool:
     loaded = False
     for meta_path in sorted(folder.glob(f"{key}-*.json")):
         path = meta_path.with_suffix(".bin")
-        try:
+        with contextlib.suppress(Exception):  # an unreadable file only costs a cold compile
             meta = json.loads(meta_path.read_text())
             data = path.read_bytes()
-            if meta.get("format") != CACHE_FORMAT or hashlib.sha256(data).hexdigest() != meta.get("sha256"):
-                continue
-            torch.compiler.load_cache_artifacts(data)
-            os.utime(path)  # the most recently used files are kept when the folder is trimmed
-            loaded = True
-        except Exception:  # noqa: BLE001 - an unreadable file only costs a cold compile
-            continue
+            if meta.get("format") == CACHE_FORMAT and hashlib.sha256(data).hexdigest() == meta.get("sha256"):
+                torch.compiler.load_cache_artifacts(data)
+                os.utime(path)  # the most recently used files are kept when the folder is trimmed
+                loaded = True
     return loaded
 
 
@@ -536,12 +460,8 @@ def _save_artifacts(folder: Path, key: str, labels: list[str], facts: dict[str, 
         for suffix, payload in ((".bin", data), (".json", json.dumps(meta, indent=1, default=str).encode())):
             with atomic_path(folder / f"{stem}{suffix}") as tmp:
                 tmp.write_bytes(payload)
-        _trim(folder)
-
-
-def _trim(folder: Path) -> None:
-    files = sorted(folder.glob("*.bin"), key=lambda p: p.stat().st_mtime, reverse=True)
-    for old in files[CACHE_KEEP:]:
-        for p in (old, old.with_suffix(".json")):
-            with contextlib.suppress(OSError):
-                p.unlink()
+        files = sorted(folder.glob("*.bin"), key=lambda p: p.stat().st_mtime, reverse=True)
+        for old in files[CACHE_KEEP:]:
+            for p in (old, old.with_suffix(".json")):
+                with contextlib.suppress(OSError):
+                    p.unlink()

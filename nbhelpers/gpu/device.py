@@ -1,8 +1,5 @@
-"""The device report: what this runtime has (GPU, memory, driver, versions, host RAM) and the checks on it.
-
-Reads torch and ``nvidia-smi``, each optional; nothing here imports torch at module import.
-:func:`nbhelpers.gpu.report` adds the plan's verdict to what :func:`read_report` reads.
-"""
+"""The device report: what this runtime has (GPU, memory, driver, versions, host RAM) and the checks on it, read
+from torch and ``nvidia-smi``, each optional (torch is not imported at module import)."""
 
 from __future__ import annotations
 
@@ -20,10 +17,7 @@ from typing import Any
 from ..errors import InputError, MissingDependencyError, NbHelpersError
 from .model import GIB, cpu_frame_seconds
 
-#: Seconds allowed for one ``nvidia-smi`` call before the report says "unknown".
-NVIDIA_SMI_TIMEOUT_S = 10.0
-
-
+NVIDIA_SMI_TIMEOUT_S = 10.0  # seconds allowed for one nvidia-smi call before the report says "unknown"
 COLAB_GPU_STEPS = "Runtime > Change runtime type > T4 GPU > Save, then run the notebook again from the top"
 
 
@@ -40,13 +34,8 @@ class NoGpuError(NbHelpersError, RuntimeError):
 
 @dataclass(frozen=True)
 class GpuProcess:
-    """One process the driver lists on the GPU.
-
-    Attributes:
-        pid: Process id as the driver sees it (in containers, a host pid).
-        name: Process name, or ``""`` when the driver does not say.
-        used_gib: GPU memory it holds, GiB, or None when the driver does not say.
-    """
+    """One process the driver lists on the GPU: ``pid`` as the driver sees it (in containers, a host pid), ``name``
+    (``""`` when the driver does not say) and the GPU memory it holds, ``used_gib`` (None when not said)."""
 
     pid: int
     name: str = ""
@@ -57,23 +46,13 @@ class GpuProcess:
 class GpuReport:
     """What this runtime has: GPU, memory, versions, host RAM. Shows itself as text and as an HTML table.
 
-    Attributes:
-        has_gpu: True when torch can use a CUDA GPU.
-        has_torch: False when torch could not be imported.
-        device: ``"cuda:N"`` (the GPU reported) or ``"cpu"``.
-        name, compute_capability: GPU name (``"Tesla T4"``) and ``(major, minor)``, or None.
-        total_gib, free_gib: GPU memory and the driver's free memory, GiB, or None; read through torch, the free
-            memory excludes this process's CUDA context.
-        reserved_gib, allocated_gib: What this process's torch allocator holds, and the part live tensors use, GiB.
-        other_processes: Other processes the driver lists on this GPU; None when unknown.
-        other_processes_source: ``"nvidia-smi"`` or ``"unknown"``.
-        memory_source: Where total/free came from: ``"torch"``, ``"nvidia-smi"`` or ``"none"``.
-        gpu_count: CUDA devices torch sees.
-        driver_version, cuda_version, torch_version, python_version: Versions (torch's CUDA build), or None.
-        host_ram_total_gib, host_ram_available_gib: Host RAM and what is available without swapping, GiB, or None.
-        colab: True in Google Colab.
-        notes: Odd states met while reading (driver warnings, failed queries), in words.
-        verdict: What :func:`~nbhelpers.gpu.plan` chooses for a lip-sync job, filled by :func:`nbhelpers.gpu.report`.
+    ``device`` is ``"cuda:N"`` (the GPU reported) or ``"cpu"``; sizes are GiB and None when unknown: ``total_gib``,
+    ``free_gib`` (the driver's; read through torch it excludes this process's CUDA context, ``memory_source`` says
+    ``"torch"``, ``"nvidia-smi"`` or ``"none"``), ``reserved_gib`` / ``allocated_gib`` (this process's torch
+    allocator, and the part live tensors use), host RAM total and available without swapping. ``other_processes``
+    are those the driver lists on this GPU (None when unknown). The versions are None when unknown (``cuda_version``
+    is torch's CUDA build); ``notes`` are odd states met while reading, in words; ``verdict`` is what
+    :func:`~nbhelpers.gpu.plan` chooses for a lip-sync job, filled by :func:`nbhelpers.gpu.report`.
     """
 
     has_gpu: bool = False
@@ -102,26 +81,19 @@ class GpuReport:
     @property
     def outside_torch_gib(self) -> float | None:
         """GPU memory outside this process's torch allocator (CUDA context + other processes), GiB, or None."""
-        if self.total_gib is None or self.free_gib is None:
-            return None
-        return max(0.0, self.total_gib - self.free_gib - self.reserved_gib)
+        known = self.total_gib is not None and self.free_gib is not None
+        return max(0.0, self.total_gib - self.free_gib - self.reserved_gib) if known else None
 
     @property
     def others_gib(self) -> float | None:
         """GPU memory held by the other processes the driver lists, GiB; None when unknown."""
-        if self.other_processes is None:
-            return None
-        return sum(p.used_gib or 0.0 for p in self.other_processes)
+        return None if self.other_processes is None else sum(p.used_gib or 0.0 for p in self.other_processes)
 
     def require_gpu(self, allow_cpu: bool | None = None) -> GpuReport:
         """Return this report, or stop when no CUDA GPU is usable, with the fix in words (the Colab steps).
-
-        Args:
-            allow_cpu: True lets a CPU-only runtime through; None reads ``NBHELPERS_ALLOW_CPU``.
-
-        Raises:
-            MissingDependencyError: torch is not installed (whatever ``allow_cpu`` says).
-            NoGpuError: No CUDA GPU is usable and the CPU is not allowed.
+        ``allow_cpu`` True lets a CPU-only runtime through; None reads ``NBHELPERS_ALLOW_CPU``.
+        Raises MissingDependencyError: torch is not installed (whatever ``allow_cpu`` says); NoGpuError: no CUDA GPU is
+        usable and the CPU is not allowed.
         """
         if self.has_gpu:
             return self
@@ -145,14 +117,10 @@ class GpuReport:
             "NBHELPERS_ALLOW_CPU=1.")
 
     def _rows(self) -> list[tuple[str, str]]:
-        rows: list[tuple[str, str]] = []
-        if self.has_gpu or self.name:
-            cc = f", compute capability {self.compute_capability[0]}.{self.compute_capability[1]}" \
-                if self.compute_capability else ""
-            usable = "" if self.has_gpu else " (not usable by torch)"
-            rows.append(("GPU", f"{self.name or 'unknown'} ({self.device}){cc}{usable}"))
-        else:
-            rows.append(("GPU", "none (CPU only)"))
+        cc = ", compute capability {}.{}".format(*self.compute_capability) if self.compute_capability else ""
+        usable = "" if self.has_gpu else " (not usable by torch)"
+        rows = [("GPU", f"{self.name or 'unknown'} ({self.device}){cc}{usable}" if self.has_gpu or self.name
+                 else "none (CPU only)")]
         if self.total_gib is not None and self.free_gib is not None:
             mem = (f"{self.total_gib:.1f} GiB total, {self.free_gib:.1f} GiB free, "
                    f"{self.reserved_gib:.2f} GiB reserved by this process")
@@ -160,30 +128,19 @@ class GpuReport:
             if outside is not None and self.memory_source == "torch":
                 mem += f", {outside:.2f} GiB outside torch (CUDA context + other processes)"
             rows.append(("memory", mem))
-            if self.other_processes is None:
-                rows.append(("other processes", "unknown"))
-            elif not self.other_processes:
-                rows.append(("other processes", f"none listed ({self.other_processes_source})"))
-            else:
-                listed = ", ".join(
-                    f"{p.name or 'pid'} {p.pid}: " + ("?" if p.used_gib is None else f"{p.used_gib:.2f} GiB")
-                    for p in self.other_processes)
-                rows.append(("other processes", f"{self.others_gib:.2f} GiB ({listed}; {self.other_processes_source})"))
-        versions = [f"driver {self.driver_version or 'unknown'}",
-                    f"CUDA {self.cuda_version or 'none'} (torch build)",
-                    f"torch {self.torch_version or 'not installed'}",
-                    f"Python {self.python_version}"]
-        rows.append(("versions", ", ".join(versions)))
-        if self.host_ram_total_gib is not None:
-            avail = "" if self.host_ram_available_gib is None else f", {self.host_ram_available_gib:.1f} GiB available"
-            rows.append(("host RAM", f"{self.host_ram_total_gib:.1f} GiB total{avail}"))
-        else:
-            rows.append(("host RAM", "unknown"))
+            listed = ", ".join(f"{p.name or 'pid'} {p.pid}: " + ("?" if p.used_gib is None else f"{p.used_gib:.2f} GiB")
+                               for p in self.other_processes or ())
+            rows.append(("other processes", "unknown" if self.other_processes is None else
+                         f"none listed ({self.other_processes_source})" if not listed else
+                         f"{self.others_gib:.2f} GiB ({listed}; {self.other_processes_source})"))
+        rows.append(("versions", f"driver {self.driver_version or 'unknown'}, CUDA {self.cuda_version or 'none'} "
+                     f"(torch build), torch {self.torch_version or 'not installed'}, Python {self.python_version}"))
+        avail = "" if self.host_ram_available_gib is None else f", {self.host_ram_available_gib:.1f} GiB available"
+        rows.append(("host RAM", "unknown" if self.host_ram_total_gib is None else
+                     f"{self.host_ram_total_gib:.1f} GiB total{avail}"))
         rows.append(("runtime", "Google Colab" if self.colab else "not Colab"))
         rows += [("note", note) for note in self.notes]
-        if self.verdict:
-            rows.append(("verdict", self.verdict))
-        return rows
+        return rows + ([("verdict", self.verdict)] if self.verdict else [])
 
     def __str__(self) -> str:
         return fields_text("GPU report", self._rows())
@@ -206,19 +163,16 @@ def fields_html(title: str, rows: list[tuple[str, str]]) -> str:
 
 
 def read_report(device: str | int | None = None) -> GpuReport:
-    """Read what this runtime has: GPU, compute capability, memory, other processes, versions, host RAM.
+    """Read what ``device`` (None: torch's current one, a CUDA index, ``"cuda"`` or ``"cuda:N"``) and this runtime
+    have: GPU, compute capability, memory, other processes, versions, host RAM.
 
     Never raises on odd driver states or without torch: what could not be read is None and ``notes`` says why.
     Reading free memory through torch makes this process's CUDA context.
-
-    Args:
-        device: None (torch's current device), a CUDA index, ``"cuda"`` or ``"cuda:N"``.
-
-    Raises:
-        InputError: ``device`` is not a CUDA device name or index, or names a device that does not exist.
+    Raises InputError: ``device`` is not a CUDA device name or index, or names a device that does not exist.
     """
     notes: list[str] = []
-    values: dict[str, Any] = {"python_version": platform.python_version(), "colab": "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ}
+    values: dict[str, Any] = {"python_version": platform.python_version(),
+                              "colab": "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ}
     values["host_ram_total_gib"], values["host_ram_available_gib"] = _host_ram_gib()
     index = _device_index(device)
     try:
@@ -254,8 +208,7 @@ def _no_cuda_message(device: str) -> str:
 def check_device(device: str | None) -> None:
     """Stop a job whose ``device`` (``config.device``) names a CUDA device this runtime does not have.
 
-    Raises:
-        NoGpuError: ``device`` names CUDA and torch sees no CUDA GPU, or fewer than N + 1 of them.
+    Raises NoGpuError: ``device`` names CUDA and torch sees no CUDA GPU, or fewer than N + 1 of them.
     """
     if device is None or not str(device).startswith("cuda"):
         return
@@ -276,18 +229,14 @@ def check_device(device: str | None) -> None:
 def _device_index(device: str | int | None) -> int | None:
     if device is None:
         return None
-    if isinstance(device, bool):
-        raise InputError(f"device must be None, a CUDA index or 'cuda:N'; got {device!r}.")
-    if isinstance(device, int):
-        if device < 0:
-            raise InputError(f"device must be a CUDA index >= 0; got {device!r}.")
+    if isinstance(device, int) and not isinstance(device, bool) and device >= 0:
         return device
     text = str(device).strip().lower()
     if text == "cuda":
         return None
     if text.startswith("cuda:") and text[5:].isdigit():
         return int(text[5:])
-    raise InputError(f"device must be None, a CUDA index, 'cuda' or 'cuda:N'; got {device!r}. "
+    raise InputError(f"device must be None, a CUDA index >= 0, 'cuda' or 'cuda:N'; got {device!r}. "
                      "The report describes a CUDA GPU; for the CPU call report() with no device.")
 
 
@@ -300,13 +249,11 @@ def _read_torch_cuda(torch: Any, index: int | None, values: dict[str, Any], note
         except Exception as exc:  # noqa: BLE001
             available = False
             notes.append(f"torch.cuda.is_available() failed ({type(exc).__name__}: {exc})")
-    for w in caught:
-        notes.append(f"torch warned: {str(w.message).strip()}")
+    notes += [f"torch warned: {str(w.message).strip()}" for w in caught]
     if not available:
         return None
     try:
-        count = int(torch.cuda.device_count())
-        values["gpu_count"] = count
+        values["gpu_count"] = count = int(torch.cuda.device_count())
         index = int(torch.cuda.current_device()) if index is None else index
     except Exception as exc:  # noqa: BLE001
         notes.append(f"CUDA is available but the devices could not be counted ({type(exc).__name__}: {exc})")
@@ -314,7 +261,6 @@ def _read_torch_cuda(torch: Any, index: int | None, values: dict[str, Any], note
     if index >= count:
         raise InputError(f"device cuda:{index} does not exist: torch sees {count} CUDA device(s) "
                          f"(cuda:0..cuda:{count - 1}). Pass device=None for the current one.")
-    uuid = None
     try:
         props = torch.cuda.get_device_properties(index)
         values.update(device=f"cuda:{index}", name=str(props.name),
@@ -332,7 +278,7 @@ def _read_torch_cuda(torch: Any, index: int | None, values: dict[str, Any], note
     except Exception as exc:  # noqa: BLE001 - e.g. a GPU in exclusive mode held by another process
         notes.append(f"the free memory of cuda:{index} could not be read ({type(exc).__name__}: {exc}); "
                      "the GPU may be busy, lost or held by another process")
-        values.update(name=values.get("name"), memory_source="none")
+        values["memory_source"] = "none"
         return uuid
     values["has_gpu"] = True
     return uuid
@@ -347,15 +293,11 @@ def free_memory_by_index(notes: list[str] | None = None) -> dict[int, float] | N
     read without CUDA from ``nvidia-smi``; empty without a GPU, None when it did not answer (why: ``notes``).
     """
     notes = [] if notes is None else notes
-    exe = shutil.which("nvidia-smi")
-    rows = _run_nvidia_smi(exe, "gpu=index,memory.free", notes) if exe else None
+    rows = _run_nvidia_smi("gpu=index,memory.free", notes)
     if rows is None:
         return None
-    free = {}
-    for row in rows:
-        index, mib = (_number(row[0]), _number(row[1])) if len(row) >= 2 else (None, None)
-        if index is not None and mib is not None:
-            free[int(index)] = mib / 1024
+    pairs = [(_number(row[0]), _number(row[1])) for row in rows if len(row) >= 2]
+    free = {int(index): mib / 1024 for index, mib in pairs if index is not None and mib is not None}
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         wanted = [v.strip() for v in visible.split(",") if v.strip()]
@@ -364,7 +306,11 @@ def free_memory_by_index(notes: list[str] | None = None) -> dict[int, float] | N
     return free
 
 
-def _run_nvidia_smi(exe: str, query: str, notes: list[str]) -> list[list[str]] | None:
+def _run_nvidia_smi(query: str, notes: list[str]) -> list[list[str]] | None:
+    """The CSV rows ``nvidia-smi`` answers to ``--query-<query>``; None (why: ``notes``) when it is missing or fails."""
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return None
     try:
         done = subprocess.run([exe, f"--query-{query}", "--format=csv,noheader,nounits"], capture_output=True,
                               text=True, timeout=NVIDIA_SMI_TIMEOUT_S, stdin=subprocess.DEVNULL)
@@ -390,8 +336,7 @@ def _number(text: str) -> float | None:
 
 def _driver_info(uuid: str | None, index: int | None, notes: list[str]) -> dict[str, Any]:
     """Driver version, name, memory and the other processes on the GPU from ``nvidia-smi``; {} when it cannot say."""
-    exe = shutil.which("nvidia-smi")
-    gpus = _run_nvidia_smi(exe, "gpu=uuid,driver_version,name,memory.total,memory.free", notes) if exe else None
+    gpus = _run_nvidia_smi("gpu=uuid,driver_version,name,memory.total,memory.free", notes)
     if gpus is None:
         return {}
     info: dict[str, Any] = {"source": "nvidia-smi"}
@@ -407,16 +352,15 @@ def _driver_info(uuid: str | None, index: int | None, notes: list[str]) -> dict[
     total, free = _number(chosen[3]), _number(chosen[4])
     if total is not None and free is not None:
         info["total_gib"], info["free_gib"] = total / 1024, free / 1024  # MiB -> GiB
-    apps = _run_nvidia_smi(exe, "compute-apps=gpu_uuid,pid,process_name,used_memory", notes)
+    apps = _run_nvidia_smi("compute-apps=gpu_uuid,pid,process_name,used_memory", notes)
     if apps is None:
         return info
-    me = os.getpid()
     procs = []
     for r in apps:
         if len(r) < 4 or "no running" in r[0].lower():
             continue
         pid = _number(r[1])
-        if pid is None or int(pid) == me or (len(rows) > 1 and not _same_uuid(r[0], gpu_uuid)):
+        if pid is None or int(pid) == os.getpid() or (len(rows) > 1 and not _same_uuid(r[0], gpu_uuid)):
             continue
         used = _number(r[3])
         procs.append(GpuProcess(int(pid), os.path.basename(r[2]), None if used is None else used / 1024))

@@ -24,9 +24,7 @@ def _cuda(device: Any = None):
 
         if not torch.cuda.is_available():
             return None, None
-        if device is None:
-            return torch, torch.cuda.current_device()
-        dev = torch.device(device) if not isinstance(device, int) else torch.device("cuda", device)
+        dev = torch.device("cuda", device) if isinstance(device, int) else torch.device(device or "cuda")
         if dev.type != "cuda":
             return None, None
         return torch, dev.index if dev.index is not None else torch.cuda.current_device()
@@ -67,9 +65,8 @@ def _release_one(obj: Any, depth: int) -> None:
                 obj.to(device="meta")
             return
         if isinstance(obj, torch.Tensor):
-            with contextlib.suppress(Exception):
-                with torch.no_grad():
-                    obj.data = torch.empty(0, dtype=obj.dtype, device=obj.device)
+            with contextlib.suppress(Exception), torch.no_grad():
+                obj.data = torch.empty(0, dtype=obj.dtype, device=obj.device)
             return
     if depth > 1:
         return
@@ -87,14 +84,9 @@ def _release_one(obj: Any, depth: int) -> None:
 
 @dataclass
 class StageMemory:
-    """Memory of one stage, filled when its :func:`memory_scope` exits (all 0 on the CPU).
-
-    Attributes:
-        stage: Stage name.
-        peak_reserved_gib, peak_allocated_gib: ``torch.cuda.max_memory_reserved`` / ``_allocated`` in the stage, GiB.
-        reserved_after_gib: Reserved after the stage's release, GiB.
-        held: Objects registered with :meth:`hold`, released at exit.
-    """
+    """Memory of one stage, GiB, filled when its :func:`memory_scope` exits (all 0 on the CPU): the peaks of
+    ``torch.cuda.max_memory_reserved`` / ``_allocated`` in the stage, and what stays reserved after the release of
+    the objects ``held`` (:meth:`hold`)."""
 
     stage: str
     peak_reserved_gib: float = 0.0
@@ -143,13 +135,9 @@ def _remember_peak(torch: Any, index: int) -> None:
 
 @dataclass(frozen=True)
 class PeakMemory:
-    """Peak GPU memory of this process so far.
-
-    Attributes:
-        reserved_gib: Largest ``torch.cuda.max_memory_reserved`` seen across :func:`memory_scope` resets, GiB.
-        allocated_gib: ``torch.cuda.max_memory_allocated`` since the last reset, GiB.
-        context_gib: This process's CUDA context, ``total - free - reserved`` less other processes, GiB; None on CPU.
-    """
+    """Peak GPU memory of this process so far, GiB: the largest ``torch.cuda.max_memory_reserved`` seen across
+    :func:`memory_scope` resets, ``max_memory_allocated`` since the last reset, and the CUDA context (``total - free
+    - reserved`` less other processes; None on the CPU)."""
 
     reserved_gib: float = 0.0
     allocated_gib: float = 0.0
@@ -167,12 +155,8 @@ class PeakMemory:
 
 
 def peak_memory(device: Any = None, others_gib: float | None = None) -> PeakMemory:
-    """This process's :class:`PeakMemory` on ``device``, for benchmarks (zeros without CUDA).
-
-    Args:
-        device: CUDA device (None: current).
-        others_gib: GiB other processes hold there; None reads the driver's list, else 0.
-    """
+    """This process's :class:`PeakMemory` on ``device`` (None: current), for benchmarks (zeros without CUDA).
+    ``others_gib``: GiB other processes hold there; None reads the driver's list, else 0."""
     torch, index = _cuda(device)
     if torch is None:
         return PeakMemory()
@@ -196,9 +180,7 @@ def to_device(array: Any, device: Any):
 
     t = array if isinstance(array, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(array))
     device = torch.device(device)
-    if device.type != "cuda":
-        return t.to(device)
-    return t.pin_memory().to(device, non_blocking=True)
+    return t.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else t.to(device)
 
 
 _CONSTANTS: dict[tuple, Any] = {}
@@ -207,9 +189,7 @@ _CONSTANTS: dict[tuple, Any] = {}
 def device_constant(values: Any, device: Any, dtype: Any = None):
     """A small read-only tensor of ``values`` (at most 1 MiB) on ``device``, uploaded once through pinned memory and
     shared; ``dtype`` defaults to the array's, float32 for floats, int64 for integers.
-
-    Raises:
-        InputError: ``values`` is larger than 1 MiB.
+    Raises InputError: ``values`` is larger than 1 MiB.
     """
     import numpy as np
     import torch
@@ -226,8 +206,7 @@ def device_constant(values: Any, device: Any, dtype: Any = None):
     key = (arr.tobytes(), arr.shape, str(arr.dtype), str(dtype), str(device))
     cached = _CONSTANTS.get(key)
     if cached is None:
-        t = t.to(dtype)
-        cached = t.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else t.to(device)
+        cached = to_device(t.to(dtype), device)
         if len(_CONSTANTS) > 256:  # bounded: constants are few; a caller making many distinct ones gets no cache
             _CONSTANTS.clear()
         _CONSTANTS[key] = cached
@@ -283,9 +262,7 @@ def module_bytes(*objects: Any, device: Any = None) -> int:
     storages: dict[tuple[str, int], int] = {}  # (device, data pointer) -> bytes
 
     def on_device(t: Any) -> bool:
-        if want is None:
-            return True
-        return t.device.type == want.type and (want.index is None or t.device.index == want.index)
+        return want is None or (t.device.type == want.type and want.index in (None, t.device.index))
 
     def visit(obj: Any, depth: int) -> None:
         if obj is None or isinstance(obj, (str, bytes, int, float, bool)) or id(obj) in seen:
@@ -316,11 +293,8 @@ def module_bytes(*objects: Any, device: Any = None) -> int:
 
 
 def reset_peak(device: Any = None) -> None:
-    """Forget the peaks so far (torch's counters and the one :func:`peak_memory` keeps); nothing happens without CUDA.
-
-    Args:
-        device: CUDA device (None: current).
-    """
+    """Forget the peaks so far on ``device`` (None: current): torch's counters and the one :func:`peak_memory`
+    keeps; nothing happens without CUDA."""
     torch, index = _cuda(device)
     if torch is not None:
         _PEAK_SEEN.pop(index, None)
@@ -332,13 +306,8 @@ def cast_and_move(module: Any, device: Any, dtype: Any = None) -> Any:
 
     A tensor leaving the CPU is cast before the copy, so the GPU never holds fp32 weights of an fp16 model; to the
     CPU it is copied, then cast. ``nn.Module._apply`` keeps diffusers' and transformers' ``.to`` warnings quiet.
-
-    Returns:
-        ``module`` itself, changed in place, training/eval mode unchanged.
-
-    Raises:
-        InputError: ``module`` is not a ``torch.nn.Module`` or ``dtype`` is not a floating dtype.
-
+    Returns ``module`` itself, changed in place, training/eval mode unchanged.
+    Raises InputError: ``module`` is not a ``torch.nn.Module`` or ``dtype`` is not a floating dtype.
     Source: ``inference.py:53-56`` moves to the GPU, then calls ``.half()``.
     """
     import torch

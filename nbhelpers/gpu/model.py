@@ -85,13 +85,12 @@ class CpuTimes:
 class FaceCpuTimes:
     """Seconds of face tracking on a 2-core CPU (fp32) for one backend: ``per_frame_s + per_mpix_s * megapixels`` per
     source frame (the detector runs on the full frame, the landmark model at its fixed input), plus ``load_s`` once.
-    The ``source`` says where the figures come from.
     """
 
     load_s: float
     per_frame_s: float
     per_mpix_s: float
-    source: str = ""
+    source: str = ""  # where the figures come from
 
     def seconds(self, frame_size: tuple[int, int]) -> float:
         """Seconds per source frame of size (H, W) pixels."""
@@ -128,23 +127,15 @@ def face_cpu_times(landmark_backend: str = "auto") -> FaceCpuTimes:
 def cpu_seconds(kind: str = "lipsync", n_frames: int = 0, source_frames: int | None = None,
                 weights: str = "full", times: CpuTimes | None = None, *, landmark_backend: str = "auto",
                 frame_size: tuple[int, int] | None = None) -> dict[str, float]:
-    """The CPU time of a job, ``{stage: seconds}`` for the stages that run.
+    """The CPU time of a job of ``kind`` (``"clip"`` counted as realtime), ``{stage: seconds}`` for the stages that run.
 
-    With ``u`` source frames used (lipsync: ``min(n_frames, source_frames)``; avatar: ``n_frames``) and ``n``
-    output frames: ``models`` = fixed (avatar: half) + the backend's load; ``faces``, ``latents``, ``parsing`` =
-    ``u`` x their per-frame figure (not realtime); ``generate`` = ``n * generate_s`` (not avatar).
-
-    Args:
-        kind: ``"lipsync"``, ``"avatar"``, ``"realtime"`` or ``"clip"`` (counted as realtime).
-        n_frames: Output frames for lipsync/realtime (audio seconds x 25); source frames for avatar.
-        source_frames: Source frames of a lipsync job; None assumes at least ``n_frames``.
-        weights: ``"full"`` or ``"tiny"``.
-        times: Other figures (default ``CPU_TIMES[weights]``).
-        landmark_backend: The backend that tracks the faces (:func:`face_cpu_times`).
-        frame_size: (H, W) of the frames, pixels; None assumes :data:`DEFAULT_FRAME_SIZE`.
-
-    Raises:
-        InputError: Unknown ``kind`` or ``weights``.
+    With ``u`` source frames used (lipsync: ``min(n_frames, source_frames)``, ``source_frames`` None assuming at
+    least ``n_frames``; avatar: ``n_frames``) and ``n`` output frames (audio seconds x 25): ``models`` = fixed
+    (avatar: half) + the load of ``landmark_backend`` (:func:`face_cpu_times`); ``faces``, ``latents``, ``parsing``
+    = ``u`` x their per-frame figure (not realtime; faces at ``frame_size`` (H, W) pixels, None:
+    :data:`DEFAULT_FRAME_SIZE`); ``generate`` = ``n * generate_s`` (not avatar). ``times`` defaults to
+    ``CPU_TIMES[weights]``.
+    Raises InputError: unknown ``kind`` or ``weights``.
     """
     check_kind(kind, weights)
     kind = "realtime" if kind == "clip" else kind  # the same work, only its batch cap differs
@@ -166,8 +157,7 @@ def cpu_frame_seconds(kind: str = "lipsync", weights: str = "full", landmark_bac
                       frame_size: tuple[int, int] | None = None) -> float:
     """Seconds per frame of a long CPU job: :func:`cpu_seconds` for one frame, without the model loading.
 
-    Raises:
-        InputError: Unknown ``kind`` or ``weights``.
+    Raises InputError: unknown ``kind`` or ``weights``.
     """
     parts = cpu_seconds(kind, 1, None, weights, landmark_backend=landmark_backend, frame_size=frame_size)
     return sum(v for k, v in parts.items() if k != "models")
@@ -194,9 +184,7 @@ def restore_per_frame_gib(restore: str | None, bf16: bool = True, memory_model: 
 
     ``bf16`` False multiplies GFPGAN's and RestoreFormer's figure by ``fp32_factor``; CodeFormer always runs in
     float32. ``memory_model`` defaults to :data:`MEMORY_MODEL`.
-
-    Raises:
-        InputError: An unknown restorer name.
+    Raises InputError: an unknown restorer name.
     """
     if restore is None:
         return 0.0
@@ -214,20 +202,11 @@ def stage_memory(kind: str, fp16: bool = True, frame_size: tuple[int, int] = DEF
                  restore_bf16: bool = True) -> dict[str, tuple[float, float]]:
     """The stages of a job, ``{stage: (fixed GiB, GiB per frame of the batch)}`` in the order they run (module doc).
 
-    Args:
-        kind: ``"lipsync"``, ``"avatar"``, ``"realtime"`` or ``"clip"`` (counted as realtime).
-        fp16: Half precision (fp32 multiplies weights and activations by ``fp32_factor``).
-        frame_size: (H, W) of the full frames, pixels.
-        n_frames: Frames of the job (adds whisper features and latents), or None.
-        weights: ``"full"`` or ``"tiny"``.
-        landmark_backend: ``"dlib"`` and ``"boxes"`` use no GPU face models.
-        memory_model: Constants (default :data:`MEMORY_MODEL`).
-        restore: The job's face restorer or None (:func:`restore_per_frame_gib`, added to ``generate``).
-        restore_bf16: Whether GFPGAN / RestoreFormer run in bfloat16.
-
-    Raises:
-        InputError: An unknown ``restore`` name.
-
+    ``kind`` ``"clip"`` counts as realtime; fp32 multiplies weights and activations by ``fp32_factor``;
+    ``frame_size`` is (H, W) of the full frames, pixels; ``n_frames`` (or None) adds whisper features and latents;
+    the ``landmark_backend`` ``"dlib"`` and ``"boxes"`` use no GPU face models; ``restore`` (or None) adds
+    :func:`restore_per_frame_gib` (``restore_bf16``: GFPGAN / RestoreFormer in bfloat16) to ``generate``.
+    Raises InputError: an unknown ``restore`` name.
     Source: docs/official-behaviour.md §0 and §6 (stage order); S3FD at batch 1 on full frames (quirk Q18).
     """
     mm = memory_model or MEMORY_MODEL
@@ -239,12 +218,9 @@ def stage_memory(kind: str, fp16: bool = True, frame_size: tuple[int, int] = DEF
     n = n_frames or 0
     features = n * AUDIO_TOKENS * WHISPER_DIM * bytes_per_value / GIB if kind != "avatar" else 0.0
     latents = n * LATENT_CHANNELS * LATENT_SIZE * LATENT_SIZE * bytes_per_value / GIB if kind != "realtime" else 0.0
-    if weights == "tiny":
-        core, vae, core_frame, encode_frame = (mm.tiny_fixed_gib * f, mm.tiny_fixed_gib * f,
-                                               mm.tiny_per_frame_gib * f, mm.tiny_per_frame_gib * f)
-    else:
-        core, vae, core_frame, encode_frame = (mm.core_fixed_gib * f, mm.vae_weights_gib * f,
-                                               mm.core_per_frame_gib * f, mm.encode_per_frame_gib * f)
+    core, vae, core_frame, encode_frame = (f * v for v in (
+        (mm.tiny_fixed_gib, mm.tiny_fixed_gib, mm.tiny_per_frame_gib, mm.tiny_per_frame_gib) if weights == "tiny"
+        else (mm.core_fixed_gib, mm.vae_weights_gib, mm.core_per_frame_gib, mm.encode_per_frame_gib)))
     gpu_faces = landmark_backend not in ("dlib", "boxes")
     face_models = mm.s3fd_weights_gib * f + mm.dwpose_gib if gpu_faces else 0.0
     faces = face_models + mm.s3fd_bytes_per_pixel * f * pixels / GIB if gpu_faces else 0.0

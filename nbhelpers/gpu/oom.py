@@ -15,36 +15,21 @@ def is_oom(exc: BaseException) -> bool:
     RuntimeError saying "out of memory", "CUBLAS_STATUS_ALLOC_FAILED" or "can't allocate memory", or
     :class:`~nbhelpers.errors.OutOfMemoryError` (an inner :func:`batched` that failed at batch 1).
     """
-    name = type(exc).__name__
-    if name in ("OutOfMemoryError", "CudaOutOfMemoryError"):
+    if type(exc).__name__ in ("OutOfMemoryError", "CudaOutOfMemoryError"):
         return True
-    if not isinstance(exc, RuntimeError):
-        return False
-    text = str(exc).lower()
-    return ("out of memory" in text or "cublas_status_alloc_failed" in text or "can't allocate memory" in text)
+    text = str(exc).lower() if isinstance(exc, RuntimeError) else ""
+    return any(s in text for s in ("out of memory", "cublas_status_alloc_failed", "can't allocate memory"))
 
 
 def batched(n_items: int, batch_size: int, step: Callable[[slice], T], *, stage: str = "batch",
             on_oom: Callable[[], None] | None = None) -> Iterator[tuple[slice, T]]:
     """Run ``step`` over ``range(n_items)`` in consecutive slices, halving the batch on out-of-memory.
 
-    Items run in order, each once: on an out-of-memory error (:func:`is_oom`) the caches are emptied, the failed
-    batch's length is halved, kept for the rest of the stage, and the same start is retried, with a warning.
-
-    Args:
-        n_items: Number of items (frames), >= 0.
-        batch_size: Initial items per call, >= 1.
-        step: Called with a ``slice`` of item indices; returns that batch's result and keeps no partial effect.
-        stage: Stage name for the warning.
-        on_oom: Called after an out-of-memory error, before the retry; default :func:`empty_cache`.
-
-    Yields:
-        ``(slice, result)`` for each batch, in order.
-
-    Raises:
-        InputError: ``n_items`` < 0 or ``batch_size`` < 1.
-        OutOfMemoryError: A batch of 1 still runs out of memory.
-
+    ``step`` gets a ``slice`` of item indices (frames), ``batch_size`` items at first, and returns that batch's
+    result, keeping no partial effect. Items run in order, each once: on an out-of-memory error (:func:`is_oom`)
+    ``on_oom`` runs (default :func:`empty_cache`), the failed batch's length is halved, kept for the rest of the
+    stage, and the same start is retried, with a warning naming ``stage``. Yields ``(slice, result)`` in order.
+    Raises InputError: ``n_items`` < 0 or ``batch_size`` < 1; OutOfMemoryError: A batch of 1 still runs out of memory.
     Source: ``utils.py:49-74``, ``inference.py:187-206`` (fixed-size batches in order); the halving is ours.
     """
     if isinstance(n_items, bool) or not isinstance(n_items, int) or n_items < 0:

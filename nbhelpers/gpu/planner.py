@@ -30,21 +30,13 @@ class PlanWarning(NbHelpersWarning):
 
 @dataclass(frozen=True)
 class Plan:
-    """Device, precision and batch size for one kind of job, with the reason for each. Shows itself.
+    """Device, precision and batch size (frames per UNet/VAE/parsing batch) for one kind of job (as :func:`plan`),
+    with the reason for each, keyed ``"device"``, ``"fp16"``, ``"batch_size"``, ``"memory"``. Shows itself.
 
-    Attributes:
-        kind: ``"lipsync"`` (offline job), ``"avatar"`` (avatar preparation), ``"realtime"`` or ``"clip"``.
-        device, fp16, batch_size: What the job should use; the batch counts frames per UNet/VAE/parsing batch.
-        weights: ``"full"`` or ``"tiny"`` (test models).
-        frame_size, n_frames: (H, W) pixels assumed, and the job's frames (None when not given).
-        budget_gib: GPU memory (host RAM on the CPU) the plan lets the job use, GiB; None when unknown.
-        predicted_peak_gib: The worst stage's peak at ``batch_size``, CUDA context excluded, GiB; None on the CPU.
-        stage_peaks_gib: Predicted peak of each stage at ``batch_size``, GiB.
-        reasons: Why each value was chosen, keyed ``"device"``, ``"fp16"``, ``"batch_size"``, ``"memory"``.
-        warnings: Things to know, in words (CPU speed, fp16 falling back to fp32, a tight budget).
-        base_config: The configuration the plan started from (see :attr:`config`).
-        gpu_name, free_gib: The GPU's name and free GiB for the verdict; None on the CPU.
-        landmark_backend: The backend the CPU estimate counts face tracking for (``"auto"``: ``"dwpose"``).
+    ``frame_size`` is the (H, W) pixels assumed; ``budget_gib`` the GPU memory (host RAM on the CPU) the job may use
+    and ``predicted_peak_gib`` the worst of ``stage_peaks_gib`` at ``batch_size``, CUDA context excluded (GiB, None
+    when unknown or on the CPU); ``warnings`` things to know, in words; ``base_config`` the configuration the plan
+    started from (:attr:`config`); ``gpu_name`` and ``free_gib`` feed the verdict (None on the CPU).
     """
 
     kind: str
@@ -72,9 +64,8 @@ class Plan:
     @property
     def headroom_gib(self) -> float | None:
         """GiB of the budget left unused at the predicted peak, >= 0; None on the CPU or when unknown."""
-        if self.budget_gib is None or self.predicted_peak_gib is None:
-            return None
-        return max(0.0, self.budget_gib - self.predicted_peak_gib)
+        known = self.budget_gib is not None and self.predicted_peak_gib is not None
+        return max(0.0, self.budget_gib - self.predicted_peak_gib) if known else None
 
     @property
     def config(self):
@@ -103,8 +94,7 @@ class Plan:
             rows.append(("memory", self.reasons["memory"]))
         if self.stage_peaks_gib:
             rows.append(("stage peaks", ", ".join(f"{k} {v:.2f} GiB" for k, v in self.stage_peaks_gib.items())))
-        rows.extend(("warning", w) for w in self.warnings)
-        return rows
+        return rows + [("warning", w) for w in self.warnings]
 
     def __str__(self) -> str:
         return fields_text(f"Plan ({self.kind})", self._rows())
@@ -118,9 +108,7 @@ def snap_batch(n: float) -> int:
     if not n >= 1:  # also catches NaN
         return 1
     n = int(math.floor(min(n, 1 << 20)))
-    if n < 4:
-        return 2 if n >= 2 else 1
-    return n - n % 4
+    return n - n % 4 if n >= 4 else min(n, 2)
 
 
 def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = None, n_frames: int | None = None,
@@ -134,26 +122,15 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
     (a face restorer included) fits the budget (:mod:`nbhelpers.gpu.model`), snapped by :func:`snap_batch`, at most
     the kind's cap and ``n_frames``. Non-None ``config.device``, ``fp16`` and ``batch_size`` override the choice.
 
-    Args:
-        kind: ``"lipsync"`` (offline job), ``"avatar"`` (avatar preparation), ``"realtime"`` (live, from an avatar)
-            or ``"clip"`` (a whole clip from an avatar into a file: realtime's memory, a larger cap).
-        report: A :class:`GpuReport`; None reads one.
-        config: An :class:`~nbhelpers.config.InferenceConfig`; None for the defaults.
-        n_frames: Output frames (audio seconds x 25) for lipsync/realtime, source frames for avatar; or None.
-        frame_size: (H, W) of the frames, pixels; None assumes :data:`DEFAULT_FRAME_SIZE`.
-        weights: ``"full"`` or ``"tiny"`` (test models).
-        memory_model: Constants (default :data:`MEMORY_MODEL`).
-        source_frames: Source frames of a lipsync job, for the CPU estimate; None: one per output frame.
-        landmark_backend: The job's landmark backend, for the CPU estimate and the ``faces`` stage; None takes
-            ``config.landmark_backend``.
-        loaded_gib: GiB of the stages' models already on the GPU (an earlier job on the same pipeline), added back
-            to the usable memory.
-        warn: Emit ``Plan.warnings`` as :class:`PlanWarning`; False only records them.
-
-    Raises:
-        InputError: Unknown ``kind``/``weights``, a bad ``frame_size``, ``n_frames``, ``loaded_gib`` or ``config``.
-        NoGpuError: ``config.device`` asks for CUDA but no CUDA GPU is usable.
-
+    ``kind`` is ``"lipsync"`` (offline job), ``"avatar"`` (avatar preparation), ``"realtime"`` (live, from an
+    avatar) or ``"clip"`` (a whole clip from an avatar into a file: realtime's memory, a larger cap). ``report``
+    None reads one; ``config`` None takes the defaults; ``n_frames`` counts output frames (audio seconds x 25), for
+    avatar source frames; ``frame_size`` (H, W) pixels, None: :data:`DEFAULT_FRAME_SIZE`; ``source_frames`` (None:
+    one per output frame) and ``landmark_backend`` (None: ``config.landmark_backend``) feed the CPU estimate;
+    ``loaded_gib`` of the stages' models already on the GPU (an earlier job on the same pipeline) is added back to
+    the usable memory; ``warn`` False only records ``Plan.warnings`` instead of emitting :class:`PlanWarning`.
+    Raises InputError: unknown ``kind``/``weights``, a bad ``frame_size``, ``n_frames``, ``loaded_gib`` or ``config``;
+    NoGpuError: ``config.device`` asks for CUDA but no CUDA GPU is usable.
     Source: batches 8 offline and 20 realtime (``inference.py:266``, ``realtime_inference.py:331``); fp16
     (``inference.py:53-56``, ``realtime_inference.py:366-368``).
     """
@@ -364,14 +341,10 @@ def _fit_batch(stages: dict[str, tuple[float, float]], budget: float | None, cap
     if budget is None:
         fallback = min(8, cap)
         return fallback, f"free memory unknown: the official offline default {fallback} (inference.py:266)"
-    best, limiting = math.inf, None
-    for name, (a, b) in stages.items():
-        if b <= 0:
-            continue
-        fits = (budget - a) / b
-        if fits < best:
-            best, limiting = fits, name
+    growing = {name: ab for name, ab in stages.items() if ab[1] > 0}
+    limiting = min(growing, key=lambda name: (budget - growing[name][0]) / growing[name][1], default=None)
     a, b = stages[limiting] if limiting else (0.0, 0.0)
+    best = (budget - a) / b if limiting else math.inf
     model = (f"stage {limiting!r} needs {a:.2f} GiB + {b:.3f} GiB per frame ({precision}, {size_note})"
              if limiting else "no stage grows with the batch")
     if best < 1:
@@ -412,28 +385,23 @@ def _duration(seconds: float) -> str:
 def report(device: str | int | None = None) -> GpuReport:
     """:func:`~nbhelpers.gpu.device.read_report` with the ``verdict`` of :func:`plan` for a lip-sync job.
 
-    Raises:
-        InputError: ``device`` is not a CUDA device name or index, or names a device that does not exist.
+    Raises InputError: ``device`` is not a CUDA device name or index, or names a device that does not exist.
     """
     rep = read_report(device)
-    return dataclasses.replace(rep, verdict=_verdict(rep))
-
-
-def _verdict(rep: GpuReport) -> str:
-    if not rep.has_torch:
-        return "torch is not installed: run the setup cell first (Colab has torch preinstalled)"
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", PlanWarning)
-            return plan("lipsync", report=rep).verdict
-    except Exception as exc:  # noqa: BLE001 - a display must never fail
-        return f"no plan could be made ({type(exc).__name__}: {exc})"
+    verdict = "torch is not installed: run the setup cell first (Colab has torch preinstalled)"
+    if rep.has_torch:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", PlanWarning)
+                verdict = plan("lipsync", report=rep).verdict
+        except Exception as exc:  # noqa: BLE001 - a display must never fail
+            verdict = f"no plan could be made ({type(exc).__name__}: {exc})"
+    return dataclasses.replace(rep, verdict=verdict)
 
 
 def check_gpu(allow_cpu: bool | None = None, device: str | int | None = None) -> GpuReport:
     """:func:`report` of ``device``, then :meth:`GpuReport.require_gpu` with ``allow_cpu``: stop a CPU-only runtime.
 
-    Raises:
-        NoGpuError, MissingDependencyError, InputError: As those two.
+    Raises NoGpuError, MissingDependencyError, InputError: as those two.
     """
     return report(device).require_gpu(allow_cpu)

@@ -1,10 +1,9 @@
 """Media in and out over ffmpeg pipes: probing, 25 fps frame reading, audio decoding, video writing and muxing.
 
-Every ffmpeg call runs imageio-ffmpeg's binary (:func:`ffmpeg_exe`; the system one only on request) with an
-argument list and absolute paths, ``-nostdin`` (except the writer, whose stdin is the frame pipe), its standard
-error drained by a thread, and raises :class:`~nbhelpers.errors.FFmpegError` with ffmpeg's last lines on failure.
-Frames are ``(H, W, 3) uint8`` BGR arrays streamed from a pipe; audio is float32 mono at 16 kHz, the samples of
-the official ``librosa.load(path, sr=16000)``. No torch, OpenCV or librosa is imported.
+ffmpeg (imageio-ffmpeg's binary, :func:`ffmpeg_exe`) runs with an argument list, absolute paths and ``-nostdin``
+(but the writer, fed on stdin); a thread drains its stderr, whose last lines a failure's
+:class:`~nbhelpers.errors.FFmpegError` carries. Frames are ``(H, W, 3) uint8`` BGR; audio is float32 mono at 16
+kHz, the samples of the official ``librosa.load(path, sr=16000)``. No torch, OpenCV or librosa is imported.
 """
 
 from __future__ import annotations

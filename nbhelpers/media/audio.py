@@ -17,15 +17,11 @@ def _soundfile_read(p: Path) -> tuple[np.ndarray, int] | None:
     """(channels-first float32 or 1-D, native rate) through libsndfile, exactly as librosa does; None if it can't."""
     try:
         import soundfile as sf
-    except (ImportError, OSError):
-        return None
-    try:
+
         with sf.SoundFile(str(p)) as handle:
-            rate = handle.samplerate
-            data = handle.read(frames=-1, dtype="float32", always_2d=False).T
-    except Exception:  # libsndfile cannot read this format (mp4/m4a/video...) -> ffmpeg
+            return handle.read(frames=-1, dtype="float32", always_2d=False).T, int(handle.samplerate)
+    except Exception:  # no libsndfile, or it cannot read this format (mp4/m4a/video...) -> ffmpeg
         return None
-    return data, int(rate)
 
 
 def _wav_header(buf: bytes) -> tuple[int, int, int] | None:
@@ -52,18 +48,12 @@ def _wav_header(buf: bytes) -> tuple[int, int, int] | None:
 
 def _ffmpeg_decode(p: Path, info: MediaInfo) -> tuple[np.ndarray, int]:
     """Decode the first audio stream at its native rate to float32, mean-mixed to mono chunk by chunk."""
-    exe = ffmpeg_exe()
-    args = [exe, *QUIET, "-i", str(p), "-map", f"0:{info.audio_stream.index}", "-vn", "-sn", "-dn",
-            "-map_metadata", "-1", "-fflags", "+bitexact", "-c:a", "pcm_f32le", "-f", "wav", "pipe:1"]
-    proc = _Process(args)
+    proc = _Process([ffmpeg_exe(), *QUIET, "-i", str(p), "-map", f"0:{info.audio_stream.index}", "-vn", "-sn", "-dn",
+                     "-map_metadata", "-1", "-fflags", "+bitexact", "-c:a", "pcm_f32le", "-f", "wav", "pipe:1"])
     stdout = proc.popen.stdout
     try:
-        head = b""
-        header = None
-        while header is None:
-            more = stdout.read1(65536) if hasattr(stdout, "read1") else stdout.read(65536)
-            if not more:
-                break
+        head, header = b"", None
+        while header is None and (more := stdout.read1(65536)):  # stdout is a BufferedReader
             head += more
             header = _wav_header(head)
         if header is None:
@@ -90,8 +80,7 @@ def _ffmpeg_decode(p: Path, info: MediaInfo) -> tuple[np.ndarray, int]:
             raise proc.error(f"ffmpeg failed while decoding the audio of {str(p)!r}.")
     finally:
         proc.kill()
-    mono = np.concatenate(pieces) if pieces else np.zeros(0, np.float32)
-    return mono, rate
+    return (np.concatenate(pieces) if pieces else np.zeros(0, np.float32)), rate
 
 
 def _decode_native(path, param: str) -> tuple[np.ndarray, int, Path]:
@@ -122,12 +111,8 @@ def load_audio(path, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
     As librosa 0.11 does, without librosa: soundfile at the native rate (else ffmpeg's first audio stream),
     channels averaged, ``soxr.resample(..., quality="soxr_hq")``, length ``ceil(L * sample_rate / native_rate)``.
     ``path`` is any file with an audio stream (speech, or a video with sound).
-
-    Raises:
-        InputError: Missing file, no audio stream, zero samples, or a bad ``sample_rate``.
-        FFmpegError: ffmpeg cannot read the file.
-        MissingDependencyError: ``soxr`` is not installed and resampling is needed.
-
+    Raises InputError: missing file, no audio stream, zero samples, or a bad ``sample_rate``; FFmpegError: ffmpeg cannot
+    read the file; MissingDependencyError: ``soxr`` is not installed and resampling is needed.
     Source: ``audio_processor.py:18``; ``[librosa] core/audio.py:56-66,170-193``; docs/official-behaviour.md §2.2.
     """
     if not isinstance(sample_rate, (int, np.integer)) or isinstance(sample_rate, bool) or sample_rate <= 0:
@@ -145,10 +130,7 @@ def load_audio(path, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
 def audio_duration(path) -> float:
     """Exact duration in seconds of the first audio stream of ``path``: samples / native rate.
 
-    Raises:
-        InputError: Missing file, no audio stream or no samples.
-        FFmpegError: ffmpeg cannot read the file.
-
+    Raises InputError: missing file, no audio stream or no samples; FFmpegError: ffmpeg cannot read the file.
     Source: the output has ``floor(seconds * 25)`` frames (``audio_processor.py:61-63``).
     """
     p = _existing_file(path, "audio")

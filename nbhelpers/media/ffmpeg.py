@@ -31,8 +31,6 @@ _KILL_WAIT_S = 10.0  # seconds to wait for a killed ffmpeg to exit (one stuck on
 _PIPE_CHUNK = 1 << 16  # bytes per write into ffmpeg's stdin (the size of a Linux pipe buffer)
 _IMAGE_CODECS = {"png", "mjpeg", "jpeg2000", "bmp", "tiff", "webp", "targa", "ppm", "pgm", "pbm", "pam", "sgi",
                  "dpx", "exr", "qoi", "jpegxl", "pcx", "xbm", "xwd", "sunrast", "hdr", "photocd", "pgx"}
-_ALPHA_PIX_FMTS = {"rgba", "bgra", "argb", "abgr", "pal8", "ya8", "ya16le", "ya16be", "rgba64le", "rgba64be",
-                   "bgra64le", "bgra64be"}
 _WRITER_SUFFIXES = {".mp4", ".mov", ".m4v", ".mkv"}
 _PCM_FORMATS = {"WAV", "WAVEX", "RF64", "W64", "AIFF", "CAF", "FLAC", "AU"}  # libsndfile formats with exact counts
 _CHANNEL_LAYOUTS = {"mono": 1, "stereo": 2, "downmix": 2, "quad": 4, "quad(side)": 4, "hexagonal": 6,
@@ -59,10 +57,7 @@ def _bundled_ffmpeg() -> str:
 def ffmpeg_exe(prefer_system: bool = False) -> str:
     """Absolute path of the ffmpeg binary nbhelpers runs: imageio-ffmpeg's (honouring ``IMAGEIO_FFMPEG_EXE``), or with
     ``prefer_system`` the ``ffmpeg`` on PATH when there is one (e.g. for ``h264_nvenc``).
-
-    Raises:
-        MissingDependencyError: imageio-ffmpeg is not installed or has no binary for this platform.
-
+    Raises MissingDependencyError: imageio-ffmpeg is not installed or has no binary for this platform.
     Source: ``inference.py:23-39`` runs ``ffmpeg`` from PATH; nbhelpers never depends on PATH.
     """
     if prefer_system:
@@ -88,9 +83,7 @@ def _parse_version(text: str) -> tuple[int, int]:
     match = re.search(r"ffmpeg version n?(\d+)\.(\d+)", text)
     if match:
         return int(match.group(1)), int(match.group(2))
-    if re.search(r"ffmpeg version (N-|git-)", text):
-        return (99, 0)
-    return (0, 0)
+    return (99, 0) if re.search(r"ffmpeg version (N-|git-)", text) else (0, 0)
 
 
 def _video_filter(width: int, height: int) -> str:
@@ -106,7 +99,8 @@ def _passthrough(exe: str) -> list[str]:
 class _Process:
     """A running ffmpeg whose standard error a daemon thread drains into a bounded tail."""
 
-    def __init__(self, args: list[str], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, pass_fds: tuple[int, ...] = ()):
+    def __init__(self, args: list[str], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                 pass_fds: tuple[int, ...] = ()):
         self.args = args
         try:
             self.popen = subprocess.Popen(args, stdin=stdin, stdout=stdout, stderr=subprocess.PIPE, pass_fds=pass_fds)
@@ -120,17 +114,16 @@ class _Process:
     def _drain(self) -> None:
         stream = self.popen.stderr
         try:
-            for raw in iter(stream.readline, b""):
-                self._lines.append(raw.decode("utf-8", "replace").rstrip("\r\n"))
-        except (OSError, ValueError):  # pragma: no cover - stream closed under us during a kill
-            pass
+            with contextlib.suppress(OSError, ValueError):  # the stream closed under us during a kill
+                for raw in iter(stream.readline, b""):
+                    self._lines.append(raw.decode("utf-8", "replace").rstrip("\r\n"))
         finally:  # ffmpeg has exited (or was killed): its stderr pipe is ours to close, not the garbage collector's
             with contextlib.suppress(OSError):  # pragma: no cover
                 stream.close()
 
-    def tail(self, lines: int = _STDERR_TAIL_LINES) -> str:
+    def tail(self) -> str:
         self._thread.join(timeout=5)
-        return "\n".join(list(self._lines)[-lines:])
+        return "\n".join(list(self._lines)[-_STDERR_TAIL_LINES:])
 
     def wait(self) -> int:
         rc = self.popen.wait()
@@ -151,7 +144,7 @@ class _Process:
             return
         self._thread.join(timeout=5)
 
-    def progress_mark(self, fallback: Path | None = None) -> tuple | None:
+    def progress_mark(self, fallback: Path | None) -> tuple | None:
         """What changes while ffmpeg works: its CPU ticks and bytes written (``/proc``), else ``fallback``'s size and
         time; None when neither can be read.
         """
@@ -164,13 +157,11 @@ class _Process:
                 with open(f"/proc/{pid}/io", "rb") as f:
                     mark += tuple(line for line in f.read().splitlines() if line.startswith((b"wchar", b"rchar")))
             return mark
-        if fallback is not None:
-            try:
-                st = fallback.stat()
-                return (st.st_size, st.st_mtime_ns)
-            except OSError:
-                return None
-        return None
+        try:
+            st = fallback.stat()
+            return (st.st_size, st.st_mtime_ns)
+        except (OSError, AttributeError):  # not there, or no file (a URL)
+            return None
 
     def error(self, message: str) -> FFmpegError:
         return FFmpegError(message, args_list=self.args, returncode=self.popen.returncode, stderr_tail=self.tail())
@@ -186,8 +177,8 @@ def _run(args: list[str], what: str, stdout=subprocess.PIPE) -> tuple[int, bytes
     return done.returncode, done.stdout or b"", done.stderr.decode("utf-8", "replace")
 
 
-def _tail(text: str, lines: int = _STDERR_TAIL_LINES) -> str:
-    return "\n".join(text.rstrip().splitlines()[-lines:])
+def _tail(text: str) -> str:
+    return "\n".join(text.rstrip().splitlines()[-_STDERR_TAIL_LINES:])
 
 
 def _existing_file(path, param: str) -> Path:

@@ -1,9 +1,6 @@
-"""Can a job write its output? Checked in a moment, before any frame is decoded or any model loads.
-
-Every job that writes a file (the offline lip-sync, an avatar's preparation and clips, a live session into a file)
-calls :func:`check_writable` on the output's folder first, so that a read-only folder or one that cannot be made
-is reported before minutes of work rather than by ffmpeg at the end.
-"""
+"""Can a job write its output? Every job that writes a file calls :func:`check_writable` on the output's folder
+before any frame is decoded or any model loads, so that a folder it cannot write in is reported before minutes of
+work rather than by ffmpeg at the end."""
 
 from __future__ import annotations
 
@@ -52,9 +49,8 @@ def write_problem(folder: str | os.PathLike) -> str:
 def check_writable(folder: str | os.PathLike, what: str = "the output") -> Path:
     """Check that a job can write ``what`` into ``folder`` (made when missing); returns the folder.
 
-    Raises:
-        InputError: ``cannot write in <folder>/ (<why>)``: the folder or a parent is a file, read-only, not this
-            user's, or cannot be made.
+    Raises InputError: ``cannot write in <folder>/ (<why>)``: the folder or a parent is a file, read-only, not this
+    user's, or cannot be made.
     """
     path = Path(folder).expanduser()
     if why := write_problem(path):
@@ -77,5 +73,3 @@ def remove_empty(folders: list[Path]) -> None:
         with contextlib.suppress(OSError):
             part.rmdir()
 
-
-__all__ = ["check_writable", "missing_folders", "remove_empty", "write_problem"]

@@ -17,19 +17,12 @@ from .ffmpeg import _CHANNEL_LAYOUTS, _IMAGE_CODECS, QUIET, _existing_file, _run
 class StreamInfo:
     """One stream of a media file, as ffmpeg reports it (fields of another kind of stream are None).
 
-    Attributes:
-        index: Stream index in the file (what ``-map 0:<index>`` selects).
-        kind: ``"video"``, ``"audio"``, ``"subtitle"``, ``"data"`` or ``"attachment"``.
-        codec: Decoder name, e.g. ``"h264"``, ``"aac"``, ``"png"``.
-        language: ISO 639 code from the container, or None.
-        width, height: Stored frame size, pixels, before rotation.
-        pix_fmt: Pixel format, e.g. ``"yuv420p"``, ``"yuv420p10le"``, ``"rgba"``.
-        fps: Average frame rate, a Fraction (29.97 is 30000/1001); None when not reported.
-        rotation: Degrees clockwise a player turns the stored picture to show it upright (0, 90, 180, 270).
-        sample_rate, channels, channel_layout: Audio rate (Hz), channel count and ffmpeg's layout name.
-        attached_pic: True for cover art (an image stored as a video stream).
-        default: True when the stream carries the container's "default" flag.
-        line: The stream line ffmpeg printed.
+    ``index`` is what ``-map 0:<index>`` selects; ``kind`` ``"video"``, ``"audio"``, ``"subtitle"``, ``"data"`` or
+    ``"attachment"``; ``codec`` the decoder name; ``language`` an ISO 639 code or None. Video: the stored frame size
+    in pixels before rotation, the pixel format, the average ``fps`` as a Fraction (29.97 is 30000/1001; None when
+    not reported), the ``rotation`` in degrees clockwise a player turns the picture to show it upright (0, 90, 180,
+    270), ``attached_pic`` for cover art. Audio: ``sample_rate`` in Hz, ``channels`` and ffmpeg's layout name.
+    ``default`` is the container's "default" flag; ``line`` the stream line ffmpeg printed.
     """
 
     index: int
@@ -53,22 +46,14 @@ class StreamInfo:
 class MediaInfo:
     """What a media file holds, read from ``ffmpeg -i`` (imageio-ffmpeg ships no ffprobe). Shows itself as a table.
 
-    Attributes:
-        path: Absolute path of the file.
-        container: ffmpeg's demuxer name, e.g. ``"mov,mp4,m4a,3gp,3g2,mj2"``, ``"wav"``, ``"png_pipe"``.
-        duration_s, start_s, bitrate_kbps: Container duration and start, seconds, and bitrate, kb/s; or None.
-        streams: Every stream in the file.
-        is_image: True for a single still picture, told from the content, not the file name.
-        has_video, has_audio: Whether there is a video stream (not cover art) and an audio stream.
-        width, height: The upright size of the first video stream's frames (what :func:`load_video` yields), pixels.
-        fps, rotation, pix_fmt, video_codec: The first video stream's average source rate, clockwise rotation,
-            pixel format and codec.
-        frame_count: Frames stored in the first video stream, counted by demuxing; 1 for an image; None when not
-            counted. :attr:`VideoReader.frame_count` is the count at 25 fps.
-        sample_rate, channels, audio_codec: The first audio stream's native rate (Hz), channels and codec.
-        comment: The container's ``comment`` tag (e.g. :data:`SYNTHETIC_TAG`), or None.
-        exif_orientation: EXIF orientation of a still (1-8), applied by the reader as ``cv2.imread`` does; size and
-            rotation describe the picture after it.
+    ``container`` is ffmpeg's demuxer name (``"mov,mp4,m4a,3gp,3g2,mj2"``, ``"wav"``, ``"png_pipe"``); duration and
+    start are seconds, the bitrate kb/s (None when not said). ``is_image`` (a single still) is told from the
+    content, not the file name; ``has_video`` ignores cover art. The video fields are the first video stream's, its
+    size upright in pixels (what :func:`load_video` yields) and ``frame_count`` the frames stored, counted by
+    demuxing (1 for an image, None when not counted; :attr:`VideoReader.frame_count` is the count at 25 fps). The
+    audio fields are the first audio stream's (native rate, Hz). ``comment`` is the container's tag (e.g.
+    :data:`SYNTHETIC_TAG`); ``exif_orientation`` (1-8) of a still is applied by the reader as ``cv2.imread`` does,
+    and size and rotation describe the picture after it.
     """
 
     path: Path
@@ -156,10 +141,8 @@ def _split_top(text: str) -> list[str]:
 def _parse_rate(text: str) -> Fraction | None:
     """'25' -> 25, '29.97' -> 30000/1001, '1k' -> 1000 (ffmpeg prints rates with at most 2 decimals)."""
     text = text.strip()
-    mult = 1000 if text.endswith("k") else 1
-    text = text.rstrip("k")
     try:
-        value = Fraction(text) * mult
+        value = Fraction(text.rstrip("k")) * (1000 if text.endswith("k") else 1)
     except (ValueError, ZeroDivisionError):
         return None
     if value <= 0:
@@ -179,9 +162,7 @@ def _channel_count(layout: str) -> int | None:
     if match:
         return int(match.group(1))
     match = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", layout)
-    if match:
-        return sum(int(g) for g in match.groups() if g)
-    return None
+    return sum(int(g) for g in match.groups() if g) if match else None
 
 
 def _rotation_cw(ccw_degrees: float) -> int:
@@ -198,7 +179,7 @@ _MATRIX_RE = re.compile(r"display\s?matrix\s*:\s*rotation of (-?\d+(?:\.\d+)?|-?
 _ROTATE_TAG_RE = re.compile(r"^\s*rotate\s*:\s*(-?\d+(?:\.\d+)?)\s*$")
 
 
-def _parse_ffmpeg_info(text: str, path: Path, frame_count: int | None = None) -> MediaInfo | None:
+def _parse_ffmpeg_info(text: str, path: Path) -> MediaInfo | None:
     """Parse what ``ffmpeg -i <path>`` prints (ffmpeg 4.4 to 9). None when there is no ``Input #0`` block."""
     lines = text.splitlines()
     start = next((i for i, line in enumerate(lines) if line.startswith("Input #0, ")), None)
@@ -206,8 +187,7 @@ def _parse_ffmpeg_info(text: str, path: Path, frame_count: int | None = None) ->
         return None
     head = re.match(r"Input #0, (.+?), from '", lines[start])
     container = head.group(1) if head else lines[start][len("Input #0, "):].split(",")[0]
-    duration_s = start_s = bitrate = None
-    comment = None
+    duration_s = start_s = bitrate = comment = None
     streams: list[StreamInfo] = []
     blocks: list[tuple[re.Match, list[str]]] = []
     for line in lines[start + 1:]:
@@ -232,13 +212,9 @@ def _parse_ffmpeg_info(text: str, path: Path, frame_count: int | None = None) ->
         tag = re.match(r"^\s{4}comment\s*:\s?(.*)$", line)
         if tag and comment is None:
             comment = tag.group(1).strip()
-    seen = set()
     for match, block in blocks:
-        index = int(match.group(2))
-        if index in seen:  # programs (mpegts) list a stream more than once
-            continue
-        seen.add(index)
-        streams.append(_parse_stream(match, block))
+        if all(s.index != int(match.group(2)) for s in streams):  # programs (mpegts) list a stream more than once
+            streams.append(_parse_stream(match, block))
 
     video = next((s for s in streams if s.kind == "video" and not s.attached_pic), None)
     audio = next((s for s in streams if s.kind == "audio"), None)
@@ -249,14 +225,12 @@ def _parse_ffmpeg_info(text: str, path: Path, frame_count: int | None = None) ->
     width, height = (video.width, video.height) if video is not None else (None, None)
     if video is not None and video.rotation in (90, 270):  # the upright size
         width, height = height, width
-    if is_image:
-        frame_count = 1
     return MediaInfo(
         path=path, container=container, duration_s=duration_s, start_s=start_s, bitrate_kbps=bitrate,
         streams=tuple(streams), is_image=is_image, has_video=video is not None, has_audio=audio is not None,
         width=width, height=height, fps=video.fps if video else None, rotation=video.rotation if video else 0,
         pix_fmt=video.pix_fmt if video else None, video_codec=video.codec if video else None,
-        frame_count=frame_count if video else None, sample_rate=audio.sample_rate if audio else None,
+        frame_count=1 if is_image else None, sample_rate=audio.sample_rate if audio else None,
         channels=audio.channels if audio else None, audio_codec=audio.codec if audio else None, comment=comment,
     )
 
@@ -309,9 +283,7 @@ def _block_rotation(block: list[str]) -> int:
             rotate_tag = float(t.group(1))
     if matrix is not None:
         return _rotation_cw(matrix)
-    if rotate_tag is not None:
-        return _rotation_cw(-rotate_tag)
-    return 0
+    return 0 if rotate_tag is None else _rotation_cw(-rotate_tag)
 
 
 def probe(path, count_frames: bool = True) -> MediaInfo:
@@ -319,11 +291,8 @@ def probe(path, count_frames: bool = True) -> MediaInfo:
 
     Parses ``ffmpeg -i`` (ffmpeg 4.4 to 9); with ``count_frames`` also counts the video frames exactly by demuxing
     (``-c copy -f framecrc``).
-
-    Raises:
-        InputError: ``path`` does not exist or is a folder.
-        FFmpegError: ffmpeg cannot read the file as media (a text file named ``.mp4``, a truncated download).
-
+    Raises InputError: ``path`` does not exist or is a folder; FFmpegError: ffmpeg cannot read the file as media (a text
+    file named ``.mp4``, a truncated download).
     Source: the official scripts read the fps with OpenCV (``utils.py:43-47``) and tell images from videos by
     extension (``utils.py:33-41``); here the content decides.
     """
@@ -338,40 +307,27 @@ def probe(path, count_frames: bool = True) -> MediaInfo:
             "file (not a web page or a partial download); re-export or re-download it.",
             args_list=args, stderr_tail=_tail(text))
     if count_frames and info.has_video and not info.is_image:
-        info = dataclasses.replace(info, frame_count=_count_packets(exe, p, info.video_stream.index))
+        # packets (= frames) by demuxing only, one framecrc line each (ffmpeg 7.0's progress report leaves out the
+        # frame count when stream copying)
+        rc, out, _ = _run([exe, *QUIET, "-i", str(p), "-map", f"0:{info.video_stream.index}", "-c", "copy", "-f",
+                           "framecrc", "pipe:1"], "count video frames")
+        count = sum(1 for line in out.splitlines() if line and not line.startswith(b"#"))
+        info = dataclasses.replace(info, frame_count=count if rc == 0 else None)
     if info.is_image and info.width:
-        orientation = _exif_orientation(p)
-        if orientation != 1:
+        try:  # the EXIF orientation tag (1-8), read with Pillow (header only)
+            from PIL import Image
+
+            with Image.open(p) as image:
+                orientation = int(image.getexif().get(0x0112, 1))
+        except Exception:  # no Pillow (a dependency), or no readable EXIF: the still is used as stored
+            orientation = 1
+        if orientation in _EXIF_ROTATION and orientation != 1:
             stored_w, stored_h = info.video_stream.width, info.video_stream.height
             swap = orientation >= 5
             info = dataclasses.replace(info, exif_orientation=orientation, rotation=_EXIF_ROTATION[orientation],
-                            width=stored_h if swap else stored_w, height=stored_w if swap else stored_h)
+                                       width=stored_h if swap else stored_w, height=stored_w if swap else stored_h)
     return info
 
 
 # EXIF orientation -> clockwise rotation of the upright picture (5 and 7 also mirror)
 _EXIF_ROTATION = {1: 0, 2: 0, 3: 180, 4: 180, 5: 90, 6: 90, 7: 270, 8: 270}
-
-
-def _exif_orientation(path: Path) -> int:
-    """EXIF orientation tag (1-8) of a still, read with Pillow (header only); 1 when absent or unreadable."""
-    try:
-        from PIL import Image
-    except ImportError:  # Pillow is a dependency; without it stills are used as stored
-        return 1
-    try:
-        with Image.open(path) as image:
-            value = int(image.getexif().get(0x0112, 1))
-    except Exception:
-        return 1
-    return value if value in _EXIF_ROTATION else 1
-
-
-def _count_packets(exe: str, path: Path, stream_index: int) -> int | None:
-    """Packets (= frames) of one stream, by demuxing only: one framecrc line per packet (ffmpeg 7.0's progress
-    report leaves out the frame count when stream copying, so it is not used here)."""
-    args = [exe, *QUIET, "-i", str(path), "-map", f"0:{stream_index}", "-c", "copy", "-f", "framecrc", "pipe:1"]
-    rc, out, _ = _run(args, "count video frames")
-    if rc != 0:
-        return None
-    return sum(1 for line in out.splitlines() if line and not line.startswith(b"#"))

@@ -1,8 +1,4 @@
-"""Live output: frames and their audio into one ffmpeg process, a file or any output URL, the audio muxed live.
-
-:class:`FFmpegSink` is :class:`~nbhelpers.media.writer.VideoWriter` with a second input, raw 16 kHz mono PCM on a
-pipe of its own; it keeps the writer's bounded writes, temporary name and clean-up on failure.
-"""
+"""Live output: frames and their audio into one ffmpeg process (:class:`FFmpegSink`), a file or any output URL."""
 
 from __future__ import annotations
 
@@ -18,7 +14,6 @@ import numpy as np
 from ..constants import FPS, SAMPLE_RATE
 from ..errors import FFmpegError, InputError
 from .ffmpeg import BT709_TAGS, SYNTHETIC_ARGS, WRITER_STALL_TIMEOUT_S, _video_filter, ffmpeg_exe
-from .folders import check_writable
 from .writer import VideoWriter, _check_size, _partial, choose_encoder
 
 # Output container by URL scheme, else by file suffix.
@@ -38,9 +33,7 @@ def video_codec_args(encoder: str | None = None, *, file: bool = False) -> tuple
     still many times real time); ``"nvenc"`` / ``"auto"`` give ``h264_nvenc -preset p1 -tune ll`` when
     :func:`nbhelpers.media.choose_encoder`'s test encode works (else libx264, with its warning); ``libx264-<preset>``
     that preset with ``zerolatency``.
-
-    Raises:
-        InputError: An unknown setting.
+    Raises InputError: an unknown setting.
     """
     tail = ["-pix_fmt", "yuv420p", "-g", str(GOP_FRAMES)]
     if encoder is None:
@@ -66,23 +59,16 @@ class FFmpegSink(VideoWriter):
     """Frames and their audio into one ffmpeg process: a file or any output URL, the audio muxed live.
 
     ffmpeg reads raw BGR video on stdin and raw 16 kHz mono s16le PCM on a second pipe (``pipe:FD``, POSIX), each
-    fed by a thread so that neither blocks the other and :meth:`write` returns at once.
-
-    Args:
-        target: Output path (``.mp4``, ``.mov``, ``.mkv``, ``.ts``, ``.flv``) or URL (``rtmp://`` -> FLV,
-            ``srt://``, ``udp://``, ``rtp://``, ``tcp://`` -> MPEG-TS).
-        width, height: Frame size, pixels.
-        encoder: See :func:`video_codec_args`.
-        audio_bitrate: AAC bitrate.
-        stall_timeout_s: Seconds without progress after which ffmpeg counts as stalled; None waits for ever.
-
-    Raises:
-        InputError: The target's container cannot be told from its name, a size is not a positive whole number,
-            or the platform has no pass_fds.
+    fed by a thread so that neither blocks the other and :meth:`write` returns at once. ``target`` is a path
+    (``.mp4``, ``.mov``, ``.mkv``, ``.ts``, ``.flv``) or URL (``rtmp://`` -> FLV, ``srt://``, ``udp://``,
+    ``rtp://``, ``tcp://`` -> MPEG-TS); ``width`` and ``height`` are pixels; ``encoder`` as :func:`video_codec_args`;
+    ``stall_timeout_s`` as :class:`VideoWriter`'s.
+    Raises InputError: the target's container cannot be told from its name, a size is not a positive whole number, or
+    the platform has no pass_fds.
     """
 
     def __init__(self, target: str | os.PathLike, width: int, height: int, *, encoder: str | None = None,
-                 audio_bitrate: str = "96k", stall_timeout_s: float | None = WRITER_STALL_TIMEOUT_S):
+                 stall_timeout_s: float | None = WRITER_STALL_TIMEOUT_S):
         target = os.fspath(target)
         fmt = container_for(target)
         if not fmt:
@@ -100,8 +86,6 @@ class FFmpegSink(VideoWriter):
         out = target
         if not self.is_url:
             self.path = Path(target).expanduser().absolute()
-            check_writable(self.path.parent)
-            self.path.parent.mkdir(parents=True, exist_ok=True)
             self._tmp = _partial(self.path)
             out = str(self._tmp)
         elif target.lower().startswith("udp://") and "pkt_size" not in target:
@@ -115,8 +99,9 @@ class FFmpegSink(VideoWriter):
                      "-thread_queue_size", "256", "-f", "s16le", "-ar", str(SAMPLE_RATE), "-ac", "1",
                      "-i", f"pipe:{read_end}", "-map", "0:v", "-map", "1:a",
                      "-vf", _video_filter(self.width, self.height), *codec_args, *BT709_TAGS,
-                     "-c:a", "aac", "-b:a", audio_bitrate, "-ar", str(AUDIO_OUT_RATE),
-                     *(["-movflags", "+faststart"] if fmt in ("mp4", "mov") else []), *SYNTHETIC_ARGS, "-f", fmt, *(["-flush_packets", "1"] if fmt == "mpegts" else []), out]
+                     "-c:a", "aac", "-b:a", "96k", "-ar", str(AUDIO_OUT_RATE),
+                     *(["-movflags", "+faststart"] if fmt in ("mp4", "mov") else []), *SYNTHETIC_ARGS, "-f", fmt,
+                     *(["-flush_packets", "1"] if fmt == "mpegts" else []), out]
         try:
             self._start(pass_fds=(read_end,))
         finally:
@@ -154,8 +139,7 @@ class FFmpegSink(VideoWriter):
     def write(self, frame: np.ndarray, audio: np.ndarray) -> None:  # type: ignore[override]
         """Queue one (H, W, 3) uint8 BGR frame and its 640 float32 samples (blocks while ffmpeg is behind).
 
-        Raises:
-            FFmpegError: ffmpeg stopped taking input (its stderr is in the message).
+        Raises FFmpegError: ffmpeg stopped taking input (its stderr is in the message).
         """
         if self.error is not None:
             raise self._failed("ffmpeg stopped taking input")
@@ -172,8 +156,7 @@ class FFmpegSink(VideoWriter):
     def close(self, timeout_s: float = 120.0) -> Path | None:  # type: ignore[override]
         """Finish the stream; returns the file's path (None for a URL).
 
-        Raises:
-            FFmpegError: ffmpeg failed, stalled, or its input threads did not finish within ``timeout_s``.
+        Raises FFmpegError: ffmpeg failed, stalled, or its input threads did not finish within ``timeout_s``.
         """
         for q in self._queues:
             q.put(None)
@@ -202,5 +185,3 @@ class FFmpegSink(VideoWriter):
     def __repr__(self) -> str:
         return f"FFmpegSink({self.target!r}, {self.width}x{self.height} px, frames_written={self.frames_written})"
 
-
-__all__ = ["FFmpegSink", "container_for", "video_codec_args"]

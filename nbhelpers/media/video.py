@@ -11,7 +11,7 @@ import numpy as np
 
 from ..constants import FPS
 from ..errors import FFmpegError, InputError
-from .ffmpeg import _ALPHA_PIX_FMTS, QUIET, _existing_file, _passthrough, _Process, _run, _tail, ffmpeg_exe
+from .ffmpeg import QUIET, _existing_file, _passthrough, _Process, _run, _tail, ffmpeg_exe
 from .probing import _fps_text, probe
 
 # EXIF orientation -> (row step, column step) after the transpose of orientations 5-8
@@ -25,13 +25,6 @@ def _apply_orientation(frames: np.ndarray, orientation: int) -> np.ndarray:
     rows, cols = _EXIF_STEPS[orientation]
     out = frames.transpose(0, 2, 1, 3) if orientation >= 5 else frames
     return np.ascontiguousarray(out[:, ::rows, ::cols])
-
-
-def _has_alpha(pix_fmt: str | None) -> bool:
-    if not pix_fmt:
-        return False
-    return (pix_fmt in _ALPHA_PIX_FMTS or pix_fmt.startswith(("yuva", "gbrap", "ya"))
-            or bool(re.match(r"^(rgba|bgra|argb|abgr)", pix_fmt)))
 
 
 def _flatten_alpha(bgra: np.ndarray, background: tuple[int, int, int]) -> np.ndarray:
@@ -57,17 +50,6 @@ def _check_count(name: str, n: int) -> None:
         raise InputError(f"{name} must be an integer >= 1; got {n!r}.")
 
 
-def _check_background(background) -> tuple[int, int, int]:
-    try:
-        values = tuple(int(v) for v in background)
-    except (TypeError, ValueError):
-        values = ()
-    if len(values) != 3 or any(not 0 <= v <= 255 for v in values):
-        raise InputError(f"background must be a BGR colour of 3 integers in 0-255, e.g. (0, 0, 0) for black; got "
-                         f"{background!r}.")
-    return values  # type: ignore[return-value]
-
-
 class _FrameStream:
     """One decode of a video through an ffmpeg pipe; reads whole frames."""
 
@@ -87,18 +69,13 @@ class _FrameStream:
             return np.empty((0, r.height, r.width, 3), dtype=np.uint8)
         view = memoryview(out).cast("B")
         filled, want = 0, n * self.frame_bytes
-        stdout = self.proc.popen.stdout
-        while filled < want:
-            got = stdout.readinto(view[filled:])
-            if not got:
-                break
+        while filled < want and (got := self.proc.popen.stdout.readinto(view[filled:])):
             filled += got
         frames = filled // self.frame_bytes
         self.count += frames
         if filled < want:
             self.done = True
-            rc = self.proc.wait()
-            if rc != 0:
+            if self.proc.wait() != 0:
                 raise self.proc.error(f"ffmpeg failed while decoding {str(r.path)!r} after {self.count} frames.")
             if filled % self.frame_bytes:
                 raise self.proc.error(
@@ -122,32 +99,24 @@ class VideoReader:
     Iterating yields ``(H, W, 3) uint8`` BGR frames from the first, each ``iter()`` with its own decode;
     :meth:`read_batch` reads from a separate cursor. Use it as a context manager to stop ffmpeg. The ``fps`` filter
     re-times frames by their timestamps, so any source rate gives ``round(D * fps)`` frames (D the end of the last
-    source frame); phone clips are turned upright; any pixel format becomes bgr24; alpha is composited over
-    ``background`` as ``round((colour * a + background * (255 - a)) / 255)``; a photo is one frame with its EXIF
-    orientation applied.
-
-    Args:
-        path: Video or photo file.
-        fps: Output frame rate, frames per second.
-        background: BGR colour (3 ints, 0-255) under transparent pixels.
-        ffmpeg: Path of the ffmpeg binary; None for :func:`ffmpeg_exe`.
-
-    Raises:
-        InputError: Missing file, no video stream, or a bad ``fps``/``background``.
-        FFmpegError: ffmpeg cannot read the file.
-
-    Attributes:
-        path, info: Absolute path and :class:`MediaInfo` of the source.
-        fps: Output frame rate, a Fraction.
-        width, height: Frame size, pixels (upright).
-        has_alpha: True when the source pixel format carries alpha.
-        background: BGR colour under transparent pixels.
+    source frame); phone clips are turned upright; alpha is composited over ``background`` (BGR, 3 ints 0-255) as
+    ``round((colour * a + background * (255 - a)) / 255)``; a photo is one frame, its EXIF orientation applied.
+    ``fps`` is kept as a Fraction, ``info`` is the source's :class:`MediaInfo`, ``width`` and ``height`` (pixels)
+    are upright.
+    Raises InputError: missing file, no video stream, or a bad ``fps``/``background``; FFmpegError: ffmpeg cannot read
+    the file.
     """
 
     def __init__(self, path, fps=FPS, *, background=(0, 0, 0), ffmpeg: str | None = None):
         self.path = _existing_file(path, "video")
         self.fps = _check_fps(fps)
-        self.background = _check_background(background)
+        try:
+            self.background = tuple(int(v) for v in background)
+        except (TypeError, ValueError):
+            self.background = ()
+        if len(self.background) != 3 or any(not 0 <= v <= 255 for v in self.background):
+            raise InputError(f"background must be a BGR colour of 3 integers in 0-255, e.g. (0, 0, 0) for black; "
+                             f"got {background!r}.")
         self._exe = ffmpeg or ffmpeg_exe()
         self.info = probe(self.path, count_frames=False)
         if not self.info.has_video:
@@ -156,9 +125,10 @@ class VideoReader:
                              "stream). Give a video or a photo of a face; audio goes in the audio argument.")
         if not self.info.width or not self.info.height:
             raise InputError(f"video: ffmpeg reports no frame size for {str(self.path)!r}; convert it to MP4 first.")
-        self.width: int = self.info.width
-        self.height: int = self.info.height
-        self.has_alpha = _has_alpha(self.info.pix_fmt)
+        self.width, self.height = self.info.width, self.info.height
+        # the pixel formats with an alpha channel: pal8, ya*, yuva*, gbrap*, rgba*, bgra*, argb*, abgr*
+        fmt = self.info.pix_fmt or ""
+        self.has_alpha = fmt == "pal8" or fmt.startswith(("ya", "yuva", "gbrap", "rgba", "bgra", "argb", "abgr"))
         stored = self.info.video_stream
         # what ffmpeg delivers: upright for videos (autorotation), as stored for stills (EXIF applied by us)
         self._decoded_size = (stored.width, stored.height) if self.info.is_image else (self.width, self.height)
@@ -194,11 +164,10 @@ class VideoReader:
         if self._count is None:
             rc, out, err = _run(self._command(null=True), "count frames")
             found = re.findall(rb"^frame=\s*(\d+)", out, flags=re.MULTILINE)
-            count = int(found[-1]) if found else None
-            if rc != 0 or count is None:
+            if rc != 0 or not found:
                 raise FFmpegError(f"ffmpeg could not decode {str(self.path)!r} to count its frames.",
                                   args_list=self._command(null=True), returncode=rc, stderr_tail=_tail(err))
-            self._count = count
+            self._count = int(found[-1])
         return self._count
 
     def __len__(self) -> int:
@@ -214,11 +183,8 @@ class VideoReader:
         self._streams.discard(stream)
 
     def iter_batches(self, batch_size: int = 16) -> Iterator[np.ndarray]:
-        """Yield ``(n, H, W, 3) uint8`` BGR batches of ``batch_size`` (>= 1) frames, the last shorter, from the first.
-
-        Raises:
-            FFmpegError: ffmpeg failed while decoding.
-        """
+        """Yield ``(n, H, W, 3) uint8`` BGR batches of ``batch_size`` (>= 1) frames, the last shorter, from the first;
+        FFmpegError when ffmpeg fails while decoding."""
         _check_count("batch_size", batch_size)
         stream = self._open()
         try:
@@ -238,11 +204,8 @@ class VideoReader:
             yield from batch
 
     def read_batch(self, n: int) -> np.ndarray:
-        """The next ``n`` (>= 1) frames from the reader's cursor: ``(n', H, W, 3) uint8`` BGR, ``n' == 0`` at the end.
-
-        Raises:
-            FFmpegError: ffmpeg failed while decoding.
-        """
+        """The next ``n`` (>= 1) frames from the reader's cursor: ``(n', H, W, 3) uint8`` BGR, ``n' == 0`` at the end;
+        FFmpegError when ffmpeg fails while decoding."""
         _check_count("n", n)
         if self._cursor is None:
             self._cursor = self._open()
@@ -284,11 +247,8 @@ class VideoReader:
 
 def load_video(path, fps=FPS, *, background=(0, 0, 0), ffmpeg: str | None = None) -> VideoReader:
     """Open a video or a photo as a :class:`VideoReader` of upright BGR frames at constant ``fps`` (MuseTalk: 25).
-
-    Raises:
-        InputError: The file is missing, is a folder, has no video stream, or an argument is invalid.
-        FFmpegError: ffmpeg cannot read the file.
-
+    Raises InputError when the file is missing, is a folder, has no video stream, or an argument is invalid, and
+    FFmpegError when ffmpeg cannot read the file.
     Source: ``inference.py:120-126`` keeps the source fps, so other rates drift (quirk Q8); ``app.py:432-472`` re-times
     uploads to 25 fps, as this always does.
     """
@@ -297,11 +257,8 @@ def load_video(path, fps=FPS, *, background=(0, 0, 0), ffmpeg: str | None = None
 
 def frames_at(path, indices: Sequence[int], fps=FPS, *, background=(0, 0, 0)) -> np.ndarray:
     """``(len(indices), H, W, 3) uint8`` BGR: the frames numbered ``indices`` at ``fps`` (any order, repeats allowed),
-    as iteration yields them, decoded without piping the others.
-
-    Raises:
-        InputError: An index is negative, not an integer, or past the last frame.
-        FFmpegError: ffmpeg failed.
+    as iteration yields them, decoded without piping the others. Raises InputError for an index that is negative,
+    not an integer, or past the last frame, and FFmpegError when ffmpeg fails.
     """
     wanted = list(indices)
     if not wanted:
@@ -338,10 +295,6 @@ def frames_at(path, indices: Sequence[int], fps=FPS, *, background=(0, 0, 0)) ->
 
 
 def read_frame(path, index: int = 0, fps=FPS, *, background=(0, 0, 0)) -> np.ndarray:
-    """One ``(H, W, 3) uint8`` BGR frame of a video or photo, number ``index`` at ``fps`` (see :func:`frames_at`).
-
-    Raises:
-        InputError: ``index`` is negative or past the last frame.
-        FFmpegError: ffmpeg failed.
-    """
+    """One ``(H, W, 3) uint8`` BGR frame of a video or photo, number ``index`` at ``fps``; errors as
+    :func:`frames_at`."""
     return frames_at(path, [index], fps, background=background)[0]

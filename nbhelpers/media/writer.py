@@ -12,7 +12,7 @@ import threading
 import time
 import uuid
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -58,14 +58,9 @@ _probe_lock = threading.Lock()
 
 @dataclass(frozen=True)
 class EncoderChoice:
-    """What an ``encoder`` setting resolved to.
-
-    Attributes:
-        setting: The setting asked for (one of :data:`nbhelpers.constants.ENCODERS`).
-        codec, preset: ffmpeg encoder (``"libx264"`` or ``"h264_nvenc"``) and its preset.
-        ffmpeg: The ffmpeg binary to run it with; None = :func:`ffmpeg_exe`.
-        reason: Why this was chosen.
-    """
+    """What an ``encoder`` ``setting`` (one of :data:`nbhelpers.constants.ENCODERS`) resolved to: the ffmpeg
+    ``codec`` (``"libx264"`` or ``"h264_nvenc"``), its ``preset``, the ``ffmpeg`` binary (None: :func:`ffmpeg_exe`)
+    and the ``reason`` it was chosen."""
 
     setting: str
     codec: str
@@ -82,15 +77,16 @@ def _check_size(width: int, height: int) -> tuple[int, int]:
 
 
 def _partial(path: Path) -> Path:
-    """The temporary name an output is written under: ``.<stem>.partial-<random><suffix>`` beside it."""
+    """The temporary name an output is written under, ``.<stem>.partial-<random><suffix>`` beside it, once its
+    folder is checked writable and made."""
+    check_writable(path.parent)
+    path.parent.mkdir(parents=True, exist_ok=True)
     return path.with_name(f".{path.stem}.partial-{uuid.uuid4().hex[:8]}{path.suffix}")
 
 
 def padded_size_note(width: int, height: int) -> str | None:
-    """The note a clip's summary gives when :class:`VideoWriter` pads odd frame sizes, or None for even ones.
-
-    H.264 in yuv420p needs even sizes, so the writer adds one black column at the right and/or row at the bottom.
-    """
+    """The note a clip's summary gives when :class:`VideoWriter` pads odd frame sizes (H.264 in yuv420p needs even
+    ones: one black column at the right and/or row at the bottom), or None for even ones."""
     if not (int(width) % 2 or int(height) % 2):
         return None
     padded = f"{int(width) + int(width) % 2}x{int(height) + int(height) % 2}"
@@ -128,21 +124,15 @@ def nvenc_probe(ffmpeg: str | None = None, timeout: float = 30.0) -> tuple[bool,
 
 
 def choose_encoder(setting: str = "libx264", *, ffmpegs: Sequence[str] | None = None,
-                   probe: Any = None, warn: bool = True) -> EncoderChoice:
+                   probe: Any = None) -> EncoderChoice:
     """Resolve an ``encoder`` setting to an ffmpeg encoder, preset and binary.
 
     ``"libx264"`` (official): CRF 18, preset ``medium``; ``"libx264-fast"`` ... ``"-ultrafast"``: faster presets
     (bench/RESULTS.md, "Encoder settings"); ``"nvenc"`` / ``"auto"``: ``h264_nvenc`` when :func:`nvenc_probe`
-    succeeds with imageio-ffmpeg's binary or the one on PATH, else libx264 medium with a ``FallbackWarning``.
-
-    Args:
-        setting: One of :data:`nbhelpers.constants.ENCODERS`.
-        ffmpegs: Binaries to try NVENC with; None = imageio-ffmpeg's, then the one on PATH.
-        probe: ``probe(ffmpeg_path) -> (ok, reason)``; None = :func:`nvenc_probe`.
-        warn: Emit the fallback warning (the reason is in the result either way).
-
-    Raises:
-        InputError: ``setting`` is not a known encoder setting.
+    succeeds with one of ``ffmpegs`` (None: imageio-ffmpeg's binary, then the one on PATH), else libx264 medium
+    with a ``FallbackWarning`` (and the reason in the result). ``probe(ffmpeg_path) -> (ok, reason)`` defaults to
+    :func:`nvenc_probe`.
+    Raises InputError: ``setting`` is not a known encoder setting.
     """
     if setting not in ENCODER_SETTINGS:
         raise InputError(f"encoder must be one of {', '.join(map(repr, ENCODERS))}; got {setting!r}. "
@@ -164,54 +154,30 @@ def choose_encoder(setting: str = "libx264", *, ffmpegs: Sequence[str] | None = 
         failures.append(f"{exe}: {why}")
     reason = ("h264_nvenc is not usable here (" + "; ".join(failures or ["no ffmpeg to try"]) + "); encoding with "
               "libx264 CRF 18, preset medium instead")
-    if warn:
-        warnings.warn(f"encoder={setting!r}: {reason}.", FallbackWarning, stacklevel=2)
+    warnings.warn(f"encoder={setting!r}: {reason}.", FallbackWarning, stacklevel=2)
     return EncoderChoice(setting, "libx264", "medium", None, reason)
 
 
 class VideoWriter:
     """Encode BGR frames through an ffmpeg pipe into an H.264 MP4, with the original audio muxed in.
 
-    It maps ``0:v:0`` and the first audio stream and writes libx264 CRF 18 yuv420p (BT.709, limited range,
-    ``+faststart``; odd sizes padded by one black column/row), the audio copied when AAC else encoded, and
-    ``comment`` = :data:`SYNTHETIC_TAG`. It writes ``.<name>.partial-<random><suffix>``, renamed only on success; a
-    failure or a stall (no frame taken, or no progress while finishing, for ``stall_timeout_s``) kills ffmpeg and
-    removes the partial file.
-
-    Args:
-        path: Output file (.mp4, .mov, .m4v or .mkv); its folder is created when missing.
-        width, height: Frame size, pixels.
-        fps: Frame rate, frames per second.
-        audio: File whose first audio stream is muxed in; None writes video only.
-        crf: Constant rate factor 0-51 (18 is the official value).
-        codec: ``"libx264"``, ``"h264_nvenc"`` (``-rc vbr -cq <crf>``), or another ffmpeg encoder name.
-        preset: Encoder preset; None: ``"medium"`` for libx264, ``"p5"`` for NVENC.
-        audio_bitrate: AAC bitrate when the audio is re-encoded (e.g. ``"192k"``).
-        shortest: Stop at the shorter stream instead of keeping all the audio.
-        ffmpeg: Path of the ffmpeg binary; None for the class attribute, else :func:`ffmpeg_exe`.
-        extra_args: More output options placed before the file name.
-        synthetic: Tag the file as synthetic; False for plain conversions.
-        stall_timeout_s: Seconds without progress after which ffmpeg counts as stalled; None waits for ever.
-        encoder: An encoder setting or :class:`EncoderChoice`; sets ``codec``, ``preset`` (unless given) and the
-            binary.
-
-    Attributes:
-        encoder: The :class:`EncoderChoice` when ``encoder`` was given, else None.
-        frames_written: Frames accepted so far.
-
-    Raises:
-        InputError: Bad size, fps, crf, suffix, stall timeout or audio file, before ffmpeg starts.
-        FFmpegError: ffmpeg refused the options, died, failed when finishing, or stalled (``stalled`` True).
-
-    Source: ``inference.py:230-237`` encodes libx264 yuv420p CRF 18, then muxes with a second encode and no
-    ``-map`` (quirk Q24); here one encode with mapped streams.
+    ``0:v:0`` and the first stream of ``audio`` (None: video only) are mapped; the video is libx264 CRF ``crf``
+    (0-51) yuv420p, BT.709 limited range, ``+faststart``, odd sizes padded by one black column/row; the audio is
+    copied when AAC, else AAC 192 kb/s; ``comment`` is :data:`SYNTHETIC_TAG` unless ``synthetic`` is False. ffmpeg
+    writes ``.<name>.partial-<random><suffix>`` beside ``path`` (.mp4, .mov, .m4v or .mkv; its folder is made),
+    renamed only on success; a failure or a stall (nothing taken, or no progress while finishing, for
+    ``stall_timeout_s``; None waits for ever) kills ffmpeg and removes it. ``codec`` ``"h264_nvenc"`` runs ``-rc vbr
+    -cq <crf>``; ``preset`` None is ``"medium"`` (libx264) or ``"p5"`` (NVENC); an ``encoder`` setting or
+    :class:`EncoderChoice` (kept as :attr:`encoder`) sets both and the binary, else ``ffmpeg`` (None:
+    :func:`ffmpeg_exe`). :attr:`frames_written` counts the frames accepted so far.
+    Raises InputError: bad size, fps, crf, suffix, stall timeout or audio file, before ffmpeg starts; FFmpegError:
+    ffmpeg refused the options, died, failed when finishing, or stalled (``stalled`` True).
+    Source: ``inference.py:230-237`` encodes libx264 yuv420p CRF 18, then muxes with a second encode and no ``-map``
+    (quirk Q24); here one encode with mapped streams.
     """
 
-    ffmpeg: str | None = None  # class-level default binary; None means ffmpeg_exe()
-
     def __init__(self, path, width: int, height: int, fps=FPS, audio=None, crf: int = 18, codec: str = "libx264",
-                 *, preset: str | None = None, audio_bitrate: str = "192k", shortest: bool = False,
-                 ffmpeg: str | None = None, extra_args: Iterable[str] = (), synthetic: bool = True,
+                 *, preset: str | None = None, ffmpeg: str | None = None, synthetic: bool = True,
                  stall_timeout_s: float | None = WRITER_STALL_TIMEOUT_S, encoder: str | EncoderChoice | None = None):
         self.synthetic = bool(synthetic)
         if stall_timeout_s is not None and (isinstance(stall_timeout_s, bool) or not stall_timeout_s > 0):
@@ -247,13 +213,11 @@ class VideoWriter:
                                  f"{audio_info.container!r}); give the speech file, or audio=None for a silent "
                                  "video.")
         self.frames_written = 0
-        self._exe = ffmpeg or type(self).ffmpeg or ffmpeg_exe()
-        check_writable(out.parent)
-        out.parent.mkdir(parents=True, exist_ok=True)
+        self._exe = ffmpeg or ffmpeg_exe()
         self._tmp = _partial(out)
         self._result: Path | None = None
         self._closed = False
-        self.args = self._build_args(codec, crf, preset, audio_info, audio_bitrate, shortest, list(extra_args))
+        self.args = self._build_args(codec, crf, preset, audio_info)
         self._start()
 
     def _start(self, pass_fds: tuple[int, ...] = ()) -> None:
@@ -266,15 +230,14 @@ class VideoWriter:
             self._selector = selectors.DefaultSelector()
             self._selector.register(fd, selectors.EVENT_WRITE)
 
-    def _build_args(self, codec, crf, preset, audio_info, audio_bitrate, shortest, extra) -> list[str]:
+    def _build_args(self, codec, crf, preset, audio_info) -> list[str]:
         w, h = self.width, self.height
         args = [self._exe, *QUIET, "-y", "-f", "rawvideo", "-pixel_format", "bgr24", "-video_size", f"{w}x{h}",
                 "-framerate", f"{self.fps.numerator}/{self.fps.denominator}", "-i", "pipe:0"]
         if self.audio is not None:
-            args += ["-i", str(self.audio)]
-        args += ["-map", "0:v:0"]
-        if self.audio is not None:
-            args += ["-map", f"1:{audio_info.audio_stream.index}"]
+            args += ["-i", str(self.audio), "-map", "0:v:0", "-map", f"1:{audio_info.audio_stream.index}"]
+        else:
+            args += ["-map", "0:v:0"]
         args += ["-vf", _video_filter(w, h)]
         if codec == "libx264":
             args += ["-c:v", "libx264", "-preset", preset or "medium", "-crf", str(int(crf))]
@@ -284,23 +247,16 @@ class VideoWriter:
             args += ["-c:v", codec] + (["-preset", preset] if preset else [])
         args += ["-pix_fmt", "yuv420p", *BT709_TAGS]
         if self.audio is not None:
-            if audio_info.audio_codec == "aac":
-                args += ["-c:a", "copy"]
-            else:
-                args += ["-c:a", "aac", "-b:a", audio_bitrate]
-            if shortest:
-                args += ["-shortest"]
+            args += ["-c:a", "copy"] if audio_info.audio_codec == "aac" else ["-c:a", "aac", "-b:a", "192k"]
         if self.path.suffix.lower() in (".mp4", ".mov", ".m4v"):
             args += ["-movflags", "+faststart"]
-        return args + (SYNTHETIC_ARGS if self.synthetic else []) + extra + [str(self._tmp)]
+        return args + (SYNTHETIC_ARGS if self.synthetic else []) + [str(self._tmp)]
 
     def write(self, frames) -> None:
         """Append one ``(H, W, 3)`` frame or ``(N, H, W, 3)`` batch of uint8 BGR ``frames`` (numpy or torch).
 
-        Raises:
-            InputError: Wrong dtype or shape.
-            FFmpegError: ffmpeg has died; the partial file has been removed.
-            MediaError: The writer is already closed.
+        Raises InputError for a wrong dtype or shape, FFmpegError when ffmpeg has died (the partial file is then
+        removed), MediaError when the writer is already closed.
         """
         if self._closed:
             raise MediaError(f"This VideoWriter for {str(self.path)!r} is closed; open a new one to write again.")
@@ -321,10 +277,8 @@ class VideoWriter:
         arr = np.ascontiguousarray(arr)
         try:
             self._send(memoryview(arr).cast("B"))
-        except _Stalled as exc:
-            raise self._stalled(f"took no frame data for {exc.seconds:g} s") from None
-        except (OSError, ValueError) as exc:  # BrokenPipeError, ConnectionResetError, a closed pipe
-            if self._watchdog_fired:
+        except (_Stalled, OSError, ValueError) as exc:  # OSError: BrokenPipeError, ConnectionResetError, a closed pipe
+            if isinstance(exc, _Stalled) or self._watchdog_fired:
                 raise self._stalled(f"took no frame data for {self.stall_timeout_s:g} s") from None
             with contextlib.suppress(subprocess.TimeoutExpired):  # still running: abort() below kills it
                 self._proc.popen.wait(timeout=_KILL_WAIT_S)
@@ -342,10 +296,8 @@ class VideoWriter:
     def close(self) -> Path:
         """Finish the file: flush, wait for ffmpeg, rename the temporary file to :attr:`path`, and return the path.
 
-        Raises:
-            InputError: No frame was written (nothing is kept).
-            FFmpegError: ffmpeg failed (the partial file is removed).
-            MediaError: The writer was aborted.
+        Raises InputError when no frame was written (nothing is kept), FFmpegError when ffmpeg failed (the partial
+        file is removed), MediaError when the writer was aborted.
         """
         if self._result is not None:
             return self._result
@@ -362,8 +314,8 @@ class VideoWriter:
             self._selector.close()
         try:
             rc = self._finish_wait()
-        except _Stalled as exc:
-            raise self._stalled(f"showed no progress for {exc.seconds:g} s while finishing the file") from None
+        except _Stalled:
+            raise self._stalled(f"showed no progress for {self.stall_timeout_s:g} s while finishing the file") from None
         if rc != 0 or not self._tmp.is_file():
             error = self._proc.error(f"ffmpeg failed to write {str(self.path)!r} (exit status {rc}) after "
                                      f"{self.frames_written} frames; nothing was saved.")
@@ -398,11 +350,9 @@ class VideoWriter:
         pos, size = 0, len(data)
         while pos < size:
             if not self._selector.select(self.stall_timeout_s):
-                raise _Stalled(self.stall_timeout_s)
-            try:
+                raise _Stalled
+            with contextlib.suppress(BlockingIOError):  # the reader took less than select promised; wait again
                 pos += os.write(fd, data[pos:pos + _PIPE_CHUNK])
-            except BlockingIOError:  # the reader took less than select promised; wait again
-                continue
 
     def _finish_wait(self) -> int:
         """Wait for ffmpeg to exit after its stdin closed, as long as it shows progress (CPU time, bytes)."""
@@ -418,7 +368,7 @@ class VideoWriter:
                 if now_mark != mark:
                     mark, since = now_mark, time.monotonic()
                 elif time.monotonic() - since >= self.stall_timeout_s:
-                    raise _Stalled(self.stall_timeout_s) from None
+                    raise _Stalled from None
 
     def _stalled(self, what: str) -> FFmpegError:
         """Kill a stalled ffmpeg, drop the partial file, and return the error that says so."""
@@ -472,21 +422,14 @@ class VideoWriter:
 
 
 class _Stalled(Exception):
-    """ffmpeg made no progress for ``seconds`` (internal; turned into an FFmpegError)."""
-
-    def __init__(self, seconds: float):
-        super().__init__(seconds)
-        self.seconds = seconds
+    """ffmpeg made no progress for the writer's ``stall_timeout_s`` (internal; turned into an FFmpegError)."""
 
 
 def convert_to_25fps(src, dst, crf: int = 18) -> MediaInfo:
     """Write ``dst``, a constant-25-fps H.264 (yuv420p, CRF ``crf``) copy of ``src`` with its audio as AAC, atomically,
-    and return its :class:`MediaInfo`; the frames are those :func:`load_video` yields.
-
-    Raises:
-        InputError: Missing source, source without video, bad ``dst`` or ``crf``.
-        FFmpegError: ffmpeg failed; no partial output is left.
-
+    and return its :class:`MediaInfo`; the frames are those :func:`load_video` yields. Raises InputError for a
+    missing source, a source without video, a bad ``dst`` or ``crf``; FFmpegError when ffmpeg failed (no partial
+    output is left).
     Source: ``app.py:432-472`` re-times uploads to 25 fps; ``README.md:320`` asks for 25 fps input.
     """
     with load_video(src) as reader:
@@ -500,9 +443,7 @@ def convert_to_25fps(src, dst, crf: int = 18) -> MediaInfo:
 def demo_inputs(directory) -> tuple[Path, Path]:
     """``(photo_path, audio_path)`` for a first run: scikit-image's public-domain ``astronaut`` photo (512x512),
     written into ``directory``, and the packaged ``demo-speech.wav`` (4.7 s, espeak-ng; ``nbhelpers/data/README.md``).
-
-    Raises:
-        MissingDependencyError: scikit-image or Pillow is not installed.
+    MissingDependencyError when scikit-image or Pillow is not installed.
     """
     folder = Path(directory).expanduser().absolute()
     folder.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,6 @@
 """Face parsing: BiSeNet label maps (``parser``, ``network``) and the ``raw`` / ``jaw`` / ``neck`` masks of the face
 to repaint (``masks``). BiSeNet with a ResNet-18 context path, trained by face-parsing.PyTorch on CelebAMask-HQ
 (``79999_iter.pth``). Importing this package loads numpy only.
-
 Source: ``musetalk/utils/face_parsing/__init__.py``, ``model.py`` (docs/official-behaviour.md §7.3).
 """
 

@@ -13,11 +13,6 @@ from ..constants import PARSING_SIZE
 from ..errors import InputError
 from ..gpu import device_constant
 
-__all__ = [
-    "N_CLASSES", "LABELS", "PARSING_MODES", "SKIN", "NOSE", "MOUTH", "UPPER_LIP", "LOWER_LIP", "NECK",
-    "face_mask", "face_mask_torch", "check_parsing_args", "jaw_dilation_kernel", "jaw_erosion_kernel", "cheek_mask",
-]
-
 N_CLASSES = 19  # BiSeNet output classes: background + 18 CelebAMask-HQ parts (model.py:230-254)
 
 # Class index -> name, the CelebAMask-HQ order face-parsing.PyTorch trained with.
@@ -36,7 +31,6 @@ def jaw_dilation_kernel() -> np.ndarray:
     """The (33, 33) uint8 0/1 "cone + tail" kernel jaw mode dilates the skin with: rows 0-9 zero, row ``r`` in
     10..20 a run of ``2 (r - 10) + 1`` ones centred on column 16, rows 21-32 ones in columns 6-26. With OpenCV's
     centre anchor the skin grows mostly upwards.
-
     Source: ``face_parsing/__init__.py:15-42``.
     """
     kernel = np.zeros((33, 33), np.uint8)
@@ -59,9 +53,8 @@ def jaw_erosion_kernel() -> np.ndarray:
 
 def cheek_mask(left_cheek_width: int = 90, right_cheek_width: int = 90) -> np.ndarray:
     """The (512, 512) uint8 cheek bands of jaw mode: 255 on columns ``0 .. 256 - left_cheek_width`` and
-    ``256 + right_cheek_width .. 511`` (inclusive), 0 in the central band; widths are integers 0..256 in parsing
-    pixels (InputError otherwise). With 90/90: columns 0-166 and 346-511.
-
+    ``256 + right_cheek_width .. 511`` (inclusive; 90/90: 0-166 and 346-511), 0 between; widths are integers
+    0..256 in parsing pixels (InputError otherwise).
     Source: ``face_parsing/__init__.py:49-57``.
     """
     left = _cheek_width("left_cheek_width", left_cheek_width)
@@ -80,12 +73,9 @@ def face_mask(labels: np.ndarray, mode: str = "jaw", left_cheek_width: int = 90,
 
     ``raw`` (v1): skin, mouth and lips (1, 11, 12, 13). ``neck``: ``raw`` plus the neck (14). ``jaw`` (v15 default):
     the skin dilated with :func:`jaw_dilation_kernel` (on the cheek bands of :func:`cheek_mask` then eroded twice
-    with :func:`jaw_erosion_kernel`), minus the nose (10), plus mouth and lips. ``labels`` is a (512, 512) integer
-    label map (0..18); the cheek widths are jaw mode's central band left and right of column 256, parsing pixels
-    0..256 (the scripts use 90, ``inference.py:272-273``; ``FaceParsing()`` defaults to 80).
-
-    Raises InputError when ``labels`` is not a (512, 512) integer array, or the mode or a width is invalid.
-
+    with :func:`jaw_erosion_kernel`), minus the nose (10), plus mouth and lips. The cheek widths are parsing pixels
+    0..256 (the scripts use 90, ``inference.py:272-273``; ``FaceParsing()`` defaults to 80). InputError when
+    ``labels`` is not a (512, 512) integer label map (0..18), or the mode or a width is invalid.
     Source: ``face_parsing/__init__.py:92-110``.
     """
     check_parsing_args(mode, left_cheek_width, right_cheek_width)

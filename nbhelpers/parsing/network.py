@@ -4,7 +4,6 @@ Parameter names and shapes equal ``face-parse-bisent/79999_iter.pth``'s: ``cp.re
 (attention refinement), ``cp.conv_head16/32``, ``cp.conv_avg``, ``ffm`` (feature fusion) and the heads ``conv_out``
 (main) and ``conv_out16/32`` (auxiliary). Convolutions have no bias and a BatchNorm (eps 1e-5) except the 1x1
 attention and classifier ones. Imports torch.
-
 Source: ``musetalk/utils/face_parsing/model.py:230-254``, ``resnet.py`` (docs/official-behaviour.md §7.3).
 """
 
@@ -15,8 +14,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from .masks import N_CLASSES
-
-__all__ = ["BiSeNet"]
 
 
 class ConvBNReLU(nn.Module):
@@ -104,10 +101,8 @@ class ContextPath(nn.Module):
     def forward(self, x):
         feat8, feat16, feat32 = self.resnet(x)
         context = self.conv_avg(global_pool(feat32))  # (N, 128, 1, 1), broadcast over the 1/32 map
-        up32 = F.interpolate(self.arm32(feat32) + context, size=feat16.shape[2:], mode="nearest")
-        up32 = self.conv_head32(up32)
-        up16 = F.interpolate(self.arm16(feat16) + up32, size=feat8.shape[2:], mode="nearest")
-        up16 = self.conv_head16(up16)
+        up32 = self.conv_head32(F.interpolate(self.arm32(feat32) + context, size=feat16.shape[2:], mode="nearest"))
+        up16 = self.conv_head16(F.interpolate(self.arm16(feat16) + up32, size=feat8.shape[2:], mode="nearest"))
         return feat8, up16, up32  # 1/8 (128 ch), 1/8 (128 ch), 1/16 (128 ch)
 
 
@@ -161,7 +156,5 @@ class BiSeNet(nn.Module):
     def forward(self, x):
         """(main, aux16, aux32) logits, each (N, n_classes, H, W), upsampled bilinearly (align_corners=True)."""
         feat8, context8, context16 = self.cp(x)
-        size = x.shape[2:]
-        return (self._upsample(self.conv_out(self.ffm(feat8, context8)), size),
-                self._upsample(self.conv_out16(context8), size),
-                self._upsample(self.conv_out32(context16), size))
+        heads = self.conv_out(self.ffm(feat8, context8)), self.conv_out16(context8), self.conv_out32(context16)
+        return tuple(self._upsample(h, x.shape[2:]) for h in heads)

@@ -6,6 +6,7 @@ Source: ``musetalk/utils/face_parsing/__init__.py:59-90`` (docs/official-behavio
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -18,8 +19,6 @@ from ..gpu import batched, device_constant
 from ..models import LOAD_LOCK
 from ..resample import crop_resize_batch
 from .masks import N_CLASSES, check_parsing_args, face_mask
-
-__all__ = ["BISENET_FILE", "FaceParser", "bisenet_path", "build_bisenet", "load_bisenet"]
 
 BISENET_FILE = "face-parse-bisent/79999_iter.pth"  # relative to a weights dir (face_parsing/__init__.py:61-67)
 IMAGENET_MEAN = (0.485, 0.456, 0.406)  # RGB, ToTensor scale [0, 1] (face_parsing/__init__.py:71-75)
@@ -36,12 +35,10 @@ def bisenet_path(weights: str | os.PathLike) -> Path:
     """The checkpoint ``weights`` (a ``.pth`` file) or ``weights/face-parse-bisent/79999_iter.pth``; WeightsError
     when neither exists."""
     path = Path(weights).expanduser()
-    if path.is_file():
-        return path
-    candidate = path / BISENET_FILE
-    if candidate.is_file():
-        return candidate
-    raise WeightsError(f"The face-parsing weights were not found: neither {str(path)!r} nor {str(candidate)!r} is a "
+    for found in (path, path / BISENET_FILE):
+        if found.is_file():
+            return found
+    raise WeightsError(f"The face-parsing weights were not found: neither {str(path)!r} nor {str(found)!r} is a "
                        f"file. Run notebooks/00_setup.ipynb (or nbhelpers.weights.download) to fetch "
                        f"{BISENET_FILE}, or pass the path of 79999_iter.pth.")
 
@@ -51,11 +48,8 @@ def load_bisenet(weights: str | os.PathLike, device: Any = "cpu", dtype: Any = N
     ``79999_iter.pth``, read with ``torch.load(weights_only=True)``: every key present with its shape, none extra.
     ``weights`` is a weights folder or the checkpoint (:func:`bisenet_path`). The official ImageNet ResNet-18 load
     is not needed (this file overwrites all of it).
-
-    Raises:
-        WeightsError: The file is missing.
-        CheckpointError: Not a state dict, or keys or shapes differ from BiSeNet's (listed in the message).
-
+    Raises WeightsError: the file is missing; CheckpointError: not a state dict, or keys or shapes differ from BiSeNet's
+    (listed in the message).
     Source: ``face_parsing/__init__.py:59-67`` (docs/official-behaviour.md §1.1).
     """
     import torch
@@ -111,14 +105,11 @@ class FaceParser:
         self.device = torch.device(device)
         self.dtype = dtype or torch.float32
         if self.device.type == "cpu" and self.dtype != torch.float32:
-            import warnings
-
             warnings.warn(f"FaceParser: {self.dtype} on the CPU is slow or unsupported; using float32 instead.",
                           FallbackWarning, stacklevel=2)
             self.dtype = torch.float32
         self.batch_size = batch_size
         self.path = bisenet_path(weights)
-
         with LOAD_LOCK:  # one model built at a time in the process (nbhelpers.models.LOAD_LOCK)
             self.net = load_bisenet(self.path, self.device, self.dtype)
 
@@ -129,7 +120,6 @@ class FaceParser:
     def preprocess(images_rgb: np.ndarray | Sequence[np.ndarray]) -> np.ndarray:
         """(N, 3, 512, 512) float32 inputs of (N, H, W, 3) uint8 RGB ``images_rgb`` (or a list of any sizes): PIL
         BILINEAR resize to 512, scale to [0, 1], ImageNet mean/std. InputError for a non-(H, W, 3) uint8 image.
-
         Source: ``face_parsing/__init__.py:71-75,83-88``.
         """
         from PIL import Image
@@ -145,15 +135,10 @@ class FaceParser:
         return out
 
     def labels(self, images_rgb: np.ndarray | Sequence[np.ndarray], batch_size: int | None = None) -> np.ndarray:
-        """(N, 512, 512) uint8 labels 0..18 (:data:`LABELS`), the argmax of the main head, of each image.
-
-        ``images_rgb``: (N, H, W, 3) uint8 **RGB** array or a list of (H_i, W_i, 3) ones (MuseTalk passes each
-        frame's expanded square flipped to RGB). ``batch_size`` None: the parser's.
-
-        Raises:
-            InputError: An image is not (H, W, 3) uint8.
-            OutOfMemoryError: One image does not fit on the GPU.
-
+        """(N, 512, 512) uint8 labels 0..18 (:data:`LABELS`), the argmax of the main head, of each image of
+        ``images_rgb``, an (N, H, W, 3) uint8 **RGB** array or a list of (H_i, W_i, 3) ones (MuseTalk passes each
+        frame's expanded square flipped to RGB); ``batch_size`` None: the parser's.
+        Raises InputError: an image is not (H, W, 3) uint8; OutOfMemoryError: one image does not fit on the GPU.
         Source: ``face_parsing/__init__.py:83-90``.
         """
         import torch
@@ -176,12 +161,19 @@ class FaceParser:
         ``frames`` (B, H, W, 3) uint8, BGR unless ``bgr`` is False; ``squares`` B ``(xs, ys, xe, ye)``, frame pixels.
         Crop (black outside) and resize are :func:`nbhelpers.resample.crop_resize_batch`, bit-exact with PIL.
         InputError when ``frames`` is not (B, H, W, 3) uint8 or the squares do not match it.
-
         Source: ``face_parsing/__init__.py:71-75,83-88``; ``blending.py:60`` (the crop).
         """
         import torch
 
-        _check_frames_torch(frames, squares)
+        if (not isinstance(frames, torch.Tensor) or frames.ndim != 4 or frames.shape[3] != 3
+                or frames.dtype != torch.uint8):
+            raise InputError(f"frames must be a (B, H, W, 3) uint8 torch tensor; got "
+                             f"{getattr(frames, 'shape', type(frames).__name__)} {getattr(frames, 'dtype', '')}.")
+        if len(squares) != frames.shape[0]:
+            raise InputError(f"squares must have one entry per frame ({frames.shape[0]}); got {len(squares)}.")
+        for i, sq in enumerate(squares):
+            if len(sq) != 4 or int(sq[2]) - int(sq[0]) != int(sq[3]) - int(sq[1]) or int(sq[2]) <= int(sq[0]):
+                raise InputError(f"squares[{i}] must be (xs, ys, xe, ye) of a non-empty square; got {tuple(sq)!r}.")
         images = crop_resize_batch(frames.permute(0, 3, 1, 2), squares, PARSING_SIZE, "bilinear")
         if bgr:
             images = images.flip(1)
@@ -192,7 +184,6 @@ class FaceParser:
     def labels_torch(self, frames: Any, squares: Sequence[Sequence[int]], bgr: bool = True) -> Any:
         """(B, 512, 512) uint8 labels 0..18 on the parser's device of the squares of ``frames`` (moved there), in
         one forward pass; arguments and errors as :meth:`preprocess_torch`.
-
         Source: ``face_parsing/__init__.py:83-90``.
         """
         import torch
@@ -209,20 +200,6 @@ class FaceParser:
         for i, lab in enumerate(self.labels(images_rgb)):
             out[i] = face_mask(lab, mode, left_cheek_width, right_cheek_width)
         return out
-
-
-def _check_frames_torch(frames: Any, squares: Sequence[Sequence[int]]) -> None:
-    import torch
-
-    if (not isinstance(frames, torch.Tensor) or frames.ndim != 4 or frames.shape[3] != 3
-            or frames.dtype != torch.uint8):
-        raise InputError(f"frames must be a (B, H, W, 3) uint8 torch tensor; got "
-                         f"{getattr(frames, 'shape', type(frames).__name__)} {getattr(frames, 'dtype', '')}.")
-    if len(squares) != frames.shape[0]:
-        raise InputError(f"squares must have one entry per frame ({frames.shape[0]}); got {len(squares)}.")
-    for i, sq in enumerate(squares):
-        if len(sq) != 4 or int(sq[2]) - int(sq[0]) != int(sq[3]) - int(sq[1]) or int(sq[2]) <= int(sq[0]):
-            raise InputError(f"squares[{i}] must be (xs, ys, xe, ye) of a non-empty square; got {tuple(sq)!r}.")
 
 
 def _image_list(images_rgb: np.ndarray | Sequence[np.ndarray]) -> list[np.ndarray]:
