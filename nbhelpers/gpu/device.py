@@ -128,11 +128,15 @@ class GpuReport:
             if outside is not None and self.memory_source == "torch":
                 mem += f", {outside:.2f} GiB outside torch (CUDA context + other processes)"
             rows.append(("memory", mem))
-            listed = ", ".join(f"{p.name or 'pid'} {p.pid}: " + ("?" if p.used_gib is None else f"{p.used_gib:.2f} GiB")
-                               for p in self.other_processes or ())
-            rows.append(("other processes", "unknown" if self.other_processes is None else
-                         f"none listed ({self.other_processes_source})" if not listed else
-                         f"{self.others_gib:.2f} GiB ({listed}; {self.other_processes_source})"))
+            if self.other_processes is None:
+                rows.append(("other processes", "unknown"))
+            elif not self.other_processes:
+                rows.append(("other processes", f"none listed ({self.other_processes_source})"))
+            else:
+                listed = ", ".join(
+                    f"{p.name or 'pid'} {p.pid}: " + ("?" if p.used_gib is None else f"{p.used_gib:.2f} GiB")
+                    for p in self.other_processes)
+                rows.append(("other processes", f"{self.others_gib:.2f} GiB ({listed}; {self.other_processes_source})"))
         rows.append(("versions", f"driver {self.driver_version or 'unknown'}, CUDA {self.cuda_version or 'none'} "
                      f"(torch build), torch {self.torch_version or 'not installed'}, Python {self.python_version}"))
         avail = "" if self.host_ram_available_gib is None else f", {self.host_ram_available_gib:.1f} GiB available"

@@ -306,6 +306,7 @@ def cast_and_move(module: Any, device: Any, dtype: Any = None) -> Any:
 
     A tensor leaving the CPU is cast before the copy, so the GPU never holds fp32 weights of an fp16 model; to the
     CPU it is copied, then cast. ``nn.Module._apply`` keeps diffusers' and transformers' ``.to`` warnings quiet.
+
     Returns ``module`` itself, changed in place, training/eval mode unchanged.
     Raises InputError: ``module`` is not a ``torch.nn.Module`` or ``dtype`` is not a floating dtype.
     Source: ``inference.py:53-56`` moves to the GPU, then calls ``.half()``.

@@ -94,7 +94,8 @@ class Plan:
             rows.append(("memory", self.reasons["memory"]))
         if self.stage_peaks_gib:
             rows.append(("stage peaks", ", ".join(f"{k} {v:.2f} GiB" for k, v in self.stage_peaks_gib.items())))
-        return rows + [("warning", w) for w in self.warnings]
+        rows.extend(("warning", w) for w in self.warnings)
+        return rows
 
     def __str__(self) -> str:
         return fields_text(f"Plan ({self.kind})", self._rows())
@@ -108,7 +109,9 @@ def snap_batch(n: float) -> int:
     if not n >= 1:  # also catches NaN
         return 1
     n = int(math.floor(min(n, 1 << 20)))
-    return n - n % 4 if n >= 4 else min(n, 2)
+    if n < 4:
+        return 2 if n >= 2 else 1
+    return n - n % 4
 
 
 def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = None, n_frames: int | None = None,

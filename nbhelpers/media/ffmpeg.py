@@ -114,9 +114,10 @@ class _Process:
     def _drain(self) -> None:
         stream = self.popen.stderr
         try:
-            with contextlib.suppress(OSError, ValueError):  # the stream closed under us during a kill
-                for raw in iter(stream.readline, b""):
-                    self._lines.append(raw.decode("utf-8", "replace").rstrip("\r\n"))
+            for raw in iter(stream.readline, b""):
+                self._lines.append(raw.decode("utf-8", "replace").rstrip("\r\n"))
+        except (OSError, ValueError):  # pragma: no cover - stream closed under us during a kill
+            pass
         finally:  # ffmpeg has exited (or was killed): its stderr pipe is ours to close, not the garbage collector's
             with contextlib.suppress(OSError):  # pragma: no cover
                 stream.close()
