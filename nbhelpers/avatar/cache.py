@@ -43,7 +43,8 @@ CACHED_WEIGHTS = ("sd-vae", "face-parse-bisent", "dwpose", "s3fd")
 
 def source_fingerprint(path: Path) -> dict[str, Any]:
     """Name, size, modification time (whole seconds) and SHA-256 of the source video (a copied file still matches)."""
-    return {"name": path.name, "size": path.stat().st_size, "sha256": sha256_file(path), "mtime": int(path.stat().st_mtime)}
+    stat = path.stat()
+    return {"name": path.name, "size": stat.st_size, "sha256": sha256_file(path), "mtime": int(stat.st_mtime)}
 
 
 def weights_fingerprint(weights_dir: Path, version: str) -> dict[str, Any]:
@@ -68,8 +69,8 @@ def boxes_key(boxes: Any) -> str | None:
 
 
 def write_lossless(frames: Any, path: Path, width: int, height: int, *, stop: threading.Event | None = None) -> int:
-    """Write (H, W, 3) uint8 BGR frames to an FFV1 MKV that decodes back bit-exact (:class:`LosslessFrames`); returns the frame count.
-    ``stop`` set from another thread kills the encoder and raises CacheError (the caller removes the file)."""
+    """Write (H, W, 3) uint8 BGR frames to an FFV1 MKV that decodes back bit-exact (:class:`LosslessFrames`);
+    returns the frame count. ``stop`` set from another thread kills the encoder and raises CacheError (the caller removes the file)."""
     args = [media.ffmpeg_exe(), "-v", "error", "-y", "-f", "rawvideo", "-pix_fmt", "bgr24", "-s", f"{width}x{height}",
             "-r", str(FPS), "-i", "-", "-c:v", "ffv1", "-level", "3", "-pix_fmt", "bgr0", "-f", "matroska",
             str(path)]

@@ -137,6 +137,6 @@ def check_restore(args: argparse.Namespace) -> None:
     strength = getattr(args, "restore_strength", None)
     if strength is not None and getattr(args, "restore", None) is None:
         strength = InferenceConfig(restore_strength=strength).restore_strength  # NaN, inf, text: refused first
-        raise InputError(f"--restore-strength {strength:g} blends the restored face into the generated one, but no face "
-                         f"restorer is chosen: add --restore NAME ({', '.join(RESTORERS)}), or leave "
+        raise InputError(f"--restore-strength {strength:g} blends the restored face into the generated one, but no "
+                         f"face restorer is chosen: add --restore NAME ({', '.join(RESTORERS)}), or leave "
                          "--restore-strength out.")

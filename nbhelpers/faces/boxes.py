@@ -176,7 +176,8 @@ def bbox_shift_range(landmarks_per_frame: Any) -> BBoxShiftRange:
             continue
         frames.append(_landmarks_int(arr))
     if not frames:
-        raise NoFaceError(f"no face found in any of the {len(items)} frames, so there is no bbox_shift range to compute.")
+        raise NoFaceError(f"no face found in any of the {len(items)} frames, so there is no bbox_shift range to "
+                          "compute.")
     lm = np.stack(frames)
     range_minus = lm[:, 30, 1] - lm[:, 29, 1]
     range_plus = lm[:, 29, 1] - lm[:, 28, 1]

@@ -364,8 +364,8 @@ class FaceTracker:
             from_face_box = np.zeros(n, dtype=bool)
             backend_name, reason = "boxes", "boxes given by the user; no detector ran"
             if not has_face.any():
-                raise NoFaceError(f"no face found in any of the {n} frames: every entry of boxes is None (no face). Give "
-                                  "at least one (x1, y1, x2, y2) box.")
+                raise NoFaceError(f"no face found in any of the {n} frames: every entry of boxes is None (no face). "
+                                  "Give at least one (x1, y1, x2, y2) box.")
         else:
             used = self._used
             backend_name = str(getattr(used, "name", type(used).__name__))

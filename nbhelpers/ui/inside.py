@@ -18,8 +18,8 @@ from ..media import load_audio, load_video
 from .panel import widgets_available
 from .plots import Chart, _figure, bars
 
-__all__ = ["Comparison", "compare_frames", "crop_box_explorer", "cut_speech", "first_frames", "plot_stage_ms", "show_crop",
-           "show_face", "show_images", "show_latents", "show_parsing", "show_paste", "show_whisper"]
+__all__ = ["Comparison", "compare_frames", "crop_box_explorer", "cut_speech", "first_frames", "plot_stage_ms",
+           "show_crop", "show_face", "show_images", "show_latents", "show_parsing", "show_paste", "show_whisper"]
 
 
 def _array(x: Any) -> np.ndarray:
