@@ -1,11 +1,7 @@
-"""Whisper features: the audio tokens that drive the lips.
-
-For a 16 kHz mono waveform of ``L`` samples: 30 s segments, whisper's log-mel per segment (clamped at ``max - 8``
-per segment), whisper-tiny's 5 encoder hidden states (50 encoder frames a second), then for video frame ``k`` a
-window of 10 encoder frames with zeros outside the audio, flattened to ``[T, 50, 384]``, ``T = L * fps // 16000``.
-The positional encoding is added later, by :func:`nbhelpers.latents.unet_step`, as the official code does.
-
-Source: ``musetalk/utils/audio_processor.py:21-93``; docs/official-behaviour.md §5.1-§5.3.
+"""Whisper features, the audio tokens that drive the lips: whisper-tiny's 5 encoder hidden states of 30 s log-mel
+segments, a window of 10 encoder frames per video frame (:func:`whisper_features`). The positional encoding is
+added later, by :func:`nbhelpers.latents.unet_step`, as officially. Source: ``musetalk/utils/audio_processor.py:21-93``;
+docs/official-behaviour.md §5.1-§5.3.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """Paste-back: put the generated 256x256 face into the original frame through a feathered face-parsing mask.
 
-For crop box ``(x1, y1, x2, y2)``:
-
-1. Expanded square (:func:`expanded_square`): centre ``((x1+x2)//2, (y1+y2)//2)``, half side
-   ``s = int(max(w, h)//2 * 1.5)``.
-2. Material, once per source frame (:class:`BlendMaterial`): the square cropped from the original frame (black
-   outside it), parsed by BiSeNet into a 0/255 mask (:func:`nbhelpers.parsing.face_mask`), resized to ``(2s, 2s)``
-   with PIL bicubic, kept inside the box and on the square's lower half, feathered by ``cv2.GaussianBlur`` of size
-   ``int(ratio * 2s // 2 * 2) + 1`` (ratio 0.05 offline, 0.1 realtime: quirk Q10).
-3. The face resized to the box bilinearly, then per channel ``round((orig * (255 - m) + new * m) / 255)``, PIL's
-   masked paste. Only ``box ∩ square ∩ frame`` changes (:func:`paste_region`).
-
-CPU paths (numpy, OpenCV, PIL) are bit-exact with the official code; the torch paths run on the device, with masks
+Once per source frame (:class:`BlendMaterial`): the expanded square around the crop box, cropped (black outside the
+frame), parsed by BiSeNet, its mask resized onto the square, kept inside the box and on the square's lower half, and
+feathered (quirk Q10). Per output frame: the face resized to the box and pasted through the mask; only
+``box ∩ square ∩ frame`` changes (:func:`paste_region`). CPU paths (numpy, OpenCV, PIL) are bit-exact with the official code; the torch paths run on the device, with masks
 equal bit for bit (:mod:`nbhelpers.resample`) and blends within 2 grey levels. Frames are BGR; the parser gets RGB.
 
 Source: ``musetalk/utils/blending.py:7-136``, ``scripts/inference.py:218``; docs/official-behaviour.md §7.

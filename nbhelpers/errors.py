@@ -23,23 +23,16 @@ class MediaError(NbHelpersError):
 
 
 class FFmpegError(MediaError):
-    """ffmpeg exited with an error; the message ends with what it printed.
-
-    Attributes:
-        args_list: The argument list that was run.
-        returncode: ffmpeg's exit status.
-        stderr_tail: The last lines of ffmpeg's standard error.
-    """
+    """ffmpeg exited with an error; the message ends with what it printed (``stderr_tail``, the last lines of its
+    standard error). ``args_list`` is the argument list that was run, ``returncode`` its exit status."""
 
     def __init__(self, message: str, args_list: list[str] | None = None, returncode: int | None = None,
                  stderr_tail: str = ""):
         self.args_list = list(args_list or [])
         self.returncode = returncode
         self.stderr_tail = stderr_tail
-        full = message
         stopped = _stop_signal_note(returncode)
-        if stopped:
-            full += " " + stopped
+        full = f"{message} {stopped}" if stopped else message
         if stderr_tail:
             full += "\n--- ffmpeg said ---\n" + stderr_tail.rstrip()
         super().__init__(full)

@@ -236,10 +236,7 @@ def check_state_dict(model: nn.Module, state_dict: Mapping[str, Any], path: str 
         return
     lines = [f"{path} does not fit the {what}: {len(missing)} missing, {len(unexpected)} unexpected, "
              f"{len(wrong)} wrong-shape key(s) (of {len(expected)})."]
-    if missing:
-        lines.append(f"  missing: {_few(missing)}")
-    if unexpected:
-        lines.append(f"  unexpected: {_few(unexpected)}")
+    lines += [f"  {label}: {_few(keys)}" for label, keys in (("missing", missing), ("unexpected", unexpected)) if keys]
     if wrong:
         lines.append("  wrong shape: " + "; ".join(f"{k} is {list(got[k])} in the file, {list(expected[k])} in "
                                                   f"the model" for k in wrong[:5]))
@@ -376,14 +373,9 @@ def _loading_problems(info: Mapping[str, Any] | None, path: Path, what: str) -> 
     missing = sorted(str(k) for k in info.get("missing_keys", []) or [])
     wrong = [str(k if isinstance(k, str) else k[0]) for k in info.get("mismatched_keys", []) or []]
     errors = [str(e) for e in info.get("error_msgs", []) or []]
-    if missing or wrong or errors:
-        parts = []
-        if missing:
-            parts.append(f"missing: {_few(missing)}")
-        if wrong:
-            parts.append(f"wrong shape: {_few(wrong)}")
-        if errors:
-            parts.append(f"errors: {_few(errors, 2)}")
+    parts = [f"{label}: {_few(keys, n)}" for label, keys, n in
+             (("missing", missing, 5), ("wrong shape", wrong, 5), ("errors", errors, 2)) if keys]
+    if parts:
         raise CheckpointError(f"{path} does not fit the {what}: " + "; ".join(parts) + ". The file is damaged or "
                               f"not the official one: delete it and download it again with {_FIX}.")
 
