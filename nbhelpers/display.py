@@ -1,7 +1,5 @@
-"""HTML for objects that show themselves in a notebook: a video, image or table as a string of HTML.
-
-Videos are embedded as ``<video controls>`` with a base64 data URL up to ``max_embed_mb``; larger files show their
-first frame and a download hint. Nothing here imports IPython.
+"""HTML for objects that show themselves in a notebook: a video (embedded up to ``max_embed_mb``, else its first
+frame and a download hint), image or table as a string of HTML. Nothing here imports IPython.
 """
 
 from __future__ import annotations
@@ -66,8 +64,7 @@ def first_frame_png(path: str | os.PathLike, width: int = PREVIEW_WIDTH) -> byte
 @dataclass(frozen=True)
 class MediaView:
     """A video or image shown inline: the file at ``path`` embedded when small, else a first-frame preview and a
-    download hint; ``size_mb`` in 10**6 bytes, ``title`` above it, ``width`` in pixels.
-    """
+    download hint; ``size_mb`` in 10**6 bytes, ``title`` above it, ``width`` in pixels."""
 
     path: Path
     embedded: bool

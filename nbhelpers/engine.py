@@ -144,15 +144,14 @@ class SourceFaces:
         return dataclasses.replace(self, masks=masks, frames_device=frames_device)
 
     @classmethod
-    def from_materials(cls, frames: Any, face_frames: Sequence[int], latents: Any, materials: Sequence[Any],
-                       frames_device: Any = None) -> SourceFaces:
+    def from_materials(cls, frames: Any, face_frames: Sequence[int], latents: Any,
+                       materials: Sequence[Any]) -> SourceFaces:
         """Build from the N ``frames``, the M increasing indices ``face_frames`` of those with a face, and their
         (M, 8, 32, 32) ``latents`` and :class:`~nbhelpers.blending.BlendMaterial` ``materials`` in that order."""
         latent_row = np.full(len(frames), -1, dtype=np.int64)
         latent_row[np.asarray(face_frames, dtype=np.int64)] = np.arange(len(face_frames))
         return cls(frames=frames, latent_row=latent_row, latents=latents, boxes=[m.box for m in materials],
-                   masks=[m.mask for m in materials], squares=[m.square for m in materials],
-                   frames_device=frames_device)
+                   masks=[m.mask for m in materials], squares=[m.square for m in materials])
 
 
 def check_features(features: Any, n_out: int) -> None:
@@ -447,12 +446,10 @@ def run(source: SourceFaces, features: Any, models: Any, batch_size: int, n_out:
 
 class BackgroundWriter:
     """Hands finished batches to ``writer`` (``write(frames)``, optionally ``abort()`` and ``stall_timeout_s``; or
-    None) and ``frame_callback(t, frame)`` on a thread while the caller computes the next batch.
-
-    The caller blocks (drops nothing) while ``depth`` batches wait. An error in the writer or the callback is raised
-    in the caller's thread at the next :meth:`put` or at exit. A writer that takes no batch for ``timeout_s``
-    (default its ``stall_timeout_s`` + 30 s, else :data:`WRITER_TIMEOUT_S`) is aborted and reported as stalled
-    (FFmpegError); nothing half-written is kept.
+    None) and ``frame_callback(t, frame)`` on a thread while the caller, blocked while ``depth`` batches wait,
+    computes the next. An error there is raised in the caller's thread at the next :meth:`put` or at exit. A writer
+    that takes no batch for ``timeout_s`` (default its ``stall_timeout_s`` + 30 s, else :data:`WRITER_TIMEOUT_S`) is
+    aborted and reported as stalled (FFmpegError); nothing half-written is kept.
     """
 
     def __init__(self, writer: Any, frame_callback: Callable[[int, np.ndarray], None] | None = None,

@@ -40,8 +40,7 @@ class FFmpegError(MediaError):
 
 def _stop_signal_note(returncode: int | None) -> str:
     """What an ffmpeg exit status says about a signal: negative is the signal that ended it, 255 is ffmpeg's status
-    after it caught SIGINT or SIGTERM (``fftools/ffmpeg.c``); its last lines may then blame an input file that is fine.
-    """
+    after it caught SIGINT or SIGTERM (``fftools/ffmpeg.c``); its last lines may then blame an input file that is fine."""
     if returncode is None or not (returncode < 0 or returncode == 255):
         return ""
     if returncode < 0:
@@ -105,16 +104,13 @@ class Terminated(KeyboardInterrupt):
 
 
 class NbHelpersWarning(UserWarning):
-    """Base class of nbhelpers' warnings, shown as ``Name: message`` without Python's file and source line.
-
-    Filter them with ``warnings.filterwarnings("ignore", category=NbHelpersWarning)``.
-    """
+    """Base class of nbhelpers' warnings, shown as ``Name: message`` without Python's file and source line; filter
+    them with ``warnings.filterwarnings("ignore", category=NbHelpersWarning)``."""
 
 
 class FallbackWarning(NbHelpersWarning, RuntimeWarning):
     """A slower or smaller way took over from what was asked, with nothing lost (a batch halved after out-of-memory,
-    the CPU instead of a missing CUDA provider, the next landmark backend).
-    """
+    the CPU instead of a missing CUDA provider, the next landmark backend)."""
 
 
 class SilentAudioWarning(NbHelpersWarning):

@@ -383,11 +383,10 @@ def _loading_problems(info: Mapping[str, Any] | None, path: Path, what: str) -> 
 @_one_load_at_a_time
 def load_vae(weights_dir: str | os.PathLike | None = None, device: str | torch.device = "cpu",
              dtype: torch.dtype | None = None) -> nn.Module:
-    """Load sd-vae-ft-mse (diffusers ``AutoencoderKL``) from ``<weights_dir>/sd-vae``, arguments as :func:`load_unet`.
-
-    Takes ``diffusion_pytorch_model.safetensors`` (preferred) or the official ``.bin``. The result, in eval mode
-    without gradients, encodes 256x256 RGB in [-1, 1] to [B, 4, 32, 32]. Raises WeightsError for a missing or damaged
-    file, CheckpointError when the weights do not fit the config. Source: ``musetalk/models/vae.py:24``.
+    """Load sd-vae-ft-mse (diffusers ``AutoencoderKL``) from ``<weights_dir>/sd-vae``, arguments as :func:`load_unet`:
+    ``diffusion_pytorch_model.safetensors`` (preferred) or the official ``.bin``; it encodes 256x256 RGB in [-1, 1]
+    to [B, 4, 32, 32]. WeightsError for a missing or damaged file, CheckpointError when the weights do not fit the
+    config. Source: ``musetalk/models/vae.py:24``.
     """
     vae_class = _library_class("diffusers", "AutoencoderKL", "pip install diffusers")
     root = _root(weights_dir)
@@ -413,12 +412,10 @@ def load_vae(weights_dir: str | os.PathLike | None = None, device: str | torch.d
 def load_whisper(weights_dir: str | os.PathLike | None = None, device: str | torch.device = "cpu",
                  dtype: torch.dtype | None = None) -> nn.Module:
     """Load whisper-tiny (transformers ``WhisperModel``, SDPA attention) from ``<weights_dir>/whisper``, arguments
-    as :func:`load_unet` (officially ``dtype`` is the UNet's).
-
-    Takes ``model.safetensors`` (preferred: transformers >= 4.50 refuses ``.bin`` on torch < 2.6) or the official
-    ``pytorch_model.bin``. ``.encoder(mel [B, 80, 3000], output_hidden_states=True)`` gives 5 hidden states
-    [B, 1500, 384]. Raises WeightsError for a missing, damaged or refused file, CheckpointError when the weights do not
-    fit. Source: ``scripts/inference.py:64-66``; docs/official-behaviour.md §5.1.
+    as :func:`load_unet` (officially ``dtype`` is the UNet's): ``model.safetensors`` (preferred: transformers >= 4.50
+    refuses ``.bin`` on torch < 2.6) or the official ``pytorch_model.bin``. ``.encoder(mel [B, 80, 3000],
+    output_hidden_states=True)`` gives 5 hidden states [B, 1500, 384]. WeightsError for a missing, damaged or
+    refused file, CheckpointError when the weights do not fit. Source: ``scripts/inference.py:64-66``; §5.1.
     """
     transformers = require("transformers", "pip install transformers")
     whisper_class = _library_class("transformers", "WhisperModel", "pip install transformers")

@@ -136,17 +136,16 @@ class StreamedJob:
             with t.stage("faces"):
                 crop, has = self._track(arr, frames_device)
             self.crop = np.concatenate([self.crop, crop])
+            self.rows.extend([-1] * len(arr))  # latent rows of the faces are set as they are prepared
             if not streamed:
-                self.rows.extend([-1] * len(arr))
                 continue
-            face_frames = offset + np.flatnonzero(has)
-            self._prepare(Window(arr, offset), face_frames, arr, frames_device)
+            window = Window(arr, offset)
+            self._prepare(window, offset + np.flatnonzero(has), frames_device)
             stop = min(self.n_out, offset + len(arr))
             if stop > written:
                 if self.models is None or not has[written - offset:stop - offset].any():
                     yield Piece(written, stop - written, frames=arr[written - offset:stop - offset])
                 else:
-                    window = Window(arr, offset)
                     source = self._source(window, None if frames_device is None else Window(frames_device, offset))
                     yield Piece(written, stop - written, source=source, models=self.models)
                 written = stop
@@ -159,8 +158,7 @@ class StreamedJob:
             raise MediaError(f"internal: decoded {len(self.store)} frames but tracked {self.track.n_frames}")
         if not streamed:  # smoothed crop boxes: prepare the whole clip now
             self.crop = self.track.crop_boxes
-            self.rows = [-1] * len(self.store)
-            self._prepare(self.store, np.flatnonzero(self.track.has_face), None, None)
+            self._prepare(self.store, np.flatnonzero(self.track.has_face), None)
         for name in ("latents", "parsing"):
             self._end_bar(name, self.track.n_faces)
         if written < self.n_out:  # the rest of the ping-pong (or, smoothed, every frame) from the whole clip
@@ -203,11 +201,9 @@ class StreamedJob:
         with self.timings.stage("upload"):
             return gpu.to_device(arr, self.pipe.device)
 
-    def _prepare(self, frames: Any, face_frames: np.ndarray, arr: Any, frames_device: Any) -> None:
+    def _prepare(self, frames: Any, face_frames: np.ndarray, frames_device: Any) -> None:
         """Latents and blend material of ``face_frames`` (clip indices)."""
         t, config = self.timings, self.config
-        if arr is not None:
-            self.rows.extend([-1] * len(arr))
         if face_frames.size == 0:
             return
         if self.models is None:

@@ -670,8 +670,7 @@ def preview(video: str | os.PathLike, config: InferenceConfig | None = None, *,
     config = config or InferenceConfig()
     if boxes is not None and config.landmark_backend != "boxes":
         config = config.replace(landmark_backend="boxes")
-    gpu.check_device(config.device)
-    check_video(video)
+    check_video(video)  # before the weights are checked; from_pretrained checks the device
     with MuseTalkPipeline.from_pretrained(weights_dir, config) as pipe:
         return pipe.preview(video, config=config, boxes=boxes, audio=audio, frame_index=frame_index,
                             backend=backend)

@@ -1,8 +1,7 @@
 """The workbook's places for notebook cells: its weights, the files a notebook writes, the planner, the final check.
 
-Cells call the library's API (``MuseTalkPipeline.from_pretrained``, ``pipe.lipsync``) and take from here only
-*where* things go. Each function reads the run mode itself (:func:`nbhelpers.env.run_mode`); the folders are those
-of :mod:`nbhelpers.env` (``NBHELPERS_WORKDIR``, else a per-mode default).
+Cells call the library's API and take from here only *where* things go, for the run mode
+(:func:`nbhelpers.env.run_mode`) and the folders of :mod:`nbhelpers.env` (``NBHELPERS_WORKDIR``, else a default).
 """
 
 from __future__ import annotations
