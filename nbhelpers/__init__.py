@@ -1,12 +1,8 @@
 """nbhelpers: the engine of the MuseTalk Workbook.
 
-MuseTalk v1.5 lip-sync (video or photo of a face + speech -> the same video at 25 fps with the lower face
-repainted to follow the speech), implemented from the published facts of the official pipeline and loading the
-official weight files unchanged.
-
-Importing this package is light: it loads no torch, diffusers, onnxruntime or network client, sets no seed and
-touches no network. Heavy libraries are imported inside the functions that need them, so ``import nbhelpers``
-works before the setup notebook has installed anything. The main entry points are re-exported lazily:
+MuseTalk v1.5 lip-sync (a face video or photo + speech -> the same video at 25 fps, the lower face repainted to
+follow the speech) from the official weight files. ``import nbhelpers`` loads no torch, diffusers, onnxruntime or
+network client, sets no seed and touches no network; the main entry points are re-exported lazily:
 
 >>> import nbhelpers as nbh
 >>> pipe = nbh.MuseTalkPipeline.from_pretrained()  # doctest: +SKIP  (models load on first use)

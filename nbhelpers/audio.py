@@ -1,11 +1,7 @@
-"""Whisper features: the audio tokens that drive the lips.
-
-For a 16 kHz mono waveform of ``L`` samples: 30 s segments, whisper's log-mel per segment (clamped at ``max - 8``
-per segment), whisper-tiny's 5 encoder hidden states (50 encoder frames a second), then for video frame ``k`` a
-window of 10 encoder frames with zeros outside the audio, flattened to ``[T, 50, 384]``, ``T = L * fps // 16000``.
-The positional encoding is added later, by :func:`nbhelpers.latents.unet_step`, as the official code does.
-
-Source: ``musetalk/utils/audio_processor.py:21-93``; docs/official-behaviour.md §5.1-§5.3.
+"""Whisper features, the audio tokens that drive the lips: whisper-tiny's 5 encoder hidden states of 30 s log-mel
+segments, a window of 10 encoder frames per video frame (:func:`whisper_features`). The positional encoding is
+added later, by :func:`nbhelpers.latents.unet_step`, as officially. Source: ``musetalk/utils/audio_processor.py:21-93``;
+docs/official-behaviour.md §5.1-§5.3.
 """
 
 from __future__ import annotations
@@ -48,17 +44,10 @@ WHISPER_TINY_PREPROCESSOR = {
 
 @dataclass(frozen=True)
 class FrameWindows:
-    """Which whisper encoder frames (20 ms each) each video frame reads.
-
-    Attributes:
-        n_frames: T, video frames, ``L * fps // 16000``.
-        n_encoder_frames: Encoder frames kept after trimming, ``L * 50 // 16000``.
-        starts: (T,) int64 first encoder frame of each window, unpadded (``k * 50 // fps - pad_left``; negative
-            at the start); indices outside ``[0, n_encoder_frames)`` are zero padding.
-        pad_left: Zero frames in front, ``2 * ceil(50 / fps)`` (4 at 25 fps).
-        pad_right: Zero frames behind, ``6 * ceil(50 / fps)`` (12 at 25 fps).
-        window: Encoder frames per video frame, 10 (200 ms).
-        fps: Video frames per second.
+    """Which whisper encoder frames (20 ms each) each of the ``n_frames`` = T = ``L * fps // 16000`` video frames
+    reads: ``window`` (10, 200 ms) from ``starts`` (T,) int64, ``k * 50 // fps - pad_left`` (negative at the start);
+    indices outside ``[0, n_encoder_frames)`` (``L * 50 // 16000``) are zero padding, ``pad_left`` =
+    ``2 * ceil(50 / fps)`` (4 at 25 fps) in front and ``pad_right`` = ``6 * ceil(50 / fps)`` (12) behind.
     """
 
     n_frames: int
@@ -76,10 +65,9 @@ class FrameWindows:
 
 
 def frame_windows(n_samples: int, fps: int = 25) -> FrameWindows:
-    """The :class:`FrameWindows` of ``n_samples`` (>= 0) 16 kHz samples at ``fps`` (a positive integer; 25 in the
-    pipeline), in exact integers: T = ``n_samples * fps // 16000`` windows. InputError otherwise.
-
-    The official float ``floor(L / 16000 * fps)`` is one short for a few lengths (L = 18 560: 28 frames, not 29).
+    """The :class:`FrameWindows` of ``n_samples`` (>= 0) 16 kHz samples at ``fps`` (a positive integer), T =
+    ``n_samples * fps // 16000`` in exact integers (InputError otherwise): the official float
+    ``floor(L / 16000 * fps)`` is one short for a few lengths (L = 18 560: 28 frames, not 29).
     Source: ``musetalk/utils/audio_processor.py:48,59-90``; docs/official-behaviour.md §5.1, §5.2.
     """
     fps = _check_fps(fps)
@@ -106,30 +94,18 @@ def default_feature_extractor():
 
 def whisper_features(waveform: np.ndarray, whisper: Any, fps: int = 25, feature_extractor: Any = None, *,
                      segments_per_batch: int = SEGMENTS_PER_BATCH):
-    """Per-video-frame whisper tokens, as the official pipeline computes them (without the positional encoding).
+    """Per-video-frame whisper tokens of an (L,) float 16 kHz mono ``waveform`` (about [-1, 1]), as the official
+    pipeline computes them (without the positional encoding): a (T, 50, 384) tensor, ``T = L * fps // 16000``, in
+    the dtype and on the device of ``whisper`` (a transformers ``WhisperModel``, ``...ForConditionalGeneration`` or
+    ``WhisperEncoder``). Token ``time_step * 5 + layer`` of frame ``k`` is hidden state ``layer`` (0 = embeddings,
+    4 = final layer norm) of encoder frame ``k * 50 // fps - 2 * ceil(50 / fps) + time_step``, zeros outside the
+    audio. ``segments_per_batch`` 30 s segments go through the encoder at once; with whisper on CUDA the log-mel is
+    computed there (:func:`log_mel_on_device`).
 
-    With the whisper on CUDA the log-mel is computed there (:func:`log_mel_on_device`). Departures from the
-    official code, all edge cases: padding always has its full length (quirk Q14), frame counts are exact
-    integers (:func:`frame_windows`), too-short audio raises, and batched segments differ only by float rounding.
-
-    Args:
-        waveform: (L,) float numpy array, mono, 16 kHz, values in about [-1, 1]
-            (``nbhelpers.media.load_audio``).
-        whisper: A transformers ``WhisperModel``, ``WhisperForConditionalGeneration`` or ``WhisperEncoder``
-            (whisper-tiny); its parameters' dtype and device are the output's.
-        fps: Video frames per second, a positive integer; 25 for MuseTalk.
-        feature_extractor: A ``WhisperFeatureExtractor``; default :func:`default_feature_extractor`.
-        segments_per_batch: 30 s segments per encoder forward, >= 1.
-
-    Returns:
-        torch.Tensor (T, 50, 384), whisper's dtype and device, ``T = L * fps // 16000``. Token
-        ``time_step * 5 + layer`` of frame ``k`` is hidden state ``layer`` (0 = embeddings, 4 = final layer norm)
-        of encoder frame ``k * 50 // fps - 2 * ceil(50 / fps) + time_step``, zeros outside the audio.
-
-    Raises:
-        InputError: ``waveform`` is not a 1-D finite float array or is shorter than one video frame; ``fps`` is
-            not a positive integer; ``segments_per_batch`` < 1; ``whisper`` has no parameters; or the encoder
-            returns other than 5 hidden states of width 384.
+    Departures from the official code, all edge cases: padding always has its full length (quirk Q14), frame counts
+    are exact integers (:func:`frame_windows`), too-short audio raises, batched segments differ by float rounding.
+    InputError for a waveform that is not 1-D finite float or is under one frame, an fps not a positive integer,
+    ``segments_per_batch`` < 1, a ``whisper`` without parameters or not whisper-tiny (5 states of width 384).
 
     Source: ``musetalk/utils/audio_processor.py:21-93``, ``scripts/inference.py:65-68``;
     docs/official-behaviour.md §5.1, #q14.
@@ -182,14 +158,10 @@ def whisper_features(waveform: np.ndarray, whisper: Any, fps: int = 25, feature_
 
 def _log_mel(extractor: Any, segment: np.ndarray, device: Any = None):
     """(1, 80, 3000) float32 log-mel of one <= 30 s segment: on a CUDA ``device`` when possible, else the CPU."""
-    if device is not None and _device_type(device) == "cuda" and _device_log_mel_ok(extractor):
+    if device is not None and "cuda" in str(device) and _device_log_mel_ok(extractor):
         return log_mel_on_device(segment, extractor, device)
     out = extractor(segment, sampling_rate=SAMPLE_RATE, return_tensors="pt")
     return out["input_features"]
-
-
-def _device_type(device: Any) -> str:
-    return getattr(device, "type", None) or str(device).split(":")[0]
 
 
 def _device_log_mel_ok(extractor: Any) -> bool:
@@ -200,12 +172,10 @@ def _device_log_mel_ok(extractor: Any) -> bool:
 
 
 def log_mel_on_device(segment: Any, extractor: Any, device: Any):
-    """Whisper's (1, 80, 3000) float32 log-mel of one <= 30 s segment, computed with torch on ``device``.
-
-    The steps of ``WhisperFeatureExtractor`` (whose parameters and mel filters ``extractor`` supplies): zero-pad to
-    30 s, centred STFT (periodic Hann, n_fft 400, hop 160, reflect), power without the last frame, mel filters,
-    ``log10`` clamped at 1e-10 and at the maximum minus 8, then ``(x + 4) / 4``; within 1e-4 of the extractor.
-    ``segment`` is (L,) float32 16 kHz samples, numpy or a tensor on any device; InputError when over 30 s.
+    """Whisper's (1, 80, 3000) float32 log-mel of one (L,) float32 16 kHz ``segment`` (numpy or a tensor; over 30 s:
+    InputError), with torch on ``device`` by ``extractor``'s steps and filters: zero-pad to 30 s, centred STFT
+    (periodic Hann, n_fft 400, hop 160, reflect), power without the last frame, mel filters, ``log10`` clamped at
+    1e-10 and at the maximum minus 8, then ``(x + 4) / 4``; within 1e-4 of the extractor.
     Source: transformers ``models/whisper/feature_extraction_whisper.py:63-132``; docs/official-behaviour.md §5.1.
     """
     import torch

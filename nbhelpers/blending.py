@@ -1,17 +1,9 @@
 """Paste-back: put the generated 256x256 face into the original frame through a feathered face-parsing mask.
 
-For crop box ``(x1, y1, x2, y2)``:
-
-1. Expanded square (:func:`expanded_square`): centre ``((x1+x2)//2, (y1+y2)//2)``, half side
-   ``s = int(max(w, h)//2 * 1.5)``.
-2. Material, once per source frame (:class:`BlendMaterial`): the square cropped from the original frame (black
-   outside it), parsed by BiSeNet into a 0/255 mask (:func:`nbhelpers.parsing.face_mask`), resized to ``(2s, 2s)``
-   with PIL bicubic, kept inside the box and on the square's lower half, feathered by ``cv2.GaussianBlur`` of size
-   ``int(ratio * 2s // 2 * 2) + 1`` (ratio 0.05 offline, 0.1 realtime: quirk Q10).
-3. The face resized to the box bilinearly, then per channel ``round((orig * (255 - m) + new * m) / 255)``, PIL's
-   masked paste. Only ``box ∩ square ∩ frame`` changes (:func:`paste_region`).
-
-CPU paths (numpy, OpenCV, PIL) are bit-exact with the official code; the torch paths run on the device, with masks
+Once per source frame (:class:`BlendMaterial`): the expanded square around the crop box, cropped (black outside the
+frame), parsed by BiSeNet, its mask resized onto the square, kept inside the box and on the square's lower half, and
+feathered (quirk Q10). Per output frame: the face resized to the box and pasted through the mask; only
+``box ∩ square ∩ frame`` changes (:func:`paste_region`). CPU paths (numpy, OpenCV, PIL) are bit-exact with the official code; the torch paths run on the device, with masks
 equal bit for bit (:mod:`nbhelpers.resample`) and blends within 2 grey levels. Frames are BGR; the parser gets RGB.
 
 Source: ``musetalk/utils/blending.py:7-136``, ``scripts/inference.py:218``; docs/official-behaviour.md §7.
@@ -47,14 +39,9 @@ REALTIME_BLUR_RATIO = 0.1  # feather kernel / square side in get_image_prepare_m
 
 @dataclass(frozen=True, eq=False)
 class BlendMaterial:
-    """What one source frame needs for paste-back, computed once (the avatar cache stores it).
-
-    Attributes:
-        mask: (2s, 2s) uint8 feathered mask, 0..255, over the expanded square: numpy from :func:`prepare_materials`,
-            a tensor on the device from :func:`prepare_materials_torch` (official ``mask/%08d.png``).
-        square: ``(xs, ys, xe, ye)`` expanded square, frame pixels; may extend outside the frame.
-        box: ``(x1, y1, x2, y2)`` crop box, frame pixels.
-    """
+    """What one source frame needs for paste-back, computed once (the avatar cache stores it): the (2s, 2s) uint8
+    feathered ``mask`` (numpy, or a device tensor from :func:`prepare_materials_torch`; official ``mask/%08d.png``)
+    over the expanded ``square`` (may extend past the frame) of crop ``box``, both in frame pixels."""
 
     mask: np.ndarray
     square: tuple[int, int, int, int]
@@ -66,9 +53,7 @@ class BlendMaterial:
 
 @dataclass(frozen=True)
 class Region:
-    """The rectangle ``box ∩ square ∩ frame`` a blend changes, as ``(rows, cols)`` slices into the frame, the face
-    resized to the box, and the (2s, 2s) mask.
-    """
+    """``box ∩ square ∩ frame`` as ``(rows, cols)`` slices into the frame, the face resized to the box, the mask."""
 
     frame: tuple[slice, slice]
     face: tuple[slice, slice]
@@ -109,11 +94,8 @@ def expanded_square(box: Any, expand: float = EXPAND) -> tuple[int, int, int, in
 
 
 def feather_kernel_size(side: int, blur_ratio: float = OFFLINE_BLUR_RATIO) -> int:
-    """Odd feather kernel size in pixels, ``int(blur_ratio * side // 2 * 2) + 1`` in Python floats (side 300: 15).
-
-    ``side`` is the square's ``2s`` in pixels; ``blur_ratio`` is 0.05 offline, 0.1 realtime. Raises InputError when
-    ``blur_ratio`` is negative. Source: ``musetalk/utils/blending.py:81,134``.
-    """
+    """Odd feather kernel size in pixels for a square of side ``side`` = 2s, ``int(blur_ratio * side // 2 * 2) + 1``
+    (side 300: 15); InputError for a negative ``blur_ratio``. Source: ``musetalk/utils/blending.py:81,134``."""
     if not isinstance(blur_ratio, (int, float)) or isinstance(blur_ratio, bool) or not blur_ratio >= 0:
         raise InputError(f"blur_ratio must be a number >= 0; got {blur_ratio!r}. MuseTalk uses 0.05 offline and 0.1 "
                          "in realtime mode.")
@@ -170,12 +152,9 @@ def paste_region(box: Any, square: Any, frame_shape: Sequence[int]) -> Region | 
 
 
 def box_mask(mask_512: np.ndarray, box: Any, square: Any) -> np.ndarray:
-    """The (2s, 2s) uint8 mask: a (512, 512) uint8 parsing mask ``mask_512`` PIL-bicubic-resized onto ``square`` and kept
-    inside ``box`` and on rows >= s (the official comment says "upper"; the code keeps the lower part). Not feathered.
-
-    Raises InputError when ``mask_512`` is not (512, 512) uint8, or ``box``/``square`` is invalid.
-
-    Source: ``musetalk/utils/blending.py:26,31,65-77``.
+    """The (2s, 2s) uint8 mask, not feathered: a (512, 512) uint8 parsing mask ``mask_512`` PIL-bicubic-resized onto
+    ``square``, kept inside ``box`` and on rows >= s (the official comment says "upper"; the code keeps the lower
+    part). InputError for another mask shape or dtype, or a bad box or square. Source: ``blending.py:26,31,65-77``.
     """
     from PIL import Image
 
@@ -199,9 +178,7 @@ def box_mask(mask_512: np.ndarray, box: Any, square: Any) -> np.ndarray:
 
 def feather(mask: np.ndarray, blur_ratio: float = OFFLINE_BLUR_RATIO) -> np.ndarray:
     """``cv2.GaussianBlur(mask, (k, k), 0)`` of a (2s, 2s) uint8 mask, ``k`` from :func:`feather_kernel_size`.
-
-    Source: ``musetalk/utils/blending.py:81-82,134-135``.
-    """
+    Source: ``musetalk/utils/blending.py:81-82,134-135``."""
     import cv2
 
     k = feather_kernel_size(mask.shape[0], blur_ratio)
@@ -210,39 +187,38 @@ def feather(mask: np.ndarray, blur_ratio: float = OFFLINE_BLUR_RATIO) -> np.ndar
 
 def prepare_mask(mask_512: np.ndarray, box: Any, square: Any | None = None,
                  blur_ratio: float = OFFLINE_BLUR_RATIO) -> np.ndarray:
-    """The feathered (2s, 2s) uint8 blend mask: :func:`box_mask` then :func:`feather`.
-
-    ``square`` defaults to :func:`expanded_square` of ``box``; ``blur_ratio`` is :data:`OFFLINE_BLUR_RATIO` (0.05) or
-    :data:`REALTIME_BLUR_RATIO` (0.1). Raises InputError as those two do.
-    Source: ``musetalk/utils/blending.py:65-82,112-136``; docs/official-behaviour.md §7.2, §7.4.
+    """The feathered (2s, 2s) uint8 blend mask, :func:`box_mask` then :func:`feather` (InputError as they raise);
+    ``square`` defaults to :func:`expanded_square` of ``box``. Source: ``musetalk/utils/blending.py:65-82,112-136``;
+    docs/official-behaviour.md §7.2, §7.4.
     """
     feather_kernel_size(2, blur_ratio)  # validate before the resize
     square = expanded_square(box) if square is None else square
     return feather(box_mask(mask_512, box, square), blur_ratio)
 
 
-def prepare_materials(frames: Sequence[np.ndarray], boxes: Sequence[Any], parser: Any, mode: str = "jaw",
-                      left_cheek_width: int = 90, right_cheek_width: int = 90,
-                      blur_ratio: float = OFFLINE_BLUR_RATIO, expand: float = EXPAND,
-                      chunk: int = 64, progress: bool = True) -> list[BlendMaterial]:
-    """Blend material of N (H, W, 3) uint8 BGR ``frames`` with N crop ``boxes`` on the CPU: N
-    :class:`BlendMaterial` with numpy masks, in order.
-
-    ``parser`` is a :class:`nbhelpers.parsing.FaceParser`; ``mode`` and the cheek widths (512-px parsing pixels) are
-    :func:`nbhelpers.parsing.face_mask`'s; ``chunk`` frames go to each ``parser.labels`` call. InputError for a bad
-    frame, box or option (all checked before parsing).
-
-    Source: ``musetalk/utils/blending.py:51-82,112-136``.
-    """
+def _checked_boxes(n_frames: int, boxes: Sequence[Any], mode: str, left_cheek_width: int, right_cheek_width: int,
+                   blur_ratio: float) -> tuple[list, list]:
+    """The parsing options checked, and one box per frame as ints with its expanded square (InputError otherwise)."""
     check_parsing_args(mode, left_cheek_width, right_cheek_width)
     feather_kernel_size(2, blur_ratio)
-    if len(frames) != len(boxes):
-        raise InputError(f"frames and boxes must have the same length; got {len(frames)} frames and "
-                         f"{len(boxes)} boxes.")
+    if n_frames != len(boxes):
+        raise InputError(f"frames and boxes must have the same length; got {n_frames} frames and {len(boxes)} boxes.")
+    checked = [check_box(b, f"boxes[{i}]") for i, b in enumerate(boxes)]
+    return checked, [expanded_square(b) for b in checked]
+
+
+def prepare_materials(frames: Sequence[np.ndarray], boxes: Sequence[Any], parser: Any, mode: str = "jaw",
+                      left_cheek_width: int = 90, right_cheek_width: int = 90,
+                      blur_ratio: float = OFFLINE_BLUR_RATIO, chunk: int = 64,
+                      progress: bool = True) -> list[BlendMaterial]:
+    """N :class:`BlendMaterial` (numpy masks, in order) of N (H, W, 3) uint8 BGR ``frames`` and crop ``boxes`` on the
+    CPU. ``parser`` is a :class:`nbhelpers.parsing.FaceParser` (``chunk`` frames a ``labels`` call); ``mode`` and the
+    cheek widths (512-px parsing pixels) are :func:`nbhelpers.parsing.face_mask`'s. InputError for a bad frame, box
+    or option, before parsing. Source: ``musetalk/utils/blending.py:51-82,112-136``.
+    """
+    checked, squares = _checked_boxes(len(frames), boxes, mode, left_cheek_width, right_cheek_width, blur_ratio)
     for i, frame in enumerate(frames):
         _check_frame(frame, f"frames[{i}]")
-    checked = [check_box(b, f"boxes[{i}]") for i, b in enumerate(boxes)]
-    squares = [expanded_square(b, expand) for b in checked]
     materials: list[BlendMaterial] = []
     with bar(len(checked), "face parsing", **({} if progress else {"disable": True})) as pbar:
         for start in range(0, len(checked), max(1, int(chunk))):
@@ -300,44 +276,31 @@ def prepare_masks_torch(masks_512: Any, boxes: Sequence[Any], squares: Sequence[
 
 def prepare_materials_torch(frames: Any, boxes: Sequence[Any], parser: Any, mode: str = "jaw",
                             left_cheek_width: int = 90, right_cheek_width: int = 90,
-                            blur_ratio: float = OFFLINE_BLUR_RATIO, expand: float = EXPAND, bgr: bool = True,
-                            batch_size: int | None = None, progress: bool = True) -> list[BlendMaterial]:
-    """:func:`prepare_materials` on the parser's torch device, in batches, masks left there as tensors.
-
-    Same arguments, but ``frames`` is an (N, H, W, 3) uint8 tensor (or array) on any device, with ``bgr`` (False for
-    RGB frames) and ``batch_size`` (frames per BiSeNet pass; None = ``parser.batch_size``; halved on CUDA
-    out-of-memory) in place of ``chunk``. Every image step is integer-exact with the CPU path; only BiSeNet's argmax
-    may flip on boundary pixels on a GPU or in fp16. Raises InputError for bad inputs (before parsing) and
-    OutOfMemoryError when one frame does not fit.
+                            blur_ratio: float = OFFLINE_BLUR_RATIO, progress: bool = True) -> list[BlendMaterial]:
+    """:func:`prepare_materials` of an (N, H, W, 3) uint8 BGR tensor (or array) ``frames`` on the parser's torch
+    device, ``parser.batch_size`` frames a BiSeNet pass (halved on CUDA out-of-memory), masks left there as tensors.
+    Every image step is integer-exact with the CPU path; only BiSeNet's argmax may flip on boundary pixels on a GPU
+    or in fp16. InputError for bad inputs (before parsing), OutOfMemoryError when one frame does not fit.
     """
     import torch
 
-    check_parsing_args(mode, left_cheek_width, right_cheek_width)
-    feather_kernel_size(2, blur_ratio)
     if isinstance(frames, np.ndarray):
         frames = torch.from_numpy(frames)
     if (not isinstance(frames, torch.Tensor) or frames.ndim != 4 or frames.shape[3] != 3
             or frames.dtype != torch.uint8):
         raise InputError(f"frames must be an (N, H, W, 3) uint8 torch tensor (BGR); got "
                          f"{getattr(frames, 'shape', type(frames).__name__)} {getattr(frames, 'dtype', '')}.")
-    if len(frames) != len(boxes):
-        raise InputError(f"frames and boxes must have the same length; got {len(frames)} frames and "
-                         f"{len(boxes)} boxes.")
-    checked = [check_box(b, f"boxes[{i}]") for i, b in enumerate(boxes)]
-    squares = [expanded_square(b, expand) for b in checked]
-    size = batch_size or getattr(parser, "batch_size", 8)
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        raise InputError(f"batch_size must be a positive integer or None; got {batch_size!r}.")
+    checked, squares = _checked_boxes(len(frames), boxes, mode, left_cheek_width, right_cheek_width, blur_ratio)
 
     def step(sl: slice) -> list[Any]:
         with torch.inference_mode():
-            labels = parser.labels_torch(frames[sl], squares[sl], bgr)
+            labels = parser.labels_torch(frames[sl], squares[sl])
             masks_512 = face_mask_torch(labels, mode, left_cheek_width, right_cheek_width)
             return prepare_masks_torch(masks_512, checked[sl], squares[sl], blur_ratio)
 
     materials: list[BlendMaterial] = []
     with bar(len(checked), "face parsing", **({} if progress else {"disable": True})) as pbar:  # counts queued frames
-        for sl, masks in batched(len(checked), size, step, stage="face parsing"):
+        for sl, masks in batched(len(checked), getattr(parser, "batch_size", 8), step, stage="face parsing"):
             materials += [BlendMaterial(mask=m, square=squares[i], box=checked[i])
                           for m, i in zip(masks, range(sl.start, sl.stop), strict=True)]
             pbar.update(sl.stop - sl.start)
@@ -380,11 +343,9 @@ def materials_for_frames(frames: Any, crop_boxes: Any, face_frames: Sequence[int
 
 
 def prepare_material(frame_bgr: np.ndarray, box: Any, parser: Any, mode: str = "jaw", left_cheek_width: int = 90,
-                     right_cheek_width: int = 90, blur_ratio: float = OFFLINE_BLUR_RATIO,
-                     expand: float = EXPAND) -> BlendMaterial:
+                     right_cheek_width: int = 90, blur_ratio: float = OFFLINE_BLUR_RATIO) -> BlendMaterial:
     """Blend material of one (H, W, 3) uint8 BGR frame: :func:`prepare_materials` of one, same options."""
-    return prepare_materials([frame_bgr], [box], parser, mode, left_cheek_width, right_cheek_width, blur_ratio,
-                             expand)[0]
+    return prepare_materials([frame_bgr], [box], parser, mode, left_cheek_width, right_cheek_width, blur_ratio)[0]
 
 
 def resize_face(face: np.ndarray, box: Any) -> np.ndarray:

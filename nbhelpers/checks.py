@@ -83,19 +83,16 @@ def warn_if_silent(waveform: np.ndarray, what: str = "audio") -> bool:
 
 
 def output_path_for(output: Any, video_path: Path, audio_path: Path) -> Path:
-    """The output MP4 path: ``output``, or ``results/<video>_<audio>.mp4`` in the working directory.
-
-    Raises:
-        InputError: ``output`` does not end in ``.mp4``, is a folder or inside a file, or is the job's own video or
-            audio (writing it would replace the input).
+    """The output MP4 path: ``output``, or ``results/<video>_<audio>.mp4`` in the working directory. InputError when
+    it does not end in ``.mp4``, is a folder or inside a file, or is the job's own video or audio.
     """
     if output is None:
-        path = Path.cwd() / "results" / f"{video_path.stem}_{audio_path.stem}.mp4"
-        _check_not_an_input(path, video_path, audio_path)
-        media.check_writable(path.parent)
-        return path
+        output = Path.cwd() / "results" / f"{video_path.stem}_{audio_path.stem}.mp4"
     path = Path(os.fspath(output)).expanduser()
-    _check_not_an_input(path, video_path, audio_path)
+    for kind, source in (("video", video_path), ("audio", audio_path)):
+        if _same_file(path, Path(source)):
+            raise InputError(f"output {str(path)!r} is the job's {kind}: writing it would replace the input. Give "
+                             "another output path.")
     if path.suffix.lower() != ".mp4":
         raise InputError(f"output must end in .mp4; got {str(path)!r}.")
     if path.is_dir():
@@ -116,20 +113,9 @@ def _same_file(a: Path, b: Path) -> bool:
         return False
 
 
-def _check_not_an_input(output: Path, video_path: Path, audio_path: Path) -> None:
-    for kind, source in (("video", video_path), ("audio", audio_path)):
-        if _same_file(output, Path(source)):
-            raise InputError(f"output {str(output)!r} is the job's {kind}: writing it would replace the input. Give "
-                             "another output path.")
-
-
 def check_weights_dir(weights_dir: Any, version: str, landmark_backend: str = "auto") -> Path:
-    """The weights folder (None: the default), checked for the presence of every file a job of ``version`` opens;
-    no file is read (:meth:`MuseTalkPipeline.check_weights` looks inside).
-
-    Raises:
-        WeightsError: The folder does not exist or files are missing.
-    """
+    """The weights folder (None: the default), checked for the presence of every file a job of ``version`` opens
+    (WeightsError naming the folder or files); no file is read (:meth:`MuseTalkPipeline.check_weights` does)."""
     weights_path = Path(weights_dir).expanduser() if weights_dir is not None else weights.default_dir()
     if not weights_path.is_dir() or weights.missing_files(weights_path,
                                                           weights.required_files(version, parsing=True)):
@@ -139,19 +125,11 @@ def check_weights_dir(weights_dir: Any, version: str, landmark_backend: str = "a
 
 def check_inputs(video: Any, audio: Any, output: Any = None, *, config: InferenceConfig,
                  weights_dir: Any = None, boxes: Any = None) -> tuple[Path, Path, Path, Path, Any, Any]:
-    """Validate every input of a job; returns ``(video, audio, output, weights_dir, video_info, audio_info)``.
-
-    Args:
-        video: Face video or photo path.
-        audio: Speech file path (any format ffmpeg reads, or a video with an audio stream).
-        output: Output MP4 path (None: :func:`output_path_for`'s default).
-        config: Settings (already validated by :class:`InferenceConfig`).
-        weights_dir: Weights folder (official ``models/`` layout), or None for the default.
-        boxes: User crop boxes or None (:func:`check_boxes`).
+    """Validate every input of a job (the ``output`` path as :func:`output_path_for`, ``boxes`` as
+    :func:`check_boxes`); returns ``(video, audio, output, weights_dir, video_info, audio_info)``.
 
     Raises:
-        InputError: A file is missing, not media or without the stream; the output is not ``.mp4``; boxes do not
-            fit the video (:func:`check_boxes`).
+        InputError: A file is missing, not media or without the stream; a bad output path or boxes.
         NoGpuError: ``config.device`` names a CUDA device this runtime does not have.
         WeightsError: Weight files are missing, the restorer's too.
         MissingDependencyError: ``config.restore`` is set and spandrel is not installed.
@@ -213,22 +191,11 @@ def no_face_in_rotated_video(exc: Exception, video_info: Any) -> Exception:
 
 
 def check_boxes(boxes: Any, video: Any, video_info: Any = None) -> Any:
-    """Check hand-given crop boxes against the video; returns :func:`given_boxes` of ``boxes``.
-
-    One box (bare ``(x1, y1, x2, y2)`` or a one-box list) is checked against the frame size. Per-frame boxes need
-    one entry, a box or None, for each 25 fps frame of the whole video as :func:`nbhelpers.media.load_video` yields
-    them (a job uses the first ones), counted by one counting decode.
-
-    Args:
-        boxes: None, one box, a one-box list, or per-frame boxes (:func:`nbhelpers.faces.user_boxes`), full-frame
-            pixels of the upright video.
-        video: Path of the face video or photo (already checked by :func:`check_video`).
-        video_info: Its :class:`~nbhelpers.media.MediaInfo`, or None to probe it.
-
-    Raises:
-        InputError: Per-frame boxes not one per 25 fps frame, or a box outside the frame, inverted or under 16 px.
-
-    Source: none; the official ``--use_saved_coord`` reuses pickled boxes unchecked (scripts/inference.py:151-160).
+    """Check hand-given crop boxes (full-frame pixels of the upright ``video``, whose ``video_info`` is probed when
+    None) and return :func:`given_boxes` of them. One box (bare or a one-box list) is checked against the frame size;
+    per-frame boxes (:func:`nbhelpers.faces.user_boxes`) need one entry, a box or None, per 25 fps frame of the whole
+    video, counted by one decode. InputError otherwise, or for a box outside the frame, inverted or under 16 px.
+    The official ``--use_saved_coord`` reuses pickled boxes unchecked (scripts/inference.py:151-160).
     """
     boxes = given_boxes(boxes)
     if boxes is None:
@@ -237,23 +204,18 @@ def check_boxes(boxes: Any, video: Any, video_info: Any = None) -> Any:
         info = video_info if video_info is not None else media.probe(video, count_frames=False)
         user_boxes(boxes, 1, (int(info.height), int(info.width)))
         return boxes
-    n_frames, shape = _counted_frames(video)
+    path = Path(video).resolve()
+    n_frames, shape = _count_frames_of(str(path), path.stat().st_size, path.stat().st_mtime_ns)
     if len(boxes) != n_frames:
         raise InputError(boxes_count_message(len(boxes), n_frames, f"video {str(video)!r}"))
     user_boxes(boxes, n_frames, shape)
     return boxes
 
 
-def _counted_frames(video: Any) -> tuple[int, tuple[int, int]]:
-    """``(25 fps frames, (height, width))`` of a video by a counting decode, cached by path, size and mtime
-    (``nbh.lipsync()`` and its pipeline's job both check the boxes)."""
-    path = Path(video).resolve()
-    st = path.stat()
-    return _count_frames_of(str(path), st.st_size, st.st_mtime_ns)
-
-
 @functools.lru_cache(maxsize=32)
 def _count_frames_of(path: str, size: int, mtime_ns: int) -> tuple[int, tuple[int, int]]:
+    """``(25 fps frames, (height, width))`` of a video by a counting decode, cached by path, size and mtime
+    (``nbh.lipsync()`` and its pipeline's job both check the boxes)."""
     with media.load_video(path) as reader:
         return int(reader.frame_count), (int(reader.height), int(reader.width))
 

@@ -1,7 +1,5 @@
-"""HTML for objects that show themselves in a notebook: a video, image or table as a string of HTML.
-
-Videos are embedded as ``<video controls>`` with a base64 data URL up to ``max_embed_mb``; larger files show their
-first frame and a download hint. Nothing here imports IPython.
+"""HTML for objects that show themselves in a notebook: a video (embedded up to ``max_embed_mb``, else its first
+frame and a download hint), image or table as a string of HTML. Nothing here imports IPython.
 """
 
 from __future__ import annotations
@@ -40,11 +38,8 @@ def table_html(rows: Iterable[Sequence[Any]], header: Sequence[str] = ()) -> str
 
 
 def media_path(media: Any) -> Path:
-    """The existing file of a path or of a result with an ``output`` path.
-
-    Raises:
-        InputError: Neither a path nor a result with one, or the file does not exist.
-    """
+    """The existing file of a path or of a result with an ``output`` path; InputError for anything else or a file
+    that does not exist."""
     path = getattr(media, "output", media)
     if not isinstance(path, (str, os.PathLike)):
         raise InputError(f"expected a file path or a result with an output path; got {type(media).__name__}.")
@@ -55,11 +50,8 @@ def media_path(media: Any) -> Path:
 
 
 def first_frame_png(path: str | os.PathLike, width: int = PREVIEW_WIDTH) -> bytes:
-    """PNG bytes of the first frame of a video (or an image), at most ``width`` pixels wide (never enlarged).
-
-    Raises:
-        MediaError: ffmpeg could not read a frame.
-    """
+    """PNG bytes of the first frame of a video (or an image), at most ``width`` pixels wide (never enlarged);
+    MediaError when ffmpeg could not read a frame."""
     command = [str(ffmpeg_exe()), "-v", "error", "-i", str(path), "-frames:v", "1",
                "-vf", f"scale='min({int(width)},iw)':-2", "-f", "image2pipe", "-vcodec", "png", "-"]
     done = subprocess.run(command, capture_output=True, stdin=subprocess.DEVNULL)
@@ -72,8 +64,7 @@ def first_frame_png(path: str | os.PathLike, width: int = PREVIEW_WIDTH) -> byte
 @dataclass(frozen=True)
 class MediaView:
     """A video or image shown inline: the file at ``path`` embedded when small, else a first-frame preview and a
-    download hint; ``size_mb`` in 10**6 bytes, ``title`` above it, ``width`` in pixels.
-    """
+    download hint; ``size_mb`` in 10**6 bytes, ``title`` above it, ``width`` in pixels."""
 
     path: Path
     embedded: bool
@@ -120,10 +111,7 @@ class MediaView:
 def show_video(path: Any, max_embed_mb: float = 10, *, title: str = "", width: int = PREVIEW_WIDTH) -> MediaView:
     """Show a video or image (a path, or a result with an ``output`` path) inline in Colab and Jupyter: a
     :class:`MediaView`, embedded up to ``max_embed_mb`` (10**6 bytes), ``title`` above it, ``width`` pixels wide.
-
-    Raises:
-        InputError: The file does not exist.
-    """
+    InputError when the file does not exist."""
     file = media_path(path)
     size_mb = file.stat().st_size / 1e6
     return MediaView(file, size_mb <= max_embed_mb, size_mb, title, int(width))

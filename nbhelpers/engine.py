@@ -1,11 +1,10 @@
 """The render engine: every frame of every clip (offline job, avatar, live, preview) is made here.
 
-Per batch of output frames: UNet step and VAE decode of the frames whose source frame has a face, paste-back, and
-hand-off to a sink. Output frame ``t`` uses source frame ``cycle_index(t, N)`` (the ping-pong,
-docs/official-behaviour.md §4.5) and tokens ``features[t]``; a face-less source frame is written unchanged. An
-out-of-memory error halves the batch and retries the same frames (:func:`nbhelpers.gpu.batched`), so every frame is
-made once, in order. Source: ``scripts/inference.py:187-238``, ``scripts/realtime_inference.py:226-285``
-(docs/official-behaviour.md §6-§9).
+Per batch of output frames: UNet step and VAE decode of those whose source frame ``cycle_index(t, N)`` (the
+ping-pong, §4.5) has a face, with tokens ``features[t]``, paste-back, and hand-off to a sink; a face-less source frame
+is written unchanged. Out of memory halves the batch and retries the same frames (:func:`nbhelpers.gpu.batched`).
+Source: ``scripts/inference.py:187-238``, ``scripts/realtime_inference.py:226-285`` (docs/official-behaviour.md
+§4.5, §6-§9).
 """
 
 from __future__ import annotations
@@ -49,20 +48,16 @@ class Timings:
     @contextmanager
     def stage(self, name: str):
         """Time the block and add its seconds to ``name`` (and its peak GPU memory, when tracked)."""
-        cuda = None
-        if self.peak_gib is not None:
-            torch, index = _cuda()
-            if torch is not None:
-                cuda = (torch, index)
-                _remember_peak(torch, index)  # keep the job's peak before the counters restart for this block
-                torch.cuda.reset_peak_memory_stats(index)
+        torch, index = _cuda() if self.peak_gib is not None else (None, None)
+        if torch is not None:
+            _remember_peak(torch, index)  # keep the job's peak before the counters restart for this block
+            torch.cuda.reset_peak_memory_stats(index)
         start = time.perf_counter()
         try:
             yield
         finally:
             self.add(name, time.perf_counter() - start)
-            if cuda is not None:
-                torch, index = cuda
+            if torch is not None:
                 peak = torch.cuda.max_memory_allocated(index) / 2**30
                 self.peak_gib[name] = max(self.peak_gib.get(name, 0.0), peak)
                 _remember_peak(torch, index)
@@ -79,10 +74,8 @@ class Timings:
 
 @contextmanager
 def flush_denormals(device) -> Iterator[None]:
-    """On the CPU, flush denormal floats (below 1e-38) to zero while the block runs, then restore the default (off).
-
-    Random or lightly trained weights give many denormals, which the CPU handles in slow microcode. No effect on CUDA.
-    """
+    """On the CPU, flush denormal floats (below 1e-38) to zero while the block runs, then restore the default (off):
+    random or lightly trained weights give many, which the CPU handles in slow microcode. No effect on CUDA."""
     import torch
 
     on_cpu = torch.device(device).type == "cpu"
@@ -151,15 +144,14 @@ class SourceFaces:
         return dataclasses.replace(self, masks=masks, frames_device=frames_device)
 
     @classmethod
-    def from_materials(cls, frames: Any, face_frames: Sequence[int], latents: Any, materials: Sequence[Any],
-                       frames_device: Any = None) -> SourceFaces:
+    def from_materials(cls, frames: Any, face_frames: Sequence[int], latents: Any,
+                       materials: Sequence[Any]) -> SourceFaces:
         """Build from the N ``frames``, the M increasing indices ``face_frames`` of those with a face, and their
         (M, 8, 32, 32) ``latents`` and :class:`~nbhelpers.blending.BlendMaterial` ``materials`` in that order."""
         latent_row = np.full(len(frames), -1, dtype=np.int64)
         latent_row[np.asarray(face_frames, dtype=np.int64)] = np.arange(len(face_frames))
         return cls(frames=frames, latent_row=latent_row, latents=latents, boxes=[m.box for m in materials],
-                   masks=[m.mask for m in materials], squares=[m.square for m in materials],
-                   frames_device=frames_device)
+                   masks=[m.mask for m in materials], squares=[m.square for m in materials])
 
 
 def check_features(features: Any, n_out: int) -> None:
@@ -185,11 +177,8 @@ def render(source: SourceFaces, features: Any, models: Any, batch_size: int, n_o
     batch before ``PINNED_RING - 1`` more are made. ``pad_batches`` runs every CUDA UNet + decode call on
     ``batch_size`` rows, so a short last batch reuses the others' cuDNN plans.
 
-    Raises:
-        InputError: ``batch_size`` < 1, ``n_out`` < 0, or ``features`` too short (before the first batch).
-        OutOfMemoryError: The GPU runs out of memory even at batch size 1.
-
-    Source: ``scripts/inference.py:187-238``, ``realtime_inference.py:226-285`` (docs/official-behaviour.md §6-§9).
+    InputError (at the call) for ``batch_size`` < 1, ``n_out`` < 0 or ``features`` too short; OutOfMemoryError
+    when batch size 1 does not fit. Source: ``scripts/inference.py:187-238``, ``realtime_inference.py:226-285``.
     """
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise InputError(f"batch_size must be a whole number >= 1; got {batch_size!r}.")
@@ -208,16 +197,13 @@ def repaint(source: SourceFaces, features: Any, models: Any, ts: np.ndarray, *, 
             events: Any = None, defer_copy: bool = False, feature_offset: int = 0, pad_to: int | None = None):
     """Make output frames ``first_frame + ts`` ((B,) ints): UNet step, VAE decode, the optional
     ``models.restorer`` (:class:`~nbhelpers.restore.Restorer`), and paste-back (on the GPU on CUDA unless
-    ``cpu_blend``, else the bit-exact :func:`nbhelpers.blending.blend_cpu`).
+    ``cpu_blend``, else the bit-exact :func:`nbhelpers.blending.blend_cpu`). Returns ``(frames, faces_256)``:
+    (B, H, W, 3) uint8 BGR numpy frames and the (F, 256, 256, 3) uint8 BGR tensor of the F generated crops (None
+    when F = 0).
 
     ``host_buffer(shape)`` gives a pinned uint8 tensor to copy the frames into; with ``defer_copy`` the copy stays
     in flight (wait on ``events.last()``, a :class:`CudaStageEvents`). ``pad_to`` runs the UNet and decoder on at
     least that many rows (the last face repeated, extra outputs dropped), so batches keep one shape.
-
-    Returns:
-        ``(frames, faces_256)``: (B, H, W, 3) uint8 BGR numpy frames, and the (F, 256, 256, 3) uint8 BGR tensor of
-        the F generated (restored) crops, None when F = 0.
-
     Source: ``scripts/inference.py:199-238`` (docs/official-behaviour.md §6-§8).
     """
     import torch
@@ -237,8 +223,8 @@ def repaint(source: SourceFaces, features: Any, models: Any, ts: np.ndarray, *, 
             if pad_to is not None and n_face < pad_to:
                 face_rows_np = np.concatenate([face_rows_np, np.repeat(face_rows_np[-1:], pad_to - n_face)])
                 feature_rows = np.concatenate([feature_rows, np.repeat(feature_rows[-1:], pad_to - n_face)])
-            lat = source.latents[_index(face_rows_np, source.latents.device)]
-            feat = features[_index(feature_rows, features.device)]
+            lat = source.latents[gpu.to_device(face_rows_np, source.latents.device)]
+            feat = features[gpu.to_device(feature_rows, features.device)]
             faces_256 = decode(unet_step(models.unet, models.pe, lat, feat), models.vae)[:n_face]
             restorer = getattr(models, "restorer", None)
             if restorer is not None:
@@ -254,8 +240,7 @@ def repaint(source: SourceFaces, features: Any, models: Any, ts: np.ndarray, *, 
             frames = np.stack([source.frames[int(j)] for j in js])
             if faces_256 is not None:
                 faces_np = faces_256.cpu().numpy()
-                for k, p in enumerate(np.flatnonzero(has)):
-                    r = face_rows[k]
+                for k, (p, r) in enumerate(zip(np.flatnonzero(has), face_rows, strict=True)):
                     frames[p] = blending.blend_cpu(frames[p], faces_np[k], source.boxes[r], source.masks[r],
                                                    source.squares[r])
     if events is not None:
@@ -264,17 +249,6 @@ def repaint(source: SourceFaces, features: Any, models: Any, ts: np.ndarray, *, 
         timings.add("generate", t_gen - t_start)
         timings.add("blend", time.perf_counter() - t_gen)
     return frames, faces_256
-
-
-def _index(values: Any, device: Any):
-    """An int64 index tensor on ``device``; on CUDA through pinned memory, so the copy queues instead of waiting
-    for the stream."""
-    import torch
-
-    t = torch.from_numpy(np.ascontiguousarray(values, dtype=np.int64))
-    if torch.device(device).type != "cuda":
-        return t.to(device)
-    return t.pin_memory().to(device, non_blocking=True)
 
 
 def _device_of(models: Any):
@@ -323,8 +297,8 @@ class PinnedRing:
     """Pinned host buffers for finished batches, reused in rotation: batch k (over every render call sharing the
     ring, retries included) uses slot ``k % size``, whose batch k - size the writer has finished with."""
 
-    def __init__(self, size: int = PINNED_RING):
-        self.slots: list = [None] * int(size)
+    def __init__(self):
+        self.slots: list = [None] * PINNED_RING
         self.produced = 0  # batches made so far
 
     def buffer(self, shape: tuple[int, ...]):
@@ -401,12 +375,12 @@ def _blend_on_device(source: SourceFaces, js, has, face_rows, faces_256, device,
     import torch
 
     if source.frames_device is not None:
-        frames_t = source.frames_device[_index(js, source.frames_device.device)]
+        frames_t = source.frames_device[gpu.to_device(js, source.frames_device.device)]
     else:
         frames_t = torch.from_numpy(np.stack([source.frames[int(j)] for j in js])).pin_memory().to(
             device, non_blocking=True)
     if faces_256 is not None:
-        pos = _index(np.flatnonzero(has), frames_t.device)
+        pos = gpu.to_device(np.flatnonzero(has), frames_t.device)
         blended = blending.blend_torch(frames_t[pos], faces_256, [source.boxes[r] for r in face_rows],
                                        [source.masks[r] for r in face_rows],
                                        [source.squares[r] for r in face_rows], inplace=True)
@@ -432,9 +406,7 @@ def run(source: SourceFaces, features: Any, models: Any, batch_size: int, n_out:
     generator preparing each piece when asked overlaps that work with the encoder). ``timings`` also gets
     ``encode_wait``. ``render_gate`` (a lock or semaphore, or None) is held from the first batch until the last one
     is rendered, so threads sharing it render at most as many clips at once as it admits. ``desc`` names the bar.
-
-    Raises:
-        Whatever the writer or the callback raised (in the calling thread), and those of :func:`render`.
+    Raises what the writer or the callback raised (in the calling thread), and what :func:`render` raises.
     """
     pieces = [Piece(0, n_out, source)] if isinstance(source, SourceFaces) else source
     ring = PinnedRing()
@@ -474,12 +446,10 @@ def run(source: SourceFaces, features: Any, models: Any, batch_size: int, n_out:
 
 class BackgroundWriter:
     """Hands finished batches to ``writer`` (``write(frames)``, optionally ``abort()`` and ``stall_timeout_s``; or
-    None) and ``frame_callback(t, frame)`` on a thread while the caller computes the next batch.
-
-    The caller blocks (drops nothing) while ``depth`` batches wait. An error in the writer or the callback is raised
-    in the caller's thread at the next :meth:`put` or at exit. A writer that takes no batch for ``timeout_s``
-    (default its ``stall_timeout_s`` + 30 s, else :data:`WRITER_TIMEOUT_S`) is aborted and reported as stalled
-    (FFmpegError); nothing half-written is kept.
+    None) and ``frame_callback(t, frame)`` on a thread while the caller, blocked while ``depth`` batches wait,
+    computes the next. An error there is raised in the caller's thread at the next :meth:`put` or at exit. A writer
+    that takes no batch for ``timeout_s`` (default its ``stall_timeout_s`` + 30 s, else :data:`WRITER_TIMEOUT_S`) is
+    aborted and reported as stalled (FFmpegError); nothing half-written is kept.
     """
 
     def __init__(self, writer: Any, frame_callback: Callable[[int, np.ndarray], None] | None = None,

@@ -23,23 +23,16 @@ class MediaError(NbHelpersError):
 
 
 class FFmpegError(MediaError):
-    """ffmpeg exited with an error; the message ends with what it printed.
-
-    Attributes:
-        args_list: The argument list that was run.
-        returncode: ffmpeg's exit status.
-        stderr_tail: The last lines of ffmpeg's standard error.
-    """
+    """ffmpeg exited with an error; the message ends with what it printed (``stderr_tail``, the last lines of its
+    standard error). ``args_list`` is the argument list that was run, ``returncode`` its exit status."""
 
     def __init__(self, message: str, args_list: list[str] | None = None, returncode: int | None = None,
                  stderr_tail: str = ""):
         self.args_list = list(args_list or [])
         self.returncode = returncode
         self.stderr_tail = stderr_tail
-        full = message
         stopped = _stop_signal_note(returncode)
-        if stopped:
-            full += " " + stopped
+        full = f"{message} {stopped}" if stopped else message
         if stderr_tail:
             full += "\n--- ffmpeg said ---\n" + stderr_tail.rstrip()
         super().__init__(full)
@@ -47,8 +40,7 @@ class FFmpegError(MediaError):
 
 def _stop_signal_note(returncode: int | None) -> str:
     """What an ffmpeg exit status says about a signal: negative is the signal that ended it, 255 is ffmpeg's status
-    after it caught SIGINT or SIGTERM (``fftools/ffmpeg.c``); its last lines may then blame an input file that is fine.
-    """
+    after it caught SIGINT or SIGTERM (``fftools/ffmpeg.c``); its last lines may then blame an input file that is fine."""
     if returncode is None or not (returncode < 0 or returncode == 255):
         return ""
     if returncode < 0:
@@ -112,16 +104,13 @@ class Terminated(KeyboardInterrupt):
 
 
 class NbHelpersWarning(UserWarning):
-    """Base class of nbhelpers' warnings, shown as ``Name: message`` without Python's file and source line.
-
-    Filter them with ``warnings.filterwarnings("ignore", category=NbHelpersWarning)``.
-    """
+    """Base class of nbhelpers' warnings, shown as ``Name: message`` without Python's file and source line; filter
+    them with ``warnings.filterwarnings("ignore", category=NbHelpersWarning)``."""
 
 
 class FallbackWarning(NbHelpersWarning, RuntimeWarning):
     """A slower or smaller way took over from what was asked, with nothing lost (a batch halved after out-of-memory,
-    the CPU instead of a missing CUDA provider, the next landmark backend).
-    """
+    the CPU instead of a missing CUDA provider, the next landmark backend)."""
 
 
 class SilentAudioWarning(NbHelpersWarning):

@@ -1,9 +1,8 @@
 """Random access to the 25 fps frames of a clip without holding them in RAM, within a checked disk budget.
 
-The ping-pong cycle (official-behaviour §4.5) needs random access to frames that do not fit in RAM (quirk Q25): a
-:class:`FrameStore` writes them to one raw file in the temporary folder and maps it back with ``numpy.memmap``.
-Each store holds an ``flock`` on its folder; a new store removes the folders nobody holds
-(:func:`remove_stale_frames`).
+The ping-pong cycle (§4.5) needs random access to frames that may not fit in RAM (quirk Q25): a :class:`FrameStore`
+writes them to one raw file in the temporary folder, mapped back with ``numpy.memmap``, its folder ``flock``-held;
+a new store removes the folders nobody holds (:func:`remove_stale_frames`).
 """
 
 from __future__ import annotations
@@ -31,13 +30,9 @@ UNLOCKED_AGE_S = 3600.0  # a folder without a lock file (an older version's, or 
 
 
 class FrameStore:
-    """``height`` x ``width`` uint8 BGR frames kept in a raw file in ``directory`` (default: a new temporary folder),
-    appended once, then read by index.
-
-    :meth:`append` while decoding, then :meth:`finish`; then ``store[i]`` and ``store[list]`` give frames. The file
-    goes at :meth:`close`, garbage collection or exit.
-
-    Raises DiskSpaceError when the disk filled up while appending (the frames written are removed).
+    """``height`` x ``width`` uint8 BGR frames kept in a raw file in ``directory`` (default: a new temporary folder):
+    :meth:`append` while decoding, :meth:`finish`, then ``store[i]`` and ``store[list]``. The file goes at
+    :meth:`close`, garbage collection or exit. DiskSpaceError when the disk fills up (the frames are removed).
     """
 
     def __init__(self, height: int, width: int, directory: str | os.PathLike | None = None):
@@ -134,11 +129,8 @@ def _gib(n_bytes: float) -> str:
 
 
 def check_disk_for_frames(n_frames: int, height: int, width: int, directory: str | os.PathLike | None = None) -> int:
-    """Check that ``n_frames`` raw ``height`` x ``width`` x 3 uint8 frames fit on the disk of ``directory``
-    (default: the temporary folder) with 1 GiB to spare; returns the bytes needed.
-
-    Raises DiskSpaceError when there is not enough free space; the message says what is needed, what is free and where.
-    """
+    """The bytes of ``n_frames`` raw ``height`` x ``width`` x 3 uint8 frames, after checking they fit on the disk of
+    ``directory`` (default: the temporary folder) with 1 GiB to spare (else DiskSpaceError)."""
     where = Path(directory) if directory is not None else Path(tempfile.gettempdir())
     need = int(n_frames) * int(height) * int(width) * 3
     free = shutil.disk_usage(where).free
@@ -245,9 +237,7 @@ def remove_stale_frames(folder: str | os.PathLike | None = None, unlocked_age_s:
 
 def cycle_index(t: int | np.ndarray, n_frames: int) -> int | np.ndarray:
     """Source frame of output frame ``t`` (int or integer array) in the official ping-pong over ``n_frames`` (N >= 1):
-    ``0, 1, ..., N-1, N-1, ..., 1, 0`` repeated, so a photo always gives 0.
-
-    Source: ``inference.py:179-181,210-212``.
+    ``0, 1, ..., N-1, N-1, ..., 1, 0`` repeated, so a photo always gives 0. Source: ``inference.py:179-181,210-212``.
     """
     if n_frames < 1:
         raise ValueError(f"n_frames must be >= 1, got {n_frames}")
@@ -258,7 +248,5 @@ def cycle_index(t: int | np.ndarray, n_frames: int) -> int | np.ndarray:
 
 def output_frame_count(n_samples: int, sample_rate: int = 16_000, fps: int = FPS) -> int:
     """Output frames for audio of ``n_samples`` at ``sample_rate`` Hz: ``floor(seconds * fps)`` in integer arithmetic.
-
-    Source: ``audio_processor.py:63``.
-    """
+    Source: ``audio_processor.py:63``."""
     return int(n_samples) * int(fps) // int(sample_rate)

@@ -16,12 +16,8 @@ BAR_FROM_BYTES = 64 << 20  # files from this size (64 MiB) show a progress bar i
 
 
 def sha256_file(path: str | os.PathLike, desc: str | None = None) -> str:
-    """The SHA-256 of the file ``path`` as 64 lowercase hex digits, read in chunks, with a progress bar labelled
-    ``desc`` (default: the file name) for files of :data:`BAR_FROM_BYTES` or more.
-
-    Raises:
-        OSError: The file cannot be read.
-    """
+    """The SHA-256 of the file ``path`` as 64 lowercase hex digits (OSError when unreadable), read in chunks, with a
+    progress bar labelled ``desc`` (default: the file name) for files of :data:`BAR_FROM_BYTES` or more."""
     path = Path(path)
     size = path.stat().st_size
     digest = hashlib.sha256()

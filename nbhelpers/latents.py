@@ -22,11 +22,9 @@ LATENT_MODES = ("sample", "mode")
 
 def crop_and_resize(frame: np.ndarray, box: Sequence[float]) -> np.ndarray:
     """Cut crop box ``box = (x1, y1, x2, y2)`` (frame pixels, exclusive ends, truncated to int; for v15 ``y2``
-    includes ``extra_margin``) out of an (H, W, 3) uint8 BGR frame and resize it to (256, 256, 3) with Lanczos-4.
-
-    Edges past the frame are clipped (the crop is stretched), as the official numpy slice does; a negative x1 or y1
-    is clipped to 0. Raises InputError for a bad frame or box, or a box that misses the frame.
-    Source: ``scripts/inference.py:173-174``; docs/official-behaviour.md §3.3.
+    includes ``extra_margin``) out of an (H, W, 3) uint8 BGR frame, edges clipped to the frame as the official numpy
+    slice does, and resize it to (256, 256, 3) with Lanczos-4. InputError for a bad frame or box, or a box that misses
+    the frame. Source: ``scripts/inference.py:173-174``; docs/official-behaviour.md §3.3.
     """
     import cv2
 
@@ -49,27 +47,18 @@ def crop_and_resize(frame: np.ndarray, box: Sequence[float]) -> np.ndarray:
 
 def encode(crops_256: Any, vae: Any, generator: Any = None, mode: str = "sample", *, first_index: int = 0,
            batch_size: int = 8, progress: bool = False):
-    """VAE-encode face crops into MuseTalk's 8-channel latents (masked ‖ reference).
+    """VAE-encode (N, 256, 256, 3) uint8 BGR ``crops_256`` (an array, a list of arrays, or a tensor on any device)
+    into MuseTalk's (N, 8, 32, 32) latents in the VAE dtype on its device: channels 0-3 the masked crop's, 4-7 the
+    whole's.
 
     Per crop: BGR to RGB, ``/255``, ``(x - 0.5) / 0.5``, rows 128..255 set to -1 in the masked copy; both copies in
-    one VAE call; each posterior sampled (``mean + std * noise``) or taken at its mean, times the scaling factor
-    (0.18215). The official noise is unseeded (quirk Q1); here frame ``i`` (``first_index`` + position) draws its
-    masked then reference noise, each (1, 4, 32, 32) float32, from a CPU generator seeded by :func:`frame_seed`, so a
-    seed gives the same latents on every device, batch size and split of the video.
-
-    ``crops_256``: (N, 256, 256, 3) uint8 BGR crops (an array, a list of arrays, or a tensor on any device).
-    ``generator``: an ``int`` seed >= 0, a ``torch.Generator`` (one base seed drawn per call), or None (torch's global
-    RNG). ``mode``: ``"sample"`` (official) or ``"mode"`` (posterior mean). ``first_index``: frame index of
-    ``crops_256[0]``. ``batch_size``: crops per VAE call, halved on CUDA out-of-memory.
-
-    Returns:
-        (N, 8, 32, 32) tensor in the VAE dtype on its device: channels 0-3 the masked crop's latent, 4-7 the whole's.
-
-    Raises:
-        InputError: A bad ``crops_256``, ``mode``, ``generator``, ``first_index`` or ``batch_size``.
-        OutOfMemoryError: The GPU runs out of memory even at batch size 1.
-
-    Source: ``musetalk/models/vae.py:35-94,110-122``, ``musetalk/utils/utils.py:154,159``;
+    one VAE call (``batch_size`` crops a call, halved on CUDA out-of-memory); each posterior sampled (``mode``
+    ``"sample"``, official: ``mean + std * noise``) or at its mean (``"mode"``), times the scaling factor (0.18215).
+    The official noise is unseeded (quirk Q1); here frame ``first_index + i`` draws its masked then reference noise,
+    (1, 4, 32, 32) float32 each, from a CPU generator seeded by :func:`frame_seed` of the base seed ``generator`` (an
+    int >= 0, one drawn from a ``torch.Generator``, or None: torch's global RNG), so a seed gives the same latents on
+    every device, batch size and split of the video. InputError for a bad argument; OutOfMemoryError when batch
+    size 1 does not fit. Source: ``musetalk/models/vae.py:35-94,110-122``, ``musetalk/utils/utils.py:154,159``;
     docs/official-behaviour.md §4.1-§4.3, #q1.
     """
     import torch
@@ -118,10 +107,8 @@ def encode(crops_256: Any, vae: Any, generator: Any = None, mode: str = "sample"
 
 
 def _normalise(x_uint8_bhwc, dtype):
-    """(B, 256, 256, 3) uint8 BGR -> contiguous (B, 3, 256, 256) RGB in [-1, 1] (float32 maths, then ``dtype``).
-
-    Contiguous NCHW as the official ``transpose`` gives (``vae.py:72-80``): a channels-last tensor rounds differently.
-    """
+    """(B, 256, 256, 3) uint8 BGR -> contiguous (B, 3, 256, 256) RGB in [-1, 1] (float32 maths, then ``dtype``),
+    NCHW as the official ``transpose`` gives (``vae.py:72-80``): a channels-last tensor rounds differently."""
     x = x_uint8_bhwc.flip(-1).permute(0, 3, 1, 2).contiguous().float() / 255.0
     return ((x - 0.5) / 0.5).to(dtype)
 
@@ -159,12 +146,10 @@ def _base_seed(generator: Any) -> int:
 
 
 def decode(latents: Any, vae: Any):
-    """Decode (B, 4, 32, 32) float UNet latents (any device) to (B, 256, 256, 3) uint8 BGR crops on the VAE's device.
-
-    ``(1 / scaling_factor) * z`` (the official order), VAE decode, ``(x / 2 + 0.5).clamp(0, 1)``, then in float32
-    ``x 255`` rounded half to even. The result is an inference tensor (``.clone()`` it before changing it in place).
-    ``vae`` is the diffusers ``AutoencoderKL`` on its device and dtype; InputError when ``latents`` is not a 4-D float
-    tensor with 4 channels. Source: ``musetalk/models/vae.py:96-108``; docs/official-behaviour.md §6.
+    """Decode (B, 4, 32, 32) float UNet latents (any device; else InputError) to (B, 256, 256, 3) uint8 BGR crops on
+    the VAE's device, an inference tensor: ``(1 / scaling_factor) * z`` (the official order), VAE decode,
+    ``(x / 2 + 0.5).clamp(0, 1)``, then ``x 255`` in float32 rounded half to even.
+    Source: ``musetalk/models/vae.py:96-108``; docs/official-behaviour.md §6.
     """
     import torch
 
@@ -183,13 +168,9 @@ def decode(latents: Any, vae: Any):
 
 
 def unet_step(unet: Any, pe: Callable[[Any], Any], latent_batch: Any, feature_batch: Any):
-    """One MuseTalk UNet call at timestep 0: ``unet(latents, 0, encoder_hidden_states=pe(features)).sample``, a
-    (B, 4, 32, 32) tensor in the UNet dtype on its device, for :func:`decode`.
-
-    ``latent_batch`` (B, 8, 32, 32) and ``feature_batch`` (B, 50, 384) may be on any device; both are cast to the UNet
-    dtype, and the positional encoding ``pe`` is added here, as officially. No scheduler, noise or mask. InputError
-    when the shapes are not (B, 8, h, w) and (B, 50, 384) with the same B.
-
+    """One MuseTalk UNet call at timestep 0, ``unet(latents, 0, encoder_hidden_states=pe(features)).sample``: a
+    (B, 4, 32, 32) tensor in the UNet dtype on its device from ``latent_batch`` (B, 8, 32, 32) and ``feature_batch``
+    (B, 50, 384) on any device (else InputError), the positional encoding added here as officially. No scheduler.
     Source: ``scripts/inference.py:50,199-203``, ``musetalk/models/unet.py:12-27``; docs/official-behaviour.md §6.
     """
     import torch
@@ -205,13 +186,10 @@ def unet_step(unet: Any, pe: Callable[[Any], Any], latent_batch: Any, feature_ba
 
 def encode_frames(frames: Any, crop_boxes: Any, face_frames: Sequence[int], vae: Any, *, seed: int = 0,
                   mode: str = "sample", batch_size: int = 8, progress: Any = True):
-    """Latents of the source frames that have a face, in frame order: (M, 8, 32, 32), contiguous, VAE dtype.
-
-    ``frames``: N source frames (H, W, 3) uint8 BGR with random access; ``crop_boxes`` (N, 4); ``face_frames``: M >= 1
-    increasing indices. Crops (:func:`crop_and_resize`) are encoded in runs of consecutive frames, ``batch_size`` a
-    call; each frame's noise is seeded by its own index, so batching never changes its latents. ``progress``: show a
-    ``latents`` bar, or a bar to advance. InputError when ``face_frames`` is empty or a crop or option is invalid.
-
+    """(M, 8, 32, 32) contiguous latents (VAE dtype) of the M >= 1 increasing ``face_frames`` of N (H, W, 3) uint8
+    BGR ``frames`` (random access) with (N, 4) ``crop_boxes``: crops (:func:`crop_and_resize`) encoded in runs of
+    consecutive frames, ``batch_size`` a call, each frame's noise seeded by its index. ``progress``: show a
+    ``latents`` bar, or a bar to advance. InputError for no face frame or a bad crop or option.
     Source: ``scripts/inference.py:163-176``; docs/official-behaviour.md §4.
     """
     import torch

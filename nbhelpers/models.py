@@ -1,13 +1,9 @@
-"""Loading the models from local files: MuseTalk UNet, sd-vae-ft-mse, whisper-tiny, positional encoding.
+"""Loading MuseTalk's UNet, sd-vae-ft-mse, whisper-tiny and positional encoding from the official ``models/`` layout.
 
-Everything reads the official ``models/`` layout (:mod:`nbhelpers.weights`) with ``local_files_only=True``. The UNet
-checkpoint is memory-mapped, assigned into a model built on the meta device, then cast and moved one tensor at a
-time, so no extra float32 copy is ever held. Loading is strict: a missing, unexpected or mis-shaped key raises
-:class:`~nbhelpers.errors.CheckpointError` naming the keys and the file. :class:`PositionalEncoding` (a torch
-module) is defined on first access, so importing this module loads no torch.
-
-Source: ``musetalk/models/unet.py``, ``musetalk/models/vae.py``, ``scripts/inference.py:45-67``;
-docs/official-behaviour.md §1.
+The UNet checkpoint is memory-mapped, assigned into a model built on the meta device, then cast and moved one tensor
+at a time (no extra float32 copy). Loading is strict: a missing, unexpected or mis-shaped key raises
+:class:`~nbhelpers.errors.CheckpointError`. Importing this module loads no torch. Source: ``musetalk/models/unet.py``,
+``musetalk/models/vae.py``, ``scripts/inference.py:45-67``; docs/official-behaviour.md §1.
 """
 
 from __future__ import annotations
@@ -64,12 +60,9 @@ def _torch_classes() -> dict[str, type]:
     from torch import nn
 
     class PositionalEncoding(nn.Module):
-        """Sinusoidal positional encoding added to the whisper tokens before the UNet's cross-attention.
-
-        ``pe[0, pos, 2i] = sin(pos * exp(-2i * ln(10000) / d_model))``, ``pe[0, pos, 2i+1] = cos(same)``: a float32
-        buffer [1, max_len, d_model] that ``.half()`` casts, as the official ``--use_float16`` path does. ``d_model``
-        is the token width (even; 384), ``max_len`` the positions available (a frame uses 50).
-
+        """Sinusoidal positional encoding of the whisper tokens (width ``d_model``, even; ``max_len`` positions):
+        ``pe[0, pos, 2i] = sin(pos * exp(-2i * ln(10000) / d_model))``, ``pe[0, pos, 2i+1] = cos(same)``, a float32
+        buffer [1, max_len, d_model] that ``.half()`` casts as the official ``--use_float16`` path does.
         Source: ``musetalk/models/unet.py:12-27``, ``scripts/inference.py:54``; docs/official-behaviour.md §5.4.
         """
 
@@ -87,10 +80,8 @@ def _torch_classes() -> dict[str, type]:
             self.register_buffer("pe", pe.unsqueeze(0))  # [1, max_len, d_model]
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
-            """``x + pe[:, :seq_len]`` in ``x``'s dtype, for tokens ``x`` [B, seq_len, d_model] on the module's device.
-
-            Raises InputError when ``x`` is not 3-D with width ``d_model``, or ``seq_len > max_len``.
-            """
+            """``x + pe[:, :seq_len]`` in ``x``'s dtype for tokens ``x`` [B, seq_len <= max_len, d_model], else
+            InputError."""
             if x.dim() != 3 or x.shape[-1] != self.pe.shape[-1] or x.shape[1] > self.pe.shape[1]:
                 raise InputError(f"x must be [B, seq_len <= {self.pe.shape[1]}, {self.pe.shape[-1]}]; got "
                                  f"{list(x.shape)}.")
@@ -100,10 +91,8 @@ def _torch_classes() -> dict[str, type]:
 
 
 def bundled_config(name: str) -> dict[str, Any]:
-    """A fresh dict of a config shipped in ``nbhelpers/configs``: ``name`` is ``"musetalkV15-unet.json"``,
-    ``"sd-vae-ft-mse.json"``, ``"whisper-tiny.json"`` or ``"whisper-tiny-preprocessor.json"`` (InputError otherwise).
-    Source: docs/official-behaviour.md §1.1, §1.3.
-    """
+    """A fresh dict of the config ``name`` shipped in ``nbhelpers/configs`` (InputError listing them otherwise).
+    Source: docs/official-behaviour.md §1.1, §1.3."""
     folder = importlib.resources.files("nbhelpers").joinpath("configs")
     try:
         return json.loads(folder.joinpath(name).read_text(encoding="utf-8"))
@@ -113,10 +102,8 @@ def bundled_config(name: str) -> dict[str, Any]:
 
 
 def unet_config(version: str = "v15") -> dict[str, Any]:
-    """The full-size MuseTalk UNet config (``UNet2DConditionModel`` kwargs) as a fresh dict.
-
-    v1.0 and v1.5 share the architecture, so both ``version`` values (``"v15"``, ``"v1"``; InputError otherwise) give
-    SD-1.x's UNet with 8 input channels and cross-attention width 384.
+    """The full-size MuseTalk UNet config (``UNet2DConditionModel`` kwargs) as a fresh dict: SD-1.x's UNet with 8
+    input channels and cross-attention width 384, shared by both ``version`` values (InputError for another).
     Source: ``models/musetalkV15/musetalk.json`` (not in the official repository); docs/official-behaviour.md §1.3.
     """
     _check_version(version)
@@ -176,16 +163,11 @@ def _torch_load(path: Path, weights_only: bool, mmap: bool) -> Any:
 
 def load_checkpoint(path: str | os.PathLike, trusted_sha256: str | None = None, expected_size: int | None = None,
                     *, allow_pickle: bool = False, mmap: bool = True) -> Any:
-    """What a ``torch.save`` file ``path`` holds (usually a dict of CPU tensors), loaded safely on torch >= 2.1.
-
-    The file is inspected first. Zip files are memory-mapped (``mmap``) onto the CPU. Plain state dicts load with
-    ``weights_only=True``; a file holding other Python objects is unpickled in full only when its sha256 equals
-    ``trusted_sha256`` (hex), else its size equals ``expected_size`` (bytes), else with ``allow_pickle=True``.
-
-    Raises WeightsError when the file is missing, an HTML page, a git-lfs pointer, truncated, damaged, or an untrusted
-    pickle.
-
-    Source: ``musetalk/models/unet.py:44-45``.
+    """What a ``torch.save`` file ``path`` holds (usually a dict of CPU tensors), inspected first, zip files
+    memory-mapped (``mmap``). Plain state dicts load with ``weights_only=True``; other Python objects are unpickled
+    only when the sha256 equals ``trusted_sha256`` (hex), else the size equals ``expected_size`` (bytes), else with
+    ``allow_pickle=True``. WeightsError when the file is missing, an HTML page, a git-lfs pointer, truncated,
+    damaged, or an untrusted pickle. Source: ``musetalk/models/unet.py:44-45``.
     """
     path = Path(path)
     if not path.is_file():
@@ -239,12 +221,9 @@ def _few(keys: Sequence[str], n: int = 5) -> str:
 
 def check_state_dict(model: nn.Module, state_dict: Mapping[str, Any], path: str | os.PathLike,
                      what: str = "model") -> None:
-    """Compare a checkpoint's keys and shapes with ``model``'s (works on the meta device; nothing is copied).
-
-    Raises CheckpointError naming the first missing, unexpected and mis-shaped keys, the file ``path`` and the model
-    ``what`` (e.g. ``"MuseTalk UNet (v15)"``). Source: ``musetalk/models/unet.py:44-45``; docs/official-behaviour.md
-    §1.2.
-    """
+    """Compare a checkpoint's keys and shapes with ``model``'s (on the meta device too); CheckpointError naming the
+    first bad keys, the file ``path`` and the model ``what``. Source: ``musetalk/models/unet.py:44-45``; §1.2 of
+    docs/official-behaviour.md."""
     if not isinstance(state_dict, Mapping):
         raise CheckpointError(f"{path} holds a {type(state_dict).__name__}, not a state dict (key -> tensor) for "
                               f"the {what}. Use the official file: {_FIX}.")
@@ -257,10 +236,7 @@ def check_state_dict(model: nn.Module, state_dict: Mapping[str, Any], path: str 
         return
     lines = [f"{path} does not fit the {what}: {len(missing)} missing, {len(unexpected)} unexpected, "
              f"{len(wrong)} wrong-shape key(s) (of {len(expected)})."]
-    if missing:
-        lines.append(f"  missing: {_few(missing)}")
-    if unexpected:
-        lines.append(f"  unexpected: {_few(unexpected)}")
+    lines += [f"  {label}: {_few(keys)}" for label, keys in (("missing", missing), ("unexpected", unexpected)) if keys]
     if wrong:
         lines.append("  wrong shape: " + "; ".join(f"{k} is {list(got[k])} in the file, {list(expected[k])} in "
                                                   f"the model" for k in wrong[:5]))
@@ -352,20 +328,14 @@ def _finish(model: nn.Module, device: str | torch.device, dtype: torch.dtype | N
 @_one_load_at_a_time
 def load_unet(weights_dir: str | os.PathLike | None = None, version: str = "v15", device: str | torch.device = "cpu",
               dtype: torch.dtype | None = None) -> nn.Module:
-    """Load the MuseTalk UNet strictly from ``musetalkV15/{musetalk.json, unet.pth}`` (``version`` v15) or
-    ``musetalk/{musetalk.json, pytorch_model.bin}`` (v1) under ``weights_dir`` (None: the default folder), onto
-    ``device`` in ``dtype`` (None: float32), in eval mode without gradients:
-    ``unet(latents [B, 8, 32, 32], 0, encoder_hidden_states=[B, 50, 384]).sample`` is [B, 4, 32, 32].
+    """Load the MuseTalk UNet strictly from :data:`UNET_FILES` of ``version`` under ``weights_dir`` (None: the
+    default folder) onto ``device`` in ``dtype`` (None: float32), in eval mode without gradients:
+    ``unet(latents [B, 8, 32, 32], 0, encoder_hidden_states=[B, 50, 384]).sample`` is [B, 4, 32, 32]. On the CPU in
+    the checkpoint's dtype the parameters stay views of the memory-mapped file (replace it only with ``os.replace``).
 
-    On the CPU in the checkpoint's dtype the parameters stay file-backed views of the memory-mapped file: replace that
-    file only with ``os.replace`` while the model is in use.
-
-    Raises:
-        InputError: Unknown version.
-        WeightsError: A file is missing, an HTML page, a git-lfs pointer or cut off.
-        CheckpointError: Keys or shapes do not match.
-
-    Source: ``musetalk/models/unet.py:36-45``, ``scripts/inference.py:53-56``.
+    Raises InputError for an unknown version, WeightsError for a missing, HTML, git-lfs pointer or cut-off file,
+    CheckpointError when keys or shapes do not match. Source: ``musetalk/models/unet.py:36-45``,
+    ``scripts/inference.py:53-56``.
     """
     _check_version(version)
     root = _root(weights_dir)
@@ -403,14 +373,9 @@ def _loading_problems(info: Mapping[str, Any] | None, path: Path, what: str) -> 
     missing = sorted(str(k) for k in info.get("missing_keys", []) or [])
     wrong = [str(k if isinstance(k, str) else k[0]) for k in info.get("mismatched_keys", []) or []]
     errors = [str(e) for e in info.get("error_msgs", []) or []]
-    if missing or wrong or errors:
-        parts = []
-        if missing:
-            parts.append(f"missing: {_few(missing)}")
-        if wrong:
-            parts.append(f"wrong shape: {_few(wrong)}")
-        if errors:
-            parts.append(f"errors: {_few(errors, 2)}")
+    parts = [f"{label}: {_few(keys, n)}" for label, keys, n in
+             (("missing", missing, 5), ("wrong shape", wrong, 5), ("errors", errors, 2)) if keys]
+    if parts:
         raise CheckpointError(f"{path} does not fit the {what}: " + "; ".join(parts) + ". The file is damaged or "
                               f"not the official one: delete it and download it again with {_FIX}.")
 
@@ -418,11 +383,10 @@ def _loading_problems(info: Mapping[str, Any] | None, path: Path, what: str) -> 
 @_one_load_at_a_time
 def load_vae(weights_dir: str | os.PathLike | None = None, device: str | torch.device = "cpu",
              dtype: torch.dtype | None = None) -> nn.Module:
-    """Load sd-vae-ft-mse (diffusers ``AutoencoderKL``) from ``<weights_dir>/sd-vae``, arguments as :func:`load_unet`.
-
-    Takes ``diffusion_pytorch_model.safetensors`` (preferred) or the official ``.bin``. The result, in eval mode
-    without gradients, encodes 256x256 RGB in [-1, 1] to [B, 4, 32, 32]. Raises WeightsError for a missing or damaged
-    file, CheckpointError when the weights do not fit the config. Source: ``musetalk/models/vae.py:24``.
+    """Load sd-vae-ft-mse (diffusers ``AutoencoderKL``) from ``<weights_dir>/sd-vae``, arguments as :func:`load_unet`:
+    ``diffusion_pytorch_model.safetensors`` (preferred) or the official ``.bin``; it encodes 256x256 RGB in [-1, 1]
+    to [B, 4, 32, 32]. WeightsError for a missing or damaged file, CheckpointError when the weights do not fit the
+    config. Source: ``musetalk/models/vae.py:24``.
     """
     vae_class = _library_class("diffusers", "AutoencoderKL", "pip install diffusers")
     root = _root(weights_dir)
@@ -435,8 +399,7 @@ def load_vae(weights_dir: str | os.PathLike | None = None, device: str | torch.d
     if importlib.util.find_spec("accelerate") is None:
         kwargs["low_cpu_mem_usage"] = False  # diffusers would warn and do this itself
     try:
-        with LOAD_LOCK:
-            vae, info = vae_class.from_pretrained(str(root / VAE_DIR), **kwargs)
+        vae, info = vae_class.from_pretrained(str(root / VAE_DIR), **kwargs)
     except (OSError, ValueError, RuntimeError, KeyError) as exc:
         raise CheckpointError(f"{path} could not be loaded into AutoencoderKL ({type(exc).__name__}: "
                               f"{str(exc)[:400]}). Delete it and download it again with {_FIX}.") from exc
@@ -449,12 +412,10 @@ def load_vae(weights_dir: str | os.PathLike | None = None, device: str | torch.d
 def load_whisper(weights_dir: str | os.PathLike | None = None, device: str | torch.device = "cpu",
                  dtype: torch.dtype | None = None) -> nn.Module:
     """Load whisper-tiny (transformers ``WhisperModel``, SDPA attention) from ``<weights_dir>/whisper``, arguments
-    as :func:`load_unet` (officially ``dtype`` is the UNet's).
-
-    Takes ``model.safetensors`` (preferred: transformers >= 4.50 refuses ``.bin`` on torch < 2.6) or the official
-    ``pytorch_model.bin``. ``.encoder(mel [B, 80, 3000], output_hidden_states=True)`` gives 5 hidden states
-    [B, 1500, 384]. Raises WeightsError for a missing, damaged or refused file, CheckpointError when the weights do not
-    fit. Source: ``scripts/inference.py:64-66``; docs/official-behaviour.md §5.1.
+    as :func:`load_unet` (officially ``dtype`` is the UNet's): ``model.safetensors`` (preferred: transformers >= 4.50
+    refuses ``.bin`` on torch < 2.6) or the official ``pytorch_model.bin``. ``.encoder(mel [B, 80, 3000],
+    output_hidden_states=True)`` gives 5 hidden states [B, 1500, 384]. WeightsError for a missing, damaged or
+    refused file, CheckpointError when the weights do not fit. Source: ``scripts/inference.py:64-66``; §5.1.
     """
     transformers = require("transformers", "pip install transformers")
     whisper_class = _library_class("transformers", "WhisperModel", "pip install transformers")
@@ -466,7 +427,7 @@ def load_whisper(weights_dir: str | os.PathLike | None = None, device: str | tor
     kwargs: dict[str, Any] = {"local_files_only": True, "output_loading_info": True,
                               "use_safetensors": path.suffix == ".safetensors", "attn_implementation": "sdpa"}
     try:
-        with LOAD_LOCK, _library_bars_follow_ours(transformers):
+        with _library_bars_follow_ours(transformers):
             model, info = whisper_class.from_pretrained(str(root / WHISPER_DIR), **kwargs)
     except (OSError, ValueError, RuntimeError, KeyError) as exc:
         hint = (" transformers refuses .bin files on this torch version: download whisper/model.safetensors "
@@ -488,8 +449,7 @@ def load_feature_extractor(weights_dir: str | os.PathLike | None = None) -> Any:
     root = _root(weights_dir)
     _require(root, [f"{WHISPER_DIR}/preprocessor_config.json"], "the whisper feature extractor")
     _read_json(root / WHISPER_DIR / "preprocessor_config.json")
-    with LOAD_LOCK:
-        return extractor_class.from_pretrained(str(root / WHISPER_DIR), local_files_only=True)
+    return extractor_class.from_pretrained(str(root / WHISPER_DIR), local_files_only=True)
 
 
 def _count(model: nn.Module) -> int:
@@ -526,13 +486,8 @@ class Models:
 def load_models(weights_dir: str | os.PathLike | None = None, version: str = "v15",
                 device: str | torch.device = "cpu", dtype: torch.dtype | None = None) -> Models:
     """Load UNet, VAE, whisper, feature extractor and positional encoding for one version, arguments as
-    :func:`load_unet`. Every file is checked first; one error lists every missing or damaged file.
-
-    Raises:
-        InputError: Unknown version, device or dtype.
-        WeightsError: Missing or damaged files (with the download command).
-        CheckpointError: A checkpoint does not fit its model.
-
+    :func:`load_unet`. Every file is checked first: one WeightsError lists every missing or damaged file. InputError
+    for an unknown version, device or dtype; CheckpointError when a checkpoint does not fit its model.
     Source: ``scripts/inference.py:45-67``.
     """
     import torch

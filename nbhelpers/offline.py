@@ -30,17 +30,10 @@ PIECE_ON_GPU_FRACTION = 0.05  # a piece's frames go to the GPU once when they ta
 
 
 def fit_face_batches(detector: Any, frame_hw: tuple[int, int], device: Any, *, loaded_gib: float = 0.0) -> None:
-    """Set ``detector.face_detector.batch_size`` (S3FD) and ``detector.pose.batch_size`` (DWPose), where the
-    backend has them, to a :data:`FACES_SHARE` of the GPU memory the job's models leave (the planner's
-    :class:`nbhelpers.gpu.MemoryModel` and :data:`DWPOSE_GIB_PER_FRAME`).
-
-    Args:
-        detector: A landmark backend object.
-        frame_hw: (H, W) of the frames, pixels.
-        device: The CUDA device.
-        loaded_gib: GiB of this job's models already on the GPU
-            (:meth:`~nbhelpers.pipeline.MuseTalkPipeline.resident_gib`), counted as free as the planner does, so a
-            later job gets the first one's batches.
+    """Set the landmark backend ``detector``'s ``face_detector.batch_size`` (S3FD) and ``pose.batch_size`` (DWPose),
+    where it has them, for (H, W) frames to a :data:`FACES_SHARE` of the memory of CUDA ``device`` the job's models
+    leave (the planner's :class:`nbhelpers.gpu.MemoryModel`). ``loaded_gib`` of models already there
+    (:meth:`~nbhelpers.pipeline.MuseTalkPipeline.resident_gib`) count as free, as for the planner.
     """
     usable = gpu.usable_bytes(device)
     if usable is None:
@@ -83,22 +76,13 @@ class Window:
 
 
 class StreamedJob:
-    """The offline job in pieces: per :data:`STREAM_PIECE` source frames, track, encode latents and make blend
-    material, then hand the piece's output frames (t < N uses source frame t) to the engine.
+    """The offline job of ``n_out`` frames in pieces: per :data:`STREAM_PIECE` source frames (decoded into
+    ``store``), track (or take the ``boxes`` given), encode latents and make blend material with ``pipe``'s models
+    (loaded at the first face), then hand the piece's output frames (t < N uses source frame t) to the engine.
+    ``source_frames`` (None: ``n_out``) is the stage bars' total until tracking ends.
 
-    With ``smooth_boxes`` > 1 every frame is tracked first and the clip rendered as one piece. Frames before the
-    first face are written without loading a model; a clip with no face raises
-    :class:`~nbhelpers.errors.NoFaceError` when its last frame is tracked.
-
-    Args:
-        pipe: The pipeline whose models it loads at the first face.
-        config: The job's settings (its batch planned).
-        store: The frame store the decoded frames go to.
-        n_out: Output frames of the job.
-        boxes: The boxes given (one per source frame, or one box), or None.
-        timings: The job's stage timings.
-        source_frames: Source frames the video is expected to hold (the stage bars' totals until tracking ends);
-            None for ``n_out``.
+    With ``smooth_boxes`` > 1 every frame is tracked first and the clip rendered as one piece. A clip with no face
+    raises :class:`~nbhelpers.errors.NoFaceError` when its last frame is tracked.
     """
 
     def __init__(self, pipe: Any, config: InferenceConfig, store: FrameStore, n_out: int, boxes: Any,
@@ -152,17 +136,16 @@ class StreamedJob:
             with t.stage("faces"):
                 crop, has = self._track(arr, frames_device)
             self.crop = np.concatenate([self.crop, crop])
+            self.rows.extend([-1] * len(arr))  # latent rows of the faces are set as they are prepared
             if not streamed:
-                self.rows.extend([-1] * len(arr))
                 continue
-            face_frames = offset + np.flatnonzero(has)
-            self._prepare(Window(arr, offset), face_frames, arr, frames_device)
+            window = Window(arr, offset)
+            self._prepare(window, offset + np.flatnonzero(has), frames_device)
             stop = min(self.n_out, offset + len(arr))
             if stop > written:
                 if self.models is None or not has[written - offset:stop - offset].any():
                     yield Piece(written, stop - written, frames=arr[written - offset:stop - offset])
                 else:
-                    window = Window(arr, offset)
                     source = self._source(window, None if frames_device is None else Window(frames_device, offset))
                     yield Piece(written, stop - written, source=source, models=self.models)
                 written = stop
@@ -175,8 +158,7 @@ class StreamedJob:
             raise MediaError(f"internal: decoded {len(self.store)} frames but tracked {self.track.n_frames}")
         if not streamed:  # smoothed crop boxes: prepare the whole clip now
             self.crop = self.track.crop_boxes
-            self.rows = [-1] * len(self.store)
-            self._prepare(self.store, np.flatnonzero(self.track.has_face), None, None)
+            self._prepare(self.store, np.flatnonzero(self.track.has_face), None)
         for name in ("latents", "parsing"):
             self._end_bar(name, self.track.n_faces)
         if written < self.n_out:  # the rest of the ping-pong (or, smoothed, every frame) from the whole clip
@@ -219,11 +201,9 @@ class StreamedJob:
         with self.timings.stage("upload"):
             return gpu.to_device(arr, self.pipe.device)
 
-    def _prepare(self, frames: Any, face_frames: np.ndarray, arr: Any, frames_device: Any) -> None:
+    def _prepare(self, frames: Any, face_frames: np.ndarray, frames_device: Any) -> None:
         """Latents and blend material of ``face_frames`` (clip indices)."""
         t, config = self.timings, self.config
-        if arr is not None:
-            self.rows.extend([-1] * len(arr))
         if face_frames.size == 0:
             return
         if self.models is None:

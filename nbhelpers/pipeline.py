@@ -125,8 +125,7 @@ class MuseTalkPipeline:
 
     Make it with :meth:`from_pretrained` (reads the disk), or hand ``__init__`` the weights folder, a complete config
     (its ``device`` and ``fp16`` place the models; None: CPU, fp32) and any components already loaded there
-    (diffusers' split; None loads them on first use). In a notebook it shows what is loaded, the device and the GPU
-    memory held. ``version``, ``device`` and ``dtype`` are those of every model.
+    (diffusers' split). In a notebook it shows what is loaded, the device and the GPU memory held.
     """
 
     def __init__(self, weights_dir: str | os.PathLike, config: InferenceConfig, *, unet: Any = None, vae: Any = None,
@@ -148,14 +147,11 @@ class MuseTalkPipeline:
     @classmethod
     def from_pretrained(cls, weights_dir: str | os.PathLike | None = None,
                         config: InferenceConfig | None = None) -> MuseTalkPipeline:
-        """Check the weights folder ``weights_dir`` (None: :func:`nbhelpers.weights.default_dir`; every file the jobs
-        open) and make a pipeline over it with the jobs' default ``config``; no model is loaded. Device and precision
-        left empty are planned (:func:`nbhelpers.gpu.plan`); the batch size is planned per job.
-
-        Raises:
-            NoGpuError: ``config.device`` asks for CUDA and none is usable.
-            WeightsError: The folder does not exist, files are missing or not weight files (each named, with the
-                download command).
+        """Check every file the jobs open in ``weights_dir`` (None: :func:`nbhelpers.weights.default_dir`) and make a
+        pipeline over it with the jobs' default ``config``; no model is loaded. Device and precision left empty are
+        planned (:func:`nbhelpers.gpu.plan`); the batch size is planned per job. NoGpuError when ``config.device``
+        asks for CUDA and none is usable; WeightsError when the folder or files are missing or not weight files
+        (each named, with the download command).
         """
         base = config or InferenceConfig()
         gpu.check_device(base.device)
@@ -289,8 +285,7 @@ class MuseTalkPipeline:
     def warm_up(self, batch_size: int) -> None:
         """CUDA only: run the UNet and VAE decoder once on zeros at ``batch_size`` (a positive int, else InputError)
         frames and whisper on 1 s of silence, so the first clip finds its kernels and handles made."""
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-            raise InputError(f"batch_size must be a positive whole number; got {batch_size!r}.")
+        _check_batch(batch_size)
         if self.device.type != "cuda":
             return
         import torch
@@ -330,8 +325,7 @@ class MuseTalkPipeline:
         until the compiled code is ready. Nothing on the CPU, with ``config.compile == "off"``, or where
         :func:`~nbhelpers.gpu.compile.can_compile` says no. InputError for a bad ``batch_size`` or part.
         """
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise InputError(f"batch_size must be a positive whole number; got {batch_size!r}.")
+        _check_batch(batch_size)
         unknown = set(parts) - set(COMPILED_PARTS)
         if unknown:
             raise InputError(f"parts must be among {COMPILED_PARTS}; got {sorted(unknown)}.")
@@ -426,15 +420,12 @@ class MuseTalkPipeline:
     def lipsync(self, video: str | os.PathLike, audio: str | os.PathLike, output: str | os.PathLike | None = None, *,
                 config: InferenceConfig | None = None, boxes: Any = None, backend: Any = None,
                 frame_callback: Callable[[int, np.ndarray], None] | None = None) -> ClipResult:
-        """Lip-sync a face video (or photo) to a speech file and write an MP4 of ``floor(audio seconds x 25)`` frames
-        at 25 fps and the source size. Source frames cycle 0..N-1, N-1..0, ... (docs/official-behaviour.md §4.5);
-        only those the audio reaches are decoded.
-
-        ``video`` is read at 25 fps (a photo works); ``audio`` at any rate and channels. ``output`` (default
-        ``results/<video>_<audio>.mp4``) is renamed into place when complete. ``config`` defaults to the pipeline's.
-        ``boxes``: one ``(x1, y1, x2, y2)`` in source pixels for the clip, or one box or None per 25 fps frame
-        (:func:`nbhelpers.checks.check_boxes`). ``backend``: a landmark backend object (default the one
-        ``config.landmark_backend`` names). ``frame_callback(t, frame)`` gets each (H, W, 3) uint8 BGR frame.
+        """Lip-sync a face video (or photo, read at 25 fps) to a speech file (any rate and channels) and write an MP4
+        of ``floor(audio seconds x 25)`` frames at 25 fps and the source size; source frames cycle 0..N-1, N-1..0, ...
+        (docs/official-behaviour.md §4.5), only those the audio reaches decoded. ``output`` (default
+        ``results/<video>_<audio>.mp4``) is renamed into place when complete. ``boxes``: one ``(x1, y1, x2, y2)`` in
+        source pixels, or one box or None per 25 fps frame (:func:`nbhelpers.checks.check_boxes`). ``backend``: a
+        landmark backend object. ``frame_callback(t, frame)`` gets each (H, W, 3) uint8 BGR frame.
 
         Raises:
             InputError: A file is missing or unreadable or an option is invalid (before anything heavy runs).
@@ -520,12 +511,9 @@ class MuseTalkPipeline:
 
     def preview(self, video: str | os.PathLike, *, config: InferenceConfig | None = None, boxes: Any = None,
                 audio: str | os.PathLike | None = None, frame_index: int = 0, backend: Any = None) -> Preview:
-        """Repaint one 25 fps frame with the steps of :meth:`lipsync` and the bit-exact CPU blend, to check the crop
-        box and mask. Without ``audio`` the tokens are seeded random, as the official app's "Test Inpainting"
-        (``app.py:35-123``): the mouth is arbitrary, the crop, mask and blend are real.
-
-        ``config``, ``boxes`` (per-frame boxes: the entry of ``frame_index``) and ``backend`` are as for
-        :meth:`lipsync`; ``audio`` is an optional speech file (its first frame's tokens are used).
+        """Repaint one 25 fps frame with the steps of :meth:`lipsync` (options as there; per-frame ``boxes``: the entry
+        of ``frame_index``) and the bit-exact CPU blend, to check the crop box and mask. The tokens are the first
+        frame's of ``audio``, else seeded random as the official app's "Test Inpainting" (``app.py:35-123``).
 
         Raises:
             InputError: Missing or unreadable files, a frame index past the end, or invalid options.
@@ -578,9 +566,7 @@ class MuseTalkPipeline:
 
     def to(self, device: str | Any) -> MuseTalkPipeline:
         """Move the UNet, VAE, whisper and positional encoding to ``device`` (fp16 on CUDA, fp32 on the CPU); the
-        face parser, landmark backends and restorers are rebuilt there when next used. Returns self. InputError for
-        an unknown device, NoGpuError when CUDA is asked and none is usable.
-        """
+        others are rebuilt there when next used. Returns self; NoGpuError when CUDA is asked and none is usable."""
         import torch
 
         gpu.check_device(str(device))
@@ -635,6 +621,11 @@ class MuseTalkPipeline:
         return f"<table><caption>MuseTalkPipeline</caption>{body}</table>"
 
 
+def _check_batch(batch_size: Any) -> None:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise InputError(f"batch_size must be a positive whole number; got {batch_size!r}.")
+
+
 def _weights_kind(weights_path: Path) -> str:
     return "tiny" if weights.is_tiny(weights_path) else "full"
 
@@ -679,8 +670,7 @@ def preview(video: str | os.PathLike, config: InferenceConfig | None = None, *,
     config = config or InferenceConfig()
     if boxes is not None and config.landmark_backend != "boxes":
         config = config.replace(landmark_backend="boxes")
-    gpu.check_device(config.device)
-    check_video(video)
+    check_video(video)  # before the weights are checked; from_pretrained checks the device
     with MuseTalkPipeline.from_pretrained(weights_dir, config) as pipe:
         return pipe.preview(video, config=config, boxes=boxes, audio=audio, frame_index=frame_index,
                             backend=backend)

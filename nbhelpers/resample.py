@@ -50,10 +50,8 @@ PIL_FILTERS = {"bilinear": (_bilinear, 1.0), "bicubic": (_bicubic, 2.0)}  # name
 @functools.lru_cache(maxsize=4096)
 def pil_taps(in_size: int, out_size: int, filter: str) -> tuple[np.ndarray, np.ndarray]:
     """PIL's resize taps for one axis of ``in_size`` -> ``out_size`` samples with ``filter`` (``"bilinear"``,
-    ``"bicubic"``): read-only (out_size, K) int64 ``(index, weight)``, output ``j`` being
+    ``"bicubic"``; sizes >= 1, else InputError): read-only (out_size, K) int64 ``(index, weight)``, output ``j`` being
     ``clip(sum_k in[index[j, k]] * weight[j, k] + 2^21 >> 22, 0, 255)``; unused taps weigh 0.
-
-    Raises InputError when a size is not positive or the filter is unknown.
     """
     if filter not in PIL_FILTERS:
         raise InputError(f"filter must be one of {sorted(PIL_FILTERS)}; got {filter!r}.")
@@ -86,11 +84,8 @@ def pil_taps(in_size: int, out_size: int, filter: str) -> tuple[np.ndarray, np.n
 
 @functools.lru_cache(maxsize=512)
 def gaussian_taps(ksize: int) -> np.ndarray:
-    """The integer kernel of ``cv2.GaussianBlur(src_uint8, (ksize, ksize), 0)`` along one axis: read-only (ksize,)
-    int64 taps in 1/256 units, summing to 256.
-
-    Raises InputError when ``ksize`` is not a positive odd integer.
-    """
+    """The integer kernel of ``cv2.GaussianBlur(src_uint8, (ksize, ksize), 0)`` along one axis (``ksize`` a positive
+    odd integer, else InputError): read-only (ksize,) int64 taps in 1/256 units, summing to 256."""
     if isinstance(ksize, bool) or not isinstance(ksize, (int, np.integer)) or ksize < 1 or ksize % 2 == 0:
         raise InputError(f"ksize must be a positive odd integer; got {ksize!r}.")
     n = int(ksize)
@@ -137,10 +132,9 @@ def reflect_101(index: np.ndarray, size: int) -> np.ndarray:
 
 def taps_table(rows: Sequence[tuple[np.ndarray, np.ndarray]], length: int,
                offsets: Sequence[int] | None = None, limit: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Stack B per-frame ``rows`` ``(index (O_b, K_b), weight (O_b, K_b))`` into one (B, ``length``, K) int64 table.
-
-    ``offsets`` (B ints) shift each frame's indices; then taps outside ``0 .. limit - 1`` weigh 0 (PIL's black outside
-    the frame) with a clamped index.
+    """Stack B per-frame ``rows`` ``(index (O_b, K_b), weight (O_b, K_b))`` into one (B, ``length``, K) int64 table;
+    ``offsets`` (B ints) shift each frame's indices, then taps outside ``0 .. limit - 1`` weigh 0 (PIL's black
+    outside the frame) with a clamped index.
     """
     k = max(int(r[0].shape[1]) for r in rows)
     index = np.zeros((len(rows), length, k), np.int64)
@@ -198,12 +192,9 @@ def resize_axis(x: Any, index: Any, weight: Any, shift: int | None = _PIL_BITS, 
 
 
 def gaussian_blur_batch(masks: Any, sides: Sequence[int], ksizes: Sequence[int]) -> Any:
-    """``cv2.GaussianBlur(mask, (k, k), 0)`` of each frame's top-left ``side x side`` square, batched and bit-exact.
-
-    ``masks`` is (B, S, S) uint8 torch; ``sides`` and ``ksizes`` (odd) have B entries. Returns (B, S, S) uint8, each
+    """``cv2.GaussianBlur(mask, (k, k), 0)`` of each frame's top-left ``side x side`` square, batched and bit-exact:
+    (B, S, S) uint8 torch ``masks`` and B ``sides`` and odd ``ksizes`` (else InputError) give (B, S, S) uint8, each
     square blurred with ``BORDER_REFLECT_101`` on the square alone, 0 elsewhere.
-
-    Raises InputError when the lengths disagree or a kernel size is not odd.
     """
     import torch
 
@@ -242,10 +233,8 @@ def gaussian_blur_batch(masks: Any, sides: Sequence[int], ksizes: Sequence[int])
 
 def crop_resize_batch(images: Any, squares: Sequence[Sequence[int]], size: int, filter: str = "bilinear") -> Any:
     """PIL ``image.crop(square).resize((size, size), filter)`` of each of (B, C, H, W) uint8 torch ``images``, exact,
-    on its device: (B, C, size, size) uint8.
-
-    ``squares`` are B ``(xs, ys, xe, ye)`` in image pixels, equal sides, possibly past an edge (black there, as
-    PIL's ``crop``).
+    on its device: (B, C, size, size) uint8. ``squares``: B ``(xs, ys, xe, ye)`` in image pixels, possibly past an
+    edge (black there, as PIL's ``crop``).
     """
     height, width = int(images.shape[-2]), int(images.shape[-1])
     sides = [int(sq[2]) - int(sq[0]) for sq in squares]
@@ -257,10 +246,8 @@ def crop_resize_batch(images: Any, squares: Sequence[Sequence[int]], size: int, 
 
 
 def resize_batch(images: Any, sides: Sequence[int], filter: str = "bicubic") -> Any:
-    """PIL ``resize((side_b, side_b), filter)`` of each (N, N) uint8 image of a (B, N, N) tensor to its own side, exact.
-
-    Returns:
-        (B, S, S) uint8 tensor, ``S = max(sides)``: frame ``b`` in ``[:sides[b], :sides[b]]``, 0 elsewhere.
+    """PIL ``resize((side_b, side_b), filter)`` of each (N, N) uint8 image of a (B, N, N) tensor to its own side, exact:
+    a (B, S, S) uint8 tensor, ``S = max(sides)``, frame ``b`` in ``[:sides[b], :sides[b]]``, 0 elsewhere.
     """
     n = int(images.shape[-1])
     length = max(int(s) for s in sides)

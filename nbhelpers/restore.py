@@ -12,6 +12,7 @@ Source: spandrel 0.4.2 ``ImageModelDescriptor``, GFPGAN ``GFPGANer.enhance``, Co
 
 from __future__ import annotations
 
+import importlib
 import os
 import warnings
 from dataclasses import dataclass, field, replace
@@ -59,10 +60,7 @@ def download_command(name: str, weights_dir: str | os.PathLike | None = None) ->
 
 def import_spandrel(name: str):
     """Import spandrel (and spandrel_extra_arches for CodeFormer); returns ``(spandrel, architecture object)``.
-
-    Raises MissingDependencyError when spandrel, spandrel-extra-arches or torchvision is missing (with the install
-    line).
-    """
+    MissingDependencyError with the install line when spandrel, spandrel-extra-arches or torchvision is missing."""
     try:
         import spandrel
     except ModuleNotFoundError as exc:
@@ -79,31 +77,29 @@ def import_spandrel(name: str):
             "needs (torch, torchvision, numpy, safetensors) must be there already: Colab and the conda environment "
             "have them; elsewhere install torchvision from the same index as your torch first.") from exc
     arch_id = _SPECS[name][3]
-    if name == "gfpgan":
-        from spandrel.architectures.GFPGAN import GFPGANArch as Arch
-    elif name == "restoreformer":
-        from spandrel.architectures.RestoreFormer import RestoreFormerArch as Arch
-    else:
-        try:
-            from spandrel_extra_arches.architectures.CodeFormer import CodeFormerArch as Arch
-        except ModuleNotFoundError as exc:
-            raise MissingDependencyError("CodeFormer is in spandrel's extra architectures (non-commercial licence): "
-                                         "`pip install spandrel-extra-arches`.") from exc
-    arch = Arch()
+    arch = getattr(_arch_module(name), f"{arch_id}Arch")()
     if arch.id != arch_id:  # spandrel renamed it
         raise MissingDependencyError(f"spandrel's {name} architecture is called {arch.id!r}, not {arch_id!r}; this "
                                      "spandrel version is not supported (tested: spandrel 0.4.2, extra arches 0.2.0).")
     return spandrel, arch
 
 
+def _arch_module(name: str) -> Any:
+    """spandrel's module of restorer ``name``, holding the network class ``<id>`` and its ``<id>Arch``."""
+    arch_id = _SPECS[name][3]
+    if name != "codeformer":
+        return importlib.import_module(f"spandrel.architectures.{arch_id}")
+    try:
+        return importlib.import_module(f"spandrel_extra_arches.architectures.{arch_id}")
+    except ModuleNotFoundError as exc:
+        raise MissingDependencyError("CodeFormer is in spandrel's extra architectures (non-commercial licence): "
+                                     "`pip install spandrel-extra-arches`.") from exc
+
+
 def check_available(name: str, weights_dir: str | os.PathLike) -> Path:
     """The weight file of restorer ``name``, after checking it exists and spandrel imports (nothing is read).
-
-    Raises:
-        InputError: An unknown name.
-        WeightsError: The weight file is missing (the message gives the download command).
-        MissingDependencyError: spandrel, spandrel-extra-arches or torchvision is missing.
-    """
+    InputError for an unknown name, WeightsError (with the download command) for a missing file,
+    MissingDependencyError when spandrel, spandrel-extra-arches or torchvision is missing."""
     path = weight_path(name, weights_dir)
     if not path.is_file():
         raise WeightsError(f"restore={name!r} needs {path}, which is missing. Download the optional weight set with "
@@ -121,11 +117,9 @@ FLOAT32_ONLY = {
 
 
 def run_dtype(descriptor: Any, device: Any, dtype: Any) -> tuple[Any, str]:
-    """``(dtype, reason)`` a restorer runs in on ``device`` when the pipeline runs in ``dtype``.
-
-    float32 on the CPU, with a float32 pipeline, or for :data:`FLOAT32_ONLY`; fp16 where spandrel supports it; else
-    bfloat16 where spandrel supports it and the GPU has compute capability >= 8.0; else float32.
-    """
+    """``(dtype, reason)`` a restorer runs in on ``device`` when the pipeline runs in ``dtype``: float32 on the CPU,
+    with a float32 pipeline, or for :data:`FLOAT32_ONLY`; else fp16 where spandrel supports it; else bfloat16 where
+    spandrel supports it and the GPU has compute capability >= 8.0; else float32."""
     import torch
 
     device = torch.device(device)
@@ -217,9 +211,7 @@ def load_restorer(name: str, weights_dir: str | os.PathLike | None, device: Any 
     """Load restorer ``name`` (codeformer, non-commercial, warns) from its published ``.pth`` file under
     ``weights_dir`` (None: the default folder) onto ``device``, in the dtype :func:`run_dtype` picks for the
     pipeline's ``dtype`` (a float32 fallback under an fp16 pipeline warns), blending with ``strength`` (0..1).
-
-    The checkpoint goes through :func:`nbhelpers.models.load_checkpoint`, then spandrel's ``load_from_state_dict``
-    with only that architecture registered, so a file of another kind is refused.
+    spandrel loads the checkpoint (:func:`nbhelpers.models.load_checkpoint`) with only that architecture registered.
 
     Raises:
         InputError: An unknown name or a strength outside 0..1.
@@ -282,13 +274,10 @@ TINY_RESTOREFORMER = dict(PUBLISHED_KWARGS["restoreformer"], n_embed=64, embed_d
 
 
 def write_random_weights(directory: str | os.PathLike, name: str, *, seed: int = 0, tiny: bool = False) -> Path:
-    """Write ``<directory>/restore/<file>``: spandrel's architecture ``name`` with random weights (``seed``), saved
-    as ``{"params_ema": state_dict}`` like the published files: full size (:data:`PUBLISHED_KWARGS`, 290-380 MB), or
-    :data:`TINY_RESTOREFORMER` with ``tiny``. Returns the path.
-
-    Raises:
-        InputError: An unknown name, or ``tiny`` for another architecture than RestoreFormer.
-        MissingDependencyError: spandrel is missing.
+    """Write and return ``<directory>/restore/<file>``: spandrel's architecture ``name`` with random weights
+    (``seed``) as ``{"params_ema": state_dict}`` like the published files: full size (:data:`PUBLISHED_KWARGS`,
+    290-380 MB), or :data:`TINY_RESTOREFORMER` with ``tiny``. InputError for an unknown name or ``tiny`` with
+    another architecture than RestoreFormer; MissingDependencyError without spandrel.
     """
     import torch
 
@@ -297,12 +286,7 @@ def write_random_weights(directory: str | os.PathLike, name: str, *, seed: int =
         raise InputError("tiny=True exists for restoreformer only (spandrel fixes GFPGAN's sizes, and CodeFormer's "
                          "VQ encoder widths).")
     import_spandrel(name)
-    if name == "gfpgan":
-        from spandrel.architectures.GFPGAN import GFPGAN as Net
-    elif name == "restoreformer":
-        from spandrel.architectures.RestoreFormer import RestoreFormer as Net
-    else:
-        from spandrel_extra_arches.architectures.CodeFormer import CodeFormer as Net
+    Net = getattr(_arch_module(name), _SPECS[name][3])  # noqa: N806 - a class
     torch.manual_seed(int(seed))
     net = Net(**(TINY_RESTOREFORMER if tiny else PUBLISHED_KWARGS[name]))
     path = weight_path(name, directory)

@@ -1,8 +1,7 @@
 """The workbook's places for notebook cells: its weights, the files a notebook writes, the planner, the final check.
 
-Cells call the library's API (``MuseTalkPipeline.from_pretrained``, ``pipe.lipsync``) and take from here only
-*where* things go. Each function reads the run mode itself (:func:`nbhelpers.env.run_mode`); the folders are those
-of :mod:`nbhelpers.env` (``NBHELPERS_WORKDIR``, else a per-mode default).
+Cells call the library's API and take from here only *where* things go, for the run mode
+(:func:`nbhelpers.env.run_mode`) and the folders of :mod:`nbhelpers.env` (``NBHELPERS_WORKDIR``, else a default).
 """
 
 from __future__ import annotations
@@ -28,13 +27,8 @@ def weights(*, download: bool = True) -> Path:
 
 
 def path(*parts: str | os.PathLike) -> Path:
-    """``work_dir / parts...`` inside the workbook's folder, its parent folder created (not the path itself).
-
-    Args:
-        *parts: Relative path parts, e.g. ``path("avatars", "my-avatar")``.
-
-    Raises:
-        InputError: No part, or a part that is absolute or climbs out with ``..``.
+    """``work_dir / parts...`` (relative parts, e.g. ``path("avatars", "my-avatar")``) inside the workbook's folder,
+    its parent folder created (not the path itself). InputError for no part, an absolute one or one with ``..``.
     """
     if not parts:
         raise InputError("workbook.path needs a name, e.g. workbook.path('lipsync.mp4').")
@@ -57,28 +51,17 @@ def plan(kind: str = "lipsync", **changes: Any):
 
 def keep_video(video: str | os.PathLike):
     """Convert ``video`` (or a photo) to 25 fps into the workbook's media folder; returns its ``MediaInfo``.
-
-    Raises:
-        InputError: ``video`` does not exist.
-        MediaError, FFmpegError: It cannot be read or converted.
-    """
+    InputError when ``video`` does not exist, MediaError or FFmpegError when it cannot be read or converted."""
     from .media import convert_to_25fps  # numpy: this module imports with the standard library alone
 
     return convert_to_25fps(video, env.media_dir(None) / env.WORKBOOK_VIDEO)
 
 
 def check(result: Any, *, audio: str | os.PathLike | None = None, **expected: Any) -> str:
-    """A notebook's final check that this run produced its result; returns a one-line summary.
-
-    Args:
-        result: What the notebook made (a result with an ``output``, an avatar, a table, a path).
-        audio: The speech the result was made from: the video must last as long, within 1/25 s.
-        **expected: ``frames``, ``duration_s``, ``from_cache``, ``min_rows``, ``since``, as in
-            :func:`nbhelpers.env.check_result`.
-
-    Raises:
-        ResultCheckError: A check failed.
-        MediaError: ``audio`` cannot be probed.
+    """A notebook's final check that this run produced its ``result`` (a result with an ``output``, an avatar, a
+    table, a path); returns a one-line summary. With ``audio``, the speech it was made from, the video must last as
+    long within 1/25 s; ``expected`` as in :func:`nbhelpers.env.check_result`. ResultCheckError when a check fails,
+    MediaError when ``audio`` cannot be probed.
     """
     if audio is not None:
         if "duration_s" in expected:
