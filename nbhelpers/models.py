@@ -252,9 +252,9 @@ def check_state_dict(model: nn.Module, state_dict: Mapping[str, Any], path: str 
         lines.append("  Same number of missing and unexpected keys: renamed keys (a different diffusers naming?).")
     if wrong and len(wrong) * 2 > len(expected):
         lines.append("  Most shapes differ: this is the file of another model or a different config.")
+    v1_hint = "; for version='v1' use the musetalk/ folder (`--sets v1`)" if what.startswith("MuseTalk UNet") else ""
     lines.append(f"The file is damaged or is not the official one (or belongs to another version or model). "
-                 f"Delete it and download it again with {_FIX}; for version='v1' use the musetalk/ folder "
-                 "(`--sets v1`).")
+                 f"Delete it and download it again with {_FIX}{v1_hint}.")
     raise CheckpointError("\n".join(lines))
 
 

@@ -251,6 +251,7 @@ def test_strict_unet_loading_names_the_key_and_the_file(core_copy, damage, key):
         models.load_unet(core_copy)
     message = str(err.value)
     assert key in message and str(path) in message and "python -m nbhelpers download" in message
+    assert "version='v1' use the musetalk/ folder" in message
     if damage == "renamed":
         assert "conv_in.weights" in message and "renamed" in message
     if damage == "shape":
