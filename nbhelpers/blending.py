@@ -3,7 +3,9 @@
 Once per source frame (:class:`BlendMaterial`): the expanded square around the crop box, cropped (black outside the
 frame), parsed by BiSeNet, its mask resized onto the square, kept inside the box and on the square's lower half, and
 feathered (quirk Q10). Per output frame: the face resized to the box and pasted through the mask; only
-``box ∩ square ∩ frame`` changes (:func:`paste_region`). CPU paths (numpy, OpenCV, PIL) are bit-exact with the official code; the torch paths run on the device, with masks
+``box ∩ square ∩ frame`` changes (:func:`paste_region`).
+
+CPU paths (numpy, OpenCV, PIL) are bit-exact with the official code; the torch paths run on the device, with masks
 equal bit for bit (:mod:`nbhelpers.resample`) and blends within 2 grey levels. Frames are BGR; the parser gets RGB.
 
 Source: ``musetalk/utils/blending.py:7-136``, ``scripts/inference.py:218``; docs/official-behaviour.md §7.

@@ -75,7 +75,8 @@ def warn_if_silent(waveform: np.ndarray, what: str = "audio") -> bool:
     peak = float(np.max(np.abs(waveform))) if len(waveform) else 0.0
     if peak >= 10.0 ** (SILENT_DBFS / 20.0):
         return False
-    level = "digital silence (every sample is 0)" if peak == 0.0 else f"its loudest sample is {20 * np.log10(peak):.0f} dBFS"
+    level = ("digital silence (every sample is 0)" if peak == 0.0
+             else f"its loudest sample is {20 * np.log10(peak):.0f} dBFS")
     warnings.warn(f"{what} is silent: {level}. The job goes on, but the mouth will barely move; check that it is "
                   "the right file and track (a muted recording, or the wrong channel).", SilentAudioWarning,
                   stacklevel=3)
@@ -231,4 +232,5 @@ def one_frame_boxes(boxes: Any, frame_index: int) -> Any:
 
 
 __all__ = ["check_audio", "check_boxes", "check_face", "check_inputs", "check_video", "check_weights_dir",
-           "given_boxes", "no_face_in_rotated_video", "one_frame_boxes", "output_path_for", "speech_frames", "warn_if_silent"]
+           "given_boxes", "no_face_in_rotated_video", "one_frame_boxes", "output_path_for", "speech_frames",
+           "warn_if_silent"]

@@ -184,7 +184,8 @@ def render(source: SourceFaces, features: Any, models: Any, batch_size: int, n_o
         raise InputError(f"batch_size must be a whole number >= 1; got {batch_size!r}.")
     if isinstance(n_out, bool) or not isinstance(n_out, int) or n_out < 0:
         raise InputError(f"n_out must be a whole number >= 0; got {n_out!r}.")
-    if isinstance(feature_offset, bool) or not isinstance(feature_offset, int) or not 0 <= feature_offset <= first_frame:
+    if (isinstance(feature_offset, bool) or not isinstance(feature_offset, int)
+            or not 0 <= feature_offset <= first_frame):
         raise InputError(f"feature_offset must be a whole number in [0, first_frame={first_frame}]; got "
                          f"{feature_offset!r}.")
     check_features(features, first_frame + n_out - feature_offset)

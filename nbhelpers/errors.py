@@ -40,7 +40,8 @@ class FFmpegError(MediaError):
 
 def _stop_signal_note(returncode: int | None) -> str:
     """What an ffmpeg exit status says about a signal: negative is the signal that ended it, 255 is ffmpeg's status
-    after it caught SIGINT or SIGTERM (``fftools/ffmpeg.c``); its last lines may then blame an input file that is fine."""
+    after it caught SIGINT or SIGTERM (``fftools/ffmpeg.c``); its last lines may then blame an input file that is
+    fine."""
     if returncode is None or not (returncode < 0 or returncode == 255):
         return ""
     if returncode < 0:

@@ -420,12 +420,19 @@ class MuseTalkPipeline:
     def lipsync(self, video: str | os.PathLike, audio: str | os.PathLike, output: str | os.PathLike | None = None, *,
                 config: InferenceConfig | None = None, boxes: Any = None, backend: Any = None,
                 frame_callback: Callable[[int, np.ndarray], None] | None = None) -> ClipResult:
-        """Lip-sync a face video (or photo, read at 25 fps) to a speech file (any rate and channels) and write an MP4
-        of ``floor(audio seconds x 25)`` frames at 25 fps and the source size; source frames cycle 0..N-1, N-1..0, ...
-        (docs/official-behaviour.md §4.5), only those the audio reaches decoded. ``output`` (default
-        ``results/<video>_<audio>.mp4``) is renamed into place when complete. ``boxes``: one ``(x1, y1, x2, y2)`` in
-        source pixels, or one box or None per 25 fps frame (:func:`nbhelpers.checks.check_boxes`). ``backend``: a
-        landmark backend object. ``frame_callback(t, frame)`` gets each (H, W, 3) uint8 BGR frame.
+        """Lip-sync a face video to a speech file and write an MP4 of ``floor(audio seconds x 25)`` frames at 25 fps
+        and the source size. Source frames cycle 0..N-1, N-1..0, ... (docs/official-behaviour.md §4.5); only those the
+        audio reaches are decoded.
+
+        Args:
+            video: A face video (read at 25 fps) or photo.
+            audio: A speech file, any sample rate and channels.
+            output: The MP4 path, renamed into place when complete; None: ``results/<video>_<audio>.mp4``.
+            config: The job's settings; None: the pipeline's.
+            boxes: One ``(x1, y1, x2, y2)`` crop box in source pixels for the whole clip, or one box or None per
+                25 fps frame (:func:`nbhelpers.checks.check_boxes`); None: detect faces.
+            backend: A landmark backend object; None: the one ``config.landmark_backend`` names.
+            frame_callback: Called as ``frame_callback(t, frame)`` with each output frame, (H, W, 3) uint8 BGR.
 
         Raises:
             InputError: A file is missing or unreadable or an option is invalid (before anything heavy runs).

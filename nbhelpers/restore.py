@@ -296,5 +296,5 @@ def write_random_weights(directory: str | os.PathLike, name: str, *, seed: int =
 
 
 __all__ = ["FACE_SIZE", "NONCOMMERCIAL_NOTE", "RESTORERS", "RESTORE_SIZE", "Restorer", "check_available", "check_name",
-           "check_strength", "download_command", "import_spandrel", "load_restorer", "run_dtype", "warn_licence", "weight_path",
-           "write_random_weights", "PUBLISHED_KWARGS", "TINY_RESTOREFORMER"]
+           "check_strength", "download_command", "import_spandrel", "load_restorer", "run_dtype", "warn_licence",
+           "weight_path", "write_random_weights", "PUBLISHED_KWARGS", "TINY_RESTOREFORMER"]
