@@ -175,8 +175,7 @@ def read_report(device: str | int | None = None) -> GpuReport:
     Raises InputError: ``device`` is not a CUDA device name or index, or names a device that does not exist.
     """
     notes: list[str] = []
-    values: dict[str, Any] = {"python_version": platform.python_version(),
-                              "colab": "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ}
+    values: dict[str, Any] = {"colab": "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ}
     values["host_ram_total_gib"], values["host_ram_available_gib"] = _host_ram_gib()
     index = _device_index(device)
     try:

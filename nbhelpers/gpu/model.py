@@ -220,8 +220,7 @@ def stage_memory(kind: str, fp16: bool = True, frame_size: tuple[int, int] = DEF
     kind = "realtime" if kind == "clip" else kind  # the same stages, only its batch cap differs
     f = 1.0 if fp16 else mm.fp32_factor
     bytes_per_value = 2 if fp16 else 4
-    h, w = frame_size
-    pixels = h * w
+    pixels = frame_size[0] * frame_size[1]
     n = n_frames or 0
     features = n * AUDIO_TOKENS * WHISPER_DIM * bytes_per_value / GIB if kind != "avatar" else 0.0
     latents = n * LATENT_CHANNELS * LATENT_SIZE * LATENT_SIZE * bytes_per_value / GIB if kind != "realtime" else 0.0
