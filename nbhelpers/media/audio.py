@@ -69,9 +69,8 @@ def _ffmpeg_decode(p: Path, info: MediaInfo) -> tuple[np.ndarray, int]:
             usable = len(pending) - len(pending) % frame_bytes
             if usable:
                 block = np.frombuffer(pending[:usable], dtype="<f4").reshape(-1, channels)
-                # librosa's to_mono: mean over the channel axis of the channels-first array
-                pieces.append(block.astype(np.float32).T.mean(axis=0) if channels > 1
-                              else block[:, 0].astype(np.float32))
+                # librosa's to_mono: mean over the channel axis of the channels-first array (exact for one channel)
+                pieces.append(block.astype(np.float32).T.mean(axis=0))
                 pending = pending[usable:]
             more = stdout.read(1 << 20)
             if not more:
