@@ -777,3 +777,14 @@ def test_demo_inputs(tmp_path):
     assert 3.0 <= media.audio_duration(speech) <= 6.0
     y = media.load_audio(speech)
     assert np.abs(y).max() > 0.1  # speech, not silence
+
+
+def test_cut_audio_keeps_the_first_seconds_sample_for_sample(tmp_path):
+    import wave
+
+    _, speech = media.demo_inputs(tmp_path / "demo")
+    cut = media.cut_audio(speech, 0.5, tmp_path / "cut" / "half.wav")
+    assert cut == tmp_path / "cut" / "half.wav" and sorted(p.name for p in cut.parent.iterdir()) == ["half.wav"]
+    with wave.open(str(speech)) as src, wave.open(str(cut)) as got:
+        assert got.getparams()[:3] == (1, 2, 16000) and got.getnframes() == 8000
+        assert got.readframes(8000) == src.readframes(8000)  # a 16 kHz mono 16-bit source is copied exactly

@@ -258,10 +258,11 @@ def test_fp16_storage_loads_into_fp32(tmp_path):
 
 
 @pytest.mark.parametrize("change,message", [
-    ("rename", "missing keys: ffm.conv1.weight"),
-    ("extra", "unexpected keys: head.extra"),
-    ("shape", r"wrong shapes: conv_out.conv_out.weight: file \(18, 256, 1, 1\) != model \(19, 256, 1, 1\)"),
-    ("prefix", "saved from DataParallel"),
+    ("rename", r"missing: ffm.conv1.weight\n  unexpected: ffm.conv1.weights"),
+    ("extra", "unexpected: head.extra"),
+    ("shape", r"wrong shape: conv_out.conv_out.weight is \[18, 256, 1, 1\] in the file, "
+              r"\[19, 256, 1, 1\] in the model"),
+    ("prefix", "Every key starts with 'module.': saved from a wrapped model"),
 ])
 def test_wrong_checkpoint_fails_with_a_clear_error(checkpoint, tmp_path, change, message):
     from nbhelpers.parsing import load_bisenet

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import shutil
 import tempfile
-import wave
 from pathlib import Path
 
 from .. import media, pipeline, testing, weights
@@ -42,14 +41,6 @@ def lipsync(args: argparse.Namespace) -> int:
     return 0
 
 
-def _first_seconds(wav: Path, out: Path, seconds: float) -> Path:
-    """The first ``seconds`` of a PCM WAV file, written to ``out``."""
-    with wave.open(str(wav)) as src, wave.open(str(out), "wb") as dst:
-        dst.setparams(src.getparams())
-        dst.writeframes(src.readframes(int(src.getframerate() * seconds)))
-    return out
-
-
 def demo(args: argparse.Namespace) -> int:
     """``demo``: the bundled photo and speech, with the real weights or (``--tiny``) tiny random ones."""
     if args.tiny and (args.download or args.weights):
@@ -65,7 +56,7 @@ def demo(args: argparse.Namespace) -> int:
         if args.tiny:
             print("demo --tiny: making tiny random weights (a few seconds; nothing is downloaded)", flush=True)
             weights_dir = testing.make_tiny_weights(folder / "tiny-weights")
-            speech = _first_seconds(Path(speech), folder / "speech-1s.wav", TINY_SECONDS)
+            speech = media.cut_audio(speech, TINY_SECONDS, folder / "speech-1s.wav")
             output = output or TINY_OUTPUT
             if config.device is None and not has_cuda():
                 config = config.replace(device="cpu")

@@ -175,8 +175,7 @@ def read_report(device: str | int | None = None) -> GpuReport:
     Raises InputError: ``device`` is not a CUDA device name or index, or names a device that does not exist.
     """
     notes: list[str] = []
-    values: dict[str, Any] = {"python_version": platform.python_version(),
-                              "colab": "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ}
+    values: dict[str, Any] = {"colab": "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ}
     values["host_ram_total_gib"], values["host_ram_available_gib"] = _host_ram_gib()
     index = _device_index(device)
     try:
@@ -347,12 +346,10 @@ def _driver_info(uuid: str | None, index: int | None, notes: list[str]) -> dict[
     rows = [r for r in gpus if len(r) >= 5]
     if not rows:
         return info
-    chosen = next((r for r in rows if _same_uuid(r[0], uuid)), None)
-    if chosen is None:
-        chosen = rows[index or 0] if (index or 0) < len(rows) else rows[0]
+    by_index = rows[index or 0] if (index or 0) < len(rows) else rows[0]
+    chosen = next((r for r in rows if _same_uuid(r[0], uuid)), by_index)
     gpu_uuid = chosen[0]
-    info["driver_version"] = chosen[1] or None
-    info["name"] = chosen[2] or None
+    info.update(driver_version=chosen[1] or None, name=chosen[2] or None)
     total, free = _number(chosen[3]), _number(chosen[4])
     if total is not None and free is not None:
         info["total_gib"], info["free_gib"] = total / 1024, free / 1024  # MiB -> GiB

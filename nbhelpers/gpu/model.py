@@ -28,13 +28,8 @@ class MemoryModel:
     meaning and unit in its comment.
 
     Measured figures are in bench/RESULTS.md ("Memory by stage", "Face restoration", "Clip batch"); the rest are
-    estimates that ``bench/memory.py`` checks. Try other values with :func:`dataclasses.replace`. The batch caps:
-    offline and avatar 32, since at about 0.8 TFLOP per frame (UNet + decode) a batch of 8-16 already keeps a T4
-    busy and the CPU side (blend, encode) is the wall, so larger batches add memory, first-output latency and
-    OOM-retry cost for no speed; realtime 20, the official default (realtime_inference.py:331), 0.8 s of video
-    before the first frame; a whole clip from an avatar 64, as nothing waits for its first frame, and the UNet and
-    decode of a 10 s clip took 3.3 ms per frame at 64 against 4.4 at 20 and 4.1 at 32; the CPU 4, as a larger
-    batch is no faster on 2 cores.
+    estimates that ``bench/memory.py`` checks. Try other values with :func:`dataclasses.replace`. Why each batch
+    cap: :data:`CAP_REASONS` (the CPU's 4: a larger batch is no faster on 2 cores).
     """
 
     core_weights_gib: float = 1.84  # UNet + VAE + Whisper weights (measured)
@@ -54,7 +49,7 @@ class MemoryModel:
     fp32_factor: float = 2.0  # fp32 / fp16 ratio of weights and activations
     tiny_fixed_gib: float = 0.05  # the tiny test models' peak
     tiny_per_frame_gib: float = 0.01  # and its growth per frame
-    cap_lipsync: int = 32  # frames; the caps' reasons are in the docstring
+    cap_lipsync: int = 32  # frames; the caps' reasons are in CAP_REASONS
     cap_avatar: int = 32
     cap_realtime: int = 20
     cap_clip: int = 64
@@ -68,6 +63,19 @@ class MemoryModel:
 
 
 MEMORY_MODEL = MemoryModel()
+
+# Why each kind's batch stops at its cap in MemoryModel, quoted by the plan's reasons.
+_OFFLINE_CAP = ("at about 0.8 TFLOP per frame (UNet + decode) a batch of 8-16 already keeps a T4 busy and the CPU "
+                "side (blend, encode) is the wall, so larger batches add memory, first-output latency and "
+                "OOM-retry cost for no speed")
+CAP_REASONS = {
+    "lipsync": _OFFLINE_CAP,
+    "avatar": f"as the offline job: {_OFFLINE_CAP}",
+    "realtime": ("the official realtime default (realtime_inference.py:331): 0.8 s of video per batch, and the first "
+                 "frame comes after one batch"),
+    "clip": ("nothing waits for its first frame, and the UNet and decode took 3.3 ms per frame at 64 against 4.4 "
+             "at 20 and 4.1 at 32 (bench/RESULTS.md, \"Clip batch\")"),
+}
 
 
 @dataclass(frozen=True)
@@ -125,7 +133,7 @@ def face_cpu_times(landmark_backend: str = "auto") -> FaceCpuTimes:
 
 
 def cpu_seconds(kind: str = "lipsync", n_frames: int = 0, source_frames: int | None = None,
-                weights: str = "full", times: CpuTimes | None = None, *, landmark_backend: str = "auto",
+                weights: str = "full", *, landmark_backend: str = "auto",
                 frame_size: tuple[int, int] | None = None) -> dict[str, float]:
     """The CPU time of a job of ``kind`` (``"clip"`` counted as realtime), ``{stage: seconds}`` for the stages that run.
 
@@ -133,13 +141,12 @@ def cpu_seconds(kind: str = "lipsync", n_frames: int = 0, source_frames: int | N
     least ``n_frames``; avatar: ``n_frames``) and ``n`` output frames (audio seconds x 25): ``models`` = fixed
     (avatar: half) + the load of ``landmark_backend`` (:func:`face_cpu_times`); ``faces``, ``latents``, ``parsing``
     = ``u`` x their per-frame figure (not realtime; faces at ``frame_size`` (H, W) pixels, None:
-    :data:`DEFAULT_FRAME_SIZE`); ``generate`` = ``n * generate_s`` (not avatar). ``times`` defaults to
-    ``CPU_TIMES[weights]``.
+    :data:`DEFAULT_FRAME_SIZE`); ``generate`` = ``n * generate_s`` (not avatar), from ``CPU_TIMES[weights]``.
     Raises InputError: unknown ``kind`` or ``weights``.
     """
     check_kind(kind, weights)
     kind = "realtime" if kind == "clip" else kind  # the same work, only its batch cap differs
-    t = times or CPU_TIMES[weights]
+    t = CPU_TIMES[weights]
     f = face_cpu_times(landmark_backend)
     per_face = f.seconds(frame_size or DEFAULT_FRAME_SIZE)
     n = max(0, int(n_frames or 0))
@@ -213,8 +220,7 @@ def stage_memory(kind: str, fp16: bool = True, frame_size: tuple[int, int] = DEF
     kind = "realtime" if kind == "clip" else kind  # the same stages, only its batch cap differs
     f = 1.0 if fp16 else mm.fp32_factor
     bytes_per_value = 2 if fp16 else 4
-    h, w = frame_size
-    pixels = h * w
+    pixels = frame_size[0] * frame_size[1]
     n = n_frames or 0
     features = n * AUDIO_TOKENS * WHISPER_DIM * bytes_per_value / GIB if kind != "avatar" else 0.0
     latents = n * LATENT_CHANNELS * LATENT_SIZE * LATENT_SIZE * bytes_per_value / GIB if kind != "realtime" else 0.0

@@ -32,10 +32,9 @@ def batched(n_items: int, batch_size: int, step: Callable[[slice], T], *, stage:
     Raises InputError: ``n_items`` < 0 or ``batch_size`` < 1; OutOfMemoryError: A batch of 1 still runs out of memory.
     Source: ``utils.py:49-74``, ``inference.py:187-206`` (fixed-size batches in order); the halving is ours.
     """
-    if isinstance(n_items, bool) or not isinstance(n_items, int) or n_items < 0:
-        raise InputError(f"n_items must be a whole number >= 0; got {n_items!r}.")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise InputError(f"batch_size must be a whole number >= 1; got {batch_size!r}.")
+    for name, value, least in (("n_items", n_items, 0), ("batch_size", batch_size, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise InputError(f"{name} must be a whole number >= {least}; got {value!r}.")
     return _batched(n_items, batch_size, step, stage, on_oom)
 
 

@@ -13,6 +13,7 @@ from ..config import InferenceConfig
 from ..errors import InputError, NbHelpersWarning
 from .device import GpuReport, NoGpuError, _no_cuda_message, colab_gpu_steps, fields_html, fields_text, read_report
 from .model import (
+    CAP_REASONS,
     DEFAULT_FRAME_SIZE,
     MEMORY_MODEL,
     MemoryModel,
@@ -325,20 +326,6 @@ def _gpu_budget(rep: GpuReport, mm: MemoryModel, loaded_gib: float = 0.0) -> tup
     return budget, " ".join(parts) + f", less a {mm.safety_fraction:.0%} margin = {budget:.2f} GiB budget"
 
 
-# Why each kind's batch stops at its cap, in the words of the cap's docstring in MemoryModel.
-_OFFLINE_CAP = ("at about 0.8 TFLOP per frame (UNet + decode) a batch of 8-16 already keeps a T4 busy and the CPU "
-                "side (blend, encode) is the wall, so larger batches add memory, first-output latency and "
-                "OOM-retry cost for no speed")
-_CAP_REASONS = {
-    "lipsync": _OFFLINE_CAP,
-    "avatar": f"as the offline job: {_OFFLINE_CAP}",
-    "realtime": ("the official realtime default (realtime_inference.py:331): 0.8 s of video per batch, and the first "
-                 "frame comes after one batch"),
-    "clip": ("nothing waits for its first frame, and the UNet and decode took 3.3 ms per frame at 64 against 4.4 "
-             "at 20 and 4.1 at 32 (bench/RESULTS.md, \"Clip batch\")"),
-}
-
-
 def _fit_batch(stages: dict[str, tuple[float, float]], budget: float | None, cap: int, kind: str, precision: str,
                size_note: str) -> tuple[int, str]:
     if budget is None:
@@ -354,7 +341,7 @@ def _fit_batch(stages: dict[str, tuple[float, float]], budget: float | None, cap
         return 1, f"1: {model}; the {budget:.2f} GiB budget does not fit even one frame"
     if best >= cap:
         return cap, (f"{cap}: {model}; the {budget:.2f} GiB budget fits {int(best)} frames; capped at {cap} for "
-                     f"{kind} ({_CAP_REASONS[kind]})")
+                     f"{kind} ({CAP_REASONS[kind]})")
     snapped = snap_batch(best)
     return snapped, (f"{snapped}: {model}; the {budget:.2f} GiB budget fits {int(best)} frames, snapped to "
                      f"{snapped} (1, 2 or a multiple of 4)")

@@ -8,7 +8,7 @@ kHz, the samples of the official ``librosa.load(path, sr=16000)``. No torch, Ope
 
 from __future__ import annotations
 
-from .audio import audio_duration, load_audio
+from .audio import audio_duration, cut_audio, load_audio
 from .ffmpeg import SYNTHETIC_TAG, WRITER_STALL_TIMEOUT_S, ffmpeg_exe, ffmpeg_version
 from .folders import check_writable, missing_folders, remove_empty, write_problem
 from .probing import MediaInfo, StreamInfo, probe
@@ -26,7 +26,7 @@ from .writer import (
 
 __all__ = [
     "ENCODER_SETTINGS", "SYNTHETIC_TAG", "WRITER_STALL_TIMEOUT_S", "EncoderChoice", "MediaInfo", "StreamInfo",
-    "VideoReader", "VideoWriter", "audio_duration", "check_writable", "choose_encoder", "convert_to_25fps",
+    "VideoReader", "VideoWriter", "audio_duration", "check_writable", "choose_encoder", "convert_to_25fps", "cut_audio",
     "demo_inputs", "ffmpeg_exe", "ffmpeg_version", "frames_at", "load_audio", "load_video", "missing_folders",
     "nvenc_probe", "padded_size_note", "probe", "read_frame", "remove_empty", "write_problem"
 ]

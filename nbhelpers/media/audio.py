@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import wave
 from pathlib import Path
 
 import numpy as np
 
 from ..constants import SAMPLE_RATE
 from ..errors import InputError, require
+from ..hashing import atomic_path
 from .ffmpeg import _PCM_FORMATS, QUIET, _existing_file, _Process, ffmpeg_exe
 from .probing import MediaInfo, probe
 
@@ -67,9 +69,8 @@ def _ffmpeg_decode(p: Path, info: MediaInfo) -> tuple[np.ndarray, int]:
             usable = len(pending) - len(pending) % frame_bytes
             if usable:
                 block = np.frombuffer(pending[:usable], dtype="<f4").reshape(-1, channels)
-                # librosa's to_mono: mean over the channel axis of the channels-first array
-                pieces.append(block.astype(np.float32).T.mean(axis=0) if channels > 1
-                              else block[:, 0].astype(np.float32))
+                # librosa's to_mono: mean over the channel axis of the channels-first array (exact for one channel)
+                pieces.append(block.astype(np.float32).T.mean(axis=0))
                 pending = pending[usable:]
             more = stdout.read(1 << 20)
             if not more:
@@ -143,3 +144,16 @@ def audio_duration(path) -> float:
             return info.frames / info.samplerate
     mono, rate, _ = _decode_native(p, "audio")
     return mono.shape[0] / rate
+
+
+def cut_audio(audio, seconds: float, path) -> Path:
+    """Write the first ``seconds`` of ``audio`` (as :func:`load_audio` decodes it) to ``path``, atomically, as a 16 kHz
+    mono 16-bit PCM WAV, and return ``path``; a 16 kHz mono 16-bit source keeps its samples exactly."""
+    part = load_audio(audio)[:int(seconds * SAMPLE_RATE)]
+    path = Path(path)
+    with atomic_path(path, ".wav") as tmp, wave.open(str(tmp), "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(SAMPLE_RATE)
+        out.writeframes(np.clip(np.round(part * 32768), -32768, 32767).astype("<i2").tobytes())
+    return path

@@ -29,20 +29,15 @@ def write_problem(folder: str | os.PathLike) -> str:
         return f"{existing} is a file, not a folder" if where else "a file, not a folder"
     if not os.access(existing, os.W_OK | os.X_OK):
         return f"{where}read-only or not yours"
-    made: list[Path] = []
+    made = missing_folders(folder)
     try:
-        for part in reversed([folder, *folder.parents]):
-            if part.is_relative_to(existing) and part != existing and not part.exists():
-                part.mkdir()
-                made.append(part)
+        folder.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".nbhelpers-write-check-"):
             pass
     except OSError as exc:  # ENOENT for a folder that is there: a file system that takes no new files (/proc)
         return f"{where}not writable" if exc.errno == errno.ENOENT else exc.strerror or type(exc).__name__
     finally:
-        for part in reversed(made):
-            with contextlib.suppress(OSError):  # another job put something there meanwhile: it stays
-                part.rmdir()
+        remove_empty(made)  # a folder where another job put something meanwhile stays
     return ""
 
 

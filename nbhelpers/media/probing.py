@@ -249,12 +249,9 @@ def _parse_stream(match: re.Match, block: list[str]) -> StreamInfo:
             if size and size_at is None:
                 info["width"], info["height"] = int(size.group(1)), int(size.group(2))
                 size_at = i
-            rate = re.match(r"^(\d+(?:\.\d+)?k?) fps", part)
-            if rate:
+            rate = re.match(r"^(\d+(?:\.\d+)?k?) (fps|tbr)", part)  # tbr only where no fps is printed
+            if rate and (rate.group(2) == "fps" or "fps" not in info):
                 info["fps"] = _parse_rate(rate.group(1))
-            tbr = re.match(r"^(\d+(?:\.\d+)?k?) tbr", part)
-            if tbr and "fps" not in info:
-                info["fps"] = _parse_rate(tbr.group(1))
         if size_at is not None and size_at >= 2:
             info["pix_fmt"] = parts[1].split("(")[0].strip() or None
         info["rotation"] = _block_rotation(block)

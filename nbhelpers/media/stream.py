@@ -46,15 +46,6 @@ def video_codec_args(encoder: str | None = None, *, file: bool = False) -> tuple
     return ["-c:v", "libx264", "-preset", preset, "-tune", "zerolatency", *tail], choice.ffmpeg
 
 
-def container_for(target: str) -> str:
-    """The ffmpeg output format of a file name or URL (``""`` when it cannot be told)."""
-    low = target.lower()
-    for scheme, fmt in URL_CONTAINERS.items():
-        if low.startswith(scheme):
-            return fmt
-    return FILE_CONTAINERS.get(Path(low.split("?")[0]).suffix, "")
-
-
 class FFmpegSink(VideoWriter):
     """Frames and their audio into one ffmpeg process: a file or any output URL, the audio muxed live.
 
@@ -70,7 +61,9 @@ class FFmpegSink(VideoWriter):
     def __init__(self, target: str | os.PathLike, width: int, height: int, *, encoder: str | None = None,
                  stall_timeout_s: float | None = WRITER_STALL_TIMEOUT_S):
         target = os.fspath(target)
-        fmt = container_for(target)
+        low = target.lower()
+        fmt = next((f for scheme, f in URL_CONTAINERS.items() if low.startswith(scheme)),
+                   FILE_CONTAINERS.get(Path(low.split("?")[0]).suffix, ""))
         if not fmt:
             raise InputError(f"cannot tell the container of {target!r}: give a .mp4/.mov/.mkv/.ts/.flv file or an "
                              "rtmp://, srt://, udp://, rtp:// or tcp:// URL.")

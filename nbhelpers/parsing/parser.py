@@ -16,7 +16,7 @@ import numpy as np
 from ..constants import PARSING_SIZE
 from ..errors import CheckpointError, FallbackWarning, InputError, WeightsError, require
 from ..gpu import batched, device_constant
-from ..models import LOAD_LOCK
+from ..models import LOAD_LOCK, check_state_dict
 from ..resample import crop_resize_batch
 from .masks import N_CLASSES, check_parsing_args, face_mask
 
@@ -61,32 +61,10 @@ def load_bisenet(weights: str | os.PathLike, device: Any = "cpu", dtype: Any = N
         raise CheckpointError(f"Could not read the face-parsing checkpoint {str(path)!r} ({type(exc).__name__}: "
                               f"{exc}). The file is probably incomplete or not 79999_iter.pth; delete it and run "
                               "notebooks/00_setup.ipynb again to re-download it.") from exc
-    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise CheckpointError(f"{str(path)!r} is not a plain state dict of tensors (got {type(state).__name__}). "
-                              "Use the official face-parse-bisent/79999_iter.pth.")
     model = build_bisenet()
-    _check_state_dict(model.state_dict(), state, path)
+    check_state_dict(model, state, path, f"BiSeNet face parser ({BISENET_FILE}, 19 classes, ResNet-18)")
     model.load_state_dict(state, strict=True)
     return model.to(device=device, dtype=dtype or torch.float32).eval()
-
-
-def _check_state_dict(expected: dict, state: dict, path: Path) -> None:
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
-    shapes = sorted(f"{k}: file {tuple(state[k].shape)} != model {tuple(expected[k].shape)}"
-                    for k in set(state) & set(expected) if tuple(state[k].shape) != tuple(expected[k].shape))
-    if not (missing or unexpected or shapes):
-        return
-    lines = [f"The face-parsing checkpoint {str(path)!r} does not match BiSeNet (19 classes, ResNet-18):"]
-    for title, items in (("missing keys", missing), ("unexpected keys", unexpected), ("wrong shapes", shapes)):
-        if items:
-            shown = ", ".join(items[:8]) + (f", ... ({len(items)} in all)" if len(items) > 8 else "")
-            lines.append(f"  {title}: {shown}")
-    if unexpected and all(k.startswith("module.") for k in unexpected):
-        lines.append("  The keys start with 'module.' (saved from DataParallel); the official file has no prefix.")
-    lines.append("Use the official face-parse-bisent/79999_iter.pth (about 53 MB); re-download it with "
-                 "notebooks/00_setup.ipynb if it was replaced.")
-    raise CheckpointError("\n".join(lines))
 
 
 class FaceParser:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import wave
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,8 +12,7 @@ import numpy as np
 
 from .. import faces, reference
 from ..config import PARSING_MODES
-from ..constants import SAMPLE_RATE
-from ..media import load_audio, load_video
+from ..media import cut_audio, load_audio, load_video
 from .panel import widgets_available
 from .plots import Chart, _figure, bars
 
@@ -182,16 +180,9 @@ def plot_stage_ms(timings: Mapping[str, float], n_frames: int) -> Chart:
 
 
 def cut_speech(audio: str | Path, seconds: float, path: str | Path) -> tuple[np.ndarray, Path]:
-    """The first ``seconds`` of ``audio`` written as a 16-bit WAV at ``path``, and that file's 16 kHz waveform (what
-    the engine reads from it)."""
-    part = load_audio(audio)[:int(seconds * SAMPLE_RATE)]
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with wave.open(str(path), "wb") as out:
-        out.setnchannels(1)
-        out.setsampwidth(2)
-        out.setframerate(SAMPLE_RATE)
-        out.writeframes((np.clip(part, -1, 1) * 32767).astype("<i2").tobytes())
+    """The first ``seconds`` of ``audio`` written as a 16-bit WAV at ``path`` (:func:`nbhelpers.media.cut_audio`),
+    and that file's 16 kHz waveform (what the engine reads from it)."""
+    path = cut_audio(audio, seconds, path)
     return load_audio(path), path
 
 
