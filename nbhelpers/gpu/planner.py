@@ -126,15 +126,25 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
     (a face restorer included) fits the budget (:mod:`nbhelpers.gpu.model`), snapped by :func:`snap_batch`, at most
     the kind's cap and ``n_frames``. Non-None ``config.device``, ``fp16`` and ``batch_size`` override the choice.
 
-    ``kind`` is ``"lipsync"`` (offline job), ``"avatar"`` (avatar preparation), ``"realtime"`` (live, from an
-    avatar) or ``"clip"`` (a whole clip from an avatar into a file: realtime's memory, a larger cap). ``report``
-    None reads one; ``config`` None takes the defaults; ``n_frames`` counts output frames (audio seconds x 25), for
-    avatar source frames; ``frame_size`` (H, W) pixels, None: :data:`DEFAULT_FRAME_SIZE`; ``source_frames`` (None:
-    one per output frame) and ``landmark_backend`` (None: ``config.landmark_backend``) feed the CPU estimate;
-    ``loaded_gib`` of the stages' models already on the GPU (an earlier job on the same pipeline) is added back to
-    the usable memory; ``warn`` False only records ``Plan.warnings`` instead of emitting :class:`PlanWarning`.
-    Raises InputError: unknown ``kind``/``weights``, a bad ``frame_size``, ``n_frames``, ``loaded_gib`` or ``config``;
-    NoGpuError: ``config.device`` asks for CUDA but no CUDA GPU is usable.
+    Args:
+        kind: ``"lipsync"`` (offline job), ``"avatar"`` (avatar preparation), ``"realtime"`` (live, from an avatar)
+            or ``"clip"`` (a whole clip from an avatar into a file: realtime's memory, a larger cap).
+        report: A :class:`GpuReport`; None reads one.
+        config: An :class:`~nbhelpers.config.InferenceConfig`; None for the defaults.
+        n_frames: Output frames (audio seconds x 25) for lipsync/realtime, source frames for avatar; or None.
+        frame_size: (H, W) of the frames, pixels; None assumes :data:`DEFAULT_FRAME_SIZE`.
+        weights: ``"full"`` or ``"tiny"`` (test models).
+        memory_model: Constants (default :data:`MEMORY_MODEL`).
+        source_frames: Source frames of a lipsync job, for the CPU estimate; None: one per output frame.
+        landmark_backend: The job's landmark backend, for the CPU estimate; None takes ``config.landmark_backend``.
+        loaded_gib: GiB of the stages' models already on the GPU (an earlier job on the same pipeline), added back
+            to the usable memory.
+        warn: Emit ``Plan.warnings`` as :class:`PlanWarning`; False only records them.
+
+    Raises:
+        InputError: Unknown ``kind``/``weights``, a bad ``frame_size``, ``n_frames``, ``loaded_gib`` or ``config``.
+        NoGpuError: ``config.device`` asks for CUDA but no CUDA GPU is usable.
+
     Source: batches 8 offline and 20 realtime (``inference.py:266``, ``realtime_inference.py:331``); fp16
     (``inference.py:53-56``, ``realtime_inference.py:366-368``).
     """
