@@ -177,10 +177,10 @@ def randomize_weights(model, seed: int | None = None) -> None:
             param.copy_(values.to(param.dtype))
 
 
-def export_onnx(model, path: str | os.PathLike, *, dynamic_batch: bool = True, opset: int = 17) -> Path:
+def export_onnx(model, path: str | os.PathLike, *, dynamic_batch: bool = True) -> Path:
     """Export ``model`` (backbone + SimCC head) to ONNX at ``path``, atomically, with the published file's signature:
     ``input`` (N, 3, 384, 288) float32, ``simcc_x`` (N, 133, 576), ``simcc_y`` (N, 133, 768); a dynamic batch axis
-    unless ``dynamic_batch`` is False; ``opset``. Returns ``path``.
+    unless ``dynamic_batch`` is False; ONNX opset 17. Returns ``path``.
     """
     import torch
 
@@ -193,7 +193,7 @@ def export_onnx(model, path: str | os.PathLike, *, dynamic_batch: bool = True, o
         def forward(self, x):
             return self.head(self.backbone(x))
 
-    return dwpose_torch.export_onnx(_Net(model), path, dynamic_batch=dynamic_batch, opset=opset)
+    return dwpose_torch.export_onnx(_Net(model), path, dynamic_batch=dynamic_batch)
 
 
 class MMPoseBackend(PoseBackend):
