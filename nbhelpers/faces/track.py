@@ -426,7 +426,6 @@ def find_tracks(frames: Any, backend: str | LandmarkBackend = "auto", config: In
     with FaceTracker(backend, config, weights_dir=weights_dir, batch_size=batch_size, device=device) as tracker:
         tracker.chooser = FaceChooser(FaceChoice("list"))  # links tracks, keeps no face: no landmarks run
         tracker._feed(frames)
-        tracker.close()
         if tracker.n_frames == 0:
             raise InputError("frames is empty: the clip has no frames.")
         tracker.chooser.check()
