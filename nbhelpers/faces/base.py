@@ -75,14 +75,6 @@ def check_frames(frames) -> np.ndarray:
     return arr
 
 
-def face_result(box_with_score, landmarks: np.ndarray) -> FaceResult:
-    """A :class:`FaceResult` of an S3FD ``(x1, y1, x2, y2[, score])``, clipped to >= 0 and truncated as officially
-    (``api.py:76-84``), and (68, 2) landmarks."""
-    box = np.trunc(np.maximum(np.asarray(box_with_score[:4], dtype=np.float64), 0.0))
-    score = float(box_with_score[4]) if len(box_with_score) > 4 else float("nan")
-    return FaceResult(face_box=box, landmarks=np.asarray(landmarks, dtype=np.float32).copy(), score=score)
-
-
 def detect_with_pose(frames, face_detector, keypoints, frames_device=None, choose=None) -> list[FaceResult | None]:
     """The official pairing: N :class:`FaceResult` (None where the detector finds no face) of the face detector's box
     and DWPose's landmarks (``keypoints(frames) -> ((M, 133, 2) whole-body keypoints, scores)``), run only on frames
@@ -114,7 +106,9 @@ def detect_with_pose(frames, face_detector, keypoints, frames_device=None, choos
     if with_face:
         points, _ = keypoints(frames[with_face])
         for j, i in enumerate(with_face):
-            results[i] = face_result(boxes[i], codec.face_landmarks(points[j]))
+            box = np.trunc(np.maximum(np.asarray(boxes[i][:4], dtype=np.float64), 0.0))  # as officially, api.py:76-84
+            score = float(boxes[i][4]) if len(boxes[i]) > 4 else float("nan")
+            results[i] = FaceResult(box, codec.face_landmarks(points[j]).astype(np.float32), score)
     return results
 
 
@@ -133,8 +127,7 @@ class PoseBackend:
         return self.pose.keypoints(frames_bgr)
 
     def detect(self, frames: np.ndarray, frames_device: Any = None, choose: Any = None) -> list[FaceResult | None]:
-        """Per frame of (N, H, W, 3) uint8 BGR ``frames``: None (no face) or a :class:`FaceResult` (the detector's box
-        in whole pixels, its score, (68, 2) float32 landmarks in frame pixels); as :func:`detect_with_pose`."""
+        """Per frame of (N, H, W, 3) uint8 BGR ``frames``, None (no face) or a :class:`FaceResult`: :func:`detect_with_pose`."""
         return detect_with_pose(frames, self.face_detector, self.keypoints, frames_device, choose)
 
     def close(self) -> None:

@@ -69,17 +69,13 @@ def _grow_side(lo: int, hi: int, size: int, limit: int) -> tuple[int, int]:
 
 
 def crop_box_with_source(landmarks: Any, face_box: Any, frame_shape: Any, version: str = "v15",
-                         bbox_shift: int = 0, extra_margin: int = 10, *,
-                         min_side: int = MIN_CROP_SIDE) -> tuple[tuple[int, int, int, int], str]:
-    """``(box, source)``: :func:`crop_box` with its smallest side ``min_side`` (pixels), and ``"face_box"`` when the
-    detector box was used (the official fallback, or a clamped landmark box under ``min_side``), else
-    ``"landmarks"``. InputError as :func:`crop_box`.
+                         bbox_shift: int = 0, extra_margin: int = 10) -> tuple[tuple[int, int, int, int], str]:
+    """``(box, source)``: :func:`crop_box`, and ``"face_box"`` when the detector box was used (the official fallback,
+    or a clamped landmark box under :data:`MIN_CROP_SIDE`), else ``"landmarks"``. InputError as :func:`crop_box`.
     """
     if version not in VERSIONS:
         raise InputError(f"version must be one of {', '.join(map(repr, VERSIONS))}; got {version!r}.")
     height, width = _frame_hw(frame_shape)
-    if int(min_side) < 1:
-        raise InputError(f"min_side must be >= 1 pixel; got {min_side!r}.")
     lm = _landmarks_int(landmarks)
 
     # Official rules (preprocessing.py:113-132). The shift edits lm[29] in place, so the shifted value also takes
@@ -106,14 +102,15 @@ def crop_box_with_source(landmarks: Any, face_box: Any, frame_shape: Any, versio
         return min(max(x1_, 0), width), min(max(y1_, 0), height), min(max(x2_, 0), width), min(max(y2_, 0), height)
 
     out = finish(box)
-    if source == "landmarks" and (out[2] - out[0] < min_side or out[3] - out[1] < min_side) and face_box is not None:
+    thin = out[2] - out[0] < MIN_CROP_SIDE or out[3] - out[1] < MIN_CROP_SIDE
+    if source == "landmarks" and thin and face_box is not None:
         # Fix: a landmark box that lies mostly outside the frame falls back to the detector box.
         fallback = finish(_official_face_box(face_box))
         if fallback[2] - fallback[0] >= out[2] - out[0] and fallback[3] - fallback[1] >= out[3] - out[1]:
             out, source = fallback, "face_box"
     x1, y1, x2, y2 = out
-    x1, x2 = _grow_side(x1, x2, int(min_side), width)  # fix: a minimum crop size
-    y1, y2 = _grow_side(y1, y2, int(min_side), height)
+    x1, x2 = _grow_side(x1, x2, MIN_CROP_SIDE, width)  # fix: a minimum crop size
+    y1, y2 = _grow_side(y1, y2, MIN_CROP_SIDE, height)
     return (int(x1), int(y1), int(x2), int(y2)), source
 
 
@@ -240,13 +237,12 @@ def single_box(boxes: Any) -> Any:
     return None
 
 
-def user_boxes(boxes: Any, n_frames: int, frame_shape: Any, *, min_side: int = MIN_CROP_SIDE
-               ) -> tuple[np.ndarray, np.ndarray]:
+def user_boxes(boxes: Any, n_frames: int, frame_shape: Any) -> tuple[np.ndarray, np.ndarray]:
     """The user's crop ``boxes`` checked and expanded to ``(crop_boxes, has_face)`` of ``n_frames`` frames of
     ``frame_shape``: (N, 4) int32 with -1 rows for no face, and (N,) bool. ``boxes`` is one ``(x1, y1, x2, y2)`` for
     the clip (:func:`single_box`), or per frame an (N, 4) array (-1 or NaN rows: no face) or N boxes and None;
-    full-frame pixels, fractions truncated. InputError for a box outside the frame, inverted or under ``min_side``
-    pixels, or a per-frame list not of length N.
+    full-frame pixels, fractions truncated. InputError for a box outside the frame, inverted or under
+    :data:`MIN_CROP_SIDE` pixels, or a per-frame list not of length N.
 
     Source: the nearest official feature, ``--use_saved_coord``, reuses pickled boxes unchecked
     (``inference.py:151-160``).
@@ -277,9 +273,9 @@ def user_boxes(boxes: Any, n_frames: int, frame_shape: Any, *, min_side: int = M
             raise InputError(f"{where} = {(x1, y1, x2, y2)} does not fit the frame: the rule is "
                              f"0 <= x1 < x2 <= {width} and 0 <= y1 < y2 <= {height} (frame {width}x{height} "
                              "pixels, x right, y down). Check the order (x1, y1, x2, y2) and the frame size.")
-        if x2 - x1 < min_side or y2 - y1 < min_side:
+        if x2 - x1 < MIN_CROP_SIDE or y2 - y1 < MIN_CROP_SIDE:
             raise InputError(f"{where} = {(x1, y1, x2, y2)} is {x2 - x1}x{y2 - y1} pixels; each side must be at "
-                             f"least {min_side} pixels. Draw the box around the lower face (nose to chin).")
+                             f"least {MIN_CROP_SIDE} pixels. Draw the box around the lower face (nose to chin).")
         out[i] = (x1, y1, x2, y2)
         has_face[i] = True
     return out, has_face

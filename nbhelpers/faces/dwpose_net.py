@@ -160,15 +160,14 @@ class CSPNeXt(nn.Module):
 class ScaleNorm(nn.Module):
     """``x / max(||x||_2 / sqrt(d), eps) * g`` over the last axis, one learned scalar ``g``; in float32."""
 
-    def __init__(self, dim: int, eps: float = SCALE_NORM_EPS):
+    def __init__(self, dim: int):
         super().__init__()
         self.scale = dim ** -0.5
-        self.eps = eps
         self.g = nn.Parameter(torch.ones(1))
 
     def forward(self, x):
         xf = x.float()
-        norm = (torch.linalg.vector_norm(xf, dim=-1, keepdim=True) * self.scale).clamp(min=self.eps)
+        norm = (torch.linalg.vector_norm(xf, dim=-1, keepdim=True) * self.scale).clamp(min=SCALE_NORM_EPS)
         return (xf / norm * self.g.float()).to(x.dtype)
 
 

@@ -101,11 +101,11 @@ def load_model(path: str | os.PathLike, weights_dir: str | os.PathLike | None = 
     return model.eval()
 
 
-def export_onnx(model, path: str | os.PathLike, *, dynamic_batch: bool = True, opset: int = 17) -> Path:
+def export_onnx(model, path: str | os.PathLike, *, dynamic_batch: bool = True) -> Path:
     """Export ``model`` (moved to the CPU in float32) to ``path``, atomically, with the published
     ``dw-ll_ucoco_384.onnx`` signature: ``input`` (N, 3, 384, 288) float32 normalised RGB, ``simcc_x`` (N, 133, 576),
     ``simcc_y`` (N, 133, 768); a dynamic batch axis unless ``dynamic_batch`` is False (batch 1, as published); ONNX
-    ``opset``. Returns ``path``; MissingDependencyError without the ``onnx`` package.
+    opset 17. Returns ``path``; MissingDependencyError without the ``onnx`` package.
     """
     torch = _import_torch()
     if importlib.util.find_spec("onnx") is None:
@@ -119,7 +119,7 @@ def export_onnx(model, path: str | os.PathLike, *, dynamic_batch: bool = True, o
     with torch.no_grad(), warnings.catch_warnings(), atomic_path(path, ".tmp.onnx") as tmp:
         warnings.simplefilter("ignore")
         torch.onnx.export(net, (torch.zeros(1, 3, h, w),), str(tmp), input_names=["input"],
-                          output_names=["simcc_x", "simcc_y"], dynamic_axes=axes, opset_version=opset, **kwargs)
+                          output_names=["simcc_x", "simcc_y"], dynamic_axes=axes, opset_version=17, **kwargs)
     return Path(path)
 
 

@@ -28,10 +28,9 @@ class DetectionMemory:
         detected: Frames the real backends were asked about through :meth:`wrap` (the rest were remembered).
     """
 
-    def __init__(self, videos: int = VIDEOS_KEPT):
+    def __init__(self):
         self._found: OrderedDict[tuple[str, str], dict[int, FaceResult | None]] = OrderedDict()
         self._digests: dict[tuple[str, int, int], str] = {}
-        self._videos = int(videos)
         self.detected = 0
 
     def digest(self, video: str | os.PathLike) -> str:
@@ -48,7 +47,7 @@ class DetectionMemory:
         key = (self.digest(video), str(backend_name))
         found = self._found.setdefault(key, {})
         self._found.move_to_end(key)
-        while len(self._found) > self._videos:
+        while len(self._found) > VIDEOS_KEPT:
             self._found.popitem(last=False)
         return found
 

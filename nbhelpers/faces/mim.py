@@ -33,6 +33,7 @@ from ..hashing import atomic_path
 OPENMMLAB_MMCV_INDEX = "https://download.openmmlab.com/mmcv/dist"
 BUILD_TIME_COLAB = "15-30 minutes on Colab"
 BUILD_TIME_2_CORES = "45-60 minutes on a 2-core machine"
+STEP_TIMEOUT_S = 3600.0  # the most one install command may take, seconds (an mmcv build from source included)
 
 
 @dataclass(frozen=True)
@@ -338,20 +339,19 @@ def _versions_of(python: str) -> dict:
 
 
 def install_mmpose(dry_run: bool = False, *, python: str | None = None, torch_version: str | None = None,
-                   numpy_version: str | None = None, pins: PinSet | None = None, only_binary: bool = False,
-                   wheel_check: WheelCheck | None = None, weights_dir: str | os.PathLike | None = None,
-                   verify: bool = True, workdir: str | os.PathLike | None = None,
-                   mmcv_base_url: str | None = None, timeout_s: float = 3600.0) -> MimInstallResult:
+                   numpy_version: str | None = None, only_binary: bool = False,
+                   wheel_check: WheelCheck | None = None, workdir: str | os.PathLike | None = None,
+                   mmcv_base_url: str | None = None) -> MimInstallResult:
     """Install mmengine, mmcv, mmdet and mmpose through openmim, torch, torchvision and numpy held by ``-c
     <constraints>``: openmim and ``setuptools<81`` (mim imports ``pkg_resources``), ``mim install`` mmengine, mmcv and
     mmdet, ``pip install --no-deps mmpose`` (its ``chumpy`` does not build) and what mmpose imports; then a
-    self-check (``verify``, with ``weights_dir``'s .pth or random weights) in a new interpreter. A failed command
+    self-check with random weights in a new interpreter. A failed command
     stops the install with ``ok`` False; a ``dry_run`` only writes the constraints file (in ``workdir``, default a
     shared temporary folder) and returns the commands. ``python`` (default: this one) is the interpreter installed
-    into, ``torch_version`` and ``numpy_version`` (default: its) are held, ``pins`` default to :func:`pins_for` the
+    into, ``torch_version`` and ``numpy_version`` (default: its) are held, the versions are :func:`pins_for` the
     torch version; ``only_binary`` refuses to compile mmcv; ``wheel_check`` defaults to :func:`check_mmcv_wheels`
-    now; ``mmcv_base_url`` is a mirror of ``https://download.openmmlab.com`` (mim's ``MMCV_BASE_URL``); ``timeout_s``
-    limits each command (seconds). MissingDependencyError without torch or numpy.
+    now; ``mmcv_base_url`` is a mirror of ``https://download.openmmlab.com`` (mim's ``MMCV_BASE_URL``); each command
+    may take :data:`STEP_TIMEOUT_S`. MissingDependencyError without torch or numpy.
 
     Source: ``README.md:151-185`` (quirk Q29).
     """
@@ -363,7 +363,7 @@ def install_mmpose(dry_run: bool = False, *, python: str | None = None, torch_ve
         raise MissingDependencyError(f"install_mmpose holds torch and numpy at their installed versions, but "
                                      f"{python} has torch={torch_version!r}, numpy={numpy_version!r}. Install torch "
                                      f"and numpy first (on Colab they are preinstalled).")
-    pins = pins or pins_for(torch_version)
+    pins = pins_for(torch_version)
     held = {"torch": torch_version, "numpy": numpy_version}
     if installed.get("torchvision"):
         held["torchvision"] = installed["torchvision"]
@@ -409,11 +409,11 @@ def install_mmpose(dry_run: bool = False, *, python: str | None = None, torch_ve
     for cmd in commands:
         t0 = time.perf_counter()
         try:
-            res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env,
+            res = subprocess.run(cmd, capture_output=True, text=True, timeout=STEP_TIMEOUT_S, env=env,
                                  stdin=subprocess.DEVNULL)
             code, out = res.returncode, (res.stdout + res.stderr)
         except subprocess.TimeoutExpired as exc:
-            code, out = -9, f"timed out after {timeout_s:.0f} s\n{exc.stdout or ''}{exc.stderr or ''}"
+            code, out = -9, f"timed out after {STEP_TIMEOUT_S:.0f} s\n{exc.stdout or ''}{exc.stderr or ''}"
         result.steps.append(StepResult(cmd, code, round(time.perf_counter() - t0, 2), str(out)[-3000:]))
         if code != 0:
             result.seconds = round(time.perf_counter() - start, 2)
@@ -423,31 +423,26 @@ def install_mmpose(dry_run: bool = False, *, python: str | None = None, torch_ve
 
     after = _versions_of(python)
     changed = {d: (v, after.get(d)) for d, v in held.items() if after.get(d) != v}
-    if verify:
-        cmd = [python, "-m", "nbhelpers.faces.mmpose_backend", "--self-check", "--device", "cpu"]
-        if weights_dir is not None:
-            cmd += ["--weights-dir", str(weights_dir)]
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env,
-                             stdin=subprocess.DEVNULL)
-        try:
-            result.verify = json.loads(res.stdout.strip().splitlines()[-1])
-        except (IndexError, ValueError):
-            result.verify = {"ok": False, "reason": (res.stdout + res.stderr)[-1500:]}
+    cmd = [python, "-m", "nbhelpers.faces.mmpose_backend", "--self-check", "--device", "cpu"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=STEP_TIMEOUT_S, env=env,
+                         stdin=subprocess.DEVNULL)
+    try:
+        result.verify = json.loads(res.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        result.verify = {"ok": False, "reason": (res.stdout + res.stderr)[-1500:]}
     result.seconds = round(time.perf_counter() - start, 2)
-    verified = (not verify) or bool(result.verify and result.verify.get("ok"))
+    verified = bool(result.verify.get("ok"))
     result.ok = verified and not changed
     if changed:
         result.message = (f"Installed, but these changed although they were held: {changed}. Restart the runtime "
                           f"and check the environment.")
     elif not verified:
         result.message = (f"Installed in {result.seconds:.0f} s, but the verification failed: "
-                          f"{(result.verify or {}).get('reason', '')}")
+                          f"{result.verify.get('reason', '')}")
     else:
-        timing = ""
-        if result.verify:
-            timing = (f"; model build {result.verify.get('build_seconds')} s, one landmark pass "
-                      f"{result.verify.get('pass_seconds')} s ({result.verify.get('weights')} weights)")
         result.message = (f"mmpose {pins.mmpose} with mmcv {pins.mmcv} installed in {result.seconds:.0f} s; torch "
-                          f"{torch_version} and numpy {numpy_version} unchanged{timing}. Restart the runtime if "
-                          f"mmpose was imported before.")
+                          f"{torch_version} and numpy {numpy_version} unchanged; model build "
+                          f"{result.verify.get('build_seconds')} s, one landmark pass "
+                          f"{result.verify.get('pass_seconds')} s ({result.verify.get('weights')} weights). Restart "
+                          "the runtime if mmpose was imported before.")
     return result

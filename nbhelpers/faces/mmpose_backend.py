@@ -80,13 +80,6 @@ RTMPOSE_L_WHOLEBODY_384X288 = dict(
 )
 
 
-def config_dict(flip_test: bool = True) -> dict:
-    """A deep copy of :data:`RTMPOSE_L_WHOLEBODY_384X288` with ``test_cfg.flip_test`` set (True officially)."""
-    cfg = copy.deepcopy(RTMPOSE_L_WHOLEBODY_384X288)
-    cfg["model"]["test_cfg"]["flip_test"] = bool(flip_test)
-    return cfg
-
-
 def mmpose_available() -> Availability:
     """Whether mmpose imports here (with the ``mmcv.ops`` stand-in when only mmcv-lite is there); ``reason`` says
     what is missing, or which mmcv is used."""
@@ -144,10 +137,12 @@ def build_pose_model(checkpoint: str | os.PathLike | None = None, device: str | 
     from mmengine.config import Config
 
     dev = dwpose_torch.resolve_device(device)
+    cfg = copy.deepcopy(RTMPOSE_L_WHOLEBODY_384X288)
+    cfg["model"]["test_cfg"]["flip_test"] = bool(flip_test)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*pkg_resources.*")
         warnings.filterwarnings("ignore", message=".*metainfo config file.*")  # found in mmpose's .mim folder
-        model = apis.init_model(Config(config_dict(flip_test)), checkpoint=None, device="cpu")
+        model = apis.init_model(Config(cfg), checkpoint=None, device="cpu")
     if checkpoint is not None:
         state, meta = load_checkpoint_state(checkpoint)
         models.check_state_dict(model, state, checkpoint, what="DWPose RTMPose-l whole-body 384x288 (mmpose)")
@@ -177,10 +172,10 @@ def randomize_weights(model, seed: int | None = None) -> None:
             param.copy_(values.to(param.dtype))
 
 
-def export_onnx(model, path: str | os.PathLike, *, dynamic_batch: bool = True, opset: int = 17) -> Path:
+def export_onnx(model, path: str | os.PathLike, *, dynamic_batch: bool = True) -> Path:
     """Export ``model`` (backbone + SimCC head) to ONNX at ``path``, atomically, with the published file's signature:
     ``input`` (N, 3, 384, 288) float32, ``simcc_x`` (N, 133, 576), ``simcc_y`` (N, 133, 768); a dynamic batch axis
-    unless ``dynamic_batch`` is False; ``opset``. Returns ``path``.
+    unless ``dynamic_batch`` is False; ONNX opset 17. Returns ``path``.
     """
     import torch
 
@@ -193,7 +188,7 @@ def export_onnx(model, path: str | os.PathLike, *, dynamic_batch: bool = True, o
         def forward(self, x):
             return self.head(self.backbone(x))
 
-    return dwpose_torch.export_onnx(_Net(model), path, dynamic_batch=dynamic_batch, opset=opset)
+    return dwpose_torch.export_onnx(_Net(model), path, dynamic_batch=dynamic_batch)
 
 
 class MMPoseBackend(PoseBackend):

@@ -314,14 +314,12 @@ class S3FD:
                     xin = xin.contiguous(memory_format=torch.channels_last)
                 olist = [o.float() for o in self.net(xin)]
                 finite = torch.stack([torch.isfinite(o).all() for o in olist]).all()
-                # softmax of the conf maps on the device in float32, as the official (detect.py:67-70); only
-                # the probabilities and offsets come back to the host
-                probs = [torch.softmax(o, dim=1) if k % 2 == 0 else o for k, o in enumerate(olist)]
                 host_wait(self.device)  # sleep, not spin, until the batch is done (one wait, not twelve)
                 if self.dtype != torch.float32 and not bool(finite):
                     olist = self._rerun_fp32(x)
-                    probs = [torch.softmax(o, dim=1) if k % 2 == 0 else o for k, o in enumerate(olist)]
-                olist = probs
+                # softmax of the conf maps on the device in float32, as the official (detect.py:67-70); only
+                # the probabilities and offsets come back to the host
+                olist = [torch.softmax(o, dim=1) if k % 2 == 0 else o for k, o in enumerate(olist)]
             dets = decode_detections(olist, apply_softmax=False)
             if scale != 1.0:
                 for d in dets:

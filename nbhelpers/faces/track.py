@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from .. import media
-from ..config import InferenceConfig, parse_face
+from ..config import FaceChoice, InferenceConfig, parse_face
 from ..constants import CROP_SIZE
 from ..errors import InputError, NbHelpersWarning, NoFaceError
 from ..gpu import batched
@@ -32,7 +32,7 @@ from .boxes import (
     user_boxes,
 )
 from .registry import get_backend
-from .tracks import FaceChooser, FaceTracks, listing_chooser
+from .tracks import FaceChooser, FaceTracks
 
 LARGE_FACE_RATIO = 3.0  # warn when the median crop side exceeds this many times CROP_SIZE (256 px)
 DEFAULT_BATCH_FRAMES = 8  # frames decoded and handed to the backend at a time
@@ -424,9 +424,8 @@ def find_tracks(frames: Any, backend: str | LandmarkBackend = "auto", config: In
     """
     config = (config if config is not None else InferenceConfig()).replace(face="largest")
     with FaceTracker(backend, config, weights_dir=weights_dir, batch_size=batch_size, device=device) as tracker:
-        tracker.chooser = listing_chooser()
+        tracker.chooser = FaceChooser(FaceChoice("list"))  # links tracks, keeps no face: no landmarks run
         tracker._feed(frames)
-        tracker.close()
         if tracker.n_frames == 0:
             raise InputError("frames is empty: the clip has no frames.")
         tracker.chooser.check()

@@ -205,12 +205,10 @@ class _Live:  # a track being linked; its last box and frame are the ends of box
 
 class TrackLinker:
     """Link each frame's detections into tracks, one frame at a time (:meth:`add`); :meth:`result` gives the
-    :class:`FaceTracks`. ``min_side`` (pixels) and ``min_score`` are the floors below which a detection is not
-    tracked. :meth:`mark` before a batch lets a batch that is run again (after an out-of-memory halving) replace
-    its first attempt."""
+    :class:`FaceTracks`; a detection under :data:`MIN_FACE_SIDE` is not tracked. :meth:`mark` before a batch lets a
+    batch that is run again (after an out-of-memory halving) replace its first attempt."""
 
-    def __init__(self, min_side: float = MIN_FACE_SIDE, min_score: float | None = None):
-        self.min_side, self.min_score = float(min_side), min_score
+    def __init__(self):
         self.n_frames = 0
         self.frame_shape: tuple[int, int] | None = None
         self._tracks: list[_Live] = []
@@ -245,8 +243,7 @@ class TrackLinker:
         if cut:
             self._cuts.append(index)
         numbers = np.full(len(dets), -1, dtype=np.int64)
-        keep = [k for k, d in enumerate(dets) if min(d[2] - d[0], d[3] - d[1]) >= self.min_side
-                and (self.min_score is None or d[4] >= self.min_score)]
+        keep = [k for k, d in enumerate(dets) if min(d[2] - d[0], d[3] - d[1]) >= MIN_FACE_SIDE]
         sigs = {k: signature(frame, dets[k]) for k in keep}
         pairs = []
         for t in self._tracks:
@@ -292,11 +289,10 @@ class FaceChooser:
     them (:class:`TrackLinker`) and returns the row of the chosen face, or None (the frame passes through).
     InputError at the choice's frame for a point or box on no face (the nearest face named)."""
 
-    def __init__(self, face: Any, track: int | None = None, linker: TrackLinker | None = None,
-                 schedule: np.ndarray | None = None):
+    def __init__(self, face: Any, schedule: np.ndarray | None = None):
         self.choice = face if isinstance(face, FaceChoice) else parse_face(face)
-        self.linker = linker or TrackLinker()
-        self.track = track if track is not None else self.choice.track
+        self.linker = TrackLinker()
+        self.track = self.choice.track
         self.schedule = None if schedule is None else np.asarray(schedule, dtype=np.int64)
         if self.choice.kind == "speaker" and self.schedule is None:
             raise InputError("face='speaker' follows the voice, so it needs the audio: it works in lipsync (one "
@@ -329,9 +325,3 @@ class FaceChooser:
         if self.track is not None and self.choice.kind != "list":
             tracks[self.track]  # raises with the list of tracks
 
-
-def listing_chooser() -> FaceChooser:
-    """A chooser that only links tracks and keeps no face (for :func:`find_tracks`: no landmarks run)."""
-    chooser = FaceChooser("largest")
-    chooser.choice = FaceChoice("list")
-    return chooser
