@@ -76,8 +76,8 @@ class LiveSession:
         self._models = st["models"]
         self._pipe = avatar.pipe
         self._models_thread = model_thread(avatar)  # runs every whisper pass and render (see ModelThread)
-        self._ring = self._models_thread.ring  # pinned host buffers the rendered batches are copied into (CUDA)
         self._on_cuda = getattr(self._models.device, "type", str(self._models.device)) == "cuda"
+        self._pinned = self._models_thread.ring if self._on_cuda else False  # host buffers batches are copied into
         self.batch_size = int(config.batch_size or avatar.config.batch_size or 8)
         h, w = avatar.frame_shape
         self.sink = FFmpegSink(config.to, w, h, encoder=config.encoder) if config.to is not None else None
@@ -147,25 +147,24 @@ class LiveSession:
 
     def _resample(self, wave: np.ndarray, rate: int) -> np.ndarray:
         if rate != self._rate:
-            tail = self._flush_resampler()
+            self._flush_resampler()
             self._rate = rate
-            self._resampler = None
             if rate != SAMPLE_RATE:
                 soxr = require("soxr", "pip install soxr")
                 self._resampler = soxr.ResampleStream(rate, SAMPLE_RATE, 1, dtype="float32", quality="soxr_hq")
-            if tail.size:
-                with self._lock:
-                    self._inbox.append(tail)
         if self._resampler is None:
             return wave
         return np.asarray(self._resampler.resample_chunk(wave, last=False), dtype=np.float32).reshape(-1)
 
-    def _flush_resampler(self) -> np.ndarray:
+    def _flush_resampler(self) -> None:
+        """Queue the resampler's last samples and drop it."""
         if self._resampler is None:
-            return np.zeros(0, np.float32)
-        out = np.asarray(self._resampler.resample_chunk(np.zeros(0, np.float32), last=True), np.float32)
+            return
+        tail = np.asarray(self._resampler.resample_chunk(np.zeros(0, np.float32), last=True), np.float32)
         self._resampler = None
-        return out.reshape(-1)
+        with self._lock:
+            if tail.size:
+                self._inbox.append(tail.reshape(-1))
 
     # -- output ----------------------------------------------------------------------------------------------------
 
@@ -208,10 +207,8 @@ class LiveSession:
         """
         if self.result is not None:
             return self.result
-        tail = self._flush_resampler()
+        self._flush_resampler()
         with self._lock:
-            if tail.size:
-                self._inbox.append(tail)
             self._closing = True
             self._wake.notify_all()
         try:
@@ -427,7 +424,7 @@ class LiveSession:
                     for c0, c1 in zip(cuts, cuts[1:], strict=False):  # aligned like one-clip generation's batches
                         for t0, batch in engine.render(self._source, feats, self._models, self.batch_size, c1 - c0,
                                                 timings=self.timings, first_frame=c0, feature_offset=a,
-                                                pinned=self._ring if self._on_cuda else False):
+                                                pinned=self._pinned):
                             for k in range(len(batch)):
                                 frames[t0 + k] = np.array(batch[k])  # the pinned buffer is reused: copy
             if self.silence == "source":
@@ -494,8 +491,7 @@ class LiveSession:
                     continue
                 first = next(self._pipe.whisper.parameters())
                 feats = torch.zeros((size, 10 * WHISPER_LAYERS, WHISPER_DIM), dtype=first.dtype, device=first.device)
-                for _ in engine.render(self._source, feats, self._models, size, size,
-                                pinned=self._ring if self._on_cuda else False):
+                for _ in engine.render(self._source, feats, self._models, size, size, pinned=self._pinned):
                     pass
                 done.add(("render", size))
             if self._on_cuda:
