@@ -165,7 +165,10 @@ class SettingsPanel:
             control = w.FloatSlider(value=float(value), min=0.0, max=1.0, step=0.05, **common)
         else:  # face
             control = w.Text(value=str(value), placeholder="largest, 0, 1, ..., x,y or speaker", **common)
-        _set_tooltip(control, m["help"])
+        for attr in ("tooltip", "description_tooltip"):  # ipywidgets 8 renamed description_tooltip to tooltip
+            if attr in getattr(control, "keys", ()):
+                setattr(control, attr, m["help"])
+                break
         return control
 
     def _sync(self) -> None:
@@ -226,14 +229,6 @@ class SettingsPanel:
         from IPython.display import HTML, display
 
         display(self.widget if self.uses_widgets else HTML(self._repr_html_()))
-
-
-def _set_tooltip(control: Any, text: str) -> None:
-    # ipywidgets 8 renamed description_tooltip to tooltip; set whichever this version has.
-    for attr in ("tooltip", "description_tooltip"):
-        if attr in getattr(control, "keys", ()):
-            setattr(control, attr, text)
-            return
 
 
 def _to_config(base: InferenceConfig, values: Mapping[str, Any]) -> InferenceConfig:
