@@ -167,7 +167,6 @@ class BackgroundWrite:
     """
 
     def __init__(self, frames: Any, path: Path, width: int, height: int):
-        self.path = path
         self._stop = threading.Event()
         self._out: tuple[int, int, str] | None = None
         self._error: BaseException | None = None
@@ -186,8 +185,6 @@ class BackgroundWrite:
         self._thread.join()
         if self._error is not None:
             raise self._error
-        if self._out is None:
-            raise CacheError(f"writing {self.path} ended without a result")
         return self._out
 
     def cancel(self) -> None:
