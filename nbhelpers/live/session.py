@@ -512,11 +512,8 @@ class LiveSession:
         if self._pacer is not None:
             return
         while self._ready:
-            n = self._ready[0][0]
-            if self.realtime and not flush:
-                due = self._deadline(n)
-                if now < due:
-                    return
+            if self.realtime and not flush and now < self._deadline(self._ready[0][0]):
+                return
             self._emit(*self._ready.popleft(), now)
             now = self.clock()
 
