@@ -46,7 +46,6 @@ class _Plain:
     def __init__(self, value: Any):
         self.value = value
         self.disabled = False
-        self.visible = True
 
 
 class SettingsPanel:
@@ -144,7 +143,7 @@ class SettingsPanel:
 
         m = _FIELDS[name].metadata
         common = {"description": m["label"], "style": {"description_width": "140px"},
-                  "layout": w.Layout(width="520px")}
+                  "layout": w.Layout(width="520px", display="")}  # every control is shown, disabled where moot
         if name in ("version", "parsing_mode", "encoder", "restore"):
             labels = m.get("labels") or {c: c for c in m["choices"]}
             control = w.Dropdown(options=[(text, _RESTORE_OFF if c is None else c) for c, text in labels.items()],
@@ -172,19 +171,15 @@ class SettingsPanel:
         return control
 
     def _sync(self) -> None:
-        """Enable and show only what applies: parsing and cheeks for v1.5 (cheeks: jaw mode); bbox_shift always."""
+        """Enable only what applies: parsing and cheeks for v1.5 (cheeks: jaw mode), the strength with a restorer;
+        bbox_shift always."""
         v1 = self.controls["version"].value == "v1"
         jaw = self.controls["parsing_mode"].value == "jaw"
-        rules = {"bbox_shift": (True, True), "extra_margin": (not v1, True), "parsing_mode": (not v1, True),
-                 "left_cheek_width": (not v1 and jaw, True), "right_cheek_width": (not v1 and jaw, True),
-                 "restore_strength": (self.controls["restore"].value not in (None, _RESTORE_OFF), True)}
-        for name, (enabled, visible) in rules.items():
-            control = self.controls[name]
-            control.disabled = not enabled
-            if self.uses_widgets:
-                control.layout.display = "" if visible else "none"
-            else:
-                control.visible = visible
+        rules = {"extra_margin": not v1, "parsing_mode": not v1, "left_cheek_width": not v1 and jaw,
+                 "right_cheek_width": not v1 and jaw,
+                 "restore_strength": self.controls["restore"].value not in (None, _RESTORE_OFF)}
+        for name, enabled in rules.items():
+            self.controls[name].disabled = not enabled
 
     @property
     def widget(self) -> Any:
@@ -200,12 +195,10 @@ class SettingsPanel:
         return self._box
 
     def rows(self) -> list[tuple[str, str]]:
-        """``(label, value)`` for each field that applies to the chosen version."""
+        """``(label, value)`` for each field."""
         batch_text, precision_text = self._planned()
         out = []
         for name, control in self.controls.items():
-            if not (control.layout.display != "none" if self.uses_widgets else control.visible):
-                continue
             value = control.value
             if name == "batch_size" and value == "auto":
                 value = batch_text
