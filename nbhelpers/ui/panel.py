@@ -58,9 +58,8 @@ class SettingsPanel:
     """
 
     def __init__(self, base: InferenceConfig, values: Mapping[str, Any] | None = None,
-                 use_widgets: bool | None = None, plan: Any = None):
+                 use_widgets: bool | None = None):
         self.base = base
-        self.plan = plan
         self.uses_widgets = widgets_available() if use_widgets is None else bool(use_widgets)
         initial = self._initial(base, values or {})
         self.controls = {name: self._make(name, value) for name, value in initial.items()}
@@ -246,9 +245,7 @@ def settings_panel(plan_or_config: Any = None, values: Mapping[str, Any] | None 
     Raises:
         InputError: An unknown name or a value out of range in ``values``.
     """
-    base = _base_config(plan_or_config)
-    return SettingsPanel(base, values, use_widgets, plan=None if isinstance(plan_or_config, InferenceConfig)
-                         else plan_or_config)
+    return SettingsPanel(_base_config(plan_or_config), values, use_widgets)
 
 
 def _base_config(plan_or_config: Any) -> InferenceConfig:
