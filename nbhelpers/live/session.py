@@ -407,10 +407,8 @@ class LiveSession:
             if first:
                 self.stats.first_ready_t = self.clock()
             idle = np.array([self._is_silent(n, e) for ga, gb, e in spans for n in range(ga, gb)], dtype=bool)
-            parts = []
-            with self.timings.stage("audio"):
-                for ga, gb, e in spans:
-                    parts.append(self._prefix.tokens(ga, gb, e) if not idle[ga - a:gb - a].all() else None)
+            with self.timings.stage("audio"):  # no tokens for a group of idle frames only
+                parts = [None if idle[ga - a:gb - a].all() else self._prefix.tokens(ga, gb, e) for ga, gb, e in spans]
             if first:
                 if self._on_cuda:
                     gpu.host_wait(self._models.device)  # frame 0 only: times the whisper part apart from the render
@@ -447,9 +445,8 @@ class LiveSession:
             return parts[0]
         silent = self._silent() if self.silence == "closed" else None
         ref = next((p for p in parts if p is not None), silent)
-        rows = []
-        for (ga, gb, _), part in zip(spans, parts, strict=True):
-            rows.append(part if part is not None else ref.new_zeros((gb - ga, *ref.shape[-2:])))
+        rows = [ref.new_zeros((gb - ga, *ref.shape[-2:])) if part is None else part
+                for (ga, gb, _), part in zip(spans, parts, strict=True)]
         feats = torch.cat(rows) if len(rows) > 1 else rows[0]
         if silent is not None and idle.any():
             feats = feats.clone() if feats is parts[0] else feats
