@@ -17,7 +17,6 @@ import os
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -103,8 +102,8 @@ class LosslessFrames:
     """Random access to the ``n_frames`` (W x H) frames of an FFV1 file written by :func:`write_lossless`, decoded
     on demand in chunks: ``frames[j]`` is a read-only (H, W, 3) uint8 BGR array, ``frames[a:b]`` and
     ``frames[[j, k]]`` stack copies. Every FFV1 frame is a keyframe at a multiple of 40 ms, so ``-ss j/25`` decodes
-    exactly frames ``j, j+1, ...``; recent chunks are kept for the ping-pong's backward pass. Access raises
-    CacheError when the file holds fewer frames than recorded.
+    exactly frames ``j, j+1, ...``; recent chunks are kept for the ping-pong's backward pass. Iterating goes through
+    ``frames[j]`` until IndexError. Access raises CacheError when the file holds fewer frames than recorded.
     """
 
     chunk = 32  # frames decoded per ffmpeg call
@@ -117,11 +116,6 @@ class LosslessFrames:
         self.height = int(height)
         self._cache: dict[int, np.ndarray] = {}
         self._lock = threading.Lock()
-
-    @property
-    def frame_shape(self) -> tuple[int, int, int]:
-        """(H, W, 3)."""
-        return (self.height, self.width, 3)
 
     def __len__(self) -> int:
         return self.n_frames
@@ -162,10 +156,6 @@ class LosslessFrames:
             index = range(*index.indices(self.n_frames))
         return np.stack([self._frame(int(j)) for j in index])
 
-    def __iter__(self) -> Iterator[np.ndarray]:
-        for j in range(self.n_frames):
-            yield self._frame(j)
-
     def close(self) -> None:
         """Drop the decoded chunks."""
         self._cache.clear()
@@ -177,7 +167,6 @@ class BackgroundWrite:
     """
 
     def __init__(self, frames: Any, path: Path, width: int, height: int):
-        self.path = path
         self._stop = threading.Event()
         self._out: tuple[int, int, str] | None = None
         self._error: BaseException | None = None
@@ -196,8 +185,6 @@ class BackgroundWrite:
         self._thread.join()
         if self._error is not None:
             raise self._error
-        if self._out is None:
-            raise CacheError(f"writing {self.path} ended without a result")
         return self._out
 
     def cancel(self) -> None:

@@ -76,8 +76,8 @@ class LiveSession:
         self._models = st["models"]
         self._pipe = avatar.pipe
         self._models_thread = model_thread(avatar)  # runs every whisper pass and render (see ModelThread)
-        self._ring = self._models_thread.ring  # pinned host buffers the rendered batches are copied into (CUDA)
         self._on_cuda = getattr(self._models.device, "type", str(self._models.device)) == "cuda"
+        self._pinned = self._models_thread.ring if self._on_cuda else False  # host buffers batches are copied into
         self.batch_size = int(config.batch_size or avatar.config.batch_size or 8)
         h, w = avatar.frame_shape
         self.sink = FFmpegSink(config.to, w, h, encoder=config.encoder) if config.to is not None else None
@@ -147,25 +147,24 @@ class LiveSession:
 
     def _resample(self, wave: np.ndarray, rate: int) -> np.ndarray:
         if rate != self._rate:
-            tail = self._flush_resampler()
+            self._flush_resampler()
             self._rate = rate
-            self._resampler = None
             if rate != SAMPLE_RATE:
                 soxr = require("soxr", "pip install soxr")
                 self._resampler = soxr.ResampleStream(rate, SAMPLE_RATE, 1, dtype="float32", quality="soxr_hq")
-            if tail.size:
-                with self._lock:
-                    self._inbox.append(tail)
         if self._resampler is None:
             return wave
         return np.asarray(self._resampler.resample_chunk(wave, last=False), dtype=np.float32).reshape(-1)
 
-    def _flush_resampler(self) -> np.ndarray:
+    def _flush_resampler(self) -> None:
+        """Queue the resampler's last samples and drop it."""
         if self._resampler is None:
-            return np.zeros(0, np.float32)
-        out = np.asarray(self._resampler.resample_chunk(np.zeros(0, np.float32), last=True), np.float32)
+            return
+        tail = np.asarray(self._resampler.resample_chunk(np.zeros(0, np.float32), last=True), np.float32)
         self._resampler = None
-        return out.reshape(-1)
+        with self._lock:
+            if tail.size:
+                self._inbox.append(tail.reshape(-1))
 
     # -- output ----------------------------------------------------------------------------------------------------
 
@@ -208,10 +207,8 @@ class LiveSession:
         """
         if self.result is not None:
             return self.result
-        tail = self._flush_resampler()
+        self._flush_resampler()
         with self._lock:
-            if tail.size:
-                self._inbox.append(tail)
             self._closing = True
             self._wake.notify_all()
         try:
@@ -410,10 +407,8 @@ class LiveSession:
             if first:
                 self.stats.first_ready_t = self.clock()
             idle = np.array([self._is_silent(n, e) for ga, gb, e in spans for n in range(ga, gb)], dtype=bool)
-            parts = []
-            with self.timings.stage("audio"):
-                for ga, gb, e in spans:
-                    parts.append(self._prefix.tokens(ga, gb, e) if not idle[ga - a:gb - a].all() else None)
+            with self.timings.stage("audio"):  # no tokens for a group of idle frames only
+                parts = [None if idle[ga - a:gb - a].all() else self._prefix.tokens(ga, gb, e) for ga, gb, e in spans]
             if first:
                 if self._on_cuda:
                     gpu.host_wait(self._models.device)  # frame 0 only: times the whisper part apart from the render
@@ -427,7 +422,7 @@ class LiveSession:
                     for c0, c1 in zip(cuts, cuts[1:], strict=False):  # aligned like one-clip generation's batches
                         for t0, batch in engine.render(self._source, feats, self._models, self.batch_size, c1 - c0,
                                                 timings=self.timings, first_frame=c0, feature_offset=a,
-                                                pinned=self._ring if self._on_cuda else False):
+                                                pinned=self._pinned):
                             for k in range(len(batch)):
                                 frames[t0 + k] = np.array(batch[k])  # the pinned buffer is reused: copy
             if self.silence == "source":
@@ -450,9 +445,8 @@ class LiveSession:
             return parts[0]
         silent = self._silent() if self.silence == "closed" else None
         ref = next((p for p in parts if p is not None), silent)
-        rows = []
-        for (ga, gb, _), part in zip(spans, parts, strict=True):
-            rows.append(part if part is not None else ref.new_zeros((gb - ga, *ref.shape[-2:])))
+        rows = [ref.new_zeros((gb - ga, *ref.shape[-2:])) if part is None else part
+                for (ga, gb, _), part in zip(spans, parts, strict=True)]
         feats = torch.cat(rows) if len(rows) > 1 else rows[0]
         if silent is not None and idle.any():
             feats = feats.clone() if feats is parts[0] else feats
@@ -494,8 +488,7 @@ class LiveSession:
                     continue
                 first = next(self._pipe.whisper.parameters())
                 feats = torch.zeros((size, 10 * WHISPER_LAYERS, WHISPER_DIM), dtype=first.dtype, device=first.device)
-                for _ in engine.render(self._source, feats, self._models, size, size,
-                                pinned=self._ring if self._on_cuda else False):
+                for _ in engine.render(self._source, feats, self._models, size, size, pinned=self._pinned):
                     pass
                 done.add(("render", size))
             if self._on_cuda:
@@ -516,11 +509,8 @@ class LiveSession:
         if self._pacer is not None:
             return
         while self._ready:
-            n = self._ready[0][0]
-            if self.realtime and not flush:
-                due = self._deadline(n)
-                if now < due:
-                    return
+            if self.realtime and not flush and now < self._deadline(self._ready[0][0]):
+                return
             self._emit(*self._ready.popleft(), now)
             now = self.clock()
 

@@ -11,12 +11,13 @@ from typing import Any
 import numpy as np
 
 from .. import gpu, media
-from ..constants import FPS, SAMPLE_RATE
+from ..constants import FPS
 from ..errors import InputError, NoFaceError
 from ..faces.track import track as track_faces
 from ..framestore import expected_frames
 from ..gpu import PlanWarning
 from .clip import audio_samples, check_video, is_path
+from .sync import SAMPLES_PER_FRAME
 
 __all__ = ["MouthAudioLag", "mouth_audio_lag", "mouth_opening", "speech_envelope"]
 
@@ -104,18 +105,19 @@ def speech_envelope(waveform: np.ndarray, n_frames: int, *, start_frame: int = 0
     x = np.asarray(waveform, dtype=np.float64)
     if x.ndim != 1 or n_frames < 1:
         raise InputError(f"waveform must be 1-D and n_frames >= 1; got shape {x.shape}, n_frames {n_frames}.")
-    hop = SAMPLE_RATE // FPS
-    buf = np.zeros(n_frames * hop)
-    first = start_frame * hop  # sample index of buf[0]
+    loudest = _frames_db(x, 0, -(-max(x.shape[0], 1) // SAMPLES_PER_FRAME)).max()  # over the whole sound
+    return np.maximum(_frames_db(x, start_frame, n_frames), loudest - ENVELOPE_FLOOR_DB)
+
+
+def _frames_db(x: np.ndarray, start_frame: int, n_frames: int) -> np.ndarray:
+    """Log RMS in dB of ``n_frames`` 640-sample frames of ``x`` from frame ``start_frame`` (silence outside ``x``)."""
+    buf = np.zeros(n_frames * SAMPLES_PER_FRAME)
+    first = start_frame * SAMPLES_PER_FRAME  # sample index of buf[0]
     lo, hi = max(0, first), min(x.shape[0], first + buf.shape[0])
     if hi > lo:
         buf[lo - first:hi - first] = x[lo:hi]
-    rms = np.sqrt(np.mean(buf.reshape(n_frames, hop) ** 2, axis=1))
-    db = 20.0 * np.log10(np.maximum(rms, 1e-10))
-    whole = np.zeros(-(-max(x.shape[0], 1) // hop) * hop)  # the floor follows the loudest frame of the whole sound
-    whole[:x.shape[0]] = x
-    loudest = 20.0 * np.log10(max(float(np.sqrt(np.mean(whole.reshape(-1, hop) ** 2, axis=1)).max()), 1e-10))
-    return np.maximum(db, loudest - ENVELOPE_FLOOR_DB)
+    rms = np.sqrt(np.mean(buf.reshape(n_frames, SAMPLES_PER_FRAME) ** 2, axis=1))
+    return 20.0 * np.log10(np.maximum(rms, 1e-10))
 
 
 def _highpass(x: np.ndarray) -> np.ndarray:

@@ -25,18 +25,10 @@ MFCC_LIFTER = 22
 INT16_SCALE = 32768.0  # the protocol feeds int16 samples (ffmpeg pcm_s16le); a float waveform is scaled by this
 
 
-def _hz_to_mel(hz: np.ndarray | float) -> np.ndarray:
-    return 2595.0 * np.log10(1.0 + np.asarray(hz, dtype=np.float64) / 700.0)
-
-
-def _mel_to_hz(mel: np.ndarray | float) -> np.ndarray:
-    return 700.0 * (10.0 ** (np.asarray(mel, dtype=np.float64) / 2595.0) - 1.0)
-
-
 def _mel_filters(sample_rate: int) -> np.ndarray:
     """(26, 257) triangular filters on FFT bins ``floor((nfft + 1) * f / sr)`` of 26 + 2 mel-spaced edges."""
-    edges = np.linspace(_hz_to_mel(0.0), _hz_to_mel(sample_rate / 2.0), MFCC_FILTERS + 2)
-    bins = np.floor((MFCC_NFFT + 1) * _mel_to_hz(edges) / sample_rate)
+    edges = np.linspace(0.0, 2595.0 * np.log10(1.0 + sample_rate / 2.0 / 700.0), MFCC_FILTERS + 2)  # mel
+    bins = np.floor((MFCC_NFFT + 1) * 700.0 * (10.0 ** (edges / 2595.0) - 1.0) / sample_rate)
     fb = np.zeros((MFCC_FILTERS, MFCC_NFFT // 2 + 1))
     for j in range(MFCC_FILTERS):
         lo, mid, hi = bins[j], bins[j + 1], bins[j + 2]

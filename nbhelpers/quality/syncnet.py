@@ -13,12 +13,12 @@ import numpy as np
 
 from .. import models, weights
 from ..errors import CheckpointError, WeightsError, require
+from ..faces.s3fd import INSTALL_TORCH
 from ..hashing import atomic_path
 
 __all__ = ["SYNCNET_FILE", "SyncEmbedder", "load_syncnet", "write_tiny_syncnet"]
 
 SYNCNET_FILE = "syncnet/syncnet_v2.model"  # relative to a weights dir; manifest entry "syncnet-v2", set "quality"
-INSTALL_TORCH = "pip install torch  (on Colab it is preinstalled; never reinstall it there)"
 DOWNLOAD_HINT = f"{weights.DOWNLOAD_COMMAND} --sets quality"
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
-import json
 import os
 import sys
 import time
@@ -21,7 +20,6 @@ from typing import Any
 
 from ..constants import VERSIONS
 from ..errors import InputError
-from ..hashing import atomic_path
 from ..weights import TINY_MARKER
 from .tiny_faces import (
     face_template_input_px,
@@ -35,6 +33,7 @@ from .tiny_faces import (
 )
 from .tiny_models import (
     TINY_UNET_CHANGES,
+    _atomic_json,
     tiny_unet_config,
     tiny_whisper_config,
     write_random_bisenet,
@@ -119,7 +118,7 @@ def make_tiny_weights(directory: str | os.PathLike, versions: Sequence[str] = ("
             if lacking:
                 left_out[name] = f"needs {', '.join(lacking)} (pip install {' '.join(lacking)})"
     writers = {name: fn for name, fn in available.items()
-               if (writers is None and name not in left_out) or (writers is not None and name in writers)}
+               if name not in left_out and (writers is None or name in writers)}  # left_out: the default run only
     timings = {}
     for name, fn in writers.items():
         start = time.monotonic()
@@ -135,8 +134,7 @@ def make_tiny_weights(directory: str | os.PathLike, versions: Sequence[str] = ("
                    if p.is_file() and p.name != TINY_MARKER and not p.name.startswith("."))
     marker = {"kind": "nbhelpers tiny random weights (not for real use)", "versions": list(versions),
               "writers": sorted(writers), "left_out": left_out, "files": files, "seconds": timings}
-    with atomic_path(root / TINY_MARKER) as tmp:
-        tmp.write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
+    _atomic_json(marker, root / TINY_MARKER)
     _same_modes(root)
     return root
 

@@ -14,7 +14,7 @@ from .. import faces, reference
 from ..config import PARSING_MODES
 from ..media import cut_audio, load_audio, load_video
 from .panel import widgets_available
-from .plots import Chart, _figure, bars
+from .plots import Chart, _figure, bars, outline
 
 __all__ = ["Comparison", "compare_frames", "crop_box_explorer", "cut_speech", "first_frames", "plot_stage_ms",
            "show_crop", "show_face", "show_images", "show_latents", "show_parsing", "show_paste", "show_whisper"]
@@ -23,13 +23,6 @@ __all__ = ["Comparison", "compare_frames", "crop_box_explorer", "cut_speech", "f
 def _array(x: Any) -> np.ndarray:
     """A torch tensor or array as a float/uint8 NumPy array on the CPU."""
     return x.detach().float().cpu().numpy() if hasattr(x, "detach") else np.asarray(x)
-
-
-def _outline(ax: Any, box: Sequence[float], colour: str, label: str) -> None:
-    from matplotlib.patches import Rectangle
-
-    x1, y1, x2, y2 = box
-    ax.add_patch(Rectangle((x1, y1), x2 - x1, y2 - y1, fill=False, edgecolor=colour, linewidth=2, label=label))
 
 
 def show_images(images: Sequence[np.ndarray], titles: Sequence[str], title: str = "") -> Chart:
@@ -51,12 +44,12 @@ def show_face(frame: np.ndarray, found: Any, box: Sequence[int] | None) -> Chart
     ax = fig.add_subplot()
     ax.imshow(frame[:, :, ::-1])
     if found is not None:
-        _outline(ax, np.asarray(found.face_box).reshape(4), "#4c72b0", "detector box")
+        outline(ax, np.asarray(found.face_box).reshape(4), "#4c72b0", label="detector box")
         lms = np.asarray(found.landmarks).reshape(68, 2)
         ax.scatter(lms[:, 0], lms[:, 1], s=6, c="yellow", label="68 landmarks")
         ax.scatter(*lms[29], s=30, c="red", label="landmark 29")
     if box is not None:
-        _outline(ax, box, "#2ca02c", "crop box")
+        outline(ax, box, "#2ca02c", label="crop box")
     ax.set_title("no face found" if found is None else f"crop box {tuple(int(v) for v in box)}")
     ax.legend(loc="lower right", fontsize=8)
     ax.set(xticks=[], yticks=[])

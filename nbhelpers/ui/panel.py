@@ -46,7 +46,6 @@ class _Plain:
     def __init__(self, value: Any):
         self.value = value
         self.disabled = False
-        self.visible = True
 
 
 class SettingsPanel:
@@ -59,9 +58,8 @@ class SettingsPanel:
     """
 
     def __init__(self, base: InferenceConfig, values: Mapping[str, Any] | None = None,
-                 use_widgets: bool | None = None, plan: Any = None):
+                 use_widgets: bool | None = None):
         self.base = base
-        self.plan = plan
         self.uses_widgets = widgets_available() if use_widgets is None else bool(use_widgets)
         initial = self._initial(base, values or {})
         self.controls = {name: self._make(name, value) for name, value in initial.items()}
@@ -144,7 +142,7 @@ class SettingsPanel:
 
         m = _FIELDS[name].metadata
         common = {"description": m["label"], "style": {"description_width": "140px"},
-                  "layout": w.Layout(width="520px")}
+                  "layout": w.Layout(width="520px", display="")}  # every control is shown, disabled where moot
         if name in ("version", "parsing_mode", "encoder", "restore"):
             labels = m.get("labels") or {c: c for c in m["choices"]}
             control = w.Dropdown(options=[(text, _RESTORE_OFF if c is None else c) for c, text in labels.items()],
@@ -165,23 +163,22 @@ class SettingsPanel:
             control = w.FloatSlider(value=float(value), min=0.0, max=1.0, step=0.05, **common)
         else:  # face
             control = w.Text(value=str(value), placeholder="largest, 0, 1, ..., x,y or speaker", **common)
-        _set_tooltip(control, m["help"])
+        for attr in ("tooltip", "description_tooltip"):  # ipywidgets 8 renamed description_tooltip to tooltip
+            if attr in getattr(control, "keys", ()):
+                setattr(control, attr, m["help"])
+                break
         return control
 
     def _sync(self) -> None:
-        """Enable and show only what applies: parsing and cheeks for v1.5 (cheeks: jaw mode); bbox_shift always."""
+        """Enable only what applies: parsing and cheeks for v1.5 (cheeks: jaw mode), the strength with a restorer;
+        bbox_shift always."""
         v1 = self.controls["version"].value == "v1"
         jaw = self.controls["parsing_mode"].value == "jaw"
-        rules = {"bbox_shift": (True, True), "extra_margin": (not v1, True), "parsing_mode": (not v1, True),
-                 "left_cheek_width": (not v1 and jaw, True), "right_cheek_width": (not v1 and jaw, True),
-                 "restore_strength": (self.controls["restore"].value not in (None, _RESTORE_OFF), True)}
-        for name, (enabled, visible) in rules.items():
-            control = self.controls[name]
-            control.disabled = not enabled
-            if self.uses_widgets:
-                control.layout.display = "" if visible else "none"
-            else:
-                control.visible = visible
+        rules = {"extra_margin": not v1, "parsing_mode": not v1, "left_cheek_width": not v1 and jaw,
+                 "right_cheek_width": not v1 and jaw,
+                 "restore_strength": self.controls["restore"].value not in (None, _RESTORE_OFF)}
+        for name, enabled in rules.items():
+            self.controls[name].disabled = not enabled
 
     @property
     def widget(self) -> Any:
@@ -197,12 +194,10 @@ class SettingsPanel:
         return self._box
 
     def rows(self) -> list[tuple[str, str]]:
-        """``(label, value)`` for each field that applies to the chosen version."""
+        """``(label, value)`` for each field."""
         batch_text, precision_text = self._planned()
         out = []
         for name, control in self.controls.items():
-            if not (control.layout.display != "none" if self.uses_widgets else control.visible):
-                continue
             value = control.value
             if name == "batch_size" and value == "auto":
                 value = batch_text
@@ -228,14 +223,6 @@ class SettingsPanel:
         display(self.widget if self.uses_widgets else HTML(self._repr_html_()))
 
 
-def _set_tooltip(control: Any, text: str) -> None:
-    # ipywidgets 8 renamed description_tooltip to tooltip; set whichever this version has.
-    for attr in ("tooltip", "description_tooltip"):
-        if attr in getattr(control, "keys", ()):
-            setattr(control, attr, text)
-            return
-
-
 def _to_config(base: InferenceConfig, values: Mapping[str, Any]) -> InferenceConfig:
     changes = {name: values[name] for name in PANEL_FIELDS if name in values}
     for name in ("batch_size", "fp16"):
@@ -258,9 +245,7 @@ def settings_panel(plan_or_config: Any = None, values: Mapping[str, Any] | None 
     Raises:
         InputError: An unknown name or a value out of range in ``values``.
     """
-    base = _base_config(plan_or_config)
-    return SettingsPanel(base, values, use_widgets, plan=None if isinstance(plan_or_config, InferenceConfig)
-                         else plan_or_config)
+    return SettingsPanel(_base_config(plan_or_config), values, use_widgets)
 
 
 def _base_config(plan_or_config: Any) -> InferenceConfig:

@@ -51,6 +51,14 @@ def _figure(width_in: float, height_in: float):
     return Figure(figsize=(width_in, height_in), layout="constrained")
 
 
+def outline(ax: Any, box: Sequence[float], colour: str, linewidth: float = 2, **style: Any) -> None:
+    """Draw ``box`` (x1, y1, x2, y2) on ``ax`` as an unfilled rectangle of ``colour`` (``style``: its label, ...)."""
+    from matplotlib.patches import Rectangle
+
+    x1, y1, x2, y2 = (float(v) for v in box)
+    ax.add_patch(Rectangle((x1, y1), x2 - x1, y2 - y1, fill=False, edgecolor=colour, linewidth=linewidth, **style))
+
+
 def compare_restore(before: Any, after: Any, title: str = "Face restoration: before and after") -> Chart:
     """A 2x2 chart of one frame's generated crop and repainted mouth, ``before`` (a
     :class:`~nbhelpers.pipeline.Preview` with ``restore=None``) and ``after`` restoration, titled ``title``; InputError
@@ -298,8 +306,6 @@ def plot_faces(frames: Any, track: Any = None, *, indices: Sequence[int] | None 
     indices = [int(i) for i in indices]
     if not indices or min(indices) < 0 or (n_known and max(indices) >= n_known):
         raise InputError(f"indices must be frame numbers in 0..{n_known - 1}; got {indices}.")
-    from matplotlib.patches import Rectangle
-
     images = _frames_at(frames, indices)
     aspect = images[0].shape[0] / images[0].shape[1]
     fig = _figure(width_in * len(images), width_in * aspect + 0.5)
@@ -311,12 +317,10 @@ def plot_faces(frames: Any, track: Any = None, *, indices: Sequence[int] | None 
         if mask is not None:  # red, 45 % opaque where the mask is 1
             ax.imshow(np.dstack([np.ones_like(mask), np.zeros_like(mask), np.zeros_like(mask), 0.45 * mask]))
         if face and boxes is not None:
-            x1, y1, x2, y2 = (float(v) for v in boxes[i])
-            ax.add_patch(Rectangle((x1, y1), x2 - x1, y2 - y1, fill=False, edgecolor="#00e000", linewidth=1.5))
+            outline(ax, boxes[i], "#00e000", 1.5)
         for number, box in every.at(i) if every is not None else ():
             colour = TRACK_COLOURS[number % len(TRACK_COLOURS)]
-            ax.add_patch(Rectangle((box[0], box[1]), box[2] - box[0], box[3] - box[1], fill=False, edgecolor=colour,
-                                   linewidth=1.5, linestyle="--"))
+            outline(ax, box, colour, 1.5, linestyle="--")
             ax.text(box[0], box[1] - 2, str(number), color=colour, fontsize=9, fontweight="bold")
         if face and landmarks is not None and np.isfinite(landmarks[i]).all():
             ax.scatter(landmarks[i][:, 0], landmarks[i][:, 1], s=4, c="#00c0ff")
