@@ -84,6 +84,10 @@ class OutOfMemoryError(NbHelpersError):
     """The GPU ran out of memory even at batch size 1."""
 
 
+# The install line for torch, an optional dependency of the package (Colab has it; reinstalling it breaks CUDA).
+INSTALL_TORCH = "pip install torch  (on Colab it is preinstalled; never reinstall it there)"
+
+
 def require(module: str, install: str):
     """Import an optional dependency, or raise :class:`MissingDependencyError` naming the pip line ``install``."""
     try:

@@ -317,6 +317,16 @@ def test_syncnet_refuses_a_pickled_model_and_wrong_shapes(tmp_path):
         quality.load_syncnet(tmp_path, device="cpu")
 
 
+def test_syncnet_without_torch_names_the_install_line(tmp_path, monkeypatch):
+    import sys
+
+    from nbhelpers.errors import MissingDependencyError
+
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch raises ImportError, as where it is not installed
+    with pytest.raises(MissingDependencyError, match="pip install"):
+        quality.load_syncnet(tmp_path, device="cpu")
+
+
 # --------------------------------------------------------------------------------------------------------------
 # mouth_audio_lag on the shared face video and its own audio (landmarks computed once, dlib)
 # --------------------------------------------------------------------------------------------------------------

@@ -16,13 +16,21 @@ from typing import Any
 import numpy as np
 
 from .. import models, weights
-from ..errors import CheckpointError, FallbackWarning, InputError, MissingDependencyError, WeightsError, require
+from ..errors import (
+    INSTALL_TORCH,
+    CheckpointError,
+    FallbackWarning,
+    InputError,
+    MissingDependencyError,
+    WeightsError,
+    require,
+)
 from ..gpu import batched, empty_cache, host_wait, to_device
 from ..hashing import atomic_path
 from . import dwpose_codec as codec
 from .base import DWPOSE_PTH_FILE as CHECKPOINT_FILE
 from .base import S3FD_FILE, PoseBackend, weights_root
-from .s3fd import INSTALL_TORCH, S3FD, resolve_dtype
+from .s3fd import S3FD, resolve_dtype
 
 # Frames per network call, at most (2 inputs each with the flip test); offline.fit_face_batches fits it on a GPU.
 DEFAULT_BATCH = {"cuda": 64, "cpu": 8}

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .. import models
-from ..errors import FallbackWarning, InputError, require
+from ..errors import INSTALL_TORCH, FallbackWarning, InputError, require
 from ..gpu import batched, device_constant, empty_cache, host_wait, to_device
 from .base import S3FD_FILE
 
@@ -28,7 +28,6 @@ NMS_THRESHOLD = 0.3  # IoU above which a lower-score box is suppressed
 MIN_SCORE = 0.5  # boxes with score <= this are dropped after NMS
 L2NORM_SCALES = {"conv3_3_norm": 10.0, "conv4_3_norm": 8.0, "conv5_3_norm": 5.0}
 HEADS = ("conv3_3_norm", "conv4_3_norm", "conv5_3_norm", "fc7", "conv6_2", "conv7_2")  # strides 4..128
-INSTALL_TORCH = "pip install torch  (on Colab it is preinstalled; never reinstall it there)"
 
 # S3FDNet is built on first access (module __getattr__), so importing needs no torch
 __all__ = ["Detection", "S3FD", "S3FD_FILE", "S3FDNet", "best_box", "decode_detections", "nms", "softmax"]  # noqa: F822

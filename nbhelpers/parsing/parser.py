@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..constants import PARSING_SIZE
-from ..errors import CheckpointError, FallbackWarning, InputError, WeightsError, require
+from ..errors import INSTALL_TORCH, CheckpointError, FallbackWarning, InputError, WeightsError, require
 from ..gpu import batched, device_constant
 from ..models import LOAD_LOCK, check_state_dict
 from ..resample import crop_resize_batch
@@ -23,7 +23,6 @@ from .masks import N_CLASSES, check_parsing_args, face_mask
 BISENET_FILE = "face-parse-bisent/79999_iter.pth"  # relative to a weights dir (face_parsing/__init__.py:61-67)
 IMAGENET_MEAN = (0.485, 0.456, 0.406)  # RGB, ToTensor scale [0, 1] (face_parsing/__init__.py:71-75)
 IMAGENET_STD = (0.229, 0.224, 0.225)
-INSTALL_TORCH = "pip install torch  (on Colab it is preinstalled; never reinstall it there)"
 
 
 def build_bisenet(n_classes: int = N_CLASSES):

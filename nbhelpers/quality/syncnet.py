@@ -12,8 +12,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from .. import models, weights
-from ..errors import CheckpointError, WeightsError, require
-from ..faces.s3fd import INSTALL_TORCH
+from ..errors import INSTALL_TORCH, CheckpointError, WeightsError, require
 from ..hashing import atomic_path
 
 __all__ = ["SYNCNET_FILE", "SyncEmbedder", "load_syncnet", "write_tiny_syncnet"]
@@ -49,8 +48,7 @@ def load_syncnet(weights_dir: str | os.PathLike | None = None, device: str | Non
 
     Source: syncnet_python ``SyncNetInstance.py`` ``loadParameters``.
     """
-    import torch
-
+    torch = require("torch", INSTALL_TORCH)
     network = require("nbhelpers.quality.network", INSTALL_TORCH)
     root = Path(weights_dir).expanduser() if weights_dir is not None else weights.default_dir()
     path = root / SYNCNET_FILE
@@ -81,8 +79,7 @@ def write_tiny_syncnet(directory: str | os.PathLike, *, seed: int = 0, legacy: b
     plain state dict without ``num_batches_tracked``, in the legacy non-zip torch format unless ``legacy=False``.
     Returns the path.
     """
-    import torch
-
+    torch = require("torch", INSTALL_TORCH)
     network = require("nbhelpers.quality.network", INSTALL_TORCH)
     torch.manual_seed(int(seed))
     net = network.SyncNetV2()
