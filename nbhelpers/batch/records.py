@@ -147,42 +147,22 @@ def likely_work(job_list: Sequence[Job], cache_path: Path, rerun: bool) -> bool:
                         and not _failed_at_inputs(cache_path, j) for j in job_list)
 
 
-def _nearest_existing(folder: Path) -> Path:
-    """``folder``, or its nearest parent that exists."""
-    existing = folder
-    while not existing.exists() and existing.parent != existing:
-        existing = existing.parent
-    return existing
-
-
 def outputs_folder(job_list: Sequence[Job]) -> Path:
     """The deepest folder holding every output, or the first job's output folder when that is a filesystem
     root or not writable: where the summary and avatar cache go by default.
     """
     folders = [j.output.resolve().parent for j in job_list]
-    common = Path(os.path.commonpath([str(f) for f in folders]))
-    existing = _nearest_existing(common)
+    common = existing = Path(os.path.commonpath([str(f) for f in folders]))
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent
     writable = existing.is_dir() and os.access(existing, os.W_OK | os.X_OK)  # it can be made, or files made in it
     return common if common.parent != common and writable else folders[0]
-
-
-def _write_problem(folder: Path) -> str:
-    """Why the batch cannot write in ``folder`` (made when missing), or "" when it can."""
-    existing = _nearest_existing(folder)
-    if not existing.is_dir():
-        return (f"{str(folder)!r} (a file, not a folder)" if existing == folder else
-                f"{str(folder)!r} (inside the file {str(existing)!r})")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        return (f"{str(folder)!r} (read-only or not yours)" if existing == folder else
-                f"{str(folder)!r} (its folder {str(existing)!r} is read-only or not yours)")
-    why = write_problem(folder)  # what the permission bits do not say (root on /proc or /sys, a read-only bind)
-    return f"{str(folder)!r} ({why})" if why else ""
 
 
 def check_writable(folders: Iterable[Path]) -> None:
     """Check before Ray starts that the batch can write (or make) every one of ``folders``; InputError naming up to
     three that are inside a file, read-only or not this user's."""
-    bad = [p for p in map(_write_problem, dict.fromkeys(Path(f) for f in folders)) if p]
+    bad = [f"{str(f)!r} ({why})" for f in dict.fromkeys(Path(f) for f in folders) if (why := write_problem(f))]
     if bad:
         more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
         raise InputError(f"the batch cannot write in {', '.join(bad[:3])}{more}. Give the outputs (and any "

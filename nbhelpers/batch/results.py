@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..display import table_html
 from ..errors import InputError, Terminated
 from ..hashing import atomic_path
 from .jobs import Job
@@ -137,10 +138,8 @@ class BatchResult:
 
     def _repr_html_(self) -> str:
         cols = SUMMARY_COLUMNS[:6]
-        head = "".join(f"<th>{c}</th>" for c in cols)
-        body = "".join("<tr>" + "".join(f"<td>{html.escape(str(o.row()[c]))}</td>" for c in cols) + "</tr>"
-                       for o in self.outcomes)
-        return f"<p>{html.escape(self.summary())}</p><table><tr>{head}</tr>{body}</table>"
+        rows = [[o.row()[c] for c in cols] for o in self.outcomes]
+        return f"<p>{html.escape(self.summary())}</p>{table_html(rows, cols)}"
 
     def write_csv(self, path: str | os.PathLike) -> Path:
         """Write the table (:data:`SUMMARY_COLUMNS`) to ``path`` through a temporary name; returns the path."""
