@@ -210,17 +210,17 @@ def test_paths_come_out_absolute_without_dot_dot(tmp_path, monkeypatch):
 def test_only_rays_token_auth_notice_is_filtered():
     import logging
 
-    from nbhelpers.batch.cluster import _AUTH_NOTICE_LOGGER, _DropAuthNotice
+    from nbhelpers.batch.cluster import _AUTH_NOTICE_LOGGER, _drop_auth_notice
 
     def record(message, level=logging.WARNING):
         return logging.LogRecord(_AUTH_NOTICE_LOGGER, level, __file__, 1, message, None, None)
 
-    quiet = _DropAuthNotice()
-    assert not quiet.filter(record("Token authentication is enabled for this Ray cluster. Set RAY_AUTH_MODE=disabled "
-                                   "to opt out. For more information, see https://docs.ray.io/en/latest/"))
-    assert quiet.filter(record("Token authentication is disabled for this Ray cluster. Anyone with network access "
-                               "to the cluster can run arbitrary code"))  # Ray's security warning still shows
-    assert quiet.filter(record("Token authentication is enabled but no token was found", logging.ERROR))
+    assert not _drop_auth_notice(record("Token authentication is enabled for this Ray cluster. Set "
+                                        "RAY_AUTH_MODE=disabled to opt out. For more information, see "
+                                        "https://docs.ray.io/en/latest/"))
+    assert _drop_auth_notice(record("Token authentication is disabled for this Ray cluster. Anyone with network "
+                                    "access to the cluster can run arbitrary code"))  # Ray's security warning still shows
+    assert _drop_auth_notice(record("Token authentication is enabled but no token was found", logging.ERROR))
 
 
 def hint_jobs(lavfi_video, lavfi_tone, folder):
