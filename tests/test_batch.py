@@ -218,8 +218,9 @@ def test_only_rays_token_auth_notice_is_filtered():
     assert not _drop_auth_notice(record("Token authentication is enabled for this Ray cluster. Set "
                                         "RAY_AUTH_MODE=disabled to opt out. For more information, see "
                                         "https://docs.ray.io/en/latest/"))
+    # Ray's security warning still shows
     assert _drop_auth_notice(record("Token authentication is disabled for this Ray cluster. Anyone with network "
-                                    "access to the cluster can run arbitrary code"))  # Ray's security warning still shows
+                                    "access to the cluster can run arbitrary code"))
     assert _drop_auth_notice(record("Token authentication is enabled but no token was found", logging.ERROR))
 
 

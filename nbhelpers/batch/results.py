@@ -15,6 +15,7 @@ from typing import Any
 from ..display import table_html
 from ..errors import InputError, Terminated
 from ..hashing import atomic_path
+from ..weights.manifest import text_table
 from .jobs import Job
 
 ERROR_WIDTH = 80  # characters of a job's error in the text table; the summary CSV has the whole message
@@ -125,13 +126,7 @@ class BatchResult:
     def table(self) -> str:
         """The table as text: job, status, frames, seconds, fps, error (one line, cut to :data:`ERROR_WIDTH`)."""
         cols = SUMMARY_COLUMNS[:6]
-        rows = [[str(o.row()[c]) for c in cols[:-1]] + [_cut_error(o.error)] for o in self.outcomes]
-        widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(cols)]
-
-        def line(cells: list[str]) -> str:
-            return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
-
-        return "\n".join([line(list(cols)), line(["-" * w for w in widths]), *map(line, rows)])
+        return text_table(cols, [[str(o.row()[c]) for c in cols[:-1]] + [_cut_error(o.error)] for o in self.outcomes])
 
     def __str__(self) -> str:
         return f"{self.table()}\n{self.summary()}"

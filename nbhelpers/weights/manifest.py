@@ -327,7 +327,8 @@ def _human(n: int | float | None) -> str:
     return f"{n:.1f} GiB"
 
 
-def _text_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+def text_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """``headers``, a dashed line and ``rows`` as text in left-aligned columns two spaces apart."""
     widths = [max(len(str(c)) for c in column) for column in zip(headers, *rows, strict=True)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     lines = [fmt.format(*headers), fmt.format(*["-" * w for w in widths]), *(fmt.format(*map(str, r)) for r in rows)]
@@ -344,7 +345,7 @@ class _Report:
         return None
 
     def __str__(self) -> str:
-        return self._summary() + "\n" + _text_table(self._HEADERS, self._rows())
+        return self._summary() + "\n" + text_table(self._HEADERS, self._rows())
 
     def __repr__(self) -> str:
         return str(self)
@@ -392,7 +393,7 @@ class FileTable(_Report):
         return f"{len(self.entries)} weight files, about {self.approx_total_bytes / _GB:.2f} GB"
 
     def __str__(self) -> str:
-        return _text_table(self._HEADERS, self._rows()) + "\n" + self._summary().replace(" weight files", " files")
+        return text_table(self._HEADERS, self._rows()) + "\n" + self._summary().replace(" weight files", " files")
 
 
 def list_files(sets: str | Sequence[str] | None = "all") -> FileTable:
