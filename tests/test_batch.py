@@ -379,12 +379,12 @@ def test_a_second_batch_over_the_same_outputs_with_its_own_cache_is_refused(tmp_
     its file in progress: the outputs folder is locked too."""
     pytest.importorskip("ray")
     from nbhelpers import batch
-    from nbhelpers.batch.records import BatchLock
+    from nbhelpers.batch.records import batch_lock
     from nbhelpers.errors import InputError
 
     monkeypatch.setattr("nbhelpers.batch.cluster.init_ray", lambda *a, **k: pytest.fail("Ray started"))
     jobs = [{"video": str(tmp_path / "v.mp4"), "audio": str(tmp_path / "a.wav"), "output": str(tmp_path / "o.mp4")}]
-    with BatchLock(tmp_path, ".batch.lock", "the outputs folder"):
+    with batch_lock(tmp_path, ".batch.lock", "the outputs folder"):
         with pytest.raises(InputError, match=r"another batch is running over the outputs folder"):
             batch.run(jobs, batch.BatchConfig(cache_dir=tmp_path / "another-cache"), weights_dir=tiny_weights)
 
@@ -392,7 +392,7 @@ def test_a_second_batch_over_the_same_outputs_with_its_own_cache_is_refused(tmp_
 def test_a_second_batch_over_the_same_cache_is_refused_while_the_first_runs(tmp_path, tiny_weights, monkeypatch):
     pytest.importorskip("ray")
     from nbhelpers import batch
-    from nbhelpers.batch.records import BatchLock
+    from nbhelpers.batch.records import batch_lock
     from nbhelpers.errors import InputError
 
     starts = []
@@ -401,7 +401,7 @@ def test_a_second_batch_over_the_same_cache_is_refused_while_the_first_runs(tmp_
     jobs = [{"video": str(tmp_path / "v.mp4"), "audio": str(tmp_path / "a.wav"), "output": str(tmp_path / "o.mp4")}]
     partial = tmp_path / ".o.partial-0123abcd.mp4"  # the running batch's file in progress
     partial.write_bytes(b"x")
-    with BatchLock(tmp_path / "avatar-cache"):
+    with batch_lock(tmp_path / "avatar-cache"):
         with pytest.raises(InputError, match=rf"another batch is running .*\(pid {os.getpid()} on "):
             batch.run(jobs, weights_dir=tiny_weights)
         assert partial.exists() and starts == []  # refused before it removed or started anything

@@ -28,7 +28,7 @@ from .cluster import INSTALL_RAY, RaySession, init_ray, ray_installed, require_r
 from .inputs import WorkPlan, probe_inputs, sort_jobs
 from .jobs import ROW_SETTINGS, Job, check_jobs, job_configs, read_jobs
 from .records import (
-    BatchLock,
+    batch_lock,
     check_writable,
     fingerprinter,
     likely_work,
@@ -90,7 +90,7 @@ def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], config: Bat
         check_summary_path(paths.summary, job_list, jobs_file)
     configs = job_configs(job_list, inference)  # settings are validated before anything starts
     require_ray()
-    with BatchLock(paths.cache), BatchLock(paths.outputs, ".batch.lock", "the outputs folder"):
+    with batch_lock(paths.cache), batch_lock(paths.outputs, ".batch.lock", "the outputs folder"):
         return _run_locked(job_list, config, inference, configs, paths, t0)
 
 
