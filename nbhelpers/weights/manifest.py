@@ -410,6 +410,11 @@ def _holds_weights(folder: Path) -> bool:
         return False
 
 
+def in_colab() -> bool:
+    """True inside a Google Colab runtime (the kernel has imported ``google.colab``)."""
+    return "google.colab" in sys.modules or bool(os.environ.get("COLAB_RELEASE_TAG"))
+
+
 def default_dir() -> Path:
     """The absolute weights dir used when none is given (not created here): ``$NBHELPERS_WEIGHTS``; on Colab,
     :data:`DRIVE_DIR` if it already holds weight files; ``$XDG_CACHE_HOME/musetalk-workbook/models``
@@ -419,8 +424,7 @@ def default_dir() -> Path:
     env = os.environ.get(ENV_VAR, "").strip()
     if env:
         return Path(env).expanduser().absolute()
-    on_colab = "google.colab" in sys.modules or bool(os.environ.get("COLAB_RELEASE_TAG"))
-    if on_colab and DRIVE_DIR.is_dir() and _holds_weights(DRIVE_DIR):
+    if in_colab() and DRIVE_DIR.is_dir() and _holds_weights(DRIVE_DIR):
         return DRIVE_DIR
     cache = os.environ.get("XDG_CACHE_HOME", "").strip()
     base = Path(cache).expanduser() if cache else Path.home() / ".cache"
