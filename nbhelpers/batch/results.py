@@ -106,9 +106,11 @@ class BatchResult:
 
     def summary(self) -> str:
         """One line: counts, frames, throughput, and the summary CSV (which holds the whole errors)."""
+        devices = {w.rsplit(" ", 1)[-1].split(":")[0] for w in self.workers}  # a worker's line ends with its device
+        kind = {frozenset({"cpu"}): "CPU ", frozenset({"cuda"}): "GPU "}.get(frozenset(devices), "")
         text = (f"{len(self.outcomes)} jobs: {self.count('done')} done, {self.count('skipped')} skipped, "
                 f"{self.count('failed')} failed; {self.frames} frames in {self.wall_s:.1f} s "
-                f"({self.fps:.1f} fps) on {len(self.workers)} {self._worker_kind()}worker(s)")
+                f"({self.fps:.1f} fps) on {len(self.workers)} {kind}worker(s)")
         if self.workers and self.workers_note:
             text += f" ({self.workers_note})"
         cut = any(len(_one_line(o.error)) > ERROR_WIDTH for o in self.outcomes)
@@ -117,11 +119,6 @@ class BatchResult:
         elif cut:
             text += "; full errors: BatchResult.failed (no summary CSV was written)"
         return text
-
-    def _worker_kind(self) -> str:
-        """``"CPU "`` or ``"GPU "`` when every worker is of that kind (a worker's line ends with its device)."""
-        devices = {w.rsplit(" ", 1)[-1].split(":")[0] for w in self.workers}
-        return {frozenset({"cpu"}): "CPU ", frozenset({"cuda"}): "GPU "}.get(frozenset(devices), "")
 
     def table(self) -> str:
         """The table as text: job, status, frames, seconds, fps, error (one line, cut to :data:`ERROR_WIDTH`)."""
