@@ -40,11 +40,6 @@ class EnvReport(_ShownAsText):
         """True when the kernel must restart (Colab: *Runtime > Restart session*) before continuing."""
         return bool(self.restart_reasons)
 
-    @property
-    def has_gpu(self) -> bool:
-        """True when a CUDA GPU is visible."""
-        return self.vram_gib is not None
-
     def rows(self) -> list[tuple[str, str]]:
         """The report as ``(name, value)`` rows (what the table shows)."""
         rows = [("run mode", self.mode), ("python", self.python), ("device", self.device),
