@@ -15,7 +15,6 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,7 @@ from .cluster import INSTALL_RAY, RaySession, init_ray, ray_installed, require_r
 from .inputs import WorkPlan, probe_inputs, sort_jobs
 from .jobs import ROW_SETTINGS, Job, check_jobs, job_configs, read_jobs
 from .records import (
-    BatchLock,
+    batch_lock,
     check_writable,
     fingerprinter,
     likely_work,
@@ -46,16 +45,6 @@ __all__ = ["BatchConfig", "BatchResult", "BatchWorker", "INSTALL_RAY", "Job", "J
            "run", "shutdown_ray"]
 
 
-@dataclass(frozen=True)
-class _Paths:
-    """Where a batch reads and writes, resolved before anything starts."""
-
-    weights: Path
-    outputs: Path
-    cache: Path
-    summary: Path | None
-
-
 def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], config: BatchConfig | None = None, *,
         inference: InferenceConfig | None = None, weights_dir: str | os.PathLike | None = None) -> BatchResult:
     """Run a batch of lip-sync jobs on Ray and return a :class:`BatchResult` (also written to the summary CSV);
@@ -65,14 +54,12 @@ def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], config: Bat
     (None: ``BatchConfig()``). ``inference``: every job's settings (a job's own override them; ``device="cpu"`` keeps
     the workers on the CPU). ``weights_dir``: visible to every worker (None: the default folder).
 
-    Raises:
-        MissingDependencyError: Ray is not installed.
-        InputError: Before Ray starts: a malformed jobs file or job, two jobs sharing an output, ``config`` not a
-            BatchConfig, a folder that cannot be written in, a summary that would replace another file, or another
-            batch holding the cache's or outputs folder's lock. (A bad media file fails only its job.)
-        WeightsError: Weight files are missing.
-        KeyboardInterrupt: Ctrl-C (or :class:`~nbhelpers.errors.Terminated` on SIGTERM), once the workers are down,
-            partial files removed and the summary written with the unfinished jobs ``"interrupted"``.
+    Raises MissingDependencyError without Ray; WeightsError when weight files are missing; InputError before Ray
+    starts: a malformed jobs file or job, two jobs sharing an output, ``config`` not a BatchConfig, a folder that
+    cannot be written in, a summary that would replace another file, or another batch holding the cache's or outputs
+    folder's lock (a bad media file fails only its job); KeyboardInterrupt on Ctrl-C (or
+    :class:`~nbhelpers.errors.Terminated` on SIGTERM), once the workers are down, partial files removed and the
+    summary written with the unfinished jobs ``"interrupted"``.
     """
     t0 = time.perf_counter()
     if config is not None and not isinstance(config, BatchConfig):
@@ -81,17 +68,15 @@ def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], config: Bat
     config, inference = config or BatchConfig(), inference or InferenceConfig()
     jobs_file = jobs if isinstance(jobs, (str, os.PathLike)) else None
     job_list = read_jobs(jobs_file) if jobs_file is not None else check_jobs(jobs)
-    outputs = outputs_folder(job_list)
-    paths = _Paths(weights=check_weights_dir(weights_dir, inference.version), outputs=outputs,
-                   cache=config.cache_path(outputs), summary=config.summary_path(outputs))
-    check_writable([j.output.parent for j in job_list] + [paths.cache]
-                   + ([paths.summary.parent] if paths.summary is not None else []))
-    if paths.summary is not None:
-        check_summary_path(paths.summary, job_list, jobs_file)
+    outputs, weights_path = outputs_folder(job_list), check_weights_dir(weights_dir, inference.version)
+    cache, summary = config.cache_path(outputs), config.summary_path(outputs)
+    check_writable([j.output.parent for j in job_list] + [cache] + ([summary.parent] if summary is not None else []))
+    if summary is not None:
+        check_summary_path(summary, job_list, jobs_file)
     configs = job_configs(job_list, inference)  # settings are validated before anything starts
     require_ray()
-    with BatchLock(paths.cache), BatchLock(paths.outputs, ".batch.lock", "the outputs folder"):
-        return _run_locked(job_list, config, inference, configs, paths, t0)
+    with batch_lock(cache), batch_lock(outputs, ".batch.lock", "the outputs folder"):
+        return _run_locked(job_list, config, inference, configs, weights_path, cache, summary, t0)
 
 
 def _workers(config: BatchConfig, inference: InferenceConfig, joining: bool) -> tuple[Workers, str, int]:
@@ -118,7 +103,8 @@ def _workers(config: BatchConfig, inference: InferenceConfig, joining: bool) -> 
 
 
 def _run_locked(job_list: list[Job], config: BatchConfig, inference: InferenceConfig,
-                configs: Mapping[str, InferenceConfig], paths: _Paths, t0: float) -> BatchResult:
+                configs: Mapping[str, InferenceConfig], weights_path: Path, cache: Path, summary: Path | None,
+                t0: float) -> BatchResult:
     """:func:`run` once its arguments are checked and the batch holds its locks."""
     for job in job_list:
         remove_partials(job.output)
@@ -129,7 +115,7 @@ def _run_locked(job_list: list[Job], config: BatchConfig, inference: InferenceCo
         # Probe the inputs, find the finished outputs and group the rest by face into the plan, starting Ray here
         # meanwhile unless every job looks finished or failed at these checks last time with the same inputs.
         fingerprints = fingerprinter()
-        if likely_work(job_list, paths.cache, config.rerun):
+        if likely_work(job_list, cache, config.rerun):
             with ThreadPoolExecutor(1, thread_name_prefix="batch-checks") as pool:
                 probing = pool.submit(probe_inputs, job_list, fingerprints)
                 try:
@@ -139,14 +125,14 @@ def _run_locked(job_list: list[Job], config: BatchConfig, inference: InferenceCo
             log.phases["ray_start"] = time.perf_counter() - t0
         else:
             probed = probe_inputs(job_list, fingerprints)
-        sort_jobs(plan, job_list, configs, probed, fingerprints, weights_state(paths.weights, inference.version),
-                  paths.cache, config.rerun)
+        sort_jobs(plan, job_list, configs, probed, fingerprints, weights_state(weights_path, inference.version),
+                  cache, config.rerun)
         if plan.todo:
             log.phases["checks"] = time.perf_counter() - t0
             if not ray.started:  # every output had a record, yet some input or setting changed
                 ray.start()
                 log.phases["ray_start"] = time.perf_counter() - t0
-            Scheduler(require_ray(), plan, job_list, configs, paths.weights, inference, workers, log, t0).run()
+            Scheduler(require_ray(), plan, job_list, configs, weights_path, inference, workers, log, t0).run()
         else:
             log.phases.clear()
     except BaseException as exc:  # Ctrl-C, SIGTERM (the command line's), an error: nothing half-made is left
@@ -155,8 +141,8 @@ def _run_locked(job_list: list[Job], config: BatchConfig, inference: InferenceCo
         finally:  # a second Ctrl-C during the shutdown still leaves no partial file
             for job in job_list:
                 remove_partials(job.output)
-            if paths.summary is not None:
-                write_stopped_summary(job_list, plan.outcomes, paths.summary, exc, t0)
+            if summary is not None:
+                write_stopped_summary(job_list, plan.outcomes, summary, exc, t0)
         raise
     finally:
         ray.stop()  # before returning: Ray must be down when the caller next uses it
@@ -165,11 +151,11 @@ def _run_locked(job_list: list[Job], config: BatchConfig, inference: InferenceCo
                 remove_stale_frames()
     for job in job_list:
         remove_partials(job.output)
-    result = BatchResult(outcomes=tuple(plan.outcomes[j.name] for j in job_list), summary_csv=paths.summary,
+    result = BatchResult(outcomes=tuple(plan.outcomes[j.name] for j in job_list), summary_csv=summary,
                          wall_s=time.perf_counter() - t0, workers=tuple(log.workers), avatars=log.avatars,
                          workers_note=workers_note if any("cuda" in w for w in log.workers) else "",
                          phases={k: round(v, 3) for k, v in log.phases.items()}, timeline=log.timeline,
                          preparations=tuple(log.preparations))
-    if paths.summary is not None:
-        result.write_csv(paths.summary)
+    if summary is not None:
+        result.write_csv(summary)
     return result

@@ -65,27 +65,24 @@ _AUTH_NOTICE_LOGGER = "ray._private.authentication.authentication_token_setup"
 _AUTH_NOTICE = "Token authentication is enabled for this Ray cluster."
 
 
-class _DropAuthNotice:
-    """A logging filter that drops Ray's notice that token authentication is on (and nothing else)."""
-
-    def filter(self, record: Any) -> bool:
-        """False for the notice, True for every other record."""
-        try:
-            return not str(record.getMessage()).startswith(_AUTH_NOTICE)
-        except Exception:  # noqa: BLE001 - a record that cannot be formatted is passed on, as it was
-            return True
+def _drop_auth_notice(record: Any) -> bool:
+    """A logging filter: False for Ray's notice that token authentication is on, True for every other record."""
+    try:
+        return not str(record.getMessage()).startswith(_AUTH_NOTICE)
+    except Exception:  # noqa: BLE001 - a record that cannot be formatted is passed on, as it was
+        return True
 
 
 def _ray_init(ray, **options) -> None:
     """``ray.init(**options)`` without Ray's token-authentication notice, the caller's SIGTERM handler kept."""
-    notice_logger, quiet = logging.getLogger(_AUTH_NOTICE_LOGGER), _DropAuthNotice()
-    notice_logger.addFilter(quiet)
+    notice_logger = logging.getLogger(_AUTH_NOTICE_LOGGER)
+    notice_logger.addFilter(_drop_auth_notice)
     in_main = threading.current_thread() is threading.main_thread()
     sigterm = signal.getsignal(signal.SIGTERM) if in_main else None
     try:
         ray.init(**options)
     finally:
-        notice_logger.removeFilter(quiet)
+        notice_logger.removeFilter(_drop_auth_notice)
         # ray.init replaces the driver's SIGTERM handler (ray/_private/worker.py); the program's own clean-up goes back
         if in_main and sigterm is not None:
             with contextlib.suppress(ValueError, OSError, TypeError):

@@ -43,12 +43,6 @@ def _box_error(job: Job, video_info: Any) -> str:
     return ""
 
 
-def _input_error_text(exc: BaseException) -> str:
-    """A probe's error as a job's: a missing file's advice names the jobs file, not a notebook."""
-    return error_text(exc).replace("(upload the file first in notebook 02_media, or give the full path)",
-                                   "(a relative path in a jobs file is relative to its folder)")
-
-
 @dataclass(frozen=True)
 class Probed:
     """``{path: (MediaInfo or None, "<Type>: message" or "")}`` per distinct video and audio."""
@@ -71,8 +65,10 @@ def probe_inputs(job_list: Sequence[Job], fingerprints: Callable[[Path], Any]) -
             info = check(path)[1]
             fingerprints(path)
             return path, (info, "")
-        except (NbHelpersError, OSError) as exc:
-            return path, (None, _input_error_text(exc))
+        except (NbHelpersError, OSError) as exc:  # a missing file's advice names the jobs file, not a notebook
+            return path, (None, error_text(exc).replace(
+                "(upload the file first in notebook 02_media, or give the full path)",
+                "(a relative path in a jobs file is relative to its folder)"))
 
     with ThreadPoolExecutor(min(8, max(2, os.cpu_count() or 1)), thread_name_prefix="batch-probe") as pool:
         videos = pool.map(lambda p: probe(check_video, p), dict.fromkeys(j.video for j in job_list))

@@ -14,7 +14,7 @@ import json
 import os
 import socket
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -147,95 +147,66 @@ def likely_work(job_list: Sequence[Job], cache_path: Path, rerun: bool) -> bool:
                         and not _failed_at_inputs(cache_path, j) for j in job_list)
 
 
-def _nearest_existing(folder: Path) -> Path:
-    """``folder``, or its nearest parent that exists."""
-    existing = folder
-    while not existing.exists() and existing.parent != existing:
-        existing = existing.parent
-    return existing
-
-
 def outputs_folder(job_list: Sequence[Job]) -> Path:
     """The deepest folder holding every output, or the first job's output folder when that is a filesystem
     root or not writable: where the summary and avatar cache go by default.
     """
     folders = [j.output.resolve().parent for j in job_list]
-    common = Path(os.path.commonpath([str(f) for f in folders]))
-    existing = _nearest_existing(common)
+    common = existing = Path(os.path.commonpath([str(f) for f in folders]))
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent
     writable = existing.is_dir() and os.access(existing, os.W_OK | os.X_OK)  # it can be made, or files made in it
     return common if common.parent != common and writable else folders[0]
-
-
-def _write_problem(folder: Path) -> str:
-    """Why the batch cannot write in ``folder`` (made when missing), or "" when it can."""
-    existing = _nearest_existing(folder)
-    if not existing.is_dir():
-        return (f"{str(folder)!r} (a file, not a folder)" if existing == folder else
-                f"{str(folder)!r} (inside the file {str(existing)!r})")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        return (f"{str(folder)!r} (read-only or not yours)" if existing == folder else
-                f"{str(folder)!r} (its folder {str(existing)!r} is read-only or not yours)")
-    why = write_problem(folder)  # what the permission bits do not say (root on /proc or /sys, a read-only bind)
-    return f"{str(folder)!r} ({why})" if why else ""
 
 
 def check_writable(folders: Iterable[Path]) -> None:
     """Check before Ray starts that the batch can write (or make) every one of ``folders``; InputError naming up to
     three that are inside a file, read-only or not this user's."""
-    bad = [p for p in map(_write_problem, dict.fromkeys(Path(f) for f in folders)) if p]
+    bad = [f"{str(f)!r} ({why})" for f in dict.fromkeys(Path(f) for f in folders) if (why := write_problem(f))]
     if bad:
         more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
         raise InputError(f"the batch cannot write in {', '.join(bad[:3])}{more}. Give the outputs (and any "
                          "cache_dir and summary) in folders you can write in.")
 
 
-class BatchLock:
+@contextlib.contextmanager
+def batch_lock(folder: Path, name: str = "batch.lock", what: str = "the avatar cache") -> Iterator[None]:
     """An exclusive ``fcntl.flock`` lock on a batch's folder for the whole run, so a second batch over the same
     outputs is refused. The file names its holder (pid, host, start time) and stays; without ``fcntl`` or on storage
     without locks there is no lock.
 
     Raises InputError on entry, when another process holds the lock.
     """
-
-    def __init__(self, folder: Path, name: str = "batch.lock", what: str = "the avatar cache"):
-        self.path = Path(folder) / name
-        self.what = what
-        self._fh = None
-
-    def __enter__(self) -> BatchLock:
-        try:
-            import fcntl
-        except ImportError:
-            return self
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fh = open(self.path, "a+", encoding="utf-8")
-        except OSError as exc:
-            raise InputError(f"the batch cannot make its lock {str(self.path)!r} ({exc.strerror or exc}); give the "
-                             "outputs and cache_dir in folders you can write in.") from None
+    path = Path(folder) / name
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(path, "a+", encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"the batch cannot make its lock {str(path)!r} ({exc.strerror or exc}); give the "
+                         "outputs and cache_dir in folders you can write in.") from None
+    with fh:  # closing the file gives the lock back
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            locked = True
         except BlockingIOError:  # held by another process
             fh.seek(0)
             holder = fh.read().strip() or "another process"
-            fh.close()
-            raise InputError(f"another batch is running over {self.what} {str(self.path.parent)!r} ({holder}): "
-                             "wait for it to end, or give this batch its own outputs and cache_dir. Two batches "
-                             "over the same outputs would each make every clip.") from None
+            raise InputError(f"another batch is running over {what} {str(path.parent)!r} ({holder}): wait for "
+                             "it to end, or give this batch its own outputs and cache_dir. Two batches over the "
+                             "same outputs would each make every clip.") from None
         except OSError:  # storage without locks (some network file systems): the batch runs without one
-            fh.close()
-            return self
-        fh.seek(0)
-        fh.truncate()
-        fh.write(f"pid {os.getpid()} on {socket.gethostname()}, started {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
-        fh.flush()
-        self._fh = fh
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._fh is not None:
-            self._fh.close()  # closing the file gives the lock back
-            self._fh = None
+            locked = False
+        if locked:
+            fh.seek(0)
+            fh.truncate()
+            fh.write(f"pid {os.getpid()} on {socket.gethostname()}, started {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+            fh.flush()
+        yield
 
 
 def remove_partials(output: Path) -> list[Path]:

@@ -12,8 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..display import table_html
 from ..errors import InputError, Terminated
 from ..hashing import atomic_path
+from ..weights.manifest import text_table
 from .jobs import Job
 
 ERROR_WIDTH = 80  # characters of a job's error in the text table; the summary CSV has the whole message
@@ -104,9 +106,11 @@ class BatchResult:
 
     def summary(self) -> str:
         """One line: counts, frames, throughput, and the summary CSV (which holds the whole errors)."""
+        devices = {w.rsplit(" ", 1)[-1].split(":")[0] for w in self.workers}  # a worker's line ends with its device
+        kind = {frozenset({"cpu"}): "CPU ", frozenset({"cuda"}): "GPU "}.get(frozenset(devices), "")
         text = (f"{len(self.outcomes)} jobs: {self.count('done')} done, {self.count('skipped')} skipped, "
                 f"{self.count('failed')} failed; {self.frames} frames in {self.wall_s:.1f} s "
-                f"({self.fps:.1f} fps) on {len(self.workers)} {self._worker_kind()}worker(s)")
+                f"({self.fps:.1f} fps) on {len(self.workers)} {kind}worker(s)")
         if self.workers and self.workers_note:
             text += f" ({self.workers_note})"
         cut = any(len(_one_line(o.error)) > ERROR_WIDTH for o in self.outcomes)
@@ -116,31 +120,18 @@ class BatchResult:
             text += "; full errors: BatchResult.failed (no summary CSV was written)"
         return text
 
-    def _worker_kind(self) -> str:
-        """``"CPU "`` or ``"GPU "`` when every worker is of that kind (a worker's line ends with its device)."""
-        devices = {w.rsplit(" ", 1)[-1].split(":")[0] for w in self.workers}
-        return {frozenset({"cpu"}): "CPU ", frozenset({"cuda"}): "GPU "}.get(frozenset(devices), "")
-
     def table(self) -> str:
         """The table as text: job, status, frames, seconds, fps, error (one line, cut to :data:`ERROR_WIDTH`)."""
         cols = SUMMARY_COLUMNS[:6]
-        rows = [[str(o.row()[c]) for c in cols[:-1]] + [_cut_error(o.error)] for o in self.outcomes]
-        widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(cols)]
-
-        def line(cells: list[str]) -> str:
-            return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
-
-        return "\n".join([line(list(cols)), line(["-" * w for w in widths]), *map(line, rows)])
+        return text_table(cols, [[str(o.row()[c]) for c in cols[:-1]] + [_cut_error(o.error)] for o in self.outcomes])
 
     def __str__(self) -> str:
         return f"{self.table()}\n{self.summary()}"
 
     def _repr_html_(self) -> str:
         cols = SUMMARY_COLUMNS[:6]
-        head = "".join(f"<th>{c}</th>" for c in cols)
-        body = "".join("<tr>" + "".join(f"<td>{html.escape(str(o.row()[c]))}</td>" for c in cols) + "</tr>"
-                       for o in self.outcomes)
-        return f"<p>{html.escape(self.summary())}</p><table><tr>{head}</tr>{body}</table>"
+        rows = [[o.row()[c] for c in cols] for o in self.outcomes]
+        return f"<p>{html.escape(self.summary())}</p>{table_html(rows, cols)}"
 
     def write_csv(self, path: str | os.PathLike) -> Path:
         """Write the table (:data:`SUMMARY_COLUMNS`) to ``path`` through a temporary name; returns the path."""

@@ -221,15 +221,6 @@ class Scheduler:
             return None, (f"its worker died during each of its {n} attempt(s) (last {self.names[i]}: "
                           f"{type(exc).__name__})")
 
-    def _on_ping(self, i: int, reply: dict[str, Any] | None) -> None:
-        if reply is None:
-            self.pings_lost[i] = self.pings_lost.get(i, 0) + 1
-            if self.pings_lost[i] > PINGS_BEFORE_GIVING_UP:
-                self.ping_at.pop(i, None)
-            return
-        self.pings_lost.pop(i, None)
-        self.alive[i] = True
-
     def _on_prepare(self, i: int, group: FaceGroup, n: int, reply: dict[str, Any] | None, lost: str) -> None:
         self.log.phases["prepare_s"] += float((reply or {}).get("seconds", 0.0))
         if reply is None:  # its worker died: the half-built avatar goes, the face is prepared again
@@ -278,8 +269,13 @@ class Scheduler:
         if kind in ("prepare", "job"):
             self.in_flight[i] -= 1
         reply, lost = self._reply(ref, i, n)
-        if kind == "ping":
-            self._on_ping(i, reply)
+        if kind == "ping" and reply is None:
+            self.pings_lost[i] = self.pings_lost.get(i, 0) + 1
+            if self.pings_lost[i] > PINGS_BEFORE_GIVING_UP:
+                self.ping_at.pop(i, None)
+        elif kind == "ping":  # the worker is back
+            self.pings_lost.pop(i, None)
+            self.alive[i] = True
         elif kind == "prepare":
             self._on_prepare(i, item, n, reply, lost)
         else:

@@ -138,10 +138,6 @@ class InstallReport(_ShownAsText):
                 f"<p style='color:{colour}'>{html.escape(self._summary())}</p>")
 
 
-def _normalise(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def read_requirements(requirements: str | os.PathLike | Sequence[str]) -> list[str]:
     """Requirement lines from a requirements file or a list, with comments and pip options dropped. InputError when
     the file does not exist, or for an address (nothing is fetched at run time).
@@ -233,7 +229,7 @@ def install_missing(requirements: str | os.PathLike | Sequence[str] | None = Non
             req = Requirement(line)
         except InvalidRequirement as exc:
             raise InputError(f"requirement {line!r} cannot be parsed ({exc}); write it as 'name>=version'.") from exc
-        name = _normalise(req.name)
+        name = re.sub(r"[-_.]+", "-", req.name).lower()  # the normalised distribution name (PEP 503)
         installed = package_version(req.name)
         if req.marker is not None and not req.marker.evaluate(environment):
             rows.append(InstallRow(name, line, installed, "skipped", f"marker {req.marker} does not apply"))

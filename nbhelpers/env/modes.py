@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-import sys
 import time
 from typing import Any
 
 from .. import progress
 from ..errors import InputError, NbHelpersError
+from ..weights.manifest import in_colab
 
 MODES = ("colab", "ci", "local")
 CI_CLIP_SECONDS = 0.6  # seconds of video and of audio cut from the test media for CI runs (15 frames)
@@ -56,11 +56,6 @@ class _ShownAsText:
 
 class ResultCheckError(NbHelpersError, AssertionError):
     """A notebook's final check found that this run did not produce its result (see the message)."""
-
-
-def in_colab() -> bool:
-    """True inside a Google Colab runtime (the kernel has imported ``google.colab``)."""
-    return "google.colab" in sys.modules or bool(os.environ.get("COLAB_RELEASE_TAG"))
 
 
 def run_mode(mode: str | None = None) -> str:

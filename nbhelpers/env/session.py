@@ -40,11 +40,6 @@ class EnvReport(_ShownAsText):
         """True when the kernel must restart (Colab: *Runtime > Restart session*) before continuing."""
         return bool(self.restart_reasons)
 
-    @property
-    def has_gpu(self) -> bool:
-        """True when a CUDA GPU is visible."""
-        return self.vram_gib is not None
-
     def rows(self) -> list[tuple[str, str]]:
         """The report as ``(name, value)`` rows (what the table shows)."""
         rows = [("run mode", self.mode), ("python", self.python), ("device", self.device),
@@ -76,19 +71,14 @@ def setup(mode: str | None = None) -> EnvReport:
     when ``NBHELPERS_MODE`` holds an unknown mode."""
     mode = run_mode(mode)
     notes: list[str] = []
-    device, vram_gib, gpu_report = _device_summary(notes)
-    return EnvReport(mode, ".".join(str(v) for v in sys.version_info[:3]), device, vram_gib,
-                     {name: package_version(*_DISTS[name]) for name in REPORTED}, _weights_path(mode),
-                     drive_mounted(), tuple(restart_reasons()), gpu_report, tuple(notes))
-
-
-def _device_summary(notes: list[str]) -> tuple[str, float | None, Any]:
-    """(device text, VRAM GiB or None, :func:`nbhelpers.gpu.report` or None when it failed)."""
+    device, vram_gib, report = "cpu (no CUDA GPU)", None, None
     try:
         report = gpu.report()
     except Exception as exc:  # noqa: BLE001 - a report must never stop the setup cell
         notes.append(f"gpu.report() failed: {exc}")
-        return "cpu (no CUDA GPU)", None, None
-    if not report.has_gpu:
-        return "cpu (no CUDA GPU)", None, report
-    return (f"{report.device}: {report.name}" if report.name else report.device), report.total_gib, report
+    if report is not None and report.has_gpu:
+        device = f"{report.device}: {report.name}" if report.name else report.device
+        vram_gib = report.total_gib
+    return EnvReport(mode, ".".join(str(v) for v in sys.version_info[:3]), device, vram_gib,
+                     {name: package_version(*_DISTS[name]) for name in REPORTED}, _weights_path(mode),
+                     drive_mounted(), tuple(restart_reasons()), report, tuple(notes))

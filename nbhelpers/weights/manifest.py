@@ -327,7 +327,8 @@ def _human(n: int | float | None) -> str:
     return f"{n:.1f} GiB"
 
 
-def _text_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+def text_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """``headers``, a dashed line and ``rows`` as text in left-aligned columns two spaces apart."""
     widths = [max(len(str(c)) for c in column) for column in zip(headers, *rows, strict=True)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     lines = [fmt.format(*headers), fmt.format(*["-" * w for w in widths]), *(fmt.format(*map(str, r)) for r in rows)]
@@ -344,7 +345,7 @@ class _Report:
         return None
 
     def __str__(self) -> str:
-        return self._summary() + "\n" + _text_table(self._HEADERS, self._rows())
+        return self._summary() + "\n" + text_table(self._HEADERS, self._rows())
 
     def __repr__(self) -> str:
         return str(self)
@@ -392,7 +393,7 @@ class FileTable(_Report):
         return f"{len(self.entries)} weight files, about {self.approx_total_bytes / _GB:.2f} GB"
 
     def __str__(self) -> str:
-        return _text_table(self._HEADERS, self._rows()) + "\n" + self._summary().replace(" weight files", " files")
+        return text_table(self._HEADERS, self._rows()) + "\n" + self._summary().replace(" weight files", " files")
 
 
 def list_files(sets: str | Sequence[str] | None = "all") -> FileTable:
@@ -409,6 +410,11 @@ def _holds_weights(folder: Path) -> bool:
         return False
 
 
+def in_colab() -> bool:
+    """True inside a Google Colab runtime (the kernel has imported ``google.colab``)."""
+    return "google.colab" in sys.modules or bool(os.environ.get("COLAB_RELEASE_TAG"))
+
+
 def default_dir() -> Path:
     """The absolute weights dir used when none is given (not created here): ``$NBHELPERS_WEIGHTS``; on Colab,
     :data:`DRIVE_DIR` if it already holds weight files; ``$XDG_CACHE_HOME/musetalk-workbook/models``
@@ -418,8 +424,7 @@ def default_dir() -> Path:
     env = os.environ.get(ENV_VAR, "").strip()
     if env:
         return Path(env).expanduser().absolute()
-    on_colab = "google.colab" in sys.modules or bool(os.environ.get("COLAB_RELEASE_TAG"))
-    if on_colab and DRIVE_DIR.is_dir() and _holds_weights(DRIVE_DIR):
+    if in_colab() and DRIVE_DIR.is_dir() and _holds_weights(DRIVE_DIR):
         return DRIVE_DIR
     cache = os.environ.get("XDG_CACHE_HOME", "").strip()
     base = Path(cache).expanduser() if cache else Path.home() / ".cache"
