@@ -69,7 +69,8 @@ def boxes_key(boxes: Any) -> str | None:
 
 def write_lossless(frames: Any, path: Path, width: int, height: int, *, stop: threading.Event | None = None) -> int:
     """Write (H, W, 3) uint8 BGR frames to an FFV1 MKV that decodes back bit-exact (:class:`LosslessFrames`);
-    returns the frame count. ``stop`` set from another thread kills the encoder and raises CacheError (the caller removes the file)."""
+    returns the frame count. ``stop`` set from another thread kills the encoder and raises CacheError (the caller
+    removes the file)."""
     args = [media.ffmpeg_exe(), "-v", "error", "-y", "-f", "rawvideo", "-pix_fmt", "bgr24", "-s", f"{width}x{height}",
             "-r", str(FPS), "-i", "-", "-c:v", "ffv1", "-level", "3", "-pix_fmt", "bgr0", "-f", "matroska",
             str(path)]
