@@ -204,11 +204,14 @@ class Avatar:
                  render_gate: Any = None) -> ClipResult:
         """Turn one speech clip into a :class:`~nbhelpers.result.ClipResult` (``kind="avatar"``) of this avatar.
 
-        ``audio`` is a speech file (any format ffmpeg reads) or a 16 kHz mono float32 waveform (no audio track then);
-        ``output`` an MP4 path, None for ``<avatar>/vid_output/<audio name>.mp4``, False to write nothing.
-        ``frame_callback(t, frame)`` gets each finished (H, W, 3) uint8 BGR frame (copy to keep). ``encoder`` is a
-        video encoder setting (:data:`nbhelpers.constants.ENCODERS`; default ``config.encoder``), chosen once per
-        avatar; ``render_gate`` a lock or semaphore held while this clip renders (:func:`nbhelpers.engine.run`).
+        Args:
+            audio: A speech file (any format ffmpeg reads) or a 16 kHz mono float32 waveform (no audio track then).
+            output: An MP4 path; None: ``<avatar>/vid_output/<audio name>.mp4``; False: write nothing.
+            frame_callback: Called as ``frame_callback(t, frame)`` with each finished (H, W, 3) uint8 BGR frame
+                (copy it to keep it).
+            encoder: A video encoder setting (:data:`nbhelpers.constants.ENCODERS`), chosen once per avatar; None:
+                ``config.encoder``.
+            render_gate: A lock or semaphore held while this clip renders (:func:`nbhelpers.engine.run`).
 
         Raises:
             InputError: The audio is missing, unreadable or shorter than one frame.

@@ -45,13 +45,19 @@ def prepare_avatar(video: str | os.PathLike, directory: str | os.PathLike, pipe:
     says why): frames decoded to local disk, files written in a temporary folder inside ``directory``, then moved in
     with ``avatar.json`` last. A rebuilt avatar serves its frames from the local raw copy.
 
-    ``video`` is a face video (any frame rate: read at 25 fps) or photo; ``directory`` is created (Google Drive
-    works). ``pipe`` prepares the avatar and generates its clips; None makes one over ``weights_dir`` (default
-    :func:`nbhelpers.weights.default_dir`) after the inputs are checked, released on ``close()``. ``boxes`` are crop
-    boxes in full-frame pixels: one ``(x1, y1, x2, y2)`` (bare or in a one-item list), or one entry, a box or None,
-    per 25 fps frame, checked before any model loads. ``rebuild`` rebuilds a valid cache too; ``backend`` is a
-    landmark backend object (default the one ``config.landmark_backend`` names). The cached fields are
-    :data:`nbhelpers.avatar.cache.CACHED_FIELDS`.
+    The settings that key the cache are :data:`nbhelpers.avatar.cache.CACHED_FIELDS`.
+
+    Args:
+        video: A face video (any frame rate: read at 25 fps) or photo.
+        directory: The avatar's folder, created if missing (Google Drive works).
+        pipe: The pipeline that prepares the avatar and generates its clips; None makes one over ``weights_dir``
+            after the inputs are checked, released on ``close()``.
+        config: The avatar's settings; None: the defaults.
+        boxes: Crop boxes in full-frame pixels: one ``(x1, y1, x2, y2)`` (bare or in a one-item list), or one entry,
+            a box or None, per 25 fps frame; checked before any model loads. None: detect faces.
+        weights_dir: The weights folder when ``pipe`` is None; None: :func:`nbhelpers.weights.default_dir`.
+        rebuild: Rebuild even a valid cache.
+        backend: A landmark backend object; None: the one ``config.landmark_backend`` names.
 
     Raises:
         InputError: The video is missing or unreadable, an option is invalid, ``boxes`` does not fit the video,
