@@ -40,12 +40,19 @@ _END = object()  # the frames queue's end marker
 class LiveSession:
     """A live avatar: :meth:`push` audio chunks as they arrive, get frames in order at 25 fps, :meth:`close`.
 
-    ``avatar`` is a prepared :class:`~nbhelpers.avatar.Avatar`; ``on_frame(n, frame)`` gets each (H, W, 3) uint8 BGR
-    frame in order (in the session's thread when threaded); ``clock`` gives monotonic seconds (a fake one tests
-    pacing without sleeping). See :mod:`nbhelpers.live` for which frames equal one-clip generation. All model work
-    runs on the avatar's :class:`~nbhelpers.live.ModelThread`; with ``config.warm_up`` one whisper pass and one
-    render of each batch size of :meth:`warm_shapes` run there at construction. InputError when ``config.to`` names
-    no container ffmpeg can tell.
+    See :mod:`nbhelpers.live` for which frames equal one-clip generation. All model work runs on the avatar's
+    :class:`~nbhelpers.live.ModelThread`; with ``config.warm_up`` one whisper pass and one render of each batch size
+    of :meth:`warm_shapes` run there at construction.
+
+    Args:
+        avatar: A prepared :class:`~nbhelpers.avatar.Avatar`.
+        config: The session's settings (:class:`~nbhelpers.live.LiveConfig`); None: the defaults.
+        on_frame: Called as ``on_frame(n, frame)`` with each (H, W, 3) uint8 BGR frame in order (in the session's
+            thread when threaded).
+        clock: Monotonic seconds; a fake clock tests pacing without sleeping.
+
+    Raises:
+        InputError: ``config.to`` names no container ffmpeg can tell, or its folder is not writable.
     """
 
     def __init__(self, avatar: Any, config: LiveConfig | None = None, *,
