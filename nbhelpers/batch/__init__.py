@@ -50,16 +50,20 @@ def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], config: Bat
     """Run a batch of lip-sync jobs on Ray and return a :class:`BatchResult` (also written to the summary CSV);
     what is guaranteed: ``docs/batch.md``.
 
-    ``jobs``: a jobs file (:func:`read_jobs`), or :class:`Job` objects or dicts. ``config``: how the batch runs
-    (None: ``BatchConfig()``). ``inference``: every job's settings (a job's own override them; ``device="cpu"`` keeps
-    the workers on the CPU). ``weights_dir``: visible to every worker (None: the default folder).
+    Args:
+        jobs: A jobs file (:func:`read_jobs`), or :class:`Job` objects or dicts.
+        config: How the batch runs; None: ``BatchConfig()``.
+        inference: Every job's settings (a job's own override them; ``device="cpu"`` keeps the workers on the CPU).
+        weights_dir: The weights folder, visible to every worker; None: the default folder.
 
-    Raises MissingDependencyError without Ray; WeightsError when weight files are missing; InputError before Ray
-    starts: a malformed jobs file or job, two jobs sharing an output, ``config`` not a BatchConfig, a folder that
-    cannot be written in, a summary that would replace another file, or another batch holding the cache's or outputs
-    folder's lock (a bad media file fails only its job); KeyboardInterrupt on Ctrl-C (or
-    :class:`~nbhelpers.errors.Terminated` on SIGTERM), once the workers are down, partial files removed and the
-    summary written with the unfinished jobs ``"interrupted"``.
+    Raises:
+        MissingDependencyError: Ray is not installed.
+        WeightsError: Weight files are missing.
+        InputError: Before Ray starts: a malformed jobs file or job, two jobs sharing an output, ``config`` not a
+            BatchConfig, a folder that cannot be written in, a summary that would replace another file, or another
+            batch holding the cache's or outputs folder's lock (a bad media file fails only its job).
+        KeyboardInterrupt: Ctrl-C (:class:`~nbhelpers.errors.Terminated` on SIGTERM), raised once the workers are
+            down, partial files removed and the summary written with the unfinished jobs ``"interrupted"``.
     """
     t0 = time.perf_counter()
     if config is not None and not isinstance(config, BatchConfig):

@@ -374,13 +374,21 @@ def _failure_message(root: Path, rows: Sequence[DownloadRow], manifest: Manifest
 
 def download(directory: str | os.PathLike | None = None, sets: str | Sequence[str] | None = None,
              files: str | Sequence[str] | None = None, *, manifest: Manifest = MANIFEST) -> DownloadReport:
-    """Fetch into the weights dir ``directory`` (None: :func:`default_dir`; created) the files of ``sets``
-    (:data:`SETS`, ``"default"``, ``"all"``; None: the v1.5 inference set, about 4.2 GB, unless ``files`` names some)
-    and ``files`` that are missing or bad, hashing each fetched file whose sha256 is known before it is put in place.
-    Present files are checked (no hashing) and kept; a bad one is replaced with a warning.
+    """Fetch the weight files that are missing or bad, hashing each fetched file whose sha256 is known before it is
+    put in place. Present files are checked (no hashing) and kept; a bad one is replaced with a warning.
 
-    Raises InputError for an unknown set or file name; WeightsError when the folder cannot be written or a file
-    failed from every source (naming each source's error, the manual URL and the fix; files that succeeded are kept).
+    Args:
+        directory: The weights folder, created if missing; None: :func:`default_dir`.
+        sets: Names from :data:`SETS`, ``"default"`` or ``"all"``; None: the v1.5 inference set (about 4.2 GB),
+            unless ``files`` names some.
+        files: Names of single files to fetch as well.
+        manifest: The list of files and their sources.
+
+    Raises:
+        InputError: An unknown set or file name.
+        WeightsError: The folder cannot be written, or a file failed from every source (naming each source's error,
+            the manual URL and the fix; files that succeeded are kept).
+
     Source: ``download_weights.sh:14-49`` (the same files; its ``hf-mirror.com`` endpoint is the second hub source).
     """
     entries = manifest.select(sets, files)
