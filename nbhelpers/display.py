@@ -9,7 +9,6 @@ import html
 import mimetypes
 import os
 import subprocess
-import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,17 +16,13 @@ from typing import Any
 
 from .errors import InputError, MediaError
 from .media import ffmpeg_exe
+from .weights.manifest import in_colab
 
-__all__ = ["IMAGE_SUFFIXES", "PREVIEW_WIDTH", "MediaView", "first_frame_png", "in_colab", "media_path",
+__all__ = ["IMAGE_SUFFIXES", "PREVIEW_WIDTH", "MediaView", "first_frame_png", "media_path",
            "show_video", "table_html", "video_html"]
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".gif")
 PREVIEW_WIDTH = 480  # pixels: width of the first-frame preview of a video too large to embed
-
-
-def in_colab() -> bool:
-    """True inside a Google Colab runtime (the kernel has imported ``google.colab``)."""
-    return "google.colab" in sys.modules or bool(os.environ.get("COLAB_RELEASE_TAG"))
 
 
 def table_html(rows: Iterable[Sequence[Any]], header: Sequence[str] = ()) -> str:

@@ -65,10 +65,12 @@ def _add(group: Any, f: dataclasses.Field, choices: Iterable[Any] | None, defaul
         return
     if choices is not None:
         choices = [NONE if c is None else c for c in choices if c is not None or f.default is not None]
-    kind = None if "str" in words else int if "int" in words else float if "float" in words else None  # text: as is
+    kind = None  # text: as is
+    if "str" not in words:
+        kind = int if "int" in words else (float if "float" in words else None)
     metavar = m["unit"].upper() if "unit" in m and choices is None else None
     if metavar is None and choices is None:
-        metavar = "N" if kind is int else "NUMBER" if kind is float else "PATH" if "os.PathLike" in words else None
+        metavar = {int: "N", float: "NUMBER"}.get(kind, "PATH" if "os.PathLike" in words else None)
     group.add_argument(flag(f), dest=f.name, type=_number(kind) if kind else str, default=None, choices=choices,
                        metavar=metavar, help=help_text)
 

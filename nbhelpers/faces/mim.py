@@ -25,9 +25,9 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..display import in_colab
 from ..errors import InputError, MissingDependencyError
 from ..hashing import atomic_path
+from ..weights.manifest import in_colab
 
 #: Base of OpenMMLab's mmcv find-links pages: ``{base}/{cu118|cu121|cpu}/torch{2.1}/index.html``.
 OPENMMLAB_MMCV_INDEX = "https://download.openmmlab.com/mmcv/dist"

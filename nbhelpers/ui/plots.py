@@ -299,7 +299,10 @@ def plot_faces(frames: Any, track: Any = None, *, indices: Sequence[int] | None 
         masks = _track_masks(track, has_face)
     n_known = next((len(a) for a in (boxes, landmarks, has_face, masks) if a is not None), None)
     if n_known is None:
-        n_known = every.n_frames if every is not None else len(frames) if hasattr(frames, "__len__") else max_frames
+        if every is not None:
+            n_known = every.n_frames
+        else:
+            n_known = len(frames) if hasattr(frames, "__len__") else max_frames
     if indices is None:
         count = max(1, min(int(max_frames), n_known))
         indices = sorted({int(round(i)) for i in np.linspace(0, n_known - 1, count)})

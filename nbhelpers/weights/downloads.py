@@ -338,7 +338,10 @@ def _download_one(entry: WeightFile, root: Path, state: _State, replacing: str) 
             target.parent.mkdir(parents=True, exist_ok=True)
             os.replace(staged, target)
             st = target.stat()
-            state.record_facts(entry.path, size if size is not None else st.st_size if sha else None, sha, where)
+            known_size = size
+            if known_size is None and sha:
+                known_size = st.st_size
+            state.record_facts(entry.path, known_size, sha, where)
             if sha:
                 state.record_sha256(entry.path, st, sha)
             state.save()
