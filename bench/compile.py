@@ -33,7 +33,8 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=20)
     ap.add_argument("--iters", type=int, default=6)
     ap.add_argument("--parts", default="unet,decoder,encoder,parser")
-    ap.add_argument("--options", default="", help="JSON of torch.compile options, e.g. '{\"coordinate_descent_tuning\": true}'")
+    ap.add_argument("--options", default="",
+                    help="JSON of torch.compile options, e.g. '{\"coordinate_descent_tuning\": true}'")
     ap.add_argument("--no-timing", action="store_true", help="compile only (fill the cache)")
     ap.add_argument("--compare-decoder", default=None,
                     help="JSON of other torch.compile options: also compile the VAE decoder with them and time it")
@@ -129,7 +130,8 @@ def main() -> None:
                 ref = pipe.vae.decoder(z).float()
             ms = median_ms(torch, lambda: other(zz), args.iters)
         pix = lambda x: ((x / 2 + 0.5).clamp(0, 1) * 255).round()  # noqa: E731 - the decode's rounding
-        doc["decoder_other_options"] = {"options": opts, "static": args.static_decoder, "compile_s": first_s, "fps": b * 1e3 / ms,
+        doc["decoder_other_options"] = {"options": opts, "static": args.static_decoder, "compile_s": first_s,
+                                        "fps": b * 1e3 / ms,
                                         "max_level_diff": float((pix(out) - pix(ref)).abs().max()),
                                         "max_abs_diff": float((out - ref).abs().max())}
         print(f"decoder with {opts}: {doc['decoder_other_options']}", flush=True)

@@ -127,7 +127,8 @@ def _table(path: Path) -> int:
         staged = {k: t.get(k, 0.0) for k in ("faces", "latents", "parsing", "generate")}
         rest = row["wall_s"] - sum(staged.values())
         total = sum(est.values())
-        print(f"| {row['weights']} | {row['backend']} | {row['src']} / {row['out']} | {load} | **{row['wall_s']:.0f}** ("
+        print(f"| {row['weights']} | {row['backend']} | {row['src']} / {row['out']} | {load} "
+              f"| **{row['wall_s']:.0f}** ("
               + ", ".join(f"{v:.0f}" for v in staged.values()) + f", {rest:.0f}) | **{total:.0f}** ("
               + ", ".join(f"{est.get(k, 0.0):.0f}" for k in ("faces", "latents", "parsing", "generate", "models"))
               + f") | {total / row['wall_s']:.2f} |")

@@ -3,11 +3,11 @@
     python bench/landmarks.py                 # on the GPU machine: the full table (about 2-4 minutes)
     python bench/landmarks.py --smoke         # anywhere: 2 frames per row, CPU rows only, to check the script runs
 
-Self-contained, no hub: writes DWPose (RTMPose-l whole-body 384x288, 33.6 M parameters) with random weights at full
-size in the official ``.pth`` layout (``nbhelpers.testing.write_random_dwpose_checkpoint``), loads it through the ``dwpose``
+Self-contained, no hub: writes DWPose (RTMPose-l whole-body 384x288, 33.6 M parameters) with random weights at full size
+in the official ``.pth`` layout (``nbhelpers.testing.write_random_dwpose_checkpoint``), loads it through the ``dwpose``
 backend's own loader, and exports the same weights to ONNX for ``dwpose-onnx``. Timed on real 576x768 frames of the
-shared test video (``$NBHELPERS_SHARED_DATA``, ``../shared/data`` or ``.benchdata/``; random frames otherwise),
-flip test on (the official setting), DWPose only (the face box is a stub):
+shared test video (``$NBHELPERS_SHARED_DATA``, ``../shared/data`` or ``.benchdata/``; random frames otherwise), flip
+test on (the official setting), DWPose only (the face box is a stub):
 
 * ``dwpose`` on the GPU in float16 at batch 1, 8 and 32, and float32 at batch 32, plus batch 32 without the flip test
   and batch 32 without the backend's speed-ups (BatchNorm folded into the convs, NHWC layout);

@@ -90,7 +90,8 @@ def cut_video(ffmpeg: str, src: Path, dst: Path, n_frames: int) -> Path:
 
 
 def known_landmarks(box: tuple[int, int, int, int], extra_margin: int) -> tuple[np.ndarray, np.ndarray]:
-    """68 landmarks whose official crop box (official-behaviour.md §3.3, then v15's extra_margin) is ``box``; and the face box.
+    """68 landmarks whose official crop box (official-behaviour.md §3.3, then v15's extra_margin) is ``box``; and the
+    face box.
 
     x spans x1..x2; the chin (max y) is y2 - extra_margin; lm[29] sits at the midline, so that
     ``y1 = lm29.y - (max_y - lm29.y)``.
@@ -186,8 +187,8 @@ def official_face_parse(parser, image_pil, mode, left_cheek_width, right_cheek_w
 
 def official_get_image(image, face, face_box, parser, mode, cheeks, upper_boundary_ratio=0.5, expand=1.5,
                        timer=None):
-    """get_image (blending.py:35-93), official-behaviour.md §7.2 steps 1-9, in PIL as the official does. ``timer["parsing"]``
-    (when given) accumulates the seconds of the face-parsing call."""
+    """get_image (blending.py:35-93), official-behaviour.md §7.2 steps 1-9, in PIL as the official does.
+    ``timer["parsing"]`` (when given) accumulates the seconds of the face-parsing call."""
     import cv2
     from PIL import Image
 
@@ -508,7 +509,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0, help="seconds of speech (output frames = x 25)")
     parser.add_argument("--cores", type=int, default=0, help="limit the process to this many cores (0 = all)")
     parser.add_argument("--encoder", default="libx264",
-                        help="our job's encoder setting (InferenceConfig.encoder; the official loop keeps libx264 medium)")
+                        help="our job's encoder setting (InferenceConfig.encoder; "
+                             "the official loop keeps libx264 medium)")
     parser.add_argument("--batch", type=int, default=None, help="our batch size (default: the planner's)")
     parser.add_argument("--fp32", action="store_true", help="generation models in fp32 (both runs: they share them)")
     parser.add_argument("--boxes", action="store_true", help="give ours the crop box: no face detection in our run "

@@ -495,7 +495,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
         if done.returncode != 0 or not lines:
-            print(f"cap {label}: worker failed (status {done.returncode})\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}")
+            print(f"cap {label}: worker failed (status {done.returncode})\n"
+                  f"{done.stdout[-3000:]}\n{done.stderr[-6000:]}")
             continue
         if done.stderr.strip():
             print("\n".join(f"  [{label}] {ln}" for ln in done.stderr.strip().splitlines()[-10:]))

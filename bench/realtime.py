@@ -3,11 +3,11 @@
 Runs on the GPU machine with the full-size v1.5 architecture and random weights, an avatar prepared from the shared
 face video (given boxes) and 20 s of speech. The whole process is limited to 2 CPU cores (taskset), as on Colab.
 
-Reference loop (official ``scripts/realtime_inference.py:212-308``, official-behaviour.md §9.3, transcribed in our words):
-main thread: whisper features, then per batch of 20: PE, UNet (fp16), VAE decode with the result copied to the host
-and rounded in numpy (``vae.py:96-108``), each 256x256 frame put on a queue; worker thread: per frame, OpenCV
-bilinear resize to the box, PIL paste-blend with the cached mask into a copy of the cached full frame, PNG written;
-then ffmpeg PNGs -> H.264 (CRF 18) and a second ffmpeg that muxes the audio (re-encoding the video).
+Reference loop (official ``scripts/realtime_inference.py:212-308``, official-behaviour.md §9.3, transcribed in our
+words): main thread: whisper features, then per batch of 20: PE, UNet (fp16), VAE decode with the result copied to the
+host and rounded in numpy (``vae.py:96-108``), each 256x256 frame put on a queue; worker thread: per frame, OpenCV
+bilinear resize to the box, PIL paste-blend with the cached mask into a copy of the cached full frame, PNG written; then
+ffmpeg PNGs -> H.264 (CRF 18) and a second ffmpeg that muxes the audio (re-encoding the video).
 
     python bench/realtime.py                 # table to stdout
     python bench/realtime.py --compile off   # ours eager too
@@ -362,7 +362,8 @@ def main() -> None:
           f"decode), ours {our_core:.1f} fps ({our_core / ref_core:.2f}x; eager {eager_core:.1f}, "
           f"{eager_core / ref_core:.2f}x)")
     print(f"measured fp16 matmul peak: {peak_tflops:.0f} TFLOP/s; UNet + decode at {our_core:.1f} fps = "
-          f"{our_core * UNET_DECODE_GFLOP / 1e3:.1f} TFLOP/s = {100 * our_core * UNET_DECODE_GFLOP / 1e3 / peak_tflops:.1f}% "
+          f"{our_core * UNET_DECODE_GFLOP / 1e3:.1f} TFLOP/s = "
+          f"{100 * our_core * UNET_DECODE_GFLOP / 1e3 / peak_tflops:.1f}% "
           "of it")
     print(f"compile: {doc['compile_status']}")
     print("stages ours (s): " + ", ".join(f"{k} {v:.2f}" for k, v in ours.timings.items()))

@@ -7,7 +7,8 @@ take from the extra peak its activations add. Each timed run follows an untimed 
 
     python bench/restore.py                    # GPU: markdown table to stdout
     python bench/restore.py --cores 2          # held to 2 CPU cores, as on Colab
-    python bench/restore.py --smoke            # CPU: tiny MuseTalk + tiny RestoreFormer, a few frames (checks the script)
+    python bench/restore.py --smoke            # CPU: tiny MuseTalk + tiny RestoreFormer, a few frames
+                                               # (checks the script)
 """
 
 from __future__ import annotations
@@ -98,10 +99,11 @@ def core_table(restorers, weights, cuda: bool, smoke: bool, batch: int = 16, rep
                 r.descriptor.model.float()
                 ref = restore.Restorer(name, r.descriptor, r.device, torch.float32)(faces)
                 diff = float((out.int() - ref.int()).abs().max())
-            y = r.descriptor(torch.rand(1, 3, 512, 512, device=device, dtype=next(r.descriptor.model.parameters()).dtype))
+            dtype = next(r.descriptor.model.parameters()).dtype
+            y = r.descriptor(torch.rand(1, 3, 512, 512, device=device, dtype=dtype))
             finite = bool(torch.isfinite(y).all())
-        print(f"| {name} | {str(r.dtype).replace('torch.', '')} | {batch * repeats / dt:.1f} | {w_gib:.2f} | {peak:.2f} "
-              f"| {diff:g} | {finite} |", flush=True)
+        print(f"| {name} | {str(r.dtype).replace('torch.', '')} | {batch * repeats / dt:.1f} | {w_gib:.2f} "
+              f"| {peak:.2f} | {diff:g} | {finite} |", flush=True)
         r.close()
         del r, out
 

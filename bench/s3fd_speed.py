@@ -2,9 +2,9 @@
 
 Run: ``python bench/s3fd_speed.py`` (GPU; add ``--cpu`` for a small smoke run on the CPU).
 
-The official pipeline runs S3FD on the full-resolution frame at batch 1 (official-behaviour.md §3.2, quirk Q18); this measures
-what that costs for 480p..4K and what ``S3FD(max_side=...)`` saves. The confidence heads are set so that no cell
-is a candidate (real weights give a handful), so the times are the network's, not a random-weight NMS.
+The official pipeline runs S3FD on the full-resolution frame at batch 1 (official-behaviour.md §3.2, quirk Q18); this
+measures what that costs for 480p..4K and what ``S3FD(max_side=...)`` saves. The confidence heads are set so that no
+cell is a candidate (real weights give a handful), so the times are the network's, not a random-weight NMS.
 Prints one table: size, dtype, max_side, batch, ms/frame, frames/s, peak GiB.
 """
 
@@ -68,7 +68,8 @@ def main() -> None:
                         rows.append((f"{w}x{h}", str(dtype).replace("torch.", ""), str(max_side), batch,
                                      1000 * seconds / n, n / seconds, peak))
             det.close()
-    print(f"S3FD on {device} ({torch.cuda.get_device_name() if device == 'cuda' else 'CPU'}), torch {torch.__version__}")
+    name = torch.cuda.get_device_name() if device == "cuda" else "CPU"
+    print(f"S3FD on {device} ({name}), torch {torch.__version__}")
     print(f"{'frame':>10} {'dtype':>8} {'max_side':>8} {'batch':>5} {'ms/frame':>9} {'fps':>7} {'peak GiB':>8}")
     for size, dt, side, batch, ms, fps, peak in rows:
         print(f"{size:>10} {dt:>8} {side:>8} {batch:>5} {ms:9.1f} {fps:7.1f} {peak:8.2f}")

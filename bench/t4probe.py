@@ -2,8 +2,8 @@
 
 Full-size MuseTalk v1.5 UNet and sd-vae-ft-mse (random weights, fp16, batch 20), built from the bundled configs.
 Each variant runs after a warm-up; the median of ``--iters`` timed batches (CUDA events) is reported as frames/s.
-Results go to stdout and, one JSON object a line, to ``--out``. Meant for the T4-class MPS proxy (bench/t4proxy.sh) but runs
-on any CUDA GPU.
+Results go to stdout and, one JSON object a line, to ``--out``. Meant for the T4-class MPS proxy (bench/t4proxy.sh)
+but runs on any CUDA GPU.
 
     python bench/t4probe.py --out probe.jsonl [--only E0,E1,C2]
 """

@@ -82,7 +82,8 @@ def decode_audio(path, sample_rate: int = 16000, ffmpeg: str | None = None) -> n
 # ------------------------------------------------------------------------------------------------ other processes
 
 
-def run_cli(*args, env: dict | None = None, unset=(), cwd=None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def run_cli(*args, env: dict | None = None, unset=(), cwd=None,
+            timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """``python -m nbhelpers ARGS`` in a child process that imports this checkout, its output captured as text;
     ``env`` adds to this process's environment and ``unset`` names variables the child does not get."""
     child = {k: v for k, v in {**os.environ, **(env or {})}.items() if k not in unset}

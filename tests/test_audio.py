@@ -107,7 +107,8 @@ def decode_label(value: float) -> tuple[int, int] | None:
 
 
 def expected_label(k: int, token: int, n_encoder: int) -> tuple[int, int] | None:
-    """official-behaviour.md §5.1 steps 7-8 at 25 fps: token = time_step * 5 + layer of encoder frame 2k - 4 + time_step."""
+    """official-behaviour.md §5.1 steps 7-8 at 25 fps: token = time_step * 5 + layer of encoder frame
+    2k - 4 + time_step."""
     time_step, layer = divmod(token, 5)
     frame = 2 * k - 4 + time_step
     return (frame, layer) if 0 <= frame < n_encoder else None
@@ -227,8 +228,8 @@ def run_layer(layer, hidden):
 
 
 def reference_features(wave: np.ndarray, model) -> torch.Tensor:
-    """official-behaviour.md §5.1 written out plainly: per-segment log-mel, the encoder run layer by layer, float lengths,
-    explicit zero padding and one window per video frame."""
+    """official-behaviour.md §5.1 written out plainly: per-segment log-mel, the encoder run layer by layer, float
+    lengths, explicit zero padding and one window per video frame."""
     extractor = transformers.WhisperFeatureExtractor(
         feature_size=80, sampling_rate=SR, hop_length=160, chunk_length=30, n_fft=400, padding_value=0.0)
     enc = model.encoder

@@ -172,8 +172,8 @@ def test_one_box_in_a_list_is_that_box_and_a_wrong_count_gives_the_videos(prepar
 
     monkeypatch.setattr(MuseTalkPipeline, "from_pretrained", no_pipeline)
     for n in (5, 8, 13):
-        with pytest.raises(InputError, match=rf"boxes has {n} entries but video '[^']*{re.escape(clip.name)}' has 12 frames "
-                                             r"at 25 fps\. .*exactly 12 entries, a box or None"):
+        with pytest.raises(InputError, match=rf"boxes has {n} entries but video '[^']*{re.escape(clip.name)}' "
+                                             r"has 12 frames at 25 fps\. .*exactly 12 entries, a box or None"):
             prepare_avatar(clip, tmp_path / f"n{n}", config=config, boxes=[BOX] * n, weights_dir=tiny_weights)
         assert not (tmp_path / f"n{n}").exists()
 

@@ -130,7 +130,8 @@ def test_read_jobs_csv_and_jsonl(tmp_path):
     ("video,audio,output\na.mp4,,o.mp4\n", "audio missing"),
     ("video,audio,output\na.mp4,1.wav,o.mov\n", "output must end in .mp4"),
     ("video,audio,output,bbox_shift\na.mp4,1.wav,o.mp4,up\n", "setting bbox_shift: must be a whole number; got 'up'"),
-    ("video,audio,output,extra_margin\na.mp4,1.wav,o.mp4,2.5\n", "setting extra_margin: must be a whole number; got '2.5'"),
+    ("video,audio,output,extra_margin\na.mp4,1.wav,o.mp4,2.5\n",
+     "setting extra_margin: must be a whole number; got '2.5'"),
     ("video,audio,output,blur_ratio\na.mp4,1.wav,o.mp4,nan\n", "setting blur_ratio: must be a number; got 'nan'"),
     ("video,audio,output,box\na.mp4,1.wav,o.mp4,\"1,2,3\"\n", "box must be four finite numbers"),
     ("video,audio,output,box\na.mp4,1.wav,o.mp4,\"inf,2,3,4\"\n", "box must be four finite numbers"),
@@ -150,10 +151,14 @@ def test_read_jobs_csv_and_jsonl(tmp_path):
     ('{"video": "a.mp4", "audio": "1.wav", "settings": "bbox_shift=5"}\n', "settings must be an object of setting "
                                                                             "names and values"),
     ('{"video": "a.mp4", "audio": "1.wav", "settings": [5]}\n', "settings must be an object"),
-    ('{"video": "a.mp4", "audio": "1.wav", "extra_margin": [1]}\n', "setting extra_margin: must be a whole number; got [1]"),
-    ('{"video": "a.mp4", "audio": "1.wav", "extra_margin": 2.5}\n', "setting extra_margin: must be a whole number; got 2.5"),
-    ('{"video": "a.mp4", "audio": "1.wav", "bbox_shift": true}\n', "setting bbox_shift: must be a whole number; got True"),
-    ('{"video": "a.mp4", "audio": "1.wav", "bbox_shift": 1e400}\n', "setting bbox_shift: must be a whole number; got inf"),
+    ('{"video": "a.mp4", "audio": "1.wav", "extra_margin": [1]}\n',
+     "setting extra_margin: must be a whole number; got [1]"),
+    ('{"video": "a.mp4", "audio": "1.wav", "extra_margin": 2.5}\n',
+     "setting extra_margin: must be a whole number; got 2.5"),
+    ('{"video": "a.mp4", "audio": "1.wav", "bbox_shift": true}\n',
+     "setting bbox_shift: must be a whole number; got True"),
+    ('{"video": "a.mp4", "audio": "1.wav", "bbox_shift": 1e400}\n',
+     "setting bbox_shift: must be a whole number; got inf"),
     ('{"video": "a.mp4", "audio": "1.wav", "batch_size": 10000000000000000000000000000000000000000000000000000000'
      '00000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000'
      '00000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000'
@@ -232,7 +237,8 @@ def hint_jobs(lavfi_video, lavfi_tone, folder):
     corrupt.write_bytes(b"RIFF\x24\x00\x00\x00WAVEfmt " + b"\x01" * 400)
     return corrupt, [{"name": "gone", "video": str(folder / "gone.mp4"), "audio": str(audio),
                       "output": str(folder / "out" / "gone.mp4")},
-                     {"name": "bad", "video": str(video), "audio": str(corrupt), "output": str(folder / "out" / "bad.mp4")}]
+                     {"name": "bad", "video": str(video), "audio": str(corrupt),
+                      "output": str(folder / "out" / "bad.mp4")}]
 
 
 def test_a_rerun_of_jobs_that_failed_at_the_input_checks_starts_no_ray(tmp_path, lavfi_video, lavfi_tone,
@@ -335,8 +341,8 @@ def test_a_batch_that_cannot_write_its_outputs_is_refused_before_ray(tmp_path, t
     monkeypatch.setattr("nbhelpers.batch.cluster.init_ray", lambda *a, **k: pytest.fail("Ray started"))
     (tmp_path / "a-file").write_text("x")
     jobs = [{"video": "v.mp4", "audio": "a.wav", "output": str(tmp_path / "a-file" / "o.mp4")}]
-    with pytest.raises(InputError, match=r"cannot write in '[^']*/a-file' \(a file, not a folder\), '[^']*/a-file/avatar-cache' \("
-                                         r"[^']*/a-file is a file, not a folder\)"):
+    with pytest.raises(InputError, match=r"cannot write in '[^']*/a-file' \(a file, not a folder\), "
+                                         r"'[^']*/a-file/avatar-cache' \([^']*/a-file is a file, not a folder\)"):
         batch.run(jobs, weights_dir=tiny_weights)
     if os.path.isdir("/proc/self"):  # root's permission bits allow /proc, yet no file can be made there
         jobs = [{"video": "v.mp4", "audio": "a.wav", "output": "/proc/nbh-o.mp4"}]
@@ -604,8 +610,8 @@ def test_a_worker_killed_during_a_job_still_gives_every_output_once(ray_local, m
     from nbhelpers.batch import BatchConfig, run
 
     videos, audios, _ = media
-    jobs = [{"name": f"k{k}", "video": str(videos[k % 2]), "audio": str(audios[k]), "output": str(tmp_path / f"k{k}.mp4"),
-             "box": BOX} for k in range(4)]
+    jobs = [{"name": f"k{k}", "video": str(videos[k % 2]), "audio": str(audios[k]),
+             "output": str(tmp_path / f"k{k}.mp4"), "box": BOX} for k in range(4)]
     before = frame_folders()
     monkeypatch.setattr("nbhelpers.batch.scheduler.EXIT_AT", {"k2": 3})  # k2's worker exits at its frame 3
     result = run(jobs, BatchConfig(cpu_workers=2), inference=InferenceConfig(device="cpu", batch_size=4),
@@ -632,8 +638,8 @@ def test_two_jobs_at_once_per_worker_and_one_killed_still_give_every_output_once
     from nbhelpers.batch import BatchConfig, run
 
     videos, audios, _ = media
-    jobs = [{"name": f"k{k}", "video": str(videos[k % 2]), "audio": str(audios[k]), "output": str(tmp_path / f"k{k}.mp4"),
-             "box": BOX} for k in range(4)]
+    jobs = [{"name": f"k{k}", "video": str(videos[k % 2]), "audio": str(audios[k]),
+             "output": str(tmp_path / f"k{k}.mp4"), "box": BOX} for k in range(4)]
     before = frame_folders()
     monkeypatch.setattr("nbhelpers.batch.scheduler.EXIT_AT", {"k2": 3})  # k2's worker exits at its frame 3
     result = run(jobs, BatchConfig(cpu_workers=1, jobs_per_worker=2),
@@ -687,8 +693,8 @@ def test_on_a_gpu_one_worker_runs_two_jobs_at_once_and_every_output_is_made(medi
     from nbhelpers.gpu.device import free_memory_by_index
 
     videos, audios, _ = media
-    jobs = [{"name": f"g{k}", "video": str(videos[k % 2]), "audio": str(audios[k]), "output": str(tmp_path / f"g{k}.mp4"),
-             "box": BOX} for k in range(4)]
+    jobs = [{"name": f"g{k}", "video": str(videos[k % 2]), "audio": str(audios[k]),
+             "output": str(tmp_path / f"g{k}.mp4"), "box": BOX} for k in range(4)]
     result = run(jobs, weights_dir=tiny_weights)
     assert [o.status for o in result.outcomes] == ["done"] * 4, str(result)
     assert len(result.workers) == torch.cuda.device_count() and all("cuda" in w for w in result.workers)

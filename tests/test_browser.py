@@ -1,9 +1,9 @@
 """The workbook as a person sees it: the notebooks run in a real browser against a real Jupyter server.
 
-nbval runs the notebooks' code; this test checks what is on the screen. It starts a Jupyter server on localhost,
-opens ``quickstart.ipynb``, ``03_avatar.ipynb``, ``04_lipsync.ipynb`` and ``06_inside_musetalk.ipynb`` in headless Chromium (Debian's
-``chromium`` package, driven by Playwright for Python with ``executable_path``; Playwright's own browser downloads
-are never used), runs every cell in CI mode and checks, from the page itself:
+nbval runs the notebooks' code; this test checks what is on the screen. It starts a Jupyter server on localhost, opens
+``quickstart.ipynb``, ``03_avatar.ipynb``, ``04_lipsync.ipynb`` and ``06_inside_musetalk.ipynb`` in headless Chromium
+(Debian's ``chromium`` package, driven by Playwright for Python with ``executable_path``; Playwright's own browser
+downloads are never used), runs every cell in CI mode and checks, from the page itself:
 
 * the settings panel renders as widget elements (sliders and dropdowns with their labels);
 * a value typed into the ``extra_margin`` slider's readout reaches ``panel.config`` in the kernel (a cell added
@@ -502,8 +502,8 @@ def test_quickstart_notebook_in_the_browser(browser_and_server, shots_dir):
 
 
 def test_inside_musetalk_notebook_in_the_browser(browser_and_server, shots_dir):
-    """06_inside_musetalk: the crop-box sliders are widgets (JupyterLab), the stage figures are images, and the reference loop's
-    frames equal the engine's within 1 level in the kernel the page drives."""
+    """06_inside_musetalk: the crop-box sliders are widgets (JupyterLab), the stage figures are images, and the
+    reference loop's frames equal the engine's within 1 level in the kernel the page drives."""
     browser, server = browser_and_server
     page = Page(browser, server, "06_inside_musetalk", shots_dir)
     page.run_all()

@@ -1,8 +1,8 @@
 """DWPose without mmcv: the shared pre/post-processing maths and the ``dwpose-onnx`` backend end to end.
 
-The ONNX models here are built in the test with DWPose's real input/output signature and SimCC peaks at chosen
-bins (``nbhelpers.testing.simcc_peak_model``), so decoding, back-projection and the flip test are checked against answers worked
-out by hand: for a 576x768 frame the person box is 720x960 (1.25 padding, already w/h = 0.75), so an input pixel
+The ONNX models here are built in the test with DWPose's real input/output signature and SimCC peaks at chosen bins
+(``nbhelpers.testing.simcc_peak_model``), so decoding, back-projection and the flip test are checked against answers
+worked out by hand: for a 576x768 frame the person box is 720x960 (1.25 padding, already w/h = 0.75), so an input pixel
 is 2.5 frame pixels and SimCC bin b maps to ``x = 1.25 b - 72``, ``y = 1.25 b - 96``.
 """
 

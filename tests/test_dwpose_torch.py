@@ -232,7 +232,8 @@ def test_flip_test_matters_and_both_backends_apply_it_alike(torch_backend, onnx_
 
 
 def test_frames_without_a_face_run_no_pose_model(torch_backend):
-    backend = dt.DWPoseBackend(device="cpu", model=torch_backend.pose.net, face_detector=StubDetector(FACE, none={0, 1}))
+    backend = dt.DWPoseBackend(device="cpu", model=torch_backend.pose.net,
+                               face_detector=StubDetector(FACE, none={0, 1}))
     backend.pose.net = None  # would fail if DWPose ran
     assert backend.detect(np.zeros((2, 64, 48, 3), np.uint8)) == [None, None]
 
@@ -399,7 +400,8 @@ def test_gpu_fp16_batched_landmarks_follow_fp32(video_frames_or_random):
     same = diff <= 1.3
     print(f"fp16 batch {len(frames)} vs fp32 batch 1: SimCC max difference {100 * rel:.2f} % of the range; "
           f"landmarks identical for {same.mean():.3f} (median {np.median(diff):.3f} px, max {diff.max():.2f} px); "
-          f"keypoints with a decisive peak: {decisive.mean():.3f}, of which in the same bin {same[decisive].mean():.4f}")
+          f"keypoints with a decisive peak: {decisive.mean():.3f}, "
+          f"of which in the same bin {same[decisive].mean():.4f}")
     assert rel < 0.02
     assert np.median(diff) == 0 and same.mean() >= 0.9
     assert decisive.mean() >= 0.5 and same[decisive].mean() >= 0.99

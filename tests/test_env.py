@@ -88,8 +88,8 @@ def test_short_module_versions_are_not_a_restart(monkeypatch):
     fake = types.ModuleType("cv2")
     fake.__version__ = "4.12.0"  # cv2 reports 4.12.0 for opencv-python-headless 4.12.0.88
     monkeypatch.setitem(sys.modules, "cv2", fake)
-    monkeypatch.setattr("nbhelpers.env.install.package_version", lambda *names: "4.12.0.88" if "opencv-python-headless" in names
-                        else None)
+    monkeypatch.setattr("nbhelpers.env.install.package_version",
+                        lambda *names: "4.12.0.88" if "opencv-python-headless" in names else None)
     assert env.restart_reasons() == []
     fake.__version__ = "4.11.0"
     assert env.restart_reasons() == ["cv2 4.11.0 is imported but 4.12.0.88 is installed"]
@@ -131,8 +131,8 @@ def test_install_missing_plans_only_what_is_needed(tmp_path):
 
 def test_install_missing_counts_an_alternative_distribution(monkeypatch):
     versions = {"onnxruntime": "1.20.0"}
-    monkeypatch.setattr("nbhelpers.env.install.package_version", lambda *names: next((versions[n] for n in names if n in versions),
-                                                                      None))
+    monkeypatch.setattr("nbhelpers.env.install.package_version",
+                        lambda *names: next((versions[n] for n in names if n in versions), None))
     [row] = env.install_missing(["onnxruntime-gpu>=1.16"], dry_run=True).rows
     assert row.action == "ok" and row.note == "provided by onnxruntime 1.20.0"
 
@@ -194,7 +194,8 @@ def _wheel(folder: Path, name: str, version: str, requires: tuple[str, ...] = ()
     requires_text = "".join(f"Requires-Dist: {r}\n" for r in requires)
     meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n{requires_text}"
     files = {f"{name.replace('-', '_')}.py": "VALUE = 1\n", f"{dist}.dist-info/METADATA": meta,
-             f"{dist}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+             f"{dist}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                                        "Tag: py3-none-any\n"}
     record = "".join(f"{n},,\n" for n in files) + f"{dist}.dist-info/RECORD,,\n"
     with zipfile.ZipFile(path, "w") as zf:
         for n, text in {**files, f"{dist}.dist-info/RECORD": record}.items():
@@ -232,8 +233,8 @@ def test_install_missing_really_installs_and_never_moves_a_protected_package(tmp
     pip_env = dict(os.environ, PIP_NO_INDEX="1", PIP_FIND_LINKS=str(wheels), PIP_DISABLE_PIP_VERSION_CHECK="1",
                    PIP_CONSTRAINT="", PYTHONPATH=str(ROOT))
     packaging_wheel = _packaging_wheel(tmp_path)
-    subprocess.run([py, "-m", "pip", "install", "-q", str(packaging_wheel), str(wheels / "nbh_guarded-1.0-py3-none-any.whl")],
-                   check=True, env=pip_env)
+    subprocess.run([py, "-m", "pip", "install", "-q", str(packaging_wheel),
+                    str(wheels / "nbh_guarded-1.0-py3-none-any.whl")], check=True, env=pip_env)
     done = subprocess.run([py, "-c", INSTALL_SCRIPT], capture_output=True, text=True, env=pip_env)
     assert done.returncode == 0, done.stderr
     out = done.stdout
@@ -483,7 +484,8 @@ def test_check_setup_does_not_ask_for_onnxruntime_when_another_backend_was_chose
     assert "onnxruntime-gpu>=999, onnxruntime>=999 not needed by the dlib backend" in message
     # The dwpose-onnx backend does need them, and so does a check that was not told the backend.
     for backend in (types.SimpleNamespace(name="dwpose-onnx"), None):
-        with pytest.raises(env.ResultCheckError, match="still missing: onnxruntime-gpu>=999, onnxruntime>=999; install them"):
+        with pytest.raises(env.ResultCheckError,
+                           match="still missing: onnxruntime-gpu>=999, onnxruntime>=999; install them"):
             env.check_setup(installs, backend)
 
 

@@ -1,7 +1,7 @@
 """The install recipes, statically (the dry-run resolves themselves run in ci/colab-resolve.sh, which needs PyPI).
 
-The [colab] extra (what Colab lacks): floors only, no protected package. environment.yml: parses, pins the Python/torch pair
-that has mmcv wheels, keeps torch out of pip. ci/resolve_check.py: its YAML fallback reads environment.yml as
+The [colab] extra (what Colab lacks): floors only, no protected package. environment.yml: parses, pins the Python/torch
+pair that has mmcv wheels, keeps torch out of pip. ci/resolve_check.py: its YAML fallback reads environment.yml as
 PyYAML does, and its verdict on pip reports flags exactly the protected changes.
 """
 

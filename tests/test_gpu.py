@@ -450,7 +450,8 @@ def test_4k_face_detection_warning_and_dlib_backend():
 def test_memory_read_outside_torch_keeps_room_for_the_context():
     smi = dataclasses.replace(T4, memory_source="nvidia-smi")
     p = plan("lipsync", report=smi, frame_size=FRAME)
-    assert p.budget_gib == pytest.approx(budget_by_hand(14.7 - MODEL.context_gib)) and "CUDA context" in p.reasons["memory"]
+    assert p.budget_gib == pytest.approx(budget_by_hand(14.7 - MODEL.context_gib))
+    assert "CUDA context" in p.reasons["memory"]
     cached = dataclasses.replace(GTX_4G, reserved_gib=1.0, allocated_gib=0.25)  # 0.75 GiB reusable
     assert plan("lipsync", report=cached).budget_gib == pytest.approx(budget_by_hand(3.7 + 0.75))
 
@@ -914,7 +915,8 @@ def test_expandable_segments_are_asked_for_unless_the_allocator_is_configured(mo
     assert os.environ["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
     # The user's own setting wins, under either name.
     monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:128")
-    assert gpu.prefer_expandable_segments() is False and os.environ["PYTORCH_CUDA_ALLOC_CONF"] == "max_split_size_mb:128"
+    assert gpu.prefer_expandable_segments() is False
+    assert os.environ["PYTORCH_CUDA_ALLOC_CONF"] == "max_split_size_mb:128"
     monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF")
     monkeypatch.setenv("PYTORCH_ALLOC_CONF", "expandable_segments:False")
     assert gpu.prefer_expandable_segments() is False and "PYTORCH_CUDA_ALLOC_CONF" not in os.environ

@@ -30,7 +30,8 @@ def crops():
 
 
 def official_input(crops_bgr: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-    """official-behaviour.md §4.1 with numpy: (masked, reference) float32 NCHW tensors as the official code builds them."""
+    """official-behaviour.md §4.1 with numpy: (masked, reference) float32 NCHW tensors as the official code builds
+    them."""
     rgb = crops_bgr[..., ::-1]
     x = (rgb.astype(np.float64) / 255).transpose(0, 3, 1, 2).astype(np.float32)  # vae.py:72-74
     mask = np.zeros((256, 256), np.float32)

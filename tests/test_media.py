@@ -102,7 +102,7 @@ Input #0, mov,mp4,m4a,3gp,3g2,mj2, from 'IMG_0001.MOV':
     Metadata:
       handler_name    : Core Media Audio
 At least one output file must be specified
-"""
+"""  # noqa: E501
 
 FFMPEG_44_TAG_ONLY = """\
 Input #0, mov,mp4,m4a,3gp,3g2,mj2, from 'old phone.mp4':
@@ -112,7 +112,7 @@ Input #0, mov,mp4,m4a,3gp,3g2,mj2, from 'old phone.mp4':
       rotate          : 270
       handler_name    : VideoHandler
 At least one output file must be specified
-"""
+"""  # noqa: E501
 
 FFMPEG_6_HDR = """\
 Input #0, mov,mp4,m4a,3gp,3g2,mj2, from 'hdr.mov':
@@ -126,7 +126,7 @@ Input #0, mov,mp4,m4a,3gp,3g2,mj2, from 'hdr.mov':
       DOVI configuration record: version: 1.0, profile: 8, level: 10, rpu flag: 1, el flag: 0, bl flag: 1, compatibility id: 4
       displaymatrix: rotation of 180.00 degrees
   Stream #0:1[0x2](und): Audio: ac3 (ac-3 / 0x332D6361), 48000 Hz, 5.1(side), fltp, 448 kb/s (default)
-"""
+"""  # noqa: E501
 
 FFMPEG_9_MP3_COVER = """\
 [aist#0:0/mp3 @ 0x55] Estimating duration from bitrate, this may be inaccurate
@@ -138,7 +138,7 @@ Input #0, mp3, from 'song.mp3':
   Stream #0:1: Video: mjpeg (Baseline), yuvj420p(pc, bt470bg/unknown/unknown), 500x500 [SAR 1:1 DAR 1:1], 90k tbr, 90k tbn (attached pic)
     Metadata:
       comment         : Cover (front)
-"""
+"""  # noqa: E501
 
 
 def test_parse_ffmpeg44_phone_clip_rotation_tag_and_displaymatrix():

@@ -30,7 +30,8 @@ KEYS_JSON = REFERENCE / "checkpoints" / "dwpose-rtmpose-l-384x288.keys.json"
 HAVE_MMPOSE = importlib.util.find_spec("mmpose") is not None and importlib.util.find_spec("mmcv") is not None
 needs_mmpose = pytest.mark.skipif(
     not HAVE_MMPOSE, reason="mmpose/mmcv not importable here (the main CI venv has neither); build the mmpose "
-                            "overlay with `PYTHON=.venv/bin/python bash ci/mmpose-env.sh` and run `PYTHONPATH=/tmp/overlay-mmpose python -m "
+                            "overlay with `PYTHON=.venv/bin/python bash ci/mmpose-env.sh` and run "
+                            "`PYTHONPATH=/tmp/overlay-mmpose python -m "
                             "pytest tests/test_mmpose.py` (tests/test_zz_environments.py does both)")
 
 

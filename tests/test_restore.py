@@ -274,8 +274,8 @@ def test_restoration_changes_only_pixels_under_the_blend_mask(parts, tiny_models
 
     ts = np.arange(6)
     base, faces = repaint(source_faces(parts), parts[4], tiny_models, ts)
-    restored, faces_r = repaint(source_faces(parts), parts[4], dataclasses.replace(tiny_models, restorer=stub(Invert())),
-                                ts)
+    restored, faces_r = repaint(source_faces(parts), parts[4],
+                                dataclasses.replace(tiny_models, restorer=stub(Invert())), ts)
     assert faces_r.shape == faces.shape and not torch.equal(faces_r, faces)
     under = frame_mask(parts, base.shape[1:])
     assert under.any() and not under.all()

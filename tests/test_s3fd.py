@@ -165,7 +165,8 @@ def test_forward_shapes_l2norm_scales_and_background_max_out():
     torch = pytest.importorskip("torch")
     torch.manual_seed(0)
     net = s3fd.S3FDNet().eval()
-    assert [float(getattr(net, n).weight.detach()[0]) for n in ("conv3_3_norm", "conv4_3_norm", "conv5_3_norm")] == [10, 8, 5]
+    norms = ("conv3_3_norm", "conv4_3_norm", "conv5_3_norm")
+    assert [float(getattr(net, n).weight.detach()[0]) for n in norms] == [10, 8, 5]
     raw = {}
     net.conv3_3_norm_mbox_conf.register_forward_hook(lambda m, i, o: raw.setdefault("conf", o))
     with torch.no_grad():
@@ -219,7 +220,8 @@ def test_loader_errors_name_the_problem(tmp_path, tiny_s3fd_file):
     state["conv1_1.weight"] = torch.zeros(64, 3, 5, 5)
     bad = tmp_path / "bad.pth"
     torch.save(state, bad)
-    with pytest.raises(CheckpointError, match=r"1 missing(.|\n)*fc7_mbox_loc.bias(.|\n)*wrong shape: conv1_1.weight") as err:
+    with pytest.raises(CheckpointError,
+                       match=r"1 missing(.|\n)*fc7_mbox_loc.bias(.|\n)*wrong shape: conv1_1.weight") as err:
         s3fd.S3FD(bad, device="cpu")
     assert "version='v1'" not in str(err.value)  # the UNet's v1 hint is no fix for a face detector
 

@@ -339,7 +339,8 @@ for i in range(spec.get("calls", 1)):
             out[f"rows{i}"] = [dataclasses.asdict(r) for r in report.rows]
         except WeightsError as exc:
             out[f"error{i}"] = str(exc)
-    out[f"warnings{i}"] = [str(c.message) for c in caught if "nbhelpers" in str(c.filename) or "download" in str(c.message)]
+    out[f"warnings{i}"] = [str(c.message) for c in caught
+                           if "nbhelpers" in str(c.filename) or "download" in str(c.message)]
     print("CALL-DONE", i, flush=True)
     if i + 1 < spec.get("calls", 1):
         sys.stdin.readline()  # the parent counts requests between calls

@@ -2,11 +2,11 @@
 time goes over time (start-up, first clips, steady state).
 
 Put this folder first on ``PYTHONPATH`` and set ``BENCH_STACKS_OUT=DIR``: each matching process (a Ray
-``default_worker.py`` or ``bench/batch.py --child``) samples every thread's stack every 5 ms from a daemon thread
-and appends the finished bins to ``DIR/stacks-<pid>.jsonl`` once a second (a worker is killed at Ray's shutdown, so there is no exit to
-wait for). Each line holds one 0.5 s bin of wall time (``time.time()``), per thread, the counts of its innermost
-line and of its innermost nbhelpers frame; ``bench/prof/summarize.py`` prints them. Nothing happens without the
-variable, and nothing in nbhelpers knows of this file.
+``default_worker.py`` or ``bench/batch.py --child``) samples every thread's stack every 5 ms from a daemon thread and
+appends the finished bins to ``DIR/stacks-<pid>.jsonl`` once a second (a worker is killed at Ray's shutdown, so there is
+no exit to wait for). Each line holds one 0.5 s bin of wall time (``time.time()``), per thread, the counts of its
+innermost line and of its innermost nbhelpers frame; ``bench/prof/summarize.py`` prints them. Nothing happens without
+the variable, and nothing in nbhelpers knows of this file.
 """
 import os
 import sys
