@@ -62,7 +62,8 @@ def main() -> None:
     pipe.compile_for(args.batch, parts)
     status = comp.wait()
     doc["compile"] = {"wall_s": time.perf_counter() - t0, "state": status.state, "warm": status.warm,
-                      "parts": dict(status.parts), "reason": status.reason, "enabled": comp.enabled,
+                      "parts": dict(status.parts), "part_seconds": dict(status.part_seconds),
+                      "reason": status.reason, "enabled": comp.enabled,
                       "cache": str(comp.cache_dir)}
     print(f"compile: {doc['compile']}", flush=True)
     if args.no_timing or not comp.enabled:

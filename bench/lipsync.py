@@ -613,7 +613,8 @@ def main() -> None:
     t = time.perf_counter()
     status = pipe.compiler.wait()
     compile_fig = {"state": status.state, "warm": status.warm, "seconds": status.seconds,
-                   "parts": dict(status.parts), "reason": status.reason,
+                   "parts": dict(status.parts), "part_seconds": dict(status.part_seconds),
+                   "reason": status.reason,
                    "waited_after_warmup_s": time.perf_counter() - t}
     print(f"compile: {compile_fig}", flush=True)
 

@@ -299,7 +299,8 @@ def main() -> None:
     status = pipe.compiler.wait()
     time.sleep(0.05)
     doc["compile_status"] = {"state": status.state, "warm": status.warm, "seconds": status.seconds,
-                             "parts": dict(status.parts), "reason": status.reason,
+                             "parts": dict(status.parts), "part_seconds": dict(status.part_seconds),
+                             "reason": status.reason,
                              "ready_after_models_loaded_s": (ready_at["t"] - loaded) if "t" in ready_at else None}
     print(f"compile: {doc['compile_status']}", flush=True)
     ours = avatar.generate(audio, work / "ours.mp4")

@@ -5,8 +5,11 @@
 # weights of one call serve the next one made right after.
 #
 #   bash bench/t4_run.sh weights tests h200-lipsync h200-realtime h200-live   # first call: GPU tests, H200 figures
-#   bash bench/t4_run.sh t4-prime t4-core t4-realtime t4-static t4-live t4-lipsync   # the call right after
-# (t4-core: the official core; t4-static: the VAE decoder compiled for batch 20 only, beside the dynamic-batch one.)
+#   bash bench/t4_run.sh weights t4-prime t4-core t4-realtime save-cache      # T4: compile, core, avatar path
+#   bash bench/t4_run.sh weights t4-live t4-lipsync                           # T4: with the saved cache carried
+# (t4-core: the official core; t4-prime also times a dynamic-batch decoder beside the engine's static one.)
+# save-cache writes the compile cache to $OUT/compile-cache.tgz; put it in .benchcache/ (git-ignored) and carry
+# that folder: a call then starts with the cache warm, as a Colab session with Drive does.
 # The GPU tests and the H200 figures come first, in their own call: a later call can lose the machine.
 #
 # Needs the wheels the machine lacks in .whl/ and the shared media in .benchdata/ (both git-ignored: carry them).
@@ -20,6 +23,9 @@ fi
 export PYTHONPATH=/tmp/site:$PWD NBHELPERS_PROGRESS=0 PYTHONUNBUFFERED=1 NBHELPERS_SHARED_DATA=$PWD/.benchdata \
   NBHELPERS_COMPILE_CACHE=/tmp/compile-cache NBHELPERS_FULL_WEIGHTS=/tmp/ls/weights
 W=/tmp/ls/weights
+if [ -f .benchcache/compile-cache.tgz ] && [ ! -d /tmp/compile-cache ]; then
+  tar xzf .benchcache/compile-cache.tgz -C /tmp
+fi
 export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps CUDA_MPS_LOG_DIRECTORY=/tmp/mpslog
 mps_on() { mkdir -p /tmp/mps /tmp/mpslog; pgrep -x nvidia-cuda-mps >/dev/null || nvidia-cuda-mps-control -d; }
 mps_off() { echo quit | nvidia-cuda-mps-control 2>/dev/null; sleep 1; }
@@ -43,9 +49,8 @@ for s in "$@"; do
     weights) step weights 90 python3 -c "import sys; sys.path[:0] = ['bench']
 from pathlib import Path; from _common import make_full_weights, make_face_weights
 print(make_face_weights(make_full_weights(Path('$W'))))" ;;
-    t4-prime) step t4-prime 400 python3 bench/compile.py --weights $W --batch 20 --out "$OUT/t4-compile.json" ;;
-    t4-static) step t4-static 300 python3 bench/compile.py --weights $W --batch 20 --parts decoder \
-      --compare-decoder '{}' --static-decoder --out "$OUT/t4-static.json" ;;
+    t4-prime) step t4-prime 300 python3 bench/compile.py --weights $W --batch 20 --compare-decoder '{}' \
+      --out "$OUT/t4-compile.json" ;;
     t4-core) step t4-core 120 python3 bench/t4probe.py --only E0 --out "$OUT/t4-core.jsonl" ;;
     t4-realtime) step t4-realtime 170 $two python3 bench/realtime.py --seconds 8 --cores 2 --weights $W --work /tmp/rt \
       --out "$OUT/t4-realtime.json" ;;
@@ -60,6 +65,7 @@ print(make_face_weights(make_full_weights(Path('$W'))))" ;;
     tests) step tests 200 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_audio.py tests/test_blending.py \
       tests/test_compile.py tests/test_dwpose_torch.py tests/test_engine.py tests/test_latents.py tests/test_live.py \
       tests/test_parsing.py tests/test_parsing_torch.py tests/test_pipeline.py tests/test_reference.py tests/test_s3fd.py ;;
+    save-cache) tar czf "$OUT/compile-cache.tgz" -C /tmp compile-cache && ls -l "$OUT/compile-cache.tgz" ;;
     *) echo "unknown step $s" ;;
   esac
 done

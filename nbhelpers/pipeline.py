@@ -347,7 +347,9 @@ class MuseTalkPipeline:
                 comp.request("unet", unet, lat, gpu.device_constant([0], dev), encoder_hidden_states=tokens)
             if "decoder" in parts:
                 z = torch.zeros(b, int(self.vae.config.latent_channels), side, side, device=dev, dtype=dt)
-                comp.request("vae decoder", self.vae.decoder, z)
+                # For this batch shape only: inductor's dynamic-batch decoder ran at two thirds of the static one's
+                # speed on a T4-class GPU (bench/RESULTS.md); other shapes compile once they repeat.
+                comp.request("vae decoder", self.vae.decoder, z, dynamic_batch=False)
             if "parser" in parts:
                 x = torch.zeros(b, 3, PARSING_SIZE, PARSING_SIZE, device=dev, dtype=dt)
                 comp.request("face parser", self.face_parser.net, x, method="parse")

@@ -45,8 +45,9 @@ _RATES: dict[str, float] = {}
 class CompileStatus:
     """Where the background compile stands: ``state`` ``"off"`` (not asked for, or not possible here), ``"idle"``,
     ``"compiling"``, ``"ready"`` (all asked is compiled) or ``"failed"`` (every compile failed), the ``reason`` in
-    words, wall-clock ``seconds`` spent compiling, ``warm`` (an earlier session's cache files loaded) and ``parts``
-    (``"name batch-shape"`` -> ``"compiling"``, ``"compiled"`` or ``"failed"``).
+    words, wall-clock ``seconds`` spent compiling, ``warm`` (an earlier session's cache files loaded), ``parts``
+    (``"name batch-shape"`` -> ``"compiling"``, ``"compiled"`` or ``"failed"``) and ``part_seconds`` (the same keys
+    -> wall-clock seconds of that compile).
     """
 
     state: str = "off"
@@ -54,6 +55,7 @@ class CompileStatus:
     seconds: float = 0.0
     warm: bool = False
     parts: dict[str, str] = field(default_factory=dict)
+    part_seconds: dict[str, float] = field(default_factory=dict)
 
     def __str__(self) -> str:
         warm = ", warm cache" if self.warm else ""
@@ -390,7 +392,8 @@ class BackgroundCompiler:
             self.status.reason = reason
             warnings.warn(f"torch.compile failed; this model stays eager (same frames, slower): {reason}",
                           FallbackWarning, stacklevel=1)
-        self.status.seconds += time.perf_counter() - t0
+        self.status.part_seconds[label] = time.perf_counter() - t0
+        self.status.seconds += self.status.part_seconds[label]
 
     def _finish(self, folder: Path | None, key: str, full: dict) -> None:
         failed = sum(p == "failed" for p in self.status.parts.values())
