@@ -62,7 +62,7 @@ print(make_face_weights(make_full_weights(Path('$W'))))" ;;
     h200-realtime) step h200-realtime 60 $two python3 bench/realtime.py --seconds 20 --cores 2 --weights $W \
       --work /tmp/rt2 --skip-reference --encoders libx264,libx264-veryfast --out "$OUT/h200-realtime.json" ;;
     h200-live) step h200-live 40 $two python3 bench/live.py --seconds 8 --weights $W --work /tmp/rt2 ;;
-    tests) step tests 200 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_audio.py tests/test_blending.py \
+    tests) step tests 260 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_audio.py tests/test_blending.py \
       tests/test_compile.py tests/test_dwpose_torch.py tests/test_engine.py tests/test_latents.py tests/test_live.py \
       tests/test_parsing.py tests/test_parsing_torch.py tests/test_pipeline.py tests/test_reference.py tests/test_s3fd.py ;;
     save-cache) tar czf "$OUT/compile-cache.tgz" -C /tmp compile-cache && ls -l "$OUT/compile-cache.tgz" ;;
