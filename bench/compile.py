@@ -15,6 +15,7 @@ import argparse
 import json
 import sys
 import time
+import types
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -36,10 +37,8 @@ def main() -> None:
     ap.add_argument("--options", default="",
                     help="JSON of torch.compile options, e.g. '{\"coordinate_descent_tuning\": true}'")
     ap.add_argument("--no-timing", action="store_true", help="compile only (fill the cache)")
-    ap.add_argument("--compare-decoder", default=None,
-                    help="JSON of other torch.compile options: also compile the VAE decoder with them and time it")
-    ap.add_argument("--static-decoder", action="store_true",
-                    help="with --compare-decoder: compile that decoder for the --batch shape only (dynamic=False)")
+    ap.add_argument("--compare-dynamic", default="",
+                    help="parts (e.g. decoder,encoder) also compiled with a dynamic batch dimension and timed")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     import torch
@@ -115,27 +114,27 @@ def main() -> None:
                     "share_over_1_level": float((levels > 1).float().mean())}
     print(f"core: {rows['core']}", flush=True)
     doc["models"] = rows
-    if args.compare_decoder is not None:
-        opts = json.loads(args.compare_decoder)
-        eager_fn = pipe.vae.decoder.forward.eager
-        other = torch.compile(eager_fn, dynamic=False if args.static_decoder else None, options=opts or None)
-        with torch.inference_mode():
-            zz = z.clone()
-            if not args.static_decoder:
-                torch._dynamo.maybe_mark_dynamic(zz, 0)
+    pix = lambda x: ((x / 2 + 0.5).clamp(0, 1) * 255).round()  # noqa: E731 - the decode's rounding
+    for name in filter(None, args.compare_dynamic.split(",")):  # the same calls, through a dynamic-batch compile
+        module, call, mode = calls[name]
+        method = "parse" if name == "parser" else "forward"
+        compiled = torch.compile(getattr(module, method).eager, dynamic=None, options=comp.options or None)
+        other = types.SimpleNamespace(parse=compiled) if name == "parser" else compiled
+        with mode():
+            for x in (lat, z, crops, faces):  # the engine's static code for these shapes is compiled already
+                torch._dynamo.maybe_mark_dynamic(x, 0)
             t0 = time.perf_counter()
-            out = other(zz).float()
+            out = call(other).float()
             torch.cuda.synchronize()
             first_s = time.perf_counter() - t0
             with comp.paused():
-                ref = pipe.vae.decoder(z).float()
-            ms = median_ms(torch, lambda: other(zz), args.iters)
-        pix = lambda x: ((x / 2 + 0.5).clamp(0, 1) * 255).round()  # noqa: E731 - the decode's rounding
-        doc["decoder_other_options"] = {"options": opts, "static": args.static_decoder, "compile_s": first_s,
-                                        "fps": b * 1e3 / ms,
-                                        "max_level_diff": float((pix(out) - pix(ref)).abs().max()),
-                                        "max_abs_diff": float((out - ref).abs().max())}
-        print(f"decoder with {opts}: {doc['decoder_other_options']}", flush=True)
+                ref = call(module).float()
+            ms = median_ms(torch, lambda c=call, o=other: c(o), args.iters)
+        row = {"compile_s": first_s, "fps": b * 1e3 / ms, "max_abs_diff": float((out - ref).abs().max())}
+        if name == "decoder":
+            row["max_level_diff"] = float((pix(out) - pix(ref)).abs().max())
+        doc.setdefault("dynamic_batch", {})[name] = row
+        print(f"{name} with a dynamic batch: {row}", flush=True)
     finish(doc, args.out)
 
 

@@ -7,7 +7,7 @@
 #   bash bench/t4_run.sh weights tests h200-lipsync h200-realtime h200-live   # first call: GPU tests, H200 figures
 #   bash bench/t4_run.sh weights t4-prime t4-core t4-realtime save-cache      # T4: compile, core, avatar path
 #   bash bench/t4_run.sh weights t4-live t4-lipsync                           # T4: with the saved cache carried
-# (t4-core: the official core; t4-prime also times a dynamic-batch decoder beside the engine's static one.)
+# (t4-core: the official core; t4-prime also times dynamic-batch VAE halves beside the engine's static ones.)
 # save-cache writes the compile cache to $OUT/compile-cache.tgz; put it in .benchcache/ (git-ignored) and carry
 # that folder: a call then starts with the cache warm, as a Colab session with Drive does.
 # The GPU tests and the H200 figures come first, in their own call: a later call can lose the machine.
@@ -49,7 +49,7 @@ for s in "$@"; do
     weights) step weights 90 python3 -c "import sys; sys.path[:0] = ['bench']
 from pathlib import Path; from _common import make_full_weights, make_face_weights
 print(make_face_weights(make_full_weights(Path('$W'))))" ;;
-    t4-prime) step t4-prime 300 python3 bench/compile.py --weights $W --batch 20 --compare-decoder '{}' \
+    t4-prime) step t4-prime 300 python3 bench/compile.py --weights $W --batch 20 --compare-dynamic decoder,encoder \
       --out "$OUT/t4-compile.json" ;;
     t4-core) step t4-core 120 python3 bench/t4probe.py --only E0 --out "$OUT/t4-core.jsonl" ;;
     t4-realtime) step t4-realtime 170 $two python3 bench/realtime.py --seconds 8 --cores 2 --weights $W --work /tmp/rt \

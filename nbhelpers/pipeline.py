@@ -347,8 +347,9 @@ class MuseTalkPipeline:
                 comp.request("unet", unet, lat, gpu.device_constant([0], dev), encoder_hidden_states=tokens)
             if "decoder" in parts:
                 z = torch.zeros(b, int(self.vae.config.latent_channels), side, side, device=dev, dtype=dt)
-                # For this batch shape only: inductor's dynamic-batch decoder ran at two thirds of the static one's
-                # speed on a T4-class GPU (bench/RESULTS.md); other shapes compile once they repeat.
+                # The VAE's two halves for this batch shape only: inductor's dynamic-batch decoder ran at two thirds
+                # of the static one's speed on a T4-class GPU (bench/RESULTS.md); other shapes compile once they
+                # repeat.
                 comp.request("vae decoder", self.vae.decoder, z, dynamic_batch=False)
             if "parser" in parts:
                 x = torch.zeros(b, 3, PARSING_SIZE, PARSING_SIZE, device=dev, dtype=dt)
@@ -356,7 +357,7 @@ class MuseTalkPipeline:
         if "encoder" in parts:
             with torch.no_grad():
                 crops = torch.zeros(2 * b, 3, CROP_SIZE, CROP_SIZE, device=dev, dtype=dt)
-            comp.request("vae encoder", self.vae.encoder, crops, grad="no_grad")
+            comp.request("vae encoder", self.vae.encoder, crops, grad="no_grad", dynamic_batch=False)
 
     # -- steps shared by the jobs ----------------------------------------------------------------------------------
 

@@ -271,7 +271,7 @@ def test_a_lipsync_job_asks_for_the_signatures_it_then_calls(possible, monkeypat
     job(pipe, "first")  # asks for the compiles at its plan; its calls run eagerly until they are ready
     status = pipe.compiler.wait(120)
     assert status.state == "ready", status
-    assert set(status.parts) == {"unet Bx8x32x32", "vae decoder 4x4x32x32", "vae encoder Bx3x256x256",
+    assert set(status.parts) == {"unet Bx8x32x32", "vae decoder 4x4x32x32", "vae encoder 8x3x256x256",
                                  "face parser Bx3x512x512"}
     before = pipe.compiler.calls()
     frames = job(pipe, "second")
