@@ -101,6 +101,15 @@ def test_a_batch_longer_than_the_job_is_the_whole_job_not_echoed():
 
 
 @pytest.mark.notorch
+def test_the_faster_backend_of_a_long_cpu_job_is_named_as_its_flag_and_value():
+    with pytest.warns(PlanWarning) as caught:
+        gpu.plan("lipsync", report=CPU_ONLY, n_frames=188, frame_size=(768, 576), weights="tiny")
+    text = cli_terms(str(caught[0].message))
+    assert "; with --backend dlib (dlib's landmarks, not DWPose's) about 3 min. " in text
+    assert_cli_words(text)
+
+
+@pytest.mark.notorch
 def test_a_cpu_batch_that_host_ram_cannot_hold_is_warned_about_in_flag_names():
     with pytest.warns(PlanWarning) as caught:
         p = gpu.plan("lipsync", report=CPU_ONLY, config=InferenceConfig(batch_size=1000), n_frames=5000)

@@ -308,6 +308,26 @@ def test_cpu_time_estimate_counts_faces_source_and_output_frames(n_out, n_src, b
 
 
 @pytest.mark.notorch
+def test_a_long_cpu_estimate_with_dwpose_names_dlib_and_its_time():
+    """188 frames (7.5 s) of 768x576 with the tiny models: about 14 min with DWPose, about 3 min with dlib."""
+    def note(n_out, backend, weights="tiny", frame=FRAME):
+        with pytest.warns(PlanWarning) as caught:
+            plan("lipsync", report=CPU_ONLY, n_frames=n_out, frame_size=frame, weights=weights,
+                 landmark_backend=backend)
+        return str(caught[0].message)
+
+    dlib = sum(estimate_by_hand(188, None, "tiny", "dlib").values())
+    assert minutes_or_seconds(dlib) == "3 min" and "14 min" in note(188, "dwpose")
+    for backend in ("dwpose", "auto", "mmpose", "dwpose-onnx"):
+        assert "; with landmark_backend='dlib' (dlib's landmarks, not DWPose's) about 3 min. " in note(188, backend)
+    for n_out, backend in ((188, "dlib"), (188, "boxes"), (5, "dwpose")):  # no faster choice, or a short job
+        assert "landmark_backend='dlib'" not in note(n_out, backend), (n_out, backend)
+    per = sum(v for k, v in estimate_by_hand(1, None, "full", "dlib", (1080, 1920)).items() if k != "models")
+    assert f"with landmark_backend='dlib' (dlib's landmarks, not DWPose's) about {per:.1f} s per frame. " in note(
+        None, "auto", "full", None)
+
+
+@pytest.mark.notorch
 def test_cpu_time_of_avatar_and_realtime_jobs():
     t, f = gpu.CPU_TIMES["full"], gpu.FACE_CPU_TIMES["dlib"]
     av = gpu.cpu_seconds("avatar", 30, weights="full", landmark_backend="dlib", frame_size=FRAME)

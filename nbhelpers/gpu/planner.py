@@ -295,22 +295,31 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
 
 def _cpu_time_note(kind: str, n_frames: int | None, source_frames: int | None, weights: str, backend: str,
                    frame_size: tuple[int, int], size_note: str) -> str:
-    """The CPU warning: the job's time stage by stage when its length is known, else seconds per frame."""
+    """The CPU warning: the job's time stage by stage when its length is known, else seconds per frame; and dlib's
+    time where it saves a tenth or more (of a job of a minute or more)."""
     models = "the tiny test models" if weights == "tiny" else "the full-size models"
     tracking = "" if kind in ("realtime", "clip") else (
         "no face tracking (boxes given)" if backend == "boxes" else
         f"face tracking by {'dwpose (auto)' if backend == 'auto' else backend}")
     where = f"2 cores, fp32, {models}, {size_note}" + (f", {tracking}" if tracking else "")
+
+    def seconds(name: str) -> tuple[dict[str, float], float]:  # (the job's stages, its total or s per frame)
+        parts = cpu_seconds(kind, n_frames or 1, source_frames if n_frames else None, weights,
+                            landmark_backend=name, frame_size=frame_size)
+        return parts, sum(v for k, v in parts.items() if n_frames or k != "models")
+
+    parts, total = seconds(backend)
     if n_frames:  # faces, latents and parsing count source frames, generate output frames
-        parts = cpu_seconds(kind, n_frames, source_frames, weights, landmark_backend=backend, frame_size=frame_size)
         frames = f"{n_frames} frames" + (f" from {min(n_frames, source_frames)} source frames"
                                          if kind == "lipsync" and source_frames is not None else "")
-        what = (f"{frames} take about {_duration(sum(parts.values()))} ("
+        what = (f"{frames} take about {_duration(total)} ("
                 + ", ".join(f"{k} {_duration(v)}" for k, v in parts.items() if v) + ")")
     else:
-        per = cpu_frame_seconds(kind, weights, backend, frame_size)
-        load = cpu_seconds(kind, 1, None, weights, landmark_backend=backend, frame_size=frame_size)["models"]
-        what = f"about {per:.1f} s per frame, plus {_duration(load)} to load the models"
+        what = f"about {total:.1f} s per frame, plus {_duration(parts['models'])} to load the models"
+    dlib = seconds("dlib")[1]
+    if tracking and dlib <= 0.9 * total and (total >= 60 or not n_frames):
+        what += ("; with landmark_backend='dlib' (dlib's landmarks, not DWPose's) about "
+                 + (_duration(dlib) if n_frames else f"{dlib:.1f} s per frame"))
     return (f"Running on the CPU ({where}): {what}. Use a GPU runtime for real jobs (Colab: {colab_gpu_steps()}).")
 
 
