@@ -234,15 +234,32 @@ def test_report_labels_the_full_and_the_tiny_time_per_frame(tiny_weights, capsys
 
     from nbhelpers.cli.main import main
 
-    full = "CPU only: fp32, batch 4 (about 39.2 s per frame)"
+    full = "CPU only: fp32, batch 4, about 39.2 s per 1920x1080 frame with face tracking by dwpose (auto)"
     monkeypatch.setattr(gpu, "report", lambda *a, **k: dataclasses.replace(CPU_ONLY, verdict=full))
     assert main(["report", "--weights", str(tiny_weights)]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("verdict")]
     assert len(lines) == 2, lines
     assert lines[0].endswith(f"{full} [a lip-sync job with the full-size models]")
-    assert lines[1].endswith("s per frame) [the tiny test models, not a real job]")
+    assert lines[1].endswith("by dwpose (auto) [the tiny test models, not a real job]")
     assert main(["report", "--weights", str(tiny_weights.parent)]) == 0
     assert "[" not in capsys.readouterr().out  # full weights: both verdicts are the same job's
+
+
+@pytest.mark.notorch
+def test_report_says_what_its_cpu_time_per_frame_assumes_and_agrees_with_a_job_estimate(capsys, monkeypatch):
+    """The report's seconds per frame are a lip-sync job's (gpu.cpu_frame_seconds) at the size and backend it names."""
+    from nbhelpers.cli.main import main
+
+    monkeypatch.setattr(gpu, "report", lambda *a, **k: CPU_ONLY)
+    assert main(["report", "--weights", "/nonexistent"]) == 0
+    out = capsys.readouterr().out
+    per = gpu.cpu_frame_seconds("lipsync", "full", "auto", (1080, 1920))
+    assert out.count(f"about {per:.1f} s per 1920x1080 frame with face tracking by dwpose (auto)") == 1, out
+    assert "--backend dlib (dlib's landmarks, not DWPose's) about " in out and "landmark_backend" not in out
+    with pytest.warns(PlanWarning) as caught:  # a 576x768 job with the tiny models: its figure, its size
+        job = gpu.plan("lipsync", report=CPU_ONLY, n_frames=188, frame_size=(768, 576), weights="tiny")
+    small = gpu.cpu_frame_seconds("lipsync", "tiny", "auto", (768, 576))
+    assert f"about {small:.1f} s per 576x768 frame" in job.verdict and "576x768 frames" in str(caught[0].message)
 
 
 def test_restore_strength_with_restore_and_the_default_without_either():

@@ -278,7 +278,8 @@ def test_cpu_plan_is_fp32_batch_4_with_a_warning_in_words():
     assert "Change runtime type" in p.warnings[0]
     assert "7.5 GiB usable" in p.reasons["memory"] and "10.0 GiB available" in p.reasons["memory"]
     per = sum(v for k, v in estimate_by_hand(1, None, "full", "dwpose", (1080, 1920)).items() if k != "models")
-    assert p.verdict == f"CPU only: fp32, batch 4 (about {per:.1f} s per frame)"
+    assert p.verdict == (f"CPU only: fp32, batch 4, about {per:.1f} s per 1920x1080 frame with face tracking by "
+                         "dwpose (auto)")
     assert p.config.device == "cpu" and p.config.fp16 is False
 
 
@@ -360,7 +361,7 @@ def test_cpu_batch_follows_host_ram():
     with pytest.warns(PlanWarning, match="tiny"):
         tiny = plan("lipsync", report=small, weights="tiny")
     per = sum(v for k, v in estimate_by_hand(1, None, "tiny", "dwpose", (1080, 1920)).items() if k != "models")
-    assert tiny.batch_size == 4 and f"{per:.1f} s per frame" in tiny.verdict
+    assert tiny.batch_size == 4 and f"{per:.1f} s per 1920x1080 frame" in tiny.verdict
 
 
 def batch_notes(caught) -> list[str]:

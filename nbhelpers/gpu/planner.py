@@ -81,9 +81,11 @@ class Plan:
         if self.device.startswith("cuda") and self.gpu_name:
             free = "" if self.free_gib is None else f", {self.free_gib:.1f} GiB free"
             return f"{self.gpu_name}{free}: {self.precision}, batch {self.batch_size}"
-        if self.device == "cpu":
+        if self.device == "cpu":  # the per-frame time of _cpu_time_note, with what it assumes
             per = cpu_frame_seconds(self.kind, self.weights, self.landmark_backend, self.frame_size)
-            return f"CPU only: {self.precision}, batch {self.batch_size} (about {per:.1f} s per frame)"
+            tracking = _tracking(self.kind, self.landmark_backend)
+            return (f"CPU only: {self.precision}, batch {self.batch_size}, about {per:.1f} s per "
+                    + (f"{self.frame_size[1]}x{self.frame_size[0]} frame with {tracking}" if tracking else "frame"))
         return f"{self.device}: {self.precision}, batch {self.batch_size}"
 
     def _rows(self) -> list[tuple[str, str]]:
@@ -293,14 +295,19 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
                 free_gib=rep.free_gib if on_cuda else None, landmark_backend=backend)
 
 
+def _tracking(kind: str, backend: str) -> str:
+    """How a CPU job of ``kind`` finds its faces, in words ("" for realtime and clip jobs, which track none)."""
+    name = "dwpose (auto)" if backend == "auto" else backend
+    return "" if kind in ("realtime", "clip") else (
+        "no face tracking (boxes given)" if backend == "boxes" else f"face tracking by {name}")
+
+
 def _cpu_time_note(kind: str, n_frames: int | None, source_frames: int | None, weights: str, backend: str,
                    frame_size: tuple[int, int], size_note: str) -> str:
     """The CPU warning: the job's time stage by stage when its length is known, else seconds per frame; and dlib's
     time where it saves a tenth or more (of a job of a minute or more)."""
     models = "the tiny test models" if weights == "tiny" else "the full-size models"
-    tracking = "" if kind in ("realtime", "clip") else (
-        "no face tracking (boxes given)" if backend == "boxes" else
-        f"face tracking by {'dwpose (auto)' if backend == 'auto' else backend}")
+    tracking = _tracking(kind, backend)
     where = f"2 cores, fp32, {models}, {size_note}" + (f", {tracking}" if tracking else "")
 
     def seconds(name: str) -> tuple[dict[str, float], float]:  # (the job's stages, its total or s per frame)
