@@ -107,7 +107,7 @@ def test_4_gib_card_plans_batch_1_for_500_frames_and_predicts_under_3_5_gib_with
     p = plan("lipsync", report=first, n_frames=500, frame_size=FRAME)
     resident, budget = resident_by_hand(500), budget_by_hand(3.31)
     assert p.batch_size == 1 and p.budget_gib == pytest.approx(budget)
-    assert "stage 'encode'" in p.reasons["batch_size"] and "fits 1 frames" in p.reasons["batch_size"]
+    assert "stage 'encode'" in p.reasons["batch_size"] and "fits 1 frame" in p.reasons["batch_size"]
     # The worst stage at batch 1 is the encode: 2.176 + 0.19 = 2.366 GiB, + 0.69 context = 3.06 GiB <= 3.5.
     assert p.predicted_peak_gib == pytest.approx(p.stage_peaks_gib["encode"])
     assert p.predicted_peak_gib == pytest.approx(resident + ENCODE_GIB_PER_FRAME)
@@ -306,6 +306,15 @@ def test_cpu_time_estimate_counts_faces_source_and_output_frames(n_out, n_src, b
     # A long audio over a short clip tracks, encodes and parses only the source frames it uses.
     short = gpu.cpu_seconds("lipsync", 100, 10, "tiny", landmark_backend="dlib")
     assert short["latents"] < gpu.cpu_seconds("lipsync", 100, None, "tiny", landmark_backend="dlib")["latents"]
+
+
+@pytest.mark.notorch
+def test_one_source_frame_and_a_one_frame_avatar_are_counted_in_the_singular():
+    with pytest.warns(PlanWarning, match="Running on the CPU") as caught:
+        plan("lipsync", report=CPU_ONLY, n_frames=50, source_frames=1, weights="tiny")
+        plan("avatar", report=CPU_ONLY, n_frames=1, weights="tiny")
+    assert "50 frames from 1 source frame take about " in str(caught[0].message)
+    assert "): 1 frame takes about " in str(caught[1].message)
 
 
 @pytest.mark.notorch

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import InferenceConfig
-from ..errors import InputError, NbHelpersWarning
+from ..errors import InputError, NbHelpersWarning, plural
 from .device import GpuReport, NoGpuError, _no_cuda_message, colab_gpu_steps, fields_html, fields_text, read_report
 from .model import (
     CAP_REASONS,
@@ -317,9 +317,9 @@ def _cpu_time_note(kind: str, n_frames: int | None, source_frames: int | None, w
 
     parts, total = seconds(backend)
     if n_frames:  # faces, latents and parsing count source frames, generate output frames
-        frames = f"{n_frames} frames" + (f" from {min(n_frames, source_frames)} source frames"
-                                         if kind == "lipsync" and source_frames is not None else "")
-        what = (f"{frames} take about {_duration(total)} ("
+        frames = plural(n_frames, "frame") + (f" from {plural(min(n_frames, source_frames), 'source frame')}"
+                                              if kind == "lipsync" and source_frames is not None else "")
+        what = (f"{frames} take{'s' if n_frames == 1 else ''} about {_duration(total)} ("
                 + ", ".join(f"{k} {_duration(v)}" for k, v in parts.items() if v) + ")")
     else:
         what = f"about {total:.1f} s per frame, plus {_duration(parts['models'])} to load the models"
@@ -369,7 +369,7 @@ def _fit_batch(stages: dict[str, tuple[float, float]], budget: float | None, cap
         return cap, (f"{cap}: {model}; the {budget:.2f} GiB budget fits {int(best)} frames; capped at {cap} for "
                      f"{kind} ({CAP_REASONS[kind]})")
     snapped = snap_batch(best)
-    return snapped, (f"{snapped}: {model}; the {budget:.2f} GiB budget fits {int(best)} frames, snapped to "
+    return snapped, (f"{snapped}: {model}; the {budget:.2f} GiB budget fits {plural(int(best), 'frame')}, snapped to "
                      f"{snapped} (1, 2 or a multiple of 4)")
 
 
@@ -384,9 +384,9 @@ def _cpu_batch(rep: GpuReport, stages: dict[str, tuple[float, float]], mm: Memor
     a, b = growing[limiting]
     fits = (budget - a) / b
     batch = min(cap, snap_batch(fits))
-    shown = "no" if fits < 1 else ("more than 999" if fits > 999 else str(int(fits)))
+    shown = "no frames" if fits < 1 else ("more than 999 frames" if fits > 999 else plural(int(fits), "frame"))
     return budget, batch, (f"{batch}: fp32 on the CPU: stage {limiting!r} needs {a:.2f} GiB + {b:.3f} GiB per frame "
-                           f"of host RAM ({size_note}); {budget:.1f} GiB usable fits {shown} frames; CPU batches "
+                           f"of host RAM ({size_note}); {budget:.1f} GiB usable fits {shown}; CPU batches "
                            f"are at most {cap} (a larger batch is no faster on the CPU)")
 
 
