@@ -285,6 +285,26 @@ def test_outputs_of_tiny_weights_from_weights_get_the_noise_notice(tiny_weights,
     assert _tiny_note(None) == note
 
 
+@pytest.mark.parametrize("argv", [["--bbox-shift", "-abc"], ["--bbox-shift"]])
+def test_a_setting_flag_without_its_value_says_the_rule_and_how_to_write_a_negative_one(argv, capsys):
+    """argparse takes '-abc' for an option: the error says what the setting is and how to write a negative value."""
+    from nbhelpers.cli.main import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(["lipsync", "v.mp4", "a.wav", *argv])
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert stop.value.code == 2 and err.startswith("python -m nbhelpers lipsync: error: --bbox-shift needs a value: "
+                                                   "a whole number of pixels from -200 to 200 (pixels added to "
+                                                   "landmark 29's y: ")
+    assert err.endswith("A value that starts with '-' goes after '=', as in --bbox-shift=-10; after a space it is "
+                        "read as another option.")
+    with pytest.raises(SystemExit):
+        main(["lipsync", "v.mp4", "a.wav", "--batch-size"])
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert "error: --batch-size needs a value: a whole number of frames >= 1 or left out (automatic) (" in err
+    assert "after '='" not in err  # no negative value to write
+
+
 def test_an_inverted_box_is_refused_when_the_flag_is_read():
     """--box=10,10,5,5 went on to fail as "does not fit the frame" after Ray had started; it is refused at once,
     saying which corner is which."""
