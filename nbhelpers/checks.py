@@ -16,7 +16,7 @@ import numpy as np
 from . import gpu, media, restore, weights
 from .config import InferenceConfig, parse_face
 from .constants import FPS, SAMPLE_RATE
-from .errors import InputError, MediaError, NoFaceError, SilentAudioWarning
+from .errors import InputError, MediaError, NoFaceError, SilentAudioWarning, plural
 from .faces.boxes import boxes_count_message, single_box, user_boxes
 from .framestore import expected_frames, output_frame_count
 
@@ -158,8 +158,9 @@ def check_face(face: Any, video_info: Any) -> None:
         return
     n_frames = expected_frames(video_info, choice.frame + 1)
     if choice.frame >= n_frames:
-        raise InputError(f"face={face!r} names frame {choice.frame}, but the video has {n_frames} frames at 25 fps "
-                         f"(0 to {n_frames - 1}). Give a frame of the video after '@', or leave '@' out for frame 0.")
+        raise InputError(f"face={face!r} names frame {choice.frame}, but the video has {plural(n_frames, 'frame')} at "
+                         f"25 fps (0 to {n_frames - 1}). Give a frame of the video after '@', or leave '@' out for "
+                         "frame 0.")
     w, h = int(video_info.width), int(video_info.height)
     x1, y1, x2, y2 = choice.box or choice.point * 2
     if x2 < 0 or y2 < 0 or x1 >= w or y1 >= h:

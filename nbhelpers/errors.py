@@ -84,6 +84,11 @@ class OutOfMemoryError(NbHelpersError):
     """The GPU ran out of memory even at batch size 1."""
 
 
+def plural(n: float, noun: str, many: str = "", spec: str = "") -> str:
+    """``n`` formatted with ``spec``, then ``noun``, or ``many`` (default ``noun + "s"``) unless ``n`` is 1 or -1."""
+    return f"{n:{spec}} " + (noun if abs(n) == 1 else many or f"{noun}s")
+
+
 # The install line for torch, an optional dependency of the package (Colab has it; reinstalling it breaks CUDA).
 INSTALL_TORCH = "pip install torch  (on Colab it is preinstalled; never reinstall it there)"
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from .constants import FPS
 from .display import table_html, video_html
+from .errors import plural
 
 KINDS = ("lipsync", "avatar", "stream", "preview")
 
@@ -80,8 +81,8 @@ class ClipResult:
         c = self.config
         precision = "fp16" if c.fp16 else "fp32"
         name = self.output.name if self.output is not None else "(not written)"
-        text = (f"{name}: {self.n_frames} frames at {self.fps} fps ({self.duration_s:.2f} s), "
-                f"source {self.source_frames} frames, {self.no_face_frames} without a face; {c.version}, "
+        text = (f"{name}: {plural(self.n_frames, 'frame')} at {self.fps} fps ({self.duration_s:.2f} s), "
+                f"source {plural(self.source_frames, 'frame')}, {self.no_face_frames} without a face; {c.version}, "
                 f"{precision}, batch {c.batch_size}, {c.device}; landmarks: {self.backend}; "
                 f"{self.wall_s:.1f} s wall ({self.end_to_end_fps:.1f} fps end to end, "
                 f"{self.realtime_factor:.2f}x real time)")

@@ -44,6 +44,18 @@ def prepared(tmp_path_factory, clip, tiny_weights, config):
     return folder, avatar
 
 
+def test_help_opens_with_what_prepare_avatar_does():
+    import inspect
+
+    from nbhelpers import prepare_avatar
+
+    opening = inspect.getdoc(prepare_avatar).split("\n\n")[0]
+    assert opening.startswith("Prepare an avatar of a face video or photo once, for fast repeated generation")
+    for step in ("detect the face", "latents", "blend masks", "cache", "Avatar.generate"):
+        assert step in opening, step
+    assert "SHA-256" not in opening  # the cache's checks come after
+
+
 def test_prepare_writes_a_complete_versioned_cache(prepared):
     from nbhelpers import __version__
     from nbhelpers.avatar import AVATAR_FORMAT

@@ -64,9 +64,9 @@ def test_the_summary_line_says_how_many_workers_share_a_gpu(tmp_path):
     done = JobOutcome("a", "done", 250, 2.0, "", tmp_path / "a.mp4", tmp_path / "a.wav", tmp_path / "o.mp4")
     note = "2 workers per GPU: 140.0 GiB free on the fullest GPU holds two workers' 13.8 GiB peaks"
     line = BatchResult((done,), None, 10.0, workers=("h/1 cuda", "h/2 cuda"), workers_note=note).summary()
-    assert line.endswith(f"on 2 GPU worker(s) ({note})")
+    assert line.endswith(f"on 2 GPU workers ({note})")
     cpu = BatchResult((done,), None, 10.0, workers=("h/1 cpu",), workers_note="").summary()
-    assert cpu.endswith("on 1 CPU worker(s)")
+    assert cpu.endswith("on 1 CPU worker") and cpu.startswith("1 job: 1 done, ")
     assert note not in BatchResult((done,), None, 10.0, workers=(), workers_note=note).summary()
 
 
@@ -884,7 +884,7 @@ def test_a_long_error_is_cut_with_an_ellipsis_and_the_summary_names_the_csv(tmp_
     assert cell.endswith("...") and len(cell) == ERROR_WIDTH
     assert cell[:-3] == one_line[:ERROR_WIDTH - 3].rstrip() and "END" not in cell
     assert lines[4].endswith("MediaError: short")  # a short error is shown whole, without the marker
-    assert result.summary().endswith(f"1 done, 0 skipped, 2 failed; 25 frames in 3.0 s (8.3 fps) on 1 CPU worker(s); "
+    assert result.summary().endswith(f"1 done, 0 skipped, 2 failed; 25 frames in 3.0 s (8.3 fps) on 1 CPU worker; "
                                      f"full errors in the summary: {csv_path}")
     result.write_csv(csv_path)
     with open(csv_path, newline="") as fh:

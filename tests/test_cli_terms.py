@@ -101,6 +101,15 @@ def test_a_batch_longer_than_the_job_is_the_whole_job_not_echoed():
 
 
 @pytest.mark.notorch
+def test_the_faster_backend_of_a_long_cpu_job_is_named_as_its_flag_and_value():
+    with pytest.warns(PlanWarning) as caught:
+        gpu.plan("lipsync", report=CPU_ONLY, n_frames=188, frame_size=(768, 576), weights="tiny")
+    text = cli_terms(str(caught[0].message))
+    assert "; with --backend dlib (dlib's landmarks, not DWPose's) about 3 min. " in text
+    assert_cli_words(text)
+
+
+@pytest.mark.notorch
 def test_a_cpu_batch_that_host_ram_cannot_hold_is_warned_about_in_flag_names():
     with pytest.warns(PlanWarning) as caught:
         p = gpu.plan("lipsync", report=CPU_ONLY, config=InferenceConfig(batch_size=1000), n_frames=5000)
@@ -225,15 +234,32 @@ def test_report_labels_the_full_and_the_tiny_time_per_frame(tiny_weights, capsys
 
     from nbhelpers.cli.main import main
 
-    full = "CPU only: fp32, batch 4 (about 39.2 s per frame)"
+    full = "CPU only: fp32, batch 4, about 39.2 s per 1920x1080 frame with face tracking by dwpose (auto)"
     monkeypatch.setattr(gpu, "report", lambda *a, **k: dataclasses.replace(CPU_ONLY, verdict=full))
     assert main(["report", "--weights", str(tiny_weights)]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("verdict")]
     assert len(lines) == 2, lines
     assert lines[0].endswith(f"{full} [a lip-sync job with the full-size models]")
-    assert lines[1].endswith("s per frame) [the tiny test models, not a real job]")
+    assert lines[1].endswith("by dwpose (auto) [the tiny test models, not a real job]")
     assert main(["report", "--weights", str(tiny_weights.parent)]) == 0
     assert "[" not in capsys.readouterr().out  # full weights: both verdicts are the same job's
+
+
+@pytest.mark.notorch
+def test_report_says_what_its_cpu_time_per_frame_assumes_and_agrees_with_a_job_estimate(capsys, monkeypatch):
+    """The report's seconds per frame are a lip-sync job's (gpu.cpu_frame_seconds) at the size and backend it names."""
+    from nbhelpers.cli.main import main
+
+    monkeypatch.setattr(gpu, "report", lambda *a, **k: CPU_ONLY)
+    assert main(["report", "--weights", "/nonexistent"]) == 0
+    out = capsys.readouterr().out
+    per = gpu.cpu_frame_seconds("lipsync", "full", "auto", (1080, 1920))
+    assert out.count(f"about {per:.1f} s per 1920x1080 frame with face tracking by dwpose (auto)") == 1, out
+    assert "--backend dlib (dlib's landmarks, not DWPose's) about " in out and "landmark_backend" not in out
+    with pytest.warns(PlanWarning) as caught:  # a 576x768 job with the tiny models: its figure, its size
+        job = gpu.plan("lipsync", report=CPU_ONLY, n_frames=188, frame_size=(768, 576), weights="tiny")
+    small = gpu.cpu_frame_seconds("lipsync", "tiny", "auto", (768, 576))
+    assert f"about {small:.1f} s per 576x768 frame" in job.verdict and "576x768 frames" in str(caught[0].message)
 
 
 def test_restore_strength_with_restore_and_the_default_without_either():
@@ -257,6 +283,26 @@ def test_outputs_of_tiny_weights_from_weights_get_the_noise_notice(tiny_weights,
     assert _tiny_note(str(tmp_path)) == ""
     monkeypatch.setenv("NBHELPERS_WEIGHTS", str(tiny_weights))  # no --weights: the default folder is read
     assert _tiny_note(None) == note
+
+
+@pytest.mark.parametrize("argv", [["--bbox-shift", "-abc"], ["--bbox-shift"]])
+def test_a_setting_flag_without_its_value_says_the_rule_and_how_to_write_a_negative_one(argv, capsys):
+    """argparse takes '-abc' for an option: the error says what the setting is and how to write a negative value."""
+    from nbhelpers.cli.main import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(["lipsync", "v.mp4", "a.wav", *argv])
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert stop.value.code == 2 and err.startswith("python -m nbhelpers lipsync: error: --bbox-shift needs a value: "
+                                                   "a whole number of pixels from -200 to 200 (pixels added to "
+                                                   "landmark 29's y: ")
+    assert err.endswith("A value that starts with '-' goes after '=', as in --bbox-shift=-10; after a space it is "
+                        "read as another option.")
+    with pytest.raises(SystemExit):
+        main(["lipsync", "v.mp4", "a.wav", "--batch-size"])
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert "error: --batch-size needs a value: a whole number of frames >= 1 or left out (automatic) (" in err
+    assert "after '='" not in err  # no negative value to write
 
 
 def test_an_inverted_box_is_refused_when_the_flag_is_read():

@@ -189,7 +189,7 @@ def test_bbox_shift_range_official_int_mean_and_meaning():
     # int() truncates towards zero: differences -3 and -2 -> mean -2.5 -> -2 (not -3).
     odd = [face(lm30_y=137), face(lm30_y=138)]
     assert faces.bbox_shift_range(odd).minus == -2
-    with pytest.raises(NoFaceError, match="any of the 2 frames"):
+    with pytest.raises(NoFaceError, match="in the 2 frames"):
         faces.bbox_shift_range([None, None])
 
 
@@ -280,8 +280,15 @@ def test_gap_of_blank_frames_is_kept_marked_and_counted():
 
 
 def test_blank_clip_raises_no_face_error():
-    with pytest.raises(NoFaceError, match="no face found in any of the 6 frames"):
+    with pytest.raises(NoFaceError, match="no face found in the 6 frames"):
         faces.track(clip([0] * 6), backend=FakeBackend())
+
+
+def test_one_frame_is_counted_in_the_singular():
+    """A photo is one frame: its track and its no-face error say "1 frame", not "1 frames"."""
+    assert repr(faces.track(clip([3]), backend=FakeBackend())).startswith(f"FaceTrack: 1 frame of {FW}x{FH} px")
+    with pytest.raises(NoFaceError, match=r"^no face found in the 1 frame \(landmark backend 'fake'"):
+        faces.track(clip([0]), backend=FakeBackend())
 
 
 def test_frames_are_streamed_in_batches_from_an_iterator():
@@ -340,7 +347,7 @@ def test_user_boxes_run_no_detector(fake_registry):
         faces.track(clip([0, 0, 0]), boxes=[(20, 30, 120, 150), None, (0, 0, FW + 1, FH)])
     with pytest.raises(InputError, match="2 entries but the clip has 3"):
         faces.track(clip([0, 0, 0]), boxes=[(20, 30, 120, 150), None])
-    with pytest.raises(NoFaceError, match="any of the 2 frames"):
+    with pytest.raises(NoFaceError, match="in the 2 frames"):
         faces.track(clip([0, 0]), boxes=[None, None])
     with pytest.raises(InputError, match="no boxes were given"):
         faces.track(clip([1]), config=InferenceConfig(landmark_backend="boxes"))
@@ -611,7 +618,7 @@ def test_dlib_real_video_with_black_frames_inserted(dlib_backend, annotated):
 def test_dlib_blank_clip_from_lavfi_raises_before_anything_else(dlib_backend, lavfi_video):
     pytest.importorskip("nbhelpers.media")
     path = lavfi_video("color=c=black", "160x120", seconds=0.2)
-    with pytest.raises(NoFaceError, match="no face found in any of the 5 frames"):
+    with pytest.raises(NoFaceError, match="no face found in the 5 frames"):
         faces.track(path, backend=dlib_backend)
 
 

@@ -107,7 +107,7 @@ def test_4_gib_card_plans_batch_1_for_500_frames_and_predicts_under_3_5_gib_with
     p = plan("lipsync", report=first, n_frames=500, frame_size=FRAME)
     resident, budget = resident_by_hand(500), budget_by_hand(3.31)
     assert p.batch_size == 1 and p.budget_gib == pytest.approx(budget)
-    assert "stage 'encode'" in p.reasons["batch_size"] and "fits 1 frames" in p.reasons["batch_size"]
+    assert "stage 'encode'" in p.reasons["batch_size"] and "fits 1 frame" in p.reasons["batch_size"]
     # The worst stage at batch 1 is the encode: 2.176 + 0.19 = 2.366 GiB, + 0.69 context = 3.06 GiB <= 3.5.
     assert p.predicted_peak_gib == pytest.approx(p.stage_peaks_gib["encode"])
     assert p.predicted_peak_gib == pytest.approx(resident + ENCODE_GIB_PER_FRAME)
@@ -278,7 +278,8 @@ def test_cpu_plan_is_fp32_batch_4_with_a_warning_in_words():
     assert "Change runtime type" in p.warnings[0]
     assert "7.5 GiB usable" in p.reasons["memory"] and "10.0 GiB available" in p.reasons["memory"]
     per = sum(v for k, v in estimate_by_hand(1, None, "full", "dwpose", (1080, 1920)).items() if k != "models")
-    assert p.verdict == f"CPU only: fp32, batch 4 (about {per:.1f} s per frame)"
+    assert p.verdict == (f"CPU only: fp32, batch 4, about {per:.1f} s per 1920x1080 frame with face tracking by "
+                         "dwpose (auto)")
     assert p.config.device == "cpu" and p.config.fp16 is False
 
 
@@ -305,6 +306,35 @@ def test_cpu_time_estimate_counts_faces_source_and_output_frames(n_out, n_src, b
     # A long audio over a short clip tracks, encodes and parses only the source frames it uses.
     short = gpu.cpu_seconds("lipsync", 100, 10, "tiny", landmark_backend="dlib")
     assert short["latents"] < gpu.cpu_seconds("lipsync", 100, None, "tiny", landmark_backend="dlib")["latents"]
+
+
+@pytest.mark.notorch
+def test_one_source_frame_and_a_one_frame_avatar_are_counted_in_the_singular():
+    with pytest.warns(PlanWarning, match="Running on the CPU") as caught:
+        plan("lipsync", report=CPU_ONLY, n_frames=50, source_frames=1, weights="tiny")
+        plan("avatar", report=CPU_ONLY, n_frames=1, weights="tiny")
+    assert "50 frames from 1 source frame take about " in str(caught[0].message)
+    assert "): 1 frame takes about " in str(caught[1].message)
+
+
+@pytest.mark.notorch
+def test_a_long_cpu_estimate_with_dwpose_names_dlib_and_its_time():
+    """188 frames (7.5 s) of 768x576 with the tiny models: about 14 min with DWPose, about 3 min with dlib."""
+    def note(n_out, backend, weights="tiny", frame=FRAME):
+        with pytest.warns(PlanWarning) as caught:
+            plan("lipsync", report=CPU_ONLY, n_frames=n_out, frame_size=frame, weights=weights,
+                 landmark_backend=backend)
+        return str(caught[0].message)
+
+    dlib = sum(estimate_by_hand(188, None, "tiny", "dlib").values())
+    assert minutes_or_seconds(dlib) == "3 min" and "14 min" in note(188, "dwpose")
+    for backend in ("dwpose", "auto", "mmpose", "dwpose-onnx"):
+        assert "; with landmark_backend='dlib' (dlib's landmarks, not DWPose's) about 3 min. " in note(188, backend)
+    for n_out, backend in ((188, "dlib"), (188, "boxes"), (5, "dwpose")):  # no faster choice, or a short job
+        assert "landmark_backend='dlib'" not in note(n_out, backend), (n_out, backend)
+    per = sum(v for k, v in estimate_by_hand(1, None, "full", "dlib", (1080, 1920)).items() if k != "models")
+    assert f"with landmark_backend='dlib' (dlib's landmarks, not DWPose's) about {per:.1f} s per frame. " in note(
+        None, "auto", "full", None)
 
 
 @pytest.mark.notorch
@@ -340,7 +370,7 @@ def test_cpu_batch_follows_host_ram():
     with pytest.warns(PlanWarning, match="tiny"):
         tiny = plan("lipsync", report=small, weights="tiny")
     per = sum(v for k, v in estimate_by_hand(1, None, "tiny", "dwpose", (1080, 1920)).items() if k != "models")
-    assert tiny.batch_size == 4 and f"{per:.1f} s per frame" in tiny.verdict
+    assert tiny.batch_size == 4 and f"{per:.1f} s per 1920x1080 frame" in tiny.verdict
 
 
 def batch_notes(caught) -> list[str]:

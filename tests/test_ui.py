@@ -281,6 +281,15 @@ def test_clip_result_shows_its_video_and_timings_without_the_ui(clip):
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
 
 
+def test_a_clip_from_a_photo_counts_its_source_frame_in_the_singular():
+    from nbhelpers.config import InferenceConfig
+    from nbhelpers.result import ClipResult
+
+    r = ClipResult(output=None, n_frames=25, source_frames=1, no_face_frames=0, fps=25, duration_s=1.0,
+                   config=InferenceConfig(), backend="dlib", timings={}, wall_s=2.0)
+    assert r.summary().startswith("(not written): 25 frames at 25 fps (1.00 s), source 1 frame, 0 without a face; ")
+
+
 def test_side_by_side_shows_both(clip, tmp_path):
     photo = tmp_path / "face.png"
     photo.write_bytes(ui.first_frame_png(clip))

@@ -25,7 +25,7 @@ from ..checks import speech_frames, warn_if_silent
 from ..config import InferenceConfig
 from ..constants import FPS, SAMPLE_RATE
 from ..engine import SourceFaces, Timings, flush_denormals, render, run
-from ..errors import CacheError, InputError, NbHelpersWarning
+from ..errors import CacheError, InputError, NbHelpersWarning, plural
 from ..framestore import FrameStore
 from ..result import ClipResult
 from .cache import CACHED_FIELDS, FRAMES_FILE, LosslessFrames, check_files, read_arrays, read_manifest
@@ -84,11 +84,11 @@ class Avatar:
 
     def __str__(self) -> str:
         how = "loaded from cache" if self.loaded_from_cache else f"prepared ({self.rebuild_reason})"
-        return (f"Avatar {self.directory.name}: {self.n_frames} frames {self.frame_shape[1]}x{self.frame_shape[0]}, "
-                f"{self.n_faces} with a face; {how}")
+        return (f"Avatar {self.directory.name}: {plural(self.n_frames, 'frame')} "
+                f"{self.frame_shape[1]}x{self.frame_shape[0]}, {self.n_faces} with a face; {how}")
 
     def __repr__(self) -> str:
-        return (f"Avatar({str(self.directory)!r}, {self.n_frames} frames, {self.n_faces} with a face, "
+        return (f"Avatar({str(self.directory)!r}, {plural(self.n_frames, 'frame')}, {self.n_faces} with a face, "
                 f"{self.frame_shape[1]}x{self.frame_shape[0]}, backend {self.backend or '?'!r})")
 
     def _repr_html_(self) -> str:

@@ -40,12 +40,15 @@ from .cache import (
 def prepare_avatar(video: str | os.PathLike, directory: str | os.PathLike, pipe: MuseTalkPipeline | None = None, *,
                    config: InferenceConfig | None = None, boxes: Any = None,
                    weights_dir: str | os.PathLike | None = None, rebuild: bool = False, backend: Any = None) -> Avatar:
-    """Load the avatar in ``directory`` when it was made from the same video content, settings, boxes, weights,
-    format and package version and its files pass their size and SHA-256 check; else rebuild it (``rebuild_reason``
-    says why): frames decoded to local disk, files written in a temporary folder inside ``directory``, then moved in
-    with ``avatar.json`` last. A rebuilt avatar serves its frames from the local raw copy.
+    """Prepare an avatar of a face video or photo once, for fast repeated generation: decode its frames at 25 fps,
+    detect the face and its crop box in each, crop and encode the faces to latents, parse them into blend masks, and
+    cache all of it in ``directory``; :meth:`Avatar.generate` then makes a clip from any speech without redoing this.
 
-    The settings that key the cache are :data:`nbhelpers.avatar.cache.CACHED_FIELDS`.
+    An avatar in ``directory`` made from the same video content, settings
+    (:data:`nbhelpers.avatar.cache.CACHED_FIELDS`), boxes, weights, format and package version, whose files pass
+    their size and SHA-256 check, is loaded; else it is rebuilt (``rebuild_reason`` says why): frames decoded to
+    local disk, files written in a temporary folder inside ``directory``, then moved in with ``avatar.json`` last.
+    A rebuilt avatar serves its frames from the local raw copy.
 
     Args:
         video: A face video (any frame rate: read at 25 fps) or photo.

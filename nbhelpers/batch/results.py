@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..display import table_html
-from ..errors import InputError, Terminated
+from ..errors import InputError, Terminated, plural
 from ..hashing import atomic_path
 from ..weights.manifest import text_table
 from .jobs import Job
@@ -108,9 +108,9 @@ class BatchResult:
         """One line: counts, frames, throughput, and the summary CSV (which holds the whole errors)."""
         devices = {w.rsplit(" ", 1)[-1].split(":")[0] for w in self.workers}  # a worker's line ends with its device
         kind = {frozenset({"cpu"}): "CPU ", frozenset({"cuda"}): "GPU "}.get(frozenset(devices), "")
-        text = (f"{len(self.outcomes)} jobs: {self.count('done')} done, {self.count('skipped')} skipped, "
+        text = (f"{plural(len(self.outcomes), 'job')}: {self.count('done')} done, {self.count('skipped')} skipped, "
                 f"{self.count('failed')} failed; {self.frames} frames in {self.wall_s:.1f} s "
-                f"({self.fps:.1f} fps) on {len(self.workers)} {kind}worker(s)")
+                f"({self.fps:.1f} fps) on {plural(len(self.workers), kind + 'worker')}")
         if self.workers and self.workers_note:
             text += f" ({self.workers_note})"
         cut = any(len(_one_line(o.error)) > ERROR_WIDTH for o in self.outcomes)

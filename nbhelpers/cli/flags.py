@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..config import RESTORERS, InferenceConfig
-from ..config.fields import described, flag, kinds, settings
+from ..config.fields import described, flag, kinds, rule, settings
 from ..errors import InputError
+from .terms import cli_terms
 
-__all__ = ["add_fields", "check_restore", "config_from", "inference_config", "parse_box"]
+__all__ = ["Parser", "add_fields", "check_restore", "config_from", "inference_config", "parse_box"]
 
 NONE = "none"  # how the command line spells None, for a setting whose default is not None (LiveConfig.silence)
 
@@ -34,6 +36,23 @@ def _number(kind: type):
 
     read.__name__ = kind.__name__
     return read
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, whose error for a setting's flag given no value (argparse reads ``--bbox-shift -7x`` as a
+    flag with no value and an option ``-7x``) says the setting's rule and help, and how to write a negative value."""
+
+    def error(self, message: str):
+        named = re.fullmatch(r"argument (--[\w-]+): expected one argument", message)
+        action = named and next((a for a in self._actions if named.group(1) in a.option_strings), None)
+        f = getattr(action, "setting", None)
+        if f is not None:
+            low = f.metadata.get("ge", f.metadata.get("gt"))
+            dash = any(w in kinds(f) for w in ("int", "float")) and (low is None or low < 0)
+            message = (f"{flag(f)} needs a value: {cli_terms(rule(f))} ({f.metadata['help']})."
+                       + (f" A value that starts with '-' goes after '=', as in {flag(f)}={max(low or -10, -10):g}; "
+                          "after a space it is read as another option." if dash else ""))
+        super().error(message)
 
 
 def _default_text(f: dataclasses.Field, text: str | None) -> str:
@@ -71,8 +90,9 @@ def _add(group: Any, f: dataclasses.Field, choices: Iterable[Any] | None, defaul
     metavar = m["unit"].upper() if "unit" in m and choices is None else None
     if metavar is None and choices is None:
         metavar = {int: "N", float: "NUMBER"}.get(kind, "PATH" if "os.PathLike" in words else None)
-    group.add_argument(flag(f), dest=f.name, type=_number(kind) if kind else str, default=None, choices=choices,
-                       metavar=metavar, help=help_text)
+    action = group.add_argument(flag(f), dest=f.name, type=_number(kind) if kind else str, default=None,
+                                choices=choices, metavar=metavar, help=help_text)
+    action.setting = f  # for Parser.error
 
 
 def add_fields(parser: Any, config_class: type, *, title: str | None = None, only: Iterable[str] | None = None,

@@ -9,7 +9,7 @@ import argparse
 
 from ..config import LANDMARK_BACKENDS, BatchConfig, InferenceConfig, LiveConfig
 from ..weights import DEFAULT_SETS, SETS
-from .flags import add_fields
+from .flags import Parser, add_fields
 
 __all__ = ["EXAMPLES", "TINY_OUTPUT", "TINY_SECONDS", "build_parser"]
 
@@ -166,9 +166,9 @@ def _avatar(sub: argparse._SubParsersAction) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The parser of ``python -m nbhelpers``; each command's ``command`` (and ``avatar_cmd``) names what to run."""
-    parser = argparse.ArgumentParser(prog="python -m nbhelpers", epilog=EXAMPLES,
-                                     description="The jobs of the MuseTalk Workbook's notebooks, without Jupyter.",
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(prog="python -m nbhelpers", epilog=EXAMPLES,
+                    description="The jobs of the MuseTalk Workbook's notebooks, without Jupyter.",
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     for add in (_lipsync, _weights, _score, _batch, _avatar):
         add(sub)

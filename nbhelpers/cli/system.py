@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from .. import gpu, weights
+from .terms import cli_terms
 
 __all__ = ["download", "report", "verify"]
 
@@ -43,5 +44,5 @@ def report(args: argparse.Namespace) -> int:
     if tiny:
         print(f"{folder} holds tiny random test weights: the plan is for the tiny models.")
         plan = str(plan).replace(plan.verdict, f"{plan.verdict} [the tiny test models, not a real job]", 1)
-    print(plan)
+    print(cli_terms(str(plan)))
     return 0

@@ -47,6 +47,7 @@ _CLI_TERMS: tuple[tuple[str, Any], ...] = (
     (r" or None \(([^()]*)\)", r" or left out (\1)"),
     # a setting named where its rule or value follows: the flag that sets it
     (rf"set {_NAMES}=None\b", lambda m: f"leave {FLAGS[m.group(1)]} out"),
+    (rf"{_NAMES}='([A-Za-z][\w-]*)'", lambda m: f"{FLAGS[m.group(1)]} {m.group(2)}"),  # a word needs no quotes
     (rf"{_NAMES}=(?=\S)", lambda m: FLAGS[m.group(1)] + " "),
     (rf"^{_NAMES}(?=: )", lambda m: FLAGS[m.group(1)]),  # a message that opens with the setting it is about
     (rf"{_NAMES}(?= must| [\w.]+ \(user override\)| \(user override\))", lambda m: FLAGS[m.group(1)]),

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..constants import FPS
+from ..errors import plural
 from .install import COLAB_EXTRA, InstallReport, install_missing
 from .modes import _SESSION_START, ResultCheckError
 
@@ -41,7 +42,7 @@ def check_result(result: Any, *, frames: int | None = None, duration_s: float | 
         n = int(getattr(result, "n_frames", 0) or 0)
         if n <= 0:
             raise ResultCheckError(f"the avatar has n_frames={n}; expected at least one prepared frame.")
-        checked.append(f"avatar with {n} frames ({'loaded from cache' if cached else 'prepared now'})")
+        checked.append(f"avatar with {plural(n, 'frame')} ({'loaded from cache' if cached else 'prepared now'})")
     if output is None and not hasattr(result, "loaded_from_cache"):
         rows = next((getattr(result, n) for n in ("rows", "checks", "files") if hasattr(result, n)), result)
         try:

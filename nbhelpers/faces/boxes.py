@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..constants import VERSIONS
-from ..errors import InputError, NoFaceError
+from ..errors import InputError, NoFaceError, plural
 
 MIN_CROP_SIDE = 16  # pixels: the smallest crop side we hand to the 256-px resize (a fix; the official has none)
 N_LANDMARKS = 68  # face points in iBUG 300-W order
@@ -173,7 +173,7 @@ def bbox_shift_range(landmarks_per_frame: Any) -> BBoxShiftRange:
             continue
         frames.append(_landmarks_int(arr))
     if not frames:
-        raise NoFaceError(f"no face found in any of the {len(items)} frames, so there is no bbox_shift range to "
+        raise NoFaceError(f"no face found in the {plural(len(items), 'frame')}, so there is no bbox_shift range to "
                           "compute.")
     lm = np.stack(frames)
     range_minus = lm[:, 30, 1] - lm[:, 29, 1]
@@ -283,6 +283,6 @@ def user_boxes(boxes: Any, n_frames: int, frame_shape: Any) -> tuple[np.ndarray,
 
 def boxes_count_message(given: int, n_frames: int, where: str) -> str:
     """The refusal of ``given`` per-frame boxes where ``where`` (e.g. ``"the clip"``) has ``n_frames``."""
-    return (f"boxes has {given} entries but {where} has {n_frames} frames at 25 fps. Give one (x1, y1, x2, y2) "
-            f"(or a list holding that one box) for every frame, or exactly {n_frames} entries, a box or None "
-            "(no face) per frame.")
+    return (f"boxes has {given} entries but {where} has {plural(n_frames, 'frame')} at 25 fps. Give one (x1, y1, x2, "
+            f"y2) (or a list holding that one box) for every frame, or exactly {plural(n_frames, 'entry', 'entries')}, "
+            "a box or None (no face) per frame.")

@@ -19,7 +19,7 @@ import numpy as np
 from .. import media
 from ..config import FaceChoice, InferenceConfig, parse_face
 from ..constants import CROP_SIZE
-from ..errors import InputError, NbHelpersWarning, NoFaceError
+from ..errors import InputError, NbHelpersWarning, NoFaceError, plural
 from ..gpu import batched
 from ..progress import bar
 from .base import FaceResult, LandmarkBackend, check_frames
@@ -109,7 +109,7 @@ class FaceTrack:
         h, w = self.frame_shape
         runs = self.no_face_ranges()
         where = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs[:6]) + (", ..." if len(runs) > 6 else "")
-        lines = [f"FaceTrack: {self.n_frames} frames of {w}x{h} px, face in {self.n_faces}, no face in "
+        lines = [f"FaceTrack: {plural(self.n_frames, 'frame')} of {w}x{h} px, face in {self.n_faces}, no face in "
                  f"{self.n_no_face}" + (f" (frames {where})" if runs else "")]
         lines.append(f"  backend: {self.backend}" + (f" ({self.backend_reason})" if self.backend_reason else ""))
         faces = self.crop_boxes[self.has_face]
@@ -364,7 +364,7 @@ class FaceTracker:
             from_face_box = np.zeros(n, dtype=bool)
             backend_name, reason = "boxes", "boxes given by the user; no detector ran"
             if not has_face.any():
-                raise NoFaceError(f"no face found in any of the {n} frames: every entry of boxes is None (no face). "
+                raise NoFaceError(f"no face found in the {plural(n, 'frame')}: every entry of boxes is None (no face). "
                                   "Give at least one (x1, y1, x2, y2) box.")
         else:
             used = self._used
@@ -376,7 +376,7 @@ class FaceTracker:
                 self.chooser.check()
             if not has_face.any():
                 raise NoFaceError(
-                    f"no face found in any of the {n} frames (landmark backend {backend_name!r}"
+                    f"no face found in the {plural(n, 'frame')} (landmark backend {backend_name!r}"
                     + (f": {reason}" if reason else "") + "). Check that the clip shows a face turned towards the "
                     "camera (at least about 40 px tall), try another backend, or give the crop box yourself: "
                     "boxes=(x1, y1, x2, y2) in Python, --box=x1,y1,x2,y2 on the command line.")

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..config import FaceChoice, parse_face
-from ..errors import InputError, NoFaceError
+from ..errors import InputError, NoFaceError, plural
 
 MIN_FACE_SIDE = 16  # pixels: smaller detections are not tracked
 THUMB = 8  # side of the appearance signature, cells (each the mean of 8x8 samples)
@@ -99,7 +99,8 @@ class Track:
 
     def describe(self) -> str:
         side = np.median(np.maximum(self.boxes[:, 2] - self.boxes[:, 0], self.boxes[:, 3] - self.boxes[:, 1]))
-        return f"track {self.number}: frames {self.first}-{self.last} ({len(self)} frames), about {side:.0f} px"
+        frames = plural(len(self), "frame")
+        return f"track {self.number}: frames {self.first}-{self.last} ({frames}), about {side:.0f} px"
 
 
 @dataclass
@@ -146,7 +147,7 @@ class FaceTracks:
 
     def summary(self) -> str:
         h, w = self.frame_shape
-        lines = [f"FaceTracks: {len(self.tracks)} track(s) over {self.n_frames} frames of {w}x{h} px"
+        lines = [f"FaceTracks: {plural(len(self.tracks), 'track')} over {plural(self.n_frames, 'frame')} of {w}x{h} px"
                  + (f", cuts at frames {', '.join(map(str, self.cuts))}" if self.cuts else "")]
         lines.extend("  " + t.describe() for t in self.tracks)
         return "\n".join(lines)
@@ -320,7 +321,7 @@ class FaceChooser:
         when there is no face at all."""
         tracks = self.linker.result()
         if not len(tracks):
-            raise NoFaceError(f"no face found in any of the {tracks.n_frames} frames, so face={self.choice} "
+            raise NoFaceError(f"no face found in the {plural(tracks.n_frames, 'frame')}, so face={self.choice} "
                               "cannot be chosen.")
         if self.track is not None and self.choice.kind != "list":
             tracks[self.track]  # raises with the list of tracks

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InputError, MissingDependencyError, NbHelpersError
-from .model import GIB, cpu_frame_seconds
+from .model import DEFAULT_FRAME_SIZE, GIB, cpu_frame_seconds
 
 NVIDIA_SMI_TIMEOUT_S = 10.0  # seconds allowed for one nvidia-smi call before the report says "unknown"
 COLAB_GPU_STEPS = "Runtime > Change runtime type > T4 GPU > Save, then run the notebook again from the top"
@@ -112,7 +112,8 @@ class GpuReport:
         raise NoGpuError(
             f"No CUDA GPU is usable in this runtime (torch {self.torch_version or 'version unknown'}; {why}). "
             "MuseTalk needs a GPU: "
-            f"on the CPU one frame takes about {cpu_frame_seconds():.0f} s. {where} "
+            f"on the CPU one {DEFAULT_FRAME_SIZE[1]}x{DEFAULT_FRAME_SIZE[0]} frame takes about "
+            f"{cpu_frame_seconds():.0f} s. {where} "
             "To run on the CPU anyway (CI, tiny models), pass allow_cpu=True or set the environment variable "
             "NBHELPERS_ALLOW_CPU=1.")
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import InferenceConfig
-from ..errors import InputError, NbHelpersWarning
+from ..errors import InputError, NbHelpersWarning, plural
 from .device import GpuReport, NoGpuError, _no_cuda_message, colab_gpu_steps, fields_html, fields_text, read_report
 from .model import (
     CAP_REASONS,
@@ -81,9 +81,11 @@ class Plan:
         if self.device.startswith("cuda") and self.gpu_name:
             free = "" if self.free_gib is None else f", {self.free_gib:.1f} GiB free"
             return f"{self.gpu_name}{free}: {self.precision}, batch {self.batch_size}"
-        if self.device == "cpu":
+        if self.device == "cpu":  # the per-frame time of _cpu_time_note, with what it assumes
             per = cpu_frame_seconds(self.kind, self.weights, self.landmark_backend, self.frame_size)
-            return f"CPU only: {self.precision}, batch {self.batch_size} (about {per:.1f} s per frame)"
+            tracking = _tracking(self.kind, self.landmark_backend)
+            return (f"CPU only: {self.precision}, batch {self.batch_size}, about {per:.1f} s per "
+                    + (f"{self.frame_size[1]}x{self.frame_size[0]} frame with {tracking}" if tracking else "frame"))
         return f"{self.device}: {self.precision}, batch {self.batch_size}"
 
     def _rows(self) -> list[tuple[str, str]]:
@@ -293,24 +295,38 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
                 free_gib=rep.free_gib if on_cuda else None, landmark_backend=backend)
 
 
+def _tracking(kind: str, backend: str) -> str:
+    """How a CPU job of ``kind`` finds its faces, in words ("" for realtime and clip jobs, which track none)."""
+    name = "dwpose (auto)" if backend == "auto" else backend
+    return "" if kind in ("realtime", "clip") else (
+        "no face tracking (boxes given)" if backend == "boxes" else f"face tracking by {name}")
+
+
 def _cpu_time_note(kind: str, n_frames: int | None, source_frames: int | None, weights: str, backend: str,
                    frame_size: tuple[int, int], size_note: str) -> str:
-    """The CPU warning: the job's time stage by stage when its length is known, else seconds per frame."""
+    """The CPU warning: the job's time stage by stage when its length is known, else seconds per frame; and dlib's
+    time where it saves a tenth or more (of a job of a minute or more)."""
     models = "the tiny test models" if weights == "tiny" else "the full-size models"
-    tracking = "" if kind in ("realtime", "clip") else (
-        "no face tracking (boxes given)" if backend == "boxes" else
-        f"face tracking by {'dwpose (auto)' if backend == 'auto' else backend}")
+    tracking = _tracking(kind, backend)
     where = f"2 cores, fp32, {models}, {size_note}" + (f", {tracking}" if tracking else "")
+
+    def seconds(name: str) -> tuple[dict[str, float], float]:  # (the job's stages, its total or s per frame)
+        parts = cpu_seconds(kind, n_frames or 1, source_frames if n_frames else None, weights,
+                            landmark_backend=name, frame_size=frame_size)
+        return parts, sum(v for k, v in parts.items() if n_frames or k != "models")
+
+    parts, total = seconds(backend)
     if n_frames:  # faces, latents and parsing count source frames, generate output frames
-        parts = cpu_seconds(kind, n_frames, source_frames, weights, landmark_backend=backend, frame_size=frame_size)
-        frames = f"{n_frames} frames" + (f" from {min(n_frames, source_frames)} source frames"
-                                         if kind == "lipsync" and source_frames is not None else "")
-        what = (f"{frames} take about {_duration(sum(parts.values()))} ("
+        frames = plural(n_frames, "frame") + (f" from {plural(min(n_frames, source_frames), 'source frame')}"
+                                              if kind == "lipsync" and source_frames is not None else "")
+        what = (f"{frames} take{'s' if n_frames == 1 else ''} about {_duration(total)} ("
                 + ", ".join(f"{k} {_duration(v)}" for k, v in parts.items() if v) + ")")
     else:
-        per = cpu_frame_seconds(kind, weights, backend, frame_size)
-        load = cpu_seconds(kind, 1, None, weights, landmark_backend=backend, frame_size=frame_size)["models"]
-        what = f"about {per:.1f} s per frame, plus {_duration(load)} to load the models"
+        what = f"about {total:.1f} s per frame, plus {_duration(parts['models'])} to load the models"
+    dlib = seconds("dlib")[1]
+    if tracking and dlib <= 0.9 * total and (total >= 60 or not n_frames):
+        what += ("; with landmark_backend='dlib' (dlib's landmarks, not DWPose's) about "
+                 + (_duration(dlib) if n_frames else f"{dlib:.1f} s per frame"))
     return (f"Running on the CPU ({where}): {what}. Use a GPU runtime for real jobs (Colab: {colab_gpu_steps()}).")
 
 
@@ -353,7 +369,7 @@ def _fit_batch(stages: dict[str, tuple[float, float]], budget: float | None, cap
         return cap, (f"{cap}: {model}; the {budget:.2f} GiB budget fits {int(best)} frames; capped at {cap} for "
                      f"{kind} ({CAP_REASONS[kind]})")
     snapped = snap_batch(best)
-    return snapped, (f"{snapped}: {model}; the {budget:.2f} GiB budget fits {int(best)} frames, snapped to "
+    return snapped, (f"{snapped}: {model}; the {budget:.2f} GiB budget fits {plural(int(best), 'frame')}, snapped to "
                      f"{snapped} (1, 2 or a multiple of 4)")
 
 
@@ -368,9 +384,9 @@ def _cpu_batch(rep: GpuReport, stages: dict[str, tuple[float, float]], mm: Memor
     a, b = growing[limiting]
     fits = (budget - a) / b
     batch = min(cap, snap_batch(fits))
-    shown = "no" if fits < 1 else ("more than 999" if fits > 999 else str(int(fits)))
+    shown = "no frames" if fits < 1 else ("more than 999 frames" if fits > 999 else plural(int(fits), "frame"))
     return budget, batch, (f"{batch}: fp32 on the CPU: stage {limiting!r} needs {a:.2f} GiB + {b:.3f} GiB per frame "
-                           f"of host RAM ({size_note}); {budget:.1f} GiB usable fits {shown} frames; CPU batches "
+                           f"of host RAM ({size_note}); {budget:.1f} GiB usable fits {shown}; CPU batches "
                            f"are at most {cap} (a larger batch is no faster on the CPU)")
 
 

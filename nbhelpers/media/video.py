@@ -10,7 +10,7 @@ from fractions import Fraction
 import numpy as np
 
 from ..constants import FPS
-from ..errors import FFmpegError, InputError
+from ..errors import FFmpegError, InputError, plural
 from .ffmpeg import QUIET, _existing_file, _passthrough, _Process, _run, _tail, ffmpeg_exe
 from .probing import _fps_text, probe
 
@@ -76,7 +76,8 @@ class _FrameStream:
         if filled < want:
             self.done = True
             if self.proc.wait() != 0:
-                raise self.proc.error(f"ffmpeg failed while decoding {str(r.path)!r} after {self.count} frames.")
+                raise self.proc.error(f"ffmpeg failed while decoding {str(r.path)!r} after "
+                                      f"{plural(self.count, 'frame')}.")
             if filled % self.frame_bytes:
                 raise self.proc.error(
                     f"ffmpeg returned a partial frame from {str(r.path)!r} ({filled % self.frame_bytes} of "
@@ -288,8 +289,8 @@ def frames_at(path, indices: Sequence[int], fps=FPS, *, background=(0, 0, 0)) ->
             got = np.stack(picked) if picked else np.empty((0, reader.height, reader.width, 3), np.uint8)
         if len(got) < len(unique):
             count = reader.frame_count
-            raise InputError(f"indices: frame {unique[len(got)]} is past the last frame of {str(reader.path)!r}, "
-                             f"which has {count} frames at {_fps_text(reader.fps)} fps (valid: 0-{count - 1}).")
+            raise InputError(f"indices: frame {unique[len(got)]} is past the last frame of {str(reader.path)!r}, which "
+                             f"has {plural(count, 'frame')} at {_fps_text(reader.fps)} fps (valid: 0-{count - 1}).")
     position = {i: k for k, i in enumerate(unique)}
     return got[[position[int(i)] for i in wanted]]
 

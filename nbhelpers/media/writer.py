@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..constants import ENCODERS, FPS
-from ..errors import FallbackWarning, FFmpegError, InputError, MediaError, require
+from ..errors import FallbackWarning, FFmpegError, InputError, MediaError, plural, require
 from ..hashing import atomic_path
 from .ffmpeg import (
     _KILL_WAIT_S,
@@ -288,7 +288,7 @@ class VideoWriter:
                          "signal to its process group, such as a Ctrl-C this process ignores as a script's "
                          "background job), not by a problem with the files; run the job again.")
             error = self._proc.error(f"ffmpeg stopped while frames were being written to {str(self.path)!r} "
-                                     f"({self.frames_written} frames written; {type(exc).__name__}).{ended}")
+                                     f"({plural(self.frames_written, 'frame')} written; {type(exc).__name__}).{ended}")
             self.abort()
             raise error from exc
         self.frames_written += len(arr)
@@ -318,7 +318,7 @@ class VideoWriter:
             raise self._stalled(f"showed no progress for {self.stall_timeout_s:g} s while finishing the file") from None
         if rc != 0 or not self._tmp.is_file():
             error = self._proc.error(f"ffmpeg failed to write {str(self.path)!r} (exit status {rc}) after "
-                                     f"{self.frames_written} frames; nothing was saved.")
+                                     f"{plural(self.frames_written, 'frame')}; nothing was saved.")
             self._remove_tmp()
             raise error
         os.replace(self._tmp, self.path)
@@ -375,7 +375,7 @@ class VideoWriter:
         self._closed = True
         self._proc.kill()
         error = FFmpegError(
-            f"ffmpeg {what} while writing {str(self.path)!r} ({self.frames_written} frames written): it has "
+            f"ffmpeg {what} while writing {str(self.path)!r} ({plural(self.frames_written, 'frame')} written): it has "
             "stalled, most often because the output folder is on a network mount (Google Drive) that stopped "
             "answering, or the disk is full. ffmpeg was stopped and nothing was saved. Write the output to a local "
             "folder (for example /content/results) and copy it afterwards, or allow more time "

@@ -12,7 +12,7 @@ import numpy as np
 
 from .. import gpu, media
 from ..constants import FPS
-from ..errors import InputError, NoFaceError
+from ..errors import InputError, NoFaceError, plural
 from ..faces.track import track as track_faces
 from ..framestore import expected_frames
 from ..gpu import PlanWarning
@@ -69,9 +69,10 @@ class MouthAudioLag:
         """One line: the lag in frames and ms, and the confidence figures."""
         ms = 1000 * self.lag_frames / self.fps
         verdict = "reliable" if self.reliable else "NOT reliable: the mouth and the voice barely co-vary"
-        return (f"mouth-audio lag {self.lag_frames:+d} frames ({ms:+.0f} ms; + = sound after mouth): peak r "
-                f"{self.peak_correlation:.3f}, peak/sidelobe {self.peak_to_sidelobe:.1f}, z {self.z_score:.1f} "
-                f"({verdict}); {self.n_frames} frames" + (f", landmarks from {self.backend}" if self.backend else ""))
+        return (f"mouth-audio lag {plural(self.lag_frames, 'frame', spec='+d')} ({ms:+.0f} ms; + = sound after "
+                f"mouth): peak r {self.peak_correlation:.3f}, peak/sidelobe {self.peak_to_sidelobe:.1f}, z "
+                f"{self.z_score:.1f} ({verdict}); {self.n_frames} frames"
+                + (f", landmarks from {self.backend}" if self.backend else ""))
 
     def __repr__(self) -> str:
         return self.summary()

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..constants import FPS, SAMPLE_RATE
-from ..errors import InputError
+from ..errors import InputError, plural
 from .clip import audio_samples, check_video, frame_batches
 from .crops import CROP_SIDE, detect_boxes, given_boxes, protocol_crops, smooth_face_boxes
 from .mfcc import mfcc
@@ -148,9 +148,9 @@ def sync_score(video: Any, audio: Any = None, *, model: SyncEmbedder | None = No
 
     n = min(n_frames, samples.shape[0] // SAMPLES_PER_FRAME)
     if n - STACK_FRAMES < 1:
-        raise InputError(f"the clip is too short to score: {n_frames} frames and {samples.shape[0] / SAMPLE_RATE:.2f}"
-                         f" s of audio give {max(0, n - STACK_FRAMES)} windows; SyncNet needs at least 6 frames and "
-                         "0.24 s.")
+        raise InputError(f"the clip is too short to score: {plural(n_frames, 'frame')} and "
+                         f"{samples.shape[0] / SAMPLE_RATE:.2f} s of audio give {max(0, n - STACK_FRAMES)} windows; "
+                         "SyncNet needs at least 6 frames and 0.24 s.")
     if abs(n_frames / FPS - samples.shape[0] / SAMPLE_RATE) > 1.0 / FPS:
         notes.append(f"video ({n_frames / FPS:.2f} s) and audio ({samples.shape[0] / SAMPLE_RATE:.2f} s) lengths "
                      f"differ; the first {n / FPS:.2f} s are scored")

@@ -12,6 +12,7 @@ import numpy as np
 
 from .. import faces, reference
 from ..config import PARSING_MODES
+from ..errors import plural
 from ..media import cut_audio, load_audio, load_video
 from .panel import widgets_available
 from .plots import Chart, _figure, bars, outline
@@ -151,9 +152,8 @@ class Comparison:
     def __repr__(self) -> str:
         speed = self.reference_s / max(self.engine_s, 1e-9)
         verdict = "equal within 1 level" if self.max_levels <= 1 else "DIFFERENT"
-        levels = f"{self.max_levels} level" + ("" if self.max_levels == 1 else "s")
-        return (f"{self.frames} frames, {verdict} (largest difference {levels}); reference loop "
-                f"{1000 * self.reference_s / self.frames:.0f} ms per frame, engine "
+        return (f"{plural(self.frames, 'frame')}, {verdict} (largest difference {plural(self.max_levels, 'level')}); "
+                f"reference loop {1000 * self.reference_s / self.frames:.0f} ms per frame, engine "
                 f"{1000 * self.engine_s / self.frames:.0f} ms per frame: the engine is {speed:.1f}x as fast")
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..display import table_html
-from ..errors import InputError
+from ..errors import InputError, plural
 from ..faces.tracks import COLOURS as TRACK_COLOURS
 from ..faces.tracks import FaceTracks
 from ..media import frames_at
@@ -154,8 +154,8 @@ def plot_sync(lag: Any, score: Any = None, title: str = "Does the mouth follow t
                  fontsize=8, fontweight="bold", transform=top.get_xaxis_transform())
     bottom.plot(lags, corr, color="#55a868", marker=".", label="correlation r")
     bottom.axvline(best, color="#55a868", ls="--", lw=0.8)
-    bottom.annotate(f" lag {best:+d} frames, r {float(np.max(corr)):.2f}", (best, float(np.max(corr))),
-                    fontsize=8, va="bottom")
+    peak = float(np.max(corr))
+    bottom.annotate(f" lag {plural(best, 'frame', spec='+d')}, r {peak:.2f}", (best, peak), fontsize=8, va="bottom")
     bottom.axhline(0, color="0.6", lw=0.5)
     bottom.set(xlabel="lag, frames (+ = sound after mouth)", ylabel="r")
     if callable(getattr(lag, "summary", None)):

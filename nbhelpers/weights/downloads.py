@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import progress
-from ..errors import NbHelpersWarning, WeightsError
+from ..errors import NbHelpersWarning, WeightsError, plural
 from ..hashing import sha256_file
 from .inspect import MISSING, OK, UNVERIFIABLE, inspect_file
 from .manifest import (
@@ -96,7 +96,7 @@ class DownloadReport(_Report):
 
     def _summary(self) -> str:
         got = sum(r.action in ("downloaded", "replaced") for r in self.rows)
-        return (f"{self.directory}: {len(self.rows)} files, {got} fetched ({_human(self.downloaded_bytes)}), "
+        return (f"{self.directory}: {plural(len(self.rows), 'file')}, {got} fetched ({_human(self.downloaded_bytes)}), "
                 f"{sum(r.action == 'present' for r in self.rows)} already present, {len(self.failed)} failed")
 
 

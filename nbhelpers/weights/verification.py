@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError, WeightsError
+from ..errors import InputError, WeightsError, plural
 from ..hashing import atomic_path, sha256_file
 from .inspect import (
     _FORMAT_BY_SUFFIX,
@@ -191,7 +191,7 @@ class VerifyReport(_Report):
         verdict = "all usable" if self.ok else f"{len(self.problems)} problem(s)"
         how = ("checked sizes, contents and sha256" if self.deep else
                "checked sizes and contents; sha256 not computed (--deep, or deep=True in Python, computes it)")
-        return f"{self.directory}{kind}: {len(self.checks)} files, {verdict}; {how}"
+        return f"{self.directory}{kind}: {plural(len(self.checks), 'file')}, {verdict}; {how}"
 
     _HEADERS = ("file", "size", "expected", "state", "detail", "fix")
 
