@@ -49,9 +49,9 @@ for s in "$@"; do
     weights) step weights 90 python3 -c "import sys; sys.path[:0] = ['bench']
 from pathlib import Path; from _common import make_full_weights, make_face_weights
 print(make_face_weights(make_full_weights(Path('$W'))))" ;;
-    t4-prime) step t4-prime 300 python3 bench/compile.py --weights $W --batch 20 --compare-dynamic decoder,encoder \
+    t4-prime) step t4-prime 270 python3 bench/compile.py --weights $W --batch 20 --compare-dynamic decoder,encoder \
       --out "$OUT/t4-compile.json" ;;
-    t4-core) step t4-core 120 python3 bench/t4probe.py --only E0 --out "$OUT/t4-core.jsonl" ;;
+    t4-core) step t4-core 60 python3 bench/t4probe.py --only E0 --out "$OUT/t4-core.jsonl" ;;
     t4-realtime) step t4-realtime 170 $two python3 bench/realtime.py --seconds 8 --cores 2 --weights $W --work /tmp/rt \
       --out "$OUT/t4-realtime.json" ;;
     t4-live) step t4-live 90 $two python3 bench/live.py --seconds 8 --weights $W --work /tmp/rt ;;
@@ -62,7 +62,7 @@ print(make_face_weights(make_full_weights(Path('$W'))))" ;;
     h200-realtime) step h200-realtime 60 $two python3 bench/realtime.py --seconds 20 --cores 2 --weights $W \
       --work /tmp/rt2 --skip-reference --encoders libx264,libx264-veryfast --out "$OUT/h200-realtime.json" ;;
     h200-live) step h200-live 40 $two python3 bench/live.py --seconds 8 --weights $W --work /tmp/rt2 ;;
-    tests) step tests 260 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_audio.py tests/test_blending.py \
+    tests) step tests 230 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_audio.py tests/test_blending.py \
       tests/test_compile.py tests/test_dwpose_torch.py tests/test_engine.py tests/test_latents.py tests/test_live.py \
       tests/test_parsing.py tests/test_parsing_torch.py tests/test_pipeline.py tests/test_reference.py tests/test_s3fd.py ;;
     save-cache) tar czf "$OUT/compile-cache.tgz" -C /tmp compile-cache && ls -l "$OUT/compile-cache.tgz" ;;
