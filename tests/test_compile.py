@@ -102,14 +102,14 @@ def test_calls_while_another_thread_traces_go_to_the_eager_model(possible, monke
         def refusing(*args, **kwargs):  # the flag was set between the check and the call
             raise RuntimeError("Detected that you are using FX to symbolically trace a dynamo-optimized function.")
 
-        monkeypatch.setattr(net.forward, "compiled_fn", refusing)
+        monkeypatch.setitem(net.forward.compiled, False, refusing)
         torch.testing.assert_close(net(x), expected)
         assert comp.calls()["net"] == {"eager": 2, "compiled": 0}
 
         def broken(*args, **kwargs):
             raise RuntimeError("CUDA error: an illegal memory access")
 
-        monkeypatch.setattr(net.forward, "compiled_fn", broken)
+        monkeypatch.setitem(net.forward.compiled, False, broken)
         with pytest.raises(RuntimeError, match="illegal memory access"):
             net(x)
     comp.remove()
@@ -149,6 +149,29 @@ def test_one_compile_with_a_dynamic_batch_serves_every_batch_of_two_or_more(poss
             net(torch.randn(b, 3, 8, 8))
     assert calls == [(2, 3, 8, 8), (5, 3, 8, 8), (4, 3, 8, 8)]  # one row: eager (compiled code needs 2 or more)
     assert comp.calls() == {"net": {"eager": 1, "compiled": 3}}
+
+
+def test_a_batch_shape_compiled_for_itself_goes_first_and_the_dynamic_code_serves_the_rest(possible, monkeypatch):
+    calls = []
+
+    def fake_compile(fn, dynamic=None, **kwargs):
+        def compiled(x):
+            calls.append(("static" if dynamic is False else "dynamic", x.shape[0]))
+            return fn(x)
+
+        return compiled
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    net = Net().eval()
+    comp = gc.BackgroundCompiler("cpu", mode="on")
+    with torch.inference_mode():
+        comp.request("net", net, torch.zeros(4, 3, 8, 8), dynamic_batch=False)
+        comp.request("net", net, torch.zeros(3, 3, 8, 8), dynamic_batch=True)
+        assert comp.wait(30).parts == {"net 4x3x8x8": "compiled", "net Bx3x8x8": "compiled"}
+        calls.clear()
+        for b in (4, 3, 6, 4):
+            net(torch.randn(b, 3, 8, 8))
+    assert calls == [("static", 4), ("dynamic", 3), ("dynamic", 6), ("static", 4)]
 
 
 def test_auto_compiles_only_where_the_gpu_limits_the_job(monkeypatch):

@@ -99,16 +99,17 @@ def _map_tensors(value: Any, fn: Callable[[Any], Any]) -> Any:
 
 
 class _Dispatch:
-    """Installed in place of a model's method: compiled code for calls that match a compiled example. A call
-    signature seen :data:`AUTO_REQUEST_AFTER` times without compiled code is handed to the compiler (with copies of
-    the call's tensors), so a path no job asked for ahead still gets compiled code."""
+    """Installed in place of a model's method: compiled code for calls that match a compiled example, the code made
+    for that exact shape first, then code made with a dynamic batch dimension. A call signature seen
+    :data:`AUTO_REQUEST_AFTER` times without compiled code is handed to the compiler (with copies of the call's
+    tensors; a dynamic batch where ``dynamic_batch``), so a path no job asked for ahead still gets compiled code."""
 
     def __init__(self, name: str, eager: Callable, compiler: BackgroundCompiler, dynamic_batch: bool) -> None:
         self.name = name
         self.eager = eager
         self.compiler = compiler
         self.dynamic_batch = dynamic_batch
-        self.compiled_fn: Callable | None = None
+        self.compiled: dict[bool, Callable] = {}  # dynamic batch or not -> the torch.compile wrapper
         self.ready: frozenset = frozenset()
         self.asked: set[tuple] = set()
         self.seen: dict[tuple, int] = {}
@@ -117,10 +118,15 @@ class _Dispatch:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.compiler.paused_depth:
             return self.eager(*args, **kwargs)
-        sig = _signature(args, kwargs, self.dynamic_batch)
-        if sig in self.ready and not _fx_tracing():
+        sig = _signature(args, kwargs)
+        fn = self.compiled.get(False) if sig in self.ready else None
+        if fn is None and True in self.compiled:
+            fn = self.compiled[True] if _signature(args, kwargs, True) in self.ready else None
+        if self.dynamic_batch:
+            sig = _signature(args, kwargs, True)
+        if fn is not None and not _fx_tracing():
             try:
-                out = self.compiled_fn(*args, **kwargs)
+                out = fn(*args, **kwargs)
             except RuntimeError as err:  # the compiler thread began tracing after the check above
                 if "symbolically trace a dynamo-optimized" not in str(err):
                     raise
@@ -132,7 +138,7 @@ class _Dispatch:
             self.seen[sig] = self.seen.get(sig, 0) + 1
             if self.seen[sig] >= AUTO_REQUEST_AFTER:
                 self.compiler._ask(self, sig, _copies(args), _copies(kwargs),
-                                   "inference" if sig[-2] else "no_grad")
+                                   "inference" if sig[-2] else "no_grad", self.dynamic_batch)
         return self.eager(*args, **kwargs)
 
 
@@ -262,11 +268,13 @@ class BackgroundCompiler:
             warnings.warn(f"compile='on', but the models stay eager: {why}.", FallbackWarning, stacklevel=2)
 
     def request(self, name: str, module: Any, *args: Any, method: str = "forward", grad: str = "inference",
-                dynamic_batch: bool = True, **kwargs: Any) -> None:
+                dynamic_batch: bool | None = None, **kwargs: Any) -> None:
         """Have ``module.<method>`` (replaced on the instance until :meth:`remove`) compiled for calls like
         ``module.<method>(*args, **kwargs)`` as the job makes them (same shapes, dtypes, memory layout) under
-        autograd mode ``grad``; returns at once. ``name`` shows in the status; ``dynamic_batch`` (fixed by a
-        module's first request) compiles the first dimension as any batch of 2 or more, False this shape only.
+        autograd mode ``grad``; returns at once. ``name`` shows in the status; ``dynamic_batch`` compiles the first
+        dimension as any batch of 2 or more, False this shape only (faster code: the VAE decoder's on a T4-class
+        GPU); None: as the module's first request or :meth:`install` said (True), which also holds for calls
+        compiled unasked.
         Raises InputError: ``grad`` is not one of :data:`GRAD_MODES`.
         """
         if grad not in GRAD_MODES:
@@ -275,10 +283,12 @@ class BackgroundCompiler:
             return
         import torch
 
-        dispatch = self.install(name, module, method, dynamic_batch=dynamic_batch)
+        dispatch = self.install(name, module, method, dynamic_batch=dynamic_batch is not False)
+        if dynamic_batch is None:
+            dynamic_batch = dispatch.dynamic_batch
         with torch.inference_mode() if grad == "inference" else torch.no_grad():
-            sig = _signature(args, kwargs, dispatch.dynamic_batch)
-        self._ask(dispatch, sig, args, kwargs, grad)
+            sig = _signature(args, kwargs, dynamic_batch)
+        self._ask(dispatch, sig, args, kwargs, grad, dynamic_batch)
 
     def install(self, name: str, module: Any, method: str = "forward", *,
                 dynamic_batch: bool = True) -> _Dispatch | None:
@@ -293,7 +303,7 @@ class BackgroundCompiler:
             self._dispatches.append((module, method, dispatch))
         return dispatch
 
-    def _ask(self, dispatch: _Dispatch, sig: tuple, args: tuple, kwargs: dict, grad: str) -> None:
+    def _ask(self, dispatch: _Dispatch, sig: tuple, args: tuple, kwargs: dict, grad: str, dynamic: bool) -> None:
         with self._lock:
             if sig in dispatch.asked:
                 return
@@ -306,7 +316,7 @@ class BackgroundCompiler:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="nbhelpers-compile", daemon=True)
                 self._thread.start()
-        self._queue.put((dispatch, sig, label, args, kwargs, grad))
+        self._queue.put((dispatch, sig, label, args, kwargs, grad, dynamic))
 
     def wait(self, timeout: float | None = None) -> CompileStatus:
         """Block until every requested compile has ended, or ``timeout`` seconds passed; returns the status."""
@@ -368,19 +378,20 @@ class BackgroundCompiler:
                 with self._lock:
                     self._lock.notify_all()
 
-    def _compile(self, dispatch: _Dispatch, sig: tuple, label: str, args: tuple, kwargs: dict, grad: str) -> None:
+    def _compile(self, dispatch: _Dispatch, sig: tuple, label: str, args: tuple, kwargs: dict, grad: str,
+                 dynamic: bool) -> None:
         import torch
 
         t0 = time.perf_counter()
         try:
-            if dispatch.compiled_fn is None:
-                dispatch.compiled_fn = torch.compile(dispatch.eager, dynamic=None if dispatch.dynamic_batch else False,
-                                                     options=self.options or None)
-            if dispatch.dynamic_batch:  # the first dimension of tensors of 2+ dimensions and 2+ rows
+            if dynamic not in dispatch.compiled:
+                dispatch.compiled[dynamic] = torch.compile(dispatch.eager, dynamic=None if dynamic else False,
+                                                           options=self.options or None)
+            if dynamic:  # the first dimension of tensors of 2+ dimensions and 2+ rows
                 _map_tensors((args, kwargs), lambda t: t.ndim >= 2 and t.shape[0] >= 2
                              and torch._dynamo.maybe_mark_dynamic(t, 0))
             with torch.inference_mode() if grad == "inference" else torch.no_grad():
-                dispatch.compiled_fn(*args, **kwargs)
+                dispatch.compiled[dynamic](*args, **kwargs)
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
             dispatch.ready = dispatch.ready | {sig}  # a new frozenset: the job thread reads it lock-free

@@ -484,8 +484,8 @@ class LiveSession:
         import torch
 
         done = self._models_thread.warm
-        for size in self.warm_shapes():  # compiled in the background; eager until ready
-            self._pipe.compile_for(size, parts=("unet", "decoder"))
+        for size in self.warm_shapes():  # compiled in the background, one code for every batch; eager until ready
+            self._pipe.compile_for(size, parts=("unet", "decoder"), dynamic_batch=True)
         with flush_denormals(self._models.device):
             if "whisper" not in done:
                 self._prefix.encode(np.zeros(SAMPLES_PER_FRAME, np.float32))
