@@ -168,6 +168,7 @@ def test_read_jobs_csv_and_jsonl(tmp_path):
     ('{"video": 5, "audio": "1.wav"}\n', "jobs.jsonl line 1: video must be a path as text; got 5"),
     ("video,audio,output,box\na.mp4,1.wav,o.mp4,\"360,330,190,160\"\n", "box '360,330,190,160' is inverted"),
     ("video,audio,output,output\na.mp4,1.wav,o.mp4,p.mp4\n", "the header names output more than once"),
+    ("video,audio,output,face\na.mp4,1.wav,o.mp4,\"1,2@x\"\n", "jobs.csv line 2, setting face: must be"),
 ])
 def test_bad_jobs_files_say_what_is_wrong(tmp_path, text, message):
     from nbhelpers.batch import read_jobs
@@ -291,6 +292,24 @@ def test_a_box_outside_its_video_fails_at_the_checks_before_any_worker(tmp_path,
     assert "does not fit" in outcome.error and "64x48" in outcome.error.replace(" ", "")
     starts.clear()
     assert batch.run(jobs, weights_dir=tiny_weights).outcomes[0].status == "failed" and starts == []
+
+
+def test_a_face_past_the_video_fails_at_the_checks_naming_its_line(tmp_path, lavfi_video, lavfi_tone, tiny_weights,
+                                                                   monkeypatch):
+    """A face choice on frame 9 of a 4-frame video, or a point outside its frame, fails its job at the input checks
+    (the single clip's check_face), naming the jobs file's line, before any worker starts."""
+    pytest.importorskip("ray")
+    from nbhelpers import batch
+
+    monkeypatch.setattr("nbhelpers.batch.cluster.init_ray", lambda *a, **k: False)  # starts nothing
+    video, audio = lavfi_video("testsrc", "64x48", frames=4), lavfi_tone(0.3, 300, 44100)
+    (tmp_path / "jobs.csv").write_text(f"video,audio,output,face\n{video},{audio},late.mp4,\"10,10@9\"\n"
+                                       f"{video},{audio},wide.mp4,\"70,10\"\n")
+    result = batch.run(tmp_path / "jobs.csv", weights_dir=tiny_weights)
+    late, wide = result.outcomes
+    assert late.status == wide.status == "failed" and result.workers == ()
+    assert late.error.startswith("InputError: jobs.csv line 2: face='10,10@9' names frame 9, but the video has 4")
+    assert wide.error.startswith("InputError: jobs.csv line 3: face='70,10' lies outside the frame")
 
 
 def test_too_short_audio_and_a_missing_video_fail_at_the_checks_in_batch_terms(tmp_path, lavfi_video, lavfi_tone,

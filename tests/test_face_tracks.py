@@ -16,6 +16,7 @@ from nbhelpers.checks import check_inputs
 from nbhelpers.cli.terms import cli_terms
 from nbhelpers.config import parse_face
 from nbhelpers.errors import InputError
+from nbhelpers.framestore import cycle_index
 
 pytest.importorskip("dlib")
 
@@ -240,7 +241,7 @@ def test_syncnet_decides_the_speaker_when_its_weights_are_there(shared_data, mak
     clip, audio, env = _warped_clip(0, shared_data, make_media, ffmpeg, tmp_path)
     tracks = faces.find_tracks(clip, backend="dlib")
     _, plain = speaker_schedule(tracks, env, np.arange(50))
-    _, stubbed = speaker_schedule(tracks, env, np.arange(50), lambda cands, first, src: [t.number for t in cands])
+    _, stubbed = speaker_schedule(tracks, env, np.arange(50), lambda asks: [[t.number for t in c] for c, _, _ in asks])
     assert [t.track for t in stubbed] == [1] * len(plain) != [t.track for t in plain]
     assert {t.measure for t in stubbed} == {"LSE-C"} and {t.measure for t in plain} == {"r"}
     wave = media.load_audio(audio)[:16 * 640]  # 16 output frames
@@ -250,9 +251,57 @@ def test_syncnet_decides_the_speaker_when_its_weights_are_there(shared_data, mak
     config, _, turns = choose_face(InferenceConfig(face="speaker"), lambda: tracks, wave, 16, scorer)
     assert turns and "LSE-C=" in config.reasons["face"]
     for turn in turns:
-        confidence = scorer(list(tracks), turn.first, np.arange(turn.first, turn.last + 1))
+        (confidence,) = scorer([(list(tracks), turn.first, np.arange(turn.first, turn.last + 1))])
         assert turn.measure == "LSE-C" and turn.track == int(np.argmax(confidence))
         assert turn.score == pytest.approx(max(confidence))
+
+
+class _MeanEmbedder:
+    """A SyncEmbedder whose embeddings follow the crops and MFCCs: the mean of each colour, the first 3 MFCCs."""
+
+    def embed_video(self, stacks):
+        return stacks.reshape(len(stacks), 3, -1).mean(axis=2) / 255
+
+    def embed_audio(self, windows):
+        return windows.reshape(len(windows), -1)[:, :3] / 50
+
+
+def test_syncnet_scores_every_stretch_from_one_read_of_the_video(shared_data, make_media, ffmpeg, tmp_path,
+                                                                   monkeypatch):
+    """Three stretches of speech over 80 output frames (the last one in the ping-pong's reversed frames): the video
+    is opened once, and each turn's confidences equal those of its own frames read and cut on their own."""
+    from nbhelpers import faces, media
+    from nbhelpers.faces import speaker
+    from nbhelpers.quality import protocol_crops, smooth_face_boxes
+    from nbhelpers.quality.mfcc import mfcc
+    from nbhelpers.quality.sync import score_crops
+
+    clip, _, _ = _warped_clip(0, shared_data, make_media, ffmpeg, tmp_path)
+    tracks = faces.find_tracks(clip, backend="dlib")
+    (tmp_path / "syncnet").mkdir()
+    (tmp_path / "syncnet" / "syncnet_v2.model").touch()
+    monkeypatch.setattr(speaker, "load_syncnet", lambda *a: _MeanEmbedder())
+    t = np.arange(80 * 640) / 16000
+    wave = (0.5 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
+    for quiet in ((12, 17), (40, 46)):  # silences of 5 and 6 frames end the stretches
+        wave[quiet[0] * 640:quiet[1] * 640] = 0
+    scorer = speaker.syncnet_scorer(clip, wave, tmp_path, "cpu")
+    opened, init = [], media.video.VideoReader.__init__  # every read of a video opens a VideoReader
+    monkeypatch.setattr(media.video.VideoReader, "__init__",
+                        lambda self, *a, **k: opened.append(a) or init(self, *a, **k))
+    _, _, turns = speaker.choose_face(InferenceConfig(face="speaker"), lambda: tracks, wave, 80, scorer)
+    assert [(turn.first, turn.measure) for turn in turns] == [(0, "LSE-C"), (17, "LSE-C"), (46, "LSE-C")]
+    assert len(opened) == 1
+    cc = mfcc(wave, 16000)
+    for turn in turns:
+        sources = np.asarray(cycle_index(np.arange(turn.first, turn.last + 1), 50))[:50]
+        frames, confidences = media.frames_at(clip, sources.tolist()), []
+        for track in tracks:
+            boxes = np.array([track.boxes[list(track.frames).index(s)] for s in sources], dtype=np.float64)
+            crops = protocol_crops(frames, smooth_face_boxes(boxes))
+            confidences.append(score_crops(crops, cc[:, 4 * turn.first:], _MeanEmbedder()).lse_c)
+        assert len(set(confidences)) == 2 and turn.track == int(np.argmax(confidences))
+        assert turn.score == max(confidences)
 
 
 def test_speaker_needs_the_audio():

@@ -281,17 +281,28 @@ def test_wrong_checkpoint_fails_with_a_clear_error(checkpoint, tmp_path, change,
     with pytest.raises(CheckpointError, match=message) as info:
         load_bisenet(bad)
     assert str(bad) in str(info.value) and "version='v1'" not in str(info.value)  # the UNet's hint only
+    assert "the official face-parse-bisent/79999_iter.pth is about 50.8 MiB" in str(info.value)
 
 
-def test_missing_or_garbage_file(tmp_path):
+def test_missing_garbage_or_truncated_file_names_the_official_size(checkpoint, tmp_path):
+    """Each error gives the official file's size from the weights manifest (a truncated download shows by it), and
+    an unreadable file's own size."""
     from nbhelpers.parsing import FaceParser, load_bisenet
+    from nbhelpers.weights import MANIFEST
 
-    with pytest.raises(WeightsError, match="face-parse-bisent/79999_iter.pth"):
+    size = MANIFEST.get("bisenet").expected_text()
+    assert size == "about 50.8 MiB, estimated"  # 53.3 MB
+    with pytest.raises(WeightsError, match=f"face-parse-bisent/79999_iter.pth \\({size}\\)"):
         FaceParser(tmp_path)
     junk = tmp_path / "junk.pth"
     junk.write_bytes(b"not a checkpoint")
     with pytest.raises(CheckpointError, match="Could not read"):
         load_bisenet(junk)
+    cut = tmp_path / "cut.pth"
+    cut.write_bytes(checkpoint.read_bytes()[:20 * 2**20])  # a download stopped at 20 MiB
+    with pytest.raises(CheckpointError, match=f"it has 20.0 MiB and the official face-parse-bisent/79999_iter.pth "
+                                              f"is {size}: probably incomplete"):
+        load_bisenet(cut)
 
 
 def test_preprocess_matches_the_official_transform():

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..checks import check_audio, check_boxes, check_video
+from ..checks import check_audio, check_boxes, check_face, check_video
 from ..config import InferenceConfig
 from ..constants import FPS
-from ..errors import NbHelpersError
+from ..errors import InputError, NbHelpersError
 from .jobs import Job
 from .records import drop_hint, finished_record, group_key, record_inputs, write_hint
 from .results import JobOutcome, error_text, job_outcome
@@ -30,16 +30,20 @@ def _short_audio_error(info: Any) -> str:
             "at least 0.04 s of speech.")
 
 
-def _box_error(job: Job, video_info: Any) -> str:
-    """The error of a job whose crop box does not fit its video ("" when it fits or there is none)."""
-    box = job.settings.get("box")
-    if box is None or video_info is None:
+def _fit_error(job: Job, face: Any, video_info: Any) -> str:
+    """The error of a job whose crop box does not fit its video, or whose ``face`` (its config's) misses it
+    (:func:`~nbhelpers.checks.check_face`, naming where the job was read); "" when both fit or there is no video."""
+    if video_info is None:
         return ""
     try:
-        check_boxes(box, job.video, video_info)
+        check_boxes(job.settings.get("box"), job.video, video_info)
     except NbHelpersError as exc:  # the message names the Python argument "boxes"; a job's setting is "box"
         text = error_text(exc)
         return text.replace(": boxes = ", ": box = ", 1).replace(": boxes must", ": box must", 1)
+    try:
+        check_face(face, video_info)
+    except InputError as exc:
+        return error_text(InputError(f"{job.source or f'job {job.name!r}'}: {exc}"))
     return ""
 
 
@@ -50,11 +54,11 @@ class Probed:
     videos: Mapping[Path, tuple[Any, str]]
     audios: Mapping[Path, tuple[Any, str]]
 
-    def error(self, job: Job) -> str:
-        """Why ``job`` cannot run ("" when it can): its video's, audio's, box's or audio length's error."""
+    def error(self, job: Job, face: Any) -> str:
+        """Why ``job`` cannot run ("" when it can): its video's, audio's, box's, ``face``'s or audio length's error."""
         video_info, video_error = self.videos[job.video]
         audio_info, audio_error = self.audios[job.audio]
-        return video_error or audio_error or _box_error(job, video_info) or _short_audio_error(audio_info)
+        return video_error or audio_error or _fit_error(job, face, video_info) or _short_audio_error(audio_info)
 
 
 def probe_inputs(job_list: Sequence[Job], fingerprints: Callable[[Path], Any]) -> Probed:
@@ -131,7 +135,7 @@ def sort_jobs(plan: WorkPlan, job_list: Sequence[Job], job_configs: Mapping[str,
     same inputs and weights unless ``rerun``, and queue the others in their face groups.
     """
     for job in job_list:
-        error = probed.error(job)
+        error = probed.error(job, job_configs[job.name].face)
         if error:
             plan.outcomes[job.name] = job_outcome(job, "failed", error)
             write_hint(cache_path, job, error)

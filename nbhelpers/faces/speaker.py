@@ -11,6 +11,8 @@ before them.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,17 +26,17 @@ from ..config import InferenceConfig, parse_face
 from ..constants import FPS, SAMPLE_RATE
 from ..errors import InputError, NoFaceError
 from ..framestore import cycle_index
-from ..media import frames_at
-from ..quality.crops import protocol_crops, smooth_face_boxes
+from ..quality.clip import frame_batches
+from ..quality.crops import CROP_SIDE, protocol_crops, smooth_face_boxes
 from ..quality.lag import pearson
 from ..quality.mfcc import mfcc
 from ..quality.sync import score_crops
 from ..quality.syncnet import SYNCNET_FILE, load_syncnet
 from .tracks import FaceTracks, Track
 
-#: ``scorer(candidates, first, sources)``: a confidence per candidate track (higher: more likely the speaker) over
-#: output frames ``first``.. showing source frames ``sources``, or None to leave the choice to the correlation.
-Scorer = Callable[[list[Track], int, np.ndarray], "list[float] | None"]
+#: ``scorer(asks)``: per ask ``(candidates, first, sources)`` a confidence per candidate track (higher: more likely the
+#: speaker) over output frames ``first``.. showing source frames ``sources``, or None to leave it to the correlation.
+Scorer = Callable[[list[tuple[list[Track], int, np.ndarray]]], "list[list[float] | None]"]
 
 SILENCE = 0.2  # a frame is quiet below this fraction of the clip's 95th-percentile envelope
 MIN_SILENCE = 3  # quiet frames (120 ms) that end a stretch of speech
@@ -105,24 +107,27 @@ def speaker_schedule(tracks: FaceTracks, env: np.ndarray, source_of: np.ndarray,
                      scorer: Scorer | None = None) -> tuple[np.ndarray, list[Turn]]:
     """Who speaks: per source frame the track of ``tracks`` to repaint (-1: none), and the turns per output frame, from
     the (T,) loudness ``env`` per output frame (:func:`envelope`), the (T,) source frame each shows, and the tracks'
-    ``mouths`` patches; ``scorer`` (:data:`Scorer`) decides a stretch with two or more candidates when it scores."""
+    ``mouths`` patches; ``scorer`` (:data:`Scorer`, called once) decides the stretches with two or more candidates."""
     signals = {t.number: mouth_signal(t, tracks.n_frames)[source_of] for t in tracks}
     cut_frames = set(tracks.cuts)
-    boundaries = {t for t in range(1, len(source_of)) if int(source_of[t]) in cut_frames}
-    turns: list[Turn] = []
-    for first, last in stretches(env, boundaries):
-        scores, measure = {}, "r"
+    runs = stretches(env, {t for t in range(1, len(source_of)) if int(source_of[t]) in cut_frames})
+    scores, measures = [{} for _ in runs], ["r"] * len(runs)
+    for (first, last), found in zip(runs, scores, strict=True):
         for number, signal in signals.items():
             part = signal[first:last + 1]
             present = np.isfinite(part)
             if present.mean() >= MIN_PRESENT and present.sum() >= 3:
-                scores[number] = abs(pearson(part[present], env[first:last + 1][present]))
-        confidences = scorer([tracks[n] for n in scores], first, source_of[first:last + 1]) \
-            if scorer is not None and len(scores) > 1 else None
-        if confidences is not None:
-            scores, measure = dict(zip(scores, confidences, strict=True)), "LSE-C"
-        best = max(scores, key=scores.__getitem__, default=-1)
-        turns.append(Turn(first, last, best, max(scores.get(best, 0.0), 0.0), measure))
+                found[number] = abs(pearson(part[present], env[first:last + 1][present]))
+    asks = [k for k, found in enumerate(scores) if len(found) > 1] if scorer is not None else []
+    confidences = scorer([([tracks[n] for n in scores[k]], runs[k][0], source_of[runs[k][0]:runs[k][1] + 1])
+                          for k in asks]) if asks else []
+    for k, confidence in zip(asks, confidences, strict=True):
+        if confidence is not None:
+            scores[k], measures[k] = dict(zip(scores[k], confidence, strict=True)), "LSE-C"
+    turns = []
+    for (first, last), found, measure in zip(runs, scores, measures, strict=True):
+        best = max(found, key=found.__getitem__, default=-1)
+        turns.append(Turn(first, last, best, max(found.get(best, 0.0), 0.0), measure))
     per_output = np.full(len(source_of), turns[0].track if turns else -1, dtype=np.int64)
     for turn in turns:  # a turn lasts until the next one starts (quiet frames keep the speaker)
         per_output[turn.first:] = turn.track
@@ -136,25 +141,38 @@ def syncnet_scorer(video: Any, waveform: np.ndarray, weights_dir: str | os.PathL
                    device: Any = None) -> Scorer | None:
     """A :data:`Scorer` giving each candidate track's SyncNet LSE-C over a stretch's first 2 s: its boxes (gaps
     interpolated) cut into the published protocol's crops of those frames of ``video``, against the MFCCs of the
-    16 kHz ``waveform`` (:func:`nbhelpers.quality.sync.score_crops`). None when ``weights_dir`` (None: the default)
-    lacks ``syncnet/syncnet_v2.model``. A stretch under 6 frames, or a track missing from more than 25 frames in a
-    row of it, leaves the stretch to the correlation."""
+    16 kHz ``waveform`` (:func:`nbhelpers.quality.sync.score_crops`), all asks' crops cut in one pass over ``video``.
+    None when ``weights_dir`` (None: the default) lacks ``syncnet/syncnet_v2.model``. A stretch under 6 frames, or a
+    track missing from more than 25 frames in a row of it, leaves the stretch to the correlation."""
     root = Path(weights_dir).expanduser() if weights_dir is not None else weights.default_dir()
     if not (root / SYNCNET_FILE).is_file():
         return None
     model, cc = load_syncnet(root, device), mfcc(np.asarray(waveform, dtype=np.float32), SAMPLE_RATE)
 
-    def score(candidates: list[Track], first: int, sources: np.ndarray) -> list[float] | None:
-        sources = np.asarray(sources[:SYNCNET_FRAMES])
-        frames, out = frames_at(video, sources.tolist()), []
-        for track in candidates:
-            pos = np.minimum(np.searchsorted(track.frames, sources), len(track) - 1)
-            boxes = np.where((track.frames[pos] == sources)[:, None], track.boxes[pos], np.nan)
-            try:  # InputError: under 6 frames, or a gap of more than 25
-                crops = protocol_crops(frames, smooth_face_boxes(boxes))
-                out.append(score_crops(crops, cc[:, 4 * first:], model).lse_c)
-            except (InputError, NoFaceError):
-                return None
+    def score(asks: list[tuple[list[Track], int, np.ndarray]]) -> list[list[float] | None]:
+        out: list[list[float] | None] = [None] * len(asks)
+        cuts, wanted = {}, {}  # ask -> (first, squares (C, n, 3), crops, last source); source -> [(ask, position)]
+        for k, (candidates, first, sources) in enumerate(asks):
+            sources = np.asarray(sources[:SYNCNET_FRAMES]).tolist()
+            with contextlib.suppress(InputError, NoFaceError):  # a gap of more than 25 frames
+                squares = np.stack([smooth_face_boxes([[np.nan] * 4 if (box := track.box_at(s)) is None else box
+                                                       for s in sources]) for track in candidates])
+                cuts[k] = first, squares, np.empty((*squares.shape[:2], CROP_SIDE, CROP_SIDE, 3), "uint8"), max(sources)
+                for p, source in enumerate(sources):
+                    wanted.setdefault(source, []).append((k, p))
+        for n, frame in enumerate(itertools.chain.from_iterable(frame_batches(video, 16)) if cuts else ()):
+            for k, p in (kp for kp in wanted.get(n, ()) if kp[0] in cuts):
+                _, squares, crops, _ = cuts[k]
+                try:  # InputError: an empty crop
+                    crops[:, p] = protocol_crops(np.broadcast_to(frame, (len(crops), *frame.shape)), squares[:, p])
+                except InputError:
+                    del cuts[k]
+            for k in [k for k, cut in cuts.items() if cut[3] == n]:  # every frame of ask k is cut
+                first, _, crops, _ = cuts.pop(k)
+                with contextlib.suppress(InputError):  # under 6 frames
+                    out[k] = [score_crops(c, cc[:, 4 * first:], model).lse_c for c in crops]
+            if not cuts:
+                break
         return out
 
     return score

@@ -18,6 +18,7 @@ from ..errors import INSTALL_TORCH, CheckpointError, FallbackWarning, InputError
 from ..gpu import batched, device_constant
 from ..models import LOAD_LOCK, check_state_dict
 from ..resample import crop_resize_batch
+from ..weights import MANIFEST
 from .masks import N_CLASSES, check_parsing_args, face_mask
 
 BISENET_FILE = "face-parse-bisent/79999_iter.pth"  # relative to a weights dir (face_parsing/__init__.py:61-67)
@@ -38,8 +39,8 @@ def bisenet_path(weights: str | os.PathLike) -> Path:
         if found.is_file():
             return found
     raise WeightsError(f"The face-parsing weights were not found: neither {str(path)!r} nor {str(found)!r} is a "
-                       f"file. Run notebooks/00_setup.ipynb (or nbhelpers.weights.download) to fetch "
-                       f"{BISENET_FILE}, or pass the path of 79999_iter.pth.")
+                       f"file. Run notebooks/00_setup.ipynb (or nbhelpers.weights.download) to fetch {BISENET_FILE} "
+                       f"({MANIFEST.get('bisenet').expected_text()}), or pass the path of 79999_iter.pth.")
 
 
 def load_bisenet(weights: str | os.PathLike, device: Any = "cpu", dtype: Any = None):
@@ -53,15 +54,15 @@ def load_bisenet(weights: str | os.PathLike, device: Any = "cpu", dtype: Any = N
     """
     import torch
 
-    path = bisenet_path(weights)
+    path, official = bisenet_path(weights), f"the official {BISENET_FILE} is {MANIFEST.get('bisenet').expected_text()}"
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - any unpickling failure means an unusable file
         raise CheckpointError(f"Could not read the face-parsing checkpoint {str(path)!r} ({type(exc).__name__}: "
-                              f"{exc}). The file is probably incomplete or not 79999_iter.pth; delete it and run "
-                              "notebooks/00_setup.ipynb again to re-download it.") from exc
+                              f"{exc}); it has {path.stat().st_size / 2**20:.1f} MiB and {official}: probably "
+                              "incomplete. Delete it and run notebooks/00_setup.ipynb again to fetch it anew.") from exc
     model = build_bisenet()
-    check_state_dict(model, state, path, f"BiSeNet face parser ({BISENET_FILE}, 19 classes, ResNet-18)")
+    check_state_dict(model, state, path, f"BiSeNet face parser (19 classes, ResNet-18; {official})")
     model.load_state_dict(state, strict=True)
     return model.to(device=device, dtype=dtype or torch.float32).eval()
 
