@@ -21,9 +21,17 @@ from .faces.boxes import boxes_count_message, single_box, user_boxes
 from .framestore import expected_frames, output_frame_count
 
 
+def check_path_type(value: Any, name: str) -> None:
+    """InputError naming ``name`` unless ``value`` is a str or os.PathLike (an int or a list is not a path)."""
+    if not isinstance(value, (str, os.PathLike)):
+        raise InputError(f"{name} must be a file path (a str or pathlib.Path); got {type(value).__name__} "
+                         f"{value!r}. Pass the path in quotes, as in \"clip.mp4\".")
+
+
 def _as_input_path(value: Any, name: str) -> Path:
     if value is None or (isinstance(value, str) and not value.strip()):
         raise InputError(f"{name} is required: give the path of a file; got {value!r}.")
+    check_path_type(value, name)
     path = Path(os.fspath(value)).expanduser()
     if not path.exists():
         raise InputError(f"{name} {str(path)!r} does not exist. Check the path (upload the file first in "
@@ -89,6 +97,7 @@ def output_path_for(output: Any, video_path: Path, audio_path: Path) -> Path:
     """
     if output is None:
         output = Path.cwd() / "results" / f"{video_path.stem}_{audio_path.stem}.mp4"
+    check_path_type(output, "output")
     path = Path(os.fspath(output)).expanduser()
     for kind, source in (("video", video_path), ("audio", audio_path)):
         if _same_file(path, Path(source)):
@@ -232,6 +241,6 @@ def one_frame_boxes(boxes: Any, frame_index: int) -> Any:
     return [boxes[int(frame_index)]]
 
 
-__all__ = ["check_audio", "check_boxes", "check_face", "check_inputs", "check_video", "check_weights_dir",
-           "given_boxes", "no_face_in_rotated_video", "one_frame_boxes", "output_path_for", "speech_frames",
-           "warn_if_silent"]
+__all__ = ["check_audio", "check_boxes", "check_face", "check_inputs", "check_path_type", "check_video",
+           "check_weights_dir", "given_boxes", "no_face_in_rotated_video", "one_frame_boxes", "output_path_for",
+           "speech_frames", "warn_if_silent"]

@@ -81,7 +81,10 @@ class ClipResult:
         c = self.config
         precision = "fp16" if c.fp16 else "fp32"
         name = self.output.name if self.output is not None else "(not written)"
-        text = (f"{name}: {plural(self.n_frames, 'frame')} at {self.fps} fps ({self.duration_s:.2f} s), "
+        seconds = f"{self.n_frames / self.fps:.2f} s" if self.fps else f"{self.duration_s:.2f} s"
+        audio = f"{self.duration_s:.2f} s"  # the muxed audio runs up to one frame past the last frame
+        seconds += f", audio {audio}" if audio != seconds else ""
+        text = (f"{name}: {plural(self.n_frames, 'frame')} at {self.fps} fps ({seconds}), "
                 f"source {plural(self.source_frames, 'frame')}, {self.no_face_frames} without a face; {c.version}, "
                 f"{precision}, batch {c.batch_size}, {c.device}; landmarks: {self.backend}; "
                 f"{self.wall_s:.1f} s wall ({self.end_to_end_fps:.1f} fps end to end, "

@@ -316,3 +316,14 @@ def test_a_whole_clip_plans_its_own_batch_and_gives_the_same_frames(prepared, cl
     again = fresh.generate(speech, output=False)
     assert (again.config.batch_size, fresh.config.batch_size) == (5, 3)
     fresh.close()
+
+
+def test_generate_refuses_an_audio_or_output_that_is_not_a_path(prepared):
+    """An int or a list as audio/output is an InputError naming the argument, before any model runs."""
+    from nbhelpers.errors import InputError
+
+    _, avatar = prepared
+    with pytest.raises(InputError, match=r"^audio must be a file path .*; got int 5\."):
+        avatar.generate(5)
+    with pytest.raises(InputError, match=r"^output must be a file path .*; got list \['o.mp4'\]"):
+        avatar.generate(np.zeros(16000, np.float32), ["o.mp4"])

@@ -296,8 +296,13 @@ def test_a_setting_flag_without_its_value_says_the_rule_and_how_to_write_a_negat
     assert stop.value.code == 2 and err.startswith("python -m nbhelpers lipsync: error: --bbox-shift needs a value: "
                                                    "a whole number of pixels from -200 to 200 (pixels added to "
                                                    "landmark 29's y: ")
-    assert err.endswith("A value that starts with '-' goes after '=', as in --bbox-shift=-10; after a space it is "
-                        "read as another option.")
+    assert err.endswith("A value after a space that starts with '-' and is not a number is read as another "
+                        "option; write it after '=', as in --bbox-shift=-10.")
+    from nbhelpers.cli.flags import inference_config
+    from nbhelpers.cli.parser import build_parser
+
+    assert inference_config(build_parser().parse_args(["lipsync", "v.mp4", "a.wav", "--bbox-shift", "-7"])
+                            ).bbox_shift == -7  # a negative number after a space is a value, as the message says
     with pytest.raises(SystemExit):
         main(["lipsync", "v.mp4", "a.wav", "--batch-size"])
     err = capsys.readouterr().err.splitlines()[-1]

@@ -670,3 +670,21 @@ def test_no_face_in_a_video_tagged_as_rotated_says_its_frames_were_turned(tiny_w
             assert text.startswith("no face found in the 3 frames")
             assert ("The video is tagged to be shown turned" in text) == tagged, text
     assert not (tmp_path / "o.mp4").exists()
+
+
+def test_a_path_that_is_not_a_str_or_pathlike_is_refused_naming_the_argument_and_type(tmp_path):
+    """``lipsync(123, ...)`` gives an InputError, not the TypeError of ``os.fspath``; the output path and
+    prepare_avatar's video are checked the same way."""
+    from nbhelpers.avatar import prepare_avatar
+    from nbhelpers.checks import check_audio, check_video, output_path_for
+    from nbhelpers.errors import InputError
+
+    with pytest.raises(InputError, match=r"^video must be a file path \(a str or pathlib.Path\); got int 123\. "
+                                         r"Pass the path in quotes"):
+        check_video(123)
+    with pytest.raises(InputError, match=r"^audio must be a file path .*; got list \['a.wav'\]"):
+        check_audio(["a.wav"])
+    with pytest.raises(InputError, match=r"^output must be a file path .*; got int 7"):
+        output_path_for(7, tmp_path / "v.mp4", tmp_path / "a.wav")
+    with pytest.raises(InputError, match=r"^video must be a file path .*; got int 123"):
+        prepare_avatar(123, tmp_path / "avatar")

@@ -290,6 +290,19 @@ def test_a_clip_from_a_photo_counts_its_source_frame_in_the_singular():
     assert r.summary().startswith("(not written): 25 frames at 25 fps (1.00 s), source 1 frame, 0 without a face; ")
 
 
+def test_the_summary_gives_the_frames_duration_and_the_audios_when_it_is_longer():
+    """37 frames at 25 fps last 1.48 s (as the live session says); audio of 1.50 s is named beside it."""
+    from nbhelpers.config import InferenceConfig
+    from nbhelpers.result import ClipResult
+
+    r = ClipResult(output=None, n_frames=37, source_frames=1, no_face_frames=0, fps=25, duration_s=1.5,
+                   config=InferenceConfig(), backend="dlib", timings={}, wall_s=2.0)
+    assert r.summary().startswith("(not written): 37 frames at 25 fps (1.48 s, audio 1.50 s), source 1 frame, ")
+    live = ClipResult(output=None, n_frames=37, source_frames=1, no_face_frames=0, fps=25, duration_s=1.48,
+                      config=InferenceConfig(), backend="dlib", timings={}, wall_s=2.0, kind="stream")
+    assert live.summary().startswith("(not written): 37 frames at 25 fps (1.48 s), source 1 frame, ")
+
+
 def test_side_by_side_shows_both(clip, tmp_path):
     photo = tmp_path / "face.png"
     photo.write_bytes(ui.first_frame_png(clip))

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from .. import gpu, media
-from ..checks import speech_frames, warn_if_silent
+from ..checks import check_path_type, speech_frames, warn_if_silent
 from ..config import InferenceConfig
 from ..constants import FPS, SAMPLE_RATE
 from ..engine import SourceFaces, Timings, flush_denormals, render, run
@@ -218,6 +218,10 @@ class Avatar:
         """
         t0 = time.perf_counter()
         timings = Timings()
+        if not isinstance(audio, np.ndarray):
+            check_path_type(audio, "audio")
+        if output is not None and output is not False:
+            check_path_type(output, "output")
         if output is None:
             name = Path(audio).stem if not isinstance(audio, np.ndarray) else "clip"
             output = self.directory / "vid_output" / f"{name}.mp4"

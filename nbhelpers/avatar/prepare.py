@@ -15,7 +15,15 @@ from typing import Any
 import numpy as np
 
 from .. import blending, faces, gpu, latents, media, restore, weights
-from ..checks import check_boxes, check_face, check_video, check_weights_dir, given_boxes, no_face_in_rotated_video
+from ..checks import (
+    check_boxes,
+    check_face,
+    check_path_type,
+    check_video,
+    check_weights_dir,
+    given_boxes,
+    no_face_in_rotated_video,
+)
 from ..config import InferenceConfig
 from ..engine import Timings, flush_denormals
 from ..errors import CacheError, InputError, NoFaceError
@@ -77,6 +85,7 @@ def prepare_avatar(video: str | os.PathLike, directory: str | os.PathLike, pipe:
     weights_path = _weights_path(pipe, weights_dir)
     if directory.exists() and not directory.is_dir():
         raise InputError(f"directory {str(directory)!r} is a file; give a folder for the avatar (it is created).")
+    check_path_type(video, "video")
     video_path = Path(video)
     if not video_path.is_file():
         raise InputError(f"video {str(video_path)!r} does not exist; give the path of a face video or photo.")

@@ -50,8 +50,8 @@ class Parser(argparse.ArgumentParser):
             low = f.metadata.get("ge", f.metadata.get("gt"))
             dash = any(w in kinds(f) for w in ("int", "float")) and (low is None or low < 0)
             message = (f"{flag(f)} needs a value: {cli_terms(rule(f))} ({f.metadata['help']})."
-                       + (f" A value that starts with '-' goes after '=', as in {flag(f)}={max(low or -10, -10):g}; "
-                          "after a space it is read as another option." if dash else ""))
+                       + (" A value after a space that starts with '-' and is not a number is read as another "
+                          f"option; write it after '=', as in {flag(f)}={max(low or -10, -10):g}." if dash else ""))
         super().error(message)
 
 
