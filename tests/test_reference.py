@@ -7,6 +7,7 @@ the ``gpu`` tests at the end."""
 from __future__ import annotations
 
 import ast
+import contextlib
 import itertools
 from pathlib import Path
 
@@ -216,40 +217,58 @@ def full_weights() -> str:
     return folder
 
 
+@contextlib.contextmanager
+def exact_fp32():
+    """Full float32 maths in cuDNN's convolutions and cuBLAS's matmuls (torch lets cuDNN use TF32, 10 mantissa bits,
+    by default on Ampere and newer); the previous settings restored after."""
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("fp16", [False, True], ids=["fp32", "fp16"])
-def test_full_size_weights_on_cuda_give_the_reference_frames(fp16, clip, clip_with_gaps, speech, tmp_path):
+@pytest.mark.parametrize("fp16, batch", [(False, 8), (True, 1)], ids=["fp32-batch8", "fp16-batch1"])
+def test_full_size_weights_on_cuda_give_the_reference_frames(fp16, batch, clip, clip_with_gaps, speech, tmp_path):
     """The offline job (two source frames without a face), an avatar clip and a live session with
-    context="segment", on full-size random weights in the GPU's batches, each against the loop's frames."""
+    context="segment", on full-size random weights on CUDA, each against the loop's frames, eager (compiled code is
+    test_compile's). fp32 runs the GPU's batches in full float32. fp16 runs one frame a batch, as the loop does:
+    fp16 kernels for other batch sizes round differently, and random full-size weights magnify that past a level
+    (trained weights do not: the parity comparisons with the official code batch)."""
     from nbhelpers import InferenceConfig, MuseTalkPipeline, media, prepare_avatar
     from nbhelpers.live import LiveConfig, LiveSession
 
-    config = InferenceConfig(device="cuda", fp16=fp16, batch_size=8, landmark_backend="boxes")
+    config = InferenceConfig(device="cuda", fp16=fp16, batch_size=batch, landmark_backend="boxes", compile="off")
     pipe = MuseTalkPipeline.from_pretrained(full_weights(), config)
     waveform, worst = media.load_audio(speech), {}
 
-    gaps = [None if j in (1, 2) else BOX for j in range(4)]
-    got, keep = collector()
-    result = pipe.lipsync(clip_with_gaps, speech, tmp_path / "job.mp4", config=config, frame_callback=keep, boxes=gaps)
-    ref = run_reference(pipe, list(media.load_video(clip_with_gaps)), waveform, config, boxes=gaps)
-    assert result.no_face_frames == 2 and len(ref) == 7
-    worst["offline"] = max_difference(ref, in_order(got))
+    with exact_fp32():
+        gaps = [None if j in (1, 2) else BOX for j in range(4)]
+        got, keep = collector()
+        result = pipe.lipsync(clip_with_gaps, speech, tmp_path / "job.mp4", config=config, frame_callback=keep,
+                              boxes=gaps)
+        ref = run_reference(pipe, list(media.load_video(clip_with_gaps)), waveform, config, boxes=gaps)
+        assert result.no_face_frames == 2 and len(ref) == 7
+        worst["offline"] = max_difference(ref, in_order(got))
 
-    ref = run_reference(pipe, list(media.load_video(clip)), waveform, config, boxes=[BOX] * 4)
-    avatar = prepare_avatar(clip, tmp_path / "avatar", pipe, config=config, boxes=BOX)
-    try:
-        got, keep = collector()
-        avatar.generate(waveform, output=False, frame_callback=keep)
-        worst["avatar"] = max_difference(ref, in_order(got))
-        got, keep = collector()
-        session = LiveSession(avatar, LiveConfig(context="segment", threaded=False, silence=None, hop=3,
-                                                 warm_up=False), on_frame=keep)
-        for start, stop in itertools.pairwise([0, 700, 2500, len(waveform)]):
-            session.push(waveform[start:stop], 16000)
-        session.close()
-        worst["live"] = max_difference(ref, in_order(got))
-    finally:
-        avatar.close()
+        ref = run_reference(pipe, list(media.load_video(clip)), waveform, config, boxes=[BOX] * 4)
+        avatar = prepare_avatar(clip, tmp_path / "avatar", pipe, config=config, boxes=BOX)
+        try:
+            got, keep = collector()
+            avatar.generate(waveform, output=False, frame_callback=keep)
+            worst["avatar"] = max_difference(ref, in_order(got))
+            got, keep = collector()
+            session = LiveSession(avatar, LiveConfig(context="segment", threaded=False, silence=None,
+                                                     hop=min(batch, 3), warm_up=False), on_frame=keep)
+            for start, stop in itertools.pairwise([0, 700, 2500, len(waveform)]):
+                session.push(waveform[start:stop], 16000)
+            session.close()
+            worst["live"] = max_difference(ref, in_order(got))
+        finally:
+            avatar.close()
+    print(f"largest difference from the loop, levels: {worst}")
     assert max(worst.values()) <= TOLERANCE, worst
 
 
