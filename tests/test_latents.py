@@ -251,6 +251,17 @@ def test_decode_scaling_on_a_constant_latent():
     assert bool((out == out[:, :1, :1, :1]).all())
 
 
+def test_decode_hands_the_decoder_nchw_latents_when_the_unet_returns_channels_last():
+    """A channels-last UNet returns channels-last latents; the decoder's compiled code is made for NCHW input, and a
+    call with other strides would not match it (nbhelpers.gpu.compile signatures include strides)."""
+    vae = RecordingVAE()
+    latents = torch.randn(3, 4, 32, 32).contiguous(memory_format=torch.channels_last)
+    assert not latents.is_contiguous()
+    decode(latents, vae)
+    assert vae.decoded[0].is_contiguous()
+    torch.testing.assert_close(vae.decoded[0], (1 / SCALE) * latents, rtol=0, atol=0)
+
+
 def half_values(parity: int) -> list[tuple[float, int]]:
     """Decoder outputs x for which float32 (x / 2 + 0.5) * 255 is exactly k + 0.5 with k of the given parity."""
     found = []

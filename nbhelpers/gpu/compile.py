@@ -120,10 +120,10 @@ class _Dispatch:
             return self.eager(*args, **kwargs)
         sig = _signature(args, kwargs)
         fn = self.compiled.get(False) if sig in self.ready else None
+        any_batch = None  # the signature with a dynamic batch, made at most once a call
         if fn is None and True in self.compiled:
-            fn = self.compiled[True] if _signature(args, kwargs, True) in self.ready else None
-        if self.dynamic_batch:
-            sig = _signature(args, kwargs, True)
+            any_batch = _signature(args, kwargs, True)
+            fn = self.compiled[True] if any_batch in self.ready else None
         if fn is not None and not _fx_tracing():
             try:
                 out = fn(*args, **kwargs)
@@ -134,6 +134,8 @@ class _Dispatch:
                 self.calls["compiled"] += 1
                 return out
         self.calls["eager"] += 1
+        if self.dynamic_batch:
+            sig = any_batch or _signature(args, kwargs, True)
         if sig not in self.asked and not sig[-1]:  # autograd on: never compiled
             self.seen[sig] = self.seen.get(sig, 0) + 1
             if self.seen[sig] >= AUTO_REQUEST_AFTER:
