@@ -96,8 +96,7 @@ def check_setup(installs: InstallReport | None = None, backend: Any = None) -> s
         raise ResultCheckError(f"{row.name} {row.installed} is below {row.requirement}; it is a protected package "
                                "(the workbook never upgrades it, so as not to break the runtime's own stack): "
                                f"upgrade it yourself, or use a runtime that has {row.requirement}.")
-    satisfied = sum(row.action == "ok" for row in now.rows)
-    checked = [f"{satisfied} requirement{'s' if satisfied != 1 else ''} satisfied"]
+    checked = [f"{plural(sum(row.action == 'ok' for row in now.rows), 'requirement')} satisfied"]
     if optional:
         checked.append(f"{', '.join(sorted(optional))} not needed by the {backend_name} backend")
     try:

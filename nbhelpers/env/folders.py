@@ -197,8 +197,7 @@ def keep_audio(audio: str | os.PathLike, mode: str | None = None) -> Path:
 def _demo(folder: Path) -> tuple[Path, Path]:
     from .. import media  # numpy
 
-    photo, speech = media.demo_inputs(folder)
-    return Path(photo), Path(speech)
+    return media.demo_inputs(folder)
 
 
 def sample_audios(mode: str | None = None, *, seconds: float = CI_CLIP_SECONDS) -> list[Path]:
@@ -223,8 +222,7 @@ def default_config(mode: str | None = None, **changes: Any):
     """
     mode = run_mode(mode)
     base = {"landmark_backend": "dlib", "device": "cpu"} if mode == "ci" else {}
-    base.update(changes)
-    return InferenceConfig(**base)
+    return InferenceConfig(**{**base, **changes})
 
 
 def plan(kind: str = "lipsync", mode: str | None = None, **changes: Any):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import html
 import importlib
 import importlib.metadata as metadata
@@ -21,10 +22,8 @@ from .modes import _DISTS, ALTERNATIVES, NEVER_INSTALL, PROTECTED, _ShownAsText
 def package_version(*dists: str) -> str | None:
     """The installed version of the first installed of ``dists`` (from the metadata, no import); None if none is."""
     for name in dists:
-        try:
+        with contextlib.suppress(metadata.PackageNotFoundError):
             return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
     return None
 
 
@@ -34,12 +33,8 @@ def restart_reasons() -> list[str]:
     """
     reasons = []
     for module_name, dists in _DISTS.items():
-        module = sys.modules.get(module_name)
-        if module is None:
-            continue
-        imported = str(getattr(module, "__version__", "") or "")
-        installed = package_version(*dists)
-        if imported and installed and not _same_version(imported, installed):
+        imported = str(getattr(sys.modules.get(module_name), "__version__", "") or "")  # "": not imported
+        if imported and (installed := package_version(*dists)) and not _same_version(imported, installed):
             reasons.append(f"{module_name} {imported} is imported but {installed} is installed")
     return reasons
 

@@ -52,25 +52,16 @@ class Source:
 
     def describe(self) -> str:
         """One line naming the source, e.g. ``hub TMElyralab/MuseTalk: musetalkV15/unet.pth``."""
-        if self.kind == "hub":
-            where = f" via {self.endpoint}" if self.endpoint else ""
-            return f"hub {self.repo}: {self.filename}{where}"
-        if self.kind == "gdrive":
-            return f"Google Drive id {self.id}"
-        if self.kind == "url":
-            return f"URL {self.url}"
-        return f"bundled nbhelpers/configs/{self.resource}"
+        via = f" via {self.endpoint}" if self.endpoint else ""
+        return {"hub": f"hub {self.repo}: {self.filename}{via}", "gdrive": f"Google Drive id {self.id}",
+                "url": f"URL {self.url}"}.get(self.kind, f"bundled nbhelpers/configs/{self.resource}")
 
     def address(self) -> str:
         """A URL a person can open in a browser to fetch the file by hand."""
-        if self.kind == "hub":
-            endpoint = (self.endpoint or hub_endpoint()).rstrip("/")
-            return f"{endpoint}/{self.repo}/resolve/{self.revision}/{self.filename}"
-        if self.kind == "gdrive":
-            return f"https://drive.google.com/uc?id={self.id}"
-        if self.kind == "url":
-            return self.url
-        return f"nbhelpers/configs/{self.resource}"
+        endpoint = (self.endpoint or hub_endpoint()).rstrip("/")
+        return {"hub": f"{endpoint}/{self.repo}/resolve/{self.revision}/{self.filename}",
+                "gdrive": f"https://drive.google.com/uc?id={self.id}",
+                "url": self.url}.get(self.kind, f"nbhelpers/configs/{self.resource}")
 
 
 def hub_endpoint() -> str:
