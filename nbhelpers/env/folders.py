@@ -129,11 +129,9 @@ def workbook_inputs(mode: str | None = None, video: str | os.PathLike | None = N
     uploaded = [Path(p) for p in uploads]
     audios = [p for p in uploaded if p.suffix.lower() in AUDIO_SUFFIXES]
     others = [p for p in uploaded if p not in audios]
-    video = Path(video).expanduser() if video else (others[0] if others else None)
-    if audio:
-        audio = Path(audio).expanduser()
-    else:  # an uploaded audio file, else the second of the other uploads
-        audio = audios[0] if audios else (others[1] if len(others) > 1 else None)
+    video = Path(video).expanduser() if video else next(iter(others), None)
+    # an uploaded audio file, else the second of the other uploads
+    audio = Path(audio).expanduser() if audio else next(iter(audios + others[1:]), None)
     if video is None or audio is None:
         default_video, default_audio = _default_inputs(mode, seconds)
         return video or default_video, audio or default_audio

@@ -265,10 +265,8 @@ class Manifest(tuple):
         ``files`` (names or layout paths), each once, in manifest order; InputError listing the valid ones for an
         unknown set or file name.
         """
-        if isinstance(sets, str):
-            sets = [sets]
-        if isinstance(files, str):
-            files = [files]
+        files = [files] if isinstance(files, str) else files
+        sets = [sets] if isinstance(sets, str) else sets
         sets = (DEFAULT_SETS if not files else ()) if sets is None else sets
         wanted: set[str] = set()
         for s in sets:
