@@ -215,6 +215,7 @@ def install_missing(requirements: str | os.PathLike | Sequence[str] | None = Non
     """
     from packaging.markers import default_environment
     from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
 
     environment = default_environment()
     rows: list[InstallRow] = []
@@ -224,7 +225,7 @@ def install_missing(requirements: str | os.PathLike | Sequence[str] | None = Non
             req = Requirement(line)
         except InvalidRequirement as exc:
             raise InputError(f"requirement {line!r} cannot be parsed ({exc}); write it as 'name>=version'.") from exc
-        name = re.sub(r"[-_.]+", "-", req.name).lower()  # the normalised distribution name (PEP 503)
+        name = canonicalize_name(req.name)  # PEP 503: "Imageio_FFmpeg" -> "imageio-ffmpeg"
         installed = package_version(req.name)
         if req.marker is not None and not req.marker.evaluate(environment):
             rows.append(InstallRow(name, line, installed, "skipped", f"marker {req.marker} does not apply"))

@@ -229,17 +229,15 @@ def _inspect_json(path: Path, size: int, head: bytes) -> Inspection:
 
 
 def _varint(f: Any) -> int | None:
-    shift = value = 0
-    while True:
+    value = 0
+    for shift in range(0, 64, 7):
         b = f.read(1)
         if not b:
             return None
         value |= (b[0] & 0x7F) << shift
         if not b[0] & 0x80:
             return value
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint too long")
+    raise ValueError("varint too long")
 
 
 def _inspect_onnx(path: Path, size: int, head: bytes) -> Inspection:
@@ -247,10 +245,7 @@ def _inspect_onnx(path: Path, size: int, head: bytes) -> Inspection:
     fields = 0
     with open(path, "rb") as f:
         try:
-            while f.tell() < size:
-                tag = _varint(f)
-                if tag is None:
-                    break
+            while (tag := _varint(f)) is not None:  # None: the end of the file
                 field, wire = tag >> 3, tag & 7
                 if field == 0 or field > 100:
                     return onnx(CORRUPT, f"not an ONNX protobuf (field number {field} at byte {f.tell()})")
