@@ -94,10 +94,7 @@ def shared_data_dir() -> Path | None:
     """
     env = os.environ.get("NBHELPERS_SHARED_DATA")
     candidates = [Path(env).expanduser()] if env else [p / "shared" / "data" for p in (Path.cwd(), *Path.cwd().parents)]
-    for folder in candidates:
-        if (folder / SHARED_VIDEO).is_file():
-            return folder
-    return None
+    return next((folder for folder in candidates if (folder / SHARED_VIDEO).is_file()), None)
 
 
 def _ffmpeg() -> str:

@@ -336,9 +336,6 @@ class _Report:
     def __str__(self) -> str:
         return self._summary() + "\n" + text_table(self._HEADERS, self._rows())
 
-    def __repr__(self) -> str:
-        return str(self)
-
     def _repr_html_(self) -> str:
         styles = self._styles()
         out = ['<table style="border-collapse:collapse;font-size:90%">',
