@@ -16,13 +16,13 @@ from .modes import _SESSION_START, ResultCheckError
 
 
 def check_result(result: Any, *, frames: int | None = None, duration_s: float | None = None,
-                 from_cache: bool | None = None, min_rows: int | None = None, since: float | None = None) -> str:
+                 from_cache: bool | None = None, min_rows: int = 1, since: float | None = None) -> str:
     """The final cell's check that this run produced its ``result``; returns a one-line summary of what was checked.
 
     A path, an ``output`` path or a :class:`~nbhelpers.media.MediaInfo`: the file exists, was written after
     ``since`` (default: this session), has ``frames`` (default: the result's ``n_frames``) and lasts ``duration_s``
     within one frame. An avatar (``loaded_from_cache``): it equals ``from_cache`` when given and has frames. Anything
-    with rows or a length: at least ``min_rows`` (default 1). ResultCheckError when a check fails, naming it, the
+    with rows or a length: at least ``min_rows``. ResultCheckError when a check fails, naming it, the
     value and what to look at.
     """
     checked: list[str] = []
@@ -50,9 +50,8 @@ def check_result(result: Any, *, frames: int | None = None, duration_s: float | 
         except TypeError:
             raise ResultCheckError(f"cannot check a result of type {type(result).__name__}: it has no output "
                                    "file, no avatar cache flag and no rows.") from None
-        need = 1 if min_rows is None else min_rows
-        if count < need:
-            raise ResultCheckError(f"the table has {count} rows; expected at least {need}.")
+        if count < min_rows:
+            raise ResultCheckError(f"the table has {count} rows; expected at least {min_rows}.")
         checked.append(f"table with {count} rows")
     return "OK: " + "; ".join(checked)
 
@@ -96,8 +95,7 @@ def check_setup(installs: InstallReport | None = None, backend: Any = None) -> s
         raise ResultCheckError(f"{row.name} {row.installed} is below {row.requirement}; it is a protected package "
                                "(the workbook never upgrades it, so as not to break the runtime's own stack): "
                                f"upgrade it yourself, or use a runtime that has {row.requirement}.")
-    satisfied = sum(row.action == "ok" for row in now.rows)
-    checked = [f"{satisfied} requirement{'s' if satisfied != 1 else ''} satisfied"]
+    checked = [f"{plural(sum(row.action == 'ok' for row in now.rows), 'requirement')} satisfied"]
     if optional:
         checked.append(f"{', '.join(sorted(optional))} not needed by the {backend_name} backend")
     try:

@@ -94,10 +94,7 @@ def shared_data_dir() -> Path | None:
     """
     env = os.environ.get("NBHELPERS_SHARED_DATA")
     candidates = [Path(env).expanduser()] if env else [p / "shared" / "data" for p in (Path.cwd(), *Path.cwd().parents)]
-    for folder in candidates:
-        if (folder / SHARED_VIDEO).is_file():
-            return folder
-    return None
+    return next((folder for folder in candidates if (folder / SHARED_VIDEO).is_file()), None)
 
 
 def _ffmpeg() -> str:
@@ -129,11 +126,9 @@ def workbook_inputs(mode: str | None = None, video: str | os.PathLike | None = N
     uploaded = [Path(p) for p in uploads]
     audios = [p for p in uploaded if p.suffix.lower() in AUDIO_SUFFIXES]
     others = [p for p in uploaded if p not in audios]
-    video = Path(video).expanduser() if video else (others[0] if others else None)
-    if audio:
-        audio = Path(audio).expanduser()
-    else:  # an uploaded audio file, else the second of the other uploads
-        audio = audios[0] if audios else (others[1] if len(others) > 1 else None)
+    video = Path(video).expanduser() if video else next(iter(others), None)
+    # an uploaded audio file, else the second of the other uploads
+    audio = Path(audio).expanduser() if audio else next(iter(audios + others[1:]), None)
     if video is None or audio is None:
         default_video, default_audio = _default_inputs(mode, seconds)
         return video or default_video, audio or default_audio
@@ -197,8 +192,7 @@ def keep_audio(audio: str | os.PathLike, mode: str | None = None) -> Path:
 def _demo(folder: Path) -> tuple[Path, Path]:
     from .. import media  # numpy
 
-    photo, speech = media.demo_inputs(folder)
-    return Path(photo), Path(speech)
+    return media.demo_inputs(folder)
 
 
 def sample_audios(mode: str | None = None, *, seconds: float = CI_CLIP_SECONDS) -> list[Path]:
@@ -223,8 +217,7 @@ def default_config(mode: str | None = None, **changes: Any):
     """
     mode = run_mode(mode)
     base = {"landmark_backend": "dlib", "device": "cpu"} if mode == "ci" else {}
-    base.update(changes)
-    return InferenceConfig(**base)
+    return InferenceConfig(**{**base, **changes})
 
 
 def plan(kind: str = "lipsync", mode: str | None = None, **changes: Any):

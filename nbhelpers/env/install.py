@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import html
 import importlib
 import importlib.metadata as metadata
@@ -21,10 +22,8 @@ from .modes import _DISTS, ALTERNATIVES, NEVER_INSTALL, PROTECTED, _ShownAsText
 def package_version(*dists: str) -> str | None:
     """The installed version of the first installed of ``dists`` (from the metadata, no import); None if none is."""
     for name in dists:
-        try:
+        with contextlib.suppress(metadata.PackageNotFoundError):
             return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
     return None
 
 
@@ -34,12 +33,8 @@ def restart_reasons() -> list[str]:
     """
     reasons = []
     for module_name, dists in _DISTS.items():
-        module = sys.modules.get(module_name)
-        if module is None:
-            continue
-        imported = str(getattr(module, "__version__", "") or "")
-        installed = package_version(*dists)
-        if imported and installed and not _same_version(imported, installed):
+        imported = str(getattr(sys.modules.get(module_name), "__version__", "") or "")  # "": not imported
+        if imported and (installed := package_version(*dists)) and not _same_version(imported, installed):
             reasons.append(f"{module_name} {imported} is imported but {installed} is installed")
     return reasons
 
@@ -220,6 +215,7 @@ def install_missing(requirements: str | os.PathLike | Sequence[str] | None = Non
     """
     from packaging.markers import default_environment
     from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
 
     environment = default_environment()
     rows: list[InstallRow] = []
@@ -229,7 +225,7 @@ def install_missing(requirements: str | os.PathLike | Sequence[str] | None = Non
             req = Requirement(line)
         except InvalidRequirement as exc:
             raise InputError(f"requirement {line!r} cannot be parsed ({exc}); write it as 'name>=version'.") from exc
-        name = re.sub(r"[-_.]+", "-", req.name).lower()  # the normalised distribution name (PEP 503)
+        name = canonicalize_name(req.name)  # PEP 503: "Imageio_FFmpeg" -> "imageio-ffmpeg"
         installed = package_version(req.name)
         if req.marker is not None and not req.marker.evaluate(environment):
             rows.append(InstallRow(name, line, installed, "skipped", f"marker {req.marker} does not apply"))

@@ -66,9 +66,7 @@ def run_mode(mode: str | None = None) -> str:
     source = "mode"
     if mode is None or mode == "":
         mode, source = os.environ.get("NBHELPERS_MODE", ""), "NBHELPERS_MODE"
-    mode = str(mode).strip().lower()
-    if not mode:
-        mode = "colab" if in_colab() else "local"
+    mode = str(mode).strip().lower() or ("colab" if in_colab() else "local")
     if mode not in MODES:
         raise InputError(f"{source} must be one of {', '.join(MODES)}; got {mode!r}. Unset it for automatic "
                          "detection, or set NBHELPERS_MODE=ci to run the notebooks as the tests do.")

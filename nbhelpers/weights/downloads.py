@@ -105,18 +105,14 @@ class _Rejected(Exception):
 
 
 class _Skipped(Exception):
-    """A source cannot be used here (offline mode, package missing): try the next one, no retry."""
-
-
-class _Unreachable(_Skipped):
-    """The source's host does not resolve or accept connections: skip it for every file of this download."""
+    """A source cannot be used here (offline mode, package missing, host unreachable): try the next one, no retry."""
 
 
 _HOSTS: dict[tuple[str, int], str] = {}  # (host, port) -> "" when reachable, else the reason (per download call)
 
 
 def _check_host(url: str, timeout_s: float = 5.0) -> None:
-    """Raise :class:`_Unreachable` when ``url``'s host cannot be resolved or connected to (checked once per host), so
+    """Raise :class:`_Skipped` when ``url``'s host cannot be resolved or connected to (checked once per host), so
     that a machine with no route does not wait through the hub client's retries for every file.
     """
     import socket
@@ -131,7 +127,7 @@ def _check_host(url: str, timeout_s: float = 5.0) -> None:
         except OSError as exc:
             _HOSTS[key] = f"{host} cannot be reached from this machine ({exc.strerror or exc})"
     if _HOSTS[key]:
-        raise _Unreachable(_HOSTS[key])
+        raise _Skipped(_HOSTS[key])
 
 
 def _permanent(exc: BaseException) -> bool:
@@ -179,13 +175,13 @@ def _fetch_hub(source: Source, root: Path) -> tuple[Path, int | None, str | None
     endpoint = source.endpoint.rstrip("/") if source.endpoint else None
     size = sha = None
     commit = ""
-    try:  # the LFS oid is the sha256 of the file; paths-info states it explicitly
+    # The LFS oid is the sha256 of the file; paths-info states it explicitly. Mirrors may lack this API: the HEAD
+    # below still gives size and etag.
+    with contextlib.suppress(Exception):
         api = hf.HfApi(endpoint=endpoint, token=token)
         info = api.get_paths_info(source.repo, [source.filename], revision=source.revision)
         if info:
             size, sha = getattr(info[0], "size", None), getattr(getattr(info[0], "lfs", None), "sha256", None)
-    except Exception:  # noqa: BLE001, S110 - mirrors may lack this API; the HEAD below still gives size and etag
-        pass
     try:
         url = hf.hf_hub_url(source.repo, source.filename, revision=source.revision, endpoint=endpoint)
         meta = hf.get_hf_file_metadata(url, token=token)
@@ -309,7 +305,7 @@ def _accept(entry: WeightFile, staged: Path, size: int | None, sha: str | None) 
     return "; ".join(notes)
 
 
-def _download_one(entry: WeightFile, root: Path, state: _State, replacing: str) -> DownloadRow:
+def _download_one(entry: WeightFile, root: Path, state: _State, replacing: bool) -> DownloadRow:
     start = time.monotonic()
     errors: list[str] = []
     target = root / entry.path
@@ -338,9 +334,7 @@ def _download_one(entry: WeightFile, root: Path, state: _State, replacing: str) 
             target.parent.mkdir(parents=True, exist_ok=True)
             os.replace(staged, target)
             st = target.stat()
-            known_size = size
-            if known_size is None and sha:
-                known_size = st.st_size
+            known_size = st.st_size if size is None and sha else size  # a file that matched its sha256 is whole
             state.record_facts(entry.path, known_size, sha, where)
             if sha:
                 state.record_sha256(entry.path, st, sha)
@@ -398,18 +392,12 @@ def download(directory: str | os.PathLike | None = None, sets: str | Sequence[st
     root = Path(directory).expanduser() if directory is not None else default_dir()
     state = _State(root)
     _HOSTS.clear()
-    rows: list[DownloadRow] = []
-    todo: list[tuple[WeightFile, str]] = []
-    for entry in entries:
-        check = _check(entry, root, state, deep=False)
-        if check.state in (OK, UNVERIFIABLE):
-            rows.append(DownloadRow(entry.name, check.path, "present", "", check.size, 0.0, check.detail))
-        else:
-            if check.state != MISSING:
-                warnings.warn(f"{root / check.path} is {check.state} ({check.detail}); downloading it again",
-                              NbHelpersWarning, stacklevel=2)
-            todo.append((entry, "" if check.state == MISSING else check.state))
-            rows.append(None)  # type: ignore[arg-type]  # filled below, keeping manifest order
+    checks = [(entry, _check(entry, root, state, deep=False)) for entry in entries]
+    todo = [(entry, check) for entry, check in checks if check.state not in (OK, UNVERIFIABLE)]
+    for _, check in todo:
+        if check.state != MISSING:
+            warnings.warn(f"{root / check.path} is {check.state} ({check.detail}); downloading it again",
+                          NbHelpersWarning, stacklevel=2)
     if todo:
         try:
             root.mkdir(parents=True, exist_ok=True)
@@ -422,8 +410,9 @@ def download(directory: str | os.PathLike | None = None, sets: str | Sequence[st
                                f"or bad: {names}. Choose a writable folder: set {ENV_VAR} or pass directory=, "
                                "or ask the owner of the shared folder to run the download.") from exc
         before = {p for p in root.rglob("*") if p.is_dir()}
-        done = iter(_download_one(e, root, state, why) for e, why in todo)
-        rows = [row if row is not None else next(done) for row in rows]
+    rows = [DownloadRow(entry.name, check.path, "present", "", check.size, 0.0, check.detail)
+            if check.state in (OK, UNVERIFIABLE) else _download_one(entry, root, state, check.state != MISSING)
+            for entry, check in checks]
     if any(r.action == "failed" for r in rows):  # a bundled config copy alone would look like a half-present set
         for k, row in enumerate(rows):
             if row.action == "downloaded" and row.source.startswith("bundled"):

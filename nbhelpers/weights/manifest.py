@@ -52,25 +52,16 @@ class Source:
 
     def describe(self) -> str:
         """One line naming the source, e.g. ``hub TMElyralab/MuseTalk: musetalkV15/unet.pth``."""
-        if self.kind == "hub":
-            where = f" via {self.endpoint}" if self.endpoint else ""
-            return f"hub {self.repo}: {self.filename}{where}"
-        if self.kind == "gdrive":
-            return f"Google Drive id {self.id}"
-        if self.kind == "url":
-            return f"URL {self.url}"
-        return f"bundled nbhelpers/configs/{self.resource}"
+        via = f" via {self.endpoint}" if self.endpoint else ""
+        return {"hub": f"hub {self.repo}: {self.filename}{via}", "gdrive": f"Google Drive id {self.id}",
+                "url": f"URL {self.url}"}.get(self.kind, f"bundled nbhelpers/configs/{self.resource}")
 
     def address(self) -> str:
         """A URL a person can open in a browser to fetch the file by hand."""
-        if self.kind == "hub":
-            endpoint = (self.endpoint or hub_endpoint()).rstrip("/")
-            return f"{endpoint}/{self.repo}/resolve/{self.revision}/{self.filename}"
-        if self.kind == "gdrive":
-            return f"https://drive.google.com/uc?id={self.id}"
-        if self.kind == "url":
-            return self.url
-        return f"nbhelpers/configs/{self.resource}"
+        endpoint = (self.endpoint or hub_endpoint()).rstrip("/")
+        return {"hub": f"{endpoint}/{self.repo}/resolve/{self.revision}/{self.filename}",
+                "gdrive": f"https://drive.google.com/uc?id={self.id}",
+                "url": self.url}.get(self.kind, f"nbhelpers/configs/{self.resource}")
 
 
 def hub_endpoint() -> str:
@@ -274,10 +265,8 @@ class Manifest(tuple):
         ``files`` (names or layout paths), each once, in manifest order; InputError listing the valid ones for an
         unknown set or file name.
         """
-        if isinstance(sets, str):
-            sets = [sets]
-        if isinstance(files, str):
-            files = [files]
+        files = [files] if isinstance(files, str) else files
+        sets = [sets] if isinstance(sets, str) else sets
         sets = (DEFAULT_SETS if not files else ()) if sets is None else sets
         wanted: set[str] = set()
         for s in sets:
@@ -346,9 +335,6 @@ class _Report:
 
     def __str__(self) -> str:
         return self._summary() + "\n" + text_table(self._HEADERS, self._rows())
-
-    def __repr__(self) -> str:
-        return str(self)
 
     def _repr_html_(self) -> str:
         styles = self._styles()

@@ -44,6 +44,7 @@ from .manifest import (
     _Report,
     default_dir,
     is_tiny,
+    missing_files,
     required_files,
 )
 
@@ -312,8 +313,7 @@ def _auto_landmark_sets(root: Path) -> tuple[str, ...]:
             installed = importlib.util.find_spec(module) is not None
         except (ImportError, ValueError):
             installed = False
-        entries = MANIFEST.select(_LANDMARK_SETS[backend])
-        if installed and all(any((root / q).is_file() for q in (e.path, *e.alternates)) for e in entries):
+        if installed and not missing_files(root, [e.path for e in MANIFEST.select(_LANDMARK_SETS[backend])]):
             return _LANDMARK_SETS[backend]
     return ()
 
