@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+import operator
 import os
 import re
 from collections.abc import Iterator
@@ -128,15 +129,14 @@ def _checked(f: dataclasses.Field, value: Any) -> Any:
             value = int(value) if "int" in words and isinstance(value, numbers.Integral) else float(value)
         except OverflowError:  # an int beyond a float's range
             raise refusal(f, value) from None
-        if not math.isfinite(value) or any(k in m and not test(value, m[k]) for k, test in _BOUNDS):
+        if not math.isfinite(value) or any(k in m and not test(value, m[k]) for k, test in _BOUNDS.items()):
             raise refusal(f, value)
     if "pattern" in m and isinstance(value, str) and not re.fullmatch(m["pattern"], value):
         raise refusal(f, value)
     return value
 
 
-_BOUNDS = (("ge", lambda v, b: v >= b), ("gt", lambda v, b: v > b), ("le", lambda v, b: v <= b),
-           ("lt", lambda v, b: v < b))
+_BOUNDS = {"ge": operator.ge, "gt": operator.gt, "le": operator.le, "lt": operator.lt}
 
 
 def check(config: Any) -> None:

@@ -111,10 +111,8 @@ def snap_batch(n: float) -> int:
     """Snap a batch size ``n`` (frames, any real) down to 1, 2 or a multiple of 4 (which includes realtime's 20)."""
     if not n >= 1:  # also catches NaN
         return 1
-    n = int(math.floor(min(n, 1 << 20)))
-    if n < 4:
-        return 2 if n >= 2 else 1
-    return n - n % 4
+    n = int(min(n, 1 << 20))
+    return n - n % 4 if n >= 4 else min(n, 2)
 
 
 def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = None, n_frames: int | None = None,
@@ -211,7 +209,7 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
         else:
             reasons["fp16"] = "fp32 on the CPU (half precision is slow or missing there)"
     else:
-        fp16 = bool(config.fp16) if config.fp16 is not None else False
+        fp16 = bool(config.fp16)
         reasons["fp16"] = ("user override" if config.fp16 is not None else
                            f"fp32 on {device} (no memory model for this device)")
 
@@ -242,8 +240,7 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
         auto, why = min(4, cap), f"{device} has no memory model: a conservative 4"
     if n_frames and auto > n_frames:
         auto, why = n_frames, f"{n_frames}: the whole job in one batch ({why})"
-    # `why` opens with the batch it explains ("4: fp32 on the CPU ..."): quoted after "would choose 4" without it
-    why_auto = why[len(f"{auto}: "):] if why.startswith(f"{auto}: ") else why
+    why_auto = why.removeprefix(f"{auto}: ")  # quoted after "the plan would choose {auto}"
     asked = None
     if config.batch_size is not None:
         batch = asked = int(config.batch_size)
@@ -260,8 +257,8 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
     peaks = {name: a + b * batch for name, (a, b) in stages.items()}
     predicted = max(peaks.values()) if on_cuda else None
     growing = {name: peak for name, peak in peaks.items() if stages[name][1] > 0}
-    worst = max(growing, key=growing.get) if growing else None
-    need = growing[worst] if worst is not None else 0.0
+    worst = max(growing, key=growing.get, default=None)
+    need = growing.get(worst, 0.0)
     if on_cuda and budget is not None:
         if worst is not None and need > budget:
             if config.batch_size is not None and batch > 1:
@@ -407,9 +404,7 @@ def report(device: str | int | None = None) -> GpuReport:
     verdict = "torch is not installed: run the setup cell first (Colab has torch preinstalled)"
     if rep.has_torch:
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", PlanWarning)
-                verdict = plan("lipsync", report=rep).verdict
+            verdict = plan("lipsync", report=rep, warn=False).verdict
         except Exception as exc:  # noqa: BLE001 - a display must never fail
             verdict = f"no plan could be made ({type(exc).__name__}: {exc})"
     return dataclasses.replace(rep, verdict=verdict)
