@@ -32,7 +32,6 @@ class MemoryModel:
     cap: :data:`CAP_REASONS` (the CPU's 4: a larger batch is no faster on 2 cores).
     """
 
-    core_weights_gib: float = 1.84  # UNet + VAE + Whisper weights (measured)
     core_fixed_gib: float = 1.87  # intercept and slope (per frame) of the core's measured peaks 3.06 / 4.25 /
     core_per_frame_gib: float = 0.149  # 6.62 GiB at UNet + VAE-decode batch 8 / 16 / 32
     vae_weights_gib: float = 0.16  # sd-vae-ft-mse (84 M parameters)

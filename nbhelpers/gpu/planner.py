@@ -200,7 +200,7 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
         cc_text = f"compute capability {cc[0]}.{cc[1]}" if cc else "compute capability unknown"
         reasons["fp16"] = (f"fp16 on CUDA ({cc_text}): halves weights and activations and is what the official "
                            "realtime path runs; bf16 is not used, the T4 (7.5) has no fast bf16")
-    elif on_cpu:
+    else:
         fp16 = False
         if config.fp16:
             reasons["fp16"] = "fp32: fp16 was asked but the device is the CPU, so it falls back to fp32"
@@ -208,10 +208,6 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
                          "convolutions on the CPU are slow or missing).")
         else:
             reasons["fp16"] = "fp32 on the CPU (half precision is slow or missing there)"
-    else:
-        fp16 = bool(config.fp16)
-        reasons["fp16"] = ("user override" if config.fp16 is not None else
-                           f"fp32 on {device} (no memory model for this device)")
 
     backend = str(landmark_backend or config.landmark_backend or "auto")
     # a face restorer (config.restore) runs between decode and paste-back: its share joins the generate stage, in
@@ -225,25 +221,21 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
         f"frame for the {restore} face restorer in "
         f"{'bfloat16' if restore_bf16 and restore != 'codeformer' else 'float32'}")
     cap = getattr(mm, f"cap_{kind}")
-    budget: float | None = None
     if on_cuda:
         budget, reasons["memory"] = _gpu_budget(rep, mm, float(loaded_gib))
         auto, why = _fit_batch(stages, budget, cap, kind, "fp16" if fp16 else "fp32", stage_note)
-    elif on_cpu:
+    else:
         budget, auto, why = _cpu_batch(rep, stages, mm, stage_note)
         reasons["memory"] = (f"host RAM: {budget:.1f} GiB usable ({mm.cpu_ram_fraction:.0%} of "
                              f"{rep.host_ram_available_gib:.1f} GiB available)" if budget is not None else
                              "host RAM unknown")
         notes.append(_cpu_time_note(kind, n_frames, source_frames, weights, backend, frame_size,
                                     size_note.replace(" (frame size not given)", "")))
-    else:
-        auto, why = min(4, cap), f"{device} has no memory model: a conservative 4"
     if n_frames and auto > n_frames:
         auto, why = n_frames, f"{n_frames}: the whole job in one batch ({why})"
     why_auto = why.removeprefix(f"{auto}: ")  # quoted after "the plan would choose {auto}"
-    asked = None
     if config.batch_size is not None:
-        batch = asked = int(config.batch_size)
+        batch = int(config.batch_size)
         reasons["batch_size"] = f"user override ({batch}); the plan would choose {auto} ({why_auto})"
         if n_frames and batch > n_frames:  # a batch is never longer than the job: say what is really used
             reasons["batch_size"] = (f"{n_frames}: user override ({batch}) is more than the job's {n_frames} "
@@ -273,6 +265,7 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
             notes.append(f"Face detection on full {frame_size[1]}x{frame_size[0]} frames (S3FD at batch 1) is "
                          f"predicted to need {peaks['faces']:.2f} GiB, above the {budget:.2f} GiB budget: use "
                          "landmark_backend='dlib' or a smaller video.")
+    asked = config.batch_size
     if on_cpu and asked is not None and batch > auto:  # a user batch above the plan's, as really run
         used = f"batch_size {asked} (user override" + (f", {batch} for this {n_frames}-frame job)" if batch != asked
                                                        else ")")
