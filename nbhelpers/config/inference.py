@@ -91,10 +91,8 @@ class InferenceConfig:
                                 help="feathering of the blend mask as a fraction of the face square: 0.05 offline "
                                      "(official), 0.1 realtime")
     encoder: str = setting("libx264", choices=ENCODERS, label="video encoder",
-                           labels={"libx264": "libx264 medium (official, CRF 18)", "libx264-fast": "libx264 fast",
-                                   "libx264-faster": "libx264 faster", "libx264-veryfast": "libx264 veryfast",
-                                   "libx264-superfast": "libx264 superfast",
-                                   "libx264-ultrafast": "libx264 ultrafast",
+                           labels={"libx264": "libx264 medium (official, CRF 18)",
+                                   **{c: c.replace("-", " ") for c in ENCODERS if c.startswith("libx264-")},
                                    "auto": "auto (NVENC if it works, else libx264 medium)", "nvenc": "NVENC (GPU)"},
                            source="scripts/inference.py:230-237 (libx264, CRF 18, preset medium)",
                            help="video encoder: libx264 (CRF 18, preset medium, the official), libx264-fast ... "

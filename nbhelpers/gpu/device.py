@@ -210,9 +210,7 @@ def _no_cuda_message(device: str) -> str:
 
 def check_device(device: str | None) -> None:
     """Stop a job whose ``device`` (``config.device``) names a CUDA device this runtime does not have.
-
-    Raises NoGpuError: ``device`` names CUDA and torch sees no CUDA GPU, or fewer than N + 1 of them.
-    """
+    Raises NoGpuError: ``device`` names CUDA and torch sees no CUDA GPU, or fewer than N + 1 of them."""
     if device is None or not str(device).startswith("cuda"):
         return
     try:

@@ -59,7 +59,6 @@ class Plan:
 
     @property
     def precision(self) -> str:
-        """``"fp16"`` or ``"fp32"``."""
         return "fp16" if self.fp16 else "fp32"
 
     @property
@@ -390,9 +389,7 @@ def _duration(seconds: float) -> str:
 
 def report(device: str | int | None = None) -> GpuReport:
     """:func:`~nbhelpers.gpu.device.read_report` with the ``verdict`` of :func:`plan` for a lip-sync job.
-
-    Raises InputError: ``device`` is not a CUDA device name or index, or names a device that does not exist.
-    """
+    Raises InputError: ``device`` is not a CUDA device name or index, or names a device that does not exist."""
     rep = read_report(device)
     verdict = "torch is not installed: run the setup cell first (Colab has torch preinstalled)"
     if rep.has_torch:
@@ -405,7 +402,5 @@ def report(device: str | int | None = None) -> GpuReport:
 
 def check_gpu(allow_cpu: bool | None = None, device: str | int | None = None) -> GpuReport:
     """:func:`report` of ``device``, then :meth:`GpuReport.require_gpu` with ``allow_cpu``: stop a CPU-only runtime.
-
-    Raises NoGpuError, MissingDependencyError, InputError: as those two.
-    """
+    Raises NoGpuError, MissingDependencyError, InputError: as those two."""
     return report(device).require_gpu(allow_cpu)
