@@ -165,12 +165,15 @@ def described(f: dataclasses.Field, choices: tuple | None = None) -> str:
 
 
 def documented(cls: type) -> type:
-    """Append an ``Attributes:`` section made from the fields' facts to the class docstring (``help(cls)``)."""
+    """Append to the class docstring (``help(cls)``) the ``Raises:`` section of :func:`check` and an ``Attributes:``
+    section made from the fields' facts."""
     lines = []
     for f in settings(cls):
         m, text = f.metadata, described(f)
         text = text if re.match(r"\S*[._]", text) else text[0].upper() + text[1:]
         source = f" Source: {m['source']}." if "source" in m else ""
         lines.append(f"        {f.name}: {text}. Default {f.default!r}; {rule(f)}.{source}")
-    cls.__doc__ = (cls.__doc__ or "").rstrip() + "\n\n    Attributes:\n" + "\n".join(lines) + "\n"
+    raises = ("    Raises:\n        InputError: A setting of the wrong type, not finite or out of range (the message "
+              "names it, shows the value and states the rule).\n\n")
+    cls.__doc__ = (cls.__doc__ or "").rstrip() + "\n\n" + raises + "    Attributes:\n" + "\n".join(lines) + "\n"
     return cls

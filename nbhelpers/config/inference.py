@@ -28,12 +28,7 @@ _warned_licence = False
 @documented
 @dataclass(frozen=True)
 class InferenceConfig:
-    """How one lip-sync job or avatar runs; each setting is checked when the config is made.
-
-    Raises:
-        InputError: A setting of the wrong type, not finite or out of range (the message names it, shows the value
-            and states the rule).
-    """
+    """How one lip-sync job or avatar runs; each setting is checked when the config is made."""
 
     version: str = setting("v15", choices=VERSIONS, labels={"v15": "MuseTalk 1.5", "v1": "MuseTalk 1.0"},
                            label="Model version", source="scripts/inference.py --version (official-behaviour §10.1)",
