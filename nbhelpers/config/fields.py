@@ -1,9 +1,9 @@
 """Setting fields: what the checks, the command line, the widgets and the docs know of each setting.
 
 A config class declares each setting with :func:`setting`, which puts the facts in the field's ``metadata``: its
-``help``, ``unit``, ``choices`` (with display ``labels`` and, where the help does not say it, what each one
-does: ``meanings``), range (``ge``/``gt``/``le``/``lt``), what ``None``
-means (``none``), the official ``source``, and, where it is not ``--`` and the name with dashes, its ``flag``.
+``help``, ``unit``, ``choices`` (with display ``labels`` and, where the help does not say it, what each one does:
+``meanings``), range (``ge``/``gt``/``le``/``lt``), what ``None`` means (``none``), the official ``source``, and,
+where it is not ``--`` and the name with dashes, its ``flag``.
 :func:`check` enforces the annotation and those facts at construction, :func:`rule` says them in words, and
 :func:`documented` writes them into the class docstring. ``nbhelpers.cli`` makes each command's flags from them.
 """

@@ -168,8 +168,7 @@ def fields_html(title: str, rows: list[tuple[str, str]]) -> str:
 
 
 def read_report(device: str | int | None = None) -> GpuReport:
-    """Read what ``device`` (None: torch's current one, a CUDA index, ``"cuda"`` or ``"cuda:N"``) and this runtime
-    have: GPU, compute capability, memory, other processes, versions, host RAM.
+    """The :class:`GpuReport` of ``device`` (None: torch's current one, a CUDA index, ``"cuda"`` or ``"cuda:N"``).
 
     Never raises on odd driver states or without torch: what could not be read is None and ``notes`` says why.
     Reading free memory through torch makes this process's CUDA context.

@@ -199,7 +199,6 @@ def stage_memory(kind: str, fp16: bool = True, frame_size: tuple[int, int] = DEF
                  restore_bf16: bool = True) -> dict[str, tuple[float, float]]:
     """The stages of a job, ``{stage: (fixed GiB, GiB per frame of the batch)}`` in the order they run (module doc).
 
-    ``kind`` ``"clip"`` counts as realtime; fp32 multiplies weights and activations by ``fp32_factor``;
     ``frame_size`` is (H, W) of the full frames, pixels; ``n_frames`` (or None) adds whisper features and latents;
     the ``landmark_backend`` ``"dlib"`` and ``"boxes"`` use no GPU face models; ``restore`` (or None) adds
     :func:`restore_per_frame_gib` (``restore_bf16``: GFPGAN / RestoreFormer in bfloat16) to ``generate``.
@@ -223,8 +222,7 @@ def stage_memory(kind: str, fp16: bool = True, frame_size: tuple[int, int] = DEF
     parsing = (mm.bisenet_weights_gib * f, mm.bisenet_per_image_gib * f)
     blend = mm.blend_bytes_per_pixel * pixels / GIB
     restorer = restore_per_frame_gib(restore, restore_bf16, mm) if kind != "avatar" else 0.0
-    if kind == "lipsync":
-        # the job streams its clip in pieces, so every model, the features and the latents are resident in each stage
+    if kind == "lipsync":  # every model, the features and the latents are resident in each stage (module doc)
         resident = core + features + latents + face_models + parsing[0]
         return {"faces": (resident + faces - face_models, 0.0), "encode": (resident, encode_frame),
                 "parsing": (resident, parsing[1]), "generate": (resident, core_frame + blend + restorer)}
