@@ -227,12 +227,10 @@ def check_device(device: str | None) -> None:
 
 
 def _device_index(device: str | int | None) -> int | None:
-    if device is None:
-        return None
     if isinstance(device, int) and not isinstance(device, bool) and device >= 0:
         return device
     text = str(device).strip().lower()
-    if text == "cuda":
+    if device is None or text == "cuda":
         return None
     if text.startswith("cuda:") and text[5:].isdigit():
         return int(text[5:])
