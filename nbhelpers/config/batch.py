@@ -21,9 +21,6 @@ class BatchConfig:
     """How a batch runs; each setting is checked when the config is made.
 
     On a cluster every path (jobs, weights, outputs, cache) must be on storage all nodes see.
-
-    Raises:
-        InputError: A setting of the wrong type or out of range (the message names it and shows the value).
     """
 
     address: str | None = setting(None, none="start Ray here, or join $RAY_ADDRESS when set", help=(

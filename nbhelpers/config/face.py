@@ -40,12 +40,8 @@ class FaceChoice:
 
 
 def parse_face(value: Any) -> FaceChoice:
-    """Parse a face choice: ``"largest"``, ``"speaker"``, a track number (int or digits), ``"x,y"`` or
-    ``"x1,y1,x2,y2"`` with an optional ``"@frame"`` (pixels of the source frame; frame 0 by default).
-
-    Raises:
-        InputError: Anything else.
-    """
+    """Parse a face choice, :data:`FACE_RULE` (a track number as an int or digits; points and boxes in pixels of
+    the source frame, frame 0 by default). Raises InputError: anything else."""
     if isinstance(value, str) and value.strip().lower() in ("largest", "speaker"):
         return FaceChoice(value.strip().lower())
     if isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 0:

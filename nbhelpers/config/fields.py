@@ -1,9 +1,9 @@
 """Setting fields: what the checks, the command line, the widgets and the docs know of each setting.
 
 A config class declares each setting with :func:`setting`, which puts the facts in the field's ``metadata``: its
-``help``, ``unit``, ``choices`` (with display ``labels`` and, where the help does not say it, what each one
-does: ``meanings``), range (``ge``/``gt``/``le``/``lt``), what ``None``
-means (``none``), the official ``source``, and, where it is not ``--`` and the name with dashes, its ``flag``.
+``help``, ``unit``, ``choices`` (with display ``labels`` and, where the help does not say it, what each one does:
+``meanings``), range (``ge``/``gt``/``le``/``lt``), what ``None`` means (``none``), the official ``source``, and,
+where it is not ``--`` and the name with dashes, its ``flag``.
 :func:`check` enforces the annotation and those facts at construction, :func:`rule` says them in words, and
 :func:`documented` writes them into the class docstring. ``nbhelpers.cli`` makes each command's flags from them.
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+import operator
 import os
 import re
 from collections.abc import Iterator
@@ -128,15 +129,14 @@ def _checked(f: dataclasses.Field, value: Any) -> Any:
             value = int(value) if "int" in words and isinstance(value, numbers.Integral) else float(value)
         except OverflowError:  # an int beyond a float's range
             raise refusal(f, value) from None
-        if not math.isfinite(value) or any(k in m and not test(value, m[k]) for k, test in _BOUNDS):
+        if not math.isfinite(value) or any(k in m and not test(value, m[k]) for k, test in _BOUNDS.items()):
             raise refusal(f, value)
     if "pattern" in m and isinstance(value, str) and not re.fullmatch(m["pattern"], value):
         raise refusal(f, value)
     return value
 
 
-_BOUNDS = (("ge", lambda v, b: v >= b), ("gt", lambda v, b: v > b), ("le", lambda v, b: v <= b),
-           ("lt", lambda v, b: v < b))
+_BOUNDS = {"ge": operator.ge, "gt": operator.gt, "le": operator.le, "lt": operator.lt}
 
 
 def check(config: Any) -> None:
@@ -165,12 +165,15 @@ def described(f: dataclasses.Field, choices: tuple | None = None) -> str:
 
 
 def documented(cls: type) -> type:
-    """Append an ``Attributes:`` section made from the fields' facts to the class docstring (``help(cls)``)."""
+    """Append to the class docstring (``help(cls)``) the ``Raises:`` section of :func:`check` and an ``Attributes:``
+    section made from the fields' facts."""
     lines = []
     for f in settings(cls):
         m, text = f.metadata, described(f)
         text = text if re.match(r"\S*[._]", text) else text[0].upper() + text[1:]
         source = f" Source: {m['source']}." if "source" in m else ""
         lines.append(f"        {f.name}: {text}. Default {f.default!r}; {rule(f)}.{source}")
-    cls.__doc__ = (cls.__doc__ or "").rstrip() + "\n\n    Attributes:\n" + "\n".join(lines) + "\n"
+    raises = ("    Raises:\n        InputError: A setting of the wrong type, not finite or out of range (the message "
+              "names it, shows the value and states the rule).\n\n")
+    cls.__doc__ = (cls.__doc__ or "").rstrip() + "\n\n" + raises + "    Attributes:\n" + "\n".join(lines) + "\n"
     return cls

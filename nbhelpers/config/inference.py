@@ -28,12 +28,7 @@ _warned_licence = False
 @documented
 @dataclass(frozen=True)
 class InferenceConfig:
-    """How one lip-sync job or avatar runs; each setting is checked when the config is made.
-
-    Raises:
-        InputError: A setting of the wrong type, not finite or out of range (the message names it, shows the value
-            and states the rule).
-    """
+    """How one lip-sync job or avatar runs; each setting is checked when the config is made."""
 
     version: str = setting("v15", choices=VERSIONS, labels={"v15": "MuseTalk 1.5", "v1": "MuseTalk 1.0"},
                            label="Model version", source="scripts/inference.py --version (official-behaviour §10.1)",
@@ -91,10 +86,8 @@ class InferenceConfig:
                                 help="feathering of the blend mask as a fraction of the face square: 0.05 offline "
                                      "(official), 0.1 realtime")
     encoder: str = setting("libx264", choices=ENCODERS, label="video encoder",
-                           labels={"libx264": "libx264 medium (official, CRF 18)", "libx264-fast": "libx264 fast",
-                                   "libx264-faster": "libx264 faster", "libx264-veryfast": "libx264 veryfast",
-                                   "libx264-superfast": "libx264 superfast",
-                                   "libx264-ultrafast": "libx264 ultrafast",
+                           labels={"libx264": "libx264 medium (official, CRF 18)",
+                                   **{c: c.replace("-", " ") for c in ENCODERS if c.startswith("libx264-")},
                                    "auto": "auto (NVENC if it works, else libx264 medium)", "nvenc": "NVENC (GPU)"},
                            source="scripts/inference.py:230-237 (libx264, CRF 18, preset medium)",
                            help="video encoder: libx264 (CRF 18, preset medium, the official), libx264-fast ... "

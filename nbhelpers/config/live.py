@@ -24,12 +24,7 @@ CONTEXTS = ("sliding", "segment")
 @documented
 @dataclass(frozen=True)
 class LiveConfig:
-    """How a live session runs; each setting is checked when the config is made.
-
-    Raises:
-        InputError: A setting of the wrong type, not finite or out of range (the message names it and shows the
-            value).
-    """
+    """How a live session runs; each setting is checked when the config is made."""
 
     realtime: bool = setting(False, help=(
         "pace the output to the clock: frame n is handed out delay_s + n / 25 s after the first push, and silence "

@@ -168,8 +168,7 @@ def fields_html(title: str, rows: list[tuple[str, str]]) -> str:
 
 
 def read_report(device: str | int | None = None) -> GpuReport:
-    """Read what ``device`` (None: torch's current one, a CUDA index, ``"cuda"`` or ``"cuda:N"``) and this runtime
-    have: GPU, compute capability, memory, other processes, versions, host RAM.
+    """The :class:`GpuReport` of ``device`` (None: torch's current one, a CUDA index, ``"cuda"`` or ``"cuda:N"``).
 
     Never raises on odd driver states or without torch: what could not be read is None and ``notes`` says why.
     Reading free memory through torch makes this process's CUDA context.
@@ -179,14 +178,13 @@ def read_report(device: str | int | None = None) -> GpuReport:
     values: dict[str, Any] = {"colab": "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ}
     values["host_ram_total_gib"], values["host_ram_available_gib"] = _host_ram_gib()
     index = _device_index(device)
+    uuid = None
     try:
         import torch
     except Exception as exc:  # noqa: BLE001 - ImportError, or OSError from a broken CUDA install
-        torch = None
         values["has_torch"] = False
         notes.append(f"torch is not installed ({type(exc).__name__}: {exc})")
-    uuid = None
-    if torch is not None:
+    else:
         values["torch_version"] = str(torch.__version__)
         values["cuda_version"] = getattr(torch.version, "cuda", None)
         if values["cuda_version"] is None:
@@ -211,9 +209,7 @@ def _no_cuda_message(device: str) -> str:
 
 def check_device(device: str | None) -> None:
     """Stop a job whose ``device`` (``config.device``) names a CUDA device this runtime does not have.
-
-    Raises NoGpuError: ``device`` names CUDA and torch sees no CUDA GPU, or fewer than N + 1 of them.
-    """
+    Raises NoGpuError: ``device`` names CUDA and torch sees no CUDA GPU, or fewer than N + 1 of them."""
     if device is None or not str(device).startswith("cuda"):
         return
     try:
@@ -231,12 +227,10 @@ def check_device(device: str | None) -> None:
 
 
 def _device_index(device: str | int | None) -> int | None:
-    if device is None:
-        return None
     if isinstance(device, int) and not isinstance(device, bool) and device >= 0:
         return device
     text = str(device).strip().lower()
-    if text == "cuda":
+    if device is None or text == "cuda":
         return None
     if text.startswith("cuda:") and text[5:].isdigit():
         return int(text[5:])
@@ -283,8 +277,8 @@ def _read_torch_cuda(torch: Any, index: int | None, values: dict[str, Any], note
         notes.append(f"the free memory of cuda:{index} could not be read ({type(exc).__name__}: {exc}); "
                      "the GPU may be busy, lost or held by another process")
         values["memory_source"] = "none"
-        return uuid
-    values["has_gpu"] = True
+    else:
+        values["has_gpu"] = True
     return uuid
 
 
@@ -296,8 +290,7 @@ def free_memory_by_index(notes: list[str] | None = None) -> dict[int, float] | N
     """``{physical index: free GiB}`` of the GPUs this process may use (``CUDA_VISIBLE_DEVICES`` as whole numbers),
     read without CUDA from ``nvidia-smi``; empty without a GPU, None when it did not answer (why: ``notes``).
     """
-    notes = [] if notes is None else notes
-    rows = _run_nvidia_smi("gpu=index,memory.free", notes)
+    rows = _run_nvidia_smi("gpu=index,memory.free", [] if notes is None else notes)
     if rows is None:
         return None
     pairs = [(_number(row[0]), _number(row[1])) for row in rows if len(row) >= 2]
@@ -349,7 +342,6 @@ def _driver_info(uuid: str | None, index: int | None, notes: list[str]) -> dict[
         return info
     by_index = rows[index or 0] if (index or 0) < len(rows) else rows[0]
     chosen = next((r for r in rows if _same_uuid(r[0], uuid)), by_index)
-    gpu_uuid = chosen[0]
     info.update(driver_version=chosen[1] or None, name=chosen[2] or None)
     total, free = _number(chosen[3]), _number(chosen[4])
     if total is not None and free is not None:
@@ -362,7 +354,7 @@ def _driver_info(uuid: str | None, index: int | None, notes: list[str]) -> dict[
         if len(r) < 4 or "no running" in r[0].lower():
             continue
         pid = _number(r[1])
-        if pid is None or int(pid) == os.getpid() or (len(rows) > 1 and not _same_uuid(r[0], gpu_uuid)):
+        if pid is None or int(pid) == os.getpid() or (len(rows) > 1 and not _same_uuid(r[0], chosen[0])):
             continue
         used = _number(r[3])
         procs.append(GpuProcess(int(pid), os.path.basename(r[2]), None if used is None else used / 1024))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import itertools
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,10 +23,8 @@ def _cuda(device: Any = None):
     try:
         import torch
 
-        if not torch.cuda.is_available():
-            return None, None
         dev = torch.device("cuda", device) if isinstance(device, int) else torch.device(device or "cuda")
-        if dev.type != "cuda":
+        if dev.type != "cuda" or not torch.cuda.is_available():
             return None, None
         return torch, dev.index if dev.index is not None else torch.cuda.current_device()
     except Exception:  # noqa: BLE001
@@ -70,16 +69,20 @@ def _release_one(obj: Any, depth: int) -> None:
             return
     if depth > 1:
         return
-    if isinstance(obj, (list, dict, set, tuple)):
-        for item in list(obj.values() if isinstance(obj, dict) else obj):
-            _release_one(item, depth + 1)
-        if not isinstance(obj, tuple):
-            obj.clear()
-        return
+    for item in _children(obj):
+        _release_one(item, depth + 1)
+    if isinstance(obj, (list, dict, set)):
+        obj.clear()
+
+
+def _children(obj: Any) -> list[Any]:
+    """The items of a list, tuple, set or dict (its values), else the values of ``obj.__dict__`` (or [])."""
+    if isinstance(obj, dict):
+        return list(obj.values())
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return list(obj)
     attrs = getattr(obj, "__dict__", None)
-    if isinstance(attrs, dict):
-        for value in list(attrs.values()):
-            _release_one(value, depth + 1)
+    return list(attrs.values()) if isinstance(attrs, dict) else []
 
 
 @dataclass
@@ -269,22 +272,14 @@ def module_bytes(*objects: Any, device: Any = None) -> int:
             return
         seen.add(id(obj))
         if isinstance(obj, torch.nn.Module):
-            for tensors in (obj.parameters(), obj.buffers()):
-                for t in tensors:
-                    if on_device(t) and t.device.type != "meta":
-                        storage = t.untyped_storage()
-                        storages[(str(t.device), storage.data_ptr())] = storage.nbytes()
+            for t in itertools.chain(obj.parameters(), obj.buffers()):
+                if on_device(t) and t.device.type != "meta":
+                    storage = t.untyped_storage()
+                    storages[(str(t.device), storage.data_ptr())] = storage.nbytes()
             return
         if isinstance(obj, torch.Tensor) or depth >= MODULE_SEARCH_DEPTH:
             return
-        if isinstance(obj, dict):
-            items = list(obj.values())
-        elif isinstance(obj, (list, tuple, set, frozenset)):
-            items = list(obj)
-        else:
-            attrs = getattr(obj, "__dict__", None)
-            items = list(attrs.values()) if isinstance(attrs, dict) else []
-        for item in items:
+        for item in _children(obj):
             visit(item, depth + 1)
 
     for obj in objects:

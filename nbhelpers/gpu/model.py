@@ -24,15 +24,13 @@ GIB = 2**30  # bytes per GiB
 
 @dataclass(frozen=True)
 class MemoryModel:
-    """The planner's constants: GiB = 2**30 bytes, fp16 figures (times ``fp32_factor`` in fp32), each field's
-    meaning and unit in its comment.
+    """The planner's constants, fp16 figures (times ``fp32_factor`` in fp32), each field's unit in its comment.
 
     Measured figures are in bench/RESULTS.md ("Memory by stage", "Face restoration", "Clip batch"); the rest are
-    estimates that ``bench/memory.py`` checks. Try other values with :func:`dataclasses.replace`. Why each batch
-    cap: :data:`CAP_REASONS` (the CPU's 4: a larger batch is no faster on 2 cores).
+    estimates that ``bench/memory.py`` checks. Why each batch cap: :data:`CAP_REASONS` (the CPU's 4: a larger batch
+    is no faster on 2 cores).
     """
 
-    core_weights_gib: float = 1.84  # UNet + VAE + Whisper weights (measured)
     core_fixed_gib: float = 1.87  # intercept and slope (per frame) of the core's measured peaks 3.06 / 4.25 /
     core_per_frame_gib: float = 0.149  # 6.62 GiB at UNet + VAE-decode batch 8 / 16 / 32
     vae_weights_gib: float = 0.16  # sd-vae-ft-mse (84 M parameters)
@@ -137,12 +135,9 @@ def cpu_seconds(kind: str = "lipsync", n_frames: int = 0, source_frames: int | N
                 frame_size: tuple[int, int] | None = None) -> dict[str, float]:
     """The CPU time of a job of ``kind`` (``"clip"`` counted as realtime), ``{stage: seconds}`` for the stages that run.
 
-    With ``u`` source frames used (lipsync: ``min(n_frames, source_frames)``, ``source_frames`` None assuming at
-    least ``n_frames``; avatar: ``n_frames``) and ``n`` output frames (audio seconds x 25): ``models`` = fixed
-    (avatar: half) + the load of ``landmark_backend`` (:func:`face_cpu_times`); ``faces``, ``latents``, ``parsing``
-    = ``u`` x their per-frame figure (not realtime; faces at ``frame_size`` (H, W) pixels, None:
-    :data:`DEFAULT_FRAME_SIZE`); ``generate`` = ``n * generate_s`` (not avatar), from ``CPU_TIMES[weights]``.
-    Raises InputError: unknown ``kind`` or ``weights``.
+    ``n_frames`` are output frames (audio seconds x 25), or source frames for an avatar; a lipsync job tracks, encodes
+    and parses ``min(n_frames, source_frames)`` source frames (``source_frames`` None: ``n_frames``) of
+    ``frame_size`` (H, W) pixels (None: :data:`DEFAULT_FRAME_SIZE`). Raises InputError: unknown ``kind`` or ``weights``.
     """
     check_kind(kind, weights)
     kind = "realtime" if kind == "clip" else kind  # the same work, only its batch cap differs
@@ -163,9 +158,7 @@ def cpu_seconds(kind: str = "lipsync", n_frames: int = 0, source_frames: int | N
 def cpu_frame_seconds(kind: str = "lipsync", weights: str = "full", landmark_backend: str = "auto",
                       frame_size: tuple[int, int] | None = None) -> float:
     """Seconds per frame of a long CPU job: :func:`cpu_seconds` for one frame, without the model loading.
-
-    Raises InputError: unknown ``kind`` or ``weights``.
-    """
+    Raises InputError: unknown ``kind`` or ``weights``."""
     parts = cpu_seconds(kind, 1, None, weights, landmark_backend=landmark_backend, frame_size=frame_size)
     return sum(v for k, v in parts.items() if k != "models")
 
@@ -187,12 +180,9 @@ def check_kind(kind: str, weights: str) -> None:
 
 
 def restore_per_frame_gib(restore: str | None, bf16: bool = True, memory_model: MemoryModel | None = None) -> float:
-    """GiB per frame of the batch that a face restorer (``InferenceConfig.restore``, or None: 0) adds to ``generate``.
-
-    ``bf16`` False multiplies GFPGAN's and RestoreFormer's figure by ``fp32_factor``; CodeFormer always runs in
-    float32. ``memory_model`` defaults to :data:`MEMORY_MODEL`.
-    Raises InputError: an unknown restorer name.
-    """
+    """GiB per frame of the batch that a face restorer (``InferenceConfig.restore``, or None: 0) adds to ``generate``;
+    GFPGAN's and RestoreFormer's times ``fp32_factor`` unless ``bf16``, CodeFormer's always (it runs in float32).
+    Raises InputError: an unknown restorer name."""
     if restore is None:
         return 0.0
     mm = memory_model or MEMORY_MODEL
@@ -209,7 +199,6 @@ def stage_memory(kind: str, fp16: bool = True, frame_size: tuple[int, int] = DEF
                  restore_bf16: bool = True) -> dict[str, tuple[float, float]]:
     """The stages of a job, ``{stage: (fixed GiB, GiB per frame of the batch)}`` in the order they run (module doc).
 
-    ``kind`` ``"clip"`` counts as realtime; fp32 multiplies weights and activations by ``fp32_factor``;
     ``frame_size`` is (H, W) of the full frames, pixels; ``n_frames`` (or None) adds whisper features and latents;
     the ``landmark_backend`` ``"dlib"`` and ``"boxes"`` use no GPU face models; ``restore`` (or None) adds
     :func:`restore_per_frame_gib` (``restore_bf16``: GFPGAN / RestoreFormer in bfloat16) to ``generate``.
@@ -233,8 +222,7 @@ def stage_memory(kind: str, fp16: bool = True, frame_size: tuple[int, int] = DEF
     parsing = (mm.bisenet_weights_gib * f, mm.bisenet_per_image_gib * f)
     blend = mm.blend_bytes_per_pixel * pixels / GIB
     restorer = restore_per_frame_gib(restore, restore_bf16, mm) if kind != "avatar" else 0.0
-    if kind == "lipsync":
-        # the job streams its clip in pieces, so every model, the features and the latents are resident in each stage
+    if kind == "lipsync":  # every model, the features and the latents are resident in each stage (module doc)
         resident = core + features + latents + face_models + parsing[0]
         return {"faces": (resident + faces - face_models, 0.0), "encode": (resident, encode_frame),
                 "parsing": (resident, parsing[1]), "generate": (resident, core_frame + blend + restorer)}

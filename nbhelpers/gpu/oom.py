@@ -43,28 +43,25 @@ def _batched(n_items: int, size: int, step: Callable[[slice], T], stage: str,
     start = 0
     while start < n_items:
         stop = min(start + size, n_items)
-        failed = False
         try:
             result = step(slice(start, stop))
         except Exception as exc:  # noqa: BLE001 - re-raised unless it is an OOM
             if not is_oom(exc):
                 raise
-            failed = True
-        if failed:
-            # Outside the except block: the exception and its traceback (which holds the failed call's frames
-            # and their tensors) are gone, so emptying the cache can return that memory.
-            (on_oom or empty_cache)()
-            tried = stop - start  # may be less than size at the end of the stage, or when n_items < batch_size
-            if tried == 1:
-                raise OutOfMemoryError(
-                    f"{stage}: the GPU ran out of memory even at batch size 1 (item {start}). Free GPU memory "
-                    "(close other notebooks, restart the runtime) or run on a larger GPU.")
-            new_size = max(1, tried // 2)
-            warnings.warn(f"{stage}: CUDA out of memory at batch size {tried} (items {start}-{stop - 1}); "
-                          f"retrying from item {start} at batch size {new_size}, kept for the rest of the stage. "
-                          "No frame is lost.", FallbackWarning, stacklevel=2)
-            size = new_size
+        else:
+            yield slice(start, stop), result
+            result = None  # do not hold batch k's output (GPU frames) while batch k+1 runs
+            start = stop
             continue
-        yield slice(start, stop), result
-        result = None  # do not hold batch k's output (GPU frames) while batch k+1 runs
-        start = stop
+        # Outside the except block: the exception and its traceback (which holds the failed call's frames and their
+        # tensors) are gone, so emptying the cache can return that memory.
+        (on_oom or empty_cache)()
+        tried = stop - start  # may be less than size at the end of the stage, or when n_items < batch_size
+        if tried == 1:
+            raise OutOfMemoryError(
+                f"{stage}: the GPU ran out of memory even at batch size 1 (item {start}). Free GPU memory "
+                "(close other notebooks, restart the runtime) or run on a larger GPU.")
+        size = tried // 2
+        warnings.warn(f"{stage}: CUDA out of memory at batch size {tried} (items {start}-{stop - 1}); "
+                      f"retrying from item {start} at batch size {size}, kept for the rest of the stage. "
+                      "No frame is lost.", FallbackWarning, stacklevel=2)

@@ -59,7 +59,6 @@ class Plan:
 
     @property
     def precision(self) -> str:
-        """``"fp16"`` or ``"fp32"``."""
         return "fp16" if self.fp16 else "fp32"
 
     @property
@@ -111,10 +110,8 @@ def snap_batch(n: float) -> int:
     """Snap a batch size ``n`` (frames, any real) down to 1, 2 or a multiple of 4 (which includes realtime's 20)."""
     if not n >= 1:  # also catches NaN
         return 1
-    n = int(math.floor(min(n, 1 << 20)))
-    if n < 4:
-        return 2 if n >= 2 else 1
-    return n - n % 4
+    n = int(min(n, 1 << 20))
+    return n - n % 4 if n >= 4 else min(n, 2)
 
 
 def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = None, n_frames: int | None = None,
@@ -202,7 +199,7 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
         cc_text = f"compute capability {cc[0]}.{cc[1]}" if cc else "compute capability unknown"
         reasons["fp16"] = (f"fp16 on CUDA ({cc_text}): halves weights and activations and is what the official "
                            "realtime path runs; bf16 is not used, the T4 (7.5) has no fast bf16")
-    elif on_cpu:
+    else:
         fp16 = False
         if config.fp16:
             reasons["fp16"] = "fp32: fp16 was asked but the device is the CPU, so it falls back to fp32"
@@ -210,10 +207,6 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
                          "convolutions on the CPU are slow or missing).")
         else:
             reasons["fp16"] = "fp32 on the CPU (half precision is slow or missing there)"
-    else:
-        fp16 = bool(config.fp16) if config.fp16 is not None else False
-        reasons["fp16"] = ("user override" if config.fp16 is not None else
-                           f"fp32 on {device} (no memory model for this device)")
 
     backend = str(landmark_backend or config.landmark_backend or "auto")
     # a face restorer (config.restore) runs between decode and paste-back: its share joins the generate stage, in
@@ -227,26 +220,21 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
         f"frame for the {restore} face restorer in "
         f"{'bfloat16' if restore_bf16 and restore != 'codeformer' else 'float32'}")
     cap = getattr(mm, f"cap_{kind}")
-    budget: float | None = None
     if on_cuda:
         budget, reasons["memory"] = _gpu_budget(rep, mm, float(loaded_gib))
         auto, why = _fit_batch(stages, budget, cap, kind, "fp16" if fp16 else "fp32", stage_note)
-    elif on_cpu:
+    else:
         budget, auto, why = _cpu_batch(rep, stages, mm, stage_note)
         reasons["memory"] = (f"host RAM: {budget:.1f} GiB usable ({mm.cpu_ram_fraction:.0%} of "
                              f"{rep.host_ram_available_gib:.1f} GiB available)" if budget is not None else
                              "host RAM unknown")
         notes.append(_cpu_time_note(kind, n_frames, source_frames, weights, backend, frame_size,
                                     size_note.replace(" (frame size not given)", "")))
-    else:
-        auto, why = min(4, cap), f"{device} has no memory model: a conservative 4"
     if n_frames and auto > n_frames:
         auto, why = n_frames, f"{n_frames}: the whole job in one batch ({why})"
-    # `why` opens with the batch it explains ("4: fp32 on the CPU ..."): quoted after "would choose 4" without it
-    why_auto = why[len(f"{auto}: "):] if why.startswith(f"{auto}: ") else why
-    asked = None
+    why_auto = why.removeprefix(f"{auto}: ")  # quoted after "the plan would choose {auto}"
     if config.batch_size is not None:
-        batch = asked = int(config.batch_size)
+        batch = int(config.batch_size)
         reasons["batch_size"] = f"user override ({batch}); the plan would choose {auto} ({why_auto})"
         if n_frames and batch > n_frames:  # a batch is never longer than the job: say what is really used
             reasons["batch_size"] = (f"{n_frames}: user override ({batch}) is more than the job's {n_frames} "
@@ -260,8 +248,8 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
     peaks = {name: a + b * batch for name, (a, b) in stages.items()}
     predicted = max(peaks.values()) if on_cuda else None
     growing = {name: peak for name, peak in peaks.items() if stages[name][1] > 0}
-    worst = max(growing, key=growing.get) if growing else None
-    need = growing[worst] if worst is not None else 0.0
+    worst = max(growing, key=growing.get, default=None)
+    need = growing.get(worst, 0.0)
     if on_cuda and budget is not None:
         if worst is not None and need > budget:
             if config.batch_size is not None and batch > 1:
@@ -276,6 +264,7 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
             notes.append(f"Face detection on full {frame_size[1]}x{frame_size[0]} frames (S3FD at batch 1) is "
                          f"predicted to need {peaks['faces']:.2f} GiB, above the {budget:.2f} GiB budget: use "
                          "landmark_backend='dlib' or a smaller video.")
+    asked = config.batch_size
     if on_cpu and asked is not None and batch > auto:  # a user batch above the plan's, as really run
         used = f"batch_size {asked} (user override" + (f", {batch} for this {n_frames}-frame job)" if batch != asked
                                                        else ")")
@@ -400,16 +389,12 @@ def _duration(seconds: float) -> str:
 
 def report(device: str | int | None = None) -> GpuReport:
     """:func:`~nbhelpers.gpu.device.read_report` with the ``verdict`` of :func:`plan` for a lip-sync job.
-
-    Raises InputError: ``device`` is not a CUDA device name or index, or names a device that does not exist.
-    """
+    Raises InputError: ``device`` is not a CUDA device name or index, or names a device that does not exist."""
     rep = read_report(device)
     verdict = "torch is not installed: run the setup cell first (Colab has torch preinstalled)"
     if rep.has_torch:
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", PlanWarning)
-                verdict = plan("lipsync", report=rep).verdict
+            verdict = plan("lipsync", report=rep, warn=False).verdict
         except Exception as exc:  # noqa: BLE001 - a display must never fail
             verdict = f"no plan could be made ({type(exc).__name__}: {exc})"
     return dataclasses.replace(rep, verdict=verdict)
@@ -417,7 +402,5 @@ def report(device: str | int | None = None) -> GpuReport:
 
 def check_gpu(allow_cpu: bool | None = None, device: str | int | None = None) -> GpuReport:
     """:func:`report` of ``device``, then :meth:`GpuReport.require_gpu` with ``allow_cpu``: stop a CPU-only runtime.
-
-    Raises NoGpuError, MissingDependencyError, InputError: as those two.
-    """
+    Raises NoGpuError, MissingDependencyError, InputError: as those two."""
     return report(device).require_gpu(allow_cpu)
