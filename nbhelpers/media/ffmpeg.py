@@ -168,14 +168,14 @@ class _Process:
         return FFmpegError(message, args_list=self.args, returncode=self.popen.returncode, stderr_tail=self.tail())
 
 
-def _run(args: list[str], what: str, stdout=subprocess.PIPE) -> tuple[int, bytes, str]:
+def _run(args: list[str], what: str) -> tuple[int, bytes, str]:
     """Run ffmpeg to completion; return (returncode, stdout bytes, stderr text)."""
     try:
-        done = subprocess.run(args, stdin=subprocess.DEVNULL, stdout=stdout, stderr=subprocess.PIPE)
+        done = subprocess.run(args, stdin=subprocess.DEVNULL, capture_output=True)
     except OSError as exc:
         raise FFmpegError(f"Could not start ffmpeg to {what} ({args[0]!r}): {exc}. Reinstall imageio-ffmpeg "
                           "(pip install --force-reinstall imageio-ffmpeg).", args_list=args) from exc
-    return done.returncode, done.stdout or b"", done.stderr.decode("utf-8", "replace")
+    return done.returncode, done.stdout, done.stderr.decode("utf-8", "replace")
 
 
 def _tail(text: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import re
 from collections.abc import Iterator, Sequence
 from fractions import Fraction
@@ -269,23 +270,12 @@ def frames_at(path, indices: Sequence[int], fps=FPS, *, background=(0, 0, 0)) ->
             raise InputError(f"indices must be integers >= 0 (frame numbers at {fps} fps); got {i!r}.")
     unique = sorted({int(i) for i in wanted})
     with VideoReader(path, fps, background=background) as reader:
-        if len(unique) <= 200:
+        if len(unique) <= 200:  # the stream stops with the reader
             expr = "+".join(f"eq(n\\,{i})" for i in unique)
-            stream = reader._open(f"select={expr}", max_frames=len(unique))
-            try:
-                got = stream.read(len(unique))
-            finally:
-                reader._release(stream)
+            got = reader._open(f"select={expr}", max_frames=len(unique)).read(len(unique))
         else:
             keep = set(unique)
-            picked, n = [], 0
-            for batch in reader.iter_batches(16):
-                for frame in batch:
-                    if n in keep:
-                        picked.append(frame)
-                    n += 1
-                if n > unique[-1]:
-                    break
+            picked = [frame for n, frame in enumerate(itertools.islice(reader, unique[-1] + 1)) if n in keep]
             got = np.stack(picked) if picked else np.empty((0, reader.height, reader.width, 3), np.uint8)
         if len(got) < len(unique):
             count = reader.frame_count

@@ -308,7 +308,7 @@ class VideoWriter:
             raise InputError(f"No frames were written to {str(self.path)!r}; call write(frames) before close(). "
                              "Nothing was saved.")
         self._closed = True
-        with contextlib.suppress(BrokenPipeError, OSError):
+        with contextlib.suppress(OSError):
             self._proc.popen.stdin.close()
         if self._selector is not None:
             self._selector.close()
@@ -398,8 +398,7 @@ class VideoWriter:
     def _remove_tmp(self) -> None:
         tmp = getattr(self, "_tmp", None)
         if tmp is not None:
-            with contextlib.suppress(FileNotFoundError):
-                tmp.unlink()
+            tmp.unlink(missing_ok=True)
 
     def __enter__(self) -> VideoWriter:
         return self
