@@ -132,9 +132,8 @@ class _Process:
         return rc
 
     def kill(self) -> None:
-        if self.popen.poll() is None:
-            with contextlib.suppress(OSError):  # pragma: no cover - already gone
-                self.popen.kill()
+        with contextlib.suppress(OSError):  # pragma: no cover - gone meanwhile (kill() skips an exited one)
+            self.popen.kill()
         for stream in (self.popen.stdin, self.popen.stdout):
             if stream is not None:
                 with contextlib.suppress(OSError):
