@@ -107,7 +107,7 @@ class _Process:
         except OSError as exc:
             raise FFmpegError(f"Could not start ffmpeg ({args[0]!r}): {exc}. Reinstall imageio-ffmpeg "
                               "(pip install --force-reinstall imageio-ffmpeg).", args_list=args) from exc
-        self._lines: collections.deque[str] = collections.deque(maxlen=400)
+        self._lines: collections.deque[str] = collections.deque(maxlen=_STDERR_TAIL_LINES)
         self._thread = threading.Thread(target=self._drain, name="ffmpeg-stderr", daemon=True)
         self._thread.start()
 
@@ -124,7 +124,7 @@ class _Process:
 
     def tail(self) -> str:
         self._thread.join(timeout=5)
-        return "\n".join(list(self._lines)[-_STDERR_TAIL_LINES:])
+        return "\n".join(list(self._lines))  # a copy: the drain thread may still append
 
     def wait(self) -> int:
         rc = self.popen.wait()
