@@ -11,8 +11,10 @@ import numpy as np
 from ..constants import SAMPLE_RATE
 from ..errors import InputError, require
 from ..hashing import atomic_path
-from .ffmpeg import _PCM_FORMATS, QUIET, _existing_file, _Process, ffmpeg_exe
+from .ffmpeg import QUIET, _existing_file, _Process, ffmpeg_exe
 from .probing import MediaInfo, probe
+
+_PCM_FORMATS = {"WAV", "WAVEX", "RF64", "W64", "AIFF", "CAF", "FLAC", "AU"}  # libsndfile formats with exact counts
 
 
 def _soundfile_read(p: Path) -> tuple[np.ndarray, int] | None:

@@ -28,13 +28,6 @@ QUIET = ["-nostdin", "-hide_banner", "-nostats", "-loglevel", "error"]  # no pro
 _STDERR_TAIL_LINES = 40  # lines of ffmpeg's stderr kept in an FFmpegError
 WRITER_STALL_TIMEOUT_S = 120.0  # seconds a writing ffmpeg may take no frame data / show no progress: then stalled
 _KILL_WAIT_S = 10.0  # seconds to wait for a killed ffmpeg to exit (one stuck on a dead mount may never exit)
-_PIPE_CHUNK = 1 << 16  # bytes per write into ffmpeg's stdin (the size of a Linux pipe buffer)
-_IMAGE_CODECS = {"png", "mjpeg", "jpeg2000", "bmp", "tiff", "webp", "targa", "ppm", "pgm", "pbm", "pam", "sgi",
-                 "dpx", "exr", "qoi", "jpegxl", "pcx", "xbm", "xwd", "sunrast", "hdr", "photocd", "pgx"}
-_WRITER_SUFFIXES = {".mp4", ".mov", ".m4v", ".mkv"}
-_PCM_FORMATS = {"WAV", "WAVEX", "RF64", "W64", "AIFF", "CAF", "FLAC", "AU"}  # libsndfile formats with exact counts
-_CHANNEL_LAYOUTS = {"mono": 1, "stereo": 2, "downmix": 2, "quad": 4, "quad(side)": 4, "hexagonal": 6,
-                    "octagonal": 8, "cube": 8, "hexadecagonal": 16, "binaural": 2}
 
 
 @functools.cache

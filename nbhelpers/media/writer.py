@@ -25,8 +25,6 @@ from ..errors import FallbackWarning, FFmpegError, InputError, MediaError, plura
 from ..hashing import atomic_path
 from .ffmpeg import (
     _KILL_WAIT_S,
-    _PIPE_CHUNK,
-    _WRITER_SUFFIXES,
     BT709_TAGS,
     QUIET,
     SYNTHETIC_ARGS,
@@ -51,6 +49,8 @@ ENCODER_SETTINGS = {  # setting -> (ffmpeg encoder, preset); "auto" picks nvenc 
     "auto": ("h264_nvenc", "p5"),
 }
 
+_WRITER_SUFFIXES = {".mp4", ".mov", ".m4v", ".mkv"}
+_PIPE_CHUNK = 1 << 16  # bytes per write into ffmpeg's stdin (the size of a Linux pipe buffer)
 _PROBE_SIZE = (256, 256)  # pixels of the test frame (NVENC's minimum is about 145x49)
 _probe_cache: dict[str, tuple[bool, str]] = {}
 _probe_lock = threading.Lock()
