@@ -248,9 +248,8 @@ class VideoReader:
 
 
 def load_video(path, fps=FPS, *, background=(0, 0, 0), ffmpeg: str | None = None) -> VideoReader:
-    """Open a video or a photo as a :class:`VideoReader` of upright BGR frames at constant ``fps`` (MuseTalk: 25).
-    Raises InputError when the file is missing, is a folder, has no video stream, or an argument is invalid, and
-    FFmpegError when ffmpeg cannot read the file.
+    """Open a video or a photo as a :class:`VideoReader` of upright BGR frames at constant ``fps`` (MuseTalk: 25);
+    raises as :class:`VideoReader` does (InputError for bad input, FFmpegError when ffmpeg cannot read the file).
     Source: ``inference.py:120-126`` keeps the source fps, so other rates drift (quirk Q8); ``app.py:432-472`` re-times
     uploads to 25 fps, as this always does.
     """
