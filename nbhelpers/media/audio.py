@@ -11,8 +11,10 @@ import numpy as np
 from ..constants import SAMPLE_RATE
 from ..errors import InputError, require
 from ..hashing import atomic_path
-from .ffmpeg import _PCM_FORMATS, QUIET, _existing_file, _Process, ffmpeg_exe
+from .ffmpeg import QUIET, _existing_file, _Process, ffmpeg_exe
 from .probing import MediaInfo, probe
+
+_PCM_FORMATS = {"WAV", "WAVEX", "RF64", "W64", "AIFF", "CAF", "FLAC", "AU"}  # libsndfile formats with exact counts
 
 
 def _soundfile_read(p: Path) -> tuple[np.ndarray, int] | None:
@@ -62,30 +64,25 @@ def _ffmpeg_decode(p: Path, info: MediaInfo) -> tuple[np.ndarray, int]:
             proc.wait()
             raise proc.error(f"ffmpeg produced no audio samples from {str(p)!r}.")
         channels, rate, offset = header
-        frame_bytes = 4 * channels
-        pieces: list[np.ndarray] = []
-        pending = head[offset:]
+        pieces, pending = [], head[offset:]
         while True:
-            usable = len(pending) - len(pending) % frame_bytes
-            if usable:
-                block = np.frombuffer(pending[:usable], dtype="<f4").reshape(-1, channels)
-                # librosa's to_mono: mean over the channel axis of the channels-first array (exact for one channel)
-                pieces.append(block.astype(np.float32).T.mean(axis=0))
-                pending = pending[usable:]
+            usable = len(pending) - len(pending) % (4 * channels)  # whole frames of float32 samples
+            block = np.frombuffer(pending[:usable], dtype="<f4").reshape(-1, channels)
+            # librosa's to_mono: mean over the channel axis of the channels-first array (exact for one channel)
+            pieces.append(block.astype(np.float32).T.mean(axis=0))
             more = stdout.read(1 << 20)
             if not more:
                 break
-            pending += more
-        rc = proc.wait()
-        if rc != 0:
+            pending = pending[usable:] + more
+        if proc.wait() != 0:
             raise proc.error(f"ffmpeg failed while decoding the audio of {str(p)!r}.")
     finally:
         proc.kill()
-    return (np.concatenate(pieces) if pieces else np.zeros(0, np.float32)), rate
+    return np.concatenate(pieces), rate
 
 
-def _decode_native(path, param: str) -> tuple[np.ndarray, int, Path]:
-    """Mono float32 at the native rate, as librosa.load(sr=None) gives it: (samples (L,), rate Hz, path)."""
+def _decode_native(path, param: str) -> tuple[np.ndarray, int]:
+    """Mono float32 at the native rate, as librosa.load(sr=None) gives it: (samples (L,), rate Hz)."""
     p = _existing_file(path, param)
     got = _soundfile_read(p)
     if got is not None:
@@ -103,7 +100,7 @@ def _decode_native(path, param: str) -> tuple[np.ndarray, int, Path]:
     if mono.size == 0:
         raise InputError(f"{param}: {str(p)!r} has an audio stream but no samples (0 s of sound). Record or export "
                          "the speech again, or use the demo clip from nbhelpers.media.demo_inputs().")
-    return np.ascontiguousarray(mono, dtype=np.float32), int(rate), p
+    return np.ascontiguousarray(mono, dtype=np.float32), int(rate)
 
 
 def load_audio(path, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
@@ -119,7 +116,7 @@ def load_audio(path, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
     if not isinstance(sample_rate, (int, np.integer)) or isinstance(sample_rate, bool) or sample_rate <= 0:
         raise InputError(f"sample_rate must be a positive integer in Hz (Whisper needs {SAMPLE_RATE}); got "
                          f"{sample_rate!r}.")
-    mono, rate, _ = _decode_native(path, "audio")
+    mono, rate = _decode_native(path, "audio")
     if rate == sample_rate:
         return mono
     soxr = require("soxr", "pip install soxr")
@@ -142,7 +139,7 @@ def audio_duration(path) -> float:
         # PCM containers state their sample count in the header; compressed ones are decoded to count exactly
         if info.format in _PCM_FORMATS and info.frames > 0 and info.samplerate > 0:
             return info.frames / info.samplerate
-    mono, rate, _ = _decode_native(p, "audio")
+    mono, rate = _decode_native(p, "audio")
     return mono.shape[0] / rate
 
 

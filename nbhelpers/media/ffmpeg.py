@@ -28,13 +28,6 @@ QUIET = ["-nostdin", "-hide_banner", "-nostats", "-loglevel", "error"]  # no pro
 _STDERR_TAIL_LINES = 40  # lines of ffmpeg's stderr kept in an FFmpegError
 WRITER_STALL_TIMEOUT_S = 120.0  # seconds a writing ffmpeg may take no frame data / show no progress: then stalled
 _KILL_WAIT_S = 10.0  # seconds to wait for a killed ffmpeg to exit (one stuck on a dead mount may never exit)
-_PIPE_CHUNK = 1 << 16  # bytes per write into ffmpeg's stdin (the size of a Linux pipe buffer)
-_IMAGE_CODECS = {"png", "mjpeg", "jpeg2000", "bmp", "tiff", "webp", "targa", "ppm", "pgm", "pbm", "pam", "sgi",
-                 "dpx", "exr", "qoi", "jpegxl", "pcx", "xbm", "xwd", "sunrast", "hdr", "photocd", "pgx"}
-_WRITER_SUFFIXES = {".mp4", ".mov", ".m4v", ".mkv"}
-_PCM_FORMATS = {"WAV", "WAVEX", "RF64", "W64", "AIFF", "CAF", "FLAC", "AU"}  # libsndfile formats with exact counts
-_CHANNEL_LAYOUTS = {"mono": 1, "stereo": 2, "downmix": 2, "quad": 4, "quad(side)": 4, "hexagonal": 6,
-                    "octagonal": 8, "cube": 8, "hexadecagonal": 16, "binaural": 2}
 
 
 @functools.cache
@@ -107,7 +100,7 @@ class _Process:
         except OSError as exc:
             raise FFmpegError(f"Could not start ffmpeg ({args[0]!r}): {exc}. Reinstall imageio-ffmpeg "
                               "(pip install --force-reinstall imageio-ffmpeg).", args_list=args) from exc
-        self._lines: collections.deque[str] = collections.deque(maxlen=400)
+        self._lines: collections.deque[str] = collections.deque(maxlen=_STDERR_TAIL_LINES)
         self._thread = threading.Thread(target=self._drain, name="ffmpeg-stderr", daemon=True)
         self._thread.start()
 
@@ -124,7 +117,7 @@ class _Process:
 
     def tail(self) -> str:
         self._thread.join(timeout=5)
-        return "\n".join(list(self._lines)[-_STDERR_TAIL_LINES:])
+        return "\n".join(list(self._lines))  # a copy: the drain thread may still append
 
     def wait(self) -> int:
         rc = self.popen.wait()
@@ -132,9 +125,8 @@ class _Process:
         return rc
 
     def kill(self) -> None:
-        if self.popen.poll() is None:
-            with contextlib.suppress(OSError):  # pragma: no cover - already gone
-                self.popen.kill()
+        with contextlib.suppress(OSError):  # pragma: no cover - gone meanwhile (kill() skips an exited one)
+            self.popen.kill()
         for stream in (self.popen.stdin, self.popen.stdout):
             if stream is not None:
                 with contextlib.suppress(OSError):
@@ -168,14 +160,14 @@ class _Process:
         return FFmpegError(message, args_list=self.args, returncode=self.popen.returncode, stderr_tail=self.tail())
 
 
-def _run(args: list[str], what: str, stdout=subprocess.PIPE) -> tuple[int, bytes, str]:
+def _run(args: list[str], what: str) -> tuple[int, bytes, str]:
     """Run ffmpeg to completion; return (returncode, stdout bytes, stderr text)."""
     try:
-        done = subprocess.run(args, stdin=subprocess.DEVNULL, stdout=stdout, stderr=subprocess.PIPE)
+        done = subprocess.run(args, stdin=subprocess.DEVNULL, capture_output=True)
     except OSError as exc:
         raise FFmpegError(f"Could not start ffmpeg to {what} ({args[0]!r}): {exc}. Reinstall imageio-ffmpeg "
                           "(pip install --force-reinstall imageio-ffmpeg).", args_list=args) from exc
-    return done.returncode, done.stdout or b"", done.stderr.decode("utf-8", "replace")
+    return done.returncode, done.stdout, done.stderr.decode("utf-8", "replace")
 
 
 def _tail(text: str) -> str:

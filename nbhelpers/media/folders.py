@@ -16,9 +16,8 @@ from ..errors import InputError
 def write_problem(folder: str | os.PathLike) -> str:
     """Why this process cannot make files in ``folder`` (creating it and its missing parents), or ``""``.
 
-    The permission bits are read first; then the missing folders are made and a file is tried in the folder
-    (what the bits do not say: root on a read-only mount, a full or read-only file system), and whatever the
-    try made is removed again, so that a job that stops early leaves no empty folder behind.
+    Reads the permission bits, then makes the missing folders and a file in ``folder`` (what the bits do not say:
+    root on a read-only mount, a full or read-only file system) and removes what it made again.
     """
     folder = Path(folder).expanduser().absolute()
     existing = folder

@@ -10,7 +10,12 @@ from fractions import Fraction
 from pathlib import Path
 
 from ..errors import FFmpegError
-from .ffmpeg import _CHANNEL_LAYOUTS, _IMAGE_CODECS, QUIET, _existing_file, _run, _tail, ffmpeg_exe
+from .ffmpeg import QUIET, _existing_file, _run, _tail, ffmpeg_exe
+
+_IMAGE_CODECS = {"png", "mjpeg", "jpeg2000", "bmp", "tiff", "webp", "targa", "ppm", "pgm", "pbm", "pam", "sgi",
+                 "dpx", "exr", "qoi", "jpegxl", "pcx", "xbm", "xwd", "sunrast", "hdr", "photocd", "pgx"}
+_CHANNEL_LAYOUTS = {"mono": 1, "stereo": 2, "downmix": 2, "quad": 4, "quad(side)": 4, "hexagonal": 6,
+                    "octagonal": 8, "cube": 8, "hexadecagonal": 16, "binaural": 2}
 
 
 @dataclass(frozen=True)

@@ -28,12 +28,10 @@ AUDIO_OUT_RATE = 48000  # Hz of the AAC track: the session's 16 kHz speech resam
 def video_codec_args(encoder: str | None = None, *, file: bool = False) -> tuple[list[str], str | None]:
     """``(args, ffmpeg)``: the ``-c:v ...`` arguments of a live stream and the binary (None: imageio-ffmpeg's).
 
-    ``encoder`` None gives libx264 ``ultrafast`` ``zerolatency`` (a frame leaves the encoder as soon as it is in;
-    Constrained Baseline), or into a ``file`` libx264 ``veryfast`` CRF 18 (High profile, as the other outputs;
-    still many times real time); ``"nvenc"`` / ``"auto"`` give ``h264_nvenc -preset p1 -tune ll`` when
-    :func:`nbhelpers.media.choose_encoder`'s test encode works (else libx264, with its warning); ``libx264-<preset>``
-    that preset with ``zerolatency``.
-    Raises InputError: an unknown setting.
+    ``encoder`` None: libx264 ``ultrafast`` ``zerolatency`` (each frame leaves the encoder at once), or into a
+    ``file`` ``veryfast`` CRF 18 (High profile, many times real time); ``"nvenc"`` / ``"auto"``: ``h264_nvenc
+    -preset p1 -tune ll`` where :func:`nbhelpers.media.choose_encoder` finds it works (else libx264, with its
+    warning); ``libx264-<preset>``: that preset with ``zerolatency``. Raises InputError: an unknown setting.
     """
     tail = ["-pix_fmt", "yuv420p", "-g", str(GOP_FRAMES)]
     if encoder is None:

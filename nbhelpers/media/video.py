@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import re
 from collections.abc import Iterator, Sequence
 from fractions import Fraction
@@ -247,9 +248,8 @@ class VideoReader:
 
 
 def load_video(path, fps=FPS, *, background=(0, 0, 0), ffmpeg: str | None = None) -> VideoReader:
-    """Open a video or a photo as a :class:`VideoReader` of upright BGR frames at constant ``fps`` (MuseTalk: 25).
-    Raises InputError when the file is missing, is a folder, has no video stream, or an argument is invalid, and
-    FFmpegError when ffmpeg cannot read the file.
+    """Open a video or a photo as a :class:`VideoReader` of upright BGR frames at constant ``fps`` (MuseTalk: 25);
+    raises as :class:`VideoReader` does (InputError for bad input, FFmpegError when ffmpeg cannot read the file).
     Source: ``inference.py:120-126`` keeps the source fps, so other rates drift (quirk Q8); ``app.py:432-472`` re-times
     uploads to 25 fps, as this always does.
     """
@@ -269,23 +269,12 @@ def frames_at(path, indices: Sequence[int], fps=FPS, *, background=(0, 0, 0)) ->
             raise InputError(f"indices must be integers >= 0 (frame numbers at {fps} fps); got {i!r}.")
     unique = sorted({int(i) for i in wanted})
     with VideoReader(path, fps, background=background) as reader:
-        if len(unique) <= 200:
+        if len(unique) <= 200:  # the stream stops with the reader
             expr = "+".join(f"eq(n\\,{i})" for i in unique)
-            stream = reader._open(f"select={expr}", max_frames=len(unique))
-            try:
-                got = stream.read(len(unique))
-            finally:
-                reader._release(stream)
+            got = reader._open(f"select={expr}", max_frames=len(unique)).read(len(unique))
         else:
             keep = set(unique)
-            picked, n = [], 0
-            for batch in reader.iter_batches(16):
-                for frame in batch:
-                    if n in keep:
-                        picked.append(frame)
-                    n += 1
-                if n > unique[-1]:
-                    break
+            picked = [frame for n, frame in enumerate(itertools.islice(reader, unique[-1] + 1)) if n in keep]
             got = np.stack(picked) if picked else np.empty((0, reader.height, reader.width, 3), np.uint8)
         if len(got) < len(unique):
             count = reader.frame_count

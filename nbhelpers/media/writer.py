@@ -25,8 +25,6 @@ from ..errors import FallbackWarning, FFmpegError, InputError, MediaError, plura
 from ..hashing import atomic_path
 from .ffmpeg import (
     _KILL_WAIT_S,
-    _PIPE_CHUNK,
-    _WRITER_SUFFIXES,
     BT709_TAGS,
     QUIET,
     SYNTHETIC_ARGS,
@@ -51,6 +49,8 @@ ENCODER_SETTINGS = {  # setting -> (ffmpeg encoder, preset); "auto" picks nvenc 
     "auto": ("h264_nvenc", "p5"),
 }
 
+_WRITER_SUFFIXES = {".mp4", ".mov", ".m4v", ".mkv"}
+_PIPE_CHUNK = 1 << 16  # bytes per write into ffmpeg's stdin (the size of a Linux pipe buffer)
 _PROBE_SIZE = (256, 256)  # pixels of the test frame (NVENC's minimum is about 145x49)
 _probe_cache: dict[str, tuple[bool, str]] = {}
 _probe_lock = threading.Lock()
@@ -308,7 +308,7 @@ class VideoWriter:
             raise InputError(f"No frames were written to {str(self.path)!r}; call write(frames) before close(). "
                              "Nothing was saved.")
         self._closed = True
-        with contextlib.suppress(BrokenPipeError, OSError):
+        with contextlib.suppress(OSError):
             self._proc.popen.stdin.close()
         if self._selector is not None:
             self._selector.close()
@@ -398,8 +398,7 @@ class VideoWriter:
     def _remove_tmp(self) -> None:
         tmp = getattr(self, "_tmp", None)
         if tmp is not None:
-            with contextlib.suppress(FileNotFoundError):
-                tmp.unlink()
+            tmp.unlink(missing_ok=True)
 
     def __enter__(self) -> VideoWriter:
         return self

@@ -30,9 +30,7 @@ MAX_MISSED_FRAMES = 25  # frames without a face bridged by interpolation (run_pi
 
 def _medfilt(x: np.ndarray, kernel: int) -> np.ndarray:
     """``scipy.signal.medfilt``: centred median with zero padding at both ends (odd kernel)."""
-    half = kernel // 2
-    padded = np.concatenate([np.zeros(half), x, np.zeros(half)])
-    windows = np.lib.stride_tricks.sliding_window_view(padded, kernel)
+    windows = np.lib.stride_tricks.sliding_window_view(np.pad(x, kernel // 2), kernel)
     return np.median(windows, axis=1)
 
 
@@ -66,7 +64,7 @@ def smooth_face_boxes(boxes: np.ndarray) -> np.ndarray:
     s = np.maximum(filled[:, 3] - filled[:, 1], filled[:, 2] - filled[:, 0]) / 2.0
     cx = (filled[:, 0] + filled[:, 2]) / 2.0
     cy = (filled[:, 1] + filled[:, 3]) / 2.0
-    return np.stack([_medfilt(s, SMOOTH_KERNEL), _medfilt(cx, SMOOTH_KERNEL), _medfilt(cy, SMOOTH_KERNEL)], axis=1)
+    return np.stack([_medfilt(v, SMOOTH_KERNEL) for v in (s, cx, cy)], axis=1)
 
 
 def protocol_crops(frames: np.ndarray, squares: np.ndarray) -> np.ndarray:

@@ -76,10 +76,8 @@ def mfcc(waveform: np.ndarray, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
     hop = int(math.floor(MFCC_HOP_S * sample_rate + 0.5))
     n = x.shape[0]
     count = 1 if n <= win else 1 + int(math.ceil((n - win) / hop))
-    padded = np.zeros((count - 1) * hop + win)
-    padded[:n] = x
-    idx = np.arange(win)[None, :] + hop * np.arange(count)[:, None]
-    frames = padded[idx]
+    padded = np.pad(x, (0, (count - 1) * hop + win - n))  # the last frame zero-padded
+    frames = padded[np.arange(win)[None, :] + hop * np.arange(count)[:, None]]
     power = np.abs(np.fft.rfft(frames, MFCC_NFFT)) ** 2 / MFCC_NFFT
     eps = np.finfo(float).eps
     energy = power.sum(axis=1)

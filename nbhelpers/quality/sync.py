@@ -94,7 +94,7 @@ def score_embeddings(video_embeddings: np.ndarray, audio_embeddings: np.ndarray,
     if not isinstance(vshift, (int, np.integer)) or vshift < 0:
         raise InputError(f"vshift must be a non-negative integer (frames); got {vshift!r}.")
     w = v.shape[0]
-    padded = np.concatenate([np.zeros((vshift, a.shape[1])), a, np.zeros((vshift, a.shape[1]))])
+    padded = np.pad(a, ((vshift, vshift), (0, 0)))
     span = 2 * vshift + 1
     dists = np.empty((w, span))
     for i in range(w):
