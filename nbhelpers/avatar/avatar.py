@@ -218,14 +218,13 @@ class Avatar:
         """
         t0 = time.perf_counter()
         timings = Timings()
-        if not isinstance(audio, np.ndarray):
+        from_file = not isinstance(audio, np.ndarray)
+        if from_file:
             check_path_type(audio, "audio")
-        if output is not None and output is not False:
-            check_path_type(output, "output")
         if output is None:
-            name = Path(audio).stem if not isinstance(audio, np.ndarray) else "clip"
-            output = self.directory / "vid_output" / f"{name}.mp4"
+            output = self.directory / "vid_output" / f"{Path(audio).stem if from_file else 'clip'}.mp4"
         if output is not False:  # before the models load
+            check_path_type(output, "output")
             media.check_writable(Path(output).expanduser().parent)
         st = self.device_state()
         h, w = self.frame_shape
@@ -239,8 +238,8 @@ class Avatar:
                 setting = encoder or self.config.encoder
                 if self._state.get("encoder_setting") != setting:
                     self._state.update(encoder_setting=setting, encoder=media.choose_encoder(setting))
-                audio_track = None if isinstance(audio, np.ndarray) else Path(audio)
-                writer = media.VideoWriter(output, w, h, fps=FPS, audio=audio_track, encoder=self._state["encoder"])
+                writer = media.VideoWriter(output, w, h, fps=FPS, audio=Path(audio) if from_file else None,
+                                           encoder=self._state["encoder"])
             with contextlib.nullcontext() if writer is None else writer:
                 run(st["source"], features, st["models"], batch, n_out, writer, frame_callback=frame_callback,
                     timings=timings, render_gate=render_gate)

@@ -17,6 +17,7 @@ import os
 import subprocess
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from .. import __version__, media, weights
 from ..config import InferenceConfig
 from ..constants import FPS
 from ..errors import CacheError, FFmpegError
-from ..hashing import sha256_file
+from ..hashing import atomic_path, sha256_file
 
 AVATAR_FORMAT = 1  # bump when the cache layout or the maths of any cached array changes
 MANIFEST = "avatar.json"
@@ -48,14 +49,9 @@ def source_fingerprint(path: Path) -> dict[str, Any]:
 
 def weights_fingerprint(weights_dir: Path, version: str) -> dict[str, Any]:
     """``[size, mtime]`` of each weight file that shapes the cache (VAE, parsing, landmarks), by its path."""
-    out = {}
-    for name in weights.required_files(version, parsing=True):
-        if name.split("/")[0] in CACHED_WEIGHTS:
-            p = weights_dir / name
-            if p.is_file():
-                st = p.stat()
-                out[name] = [st.st_size, int(st.st_mtime)]
-    return out
+    paths = {name: weights_dir / name for name in weights.required_files(version, parsing=True)
+             if name.split("/")[0] in CACHED_WEIGHTS}
+    return {name: [p.stat().st_size, int(p.stat().st_mtime)] for name, p in paths.items() if p.is_file()}
 
 
 def boxes_key(boxes: Any) -> str | None:
@@ -142,9 +138,7 @@ class LosslessFrames:
         j %= self.n_frames
         k = j // self.chunk
         with self._lock:
-            block = self._cache.pop(k, None)
-            if block is None:
-                block = self._decode(k)
+            block = self._cache.pop(k) if k in self._cache else self._decode(k)
             self._cache[k] = block  # most recently used last
             while len(self._cache) > self.cached_chunks:
                 self._cache.pop(next(iter(self._cache)))
@@ -164,33 +158,25 @@ class LosslessFrames:
 
 class BackgroundWrite:
     """:func:`write_lossless` then the file's size and SHA-256, in a thread, overlapping the models' work.
-    :meth:`result` joins and returns ``(frames written, size, sha256)`` or raises; :meth:`cancel` stops and joins.
+    :meth:`result` waits and returns ``(frames written, size, sha256)`` or raises; :meth:`cancel` stops and joins.
     """
 
     def __init__(self, frames: Any, path: Path, width: int, height: int):
         self._stop = threading.Event()
-        self._out: tuple[int, int, str] | None = None
-        self._error: BaseException | None = None
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="avatar-ffv1")
+        self._future = self._pool.submit(self._write, frames, path, width, height)
+        self._pool.shutdown(wait=False)  # the thread ends when the write does
 
-        def work() -> None:
-            try:
-                n = write_lossless(frames, path, width, height, stop=self._stop)
-                self._out = (n, path.stat().st_size, sha256_file(path))
-            except BaseException as exc:  # noqa: BLE001 - handed to result()
-                self._error = exc
-
-        self._thread = threading.Thread(target=work, name="avatar-ffv1", daemon=True)
-        self._thread.start()
+    def _write(self, frames: Any, path: Path, width: int, height: int) -> tuple[int, int, str]:
+        n = write_lossless(frames, path, width, height, stop=self._stop)
+        return n, path.stat().st_size, sha256_file(path)
 
     def result(self) -> tuple[int, int, str]:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._out
+        return self._future.result()
 
     def cancel(self) -> None:
         self._stop.set()
-        self._thread.join()
+        self._pool.shutdown(wait=True)
 
 
 def read_manifest(directory: Path) -> dict[str, Any]:
@@ -270,9 +256,8 @@ def write_arrays(path: Path, crop_boxes: np.ndarray, has_face: np.ndarray, laten
     """Write the arrays file (``avatar.npz``); the masks are stored flat with their sides."""
     sides = np.asarray([m.shape[0] for m in masks], dtype=np.int32)
     flat = np.concatenate([m.reshape(-1) for m in masks]) if masks else np.zeros(0, np.uint8)
-    with open(path, "wb") as fh:
-        np.savez(fh, crop_boxes=crop_boxes, has_face=has_face.astype(np.uint8), latents=latents, squares=squares,
-                 mask_sides=sides, masks_flat=flat)
+    np.savez(path, crop_boxes=crop_boxes, has_face=has_face.astype(np.uint8), latents=latents, squares=squares,
+             mask_sides=sides, masks_flat=flat)
 
 
 def read_arrays(directory: Path) -> dict[str, Any]:
@@ -284,13 +269,11 @@ def read_arrays(directory: Path) -> dict[str, Any]:
     """
     try:
         arrays = np.load(directory / ARRAYS_FILE, allow_pickle=False)
-        sides, flat = arrays["mask_sides"], arrays["masks_flat"]
-        masks, pos = [], 0
-        for s in sides.tolist():
-            masks.append(flat[pos:pos + s * s].reshape(s, s))
-            pos += s * s
-        if pos != flat.size:
+        sides, flat = arrays["mask_sides"].tolist(), arrays["masks_flat"]
+        starts = np.cumsum([0] + [s * s for s in sides]).tolist()  # each mask's offset, then the total
+        if starts[-1] != flat.size:
             raise CacheError("mask data does not match the recorded sizes")
+        masks = [flat[a:a + s * s].reshape(s, s) for s, a in zip(sides, starts[:-1], strict=True)]
         out = {"crop_boxes": arrays["crop_boxes"], "has_face": arrays["has_face"].astype(bool),
                "latents": arrays["latents"], "squares": arrays["squares"], "masks": masks}
     except (KeyError, ValueError, OSError) as exc:
@@ -308,9 +291,8 @@ def write_manifest(work: Path, directory: Path, meta: dict[str, Any]) -> None:
     (directory / MANIFEST).unlink(missing_ok=True)
     for name in (FRAMES_FILE, ARRAYS_FILE):
         os.replace(work / name, directory / name)
-    tmp = work / MANIFEST
-    tmp.write_text(json.dumps(meta, indent=1, sort_keys=True), "utf-8")
-    os.replace(tmp, directory / MANIFEST)
+    with atomic_path(directory / MANIFEST) as tmp:
+        tmp.write_text(json.dumps(meta, indent=1, sort_keys=True), "utf-8")
 
 
 def manifest(config: InferenceConfig, key: str | None, video: Path, weights_dir: Path, frame_shape: tuple[int, int],

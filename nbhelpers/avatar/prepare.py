@@ -14,16 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import blending, faces, gpu, latents, media, restore, weights
-from ..checks import (
-    check_boxes,
-    check_face,
-    check_path_type,
-    check_video,
-    check_weights_dir,
-    given_boxes,
-    no_face_in_rotated_video,
-)
+from .. import blending, checks, faces, gpu, latents, media, restore, weights
 from ..config import InferenceConfig
 from ..engine import Timings, flush_denormals
 from ..errors import CacheError, InputError, NoFaceError
@@ -31,18 +22,8 @@ from ..faces.boxes import single_box
 from ..faces.speaker import choose_face
 from ..framestore import FrameStore, check_disk_for_frames, expected_frames
 from ..pipeline import MuseTalkPipeline
+from . import cache
 from .avatar import Avatar, read_meta, stored_config
-from .cache import (
-    ARRAYS_FILE,
-    FRAMES_FILE,
-    BackgroundWrite,
-    boxes_key,
-    file_entry,
-    manifest,
-    stale_reason,
-    write_arrays,
-    write_manifest,
-)
 
 
 def prepare_avatar(video: str | os.PathLike, directory: str | os.PathLike, pipe: MuseTalkPipeline | None = None, *,
@@ -78,19 +59,19 @@ def prepare_avatar(video: str | os.PathLike, directory: str | os.PathLike, pipe:
         DiskSpaceError: The local disk cannot hold the decoded frames.
     """
     config = config or InferenceConfig()
-    boxes = given_boxes(boxes)  # a one-box list is that box, with the same cache key
+    boxes = checks.given_boxes(boxes)  # a one-box list is that box, with the same cache key
     if boxes is not None and config.landmark_backend != "boxes":
         config = config.replace(landmark_backend="boxes")
     directory = Path(directory)
     weights_path = _weights_path(pipe, weights_dir)
     if directory.exists() and not directory.is_dir():
         raise InputError(f"directory {str(directory)!r} is a file; give a folder for the avatar (it is created).")
-    check_path_type(video, "video")
+    checks.check_path_type(video, "video")
     video_path = Path(video)
     if not video_path.is_file():
         raise InputError(f"video {str(video_path)!r} does not exist; give the path of a face video or photo.")
-    key = boxes_key(boxes)
-    reason = "rebuild asked" if rebuild else stale_reason(directory, video_path, config, weights_path, key)
+    key = cache.boxes_key(boxes)
+    reason = "rebuild asked" if rebuild else cache.stale_reason(directory, video_path, config, weights_path, key)
     if not reason:
         try:
             return load_avatar(directory, pipe, config=config, weights_dir=weights_path, check=False)
@@ -99,11 +80,11 @@ def prepare_avatar(video: str | os.PathLike, directory: str | os.PathLike, pipe:
 
     # 1. checks: the video, the boxes and the weights, before any heavy work
     gpu.check_device(config.device)
-    _, video_info = check_video(video_path)
+    _, video_info = checks.check_video(video_path)
     media.check_writable(directory, "the avatar")
-    boxes = check_boxes(boxes, video_path, video_info)
-    check_face(config.face, video_info)
-    check_weights_dir(weights_path, config.version, config.landmark_backend)
+    boxes = checks.check_boxes(boxes, video_path, video_info)
+    checks.check_face(config.face, video_info)
+    checks.check_weights_dir(weights_path, config.version, config.landmark_backend)
     if config.restore is not None:
         restore.check_available(config.restore, weights_path)
     owns = pipe is None
@@ -169,7 +150,7 @@ def _build(pipe: MuseTalkPipeline, video: Path, video_info: Any, directory: Path
     made = media.missing_folders(directory)  # removed again unless an avatar is in
     directory.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".building-", dir=directory))
-    writer: BackgroundWrite | None = None
+    writer: cache.BackgroundWrite | None = None
     kept = False  # the frame store becomes the new avatar's frames (no decode of the file just written)
     timings = Timings()
     try:
@@ -189,7 +170,7 @@ def _build(pipe: MuseTalkPipeline, video: Path, video_info: Any, directory: Path
                 track = faces.track(store.tee(reader, n_src), backend=pipe.detections.wrap(detector, video),
                                     config=tracked, boxes=boxes, weights_dir=pipe.weights_dir)
             except NoFaceError as exc:
-                raise no_face_in_rotated_video(exc, video_info) from None
+                raise checks.no_face_in_rotated_video(exc, video_info) from None
             store.finish()
             reader.close()
         pipe.compile_for(batch, parts=("encoder", "parser"))  # in the background: eager until ready
@@ -197,7 +178,7 @@ def _build(pipe: MuseTalkPipeline, video: Path, video_info: Any, directory: Path
         h, w = store.frame_shape[:2]
         # The lossless file is encoded and hashed in a thread meanwhile. Parsing runs before the VAE, so masks are
         # made while another thread (a batch worker's preload) may still be loading the VAE.
-        writer = BackgroundWrite(store, work / FRAMES_FILE, w, h)
+        writer = cache.BackgroundWrite(store, work / cache.FRAMES_FILE, w, h)
         with flush_denormals(pipe.device):
             # 4. parsing and blending: the feathered masks and expanded squares
             with timings.stage("parser_wait"):
@@ -216,18 +197,19 @@ def _build(pipe: MuseTalkPipeline, video: Path, video_info: Any, directory: Path
         # 6. the cache: frames (in the thread), arrays, then the manifest last
         with timings.stage("arrays"):
             squares = np.asarray([m.square for m in materials], dtype=np.int32).reshape(-1, 4)
-            write_arrays(work / ARRAYS_FILE, np.asarray(track.crop_boxes, dtype=np.int32), track.has_face,
-                         latents_np, squares, masks)
+            cache.write_arrays(work / cache.ARRAYS_FILE, np.asarray(track.crop_boxes, dtype=np.int32),
+                               track.has_face, latents_np, squares, masks)
         with timings.stage("frames_file"):
             n_written, frames_size, frames_sha = writer.result()
         writer = None
         with timings.stage("finish"):
             if n_written != len(store):
                 raise CacheError(f"wrote {n_written} of {len(store)} frames")
-            files = {FRAMES_FILE: file_entry(work / FRAMES_FILE, frames_size, frames_sha),
-                     ARRAYS_FILE: file_entry(work / ARRAYS_FILE)}
-            write_manifest(work, directory, manifest(config, key, video, pipe.weights_dir, (h, w), len(store),
-                                                     len(face_frames), track.backend, files))
+            files = {cache.FRAMES_FILE: cache.file_entry(work / cache.FRAMES_FILE, frames_size, frames_sha),
+                     cache.ARRAYS_FILE: cache.file_entry(work / cache.ARRAYS_FILE)}
+            meta = cache.manifest(config, key, video, pipe.weights_dir, (h, w), len(store), len(face_frames),
+                                  track.backend, files)
+            cache.write_manifest(work, directory, meta)
             # Arrays read back from the cache, frames from the store; clips plan their own batch.
             clip_config = run_config.replace(batch_size=config.batch_size, reasons={
                 k: v for k, v in run_config.reasons.items() if k != "batch_size"})

@@ -22,7 +22,6 @@ def batch(args: argparse.Namespace) -> int:
                                                           {**j.settings, "box": box}, j.source) for j in jobs]
     result = batches.run(jobs, config, inference=inference, weights_dir=args.weights)
     print(result)
-    note = tiny_note(args.weights)
-    if note and result.count("done"):
+    if result.count("done") and (note := tiny_note(args.weights)):
         print(note)
     return 0 if result.ok else 1

@@ -35,8 +35,7 @@ def lipsync(args: argparse.Namespace) -> int:
     result = pipeline.lipsync(args.video, args.audio, args.output, config=inference_config(args),
                               boxes=parse_box(args.box), weights_dir=args.weights)
     print(f"{result.summary()} -> {result.output}")
-    note = tiny_note(args.weights)
-    if note:
+    if note := tiny_note(args.weights):
         print(note)
     return 0
 

@@ -34,9 +34,8 @@ def jaw_dilation_kernel() -> np.ndarray:
     Source: ``face_parsing/__init__.py:15-42``.
     """
     kernel = np.zeros((33, 33), np.uint8)
-    for row in range(10, 21):
-        half = row - 10
-        kernel[row, 16 - half:16 + half + 1] = 1
+    for half in range(11):  # rows 10-20
+        kernel[10 + half, 16 - half:17 + half] = 1
     kernel[21:33, 6:27] = 1
     return kernel
 

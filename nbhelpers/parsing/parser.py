@@ -127,16 +127,15 @@ class FaceParser:
         def step(sl: slice) -> np.ndarray:
             x = torch.from_numpy(self.preprocess(images[sl])).to(self.device)
             with torch.inference_mode():
-                logits = self.net.parse(x.to(self.dtype))
-                return logits.argmax(dim=1).to(torch.uint8).cpu().numpy()
+                return self.net.parse(x.to(self.dtype)).argmax(dim=1).to(torch.uint8).cpu().numpy()
 
         for sl, out in batched(len(images), batch_size or self.batch_size, step, stage="face parsing"):
             result[sl] = out
         return result
 
-    def preprocess_torch(self, frames: Any, squares: Sequence[Sequence[int]], bgr: bool = True) -> Any:
+    def preprocess_torch(self, frames: Any, squares: Sequence[Sequence[int]]) -> Any:
         """:meth:`preprocess` of the squares of frames on their torch device: (B, 3, 512, 512) float32 RGB there.
-        ``frames`` (B, H, W, 3) uint8, BGR unless ``bgr`` is False; ``squares`` B ``(xs, ys, xe, ye)``, frame pixels.
+        ``frames`` (B, H, W, 3) uint8 BGR; ``squares`` B ``(xs, ys, xe, ye)``, frame pixels.
         Crop (black outside) and resize are :func:`nbhelpers.resample.crop_resize_batch`, bit-exact with PIL.
         InputError when ``frames`` is not (B, H, W, 3) uint8 or the squares do not match it.
         Source: ``face_parsing/__init__.py:71-75,83-88``; ``blending.py:60`` (the crop).
@@ -152,21 +151,19 @@ class FaceParser:
         for i, sq in enumerate(squares):
             if len(sq) != 4 or int(sq[2]) - int(sq[0]) != int(sq[3]) - int(sq[1]) or int(sq[2]) <= int(sq[0]):
                 raise InputError(f"squares[{i}] must be (xs, ys, xe, ye) of a non-empty square; got {tuple(sq)!r}.")
-        images = crop_resize_batch(frames.permute(0, 3, 1, 2), squares, PARSING_SIZE, "bilinear")
-        if bgr:
-            images = images.flip(1)
+        images = crop_resize_batch(frames.permute(0, 3, 1, 2), squares, PARSING_SIZE, "bilinear").flip(1)  # RGB
         mean = device_constant(IMAGENET_MEAN, frames.device, torch.float32).view(1, 3, 1, 1)
         std = device_constant(IMAGENET_STD, frames.device, torch.float32).view(1, 3, 1, 1)
         return (images.to(torch.float32) / 255.0 - mean) / std
 
-    def labels_torch(self, frames: Any, squares: Sequence[Sequence[int]], bgr: bool = True) -> Any:
+    def labels_torch(self, frames: Any, squares: Sequence[Sequence[int]]) -> Any:
         """(B, 512, 512) uint8 labels 0..18 on the parser's device of the squares of ``frames`` (moved there), in
         one forward pass; arguments and errors as :meth:`preprocess_torch`.
         Source: ``face_parsing/__init__.py:83-90``.
         """
         import torch
 
-        x = self.preprocess_torch(frames.to(self.device, non_blocking=True), squares, bgr)
+        x = self.preprocess_torch(frames.to(self.device, non_blocking=True), squares)
         with torch.inference_mode():
             return self.net.parse(x.to(self.dtype)).argmax(dim=1).to(torch.uint8)
 

@@ -111,12 +111,9 @@ def make_tiny_weights(directory: str | os.PathLike, versions: Sequence[str] = ("
     unknown = sorted(set(writers or ()) - set(available))
     if unknown:
         raise InputError(f"unknown tiny writer(s) {unknown}; registered: {', '.join(sorted(available))}.")
-    left_out = {}
-    if writers is None:
-        for name in available:
-            lacking = [pkg for pkg in WRITER_NEEDS.get(name, ()) if not _importable(pkg)]
-            if lacking:
-                left_out[name] = f"needs {', '.join(lacking)} (pip install {' '.join(lacking)})"
+    lacking = {name: [pkg for pkg in WRITER_NEEDS.get(name, ()) if not _importable(pkg)] for name in available}
+    left_out = {name: f"needs {', '.join(pkgs)} (pip install {' '.join(pkgs)})"
+                for name, pkgs in lacking.items() if pkgs and writers is None}
     writers = {name: fn for name, fn in available.items()
                if name not in left_out and (writers is None or name in writers)}  # left_out: the default run only
     timings = {}

@@ -94,20 +94,19 @@ def write_random_dwpose_checkpoint(directory: str | os.PathLike, seed: int = 0) 
     return path
 
 
-def template_dwpose_state_dict(keypoints_px: np.ndarray | None = None) -> dict:
-    """A state dict in the official layout whose network draws fixed keypoints whatever the input.
+def template_dwpose_state_dict() -> dict:
+    """A state dict in the official layout whose network draws :func:`face_template_input_px` whatever the input.
 
     Every backbone conv is zero, so the backbone gives the constant ``silu(2)``; six taps of the head's 7x7 conv carry
     six numbers per keypoint, read back exactly by the ``mlp`` layer (a pseudo-inverse); the GAU adds nothing; and
     ``cls_x``/``cls_y`` make a parabola ``1 - 100 (z - z_k)^2`` over the bins, peaking at the wanted bin. Constant
-    tensors are broadcast views, so the file is about 1.5 MB. ``keypoints_px`` is (133, 2) ``(x, y)`` in 288x384
-    input pixels; None = :func:`face_template_input_px`.
+    tensors are broadcast views, so the file is about 1.5 MB.
     """
     import torch
     from torch.nn import functional as F
 
     net = require("nbhelpers.faces.dwpose_net", dwpose_torch.INSTALL_TORCH)  # the architecture facts (torch)
-    kp = np.asarray(face_template_input_px() if keypoints_px is None else keypoints_px, np.float64)
+    kp = face_template_input_px().astype(np.float64)
     k = codec.NUM_KEYPOINTS
     taps = ((0, 0), (0, 6), (6, 0), (6, 6), (3, 0), (0, 3))  # six taps of the 7x7 kernel, x: 0-2, y: 3-5
     fw, fh = net.FEATURE_MAP
@@ -131,10 +130,8 @@ def template_dwpose_state_dict(keypoints_px: np.ndarray | None = None) -> dict:
     for t, (i, j) in enumerate(taps):
         kernel[:, 0, i, j] = torch.from_numpy(coeffs[:, t]) / (net.HEAD_IN_CHANNELS * kappa)
 
-    def const(shape, value, dtype=torch.float32):
-        if not shape:
-            return torch.tensor(value, dtype=dtype)
-        return torch.full((1,) * len(shape), value, dtype=dtype).expand(shape)
+    def const(shape, value):  # a broadcast view of one float32 value
+        return torch.full((1,) * len(shape), value, dtype=torch.float32).expand(shape)
 
     last_bn = "backbone.stage4.2.final_conv.bn."
     state = {}
@@ -144,10 +141,8 @@ def template_dwpose_state_dict(keypoints_px: np.ndarray | None = None) -> dict:
             state[key] = torch.zeros((), dtype=torch.int64)
         elif leaf in ("running_var", "g", "scale") or (".bn." in key and leaf == "weight"):
             state[key] = const(shape, 1.0)
-        elif key == last_bn + "bias":
-            state[key] = const(shape, 2.0)
         else:
-            state[key] = const(shape, 0.0)
+            state[key] = const(shape, 2.0 if key == last_bn + "bias" else 0.0)
     state["head.final_layer.weight"] = kernel.float().expand(k, net.HEAD_IN_CHANNELS, *kernel.shape[2:])
     mlp = torch.zeros(net.GAU_HIDDEN, net.FEATURE_MAP[0] * net.FEATURE_MAP[1])
     mlp[:6] = read_back.float()
@@ -198,19 +193,16 @@ def simcc_peak_model(centers_x, centers_y, *, heights=1.0, sharpness: float = 1.
     w, h = int(input_size[0]), int(input_size[1])
     wx, wy = int(w * codec.SIMCC_SPLIT_RATIO), int(h * codec.SIMCC_SPLIT_RATIO)
 
-    def const(name, value):
-        return numpy_helper.from_array(np.asarray(value), name)
-
-    inits = [
-        const("half", np.array([w // 2], np.int64)), const("zero", np.array([0], np.int64)),
-        const("width", np.array([w], np.int64)), const("axis3", np.array([3], np.int64)),
-        const("shape_n11", np.array([-1, 1, 1], np.int64)),
-        const("gain", np.float32(switch_gain)), const("lo", np.float32(-1.0)), const("hi", np.float32(1.0)),
-        const("shift_x", np.float32(switch_shift_x)), const("shift_y", np.float32(switch_shift_y)),
-        const("cx", cx), const("cy", cy), const("heights", heights_arr), const("sharp", np.float32(sharpness)),
-        const("bins_x", np.arange(wx, dtype=np.float32).reshape(1, 1, wx)),
-        const("bins_y", np.arange(wy, dtype=np.float32).reshape(1, 1, wy)),
-    ]
+    constants = {
+        "half": np.array([w // 2], np.int64), "zero": np.array([0], np.int64), "width": np.array([w], np.int64),
+        "axis3": np.array([3], np.int64), "shape_n11": np.array([-1, 1, 1], np.int64),
+        "gain": np.float32(switch_gain), "lo": np.float32(-1.0), "hi": np.float32(1.0),
+        "shift_x": np.float32(switch_shift_x), "shift_y": np.float32(switch_shift_y),
+        "cx": cx, "cy": cy, "heights": heights_arr, "sharp": np.float32(sharpness),
+        "bins_x": np.arange(wx, dtype=np.float32).reshape(1, 1, wx),
+        "bins_y": np.arange(wy, dtype=np.float32).reshape(1, 1, wy),
+    }
+    inits = [numpy_helper.from_array(np.asarray(value), name) for name, value in constants.items()]
     nodes = [
         helper.make_node("Slice", [input_name, "zero", "half", "axis3"], ["left"]),
         helper.make_node("Slice", [input_name, "half", "width", "axis3"], ["right"]),
@@ -250,14 +242,10 @@ def face_template_input_px() -> np.ndarray:
     axis = codec.INPUT_SIZE[0] * 0.5 - 0.25  # x -> 287.5/2 - x in bins is the flip mirror: axis 143.75
     flip = codec.coco_wholebody_flip_indices()
     offsets = np.zeros((codec.NUM_KEYPOINTS, 2), np.float64)  # (dx from the axis, y)
-    face = {}
-    for k in range(17):  # jaw: image-left temple, round the chin, image-right temple
-        t = math.pi * k / 16
-        face[k] = (-44 * math.cos(t), 180 + 60 * math.sin(t))
-    for i in range(5):   # image-left brow
-        face[17 + i] = (-38 + 7.5 * i, 168 - 4 * math.sin(math.pi * i / 4))
-    for i in range(4):   # nose bridge
-        face[27 + i] = (0.0, 178 + 10 * i)
+    # the jaw (image-left temple, round the chin, image-right temple), the image-left brow, the nose bridge
+    face = {k: (-44 * math.cos(math.pi * k / 16), 180 + 60 * math.sin(math.pi * k / 16)) for k in range(17)}
+    face.update({17 + i: (-38 + 7.5 * i, 168 - 4 * math.sin(math.pi * i / 4)) for i in range(5)})
+    face.update({27 + i: (0.0, 178 + 10 * i) for i in range(4)})
     face.update({31: (-10, 214), 32: (-5, 216), 33: (0, 218)})
     face.update({36: (-30, 186), 37: (-24, 182), 38: (-16, 182), 39: (-10, 186), 40: (-16, 190), 41: (-24, 190)})
     face.update({48: (-20, 228), 49: (-12, 224), 50: (-5, 222), 51: (0, 223), 55: (12, 234), 56: (5, 237),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 import os
 from collections.abc import Mapping
+from types import SimpleNamespace
 from typing import Any
 
 from ..config import InferenceConfig
@@ -40,14 +41,6 @@ def widgets_available() -> bool:
     return True
 
 
-class _Plain:
-    """Stand-in for a widget when ipywidgets is absent: holds ``value`` and ``disabled``; observers are called."""
-
-    def __init__(self, value: Any):
-        self.value = value
-        self.disabled = False
-
-
 class SettingsPanel:
     """Widgets (or plain values) for the inference settings; :attr:`config` is the config of the current values.
 
@@ -75,13 +68,9 @@ class SettingsPanel:
         if unknown:
             raise InputError(f"settings_panel values has unknown names {unknown}; the panel sets "
                              f"{', '.join(PANEL_FIELDS)}. Put other settings in the config you pass.")
-        initial = {name: getattr(base, name) for name in PANEL_FIELDS}
-        initial["batch_size"] = "auto"  # the base config's value is what "auto" means
-        initial["fp16"] = "auto"
-        for name, value in values.items():
-            if name in ("batch_size", "fp16") and value is None:
-                value = "auto"
-            initial[name] = value
+        initial = {**{name: getattr(base, name) for name in PANEL_FIELDS}, **values}
+        for name in ("batch_size", "fp16"):  # the base config's value is what "auto" means
+            initial[name] = "auto" if values.get(name) is None else values[name]
         # Validate every value now, through the config's own rules, before any widget is made.
         try:
             _to_config(base, initial)
@@ -108,18 +97,15 @@ class SettingsPanel:
         self._initial(self.base, merged)
         for name, value in values.items():
             control = self.controls[name]
-            if self.uses_widgets and hasattr(control, "max") and isinstance(value, int) and value > control.max:
-                control.max = value
-            if self.uses_widgets and hasattr(control, "min") and isinstance(value, int) and value < control.min:
-                control.min = value
-            if (self.uses_widgets and name == "batch_size" and isinstance(value, int)
-                    and value not in [v for _, v in control.options]):
-                control.options = [*control.options, (str(value), value)]
             if value is None and name in ("batch_size", "fp16"):
                 value = "auto"
-            elif value is None and name == "restore" and self.uses_widgets:
+            elif self.uses_widgets and isinstance(value, int) and hasattr(control, "max"):  # widen a slider
+                control.max, control.min = max(control.max, value), min(control.min, value)
+            elif self.uses_widgets and name == "batch_size" and value not in [v for _, v in control.options]:
+                control.options = [*control.options, (str(value), value)]
+            elif self.uses_widgets and name == "restore" and value is None:
                 value = _RESTORE_OFF
-            elif name == "face" and self.uses_widgets:
+            elif self.uses_widgets and name == "face":
                 value = str(value)  # a text box
             control.value = value
         self._sync()
@@ -136,8 +122,8 @@ class SettingsPanel:
         return [f"{name}: {reasons[name]}" for name in ("device", "fp16", "batch_size") if reasons.get(name)]
 
     def _make(self, name: str, value: Any) -> Any:
-        if not self.uses_widgets:
-            return _Plain(value)
+        if not self.uses_widgets:  # a stand-in control: its value, and whether it applies
+            return SimpleNamespace(value=value, disabled=False)
         import ipywidgets as w
 
         m = _FIELDS[name].metadata

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -224,12 +225,8 @@ def _frames_at(frames: Any, indices: Sequence[int]) -> list[np.ndarray]:
         frames = frames[None]
     if hasattr(frames, "__getitem__") and hasattr(frames, "__len__"):
         return [np.asarray(frames[i]) for i in indices]
-    wanted, out = set(indices), {}
-    for i, frame in enumerate(frames):  # a streaming reader: read up to the last wanted frame
-        if i in wanted:
-            out[i] = np.asarray(frame)
-        if i >= max(indices):
-            break
+    wanted = set(indices)  # a streaming reader: read up to the last wanted frame
+    out = {i: np.asarray(f) for i, f in enumerate(itertools.islice(frames, max(indices) + 1)) if i in wanted}
     missing = [i for i in indices if i not in out]
     if missing:
         raise InputError(f"frames has fewer frames than asked; missing indices {missing}.")
@@ -298,11 +295,10 @@ def plot_faces(frames: Any, track: Any = None, *, indices: Sequence[int] | None 
     if masks is None:
         masks = _track_masks(track, has_face)
     n_known = next((len(a) for a in (boxes, landmarks, has_face, masks) if a is not None), None)
-    if n_known is None:
-        if every is not None:
-            n_known = every.n_frames
-        else:
-            n_known = len(frames) if hasattr(frames, "__len__") else max_frames
+    if n_known is None and every is not None:
+        n_known = every.n_frames
+    elif n_known is None:
+        n_known = len(frames) if hasattr(frames, "__len__") else max_frames
     if indices is None:
         count = max(1, min(int(max_frames), n_known))
         indices = sorted({int(round(i)) for i in np.linspace(0, n_known - 1, count)})
