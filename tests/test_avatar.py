@@ -327,3 +327,21 @@ def test_generate_refuses_an_audio_or_output_that_is_not_a_path(prepared):
         avatar.generate(5)
     with pytest.raises(InputError, match=r"^output must be a file path .*; got list \['o.mp4'\]"):
         avatar.generate(np.zeros(16000, np.float32), ["o.mp4"])
+
+
+def test_the_weights_fingerprint_covers_the_vae_parsing_and_landmark_files(tmp_path):
+    """The crop boxes come from the landmark models, so their files are in the fingerprint beside the VAE and
+    BiSeNet; the UNet and whisper, which run at generate time, are not."""
+    import os
+
+    from nbhelpers.avatar.cache import weights_fingerprint
+
+    files = ["sd-vae/config.json", "sd-vae/diffusion_pytorch_model.bin", "face-parse-bisent/79999_iter.pth",
+             "s3fd/s3fd-619a316812.pth", "dwpose/dw-ll_ucoco_384.pth", "musetalkV15/unet.pth", "whisper/config.json"]
+    for name in files:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"x" * 10)
+    before = weights_fingerprint(tmp_path, "v15")
+    assert sorted(before) == sorted(files[:5])
+    os.utime(tmp_path / "s3fd/s3fd-619a316812.pth", (1e9, 1e9))
+    assert weights_fingerprint(tmp_path, "v15") != before

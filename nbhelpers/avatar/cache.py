@@ -48,9 +48,12 @@ def source_fingerprint(path: Path) -> dict[str, Any]:
 
 
 def weights_fingerprint(weights_dir: Path, version: str) -> dict[str, Any]:
-    """``[size, mtime]`` of each weight file that shapes the cache (VAE, parsing, landmarks), by its path."""
-    paths = {name: weights_dir / name for name in weights.required_files(version, parsing=True)
-             if name.split("/")[0] in CACHED_WEIGHTS}
+    """``[size, mtime]`` of each weight file present that shapes the cache (VAE, parsing, landmarks), by its path:
+    the manifest's files and alternates in :data:`CACHED_WEIGHTS` folders (the VAE and BiSeNet are the same for
+    every ``version``)."""
+    names = sorted({path for entry in weights.MANIFEST for path in (entry.path, *entry.alternates)
+                    if path.split("/")[0] in CACHED_WEIGHTS})
+    paths = {name: weights_dir / name for name in names}
     return {name: [p.stat().st_size, int(p.stat().st_mtime)] for name, p in paths.items() if p.is_file()}
 
 
