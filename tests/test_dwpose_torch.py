@@ -282,7 +282,6 @@ def test_auto_prefers_mmpose_then_dwpose_then_dwpose_onnx(monkeypatch, tmp_path)
             pass
 
     monkeypatch.setattr(faces.BACKENDS, "_targets", {n: Fake for n in ("mmpose", "dwpose", "dwpose-onnx", "dlib")})
-    monkeypatch.setattr(faces.BACKENDS, "_resolved", {})
     ok = {}
     monkeypatch.setattr(registry_module, "_imports",
                         lambda m: (True, f"{m} imports") if ok.get(m) else (False, f"{m} is not installed"))

@@ -317,7 +317,6 @@ def fake_registry(monkeypatch):
 
     targets = {"mmpose": Recorded, "dwpose-onnx": Recorded, "dlib": Recorded}
     monkeypatch.setattr(faces.BACKENDS, "_targets", dict(targets))
-    monkeypatch.setattr(faces.BACKENDS, "_resolved", {})
     return made
 
 

@@ -39,6 +39,8 @@ def _placeholder(name: str):
 
 
 class _StubModule(types.ModuleType):
+    __nbhelpers_stub__ = True  # STUB_FLAG: marks the stand-in modules
+
     def __getattr__(self, name: str):
         if name.startswith("__"):
             raise AttributeError(name)
@@ -78,14 +80,12 @@ def install() -> bool:
     if real_ops_available():
         return False
     ops = _StubModule("mmcv.ops", __doc__)
-    setattr(ops, STUB_FLAG, True)
     ops.__path__ = []  # a package, so that "import mmcv.ops.nms" finds the submodules below
     for name in KNOWN_OPS:
         setattr(ops, name, _placeholder(name))
     sys.modules["mmcv.ops"] = ops
     for sub in SUBMODULES:
         module = _StubModule(f"mmcv.ops.{sub}", f"nbhelpers stand-in for mmcv.ops.{sub} (see mmcv.ops)")
-        setattr(module, STUB_FLAG, True)
         for name in KNOWN_OPS:
             setattr(module, name, getattr(ops, name))
         sys.modules[f"mmcv.ops.{sub}"] = module

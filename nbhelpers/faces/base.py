@@ -17,6 +17,7 @@ from . import dwpose_codec as codec
 # Weight files of the face models, relative to a weights dir (the official models/ layout), from the manifest.
 S3FD_FILE, DWPOSE_PTH_FILE, DWPOSE_ONNX_FILE = (weights.MANIFEST.get(name).path
                                                 for name in ("s3fd", "dwpose-mmpose", "dwpose-onnx"))
+DLIB_INSTALL = "pip install dlib-bin face-recognition-models"  # the dlib backend's packages (no weights)
 
 
 @dataclass(frozen=True)

