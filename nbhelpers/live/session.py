@@ -134,8 +134,7 @@ class LiveSession:
             if wave.size:
                 self._inbox.append(wave)
             self._wake.notify_all()
-        if not self.config.threaded:
-            self.poll()
+        self.poll()  # not threaded: the work is done here
 
     def _resample(self, wave: np.ndarray, rate: int) -> np.ndarray:
         if rate != self._rate:
