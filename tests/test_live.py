@@ -302,7 +302,7 @@ def test_threaded_real_time_hands_out_every_frame_in_order(avatar):
     assert got == list(range(10)) and res.n_frames == 10 and res.stats["idle_frames"] == 10
     t0 = session.stats.first_push_t
     for n, t in enumerate(session.stats.emit_t):
-        assert t >= t0 + session.delay_s + n / 25 - 1e-6
+        assert t >= t0 + session.config.delay_s + n / 25 - 1e-6
 
 
 def test_chunks_at_another_rate_are_resampled_as_one_file(avatar, monkeypatch):

@@ -38,8 +38,7 @@ def _fit_error(job: Job, face: Any, video_info: Any) -> str:
     try:
         check_boxes(job.settings.get("box"), job.video, video_info)
     except NbHelpersError as exc:  # the message names the Python argument "boxes"; a job's setting is "box"
-        text = error_text(exc)
-        return text.replace(": boxes = ", ": box = ", 1).replace(": boxes must", ": box must", 1)
+        return error_text(exc).replace(": boxes = ", ": box = ", 1).replace(": boxes must", ": box must", 1)
     try:
         check_face(face, video_info)
     except InputError as exc:

@@ -17,7 +17,7 @@ from ..config import InferenceConfig, parse_face
 from ..errors import InputError
 
 # Per-job settings: InferenceConfig fields a row may set (version, device and precision belong to the workers'
-# pipelines) and "box", one crop box (x1, y1, x2, y2) for the clip.
+# pipelines) and "box", one crop box (x1, y1, x2, y2) in source pixels for the clip, skipping face detection.
 ROW_SETTINGS = ("batch_size", "extra_margin", "bbox_shift", "parsing_mode", "left_cheek_width", "right_cheek_width",
                 "landmark_backend", "smooth_boxes", "seed", "latent_mode", "blur_ratio", "face", "box")
 
@@ -25,8 +25,7 @@ ROW_SETTINGS = ("batch_size", "extra_margin", "bbox_shift", "parsing_mode", "lef
 @dataclass(frozen=True)
 class Job:
     """One clip of a batch: ``name`` (unique; default the output's stem), ``video``, ``audio``, ``output`` (MP4),
-    per-job ``settings`` (:data:`ROW_SETTINGS`: InferenceConfig fields, and ``box`` = ``(x1, y1, x2, y2)`` source
-    pixels to skip face detection) and ``source``, where it was read (``"jobs.csv line 4"``), for messages.
+    ``settings`` (:data:`ROW_SETTINGS`) and ``source``, where it was read (``"jobs.csv line 4"``), for messages.
     """
 
     name: str
@@ -116,9 +115,10 @@ def job_configs(job_list: Sequence[Job], config: InferenceConfig) -> dict[str, I
     return out
 
 
-def _clean_path(path: Path) -> Path:
-    """``path`` absolute, its folder resolved, its own name kept as written (a linked file keeps its name)."""
-    path = Path.cwd() / path  # unchanged when absolute
+def _clean_path(path: str | os.PathLike, base: Path | None = None) -> Path:
+    """``path`` (``~`` expanded) made absolute from ``base`` (None: the working folder; an absolute ``path`` keeps
+    its own), its folder resolved, its own name kept as written (a linked file keeps its name)."""
+    path = (base or Path.cwd()) / Path(path).expanduser()
     return path.resolve() if path.name in ("", "..") else path.parent.resolve() / path.name
 
 
@@ -142,13 +142,9 @@ def _job_from_row(row: Mapping[str, Any], base: Path, where: str) -> Job:
         raise InputError(f"{where}: unknown column(s) {', '.join(unknown)}. A job has name, video, audio, output and "
                          f"optional settings: {', '.join(ROW_SETTINGS)}.")
     settings = {k: v for k, v in ((k, _setting(k, v, where)) for k, v in settings_in.items()) if v is not None}
-
-    def path(value: Any) -> Path:
-        return _clean_path(base / Path(os.fspath(value)).expanduser())  # an absolute value replaces base
-
-    video, audio = path(str(fixed["video"]).strip()), path(str(fixed["audio"]).strip())
+    video, audio = _clean_path(str(fixed["video"]).strip(), base), _clean_path(str(fixed["audio"]).strip(), base)
     out_text = str(fixed.get("output") or "").strip()
-    output = path(out_text) if out_text else _clean_path(base / "results" / f"{video.stem}_{audio.stem}.mp4")
+    output = _clean_path(out_text or f"results/{video.stem}_{audio.stem}.mp4", base)
     if output.suffix.lower() != ".mp4":
         raise InputError(f"{where}: output must end in .mp4; got {str(output)!r}.")
     name = str(fixed.get("name") or "").strip() or output.stem
@@ -269,14 +265,13 @@ def check_jobs(jobs: Iterable[Job | Mapping[str, Any]]) -> list[Job]:
             job = _job_from_row(job, Path.cwd(), f"job {k}")
         elif not isinstance(job, Job):
             raise InputError(f"job {k} must be a Job or a dict with video, audio and output; got {type(job).__name__}.")
-        paths = [_clean_path(Path(os.fspath(p)).expanduser()) for p in (job.video, job.audio, job.output)]
+        paths = [_clean_path(p) for p in (job.video, job.audio, job.output)]
         name, n = job.name, 1
         while name in names:
             n += 1
             name = f"{job.name}-{n}"
         names.add(name)
-        same = [name, *paths] == [job.name, job.video, job.audio, job.output]
-        out.append(job if same else Job(name, *paths, job.settings, job.source))
+        out.append(Job(name, *paths, job.settings, job.source))
     _check_outputs(out)
     if not out:
         raise InputError("the batch holds no job.")

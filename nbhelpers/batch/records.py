@@ -56,8 +56,7 @@ def weights_state(weights_dir: Path, version: str) -> dict[str, list[int]]:
 def record_inputs(job: Job, config: InferenceConfig, fingerprints: Callable[[Path], dict[str, Any]],
                   weight_files: Mapping[str, Any]) -> dict[str, Any]:
     """What makes ``job``'s output, as its record holds it: video and audio fingerprints, box, the settings that
-    change frames (not device, precision, batch size or compile) and ``weight_files``.
-    """
+    change frames (:meth:`~nbhelpers.config.InferenceConfig.output_settings`) and ``weight_files``."""
     box = job.settings.get("box")
     return {"video": fingerprints(job.video), "audio": fingerprints(job.audio), "box": list(box) if box else None,
             "settings": config.output_settings(), "weights": dict(weight_files)}
@@ -192,7 +191,6 @@ def batch_lock(folder: Path, name: str = "batch.lock", what: str = "the avatar c
     with fh:  # closing the file gives the lock back
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            locked = True
         except BlockingIOError:  # held by another process
             fh.seek(0)
             holder = fh.read().strip() or "another process"
@@ -200,8 +198,8 @@ def batch_lock(folder: Path, name: str = "batch.lock", what: str = "the avatar c
                              "it to end, or give this batch its own outputs and cache_dir. Two batches over the "
                              "same outputs would each make every clip.") from None
         except OSError:  # storage without locks (some network file systems): the batch runs without one
-            locked = False
-        if locked:
+            pass
+        else:
             fh.seek(0)
             fh.truncate()
             fh.write(f"pid {os.getpid()} on {socket.gethostname()}, started {time.strftime('%Y-%m-%d %H:%M:%S')}\n")

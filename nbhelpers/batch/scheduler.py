@@ -89,11 +89,9 @@ class Scheduler:
         self.busy: dict[Any, tuple[int, str, Any, int]] = {}  # ref -> (actor index, kind, group or job, attempt)
         self.attempts: dict[str, int] = {}
         self.frames_done: dict[str, int] = {}
-        self.running: dict[int, set[str]] = {}
         self.polls: dict[Any, int] = {}
         self.last_poll = 0.0
         self.holds: list[set[str]] = []  # the group keys each worker holds an avatar of
-        self.in_flight: list[int] = []
         self.alive: list[bool] = []
         self.ping_at: dict[int, float] = {}  # restarting workers: when to ask again whether they are back
         self.pings_lost: dict[int, int] = {}
@@ -133,7 +131,6 @@ class Scheduler:
             raise NbHelpersError(f"the batch workers could not start ({error_text(exc)[:2000]}). Check that "
                                  "nbhelpers, its weights folder and the media are there on every Ray node.") from exc
         self.holds = [set() for _ in self.actors]
-        self.in_flight = [0] * len(self.actors)
         self.alive = [True] * len(self.actors)
 
     def _finish(self, job: Job, status: str, error: str, attempts: int, reply: dict[str, Any] | None = None) -> None:
@@ -146,7 +143,8 @@ class Scheduler:
         self.jobs_bar.update(1)
         self.frames_bar.update(max(frames - self.frames_done.pop(job.name, 0), 0))
 
-    def _fail_group(self, group: FaceGroup) -> None:
+    def _fail_group(self, group: FaceGroup, error: str) -> None:
+        group.state, group.error = "failed", error
         while group.queue:
             job = group.queue.popleft()
             self._finish(job, "failed", group.error, self.attempts.get(job.name, 0))
@@ -166,12 +164,12 @@ class Scheduler:
             return "job", max(ready, key=lambda g: len(g.queue) / (1 + sum(g.key in h for h in self.holds)))
         return None
 
-    def _submit(self, i: int, held: int) -> bool:
+    def _submit(self, i: int, held: int) -> None:
         # a call beyond the worker's render slots (it holds `held` calls) waits for one: a job (its encoder starts
         # meanwhile), never a preparation that another worker could start at once
         work = self._next_work(i, jobs_only=held >= self.workers.slots)
         if work is None:
-            return False
+            return
         kind, group = work
         if kind == "prepare":
             group.state = "preparing"
@@ -179,7 +177,7 @@ class Scheduler:
             ref = self.actors[i].prepare.remote(group.key, str(group.video), str(group.directory), group.config,
                                                 group.box)
             self.busy[ref] = (i, "prepare", group, group.attempts)
-            return True
+            return
         job = group.queue.popleft()
         n = self.attempts[job.name] = self.attempts.get(job.name, 0) + 1
         cfg = {k: v for k, v in self.job_configs[job.name].to_dict().items() if k not in ("device", "fp16")}
@@ -187,17 +185,16 @@ class Scheduler:
         ref = self.actors[i].generate.remote(group.key, str(group.directory), cfg, job.name, str(job.audio),
                                              str(job.output), kill)
         self.busy[ref] = (i, "job", job, n)
-        self.running.setdefault(i, set()).add(job.name)
         self.log.phases.setdefault("first_job", time.perf_counter() - self.t0)
-        return True
 
     def _fill(self) -> None:
         """Give each live worker calls up to its depth, breadth first: every worker gets work before any gets a
         second call."""
         for level in range(self.depth):
             for i in range(len(self.actors)):
-                if self.alive[i] and self.in_flight[i] <= level and self._submit(i, self.in_flight[i]):
-                    self.in_flight[i] += 1
+                held = sum(j == i and kind != "ping" for j, kind, _, _ in self.busy.values())
+                if self.alive[i] and held <= level:
+                    self._submit(i, held)
 
     def _ping_restarting(self) -> None:
         """Ask each worker Ray is restarting whether it is back (it takes work again once it answers)."""
@@ -227,8 +224,7 @@ class Scheduler:
             for tmp in group.directory.glob(".building-*") if group.directory.is_dir() else ():
                 shutil.rmtree(tmp, ignore_errors=True)
             if n >= self.workers.max_attempts:
-                group.state, group.error = "failed", f"preparing the avatar failed: {lost}"
-                self._fail_group(group)
+                self._fail_group(group, f"preparing the avatar failed: {lost}")
             else:
                 group.state = "pending"
             return
@@ -242,8 +238,7 @@ class Scheduler:
             self.holds[i].add(group.key)
             self.log.avatars["loaded" if reply["loaded_from_cache"] else "prepared"] += 1
         else:
-            group.state, group.error = "failed", reply["error"]
-            self._fail_group(group)
+            self._fail_group(group, reply["error"])
 
     def _on_job(self, i: int, job: Job, n: int, reply: dict[str, Any] | None, lost: str) -> None:
         group = self.plan.groups[self.plan.group_of[job.name]]
@@ -264,10 +259,6 @@ class Scheduler:
 
     def _on_done(self, ref: Any) -> None:
         i, kind, item, n = self.busy.pop(ref)
-        if kind == "job":
-            self.running.get(i, set()).discard(item.name)
-        if kind in ("prepare", "job"):
-            self.in_flight[i] -= 1
         reply, lost = self._reply(ref, i, n)
         if kind == "ping" and reply is None:
             self.pings_lost[i] = self.pings_lost.get(i, 0) + 1
@@ -295,11 +286,11 @@ class Scheduler:
                     self.frames_bar.update(max(count - self.frames_done.get(name, 0), 0))
                     self.frames_done[name] = max(count, self.frames_done.get(name, 0))
         now = time.perf_counter()
-        if now - self.last_poll > PROGRESS_EVERY_S and any(self.running.values()) and not self.polls:
+        running = {i for i, kind, _, _ in self.busy.values() if kind == "job"}  # workers running a job
+        if now - self.last_poll > PROGRESS_EVERY_S and running and not self.polls:
             self.last_poll = now
-            for i, names_running in self.running.items():
-                if names_running:
-                    self.polls[self.actors[i].progress.remote()] = i
+            for i in running:
+                self.polls[self.actors[i].progress.remote()] = i
 
     def _loop(self) -> None:
         while any(g.queue for g in self.plan.groups.values()) or any(k != "ping" for _, k, _, _ in self.busy.values()):
@@ -334,8 +325,7 @@ class Scheduler:
                 close_workers(self.ray, self.actors)
                 for group in self.plan.groups.values():  # only when every worker is gone for good
                     if group.queue:
-                        group.error = group.error or "no batch worker was left to run it (every worker died)"
-                        self._fail_group(group)
+                        self._fail_group(group, group.error or "no batch worker was left to run it (every worker died)")
             self.log.workers = list(self.names)
         finally:
             for a in self.actors:

@@ -223,12 +223,11 @@ def choose_jobs_per_worker(config: Any, free_gib: Mapping[int, float] | None, wo
     ``workers_per_gpu`` workers' peaks with two jobs each (:func:`worker_gib`) within the planner's margin; one on the
     CPU, when the memory is unknown, when ``joining`` a cluster, or otherwise.
     """
-    mm = MEMORY_MODEL
     if config.device == "cpu":
         return 1, ""
     if joining or not free_gib:
         return 1, "1 job at once per worker (--jobs-per-worker 2 for two)"
     need, least = workers_per_gpu * worker_gib(config, jobs=2), min(free_gib.values())
-    if need <= least * (1.0 - mm.safety_fraction):
+    if need <= least * (1.0 - MEMORY_MODEL.safety_fraction):
         return 2, f"2 jobs at once per worker ({need:.1f} GiB of peaks fit)"
     return 1, f"1 job at once per worker: two each would need {need:.1f} GiB"

@@ -1,10 +1,5 @@
-"""The live session: speech pushed in chunks as it arrives, finished frames out in order at 25 fps.
-
-The session owns the audio timeline (chunks resampled to 16 kHz and joined, silence added when the feed runs
-dry), the schedule that says when each group of ``hop`` frames is final, the whisper tokens of its audio prefix,
-idle frames for silence, pacing to the wall clock and the sinks. Frames are rendered by
-:func:`nbhelpers.engine.render` on the avatar's model thread.
-"""
+"""The live session: its audio timeline (chunks resampled to 16 kHz and joined, silence added when the feed runs dry),
+when each group of ``hop`` frames is final, idle frames for silence, pacing to the wall clock and the sinks."""
 
 from __future__ import annotations
 
@@ -13,7 +8,7 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -63,25 +58,16 @@ class LiveSession:
             media.check_writable(Path(config.to).expanduser().parent)
         self.config = config
         self.avatar = avatar
-        self.realtime = bool(config.realtime)
-        self.delay_s = float(config.delay_s)
-        self.guard_s = float(config.guard_s)
-        self.hop = config.hop
-        self.lookahead = int(round(float(config.lookahead_ms) * SAMPLE_RATE / 1000.0))
-        self.context = config.context
-        self.silence = config.silence
-        self.silence_rms = 10.0 ** (float(config.silence_db) / 20.0)
+        self.lookahead = int(round(config.lookahead_ms * SAMPLE_RATE / 1000.0))
+        self.silence_rms = 10.0 ** (config.silence_db / 20.0)
         self.on_frame = on_frame
         self.clock = clock
-        self.threaded = bool(config.threaded)
-        self.ahead_s = float(config.ahead_s)
         self.timings = Timings()
         self.stats = LiveStats()
         self._t_created = time.perf_counter()
         st = avatar.device_state()
         self._source = st["source"]
         self._models = st["models"]
-        self._pipe = avatar.pipe
         self._models_thread = model_thread(avatar)  # runs every whisper pass and render (see ModelThread)
         self._on_cuda = getattr(self._models.device, "type", str(self._models.device)) == "cuda"
         self._pinned = self._models_thread.ring if self._on_cuda else False  # host buffers batches are copied into
@@ -89,7 +75,7 @@ class LiveSession:
         h, w = avatar.frame_shape
         self.sink = FFmpegSink(config.to, w, h, encoder=config.encoder) if config.to is not None else None
         self.iterate = (on_frame is None and config.to is None) if config.iterate is None else bool(config.iterate)
-        self._out: queue.Queue = queue.Queue(maxsize=config.max_queue if self.threaded else 0)
+        self._out: queue.Queue = queue.Queue(maxsize=config.max_queue if config.threaded else 0)
         # The timeline: 16 kHz float32 samples [base, base + len(buf)).
         self._buf = np.zeros(0, np.float32)
         self._base = 0
@@ -104,22 +90,21 @@ class LiveSession:
         self._next_emit = 0  # first frame not handed out
         self._ready: deque = deque()  # (n, frame, idle, audio): finished, not handed out yet
         self._more = threading.Event()  # set when frames are added to _ready (wakes the pacer)
-        self._silent_tokens = None
-        self._prefix = PrefixTokens(self._pipe, self._audio, self.stats)  # the whisper context of each group
+        self._prefix = PrefixTokens(avatar.pipe, self._audio, self.stats)  # the whisper context of each group
         self._t0: float | None = None  # clock time of the first push
         self._forced = -1  # real time: frames up to this one are made with the audio there is (starved feed)
         self._error: BaseException | None = None
         self._thread = None
         self._pacer = None  # threaded real time: hands frames out at their times, apart from the rendering
         self.result = None
-        _ = self._pipe.whisper, self._pipe.feature_extractor  # loaded now, not inside the first frame's latency
-        if self.silence == "closed":
+        _ = avatar.pipe.whisper, avatar.pipe.feature_extractor  # loaded now, not inside the first frame's latency
+        if config.silence == "closed":
             self._models_thread.call(self._silent)
         if config.warm_up:
             self._models_thread.call(self._warm_up)
-        if self.threaded:
+        if config.threaded:
             self._thread = threading.Thread(target=self._worker, name="nbhelpers-live", daemon=True)
-            if self.realtime:
+            if config.realtime:
                 self._pacer = threading.Thread(target=self._pace, name="nbhelpers-live-pacer", daemon=True)
                 self._pacer.start()
             self._thread.start()
@@ -149,8 +134,7 @@ class LiveSession:
             if wave.size:
                 self._inbox.append(wave)
             self._wake.notify_all()
-        if not self.threaded:
-            self.poll()
+        self.poll()  # not threaded: the work is done here
 
     def _resample(self, wave: np.ndarray, rate: int) -> np.ndarray:
         if rate != self._rate:
@@ -184,13 +168,10 @@ class LiveSession:
         if not self.iterate:
             raise InputError("this session hands its frames to on_frame / to=; pass iterate=True to also iterate.")
         while True:
-            if self.threaded:
-                item = self._out.get()
-            else:
-                try:
-                    item = self._out.get_nowait()
-                except queue.Empty:
-                    return
+            try:
+                item = self._out.get(block=self.config.threaded)
+            except queue.Empty:  # not threaded: every frame finished so far is out
+                return
             if item is _END:
                 self._out.put(_END)
                 return
@@ -200,9 +181,8 @@ class LiveSession:
 
     def poll(self) -> None:
         """Not threaded: do the work due now (finish the frames whose audio is complete, hand out those due)."""
-        if self.threaded:
-            return
-        self._step(self.clock())
+        if not self.config.threaded:
+            self._step(self.clock())
 
     def close(self, timeout_s: float = 600.0):
         """Flush: finish every frame of the audio pushed (the tail with the zero padding of a clip's end), hand them
@@ -219,7 +199,7 @@ class LiveSession:
             self._closing = True
             self._wake.notify_all()
         try:
-            if self.threaded:
+            if self.config.threaded:
                 self._thread.join(timeout_s)
                 if self._pacer is not None:
                     self._pacer.join(timeout_s)
@@ -233,7 +213,7 @@ class LiveSession:
                 self.sink.abort()
             raise
         output = self.sink.close() if self.sink is not None else None
-        if self.iterate and not self.threaded:
+        if self.iterate and not self.config.threaded:
             self._out.put(_END)  # the worker thread puts it in threaded mode
         self.result = self._result(output)
         return self.result
@@ -260,7 +240,7 @@ class LiveSession:
     # -- the loop ----------------------------------------------------------------------------------------------------
 
     def _deadline(self, n: int) -> float:
-        return self._t0 + self.delay_s + n / FPS
+        return self._t0 + self.config.delay_s + n / FPS
 
     def _worker(self) -> None:
         try:
@@ -269,7 +249,7 @@ class LiveSession:
                 with self._lock:
                     if self._done:
                         break
-                    if self._inbox or (self._closing and not self.realtime):
+                    if self._inbox or (self._closing and not self.config.realtime):
                         continue
                     self._wake.wait(self._next_wake(self.clock()))
         except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread
@@ -305,9 +285,10 @@ class LiveSession:
     def _next_wake(self, now: float) -> float:
         """Seconds until the worker has something to do without new audio (real time: the next hand-out, the
         next starvation check, the next frame allowed to render)."""
-        if not self.realtime or self._t0 is None:
+        if not self.config.realtime or self._t0 is None:
             return 0.5
-        times = [self._deadline(self._next_compute) - self.guard_s, self._deadline(self._next_compute) - self.ahead_s]
+        due = self._deadline(self._next_compute)
+        times = [due - self.config.guard_s, due - self.config.ahead_s]
         if self._ready and self._pacer is None:
             times.append(self._deadline(self._ready[0][0]))
         future = [t - now for t in times if t > now]
@@ -326,7 +307,7 @@ class LiveSession:
             return
         end = self._base + len(self._buf)
         total = end // SAMPLES_PER_FRAME if closing else None
-        if self.realtime and not closing:
+        if self.config.realtime and not closing:
             end = self._fill_starved(now, end)
         while total is None or self._next_compute < total:
             spans = self._final_groups(now, end, total, closing)
@@ -334,8 +315,8 @@ class LiveSession:
                 break
             self._models_thread.call(self._compute, spans)
             self._next_compute = spans[-1][1]
-            self._emit_due(self.clock(), final or not self.realtime)
-        self._emit_due(self.clock(), final or not self.realtime)
+            self._emit_due(self.clock(), final or not self.config.realtime)
+        self._emit_due(self.clock(), final or not self.config.realtime)
         if closing and self._next_compute >= total and (self._pacer is not None or not self._ready):
             self._done = True
         self._trim()
@@ -349,22 +330,22 @@ class LiveSession:
         a = self._next_compute
         limit = (a // self.batch_size + 1) * self.batch_size
         while total is None or a < total:
-            if self.realtime and not closing and self._deadline(a) > now + self.ahead_s:
+            if self.config.realtime and not closing and self._deadline(a) > now + self.config.ahead_s:
                 break
             span = self._group(a, end, total)
             if span is None or (spans and span[0] > limit):
                 break
             spans.append((a, *span))
             a = span[0]
-            if self.realtime or a >= limit:
+            if self.config.realtime or a >= limit:
                 break
         return spans
 
     def _group(self, a: int, end: int, total: int | None) -> tuple[int, int] | None:
         """(b, E): frames a..b-1 are final with the audio prefix [0, E), or None when they are not yet."""
-        g_end = (a // self.hop + 1) * self.hop
+        g_end = (a // self.config.hop + 1) * self.config.hop
         need = SAMPLES_PER_FRAME * g_end + RIGHT_CONTEXT + self.lookahead
-        if self.context == "segment":
+        if self.config.context == "segment":
             seg_end = (((SAMPLES_PER_FRAME * g_end + RIGHT_CONTEXT) - 1) // SEGMENT_SAMPLES + 1) * SEGMENT_SAMPLES
             need = max(need, seg_end)
         if total is not None:
@@ -379,9 +360,9 @@ class LiveSession:
         """Real time: add silence for frames whose audio has not arrived ``guard_s`` before their time; returns the
         new timeline end."""
         n = self._next_compute
-        while self._deadline(n) - self.guard_s <= now:
-            g_end = (n // self.hop + 1) * self.hop
-            if end >= SAMPLES_PER_FRAME * g_end + RIGHT_CONTEXT + self.lookahead and self.context == "sliding":
+        while self._deadline(n) - self.config.guard_s <= now:
+            g_end = (n // self.config.hop + 1) * self.config.hop
+            if end >= SAMPLES_PER_FRAME * g_end + RIGHT_CONTEXT + self.lookahead and self.config.context == "sliding":
                 break  # final already: rendered normally
             if end < SAMPLES_PER_FRAME * (n + 1):
                 missing = SAMPLES_PER_FRAME * (n + 1) - end
@@ -397,12 +378,10 @@ class LiveSession:
         return self._buf[lo - self._base:hi - self._base] if hi > lo else np.zeros(0, np.float32)
 
     def _is_silent(self, n: int, e: int) -> bool:
-        if self.silence is None:
+        if self.config.silence is None:
             return False
         w = self._audio(SAMPLES_PER_FRAME * n - LEFT_CONTEXT, min(e, SAMPLES_PER_FRAME * n + 3 * SAMPLES_PER_FRAME))
-        if w.size == 0:
-            return True
-        return float(np.sqrt(np.mean(np.square(w, dtype=np.float64)))) < self.silence_rms
+        return w.size == 0 or float(np.sqrt(np.mean(np.square(w, dtype=np.float64)))) < self.silence_rms
 
     def _compute(self, spans: list[tuple[int, int, int]]) -> None:
         """Render the groups ``spans`` (frames a..b-1 of each from the audio prefix [0, E)) and queue them for
@@ -421,18 +400,16 @@ class LiveSession:
                     gpu.host_wait(self._models.device)  # frame 0 only: times the whisper part apart from the render
                 self.stats.first_tokens_t = self.clock()
             frames: dict[int, np.ndarray] = {}
-            need_render = [n for n in range(a, b) if not idle[n - a] or self.silence == "closed"]
+            need_render = [n for n in range(a, b) if not idle[n - a] or self.config.silence == "closed"]
             if need_render:
                 feats = self._features(parts, spans, idle)
-                for r0, r1 in _runs(need_render):
-                    cuts = [r0, *range((r0 // self.batch_size + 1) * self.batch_size, r1, self.batch_size), r1]
-                    for c0, c1 in zip(cuts, cuts[1:], strict=False):  # aligned like one-clip generation's batches
-                        for t0, batch in engine.render(self._source, feats, self._models, self.batch_size, c1 - c0,
-                                                timings=self.timings, first_frame=c0, feature_offset=a,
-                                                pinned=self._pinned):
-                            for k in range(len(batch)):
-                                frames[t0 + k] = np.array(batch[k])  # the pinned buffer is reused: copy
-            if self.silence == "source":
+                for c0, c1 in _batches(need_render, self.batch_size):
+                    for t0, batch in engine.render(self._source, feats, self._models, self.batch_size, c1 - c0,
+                                                   timings=self.timings, first_frame=c0, feature_offset=a,
+                                                   pinned=self._pinned):
+                        for k in range(len(batch)):
+                            frames[t0 + k] = np.array(batch[k])  # the pinned buffer is reused: copy
+            if self.config.silence == "source":
                 for n in range(a, b):
                     if idle[n - a]:
                         frames[n] = np.array(self._source.frames[int(cycle_index(n, self._source.n_frames))])
@@ -448,15 +425,14 @@ class LiveSession:
         of idle frames only), the closed-mouth tokens for idle frames when ``silence="closed"``."""
         import torch
 
-        if len(parts) == 1 and parts[0] is not None and not (self.silence == "closed" and idle.any()):
+        if len(parts) == 1 and parts[0] is not None and not (self.config.silence == "closed" and idle.any()):
             return parts[0]
-        silent = self._silent() if self.silence == "closed" else None
+        silent = self._silent() if self.config.silence == "closed" else None
         ref = next((p for p in parts if p is not None), silent)
         rows = [ref.new_zeros((gb - ga, *ref.shape[-2:])) if part is None else part
                 for (ga, gb, _), part in zip(spans, parts, strict=True)]
-        feats = torch.cat(rows) if len(rows) > 1 else rows[0]
+        feats = torch.cat(rows)  # a new tensor: the idle rows are written below
         if silent is not None and idle.any():
-            feats = feats.clone() if feats is parts[0] else feats
             feats[torch.from_numpy(np.flatnonzero(idle)).to(feats.device)] = silent.to(feats.dtype)
         return feats
 
@@ -469,11 +445,10 @@ class LiveSession:
         first. The tail at :meth:`close` and batches merged short of a whole one can still meet a new size.
         """
         sizes: list[int] = []
-        b = self.batch_size
-        for g0 in range(0, math.lcm(self.hop, b), self.hop):
-            cuts = [g0, *range((g0 // b + 1) * b, g0 + self.hop, b), g0 + self.hop]
-            sizes += [c1 - c0 for c0, c1 in zip(cuts, cuts[1:], strict=False) if c1 - c0 not in sizes]
-        if not self.realtime and b not in sizes:
+        hop, b = self.config.hop, self.batch_size
+        for g0 in range(0, math.lcm(hop, b), hop):
+            sizes += [c1 - c0 for c0, c1 in _batches(range(g0, g0 + hop), b) if c1 - c0 not in sizes]
+        if not self.config.realtime and b not in sizes:
             sizes.append(b)
         return sizes
 
@@ -485,7 +460,7 @@ class LiveSession:
 
         done = self._models_thread.warm
         for size in self.warm_shapes():  # compiled in the background, one code for every batch; eager until ready
-            self._pipe.compile_for(size, parts=("unet", "decoder"), dynamic_batch=True)
+            self.avatar.pipe.compile_for(size, parts=("unet", "decoder"), dynamic_batch=True)
         with flush_denormals(self._models.device):
             if "whisper" not in done:
                 self._prefix.encode(np.zeros(SAMPLES_PER_FRAME, np.float32))
@@ -493,7 +468,7 @@ class LiveSession:
             for size in self.warm_shapes():
                 if ("render", size) in done:
                     continue
-                first = next(self._pipe.whisper.parameters())
+                first = next(self.avatar.pipe.whisper.parameters())
                 feats = torch.zeros((size, 10 * WHISPER_LAYERS, WHISPER_DIM), dtype=first.dtype, device=first.device)
                 for _ in engine.render(self._source, feats, self._models, size, size, pinned=self._pinned):
                     pass
@@ -504,19 +479,17 @@ class LiveSession:
     def _silent(self):
         """(50, 384) tokens of a frame inside digital silence (the closed-mouth idle frame), kept with the avatar's
         device state for its later sessions."""
-        if self._silent_tokens is None:
-            def make():
-                self.stats.whisper_passes += 1
-                return self._pipe.features(np.zeros(SAMPLE_RATE, np.float32))[FPS // 2].clone()
+        def make():
+            self.stats.whisper_passes += 1
+            return self.avatar.pipe.features(np.zeros(SAMPLE_RATE, np.float32))[FPS // 2].clone()
 
-            self._silent_tokens = self.avatar.keep("live_silent_tokens", make)
-        return self._silent_tokens
+        return self.avatar.keep("live_silent_tokens", make)
 
     def _emit_due(self, now: float, flush: bool) -> None:
         if self._pacer is not None:
             return
         while self._ready:
-            if self.realtime and not flush and now < self._deadline(self._ready[0][0]):
+            if self.config.realtime and not flush and now < self._deadline(self._ready[0][0]):
                 return
             self._emit(*self._ready.popleft(), now)
             now = self.clock()
@@ -524,7 +497,7 @@ class LiveSession:
     def _emit(self, n: int, frame: np.ndarray, idle: bool, audio: np.ndarray, now: float) -> None:
         if n != self._next_emit:
             raise NbHelpersError(f"internal: frame {n} handed out when {self._next_emit} was next")
-        if self.realtime:
+        if self.config.realtime:
             late = now - self._deadline(n)
             if late > LATE_TOLERANCE_S:
                 self.stats.late += 1
@@ -559,11 +532,12 @@ class LiveSession:
                           notes=tuple(a.pipe.clip_notes()), stats=self.stats.as_dict())
 
 
-def _runs(ns: list[int]) -> list[tuple[int, int]]:
-    """Maximal runs of consecutive integers as (start, stop)."""
+def _batches(ns: Iterable[int], batch_size: int) -> list[tuple[int, int]]:
+    """Runs of consecutive frames ``ns`` as (start, stop), cut at multiples of ``batch_size`` as one-clip
+    generation's batches are."""
     out: list[tuple[int, int]] = []
     for n in ns:
-        if out and out[-1][1] == n:
+        if out and out[-1][1] == n and n % batch_size:
             out[-1] = (out[-1][0], n + 1)
         else:
             out.append((n, n + 1))
@@ -603,6 +577,3 @@ def play(session: LiveSession, waveform: np.ndarray, *, chunk_ms: float = 200.0,
                 sleep(wait)
         session.push(waveform[start:start + step], SAMPLE_RATE)
     return session.close()
-
-
-__all__ = ["LiveSession", "play"]

@@ -33,10 +33,8 @@ class LiveStats:
         ``handout`` (pacing, callbacks of earlier frames)."""
         marks = [self.first_push_t, self.first_ready_t, self.first_tokens_t, self.first_rendered_t,
                  self.first_frame_t]
-        out = {}
-        for name, t0, t1 in zip(("wait", "whisper", "render", "handout"), marks, marks[1:], strict=False):
-            out[name] = float(t1 - t0) if t0 is not None and t1 is not None else float("nan")
-        return out
+        return {name: float(t1 - t0) if t0 is not None and t1 is not None else float("nan")
+                for name, t0, t1 in zip(("wait", "whisper", "render", "handout"), marks, marks[1:], strict=False)}
 
     def as_dict(self) -> dict[str, float]:
         """Plain numbers: first_frame_latency_s, sustained_fps, late_frames, max_late_s, idle_frames,
@@ -50,6 +48,3 @@ class LiveStats:
                 "late_frames": int(self.late), "max_late_s": float(self.max_late_s), "idle_frames": int(self.idle),
                 "starved_frames": int(self.starved), "whisper_passes": int(self.whisper_passes),
                 **{f"first_frame_{k}_s": v for k, v in self.first_frame_breakdown().items()}}
-
-
-__all__ = ["LiveStats"]

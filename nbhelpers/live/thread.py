@@ -43,6 +43,3 @@ class ModelThread:
 def model_thread(avatar: Any) -> ModelThread:
     """The avatar's :class:`ModelThread` (made on first use, kept in its device state until ``avatar.close()``)."""
     return avatar.keep("live_models_thread", ModelThread)
-
-
-__all__ = ["ModelThread", "model_thread"]

@@ -39,19 +39,11 @@ class PrefixTokens:
         n_enc = e // SAMPLES_PER_ENCODER_FRAME
         idx = (np.arange(a, b, dtype=np.int64) * 2 - 4)[:, None] + np.arange(10, dtype=np.int64)[None, :]
         valid = (idx >= 0) & (idx < n_enc)
-        segs = sorted({int(s) for s in np.unique(idx[valid] // ENCODER_FRAMES)})
+        segs = [int(s) for s in np.unique(idx[valid] // ENCODER_FRAMES)]  # consecutive, all but the last complete
         first = next(self.pipe.whisper.parameters())
-        parts, base, pos = [], {}, 0
-        for s in segs:  # the segments' encoder frames end to end, then one zero row for the padding
-            part = self.segment(s, e)
-            base[s], pos = pos, pos + int(part.shape[0])
-            parts.append(part)
-        parts.append(torch.zeros((1, WHISPER_LAYERS, WHISPER_DIM), dtype=first.dtype, device=first.device))
-        table = torch.cat(parts) if len(parts) > 1 else parts[0]
-        rows = np.full(idx.shape, pos, dtype=np.int64)
-        for s in segs:
-            m = valid & (idx // ENCODER_FRAMES == s)
-            rows[m] = idx[m] - ENCODER_FRAMES * s + base[s]
+        padding = torch.zeros((1, WHISPER_LAYERS, WHISPER_DIM), dtype=first.dtype, device=first.device)
+        table = torch.cat([*(self.segment(s, e) for s in segs), padding])  # the segments end to end, a zero row
+        rows = np.where(valid, idx - ENCODER_FRAMES * (segs[0] if segs else 0), len(table) - 1)
         tokens = table[gpu.to_device(rows, table.device)]  # (b - a, 10, 5, 384); pinned copy: no wait for the GPU
         return tokens.reshape(b - a, 10 * WHISPER_LAYERS, WHISPER_DIM)
 
@@ -87,6 +79,3 @@ class PrefixTokens:
             mel = mel.to(device=first.device, dtype=first.dtype)
             hidden = encoder(mel, output_hidden_states=True).hidden_states
             return torch.stack(tuple(hidden), dim=2).reshape(-1, WHISPER_LAYERS, WHISPER_DIM)
-
-
-__all__ = ["PrefixTokens"]
