@@ -63,13 +63,7 @@ class Timings:
                 _remember_peak(torch, index)
 
     def add(self, name: str, seconds: float) -> None:
-        """Add ``seconds`` to stage ``name``."""
         self.seconds[name] = self.seconds.get(name, 0.0) + float(seconds)
-
-    @property
-    def total(self) -> float:
-        """Sum of all stages, seconds."""
-        return float(sum(self.seconds.values()))
 
 
 @contextmanager
@@ -498,10 +492,8 @@ class BackgroundWriter:
         abort = getattr(self.writer, "abort", None)
         if callable(abort):
             abort()
-        try:
+        with contextlib.suppress(queue.Full):
             self.queue.put(None, timeout=5)  # the thread ends once the killed writer returns
-        except queue.Full:
-            pass
         self.thread.join(timeout=5)
         return error
 

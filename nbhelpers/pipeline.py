@@ -125,7 +125,7 @@ class MuseTalkPipeline:
 
     Make it with :meth:`from_pretrained` (reads the disk), or hand ``__init__`` the weights folder, a complete config
     (its ``device`` and ``fp16`` place the models; None: CPU, fp32) and any components already loaded there
-    (diffusers' split). In a notebook it shows what is loaded, the device and the GPU memory held.
+    (diffusers' split).
     """
 
     def __init__(self, weights_dir: str | os.PathLike, config: InferenceConfig, *, unet: Any = None, vae: Any = None,
@@ -270,9 +270,8 @@ class MuseTalkPipeline:
         return list(self._loaded)
 
     def preload(self, kind: str = "avatar", *, restore: str | None = None) -> list[str]:
-        """Load now (thread-safe) the models of ``kind`` jobs and return :attr:`loaded`: VAE, face parser, UNet,
-        whisper, feature extractor and positional encoding; for ``"lipsync"`` the config's landmark backend; the
-        ``restore`` restorer. InputError for another ``kind``."""
+        """Load now (thread-safe) the models of ``kind`` (``"avatar"``, ``"lipsync"``: also the landmark backend) jobs
+        and the ``restore`` restorer, and return :attr:`loaded`. InputError for another ``kind``."""
         if kind not in ("avatar", "lipsync"):
             raise InputError(f"kind must be 'avatar' or 'lipsync'; got {kind!r}.")
         self.vae, self.face_parser, self.unet, self.whisper, self.feature_extractor, self.pe  # noqa: B018 - loads
@@ -385,9 +384,8 @@ class MuseTalkPipeline:
 
     def plan(self, kind: str, config: InferenceConfig, n_frames: int | None, frame_size: tuple[int, int] | None,
              source_frames: int | None = None, landmark_backend: str | None = None):
-        """``config`` with the batch size of one job on this device (:func:`nbhelpers.gpu.plan`). ``landmark_backend``
-        is the backend the job built (None: the config's). The models already held (:meth:`resident_gib`) count as
-        free, so a second job gets the first one's batch."""
+        """``config`` with the batch size of one job on this device (:func:`nbhelpers.gpu.plan`), counting the models
+        already held (:meth:`resident_gib`) as free. ``landmark_backend``: the job's (None: the config's)."""
         backend = landmark_backend or config.landmark_backend
         return gpu.plan(kind=kind, config=config, n_frames=n_frames, frame_size=frame_size,
                         weights=_weights_kind(self.weights_dir), source_frames=source_frames,
@@ -677,8 +675,7 @@ def lipsync(video: str | os.PathLike, audio: str | os.PathLike, output: str | os
 def preview(video: str | os.PathLike, config: InferenceConfig | None = None, *,
             weights_dir: str | os.PathLike | None = None, boxes: Any = None,
             audio: str | os.PathLike | None = None, frame_index: int = 0, backend: Any = None) -> Preview:
-    """:meth:`MuseTalkPipeline.preview` in one call (raising what it raises), a pipeline made over ``weights_dir``
-    and released."""
+    """:meth:`MuseTalkPipeline.preview` in one call (raising what it raises) on a pipeline over ``weights_dir``."""
     config = config or InferenceConfig()
     if boxes is not None and config.landmark_backend != "boxes":
         config = config.replace(landmark_backend="boxes")

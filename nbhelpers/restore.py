@@ -227,8 +227,7 @@ def load_restorer(name: str, weights_dir: str | os.PathLike | None, device: Any 
     root = Path(weights_dir).expanduser() if weights_dir is not None else weights.default_dir()
     path = check_available(name, root)
     spandrel, arch = import_spandrel(name)
-    entry_name = _SPECS[name][0]
-    exp = weights.expected_facts(root, entry_name)
+    exp = weights.expected_facts(root, _SPECS[name][0])
     state = models.load_checkpoint(path, trusted_sha256=exp.sha256, mmap=False)
     if not isinstance(state, dict):
         raise CheckpointError(f"{path} holds a {type(state).__name__}, not a state dict; delete it and run "
