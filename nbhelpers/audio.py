@@ -187,8 +187,7 @@ def log_mel_on_device(segment: Any, extractor: Any, device: Any):
         raise InputError(f"a log-mel segment holds at most {n} samples (30 s); got {wave.shape[-1]}.")
     wave = to_device(wave.reshape(-1).float(), device) if wave.device != device else wave.reshape(-1).float()
     padded = torch.nn.functional.pad(wave, (0, n - wave.shape[0]))
-    cache = _mel_constants(extractor, device)
-    window, filters = cache
+    window, filters = _mel_constants(extractor, device)
     stft = torch.stft(padded, int(extractor.n_fft), int(extractor.hop_length), window=window, center=True,
                       pad_mode="reflect", return_complex=True)
     power = (stft[:, :-1].abs() ** 2).contiguous()  # (201, 3000)

@@ -273,11 +273,8 @@ def _library_class(module: str, name: str, install: str):
 
 def _sdpa(model: nn.Module) -> None:
     """Make torch SDPA attention explicit (diffusers' AttnProcessor2_0), as diffusers 0.30.2 picks by default."""
-    try:
-        with LOAD_LOCK:
-            from diffusers.models.attention_processor import AttnProcessor2_0
-    except ImportError:  # pragma: no cover - very old diffusers keep their default
-        return
+    with LOAD_LOCK:
+        from diffusers.models.attention_processor import AttnProcessor2_0
     if hasattr(model, "set_attn_processor") and getattr(model, "attn_processors", None):
         model.set_attn_processor(AttnProcessor2_0())
 

@@ -50,7 +50,6 @@ from .result import ClipResult
 PIPELINE_FIELDS = ("version", "device", "fp16")
 # The models a job can have compiled (MuseTalkPipeline.compile_for).
 COMPILED_PARTS = ("unet", "decoder", "encoder", "parser")
-COMPILE_OPTIONS: dict = {}  # torch.compile options: inductor's defaults
 # Components __init__ takes, in the order a notebook shows them.
 COMPONENTS = ("unet", "vae", "whisper", "feature_extractor", "pe", "face_parser")
 
@@ -307,10 +306,8 @@ class MuseTalkPipeline:
         """The :class:`~nbhelpers.gpu.compile.BackgroundCompiler` of this pipeline's models (``config.compile``);
         its ``status`` says what is compiled. Its cache folder is :func:`~nbhelpers.gpu.compile.cache_folder`."""
         if self._compiler is None:
-            self._compiler = BackgroundCompiler(
-                self.device, getattr(self.config, "compile", "auto"), cache_dir=cache_folder(self.weights_dir),
-                facts=self._compile_facts,
-                options=COMPILE_OPTIONS, on_event=progress.note)
+            self._compiler = BackgroundCompiler(self.device, self.config.compile, facts=self._compile_facts,
+                                                cache_dir=cache_folder(self.weights_dir), on_event=progress.note)
         return self._compiler
 
     def _compile_facts(self) -> dict[str, Any]:
@@ -331,7 +328,7 @@ class MuseTalkPipeline:
         unknown = set(parts) - set(COMPILED_PARTS)
         if unknown:
             raise InputError(f"parts must be among {COMPILED_PARTS}; got {sorted(unknown)}.")
-        if getattr(self.config, "compile", "auto") == "off":
+        if self.config.compile == "off":
             return
         import torch
 

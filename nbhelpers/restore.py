@@ -97,9 +97,8 @@ def _arch_module(name: str) -> Any:
 
 
 def check_available(name: str, weights_dir: str | os.PathLike) -> Path:
-    """The weight file of restorer ``name``, after checking it exists and spandrel imports (nothing is read).
-    InputError for an unknown name, WeightsError (with the download command) for a missing file,
-    MissingDependencyError when spandrel, spandrel-extra-arches or torchvision is missing."""
+    """The weight file of restorer ``name``, after checking it exists and spandrel imports (nothing is read):
+    InputError, WeightsError (with the download command) or MissingDependencyError as :func:`load_restorer`."""
     path = weight_path(name, weights_dir)
     if not path.is_file():
         raise WeightsError(f"restore={name!r} needs {path}, which is missing. Download the optional weight set with "
