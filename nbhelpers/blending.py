@@ -23,7 +23,7 @@ from .constants import PARSING_SIZE
 from .errors import InputError
 from .gpu import batched, to_device
 from .parsing import check_parsing_args, face_mask, face_mask_torch
-from .progress import stage_bar
+from .progress import bar, stage_bar
 from .resample import gaussian_blur_batch, resize_batch
 
 __all__ = [
@@ -222,7 +222,7 @@ def prepare_materials(frames: Sequence[np.ndarray], boxes: Sequence[Any], parser
     for i, frame in enumerate(frames):
         _check_frame(frame, f"frames[{i}]")
     materials: list[BlendMaterial] = []
-    with stage_bar(progress, len(checked), "face parsing") as pbar:
+    with bar(len(checked), "face parsing", **({} if progress else {"disable": True})) as pbar:
         for start in range(0, len(checked), max(1, int(chunk))):
             idx = range(start, min(start + max(1, int(chunk)), len(checked)))
             crops_rgb = [np.ascontiguousarray(crop_padded(frames[i], squares[i])[:, :, ::-1]) for i in idx]
@@ -297,7 +297,7 @@ def prepare_materials_torch(frames: Any, boxes: Sequence[Any], parser: Any, mode
             return prepare_masks_torch(masks_512, checked[sl], squares[sl], blur_ratio)
 
     materials: list[BlendMaterial] = []
-    with stage_bar(progress, len(checked), "face parsing") as pbar:  # counts queued frames
+    with bar(len(checked), "face parsing", **({} if progress else {"disable": True})) as pbar:  # counts queued frames
         for sl, masks in batched(len(checked), getattr(parser, "batch_size", 8), step, stage="face parsing"):
             materials += [BlendMaterial(mask=m, square=squares[i], box=checked[i])
                           for m, i in zip(masks, range(sl.start, sl.stop), strict=True)]
