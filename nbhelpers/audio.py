@@ -129,12 +129,11 @@ def whisper_features(waveform: np.ndarray, whisper: Any, fps: int = 25, feature_
 
     pieces = []  # (n_kept, 5, 384) per batch of segments, in time order
     kept = 0
-    seg_starts = list(range(0, wave.shape[0], SEGMENT_SAMPLES))
-    per = int(segments_per_batch)
-    batches = [seg_starts[i:i + per] for i in range(0, len(seg_starts), per)]
+    step = SEGMENT_SAMPLES * int(segments_per_batch)
     with torch.no_grad():
-        for batch in batches:
-            mels = [_log_mel(extractor, wave[s:s + SEGMENT_SAMPLES], device) for s in batch]
+        for start in range(0, wave.shape[0], step):
+            starts = range(start, min(start + step, wave.shape[0]), SEGMENT_SAMPLES)
+            mels = [_log_mel(extractor, wave[s:s + SEGMENT_SAMPLES], device) for s in starts]
             mel = torch.cat(mels, dim=0).to(device=device, dtype=dtype)  # (S, 80, 3000)
             hidden = encoder(mel, output_hidden_states=True).hidden_states
             if len(hidden) != WHISPER_LAYERS or hidden[0].shape[-1] != WHISPER_DIM:
@@ -188,8 +187,7 @@ def log_mel_on_device(segment: Any, extractor: Any, device: Any):
         raise InputError(f"a log-mel segment holds at most {n} samples (30 s); got {wave.shape[-1]}.")
     wave = to_device(wave.reshape(-1).float(), device) if wave.device != device else wave.reshape(-1).float()
     padded = torch.nn.functional.pad(wave, (0, n - wave.shape[0]))
-    cache = _mel_constants(extractor, device)
-    window, filters = cache
+    window, filters = _mel_constants(extractor, device)
     stft = torch.stft(padded, int(extractor.n_fft), int(extractor.hop_length), window=window, center=True,
                       pad_mode="reflect", return_complex=True)
     power = (stft[:, :-1].abs() ** 2).contiguous()  # (201, 3000)

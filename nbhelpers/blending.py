@@ -63,11 +63,8 @@ class Region:
 
 
 def check_box(box: Any, name: str = "box") -> tuple[int, int, int, int]:
-    """The crop box ``box = (x1, y1, x2, y2)`` (frame pixels) as four ints; ``name`` names it in errors.
-
-    Raises InputError when ``box`` is not 4 integral numbers or is smaller than 2x2, such as the official placeholder
-    ``(0, 0, 0, 0)`` of a face-less frame (quirk Q7; pass such frames through unchanged).
-    """
+    """The crop box ``box = (x1, y1, x2, y2)`` (frame pixels) as four ints; InputError naming it ``name`` when it is
+    not 4 integral numbers or is under 2x2, as the official ``(0, 0, 0, 0)`` of a face-less frame (quirk Q7)."""
     try:
         values = [float(v) for v in np.asarray(box, dtype=np.float64).reshape(-1)]
     except (TypeError, ValueError):
@@ -115,10 +112,13 @@ def _check_square(square: Any, name: str = "square") -> tuple[int, int, int, int
     return values[0], values[1], values[2], values[3]
 
 
+def _got(x: Any) -> str:
+    return f"{getattr(x, 'shape', type(x).__name__)} {getattr(x, 'dtype', '')}"
+
+
 def _check_frame(frame: Any, name: str = "frame") -> np.ndarray:
     if not isinstance(frame, np.ndarray) or frame.ndim != 3 or frame.shape[2] != 3 or frame.dtype != np.uint8:
-        raise InputError(f"{name} must be an (H, W, 3) uint8 BGR numpy array; got "
-                         f"{getattr(frame, 'shape', type(frame).__name__)} {getattr(frame, 'dtype', '')}.")
+        raise InputError(f"{name} must be an (H, W, 3) uint8 BGR numpy array; got {_got(frame)}.")
     return frame
 
 
@@ -237,19 +237,16 @@ def prepare_materials(frames: Sequence[np.ndarray], boxes: Sequence[Any], parser
 
 def prepare_masks_torch(masks_512: Any, boxes: Sequence[Any], squares: Sequence[Any] | None = None,
                         blur_ratio: float = OFFLINE_BLUR_RATIO) -> list[Any]:
-    """:func:`prepare_mask` of (B, 512, 512) uint8 ``masks_512`` in torch on their device, equal bit for bit.
-
-    Takes B ``boxes`` and optional ``squares`` (default :func:`expanded_square` of each box) and returns B contiguous
-    (2s_b, 2s_b) uint8 tensors. Raises InputError for a bad mask batch, box, square or ratio.
-    """
+    """:func:`prepare_mask` of (B, 512, 512) uint8 ``masks_512`` with B ``boxes`` and ``squares`` in torch on their
+    device, equal bit for bit: B contiguous (2s_b, 2s_b) uint8 tensors. InputError for a bad mask batch, box, square
+    or ratio."""
     import torch
 
     feather_kernel_size(2, blur_ratio)
     if (not isinstance(masks_512, torch.Tensor) or masks_512.ndim != 3 or masks_512.dtype != torch.uint8
             or tuple(masks_512.shape[1:]) != (PARSING_SIZE, PARSING_SIZE)):
         raise InputError(f"masks_512 must be a (B, {PARSING_SIZE}, {PARSING_SIZE}) uint8 torch tensor from "
-                         f"parsing.face_mask_torch; got {getattr(masks_512, 'shape', type(masks_512).__name__)} "
-                         f"{getattr(masks_512, 'dtype', '')}.")
+                         f"parsing.face_mask_torch; got {_got(masks_512)}.")
     batch = masks_512.shape[0]
     if len(boxes) != batch or (squares is not None and len(squares) != batch):
         raise InputError(f"boxes (and squares) need one entry per mask ({batch}); got {len(boxes)} boxes"
@@ -290,8 +287,7 @@ def prepare_materials_torch(frames: Any, boxes: Sequence[Any], parser: Any, mode
         frames = torch.from_numpy(frames)
     if (not isinstance(frames, torch.Tensor) or frames.ndim != 4 or frames.shape[3] != 3
             or frames.dtype != torch.uint8):
-        raise InputError(f"frames must be an (N, H, W, 3) uint8 torch tensor (BGR); got "
-                         f"{getattr(frames, 'shape', type(frames).__name__)} {getattr(frames, 'dtype', '')}.")
+        raise InputError(f"frames must be an (N, H, W, 3) uint8 torch tensor (BGR); got {_got(frames)}.")
     checked, squares = _checked_boxes(len(frames), boxes, mode, left_cheek_width, right_cheek_width, blur_ratio)
 
     def step(sl: slice) -> list[Any]:
@@ -382,7 +378,6 @@ def blend_cpu(frame_bgr: np.ndarray, face_bgr: np.ndarray, box: Any, mask: np.nd
     """Paste a generated (256, 256, 3) uint8 BGR face (or one already of the box's size) back into an (H, W, 3)
     uint8 BGR frame (a copy, or itself with ``inplace``) through a :class:`BlendMaterial`'s ``mask`` and ``square``,
     bit-exact with the official PIL code. InputError for a bad array, box, or a mask not matching the square.
-
     Source: ``musetalk/utils/blending.py:35-109``; docs/official-behaviour.md §7.1-§7.2.
     """
     _check_frame(frame_bgr, "frame_bgr")
@@ -409,23 +404,19 @@ def _check_mask(mask: Any, square: Any, name: str = "mask") -> tuple[int, int, i
 def blend_torch(frames: Any, faces: Any, boxes: Sequence[Any], masks: Sequence[Any], squares: Sequence[Any],
                 inplace: bool = False) -> Any:
     """:func:`blend_cpu` of (B, H, W, 3) uint8 BGR ``frames`` on their device (a clone, or themselves with
-    ``inplace``) with (B, h0, w0, 3) uint8 BGR ``faces``, within 2 grey levels. ``masks`` may be numpy or tensors.
-
-    The face is resized with ``interpolate(mode="bilinear", align_corners=False)`` in float32 and rounded, then
-    blended with the integer formula of :func:`blend_pixels`. InputError when shapes, dtypes or lengths disagree, or a
-    box, mask or square is invalid.
+    ``inplace``) with (B, h0, w0, 3) uint8 BGR ``faces``, within 2 grey levels (``masks`` numpy or tensors): the face
+    resized bilinearly in float32 and rounded, blended by :func:`blend_pixels`'s formula. InputError for shapes,
+    dtypes or lengths that disagree, or a bad box, mask or square.
     """
     import torch
     import torch.nn.functional as F
 
     if not isinstance(frames, torch.Tensor) or frames.ndim != 4 or frames.shape[3] != 3 or frames.dtype != torch.uint8:
-        raise InputError(f"frames must be a (B, H, W, 3) uint8 torch tensor; got "
-                         f"{getattr(frames, 'shape', type(frames).__name__)} {getattr(frames, 'dtype', '')}.")
+        raise InputError(f"frames must be a (B, H, W, 3) uint8 torch tensor; got {_got(frames)}.")
     batch = frames.shape[0]
     if (not isinstance(faces, torch.Tensor) or faces.ndim != 4 or faces.shape[0] != batch or faces.shape[3] != 3
             or faces.dtype != torch.uint8):
-        raise InputError(f"faces must be a ({batch}, h, w, 3) uint8 torch tensor matching frames; got "
-                         f"{getattr(faces, 'shape', type(faces).__name__)} {getattr(faces, 'dtype', '')}.")
+        raise InputError(f"faces must be a ({batch}, h, w, 3) uint8 torch tensor matching frames; got {_got(faces)}.")
     if not len(boxes) == len(masks) == len(squares) == batch:
         raise InputError(f"boxes, masks and squares must each have one entry per frame ({batch}); got "
                          f"{len(boxes)}, {len(masks)} and {len(squares)}.")
@@ -449,12 +440,7 @@ def blend_torch(frames: Any, faces: Any, boxes: Sequence[Any], masks: Sequence[A
             resized = F.interpolate(face.permute(2, 0, 1)[None].float(), size=(y2 - y1, x2 - x1), mode="bilinear",
                                     align_corners=False, antialias=False)[0]
             new = resized.permute(1, 2, 0)[region.face].round().clamp(0, 255).to(torch.int32)
-        mask = masks[b]
-        if isinstance(mask, torch.Tensor):
-            m = mask[region.mask].to(device=device, dtype=torch.int32)
-        else:
-            m = torch.from_numpy(np.ascontiguousarray(mask[region.mask])).to(device=device, dtype=torch.int32)
-        m = m[..., None]
+        m = torch.as_tensor(masks[b][region.mask]).to(device=device, dtype=torch.int32)[..., None]
         target = out[b][region.frame]
         target.copy_(((target.to(torch.int32) * (255 - m) + new * m + 127) // 255).to(torch.uint8))
     return out

@@ -63,13 +63,7 @@ class Timings:
                 _remember_peak(torch, index)
 
     def add(self, name: str, seconds: float) -> None:
-        """Add ``seconds`` to stage ``name``."""
         self.seconds[name] = self.seconds.get(name, 0.0) + float(seconds)
-
-    @property
-    def total(self) -> float:
-        """Sum of all stages, seconds."""
-        return float(sum(self.seconds.values()))
 
 
 @contextmanager
@@ -180,10 +174,9 @@ def render(source: SourceFaces, features: Any, models: Any, batch_size: int, n_o
     InputError (at the call) for ``batch_size`` < 1, ``n_out`` < 0 or ``features`` too short; OutOfMemoryError
     when batch size 1 does not fit. Source: ``scripts/inference.py:187-238``, ``realtime_inference.py:226-285``.
     """
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise InputError(f"batch_size must be a whole number >= 1; got {batch_size!r}.")
-    if isinstance(n_out, bool) or not isinstance(n_out, int) or n_out < 0:
-        raise InputError(f"n_out must be a whole number >= 0; got {n_out!r}.")
+    for name, value, least in (("batch_size", batch_size, 1), ("n_out", n_out, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise InputError(f"{name} must be a whole number >= {least}; got {value!r}.")
     if (isinstance(feature_offset, bool) or not isinstance(feature_offset, int)
             or not 0 <= feature_offset <= first_frame):
         raise InputError(f"feature_offset must be a whole number in [0, first_frame={first_frame}]; got "
@@ -498,10 +491,8 @@ class BackgroundWriter:
         abort = getattr(self.writer, "abort", None)
         if callable(abort):
             abort()
-        try:
+        with contextlib.suppress(queue.Full):
             self.queue.put(None, timeout=5)  # the thread ends once the killed writer returns
-        except queue.Full:
-            pass
         self.thread.join(timeout=5)
         return error
 

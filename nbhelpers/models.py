@@ -120,9 +120,7 @@ def _root(weights_dir: str | os.PathLike | None) -> Path:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    insp = _weights.inspect_file(path, "json")
-    if insp.bad:
-        raise WeightsError(f"{path} is not a usable config ({insp.state}: {insp.detail}). Delete it and run {_FIX}.")
+    _check_content(path, "json", "config")
     return json.loads(path.read_text(encoding="utf-8-sig"))
 
 
@@ -136,17 +134,15 @@ def _require(root: Path, paths: Sequence[str], what: str, set_hint: str = "") ->
 
 
 def _present(root: Path, *candidates: str) -> Path:
-    for rel in candidates:
-        if (root / rel).is_file():
-            return root / rel
-    return root / candidates[0]
+    return next((root / rel for rel in candidates if (root / rel).is_file()), root / candidates[0])
 
 
-def _check_content(path: Path, fmt: str | None = None) -> None:
+def _check_content(path: Path, fmt: str | None = None, what: str = "weight file") -> Any:
     insp = _weights.inspect_file(path, fmt)
     if insp.bad:
-        raise WeightsError(f"{path} is not a usable weight file: {insp.state} ({insp.detail}). Delete it and "
+        raise WeightsError(f"{path} is not a usable {what}: {insp.state} ({insp.detail}). Delete it and "
                            f"download it again: {_FIX}.")
+    return insp
 
 
 def _torch_load(path: Path, weights_only: bool, mmap: bool) -> Any:
@@ -172,10 +168,7 @@ def load_checkpoint(path: str | os.PathLike, trusted_sha256: str | None = None, 
     path = Path(path)
     if not path.is_file():
         raise WeightsError(f"checkpoint {path} does not exist. Download the weights with {_FIX}.")
-    insp = _weights.inspect_file(path, "torch")
-    if insp.bad:
-        raise WeightsError(f"{path} is not a usable checkpoint: {insp.state} ({insp.detail}). Delete it and "
-                           f"download it again: {_FIX}.")
+    insp = _check_content(path, "torch", "checkpoint")
     use_mmap = mmap and insp.container == "zip"
     try:
         return _torch_load(path, weights_only=True, mmap=use_mmap)
@@ -210,10 +203,6 @@ def load_checkpoint(path: str | os.PathLike, trusted_sha256: str | None = None, 
                            f"it again with {_FIX}.") from exc
 
 
-def _shape(t: Any) -> tuple[int, ...]:
-    return tuple(getattr(t, "shape", ()))
-
-
 def _few(keys: Sequence[str], n: int = 5) -> str:
     shown = ", ".join(keys[:n])
     return shown + (f" (+{len(keys) - n} more)" if len(keys) > n else "")
@@ -228,7 +217,7 @@ def check_state_dict(model: nn.Module, state_dict: Mapping[str, Any], path: str 
         raise CheckpointError(f"{path} holds a {type(state_dict).__name__}, not a state dict (key -> tensor) for "
                               f"the {what}. Use the official file: {_FIX}.")
     expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-    got = {str(k): _shape(v) for k, v in state_dict.items()}
+    got = {str(k): tuple(getattr(v, "shape", ())) for k, v in state_dict.items()}
     missing = [k for k in expected if k not in got]
     unexpected = [k for k in got if k not in expected]
     wrong = [k for k in expected if k in got and got[k] != expected[k]]
@@ -284,11 +273,8 @@ def _library_class(module: str, name: str, install: str):
 
 def _sdpa(model: nn.Module) -> None:
     """Make torch SDPA attention explicit (diffusers' AttnProcessor2_0), as diffusers 0.30.2 picks by default."""
-    try:
-        with LOAD_LOCK:
-            from diffusers.models.attention_processor import AttnProcessor2_0
-    except ImportError:  # pragma: no cover - very old diffusers keep their default
-        return
+    with LOAD_LOCK:
+        from diffusers.models.attention_processor import AttnProcessor2_0
     if hasattr(model, "set_attn_processor") and getattr(model, "attn_processors", None):
         model.set_attn_processor(AttnProcessor2_0())
 

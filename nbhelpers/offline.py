@@ -120,7 +120,7 @@ class StreamedJob:
                                          batch_size=FACE_BATCH_GPU if on_cuda else FACE_BATCH_CPU, schedule=schedule)
 
     def decode_ahead(self, reader: Any) -> DecodeAhead:
-        """Start decoding the frames the job needs (the first ``min(n_out, N)``) in pieces, one piece ahead."""
+        """Decode the first ``min(n_out, N)`` frames in pieces, one piece ahead."""
         self._decoder = DecodeAhead(reader, self.n_out, STREAM_PIECE, self.store, self.timings)
         return self._decoder
 
@@ -167,7 +167,6 @@ class StreamedJob:
             yield Piece(written, self.n_out - written, source=source, models=self.models)
 
     def _track(self, arr: np.ndarray, frames_device: Any) -> tuple[np.ndarray, np.ndarray]:
-        """Track a piece's faces in the tracker's batches, advancing the faces bar after each."""
         step, crops, has = self.tracker.batch_size, [], []
         for start in range(0, len(arr), step):
             part = None if frames_device is None else frames_device[start:start + step]

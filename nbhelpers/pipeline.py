@@ -50,7 +50,6 @@ from .result import ClipResult
 PIPELINE_FIELDS = ("version", "device", "fp16")
 # The models a job can have compiled (MuseTalkPipeline.compile_for).
 COMPILED_PARTS = ("unet", "decoder", "encoder", "parser")
-COMPILE_OPTIONS: dict = {}  # torch.compile options: inductor's defaults
 # Components __init__ takes, in the order a notebook shows them.
 COMPONENTS = ("unet", "vae", "whisper", "feature_extractor", "pe", "face_parser")
 
@@ -125,7 +124,7 @@ class MuseTalkPipeline:
 
     Make it with :meth:`from_pretrained` (reads the disk), or hand ``__init__`` the weights folder, a complete config
     (its ``device`` and ``fp16`` place the models; None: CPU, fp32) and any components already loaded there
-    (diffusers' split). In a notebook it shows what is loaded, the device and the GPU memory held.
+    (diffusers' split).
     """
 
     def __init__(self, weights_dir: str | os.PathLike, config: InferenceConfig, *, unet: Any = None, vae: Any = None,
@@ -270,9 +269,8 @@ class MuseTalkPipeline:
         return list(self._loaded)
 
     def preload(self, kind: str = "avatar", *, restore: str | None = None) -> list[str]:
-        """Load now (thread-safe) the models of ``kind`` jobs and return :attr:`loaded`: VAE, face parser, UNet,
-        whisper, feature extractor and positional encoding; for ``"lipsync"`` the config's landmark backend; the
-        ``restore`` restorer. InputError for another ``kind``."""
+        """Load now (thread-safe) the models of ``kind`` (``"avatar"``, ``"lipsync"``: also the landmark backend) jobs
+        and the ``restore`` restorer, and return :attr:`loaded`. InputError for another ``kind``."""
         if kind not in ("avatar", "lipsync"):
             raise InputError(f"kind must be 'avatar' or 'lipsync'; got {kind!r}.")
         self.vae, self.face_parser, self.unet, self.whisper, self.feature_extractor, self.pe  # noqa: B018 - loads
@@ -308,10 +306,8 @@ class MuseTalkPipeline:
         """The :class:`~nbhelpers.gpu.compile.BackgroundCompiler` of this pipeline's models (``config.compile``);
         its ``status`` says what is compiled. Its cache folder is :func:`~nbhelpers.gpu.compile.cache_folder`."""
         if self._compiler is None:
-            self._compiler = BackgroundCompiler(
-                self.device, getattr(self.config, "compile", "auto"), cache_dir=cache_folder(self.weights_dir),
-                facts=self._compile_facts,
-                options=COMPILE_OPTIONS, on_event=progress.note)
+            self._compiler = BackgroundCompiler(self.device, self.config.compile, facts=self._compile_facts,
+                                                cache_dir=cache_folder(self.weights_dir), on_event=progress.note)
         return self._compiler
 
     def _compile_facts(self) -> dict[str, Any]:
@@ -332,7 +328,7 @@ class MuseTalkPipeline:
         unknown = set(parts) - set(COMPILED_PARTS)
         if unknown:
             raise InputError(f"parts must be among {COMPILED_PARTS}; got {sorted(unknown)}.")
-        if getattr(self.config, "compile", "auto") == "off":
+        if self.config.compile == "off":
             return
         import torch
 
@@ -385,9 +381,8 @@ class MuseTalkPipeline:
 
     def plan(self, kind: str, config: InferenceConfig, n_frames: int | None, frame_size: tuple[int, int] | None,
              source_frames: int | None = None, landmark_backend: str | None = None):
-        """``config`` with the batch size of one job on this device (:func:`nbhelpers.gpu.plan`). ``landmark_backend``
-        is the backend the job built (None: the config's). The models already held (:meth:`resident_gib`) count as
-        free, so a second job gets the first one's batch."""
+        """``config`` with the batch size of one job on this device (:func:`nbhelpers.gpu.plan`), counting the models
+        already held (:meth:`resident_gib`) as free. ``landmark_backend``: the job's (None: the config's)."""
         backend = landmark_backend or config.landmark_backend
         return gpu.plan(kind=kind, config=config, n_frames=n_frames, frame_size=frame_size,
                         weights=_weights_kind(self.weights_dir), source_frames=source_frames,
@@ -677,8 +672,7 @@ def lipsync(video: str | os.PathLike, audio: str | os.PathLike, output: str | os
 def preview(video: str | os.PathLike, config: InferenceConfig | None = None, *,
             weights_dir: str | os.PathLike | None = None, boxes: Any = None,
             audio: str | os.PathLike | None = None, frame_index: int = 0, backend: Any = None) -> Preview:
-    """:meth:`MuseTalkPipeline.preview` in one call (raising what it raises), a pipeline made over ``weights_dir``
-    and released."""
+    """:meth:`MuseTalkPipeline.preview` in one call (raising what it raises) on a pipeline over ``weights_dir``."""
     config = config or InferenceConfig()
     if boxes is not None and config.landmark_backend != "boxes":
         config = config.replace(landmark_backend="boxes")

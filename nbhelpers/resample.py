@@ -181,9 +181,8 @@ def resize_axis(x: Any, index: Any, weight: Any, shift: int | None = _PIL_BITS, 
     full = (batch,) + tuple(lead) + (n_out,)
     acc = torch.full(full, (1 << (shift - 1)) if shift else 0, dtype=torch.int32, device=device)
     for k in active:
-        w = weight[:, :, k]
         taps = torch.gather(xi, -1, index[:, :, k].reshape(view).expand(full))
-        acc += taps * w.reshape(view)
+        acc += taps * weight[:, :, k].reshape(view)
     if shift:
         acc = torch.bitwise_right_shift(acc, shift)
     if clip:

@@ -97,9 +97,8 @@ def _arch_module(name: str) -> Any:
 
 
 def check_available(name: str, weights_dir: str | os.PathLike) -> Path:
-    """The weight file of restorer ``name``, after checking it exists and spandrel imports (nothing is read).
-    InputError for an unknown name, WeightsError (with the download command) for a missing file,
-    MissingDependencyError when spandrel, spandrel-extra-arches or torchvision is missing."""
+    """The weight file of restorer ``name``, after checking it exists and spandrel imports (nothing is read):
+    InputError, WeightsError (with the download command) or MissingDependencyError as :func:`load_restorer`."""
     path = weight_path(name, weights_dir)
     if not path.is_file():
         raise WeightsError(f"restore={name!r} needs {path}, which is missing. Download the optional weight set with "
@@ -227,8 +226,7 @@ def load_restorer(name: str, weights_dir: str | os.PathLike | None, device: Any 
     root = Path(weights_dir).expanduser() if weights_dir is not None else weights.default_dir()
     path = check_available(name, root)
     spandrel, arch = import_spandrel(name)
-    entry_name = _SPECS[name][0]
-    exp = weights.expected_facts(root, entry_name)
+    exp = weights.expected_facts(root, _SPECS[name][0])
     state = models.load_checkpoint(path, trusted_sha256=exp.sha256, mmap=False)
     if not isinstance(state, dict):
         raise CheckpointError(f"{path} holds a {type(state).__name__}, not a state dict; delete it and run "

@@ -11,8 +11,6 @@ from .constants import FPS
 from .display import table_html, video_html
 from .errors import plural
 
-KINDS = ("lipsync", "avatar", "stream", "preview")
-
 
 @dataclass(frozen=True)
 class ClipResult:
