@@ -28,7 +28,7 @@ _CLI_TERMS: tuple[tuple[str, Any], ...] = (
      " (give the full path, or a path relative to the current folder)"),
     (r" ?\(or (?:run )?(?:notebook |notebooks/)?0\d_\w+(?:\.ipynb)?\)", ""),
     (r"(?<![\w.-])cache_dir(?!\w)", "--cache-dir"),
-    (r"run notebooks/00_setup\.ipynb(?: \(weights\.download\))?", "run `python -m nbhelpers download`"),
+    (r"run notebooks/01_weights\.ipynb(?: \(weights\.download\))?", "run `python -m nbhelpers download`"),
     # the three ways to name the weights folder, as the weights module lists them, become the two a CLI user has
     (r"--weights DIR(?: on the command line)?, weights_dir=(?: in Python)?,? (?:or )?(?:the )?NBHELPERS_WEIGHTS"
      r"(?: environment variable)?",

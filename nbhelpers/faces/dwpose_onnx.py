@@ -68,7 +68,7 @@ def is_available(weights_dir: str | os.PathLike | None = None) -> Availability:
         return Availability(False, str(exc))
     for rel in (ONNX_FILE, S3FD_FILE):
         if not (root / rel).is_file():
-            return Availability(False, f"{root / rel} is missing: run notebooks/00_setup.ipynb (weights.download)")
+            return Availability(False, f"{root / rel} is missing: run notebooks/01_weights.ipynb (weights.download)")
     return Availability(True)
 
 

@@ -39,7 +39,7 @@ def bisenet_path(weights: str | os.PathLike) -> Path:
         if found.is_file():
             return found
     raise WeightsError(f"The face-parsing weights were not found: neither {str(path)!r} nor {str(found)!r} is a "
-                       f"file. Run notebooks/00_setup.ipynb (or nbhelpers.weights.download) to fetch {BISENET_FILE} "
+                       f"file. Run notebooks/01_weights.ipynb (or nbhelpers.weights.download) to fetch {BISENET_FILE} "
                        f"({MANIFEST.get('bisenet').expected_text()}), or pass the path of 79999_iter.pth.")
 
 
@@ -60,7 +60,8 @@ def load_bisenet(weights: str | os.PathLike, device: Any = "cpu", dtype: Any = N
     except Exception as exc:  # noqa: BLE001 - any unpickling failure means an unusable file
         raise CheckpointError(f"Could not read the face-parsing checkpoint {str(path)!r} ({type(exc).__name__}: "
                               f"{exc}); it has {path.stat().st_size / 2**20:.1f} MiB and {official}: probably "
-                              "incomplete. Delete it and run notebooks/00_setup.ipynb again to fetch it anew.") from exc
+                              "incomplete. Delete it and run notebooks/01_weights.ipynb again to fetch it "
+                              "anew.") from exc
     model = build_bisenet()
     check_state_dict(model, state, path, f"BiSeNet face parser (19 classes, ResNet-18; {official})")
     model.load_state_dict(state, strict=True)
