@@ -24,7 +24,7 @@ class ClipResult:
             ``min(n_frames, frames in the video)``).
         no_face_frames: Source frames without a face; they pass through unchanged.
         fps, duration_s: Output frame rate (25) and audio duration in seconds (a live session: its frames' seconds,
-            n_frames / 25, as the audio pushed is cut at the last whole frame).
+            ``n_frames / 25``).
         config: The settings used, with the planner's reasons in ``config.reasons``.
         backend: Landmark backend that found the faces (``"boxes"`` when boxes were given).
         timings: Seconds per stage, in the order they ran (media, faces, models, audio, latents, parsing, generate,
