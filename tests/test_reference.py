@@ -234,9 +234,8 @@ def exact_fp32():
 def test_full_size_weights_on_cuda_give_the_reference_frames(fp16, batch, clip, clip_with_gaps, speech, tmp_path):
     """The offline job (two source frames without a face), an avatar clip and a live session with
     context="segment", on full-size random weights on CUDA, each against the loop's frames, eager (compiled code is
-    test_compile's). fp32 runs the GPU's batches in full float32. fp16 runs one frame a batch, as the loop does:
-    fp16 kernels for other batch sizes round differently, and random full-size weights magnify that past a level
-    (trained weights do not: the parity comparisons with the official code batch)."""
+    test_compile's). fp32 runs the GPU's batches in full float32. fp16 runs one frame a batch, as the loop does, so
+    that both pick the same fp16 kernels."""
     from nbhelpers import InferenceConfig, MuseTalkPipeline, media, prepare_avatar
     from nbhelpers.live import LiveConfig, LiveSession
 
