@@ -24,7 +24,7 @@ X264 = [e for e in ENCODERS if e.startswith("libx264")]
 
 def test_every_setting_has_ffmpeg_options_and_libx264_is_crf18_medium():
     assert set(media.ENCODER_SETTINGS) == set(ENCODERS)
-    assert InferenceConfig().encoder == "libx264"
+    assert InferenceConfig().encoder == "libx264-veryfast"
     choice = media.choose_encoder("libx264", probe=lambda exe: pytest.fail("libx264 must not probe NVENC"))
     assert (choice.codec, choice.preset, choice.ffmpeg) == ("libx264", "medium", None)
     assert media.choose_encoder("libx264-veryfast").preset == "veryfast"
@@ -113,7 +113,7 @@ def test_config_cli_and_panel_carry_the_setting():
         InferenceConfig(encoder="h265")
     args = build_parser().parse_args(["lipsync", "v.mp4", "a.wav", "--encoder", "libx264-veryfast"])
     assert _config(args).encoder == "libx264-veryfast"
-    assert _config(build_parser().parse_args(["lipsync", "v.mp4", "a.wav"])).encoder == "libx264"
+    assert _config(build_parser().parse_args(["lipsync", "v.mp4", "a.wav"])).encoder == "libx264-veryfast"
     gen = build_parser().parse_args(["avatar", "generate", "dir", "a.wav", "--encoder", "auto"])
     assert gen.encoder == "auto"
     assert build_parser().parse_args(["avatar", "generate", "dir", "a.wav"]).encoder is None
