@@ -5,7 +5,8 @@
 #
 #   bash bench/t4_run.sh weights oracle t4-warm t4-realtime t4-live   # GPU tests, then the avatar path and live
 #   bash bench/t4_run.sh weights t4-warm t4-lipsync t4-core           # the offline job, the official core
-#   bash bench/t4_run.sh weights h200-lipsync h200-realtime h200-live  # whole-GPU no-regression rows
+#   bash bench/t4_run.sh weights h200-lipsync h200-realtime h200-live  # whole-GPU no-regression rows (h200e-*: eager)
+#   (base-*: the same rows from the tree in .base/, e.g. `git archive REV nbhelpers bench | tar -x -C .base`)
 # A machine is released 30 s after a call and each call starts bare, so every call compiles from cold: t4-warm
 # fills the inductor cache at 16 cores on the share for the batch shapes the benches use (avatar 20, offline 32),
 # so the 2-core steps after it start warm, as a second Colab session with Drive does. The compile cache of one
@@ -48,6 +49,7 @@ step() {  # step NAME SECONDS COMMAND...: log to $OUT/NAME.log; t4-* steps on th
   echo "$name: exit $? in $(( $(date +%s) - t0 )) s (at $(( $(date +%s) - start )) s)" | tee -a "$OUT/steps.txt"
 }
 two="taskset -c 0,1"
+eager() { case $1 in h200e-*) echo "--compile off" ;; esac; }  # h200e-*: the h200-* rows with compile off
 for s in "$@"; do
   case $s in
     weights) step weights 90 python3 -c "import sys; sys.path[:0] = ['bench']
@@ -62,17 +64,29 @@ print(make_face_weights(make_full_weights(Path('$W'))))" ;;
       --out "$OUT/t4-realtime.json" ;;
     t4-live) step t4-live 90 $two python3 bench/live.py --seconds 8 --weights $W --work /tmp/rt ;;
     t4-lipsync) step t4-lipsync 260 $two python3 bench/lipsync.py --seconds 6 --cores 2 --cap-gib 15 --work /tmp/ls \
+      --encoder libx264-veryfast \
       --weights $W --out "$OUT/t4-lipsync.json" ;;
-    h200-lipsync) step h200-lipsync 60 $two python3 bench/lipsync.py --seconds 20 --cores 2 --skip-official \
-      --work /tmp/ls --weights $W --out "$OUT/h200-lipsync.json" ;;
-    h200-realtime) step h200-realtime 60 $two python3 bench/realtime.py --seconds 20 --cores 2 --weights $W \
-      --work /tmp/rt2 --skip-reference --encoders libx264,libx264-veryfast --out "$OUT/h200-realtime.json" ;;
-    h200-live) step h200-live 40 $two python3 bench/live.py --seconds 8 --weights $W --work /tmp/rt2 ;;
+    h200-warm) step h200-warm 200 bash -c "python3 bench/compile.py --weights $W --batch 20 --parts unet,decoder \
+      --no-timing && python3 bench/compile.py --weights $W --batch 32 --parts decoder,encoder,parser --no-timing" ;;
+    h200-lipsync|h200e-lipsync) step $s 150 $two python3 bench/lipsync.py --seconds 20 --cores 2 --skip-official \
+      --encoder libx264 --work /tmp/ls --weights $W --out "$OUT/$s.json" $(eager $s) ;;
+    h200-realtime|h200e-realtime) step $s 150 $two python3 bench/realtime.py --seconds 20 --cores 2 --weights $W \
+      --work /tmp/rt2 --skip-reference --encoders libx264,libx264-veryfast --out "$OUT/$s.json" $(eager $s) ;;
+    h200-live|h200e-live) step $s 100 $two python3 bench/live.py --seconds 8 --weights $W --work /tmp/rt2 \
+      $(eager $s) ;;
+    base-lipsync) step base-lipsync 60 env PYTHONPATH=/tmp/site:$PWD/.base bash -c "cd .base && $two python3 \
+      bench/lipsync.py --seconds 20 --cores 2 --skip-official --encoder libx264 --work /tmp/lsb --weights $W \
+      --out $OUT/base-lipsync.json" ;;
+    base-realtime) step base-realtime 60 env PYTHONPATH=/tmp/site:$PWD/.base bash -c "cd .base && $two python3 \
+      bench/realtime.py --seconds 20 --cores 2 --weights $W --work /tmp/rtb --skip-reference \
+      --encoders libx264,libx264-veryfast --out $OUT/base-realtime.json" ;;
+    base-live) step base-live 40 env PYTHONPATH=/tmp/site:$PWD/.base bash -c "cd .base && $two python3 \
+      bench/live.py --seconds 8 --weights $W --work /tmp/rtb" ;;
     tests) step tests 230 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_audio.py tests/test_blending.py \
       tests/test_compile.py tests/test_dwpose_torch.py tests/test_engine.py tests/test_latents.py tests/test_live.py \
       tests/test_parsing.py tests/test_parsing_torch.py tests/test_pipeline.py tests/test_reference.py tests/test_s3fd.py ;;
     oracle) step oracle 200 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_reference.py tests/test_compile.py \
-      -k "reference_frames or as_close_to_eager" ;;  # issue 38's oracle, then a compile that warms the cache
+      -k "on_cuda or as_close_to_eager" ;;  # issue 38's oracle, then a compile that warms the cache
     save-cache) tar czf "$OUT/compile-cache.tgz" -C /tmp compile-cache && ls -l "$OUT/compile-cache.tgz" ;;
     *) echo "unknown step $s" ;;
   esac
