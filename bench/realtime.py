@@ -272,7 +272,7 @@ def main() -> None:
                         "-c:v", "libx264", "-crf", "12", "-pix_fmt", "yuv420p", str(cut)], check=True)
         video = cut
     config = InferenceConfig(batch_size=args.batch, fp16=not args.tiny, device="cpu" if args.tiny else "cuda",
-                             compile=args.compile)
+                             compile=args.compile, encoder="libx264")  # medium, as the official loop encodes
     t0 = time.perf_counter()
     avatar = prepare_avatar(video, work / "avatar", config=config, boxes=BOX, weights_dir=weights)
     prep_s = time.perf_counter() - t0

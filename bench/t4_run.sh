@@ -79,13 +79,14 @@ print(make_face_weights(make_full_weights(Path('$W'))))" ;;
       --out $OUT/base-lipsync.json" ;;
     base-realtime) step base-realtime 60 env PYTHONPATH=/tmp/site:$PWD/.base bash -c "cd .base && $two python3 \
       bench/realtime.py --seconds 20 --cores 2 --weights $W --work /tmp/rtb --skip-reference \
-      --encoders libx264,libx264-veryfast --out $OUT/base-realtime.json" ;;
-    base-live) step base-live 40 env PYTHONPATH=/tmp/site:$PWD/.base bash -c "cd .base && $two python3 \
+      --encoders libx264,libx264-veryfast" ;;
+    base-live) step base-live 100 env PYTHONPATH=/tmp/site:$PWD/.base bash -c "cd .base && $two python3 \
       bench/live.py --seconds 8 --weights $W --work /tmp/rtb" ;;
     tests) step tests 230 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_audio.py tests/test_blending.py \
       tests/test_compile.py tests/test_dwpose_torch.py tests/test_engine.py tests/test_latents.py tests/test_live.py \
       tests/test_parsing.py tests/test_parsing_torch.py tests/test_pipeline.py tests/test_reference.py tests/test_s3fd.py ;;
-    oracle) step oracle 200 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_reference.py tests/test_compile.py \
+    oracle-only) step oracle-only 150 python3 -m pytest -q -rP -p no:cacheprovider -m gpu tests/test_reference.py ;;
+    oracle) step oracle 200 python3 -m pytest -q -rP -p no:cacheprovider -m gpu tests/test_reference.py tests/test_compile.py \
       -k "on_cuda or as_close_to_eager" ;;  # issue 38's oracle, then a compile that warms the cache
     save-cache) tar czf "$OUT/compile-cache.tgz" -C /tmp compile-cache && ls -l "$OUT/compile-cache.tgz" ;;
     *) echo "unknown step $s" ;;
