@@ -255,7 +255,6 @@ def install_missing(requirements: str | os.PathLike | Sequence[str] | None = Non
         shown = tuple(command[:5] + ["-c", "<pins of installed protected packages>"] + command[7:])
         if dry_run:
             return InstallReport(tuple(rows), True, shown)
-        before = {row.name: row.installed for row in rows}
         pip_timeout_s = 1800  # seconds: the few missing Colab packages take 1-2 min; a hung pip must not hang the cell
         try:
             done = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL,
@@ -274,5 +273,5 @@ def install_missing(requirements: str | os.PathLike | Sequence[str] | None = Non
                              f"changing a protected package.\n--- pip said ---\n{tail}")
     importlib.invalidate_caches()
     now = tuple(f"{row.name}=={package_version(row.name)}" for row in rows
-                if row.action in ("install", "upgrade") and package_version(row.name) != before[row.name])
+                if row.action in ("install", "upgrade") and package_version(row.name) != row.installed)
     return InstallReport(tuple(rows), False, shown, now, tuple(restart_reasons()))
