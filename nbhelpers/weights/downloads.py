@@ -29,6 +29,7 @@ from .manifest import (
     ENV_VAR,
     MANIFEST,
     STAGING_DIR,
+    TRY_TINY,
     Manifest,
     Source,
     WeightFile,
@@ -64,9 +65,7 @@ class DownloadRow:
 
 @dataclasses.dataclass(frozen=True)
 class DownloadReport(_Report):
-    """The result of :func:`download` for the weights dir ``directory``, one :class:`DownloadRow` per file in ``rows``;
-    HTML in notebooks, a text table elsewhere.
-    """
+    """The result of :func:`download` for the weights dir ``directory``: one :class:`DownloadRow` per file."""
 
     directory: Path
     rows: tuple[DownloadRow, ...]
@@ -355,8 +354,7 @@ def _failure_message(root: Path, rows: Sequence[DownloadRow], manifest: Manifest
             "Fix: this machine cannot reach the weight hosts (no internet, or HF_HUB_OFFLINE is set). Copy the "
             f"files above into {root} by hand (the 'by hand' lines give each address), or point the job at a "
             "folder that already holds them: --weights DIR on the command line, weights_dir= in Python, or the "
-            "NBHELPERS_WEIGHTS environment variable (a shared Google Drive folder works). To see the tool run "
-            "without any download: `python -m nbhelpers demo --tiny` (tiny random weights; the mouth is noise).")
+            "NBHELPERS_WEIGHTS environment variable (a shared Google Drive folder works). " + TRY_TINY)
     else:
         lines.append(
             "Fix: check the network and run the download again (finished files are kept; the hub client resumes "

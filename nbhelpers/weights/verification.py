@@ -161,8 +161,7 @@ _STATE_COLOURS = {OK: "", UNVERIFIABLE: "background:#fff8e1"}
 @dataclasses.dataclass(frozen=True)
 class VerifyReport(_Report):
     """The result of :func:`verify`: one :class:`FileCheck` per file in ``checks`` for the weights dir ``directory``,
-    whether sha256 values were computed (``deep``) and whether it holds ``tiny`` test weights. Shows itself as a
-    table.
+    whether sha256 values were computed (``deep``) and whether it holds ``tiny`` test weights.
     """
 
     directory: Path
