@@ -331,9 +331,7 @@ def job_files(version: str = "v15", landmark_backend: str = "auto", *, parsing: 
     else:
         raise InputError(f"landmark_backend must be one of 'auto', 'dwpose', 'dwpose-onnx', 'mmpose', 'dlib', "
                          f"'boxes'; got {landmark_backend!r}.")
-    names = {MANIFEST.get(rel).name for rel in paths}
-    if sets:
-        names |= {e.name for e in MANIFEST.select(sets)}
+    names = {MANIFEST.get(rel).name for rel in paths} | {e.name for e in MANIFEST.select(sets)}
     return [e for e in MANIFEST if e.name in names]
 
 
