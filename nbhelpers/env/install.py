@@ -40,9 +40,7 @@ def restart_reasons() -> list[str]:
 
 
 def _same_version(imported: str, installed: str) -> bool:
-    """True when a module's ``__version__`` names the installed distribution's version; a release prefix counts (cv2
-    ``4.12.0`` for opencv ``4.12.0.88``).
-    """
+    """True when ``imported`` names ``installed``, a release prefix included (cv2 ``4.12.0``, opencv ``4.12.0.88``)."""
     try:
         from packaging.version import Version
 

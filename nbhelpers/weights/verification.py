@@ -304,9 +304,7 @@ _AUTO_ORDER = (("mmpose", "mmpose"), ("dwpose", "torch"), ("dwpose-onnx", "onnxr
 
 
 def _auto_landmark_sets(root: Path) -> tuple[str, ...]:
-    """The sets the ``"auto"`` landmark choice would open: the first backend whose package is installed and whose
-    files are present (found without importing); none when it would fall back to dlib.
-    """
+    """The sets the ``"auto"`` landmark choice would open, found without importing; () when it would use dlib."""
     for backend, module in _AUTO_ORDER:
         try:
             installed = importlib.util.find_spec(module) is not None
