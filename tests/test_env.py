@@ -15,6 +15,7 @@ import pytest
 from helpers import ROOT
 
 from nbhelpers import env
+from nbhelpers.env import drive as env_drive
 from nbhelpers.errors import InputError, NbHelpersError
 
 
@@ -206,6 +207,7 @@ def _wheel(folder: Path, name: str, version: str, requires: tuple[str, ...] = ()
 INSTALL_SCRIPT = """
 import sys
 from nbhelpers import env
+from nbhelpers.env import drive as env_drive
 from nbhelpers.env import install
 from nbhelpers.errors import NbHelpersError
 install.PROTECTED = install.PROTECTED + ("nbh-guarded",)  # stands in for numpy: installed, must not move
@@ -286,11 +288,12 @@ def test_mount_drive_in_colab_sets_the_shared_weights_folder(monkeypatch, tmp_pa
     monkeypatch.setitem(sys.modules, "google.colab.drive", drive)
     monkeypatch.delenv("NBHELPERS_WEIGHTS", raising=False)
     point = tmp_path / "drive"
-    assert env.mount_drive(enabled=False, mountpoint=str(point)).mounted is False and not mounted
+    monkeypatch.setattr(env_drive, "DRIVE_MOUNTPOINT", str(point))
+    assert env.mount_drive(enabled=False).mounted is False and not mounted
     with pytest.raises(InputError, match="Add shortcut"):
-        env.mount_drive(str(point / "MyDrive" / "shared-weights"), mountpoint=str(point))
+        env.mount_drive(str(point / "MyDrive" / "shared-weights"))
     (point / "MyDrive" / "shared-weights").mkdir()
-    status = env.mount_drive(str(point / "MyDrive" / "shared-weights"), mountpoint=str(point))
+    status = env.mount_drive(str(point / "MyDrive" / "shared-weights"))
     assert status.mounted and mounted == [str(point)]
     assert os.environ["NBHELPERS_WEIGHTS"] == str(point / "MyDrive" / "shared-weights")
 

@@ -19,11 +19,10 @@ def check_result(result: Any, *, frames: int | None = None, duration_s: float | 
                  from_cache: bool | None = None, min_rows: int = 1, since: float | None = None) -> str:
     """The final cell's check that this run produced its ``result``; returns a one-line summary of what was checked.
 
-    A path, an ``output`` path or a :class:`~nbhelpers.media.MediaInfo`: the file exists, was written after
-    ``since`` (default: this session), has ``frames`` (default: the result's ``n_frames``) and lasts ``duration_s``
-    within one frame. An avatar (``loaded_from_cache``): it equals ``from_cache`` when given and has frames. Anything
-    with rows or a length: at least ``min_rows``. ResultCheckError when a check fails, naming it, the
-    value and what to look at.
+    A path, an ``output`` path or a :class:`~nbhelpers.media.MediaInfo`: the file exists, was written after ``since``
+    (default: this session), has ``frames`` (default: the result's ``n_frames``) and lasts ``duration_s`` within one
+    frame. An avatar (``loaded_from_cache``): it equals ``from_cache`` when given and has frames. Anything with rows or
+    a length: at least ``min_rows``. ResultCheckError when a check fails, naming it, the value and what to look at.
     """
     checked: list[str] = []
     output = result if isinstance(result, (str, os.PathLike)) else getattr(result, "output", None)

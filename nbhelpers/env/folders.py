@@ -97,23 +97,13 @@ def shared_data_dir() -> Path | None:
     return next((folder for folder in candidates if (folder / SHARED_VIDEO).is_file()), None)
 
 
-def _ffmpeg() -> str:
-    try:
-        from .. import media  # numpy: without it, imageio-ffmpeg's binary directly
-    except ImportError:
-        import imageio_ffmpeg
-
-        return imageio_ffmpeg.get_ffmpeg_exe()
-    return str(media.ffmpeg_exe())
-
-
 def workbook_inputs(mode: str | None = None, video: str | os.PathLike | None = None,
-                    audio: str | os.PathLike | None = None, *, uploads: Sequence[str | os.PathLike] = (),
-                    seconds: float = CI_CLIP_SECONDS) -> tuple[Path, Path]:
+                    audio: str | os.PathLike | None = None, *,
+                    uploads: Sequence[str | os.PathLike] = ()) -> tuple[Path, Path]:
     """The ``(video, audio)`` paths a notebook works on.
 
     Given paths win, then ``uploads`` (the first audio file by suffix is the audio, the first other file the video).
-    Otherwise: in CI mode the first ``seconds`` of the test video and speech (the packaged demo when absent);
+    Otherwise: in CI mode the first :data:`CI_CLIP_SECONDS` of the test video and speech (the packaged demo if absent);
     elsewhere what ``02_media`` left in :func:`media_dir`, else :func:`nbhelpers.media.demo_inputs`. InputError when a
     given path does not exist; FFmpegError when cutting the CI clips failed.
     """
@@ -130,7 +120,7 @@ def workbook_inputs(mode: str | None = None, video: str | os.PathLike | None = N
     # an uploaded audio file, else the second of the other uploads
     audio = Path(audio).expanduser() if audio else next(iter(audios + others[1:]), None)
     if video is None or audio is None:
-        default_video, default_audio = _default_inputs(mode, seconds)
+        default_video, default_audio = _default_inputs(mode)
         return video or default_video, audio or default_audio
     return video, audio
 
@@ -138,6 +128,8 @@ def workbook_inputs(mode: str | None = None, video: str | os.PathLike | None = N
 def _ci_clip(src: Path, name: str, seconds: float, kind: str = "audio") -> Path:
     """The first ``seconds`` of ``src``, cut once into ``clips/<name>-<milliseconds>ms<suffix>`` of the work dir
     (video: H.264 25 fps without audio; audio: PCM WAV)."""
+    from .. import media  # numpy
+
     dst = work_dir("ci") / "clips" / f"{name}-{int(round(seconds * 1000))}ms{'.mp4' if kind == 'video' else '.wav'}"
     if dst.is_file() and dst.stat().st_size > 0:
         return dst
@@ -147,7 +139,7 @@ def _ci_clip(src: Path, name: str, seconds: float, kind: str = "audio") -> Path:
     else:
         codec = ["-vn", "-c:a", "pcm_s16le"]
     with atomic_path(dst, f".tmp{dst.suffix}") as tmp:
-        command = [_ffmpeg(), "-v", "error", "-y", "-i", str(src), "-t", f"{seconds:.3f}", *codec, str(tmp)]
+        command = [media.ffmpeg_exe(), "-v", "error", "-y", "-i", str(src), "-t", f"{seconds:.3f}", *codec, str(tmp)]
         done = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL)
         if done.returncode != 0:
             raise FFmpegError(f"could not cut the first {seconds} s of {src}", command, done.returncode,
@@ -155,14 +147,14 @@ def _ci_clip(src: Path, name: str, seconds: float, kind: str = "audio") -> Path:
     return dst
 
 
-def _default_inputs(mode: str, seconds: float) -> tuple[Path, Path]:
+def _default_inputs(mode: str) -> tuple[Path, Path]:
     if mode == "ci":
         shared = shared_data_dir()
         if shared is not None:
-            return (_ci_clip(shared / SHARED_VIDEO, "face", seconds, "video"),
-                    _ci_clip(shared / SHARED_AUDIO, "speech", seconds))
+            return (_ci_clip(shared / SHARED_VIDEO, "face", CI_CLIP_SECONDS, "video"),
+                    _ci_clip(shared / SHARED_AUDIO, "speech", CI_CLIP_SECONDS))
         photo, speech = _demo(work_dir(mode) / "clips" / "demo")
-        return photo, _ci_clip(speech, "demo-speech", seconds)
+        return photo, _ci_clip(speech, "demo-speech", CI_CLIP_SECONDS)
     folder = media_dir(mode)
     video = folder / WORKBOOK_VIDEO
     audios = sorted(folder.glob(WORKBOOK_AUDIO + ".*"))
@@ -195,18 +187,18 @@ def _demo(folder: Path) -> tuple[Path, Path]:
     return media.demo_inputs(folder)
 
 
-def sample_audios(mode: str | None = None, *, seconds: float = CI_CLIP_SECONDS) -> list[Path]:
-    """Two different speech clips for the realtime notebook: in CI mode the first ``seconds`` of two test recordings
-    (or the demo speech at two lengths); elsewhere the workbook audio and the demo speech.
+def sample_audios(mode: str | None = None) -> list[Path]:
+    """Two different speech clips for the realtime notebook: in CI mode the first :data:`CI_CLIP_SECONDS` of two test
+    recordings (or the demo speech at two lengths); elsewhere the workbook audio and the demo speech.
     """
     mode = run_mode(mode)
-    _, first = workbook_inputs(mode, seconds=seconds)
+    _, first = workbook_inputs(mode)
     if mode == "ci":
         shared = shared_data_dir()
         if shared is not None:
-            return [first, _ci_clip(shared / SHARED_AUDIO_2, "sing", seconds)]
+            return [first, _ci_clip(shared / SHARED_AUDIO_2, "sing", CI_CLIP_SECONDS)]
         _, speech = _demo(work_dir(mode) / "clips" / "demo")
-        return [first, _ci_clip(speech, "demo-speech", max(seconds / 2, 0.2))]
+        return [first, _ci_clip(speech, "demo-speech", CI_CLIP_SECONDS / 2)]
     _, speech = _demo(work_dir(mode) / "demo")
     return [first, speech]
 

@@ -40,9 +40,7 @@ def restart_reasons() -> list[str]:
 
 
 def _same_version(imported: str, installed: str) -> bool:
-    """True when a module's ``__version__`` names the installed distribution's version; a release prefix counts (cv2
-    ``4.12.0`` for opencv ``4.12.0.88``).
-    """
+    """True when ``imported`` names ``installed``, a release prefix included (cv2 ``4.12.0``, opencv ``4.12.0.88``)."""
     try:
         from packaging.version import Version
 
@@ -255,7 +253,6 @@ def install_missing(requirements: str | os.PathLike | Sequence[str] | None = Non
         shown = tuple(command[:5] + ["-c", "<pins of installed protected packages>"] + command[7:])
         if dry_run:
             return InstallReport(tuple(rows), True, shown)
-        before = {row.name: row.installed for row in rows}
         pip_timeout_s = 1800  # seconds: the few missing Colab packages take 1-2 min; a hung pip must not hang the cell
         try:
             done = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL,
@@ -274,5 +271,5 @@ def install_missing(requirements: str | os.PathLike | Sequence[str] | None = Non
                              f"changing a protected package.\n--- pip said ---\n{tail}")
     importlib.invalidate_caches()
     now = tuple(f"{row.name}=={package_version(row.name)}" for row in rows
-                if row.action in ("install", "upgrade") and package_version(row.name) != before[row.name])
+                if row.action in ("install", "upgrade") and package_version(row.name) != row.installed)
     return InstallReport(tuple(rows), False, shown, now, tuple(restart_reasons()))

@@ -24,11 +24,12 @@ from typing import Any
 from .. import progress
 from ..errors import NbHelpersWarning, WeightsError, plural
 from ..hashing import sha256_file
-from .inspect import MISSING, OK, UNVERIFIABLE, inspect_file
+from .inspect import MISSING, inspect_file
 from .manifest import (
     ENV_VAR,
     MANIFEST,
     STAGING_DIR,
+    TRY_TINY,
     Manifest,
     Source,
     WeightFile,
@@ -64,9 +65,7 @@ class DownloadRow:
 
 @dataclasses.dataclass(frozen=True)
 class DownloadReport(_Report):
-    """The result of :func:`download` for the weights dir ``directory``, one :class:`DownloadRow` per file in ``rows``;
-    HTML in notebooks, a text table elsewhere.
-    """
+    """The result of :func:`download` for the weights dir ``directory``: one :class:`DownloadRow` per file."""
 
     directory: Path
     rows: tuple[DownloadRow, ...]
@@ -112,9 +111,7 @@ _HOSTS: dict[tuple[str, int], str] = {}  # (host, port) -> "" when reachable, el
 
 
 def _check_host(url: str, timeout_s: float = 5.0) -> None:
-    """Raise :class:`_Skipped` when ``url``'s host cannot be resolved or connected to (checked once per host), so
-    that a machine with no route does not wait through the hub client's retries for every file.
-    """
+    """Raise :class:`_Skipped` when ``url``'s host cannot be connected to (once per host: no retries per file)."""
     import socket
     from urllib.parse import urlsplit
 
@@ -147,8 +144,7 @@ SHORT_CHARS = 600  # an error's text in a download row: whole sentences up to ab
 
 
 def _short(exc: BaseException) -> str:
-    """``exc`` on one line: its lines joined (gdown's first line is only "Failed to retrieve file url:"), long
-    texts kept to whole sentences."""
+    """``exc`` on one line (gdown's first line says only "Failed to retrieve file url:"), cut at a sentence end."""
     text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
     if len(text) > SHORT_CHARS:
         end = text.rfind(". ", 0, SHORT_CHARS)
@@ -358,8 +354,7 @@ def _failure_message(root: Path, rows: Sequence[DownloadRow], manifest: Manifest
             "Fix: this machine cannot reach the weight hosts (no internet, or HF_HUB_OFFLINE is set). Copy the "
             f"files above into {root} by hand (the 'by hand' lines give each address), or point the job at a "
             "folder that already holds them: --weights DIR on the command line, weights_dir= in Python, or the "
-            "NBHELPERS_WEIGHTS environment variable (a shared Google Drive folder works). To see the tool run "
-            "without any download: `python -m nbhelpers demo --tiny` (tiny random weights; the mouth is noise).")
+            "NBHELPERS_WEIGHTS environment variable (a shared Google Drive folder works). " + TRY_TINY)
     else:
         lines.append(
             "Fix: check the network and run the download again (finished files are kept; the hub client resumes "
@@ -393,8 +388,8 @@ def download(directory: str | os.PathLike | None = None, sets: str | Sequence[st
     state = _State(root)
     _HOSTS.clear()
     checks = [(entry, _check(entry, root, state, deep=False)) for entry in entries]
-    todo = [(entry, check) for entry, check in checks if check.state not in (OK, UNVERIFIABLE)]
-    for _, check in todo:
+    todo = [check for _, check in checks if check.bad]
+    for check in todo:
         if check.state != MISSING:
             warnings.warn(f"{root / check.path} is {check.state} ({check.detail}); downloading it again",
                           NbHelpersWarning, stacklevel=2)
@@ -405,13 +400,13 @@ def download(directory: str | os.PathLike | None = None, sets: str | Sequence[st
             probe.write_bytes(b"")
             probe.unlink()
         except OSError as exc:
-            names = ", ".join(e.path for e, _ in todo)
+            names = ", ".join(c.path for c in todo)
             raise WeightsError(f"cannot write to the weights dir {root} ({exc}); {len(todo)} file(s) are missing "
                                f"or bad: {names}. Choose a writable folder: set {ENV_VAR} or pass directory=, "
                                "or ask the owner of the shared folder to run the download.") from exc
         before = {p for p in root.rglob("*") if p.is_dir()}
-    rows = [DownloadRow(entry.name, check.path, "present", "", check.size, 0.0, check.detail)
-            if check.state in (OK, UNVERIFIABLE) else _download_one(entry, root, state, check.state != MISSING)
+    rows = [_download_one(entry, root, state, check.state != MISSING) if check.bad
+            else DownloadRow(entry.name, check.path, "present", "", check.size, 0.0, check.detail)
             for entry, check in checks]
     if any(r.action == "failed" for r in rows):  # a bundled config copy alone would look like a half-present set
         for k, row in enumerate(rows):

@@ -325,8 +325,7 @@ def text_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 class _Report:
-    """A report that shows its ``_summary()`` over a table of ``_rows()`` under ``_HEADERS``: text, or HTML with
-    each row's ``_styles()``."""
+    """A report shown as its ``_summary()`` over a table of ``_rows()`` under ``_HEADERS`` (HTML in notebooks)."""
 
     _HEADERS: tuple[str, ...] = ()
 
@@ -383,9 +382,7 @@ class FileTable(_Report):
 
 
 def list_files(sets: str | Sequence[str] | None = "all") -> FileTable:
-    """The manifest (``sets``, default ``"all"``) as a :class:`FileTable`: name, sets, path, size, sha256, sources.
-    InputError for an unknown set name, listing the valid ones.
-    """
+    """The manifest entries of ``sets`` as a :class:`FileTable`; InputError naming the valid sets for an unknown one."""
     return FileTable(tuple(MANIFEST.select(sets)))
 
 

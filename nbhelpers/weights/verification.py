@@ -161,8 +161,7 @@ _STATE_COLOURS = {OK: "", UNVERIFIABLE: "background:#fff8e1"}
 @dataclasses.dataclass(frozen=True)
 class VerifyReport(_Report):
     """The result of :func:`verify`: one :class:`FileCheck` per file in ``checks`` for the weights dir ``directory``,
-    whether sha256 values were computed (``deep``) and whether it holds ``tiny`` test weights. Shows itself as a
-    table.
+    whether sha256 values were computed (``deep``) and whether it holds ``tiny`` test weights.
     """
 
     directory: Path
@@ -305,9 +304,7 @@ _AUTO_ORDER = (("mmpose", "mmpose"), ("dwpose", "torch"), ("dwpose-onnx", "onnxr
 
 
 def _auto_landmark_sets(root: Path) -> tuple[str, ...]:
-    """The sets the ``"auto"`` landmark choice would open: the first backend whose package is installed and whose
-    files are present (found without importing); none when it would fall back to dlib.
-    """
+    """The sets the ``"auto"`` landmark choice would open, found without importing; () when it would use dlib."""
     for backend, module in _AUTO_ORDER:
         try:
             installed = importlib.util.find_spec(module) is not None
@@ -332,9 +329,7 @@ def job_files(version: str = "v15", landmark_backend: str = "auto", *, parsing: 
     else:
         raise InputError(f"landmark_backend must be one of 'auto', 'dwpose', 'dwpose-onnx', 'mmpose', 'dlib', "
                          f"'boxes'; got {landmark_backend!r}.")
-    names = {MANIFEST.get(rel).name for rel in paths}
-    if sets:
-        names |= {e.name for e in MANIFEST.select(sets)}
+    names = {MANIFEST.get(rel).name for rel in paths} | {e.name for e in MANIFEST.select(sets)}
     return [e for e in MANIFEST if e.name in names]
 
 
