@@ -37,7 +37,7 @@ from .records import (
     weights_state,
 )
 from .results import BatchResult, JobOutcome, check_summary_path, write_stopped_summary
-from .scheduler import RunLog, Scheduler, Workers
+from .scheduler import RunLog, Scheduler
 from .worker import BatchWorker, choose_jobs_per_worker
 
 __all__ = ["BatchConfig", "BatchResult", "BatchWorker", "INSTALL_RAY", "Job", "JobOutcome", "ROW_SETTINGS",
@@ -83,36 +83,31 @@ def run(jobs: str | os.PathLike | Sequence[Job | Mapping[str, Any]], config: Bat
         return _run_locked(job_list, config, inference, configs, weights_path, cache, summary, t0)
 
 
-def _workers(config: BatchConfig, inference: InferenceConfig, joining: bool) -> tuple[Workers, str, int]:
-    """``(Workers, note, processes a local Ray starts ahead)``; jobs per worker, when not given, come from the free
-    memory of this machine's GPUs (nvidia-smi, no CUDA here).
-    """
+def _workers(config: BatchConfig, inference: InferenceConfig, joining: bool) -> tuple[int, str, int]:
+    """``(jobs per worker, note, processes a local Ray starts ahead)``; jobs per worker, when not given, come from the
+    free memory of this machine's GPUs (nvidia-smi, no CUDA here)."""
     free = None
     if inference.device != "cpu" and not joining:
         free = free_memory_by_index()
         if free and config.gpus is not None:
             free = dict(sorted(free.items())[:config.gpus])
     per_gpu = config.workers_per_gpu or 1
-    notes = ["1 worker per GPU" if config.workers_per_gpu is None else f"{per_gpu} worker(s) per GPU, as asked"]
-    slots = config.jobs_per_worker
-    if slots is None:
+    per_gpu_note = "1 worker per GPU" if config.workers_per_gpu is None else f"{per_gpu} worker(s) per GPU, as asked"
+    if config.jobs_per_worker is None:
         slots, why = choose_jobs_per_worker(inference, free, per_gpu, joining=joining)
-        notes.append(why)
     else:
-        notes.append(f"{slots} job(s) at once per worker, as asked")
+        slots, why = config.jobs_per_worker, f"{config.jobs_per_worker} job(s) at once per worker, as asked"
     n_gpu_guess = config.gpus if config.gpus is not None else (len(free) if free else 1)
     ahead = max(config.cpu_workers, per_gpu * max(1, n_gpu_guess))
-    workers = Workers(config.cpu_workers, per_gpu, slots, config.gpus, config.max_attempts)
-    return workers, "; ".join(n for n in notes if n), ahead
+    return slots, "; ".join(n for n in (per_gpu_note, why) if n), ahead
 
 
 def _run_locked(job_list: list[Job], config: BatchConfig, inference: InferenceConfig,
                 configs: Mapping[str, InferenceConfig], weights_path: Path, cache: Path, summary: Path | None,
                 t0: float) -> BatchResult:
     """:func:`run` once its arguments are checked and the batch holds its locks."""
-    for job in job_list:
-        remove_partials(job.output)
-    workers, workers_note, ahead = _workers(config, inference, bool(config.address or os.environ.get("RAY_ADDRESS")))
+    remove_partials(*(j.output for j in job_list))
+    slots, workers_note, ahead = _workers(config, inference, bool(config.address or os.environ.get("RAY_ADDRESS")))
     ray = RaySession(config.address, num_cpus=ahead, num_gpus=config.gpus)
     log, plan = RunLog(), WorkPlan()
     try:
@@ -136,15 +131,14 @@ def _run_locked(job_list: list[Job], config: BatchConfig, inference: InferenceCo
             if not ray.started:  # every output had a record, yet some input or setting changed
                 ray.start()
                 log.phases["ray_start"] = time.perf_counter() - t0
-            Scheduler(require_ray(), plan, job_list, configs, weights_path, inference, workers, log, t0).run()
+            Scheduler(require_ray(), plan, configs, weights_path, inference, config, slots, log, t0).run()
         else:
             log.phases.clear()
     except BaseException as exc:  # Ctrl-C, SIGTERM (the command line's), an error: nothing half-made is left
         try:
             ray.stop()  # the workers stop before their partial files are removed
         finally:  # a second Ctrl-C during the shutdown still leaves no partial file
-            for job in job_list:
-                remove_partials(job.output)
+            remove_partials(*(j.output for j in job_list))
             if summary is not None:
                 write_stopped_summary(job_list, plan.outcomes, summary, exc, t0)
         raise
@@ -153,8 +147,7 @@ def _run_locked(job_list: list[Job], config: BatchConfig, inference: InferenceCo
         if config.address is None:  # the workers ran here: frames a stopped one could not remove go now
             with contextlib.suppress(Exception):  # tidying must not cost the batch its outcomes
                 remove_stale_frames()
-    for job in job_list:
-        remove_partials(job.output)
+    remove_partials(*(j.output for j in job_list))
     result = BatchResult(outcomes=tuple(plan.outcomes[j.name] for j in job_list), summary_csv=summary,
                          wall_s=time.perf_counter() - t0, workers=tuple(log.workers), avatars=log.avatars,
                          workers_note=workers_note if any("cuda" in w for w in log.workers) else "",

@@ -1,6 +1,5 @@
 """The batch's checks before any worker: each distinct video and audio probed once, and each job failed at its
-inputs, skipped as finished, or put in its face group for the scheduler.
-"""
+inputs, skipped as finished, or put in its face group for the scheduler."""
 
 from __future__ import annotations
 
@@ -83,8 +82,7 @@ def probe_inputs(job_list: Sequence[Job], fingerprints: Callable[[Path], Any]) -
 class FaceGroup:
     """The jobs of one face (same video content, box and avatar settings), sharing one avatar in ``directory``
     (``<cache>/<video stem>-<key>``); ``queue`` holds the jobs not yet handed out, ``state`` is ``"pending"``,
-    ``"preparing"``, ``"ready"`` or ``"failed"`` (with ``error``), ``attempts`` counts preparations.
-    """
+    ``"preparing"``, ``"ready"`` or ``"failed"`` (with ``error``), ``attempts`` counts preparations."""
 
     key: str
     video: Path
@@ -100,8 +98,7 @@ class FaceGroup:
 @dataclass
 class WorkPlan:
     """The batch after the checks: ``outcomes`` of the jobs settled (the scheduler adds the rest), ``groups`` by face
-    key, and per job name its ``group_of`` key, ``inputs_of`` fingerprints (for its record) and ``expected_frames``.
-    """
+    key, and per job name its ``group_of`` key, ``inputs_of`` fingerprints (for its record) and ``expected_frames``."""
 
     outcomes: dict[str, JobOutcome] = field(default_factory=dict)
     groups: dict[str, FaceGroup] = field(default_factory=dict)
@@ -119,9 +116,7 @@ class WorkPlan:
         box = job.settings.get("box")
         key = group_key(self.inputs_of[job.name]["video"], config, box)
         if key not in self.groups:
-            self.groups[key] = FaceGroup(key, job.video, cache_path / f"{job.video.stem}-{key}",
-                                         {k: v for k, v in config.to_dict().items() if k not in ("device", "fp16")},
-                                         box)
+            self.groups[key] = FaceGroup(key, job.video, cache_path / f"{job.video.stem}-{key}", config.to_dict(), box)
         self.groups[key].queue.append(job)
         self.group_of[job.name] = key
         self.expected_frames[job.name] = int((audio_info.duration_s or 0) * FPS)
@@ -131,8 +126,7 @@ def sort_jobs(plan: WorkPlan, job_list: Sequence[Job], job_configs: Mapping[str,
               fingerprints: Callable[[Path], Any], weight_files: Mapping[str, Any], cache_path: Path,
               rerun: bool) -> None:
     """Into ``plan``: fail the jobs whose inputs fail (leaving a hint in ``cache_path``), skip those finished from the
-    same inputs and weights unless ``rerun``, and queue the others in their face groups.
-    """
+    same inputs and weights unless ``rerun``, and queue the others in their face groups."""
     for job in job_list:
         error = probed.error(job, job_configs[job.name].face)
         if error:

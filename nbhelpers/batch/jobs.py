@@ -25,8 +25,7 @@ ROW_SETTINGS = ("batch_size", "extra_margin", "bbox_shift", "parsing_mode", "lef
 @dataclass(frozen=True)
 class Job:
     """One clip of a batch: ``name`` (unique; default the output's stem), ``video``, ``audio``, ``output`` (MP4),
-    ``settings`` (:data:`ROW_SETTINGS`) and ``source``, where it was read (``"jobs.csv line 4"``), for messages.
-    """
+    ``settings`` (:data:`ROW_SETTINGS`) and ``source``, where it was read (``"jobs.csv line 4"``), for messages."""
 
     name: str
     video: Path
@@ -88,11 +87,9 @@ def _setting_error(job: Job, config: InferenceConfig, changes: Mapping[str, Any]
     """Why ``config`` refuses ``job``'s settings, naming where it was read and the first of its own settings refused
     alone (``jobs.csv line 4 (job 'o10'), setting extra_margin: ...``)."""
     label = f"{job.source} (job {job.name!r})" if job.source else f"job {job.name!r}"
-    for key, value in changes.items():
-        if key not in job.settings:
-            continue
+    for key in [k for k in changes if k in job.settings]:  # the job's own, not landmark_backend="boxes" of its box
         try:
-            config.replace(**{key: value})
+            config.replace(**{key: changes[key]})
         except InputError as alone:
             text = str(alone)
             return f"{label}, setting {key}: {text[len(key) + 1:] if text.startswith(key + ' ') else text}"
@@ -101,8 +98,7 @@ def _setting_error(job: Job, config: InferenceConfig, changes: Mapping[str, Any]
 
 def job_configs(job_list: Sequence[Job], config: InferenceConfig) -> dict[str, InferenceConfig]:
     """``{job name: InferenceConfig}``: ``config`` with each job's settings (a ``box`` sets
-    ``landmark_backend="boxes"``); InputError naming the job and setting when one is out of range.
-    """
+    ``landmark_backend="boxes"``); InputError naming the job and setting when one is out of range."""
     out = {}
     for job in job_list:
         changes = {k: v for k, v in job.settings.items() if k != "box"}
@@ -116,8 +112,7 @@ def job_configs(job_list: Sequence[Job], config: InferenceConfig) -> dict[str, I
 
 
 def _clean_path(path: str | os.PathLike, base: Path | None = None) -> Path:
-    """``path`` (``~`` expanded) made absolute from ``base`` (None: the working folder; an absolute ``path`` keeps
-    its own), its folder resolved, its own name kept as written (a linked file keeps its name)."""
+    """``path`` (``~`` expanded) made absolute from ``base`` (None: the working folder), only its folder resolved."""
     path = (base or Path.cwd()) / Path(path).expanduser()
     return path.resolve() if path.name in ("", "..") else path.parent.resolve() / path.name
 
@@ -254,10 +249,8 @@ def _check_outputs(jobs: Sequence[Job]) -> None:
 
 def check_jobs(jobs: Iterable[Job | Mapping[str, Any]]) -> list[Job]:
     """Jobs as :class:`Job` objects with clean absolute paths (dicts converted, relative to the working folder), a
-    number added to repeated names (``clip``, ``clip-2``): names label the summary rows.
-
-    Raises InputError when a job is malformed, two jobs share an output, or an output is a job's video or audio.
-    """
+    number added to repeated names (``clip``, ``clip-2``): names label the summary rows. InputError when a job is
+    malformed, two jobs share an output, or an output is a job's video or audio."""
     out: list[Job] = []
     names: set[str] = set()
     for k, job in enumerate(jobs):

@@ -44,13 +44,9 @@ def record_path(output: Path) -> Path:
 
 def weights_state(weights_dir: Path, version: str) -> dict[str, list[int]]:
     """``{file: [bytes, mtime s]}`` of the weight files a job of ``version`` reads."""
-    out = {}
-    for name in weights.required_files(version, parsing=True):
-        p = weights_dir / name
-        if p.is_file():
-            st = p.stat()
-            out[name] = [st.st_size, int(st.st_mtime)]
-    return out
+    paths = {name: weights_dir / name for name in weights.required_files(version, parsing=True)}
+    stats = {name: p.stat() for name, p in paths.items() if p.is_file()}
+    return {name: [st.st_size, int(st.st_mtime)] for name, st in stats.items()}
 
 
 def record_inputs(job: Job, config: InferenceConfig, fingerprints: Callable[[Path], dict[str, Any]],
@@ -63,8 +59,7 @@ def record_inputs(job: Job, config: InferenceConfig, fingerprints: Callable[[Pat
 
 
 def group_key(video_fingerprint: Mapping[str, Any], config: InferenceConfig, box: Any) -> str:
-    """16 hex digits naming a face group: the video's content, box and avatar settings
-    (:data:`nbhelpers.avatar.cache.CACHED_FIELDS`)."""
+    """16 hex digits naming a face group: the video's content, box and avatar settings (``CACHED_FIELDS``)."""
     fields = {f: getattr(config, f) for f in CACHED_FIELDS}
     text = json.dumps({"video": video_fingerprint["sha256"], "settings": fields, "box": box}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -111,8 +106,7 @@ def _hint_path(cache_path: Path, output: Path) -> Path:
 
 def write_hint(cache_path: Path, job: Job, error: str) -> None:
     """Note that ``job`` failed at the input checks, so that a rerun with the same inputs needs no Ray for it; a
-    hint that cannot be written is left out (the probe still decides the outcome).
-    """
+    hint that cannot be written is left out (the probe still decides the outcome)."""
     hint = {"format": HINT_FORMAT, "output": str(job.output.resolve()), "stage": "inputs", "error": error,
             "inputs": {"video": _file_state(job.video), "audio": _file_state(job.audio)}}
     path = _hint_path(cache_path, job.output)
@@ -140,16 +134,14 @@ def _failed_at_inputs(cache_path: Path, job: Job) -> bool:
 
 def likely_work(job_list: Sequence[Job], cache_path: Path, rerun: bool) -> bool:
     """Whether the batch will probably need Ray: a rerun, or a job with neither output and record nor a matching
-    input-failure hint (a wrong guess only delays Ray's start).
-    """
+    input-failure hint (a wrong guess only delays Ray's start)."""
     return rerun or any(not (j.output.is_file() and record_path(j.output).is_file())
                         and not _failed_at_inputs(cache_path, j) for j in job_list)
 
 
 def outputs_folder(job_list: Sequence[Job]) -> Path:
     """The deepest folder holding every output, or the first job's output folder when that is a filesystem
-    root or not writable: where the summary and avatar cache go by default.
-    """
+    root or not writable: where the summary and avatar cache go by default."""
     folders = [j.output.resolve().parent for j in job_list]
     common = existing = Path(os.path.commonpath([str(f) for f in folders]))
     while not existing.exists() and existing.parent != existing:
@@ -171,11 +163,8 @@ def check_writable(folders: Iterable[Path]) -> None:
 @contextlib.contextmanager
 def batch_lock(folder: Path, name: str = "batch.lock", what: str = "the avatar cache") -> Iterator[None]:
     """An exclusive ``fcntl.flock`` lock on a batch's folder for the whole run, so a second batch over the same
-    outputs is refused. The file names its holder (pid, host, start time) and stays; without ``fcntl`` or on storage
-    without locks there is no lock.
-
-    Raises InputError on entry, when another process holds the lock.
-    """
+    outputs is refused (InputError on entry). The file names its holder (pid, host, start time) and stays; without
+    ``fcntl`` or on storage without locks there is no lock."""
     path = Path(folder) / name
     try:
         import fcntl
@@ -207,12 +196,9 @@ def batch_lock(folder: Path, name: str = "batch.lock", what: str = "the avatar c
         yield
 
 
-def remove_partials(output: Path) -> list[Path]:
-    """Remove and return the half-written files a dead worker left for ``output`` (``.<stem>.partial-*<suffix>``)."""
-    removed = []
-    if output.parent.is_dir():
-        for p in output.parent.glob(f".{output.stem}.partial-*{output.suffix}"):
+def remove_partials(*outputs: Path) -> None:
+    """Remove the half-written files a dead worker left for each output (``.<stem>.partial-*<suffix>``)."""
+    for output in outputs:
+        for p in output.parent.glob(f".{output.stem}.partial-*{output.suffix}"):  # none when the folder is missing
             with contextlib.suppress(OSError):
                 p.unlink()
-                removed.append(p)
-    return removed

@@ -21,6 +21,7 @@ from .jobs import Job
 ERROR_WIDTH = 80  # characters of a job's error in the text table; the summary CSV has the whole message
 SUMMARY_COLUMNS = ("job", "status", "frames", "seconds", "fps", "error", "video", "audio", "output", "attempts",
                    "worker")
+TABLE_COLUMNS = SUMMARY_COLUMNS[:6]  # the table a notebook or terminal shows: job to error
 
 
 @dataclass(frozen=True)
@@ -29,8 +30,7 @@ class JobOutcome:
     ``"failed"`` (``"interrupted"`` in the summary of a stopped batch); output ``frames`` at 25 fps (the recorded
     count when skipped); wall-clock ``seconds`` on its worker; ``error`` ``"<ExceptionType>: <message>"`` or "";
     ``attempts`` (more than 1 when a worker died during it); ``worker`` ``host/pid device``. Not in the CSV:
-    ``ended_s``, seconds from the start of :func:`nbhelpers.batch.run`, and ``timings``, seconds per stage.
-    """
+    ``ended_s``, seconds from the start of :func:`nbhelpers.batch.run`, and ``timings``, seconds per stage."""
 
     job: str
     status: str
@@ -51,11 +51,9 @@ class JobOutcome:
         return self.frames / self.seconds if self.seconds > 0 else float("nan")
 
     def row(self) -> dict[str, Any]:
-        """The summary row (:data:`SUMMARY_COLUMNS`)."""
+        """The summary row (:data:`SUMMARY_COLUMNS`), seconds and fps with two decimals (fps "" when NaN)."""
         fps = "" if self.fps != self.fps else f"{self.fps:.2f}"
-        return {"job": self.job, "status": self.status, "frames": self.frames, "seconds": f"{self.seconds:.2f}",
-                "fps": fps, "error": self.error, "video": str(self.video), "audio": str(self.audio),
-                "output": str(self.output), "attempts": self.attempts, "worker": self.worker}
+        return {**{c: getattr(self, c) for c in SUMMARY_COLUMNS}, "seconds": f"{self.seconds:.2f}", "fps": fps}
 
 
 @dataclass(frozen=True)
@@ -121,17 +119,16 @@ class BatchResult:
         return text
 
     def table(self) -> str:
-        """The table as text: job, status, frames, seconds, fps, error (one line, cut to :data:`ERROR_WIDTH`)."""
-        cols = SUMMARY_COLUMNS[:6]
-        return text_table(cols, [[str(o.row()[c]) for c in cols[:-1]] + [_cut_error(o.error)] for o in self.outcomes])
+        """:data:`TABLE_COLUMNS` as text, each error on one line cut to :data:`ERROR_WIDTH`."""
+        rows = [[str(o.row()[c]) for c in TABLE_COLUMNS[:-1]] + [_cut_error(o.error)] for o in self.outcomes]
+        return text_table(TABLE_COLUMNS, rows)
 
     def __str__(self) -> str:
         return f"{self.table()}\n{self.summary()}"
 
     def _repr_html_(self) -> str:
-        cols = SUMMARY_COLUMNS[:6]
-        rows = [[o.row()[c] for c in cols] for o in self.outcomes]
-        return f"<p>{html.escape(self.summary())}</p>{table_html(rows, cols)}"
+        rows = [[o.row()[c] for c in TABLE_COLUMNS] for o in self.outcomes]
+        return f"<p>{html.escape(self.summary())}</p>{table_html(rows, TABLE_COLUMNS)}"
 
     def write_csv(self, path: str | os.PathLike) -> Path:
         """Write the table (:data:`SUMMARY_COLUMNS`) to ``path`` through a temporary name; returns the path."""
@@ -164,11 +161,8 @@ def _cut_error(error: str) -> str:
 
 
 def check_summary_path(path: Path, job_list: Sequence[Job], jobs_file: Path | None = None) -> None:
-    """Check before Ray starts that writing the summary at ``path`` replaces nothing but an earlier summary.
-
-    Raises InputError when ``path`` is a folder, the jobs file, a job's video, audio or output, or another existing
-    file.
-    """
+    """Check before Ray starts that writing the summary at ``path`` replaces nothing but an earlier summary: InputError
+    when ``path`` is a folder, the jobs file, a job's video, audio or output, or another existing file."""
     fix = "give the summary another path (summary=, --summary) or leave it out (<outputs folder>/batch-summary.csv)"
     if path.is_dir():
         raise InputError(f"the summary {str(path)!r} is a folder; {fix}.")
@@ -194,8 +188,7 @@ def check_summary_path(path: Path, job_list: Sequence[Job], jobs_file: Path | No
 def write_stopped_summary(job_list: Sequence[Job], outcomes: Mapping[str, JobOutcome], path: Path,
                           exc: BaseException, t0: float) -> None:
     """Write the summary of a batch stopped early: settled jobs as they ended, the others ``"interrupted"``
-    (left out when it cannot be written).
-    """
+    (left out when it cannot be written)."""
     if isinstance(exc, Terminated) or Terminated.pending:
         why = "terminated (SIGTERM)"
     else:

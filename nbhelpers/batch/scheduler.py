@@ -1,7 +1,6 @@
 """The dispatch loop: start the workers on a running Ray, hand out avatar preparations and jobs until every job has
 an outcome, retry the work of a worker that died, and stop the workers. The jobs of a face go to a worker that
-holds its avatar when one is free.
-"""
+holds its avatar when one is free."""
 
 from __future__ import annotations
 
@@ -10,13 +9,13 @@ import os
 import shutil
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .. import progress
-from ..config import InferenceConfig
+from ..config import BatchConfig, InferenceConfig
 from ..errors import FallbackWarning, NbHelpersError
 from .cluster import close_workers, collect_timeline, is_worker_loss
 from .inputs import FaceGroup, WorkPlan
@@ -38,8 +37,7 @@ EXIT_AT: Mapping[str, int] = {}
 
 def cpu_worker_count(asked: int, offered: int, needed: int) -> int:
     """CPU workers to start: ``asked``, at most the ``offered`` CPUs (each worker takes one, and Ray would leave
-    the others waiting), warning (FallbackWarning) when fewer than ``needed``.
-    """
+    the others waiting), warning (FallbackWarning) when fewer than ``needed``."""
     count = max(1, min(needed, offered or 1))
     if count < needed:
         warnings.warn(f"cpu_workers={asked} is more than the {offered or 1} CPU(s) Ray offers, and each worker takes "
@@ -59,37 +57,22 @@ class RunLog:
     preparations: list[dict[str, Any]] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class Workers:
-    """``cpu_workers`` when Ray offers no GPU, else ``per_gpu`` on each of at most ``gpus`` GPUs; each runs
-    ``slots`` jobs at once.
-    """
-
-    cpu_workers: int
-    per_gpu: int
-    slots: int
-    gpus: int | None
-    max_attempts: int
-
-
 class Scheduler:
-    """Hands out the face groups of ``plan`` to workers on a running ``ray``, recording every job's outcome in
-    ``plan.outcomes`` and the workers, avatars, phases (seconds since ``t0``), timeline and preparations in ``log``.
-    Workers load ``weights_path`` with the ``inference`` settings; ``job_configs`` are each job's settings and
-    ``job_list`` every job (the progress bar's total).
-    """
+    """Hands out the face groups of ``plan`` to workers on a running ``ray`` (as many as ``config`` asks, each running
+    ``slots`` jobs at once), recording every job's outcome in ``plan.outcomes`` and the workers, avatars, phases
+    (seconds since ``t0``), timeline and preparations in ``log``."""
 
-    def __init__(self, ray, plan: WorkPlan, job_list: Sequence[Job], job_configs: Mapping[str, InferenceConfig],
-                 weights_path: Path, inference: InferenceConfig, workers: Workers, log: RunLog, t0: float):
-        self.ray, self.plan, self.job_list, self.job_configs = ray, plan, job_list, job_configs
-        self.weights_path, self.inference, self.workers, self.log, self.t0 = weights_path, inference, workers, log, t0
+    def __init__(self, ray, plan: WorkPlan, job_configs: Mapping[str, InferenceConfig], weights_path: Path,
+                 inference: InferenceConfig, config: BatchConfig, slots: int, log: RunLog, t0: float):
+        self.ray, self.plan, self.job_configs = ray, plan, job_configs
+        self.weights_path, self.inference, self.config, self.log, self.t0 = weights_path, inference, config, log, t0
         self.actors: list[Any] = []
         self.names: list[str] = []
-        self.depth = workers.slots
+        self.slots = self.depth = slots
         self.busy: dict[Any, tuple[int, str, Any, int]] = {}  # ref -> (actor index, kind, group or job, attempt)
         self.attempts: dict[str, int] = {}
         self.frames_done: dict[str, int] = {}
-        self.polls: dict[Any, int] = {}
+        self.polls: set[Any] = set()  # the progress calls not answered yet
         self.last_poll = 0.0
         self.holds: list[set[str]] = []  # the group keys each worker holds an avatar of
         self.alive: list[bool] = []
@@ -100,30 +83,29 @@ class Scheduler:
     def _worker_options(self) -> tuple[int, dict[str, Any], str]:
         """``(workers, Ray actor options, device)``: per GPU when Ray offers GPUs (and the batch may use them),
         else CPU workers, one Ray CPU each; never more workers than jobs."""
-        w, todo = self.workers, self.plan.todo
+        c, todo, per_gpu = self.config, self.plan.todo, self.config.workers_per_gpu or 1
         resources = self.ray.cluster_resources()
         n_gpu = 0 if self.inference.device == "cpu" else int(resources.get("GPU", 0))
-        if w.gpus is not None:
-            n_gpu = min(n_gpu, w.gpus)
+        if c.gpus is not None:
+            n_gpu = min(n_gpu, c.gpus)
         if n_gpu:
-            n, options, device = n_gpu * w.per_gpu, {"num_gpus": 1 / w.per_gpu, "num_cpus": 0}, "cuda"
+            n, options, device = n_gpu * per_gpu, {"num_gpus": 1 / per_gpu, "num_cpus": 0}, "cuda"
         else:
-            n = cpu_worker_count(w.cpu_workers, int(resources.get("CPU", 0)), min(todo, w.cpu_workers))
+            n = cpu_worker_count(c.cpu_workers, int(resources.get("CPU", 0)), min(todo, c.cpu_workers))
             options, device = {"num_cpus": 1}, "cpu"
         return max(1, min(n, todo)), options, device
 
     def _start_workers(self) -> None:
-        n_workers, options, device = self._worker_options()
-        threads = max(1, (os.cpu_count() or 1) // n_workers)
-        slots = self.workers.slots
+        n, options, device = self._worker_options()
+        threads = max(1, (os.cpu_count() or 1) // n)
         # A GPU worker also holds waiting jobs that read their audio and start their encoders, so the GPU never
         # waits for a clip's start or end; a CPU worker (its cores are torch's) holds only the jobs it runs.
-        self.depth = slots * (1 + WAITING_PER_SLOT) if device == "cuda" else slots
+        self.depth = self.slots * (1 + WAITING_PER_SLOT) if device == "cuda" else self.slots
         # Threads per worker: its calls, and one more for the progress polls.
         remote = self.ray.remote(BatchWorker).options(max_restarts=-1, max_task_retries=0,
                                                       max_concurrency=self.depth + 1, **options)
         base = self.inference.to_dict()
-        self.actors = [remote.remote(str(self.weights_path), base, device, threads, slots) for _ in range(n_workers)]
+        self.actors = [remote.remote(str(self.weights_path), base, device, threads, self.slots) for _ in range(n)]
         try:
             self.names = self.ray.get([a.describe.remote() for a in self.actors])
             self.log.phases["workers_ready"] = time.perf_counter() - self.t0
@@ -167,7 +149,7 @@ class Scheduler:
     def _submit(self, i: int, held: int) -> None:
         # a call beyond the worker's render slots (it holds `held` calls) waits for one: a job (its encoder starts
         # meanwhile), never a preparation that another worker could start at once
-        work = self._next_work(i, jobs_only=held >= self.workers.slots)
+        work = self._next_work(i, jobs_only=held >= self.slots)
         if work is None:
             return
         kind, group = work
@@ -180,10 +162,9 @@ class Scheduler:
             return
         job = group.queue.popleft()
         n = self.attempts[job.name] = self.attempts.get(job.name, 0) + 1
-        cfg = {k: v for k, v in self.job_configs[job.name].to_dict().items() if k not in ("device", "fp16")}
         kill = EXIT_AT.get(job.name) if n == 1 else None
-        ref = self.actors[i].generate.remote(group.key, str(group.directory), cfg, job.name, str(job.audio),
-                                             str(job.output), kill)
+        ref = self.actors[i].generate.remote(group.key, str(group.directory), self.job_configs[job.name].to_dict(),
+                                             job.name, str(job.audio), str(job.output), kill)
         self.busy[ref] = (i, "job", job, n)
         self.log.phases.setdefault("first_job", time.perf_counter() - self.t0)
 
@@ -223,7 +204,7 @@ class Scheduler:
         if reply is None:  # its worker died: the half-built avatar goes, the face is prepared again
             for tmp in group.directory.glob(".building-*") if group.directory.is_dir() else ():
                 shutil.rmtree(tmp, ignore_errors=True)
-            if n >= self.workers.max_attempts:
+            if n >= self.config.max_attempts:
                 self._fail_group(group, f"preparing the avatar failed: {lost}")
             else:
                 group.state = "pending"
@@ -245,7 +226,7 @@ class Scheduler:
         if reply is None:  # its worker died: its half-written file goes, the job runs again (or has failed)
             remove_partials(job.output)
             self.frames_bar.update(-self.frames_done.pop(job.name, 0))
-            if n >= self.workers.max_attempts:
+            if n >= self.config.max_attempts:
                 self._finish(job, "failed", lost, n)
             else:
                 group.queue.appendleft(job)
@@ -276,7 +257,7 @@ class Scheduler:
         """Frames of the running jobs into the frames bar, asked of their workers about once a second."""
         ready = self.ray.wait(list(self.polls), num_returns=len(self.polls), timeout=0)[0] if self.polls else []
         for ref in ready:
-            self.polls.pop(ref)
+            self.polls.remove(ref)
             try:
                 counts = self.ray.get(ref)
             except Exception:  # noqa: BLE001 - a worker that died: its job is retried
@@ -289,8 +270,7 @@ class Scheduler:
         running = {i for i, kind, _, _ in self.busy.values() if kind == "job"}  # workers running a job
         if now - self.last_poll > PROGRESS_EVERY_S and running and not self.polls:
             self.last_poll = now
-            for i in running:
-                self.polls[self.actors[i].progress.remote()] = i
+            self.polls = {self.actors[i].progress.remote() for i in running}
 
     def _loop(self) -> None:
         while any(g.queue for g in self.plan.groups.values()) or any(k != "ping" for _, k, _, _ in self.busy.values()):
@@ -307,15 +287,14 @@ class Scheduler:
             self._poll_progress()
 
     def run(self) -> None:
-        """Start the workers, run every job of the plan to an outcome, stop the workers (their names, the phases,
-        timeline and preparations go into the log). NbHelpersError when the workers could not start (the pipeline or
-        the weights are missing on a node).
-        """
+        """Start the workers, run every job to an outcome and stop the workers; NbHelpersError when they could not
+        start (the pipeline or the weights are missing on a node)."""
         self.log.phases["prepare_s"] = 0.0
         try:
             self._start_workers()
-            already = len(self.job_list) - self.plan.todo
-            with progress.bar(total=len(self.job_list), desc="batch jobs", unit="job", initial=already) as jobs_bar, \
+            settled = len(self.plan.outcomes)  # failed or skipped at the checks; every other job is queued
+            with progress.bar(total=settled + self.plan.todo, desc="batch jobs", unit="job",
+                              initial=settled) as jobs_bar, \
                     progress.bar(total=sum(self.plan.expected_frames.values()), desc="batch frames",
                                  unit="frame") as frames_bar:
                 self.jobs_bar, self.frames_bar = jobs_bar, frames_bar

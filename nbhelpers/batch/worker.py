@@ -1,6 +1,5 @@
 """The batch worker: one loaded pipeline on one device, run as a Ray actor (a plain class, importable without Ray),
-and how many jobs a worker runs at once. Its calls return plain dicts, errors included, so the batch goes on.
-"""
+and how many jobs a worker runs at once. Its calls return plain dicts, errors included, so the batch goes on."""
 
 from __future__ import annotations
 
@@ -39,22 +38,20 @@ class _JobGate:
 class BatchWorker:
     """One loaded pipeline over ``weights_dir`` on ``device`` (``"cuda"``, the GPU Ray assigned, or ``"cpu"``), run
     as a Ray actor by :func:`nbhelpers.batch.run`, with base settings ``config`` (InferenceConfig fields as a dict)
-    and ``threads`` torch CPU threads (None: torch's choice). ``render_slots`` clips and preparations use the device
-    at once (None: no limit); other jobs read their audio and start their encoder meanwhile.
-    """
+    and ``threads`` torch CPU threads. ``render_slots`` clips and preparations use the device at once; other jobs
+    read their audio and start their encoder meanwhile. A failed call returns ``{"ok": False, "error", "seconds",
+    "worker"}``."""
 
-    def __init__(self, weights_dir: str, config: dict[str, Any], device: str, threads: int | None = None,
-                 render_slots: int | None = None):
+    def __init__(self, weights_dir: str, config: dict[str, Any], device: str, threads: int, render_slots: int):
         self._events: list[tuple[str, float]] = [("start", time.time())]  # wall clock: the driver aligns them
         # torch only: diffusers and transformers skip their Flax and TensorFlow classes (read at import)
         for switch in ("USE_FLAX", "USE_TF"):
             os.environ.setdefault(switch, "0")
         progress.configure(disable=True)  # the driver shows the bars
-        if threads:
-            import torch
+        import torch
 
-            torch.set_num_threads(int(threads))
-        base = InferenceConfig(**{k: v for k, v in config.items() if k not in ("device", "fp16")})
+        torch.set_num_threads(int(threads))
+        base = self._config(config)
         self.pipe = MuseTalkPipeline.from_pretrained(weights_dir, base.replace(device=device))
         self.name = f"{socket.gethostname()}/{os.getpid()} {self.pipe.device}"
         self._mark("pipeline")
@@ -66,7 +63,7 @@ class BatchWorker:
         self._key_locks: dict[str, threading.Lock] = {}
         self._progress: dict[str, int] = {}
         self._job_started = threading.Event()  # a clip has started: it warms the kernels, warm_up is not needed
-        self._render_gate = threading.BoundedSemaphore(int(render_slots)) if render_slots else None
+        self._render_gate = threading.BoundedSemaphore(int(render_slots))
         # The models load in a thread, face parser and VAE first (all the first avatar needs), the UNet, whisper and
         # the warm-up while that avatar is prepared.
         self._preload = threading.Thread(target=self._load_and_warm, args=(base,), name="batch-preload", daemon=True)
@@ -90,16 +87,15 @@ class BatchWorker:
 
     def events(self) -> list[tuple[str, float]]:
         """``(event, time.time())`` of what this worker did: start, pipeline, each model loaded, warm,
-        ``prepare <key>``, ``job <name>`` and its ``ready``, ``rendering``, ``rendered`` and ``done``.
-        """
+        ``prepare <key>``, ``job <name>`` and its ``ready``, ``rendering``, ``rendered`` and ``done``."""
         return list(self._events)
 
     def describe(self) -> str:
         """``host/pid device``."""
         return self.name
 
-    def close(self) -> int:
-        """Close every avatar this worker holds (their frames on disk go with them); returns how many."""
+    def close(self) -> None:
+        """Close every avatar this worker holds (their frames on disk go with them)."""
         with self._lock:
             avatars = list(self.avatars.values())
             self.avatars.clear()
@@ -108,7 +104,6 @@ class BatchWorker:
             with contextlib.suppress(Exception):  # closing is tidying: a failure must not fail the batch
                 avatar.close()
         self._mark("closed")
-        return len(avatars)
 
     def progress(self) -> dict[str, int]:
         """``{job name: frames finished so far}`` of the jobs running now."""
@@ -116,6 +111,7 @@ class BatchWorker:
             return dict(self._progress)
 
     def _config(self, config: dict[str, Any]) -> InferenceConfig:
+        """A call's settings (InferenceConfig fields as a dict), device and precision left to this worker's pipeline."""
         return InferenceConfig(**config).replace(device=None, fp16=None)
 
     def _keep(self, key: str, avatar: Any) -> None:
@@ -139,13 +135,12 @@ class BatchWorker:
 
     def prepare(self, key: str, video: str, directory: str, config: dict[str, Any],
                 box: tuple[int, int, int, int] | None) -> dict[str, Any]:
-        """Prepare (or load from the cache) the avatar of ``video`` in ``directory``; returns ``{"ok": True,
-        "loaded_from_cache", "seconds", "worker", "timings"}`` or ``{"ok": False, "error", ...}``.
-        """
+        """Prepare (or load from the cache) the avatar of ``video`` in ``directory``: ``{"ok": True,
+        "loaded_from_cache", "seconds", "worker", "timings"}``."""
         t0 = time.perf_counter()
         self._mark(f"prepare {key[:8]}")
         try:
-            with self._render_gate or contextlib.nullcontext():
+            with self._render_gate:
                 avatar = prepare_avatar(video, directory, self.pipe, config=self._config(config), boxes=box)
             self._keep(key, avatar)
             self._mark(f"prepare {key[:8]} done")
@@ -159,9 +154,8 @@ class BatchWorker:
                  exit_at_frame: int | None = None) -> dict[str, Any]:
         """Generate one job's clip from the avatar in ``directory`` (loaded once per worker, keyed ``key``) with the
         job's ``config`` dict, from ``audio`` into ``output``; ``name`` labels its progress, and ``exit_at_frame``
-        (tests only) makes the process exit after that frame as a killed worker would. Returns ``{"ok": True,
-        "frames", "seconds", "worker", "timings"}`` or ``{"ok": False, "error", ...}``.
-        """
+        (tests and bench) makes the process exit after that frame as a killed worker would. Returns ``{"ok": True,
+        "frames", "seconds", "worker", "timings"}``."""
         t0 = time.perf_counter()
         with self._lock:
             self._progress[name] = 0
@@ -185,8 +179,7 @@ class BatchWorker:
                     avatar.load_models()
                     self._ready.add(key)
             self._mark(f"job {name} ready")
-            gate = (_JobGate(self._render_gate, lambda what: self._mark(f"job {name} {what}"))
-                    if self._render_gate is not None else None)
+            gate = _JobGate(self._render_gate, lambda what: self._mark(f"job {name} {what}"))
             result = avatar.generate(audio, output=output, frame_callback=on_frame, render_gate=gate)
             self._mark(f"job {name} done")
             return {"ok": True, "frames": int(result.n_frames), "seconds": time.perf_counter() - t0,
@@ -221,8 +214,7 @@ def choose_jobs_per_worker(config: Any, free_gib: Mapping[int, float] | None, wo
     """``(jobs per worker, why)`` when ``BatchConfig.jobs_per_worker`` is None: two (a second job renders while the
     first one's encoder tail runs) when every GPU's free memory (``free_gib``, ``{index: GiB}``) holds
     ``workers_per_gpu`` workers' peaks with two jobs each (:func:`worker_gib`) within the planner's margin; one on the
-    CPU, when the memory is unknown, when ``joining`` a cluster, or otherwise.
-    """
+    CPU, when the memory is unknown, when ``joining`` a cluster, or otherwise."""
     if config.device == "cpu":
         return 1, ""
     if joining or not free_gib:

@@ -64,8 +64,7 @@ def _live(args: argparse.Namespace) -> int:
     config = config_from(args, LiveConfig, iterate=False)
     waveform = media.load_audio(args.audio)
     if config.to is None:  # as `avatar generate`: the avatar's vid_output folder
-        target = Path(args.directory) / "vid_output" / f"live-{Path(args.audio).stem}.mp4"
-        config = config.replace(to=str(target))
+        config = config.replace(to=str(Path(args.directory) / "vid_output" / f"live-{Path(args.audio).stem}.mp4"))
     if "://" not in config.to:  # a file: its folder is checked before the models load
         media.check_writable(Path(config.to).expanduser().parent)
     loaded = load_avatar(args.directory, weights_dir=args.weights)

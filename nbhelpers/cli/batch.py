@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 from .. import batch as batches
 from ..config import BatchConfig
@@ -18,8 +19,7 @@ def batch(args: argparse.Namespace) -> int:
     jobs = batches.read_jobs(args.jobs)
     if args.box:  # --box gives the jobs that set no box of their own one crop box
         box = parse_box(args.box)
-        jobs = [j if "box" in j.settings else batches.Job(j.name, j.video, j.audio, j.output,
-                                                          {**j.settings, "box": box}, j.source) for j in jobs]
+        jobs = [j if "box" in j.settings else replace(j, settings={**j.settings, "box": box}) for j in jobs]
     result = batches.run(jobs, config, inference=inference, weights_dir=args.weights)
     print(result)
     if result.count("done") and (note := tiny_note(args.weights)):

@@ -56,37 +56,30 @@ class Parser(argparse.ArgumentParser):
 
 
 def _default_text(f: dataclasses.Field, text: str | None) -> str:
-    if text is not None:
-        return f" (default: {text})"
-    if f.default is None:
-        return f" (default: {f.metadata['none']})" if "none" in f.metadata else ""
-    if isinstance(f.default, bool):
-        return ""
-    return f" (default: {f.default:g})" if isinstance(f.default, float) else f" (default: {f.default})"
+    """`` (default: ...)``: ``text``, else the field's default or its ``none`` words; "" for a switch or no words."""
+    if text is None and f.default is None:
+        text = f.metadata.get("none")
+    elif text is None and not isinstance(f.default, bool):
+        text = f"{f.default:g}" if isinstance(f.default, float) else f.default
+    return "" if text is None else f" (default: {text})"
 
 
 def _add(group: Any, f: dataclasses.Field, choices: Iterable[Any] | None, default_text: str | None) -> None:
     m, words = f.metadata, kinds(f)
     choices = m.get("choices") if choices is None else tuple(choices)
     help_text = described(f, choices) + _default_text(f, default_text)
-    if words[0] == "bool":
-        if f.default is False:
-            group.add_argument(flag(f), dest=f.name, action="store_const", const=True, default=None, help=help_text)
-            return
+    if words[0] == "bool":  # default False: the flag; True: its --no- flag; None: both, one at a time
         off = m.get("flag_off") or "--no-" + f.name.replace("_", "-")
-        if f.default is True:
-            group.add_argument(off, dest=f.name, action="store_const", const=False, default=None,
-                               help=f"turn off {f.name.replace('_', ' ')}, which is on by default: {help_text}")
-            return
-        pair = group.add_mutually_exclusive_group()
-        pair.add_argument(flag(f), dest=f.name, action="store_const", const=True, default=None, help=help_text)
-        pair.add_argument(off, dest=f.name, action="store_const", const=False, help=f"the opposite of {flag(f)}")
+        off_help = (f"turn off {f.name.replace('_', ' ')}, which is on by default: {help_text}" if f.default
+                    else f"the opposite of {flag(f)}")
+        group = group.add_mutually_exclusive_group() if f.default is None else group
+        for name, value, text in ((flag(f), True, help_text), (off, False, off_help)):
+            if f.default is not value:
+                group.add_argument(name, dest=f.name, action="store_const", const=value, default=None, help=text)
         return
     if choices is not None:
         choices = [NONE if c is None else c for c in choices if c is not None or f.default is not None]
-    kind = None  # text: as is
-    if "str" not in words:
-        kind = int if "int" in words else (float if "float" in words else None)
+    kind = None if "str" in words else int if "int" in words else float if "float" in words else None  # None: text
     metavar = m["unit"].upper() if "unit" in m and choices is None else None
     if metavar is None and choices is None:
         metavar = {int: "N", float: "NUMBER"}.get(kind, "PATH" if "os.PathLike" in words else None)
@@ -101,8 +94,7 @@ def add_fields(parser: Any, config_class: type, *, title: str | None = None, onl
     """Add one flag per setting of ``config_class`` (those with ``cli=True``; ``only`` those named) to ``parser``, in
     an argument group titled ``title`` (None: the parser's options). ``choices`` maps a setting to the choices this
     command takes, where fewer than the field's; ``defaults`` to the words for its default in the help, where the
-    command's default is not the field's (``avatar generate --encoder``: the avatar's setting).
-    """
+    command's default is not the field's (``avatar generate --encoder``: the avatar's setting)."""
     group = parser.add_argument_group(title) if title else parser
     names = None if only is None else set(only)
     for f in settings(config_class):
@@ -111,11 +103,8 @@ def add_fields(parser: Any, config_class: type, *, title: str | None = None, onl
 
 
 def config_from(args: argparse.Namespace, config_class: type, **changes: Any) -> Any:
-    """``config_class`` made from the flags :func:`add_fields` added: the flags given, then ``changes``.
-
-    Raises:
-        InputError: A value the config refuses (its message names the field).
-    """
+    """``config_class`` made from the flags :func:`add_fields` added: the flags given, then ``changes``; InputError
+    for a value the config refuses (its message names the field)."""
     values = {}
     for f in settings(config_class):
         value = getattr(args, f.name, None)
@@ -125,11 +114,8 @@ def config_from(args: argparse.Namespace, config_class: type, **changes: Any) ->
 
 
 def parse_box(text: str | None) -> tuple[int, int, int, int] | None:
-    """``--box=x1,y1,x2,y2`` as four whole source pixels (None when not given).
-
-    Raises:
-        InputError: Not four numbers, or x1 >= x2 or y1 >= y2.
-    """
+    """``--box=x1,y1,x2,y2`` as four whole source pixels (None when not given); InputError unless four numbers with
+    x1 < x2 and y1 < y2."""
     if not text:
         return None
     try:
@@ -150,12 +136,9 @@ def inference_config(args: argparse.Namespace) -> InferenceConfig:
 
 
 def check_restore(args: argparse.Namespace) -> None:
-    """Refuse ``--restore-strength`` out of its rule, or without ``--restore``, before any work: the strength blends
-    the restorer's output, and no avatar or jobs-file row names a restorer of its own, so alone it would be ignored.
-
-    Raises:
-        InputError: ``--restore-strength`` not a finite number from 0 to 1, or given and ``--restore`` not.
-    """
+    """InputError, before any work, for ``--restore-strength`` not a finite number from 0 to 1, or given without
+    ``--restore``: the strength blends the restorer's output, and no avatar or jobs-file row names a restorer of its
+    own, so alone it would be ignored."""
     strength = getattr(args, "restore_strength", None)
     if strength is not None and getattr(args, "restore", None) is None:
         strength = InferenceConfig(restore_strength=strength).restore_strength  # NaN, inf, text: refused first

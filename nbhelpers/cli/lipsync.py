@@ -81,9 +81,7 @@ def has_cuda() -> bool:
 def weight_sets(args: argparse.Namespace) -> list[str]:
     """The weight sets a job with these flags needs (no landmark weights for dlib or a given box)."""
     config = inference_config(args)
-    sets = ["core", "parsing"]
-    if config.version == "v1":
-        sets.append("v1")
+    sets = ["core", "parsing"] + (["v1"] if config.version == "v1" else [])
     if config.landmark_backend in ("auto", "dwpose", "mmpose"):  # all three read dwpose/dw-ll_ucoco_384.pth
         sets += ["faces", "s3fd"]
     elif config.landmark_backend == "dwpose-onnx":

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import signal
 import sys
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -59,8 +58,6 @@ def _terminate_like_interrupt() -> Any:
     """Turn SIGTERM into an exception in the main thread, so that the jobs' ``with`` blocks remove their partial
     output and frame store as they do on Ctrl-C (the default SIGTERM action kills the process without cleanup);
     returns the handler it replaced (to restore), or None when none was installed."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
 
     def handler(signum, frame):
         Terminated.pending = True
@@ -68,5 +65,5 @@ def _terminate_like_interrupt() -> Any:
 
     try:
         return signal.signal(signal.SIGTERM, handler)
-    except (ValueError, OSError):  # not allowed here (an embedding host): keep the default
+    except (ValueError, OSError):  # not the main thread, or not allowed here (an embedding host): keep the default
         return None
