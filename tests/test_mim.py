@@ -138,10 +138,14 @@ def test_bad_arguments_raise_input_error(index_url):
         mim.pins_for("latest")
 
 
-def test_build_time_wording():
-    assert mim.expected_build_time(2, on_colab=True) == "about 15-30 minutes on Colab"
-    assert mim.expected_build_time(2, on_colab=False) == "about 45-60 minutes on a 2-core machine"
-    assert "8 cores" in mim.expected_build_time(8, on_colab=False)
+def test_build_time_wording(monkeypatch):
+    monkeypatch.setattr(mim.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(mim, "in_colab", lambda: True)
+    assert mim.expected_build_time() == "about 15-30 minutes on Colab"
+    monkeypatch.setattr(mim, "in_colab", lambda: False)
+    assert mim.expected_build_time() == "about 45-60 minutes on a 2-core machine"
+    monkeypatch.setattr(mim.os, "cpu_count", lambda: 8)
+    assert "8 cores" in mim.expected_build_time()
 
 
 def test_pins_per_torch_version():
@@ -163,14 +167,21 @@ def test_wheel_name_parsing():
 
 # ------------------------------------------------------------------------------------------ install commands
 
-def test_dry_run_pins_torch_and_numpy_to_installed_versions(tmp_path):
+@pytest.fixture()
+def temp_dir(tmp_path, monkeypatch):
+    """The temporary folder, where install_mmpose writes its constraints file, made ``tmp_path``."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    return tmp_path
+
+
+def test_dry_run_pins_torch_and_numpy_to_installed_versions(temp_dir):
     torch_v = version("torch")
     numpy_v = version("numpy")
-    result = mim.install_mmpose(dry_run=True, workdir=tmp_path)
+    result = mim.install_mmpose(dry_run=True)
     assert result.dry_run and not result.ok and result.steps == [] and result.wheel_check is None
     cons = result.constraints_path.read_text().splitlines()
     assert f"torch=={torch_v}" in cons and f"numpy=={numpy_v}" in cons
-    assert result.constraints_path.parent == tmp_path
+    assert result.constraints_path.parent == temp_dir / "nbhelpers-mim"
     pins = mim.pins_for(torch_v)
     for cmd in result.commands:
         assert cmd[:2] == [sys.executable, "-m"] and cmd[2] in ("pip", "mim") and cmd[3] == "install"
@@ -189,10 +200,10 @@ def test_dry_run_pins_torch_and_numpy_to_installed_versions(tmp_path):
     assert "Dry run" in result.message and torch_v in result.message
 
 
-def test_dry_run_for_the_local_conda_setup(tmp_path):
+def test_dry_run_for_the_local_conda_setup(temp_dir, monkeypatch):
     """torch 2.1 + numpy 1.26 (environment.yml): the mmcv 2.1.0 set, xtcocotools from its wheel."""
-    result = mim.install_mmpose(dry_run=True, torch_version="2.1.2", numpy_version="1.26.4", workdir=tmp_path,
-                                only_binary=True)
+    monkeypatch.setattr(mim, "_versions_of", lambda python: {"torch": "2.1.2", "numpy": "1.26.4", "torchvision": None})
+    result = mim.install_mmpose(dry_run=True, only_binary=True)
     assert result.constraints.splitlines()[:2] == ["torch==2.1.2", "numpy==1.26.4"]
     assert result.commands[2][-3:] == ["mmcv==2.1.0", "--only-binary", "mmcv"]
     assert result.commands[6][-1] == "xtcocotools>=1.12" and "--no-binary" not in result.commands[6]
@@ -218,11 +229,10 @@ def _fake_python(tmp_path, fail="NEVER"):
 
 
 @pytest.mark.skipif(os.name != "posix", reason="the fake interpreter is a shell script")
-def test_install_runs_the_commands_in_order_then_verifies(tmp_path):
+def test_install_runs_the_commands_in_order_then_verifies(temp_dir, tmp_path):
     exe, log = _fake_python(tmp_path)
     check = mim.WheelCheck(True, "file:///x", "cp310", "2.1", "cu118", "linux-x86_64", "2.1.0")
-    result = mim.install_mmpose(python=exe, wheel_check=check, workdir=tmp_path,
-                                mmcv_base_url="http://127.0.0.1:9/mirror/")
+    result = mim.install_mmpose(python=exe, wheel_check=check, mmcv_base_url="http://127.0.0.1:9/mirror/")
     calls = log.read_text().splitlines()
     env_lines = Path(f"{log}.env").read_text().splitlines()  # version queries before and after: no mirror needed
     assert env_lines.count("MMCV_BASE_URL=http://127.0.0.1:9/mirror") == 8  # the 7 installs and the self-check
@@ -237,11 +247,11 @@ def test_install_runs_the_commands_in_order_then_verifies(tmp_path):
 
 
 @pytest.mark.skipif(os.name != "posix", reason="the fake interpreter is a shell script")
-def test_a_failed_step_stops_the_install_and_says_which(tmp_path):
+def test_a_failed_step_stops_the_install_and_says_which(temp_dir, tmp_path):
     exe, log = _fake_python(tmp_path, fail="mmcv==2.1.0")
     check = mim.WheelCheck(False, "file:///x", "cp313", "2.1", "cu118", "linux-x86_64", "2.1.0",
                            message="No prebuilt mmcv 2.1.0 wheel ...")
-    result = mim.install_mmpose(python=exe, wheel_check=check, workdir=tmp_path)
+    result = mim.install_mmpose(python=exe, wheel_check=check)
     assert not result.ok and len(result.steps) == 3 and result.steps[-1].returncode == 1
     assert "mmcv==2.1.0" in result.message and "could not build wheels" in result.message
     assert "No prebuilt mmcv" in result.message
@@ -256,16 +266,16 @@ def test_wheel_check_renders_in_a_notebook(index_url):
     assert Path(mim.__file__).name == "mim.py"
 
 
-def test_repeated_dry_runs_share_one_constraints_file(tmp_path, monkeypatch):
-    # Without a workdir the constraints go to one folder in the temp dir, named by content: the setup notebook
-    # can be run many times without leaving a new folder each time.
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+def test_repeated_dry_runs_share_one_constraints_file(temp_dir, monkeypatch):
+    # The constraints go to one folder in the temp dir, named by content: the setup notebook can be run many times
+    # without leaving a new folder each time.
     first = mim.install_mmpose(dry_run=True)
     second = mim.install_mmpose(dry_run=True)
     assert first.constraints_path == second.constraints_path
-    assert first.constraints_path.parent == tmp_path / "nbhelpers-mim"
-    assert [p.name for p in tmp_path.iterdir()] == ["nbhelpers-mim"]
-    assert list((tmp_path / "nbhelpers-mim").iterdir()) == [first.constraints_path]
+    assert first.constraints_path.parent == temp_dir / "nbhelpers-mim"
+    assert [p.name for p in temp_dir.iterdir()] == ["nbhelpers-mim"]
+    assert list((temp_dir / "nbhelpers-mim").iterdir()) == [first.constraints_path]
     assert f"torch=={version('torch')}" in first.constraints_path.read_text()
-    other = mim.install_mmpose(dry_run=True, numpy_version="1.26.4")
+    monkeypatch.setattr(mim, "_versions_of", lambda python: {"torch": version("torch"), "numpy": "1.26.4"})
+    other = mim.install_mmpose(dry_run=True)
     assert other.constraints_path != first.constraints_path  # different pins, different file

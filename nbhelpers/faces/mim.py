@@ -191,13 +191,11 @@ def _cuda_tag(cuda: str | None, torch_version: str | None) -> str:
     return f"cu{torch.version.cuda.replace('.', '')}" if torch.version.cuda else "cpu"
 
 
-def expected_build_time(cpu_count: int | None = None, on_colab: bool | None = None) -> str:
-    """Expected time to compile mmcv from source, in words, on Colab or for ``cpu_count`` cores (default: this machine).
-    """
-    colab = in_colab() if on_colab is None else on_colab
-    if colab:
+def expected_build_time() -> str:
+    """Expected time to compile mmcv from source here (on Colab, or on this machine's cores), in words."""
+    if in_colab():
         return f"about {BUILD_TIME_COLAB}"
-    cores = cpu_count or os.cpu_count() or 2
+    cores = os.cpu_count() or 2
     if cores <= 2:
         return f"about {BUILD_TIME_2_CORES}"
     low, high = max(5, round(45 * 2 / cores)), max(10, round(60 * 2 / cores))
@@ -338,42 +336,33 @@ def _versions_of(python: str) -> dict:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
-def install_mmpose(dry_run: bool = False, *, python: str | None = None, torch_version: str | None = None,
-                   numpy_version: str | None = None, only_binary: bool = False,
-                   wheel_check: WheelCheck | None = None, workdir: str | os.PathLike | None = None,
-                   mmcv_base_url: str | None = None) -> MimInstallResult:
+def install_mmpose(dry_run: bool = False, *, python: str | None = None, only_binary: bool = False,
+                   wheel_check: WheelCheck | None = None, mmcv_base_url: str | None = None) -> MimInstallResult:
     """Install mmengine, mmcv, mmdet and mmpose through openmim, torch, torchvision and numpy held by ``-c
     <constraints>``: openmim and ``setuptools<81`` (mim imports ``pkg_resources``), ``mim install`` mmengine, mmcv and
     mmdet, ``pip install --no-deps mmpose`` (its ``chumpy`` does not build) and what mmpose imports; then a
-    self-check with random weights in a new interpreter. A failed command
-    stops the install with ``ok`` False; a ``dry_run`` only writes the constraints file (in ``workdir``, default a
-    shared temporary folder) and returns the commands. ``python`` (default: this one) is the interpreter installed
-    into, ``torch_version`` and ``numpy_version`` (default: its) are held, the versions are :func:`pins_for` the
-    torch version; ``only_binary`` refuses to compile mmcv; ``wheel_check`` defaults to :func:`check_mmcv_wheels`
-    now; ``mmcv_base_url`` is a mirror of ``https://download.openmmlab.com`` (mim's ``MMCV_BASE_URL``); each command
-    may take :data:`STEP_TIMEOUT_S`. MissingDependencyError without torch or numpy.
+    self-check with random weights in a new interpreter. A failed command stops the install with ``ok`` False; a
+    ``dry_run`` only writes the constraints file (in a shared temporary folder) and returns the commands. ``python``
+    (default: this one) is the interpreter installed into, whose torch, torchvision and numpy are held; the versions
+    are :func:`pins_for` its torch; ``only_binary`` refuses to compile mmcv; ``wheel_check`` defaults to
+    :func:`check_mmcv_wheels` now; ``mmcv_base_url`` is a mirror of ``https://download.openmmlab.com`` (mim's
+    ``MMCV_BASE_URL``); each command may take :data:`STEP_TIMEOUT_S`. MissingDependencyError without torch or numpy.
 
     Source: ``README.md:151-185`` (quirk Q29).
     """
     python = python or sys.executable
-    installed = _versions_of(python) if (torch_version is None or numpy_version is None) else {}
-    torch_version = torch_version or installed.get("torch")
-    numpy_version = numpy_version or installed.get("numpy")
+    held = {name: ver for name, ver in _versions_of(python).items() if ver}  # torch, numpy, torchvision if there
+    torch_version, numpy_version = held.get("torch"), held.get("numpy")
     if not torch_version or not numpy_version:
         raise MissingDependencyError(f"install_mmpose holds torch and numpy at their installed versions, but "
                                      f"{python} has torch={torch_version!r}, numpy={numpy_version!r}. Install torch "
                                      f"and numpy first (on Colab they are preinstalled).")
     pins = pins_for(torch_version)
-    held = {"torch": torch_version, "numpy": numpy_version}
-    if installed.get("torchvision"):
-        held["torchvision"] = installed["torchvision"]
     constraints = "".join(f"{name}=={ver}\n" for name, ver in held.items())
-    # One shared folder named by the content, so that repeated dry runs reuse one file instead of leaving a new
-    # temporary folder each time; the file stays, since the commands shown refer to it.
-    folder = Path(workdir) if workdir is not None else Path(tempfile.gettempdir()) / "nbhelpers-mim"
-    folder.mkdir(parents=True, exist_ok=True)
+    # One shared folder, the file named by its content, so that repeated dry runs reuse one file instead of leaving
+    # a new temporary folder each time; the file stays, since the commands shown refer to it.
     digest = hashlib.sha256(constraints.encode()).hexdigest()[:12]
-    cons_path = folder / ("constraints.txt" if workdir is not None else f"constraints-{digest}.txt")
+    cons_path = Path(tempfile.gettempdir()) / "nbhelpers-mim" / f"constraints-{digest}.txt"
     with atomic_path(cons_path) as tmp:
         tmp.write_text(constraints)
 
