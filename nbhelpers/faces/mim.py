@@ -22,7 +22,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..errors import InputError, MissingDependencyError
@@ -75,10 +75,9 @@ def pins_for(torch_version: str) -> PinSet:
     series = torch_series(torch_version)
     if series in PINS:
         return PINS[series]
-    base = PINS["2.1"]
-    return PinSet(series, base.mmengine, base.mmcv, base.mmdet, base.mmpose,
-                  f"no OpenMMLab mmcv wheel is expected for torch {series}: the torch 2.1 set, with mmcv compiled "
-                  f"from source ({BUILD_TIME_COLAB}, {BUILD_TIME_2_CORES})")
+    return replace(PINS["2.1"], torch_series=series,
+                   note=f"no OpenMMLab mmcv wheel is expected for torch {series}: the torch 2.1 set, with mmcv "
+                        f"compiled from source ({BUILD_TIME_COLAB}, {BUILD_TIME_2_CORES})")
 
 
 @dataclass(frozen=True)
@@ -137,13 +136,11 @@ def _platform_matches(wheel_platform: str, platform: str) -> bool:
     plat = platform.replace("-", "_").replace(".", "_").lower()
     if plat.startswith("linux_"):
         arch = plat[len("linux_"):]
-        return any((t.startswith("manylinux") or t.startswith("linux")) and t.endswith("_" + arch) for t in tags)
-    if plat.startswith("win"):
-        return any(t == plat for t in tags)
+        return any(t.startswith(("manylinux", "linux")) and t.endswith("_" + arch) for t in tags)
     if plat.startswith("macosx"):
         arch = plat.rsplit("_", 1)[-1]
-        return any(t.startswith("macosx") and (t.endswith(arch) or t.endswith("universal2")) for t in tags)
-    return plat in tags
+        return any(t.startswith("macosx") and t.endswith((arch, "universal2")) for t in tags)
+    return plat in tags  # Windows and others: the same tag
 
 
 def _python_tag(python: str | None) -> str:
@@ -292,10 +289,9 @@ class StepResult:
 
 @dataclass
 class MimInstallResult:
-    """What :func:`install_mmpose` did (or, for a ``dry_run``, would do): ``ok`` when every command succeeded,
-    torch/torchvision/numpy are unchanged and the verification passed; the ``commands`` in order and the ``steps``
-    that ran; the constraints file passed with ``-c`` and its text; the ``pins`` chosen, the mmcv ``wheel_check``
-    when made, the ``verify`` report of ``mmpose_backend --self-check``, the wall ``seconds`` and the outcome."""
+    """What :func:`install_mmpose` did (or, for a ``dry_run``, would do). ``ok``: every command succeeded, torch,
+    torchvision and numpy are unchanged and the self-check passed; ``steps``: those of the ``commands`` that ran;
+    ``constraints``: the text of the file passed with ``-c``; ``verify``: the JSON report of the self-check."""
 
     ok: bool
     dry_run: bool
