@@ -70,12 +70,12 @@ def test_matching_wheel_is_found_over_http(index_url):
     assert (check.python_tag, check.torch_series, check.cuda_tag, check.mmcv_version) == ("cp310", "2.1", "cu118",
                                                                                          "2.1.0")
     assert len(check.listed) == 5  # mmcv_full is another project; index.html is no wheel
-    check = mim.check_mmcv_wheels(index_url, python="cp311", torch="2.1", cuda="11.8", platform="linux-x86_64")
+    check = mim.check_mmcv_wheels(index_url, python="cp311", torch="2.1+cu118", platform="linux-x86_64")
     assert check.ok and check.matching == ("mmcv-2.1.0-cp311-cp311-manylinux1_x86_64.whl",)
 
 
 def test_no_wheel_for_this_python_says_so_with_build_time(index_url):
-    check = mim.check_mmcv_wheels(index_url, python="3.13", torch="2.1.0", cuda="cu118", platform="linux-x86_64")
+    check = mim.check_mmcv_wheels(index_url, python="3.13", torch="2.1.0+cu118", platform="linux-x86_64")
     assert not check.ok and check.page_found and check.reachable and check.matching == ()
     assert check.recommended_backend == "dwpose"
     text = check.message
@@ -86,11 +86,11 @@ def test_no_wheel_for_this_python_says_so_with_build_time(index_url):
 
 
 def test_other_platform_or_version_does_not_match(index_url):
-    assert not mim.check_mmcv_wheels(index_url, python="3.12", torch="2.1", cuda="cu118",
+    assert not mim.check_mmcv_wheels(index_url, python="3.12", torch="2.1+cu118",
                                      platform="linux-x86_64").ok  # only mmcv 2.0.1 for cp312
-    assert mim.check_mmcv_wheels(index_url, python="3.10", torch="2.1", cuda="cu118", platform="win-amd64").ok
-    assert not mim.check_mmcv_wheels(index_url, python="3.11", torch="2.1", cuda="cu118", platform="win-amd64").ok
-    assert not mim.check_mmcv_wheels(index_url, python="3.10", torch="2.1", cuda="cu118",
+    assert mim.check_mmcv_wheels(index_url, python="3.10", torch="2.1+cu118", platform="win-amd64").ok
+    assert not mim.check_mmcv_wheels(index_url, python="3.11", torch="2.1+cu118", platform="win-amd64").ok
+    assert not mim.check_mmcv_wheels(index_url, python="3.10", torch="2.1+cu118",
                                      platform="macosx-11.0-arm64").ok
 
 
@@ -103,7 +103,7 @@ def test_missing_page_means_no_wheels_for_that_torch(index_url):
 
 def test_page_named_the_way_mim_asks_is_found_too(index_url):
     """mim 0.3.9 asks for torch2.0.0/index.html (major.minor.0); OpenMMLab's docs say torch2.0/: both are tried."""
-    check = mim.check_mmcv_wheels(index_url, python="3.10", torch="2.0.1", cuda="11.7", platform="linux-x86_64")
+    check = mim.check_mmcv_wheels(index_url, python="3.10", torch="2.0.1+cu117", platform="linux-x86_64")
     assert check.ok and check.mmcv_version == "2.0.1" and check.page_url.endswith("/cu117/torch2.0.0/index.html")
 
 
@@ -112,8 +112,8 @@ def test_file_url_and_cpu_pages(index_dir):
     check = mim.check_mmcv_wheels(url, python="3.10", torch="2.1.0+cpu", platform="linux-x86_64")
     assert check.ok and check.cuda_tag == "cpu" and check.page_url.startswith("file://")
     page = (index_dir / "cu118" / "torch2.1" / "index.html").as_uri()
-    assert mim.check_mmcv_wheels(page, python="3.10", torch="2.1", cuda="cu118", platform="linux-x86_64").ok
-    gone = mim.check_mmcv_wheels(url, python="3.10", torch="2.3", cuda="cu118", platform="linux-x86_64")
+    assert mim.check_mmcv_wheels(page, python="3.10", torch="2.1+cu118", platform="linux-x86_64").ok
+    gone = mim.check_mmcv_wheels(url, python="3.10", torch="2.3+cu118", platform="linux-x86_64")
     assert not gone.ok and not gone.page_found
 
 
@@ -123,7 +123,7 @@ def test_unreachable_server_is_reported_not_raised():
     with socket.socket() as s:  # a port that nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    check = mim.check_mmcv_wheels(f"http://127.0.0.1:{port}", python="3.10", torch="2.1", cuda="cu118",
+    check = mim.check_mmcv_wheels(f"http://127.0.0.1:{port}", python="3.10", torch="2.1+cu118",
                                   platform="linux-x86_64", timeout=5)
     assert not check.ok and not check.reachable
     assert "Could not reach" in check.message and "'dwpose'" in check.message
@@ -131,9 +131,9 @@ def test_unreachable_server_is_reported_not_raised():
 
 def test_bad_arguments_raise_input_error(index_url):
     with pytest.raises(InputError, match="python="):
-        mim.check_mmcv_wheels(index_url, python="three", torch="2.1", cuda="cpu")
-    with pytest.raises(InputError, match="cuda="):
-        mim.check_mmcv_wheels(index_url, python="3.10", torch="2.1", cuda="eleven")
+        mim.check_mmcv_wheels(index_url, python="three", torch="2.1+cpu")
+    with pytest.raises(InputError, match="torch="):
+        mim.check_mmcv_wheels(index_url, python="3.10", torch="eleven")
     with pytest.raises(InputError, match="torch="):
         mim.pins_for("latest")
 
@@ -259,7 +259,7 @@ def test_a_failed_step_stops_the_install_and_says_which(temp_dir, tmp_path):
 
 
 def test_wheel_check_renders_in_a_notebook(index_url):
-    check = mim.check_mmcv_wheels(index_url, python="3.13", torch="2.1", cuda="cu118", platform="linux-x86_64")
+    check = mim.check_mmcv_wheels(index_url, python="3.13", torch="2.1+cu118", platform="linux-x86_64")
     assert check._repr_markdown_().startswith("**mmcv wheel: none**")
     assert str(check) == check.message
     json.dumps(check.listed)  # plain data

@@ -165,22 +165,11 @@ def installed_version(dist: str) -> str | None:
         return None
 
 
-def _cuda_tag(cuda: str | None, torch_version: str | None) -> str:
-    if cuda is not None:
-        text = str(cuda).strip().lower()
-        if text in ("cpu", "none", ""):
-            return "cpu"
-        if re.fullmatch(r"cu\d+", text):
-            return text
-        m = re.fullmatch(r"(\d+)\.(\d+)(\.\d+)?", text)
-        if not m:
-            raise InputError(f"cuda={cuda!r}: expected a CUDA version such as '11.8', a tag such as 'cu118', "
-                             f"or 'cpu'")
-        return f"cu{m.group(1)}{m.group(2)}"
-    if torch_version and "+" in torch_version:  # local tag of the wheel: 2.1.2+cu121, 2.3.0+cpu
-        local = torch_version.split("+", 1)[1].lower()
-        if re.fullmatch(r"cu\d+|cpu", local):
-            return local
+def _cuda_tag(torch_version: str) -> str:
+    """The local tag of ``torch_version`` (``"2.1.2+cu121"``: ``"cu121"``; ``"cpu"``), else the installed torch's."""
+    local = torch_version.partition("+")[2].lower()
+    if re.fullmatch(r"cu\d+|cpu", local):
+        return local
     try:
         import torch
     except ImportError:
@@ -215,14 +204,13 @@ def _fetch(url: str, timeout: float) -> tuple[str | None, bool, str]:
 
 
 def check_mmcv_wheels(index_url: str = OPENMMLAB_MMCV_INDEX, python: str | None = None, torch: str | None = None,
-                      cuda: str | None = None, *, mmcv: str | None = None, platform: str | None = None,
-                      timeout: float = 15.0) -> WheelCheck:
+                      *, mmcv: str | None = None, platform: str | None = None, timeout: float = 15.0) -> WheelCheck:
     """Whether a prebuilt mmcv wheel matches this Python, torch and CUDA, decided before installing anything.
 
     Reads ``{index_url}/{cuda_tag}/torch{major.minor}/index.html`` (``mim install mmcv``'s page; or ``index_url``
-    itself, a page) within ``timeout`` seconds. ``python``, ``torch``, ``cuda`` (``"11.8"``, ``"cu118"``, ``"cpu"``),
-    ``mmcv`` and ``platform`` default to this machine's and :func:`pins_for`'s. A missing page or server is reported
-    in the :class:`WheelCheck`; InputError for a ``python``, ``torch`` or ``cuda`` that is no version, or no torch.
+    itself, a page) within ``timeout`` seconds. ``python``, ``torch`` (a local tag such as ``+cu118`` names the
+    CUDA), ``mmcv`` and ``platform`` default to this machine's and :func:`pins_for`'s. A missing page or server is
+    reported in the :class:`WheelCheck`; InputError for a ``python`` or ``torch`` that is no version, or no torch.
     """
     py_tag = _python_tag(python)
     if torch is None:
@@ -230,7 +218,7 @@ def check_mmcv_wheels(index_url: str = OPENMMLAB_MMCV_INDEX, python: str | None 
         if torch is None:
             raise InputError("torch=None and torch is not installed: install torch first, or pass torch='2.1'")
     series = torch_series(torch)
-    cuda_tag = _cuda_tag(cuda, torch)
+    cuda_tag = _cuda_tag(torch)
     want = mmcv or pins_for(torch).mmcv
     plat = platform or sysconfig.get_platform()
     base = str(index_url).rstrip("/")
