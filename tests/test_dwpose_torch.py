@@ -281,7 +281,7 @@ def test_auto_prefers_mmpose_then_dwpose_then_dwpose_onnx(monkeypatch, tmp_path)
         def close(self):
             pass
 
-    monkeypatch.setattr(faces.BACKENDS, "_targets", {n: Fake for n in ("mmpose", "dwpose", "dwpose-onnx", "dlib")})
+    monkeypatch.setattr(faces.BACKENDS, "data", {n: Fake for n in ("mmpose", "dwpose", "dwpose-onnx", "dlib")})
     ok = {}
     monkeypatch.setattr(registry_module, "_imports",
                         lambda m: (True, f"{m} imports") if ok.get(m) else (False, f"{m} is not installed"))

@@ -316,7 +316,7 @@ def fake_registry(monkeypatch):
             made.append(self)
 
     targets = {"mmpose": Recorded, "dwpose-onnx": Recorded, "dlib": Recorded}
-    monkeypatch.setattr(faces.BACKENDS, "_targets", dict(targets))
+    monkeypatch.setattr(faces.BACKENDS, "data", dict(targets))
     return made
 
 

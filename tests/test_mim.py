@@ -70,12 +70,12 @@ def test_matching_wheel_is_found_over_http(index_url):
     assert (check.python_tag, check.torch_series, check.cuda_tag, check.mmcv_version) == ("cp310", "2.1", "cu118",
                                                                                          "2.1.0")
     assert len(check.listed) == 5  # mmcv_full is another project; index.html is no wheel
-    check = mim.check_mmcv_wheels(index_url, python="cp311", torch="2.1", cuda="11.8", platform="linux-x86_64")
+    check = mim.check_mmcv_wheels(index_url, python="cp311", torch="2.1+cu118", platform="linux-x86_64")
     assert check.ok and check.matching == ("mmcv-2.1.0-cp311-cp311-manylinux1_x86_64.whl",)
 
 
 def test_no_wheel_for_this_python_says_so_with_build_time(index_url):
-    check = mim.check_mmcv_wheels(index_url, python="3.13", torch="2.1.0", cuda="cu118", platform="linux-x86_64")
+    check = mim.check_mmcv_wheels(index_url, python="3.13", torch="2.1.0+cu118", platform="linux-x86_64")
     assert not check.ok and check.page_found and check.reachable and check.matching == ()
     assert check.recommended_backend == "dwpose"
     text = check.message
@@ -86,11 +86,11 @@ def test_no_wheel_for_this_python_says_so_with_build_time(index_url):
 
 
 def test_other_platform_or_version_does_not_match(index_url):
-    assert not mim.check_mmcv_wheels(index_url, python="3.12", torch="2.1", cuda="cu118",
+    assert not mim.check_mmcv_wheels(index_url, python="3.12", torch="2.1+cu118",
                                      platform="linux-x86_64").ok  # only mmcv 2.0.1 for cp312
-    assert mim.check_mmcv_wheels(index_url, python="3.10", torch="2.1", cuda="cu118", platform="win-amd64").ok
-    assert not mim.check_mmcv_wheels(index_url, python="3.11", torch="2.1", cuda="cu118", platform="win-amd64").ok
-    assert not mim.check_mmcv_wheels(index_url, python="3.10", torch="2.1", cuda="cu118",
+    assert mim.check_mmcv_wheels(index_url, python="3.10", torch="2.1+cu118", platform="win-amd64").ok
+    assert not mim.check_mmcv_wheels(index_url, python="3.11", torch="2.1+cu118", platform="win-amd64").ok
+    assert not mim.check_mmcv_wheels(index_url, python="3.10", torch="2.1+cu118",
                                      platform="macosx-11.0-arm64").ok
 
 
@@ -103,7 +103,7 @@ def test_missing_page_means_no_wheels_for_that_torch(index_url):
 
 def test_page_named_the_way_mim_asks_is_found_too(index_url):
     """mim 0.3.9 asks for torch2.0.0/index.html (major.minor.0); OpenMMLab's docs say torch2.0/: both are tried."""
-    check = mim.check_mmcv_wheels(index_url, python="3.10", torch="2.0.1", cuda="11.7", platform="linux-x86_64")
+    check = mim.check_mmcv_wheels(index_url, python="3.10", torch="2.0.1+cu117", platform="linux-x86_64")
     assert check.ok and check.mmcv_version == "2.0.1" and check.page_url.endswith("/cu117/torch2.0.0/index.html")
 
 
@@ -112,8 +112,8 @@ def test_file_url_and_cpu_pages(index_dir):
     check = mim.check_mmcv_wheels(url, python="3.10", torch="2.1.0+cpu", platform="linux-x86_64")
     assert check.ok and check.cuda_tag == "cpu" and check.page_url.startswith("file://")
     page = (index_dir / "cu118" / "torch2.1" / "index.html").as_uri()
-    assert mim.check_mmcv_wheels(page, python="3.10", torch="2.1", cuda="cu118", platform="linux-x86_64").ok
-    gone = mim.check_mmcv_wheels(url, python="3.10", torch="2.3", cuda="cu118", platform="linux-x86_64")
+    assert mim.check_mmcv_wheels(page, python="3.10", torch="2.1+cu118", platform="linux-x86_64").ok
+    gone = mim.check_mmcv_wheels(url, python="3.10", torch="2.3+cu118", platform="linux-x86_64")
     assert not gone.ok and not gone.page_found
 
 
@@ -123,7 +123,7 @@ def test_unreachable_server_is_reported_not_raised():
     with socket.socket() as s:  # a port that nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    check = mim.check_mmcv_wheels(f"http://127.0.0.1:{port}", python="3.10", torch="2.1", cuda="cu118",
+    check = mim.check_mmcv_wheels(f"http://127.0.0.1:{port}", python="3.10", torch="2.1+cu118",
                                   platform="linux-x86_64", timeout=5)
     assert not check.ok and not check.reachable
     assert "Could not reach" in check.message and "'dwpose'" in check.message
@@ -131,17 +131,21 @@ def test_unreachable_server_is_reported_not_raised():
 
 def test_bad_arguments_raise_input_error(index_url):
     with pytest.raises(InputError, match="python="):
-        mim.check_mmcv_wheels(index_url, python="three", torch="2.1", cuda="cpu")
-    with pytest.raises(InputError, match="cuda="):
-        mim.check_mmcv_wheels(index_url, python="3.10", torch="2.1", cuda="eleven")
+        mim.check_mmcv_wheels(index_url, python="three", torch="2.1+cpu")
+    with pytest.raises(InputError, match="torch="):
+        mim.check_mmcv_wheels(index_url, python="3.10", torch="eleven")
     with pytest.raises(InputError, match="torch="):
         mim.pins_for("latest")
 
 
-def test_build_time_wording():
-    assert mim.expected_build_time(2, on_colab=True) == "about 15-30 minutes on Colab"
-    assert mim.expected_build_time(2, on_colab=False) == "about 45-60 minutes on a 2-core machine"
-    assert "8 cores" in mim.expected_build_time(8, on_colab=False)
+def test_build_time_wording(monkeypatch):
+    monkeypatch.setattr(mim.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(mim, "in_colab", lambda: True)
+    assert mim.expected_build_time() == "about 15-30 minutes on Colab"
+    monkeypatch.setattr(mim, "in_colab", lambda: False)
+    assert mim.expected_build_time() == "about 45-60 minutes on a 2-core machine"
+    monkeypatch.setattr(mim.os, "cpu_count", lambda: 8)
+    assert "8 cores" in mim.expected_build_time()
 
 
 def test_pins_per_torch_version():
@@ -163,14 +167,21 @@ def test_wheel_name_parsing():
 
 # ------------------------------------------------------------------------------------------ install commands
 
-def test_dry_run_pins_torch_and_numpy_to_installed_versions(tmp_path):
+@pytest.fixture()
+def temp_dir(tmp_path, monkeypatch):
+    """The temporary folder, where install_mmpose writes its constraints file, made ``tmp_path``."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    return tmp_path
+
+
+def test_dry_run_pins_torch_and_numpy_to_installed_versions(temp_dir):
     torch_v = version("torch")
     numpy_v = version("numpy")
-    result = mim.install_mmpose(dry_run=True, workdir=tmp_path)
+    result = mim.install_mmpose(dry_run=True)
     assert result.dry_run and not result.ok and result.steps == [] and result.wheel_check is None
     cons = result.constraints_path.read_text().splitlines()
     assert f"torch=={torch_v}" in cons and f"numpy=={numpy_v}" in cons
-    assert result.constraints_path.parent == tmp_path
+    assert result.constraints_path.parent == temp_dir / "nbhelpers-mim"
     pins = mim.pins_for(torch_v)
     for cmd in result.commands:
         assert cmd[:2] == [sys.executable, "-m"] and cmd[2] in ("pip", "mim") and cmd[3] == "install"
@@ -189,10 +200,10 @@ def test_dry_run_pins_torch_and_numpy_to_installed_versions(tmp_path):
     assert "Dry run" in result.message and torch_v in result.message
 
 
-def test_dry_run_for_the_local_conda_setup(tmp_path):
+def test_dry_run_for_the_local_conda_setup(temp_dir, monkeypatch):
     """torch 2.1 + numpy 1.26 (environment.yml): the mmcv 2.1.0 set, xtcocotools from its wheel."""
-    result = mim.install_mmpose(dry_run=True, torch_version="2.1.2", numpy_version="1.26.4", workdir=tmp_path,
-                                only_binary=True)
+    monkeypatch.setattr(mim, "_versions_of", lambda python: {"torch": "2.1.2", "numpy": "1.26.4", "torchvision": None})
+    result = mim.install_mmpose(dry_run=True, only_binary=True)
     assert result.constraints.splitlines()[:2] == ["torch==2.1.2", "numpy==1.26.4"]
     assert result.commands[2][-3:] == ["mmcv==2.1.0", "--only-binary", "mmcv"]
     assert result.commands[6][-1] == "xtcocotools>=1.12" and "--no-binary" not in result.commands[6]
@@ -218,11 +229,10 @@ def _fake_python(tmp_path, fail="NEVER"):
 
 
 @pytest.mark.skipif(os.name != "posix", reason="the fake interpreter is a shell script")
-def test_install_runs_the_commands_in_order_then_verifies(tmp_path):
+def test_install_runs_the_commands_in_order_then_verifies(temp_dir, tmp_path):
     exe, log = _fake_python(tmp_path)
     check = mim.WheelCheck(True, "file:///x", "cp310", "2.1", "cu118", "linux-x86_64", "2.1.0")
-    result = mim.install_mmpose(python=exe, wheel_check=check, workdir=tmp_path,
-                                mmcv_base_url="http://127.0.0.1:9/mirror/")
+    result = mim.install_mmpose(python=exe, wheel_check=check, mmcv_base_url="http://127.0.0.1:9/mirror/")
     calls = log.read_text().splitlines()
     env_lines = Path(f"{log}.env").read_text().splitlines()  # version queries before and after: no mirror needed
     assert env_lines.count("MMCV_BASE_URL=http://127.0.0.1:9/mirror") == 8  # the 7 installs and the self-check
@@ -237,11 +247,11 @@ def test_install_runs_the_commands_in_order_then_verifies(tmp_path):
 
 
 @pytest.mark.skipif(os.name != "posix", reason="the fake interpreter is a shell script")
-def test_a_failed_step_stops_the_install_and_says_which(tmp_path):
+def test_a_failed_step_stops_the_install_and_says_which(temp_dir, tmp_path):
     exe, log = _fake_python(tmp_path, fail="mmcv==2.1.0")
     check = mim.WheelCheck(False, "file:///x", "cp313", "2.1", "cu118", "linux-x86_64", "2.1.0",
                            message="No prebuilt mmcv 2.1.0 wheel ...")
-    result = mim.install_mmpose(python=exe, wheel_check=check, workdir=tmp_path)
+    result = mim.install_mmpose(python=exe, wheel_check=check)
     assert not result.ok and len(result.steps) == 3 and result.steps[-1].returncode == 1
     assert "mmcv==2.1.0" in result.message and "could not build wheels" in result.message
     assert "No prebuilt mmcv" in result.message
@@ -249,23 +259,23 @@ def test_a_failed_step_stops_the_install_and_says_which(tmp_path):
 
 
 def test_wheel_check_renders_in_a_notebook(index_url):
-    check = mim.check_mmcv_wheels(index_url, python="3.13", torch="2.1", cuda="cu118", platform="linux-x86_64")
+    check = mim.check_mmcv_wheels(index_url, python="3.13", torch="2.1+cu118", platform="linux-x86_64")
     assert check._repr_markdown_().startswith("**mmcv wheel: none**")
     assert str(check) == check.message
     json.dumps(check.listed)  # plain data
     assert Path(mim.__file__).name == "mim.py"
 
 
-def test_repeated_dry_runs_share_one_constraints_file(tmp_path, monkeypatch):
-    # Without a workdir the constraints go to one folder in the temp dir, named by content: the setup notebook
-    # can be run many times without leaving a new folder each time.
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+def test_repeated_dry_runs_share_one_constraints_file(temp_dir, monkeypatch):
+    # The constraints go to one folder in the temp dir, named by content: the setup notebook can be run many times
+    # without leaving a new folder each time.
     first = mim.install_mmpose(dry_run=True)
     second = mim.install_mmpose(dry_run=True)
     assert first.constraints_path == second.constraints_path
-    assert first.constraints_path.parent == tmp_path / "nbhelpers-mim"
-    assert [p.name for p in tmp_path.iterdir()] == ["nbhelpers-mim"]
-    assert list((tmp_path / "nbhelpers-mim").iterdir()) == [first.constraints_path]
+    assert first.constraints_path.parent == temp_dir / "nbhelpers-mim"
+    assert [p.name for p in temp_dir.iterdir()] == ["nbhelpers-mim"]
+    assert list((temp_dir / "nbhelpers-mim").iterdir()) == [first.constraints_path]
     assert f"torch=={version('torch')}" in first.constraints_path.read_text()
-    other = mim.install_mmpose(dry_run=True, numpy_version="1.26.4")
+    monkeypatch.setattr(mim, "_versions_of", lambda python: {"torch": version("torch"), "numpy": "1.26.4"})
+    other = mim.install_mmpose(dry_run=True)
     assert other.constraints_path != first.constraints_path  # different pins, different file

@@ -20,7 +20,6 @@ KNOWN_OPS = (
 )
 SUBMODULES = ("nms", "roi_align", "carafe", "merge_cells", "modulated_deform_conv", "deform_conv",
               "multi_scale_deform_attn", "point_sample", "focal_loss", "roi_pool")
-STUB_FLAG = "__nbhelpers_stub__"
 
 
 def _placeholder(name: str):
@@ -39,8 +38,6 @@ def _placeholder(name: str):
 
 
 class _StubModule(types.ModuleType):
-    __nbhelpers_stub__ = True  # STUB_FLAG: marks the stand-in modules
-
     def __getattr__(self, name: str):
         if name.startswith("__"):
             raise AttributeError(name)
@@ -51,9 +48,8 @@ class _StubModule(types.ModuleType):
 
 def real_ops_available() -> bool:
     """True when the real compiled ``mmcv.ops`` imports (full mmcv); the stub is then never installed."""
-    current = sys.modules.get("mmcv.ops")
-    if current is not None:
-        return not getattr(current, STUB_FLAG, False)
+    if is_installed():
+        return False
     try:
         importlib.import_module("mmcv.ops")
     except ImportError:
@@ -65,7 +61,7 @@ def real_ops_available() -> bool:
 
 def is_installed() -> bool:
     """True when the stand-in is the ``mmcv.ops`` in ``sys.modules``."""
-    return bool(getattr(sys.modules.get("mmcv.ops"), STUB_FLAG, False))
+    return isinstance(sys.modules.get("mmcv.ops"), _StubModule)
 
 
 def install() -> bool:

@@ -128,8 +128,7 @@ class PoseBackend:
         return self.pose.keypoints(frames_bgr)
 
     def detect(self, frames: np.ndarray, frames_device: Any = None, choose: Any = None) -> list[FaceResult | None]:
-        """Per frame of (N, H, W, 3) uint8 BGR ``frames``, None (no face) or a :class:`FaceResult`:
-        :func:`detect_with_pose`."""
+        """:func:`detect_with_pose` with this backend's face detector and keypoints."""
         return detect_with_pose(frames, self.face_detector, self.keypoints, frames_device, choose)
 
     def close(self) -> None:

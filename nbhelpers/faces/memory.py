@@ -70,9 +70,8 @@ class RememberingBackend:
 
     def __init__(self, backend: Any, found: dict[int, FaceResult | None], first: int, memory: DetectionMemory):
         self.backend, self.found, self.next, self.memory = backend, found, int(first), memory
-        self.accepts_frames_device = bool(getattr(backend, "accepts_frames_device", False))
 
-    def __getattr__(self, name: str) -> Any:  # name, reason, batch sizes: the real backend's
+    def __getattr__(self, name: str) -> Any:  # name, reason, accepts_frames_device, batch sizes: the real backend's
         return getattr(self.backend, name)
 
     def detect(self, frames: Any, frames_device: Any = None, choose: Any = None) -> list[FaceResult | None]:

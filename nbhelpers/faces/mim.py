@@ -22,7 +22,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..errors import InputError, MissingDependencyError
@@ -75,10 +75,9 @@ def pins_for(torch_version: str) -> PinSet:
     series = torch_series(torch_version)
     if series in PINS:
         return PINS[series]
-    base = PINS["2.1"]
-    return PinSet(series, base.mmengine, base.mmcv, base.mmdet, base.mmpose,
-                  f"no OpenMMLab mmcv wheel is expected for torch {series}: the torch 2.1 set, with mmcv compiled "
-                  f"from source ({BUILD_TIME_COLAB}, {BUILD_TIME_2_CORES})")
+    return replace(PINS["2.1"], torch_series=series,
+                   note=f"no OpenMMLab mmcv wheel is expected for torch {series}: the torch 2.1 set, with mmcv "
+                        f"compiled from source ({BUILD_TIME_COLAB}, {BUILD_TIME_2_CORES})")
 
 
 @dataclass(frozen=True)
@@ -137,13 +136,11 @@ def _platform_matches(wheel_platform: str, platform: str) -> bool:
     plat = platform.replace("-", "_").replace(".", "_").lower()
     if plat.startswith("linux_"):
         arch = plat[len("linux_"):]
-        return any((t.startswith("manylinux") or t.startswith("linux")) and t.endswith("_" + arch) for t in tags)
-    if plat.startswith("win"):
-        return any(t == plat for t in tags)
+        return any(t.startswith(("manylinux", "linux")) and t.endswith("_" + arch) for t in tags)
     if plat.startswith("macosx"):
         arch = plat.rsplit("_", 1)[-1]
-        return any(t.startswith("macosx") and (t.endswith(arch) or t.endswith("universal2")) for t in tags)
-    return plat in tags
+        return any(t.startswith("macosx") and t.endswith((arch, "universal2")) for t in tags)
+    return plat in tags  # Windows and others: the same tag
 
 
 def _python_tag(python: str | None) -> str:
@@ -168,22 +165,11 @@ def installed_version(dist: str) -> str | None:
         return None
 
 
-def _cuda_tag(cuda: str | None, torch_version: str | None) -> str:
-    if cuda is not None:
-        text = str(cuda).strip().lower()
-        if text in ("cpu", "none", ""):
-            return "cpu"
-        if re.fullmatch(r"cu\d+", text):
-            return text
-        m = re.fullmatch(r"(\d+)\.(\d+)(\.\d+)?", text)
-        if not m:
-            raise InputError(f"cuda={cuda!r}: expected a CUDA version such as '11.8', a tag such as 'cu118', "
-                             f"or 'cpu'")
-        return f"cu{m.group(1)}{m.group(2)}"
-    if torch_version and "+" in torch_version:  # local tag of the wheel: 2.1.2+cu121, 2.3.0+cpu
-        local = torch_version.split("+", 1)[1].lower()
-        if re.fullmatch(r"cu\d+|cpu", local):
-            return local
+def _cuda_tag(torch_version: str) -> str:
+    """The local tag of ``torch_version`` (``"2.1.2+cu121"``: ``"cu121"``; ``"cpu"``), else the installed torch's."""
+    local = torch_version.partition("+")[2].lower()
+    if re.fullmatch(r"cu\d+|cpu", local):
+        return local
     try:
         import torch
     except ImportError:
@@ -191,13 +177,11 @@ def _cuda_tag(cuda: str | None, torch_version: str | None) -> str:
     return f"cu{torch.version.cuda.replace('.', '')}" if torch.version.cuda else "cpu"
 
 
-def expected_build_time(cpu_count: int | None = None, on_colab: bool | None = None) -> str:
-    """Expected time to compile mmcv from source, in words, on Colab or for ``cpu_count`` cores (default: this machine).
-    """
-    colab = in_colab() if on_colab is None else on_colab
-    if colab:
+def expected_build_time() -> str:
+    """Expected time to compile mmcv from source here (on Colab, or on this machine's cores), in words."""
+    if in_colab():
         return f"about {BUILD_TIME_COLAB}"
-    cores = cpu_count or os.cpu_count() or 2
+    cores = os.cpu_count() or 2
     if cores <= 2:
         return f"about {BUILD_TIME_2_CORES}"
     low, high = max(5, round(45 * 2 / cores)), max(10, round(60 * 2 / cores))
@@ -220,14 +204,13 @@ def _fetch(url: str, timeout: float) -> tuple[str | None, bool, str]:
 
 
 def check_mmcv_wheels(index_url: str = OPENMMLAB_MMCV_INDEX, python: str | None = None, torch: str | None = None,
-                      cuda: str | None = None, *, mmcv: str | None = None, platform: str | None = None,
-                      timeout: float = 15.0) -> WheelCheck:
+                      *, mmcv: str | None = None, platform: str | None = None, timeout: float = 15.0) -> WheelCheck:
     """Whether a prebuilt mmcv wheel matches this Python, torch and CUDA, decided before installing anything.
 
     Reads ``{index_url}/{cuda_tag}/torch{major.minor}/index.html`` (``mim install mmcv``'s page; or ``index_url``
-    itself, a page) within ``timeout`` seconds. ``python``, ``torch``, ``cuda`` (``"11.8"``, ``"cu118"``, ``"cpu"``),
-    ``mmcv`` and ``platform`` default to this machine's and :func:`pins_for`'s. A missing page or server is reported
-    in the :class:`WheelCheck`; InputError for a ``python``, ``torch`` or ``cuda`` that is no version, or no torch.
+    itself, a page) within ``timeout`` seconds. ``python``, ``torch`` (a local tag such as ``+cu118`` names the
+    CUDA), ``mmcv`` and ``platform`` default to this machine's and :func:`pins_for`'s. A missing page or server is
+    reported in the :class:`WheelCheck`; InputError for a ``python`` or ``torch`` that is no version, or no torch.
     """
     py_tag = _python_tag(python)
     if torch is None:
@@ -235,7 +218,7 @@ def check_mmcv_wheels(index_url: str = OPENMMLAB_MMCV_INDEX, python: str | None 
         if torch is None:
             raise InputError("torch=None and torch is not installed: install torch first, or pass torch='2.1'")
     series = torch_series(torch)
-    cuda_tag = _cuda_tag(cuda, torch)
+    cuda_tag = _cuda_tag(torch)
     want = mmcv or pins_for(torch).mmcv
     plat = platform or sysconfig.get_platform()
     base = str(index_url).rstrip("/")
@@ -294,10 +277,9 @@ class StepResult:
 
 @dataclass
 class MimInstallResult:
-    """What :func:`install_mmpose` did (or, for a ``dry_run``, would do): ``ok`` when every command succeeded,
-    torch/torchvision/numpy are unchanged and the verification passed; the ``commands`` in order and the ``steps``
-    that ran; the constraints file passed with ``-c`` and its text; the ``pins`` chosen, the mmcv ``wheel_check``
-    when made, the ``verify`` report of ``mmpose_backend --self-check``, the wall ``seconds`` and the outcome."""
+    """What :func:`install_mmpose` did (or, for a ``dry_run``, would do). ``ok``: every command succeeded, torch,
+    torchvision and numpy are unchanged and the self-check passed; ``steps``: those of the ``commands`` that ran;
+    ``constraints``: the text of the file passed with ``-c``; ``verify``: the JSON report of the self-check."""
 
     ok: bool
     dry_run: bool
@@ -338,42 +320,33 @@ def _versions_of(python: str) -> dict:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
-def install_mmpose(dry_run: bool = False, *, python: str | None = None, torch_version: str | None = None,
-                   numpy_version: str | None = None, only_binary: bool = False,
-                   wheel_check: WheelCheck | None = None, workdir: str | os.PathLike | None = None,
-                   mmcv_base_url: str | None = None) -> MimInstallResult:
+def install_mmpose(dry_run: bool = False, *, python: str | None = None, only_binary: bool = False,
+                   wheel_check: WheelCheck | None = None, mmcv_base_url: str | None = None) -> MimInstallResult:
     """Install mmengine, mmcv, mmdet and mmpose through openmim, torch, torchvision and numpy held by ``-c
     <constraints>``: openmim and ``setuptools<81`` (mim imports ``pkg_resources``), ``mim install`` mmengine, mmcv and
     mmdet, ``pip install --no-deps mmpose`` (its ``chumpy`` does not build) and what mmpose imports; then a
-    self-check with random weights in a new interpreter. A failed command
-    stops the install with ``ok`` False; a ``dry_run`` only writes the constraints file (in ``workdir``, default a
-    shared temporary folder) and returns the commands. ``python`` (default: this one) is the interpreter installed
-    into, ``torch_version`` and ``numpy_version`` (default: its) are held, the versions are :func:`pins_for` the
-    torch version; ``only_binary`` refuses to compile mmcv; ``wheel_check`` defaults to :func:`check_mmcv_wheels`
-    now; ``mmcv_base_url`` is a mirror of ``https://download.openmmlab.com`` (mim's ``MMCV_BASE_URL``); each command
-    may take :data:`STEP_TIMEOUT_S`. MissingDependencyError without torch or numpy.
+    self-check with random weights in a new interpreter. A failed command stops the install with ``ok`` False; a
+    ``dry_run`` only writes the constraints file (in a shared temporary folder) and returns the commands. ``python``
+    (default: this one) is the interpreter installed into, whose torch, torchvision and numpy are held; the versions
+    are :func:`pins_for` its torch; ``only_binary`` refuses to compile mmcv; ``wheel_check`` defaults to
+    :func:`check_mmcv_wheels` now; ``mmcv_base_url`` is a mirror of ``https://download.openmmlab.com`` (mim's
+    ``MMCV_BASE_URL``); each command may take :data:`STEP_TIMEOUT_S`. MissingDependencyError without torch or numpy.
 
     Source: ``README.md:151-185`` (quirk Q29).
     """
     python = python or sys.executable
-    installed = _versions_of(python) if (torch_version is None or numpy_version is None) else {}
-    torch_version = torch_version or installed.get("torch")
-    numpy_version = numpy_version or installed.get("numpy")
+    held = {name: ver for name, ver in _versions_of(python).items() if ver}  # torch, numpy, torchvision if there
+    torch_version, numpy_version = held.get("torch"), held.get("numpy")
     if not torch_version or not numpy_version:
         raise MissingDependencyError(f"install_mmpose holds torch and numpy at their installed versions, but "
                                      f"{python} has torch={torch_version!r}, numpy={numpy_version!r}. Install torch "
                                      f"and numpy first (on Colab they are preinstalled).")
     pins = pins_for(torch_version)
-    held = {"torch": torch_version, "numpy": numpy_version}
-    if installed.get("torchvision"):
-        held["torchvision"] = installed["torchvision"]
     constraints = "".join(f"{name}=={ver}\n" for name, ver in held.items())
-    # One shared folder named by the content, so that repeated dry runs reuse one file instead of leaving a new
-    # temporary folder each time; the file stays, since the commands shown refer to it.
-    folder = Path(workdir) if workdir is not None else Path(tempfile.gettempdir()) / "nbhelpers-mim"
-    folder.mkdir(parents=True, exist_ok=True)
+    # One shared folder, the file named by its content, so that repeated dry runs reuse one file instead of leaving
+    # a new temporary folder each time; the file stays, since the commands shown refer to it.
     digest = hashlib.sha256(constraints.encode()).hexdigest()[:12]
-    cons_path = folder / ("constraints.txt" if workdir is not None else f"constraints-{digest}.txt")
+    cons_path = Path(tempfile.gettempdir()) / "nbhelpers-mim" / f"constraints-{digest}.txt"
     with atomic_path(cons_path) as tmp:
         tmp.write_text(constraints)
 

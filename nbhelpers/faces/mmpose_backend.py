@@ -89,11 +89,8 @@ def mmpose_available() -> Availability:
         import_mmpose()
     except MissingDependencyError as exc:
         return Availability(False, str(exc))
-
-    if _mmcv_ops_stub.is_installed():
-        mmcv = f"mmcv-lite {installed_version('mmcv-lite')} + nbhelpers mmcv.ops stand-in"
-    else:
-        mmcv = f"mmcv {installed_version('mmcv')}"
+    mmcv = (f"mmcv-lite {installed_version('mmcv-lite')} + nbhelpers mmcv.ops stand-in" if _mmcv_ops_stub.is_installed()
+            else f"mmcv {installed_version('mmcv')}")
     return Availability(True, f"mmpose {installed_version('mmpose')}, {mmcv}")
 
 
@@ -113,13 +110,11 @@ def import_mmpose():
                                          + INSTALL_HINT) from exc
 
 
-def load_checkpoint_state(path: str | os.PathLike, trusted_sha256: str | None = None,
-                          expected_size: int | None = None, *, allow_pickle: bool = False) -> tuple[dict, dict]:
+def load_checkpoint_state(path: str | os.PathLike, trusted_sha256: str | None = None) -> tuple[dict, dict]:
     """``(state_dict, meta)`` of an mmpose checkpoint read by :func:`~nbhelpers.faces.dwpose_torch.read_checkpoint`
     (arguments and WeightsError as there), a leading ``"module."`` removed, ``meta`` empty when absent.
     """
-    ckpt = dwpose_torch.read_checkpoint(path, trusted_sha256=trusted_sha256, expected_size=expected_size,
-                                        allow_pickle=allow_pickle)
+    ckpt = dwpose_torch.read_checkpoint(path, trusted_sha256=trusted_sha256)
     state = dwpose_torch.state_dict_of(ckpt, path)  # a CheckpointError (a WeightsError) when not a dict
     meta = ckpt.get("meta")
     return state, meta if isinstance(meta, dict) else {}
@@ -172,17 +167,6 @@ def randomize_weights(model, seed: int | None = None) -> None:
             param.copy_(values.to(param.dtype))
 
 
-def export_onnx(model, path: str | os.PathLike, *, dynamic_batch: bool = True) -> Path:
-    """Export ``model`` (backbone + SimCC head) to ONNX at ``path``, atomically, with the published file's signature:
-    ``input`` (N, 3, 384, 288) float32, ``simcc_x`` (N, 133, 576), ``simcc_y`` (N, 133, 768); a dynamic batch axis
-    unless ``dynamic_batch`` is False; ONNX opset 17. Returns ``path``.
-    """
-    import torch
-
-    net = torch.nn.Sequential(model.backbone, model.head)  # head(backbone(x)), without the data preprocessor
-    return dwpose_torch.export_onnx(net, path, dynamic_batch=dynamic_batch)
-
-
 class MMPoseBackend(PoseBackend):
     """Face box from S3FD and 68 landmarks from the official mmpose DWPose model (``inference_topdown``): ``model``
     from :func:`build_pose_model` or the checkpoint, with the official ``test_cfg.flip_test``; the other arguments as
@@ -201,8 +185,7 @@ class MMPoseBackend(PoseBackend):
         self.face_detector = face_detector if face_detector is not None else S3FD(root / S3FD_FILE, device)
 
     def keypoints(self, frames_bgr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(keypoints, scores)``, (N, 133, 2) float32 frame pixels and (N, 133) float32, of (N, H, W, 3) uint8 BGR
-        frames through ``inference_topdown`` with no bbox (``preprocessing.py:97-101``)."""
+        """As :meth:`PoseBackend.keypoints`, by ``inference_topdown`` with no bbox (``preprocessing.py:97-101``)."""
         kps = np.zeros((len(frames_bgr), codec.NUM_KEYPOINTS, 2), np.float32)
         scores = np.zeros((len(frames_bgr), codec.NUM_KEYPOINTS), np.float32)
         for i, frame in enumerate(frames_bgr):

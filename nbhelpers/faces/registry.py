@@ -11,7 +11,8 @@ import importlib
 import importlib.util
 import os
 import warnings
-from collections.abc import Callable, Iterator, MutableMapping
+from collections import UserDict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,22 +27,19 @@ NEEDS_WEIGHTS = {"mmpose": (DWPOSE_PTH_FILE, S3FD_FILE), "dwpose": (DWPOSE_PTH_F
 AUTO_ORDER = (("mmpose", "mmpose"), ("dwpose", "torch"), ("dwpose-onnx", "onnxruntime"))
 
 
-class BackendRegistry(MutableMapping):
+class BackendRegistry(UserDict):
     """``name -> factory`` mapping whose values may be ``"module:attribute"`` strings, imported lazily.
 
     Assign a callable or a string to add or replace a backend: ``BACKENDS["mine"] = "mypkg.faces:MyBackend"``.
     """
 
-    def __init__(self, targets: dict[str, str | Callable[..., LandmarkBackend]] | None = None):
-        self._targets: dict[str, str | Callable[..., LandmarkBackend]] = dict(targets or {})
-
     def target(self, name: str) -> str | Callable[..., LandmarkBackend]:
         """The registered target of ``name`` (a ``"module:attribute"`` string or a callable), not imported; KeyError
         when ``name`` is not registered."""
-        return self._targets[name]
+        return self.data[name]
 
     def __getitem__(self, name: str) -> Callable[..., LandmarkBackend]:
-        target = self._targets[name]
+        target = self.data[name]
         if not isinstance(target, str):
             return target
         module_name, _, attr = target.partition(":")
@@ -54,23 +52,8 @@ class BackendRegistry(MutableMapping):
                                          f"{module_name} ({exc}).") from exc
         return getattr(module, attr)
 
-    def __setitem__(self, name: str, target: str | Callable[..., LandmarkBackend]) -> None:
-        self._targets[name] = target
-
-    def __delitem__(self, name: str) -> None:
-        del self._targets[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._targets)
-
-    def __len__(self) -> int:
-        return len(self._targets)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._targets
-
     def __repr__(self) -> str:
-        return f"BackendRegistry({ {k: (v if isinstance(v, str) else repr(v)) for k, v in self._targets.items()} })"
+        return f"BackendRegistry({self.data!r})"
 
 
 BACKENDS = BackendRegistry({
