@@ -67,7 +67,6 @@ class GpuReport:
     other_processes: tuple[GpuProcess, ...] | None = None
     other_processes_source: str = "unknown"
     memory_source: str = "torch"
-    gpu_count: int = 0
     driver_version: str | None = None
     cuda_version: str | None = None
     torch_version: str | None = None
@@ -251,7 +250,7 @@ def _read_torch_cuda(torch: Any, index: int | None, values: dict[str, Any], note
     if not available:
         return None
     try:
-        values["gpu_count"] = count = int(torch.cuda.device_count())
+        count = int(torch.cuda.device_count())
         index = int(torch.cuda.current_device()) if index is None else index
     except Exception as exc:  # noqa: BLE001
         notes.append(f"CUDA is available but the devices could not be counted ({type(exc).__name__}: {exc})")

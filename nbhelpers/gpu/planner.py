@@ -62,12 +62,6 @@ class Plan:
         return "fp16" if self.fp16 else "fp32"
 
     @property
-    def headroom_gib(self) -> float | None:
-        """GiB of the budget left unused at the predicted peak, >= 0; None on the CPU or when unknown."""
-        known = self.budget_gib is not None and self.predicted_peak_gib is not None
-        return max(0.0, self.budget_gib - self.predicted_peak_gib) if known else None
-
-    @property
     def config(self):
         """The ``config`` given to :func:`plan` (or the defaults) with this plan's device, precision, batch, reasons."""
         base = self.base_config if self.base_config is not None else InferenceConfig()
