@@ -1,10 +1,11 @@
-"""Peak-memory discipline: releasing models and caches, measuring what each stage held, and host-to-GPU copies."""
+"""Peak-memory discipline: the CUDA allocator setting, releasing models and caches, stage peaks, host-to-GPU copies."""
 
 from __future__ import annotations
 
 import contextlib
 import gc
 import itertools
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -12,8 +13,29 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InputError
-from .device import _driver_info
 from .model import GIB, T
+
+ALLOCATOR_SETTING = "expandable_segments:True"
+
+
+def prefer_expandable_segments() -> bool:
+    """Set ``PYTORCH_CUDA_ALLOC_CONF`` to :data:`ALLOCATOR_SETTING` on Linux unless an allocator setting exists,
+    ``NBHELPERS_ALLOCATOR`` is ``default`` or CUDA has started; True when this call set it. Batches of several
+    sizes leave the default allocator blocks it cannot reuse; expandable segments lower the peak reserved memory
+    (bench/RESULTS.md, "Memory by stage").
+    """
+    if (os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALLOC_CONF")
+            or os.environ.get("NBHELPERS_ALLOCATOR", "").lower() == "default" or not sys.platform.startswith("linux")):
+        return False
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    if cuda is not None and getattr(cuda, "is_initialized", lambda: False)():
+        return False
+    os.environ["PYTORCH_CUDA_ALLOC_CONF"] = ALLOCATOR_SETTING
+    return True
+
+
+prefer_expandable_segments()
 
 _PEAK_SEEN: dict[int, float] = {}  # device index -> largest max_memory_reserved seen before a reset (bytes)
 
@@ -157,18 +179,15 @@ class PeakMemory:
                 f"({self.allocated_gib:.2f} GiB allocated)")
 
 
-def peak_memory(device: Any = None, others_gib: float | None = None) -> PeakMemory:
+def peak_memory(device: Any = None, others_gib: float = 0.0) -> PeakMemory:
     """This process's :class:`PeakMemory` on ``device`` (None: current), for benchmarks (zeros without CUDA).
-    ``others_gib``: GiB other processes hold there; None reads the driver's list, else 0."""
+    ``others_gib``: GiB other processes hold there."""
     torch, index = _cuda(device)
     if torch is None:
         return PeakMemory()
     _remember_peak(torch, index)
     reserved = torch.cuda.memory_reserved(index)
     free, total = torch.cuda.mem_get_info(index)
-    if others_gib is None:
-        info = _driver_info(None, index, [])
-        others_gib = sum(p.used_gib or 0.0 for p in info.get("processes", ()))
     context = max(0.0, (total - free - reserved) / GIB - others_gib)
     return PeakMemory(reserved_gib=_PEAK_SEEN[index] / GIB,
                       allocated_gib=torch.cuda.max_memory_allocated(index) / GIB, context_gib=context)
