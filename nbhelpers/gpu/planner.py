@@ -11,7 +11,7 @@ from typing import Any
 
 from ..config import InferenceConfig
 from ..errors import InputError, NbHelpersWarning, plural
-from .device import GpuReport, NoGpuError, _no_cuda_message, colab_gpu_steps, fields_html, fields_text, read_report
+from .device import GpuReport, NoGpuError, ShowsRows, _no_cuda_message, colab_gpu_steps, read_report
 from .model import (
     CAP_REASONS,
     DEFAULT_FRAME_SIZE,
@@ -30,7 +30,7 @@ class PlanWarning(NbHelpersWarning):
 
 
 @dataclass(frozen=True)
-class Plan:
+class Plan(ShowsRows):
     """Device, precision and batch size (frames per UNet/VAE/parsing batch) for one kind of job (as :func:`plan`),
     with the reason for each, keyed ``"device"``, ``"fp16"``, ``"batch_size"``, ``"memory"``. Shows itself.
 
@@ -56,6 +56,10 @@ class Plan:
     gpu_name: str | None = None
     free_gib: float | None = None
     landmark_backend: str = "auto"
+
+    @property
+    def _title(self) -> str:
+        return f"Plan ({self.kind})"
 
     @property
     def precision(self) -> str:
@@ -92,12 +96,6 @@ class Plan:
             rows.append(("stage peaks", ", ".join(f"{k} {v:.2f} GiB" for k, v in self.stage_peaks_gib.items())))
         rows.extend(("warning", w) for w in self.warnings)
         return rows
-
-    def __str__(self) -> str:
-        return fields_text(f"Plan ({self.kind})", self._rows())
-
-    def _repr_html_(self) -> str:
-        return fields_html(f"Plan ({self.kind})", self._rows())
 
 
 def snap_batch(n: float) -> int:
