@@ -168,15 +168,10 @@ class PeakMemory:
     allocated_gib: float = 0.0
     context_gib: float | None = None
 
-    @property
-    def total_gib(self) -> float:
-        """``reserved_gib + context_gib``: what the GPU gave this process at its peak, GiB."""
-        return self.reserved_gib + (self.context_gib or 0.0)
-
     def __str__(self) -> str:
         ctx = "unknown" if self.context_gib is None else f"{self.context_gib:.2f} GiB"
-        return (f"peak {self.reserved_gib:.2f} GiB reserved + context {ctx} = {self.total_gib:.2f} GiB "
-                f"({self.allocated_gib:.2f} GiB allocated)")
+        return (f"peak {self.reserved_gib:.2f} GiB reserved + context {ctx} = "
+                f"{self.reserved_gib + (self.context_gib or 0.0):.2f} GiB ({self.allocated_gib:.2f} GiB allocated)")
 
 
 def peak_memory(device: Any = None, others_gib: float = 0.0) -> PeakMemory:
