@@ -131,11 +131,8 @@ class StageMemory:
 
 @contextmanager
 def memory_scope(stage: str, device: Any = None) -> Iterator[StageMemory]:
-    """Measure one stage's peak GPU memory on ``device`` (None: current) and release what it held when it ends.
-
-    Entry resets the peak counters (the overall peak is kept for :func:`peak_memory`); exit, also on error, releases
-    what ``scope.hold(...)`` registered and fills the yielded :class:`StageMemory` named ``stage``.
-    """
+    """Yield the :class:`StageMemory` named ``stage`` on ``device`` (None: current): entry resets the peak counters
+    (:func:`peak_memory` keeps the overall peak); exit, also on error, releases what ``scope.hold(...)`` registered."""
     record = StageMemory(stage)
     torch, index = _cuda(device)
     if torch is not None:
@@ -231,11 +228,8 @@ def device_constant(values: Any, device: Any, dtype: Any = None):
 
 
 def host_wait(device: Any = None) -> None:
-    """Wait, sleeping rather than spinning a CPU core, until the GPU has done the work queued on ``device``'s stream.
-
-    A blocking CUDA event (cudaEventBlockingSync) leaves the core to the video encoder on a 2-core machine. No-op
-    without CUDA.
-    """
+    """Wait, sleeping rather than spinning a CPU core, until the GPU has done the work queued on ``device``'s stream:
+    a blocking CUDA event (cudaEventBlockingSync) leaves the core to the video encoder. No-op without CUDA."""
     torch, index = _cuda(device)
     if torch is None:
         return
