@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 import numbers
 import warnings
 from dataclasses import dataclass, field
@@ -240,10 +239,10 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
     peaks = {name: a + b * batch for name, (a, b) in stages.items()}
     predicted = max(peaks.values()) if on_cuda else None
     growing = {name: peak for name, peak in peaks.items() if stages[name][1] > 0}
-    worst = max(growing, key=growing.get, default=None)
-    need = growing.get(worst, 0.0)
+    worst = max(growing, key=growing.get)
+    need = growing[worst]
     if on_cuda and budget is not None:
-        if worst is not None and need > budget:
+        if need > budget:
             if config.batch_size is not None and batch > 1:
                 notes.append(f"batch_size {batch} (user override) is predicted to need {need:.2f} GiB in stage "
                              f"{worst!r}, above the {budget:.2f} GiB budget: out-of-memory is likely; the batch "
@@ -260,7 +259,7 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
     if on_cpu and asked is not None and batch > auto:  # a user batch above the plan's, as really run
         used = f"batch_size {asked} (user override" + (f", {batch} for this {n_frames}-frame job)" if batch != asked
                                                        else ")")
-        if budget is not None and worst is not None and need > budget:
+        if budget is not None and need > budget:
             notes.append(f"{used} is predicted to need {need:.1f} GiB of host RAM in stage {worst!r}, "
                          f"above the {budget:.1f} GiB usable: the job is likely to run out of memory. Leave the "
                          f"batch size out (the plan would choose {auto}).")
@@ -338,12 +337,11 @@ def _fit_batch(stages: dict[str, tuple[float, float]], budget: float | None, cap
     if budget is None:
         fallback = min(8, cap)
         return fallback, f"free memory unknown: the official offline default {fallback} (inference.py:266)"
-    growing = {name: ab for name, ab in stages.items() if ab[1] > 0}
-    limiting = min(growing, key=lambda name: (budget - growing[name][0]) / growing[name][1], default=None)
-    a, b = stages[limiting] if limiting else (0.0, 0.0)
-    best = (budget - a) / b if limiting else math.inf
-    model = (f"stage {limiting!r} needs {a:.2f} GiB + {b:.3f} GiB per frame ({precision}, {size_note})"
-             if limiting else "no stage grows with the batch")
+    growing = {name: ab for name, ab in stages.items() if ab[1] > 0}  # each kind has encode or generate, which grow
+    limiting = min(growing, key=lambda name: (budget - growing[name][0]) / growing[name][1])
+    a, b = growing[limiting]
+    best = (budget - a) / b
+    model = f"stage {limiting!r} needs {a:.2f} GiB + {b:.3f} GiB per frame ({precision}, {size_note})"
     if best < 1:
         return 1, f"1: {model}; the {budget:.2f} GiB budget does not fit even one frame"
     if best >= cap:
