@@ -1,12 +1,12 @@
 """GPU planning: :func:`report` says what the runtime has, :func:`plan` chooses device, precision and batch size
 with the reason for each, :func:`batched` runs a stage in ordered batches that halve on CUDA out-of-memory.
-Nothing here imports torch at import; importing the package sets the CUDA allocator (:mod:`.allocator`)."""
+Nothing here imports torch at import; importing it sets the CUDA allocator (:func:`prefer_expandable_segments`)."""
 
 from __future__ import annotations
 
-from .allocator import ALLOCATOR_SETTING, prefer_expandable_segments
 from .device import COLAB_GPU_STEPS, GpuProcess, GpuReport, NoGpuError, check_device, free_memory_by_index
 from .memory import (
+    ALLOCATOR_SETTING,
     PeakMemory,
     StageMemory,
     cast_and_move,
@@ -16,6 +16,7 @@ from .memory import (
     memory_scope,
     module_bytes,
     peak_memory,
+    prefer_expandable_segments,
     release,
     reset_peak,
     to_device,

@@ -42,8 +42,22 @@ class GpuProcess:
     used_gib: float | None = None
 
 
+class ShowsRows:
+    """Shows ``_title`` and the ``(name, value)`` pairs of ``_rows()`` as aligned text and as an HTML table."""
+
+    def __str__(self) -> str:
+        rows = self._rows()
+        width = max(len(k) for k, _ in rows)
+        return f"{self._title}\n" + "\n".join(f"  {k:<{width}}  {v}" for k, v in rows)
+
+    def _repr_html_(self) -> str:
+        body = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th>"
+                       f"<td style='text-align:left'>{html.escape(str(v))}</td></tr>" for k, v in self._rows())
+        return f"<table><caption style='text-align:left'><b>{html.escape(self._title)}</b></caption>{body}</table>"
+
+
 @dataclass(frozen=True)
-class GpuReport:
+class GpuReport(ShowsRows):
     """What this runtime has: GPU, memory, versions, host RAM. Shows itself as text and as an HTML table.
 
     ``device`` is ``"cuda:N"`` (the GPU reported) or ``"cpu"``; sizes are GiB and None when unknown: ``total_gib``,
@@ -67,7 +81,6 @@ class GpuReport:
     other_processes: tuple[GpuProcess, ...] | None = None
     other_processes_source: str = "unknown"
     memory_source: str = "torch"
-    gpu_count: int = 0
     driver_version: str | None = None
     cuda_version: str | None = None
     torch_version: str | None = None
@@ -77,6 +90,7 @@ class GpuReport:
     colab: bool = False
     notes: tuple[str, ...] = ()
     verdict: str = ""
+    _title = "GPU report"
 
     @property
     def outside_torch_gib(self) -> float | None:
@@ -146,25 +160,6 @@ class GpuReport:
         rows.append(("runtime", "Google Colab" if self.colab else "not Colab"))
         rows += [("note", note) for note in self.notes]
         return rows + ([("verdict", self.verdict)] if self.verdict else [])
-
-    def __str__(self) -> str:
-        return fields_text("GPU report", self._rows())
-
-    def _repr_html_(self) -> str:
-        return fields_html("GPU report", self._rows())
-
-
-def fields_text(title: str, rows: list[tuple[str, str]]) -> str:
-    """``title``, then one ``name  value`` line per row, the names padded to one width."""
-    width = max(len(k) for k, _ in rows)
-    return f"{title}\n" + "\n".join(f"  {k:<{width}}  {v}" for k, v in rows)
-
-
-def fields_html(title: str, rows: list[tuple[str, str]]) -> str:
-    """An HTML table captioned ``title``, one escaped ``name | value`` row per row."""
-    body = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th>"
-                   f"<td style='text-align:left'>{html.escape(str(v))}</td></tr>" for k, v in rows)
-    return f"<table><caption style='text-align:left'><b>{html.escape(title)}</b></caption>{body}</table>"
 
 
 def read_report(device: str | int | None = None) -> GpuReport:
@@ -251,7 +246,7 @@ def _read_torch_cuda(torch: Any, index: int | None, values: dict[str, Any], note
     if not available:
         return None
     try:
-        values["gpu_count"] = count = int(torch.cuda.device_count())
+        count = int(torch.cuda.device_count())
         index = int(torch.cuda.current_device()) if index is None else index
     except Exception as exc:  # noqa: BLE001
         notes.append(f"CUDA is available but the devices could not be counted ({type(exc).__name__}: {exc})")

@@ -1,10 +1,11 @@
-"""Peak-memory discipline: releasing models and caches, measuring what each stage held, and host-to-GPU copies."""
+"""Peak-memory discipline: the CUDA allocator setting, releasing models and caches, stage peaks, host-to-GPU copies."""
 
 from __future__ import annotations
 
 import contextlib
 import gc
 import itertools
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -12,8 +13,29 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InputError
-from .device import _driver_info
 from .model import GIB, T
+
+ALLOCATOR_SETTING = "expandable_segments:True"
+
+
+def prefer_expandable_segments() -> bool:
+    """Set ``PYTORCH_CUDA_ALLOC_CONF`` to :data:`ALLOCATOR_SETTING` on Linux unless an allocator setting exists,
+    ``NBHELPERS_ALLOCATOR`` is ``default`` or CUDA has started; True when this call set it. Batches of several
+    sizes leave the default allocator blocks it cannot reuse; expandable segments lower the peak reserved memory
+    (bench/RESULTS.md, "Memory by stage").
+    """
+    if (os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALLOC_CONF")
+            or os.environ.get("NBHELPERS_ALLOCATOR", "").lower() == "default" or not sys.platform.startswith("linux")):
+        return False
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    if cuda is not None and getattr(cuda, "is_initialized", lambda: False)():
+        return False
+    os.environ["PYTORCH_CUDA_ALLOC_CONF"] = ALLOCATOR_SETTING
+    return True
+
+
+prefer_expandable_segments()
 
 _PEAK_SEEN: dict[int, float] = {}  # device index -> largest max_memory_reserved seen before a reset (bytes)
 
@@ -109,11 +131,8 @@ class StageMemory:
 
 @contextmanager
 def memory_scope(stage: str, device: Any = None) -> Iterator[StageMemory]:
-    """Measure one stage's peak GPU memory on ``device`` (None: current) and release what it held when it ends.
-
-    Entry resets the peak counters (the overall peak is kept for :func:`peak_memory`); exit, also on error, releases
-    what ``scope.hold(...)`` registered and fills the yielded :class:`StageMemory` named ``stage``.
-    """
+    """Yield the :class:`StageMemory` named ``stage`` on ``device`` (None: current): entry resets the peak counters
+    (:func:`peak_memory` keeps the overall peak); exit, also on error, releases what ``scope.hold(...)`` registered."""
     record = StageMemory(stage)
     torch, index = _cuda(device)
     if torch is not None:
@@ -146,29 +165,21 @@ class PeakMemory:
     allocated_gib: float = 0.0
     context_gib: float | None = None
 
-    @property
-    def total_gib(self) -> float:
-        """``reserved_gib + context_gib``: what the GPU gave this process at its peak, GiB."""
-        return self.reserved_gib + (self.context_gib or 0.0)
-
     def __str__(self) -> str:
         ctx = "unknown" if self.context_gib is None else f"{self.context_gib:.2f} GiB"
-        return (f"peak {self.reserved_gib:.2f} GiB reserved + context {ctx} = {self.total_gib:.2f} GiB "
-                f"({self.allocated_gib:.2f} GiB allocated)")
+        return (f"peak {self.reserved_gib:.2f} GiB reserved + context {ctx} = "
+                f"{self.reserved_gib + (self.context_gib or 0.0):.2f} GiB ({self.allocated_gib:.2f} GiB allocated)")
 
 
-def peak_memory(device: Any = None, others_gib: float | None = None) -> PeakMemory:
+def peak_memory(device: Any = None, others_gib: float = 0.0) -> PeakMemory:
     """This process's :class:`PeakMemory` on ``device`` (None: current), for benchmarks (zeros without CUDA).
-    ``others_gib``: GiB other processes hold there; None reads the driver's list, else 0."""
+    ``others_gib``: GiB other processes hold there."""
     torch, index = _cuda(device)
     if torch is None:
         return PeakMemory()
     _remember_peak(torch, index)
     reserved = torch.cuda.memory_reserved(index)
     free, total = torch.cuda.mem_get_info(index)
-    if others_gib is None:
-        info = _driver_info(None, index, [])
-        others_gib = sum(p.used_gib or 0.0 for p in info.get("processes", ()))
     context = max(0.0, (total - free - reserved) / GIB - others_gib)
     return PeakMemory(reserved_gib=_PEAK_SEEN[index] / GIB,
                       allocated_gib=torch.cuda.max_memory_allocated(index) / GIB, context_gib=context)
@@ -217,11 +228,8 @@ def device_constant(values: Any, device: Any, dtype: Any = None):
 
 
 def host_wait(device: Any = None) -> None:
-    """Wait, sleeping rather than spinning a CPU core, until the GPU has done the work queued on ``device``'s stream.
-
-    A blocking CUDA event (cudaEventBlockingSync) leaves the core to the video encoder on a 2-core machine. No-op
-    without CUDA.
-    """
+    """Wait, sleeping rather than spinning a CPU core, until the GPU has done the work queued on ``device``'s stream:
+    a blocking CUDA event (cudaEventBlockingSync) leaves the core to the video encoder. No-op without CUDA."""
     torch, index = _cuda(device)
     if torch is None:
         return

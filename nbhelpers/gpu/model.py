@@ -84,7 +84,6 @@ class CpuTimes:
     latents_s: float  # VAE encode of one source frame's masked and reference crops
     parsing_s: float  # face parsing and blend-mask preparation of one source frame (full-size BiSeNet in tiny too)
     generate_s: float  # UNet + VAE decode + CPU blend of one output frame
-    source: str = ""  # where the figures come from
 
 
 @dataclass(frozen=True)
@@ -96,32 +95,28 @@ class FaceCpuTimes:
     load_s: float
     per_frame_s: float
     per_mpix_s: float
-    source: str = ""  # where the figures come from
 
     def seconds(self, frame_size: tuple[int, int]) -> float:
         """Seconds per source frame of size (H, W) pixels."""
         return self.per_frame_s + self.per_mpix_s * frame_size[0] * frame_size[1] / 1e6
 
 
-#: Per-stage CPU seconds for ``"full"`` and ``"tiny"`` weights: the fastest runs of ``bench/cpu_estimate.py`` on
-#: 2 free cores (bench/RESULTS.md, "CPU time estimate"); other work on the same cores makes jobs 2-4x slower.
+#: Per-stage CPU seconds by ``bench/cpu_estimate.py --weights`` (full, tiny), its fastest runs on 2 free cores
+#: (bench/RESULTS.md, "CPU time estimate"); other work on the same cores makes jobs 2-4x slower.
 CPU_TIMES = {
-    "full": CpuTimes(fixed_s=8.0, latents_s=9.0, parsing_s=0.33, generate_s=15.0,
-                     source="bench/cpu_estimate.py --weights full, 2 cores"),
-    "tiny": CpuTimes(fixed_s=5.0, latents_s=0.33, parsing_s=0.33, generate_s=0.28,
-                     source="bench/cpu_estimate.py, 2 cores"),
+    "full": CpuTimes(fixed_s=8.0, latents_s=9.0, parsing_s=0.33, generate_s=15.0),
+    "tiny": CpuTimes(fixed_s=5.0, latents_s=0.33, parsing_s=0.33, generate_s=0.28),
 }
 
 #: Face tracking on the CPU by landmark backend (the tiny tree's S3FD and DWPose are full size, so one figure for
-#: both weights), from bench/RESULTS.md, "CPU time estimate"; dwpose-onnx and mmpose run the same networks as dwpose.
+#: both weights): ``bench/cpu_estimate.py --backend dwpose`` and ``--backend dlib`` (bench/RESULTS.md, "CPU time
+#: estimate"); dwpose-onnx and mmpose run the same networks as dwpose, and boxes runs no detector.
 FACE_CPU_TIMES = {
-    "dwpose": FaceCpuTimes(load_s=1.0, per_frame_s=0.4, per_mpix_s=7.0,
-                           source="bench/cpu_estimate.py --backend dwpose, 2 cores"),
-    "dwpose-onnx": FaceCpuTimes(load_s=1.0, per_frame_s=0.4, per_mpix_s=7.0, source="taken as dwpose"),
-    "mmpose": FaceCpuTimes(load_s=1.0, per_frame_s=0.4, per_mpix_s=7.0, source="taken as dwpose"),
-    "dlib": FaceCpuTimes(load_s=0.9, per_frame_s=0.0, per_mpix_s=0.1,
-                         source="bench/cpu_estimate.py --backend dlib, 2 cores"),
-    "boxes": FaceCpuTimes(load_s=0.0, per_frame_s=0.0, per_mpix_s=0.0, source="no detector runs"),
+    "dwpose": FaceCpuTimes(load_s=1.0, per_frame_s=0.4, per_mpix_s=7.0),
+    "dwpose-onnx": FaceCpuTimes(load_s=1.0, per_frame_s=0.4, per_mpix_s=7.0),
+    "mmpose": FaceCpuTimes(load_s=1.0, per_frame_s=0.4, per_mpix_s=7.0),
+    "dlib": FaceCpuTimes(load_s=0.9, per_frame_s=0.0, per_mpix_s=0.1),
+    "boxes": FaceCpuTimes(load_s=0.0, per_frame_s=0.0, per_mpix_s=0.0),
 }
 
 

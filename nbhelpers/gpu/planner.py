@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 import numbers
 import warnings
 from dataclasses import dataclass, field
@@ -11,7 +10,7 @@ from typing import Any
 
 from ..config import InferenceConfig
 from ..errors import InputError, NbHelpersWarning, plural
-from .device import GpuReport, NoGpuError, _no_cuda_message, colab_gpu_steps, fields_html, fields_text, read_report
+from .device import GpuReport, NoGpuError, ShowsRows, _no_cuda_message, colab_gpu_steps, read_report
 from .model import (
     CAP_REASONS,
     DEFAULT_FRAME_SIZE,
@@ -30,7 +29,7 @@ class PlanWarning(NbHelpersWarning):
 
 
 @dataclass(frozen=True)
-class Plan:
+class Plan(ShowsRows):
     """Device, precision and batch size (frames per UNet/VAE/parsing batch) for one kind of job (as :func:`plan`),
     with the reason for each, keyed ``"device"``, ``"fp16"``, ``"batch_size"``, ``"memory"``. Shows itself.
 
@@ -58,14 +57,12 @@ class Plan:
     landmark_backend: str = "auto"
 
     @property
-    def precision(self) -> str:
-        return "fp16" if self.fp16 else "fp32"
+    def _title(self) -> str:
+        return f"Plan ({self.kind})"
 
     @property
-    def headroom_gib(self) -> float | None:
-        """GiB of the budget left unused at the predicted peak, >= 0; None on the CPU or when unknown."""
-        known = self.budget_gib is not None and self.predicted_peak_gib is not None
-        return max(0.0, self.budget_gib - self.predicted_peak_gib) if known else None
+    def precision(self) -> str:
+        return "fp16" if self.fp16 else "fp32"
 
     @property
     def config(self):
@@ -98,12 +95,6 @@ class Plan:
             rows.append(("stage peaks", ", ".join(f"{k} {v:.2f} GiB" for k, v in self.stage_peaks_gib.items())))
         rows.extend(("warning", w) for w in self.warnings)
         return rows
-
-    def __str__(self) -> str:
-        return fields_text(f"Plan ({self.kind})", self._rows())
-
-    def _repr_html_(self) -> str:
-        return fields_html(f"Plan ({self.kind})", self._rows())
 
 
 def snap_batch(n: float) -> int:
@@ -248,10 +239,10 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
     peaks = {name: a + b * batch for name, (a, b) in stages.items()}
     predicted = max(peaks.values()) if on_cuda else None
     growing = {name: peak for name, peak in peaks.items() if stages[name][1] > 0}
-    worst = max(growing, key=growing.get, default=None)
-    need = growing.get(worst, 0.0)
+    worst = max(growing, key=growing.get)
+    need = growing[worst]
     if on_cuda and budget is not None:
-        if worst is not None and need > budget:
+        if need > budget:
             if config.batch_size is not None and batch > 1:
                 notes.append(f"batch_size {batch} (user override) is predicted to need {need:.2f} GiB in stage "
                              f"{worst!r}, above the {budget:.2f} GiB budget: out-of-memory is likely; the batch "
@@ -268,7 +259,7 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
     if on_cpu and asked is not None and batch > auto:  # a user batch above the plan's, as really run
         used = f"batch_size {asked} (user override" + (f", {batch} for this {n_frames}-frame job)" if batch != asked
                                                        else ")")
-        if budget is not None and worst is not None and need > budget:
+        if budget is not None and need > budget:
             notes.append(f"{used} is predicted to need {need:.1f} GiB of host RAM in stage {worst!r}, "
                          f"above the {budget:.1f} GiB usable: the job is likely to run out of memory. Leave the "
                          f"batch size out (the plan would choose {auto}).")
@@ -346,12 +337,11 @@ def _fit_batch(stages: dict[str, tuple[float, float]], budget: float | None, cap
     if budget is None:
         fallback = min(8, cap)
         return fallback, f"free memory unknown: the official offline default {fallback} (inference.py:266)"
-    growing = {name: ab for name, ab in stages.items() if ab[1] > 0}
-    limiting = min(growing, key=lambda name: (budget - growing[name][0]) / growing[name][1], default=None)
-    a, b = stages[limiting] if limiting else (0.0, 0.0)
-    best = (budget - a) / b if limiting else math.inf
-    model = (f"stage {limiting!r} needs {a:.2f} GiB + {b:.3f} GiB per frame ({precision}, {size_note})"
-             if limiting else "no stage grows with the batch")
+    growing = {name: ab for name, ab in stages.items() if ab[1] > 0}  # each kind has encode or generate, which grow
+    limiting = min(growing, key=lambda name: (budget - growing[name][0]) / growing[name][1])
+    a, b = growing[limiting]
+    best = (budget - a) / b
+    model = f"stage {limiting!r} needs {a:.2f} GiB + {b:.3f} GiB per frame ({precision}, {size_note})"
     if best < 1:
         return 1, f"1: {model}; the {budget:.2f} GiB budget does not fit even one frame"
     if best >= cap:

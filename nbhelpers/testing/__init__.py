@@ -89,11 +89,10 @@ def make_tiny_weights(directory: str | os.PathLike, versions: Sequence[str] = ("
                       writers: Sequence[str] | None = None) -> Path:
     """Write a complete tiny-model weights tree in the official layout (random, deterministic weights).
 
-    UNet (``block_out_channels`` [32, 64, 64, 64]), sd-vae (width 32: 256 px -> 4 x 32 x 32), whisper (d_model 384, 4
-    encoder layers), BiSeNet, S3FD, DWPose ``.pth`` and ONNX, any registered writer, and ``tiny.json``; files are
-    written through temporary names with mode 0644 less the umask. By default a writer whose optional package is
-    missing (:data:`WRITER_NEEDS`) is left out silently and listed under ``left_out`` in ``tiny.json``; ``writers``
-    names the ones to run. ``versions`` are the MuseTalk versions whose UNet to write. Returns ``directory``.
+    Every registered writer (:func:`tiny_writers`) runs, then ``tiny.json`` is written; files are written through
+    temporary names with mode 0644 less the umask. By default a writer whose optional package is missing
+    (:data:`WRITER_NEEDS`) is left out silently and listed under ``left_out`` in ``tiny.json``; ``writers`` names the
+    ones to run. ``versions`` are the MuseTalk versions whose UNet to write. Returns ``directory``.
 
     Raises:
         InputError: Unknown version or writer name.
