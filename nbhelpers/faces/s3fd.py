@@ -97,12 +97,11 @@ def _decode_image(outputs: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(found, axis=0)
 
 
-def decode_detections(olist: list[Any], *, apply_softmax: bool = True,
-                      min_score: float = MIN_SCORE) -> list[np.ndarray]:
+def decode_detections(olist: list[Any], *, apply_softmax: bool = True) -> list[np.ndarray]:
     """The 12 S3FD head outputs as face boxes: B float64 arrays (K_b, 5) ``(x1, y1, x2, y2, score)`` in input pixels,
     highest score first. Head ``i`` (stride ``s = 4 * 2**i``): a cell ``(r, c)`` whose face probability exceeds
     :data:`CANDIDATE_SCORE` (0.05) decodes its anchor (side ``4s``, centre ``(s/2 + c s, s/2 + r s)``) with variances
-    (0.1, 0.2); then :func:`nms` at :data:`NMS_THRESHOLD` (0.3), and scores <= ``min_score`` (officially 0.5) go.
+    (0.1, 0.2); then :func:`nms` at :data:`NMS_THRESHOLD` (0.3), and scores <= :data:`MIN_SCORE` (0.5) go.
     ``olist`` is ``[conf_0, loc_0, ..., conf_5, loc_5]`` (numpy or torch): (B, 2, H_i, W_i) float (logits when
     ``apply_softmax``), channel 1 = face, and (B, 4, H_i, W_i) float; InputError for other shapes.
 
@@ -123,7 +122,7 @@ def decode_detections(olist: list[Any], *, apply_softmax: bool = True,
     for b in range(batch):
         dets = _decode_image([a[b] for a in arrays])
         dets = dets[nms(dets)]
-        results.append(dets[dets[:, 4] > min_score])
+        results.append(dets[dets[:, 4] > MIN_SCORE])
     return results
 
 
