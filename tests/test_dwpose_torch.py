@@ -165,6 +165,8 @@ def test_missing_checkpoint_and_bad_arguments_raise_clear_errors(tmp_path):
         dt.DWPoseTorch(model=model, device="cpu", dtype="float16")
     with pytest.raises(InputError, match="batch_size"):
         dt.DWPoseTorch(model=model, device="cpu", batch_size=0)
+    with pytest.raises(InputError, match="batch_size"):
+        dt.DWPoseTorch(model=model, device="cpu", batch_size=True)
     backend = dt.DWPoseBackend(device="cpu", model=model, face_detector=StubDetector(FACE))
     with pytest.raises(InputError, match="uint8"):
         backend.detect(np.zeros((1, 8, 8, 3), np.float32))

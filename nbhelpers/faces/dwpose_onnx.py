@@ -116,7 +116,7 @@ class DWPoseOnnx:
                                "`python -m nbhelpers download --sets faces-onnx` (or weights.download(sets="
                                "['faces-onnx'])), or pass the right weights_dir. The default 'dwpose' backend needs "
                                f"no ONNX file (it reads {DWPOSE_PTH_FILE})")
-        if not isinstance(batch_size, int) or batch_size < 1:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise InputError(f"batch_size={batch_size!r}: expected an int >= 1 (frames per DWPose call)")
         providers, self.device = _providers(device)
         options = ort.SessionOptions()
@@ -163,7 +163,7 @@ class DWPoseOnnx:
 
     def _run(self, inputs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(M, K, Wx), (M, K, Wy) float32 of (M, 3, h, w) float32 inputs, run in chunks."""
-        chunk = self.fixed_batch or max(1, 2 * self.batch_size)
+        chunk = self.fixed_batch or 2 * self.batch_size
         xs, ys = [], []
         for start in range(0, len(inputs), chunk):
             part = inputs[start:start + chunk]
@@ -184,10 +184,8 @@ class DWPoseOnnx:
         return np.concatenate(xs), np.concatenate(ys)
 
     def simcc(self, inputs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(simcc_x (N, K, 2w), simcc_y (N, K, 2h))`` float32 of (N, 3, h, w) normalised inputs, flip test included.
-
-        Source: ``[mmpose] models/pose_estimators/topdown.py:102-104``, ``rtmcc_head.py:193-208``.
-        """
+        """``(simcc_x (N, K, 2w), simcc_y (N, K, 2h))`` float32 of (N, 3, h, w) normalised inputs, flip test included
+        (``[mmpose] models/pose_estimators/topdown.py:102-104``, ``rtmcc_head.py:193-208``)."""
         if not self.flip_test:
             return self._run(inputs)
         n = len(inputs)
@@ -196,10 +194,8 @@ class DWPoseOnnx:
 
     def keypoints(self, frames_bgr: np.ndarray | list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """``(keypoints, scores)`` of (N, H, W, 3) uint8 BGR frames (or frames of any sizes), each its own person box:
-        (N, 133, 2) float32 ``(x, y)`` frame pixels, not rounded, and (N, 133) float32 peaks.
-
-        Source: ``preprocessing.py:97``; docs/official-behaviour.md §3.1.
-        """
+        (N, 133, 2) float32 ``(x, y)`` frame pixels, not rounded, and (N, 133) float32 peaks (``preprocessing.py:97``;
+        docs/official-behaviour.md §3.1)."""
         kps, scores = [], []
         for start in range(0, len(frames_bgr), self.batch_size):
             inputs, centers, scales = codec.prepare_inputs(frames_bgr[start:start + self.batch_size],

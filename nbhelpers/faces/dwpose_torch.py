@@ -92,13 +92,12 @@ def read_checkpoint(path: str | os.PathLike, weights_dir: str | os.PathLike | No
                                   allow_pickle=allow_pickle)
 
 
-def load_model(path: str | os.PathLike, weights_dir: str | os.PathLike | None = None, *,
-               allow_pickle: bool = False):
+def load_model(path: str | os.PathLike, weights_dir: str | os.PathLike | None = None):
     """:class:`~nbhelpers.faces.dwpose_net.RTMPoseWholebody` (eval, float32, CPU) with the ``.pth`` ``path``
     (:func:`read_checkpoint`) loaded strictly: CheckpointError when its names or shapes differ from RTMPose-l
     whole-body 384x288. Source: `preprocessing.py:17-19` (docs/official-behaviour.md §3.1).
     """
-    state = state_dict_of(read_checkpoint(path, weights_dir, allow_pickle=allow_pickle), path)
+    state = state_dict_of(read_checkpoint(path, weights_dir), path)
     model = build_model("cpu")
     models.check_state_dict(model, state, path, what="DWPose RTMPose-l whole-body 384x288 (dw-ll_ucoco_384.pth)")
     model.load_state_dict(state, strict=True)
@@ -227,11 +226,10 @@ class DWPoseTorch:
         return (x - self._mean) / self._std, centers, scales
 
     def simcc(self, inputs) -> tuple[Any, Any, tuple | None]:
-        """``(simcc_x, simcc_y, flipped)`` float32 (N, K, 576), (N, K, 768) of normalised inputs (tensor or numpy), and
-        with the flip test the mirrored inputs' pair not yet mapped back (else None)."""
+        """``(simcc_x, simcc_y, flipped)`` float32 (N, K, 576), (N, K, 768) of an (N, 3, 384, 288) tensor of normalised
+        inputs, and with the flip test the mirrored inputs' pair not yet mapped back (else None)."""
         torch = require("torch", INSTALL_TORCH)
-        x = inputs if isinstance(inputs, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(inputs))
-        x = x.to(self.device, self.dtype)
+        x = inputs.to(self.device, self.dtype)
         if self.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
         n = x.shape[0]
@@ -249,9 +247,8 @@ class DWPoseTorch:
         n = len(frames_bgr)
         if n == 0:
             return np.zeros((0, codec.NUM_KEYPOINTS, 2), np.float32), np.zeros((0, codec.NUM_KEYPOINTS), np.float32)
-        batch = self.batch_size or n
         # CUDA: a short batch is padded to one shape (cuDNN plans built once), until an out-of-memory fallback.
-        pad = {"to": int(batch) if self.device.startswith("cuda") else None}
+        pad = {"to": self.batch_size if self.device.startswith("cuda") else None}
 
         def after_oom() -> None:
             pad["to"] = None
@@ -269,7 +266,7 @@ class DWPoseTorch:
             return codec.to_frame(kp, centers, scales, self.input_size), sc
 
         kps, scores = [], []
-        for _, (kp, sc) in batched(n, batch, step, stage="dwpose", on_oom=after_oom):
+        for _, (kp, sc) in batched(n, self.batch_size, step, stage="dwpose", on_oom=after_oom):
             kps.append(kp)
             scores.append(sc)
         return np.concatenate(kps), np.concatenate(scores)
