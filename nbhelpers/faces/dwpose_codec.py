@@ -53,16 +53,16 @@ def coco_wholebody_flip_indices() -> tuple[int, ...]:
     return tuple(flip)
 
 
-def frame_center_scale(width: int, height: int, padding: float = BBOX_PADDING,
-                       input_size: tuple[int, int] = INPUT_SIZE) -> tuple[np.ndarray, np.ndarray]:
+def frame_center_scale(width: int, height: int, input_size: tuple[int, int] = INPUT_SIZE
+                       ) -> tuple[np.ndarray, np.ndarray]:
     """Centre ``(cx, cy)`` and size ``(w, h)``, (2,) float32 frame pixels, of the whole frame as person box, enlarged
-    by ``padding``, then one side enlarged so that w / h is the aspect of ``input_size``.
+    by :data:`BBOX_PADDING`, then one side enlarged so that w / h is the aspect of ``input_size``.
 
     Source: ``preprocessing.py:97``; ``[mmpose] apis/inference.py:162-166``, ``common_transforms.py:51``,
     ``topdown_transforms.py:56-70``.
     """
     center = np.array([width * 0.5, height * 0.5], dtype=np.float32)
-    scale = np.array([width, height], dtype=np.float32) * np.float32(padding)
+    scale = np.array([width, height], dtype=np.float32) * np.float32(BBOX_PADDING)
     aspect = input_size[0] / input_size[1]
     w, h = scale[0:1], scale[1:2]
     return center, np.concatenate([w, w / aspect] if w > h * aspect else [h * aspect, h]).astype(np.float32)
@@ -84,23 +84,17 @@ def warp_matrix(center: np.ndarray, scale: np.ndarray, output_size: tuple[int, i
     return np.concatenate([a, t[:, None]], axis=1)
 
 
-def warp_frame(frame_bgr: np.ndarray, center: np.ndarray, scale: np.ndarray,
-               input_size: tuple[int, int] = INPUT_SIZE) -> np.ndarray:
-    """The (centre, scale) box of an (H, W, 3) uint8 BGR frame warped (bilinear, black outside) to (h, w, 3) uint8.
-
-    Source: ``[mmpose] topdown_transforms.py:113-118``.
+def warp_frames(frames_bgr, input_size: tuple[int, int] = INPUT_SIZE) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(warped, centers, scales)`` of N >= 1 (H, W, 3) uint8 BGR frames (any sizes), each its own person box
+    (:func:`frame_center_scale`) warped (bilinear, black outside) to the input: (N, h, w, 3) uint8 BGR and (N, 2)
+    float32 frame pixels. Source: ``[mmpose] topdown_transforms.py:113-118``.
     """
     import cv2
 
-    mat = warp_matrix(center, scale, input_size)
-    return cv2.warpAffine(frame_bgr, mat, (int(input_size[0]), int(input_size[1])), flags=cv2.INTER_LINEAR)
-
-
-def warp_frames(frames_bgr, input_size: tuple[int, int] = INPUT_SIZE) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(warped, centers, scales)`` of N >= 1 frames (any sizes), each its own person box: (N, h, w, 3) uint8 BGR
-    and (N, 2) float32 frame pixels."""
-    boxes = [frame_center_scale(f.shape[1], f.shape[0], BBOX_PADDING, input_size) for f in frames_bgr]
-    warped = [warp_frame(f, c, s, input_size) for f, (c, s) in zip(frames_bgr, boxes, strict=True)]
+    boxes = [frame_center_scale(f.shape[1], f.shape[0], input_size) for f in frames_bgr]
+    size = (int(input_size[0]), int(input_size[1]))
+    warped = [cv2.warpAffine(f, warp_matrix(c, s, input_size), size, flags=cv2.INTER_LINEAR)
+              for f, (c, s) in zip(frames_bgr, boxes, strict=True)]
     return np.stack(warped), np.stack([c for c, _ in boxes]), np.stack([s for _, s in boxes])
 
 
@@ -120,20 +114,13 @@ def prepare_inputs(frames_bgr, input_size: tuple[int, int] = INPUT_SIZE) -> tupl
     return normalize(warped), centers, scales
 
 
-def flip_simcc_back(simcc_x: np.ndarray, simcc_y: np.ndarray,
-                    flip_indices: tuple[int, ...] | list[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(N, K, Wx), (N, K, Wy) SimCC vectors of the flipped input mapped back: keypoint k takes its mirror's (per
-    ``flip_indices``, default COCO-WholeBody), x reversed along its bins. Source: ``[mmpose] models/utils/tta.py``.
-    """
-    idx = np.asarray(coco_wholebody_flip_indices() if flip_indices is None else flip_indices)
-    return simcc_x[:, idx, ::-1], simcc_y[:, idx]
-
-
 def merge_flip(simcc: tuple[np.ndarray, np.ndarray], simcc_flipped: tuple[np.ndarray, np.ndarray],
                flip_indices: tuple[int, ...] | list[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """The plain ``(simcc_x, simcc_y)`` averaged with the flipped input's mapped back, ``(a + b) * 0.5`` in float32
-    (``[mmpose] rtmcc_head.py:193-208``)."""
-    fx, fy = flip_simcc_back(simcc_flipped[0], simcc_flipped[1], flip_indices)
+    """The plain (N, K, Wx), (N, K, Wy) ``(simcc_x, simcc_y)`` averaged with the flipped input's mapped back (keypoint
+    k takes its mirror's per ``flip_indices``, default COCO-WholeBody; x reversed along its bins), ``(a + b) * 0.5``
+    in float32 (``[mmpose] models/utils/tta.py``, ``rtmcc_head.py:193-208``)."""
+    idx = np.asarray(coco_wholebody_flip_indices() if flip_indices is None else flip_indices)
+    fx, fy = simcc_flipped[0][:, idx, ::-1], simcc_flipped[1][:, idx]
     return ((simcc[0] + fx) * 0.5).astype(np.float32), ((simcc[1] + fy) * 0.5).astype(np.float32)
 
 
