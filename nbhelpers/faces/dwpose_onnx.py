@@ -146,8 +146,7 @@ class DWPoseOnnx:
         self.fixed_batch = _dim(shape[0])
         h, w = _dim(shape[2]), _dim(shape[3])
         self.input_size = (w or codec.INPUT_SIZE[0], h or codec.INPUT_SIZE[1])
-        x_bins = int(round(self.input_size[0] * codec.SIMCC_SPLIT_RATIO))
-        y_bins = int(round(self.input_size[1] * codec.SIMCC_SPLIT_RATIO))
+        x_bins, y_bins = (int(round(side * codec.SIMCC_SPLIT_RATIO)) for side in self.input_size)
         three_d = [o for o in outputs if len(o.shape) == 3]
         lasts = [_dim(o.shape[2]) for o in three_d]
         by_bins = {last: o.name for last, o in zip(lasts, three_d, strict=True)}
@@ -198,9 +197,8 @@ class DWPoseOnnx:
         docs/official-behaviour.md §3.1)."""
         kps, scores = [], []
         for start in range(0, len(frames_bgr), self.batch_size):
-            inputs, centers, scales = codec.prepare_inputs(frames_bgr[start:start + self.batch_size],
-                                                           self.input_size)
-            sx, sy = self.simcc(inputs)
+            warped, centers, scales = codec.warp_frames(frames_bgr[start:start + self.batch_size], self.input_size)
+            sx, sy = self.simcc(codec.normalize(warped))
             kp, sc = codec.decode_simcc(sx, sy)
             kps.append(codec.to_frame(kp, centers, scales, self.input_size))
             scores.append(sc)

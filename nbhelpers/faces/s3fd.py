@@ -117,9 +117,8 @@ def decode_detections(olist: list[Any], *, apply_softmax: bool = True) -> list[n
         if a.ndim != 4 or a.shape[1] != (2 if k % 2 == 0 else 4):
             raise InputError(f"olist[{k}] must be (B, {2 if k % 2 == 0 else 4}, H, W); got {a.shape}.")
         arrays.append(softmax(a, axis=1) if (k % 2 == 0 and apply_softmax) else a)
-    batch = arrays[0].shape[0]
     results = []
-    for b in range(batch):
+    for b in range(arrays[0].shape[0]):
         dets = _decode_image([a[b] for a in arrays])
         dets = dets[nms(dets)]
         results.append(dets[dets[:, 4] > MIN_SCORE])
@@ -284,9 +283,7 @@ class S3FD:
         frames = _as_batch(frames, torch)
         side = self.max_side if max_side == "default" else max_side
         height, width = frames.shape[1:3]
-        scale = 1.0
-        if side is not None and max(height, width) > int(side):
-            scale = int(side) / max(height, width)
+        scale = int(side) / max(height, width) if side is not None and max(height, width) > int(side) else 1.0
         out_h, out_w = max(1, round(height * scale)), max(1, round(width * scale))
         mean = device_constant(MEAN, self.device, torch.float32).view(1, 3, 1, 1)
 
@@ -316,8 +313,7 @@ class S3FD:
             dets = decode_detections(olist, apply_softmax=False)
             if scale != 1.0:
                 for d in dets:
-                    d[:, 0:4:2] *= width / out_w
-                    d[:, 1:4:2] *= height / out_h
+                    d[:, :4] *= (width / out_w, height / out_h, width / out_w, height / out_h)
             return dets
 
         results: list[np.ndarray] = []

@@ -75,7 +75,6 @@ class FaceTrack:
 
     @property
     def n_frames(self) -> int:
-        """Number of frames N."""
         return int(self.has_face.shape[0])
 
     @property
@@ -85,7 +84,6 @@ class FaceTrack:
 
     @property
     def n_faces(self) -> int:
-        """Number of frames with a face."""
         return int(self.has_face.sum())
 
     def __len__(self) -> int:
