@@ -106,14 +106,6 @@ def normalize(inputs_bgr: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(x.transpose(0, 3, 1, 2))
 
 
-def prepare_inputs(frames_bgr, input_size: tuple[int, int] = INPUT_SIZE) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`warp_frames` then :func:`normalize` of N >= 1 frames: ``(inputs, centers, scales)``, (N, 3, h, w)
-    float32 and (N, 2) float32. Source: docs/official-behaviour.md §3.1.
-    """
-    warped, centers, scales = warp_frames(frames_bgr, input_size)
-    return normalize(warped), centers, scales
-
-
 def merge_flip(simcc: tuple[np.ndarray, np.ndarray], simcc_flipped: tuple[np.ndarray, np.ndarray],
                flip_indices: tuple[int, ...] | list[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The plain (N, K, Wx), (N, K, Wy) ``(simcc_x, simcc_y)`` averaged with the flipped input's mapped back (keypoint

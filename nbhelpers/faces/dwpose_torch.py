@@ -6,7 +6,6 @@ it loads numpy only.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import re
 import warnings
@@ -21,7 +20,6 @@ from ..errors import (
     CheckpointError,
     FallbackWarning,
     InputError,
-    MissingDependencyError,
     WeightsError,
     require,
 )
@@ -111,8 +109,7 @@ def export_onnx(model, path: str | os.PathLike, *, dynamic_batch: bool = True) -
     opset 17. Returns ``path``; MissingDependencyError without the ``onnx`` package.
     """
     torch = require("torch", INSTALL_TORCH)
-    if importlib.util.find_spec("onnx") is None:
-        raise MissingDependencyError("exporting DWPose to ONNX needs the onnx package: pip install onnx")
+    require("onnx", "pip install onnx")
     net = model.to("cpu", torch.float32).eval()
     w, h = codec.INPUT_SIZE
     axes = {"input": {0: "batch"}, "simcc_x": {0: "batch"}, "simcc_y": {0: "batch"}} if dynamic_batch else None
@@ -138,16 +135,6 @@ def resolve_device(device: str | None) -> str:
                       "CPU instead, which is much slower.", FallbackWarning, stacklevel=3)
         return "cpu"
     return "cuda:0" if dev == "cuda" else dev
-
-
-def _dtype(dtype: Any, device: str):
-    torch = require("torch", INSTALL_TORCH)
-    dtype = resolve_dtype(torch, "auto" if dtype is None else dtype, torch.device(device))
-    if dtype not in (torch.float32, torch.float16, torch.bfloat16):
-        raise InputError(f"dtype must be float32, float16 or bfloat16; got {dtype!r}.")
-    if device == "cpu" and dtype != torch.float32:
-        raise InputError(f"dtype={dtype} on the CPU: half precision is for the GPU; use float32 (the default).")
-    return dtype
 
 
 def simcc_to_keypoints(simcc_x, simcc_y, flip_simcc: tuple | None = None):
@@ -195,7 +182,12 @@ class DWPoseTorch:
                  weights_dir: str | os.PathLike | None = None, fuse: bool = True, channels_last: bool | None = None):
         torch = require("torch", INSTALL_TORCH)
         self.device = resolve_device(device)
-        self.dtype = _dtype(dtype, self.device)
+        self.dtype = resolve_dtype(torch, "auto" if dtype is None else dtype, torch.device(self.device))
+        if self.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+            raise InputError(f"dtype must be float32, float16 or bfloat16; got {self.dtype!r}.")
+        if self.device == "cpu" and self.dtype != torch.float32:
+            raise InputError(f"dtype={self.dtype} on the CPU: half precision is for the GPU; use float32 "
+                             "(the default).")
         if batch_size is None:
             batch_size = DEFAULT_BATCH["cuda" if self.device.startswith("cuda") else "cpu"]
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
