@@ -7,7 +7,6 @@ OpenCV; the 68 face landmarks are whole-body keypoints 23..90.
 from __future__ import annotations
 
 import functools
-import math
 
 import numpy as np
 
@@ -68,20 +67,17 @@ def frame_center_scale(width: int, height: int, input_size: tuple[int, int] = IN
     return center, np.concatenate([w, w / aspect] if w > h * aspect else [h * aspect, h]).astype(np.float32)
 
 
-def warp_matrix(center: np.ndarray, scale: np.ndarray, output_size: tuple[int, int],
-                rotation_deg: float = 0.0) -> np.ndarray:
-    """(2, 3) float64 ``cv2.warpAffine`` matrix mapping the box (``center``, ``scale`` (w, h), ``rotation_deg``
-    counter-clockwise) onto an ``output_size`` (w, h) input: ``A = s * [[cos r, sin r], [-sin r, cos r]]``,
-    ``s = out_w / w``, ``t = out_centre - A @ centre``.
+def warp_matrix(center: np.ndarray, scale: np.ndarray, output_size: tuple[int, int]) -> np.ndarray:
+    """(2, 3) float64 ``cv2.warpAffine`` matrix ``[[s, 0, tx], [0, s, ty]]`` mapping the box (``center``, ``scale``
+    (w, h), not rotated: DWPose's rotation is 0) onto an ``output_size`` (w, h) input: ``s = out_w / w``,
+    ``t = out_centre - s * centre``.
 
     Source: ``[mmpose] topdown_transforms.py:89,113-118`` (``get_warp_matrix``, no UDP).
     """
     out_w, out_h = float(output_size[0]), float(output_size[1])
     s = out_w / float(scale[0])
-    r = math.radians(rotation_deg)
-    a = s * np.array([[math.cos(r), math.sin(r)], [-math.sin(r), math.cos(r)]], dtype=np.float64)
-    t = np.array([out_w * 0.5, out_h * 0.5]) - a @ np.array([float(center[0]), float(center[1])])
-    return np.concatenate([a, t[:, None]], axis=1)
+    t = np.array([out_w * 0.5, out_h * 0.5]) - s * np.array([float(center[0]), float(center[1])])
+    return np.array([[s, 0.0, t[0]], [0.0, s, t[1]]], dtype=np.float64)
 
 
 def warp_frames(frames_bgr, input_size: tuple[int, int] = INPUT_SIZE) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -113,9 +113,8 @@ def export_onnx(model, path: str | os.PathLike, *, dynamic_batch: bool = True) -
     net = model.to("cpu", torch.float32).eval()
     w, h = codec.INPUT_SIZE
     axes = {"input": {0: "batch"}, "simcc_x": {0: "batch"}, "simcc_y": {0: "batch"}} if dynamic_batch else None
-    kwargs: dict[str, Any] = {}
-    if "dynamo" in torch.onnx.export.__code__.co_varnames:
-        kwargs["dynamo"] = False  # the TorchScript exporter: no onnxscript needed, same graph on torch 2.1..2.1x
+    # dynamo=False: the TorchScript exporter, no onnxscript needed, the same graph on torch 2.1..2.1x
+    kwargs = {"dynamo": False} if "dynamo" in torch.onnx.export.__code__.co_varnames else {}
     with torch.no_grad(), warnings.catch_warnings(), atomic_path(path, ".tmp.onnx") as tmp:
         warnings.simplefilter("ignore")
         torch.onnx.export(net, (torch.zeros(1, 3, h, w),), str(tmp), input_names=["input"],
