@@ -226,8 +226,6 @@ def single_box(boxes: Any) -> Any:
     """The one crop box ``boxes`` gives for the whole clip (a bare ``(x1, y1, x2, y2)``, or a list, tuple or (1, 4)
     array of exactly one box), or None (per-frame entries, ``[None]``, or None); :func:`user_boxes` checks numbers.
     """
-    if boxes is None:
-        return None
     if _is_box(boxes):
         return boxes
     if isinstance(boxes, np.ndarray):

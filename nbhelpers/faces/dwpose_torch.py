@@ -256,11 +256,8 @@ class DWPoseTorch:
             kp, sc = simcc_to_keypoints(sx[:m], sy[:m], flipped)
             return codec.to_frame(kp, centers, scales, self.input_size), sc
 
-        kps, scores = [], []
-        for _, (kp, sc) in batched(n, self.batch_size, step, stage="dwpose", on_oom=after_oom):
-            kps.append(kp)
-            scores.append(sc)
-        return np.concatenate(kps), np.concatenate(scores)
+        parts = [out for _, out in batched(n, self.batch_size, step, stage="dwpose", on_oom=after_oom)]
+        return np.concatenate([kp for kp, _ in parts]), np.concatenate([sc for _, sc in parts])
 
     def close(self) -> None:
         """Drop the network (and the CUDA cache)."""

@@ -316,10 +316,7 @@ class S3FD:
                     d[:, :4] *= (width / out_w, height / out_h, width / out_w, height / out_h)
             return dets
 
-        results: list[np.ndarray] = []
-        for _, dets in batched(frames.shape[0], self.batch_size, step, stage="s3fd"):
-            results.extend(dets)
-        return results
+        return [d for _, dets in batched(frames.shape[0], self.batch_size, step, stage="s3fd") for d in dets]
 
     def _rerun_fp32(self, x: Any) -> list[Any]:
         """Run one batch again in float32 after a half-precision overflow (warns once per detector)."""

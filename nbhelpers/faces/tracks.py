@@ -166,10 +166,9 @@ def pick_at(choice: FaceChoice, faces: list[tuple[int, np.ndarray]], frame: int,
     if not faces:
         raise InputError(f"face: {choice} lies on no face (frame {frame} has none); {listing}")
     if choice.kind == "box":
-        overlaps = [(iou(np.asarray(choice.box), box), n) for n, box in faces]
-        best = max(overlaps)
-        if best[0] > 0:
-            return best[1]
+        overlap, best = max((iou(np.asarray(choice.box), box), n) for n, box in faces)
+        if overlap > 0:
+            return best
         px, py = (choice.box[0] + choice.box[2]) / 2, (choice.box[1] + choice.box[3]) / 2
     else:
         px, py = choice.point
