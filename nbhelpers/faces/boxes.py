@@ -16,10 +16,8 @@ from ..errors import InputError, NoFaceError, plural
 MIN_CROP_SIDE = 16  # pixels: the smallest crop side we hand to the 256-px resize (a fix; the official has none)
 N_LANDMARKS = 68  # face points in iBUG 300-W order
 
-__all__ = [
-    "MIN_CROP_SIDE", "BBoxShiftRange", "bbox_shift_range", "crop_box", "crop_box_with_source", "single_box",
-    "smooth_boxes", "user_boxes"
-]
+__all__ = ["MIN_CROP_SIDE", "BBoxShiftRange", "bbox_shift_range", "crop_box", "crop_box_with_source", "single_box",
+           "smooth_boxes", "user_boxes"]
 
 
 def _frame_hw(frame_shape: Any) -> tuple[int, int]:

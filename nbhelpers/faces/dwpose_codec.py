@@ -52,8 +52,8 @@ def coco_wholebody_flip_indices() -> tuple[int, ...]:
     return tuple(flip)
 
 
-def frame_center_scale(width: int, height: int, input_size: tuple[int, int] = INPUT_SIZE
-                       ) -> tuple[np.ndarray, np.ndarray]:
+def frame_center_scale(width: int, height: int,
+                       input_size: tuple[int, int] = INPUT_SIZE) -> tuple[np.ndarray, np.ndarray]:
     """Centre ``(cx, cy)`` and size ``(w, h)``, (2,) float32 frame pixels, of the whole frame as person box, enlarged
     by :data:`BBOX_PADDING`, then one side enlarged so that w / h is the aspect of ``input_size``.
 
@@ -70,10 +70,7 @@ def frame_center_scale(width: int, height: int, input_size: tuple[int, int] = IN
 def warp_matrix(center: np.ndarray, scale: np.ndarray, output_size: tuple[int, int]) -> np.ndarray:
     """(2, 3) float64 ``cv2.warpAffine`` matrix ``[[s, 0, tx], [0, s, ty]]`` mapping the box (``center``, ``scale``
     (w, h), not rotated: DWPose's rotation is 0) onto an ``output_size`` (w, h) input: ``s = out_w / w``,
-    ``t = out_centre - s * centre``.
-
-    Source: ``[mmpose] topdown_transforms.py:89,113-118`` (``get_warp_matrix``, no UDP).
-    """
+    ``t = out_centre - s * centre`` (``[mmpose] topdown_transforms.py:89,113-118``, ``get_warp_matrix``, no UDP)."""
     out_w, out_h = float(output_size[0]), float(output_size[1])
     s = out_w / float(scale[0])
     t = np.array([out_w * 0.5, out_h * 0.5]) - s * np.array([float(center[0]), float(center[1])])
@@ -114,10 +111,8 @@ def merge_flip(simcc: tuple[np.ndarray, np.ndarray], simcc_flipped: tuple[np.nda
 
 def decode_simcc(simcc_x: np.ndarray, simcc_y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """SimCC vectors (N, K, Wx), (N, K, Wy) -> ``(keypoints, scores)``: (N, K, 2) float32 ``(x, y)`` input pixels, the
-    first argmax bin / :data:`SIMCC_SPLIT_RATIO` (bin -1 where the score is <= 0), and (N, K) float32, the smaller peak.
-
-    Source: ``[mmpose] codecs/simcc_label.py:156,173``, ``codecs/utils/post_processing.py:79-88``.
-    """
+    first argmax bin / :data:`SIMCC_SPLIT_RATIO` (bin -1 where the score is <= 0), and (N, K) float32, the smaller peak
+    (``[mmpose] codecs/simcc_label.py:156,173``, ``codecs/utils/post_processing.py:79-88``)."""
     simcc_x, simcc_y = np.asarray(simcc_x), np.asarray(simcc_y)
     locs = np.stack([np.argmax(simcc_x, axis=-1), np.argmax(simcc_y, axis=-1)], axis=-1).astype(np.float32)
     scores = np.minimum(np.max(simcc_x, axis=-1), np.max(simcc_y, axis=-1)).astype(np.float32)

@@ -102,9 +102,8 @@ class DWPoseOnnx:
     onnxruntime has it; ``device`` becomes ``"cpu"`` or ``"cuda:N"``). ``flip_test`` also runs the flipped input and
     averages (official); ``batch_size`` frames per onnxruntime call. Read from the file: ``input_name``,
     ``x_output``, ``y_output``, ``fixed_batch`` (1 for the published file, or None) and ``input_size`` ``(w, h)``.
-    WeightsError for a missing, invalid or foreign file; MissingDependencyError without onnxruntime.
-
-    Source: ``preprocessing.py:17-19,97-101``.
+    WeightsError for a missing, invalid or foreign file; MissingDependencyError without onnxruntime. Source:
+    ``preprocessing.py:17-19,97-101``.
     """
 
     def __init__(self, onnx_path: str | os.PathLike, device: str | None = None, *, flip_test: bool = True,

@@ -286,9 +286,8 @@ class DWPoseBackend(PoseBackend):
                                 flip_test=flip_test, batch_size=batch_size, model=model, weights_dir=root)
         self.device = self.pose.device
         # S3FD: float16 and several frames per call on a GPU; float32, one frame per call on the CPU (official)
-        on_gpu = self.device.startswith("cuda")
         self.face_detector = face_detector if face_detector is not None else S3FD(
-            root / S3FD_FILE, self.device, "auto", batch_size=S3FD_GPU_BATCH if on_gpu else 1)
+            root / S3FD_FILE, self.device, "auto", batch_size=S3FD_GPU_BATCH if self.device.startswith("cuda") else 1)
 
     def __repr__(self) -> str:
         return f"{super().__repr__()[:-1]}, dtype={str(self.pose.dtype)!r})"

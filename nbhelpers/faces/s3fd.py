@@ -159,13 +159,11 @@ def _build_classes() -> dict[str, Any]:
             return (xf / norm * self.weight.float().view(1, -1, 1, 1)).to(x.dtype)
 
     class S3FDNet(nn.Module):
-        """The S3FD network: VGG16, fc6/fc7 as convolutions, conv6/conv7, L2Norm on conv3_3/4_3/5_3 (scales 10, 8,
-        5) and six conf/loc heads at strides 4..128.
+        """The S3FD network (``net_s3fd.py``): VGG16, fc6/fc7 as convolutions, conv6/conv7, L2Norm on conv3_3/4_3/5_3
+        (scales 10, 8, 5) and six conf/loc heads at strides 4..128.
 
         ``forward(x)`` takes (B, 3, H, W) float RGB minus :data:`MEAN` (0..255) and returns ``[conf_0, loc_0, ...]``:
         (B, 2, H_i, W_i) logits (head 0 max-outs 3 background channels) and (B, 4, H_i, W_i) offsets.
-
-        Source: ``net_s3fd.py``.
         """
 
         def __init__(self):
