@@ -55,11 +55,9 @@ def coco_wholebody_flip_indices() -> tuple[int, ...]:
 def frame_center_scale(width: int, height: int,
                        input_size: tuple[int, int] = INPUT_SIZE) -> tuple[np.ndarray, np.ndarray]:
     """Centre ``(cx, cy)`` and size ``(w, h)``, (2,) float32 frame pixels, of the whole frame as person box, enlarged
-    by :data:`BBOX_PADDING`, then one side enlarged so that w / h is the aspect of ``input_size``.
-
-    Source: ``preprocessing.py:97``; ``[mmpose] apis/inference.py:162-166``, ``common_transforms.py:51``,
-    ``topdown_transforms.py:56-70``.
-    """
+    by :data:`BBOX_PADDING`, then one side enlarged so that w / h is the aspect of ``input_size``. Source:
+    ``preprocessing.py:97``; ``[mmpose] apis/inference.py:162-166``, ``common_transforms.py:51``,
+    ``topdown_transforms.py:56-70``."""
     center = np.array([width * 0.5, height * 0.5], dtype=np.float32)
     scale = np.array([width, height], dtype=np.float32) * np.float32(BBOX_PADDING)
     aspect = input_size[0] / input_size[1]

@@ -103,8 +103,7 @@ class DWPoseOnnx:
     averages (official); ``batch_size`` frames per onnxruntime call. Read from the file: ``input_name``,
     ``x_output``, ``y_output``, ``fixed_batch`` (1 for the published file, or None) and ``input_size`` ``(w, h)``.
     WeightsError for a missing, invalid or foreign file; MissingDependencyError without onnxruntime. Source:
-    ``preprocessing.py:17-19,97-101``.
-    """
+    ``preprocessing.py:17-19,97-101``."""
 
     def __init__(self, onnx_path: str | os.PathLike, device: str | None = None, *, flip_test: bool = True,
                  batch_size: int = 8):

@@ -73,9 +73,7 @@ def read_checkpoint(path: str | os.PathLike, weights_dir: str | os.PathLike | No
     (mmengine pickles metadata) only when it matches ``trusted_sha256`` or ``expected_size`` (default:
     :func:`nbhelpers.weights.expected_facts` of :data:`CHECKPOINT_FILE` in ``weights_dir``, default ``path``'s
     grandparent), or with ``allow_pickle`` (a file you trust). WeightsError: missing, damaged or an untrusted pickle.
-
-    Source: `preprocessing.py:17-19`; `[mmpose] apis/inference.py:104-111`.
-    """
+    Source: `preprocessing.py:17-19`; `[mmpose] apis/inference.py:104-111`."""
     path = Path(path)
     if not path.is_file():
         raise WeightsError(f"DWPose checkpoint {str(path)!r} does not exist: download it with `"
@@ -139,11 +137,8 @@ def resolve_device(device: str | None) -> str:
 def simcc_to_keypoints(simcc_x, simcc_y, flip_simcc: tuple | None = None):
     """:func:`dwpose_codec.merge_flip` (when ``flip_simcc``, the flipped input's pair, is given) and
     :func:`dwpose_codec.decode_simcc` in torch on the device of the (N, K, Wx), (N, K, Wy) float32 tensors:
-    ``(keypoints (N, K, 2) float32 input pixels, scores (N, K) float32)``, numpy.
-
-    Source: `[mmpose] rtmcc_head.py:193-208`, `codecs/simcc_label.py:156,173`,
-    `codecs/utils/post_processing.py:79-88` (docs/official-behaviour.md §3.1).
-    """
+    ``(keypoints (N, K, 2) float32 input pixels, scores (N, K) float32)``, numpy (`[mmpose] rtmcc_head.py:193-208`,
+    `codecs/simcc_label.py:156,173`, `codecs/utils/post_processing.py:79-88`; docs/official-behaviour.md §3.1)."""
     torch = require("torch", INSTALL_TORCH)
     if flip_simcc is not None:
         idx = to_device(np.asarray(codec.coco_wholebody_flip_indices(), dtype=np.int64), simcc_x.device)

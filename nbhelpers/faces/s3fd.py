@@ -104,9 +104,7 @@ def decode_detections(olist: list[Any], *, apply_softmax: bool = True) -> list[n
     (0.1, 0.2); then :func:`nms` at :data:`NMS_THRESHOLD` (0.3), and scores <= :data:`MIN_SCORE` (0.5) go.
     ``olist`` is ``[conf_0, loc_0, ..., conf_5, loc_5]`` (numpy or torch): (B, 2, H_i, W_i) float (logits when
     ``apply_softmax``), channel 1 = face, and (B, 4, H_i, W_i) float; InputError for other shapes.
-
-    Source: ``detect.py:59-91``, ``bbox.py:44-64,111-129``, ``sfd_detector.py:41-47``, ``net_s3fd.py:124-127``.
-    """
+    Source: ``detect.py:59-91``, ``bbox.py:44-64,111-129``, ``sfd_detector.py:41-47``, ``net_s3fd.py:124-127``."""
     if len(olist) != 2 * len(STRIDES):
         raise InputError(f"olist must hold 12 arrays (conf and loc for 6 heads); got {len(olist)}.")
     arrays = []
@@ -236,9 +234,7 @@ class S3FD:
     falls back to float32, a half batch with non-finite outputs runs again in float32, both warn). ``max_side`` is
     :meth:`detect`'s default (None: full resolution, official); ``batch_size`` frames per call (official 1), halved
     on CUDA out-of-memory. WeightsError or CheckpointError for a missing, damaged or foreign file.
-
-    Source: ``api.py:46-84``, ``sfd_detector.py``, ``detect.py:59-91``; docs/official-behaviour.md §3.2.
-    """
+    Source: ``api.py:46-84``, ``sfd_detector.py``, ``detect.py:59-91``; docs/official-behaviour.md §3.2."""
 
     name = "s3fd"
 

@@ -377,8 +377,7 @@ class FaceTracker:
             crop = np.concatenate(self._crop)
             from_face_box = np.concatenate(self._from_face_box)
 
-        if config.smooth_boxes > 1:
-            crop = smooth_boxes(crop, has_face, config.smooth_boxes, frame_shape)
+        crop = smooth_boxes(crop, has_face, config.smooth_boxes, frame_shape)  # 0 or 1: unchanged
         shift_range = bbox_shift_range(landmarks) if self.boxes is None else None
 
         result = FaceTrack(crop_boxes=crop.astype(np.int32), face_boxes=face_boxes, landmarks=landmarks,
