@@ -9,7 +9,6 @@ is 2.5 frame pixels and SimCC bin b maps to ``x = 1.25 b - 72``, ``y = 1.25 b - 
 from __future__ import annotations
 
 import importlib.util
-import math
 import os
 
 import numpy as np
@@ -94,22 +93,19 @@ def test_ibug_mirror_pairs_agree_with_dlib_on_a_mirrored_photo(shared_data):
 
 # ------------------------------------------------------------------------------------------ geometry
 
-@pytest.mark.parametrize("rotation", [0.0, 30.0, -45.0])
-def test_warp_matrix_equals_three_point_construction(rotation):
+def test_warp_matrix_equals_three_point_construction():
     """Our closed-form matrix vs cv2.getAffineTransform of three point pairs built from the definition: the box
-    centre goes to the output centre, the point half a box width to the left (rotated with the box) to the middle of
-    the output's left edge, and a third point at a right angle to keep the shape."""
+    centre goes to the output centre, the point half a box width to the left to the middle of the output's left
+    edge, and a third point at a right angle to keep the shape."""
     cv2 = pytest.importorskip("cv2")
     center, scale, out = np.array([310.0, 402.5]), np.array([720.0, 960.0]), (288, 384)
-    r = math.radians(rotation)
-    left = np.array([-0.5 * scale[0] * math.cos(r), -0.5 * scale[0] * math.sin(r)])
-    src = [center, center + left]
+    src = [center, center + np.array([-0.5 * scale[0], 0.0])]
     dst = [np.array([144.0, 192.0]), np.array([0.0, 192.0])]
     for pts in (src, dst):
         d = pts[0] - pts[1]
         pts.append(pts[1] + np.array([-d[1], d[0]]))
     expected = cv2.getAffineTransform(np.float32(src), np.float32(dst))
-    np.testing.assert_allclose(codec.warp_matrix(center, scale, out, rotation), expected, atol=2e-4)
+    np.testing.assert_allclose(codec.warp_matrix(center, scale, out), expected, atol=2e-4)
 
 
 def test_frame_center_scale_pads_and_fixes_aspect():
@@ -131,8 +127,7 @@ def test_warp_moves_a_frame_spot_to_the_predicted_input_pixel():
     ys, xs = np.mgrid[0:H, 0:W]
     spot = 255 * np.exp(-((xs - 200.3) ** 2 + (ys - 600.7) ** 2) / (2 * 10.0**2))
     frame = np.repeat(np.round(spot).astype(np.uint8)[..., None], 3, axis=2)
-    c, s = codec.frame_center_scale(W, H)
-    warped = codec.warp_frame(frame, c, s).astype(np.float64)[..., 0]
+    warped = codec.warp_frames([frame])[0][0].astype(np.float64)[..., 0]  # box codec.frame_center_scale(W, H)
     assert warped.shape == (384, 288)
     ys, xs = np.mgrid[0:384, 0:288]
     cx, cy = (xs * warped).sum() / warped.sum(), (ys * warped).sum() / warped.sum()
@@ -161,10 +156,10 @@ def test_decode_simcc_argmax_split_and_rejection():
     np.testing.assert_allclose(scores[0], [0.4, 1.0, 0.0])
 
 
-def test_flip_simcc_back_swaps_keypoints_and_reverses_x_only():
+def test_merge_flip_swaps_keypoints_and_reverses_x_only():
     x = np.arange(12, dtype=np.float32).reshape(1, 3, 4)
     y = np.arange(15, dtype=np.float32).reshape(1, 3, 5) * 10
-    fx, fy = codec.flip_simcc_back(x, y, [0, 2, 1])
+    fx, fy = (2 * v for v in codec.merge_flip((0 * x, 0 * y), (x, y), [0, 2, 1]))  # the flipped pair mapped back
     np.testing.assert_array_equal(fx[0], [[3, 2, 1, 0], [11, 10, 9, 8], [7, 6, 5, 4]])
     np.testing.assert_array_equal(fy[0], y[0, [0, 2, 1]])
     mx, my = codec.merge_flip((x, y), (x, y), [0, 2, 1])
@@ -351,6 +346,8 @@ def test_bad_frames_and_missing_weights_raise_clear_errors(weights_dir, tmp_path
         dwpose_onnx.DWPoseOnnx(broken, "cpu")
     with pytest.raises(InputError, match="device="):
         dwpose_onnx.DWPoseOnnx(weights_dir / dwpose_onnx.ONNX_FILE, "tpu")
+    with pytest.raises(InputError, match="batch_size"):  # refused as DWPoseTorch refuses it
+        dwpose_onnx.DWPoseOnnx(weights_dir / dwpose_onnx.ONNX_FILE, "cpu", batch_size=True)
 
 
 def test_wrong_signature_is_refused(tmp_path):

@@ -115,8 +115,8 @@ def test_inputs_equal_the_codec_crop_and_normalisation():
     pose = dt.DWPoseTorch(model=dt.build_model("cpu"), device="cpu")
     for frame in frames:
         x, c, s = pose._inputs([frame])
-        want, wc, ws = codec.prepare_inputs([frame])
-        np.testing.assert_array_equal(x.numpy(), want)
+        warped, wc, ws = codec.warp_frames([frame])
+        np.testing.assert_array_equal(x.numpy(), codec.normalize(warped))
         np.testing.assert_array_equal(c, wc)
         np.testing.assert_array_equal(s, ws)
 
@@ -165,6 +165,8 @@ def test_missing_checkpoint_and_bad_arguments_raise_clear_errors(tmp_path):
         dt.DWPoseTorch(model=model, device="cpu", dtype="float16")
     with pytest.raises(InputError, match="batch_size"):
         dt.DWPoseTorch(model=model, device="cpu", batch_size=0)
+    with pytest.raises(InputError, match="batch_size"):
+        dt.DWPoseTorch(model=model, device="cpu", batch_size=True)
     backend = dt.DWPoseBackend(device="cpu", model=model, face_detector=StubDetector(FACE))
     with pytest.raises(InputError, match="uint8"):
         backend.detect(np.zeros((1, 8, 8, 3), np.float32))

@@ -203,7 +203,7 @@ def test_dwpose_torch_equals_mmpose_on_one_checkpoint_file(mb, frames, tmp_path)
     path = testing.write_random_dwpose_checkpoint(tmp_path / "models", seed=5)
     mm_model = mb.build_pose_model(path, "cpu")
     ours = dt.DWPoseBackend(tmp_path / "models", "cpu", face_detector=StubDetector(FACE, none={1}))
-    x = torch.from_numpy(codec.prepare_inputs(frames[:1])[0])
+    x = torch.from_numpy(codec.normalize(codec.warp_frames(frames[:1])[0]))
     with torch.no_grad():
         want = mm_model.head(mm_model.backbone(x))
         got = ours.pose.net(x)

@@ -16,10 +16,8 @@ from ..errors import InputError, NoFaceError, plural
 MIN_CROP_SIDE = 16  # pixels: the smallest crop side we hand to the 256-px resize (a fix; the official has none)
 N_LANDMARKS = 68  # face points in iBUG 300-W order
 
-__all__ = [
-    "MIN_CROP_SIDE", "BBoxShiftRange", "bbox_shift_range", "crop_box", "crop_box_with_source", "single_box",
-    "smooth_boxes", "user_boxes"
-]
+__all__ = ["MIN_CROP_SIDE", "BBoxShiftRange", "bbox_shift_range", "crop_box", "crop_box_with_source", "single_box",
+           "smooth_boxes", "user_boxes"]
 
 
 def _frame_hw(frame_shape: Any) -> tuple[int, int]:
@@ -226,8 +224,6 @@ def single_box(boxes: Any) -> Any:
     """The one crop box ``boxes`` gives for the whole clip (a bare ``(x1, y1, x2, y2)``, or a list, tuple or (1, 4)
     array of exactly one box), or None (per-frame entries, ``[None]``, or None); :func:`user_boxes` checks numbers.
     """
-    if boxes is None:
-        return None
     if _is_box(boxes):
         return boxes
     if isinstance(boxes, np.ndarray):

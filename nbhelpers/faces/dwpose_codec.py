@@ -7,7 +7,6 @@ OpenCV; the 68 face landmarks are whole-body keypoints 23..90.
 from __future__ import annotations
 
 import functools
-import math
 
 import numpy as np
 
@@ -53,54 +52,40 @@ def coco_wholebody_flip_indices() -> tuple[int, ...]:
     return tuple(flip)
 
 
-def frame_center_scale(width: int, height: int, padding: float = BBOX_PADDING,
+def frame_center_scale(width: int, height: int,
                        input_size: tuple[int, int] = INPUT_SIZE) -> tuple[np.ndarray, np.ndarray]:
     """Centre ``(cx, cy)`` and size ``(w, h)``, (2,) float32 frame pixels, of the whole frame as person box, enlarged
-    by ``padding``, then one side enlarged so that w / h is the aspect of ``input_size``.
-
-    Source: ``preprocessing.py:97``; ``[mmpose] apis/inference.py:162-166``, ``common_transforms.py:51``,
-    ``topdown_transforms.py:56-70``.
-    """
+    by :data:`BBOX_PADDING`, then one side enlarged so that w / h is the aspect of ``input_size``. Source:
+    ``preprocessing.py:97``; ``[mmpose] apis/inference.py:162-166``, ``common_transforms.py:51``,
+    ``topdown_transforms.py:56-70``."""
     center = np.array([width * 0.5, height * 0.5], dtype=np.float32)
-    scale = np.array([width, height], dtype=np.float32) * np.float32(padding)
+    scale = np.array([width, height], dtype=np.float32) * np.float32(BBOX_PADDING)
     aspect = input_size[0] / input_size[1]
     w, h = scale[0:1], scale[1:2]
     return center, np.concatenate([w, w / aspect] if w > h * aspect else [h * aspect, h]).astype(np.float32)
 
 
-def warp_matrix(center: np.ndarray, scale: np.ndarray, output_size: tuple[int, int],
-                rotation_deg: float = 0.0) -> np.ndarray:
-    """(2, 3) float64 ``cv2.warpAffine`` matrix mapping the box (``center``, ``scale`` (w, h), ``rotation_deg``
-    counter-clockwise) onto an ``output_size`` (w, h) input: ``A = s * [[cos r, sin r], [-sin r, cos r]]``,
-    ``s = out_w / w``, ``t = out_centre - A @ centre``.
-
-    Source: ``[mmpose] topdown_transforms.py:89,113-118`` (``get_warp_matrix``, no UDP).
-    """
+def warp_matrix(center: np.ndarray, scale: np.ndarray, output_size: tuple[int, int]) -> np.ndarray:
+    """(2, 3) float64 ``cv2.warpAffine`` matrix ``[[s, 0, tx], [0, s, ty]]`` mapping the box (``center``, ``scale``
+    (w, h), not rotated: DWPose's rotation is 0) onto an ``output_size`` (w, h) input: ``s = out_w / w``,
+    ``t = out_centre - s * centre`` (``[mmpose] topdown_transforms.py:89,113-118``, ``get_warp_matrix``, no UDP)."""
     out_w, out_h = float(output_size[0]), float(output_size[1])
     s = out_w / float(scale[0])
-    r = math.radians(rotation_deg)
-    a = s * np.array([[math.cos(r), math.sin(r)], [-math.sin(r), math.cos(r)]], dtype=np.float64)
-    t = np.array([out_w * 0.5, out_h * 0.5]) - a @ np.array([float(center[0]), float(center[1])])
-    return np.concatenate([a, t[:, None]], axis=1)
-
-
-def warp_frame(frame_bgr: np.ndarray, center: np.ndarray, scale: np.ndarray,
-               input_size: tuple[int, int] = INPUT_SIZE) -> np.ndarray:
-    """The (centre, scale) box of an (H, W, 3) uint8 BGR frame warped (bilinear, black outside) to (h, w, 3) uint8.
-
-    Source: ``[mmpose] topdown_transforms.py:113-118``.
-    """
-    import cv2
-
-    mat = warp_matrix(center, scale, input_size)
-    return cv2.warpAffine(frame_bgr, mat, (int(input_size[0]), int(input_size[1])), flags=cv2.INTER_LINEAR)
+    t = np.array([out_w * 0.5, out_h * 0.5]) - s * np.array([float(center[0]), float(center[1])])
+    return np.array([[s, 0.0, t[0]], [0.0, s, t[1]]], dtype=np.float64)
 
 
 def warp_frames(frames_bgr, input_size: tuple[int, int] = INPUT_SIZE) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(warped, centers, scales)`` of N >= 1 frames (any sizes), each its own person box: (N, h, w, 3) uint8 BGR
-    and (N, 2) float32 frame pixels."""
-    boxes = [frame_center_scale(f.shape[1], f.shape[0], BBOX_PADDING, input_size) for f in frames_bgr]
-    warped = [warp_frame(f, c, s, input_size) for f, (c, s) in zip(frames_bgr, boxes, strict=True)]
+    """``(warped, centers, scales)`` of N >= 1 (H, W, 3) uint8 BGR frames (any sizes), each its own person box
+    (:func:`frame_center_scale`) warped (bilinear, black outside) to the input: (N, h, w, 3) uint8 BGR and (N, 2)
+    float32 frame pixels. Source: ``[mmpose] topdown_transforms.py:113-118``.
+    """
+    import cv2
+
+    boxes = [frame_center_scale(f.shape[1], f.shape[0], input_size) for f in frames_bgr]
+    size = (int(input_size[0]), int(input_size[1]))
+    warped = [cv2.warpAffine(f, warp_matrix(c, s, input_size), size, flags=cv2.INTER_LINEAR)
+              for f, (c, s) in zip(frames_bgr, boxes, strict=True)]
     return np.stack(warped), np.stack([c for c, _ in boxes]), np.stack([s for _, s in boxes])
 
 
@@ -112,37 +97,20 @@ def normalize(inputs_bgr: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(x.transpose(0, 3, 1, 2))
 
 
-def prepare_inputs(frames_bgr, input_size: tuple[int, int] = INPUT_SIZE) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`warp_frames` then :func:`normalize` of N >= 1 frames: ``(inputs, centers, scales)``, (N, 3, h, w)
-    float32 and (N, 2) float32. Source: docs/official-behaviour.md §3.1.
-    """
-    warped, centers, scales = warp_frames(frames_bgr, input_size)
-    return normalize(warped), centers, scales
-
-
-def flip_simcc_back(simcc_x: np.ndarray, simcc_y: np.ndarray,
-                    flip_indices: tuple[int, ...] | list[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(N, K, Wx), (N, K, Wy) SimCC vectors of the flipped input mapped back: keypoint k takes its mirror's (per
-    ``flip_indices``, default COCO-WholeBody), x reversed along its bins. Source: ``[mmpose] models/utils/tta.py``.
-    """
-    idx = np.asarray(coco_wholebody_flip_indices() if flip_indices is None else flip_indices)
-    return simcc_x[:, idx, ::-1], simcc_y[:, idx]
-
-
 def merge_flip(simcc: tuple[np.ndarray, np.ndarray], simcc_flipped: tuple[np.ndarray, np.ndarray],
                flip_indices: tuple[int, ...] | list[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """The plain ``(simcc_x, simcc_y)`` averaged with the flipped input's mapped back, ``(a + b) * 0.5`` in float32
-    (``[mmpose] rtmcc_head.py:193-208``)."""
-    fx, fy = flip_simcc_back(simcc_flipped[0], simcc_flipped[1], flip_indices)
+    """The plain (N, K, Wx), (N, K, Wy) ``(simcc_x, simcc_y)`` averaged with the flipped input's mapped back (keypoint
+    k takes its mirror's per ``flip_indices``, default COCO-WholeBody; x reversed along its bins), ``(a + b) * 0.5``
+    in float32 (``[mmpose] models/utils/tta.py``, ``rtmcc_head.py:193-208``)."""
+    idx = np.asarray(coco_wholebody_flip_indices() if flip_indices is None else flip_indices)
+    fx, fy = simcc_flipped[0][:, idx, ::-1], simcc_flipped[1][:, idx]
     return ((simcc[0] + fx) * 0.5).astype(np.float32), ((simcc[1] + fy) * 0.5).astype(np.float32)
 
 
 def decode_simcc(simcc_x: np.ndarray, simcc_y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """SimCC vectors (N, K, Wx), (N, K, Wy) -> ``(keypoints, scores)``: (N, K, 2) float32 ``(x, y)`` input pixels, the
-    first argmax bin / :data:`SIMCC_SPLIT_RATIO` (bin -1 where the score is <= 0), and (N, K) float32, the smaller peak.
-
-    Source: ``[mmpose] codecs/simcc_label.py:156,173``, ``codecs/utils/post_processing.py:79-88``.
-    """
+    first argmax bin / :data:`SIMCC_SPLIT_RATIO` (bin -1 where the score is <= 0), and (N, K) float32, the smaller peak
+    (``[mmpose] codecs/simcc_label.py:156,173``, ``codecs/utils/post_processing.py:79-88``)."""
     simcc_x, simcc_y = np.asarray(simcc_x), np.asarray(simcc_y)
     locs = np.stack([np.argmax(simcc_x, axis=-1), np.argmax(simcc_y, axis=-1)], axis=-1).astype(np.float32)
     scores = np.minimum(np.max(simcc_x, axis=-1), np.max(simcc_y, axis=-1)).astype(np.float32)

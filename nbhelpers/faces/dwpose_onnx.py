@@ -102,10 +102,8 @@ class DWPoseOnnx:
     onnxruntime has it; ``device`` becomes ``"cpu"`` or ``"cuda:N"``). ``flip_test`` also runs the flipped input and
     averages (official); ``batch_size`` frames per onnxruntime call. Read from the file: ``input_name``,
     ``x_output``, ``y_output``, ``fixed_batch`` (1 for the published file, or None) and ``input_size`` ``(w, h)``.
-    WeightsError for a missing, invalid or foreign file; MissingDependencyError without onnxruntime.
-
-    Source: ``preprocessing.py:17-19,97-101``.
-    """
+    WeightsError for a missing, invalid or foreign file; MissingDependencyError without onnxruntime. Source:
+    ``preprocessing.py:17-19,97-101``."""
 
     def __init__(self, onnx_path: str | os.PathLike, device: str | None = None, *, flip_test: bool = True,
                  batch_size: int = 8):
@@ -116,7 +114,7 @@ class DWPoseOnnx:
                                "`python -m nbhelpers download --sets faces-onnx` (or weights.download(sets="
                                "['faces-onnx'])), or pass the right weights_dir. The default 'dwpose' backend needs "
                                f"no ONNX file (it reads {DWPOSE_PTH_FILE})")
-        if not isinstance(batch_size, int) or batch_size < 1:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise InputError(f"batch_size={batch_size!r}: expected an int >= 1 (frames per DWPose call)")
         providers, self.device = _providers(device)
         options = ort.SessionOptions()
@@ -146,8 +144,7 @@ class DWPoseOnnx:
         self.fixed_batch = _dim(shape[0])
         h, w = _dim(shape[2]), _dim(shape[3])
         self.input_size = (w or codec.INPUT_SIZE[0], h or codec.INPUT_SIZE[1])
-        x_bins = int(round(self.input_size[0] * codec.SIMCC_SPLIT_RATIO))
-        y_bins = int(round(self.input_size[1] * codec.SIMCC_SPLIT_RATIO))
+        x_bins, y_bins = (int(round(side * codec.SIMCC_SPLIT_RATIO)) for side in self.input_size)
         three_d = [o for o in outputs if len(o.shape) == 3]
         lasts = [_dim(o.shape[2]) for o in three_d]
         by_bins = {last: o.name for last, o in zip(lasts, three_d, strict=True)}
@@ -163,7 +160,7 @@ class DWPoseOnnx:
 
     def _run(self, inputs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(M, K, Wx), (M, K, Wy) float32 of (M, 3, h, w) float32 inputs, run in chunks."""
-        chunk = self.fixed_batch or max(1, 2 * self.batch_size)
+        chunk = self.fixed_batch or 2 * self.batch_size
         xs, ys = [], []
         for start in range(0, len(inputs), chunk):
             part = inputs[start:start + chunk]
@@ -184,10 +181,8 @@ class DWPoseOnnx:
         return np.concatenate(xs), np.concatenate(ys)
 
     def simcc(self, inputs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(simcc_x (N, K, 2w), simcc_y (N, K, 2h))`` float32 of (N, 3, h, w) normalised inputs, flip test included.
-
-        Source: ``[mmpose] models/pose_estimators/topdown.py:102-104``, ``rtmcc_head.py:193-208``.
-        """
+        """``(simcc_x (N, K, 2w), simcc_y (N, K, 2h))`` float32 of (N, 3, h, w) normalised inputs, flip test included
+        (``[mmpose] models/pose_estimators/topdown.py:102-104``, ``rtmcc_head.py:193-208``)."""
         if not self.flip_test:
             return self._run(inputs)
         n = len(inputs)
@@ -196,15 +191,12 @@ class DWPoseOnnx:
 
     def keypoints(self, frames_bgr: np.ndarray | list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """``(keypoints, scores)`` of (N, H, W, 3) uint8 BGR frames (or frames of any sizes), each its own person box:
-        (N, 133, 2) float32 ``(x, y)`` frame pixels, not rounded, and (N, 133) float32 peaks.
-
-        Source: ``preprocessing.py:97``; docs/official-behaviour.md §3.1.
-        """
+        (N, 133, 2) float32 ``(x, y)`` frame pixels, not rounded, and (N, 133) float32 peaks (``preprocessing.py:97``;
+        docs/official-behaviour.md §3.1)."""
         kps, scores = [], []
         for start in range(0, len(frames_bgr), self.batch_size):
-            inputs, centers, scales = codec.prepare_inputs(frames_bgr[start:start + self.batch_size],
-                                                           self.input_size)
-            sx, sy = self.simcc(inputs)
+            warped, centers, scales = codec.warp_frames(frames_bgr[start:start + self.batch_size], self.input_size)
+            sx, sy = self.simcc(codec.normalize(warped))
             kp, sc = codec.decode_simcc(sx, sy)
             kps.append(codec.to_frame(kp, centers, scales, self.input_size))
             scores.append(sc)

@@ -6,7 +6,6 @@ it loads numpy only.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import re
 import warnings
@@ -21,7 +20,6 @@ from ..errors import (
     CheckpointError,
     FallbackWarning,
     InputError,
-    MissingDependencyError,
     WeightsError,
     require,
 )
@@ -75,9 +73,7 @@ def read_checkpoint(path: str | os.PathLike, weights_dir: str | os.PathLike | No
     (mmengine pickles metadata) only when it matches ``trusted_sha256`` or ``expected_size`` (default:
     :func:`nbhelpers.weights.expected_facts` of :data:`CHECKPOINT_FILE` in ``weights_dir``, default ``path``'s
     grandparent), or with ``allow_pickle`` (a file you trust). WeightsError: missing, damaged or an untrusted pickle.
-
-    Source: `preprocessing.py:17-19`; `[mmpose] apis/inference.py:104-111`.
-    """
+    Source: `preprocessing.py:17-19`; `[mmpose] apis/inference.py:104-111`."""
     path = Path(path)
     if not path.is_file():
         raise WeightsError(f"DWPose checkpoint {str(path)!r} does not exist: download it with `"
@@ -92,13 +88,12 @@ def read_checkpoint(path: str | os.PathLike, weights_dir: str | os.PathLike | No
                                   allow_pickle=allow_pickle)
 
 
-def load_model(path: str | os.PathLike, weights_dir: str | os.PathLike | None = None, *,
-               allow_pickle: bool = False):
+def load_model(path: str | os.PathLike, weights_dir: str | os.PathLike | None = None):
     """:class:`~nbhelpers.faces.dwpose_net.RTMPoseWholebody` (eval, float32, CPU) with the ``.pth`` ``path``
     (:func:`read_checkpoint`) loaded strictly: CheckpointError when its names or shapes differ from RTMPose-l
     whole-body 384x288. Source: `preprocessing.py:17-19` (docs/official-behaviour.md §3.1).
     """
-    state = state_dict_of(read_checkpoint(path, weights_dir, allow_pickle=allow_pickle), path)
+    state = state_dict_of(read_checkpoint(path, weights_dir), path)
     model = build_model("cpu")
     models.check_state_dict(model, state, path, what="DWPose RTMPose-l whole-body 384x288 (dw-ll_ucoco_384.pth)")
     model.load_state_dict(state, strict=True)
@@ -112,14 +107,12 @@ def export_onnx(model, path: str | os.PathLike, *, dynamic_batch: bool = True) -
     opset 17. Returns ``path``; MissingDependencyError without the ``onnx`` package.
     """
     torch = require("torch", INSTALL_TORCH)
-    if importlib.util.find_spec("onnx") is None:
-        raise MissingDependencyError("exporting DWPose to ONNX needs the onnx package: pip install onnx")
+    require("onnx", "pip install onnx")
     net = model.to("cpu", torch.float32).eval()
     w, h = codec.INPUT_SIZE
     axes = {"input": {0: "batch"}, "simcc_x": {0: "batch"}, "simcc_y": {0: "batch"}} if dynamic_batch else None
-    kwargs: dict[str, Any] = {}
-    if "dynamo" in torch.onnx.export.__code__.co_varnames:
-        kwargs["dynamo"] = False  # the TorchScript exporter: no onnxscript needed, same graph on torch 2.1..2.1x
+    # dynamo=False: the TorchScript exporter, no onnxscript needed, the same graph on torch 2.1..2.1x
+    kwargs = {"dynamo": False} if "dynamo" in torch.onnx.export.__code__.co_varnames else {}
     with torch.no_grad(), warnings.catch_warnings(), atomic_path(path, ".tmp.onnx") as tmp:
         warnings.simplefilter("ignore")
         torch.onnx.export(net, (torch.zeros(1, 3, h, w),), str(tmp), input_names=["input"],
@@ -141,24 +134,11 @@ def resolve_device(device: str | None) -> str:
     return "cuda:0" if dev == "cuda" else dev
 
 
-def _dtype(dtype: Any, device: str):
-    torch = require("torch", INSTALL_TORCH)
-    dtype = resolve_dtype(torch, "auto" if dtype is None else dtype, torch.device(device))
-    if dtype not in (torch.float32, torch.float16, torch.bfloat16):
-        raise InputError(f"dtype must be float32, float16 or bfloat16; got {dtype!r}.")
-    if device == "cpu" and dtype != torch.float32:
-        raise InputError(f"dtype={dtype} on the CPU: half precision is for the GPU; use float32 (the default).")
-    return dtype
-
-
 def simcc_to_keypoints(simcc_x, simcc_y, flip_simcc: tuple | None = None):
     """:func:`dwpose_codec.merge_flip` (when ``flip_simcc``, the flipped input's pair, is given) and
     :func:`dwpose_codec.decode_simcc` in torch on the device of the (N, K, Wx), (N, K, Wy) float32 tensors:
-    ``(keypoints (N, K, 2) float32 input pixels, scores (N, K) float32)``, numpy.
-
-    Source: `[mmpose] rtmcc_head.py:193-208`, `codecs/simcc_label.py:156,173`,
-    `codecs/utils/post_processing.py:79-88` (docs/official-behaviour.md §3.1).
-    """
+    ``(keypoints (N, K, 2) float32 input pixels, scores (N, K) float32)``, numpy (`[mmpose] rtmcc_head.py:193-208`,
+    `codecs/simcc_label.py:156,173`, `codecs/utils/post_processing.py:79-88`; docs/official-behaviour.md §3.1)."""
     torch = require("torch", INSTALL_TORCH)
     if flip_simcc is not None:
         idx = to_device(np.asarray(codec.coco_wholebody_flip_indices(), dtype=np.int64), simcc_x.device)
@@ -196,7 +176,12 @@ class DWPoseTorch:
                  weights_dir: str | os.PathLike | None = None, fuse: bool = True, channels_last: bool | None = None):
         torch = require("torch", INSTALL_TORCH)
         self.device = resolve_device(device)
-        self.dtype = _dtype(dtype, self.device)
+        self.dtype = resolve_dtype(torch, "auto" if dtype is None else dtype, torch.device(self.device))
+        if self.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+            raise InputError(f"dtype must be float32, float16 or bfloat16; got {self.dtype!r}.")
+        if self.device == "cpu" and self.dtype != torch.float32:
+            raise InputError(f"dtype={self.dtype} on the CPU: half precision is for the GPU; use float32 "
+                             "(the default).")
         if batch_size is None:
             batch_size = DEFAULT_BATCH["cuda" if self.device.startswith("cuda") else "cpu"]
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -227,11 +212,10 @@ class DWPoseTorch:
         return (x - self._mean) / self._std, centers, scales
 
     def simcc(self, inputs) -> tuple[Any, Any, tuple | None]:
-        """``(simcc_x, simcc_y, flipped)`` float32 (N, K, 576), (N, K, 768) of normalised inputs (tensor or numpy), and
-        with the flip test the mirrored inputs' pair not yet mapped back (else None)."""
+        """``(simcc_x, simcc_y, flipped)`` float32 (N, K, 576), (N, K, 768) of an (N, 3, 384, 288) tensor of normalised
+        inputs, and with the flip test the mirrored inputs' pair not yet mapped back (else None)."""
         torch = require("torch", INSTALL_TORCH)
-        x = inputs if isinstance(inputs, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(inputs))
-        x = x.to(self.device, self.dtype)
+        x = inputs.to(self.device, self.dtype)
         if self.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
         n = x.shape[0]
@@ -249,9 +233,8 @@ class DWPoseTorch:
         n = len(frames_bgr)
         if n == 0:
             return np.zeros((0, codec.NUM_KEYPOINTS, 2), np.float32), np.zeros((0, codec.NUM_KEYPOINTS), np.float32)
-        batch = self.batch_size or n
         # CUDA: a short batch is padded to one shape (cuDNN plans built once), until an out-of-memory fallback.
-        pad = {"to": int(batch) if self.device.startswith("cuda") else None}
+        pad = {"to": self.batch_size if self.device.startswith("cuda") else None}
 
         def after_oom() -> None:
             pad["to"] = None
@@ -268,11 +251,8 @@ class DWPoseTorch:
             kp, sc = simcc_to_keypoints(sx[:m], sy[:m], flipped)
             return codec.to_frame(kp, centers, scales, self.input_size), sc
 
-        kps, scores = [], []
-        for _, (kp, sc) in batched(n, batch, step, stage="dwpose", on_oom=after_oom):
-            kps.append(kp)
-            scores.append(sc)
-        return np.concatenate(kps), np.concatenate(scores)
+        parts = [out for _, out in batched(n, self.batch_size, step, stage="dwpose", on_oom=after_oom)]
+        return np.concatenate([kp for kp, _ in parts]), np.concatenate([sc for _, sc in parts])
 
     def close(self) -> None:
         """Drop the network (and the CUDA cache)."""
@@ -301,9 +281,8 @@ class DWPoseBackend(PoseBackend):
                                 flip_test=flip_test, batch_size=batch_size, model=model, weights_dir=root)
         self.device = self.pose.device
         # S3FD: float16 and several frames per call on a GPU; float32, one frame per call on the CPU (official)
-        on_gpu = self.device.startswith("cuda")
         self.face_detector = face_detector if face_detector is not None else S3FD(
-            root / S3FD_FILE, self.device, "auto", batch_size=S3FD_GPU_BATCH if on_gpu else 1)
+            root / S3FD_FILE, self.device, "auto", batch_size=S3FD_GPU_BATCH if self.device.startswith("cuda") else 1)
 
     def __repr__(self) -> str:
         return f"{super().__repr__()[:-1]}, dtype={str(self.pose.dtype)!r})"

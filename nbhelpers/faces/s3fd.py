@@ -97,17 +97,14 @@ def _decode_image(outputs: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(found, axis=0)
 
 
-def decode_detections(olist: list[Any], *, apply_softmax: bool = True,
-                      min_score: float = MIN_SCORE) -> list[np.ndarray]:
+def decode_detections(olist: list[Any], *, apply_softmax: bool = True) -> list[np.ndarray]:
     """The 12 S3FD head outputs as face boxes: B float64 arrays (K_b, 5) ``(x1, y1, x2, y2, score)`` in input pixels,
     highest score first. Head ``i`` (stride ``s = 4 * 2**i``): a cell ``(r, c)`` whose face probability exceeds
     :data:`CANDIDATE_SCORE` (0.05) decodes its anchor (side ``4s``, centre ``(s/2 + c s, s/2 + r s)``) with variances
-    (0.1, 0.2); then :func:`nms` at :data:`NMS_THRESHOLD` (0.3), and scores <= ``min_score`` (officially 0.5) go.
+    (0.1, 0.2); then :func:`nms` at :data:`NMS_THRESHOLD` (0.3), and scores <= :data:`MIN_SCORE` (0.5) go.
     ``olist`` is ``[conf_0, loc_0, ..., conf_5, loc_5]`` (numpy or torch): (B, 2, H_i, W_i) float (logits when
     ``apply_softmax``), channel 1 = face, and (B, 4, H_i, W_i) float; InputError for other shapes.
-
-    Source: ``detect.py:59-91``, ``bbox.py:44-64,111-129``, ``sfd_detector.py:41-47``, ``net_s3fd.py:124-127``.
-    """
+    Source: ``detect.py:59-91``, ``bbox.py:44-64,111-129``, ``sfd_detector.py:41-47``, ``net_s3fd.py:124-127``."""
     if len(olist) != 2 * len(STRIDES):
         raise InputError(f"olist must hold 12 arrays (conf and loc for 6 heads); got {len(olist)}.")
     arrays = []
@@ -118,12 +115,11 @@ def decode_detections(olist: list[Any], *, apply_softmax: bool = True,
         if a.ndim != 4 or a.shape[1] != (2 if k % 2 == 0 else 4):
             raise InputError(f"olist[{k}] must be (B, {2 if k % 2 == 0 else 4}, H, W); got {a.shape}.")
         arrays.append(softmax(a, axis=1) if (k % 2 == 0 and apply_softmax) else a)
-    batch = arrays[0].shape[0]
     results = []
-    for b in range(batch):
+    for b in range(arrays[0].shape[0]):
         dets = _decode_image([a[b] for a in arrays])
         dets = dets[nms(dets)]
-        results.append(dets[dets[:, 4] > min_score])
+        results.append(dets[dets[:, 4] > MIN_SCORE])
     return results
 
 
@@ -161,13 +157,11 @@ def _build_classes() -> dict[str, Any]:
             return (xf / norm * self.weight.float().view(1, -1, 1, 1)).to(x.dtype)
 
     class S3FDNet(nn.Module):
-        """The S3FD network: VGG16, fc6/fc7 as convolutions, conv6/conv7, L2Norm on conv3_3/4_3/5_3 (scales 10, 8,
-        5) and six conf/loc heads at strides 4..128.
+        """The S3FD network (``net_s3fd.py``): VGG16, fc6/fc7 as convolutions, conv6/conv7, L2Norm on conv3_3/4_3/5_3
+        (scales 10, 8, 5) and six conf/loc heads at strides 4..128.
 
         ``forward(x)`` takes (B, 3, H, W) float RGB minus :data:`MEAN` (0..255) and returns ``[conf_0, loc_0, ...]``:
         (B, 2, H_i, W_i) logits (head 0 max-outs 3 background channels) and (B, 4, H_i, W_i) offsets.
-
-        Source: ``net_s3fd.py``.
         """
 
         def __init__(self):
@@ -240,9 +234,7 @@ class S3FD:
     falls back to float32, a half batch with non-finite outputs runs again in float32, both warn). ``max_side`` is
     :meth:`detect`'s default (None: full resolution, official); ``batch_size`` frames per call (official 1), halved
     on CUDA out-of-memory. WeightsError or CheckpointError for a missing, damaged or foreign file.
-
-    Source: ``api.py:46-84``, ``sfd_detector.py``, ``detect.py:59-91``; docs/official-behaviour.md §3.2.
-    """
+    Source: ``api.py:46-84``, ``sfd_detector.py``, ``detect.py:59-91``; docs/official-behaviour.md §3.2."""
 
     name = "s3fd"
 
@@ -285,9 +277,7 @@ class S3FD:
         frames = _as_batch(frames, torch)
         side = self.max_side if max_side == "default" else max_side
         height, width = frames.shape[1:3]
-        scale = 1.0
-        if side is not None and max(height, width) > int(side):
-            scale = int(side) / max(height, width)
+        scale = int(side) / max(height, width) if side is not None and max(height, width) > int(side) else 1.0
         out_h, out_w = max(1, round(height * scale)), max(1, round(width * scale))
         mean = device_constant(MEAN, self.device, torch.float32).view(1, 3, 1, 1)
 
@@ -317,14 +307,10 @@ class S3FD:
             dets = decode_detections(olist, apply_softmax=False)
             if scale != 1.0:
                 for d in dets:
-                    d[:, 0:4:2] *= width / out_w
-                    d[:, 1:4:2] *= height / out_h
+                    d[:, :4] *= (width / out_w, height / out_h, width / out_w, height / out_h)
             return dets
 
-        results: list[np.ndarray] = []
-        for _, dets in batched(frames.shape[0], self.batch_size, step, stage="s3fd"):
-            results.extend(dets)
-        return results
+        return [d for _, dets in batched(frames.shape[0], self.batch_size, step, stage="s3fd") for d in dets]
 
     def _rerun_fp32(self, x: Any) -> list[Any]:
         """Run one batch again in float32 after a half-precision overflow (warns once per detector)."""

@@ -75,7 +75,6 @@ class FaceTrack:
 
     @property
     def n_frames(self) -> int:
-        """Number of frames N."""
         return int(self.has_face.shape[0])
 
     @property
@@ -85,7 +84,6 @@ class FaceTrack:
 
     @property
     def n_faces(self) -> int:
-        """Number of frames with a face."""
         return int(self.has_face.sum())
 
     def __len__(self) -> int:
@@ -94,10 +92,6 @@ class FaceTrack:
     def box(self, index: int) -> tuple[int, int, int, int] | None:
         """The crop box ``(x1, y1, x2, y2)`` of frame ``index`` as Python ints, or None when it has no face."""
         return tuple(int(v) for v in self.crop_boxes[index]) if self.has_face[index] else None
-
-    def boxes(self) -> list[tuple[int, int, int, int] | None]:
-        """All crop boxes as a list of ``(x1, y1, x2, y2)`` or None (the official coords-list shape)."""
-        return [self.box(i) for i in range(self.n_frames)]
 
     def no_face_ranges(self) -> list[tuple[int, int]]:
         """Runs of frames with no face as inclusive ``(first, last)`` frame indices."""
@@ -287,9 +281,14 @@ class FaceTracker:
         elif batch.shape[1:3] != self.frame_shape:
             _check_frame(batch[0], first, self.frame_shape)
         if self.boxes is not None:
-            crop, has = self._user_crop(first, b)
+            if not self._single_box and first + b > len(self.boxes):  # the clip's length is known only once read
+                raise InputError(
+                    f"boxes has {len(self.boxes)} entries but the clip has more frames than that (at least "
+                    f"{first + b} at 25 fps). Give one (x1, y1, x2, y2) (or a list holding that one box) for every "
+                    "frame, or exactly one entry, a box or None (no face), per frame.")
             self.n_frames += b
-            return crop, has
+            return user_boxes(self.boxes if self._single_box else list(self.boxes[first:first + b]), b,
+                              self.frame_shape)
         found_all: list[FaceResult | None] = []
         extra: dict[str, Any] = {}
         if self.chooser is not None:
@@ -337,16 +336,6 @@ class FaceTracker:
                 pbar.total = pbar.n
                 pbar.refresh()
 
-    def _user_crop(self, first: int, b: int) -> tuple[np.ndarray, np.ndarray]:
-        if self._single_box:
-            return user_boxes(self.boxes, b, self.frame_shape)
-        if first + b > len(self.boxes):  # fewer boxes than frames; the clip's length is not known until it is read
-            raise InputError(
-                f"boxes has {len(self.boxes)} entries but the clip has more frames than that (at least "
-                f"{first + b} at 25 fps). Give one (x1, y1, x2, y2) (or a list holding that one box) for every "
-                "frame, or exactly one entry, a box or None (no face), per frame.")
-        return user_boxes(list(self.boxes[first:first + b]), b, self.frame_shape)
-
     def finish(self) -> FaceTrack:
         """The :class:`FaceTrack` of every frame added (smoothed when asked); releases a backend made here. InputError
         when no frame was added or per-frame ``boxes`` do not match the frame count; NoFaceError when no frame has a
@@ -380,18 +369,15 @@ class FaceTracker:
                     + (f": {reason}" if reason else "") + "). Check that the clip shows a face turned towards the "
                     "camera (at least about 40 px tall), try another backend, or give the crop box yourself: "
                     "boxes=(x1, y1, x2, y2) in Python, --box=x1,y1,x2,y2 on the command line.")
+            faces = [r for r in results if r is not None]
             face_boxes = np.full((n, 4), np.nan, dtype=np.float64)
-            for i, r in enumerate(results):
-                if r is None:
-                    continue
-                face_boxes[i] = np.asarray(r.face_box, dtype=np.float64).reshape(4)
-                landmarks[i] = np.asarray(r.landmarks, dtype=np.float32).reshape(68, 2)
-                scores[i] = float(r.score)
+            face_boxes[has_face] = [np.asarray(r.face_box, dtype=np.float64).reshape(4) for r in faces]
+            landmarks[has_face] = [np.asarray(r.landmarks, dtype=np.float32).reshape(68, 2) for r in faces]
+            scores[has_face] = [float(r.score) for r in faces]
             crop = np.concatenate(self._crop)
             from_face_box = np.concatenate(self._from_face_box)
 
-        if config.smooth_boxes > 1:
-            crop = smooth_boxes(crop, has_face, config.smooth_boxes, frame_shape)
+        crop = smooth_boxes(crop, has_face, config.smooth_boxes, frame_shape)  # 0 or 1: unchanged
         shift_range = bbox_shift_range(landmarks) if self.boxes is None else None
 
         result = FaceTrack(crop_boxes=crop.astype(np.int32), face_boxes=face_boxes, landmarks=landmarks,

@@ -81,14 +81,6 @@ class Track:
     thumbnail: np.ndarray
     mouths: np.ndarray | None = None
 
-    @property
-    def first(self) -> int:
-        return int(self.frames[0])
-
-    @property
-    def last(self) -> int:
-        return int(self.frames[-1])
-
     def __len__(self) -> int:
         return int(len(self.frames))
 
@@ -100,7 +92,7 @@ class Track:
     def describe(self) -> str:
         side = np.median(np.maximum(self.boxes[:, 2] - self.boxes[:, 0], self.boxes[:, 3] - self.boxes[:, 1]))
         frames = plural(len(self), "frame")
-        return f"track {self.number}: frames {self.first}-{self.last} ({frames}), about {side:.0f} px"
+        return f"track {self.number}: frames {self.frames[0]}-{self.frames[-1]} ({frames}), about {side:.0f} px"
 
 
 @dataclass
@@ -174,10 +166,9 @@ def pick_at(choice: FaceChoice, faces: list[tuple[int, np.ndarray]], frame: int,
     if not faces:
         raise InputError(f"face: {choice} lies on no face (frame {frame} has none); {listing}")
     if choice.kind == "box":
-        overlaps = [(iou(np.asarray(choice.box), box), n) for n, box in faces]
-        best = max(overlaps)
-        if best[0] > 0:
-            return best[1]
+        overlap, best = max((iou(np.asarray(choice.box), box), n) for n, box in faces)
+        if overlap > 0:
+            return best
         px, py = (choice.box[0] + choice.box[2]) / 2, (choice.box[1] + choice.box[3]) / 2
     else:
         px, py = choice.point
@@ -215,7 +206,7 @@ class TrackLinker:
         self._tracks: list[_Live] = []
         self._grey: np.ndarray | None = None
         self._cuts: list[int] = []
-        self._marks: dict[int, dict[str, Any]] = {}
+        self._marks: dict[int, tuple] = {}
 
     def mark(self, frame: int) -> None:
         """Remember the state before ``frame``, or go back to it when that frame was already added (the per-frame
