@@ -38,7 +38,7 @@ def main() -> None:
     dtypes = [torch.float32] if device == "cpu" else [torch.float32, torch.float16]
     n = 2 if device == "cpu" else args.frames
     with tempfile.TemporaryDirectory() as tmp:
-        path = write_tiny_s3fd(tmp, dtype=torch.float32)
+        path = write_tiny_s3fd(tmp)
         rows = []
         for dtype in dtypes:
             det = S3FD(path, device=device, dtype=dtype)
