@@ -8,7 +8,6 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -33,11 +32,6 @@ class Chart:
         buffer = io.BytesIO()
         self.figure.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
         return buffer.getvalue()
-
-    def save(self, path: str | os.PathLike, dpi: int = 100) -> Path:
-        """Write the figure to ``path`` (format from the suffix); returns the path."""
-        self.figure.savefig(path, dpi=dpi, bbox_inches="tight")
-        return Path(path)
 
     def _repr_png_(self) -> bytes:
         return self.png()
@@ -241,30 +235,23 @@ def _track_array(track: Any, names: Sequence[str]) -> np.ndarray | None:
     return None
 
 
-def _track_masks(track: Any, has_face: np.ndarray | None) -> list[Any] | None:
-    """Per-frame blend masks of an avatar-like object (``masks`` with ``squares``)."""
+def _blend_masks(track: Any, has_face: np.ndarray | None) -> list[Any] | None:
+    """An avatar's blend ``(mask, square)`` per frame, None on frames without a face; None without ``masks``."""
     masks, squares = getattr(track, "masks", None), getattr(track, "squares", None)
-    if masks is None:
+    if masks is None or squares is None:
         return None
-    masks = list(masks)
-    if squares is not None:
-        masks = [SimpleNamespace(mask=m, square=s) for m, s in zip(masks, squares, strict=True)]
+    masks = list(zip(masks, squares, strict=True))
     if has_face is not None and len(masks) == int(has_face.sum()) != len(has_face):
         it = iter(masks)  # one mask per frame with a face: spread them over the frames
         masks = [next(it) if face else None for face in has_face]
     return masks
 
 
-def _full_mask(item: Any, shape: tuple[int, int]) -> np.ndarray | None:
-    """A (H, W) float mask in [0, 1] from a full-frame mask or from a blend material (mask over its square)."""
-    if item is None:
-        return None
-    mask = np.asarray(getattr(item, "mask", item), dtype=np.float32)
+def _full_mask(mask: Any, square: Sequence[int], shape: tuple[int, int]) -> np.ndarray:
+    """A (H, W) float mask in [0, 1]: a blend mask (0..1 or 0..255) placed on its square of the frame."""
+    mask = np.asarray(mask, dtype=np.float32)
     if mask.max(initial=0) > 1:
         mask = mask / 255.0
-    square = getattr(item, "square", None)
-    if square is None:
-        return mask if mask.shape[:2] == shape else None
     xs, ys, xe, ye = (int(v) for v in square)
     canvas = np.zeros(shape, np.float32)
     x0, y0, x1, y1 = max(xs, 0), max(ys, 0), min(xe, shape[1]), min(ye, shape[0])
@@ -273,27 +260,24 @@ def _full_mask(item: Any, shape: tuple[int, int]) -> np.ndarray | None:
     return canvas
 
 
-def plot_faces(frames: Any, track: Any = None, *, indices: Sequence[int] | None = None, boxes: Any = None,
-               landmarks: Any = None, masks: Any = None, max_frames: int = 4, width_in: float = 3.2) -> Chart:
-    """Frames with their crop boxes, landmarks and blend masks drawn over them, one panel of ``width_in`` inches per
-    frame: ``indices``, or ``max_frames`` evenly spaced ones.
+def plot_faces(frames: Any, track: Any = None, *, indices: Sequence[int] | None = None, max_frames: int = 4) -> Chart:
+    """Frames with their crop boxes, landmarks and blend masks drawn over them, one panel per frame: ``indices``, or
+    ``max_frames`` evenly spaced ones.
 
     ``frames`` is a video or photo path (only the frames shown are decoded), (N, H, W, 3) uint8 BGR frames, a list
-    of them, or a frame reader. ``track`` is a face track or an avatar: its ``boxes`` (N, 4) pixels, ``landmarks``
-    (N, 68, 2) and ``has_face`` (N,) are used when present; face tracks (``pipe.faces(video)``, or a face track's
-    ``tracks``) draw every track's detector box in its colour with its number. ``boxes`` (N, 4) ``(x1, y1, x2, y2)``
-    and ``landmarks`` (N, 68, 2) ``(x, y)`` override the track's; ``masks`` gives per frame a (H, W) mask (0..1 or
-    0..255) or a blend material with ``mask`` and ``square``.
+    of them, or a frame reader. ``track`` is a face track or an avatar: its ``crop_boxes`` or ``boxes`` (N, 4)
+    ``(x1, y1, x2, y2)`` pixels, ``landmarks`` (N, 68, 2) ``(x, y)``, ``has_face`` (N,) and an avatar's blend
+    ``masks`` over its ``squares`` are drawn when present; face tracks (``pipe.faces(video)``, or a face track's
+    ``tracks``) draw every track's detector box in its colour with its number.
 
     Raises:
         InputError: No frames, or an index out of range.
     """
     every, track = (track, None) if isinstance(track, FaceTracks) else (getattr(track, "tracks", None), track)
-    boxes = _track_array(track, ("crop_boxes", "boxes")) if boxes is None else np.asarray(boxes)
-    landmarks = _track_array(track, ("landmarks",)) if landmarks is None else np.asarray(landmarks)
+    boxes = _track_array(track, ("crop_boxes", "boxes"))
+    landmarks = _track_array(track, ("landmarks",))
     has_face = _track_array(track, ("has_face",))
-    if masks is None:
-        masks = _track_masks(track, has_face)
+    masks = _blend_masks(track, has_face)
     n_known = next((len(a) for a in (boxes, landmarks, has_face, masks) if a is not None), None)
     if n_known is None and every is not None:
         n_known = every.n_frames
@@ -307,13 +291,14 @@ def plot_faces(frames: Any, track: Any = None, *, indices: Sequence[int] | None 
         raise InputError(f"indices must be frame numbers in 0..{n_known - 1}; got {indices}.")
     images = _frames_at(frames, indices)
     aspect = images[0].shape[0] / images[0].shape[1]
-    fig = _figure(width_in * len(images), width_in * aspect + 0.5)
+    fig = _figure(3.2 * len(images), 3.2 * aspect + 0.5)  # 3.2 inches a frame
     for k, (i, frame) in enumerate(zip(indices, images, strict=True)):
         ax = fig.add_subplot(1, len(images), k + 1)
         ax.imshow(frame[:, :, ::-1])  # BGR -> RGB for display
         face = True if has_face is None else bool(has_face[i])
-        mask = _full_mask(masks[i], frame.shape[:2]) if masks is not None and i < len(masks) else None
-        if mask is not None:  # red, 45 % opaque where the mask is 1
+        material = masks[i] if masks is not None and i < len(masks) else None
+        if material is not None:  # red, 45 % opaque where the mask is 1
+            mask = _full_mask(*material, frame.shape[:2])
             ax.imshow(np.dstack([np.ones_like(mask), np.zeros_like(mask), np.zeros_like(mask), 0.45 * mask]))
         if face and boxes is not None:
             outline(ax, boxes[i], "#00e000", 1.5)
