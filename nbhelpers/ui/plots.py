@@ -27,10 +27,10 @@ class Chart:
     def __init__(self, figure: Any):
         self.figure = figure
 
-    def png(self, dpi: int = 100) -> bytes:
-        """The figure as PNG bytes."""
+    def png(self) -> bytes:
+        """The figure as PNG bytes at 100 dpi."""
         buffer = io.BytesIO()
-        self.figure.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
+        self.figure.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
         return buffer.getvalue()
 
     def _repr_png_(self) -> bytes:
@@ -54,16 +54,16 @@ def outline(ax: Any, box: Sequence[float], colour: str, linewidth: float = 2, **
     ax.add_patch(Rectangle((x1, y1), x2 - x1, y2 - y1, fill=False, edgecolor=colour, linewidth=linewidth, **style))
 
 
-def compare_restore(before: Any, after: Any, title: str = "Face restoration: before and after") -> Chart:
+def compare_restore(before: Any, after: Any) -> Chart:
     """A 2x2 chart of one frame's generated crop and repainted mouth, ``before`` (a
-    :class:`~nbhelpers.pipeline.Preview` with ``restore=None``) and ``after`` restoration, titled ``title``; InputError
-    when the previews differ in frame or crop box.
+    :class:`~nbhelpers.pipeline.Preview` with ``restore=None``) and ``after`` restoration; InputError when the
+    previews differ in frame or crop box.
     """
     if tuple(before.crop_box) != tuple(after.crop_box) or before.frame.shape != after.frame.shape:
         raise InputError("compare_restore needs two previews of the same frame and crop box (the same video, "
                          "frame_index and settings apart from restore).")
     fig = _figure(8, 8)
-    fig.suptitle(title)
+    fig.suptitle("Face restoration: before and after")
     axes = fig.subplots(2, 2)
     x1, y1, x2, y2 = before.crop_box
     h, w = before.frame.shape[:2]
@@ -78,9 +78,9 @@ def compare_restore(before: Any, after: Any, title: str = "Face restoration: bef
     return Chart(fig)
 
 
-def plot_timings(timings: Any, title: str = "Time per stage") -> Chart:
-    """A bar chart of seconds per stage with each stage's share, from a mapping or a result's ``timings``, titled
-    ``title``; InputError for no timings or a negative or non-numeric value.
+def plot_timings(timings: Any) -> Chart:
+    """A bar chart of seconds per stage with each stage's share, from a mapping or a result's ``timings``; InputError
+    for no timings or a negative or non-numeric value.
     """
     timings = getattr(timings, "timings", timings)
     if not isinstance(timings, Mapping) or not timings:
@@ -95,7 +95,7 @@ def plot_timings(timings: Any, title: str = "Time per stage") -> Chart:
     total = float(seconds.sum())
     shares = 100 * seconds / total if total > 0 else 0 * seconds
     return bars(names, seconds, [f" {s:.2f} s ({p:.0f}%)" for s, p in zip(seconds, shares, strict=True)], "seconds",
-                f"{title} (total {total:.2f} s)", max(total * 0.01, seconds.max() * 1.35, 1e-3))
+                f"Time per stage (total {total:.2f} s)", max(total * 0.01, seconds.max() * 1.35, 1e-3))
 
 
 def bars(names: Sequence[str], values: np.ndarray, labels: Sequence[str], xlabel: str, title: str,
@@ -122,8 +122,7 @@ def _zscore(x: np.ndarray) -> np.ndarray:
     return (x - x[ok].mean()) / (sd if sd > 0 else 1.0)
 
 
-def plot_sync(lag: Any, score: Any = None, title: str = "Does the mouth follow the voice?", *,
-              turns: Any = None) -> Chart:
+def plot_sync(lag: Any, score: Any = None, *, turns: Any = None) -> Chart:
     """Chart a :class:`nbhelpers.quality.MouthAudioLag` ``lag``: both curves over time (z scores), and the correlation
     per lag with, given a :class:`~nbhelpers.quality.SyncScore` ``score``, its mean distance per offset on the same
     scale (audio delay = -offset). ``turns`` (a ``face="speaker"`` result or its ``turns``) shade each speaker's
@@ -140,7 +139,7 @@ def plot_sync(lag: Any, score: Any = None, title: str = "Does the mouth follow t
     t = np.arange(mouth.shape[0]) / float(fps)
     top.plot(t, _zscore(mouth), color="#c44e52", lw=1.0, label="mouth opening (inner lips / eye width)")
     top.plot(t, _zscore(env), color="#4c72b0", lw=1.0, alpha=0.8, label="speech envelope (log RMS)")
-    top.set(xlabel="seconds", ylabel="z score", title=title)
+    top.set(xlabel="seconds", ylabel="z score", title="Does the mouth follow the voice?")
     top.legend(loc="upper right", fontsize=8)
     for turn in getattr(turns, "turns", turns) or ():
         colour = TRACK_COLOURS[turn.track % len(TRACK_COLOURS)] if turn.track >= 0 else "0.6"
