@@ -55,11 +55,6 @@ class ClipResult:
     turns: tuple[Any, ...] = ()
 
     @property
-    def batch_size(self) -> int | None:
-        """Frames per batch used."""
-        return self.config.batch_size
-
-    @property
     def end_to_end_fps(self) -> float:
         """Output frames per wall-clock second, everything included."""
         return self.n_frames / self.wall_s if self.wall_s > 0 else float("nan")

@@ -162,7 +162,7 @@ def plot_sync(lag: Any, score: Any = None, *, turns: Any = None) -> Chart:
     return Chart(fig)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class FpsTable:
     """Speed of several generated clips, one row per clip:
     ``(name, n_frames, wall_s, generation_fps, end_to_end_fps, realtime_factor)``.
@@ -179,14 +179,11 @@ class FpsTable:
         return [[name, str(n), f"{wall:.2f}", f"{gen:.1f}", f"{e2e:.1f}", f"{rt:.2f}"]
                 for name, n, wall, gen, e2e, rt in self.rows]
 
-    def __str__(self) -> str:
+    def __repr__(self) -> str:
         widths = [max(len(h), *(len(c[i]) for c in self._cells())) for i, h in enumerate(self.HEADERS)]
         lines = ["  ".join(h.ljust(w) for h, w in zip(self.HEADERS, widths, strict=True))]
         lines += ["  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) for cells in self._cells()]
         return "\n".join(lines)
-
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        printer.text(str(self))
 
     def _repr_html_(self) -> str:
         return (f"{table_html(self._cells(), self.HEADERS)}<i>Generation fps counts the UNet and VAE decoding only; "
