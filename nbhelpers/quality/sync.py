@@ -96,9 +96,7 @@ def score_embeddings(video_embeddings: np.ndarray, audio_embeddings: np.ndarray,
     w = v.shape[0]
     padded = np.pad(a, ((vshift, vshift), (0, 0)))
     span = 2 * vshift + 1
-    dists = np.empty((w, span))
-    for i in range(w):
-        dists[i] = np.linalg.norm(v[i][None, :] - padded[i:i + span] + PAIRWISE_EPS, axis=1)
+    dists = np.stack([np.linalg.norm(v[i][None, :] - padded[i:i + span] + PAIRWISE_EPS, axis=1) for i in range(w)])
     mean = dists.mean(axis=0)
     j = int(np.argmin(mean))  # the first minimum, as torch.min on CPU
     lower_median = float(np.sort(mean)[(span - 1) // 2])
