@@ -29,13 +29,11 @@ SIGNED_RANGE = frozenset({"GFPGAN", "CodeFormer"})
 RESTORE_SIZE = 512  # pixels: the face size the three networks were trained at (FFHQ 512x512)
 FACE_SIZE = 256  # pixels: MuseTalk's generated crop
 
-# Name -> (manifest entry name, weight set, layout path, spandrel architecture id, licence of the code/weights).
-_SPECS: dict[str, tuple[str, str, str, str, str]] = {
-    "gfpgan": ("gfpgan-v1.4", "restore-gfpgan", "restore/GFPGANv1.4.pth", "GFPGAN", "Apache-2.0"),
-    "restoreformer": ("restoreformer", "restore-restoreformer", "restore/RestoreFormer.pth", "RestoreFormer",
-                      "Apache-2.0"),
-    "codeformer": ("codeformer", "restore-codeformer", "restore/codeformer.pth", "CodeFormer",
-                   "S-Lab License 1.0 (non-commercial)"),
+# Name -> (manifest entry name, weight set, layout path, spandrel architecture id).
+_SPECS: dict[str, tuple[str, str, str, str]] = {
+    "gfpgan": ("gfpgan-v1.4", "restore-gfpgan", "restore/GFPGANv1.4.pth", "GFPGAN"),
+    "restoreformer": ("restoreformer", "restore-restoreformer", "restore/RestoreFormer.pth", "RestoreFormer"),
+    "codeformer": ("codeformer", "restore-codeformer", "restore/codeformer.pth", "CodeFormer"),
 }
 INSTALL_LINE = "pip install --no-deps spandrel spandrel-extra-arches einops"  # --no-deps: pip must not touch torch
 
