@@ -70,11 +70,9 @@ def compare_restore(before: Any, after: Any) -> Chart:
     pad = max(x2 - x1, y2 - y1) // 4
     for col, (preview, name) in enumerate(((before, "without restoration"), (after, "restored"))):
         axes[0, col].imshow(preview.face_256[:, :, ::-1])
-        axes[0, col].set_title(f"generated crop, {name}")
+        axes[0, col].set(title=f"generated crop, {name}", xticks=[], yticks=[])
         axes[1, col].imshow(preview.result[max(y1 - pad, 0):min(y2 + pad, h), max(x1 - pad, 0):min(x2 + pad, w), ::-1])
-        axes[1, col].set_title(f"frame after paste-back, {name}")
-    for ax in axes.flat:
-        ax.set(xticks=[], yticks=[])
+        axes[1, col].set(title=f"frame after paste-back, {name}", xticks=[], yticks=[])
     return Chart(fig)
 
 
@@ -106,10 +104,9 @@ def bars(names: Sequence[str], values: np.ndarray, labels: Sequence[str], xlabel
     y = np.arange(len(names))[::-1]
     ax.barh(y, values, color="#4c72b0")
     ax.set_yticks(y, names)
-    ax.set(xlabel=xlabel, title=title)
+    ax.set(xlabel=xlabel, title=title, xlim=(0, right))
     for yi, v, text in zip(y, values, labels, strict=True):
         ax.annotate(text, (v, yi), va="center", fontsize=9)
-    ax.set_xlim(0, right)
     return Chart(fig)
 
 
