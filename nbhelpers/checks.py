@@ -41,27 +41,27 @@ def _as_input_path(value: Any, name: str) -> Path:
     return path
 
 
-def _check_media(value: Any, name: str, stream: str, fix: str):
-    path = _as_input_path(value, name)
+def _check_media(value: Any, stream: str, fix: str):
+    path = _as_input_path(value, stream)
     try:
         info = media.probe(path)
     except MediaError as exc:
-        what = "as a video or image" if stream == "video" else ""
-        raise InputError(f"{name} {str(path)!r} could not be read{' ' + what if what else ''}: {exc}") from exc
+        what = " as a video or image" if stream == "video" else ""
+        raise InputError(f"{stream} {str(path)!r} could not be read{what}: {exc}") from exc
     if not getattr(info, f"has_{stream}"):
-        raise InputError(f"{name} {str(path)!r} has no {stream} stream{fix}")
+        raise InputError(f"{stream} {str(path)!r} has no {stream} stream{fix}")
     return path, info
 
 
 def check_video(video: Any):
     """``(path, media_info)`` of ``video``; InputError unless it is a readable file with a video stream (a photo
     counts)."""
-    return _check_media(video, "video", "video", "; give a face video or photo.")
+    return _check_media(video, "video", "; give a face video or photo.")
 
 
 def check_audio(audio: Any):
     """``(path, media_info)`` of ``audio``; InputError unless it is a readable file with an audio stream."""
-    return _check_media(audio, "audio", "audio", ". Give a speech file (wav, mp3, m4a, ogg, flac) or a video that "
+    return _check_media(audio, "audio", ". Give a speech file (wav, mp3, m4a, ogg, flac) or a video that "
                         "carries sound.")
 
 

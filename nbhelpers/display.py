@@ -112,6 +112,6 @@ def show_video(path: Any, max_embed_mb: float = 10, *, title: str = "", width: i
     return MediaView(file, size_mb <= max_embed_mb, size_mb, title, int(width))
 
 
-def video_html(path: Any, max_embed_mb: float = 10, *, title: str = "", width: int = PREVIEW_WIDTH) -> str:
-    """HTML of :func:`show_video` (for result objects' ``_repr_html_``)."""
-    return show_video(path, max_embed_mb, title=title, width=width)._repr_html_()
+def video_html(path: Any) -> str:
+    """HTML of :func:`show_video` with its defaults (for result objects' ``_repr_html_``)."""
+    return show_video(path)._repr_html_()

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .constants import FPS
+from .constants import FPS, SAMPLE_RATE
 from .errors import DiskSpaceError
 
 DISK_RESERVE_BYTES = 1 << 30  # left free beside the raw frames (the output file and the system need room too)
@@ -30,28 +30,22 @@ UNLOCKED_AGE_S = 3600.0  # a folder without a lock file (an older version's, or 
 
 
 class FrameStore:
-    """``height`` x ``width`` uint8 BGR frames kept in a raw file in ``directory`` (default: a new temporary folder):
-    :meth:`append` while decoding, :meth:`finish`, then ``store[i]`` and ``store[list]``. The file goes at
+    """``height`` x ``width`` uint8 BGR frames kept in a raw file in a new temporary folder (``directory``):
+    :meth:`append` while decoding, :meth:`finish`, then ``store[i]`` and ``store[list]``. The folder goes at
     :meth:`close`, garbage collection or exit. DiskSpaceError when the disk fills up (the frames are removed).
     """
 
-    def __init__(self, height: int, width: int, directory: str | os.PathLike | None = None):
+    def __init__(self, height: int, width: int):
         self.height, self.width = int(height), int(width)
-        self._own_dir = directory is None
-        lock = None
-        if self._own_dir:
-            with contextlib.suppress(Exception):  # clearing what others left must never stop this store
-                remove_stale_frames()
-            self.directory = Path(tempfile.mkdtemp(prefix=PREFIX))
-            lock = _hold_lock(self.directory)
-        else:
-            self.directory = Path(directory)
-            self.directory.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(Exception):  # clearing what others left must never stop this store
+            remove_stale_frames()
+        self.directory = Path(tempfile.mkdtemp(prefix=PREFIX))
+        lock = _hold_lock(self.directory)
         self.path = self.directory / "frames.u8"
         self._fh = open(self.path, "wb")  # noqa: SIM115 - closed in finish()
         self._n = 0
         self._array: np.memmap | None = None
-        self._finalizer = weakref.finalize(self, _remove, self.path, self.directory if self._own_dir else None, lock)
+        self._finalizer = weakref.finalize(self, _remove, self.directory, lock)
 
     @property
     def frame_shape(self) -> tuple[int, int, int]:
@@ -110,7 +104,7 @@ class FrameStore:
             yield self[i]
 
     def close(self) -> None:
-        """Release the map and delete the raw file (and the folder when the store made it)."""
+        """Release the map and delete the folder with the raw file."""
         if self._fh is not None:
             self._fh.close()
             self._fh = None
@@ -128,10 +122,10 @@ def _gib(n_bytes: float) -> str:
     return f"{n_bytes / 2**30:.1f} GiB"
 
 
-def check_disk_for_frames(n_frames: int, height: int, width: int, directory: str | os.PathLike | None = None) -> int:
+def check_disk_for_frames(n_frames: int, height: int, width: int) -> int:
     """The bytes of ``n_frames`` raw ``height`` x ``width`` x 3 uint8 frames, after checking they fit on the disk of
-    ``directory`` (default: the temporary folder) with 1 GiB to spare (else DiskSpaceError)."""
-    where = Path(directory) if directory is not None else Path(tempfile.gettempdir())
+    the temporary folder with 1 GiB to spare (else DiskSpaceError)."""
+    where = Path(tempfile.gettempdir())
     need = int(n_frames) * int(height) * int(width) * 3
     free = shutil.disk_usage(where).free
     if need + DISK_RESERVE_BYTES > free:
@@ -166,10 +160,8 @@ def expected_frames(info, default: int) -> int:
     return int(duration * FPS) + 1 if duration else int(default)
 
 
-def _remove(path: Path, own_dir: Path | None, lock: int | None = None) -> None:
-    path.unlink(missing_ok=True)
-    if own_dir is not None:
-        shutil.rmtree(own_dir, ignore_errors=True)
+def _remove(directory: Path, lock: int | None) -> None:
+    shutil.rmtree(directory, ignore_errors=True)
     if lock is not None:
         with contextlib.suppress(OSError):
             os.close(lock)
@@ -197,24 +189,23 @@ def _hold_lock(directory: Path) -> int | None:
     return fd
 
 
-def remove_stale_frames(folder: str | os.PathLike | None = None, unlocked_age_s: float = UNLOCKED_AGE_S,
-                        ) -> list[Path]:
-    """Remove the frame folders in ``folder`` (default: the temporary folder) whose process ended without removing
-    them, and return them: those whose ``owner.lock`` can be locked, and those without one older than
-    ``unlocked_age_s`` seconds. ``owner.nolock``, other users' and unreadable folders stay.
+def remove_stale_frames() -> list[Path]:
+    """Remove the frame folders in the temporary folder whose process ended without removing them, and return them:
+    those whose ``owner.lock`` can be locked, and those without one older than :data:`UNLOCKED_AGE_S`.
+    ``owner.nolock``, other users' and unreadable folders stay.
     """
     try:
         import fcntl
     except ImportError:  # pragma: no cover - not on Linux or macOS
         return []
     removed = []
-    for candidate in Path(folder if folder is not None else tempfile.gettempdir()).glob(PREFIX + "*"):
+    for candidate in Path(tempfile.gettempdir()).glob(PREFIX + "*"):
         try:
             if not candidate.is_dir() or candidate.is_symlink() or (candidate / NO_LOCK_NAME).exists():
                 continue
             lock_path = candidate / LOCK_NAME
             if not lock_path.exists():
-                if time.time() - candidate.stat().st_mtime > unlocked_age_s:
+                if time.time() - candidate.stat().st_mtime > UNLOCKED_AGE_S:
                     shutil.rmtree(candidate)
                     removed.append(candidate)
                 continue
@@ -246,7 +237,7 @@ def cycle_index(t: int | np.ndarray, n_frames: int) -> int | np.ndarray:
     return int(out) if np.ndim(out) == 0 else out
 
 
-def output_frame_count(n_samples: int, sample_rate: int = 16_000, fps: int = FPS) -> int:
-    """Output frames for audio of ``n_samples`` at ``sample_rate`` Hz: ``floor(seconds * fps)`` in integer arithmetic.
+def output_frame_count(n_samples: int) -> int:
+    """Output frames for audio of ``n_samples`` at 16 kHz: ``floor(seconds * 25)`` in integer arithmetic.
     Source: ``audio_processor.py:63``."""
-    return int(n_samples) * int(fps) // int(sample_rate)
+    return int(n_samples) * FPS // SAMPLE_RATE

@@ -10,8 +10,7 @@ from pathlib import Path
 
 from . import progress
 
-CHUNK_BYTES = 1 << 20  # bytes per read of a small file (1 MiB)
-LARGE_CHUNK_BYTES = 8 << 20  # bytes per read of a large file (8 MiB)
+CHUNK_BYTES = 8 << 20  # bytes per read (8 MiB)
 BAR_FROM_BYTES = 64 << 20  # files from this size (64 MiB) show a progress bar in bytes
 
 
@@ -21,16 +20,12 @@ def sha256_file(path: str | os.PathLike, desc: str | None = None) -> str:
     path = Path(path)
     size = path.stat().st_size
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        if size < BAR_FROM_BYTES:
-            for block in iter(lambda: f.read(CHUNK_BYTES), b""):
-                digest.update(block)
-        else:
-            with progress.bar(total=size, desc=f"sha256 {desc or path.name}", unit="B", unit_scale=True,
-                              unit_divisor=1024) as pbar:
-                for block in iter(lambda: f.read(LARGE_CHUNK_BYTES), b""):
-                    digest.update(block)
-                    pbar.update(len(block))
+    hidden = {} if size >= BAR_FROM_BYTES else {"disable": True}
+    with open(path, "rb") as f, progress.bar(total=size, desc=f"sha256 {desc or path.name}", unit="B",
+                                             unit_scale=True, unit_divisor=1024, **hidden) as pbar:
+        for block in iter(lambda: f.read(CHUNK_BYTES), b""):
+            digest.update(block)
+            pbar.update(len(block))
     return digest.hexdigest()
 
 

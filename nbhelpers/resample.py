@@ -158,12 +158,12 @@ def _upload(t: Any, device: Any) -> Any:
     return (t if t.is_cuda else t.pin_memory()).to(device, non_blocking=True)
 
 
-def resize_axis(x: Any, index: Any, weight: Any, shift: int | None = _PIL_BITS, clip: bool = True) -> Any:
-    """One integer pass along the last axis: ``out[b, ..., j] = sum_k x[b, ..., index[b, j, k]] * weight[b, j, k]``.
+def resize_axis(x: Any, index: Any, weight: Any) -> Any:
+    """One PIL pass along the last axis: ``out[b, ..., j] = clip8((sum_k x[b, ..., index[b, j, k]] * weight[b, j, k]
+    + 2^21) >> 22)``.
 
-    ``x`` is (B, ..., L) uint8 or int32 torch; ``index`` and ``weight`` (B, O, K) integer tensors or arrays. The sums
-    are rounded by ``shift`` bits, ``(sum + 2^(shift-1)) >> shift`` (None: exact), and with ``clip`` clamped to uint8
-    (PIL's ``clip8``, else int32). Returns (B, ..., O) on ``x``'s device.
+    ``x`` is (B, ..., L) uint8 or int32 torch; ``index`` and ``weight`` (B, O, K) integer tensors or arrays. Returns
+    (B, ..., O) uint8 on ``x``'s device.
     """
     import torch
 
@@ -179,15 +179,11 @@ def resize_axis(x: Any, index: Any, weight: Any, shift: int | None = _PIL_BITS, 
     xi = x.to(torch.int32)
     view = (batch,) + (1,) * len(lead) + (n_out,)
     full = (batch,) + tuple(lead) + (n_out,)
-    acc = torch.full(full, (1 << (shift - 1)) if shift else 0, dtype=torch.int32, device=device)
+    acc = torch.full(full, 1 << (_PIL_BITS - 1), dtype=torch.int32, device=device)
     for k in active:
         taps = torch.gather(xi, -1, index[:, :, k].reshape(view).expand(full))
         acc += taps * weight[:, :, k].reshape(view)
-    if shift:
-        acc = torch.bitwise_right_shift(acc, shift)
-    if clip:
-        return acc.clamp_(0, 255).to(torch.uint8)
-    return acc
+    return torch.bitwise_right_shift(acc, _PIL_BITS).clamp_(0, 255).to(torch.uint8)
 
 
 def gaussian_blur_batch(masks: Any, sides: Sequence[int], ksizes: Sequence[int]) -> Any:

@@ -29,13 +29,11 @@ SIGNED_RANGE = frozenset({"GFPGAN", "CodeFormer"})
 RESTORE_SIZE = 512  # pixels: the face size the three networks were trained at (FFHQ 512x512)
 FACE_SIZE = 256  # pixels: MuseTalk's generated crop
 
-# Name -> (manifest entry name, weight set, layout path, spandrel architecture id, licence of the code/weights).
-_SPECS: dict[str, tuple[str, str, str, str, str]] = {
-    "gfpgan": ("gfpgan-v1.4", "restore-gfpgan", "restore/GFPGANv1.4.pth", "GFPGAN", "Apache-2.0"),
-    "restoreformer": ("restoreformer", "restore-restoreformer", "restore/RestoreFormer.pth", "RestoreFormer",
-                      "Apache-2.0"),
-    "codeformer": ("codeformer", "restore-codeformer", "restore/codeformer.pth", "CodeFormer",
-                   "S-Lab License 1.0 (non-commercial)"),
+# Name -> (manifest entry name, weight set, layout path, spandrel architecture id).
+_SPECS: dict[str, tuple[str, str, str, str]] = {
+    "gfpgan": ("gfpgan-v1.4", "restore-gfpgan", "restore/GFPGANv1.4.pth", "GFPGAN"),
+    "restoreformer": ("restoreformer", "restore-restoreformer", "restore/RestoreFormer.pth", "RestoreFormer"),
+    "codeformer": ("codeformer", "restore-codeformer", "restore/codeformer.pth", "CodeFormer"),
 }
 INSTALL_LINE = "pip install --no-deps spandrel spandrel-extra-arches einops"  # --no-deps: pip must not touch torch
 
@@ -205,15 +203,15 @@ def check_strength(strength: Any) -> float:
     return value
 
 
-def load_restorer(name: str, weights_dir: str | os.PathLike | None, device: Any = "cpu", dtype: Any = None, *,
-                  strength: float = 1.0) -> Restorer:
+def load_restorer(name: str, weights_dir: str | os.PathLike | None, device: Any = "cpu",
+                  dtype: Any = None) -> Restorer:
     """Load restorer ``name`` (codeformer, non-commercial, warns) from its published ``.pth`` file under
     ``weights_dir`` (None: the default folder) onto ``device``, in the dtype :func:`run_dtype` picks for the
-    pipeline's ``dtype`` (a float32 fallback under an fp16 pipeline warns), blending with ``strength`` (0..1).
+    pipeline's ``dtype`` (a float32 fallback under an fp16 pipeline warns), at strength 1 (:meth:`Restorer.at`).
     spandrel loads the checkpoint (:func:`nbhelpers.models.load_checkpoint`) with only that architecture registered.
 
     Raises:
-        InputError: An unknown name or a strength outside 0..1.
+        InputError: An unknown name.
         MissingDependencyError: spandrel, spandrel-extra-arches or torchvision is missing.
         WeightsError: The weight file is missing (with the download command) or unreadable.
         CheckpointError: The file is not a model of that architecture.
@@ -221,7 +219,6 @@ def load_restorer(name: str, weights_dir: str | os.PathLike | None, device: Any 
     import torch
 
     check_name(name)
-    strength = check_strength(strength)
     warn_licence(name)
     root = Path(weights_dir).expanduser() if weights_dir is not None else weights.default_dir()
     path = check_available(name, root)
@@ -249,8 +246,7 @@ def load_restorer(name: str, weights_dir: str | os.PathLike | None, device: Any 
     descriptor.model.to(device=dev, dtype=run_as)  # spandrel's .to() refuses a dtype it marks unsupported
     descriptor.model.eval()
     descriptor.model.requires_grad_(False)
-    return Restorer(name=name, descriptor=descriptor, device=dev, dtype=run_as, strength=strength, reason=reason,
-                    path=path)
+    return Restorer(name=name, descriptor=descriptor, device=dev, dtype=run_as, reason=reason, path=path)
 
 
 # The published architectures, as the official inference scripts build them (the file's key layout follows):

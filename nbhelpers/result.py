@@ -55,11 +55,6 @@ class ClipResult:
     turns: tuple[Any, ...] = ()
 
     @property
-    def batch_size(self) -> int | None:
-        """Frames per batch used."""
-        return self.config.batch_size
-
-    @property
     def end_to_end_fps(self) -> float:
         """Output frames per wall-clock second, everything included."""
         return self.n_frames / self.wall_s if self.wall_s > 0 else float("nan")
@@ -101,12 +96,10 @@ class ClipResult:
 
     def _repr_html_(self) -> str:
         table = table_html((k, f"{v:.3f} s") for k, v in self.timings.items())
-        player = ""
-        if self.output is not None:
-            try:
-                player = video_html(self.output)
-            except Exception:  # noqa: BLE001 - the summary is still useful without the player
-                player = ""
+        try:
+            player = video_html(self.output) if self.output is not None else ""
+        except Exception:  # noqa: BLE001 - the summary is still useful without the player
+            player = ""
         return f"<p>{html.escape(self.summary())}</p>{table}{player}"
 
 

@@ -80,7 +80,7 @@ def test_folders_without_a_lock_go_only_when_old_and_other_folders_are_never_tou
     stale = time.time() - framestore.UNLOCKED_AGE_S - 60
     for folder in (old, marked, other):
         os.utime(folder, (stale, stale))
-    assert remove_stale_frames(own_tmp) == [old]
+    assert remove_stale_frames() == [old]
     assert young.is_dir() and marked.is_dir() and other.is_dir()
 
 

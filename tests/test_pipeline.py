@@ -40,15 +40,15 @@ def test_output_frame_count_is_exact_floor(samples, expected):
 def test_framestore_round_trip(tmp_path):
     rng = np.random.default_rng(0)
     frames = rng.integers(0, 256, size=(5, 7, 9, 3), dtype=np.uint8)
-    store = FrameStore(7, 9, directory=tmp_path / "s")
+    store = FrameStore(7, 9)
     passed = list(store.tee(iter(frames)))
     store.finish()
     assert len(store) == 5 and len(passed) == 5
     np.testing.assert_array_equal(store[[4, 0, 2]], frames[[4, 0, 2]])
     with pytest.raises(ValueError, match="same size"):
-        FrameStore(7, 9, directory=tmp_path / "t").append(np.zeros((7, 8, 3), np.uint8))
+        FrameStore(7, 9).append(np.zeros((7, 8, 3), np.uint8))
     store.close()
-    assert not (tmp_path / "s" / "frames.u8").exists()
+    assert not store.path.exists()
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -373,7 +373,7 @@ def test_per_frame_boxes_count_an_unchanged_video_once(face_clip, tmp_path, monk
 def test_framestore_append_batch_and_append_read_back_bit_exact_in_order(tmp_path):
     rng = np.random.default_rng(1)
     frames = rng.integers(0, 256, size=(9, 6, 5, 3), dtype=np.uint8)
-    store = FrameStore(6, 5, directory=tmp_path / "s")
+    store = FrameStore(6, 5)
     assert store.append_batch(frames[:4]) == 0
     assert store.append(frames[4]) == 4
     assert store.append_batch(frames[5:6]) == 5  # a batch of one
@@ -427,7 +427,7 @@ def test_decode_ahead_gives_pieces_in_order_capped_at_n_and_stores_them(tmp_path
             super().add(name, seconds)
 
     waits: list[tuple[str, float]] = []
-    reader, store, timings = FakeReader(total), FrameStore(4, 3, directory=tmp_path / "s"), CountingTimings()
+    reader, store, timings = FakeReader(total), FrameStore(4, 3), CountingTimings()
     dec = DecodeAhead(reader, n, 5, store, timings)
     pieces = list(dec)
     dec.close()
@@ -450,7 +450,7 @@ def test_decode_ahead_raises_the_readers_error_at_the_piece_it_would_have_given(
     from nbhelpers.engine import Timings
     from nbhelpers.offline import DecodeAhead
 
-    store = FrameStore(4, 3, directory=tmp_path / "s")
+    store = FrameStore(4, 3)
     dec = DecodeAhead(FakeReader(40, fail_at=3), 40, 5, store, Timings())
     got = []
     with pytest.raises(OSError, match="decoder broke at read 3"):
@@ -469,7 +469,7 @@ def test_decode_ahead_close_ends_a_thread_blocked_on_a_full_queue(tmp_path):
     from nbhelpers.engine import Timings
     from nbhelpers.offline import DecodeAhead
 
-    store = FrameStore(4, 3, directory=tmp_path / "s")
+    store = FrameStore(4, 3)
     reader = FakeReader(1000)
     dec = DecodeAhead(reader, 1000, 5, store, Timings())
     deadline = time.monotonic() + 5

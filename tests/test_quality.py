@@ -104,13 +104,13 @@ def brute_force(v, a, vshift):
 def test_offset_search_finds_a_known_offset_with_the_confidence_it_should_have(k):
     # Video window i equals audio window i - k (syncnet_python's sign: positive = the sound comes earlier).
     rng = np.random.default_rng(10 + k)
-    w, d, vshift = 40, 8, 15
+    w, d, vshift = 40, 8, quality.VSHIFT
     a = rng.standard_normal((w, d))
     v = rng.standard_normal((w, d))
     for i in range(w):
         if 0 <= i - k < w:
             v[i] = a[i - k]
-    got = quality.score_embeddings(v, a, vshift)
+    got = quality.score_embeddings(v, a)
     offset, lse_d, lse_c, means = brute_force(v, a, vshift)
     assert got.offset_frames == offset == k
     assert got.audio_delay_frames == -k
@@ -293,9 +293,10 @@ def test_syncnet_loads_the_published_format_weights_only(tiny_syncnet, tmp_path)
         torch.testing.assert_close(emb.net.state_dict()[key], value)
     assert emb.embed_video(np.zeros((2, 3, 5, 224, 224), np.float32)).shape == (2, 1024)
     assert emb.embed_audio(np.zeros((2, 1, 13, 20), np.float32)).shape == (2, 1024)
-    zipped = tmp_path / "zip"
-    quality.write_tiny_syncnet(zipped, legacy=False)
-    quality.load_syncnet(zipped, device="cpu")  # the zip format loads too
+    zipped = tmp_path / quality.SYNCNET_FILE
+    zipped.parent.mkdir()
+    torch.save(stored, str(zipped))
+    quality.load_syncnet(tmp_path, device="cpu")  # the zip format loads too
 
 
 def test_syncnet_refuses_a_pickled_model_and_wrong_shapes(tmp_path):
@@ -485,8 +486,8 @@ def test_sync_score_auto_detector_uses_s3fd_when_its_weights_are_there(tmp_path)
     from nbhelpers.quality.crops import detect_boxes
 
     frames, _, _ = level_clip(0, n=12)
-    boxes, used, notes = detect_boxes(frames, "auto", tmp_path, "cpu")
+    boxes, used, notes = detect_boxes(frames, tmp_path, "cpu")
     assert used == "dlib" and "s3fd-619a316812.pth is missing" in notes[0]
     testing.write_tiny_s3fd(tmp_path)
-    boxes, used, notes = detect_boxes(frames, "auto", tmp_path, "cpu")
+    boxes, used, notes = detect_boxes(frames, tmp_path, "cpu")
     assert used == "s3fd" and notes == [] and boxes.shape == (12, 4)

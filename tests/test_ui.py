@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -389,7 +390,7 @@ def test_plot_faces_reads_a_stream_up_to_the_last_frame_shown():
             read.append(i)
             yield np.full((20, 20, 3), i, np.uint8)
 
-    chart = ui.plot_faces(stream(), boxes=np.tile([2, 2, 10, 10], (10, 1)), indices=[1, 3])
+    chart = ui.plot_faces(stream(), SimpleNamespace(boxes=np.tile([2, 2, 10, 10], (10, 1))), indices=[1, 3])
     assert [a.get_title() for a in chart.figure.axes] == ["frame 1", "frame 3"]
     assert read == [0, 1, 2, 3]
     with pytest.raises(InputError, match="indices"):
@@ -399,7 +400,7 @@ def test_plot_faces_reads_a_stream_up_to_the_last_frame_shown():
 def test_plot_faces_decodes_only_the_frames_shown_from_a_file(clip):
     from nbhelpers import media
 
-    chart = ui.plot_faces(clip, boxes=np.tile([10, 10, 100, 100], (25, 1)), indices=[0, 24])
+    chart = ui.plot_faces(clip, SimpleNamespace(boxes=np.tile([10, 10, 100, 100], (25, 1))), indices=[0, 24])
     axes = chart.figure.axes
     assert [a.get_title() for a in axes] == ["frame 0", "frame 24"]
     shown = np.asarray(axes[1].images[0].get_array())

@@ -94,22 +94,21 @@ def protocol_crops(frames: np.ndarray, squares: np.ndarray) -> np.ndarray:
     return out
 
 
-def detect_boxes(video: Any, detector: str, weights_dir: Any, device: Any) -> tuple[np.ndarray, str, list[str]]:
-    """(N, 4) face boxes (NaN rows for none) from S3FD at scale 0.25 (score > 0.9) or a landmark backend."""
+def detect_boxes(video: Any, weights_dir: Any, device: Any) -> tuple[np.ndarray, str, list[str]]:
+    """``(boxes, detector, notes)``: (N, 4) face boxes (NaN rows for none) from S3FD at scale 0.25 (score > 0.9)
+    when its weights are in ``weights_dir``, else from dlib."""
     notes: list[str] = []
     rows: list[np.ndarray] = []
     root = Path(weights_dir).expanduser() if weights_dir is not None else weights.default_dir()
-    if detector == "auto":
-        detector = "s3fd" if (root / S3FD_FILE).is_file() else "dlib"
-        if detector == "dlib":
-            notes.append(f"face boxes from dlib because {root / S3FD_FILE} is missing (the protocol uses S3FD; "
-                         "LSE values can differ slightly): `python -m nbhelpers download --sets s3fd`")
-    net = S3FD(root / S3FD_FILE, device=device) if detector == "s3fd" else get_backend(
-        detector, weights_dir=weights_dir, device=device)
-    name = "s3fd" if detector == "s3fd" else str(getattr(net, "name", detector))
+    s3fd = (root / S3FD_FILE).is_file()
+    if not s3fd:
+        notes.append(f"face boxes from dlib because {root / S3FD_FILE} is missing (the protocol uses S3FD; "
+                     "LSE values can differ slightly): `python -m nbhelpers download --sets s3fd`")
+    net = S3FD(root / S3FD_FILE, device=device) if s3fd else get_backend("dlib", weights_dir=weights_dir, device=device)
+    name = "s3fd" if s3fd else str(getattr(net, "name", "dlib"))
     try:
         for batch in frame_batches(video, 16):
-            if detector == "s3fd":
+            if s3fd:
                 side = max(1, round(max(batch.shape[1:3]) * FACEDET_SCALE))
                 for dets in net.detections(batch, max_side=max(64, side)):
                     keep = dets[dets[:, 4] > FACEDET_MIN_SCORE]
@@ -119,8 +118,6 @@ def detect_boxes(video: Any, detector: str, weights_dir: Any, device: Any) -> tu
                          for found in net.detect(batch)]
     finally:
         net.close()
-    if name != "s3fd":
-        notes.append(f"face boxes from {name}, not S3FD: LSE values may differ slightly from published ones")
     return np.asarray(rows, dtype=np.float64).reshape(-1, 4), name, notes
 
 

@@ -216,7 +216,6 @@ def mouth_audio_lag(video: Any, audio: Any = None, *, track: Any = None, backend
     margin = max_lag + HIGHPASS_FRAMES  # the high-pass sees whole windows inside the frames correlated
     env_ext = speech_envelope(samples, n + 2 * margin, start_frame=-margin)
     a, b = _highpass(filled), _highpass(env_ext)[HIGHPASS_FRAMES:-HIGHPASS_FRAMES]
-    env_ext = env_ext[HIGHPASS_FRAMES:-HIGHPASS_FRAMES]
     lags = np.arange(-max_lag, max_lag + 1)
     corr = np.array([pearson(a, b[max_lag + int(L):max_lag + int(L) + n]) for L in lags])
     k = int(np.argmax(corr))
@@ -225,7 +224,7 @@ def mouth_audio_lag(video: Any, audio: Any = None, *, track: Any = None, backend
     psr = float((peak - side.mean()) / side.std()) if side.size > 1 and side.std() > 0 else float("inf")
     n_eff = _effective_n(a, b[max_lag + int(lags[k]):max_lag + int(lags[k]) + n], max_k=2 * HIGHPASS_FRAMES)
     z = float(np.arctanh(np.clip(peak, -0.999999, 0.999999)) * math.sqrt(n_eff - 3.0))
-    env = env_ext[max_lag:max_lag + n]
+    env = env_ext[margin:margin + n]  # the clip's own frames
     return MouthAudioLag(lag_frames=int(lags[k]), peak_correlation=peak, peak_to_sidelobe=psr, z_score=z,
                          reliable=bool(peak > 0 and z >= Z_SIGNIFICANT), lags=lags, correlations=corr,
                          mouth=mouth, envelope=env, fps=FPS, n_frames=n, backend=name)

@@ -73,15 +73,15 @@ class SyncScore:
         return self.summary()
 
 
-def score_embeddings(video_embeddings: np.ndarray, audio_embeddings: np.ndarray, vshift: int = VSHIFT, *,
-                     detector: str = "", notes: Sequence[str] = ()) -> SyncScore:
+def score_embeddings(video_embeddings: np.ndarray, audio_embeddings: np.ndarray, *, detector: str = "",
+                     notes: Sequence[str] = ()) -> SyncScore:
     """The :class:`SyncScore` of per-window embeddings, as syncnet_python computes it.
 
-    Distance ``||v_i - a_{i+j-vshift} + 1e-6||_2`` for ``j`` in ``0..2*vshift`` (zero audio embeddings outside the
-    clip), averaged over ``i``; LSE-D is the minimum at ``j*``, the offset ``vshift - j*``, LSE-C the lower median
-    minus the minimum. ``video_embeddings`` (one per 5-frame window) and ``audio_embeddings`` (one per 20-step MFCC
-    window starting at step ``4 i``) are (W, D) floats; ``detector`` and ``notes`` are recorded. InputError for
-    shapes that differ or are not 2-D, no windows, or a negative ``vshift``.
+    Distance ``||v_i - a_{i+j-15} + 1e-6||_2`` for ``j`` in ``0..30`` (:data:`VSHIFT` = 15; zero audio embeddings
+    outside the clip), averaged over ``i``; LSE-D is the minimum at ``j*``, the offset ``15 - j*``, LSE-C the lower
+    median minus the minimum. ``video_embeddings`` (one per 5-frame window) and ``audio_embeddings`` (one per 20-step
+    MFCC window starting at step ``4 i``) are (W, D) floats; ``detector`` and ``notes`` are recorded. InputError for
+    shapes that differ or are not 2-D, or no windows.
     Source: syncnet_python ``SyncNetInstance.py`` ``calc_pdist`` and ``evaluate``.
     """
     v = np.asarray(video_embeddings, dtype=np.float64)
@@ -91,14 +91,10 @@ def score_embeddings(video_embeddings: np.ndarray, audio_embeddings: np.ndarray,
                          f"{a.shape}.")
     if v.shape[0] == 0:
         raise InputError("no windows to compare: the clip needs at least 6 frames (and 0.24 s of audio).")
-    if not isinstance(vshift, (int, np.integer)) or vshift < 0:
-        raise InputError(f"vshift must be a non-negative integer (frames); got {vshift!r}.")
-    w = v.shape[0]
+    w, vshift = v.shape[0], VSHIFT
     padded = np.pad(a, ((vshift, vshift), (0, 0)))
     span = 2 * vshift + 1
-    dists = np.empty((w, span))
-    for i in range(w):
-        dists[i] = np.linalg.norm(v[i][None, :] - padded[i:i + span] + PAIRWISE_EPS, axis=1)
+    dists = np.stack([np.linalg.norm(v[i][None, :] - padded[i:i + span] + PAIRWISE_EPS, axis=1) for i in range(w)])
     mean = dists.mean(axis=0)
     j = int(np.argmin(mean))  # the first minimum, as torch.min on CPU
     lower_median = float(np.sort(mean)[(span - 1) // 2])
@@ -108,8 +104,7 @@ def score_embeddings(video_embeddings: np.ndarray, audio_embeddings: np.ndarray,
 
 
 def sync_score(video: Any, audio: Any = None, *, model: SyncEmbedder | None = None,
-               weights_dir: str | os.PathLike | None = None, detector: str = "auto", boxes: Any = None,
-               device: str | None = None, vshift: int = VSHIFT, batch_size: int = BATCH_WINDOWS) -> SyncScore:
+               weights_dir: str | os.PathLike | None = None, boxes: Any = None, device: str | None = None) -> SyncScore:
     """The :class:`SyncScore` (LSE-D, LSE-C, AV offset) of a clip with SyncNet v2, by the published protocol.
 
     Face boxes (S3FD at scale 0.25, score > 0.9, or ``boxes``) smoothed (:func:`smooth_face_boxes`), 224x224 crops
@@ -119,30 +114,25 @@ def sync_score(video: Any, audio: Any = None, *, model: SyncEmbedder | None = No
 
     ``video`` is a path (decoded at 25 fps) or (N, H, W, 3) uint8 BGR frames at 25 fps; ``audio`` a speech file, a
     (L,) 16 kHz waveform (float in [-1, 1], or int16), or None for the video's sound. ``model`` is a
-    :class:`SyncEmbedder` (None: SyncNet v2 from ``weights_dir``, whose S3FD file the default ``detector="auto"``
-    uses when present, else dlib; or name ``"s3fd"`` or a landmark backend). ``boxes`` in frame pixels replace
-    detection: one ``(x1, y1, x2, y2)``, or (N, 4) (rows of NaN or -1 = no face). ``vshift`` is the largest offset
-    searched (frames), ``batch_size`` the windows per model call; ``device`` None = CUDA when available.
+    :class:`SyncEmbedder` (None: SyncNet v2 from ``weights_dir``). Face boxes come from the S3FD file in
+    ``weights_dir`` when present, else dlib, unless ``boxes`` in frame pixels are given: one ``(x1, y1, x2, y2)``, or
+    (N, 4) (rows of NaN or -1 = no face). ``device`` None = CUDA when available.
 
     Raises:
-        InputError: A bad video, audio, boxes or argument, or under 6 frames / 0.24 s of audio.
+        InputError: A bad video, audio, boxes or model, or under 6 frames / 0.24 s of audio.
         NoFaceError: No face in any frame.
         WeightsError: ``model`` is None and the SyncNet (or S3FD) weights are missing.
 
     Source: syncnet_python ``run_pipeline.py``, ``SyncNetInstance.py``, ``run_syncnet.py``.
     """
     check_video(video)
-    if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-        raise InputError(f"batch_size must be a positive integer (windows); got {batch_size!r}.")
-    if not isinstance(vshift, (int, np.integer)) or vshift < 0:
-        raise InputError(f"vshift must be a non-negative integer (frames); got {vshift!r}.")
     samples = audio_samples(video, audio)  # checked before any model loads
     embedder = model if model is not None else load_syncnet(weights_dir, device)
     if not isinstance(embedder, SyncEmbedder):
         raise InputError(f"model must have embed_video(stacks) and embed_audio(windows); got {type(model).__name__}.")
 
     face_boxes, used, notes = (given_boxes(boxes, video), "boxes", []) if boxes is not None else detect_boxes(
-        video, detector, weights_dir, device)
+        video, weights_dir, device)
     squares = smooth_face_boxes(face_boxes)
     n_frames = squares.shape[0]
 
@@ -163,13 +153,12 @@ def sync_score(video: Any, audio: Any = None, *, model: SyncEmbedder | None = No
             break
     if start < n:
         raise InputError(f"the video gave {start} frames, fewer than the {n} counted; it may be damaged.")
-    return score_crops(crops, mfcc(samples, SAMPLE_RATE), embedder, vshift, batch_size, detector=used, notes=notes)
+    return score_crops(crops, mfcc(samples, SAMPLE_RATE), embedder, detector=used, notes=notes)
 
 
-def score_crops(crops: np.ndarray, cc: np.ndarray, embedder: SyncEmbedder, vshift: int = VSHIFT,
-                batch_size: int = BATCH_WINDOWS, **recorded: Any) -> SyncScore:
+def score_crops(crops: np.ndarray, cc: np.ndarray, embedder: SyncEmbedder, **recorded: Any) -> SyncScore:
     """The :class:`SyncScore` of (n, 224, 224, 3) uint8 BGR protocol crops and the (13, T) MFCCs of their audio
-    (step ``4 i`` = frame ``i``): ``n - 5`` windows of 5 frames and 20 steps embedded ``batch_size`` at a time, then
+    (step ``4 i`` = frame ``i``): ``n - 5`` windows of 5 frames and 20 steps embedded 20 at a time, then
     :func:`score_embeddings` (``recorded``: its ``detector`` and ``notes``)."""
     n_windows = crops.shape[0] - STACK_FRAMES
     if n_windows < 1:
@@ -177,11 +166,11 @@ def score_crops(crops: np.ndarray, cc: np.ndarray, embedder: SyncEmbedder, vshif
     need = MFCC_PER_FRAME * (n_windows - 1) + MFCC_WINDOW
     cc = np.pad(cc, ((0, 0), (0, max(0, need - cc.shape[1]))))  # zero steps past the audio's end
     video_emb, audio_emb = [], []
-    for i in range(0, n_windows, batch_size):
-        idx = range(i, min(n_windows, i + batch_size))
+    for i in range(0, n_windows, BATCH_WINDOWS):
+        idx = range(i, min(n_windows, i + BATCH_WINDOWS))
         stacks = np.stack([crops[v:v + STACK_FRAMES] for v in idx]).astype(np.float32)  # (B, 5, 224, 224, 3)
         stacks = stacks.transpose(0, 4, 1, 2, 3)  # (B, 3, 5, 224, 224), BGR channels as cv2 reads them
         windows = np.stack([cc[:, MFCC_PER_FRAME * v:MFCC_PER_FRAME * v + MFCC_WINDOW] for v in idx])[:, None]
         video_emb.append(np.asarray(embedder.embed_video(stacks), dtype=np.float64))
         audio_emb.append(np.asarray(embedder.embed_audio(windows), dtype=np.float64))
-    return score_embeddings(np.concatenate(video_emb), np.concatenate(audio_emb), vshift, **recorded)
+    return score_embeddings(np.concatenate(video_emb), np.concatenate(audio_emb), **recorded)

@@ -74,11 +74,9 @@ def load_syncnet(weights_dir: str | os.PathLike | None = None, device: str | Non
     return network.TorchEmbedder(net.to(dev), dev)
 
 
-def write_tiny_syncnet(directory: str | os.PathLike, *, seed: int = 0, legacy: bool = True) -> Path:
-    """Write ``<directory>/syncnet/syncnet_v2.model``: the real (52 MB) network with random weights (``seed``), a
-    plain state dict without ``num_batches_tracked``, in the legacy non-zip torch format unless ``legacy=False``.
-    Returns the path.
-    """
+def write_tiny_syncnet(directory: str | os.PathLike, *, seed: int = 0) -> Path:
+    """Write and return ``<directory>/syncnet/syncnet_v2.model``: the real (52 MB) network with random weights
+    (``seed``), a plain state dict without ``num_batches_tracked``, in the legacy non-zip torch format."""
     torch = require("torch", INSTALL_TORCH)
     network = require("nbhelpers.quality.network", INSTALL_TORCH)
     torch.manual_seed(int(seed))
@@ -86,5 +84,5 @@ def write_tiny_syncnet(directory: str | os.PathLike, *, seed: int = 0, legacy: b
     state = {k: v for k, v in net.state_dict().items() if not k.endswith("num_batches_tracked")}
     out = Path(directory) / SYNCNET_FILE
     with atomic_path(out) as tmp:
-        torch.save(state, str(tmp), _use_new_zipfile_serialization=not legacy)
+        torch.save(state, str(tmp), _use_new_zipfile_serialization=False)
     return out

@@ -51,9 +51,8 @@ def show_face(frame: np.ndarray, found: Any, box: Sequence[int] | None) -> Chart
         ax.scatter(*lms[29], s=30, c="red", label="landmark 29")
     if box is not None:
         outline(ax, box, "#2ca02c", label="crop box")
-    ax.set_title("no face found" if found is None else f"crop box {tuple(int(v) for v in box)}")
+    ax.set(title="no face found" if found is None else f"crop box {tuple(int(v) for v in box)}", xticks=[], yticks=[])
     ax.legend(loc="lower right", fontsize=8)
-    ax.set(xticks=[], yticks=[])
     return Chart(fig)
 
 
@@ -106,10 +105,9 @@ def show_whisper(states: Any, t: int) -> Chart:
     ax.imshow(last, aspect="auto", cmap="magma", extent=(-0.5, last.shape[1] - 0.5, last.shape[0], 0))
     idx = reference.window_frames(t)
     ax.axvspan(idx[0] - 0.5, idx[-1] + 0.5, fill=False, edgecolor="cyan", linewidth=2, label=f"frame {t}'s window")
-    ax.set_xlabel("encoder frame (20 ms each)")
-    ax.set_ylabel("feature")
-    ax.set_title(f"whisper features, {last.shape[1]} encoder frames; outside the speech the window reads zeros")
-    ax.set_xlim(min(idx[0], 0) - 1, max(idx[-1], last.shape[1]) + 1)
+    ax.set(xlabel="encoder frame (20 ms each)", ylabel="feature",
+           title=f"whisper features, {last.shape[1]} encoder frames; outside the speech the window reads zeros",
+           xlim=(min(idx[0], 0) - 1, max(idx[-1], last.shape[1]) + 1))
     ax.legend(loc="upper right", fontsize=8)
     return Chart(fig)
 

@@ -60,10 +60,7 @@ class SideBySide:
                 f"{self.right._repr_html_()}</div>")
 
 
-def side_by_side(source: Any, result: Any, *, titles: Sequence[str] = ("source", "result"),
-                 max_embed_mb: float = 10, width: int = 360) -> SideBySide:
+def side_by_side(source: Any, result: Any, *, titles: Sequence[str] = ("source", "result")) -> SideBySide:
     """The ``source`` path and the ``result`` (a path or a result with ``output``) next to each other, captioned
-    ``titles``, each embedded up to ``max_embed_mb`` MB and ``width`` pixels wide; InputError when a file is missing.
-    """
-    return SideBySide(show_video(source, max_embed_mb, title=titles[0], width=width),
-                      show_video(result, max_embed_mb, title=titles[1], width=width))
+    ``titles``, each embedded up to 10 MB and 360 pixels wide; InputError when a file is missing."""
+    return SideBySide(show_video(source, title=titles[0], width=360), show_video(result, title=titles[1], width=360))

@@ -8,7 +8,6 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -28,16 +27,11 @@ class Chart:
     def __init__(self, figure: Any):
         self.figure = figure
 
-    def png(self, dpi: int = 100) -> bytes:
-        """The figure as PNG bytes."""
+    def png(self) -> bytes:
+        """The figure as PNG bytes at 100 dpi."""
         buffer = io.BytesIO()
-        self.figure.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
+        self.figure.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
         return buffer.getvalue()
-
-    def save(self, path: str | os.PathLike, dpi: int = 100) -> Path:
-        """Write the figure to ``path`` (format from the suffix); returns the path."""
-        self.figure.savefig(path, dpi=dpi, bbox_inches="tight")
-        return Path(path)
 
     def _repr_png_(self) -> bytes:
         return self.png()
@@ -60,33 +54,31 @@ def outline(ax: Any, box: Sequence[float], colour: str, linewidth: float = 2, **
     ax.add_patch(Rectangle((x1, y1), x2 - x1, y2 - y1, fill=False, edgecolor=colour, linewidth=linewidth, **style))
 
 
-def compare_restore(before: Any, after: Any, title: str = "Face restoration: before and after") -> Chart:
+def compare_restore(before: Any, after: Any) -> Chart:
     """A 2x2 chart of one frame's generated crop and repainted mouth, ``before`` (a
-    :class:`~nbhelpers.pipeline.Preview` with ``restore=None``) and ``after`` restoration, titled ``title``; InputError
-    when the previews differ in frame or crop box.
+    :class:`~nbhelpers.pipeline.Preview` with ``restore=None``) and ``after`` restoration; InputError when the
+    previews differ in frame or crop box.
     """
     if tuple(before.crop_box) != tuple(after.crop_box) or before.frame.shape != after.frame.shape:
         raise InputError("compare_restore needs two previews of the same frame and crop box (the same video, "
                          "frame_index and settings apart from restore).")
     fig = _figure(8, 8)
-    fig.suptitle(title)
+    fig.suptitle("Face restoration: before and after")
     axes = fig.subplots(2, 2)
     x1, y1, x2, y2 = before.crop_box
     h, w = before.frame.shape[:2]
     pad = max(x2 - x1, y2 - y1) // 4
     for col, (preview, name) in enumerate(((before, "without restoration"), (after, "restored"))):
         axes[0, col].imshow(preview.face_256[:, :, ::-1])
-        axes[0, col].set_title(f"generated crop, {name}")
+        axes[0, col].set(title=f"generated crop, {name}", xticks=[], yticks=[])
         axes[1, col].imshow(preview.result[max(y1 - pad, 0):min(y2 + pad, h), max(x1 - pad, 0):min(x2 + pad, w), ::-1])
-        axes[1, col].set_title(f"frame after paste-back, {name}")
-    for ax in axes.flat:
-        ax.set(xticks=[], yticks=[])
+        axes[1, col].set(title=f"frame after paste-back, {name}", xticks=[], yticks=[])
     return Chart(fig)
 
 
-def plot_timings(timings: Any, title: str = "Time per stage") -> Chart:
-    """A bar chart of seconds per stage with each stage's share, from a mapping or a result's ``timings``, titled
-    ``title``; InputError for no timings or a negative or non-numeric value.
+def plot_timings(timings: Any) -> Chart:
+    """A bar chart of seconds per stage with each stage's share, from a mapping or a result's ``timings``; InputError
+    for no timings or a negative or non-numeric value.
     """
     timings = getattr(timings, "timings", timings)
     if not isinstance(timings, Mapping) or not timings:
@@ -101,7 +93,7 @@ def plot_timings(timings: Any, title: str = "Time per stage") -> Chart:
     total = float(seconds.sum())
     shares = 100 * seconds / total if total > 0 else 0 * seconds
     return bars(names, seconds, [f" {s:.2f} s ({p:.0f}%)" for s, p in zip(seconds, shares, strict=True)], "seconds",
-                f"{title} (total {total:.2f} s)", max(total * 0.01, seconds.max() * 1.35, 1e-3))
+                f"Time per stage (total {total:.2f} s)", max(total * 0.01, seconds.max() * 1.35, 1e-3))
 
 
 def bars(names: Sequence[str], values: np.ndarray, labels: Sequence[str], xlabel: str, title: str,
@@ -112,10 +104,9 @@ def bars(names: Sequence[str], values: np.ndarray, labels: Sequence[str], xlabel
     y = np.arange(len(names))[::-1]
     ax.barh(y, values, color="#4c72b0")
     ax.set_yticks(y, names)
-    ax.set(xlabel=xlabel, title=title)
+    ax.set(xlabel=xlabel, title=title, xlim=(0, right))
     for yi, v, text in zip(y, values, labels, strict=True):
         ax.annotate(text, (v, yi), va="center", fontsize=9)
-    ax.set_xlim(0, right)
     return Chart(fig)
 
 
@@ -128,8 +119,7 @@ def _zscore(x: np.ndarray) -> np.ndarray:
     return (x - x[ok].mean()) / (sd if sd > 0 else 1.0)
 
 
-def plot_sync(lag: Any, score: Any = None, title: str = "Does the mouth follow the voice?", *,
-              turns: Any = None) -> Chart:
+def plot_sync(lag: Any, score: Any = None, *, turns: Any = None) -> Chart:
     """Chart a :class:`nbhelpers.quality.MouthAudioLag` ``lag``: both curves over time (z scores), and the correlation
     per lag with, given a :class:`~nbhelpers.quality.SyncScore` ``score``, its mean distance per offset on the same
     scale (audio delay = -offset). ``turns`` (a ``face="speaker"`` result or its ``turns``) shade each speaker's
@@ -146,7 +136,7 @@ def plot_sync(lag: Any, score: Any = None, title: str = "Does the mouth follow t
     t = np.arange(mouth.shape[0]) / float(fps)
     top.plot(t, _zscore(mouth), color="#c44e52", lw=1.0, label="mouth opening (inner lips / eye width)")
     top.plot(t, _zscore(env), color="#4c72b0", lw=1.0, alpha=0.8, label="speech envelope (log RMS)")
-    top.set(xlabel="seconds", ylabel="z score", title=title)
+    top.set(xlabel="seconds", ylabel="z score", title="Does the mouth follow the voice?")
     top.legend(loc="upper right", fontsize=8)
     for turn in getattr(turns, "turns", turns) or ():
         colour = TRACK_COLOURS[turn.track % len(TRACK_COLOURS)] if turn.track >= 0 else "0.6"
@@ -169,7 +159,7 @@ def plot_sync(lag: Any, score: Any = None, title: str = "Does the mouth follow t
     return Chart(fig)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class FpsTable:
     """Speed of several generated clips, one row per clip:
     ``(name, n_frames, wall_s, generation_fps, end_to_end_fps, realtime_factor)``.
@@ -186,14 +176,11 @@ class FpsTable:
         return [[name, str(n), f"{wall:.2f}", f"{gen:.1f}", f"{e2e:.1f}", f"{rt:.2f}"]
                 for name, n, wall, gen, e2e, rt in self.rows]
 
-    def __str__(self) -> str:
+    def __repr__(self) -> str:
         widths = [max(len(h), *(len(c[i]) for c in self._cells())) for i, h in enumerate(self.HEADERS)]
         lines = ["  ".join(h.ljust(w) for h, w in zip(self.HEADERS, widths, strict=True))]
         lines += ["  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) for cells in self._cells()]
         return "\n".join(lines)
-
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        printer.text(str(self))
 
     def _repr_html_(self) -> str:
         return (f"{table_html(self._cells(), self.HEADERS)}<i>Generation fps counts the UNet and VAE decoding only; "
@@ -241,30 +228,23 @@ def _track_array(track: Any, names: Sequence[str]) -> np.ndarray | None:
     return None
 
 
-def _track_masks(track: Any, has_face: np.ndarray | None) -> list[Any] | None:
-    """Per-frame blend masks of an avatar-like object (``masks`` with ``squares``)."""
+def _blend_masks(track: Any, has_face: np.ndarray | None) -> list[Any] | None:
+    """An avatar's blend ``(mask, square)`` per frame, None on frames without a face; None without ``masks``."""
     masks, squares = getattr(track, "masks", None), getattr(track, "squares", None)
-    if masks is None:
+    if masks is None or squares is None:
         return None
-    masks = list(masks)
-    if squares is not None:
-        masks = [SimpleNamespace(mask=m, square=s) for m, s in zip(masks, squares, strict=True)]
+    masks = list(zip(masks, squares, strict=True))
     if has_face is not None and len(masks) == int(has_face.sum()) != len(has_face):
         it = iter(masks)  # one mask per frame with a face: spread them over the frames
         masks = [next(it) if face else None for face in has_face]
     return masks
 
 
-def _full_mask(item: Any, shape: tuple[int, int]) -> np.ndarray | None:
-    """A (H, W) float mask in [0, 1] from a full-frame mask or from a blend material (mask over its square)."""
-    if item is None:
-        return None
-    mask = np.asarray(getattr(item, "mask", item), dtype=np.float32)
+def _full_mask(mask: Any, square: Sequence[int], shape: tuple[int, int]) -> np.ndarray:
+    """A (H, W) float mask in [0, 1]: a blend mask (0..1 or 0..255) placed on its square of the frame."""
+    mask = np.asarray(mask, dtype=np.float32)
     if mask.max(initial=0) > 1:
         mask = mask / 255.0
-    square = getattr(item, "square", None)
-    if square is None:
-        return mask if mask.shape[:2] == shape else None
     xs, ys, xe, ye = (int(v) for v in square)
     canvas = np.zeros(shape, np.float32)
     x0, y0, x1, y1 = max(xs, 0), max(ys, 0), min(xe, shape[1]), min(ye, shape[0])
@@ -273,27 +253,24 @@ def _full_mask(item: Any, shape: tuple[int, int]) -> np.ndarray | None:
     return canvas
 
 
-def plot_faces(frames: Any, track: Any = None, *, indices: Sequence[int] | None = None, boxes: Any = None,
-               landmarks: Any = None, masks: Any = None, max_frames: int = 4, width_in: float = 3.2) -> Chart:
-    """Frames with their crop boxes, landmarks and blend masks drawn over them, one panel of ``width_in`` inches per
-    frame: ``indices``, or ``max_frames`` evenly spaced ones.
+def plot_faces(frames: Any, track: Any = None, *, indices: Sequence[int] | None = None, max_frames: int = 4) -> Chart:
+    """Frames with their crop boxes, landmarks and blend masks drawn over them, one panel per frame: ``indices``, or
+    ``max_frames`` evenly spaced ones.
 
     ``frames`` is a video or photo path (only the frames shown are decoded), (N, H, W, 3) uint8 BGR frames, a list
-    of them, or a frame reader. ``track`` is a face track or an avatar: its ``boxes`` (N, 4) pixels, ``landmarks``
-    (N, 68, 2) and ``has_face`` (N,) are used when present; face tracks (``pipe.faces(video)``, or a face track's
-    ``tracks``) draw every track's detector box in its colour with its number. ``boxes`` (N, 4) ``(x1, y1, x2, y2)``
-    and ``landmarks`` (N, 68, 2) ``(x, y)`` override the track's; ``masks`` gives per frame a (H, W) mask (0..1 or
-    0..255) or a blend material with ``mask`` and ``square``.
+    of them, or a frame reader. ``track`` is a face track or an avatar: its ``crop_boxes`` or ``boxes`` (N, 4)
+    ``(x1, y1, x2, y2)`` pixels, ``landmarks`` (N, 68, 2) ``(x, y)``, ``has_face`` (N,) and an avatar's blend
+    ``masks`` over its ``squares`` are drawn when present; face tracks (``pipe.faces(video)``, or a face track's
+    ``tracks``) draw every track's detector box in its colour with its number.
 
     Raises:
         InputError: No frames, or an index out of range.
     """
     every, track = (track, None) if isinstance(track, FaceTracks) else (getattr(track, "tracks", None), track)
-    boxes = _track_array(track, ("crop_boxes", "boxes")) if boxes is None else np.asarray(boxes)
-    landmarks = _track_array(track, ("landmarks",)) if landmarks is None else np.asarray(landmarks)
+    boxes = _track_array(track, ("crop_boxes", "boxes"))
+    landmarks = _track_array(track, ("landmarks",))
     has_face = _track_array(track, ("has_face",))
-    if masks is None:
-        masks = _track_masks(track, has_face)
+    masks = _blend_masks(track, has_face)
     n_known = next((len(a) for a in (boxes, landmarks, has_face, masks) if a is not None), None)
     if n_known is None and every is not None:
         n_known = every.n_frames
@@ -307,13 +284,14 @@ def plot_faces(frames: Any, track: Any = None, *, indices: Sequence[int] | None 
         raise InputError(f"indices must be frame numbers in 0..{n_known - 1}; got {indices}.")
     images = _frames_at(frames, indices)
     aspect = images[0].shape[0] / images[0].shape[1]
-    fig = _figure(width_in * len(images), width_in * aspect + 0.5)
+    fig = _figure(3.2 * len(images), 3.2 * aspect + 0.5)  # 3.2 inches a frame
     for k, (i, frame) in enumerate(zip(indices, images, strict=True)):
         ax = fig.add_subplot(1, len(images), k + 1)
         ax.imshow(frame[:, :, ::-1])  # BGR -> RGB for display
         face = True if has_face is None else bool(has_face[i])
-        mask = _full_mask(masks[i], frame.shape[:2]) if masks is not None and i < len(masks) else None
-        if mask is not None:  # red, 45 % opaque where the mask is 1
+        material = masks[i] if masks is not None and i < len(masks) else None
+        if material is not None:  # red, 45 % opaque where the mask is 1
+            mask = _full_mask(*material, frame.shape[:2])
             ax.imshow(np.dstack([np.ones_like(mask), np.zeros_like(mask), np.zeros_like(mask), 0.45 * mask]))
         if face and boxes is not None:
             outline(ax, boxes[i], "#00e000", 1.5)
