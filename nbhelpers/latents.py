@@ -265,10 +265,7 @@ def _device_dtype(model: Any, name: str):
 
 def _scaling_factor(vae: Any) -> float:
     """``vae.config.scaling_factor``, else diffusers' default 0.18215 (sd-vae-ft-mse's config has none)."""
-    config = getattr(vae, "config", None)
-    value = getattr(config, "scaling_factor", None) if config is not None else None
-    if value is None and isinstance(config, dict):
-        value = config.get("scaling_factor")
+    value = getattr(getattr(vae, "config", None), "scaling_factor", None)  # diffusers' FrozenDict has attributes
     return float(value) if value is not None else VAE_SCALING
 
 
