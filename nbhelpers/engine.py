@@ -283,8 +283,7 @@ class CudaStageEvents:
         for (_, before), (stage, after) in zip(self.marks, self.marks[1:], strict=False):
             if stage:
                 timings.add(stage, before.elapsed_time(after) / 1000.0)
-        self.marks = self.marks[-1:]
-        self.marks[0] = ("", self.marks[0][1])
+        self.marks = [("", self.marks[-1][1])]  # the last event starts the next batch
 
 
 class PinnedRing:

@@ -14,7 +14,7 @@ import numpy as np
 from .constants import AUDIO_TOKENS, CROP_SIZE, LATENT_CHANNELS, LATENT_SIZE, VAE_SCALING, WHISPER_DIM
 from .errors import InputError
 from .gpu import batched, device_constant, to_device
-from .progress import bar, stage_bar
+from .progress import stage_bar
 
 MASK_ROW = CROP_SIZE // 2  # first masked row of the 256-px crop: rows 128..255 become -1 (vae.py:40-49)
 LATENT_MODES = ("sample", "mode")
@@ -46,7 +46,7 @@ def crop_and_resize(frame: np.ndarray, box: Sequence[float]) -> np.ndarray:
 
 
 def encode(crops_256: Any, vae: Any, generator: Any = None, mode: str = "sample", *, first_index: int = 0,
-           batch_size: int = 8, progress: bool = False):
+           batch_size: int = 8):
     """VAE-encode (N, 256, 256, 3) uint8 BGR ``crops_256`` (an array, a list of arrays, or a tensor on any device)
     into MuseTalk's (N, 8, 32, 32) latents in the VAE dtype on its device: channels 0-3 the masked crop's, 4-7 the
     whole's.
@@ -96,11 +96,7 @@ def encode(crops_256: Any, vae: Any, generator: Any = None, mode: str = "sample"
             z = z * scaling
             return torch.cat([z[:b], z[b:]], dim=1)  # masked ‖ reference, per frame
 
-    out = []
-    with bar(total=n, desc="encode", unit="frame", **({} if progress else {"disable": True})) as pbar:
-        for sl, latents in batched(n, batch_size, step, stage="encode"):
-            out.append(latents)
-            pbar.update(sl.stop - sl.start)
+    out = [latents for _, latents in batched(n, batch_size, step, stage="encode")]
     if not out:
         return torch.empty((0, LATENT_CHANNELS, LATENT_SIZE, LATENT_SIZE), device=device, dtype=dtype)
     return torch.cat(out, dim=0) if len(out) > 1 else out[0]
@@ -265,10 +261,7 @@ def _device_dtype(model: Any, name: str):
 
 def _scaling_factor(vae: Any) -> float:
     """``vae.config.scaling_factor``, else diffusers' default 0.18215 (sd-vae-ft-mse's config has none)."""
-    config = getattr(vae, "config", None)
-    value = getattr(config, "scaling_factor", None) if config is not None else None
-    if value is None and isinstance(config, dict):
-        value = config.get("scaling_factor")
+    value = getattr(getattr(vae, "config", None), "scaling_factor", None)  # diffusers' FrozenDict has attributes
     return float(value) if value is not None else VAE_SCALING
 
 

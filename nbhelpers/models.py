@@ -340,16 +340,14 @@ def load_unet(weights_dir: str | os.PathLike | None = None, version: str = "v15"
 @contextlib.contextmanager
 def _library_bars_follow_ours(transformers):
     """Hide transformers' own "Loading weights" bar while nbhelpers' bars are off (NBHELPERS_PROGRESS=0)."""
-    logging = getattr(getattr(transformers, "utils", None), "logging", None)
-    if not progress._settings.get("disable") or logging is None or not hasattr(logging, "disable_progress_bar"):
-        yield
-        return
-    was_enabled = logging.is_progress_bar_enabled() if hasattr(logging, "is_progress_bar_enabled") else True
-    logging.disable_progress_bar()
+    logging = transformers.utils.logging
+    hide = progress._settings.get("disable") and logging.is_progress_bar_enabled()
+    if hide:
+        logging.disable_progress_bar()
     try:
         yield
     finally:
-        if was_enabled:
+        if hide:
             logging.enable_progress_bar()
 
 

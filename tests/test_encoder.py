@@ -22,10 +22,11 @@ pytestmark = pytest.mark.notorch
 X264 = [e for e in ENCODERS if e.startswith("libx264")]
 
 
-def test_every_setting_has_ffmpeg_options_and_libx264_is_crf18_medium():
+def test_every_setting_has_ffmpeg_options_and_libx264_is_crf18_medium(monkeypatch):
     assert set(media.ENCODER_SETTINGS) == set(ENCODERS)
     assert InferenceConfig().encoder == "libx264-veryfast"
-    choice = media.choose_encoder("libx264", probe=lambda exe: pytest.fail("libx264 must not probe NVENC"))
+    monkeypatch.setattr(media_writer, "nvenc_probe", lambda exe: pytest.fail("libx264 must not probe NVENC"))
+    choice = media.choose_encoder("libx264")
     assert (choice.codec, choice.preset, choice.ffmpeg) == ("libx264", "medium", None)
     assert media.choose_encoder("libx264-veryfast").preset == "veryfast"
     with pytest.raises(InputError, match="encoder must be one of"):
@@ -33,7 +34,7 @@ def test_every_setting_has_ffmpeg_options_and_libx264_is_crf18_medium():
 
 
 @pytest.mark.parametrize("setting", ["auto", "nvenc"])
-def test_nvenc_is_used_when_the_test_encode_works(setting):
+def test_nvenc_is_used_when_the_test_encode_works(setting, monkeypatch):
     tried = []
 
     def probe(exe):
@@ -41,17 +42,19 @@ def test_nvenc_is_used_when_the_test_encode_works(setting):
         return (exe == "/usr/bin/ffmpeg", "" if exe == "/usr/bin/ffmpeg" else "Driver does not support the "
                 "required nvenc API version. Required: 13.1 Found: 13.0")
 
+    monkeypatch.setattr(media_writer, "nvenc_probe", probe)
     with no_fallback_warning():
-        choice = media.choose_encoder(setting, ffmpegs=["/bundled/ffmpeg", "/usr/bin/ffmpeg"], probe=probe)
+        choice = media.choose_encoder(setting, ffmpegs=["/bundled/ffmpeg", "/usr/bin/ffmpeg"])
     assert tried == ["/bundled/ffmpeg", "/usr/bin/ffmpeg"]  # the bundled binary first, then the system one
     assert (choice.codec, choice.preset, choice.ffmpeg) == ("h264_nvenc", "p5", "/usr/bin/ffmpeg")
 
 
 @pytest.mark.parametrize("setting", ["auto", "nvenc"])
-def test_fallback_to_libx264_medium_says_why(setting):
+def test_fallback_to_libx264_medium_says_why(setting, monkeypatch):
     probe = {"/a": (False, "Cannot load libcuda.so.1"), "/b": (False, "No capable devices found")}.__getitem__
+    monkeypatch.setattr(media_writer, "nvenc_probe", probe)
     with pytest.warns(FallbackWarning, match=r"libcuda\.so\.1.*No capable devices.*libx264 CRF 18, preset medium"):
-        choice = media.choose_encoder(setting, ffmpegs=["/a", "/b"], probe=probe)
+        choice = media.choose_encoder(setting, ffmpegs=["/a", "/b"])
     assert (choice.codec, choice.preset, choice.ffmpeg) == ("libx264", "medium", None)
     assert "Cannot load libcuda.so.1" in choice.reason
 

@@ -232,22 +232,20 @@ class BackgroundCompiler:
     ``mode`` ``"auto"`` compiles where :func:`can_compile` allows and the GPU limits jobs (:data:`GPU_WALL_TFLOPS`),
     ``"on"`` wherever it allows (with a warning where it does not), ``"off"`` never. ``cache_dir`` (made when
     missing; None: no cache across sessions) holds the cache files keyed by ``facts`` (:func:`cache_key`), or by
-    what a function ``facts`` returns when the first compile starts (so that a CPU run reads no file). ``options``
-    are ``torch.compile`` (inductor) options; ``on_event`` gets a one-line message when compiling starts and ends.
+    what a function ``facts`` returns when the first compile starts (so that a CPU run reads no file); ``on_event``
+    gets a one-line message when compiling starts and ends.
     Raises InputError: ``mode`` is not one of :data:`COMPILE_MODES`.
     Source: ``torch.compile``; PyTorch's recipe "Compile Time Caching in torch.compile" (Mega-Cache).
     """
 
     def __init__(self, device: Any, mode: str = "auto", cache_dir: str | os.PathLike | None = None,
                  facts: dict[str, Any] | Callable[[], dict[str, Any]] | None = None,
-                 options: dict[str, Any] | None = None,
                  on_event: Callable[[str], None] | None = None) -> None:
         if mode not in COMPILE_MODES:
             raise InputError(f"compile must be one of {', '.join(map(repr, COMPILE_MODES))}; got {mode!r}.")
-        self.mode = mode
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         self.facts = facts if callable(facts) else dict(facts or {})
-        self.options = dict(options or {})
+        self.options: dict[str, Any] = {}  # torch.compile (inductor) options, set before the first compile
         self.on_event = on_event
         self._dispatches: list[tuple[Any, str, _Dispatch]] = []
         self._queue: queue.Queue = queue.Queue()

@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -40,11 +39,7 @@ from .video import _check_fps, load_video
 
 ENCODER_SETTINGS = {  # setting -> (ffmpeg encoder, preset); "auto" picks nvenc when it works, else libx264
     "libx264": ("libx264", "medium"),
-    "libx264-fast": ("libx264", "fast"),
-    "libx264-faster": ("libx264", "faster"),
-    "libx264-veryfast": ("libx264", "veryfast"),
-    "libx264-superfast": ("libx264", "superfast"),
-    "libx264-ultrafast": ("libx264", "ultrafast"),
+    **{name: ("libx264", name.removeprefix("libx264-")) for name in ENCODERS if name.startswith("libx264-")},
     "nvenc": ("h264_nvenc", "p5"),
     "auto": ("h264_nvenc", "p5"),
 }
@@ -123,15 +118,13 @@ def nvenc_probe(ffmpeg: str | None = None, timeout: float = 30.0) -> tuple[bool,
         return result
 
 
-def choose_encoder(setting: str = "libx264", *, ffmpegs: Sequence[str] | None = None,
-                   probe: Any = None) -> EncoderChoice:
+def choose_encoder(setting: str = "libx264", *, ffmpegs: Sequence[str] | None = None) -> EncoderChoice:
     """Resolve an ``encoder`` setting to an ffmpeg encoder, preset and binary.
 
     ``"libx264"`` (official): CRF 18, preset ``medium``; ``"libx264-fast"`` ... ``"-ultrafast"``: faster presets
     (bench/RESULTS.md, "Encoder settings"); ``"nvenc"`` / ``"auto"``: ``h264_nvenc`` when :func:`nvenc_probe`
     succeeds with one of ``ffmpegs`` (None: imageio-ffmpeg's binary, then the one on PATH), else libx264 medium
-    with a ``FallbackWarning`` (and the reason in the result). ``probe(ffmpeg_path) -> (ok, reason)`` defaults to
-    :func:`nvenc_probe`.
+    with a ``FallbackWarning`` (and the reason in the result).
     Raises InputError: ``setting`` is not a known encoder setting.
     """
     if setting not in ENCODER_SETTINGS:
@@ -140,7 +133,6 @@ def choose_encoder(setting: str = "libx264", *, ffmpegs: Sequence[str] | None = 
     codec, preset = ENCODER_SETTINGS[setting]
     if codec == "libx264":
         return EncoderChoice(setting, codec, preset, None, f"libx264 CRF 18, preset {preset}")
-    probe = probe or nvenc_probe
     if ffmpegs is None:
         ffmpegs = [ffmpeg_exe()]
         system = shutil.which("ffmpeg")
@@ -148,7 +140,7 @@ def choose_encoder(setting: str = "libx264", *, ffmpegs: Sequence[str] | None = 
             ffmpegs.append(system)
     failures = []
     for exe in ffmpegs:
-        ok, why = probe(exe)
+        ok, why = nvenc_probe(exe)
         if ok:
             return EncoderChoice(setting, codec, preset, exe, f"h264_nvenc test encode succeeded with {exe}")
         failures.append(f"{exe}: {why}")
