@@ -116,14 +116,7 @@ def whisper_features(waveform: np.ndarray, whisper: Any, fps: int = 25, feature_
     wave = _check_waveform(waveform, fps)
     if isinstance(segments_per_batch, bool) or int(segments_per_batch) < 1:
         raise InputError(f"segments_per_batch must be an integer >= 1; got {segments_per_batch!r}.")
-    encoder = _encoder_of(whisper)
-    try:
-        first = next(encoder.parameters())
-    except (StopIteration, AttributeError, TypeError):
-        raise InputError(f"whisper must be a torch module with parameters (a transformers WhisperModel or "
-                         f"WhisperEncoder); got {type(whisper).__name__}. Load it with "
-                         "nbhelpers.models.load_whisper(weights_dir).") from None
-    device, dtype = first.device, first.dtype
+    encoder = encoder_of(whisper)
     extractor = feature_extractor if feature_extractor is not None else default_feature_extractor()
     windows = frame_windows(wave.shape[0], fps)
 
@@ -133,15 +126,7 @@ def whisper_features(waveform: np.ndarray, whisper: Any, fps: int = 25, feature_
     with torch.no_grad():
         for start in range(0, wave.shape[0], step):
             starts = range(start, min(start + step, wave.shape[0]), SEGMENT_SAMPLES)
-            mels = [_log_mel(extractor, wave[s:s + SEGMENT_SAMPLES], device) for s in starts]
-            mel = torch.cat(mels, dim=0).to(device=device, dtype=dtype)  # (S, 80, 3000)
-            hidden = encoder(mel, output_hidden_states=True).hidden_states
-            if len(hidden) != WHISPER_LAYERS or hidden[0].shape[-1] != WHISPER_DIM:
-                raise InputError(f"whisper must be whisper-tiny (5 hidden states of width {WHISPER_DIM}); its "
-                                 f"encoder returned {len(hidden)} hidden states of shape {tuple(hidden[0].shape)}. "
-                                 "MuseTalk's UNet was trained on whisper-tiny features.")
-            stacked = torch.stack(tuple(hidden), dim=2)  # (S, 1500, 5, 384)
-            stacked = stacked.reshape(-1, WHISPER_LAYERS, WHISPER_DIM)  # segments joined on time
+            stacked = encoder_states(encoder, extractor, [wave[s:s + SEGMENT_SAMPLES] for s in starts])
             take = min(stacked.shape[0], windows.n_encoder_frames - kept)
             pieces.append(stacked[:take])
             kept += take
@@ -149,7 +134,7 @@ def whisper_features(waveform: np.ndarray, whisper: Any, fps: int = 25, feature_
         # Every index outside the audio reads one extra zero row, so padding has its full length (quirk Q14).
         zero = features.new_zeros((1, WHISPER_LAYERS, WHISPER_DIM))
         padded = torch.cat([features, zero], dim=0)
-        idx = torch.from_numpy(windows.indices()).to(device)
+        idx = torch.from_numpy(windows.indices()).to(features.device)
         idx = torch.where(idx < 0, torch.full_like(idx, windows.n_encoder_frames), idx)
         tokens = padded[idx]  # (T, 10, 5, 384)
         return tokens.reshape(windows.n_frames, AUDIO_TOKENS, WHISPER_DIM)
@@ -213,8 +198,9 @@ def _mel_constants(extractor: Any, device: Any):
     return found[1]
 
 
-def _encoder_of(whisper: Any):
-    """The encoder module of a WhisperModel / WhisperForConditionalGeneration, or ``whisper`` itself."""
+def encoder_of(whisper: Any):
+    """The encoder module of a WhisperModel / WhisperForConditionalGeneration, or ``whisper`` itself; InputError
+    unless it is a torch module with parameters."""
     encoder = getattr(whisper, "encoder", None)
     if encoder is None and getattr(whisper, "model", None) is not None:
         encoder = getattr(whisper.model, "encoder", None)
@@ -222,7 +208,30 @@ def _encoder_of(whisper: Any):
     if not callable(encoder):
         raise InputError(f"whisper must be a transformers WhisperModel or WhisperEncoder; got "
                          f"{type(whisper).__name__}. Load it with nbhelpers.models.load_whisper(weights_dir).")
+    try:
+        next(encoder.parameters())
+    except (StopIteration, AttributeError, TypeError):
+        raise InputError(f"whisper must be a torch module with parameters (a transformers WhisperModel or "
+                         f"WhisperEncoder); got {type(whisper).__name__}. Load it with "
+                         "nbhelpers.models.load_whisper(weights_dir).") from None
     return encoder
+
+
+def encoder_states(encoder: Any, extractor: Any, segments: list[np.ndarray]):
+    """(S * 1500, 5, 384) hidden states (embeddings, then each layer) of S <= 30 s float32 16 kHz ``segments``
+    joined on time, in the dtype and on the device of ``encoder`` (:func:`encoder_of`), the log-mel there on CUDA.
+    Run under ``torch.no_grad()``. InputError unless the encoder is whisper-tiny's."""
+    import torch
+
+    first = next(encoder.parameters())
+    mels = [_log_mel(extractor, segment, first.device) for segment in segments]
+    mel = torch.cat(mels, dim=0).to(device=first.device, dtype=first.dtype)  # (S, 80, 3000)
+    hidden = encoder(mel, output_hidden_states=True).hidden_states
+    if len(hidden) != WHISPER_LAYERS or hidden[0].shape[-1] != WHISPER_DIM:
+        raise InputError(f"whisper must be whisper-tiny (5 hidden states of width {WHISPER_DIM}); its "
+                         f"encoder returned {len(hidden)} hidden states of shape {tuple(hidden[0].shape)}. "
+                         "MuseTalk's UNet was trained on whisper-tiny features.")
+    return torch.stack(tuple(hidden), dim=2).reshape(-1, WHISPER_LAYERS, WHISPER_DIM)  # (S, 1500, 5, 384) joined
 
 
 def _check_fps(fps: Any) -> int:
