@@ -92,20 +92,19 @@ def default_feature_extractor():
     return transformers.WhisperFeatureExtractor(**WHISPER_TINY_PREPROCESSOR)
 
 
-def whisper_features(waveform: np.ndarray, whisper: Any, fps: int = 25, feature_extractor: Any = None, *,
-                     segments_per_batch: int = SEGMENTS_PER_BATCH):
+def whisper_features(waveform: np.ndarray, whisper: Any, fps: int = 25, feature_extractor: Any = None):
     """Per-video-frame whisper tokens of an (L,) float 16 kHz mono ``waveform`` (about [-1, 1]), as the official
     pipeline computes them (without the positional encoding): a (T, 50, 384) tensor, ``T = L * fps // 16000``, in
     the dtype and on the device of ``whisper`` (a transformers ``WhisperModel``, ``...ForConditionalGeneration`` or
     ``WhisperEncoder``). Token ``time_step * 5 + layer`` of frame ``k`` is hidden state ``layer`` (0 = embeddings,
     4 = final layer norm) of encoder frame ``k * 50 // fps - 2 * ceil(50 / fps) + time_step``, zeros outside the
-    audio. ``segments_per_batch`` 30 s segments go through the encoder at once; with whisper on CUDA the log-mel is
-    computed there (:func:`log_mel_on_device`).
+    audio. :data:`SEGMENTS_PER_BATCH` 30 s segments go through the encoder at once; with whisper on CUDA the log-mel
+    is computed there (:func:`log_mel_on_device`).
 
     Departures from the official code, all edge cases: padding always has its full length (quirk Q14), frame counts
     are exact integers (:func:`frame_windows`), too-short audio raises, batched segments differ by float rounding.
-    InputError for a waveform that is not 1-D finite float or is under one frame, an fps not a positive integer,
-    ``segments_per_batch`` < 1, a ``whisper`` without parameters or not whisper-tiny (5 states of width 384).
+    InputError for a waveform that is not 1-D finite float or is under one frame, an fps not a positive integer, a
+    ``whisper`` without parameters or not whisper-tiny (5 states of width 384).
 
     Source: ``musetalk/utils/audio_processor.py:21-93``, ``scripts/inference.py:65-68``;
     docs/official-behaviour.md §5.1, #q14.
@@ -114,15 +113,13 @@ def whisper_features(waveform: np.ndarray, whisper: Any, fps: int = 25, feature_
 
     fps = _check_fps(fps)
     wave = _check_waveform(waveform, fps)
-    if isinstance(segments_per_batch, bool) or int(segments_per_batch) < 1:
-        raise InputError(f"segments_per_batch must be an integer >= 1; got {segments_per_batch!r}.")
     encoder = encoder_of(whisper)
     extractor = feature_extractor if feature_extractor is not None else default_feature_extractor()
     windows = frame_windows(wave.shape[0], fps)
 
     pieces = []  # (n_kept, 5, 384) per batch of segments, in time order
     kept = 0
-    step = SEGMENT_SAMPLES * int(segments_per_batch)
+    step = SEGMENT_SAMPLES * SEGMENTS_PER_BATCH
     with torch.no_grad():
         for start in range(0, wave.shape[0], step):
             starts = range(start, min(start + step, wave.shape[0]), SEGMENT_SAMPLES)

@@ -302,12 +302,12 @@ def prepare_materials_torch(frames: Any, boxes: Sequence[Any], parser: Any, mode
 
 
 def materials_for_frames(frames: Any, crop_boxes: Any, face_frames: Sequence[int], parser: Any, config: Any, *,
-                         chunk: int = 32, progress: Any = True, frames_device: Any = None) -> list[BlendMaterial]:
+                         progress: Any = True, frames_device: Any = None) -> list[BlendMaterial]:
     """M :class:`BlendMaterial` of the frames ``face_frames`` (M increasing indices) of N source ``frames``
     ((H, W, 3) uint8 BGR, random access) with (N, 4) ``crop_boxes``, with ``config``'s parsing settings.
 
     A parser on CUDA makes them there (:func:`prepare_materials_torch`, from ``frames_device`` when given), else
-    :func:`prepare_materials`, ``chunk`` frames held at once on the host. ``progress``: show a ``parsing`` bar, or a
+    :func:`prepare_materials`, 32 frames held at once on the host. ``progress``: show a ``parsing`` bar, or a
     bar to advance.
     """
     import torch
@@ -318,7 +318,7 @@ def materials_for_frames(frames: Any, crop_boxes: Any, face_frames: Sequence[int
     on_gpu = torch.device(getattr(parser, "device", "cpu")).type == "cuda"
     out: list[BlendMaterial] = []
     with stage_bar(progress, len(face_frames), "parsing") as pbar:
-        step = max(1, int(chunk)) * (4 if on_gpu else 1)
+        step = 128 if on_gpu else 32
         for start in range(0, len(face_frames), step):
             idx = face_frames[start:start + step]
             boxes = [crop_boxes[i] for i in idx]
