@@ -130,7 +130,7 @@ def load_avatar(directory: str | os.PathLike, pipe: MuseTalkPipeline | None = No
 def _weights_path(pipe: MuseTalkPipeline | None, weights_dir: str | os.PathLike | None) -> Path:
     """The pipeline's weights folder, else ``weights_dir``, else the default; InputError when both disagree."""
     if pipe is None:
-        return Path(weights_dir).expanduser() if weights_dir is not None else weights.default_dir()
+        return weights.resolve_dir(weights_dir)
     if weights_dir is not None and Path(weights_dir).expanduser().resolve() != Path(pipe.weights_dir).resolve():
         raise InputError(f"weights_dir {str(weights_dir)!r} is not the pipeline's weights folder "
                          f"{str(pipe.weights_dir)!r}: the avatar uses the pipeline's models; give one of the two.")

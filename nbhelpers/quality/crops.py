@@ -5,7 +5,6 @@ Source: syncnet_python run_pipeline.py (``inference_video``, ``track_shot``, ``c
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -98,7 +97,7 @@ def detect_boxes(video: Any, detector: str, weights_dir: Any, device: Any) -> tu
     """(N, 4) face boxes (NaN rows for none) from S3FD at scale 0.25 (score > 0.9) or a landmark backend."""
     notes: list[str] = []
     rows: list[np.ndarray] = []
-    root = Path(weights_dir).expanduser() if weights_dir is not None else weights.default_dir()
+    root = weights.resolve_dir(weights_dir)
     if detector == "auto":
         detector = "s3fd" if (root / S3FD_FILE).is_file() else "dlib"
         if detector == "dlib":
