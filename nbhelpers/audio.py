@@ -56,7 +56,6 @@ class FrameWindows:
     pad_left: int
     pad_right: int
     window: int
-    fps: int
 
     def indices(self) -> np.ndarray:
         """(T, window) int64 unpadded encoder-frame indices per video frame; -1 marks a zero-padding frame."""
@@ -81,7 +80,7 @@ def frame_windows(n_samples: int, fps: int = 25) -> FrameWindows:
     n_encoder_frames = n_samples * WHISPER_FPS // SAMPLE_RATE
     starts = np.arange(n_frames, dtype=np.int64) * WHISPER_FPS // fps - pad_left
     return FrameWindows(n_frames=n_frames, n_encoder_frames=n_encoder_frames, starts=starts, pad_left=pad_left,
-                        pad_right=pad_right, window=AUDIO_WINDOW, fps=fps)
+                        pad_right=pad_right, window=AUDIO_WINDOW)
 
 
 @functools.lru_cache(maxsize=1)

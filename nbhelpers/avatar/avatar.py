@@ -166,11 +166,8 @@ class Avatar:
         return self._state[key]
 
     def optimize(self, timeout_s: float | None = None) -> Avatar:
-        """Compile the UNet and VAE decoder for this avatar's clips and live sessions now, and wait until they are
-        ready (or ``timeout_s`` seconds passed). Jobs compile in the background by themselves
-        (``InferenceConfig.compile``); this makes the wait happen here instead. No effect on the CPU or with
-        ``compile="off"``. Returns self.
-        """
+        """Compile the UNet and VAE decoder for this avatar's clips and live sessions now (jobs do it in the
+        background) and wait until ready or ``timeout_s`` passed; nothing on the CPU or with ``compile="off"``."""
         st = self.device_state()
         for config in (self.config, st.get("clip_config", self.config)):
             self.pipe.compile_for(int(config.batch_size or 20), parts=("unet", "decoder"))

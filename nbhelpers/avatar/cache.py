@@ -183,11 +183,8 @@ class BackgroundWrite:
 
 
 def read_manifest(directory: Path) -> dict[str, Any]:
-    """The manifest of the avatar in ``directory``, checked for its format and keys.
-
-    Raises:
-        CacheError: No complete avatar there, an unreadable manifest, another format or a missing key.
-    """
+    """The manifest of the avatar in ``directory``, checked for its format and keys; CacheError for no complete
+    avatar there, an unreadable manifest, another format or a missing key."""
     path = directory / MANIFEST
     if not path.is_file():
         if not directory.is_dir() or not any(directory.iterdir()):
@@ -208,11 +205,7 @@ def read_manifest(directory: Path) -> dict[str, Any]:
 
 
 def check_files(directory: Path, meta: dict[str, Any]) -> None:
-    """Check every file the manifest lists: present, of its recorded size and SHA-256.
-
-    Raises:
-        CacheError: A file is missing, truncated or replaced, or corrupted.
-    """
+    """Check every file the manifest lists: present, of its recorded size and SHA-256 (else CacheError)."""
     for name, info in meta["files"].items():
         p = directory / name
         if not p.is_file():
@@ -265,11 +258,8 @@ def write_arrays(path: Path, crop_boxes: np.ndarray, has_face: np.ndarray, laten
 
 def read_arrays(directory: Path) -> dict[str, Any]:
     """The arrays of the avatar in ``directory``: ``crop_boxes`` (N, 4) int32, ``has_face`` (N,) bool, ``latents``
-    (M, 8, 32, 32) float32, ``squares`` (M, 4) int32 and ``masks`` (M (2s, 2s) uint8).
-
-    Raises:
-        CacheError: The file is unreadable, or its masks or latents do not match its frames with a face.
-    """
+    (M, 8, 32, 32) float32, ``squares`` (M, 4) int32 and ``masks`` (M (2s, 2s) uint8). CacheError when the file
+    is unreadable, or its masks or latents do not match its frames with a face."""
     try:
         arrays = np.load(directory / ARRAYS_FILE, allow_pickle=False)
         sides, flat = arrays["mask_sides"].tolist(), arrays["masks_flat"]

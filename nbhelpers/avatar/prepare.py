@@ -116,8 +116,7 @@ def load_avatar(directory: str | os.PathLike, pipe: MuseTalkPipeline | None = No
         return Avatar.load(directory, pipe, config=config, check=check)
     meta = read_meta(Path(directory), check=check)
     settings = stored_config(meta, config, Path(directory))
-    folder = weights_dir or meta.get("weights_dir") or weights.default_dir()
-    pipe = MuseTalkPipeline.from_pretrained(folder, settings)
+    pipe = MuseTalkPipeline.from_pretrained(weights_dir or meta.get("weights_dir"), settings)  # None: the default
     try:
         avatar = Avatar.load(directory, pipe, config=settings, check=False)
     except BaseException:
