@@ -177,21 +177,14 @@ def log_mel_on_device(segment: Any, extractor: Any, device: Any):
     return ((log_spec + 4.0) / 4.0).unsqueeze(0)
 
 
-_MEL_CONSTANTS: dict[Any, Any] = {}
-
-
+@functools.cache
 def _mel_constants(extractor: Any, device: Any):
-    """(Hann window, (80, 201) mel filters) of ``extractor`` on ``device``, made once per extractor and device."""
+    """(Hann window, (80, 201) mel filters) of ``extractor`` on the torch ``device``, made once per pair."""
     import torch
 
-    key = (id(extractor), str(device))
-    found = _MEL_CONSTANTS.get(key)
-    if found is None or found[0] is not extractor:
-        window = torch.hann_window(int(extractor.n_fft), periodic=True, dtype=torch.float32).to(device)
-        filters = torch.from_numpy(np.ascontiguousarray(np.asarray(extractor.mel_filters, np.float32).T)).to(device)
-        found = (extractor, (window, filters))
-        _MEL_CONSTANTS[key] = found
-    return found[1]
+    window = torch.hann_window(int(extractor.n_fft), periodic=True, dtype=torch.float32).to(device)
+    filters = torch.from_numpy(np.ascontiguousarray(np.asarray(extractor.mel_filters, np.float32).T)).to(device)
+    return window, filters
 
 
 def encoder_of(whisper: Any):

@@ -47,10 +47,9 @@ def source_fingerprint(path: Path) -> dict[str, Any]:
     return {"name": path.name, "size": stat.st_size, "sha256": sha256_file(path), "mtime": int(stat.st_mtime)}
 
 
-def weights_fingerprint(weights_dir: Path, version: str) -> dict[str, Any]:
+def weights_fingerprint(weights_dir: Path) -> dict[str, Any]:
     """``[size, mtime]`` of each weight file present that shapes the cache (VAE, parsing, landmarks), by its path:
-    the manifest's files and alternates in :data:`CACHED_WEIGHTS` folders (the VAE and BiSeNet are the same for
-    every ``version``)."""
+    the manifest's files and alternates in :data:`CACHED_WEIGHTS` folders (the same for every version)."""
     names = sorted({path for entry in weights.MANIFEST for path in (entry.path, *entry.alternates)
                     if path.split("/")[0] in CACHED_WEIGHTS})
     paths = {name: weights_dir / name for name in names}
@@ -238,7 +237,7 @@ def stale_reason(directory: Path, video: Path, config: InferenceConfig, weights_
     st = video.stat()
     if st.st_size != src["size"] or (src.get("mtime") != int(st.st_mtime) and sha256_file(video) != src["sha256"]):
         return "the source video changed"
-    if meta["weights"] != weights_fingerprint(weights_dir, config.version):
+    if meta["weights"] != weights_fingerprint(weights_dir):
         return "the weights changed"
     try:
         check_files(directory, meta)
@@ -295,7 +294,7 @@ def manifest(config: InferenceConfig, key: str | None, video: Path, weights_dir:
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "params": {k: v for k, v in config.to_dict().items() if k in CACHED_FIELDS},
             "boxes": key, "source": source_fingerprint(video),
-            "weights": weights_fingerprint(weights_dir, config.version), "weights_dir": str(weights_dir),
+            "weights": weights_fingerprint(weights_dir), "weights_dir": str(weights_dir),
             "frame_shape": list(frame_shape), "n_frames": int(n_frames), "n_faces": int(n_faces), "backend": backend,
             "files": files}
 

@@ -218,12 +218,6 @@ class VideoReader:
             self._streams.discard(self._cursor)
         return batch
 
-    def rewind(self) -> None:
-        """Move the :meth:`read_batch` cursor back to frame 0 (stops its ffmpeg)."""
-        if self._cursor is not None:
-            self._release(self._cursor)
-            self._cursor = None
-
     def close(self) -> None:
         """Stop every ffmpeg this reader started. Safe to call twice."""
         for stream in list(self._streams):
