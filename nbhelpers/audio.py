@@ -56,7 +56,6 @@ class FrameWindows:
     pad_left: int
     pad_right: int
     window: int
-    fps: int
 
     def indices(self) -> np.ndarray:
         """(T, window) int64 unpadded encoder-frame indices per video frame; -1 marks a zero-padding frame."""
@@ -81,7 +80,7 @@ def frame_windows(n_samples: int, fps: int = 25) -> FrameWindows:
     n_encoder_frames = n_samples * WHISPER_FPS // SAMPLE_RATE
     starts = np.arange(n_frames, dtype=np.int64) * WHISPER_FPS // fps - pad_left
     return FrameWindows(n_frames=n_frames, n_encoder_frames=n_encoder_frames, starts=starts, pad_left=pad_left,
-                        pad_right=pad_right, window=AUDIO_WINDOW, fps=fps)
+                        pad_right=pad_right, window=AUDIO_WINDOW)
 
 
 @functools.lru_cache(maxsize=1)
@@ -92,20 +91,19 @@ def default_feature_extractor():
     return transformers.WhisperFeatureExtractor(**WHISPER_TINY_PREPROCESSOR)
 
 
-def whisper_features(waveform: np.ndarray, whisper: Any, fps: int = 25, feature_extractor: Any = None, *,
-                     segments_per_batch: int = SEGMENTS_PER_BATCH):
+def whisper_features(waveform: np.ndarray, whisper: Any, fps: int = 25, feature_extractor: Any = None):
     """Per-video-frame whisper tokens of an (L,) float 16 kHz mono ``waveform`` (about [-1, 1]), as the official
     pipeline computes them (without the positional encoding): a (T, 50, 384) tensor, ``T = L * fps // 16000``, in
     the dtype and on the device of ``whisper`` (a transformers ``WhisperModel``, ``...ForConditionalGeneration`` or
     ``WhisperEncoder``). Token ``time_step * 5 + layer`` of frame ``k`` is hidden state ``layer`` (0 = embeddings,
     4 = final layer norm) of encoder frame ``k * 50 // fps - 2 * ceil(50 / fps) + time_step``, zeros outside the
-    audio. ``segments_per_batch`` 30 s segments go through the encoder at once; with whisper on CUDA the log-mel is
-    computed there (:func:`log_mel_on_device`).
+    audio. :data:`SEGMENTS_PER_BATCH` 30 s segments go through the encoder at once; with whisper on CUDA the log-mel
+    is computed there (:func:`log_mel_on_device`).
 
     Departures from the official code, all edge cases: padding always has its full length (quirk Q14), frame counts
     are exact integers (:func:`frame_windows`), too-short audio raises, batched segments differ by float rounding.
-    InputError for a waveform that is not 1-D finite float or is under one frame, an fps not a positive integer,
-    ``segments_per_batch`` < 1, a ``whisper`` without parameters or not whisper-tiny (5 states of width 384).
+    InputError for a waveform that is not 1-D finite float or is under one frame, an fps not a positive integer, a
+    ``whisper`` without parameters or not whisper-tiny (5 states of width 384).
 
     Source: ``musetalk/utils/audio_processor.py:21-93``, ``scripts/inference.py:65-68``;
     docs/official-behaviour.md §5.1, #q14.
@@ -114,34 +112,17 @@ def whisper_features(waveform: np.ndarray, whisper: Any, fps: int = 25, feature_
 
     fps = _check_fps(fps)
     wave = _check_waveform(waveform, fps)
-    if isinstance(segments_per_batch, bool) or int(segments_per_batch) < 1:
-        raise InputError(f"segments_per_batch must be an integer >= 1; got {segments_per_batch!r}.")
-    encoder = _encoder_of(whisper)
-    try:
-        first = next(encoder.parameters())
-    except (StopIteration, AttributeError, TypeError):
-        raise InputError(f"whisper must be a torch module with parameters (a transformers WhisperModel or "
-                         f"WhisperEncoder); got {type(whisper).__name__}. Load it with "
-                         "nbhelpers.models.load_whisper(weights_dir).") from None
-    device, dtype = first.device, first.dtype
+    encoder = encoder_of(whisper)
     extractor = feature_extractor if feature_extractor is not None else default_feature_extractor()
     windows = frame_windows(wave.shape[0], fps)
 
     pieces = []  # (n_kept, 5, 384) per batch of segments, in time order
     kept = 0
-    step = SEGMENT_SAMPLES * int(segments_per_batch)
+    step = SEGMENT_SAMPLES * SEGMENTS_PER_BATCH
     with torch.no_grad():
         for start in range(0, wave.shape[0], step):
             starts = range(start, min(start + step, wave.shape[0]), SEGMENT_SAMPLES)
-            mels = [_log_mel(extractor, wave[s:s + SEGMENT_SAMPLES], device) for s in starts]
-            mel = torch.cat(mels, dim=0).to(device=device, dtype=dtype)  # (S, 80, 3000)
-            hidden = encoder(mel, output_hidden_states=True).hidden_states
-            if len(hidden) != WHISPER_LAYERS or hidden[0].shape[-1] != WHISPER_DIM:
-                raise InputError(f"whisper must be whisper-tiny (5 hidden states of width {WHISPER_DIM}); its "
-                                 f"encoder returned {len(hidden)} hidden states of shape {tuple(hidden[0].shape)}. "
-                                 "MuseTalk's UNet was trained on whisper-tiny features.")
-            stacked = torch.stack(tuple(hidden), dim=2)  # (S, 1500, 5, 384)
-            stacked = stacked.reshape(-1, WHISPER_LAYERS, WHISPER_DIM)  # segments joined on time
+            stacked = encoder_states(encoder, extractor, [wave[s:s + SEGMENT_SAMPLES] for s in starts])
             take = min(stacked.shape[0], windows.n_encoder_frames - kept)
             pieces.append(stacked[:take])
             kept += take
@@ -149,7 +130,7 @@ def whisper_features(waveform: np.ndarray, whisper: Any, fps: int = 25, feature_
         # Every index outside the audio reads one extra zero row, so padding has its full length (quirk Q14).
         zero = features.new_zeros((1, WHISPER_LAYERS, WHISPER_DIM))
         padded = torch.cat([features, zero], dim=0)
-        idx = torch.from_numpy(windows.indices()).to(device)
+        idx = torch.from_numpy(windows.indices()).to(features.device)
         idx = torch.where(idx < 0, torch.full_like(idx, windows.n_encoder_frames), idx)
         tokens = padded[idx]  # (T, 10, 5, 384)
         return tokens.reshape(windows.n_frames, AUDIO_TOKENS, WHISPER_DIM)
@@ -196,25 +177,19 @@ def log_mel_on_device(segment: Any, extractor: Any, device: Any):
     return ((log_spec + 4.0) / 4.0).unsqueeze(0)
 
 
-_MEL_CONSTANTS: dict[Any, Any] = {}
-
-
+@functools.cache
 def _mel_constants(extractor: Any, device: Any):
-    """(Hann window, (80, 201) mel filters) of ``extractor`` on ``device``, made once per extractor and device."""
+    """(Hann window, (80, 201) mel filters) of ``extractor`` on the torch ``device``, made once per pair."""
     import torch
 
-    key = (id(extractor), str(device))
-    found = _MEL_CONSTANTS.get(key)
-    if found is None or found[0] is not extractor:
-        window = torch.hann_window(int(extractor.n_fft), periodic=True, dtype=torch.float32).to(device)
-        filters = torch.from_numpy(np.ascontiguousarray(np.asarray(extractor.mel_filters, np.float32).T)).to(device)
-        found = (extractor, (window, filters))
-        _MEL_CONSTANTS[key] = found
-    return found[1]
+    window = torch.hann_window(int(extractor.n_fft), periodic=True, dtype=torch.float32).to(device)
+    filters = torch.from_numpy(np.ascontiguousarray(np.asarray(extractor.mel_filters, np.float32).T)).to(device)
+    return window, filters
 
 
-def _encoder_of(whisper: Any):
-    """The encoder module of a WhisperModel / WhisperForConditionalGeneration, or ``whisper`` itself."""
+def encoder_of(whisper: Any):
+    """The encoder module of a WhisperModel / WhisperForConditionalGeneration, or ``whisper`` itself; InputError
+    unless it is a torch module with parameters."""
     encoder = getattr(whisper, "encoder", None)
     if encoder is None and getattr(whisper, "model", None) is not None:
         encoder = getattr(whisper.model, "encoder", None)
@@ -222,7 +197,30 @@ def _encoder_of(whisper: Any):
     if not callable(encoder):
         raise InputError(f"whisper must be a transformers WhisperModel or WhisperEncoder; got "
                          f"{type(whisper).__name__}. Load it with nbhelpers.models.load_whisper(weights_dir).")
+    try:
+        next(encoder.parameters())
+    except (StopIteration, AttributeError, TypeError):
+        raise InputError(f"whisper must be a torch module with parameters (a transformers WhisperModel or "
+                         f"WhisperEncoder); got {type(whisper).__name__}. Load it with "
+                         "nbhelpers.models.load_whisper(weights_dir).") from None
     return encoder
+
+
+def encoder_states(encoder: Any, extractor: Any, segments: list[np.ndarray]):
+    """(S * 1500, 5, 384) hidden states (embeddings, then each layer) of S <= 30 s float32 16 kHz ``segments``
+    joined on time, in the dtype and on the device of ``encoder`` (:func:`encoder_of`), the log-mel there on CUDA.
+    Run under ``torch.no_grad()``. InputError unless the encoder is whisper-tiny's."""
+    import torch
+
+    first = next(encoder.parameters())
+    mels = [_log_mel(extractor, segment, first.device) for segment in segments]
+    mel = torch.cat(mels, dim=0).to(device=first.device, dtype=first.dtype)  # (S, 80, 3000)
+    hidden = encoder(mel, output_hidden_states=True).hidden_states
+    if len(hidden) != WHISPER_LAYERS or hidden[0].shape[-1] != WHISPER_DIM:
+        raise InputError(f"whisper must be whisper-tiny (5 hidden states of width {WHISPER_DIM}); its "
+                         f"encoder returned {len(hidden)} hidden states of shape {tuple(hidden[0].shape)}. "
+                         "MuseTalk's UNet was trained on whisper-tiny features.")
+    return torch.stack(tuple(hidden), dim=2).reshape(-1, WHISPER_LAYERS, WHISPER_DIM)  # (S, 1500, 5, 384) joined
 
 
 def _check_fps(fps: Any) -> int:

@@ -79,16 +79,13 @@ def check_box(box: Any, name: str = "box") -> tuple[int, int, int, int]:
     return x1, y1, x2, y2
 
 
-def expanded_square(box: Any, expand: float = EXPAND) -> tuple[int, int, int, int]:
+def expanded_square(box: Any) -> tuple[int, int, int, int]:
     """The square ``(xc - s, yc - s, xc + s, yc + s)`` around crop box ``box`` (ints, frame pixels), half side
-    ``s = int(max(w, h) // 2 * expand)`` with ``expand`` >= 1 (1.5; legacy v1.0 1.2); InputError otherwise.
-    Source: ``musetalk/utils/blending.py:7-13``.
+    ``s = int(max(w, h) // 2 * EXPAND)``. Source: ``musetalk/utils/blending.py:7-13``.
     """
     x1, y1, x2, y2 = check_box(box)
-    if not isinstance(expand, (int, float)) or isinstance(expand, bool) or not expand >= 1:
-        raise InputError(f"expand must be a number >= 1; got {expand!r}. MuseTalk uses 1.5.")
     xc, yc = (x1 + x2) // 2, (y1 + y2) // 2
-    s = int(max(x2 - x1, y2 - y1) // 2 * expand)
+    s = int(max(x2 - x1, y2 - y1) // 2 * EXPAND)
     return xc - s, yc - s, xc + s, yc + s
 
 
@@ -235,7 +232,7 @@ def prepare_materials(frames: Sequence[np.ndarray], boxes: Sequence[Any], parser
     return materials
 
 
-def prepare_masks_torch(masks_512: Any, boxes: Sequence[Any], squares: Sequence[Any] | None = None,
+def prepare_masks_torch(masks_512: Any, boxes: Sequence[Any], squares: Sequence[Any],
                         blur_ratio: float = OFFLINE_BLUR_RATIO) -> list[Any]:
     """:func:`prepare_mask` of (B, 512, 512) uint8 ``masks_512`` with B ``boxes`` and ``squares`` in torch on their
     device, equal bit for bit: B contiguous (2s_b, 2s_b) uint8 tensors. InputError for a bad mask batch, box, square
@@ -248,12 +245,11 @@ def prepare_masks_torch(masks_512: Any, boxes: Sequence[Any], squares: Sequence[
         raise InputError(f"masks_512 must be a (B, {PARSING_SIZE}, {PARSING_SIZE}) uint8 torch tensor from "
                          f"parsing.face_mask_torch; got {_got(masks_512)}.")
     batch = masks_512.shape[0]
-    if len(boxes) != batch or (squares is not None and len(squares) != batch):
-        raise InputError(f"boxes (and squares) need one entry per mask ({batch}); got {len(boxes)} boxes"
-                         + ("" if squares is None else f" and {len(squares)} squares") + ".")
+    if len(boxes) != batch or len(squares) != batch:
+        raise InputError(f"boxes and squares need one entry per mask ({batch}); got {len(boxes)} boxes and "
+                         f"{len(squares)} squares.")
     checked = [check_box(b, f"boxes[{i}]") for i, b in enumerate(boxes)]
-    sq = [expanded_square(b) for b in checked] if squares is None else [
-        _check_square(q, f"squares[{i}]") for i, q in enumerate(squares)]
+    sq = [_check_square(q, f"squares[{i}]") for i, q in enumerate(squares)]
     if batch == 0:
         return []
     sides = [q[2] - q[0] for q in sq]
@@ -306,12 +302,12 @@ def prepare_materials_torch(frames: Any, boxes: Sequence[Any], parser: Any, mode
 
 
 def materials_for_frames(frames: Any, crop_boxes: Any, face_frames: Sequence[int], parser: Any, config: Any, *,
-                         chunk: int = 32, progress: Any = True, frames_device: Any = None) -> list[BlendMaterial]:
+                         progress: Any = True, frames_device: Any = None) -> list[BlendMaterial]:
     """M :class:`BlendMaterial` of the frames ``face_frames`` (M increasing indices) of N source ``frames``
     ((H, W, 3) uint8 BGR, random access) with (N, 4) ``crop_boxes``, with ``config``'s parsing settings.
 
     A parser on CUDA makes them there (:func:`prepare_materials_torch`, from ``frames_device`` when given), else
-    :func:`prepare_materials`, ``chunk`` frames held at once on the host. ``progress``: show a ``parsing`` bar, or a
+    :func:`prepare_materials`, 32 frames held at once on the host. ``progress``: show a ``parsing`` bar, or a
     bar to advance.
     """
     import torch
@@ -322,7 +318,7 @@ def materials_for_frames(frames: Any, crop_boxes: Any, face_frames: Sequence[int
     on_gpu = torch.device(getattr(parser, "device", "cpu")).type == "cuda"
     out: list[BlendMaterial] = []
     with stage_bar(progress, len(face_frames), "parsing") as pbar:
-        step = max(1, int(chunk)) * (4 if on_gpu else 1)
+        step = 128 if on_gpu else 32
         for start in range(0, len(face_frames), step):
             idx = face_frames[start:start + step]
             boxes = [crop_boxes[i] for i in idx]
@@ -373,17 +369,16 @@ def blend_pixels(orig: np.ndarray, new: np.ndarray, mask: np.ndarray) -> np.ndar
     return ((t + 127) // 255).astype(np.uint8)
 
 
-def blend_cpu(frame_bgr: np.ndarray, face_bgr: np.ndarray, box: Any, mask: np.ndarray, square: Any,
-              inplace: bool = False) -> np.ndarray:
-    """Paste a generated (256, 256, 3) uint8 BGR face (or one already of the box's size) back into an (H, W, 3)
-    uint8 BGR frame (a copy, or itself with ``inplace``) through a :class:`BlendMaterial`'s ``mask`` and ``square``,
-    bit-exact with the official PIL code. InputError for a bad array, box, or a mask not matching the square.
+def blend_cpu(frame_bgr: np.ndarray, face_bgr: np.ndarray, box: Any, mask: np.ndarray, square: Any) -> np.ndarray:
+    """Paste a generated (256, 256, 3) uint8 BGR face (or one already of the box's size) back into a copy of an
+    (H, W, 3) uint8 BGR frame through a :class:`BlendMaterial`'s ``mask`` and ``square``, bit-exact with the official
+    PIL code. InputError for a bad array, box, or a mask not matching the square.
     Source: ``musetalk/utils/blending.py:35-109``; docs/official-behaviour.md §7.1-§7.2.
     """
     _check_frame(frame_bgr, "frame_bgr")
     square = _check_mask(mask, square)
     face = resize_face(face_bgr, box)
-    out = frame_bgr if inplace else frame_bgr.copy()
+    out = frame_bgr.copy()
     region = paste_region(box, square, out.shape)
     if region is not None:
         out[region.frame] = blend_pixels(out[region.frame], face[region.face], mask[region.mask])

@@ -126,7 +126,7 @@ def _same_file(a: Path, b: Path) -> bool:
 def check_weights_dir(weights_dir: Any, version: str, landmark_backend: str = "auto") -> Path:
     """The weights folder (None: the default), checked for the presence of every file a job of ``version`` opens
     (WeightsError naming the folder or files); no file is read (:meth:`MuseTalkPipeline.check_weights` does)."""
-    weights_path = Path(weights_dir).expanduser() if weights_dir is not None else weights.default_dir()
+    weights_path = weights.resolve_dir(weights_dir)
     if not weights_path.is_dir() or weights.missing_files(weights_path,
                                                           weights.required_files(version, parsing=True)):
         weights.check_job_files(weights_path, version, landmark_backend)  # raises, naming the folder or the files

@@ -183,8 +183,7 @@ class StreamedJob:
         return self._bars[name]
 
     def _end_bar(self, name: str, count: int) -> None:
-        """Close a stage's bar as the stage ends, full at the frames it really had (the totals were estimates), with
-        the seconds spent in the stage (its timing; the stages of a piece take turns) as its time."""
+        """Close a stage's bar full at the ``count`` frames it really had, timed by the stage's own seconds."""
         pbar = self._bars.get(name)
         if pbar is not None:
             pbar.total = pbar.n = count

@@ -8,7 +8,6 @@ disk (Q25), one encode (Q24), a seeded VAE posterior (Q1). Frames are rendered b
 from __future__ import annotations
 
 import contextlib
-import html
 import os
 import time
 from collections.abc import Callable
@@ -35,6 +34,7 @@ from .checks import (
 )
 from .config import InferenceConfig
 from .constants import CROP_SIZE, FPS, PARSING_SIZE, SAMPLE_RATE, WHISPER_DIM
+from .display import table_html
 from .engine import SourceFaces, Timings, flush_denormals, repaint, run
 from .errors import InputError, NbHelpersError, NoFaceError
 from .faces.memory import DetectionMemory
@@ -624,8 +624,7 @@ class MuseTalkPipeline:
                 f"{self.weights_dir}; {loaded})")
 
     def _repr_html_(self) -> str:
-        body = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>" for k, v in self._rows())
-        return f"<table><caption>MuseTalkPipeline</caption>{body}</table>"
+        return "<b>MuseTalkPipeline</b>" + table_html(self._rows())
 
 
 def _check_batch(batch_size: Any) -> None:

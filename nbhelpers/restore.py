@@ -220,7 +220,7 @@ def load_restorer(name: str, weights_dir: str | os.PathLike | None, device: Any 
 
     check_name(name)
     warn_licence(name)
-    root = Path(weights_dir).expanduser() if weights_dir is not None else weights.default_dir()
+    root = weights.resolve_dir(weights_dir)
     path = check_available(name, root)
     spandrel, arch = import_spandrel(name)
     exp = weights.expected_facts(root, _SPECS[name][0])

@@ -12,6 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from nbhelpers import audio as audio_module  # noqa: E402
 from nbhelpers.audio import frame_windows, whisper_features  # noqa: E402
 from nbhelpers.errors import InputError  # noqa: E402
 
@@ -142,21 +143,23 @@ def test_windows_and_token_order_read_back_from_a_labelling_encoder(name, noise_
     assert zero[0].sum() == 4 * 5 and zero[n_frames - 1].sum() == (2 * (n_frames - 1) + 6 - n_encoder) * 5
 
 
-def test_44s_reads_across_the_segment_boundary_in_order(noise_audio):
-    feats = whisper_features(noise_audio["44s"], LabelEncoder(), segments_per_batch=1)
+def test_44s_reads_across_the_segment_boundary_in_order(noise_audio, monkeypatch):
+    batched = whisper_features(noise_audio["44s"], LabelEncoder())  # both segments in one encoder pass
+    monkeypatch.setattr(audio_module, "SEGMENTS_PER_BATCH", 1)
+    feats = whisper_features(noise_audio["44s"], LabelEncoder())
     labels = feats[:, :, 0].numpy()
     k = 750  # window 2k-4 .. 2k+5 = 1496..1505 straddles encoder frame 1500, the first of the second 30 s segment
     assert [decode_label(v)[0] for v in labels[k][::5]] == list(range(1496, 1506))
-    batched = whisper_features(noise_audio["44s"], LabelEncoder(), segments_per_batch=8)
     assert torch.equal(feats, batched)
 
 
-def test_exactly_30s_is_one_segment_and_31s_two(noise_audio):
+def test_exactly_30s_is_one_segment_and_31s_two(noise_audio, monkeypatch):
+    monkeypatch.setattr(audio_module, "SEGMENTS_PER_BATCH", 1)
     enc = LabelEncoder()
-    whisper_features(noise_audio["30s"], enc, segments_per_batch=1)
+    whisper_features(noise_audio["30s"], enc)
     assert [s for s, _ in enc.shapes] == [(1, 80, 3000)]
     enc = LabelEncoder()
-    whisper_features(np.zeros(480_001, np.float32), enc, segments_per_batch=1)
+    whisper_features(np.zeros(480_001, np.float32), enc)
     assert [s for s, _ in enc.shapes] == [(1, 80, 3000), (1, 80, 3000)]
 
 
@@ -193,8 +196,6 @@ def test_bad_whisper_and_fps_raise_input_error():
         whisper_features(np.zeros(SR, np.float32), LabelEncoder(), fps=29.97)
     with pytest.raises(InputError, match="whisper"):
         whisper_features(np.zeros(SR, np.float32), torch.nn.Identity())
-    with pytest.raises(InputError, match="segments_per_batch"):
-        whisper_features(np.zeros(SR, np.float32), LabelEncoder(), segments_per_batch=0)
 
 
 # ----------------------------------------------------------------------------------------------------------------

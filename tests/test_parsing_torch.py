@@ -133,13 +133,14 @@ def test_face_mask_torch_rejects_bad_input():
 
 BOXES = [(220, 180, 340, 330), (-40, -30, 120, 150), (500, 700, 600, 790), (100, 100, 101 + 300, 102 + 400),
          (230, 200, 290, 250)]
+SQUARES = [B.expanded_square(b) for b in BOXES]
 
 
 @pytest.mark.parametrize("blur_ratio,boxes", [(B.OFFLINE_BLUR_RATIO, BOXES), (B.REALTIME_BLUR_RATIO, BOXES),
                                               (0.5, BOXES[1:3])])  # 0.5: the config's largest ratio
 def test_prepare_masks_torch_equals_prepare_mask(blur_ratio, boxes):
     masks = np.stack([synthetic_mask(i % 3) for i in range(len(boxes))])
-    got = B.prepare_masks_torch(torch.from_numpy(masks), boxes, blur_ratio=blur_ratio)
+    got = B.prepare_masks_torch(torch.from_numpy(masks), boxes, [B.expanded_square(b) for b in boxes], blur_ratio)
     for b, box in enumerate(boxes):
         expected = B.prepare_mask(masks[b], box, blur_ratio=blur_ratio)
         assert tuple(got[b].shape) == expected.shape and got[b].is_contiguous()
@@ -150,12 +151,12 @@ def test_prepare_masks_torch_equals_prepare_mask(blur_ratio, boxes):
 def test_prepare_masks_torch_rejects_bad_input():
     masks = torch.zeros(2, 512, 512, dtype=torch.uint8)
     with pytest.raises(InputError, match="one entry per mask"):
-        B.prepare_masks_torch(masks, BOXES[:1])
+        B.prepare_masks_torch(masks, BOXES[:1], SQUARES[:1])
     with pytest.raises(InputError, match="masks_512"):
-        B.prepare_masks_torch(masks.float(), BOXES[:2])
+        B.prepare_masks_torch(masks.float(), BOXES[:2], SQUARES[:2])
     with pytest.raises(InputError, match=r"boxes\[1\]"):
-        B.prepare_masks_torch(masks, [BOXES[0], (0, 0, 0, 0)])
-    assert B.prepare_masks_torch(masks[:0], []) == []
+        B.prepare_masks_torch(masks, [BOXES[0], (0, 0, 0, 0)], SQUARES[:2])
+    assert B.prepare_masks_torch(masks[:0], [], []) == []
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -245,7 +246,7 @@ def test_materials_on_cuda_equal_the_cpu_path(frames):
     # the image ops alone, on known masks: bit-exact on the GPU too
     masks = np.stack([synthetic_mask(i % 3) for i in range(len(BOXES))])
     for ratio in (B.OFFLINE_BLUR_RATIO, B.REALTIME_BLUR_RATIO):
-        on_gpu = B.prepare_masks_torch(torch.from_numpy(masks).cuda(), BOXES, blur_ratio=ratio)
+        on_gpu = B.prepare_masks_torch(torch.from_numpy(masks).cuda(), BOXES, SQUARES, ratio)
         for b, box in enumerate(BOXES):
             np.testing.assert_array_equal(on_gpu[b].cpu().numpy(), B.prepare_mask(masks[b], box, blur_ratio=ratio))
     labels = np.stack([synthetic_labels(0), synthetic_labels(1)])

@@ -25,7 +25,7 @@ from ..checks import check_path_type, speech_frames, warn_if_silent
 from ..config import InferenceConfig
 from ..constants import FPS, SAMPLE_RATE
 from ..engine import SourceFaces, Timings, flush_denormals, render, run
-from ..errors import CacheError, InputError, NbHelpersWarning, plural
+from ..errors import CacheError, NbHelpersWarning, plural
 from ..framestore import FrameStore
 from ..result import ClipResult
 from .cache import CACHED_FIELDS, FRAMES_FILE, LosslessFrames, check_files, read_arrays, read_manifest
@@ -166,11 +166,8 @@ class Avatar:
         return self._state[key]
 
     def optimize(self, timeout_s: float | None = None) -> Avatar:
-        """Compile the UNet and VAE decoder for this avatar's clips and live sessions now, and wait until they are
-        ready (or ``timeout_s`` seconds passed). Jobs compile in the background by themselves
-        (``InferenceConfig.compile``); this makes the wait happen here instead. No effect on the CPU or with
-        ``compile="off"``. Returns self.
-        """
+        """Compile the UNet and VAE decoder for this avatar's clips and live sessions now (jobs do it in the
+        background) and wait until ready or ``timeout_s`` passed; nothing on the CPU or with ``compile="off"``."""
         st = self.device_state()
         for config in (self.config, st.get("clip_config", self.config)):
             self.pipe.compile_for(int(config.batch_size or 20), parts=("unet", "decoder"))
@@ -189,11 +186,8 @@ class Avatar:
         with timings.stage("audio"):
             if isinstance(audio, np.ndarray):
                 waveform = np.asarray(audio, dtype=np.float32)
-            else:
-                path = Path(audio)
-                if not path.is_file():
-                    raise InputError(f"audio {str(path)!r} does not exist; give the path of a speech file.")
-                waveform = media.load_audio(path)
+            else:  # InputError for a missing or soundless file
+                waveform = media.load_audio(audio)
             n_out = speech_frames(waveform)
             warn_if_silent(waveform, "audio" if isinstance(audio, np.ndarray) else f"audio {str(audio)!r}")
             features = self.pipe.features(waveform)

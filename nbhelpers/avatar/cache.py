@@ -47,10 +47,9 @@ def source_fingerprint(path: Path) -> dict[str, Any]:
     return {"name": path.name, "size": stat.st_size, "sha256": sha256_file(path), "mtime": int(stat.st_mtime)}
 
 
-def weights_fingerprint(weights_dir: Path, version: str) -> dict[str, Any]:
+def weights_fingerprint(weights_dir: Path) -> dict[str, Any]:
     """``[size, mtime]`` of each weight file present that shapes the cache (VAE, parsing, landmarks), by its path:
-    the manifest's files and alternates in :data:`CACHED_WEIGHTS` folders (the VAE and BiSeNet are the same for
-    every ``version``)."""
+    the manifest's files and alternates in :data:`CACHED_WEIGHTS` folders (the same for every version)."""
     names = sorted({path for entry in weights.MANIFEST for path in (entry.path, *entry.alternates)
                     if path.split("/")[0] in CACHED_WEIGHTS})
     paths = {name: weights_dir / name for name in names}
@@ -183,11 +182,8 @@ class BackgroundWrite:
 
 
 def read_manifest(directory: Path) -> dict[str, Any]:
-    """The manifest of the avatar in ``directory``, checked for its format and keys.
-
-    Raises:
-        CacheError: No complete avatar there, an unreadable manifest, another format or a missing key.
-    """
+    """The manifest of the avatar in ``directory``, checked for its format and keys; CacheError for no complete
+    avatar there, an unreadable manifest, another format or a missing key."""
     path = directory / MANIFEST
     if not path.is_file():
         if not directory.is_dir() or not any(directory.iterdir()):
@@ -208,11 +204,7 @@ def read_manifest(directory: Path) -> dict[str, Any]:
 
 
 def check_files(directory: Path, meta: dict[str, Any]) -> None:
-    """Check every file the manifest lists: present, of its recorded size and SHA-256.
-
-    Raises:
-        CacheError: A file is missing, truncated or replaced, or corrupted.
-    """
+    """Check every file the manifest lists: present, of its recorded size and SHA-256 (else CacheError)."""
     for name, info in meta["files"].items():
         p = directory / name
         if not p.is_file():
@@ -245,7 +237,7 @@ def stale_reason(directory: Path, video: Path, config: InferenceConfig, weights_
     st = video.stat()
     if st.st_size != src["size"] or (src.get("mtime") != int(st.st_mtime) and sha256_file(video) != src["sha256"]):
         return "the source video changed"
-    if meta["weights"] != weights_fingerprint(weights_dir, config.version):
+    if meta["weights"] != weights_fingerprint(weights_dir):
         return "the weights changed"
     try:
         check_files(directory, meta)
@@ -265,11 +257,8 @@ def write_arrays(path: Path, crop_boxes: np.ndarray, has_face: np.ndarray, laten
 
 def read_arrays(directory: Path) -> dict[str, Any]:
     """The arrays of the avatar in ``directory``: ``crop_boxes`` (N, 4) int32, ``has_face`` (N,) bool, ``latents``
-    (M, 8, 32, 32) float32, ``squares`` (M, 4) int32 and ``masks`` (M (2s, 2s) uint8).
-
-    Raises:
-        CacheError: The file is unreadable, or its masks or latents do not match its frames with a face.
-    """
+    (M, 8, 32, 32) float32, ``squares`` (M, 4) int32 and ``masks`` (M (2s, 2s) uint8). CacheError when the file
+    is unreadable, or its masks or latents do not match its frames with a face."""
     try:
         arrays = np.load(directory / ARRAYS_FILE, allow_pickle=False)
         sides, flat = arrays["mask_sides"].tolist(), arrays["masks_flat"]
@@ -305,7 +294,7 @@ def manifest(config: InferenceConfig, key: str | None, video: Path, weights_dir:
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "params": {k: v for k, v in config.to_dict().items() if k in CACHED_FIELDS},
             "boxes": key, "source": source_fingerprint(video),
-            "weights": weights_fingerprint(weights_dir, config.version), "weights_dir": str(weights_dir),
+            "weights": weights_fingerprint(weights_dir), "weights_dir": str(weights_dir),
             "frame_shape": list(frame_shape), "n_frames": int(n_frames), "n_faces": int(n_faces), "backend": backend,
             "files": files}
 

@@ -116,8 +116,7 @@ def load_avatar(directory: str | os.PathLike, pipe: MuseTalkPipeline | None = No
         return Avatar.load(directory, pipe, config=config, check=check)
     meta = read_meta(Path(directory), check=check)
     settings = stored_config(meta, config, Path(directory))
-    folder = weights_dir or meta.get("weights_dir") or weights.default_dir()
-    pipe = MuseTalkPipeline.from_pretrained(folder, settings)
+    pipe = MuseTalkPipeline.from_pretrained(weights_dir or meta.get("weights_dir"), settings)  # None: the default
     try:
         avatar = Avatar.load(directory, pipe, config=settings, check=False)
     except BaseException:
@@ -130,7 +129,7 @@ def load_avatar(directory: str | os.PathLike, pipe: MuseTalkPipeline | None = No
 def _weights_path(pipe: MuseTalkPipeline | None, weights_dir: str | os.PathLike | None) -> Path:
     """The pipeline's weights folder, else ``weights_dir``, else the default; InputError when both disagree."""
     if pipe is None:
-        return Path(weights_dir).expanduser() if weights_dir is not None else weights.default_dir()
+        return weights.resolve_dir(weights_dir)
     if weights_dir is not None and Path(weights_dir).expanduser().resolve() != Path(pipe.weights_dir).resolve():
         raise InputError(f"weights_dir {str(weights_dir)!r} is not the pipeline's weights folder "
                          f"{str(pipe.weights_dir)!r}: the avatar uses the pipeline's models; give one of the two.")

@@ -16,7 +16,6 @@ import itertools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -144,7 +143,7 @@ def syncnet_scorer(video: Any, waveform: np.ndarray, weights_dir: str | os.PathL
     16 kHz ``waveform`` (:func:`nbhelpers.quality.sync.score_crops`), all asks' crops cut in one pass over ``video``.
     None when ``weights_dir`` (None: the default) lacks ``syncnet/syncnet_v2.model``. A stretch under 6 frames, or a
     track missing from more than 25 frames in a row of it, leaves the stretch to the correlation."""
-    root = Path(weights_dir).expanduser() if weights_dir is not None else weights.default_dir()
+    root = weights.resolve_dir(weights_dir)
     if not (root / SYNCNET_FILE).is_file():
         return None
     model, cc = load_syncnet(root, device), mfcc(np.asarray(waveform, dtype=np.float32), SAMPLE_RATE)

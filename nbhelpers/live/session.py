@@ -283,8 +283,7 @@ class LiveSession:
                 self._out.put(_END)
 
     def _next_wake(self, now: float) -> float:
-        """Seconds until the worker has something to do without new audio (real time: the next hand-out, the
-        next starvation check, the next frame allowed to render)."""
+        """Seconds until the worker has something to do without new audio (real time)."""
         if not self.config.realtime or self._t0 is None:
             return 0.5
         due = self._deadline(self._next_compute)
@@ -322,10 +321,8 @@ class LiveSession:
         self._trim()
 
     def _final_groups(self, now: float, end: int, total: int | None, closing: bool) -> list[tuple[int, int, int]]:
-        """The groups to make now, ``[(a, b, E), ...]`` from ``_next_compute`` on: one group in real time (each is
-        handed out as soon as it is made); otherwise every final group up to the end of the engine batch (aligned
-        at multiples of the batch size, as in one-clip generation) that the first one starts in, so that audio
-        that arrived at once is rendered in whole batches."""
+        """The groups to make now, ``[(a, b, E), ...]`` from ``_next_compute`` on: one in real time, else every final
+        group up to the end of the first one's engine batch (audio that came at once renders in whole batches)."""
         spans: list[tuple[int, int, int]] = []
         a = self._next_compute
         limit = (a // self.batch_size + 1) * self.batch_size
@@ -357,8 +354,7 @@ class LiveSession:
         return None
 
     def _fill_starved(self, now: float, end: int) -> int:
-        """Real time: add silence for frames whose audio has not arrived ``guard_s`` before their time; returns the
-        new timeline end."""
+        """Real time: silence for frames whose audio is not there ``guard_s`` before their time; the new end."""
         n = self._next_compute
         while self._deadline(n) - self.config.guard_s <= now:
             g_end = (n // self.config.hop + 1) * self.config.hop
@@ -384,9 +380,8 @@ class LiveSession:
         return w.size == 0 or float(np.sqrt(np.mean(np.square(w, dtype=np.float64)))) < self.silence_rms
 
     def _compute(self, spans: list[tuple[int, int, int]]) -> None:
-        """Render the groups ``spans`` (frames a..b-1 of each from the audio prefix [0, E)) and queue them for
-        hand-out; frames are rendered in engine batches aligned at multiples of the batch size. Runs on the
-        avatar's :class:`ModelThread`."""
+        """Render the groups ``spans`` (frames a..b-1 of each from the audio prefix [0, E)) in engine batches
+        aligned at multiples of the batch size, and queue them for hand-out; on the avatar's :class:`ModelThread`."""
         with flush_denormals(self._models.device):  # per thread (the CPU's FP control), so here on the model thread
             a, b = spans[0][0], spans[-1][1]
             first = a == 0 and self.stats.first_ready_t is None
@@ -421,8 +416,7 @@ class LiveSession:
             self._more.set()
 
     def _features(self, parts: list, spans: list[tuple[int, int, int]], idle: np.ndarray):
-        """(b - a, 50, 384) tokens of the frames of ``spans``: each group's own tokens (``parts``, None for a group
-        of idle frames only), the closed-mouth tokens for idle frames when ``silence="closed"``."""
+        """(b - a, 50, 384) tokens of ``spans``: each group's ``parts`` (None: idle only), closed-mouth ones if idle."""
         import torch
 
         if len(parts) == 1 and parts[0] is not None and not (self.config.silence == "closed" and idle.any()):
@@ -453,9 +447,8 @@ class LiveSession:
         return sizes
 
     def _warm_up(self) -> None:
-        """One whisper pass and one render of each batch size of :meth:`warm_shapes` (results dropped), once per
-        avatar and size, on the avatar's :class:`ModelThread`: the one-time costs of the first forwards (and the
-        per-thread cuDNN plans) are paid here, not by the first frame."""
+        """One whisper pass and one render of each size of :meth:`warm_shapes`, once per avatar and size, on its
+        :class:`ModelThread`: the first forwards' one-time costs (and cuDNN plans) are paid here, not by frame 0."""
         import torch
 
         done = self._models_thread.warm
@@ -477,8 +470,7 @@ class LiveSession:
                 gpu.host_wait(self._models.device)
 
     def _silent(self):
-        """(50, 384) tokens of a frame inside digital silence (the closed-mouth idle frame), kept with the avatar's
-        device state for its later sessions."""
+        """(50, 384) tokens of a frame inside digital silence (the closed-mouth idle frame), kept by the avatar."""
         def make():
             self.stats.whisper_passes += 1
             return self.avatar.pipe.features(np.zeros(SAMPLE_RATE, np.float32))[FPS // 2].clone()
@@ -516,7 +508,7 @@ class LiveSession:
         self._next_emit = n + 1
 
     def _trim(self) -> None:
-        """Drop audio no frame will read again (before the open segment and the next frame to hand out)."""
+        """Drop audio no frame will read again."""
         first_window = max(0, SAMPLES_PER_FRAME * self._next_compute - LEFT_CONTEXT)
         keep = min((first_window // SEGMENT_SAMPLES) * SEGMENT_SAMPLES, SAMPLES_PER_FRAME * self._next_emit)
         if keep - self._base > SEGMENT_SAMPLES // 4:
@@ -533,8 +525,7 @@ class LiveSession:
 
 
 def _batches(ns: Iterable[int], batch_size: int) -> list[tuple[int, int]]:
-    """Runs of consecutive frames ``ns`` as (start, stop), cut at multiples of ``batch_size`` as one-clip
-    generation's batches are."""
+    """Runs of consecutive frames ``ns`` as (start, stop), cut at multiples of ``batch_size`` (one-clip batches)."""
     out: list[tuple[int, int]] = []
     for n in ns:
         if out and out[-1][1] == n and n % batch_size:
@@ -562,18 +553,17 @@ def _as_mono(samples: Any) -> np.ndarray:
     return arr
 
 
-def play(session: LiveSession, waveform: np.ndarray, *, chunk_ms: float = 200.0, realtime: bool = True,
-         sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic):
+def play(session: LiveSession, waveform: np.ndarray, *, chunk_ms: float = 200.0, realtime: bool = True):
     """Push a 16 kHz waveform into ``session`` in chunks, as if it arrived in real time; returns ``close()``'s result.
 
     Chunk ``i`` is pushed at ``i * chunk_ms`` after the first (all at once when ``realtime`` is False).
     """
     step = max(1, int(round(chunk_ms * SAMPLE_RATE / 1000.0)))
-    t0 = clock()
+    t0 = time.monotonic()
     for i, start in enumerate(range(0, len(waveform), step)):
         if realtime:
-            wait = t0 + i * step / SAMPLE_RATE - clock()
+            wait = t0 + i * step / SAMPLE_RATE - time.monotonic()
             if wait > 0:
-                sleep(wait)
+                time.sleep(wait)
         session.push(waveform[start:start + step], SAMPLE_RATE)
     return session.close()

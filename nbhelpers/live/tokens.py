@@ -68,14 +68,9 @@ class PrefixTokens:
         return out
 
     def encode(self, wave: np.ndarray):
-        """(1500, 5, 384) encoder hidden states of one <= 30 s segment, as :func:`nbhelpers.audio.whisper_features`
-        computes them (the same log-mel, on the device with the whisper on CUDA, and the same encoder call)."""
+        """(1500, 5, 384) encoder hidden states of one <= 30 s segment, as one-clip generation computes them."""
         import torch
 
-        encoder = audio_mod._encoder_of(self.pipe.whisper)
-        first = next(encoder.parameters())
         with torch.no_grad():
-            mel = audio_mod._log_mel(self.pipe.feature_extractor, wave, first.device)
-            mel = mel.to(device=first.device, dtype=first.dtype)
-            hidden = encoder(mel, output_hidden_states=True).hidden_states
-            return torch.stack(tuple(hidden), dim=2).reshape(-1, WHISPER_LAYERS, WHISPER_DIM)
+            return audio_mod.encoder_states(audio_mod.encoder_of(self.pipe.whisper), self.pipe.feature_extractor,
+                                            [wave])

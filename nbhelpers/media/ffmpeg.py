@@ -7,7 +7,6 @@ import contextlib
 import functools
 import os
 import re
-import shutil
 import subprocess
 import threading
 from pathlib import Path
@@ -31,7 +30,11 @@ _KILL_WAIT_S = 10.0  # seconds to wait for a killed ffmpeg to exit (one stuck on
 
 
 @functools.cache
-def _bundled_ffmpeg() -> str:
+def ffmpeg_exe() -> str:
+    """Absolute path of the ffmpeg binary nbhelpers runs: imageio-ffmpeg's (honouring ``IMAGEIO_FFMPEG_EXE``).
+    Raises MissingDependencyError: imageio-ffmpeg is not installed or has no binary for this platform.
+    Source: ``inference.py:23-39`` runs ``ffmpeg`` from PATH; nbhelpers never depends on PATH.
+    """
     try:
         import imageio_ffmpeg
     except ImportError as exc:
@@ -45,19 +48,6 @@ def _bundled_ffmpeg() -> str:
             f"imageio-ffmpeg found no ffmpeg binary ({exc}). Reinstall it with `pip install --force-reinstall "
             "imageio-ffmpeg`, or install ffmpeg (apt-get install ffmpeg) and set IMAGEIO_FFMPEG_EXE to its path."
         ) from exc
-
-
-def ffmpeg_exe(prefer_system: bool = False) -> str:
-    """Absolute path of the ffmpeg binary nbhelpers runs: imageio-ffmpeg's (honouring ``IMAGEIO_FFMPEG_EXE``), or with
-    ``prefer_system`` the ``ffmpeg`` on PATH when there is one (e.g. for ``h264_nvenc``).
-    Raises MissingDependencyError: imageio-ffmpeg is not installed or has no binary for this platform.
-    Source: ``inference.py:23-39`` runs ``ffmpeg`` from PATH; nbhelpers never depends on PATH.
-    """
-    if prefer_system:
-        found = shutil.which("ffmpeg")
-        if found:
-            return found
-    return _bundled_ffmpeg()
 
 
 @functools.cache

@@ -50,14 +50,12 @@ class FFmpegSink(VideoWriter):
     ffmpeg reads raw BGR video on stdin and raw 16 kHz mono s16le PCM on a second pipe (``pipe:FD``, POSIX), each
     fed by a thread so that neither blocks the other and :meth:`write` returns at once. ``target`` is a path
     (``.mp4``, ``.mov``, ``.mkv``, ``.ts``, ``.flv``) or URL (``rtmp://`` -> FLV, ``srt://``, ``udp://``,
-    ``rtp://``, ``tcp://`` -> MPEG-TS); ``width`` and ``height`` are pixels; ``encoder`` as :func:`video_codec_args`;
-    ``stall_timeout_s`` as :class:`VideoWriter`'s.
+    ``rtp://``, ``tcp://`` -> MPEG-TS); ``width`` and ``height`` are pixels; ``encoder`` as :func:`video_codec_args`.
     Raises InputError: the target's container cannot be told from its name, a size is not a positive whole number, or
     the platform has no pass_fds.
     """
 
-    def __init__(self, target: str | os.PathLike, width: int, height: int, *, encoder: str | None = None,
-                 stall_timeout_s: float | None = WRITER_STALL_TIMEOUT_S):
+    def __init__(self, target: str | os.PathLike, width: int, height: int, *, encoder: str | None = None):
         target = os.fspath(target)
         low = target.lower()
         fmt = next((f for scheme, f in URL_CONTAINERS.items() if low.startswith(scheme)),
@@ -70,7 +68,7 @@ class FFmpegSink(VideoWriter):
         # the writer's state (VideoWriter.write, close and abort use it)
         (self.width, self.height), self.fps = _check_size(width, height), Fraction(FPS)
         self.synthetic, self.encoder, self.audio = True, None, None
-        self.stall_timeout_s = None if stall_timeout_s is None else float(stall_timeout_s)
+        self.stall_timeout_s = WRITER_STALL_TIMEOUT_S
         self.frames_written, self._result, self._closed = 0, None, False
         self.target, self.is_url = target, "://" in target
         self.path = self._tmp = None

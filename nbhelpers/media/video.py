@@ -109,7 +109,7 @@ class VideoReader:
     the file.
     """
 
-    def __init__(self, path, fps=FPS, *, background=(0, 0, 0), ffmpeg: str | None = None):
+    def __init__(self, path, fps=FPS, *, background=(0, 0, 0)):
         self.path = _existing_file(path, "video")
         self.fps = _check_fps(fps)
         try:
@@ -119,7 +119,7 @@ class VideoReader:
         if len(self.background) != 3 or any(not 0 <= v <= 255 for v in self.background):
             raise InputError(f"background must be a BGR colour of 3 integers in 0-255, e.g. (0, 0, 0) for black; "
                              f"got {background!r}.")
-        self._exe = ffmpeg or ffmpeg_exe()
+        self._exe = ffmpeg_exe()
         self.info = probe(self.path, count_frames=False)
         if not self.info.has_video:
             what = "an audio file" if self.info.has_audio else "a file with no picture"
@@ -218,12 +218,6 @@ class VideoReader:
             self._streams.discard(self._cursor)
         return batch
 
-    def rewind(self) -> None:
-        """Move the :meth:`read_batch` cursor back to frame 0 (stops its ffmpeg)."""
-        if self._cursor is not None:
-            self._release(self._cursor)
-            self._cursor = None
-
     def close(self) -> None:
         """Stop every ffmpeg this reader started. Safe to call twice."""
         for stream in list(self._streams):
@@ -247,13 +241,13 @@ class VideoReader:
                 f"frames={count})")
 
 
-def load_video(path, fps=FPS, *, background=(0, 0, 0), ffmpeg: str | None = None) -> VideoReader:
+def load_video(path, fps=FPS, *, background=(0, 0, 0)) -> VideoReader:
     """Open a video or a photo as a :class:`VideoReader` of upright BGR frames at constant ``fps`` (MuseTalk: 25);
     raises as :class:`VideoReader` does (InputError for bad input, FFmpegError when ffmpeg cannot read the file).
     Source: ``inference.py:120-126`` keeps the source fps, so other rates drift (quirk Q8); ``app.py:432-472`` re-times
     uploads to 25 fps, as this always does.
     """
-    return VideoReader(path, fps, background=background, ffmpeg=ffmpeg)
+    return VideoReader(path, fps, background=background)
 
 
 def frames_at(path, indices: Sequence[int], fps=FPS, *, background=(0, 0, 0)) -> np.ndarray:

@@ -5,7 +5,6 @@ Source: syncnet_python run_pipeline.py (``inference_video``, ``track_shot``, ``c
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -99,7 +98,7 @@ def detect_boxes(video: Any, weights_dir: Any, device: Any) -> tuple[np.ndarray,
     when its weights are in ``weights_dir``, else from dlib."""
     notes: list[str] = []
     rows: list[np.ndarray] = []
-    root = Path(weights_dir).expanduser() if weights_dir is not None else weights.default_dir()
+    root = weights.resolve_dir(weights_dir)
     s3fd = (root / S3FD_FILE).is_file()
     if not s3fd:
         notes.append(f"face boxes from dlib because {root / S3FD_FILE} is missing (the protocol uses S3FD; "

@@ -50,7 +50,7 @@ def load_syncnet(weights_dir: str | os.PathLike | None = None, device: str | Non
     """
     torch = require("torch", INSTALL_TORCH)
     network = require("nbhelpers.quality.network", INSTALL_TORCH)
-    root = Path(weights_dir).expanduser() if weights_dir is not None else weights.default_dir()
+    root = weights.resolve_dir(weights_dir)
     path = root / SYNCNET_FILE
     if not path.is_file():
         raise WeightsError(f"the SyncNet weights are missing: {path}. LSE-D/LSE-C need the optional 'quality' "

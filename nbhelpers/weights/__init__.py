@@ -43,6 +43,7 @@ from .manifest import (
     list_files,
     missing_files,
     required_files,
+    resolve_dir,
 )
 from .verification import Expected, FileCheck, VerifyReport, check_job_files, expected_facts, job_files, verify
 
@@ -52,5 +53,5 @@ __all__ = [
     "TINY_MARKER", "TRUNCATED", "UNVERIFIABLE", "WRONG_SIZE", "DownloadReport", "DownloadRow", "Expected", "Fact",
     "FileCheck", "FileTable", "Inspection", "Manifest", "Source", "VerifyReport", "WeightFile", "check_job_files",
     "default_dir", "download", "expected_facts", "inspect_file", "is_tiny", "job_files", "list_files",
-    "main", "missing_files", "required_files", "verify",
+    "main", "missing_files", "required_files", "resolve_dir", "verify",
 ]

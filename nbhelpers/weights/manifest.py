@@ -414,6 +414,11 @@ def default_dir() -> Path:
     return (base / "musetalk-workbook" / "models").absolute()
 
 
+def resolve_dir(weights_dir: str | os.PathLike | None) -> Path:
+    """The weights dir a job uses: ``weights_dir`` with ``~`` expanded, or :func:`default_dir` when None."""
+    return Path(weights_dir).expanduser() if weights_dir is not None else default_dir()
+
+
 def is_tiny(directory: str | os.PathLike) -> bool:
     """True when ``directory`` holds tiny random test weights (``tiny.json`` of ``make_tiny_weights``)."""
     return (Path(directory) / TINY_MARKER).is_file()
