@@ -45,9 +45,7 @@ def mount_drive(weights_folder: str | os.PathLike | None = None, *, enabled: boo
 
 @dataclass(frozen=True)
 class DriveStatus(_ShownAsText):
-    """Result of :func:`mount_drive`: whether Drive is ``mounted``, the ``weights_dir`` now in ``NBHELPERS_WEIGHTS`` (or
-    None), and a ``message`` in words.
-    """
+    """Result of :func:`mount_drive`; ``weights_dir`` is the folder now in ``NBHELPERS_WEIGHTS``, or None."""
 
     mounted: bool
     weights_dir: Path | None

@@ -148,19 +148,21 @@ def _ci_clip(src: Path, name: str, seconds: float, kind: str = "audio") -> Path:
 
 
 def _default_inputs(mode: str) -> tuple[Path, Path]:
+    from .. import media  # numpy
+
     if mode == "ci":
         shared = shared_data_dir()
         if shared is not None:
             return (_ci_clip(shared / SHARED_VIDEO, "face", CI_CLIP_SECONDS, "video"),
                     _ci_clip(shared / SHARED_AUDIO, "speech", CI_CLIP_SECONDS))
-        photo, speech = _demo(work_dir(mode) / "clips" / "demo")
+        photo, speech = media.demo_inputs(work_dir(mode) / "clips" / "demo")
         return photo, _ci_clip(speech, "demo-speech", CI_CLIP_SECONDS)
     folder = media_dir(mode)
     video = folder / WORKBOOK_VIDEO
     audios = sorted(folder.glob(WORKBOOK_AUDIO + ".*"))
     if video.is_file() and audios:
         return video, audios[0]
-    photo, speech = _demo(work_dir(mode) / "demo")
+    photo, speech = media.demo_inputs(work_dir(mode) / "demo")
     return (video if video.is_file() else photo), (audios[0] if audios else speech)
 
 
@@ -181,25 +183,21 @@ def keep_audio(audio: str | os.PathLike, mode: str | None = None) -> Path:
     return target
 
 
-def _demo(folder: Path) -> tuple[Path, Path]:
-    from .. import media  # numpy
-
-    return media.demo_inputs(folder)
-
-
 def sample_audios(mode: str | None = None) -> list[Path]:
     """Two different speech clips for the realtime notebook: in CI mode the first :data:`CI_CLIP_SECONDS` of two test
     recordings (or the demo speech at two lengths); elsewhere the workbook audio and the demo speech.
     """
+    from .. import media  # numpy
+
     mode = run_mode(mode)
     _, first = workbook_inputs(mode)
     if mode == "ci":
         shared = shared_data_dir()
         if shared is not None:
             return [first, _ci_clip(shared / SHARED_AUDIO_2, "sing", CI_CLIP_SECONDS)]
-        _, speech = _demo(work_dir(mode) / "clips" / "demo")
+        _, speech = media.demo_inputs(work_dir(mode) / "clips" / "demo")
         return [first, _ci_clip(speech, "demo-speech", CI_CLIP_SECONDS / 2)]
-    _, speech = _demo(work_dir(mode) / "demo")
+    _, speech = media.demo_inputs(work_dir(mode) / "demo")
     return [first, speech]
 
 

@@ -57,10 +57,9 @@ RESTART_MESSAGE = ("Restart needed: an install changed a package that was alread
 
 @dataclass(frozen=True)
 class InstallRow:
-    """One requirement of :func:`install_missing`: the normalised distribution ``name`` (``"imageio-ffmpeg"``), the
-    ``requirement`` line (``"imageio-ffmpeg>=0.5"``), the version ``installed`` before (or None), the ``action``
-    (``"ok"``, ``"install"``, ``"upgrade"``, ``"refused"`` when protected, ``"skipped"`` by a marker) and why, in a
-    ``note``.
+    """One requirement of :func:`install_missing`: ``name`` normalised (``"imageio-ffmpeg"``), the version
+    ``installed`` before (or None), ``action`` ``"ok"``, ``"install"``, ``"upgrade"``, ``"refused"`` (protected) or
+    ``"skipped"`` (by a marker), and why, in ``note``.
     """
 
     name: str
@@ -72,10 +71,9 @@ class InstallRow:
 
 @dataclass(frozen=True)
 class InstallReport(_ShownAsText):
-    """Result of :func:`install_missing`, shown as a table: one :class:`InstallRow` per requirement in ``rows``,
-    ``dry_run`` (nothing installed), the pip argument list that ran or would run (``command``, empty when nothing was
-    needed), ``name==version`` of each package it ``installed_now``, and the ``restart_reasons`` (packages imported
-    before the install that it changed).
+    """Result of :func:`install_missing`, shown as a table: the pip argument list that ran or would run
+    (``command``, empty when nothing was needed), ``name==version`` of each package it ``installed_now``, and the
+    ``restart_reasons`` (packages imported before the install that it changed).
     """
 
     rows: tuple[InstallRow, ...]
@@ -207,7 +205,6 @@ def install_missing(requirements: str | os.PathLike | Sequence[str] | None = Non
 
     torch, torchvision and torchaudio are never installed; packages of :data:`PROTECTED` are installed when absent but
     never upgraded. The rest runs as one ``pip install`` with a constraints file pinning the protected packages.
-
     Raises InputError when a requirement line cannot be parsed or the file cannot be read; NbHelpersError when pip
     failed or did not finish in 30 minutes (the message holds pip's last lines).
     """

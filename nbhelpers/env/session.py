@@ -17,11 +17,9 @@ from .modes import _DISTS, REPORTED, _ShownAsText, run_mode
 
 @dataclass(frozen=True)
 class EnvReport(_ShownAsText):
-    """What the setup cell found, shown as a table in notebooks: the run ``mode``, the ``python`` version
-    (``"3.13.0"``), the ``device`` (``"cuda:0: Tesla T4"`` or ``"cpu (no CUDA GPU)"``), the GPU's total ``vram_gib``
-    (None without one), ``versions`` by import name (None: not installed), the ``weights_dir`` this mode reads, whether
-    Drive is mounted at ``/content/drive``, the ``restart_reasons`` (empty: no restart needed), the
-    :func:`nbhelpers.gpu.report` object ``gpu`` (or None) and other ``notes``.
+    """What the setup cell found, shown as a table in notebooks: ``device`` ``"cuda:0: Tesla T4"`` or ``"cpu (no CUDA
+    GPU)"``, the GPU's total ``vram_gib`` (None without one), ``versions`` by import name (None: not installed), the
+    :func:`nbhelpers.gpu.report` object ``gpu`` (or None), ``restart_reasons`` (empty: no restart needed).
     """
 
     mode: str
@@ -41,7 +39,7 @@ class EnvReport(_ShownAsText):
         return bool(self.restart_reasons)
 
     def rows(self) -> list[tuple[str, str]]:
-        """The report as ``(name, value)`` rows (what the table shows)."""
+        """The table's ``(name, value)`` rows."""
         rows = [("run mode", self.mode), ("python", self.python), ("device", self.device),
                 ("VRAM (GiB)", "-" if self.vram_gib is None else f"{self.vram_gib:.1f}")]
         rows += [(name, version or "not installed") for name, version in self.versions.items()]

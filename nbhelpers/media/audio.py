@@ -127,7 +127,6 @@ def load_audio(path, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
 
 def audio_duration(path) -> float:
     """Exact duration in seconds of the first audio stream of ``path``: samples / native rate.
-
     Raises InputError: missing file, no audio stream or no samples; FFmpegError: ffmpeg cannot read the file.
     Source: the output has ``floor(seconds * 25)`` frames (``audio_processor.py:61-63``).
     """

@@ -14,8 +14,7 @@ from pathlib import Path
 from ..errors import FFmpegError, InputError, MissingDependencyError
 
 SYNTHETIC_TAG = "Synthetic lip-sync video made with MuseTalk (nbhelpers)"
-"""Written as the ``comment`` tag of every video :class:`VideoWriter` makes (and as the video track's handler
-name), so that anyone can tell the file was generated."""
+"""The ``comment`` tag and video handler name of every video :class:`VideoWriter` makes: the file is generated."""
 
 SYNTHETIC_ARGS = ["-metadata", f"comment={SYNTHETIC_TAG}", "-metadata:s:v:0", f"handler_name={SYNTHETIC_TAG}"]
 # BT.709 matrix, limited range, and the stream tagged so (setparams: the -color_* options alone are not carried
@@ -129,8 +128,7 @@ class _Process:
 
     def progress_mark(self, fallback: Path | None) -> tuple | None:
         """What changes while ffmpeg works: its CPU ticks and bytes written (``/proc``), else ``fallback``'s size and
-        time; None when neither can be read.
-        """
+        time; None when neither can be read."""
         pid = self.popen.pid
         with contextlib.suppress(OSError, IndexError):
             with open(f"/proc/{pid}/stat", "rb") as f:

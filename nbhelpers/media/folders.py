@@ -1,6 +1,5 @@
 """Can a job write its output? Every job that writes a file calls :func:`check_writable` on the output's folder
-before any frame is decoded or any model loads, so that a folder it cannot write in is reported before minutes of
-work rather than by ffmpeg at the end."""
+before any frame is decoded or any model loads."""
 
 from __future__ import annotations
 
@@ -54,15 +53,13 @@ def check_writable(folder: str | os.PathLike, what: str = "the output") -> Path:
 
 
 def missing_folders(folder: str | os.PathLike) -> list[Path]:
-    """``folder`` and its parents that do not exist yet, innermost first: those a job may make and
-    :func:`remove_empty` removes again."""
+    """``folder`` and its parents that do not exist yet, innermost first (what :func:`remove_empty` takes)."""
     folder = Path(folder).expanduser().absolute()
     return [p for p in (folder, *folder.parents) if not p.exists()]
 
 
 def remove_empty(folders: list[Path]) -> None:
-    """Remove each of ``folders`` (:func:`missing_folders`) that is empty, so that a job that stopped leaves no empty
-    folder it made; one holding anything (an output, or what another job put there) stays."""
+    """Remove each of ``folders`` (:func:`missing_folders`) that is empty; one holding anything stays."""
     for part in folders:
         with contextlib.suppress(OSError):
             part.rmdir()

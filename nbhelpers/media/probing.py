@@ -273,8 +273,7 @@ def _parse_stream(match: re.Match, block: list[str]) -> StreamInfo:
 
 
 def _block_rotation(block: list[str]) -> int:
-    """Clockwise display rotation in degrees of a video stream from the lines under it: the display matrix's when
-    it has one, else the ``rotate`` tag's, else 0."""
+    """Clockwise degrees from a video stream's lines: the display matrix's, else the ``rotate`` tag's, else 0."""
     matrix = rotate_tag = None
     for line in block:
         m = _MATRIX_RE.search(line)

@@ -16,7 +16,6 @@ from ..errors import FFmpegError, InputError
 from .ffmpeg import BT709_TAGS, SYNTHETIC_ARGS, WRITER_STALL_TIMEOUT_S, _video_filter, ffmpeg_exe
 from .writer import VideoWriter, _check_size, _partial, choose_encoder
 
-# Output container by URL scheme, else by file suffix.
 URL_CONTAINERS = {"rtmp://": "flv", "rtmps://": "flv", "srt://": "mpegts", "udp://": "mpegts", "rtp://": "mpegts",
                   "tcp://": "mpegts"}
 FILE_CONTAINERS = {".mp4": "mp4", ".mov": "mov", ".mkv": "matroska", ".ts": "mpegts", ".flv": "flv"}
@@ -126,10 +125,8 @@ class FFmpegSink(VideoWriter):
                 return
 
     def write(self, frame: np.ndarray, audio: np.ndarray) -> None:  # type: ignore[override]
-        """Queue one (H, W, 3) uint8 BGR frame and its 640 float32 samples (blocks while ffmpeg is behind).
-
-        Raises FFmpegError: ffmpeg stopped taking input (its stderr is in the message).
-        """
+        """Queue one (H, W, 3) uint8 BGR frame and its 640 float32 samples (blocks while ffmpeg is behind); FFmpegError
+        when ffmpeg stopped taking input (its stderr is in the message)."""
         if self.error is not None:
             raise self._failed("ffmpeg stopped taking input")
         pcm = (np.clip(audio, -1.0, 1.0) * 32767.0).round().astype("<i2").tobytes()
@@ -143,10 +140,8 @@ class FFmpegSink(VideoWriter):
         return self._proc.error(f"the live output to {self.target} failed: {what}{cause}")
 
     def close(self, timeout_s: float = 120.0) -> Path | None:  # type: ignore[override]
-        """Finish the stream; returns the file's path (None for a URL).
-
-        Raises FFmpegError: ffmpeg failed, stalled, or its input threads did not finish within ``timeout_s``.
-        """
+        """Finish the stream; returns the file's path (None for a URL). FFmpegError when ffmpeg failed, stalled, or
+        its input threads did not finish within ``timeout_s``."""
         for q in self._queues:
             q.put(None)
         for t in self._threads:

@@ -128,7 +128,6 @@ class VideoReader:
         if not self.info.width or not self.info.height:
             raise InputError(f"video: ffmpeg reports no frame size for {str(self.path)!r}; convert it to MP4 first.")
         self.width, self.height = self.info.width, self.info.height
-        # the pixel formats with an alpha channel: pal8, ya*, yuva*, gbrap*, rgba*, bgra*, argb*, abgr*
         fmt = self.info.pix_fmt or ""
         self.has_alpha = fmt == "pal8" or fmt.startswith(("ya", "yuva", "gbrap", "rgba", "bgra", "argb", "abgr"))
         stored = self.info.video_stream
@@ -158,11 +157,8 @@ class VideoReader:
 
     @property
     def frame_count(self) -> int:
-        """Exact number of frames this reader yields (1 for a photo).
-
-        A video's count is known only from the decoded timestamps, so the first access runs one counting decode
-        (``-vf fps=25 -f null``) and caches it; a completed iteration also records it.
-        """
+        """Exact number of frames this reader yields (1 for a photo); for a video the first access runs one counting
+        decode (``-vf fps=25 -f null``) unless a completed iteration has recorded it."""
         if self._count is None:
             rc, out, err = _run(self._command(null=True), "count frames")
             found = re.findall(rb"^frame=\s*(\d+)", out, flags=re.MULTILINE)

@@ -72,8 +72,7 @@ def _check_size(width: int, height: int) -> tuple[int, int]:
 
 
 def _partial(path: Path) -> Path:
-    """The temporary name an output is written under, ``.<stem>.partial-<random><suffix>`` beside it, once its
-    folder is checked writable and made."""
+    """``.<stem>.partial-<random><suffix>`` beside ``path``, once its folder is checked writable and made."""
     check_writable(path.parent)
     path.parent.mkdir(parents=True, exist_ok=True)
     return path.with_name(f".{path.stem}.partial-{uuid.uuid4().hex[:8]}{path.suffix}")
@@ -91,8 +90,7 @@ def padded_size_note(width: int, height: int) -> str | None:
 
 def nvenc_probe(ffmpeg: str | None = None, timeout: float = 30.0) -> tuple[bool, str]:
     """``(True, "")`` when ``h264_nvenc`` encodes one 256x256 black frame with this ``ffmpeg`` within ``timeout``
-    seconds, else ``(False, reason)``; cached per binary (a listed encoder may still fail on the driver).
-    """
+    seconds, else ``(False, reason)``; cached per binary (a listed encoder may still fail on the driver)."""
     exe = ffmpeg or ffmpeg_exe()
     with _probe_lock:
         if exe in _probe_cache:
@@ -245,11 +243,8 @@ class VideoWriter:
         return args + (SYNTHETIC_ARGS if self.synthetic else []) + [str(self._tmp)]
 
     def write(self, frames) -> None:
-        """Append one ``(H, W, 3)`` frame or ``(N, H, W, 3)`` batch of uint8 BGR ``frames`` (numpy or torch).
-
-        Raises InputError for a wrong dtype or shape, FFmpegError when ffmpeg has died (the partial file is then
-        removed), MediaError when the writer is already closed.
-        """
+        """Append one ``(H, W, 3)`` frame or ``(N, H, W, 3)`` batch of uint8 BGR ``frames`` (numpy or torch). Raises
+        InputError for a wrong dtype or shape, FFmpegError when ffmpeg has died, MediaError when already closed."""
         if self._closed:
             raise MediaError(f"This VideoWriter for {str(self.path)!r} is closed; open a new one to write again.")
         if hasattr(frames, "detach") and hasattr(frames, "cpu"):  # a torch tensor, possibly on the GPU
@@ -286,11 +281,8 @@ class VideoWriter:
         self.frames_written += len(arr)
 
     def close(self) -> Path:
-        """Finish the file: flush, wait for ffmpeg, rename the temporary file to :attr:`path`, and return the path.
-
-        Raises InputError when no frame was written (nothing is kept), FFmpegError when ffmpeg failed (the partial
-        file is removed), MediaError when the writer was aborted.
-        """
+        """Finish the file (flush, wait for ffmpeg, rename the temporary file) and return :attr:`path`. Raises
+        InputError when no frame was written, FFmpegError when ffmpeg failed, MediaError when the writer was aborted."""
         if self._result is not None:
             return self._result
         if self._closed:

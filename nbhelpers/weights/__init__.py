@@ -1,7 +1,6 @@
 """The weight files: a manifest, a cache folder (:func:`default_dir`), downloads with retries, and verification.
 
-The layout is the official ``models/`` folder relative to one weights dir; :func:`list_files` shows every file
-with its set and sources. Nothing here imports torch or touches the network at import.
+The layout is the official ``models/`` folder of one weights dir; importing it loads no torch and uses no network.
 """
 
 from __future__ import annotations

@@ -35,8 +35,8 @@ from .manifest import (
     WeightFile,
     _human,
     _Report,
-    default_dir,
     hub_endpoint,
+    resolve_dir,
 )
 from .verification import _check, _State
 
@@ -366,25 +366,16 @@ def _failure_message(root: Path, rows: Sequence[DownloadRow], manifest: Manifest
 
 def download(directory: str | os.PathLike | None = None, sets: str | Sequence[str] | None = None,
              files: str | Sequence[str] | None = None, *, manifest: Manifest = MANIFEST) -> DownloadReport:
-    """Fetch the weight files that are missing or bad, hashing each fetched file whose sha256 is known before it is
-    put in place. Present files are checked (no hashing) and kept; a bad one is replaced with a warning.
-
-    Args:
-        directory: The weights folder, created if missing; None: :func:`default_dir`.
-        sets: Names from :data:`SETS`, ``"default"`` or ``"all"``; None: the v1.5 inference set (about 4.2 GB),
-            unless ``files`` names some.
-        files: Names of single files to fetch as well.
-        manifest: The list of files and their sources.
-
-    Raises:
-        InputError: An unknown set or file name.
-        WeightsError: The folder cannot be written, or a file failed from every source (naming each source's error,
-            the manual URL and the fix; files that succeeded are kept).
-
+    """Fetch the weight files of ``sets`` and ``files`` (as :meth:`Manifest.select` chooses them; None and None: the
+    v1.5 inference set, about 4.2 GB) that are missing or bad into ``directory`` (made when missing; None:
+    :func:`default_dir`), hashing each fetched file whose sha256 is known before it is put in place. Present files
+    are checked (no hashing) and kept; a bad one is replaced with a warning.
+    Raises InputError for an unknown set or file name; WeightsError when the folder cannot be written, or a file
+    failed from every source (naming each source's error, the manual URL and the fix; files that succeeded are kept).
     Source: ``download_weights.sh:14-49`` (the same files; its ``hf-mirror.com`` endpoint is the second hub source).
     """
     entries = manifest.select(sets, files)
-    root = Path(directory).expanduser() if directory is not None else default_dir()
+    root = resolve_dir(directory)
     state = _State(root)
     _HOSTS.clear()
     checks = [(entry, _check(entry, root, state, deep=False)) for entry in entries]

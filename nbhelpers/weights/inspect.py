@@ -29,9 +29,7 @@ BAD_STATES = frozenset({MISSING, WRONG_SIZE, HTML_PAGE, LFS_POINTER, TRUNCATED, 
 
 @dataclasses.dataclass(frozen=True)
 class Inspection:
-    """What a look inside a file found: its ``state`` (``"ok"``, ``"HTML page"``, ``"git-lfs pointer"``,
-    ``"truncated"``, ``"corrupt"`` or ``"unverifiable"``), a ``detail`` sentence, and the ``container`` format found.
-    """
+    """What a look inside found: its ``state`` (a constant above), a ``detail`` sentence, the ``container`` format."""
 
     state: str
     detail: str

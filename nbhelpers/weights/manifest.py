@@ -19,14 +19,12 @@ TINY_MARKER = "tiny.json"  # written by nbhelpers.testing.make_tiny_weights: ran
 HF_MIRROR = "https://hf-mirror.com"  # the mirror both official download scripts use (download_weights.sh:14)
 DOWNLOAD_COMMAND = "python -m nbhelpers download"
 NOTEBOOK = "notebooks/01_weights.ipynb"
-_GB = 1e9
 
 
 @dataclasses.dataclass(frozen=True)
 class Fact:
     """One known ``value`` about a file (a size in bytes, or a lowercase hex sha256 or its first digits), its
-    ``source``, and whether it was ``verified`` against the real file (unverified values never reject a file).
-    """
+    ``source``, and whether it was ``verified`` against the real file (unverified values never reject a file)."""
 
     value: int | str
     verified: bool = False
@@ -375,7 +373,7 @@ class FileTable(_Report):
     _HEADERS = ("name", "sets", "path", "size", "sha256", "sources (in order)")
 
     def _summary(self) -> str:
-        return f"{len(self.entries)} weight files, about {self.approx_total_bytes / _GB:.2f} GB"
+        return f"{len(self.entries)} weight files, about {self.approx_total_bytes / 1e9:.2f} GB"
 
     def __str__(self) -> str:
         return text_table(self._HEADERS, self._rows()) + "\n" + self._summary().replace(" weight files", " files")

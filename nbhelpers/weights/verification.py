@@ -46,6 +46,7 @@ from .manifest import (
     is_tiny,
     missing_files,
     required_files,
+    resolve_dir,
 )
 
 
@@ -336,12 +337,11 @@ def job_files(version: str = "v15", landmark_backend: str = "auto", *, parsing: 
 def check_job_files(directory: str | os.PathLike | None, version: str = "v15", landmark_backend: str = "auto", *,
                     parsing: bool = True) -> VerifyReport:
     """Check every weight file a job will open (:func:`job_files`) without hashing, before any frame is decoded;
-    returns the :class:`VerifyReport` (``directory`` None: :func:`default_dir`).
-
-    Raises WeightsError when the folder does not exist or files are missing or unusable (one error names each, what
-    is wrong, and the download command for that folder and those sets); InputError for an unknown version or backend.
+    returns the :class:`VerifyReport` (``directory`` None: :func:`default_dir`). Raises WeightsError when the folder
+    does not exist or files are missing or unusable (one error names each, what is wrong, and the download command
+    for that folder and those sets); InputError for an unknown version or backend.
     """
-    root = Path(directory).expanduser() if directory is not None else default_dir()
+    root = resolve_dir(directory)
     weights_arg = _weights_arg(root)
     if not root.is_dir():
         what = "is a file, not a folder" if root.exists() else "does not exist"
