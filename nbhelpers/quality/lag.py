@@ -205,8 +205,6 @@ def mouth_audio_lag(video: Any, audio: Any = None, *, track: Any = None, backend
     if not ok.any():
         raise NoFaceError(f"no face (landmarks) in any of the {n} frames: the mouth cannot be followed.")
     filled = np.interp(np.arange(n), np.flatnonzero(ok), mouth[ok])
-    # The envelope reaches max_lag frames beyond both ends of the clip (silence outside the sound), so every lag
-    # pairs the same N mouth frames with N envelope frames: shifting the sound shifts r(L) exactly.
     margin = max_lag + HIGHPASS_FRAMES  # the high-pass sees whole windows inside the frames correlated
     env_ext = speech_envelope(samples, n + 2 * margin, start_frame=-margin)
     a, b = _highpass(filled), _highpass(env_ext)[HIGHPASS_FRAMES:-HIGHPASS_FRAMES]
