@@ -19,15 +19,9 @@ __version__ = "0.1.0"
 # Public name -> module that defines it. Resolved on first attribute access (PEP 562), so that
 # `import nbhelpers` stays free of torch.
 _LAZY = {
-    "MuseTalkPipeline": "nbhelpers.pipeline",
-    "lipsync": "nbhelpers.pipeline",
-    "preview": "nbhelpers.pipeline",
-    "ClipResult": "nbhelpers.result",
-    "LipsyncResult": "nbhelpers.pipeline",
-    "InferenceConfig": "nbhelpers.config",
-    "prepare_avatar": "nbhelpers.avatar",
-    "Avatar": "nbhelpers.avatar",
-    "NbHelpersError": "nbhelpers.errors",
+    "MuseTalkPipeline": "nbhelpers.pipeline", "lipsync": "nbhelpers.pipeline", "preview": "nbhelpers.pipeline",
+    "LipsyncResult": "nbhelpers.pipeline", "ClipResult": "nbhelpers.result", "InferenceConfig": "nbhelpers.config",
+    "prepare_avatar": "nbhelpers.avatar", "Avatar": "nbhelpers.avatar", "NbHelpersError": "nbhelpers.errors",
     "setup": "nbhelpers.env",
 }
 

@@ -54,8 +54,7 @@ def _check_media(value: Any, stream: str, fix: str):
 
 
 def check_video(video: Any):
-    """``(path, media_info)`` of ``video``; InputError unless it is a readable file with a video stream (a photo
-    counts)."""
+    """``(path, media_info)`` of ``video``; InputError unless it is a readable video or photo file."""
     return _check_media(video, "video", "; give a face video or photo.")
 
 

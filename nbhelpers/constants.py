@@ -21,5 +21,4 @@ VERSIONS = ("v15", "v1")  # MuseTalk 1.5 (default) and 1.0 weights through the c
 # preset (the official offline job: medium, inference.py:230-237), or h264_nvenc after a one-frame test encode.
 ENCODERS = ("libx264", "libx264-fast", "libx264-faster", "libx264-veryfast", "libx264-superfast",
             "libx264-ultrafast", "auto", "nvenc")
-# torch.compile of the models (nbhelpers.gpu.compile): where the GPU supports it, always, never
-COMPILE_MODES = ("auto", "on", "off")
+COMPILE_MODES = ("auto", "on", "off")  # torch.compile (nbhelpers.gpu.compile): where the GPU supports it, always, never

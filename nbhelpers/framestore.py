@@ -100,8 +100,7 @@ class FrameStore:
         return self._array[index]
 
     def __iter__(self) -> Iterator[np.ndarray]:
-        for i in range(self._n):
-            yield self[i]
+        return (self[i] for i in range(self._n))
 
     def close(self) -> None:
         """Release the map and delete the folder with the raw file."""

@@ -218,10 +218,9 @@ def load_restorer(name: str, weights_dir: str | os.PathLike | None, device: Any 
     """
     import torch
 
-    check_name(name)
     warn_licence(name)
     root = weights.resolve_dir(weights_dir)
-    path = check_available(name, root)
+    path = check_available(name, root)  # InputError for an unknown name
     spandrel, arch = import_spandrel(name)
     exp = weights.expected_facts(root, _SPECS[name][0])
     state = models.load_checkpoint(path, trusted_sha256=exp.sha256, mmap=False)

@@ -37,12 +37,8 @@ def smooth_face_boxes(boxes: np.ndarray) -> np.ndarray:
     """(N, 3) float64 crop squares ``(s, x, y)`` in pixels from (N, 4) float face ``boxes`` ``(x1, y1, x2, y2)``
     (NaN rows where no face was found), smoothed as the published pipeline does: NaN rows filled by linear
     interpolation, then half-size ``s = max(w, h) / 2`` and centre median-filtered over 13 frames (zero padding at
-    the ends, as ``scipy.signal.medfilt``).
-
-    Raises:
-        InputError: Wrong shape, or a gap of more than 25 frames without a face.
-        NoFaceError: No face in any frame.
-
+    the ends, as ``scipy.signal.medfilt``). InputError for a wrong shape or a gap of more than 25 frames without a
+    face; NoFaceError for no face in any frame.
     Source: syncnet_python ``run_pipeline.py`` ``track_shot`` and ``crop_video``.
     """
     b = np.asarray(boxes, dtype=np.float64)

@@ -98,10 +98,8 @@ def speech_envelope(waveform: np.ndarray, n_frames: int, *, start_frame: int = 0
     loudest frame of the whole waveform.
 
     Frame ``t`` (from ``start_frame``, negative = before the sound starts, to ``start_frame + n_frames``) covers
-    the 640 samples from ``640 t`` of the (L,) float 16 kHz ``waveform``, silence outside it.
-
-    Raises:
-        InputError: ``waveform`` is not 1-D, or ``n_frames`` < 1.
+    the 640 samples from ``640 t`` of the (L,) float 16 kHz ``waveform``, silence outside it. InputError when
+    ``waveform`` is not 1-D or ``n_frames`` < 1.
     """
     x = np.asarray(waveform, dtype=np.float64)
     if x.ndim != 1 or n_frames < 1:
@@ -184,12 +182,8 @@ def mouth_audio_lag(video: Any, audio: Any = None, *, track: Any = None, backend
     ``video`` is a path (25 fps) or (N, H, W, 3) uint8 BGR frames, for landmarks when ``track`` (a
     :class:`nbhelpers.faces.FaceTrack` or (N, 68, 2) landmarks) is None (found by ``backend`` on ``device`` with
     ``weights_dir``) and for the sound when ``audio`` (a speech file or a (L,) 16 kHz waveform) is None. ``max_lag``
-    is the largest lag searched, frames; None = 15, or ``(N - 10) // 2`` for a clip under 40 frames.
-
-    Raises:
-        InputError: Bad inputs, fewer than ``2 * max_lag + 10`` frames, or landmarks of the wrong shape.
-        NoFaceError: No face in any frame.
-
+    is the largest lag searched, frames; None = 15, or ``(N - 10) // 2`` for a clip under 40 frames. InputError for
+    bad inputs, fewer than ``2 * max_lag + 10`` frames or landmarks of the wrong shape; NoFaceError for no face.
     Source: Chandrasekaran et al., "The natural statistics of audiovisual speech", PLoS Comput Biol 2009.
     """
     if max_lag is not None and (not isinstance(max_lag, (int, np.integer)) or max_lag < 1):
@@ -211,8 +205,6 @@ def mouth_audio_lag(video: Any, audio: Any = None, *, track: Any = None, backend
     if not ok.any():
         raise NoFaceError(f"no face (landmarks) in any of the {n} frames: the mouth cannot be followed.")
     filled = np.interp(np.arange(n), np.flatnonzero(ok), mouth[ok])
-    # The envelope reaches max_lag frames beyond both ends of the clip (silence outside the sound), so every lag
-    # pairs the same N mouth frames with N envelope frames: shifting the sound shifts r(L) exactly.
     margin = max_lag + HIGHPASS_FRAMES  # the high-pass sees whole windows inside the frames correlated
     env_ext = speech_envelope(samples, n + 2 * margin, start_frame=-margin)
     a, b = _highpass(filled), _highpass(env_ext)[HIGHPASS_FRAMES:-HIGHPASS_FRAMES]

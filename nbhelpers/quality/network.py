@@ -28,7 +28,7 @@ class SyncNetV2(nn.Module):
     Source: syncnet_python ``SyncNetModel.py`` (class ``S``).
     """
 
-    def __init__(self, embedding: int = 1024):
+    def __init__(self):
         super().__init__()
         c2, b2, p2 = nn.Conv2d, nn.BatchNorm2d, nn.MaxPool2d
         self.netcnnaud = nn.Sequential(
@@ -39,8 +39,8 @@ class SyncNetV2(nn.Module):
             *_conv_bn(c2(256, 256, (3, 3), padding=(1, 1)), 256, b2, p2((3, 3), (2, 2))),
             *_conv_bn(c2(256, 512, (5, 4), padding=(0, 0)), 512, b2),
         )
-        self.netfcaud = nn.Sequential(nn.Linear(512, 512), nn.BatchNorm1d(512), nn.ReLU(), nn.Linear(512, embedding))
-        self.netfclip = nn.Sequential(nn.Linear(512, 512), nn.BatchNorm1d(512), nn.ReLU(), nn.Linear(512, embedding))
+        self.netfcaud = nn.Sequential(nn.Linear(512, 512), nn.BatchNorm1d(512), nn.ReLU(), nn.Linear(512, 1024))
+        self.netfclip = nn.Sequential(nn.Linear(512, 512), nn.BatchNorm1d(512), nn.ReLU(), nn.Linear(512, 1024))
         c3, b3, p3 = nn.Conv3d, nn.BatchNorm3d, nn.MaxPool3d
         self.netcnnlip = nn.Sequential(
             *_conv_bn(c3(3, 96, (5, 7, 7), (1, 2, 2), 0), 96, b3, p3((1, 3, 3), (1, 2, 2))),

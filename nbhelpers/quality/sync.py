@@ -116,13 +116,9 @@ def sync_score(video: Any, audio: Any = None, *, model: SyncEmbedder | None = No
     (L,) 16 kHz waveform (float in [-1, 1], or int16), or None for the video's sound. ``model`` is a
     :class:`SyncEmbedder` (None: SyncNet v2 from ``weights_dir``). Face boxes come from the S3FD file in
     ``weights_dir`` when present, else dlib, unless ``boxes`` in frame pixels are given: one ``(x1, y1, x2, y2)``, or
-    (N, 4) (rows of NaN or -1 = no face). ``device`` None = CUDA when available.
-
-    Raises:
-        InputError: A bad video, audio, boxes or model, or under 6 frames / 0.24 s of audio.
-        NoFaceError: No face in any frame.
-        WeightsError: ``model`` is None and the SyncNet (or S3FD) weights are missing.
-
+    (N, 4) (rows of NaN or -1 = no face). ``device`` None = CUDA when available. InputError for a bad video, audio,
+    boxes or model, or under 6 frames / 0.24 s of audio; NoFaceError for no face in any frame; WeightsError when
+    ``model`` is None and the SyncNet (or S3FD) weights are missing.
     Source: syncnet_python ``run_pipeline.py``, ``SyncNetInstance.py``, ``run_syncnet.py``.
     """
     check_video(video)

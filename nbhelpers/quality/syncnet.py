@@ -39,13 +39,8 @@ def load_syncnet(weights_dir: str | os.PathLike | None = None, device: str | Non
     on ``device`` (None = CUDA when available), as a :class:`SyncEmbedder`.
 
     Read through :func:`nbhelpers.models.load_checkpoint`; the BatchNorm ``num_batches_tracked`` entries a pre-0.4.1
-    torch file lacks are kept at 0.
-
-    Raises:
-        MissingDependencyError: torch is not installed.
-        WeightsError: The file is missing (with the download command) or unreadable.
-        CheckpointError: Names or shapes differ from SyncNet v2's.
-
+    torch file lacks are kept at 0. MissingDependencyError without torch; WeightsError when the file is missing
+    (with the download command) or unreadable; CheckpointError when names or shapes differ from SyncNet v2's.
     Source: syncnet_python ``SyncNetInstance.py`` ``loadParameters``.
     """
     torch = require("torch", INSTALL_TORCH)

@@ -58,13 +58,8 @@ FILE_MODE = 0o644  # every file of the tree (before the umask): the same as open
 
 # name -> fn(directory[, versions]); make_tiny_weights runs them in this order.
 _WRITERS: dict[str, Callable[..., Any]] = {
-    "unet": write_tiny_unet,
-    "vae": write_tiny_vae,
-    "whisper": write_tiny_whisper,
-    "parsing": write_tiny_bisenet,
-    "s3fd": write_tiny_s3fd,
-    "dwpose-onnx": write_tiny_dwpose_onnx,
-    "dwpose": write_tiny_dwpose,
+    "unet": write_tiny_unet, "vae": write_tiny_vae, "whisper": write_tiny_whisper, "parsing": write_tiny_bisenet,
+    "s3fd": write_tiny_s3fd, "dwpose-onnx": write_tiny_dwpose_onnx, "dwpose": write_tiny_dwpose,
 }
 
 
@@ -92,11 +87,9 @@ def make_tiny_weights(directory: str | os.PathLike, versions: Sequence[str] = ("
     Every registered writer (:func:`tiny_writers`) runs, then ``tiny.json`` is written; files are written through
     temporary names with mode 0644 less the umask. By default a writer whose optional package is missing
     (:data:`WRITER_NEEDS`) is left out silently and listed under ``left_out`` in ``tiny.json``; ``writers`` names the
-    ones to run. ``versions`` are the MuseTalk versions whose UNet to write. Returns ``directory``.
-
-    Raises:
-        InputError: Unknown version or writer name.
-        MissingDependencyError, ImportError: torch, diffusers or transformers is missing.
+    ones to run. ``versions`` are the MuseTalk versions whose UNet to write. Returns ``directory``. InputError for an
+    unknown version or writer name; MissingDependencyError or ImportError when torch, diffusers or transformers is
+    missing.
     """
     versions = tuple(versions)
     bad = [v for v in versions if v not in VERSIONS]

@@ -38,11 +38,8 @@ class AudioView:
 
 
 def show_audio(path: str | os.PathLike, max_embed_mb: float = 10) -> AudioView:
-    """An inline audio player for ``path`` (wav, mp3, m4a, ogg...), embedded up to ``max_embed_mb`` MB.
-
-    Raises:
-        InputError: The file does not exist.
-    """
+    """An inline audio player for ``path`` (wav, mp3, m4a, ogg...), embedded up to ``max_embed_mb`` MB; InputError
+    when the file does not exist."""
     file = media_path(path)
     size_mb = file.stat().st_size / 1e6
     return AudioView(file, size_mb <= max_embed_mb, size_mb)

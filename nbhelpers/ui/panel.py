@@ -25,9 +25,7 @@ _FIELDS = {f.name: f for f in settings(InferenceConfig)}  # each control's label
 PANEL_FIELDS = ("version", "extra_margin", "parsing_mode", "left_cheek_width", "right_cheek_width", "bbox_shift",
                 "batch_size", "fp16", "encoder", "restore", "restore_strength", "face")  # in display order
 RESTORE_CHOICES = [(label, value) for value, label in _FIELDS["restore"].metadata["labels"].items()]
-# The restore dropdown holds this for "off" (ipywidgets 8 shows a value of None as an empty box); the panel
-# reports None.
-_RESTORE_OFF = "off"
+_RESTORE_OFF = "off"  # the restore dropdown's None (ipywidgets 8 shows None as an empty box); values gives None
 
 
 def widgets_available() -> bool:
@@ -71,8 +69,7 @@ class SettingsPanel:
         initial = {**{name: getattr(base, name) for name in PANEL_FIELDS}, **values}
         for name in ("batch_size", "fp16"):  # the base config's value is what "auto" means
             initial[name] = "auto" if values.get(name) is None else values[name]
-        # Validate every value now, through the config's own rules, before any widget is made.
-        try:
+        try:  # the config's own rules, before any widget is made
             _to_config(base, initial)
         except TypeError as exc:
             raise InputError(f"settings_panel values: {exc}") from None
@@ -226,10 +223,8 @@ def settings_panel(plan_or_config: Any = None, values: Mapping[str, Any] | None 
     ``plan_or_config`` is a plan from :func:`nbhelpers.gpu.plan` (its batch size and precision shown as "auto"), an
     :class:`InferenceConfig`, or None for the defaults. ``values`` maps names of :data:`PANEL_FIELDS` to starting
     values (the headless path; ``batch_size`` and ``fp16`` also take ``"auto"``). ``use_widgets`` forces (True) or
-    avoids (False) ipywidgets; None uses them when installed.
-
-    Raises:
-        InputError: An unknown name or a value out of range in ``values``.
+    avoids (False) ipywidgets; None uses them when installed. InputError for an unknown name or a value out of range
+    in ``values``.
     """
     return SettingsPanel(_base_config(plan_or_config), values, use_widgets)
 

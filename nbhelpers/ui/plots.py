@@ -21,11 +21,11 @@ from ..media import frames_at
 __all__ = ["Chart", "FpsTable", "compare_restore", "fps_table", "plot_faces", "plot_sync", "plot_timings"]
 
 
+@dataclass(eq=False)
 class Chart:
     """A matplotlib figure (``figure``) that shows itself as a PNG."""
 
-    def __init__(self, figure: Any):
-        self.figure = figure
+    figure: Any
 
     def png(self) -> bytes:
         """The figure as PNG bytes at 100 dpi."""
@@ -261,10 +261,8 @@ def plot_faces(frames: Any, track: Any = None, *, indices: Sequence[int] | None 
     of them, or a frame reader. ``track`` is a face track or an avatar: its ``crop_boxes`` or ``boxes`` (N, 4)
     ``(x1, y1, x2, y2)`` pixels, ``landmarks`` (N, 68, 2) ``(x, y)``, ``has_face`` (N,) and an avatar's blend
     ``masks`` over its ``squares`` are drawn when present; face tracks (``pipe.faces(video)``, or a face track's
-    ``tracks``) draw every track's detector box in its colour with its number.
-
-    Raises:
-        InputError: No frames, or an index out of range.
+    ``tracks``) draw every track's detector box in its colour with its number. InputError for no frames or an index
+    out of range.
     """
     every, track = (track, None) if isinstance(track, FaceTracks) else (getattr(track, "tracks", None), track)
     boxes = _track_array(track, ("crop_boxes", "boxes"))
