@@ -29,8 +29,7 @@ PAD_LEFT_STEPS = 2  # --audio_padding_length_left, video frames of context befor
 PAD_RIGHT_STEPS = 2  # --audio_padding_length_right, video frames of context after it (inference.py:267)
 SEGMENTS_PER_BATCH = 8  # 30 s segments sent through the encoder in one forward (4 minutes of audio)
 
-# The fields of openai/whisper-tiny's preprocessor_config.json that shape the log-mel; transformers computes the
-# mel filters from them.
+# openai/whisper-tiny's preprocessor_config.json fields that shape the log-mel (transformers derives the filters)
 WHISPER_TINY_PREPROCESSOR = {
     "feature_size": 80,  # mel bins
     "sampling_rate": SAMPLE_RATE,  # Hz
@@ -194,15 +193,14 @@ def encoder_of(whisper: Any):
     if encoder is None and getattr(whisper, "model", None) is not None:
         encoder = getattr(whisper.model, "encoder", None)
     encoder = whisper if encoder is None else encoder
-    if not callable(encoder):
-        raise InputError(f"whisper must be a transformers WhisperModel or WhisperEncoder; got "
-                         f"{type(whisper).__name__}. Load it with nbhelpers.models.load_whisper(weights_dir).")
     try:
-        next(encoder.parameters())
-    except (StopIteration, AttributeError, TypeError):
+        has_parameters = callable(encoder) and next(encoder.parameters(), None) is not None
+    except (AttributeError, TypeError):
+        has_parameters = False
+    if not has_parameters:
         raise InputError(f"whisper must be a torch module with parameters (a transformers WhisperModel or "
                          f"WhisperEncoder); got {type(whisper).__name__}. Load it with "
-                         "nbhelpers.models.load_whisper(weights_dir).") from None
+                         "nbhelpers.models.load_whisper(weights_dir).")
     return encoder
 
 

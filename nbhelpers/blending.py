@@ -113,10 +113,9 @@ def _got(x: Any) -> str:
     return f"{getattr(x, 'shape', type(x).__name__)} {getattr(x, 'dtype', '')}"
 
 
-def _check_frame(frame: Any, name: str = "frame") -> np.ndarray:
+def _check_frame(frame: Any, name: str) -> None:
     if not isinstance(frame, np.ndarray) or frame.ndim != 3 or frame.shape[2] != 3 or frame.dtype != np.uint8:
         raise InputError(f"{name} must be an (H, W, 3) uint8 BGR numpy array; got {_got(frame)}.")
-    return frame
 
 
 def crop_padded(frame: np.ndarray, square: Any) -> np.ndarray:

@@ -431,13 +431,10 @@ class LiveSession:
         return feats
 
     def warm_shapes(self) -> list[int]:
-        """Engine batch sizes (frames) this session's schedule renders, so the warm-up can run each of them.
-
-        A group rendered alone is cut at multiples of the batch size (as :meth:`_compute` does), which over one
-        period of ``lcm(hop, batch_size)`` frames gives every piece size of the real-time schedule; audio pushed
-        faster than real time (``realtime=False``) is also rendered in whole batches. The first group's size comes
-        first. The tail at :meth:`close` and batches merged short of a whole one can still meet a new size.
-        """
+        """Engine batch sizes (frames) this session's schedule renders, the first group's first, so the warm-up can
+        run each: the groups over ``lcm(hop, batch_size)`` frames cut at multiples of the batch size (as
+        :meth:`_compute` does), and a whole batch when ``realtime`` is False. The tail at :meth:`close` and batches
+        merged short of a whole one can still meet a new size."""
         sizes: list[int] = []
         hop, b = self.config.hop, self.batch_size
         for g0 in range(0, math.lcm(hop, b), hop):
