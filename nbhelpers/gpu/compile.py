@@ -142,9 +142,8 @@ class _Dispatch:
 
 
 def _fx_tracing() -> bool:
-    """Whether some thread is inside FX tracing (a process-wide flag in torch): compiled code refuses to run then
-    (RuntimeError "Detected that you are using FX to symbolically trace a dynamo-optimized function"), so calls
-    made while the compiler thread traces a model go to the eager method."""
+    """Whether some thread is inside FX tracing (process-wide in torch), when compiled code raises RuntimeError
+    "Detected that you are using FX to symbolically trace a dynamo-optimized function"."""
     import torch.fx._symbolic_trace as fx_trace
 
     check = getattr(fx_trace, "is_fx_symbolic_tracing", None) or getattr(fx_trace, "is_fx_tracing", None)
