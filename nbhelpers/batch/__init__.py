@@ -1,8 +1,7 @@
 """Batch dubbing on Ray: many (video, audio) jobs over every GPU of a machine or a cluster, with nothing lost.
 
 :func:`run` groups the jobs by face, prepares each face's avatar once, renders every clip on Ray workers that each
-hold one loaded pipeline, and returns a :class:`BatchResult` (also written as a CSV). A failed clip is recorded and
-the batch goes on; a dead worker's jobs run again; a rerun skips outputs whose records match (``docs/batch.md``).
+hold one loaded pipeline, and returns a :class:`BatchResult` (also written as a CSV); guarantees: ``docs/batch.md``.
 Modules in data-flow order: ``jobs``, ``records``, ``inputs``, ``cluster``, ``worker``, ``scheduler``, ``results``;
 :class:`BatchConfig` is in :mod:`nbhelpers.config`. Importing the package imports neither Ray nor torch; Ray is
 the ``[batch]`` extra.

@@ -182,12 +182,9 @@ def _jobs_from_csv(text: str, name: str, base: Path) -> list[Job]:
 
 
 def read_jobs(path: str | os.PathLike) -> list[Job]:
-    """The jobs of a jobs file, in order: CSV with a header row, or JSON lines (``.jsonl``, ``.json``).
-
-    Columns or keys: ``video``, ``audio``, ``output`` (default ``results/<video>_<audio>.mp4``), optional ``name``
-    and settings (:data:`ROW_SETTINGS`; in JSON also under ``"settings"``). Relative paths are relative to the file's
-    folder; paths come back absolute. Empty lines and ``#`` lines are skipped. A ``box`` is ``x1,y1,x2,y2`` in source
-    pixels, quoted in a CSV (``"190,160,360,330"``), a list or that text in JSON.
+    """The jobs of a jobs file, in order: CSV with a header row, or JSON lines (``.jsonl``, ``.json``), with the
+    columns of ``docs/batch.md`` ("The jobs file"; in JSON settings may also sit under ``"settings"``). Paths come
+    back absolute; empty lines and ``#`` lines are skipped.
 
     Raises InputError when the file is missing or empty, a row lacks video or audio, has an unknown column or a bad
     value, or two jobs share an output.

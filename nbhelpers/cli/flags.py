@@ -1,10 +1,8 @@
-"""Flags made from the settings' fields, and the configs made back from the flags.
+"""One flag per setting field (:func:`add_fields`), and the config made back from the flags (:func:`config_from`).
 
-Each setting field of a config class (:func:`nbhelpers.config.fields.settings`) becomes one flag: its name
-(``--`` and the field's name with dashes, or the field's ``flag``), its choices, its help with the default, and a
-metavar from its unit. A flag left out is None in the parsed arguments, so the config's own default applies and a
-command can tell a flag given from one left out. The config checks the values when it is made; its message names
-the field, which :func:`nbhelpers.cli.terms.cli_terms` turns into the flag.
+A flag left out is None in the parsed arguments, so the config's own default applies and a command can tell a flag
+given from one left out. The config checks the values; :func:`~nbhelpers.cli.terms.cli_terms` turns the field its
+message names into the flag.
 """
 
 from __future__ import annotations

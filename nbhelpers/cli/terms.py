@@ -20,9 +20,8 @@ FLAGS = {f.name: flag(f) for cls in (InferenceConfig, LiveConfig, BatchConfig) f
 
 _NAMES = r"(?<![\w.-])(" + "|".join(sorted(FLAGS, key=len, reverse=True)) + ")"  # a setting's name, alone
 
-# Python names in the package's messages -> what a command-line user types. Applied, in order, to the messages of
-# errors and warnings that reach the command line; each rule is checked against the real message in
-# tests/test_cli_terms.py, so a reworded message fails a test instead of slipping through unchanged.
+# Python names in the package's messages -> what a command-line user types, applied in order to the errors and
+# warnings that reach the command line; tests/test_cli_terms.py checks each rule against the real message.
 _CLI_TERMS: tuple[tuple[str, Any], ...] = (
     (r" ?\(upload the file first in notebook 02_media, or give the full path\)",
      " (give the full path, or a path relative to the current folder)"),

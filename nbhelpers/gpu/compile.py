@@ -1,11 +1,8 @@
 """Compiled models that never make a job wait: eager at once, compiled in the background, cached across sessions.
 
-A :class:`BackgroundCompiler` puts a dispatcher in place of a model's method and compiles the original with
-``torch.compile`` in a low-priority background thread. A call runs compiled code only when it is ready and the
-call's inputs match a compiled example (shapes, dtypes, strides, device, grad mode); every other call runs eagerly.
-The caches are saved and loaded with ``torch.compiler.save_cache_artifacts`` / ``load_cache_artifacts`` (torch >=
-2.7) in files keyed by the torch, Triton and CUDA versions, the GPU and the models, each loaded only when its bytes
-match the SHA-256 recorded beside it. A failed compile leaves the eager method and warns (``FallbackWarning``).
+:class:`BackgroundCompiler` compiles with ``torch.compile`` in a low-priority thread while :class:`_Dispatch` serves
+each call eagerly until compiled code for its inputs is ready; a failed compile leaves the eager method and warns
+(``FallbackWarning``). Caches: ``torch.compiler.save_cache_artifacts`` (torch >= 2.7), keyed by :func:`cache_key`.
 """
 
 from __future__ import annotations
@@ -145,9 +142,8 @@ class _Dispatch:
 
 
 def _fx_tracing() -> bool:
-    """Whether some thread is inside FX tracing (a process-wide flag in torch): compiled code refuses to run then
-    (RuntimeError "Detected that you are using FX to symbolically trace a dynamo-optimized function"), so calls
-    made while the compiler thread traces a model go to the eager method."""
+    """Whether some thread is inside FX tracing (process-wide in torch), when compiled code raises RuntimeError
+    "Detected that you are using FX to symbolically trace a dynamo-optimized function"."""
     import torch.fx._symbolic_trace as fx_trace
 
     check = getattr(fx_trace, "is_fx_symbolic_tracing", None) or getattr(fx_trace, "is_fx_tracing", None)
