@@ -15,14 +15,7 @@ from typing import Any
 import numpy as np
 
 from .. import models, weights
-from ..errors import (
-    INSTALL_TORCH,
-    CheckpointError,
-    FallbackWarning,
-    InputError,
-    WeightsError,
-    require,
-)
+from ..errors import INSTALL_TORCH, CheckpointError, FallbackWarning, InputError, WeightsError, require
 from ..gpu import batched, empty_cache, host_wait, to_device
 from ..hashing import atomic_path
 from . import dwpose_codec as codec
