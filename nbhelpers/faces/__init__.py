@@ -23,24 +23,6 @@ from .registry import BACKENDS, BackendRegistry, get_backend
 from .track import FaceSizeWarning, FaceTrack, FaceTracker, find_tracks, track
 from .tracks import FaceTracks, Track
 
-__all__ = [
-    "BACKENDS",
-    "MIN_CROP_SIDE",
-    "BBoxShiftRange",
-    "BackendRegistry",
-    "FaceResult",
-    "FaceSizeWarning",
-    "FaceTrack",
-    "FaceTracker",
-    "FaceTracks",
-    "Track",
-    "LandmarkBackend",
-    "bbox_shift_range",
-    "crop_box",
-    "crop_box_with_source",
-    "find_tracks",
-    "get_backend",
-    "smooth_boxes",
-    "track",
-    "user_boxes",
-]
+__all__ = ["BACKENDS", "MIN_CROP_SIDE", "BBoxShiftRange", "BackendRegistry", "FaceResult", "FaceSizeWarning",
+           "FaceTrack", "FaceTracker", "FaceTracks", "Track", "LandmarkBackend", "bbox_shift_range", "crop_box",
+           "crop_box_with_source", "find_tracks", "get_backend", "smooth_boxes", "track", "user_boxes"]

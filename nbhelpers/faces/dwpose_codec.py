@@ -13,8 +13,7 @@ import numpy as np
 # Model input size as (width, height) in pixels (SimCC codec ``input_size``).
 # Source: rtmpose-l_8xb32-270e_coco-ubody-wholebody-384x288.py:44-50.
 INPUT_SIZE: tuple[int, int] = (288, 384)
-# SimCC bins per input pixel. Source: rtmpose-...py:44-50.
-SIMCC_SPLIT_RATIO: float = 2.0
+SIMCC_SPLIT_RATIO: float = 2.0  # SimCC bins per input pixel. Source: rtmpose-...py:44-50.
 # The person box is enlarged by this factor (GetBBoxCenterScale default). Source: [mmpose]
 # datasets/transforms/common_transforms.py:51.
 BBOX_PADDING: float = 1.25
@@ -26,9 +25,8 @@ NUM_KEYPOINTS: int = 133
 FACE_START: int = 23
 FACE_STOP: int = 91  # exclusive: whole-body 23..90
 
-# Length of the SimCC x and y vectors: 576 and 768 bins.
-SIMCC_X_BINS: int = int(INPUT_SIZE[0] * SIMCC_SPLIT_RATIO)
-SIMCC_Y_BINS: int = int(INPUT_SIZE[1] * SIMCC_SPLIT_RATIO)
+SIMCC_X_BINS: int = int(INPUT_SIZE[0] * SIMCC_SPLIT_RATIO)  # length of the SimCC x vector: 576 bins
+SIMCC_Y_BINS: int = int(INPUT_SIZE[1] * SIMCC_SPLIT_RATIO)  # y: 768 bins
 
 
 @functools.lru_cache(maxsize=1)

@@ -220,8 +220,7 @@ class RTMCCHead(nn.Module):
     def __init__(self):
         super().__init__()
         tokens = FEATURE_MAP[0] * FEATURE_MAP[1]
-        self.final_layer = nn.Conv2d(HEAD_IN_CHANNELS, codec.NUM_KEYPOINTS, FINAL_KERNEL,
-                                     padding=FINAL_KERNEL // 2)
+        self.final_layer = nn.Conv2d(HEAD_IN_CHANNELS, codec.NUM_KEYPOINTS, FINAL_KERNEL, padding=FINAL_KERNEL // 2)
         self.mlp = nn.Sequential(ScaleNorm(tokens), nn.Linear(tokens, GAU_HIDDEN, bias=False))
         self.gau = GatedAttentionUnit()
         self.cls_x = nn.Linear(GAU_HIDDEN, codec.SIMCC_X_BINS, bias=False)

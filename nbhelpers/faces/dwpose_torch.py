@@ -15,14 +15,7 @@ from typing import Any
 import numpy as np
 
 from .. import models, weights
-from ..errors import (
-    INSTALL_TORCH,
-    CheckpointError,
-    FallbackWarning,
-    InputError,
-    WeightsError,
-    require,
-)
+from ..errors import INSTALL_TORCH, CheckpointError, FallbackWarning, InputError, WeightsError, require
 from ..gpu import batched, empty_cache, host_wait, to_device
 from ..hashing import atomic_path
 from . import dwpose_codec as codec
@@ -67,25 +60,24 @@ def state_dict_of(checkpoint: Any, path: str | os.PathLike = "checkpoint") -> di
 
 
 def read_checkpoint(path: str | os.PathLike, weights_dir: str | os.PathLike | None = None, *,
-                    trusted_sha256: str | None = None, expected_size: int | None = None,
-                    allow_pickle: bool = False) -> Any:
+                    trusted_sha256: str | None = None) -> Any:
     """What the DWPose ``.pth`` ``path`` holds, read by :func:`nbhelpers.models.load_checkpoint`: unpickled in full
-    (mmengine pickles metadata) only when it matches ``trusted_sha256`` or ``expected_size`` (default:
+    (mmengine pickles metadata) only when it matches ``trusted_sha256`` (default: the sha256 and size of
     :func:`nbhelpers.weights.expected_facts` of :data:`CHECKPOINT_FILE` in ``weights_dir``, default ``path``'s
-    grandparent), or with ``allow_pickle`` (a file you trust). WeightsError: missing, damaged or an untrusted pickle.
+    grandparent). WeightsError: missing, damaged or an untrusted pickle.
     Source: `preprocessing.py:17-19`; `[mmpose] apis/inference.py:104-111`."""
     path = Path(path)
     if not path.is_file():
         raise WeightsError(f"DWPose checkpoint {str(path)!r} does not exist: download it with `"
                            f"{weights.DOWNLOAD_COMMAND} --weights DIR --sets faces` (or {weights.NOTEBOOK}), or "
                            "pass the weights_dir that holds dwpose/")
-    if trusted_sha256 is None and expected_size is None:
+    expected_size = None
+    if trusted_sha256 is None:
         with contextlib.suppress(Exception):  # no manifest facts (a foreign folder): the plain policy applies
             facts = weights.expected_facts(path.parent.parent if weights_dir is None else weights_dir,
                                            CHECKPOINT_FILE)
             trusted_sha256, expected_size = facts.sha256, facts.size
-    return models.load_checkpoint(path, trusted_sha256=trusted_sha256, expected_size=expected_size,
-                                  allow_pickle=allow_pickle)
+    return models.load_checkpoint(path, trusted_sha256=trusted_sha256, expected_size=expected_size)
 
 
 def load_model(path: str | os.PathLike, weights_dir: str | os.PathLike | None = None):
@@ -264,8 +256,8 @@ class DWPoseBackend(PoseBackend):
     """Face box from S3FD + 68 landmarks from DWPose in torch: the default landmark backend wherever torch runs.
 
     ``weights_dir`` (default :func:`nbhelpers.weights.default_dir`) holds :data:`CHECKPOINT_FILE` and
-    :data:`S3FD_FILE`; ``device`` serves both models; ``face_detector`` replaces S3FD (an object whose
-    ``detect(frames)`` gives N ``(x1, y1, x2, y2, score)`` or None); the other arguments are :class:`DWPoseTorch`'s.
+    :data:`S3FD_FILE`; ``device`` serves both models; ``face_detector`` replaces S3FD (as in
+    :func:`~nbhelpers.faces.base.detect_with_pose`); the other arguments are :class:`DWPoseTorch`'s.
     WeightsError or CheckpointError for a missing or foreign weight file; MissingDependencyError without torch.
 
     Source: `preprocessing.py:15-23,84-111` (docs/official-behaviour.md §3.1-3.3).

@@ -22,11 +22,8 @@ VIDEOS_KEPT = 8  # videos whose detections a pipeline keeps (the oldest used is 
 
 
 class DetectionMemory:
-    """What landmark backends found per frame of the videos a pipeline has seen (up to :data:`VIDEOS_KEPT`).
-
-    Attributes:
-        detected: Frames the real backends were asked about through :meth:`wrap` (the rest were remembered).
-    """
+    """What landmark backends found per frame of the videos a pipeline has seen (up to :data:`VIDEOS_KEPT`);
+    ``detected`` counts the frames the real backends were asked about through :meth:`wrap`."""
 
     def __init__(self):
         self._found: OrderedDict[tuple[str, str], dict[int, FaceResult | None]] = OrderedDict()

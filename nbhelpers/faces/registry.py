@@ -34,8 +34,7 @@ class BackendRegistry(UserDict):
     """
 
     def target(self, name: str) -> str | Callable[..., LandmarkBackend]:
-        """The registered target of ``name`` (a ``"module:attribute"`` string or a callable), not imported; KeyError
-        when ``name`` is not registered."""
+        """The registered ``"module:attribute"`` string or callable of ``name``, not imported; KeyError if unknown."""
         return self.data[name]
 
     def __getitem__(self, name: str) -> Callable[..., LandmarkBackend]:

@@ -301,8 +301,7 @@ class S3FD:
                 host_wait(self.device)  # sleep, not spin, until the batch is done (one wait, not twelve)
                 if self.dtype != torch.float32 and not bool(finite):
                     olist = self._rerun_fp32(x)
-                # softmax of the conf maps on the device in float32, as the official (detect.py:67-70); only
-                # the probabilities and offsets come back to the host
+                # softmax of the conf maps on the device in float32, as the official (detect.py:67-70)
                 olist = [torch.softmax(o, dim=1) if k % 2 == 0 else o for k, o in enumerate(olist)]
             dets = decode_detections(olist, apply_softmax=False)
             if scale != 1.0:
@@ -325,11 +324,8 @@ class S3FD:
         """The official face box per frame: a :class:`Detection` (highest score, clipped to >= 0, int-truncated,
         frame pixels) or None; arguments as :meth:`detections`. Source: ``api.py:72-84``.
         """
-        out: list[Detection | None] = []
-        for dets in self.detections(frames, max_side):
-            box = best_box(dets)
-            out.append(None if box is None else Detection(*box, float(dets[:, 4].max())))
-        return out
+        found = [(best_box(dets), dets) for dets in self.detections(frames, max_side)]
+        return [None if box is None else Detection(*box, float(dets[:, 4].max())) for box, dets in found]
 
     def close(self) -> None:
         """Release the network (and the CUDA cache)."""

@@ -23,14 +23,7 @@ from ..errors import InputError, NbHelpersWarning, NoFaceError, plural
 from ..gpu import batched
 from ..progress import bar
 from .base import FaceResult, LandmarkBackend, check_frames
-from .boxes import (
-    BBoxShiftRange,
-    bbox_shift_range,
-    crop_box_with_source,
-    single_box,
-    smooth_boxes,
-    user_boxes,
-)
+from .boxes import BBoxShiftRange, bbox_shift_range, crop_box_with_source, single_box, smooth_boxes, user_boxes
 from .registry import get_backend
 from .tracks import FaceChooser, FaceTracks
 
@@ -269,8 +262,7 @@ class FaceTracker:
         b, first = int(batch.shape[0]), self.n_frames
         if self.frame_shape is None:
             self.frame_shape = (int(batch.shape[1]), int(batch.shape[2]))
-            if self.boxes is not None:  # validate before reading the rest of the clip
-                # before the clip's length is known, per-frame boxes are checked against their own count
+            if self.boxes is not None:  # validated now: per-frame boxes against their own count until it is known
                 own = 1 if self._single_box else len(self.boxes)
                 total = self.total_hint if self.total_hint is not None else own
                 user_boxes(self.boxes, total, self.frame_shape)
@@ -359,8 +351,7 @@ class FaceTracker:
             used = self._used
             backend_name = str(getattr(used, "name", type(used).__name__))
             reason = str(getattr(used, "reason", "") or "")
-            results = self._results
-            has_face = np.array([r is not None for r in results], dtype=bool)
+            has_face = np.array([r is not None for r in self._results], dtype=bool)
             if self.chooser is not None:
                 self.chooser.check()
             if not has_face.any():
@@ -369,7 +360,7 @@ class FaceTracker:
                     + (f": {reason}" if reason else "") + "). Check that the clip shows a face turned towards the "
                     "camera (at least about 40 px tall), try another backend, or give the crop box yourself: "
                     "boxes=(x1, y1, x2, y2) in Python, --box=x1,y1,x2,y2 on the command line.")
-            faces = [r for r in results if r is not None]
+            faces = [r for r in self._results if r is not None]
             face_boxes = np.full((n, 4), np.nan, dtype=np.float64)
             face_boxes[has_face] = [np.asarray(r.face_box, dtype=np.float64).reshape(4) for r in faces]
             landmarks[has_face] = [np.asarray(r.landmarks, dtype=np.float32).reshape(68, 2) for r in faces]
