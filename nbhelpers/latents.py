@@ -1,7 +1,6 @@
 """Latents: VAE encode of the masked and reference crops, the single UNet step, and VAE decode to uint8 frames.
 
-These functions use whatever attention processor the models were loaded with (diffusers' SDPA by default, as in the
-official diffusers 0.30.2). Source: ``musetalk/models/vae.py``; docs/official-behaviour.md §4, §6.
+Source: ``musetalk/models/vae.py``; docs/official-behaviour.md §4, §6.
 """
 
 from __future__ import annotations
@@ -267,7 +266,6 @@ def _scaling_factor(vae: Any) -> float:
 
 def _describe(x: Any) -> str:
     shape = getattr(x, "shape", None)
-    dtype = getattr(x, "dtype", None)
     if shape is not None:
-        return f"{type(x).__name__} of shape {tuple(shape)} and dtype {dtype}"
+        return f"{type(x).__name__} of shape {tuple(shape)} and dtype {getattr(x, 'dtype', None)}"
     return f"{type(x).__name__} {x!r}"[:200]

@@ -264,9 +264,7 @@ def _one_load_at_a_time(load):
 
 
 def _library_class(module: str, name: str, install: str):
-    """``module.name`` (a diffusers or transformers class) imported under :data:`LOAD_LOCK`; MissingDependencyError
-    with ``install`` when ``module`` is missing.
-    """
+    """``module.name`` imported under :data:`LOAD_LOCK`; MissingDependencyError with ``install`` without it."""
     with LOAD_LOCK:
         return getattr(require(module, install), name)
 

@@ -101,16 +101,15 @@ class StreamedJob:
         self._next_offset = 0
         self._decoder: DecodeAhead | None = None
 
-    def start_tracking(self, detector: Any, weights_dir: Any, loaded_gib: float = 0.0, video: Any = None,
-                       waveform: Any = None) -> None:
+    def start_tracking(self, detector: Any, weights_dir: Any, loaded_gib: float, video: Any, waveform: Any) -> None:
         """Make the face tracker over ``detector`` (a backend object, or ``"auto"`` with boxes given), its GPU batches
         fitted first (:func:`fit_face_batches`). A face choice that needs the whole ``video`` (a point in a later
         frame; ``"speaker"`` with the ``waveform``, by SyncNet when its weights are in ``weights_dir``) is settled
         first, into ``self.config`` and ``self.turns`` (:func:`choose_face`)."""
         schedule = None
-        if self.boxes is None and detector != "auto" and video is not None:
-            scorer = syncnet_scorer(video, waveform, weights_dir, self.pipe.device) if (
-                self.config.face == "speaker" and waveform is not None) else None
+        if self.boxes is None and detector != "auto":
+            speaker = self.config.face == "speaker"
+            scorer = syncnet_scorer(video, waveform, weights_dir, self.pipe.device) if speaker else None
             self.config, schedule, self.turns = choose_face(self.config, lambda: self.pipe.faces(
                 video, config=self.config, backend=detector), waveform, self.n_out, scorer)
         on_cuda = self.pipe.device.type == "cuda"

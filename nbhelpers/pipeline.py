@@ -136,9 +136,8 @@ class MuseTalkPipeline:
         self.version = config.version
         self.device = torch.device(config.device or "cpu")
         self.dtype = torch.float16 if config.fp16 else torch.float32
-        given = dict(unet=unet, vae=vae, whisper=whisper, feature_extractor=feature_extractor, pe=pe,
-                     face_parser=face_parser)
-        self._loaded: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
+        given = zip(COMPONENTS, (unet, vae, whisper, feature_extractor, pe, face_parser), strict=True)
+        self._loaded: dict[str, Any] = {k: v for k, v in given if v is not None}
         self._checked: dict[str, tuple[int, int]] = {}  # weight file -> (size, mtime_ns) when last found usable
         self._compiler: BackgroundCompiler | None = None
         self.detections = DetectionMemory()  # face detections of the videos seen, so each video is tracked once
@@ -422,25 +421,16 @@ class MuseTalkPipeline:
                 frame_callback: Callable[[int, np.ndarray], None] | None = None) -> ClipResult:
         """Lip-sync a face video to a speech file and write an MP4 of ``floor(audio seconds x 25)`` frames at 25 fps
         and the source size. Source frames cycle 0..N-1, N-1..0, ... (docs/official-behaviour.md §4.5); only those the
-        audio reaches are decoded.
+        audio reaches are decoded. ``video``: a face video (read at 25 fps) or photo; ``audio``: any sample rate and
+        channels; ``output`` (None: ``results/<video>_<audio>.mp4``) is renamed into place when complete. ``boxes``:
+        one ``(x1, y1, x2, y2)`` crop box in source pixels for the clip, or one box or None per 25 fps frame
+        (:func:`nbhelpers.checks.check_boxes`); None: detect faces with ``backend`` (None: the one
+        ``config.landmark_backend`` names). ``frame_callback(t, frame)`` gets each (H, W, 3) uint8 BGR output frame.
 
-        Args:
-            video: A face video (read at 25 fps) or photo.
-            audio: A speech file, any sample rate and channels.
-            output: The MP4 path, renamed into place when complete; None: ``results/<video>_<audio>.mp4``.
-            config: The job's settings; None: the pipeline's.
-            boxes: One ``(x1, y1, x2, y2)`` crop box in source pixels for the whole clip, or one box or None per
-                25 fps frame (:func:`nbhelpers.checks.check_boxes`); None: detect faces.
-            backend: A landmark backend object; None: the one ``config.landmark_backend`` names.
-            frame_callback: Called as ``frame_callback(t, frame)`` with each output frame, (H, W, 3) uint8 BGR.
-
-        Raises:
-            InputError: A file is missing or unreadable or an option is invalid (before anything heavy runs).
-            WeightsError: Weight files are missing or corrupt.
-            NoFaceError: No frame has a face (before the UNet loads).
-            DiskSpaceError: The local disk cannot hold the decoded frames (checked before decoding).
-            FFmpegError: ffmpeg failed.
-
+        Raises InputError for a missing or unreadable file or an invalid option (before anything heavy runs),
+        WeightsError for missing or corrupt weight files, NoFaceError when no frame has a face (before the UNet
+        loads), DiskSpaceError when the local disk cannot hold the decoded frames (checked before decoding),
+        FFmpegError when ffmpeg fails.
         Source: ``scripts/inference.py:85-249``, with the fixes of the module docstring.
         """
         t0 = time.perf_counter()
@@ -521,11 +511,8 @@ class MuseTalkPipeline:
         """Repaint one 25 fps frame with the steps of :meth:`lipsync` (options as there; per-frame ``boxes``: the entry
         of ``frame_index``) and the bit-exact CPU blend, to check the crop box and mask. The tokens are the first
         frame's of ``audio``, else seeded random as the official app's "Test Inpainting" (``app.py:35-123``).
-
-        Raises:
-            InputError: Missing or unreadable files, a frame index past the end, or invalid options.
-            WeightsError: Missing weight files.
-            NoFaceError: No face in that frame (pass ``boxes=``).
+        Raises as :meth:`lipsync`, InputError also for a frame index past the end, NoFaceError for no face in that
+        frame (pass ``boxes=``).
         """
         import torch
 
