@@ -22,3 +22,4 @@ VERSIONS = ("v15", "v1")  # MuseTalk 1.5 (default) and 1.0 weights through the c
 ENCODERS = ("libx264", "libx264-fast", "libx264-faster", "libx264-veryfast", "libx264-superfast",
             "libx264-ultrafast", "auto", "nvenc")
 COMPILE_MODES = ("auto", "on", "off")  # torch.compile (nbhelpers.gpu.compile): where the GPU supports it, always, never
+LATENT_MODES = ("sample", "mode")  # VAE posterior: a sample (official inference, vae.py:93) or its mean

@@ -10,13 +10,12 @@ from typing import Any
 
 import numpy as np
 
-from .constants import AUDIO_TOKENS, CROP_SIZE, LATENT_CHANNELS, LATENT_SIZE, VAE_SCALING, WHISPER_DIM
+from .constants import AUDIO_TOKENS, CROP_SIZE, LATENT_CHANNELS, LATENT_MODES, LATENT_SIZE, VAE_SCALING, WHISPER_DIM
 from .errors import InputError
 from .gpu import batched, device_constant, to_device
 from .progress import stage_bar
 
 MASK_ROW = CROP_SIZE // 2  # first masked row of the 256-px crop: rows 128..255 become -1 (vae.py:40-49)
-LATENT_MODES = ("sample", "mode")
 
 
 def crop_and_resize(frame: np.ndarray, box: Sequence[float]) -> np.ndarray:

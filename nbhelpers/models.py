@@ -115,10 +115,6 @@ def _check_version(version: str) -> None:
         raise InputError(f"version must be one of {', '.join(VERSIONS)}; got {version!r}.")
 
 
-def _root(weights_dir: str | os.PathLike | None) -> Path:
-    return Path(weights_dir).expanduser() if weights_dir is not None else _weights.default_dir()
-
-
 def _read_json(path: Path) -> dict[str, Any]:
     _check_content(path, "json", "config")
     return json.loads(path.read_text(encoding="utf-8-sig"))
@@ -322,7 +318,7 @@ def load_unet(weights_dir: str | os.PathLike | None = None, version: str = "v15"
     ``scripts/inference.py:53-56``.
     """
     _check_version(version)
-    root = _root(weights_dir)
+    root = _weights.resolve_dir(weights_dir)
     cfg_rel, w_rel = UNET_FILES[version]
     _require(root, [cfg_rel, w_rel], f"the {version} UNet", "" if version == "v15" else " --sets v1")
     cfg = _read_json(root / cfg_rel)
@@ -371,7 +367,7 @@ def load_vae(weights_dir: str | os.PathLike | None = None, device: str | torch.d
     config. Source: ``musetalk/models/vae.py:24``.
     """
     vae_class = _library_class("diffusers", "AutoencoderKL", "pip install diffusers")
-    root = _root(weights_dir)
+    root = _weights.resolve_dir(weights_dir)
     _require(root, [f"{VAE_DIR}/config.json", f"{VAE_DIR}/diffusion_pytorch_model.safetensors"], "the VAE")
     _read_json(root / VAE_DIR / "config.json")
     path = _present(root, f"{VAE_DIR}/diffusion_pytorch_model.safetensors", f"{VAE_DIR}/diffusion_pytorch_model.bin")
@@ -401,7 +397,7 @@ def load_whisper(weights_dir: str | os.PathLike | None = None, device: str | tor
     """
     transformers = require("transformers", "pip install transformers")
     whisper_class = _library_class("transformers", "WhisperModel", "pip install transformers")
-    root = _root(weights_dir)
+    root = _weights.resolve_dir(weights_dir)
     _require(root, [f"{WHISPER_DIR}/config.json", f"{WHISPER_DIR}/model.safetensors"], "whisper")
     _read_json(root / WHISPER_DIR / "config.json")
     path = _present(root, f"{WHISPER_DIR}/model.safetensors", f"{WHISPER_DIR}/pytorch_model.bin")
@@ -428,7 +424,7 @@ def load_feature_extractor(weights_dir: str | os.PathLike | None = None) -> Any:
     Source: ``musetalk/utils/audio_processor.py:12-13``.
     """
     extractor_class = _library_class("transformers", "WhisperFeatureExtractor", "pip install transformers")
-    root = _root(weights_dir)
+    root = _weights.resolve_dir(weights_dir)
     _require(root, [f"{WHISPER_DIR}/preprocessor_config.json"], "the whisper feature extractor")
     _read_json(root / WHISPER_DIR / "preprocessor_config.json")
     return extractor_class.from_pretrained(str(root / WHISPER_DIR), local_files_only=True)
@@ -482,7 +478,7 @@ def load_models(weights_dir: str | os.PathLike | None = None, version: str = "v1
         dev = torch.device(device)
     except (RuntimeError, TypeError) as exc:
         raise InputError(f"device must be 'cpu', 'cuda', 'cuda:N' or a torch.device; got {device!r}.") from exc
-    root = _root(weights_dir)
+    root = _weights.resolve_dir(weights_dir)
     needed = _weights.required_files(version, parsing=False)
     _require(root, needed, f"MuseTalk {version}", "" if version == "v15" else " --sets v1")
     bad = []  # look inside every file before loading any (a second or two, not minutes, to find a bad one)

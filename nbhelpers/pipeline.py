@@ -37,8 +37,8 @@ from .constants import CROP_SIZE, FPS, PARSING_SIZE, SAMPLE_RATE, WHISPER_DIM
 from .display import table_html
 from .engine import SourceFaces, Timings, flush_denormals, repaint, run
 from .errors import InputError, NbHelpersError, NoFaceError
+from .faces.boxes import single_box
 from .faces.memory import DetectionMemory
-from .faces.track import is_single_box
 from .framestore import FrameStore, check_disk_for_frames, expected_frames
 from .gpu.compile import BackgroundCompiler, cache_folder
 from .latents import decode, encode_frames, unet_step
@@ -453,7 +453,7 @@ class MuseTalkPipeline:
             reader = media.load_video(video_path)
         n_src = min(n_out, expected_frames(video_info, n_out))  # an upper estimate until decoding ends
         check_disk_for_frames(n_src, reader.height, reader.width)
-        if boxes is not None and not is_single_box(boxes):  # one per video frame: the first n_out are used
+        if boxes is not None and single_box(boxes) is None:  # one per video frame: the first n_out are used
             boxes = list(boxes)[:n_out]
         store = FrameStore(reader.height, reader.width)
         job = StreamedJob(self, config, store, n_out, boxes, timings, source_frames=n_src)

@@ -7,7 +7,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..constants import COMPILE_MODES, ENCODERS, VERSIONS
+from ..constants import COMPILE_MODES, ENCODERS, LATENT_MODES, VERSIONS
 from ..errors import NbHelpersWarning
 from .face import FACE_RULE, parse_face
 from .fields import check, documented, setting
@@ -17,7 +17,6 @@ __all__ = ["LANDMARK_BACKENDS", "LATENT_MODES", "NONCOMMERCIAL_NOTE", "PARSING_M
 
 PARSING_MODES = ("jaw", "raw", "neck")
 LANDMARK_BACKENDS = ("auto", "dwpose", "dwpose-onnx", "mmpose", "dlib", "boxes")
-LATENT_MODES = ("sample", "mode")
 RESTORERS = ("gfpgan", "restoreformer", "codeformer")  # face restorers of nbhelpers.restore (restore=None: off)
 NONCOMMERCIAL_NOTE = ("CodeFormer is licensed for non-commercial use only (S-Lab License 1.0, "
                       "https://github.com/sczhou/CodeFormer/blob/master/LICENSE): do not use its output commercially. "

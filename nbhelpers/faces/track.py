@@ -203,11 +203,6 @@ def track(frames: Any, backend: str | LandmarkBackend = "auto", config: Inferenc
         return tracker.finish()
 
 
-def is_single_box(boxes: Any) -> bool:
-    """Whether ``boxes`` is one ``(x1, y1, x2, y2)`` for the whole clip (:func:`~nbhelpers.faces.boxes.single_box`)."""
-    return single_box(boxes) is not None
-
-
 class FaceTracker:
     """:func:`track` one batch of frames at a time (the offline job's streamed pieces): :meth:`add` returns
     unsmoothed boxes, :meth:`finish` smooths them. Arguments as :func:`track`; ``schedule`` (for ``face="speaker"``)
