@@ -369,14 +369,6 @@ def test_cuda_request_without_cuda_provider_falls_back_with_a_warning(weights_di
     assert pose.device == "cpu"
 
 
-def test_availability_names_what_is_missing(weights_dir, tmp_path):
-    assert not dwpose_onnx.is_available(tmp_path / "empty")
-    assert "dw-ll_ucoco_384.onnx" in dwpose_onnx.is_available(tmp_path / "empty").reason
-    (weights_dir / "s3fd").mkdir()
-    (weights_dir / dwpose_onnx.S3FD_FILE).write_bytes(b"x")
-    assert dwpose_onnx.is_available(weights_dir).ok
-
-
 def test_import_is_light():
     """Importing the backend modules must not pull in torch (import nbhelpers stays light)."""
     code = ("import nbhelpers.faces.dwpose_onnx, nbhelpers.faces.dwpose_codec, nbhelpers.faces.mmpose_backend, "

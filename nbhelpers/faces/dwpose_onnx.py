@@ -6,10 +6,8 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
-import sys
 import warnings
 from pathlib import Path
 
@@ -18,7 +16,7 @@ import numpy as np
 from ..errors import FallbackWarning, InputError, WeightsError, require
 from . import dwpose_codec as codec
 from .base import DWPOSE_ONNX_FILE as ONNX_FILE
-from .base import DWPOSE_PTH_FILE, S3FD_FILE, Availability, PoseBackend, weights_root
+from .base import DWPOSE_PTH_FILE, S3FD_FILE, PoseBackend, weights_root
 from .s3fd import S3FD
 
 
@@ -40,12 +38,8 @@ def onnxruntime_requirement(cuda: str | None) -> str:
     return "onnxruntime-gpu>=1.27"
 
 
-def install_hint(import_torch: bool = True) -> str:
-    """The pip line for the onnxruntime matching torch's CUDA (torch read only when imported, unless ``import_torch``).
-    """
-    if not import_torch and "torch" not in sys.modules:
-        return ("pip install onnxruntime-gpu   (or: pip install onnxruntime  on a CPU-only machine) -- pick the "
-                "onnxruntime-gpu build for torch's CUDA: <1.27 for CUDA 12, >=1.27 for 13")
+def install_hint() -> str:
+    """The pip line for the onnxruntime matching torch's CUDA."""
     try:
         import torch
 
@@ -55,21 +49,6 @@ def install_hint(import_torch: bool = True) -> str:
     req = onnxruntime_requirement(cuda)
     where = f"matches torch's CUDA {cuda}" if cuda else "torch has no CUDA here"
     return (f'pip install "{req}"   ({where}; the default landmark backend \'dwpose\' needs no onnxruntime)')
-
-
-def is_available(weights_dir: str | os.PathLike | None = None) -> Availability:
-    """Whether :class:`DWPoseOnnxBackend` can be built with ``weights_dir`` (default: the weights folder), checked
-    without heavy imports; ``reason`` says the fix."""
-    if importlib.util.find_spec("onnxruntime") is None:
-        return Availability(False, f"onnxruntime is not installed: {install_hint(import_torch=False)}")
-    try:
-        root = weights_root(weights_dir)
-    except InputError as exc:
-        return Availability(False, str(exc))
-    for rel in (ONNX_FILE, S3FD_FILE):
-        if not (root / rel).is_file():
-            return Availability(False, f"{root / rel} is missing: run notebooks/01_weights.ipynb (weights.download)")
-    return Availability(True)
 
 
 def _providers(device: str | None) -> tuple[list, str]:
