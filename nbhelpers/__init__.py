@@ -16,8 +16,7 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-# Public name -> module that defines it. Resolved on first attribute access (PEP 562), so that
-# `import nbhelpers` stays free of torch.
+# Public name -> module that defines it, imported on first attribute access (PEP 562).
 _LAZY = {
     "MuseTalkPipeline": "nbhelpers.pipeline", "lipsync": "nbhelpers.pipeline", "preview": "nbhelpers.pipeline",
     "LipsyncResult": "nbhelpers.pipeline", "ClipResult": "nbhelpers.result", "InferenceConfig": "nbhelpers.config",

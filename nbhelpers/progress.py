@@ -28,11 +28,11 @@ def bar(total: int | float | None = None, desc: str = "", unit: str = "frame", *
     return tqdm(total=total, desc=desc, unit=unit, **{**_settings, **kwargs})
 
 
-def stage_bar(progress: Any, total: int, desc: str, unit: str = "frame"):
-    """The bar of one call of a stage, as a context manager: ``progress`` True or False makes one (shown or not);
-    a bar object, one bar a job keeps across several calls of the stage, is used as it is and left open."""
+def stage_bar(progress: Any, total: int, desc: str):
+    """The frame bar of one call of a stage, as a context manager: ``progress`` True or False makes one (shown or
+    not); a bar object, one bar a job keeps across several calls of the stage, is used as it is and left open."""
     if progress is None or isinstance(progress, bool):
-        return bar(total=total, desc=desc, unit=unit, **({} if progress else {"disable": True}))
+        return bar(total=total, desc=desc, **({} if progress else {"disable": True}))
     return contextlib.nullcontext(progress)
 
 

@@ -19,10 +19,7 @@ __all__ = ["check", "check_setup", "install_missing", "keep_audio", "keep_video"
 
 
 def weights(*, download: bool = True) -> Path:
-    """The weights folder of this run mode, in the official ``models/`` layout: the tiny random tree in CI mode, else
-    :func:`nbhelpers.weights.default_dir` with the default set's missing files downloaded first unless ``download``
-    is False. WeightsError when a download fails.
-    """
+    """The weights folder of this run mode in the official ``models/`` layout (:func:`nbhelpers.env.weights_dir`)."""
     return env.weights_dir(None, download=download)
 
 
@@ -43,9 +40,7 @@ def path(*parts: str | os.PathLike) -> Path:
 
 def plan(kind: str = "lipsync", **changes: Any):
     """The GPU planner's choice for this run mode (:func:`nbhelpers.env.plan`) for ``kind`` (``"lipsync"``,
-    ``"avatar"``, ``"realtime"``), starting from a config with ``changes`` (e.g. ``batch_size=4``); ``plan.config`` is
-    the config.
-    """
+    ``"avatar"``, ``"realtime"``) from a config with ``changes`` (e.g. ``batch_size=4``), in ``plan.config``."""
     return env.plan(kind, None, **changes)
 
 

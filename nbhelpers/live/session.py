@@ -186,11 +186,8 @@ class LiveSession:
 
     def close(self, timeout_s: float = 600.0):
         """Flush: finish every frame of the audio pushed (the tail with the zero padding of a clip's end), hand them
-        out, close the sink, and return the session's :class:`~nbhelpers.result.ClipResult` (``kind="stream"``,
-        ``stats`` with first_frame_latency_s, sustained_fps, late_frames...).
-
-        Raises:
-            NbHelpersError / FFmpegError: Whatever stopped the session or its sink.
+        out, close the sink, and return the session's :class:`~nbhelpers.result.ClipResult` (``kind="stream"``).
+        Raises NbHelpersError or FFmpegError: whatever stopped the session or its sink.
         """
         if self.result is not None:
             return self.result
@@ -551,10 +548,8 @@ def _as_mono(samples: Any) -> np.ndarray:
 
 
 def play(session: LiveSession, waveform: np.ndarray, *, chunk_ms: float = 200.0, realtime: bool = True):
-    """Push a 16 kHz waveform into ``session`` in chunks, as if it arrived in real time; returns ``close()``'s result.
-
-    Chunk ``i`` is pushed at ``i * chunk_ms`` after the first (all at once when ``realtime`` is False).
-    """
+    """Push a 16 kHz waveform into ``session`` in chunks, chunk ``i`` at ``i * chunk_ms`` after the first (all at once
+    when ``realtime`` is False), as if it arrived in real time; returns ``close()``'s result."""
     step = max(1, int(round(chunk_ms * SAMPLE_RATE / 1000.0)))
     t0 = time.monotonic()
     for i, start in enumerate(range(0, len(waveform), step)):

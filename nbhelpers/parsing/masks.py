@@ -30,8 +30,7 @@ _KEEP = {  # labels kept as 255 by the simple modes (face_parsing/__init__.py:93
 def jaw_dilation_kernel() -> np.ndarray:
     """The (33, 33) uint8 0/1 "cone + tail" kernel jaw mode dilates the skin with: rows 0-9 zero, row ``r`` in
     10..20 a run of ``2 (r - 10) + 1`` ones centred on column 16, rows 21-32 ones in columns 6-26. With OpenCV's
-    centre anchor the skin grows mostly upwards.
-    Source: ``face_parsing/__init__.py:15-42``.
+    centre anchor the skin grows mostly upwards. Source: ``face_parsing/__init__.py:15-42``.
     """
     kernel = np.zeros((33, 33), np.uint8)
     for half in range(11):  # rows 10-20
@@ -42,9 +41,7 @@ def jaw_dilation_kernel() -> np.ndarray:
 
 def jaw_erosion_kernel() -> np.ndarray:
     """The (3, 35) uint8 ellipse jaw mode erodes twice with: ones on row 1 and at column 17 of rows 0 and 2.
-
-    Source: ``face_parsing/__init__.py:45-46``.
-    """
+    Source: ``face_parsing/__init__.py:45-46``."""
     import cv2
 
     return cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (35, 3))

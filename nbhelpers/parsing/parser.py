@@ -45,11 +45,10 @@ def bisenet_path(weights: str | os.PathLike) -> Path:
 
 def load_bisenet(weights: str | os.PathLike, device: Any = "cpu", dtype: Any = None):
     """``BiSeNet`` in eval mode on ``device`` with ``dtype`` (None: float32) from the plain state dict
-    ``79999_iter.pth``, read with ``torch.load(weights_only=True)``: every key present with its shape, none extra.
-    ``weights`` is a weights folder or the checkpoint (:func:`bisenet_path`). The official ImageNet ResNet-18 load
-    is not needed (this file overwrites all of it).
-    Raises WeightsError: the file is missing; CheckpointError: not a state dict, or keys or shapes differ from BiSeNet's
-    (listed in the message).
+    ``79999_iter.pth`` (``weights``: a folder or the file, :func:`bisenet_path`), read with
+    ``torch.load(weights_only=True)``: every key present with its shape, none extra. The official ImageNet ResNet-18
+    load is not needed (this file overwrites all of it). WeightsError for a missing file; CheckpointError for not a
+    state dict, or keys or shapes that differ from BiSeNet's (listed in the message).
     Source: ``face_parsing/__init__.py:59-67`` (docs/official-behaviour.md §1.1).
     """
     import torch
@@ -159,8 +158,7 @@ class FaceParser:
 
     def labels_torch(self, frames: Any, squares: Sequence[Sequence[int]]) -> Any:
         """(B, 512, 512) uint8 labels 0..18 on the parser's device of the squares of ``frames`` (moved there), in
-        one forward pass; arguments and errors as :meth:`preprocess_torch`.
-        Source: ``face_parsing/__init__.py:83-90``.
+        one forward pass; arguments and errors as :meth:`preprocess_torch`. Source: ``face_parsing/__init__.py:83-90``.
         """
         import torch
 
