@@ -117,12 +117,10 @@ def nvenc_probe(ffmpeg: str | None = None, timeout: float = 30.0) -> tuple[bool,
 
 
 def choose_encoder(setting: str = "libx264", *, ffmpegs: Sequence[str] | None = None) -> EncoderChoice:
-    """Resolve an ``encoder`` setting to an ffmpeg encoder, preset and binary.
-
-    ``"libx264"`` (official): CRF 18, preset ``medium``; ``"libx264-fast"`` ... ``"-ultrafast"``: faster presets
-    (bench/RESULTS.md, "Encoder settings"); ``"nvenc"`` / ``"auto"``: ``h264_nvenc`` when :func:`nvenc_probe`
-    succeeds with one of ``ffmpegs`` (None: imageio-ffmpeg's binary, then the one on PATH), else libx264 medium
-    with a ``FallbackWarning`` (and the reason in the result).
+    """The :class:`EncoderChoice` of an ``encoder`` setting: ``"libx264"`` (official): CRF 18, preset ``medium``;
+    ``"libx264-fast"`` ... ``"-ultrafast"``: faster presets (bench/RESULTS.md, "Encoder settings"); ``"nvenc"`` /
+    ``"auto"``: ``h264_nvenc`` when :func:`nvenc_probe` succeeds with one of ``ffmpegs`` (None: imageio-ffmpeg's
+    binary, then the one on PATH), else libx264 medium with a ``FallbackWarning`` (and the reason in the result).
     Raises InputError: ``setting`` is not a known encoder setting.
     """
     if setting not in ENCODER_SETTINGS:
