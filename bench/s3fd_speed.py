@@ -3,7 +3,7 @@
 Run: ``python bench/s3fd_speed.py`` (GPU; add ``--cpu`` for a small smoke run on the CPU).
 
 The official pipeline runs S3FD on the full-resolution frame at batch 1 (official-behaviour.md §3.2, quirk Q18); this
-measures what that costs for 480p..4K and what ``S3FD(max_side=...)`` saves. The confidence heads are set so that no
+measures what that costs for 480p..4K and what ``detect(max_side=...)`` saves. The confidence heads are set so that no
 cell is a candidate (real weights give a handful), so the times are the network's, not a random-weight NMS.
 Prints one table: size, dtype, max_side, batch, ms/frame, frames/s, peak GiB.
 """

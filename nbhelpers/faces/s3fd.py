@@ -231,18 +231,16 @@ def resolve_dtype(torch: Any, dtype: Any, device: Any = None) -> Any:
 class S3FD:
     """The S3FD face detector with the official weights ``weights_path`` (plain or wrapped in ``"state_dict"``,
     loaded strictly), on ``device`` (None: CUDA when available) in ``dtype`` (:func:`resolve_dtype`; half on the CPU
-    falls back to float32, a half batch with non-finite outputs runs again in float32, both warn). ``max_side`` is
-    :meth:`detect`'s default (None: full resolution, official); ``batch_size`` frames per call (official 1), halved
-    on CUDA out-of-memory. WeightsError or CheckpointError for a missing, damaged or foreign file.
+    falls back to float32, a half batch with non-finite outputs runs again in float32, both warn); ``batch_size``
+    frames per call (official 1), halved on CUDA out-of-memory. WeightsError or CheckpointError for a missing,
+    damaged or foreign file.
     Source: ``api.py:46-84``, ``sfd_detector.py``, ``detect.py:59-91``; docs/official-behaviour.md §3.2."""
 
     name = "s3fd"
 
     def __init__(self, weights_path: str | os.PathLike, device: str | None = None, dtype: Any = None,
-                 max_side: int | None = None, batch_size: int = 1):
+                 batch_size: int = 1):
         torch = require("torch", INSTALL_TORCH)
-        if max_side is not None and int(max_side) < 64:
-            raise InputError(f"max_side must be None (full resolution) or >= 64 pixels; got {max_side!r}.")
         if int(batch_size) < 1:
             raise InputError(f"batch_size must be >= 1; got {batch_size!r}.")
         self.device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available()
@@ -253,7 +251,6 @@ class S3FD:
                           FallbackWarning, stacklevel=2)
             self.dtype = torch.float32
         self._net32 = None  # float32 copy, made only if a half-precision batch overflows
-        self.max_side = None if max_side is None else int(max_side)
         self.batch_size = int(batch_size)
         state = models.load_checkpoint(weights_path)
         state = state.get("state_dict", state) if isinstance(state, dict) else state
@@ -266,18 +263,17 @@ class S3FD:
         if self.channels_last:
             self.net = self.net.to(memory_format=torch.channels_last)
 
-    def detections(self, frames: np.ndarray, max_side: int | None | str = "default") -> list[np.ndarray]:
+    def detections(self, frames: np.ndarray, max_side: int | None = None) -> list[np.ndarray]:
         """All faces S3FD keeps in each frame of ``frames`` ((N, H, W, 3) or (H, W, 3) uint8 BGR, numpy or torch; on
         the detector's GPU they stay there) after NMS and the 0.5 score cut: N float64 arrays (K, 5) ``(x1, y1, x2,
-        y2, score)`` in frame pixels, highest score first. ``max_side``: None (full resolution), an int to downscale
-        larger frames to (bilinear, antialiased), or ``"default"`` (the constructor's). InputError for bad frames.
+        y2, score)`` in frame pixels, highest score first. ``max_side``: None (full resolution, official), or an int
+        to downscale larger frames to (bilinear, antialiased). InputError for bad frames.
         """
         import torch
 
         frames = _as_batch(frames, torch)
-        side = self.max_side if max_side == "default" else max_side
         height, width = frames.shape[1:3]
-        scale = int(side) / max(height, width) if side is not None and max(height, width) > int(side) else 1.0
+        scale = int(max_side) / max(height, width) if max_side is not None and max(height, width) > max_side else 1.0
         out_h, out_w = max(1, round(height * scale)), max(1, round(width * scale))
         mean = device_constant(MEAN, self.device, torch.float32).view(1, 3, 1, 1)
 
@@ -320,7 +316,7 @@ class S3FD:
             self._net32 = copy.deepcopy(self.net).float()
         return [o.float() for o in self._net32(x.float())]
 
-    def detect(self, frames: np.ndarray, max_side: int | None | str = "default") -> list[Detection | None]:
+    def detect(self, frames: np.ndarray, max_side: int | None = None) -> list[Detection | None]:
         """The official face box per frame: a :class:`Detection` (highest score, clipped to >= 0, int-truncated,
         frame pixels) or None; arguments as :meth:`detections`. Source: ``api.py:72-84``.
         """

@@ -388,14 +388,13 @@ class FaceTracker:
 
 
 def find_tracks(frames: Any, backend: str | LandmarkBackend = "auto", config: InferenceConfig | None = None,
-                weights_dir: str | os.PathLike | None = None, batch_size: int = DEFAULT_BATCH_FRAMES,
-                device: str | None = None) -> FaceTracks:
+                weights_dir: str | os.PathLike | None = None) -> FaceTracks:
     """Every face of every frame, linked into numbered tracks (:class:`~nbhelpers.faces.tracks.FaceTracks`): the
     backend's face detector only, no landmarks. Arguments as :func:`track`. InputError for bad frames or a backend
     that gives one face per frame; NoFaceError when no frame has a face.
     """
     config = (config if config is not None else InferenceConfig()).replace(face="largest")
-    with FaceTracker(backend, config, weights_dir=weights_dir, batch_size=batch_size, device=device) as tracker:
+    with FaceTracker(backend, config, weights_dir=weights_dir) as tracker:
         tracker.chooser = FaceChooser(FaceChoice("list"))  # links tracks, keeps no face: no landmarks run
         tracker._feed(frames)
         if tracker.n_frames == 0:

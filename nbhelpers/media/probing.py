@@ -288,10 +288,8 @@ def _block_rotation(block: list[str]) -> int:
 
 
 def probe(path, count_frames: bool = True) -> MediaInfo:
-    """Read what a media file holds: streams, upright size, fps, duration, rotation, pixel format, audio rate.
-
-    Parses ``ffmpeg -i`` (ffmpeg 4.4 to 9); with ``count_frames`` also counts the video frames exactly by demuxing
-    (``-c copy -f framecrc``).
+    """The :class:`MediaInfo` of ``path``, parsed from ``ffmpeg -i`` (ffmpeg 4.4 to 9); with ``count_frames`` also the
+    exact video frame count, by demuxing (``-c copy -f framecrc``).
     Raises InputError: ``path`` does not exist or is a folder; FFmpegError: ffmpeg cannot read the file as media (a text
     file named ``.mp4``, a truncated download).
     Source: the official scripts read the fps with OpenCV (``utils.py:43-47``) and tell images from videos by

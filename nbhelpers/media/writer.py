@@ -117,12 +117,10 @@ def nvenc_probe(ffmpeg: str | None = None, timeout: float = 30.0) -> tuple[bool,
 
 
 def choose_encoder(setting: str = "libx264", *, ffmpegs: Sequence[str] | None = None) -> EncoderChoice:
-    """Resolve an ``encoder`` setting to an ffmpeg encoder, preset and binary.
-
-    ``"libx264"`` (official): CRF 18, preset ``medium``; ``"libx264-fast"`` ... ``"-ultrafast"``: faster presets
-    (bench/RESULTS.md, "Encoder settings"); ``"nvenc"`` / ``"auto"``: ``h264_nvenc`` when :func:`nvenc_probe`
-    succeeds with one of ``ffmpegs`` (None: imageio-ffmpeg's binary, then the one on PATH), else libx264 medium
-    with a ``FallbackWarning`` (and the reason in the result).
+    """The :class:`EncoderChoice` of an ``encoder`` setting: ``"libx264"`` (official): CRF 18, preset ``medium``;
+    ``"libx264-fast"`` ... ``"-ultrafast"``: faster presets (bench/RESULTS.md, "Encoder settings"); ``"nvenc"`` /
+    ``"auto"``: ``h264_nvenc`` when :func:`nvenc_probe` succeeds with one of ``ffmpegs`` (None: imageio-ffmpeg's
+    binary, then the one on PATH), else libx264 medium with a ``FallbackWarning`` (and the reason in the result).
     Raises InputError: ``setting`` is not a known encoder setting.
     """
     if setting not in ENCODER_SETTINGS:
@@ -408,16 +406,15 @@ class _Stalled(Exception):
     """ffmpeg made no progress for the writer's ``stall_timeout_s`` (internal; turned into an FFmpegError)."""
 
 
-def convert_to_25fps(src, dst, crf: int = 18) -> MediaInfo:
-    """Write ``dst``, a constant-25-fps H.264 (yuv420p, CRF ``crf``) copy of ``src`` with its audio as AAC, atomically,
+def convert_to_25fps(src, dst) -> MediaInfo:
+    """Write ``dst``, a constant-25-fps H.264 (yuv420p, CRF 18) copy of ``src`` with its audio as AAC, atomically,
     and return its :class:`MediaInfo`; the frames are those :func:`load_video` yields. Raises InputError for a
-    missing source, a source without video, a bad ``dst`` or ``crf``; FFmpegError when ffmpeg failed (no partial
-    output is left).
+    missing source, a source without video or a bad ``dst``; FFmpegError when ffmpeg failed (no partial output left).
     Source: ``app.py:432-472`` re-times uploads to 25 fps; ``README.md:320`` asks for 25 fps input.
     """
     with load_video(src) as reader:
         audio = reader.path if reader.info.has_audio else None
-        with VideoWriter(dst, reader.width, reader.height, FPS, audio=audio, crf=crf, synthetic=False) as writer:
+        with VideoWriter(dst, reader.width, reader.height, FPS, audio=audio, synthetic=False) as writer:
             for batch in reader.iter_batches(16):
                 writer.write(batch)
         return probe(writer.path)

@@ -51,8 +51,7 @@ __all__ = [
     "write_tiny_vae", "write_tiny_whisper"
 ]
 
-# Writers that need an optional package: the default run leaves them out silently (tiny.json says so); asked for by
-# name, the writer runs anyway and warns itself.
+# The optional packages a writer needs; make_tiny_weights leaves it out when one is missing, unless it is named.
 WRITER_NEEDS: dict[str, tuple[str, ...]] = {"dwpose-onnx": ("onnx",)}
 FILE_MODE = 0o644  # every file of the tree (before the umask): the same as open() gives, whichever writer wrote it
 

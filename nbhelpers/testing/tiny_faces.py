@@ -166,15 +166,14 @@ def write_tiny_dwpose(directory: str | os.PathLike) -> Path:
     return path
 
 
-def simcc_peak_model(centers_x, centers_y, *, heights=1.0, sharpness: float = 1.0 / 64.0,
-                     switch_shift_x: float = 0.0, switch_shift_y: float = 0.0, switch_gain: float = 1000.0,
+def simcc_peak_model(centers_x, centers_y, *, heights=1.0, switch_shift_x: float = 0.0, switch_shift_y: float = 0.0,
                      input_size: tuple[int, int] = codec.INPUT_SIZE, batch: int | str = "batch",
                      input_name: str = "input", x_name: str = "simcc_x", y_name: str = "simcc_y",
                      y_first: bool = False):
     """A small ONNX graph with DWPose's signature and SimCC peaks at chosen places.
 
-    ``simcc_x[n, k, b] = heights[k] - sharpness * (b - (centers_x[k] + s[n] * switch_shift_x))**2`` (likewise y), with
-    ``s[n] = clip(switch_gain * (mean(left half of input n) - mean(right half)), -1, 1)``: a frame brighter on the left
+    ``simcc_x[n, k, b] = heights[k] - (b - (centers_x[k] + s[n] * switch_shift_x))**2 / 64`` (likewise y), with
+    ``s[n] = clip(1000 * (mean(left half of input n) - mean(right half)), -1, 1)``: a frame brighter on the left
     moves the peaks by +shift, its mirror by -shift, so the flip test changes the answer in a known way.
 
     Centres are (K,) bins (2 per input pixel); ``heights`` scalar or (K,) (<= 0 is rejected by the decoder);
@@ -196,9 +195,9 @@ def simcc_peak_model(centers_x, centers_y, *, heights=1.0, sharpness: float = 1.
     constants = {
         "half": np.array([w // 2], np.int64), "zero": np.array([0], np.int64), "width": np.array([w], np.int64),
         "axis3": np.array([3], np.int64), "shape_n11": np.array([-1, 1, 1], np.int64),
-        "gain": np.float32(switch_gain), "lo": np.float32(-1.0), "hi": np.float32(1.0),
+        "gain": np.float32(1000.0), "lo": np.float32(-1.0), "hi": np.float32(1.0),
         "shift_x": np.float32(switch_shift_x), "shift_y": np.float32(switch_shift_y),
-        "cx": cx, "cy": cy, "heights": heights_arr, "sharp": np.float32(sharpness),
+        "cx": cx, "cy": cy, "heights": heights_arr, "sharp": np.float32(1.0 / 64.0),
         "bins_x": np.arange(wx, dtype=np.float32).reshape(1, 1, wx),
         "bins_y": np.arange(wy, dtype=np.float32).reshape(1, 1, wy),
     }
