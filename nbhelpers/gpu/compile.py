@@ -32,8 +32,8 @@ BACKGROUND_NICE = 10  # added niceness of the compile thread and of the compile 
 GRAD_MODES = ("inference", "no_grad")
 AUTO_REQUEST_AFTER = 2  # calls of one signature without compiled code before it is compiled unasked
 # compile="auto" compiles on a GPU whose measured fp16 matmul rate is below this (TFLOP/s): there the GPU limits a
-# job (a T4 peaks at 65; its MPS stand-in measures 57.4). Above it (an A100 312, an H100/H200 about 750) the CPU
-# side does, and the compile's CPU time would cost more than it saves (bench/RESULTS.md, "T4-class GPU").
+# job (a T4's published peak is 65). Above it (an A100 312, an H100 or H200 about 750) the CPU side does, and
+# the compile's CPU time would cost more than it saves (bench/RESULTS.md, "T4-class GPU").
 GPU_WALL_TFLOPS = 200.0
 _RATES: dict[str, float] = {}
 
