@@ -1,6 +1,6 @@
 """The shape of the package: layers that point one way, no import cycles, and imports that stay light.
 
-Every module of ``nbhelpers`` belongs to a layer (``RANKS``, the table of CONTRIBUTING's architecture) and imports
+Every module of ``nbhelpers`` belongs to a layer (``RANKS``, the table of docs/architecture.md) and imports
 only modules of its own layer or of layers below, without cycles. Imports are read from the source with ``ast``
 wherever they are in a file (a function-level import ties two modules together as much as a module-level one),
 except under ``if TYPE_CHECKING:``. Imports inside functions are for heavy or optional third-party libraries only.
