@@ -407,6 +407,13 @@ def test_plot_faces_decodes_only_the_frames_shown_from_a_file(clip):
     assert np.array_equal(shown, media.frames_at(clip, [24])[0][:, :, ::-1])  # displayed as RGB
 
 
+@pytest.mark.parametrize("as_text", [True, False])
+def test_plot_faces_of_a_file_alone_spreads_the_panels_over_all_its_frames(clip, as_text):
+    # 25 frames at 25 fps: four panels at 0, 8, 16, 24 (np.linspace(0, 24, 4) rounded), not over len(str(path))
+    chart = ui.plot_faces(str(clip) if as_text else Path(clip))
+    assert [a.get_title() for a in chart.figure.axes] == ["frame 0", "frame 8", "frame 16", "frame 24"]
+
+
 def test_fps_table():
     class Clip:
         def __init__(self, name, n, wall, gen):

@@ -16,7 +16,7 @@ from ..display import table_html
 from ..errors import InputError, plural
 from ..faces.tracks import COLOURS as TRACK_COLOURS
 from ..faces.tracks import FaceTracks
-from ..media import frames_at
+from ..media import VideoReader, frames_at
 
 __all__ = ["Chart", "FpsTable", "compare_restore", "fps_table", "plot_faces", "plot_sync", "plot_timings"]
 
@@ -272,6 +272,9 @@ def plot_faces(frames: Any, track: Any = None, *, indices: Sequence[int] | None 
     n_known = next((len(a) for a in (boxes, landmarks, has_face, masks) if a is not None), None)
     if n_known is None and every is not None:
         n_known = every.n_frames
+    elif n_known is None and isinstance(frames, (str, os.PathLike)):
+        with VideoReader(frames) as reader:  # frames at 25 fps, as frames_at numbers them
+            n_known = reader.frame_count
     elif n_known is None:
         n_known = len(frames) if hasattr(frames, "__len__") else max_frames
     if indices is None:
