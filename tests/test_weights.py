@@ -305,6 +305,16 @@ def test_verify_default_checks_the_default_sets_and_present_extras(tmp_path):
     assert "unet-v15" in names and "unet-v1-config" in names and "unet-v1" not in names and "syncnet" not in names
 
 
+def test_verify_expands_the_home_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "w" / "musetalk").mkdir(parents=True)
+    (tmp_path / "w" / "musetalk" / "musetalk.json").write_text("{}")
+    report = w.verify("~/w")
+    assert report.directory == tmp_path / "w"
+    assert [(c.name, c.state) for c in report.checks] == [(c.name, c.state) for c in w.verify(tmp_path / "w").checks]
+    assert "unet-v1-config" in [c.name for c in report.checks]  # the present extra was found under ~/w
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Downloads through the real clients against the fake hub (in a subprocess: HF_ENDPOINT is read at import)
 # ---------------------------------------------------------------------------------------------------------------

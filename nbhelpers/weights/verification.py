@@ -280,12 +280,13 @@ def _check(entry: WeightFile, root: Path, state: _State, deep: bool) -> FileChec
 
 def verify(directory: str | os.PathLike | None = None, sets: str | Sequence[str] | None = None,
            files: str | Sequence[str] | None = None, deep: bool = False, manifest: Manifest = MANIFEST) -> VerifyReport:
-    """Check the weight files of the weights dir ``directory`` (None: :func:`default_dir`): presence, size, contents
-    and with ``deep`` sha256 where a value is known (cached for the next call). Downloads nothing. ``sets`` None
-    checks the v1.5 inference set plus any other manifest file present; ``files`` adds names or layout paths.
+    """Check the weight files of the weights dir ``directory`` (``~`` expanded; None: :func:`default_dir`): presence,
+    size, contents and with ``deep`` sha256 where a value is known (cached for the next call). Downloads nothing.
+    ``sets`` None checks the v1.5 inference set plus any other manifest file present; ``files`` adds names or layout
+    paths.
     InputError for an unknown set or file name.
     """
-    root = Path(directory) if directory is not None else default_dir()
+    root = resolve_dir(directory)
     chosen = manifest.select(sets, files)
     if sets is None and files is None:
         names = {e.name for e in chosen}
