@@ -460,6 +460,23 @@ def test_a_job_whose_inputs_pass_the_checks_islikely_work(tmp_path, lavfi_video,
     assert likely_work(worker_failed, cache, rerun=False)  # no face, say: no hint, so a rerun retries it on Ray
 
 
+@pytest.mark.parametrize("text", ["[1, 2]", "3", '"done"', "{not json", None])
+def test_an_output_is_finished_only_with_a_record_object_of_its_inputs_and_size(tmp_path, text):
+    from nbhelpers.batch.jobs import Job
+    from nbhelpers.batch.records import finished_record, record_path, write_record
+
+    job = Job("o", tmp_path / "a.mp4", tmp_path / "1.wav", tmp_path / "o.mp4")
+    job.output.write_bytes(b"x" * 10)
+    inputs = {"video": {"sha256": "ab"}}
+    write_record(job.output, inputs, frames=3, worker="w", seconds=1.0)
+    assert finished_record(job, inputs)["frames"] == 3 and finished_record(job, {"video": {}}) is None
+    if text is None:  # the output changed after its record
+        job.output.write_bytes(b"x" * 11)
+    else:  # a record that is not a JSON object of ours: the output is made again, nothing raises
+        record_path(job.output).write_text(text, "utf-8")
+    assert finished_record(job, inputs) is None
+
+
 def test_without_ray_the_command_says_how_to_install_it(tmp_path, tiny_weights):
     (tmp_path / "jobs.csv").write_text("video,audio,output\na.mp4,1.wav,o.mp4\n")
     code = ("import sys; sys.modules['ray'] = None; from nbhelpers.cli.main import main; "

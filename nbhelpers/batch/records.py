@@ -72,6 +72,8 @@ def finished_record(job: Job, inputs: Mapping[str, Any]) -> dict[str, Any] | Non
         size = job.output.stat().st_size
     except (OSError, ValueError):
         return None
+    if not isinstance(rec, dict):  # valid JSON but not a record (a list, a number): make the output again
+        return None
     if rec.get("format") != RECORD_FORMAT or rec.get("inputs") != inputs or rec.get("output_size") != size:
         return None
     return rec
