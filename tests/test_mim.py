@@ -215,7 +215,8 @@ FAKE_PYTHON = r"""#!/bin/sh
 echo "$*" >> "{log}"
 echo "MMCV_BASE_URL=$MMCV_BASE_URL" >> "{log}.env"
 case "$*" in
-  "-c "*) echo '{{"torch": "2.1.2", "numpy": "1.26.4", "torchvision": "0.16.2"}}' ;;
+  "-c "*) printf '%s%s\n' '{{"torch": "2.1.2", "numpy": "1.26.4", "torchvision": "0.16.2", ' \
+                          '"python": "3.13", "platform": "linux-aarch64"}}' ;;
   *"--self-check"*) echo '{{"ok": true, "build_seconds": 0.9, "pass_seconds": 0.6, "weights": "random"}}' ;;
   *"{fail}"*) echo "ERROR: could not build wheels for mmcv" >&2; exit 1 ;;
 esac
@@ -256,6 +257,21 @@ def test_a_failed_step_stops_the_install_and_says_which(temp_dir, tmp_path):
     assert "mmcv==2.1.0" in result.message and "could not build wheels" in result.message
     assert "No prebuilt mmcv" in result.message
     assert not any("self-check" in line for line in log.read_text().splitlines())
+
+
+@pytest.mark.skipif(os.name != "posix", reason="the fake interpreter is a shell script")
+def test_the_wheel_check_asks_for_the_tags_of_the_interpreter_installed_into(temp_dir, tmp_path, monkeypatch):
+    exe, _ = _fake_python(tmp_path)  # Python 3.13 on linux-aarch64 with torch 2.1.2, whatever runs the tests
+    asked = {}
+
+    def check(index, **kwargs):
+        asked.update(kwargs, index=index)
+        return mim.WheelCheck(True, "file:///x", "cp313", "2.1", "cpu", "linux-aarch64", "2.1.0")
+
+    monkeypatch.setattr(mim, "check_mmcv_wheels", check)
+    assert mim.install_mmpose(python=exe, mmcv_base_url="http://127.0.0.1:9/mirror/").ok
+    assert asked == {"index": "http://127.0.0.1:9/mirror/mmcv/dist", "python": "3.13", "torch": "2.1.2",
+                     "mmcv": mim.pins_for("2.1.2").mmcv, "platform": "linux-aarch64"}
 
 
 def test_wheel_check_renders_in_a_notebook(index_url):

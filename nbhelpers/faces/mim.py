@@ -304,14 +304,18 @@ class MimInstallResult:
 
 
 # One line (no shell involved): the versions of torch, numpy and torchvision in another interpreter, as JSON.
-_VERSIONS_SNIPPET = ("import json,importlib.metadata as m;print(json.dumps({d:next((x.version for x in "
-                     "m.distributions(name=d)),None) for d in ('torch','numpy','torchvision')}))")
+_VERSIONS_SNIPPET = ("import json,sys,sysconfig,importlib.metadata as m;print(json.dumps({**{d:next((x.version for x "
+                     "in m.distributions(name=d)),None) for d in ('torch','numpy','torchvision')},'python':'%d.%d'%"
+                     "sys.version_info[:2],'platform':sysconfig.get_platform()}))")
+_HELD = ("torch", "numpy", "torchvision")
 
 
 def _versions_of(python: str) -> dict:
-    """torch/numpy/torchvision versions installed for ``python`` (this process's metadata when it is us)."""
+    """torch/numpy/torchvision versions installed for ``python`` (this process's metadata when it is us), with its
+    ``python`` version ``"3.12"`` and wheel ``platform`` (``sysconfig.get_platform()``)."""
     if os.path.realpath(python) == os.path.realpath(sys.executable):
-        return {d: installed_version(d) for d in ("torch", "numpy", "torchvision")}
+        return {**{d: installed_version(d) for d in _HELD}, "python": "{}.{}".format(*sys.version_info[:2]),
+                "platform": sysconfig.get_platform()}
     res = subprocess.run([python, "-c", _VERSIONS_SNIPPET], capture_output=True, text=True, timeout=120,
                          stdin=subprocess.DEVNULL)
     if res.returncode != 0:
@@ -329,13 +333,15 @@ def install_mmpose(dry_run: bool = False, *, python: str | None = None, only_bin
     ``dry_run`` only writes the constraints file (in a shared temporary folder) and returns the commands. ``python``
     (default: this one) is the interpreter installed into, whose torch, torchvision and numpy are held; the versions
     are :func:`pins_for` its torch; ``only_binary`` refuses to compile mmcv; ``wheel_check`` defaults to
-    :func:`check_mmcv_wheels` now; ``mmcv_base_url`` is a mirror of ``https://download.openmmlab.com`` (mim's
-    ``MMCV_BASE_URL``); each command may take :data:`STEP_TIMEOUT_S`. MissingDependencyError without torch or numpy.
+    :func:`check_mmcv_wheels` now, for ``python``'s version and platform; ``mmcv_base_url`` is a mirror of
+    ``https://download.openmmlab.com`` (mim's ``MMCV_BASE_URL``); each command may take :data:`STEP_TIMEOUT_S`.
+    MissingDependencyError without torch or numpy.
 
     Source: ``README.md:151-185`` (quirk Q29).
     """
     python = python or sys.executable
-    held = {name: ver for name, ver in _versions_of(python).items() if ver}  # torch, numpy, torchvision if there
+    found = _versions_of(python)
+    held = {name: found[name] for name in _HELD if found.get(name)}  # torch, numpy, torchvision if there
     torch_version, numpy_version = held.get("torch"), held.get("numpy")
     if not torch_version or not numpy_version:
         raise MissingDependencyError(f"install_mmpose holds torch and numpy at their installed versions, but "
@@ -372,7 +378,9 @@ def install_mmpose(dry_run: bool = False, *, python: str | None = None, only_bin
 
     if result.wheel_check is None:
         index = f"{mmcv_base_url.rstrip('/')}/mmcv/dist" if mmcv_base_url else OPENMMLAB_MMCV_INDEX
-        result.wheel_check = check_mmcv_wheels(index, torch=torch_version, mmcv=pins.mmcv)
+        # the wheel tags of the interpreter installed into, which need not be this one
+        result.wheel_check = check_mmcv_wheels(index, python=found["python"], torch=torch_version, mmcv=pins.mmcv,
+                                               platform=found["platform"])
     start = time.perf_counter()
     env = dict(os.environ)
     if mmcv_base_url:
