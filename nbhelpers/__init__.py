@@ -19,7 +19,7 @@ __version__ = "0.1.0"
 # Public name -> module that defines it, imported on first attribute access (PEP 562).
 _LAZY = {
     "MuseTalkPipeline": "nbhelpers.pipeline", "lipsync": "nbhelpers.pipeline", "preview": "nbhelpers.pipeline",
-    "LipsyncResult": "nbhelpers.pipeline", "ClipResult": "nbhelpers.result", "InferenceConfig": "nbhelpers.config",
+    "ClipResult": "nbhelpers.result", "InferenceConfig": "nbhelpers.config",
     "prepare_avatar": "nbhelpers.avatar", "Avatar": "nbhelpers.avatar", "NbHelpersError": "nbhelpers.errors",
     "setup": "nbhelpers.env",
 }

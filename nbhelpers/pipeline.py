@@ -668,7 +668,4 @@ def preview(video: str | os.PathLike, config: InferenceConfig | None = None, *,
                             backend=backend)
 
 
-# Kept for code written against the first releases: both names are the one result type.
-LipsyncResult = ClipResult
-
-__all__ = ["COMPONENTS", "ClipResult", "LipsyncResult", "MuseTalkPipeline", "Preview", "lipsync", "preview"]
+__all__ = ["COMPONENTS", "ClipResult", "MuseTalkPipeline", "Preview", "lipsync", "preview"]
