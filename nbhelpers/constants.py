@@ -21,5 +21,5 @@ VERSIONS = ("v15", "v1")  # MuseTalk 1.5 (default) and 1.0 weights through the c
 # preset (the official offline job: medium, inference.py:230-237), or h264_nvenc after a one-frame test encode.
 ENCODERS = ("libx264", "libx264-fast", "libx264-faster", "libx264-veryfast", "libx264-superfast",
             "libx264-ultrafast", "auto", "nvenc")
-COMPILE_MODES = ("auto", "on", "off")  # torch.compile (nbhelpers.gpu.compile): where the GPU supports it, always, never
+COMPILE_MODES = ("auto", "on", "off")  # torch.compile (nbhelpers.gpu.compile): where it pays, wherever it runs, never
 LATENT_MODES = ("sample", "mode")  # VAE posterior: a sample (official inference, vae.py:93) or its mean

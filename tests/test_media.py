@@ -556,6 +556,11 @@ def test_missing_file(tmp_path):
         media.load_audio(tmp_path / "nope.wav")
     with pytest.raises(InputError, match="not a file"):
         media.probe(tmp_path)
+    empty = tmp_path / "speech.wav"
+    empty.write_bytes(b"")
+    for read in (media.probe, media.load_audio, media.load_video, media.audio_duration):
+        with pytest.raises(InputError, match=r"speech.wav' is empty \(0 bytes\).*again"):
+            read(empty)
 
 
 def test_text_file_named_mp4(tmp_path):

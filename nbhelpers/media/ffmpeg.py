@@ -163,7 +163,7 @@ def _tail(text: str) -> str:
 
 
 def _existing_file(path, param: str) -> Path:
-    """Absolute Path of an existing regular file, or InputError that names the parameter."""
+    """Absolute Path of an existing, non-empty regular file, or InputError that names the parameter."""
     if isinstance(path, bytes):
         path = os.fsdecode(path)
     if not isinstance(path, (str, os.PathLike)):
@@ -175,4 +175,7 @@ def _existing_file(path, param: str) -> Path:
     if not p.is_file():
         raise InputError(f"{param}: {str(p)!r} is not a file (a folder?). Give the path of one video, photo or "
                          "audio file.")
+    if p.stat().st_size == 0:
+        raise InputError(f"{param}: {str(p)!r} is empty (0 bytes): its upload, export or download did not finish. "
+                         "Upload, export or download it again.")
     return p.resolve()
