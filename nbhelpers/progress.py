@@ -10,13 +10,18 @@ import os
 from typing import Any
 
 _settings: dict[str, Any] = {"disable": os.environ.get("NBHELPERS_PROGRESS", "1") in ("0", "false", "no")}
+_notes = {"on": not _settings["disable"]}
 
 
-def configure(disable: bool | None = None, **tqdm_kwargs: Any) -> None:
-    """Change every later bar: ``disable`` (True hides them; None keeps the choice) and ``tqdm_kwargs`` for ``tqdm``."""
+def configure(disable: bool | None = None, *, notes: bool | None = None, **tqdm_kwargs: Any) -> bool:
+    """Change every later bar: ``disable`` (True hides them; None keeps the choice) and ``tqdm_kwargs`` for ``tqdm``;
+    ``notes`` shows :func:`note` lines (None: where bars show). Returns whether bars were hidden before the call."""
+    before = bool(_settings["disable"])
     if disable is not None:
         _settings["disable"] = bool(disable)
+    _notes["on"] = not _settings["disable"] if notes is None else bool(notes)
     _settings.update(tqdm_kwargs)
+    return before
 
 
 def bar(total: int | float | None = None, desc: str = "", unit: str = "frame", **kwargs: Any):
@@ -37,9 +42,9 @@ def stage_bar(progress: Any, total: int, desc: str):
 
 
 def note(message: str) -> None:
-    """Print a one-line notice of a long step that runs on its own (e.g. the background compile), unless bars are
+    """Print a one-line notice of a long step that runs on its own (e.g. the background compile), unless notes are
     off (``NBHELPERS_PROGRESS=0``). Written through ``tqdm.write`` so it does not break a bar in progress."""
-    if _settings.get("disable"):
+    if not _notes["on"]:
         return
     from tqdm.auto import tqdm
 

@@ -39,8 +39,11 @@ def test_demo_tiny_runs_offline_and_labels_its_output_as_noise(tmp_path):
     pytest.importorskip("skimage")
     from nbhelpers import media
 
-    proc = _cli("demo", "--tiny", "--backend", "dlib", cwd=tmp_path, timeout=600)
+    # bars are not turned off here: the CLI leaves them out of a pipe by itself
+    proc = run_cli("demo", "--tiny", "--backend", "dlib", env={"HF_HUB_OFFLINE": "1"}, cwd=tmp_path, timeout=600,
+                   unset=("NBHELPERS_WEIGHTS", "NBHELPERS_PROGRESS", "NBHELPERS_MODE"))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "\x1b[" not in proc.stderr + proc.stdout and "frame/s" not in proc.stderr  # no bar, no cursor code
     out = tmp_path / "results" / "demo-tiny-noise.mp4"
     assert out.is_file() and f"-> {out}" in proc.stdout
     assert "tiny RANDOM weights" in proc.stdout and "colour noise, not lip-sync" in proc.stdout

@@ -28,12 +28,31 @@ def shown_bars():
     """What the progress bars print, with bars on for the test."""
     from nbhelpers import progress
 
-    saved = dict(progress._settings)
+    saved, notes = dict(progress._settings), dict(progress._notes)
     out = io.StringIO()
     progress.configure(disable=False, file=out, mininterval=0, ascii=True)
     yield out
     progress._settings.clear()
     progress._settings.update(saved)
+    progress._notes.update(notes)
+
+
+@pytest.mark.notorch
+def test_notes_still_print_where_only_the_bars_are_hidden(capsys):
+    from nbhelpers import progress
+
+    saved, notes = dict(progress._settings), dict(progress._notes)
+    try:
+        progress.configure(disable=True, notes=True)  # the CLI writing to a log
+        progress.note("compiling the UNet in the background")
+        progress.configure(disable=True)  # NBHELPERS_PROGRESS=0: notes follow the bars
+        progress.note("not shown")
+    finally:
+        progress._settings.clear()
+        progress._settings.update(saved)
+        progress._notes.update(notes)
+    out = capsys.readouterr().out
+    assert "nbhelpers: compiling the UNet in the background" in out and "not shown" not in out
 
 
 @pytest.mark.notorch
