@@ -315,6 +315,35 @@ def test_verify_expands_the_home_folder(tmp_path, monkeypatch):
     assert "unet-v1-config" in [c.name for c in report.checks]  # the present extra was found under ~/w
 
 
+@pytest.mark.parametrize("reachable", [False, True])
+def test_a_drive_connection_error_is_retried_only_where_drive_can_be_reached(tmp_path, monkeypatch, reachable):
+    import contextlib
+    import socket
+    import types
+
+    from nbhelpers.weights import downloads
+    from nbhelpers.weights.manifest import Source
+
+    def download(**kwargs):  # what gdown's requests raise when the connection fails
+        raise ConnectionError("HTTPSConnectionPool(host='drive.google.com', port=443): Max retries exceeded")
+
+    def connect(address, timeout=None):
+        assert address == ("drive.google.com", 443)
+        if not reachable:
+            raise socket.gaierror(-2, "Name or service not known")
+        return contextlib.nullcontext()
+
+    monkeypatch.setitem(sys.modules, "gdown", types.SimpleNamespace(download=download))
+    monkeypatch.setattr(socket, "create_connection", connect)
+    monkeypatch.setattr(downloads, "_HOSTS", {})
+    with pytest.raises(Exception) as caught:
+        downloads._fetch_gdrive(Source(kind="gdrive", id="abc"), tmp_path, "face-parse-bisent/79999_iter.pth")
+    assert downloads._permanent(caught.value) is not reachable  # a dropped connection is tried again
+    assert downloads._short(caught.value) == (
+        "ConnectionError: HTTPSConnectionPool(host='drive.google.com', port=443): Max retries exceeded" if reachable
+        else "drive.google.com cannot be reached from this machine (Name or service not known)")
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Downloads through the real clients against the fake hub (in a subprocess: HF_ENDPOINT is read at import)
 # ---------------------------------------------------------------------------------------------------------------

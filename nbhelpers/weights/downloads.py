@@ -204,7 +204,11 @@ def _fetch_gdrive(source: Source, root: Path, rel: str) -> tuple[Path, int | Non
 
     out = _staging(root, "gdrive", source.id) / Path(rel).name
     quiet = bool(progress._settings.get("disable"))
-    result = gdown.download(id=source.id, output=str(out), quiet=quiet, resume=True)
+    try:
+        result = gdown.download(id=source.id, output=str(out), quiet=quiet, resume=True)
+    except OSError:  # requests' errors are OSErrors: an unreachable host gets one plain line and no retry
+        _check_host(source.address())
+        raise
     if not result or not out.is_file():
         raise OSError(f"gdown could not fetch Drive id {source.id} (quota exceeded, or the file is not shared)")
     return out, None, None, f"Google Drive {source.id}"
