@@ -144,7 +144,18 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
     rep = report if report is not None else read_report()
     reasons: dict[str, str] = {}
     notes: list[str] = []
-    device = _choose_device(config, rep, reasons)
+
+    if config.device is not None:
+        device = str(config.device)
+        if device.startswith("cuda") and not rep.has_gpu:
+            raise NoGpuError(_no_cuda_message(device))
+        reasons["device"] = f"user override ({device})"
+    elif rep.has_gpu:
+        device = rep.device if rep.device.startswith("cuda") else "cuda"
+        reasons["device"] = f"CUDA GPU found: {rep.name or 'unknown'}"
+    else:
+        device = "cpu"
+        reasons["device"] = "no CUDA GPU usable: running on the CPU"
     on_cuda, on_cpu = device.startswith("cuda"), device == "cpu"
     cc = rep.compute_capability
     fp16 = _choose_fp16(config, on_cuda, cc, mm, reasons, notes)
@@ -173,22 +184,56 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
                                     size_note.replace(" (frame size not given)", "")))
     if n_frames and auto > n_frames:
         auto, why = n_frames, f"{n_frames}: the whole job in one batch ({why})"
-    batch = _choose_batch(config, auto, why, n_frames, reasons)
+    why_auto = why.removeprefix(f"{auto}: ")  # quoted after "the plan would choose {auto}"
+    if config.batch_size is not None:
+        batch = int(config.batch_size)
+        reasons["batch_size"] = f"user override ({batch}); the plan would choose {auto} ({why_auto})"
+        if n_frames and batch > n_frames:  # a batch is never longer than the job: say what is really used
+            reasons["batch_size"] = (f"{n_frames}: user override ({batch}) is more than the job's {n_frames} "
+                                     f"frames, so the whole job is one batch; the plan would choose {auto} "
+                                     f"({why_auto})")
+            batch = n_frames
+    else:
+        batch = auto
+        reasons["batch_size"] = why
 
     peaks = {name: a + b * batch for name, (a, b) in stages.items()}
+    predicted = max(peaks.values()) if on_cuda else None
     growing = {name: peak for name, peak in peaks.items() if stages[name][1] > 0}
     worst = max(growing, key=growing.get)
+    need = growing[worst]
     if on_cuda and budget is not None:
-        notes += _gpu_memory_notes(config, batch, worst, growing[worst], peaks, budget, frame_size)
-    if on_cpu and config.batch_size is not None and batch > auto:
-        notes.append(_cpu_batch_note(config.batch_size, batch, auto, n_frames, worst, growing[worst], budget))
+        if need > budget:
+            if config.batch_size is not None and batch > 1:
+                notes.append(f"batch_size {batch} (user override) is predicted to need {need:.2f} GiB in stage "
+                             f"{worst!r}, above the {budget:.2f} GiB budget: out-of-memory is likely; the batch "
+                             "will halve when it happens (no frame lost).")
+            else:
+                notes.append(f"Even batch {batch} is predicted to need {need:.2f} GiB in stage {worst!r}, above "
+                             f"the {budget:.2f} GiB budget: out-of-memory is likely. Free GPU memory (close other "
+                             "notebooks, restart the runtime) or use a larger GPU.")
+        if "faces" in peaks and peaks["faces"] > budget:
+            notes.append(f"Face detection on full {frame_size[1]}x{frame_size[0]} frames (S3FD at batch 1) is "
+                         f"predicted to need {peaks['faces']:.2f} GiB, above the {budget:.2f} GiB budget: use "
+                         "landmark_backend='dlib' or a smaller video.")
+    asked = config.batch_size
+    if on_cpu and asked is not None and batch > auto:  # a user batch above the plan's, as really run
+        used = f"batch_size {asked} (user override" + (f", {batch} for this {n_frames}-frame job)" if batch != asked
+                                                       else ")")
+        if budget is not None and need > budget:
+            notes.append(f"{used} is predicted to need {need:.1f} GiB of host RAM in stage {worst!r}, "
+                         f"above the {budget:.1f} GiB usable: the job is likely to run out of memory. Leave the "
+                         f"batch size out (the plan would choose {auto}).")
+        else:
+            notes.append(f"{used} is more than the plan's {auto} on the CPU: it fits in host RAM, but a larger batch "
+                         "is no faster on the CPU and progress shows later. Leave the batch size out for "
+                         f"{auto}.")
     for note in notes if warn else ():
         warnings.warn(note, PlanWarning, stacklevel=2)
     return Plan(kind=kind, device=device, fp16=fp16, batch_size=batch, weights=weights, frame_size=frame_size,
-                n_frames=n_frames, budget_gib=budget, predicted_peak_gib=max(peaks.values()) if on_cuda else None,
-                stage_peaks_gib=peaks, reasons=reasons, warnings=tuple(notes), base_config=config,
-                gpu_name=rep.name if on_cuda else None, free_gib=rep.free_gib if on_cuda else None,
-                landmark_backend=backend)
+                n_frames=n_frames, budget_gib=budget, predicted_peak_gib=predicted, stage_peaks_gib=peaks,
+                reasons=reasons, warnings=tuple(notes), base_config=config, gpu_name=rep.name if on_cuda else None,
+                free_gib=rep.free_gib if on_cuda else None, landmark_backend=backend)
 
 
 def _checked_inputs(config: Any, n_frames: Any, frame_size: Any,
@@ -214,31 +259,12 @@ def _checked_inputs(config: Any, n_frames: Any, frame_size: Any,
                                    for v in values):
         raise InputError(f"frame_size must be (height, width) in pixels, two positive integers; got {frame_size!r}.")
     size = (int(values[0]), int(values[1]))
-    return config, n_frames, size, f"{size[1]}x{size[0]} frames" + ("" if given else
-                                                                     " assumed (frame size not given)")
-
-
-def _choose_device(config: InferenceConfig, rep: GpuReport, reasons: dict[str, str]) -> str:
-    """The job's torch device: the user's, else CUDA when usable, else the CPU; its reason into ``reasons``.
-    NoGpuError when the user asks for CUDA and none is usable."""
-    if config.device is not None:
-        device = str(config.device)
-        if device.startswith("cuda") and not rep.has_gpu:
-            raise NoGpuError(_no_cuda_message(device))
-        reasons["device"] = f"user override ({device})"
-    elif rep.has_gpu:
-        device = rep.device if rep.device.startswith("cuda") else "cuda"
-        reasons["device"] = f"CUDA GPU found: {rep.name or 'unknown'}"
-    else:
-        device = "cpu"
-        reasons["device"] = "no CUDA GPU usable: running on the CPU"
-    return device
+    return config, n_frames, size, f"{size[1]}x{size[0]} frames" + ("" if given else " assumed (frame size not given)")
 
 
 def _choose_fp16(config: InferenceConfig, on_cuda: bool, cc: Any, mm: MemoryModel, reasons: dict[str, str],
                  notes: list[str]) -> bool:
-    """Half precision or not: the user's on CUDA, fp32 below ``mm.fp16_min_capability`` and on the CPU, else fp16;
-    its reason into ``reasons`` and a note when fp16 was asked on the CPU."""
+    """fp16 or fp32, its reason put in ``reasons`` (and a note when fp16 was asked on the CPU)."""
     if on_cuda and config.fp16 is not None:
         fp16 = bool(config.fp16)
         reasons["fp16"] = f"user override ({'fp16' if fp16 else 'fp32'})"
@@ -260,57 +286,6 @@ def _choose_fp16(config: InferenceConfig, on_cuda: bool, cc: Any, mm: MemoryMode
         else:
             reasons["fp16"] = "fp32 on the CPU (half precision is slow or missing there)"
     return fp16
-
-
-def _choose_batch(config: InferenceConfig, auto: int, why: str, n_frames: int | None,
-                  reasons: dict[str, str]) -> int:
-    """The batch size: the user's (never longer than the job) else the plan's ``auto``; its reason into ``reasons``."""
-    why_auto = why.removeprefix(f"{auto}: ")  # quoted after "the plan would choose {auto}"
-    if config.batch_size is None:
-        reasons["batch_size"] = why
-        return auto
-    batch = int(config.batch_size)
-    reasons["batch_size"] = f"user override ({batch}); the plan would choose {auto} ({why_auto})"
-    if n_frames and batch > n_frames:  # a batch is never longer than the job: say what is really used
-        reasons["batch_size"] = (f"{n_frames}: user override ({batch}) is more than the job's {n_frames} "
-                                 f"frames, so the whole job is one batch; the plan would choose {auto} "
-                                 f"({why_auto})")
-        batch = n_frames
-    return batch
-
-
-def _gpu_memory_notes(config: InferenceConfig, batch: int, worst: str, need: float, peaks: dict[str, float],
-                      budget: float, frame_size: tuple[int, int]) -> list[str]:
-    """Warnings for a CUDA job whose largest stage ``worst`` (``need`` GiB) or face detection exceeds ``budget``."""
-    notes = []
-    if need > budget:
-        if config.batch_size is not None and batch > 1:
-            notes.append(f"batch_size {batch} (user override) is predicted to need {need:.2f} GiB in stage "
-                         f"{worst!r}, above the {budget:.2f} GiB budget: out-of-memory is likely; the batch "
-                         "will halve when it happens (no frame lost).")
-        else:
-            notes.append(f"Even batch {batch} is predicted to need {need:.2f} GiB in stage {worst!r}, above "
-                         f"the {budget:.2f} GiB budget: out-of-memory is likely. Free GPU memory (close other "
-                         "notebooks, restart the runtime) or use a larger GPU.")
-    if "faces" in peaks and peaks["faces"] > budget:
-        notes.append(f"Face detection on full {frame_size[1]}x{frame_size[0]} frames (S3FD at batch 1) is "
-                     f"predicted to need {peaks['faces']:.2f} GiB, above the {budget:.2f} GiB budget: use "
-                     "landmark_backend='dlib' or a smaller video.")
-    return notes
-
-
-def _cpu_batch_note(asked: int, batch: int, auto: int, n_frames: int | None, worst: str, need: float,
-                    budget: float | None) -> str:
-    """The warning for a user batch size ``asked`` (``batch`` as run) above the CPU plan's ``auto``."""
-    used = f"batch_size {asked} (user override" + (f", {batch} for this {n_frames}-frame job)" if batch != asked
-                                                   else ")")
-    if budget is not None and need > budget:
-        return (f"{used} is predicted to need {need:.1f} GiB of host RAM in stage {worst!r}, "
-                f"above the {budget:.1f} GiB usable: the job is likely to run out of memory. Leave the "
-                f"batch size out (the plan would choose {auto}).")
-    return (f"{used} is more than the plan's {auto} on the CPU: it fits in host RAM, but a larger batch "
-            "is no faster on the CPU and progress shows later. Leave the batch size out for "
-            f"{auto}.")
 
 
 def _tracking(kind: str, backend: str) -> str:
