@@ -313,7 +313,7 @@ def worker(args) -> dict:
     with gpu.memory_scope("load") as scope:
         unet, vae, whisper, pe = build_models(configs_dir(args.configs), args.tiny, device, dtype, sources)
     timings["load"] = time.perf_counter() - t
-    stages["load"] = dataclasses.asdict(scope) | {"held": None}
+    stages["load"] = dataclasses.asdict(scope)
     weights = sum(p.numel() * p.element_size() for m in (unet, vae, whisper, pe)
                   for p in list(m.parameters()) + list(m.buffers()))
     result["weights_gib"] = weights / GIB
@@ -329,14 +329,14 @@ def worker(args) -> dict:
             features = whisper_features(synthetic_audio(args.seconds), whisper, fps=25)
         sources["whisper"] = "nbhelpers.audio.whisper_features"
         timings["whisper"] = time.perf_counter() - t
-        stages["whisper"] = dataclasses.asdict(scope) | {"held": None}
+        stages["whisper"] = dataclasses.asdict(scope)
         # 5b. VAE encode of the source crops (masked + reference)
         t = time.perf_counter()
         with gpu.memory_scope("encode") as scope:
             latents = encode(crops, vae, generator=0, batch_size=batch)
         sources["encode"] = "nbhelpers.latents.encode"
         timings["encode"] = time.perf_counter() - t
-        stages["encode"] = dataclasses.asdict(scope) | {"held": None}
+        stages["encode"] = dataclasses.asdict(scope)
         # 5c. UNet + decode + blend of full frames
         t = time.perf_counter()
         done = 0
@@ -346,7 +346,7 @@ def worker(args) -> dict:
                 assert out.shape[1:] == (height, width, 3) and out.dtype == np.uint8
                 done += out.shape[0]
         timings["generate"] = time.perf_counter() - t
-        stages["generate"] = dataclasses.asdict(scope) | {"held": None}
+        stages["generate"] = dataclasses.asdict(scope)
     peak = gpu.peak_memory(others_gib=0.0)
     result.update(frames_ok=done, frames_total=n_out, oom_events=len(oom_main), peak_reserved_gib=peak.reserved_gib,
                   context_end_gib=peak.context_gib)

@@ -302,7 +302,7 @@ def test_auto_prefers_mmpose_then_dwpose_then_dwpose_onnx(monkeypatch, tmp_path)
     reason = faces.get_backend("auto", weights_dir=tmp_path).reason
     assert reason.endswith("-> dwpose-onnx") and "dwpose/dw-ll_ucoco_384.pth missing" in reason
     monkeypatch.undo()
-    assert faces.BACKENDS.target("dwpose") == "nbhelpers.faces.dwpose_torch:DWPoseBackend"
+    assert faces.BACKENDS.data["dwpose"] == "nbhelpers.faces.dwpose_torch:DWPoseBackend"
 
 
 def test_config_cli_and_weight_sets_know_the_backend():

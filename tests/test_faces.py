@@ -270,7 +270,6 @@ def test_gap_of_blank_frames_is_kept_marked_and_counted():
     for i, m in enumerate(markers):
         expected = [60 + m, 80, 140 + m, 210] if m else [-1, -1, -1, -1]
         assert tr.crop_boxes[i].tolist() == expected
-        assert tr.box(i) == (tuple(expected) if m else None)
     assert tr.crop_boxes.dtype == np.int32 and tr.crop_boxes.shape == (10, 4)
     assert np.isnan(tr.landmarks[3:6]).all() and tr.landmarks[6, 0, 0] == 60 + 7
     assert np.isnan(tr.face_boxes[4]).all() and tr.face_boxes[9].tolist() == [60, 70, 160, 205]
@@ -453,9 +452,9 @@ def test_large_face_warns():
 # --------------------------------------------------------------------------------------------------------------
 
 def test_registry_is_lazy_and_names_are_checked():
-    assert faces.BACKENDS.target("dlib") == "nbhelpers.faces.dlib_backend:DlibBackend"
-    assert faces.BACKENDS.target("dwpose-onnx") == "nbhelpers.faces.dwpose_onnx:DWPoseOnnxBackend"
-    assert faces.BACKENDS.target("mmpose") == "nbhelpers.faces.mmpose_backend:MMPoseBackend"
+    assert faces.BACKENDS.data["dlib"] == "nbhelpers.faces.dlib_backend:DlibBackend"
+    assert faces.BACKENDS.data["dwpose-onnx"] == "nbhelpers.faces.dwpose_onnx:DWPoseOnnxBackend"
+    assert faces.BACKENDS.data["mmpose"] == "nbhelpers.faces.mmpose_backend:MMPoseBackend"
     assert {"dlib", "dwpose-onnx", "mmpose"} <= set(faces.BACKENDS)
     with pytest.raises(InputError, match="unknown landmark backend 'nope'.*'dlib'"):
         faces.get_backend("nope")

@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 
 from nbhelpers import models, testing, weights  # noqa: E402
 from nbhelpers.errors import CheckpointError, InputError, WeightsError  # noqa: E402
-from nbhelpers.testing import make_tiny_weights, register_tiny_writer, tiny_writers  # noqa: E402
+from nbhelpers.testing import make_tiny_weights  # noqa: E402
 from nbhelpers.weights import verification  # noqa: E402
 
 HTML = b"<!DOCTYPE html><html><head><title>Sign in</title></head><body>Sign in to continue</body></html>"
@@ -199,23 +199,18 @@ def test_tiny_weights_are_deterministic_and_versions_differ(tmp_path):
         make_tiny_weights(tmp_path / "c", versions=("v3",))
 
 
-def test_registered_writers_extend_the_tree(tmp_path):
+def test_registered_writers_extend_the_tree(tmp_path, monkeypatch):
     def write_extra(directory):
         Path(directory, "extra").mkdir(exist_ok=True)
         Path(directory, "extra", "x.json").write_text(json.dumps({"r": torch.rand(1).item()}))
 
-    register_tiny_writer("test-extra", write_extra)
-    try:
+    with monkeypatch.context() as patch:
+        patch.setitem(testing.WRITERS, "test-extra", write_extra)
         one = make_tiny_weights(tmp_path / "one", writers=["test-extra"])
         two = make_tiny_weights(tmp_path / "two", writers=["test-extra"])
         assert (one / "extra/x.json").read_text() == (two / "extra/x.json").read_text()  # seeded per writer
         assert "test-extra" in json.loads((one / "tiny.json").read_text())["writers"]
-    finally:
-
-        testing._WRITERS.pop("test-extra", None)
-    assert "test-extra" not in tiny_writers()
-    with pytest.raises(InputError):
-        register_tiny_writer("", write_extra)
+    assert "test-extra" not in testing.WRITERS
     with pytest.raises(InputError, match="unet"):
         make_tiny_weights(tmp_path / "three", writers=["test-extra"])
 

@@ -373,7 +373,7 @@ def test_tiny_writer_is_registered_and_loads(tmp_path):
     testing = pytest.importorskip("nbhelpers.testing")
     from nbhelpers.parsing import BISENET_FILE, FaceParser
 
-    writer = testing.tiny_writers()["parsing"]
+    writer = testing.WRITERS["parsing"]
     writer(tmp_path)
     path = tmp_path / BISENET_FILE
     assert path.is_file() and 20e6 < path.stat().st_size < 40e6  # fp16 storage of the full 13.3 M values

@@ -266,7 +266,7 @@ def test_detect_feeds_rgb_minus_bgr_means_and_scales_boxes_back(tiny_s3fd_file):
 
 
 def test_tiny_writer_is_registered_with_nbhelpers_testing():
-    assert testing.tiny_writers().get("s3fd") is testing.write_tiny_s3fd
+    assert testing.WRITERS.get("s3fd") is testing.write_tiny_s3fd
 
 
 # ------------------------------------------------------------------------------------------------------------

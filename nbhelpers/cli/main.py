@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     previous = _terminate_like_interrupt()
     # bars redraw with cursor codes that garble a log file or a pipe: there only NBHELPERS_PROGRESS=1 shows them,
     # and the one-line notes (the background compile) still print
-    to_log = "NBHELPERS_PROGRESS" not in os.environ and not _is_terminal(sys.stderr)
+    to_log = "NBHELPERS_PROGRESS" not in os.environ and not getattr(sys.stderr, "isatty", lambda: False)()
     bars_hidden = progress.configure(disable=True, notes=True) if to_log else None
     try:
         in_cli_terms(check_restore)(args)  # before any download, model or frame
@@ -60,13 +60,6 @@ def main(argv: list[str] | None = None) -> int:
             progress.configure(disable=bars_hidden)
         if previous is not None:  # main() called in-process (tests, notebooks): give the handler back
             signal.signal(signal.SIGTERM, previous)
-
-
-def _is_terminal(stream: Any) -> bool:
-    try:
-        return bool(stream.isatty())
-    except (AttributeError, ValueError, OSError):  # no isatty, or a closed stream
-        return False
 
 
 def _terminate_like_interrupt() -> Any:

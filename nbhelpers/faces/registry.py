@@ -33,10 +33,6 @@ class BackendRegistry(UserDict):
     Assign a callable or a string to add or replace a backend: ``BACKENDS["mine"] = "mypkg.faces:MyBackend"``.
     """
 
-    def target(self, name: str) -> str | Callable[..., LandmarkBackend]:
-        """The registered ``"module:attribute"`` string or callable of ``name``, not imported; KeyError if unknown."""
-        return self.data[name]
-
     def __getitem__(self, name: str) -> Callable[..., LandmarkBackend]:
         target = self.data[name]
         if not isinstance(target, str):

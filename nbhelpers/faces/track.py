@@ -82,10 +82,6 @@ class FaceTrack:
     def __len__(self) -> int:
         return self.n_frames
 
-    def box(self, index: int) -> tuple[int, int, int, int] | None:
-        """The crop box ``(x1, y1, x2, y2)`` of frame ``index`` as Python ints, or None when it has no face."""
-        return tuple(int(v) for v in self.crop_boxes[index]) if self.has_face[index] else None
-
     def no_face_ranges(self) -> list[tuple[int, int]]:
         """Runs of frames with no face as inclusive ``(first, last)`` frame indices."""
         edges = np.diff(np.concatenate([[1], self.has_face.astype(np.int8), [1]]))

@@ -9,11 +9,11 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InputError
-from .model import GIB, T
+from .model import GIB
 
 ALLOCATOR_SETTING = "expandable_segments:True"
 
@@ -110,19 +110,12 @@ def _children(obj: Any) -> list[Any]:
 @dataclass
 class StageMemory:
     """Memory of one stage, GiB, filled when its :func:`memory_scope` exits (all 0 on the CPU): the peaks of
-    ``torch.cuda.max_memory_reserved`` / ``_allocated`` in the stage, and what stays reserved after the release of
-    the objects ``held`` (:meth:`hold`)."""
+    ``torch.cuda.max_memory_reserved`` / ``_allocated`` in the stage, and what stays reserved at its end."""
 
     stage: str
     peak_reserved_gib: float = 0.0
     peak_allocated_gib: float = 0.0
     reserved_after_gib: float = 0.0
-    held: list[Any] = field(default_factory=list, repr=False)
-
-    def hold(self, obj: T) -> T:
-        """Register ``obj`` to be :func:`release`-d when the scope exits, and return it."""
-        self.held.append(obj)
-        return obj
 
     def __str__(self) -> str:
         return (f"{self.stage}: peak {self.peak_reserved_gib:.2f} GiB reserved "
@@ -132,7 +125,7 @@ class StageMemory:
 @contextmanager
 def memory_scope(stage: str, device: Any = None) -> Iterator[StageMemory]:
     """Yield the :class:`StageMemory` named ``stage`` on ``device`` (None: current): entry resets the peak counters
-    (:func:`peak_memory` keeps the overall peak); exit, also on error, releases what ``scope.hold(...)`` registered."""
+    (:func:`peak_memory` keeps the overall peak); exit, also on error, fills it in."""
     record = StageMemory(stage)
     torch, index = _cuda(device)
     if torch is not None:
@@ -144,10 +137,6 @@ def memory_scope(stage: str, device: Any = None) -> Iterator[StageMemory]:
         if torch is not None:
             record.peak_reserved_gib = torch.cuda.max_memory_reserved(index) / GIB
             record.peak_allocated_gib = torch.cuda.max_memory_allocated(index) / GIB
-        held, record.held = record.held, []
-        release(*held)
-        del held
-        if torch is not None:
             record.reserved_after_gib = torch.cuda.memory_reserved(index) / GIB
 
 

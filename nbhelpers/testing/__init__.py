@@ -2,8 +2,8 @@
 
 :func:`make_tiny_weights` writes a complete weights tree with the real file names and formats, holding small models
 of the real block types built from the core's architectures (:mod:`.tiny_models`, :mod:`.tiny_faces`); a
-``tiny.json`` marker (:data:`nbhelpers.weights.TINY_MARKER`) tells it from real weights. Tests add writers with
-:func:`register_tiny_writer`. The core never imports this package; importing it loads no torch.
+``tiny.json`` marker (:data:`nbhelpers.weights.TINY_MARKER`) tells it from real weights. Tests add writers to
+:data:`WRITERS`. The core never imports this package; importing it loads no torch.
 """
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ from .tiny_models import (
 
 __all__ = [
     "TINY_MARKER", "TINY_UNET_CHANGES", "WRITER_NEEDS", "face_template_input_px", "make_tiny_weights",
-    "random_dwpose_state_dict", "register_tiny_writer", "simcc_peak_model", "template_dwpose_state_dict",
-    "tiny_unet_config", "tiny_whisper_config", "tiny_writers", "write_random_bisenet", "write_random_dwpose_checkpoint",
+    "random_dwpose_state_dict", "simcc_peak_model", "WRITERS", "template_dwpose_state_dict",
+    "tiny_unet_config", "tiny_whisper_config", "write_random_bisenet", "write_random_dwpose_checkpoint",
     "write_tiny_bisenet", "write_tiny_dwpose", "write_tiny_dwpose_onnx", "write_tiny_s3fd", "write_tiny_unet",
     "write_tiny_vae", "write_tiny_whisper"
 ]
@@ -55,35 +55,19 @@ __all__ = [
 WRITER_NEEDS: dict[str, tuple[str, ...]] = {"dwpose-onnx": ("onnx",)}
 FILE_MODE = 0o644  # every file of the tree (before the umask): the same as open() gives, whichever writer wrote it
 
-# name -> fn(directory[, versions]); make_tiny_weights runs them in this order.
-_WRITERS: dict[str, Callable[..., Any]] = {
+# name -> fn(directory[, versions]) writing one model's tiny files; make_tiny_weights runs them in this order, each
+# with torch's RNG seeded from its name. Add or replace an entry to extend the tree.
+WRITERS: dict[str, Callable[..., Any]] = {
     "unet": write_tiny_unet, "vae": write_tiny_vae, "whisper": write_tiny_whisper, "parsing": write_tiny_bisenet,
     "s3fd": write_tiny_s3fd, "dwpose-onnx": write_tiny_dwpose_onnx, "dwpose": write_tiny_dwpose,
 }
-
-
-def register_tiny_writer(name: str, fn: Callable[..., Any]) -> None:
-    """Register ``fn(directory)`` or ``fn(directory, versions=...)`` as the writer ``name`` of one model's tiny
-    files in the official layout (replacing one of that name); it runs with torch's RNG seeded from the name.
-    InputError when ``name`` is empty or ``fn`` is not callable.
-    """
-    if not name or not isinstance(name, str):
-        raise InputError(f"name must be a non-empty string; got {name!r}.")
-    if not callable(fn):
-        raise InputError(f"fn must be callable fn(directory); got {type(fn).__name__}.")
-    _WRITERS[name] = fn
-
-
-def tiny_writers() -> dict[str, Callable[..., Any]]:
-    """The registered writers, name -> function."""
-    return dict(_WRITERS)
 
 
 def make_tiny_weights(directory: str | os.PathLike, versions: Sequence[str] = ("v15",), *,
                       writers: Sequence[str] | None = None) -> Path:
     """Write a complete tiny-model weights tree in the official layout (random, deterministic weights).
 
-    Every registered writer (:func:`tiny_writers`) runs, then ``tiny.json`` is written; files are written through
+    Every writer of :data:`WRITERS` runs, then ``tiny.json`` is written; files are written through
     temporary names with mode 0644 less the umask. By default a writer whose optional package is missing
     (:data:`WRITER_NEEDS`) is left out silently and listed under ``left_out`` in ``tiny.json``; ``writers`` names the
     ones to run. ``versions`` are the MuseTalk versions whose UNet to write. Returns ``directory``. InputError for an
@@ -98,7 +82,7 @@ def make_tiny_weights(directory: str | os.PathLike, versions: Sequence[str] = ("
 
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
-    available = tiny_writers()
+    available = dict(WRITERS)
     unknown = sorted(set(writers or ()) - set(available))
     if unknown:
         raise InputError(f"unknown tiny writer(s) {unknown}; registered: {', '.join(sorted(available))}.")
