@@ -24,7 +24,7 @@ def two_writers(monkeypatch):
         (directory / "extra").mkdir(exist_ok=True)
         (directory / "extra" / "x.json").write_text("{}")
 
-    monkeypatch.setattr(testing, "_WRITERS", {"dwpose-onnx": testing.write_tiny_dwpose_onnx, "extra": write_json})
+    monkeypatch.setattr(testing, "WRITERS", {"dwpose-onnx": testing.write_tiny_dwpose_onnx, "extra": write_json})
 
 
 def test_a_dlib_only_install_makes_the_tree_without_any_onnx_warning(two_writers, monkeypatch, tmp_path):
