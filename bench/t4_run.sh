@@ -4,6 +4,7 @@
 # except weights, prime and warm.
 #
 #   bash bench/t4_run.sh weights oracle t4-warm t4-realtime t4-live   # GPU tests, then the avatar path and live
+#   (t4-realtime-pool: the warm compile with inductor's worker pool, as before compile.py's _no_worker_pool)
 #   bash bench/t4_run.sh weights t4-warm t4-lipsync t4-core           # the offline job, the official core
 #   bash bench/t4_run.sh weights h200-lipsync h200-realtime h200-live  # whole-GPU no-regression rows (h200e-*: eager)
 #   (base-*: the same rows from the tree in .base/, e.g. `git archive REV nbhelpers bench | tar -x -C .base`)
@@ -62,6 +63,8 @@ print(make_face_weights(make_full_weights(Path('$W'))))" ;;
     t4-core) step t4-core 60 python3 bench/t4probe.py --only E0 --out "$OUT/t4-core.jsonl" ;;
     t4-realtime) step t4-realtime 200 $two python3 bench/realtime.py --seconds 8 --cores 2 --weights $W --work /tmp/rt \
       --out "$OUT/t4-realtime.json" ;;
+    t4-realtime-pool) step t4-realtime-pool 120 env TORCHINDUCTOR_COMPILE_THREADS=2 $two python3 bench/realtime.py \
+      --seconds 8 --cores 2 --weights $W --work /tmp/rt --skip-reference --encoders "" --out "$OUT/t4-rt-pool.json" ;;
     t4-live) step t4-live 90 $two python3 bench/live.py --seconds 8 --weights $W --work /tmp/rt ;;
     t4-lipsync) step t4-lipsync 260 $two python3 bench/lipsync.py --seconds 6 --cores 2 --cap-gib 15 --work /tmp/ls \
       --encoder libx264-veryfast \

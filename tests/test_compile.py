@@ -136,6 +136,34 @@ def test_a_signature_that_repeats_is_compiled_without_being_asked(possible, monk
     assert not comp.busy and len(comp.status.parts) == 1
 
 
+@pytest.mark.parametrize("user_threads", [None, "2"])
+def test_a_warm_cache_compiles_without_a_worker_pool_unless_the_user_set_one(possible, monkeypatch, tmp_path,
+                                                                             user_threads):
+    import torch._inductor.config as inductor_config
+
+    inductor_config.compile_threads = None  # undecided, as in a new process (torch >= 2.6: per thread context)
+    if user_threads is None:
+        monkeypatch.delenv("TORCHINDUCTOR_COMPILE_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("TORCHINDUCTOR_COMPILE_THREADS", user_threads)
+    monkeypatch.setattr(gc, "_load_artifacts", lambda folder, key: True)  # an earlier session's cache files
+    seen = []
+
+    def fake_compile(fn, **kwargs):  # what inductor would read when it compiles (its config is per thread)
+        seen.append(inductor_config.compile_threads)
+        return fn
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    net = Net().eval()
+    comp = gc.BackgroundCompiler("cpu", mode="on", cache_dir=tmp_path / "cache", facts={"net": "tiny"})
+    with torch.inference_mode():
+        comp.request("net", net, torch.randn(2, 3, 8, 8), dynamic_batch=False)
+    status = comp.wait(30)
+    assert status.state == "ready" and status.warm
+    # the user's value: read from the environment now or when inductor first decides
+    assert seen == [1] if user_threads is None else seen in ([None], [int(user_threads)])
+
+
 def test_one_compile_with_a_dynamic_batch_serves_every_batch_of_two_or_more(possible, monkeypatch):
     calls = []
     recording_compile(monkeypatch, calls)

@@ -361,6 +361,8 @@ class BackgroundCompiler:
         folder = self._folder()
         if folder is not None:
             self.status.warm = _load_artifacts(folder, key)
+        if self.status.warm and "TORCHINDUCTOR_COMPILE_THREADS" not in os.environ:
+            _no_worker_pool()
         how = "from the cache of an earlier session" if self.status.warm else "one time: minutes on 2 CPU cores"
         self._say(f"compiling the models for this GPU in the background ({how}); the job runs eagerly until they are "
                   "ready")
@@ -436,6 +438,15 @@ def cache_folder(weights_dir: str | os.PathLike) -> Path:
         return parent / "compile-cache" / f"v{CACHE_FORMAT}"
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return base / "nbhelpers" / "compile" / f"v{CACHE_FORMAT}"
+
+
+def _no_worker_pool() -> None:
+    """Have inductor compile in this process: with the cache warm it finds its kernels made, and the worker pool it
+    otherwise starts at its first compile (one process importing torch per core) would only take CPU from the job.
+    ``TORCHINDUCTOR_COMPILE_THREADS`` set by the user wins. Source: ``torch._inductor.config.compile_threads``."""
+    import torch._inductor.config as inductor_config
+
+    inductor_config.compile_threads = 1
 
 
 def _load_artifacts(folder: Path, key: str) -> bool:
