@@ -161,8 +161,7 @@ def log_mel_on_device(segment: Any, extractor: Any, device: Any):
 
     device = torch.device(device)
     n = int(extractor.n_samples)
-    wave = segment if isinstance(segment, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(segment,
-                                                                                                 np.float32))
+    wave = segment if isinstance(segment, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(segment, np.float32))
     if wave.shape[-1] > n:
         raise InputError(f"a log-mel segment holds at most {n} samples (30 s); got {wave.shape[-1]}.")
     wave = to_device(wave.reshape(-1).float(), device) if wave.device != device else wave.reshape(-1).float()

@@ -228,8 +228,7 @@ def repaint(source: SourceFaces, features: Any, models: Any, ts: np.ndarray, *, 
             events.mark("generate")
         face_rows = [int(r) for r in rows[has]]
         if on_cuda:
-            frames = _blend_on_device(source, js, has, face_rows, faces_256, device, host_buffer,
-                                      wait=not defer_copy)
+            frames = _blend_on_device(source, js, has, face_rows, faces_256, device, host_buffer, wait=not defer_copy)
         else:
             frames = np.stack([source.frames[int(j)] for j in js])
             if faces_256 is not None:

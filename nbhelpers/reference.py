@@ -108,8 +108,7 @@ def parse_face(frame: np.ndarray, box: Sequence[int], parser: Any) -> np.ndarray
 def blend_mask(labels: np.ndarray, box: Sequence[int], config: Any) -> np.ndarray:
     """Step 7b: the labels of ``config``'s parsing mode, kept inside the box and below its midline, feathered so no
     seam shows: (2s, 2s) uint8 over the square. Source: ``blending.py:65-82`` (§7.2)."""
-    mask = parsing.face_mask(labels, config.effective_parsing_mode, config.left_cheek_width,
-                             config.right_cheek_width)
+    mask = parsing.face_mask(labels, config.effective_parsing_mode, config.left_cheek_width, config.right_cheek_width)
     return blending.prepare_mask(mask, box, blending.expanded_square(box), config.blur_ratio)
 
 

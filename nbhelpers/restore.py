@@ -203,8 +203,7 @@ def check_strength(strength: Any) -> float:
     return value
 
 
-def load_restorer(name: str, weights_dir: str | os.PathLike | None, device: Any = "cpu",
-                  dtype: Any = None) -> Restorer:
+def load_restorer(name: str, weights_dir: str | os.PathLike | None, device: Any = "cpu", dtype: Any = None) -> Restorer:
     """Load restorer ``name`` (codeformer, non-commercial, warns) from its published ``.pth`` file under
     ``weights_dir`` (None: the default folder) onto ``device``, in the dtype :func:`run_dtype` picks for the
     pipeline's ``dtype`` (a float32 fallback under an fp16 pipeline warns), at strength 1 (:meth:`Restorer.at`).

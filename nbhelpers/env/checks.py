@@ -79,8 +79,7 @@ def check_setup(installs: InstallReport | None = None, backend: Any = None) -> s
     backend_name = getattr(backend, "name", None)
     skip_onnx = bool(backend_name) and backend_name != "dwpose-onnx"
     optional = {row.requirement for row in installs.rows if skip_onnx and row.name in ONNX_ONLY}
-    now = install_missing([row.requirement for row in installs.rows if row.requirement not in optional],
-                          dry_run=True)
+    now = install_missing([row.requirement for row in installs.rows if row.requirement not in optional], dry_run=True)
     if now.missing:
         if installs.dry_run:
             fix = ("install " + ("it" if len(now.missing) == 1 else "them") + " with: "

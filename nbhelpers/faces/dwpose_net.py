@@ -17,8 +17,7 @@ from torch.nn import functional as F
 
 from . import dwpose_codec as codec
 
-__all__ = ["CSPNeXt", "ConvBNAct", "GatedAttentionUnit", "RTMCCHead", "RTMPoseWholebody", "ScaleNorm",
-           "fuse_batchnorm"]
+__all__ = ["CSPNeXt", "ConvBNAct", "GatedAttentionUnit", "RTMCCHead", "RTMPoseWholebody", "ScaleNorm", "fuse_batchnorm"]
 
 # ---- architecture facts (rtmpose-...py:53-99; CSPNeXt P5 arch settings) --------------------------------------
 #: CSPNeXt-P5 stages: (in channels, out channels, CSP blocks, identity in the blocks, SPP before the CSP layer).

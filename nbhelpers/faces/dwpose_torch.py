@@ -74,8 +74,7 @@ def read_checkpoint(path: str | os.PathLike, weights_dir: str | os.PathLike | No
     expected_size = None
     if trusted_sha256 is None:
         with contextlib.suppress(Exception):  # no manifest facts (a foreign folder): the plain policy applies
-            facts = weights.expected_facts(path.parent.parent if weights_dir is None else weights_dir,
-                                           CHECKPOINT_FILE)
+            facts = weights.expected_facts(path.parent.parent if weights_dir is None else weights_dir, CHECKPOINT_FILE)
             trusted_sha256, expected_size = facts.sha256, facts.size
     return models.load_checkpoint(path, trusted_sha256=trusted_sha256, expected_size=expected_size)
 

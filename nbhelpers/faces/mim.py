@@ -405,8 +405,7 @@ def install_mmpose(dry_run: bool = False, *, python: str | None = None, only_bin
     after = _versions_of(python)
     changed = {d: (v, after.get(d)) for d, v in held.items() if after.get(d) != v}
     cmd = [python, "-m", "nbhelpers.faces.mmpose_backend", "--self-check", "--device", "cpu"]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=STEP_TIMEOUT_S, env=env,
-                         stdin=subprocess.DEVNULL)
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=STEP_TIMEOUT_S, env=env, stdin=subprocess.DEVNULL)
     try:
         result.verify = json.loads(res.stdout.strip().splitlines()[-1])
     except (IndexError, ValueError):

@@ -243,8 +243,7 @@ class S3FD:
         torch = require("torch", INSTALL_TORCH)
         if int(batch_size) < 1:
             raise InputError(f"batch_size must be >= 1; got {batch_size!r}.")
-        self.device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available()
-                                                                        else "cpu"))
+        self.device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
         self.dtype = resolve_dtype(torch, dtype, self.device)
         if self.device.type == "cpu" and self.dtype != torch.float32:
             warnings.warn(f"S3FD: {self.dtype} on the CPU is slow or unsupported; using float32 instead.",

@@ -31,8 +31,7 @@ class LiveStats:
         """Frame 0's latency in parts, seconds (NaN where not reached): ``wait`` (for its audio and the worker),
         ``whisper`` (log-mel, encoder, token gather), ``render`` (UNet, VAE decode, blend, copy to the host) and
         ``handout`` (pacing, callbacks of earlier frames)."""
-        marks = [self.first_push_t, self.first_ready_t, self.first_tokens_t, self.first_rendered_t,
-                 self.first_frame_t]
+        marks = [self.first_push_t, self.first_ready_t, self.first_tokens_t, self.first_rendered_t, self.first_frame_t]
         return {name: float(t1 - t0) if t0 is not None and t1 is not None else float("nan")
                 for name, t0, t1 in zip(("wait", "whisper", "render", "handout"), marks, marks[1:], strict=False)}
 

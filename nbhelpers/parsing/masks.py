@@ -93,8 +93,7 @@ def face_mask(labels: np.ndarray, mode: str = "jaw", left_cheek_width: int = 90,
     return np.where(keep, 255, 0).astype(np.uint8)
 
 
-def face_mask_torch(labels: Any, mode: str = "jaw", left_cheek_width: int = 90,
-                    right_cheek_width: int = 90) -> Any:
+def face_mask_torch(labels: Any, mode: str = "jaw", left_cheek_width: int = 90, right_cheek_width: int = 90) -> Any:
     """:func:`face_mask` of (B, 512, 512) integer ``labels`` on any torch device: a (B, 512, 512) uint8 0/255 tensor
     there, bit-exact. ``cv2.dilate``/``erode`` become max pools over each kernel row's run of ones (exact on 0/1).
     InputError as :func:`face_mask`."""

@@ -78,8 +78,7 @@ def protocol_crops(frames: np.ndarray, squares: np.ndarray) -> np.ndarray:
     cs = CROP_SCALE
     for k, (frame, (s, x, y)) in enumerate(zip(frames, squares, strict=True)):
         pad = int(s * (1 + 2 * cs))
-        padded = cv2.copyMakeBorder(frame, pad, pad, pad, pad, cv2.BORDER_CONSTANT,
-                                    value=(CROP_PAD_VALUE,) * 3)
+        padded = cv2.copyMakeBorder(frame, pad, pad, pad, pad, cv2.BORDER_CONSTANT, value=(CROP_PAD_VALUE,) * 3)
         my, mx = y + pad, x + pad
         face = padded[int(my - s):int(my + s * (1 + 2 * cs)), int(mx - s * (1 + cs)):int(mx + s * (1 + cs))]
         if face.size == 0:

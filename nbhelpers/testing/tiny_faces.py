@@ -227,8 +227,7 @@ def simcc_peak_model(centers_x, centers_y, *, heights=1.0, switch_shift_x: float
         nodes, "dwpose_simcc_peaks",
         [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, [batch, 3, h, w])],
         [y_info, x_info] if y_first else [x_info, y_info], initializer=inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
-                              producer_name="nbhelpers.testing")
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="nbhelpers.testing")
     model.ir_version = 8
     onnx.checker.check_model(model)
     return model

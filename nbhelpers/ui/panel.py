@@ -16,8 +16,7 @@ from ..config import InferenceConfig
 from ..config.fields import settings
 from ..errors import InputError
 
-__all__ = ["BATCH_CHOICES", "PANEL_FIELDS", "RESTORE_CHOICES", "SettingsPanel", "settings_panel",
-           "widgets_available"]
+__all__ = ["BATCH_CHOICES", "PANEL_FIELDS", "RESTORE_CHOICES", "SettingsPanel", "settings_panel", "widgets_available"]
 
 BATCH_CHOICES = (1, 2, 4, 8, 16, 20, 32, 48, 64)  # frames per batch offered by the panel
 
@@ -48,8 +47,7 @@ class SettingsPanel:
         uses_widgets: True when real ipywidgets controls are used.
     """
 
-    def __init__(self, base: InferenceConfig, values: Mapping[str, Any] | None = None,
-                 use_widgets: bool | None = None):
+    def __init__(self, base: InferenceConfig, values: Mapping[str, Any] | None = None, use_widgets: bool | None = None):
         self.base = base
         self.uses_widgets = widgets_available() if use_widgets is None else bool(use_widgets)
         initial = self._initial(base, values or {})

@@ -290,8 +290,7 @@ def verify(directory: str | os.PathLike | None = None, sets: str | Sequence[str]
     chosen = manifest.select(sets, files)
     if sets is None and files is None:
         names = {e.name for e in chosen}
-        chosen = [e for e in manifest if e.name in names
-                  or any((root / p).is_file() for p in (e.path, *e.alternates))]
+        chosen = [e for e in manifest if e.name in names or any((root / p).is_file() for p in (e.path, *e.alternates))]
     state = _State(root)
     checks = tuple(_check(e, root, state, deep) for e in chosen)
     state.save()
