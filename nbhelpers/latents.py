@@ -36,9 +36,8 @@ def crop_and_resize(frame: np.ndarray, box: Sequence[float]) -> np.ndarray:
     height, width = frame.shape[:2]
     xa, ya, xb, yb = max(x1, 0), max(y1, 0), min(x2, width), min(y2, height)
     if xb <= xa or yb <= ya:
-        raise InputError(f"box {(x1, y1, x2, y2)} does not overlap the {width}x{height} frame (it needs x1 < x2, "
-                         f"y1 < y2 inside the frame). Check the face boxes (nbhelpers.faces.track) or the boxes you "
-                         "passed.")
+        raise InputError(f"box {(x1, y1, x2, y2)} does not overlap the {width}x{height} frame (it needs x1 < x2, y1 < "
+                         "y2 inside the frame). Check the face boxes (nbhelpers.faces.track) or the boxes you passed.")
     crop = np.ascontiguousarray(frame[ya:yb, xa:xb])
     return cv2.resize(crop, (CROP_SIZE, CROP_SIZE), interpolation=cv2.INTER_LANCZOS4)
 
@@ -149,8 +148,7 @@ def decode(latents: Any, vae: Any):
 
     if not isinstance(latents, torch.Tensor) or latents.ndim != 4 or latents.shape[1] != 4 \
             or not latents.is_floating_point():
-        raise InputError(f"latents must be a float tensor (B, 4, 32, 32) (the UNet output); got "
-                         f"{_describe(latents)}.")
+        raise InputError(f"latents must be a float tensor (B, 4, 32, 32) (the UNet output); got {_describe(latents)}.")
     device, dtype = _device_dtype(vae, "vae")
     scaling = _scaling_factor(vae)
     with torch.inference_mode():

@@ -78,11 +78,10 @@ class ClipResult:
         seconds = f"{self.n_frames / self.fps:.2f} s" if self.fps else f"{self.duration_s:.2f} s"
         audio = f"{self.duration_s:.2f} s"  # the muxed audio runs up to one frame past the last frame
         seconds += f", audio {audio}" if audio != seconds else ""
-        text = (f"{name}: {plural(self.n_frames, 'frame')} at {self.fps} fps ({seconds}), "
-                f"source {plural(self.source_frames, 'frame')}, {self.no_face_frames} without a face; {c.version}, "
-                f"{precision}, batch {c.batch_size}, {c.device}; landmarks: {self.backend}; "
-                f"{self.wall_s:.1f} s wall ({self.end_to_end_fps:.1f} fps end to end, "
-                f"{self.realtime_factor:.2f}x real time)")
+        text = (f"{name}: {plural(self.n_frames, 'frame')} at {self.fps} fps ({seconds}), source "
+                f"{plural(self.source_frames, 'frame')}, {self.no_face_frames} without a face; {c.version}, "
+                f"{precision}, batch {c.batch_size}, {c.device}; landmarks: {self.backend}; {self.wall_s:.1f} s wall "
+                f"({self.end_to_end_fps:.1f} fps end to end, {self.realtime_factor:.2f}x real time)")
         if self.kind == "stream" and self.stats:
             st = self.stats
             text += (f"; live: first frame {st.get('first_frame_latency_s', float('nan')) * 1000:.0f} ms after the "

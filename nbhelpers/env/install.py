@@ -125,8 +125,7 @@ class InstallReport(_ShownAsText):
         head = "".join(f"<th style='text-align:left'>{h}</th>"
                        for h in ("package", "installed", "action", "requirement", "note"))
         colour = "#b00" if self.restart_needed else "inherit"
-        return (f"<table><tr>{head}</tr>{cells}</table>"
-                f"<p style='color:{colour}'>{html.escape(self._summary())}</p>")
+        return f"<table><tr>{head}</tr>{cells}</table><p style='color:{colour}'>{html.escape(self._summary())}</p>"
 
 
 def read_requirements(requirements: str | os.PathLike | Sequence[str]) -> list[str]:

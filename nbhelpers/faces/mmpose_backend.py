@@ -33,8 +33,7 @@ from .mim import installed_version
 from .s3fd import S3FD
 
 INSTALL_HINT = ("mmpose is not importable. Install it with nbhelpers.faces.mim.install_mmpose() (see "
-                "notebooks/00_setup.ipynb), or use the 'dwpose' backend, which gives the same landmarks "
-                "without mmcv")
+                "notebooks/00_setup.ipynb), or use the 'dwpose' backend, which gives the same landmarks without mmcv")
 
 # The SimCC codec. Source: rtmpose-l_8xb32-270e_coco-ubody-wholebody-384x288.py:44-50.
 _CODEC = dict(type="SimCCLabel", input_size=codec.INPUT_SIZE, sigma=(6.0, 6.93),

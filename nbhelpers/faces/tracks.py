@@ -178,9 +178,8 @@ def pick_at(choice: FaceChoice, faces: list[tuple[int, np.ndarray]], frame: int,
             return min(inside)[1]
     dist = [(float(np.hypot(max(b[0] - px, 0, px - b[2]), max(b[1] - py, 0, py - b[3]))), n, b) for n, b in faces]
     d, n, b = min(dist, key=lambda x: x[0])
-    raise InputError(f"face: {choice} lies on no face; the nearest is track {n} at "
-                     f"({b[0]:.0f}, {b[1]:.0f}, {b[2]:.0f}, {b[3]:.0f}), {d:.0f} px away. Use face={n} or a point "
-                     "inside its box.")
+    raise InputError(f"face: {choice} lies on no face; the nearest is track {n} at ({b[0]:.0f}, {b[1]:.0f}, "
+                     f"{b[2]:.0f}, {b[3]:.0f}), {d:.0f} px away. Use face={n} or a point inside its box.")
 
 
 @dataclass

@@ -124,12 +124,10 @@ class GpuReport(ShowsRows):
                  f"In Google Colab: {colab_gpu_steps()}. Elsewhere: check that `nvidia-smi` lists a GPU and that "
                  "torch is a CUDA build (torch.version.cuda is not None).")
         raise NoGpuError(
-            f"No CUDA GPU is usable in this runtime (torch {self.torch_version or 'version unknown'}; {why}). "
-            "MuseTalk needs a GPU: "
-            f"on the CPU one {DEFAULT_FRAME_SIZE[1]}x{DEFAULT_FRAME_SIZE[0]} frame takes about "
-            f"{cpu_frame_seconds():.0f} s. {where} "
-            "To run on the CPU anyway (CI, tiny models), pass allow_cpu=True or set the environment variable "
-            "NBHELPERS_ALLOW_CPU=1.")
+            f"No CUDA GPU is usable in this runtime (torch {self.torch_version or 'version unknown'}; {why}). MuseTalk "
+            f"needs a GPU: on the CPU one {DEFAULT_FRAME_SIZE[1]}x{DEFAULT_FRAME_SIZE[0]} frame takes about "
+            f"{cpu_frame_seconds():.0f} s. {where} To run on the CPU anyway (CI, tiny models), pass allow_cpu=True or "
+            "set the environment variable NBHELPERS_ALLOW_CPU=1.")
 
     def _rows(self) -> list[tuple[str, str]]:
         cc = ", compute capability {}.{}".format(*self.compute_capability) if self.compute_capability else ""

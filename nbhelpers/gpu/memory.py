@@ -308,8 +308,7 @@ def cast_and_move(module: Any, device: Any, dtype: Any = None) -> Any:
     if not isinstance(module, torch.nn.Module):
         raise InputError(f"module must be a torch.nn.Module; got {type(module).__name__}.")
     if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
-        raise InputError(f"dtype must be a floating torch dtype (torch.float16, torch.float32) or None; got "
-                         f"{dtype!r}.")
+        raise InputError(f"dtype must be a floating torch dtype (torch.float16, torch.float32) or None; got {dtype!r}.")
     target = torch.device(device)
 
     def convert(t):

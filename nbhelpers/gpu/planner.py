@@ -168,9 +168,8 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
     stages = stage_memory(kind, fp16, frame_size, n_frames, weights, backend, mm, restore=restore,
                           restore_bf16=restore_bf16)
     stage_note = size_note if restore is None else (
-        f"{size_note}; the generate stage counts {restore_per_frame_gib(restore, restore_bf16, mm):.3f} GiB per "
-        f"frame for the {restore} face restorer in "
-        f"{'bfloat16' if restore_bf16 and restore != 'codeformer' else 'float32'}")
+        f"{size_note}; the generate stage counts {restore_per_frame_gib(restore, restore_bf16, mm):.3f} GiB per frame "
+        f"for the {restore} face restorer in {'bfloat16' if restore_bf16 and restore != 'codeformer' else 'float32'}")
     cap = getattr(mm, f"cap_{kind}")
     if on_cuda:
         budget, reasons["memory"] = _gpu_budget(rep, mm, float(loaded_gib))
@@ -189,9 +188,8 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
         batch = int(config.batch_size)
         reasons["batch_size"] = f"user override ({batch}); the plan would choose {auto} ({why_auto})"
         if n_frames and batch > n_frames:  # a batch is never longer than the job: say what is really used
-            reasons["batch_size"] = (f"{n_frames}: user override ({batch}) is more than the job's {n_frames} "
-                                     f"frames, so the whole job is one batch; the plan would choose {auto} "
-                                     f"({why_auto})")
+            reasons["batch_size"] = (f"{n_frames}: user override ({batch}) is more than the job's {n_frames} frames, "
+                                     f"so the whole job is one batch; the plan would choose {auto} ({why_auto})")
             batch = n_frames
     else:
         batch = auto
@@ -226,8 +224,7 @@ def plan(kind: str = "lipsync", report: GpuReport | None = None, config: Any = N
                          f"batch size out (the plan would choose {auto}).")
         else:
             notes.append(f"{used} is more than the plan's {auto} on the CPU: it fits in host RAM, but a larger batch "
-                         "is no faster on the CPU and progress shows later. Leave the batch size out for "
-                         f"{auto}.")
+                         f"is no faster on the CPU and progress shows later. Leave the batch size out for {auto}.")
     for note in notes if warn else ():
         warnings.warn(note, PlanWarning, stacklevel=2)
     return Plan(kind=kind, device=device, fp16=fp16, batch_size=batch, weights=weights, frame_size=frame_size,

@@ -93,9 +93,8 @@ def _decode_native(path, param: str) -> tuple[np.ndarray, int]:
         if not info.has_audio:
             what = ("a photo" if info.is_image else "a video without sound" if info.has_video
                     else "a file with no audio or video streams (empty?)")
-            raise InputError(f"{param}: {str(p)!r} has no audio stream (it is {what}; container "
-                             f"{info.container!r}). Give a speech file (wav, mp3, m4a, ogg, flac) or a video that "
-                             "has sound.")
+            raise InputError(f"{param}: {str(p)!r} has no audio stream (it is {what}; container {info.container!r}). "
+                             "Give a speech file (wav, mp3, m4a, ogg, flac) or a video that has sound.")
         mono, rate = _ffmpeg_decode(p, info)
     if mono.size == 0:
         raise InputError(f"{param}: {str(p)!r} has an audio stream but no samples (0 s of sound). Record or export "

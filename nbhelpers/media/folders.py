@@ -47,8 +47,7 @@ def check_writable(folder: str | os.PathLike, what: str = "the output") -> Path:
     """
     path = Path(folder).expanduser()
     if why := write_problem(path):
-        raise InputError(f"cannot write in {str(path).rstrip(os.sep)}/ ({why}). Give {what} a folder you can "
-                         "write in.")
+        raise InputError(f"cannot write in {str(path).rstrip(os.sep)}/ ({why}). Give {what} a folder you can write in.")
     return path
 
 

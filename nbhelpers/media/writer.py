@@ -198,8 +198,7 @@ class VideoWriter:
             audio_info = probe(self.audio, count_frames=False)
             if not audio_info.has_audio:
                 raise InputError(f"audio: {str(self.audio)!r} has no audio stream (container "
-                                 f"{audio_info.container!r}); give the speech file, or audio=None for a silent "
-                                 "video.")
+                                 f"{audio_info.container!r}); give the speech file, or audio=None for a silent video.")
         self.frames_written = 0
         self._exe = ffmpeg or ffmpeg_exe()
         self._tmp = _partial(out)
