@@ -4,7 +4,8 @@
 # except weights, prime and warm.
 #
 #   bash bench/t4_run.sh weights oracle t4-warm t4-realtime t4-live   # GPU tests, then the avatar path and live
-#   (t4-realtime-pool: the warm compile with inductor's worker pool, as before compile.py's _no_worker_pool)
+#   (t4-warm20: the avatar path's batch 20 only; t4e-lipsync: the offline job with compile off;
+#   t4-realtime-pool: the warm compile with inductor's worker pool, as before compile.py's _no_worker_pool)
 #   bash bench/t4_run.sh weights t4-warm t4-lipsync t4-core           # the offline job, the official core
 #   bash bench/t4_run.sh weights h200-lipsync h200-realtime h200-live  # whole-GPU no-regression rows (h200e-*: eager)
 #   (base-*: the same rows from the tree in .base/, e.g. `git archive REV nbhelpers bench | tar -x -C .base`)
@@ -40,7 +41,7 @@ start=$(date +%s)
 step() {  # step NAME SECONDS COMMAND...: log to $OUT/NAME.log; t4-* steps on the MPS share, others on the whole GPU
   local name=$1 limit=$2; shift 2
   local t0; t0=$(date +%s)
-  if [ "${name#t4-}" != "$name" ]; then
+  if [ "${name#t4}" != "$name" ]; then
     mps_off; mps_on  # a fresh server each step: one whose client was killed answers "device is busy"
     CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=3 timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
   else
@@ -50,7 +51,7 @@ step() {  # step NAME SECONDS COMMAND...: log to $OUT/NAME.log; t4-* steps on th
   echo "$name: exit $? in $(( $(date +%s) - t0 )) s (at $(( $(date +%s) - start )) s)" | tee -a "$OUT/steps.txt"
 }
 two="taskset -c 0,1"
-eager() { case $1 in h200e-*) echo "--compile off" ;; esac; }  # h200e-*: the h200-* rows with compile off
+eager() { case $1 in h200e-*|t4e-*) echo "--compile off" ;; esac; }  # h200e-*, t4e-*: compile off
 for s in "$@"; do
   case $s in
     weights) step weights 90 python3 -c "import sys; sys.path[:0] = ['bench']
@@ -60,15 +61,15 @@ print(make_face_weights(make_full_weights(Path('$W'))))" ;;
       --out "$OUT/t4-compile.json" ;;
     t4-warm) step t4-warm 240 bash -c "python3 bench/compile.py --weights $W --batch 20 --parts unet,decoder \
       --no-timing && python3 bench/compile.py --weights $W --batch 32 --parts decoder,encoder,parser --no-timing" ;;
+    t4-warm20) step t4-warm20 200 python3 bench/compile.py --weights $W --batch 20 --parts unet,decoder --no-timing ;;
     t4-core) step t4-core 60 python3 bench/t4probe.py --only E0 --out "$OUT/t4-core.jsonl" ;;
     t4-realtime) step t4-realtime 200 $two python3 bench/realtime.py --seconds 8 --cores 2 --weights $W --work /tmp/rt \
       --out "$OUT/t4-realtime.json" ;;
     t4-realtime-pool) step t4-realtime-pool 120 env TORCHINDUCTOR_COMPILE_THREADS=2 $two python3 bench/realtime.py \
       --seconds 8 --cores 2 --weights $W --work /tmp/rt --skip-reference --encoders "" --out "$OUT/t4-rt-pool.json" ;;
-    t4-live) step t4-live 90 $two python3 bench/live.py --seconds 8 --weights $W --work /tmp/rt ;;
-    t4-lipsync) step t4-lipsync 260 $two python3 bench/lipsync.py --seconds 6 --cores 2 --cap-gib 15 --work /tmp/ls \
-      --encoder libx264-veryfast \
-      --weights $W --out "$OUT/t4-lipsync.json" ;;
+    t4-live) step t4-live 150 $two python3 bench/live.py --seconds 8 --weights $W --work /tmp/rt ;;
+    t4-lipsync|t4e-lipsync) step $s 260 $two python3 bench/lipsync.py --seconds 6 --cores 2 --cap-gib 15 \
+      --work /tmp/ls --encoder libx264-veryfast --weights $W --out "$OUT/$s.json" $(eager $s) ;;
     h200-warm) step h200-warm 200 bash -c "python3 bench/compile.py --weights $W --batch 20 --parts unet,decoder \
       --no-timing && python3 bench/compile.py --weights $W --batch 32 --parts decoder,encoder,parser --no-timing" ;;
     h200-lipsync|h200e-lipsync) step $s 150 $two python3 bench/lipsync.py --seconds 20 --cores 2 --skip-official \

@@ -315,11 +315,13 @@ class MuseTalkPipeline:
                 "vae": _file_text(self.weights_dir / models.VAE_DIR / "config.json"), "channels_last_unet": True}
 
     def compile_for(self, batch_size: int, parts: tuple[str, ...] = COMPILED_PARTS, *,
-                    dynamic_batch: bool = False) -> None:
+                    dynamic_batch: bool = False, cached_only: bool = False) -> None:
         """Have the models of ``parts`` (any of :data:`COMPILED_PARTS`) compiled in the background for jobs of
         ``batch_size`` frames a batch (the VAE encoder gets twice as many crops); returns at once, jobs run eagerly
         until the compiled code is ready. The UNet and the face parser are compiled for any batch; the VAE's two
         halves for this one, or for any with ``dynamic_batch`` (one compile for many batch sizes, slower code).
+        ``cached_only``: only the parts an earlier session's compile cache holds (a stage too short to repay a cold
+        compile: BackgroundCompiler.request).
         Nothing on the CPU, with ``config.compile == "off"``, or where :func:`~nbhelpers.gpu.compile.can_compile`
         says no. InputError for a bad ``batch_size`` or part.
         """
@@ -342,19 +344,21 @@ class MuseTalkPipeline:
                 unet = self.unet
                 lat = torch.zeros(b, int(unet.config.in_channels), side, side, device=dev, dtype=dt)
                 tokens = torch.zeros(b, 50, int(unet.config.cross_attention_dim), device=dev, dtype=dt)
-                comp.request("unet", unet, lat, gpu.device_constant([0], dev), encoder_hidden_states=tokens)
+                comp.request("unet", unet, lat, gpu.device_constant([0], dev), encoder_hidden_states=tokens,
+                             cached_only=cached_only)
             if "decoder" in parts:
                 z = torch.zeros(b, int(self.vae.config.latent_channels), side, side, device=dev, dtype=dt)
                 # Inductor's dynamic-batch decoder ran at two thirds of the static one's speed on a T4-class GPU
                 # (bench/RESULTS.md); other shapes compile once they repeat.
-                comp.request("vae decoder", self.vae.decoder, z, dynamic_batch=dynamic_batch)
+                comp.request("vae decoder", self.vae.decoder, z, dynamic_batch=dynamic_batch, cached_only=cached_only)
             if "parser" in parts:
                 x = torch.zeros(b, 3, PARSING_SIZE, PARSING_SIZE, device=dev, dtype=dt)
-                comp.request("face parser", self.face_parser.net, x, method="parse")
+                comp.request("face parser", self.face_parser.net, x, method="parse", cached_only=cached_only)
         if "encoder" in parts:
             with torch.no_grad():
                 crops = torch.zeros(2 * b, 3, CROP_SIZE, CROP_SIZE, device=dev, dtype=dt)
-            comp.request("vae encoder", self.vae.encoder, crops, grad="no_grad", dynamic_batch=dynamic_batch)
+            comp.request("vae encoder", self.vae.encoder, crops, grad="no_grad", dynamic_batch=dynamic_batch,
+                         cached_only=cached_only)
 
     # -- steps shared by the jobs ----------------------------------------------------------------------------------
 

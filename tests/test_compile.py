@@ -164,6 +164,29 @@ def test_a_warm_cache_compiles_without_a_worker_pool_unless_the_user_set_one(pos
     assert seen == [1] if user_threads is None else seen in ([None], [int(user_threads)])
 
 
+def test_cached_only_compiles_just_the_parts_an_earlier_sessions_cache_holds(possible, monkeypatch, tmp_path):
+    calls = []
+    recording_compile(monkeypatch, calls)
+    monkeypatch.setattr(gc, "_load_artifacts", lambda folder, key: True)
+    facts = {"net": "tiny"}
+    key, _ = gc.cache_key({**facts, "options": {}})
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    (folder / f"{key}-0.json").write_text(json.dumps({"parts": ["cached 2x3x8x8"]}))
+    (folder / f"{'f' * 16}-0.json").write_text(json.dumps({"parts": ["other 2x3x8x8"]}))  # another runtime's
+    comp = gc.BackgroundCompiler("cpu", mode="on", cache_dir=folder, facts=facts)
+    assert comp.cached_parts() == {"cached 2x3x8x8"}
+    nets = {name: Net().eval() for name in ("cached", "other", "asked")}
+    with torch.inference_mode():
+        x = torch.randn(2, 3, 8, 8)
+        for name, net in nets.items():
+            comp.request(name, net, x, dynamic_batch=False, cached_only=name != "asked")
+        assert comp.wait(30).parts == {"cached 2x3x8x8": "compiled", "asked 2x3x8x8": "compiled"}
+        for _ in range(3):  # never asked for: not installed, so never compiled unasked either
+            nets["other"](x)
+    assert "forward" not in nets["other"].__dict__ and not comp.busy and len(comp.status.parts) == 2
+
+
 def test_one_compile_with_a_dynamic_batch_serves_every_batch_of_two_or_more(possible, monkeypatch):
     calls = []
     recording_compile(monkeypatch, calls)

@@ -172,7 +172,8 @@ def _build(pipe: MuseTalkPipeline, video: Path, video_info: Any, directory: Path
                 raise checks.no_face_in_rotated_video(exc, video_info) from None
             store.finish()
             reader.close()
-        pipe.compile_for(batch, parts=("encoder", "parser"))  # in the background: eager until ready
+        # in the background, eager until ready; a cold compile would outlast the preparation and delay the UNet's
+        pipe.compile_for(batch, parts=("encoder", "parser"), cached_only=True)
         face_frames = np.flatnonzero(track.has_face)
         h, w = store.frame_shape[:2]
         # The lossless file is encoded and hashed in a thread meanwhile. Parsing runs before the VAE, so masks are

@@ -141,6 +141,12 @@ class _Dispatch:
         return self.eager(*args, **kwargs)
 
 
+def _label(name: str, sig: tuple) -> str:
+    """``name`` and the first tensor's shape ("B" for any batch): how the status and the cache files name a part."""
+    first = next((a for a in sig[0] if a[:1] == ("T",)), None)
+    return f"{name} {'x'.join(map(str, first[1])) if first else '-'}"
+
+
 def _fx_tracing() -> bool:
     """Whether some thread is inside FX tracing (process-wide in torch), when compiled code raises RuntimeError
     "Detected that you are using FX to symbolically trace a dynamo-optimized function"."""
@@ -249,6 +255,7 @@ class BackgroundCompiler:
         self._lock = threading.Condition()
         self._thread: threading.Thread | None = None
         self._compiled_here: list[str] = []
+        self._cached: set[str] | None = None
         self.paused_depth = 0
         possible, why = (False, "compile='off'") if mode == "off" else can_compile(device)
         if possible and mode == "auto":
@@ -264,13 +271,14 @@ class BackgroundCompiler:
             warnings.warn(f"compile='on', but the models stay eager: {why}.", FallbackWarning, stacklevel=2)
 
     def request(self, name: str, module: Any, *args: Any, method: str = "forward", grad: str = "inference",
-                dynamic_batch: bool | None = None, **kwargs: Any) -> None:
+                dynamic_batch: bool | None = None, cached_only: bool = False, **kwargs: Any) -> None:
         """Have ``module.<method>`` (replaced on the instance until :meth:`remove`) compiled for calls like
         ``module.<method>(*args, **kwargs)`` as the job makes them (same shapes, dtypes, memory layout) under
         autograd mode ``grad``; returns at once. ``name`` shows in the status; ``dynamic_batch`` compiles the first
         dimension as any batch of 2 or more, False this shape only (faster code: the VAE decoder's on a T4-class
         GPU); None: as the module's first request or :meth:`install` said (True), which also holds for calls
-        compiled unasked.
+        compiled unasked. ``cached_only``: only where :meth:`cached_parts` holds it (then the compile takes seconds;
+        a cold one would outlast a short stage and hold up the compiles queued after it), else nothing is installed.
         Raises InputError: ``grad`` is not one of :data:`GRAD_MODES`.
         """
         if grad not in GRAD_MODES:
@@ -279,12 +287,26 @@ class BackgroundCompiler:
             return
         import torch
 
-        dispatch = self.install(name, module, method, dynamic_batch=dynamic_batch is not False)
         if dynamic_batch is None:
-            dynamic_batch = dispatch.dynamic_batch
+            existing = module.__dict__.get(method)
+            dynamic_batch = existing.dynamic_batch if isinstance(existing, _Dispatch) else True
         with torch.inference_mode() if grad == "inference" else torch.no_grad():
             sig = _signature(args, kwargs, dynamic_batch)
+        if cached_only and _label(name, sig) not in self.cached_parts():
+            return
+        dispatch = self.install(name, module, method, dynamic_batch=dynamic_batch)
         self._ask(dispatch, sig, args, kwargs, grad, dynamic_batch)
+
+    def cached_parts(self) -> set[str]:
+        """The parts (status labels such as ``"unet Bx8x32x32"``) whose compiled code this runtime's cache files
+        hold, read once; empty without a cache folder."""
+        if self._cached is None:
+            facts = self.facts() if callable(self.facts) else self.facts
+            key, folder, self._cached = cache_key({**facts, "options": self.options})[0], self._folder(), set()
+            for meta_path in folder.glob(f"{key}-*.json") if folder is not None else ():
+                with contextlib.suppress(Exception):  # an unreadable file holds nothing
+                    self._cached.update(json.loads(meta_path.read_text())["parts"])
+        return self._cached
 
     def install(self, name: str, module: Any, method: str = "forward", *,
                 dynamic_batch: bool = True) -> _Dispatch | None:
@@ -304,8 +326,7 @@ class BackgroundCompiler:
             if sig in dispatch.asked:
                 return
             dispatch.asked.add(sig)
-            first = next((a for a in sig[0] if a[:1] == ("T",)), None)  # the first tensor's shape, "B" for a batch
-            label = f"{dispatch.name} {'x'.join(map(str, first[1])) if first else '-'}"
+            label = _label(dispatch.name, sig)
             self._pending += 1
             self.status.parts[label] = "compiling"
             self.status.state = "compiling"
