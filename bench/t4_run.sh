@@ -67,7 +67,7 @@ print(make_face_weights(make_full_weights(Path('$W'))))" ;;
       --out "$OUT/t4-realtime.json" ;;
     t4-realtime-pool) step t4-realtime-pool 120 env TORCHINDUCTOR_COMPILE_THREADS=2 $two python3 bench/realtime.py \
       --seconds 8 --cores 2 --weights $W --work /tmp/rt --skip-reference --encoders "" --out "$OUT/t4-rt-pool.json" ;;
-    t4-live) step t4-live 150 $two python3 bench/live.py --seconds 8 --weights $W --work /tmp/rt ;;
+    t4-live) step t4-live 180 $two python3 bench/live.py --seconds 8 --weights $W --work /tmp/rt ;;
     t4-lipsync|t4e-lipsync) step $s 260 $two python3 bench/lipsync.py --seconds 6 --cores 2 --cap-gib 15 \
       --work /tmp/ls --encoder libx264-veryfast --weights $W --out "$OUT/$s.json" $(eager $s) ;;
     h200-warm) step h200-warm 200 bash -c "python3 bench/compile.py --weights $W --batch 20 --parts unet,decoder \
