@@ -39,6 +39,7 @@ def main() -> None:
     ap.add_argument("--no-timing", action="store_true", help="compile only (fill the cache)")
     ap.add_argument("--compare-dynamic", default="",
                     help="parts (e.g. decoder,encoder) also compiled with a dynamic batch dimension and timed")
+    ap.add_argument("--dynamic", action="store_true", help="the VAE halves for any batch, as a live session asks")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     import torch
@@ -58,7 +59,7 @@ def main() -> None:
         comp.options = json.loads(args.options)
     parts = tuple(args.parts.split(","))
     t0 = time.perf_counter()
-    pipe.compile_for(args.batch, parts)
+    pipe.compile_for(args.batch, parts, dynamic_batch=args.dynamic)
     status = comp.wait()
     doc["compile"] = {"wall_s": time.perf_counter() - t0, "state": status.state, "warm": status.warm,
                       "parts": dict(status.parts), "part_seconds": dict(status.part_seconds),

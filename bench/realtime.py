@@ -206,16 +206,20 @@ def _cpu_stubs() -> None:
 
 @contextlib.contextmanager
 def as_official(pipe):
-    """The official loop's models: eager (the compiled code paused) and the UNet's weights in NCHW, as the official
-    code keeps them; put back afterwards."""
+    """The official loop's models: eager (the compiled code paused), the UNet's weights in NCHW and the VAE decoder's
+    upsampling as diffusers does it, as the official code keeps them; put back afterwards."""
     import torch
+
+    from nbhelpers.upsampling import phase_upsampling
 
     unet = pipe.unet
     unet.to(memory_format=torch.contiguous_format)
+    phase_upsampling(pipe.vae.decoder, on=False)
     try:
         with pipe.compiler.paused():
             yield
     finally:
+        phase_upsampling(pipe.vae.decoder)
         if unet.device.type == "cuda":
             unet.to(memory_format=torch.channels_last)
 

@@ -4,7 +4,8 @@
 # except weights, prime and warm.
 #
 #   bash bench/t4_run.sh weights oracle t4-warm t4-realtime t4-live   # GPU tests, then the avatar path and live
-#   (t4-warm20: the avatar path's batch 20 only; t4e-lipsync: the offline job with compile off;
+#   (t4-warm20: the avatar path's batch 20 only; t4-warm32: the offline job's batch 32; t4-warmlive: the decoders a
+#   live session asks for, batch 2 and any batch; t4e-lipsync: the offline job with compile off;
 #   t4-realtime-pool: the warm compile with inductor's worker pool, as before compile.py's _no_worker_pool)
 #   bash bench/t4_run.sh weights t4-warm t4-lipsync t4-core           # the offline job, the official core
 #   bash bench/t4_run.sh weights h200-lipsync h200-realtime h200-live  # whole-GPU no-regression rows (h200e-*: eager)
@@ -13,7 +14,8 @@
 # fills the inductor cache at 16 cores on the share for the batch shapes the benches use (avatar 20, offline 32),
 # so the 2-core steps after it start warm, as a second Colab session with Drive does. The compile cache of one
 # call (about 37 MB compressed, save-cache) does not fit beside the wheels within a call's 64 MiB.
-# (t4-core: the official core; t4-prime also times dynamic-batch VAE halves beside the engine's static ones.)
+# (t4-core: the official core; t4-prime also times dynamic-batch VAE halves beside the engine's static ones;
+# t4-upsample: the decoder with its upsampling in phase form, bench/upsample_probe.py.)
 # Needs the wheels the machine lacks in .whl/ and the shared media in .benchdata/ (both git-ignored: carry them).
 set -u
 OUT=${OUT:-$PWD/out}
@@ -62,6 +64,11 @@ print(make_face_weights(make_full_weights(Path('$W'))))" ;;
     t4-warm) step t4-warm 240 bash -c "python3 bench/compile.py --weights $W --batch 20 --parts unet,decoder \
       --no-timing && python3 bench/compile.py --weights $W --batch 32 --parts decoder,encoder,parser --no-timing" ;;
     t4-warm20) step t4-warm20 200 python3 bench/compile.py --weights $W --batch 20 --parts unet,decoder --no-timing ;;
+    t4-upsample) step t4-upsample 240 python3 bench/upsample_probe.py --out "$OUT/t4-upsample.json" ;;
+    t4-warmlive) step t4-warmlive 150 bash -c "python3 bench/compile.py --weights $W --batch 2 --parts decoder \
+      --no-timing && python3 bench/compile.py --weights $W --parts decoder --dynamic --no-timing" ;;
+    t4-warm32) step t4-warm32 240 python3 bench/compile.py --weights $W --batch 32 --parts unet,decoder,encoder,parser \
+      --no-timing ;;
     t4-core) step t4-core 60 python3 bench/t4probe.py --only E0 --out "$OUT/t4-core.jsonl" ;;
     t4-realtime) step t4-realtime 200 $two python3 bench/realtime.py --seconds 8 --cores 2 --weights $W --work /tmp/rt \
       --out "$OUT/t4-realtime.json" ;;

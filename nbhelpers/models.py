@@ -363,8 +363,8 @@ def load_vae(weights_dir: str | os.PathLike | None = None, device: str | torch.d
              dtype: torch.dtype | None = None) -> nn.Module:
     """Load sd-vae-ft-mse (diffusers ``AutoencoderKL``) from ``<weights_dir>/sd-vae``, arguments as :func:`load_unet`:
     ``diffusion_pytorch_model.safetensors`` (preferred) or the official ``.bin``; it encodes 256x256 RGB in [-1, 1]
-    to [B, 4, 32, 32]. WeightsError for a missing or damaged file, CheckpointError when the weights do not fit the
-    config. Source: ``musetalk/models/vae.py:24``.
+    to [B, 4, 32, 32]; its decoder upsamples in phase form (:mod:`nbhelpers.upsampling`). WeightsError for a missing
+    or damaged file, CheckpointError when the weights do not fit the config. Source: ``musetalk/models/vae.py:24``.
     """
     vae_class = _library_class("diffusers", "AutoencoderKL", "pip install diffusers")
     root = _weights.resolve_dir(weights_dir)
@@ -383,6 +383,9 @@ def load_vae(weights_dir: str | os.PathLike | None = None, device: str | torch.d
                               f"{str(exc)[:400]}). Delete it and download it again with {_FIX}.") from exc
     _loading_problems(info, path, "VAE (sd-vae-ft-mse)")
     _sdpa(vae)
+    from .upsampling import phase_upsampling
+
+    phase_upsampling(vae.decoder)  # the same sums with 16 multiply-adds in place of 36
     return _finish(vae, device, dtype)
 
 

@@ -446,7 +446,9 @@ class LiveSession:
         import torch
 
         done = self._models_thread.warm
-        for size in self.warm_shapes():  # compiled in the background, one code for every batch; eager until ready
+        shapes = self.warm_shapes()  # compiled in the background; eager until ready
+        self.avatar.pipe.compile_for(shapes[0], parts=("decoder",))  # the steady size: its own, faster code
+        for size in shapes:  # one code for every other batch
             self.avatar.pipe.compile_for(size, parts=("unet", "decoder"), dynamic_batch=True)
         with flush_denormals(self._models.device):
             if "whisper" not in done:

@@ -1,0 +1,66 @@
+"""The VAE decoder's upsampling: nearest 2x then a 3x3 convolution, computed as one 2x2 convolution on the input.
+
+Output pixel ``(2i + a, 2j + b)`` of nearest-2x upsampling followed by a 3x3, padding-1 convolution reads input rows
+``i - 1 + a`` and ``i + a`` (and the same for columns): row taps ``(w0, w1 + w2)`` for ``a = 0`` and ``(w0 + w1, w2)``
+for ``a = 1``. The four phases are one 2x2 convolution with four times the output channels over the input padded by
+one, each phase cropped at its offset and interleaved: the same sums in real arithmetic with 16 multiply-adds per
+input pixel and output channel instead of 36, and no upsampled tensor. Source: diffusers ``Upsample2D``
+(``F.interpolate(scale_factor=2.0, mode="nearest")`` then ``conv``), as the sd-vae-ft-mse decoder uses it.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+__all__ = ["phase_upsample", "phase_upsampling"]
+
+
+def phase_upsample(x: Any, conv: Any) -> Any:
+    """``conv(F.interpolate(x, scale_factor=2, mode="nearest"))`` for a 3x3, stride-1, padding-1 ``conv``.
+
+    ``x``: (B, C, H, W) float tensor; returns (B, O, 2H, 2W) in ``x``'s dtype. The tap sums are formed in at least
+    float32 from the live weights on every call, so a later ``.to()`` or weight change is followed.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    w = conv.weight.to(torch.promote_types(conv.weight.dtype, torch.float32))  # (O, C, 3, 3)
+    rows = torch.stack([torch.stack([w[:, :, 0], w[:, :, 1] + w[:, :, 2]], 2),
+                        torch.stack([w[:, :, 0] + w[:, :, 1], w[:, :, 2]], 2)])  # (a, O, C, 2, 3)
+    taps = torch.stack([torch.stack([rows[..., 0], rows[..., 1] + rows[..., 2]], -1),
+                        torch.stack([rows[..., 0] + rows[..., 1], rows[..., 2]], -1)], 1)  # (a, b, O, C, 2, 2)
+    n, o, (h, wd) = x.shape[0], w.shape[0], x.shape[-2:]
+    bias = None if conv.bias is None else conv.bias.repeat(4).to(x.dtype)
+    y = F.conv2d(F.pad(x, (1, 1, 1, 1)), taps.reshape(4 * o, w.shape[1], 2, 2).to(x.dtype), bias)
+    y = y.view(n, 2, 2, o, h + 1, wd + 1)
+    out = torch.stack([torch.stack([y[:, a, b, :, a:a + h, b:b + wd] for b in (0, 1)], -1) for a in (0, 1)], 3)
+    return out.reshape(n, o, 2 * h, 2 * wd)  # (n, o, h, 2, w, 2): row 2i + a, column 2j + b
+
+
+def _phase_forward(self: Any, hidden_states: Any, output_size: Any = None, *args: Any, **kwargs: Any) -> Any:
+    if output_size is not None:
+        return type(self).forward(self, hidden_states, output_size, *args, **kwargs)
+    return phase_upsample(hidden_states, self.conv)
+
+
+def phase_upsampling(decoder: Any, on: bool = True) -> int:
+    """Route each nearest-2x ``Upsample2D`` with a 3x3 convolution in ``decoder`` through :func:`phase_upsample`
+    (parameters and their names unchanged, a deep copy included), or with ``on=False`` back to diffusers' own path.
+    Calls that pass an ``output_size`` keep diffusers' path. Returns how many modules changed."""
+    changed = 0
+    for module in decoder.modules():
+        conv = getattr(module, "conv", None)
+        if (type(module).__name__ != "Upsample2D" or ("forward" in module.__dict__) == on or conv is None
+                or not getattr(module, "use_conv", False) or getattr(module, "use_conv_transpose", False)
+                or getattr(module, "norm", None) is not None or getattr(module, "interpolate", True) is not True
+                or tuple(conv.kernel_size) != (3, 3) or tuple(conv.padding) != (1, 1) or tuple(conv.stride) != (1, 1)
+                or tuple(conv.dilation) != (1, 1) or conv.groups != 1):
+            continue
+        if on:  # the same bound method each time: compiled code that guards on it stays valid
+            module.forward = module.__dict__.get("_phase_forward") or types.MethodType(_phase_forward, module)
+            module._phase_forward = module.forward
+        else:
+            del module.forward
+        changed += 1
+    return changed
