@@ -205,6 +205,7 @@ def main() -> None:
     session.close()
     live(avatar, realtime=False, hop=args.unpaced_hop).close()
     print(f"{clock()} session warm-ups {time.perf_counter() - t0:.1f} s", flush=True)
+    print(f"{clock()} the sessions' compiles: {avatar.pipe.compiler.wait()}", flush=True)
     unpaced(avatar, speech[:32000], **options)  # the merged batch shapes, allocator
     print(f"{clock()} warm-up run", flush=True)
     cost = thread_cost(avatar, min(args.hop or DEFAULT_HOP, avatar.config.batch_size or 20))

@@ -5,7 +5,8 @@
 #
 #   bash bench/t4_run.sh weights oracle t4-warm t4-realtime t4-live   # GPU tests, then the avatar path and live
 #   (t4-warm20: the avatar path's batch 20 only; t4-warm32: the offline job's batch 32; t4-warmlive: the decoders a
-#   live session asks for, batch 2 and any batch; t4e-lipsync: the offline job with compile off;
+#   live session asks for, batch 2 and any batch; t4e-lipsync: the offline job with compile off; t4-lipsync-ours:
+#   without the official loop;
 #   t4-realtime-pool: the warm compile with inductor's worker pool, as before compile.py's _no_worker_pool)
 #   bash bench/t4_run.sh weights t4-warm t4-lipsync t4-core           # the offline job, the official core
 #   bash bench/t4_run.sh weights h200-lipsync h200-realtime h200-live  # whole-GPU no-regression rows (h200e-*: eager)
@@ -75,8 +76,9 @@ print(make_face_weights(make_full_weights(Path('$W'))))" ;;
     t4-realtime-pool) step t4-realtime-pool 120 env TORCHINDUCTOR_COMPILE_THREADS=2 $two python3 bench/realtime.py \
       --seconds 8 --cores 2 --weights $W --work /tmp/rt --skip-reference --encoders "" --out "$OUT/t4-rt-pool.json" ;;
     t4-live) step t4-live 180 $two python3 bench/live.py --seconds 8 --weights $W --work /tmp/rt ;;
-    t4-lipsync|t4e-lipsync) step $s 260 $two python3 bench/lipsync.py --seconds 6 --cores 2 --cap-gib 15 \
-      --work /tmp/ls --encoder libx264-veryfast --weights $W --out "$OUT/$s.json" $(eager $s) ;;
+    t4-lipsync|t4e-lipsync|t4-lipsync-ours) step $s 260 $two python3 bench/lipsync.py --seconds 6 --cores 2 \
+      --cap-gib 15 --work /tmp/ls --encoder libx264-veryfast --weights $W --out "$OUT/$s.json" $(eager $s) \
+      $([ $s = t4-lipsync-ours ] && echo --skip-official) ;;
     h200-warm) step h200-warm 200 bash -c "python3 bench/compile.py --weights $W --batch 20 --parts unet,decoder \
       --no-timing && python3 bench/compile.py --weights $W --batch 32 --parts decoder,encoder,parser --no-timing" ;;
     h200-lipsync|h200e-lipsync) step $s 150 $two python3 bench/lipsync.py --seconds 20 --cores 2 --skip-official \
