@@ -58,3 +58,22 @@ def test_load_vae_routes_the_decoder(tiny_weights):
     ups = [m for m in vae.decoder.modules() if isinstance(m, Upsample2D)]
     assert ups and all("forward" in m.__dict__ for m in ups)
     assert phase_upsampling(vae.decoder, on=False) == len(ups)
+
+
+@pytest.mark.gpu
+def test_phase_form_on_cuda_in_fp16_is_within_one_level(tiny_vae):
+    """On CUDA in fp16 the decoded images (the engine's decode to uint8) differ from diffusers' path by at most one
+    level, eager and compiled."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    from nbhelpers import latents
+
+    vae = copy.deepcopy(tiny_vae).half().cuda()
+    z = torch.randn(4, 4, 32, 32, device="cuda", dtype=torch.float16, generator=torch.Generator("cuda").manual_seed(5))
+    with torch.inference_mode():
+        ref = latents.decode(z, vae).int()
+        assert phase_upsampling(vae.decoder) == 3
+        eager = latents.decode(z, vae).int()
+        vae.decoder.forward = torch.compile(vae.decoder.forward)
+        compiled = latents.decode(z, vae).int()
+    assert int((eager - ref).abs().max()) <= 1 and int((compiled - ref).abs().max()) <= 1
