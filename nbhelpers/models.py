@@ -26,6 +26,7 @@ from . import hashing, progress
 from . import weights as _weights
 from .constants import VERSIONS, WHISPER_DIM
 from .errors import CheckpointError, InputError, WeightsError, require
+from .upsampling import phase_upsampling
 
 if TYPE_CHECKING:
     import torch
@@ -383,8 +384,6 @@ def load_vae(weights_dir: str | os.PathLike | None = None, device: str | torch.d
                               f"{str(exc)[:400]}). Delete it and download it again with {_FIX}.") from exc
     _loading_problems(info, path, "VAE (sd-vae-ft-mse)")
     _sdpa(vae)
-    from .upsampling import phase_upsampling
-
     phase_upsampling(vae.decoder)  # the same sums with 16 multiply-adds in place of 36
     return _finish(vae, device, dtype)
 
