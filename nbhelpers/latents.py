@@ -44,9 +44,8 @@ def crop_and_resize(frame: np.ndarray, box: Sequence[float]) -> np.ndarray:
 
 def encode(crops_256: Any, vae: Any, generator: Any = None, mode: str = "sample", *, first_index: int = 0,
            batch_size: int = 8):
-    """VAE-encode (N, 256, 256, 3) uint8 BGR ``crops_256`` (an array, a list of arrays, or a tensor on any device)
-    into MuseTalk's (N, 8, 32, 32) latents in the VAE dtype on its device: channels 0-3 the masked crop's, 4-7 the
-    whole's.
+    """VAE-encode (N, 256, 256, 3) uint8 BGR ``crops_256`` (an array, a list of arrays, or a tensor on any device) into
+    MuseTalk's (N, 8, 32, 32) latents in the VAE dtype on its device: channels 0-3 the masked crop's, 4-7 the whole's.
 
     Per crop: BGR to RGB, ``/255``, ``(x - 0.5) / 0.5``, rows 128..255 set to -1 in the masked copy; both copies in
     one VAE call (``batch_size`` crops a call, halved on CUDA out-of-memory); each posterior sampled (``mode``

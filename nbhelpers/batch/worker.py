@@ -36,11 +36,10 @@ class _JobGate:
 
 
 class BatchWorker:
-    """One loaded pipeline over ``weights_dir`` on ``device`` (``"cuda"``, the GPU Ray assigned, or ``"cpu"``), run
-    as a Ray actor by :func:`nbhelpers.batch.run`, with base settings ``config`` (InferenceConfig fields as a dict)
-    and ``threads`` torch CPU threads. ``render_slots`` clips and preparations use the device at once; other jobs
-    read their audio and start their encoder meanwhile. A failed call returns ``{"ok": False, "error", "seconds",
-    "worker"}``."""
+    """One loaded pipeline over ``weights_dir`` on ``device`` (``"cuda"``, the GPU Ray assigned, or ``"cpu"``), run as a
+    Ray actor by :func:`nbhelpers.batch.run`, with base settings ``config`` (InferenceConfig fields as a dict) and
+    ``threads`` torch CPU threads. ``render_slots`` clips and preparations use the device at once; other jobs read their
+    audio and start their encoder meanwhile. A failed call returns ``{"ok": False, "error", "seconds", "worker"}``."""
 
     def __init__(self, weights_dir: str, config: dict[str, Any], device: str, threads: int, render_slots: int):
         self._events: list[tuple[str, float]] = [("start", time.time())]  # wall clock: the driver aligns them

@@ -20,9 +20,8 @@ _FACE_AT = re.compile(rf"{_NUMBER}(?:,{_NUMBER}){{1,3}}(?:@\s*(\d+)\s*)?")
 
 @dataclass(frozen=True)
 class FaceChoice:
-    """A parsed ``InferenceConfig.face``: ``kind`` is ``"largest"``, ``"speaker"``, ``"track"`` (``track``),
-    ``"point"`` (``point`` = (x, y)) or ``"box"`` (``box`` = (x1, y1, x2, y2)); points and boxes are in frame
-    ``frame``."""
+    """A parsed ``InferenceConfig.face``: ``kind`` is ``"largest"``, ``"speaker"``, ``"track"`` (``track``), ``"point"``
+    (``point`` = (x, y)) or ``"box"`` (``box`` = (x1, y1, x2, y2)); points and boxes are in frame ``frame``."""
 
     kind: str
     track: int | None = None

@@ -229,11 +229,10 @@ def resolve_dtype(torch: Any, dtype: Any, device: Any = None) -> Any:
 
 
 class S3FD:
-    """The S3FD face detector with the official weights ``weights_path`` (plain or wrapped in ``"state_dict"``,
-    loaded strictly), on ``device`` (None: CUDA when available) in ``dtype`` (:func:`resolve_dtype`; half on the CPU
-    falls back to float32, a half batch with non-finite outputs runs again in float32, both warn); ``batch_size``
-    frames per call (official 1), halved on CUDA out-of-memory. WeightsError or CheckpointError for a missing,
-    damaged or foreign file.
+    """The S3FD face detector with the official weights ``weights_path`` (plain or wrapped in ``"state_dict"``, loaded
+    strictly), on ``device`` (None: CUDA when available) in ``dtype`` (:func:`resolve_dtype`; half on the CPU falls back
+    to float32, a half batch with non-finite outputs runs again in float32, both warn); ``batch_size`` frames per call
+    (official 1), halved on CUDA out-of-memory. WeightsError or CheckpointError for a missing, damaged or foreign file.
     Source: ``api.py:46-84``, ``sfd_detector.py``, ``detect.py:59-91``; docs/official-behaviour.md §3.2."""
 
     name = "s3fd"

@@ -1,12 +1,11 @@
 """``speaker``: for ``face="speaker"``, which face track speaks in each stretch of speech.
 
-A stretch is a run of loud output frames; it ends at a silence (at least ``MIN_SILENCE`` quiet frames) or at a cut.
-In each stretch the speaker is the track whose mouth region changes most in step with the audio's loudness: the
-absolute correlation between the audio's envelope and the main component of the track's mouth patches (the way
-``quality.mouth_audio_lag`` relates mouth and audio, here with no lag and no landmarks), or, when the SyncNet
-weights are there (:func:`syncnet_scorer`) and two or more tracks are in the stretch, the track with SyncNet's
-highest confidence (LSE-C) over it. The speaker changes only where a stretch starts; quiet frames keep the speaker
-before them.
+A stretch is a run of loud output frames; it ends at a silence (at least ``MIN_SILENCE`` quiet frames) or at a cut. In
+each stretch the speaker is the track whose mouth region changes most in step with the audio's loudness: the absolute
+correlation between the audio's envelope and the main component of the track's mouth patches (the way
+``quality.mouth_audio_lag`` relates mouth and audio, here with no lag and no landmarks), or, when the SyncNet weights
+are there (:func:`syncnet_scorer`) and two or more tracks are in the stretch, the track with SyncNet's highest
+confidence (LSE-C) over it. The speaker changes only where a stretch starts; quiet frames keep the speaker before them.
 """
 
 from __future__ import annotations
@@ -179,11 +178,10 @@ def syncnet_scorer(video: Any, waveform: np.ndarray, weights_dir: str | os.PathL
 
 def choose_face(config: InferenceConfig, find: Callable[[], FaceTracks], waveform: np.ndarray | None = None,
                 n_out: int = 0, scorer: Scorer | None = None) -> tuple[InferenceConfig, np.ndarray | None, list[Turn]]:
-    """Settle what a job's tracker cannot settle frame by frame, with ``find()`` (one detector pass over the video)
-    only when needed: a point or box in a later frame than 0 becomes its track number; ``"speaker"`` (with the
-    16 kHz ``waveform`` of ``n_out`` output frames, and ``scorer`` for :func:`speaker_schedule`) becomes a schedule
-    per source frame and its turns, recorded in ``config.reasons["face"]``. Returns ``(config, schedule or None,
-    turns)``."""
+    """Settle what a job's tracker cannot settle frame by frame, with ``find()`` (one detector pass over the video) only
+    when needed: a point or box in a later frame than 0 becomes its track number; ``"speaker"`` (with the 16 kHz
+    ``waveform`` of ``n_out`` output frames, and ``scorer`` for :func:`speaker_schedule`) becomes a schedule per source
+    frame and its turns, recorded in ``config.reasons["face"]``. Returns ``(config, schedule or None, turns)``."""
     choice = parse_face(config.face)
     if choice.kind in ("point", "box") and choice.frame > 0:
         number = find().select(choice)

@@ -102,9 +102,8 @@ class VideoReader:
     :meth:`read_batch` reads from a separate cursor. Use it as a context manager to stop ffmpeg. The ``fps`` filter
     re-times frames by their timestamps, so any source rate gives ``round(D * fps)`` frames (D the end of the last
     source frame); phone clips are turned upright; alpha is composited over ``background`` (BGR, 3 ints 0-255) as
-    ``round((colour * a + background * (255 - a)) / 255)``; a photo is one frame, its EXIF orientation applied.
-    ``fps`` is kept as a Fraction, ``info`` is the source's :class:`MediaInfo`, ``width`` and ``height`` (pixels)
-    are upright.
+    ``round((colour * a + background * (255 - a)) / 255)``; a photo is one frame, its EXIF orientation applied. ``fps``
+    is kept as a Fraction, ``info`` is the source's :class:`MediaInfo`, ``width`` and ``height`` (pixels) are upright.
     Raises InputError: missing file, no video stream, or a bad ``fps``/``background``; FFmpegError: ffmpeg cannot read
     the file.
     """

@@ -67,12 +67,11 @@ def make_tiny_weights(directory: str | os.PathLike, versions: Sequence[str] = ("
                       writers: Sequence[str] | None = None) -> Path:
     """Write a complete tiny-model weights tree in the official layout (random, deterministic weights).
 
-    Every writer of :data:`WRITERS` runs, then ``tiny.json`` is written; files are written through
-    temporary names with mode 0644 less the umask. By default a writer whose optional package is missing
-    (:data:`WRITER_NEEDS`) is left out silently and listed under ``left_out`` in ``tiny.json``; ``writers`` names the
-    ones to run. ``versions`` are the MuseTalk versions whose UNet to write. Returns ``directory``. InputError for an
-    unknown version or writer name; MissingDependencyError or ImportError when torch, diffusers or transformers is
-    missing.
+    Every writer of :data:`WRITERS` runs, then ``tiny.json`` is written; files are written through temporary names with
+    mode 0644 less the umask. By default a writer whose optional package is missing (:data:`WRITER_NEEDS`) is left out
+    silently and listed under ``left_out`` in ``tiny.json``; ``writers`` names the ones to run. ``versions`` are the
+    MuseTalk versions whose UNet to write. Returns ``directory``. InputError for an unknown version or writer name;
+    MissingDependencyError or ImportError when torch, diffusers or transformers is missing.
     """
     versions = tuple(versions)
     bad = [v for v in versions if v not in VERSIONS]

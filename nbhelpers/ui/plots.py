@@ -55,9 +55,8 @@ def outline(ax: Any, box: Sequence[float], colour: str, linewidth: float = 2, **
 
 
 def compare_restore(before: Any, after: Any) -> Chart:
-    """A 2x2 chart of one frame's generated crop and repainted mouth, ``before`` (a
-    :class:`~nbhelpers.pipeline.Preview` with ``restore=None``) and ``after`` restoration; InputError when the
-    previews differ in frame or crop box.
+    """A 2x2 chart of one frame's generated crop and repainted mouth, ``before`` (a :class:`~nbhelpers.pipeline.Preview`
+    with ``restore=None``) and ``after`` restoration; InputError when the previews differ in frame or crop box.
     """
     if tuple(before.crop_box) != tuple(after.crop_box) or before.frame.shape != after.frame.shape:
         raise InputError("compare_restore needs two previews of the same frame and crop box (the same video, "
@@ -257,12 +256,11 @@ def plot_faces(frames: Any, track: Any = None, *, indices: Sequence[int] | None 
     """Frames with their crop boxes, landmarks and blend masks drawn over them, one panel per frame: ``indices``, or
     ``max_frames`` evenly spaced ones.
 
-    ``frames`` is a video or photo path (only the frames shown are decoded), (N, H, W, 3) uint8 BGR frames, a list
-    of them, or a frame reader. ``track`` is a face track or an avatar: its ``crop_boxes`` or ``boxes`` (N, 4)
-    ``(x1, y1, x2, y2)`` pixels, ``landmarks`` (N, 68, 2) ``(x, y)``, ``has_face`` (N,) and an avatar's blend
-    ``masks`` over its ``squares`` are drawn when present; face tracks (``pipe.faces(video)``, or a face track's
-    ``tracks``) draw every track's detector box in its colour with its number. InputError for no frames or an index
-    out of range.
+    ``frames`` is a video or photo path (only the frames shown are decoded), (N, H, W, 3) uint8 BGR frames, a list of
+    them, or a frame reader. ``track`` is a face track or an avatar: its ``crop_boxes`` or ``boxes`` (N, 4)
+    ``(x1, y1, x2, y2)`` pixels, ``landmarks`` (N, 68, 2) ``(x, y)``, ``has_face`` (N,) and an avatar's blend ``masks``
+    over its ``squares`` are drawn when present; face tracks (``pipe.faces(video)``, or a face track's ``tracks``) draw
+    every track's detector box in its colour with its number. InputError for no frames or an index out of range.
     """
     every, track = (track, None) if isinstance(track, FaceTracks) else (getattr(track, "tracks", None), track)
     boxes = _track_array(track, ("crop_boxes", "boxes"))

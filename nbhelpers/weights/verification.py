@@ -283,8 +283,7 @@ def verify(directory: str | os.PathLike | None = None, sets: str | Sequence[str]
     """Check the weight files of the weights dir ``directory`` (``~`` expanded; None: :func:`default_dir`): presence,
     size, contents and with ``deep`` sha256 where a value is known (cached for the next call). Downloads nothing.
     ``sets`` None checks the v1.5 inference set plus any other manifest file present; ``files`` adds names or layout
-    paths.
-    InputError for an unknown set or file name.
+    paths. InputError for an unknown set or file name.
     """
     root = resolve_dir(directory)
     chosen = manifest.select(sets, files)
