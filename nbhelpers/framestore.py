@@ -29,7 +29,7 @@ NO_LOCK_NAME = "owner.nolock"  # its file system refused the lock: only its own 
 UNLOCKED_AGE_S = 3600.0  # a folder without a lock file (an older version's, or one killed as it was made)
 
 
-class FrameStore:
+class FrameStore(contextlib.AbstractContextManager):
     """``height`` x ``width`` uint8 BGR frames kept in a raw file in a new temporary folder (``directory``):
     :meth:`append` while decoding, :meth:`finish`, then ``store[i]`` and ``store[list]``. The folder goes at
     :meth:`close`, garbage collection or exit. DiskSpaceError when the disk fills up (the frames are removed).
@@ -109,9 +109,6 @@ class FrameStore:
             self._fh = None
         self._array = None
         self._finalizer()
-
-    def __enter__(self) -> FrameStore:
-        return self
 
     def __exit__(self, *exc) -> None:
         self.close()

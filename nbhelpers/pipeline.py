@@ -119,7 +119,7 @@ class Preview:
                 f"{self.frame.shape[0]}, audio={self.audio!r})")
 
 
-class MuseTalkPipeline:
+class MuseTalkPipeline(contextlib.AbstractContextManager):
     """The models of one MuseTalk version on one device, each loaded once on first use, and the jobs that use them.
 
     Make it with :meth:`from_pretrained` (reads the disk), or hand ``__init__`` the weights folder, a complete config
@@ -592,9 +592,6 @@ class MuseTalkPipeline:
                     close()
         self._loaded.clear()
         return gpu.release(*loaded)
-
-    def __enter__(self) -> MuseTalkPipeline:
-        return self
 
     def __exit__(self, *exc) -> None:
         self.release()

@@ -54,8 +54,7 @@ def phase_upsampling(decoder: Any, on: bool = True) -> int:
         if (type(module).__name__ != "Upsample2D" or ("forward" in module.__dict__) == on or conv is None
                 or not getattr(module, "use_conv", False) or getattr(module, "use_conv_transpose", False)
                 or getattr(module, "norm", None) is not None or getattr(module, "interpolate", True) is not True
-                or tuple(conv.kernel_size) != (3, 3) or tuple(conv.padding) != (1, 1) or tuple(conv.stride) != (1, 1)
-                or tuple(conv.dilation) != (1, 1) or conv.groups != 1):
+                or (*conv.kernel_size, *conv.padding, *conv.stride, *conv.dilation, conv.groups) != (3, 3) + (1,) * 7):
             continue
         if on:  # the same bound method each time: compiled code that guards on it stays valid
             module.forward = module.__dict__.get("_phase_forward") or types.MethodType(_phase_forward, module)

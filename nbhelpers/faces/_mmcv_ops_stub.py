@@ -13,10 +13,9 @@ import types
 
 # Names mmpose 1.3.2 and mmdet 3.3.0 import from mmcv.ops or its submodules.
 KNOWN_OPS = (
-    "DeformConv2d", "ModulatedDeformConv2d", "MultiScaleDeformableAttention", "RoIPool", "RoIAlign",
-    "batched_nms", "nms", "nms_match", "roi_align", "point_sample", "rel_roi_point_to_rel_img_point",
-    "deform_conv2d", "sigmoid_focal_loss", "MaskedConv2d", "CornerPool", "CARAFEPack", "SumCell",
-    "ConcatCell", "GlobalPoolingCell",
+    "DeformConv2d", "ModulatedDeformConv2d", "MultiScaleDeformableAttention", "RoIPool", "RoIAlign", "batched_nms",
+    "nms", "nms_match", "roi_align", "point_sample", "rel_roi_point_to_rel_img_point", "deform_conv2d",
+    "sigmoid_focal_loss", "MaskedConv2d", "CornerPool", "CARAFEPack", "SumCell", "ConcatCell", "GlobalPoolingCell",
 )
 SUBMODULES = ("nms", "roi_align", "carafe", "merge_cells", "modulated_deform_conv", "deform_conv",
               "multi_scale_deform_attn", "point_sample", "focal_loss", "roi_pool")

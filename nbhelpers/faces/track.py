@@ -10,7 +10,7 @@ import inspect
 import os
 import warnings
 from collections.abc import Iterable, Iterator
-from contextlib import ExitStack
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -199,7 +199,7 @@ def track(frames: Any, backend: str | LandmarkBackend = "auto", config: Inferenc
         return tracker.finish()
 
 
-class FaceTracker:
+class FaceTracker(AbstractContextManager):
     """:func:`track` one batch of frames at a time (the offline job's streamed pieces): :meth:`add` returns
     unsmoothed boxes, :meth:`finish` smooths them. Arguments as :func:`track`; ``schedule`` (for ``face="speaker"``)
     gives the track to repaint in each frame, -1 for none (:func:`nbhelpers.faces.speaker.speaker_schedule`).
@@ -375,9 +375,6 @@ class FaceTracker:
     def close(self) -> None:
         """Release a backend this tracker made (an object you passed stays open)."""
         self._stack.close()
-
-    def __enter__(self) -> FaceTracker:
-        return self
 
     def __exit__(self, *exc) -> None:
         self.close()

@@ -3,6 +3,7 @@ when each group of ``hop`` frames is final, idle frames for silence, pacing to t
 
 from __future__ import annotations
 
+import contextlib
 import math
 import queue
 import threading
@@ -32,7 +33,7 @@ LATE_TOLERANCE_S = 0.5 / FPS  # a frame emitted more than half a frame period af
 _END = object()  # the frames queue's end marker
 
 
-class LiveSession:
+class LiveSession(contextlib.AbstractContextManager):
     """A live avatar: :meth:`push` audio chunks as they arrive, get frames in order at 25 fps, :meth:`close`.
 
     See :mod:`nbhelpers.live` for which frames equal one-clip generation. All model work runs on the avatar's
@@ -214,9 +215,6 @@ class LiveSession:
             self._out.put(_END)  # the worker thread puts it in threaded mode
         self.result = self._result(output)
         return self.result
-
-    def __enter__(self) -> LiveSession:
-        return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is None:

@@ -95,7 +95,7 @@ class _FrameStream:
         self.proc.kill()
 
 
-class VideoReader:
+class VideoReader(contextlib.AbstractContextManager):
     """Frames of a video (or one photo) at a constant frame rate, streamed from an ffmpeg pipe.
 
     Iterating yields ``(H, W, 3) uint8`` BGR frames from the first, each ``iter()`` with its own decode;
@@ -218,9 +218,6 @@ class VideoReader:
         for stream in list(self._streams):
             self._release(stream)
         self._cursor = None
-
-    def __enter__(self) -> VideoReader:
-        return self
 
     def __exit__(self, *exc) -> None:
         self.close()

@@ -146,7 +146,7 @@ def choose_encoder(setting: str = "libx264", *, ffmpegs: Sequence[str] | None = 
     return EncoderChoice(setting, "libx264", "medium", None, reason)
 
 
-class VideoWriter:
+class VideoWriter(contextlib.AbstractContextManager):
     """Encode BGR frames through an ffmpeg pipe into an H.264 MP4, with the original audio muxed in.
 
     ``0:v:0`` and the first stream of ``audio`` (None: video only) are mapped; the video is libx264 CRF ``crf``
@@ -380,9 +380,6 @@ class VideoWriter:
         tmp = getattr(self, "_tmp", None)
         if tmp is not None:
             tmp.unlink(missing_ok=True)
-
-    def __enter__(self) -> VideoWriter:
-        return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is not None:
