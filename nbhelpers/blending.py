@@ -26,12 +26,10 @@ from .parsing import check_parsing_args, face_mask, face_mask_torch
 from .progress import bar, stage_bar
 from .resample import gaussian_blur_batch, resize_batch
 
-__all__ = [
-    "EXPAND", "UPPER_BOUNDARY_RATIO", "OFFLINE_BLUR_RATIO", "REALTIME_BLUR_RATIO", "BlendMaterial", "Region",
-    "check_box", "expanded_square", "feather_kernel_size", "crop_padded", "box_mask", "feather", "prepare_mask",
-    "prepare_material", "prepare_materials", "prepare_masks_torch", "prepare_materials_torch", "paste_region",
-    "resize_face", "blend_pixels", "blend_cpu", "blend_torch",
-]
+__all__ = ["EXPAND", "UPPER_BOUNDARY_RATIO", "OFFLINE_BLUR_RATIO", "REALTIME_BLUR_RATIO", "BlendMaterial", "Region",
+           "check_box", "expanded_square", "feather_kernel_size", "crop_padded", "box_mask", "feather", "prepare_mask",
+           "prepare_material", "prepare_materials", "prepare_masks_torch", "prepare_materials_torch", "paste_region",
+           "resize_face", "blend_pixels", "blend_cpu", "blend_torch"]
 
 EXPAND = 1.5  # expanded-square factor, get_crop_box default (blending.py:7-13, :35)
 UPPER_BOUNDARY_RATIO = 0.5  # mask rows kept start at int(2s * 0.5) = s (blending.py:35, :74-77)

@@ -47,10 +47,9 @@ from .modes import (
 )
 from .session import EnvReport, setup
 
-__all__ = [
-    "CI_CLIP_SECONDS", "MODES", "REPORTED", "SHARED_AUDIO", "SHARED_AUDIO_2", "SHARED_VIDEO", "WORKBOOK_AUDIO",
-    "WORKBOOK_VIDEO", "DriveStatus", "EnvReport", "InstallReport", "InstallRow", "ResultCheckError", "check_result",
-    "check_setup", "colab_requirements", "default_config", "drive_mounted", "in_colab", "install_missing", "keep_audio",
-    "media_dir", "media_seconds", "mount_drive", "package_version", "plan", "read_requirements", "restart_reasons",
-    "run_mode", "sample_audios", "setup", "shared_data_dir", "upload", "weights_dir", "work_dir", "workbook_inputs"
-]
+__all__ = ["CI_CLIP_SECONDS", "MODES", "REPORTED", "SHARED_AUDIO", "SHARED_AUDIO_2", "SHARED_VIDEO", "WORKBOOK_AUDIO",
+           "WORKBOOK_VIDEO", "DriveStatus", "EnvReport", "InstallReport", "InstallRow", "ResultCheckError",
+           "check_result", "check_setup", "colab_requirements", "default_config", "drive_mounted", "in_colab",
+           "install_missing", "keep_audio", "media_dir", "media_seconds", "mount_drive", "package_version", "plan",
+           "read_requirements", "restart_reasons", "run_mode", "sample_audios", "setup", "shared_data_dir", "upload",
+           "weights_dir", "work_dir", "workbook_inputs"]

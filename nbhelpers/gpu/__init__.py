@@ -40,11 +40,9 @@ from .model import (
 from .oom import batched, is_oom
 from .planner import Plan, PlanWarning, check_gpu, plan, report, snap_batch
 
-__all__ = [
-    "ALLOCATOR_SETTING", "COLAB_GPU_STEPS", "CPU_TIMES", "FACE_CPU_TIMES", "GIB", "KINDS", "MEMORY_MODEL", "CpuTimes",
-    "FaceCpuTimes", "GpuProcess", "GpuReport", "MemoryModel", "NoGpuError", "PeakMemory", "Plan", "PlanWarning",
-    "StageMemory", "batched", "cast_and_move", "check_device", "check_gpu", "cpu_frame_seconds", "cpu_seconds",
-    "device_constant", "empty_cache", "face_cpu_times", "free_memory_by_index", "host_wait", "is_oom", "memory_scope",
-    "module_bytes", "peak_memory", "plan", "prefer_expandable_segments", "release", "report", "reset_peak",
-    "restore_per_frame_gib", "snap_batch", "stage_memory", "to_device", "usable_bytes"
-]
+__all__ = ["ALLOCATOR_SETTING", "COLAB_GPU_STEPS", "CPU_TIMES", "FACE_CPU_TIMES", "GIB", "KINDS", "MEMORY_MODEL",
+           "CpuTimes", "FaceCpuTimes", "GpuProcess", "GpuReport", "MemoryModel", "NoGpuError", "PeakMemory", "Plan",
+           "PlanWarning", "StageMemory", "batched", "cast_and_move", "check_device", "check_gpu", "cpu_frame_seconds",
+           "cpu_seconds", "device_constant", "empty_cache", "face_cpu_times", "free_memory_by_index", "host_wait",
+           "is_oom", "memory_scope", "module_bytes", "peak_memory", "plan", "prefer_expandable_segments", "release",
+           "report", "reset_peak", "restore_per_frame_gib", "snap_batch", "stage_memory", "to_device", "usable_bytes"]

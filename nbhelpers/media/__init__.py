@@ -24,9 +24,7 @@ from .writer import (
     padded_size_note,
 )
 
-__all__ = [
-    "ENCODER_SETTINGS", "SYNTHETIC_TAG", "WRITER_STALL_TIMEOUT_S", "EncoderChoice", "MediaInfo", "StreamInfo",
-    "VideoReader", "VideoWriter", "audio_duration", "check_writable", "choose_encoder", "convert_to_25fps", "cut_audio",
-    "demo_inputs", "ffmpeg_exe", "ffmpeg_version", "frames_at", "load_audio", "load_video", "missing_folders",
-    "nvenc_probe", "padded_size_note", "probe", "read_frame", "remove_empty", "write_problem"
-]
+__all__ = ["ENCODER_SETTINGS", "SYNTHETIC_TAG", "WRITER_STALL_TIMEOUT_S", "EncoderChoice", "MediaInfo", "StreamInfo",
+           "VideoReader", "VideoWriter", "audio_duration", "check_writable", "choose_encoder", "convert_to_25fps",
+           "cut_audio", "demo_inputs", "ffmpeg_exe", "ffmpeg_version", "frames_at", "load_audio", "load_video",
+           "missing_folders", "nvenc_probe", "padded_size_note", "probe", "read_frame", "remove_empty", "write_problem"]

@@ -25,8 +25,6 @@ from .masks import (
 )
 from .parser import BISENET_FILE, FaceParser, bisenet_path, build_bisenet, load_bisenet
 
-__all__ = [
-    "BISENET_FILE", "N_CLASSES", "LABELS", "PARSING_MODES", "SKIN", "NOSE", "MOUTH", "UPPER_LIP", "LOWER_LIP",
-    "NECK", "face_mask", "face_mask_torch", "check_parsing_args", "jaw_dilation_kernel", "jaw_erosion_kernel",
-    "cheek_mask", "FaceParser", "build_bisenet", "load_bisenet", "bisenet_path",
-]
+__all__ = ["BISENET_FILE", "N_CLASSES", "LABELS", "PARSING_MODES", "SKIN", "NOSE", "MOUTH", "UPPER_LIP", "LOWER_LIP",
+           "NECK", "face_mask", "face_mask_torch", "check_parsing_args", "jaw_dilation_kernel", "jaw_erosion_kernel",
+           "cheek_mask", "FaceParser", "build_bisenet", "load_bisenet", "bisenet_path"]

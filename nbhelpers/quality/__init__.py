@@ -17,8 +17,6 @@ from .mfcc import mfcc
 from .sync import VSHIFT, SyncScore, score_embeddings, sync_score
 from .syncnet import SYNCNET_FILE, SyncEmbedder, load_syncnet, write_tiny_syncnet
 
-__all__ = [
-    "SYNCNET_FILE", "VSHIFT", "MouthAudioLag", "SyncEmbedder", "SyncScore", "load_syncnet", "mfcc", "mouth_audio_lag",
-    "mouth_opening", "protocol_crops", "score_embeddings", "smooth_face_boxes", "speech_envelope", "sync_score",
-    "write_tiny_syncnet"
-]
+__all__ = ["SYNCNET_FILE", "VSHIFT", "MouthAudioLag", "SyncEmbedder", "SyncScore", "load_syncnet", "mfcc",
+           "mouth_audio_lag", "mouth_opening", "protocol_crops", "score_embeddings", "smooth_face_boxes",
+           "speech_envelope", "sync_score", "write_tiny_syncnet"]

@@ -43,13 +43,11 @@ from .tiny_models import (
     write_tiny_whisper,
 )
 
-__all__ = [
-    "TINY_MARKER", "TINY_UNET_CHANGES", "WRITER_NEEDS", "face_template_input_px", "make_tiny_weights",
-    "random_dwpose_state_dict", "simcc_peak_model", "WRITERS", "template_dwpose_state_dict",
-    "tiny_unet_config", "tiny_whisper_config", "write_random_bisenet", "write_random_dwpose_checkpoint",
-    "write_tiny_bisenet", "write_tiny_dwpose", "write_tiny_dwpose_onnx", "write_tiny_s3fd", "write_tiny_unet",
-    "write_tiny_vae", "write_tiny_whisper"
-]
+__all__ = ["TINY_MARKER", "TINY_UNET_CHANGES", "WRITER_NEEDS", "face_template_input_px", "make_tiny_weights",
+           "random_dwpose_state_dict", "simcc_peak_model", "WRITERS", "template_dwpose_state_dict", "tiny_unet_config",
+           "tiny_whisper_config", "write_random_bisenet", "write_random_dwpose_checkpoint", "write_tiny_bisenet",
+           "write_tiny_dwpose", "write_tiny_dwpose_onnx", "write_tiny_s3fd", "write_tiny_unet", "write_tiny_vae",
+           "write_tiny_whisper"]
 
 # The optional packages a writer needs; make_tiny_weights leaves it out when one is missing, unless it is named.
 WRITER_NEEDS: dict[str, tuple[str, ...]] = {"dwpose-onnx": ("onnx",)}
