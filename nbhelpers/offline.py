@@ -48,7 +48,8 @@ def fit_face_batches(detector: Any, frame_hw: tuple[int, int], device: Any, *, l
     if face_detector is not None and hasattr(face_detector, "batch_size"):
         face_detector.batch_size = int(min(S3FD_GPU_BATCH, max(1, share // s3fd_frame)))
     if pose is not None and hasattr(pose, "batch_size"):
-        pose.batch_size = int(min(DEFAULT_BATCH["cuda"], max(1, share // DWPOSE_GIB_PER_FRAME)))
+        # at most the tracker's batch: DWPose pads a shorter call to its batch size
+        pose.batch_size = int(min(DEFAULT_BATCH["cuda"], FACE_BATCH_GPU, max(1, share // DWPOSE_GIB_PER_FRAME)))
 
 
 class Window:

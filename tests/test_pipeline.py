@@ -594,7 +594,7 @@ def test_face_batches_on_a_4_gib_card_follow_the_memory_model(monkeypatch):
     pytest.importorskip("torch")
     from nbhelpers.faces.dwpose_torch import DEFAULT_BATCH, S3FD_GPU_BATCH
     from nbhelpers.gpu import MEMORY_MODEL as mm
-    from nbhelpers.offline import DWPOSE_GIB_PER_FRAME, FACES_SHARE
+    from nbhelpers.offline import DWPOSE_GIB_PER_FRAME, FACE_BATCH_GPU, FACES_SHARE
 
     usable = 3.3
     budget = (usable - mm.workspace_gib) * (1 - mm.safety_fraction)
@@ -602,13 +602,15 @@ def test_face_batches_on_a_4_gib_card_follow_the_memory_model(monkeypatch):
     share = FACES_SHARE * max(0.0, budget - models)
     per_frame = mm.s3fd_bytes_per_pixel * 576 * 768 / 2**30
     want_s3fd = min(S3FD_GPU_BATCH, max(1, int(np.floor(share / per_frame))))
-    want_pose = min(DEFAULT_BATCH["cuda"], max(1, int(np.floor(share / DWPOSE_GIB_PER_FRAME))))
+    want_pose = min(DEFAULT_BATCH["cuda"], FACE_BATCH_GPU, max(1, int(np.floor(share / DWPOSE_GIB_PER_FRAME))))
     got = _face_batches(monkeypatch, usable, 0.0)
     assert got == (want_s3fd, want_pose)
     # a frame a quarter the size fits 4 times as many frames (capped at S3FD's batch)
     quarter = _face_batches(monkeypatch, usable, 0.0, hw=(288, 384))[0]
     assert quarter == min(S3FD_GPU_BATCH, max(1, int(np.floor(share / (per_frame / 4)))))
     assert quarter > got[0] or got[0] == S3FD_GPU_BATCH
+    # a large card: DWPose at the tracker's batch, not more (it pads a shorter call to its batch size)
+    assert _face_batches(monkeypatch, 70.0, 0.0) == (S3FD_GPU_BATCH, FACE_BATCH_GPU)
 
 
 @pytest.mark.gpu
