@@ -37,6 +37,8 @@ def main() -> None:
     ap.add_argument("--options", default="",
                     help="JSON of torch.compile options, e.g. '{\"coordinate_descent_tuning\": true}'")
     ap.add_argument("--no-timing", action="store_true", help="compile only (fill the cache)")
+    ap.add_argument("--faces", default="", help="HxW: also the default backend's S3FD and DWPose as the offline job "
+                    "asks for them on frames of that size (offline.compile_face_models)")
     ap.add_argument("--compare-dynamic", default="",
                     help="parts (e.g. decoder,encoder) also compiled with a dynamic batch dimension and timed")
     ap.add_argument("--dynamic", action="store_true", help="the VAE halves for any batch, as a live session asks")
@@ -59,6 +61,15 @@ def main() -> None:
         comp.options = json.loads(args.options)
     parts = tuple(args.parts.split(","))
     t0 = time.perf_counter()
+    if args.faces:
+        from nbhelpers.offline import FACE_BATCH_GPU, compile_face_models, fit_face_batches
+
+        hw = tuple(int(v) for v in args.faces.split("x"))
+        backend = pipe.landmarks("auto")
+        fit_face_batches(backend, hw, pipe.device, loaded_gib=pipe.resident_gib("lipsync", backend.name))
+        compile_face_models(comp, backend, hw)
+        doc["faces"] = {"backend": backend.name, "batches": [backend.face_detector.batch_size,
+                                                             backend.pose.batch_size, FACE_BATCH_GPU]}
     pipe.compile_for(args.batch, parts, dynamic_batch=args.dynamic)
     status = comp.wait()
     doc["compile"] = {"wall_s": time.perf_counter() - t0, "state": status.state, "warm": status.warm,

@@ -52,6 +52,27 @@ def fit_face_batches(detector: Any, frame_hw: tuple[int, int], device: Any, *, l
         pose.batch_size = int(min(DEFAULT_BATCH["cuda"], FACE_BATCH_GPU, max(1, share // DWPOSE_GIB_PER_FRAME)))
 
 
+def compile_face_models(compiler: Any, detector: Any, frame_hw: tuple[int, int]) -> None:
+    """Have ``compiler`` (:class:`~nbhelpers.gpu.compile.BackgroundCompiler`) compile, in the background, the
+    networks of the landmark backend ``detector`` for the offline job's calls: S3FD at its ``batch_size`` on (H, W)
+    frames, DWPose at its ``batch_size`` (twice that with the flip test), each as its call makes the input (dtype,
+    layout, inference mode). Backends without them (dlib, ONNX), CPU devices and compile off are left alone."""
+    import torch
+
+    s3fd, pose = getattr(detector, "face_detector", None), getattr(detector, "pose", None)
+    with torch.inference_mode():
+        if isinstance(getattr(s3fd, "net", None), torch.nn.Module) and str(s3fd.device).startswith("cuda"):
+            x = torch.zeros(s3fd.batch_size, 3, *frame_hw, device=s3fd.device, dtype=s3fd.dtype)
+            layout = torch.channels_last if s3fd.channels_last else torch.contiguous_format
+            compiler.request("s3fd", s3fd.net, x.contiguous(memory_format=layout), dynamic_batch=False)
+        if isinstance(getattr(pose, "net", None), torch.nn.Module) and str(pose.device).startswith("cuda"):
+            layout = torch.channels_last if pose.channels_last else torch.contiguous_format
+            x = torch.zeros(pose.batch_size, 3, *pose.input_size[::-1], device=pose.device, dtype=pose.dtype)
+            x = x.contiguous(memory_format=layout)
+            compiler.request("dwpose", pose.net, torch.cat([x, x.flip(-1)]) if pose.flip_test else x,
+                             dynamic_batch=False)
+
+
 class Window:
     """Frames ``offset .. offset + n - 1`` of a clip, indexed by their clip index (a piece of the offline job)."""
 
@@ -116,6 +137,8 @@ class StreamedJob:
         on_cuda = self.pipe.device.type == "cuda"
         if on_cuda:
             fit_face_batches(detector, (self.store.height, self.store.width), self.pipe.device, loaded_gib=loaded_gib)
+            if self.pipe.config.compile != "off" and self.pipe.compiler.enabled:
+                compile_face_models(self.pipe.compiler, detector, (self.store.height, self.store.width))
         self.tracker = faces.FaceTracker(detector, self.config, boxes=self.boxes, weights_dir=weights_dir,
                                          batch_size=FACE_BATCH_GPU if on_cuda else FACE_BATCH_CPU, schedule=schedule)
 
@@ -297,4 +320,4 @@ class DecodeAhead:
                 self._queue.get_nowait()
 
 
-__all__ = ["DecodeAhead", "StreamedJob", "Window", "fit_face_batches"]
+__all__ = ["DecodeAhead", "StreamedJob", "Window", "compile_face_models", "fit_face_batches"]

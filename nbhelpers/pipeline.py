@@ -478,10 +478,10 @@ class MuseTalkPipeline(contextlib.AbstractContextManager):
             with timings.stage("plan"):
                 config = job.config = self.plan("lipsync", config, n_out, (reader.height, reader.width),
                                                 source_frames=n_src, landmark_backend=tracking)
-            self.compile_for(int(config.batch_size or 8))  # in the background: the job starts eagerly
-            with timings.stage("faces"):
+            with timings.stage("faces"):  # the face models' compiles are asked for first: their stage comes first
                 job.start_tracking(self.detections.wrap(detector, video_path), self.weights_dir,
                                    self.resident_gib("lipsync", tracking or ""), video=video_path, waveform=waveform)
+            self.compile_for(int(config.batch_size or 8))  # in the background: the job starts eagerly
 
             # 5. audio: whisper features, one (50, 384) block per output frame, before the first frame decodes
             with flush_denormals(self.device):

@@ -448,3 +448,33 @@ def test_options_of_one_model_reach_its_compiles_only(possible, monkeypatch):
     assert comp.wait(30).state == "ready"
     assert sorted(map(str, seen.values())) == ["{'a': 1, 'b': 2}", "{'a': 1}"]
 
+
+@pytest.mark.gpu
+def test_the_face_models_are_compiled_for_the_offline_jobs_calls(tiny_weights):
+    """compile_face_models asks for S3FD and DWPose with the signatures of the offline job's calls: once compiled, a
+    32-frame call runs compiled code only, and DWPose's SimCC maps stay within fp16 rounding of the eager ones."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU (runs on the project's GPU machine)")
+    from nbhelpers.faces.dwpose_torch import DWPoseBackend
+    from nbhelpers.offline import FACE_BATCH_GPU, compile_face_models, fit_face_batches
+
+    frames = np.random.default_rng(0).integers(0, 256, (FACE_BATCH_GPU, 96, 128, 3), dtype=np.uint8)
+    backend = DWPoseBackend(tiny_weights, "cuda")
+    fit_face_batches(backend, frames.shape[1:3], "cuda")
+    s3fd, pose = backend.face_detector, backend.pose
+    inputs = pose._inputs(frames)[0]
+    eager = pose.simcc(inputs)
+    comp = gc.BackgroundCompiler("cuda", mode="on")
+    compile_face_models(comp, backend, frames.shape[1:3])
+    status = comp.wait(900)
+    assert status.state == "ready" and set(status.parts) == {
+        f"s3fd {s3fd.batch_size}x3x96x128", f"dwpose {2 * pose.batch_size}x3x384x288"}, status
+    before = comp.calls()
+    backend.face_detector.detect(torch.from_numpy(frames).cuda())  # as the job: the piece already on the GPU
+    compiled = pose.simcc(inputs)
+    after = comp.calls()
+    assert after["s3fd"]["eager"] == before["s3fd"]["eager"]
+    assert after["s3fd"]["compiled"] - before["s3fd"]["compiled"] == -(-FACE_BATCH_GPU // s3fd.batch_size)
+    assert after["dwpose"] == {"eager": before["dwpose"]["eager"], "compiled": before["dwpose"]["compiled"] + 1}
+    for a, b in zip(eager[:2], compiled[:2], strict=True):
+        assert float((a - b).abs().max()) <= 0.05 * float(a.abs().max()) + 1e-3

@@ -311,7 +311,12 @@ class S3FD:
             warnings.warn(f"S3FD: {self.dtype} outputs were not finite (an activation overflowed); running such "
                           "batches in float32. Use dtype='float32' to skip the half-precision attempt.",
                           FallbackWarning, stacklevel=3)
-            self._net32 = copy.deepcopy(self.net).float()
+            forward = self.net.__dict__.pop("forward", None)  # a compile dispatcher (gpu/compile.py) is not copied
+            try:
+                self._net32 = copy.deepcopy(self.net).float()
+            finally:
+                if forward is not None:
+                    self.net.forward = forward
         return [o.float() for o in self._net32(x.float())]
 
     def detect(self, frames: np.ndarray, max_side: int | None = None) -> list[Detection | None]:
