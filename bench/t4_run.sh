@@ -16,7 +16,8 @@
 # so the 2-core steps after it start warm, as a second Colab session with Drive does. The compile cache of one
 # call (about 37 MB compressed, save-cache) does not fit beside the wheels within a call's 64 MiB.
 # (t4-core: the official core; t4-prime also times dynamic-batch VAE halves beside the engine's static ones;
-# t4-upsample: the decoder with its upsampling in phase form, bench/upsample_probe.py.)
+# t4-upsample: the decoder with its upsampling in phase form, bench/upsample_probe.py; t4-kernels: kernel
+# profiles of the compiled decoder and the face models, bench/kernel_probe.py, parts from $KERNEL_PARTS.)
 # Needs the wheels the machine lacks in .whl/ and the shared media in .benchdata/ (both git-ignored: carry them).
 set -u
 OUT=${OUT:-$PWD/out}
@@ -65,11 +66,13 @@ print(make_face_weights(make_full_weights(Path('$W'))))" ;;
     t4-warm) step t4-warm 240 bash -c "python3 bench/compile.py --weights $W --batch 20 --parts unet,decoder \
       --no-timing && python3 bench/compile.py --weights $W --batch 32 --parts decoder,encoder,parser --no-timing" ;;
     t4-warm20) step t4-warm20 200 python3 bench/compile.py --weights $W --batch 20 --parts unet,decoder --no-timing ;;
+    t4-kernels) step t4-kernels 420 python3 bench/kernel_probe.py --weights $W --out "$OUT/t4-kernels.json" \
+      --parts ${KERNEL_PARTS:-decoder,decoder-cdt,faces,faces-compiled} ;;
     t4-upsample) step t4-upsample 240 python3 bench/upsample_probe.py --out "$OUT/t4-upsample.json" ;;
     t4-warmlive) step t4-warmlive 150 bash -c "python3 bench/compile.py --weights $W --batch 2 --parts decoder \
       --no-timing && python3 bench/compile.py --weights $W --parts decoder --dynamic --no-timing" ;;
-    t4-warm32) step t4-warm32 240 python3 bench/compile.py --weights $W --batch 32 --parts unet,decoder,encoder,parser \
-      --no-timing ;;
+    t4-warm32) step t4-warm32 420 python3 bench/compile.py --weights $W --batch 32 --parts unet,decoder,encoder,parser \
+      --faces 768x576 --no-timing ;;
     t4-core) step t4-core 60 python3 bench/t4probe.py --only E0 --out "$OUT/t4-core.jsonl" ;;
     t4-realtime) step t4-realtime 200 $two python3 bench/realtime.py --seconds 8 --cores 2 --weights $W --work /tmp/rt \
       --out "$OUT/t4-realtime.json" ;;
