@@ -179,11 +179,15 @@ def check_face(face: Any, video_info: Any) -> None:
 
 def given_boxes(boxes: Any) -> Any:
     """The ``boxes`` argument in one form: None, one box, or a per-frame list or array. A list or (1, 4) array of
-    one box becomes that box (:func:`nbhelpers.faces.boxes.single_box`); a generator is read into a list."""
+    one box becomes that box (:func:`nbhelpers.faces.boxes.single_box`); a generator is read into a list; InputError
+    for a flat sequence of numbers not four long."""
     if boxes is None:
         return None
     if not isinstance(boxes, (list, tuple, np.ndarray)):
         boxes = list(boxes)
+    if len(boxes) not in (0, 4) and all(isinstance(v, (int, float, np.number)) for v in boxes):
+        raise InputError(f"boxes must be four numbers (x1, y1, x2, y2) in pixels, or a list with one box (or None) "
+                         f"per frame; got {plural(len(boxes), 'number')}: {boxes!r}.")
     one = single_box(boxes)
     return one if one is not None else boxes
 

@@ -18,6 +18,10 @@ class InputError(NbHelpersError, ValueError):
     """A user-supplied argument or file is unusable (bad value, missing file, wrong kind of media)."""
 
 
+class SettingNameError(InputError, TypeError):
+    """A keyword names no setting of a config class; a TypeError too, as Python's own error for an unknown keyword."""
+
+
 class MediaError(NbHelpersError):
     """A media file could not be read or written (see the message for ffmpeg's own words)."""
 

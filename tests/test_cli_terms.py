@@ -349,3 +349,19 @@ def test_score_offers_the_backends_it_runs_and_says_what_each_does():
     assert refused.returncode == 2 and "invalid choice: 'boxes'" in refused.stderr
     lipsync = " ".join(cli("lipsync", "--help").stdout.split())  # where --box gives the boxes, it is offered
     assert "dlib,boxes}" in lipsync and "boxes (the crop boxes given: no detection)" in lipsync
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (["lipsync", "v.mp4", "a.wav", "--bbox-shfit", "5"], "python -m nbhelpers lipsync: error: unrecognized arguments: "
+     "--bbox-shfit 5. Did you mean --bbox-shift? See python -m nbhelpers lipsync --help."),
+    (["avatar", "generate", "d", "a.wav", "--encodr=nvenc"], "python -m nbhelpers avatar generate: error: "
+     "unrecognized arguments: --encodr=nvenc. Did you mean --encoder? See python -m nbhelpers avatar generate --help."),
+    (["score", "v.mp4", "--zzz"], "python -m nbhelpers score: error: unrecognized arguments: --zzz. See python -m "
+     "nbhelpers score --help.")])
+def test_an_unknown_flag_is_refused_by_its_command_naming_the_nearest_flag(argv, said, capsys):
+    """argparse's own error came from the top parser, with its usage line and no hint."""
+    from nbhelpers.cli.main import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    assert stop.value.code == 2 and capsys.readouterr().err.splitlines()[-1] == said

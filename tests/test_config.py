@@ -131,3 +131,24 @@ def test_compile_takes_the_compiler_modes_and_is_no_part_of_an_outputs_key():
     off = InferenceConfig(compile="off")
     assert "compile" not in off.output_settings() and off.output_settings() == InferenceConfig().output_settings()
     assert "device" not in off.output_settings() and "extra_margin" in off.output_settings()
+
+
+@pytest.mark.parametrize(("config", "typo", "near"), [
+    (InferenceConfig, "bbox_shfit", "bbox_shift"), (LiveConfig, "lookahead", "lookahead_ms"),
+    (BatchConfig, "max_attempt", "max_attempts")])
+def test_a_misspelt_setting_names_the_nearest_and_where_settings_are_described(config, typo, near):
+    """A misspelt keyword was Python's bare "__init__() got an unexpected keyword argument"; replace() says the
+    same. The error is a TypeError too, as Python's own for an unknown keyword."""
+    name = config.__name__
+    for make in (config, config().replace if hasattr(config, "replace") else config):
+        with pytest.raises(InputError, match=rf"^{name} has no setting {typo!r}; did you mean {near!r}\? help\("
+                                             rf"nbhelpers\.config\.{name}\) describes each setting\.$") as e:
+            make(**{typo: 1})
+        assert isinstance(e.value, TypeError)
+
+
+def test_a_setting_name_near_none_lists_the_settings():
+    with pytest.raises(InputError, match=r"^BatchConfig has no setting 'zzz'; its settings are address, cache_dir, "
+                                         r".*, rerun\. help\(nbhelpers\.config\.BatchConfig\) describes each "
+                                         r"setting\.$"):
+        BatchConfig(zzz=1)

@@ -336,6 +336,22 @@ def test_an_output_that_is_the_jobs_own_video_or_audio_is_refused(tmp_path):
     assert output_path_for(tmp_path / "out.mp4", video, audio) == tmp_path / "out.mp4"
 
 
+@pytest.mark.parametrize("boxes", [(1, 2, 3), [190, 160, 360, 330, 400], np.array([1.0, 2.0, 3.0])])
+def test_a_flat_box_of_other_than_four_numbers_is_refused_as_a_box_before_any_work(boxes, tmp_path):
+    """boxes=(1, 2, 3) was read as three per-frame entries, refused later as a count unlike the video's frames;
+    it is refused first, as a box, before the files are even looked at."""
+    import nbhelpers as nbh
+    from nbhelpers.checks import given_boxes
+    from nbhelpers.errors import InputError
+
+    with pytest.raises(InputError, match=r"^boxes must be four numbers \(x1, y1, x2, y2\) in pixels, or a list with "
+                                         r"one box \(or None\) per frame; got \d numbers: "):
+        nbh.lipsync(tmp_path / "missing.mp4", tmp_path / "missing.wav", boxes=boxes)
+    box = (190, 160, 360, 330)
+    assert given_boxes(box) == box and given_boxes([box]) == box and given_boxes(iter([box, None])) == [box, None]
+    assert given_boxes([None, None]) == [None, None] and given_boxes(np.zeros((3, 4))).shape == (3, 4)
+
+
 def test_per_frame_boxes_count_an_unchanged_video_once(face_clip, tmp_path, monkeypatch):
     """nbh.lipsync() checks its inputs, then its pipeline's job checks them again: per-frame boxes need the
     video's frame count both times, which the second time comes from the first count (the file is unchanged);

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -38,7 +39,17 @@ def _number(kind: type):
 
 class Parser(argparse.ArgumentParser):
     """argparse's parser, whose error for a setting's flag given no value (argparse reads ``--bbox-shift -7x`` as a
-    flag with no value and an option ``-7x``) says the setting's rule and help, and how to write a negative value."""
+    flag with no value and an option ``-7x``) says the setting's rule and help, and how to write a negative value;
+    a command's parser (one without subcommands) refuses arguments it does not know, naming its nearest flags."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras and self._subparsers is None:
+            flags = [s for a in self._actions for s in a.option_strings]
+            near = sum((difflib.get_close_matches(w.split("=")[0], flags, n=1) for w in extras if w[:1] == "-"), [])
+            hint = f" Did you mean {', '.join(near)}?" if near else ""
+            self.error(f"unrecognized arguments: {' '.join(extras)}.{hint} See {self.prog} --help.")
+        return parsed, extras
 
     def error(self, message: str):
         named = re.fullmatch(r"argument (--[\w-]+): expected one argument", message)

@@ -11,6 +11,8 @@ where it is not ``--`` and the name with dashes, its ``flag``.
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import functools
 import math
 import numbers
 import operator
@@ -19,7 +21,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from ..errors import InputError
+from ..errors import InputError, SettingNameError
 
 __all__ = ["check", "described", "documented", "flag", "kinds", "rule", "setting", "settings"]
 
@@ -166,14 +168,27 @@ def described(f: dataclasses.Field, choices: tuple | None = None) -> str:
 
 def documented(cls: type) -> type:
     """Append to the class docstring (``help(cls)``) the ``Raises:`` section of :func:`check` and an ``Attributes:``
-    section made from the fields' facts."""
+    section made from the fields' facts; make ``__init__`` refuse a keyword that names no field with
+    :class:`~nbhelpers.errors.SettingNameError`, naming the nearest setting."""
+    init, names = cls.__init__, [f.name for f in settings(cls)]
+
+    @functools.wraps(init)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        for key in (k for k in kwargs if k not in cls.__dataclass_fields__):
+            near = difflib.get_close_matches(key, names, n=1)
+            said = f"did you mean {near[0]!r}?" if near else f"its settings are {', '.join(names)}."
+            raise SettingNameError(f"{cls.__name__} has no setting {key!r}; {said} help(nbhelpers.config."
+                                   f"{cls.__name__}) describes each setting.")
+        init(self, *args, **kwargs)
+
+    cls.__init__ = __init__
     lines = []
     for f in settings(cls):
         m, text = f.metadata, described(f)
         text = text if re.match(r"\S*[._]", text) else text[0].upper() + text[1:]
         source = f" Source: {m['source']}." if "source" in m else ""
         lines.append(f"        {f.name}: {text}. Default {f.default!r}; {rule(f)}.{source}")
-    raises = ("    Raises:\n        InputError: A setting of the wrong type, not finite or out of range (the message "
-              "names it, shows the value and states the rule).\n\n")
+    raises = ("    Raises:\n        InputError: A setting of the wrong type, not finite or out of range, or a name "
+              "that is none (SettingNameError); the message names it and states the rule or the nearest name.\n\n")
     cls.__doc__ = (cls.__doc__ or "").rstrip() + "\n\n" + raises + "    Attributes:\n" + "\n".join(lines) + "\n"
     return cls
