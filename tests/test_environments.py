@@ -179,6 +179,16 @@ def test_pyproject_license_is_an_spdx_expression_that_setuptools_reads_without_d
     assert dist.metadata.license_expression == "MIT"
 
 
+def test_the_package_data_globs_cover_the_files_the_package_reads():
+    """pyproject.toml's package-data (what a wheel ships besides modules) matches the weights manifest, the bundled
+    model configs and the demo speech; the build below checks it for real where setuptools is new enough."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    globs = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["tool"]["setuptools"]["package-data"]
+    shipped = {p for pattern in globs["nbhelpers"] for p in (ROOT / "nbhelpers").glob(pattern) if p.is_file()}
+    needed = ["data/weights.json", "data/demo-speech.wav", "configs/musetalkV15-unet.json", "configs/whisper-tiny.json"]
+    assert {ROOT / "nbhelpers" / rel for rel in needed} <= shipped, sorted(map(str, shipped))
+
+
 def test_a_built_wheel_ships_the_package_data(tmp_path):
     """The wheel that a non-editable install builds (the setup cell's git install) holds the data files the package
     reads at run time: the weights manifest, the bundled model configs and the demo speech."""
