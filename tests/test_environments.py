@@ -179,6 +179,41 @@ def test_pyproject_license_is_an_spdx_expression_that_setuptools_reads_without_d
     assert dist.metadata.license_expression == "MIT"
 
 
+def test_the_package_data_globs_cover_the_files_the_package_reads():
+    """pyproject.toml's package-data (what a wheel ships besides modules) matches the weights manifest, the bundled
+    model configs and the demo speech; the build below checks it for real where setuptools is new enough."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    globs = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["tool"]["setuptools"]["package-data"]
+    shipped = {p for pattern in globs["nbhelpers"] for p in (ROOT / "nbhelpers").glob(pattern) if p.is_file()}
+    needed = ["data/weights.json", "data/demo-speech.wav", "configs/musetalkV15-unet.json", "configs/whisper-tiny.json"]
+    assert {ROOT / "nbhelpers" / rel for rel in needed} <= shipped, sorted(map(str, shipped))
+
+
+def test_a_built_wheel_ships_the_package_data(tmp_path):
+    """The wheel that a non-editable install builds (the setup cell's git install) holds the data files the package
+    reads at run time: the weights manifest, the bundled model configs and the demo speech."""
+    import shutil
+    import zipfile
+
+    setuptools = pytest.importorskip("setuptools")
+    if tuple(int(x) for x in setuptools.__version__.split(".")[:2]) < (77, 0):
+        pytest.skip(f"setuptools {setuptools.__version__} here is older than pyproject.toml's build floor (77)")
+    src = tmp_path / "src"
+    shutil.copytree(ROOT / "nbhelpers", src / "nbhelpers", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, src / name)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index",
+                    "-w", str(tmp_path / "dist"), str(src)], check=True, capture_output=True, timeout=300)
+    (wheel,) = (tmp_path / "dist").glob("musetalk_workbook-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+        shipped = zf.read("nbhelpers/data/weights.json")
+    assert shipped == (ROOT / "nbhelpers" / "data" / "weights.json").read_bytes()
+    data = {f"nbhelpers/{p.relative_to(ROOT / 'nbhelpers').as_posix()}"
+            for folder in ("data", "configs") for p in (ROOT / "nbhelpers" / folder).iterdir()}
+    assert "nbhelpers/configs/musetalkV15-unet.json" in data and data <= names, sorted(data - names)
+
+
 def test_requirements_colab_txt_is_the_colab_extra():
     """requirements-colab.txt (for pip -r beside a checkout) lists exactly the [colab] extra the setup cell installs,
     and neither asks for torch, numpy, transformers or onnxruntime."""

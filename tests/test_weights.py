@@ -110,6 +110,49 @@ def test_manifest_holds_every_file_of_the_layout_with_sources():
     assert not any(f.verified for e in w.MANIFEST for f in (e.size, e.sha256, e.sha256_prefix) if f)
 
 
+def test_manifest_is_read_from_the_packaged_data_file():
+    import importlib.resources
+
+    from nbhelpers.weights import manifest as m
+
+    text = (importlib.resources.files("nbhelpers") / "data" / m.DATA_FILE).read_text("utf-8")
+    assert json.loads(text)["manifest_version"] == m.MANIFEST_VERSION == 1
+    assert tuple(w.MANIFEST) == m._load(text)[0] and len(w.MANIFEST) == 18
+    assert [e.name for e in w.MANIFEST][:4] == ["unet-v15", "unet-v15-config", "vae-config", "vae"]
+    assert list(w.SETS) == ["core", "faces", "faces-onnx", "faces-mmpose", "parsing", "s3fd", "v1", "syncnet",
+                            "quality", "restore-gfpgan", "restore-restoreformer", "restore-codeformer"]
+    assert w.DEFAULT_SETS == ("core", "faces", "parsing", "s3fd") and set(w.MANIFEST.sets) == set(w.SETS)
+    hub = w.Source("hub", repo="TMElyralab/MuseTalk", filename="musetalkV15/unet.pth")
+    assert w.MANIFEST.get("musetalkV15/unet.pth") == w.WeightFile(
+        "unet-v15", "musetalkV15/unet.pth", ("core",), "torch", (hub, dataclasses.replace(hub, endpoint=m.HF_MIRROR)),
+        sha256=w.Fact("7ebf6c98c181e20838e4c0054e96e944ac60d5d692cc01db42839fe11b787007", False, "a third-party page"),
+        approx_bytes=3_399_791_376, cited="download_weights.sh:22-24, unet.py:44-45",
+        description="MuseTalk 1.5 UNet, torch.save of a plain diffusers UNet2DConditionModel state dict "
+                    "(849.9 M float32 values)")
+    s3fd = w.MANIFEST.get("s3fd")
+    assert s3fd.sources == (w.Source("url", url="https://www.adrianbulat.com/downloads/python-fan/s3fd-619a316812.pth"),)
+    assert (s3fd.sha256_prefix.value, s3fd.size, s3fd.approx_bytes) == ("619a316812", None, 89_840_000)
+    assert [s.kind for s in w.MANIFEST.get("bisenet").sources] == ["hub", "gdrive", "hub"]
+    assert w.MANIFEST.get("unet-v1-config").sources[-1] == w.Source("bundled", resource="musetalkV15-unet.json")
+    assert {s.endpoint for e in w.MANIFEST for s in e.sources} == {None, m.HF_MIRROR}
+    assert all(hash(e) for e in w.MANIFEST)  # tuples, not lists: the frozen entries hash
+
+
+def test_the_manifest_loader_refuses_another_version_an_unknown_key_or_set():
+    from nbhelpers.weights import manifest as m
+
+    one = {"name": "a", "path": "a.json", "sets": ["core"], "format": "json", "sources": [{"kind": "url", "url": "u"}]}
+    good = {"manifest_version": 1, "sets": {"core": "c"}, "default_sets": ["core"], "files": [one]}
+    entry = w.WeightFile("a", "a.json", ("core",), "json", (w.Source("url", url="u"),))
+    assert m._load(json.dumps(good)) == ((entry,), {"core": "c"}, ("core",))
+    with pytest.raises(ValueError, match="manifest_version 2"):
+        m._load(json.dumps({**good, "manifest_version": 2}))
+    with pytest.raises(TypeError, match="sizes"):
+        m._load(json.dumps({**good, "files": [{**one, "sizes": 3}]}))
+    with pytest.raises(ValueError, match="'faces'"):
+        m._load(json.dumps({**good, "default_sets": ["faces"]}))
+
+
 def test_default_set_is_the_v15_inference_set_of_about_4_2_gb():
     table = w.list_files(None)
     names = {e.name for e in table.entries}

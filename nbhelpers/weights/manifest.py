@@ -1,9 +1,25 @@
-"""The manifest of the weight files: what a job needs, where each file comes from, and the weights folder."""
+"""The manifest of the weight files: what a job needs, where each file comes from, and the weights folder.
+
+The table of files is the data file ``nbhelpers/data/weights.json``, read once when this module is imported. Its
+format (``manifest_version`` 1) is one JSON object:
+
+- ``manifest_version``: 1 (:data:`MANIFEST_VERSION`); another number stops the import with ValueError.
+- ``sets``: set name -> one-line description (:data:`SETS`, in this order); every set named below must be here.
+- ``default_sets``: the sets fetched when none are named (:data:`DEFAULT_SETS`: the v1.5 inference set, about 4.2 GB).
+- ``files``: one object per :class:`WeightFile`, in manifest order, keyed by its field names; a field left out takes
+  the field's default. ``sets`` and ``alternates`` are lists of strings; ``sources`` a list of objects keyed by the
+  fields of :class:`Source` (a mirror's hub source names its ``endpoint``, :data:`HF_MIRROR`); ``size``, ``sha256`` and
+  ``sha256_prefix`` objects keyed by the fields of :class:`Fact` (``value``, ``verified``, ``source``).
+  ``approx_bytes`` is an estimate for display (a parameter count at 4 bytes a float32 value, or a release listing's
+  size), never checked against a file.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import html
+import importlib.resources
+import json
 import os
 import sys
 from collections.abc import Iterable, Sequence
@@ -19,6 +35,8 @@ TINY_MARKER = "tiny.json"  # written by nbhelpers.testing.make_tiny_weights: ran
 HF_MIRROR = "https://hf-mirror.com"  # the mirror both official download scripts use (download_weights.sh:14)
 DOWNLOAD_COMMAND = "python -m nbhelpers download"
 NOTEBOOK = "notebooks/01_weights.ipynb"
+DATA_FILE = "weights.json"  # the table of weight files, under nbhelpers/data (format: the module docstring)
+MANIFEST_VERSION = 1  # the manifest_version of DATA_FILE that this module reads
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,136 +118,32 @@ class WeightFile:
         return "unknown"
 
 
-def _hub(repo: str, filename: str) -> tuple[Source, ...]:
-    return Source("hub", repo=repo, filename=filename), Source("hub", repo=repo, filename=filename, endpoint=HF_MIRROR)
+def _entry(fields: dict) -> WeightFile:
+    facts = {key: Fact(**fields[key]) for key in ("size", "sha256", "sha256_prefix") if key in fields}
+    lists = {"sets": tuple(fields["sets"]), "alternates": tuple(fields.get("alternates", ())),
+             "sources": tuple(Source(**source) for source in fields["sources"])}
+    return WeightFile(**{**fields, **facts, **lists})
 
 
-_MUSETALK = "TMElyralab/MuseTalk"
-_VAE = "stabilityai/sd-vae-ft-mse"
-_WHISPER = "openai/whisper-tiny"
-_DWPOSE = "yzd-v/DWPose"
+def _load(text: str) -> tuple[tuple[WeightFile, ...], dict[str, str], tuple[str, ...]]:
+    """The entries, set descriptions and default sets of a manifest file's ``text`` (format: the module docstring).
 
-# Sizes marked "estimate" come from parameter counts (4 bytes per float32 value); none is checked against a file.
-_ENTRIES: tuple[WeightFile, ...] = (
-    WeightFile(
-        "unet-v15", "musetalkV15/unet.pth", ("core",), "torch", _hub(_MUSETALK, "musetalkV15/unet.pth"),
-        sha256=Fact("7ebf6c98c181e20838e4c0054e96e944ac60d5d692cc01db42839fe11b787007", False, "a third-party page"),
-        approx_bytes=3_399_791_376, cited="download_weights.sh:22-24, unet.py:44-45",
-        description="MuseTalk 1.5 UNet, torch.save of a plain diffusers UNet2DConditionModel state dict "
-                    "(849.9 M float32 values)"),
-    WeightFile(
-        "unet-v15-config", "musetalkV15/musetalk.json", ("core",), "json",
-        (*_hub(_MUSETALK, "musetalkV15/musetalk.json"), Source("bundled", resource="musetalkV15-unet.json")),
-        approx_bytes=800, cited="download_weights.sh:22-24",
-        description="UNet2DConditionModel kwargs (v1.5); the bundled copy is nbhelpers/configs/musetalkV15-unet.json"),
-    WeightFile(
-        "vae-config", "sd-vae/config.json", ("core",), "json", _hub(_VAE, "config.json"), approx_bytes=550,
-        description="AutoencoderKL config of sd-vae-ft-mse", cited="download_weights.sh:27-29"),
-    WeightFile(
-        "vae", "sd-vae/diffusion_pytorch_model.safetensors", ("core",), "safetensors",
-        _hub(_VAE, "diffusion_pytorch_model.safetensors"), approx_bytes=334_640_000,
-        alternates=("sd-vae/diffusion_pytorch_model.bin",), cited="download_weights.sh:27-29, vae.py:24",
-        description="sd-vae-ft-mse weights (83.7 M values); the official script fetches the .bin, which also works"),
-    WeightFile(
-        "whisper-config", "whisper/config.json", ("core",), "json", _hub(_WHISPER, "config.json"),
-        approx_bytes=2_000, description="whisper-tiny config", cited="download_weights.sh:32-34"),
-    WeightFile(
-        "whisper", "whisper/model.safetensors", ("core",), "safetensors", _hub(_WHISPER, "model.safetensors"),
-        approx_bytes=151_060_000, alternates=("whisper/pytorch_model.bin",),
-        description="whisper-tiny weights (37.8 M values; only the encoder is used); safetensors because recent "
-                    "transformers refuse .bin files on torch < 2.6",
-        cited="download_weights.sh:32-34, inference.py:64-66"),
-    WeightFile(
-        "whisper-preprocessor", "whisper/preprocessor_config.json", ("core",), "json",
-        _hub(_WHISPER, "preprocessor_config.json"), cited="download_weights.sh:32-34",
-        description="WhisperFeatureExtractor settings (80 mel bins, hop 160, 30 s chunks)"),
-    WeightFile(
-        "dwpose-mmpose", "dwpose/dw-ll_ucoco_384.pth", ("faces", "faces-mmpose"), "torch",
-        _hub(_DWPOSE, "dw-ll_ucoco_384.pth"), approx_bytes=134_600_000,
-        description="DWPose mmengine checkpoint (state dict of 33.6 M values plus metadata; the estimate is a lower "
-                    "bound): the default landmark backend 'dwpose' (plain torch) and the exact mmpose path read it",
-        cited="download_weights.sh:37-39, preprocessing.py:18-19"),
-    WeightFile(
-        "dwpose-onnx", "dwpose/dw-ll_ucoco_384.onnx", ("faces-onnx",), "onnx", _hub(_DWPOSE, "dw-ll_ucoco_384.onnx"),
-        approx_bytes=134_600_000, cited="hub yzd-v/DWPose (the same repository as the .pth)",
-        description="DWPose RTMPose-l 384x288 whole-body, ONNX export (33.6 M values): only for the optional "
-                    "'dwpose-onnx' backend (onnxruntime)"),
-    WeightFile(
-        "bisenet", "face-parse-bisent/79999_iter.pth", ("parsing",), "torch",
-        (Source("hub", repo="ManyOtherFunctions/face-parse-bisent", filename="79999_iter.pth"),
-         Source("gdrive", id="154JgKpzCPW82qINcVieuPH3fZ2e0P812"),
-         Source("hub", repo="ManyOtherFunctions/face-parse-bisent", filename="79999_iter.pth", endpoint=HF_MIRROR)),
-        approx_bytes=53_300_000,
-        description="BiSeNet face parsing, 19 classes (face-parsing.PyTorch), plain state dict; the ResNet-18 "
-                    "ImageNet file of the official script is not needed (it is fully overwritten)",
-        cited="download_weights.sh:47, download_weights.bat:38, face_parsing/__init__.py:61-67"),
-    WeightFile(
-        "s3fd", "s3fd/s3fd-619a316812.pth", ("s3fd",), "torch",
-        (Source("url", url="https://www.adrianbulat.com/downloads/python-fan/s3fd-619a316812.pth"),),
-        sha256_prefix=Fact("619a316812", False, "torch.hub file-name convention (<name>-<first sha256 digits>)"),
-        approx_bytes=89_840_000, cited="sfd_detector.py:11-13,17-24",
-        description="S3FD face detector (22.5 M values); the official code fetches it at import time"),
-    WeightFile(
-        "unet-v1", "musetalk/pytorch_model.bin", ("v1",), "torch", _hub(_MUSETALK, "musetalk/pytorch_model.bin"),
-        approx_bytes=3_399_791_376, cited="download_weights.sh:17-19",
-        description="MuseTalk 1.0 UNet (same architecture as v1.5), plain state dict"),
-    WeightFile(
-        "unet-v1-config", "musetalk/musetalk.json", ("v1",), "json",
-        (*_hub(_MUSETALK, "musetalk/musetalk.json"), Source("bundled", resource="musetalkV15-unet.json")),
-        approx_bytes=800, cited="download_weights.sh:17-19, training_utils.py:66-73",
-        description="UNet config (v1.0); v1.0 and v1.5 share the architecture, so the bundled v1.5 config is the "
-                    "last-resort source"),
-    WeightFile(
-        "syncnet", "syncnet/latentsync_syncnet.pt", ("syncnet",), "torch",
-        _hub("ByteDance/LatentSync", "latentsync_syncnet.pt"), cited="download_weights.sh:42-44, app.py:139,149-159",
-        description="LatentSync SyncNet: training only (the official app.py refuses to start without it)"),
-    WeightFile(
-        "syncnet-v2", "syncnet/syncnet_v2.model", ("quality",), "torch",
-        (*_hub("ByteDance/LatentSync-1.5", "auxiliary/syncnet_v2.model"),
-         Source("url", url="https://www.robots.ox.ac.uk/~vgg/software/lipsync/data/syncnet_v2.model")),
-        approx_bytes=54_526_464,
-        description="SyncNet v2 (Chung & Zisserman 2016), a plain state dict of 13.6 M float32 values: the "
-                    "LSE-D / LSE-C lip-sync score of nbhelpers.quality (optional)",
-        cited="syncnet_python download_model.sh, SyncNetInstance.py loadParameters; LatentSync checkpoints/auxiliary"),
-    # Face restoration (nbhelpers.restore, optional); sizes are estimates from the release listings.
-    WeightFile(
-        "gfpgan-v1.4", "restore/GFPGANv1.4.pth", ("restore-gfpgan",), "torch",
-        (Source("url", url="https://github.com/TencentARC/GFPGAN/releases/download/v1.3.0/GFPGANv1.4.pth"),),
-        approx_bytes=348_000_000,
-        description="GFPGAN v1.4 (GFPGANv1Clean, 512x512 faces), torch.save of {'params_ema': state dict}: "
-                    "optional face restoration of the repainted crop (Apache-2.0)",
-        cited="GFPGAN inference_gfpgan.py (version 1.4 URL), gfpgan/utils.py (params_ema / params)"),
-    WeightFile(
-        "restoreformer", "restore/RestoreFormer.pth", ("restore-restoreformer",), "torch",
-        (Source("url", url="https://github.com/TencentARC/GFPGAN/releases/download/v1.3.4/RestoreFormer.pth"),),
-        approx_bytes=290_000_000,
-        description="RestoreFormer as released with GFPGAN 1.3.4 (512x512 faces), {'params_ema': state dict}: "
-                    "optional face restoration of the repainted crop (Apache-2.0)",
-        cited="GFPGAN inference_gfpgan.py (version RestoreFormer URL), gfpgan/archs/restoreformer_arch.py"),
-    WeightFile(
-        "codeformer", "restore/codeformer.pth", ("restore-codeformer",), "torch",
-        (Source("url", url="https://github.com/sczhou/CodeFormer/releases/download/v0.1.0/codeformer.pth"),),
-        approx_bytes=376_000_000,
-        description="CodeFormer v0.1.0 (512x512 faces), {'params_ema': state dict}: optional face restoration; "
-                    "NON-COMMERCIAL licence (S-Lab License 1.0)",
-        cited="CodeFormer inference_codeformer.py (pretrain_model_url, torch.load(...)['params_ema'])"),
-)
+    Raises:
+        ValueError: ``manifest_version`` is not :data:`MANIFEST_VERSION`, or a set is used but not described.
+        TypeError: a key that is not a field of :class:`WeightFile`, :class:`Source` or :class:`Fact`.
+    """
+    data = json.loads(text)
+    if data.get("manifest_version") != MANIFEST_VERSION:
+        raise ValueError(f"{DATA_FILE}: manifest_version {data.get('manifest_version')!r}, but this code reads "
+                         f"version {MANIFEST_VERSION}")
+    entries = tuple(_entry(fields) for fields in data["files"])
+    unknown = {s for e in entries for s in e.sets}.union(data["default_sets"]).difference(data["sets"])
+    if unknown:
+        raise ValueError(f"{DATA_FILE}: sets used but not described under 'sets': {sorted(unknown)}")
+    return entries, dict(data["sets"]), tuple(data["default_sets"])
 
-SETS: dict[str, str] = {
-    "core": "MuseTalk 1.5 UNet + config, sd-vae-ft-mse, whisper-tiny (needed for every run)",
-    "faces": "DWPose checkpoint, the official .pth (the default landmark backend 'dwpose', and mmpose)",
-    "faces-onnx": "DWPose as ONNX (the optional 'dwpose-onnx' backend, onnxruntime)",
-    "faces-mmpose": "DWPose checkpoint for the exact official landmarks through mmpose (the same file as 'faces')",
-    "parsing": "BiSeNet face parsing (the blending mask)",
-    "s3fd": "S3FD face detector (the face box for the DWPose backends)",
-    "v1": "MuseTalk 1.0 UNet + config (only for version='v1')",
-    "syncnet": "LatentSync SyncNet (training only)",
-    "quality": "SyncNet v2 for the LSE-D / LSE-C lip-sync score (nbhelpers.quality.sync_score)",
-    "restore-gfpgan": "GFPGAN v1.4 face restoration of the repainted crop (restore='gfpgan', Apache-2.0)",
-    "restore-restoreformer": "RestoreFormer face restoration (restore='restoreformer', Apache-2.0)",
-    "restore-codeformer": "CodeFormer face restoration (restore='codeformer'; non-commercial licence)",
-}
-DEFAULT_SETS: tuple[str, ...] = ("core", "faces", "parsing", "s3fd")  # the v1.5 inference set, ~4.2 GB
+
+_ENTRIES, SETS, DEFAULT_SETS = _load((importlib.resources.files("nbhelpers") / "data" / DATA_FILE).read_text("utf-8"))
 _ALIASES = {"default": DEFAULT_SETS, "v15": ("core",), "all": tuple(SETS)}
 
 
