@@ -64,13 +64,17 @@ def check_audio(audio: Any):
                         "carries sound.")
 
 
+def check_speech_seconds(seconds: float | None, what: str = "audio") -> None:
+    """InputError when ``seconds`` (a waveform's length, or a probe's duration) is under one frame; None passes."""
+    if seconds is not None and seconds < 1.0 / FPS:
+        raise InputError(f"{what} lasts {seconds:.3f} s, shorter than one frame (1/{FPS} s); give at least 0.04 s of "
+                         "speech.")
+
+
 def speech_frames(waveform: np.ndarray, what: str = "audio") -> int:
     """Output frames of a 16 kHz waveform, ``floor(seconds x 25)``; InputError under one frame (0.04 s)."""
-    n_out = output_frame_count(len(waveform))
-    if n_out < 1:
-        raise InputError(f"{what} lasts {len(waveform) / SAMPLE_RATE:.3f} s, shorter than one frame (1/{FPS} s); "
-                         "give at least 0.04 s of speech.")
-    return n_out
+    check_speech_seconds(len(waveform) / SAMPLE_RATE, what)
+    return output_frame_count(len(waveform))
 
 
 SILENT_DBFS = -60.0  # audio whose loudest sample is below this is called silent (the live session's threshold too)
@@ -244,6 +248,6 @@ def one_frame_boxes(boxes: Any, frame_index: int) -> Any:
     return [boxes[int(frame_index)]]
 
 
-__all__ = ["check_audio", "check_boxes", "check_face", "check_inputs", "check_path_type", "check_video",
-           "check_weights_dir", "given_boxes", "no_face_in_rotated_video", "one_frame_boxes", "output_path_for",
-           "speech_frames", "warn_if_silent"]
+__all__ = ["check_audio", "check_boxes", "check_face", "check_inputs", "check_path_type", "check_speech_seconds",
+           "check_video", "check_weights_dir", "given_boxes", "no_face_in_rotated_video", "one_frame_boxes",
+           "output_path_for", "speech_frames", "warn_if_silent"]

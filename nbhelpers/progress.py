@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from typing import Any
+
+LOG_INTERVAL_S = 10.0  # seconds between two lines of one bar in a log or a pipe
 
 _settings: dict[str, Any] = {"disable": os.environ.get("NBHELPERS_PROGRESS", "1") in ("0", "false", "no")}
 _notes = {"on": not _settings["disable"]}
@@ -26,11 +29,30 @@ def configure(disable: bool | None = None, *, notes: bool | None = None, **tqdm_
 
 def bar(total: int | float | None = None, desc: str = "", unit: str = "frame", **kwargs: Any):
     """A ``tqdm.auto`` bar of ``total`` ``unit`` (``"frame"``, ``"batch"``, ``"B"``) named ``desc``, as a context
-    manager; ``kwargs`` go to ``tqdm`` over the global settings.
+    manager; ``kwargs`` go to ``tqdm`` over the global settings. Where its ``file`` (default: stderr) is neither a
+    terminal nor a notebook's, each redraw is one plain line (no carriage return or cursor code), at most every
+    :data:`LOG_INTERVAL_S` seconds (``mininterval``) and once when the bar closes.
     """
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, desc=desc, unit=unit, **{**_settings, **kwargs})
+    options = {**_settings, **kwargs}
+    file = options.get("file") or sys.stderr
+    widgets = any(c.__module__ == "tqdm.notebook" for c in tqdm.__mro__)  # tqdm.auto in Jupyter with ipywidgets
+    if not (widgets or getattr(file, "isatty", lambda: False)() or type(file).__module__.startswith("ipykernel")):
+        options = {"mininterval": LOG_INTERVAL_S, **options, "file": _Lines(file)}
+    return tqdm(total=total, desc=desc, unit=unit, **options)
+
+
+class _Lines:
+    """A bar's file in a log or a pipe: each tqdm redraw (``"\\r" + text``) is written as the line ``text``; bare
+    carriage returns, newlines and cursor-up codes are dropped."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream, self.flush = stream, stream.flush
+
+    def write(self, text: str) -> None:
+        if line := text.replace("\x1b[A", "").strip():
+            self.stream.write(line + "\n")
 
 
 def stage_bar(progress: Any, total: int, desc: str):

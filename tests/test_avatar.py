@@ -329,6 +329,35 @@ def test_generate_refuses_an_audio_or_output_that_is_not_a_path(prepared):
         avatar.generate(np.zeros(16000, np.float32), ["o.mp4"])
 
 
+def test_audio_under_one_frame_is_refused_before_the_models_plan_or_load(prepared, lavfi_tone, tone_1s, tiny_weights,
+                                                                        tmp_path, monkeypatch, capsys):
+    """Audio shorter than one frame (0.04 s) is an InputError before the models plan or load: in generate and stream
+    (a file or a waveform) by its samples, in `avatar generate` for every file by a probe, before the avatar loads."""
+    from nbhelpers.avatar import Avatar
+    from nbhelpers.cli.main import main
+    from nbhelpers.errors import InputError
+
+    folder, avatar = prepared
+    blip = lavfi_tone(0.01)
+    fresh = Avatar.load(folder, avatar.pipe)  # no device state yet: generating would plan and load first
+
+    def no_models(*args, **kwargs):
+        raise AssertionError("models planned or loaded before the audio's length was checked")
+
+    monkeypatch.setattr(avatar.pipe, "plan", no_models)
+    monkeypatch.setattr(avatar.pipe, "models_for", no_models)
+    monkeypatch.setattr(avatar.pipe, "features", no_models)
+    for audio in (blip, np.zeros(160, np.float32)):
+        with pytest.raises(InputError, match=r"lasts 0\.010 s, shorter than one frame \(1/25 s\)"):
+            fresh.generate(audio, output=tmp_path / "o.mp4")
+        with pytest.raises(InputError, match="shorter than one frame"):
+            next(fresh.stream(audio))
+    monkeypatch.setattr("nbhelpers.cli.avatar.load_avatar", no_models)
+    assert main(["avatar", "generate", str(folder), str(tone_1s), str(blip), "--weights", str(tiny_weights)]) == 2
+    assert f"error: audio {str(blip)!r} lasts 0.010 s, shorter than one frame" in capsys.readouterr().err
+    assert not (tmp_path / "o.mp4").exists()
+
+
 def test_the_weights_fingerprint_covers_the_vae_parsing_and_landmark_files(tmp_path):
     """The crop boxes come from the landmark models, so their files are in the fingerprint beside the VAE and
     BiSeNet; the UNet and whisper, which run at generate time, are not."""

@@ -56,6 +56,32 @@ def test_notes_still_print_where_only_the_bars_are_hidden(capsys):
 
 
 @pytest.mark.notorch
+def test_bars_in_a_log_print_plain_lines_and_in_a_terminal_redraw():
+    """Where the file is not a terminal (a log, a pipe) each redraw of a bar is one plain line, without carriage
+    returns or the cursor-up codes of stacked bars, at most every LOG_INTERVAL_S: a quick stage prints its start and
+    its end. In a terminal the bars redraw in place."""
+    from nbhelpers import progress
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    log, terminal = io.StringIO(), Terminal()
+    for out in (log, terminal):
+        with progress.bar(40, "faces", file=out, disable=False) as faces, \
+                progress.bar(40, "latents", file=out, disable=False) as latents:
+            for _ in range(40):
+                faces.update(1)
+                latents.update(1)
+    text = log.getvalue()
+    assert "\r" not in text and "\x1b" not in text, repr(text)
+    lines = text.splitlines()
+    assert [line.split("|")[0] for line in lines] == ["faces:   0%", "latents:   0%", "latents: 100%", "faces: 100%"]
+    assert "| 40/40 [" in lines[-1] and "frame/s]" in lines[-1], lines
+    assert "\r" in terminal.getvalue() and "\x1b[A" in terminal.getvalue()
+
+
+@pytest.mark.notorch
 def test_the_faces_bar_ends_full_when_the_duration_promised_one_frame_more(make_media, shown_bars):
     """The score's face bar ended at "99% 187/188": the count from the duration (the sound runs a little longer than
     the pictures) was one frame over."""

@@ -182,16 +182,17 @@ class Avatar:
 
     # -- generation ----------------------------------------------------------------------------------------------
 
-    def _features(self, audio: str | os.PathLike | np.ndarray, timings: Timings):
+    def _waveform(self, audio: str | os.PathLike | np.ndarray, timings: Timings) -> tuple[np.ndarray, int]:
+        """The 16 kHz waveform and its output frames (InputError: read before any model loads or plans)."""
         with timings.stage("audio"):
             if isinstance(audio, np.ndarray):
                 waveform = np.asarray(audio, dtype=np.float32)
-            else:  # InputError for a missing or soundless file
+            else:
                 waveform = media.load_audio(audio)
-            n_out = speech_frames(waveform)
-            warn_if_silent(waveform, "audio" if isinstance(audio, np.ndarray) else f"audio {str(audio)!r}")
-            features = self.pipe.features(waveform)
-        return waveform, features, n_out
+            what = "audio" if isinstance(audio, np.ndarray) else f"audio {str(audio)!r}"
+            n_out = speech_frames(waveform, what)
+            warn_if_silent(waveform, what)
+        return waveform, n_out
 
     def generate(self, audio: str | os.PathLike | np.ndarray, output: str | os.PathLike | bool | None = None, *,
                  frame_callback: Callable[[int, np.ndarray], None] | None = None, encoder: str | None = None,
@@ -220,13 +221,15 @@ class Avatar:
         if output is not False:  # before the models load
             check_path_type(output, "output")
             media.check_writable(Path(output).expanduser().parent)
+        waveform, n_out = self._waveform(audio, timings)
         st = self.device_state()
         h, w = self.frame_shape
         clip_config = st.get("clip_config", self.config)
         batch = int(clip_config.batch_size or 20)
         self.pipe.compile_for(batch, parts=("unet", "decoder"))  # background; eager until ready
         with flush_denormals(st["models"].device):
-            waveform, features, n_out = self._features(audio, timings)
+            with timings.stage("audio"):
+                features = self.pipe.features(waveform)
             writer = None
             if output is not False:
                 setting = encoder or self.config.encoder
@@ -246,10 +249,11 @@ class Avatar:
 
     def stream(self, audio: str | os.PathLike | np.ndarray) -> Iterator[np.ndarray]:
         """Yield the finished (H, W, 3) uint8 BGR frames of one clip, in order, as they are made (no file)."""
+        waveform, n_out = self._waveform(audio, Timings())
         st = self.device_state()
         batch = int(self.config.batch_size or 20)
         self.pipe.compile_for(batch, parts=("unet", "decoder"))
-        _, features, n_out = self._features(audio, Timings())
+        features = self.pipe.features(waveform)
         for _, frames in render(st["source"], features, st["models"], batch, n_out, pad_batches=True):
             yield from (np.array(f) for f in frames)
 

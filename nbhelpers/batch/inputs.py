@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..checks import check_audio, check_boxes, check_face, check_video
+from ..checks import check_audio, check_boxes, check_face, check_speech_seconds, check_video
 from ..config import InferenceConfig
 from ..constants import FPS
 from ..errors import InputError, NbHelpersError
@@ -22,11 +22,11 @@ from .results import JobOutcome, error_text, job_outcome
 
 def _short_audio_error(info: Any) -> str:
     """The error of a job whose audio is shorter than one 25 fps frame ("" otherwise or when unknown)."""
-    seconds = getattr(info, "duration_s", None)
-    if seconds is None or seconds >= 1.0 / FPS:
-        return ""
-    return (f"InputError: audio {str(info.path)!r} lasts {seconds:.3f} s, shorter than one frame (1/{FPS} s); give "
-            "at least 0.04 s of speech.")
+    try:
+        check_speech_seconds(info.duration_s, f"audio {str(info.path)!r}")
+    except InputError as exc:
+        return error_text(exc)
+    return ""
 
 
 def _fit_error(job: Job, face: Any, video_info: Any) -> str:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from .. import media
 from ..avatar import load_avatar, prepare_avatar
+from ..checks import check_audio, check_speech_seconds
 from ..config import LiveConfig
 from ..errors import InputError
 from ..live import LiveSession, play
@@ -37,6 +38,8 @@ def _generate(args: argparse.Namespace) -> int:
         raise InputError(f"-o/--output names one file but {len(args.audio)} audio files were given; leave -o "
                          "out to write each clip to <avatar>/vid_output/<audio name>.mp4.")
     _check_folder(args.directory)
+    for path, info in map(check_audio, args.audio):  # each file probed before the avatar and its models load
+        check_speech_seconds(info.duration_s, f"audio {str(path)!r}")
     loaded = load_avatar(args.directory, weights_dir=args.weights)
     if args.restore is not None:  # not a cached field: the same avatar renders with or without restoration
         given = {k: getattr(args, k) for k in ("restore", "restore_strength") if getattr(args, k) is not None}
