@@ -50,9 +50,6 @@ from .result import ClipResult
 PIPELINE_FIELDS = ("version", "device", "fp16")
 # The models a job can have compiled (MuseTalkPipeline.compile_for).
 COMPILED_PARTS = ("unet", "decoder", "encoder", "parser")
-# Inductor tunes each Triton kernel of the VAE decoder on the GPU it runs on: 15 % more decoder frames/s on the T4-class
-# proxy for about 3 minutes more of a cold compile at 16 cores (bench/RESULTS.md, issue 35); the cache keeps the result.
-DECODER_COMPILE_OPTIONS = {"coordinate_descent_tuning": True}
 # Components __init__ takes, in the order a notebook shows them.
 COMPONENTS = ("unet", "vae", "whisper", "feature_extractor", "pe", "face_parser")
 
@@ -316,7 +313,7 @@ class MuseTalkPipeline(contextlib.AbstractContextManager):
         return {"version": self.version, "dtype": str(self.dtype), "weights": _weights_kind(self.weights_dir),
                 "unet": _file_text(self.weights_dir / models.UNET_FILES[self.version][0]),
                 "vae": _file_text(self.weights_dir / models.VAE_DIR / "config.json"), "channels_last_unet": True,
-                "phase_upsampling": True, "decoder_options": DECODER_COMPILE_OPTIONS}
+                "phase_upsampling": True}
 
     def compile_for(self, batch_size: int, parts: tuple[str, ...] = COMPILED_PARTS, *,
                     dynamic_batch: bool = False, cached_only: bool = False) -> None:
@@ -354,8 +351,7 @@ class MuseTalkPipeline(contextlib.AbstractContextManager):
                 z = torch.zeros(b, int(self.vae.config.latent_channels), side, side, device=dev, dtype=dt)
                 # Inductor's dynamic-batch decoder ran at two thirds of the static one's speed on a T4-class GPU
                 # (bench/RESULTS.md); other shapes compile once they repeat.
-                comp.request("vae decoder", self.vae.decoder, z, dynamic_batch=dynamic_batch, cached_only=cached_only,
-                             options=DECODER_COMPILE_OPTIONS)
+                comp.request("vae decoder", self.vae.decoder, z, dynamic_batch=dynamic_batch, cached_only=cached_only)
             if "parser" in parts:
                 x = torch.zeros(b, 3, PARSING_SIZE, PARSING_SIZE, device=dev, dtype=dt)
                 comp.request("face parser", self.face_parser.net, x, method="parse", cached_only=cached_only)

@@ -430,25 +430,6 @@ def test_a_compile_that_fails_on_the_gpu_falls_back_to_eager(shared_data, make_m
         np.testing.assert_array_equal(frames[t], eager[t])
 
 
-def test_options_of_one_model_reach_its_compiles_only(possible, monkeypatch):
-    """A request's ``options`` go to torch.compile for that model, over the compiler's own; another model gets only
-    the compiler's."""
-    seen = {}
-
-    def fake_compile(fn, **kwargs):
-        seen[getattr(fn, "__self__", fn).__class__.__name__ + str(len(seen))] = kwargs.get("options")
-        return fn
-
-    monkeypatch.setattr(torch, "compile", fake_compile)
-    comp = gc.BackgroundCompiler("cpu", mode="on")
-    comp.options = {"a": 1}
-    with torch.inference_mode():
-        comp.request("tuned", Net().eval(), torch.zeros(2, 3, 8, 8), dynamic_batch=False, options={"b": 2})
-        comp.request("plain", Net().eval(), torch.zeros(2, 3, 8, 8), dynamic_batch=False)
-    assert comp.wait(30).state == "ready"
-    assert sorted(map(str, seen.values())) == ["{'a': 1, 'b': 2}", "{'a': 1}"]
-
-
 @pytest.mark.gpu
 def test_the_face_models_are_compiled_for_the_offline_jobs_calls(tiny_weights):
     """compile_face_models asks for S3FD and DWPose with the signatures of the offline job's calls: once compiled, a

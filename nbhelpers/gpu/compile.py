@@ -101,10 +101,8 @@ class _Dispatch:
     :data:`AUTO_REQUEST_AFTER` times without compiled code is handed to the compiler (with copies of the call's
     tensors; a dynamic batch where ``dynamic_batch``), so a path no job asked for ahead still gets compiled code."""
 
-    def __init__(self, name: str, eager: Callable, compiler: BackgroundCompiler, dynamic_batch: bool,
-                 options: dict[str, Any] | None = None) -> None:
+    def __init__(self, name: str, eager: Callable, compiler: BackgroundCompiler, dynamic_batch: bool) -> None:
         self.name = name
-        self.options = dict(options or {})  # inductor options of this model's compiles, over the compiler's
         self.eager = eager
         self.compiler = compiler
         self.dynamic_batch = dynamic_batch
@@ -273,8 +271,7 @@ class BackgroundCompiler:
             warnings.warn(f"compile='on', but the models stay eager: {why}.", FallbackWarning, stacklevel=2)
 
     def request(self, name: str, module: Any, *args: Any, method: str = "forward", grad: str = "inference",
-                dynamic_batch: bool | None = None, cached_only: bool = False, options: dict[str, Any] | None = None,
-                **kwargs: Any) -> None:
+                dynamic_batch: bool | None = None, cached_only: bool = False, **kwargs: Any) -> None:
         """Have ``module.<method>`` (replaced on the instance until :meth:`remove`) compiled for calls like
         ``module.<method>(*args, **kwargs)`` as the job makes them (same shapes, dtypes, memory layout) under
         autograd mode ``grad``; returns at once. ``name`` shows in the status; ``dynamic_batch`` compiles the first
@@ -282,7 +279,6 @@ class BackgroundCompiler:
         GPU); None: as the module's first request or :meth:`install` said (True), which also holds for calls
         compiled unasked. ``cached_only``: only where :meth:`cached_parts` holds it (then the compile takes seconds;
         a cold one would outlast a short stage and hold up the compiles queued after it), else nothing is installed.
-        ``options``: inductor options for this model's compiles, over :attr:`options` (set at its first request).
         Raises InputError: ``grad`` is not one of :data:`GRAD_MODES`.
         """
         if grad not in GRAD_MODES:
@@ -298,7 +294,7 @@ class BackgroundCompiler:
             sig = _signature(args, kwargs, dynamic_batch)
         if cached_only and _label(name, sig) not in self.cached_parts():
             return
-        dispatch = self.install(name, module, method, dynamic_batch=dynamic_batch, options=options)
+        dispatch = self.install(name, module, method, dynamic_batch=dynamic_batch)
         self._ask(dispatch, sig, args, kwargs, grad, dynamic_batch)
 
     def cached_parts(self) -> set[str]:
@@ -312,15 +308,15 @@ class BackgroundCompiler:
                     self._cached.update(json.loads(meta_path.read_text())["parts"])
         return self._cached
 
-    def install(self, name: str, module: Any, method: str = "forward", *, dynamic_batch: bool = True,
-                options: dict[str, Any] | None = None) -> _Dispatch | None:
+    def install(self, name: str, module: Any, method: str = "forward", *,
+                dynamic_batch: bool = True) -> _Dispatch | None:
         """Put the dispatcher in place of ``module.<method>`` without asking for a compile: the calls the job makes
         are compiled once a signature repeats (:data:`AUTO_REQUEST_AFTER`). None when compiling is off."""
         if not self.enabled:
             return None
         dispatch = module.__dict__.get(method)
         if not isinstance(dispatch, _Dispatch):
-            dispatch = _Dispatch(name, getattr(module, method), self, dynamic_batch, options)
+            dispatch = _Dispatch(name, getattr(module, method), self, dynamic_batch)
             setattr(module, method, dispatch)
             self._dispatches.append((module, method, dispatch))
         return dispatch
@@ -409,7 +405,7 @@ class BackgroundCompiler:
         try:
             if dynamic not in dispatch.compiled:
                 dispatch.compiled[dynamic] = torch.compile(dispatch.eager, dynamic=None if dynamic else False,
-                                                           options={**self.options, **dispatch.options} or None)
+                                                           options=self.options or None)
             if dynamic:  # the first dimension of tensors of 2+ dimensions and 2+ rows
                 _map_tensors((args, kwargs), lambda t: t.ndim >= 2 and t.shape[0] >= 2
                              and torch._dynamo.maybe_mark_dynamic(t, 0))
