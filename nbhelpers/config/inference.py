@@ -111,10 +111,10 @@ class InferenceConfig:
                                    "speech, the face whose mouth moves with the audio; lip-sync only). Other faces "
                                    "pass through unchanged")
     compile: str = setting("auto", choices=COMPILE_MODES, key=False,
-                           help="torch.compile the UNet, VAE and face parser on CUDA in the background while the job "
-                                "starts eagerly; 'auto' where compiling can run (Triton, compute capability 7.0+) "
-                                "and the GPU limits the job (under 200 TFLOP/s fp16, e.g. a T4), 'on' wherever it "
-                                "can run, 'off' never")
+                           help="torch.compile the UNet, VAE, face parser and (offline) S3FD and DWPose on CUDA in the "
+                                "background while the job starts eagerly; 'auto' where compiling can run (Triton, "
+                                "compute capability 7.0+) and the GPU limits the job (under 200 TFLOP/s fp16, e.g. a "
+                                "T4), 'on' wherever it can run, 'off' never")
     reasons: dict[str, str] = field(default_factory=dict, compare=False, hash=False, repr=False)
     """Why automatic values were chosen (filled by ``gpu.plan``); not compared or hashed."""
 
