@@ -27,12 +27,6 @@ FACEDET_MIN_SCORE = 0.9  # S3FD confidence kept (run_pipeline.py conf_th=0.9)
 MAX_MISSED_FRAMES = 25  # frames without a face bridged by interpolation (run_pipeline.py --num_failed_det)
 
 
-def _medfilt(x: np.ndarray, kernel: int) -> np.ndarray:
-    """``scipy.signal.medfilt``: centred median with zero padding at both ends (odd kernel)."""
-    windows = np.lib.stride_tricks.sliding_window_view(np.pad(x, kernel // 2), kernel)
-    return np.median(windows, axis=1)
-
-
 def smooth_face_boxes(boxes: np.ndarray) -> np.ndarray:
     """(N, 3) float64 crop squares ``(s, x, y)`` in pixels from (N, 4) float face ``boxes`` ``(x1, y1, x2, y2)``
     (NaN rows where no face was found), smoothed as the published pipeline does: NaN rows filled by linear
@@ -41,6 +35,8 @@ def smooth_face_boxes(boxes: np.ndarray) -> np.ndarray:
     face; NoFaceError for no face in any frame.
     Source: syncnet_python ``run_pipeline.py`` ``track_shot`` and ``crop_video``.
     """
+    import scipy.ndimage
+
     b = np.asarray(boxes, dtype=np.float64)
     if b.ndim != 2 or b.shape[1] != 4 or b.shape[0] == 0:
         raise InputError(f"boxes must be (N, 4) (x1, y1, x2, y2); got shape {b.shape}.")
@@ -59,7 +55,7 @@ def smooth_face_boxes(boxes: np.ndarray) -> np.ndarray:
     s = np.maximum(filled[:, 3] - filled[:, 1], filled[:, 2] - filled[:, 0]) / 2.0
     cx = (filled[:, 0] + filled[:, 2]) / 2.0
     cy = (filled[:, 1] + filled[:, 3]) / 2.0
-    return np.stack([_medfilt(v, SMOOTH_KERNEL) for v in (s, cx, cy)], axis=1)
+    return np.stack([scipy.ndimage.median_filter(v, SMOOTH_KERNEL, mode="constant") for v in (s, cx, cy)], axis=1)
 
 
 def protocol_crops(frames: np.ndarray, squares: np.ndarray) -> np.ndarray:

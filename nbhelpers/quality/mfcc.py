@@ -39,15 +39,6 @@ def _mel_filters(sample_rate: int) -> np.ndarray:
     return fb
 
 
-def _dct2_ortho(n: int, keep: int) -> np.ndarray:
-    """(n, keep) matrix of the orthonormal DCT-II: ``x @ M`` = ``scipy.fft.dct(x, type=2, norm='ortho')[:keep]``."""
-    k = np.arange(keep)[None, :]
-    i = np.arange(n)[:, None]
-    m = np.cos(np.pi * k * (2 * i + 1) / (2 * n)) * np.sqrt(2.0 / n)
-    m[:, 0] /= np.sqrt(2.0)
-    return m
-
-
 def mfcc(waveform: np.ndarray, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
     """(13, T) float32 MFCCs at 100 Hz of (L,) mono samples at ``sample_rate`` Hz (16000 in the protocol), as
     ``python_speech_features.mfcc(signal, sample_rate)`` computes them on the 16-bit PCM the protocol reads: float
@@ -58,6 +49,8 @@ def mfcc(waveform: np.ndarray, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
     replaced by the log frame energy. InputError for anything but a non-empty 1-D array, or a bad sample rate.
     Source: syncnet_python ``SyncNetInstance.py``; python_speech_features 0.6 ``base.mfcc``, ``sigproc.framesig``.
     """
+    import scipy.fft
+
     x = np.asarray(waveform)
     if x.ndim != 1 or x.size == 0:
         raise InputError(f"waveform must be a non-empty 1-D array of samples; got shape {x.shape}.")
@@ -80,7 +73,7 @@ def mfcc(waveform: np.ndarray, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
     energy = np.where(energy == 0, eps, energy)
     feat = power @ _mel_filters(int(sample_rate)).T
     feat = np.where(feat == 0, eps, feat)
-    cep = np.log(feat) @ _dct2_ortho(MFCC_FILTERS, MFCC_COEFFS)
+    cep = scipy.fft.dct(np.log(feat), type=2, norm="ortho", axis=1)[:, :MFCC_COEFFS]
     cep *= 1.0 + (MFCC_LIFTER / 2.0) * np.sin(np.pi * np.arange(MFCC_COEFFS) / MFCC_LIFTER)
     cep[:, 0] = np.log(energy)
     return np.ascontiguousarray(cep.T, dtype=np.float32)
