@@ -184,14 +184,23 @@ def check_face(face: Any, video_info: Any) -> None:
 def given_boxes(boxes: Any) -> Any:
     """The ``boxes`` argument in one form: None, one box, or a per-frame list or array. A list or (1, 4) array of
     one box becomes that box (:func:`nbhelpers.faces.boxes.single_box`); a generator is read into a list; InputError
-    for a flat sequence of numbers not four long."""
+    for text, a flat sequence of numbers not four long, or a per-frame entry that is not None or four numbers."""
     if boxes is None:
         return None
+    if isinstance(boxes, (str, bytes)):
+        raise InputError(f"boxes must be numbers, not text: give boxes=(x1, y1, x2, y2) in pixels, e.g. "
+                         f"({str(boxes).strip('()[] ')}); got {boxes!r}.")
     if not isinstance(boxes, (list, tuple, np.ndarray)):
         boxes = list(boxes)
-    if len(boxes) not in (0, 4) and all(isinstance(v, (int, float, np.number)) for v in boxes):
+    numbers = [isinstance(v, (int, float, np.number)) for v in boxes]
+    if len(boxes) not in (0, 4) and all(numbers):
         raise InputError(f"boxes must be four numbers (x1, y1, x2, y2) in pixels, or a list with one box (or None) "
                          f"per frame; got {plural(len(boxes), 'number')}: {boxes!r}.")
+    bad = None if all(numbers) else next((i for i, b in enumerate(boxes) if numbers[i] or isinstance(
+        b, (list, tuple, np.ndarray)) and len(b) != 4), None)
+    if bad is not None:  # one frame's entry: None (no face) or four numbers
+        raise InputError(f"boxes[{bad}] is {boxes[bad]!r}: a box is four numbers (x1, y1, x2, y2) in pixels; give "
+                         "one box, or a list with one box (or None) per frame.")
     one = single_box(boxes)
     return one if one is not None else boxes
 

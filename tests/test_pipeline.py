@@ -338,8 +338,8 @@ def test_an_output_that_is_the_jobs_own_video_or_audio_is_refused(tmp_path):
 
 @pytest.mark.parametrize("boxes", [(1, 2, 3), [190, 160, 360, 330, 400], np.array([1.0, 2.0, 3.0])])
 def test_a_flat_box_of_other_than_four_numbers_is_refused_as_a_box_before_any_work(boxes, tmp_path):
-    """boxes=(1, 2, 3) was read as three per-frame entries, refused later as a count unlike the video's frames;
-    it is refused first, as a box, before the files are even looked at."""
+    """boxes=(1, 2, 3) is refused as a box, not counted as three per-frame entries, before the files are looked at;
+    so are text, a per-frame entry of three numbers and numbers mixed with boxes, each naming the fault."""
     import nbhelpers as nbh
     from nbhelpers.checks import given_boxes
     from nbhelpers.errors import InputError
@@ -350,6 +350,11 @@ def test_a_flat_box_of_other_than_four_numbers_is_refused_as_a_box_before_any_wo
     box = (190, 160, 360, 330)
     assert given_boxes(box) == box and given_boxes([box]) == box and given_boxes(iter([box, None])) == [box, None]
     assert given_boxes([None, None]) == [None, None] and given_boxes(np.zeros((3, 4))).shape == (3, 4)
+    with pytest.raises(InputError, match=r"^boxes must be numbers, not text: give boxes=\(x1, y1, x2, y2\)"):
+        given_boxes("190,160,360,330")
+    for per_frame, bad in (([(1, 2, 3)], 0), ([box, None, (1, 2)], 2), ([box, 5], 1), (np.zeros((2, 3)), 0)):
+        with pytest.raises(InputError, match=rf"^boxes\[{bad}\] is .*: a box is four numbers \(x1, y1, x2, y2\)"):
+            given_boxes(per_frame)
 
 
 def test_per_frame_boxes_count_an_unchanged_video_once(face_clip, tmp_path, monkeypatch):
