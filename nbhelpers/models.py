@@ -334,9 +334,10 @@ def load_unet(weights_dir: str | os.PathLike | None = None, version: str = "v15"
 
 @contextlib.contextmanager
 def _library_bars_follow_ours(transformers):
-    """Hide transformers' own "Loading weights" bar while nbhelpers' bars are off (NBHELPERS_PROGRESS=0)."""
+    """Hide transformers' own "Loading weights" bar while nbhelpers' bars are off (NBHELPERS_PROGRESS=0) or print
+    plain lines (:func:`nbhelpers.progress.in_log`): its redraws would put carriage returns in a log."""
     logging = transformers.utils.logging
-    hide = progress._settings.get("disable") and logging.is_progress_bar_enabled()
+    hide = (progress._settings.get("disable") or progress.in_log()) and logging.is_progress_bar_enabled()
     if hide:
         logging.disable_progress_bar()
     try:

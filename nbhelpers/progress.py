@@ -37,10 +37,18 @@ def bar(total: int | float | None = None, desc: str = "", unit: str = "frame", *
 
     options = {**_settings, **kwargs}
     file = options.get("file") or sys.stderr
-    widgets = any(c.__module__ == "tqdm.notebook" for c in tqdm.__mro__)  # tqdm.auto in Jupyter with ipywidgets
-    if not (widgets or getattr(file, "isatty", lambda: False)() or type(file).__module__.startswith("ipykernel")):
+    if in_log(file):
         options = {"mininterval": LOG_INTERVAL_S, **options, "file": _Lines(file)}
     return tqdm(total=total, desc=desc, unit=unit, **options)
+
+
+def in_log(file: Any = None) -> bool:
+    """Whether bars on ``file`` (default: stderr) land in a log or a pipe: neither a terminal nor a notebook's."""
+    from tqdm.auto import tqdm
+
+    file = file or sys.stderr
+    widgets = any(c.__module__ == "tqdm.notebook" for c in tqdm.__mro__)  # tqdm.auto in Jupyter with ipywidgets
+    return not (widgets or getattr(file, "isatty", lambda: False)() or type(file).__module__.startswith("ipykernel"))
 
 
 class _Lines:

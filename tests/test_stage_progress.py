@@ -81,6 +81,24 @@ def test_bars_in_a_log_print_plain_lines_and_in_a_terminal_redraw():
     assert "\r" in terminal.getvalue() and "\x1b[A" in terminal.getvalue()
 
 
+def test_transformers_loading_bar_is_hidden_where_ours_print_plain_lines(monkeypatch):
+    """transformers' own "Loading weights" bar redraws with carriage returns: hidden while a model loads when stderr
+    is a log or a pipe (or ours are off), shown again after; kept in a terminal."""
+    transformers = pytest.importorskip("transformers")
+    from nbhelpers import models, progress
+
+    logging = transformers.utils.logging
+    monkeypatch.setitem(progress._settings, "disable", False)
+    for tty, shown in ((False, False), (True, True)):
+        stderr = io.StringIO()
+        stderr.isatty = lambda tty=tty: tty
+        monkeypatch.setattr("sys.stderr", stderr)
+        assert progress.in_log() is not tty and logging.is_progress_bar_enabled()
+        with models._library_bars_follow_ours(transformers):
+            assert logging.is_progress_bar_enabled() is shown
+        assert logging.is_progress_bar_enabled()
+
+
 @pytest.mark.notorch
 def test_the_faces_bar_ends_full_when_the_duration_promised_one_frame_more(make_media, shown_bars):
     """The score's face bar ended at "99% 187/188": the count from the duration (the sound runs a little longer than
