@@ -1,0 +1,123 @@
+"""What inductor's launch-configuration tuning buys the compiled VAE decoder, and what it costs a new session.
+
+One process per phase, each with inductor and Triton caches of its own (``--tmp``), as two Colab sessions have:
+
+* ``cold``: the decoder (full size, phase-form upsampling, random weights, fp16, batch 20) compiled with
+  ``--options`` (inductor options, JSON); wall seconds of the compile and first call, frames/s (median of
+  ``--iters`` batches, CUDA events), the largest difference from the eager decoder in 8-bit levels; then the
+  process's compile artifacts (``torch.compiler.save_cache_artifacts``) written to ``--artifacts``.
+* ``warm``: those artifacts loaded into empty caches with one compile thread (as ``nbhelpers.gpu.compile`` does
+  with a warm cache), the same compile: its wall seconds, frames/s, inductor's counters (coordinate-descent
+  benchmarks, cache hits) and the Triton kernels it compiled, with their seconds.
+
+    python bench/decoder_tuning.py --phase cold --options '{"max_autotune_pointwise": true}' --artifacts a.bin
+    taskset -c 0,1 python bench/decoder_tuning.py --phase warm --options '{...}' --artifacts a.bin
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--phase", choices=("cold", "warm"), required=True)
+    ap.add_argument("--options", default="{}")
+    ap.add_argument("--artifacts", type=Path, required=True)
+    ap.add_argument("--model", choices=("decoder", "unet"), default="decoder")
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--tmp", type=Path, default=None, help="parent of this process's own caches")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix=f"tune-{args.phase}-", dir=args.tmp))
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(tmp / "inductor")
+    os.environ["TRITON_CACHE_DIR"] = str(tmp / "triton")
+
+    import torch
+    import torch._inductor.config as ic
+    from t4probe import BATCH, build, timed
+    from torch._dynamo.utils import counters
+
+    options = json.loads(args.options)
+    rec = {"phase": args.phase, "model": args.model, "options": options, "torch": torch.__version__,
+           "cores": len(os.sched_getaffinity(0))}
+    triton_compiles = {"n": 0, "s": 0.0}
+    try:  # count the Triton compiles of launch configurations (a warm cache should need none)
+        from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+        original = CachingAutotuner._precompile_config
+
+        def counted(self, cfg, *a, **k):
+            t = time.perf_counter()
+            try:
+                return original(self, cfg, *a, **k)
+            finally:
+                triton_compiles["n"] += 1
+                triton_compiles["s"] += time.perf_counter() - t
+
+        CachingAutotuner._precompile_config = counted
+    except (ImportError, AttributeError) as exc:
+        rec["count_error"] = repr(exc)
+
+    if args.phase == "warm":
+        ic.compile_threads = 1
+        t = time.perf_counter()
+        torch.compiler.load_cache_artifacts(args.artifacts.read_bytes())
+        rec["load_artifacts_s"] = round(time.perf_counter() - t, 2)
+
+    unet, vae = build(torch)
+    torch.manual_seed(1)
+    if args.model == "decoder":
+        from nbhelpers.upsampling import phase_upsampling
+
+        model = vae.decoder
+        phase_upsampling(model)
+        x = (torch.randn(BATCH, 4, 32, 32, device="cuda", dtype=torch.float16),)
+        kw = {}
+    else:
+        model = unet.to(memory_format=torch.channels_last)
+        x = (torch.randn(BATCH, 8, 32, 32, device="cuda", dtype=torch.float16),
+             torch.zeros(BATCH, device="cuda", dtype=torch.long))
+        kw = {"encoder_hidden_states": torch.randn(BATCH, 50, 384, device="cuda", dtype=torch.float16)}
+    del unet, vae
+    with torch.inference_mode():
+        ref = model(*x, **kw)
+        ref = ref.sample if hasattr(ref, "sample") else ref
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        fn = torch.compile(model, dynamic=False, options=options or None)
+        out = fn(*x, **kw)
+        torch.cuda.synchronize()
+        rec["compile_s"] = round(time.perf_counter() - t, 1)
+        out = out.sample if hasattr(out, "sample") else out
+        rec["fps"] = round(BATCH / timed(torch, lambda: fn(*x, **kw), iters=args.iters) * 1e3, 2)
+        if args.model == "decoder":
+            lv = [((y.float() / 2 + 0.5).clamp(0, 1) * 255).round() for y in (ref, out)]
+            rec["max_levels_vs_eager"] = float((lv[0] - lv[1]).abs().max())
+        else:
+            rec["max_abs_vs_eager"] = float((ref.float() - out.float()).abs().max())
+    rec["triton_compiles"] = triton_compiles["n"]
+    rec["triton_compile_s"] = round(triton_compiles["s"], 2)
+    rec["counters"] = {k: dict(v) for k, v in counters.items() if k in ("inductor", "aot_autograd")}
+    if args.phase == "cold":
+        saved = torch.compiler.save_cache_artifacts()
+        args.artifacts.write_bytes(saved[0])
+        rec["artifacts_mb"] = round(len(saved[0]) / 2**20, 1)
+    line = json.dumps(rec)
+    print(line, flush=True)
+    if args.out:
+        with open(args.out, "a") as f:
+            f.write(line + "\n")
+
+
+if __name__ == "__main__":
+    main()
