@@ -28,6 +28,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
+def split4(x, conv):
+    """The phase form as four 2x2 convolutions, each on the input padded for its phase (no crop), interleaved."""
+    import torch
+    import torch.nn.functional as F
+
+    w = conv.weight.float()
+    rows = torch.stack([torch.stack([w[:, :, 0], w[:, :, 1] + w[:, :, 2]], 2),
+                        torch.stack([w[:, :, 0] + w[:, :, 1], w[:, :, 2]], 2)])
+    taps = torch.stack([torch.stack([rows[..., 0], rows[..., 1] + rows[..., 2]], -1),
+                        torch.stack([rows[..., 0] + rows[..., 1], rows[..., 2]], -1)], 1).to(x.dtype)
+    n, o, (h, wd) = x.shape[0], w.shape[0], x.shape[-2:]
+    bias = None if conv.bias is None else conv.bias.to(x.dtype)
+    p = [[F.conv2d(F.pad(x, (1 - b, b, 1 - a, a)), taps[a, b], bias) for b in (0, 1)] for a in (0, 1)]
+    return torch.stack([torch.stack(p[a], -1) for a in (0, 1)], 3).reshape(n, o, 2 * h, 2 * wd)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--phase", choices=("cold", "warm"), required=True)
@@ -37,6 +53,11 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--tmp", type=Path, default=None, help="parent of this process's own caches")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--form", choices=("phase", "split4", "nearest"), default="phase",
+                    help="the decoder's upsampling: one 2x2 conv of 4x the channels cropped per phase (the package's), "
+                         "four 2x2 convs padded per phase, or diffusers' nearest 2x + 3x3 conv")
+    ap.add_argument("--channels-last", action="store_true", help="the decoder's weights in channels-last order")
+    ap.add_argument("--dump", type=Path, default=None, help="folder for the generated code and the top kernels")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix=f"tune-{args.phase}-", dir=args.tmp))
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(tmp / "inductor")
@@ -80,7 +101,15 @@ def main() -> None:
         from nbhelpers.upsampling import phase_upsampling
 
         model = vae.decoder
-        phase_upsampling(model)
+        if args.form != "nearest":
+            phase_upsampling(model)
+        if args.form == "split4":
+            import nbhelpers.upsampling as up
+
+            up.phase_upsample = split4
+        if args.channels_last:
+            model = model.to(memory_format=torch.channels_last)
+        rec["form"], rec["channels_last"] = args.form, args.channels_last
         x = (torch.randn(BATCH, 4, 32, 32, device="cuda", dtype=torch.float16),)
         kw = {}
     else:
@@ -103,6 +132,15 @@ def main() -> None:
         if args.model == "decoder":
             lv = [((y.float() / 2 + 0.5).clamp(0, 1) * 255).round() for y in (ref, out)]
             rec["max_levels_vs_eager"] = float((lv[0] - lv[1]).abs().max())
+        if args.dump:
+            from kernel_probe import kernels
+
+            args.dump.mkdir(parents=True, exist_ok=True)
+            tag = f"{args.model}-{args.form}{'-cl' if args.channels_last else ''}"
+            (args.dump / f"{tag}-kernels.json").write_text(json.dumps(kernels(torch, lambda: fn(*x, **kw), top=30)))
+            code = [p for p in (tmp / "inductor").rglob("*.py") if "def call(" in p.read_text(errors="replace")]
+            for i, p in enumerate(code):
+                (args.dump / f"{tag}-code{i}.py").write_text(p.read_text(errors="replace"))
         else:
             rec["max_abs_vs_eager"] = float((ref.float() - out.float()).abs().max())
     rec["triton_compiles"] = triton_compiles["n"]
