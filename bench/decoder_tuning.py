@@ -8,7 +8,8 @@ One process per phase, each with inductor and Triton caches of its own (``--tmp`
   process's compile artifacts (``torch.compiler.save_cache_artifacts``) written to ``--artifacts``.
 * ``warm``: those artifacts loaded into empty caches with one compile thread (as ``nbhelpers.gpu.compile`` does
   with a warm cache), the same compile: its wall seconds, frames/s, inductor's counters (coordinate-descent
-  benchmarks, cache hits) and the Triton kernels it compiled, with their seconds.
+  benchmarks, cache hits) and the Triton kernels it compiled, with their seconds. ``--rebundle`` makes the cold
+  phase compile a second time after tuning, so that its artifacts carry the tuned kernels (see :func:`rebundle`).
 
     python bench/decoder_tuning.py --phase cold --options '{"max_autotune_pointwise": true}' --artifacts a.bin
     taskset -c 0,1 python bench/decoder_tuning.py --phase warm --options '{...}' --artifacts a.bin
@@ -44,12 +45,42 @@ def split4(x, conv):
     return torch.stack([torch.stack(p[a], -1) for a in (0, 1)], 3).reshape(n, o, 2 * h, 2 * wd)
 
 
+def rebundle(torch, tmp: Path, model, x: tuple, kw: dict, options: dict, out, iters: int) -> dict:
+    """Compile ``model`` again after its first (tuning) call, with the graph caches on disk and in memory dropped,
+    so that inductor generates the same kernels, finds their tuned launch configurations in the autotune cache,
+    compiles only those (from Triton's cache) and bundles them with the graph; the recorded artifacts are cleared
+    first, so that the saved ones are this compile's. Returns its seconds, frames/s and levels from the first."""
+    import shutil
+
+    from t4probe import BATCH, timed
+    from torch._inductor.async_compile import CompiledTritonKernels
+    from torch._inductor.codecache import PyCodeCache
+    from torch.compiler._cache import CacheArtifactManager
+
+    t = time.perf_counter()
+    for sub in ("fxgraph", "aotautograd"):
+        shutil.rmtree(tmp / "inductor" / sub, ignore_errors=True)
+    torch._dynamo.reset()
+    PyCodeCache.cache_clear()
+    CompiledTritonKernels.cache_clear()
+    CacheArtifactManager.clear()
+    fn = torch.compile(model, dynamic=False, options=options or None)
+    again = fn(*x, **kw)
+    torch.cuda.synchronize()
+    again = again.sample if hasattr(again, "sample") else again
+    lv = [((y.float() / 2 + 0.5).clamp(0, 1) * 255).round() for y in (out, again)]
+    return {"rebundle_s": round(time.perf_counter() - t, 1),
+            "rebundle_fps": round(BATCH / timed(torch, lambda: fn(*x, **kw), iters=iters) * 1e3, 2),
+            "rebundle_levels_vs_first": float((lv[0] - lv[1]).abs().max())}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--phase", choices=("cold", "warm"), required=True)
     ap.add_argument("--options", default="{}")
     ap.add_argument("--artifacts", type=Path, required=True)
-    ap.add_argument("--model", choices=("decoder", "unet"), default="decoder")
+    ap.add_argument("--model", choices=("decoder", "unet", "tiny"), default="decoder",
+                    help="tiny: three GroupNorm + SiLU + 3x3 conv blocks, 64 channels at 64x64, to try the caching")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--tmp", type=Path, default=None, help="parent of this process's own caches")
     ap.add_argument("--out", type=Path, default=None)
@@ -57,6 +88,9 @@ def main() -> None:
                     help="the decoder's upsampling: one 2x2 conv of 4x the channels cropped per phase (the package's), "
                          "four 2x2 convs padded per phase, or diffusers' nearest 2x + 3x3 conv")
     ap.add_argument("--channels-last", action="store_true", help="the decoder's weights in channels-last order")
+    ap.add_argument("--rebundle", action="store_true",
+                    help="cold: after the first call (where coordinate descent tunes), drop the graph caches and "
+                         "compile again, so the saved artifacts bundle the tuned kernels' binaries")
     ap.add_argument("--dump", type=Path, default=None, help="folder for the generated code and the top kernels")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix=f"tune-{args.phase}-", dir=args.tmp))
@@ -95,7 +129,7 @@ def main() -> None:
         torch.compiler.load_cache_artifacts(args.artifacts.read_bytes())
         rec["load_artifacts_s"] = round(time.perf_counter() - t, 2)
 
-    unet, vae = build(torch)
+    unet, vae = build(torch) if args.model != "tiny" else (None, None)
     torch.manual_seed(1)
     if args.model == "decoder":
         from nbhelpers.upsampling import phase_upsampling
@@ -112,6 +146,11 @@ def main() -> None:
         rec["form"], rec["channels_last"] = args.form, args.channels_last
         x = (torch.randn(BATCH, 4, 32, 32, device="cuda", dtype=torch.float16),)
         kw = {}
+    elif args.model == "tiny":
+        nn = torch.nn
+        layers = [m for _ in range(3) for m in (nn.GroupNorm(32, 64), nn.SiLU(), nn.Conv2d(64, 64, 3, padding=1))]
+        model = torch.nn.Sequential(*layers).to("cuda", torch.float16).eval()
+        x, kw = (torch.randn(BATCH, 64, 64, 64, device="cuda", dtype=torch.float16),), {}
     else:
         model = unet.to(memory_format=torch.channels_last)
         x = (torch.randn(BATCH, 8, 32, 32, device="cuda", dtype=torch.float16),
@@ -129,7 +168,7 @@ def main() -> None:
         rec["compile_s"] = round(time.perf_counter() - t, 1)
         out = out.sample if hasattr(out, "sample") else out
         rec["fps"] = round(BATCH / timed(torch, lambda: fn(*x, **kw), iters=args.iters) * 1e3, 2)
-        if args.model == "decoder":
+        if args.model != "unet":
             lv = [((y.float() / 2 + 0.5).clamp(0, 1) * 255).round() for y in (ref, out)]
             rec["max_levels_vs_eager"] = float((lv[0] - lv[1]).abs().max())
         if args.dump:
@@ -143,6 +182,8 @@ def main() -> None:
                 (args.dump / f"{tag}-code{i}.py").write_text(p.read_text(errors="replace"))
         else:
             rec["max_abs_vs_eager"] = float((ref.float() - out.float()).abs().max())
+        if args.rebundle and args.phase == "cold":
+            rec.update(rebundle(torch, tmp, model, x, kw, options, out, iters=args.iters))
     rec["triton_compiles"] = triton_compiles["n"]
     rec["triton_compile_s"] = round(triton_compiles["s"], 2)
     rec["counters"] = {k: dict(v) for k, v in counters.items() if k in ("inductor", "aot_autograd")}

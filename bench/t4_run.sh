@@ -73,7 +73,8 @@ print(make_face_weights(make_full_weights(Path('$W'))))" ;;
         IFS=: read -r tag model opts form <<< "$v"; form=${form:-phase}  # FORM: phase, split4, nearest; -cl suffix
         step t4-tune-$tag-cold 240 python3 bench/decoder_tuning.py --phase cold --model $model --options "$opts" \
           --artifacts /tmp/tune-$tag.bin --out "$OUT/t4-tune.jsonl" --form ${form%-cl} \
-          $([ "${form%-cl}" != "$form" ] && echo --channels-last) $([ -n "${TUNE_DUMP:-}" ] && echo --dump $OUT/code)
+          $([ "${form%-cl}" != "$form" ] && echo --channels-last) $([ -n "${TUNE_DUMP:-}" ] && echo --dump $OUT/code) \
+          $([ -n "${TUNE_REBUNDLE:-}" ] && echo --rebundle)
         [ "${TUNE_WARM:-1}" = 1 ] && step t4-tune-$tag-warm 90 $two python3 bench/decoder_tuning.py --phase warm \
           --model $model --options "$opts" --artifacts /tmp/tune-$tag.bin --out "$OUT/t4-tune.jsonl"
       done ;;
