@@ -292,7 +292,7 @@ def test_a_setting_flag_without_its_value_says_the_rule_and_how_to_write_a_negat
 
     with pytest.raises(SystemExit) as stop:
         main(["lipsync", "v.mp4", "a.wav", *argv])
-    err = capsys.readouterr().err.splitlines()[-1]
+    err = capsys.readouterr().err.splitlines()[0]
     assert stop.value.code == 2 and err.startswith("python -m nbhelpers lipsync: error: --bbox-shift needs a value: "
                                                    "a whole number of pixels from -200 to 200 (pixels added to "
                                                    "landmark 29's y: ")
@@ -305,7 +305,7 @@ def test_a_setting_flag_without_its_value_says_the_rule_and_how_to_write_a_negat
                             ).bbox_shift == -7  # a negative number after a space is a value, as the message says
     with pytest.raises(SystemExit):
         main(["lipsync", "v.mp4", "a.wav", "--batch-size"])
-    err = capsys.readouterr().err.splitlines()[-1]
+    err = capsys.readouterr().err.splitlines()[0]
     assert "error: --batch-size needs a value: a whole number of frames >= 1 or left out (automatic) (" in err
     assert "after '='" not in err  # no negative value to write
 
@@ -353,15 +353,35 @@ def test_score_offers_the_backends_it_runs_and_says_what_each_does():
 
 @pytest.mark.parametrize(("argv", "said"), [
     (["lipsync", "v.mp4", "a.wav", "--bbox-shfit", "5"], "python -m nbhelpers lipsync: error: unrecognized arguments: "
-     "--bbox-shfit 5. Did you mean --bbox-shift? See python -m nbhelpers lipsync --help."),
+     "--bbox-shfit 5. Did you mean --bbox-shift?"),
     (["avatar", "generate", "d", "a.wav", "--encodr=nvenc"], "python -m nbhelpers avatar generate: error: "
-     "unrecognized arguments: --encodr=nvenc. Did you mean --encoder? See python -m nbhelpers avatar generate --help."),
-    (["score", "v.mp4", "--zzz"], "python -m nbhelpers score: error: unrecognized arguments: --zzz. See python -m "
-     "nbhelpers score --help.")])
+     "unrecognized arguments: --encodr=nvenc. Did you mean --encoder?"),
+    (["score", "v.mp4", "--zzz"], "python -m nbhelpers score: error: unrecognized arguments: --zzz.")])
 def test_an_unknown_flag_is_refused_by_its_command_naming_the_nearest_flag(argv, said, capsys):
     """argparse's own error came from the top parser, with its usage line and no hint."""
     from nbhelpers.cli.main import main
 
     with pytest.raises(SystemExit) as stop:
         main(argv)
-    assert stop.value.code == 2 and capsys.readouterr().err.splitlines()[-1] == said
+    prog = said.split(": error:")[0]
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [said, f"run '{prog} --help' for its usage and options"]
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (["lipsync", "v.mp4"], "python -m nbhelpers lipsync: error: the following arguments are required: audio"),
+    (["lipsync", "v.mp4", "a.wav", "--backend", "foo"], "python -m nbhelpers lipsync: error: argument --backend: "
+     "invalid choice: 'foo' (choose from 'auto', 'dwpose', 'dwpose-onnx', 'mmpose', 'dlib', 'boxes')"),
+    (["avatar"], "python -m nbhelpers avatar: error: the following arguments are required: avatar_cmd"),
+    (["lipsinc"], "python -m nbhelpers: error: argument command: invalid choice: 'lipsinc' (choose from 'lipsync', "
+     "'demo', 'download', 'verify', 'report', 'score', 'batch', 'avatar')")])
+def test_a_usage_error_is_its_line_and_the_help_to_run_without_the_usage_block(argv, said, capsys):
+    """argparse printed the command's usage (18 lines for lipsync) above the error, burying the line that matters."""
+    from nbhelpers.cli.main import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    prog = said.split(": error:")[0]
+    out, err = capsys.readouterr()
+    assert stop.value.code == 2 and not out
+    assert err.splitlines() == [said, f"run '{prog} --help' for its usage and options"]
