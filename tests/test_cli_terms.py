@@ -320,6 +320,24 @@ def test_an_inverted_box_is_refused_when_the_flag_is_read():
         _box("10,10,5,5")
 
 
+@pytest.mark.parametrize(("box", "said"), [
+    ("0,0,500,500", "--box=0,0,500,500 does not fit the frame: the rule is 0 <= x1 < x2 <= 128 and 0 <= y1 < y2"),
+    ("-4,0,60,60", "--box=-4,0,60,60 does not fit the frame"),
+    ("0,0,5,5", "--box=0,0,5,5 is 5x5 pixels; each side must be at least 16 pixels.")])
+def test_a_box_the_frame_refuses_is_named_as_the_flag(box, said, tiny_weights, grey_clip, tone_1s, tmp_path, capsys):
+    """The frame's check words the box as the Python argument ``boxes = (0, 0, 500, 500)``; a command-line user typed
+    --box, and the Python API keeps its own words."""
+    from nbhelpers.cli.main import main
+    from nbhelpers.faces.boxes import user_boxes
+
+    assert main(["lipsync", str(grey_clip), str(tone_1s), "-o", str(tmp_path / "o.mp4"), "--weights",
+                 str(tiny_weights), "--device", "cpu", f"--box={box}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {said}") and "boxes" not in err, err
+    with pytest.raises(InputError, match=r"^boxes = \("):
+        user_boxes(tuple(int(v) for v in box.split(",")), 1, (128, 128))
+
+
 def test_a_batch_setting_out_of_range_names_its_line_and_setting_not_a_flag(tiny_weights, tmp_path):
     """extra_margin 500 in a jobs file's row: the message names the file's line, the job and the setting (the
     trial's batch said `job 'o2': --extra-margin must be ...`, a flag the user never typed), before Ray starts;
