@@ -320,6 +320,17 @@ def test_an_inverted_box_is_refused_when_the_flag_is_read():
         _box("10,10,5,5")
 
 
+def test_demo_refuses_a_bad_box_before_making_weights(capsys, monkeypatch):
+    """demo --tiny made its random weights (about 10 s) before reading --box."""
+    from nbhelpers import testing
+    from nbhelpers.cli.main import main
+
+    monkeypatch.setattr(testing, "make_tiny_weights", lambda *a: pytest.fail("weights made before --box was read"))
+    assert main(["demo", "--tiny", "--box=1,2,3"]) == 2
+    out, err = capsys.readouterr()
+    assert err == "error: --box must be four numbers x1,y1,x2,y2 in source pixels; got '1,2,3'.\n" and not out
+
+
 @pytest.mark.parametrize(("box", "said"), [
     ("0,0,500,500", "--box=0,0,500,500 does not fit the frame: the rule is 0 <= x1 < x2 <= 128 and 0 <= y1 < y2"),
     ("-4,0,60,60", "--box=-4,0,60,60 does not fit the frame"),
