@@ -320,6 +320,14 @@ def test_an_inverted_box_is_refused_when_the_flag_is_read():
         _box("10,10,5,5")
 
 
+@pytest.mark.parametrize("text", ["(190,160,360,330)", "[190, 160, 360, 330]", " (190, 160, 360, 330) "])
+def test_a_box_written_as_python_writes_it_is_read(text):
+    """``--box=(190,160,360,330)``, a box as Python prints it, was refused as not four numbers."""
+    from nbhelpers.cli.flags import parse_box
+
+    assert parse_box(text) == (190, 160, 360, 330)
+
+
 def test_demo_refuses_a_bad_box_before_making_weights(capsys, monkeypatch):
     """demo --tiny made its random weights (about 10 s) before reading --box."""
     from nbhelpers import testing

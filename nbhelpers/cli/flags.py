@@ -124,12 +124,12 @@ def config_from(args: argparse.Namespace, config_class: type, **changes: Any) ->
 
 
 def parse_box(text: str | None) -> tuple[int, int, int, int] | None:
-    """``--box=x1,y1,x2,y2`` as four whole source pixels (None when not given); InputError unless four numbers with
-    x1 < x2 and y1 < y2."""
+    """``--box=x1,y1,x2,y2`` as four whole source pixels (None when not given), the numbers bare or in parentheses or
+    brackets as Python writes a box; InputError unless four numbers with x1 < x2 and y1 < y2."""
     if not text:
         return None
     try:
-        values = [int(round(float(v))) for v in text.split(",")]
+        values = [int(round(float(v))) for v in text.strip(" ()[]").split(",")]
     except (ValueError, OverflowError):
         values = []
     if len(values) != 4:
