@@ -292,7 +292,7 @@ def test_a_setting_flag_without_its_value_says_the_rule_and_how_to_write_a_negat
 
     with pytest.raises(SystemExit) as stop:
         main(["lipsync", "v.mp4", "a.wav", *argv])
-    err = capsys.readouterr().err.splitlines()[-1]
+    err = capsys.readouterr().err.splitlines()[0]
     assert stop.value.code == 2 and err.startswith("python -m nbhelpers lipsync: error: --bbox-shift needs a value: "
                                                    "a whole number of pixels from -200 to 200 (pixels added to "
                                                    "landmark 29's y: ")
@@ -305,7 +305,7 @@ def test_a_setting_flag_without_its_value_says_the_rule_and_how_to_write_a_negat
                             ).bbox_shift == -7  # a negative number after a space is a value, as the message says
     with pytest.raises(SystemExit):
         main(["lipsync", "v.mp4", "a.wav", "--batch-size"])
-    err = capsys.readouterr().err.splitlines()[-1]
+    err = capsys.readouterr().err.splitlines()[0]
     assert "error: --batch-size needs a value: a whole number of frames >= 1 or left out (automatic) (" in err
     assert "after '='" not in err  # no negative value to write
 
@@ -318,6 +318,43 @@ def test_an_inverted_box_is_refused_when_the_flag_is_read():
     assert _box("190,160,360,330") == (190, 160, 360, 330)
     with pytest.raises(InputError, match=r"--box=10,10,5,5 is inverted: x1,y1 is the top-left corner"):
         _box("10,10,5,5")
+
+
+@pytest.mark.parametrize("text", ["(190,160,360,330)", "[190, 160, 360, 330]", " (190, 160, 360, 330) "])
+def test_a_box_written_as_python_writes_it_is_read(text):
+    """``--box=(190,160,360,330)``, a box as Python prints it, was refused as not four numbers."""
+    from nbhelpers.cli.flags import parse_box
+
+    assert parse_box(text) == (190, 160, 360, 330)
+
+
+def test_demo_refuses_a_bad_box_before_making_weights(capsys, monkeypatch):
+    """demo --tiny made its random weights (about 10 s) before reading --box."""
+    from nbhelpers import testing
+    from nbhelpers.cli.main import main
+
+    monkeypatch.setattr(testing, "make_tiny_weights", lambda *a: pytest.fail("weights made before --box was read"))
+    assert main(["demo", "--tiny", "--box=1,2,3"]) == 2
+    out, err = capsys.readouterr()
+    assert err == "error: --box must be four numbers x1,y1,x2,y2 in source pixels; got '1,2,3'.\n" and not out
+
+
+@pytest.mark.parametrize(("box", "said"), [
+    ("0,0,500,500", "--box=0,0,500,500 does not fit the frame: the rule is 0 <= x1 < x2 <= 128 and 0 <= y1 < y2"),
+    ("-4,0,60,60", "--box=-4,0,60,60 does not fit the frame"),
+    ("0,0,5,5", "--box=0,0,5,5 is 5x5 pixels; each side must be at least 16 pixels.")])
+def test_a_box_the_frame_refuses_is_named_as_the_flag(box, said, tiny_weights, grey_clip, tone_1s, tmp_path, capsys):
+    """The frame's check words the box as the Python argument ``boxes = (0, 0, 500, 500)``; a command-line user typed
+    --box, and the Python API keeps its own words."""
+    from nbhelpers.cli.main import main
+    from nbhelpers.faces.boxes import user_boxes
+
+    assert main(["lipsync", str(grey_clip), str(tone_1s), "-o", str(tmp_path / "o.mp4"), "--weights",
+                 str(tiny_weights), "--device", "cpu", f"--box={box}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {said}") and "boxes" not in err, err
+    with pytest.raises(InputError, match=r"^boxes = \("):
+        user_boxes(tuple(int(v) for v in box.split(",")), 1, (128, 128))
 
 
 def test_a_batch_setting_out_of_range_names_its_line_and_setting_not_a_flag(tiny_weights, tmp_path):
@@ -353,15 +390,35 @@ def test_score_offers_the_backends_it_runs_and_says_what_each_does():
 
 @pytest.mark.parametrize(("argv", "said"), [
     (["lipsync", "v.mp4", "a.wav", "--bbox-shfit", "5"], "python -m nbhelpers lipsync: error: unrecognized arguments: "
-     "--bbox-shfit 5. Did you mean --bbox-shift? See python -m nbhelpers lipsync --help."),
+     "--bbox-shfit 5. Did you mean --bbox-shift?"),
     (["avatar", "generate", "d", "a.wav", "--encodr=nvenc"], "python -m nbhelpers avatar generate: error: "
-     "unrecognized arguments: --encodr=nvenc. Did you mean --encoder? See python -m nbhelpers avatar generate --help."),
-    (["score", "v.mp4", "--zzz"], "python -m nbhelpers score: error: unrecognized arguments: --zzz. See python -m "
-     "nbhelpers score --help.")])
+     "unrecognized arguments: --encodr=nvenc. Did you mean --encoder?"),
+    (["score", "v.mp4", "--zzz"], "python -m nbhelpers score: error: unrecognized arguments: --zzz.")])
 def test_an_unknown_flag_is_refused_by_its_command_naming_the_nearest_flag(argv, said, capsys):
     """argparse's own error came from the top parser, with its usage line and no hint."""
     from nbhelpers.cli.main import main
 
     with pytest.raises(SystemExit) as stop:
         main(argv)
-    assert stop.value.code == 2 and capsys.readouterr().err.splitlines()[-1] == said
+    prog = said.split(": error:")[0]
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [said, f"run '{prog} --help' for its usage and options"]
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (["lipsync", "v.mp4"], "python -m nbhelpers lipsync: error: the following arguments are required: audio"),
+    (["lipsync", "v.mp4", "a.wav", "--backend", "foo"], "python -m nbhelpers lipsync: error: argument --backend: "
+     "invalid choice: 'foo' (choose from 'auto', 'dwpose', 'dwpose-onnx', 'mmpose', 'dlib', 'boxes')"),
+    (["avatar"], "python -m nbhelpers avatar: error: the following arguments are required: avatar_cmd"),
+    (["lipsinc"], "python -m nbhelpers: error: argument command: invalid choice: 'lipsinc' (choose from 'lipsync', "
+     "'demo', 'download', 'verify', 'report', 'score', 'batch', 'avatar')")])
+def test_a_usage_error_is_its_line_and_the_help_to_run_without_the_usage_block(argv, said, capsys):
+    """argparse printed the command's usage (18 lines for lipsync) above the error, burying the line that matters."""
+    from nbhelpers.cli.main import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    prog = said.split(": error:")[0]
+    out, err = capsys.readouterr()
+    assert stop.value.code == 2 and not out
+    assert err.splitlines() == [said, f"run '{prog} --help' for its usage and options"]

@@ -38,9 +38,10 @@ def _number(kind: type):
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse's parser, whose error for a setting's flag given no value (argparse reads ``--bbox-shift -7x`` as a
-    flag with no value and an option ``-7x``) says the setting's rule and help, and how to write a negative value;
-    a command's parser (one without subcommands) refuses arguments it does not know, naming its nearest flags."""
+    """argparse's parser, whose usage error is two lines on stderr, the error and the ``--help`` to run (exit status
+    2). Its error for a setting's flag given no value (argparse reads ``--bbox-shift -7x`` as a flag with no value and
+    an option ``-7x``) says the setting's rule and help and how to write a negative value; a command's parser (one
+    without subcommands) refuses arguments it does not know, naming its nearest flags."""
 
     def parse_known_args(self, args=None, namespace=None):
         parsed, extras = super().parse_known_args(args, namespace)
@@ -48,7 +49,7 @@ class Parser(argparse.ArgumentParser):
             flags = [s for a in self._actions for s in a.option_strings]
             near = sum((difflib.get_close_matches(w.split("=")[0], flags, n=1) for w in extras if w[:1] == "-"), [])
             hint = f" Did you mean {', '.join(near)}?" if near else ""
-            self.error(f"unrecognized arguments: {' '.join(extras)}.{hint} See {self.prog} --help.")
+            self.error(f"unrecognized arguments: {' '.join(extras)}.{hint}")
         return parsed, extras
 
     def error(self, message: str):
@@ -61,7 +62,7 @@ class Parser(argparse.ArgumentParser):
             message = (f"{flag(f)} needs a value: {cli_terms(rule(f))} ({f.metadata['help']})."
                        + (" A value after a space that starts with '-' and is not a number is read as another "
                           f"option; write it after '=', as in {flag(f)}={max(low or -10, -10):g}." if dash else ""))
-        super().error(message)
+        self.exit(2, f"{self.prog}: error: {message}\nrun '{self.prog} --help' for its usage and options\n")
 
 
 def _default_text(f: dataclasses.Field, text: str | None) -> str:
@@ -123,12 +124,12 @@ def config_from(args: argparse.Namespace, config_class: type, **changes: Any) ->
 
 
 def parse_box(text: str | None) -> tuple[int, int, int, int] | None:
-    """``--box=x1,y1,x2,y2`` as four whole source pixels (None when not given); InputError unless four numbers with
-    x1 < x2 and y1 < y2."""
+    """``--box=x1,y1,x2,y2`` as four whole source pixels (None when not given), the numbers bare or in parentheses or
+    brackets as Python writes a box; InputError unless four numbers with x1 < x2 and y1 < y2."""
     if not text:
         return None
     try:
-        values = [int(round(float(v))) for v in text.split(",")]
+        values = [int(round(float(v))) for v in text.strip(" ()[]").split(",")]
     except (ValueError, OverflowError):
         values = []
     if len(values) != 4:

@@ -45,7 +45,7 @@ def demo(args: argparse.Namespace) -> int:
     if args.tiny and (args.download or args.weights):
         raise InputError("--tiny makes its own random weights: leave out --download and --weights (or leave out "
                          "--tiny to run the real models).")
-    config = inference_config(args)
+    config, boxes = inference_config(args), parse_box(args.box)
     if args.download:
         weights.download(directory=args.weights, sets=weight_sets(args))
     folder = Path(tempfile.mkdtemp(prefix="nbhelpers-demo-"))
@@ -59,8 +59,8 @@ def demo(args: argparse.Namespace) -> int:
             output = output or TINY_OUTPUT
             if config.device is None and not has_cuda():
                 config = config.replace(device="cpu")
-        result = pipeline.lipsync(photo, speech, output or "results/demo.mp4", config=config,
-                                  boxes=parse_box(args.box), weights_dir=weights_dir)
+        result = pipeline.lipsync(photo, speech, output or "results/demo.mp4", config=config, boxes=boxes,
+                                  weights_dir=weights_dir)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     print(f"{result.summary()} -> {result.output}")

@@ -39,6 +39,7 @@ _CLI_TERMS: tuple[tuple[str, Any], ...] = (
     (r"weights_dir=", "--weights DIR"),
     (r"landmark_backend='boxes' needs boxes=: one \(x1, y1, x2, y2\) for the clip or one per frame\.",
      "--backend boxes needs --box=x1,y1,x2,y2 (one crop box for the clip)."),
+    (r"^boxes = \(([-\d, ]+)\)", lambda m: "--box=" + m.group(1).replace(" ", "")),  # the one box --box gives
     (r"config\.device is", "--device is"),
     (r"then run the notebook again from the top", "then run the command again"),
     (r"Or set device=None \(automatic\) or 'cpu'\.", "Or leave --device out (automatic), or pass --device cpu."),
