@@ -31,15 +31,17 @@ def bar(total: int | float | None = None, desc: str = "", unit: str = "frame", *
     """A ``tqdm.auto`` bar of ``total`` ``unit`` (``"frame"``, ``"batch"``, ``"B"``) named ``desc``, as a context
     manager; ``kwargs`` go to ``tqdm`` over the global settings. Where its ``file`` (default: stderr) is neither a
     terminal nor a notebook's, each redraw is one plain line (no carriage return or cursor code), at most every
-    :data:`LOG_INTERVAL_S` seconds (``mininterval``) and once when the bar closes.
+    :data:`LOG_INTERVAL_S` seconds (``mininterval``); the full bar's line is printed once, when the bar closes.
     """
     from tqdm.auto import tqdm
 
     options = {**_settings, **kwargs}
     file = options.get("file") or sys.stderr
-    if in_log(file):
-        options = {"mininterval": LOG_INTERVAL_S, **options, "file": _Lines(file)}
-    return tqdm(total=total, desc=desc, unit=unit, **options)
+    if not in_log(file):
+        return tqdm(total=total, desc=desc, unit=unit, **options)
+    lines = _Lines(file)
+    lines.bar = tqdm(total=total, desc=desc, unit=unit, **{"mininterval": LOG_INTERVAL_S, **options, "file": lines})
+    return lines.bar
 
 
 def in_log(file: Any = None) -> bool:
@@ -53,13 +55,15 @@ def in_log(file: Any = None) -> bool:
 
 class _Lines:
     """A bar's file in a log or a pipe: each tqdm redraw (``"\\r" + text``) is written as the line ``text``; bare
-    carriage returns, newlines and cursor-up codes are dropped."""
+    carriage returns, newlines and cursor-up codes are dropped, and so are the redraws of ``bar`` at its total
+    while it is open (tqdm disables a bar before its closing redraw)."""
 
     def __init__(self, stream: Any) -> None:
-        self.stream, self.flush = stream, stream.flush
+        self.stream, self.flush, self.bar = stream, stream.flush, None
 
     def write(self, text: str) -> None:
-        if line := text.replace("\x1b[A", "").strip():
+        full = self.bar is not None and not self.bar.disable and self.bar.n == self.bar.total
+        if (line := text.replace("\x1b[A", "").strip()) and not full:
             self.stream.write(line + "\n")
 
 

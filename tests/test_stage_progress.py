@@ -81,6 +81,22 @@ def test_bars_in_a_log_print_plain_lines_and_in_a_terminal_redraw():
     assert "\r" in terminal.getvalue() and "\x1b[A" in terminal.getvalue()
 
 
+@pytest.mark.notorch
+def test_a_bar_in_a_log_prints_its_full_line_once_as_it_closes():
+    """tqdm redraws a bar as its count reaches the total, on a refresh, and as it closes: in a log only the
+    closing redraw of the full bar is a line, with the count the bar closes at."""
+    from nbhelpers import progress
+
+    log = io.StringIO()
+    with progress.bar(3, "faces", file=log, disable=False, mininterval=0, ascii=True) as pbar:
+        pbar.update(3)
+        pbar.refresh()  # as tqdm's monitor thread does to a bar with nothing new for maxinterval
+        pbar.total = pbar.n = 2  # the estimate corrected as the stage ends (StreamedJob._end_bar)
+    lines = log.getvalue().splitlines()
+    assert [line.split("|")[0] for line in lines] == ["faces:   0%", "faces: 100%"], lines
+    assert "| 2/2 [" in lines[-1], lines
+
+
 def test_transformers_loading_bar_is_hidden_where_ours_print_plain_lines(monkeypatch):
     """transformers' own "Loading weights" bar redraws with carriage returns: hidden while a model loads when stderr
     is a log or a pipe (or ours are off), shown again after; kept in a terminal."""
@@ -169,6 +185,31 @@ def test_each_stage_of_a_lipsync_has_its_own_bar_that_ends_full(make_media, tiny
     assert max(last["faces"], last["latents"], last["parsing"]) < last["generate"], lines
     assert all("[1:00:00<" in lines[last[stage]] for stage in ("faces", "latents", "parsing")), lines
     assert not [line for line in lines if "face parsing:" in line or "lipsync:" in line]  # no second bar per stage
+
+
+@pytest.mark.slow
+def test_a_lipsync_in_a_log_prints_one_full_line_per_stage_in_the_order_they_end(make_media, tiny_weights, tmp_path,
+                                                                                  shown_bars, monkeypatch):
+    """With every redraw a line of the log (no minimum interval) and the clip in two pieces, each stage prints its
+    full line once, as it ends: faces, latents and parsing after the last piece, then generate; no line of a stage
+    follows its full one."""
+    import nbhelpers as nbh
+
+    monkeypatch.setattr("nbhelpers.offline.STREAM_PIECE", 4)
+    video = make_media("testsrc-96-8f.mp4", "-f", "lavfi", "-i", "testsrc=size=96x96:rate=25", "-frames:v", "8",
+                       "-pix_fmt", "yuv420p")
+    speech = make_media("sine-0.4s.wav", "-f", "lavfi", "-i", "sine=frequency=300:duration=0.4")
+    pipe = nbh.MuseTalkPipeline.from_pretrained(tiny_weights, nbh.InferenceConfig(device="cpu", batch_size=4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pipe.lipsync(video, speech, tmp_path / "out.mp4", backend=StillFace())
+    text = shown_bars.getvalue()
+    lines = text.splitlines()
+    assert "\r" not in text and "faces:  50%|#####     | 4/8 [" in text, lines  # plain lines, one per piece
+    full = [(line.split(":")[0], line.split("| ")[1].split()[0]) for line in lines if "100%|" in line]
+    assert full == [("faces", "8/8"), ("latents", "8/8"), ("parsing", "8/8"), ("generate", "10/10")], lines
+    last = {line.split(":")[0]: line for line in lines}
+    assert all("100%|" in last[stage] for stage in ("faces", "latents", "parsing", "generate")), lines
 
 
 def test_the_generate_bar_counts_its_time_from_the_first_piece(shown_bars, monkeypatch):
