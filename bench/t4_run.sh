@@ -76,7 +76,8 @@ print(make_face_weights(make_full_weights(Path('$W'))))" ;;
           $([ "${form%-cl}" != "$form" ] && echo --channels-last) $([ -n "${TUNE_DUMP:-}" ] && echo --dump $OUT/code) \
           $([ -n "${TUNE_REBUNDLE:-}" ] && echo --rebundle)
         [ "${TUNE_WARM:-1}" = 1 ] && step t4-tune-$tag-warm 90 $two python3 bench/decoder_tuning.py --phase warm \
-          --model $model --options "$opts" --artifacts /tmp/tune-$tag.bin --out "$OUT/t4-tune.jsonl"
+          --model $model --options "$opts" --artifacts /tmp/tune-$tag.bin --out "$OUT/t4-tune.jsonl" \
+          $([ -n "${TUNE_REBUNDLE:-}" ] && echo --rebundle)
       done ;;
     t4-upsample) step t4-upsample 240 python3 bench/upsample_probe.py --out "$OUT/t4-upsample.json" ;;
     t4-warmlive) step t4-warmlive 150 bash -c "python3 bench/compile.py --weights $W --batch 2 --parts decoder \
