@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -39,11 +40,12 @@ def test_demo_tiny_runs_offline_and_labels_its_output_as_noise(tmp_path):
     pytest.importorskip("skimage")
     from nbhelpers import media
 
-    # bars are not turned off here: the CLI leaves them out of a pipe by itself
+    # bars are not turned off here: into a pipe they print plain lines
     proc = run_cli("demo", "--tiny", "--backend", "dlib", env={"HF_HUB_OFFLINE": "1"}, cwd=tmp_path, timeout=600,
                    unset=("NBHELPERS_WEIGHTS", "NBHELPERS_PROGRESS", "NBHELPERS_MODE"))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "\x1b[" not in proc.stderr + proc.stdout and "frame/s" not in proc.stderr  # no bar, no cursor code
+    assert "\x1b[" not in proc.stderr + proc.stdout and "\r" not in proc.stderr  # no cursor code, no redraw
+    assert re.search(r"^generate: 100%.* 25/25 ", proc.stderr, re.M), proc.stderr[-3000:]  # one line as it ends
     out = tmp_path / "results" / "demo-tiny-noise.mp4"
     assert out.is_file() and f"-> {out}" in proc.stdout
     assert "tiny RANDOM weights" in proc.stdout and "colour noise, not lip-sync" in proc.stdout

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 from collections.abc import Callable
 from typing import Any
 
-from .. import progress
 from ..errors import NbHelpersError, Terminated, WeightsError
 from .avatar import avatar
 from .batch import batch
@@ -35,10 +33,6 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     run = in_cli_terms(COMMANDS[args.command])  # messages in flag names, not Python names or notebooks
     previous = _terminate_like_interrupt()
-    # bars redraw with cursor codes that garble a log file or a pipe: there only NBHELPERS_PROGRESS=1 shows them,
-    # and the one-line notes (the background compile) still print
-    to_log = "NBHELPERS_PROGRESS" not in os.environ and not getattr(sys.stderr, "isatty", lambda: False)()
-    bars_hidden = progress.configure(disable=True, notes=True) if to_log else None
     try:
         in_cli_terms(check_restore)(args)  # before any download, model or frame
         return int(run(args) or 0)
@@ -56,8 +50,6 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     finally:
         Terminated.pending = False
-        if bars_hidden is not None:  # main() called in-process: the caller's bars as they were
-            progress.configure(disable=bars_hidden)
         if previous is not None:  # main() called in-process (tests, notebooks): give the handler back
             signal.signal(signal.SIGTERM, previous)
 
