@@ -342,7 +342,8 @@ def test_demo_refuses_a_bad_box_before_making_weights(capsys, monkeypatch):
 @pytest.mark.parametrize(("box", "said"), [
     ("0,0,500,500", "--box=0,0,500,500 does not fit the frame: the rule is 0 <= x1 < x2 <= 128 and 0 <= y1 < y2"),
     ("-4,0,60,60", "--box=-4,0,60,60 does not fit the frame"),
-    ("0,0,5,5", "--box=0,0,5,5 is 5x5 pixels; each side must be at least 16 pixels.")])
+    ("0,0,5,5", "--box=0,0,5,5 is 5x5 pixels; each side must be at least 16 pixels. Draw it as wide as the face, "
+                "its bottom at the chin and its middle at the nose")])
 def test_a_box_the_frame_refuses_is_named_as_the_flag(box, said, tiny_weights, grey_clip, tone_1s, tmp_path, capsys):
     """The frame's check words the box as the Python argument ``boxes = (0, 0, 500, 500)``; a command-line user typed
     --box, and the Python API keeps its own words."""

@@ -48,7 +48,8 @@ def _job_settings(p: argparse.ArgumentParser) -> None:
     add_fields(p, InferenceConfig, title=SETTINGS)
     p.add_argument("--box", default=None, metavar="X1,Y1,X2,Y2",
                    help="one crop box for the whole clip, skipping detection: --box=x1,y1,x2,y2 in source pixels "
-                        "(with '=', so that negative numbers are not taken for options)")
+                        "(with '=', so that negative numbers are not taken for options), as wide as the face, its "
+                        "bottom at the chin and its middle at the nose: its lower half is repainted")
     p.add_argument("--weights", default=None, metavar="DIR", help=WEIGHTS_HELP)
 
 

@@ -271,7 +271,8 @@ def user_boxes(boxes: Any, n_frames: int, frame_shape: Any) -> tuple[np.ndarray,
                              "pixels, x right, y down). Check the order (x1, y1, x2, y2) and the frame size.")
         if x2 - x1 < MIN_CROP_SIDE or y2 - y1 < MIN_CROP_SIDE:
             raise InputError(f"{where} = {(x1, y1, x2, y2)} is {x2 - x1}x{y2 - y1} pixels; each side must be at "
-                             f"least {MIN_CROP_SIDE} pixels. Draw the box around the lower face (nose to chin).")
+                             f"least {MIN_CROP_SIDE} pixels. Draw it as wide as the face, its bottom at the chin and "
+                             "its middle at the nose (its lower half is repainted).")
         out[i] = (x1, y1, x2, y2)
         has_face[i] = True
     return out, has_face
