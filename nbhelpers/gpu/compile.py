@@ -45,6 +45,7 @@ _RATES: dict[str, float] = {}
 # T4-class proxy (bench/RESULTS.md, issue 35).
 TUNE_OPTIONS = {"coordinate_descent_tuning": True}
 REBUNDLE_OPTIONS = {"benchmark_harness": False}
+RECOMPILE_LIMIT = 64  # compiled variants dynamo keeps per function; a decoder here can have 8 (shapes, tuning, passes)
 
 
 @dataclass
@@ -393,6 +394,7 @@ class BackgroundCompiler:
         if sys.platform.startswith("linux") and hasattr(threading, "get_native_id"):
             with contextlib.suppress(OSError):
                 os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICE)
+        _raise_recompile_limit()
         facts = self.facts() if callable(self.facts) else self.facts
         key, full = cache_key({**facts, "options": self.options})
         folder = self._folder()
@@ -504,6 +506,17 @@ def _forget_generated_code() -> None:
         with contextlib.suppress(Exception):
             cls = getattr(importlib.import_module(module), name)
             (cls.cache_clear if hasattr(cls, "cache_clear") else cls.clear)()
+
+
+def _raise_recompile_limit() -> None:
+    """Let dynamo keep :data:`RECOMPILE_LIMIT` compiled variants of a function (default 8): past its limit a new
+    shape or option set runs eagerly. ``recompile_limit``, named ``cache_size_limit`` before torch 2.6. Called in
+    the thread that compiles (the setting can be per thread); a failure leaves dynamo's limit."""
+    with contextlib.suppress(Exception):
+        import torch._dynamo.config as dynamo_config
+
+        name = "recompile_limit" if hasattr(dynamo_config, "recompile_limit") else "cache_size_limit"
+        setattr(dynamo_config, name, max(getattr(dynamo_config, name), RECOMPILE_LIMIT))
 
 
 def _no_worker_pool() -> None:
