@@ -368,13 +368,14 @@ class MuseTalkPipeline(contextlib.AbstractContextManager):
 
     def job_config(self, config: InferenceConfig | None = None, *, boxes: Any = None) -> InferenceConfig:
         """``config`` (default the pipeline's) with this pipeline's version, device, precision and, for ``"auto"``,
-        landmark backend; InputError when ``config`` asks for another version, device or precision."""
+        landmark backend; InputError when ``config`` asks for another version, device or precision (fp16 on a CPU
+        pipeline runs in fp32, as the planner's rule for the CPU says)."""
         config = config or self.config
         if boxes is not None and config.landmark_backend != "boxes":
             config = config.replace(landmark_backend="boxes")
         mine = {"version": self.version, "device": self.config.device, "fp16": self.config.fp16}
         clash = [f"{k}={getattr(config, k)!r} (this pipeline: {v!r})" for k, v in mine.items()
-                 if getattr(config, k) is not None and getattr(config, k) != v]
+                 if getattr(config, k) not in (None, v) and (k, self.device.type) != ("fp16", "cpu")]  # fp32 there
         if clash:
             raise InputError(f"the settings ask for {', '.join(clash)}. A pipeline keeps its models on one device in "
                              "one precision and version: make another with MuseTalkPipeline.from_pretrained(...), or "

@@ -252,3 +252,17 @@ def test_warm_up_checks_its_batch_and_does_nothing_on_the_cpu(tiny_weights):
     assert pipe.loaded == []  # nothing loaded on the CPU
     with pytest.raises(InputError, match="kind must be 'avatar' or 'lipsync'"):
         pipe.preload("realtime")
+
+
+def test_a_job_asking_fp16_on_a_cpu_pipeline_runs_in_fp32_and_other_clashes_are_refused(tiny_weights):
+    """The CLI's --fp16 on a CPU: the planner made the pipeline fp32 (its rule for the CPU), so the job's own fp16 is
+    not a clash; another device or version still is."""
+    from nbhelpers.config import InferenceConfig
+    from nbhelpers.errors import InputError
+    from nbhelpers.pipeline import MuseTalkPipeline
+
+    pipe = MuseTalkPipeline.from_pretrained(tiny_weights, InferenceConfig(device="cpu", fp16=True))
+    assert pipe.config.fp16 is False
+    assert pipe.job_config(InferenceConfig(device="cpu", fp16=True)).fp16 is False
+    with pytest.raises(InputError, match="version="):
+        pipe.job_config(InferenceConfig(version="v1"))
