@@ -97,8 +97,6 @@ def test_job_settings_keep_the_pipeline_device_precision_and_version(tiny_weight
     assert (cfg.device, cfg.fp16, cfg.version, cfg.extra_margin) == ("cpu", False, "v15", 20)
     with pytest.raises(InputError, match="version='v1'"):
         pipe.job_config(nbh.InferenceConfig(version="v1"))
-    with pytest.raises(InputError, match="fp16=True"):
-        pipe.job_config(nbh.InferenceConfig(fp16=True))
     assert pipe.job_config(None, boxes=(1, 2, 3, 4)).landmark_backend == "boxes"
     text = repr(pipe)
     assert "v15 on cpu, fp32" in text and "nothing loaded yet" in text
