@@ -15,7 +15,7 @@
 # fills the inductor cache at 16 cores on the share for the batch shapes the benches use (avatar 20, offline 32),
 # so the 2-core steps after it start warm, as a second Colab session with Drive does. The compile cache of one
 # call (about 37 MB compressed, save-cache) does not fit beside the wheels within a call's 64 MiB.
-# (t4-core: the official core; t4-prime also times dynamic-batch VAE halves beside the engine's static ones;
+# (t4-core: the official core; t4-core20: ours through the package at batch 20, cold; t4-warm20-2c: its cache; t4-prime also times dynamic-batch VAE halves beside the engine's static ones;
 # t4-upsample: the decoder with its upsampling in phase form, bench/upsample_probe.py; t4-tune: inductor's tuning
 # options, cold compile and warm load, bench/decoder_tuning.py, variants TAG:MODEL:OPTIONS[:FORM] from $TUNE; t4-kernels: kernel
 # profiles of the compiled decoder and the face models, bench/kernel_probe.py, parts from $KERNEL_PARTS.)
@@ -84,6 +84,12 @@ print(make_face_weights(make_full_weights(Path('$W'))))" ;;
       --no-timing && python3 bench/compile.py --weights $W --parts decoder --dynamic --no-timing" ;;
     t4-warm32) step t4-warm32 420 python3 bench/compile.py --weights $W --batch 32 --parts unet,decoder,encoder,parser \
       --faces 768x576 --no-timing ;;
+    t4-core20) step t4-core20 420 python3 bench/compile.py --weights $W --batch 20 --parts unet,decoder \
+      --out "$OUT/t4-core20.json" ;;  # the package's compiled core (its tuned decoder included) and eager, cold
+    t4-warm20-2c) step t4-warm20-2c 150 $two python3 bench/compile.py --weights $W --batch 20 --parts unet,decoder \
+      --no-timing --out "$OUT/t4-warm20-2c.json" ;;  # after t4-core20 on a warm machine: its cache at 2 cores
+    gputests) step gputests 200 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_upsampling.py \
+      tests/test_compile.py -k "phase_form_on_cuda or tuned_decoder or falls_back or face_models_are_compiled" ;;
     t4-core) step t4-core 60 python3 bench/t4probe.py --only E0 --out "$OUT/t4-core.jsonl" ;;
     t4-realtime) step t4-realtime 200 $two python3 bench/realtime.py --seconds 8 --cores 2 --weights $W --work /tmp/rt \
       --out "$OUT/t4-realtime.json" ;;
