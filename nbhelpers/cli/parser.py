@@ -26,7 +26,9 @@ EXAMPLES = """examples:
   python -m nbhelpers score VIDEO [--audio FILE]  # is it in sync? mouth-audio lag, and LSE-D/LSE-C
   python -m nbhelpers batch JOBS.csv            # many clips on Ray (pip install "ray>=2.10"), nothing lost
 
-Every error the package raises on purpose is printed as one message (no traceback) with exit status 2."""
+exit status: 0 done; 1 a check that ran and failed (verify: a weight file missing or damaged; batch: a job
+failed); 2 the command could not run as given (a bad flag, a missing or unreadable file or folder, missing
+weights), printed as one message without a traceback; 130 Ctrl-C; 143 SIGTERM."""
 
 TINY_OUTPUT = "results/demo-tiny-noise.mp4"
 TINY_SECONDS = 1.0  # of the demo speech: 25 frames, under a minute on 2 CPU cores
@@ -87,8 +89,9 @@ def _weights(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--weights", default=None, metavar="DIR", help=WEIGHTS_HELP)
 
     p = _command(sub, "verify", "check the weights folder",
-                 "Check that the weights folder holds every file of the sets, of the right size and kind; exit "
-                 "status 1 when one is missing or damaged.")
+                 "Check that the weights folder holds every file of the sets, of the right size and kind. Exit "
+                 "status 0 when all are usable, 1 when one is missing or damaged, 2 when the folder does not "
+                 "exist or is a file.")
     p.add_argument("--weights", default=None, metavar="DIR", help=WEIGHTS_HELP)
     p.add_argument("--sets", nargs="*", default=None,
                    help=f"weight sets to check, of: {sets} (default: the download default; e.g. core parsing for "

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 from pathlib import Path
 
 from .. import gpu, weights
@@ -20,13 +19,8 @@ def download(args: argparse.Namespace) -> int:
 
 
 def verify(args: argparse.Namespace) -> int:
-    """``verify``: exit status 1 when the folder is missing or a file is missing or damaged."""
-    folder = Path(args.weights or weights.default_dir()).expanduser()
-    if not folder.is_dir():
-        print(f"error: the weights folder {str(folder)!r} does not exist. Download the weights with `python -m "
-              f"nbhelpers download --weights {folder}`, or pass --weights with the folder that holds them.",
-              file=sys.stderr)
-        return 1
+    """``verify``: exit status 1 when a file is missing or damaged; the folder missing or a file is an error (2)."""
+    folder = weights.check_folder(args.weights)
     result = weights.verify(folder, sets=args.sets or None, deep=args.deep)
     print(result)
     return 0 if getattr(result, "ok", True) else 1
