@@ -246,12 +246,13 @@ def test_report_labels_the_full_and_the_tiny_time_per_frame(tiny_weights, capsys
 
 
 @pytest.mark.notorch
-def test_report_says_what_its_cpu_time_per_frame_assumes_and_agrees_with_a_job_estimate(capsys, monkeypatch):
+def test_report_says_what_its_cpu_time_per_frame_assumes_and_agrees_with_a_job_estimate(tmp_path, capsys,
+                                                                                        monkeypatch):
     """The report's seconds per frame are a lip-sync job's (gpu.cpu_frame_seconds) at the size and backend it names."""
     from nbhelpers.cli.main import main
 
     monkeypatch.setattr(gpu, "report", lambda *a, **k: CPU_ONLY)
-    assert main(["report", "--weights", "/nonexistent"]) == 0
+    assert main(["report", "--weights", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     per = gpu.cpu_frame_seconds("lipsync", "full", "auto", (1080, 1920))
     assert out.count(f"about {per:.1f} s per 1920x1080 frame with face tracking by dwpose (auto)") == 1, out
@@ -260,6 +261,17 @@ def test_report_says_what_its_cpu_time_per_frame_assumes_and_agrees_with_a_job_e
         job = gpu.plan("lipsync", report=CPU_ONLY, n_frames=188, frame_size=(768, 576), weights="tiny")
     small = gpu.cpu_frame_seconds("lipsync", "tiny", "auto", (768, 576))
     assert f"about {small:.1f} s per 576x768 frame" in job.verdict and "576x768 frames" in str(caught[0].message)
+
+
+@pytest.mark.notorch
+def test_report_refuses_a_weights_folder_that_is_not_there(tmp_path, capsys, monkeypatch):
+    """``report --weights /nonexistent`` printed a report and exited 0: a typo in the folder went unnoticed."""
+    from nbhelpers.cli.main import main
+
+    monkeypatch.setattr(gpu, "report", lambda *a, **k: pytest.fail("the report was made before --weights was read"))
+    assert main(["report", "--weights", str(tmp_path / "nope")]) == 2
+    out, err = capsys.readouterr()
+    assert err.startswith(f"error: the weights folder '{tmp_path / 'nope'}' does not exist.") and not out
 
 
 def test_restore_strength_with_restore_and_the_default_without_either():

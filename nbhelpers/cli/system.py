@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from pathlib import Path
 
 from .. import gpu, weights
 from .terms import cli_terms
@@ -27,9 +26,10 @@ def verify(args: argparse.Namespace) -> int:
 
 
 def report(args: argparse.Namespace) -> int:
-    """``report``: the GPU report and the plan of a lip-sync job here (its warnings shown once, in the plan)."""
+    """``report``: the GPU report and the plan of a lip-sync job here (its warnings shown once, in the plan); a
+    ``--weights`` folder that is not there is an error, before the report."""
+    folder = weights.check_folder(args.weights) if args.weights else weights.default_dir()
     rep = gpu.report()
-    folder = Path(args.weights or weights.default_dir()).expanduser()
     tiny = weights.is_tiny(folder)
     if tiny and rep.verdict:  # the report's verdict plans the full-size models, whatever the folder holds
         rep = dataclasses.replace(rep, verdict=f"{rep.verdict} [a lip-sync job with the full-size models]")
