@@ -21,8 +21,9 @@ def verify(args: argparse.Namespace) -> int:
     """``verify``: exit status 1 when a file is missing or damaged; the folder missing or a file is an error (2)."""
     folder = weights.check_folder(args.weights)
     result = weights.verify(folder, sets=args.sets or None, deep=args.deep)
-    print(result)
-    return 0 if getattr(result, "ok", True) else 1
+    fixes = tuple(dataclasses.replace(c, fix=cli_terms(c.fix)) for c in result.checks)  # before the columns
+    print(cli_terms(str(dataclasses.replace(result, checks=fixes))))
+    return 0 if result.ok else 1
 
 
 def report(args: argparse.Namespace) -> int:
