@@ -249,6 +249,19 @@ def test_python_calls_in_media_face_box_and_avatar_messages_leave_the_cli(tmp_pa
         assert "nbhelpers." not in cli_terms(str(caught.value)) and "boxes=" not in cli_terms(str(caught.value))
 
 
+def test_an_empty_input_file_is_named_and_said_empty(tone_1s, grey_clip, tmp_path, capsys):
+    """A 0-byte file's message began "path: '...' is empty", the name of a Python argument."""
+    from nbhelpers.cli.main import main
+
+    empty = tmp_path / "clip.mp4"
+    empty.write_bytes(b"")
+    said = "is empty (0 bytes): its upload, export or download did not finish. Upload, export or download it again.\n"
+    assert main(["lipsync", str(empty), str(tone_1s), "--weights", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == f"error: media file {str(empty)!r} {said}"
+    assert main(["score", str(grey_clip), "--audio", str(empty), "--backend", "dlib"]) == 2
+    assert capsys.readouterr().err == f"error: audio file {str(empty)!r} {said}"
+
+
 def test_the_no_face_hint_gives_the_flag_alone():
     pytest.importorskip("dlib")
     import numpy as np
