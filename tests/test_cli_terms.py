@@ -191,6 +191,23 @@ def test_score_without_syncnet_weights_says_so_in_cli_terms(grey_clip, tone_1s, 
     assert_cli_words(err)
 
 
+@pytest.mark.parametrize(("backend", "said"), [
+    ("dwpose", "or pass --weights DIR, the folder that holds dwpose/."),
+    ("dwpose-onnx", "`python -m nbhelpers download --sets faces-onnx`, or pass --weights DIR, the folder that holds "
+                    "it.")])
+def test_score_without_landmark_weights_names_the_flag(backend, said, grey_clip, tone_1s, tmp_path, capsys):
+    """score checks no job files first, so the backend's own message reached the user: "pass the weights_dir that
+    holds dwpose/", "(or weights.download(sets=['faces-onnx']))"."""
+    pytest.importorskip("torch" if backend == "dwpose" else "onnxruntime")
+    from nbhelpers.cli.main import main
+
+    assert main(["score", str(grey_clip), "--audio", str(tone_1s), "--backend", backend, "--weights",
+                 str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert said in err and "weights_dir" not in err and "weights.download" not in err
+    assert_cli_words(err)
+
+
 def test_score_of_an_audio_file_says_where_the_speech_goes(tone_1s, capsys):
     """``score speech.wav`` said "audio goes in the audio argument", a Python argument."""
     from nbhelpers.cli.main import main

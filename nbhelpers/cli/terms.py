@@ -29,6 +29,7 @@ _CLI_TERMS: tuple[tuple[str, Any], ...] = (
     (r", or use the demo clip from nbhelpers\.media\.demo_inputs\(\)", ""),
     (r" or nbhelpers\.prepare_avatar\([^()]*\)", ""),
     (r", or deep=True in Python,", ""),
+    (r" \(or weights\.download\(sets=[^()]*\)\)", ""),
     (r" ?\(or (?:run )?(?:notebook |notebooks/)?0\d_\w+(?:\.ipynb)?\)", ""),
     (r"(?<![\w.-])cache_dir(?!\w)", "--cache-dir"),
     (r"run notebooks/01_weights\.ipynb(?: \(weights\.download\))?", "run `python -m nbhelpers download`"),
