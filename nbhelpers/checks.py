@@ -95,19 +95,23 @@ def warn_if_silent(waveform: np.ndarray, what: str = "audio") -> bool:
 
 
 def output_path_for(output: Any, video_path: Path, audio_path: Path) -> Path:
-    """The output MP4 path: ``output``, or ``results/<video>_<audio>.mp4`` in the working directory. InputError when
-    it does not end in ``.mp4``, is a folder or inside a file, or is the job's own video or audio.
+    """The output MP4 path: ``output``, ``<output>/<video>_<audio>.mp4`` when ``output`` is an existing folder, or
+    ``results/<video>_<audio>.mp4`` in the working directory (None). InputError when it does not end in ``.mp4``,
+    is a folder or inside a file, or is the job's own video or audio.
     """
+    name = f"{video_path.stem}_{audio_path.stem}.mp4"
     if output is None:
-        output = Path.cwd() / "results" / f"{video_path.stem}_{audio_path.stem}.mp4"
+        output = Path.cwd() / "results" / name
     check_path_type(output, "output")
     path = Path(os.fspath(output)).expanduser()
+    if path.is_dir():  # a folder to write into, as results/ is by default
+        path = path / name
     for kind, source in (("video", video_path), ("audio", audio_path)):
         if _same_file(path, Path(source)):
             raise InputError(f"output {str(path)!r} is the job's {kind}: writing it would replace the input. Give "
                              "another output path.")
     if path.suffix.lower() != ".mp4":
-        raise InputError(f"output must end in .mp4; got {str(path)!r}.")
+        raise InputError(f"output must end in .mp4 or be an existing folder; got {str(path)!r}.")
     if path.is_dir():
         raise InputError(f"output {str(path)!r} is a folder; give the path of the .mp4 file to write.")
     blocked = next((p for p in path.parents if p.exists() and not p.is_dir()), None)

@@ -431,10 +431,11 @@ class MuseTalkPipeline(contextlib.AbstractContextManager):
         """Lip-sync a face video to a speech file and write an MP4 of ``floor(audio seconds x 25)`` frames at 25 fps
         and the source size. Source frames cycle 0..N-1, N-1..0, ... (docs/official-behaviour.md §4.5); only those the
         audio reaches are decoded. ``video``: a face video (read at 25 fps) or photo; ``audio``: any sample rate and
-        channels; ``output`` (None: ``results/<video>_<audio>.mp4``) is renamed into place when complete. ``boxes``:
-        one ``(x1, y1, x2, y2)`` crop box in source pixels for the clip, or one box or None per 25 fps frame
-        (:func:`nbhelpers.checks.check_boxes`); None: detect faces with ``backend`` (None: the one
-        ``config.landmark_backend`` names). ``frame_callback(t, frame)`` gets each (H, W, 3) uint8 BGR output frame.
+        channels; ``output`` (None: ``results/<video>_<audio>.mp4``; an existing folder: that name in it) is renamed
+        into place when complete. ``boxes``: one ``(x1, y1, x2, y2)`` crop box in source pixels for the clip, or one
+        box or None per 25 fps frame (:func:`nbhelpers.checks.check_boxes`); None: detect faces with ``backend``
+        (None: the one ``config.landmark_backend`` names). ``frame_callback(t, frame)`` gets each (H, W, 3) uint8 BGR
+        output frame.
 
         Raises InputError for a missing or unreadable file or an invalid option (before anything heavy runs),
         WeightsError for missing or corrupt weight files, NoFaceError when no frame has a face (before the UNet

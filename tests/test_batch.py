@@ -119,6 +119,10 @@ def test_read_jobs_csv_and_jsonl(tmp_path):
     jobs = read_jobs(tmp_path / "jobs.jsonl")
     assert jobs[0].name == "first" and jobs[0].output == tmp_path / "results" / "a_1.mp4"
     assert jobs[0].settings == {"extra_margin": 12} and jobs[1].settings == {"blur_ratio": 0.1}
+    (tmp_path / "clips").mkdir()  # an existing folder takes the default name, as -o DIR does
+    (tmp_path / "jobs2.csv").write_text("video,audio,output\nfaces/a.mp4,speech/1.wav,clips\n")
+    [job] = read_jobs(tmp_path / "jobs2.csv")
+    assert job.output == tmp_path / "clips" / "a_1.mp4" and job.name == "a_1"
 
 
 @pytest.mark.notorch

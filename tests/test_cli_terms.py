@@ -159,6 +159,139 @@ def test_the_other_download_failure_message_in_cli_terms(tmp_path):
     assert_cli_words(text)
 
 
+def test_a_weights_folder_that_cannot_be_written_is_named_as_the_flag(tmp_path, capsys):
+    """``download --weights /proc/x`` said "pass directory=", the Python argument of weights.download."""
+    from nbhelpers.cli.main import main
+
+    (tmp_path / "afile").write_text("x")
+    assert main(["download", "--weights", str(tmp_path / "afile" / "w"), "--sets", "s3fd"]) == 2
+    err = capsys.readouterr().err
+    assert "Choose a writable folder (--weights DIR or the NBHELPERS_WEIGHTS environment variable), or ask" in err
+    assert "directory=" not in err and "in Python" not in err
+    assert_cli_words(err)
+
+
+def test_score_without_syncnet_weights_says_so_in_cli_terms(grey_clip, tone_1s, tmp_path, capsys, monkeypatch):
+    """score caught the missing-weights error and printed it as raised: "pass weights_dir= the folder" and
+    "mouth_audio_lag needs no weights"."""
+    from nbhelpers import quality
+    from nbhelpers.cli.main import main
+
+    class Lag:
+        def summary(self):
+            return "mouth-audio lag +0 frames"
+
+    monkeypatch.setattr(quality, "mouth_audio_lag", lambda *a, **k: Lag())
+    assert main(["score", str(grey_clip), "--audio", str(tone_1s), "--weights", str(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("LSE-D / LSE-C not computed: the SyncNet weights are missing")
+    assert err.endswith("(or pass --weights DIR, the folder that holds syncnet/syncnet_v2.model). The mouth-audio lag "
+                        "needs no weights.\n")
+    assert "mouth_audio_lag" not in err
+    assert_cli_words(err)
+
+
+@pytest.mark.parametrize(("backend", "said"), [
+    ("dwpose", "or pass --weights DIR, the folder that holds dwpose/."),
+    ("dwpose-onnx", "`python -m nbhelpers download --sets faces-onnx`, or pass --weights DIR, the folder that holds "
+                    "it.")])
+def test_score_without_landmark_weights_names_the_flag(backend, said, grey_clip, tone_1s, tmp_path, capsys):
+    """score checks no job files first, so the backend's own message reached the user: "pass the weights_dir that
+    holds dwpose/", "(or weights.download(sets=['faces-onnx']))"."""
+    pytest.importorskip("torch" if backend == "dwpose" else "onnxruntime")
+    from nbhelpers.cli.main import main
+
+    assert main(["score", str(grey_clip), "--audio", str(tone_1s), "--backend", backend, "--weights",
+                 str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert said in err and "weights_dir" not in err and "weights.download" not in err
+    assert_cli_words(err)
+
+
+def test_score_of_an_audio_file_says_where_the_speech_goes(tone_1s, capsys):
+    """``score speech.wav`` said "audio goes in the audio argument", a Python argument."""
+    from nbhelpers.cli.main import main
+
+    assert main(["score", str(tone_1s), "--backend", "dlib"]) == 2
+    err = capsys.readouterr().err
+    assert f"error: video {str(tone_1s)!r} is an audio file (container 'wav', no video stream). Give a video or " \
+           "photo of a face; a speech file goes in as the audio." in err
+    assert "argument" not in err
+
+
+def test_verify_fixes_name_commands_not_other_ways(tmp_path, capsys):
+    from nbhelpers.cli.main import main
+
+    assert main(["verify", "--weights", str(tmp_path), "--sets", "s3fd"]) == 1
+    out = capsys.readouterr().out
+    assert "sha256 not computed (--deep computes it)" in out
+    assert f"download it: `python -m nbhelpers download --weights {tmp_path}`\n" in out
+    assert "deep=True" not in out and "Python" not in out
+    assert_cli_words(out)
+
+
+def test_python_calls_in_media_face_box_and_avatar_messages_leave_the_cli(tmp_path):
+    """Each message as the package raises it: a Python call or argument a command-line user cannot type goes."""
+    import wave
+
+    import numpy as np
+
+    from nbhelpers import media
+    from nbhelpers.avatar.avatar import read_meta
+    from nbhelpers.errors import CacheError
+    from nbhelpers.quality import smooth_face_boxes
+
+    with pytest.raises(InputError) as missing:
+        media.load_audio(tmp_path / "nope.wav")
+    assert cli_terms(str(missing.value)).endswith("Check the path (give the full path, or a path relative to the "
+                                                  "current folder).")
+    with wave.open(str(tmp_path / "silent.wav"), "wb") as w:  # a header and no samples
+        w.setnchannels(1), w.setsampwidth(2), w.setframerate(16000)
+    with pytest.raises(InputError) as no_samples:
+        media.load_audio(tmp_path / "silent.wav")
+    assert cli_terms(str(no_samples.value)).endswith("(0 s of sound). Record or export the speech again.")
+    with pytest.raises(CacheError) as no_avatar:
+        read_meta(tmp_path)
+    assert cli_terms(str(no_avatar.value)).endswith(f"`python -m nbhelpers avatar prepare VIDEO {tmp_path}`; a "
+                                                    "damaged or outdated avatar is rebuilt by preparing it again.")
+    boxes = np.full((40, 4), np.nan)
+    with pytest.raises(InputError) as none:
+        smooth_face_boxes(boxes)
+    assert cli_terms(str(none.value)).endswith("SyncNet needs the face in view.")
+    boxes[[0, -1]] = (10, 10, 50, 50)
+    with pytest.raises(InputError) as gap:
+        smooth_face_boxes(boxes)
+    assert cli_terms(str(gap.value)).endswith("Trim the clip to the part with the face.")
+    for caught in (missing, no_samples, no_avatar, none, gap):
+        assert "nbhelpers." not in cli_terms(str(caught.value)) and "boxes=" not in cli_terms(str(caught.value))
+
+
+def test_an_empty_input_file_is_named_and_said_empty(tone_1s, grey_clip, tmp_path, capsys):
+    """A 0-byte file's message began "path: '...' is empty", the name of a Python argument."""
+    from nbhelpers.cli.main import main
+
+    empty = tmp_path / "clip.mp4"
+    empty.write_bytes(b"")
+    said = "is empty (0 bytes): its upload, export or download did not finish. Upload, export or download it again.\n"
+    assert main(["lipsync", str(empty), str(tone_1s), "--weights", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == f"error: media file {str(empty)!r} {said}"
+    assert main(["score", str(grey_clip), "--audio", str(empty), "--backend", "dlib"]) == 2
+    assert capsys.readouterr().err == f"error: audio file {str(empty)!r} {said}"
+
+
+def test_the_no_face_hint_gives_the_flag_alone():
+    pytest.importorskip("dlib")
+    import numpy as np
+
+    from nbhelpers import faces
+    from nbhelpers.errors import NoFaceError
+
+    with pytest.raises(NoFaceError) as caught:
+        faces.track(np.full((2, 64, 64, 3), 128, np.uint8), backend="dlib")
+    assert cli_terms(str(caught.value)).endswith("try another backend, or give the crop box yourself: "
+                                                 "--box=x1,y1,x2,y2.")
+
+
 def test_an_estimated_size_reads_without_nested_brackets(tmp_path):
     from nbhelpers.weights.downloads import DownloadRow, _failure_message
     from nbhelpers.weights.manifest import MANIFEST
@@ -246,12 +379,13 @@ def test_report_labels_the_full_and_the_tiny_time_per_frame(tiny_weights, capsys
 
 
 @pytest.mark.notorch
-def test_report_says_what_its_cpu_time_per_frame_assumes_and_agrees_with_a_job_estimate(capsys, monkeypatch):
+def test_report_says_what_its_cpu_time_per_frame_assumes_and_agrees_with_a_job_estimate(tmp_path, capsys,
+                                                                                        monkeypatch):
     """The report's seconds per frame are a lip-sync job's (gpu.cpu_frame_seconds) at the size and backend it names."""
     from nbhelpers.cli.main import main
 
     monkeypatch.setattr(gpu, "report", lambda *a, **k: CPU_ONLY)
-    assert main(["report", "--weights", "/nonexistent"]) == 0
+    assert main(["report", "--weights", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     per = gpu.cpu_frame_seconds("lipsync", "full", "auto", (1080, 1920))
     assert out.count(f"about {per:.1f} s per 1920x1080 frame with face tracking by dwpose (auto)") == 1, out
@@ -260,6 +394,17 @@ def test_report_says_what_its_cpu_time_per_frame_assumes_and_agrees_with_a_job_e
         job = gpu.plan("lipsync", report=CPU_ONLY, n_frames=188, frame_size=(768, 576), weights="tiny")
     small = gpu.cpu_frame_seconds("lipsync", "tiny", "auto", (768, 576))
     assert f"about {small:.1f} s per 576x768 frame" in job.verdict and "576x768 frames" in str(caught[0].message)
+
+
+@pytest.mark.notorch
+def test_report_refuses_a_weights_folder_that_is_not_there(tmp_path, capsys, monkeypatch):
+    """``report --weights /nonexistent`` printed a report and exited 0: a typo in the folder went unnoticed."""
+    from nbhelpers.cli.main import main
+
+    monkeypatch.setattr(gpu, "report", lambda *a, **k: pytest.fail("the report was made before --weights was read"))
+    assert main(["report", "--weights", str(tmp_path / "nope")]) == 2
+    out, err = capsys.readouterr()
+    assert err.startswith(f"error: the weights folder '{tmp_path / 'nope'}' does not exist.") and not out
 
 
 def test_restore_strength_with_restore_and_the_default_without_either():

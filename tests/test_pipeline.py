@@ -224,10 +224,22 @@ def test_check_device_counts_the_gpus(monkeypatch):
 
 
 @pytest.mark.notorch
-def test_cli_verify_of_a_folder_that_is_not_there_says_so(tmp_path):
+def test_cli_verify_of_a_folder_that_is_not_there_or_is_a_file_says_so_with_status_2(tmp_path):
+    """Status 1 is a check that ran and failed (a file missing or damaged); a folder that cannot be checked is an
+    error, 2, as the main help says. A file given as the folder was said not to exist."""
     proc = run_cli("verify", "--weights", tmp_path / "nope", timeout=60)
-    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.startswith(f"error: the weights folder '{tmp_path / 'nope'}' does not exist")
+    (tmp_path / "afile").write_text("x")
+    proc = run_cli("verify", "--weights", tmp_path / "afile", timeout=60)
+    assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr
+    assert proc.stderr == (f"error: the weights folder '{tmp_path / 'afile'}' is a file, not a folder. Give the "
+                           "folder that holds the weight files (--weights DIR or the NBHELPERS_WEIGHTS environment "
+                           "variable).\n")
+    helped = " ".join(run_cli("--help").stdout.split())
+    assert "1 a check that ran and failed (verify: a weight file missing or damaged; batch: a job failed); 2 the " \
+           "command could not run as given" in helped
+    assert "2 when the folder does not exist or is a file" in " ".join(run_cli("verify", "--help").stdout.split())
 
 
 @pytest.mark.slow

@@ -146,8 +146,8 @@ def test_an_output_under_a_file_is_refused_before_any_work(tmp_path):
     blocker.write_text("x")
     with pytest.raises(InputError, match="is a file, not a folder"):
         output_path_for(blocker / "out.mp4", tmp_path / "v.mp4", tmp_path / "a.wav")
-    (tmp_path / "d.mp4").mkdir()
-    with pytest.raises(InputError, match="is a folder"):
+    (tmp_path / "d.mp4" / "v_a.mp4").mkdir(parents=True)  # a folder is written into, under the default name
+    with pytest.raises(InputError, match="v_a.mp4' is a folder"):
         output_path_for(tmp_path / "d.mp4", tmp_path / "v.mp4", tmp_path / "a.wav")
     assert output_path_for(tmp_path / "new" / "o.mp4", tmp_path / "v.mp4", tmp_path / "a.wav").name == "o.mp4"
 

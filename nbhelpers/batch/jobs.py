@@ -139,9 +139,11 @@ def _job_from_row(row: Mapping[str, Any], base: Path, where: str) -> Job:
     settings = {k: v for k, v in ((k, _setting(k, v, where)) for k, v in settings_in.items()) if v is not None}
     video, audio = _clean_path(str(fixed["video"]).strip(), base), _clean_path(str(fixed["audio"]).strip(), base)
     out_text = str(fixed.get("output") or "").strip()
-    output = _clean_path(out_text or f"results/{video.stem}_{audio.stem}.mp4", base)
+    default = f"{video.stem}_{audio.stem}.mp4"
+    output = _clean_path(out_text or f"results/{default}", base)
+    output = output / default if output.is_dir() else output  # a folder: the default name in it, as -o DIR
     if output.suffix.lower() != ".mp4":
-        raise InputError(f"{where}: output must end in .mp4; got {str(output)!r}.")
+        raise InputError(f"{where}: output must end in .mp4 or be an existing folder; got {str(output)!r}.")
     name = str(fixed.get("name") or "").strip() or output.stem
     return Job(name=name, video=video, audio=audio, output=output, settings=settings, source=where)
 

@@ -34,9 +34,11 @@ def _check_folder(directory: str) -> None:
 
 
 def _generate(args: argparse.Namespace) -> int:
-    if args.output and len(args.audio) > 1:
-        raise InputError(f"-o/--output names one file but {len(args.audio)} audio files were given; leave -o "
-                         "out to write each clip to <avatar>/vid_output/<audio name>.mp4.")
+    into = Path(args.output).expanduser() if args.output else Path(args.directory) / "vid_output"
+    one = args.output is not None and not into.is_dir()  # -o FILE.mp4, else the clips go into a folder
+    if one and len(args.audio) > 1:
+        raise InputError(f"-o/--output names one file but {len(args.audio)} audio files were given; give a folder "
+                         "(-o DIR) or leave -o out to write each clip to <avatar>/vid_output/<audio name>.mp4.")
     _check_folder(args.directory)
     for path, info in map(check_audio, args.audio):  # each file probed before the avatar and its models load
         check_speech_seconds(info.duration_s, f"audio {str(path)!r}")
@@ -46,7 +48,7 @@ def _generate(args: argparse.Namespace) -> int:
         loaded.config = loaded.config.replace(**given)
     used: set[str] = set()
     for audio in args.audio:
-        out = Path(args.output) if args.output else None
+        out = into if one else None
         if out is None:  # distinct names: two clips called reply.wav in different folders must not collide
             stem, k = Path(audio).stem, 1
             name = stem
@@ -54,7 +56,7 @@ def _generate(args: argparse.Namespace) -> int:
                 k += 1
                 name = f"{stem}-{k}"
             used.add(name)
-            out = Path(args.directory) / "vid_output" / f"{name}.mp4"
+            out = into / f"{name}.mp4"
         result = loaded.generate(audio, output=out, encoder=args.encoder)  # None: the avatar's own setting
         print(f"{result.summary()} -> {result.output}")
     return 0

@@ -46,20 +46,22 @@ def demo(args: argparse.Namespace) -> int:
         raise InputError("--tiny makes its own random weights: leave out --download and --weights (or leave out "
                          "--tiny to run the real models).")
     config, boxes = inference_config(args), parse_box(args.box)
+    default = TINY_OUTPUT if args.tiny else "results/demo.mp4"
+    output = Path(args.output or default).expanduser()
+    output = output / Path(default).name if output.is_dir() else output  # -o DIR: the default name in it
     if args.download:
         weights.download(directory=args.weights, sets=weight_sets(args))
     folder = Path(tempfile.mkdtemp(prefix="nbhelpers-demo-"))
     try:
         photo, speech = media.demo_inputs(folder)
-        weights_dir, output = args.weights, args.output
+        weights_dir = args.weights
         if args.tiny:
             print("demo --tiny: making tiny random weights (a few seconds; nothing is downloaded)", flush=True)
             weights_dir = testing.make_tiny_weights(folder / "tiny-weights")
             speech = media.cut_audio(speech, TINY_SECONDS, folder / "speech-1s.wav")
-            output = output or TINY_OUTPUT
             if config.device is None and not has_cuda():
                 config = config.replace(device="cpu")
-        result = pipeline.lipsync(photo, speech, output or "results/demo.mp4", config=config, boxes=boxes,
+        result = pipeline.lipsync(photo, speech, output, config=config, boxes=boxes,
                                   weights_dir=weights_dir)
     finally:
         shutil.rmtree(folder, ignore_errors=True)

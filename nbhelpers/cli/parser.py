@@ -26,7 +26,9 @@ EXAMPLES = """examples:
   python -m nbhelpers score VIDEO [--audio FILE]  # is it in sync? mouth-audio lag, and LSE-D/LSE-C
   python -m nbhelpers batch JOBS.csv            # many clips on Ray (pip install "ray>=2.10"), nothing lost
 
-Every error the package raises on purpose is printed as one message (no traceback) with exit status 2."""
+exit status: 0 done; 1 a check that ran and failed (verify: a weight file missing or damaged; batch: a job
+failed); 2 the command could not run as given (a bad flag, a missing or unreadable file or folder, missing
+weights), printed as one message without a traceback; 130 Ctrl-C; 143 SIGTERM."""
 
 TINY_OUTPUT = "results/demo-tiny-noise.mp4"
 TINY_SECONDS = 1.0  # of the demo speech: 25 frames, under a minute on 2 CPU cores
@@ -61,7 +63,8 @@ def _lipsync(sub: argparse._SubParsersAction) -> None:
                  "download`). On a CPU, --backend dlib finds the faces in seconds where DWPose takes minutes.")
     p.add_argument("video", help=VIDEO_HELP)
     p.add_argument("audio", help=AUDIO_HELP)
-    p.add_argument("-o", "--output", default=None, help="output .mp4 (default results/<video>_<audio>.mp4)")
+    p.add_argument("-o", "--output", default=None,
+                   help="output .mp4, or an existing folder to write <video>_<audio>.mp4 into (default: results/)")
     _job_settings(p)
 
     p = _command(sub, "demo", "lip-sync the bundled demo photo and speech",
@@ -69,7 +72,8 @@ def _lipsync(sub: argparse._SubParsersAction) -> None:
                  "by this project. --download fetches the weights first; --tiny runs every stage on tiny random "
                  "weights with no download (the mouth is noise).")
     p.add_argument("-o", "--output", default=None,
-                   help=f"output .mp4 (default results/demo.mp4; with --tiny {TINY_OUTPUT})")
+                   help=f"output .mp4, or an existing folder to write the default name into (default "
+                        f"results/demo.mp4; with --tiny {TINY_OUTPUT})")
     p.add_argument("--download", action="store_true", help="download the weights first if missing")
     p.add_argument("--tiny", action="store_true",
                    help="no download: tiny RANDOM weights made on the spot, so the mouth is noise, and the first "
@@ -87,8 +91,9 @@ def _weights(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--weights", default=None, metavar="DIR", help=WEIGHTS_HELP)
 
     p = _command(sub, "verify", "check the weights folder",
-                 "Check that the weights folder holds every file of the sets, of the right size and kind; exit "
-                 "status 1 when one is missing or damaged.")
+                 "Check that the weights folder holds every file of the sets, of the right size and kind. Exit "
+                 "status 0 when all are usable, 1 when one is missing or damaged, 2 when the folder does not "
+                 "exist or is a file.")
     p.add_argument("--weights", default=None, metavar="DIR", help=WEIGHTS_HELP)
     p.add_argument("--sets", nargs="*", default=None,
                    help=f"weight sets to check, of: {sets} (default: the download default; e.g. core parsing for "
@@ -148,7 +153,8 @@ def _avatar(sub: argparse._SubParsersAction) -> None:
     pg.add_argument("directory", help=AVATAR_DIR_HELP)
     pg.add_argument("audio", nargs="+", help="speech files, one clip each")
     pg.add_argument("-o", "--output", default=None,
-                    help="output .mp4, for one speech file (default: DIR/vid_output/<audio name>.mp4)")
+                    help="output .mp4 for one speech file, or an existing folder to write <audio name>.mp4 into "
+                         "(default: DIR/vid_output)")
     pg.add_argument("--weights", default=None, metavar="DIR", help=WEIGHTS_HELP)
     add_fields(pg, InferenceConfig, only=("encoder", "restore", "restore_strength"),
                defaults={"encoder": "the avatar's setting"})

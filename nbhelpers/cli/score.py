@@ -9,6 +9,7 @@ from .. import quality
 from ..config import InferenceConfig
 from ..errors import WeightsError
 from .flags import config_from
+from .terms import cli_terms
 
 __all__ = ["score"]
 
@@ -22,7 +23,7 @@ def score(args: argparse.Namespace) -> int:
     try:
         sync = quality.sync_score(args.video, args.audio, weights_dir=args.weights, device=config.device)
     except WeightsError as exc:
-        print(f"LSE-D / LSE-C not computed: {exc}", file=sys.stderr)
+        print(f"LSE-D / LSE-C not computed: {cli_terms(str(exc))}", file=sys.stderr)  # caught: not in_cli_terms
         return 0
     print(sync.summary())
     return 0

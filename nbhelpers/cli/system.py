@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
-from pathlib import Path
 
 from .. import gpu, weights
 from .terms import cli_terms
@@ -20,22 +18,19 @@ def download(args: argparse.Namespace) -> int:
 
 
 def verify(args: argparse.Namespace) -> int:
-    """``verify``: exit status 1 when the folder is missing or a file is missing or damaged."""
-    folder = Path(args.weights or weights.default_dir()).expanduser()
-    if not folder.is_dir():
-        print(f"error: the weights folder {str(folder)!r} does not exist. Download the weights with `python -m "
-              f"nbhelpers download --weights {folder}`, or pass --weights with the folder that holds them.",
-              file=sys.stderr)
-        return 1
+    """``verify``: exit status 1 when a file is missing or damaged; the folder missing or a file is an error (2)."""
+    folder = weights.check_folder(args.weights)
     result = weights.verify(folder, sets=args.sets or None, deep=args.deep)
-    print(result)
-    return 0 if getattr(result, "ok", True) else 1
+    fixes = tuple(dataclasses.replace(c, fix=cli_terms(c.fix)) for c in result.checks)  # before the columns
+    print(cli_terms(str(dataclasses.replace(result, checks=fixes))))
+    return 0 if result.ok else 1
 
 
 def report(args: argparse.Namespace) -> int:
-    """``report``: the GPU report and the plan of a lip-sync job here (its warnings shown once, in the plan)."""
+    """``report``: the GPU report and the plan of a lip-sync job here (its warnings shown once, in the plan); a
+    ``--weights`` folder that is not there is an error, before the report."""
+    folder = weights.check_folder(args.weights) if args.weights else weights.default_dir()
     rep = gpu.report()
-    folder = Path(args.weights or weights.default_dir()).expanduser()
     tiny = weights.is_tiny(folder)
     if tiny and rep.verdict:  # the report's verdict plans the full-size models, whatever the folder holds
         rep = dataclasses.replace(rep, verdict=f"{rep.verdict} [a lip-sync job with the full-size models]")

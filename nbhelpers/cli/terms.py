@@ -23,14 +23,19 @@ _NAMES = r"(?<![\w.-])(" + "|".join(sorted(FLAGS, key=len, reverse=True)) + ")" 
 # Python names in the package's messages -> what a command-line user types, applied in order to the errors and
 # warnings that reach the command line; tests/test_cli_terms.py checks each rule against the real message.
 _CLI_TERMS: tuple[tuple[str, Any], ...] = (
-    (r" ?\(upload the file first in notebook 02_media, or give the full path\)",
+    (r" ?\(upload the file first (?:in notebook 02_media, or give the full path|on Colab, or use "
+     r"nbhelpers\.media\.demo_inputs\(\) for a demo photo and speech clip)\)",
      " (give the full path, or a path relative to the current folder)"),
+    (r", or use the demo clip from nbhelpers\.media\.demo_inputs\(\)", ""),
+    (r" or nbhelpers\.prepare_avatar\([^()]*\)", ""),
+    (r", or deep=True in Python,", ""),
+    (r" \(or weights\.download\(sets=[^()]*\)\)", ""),
     (r" ?\(or (?:run )?(?:notebook |notebooks/)?0\d_\w+(?:\.ipynb)?\)", ""),
     (r"(?<![\w.-])cache_dir(?!\w)", "--cache-dir"),
     (r"run notebooks/01_weights\.ipynb(?: \(weights\.download\))?", "run `python -m nbhelpers download`"),
     # the three ways to name the weights folder, as the weights module lists them, become the two a CLI user has
-    (r"--weights DIR(?: on the command line)?, weights_dir=(?: in Python)?,? (?:or )?(?:the )?NBHELPERS_WEIGHTS"
-     r"(?: environment variable)?",
+    (r"--weights DIR(?: on the command line)?, (?:weights_dir|directory)=(?: in Python)?,? (?:or )?(?:the )?"
+     r"NBHELPERS_WEIGHTS(?: environment variable)?",
      "--weights DIR or the NBHELPERS_WEIGHTS environment variable"),
     (r"\(weights_dir=, NBHELPERS_WEIGHTS\)", "(or the NBHELPERS_WEIGHTS environment variable)"),
     # weights_dir= followed by a value, by the folder it names, or by nothing: a flag needs its DIR word and one space
@@ -40,6 +45,9 @@ _CLI_TERMS: tuple[tuple[str, Any], ...] = (
     (r"landmark_backend='boxes' needs boxes=: one \(x1, y1, x2, y2\) for the clip or one per frame\.",
      "--backend boxes needs --box=x1,y1,x2,y2 (one crop box for the clip)."),
     (r"^boxes = \(([-\d, ]+)\)", lambda m: "--box=" + m.group(1).replace(" ", "")),  # the one box --box gives
+    (r"boxes=\(x1, y1, x2, y2\) in Python, (--box=x1,y1,x2,y2) on the command line", r"\1"),
+    # score takes no box: SyncNet's face boxes can be given in Python only
+    (r" Pass boxes= \(x1, y1, x2, y2\) to give the face box yourself\.|, or pass boxes=(?=\.)", ""),
     (r"config\.device is", "--device is"),
     (r"then run the notebook again from the top", "then run the command again"),
     (r"Or set device=None \(automatic\) or 'cpu'\.", "Or leave --device out (automatic), or pass --device cpu."),

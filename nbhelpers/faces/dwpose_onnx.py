@@ -91,8 +91,8 @@ class DWPoseOnnx:
         if not path.is_file():
             raise WeightsError(f"DWPose ONNX file {str(path)!r} does not exist. It is an optional weight set: "
                                "`python -m nbhelpers download --sets faces-onnx` (or weights.download(sets="
-                               "['faces-onnx'])), or pass the right weights_dir. The default 'dwpose' backend needs "
-                               f"no ONNX file (it reads {DWPOSE_PTH_FILE})")
+                               "['faces-onnx'])), or pass weights_dir= the folder that holds it. The default "
+                               f"'dwpose' backend needs no ONNX file (it reads {DWPOSE_PTH_FILE}).")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise InputError(f"batch_size={batch_size!r}: expected an int >= 1 (frames per DWPose call)")
         providers, self.device = _providers(device)

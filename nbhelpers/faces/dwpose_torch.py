@@ -70,7 +70,7 @@ def read_checkpoint(path: str | os.PathLike, weights_dir: str | os.PathLike | No
     if not path.is_file():
         raise WeightsError(f"DWPose checkpoint {str(path)!r} does not exist: download it with `"
                            f"{weights.DOWNLOAD_COMMAND} --weights DIR --sets faces` (or {weights.NOTEBOOK}), or "
-                           "pass the weights_dir that holds dwpose/")
+                           "pass weights_dir= the folder that holds dwpose/.")
     expected_size = None
     if trusted_sha256 is None:
         with contextlib.suppress(Exception):  # no manifest facts (a foreign folder): the plain policy applies

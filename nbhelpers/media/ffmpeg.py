@@ -163,19 +163,20 @@ def _tail(text: str) -> str:
 
 
 def _existing_file(path, param: str) -> Path:
-    """Absolute Path of an existing, non-empty regular file, or InputError that names the parameter."""
+    """Absolute Path of an existing, non-empty regular file, or InputError that names the parameter (``"video"``,
+    ``"audio"``, ``"media"``) and the file."""
     if isinstance(path, bytes):
         path = os.fsdecode(path)
     if not isinstance(path, (str, os.PathLike)):
         raise InputError(f"{param} must be a path (str or pathlib.Path); got {type(path).__name__} {path!r}.")
     p = Path(path).expanduser()
     if not p.exists():
-        raise InputError(f"{param}: file not found: {str(p)!r}. Check the path (upload the file first on Colab, "
+        raise InputError(f"{param} file not found: {str(p)!r}. Check the path (upload the file first on Colab, "
                          "or use nbhelpers.media.demo_inputs() for a demo photo and speech clip).")
     if not p.is_file():
-        raise InputError(f"{param}: {str(p)!r} is not a file (a folder?). Give the path of one video, photo or "
+        raise InputError(f"{param} path {str(p)!r} is not a file (a folder?). Give the path of one video, photo or "
                          "audio file.")
     if p.stat().st_size == 0:
-        raise InputError(f"{param}: {str(p)!r} is empty (0 bytes): its upload, export or download did not finish. "
+        raise InputError(f"{param} file {str(p)!r} is empty (0 bytes): its upload, export or download did not finish. "
                          "Upload, export or download it again.")
     return p.resolve()

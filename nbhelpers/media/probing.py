@@ -295,7 +295,7 @@ def probe(path, count_frames: bool = True) -> MediaInfo:
     Source: the official scripts read the fps with OpenCV (``utils.py:43-47``) and tell images from videos by
     extension (``utils.py:33-41``); here the content decides.
     """
-    p = _existing_file(path, "path")
+    p = _existing_file(path, "media")
     exe = ffmpeg_exe()
     args = [exe, "-nostdin", "-hide_banner", "-i", str(p)]
     _, _, text = _run(args, "probe a file")

@@ -122,8 +122,8 @@ class VideoReader(contextlib.AbstractContextManager):
         self.info = probe(self.path, count_frames=False)
         if not self.info.has_video:
             what = "an audio file" if self.info.has_audio else "a file with no picture"
-            raise InputError(f"video: {str(self.path)!r} is {what} (container {self.info.container!r}, no video "
-                             "stream). Give a video or a photo of a face; audio goes in the audio argument.")
+            raise InputError(f"video {str(self.path)!r} is {what} (container {self.info.container!r}, no video "
+                             "stream). Give a video or photo of a face; a speech file goes in as the audio.")
         if not self.info.width or not self.info.height:
             raise InputError(f"video: ffmpeg reports no frame size for {str(self.path)!r}; convert it to MP4 first.")
         self.width, self.height = self.info.width, self.info.height

@@ -50,7 +50,7 @@ def load_syncnet(weights_dir: str | os.PathLike | None = None, device: str | Non
     if not path.is_file():
         raise WeightsError(f"the SyncNet weights are missing: {path}. LSE-D/LSE-C need the optional 'quality' "
                            f"weight set (about 52 MB): run `{DOWNLOAD_HINT}` (or pass weights_dir= the folder "
-                           "that holds syncnet/syncnet_v2.model). mouth_audio_lag needs no weights.")
+                           "that holds syncnet/syncnet_v2.model). The mouth-audio lag needs no weights.")
     exp = weights.expected_facts(root, "syncnet-v2")
     state = models.load_checkpoint(path, trusted_sha256=exp.sha256, expected_size=None, mmap=False)
     if not isinstance(state, dict):

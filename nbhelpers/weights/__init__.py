@@ -44,11 +44,20 @@ from .manifest import (
     required_files,
     resolve_dir,
 )
-from .verification import Expected, FileCheck, VerifyReport, check_job_files, expected_facts, job_files, verify
+from .verification import (
+    Expected,
+    FileCheck,
+    VerifyReport,
+    check_folder,
+    check_job_files,
+    expected_facts,
+    job_files,
+    verify,
+)
 
 __all__ = ["BAD_STATES", "CORRUPT", "DEFAULT_SETS", "DOWNLOAD_COMMAND", "DRIVE_DIR", "ENV_VAR", "HASH_MISMATCH",
            "HTML_PAGE", "LFS_POINTER", "MANIFEST", "MISSING", "NOTEBOOK", "OK", "SETS", "STAGING_DIR", "STATE_FILE",
            "TINY_MARKER", "TRUNCATED", "UNVERIFIABLE", "WRONG_SIZE", "DownloadReport", "DownloadRow", "Expected",
            "Fact", "FileCheck", "FileTable", "Inspection", "Manifest", "Source", "VerifyReport", "WeightFile",
-           "check_job_files", "default_dir", "download", "expected_facts", "inspect_file", "is_tiny", "job_files",
-           "list_files", "main", "missing_files", "required_files", "resolve_dir", "verify"]
+           "check_folder", "check_job_files", "default_dir", "download", "expected_facts", "inspect_file", "is_tiny",
+           "job_files", "list_files", "main", "missing_files", "required_files", "resolve_dir", "verify"]

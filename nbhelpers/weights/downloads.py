@@ -397,8 +397,9 @@ def download(directory: str | os.PathLike | None = None, sets: str | Sequence[st
         except OSError as exc:
             names = ", ".join(c.path for c in todo)
             raise WeightsError(f"cannot write to the weights dir {root} ({exc}); {len(todo)} file(s) are missing "
-                               f"or bad: {names}. Choose a writable folder: set {ENV_VAR} or pass directory=, "
-                               "or ask the owner of the shared folder to run the download.") from exc
+                               f"or bad: {names}. Choose a writable folder (--weights DIR on the command line, "
+                               f"directory= in Python, or the {ENV_VAR} environment variable), or ask the owner of "
+                               "the shared folder to run the download.") from exc
         before = {p for p in root.rglob("*") if p.is_dir()}
     rows = [_download_one(entry, root, state, check.state != MISSING) if check.bad
             else DownloadRow(entry.name, check.path, "present", "", check.size, 0.0, check.detail)

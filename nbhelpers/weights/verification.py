@@ -333,21 +333,31 @@ def job_files(version: str = "v15", landmark_backend: str = "auto", *, parsing: 
     return [e for e in MANIFEST if e.name in names]
 
 
+def check_folder(directory: str | os.PathLike | None) -> Path:
+    """The weights folder ``directory`` (None: :func:`default_dir`), ``~`` expanded. WeightsError when it does not
+    exist (the message gives the download command into it); InputError when it is a file."""
+    root = resolve_dir(directory)
+    if root.is_dir():
+        return root
+    where = "(--weights DIR, weights_dir=, or the NBHELPERS_WEIGHTS environment variable)"
+    if root.exists():
+        raise InputError(f"the weights folder {str(root)!r} is a file, not a folder. Give the folder that holds "
+                         f"the weight files {where}.")
+    raise WeightsError(
+        f"the weights folder {str(root)!r} does not exist. Download the weights into it with "
+        f"`{DOWNLOAD_COMMAND}{_weights_arg(root)}` (or {NOTEBOOK}), or point the job at the folder that holds them "
+        f"{where}. " + TRY_TINY)
+
+
 def check_job_files(directory: str | os.PathLike | None, version: str = "v15", landmark_backend: str = "auto", *,
                     parsing: bool = True) -> VerifyReport:
     """Check every weight file a job will open (:func:`job_files`) without hashing, before any frame is decoded;
     returns the :class:`VerifyReport` (``directory`` None: :func:`default_dir`). Raises WeightsError when the folder
     does not exist or files are missing or unusable (one error names each, what is wrong, and the download command
-    for that folder and those sets); InputError for an unknown version or backend.
+    for that folder and those sets); InputError for a folder that is a file, or an unknown version or backend.
     """
-    root = resolve_dir(directory)
+    root = check_folder(directory)
     weights_arg = _weights_arg(root)
-    if not root.is_dir():
-        what = "is a file, not a folder" if root.exists() else "does not exist"
-        raise WeightsError(
-            f"the weights folder {str(root)!r} {what}. Download the weights into it with "
-            f"`{DOWNLOAD_COMMAND}{weights_arg}` (or {NOTEBOOK}), or point the job at the folder that holds them "
-            "(--weights DIR, weights_dir=, or the NBHELPERS_WEIGHTS environment variable). " + TRY_TINY)
     report = verify(root, files=[e.name for e in job_files(version, landmark_backend, parsing=parsing, directory=root)])
     if report.ok:
         return report

@@ -1,0 +1,89 @@
+"""``-o`` given an existing folder writes the clip into it under the default name (``cp FILE DIR`` does the same);
+it was refused as "output must end in .mp4", which named the wrong problem."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nbhelpers.errors import InputError
+
+
+@pytest.mark.slow
+def test_lipsync_writes_into_an_existing_output_folder(grey_clip, tone_1s, tiny_weights, tmp_path, capsys):
+    from nbhelpers import media
+    from nbhelpers.cli.main import main
+
+    folder = tmp_path / "clips"
+    folder.mkdir()
+    assert main(["lipsync", str(grey_clip), str(tone_1s), "-o", str(folder), "--weights", str(tiny_weights),
+                 "--device", "cpu", "--box=16,16,112,112"]) == 0
+    out = folder / f"{grey_clip.stem}_{tone_1s.stem}.mp4"
+    assert capsys.readouterr().out.splitlines()[0].endswith(f"-> {out}")
+    assert media.probe(out).frame_count == 25
+
+
+def test_an_output_neither_mp4_nor_a_folder_says_both_choices(tmp_path):
+    from nbhelpers.checks import output_path_for
+
+    with pytest.raises(InputError, match=r"^output must end in \.mp4 or be an existing folder; got '.*/out'\.$"):
+        output_path_for(tmp_path / "out", tmp_path / "v.mp4", tmp_path / "a.wav")
+    assert output_path_for(tmp_path, tmp_path / "v.mp4", tmp_path / "a.wav") == tmp_path / "v_a.mp4"
+
+
+def test_every_output_flag_says_it_takes_a_folder():
+    from nbhelpers.cli.parser import build_parser
+
+    commands = build_parser()._subparsers._group_actions[0].choices
+    helps = {name: " ".join(commands[name].format_help().split()) for name in ("lipsync", "demo")}
+    helps["avatar generate"] = " ".join(commands["avatar"]._subparsers._group_actions[0].choices["generate"]
+                                        .format_help().split())
+    assert "output .mp4, or an existing folder to write <video>_<audio>.mp4 into" in helps["lipsync"]
+    assert "output .mp4, or an existing folder to write the default name into" in helps["demo"]
+    assert "or an existing folder to write <audio name>.mp4 into" in helps["avatar generate"]
+
+
+def test_demo_writes_its_default_name_into_an_existing_folder(tmp_path, monkeypatch):
+    pytest.importorskip("skimage")
+    from nbhelpers import testing
+    from nbhelpers.cli.main import main
+
+    written = []
+
+    def job(photo, speech, output, **kwargs):
+        written.append(Path(output))
+        raise InputError("stopped before the models")
+
+    monkeypatch.setattr("nbhelpers.pipeline.lipsync", job)
+    monkeypatch.setattr(testing, "make_tiny_weights", lambda folder: folder)
+    assert main(["demo", "--tiny", "-o", str(tmp_path)]) == 2
+    assert main(["demo", "--weights", str(tmp_path), "-o", str(tmp_path)]) == 2
+    assert written == [tmp_path / "demo-tiny-noise.mp4", tmp_path / "demo.mp4"]
+
+
+def test_avatar_generate_writes_each_clip_into_an_existing_folder(tmp_path, tone_1s, lavfi_tone, monkeypatch, capsys):
+    from nbhelpers.cli.main import main
+
+    written = []
+
+    class Clip:
+        def __init__(self, output):
+            self.output = output
+
+        def summary(self):
+            return "clip"
+
+    class Loaded:
+        def generate(self, audio, output, encoder=None):
+            written.append(output)
+            return Clip(output)
+
+    monkeypatch.setattr("nbhelpers.cli.avatar.load_avatar", lambda *a, **k: Loaded())
+    clips = tmp_path / "clips"
+    clips.mkdir()
+    other = lavfi_tone(0.5)
+    assert main(["avatar", "generate", str(tmp_path), str(tone_1s), str(other), "-o", str(clips)]) == 0
+    assert written == [clips / f"{tone_1s.stem}.mp4", clips / f"{other.stem}.mp4"]
+    assert main(["avatar", "generate", str(tmp_path), str(tone_1s), str(other), "-o", str(tmp_path / "o.mp4")]) == 2
+    assert "give a folder (-o DIR) or leave -o out" in capsys.readouterr().err
