@@ -10,7 +10,7 @@
 # %% [markdown]
 # ## Set up
 #
-# Run this first cell: on Colab it installs the workbook from its main branch without touching torch; elsewhere your workbook is installed already and it does nothing.
+# Run this first cell: on Colab it installs the workbook from its main branch without touching torch; elsewhere it does nothing: install the workbook once with `bash tools/install.sh dlib` in its repository (README, *On a fresh machine*) and choose that environment's kernel, or you get `No module named 'nbhelpers'` in the next cell.
 
 # %%
 import subprocess, sys
