@@ -24,21 +24,11 @@ from .constants import (
 )
 from .errors import InputError, require
 from .gpu import to_device
+from .models import bundled_config
 
 PAD_LEFT_STEPS = 2  # --audio_padding_length_left, video frames of context before the current one (inference.py:266)
 PAD_RIGHT_STEPS = 2  # --audio_padding_length_right, video frames of context after it (inference.py:267)
 SEGMENTS_PER_BATCH = 8  # 30 s segments sent through the encoder in one forward (4 minutes of audio)
-
-# openai/whisper-tiny's preprocessor_config.json fields that shape the log-mel (transformers derives the filters)
-WHISPER_TINY_PREPROCESSOR = {
-    "feature_size": 80,  # mel bins
-    "sampling_rate": SAMPLE_RATE,  # Hz
-    "hop_length": 160,  # samples (10 ms)
-    "chunk_length": 30,  # seconds
-    "n_fft": 400,  # samples (25 ms)
-    "padding_value": 0.0,
-    "return_attention_mask": False,
-}
 
 
 @dataclass(frozen=True)
@@ -84,10 +74,11 @@ def frame_windows(n_samples: int, fps: int = 25) -> FrameWindows:
 
 @functools.lru_cache(maxsize=1)
 def default_feature_extractor():
-    """The cached ``WhisperFeatureExtractor`` with whisper-tiny's values; raises MissingDependencyError without
-    transformers. Source: ``musetalk/utils/audio_processor.py:12-13``."""
+    """The cached ``WhisperFeatureExtractor`` of openai/whisper-tiny's ``preprocessor_config.json`` (bundled in
+    ``nbhelpers/configs``: 80 mel bins, n_fft 400, hop 160 samples, 30 s chunks at 16 kHz); raises
+    MissingDependencyError without transformers. Source: ``musetalk/utils/audio_processor.py:12-13``."""
     transformers = require("transformers", "pip install transformers")
-    return transformers.WhisperFeatureExtractor(**WHISPER_TINY_PREPROCESSOR)
+    return transformers.WhisperFeatureExtractor(**bundled_config("whisper-tiny-preprocessor.json"))
 
 
 def whisper_features(waveform: np.ndarray, whisper: Any, fps: int = 25, feature_extractor: Any = None):
