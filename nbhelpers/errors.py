@@ -5,7 +5,9 @@ A message names the parameter or file, shows the value received, states the rule
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import importlib.metadata
 import signal
 import warnings
 
@@ -105,6 +107,14 @@ def require(module: str, install: str):
         raise MissingDependencyError(
             f"The optional package {module!r} is not installed ({exc}). Install it with:\n    {install}"
         ) from exc
+
+
+def package_version(*dists: str) -> str | None:
+    """The installed version of the first installed of ``dists`` (from the metadata, no import); None if none is."""
+    for name in dists:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            return importlib.metadata.version(name)
+    return None
 
 
 class Terminated(KeyboardInterrupt):

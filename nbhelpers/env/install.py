@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import html
 import importlib
 import importlib.metadata as metadata
@@ -15,16 +14,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import InputError, NbHelpersError
+from ..errors import InputError, NbHelpersError, package_version
 from .modes import _DISTS, ALTERNATIVES, NEVER_INSTALL, PROTECTED, _ShownAsText
-
-
-def package_version(*dists: str) -> str | None:
-    """The installed version of the first installed of ``dists`` (from the metadata, no import); None if none is."""
-    for name in dists:
-        with contextlib.suppress(metadata.PackageNotFoundError):
-            return metadata.version(name)
-    return None
 
 
 def restart_reasons() -> list[str]:

@@ -23,13 +23,12 @@ from pathlib import Path
 import numpy as np
 
 from .. import models
-from ..errors import MissingDependencyError
+from ..errors import MissingDependencyError, package_version
 from ..gpu import empty_cache
 from . import _mmcv_ops_stub, dwpose_torch
 from . import dwpose_codec as codec
 from .base import DWPOSE_PTH_FILE as CHECKPOINT_FILE
 from .base import S3FD_FILE, Availability, PoseBackend, weights_root
-from .mim import installed_version
 from .s3fd import S3FD
 
 INSTALL_HINT = ("mmpose is not importable. Install it with nbhelpers.faces.mim.install_mmpose() (see "
@@ -88,9 +87,9 @@ def mmpose_available() -> Availability:
         import_mmpose()
     except MissingDependencyError as exc:
         return Availability(False, str(exc))
-    mmcv = (f"mmcv-lite {installed_version('mmcv-lite')} + nbhelpers mmcv.ops stand-in" if _mmcv_ops_stub.is_installed()
-            else f"mmcv {installed_version('mmcv')}")
-    return Availability(True, f"mmpose {installed_version('mmpose')}, {mmcv}")
+    mmcv = (f"mmcv-lite {package_version('mmcv-lite')} + nbhelpers mmcv.ops stand-in" if _mmcv_ops_stub.is_installed()
+            else f"mmcv {package_version('mmcv')}")
+    return Availability(True, f"mmpose {package_version('mmpose')}, {mmcv}")
 
 
 def import_mmpose():
@@ -206,7 +205,7 @@ def self_check(weights_dir: str | os.PathLike | None = None, device: str | None 
     synthetic frame, as a JSON-able dict: ok, reason, versions, weights, build_seconds, pass_seconds, landmarks_shape.
     """
     dists = ("mmpose", "mmcv", "mmcv-lite", "mmengine", "mmdet", "torch", "numpy")
-    report: dict = {"ok": False, "versions": {d: installed_version(d) for d in dists}}
+    report: dict = {"ok": False, "versions": {d: package_version(d) for d in dists}}
     found = mmpose_available()
     report["reason"] = found.reason
     if not found:
