@@ -119,14 +119,10 @@ class _Stub:
     def __setstate__(self, state: Any) -> None:
         self.state = state
 
-    def __setitem__(self, key: Any, value: Any) -> None:
-        pass
+    def _drop(self, *args: Any) -> None:
+        """Items and elements the pickle adds to a stand-in are dropped."""
 
-    def append(self, value: Any) -> None:
-        pass
-
-    def extend(self, values: Any) -> None:
-        pass
+    __setitem__ = append = extend = _drop
 
 
 _ELEMENT_BYTES = {"DoubleStorage": 8, "FloatStorage": 4, "HalfStorage": 2, "BFloat16Storage": 2, "LongStorage": 8,
