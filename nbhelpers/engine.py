@@ -366,17 +366,14 @@ def _blend_on_device(source: SourceFaces, js, has, face_rows, faces_256, device,
                      wait: bool = True) -> np.ndarray:
     import torch
 
-    if source.frames_device is not None:
-        frames_t = source.frames_device[gpu.to_device(js, source.frames_device.device)]
-    else:
-        frames_t = torch.from_numpy(np.stack([source.frames[int(j)] for j in js])).pin_memory().to(
-            device, non_blocking=True)
+    held, frames = source.frames_device, source.frames
+    frames_t = (held[gpu.to_device(js, held.device)] if held is not None else
+                torch.from_numpy(np.stack([frames[int(j)] for j in js])).pin_memory().to(device, non_blocking=True))
     if faces_256 is not None:
         pos = gpu.to_device(np.flatnonzero(has), frames_t.device)
-        blended = blending.blend_torch(frames_t[pos], faces_256, [source.boxes[r] for r in face_rows],
-                                       [source.masks[r] for r in face_rows],
-                                       [source.squares[r] for r in face_rows], inplace=True)
-        frames_t[pos] = blended
+        frames_t[pos] = blending.blend_torch(frames_t[pos], faces_256, [source.boxes[r] for r in face_rows],
+                                             [source.masks[r] for r in face_rows],
+                                             [source.squares[r] for r in face_rows], inplace=True)
     buf = host_buffer(tuple(frames_t.shape)) if host_buffer is not None else None
     if buf is None:
         return frames_t.cpu().numpy()

@@ -109,10 +109,7 @@ class LosslessFrames:
     cached_chunks = 4  # chunks kept in memory (each chunk x H x W x 3 bytes)
 
     def __init__(self, path: Path, n_frames: int, width: int, height: int):
-        self.path = Path(path)
-        self.n_frames = int(n_frames)
-        self.width = int(width)
-        self.height = int(height)
+        self.path, self.n_frames, self.width, self.height = Path(path), int(n_frames), int(width), int(height)
         self._cache: dict[int, np.ndarray] = {}
         self._lock = threading.Lock()
 

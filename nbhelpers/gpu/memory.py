@@ -317,9 +317,7 @@ def cast_and_move(module: Any, device: Any, dtype: Any = None) -> Any:
             return t.to(device=target)
         cast_first = t.device.type == "cpu" or (
             target.type != "cpu" and torch.finfo(want).bits < torch.finfo(t.dtype).bits)
-        if cast_first:
-            return t.to(dtype=want).to(device=target)
-        return t.to(device=target).to(dtype=want)
+        return t.to(dtype=want).to(device=target) if cast_first else t.to(device=target).to(dtype=want)
 
     with torch.no_grad():
         module._apply(convert)

@@ -31,9 +31,7 @@ class ModelThread:
 
     def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` on this thread; returns its result or raises its exception in the caller."""
-        if threading.get_ident() == self.ident:
-            return fn(*args)
-        return self._pool.submit(fn, *args).result()
+        return fn(*args) if threading.get_ident() == self.ident else self._pool.submit(fn, *args).result()
 
     def close(self) -> None:
         """Let the thread end once its queued work is done (a later :meth:`call` raises RuntimeError)."""
