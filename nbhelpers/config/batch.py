@@ -49,9 +49,7 @@ class BatchConfig:
 
     def cache_path(self, outputs_folder: Path) -> Path:
         """The avatar cache's folder, absolute: ``cache_dir``, or ``<outputs_folder>/avatar-cache``."""
-        if self.cache_dir is None:
-            return outputs_folder / CACHE_NAME
-        return Path(self.cache_dir).expanduser().resolve()
+        return outputs_folder / CACHE_NAME if self.cache_dir is None else Path(self.cache_dir).expanduser().resolve()
 
     def summary_path(self, outputs_folder: Path) -> Path | None:
         """The summary CSV's path, absolute (None when ``summary=False``)."""

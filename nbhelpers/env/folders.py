@@ -133,11 +133,8 @@ def _ci_clip(src: Path, name: str, seconds: float, kind: str = "audio") -> Path:
     dst = work_dir("ci") / "clips" / f"{name}-{int(round(seconds * 1000))}ms{'.mp4' if kind == 'video' else '.wav'}"
     if dst.is_file() and dst.stat().st_size > 0:
         return dst
-    if kind == "video":
-        codec = ["-an", "-vf", f"fps={FPS}", "-c:v", "libx264", "-preset", "veryfast", "-crf", "18",
-                 "-pix_fmt", "yuv420p"]
-    else:
-        codec = ["-vn", "-c:a", "pcm_s16le"]
+    codec = (["-an", "-vf", f"fps={FPS}", "-c:v", "libx264", "-preset", "veryfast", "-crf", "18", "-pix_fmt",
+              "yuv420p"] if kind == "video" else ["-vn", "-c:a", "pcm_s16le"])
     with atomic_path(dst, f".tmp{dst.suffix}") as tmp:
         command = [media.ffmpeg_exe(), "-v", "error", "-y", "-i", str(src), "-t", f"{seconds:.3f}", *codec, str(tmp)]
         done = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL)

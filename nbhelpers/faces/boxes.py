@@ -228,9 +228,7 @@ def single_box(boxes: Any) -> Any:
         return boxes
     if isinstance(boxes, np.ndarray):
         return boxes[0] if boxes.ndim == 2 and boxes.shape[0] == 1 else None
-    if isinstance(boxes, (list, tuple)) and len(boxes) == 1 and _is_box(boxes[0]):
-        return boxes[0]
-    return None
+    return boxes[0] if isinstance(boxes, (list, tuple)) and len(boxes) == 1 and _is_box(boxes[0]) else None
 
 
 def user_boxes(boxes: Any, n_frames: int, frame_shape: Any) -> tuple[np.ndarray, np.ndarray]:

@@ -33,9 +33,7 @@ def onnxruntime_requirement(cuda: str | None) -> str:
         return "onnxruntime-gpu"
     if major <= 11:
         return "onnxruntime-gpu>=1.16,<1.19"
-    if major == 12:
-        return "onnxruntime-gpu>=1.19,<1.27"
-    return "onnxruntime-gpu>=1.27"
+    return "onnxruntime-gpu>=1.19,<1.27" if major == 12 else "onnxruntime-gpu>=1.27"
 
 
 def install_hint() -> str:

@@ -92,9 +92,7 @@ def _decode_image(outputs: list[np.ndarray]) -> np.ndarray:
         bh = size * np.exp(d[3] * VARIANCES[1])
         x1, y1 = bx - bw / 2.0, by - bh / 2.0
         found.append(np.stack([x1, y1, x1 + bw, y1 + bh, prob[1, rows, cols].astype(np.float64)], axis=1))
-    if not found:
-        return np.zeros((0, 5), dtype=np.float64)
-    return np.concatenate(found, axis=0)
+    return np.concatenate(found, axis=0) if found else np.zeros((0, 5), dtype=np.float64)
 
 
 def decode_detections(olist: list[Any], *, apply_softmax: bool = True) -> list[np.ndarray]:
