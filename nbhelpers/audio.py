@@ -36,8 +36,7 @@ class FrameWindows:
     """Which whisper encoder frames (20 ms each) each of the ``n_frames`` = T = ``L * fps // 16000`` video frames
     reads: ``window`` (10, 200 ms) from ``starts`` (T,) int64, ``k * 50 // fps - pad_left`` (negative at the start);
     indices outside ``[0, n_encoder_frames)`` (``L * 50 // 16000``) are zero padding, ``pad_left`` =
-    ``2 * ceil(50 / fps)`` (4 at 25 fps) in front and ``pad_right`` = ``6 * ceil(50 / fps)`` (12) behind.
-    """
+    ``2 * ceil(50 / fps)`` (4 at 25 fps) in front and ``pad_right`` = ``6 * ceil(50 / fps)`` (12) behind."""
 
     n_frames: int
     n_encoder_frames: int
@@ -56,8 +55,7 @@ def frame_windows(n_samples: int, fps: int = 25) -> FrameWindows:
     """The :class:`FrameWindows` of ``n_samples`` (>= 0) 16 kHz samples at ``fps`` (a positive integer), T =
     ``n_samples * fps // 16000`` in exact integers (InputError otherwise): the official float
     ``floor(L / 16000 * fps)`` is one short for a few lengths (L = 18 560: 28 frames, not 29).
-    Source: ``musetalk/utils/audio_processor.py:48,59-90``; docs/official-behaviour.md §5.1, §5.2.
-    """
+    Source: ``musetalk/utils/audio_processor.py:48,59-90``; docs/official-behaviour.md §5.1, §5.2."""
     fps = _check_fps(fps)
     if isinstance(n_samples, bool) or int(n_samples) != n_samples or n_samples < 0:
         raise InputError(f"n_samples must be a non-negative integer number of 16 kHz samples; got {n_samples!r}.")
@@ -96,8 +94,7 @@ def whisper_features(waveform: np.ndarray, whisper: Any, fps: int = 25, feature_
     ``whisper`` without parameters or not whisper-tiny (5 states of width 384).
 
     Source: ``musetalk/utils/audio_processor.py:21-93``, ``scripts/inference.py:65-68``;
-    docs/official-behaviour.md §5.1, #q14.
-    """
+    docs/official-behaviour.md §5.1, #q14."""
     import torch
 
     fps = _check_fps(fps)
@@ -146,8 +143,7 @@ def log_mel_on_device(segment: Any, extractor: Any, device: Any):
     InputError), with torch on ``device`` by ``extractor``'s steps and filters: zero-pad to 30 s, centred STFT
     (periodic Hann, n_fft 400, hop 160, reflect), power without the last frame, mel filters, ``log10`` clamped at
     1e-10 and at the maximum minus 8, then ``(x + 4) / 4``; within 1e-4 of the extractor.
-    Source: transformers ``models/whisper/feature_extraction_whisper.py:63-132``; docs/official-behaviour.md §5.1.
-    """
+    Source: transformers ``models/whisper/feature_extraction_whisper.py:63-132``; docs/official-behaviour.md §5.1."""
     import torch
 
     device = torch.device(device)

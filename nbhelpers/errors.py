@@ -121,8 +121,7 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM made an exception in the main thread by the command line, so ``with`` blocks clean up as on Ctrl-C.
 
     A KeyboardInterrupt, because code waiting in C (Ray's ``ray.wait``) takes only that from a signal handler;
-    :attr:`pending` records that the stop was a SIGTERM even after such a wait re-raised it as Ctrl-C.
-    """
+    :attr:`pending` records that the stop was a SIGTERM even after such a wait re-raised it as Ctrl-C."""
 
     pending = False
 
