@@ -23,8 +23,7 @@ from .s3fd import S3FD
 def onnxruntime_requirement(cuda: str | None) -> str:
     """The onnxruntime requirement whose CUDA provider loads with ``torch.version.cuda`` ``cuda`` (None: the CPU
     build): onnxruntime-gpu up to 1.18 links CUDA 11.8, 1.19 to 1.26 CUDA 12, 1.27 on CUDA 13 (onnxruntime's CUDA
-    execution provider requirements).
-    """
+    execution provider requirements)."""
     if not cuda:
         return "onnxruntime"
     try:

@@ -200,8 +200,7 @@ def check_mmcv_wheels(index_url: str = OPENMMLAB_MMCV_INDEX, python: str | None 
     Reads ``{index_url}/{cuda_tag}/torch{major.minor}/index.html`` (``mim install mmcv``'s page; or ``index_url``
     itself, a page) within ``timeout`` seconds. ``python``, ``torch`` (a local tag such as ``+cu118`` names the
     CUDA), ``mmcv`` and ``platform`` default to this machine's and :func:`pins_for`'s. A missing page or server is
-    reported in the :class:`WheelCheck`; InputError for a ``python`` or ``torch`` that is no version, or no torch.
-    """
+    reported in the :class:`WheelCheck`; InputError for a ``python`` or ``torch`` that is no version, or no torch."""
     py_tag = _python_tag(python)
     if torch is None:
         torch = package_version("torch")
@@ -327,8 +326,7 @@ def install_mmpose(dry_run: bool = False, *, python: str | None = None, only_bin
     ``https://download.openmmlab.com`` (mim's ``MMCV_BASE_URL``); each command may take :data:`STEP_TIMEOUT_S`.
     MissingDependencyError without torch or numpy.
 
-    Source: ``README.md:151-185`` (quirk Q29).
-    """
+    Source: ``README.md:151-185`` (quirk Q29)."""
     python = python or sys.executable
     found = _versions_of(python)
     held = {name: found[name] for name in _HELD if found.get(name)}  # torch, numpy, torchvision if there

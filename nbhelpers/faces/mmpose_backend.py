@@ -110,8 +110,7 @@ def import_mmpose():
 
 def load_checkpoint_state(path: str | os.PathLike, trusted_sha256: str | None = None) -> tuple[dict, dict]:
     """``(state_dict, meta)`` of an mmpose checkpoint read by :func:`~nbhelpers.faces.dwpose_torch.read_checkpoint`
-    (arguments and WeightsError as there), a leading ``"module."`` removed, ``meta`` empty when absent.
-    """
+    (arguments and WeightsError as there), a leading ``"module."`` removed, ``meta`` empty when absent."""
     ckpt = dwpose_torch.read_checkpoint(path, trusted_sha256=trusted_sha256)
     state = dwpose_torch.state_dict_of(ckpt, path)  # a CheckpointError (a WeightsError) when not a dict
     meta = ckpt.get("meta")
@@ -124,8 +123,7 @@ def build_pose_model(checkpoint: str | os.PathLike | None = None, device: str | 
     weights of ``checkpoint`` or, for None, random ones from ``seed``; ``flip_test`` sets ``test_cfg.flip_test``.
     MissingDependencyError when mmpose does not import; WeightsError or CheckpointError for a bad checkpoint.
 
-    Source: ``preprocessing.py:17-19``; ``[mmpose] apis/inference.py:95,104,113-123``.
-    """
+    Source: ``preprocessing.py:17-19``; ``[mmpose] apis/inference.py:95,104,113-123``."""
     apis = import_mmpose()
     from mmengine.config import Config
 

@@ -159,8 +159,7 @@ def _build_classes() -> dict[str, Any]:
         (scales 10, 8, 5) and six conf/loc heads at strides 4..128.
 
         ``forward(x)`` takes (B, 3, H, W) float RGB minus :data:`MEAN` (0..255) and returns ``[conf_0, loc_0, ...]``:
-        (B, 2, H_i, W_i) logits (head 0 max-outs 3 background channels) and (B, 4, H_i, W_i) offsets.
-        """
+        (B, 2, H_i, W_i) logits (head 0 max-outs 3 background channels) and (B, 4, H_i, W_i) offsets."""
 
         def __init__(self):
             super().__init__()
@@ -263,8 +262,7 @@ class S3FD:
         """All faces S3FD keeps in each frame of ``frames`` ((N, H, W, 3) or (H, W, 3) uint8 BGR, numpy or torch; on
         the detector's GPU they stay there) after NMS and the 0.5 score cut: N float64 arrays (K, 5) ``(x1, y1, x2,
         y2, score)`` in frame pixels, highest score first. ``max_side``: None (full resolution, official), or an int
-        to downscale larger frames to (bilinear, antialiased). InputError for bad frames.
-        """
+        to downscale larger frames to (bilinear, antialiased). InputError for bad frames."""
         import torch
 
         frames = _as_batch(frames, torch)
@@ -319,8 +317,7 @@ class S3FD:
 
     def detect(self, frames: np.ndarray, max_side: int | None = None) -> list[Detection | None]:
         """The official face box per frame: a :class:`Detection` (highest score, clipped to >= 0, int-truncated,
-        frame pixels) or None; arguments as :meth:`detections`. Source: ``api.py:72-84``.
-        """
+        frame pixels) or None; arguments as :meth:`detections`. Source: ``api.py:72-84``."""
         found = [(best_box(dets), dets) for dets in self.detections(frames, max_side)]
         return [None if box is None else Detection(*box, float(dets[:, 4].max())) for box, dets in found]
 
