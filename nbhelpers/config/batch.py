@@ -20,8 +20,7 @@ SUMMARY_NAME = "batch-summary.csv"  # the summary's name in the outputs folder, 
 class BatchConfig:
     """How a batch runs; each setting is checked when the config is made.
 
-    On a cluster every path (jobs, weights, outputs, cache) must be on storage all nodes see.
-    """
+    On a cluster every path (jobs, weights, outputs, cache) must be on storage all nodes see."""
 
     address: str | None = setting(None, none="start Ray here, or join $RAY_ADDRESS when set", help=(
         "Ray cluster to join: auto, HOST:PORT or ray://HOST:PORT"))

@@ -16,8 +16,7 @@ class ModelThread:
 
     PyTorch caches cuDNN plans per thread (``aten/src/ATen/native/cudnn/Conv_v8.cpp``), so one thread that outlives
     the sessions plans each shape once per avatar. Its :class:`~nbhelpers.engine.PinnedRing` is shared by the
-    sessions (each batch is copied out before the next render).
-    """
+    sessions (each batch is copied out before the next render)."""
 
     def __init__(self):
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nbhelpers-live-models",
