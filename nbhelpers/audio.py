@@ -24,21 +24,11 @@ from .constants import (
 )
 from .errors import InputError, require
 from .gpu import to_device
+from .models import bundled_config
 
 PAD_LEFT_STEPS = 2  # --audio_padding_length_left, video frames of context before the current one (inference.py:266)
 PAD_RIGHT_STEPS = 2  # --audio_padding_length_right, video frames of context after it (inference.py:267)
 SEGMENTS_PER_BATCH = 8  # 30 s segments sent through the encoder in one forward (4 minutes of audio)
-
-# openai/whisper-tiny's preprocessor_config.json fields that shape the log-mel (transformers derives the filters)
-WHISPER_TINY_PREPROCESSOR = {
-    "feature_size": 80,  # mel bins
-    "sampling_rate": SAMPLE_RATE,  # Hz
-    "hop_length": 160,  # samples (10 ms)
-    "chunk_length": 30,  # seconds
-    "n_fft": 400,  # samples (25 ms)
-    "padding_value": 0.0,
-    "return_attention_mask": False,
-}
 
 
 @dataclass(frozen=True)
@@ -46,8 +36,7 @@ class FrameWindows:
     """Which whisper encoder frames (20 ms each) each of the ``n_frames`` = T = ``L * fps // 16000`` video frames
     reads: ``window`` (10, 200 ms) from ``starts`` (T,) int64, ``k * 50 // fps - pad_left`` (negative at the start);
     indices outside ``[0, n_encoder_frames)`` (``L * 50 // 16000``) are zero padding, ``pad_left`` =
-    ``2 * ceil(50 / fps)`` (4 at 25 fps) in front and ``pad_right`` = ``6 * ceil(50 / fps)`` (12) behind.
-    """
+    ``2 * ceil(50 / fps)`` (4 at 25 fps) in front and ``pad_right`` = ``6 * ceil(50 / fps)`` (12) behind."""
 
     n_frames: int
     n_encoder_frames: int
@@ -66,8 +55,7 @@ def frame_windows(n_samples: int, fps: int = 25) -> FrameWindows:
     """The :class:`FrameWindows` of ``n_samples`` (>= 0) 16 kHz samples at ``fps`` (a positive integer), T =
     ``n_samples * fps // 16000`` in exact integers (InputError otherwise): the official float
     ``floor(L / 16000 * fps)`` is one short for a few lengths (L = 18 560: 28 frames, not 29).
-    Source: ``musetalk/utils/audio_processor.py:48,59-90``; docs/official-behaviour.md §5.1, §5.2.
-    """
+    Source: ``musetalk/utils/audio_processor.py:48,59-90``; docs/official-behaviour.md §5.1, §5.2."""
     fps = _check_fps(fps)
     if isinstance(n_samples, bool) or int(n_samples) != n_samples or n_samples < 0:
         raise InputError(f"n_samples must be a non-negative integer number of 16 kHz samples; got {n_samples!r}.")
@@ -84,10 +72,11 @@ def frame_windows(n_samples: int, fps: int = 25) -> FrameWindows:
 
 @functools.lru_cache(maxsize=1)
 def default_feature_extractor():
-    """The cached ``WhisperFeatureExtractor`` with whisper-tiny's values; raises MissingDependencyError without
-    transformers. Source: ``musetalk/utils/audio_processor.py:12-13``."""
+    """The cached ``WhisperFeatureExtractor`` of openai/whisper-tiny's ``preprocessor_config.json`` (bundled in
+    ``nbhelpers/configs``: 80 mel bins, n_fft 400, hop 160 samples, 30 s chunks at 16 kHz); raises
+    MissingDependencyError without transformers. Source: ``musetalk/utils/audio_processor.py:12-13``."""
     transformers = require("transformers", "pip install transformers")
-    return transformers.WhisperFeatureExtractor(**WHISPER_TINY_PREPROCESSOR)
+    return transformers.WhisperFeatureExtractor(**bundled_config("whisper-tiny-preprocessor.json"))
 
 
 def whisper_features(waveform: np.ndarray, whisper: Any, fps: int = 25, feature_extractor: Any = None):
@@ -105,8 +94,7 @@ def whisper_features(waveform: np.ndarray, whisper: Any, fps: int = 25, feature_
     ``whisper`` without parameters or not whisper-tiny (5 states of width 384).
 
     Source: ``musetalk/utils/audio_processor.py:21-93``, ``scripts/inference.py:65-68``;
-    docs/official-behaviour.md §5.1, #q14.
-    """
+    docs/official-behaviour.md §5.1, #q14."""
     import torch
 
     fps = _check_fps(fps)
@@ -155,8 +143,7 @@ def log_mel_on_device(segment: Any, extractor: Any, device: Any):
     InputError), with torch on ``device`` by ``extractor``'s steps and filters: zero-pad to 30 s, centred STFT
     (periodic Hann, n_fft 400, hop 160, reflect), power without the last frame, mel filters, ``log10`` clamped at
     1e-10 and at the maximum minus 8, then ``(x + 4) / 4``; within 1e-4 of the extractor.
-    Source: transformers ``models/whisper/feature_extraction_whisper.py:63-132``; docs/official-behaviour.md §5.1.
-    """
+    Source: transformers ``models/whisper/feature_extraction_whisper.py:63-132``; docs/official-behaviour.md §5.1."""
     import torch
 
     device = torch.device(device)

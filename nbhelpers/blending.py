@@ -79,8 +79,7 @@ def check_box(box: Any, name: str = "box") -> tuple[int, int, int, int]:
 
 def expanded_square(box: Any) -> tuple[int, int, int, int]:
     """The square ``(xc - s, yc - s, xc + s, yc + s)`` around crop box ``box`` (ints, frame pixels), half side
-    ``s = int(max(w, h) // 2 * EXPAND)``. Source: ``musetalk/utils/blending.py:7-13``.
-    """
+    ``s = int(max(w, h) // 2 * EXPAND)``. Source: ``musetalk/utils/blending.py:7-13``."""
     x1, y1, x2, y2 = check_box(box)
     xc, yc = (x1 + x2) // 2, (y1 + y2) // 2
     s = int(max(x2 - x1, y2 - y1) // 2 * EXPAND)
@@ -118,8 +117,7 @@ def _check_frame(frame: Any, name: str) -> None:
 
 def crop_padded(frame: np.ndarray, square: Any) -> np.ndarray:
     """Crop ``square = (xs, ys, xe, ye)`` from an (H, W, C) uint8 frame as a (ye - ys, xe - xs, C) copy, black
-    outside the frame (PIL ``Image.crop``); InputError when empty. Source: ``musetalk/utils/blending.py:60``.
-    """
+    outside the frame (PIL ``Image.crop``); InputError when empty. Source: ``musetalk/utils/blending.py:60``."""
     xs, ys, xe, ye = (int(v) for v in square)
     if xe <= xs or ye <= ys:
         raise InputError(f"square must have xe > xs and ye > ys; got {tuple(square)!r}.")
@@ -133,8 +131,7 @@ def crop_padded(frame: np.ndarray, square: Any) -> np.ndarray:
 
 def paste_region(box: Any, square: Any, frame_shape: Sequence[int]) -> Region | None:
     """Where a blend changes a frame of shape ``frame_shape = (H, W, ...)``: ``box ∩ square ∩ frame`` as a
-    :class:`Region`, or None when empty. InputError when ``box`` or ``square`` is invalid.
-    """
+    :class:`Region`, or None when empty. InputError when ``box`` or ``square`` is invalid."""
     x1, y1, x2, y2 = check_box(box)
     xs, ys, xe, ye = _check_square(square)
     height, width = int(frame_shape[0]), int(frame_shape[1])
@@ -150,8 +147,7 @@ def paste_region(box: Any, square: Any, frame_shape: Sequence[int]) -> Region | 
 def box_mask(mask_512: np.ndarray, box: Any, square: Any) -> np.ndarray:
     """The (2s, 2s) uint8 mask, not feathered: a (512, 512) uint8 parsing mask ``mask_512`` PIL-bicubic-resized onto
     ``square``, kept inside ``box`` and on rows >= s (the official comment says "upper"; the code keeps the lower
-    part). InputError for another mask shape or dtype, or a bad box or square. Source: ``blending.py:26,31,65-77``.
-    """
+    part). InputError for another mask shape or dtype, or a bad box or square. Source: ``blending.py:26,31,65-77``."""
     from PIL import Image
 
     mask_512 = np.asarray(mask_512)
@@ -185,8 +181,7 @@ def prepare_mask(mask_512: np.ndarray, box: Any, square: Any | None = None,
                  blur_ratio: float = OFFLINE_BLUR_RATIO) -> np.ndarray:
     """The feathered (2s, 2s) uint8 blend mask, :func:`box_mask` then :func:`feather` (InputError as they raise);
     ``square`` defaults to :func:`expanded_square` of ``box``. Source: ``musetalk/utils/blending.py:65-82,112-136``;
-    docs/official-behaviour.md §7.2, §7.4.
-    """
+    docs/official-behaviour.md §7.2, §7.4."""
     feather_kernel_size(2, blur_ratio)  # validate before the resize
     square = expanded_square(box) if square is None else square
     return feather(box_mask(mask_512, box, square), blur_ratio)
@@ -210,8 +205,7 @@ def prepare_materials(frames: Sequence[np.ndarray], boxes: Sequence[Any], parser
     """N :class:`BlendMaterial` (numpy masks, in order) of N (H, W, 3) uint8 BGR ``frames`` and crop ``boxes`` on the
     CPU. ``parser`` is a :class:`nbhelpers.parsing.FaceParser` (``chunk`` frames a ``labels`` call); ``mode`` and the
     cheek widths (512-px parsing pixels) are :func:`nbhelpers.parsing.face_mask`'s. InputError for a bad frame, box
-    or option, before parsing. Source: ``musetalk/utils/blending.py:51-82,112-136``.
-    """
+    or option, before parsing. Source: ``musetalk/utils/blending.py:51-82,112-136``."""
     checked, squares = _checked_boxes(len(frames), boxes, mode, left_cheek_width, right_cheek_width, blur_ratio)
     for i, frame in enumerate(frames):
         _check_frame(frame, f"frames[{i}]")
@@ -272,8 +266,7 @@ def prepare_materials_torch(frames: Any, boxes: Sequence[Any], parser: Any, mode
     """:func:`prepare_materials` of an (N, H, W, 3) uint8 BGR tensor (or array) ``frames`` on the parser's torch
     device, ``parser.batch_size`` frames a BiSeNet pass (halved on CUDA out-of-memory), masks left there as tensors.
     Every image step is integer-exact with the CPU path; only BiSeNet's argmax may flip on boundary pixels on a GPU
-    or in fp16. InputError for bad inputs (before parsing), OutOfMemoryError when one frame does not fit.
-    """
+    or in fp16. InputError for bad inputs (before parsing), OutOfMemoryError when one frame does not fit."""
     import torch
 
     if isinstance(frames, np.ndarray):
@@ -305,8 +298,7 @@ def materials_for_frames(frames: Any, crop_boxes: Any, face_frames: Sequence[int
 
     A parser on CUDA makes them there (:func:`prepare_materials_torch`, from ``frames_device`` when given), else
     :func:`prepare_materials`, 32 frames held at once on the host. ``progress``: show a ``parsing`` bar, or a
-    bar to advance.
-    """
+    bar to advance."""
     import torch
 
     face_frames = [int(i) for i in face_frames]
@@ -342,8 +334,7 @@ def prepare_material(frame_bgr: np.ndarray, box: Any, parser: Any, mode: str = "
 def resize_face(face: np.ndarray, box: Any) -> np.ndarray:
     """``face`` ((h0, w0, 3) uint8, any channel order) resized to ``box``, (y2 - y1, x2 - x1, 3), with
     ``cv2.resize`` bilinear; itself when it fits. InputError for a bad face or box.
-    Source: ``scripts/inference.py:218``; docs/official-behaviour.md §7.1.
-    """
+    Source: ``scripts/inference.py:218``; docs/official-behaviour.md §7.1."""
     x1, y1, x2, y2 = check_box(box)
     _check_frame(face, "face")
     if face.shape[:2] == (y2 - y1, x2 - x1):
@@ -357,8 +348,7 @@ def blend_pixels(orig: np.ndarray, new: np.ndarray, mask: np.ndarray) -> np.ndar
     """PIL's masked paste per channel, ``round((orig * (255 - m) + new * m) / 255)`` in exact integers.
 
     ``orig`` and ``new`` are (..., C) uint8, ``mask`` (...) or (..., 1) uint8 alpha 0..255; the result is uint8 of
-    ``orig``'s shape. Source: ``musetalk/utils/blending.py:89`` (PIL ``Image.paste`` with an 'L' mask).
-    """
+    ``orig``'s shape. Source: ``musetalk/utils/blending.py:89`` (PIL ``Image.paste`` with an 'L' mask)."""
     m = mask.astype(np.uint32)
     if m.ndim == orig.ndim - 1:
         m = m[..., None]
@@ -370,8 +360,7 @@ def blend_cpu(frame_bgr: np.ndarray, face_bgr: np.ndarray, box: Any, mask: np.nd
     """Paste a generated (256, 256, 3) uint8 BGR face (or one already of the box's size) back into a copy of an
     (H, W, 3) uint8 BGR frame through a :class:`BlendMaterial`'s ``mask`` and ``square``, bit-exact with the official
     PIL code. InputError for a bad array, box, or a mask not matching the square.
-    Source: ``musetalk/utils/blending.py:35-109``; docs/official-behaviour.md §7.1-§7.2.
-    """
+    Source: ``musetalk/utils/blending.py:35-109``; docs/official-behaviour.md §7.1-§7.2."""
     _check_frame(frame_bgr, "frame_bgr")
     square = _check_mask(mask, square)
     face = resize_face(face_bgr, box)
@@ -398,8 +387,7 @@ def blend_torch(frames: Any, faces: Any, boxes: Sequence[Any], masks: Sequence[A
     """:func:`blend_cpu` of (B, H, W, 3) uint8 BGR ``frames`` on their device (a clone, or themselves with
     ``inplace``) with (B, h0, w0, 3) uint8 BGR ``faces``, within 2 grey levels (``masks`` numpy or tensors): the face
     resized bilinearly in float32 and rounded, blended by :func:`blend_pixels`'s formula. InputError for shapes,
-    dtypes or lengths that disagree, or a bad box, mask or square.
-    """
+    dtypes or lengths that disagree, or a bad box, mask or square."""
     import torch
     import torch.nn.functional as F
 

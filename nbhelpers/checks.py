@@ -97,8 +97,7 @@ def warn_if_silent(waveform: np.ndarray, what: str = "audio") -> bool:
 def output_path_for(output: Any, video_path: Path, audio_path: Path) -> Path:
     """The output MP4 path: ``output``, ``<output>/<video>_<audio>.mp4`` when ``output`` is an existing folder, or
     ``results/<video>_<audio>.mp4`` in the working directory (None). InputError when it does not end in ``.mp4``,
-    is a folder or inside a file, or is the job's own video or audio.
-    """
+    is a folder or inside a file, or is the job's own video or audio."""
     name = f"{video_path.stem}_{audio_path.stem}.mp4"
     if output is None:
         output = Path.cwd() / "results" / name
@@ -226,8 +225,7 @@ def check_boxes(boxes: Any, video: Any, video_info: Any = None) -> Any:
     None) and return :func:`given_boxes` of them. One box (bare or a one-box list) is checked against the frame size;
     per-frame boxes (:func:`nbhelpers.faces.user_boxes`) need one entry, a box or None, per 25 fps frame of the whole
     video, counted by one decode. InputError otherwise, or for a box outside the frame, inverted or under 16 px.
-    The official ``--use_saved_coord`` reuses pickled boxes unchecked (scripts/inference.py:151-160).
-    """
+    The official ``--use_saved_coord`` reuses pickled boxes unchecked (scripts/inference.py:151-160)."""
     boxes = given_boxes(boxes)
     if boxes is None:
         return None

@@ -87,8 +87,7 @@ class SourceFaces:
     """What the engine renders from: N source ``frames`` (N, H, W, 3) uint8 BGR on the host with ``len`` and
     ``[index]`` (optionally also ``frames_device`` on the GPU), and for the M with a face their (M, 8, 32, 32)
     ``latents`` on the UNet device, crop ``boxes``, (2s, 2s) uint8 blend ``masks`` (numpy or device tensors) and
-    expanded ``squares`` (frame pixels). ``latent_row``: (N,) int64 row of those per source frame, -1 without a face.
-    """
+    expanded ``squares`` (frame pixels). ``latent_row``: (N,) int64 row of those per source frame, -1 without a face."""
 
     frames: Any
     latent_row: np.ndarray
@@ -172,8 +171,7 @@ def render(source: SourceFaces, features: Any, models: Any, batch_size: int, n_o
     ``batch_size`` rows, so a short last batch reuses the others' cuDNN plans.
 
     InputError (at the call) for ``batch_size`` < 1, ``n_out`` < 0 or ``features`` too short; OutOfMemoryError
-    when batch size 1 does not fit. Source: ``scripts/inference.py:187-238``, ``realtime_inference.py:226-285``.
-    """
+    when batch size 1 does not fit. Source: ``scripts/inference.py:187-238``, ``realtime_inference.py:226-285``."""
     for name, value, least in (("batch_size", batch_size, 1), ("n_out", n_out, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise InputError(f"{name} must be a whole number >= {least}; got {value!r}.")
@@ -198,8 +196,7 @@ def repaint(source: SourceFaces, features: Any, models: Any, ts: np.ndarray, *, 
     ``host_buffer(shape)`` gives a pinned uint8 tensor to copy the frames into; with ``defer_copy`` the copy stays
     in flight (wait on ``events.last()``, a :class:`CudaStageEvents`). ``pad_to`` runs the UNet and decoder on at
     least that many rows (the last face repeated, extra outputs dropped), so batches keep one shape.
-    Source: ``scripts/inference.py:199-238`` (docs/official-behaviour.md §6-§8).
-    """
+    Source: ``scripts/inference.py:199-238`` (docs/official-behaviour.md §6-§8)."""
     import torch
 
     device = _device_of(models)
@@ -366,17 +363,14 @@ def _blend_on_device(source: SourceFaces, js, has, face_rows, faces_256, device,
                      wait: bool = True) -> np.ndarray:
     import torch
 
-    if source.frames_device is not None:
-        frames_t = source.frames_device[gpu.to_device(js, source.frames_device.device)]
-    else:
-        frames_t = torch.from_numpy(np.stack([source.frames[int(j)] for j in js])).pin_memory().to(
-            device, non_blocking=True)
+    held, frames = source.frames_device, source.frames
+    frames_t = (held[gpu.to_device(js, held.device)] if held is not None else
+                torch.from_numpy(np.stack([frames[int(j)] for j in js])).pin_memory().to(device, non_blocking=True))
     if faces_256 is not None:
         pos = gpu.to_device(np.flatnonzero(has), frames_t.device)
-        blended = blending.blend_torch(frames_t[pos], faces_256, [source.boxes[r] for r in face_rows],
-                                       [source.masks[r] for r in face_rows],
-                                       [source.squares[r] for r in face_rows], inplace=True)
-        frames_t[pos] = blended
+        frames_t[pos] = blending.blend_torch(frames_t[pos], faces_256, [source.boxes[r] for r in face_rows],
+                                             [source.masks[r] for r in face_rows],
+                                             [source.squares[r] for r in face_rows], inplace=True)
     buf = host_buffer(tuple(frames_t.shape)) if host_buffer is not None else None
     if buf is None:
         return frames_t.cpu().numpy()
@@ -398,8 +392,7 @@ def run(source: SourceFaces, features: Any, models: Any, batch_size: int, n_out:
     generator preparing each piece when asked overlaps that work with the encoder). ``timings`` also gets
     ``encode_wait``. ``render_gate`` (a lock or semaphore, or None) is held from the first batch until the last one
     is rendered, so threads sharing it render at most as many clips at once as it admits. ``desc`` names the bar.
-    Raises what the writer or the callback raised (in the calling thread), and what :func:`render` raises.
-    """
+    Raises what the writer or the callback raised (in the calling thread), and what :func:`render` raises."""
     pieces = [Piece(0, n_out, source)] if isinstance(source, SourceFaces) else source
     ring = PinnedRing()
     written = 0
@@ -441,8 +434,7 @@ class BackgroundWriter:
     None) and ``frame_callback(t, frame)`` on a thread while the caller, blocked while ``depth`` batches wait,
     computes the next. An error there is raised in the caller's thread at the next :meth:`put` or at exit. A writer
     that takes no batch for ``timeout_s`` (default its ``stall_timeout_s`` + 30 s, else :data:`WRITER_TIMEOUT_S`) is
-    aborted and reported as stalled (FFmpegError); nothing half-written is kept.
-    """
+    aborted and reported as stalled (FFmpegError); nothing half-written is kept."""
 
     def __init__(self, writer: Any, frame_callback: Callable[[int, np.ndarray], None] | None = None,
                  depth: int = WRITER_QUEUE_DEPTH, timeout_s: float | None = None):

@@ -5,7 +5,9 @@ A message names the parameter or file, shows the value received, states the rule
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import importlib.metadata
 import signal
 import warnings
 
@@ -107,12 +109,19 @@ def require(module: str, install: str):
         ) from exc
 
 
+def package_version(*dists: str) -> str | None:
+    """The installed version of the first installed of ``dists`` (from the metadata, no import); None if none is."""
+    for name in dists:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            return importlib.metadata.version(name)
+    return None
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM made an exception in the main thread by the command line, so ``with`` blocks clean up as on Ctrl-C.
 
     A KeyboardInterrupt, because code waiting in C (Ray's ``ray.wait``) takes only that from a signal handler;
-    :attr:`pending` records that the stop was a SIGTERM even after such a wait re-raised it as Ctrl-C.
-    """
+    :attr:`pending` records that the stop was a SIGTERM even after such a wait re-raised it as Ctrl-C."""
 
     pending = False
 

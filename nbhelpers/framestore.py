@@ -32,8 +32,7 @@ UNLOCKED_AGE_S = 3600.0  # a folder without a lock file (an older version's, or 
 class FrameStore(contextlib.AbstractContextManager):
     """``height`` x ``width`` uint8 BGR frames kept in a raw file in a new temporary folder (``directory``):
     :meth:`append` while decoding, :meth:`finish`, then ``store[i]`` and ``store[list]``. The folder goes at
-    :meth:`close`, garbage collection or exit. DiskSpaceError when the disk fills up (the frames are removed).
-    """
+    :meth:`close`, garbage collection or exit. DiskSpaceError when the disk fills up (the frames are removed)."""
 
     def __init__(self, height: int, width: int):
         self.height, self.width = int(height), int(width)
@@ -145,8 +144,7 @@ class _Tee:
 def expected_frames(info, default: int) -> int:
     """Upper estimate of the 25 fps frames of a probed video (a :class:`nbhelpers.media.MediaInfo`): its stored
     frames when it has one frame or is stored at 25 fps and they were counted, else duration x 25 + 1; 1 for a
-    photo, ``default`` when the duration is unknown.
-    """
+    photo, ``default`` when the duration is unknown."""
     if getattr(info, "is_image", False):
         return 1
     counted = getattr(info, "frame_count", None)
@@ -166,8 +164,7 @@ def _remove(directory: Path, lock: int | None) -> None:
 def _hold_lock(directory: Path) -> int | None:
     """Take this process's ``flock`` on a new store folder's ``owner.lock`` (locked before it is named, so a visible
     lock file is always held) and return its descriptor; None where there is no ``flock`` (the folder is then
-    marked ``owner.nolock`` and only its own store removes it).
-    """
+    marked ``owner.nolock`` and only its own store removes it)."""
     try:
         import fcntl
     except ImportError:  # pragma: no cover - not on Linux or macOS
@@ -188,8 +185,7 @@ def _hold_lock(directory: Path) -> int | None:
 def remove_stale_frames() -> list[Path]:
     """Remove the frame folders in the temporary folder whose process ended without removing them, and return them:
     those whose ``owner.lock`` can be locked, and those without one older than :data:`UNLOCKED_AGE_S`.
-    ``owner.nolock``, other users' and unreadable folders stay.
-    """
+    ``owner.nolock``, other users' and unreadable folders stay."""
     try:
         import fcntl
     except ImportError:  # pragma: no cover - not on Linux or macOS
@@ -224,8 +220,7 @@ def remove_stale_frames() -> list[Path]:
 
 def cycle_index(t: int | np.ndarray, n_frames: int) -> int | np.ndarray:
     """Source frame of output frame ``t`` (int or integer array) in the official ping-pong over ``n_frames`` (N >= 1):
-    ``0, 1, ..., N-1, N-1, ..., 1, 0`` repeated, so a photo always gives 0. Source: ``inference.py:179-181,210-212``.
-    """
+    ``0, 1, ..., N-1, N-1, ..., 1, 0`` repeated, so a photo always gives 0. Source: ``inference.py:179-181,210-212``."""
     if n_frames < 1:
         raise ValueError(f"n_frames must be >= 1, got {n_frames}")
     r = np.asarray(t) % (2 * n_frames)

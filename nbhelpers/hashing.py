@@ -33,8 +33,7 @@ def sha256_file(path: str | os.PathLike, desc: str | None = None) -> str:
 def atomic_path(path: str | os.PathLike, suffix: str = ".tmp") -> Iterator[Path]:
     """A temporary path next to ``path`` (its folder made) to write in the block; renamed onto ``path`` when the
     block ends without an error, removed when it raises. ``suffix`` ends the temporary name (for writers that read
-    the format from it).
-    """
+    the format from it)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}{suffix}")

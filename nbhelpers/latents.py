@@ -22,8 +22,7 @@ def crop_and_resize(frame: np.ndarray, box: Sequence[float]) -> np.ndarray:
     """Cut crop box ``box = (x1, y1, x2, y2)`` (frame pixels, exclusive ends, truncated to int; for v15 ``y2``
     includes ``extra_margin``) out of an (H, W, 3) uint8 BGR frame, edges clipped to the frame as the official numpy
     slice does, and resize it to (256, 256, 3) with Lanczos-4. InputError for a bad frame or box, or a box that misses
-    the frame. Source: ``scripts/inference.py:173-174``; docs/official-behaviour.md §3.3.
-    """
+    the frame. Source: ``scripts/inference.py:173-174``; docs/official-behaviour.md §3.3."""
     import cv2
 
     if not isinstance(frame, np.ndarray) or frame.ndim != 3 or frame.shape[2] != 3 or frame.dtype != np.uint8:
@@ -55,8 +54,7 @@ def encode(crops_256: Any, vae: Any, generator: Any = None, mode: str = "sample"
     int >= 0, one drawn from a ``torch.Generator``, or None: torch's global RNG), so a seed gives the same latents on
     every device, batch size and split of the video. InputError for a bad argument; OutOfMemoryError when batch
     size 1 does not fit. Source: ``musetalk/models/vae.py:35-94,110-122``, ``musetalk/utils/utils.py:154,159``;
-    docs/official-behaviour.md §4.1-§4.3, #q1.
-    """
+    docs/official-behaviour.md §4.1-§4.3, #q1."""
     import torch
 
     if mode not in LATENT_MODES:
@@ -141,8 +139,7 @@ def decode(latents: Any, vae: Any):
     """Decode (B, 4, 32, 32) float UNet latents (any device; else InputError) to (B, 256, 256, 3) uint8 BGR crops on
     the VAE's device, an inference tensor: ``(1 / scaling_factor) * z`` (the official order), VAE decode,
     ``(x / 2 + 0.5).clamp(0, 1)``, then ``x 255`` in float32 rounded half to even.
-    Source: ``musetalk/models/vae.py:96-108``; docs/official-behaviour.md §6.
-    """
+    Source: ``musetalk/models/vae.py:96-108``; docs/official-behaviour.md §6."""
     import torch
 
     if not isinstance(latents, torch.Tensor) or latents.ndim != 4 or latents.shape[1] != 4 \
@@ -163,8 +160,7 @@ def unet_step(unet: Any, pe: Callable[[Any], Any], latent_batch: Any, feature_ba
     """One MuseTalk UNet call at timestep 0, ``unet(latents, 0, encoder_hidden_states=pe(features)).sample``: a
     (B, 4, 32, 32) tensor in the UNet dtype on its device from ``latent_batch`` (B, 8, 32, 32) and ``feature_batch``
     (B, 50, 384) on any device (else InputError), the positional encoding added here as officially. No scheduler.
-    Source: ``scripts/inference.py:50,199-203``, ``musetalk/models/unet.py:12-27``; docs/official-behaviour.md §6.
-    """
+    Source: ``scripts/inference.py:50,199-203``, ``musetalk/models/unet.py:12-27``; docs/official-behaviour.md §6."""
     import torch
 
     _check_pair(latent_batch, feature_batch)
@@ -182,8 +178,7 @@ def encode_frames(frames: Any, crop_boxes: Any, face_frames: Sequence[int], vae:
     BGR ``frames`` (random access) with (N, 4) ``crop_boxes``: crops (:func:`crop_and_resize`) encoded in runs of
     consecutive frames, ``batch_size`` a call, each frame's noise seeded by its index. ``progress``: show a
     ``latents`` bar, or a bar to advance. InputError for no face frame or a bad crop or option.
-    Source: ``scripts/inference.py:163-176``; docs/official-behaviour.md §4.
-    """
+    Source: ``scripts/inference.py:163-176``; docs/official-behaviour.md §4."""
     import torch
 
     face_frames = np.asarray(face_frames, dtype=np.int64)

@@ -64,8 +64,7 @@ def _torch_classes() -> dict[str, type]:
         """Sinusoidal positional encoding of the whisper tokens (width ``d_model``, even; ``max_len`` positions):
         ``pe[0, pos, 2i] = sin(pos * exp(-2i * ln(10000) / d_model))``, ``pe[0, pos, 2i+1] = cos(same)``, a float32
         buffer [1, max_len, d_model] that ``.half()`` casts as the official ``--use_float16`` path does.
-        Source: ``musetalk/models/unet.py:12-27``, ``scripts/inference.py:54``; docs/official-behaviour.md §5.4.
-        """
+        Source: ``musetalk/models/unet.py:12-27``, ``scripts/inference.py:54``; docs/official-behaviour.md §5.4."""
 
         def __init__(self, d_model: int = WHISPER_DIM, max_len: int = 5000):
             super().__init__()
@@ -105,8 +104,7 @@ def bundled_config(name: str) -> dict[str, Any]:
 def unet_config(version: str = "v15") -> dict[str, Any]:
     """The full-size MuseTalk UNet config (``UNet2DConditionModel`` kwargs) as a fresh dict: SD-1.x's UNet with 8
     input channels and cross-attention width 384, shared by both ``version`` values (InputError for another).
-    Source: ``models/musetalkV15/musetalk.json`` (not in the official repository); docs/official-behaviour.md §1.3.
-    """
+    Source: ``models/musetalkV15/musetalk.json`` (not in the official repository); docs/official-behaviour.md §1.3."""
     _check_version(version)
     return bundled_config("musetalkV15-unet.json")
 
@@ -160,8 +158,7 @@ def load_checkpoint(path: str | os.PathLike, trusted_sha256: str | None = None, 
     memory-mapped (``mmap``). Plain state dicts load with ``weights_only=True``; other Python objects are unpickled
     only when the sha256 equals ``trusted_sha256`` (hex), else the size equals ``expected_size`` (bytes), else with
     ``allow_pickle=True``. WeightsError when the file is missing, an HTML page, a git-lfs pointer, truncated,
-    damaged, or an untrusted pickle. Source: ``musetalk/models/unet.py:44-45``.
-    """
+    damaged, or an untrusted pickle. Source: ``musetalk/models/unet.py:44-45``."""
     path = Path(path)
     if not path.is_file():
         raise WeightsError(f"checkpoint {path} does not exist. Download the weights with {_FIX}.")
@@ -279,8 +276,7 @@ def build_unet(config: Mapping[str, Any] | str = "v15", device: str | torch.devi
 
     ``config`` is a ``musetalk.json`` dict or a version for the bundled config; ``device`` is ``"meta"`` (no memory;
     :func:`load_unet` assigns the checkpoint) or ``"cpu"`` (random float32). Raises MissingDependencyError without
-    diffusers, WeightsError when the config builds no UNet. Source: ``musetalk/models/unet.py:36-38``.
-    """
+    diffusers, WeightsError when the config builds no UNet. Source: ``musetalk/models/unet.py:36-38``."""
     import torch
 
     unet_class = _library_class("diffusers", "UNet2DConditionModel", "pip install diffusers")
@@ -316,8 +312,7 @@ def load_unet(weights_dir: str | os.PathLike | None = None, version: str = "v15"
 
     Raises InputError for an unknown version, WeightsError for a missing, HTML, git-lfs pointer or cut-off file,
     CheckpointError when keys or shapes do not match. Source: ``musetalk/models/unet.py:36-45``,
-    ``scripts/inference.py:53-56``.
-    """
+    ``scripts/inference.py:53-56``."""
     _check_version(version)
     root = _weights.resolve_dir(weights_dir)
     cfg_rel, w_rel = UNET_FILES[version]
@@ -366,8 +361,7 @@ def load_vae(weights_dir: str | os.PathLike | None = None, device: str | torch.d
     """Load sd-vae-ft-mse (diffusers ``AutoencoderKL``) from ``<weights_dir>/sd-vae``, arguments as :func:`load_unet`:
     ``diffusion_pytorch_model.safetensors`` (preferred) or the official ``.bin``; it encodes 256x256 RGB in [-1, 1]
     to [B, 4, 32, 32]; its decoder upsamples in phase form (:mod:`nbhelpers.upsampling`). WeightsError for a missing
-    or damaged file, CheckpointError when the weights do not fit the config. Source: ``musetalk/models/vae.py:24``.
-    """
+    or damaged file, CheckpointError when the weights do not fit the config. Source: ``musetalk/models/vae.py:24``."""
     vae_class = _library_class("diffusers", "AutoencoderKL", "pip install diffusers")
     root = _weights.resolve_dir(weights_dir)
     _require(root, [f"{VAE_DIR}/config.json", f"{VAE_DIR}/diffusion_pytorch_model.safetensors"], "the VAE")
@@ -396,8 +390,7 @@ def load_whisper(weights_dir: str | os.PathLike | None = None, device: str | tor
     as :func:`load_unet` (officially ``dtype`` is the UNet's): ``model.safetensors`` (preferred: transformers >= 4.50
     refuses ``.bin`` on torch < 2.6) or the official ``pytorch_model.bin``. ``.encoder(mel [B, 80, 3000],
     output_hidden_states=True)`` gives 5 hidden states [B, 1500, 384]. WeightsError for a missing, damaged or
-    refused file, CheckpointError when the weights do not fit. Source: ``scripts/inference.py:64-66``; §5.1.
-    """
+    refused file, CheckpointError when the weights do not fit. Source: ``scripts/inference.py:64-66``; §5.1."""
     transformers = require("transformers", "pip install transformers")
     whisper_class = _library_class("transformers", "WhisperModel", "pip install transformers")
     root = _weights.resolve_dir(weights_dir)
@@ -424,8 +417,7 @@ def load_whisper(weights_dir: str | os.PathLike | None = None, device: str | tor
 def load_feature_extractor(weights_dir: str | os.PathLike | None = None) -> Any:
     """Load the ``WhisperFeatureExtractor`` of ``<weights_dir>/whisper/preprocessor_config.json`` (None =
     :func:`nbhelpers.weights.default_dir`); WeightsError when missing or damaged.
-    Source: ``musetalk/utils/audio_processor.py:12-13``.
-    """
+    Source: ``musetalk/utils/audio_processor.py:12-13``."""
     extractor_class = _library_class("transformers", "WhisperFeatureExtractor", "pip install transformers")
     root = _weights.resolve_dir(weights_dir)
     _require(root, [f"{WHISPER_DIR}/preprocessor_config.json"], "the whisper feature extractor")
@@ -442,8 +434,7 @@ class Models:
     """The models of one MuseTalk run, in eval mode without gradients, on one device and dtype: the UNet (8 -> 4
     channels, cross-attention 384), sd-vae-ft-mse, whisper-tiny (its ``.encoder`` is used), the CPU feature
     extractor, :class:`PositionalEncoding` (384, 5000), ``tiny`` for random test weights, and an optional face
-    ``restorer`` for the decoded crops (:mod:`nbhelpers.restore`).
-    """
+    ``restorer`` for the decoded crops (:mod:`nbhelpers.restore`)."""
 
     unet: nn.Module
     vae: nn.Module
@@ -469,8 +460,7 @@ def load_models(weights_dir: str | os.PathLike | None = None, version: str = "v1
     """Load UNet, VAE, whisper, feature extractor and positional encoding for one version, arguments as
     :func:`load_unet`. Every file is checked first: one WeightsError lists every missing or damaged file. InputError
     for an unknown version, device or dtype; CheckpointError when a checkpoint does not fit its model.
-    Source: ``scripts/inference.py:45-67``.
-    """
+    Source: ``scripts/inference.py:45-67``."""
     import torch
 
     _check_version(version)

@@ -33,8 +33,7 @@ def fit_face_batches(detector: Any, frame_hw: tuple[int, int], device: Any, *, l
     """Set the landmark backend ``detector``'s ``face_detector.batch_size`` (S3FD) and ``pose.batch_size`` (DWPose),
     where it has them, for (H, W) frames to a :data:`FACES_SHARE` of the memory of CUDA ``device`` the job's models
     leave (the planner's :class:`nbhelpers.gpu.MemoryModel`). ``loaded_gib`` of models already there
-    (:meth:`~nbhelpers.pipeline.MuseTalkPipeline.resident_gib`) count as free, as for the planner.
-    """
+    (:meth:`~nbhelpers.pipeline.MuseTalkPipeline.resident_gib`) count as free, as for the planner."""
     usable = gpu.usable_bytes(device)
     if usable is None:
         return
@@ -104,8 +103,7 @@ class StreamedJob:
     ``source_frames`` (None: ``n_out``) is the stage bars' total until tracking ends.
 
     With ``smooth_boxes`` > 1 every frame is tracked first and the clip rendered as one piece. A clip with no face
-    raises :class:`~nbhelpers.errors.NoFaceError` when its last frame is tracked.
-    """
+    raises :class:`~nbhelpers.errors.NoFaceError` when its last frame is tracked."""
 
     def __init__(self, pipe: Any, config: InferenceConfig, store: FrameStore, n_out: int, boxes: Any,
                  timings: Timings, source_frames: int | None = None):
@@ -269,8 +267,7 @@ class StreamedJob:
 class DecodeAhead:
     """The first ``n`` frames of a video in pieces of ``piece`` frames, decoded and appended to the frame store in
     a thread one piece ahead of the job (ffmpeg's 64 KiB pipe stalls without a reader). The job's wait is timed as
-    ``decode``; an error in the thread is raised in the job's thread at the piece it would have given.
-    """
+    ``decode``; an error in the thread is raised in the job's thread at the piece it would have given."""
 
     def __init__(self, reader: Any, n: int, piece: int, store: FrameStore, timings: Timings):
         self._reader, self._left, self._piece, self._store, self._timings = reader, int(n), int(piece), store, timings

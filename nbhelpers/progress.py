@@ -31,8 +31,7 @@ def bar(total: int | float | None = None, desc: str = "", unit: str = "frame", *
     """A ``tqdm.auto`` bar of ``total`` ``unit`` (``"frame"``, ``"batch"``, ``"B"``) named ``desc``, as a context
     manager; ``kwargs`` go to ``tqdm`` over the global settings. Where its ``file`` (default: stderr) is neither a
     terminal nor a notebook's, each redraw is one plain line (no carriage return or cursor code), at most every
-    :data:`LOG_INTERVAL_S` seconds (``mininterval``); the full bar's line is printed once, when the bar closes.
-    """
+    :data:`LOG_INTERVAL_S` seconds (``mininterval``); the full bar's line is printed once, when the bar closes."""
     from tqdm.auto import tqdm
 
     options = {**_settings, **kwargs}

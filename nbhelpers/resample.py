@@ -51,8 +51,7 @@ PIL_FILTERS = {"bilinear": (_bilinear, 1.0), "bicubic": (_bicubic, 2.0)}  # name
 def pil_taps(in_size: int, out_size: int, filter: str) -> tuple[np.ndarray, np.ndarray]:
     """PIL's resize taps for one axis of ``in_size`` -> ``out_size`` samples with ``filter`` (``"bilinear"``,
     ``"bicubic"``; sizes >= 1, else InputError): read-only (out_size, K) int64 ``(index, weight)``, output ``j`` being
-    ``clip(sum_k in[index[j, k]] * weight[j, k] + 2^21 >> 22, 0, 255)``; unused taps weigh 0.
-    """
+    ``clip(sum_k in[index[j, k]] * weight[j, k] + 2^21 >> 22, 0, 255)``; unused taps weigh 0."""
     if filter not in PIL_FILTERS:
         raise InputError(f"filter must be one of {sorted(PIL_FILTERS)}; got {filter!r}.")
     if in_size < 1 or out_size < 1:
@@ -134,8 +133,7 @@ def taps_table(rows: Sequence[tuple[np.ndarray, np.ndarray]], length: int,
                offsets: Sequence[int] | None = None, limit: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Stack B per-frame ``rows`` ``(index (O_b, K_b), weight (O_b, K_b))`` into one (B, ``length``, K) int64 table;
     ``offsets`` (B ints) shift each frame's indices, then taps outside ``0 .. limit - 1`` weigh 0 (PIL's black
-    outside the frame) with a clamped index.
-    """
+    outside the frame) with a clamped index."""
     k = max(int(r[0].shape[1]) for r in rows)
     index = np.zeros((len(rows), length, k), np.int64)
     weight = np.zeros((len(rows), length, k), np.int64)
@@ -163,8 +161,7 @@ def resize_axis(x: Any, index: Any, weight: Any) -> Any:
     + 2^21) >> 22)``.
 
     ``x`` is (B, ..., L) uint8 or int32 torch; ``index`` and ``weight`` (B, O, K) integer tensors or arrays. Returns
-    (B, ..., O) uint8 on ``x``'s device.
-    """
+    (B, ..., O) uint8 on ``x``'s device."""
     import torch
 
     device = x.device
@@ -189,8 +186,7 @@ def resize_axis(x: Any, index: Any, weight: Any) -> Any:
 def gaussian_blur_batch(masks: Any, sides: Sequence[int], ksizes: Sequence[int]) -> Any:
     """``cv2.GaussianBlur(mask, (k, k), 0)`` of each frame's top-left ``side x side`` square, batched and bit-exact:
     (B, S, S) uint8 torch ``masks`` and B ``sides`` and odd ``ksizes`` (else InputError) give (B, S, S) uint8, each
-    square blurred with ``BORDER_REFLECT_101`` on the square alone, 0 elsewhere.
-    """
+    square blurred with ``BORDER_REFLECT_101`` on the square alone, 0 elsewhere."""
     import torch
 
     if not len(sides) == len(ksizes) == masks.shape[0]:
@@ -229,8 +225,7 @@ def gaussian_blur_batch(masks: Any, sides: Sequence[int], ksizes: Sequence[int])
 def crop_resize_batch(images: Any, squares: Sequence[Sequence[int]], size: int, filter: str = "bilinear") -> Any:
     """PIL ``image.crop(square).resize((size, size), filter)`` of each of (B, C, H, W) uint8 torch ``images``, exact,
     on its device: (B, C, size, size) uint8. ``squares``: B ``(xs, ys, xe, ye)`` in image pixels, possibly past an
-    edge (black there, as PIL's ``crop``).
-    """
+    edge (black there, as PIL's ``crop``)."""
     height, width = int(images.shape[-2]), int(images.shape[-1])
     sides = [int(sq[2]) - int(sq[0]) for sq in squares]
     across = [pil_taps(side, size, filter) for side in sides]
@@ -242,8 +237,7 @@ def crop_resize_batch(images: Any, squares: Sequence[Sequence[int]], size: int, 
 
 def resize_batch(images: Any, sides: Sequence[int], filter: str = "bicubic") -> Any:
     """PIL ``resize((side_b, side_b), filter)`` of each (N, N) uint8 image of a (B, N, N) tensor to its own side, exact:
-    a (B, S, S) uint8 tensor, ``S = max(sides)``, frame ``b`` in ``[:sides[b], :sides[b]]``, 0 elsewhere.
-    """
+    a (B, S, S) uint8 tensor, ``S = max(sides)``, frame ``b`` in ``[:sides[b], :sides[b]]``, 0 elsewhere."""
     n = int(images.shape[-1])
     length = max(int(s) for s in sides)
     index, weight = taps_table([pil_taps(n, int(s), filter) for s in sides], length)

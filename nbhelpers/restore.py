@@ -137,8 +137,7 @@ def run_dtype(descriptor: Any, device: Any, dtype: Any) -> tuple[Any, str]:
 class Restorer:
     """A loaded face restorer ``name`` (spandrel's ``ImageModelDescriptor`` in eval mode on ``device`` in ``dtype``,
     :func:`run_dtype`, for ``reason``) applied to batches of generated crops on their device. ``strength`` blends
-    restored and unrestored face, 0..1 (1 = restored only). ``path`` is the weight file.
-    """
+    restored and unrestored face, 0..1 (1 = restored only). ``path`` is the weight file."""
 
     name: str
     descriptor: Any = field(repr=False)
@@ -154,8 +153,7 @@ class Restorer:
 
     def __call__(self, faces_256: Any) -> Any:
         """Restore (F, 256, 256, 3) uint8 BGR ``faces_256`` on the restorer's device (:func:`nbhelpers.latents.decode`'s
-        output) into the same shape; the input itself when ``strength == 0``. InputError for another shape or dtype.
-        """
+        output) into the same shape; the input itself when ``strength == 0``. InputError for another shape or dtype."""
         import torch
         import torch.nn.functional as F
 
@@ -269,8 +267,7 @@ def write_random_weights(directory: str | os.PathLike, name: str, *, seed: int =
     """Write and return ``<directory>/restore/<file>``: spandrel's architecture ``name`` with random weights
     (``seed``) as ``{"params_ema": state_dict}`` like the published files: full size (:data:`PUBLISHED_KWARGS`,
     290-380 MB), or :data:`TINY_RESTOREFORMER` with ``tiny``. InputError for an unknown name or ``tiny`` with
-    another architecture than RestoreFormer; MissingDependencyError without spandrel.
-    """
+    another architecture than RestoreFormer; MissingDependencyError without spandrel."""
     import torch
 
     check_name(name)

@@ -25,8 +25,7 @@ def weights(*, download: bool = True) -> Path:
 
 def path(*parts: str | os.PathLike) -> Path:
     """``work_dir / parts...`` (relative parts, e.g. ``path("avatars", "my-avatar")``) inside the workbook's folder,
-    its parent folder created (not the path itself). InputError for no part, an absolute one or one with ``..``.
-    """
+    its parent folder created (not the path itself). InputError for no part, an absolute one or one with ``..``."""
     if not parts:
         raise InputError("workbook.path needs a name, e.g. workbook.path('lipsync.mp4').")
     relative = Path(*parts)
@@ -56,8 +55,7 @@ def check(result: Any, *, audio: str | os.PathLike | None = None, **expected: An
     """A notebook's final check that this run produced its ``result`` (a result with an ``output``, an avatar, a
     table, a path); returns a one-line summary. With ``audio``, the speech it was made from, the video must last as
     long within 1/25 s; ``expected`` as in :func:`nbhelpers.env.check_result`. ResultCheckError when a check fails,
-    MediaError when ``audio`` cannot be probed.
-    """
+    MediaError when ``audio`` cannot be probed."""
     if audio is not None:
         if "duration_s" in expected:
             raise InputError("give workbook.check either audio= or duration_s=, not both.")

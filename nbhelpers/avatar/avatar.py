@@ -185,10 +185,7 @@ class Avatar:
     def _waveform(self, audio: str | os.PathLike | np.ndarray, timings: Timings) -> tuple[np.ndarray, int]:
         """The 16 kHz waveform and its output frames (InputError: read before any model loads or plans)."""
         with timings.stage("audio"):
-            if isinstance(audio, np.ndarray):
-                waveform = np.asarray(audio, dtype=np.float32)
-            else:
-                waveform = media.load_audio(audio)
+            waveform = np.asarray(audio, dtype=np.float32) if isinstance(audio, np.ndarray) else media.load_audio(audio)
             what = "audio" if isinstance(audio, np.ndarray) else f"audio {str(audio)!r}"
             n_out = speech_frames(waveform, what)
             warn_if_silent(waveform, what)

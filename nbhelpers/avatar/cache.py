@@ -102,17 +102,13 @@ class LosslessFrames:
     on demand in chunks: ``frames[j]`` is a read-only (H, W, 3) uint8 BGR array, ``frames[a:b]`` and
     ``frames[[j, k]]`` stack copies. Every FFV1 frame is a keyframe at a multiple of 40 ms, so ``-ss j/25`` decodes
     exactly frames ``j, j+1, ...``; recent chunks are kept for the ping-pong's backward pass. Iterating goes through
-    ``frames[j]`` until IndexError. Access raises CacheError when the file holds fewer frames than recorded.
-    """
+    ``frames[j]`` until IndexError. Access raises CacheError when the file holds fewer frames than recorded."""
 
     chunk = 32  # frames decoded per ffmpeg call
     cached_chunks = 4  # chunks kept in memory (each chunk x H x W x 3 bytes)
 
     def __init__(self, path: Path, n_frames: int, width: int, height: int):
-        self.path = Path(path)
-        self.n_frames = int(n_frames)
-        self.width = int(width)
-        self.height = int(height)
+        self.path, self.n_frames, self.width, self.height = Path(path), int(n_frames), int(width), int(height)
         self._cache: dict[int, np.ndarray] = {}
         self._lock = threading.Lock()
 
@@ -160,8 +156,7 @@ class LosslessFrames:
 
 class BackgroundWrite:
     """:func:`write_lossless` then the file's size and SHA-256, in a thread, overlapping the models' work.
-    :meth:`result` waits and returns ``(frames written, size, sha256)`` or raises; :meth:`cancel` stops and joins.
-    """
+    :meth:`result` waits and returns ``(frames written, size, sha256)`` or raises; :meth:`cancel` stops and joins."""
 
     def __init__(self, frames: Any, path: Path, width: int, height: int):
         self._stop = threading.Event()

@@ -89,8 +89,7 @@ def shutdown_ray() -> None:
     """``ray.shutdown()``, a local instance's autoscaler monitor killed first.
 
     The monitor answers SIGTERM by reporting to the GCS, already stopped, and so waits out Ray's one-second grace
-    (``ray/autoscaler/_private/monitor.py``); a local instance has no autoscaling to finish.
-    """
+    (``ray/autoscaler/_private/monitor.py``); a local instance has no autoscaling to finish."""
     ray = require_ray()
     with contextlib.suppress(Exception):  # Ray's internals differ: its own shutdown stops the monitor
         node = ray._private.worker._global_node

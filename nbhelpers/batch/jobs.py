@@ -189,8 +189,7 @@ def read_jobs(path: str | os.PathLike) -> list[Job]:
     back absolute; empty lines and ``#`` lines are skipped.
 
     Raises InputError when the file is missing or empty, a row lacks video or audio, has an unknown column or a bad
-    value, or two jobs share an output.
-    """
+    value, or two jobs share an output."""
     path = Path(path).expanduser()
     if not path.is_file():
         raise InputError(f"jobs file {str(path)!r} does not exist; give a CSV (columns video,audio,output) or a "

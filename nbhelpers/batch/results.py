@@ -65,8 +65,7 @@ class BatchResult:
     ``ray_start``, ``workers_ready``, ``first_job``, ``jobs_done``; ``prepare_s`` summed worker seconds);
     ``workers_note`` why that many workers and jobs each; ``timeline`` per worker ``(event, seconds from the start)``
     (:meth:`nbhelpers.batch.worker.BatchWorker.events`); ``preparations`` per avatar preparation
-    ``{"video", "worker", "status", "seconds", "ended_s", "timings"}``.
-    """
+    ``{"video", "worker", "status", "seconds", "ended_s", "timings"}``."""
 
     outcomes: tuple[JobOutcome, ...]
     summary_csv: Path | None

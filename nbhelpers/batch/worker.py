@@ -197,8 +197,7 @@ def worker_gib(config: Any, jobs: int = 1) -> float:
 
     Every avatar model resident, then the larger of a clip's generate stage and an avatar's encode (each job adding its
     batch's share), plus the CUDA context and workspaces, for 1920x1080 frames; ``config.fp16=False`` doubles it.
-    Source: :mod:`nbhelpers.gpu.model`.
-    """
+    Source: :mod:`nbhelpers.gpu.model`."""
     mm = MEMORY_MODEL
     fp16 = config.fp16 is not False
     clip_a, clip_b = stage_memory("clip", fp16=fp16)["generate"]

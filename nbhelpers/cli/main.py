@@ -29,8 +29,7 @@ def main(argv: list[str] | None = None) -> int:
 
     Exit status: the command's (0 done, 1 a check that failed: ``verify``, ``batch``), 2 for an error the package
     raises on purpose or a usage error (printed as one line, in command-line terms, without a traceback), 130 on
-    Ctrl-C, 143 on SIGTERM.
-    """
+    Ctrl-C, 143 on SIGTERM."""
     args = build_parser().parse_args(argv)
     run = in_cli_terms(COMMANDS[args.command])  # messages in flag names, not Python names or notebooks
     previous = _terminate_like_interrupt()

@@ -20,8 +20,7 @@ SUMMARY_NAME = "batch-summary.csv"  # the summary's name in the outputs folder, 
 class BatchConfig:
     """How a batch runs; each setting is checked when the config is made.
 
-    On a cluster every path (jobs, weights, outputs, cache) must be on storage all nodes see.
-    """
+    On a cluster every path (jobs, weights, outputs, cache) must be on storage all nodes see."""
 
     address: str | None = setting(None, none="start Ray here, or join $RAY_ADDRESS when set", help=(
         "Ray cluster to join: auto, HOST:PORT or ray://HOST:PORT"))
@@ -49,9 +48,7 @@ class BatchConfig:
 
     def cache_path(self, outputs_folder: Path) -> Path:
         """The avatar cache's folder, absolute: ``cache_dir``, or ``<outputs_folder>/avatar-cache``."""
-        if self.cache_dir is None:
-            return outputs_folder / CACHE_NAME
-        return Path(self.cache_dir).expanduser().resolve()
+        return outputs_folder / CACHE_NAME if self.cache_dir is None else Path(self.cache_dir).expanduser().resolve()
 
     def summary_path(self, outputs_folder: Path) -> Path | None:
         """The summary CSV's path, absolute (None when ``summary=False``)."""

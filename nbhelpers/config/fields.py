@@ -48,8 +48,7 @@ def setting(default: Any, *, help: str, unit: str | None = None, choices: tuple 
     the official app's slider offers (``app.py:502-515``); ``flag_off`` the flag that sets a ``bool | None``
     setting to False (default ``--no-<name>``); ``label`` the settings panel's name for it. ``cli=False`` keeps the
     setting off the command line; ``key=False`` marks one that does not change what an output is (device,
-    precision, batch), so a finished output made with another value is kept.
-    """
+    precision, batch), so a finished output made with another value is kept."""
     facts = {"help": help, "unit": unit, "choices": choices, "labels": labels, "meanings": meanings, "ge": ge,
              "gt": gt, "le": le, "lt": lt, "pattern": pattern, "rule": rule, "none": none, "source": source,
              "app_range": app_range, "flag": flag, "flag_off": flag_off, "label": label}

@@ -22,8 +22,7 @@ def check_result(result: Any, *, frames: int | None = None, duration_s: float | 
     A path, an ``output`` path or a :class:`~nbhelpers.media.MediaInfo`: the file exists, was written after ``since``
     (default: this session), has ``frames`` (default: the result's ``n_frames``) and lasts ``duration_s`` within one
     frame. An avatar (``loaded_from_cache``): it equals ``from_cache`` when given and has frames. Anything with rows or
-    a length: at least ``min_rows``. ResultCheckError when a check fails, naming it, the value and what to look at.
-    """
+    a length: at least ``min_rows``. ResultCheckError when a check fails, naming it, the value and what to look at."""
     checked: list[str] = []
     output = result if isinstance(result, (str, os.PathLike)) else getattr(result, "output", None)
     if output is None and hasattr(result, "duration_s") and isinstance(getattr(result, "path", None), os.PathLike):
@@ -65,8 +64,7 @@ def check_setup(installs: InstallReport | None = None, backend: Any = None) -> s
     In order: every requirement of ``installs`` (None: the ``[colab]`` extra, as a dry run) is satisfied now and none
     was refused (onnxruntime only for the ``dwpose-onnx`` backend); torch imports; the ffmpeg of
     :mod:`nbhelpers.media` reports a version; ``backend`` (a landmark backend or its name; None: skipped) has a name.
-    ResultCheckError when a check fails, saying what is missing and what fixes it.
-    """
+    ResultCheckError when a check fails, saying what is missing and what fixes it."""
     if installs is None:
         installs = install_missing(None, dry_run=True)
     if not getattr(installs, "rows", None):

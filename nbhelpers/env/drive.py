@@ -19,8 +19,7 @@ def mount_drive(weights_folder: str | os.PathLike | None = None, *, enabled: boo
     """Mount Google Drive at :data:`DRIVE_MOUNTPOINT` in Colab (outside Colab, do nothing) and optionally read the
     weights from ``weights_folder`` on it, set as ``NBHELPERS_WEIGHTS`` for this session (a teacher's shared folder,
     added to My Drive as a shortcut). ``enabled`` False only reports the state (the notebook's ``MOUNT_DRIVE``).
-    InputError when ``weights_folder`` does not exist on the mounted Drive (the message says how to add a shortcut).
-    """
+    InputError when ``weights_folder`` does not exist on the mounted Drive (the message says how to add a shortcut)."""
     if not in_colab():
         return DriveStatus(False, None, "not in Colab: nothing mounted (use a local folder with "
                                         "NBHELPERS_WEIGHTS instead)")

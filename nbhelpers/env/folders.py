@@ -42,8 +42,7 @@ def _source_fingerprint() -> str:
 
 def work_dir(mode: str | None = None) -> Path:
     """The workbook's own folder for media, avatars and results, created: ``NBHELPERS_WORKDIR``, else
-    ``/content/musetalk-workbook`` on Colab, ``~/musetalk-workbook`` locally, a temporary folder in CI mode.
-    """
+    ``/content/musetalk-workbook`` on Colab, ``~/musetalk-workbook`` locally, a temporary folder in CI mode."""
     mode = run_mode(mode)
     if os.environ.get("NBHELPERS_WORKDIR"):
         folder = Path(os.environ["NBHELPERS_WORKDIR"]).expanduser()
@@ -71,8 +70,7 @@ def _weights_path(mode: str) -> Path:
 def weights_dir(mode: str | None = None, *, download: bool = True) -> Path:
     """The weights folder of this mode, with the files in it: in CI mode a tiny random-weights tree made once by
     :func:`nbhelpers.testing.make_tiny_weights`; else :func:`nbhelpers.weights.default_dir`, into which the default
-    set is downloaded when files are missing unless ``download`` is False (WeightsError when that fails).
-    """
+    set is downloaded when files are missing unless ``download`` is False (WeightsError when that fails)."""
     mode = run_mode(mode)
     folder = _weights_path(mode)
     if mode != "ci":
@@ -90,8 +88,7 @@ def weights_dir(mode: str | None = None, *, download: bool = True) -> Path:
 
 def shared_data_dir() -> Path | None:
     """The project's test media folder, or None: ``NBHELPERS_SHARED_DATA`` when set, else the ``data`` folder of
-    the first ``shared`` folder found walking up from the current folder.
-    """
+    the first ``shared`` folder found walking up from the current folder."""
     env = os.environ.get("NBHELPERS_SHARED_DATA")
     candidates = [Path(env).expanduser()] if env else [p / "shared" / "data" for p in (Path.cwd(), *Path.cwd().parents)]
     return next((folder for folder in candidates if (folder / SHARED_VIDEO).is_file()), None)
@@ -105,8 +102,7 @@ def workbook_inputs(mode: str | None = None, video: str | os.PathLike | None = N
     Given paths win, then ``uploads`` (the first audio file by suffix is the audio, the first other file the video).
     Otherwise: in CI mode the first :data:`CI_CLIP_SECONDS` of the test video and speech (the packaged demo if absent);
     elsewhere what ``02_media`` left in :func:`media_dir`, else :func:`nbhelpers.media.demo_inputs`. InputError when a
-    given path does not exist; FFmpegError when cutting the CI clips failed.
-    """
+    given path does not exist; FFmpegError when cutting the CI clips failed."""
     mode = run_mode(mode)
     for name, value in (("video", video), ("audio", audio)):
         if value not in (None, "") and not Path(value).expanduser().is_file():
@@ -133,11 +129,8 @@ def _ci_clip(src: Path, name: str, seconds: float, kind: str = "audio") -> Path:
     dst = work_dir("ci") / "clips" / f"{name}-{int(round(seconds * 1000))}ms{'.mp4' if kind == 'video' else '.wav'}"
     if dst.is_file() and dst.stat().st_size > 0:
         return dst
-    if kind == "video":
-        codec = ["-an", "-vf", f"fps={FPS}", "-c:v", "libx264", "-preset", "veryfast", "-crf", "18",
-                 "-pix_fmt", "yuv420p"]
-    else:
-        codec = ["-vn", "-c:a", "pcm_s16le"]
+    codec = (["-an", "-vf", f"fps={FPS}", "-c:v", "libx264", "-preset", "veryfast", "-crf", "18", "-pix_fmt",
+              "yuv420p"] if kind == "video" else ["-vn", "-c:a", "pcm_s16le"])
     with atomic_path(dst, f".tmp{dst.suffix}") as tmp:
         command = [media.ffmpeg_exe(), "-v", "error", "-y", "-i", str(src), "-t", f"{seconds:.3f}", *codec, str(tmp)]
         done = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL)
@@ -185,8 +178,7 @@ def keep_audio(audio: str | os.PathLike, mode: str | None = None) -> Path:
 
 def sample_audios(mode: str | None = None) -> list[Path]:
     """Two different speech clips for the realtime notebook: in CI mode the first :data:`CI_CLIP_SECONDS` of two test
-    recordings (or the demo speech at two lengths); elsewhere the workbook audio and the demo speech.
-    """
+    recordings (or the demo speech at two lengths); elsewhere the workbook audio and the demo speech."""
     from .. import media  # numpy
 
     mode = run_mode(mode)
@@ -203,8 +195,7 @@ def sample_audios(mode: str | None = None) -> list[Path]:
 
 def default_config(mode: str | None = None, **changes: Any):
     """The starting :class:`~nbhelpers.config.InferenceConfig` of a notebook with ``changes``: CI mode uses the
-    ``dlib`` backend and the CPU, other modes the defaults.
-    """
+    ``dlib`` backend and the CPU, other modes the defaults."""
     mode = run_mode(mode)
     base = {"landmark_backend": "dlib", "device": "cpu"} if mode == "ci" else {}
     return InferenceConfig(**{**base, **changes})
@@ -212,16 +203,14 @@ def default_config(mode: str | None = None, **changes: Any):
 
 def plan(kind: str = "lipsync", mode: str | None = None, **changes: Any):
     """:func:`nbhelpers.gpu.plan` of ``kind`` for this mode and :func:`default_config` with ``changes`` (CI mode: the
-    tiny test models on the CPU).
-    """
+    tiny test models on the CPU)."""
     mode = run_mode(mode)
     return gpu.plan(kind, config=default_config(mode, **changes), weights="tiny" if mode == "ci" else "full")
 
 
 def upload(mode: str | None = None, directory: str | os.PathLike | None = None) -> list[Path]:
     """Colab's file picker (``colab`` mode only; elsewhere an empty list): the uploaded files, saved into ``directory``
-    (default :func:`media_dir` ``/ "uploads"``), in upload order.
-    """
+    (default :func:`media_dir` ``/ "uploads"``), in upload order."""
     mode = run_mode(mode)
     if mode != "colab":
         return []

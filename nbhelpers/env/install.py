@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import html
 import importlib
 import importlib.metadata as metadata
@@ -15,22 +14,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import InputError, NbHelpersError
+from ..errors import InputError, NbHelpersError, package_version
 from .modes import _DISTS, ALTERNATIVES, NEVER_INSTALL, PROTECTED, _ShownAsText
-
-
-def package_version(*dists: str) -> str | None:
-    """The installed version of the first installed of ``dists`` (from the metadata, no import); None if none is."""
-    for name in dists:
-        with contextlib.suppress(metadata.PackageNotFoundError):
-            return metadata.version(name)
-    return None
 
 
 def restart_reasons() -> list[str]:
     """Packages whose imported version differs from the installed one (an install ran after their import), so the
-    kernel must restart; one sentence each, e.g. ``"numpy 2.0.2 is imported but 2.3.5 is installed"``.
-    """
+    kernel must restart; one sentence each, e.g. ``"numpy 2.0.2 is imported but 2.3.5 is installed"``."""
     reasons = []
     for module_name, dists in _DISTS.items():
         imported = str(getattr(sys.modules.get(module_name), "__version__", "") or "")  # "": not imported
@@ -59,8 +49,7 @@ RESTART_MESSAGE = ("Restart needed: an install changed a package that was alread
 class InstallRow:
     """One requirement of :func:`install_missing`: ``name`` normalised (``"imageio-ffmpeg"``), the version
     ``installed`` before (or None), ``action`` ``"ok"``, ``"install"``, ``"upgrade"``, ``"refused"`` (protected) or
-    ``"skipped"`` (by a marker), and why, in ``note``.
-    """
+    ``"skipped"`` (by a marker), and why, in ``note``."""
 
     name: str
     requirement: str
@@ -73,8 +62,7 @@ class InstallRow:
 class InstallReport(_ShownAsText):
     """Result of :func:`install_missing`, shown as a table: the pip argument list that ran or would run
     (``command``, empty when nothing was needed), ``name==version`` of each package it ``installed_now``, and the
-    ``restart_reasons`` (packages imported before the install that it changed).
-    """
+    ``restart_reasons`` (packages imported before the install that it changed)."""
 
     rows: tuple[InstallRow, ...]
     dry_run: bool
@@ -130,8 +118,7 @@ class InstallReport(_ShownAsText):
 
 def read_requirements(requirements: str | os.PathLike | Sequence[str]) -> list[str]:
     """Requirement lines from a requirements file or a list, with comments and pip options dropped. InputError when
-    the file does not exist, or for an address (nothing is fetched at run time).
-    """
+    the file does not exist, or for an address (nothing is fetched at run time)."""
     if isinstance(requirements, (str, os.PathLike)):
         text_source = str(requirements)
         if re.match(r"^[a-z][a-z0-9+.-]*://", text_source, re.IGNORECASE):
@@ -155,8 +142,7 @@ COLAB_EXTRA = "colab"  # its extra of what Google Colab lacks (pyproject.toml [p
 def colab_requirements() -> list[str]:
     """What Colab lacks for the workbook: this package's ``[colab]`` extra (floors, never torch), read from the
     checkout's ``pyproject.toml`` or the installed metadata, without the extra's marker and without the lines whose
-    other markers do not hold here. InputError when neither a checkout nor an installed package is found.
-    """
+    other markers do not hold here. InputError when neither a checkout nor an installed package is found."""
     from packaging.markers import default_environment
     from packaging.requirements import Requirement
 
@@ -205,8 +191,7 @@ def install_missing(requirements: str | os.PathLike | Sequence[str] | None = Non
     torch, torchvision and torchaudio are never installed; packages of :data:`PROTECTED` are installed when absent but
     never upgraded. The rest runs as one ``pip install`` with a constraints file pinning the protected packages.
     Raises InputError when a requirement line cannot be parsed or the file cannot be read; NbHelpersError when pip
-    failed or did not finish in 30 minutes (the message holds pip's last lines).
-    """
+    failed or did not finish in 30 minutes (the message holds pip's last lines)."""
     from packaging.markers import default_environment
     from packaging.requirements import InvalidRequirement, Requirement
     from packaging.utils import canonicalize_name

@@ -61,8 +61,7 @@ class ResultCheckError(NbHelpersError, AssertionError):
 def run_mode(mode: str | None = None) -> str:
     """Where this notebook runs: ``"colab"``, ``"ci"`` or ``"local"``; ``"ci"`` also turns progress bars off unless
     ``NBHELPERS_PROGRESS`` is set. ``mode`` None reads ``NBHELPERS_MODE``, else detects Colab. InputError when
-    ``mode`` or ``NBHELPERS_MODE`` is not one of ``colab``, ``ci``, ``local``.
-    """
+    ``mode`` or ``NBHELPERS_MODE`` is not one of ``colab``, ``ci``, ``local``."""
     source = "mode"
     if mode is None or mode == "":
         mode, source = os.environ.get("NBHELPERS_MODE", ""), "NBHELPERS_MODE"

@@ -19,8 +19,7 @@ from .modes import _DISTS, REPORTED, _ShownAsText, run_mode
 class EnvReport(_ShownAsText):
     """What the setup cell found, shown as a table in notebooks: ``device`` ``"cuda:0: Tesla T4"`` or ``"cpu (no CUDA
     GPU)"``, the GPU's total ``vram_gib`` (None without one), ``versions`` by import name (None: not installed), the
-    :func:`nbhelpers.gpu.report` object ``gpu`` (or None), ``restart_reasons`` (empty: no restart needed).
-    """
+    :func:`nbhelpers.gpu.report` object ``gpu`` (or None), ``restart_reasons`` (empty: no restart needed)."""
 
     mode: str
     python: str

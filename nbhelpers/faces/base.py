@@ -37,8 +37,7 @@ class LandmarkBackend(Protocol):
 
     ``detect`` takes (N, H, W, 3) uint8 BGR frames and returns N entries, each a :class:`FaceResult` or None (no
     face); ``close`` releases the models. A backend with ``accepts_frames_device = True`` also takes
-    ``frames_device=``, the same frames as a (N, H, W, 3) uint8 tensor on its GPU, with the same results.
-    """
+    ``frames_device=``, the same frames as a (N, H, W, 3) uint8 tensor on its GPU, with the same results."""
 
     name: str
 
@@ -85,8 +84,7 @@ def detect_with_pose(frames, face_detector, keypoints, frames_device=None, choos
     ``choose(frame, dets)`` picking a row of all the detector's faces (K, 5), clipped and truncated as the official
     box, or None (no face kept).
 
-    Source: ``preprocessing.py:84-111``.
-    """
+    Source: ``preprocessing.py:84-111``."""
     frames = check_frames(frames)
     if frames_device is not None and tuple(frames_device.shape) != frames.shape:
         raise InputError(f"frames_device has shape {tuple(frames_device.shape)}; the frames have {frames.shape}.")
@@ -118,8 +116,7 @@ class PoseBackend:
     backends share. A subclass sets ``pose`` (or overrides :meth:`keypoints`), ``face_detector``, ``weights_dir`` and
     ``device``.
 
-    Source: ``preprocessing.py:15-23,84-111``.
-    """
+    Source: ``preprocessing.py:15-23,84-111``."""
 
     accepts_frames_device = False
 

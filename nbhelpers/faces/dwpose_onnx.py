@@ -23,8 +23,7 @@ from .s3fd import S3FD
 def onnxruntime_requirement(cuda: str | None) -> str:
     """The onnxruntime requirement whose CUDA provider loads with ``torch.version.cuda`` ``cuda`` (None: the CPU
     build): onnxruntime-gpu up to 1.18 links CUDA 11.8, 1.19 to 1.26 CUDA 12, 1.27 on CUDA 13 (onnxruntime's CUDA
-    execution provider requirements).
-    """
+    execution provider requirements)."""
     if not cuda:
         return "onnxruntime"
     try:
@@ -33,9 +32,7 @@ def onnxruntime_requirement(cuda: str | None) -> str:
         return "onnxruntime-gpu"
     if major <= 11:
         return "onnxruntime-gpu>=1.16,<1.19"
-    if major == 12:
-        return "onnxruntime-gpu>=1.19,<1.27"
-    return "onnxruntime-gpu>=1.27"
+    return "onnxruntime-gpu>=1.19,<1.27" if major == 12 else "onnxruntime-gpu>=1.27"
 
 
 def install_hint() -> str:

@@ -46,8 +46,7 @@ def build_model(device: Any = "cpu"):
 def state_dict_of(checkpoint: Any, path: str | os.PathLike = "checkpoint") -> dict:
     """The state dict in a loaded DWPose ``checkpoint`` (mmengine's ``{"meta", "state_dict"}`` or plain), a
     ``"module."`` prefix on every key removed; CheckpointError naming ``path`` when it is not a dict.
-    Source: `[mmpose] apis/inference.py:104-111`.
-    """
+    Source: `[mmpose] apis/inference.py:104-111`."""
     if not isinstance(checkpoint, dict):
         raise CheckpointError(f"{path} holds a {type(checkpoint).__name__}, not a DWPose checkpoint (a dict with a "
                               "'state_dict'); use the official dw-ll_ucoco_384.pth.")
@@ -82,8 +81,7 @@ def read_checkpoint(path: str | os.PathLike, weights_dir: str | os.PathLike | No
 def load_model(path: str | os.PathLike, weights_dir: str | os.PathLike | None = None):
     """:class:`~nbhelpers.faces.dwpose_net.RTMPoseWholebody` (eval, float32, CPU) with the ``.pth`` ``path``
     (:func:`read_checkpoint`) loaded strictly: CheckpointError when its names or shapes differ from RTMPose-l
-    whole-body 384x288. Source: `preprocessing.py:17-19` (docs/official-behaviour.md §3.1).
-    """
+    whole-body 384x288. Source: `preprocessing.py:17-19` (docs/official-behaviour.md §3.1)."""
     state = state_dict_of(read_checkpoint(path, weights_dir), path)
     model = build_model("cpu")
     models.check_state_dict(model, state, path, what="DWPose RTMPose-l whole-body 384x288 (dw-ll_ucoco_384.pth)")
@@ -95,8 +93,7 @@ def export_onnx(model, path: str | os.PathLike, *, dynamic_batch: bool = True) -
     """Export ``model`` (moved to the CPU in float32) to ``path``, atomically, with the published
     ``dw-ll_ucoco_384.onnx`` signature: ``input`` (N, 3, 384, 288) float32 normalised RGB, ``simcc_x`` (N, 133, 576),
     ``simcc_y`` (N, 133, 768); a dynamic batch axis unless ``dynamic_batch`` is False (batch 1, as published); ONNX
-    opset 17. Returns ``path``; MissingDependencyError without the ``onnx`` package.
-    """
+    opset 17. Returns ``path``; MissingDependencyError without the ``onnx`` package."""
     torch = require("torch", INSTALL_TORCH)
     require("onnx", "pip install onnx")
     net = model.to("cpu", torch.float32).eval()
@@ -159,8 +156,7 @@ class DWPoseTorch:
     (official ``test_cfg.flip_test=True``); ``batch_size`` frames per call (default :data:`DEFAULT_BATCH`), halved on
     CUDA out-of-memory. WeightsError or CheckpointError for a bad checkpoint, InputError for bad arguments.
 
-    Source: `preprocessing.py:17-19,97-101` (docs/official-behaviour.md §3.1).
-    """
+    Source: `preprocessing.py:17-19,97-101` (docs/official-behaviour.md §3.1)."""
 
     def __init__(self, checkpoint: str | os.PathLike | None = None, device: str | None = None, dtype: Any = None,
                  *, flip_test: bool = True, batch_size: int | None = None, model=None,
@@ -259,8 +255,7 @@ class DWPoseBackend(PoseBackend):
     :func:`~nbhelpers.faces.base.detect_with_pose`); the other arguments are :class:`DWPoseTorch`'s.
     WeightsError or CheckpointError for a missing or foreign weight file; MissingDependencyError without torch.
 
-    Source: `preprocessing.py:15-23,84-111` (docs/official-behaviour.md §3.1-3.3).
-    """
+    Source: `preprocessing.py:15-23,84-111` (docs/official-behaviour.md §3.1-3.3)."""
 
     name = "dwpose"
     accepts_frames_device = True  # S3FD reads the frames where they already are on the GPU

@@ -25,7 +25,7 @@ import urllib.request
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..errors import InputError, MissingDependencyError
+from ..errors import InputError, MissingDependencyError, package_version
 from ..hashing import atomic_path
 from ..weights.manifest import in_colab
 
@@ -155,16 +155,6 @@ def _python_tag(python: str | None) -> str:
     return f"cp{m.group(1)}{m.group(2)}"
 
 
-def installed_version(dist: str) -> str | None:
-    """The installed version of distribution ``dist``, or None."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(dist)
-    except PackageNotFoundError:
-        return None
-
-
 def _cuda_tag(torch_version: str) -> str:
     """The local tag of ``torch_version`` (``"2.1.2+cu121"``: ``"cu121"``; ``"cpu"``), else the installed torch's."""
     local = torch_version.partition("+")[2].lower()
@@ -210,11 +200,10 @@ def check_mmcv_wheels(index_url: str = OPENMMLAB_MMCV_INDEX, python: str | None 
     Reads ``{index_url}/{cuda_tag}/torch{major.minor}/index.html`` (``mim install mmcv``'s page; or ``index_url``
     itself, a page) within ``timeout`` seconds. ``python``, ``torch`` (a local tag such as ``+cu118`` names the
     CUDA), ``mmcv`` and ``platform`` default to this machine's and :func:`pins_for`'s. A missing page or server is
-    reported in the :class:`WheelCheck`; InputError for a ``python`` or ``torch`` that is no version, or no torch.
-    """
+    reported in the :class:`WheelCheck`; InputError for a ``python`` or ``torch`` that is no version, or no torch."""
     py_tag = _python_tag(python)
     if torch is None:
-        torch = installed_version("torch")
+        torch = package_version("torch")
         if torch is None:
             raise InputError("torch=None and torch is not installed: install torch first, or pass torch='2.1'")
     series = torch_series(torch)
@@ -314,7 +303,7 @@ def _versions_of(python: str) -> dict:
     """torch/numpy/torchvision versions installed for ``python`` (this process's metadata when it is us), with its
     ``python`` version ``"3.12"`` and wheel ``platform`` (``sysconfig.get_platform()``)."""
     if os.path.realpath(python) == os.path.realpath(sys.executable):
-        return {**{d: installed_version(d) for d in _HELD}, "python": "{}.{}".format(*sys.version_info[:2]),
+        return {**{d: package_version(d) for d in _HELD}, "python": "{}.{}".format(*sys.version_info[:2]),
                 "platform": sysconfig.get_platform()}
     res = subprocess.run([python, "-c", _VERSIONS_SNIPPET], capture_output=True, text=True, timeout=120,
                          stdin=subprocess.DEVNULL)
@@ -337,8 +326,7 @@ def install_mmpose(dry_run: bool = False, *, python: str | None = None, only_bin
     ``https://download.openmmlab.com`` (mim's ``MMCV_BASE_URL``); each command may take :data:`STEP_TIMEOUT_S`.
     MissingDependencyError without torch or numpy.
 
-    Source: ``README.md:151-185`` (quirk Q29).
-    """
+    Source: ``README.md:151-185`` (quirk Q29)."""
     python = python or sys.executable
     found = _versions_of(python)
     held = {name: found[name] for name in _HELD if found.get(name)}  # torch, numpy, torchvision if there

@@ -23,13 +23,12 @@ from pathlib import Path
 import numpy as np
 
 from .. import models
-from ..errors import MissingDependencyError
+from ..errors import MissingDependencyError, package_version
 from ..gpu import empty_cache
 from . import _mmcv_ops_stub, dwpose_torch
 from . import dwpose_codec as codec
 from .base import DWPOSE_PTH_FILE as CHECKPOINT_FILE
 from .base import S3FD_FILE, Availability, PoseBackend, weights_root
-from .mim import installed_version
 from .s3fd import S3FD
 
 INSTALL_HINT = ("mmpose is not importable. Install it with nbhelpers.faces.mim.install_mmpose() (see "
@@ -88,9 +87,9 @@ def mmpose_available() -> Availability:
         import_mmpose()
     except MissingDependencyError as exc:
         return Availability(False, str(exc))
-    mmcv = (f"mmcv-lite {installed_version('mmcv-lite')} + nbhelpers mmcv.ops stand-in" if _mmcv_ops_stub.is_installed()
-            else f"mmcv {installed_version('mmcv')}")
-    return Availability(True, f"mmpose {installed_version('mmpose')}, {mmcv}")
+    mmcv = (f"mmcv-lite {package_version('mmcv-lite')} + nbhelpers mmcv.ops stand-in" if _mmcv_ops_stub.is_installed()
+            else f"mmcv {package_version('mmcv')}")
+    return Availability(True, f"mmpose {package_version('mmpose')}, {mmcv}")
 
 
 def import_mmpose():
@@ -111,8 +110,7 @@ def import_mmpose():
 
 def load_checkpoint_state(path: str | os.PathLike, trusted_sha256: str | None = None) -> tuple[dict, dict]:
     """``(state_dict, meta)`` of an mmpose checkpoint read by :func:`~nbhelpers.faces.dwpose_torch.read_checkpoint`
-    (arguments and WeightsError as there), a leading ``"module."`` removed, ``meta`` empty when absent.
-    """
+    (arguments and WeightsError as there), a leading ``"module."`` removed, ``meta`` empty when absent."""
     ckpt = dwpose_torch.read_checkpoint(path, trusted_sha256=trusted_sha256)
     state = dwpose_torch.state_dict_of(ckpt, path)  # a CheckpointError (a WeightsError) when not a dict
     meta = ckpt.get("meta")
@@ -125,8 +123,7 @@ def build_pose_model(checkpoint: str | os.PathLike | None = None, device: str | 
     weights of ``checkpoint`` or, for None, random ones from ``seed``; ``flip_test`` sets ``test_cfg.flip_test``.
     MissingDependencyError when mmpose does not import; WeightsError or CheckpointError for a bad checkpoint.
 
-    Source: ``preprocessing.py:17-19``; ``[mmpose] apis/inference.py:95,104,113-123``.
-    """
+    Source: ``preprocessing.py:17-19``; ``[mmpose] apis/inference.py:95,104,113-123``."""
     apis = import_mmpose()
     from mmengine.config import Config
 
@@ -206,7 +203,7 @@ def self_check(weights_dir: str | os.PathLike | None = None, device: str | None 
     synthetic frame, as a JSON-able dict: ok, reason, versions, weights, build_seconds, pass_seconds, landmarks_shape.
     """
     dists = ("mmpose", "mmcv", "mmcv-lite", "mmengine", "mmdet", "torch", "numpy")
-    report: dict = {"ok": False, "versions": {d: installed_version(d) for d in dists}}
+    report: dict = {"ok": False, "versions": {d: package_version(d) for d in dists}}
     found = mmpose_available()
     report["reason"] = found.reason
     if not found:

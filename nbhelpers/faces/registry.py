@@ -30,8 +30,7 @@ AUTO_ORDER = (("mmpose", "mmpose"), ("dwpose", "torch"), ("dwpose-onnx", "onnxru
 class BackendRegistry(UserDict):
     """``name -> factory`` mapping whose values may be ``"module:attribute"`` strings, imported lazily.
 
-    Assign a callable or a string to add or replace a backend: ``BACKENDS["mine"] = "mypkg.faces:MyBackend"``.
-    """
+    Assign a callable or a string to add or replace a backend: ``BACKENDS["mine"] = "mypkg.faces:MyBackend"``."""
 
     def __getitem__(self, name: str) -> Callable[..., LandmarkBackend]:
         target = self.data[name]
@@ -84,8 +83,7 @@ def get_backend(name: str | LandmarkBackend = "auto", weights_dir: str | os.Path
     dlib). InputError for an unknown name or ``"boxes"`` (pass ``boxes=`` to ``track``); MissingDependencyError when
     the backend's packages are missing or (auto) none is usable; WeightsError for a named backend's bad weights.
 
-    Source: the official code builds DWPose (mmpose) and S3FD at import (``preprocessing.py:15-23``; quirk Q20).
-    """
+    Source: the official code builds DWPose (mmpose) and S3FD at import (``preprocessing.py:15-23``; quirk Q20)."""
     if not isinstance(name, str):
         if callable(getattr(name, "detect", None)):
             return name

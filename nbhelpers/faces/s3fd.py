@@ -92,9 +92,7 @@ def _decode_image(outputs: list[np.ndarray]) -> np.ndarray:
         bh = size * np.exp(d[3] * VARIANCES[1])
         x1, y1 = bx - bw / 2.0, by - bh / 2.0
         found.append(np.stack([x1, y1, x1 + bw, y1 + bh, prob[1, rows, cols].astype(np.float64)], axis=1))
-    if not found:
-        return np.zeros((0, 5), dtype=np.float64)
-    return np.concatenate(found, axis=0)
+    return np.concatenate(found, axis=0) if found else np.zeros((0, 5), dtype=np.float64)
 
 
 def decode_detections(olist: list[Any], *, apply_softmax: bool = True) -> list[np.ndarray]:
@@ -161,8 +159,7 @@ def _build_classes() -> dict[str, Any]:
         (scales 10, 8, 5) and six conf/loc heads at strides 4..128.
 
         ``forward(x)`` takes (B, 3, H, W) float RGB minus :data:`MEAN` (0..255) and returns ``[conf_0, loc_0, ...]``:
-        (B, 2, H_i, W_i) logits (head 0 max-outs 3 background channels) and (B, 4, H_i, W_i) offsets.
-        """
+        (B, 2, H_i, W_i) logits (head 0 max-outs 3 background channels) and (B, 4, H_i, W_i) offsets."""
 
         def __init__(self):
             super().__init__()
@@ -265,8 +262,7 @@ class S3FD:
         """All faces S3FD keeps in each frame of ``frames`` ((N, H, W, 3) or (H, W, 3) uint8 BGR, numpy or torch; on
         the detector's GPU they stay there) after NMS and the 0.5 score cut: N float64 arrays (K, 5) ``(x1, y1, x2,
         y2, score)`` in frame pixels, highest score first. ``max_side``: None (full resolution, official), or an int
-        to downscale larger frames to (bilinear, antialiased). InputError for bad frames.
-        """
+        to downscale larger frames to (bilinear, antialiased). InputError for bad frames."""
         import torch
 
         frames = _as_batch(frames, torch)
@@ -321,8 +317,7 @@ class S3FD:
 
     def detect(self, frames: np.ndarray, max_side: int | None = None) -> list[Detection | None]:
         """The official face box per frame: a :class:`Detection` (highest score, clipped to >= 0, int-truncated,
-        frame pixels) or None; arguments as :meth:`detections`. Source: ``api.py:72-84``.
-        """
+        frame pixels) or None; arguments as :meth:`detections`. Source: ``api.py:72-84``."""
         found = [(best_box(dets), dets) for dets in self.detections(frames, max_side)]
         return [None if box is None else Detection(*box, float(dets[:, 4].max())) for box, dets in found]
 

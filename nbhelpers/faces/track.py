@@ -45,8 +45,7 @@ class FaceTrack:
     ``has_face`` and ``used_face_box`` (crop box from the detector box) (N,) bool; ``scores`` (N,) float32 (NaN: none);
     ``backend`` (``"boxes"`` for user boxes) and why; ``bbox_shift_range``, the official adjustable range (None in
     boxes mode); the settings used (v1's margin is 0), ``notes`` for the summary, and the face ``tracks`` when a face
-    was chosen among several.
-    """
+    was chosen among several."""
 
     crop_boxes: np.ndarray
     face_boxes: np.ndarray
@@ -126,8 +125,7 @@ def _check_frame(frame: Any, index: int, shape: tuple[int, int] | None) -> np.nd
 def _batches(frames: Any, batch_size: int, stack: ExitStack, exact: bool = False
              ) -> tuple[Iterator[np.ndarray], int | None]:
     """Validated (b, H, W, 3) uint8 batches of ``frames`` and the frame count when known up front: for a video
-    reader its duration x fps, or with ``exact`` its exact ``frame_count`` (one counting decode).
-    """
+    reader its duration x fps, or with ``exact`` its exact ``frame_count`` (one counting decode)."""
     if isinstance(frames, (str, os.PathLike)):
         reader = media.load_video(frames)
         if hasattr(reader, "__exit__"):
@@ -191,8 +189,7 @@ def track(frames: Any, backend: str | LandmarkBackend = "auto", config: Inferenc
     NoFaceError when no frame has a face; MissingDependencyError when the backend's packages are missing; a
     FaceSizeWarning when the median crop box is more than 3x the 256-px crop.
 
-    Source: ``preprocessing.py:84-137``; ``inference.py:150-181``; docs/official-behaviour.md §3.
-    """
+    Source: ``preprocessing.py:84-137``; ``inference.py:150-181``; docs/official-behaviour.md §3."""
     with FaceTracker(backend, config, boxes=boxes, weights_dir=weights_dir, batch_size=batch_size,
                      device=device) as tracker:
         tracker._feed(frames, exact=tracker.boxes is not None and not tracker._single_box)
@@ -204,8 +201,7 @@ class FaceTracker(AbstractContextManager):
     unsmoothed boxes, :meth:`finish` smooths them. Arguments as :func:`track`; ``schedule`` (for ``face="speaker"``)
     gives the track to repaint in each frame, -1 for none (:func:`nbhelpers.faces.speaker.speaker_schedule`).
     ``n_frames`` counts the frames added; ``total_hint``, the expected count or None, checks per-frame ``boxes`` early.
-    InputError and MissingDependencyError as :func:`track`, at construction or at the first :meth:`add`.
-    """
+    InputError and MissingDependencyError as :func:`track`, at construction or at the first :meth:`add`."""
 
     def __init__(self, backend: str | LandmarkBackend = "auto", config: InferenceConfig | None = None,
                  boxes: Any = None, weights_dir: str | os.PathLike | None = None,
@@ -247,8 +243,7 @@ class FaceTracker(AbstractContextManager):
     def add(self, frames: np.ndarray, frames_device: Any = None) -> tuple[np.ndarray, np.ndarray]:
         """Track the next (b, H, W, 3) uint8 BGR ``frames`` of the clip; returns (b, 4) int32 unsmoothed crop boxes and
         (b,) bool ``has_face``. ``frames_device`` is the same frames on the GPU, for a backend that
-        ``accepts_frames_device``. InputError for bad frames or boxes (see :func:`track`).
-        """
+        ``accepts_frames_device``. InputError for bad frames or boxes (see :func:`track`)."""
         batch = check_frames(frames)
         b, first = int(batch.shape[0]), self.n_frames
         if self.frame_shape is None:
@@ -384,8 +379,7 @@ def find_tracks(frames: Any, backend: str | LandmarkBackend = "auto", config: In
                 weights_dir: str | os.PathLike | None = None) -> FaceTracks:
     """Every face of every frame, linked into numbered tracks (:class:`~nbhelpers.faces.tracks.FaceTracks`): the
     backend's face detector only, no landmarks. Arguments as :func:`track`. InputError for bad frames or a backend
-    that gives one face per frame; NoFaceError when no frame has a face.
-    """
+    that gives one face per frame; NoFaceError when no frame has a face."""
     config = (config if config is not None else InferenceConfig()).replace(face="largest")
     with FaceTracker(backend, config, weights_dir=weights_dir) as tracker:
         tracker.chooser = FaceChooser(FaceChoice("list"))  # links tracks, keeps no face: no landmarks run

@@ -66,8 +66,7 @@ class GpuReport(ShowsRows):
     allocator, and the part live tensors use), host RAM total and available without swapping. ``other_processes``
     are those the driver lists on this GPU (None when unknown). The versions are None when unknown (``cuda_version``
     is torch's CUDA build); ``notes`` are odd states met while reading, in words; ``verdict`` is what
-    :func:`~nbhelpers.gpu.plan` chooses for a lip-sync job, filled by :func:`nbhelpers.gpu.report`.
-    """
+    :func:`~nbhelpers.gpu.plan` chooses for a lip-sync job, filled by :func:`nbhelpers.gpu.report`."""
 
     has_gpu: bool = False
     has_torch: bool = True
@@ -107,8 +106,7 @@ class GpuReport(ShowsRows):
         """Return this report, or stop when no CUDA GPU is usable, with the fix in words (the Colab steps).
         ``allow_cpu`` True lets a CPU-only runtime through; None reads ``NBHELPERS_ALLOW_CPU``.
         Raises MissingDependencyError: torch is not installed (whatever ``allow_cpu`` says); NoGpuError: no CUDA GPU is
-        usable and the CPU is not allowed.
-        """
+        usable and the CPU is not allowed."""
         if self.has_gpu:
             return self
         if not self.has_torch:
@@ -165,8 +163,7 @@ def read_report(device: str | int | None = None) -> GpuReport:
 
     Never raises on odd driver states or without torch: what could not be read is None and ``notes`` says why.
     Reading free memory through torch makes this process's CUDA context.
-    Raises InputError: ``device`` is not a CUDA device name or index, or names a device that does not exist.
-    """
+    Raises InputError: ``device`` is not a CUDA device name or index, or names a device that does not exist."""
     notes: list[str] = []
     values: dict[str, Any] = {"colab": "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ}
     values["host_ram_total_gib"], values["host_ram_available_gib"] = _host_ram_gib()
@@ -281,8 +278,7 @@ def _same_uuid(a: str | None, b: str | None) -> bool:
 
 def free_memory_by_index(notes: list[str] | None = None) -> dict[int, float] | None:
     """``{physical index: free GiB}`` of the GPUs this process may use (``CUDA_VISIBLE_DEVICES`` as whole numbers),
-    read without CUDA from ``nvidia-smi``; empty without a GPU, None when it did not answer (why: ``notes``).
-    """
+    read without CUDA from ``nvidia-smi``; empty without a GPU, None when it did not answer (why: ``notes``)."""
     rows = _run_nvidia_smi("gpu=index,memory.free", [] if notes is None else notes)
     if rows is None:
         return None

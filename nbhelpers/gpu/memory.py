@@ -22,8 +22,7 @@ def prefer_expandable_segments() -> bool:
     """Set ``PYTORCH_CUDA_ALLOC_CONF`` to :data:`ALLOCATOR_SETTING` on Linux unless an allocator setting exists,
     ``NBHELPERS_ALLOCATOR`` is ``default`` or CUDA has started; True when this call set it. Batches of several
     sizes leave the default allocator blocks it cannot reuse; expandable segments lower the peak reserved memory
-    (bench/RESULTS.md, "Memory by stage").
-    """
+    (bench/RESULTS.md, "Memory by stage")."""
     if (os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALLOC_CONF")
             or os.environ.get("NBHELPERS_ALLOCATOR", "").lower() == "default" or not sys.platform.startswith("linux")):
         return False
@@ -65,8 +64,7 @@ def release(*objects: Any) -> float:
     """Give up the memory of models and tensors a stage no longer needs, then empty the caches; return the GiB freed.
 
     Modules move to the ``meta`` device, tensors get an empty storage, containers are emptied, and an object's
-    attributes are released one level deep (``*objects`` of any other kind are ignored). Still ``del`` your names.
-    """
+    attributes are released one level deep (``*objects`` of any other kind are ignored). Still ``del`` your names."""
     torch, index = _cuda()
     before = torch.cuda.memory_reserved(index) if torch is not None else 0
     for obj in objects:
@@ -176,8 +174,7 @@ def peak_memory(device: Any = None, others_gib: float = 0.0) -> PeakMemory:
 
 def to_device(array: Any, device: Any):
     """A numpy array or CPU tensor on ``device`` (same dtype and shape), copied through pinned memory on CUDA so that
-    the host does not wait for the GPU's queue (CUDA Runtime API, "API synchronization behavior").
-    """
+    the host does not wait for the GPU's queue (CUDA Runtime API, "API synchronization behavior")."""
     import numpy as np
     import torch
 
@@ -192,8 +189,7 @@ _CONSTANTS: dict[tuple, Any] = {}
 def device_constant(values: Any, device: Any, dtype: Any = None):
     """A small read-only tensor of ``values`` (at most 1 MiB) on ``device``, uploaded once through pinned memory and
     shared; ``dtype`` defaults to the array's, float32 for floats, int64 for integers.
-    Raises InputError: ``values`` is larger than 1 MiB.
-    """
+    Raises InputError: ``values`` is larger than 1 MiB."""
     import numpy as np
     import torch
 
@@ -229,8 +225,7 @@ def host_wait(device: Any = None) -> None:
 
 def usable_bytes(device: Any = None) -> int | None:
     """Bytes this process may still allocate on ``device``: free memory plus the allocator's unused cache, within
-    ``set_per_process_memory_fraction``; None without CUDA.
-    """
+    ``set_per_process_memory_fraction``; None without CUDA."""
     torch, index = _cuda(device)
     if torch is None:
         return None
@@ -252,8 +247,7 @@ def module_bytes(*objects: Any, device: Any = None) -> int:
     """Bytes that the parameters and buffers of the torch modules in ``objects`` hold on ``device`` (None: any).
 
     Modules are found up to :data:`MODULE_SEARCH_DEPTH` levels into attributes and containers; each storage counts
-    once; loose tensors and other libraries' memory do not count. 0 when torch is not imported.
-    """
+    once; loose tensors and other libraries' memory do not count. 0 when torch is not imported."""
     torch = sys.modules.get("torch")
     if torch is None:
         return 0
@@ -301,8 +295,7 @@ def cast_and_move(module: Any, device: Any, dtype: Any = None) -> Any:
 
     Returns ``module`` itself, changed in place, training/eval mode unchanged.
     Raises InputError: ``module`` is not a ``torch.nn.Module`` or ``dtype`` is not a floating dtype.
-    Source: ``inference.py:53-56`` moves to the GPU, then calls ``.half()``.
-    """
+    Source: ``inference.py:53-56`` moves to the GPU, then calls ``.half()``."""
     import torch
 
     if not isinstance(module, torch.nn.Module):
@@ -317,9 +310,7 @@ def cast_and_move(module: Any, device: Any, dtype: Any = None) -> Any:
             return t.to(device=target)
         cast_first = t.device.type == "cpu" or (
             target.type != "cpu" and torch.finfo(want).bits < torch.finfo(t.dtype).bits)
-        if cast_first:
-            return t.to(dtype=want).to(device=target)
-        return t.to(device=target).to(dtype=want)
+        return t.to(dtype=want).to(device=target) if cast_first else t.to(device=target).to(dtype=want)
 
     with torch.no_grad():
         module._apply(convert)

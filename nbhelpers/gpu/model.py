@@ -28,8 +28,7 @@ class MemoryModel:
 
     Measured figures are in bench/RESULTS.md ("Memory by stage", "Face restoration", "Clip batch"); the rest are
     estimates that ``bench/memory.py`` checks. Why each batch cap: :data:`CAP_REASONS` (the CPU's 4: a larger batch
-    is no faster on 2 cores).
-    """
+    is no faster on 2 cores)."""
 
     core_fixed_gib: float = 1.87  # intercept and slope (per frame) of the core's measured peaks 3.06 / 4.25 /
     core_per_frame_gib: float = 0.149  # 6.62 GiB at UNet + VAE-decode batch 8 / 16 / 32
@@ -89,8 +88,7 @@ class CpuTimes:
 @dataclass(frozen=True)
 class FaceCpuTimes:
     """Seconds of face tracking on a 2-core CPU (fp32) for one backend: ``per_frame_s + per_mpix_s * megapixels`` per
-    source frame (the detector runs on the full frame, the landmark model at its fixed input), plus ``load_s`` once.
-    """
+    source frame (the detector runs on the full frame, the landmark model at its fixed input), plus ``load_s`` once."""
 
     load_s: float
     per_frame_s: float
@@ -198,8 +196,7 @@ def stage_memory(kind: str, fp16: bool = True, frame_size: tuple[int, int] = DEF
     the ``landmark_backend`` ``"dlib"`` and ``"boxes"`` use no GPU face models; ``restore`` (or None) adds
     :func:`restore_per_frame_gib` (``restore_bf16``: GFPGAN / RestoreFormer in bfloat16) to ``generate``.
     Raises InputError: an unknown ``restore`` name.
-    Source: docs/official-behaviour.md §0 and §6 (stage order); S3FD at batch 1 on full frames (quirk Q18).
-    """
+    Source: docs/official-behaviour.md §0 and §6 (stage order); S3FD at batch 1 on full frames (quirk Q18)."""
     mm = memory_model or MEMORY_MODEL
     kind = "realtime" if kind == "clip" else kind  # the same stages, only its batch cap differs
     f = 1.0 if fp16 else mm.fp32_factor

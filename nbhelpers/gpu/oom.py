@@ -13,8 +13,7 @@ from .model import T
 def is_oom(exc: BaseException) -> bool:
     """True when ``exc`` is an out-of-memory error that a smaller batch may avoid: torch's ``OutOfMemoryError``, a
     RuntimeError saying "out of memory", "CUBLAS_STATUS_ALLOC_FAILED" or "can't allocate memory", or
-    :class:`~nbhelpers.errors.OutOfMemoryError` (an inner :func:`batched` that failed at batch 1).
-    """
+    :class:`~nbhelpers.errors.OutOfMemoryError` (an inner :func:`batched` that failed at batch 1)."""
     if type(exc).__name__ in ("OutOfMemoryError", "CudaOutOfMemoryError"):
         return True
     text = str(exc).lower() if isinstance(exc, RuntimeError) else ""
@@ -30,8 +29,7 @@ def batched(n_items: int, batch_size: int, step: Callable[[slice], T], *, stage:
     ``on_oom`` runs (default :func:`empty_cache`), the failed batch's length is halved, kept for the rest of the
     stage, and the same start is retried, with a warning naming ``stage``. Yields ``(slice, result)`` in order.
     Raises InputError: ``n_items`` < 0 or ``batch_size`` < 1; OutOfMemoryError: A batch of 1 still runs out of memory.
-    Source: ``utils.py:49-74``, ``inference.py:187-206`` (fixed-size batches in order); the halving is ours.
-    """
+    Source: ``utils.py:49-74``, ``inference.py:187-206`` (fixed-size batches in order); the halving is ours."""
     for name, value, least in (("n_items", n_items, 0), ("batch_size", batch_size, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise InputError(f"{name} must be a whole number >= {least}; got {value!r}.")

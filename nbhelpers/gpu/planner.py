@@ -36,8 +36,7 @@ class Plan(ShowsRows):
     ``frame_size`` is the (H, W) pixels assumed; ``budget_gib`` the GPU memory (host RAM on the CPU) the job may use
     and ``predicted_peak_gib`` the worst of ``stage_peaks_gib`` at ``batch_size``, CUDA context excluded (GiB, None
     when unknown or on the CPU); ``warnings`` things to know, in words; ``base_config`` the configuration the plan
-    started from (:attr:`config`); ``gpu_name`` and ``free_gib`` feed the verdict (None on the CPU).
-    """
+    started from (:attr:`config`); ``gpu_name`` and ``free_gib`` feed the verdict (None on the CPU)."""
 
     kind: str
     device: str

@@ -164,8 +164,7 @@ class LiveSession(contextlib.AbstractContextManager):
         """``(n, frame)`` pairs in order: (H, W, 3) uint8 BGR, frame ``n`` is at ``n / 25`` s of the output.
 
         Threaded: blocks for the next frame until the session is closed and every frame is out. Not threaded:
-        yields the frames finished so far (all of them after :meth:`close`).
-        """
+        yields the frames finished so far (all of them after :meth:`close`)."""
         if not self.iterate:
             raise InputError("this session hands its frames to on_frame / to=; pass iterate=True to also iterate.")
         while True:
@@ -188,8 +187,7 @@ class LiveSession(contextlib.AbstractContextManager):
     def close(self, timeout_s: float = 600.0):
         """Flush: finish every frame of the audio pushed (the tail with the zero padding of a clip's end), hand them
         out, close the sink, and return the session's :class:`~nbhelpers.result.ClipResult` (``kind="stream"``).
-        Raises NbHelpersError or FFmpegError: whatever stopped the session or its sink.
-        """
+        Raises NbHelpersError or FFmpegError: whatever stopped the session or its sink."""
         if self.result is not None:
             return self.result
         self._flush_resampler()

@@ -12,8 +12,7 @@ class LiveStats:
     ``*_t`` are times in seconds of the session's clock: the first push, frame 0 handed out, every frame emitted, and
     frame 0's group started, its tokens ready and it rendered. ``late``: frames handed out more than half a frame
     period after their time; ``idle``: silent frames; ``starved``: frames whose audio came too late (silence added);
-    ``whisper_passes``: encoder forwards (the warm-up's not counted).
-    """
+    ``whisper_passes``: encoder forwards (the warm-up's not counted)."""
 
     first_push_t: float | None = None
     first_frame_t: float | None = None

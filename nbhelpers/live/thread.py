@@ -16,8 +16,7 @@ class ModelThread:
 
     PyTorch caches cuDNN plans per thread (``aten/src/ATen/native/cudnn/Conv_v8.cpp``), so one thread that outlives
     the sessions plans each shape once per avatar. Its :class:`~nbhelpers.engine.PinnedRing` is shared by the
-    sessions (each batch is copied out before the next render).
-    """
+    sessions (each batch is copied out before the next render)."""
 
     def __init__(self):
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nbhelpers-live-models",
@@ -31,9 +30,7 @@ class ModelThread:
 
     def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` on this thread; returns its result or raises its exception in the caller."""
-        if threading.get_ident() == self.ident:
-            return fn(*args)
-        return self._pool.submit(fn, *args).result()
+        return fn(*args) if threading.get_ident() == self.ident else self._pool.submit(fn, *args).result()
 
     def close(self) -> None:
         """Let the thread end once its queued work is done (a later :meth:`call` raises RuntimeError)."""

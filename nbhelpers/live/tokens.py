@@ -25,8 +25,7 @@ ENCODER_FRAMES = SEGMENT_SAMPLES // SAMPLES_PER_ENCODER_FRAME  # 1500 encoder fr
 class PrefixTokens:
     """The tokens of frames from audio prefixes, with the encoder output of complete 30 s segments kept: ``pipe``'s
     ``whisper`` and ``feature_extractor`` encode ``audio(start, stop)``, the session's 16 kHz float32 samples
-    ``[start, stop)``, counting ``stats.whisper_passes``.
-    """
+    ``[start, stop)``, counting ``stats.whisper_passes``."""
 
     def __init__(self, pipe: Any, audio: Callable[[int, int], np.ndarray], stats: Any):
         self.pipe, self.audio, self.stats = pipe, audio, stats

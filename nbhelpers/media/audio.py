@@ -110,8 +110,7 @@ def load_audio(path, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
     ``path`` is any file with an audio stream (speech, or a video with sound).
     Raises InputError: missing file, no audio stream, zero samples, or a bad ``sample_rate``; FFmpegError: ffmpeg cannot
     read the file; MissingDependencyError: ``soxr`` is not installed and resampling is needed.
-    Source: ``audio_processor.py:18``; ``[librosa] core/audio.py:56-66,170-193``; docs/official-behaviour.md §2.2.
-    """
+    Source: ``audio_processor.py:18``; ``[librosa] core/audio.py:56-66,170-193``; docs/official-behaviour.md §2.2."""
     if not isinstance(sample_rate, (int, np.integer)) or isinstance(sample_rate, bool) or sample_rate <= 0:
         raise InputError(f"sample_rate must be a positive integer in Hz (Whisper needs {SAMPLE_RATE}); got "
                          f"{sample_rate!r}.")
@@ -127,8 +126,7 @@ def load_audio(path, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
 def audio_duration(path) -> float:
     """Exact duration in seconds of the first audio stream of ``path``: samples / native rate.
     Raises InputError: missing file, no audio stream or no samples; FFmpegError: ffmpeg cannot read the file.
-    Source: the output has ``floor(seconds * 25)`` frames (``audio_processor.py:61-63``).
-    """
+    Source: the output has ``floor(seconds * 25)`` frames (``audio_processor.py:61-63``)."""
     p = _existing_file(path, "audio")
     with contextlib.suppress(Exception):  # not readable by libsndfile -> decode with ffmpeg
         import soundfile as sf

@@ -32,8 +32,7 @@ _KILL_WAIT_S = 10.0  # seconds to wait for a killed ffmpeg to exit (one stuck on
 def ffmpeg_exe() -> str:
     """Absolute path of the ffmpeg binary nbhelpers runs: imageio-ffmpeg's (honouring ``IMAGEIO_FFMPEG_EXE``).
     Raises MissingDependencyError: imageio-ffmpeg is not installed or has no binary for this platform.
-    Source: ``inference.py:23-39`` runs ``ffmpeg`` from PATH; nbhelpers never depends on PATH.
-    """
+    Source: ``inference.py:23-39`` runs ``ffmpeg`` from PATH; nbhelpers never depends on PATH."""
     try:
         import imageio_ffmpeg
     except ImportError as exc:

@@ -16,8 +16,7 @@ def write_problem(folder: str | os.PathLike) -> str:
     """Why this process cannot make files in ``folder`` (creating it and its missing parents), or ``""``.
 
     Reads the permission bits, then makes the missing folders and a file in ``folder`` (what the bits do not say:
-    root on a read-only mount, a full or read-only file system) and removes what it made again.
-    """
+    root on a read-only mount, a full or read-only file system) and removes what it made again."""
     folder = Path(folder).expanduser().absolute()
     existing = folder
     while not existing.exists() and existing.parent != existing:
@@ -43,8 +42,7 @@ def check_writable(folder: str | os.PathLike, what: str = "the output") -> Path:
     """Check that a job can write ``what`` into ``folder`` (made when missing); returns the folder.
 
     Raises InputError: ``cannot write in <folder>/ (<why>)``: the folder or a parent is a file, read-only, not this
-    user's, or cannot be made.
-    """
+    user's, or cannot be made."""
     path = Path(folder).expanduser()
     if why := write_problem(path):
         raise InputError(f"cannot write in {str(path).rstrip(os.sep)}/ ({why}). Give {what} a folder you can write in.")

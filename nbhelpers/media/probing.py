@@ -27,8 +27,7 @@ class StreamInfo:
     in pixels before rotation, the pixel format, the average ``fps`` as a Fraction (29.97 is 30000/1001; None when
     not reported), the ``rotation`` in degrees clockwise a player turns the picture to show it upright (0, 90, 180,
     270), ``attached_pic`` for cover art. Audio: ``sample_rate`` in Hz, ``channels`` and ffmpeg's layout name.
-    ``default`` is the container's "default" flag; ``line`` the stream line ffmpeg printed.
-    """
+    ``default`` is the container's "default" flag; ``line`` the stream line ffmpeg printed."""
 
     index: int
     kind: str
@@ -58,8 +57,7 @@ class MediaInfo:
     demuxing (1 for an image, None when not counted; :attr:`VideoReader.frame_count` is the count at 25 fps). The
     audio fields are the first audio stream's (native rate, Hz). ``comment`` is the container's tag (e.g.
     :data:`SYNTHETIC_TAG`); ``exif_orientation`` (1-8) of a still is applied by the reader as ``cv2.imread`` does,
-    and size and rotation describe the picture after it.
-    """
+    and size and rotation describe the picture after it."""
 
     path: Path
     container: str
@@ -293,8 +291,7 @@ def probe(path, count_frames: bool = True) -> MediaInfo:
     Raises InputError: ``path`` does not exist or is a folder; FFmpegError: ffmpeg cannot read the file as media (a text
     file named ``.mp4``, a truncated download).
     Source: the official scripts read the fps with OpenCV (``utils.py:43-47``) and tell images from videos by
-    extension (``utils.py:33-41``); here the content decides.
-    """
+    extension (``utils.py:33-41``); here the content decides."""
     p = _existing_file(path, "media")
     exe = ffmpeg_exe()
     args = [exe, "-nostdin", "-hide_banner", "-i", str(p)]

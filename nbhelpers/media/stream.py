@@ -30,8 +30,7 @@ def video_codec_args(encoder: str | None = None, *, file: bool = False) -> tuple
     ``encoder`` None: libx264 ``ultrafast`` ``zerolatency`` (each frame leaves the encoder at once), or into a
     ``file`` ``veryfast`` CRF 18 (High profile, many times real time); ``"nvenc"`` / ``"auto"``: ``h264_nvenc
     -preset p1 -tune ll`` where :func:`nbhelpers.media.choose_encoder` finds it works (else libx264, with its
-    warning); ``libx264-<preset>``: that preset with ``zerolatency``. Raises InputError: an unknown setting.
-    """
+    warning); ``libx264-<preset>``: that preset with ``zerolatency``. Raises InputError: an unknown setting."""
     tail = ["-pix_fmt", "yuv420p", "-g", str(GOP_FRAMES)]
     if encoder is None:
         opts = ["-preset", "veryfast", "-crf", "18"] if file else ["-preset", "ultrafast", "-tune", "zerolatency"]
@@ -51,8 +50,7 @@ class FFmpegSink(VideoWriter):
     (``.mp4``, ``.mov``, ``.mkv``, ``.ts``, ``.flv``) or URL (``rtmp://`` -> FLV, ``srt://``, ``udp://``,
     ``rtp://``, ``tcp://`` -> MPEG-TS); ``width`` and ``height`` are pixels; ``encoder`` as :func:`video_codec_args`.
     Raises InputError: the target's container cannot be told from its name, a size is not a positive whole number, or
-    the platform has no pass_fds.
-    """
+    the platform has no pass_fds."""
 
     def __init__(self, target: str | os.PathLike, width: int, height: int, *, encoder: str | None = None):
         target = os.fspath(target)

@@ -105,8 +105,7 @@ class VideoReader(contextlib.AbstractContextManager):
     ``round((colour * a + background * (255 - a)) / 255)``; a photo is one frame, its EXIF orientation applied. ``fps``
     is kept as a Fraction, ``info`` is the source's :class:`MediaInfo`, ``width`` and ``height`` (pixels) are upright.
     Raises InputError: missing file, no video stream, or a bad ``fps``/``background``; FFmpegError: ffmpeg cannot read
-    the file.
-    """
+    the file."""
 
     def __init__(self, path, fps=FPS, *, background=(0, 0, 0)):
         self.path = _existing_file(path, "video")
@@ -237,16 +236,14 @@ def load_video(path, fps=FPS, *, background=(0, 0, 0)) -> VideoReader:
     """Open a video or a photo as a :class:`VideoReader` of upright BGR frames at constant ``fps`` (MuseTalk: 25);
     raises as :class:`VideoReader` does (InputError for bad input, FFmpegError when ffmpeg cannot read the file).
     Source: ``inference.py:120-126`` keeps the source fps, so other rates drift (quirk Q8); ``app.py:432-472`` re-times
-    uploads to 25 fps, as this always does.
-    """
+    uploads to 25 fps, as this always does."""
     return VideoReader(path, fps, background=background)
 
 
 def frames_at(path, indices: Sequence[int], fps=FPS, *, background=(0, 0, 0)) -> np.ndarray:
     """``(len(indices), H, W, 3) uint8`` BGR: the frames numbered ``indices`` at ``fps`` (any order, repeats allowed),
     as iteration yields them, decoded without piping the others. Raises InputError for an index that is negative,
-    not an integer, or past the last frame, and FFmpegError when ffmpeg fails.
-    """
+    not an integer, or past the last frame, and FFmpegError when ffmpeg fails."""
     wanted = list(indices)
     if not wanted:
         raise InputError("indices must name at least one frame number; got an empty list.")

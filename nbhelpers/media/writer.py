@@ -121,8 +121,7 @@ def choose_encoder(setting: str = "libx264", *, ffmpegs: Sequence[str] | None = 
     ``"libx264-fast"`` ... ``"-ultrafast"``: faster presets (bench/RESULTS.md, "Encoder settings"); ``"nvenc"`` /
     ``"auto"``: ``h264_nvenc`` when :func:`nvenc_probe` succeeds with one of ``ffmpegs`` (None: imageio-ffmpeg's
     binary, then the one on PATH), else libx264 medium with a ``FallbackWarning`` (and the reason in the result).
-    Raises InputError: ``setting`` is not a known encoder setting.
-    """
+    Raises InputError: ``setting`` is not a known encoder setting."""
     if setting not in ENCODER_SETTINGS:
         raise InputError(f"encoder must be one of {', '.join(map(repr, ENCODERS))}; got {setting!r}. "
                          "'libx264' (CRF 18, preset medium) is the official offline choice.")
@@ -161,8 +160,7 @@ class VideoWriter(contextlib.AbstractContextManager):
     Raises InputError: bad size, fps, crf, suffix, stall timeout or audio file, before ffmpeg starts; FFmpegError:
     ffmpeg refused the options, died, failed when finishing, or stalled (``stalled`` True).
     Source: ``inference.py:230-237`` encodes libx264 yuv420p CRF 18, then muxes with a second encode and no ``-map``
-    (quirk Q24); here one encode with mapped streams.
-    """
+    (quirk Q24); here one encode with mapped streams."""
 
     def __init__(self, path, width: int, height: int, fps=FPS, audio=None, crf: int = 18, codec: str = "libx264",
                  *, preset: str | None = None, ffmpeg: str | None = None, synthetic: bool = True,
@@ -406,8 +404,7 @@ def convert_to_25fps(src, dst) -> MediaInfo:
     """Write ``dst``, a constant-25-fps H.264 (yuv420p, CRF 18) copy of ``src`` with its audio as AAC, atomically,
     and return its :class:`MediaInfo`; the frames are those :func:`load_video` yields. Raises InputError for a
     missing source, a source without video or a bad ``dst``; FFmpegError when ffmpeg failed (no partial output left).
-    Source: ``app.py:432-472`` re-times uploads to 25 fps; ``README.md:320`` asks for 25 fps input.
-    """
+    Source: ``app.py:432-472`` re-times uploads to 25 fps; ``README.md:320`` asks for 25 fps input."""
     with load_video(src) as reader:
         audio = reader.path if reader.info.has_audio else None
         with VideoWriter(dst, reader.width, reader.height, FPS, audio=audio, synthetic=False) as writer:
@@ -419,8 +416,7 @@ def convert_to_25fps(src, dst) -> MediaInfo:
 def demo_inputs(directory) -> tuple[Path, Path]:
     """``(photo_path, audio_path)`` for a first run: scikit-image's public-domain ``astronaut`` photo (512x512),
     written into ``directory``, and the packaged ``demo-speech.wav`` (4.7 s, espeak-ng; ``nbhelpers/data/README.md``).
-    MissingDependencyError when scikit-image or Pillow is not installed.
-    """
+    MissingDependencyError when scikit-image or Pillow is not installed."""
     folder = Path(directory).expanduser().absolute()
     folder.mkdir(parents=True, exist_ok=True)
     skdata = require("skimage.data", "pip install scikit-image")

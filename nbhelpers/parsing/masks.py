@@ -30,8 +30,7 @@ _KEEP = {  # labels kept as 255 by the simple modes (face_parsing/__init__.py:93
 def jaw_dilation_kernel() -> np.ndarray:
     """The (33, 33) uint8 0/1 "cone + tail" kernel jaw mode dilates the skin with: rows 0-9 zero, row ``r`` in
     10..20 a run of ``2 (r - 10) + 1`` ones centred on column 16, rows 21-32 ones in columns 6-26. With OpenCV's
-    centre anchor the skin grows mostly upwards. Source: ``face_parsing/__init__.py:15-42``.
-    """
+    centre anchor the skin grows mostly upwards. Source: ``face_parsing/__init__.py:15-42``."""
     kernel = np.zeros((33, 33), np.uint8)
     for half in range(11):  # rows 10-20
         kernel[10 + half, 16 - half:17 + half] = 1
@@ -51,8 +50,7 @@ def cheek_mask(left_cheek_width: int = 90, right_cheek_width: int = 90) -> np.nd
     """The (512, 512) uint8 cheek bands of jaw mode: 255 on columns ``0 .. 256 - left_cheek_width`` and
     ``256 + right_cheek_width .. 511`` (inclusive; 90/90: 0-166 and 346-511), 0 between; widths are integers
     0..256 in parsing pixels (InputError otherwise).
-    Source: ``face_parsing/__init__.py:49-57``.
-    """
+    Source: ``face_parsing/__init__.py:49-57``."""
     left = _cheek_width("left_cheek_width", left_cheek_width)
     right = _cheek_width("right_cheek_width", right_cheek_width)
     import cv2
@@ -72,8 +70,7 @@ def face_mask(labels: np.ndarray, mode: str = "jaw", left_cheek_width: int = 90,
     with :func:`jaw_erosion_kernel`), minus the nose (10), plus mouth and lips. The cheek widths are parsing pixels
     0..256 (the scripts use 90, ``inference.py:272-273``; ``FaceParsing()`` defaults to 80). InputError when
     ``labels`` is not a (512, 512) integer label map (0..18), or the mode or a width is invalid.
-    Source: ``face_parsing/__init__.py:92-110``.
-    """
+    Source: ``face_parsing/__init__.py:92-110``."""
     check_parsing_args(mode, left_cheek_width, right_cheek_width)
     labels = np.asarray(labels)
     if labels.shape != (PARSING_SIZE, PARSING_SIZE) or labels.dtype.kind not in "ui":

@@ -49,8 +49,7 @@ def load_bisenet(weights: str | os.PathLike, device: Any = "cpu", dtype: Any = N
     ``torch.load(weights_only=True)``: every key present with its shape, none extra. The official ImageNet ResNet-18
     load is not needed (this file overwrites all of it). WeightsError for a missing file; CheckpointError for not a
     state dict, or keys or shapes that differ from BiSeNet's (listed in the message).
-    Source: ``face_parsing/__init__.py:59-67`` (docs/official-behaviour.md §1.1).
-    """
+    Source: ``face_parsing/__init__.py:59-67`` (docs/official-behaviour.md §1.1)."""
     import torch
 
     path, official = bisenet_path(weights), f"the official {BISENET_FILE} is {MANIFEST.get('bisenet').expected_text()}"
@@ -72,8 +71,7 @@ class FaceParser:
     512x512 images a pass (halved on CUDA out-of-memory), on ``device`` (officially always ``cuda:0``, quirk Q4).
 
     ``dtype`` None is float32; float16 on CUDA can change a few boundary labels; on the CPU a half dtype falls back
-    to float32 with a FallbackWarning. Raises what :func:`load_bisenet` raises.
-    """
+    to float32 with a FallbackWarning. Raises what :func:`load_bisenet` raises."""
 
     def __init__(self, weights: str | os.PathLike, device: Any = "cpu", dtype: Any = None, batch_size: int = 8):
         import torch
@@ -98,8 +96,7 @@ class FaceParser:
     def preprocess(images_rgb: np.ndarray | Sequence[np.ndarray]) -> np.ndarray:
         """(N, 3, 512, 512) float32 inputs of (N, H, W, 3) uint8 RGB ``images_rgb`` (or a list of any sizes): PIL
         BILINEAR resize to 512, scale to [0, 1], ImageNet mean/std. InputError for a non-(H, W, 3) uint8 image.
-        Source: ``face_parsing/__init__.py:71-75,83-88``.
-        """
+        Source: ``face_parsing/__init__.py:71-75,83-88``."""
         from PIL import Image
 
         bilinear = getattr(Image, "Resampling", Image).BILINEAR
@@ -117,8 +114,7 @@ class FaceParser:
         ``images_rgb``, an (N, H, W, 3) uint8 **RGB** array or a list of (H_i, W_i, 3) ones (MuseTalk passes each
         frame's expanded square flipped to RGB); ``batch_size`` None: the parser's.
         Raises InputError: an image is not (H, W, 3) uint8; OutOfMemoryError: one image does not fit on the GPU.
-        Source: ``face_parsing/__init__.py:83-90``.
-        """
+        Source: ``face_parsing/__init__.py:83-90``."""
         import torch
 
         images = _image_list(images_rgb)
@@ -138,8 +134,7 @@ class FaceParser:
         ``frames`` (B, H, W, 3) uint8 BGR; ``squares`` B ``(xs, ys, xe, ye)``, frame pixels.
         Crop (black outside) and resize are :func:`nbhelpers.resample.crop_resize_batch`, bit-exact with PIL.
         InputError when ``frames`` is not (B, H, W, 3) uint8 or the squares do not match it.
-        Source: ``face_parsing/__init__.py:71-75,83-88``; ``blending.py:60`` (the crop).
-        """
+        Source: ``face_parsing/__init__.py:71-75,83-88``; ``blending.py:60`` (the crop)."""
         import torch
 
         if (not isinstance(frames, torch.Tensor) or frames.ndim != 4 or frames.shape[3] != 3

@@ -33,8 +33,7 @@ def smooth_face_boxes(boxes: np.ndarray) -> np.ndarray:
     interpolation, then half-size ``s = max(w, h) / 2`` and centre median-filtered over 13 frames (zero padding at
     the ends, as ``scipy.signal.medfilt``). InputError for a wrong shape or a gap of more than 25 frames without a
     face; NoFaceError for no face in any frame.
-    Source: syncnet_python ``run_pipeline.py`` ``track_shot`` and ``crop_video``.
-    """
+    Source: syncnet_python ``run_pipeline.py`` ``track_shot`` and ``crop_video``."""
     import scipy.ndimage
 
     b = np.asarray(boxes, dtype=np.float64)
@@ -62,8 +61,7 @@ def protocol_crops(frames: np.ndarray, squares: np.ndarray) -> np.ndarray:
     """The (n, 224, 224, 3) uint8 BGR SyncNet crops of (n, H, W, 3) uint8 BGR ``frames`` for (n, 3) ``squares``
     ``(s, x, y)``: rows ``y - s`` to ``y + 1.8 s``, columns ``x - 1.4 s`` to ``x + 1.4 s`` of the frame padded with grey
     110 (indices truncated as published), resized bilinearly. InputError for mismatched shapes or an empty crop.
-    Source: syncnet_python ``run_pipeline.py`` ``crop_video``.
-    """
+    Source: syncnet_python ``run_pipeline.py`` ``crop_video``."""
     import cv2
 
     frames = np.asarray(frames)

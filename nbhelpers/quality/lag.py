@@ -82,8 +82,7 @@ def mouth_opening(landmarks: np.ndarray) -> np.ndarray:
     """Inner-lip opening per frame in face-size units, (N,) float64 from 0 (closed) to about 0.5 (wide open).
 
     The mean gap of inner-lip points 61-67, 62-66, 63-65 (iBUG 68, 0-based) over the outer-eye-corner distance (36-45),
-    from (N, 68, 2) float ``(x, y)`` pixel ``landmarks`` (NaN rows, no face, stay NaN); InputError for another shape.
-    """
+    from (N, 68, 2) float ``(x, y)`` pixel ``landmarks`` (NaN rows, no face, stay NaN); InputError for another shape."""
     lm = np.asarray(landmarks, dtype=np.float64)
     if lm.ndim != 3 or lm.shape[1:] != (68, 2):
         raise InputError(f"landmarks must be (N, 68, 2); got shape {lm.shape}.")
@@ -99,8 +98,7 @@ def speech_envelope(waveform: np.ndarray, n_frames: int, *, start_frame: int = 0
 
     Frame ``t`` (from ``start_frame``, negative = before the sound starts, to ``start_frame + n_frames``) covers
     the 640 samples from ``640 t`` of the (L,) float 16 kHz ``waveform``, silence outside it. InputError when
-    ``waveform`` is not 1-D or ``n_frames`` < 1.
-    """
+    ``waveform`` is not 1-D or ``n_frames`` < 1."""
     x = np.asarray(waveform, dtype=np.float64)
     if x.ndim != 1 or n_frames < 1:
         raise InputError(f"waveform must be 1-D and n_frames >= 1; got shape {x.shape}, n_frames {n_frames}.")
@@ -184,8 +182,7 @@ def mouth_audio_lag(video: Any, audio: Any = None, *, track: Any = None, backend
     ``weights_dir``) and for the sound when ``audio`` (a speech file or a (L,) 16 kHz waveform) is None. ``max_lag``
     is the largest lag searched, frames; None = 15, or ``(N - 10) // 2`` for a clip under 40 frames. InputError for
     bad inputs, fewer than ``2 * max_lag + 10`` frames or landmarks of the wrong shape; NoFaceError for no face.
-    Source: Chandrasekaran et al., "The natural statistics of audiovisual speech", PLoS Comput Biol 2009.
-    """
+    Source: Chandrasekaran et al., "The natural statistics of audiovisual speech", PLoS Comput Biol 2009."""
     if max_lag is not None and (not isinstance(max_lag, (int, np.integer)) or max_lag < 1):
         raise InputError(f"max_lag must be a positive integer (frames); got {max_lag!r}.")
     if track is None:

@@ -47,8 +47,7 @@ def mfcc(waveform: np.ndarray, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
     Pre-emphasis 0.97; 25 ms frames every 10 ms, the last zero-padded, rectangular window; ``|rfft_512|^2 / 512``; 26
     mel filters from 0 Hz to ``sr / 2``; log (zeros become eps); orthonormal DCT-II, first 13; lifter 22; coefficient 0
     replaced by the log frame energy. InputError for anything but a non-empty 1-D array, or a bad sample rate.
-    Source: syncnet_python ``SyncNetInstance.py``; python_speech_features 0.6 ``base.mfcc``, ``sigproc.framesig``.
-    """
+    Source: syncnet_python ``SyncNetInstance.py``; python_speech_features 0.6 ``base.mfcc``, ``sigproc.framesig``."""
     import scipy.fft
 
     x = np.asarray(waveform)

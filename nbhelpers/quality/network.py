@@ -25,8 +25,7 @@ class SyncNetV2(nn.Module):
     Layer order and indices are those of the published ``SyncNetModel.S``, so the checkpoint's names
     (``netcnnaud.0.weight`` ... ``netcnnlip.19.running_var``) load unchanged.
 
-    Source: syncnet_python ``SyncNetModel.py`` (class ``S``).
-    """
+    Source: syncnet_python ``SyncNetModel.py`` (class ``S``)."""
 
     def __init__(self):
         super().__init__()

@@ -82,8 +82,7 @@ def score_embeddings(video_embeddings: np.ndarray, audio_embeddings: np.ndarray,
     median minus the minimum. ``video_embeddings`` (one per 5-frame window) and ``audio_embeddings`` (one per 20-step
     MFCC window starting at step ``4 i``) are (W, D) floats; ``detector`` and ``notes`` are recorded. InputError for
     shapes that differ or are not 2-D, or no windows.
-    Source: syncnet_python ``SyncNetInstance.py`` ``calc_pdist`` and ``evaluate``.
-    """
+    Source: syncnet_python ``SyncNetInstance.py`` ``calc_pdist`` and ``evaluate``."""
     v = np.asarray(video_embeddings, dtype=np.float64)
     a = np.asarray(audio_embeddings, dtype=np.float64)
     if v.ndim != 2 or a.ndim != 2 or v.shape != a.shape:
@@ -119,8 +118,7 @@ def sync_score(video: Any, audio: Any = None, *, model: SyncEmbedder | None = No
     (N, 4) (rows of NaN or -1 = no face). ``device`` None = CUDA when available. InputError for a bad video, audio,
     boxes or model, or under 6 frames / 0.24 s of audio; NoFaceError for no face in any frame; WeightsError when
     ``model`` is None and the SyncNet (or S3FD) weights are missing.
-    Source: syncnet_python ``run_pipeline.py``, ``SyncNetInstance.py``, ``run_syncnet.py``.
-    """
+    Source: syncnet_python ``run_pipeline.py``, ``SyncNetInstance.py``, ``run_syncnet.py``."""
     check_video(video)
     samples = audio_samples(video, audio)  # checked before any model loads
     embedder = model if model is not None else load_syncnet(weights_dir, device)

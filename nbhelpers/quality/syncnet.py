@@ -26,8 +26,7 @@ class SyncEmbedder(Protocol):
     """What :func:`~nbhelpers.quality.sync_score` needs from a model: one embedding per video and audio window.
 
     ``embed_video(stacks)``: (B, 3, 5, 224, 224) float32 BGR 0..255 (channels, time, rows, columns) -> (B, D).
-    ``embed_audio(windows)``: (B, 1, 13, 20) float32 MFCC windows -> (B, D). Both return numpy float arrays.
-    """
+    ``embed_audio(windows)``: (B, 1, 13, 20) float32 MFCC windows -> (B, D). Both return numpy float arrays."""
 
     def embed_video(self, stacks: np.ndarray) -> np.ndarray: ...
 
@@ -41,8 +40,7 @@ def load_syncnet(weights_dir: str | os.PathLike | None = None, device: str | Non
     Read through :func:`nbhelpers.models.load_checkpoint`; the BatchNorm ``num_batches_tracked`` entries a pre-0.4.1
     torch file lacks are kept at 0. MissingDependencyError without torch; WeightsError when the file is missing
     (with the download command) or unreadable; CheckpointError when names or shapes differ from SyncNet v2's.
-    Source: syncnet_python ``SyncNetInstance.py`` ``loadParameters``.
-    """
+    Source: syncnet_python ``SyncNetInstance.py`` ``loadParameters``."""
     torch = require("torch", INSTALL_TORCH)
     network = require("nbhelpers.quality.network", INSTALL_TORCH)
     root = weights.resolve_dir(weights_dir)

@@ -69,8 +69,7 @@ def make_tiny_weights(directory: str | os.PathLike, versions: Sequence[str] = ("
     mode 0644 less the umask. By default a writer whose optional package is missing (:data:`WRITER_NEEDS`) is left out
     silently and listed under ``left_out`` in ``tiny.json``; ``writers`` names the ones to run. ``versions`` are the
     MuseTalk versions whose UNet to write. Returns ``directory``. InputError for an unknown version or writer name;
-    MissingDependencyError or ImportError when torch, diffusers or transformers is missing.
-    """
+    MissingDependencyError or ImportError when torch, diffusers or transformers is missing."""
     versions = tuple(versions)
     bad = [v for v in versions if v not in VERSIONS]
     if bad or not versions:

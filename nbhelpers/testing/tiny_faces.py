@@ -24,8 +24,7 @@ from .tiny_models import _atomic_torch_save
 
 def write_tiny_s3fd(directory: str | os.PathLike) -> Path:
     """Write ``<directory>/s3fd/s3fd-619a316812.pth``: the full S3FD with random weights (seed 0; detects nothing),
-    stored in float16 (about 43 MiB). Returns the path.
-    """
+    stored in float16 (about 43 MiB). Returns the path."""
     import torch
 
     with torch.device("meta"):
@@ -51,8 +50,7 @@ def random_dwpose_state_dict(seed: int = 0) -> dict:
     """A random ``{name: float32 CPU tensor}`` with the names and shapes of ``dw-ll_ucoco_384.pth`` (``seed``).
 
     He-normal weights, N(0, 0.02) biases; BatchNorm scales ``1 + N(0, 0.1)``, shifts and running means N(0, 0.1),
-    running variances U(0.5, 1.5). Keypoints spread over the frame and follow the input.
-    """
+    running variances U(0.5, 1.5). Keypoints spread over the frame and follow the input."""
     import torch
 
     gen = torch.Generator().manual_seed(int(seed))
@@ -86,8 +84,7 @@ def random_dwpose_state_dict(seed: int = 0) -> dict:
 
 def write_random_dwpose_checkpoint(directory: str | os.PathLike, seed: int = 0) -> Path:
     """Write ``<directory>/dwpose/dw-ll_ucoco_384.pth`` with :func:`random_dwpose_state_dict` (``seed``; 134 MB),
-    wrapped as the official file (``{"meta", "state_dict"}``, plain values). Returns the path.
-    """
+    wrapped as the official file (``{"meta", "state_dict"}``, plain values). Returns the path."""
     path = Path(directory) / dwpose_torch.CHECKPOINT_FILE
     _atomic_torch_save({"meta": {"note": "nbhelpers random weights", "seed": int(seed)},
                         "state_dict": random_dwpose_state_dict(seed)}, path)
@@ -100,8 +97,7 @@ def template_dwpose_state_dict() -> dict:
     Every backbone conv is zero, so the backbone gives the constant ``silu(2)``; six taps of the head's 7x7 conv carry
     six numbers per keypoint, read back exactly by the ``mlp`` layer (a pseudo-inverse); the GAU adds nothing; and
     ``cls_x``/``cls_y`` make a parabola ``1 - 100 (z - z_k)^2`` over the bins, peaking at the wanted bin. Constant
-    tensors are broadcast views, so the file is about 1.5 MB.
-    """
+    tensors are broadcast views, so the file is about 1.5 MB."""
     import torch
     from torch.nn import functional as F
 
@@ -158,8 +154,7 @@ def template_dwpose_state_dict() -> dict:
 
 def write_tiny_dwpose(directory: str | os.PathLike) -> Path:
     """Write ``dwpose/dw-ll_ucoco_384.pth`` with :func:`template_dwpose_state_dict`: the tiny ONNX model's cartoon
-    face on any frame, so the ``dwpose`` backend gives a plausible crop box in the tiny tree.
-    """
+    face on any frame, so the ``dwpose`` backend gives a plausible crop box in the tiny tree."""
     path = Path(directory) / dwpose_torch.CHECKPOINT_FILE
     _atomic_torch_save({"meta": {"note": "nbhelpers tiny template weights (draws a fixed cartoon face)"},
                         "state_dict": template_dwpose_state_dict()}, path)
@@ -178,8 +173,7 @@ def simcc_peak_model(centers_x, centers_y, *, heights=1.0, switch_shift_x: float
 
     Centres are (K,) bins (2 per input pixel); ``heights`` scalar or (K,) (<= 0 is rejected by the decoder);
     ``input_size`` ``(w, h)`` pixels; ``batch`` a dimension name (dynamic) or an int; ``y_first`` lists the y output
-    first. Returns an ``onnx.ModelProto`` (opset 17, IR version 8).
-    """
+    first. Returns an ``onnx.ModelProto`` (opset 17, IR version 8)."""
     onnx = require("onnx", "pip install onnx")
     from onnx import TensorProto, helper, numpy_helper
 
@@ -235,8 +229,7 @@ def simcc_peak_model(centers_x, centers_y, *, heights=1.0, switch_shift_x: float
 
 def face_template_input_px() -> np.ndarray:
     """A mirror-symmetric cartoon face in DWPose input pixels: (133, 2) float32 whole-body keypoints, the 68
-    face points (iBUG order) around the middle of the 288x384 input, the others below in mirror pairs.
-    """
+    face points (iBUG order) around the middle of the 288x384 input, the others below in mirror pairs."""
     axis = codec.INPUT_SIZE[0] * 0.5 - 0.25  # x -> 287.5/2 - x in bins is the flip mirror: axis 143.75
     flip = codec.coco_wholebody_flip_indices()
     offsets = np.zeros((codec.NUM_KEYPOINTS, 2), np.float64)  # (dx from the axis, y)
@@ -265,8 +258,7 @@ def face_template_input_px() -> np.ndarray:
 def write_tiny_dwpose_onnx(directory: str | os.PathLike) -> Path | None:
     """Write ``dwpose/dw-ll_ucoco_384.onnx`` under ``directory``: a few-kB graph drawing
     :func:`face_template_input_px`, input ``input`` (N, 3, 384, 288) float32, outputs ``simcc_x`` (N, 133, 576) and
-    ``simcc_y`` (N, 133, 768). Returns the path, or None (with a warning) without ``onnx``.
-    """
+    ``simcc_y`` (N, 133, 768). Returns the path, or None (with a warning) without ``onnx``."""
     try:
         import onnx
     except ImportError:

@@ -50,8 +50,7 @@ def write_tiny_unet(directory: str | os.PathLike, versions: Sequence[str] = ("v1
     """Write tiny random UNets into weights dir ``directory`` in the official formats (``musetalk.json`` and a
     ``torch.save`` state dict) and return the paths: ``"v15"`` in ``versions`` writes ``musetalkV15/{musetalk.json,
     unet.pth}``, ``"v1"`` ``musetalk/{musetalk.json, pytorch_model.bin}`` (other random weights).
-    Source: ``musetalk/utils/utils.py:206-243``.
-    """
+    Source: ``musetalk/utils/utils.py:206-243``."""
     import torch
 
     root = Path(directory)
@@ -76,8 +75,7 @@ def write_tiny_vae(directory: str | os.PathLike) -> list[Path]:
     """Write a tiny random sd-vae-ft-mse, ``sd-vae/{config.json, diffusion_pytorch_model.safetensors}``, into
     ``directory`` and return the paths: four blocks of width 32 (256 px -> 32 latent pixels), the mid-block attention
     under diffusers' pre-0.14 names (``query``/``key``/``value``/``proj_attn``) so diffusers' conversion runs.
-    Source: ``musetalk/models/vae.py:24``.
-    """
+    Source: ``musetalk/models/vae.py:24``."""
     import diffusers
     import torch
 
@@ -101,8 +99,7 @@ def write_tiny_vae(directory: str | os.PathLike) -> list[Path]:
 
 def tiny_whisper_config() -> dict[str, Any]:
     """whisper-tiny's config with d_model 384 and 4 encoder layers (5 hidden states of 384), a small
-    feed-forward, 1 decoder layer and a 64-token vocabulary.
-    """
+    feed-forward, 1 decoder layer and a 64-token vocabulary."""
     cfg = {k: v for k, v in models.bundled_config("whisper-tiny.json").items() if not k.startswith("_")}
     cfg.update(encoder_ffn_dim=64, decoder_layers=1, decoder_ffn_dim=64, vocab_size=64, max_target_positions=32,
                pad_token_id=60, bos_token_id=60, eos_token_id=60, decoder_start_token_id=61,
@@ -113,8 +110,7 @@ def tiny_whisper_config() -> dict[str, Any]:
 def write_tiny_whisper(directory: str | os.PathLike) -> list[Path]:
     """Write a tiny random whisper, ``whisper/{config.json, model.safetensors, preprocessor_config.json}``, into
     ``directory`` and return the paths: a ``WhisperForConditionalGeneration``'s weights without the tied ``proj_out``
-    (as the hub file), whisper-tiny's preprocessor values. Source: ``scripts/inference.py:64-66``.
-    """
+    (as the hub file), whisper-tiny's preprocessor values. Source: ``scripts/inference.py:64-66``."""
     import torch
     import transformers
 
@@ -132,8 +128,7 @@ def write_tiny_whisper(directory: str | os.PathLike) -> list[Path]:
 
 def write_random_bisenet(path: str | os.PathLike, seed: int = 0, dtype: Any = None) -> Path:
     """Write a BiSeNet plain state dict with random weights (``seed``) to ``path`` (parents made) and return it;
-    ``dtype`` is the stored float dtype (None = float32, 53 MB; ``torch.float16`` halves it).
-    """
+    ``dtype`` is the stored float dtype (None = float32, 53 MB; ``torch.float16`` halves it)."""
     import torch
 
     with torch.random.fork_rng(devices=[]):

@@ -222,8 +222,7 @@ def settings_panel(plan_or_config: Any = None, values: Mapping[str, Any] | None 
     :class:`InferenceConfig`, or None for the defaults. ``values`` maps names of :data:`PANEL_FIELDS` to starting
     values (the headless path; ``batch_size`` and ``fp16`` also take ``"auto"``). ``use_widgets`` forces (True) or
     avoids (False) ipywidgets; None uses them when installed. InputError for an unknown name or a value out of range
-    in ``values``.
-    """
+    in ``values``."""
     return SettingsPanel(_base_config(plan_or_config), values, use_widgets)
 
 

@@ -56,8 +56,7 @@ def outline(ax: Any, box: Sequence[float], colour: str, linewidth: float = 2, **
 
 def compare_restore(before: Any, after: Any) -> Chart:
     """A 2x2 chart of one frame's generated crop and repainted mouth, ``before`` (a :class:`~nbhelpers.pipeline.Preview`
-    with ``restore=None``) and ``after`` restoration; InputError when the previews differ in frame or crop box.
-    """
+    with ``restore=None``) and ``after`` restoration; InputError when the previews differ in frame or crop box."""
     if tuple(before.crop_box) != tuple(after.crop_box) or before.frame.shape != after.frame.shape:
         raise InputError("compare_restore needs two previews of the same frame and crop box (the same video, "
                          "frame_index and settings apart from restore).")
@@ -77,8 +76,7 @@ def compare_restore(before: Any, after: Any) -> Chart:
 
 def plot_timings(timings: Any) -> Chart:
     """A bar chart of seconds per stage with each stage's share, from a mapping or a result's ``timings``; InputError
-    for no timings or a negative or non-numeric value.
-    """
+    for no timings or a negative or non-numeric value."""
     timings = getattr(timings, "timings", timings)
     if not isinstance(timings, Mapping) or not timings:
         raise InputError(f"timings must be a non-empty mapping of stage -> seconds; got {timings!r}.")
@@ -122,8 +120,7 @@ def plot_sync(lag: Any, score: Any = None, *, turns: Any = None) -> Chart:
     """Chart a :class:`nbhelpers.quality.MouthAudioLag` ``lag``: both curves over time (z scores), and the correlation
     per lag with, given a :class:`~nbhelpers.quality.SyncScore` ``score``, its mean distance per offset on the same
     scale (audio delay = -offset). ``turns`` (a ``face="speaker"`` result or its ``turns``) shade each speaker's
-    output frames in the track's colour with its number. InputError when ``lag`` lacks a MouthAudioLag's fields.
-    """
+    output frames in the track's colour with its number. InputError when ``lag`` lacks a MouthAudioLag's fields."""
     try:
         mouth, env = np.asarray(lag.mouth, float), np.asarray(lag.envelope, float)
         lags, corr, best, fps = np.asarray(lag.lags), np.asarray(lag.correlations), int(lag.lag_frames), lag.fps
@@ -161,8 +158,7 @@ def plot_sync(lag: Any, score: Any = None, *, turns: Any = None) -> Chart:
 @dataclass(frozen=True, repr=False)
 class FpsTable:
     """Speed of several generated clips, one row per clip:
-    ``(name, n_frames, wall_s, generation_fps, end_to_end_fps, realtime_factor)``.
-    """
+    ``(name, n_frames, wall_s, generation_fps, end_to_end_fps, realtime_factor)``."""
 
     rows: tuple[tuple[str, int, float, float, float, float], ...]
 
@@ -188,8 +184,7 @@ class FpsTable:
 
 def fps_table(results: Sequence[Any]) -> FpsTable:
     """A table of the speed of generated clips: ``results`` with ``n_frames``, ``wall_s``, ``generation_fps``,
-    ``end_to_end_fps`` and optionally ``output``; InputError when empty or an item lacks them.
-    """
+    ``end_to_end_fps`` and optionally ``output``; InputError when empty or an item lacks them."""
     if not results:
         raise InputError("fps_table needs at least one result (a list of Avatar.generate results).")
     rows = []
@@ -260,8 +255,7 @@ def plot_faces(frames: Any, track: Any = None, *, indices: Sequence[int] | None 
     them, or a frame reader. ``track`` is a face track or an avatar: its ``crop_boxes`` or ``boxes`` (N, 4)
     ``(x1, y1, x2, y2)`` pixels, ``landmarks`` (N, 68, 2) ``(x, y)``, ``has_face`` (N,) and an avatar's blend ``masks``
     over its ``squares`` are drawn when present; face tracks (``pipe.faces(video)``, or a face track's ``tracks``) draw
-    every track's detector box in its colour with its number. InputError for no frames or an index out of range.
-    """
+    every track's detector box in its colour with its number. InputError for no frames or an index out of range."""
     every, track = (track, None) if isinstance(track, FaceTracks) else (getattr(track, "tracks", None), track)
     boxes = _track_array(track, ("crop_boxes", "boxes"))
     landmarks = _track_array(track, ("landmarks",))

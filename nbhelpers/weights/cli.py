@@ -16,8 +16,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m nbhelpers.weights list|download|verify [--dir D] [--sets ...] [--files ...] [--deep]`` with ``argv``
     (None: ``sys.argv[1:]``); returns the exit code: 0, 1 when ``verify`` finds a problem, 2 on an error.
 
-    Source: ``download_weights.sh`` (the official equivalent).
-    """
+    Source: ``download_weights.sh`` (the official equivalent)."""
     parser = argparse.ArgumentParser(prog="python -m nbhelpers.weights", description="MuseTalk weight files")
     sub = parser.add_subparsers(dest="command", required=True)
     for name in ("list", "download", "verify"):

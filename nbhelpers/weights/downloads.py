@@ -51,8 +51,7 @@ class DownloadRow:
     """What :func:`download` did for the manifest file ``name`` at layout ``path``: ``action`` ``"present"`` (nothing
     fetched), ``"downloaded"``, ``"replaced"`` (a bad file), ``"failed"`` or ``"not kept"`` (a config copied from the
     package, removed again because other files failed), from ``source`` ("" when none), ``size`` bytes on disk
-    afterwards (None when failed), wall-clock ``seconds``, and a ``note``: the checks done, or every source's error.
-    """
+    afterwards (None when failed), wall-clock ``seconds``, and a ``note``: the checks done, or every source's error."""
 
     name: str
     path: str
@@ -376,8 +375,7 @@ def download(directory: str | os.PathLike | None = None, sets: str | Sequence[st
     are checked (no hashing) and kept; a bad one is replaced with a warning.
     Raises InputError for an unknown set or file name; WeightsError when the folder cannot be written, or a file
     failed from every source (naming each source's error, the manual URL and the fix; files that succeeded are kept).
-    Source: ``download_weights.sh:14-49`` (the same files; its ``hf-mirror.com`` endpoint is the second hub source).
-    """
+    Source: ``download_weights.sh:14-49`` (the same files; its ``hf-mirror.com`` endpoint is the second hub source)."""
     entries = manifest.select(sets, files)
     root = resolve_dir(directory)
     state = _State(root)

@@ -56,8 +56,7 @@ def inspect_file(path: str | os.PathLike, fmt: str | None = None) -> Inspection:
     """Look inside a weight file without torch, reading headers and directory records only (milliseconds for 3.4 GB):
     a web page or git-lfs pointer saved under a weight name, and cut-off or damaged torch zips, legacy pickles,
     safetensors, ONNX and JSON files. ``fmt`` (``"torch"``, ``"safetensors"``, ``"json"``, ``"onnx"``) defaults to the
-    suffix's. WeightsError when the file does not exist or cannot be read.
-    """
+    suffix's. WeightsError when the file does not exist or cannot be read."""
     path = Path(path)
     fmt = fmt or _FORMAT_BY_SUFFIX.get(path.suffix.lower(), "")
     try:
@@ -119,14 +118,10 @@ class _Stub:
     def __setstate__(self, state: Any) -> None:
         self.state = state
 
-    def __setitem__(self, key: Any, value: Any) -> None:
-        pass
+    def _drop(self, *args: Any) -> None:
+        """Items and elements the pickle adds to a stand-in are dropped."""
 
-    def append(self, value: Any) -> None:
-        pass
-
-    def extend(self, values: Any) -> None:
-        pass
+    __setitem__ = append = extend = _drop
 
 
 _ELEMENT_BYTES = {"DoubleStorage": 8, "FloatStorage": 4, "HalfStorage": 2, "BFloat16Storage": 2, "LongStorage": 8,

@@ -54,8 +54,7 @@ class Source:
     """One place a weight file can be fetched from: ``kind`` ``"hub"`` (Hugging Face ``repo``, ``filename``,
     ``revision``; ``endpoint`` a mirror's, no token sent there, None = :func:`hub_endpoint`), ``"gdrive"`` (Drive ``id``
     through ``gdown``), ``"url"`` (plain HTTP(S) ``url``, resumed) or ``"bundled"`` (``resource`` under
-    ``nbhelpers/configs``).
-    """
+    ``nbhelpers/configs``)."""
 
     kind: str
     repo: str = ""
@@ -92,8 +91,7 @@ class WeightFile:
     (``"torch"``, ``"safetensors"``, ``"json"``, ``"onnx"``), its ``sources`` in order of preference, known ``size``,
     ``sha256`` and ``sha256_prefix`` (torch.hub's file-name prefix) facts, an ``approx_bytes`` estimate for display,
     ``alternates`` (layout paths of the same content in another format, like the official ``.bin``: one present
-    satisfies the entry), and a ``description`` with the official file:line it is ``cited`` from.
-    """
+    satisfies the entry), and a ``description`` with the official file:line it is ``cited`` from."""
 
     name: str
     path: str
@@ -175,8 +173,7 @@ class Manifest(tuple):
                files: str | Sequence[str] | None = None) -> list[WeightFile]:
         """Entries of ``sets`` (names, ``"default"``, ``"all"``; None: the default sets unless ``files`` is given) and
         ``files`` (names or layout paths), each once, in manifest order; InputError listing the valid ones for an
-        unknown set or file name.
-        """
+        unknown set or file name."""
         files = [files] if isinstance(files, str) else files
         sets = [sets] if isinstance(sets, str) else sets
         sets = (DEFAULT_SETS if not files else ()) if sets is None else sets
@@ -198,8 +195,7 @@ MANIFEST = Manifest(_ENTRIES)
 
 def required_files(version: str = "v15", parsing: bool = True) -> list[str]:
     """Layout paths a lip-sync job of ``version`` (``"v15"``, ``"v1"``; InputError otherwise) needs, BiSeNet with
-    ``parsing``; landmark files depend on the backend and are not listed. Source: docs/official-behaviour.md §1.1.
-    """
+    ``parsing``; landmark files depend on the backend and are not listed. Source: docs/official-behaviour.md §1.1."""
     if version not in ("v15", "v1"):
         raise InputError(f"version must be 'v15' or 'v1'; got {version!r}.")
     names = [e.name for e in MANIFEST.select("core")]
@@ -314,8 +310,7 @@ def default_dir() -> Path:
     """The absolute weights dir used when none is given (not created here): ``$NBHELPERS_WEIGHTS``; on Colab,
     :data:`DRIVE_DIR` if it already holds weight files; ``$XDG_CACHE_HOME/musetalk-workbook/models``
     (``~/.cache/musetalk-workbook/models``). The official scripts use ``models/`` under the repository root
-    (official-behaviour §1.1).
-    """
+    (official-behaviour §1.1)."""
     env = os.environ.get(ENV_VAR, "").strip()
     if env:
         return Path(env).expanduser().absolute()

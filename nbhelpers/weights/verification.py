@@ -52,8 +52,7 @@ from .manifest import (
 
 class _State:
     """``<weights dir>/.nbhelpers-weights.json``: hub facts recorded at download and sha256 results cached by (size,
-    mtime). Writing is best effort, so a read-only shared folder still verifies.
-    """
+    mtime). Writing is best effort, so a read-only shared folder still verifies."""
 
     def __init__(self, directory: Path):
         self.path = directory / STATE_FILE
@@ -93,8 +92,7 @@ class _State:
 @dataclasses.dataclass(frozen=True)
 class Expected:
     """What is known of one file of a weights dir: ``size`` and ``sha256`` from verified sources (or None), their
-    ``source``, and an ``unverified_sha256`` shown but never used to reject.
-    """
+    ``source``, and an ``unverified_sha256`` shown but never used to reject."""
 
     size: int | None
     sha256: str | None
@@ -139,8 +137,7 @@ def _expected(entry: WeightFile, rel: str, state: _State) -> Expected:
 class FileCheck:
     """The verdict on the manifest file ``name`` at layout ``path`` (the primary one or the alternate on disk):
     ``size`` in bytes (None when missing), the ``expected`` size as text, its ``state`` (one of
-    :mod:`nbhelpers.weights.inspect`'s), the ``detail`` checked or found, and the ``fix`` ("" when none is needed).
-    """
+    :mod:`nbhelpers.weights.inspect`'s), the ``detail`` checked or found, and the ``fix`` ("" when none is needed)."""
 
     name: str
     path: str
@@ -162,8 +159,7 @@ _STATE_COLOURS = {OK: "", UNVERIFIABLE: "background:#fff8e1"}
 @dataclasses.dataclass(frozen=True)
 class VerifyReport(_Report):
     """The result of :func:`verify`: one :class:`FileCheck` per file in ``checks`` for the weights dir ``directory``,
-    whether sha256 values were computed (``deep``) and whether it holds ``tiny`` test weights.
-    """
+    whether sha256 values were computed (``deep``) and whether it holds ``tiny`` test weights."""
 
     directory: Path
     checks: tuple[FileCheck, ...]
@@ -283,8 +279,7 @@ def verify(directory: str | os.PathLike | None = None, sets: str | Sequence[str]
     """Check the weight files of the weights dir ``directory`` (``~`` expanded; None: :func:`default_dir`): presence,
     size, contents and with ``deep`` sha256 where a value is known (cached for the next call). Downloads nothing.
     ``sets`` None checks the v1.5 inference set plus any other manifest file present; ``files`` adds names or layout
-    paths. InputError for an unknown set or file name.
-    """
+    paths. InputError for an unknown set or file name."""
     root = resolve_dir(directory)
     chosen = manifest.select(sets, files)
     if sets is None and files is None:
@@ -319,8 +314,7 @@ def job_files(version: str = "v15", landmark_backend: str = "auto", *, parsing: 
               directory: str | os.PathLike | None = None) -> list[WeightFile]:
     """The manifest entries a lip-sync job or avatar of ``version`` opens, in manifest order: BiSeNet with
     ``parsing``, and the files of ``landmark_backend`` (``"auto"``: the automatic choice's, predicted from the
-    weights dir ``directory`` when given). InputError for an unknown version or landmark backend.
-    """
+    weights dir ``directory`` when given). InputError for an unknown version or landmark backend."""
     paths = required_files(version, parsing=parsing)  # raises InputError for an unknown version
     if landmark_backend == "auto":
         sets = _auto_landmark_sets(Path(directory)) if directory is not None else ()
@@ -354,8 +348,7 @@ def check_job_files(directory: str | os.PathLike | None, version: str = "v15", l
     """Check every weight file a job will open (:func:`job_files`) without hashing, before any frame is decoded;
     returns the :class:`VerifyReport` (``directory`` None: :func:`default_dir`). Raises WeightsError when the folder
     does not exist or files are missing or unusable (one error names each, what is wrong, and the download command
-    for that folder and those sets); InputError for a folder that is a file, or an unknown version or backend.
-    """
+    for that folder and those sets); InputError for a folder that is a file, or an unknown version or backend."""
     root = check_folder(directory)
     weights_arg = _weights_arg(root)
     report = verify(root, files=[e.name for e in job_files(version, landmark_backend, parsing=parsing, directory=root)])
