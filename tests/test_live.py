@@ -411,13 +411,13 @@ def test_warm_shapes_are_the_batch_sizes_the_schedule_renders(avatar, monkeypatc
 def test_warm_up_asks_for_the_steady_size_decoder_then_one_code_for_every_batch(avatar, monkeypatch):
     """The warm-up asks the compiler for the VAE decoder at the schedule's first size on its own (the dynamic-batch
     decoder ran at two thirds of a one-size decoder's speed on a T4-class GPU, bench/RESULTS.md), then for every
-    size through the dynamic-batch code, in that order; none tuned (tuning times kernels on the GPU between frames)."""
+    size through the dynamic-batch code, in that order."""
     asked = []
-    monkeypatch.setattr(avatar.pipe, "compile_for", lambda size, parts, dynamic_batch=False, tune=True: asked.append(
-        (size, parts, dynamic_batch, tune and not dynamic_batch)))
+    monkeypatch.setattr(avatar.pipe, "compile_for", lambda size, parts, dynamic_batch=False: asked.append(
+        (size, parts, dynamic_batch)))
     fresh_models_thread(avatar)
     session_of(avatar, threaded=False, hop=3, realtime=True, silence=None, on_frame=lambda n, f: None).close()
-    assert asked == [(3, ("decoder",), False, False)] + [(n, ("unet", "decoder"), True, False) for n in (3, 1, 2)]
+    assert asked == [(3, ("decoder",), False)] + [(n, ("unet", "decoder"), True) for n in (3, 1, 2)]
 
 
 def test_all_model_work_runs_on_the_avatars_model_thread(avatar, monkeypatch):

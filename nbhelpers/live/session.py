@@ -443,8 +443,7 @@ class LiveSession(contextlib.AbstractContextManager):
 
         done = self._models_thread.warm
         shapes = self.warm_shapes()  # compiled in the background; eager until ready
-        # the steady size: its own, faster code; untuned, as tuning would time kernels on the GPU between frames
-        self.avatar.pipe.compile_for(shapes[0], parts=("decoder",), tune=False)
+        self.avatar.pipe.compile_for(shapes[0], parts=("decoder",))  # the steady size: its own, faster code
         for size in shapes:  # one code for every other batch
             self.avatar.pipe.compile_for(size, parts=("unet", "decoder"), dynamic_batch=True)
         with flush_denormals(self._models.device):
