@@ -45,24 +45,6 @@ def split4(x, conv):
     return torch.stack([torch.stack(p[a], -1) for a in (0, 1)], 3).reshape(n, o, 2 * h, 2 * wd)
 
 
-def stack(x, conv):
-    """The phase form with its crop and interleave as stacks of slices (the package's form before 2026-12-06)."""
-    import torch
-    import torch.nn.functional as F
-
-    w = conv.weight.float()
-    rows = torch.stack([torch.stack([w[:, :, 0], w[:, :, 1] + w[:, :, 2]], 2),
-                        torch.stack([w[:, :, 0] + w[:, :, 1], w[:, :, 2]], 2)])
-    taps = torch.stack([torch.stack([rows[..., 0], rows[..., 1] + rows[..., 2]], -1),
-                        torch.stack([rows[..., 0] + rows[..., 1], rows[..., 2]], -1)], 1)
-    n, o, (h, wd) = x.shape[0], w.shape[0], x.shape[-2:]
-    bias = None if conv.bias is None else conv.bias.repeat(4).to(x.dtype)
-    y = F.conv2d(F.pad(x, (1, 1, 1, 1)), taps.reshape(4 * o, w.shape[1], 2, 2).to(x.dtype), bias)
-    y = y.view(n, 2, 2, o, h + 1, wd + 1)
-    out = torch.stack([torch.stack([y[:, a, b, :, a:a + h, b:b + wd] for b in (0, 1)], -1) for a in (0, 1)], 3)
-    return out.reshape(n, o, 2 * h, 2 * wd)
-
-
 REBUNDLE = {"benchmark_harness": False}  # an inductor option in the graph cache's key that no kernel's source holds
 
 
@@ -101,7 +83,7 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--tmp", type=Path, default=None, help="parent of this process's own caches")
     ap.add_argument("--out", type=Path, default=None)
-    ap.add_argument("--form", choices=("phase", "stack", "split4", "nearest"), default="phase",
+    ap.add_argument("--form", choices=("phase", "split4", "nearest"), default="phase",
                     help="the decoder's upsampling: one 2x2 conv of 4x the channels cropped per phase (the package's), "
                          "four 2x2 convs padded per phase, or diffusers' nearest 2x + 3x3 conv")
     ap.add_argument("--channels-last", action="store_true", help="the decoder's weights in channels-last order")
@@ -154,10 +136,10 @@ def main() -> None:
         model = vae.decoder
         if args.form != "nearest":
             phase_upsampling(model)
-        if args.form in ("split4", "stack"):
+        if args.form == "split4":
             import nbhelpers.upsampling as up
 
-            up.phase_upsample = split4 if args.form == "split4" else stack
+            up.phase_upsample = split4
         if args.channels_last:
             model = model.to(memory_format=torch.channels_last)
         rec["form"], rec["channels_last"] = args.form, args.channels_last

@@ -70,7 +70,7 @@ print(make_face_weights(make_full_weights(Path('$W'))))" ;;
     t4-kernels) step t4-kernels 420 python3 bench/kernel_probe.py --weights $W --out "$OUT/t4-kernels.json" \
       --parts ${KERNEL_PARTS:-decoder,decoder-cdt,faces,faces-compiled} ;;
     t4-tune) for v in ${TUNE:-dd:decoder:\{\} dm:decoder:\{\"max_autotune_pointwise\":true\}}; do
-        IFS=: read -r tag model opts form <<< "$v"; form=${form:-phase}  # FORM: phase, stack, split4, nearest; -cl suffix
+        IFS=: read -r tag model opts form <<< "$v"; form=${form:-phase}  # FORM: phase, split4, nearest; -cl suffix
         step t4-tune-$tag-cold 240 python3 bench/decoder_tuning.py --phase cold --model $model --options "$opts" \
           --artifacts /tmp/tune-$tag.bin --out "$OUT/t4-tune.jsonl" --form ${form%-cl} \
           $([ "${form%-cl}" != "$form" ] && echo --channels-last) $([ -n "${TUNE_DUMP:-}" ] && echo --dump $OUT/code) \

@@ -33,10 +33,8 @@ def phase_upsample(x: Any, conv: Any) -> Any:
     n, o, (h, wd) = x.shape[0], w.shape[0], x.shape[-2:]
     bias = None if conv.bias is None else conv.bias.repeat(4).to(x.dtype)
     y = F.conv2d(F.pad(x, (1, 1, 1, 1)), taps.reshape(4 * o, w.shape[1], 2, 2).to(x.dtype), bias)
-    # Output (n, c, 2i + a, 2j + b) is y's channel (2a + b) o + c at row i + a, column j + b: an affine address, so
-    # the crop and interleave are one strided view and one copy (a compiler reads each element with one load).
-    s0, s1, s2, s3 = y.stride()
-    out = y.as_strided((n, o, h, 2, wd, 2), (s0, s1, s2, 2 * o * s1 + s2, s3, o * s1 + s3), y.storage_offset())
+    y = y.view(n, 2, 2, o, h + 1, wd + 1)
+    out = torch.stack([torch.stack([y[:, a, b, :, a:a + h, b:b + wd] for b in (0, 1)], -1) for a in (0, 1)], 3)
     return out.reshape(n, o, 2 * h, 2 * wd)  # (n, o, h, 2, w, 2): row 2i + a, column 2j + b
 
 
