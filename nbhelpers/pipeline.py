@@ -320,8 +320,7 @@ class MuseTalkPipeline(contextlib.AbstractContextManager):
         """Have the models of ``parts`` (any of :data:`COMPILED_PARTS`) compiled in the background for jobs of
         ``batch_size`` frames a batch (the VAE encoder gets twice as many crops); returns at once, jobs run eagerly
         until the compiled code is ready. The UNet and the face parser are compiled for any batch; the VAE's two
-        halves for this one, or for any with ``dynamic_batch`` (one compile for many batch sizes, slower code); the
-        decoder for this one is then tuned (BackgroundCompiler.request's ``tune``, last in the queue).
+        halves for this one, or for any with ``dynamic_batch`` (one compile for many batch sizes, slower code).
         ``cached_only``: only the parts an earlier session's compile cache holds (a stage too short to repay a cold
         compile: BackgroundCompiler.request).
         Nothing on the CPU, with ``config.compile == "off"``, or where :func:`~nbhelpers.gpu.compile.can_compile`
@@ -353,8 +352,6 @@ class MuseTalkPipeline(contextlib.AbstractContextManager):
                 # Inductor's dynamic-batch decoder ran at two thirds of the static one's speed on a T4-class GPU
                 # (bench/RESULTS.md); other shapes compile once they repeat.
                 comp.request("vae decoder", self.vae.decoder, z, dynamic_batch=dynamic_batch, cached_only=cached_only)
-                comp.request("vae decoder", self.vae.decoder, z, dynamic_batch=dynamic_batch, cached_only=cached_only,
-                             tune=True)  # its GroupNorm kernels gain most from tuning (gpu.compile.TUNE_OPTIONS)
             if "parser" in parts:
                 x = torch.zeros(b, 3, PARSING_SIZE, PARSING_SIZE, device=dev, dtype=dt)
                 comp.request("face parser", self.face_parser.net, x, method="parse", cached_only=cached_only)

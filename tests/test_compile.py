@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import threading
 import warnings
 
 import numpy as np
@@ -365,7 +364,7 @@ def test_a_lipsync_job_asks_for_the_signatures_it_then_calls(possible, monkeypat
     job(pipe, "first")  # asks for the compiles at its plan; its calls run eagerly until they are ready
     status = pipe.compiler.wait(120)
     assert status.state == "ready", status
-    assert set(status.parts) == {"unet Bx8x32x32", "vae decoder 4x4x32x32", "vae decoder tuned 4x4x32x32",
+    assert set(status.parts) == {"unet Bx8x32x32", "vae decoder 4x4x32x32",
                                  "vae encoder 8x3x256x256", "face parser Bx3x512x512"}
     before = pipe.compiler.calls()
     frames = job(pipe, "second")
@@ -479,135 +478,3 @@ def test_the_face_models_are_compiled_for_the_offline_jobs_calls(tiny_weights):
     assert after["dwpose"] == {"eager": before["dwpose"]["eager"], "compiled": before["dwpose"]["compiled"] + 1}
     for a, b in zip(eager[:2], compiled[:2], strict=True):
         assert float((a - b).abs().max()) <= 0.05 * float(a.abs().max()) + 1e-3
-
-
-def test_a_tuned_compile_waits_for_the_others_then_serves_its_signature(possible, monkeypatch, tmp_path):
-    """A tuned request is compiled after every plain one, even one asked later: once with TUNE_OPTIONS (the tuning
-    run), then, after the generated code is forgotten and what was compiled before is saved, again with
-    REBUNDLE_OPTIONS; that compile then serves its signature. A cache holding the tuned part skips the tuning run."""
-    events = []
-
-    def fake_compile(fn, **kwargs):
-        options = kwargs.get("options") or {}
-        events.append(("compile", getattr(fn, "__self__", fn).tag, tuple(sorted(options))))
-
-        def compiled(*args, **kw):
-            events.append(("call", getattr(fn, "__self__", fn).tag, tuple(sorted(options))))
-            return fn(*args, **kw)
-
-        return compiled
-
-    monkeypatch.setattr(torch, "compile", fake_compile)
-    monkeypatch.setattr(gc, "_forget_generated_code", lambda: events.append(("forget",)))
-    monkeypatch.setattr(gc, "_save_artifacts", lambda folder, key, labels, facts: events.append(("save", *labels)))
-    gate = threading.Event()  # the compile thread waits here until both requests are queued
-    monkeypatch.setattr(gc, "_load_artifacts", lambda folder, key: gate.wait(10) and False)
-    comp = gc.BackgroundCompiler("cpu", mode="on", cache_dir=tmp_path, facts={"net": "tiny"})
-    tuned, plain = Net().eval(), Net().eval()
-    tuned.tag, plain.tag = "tuned", "plain"
-    tune, both = tuple(sorted(gc.TUNE_OPTIONS)), tuple(sorted({**gc.TUNE_OPTIONS, **gc.REBUNDLE_OPTIONS}))
-    with torch.inference_mode():
-        x = torch.randn(2, 3, 8, 8)
-        comp.request("tuned", tuned, x, dynamic_batch=False, tune=True)
-        comp.request("plain", plain, x, dynamic_batch=False)
-        gate.set()
-        assert comp.wait(30).parts == {"tuned tuned 2x3x8x8": "compiled", "plain 2x3x8x8": "compiled"}
-        assert events == [("compile", "plain", ()), ("call", "plain", ()), ("save", "plain 2x3x8x8"),
-                          ("compile", "tuned", tune), ("call", "tuned", tune), ("forget",),
-                          ("compile", "tuned", both), ("call", "tuned", both), ("save", "tuned tuned 2x3x8x8")]
-        events.clear()
-        tuned(x)
-        tuned(torch.randn(3, 3, 8, 8))  # another shape: eager
-        assert events == [("call", "tuned", both)]
-        comp.request("tuned", tuned, torch.randn(2, 3, 8, 8), dynamic_batch=True, tune=True)  # any batch: not tuned
-        assert not comp.busy
-
-    events.clear()
-    monkeypatch.setattr(gc.BackgroundCompiler, "cached_parts", lambda self: {"tuned tuned 2x3x8x8"})
-    warm = gc.BackgroundCompiler("cpu", mode="on", cache_dir=tmp_path, facts={"net": "tiny"})
-    again = Net().eval()
-    again.tag = "tuned"
-    with torch.inference_mode():
-        warm.request("tuned", again, x, dynamic_batch=False, tune=True)
-        assert warm.wait(30).state == "ready"
-    assert events == [("compile", "tuned", both), ("call", "tuned", both), ("save", "tuned tuned 2x3x8x8")]
-
-
-def test_a_failed_tuned_compile_keeps_the_plain_compiled_code(possible, monkeypatch):
-    calls = []
-
-    def fake_compile(fn, **kwargs):
-        if "coordinate_descent_tuning" in (kwargs.get("options") or {}):
-            raise RuntimeError("no Triton kernel for this GPU")
-
-        def compiled(*args, **kw):
-            calls.append("compiled")
-            return fn(*args, **kw)
-
-        return compiled
-
-    monkeypatch.setattr(torch, "compile", fake_compile)
-    net = Net().eval()
-    comp = gc.BackgroundCompiler("cpu", mode="on")
-    with torch.inference_mode():
-        x = torch.randn(2, 3, 8, 8)
-        comp.request("net", net, x, dynamic_batch=False)
-        with pytest.warns(FallbackWarning, match="keeps its untuned compiled code"):
-            comp.request("net", net, x, dynamic_batch=False, tune=True)
-            status = comp.wait(30)
-        calls.clear()
-        net(x)
-    assert status.parts == {"net 2x3x8x8": "compiled", "net tuned 2x3x8x8": "failed"} and status.state == "ready"
-    assert calls == ["compiled"]
-
-
-TUNED_SCRIPT = textwrap.dedent("""
-    import json, sys, torch
-    from torch._dynamo.utils import counters
-    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
-    from nbhelpers import models
-    from nbhelpers.gpu import compile as gc
-
-    made = []
-    original = CachingAutotuner._precompile_config
-    CachingAutotuner._precompile_config = lambda self, cfg, *a, **k: made.append(1) or original(self, cfg, *a, **k)
-    dec = models.load_vae(sys.argv[1], "cuda", torch.float16).decoder
-    comp = gc.BackgroundCompiler("cuda", mode="on", cache_dir=sys.argv[2], facts={"decoder": "tiny"})
-    with torch.inference_mode():
-        z = torch.randn(4, 4, 32, 32, device="cuda", dtype=torch.float16)
-        eager = dec(z)
-        comp.request("vae decoder", dec, z, dynamic_batch=False)
-        comp.wait(900)
-        plain = len(made)
-        comp.request("vae decoder", dec, z, dynamic_batch=False, tune=True)
-        status = comp.wait(900)
-        out = dec(z)
-    levels = lambda y: ((y.float() / 2 + 0.5).clamp(0, 1) * 255).round()
-    print(json.dumps({"parts": status.parts, "warm": status.warm, "plain": plain, "tuned": len(made) - plain,
-                      "coordesc": counters["inductor"].get("coordesc_tuning_bench", 0),
-                      "served": bool(dec.forward.tuned),
-                      "levels": float((levels(eager) - levels(out)).abs().max())}))
-""")
-
-
-@pytest.mark.gpu
-def test_the_tuned_decoder_is_within_a_level_and_loads_warm_without_compiling_kernels(tiny_weights, tmp_path):
-    """The VAE decoder compiled plain, then tuned (TUNE_OPTIONS, rebundled): the tuned code serves its batch within
-    one 8-bit level of eager; a second process with empty inductor and Triton folders loads it from the cache
-    files with no tuning and no more Triton compiles than the plain decoder's warm load."""
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU (runs on the project's GPU machine)")
-    runs = []
-    for i in range(2):
-        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / f"inductor{i}"),
-               "TRITON_CACHE_DIR": str(tmp_path / f"triton{i}")}
-        out = subprocess.run([sys.executable, "-c", TUNED_SCRIPT, str(tiny_weights), str(tmp_path / "cache")],
-                             capture_output=True, text=True, env=env, timeout=1200)
-        assert out.returncode == 0, out.stderr[-2000:]
-        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
-    cold, warm = runs
-    for run in runs:
-        assert set(run["parts"].values()) == {"compiled"} and len(run["parts"]) == 2, run
-        assert run["served"] and run["levels"] <= 1, run
-    assert not cold["warm"] and cold["coordesc"] > 0, cold
-    assert warm["warm"] and warm["coordesc"] == 0 and warm["tuned"] <= warm["plain"], (cold, warm)

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib
-import itertools
 import json
 import os
 import queue
@@ -38,14 +36,7 @@ AUTO_REQUEST_AFTER = 2  # calls of one signature without compiled code before it
 # the compile's CPU time would cost more than it saves (bench/RESULTS.md, "T4-class GPU").
 GPU_WALL_TFLOPS = 200.0
 _RATES: dict[str, float] = {}
-# A tuned compile (BackgroundCompiler.request's ``tune``) tries each Triton kernel's launch configurations on this GPU
-# (coordinate descent) at its first call, then compiles again with REBUNDLE_OPTIONS, which change inductor's graph
-# cache key and no kernel's source: inductor then takes the tuned configurations from its autotune cache and bundles
-# their binaries, so a warm session's load compiles none. The compiled VAE decoder: 58.9 against 64.9 frames/s on the
-# T4-class proxy (bench/RESULTS.md, issue 35).
-TUNE_OPTIONS = {"coordinate_descent_tuning": True}
-REBUNDLE_OPTIONS = {"benchmark_harness": False}
-RECOMPILE_LIMIT = 64  # compiled variants dynamo keeps per function; a decoder here can have 8 (shapes, tuning, passes)
+RECOMPILE_LIMIT = 64  # compiled variants dynamo keeps per function; a decoder has several (batch sizes, dynamic)
 
 
 @dataclass
@@ -118,7 +109,6 @@ class _Dispatch:
         self.dynamic_batch = dynamic_batch
         self.compiled: dict[bool, Callable] = {}  # dynamic batch or not -> the torch.compile wrapper
         self.ready: frozenset = frozenset()
-        self.tuned: dict[tuple, Callable] = {}  # signature -> its tuned compile; replaced whole, read lock-free
         self.asked: set[tuple] = set()
         self.seen: dict[tuple, int] = {}
         self.calls = {"eager": 0, "compiled": 0}
@@ -127,7 +117,7 @@ class _Dispatch:
         if self.compiler.paused_depth:
             return self.eager(*args, **kwargs)
         sig = _signature(args, kwargs)
-        fn = self.tuned.get(sig) or (self.compiled.get(False) if sig in self.ready else None)
+        fn = self.compiled.get(False) if sig in self.ready else None
         any_batch = None  # the signature with a dynamic batch, made at most once a call
         if fn is None and True in self.compiled:
             any_batch = _signature(args, kwargs, True)
@@ -144,7 +134,7 @@ class _Dispatch:
         self.calls["eager"] += 1
         if self.dynamic_batch:
             sig = any_batch or _signature(args, kwargs, True)
-        if (sig, False) not in self.asked and not sig[-1]:  # autograd on: never compiled
+        if sig not in self.asked and not sig[-1]:  # autograd on: never compiled
             self.seen[sig] = self.seen.get(sig, 0) + 1
             if self.seen[sig] >= AUTO_REQUEST_AFTER:
                 self.compiler._ask(self, sig, _copies(args), _copies(kwargs),
@@ -152,11 +142,10 @@ class _Dispatch:
         return self.eager(*args, **kwargs)
 
 
-def _label(name: str, sig: tuple, tune: bool = False) -> str:
-    """``name`` (with " tuned") and the first tensor's shape ("B" for any batch): how the status and the cache files
-    name a part."""
+def _label(name: str, sig: tuple) -> str:
+    """``name`` and the first tensor's shape ("B" for any batch): how the status and the cache files name a part."""
     first = next((a for a in sig[0] if a[:1] == ("T",)), None)
-    return f"{name}{' tuned' if tune else ''} {'x'.join(map(str, first[1])) if first else '-'}"
+    return f"{name} {'x'.join(map(str, first[1])) if first else '-'}"
 
 
 def _fx_tracing() -> bool:
@@ -262,8 +251,7 @@ class BackgroundCompiler:
         self.options: dict[str, Any] = {}  # torch.compile (inductor) options, set before the first compile
         self.on_event = on_event
         self._dispatches: list[tuple[Any, str, _Dispatch]] = []
-        self._queue: queue.PriorityQueue = queue.PriorityQueue()  # tuned compiles after all others
-        self._order = itertools.count()
+        self._queue: queue.Queue = queue.Queue()
         self._pending = 0
         self._lock = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -284,8 +272,7 @@ class BackgroundCompiler:
             warnings.warn(f"compile='on', but the models stay eager: {why}.", FallbackWarning, stacklevel=2)
 
     def request(self, name: str, module: Any, *args: Any, method: str = "forward", grad: str = "inference",
-                dynamic_batch: bool | None = None, cached_only: bool = False, tune: bool = False,
-                **kwargs: Any) -> None:
+                dynamic_batch: bool | None = None, cached_only: bool = False, **kwargs: Any) -> None:
         """Have ``module.<method>`` (replaced on the instance until :meth:`remove`) compiled for calls like
         ``module.<method>(*args, **kwargs)`` as the job makes them (same shapes, dtypes, memory layout) under
         autograd mode ``grad``; returns at once. ``name`` shows in the status; ``dynamic_batch`` compiles the first
@@ -293,8 +280,6 @@ class BackgroundCompiler:
         GPU); None: as the module's first request or :meth:`install` said (True), which also holds for calls
         compiled unasked. ``cached_only``: only where :meth:`cached_parts` holds it (then the compile takes seconds;
         a cold one would outlast a short stage and hold up the compiles queued after it), else nothing is installed.
-        ``tune``: a second compile of this shape (not with a dynamic batch) with :data:`TUNE_OPTIONS`, queued after
-        every compile without, that replaces the first when ready (minutes cold: the kernels run many times).
         Raises InputError: ``grad`` is not one of :data:`GRAD_MODES`.
         """
         if grad not in GRAD_MODES:
@@ -308,10 +293,10 @@ class BackgroundCompiler:
             dynamic_batch = existing.dynamic_batch if isinstance(existing, _Dispatch) else True
         with torch.inference_mode() if grad == "inference" else torch.no_grad():
             sig = _signature(args, kwargs, dynamic_batch)
-        if (tune and dynamic_batch) or (cached_only and _label(name, sig, tune) not in self.cached_parts()):
+        if cached_only and _label(name, sig) not in self.cached_parts():
             return
         dispatch = self.install(name, module, method, dynamic_batch=dynamic_batch)
-        self._ask(dispatch, sig, args, kwargs, grad, dynamic_batch, tune)
+        self._ask(dispatch, sig, args, kwargs, grad, dynamic_batch)
 
     def cached_parts(self) -> set[str]:
         """The parts (status labels such as ``"unet Bx8x32x32"``) whose compiled code this runtime's cache files
@@ -337,20 +322,19 @@ class BackgroundCompiler:
             self._dispatches.append((module, method, dispatch))
         return dispatch
 
-    def _ask(self, dispatch: _Dispatch, sig: tuple, args: tuple, kwargs: dict, grad: str, dynamic: bool,
-             tune: bool = False) -> None:
+    def _ask(self, dispatch: _Dispatch, sig: tuple, args: tuple, kwargs: dict, grad: str, dynamic: bool) -> None:
         with self._lock:
-            if (sig, tune) in dispatch.asked:
+            if sig in dispatch.asked:
                 return
-            dispatch.asked.add((sig, tune))
-            label = _label(dispatch.name, sig, tune)
+            dispatch.asked.add(sig)
+            label = _label(dispatch.name, sig)
             self._pending += 1
             self.status.parts[label] = "compiling"
             self.status.state = "compiling"
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="nbhelpers-compile", daemon=True)
                 self._thread.start()
-        self._queue.put((int(tune), next(self._order), (dispatch, sig, label, args, kwargs, grad, dynamic, tune)))
+        self._queue.put((dispatch, sig, label, args, kwargs, grad, dynamic))
 
     def wait(self, timeout: float | None = None) -> CompileStatus:
         """Block until every requested compile has ended, or ``timeout`` seconds passed; returns the status."""
@@ -406,11 +390,7 @@ class BackgroundCompiler:
         self._say(f"compiling the models for this GPU in the background ({how}); the job runs eagerly until they are "
                   "ready")
         while True:
-            item = self._queue.get()[-1]
-            if item[-1] and folder is not None and self._compiled_here:  # keep what is done before a long tuning
-                _save_artifacts(folder, key, self._compiled_here, full)
-                self._compiled_here = []
-            self._compile(*item)
+            self._compile(*self._queue.get())
             with self._lock:
                 self._pending -= 1
                 idle = self._pending == 0
@@ -420,42 +400,30 @@ class BackgroundCompiler:
                     self._lock.notify_all()
 
     def _compile(self, dispatch: _Dispatch, sig: tuple, label: str, args: tuple, kwargs: dict, grad: str,
-                 dynamic: bool, tune: bool = False) -> None:
+                 dynamic: bool) -> None:
         import torch
-
-        def run(fn: Callable) -> None:
-            with torch.inference_mode() if grad == "inference" else torch.no_grad():
-                fn(*args, **kwargs)
-            if torch.cuda.is_available():
-                torch.cuda.synchronize()
 
         t0 = time.perf_counter()
         try:
-            if tune:
-                opts = {**self.options, **TUNE_OPTIONS}
-                if label not in self.cached_parts():  # tune here, then compile again to cache the tuned kernels
-                    run(torch.compile(dispatch.eager, dynamic=False, options=opts))
-                    _forget_generated_code()
-                fn = torch.compile(dispatch.eager, dynamic=False, options={**opts, **REBUNDLE_OPTIONS})
-                run(fn)
-                dispatch.tuned = {**dispatch.tuned, sig: fn}
-            else:
-                if dynamic not in dispatch.compiled:
-                    dispatch.compiled[dynamic] = torch.compile(dispatch.eager, dynamic=None if dynamic else False,
-                                                               options=self.options or None)
-                if dynamic:  # the first dimension of tensors of 2+ dimensions and 2+ rows
-                    _map_tensors((args, kwargs), lambda t: t.ndim >= 2 and t.shape[0] >= 2
-                                 and torch._dynamo.maybe_mark_dynamic(t, 0))
-                run(dispatch.compiled[dynamic])
-                dispatch.ready = dispatch.ready | {sig}  # a new frozenset: the job thread reads it lock-free
+            if dynamic not in dispatch.compiled:
+                dispatch.compiled[dynamic] = torch.compile(dispatch.eager, dynamic=None if dynamic else False,
+                                                           options=self.options or None)
+            if dynamic:  # the first dimension of tensors of 2+ dimensions and 2+ rows
+                _map_tensors((args, kwargs), lambda t: t.ndim >= 2 and t.shape[0] >= 2
+                             and torch._dynamo.maybe_mark_dynamic(t, 0))
+            with torch.inference_mode() if grad == "inference" else torch.no_grad():
+                dispatch.compiled[dynamic](*args, **kwargs)
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            dispatch.ready = dispatch.ready | {sig}  # a new frozenset: the job thread reads it lock-free
             self.status.parts[label] = "compiled"
             self._compiled_here.append(label)
         except Exception as exc:  # noqa: BLE001 - any compile failure leaves the eager method in place
             self.status.parts[label] = "failed"
             reason = f"{label}: {type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]}"
             self.status.reason = reason
-            keeps = "keeps its untuned compiled code" if tune else "stays eager (same frames, slower)"
-            warnings.warn(f"torch.compile failed; this model {keeps}: {reason}", FallbackWarning, stacklevel=1)
+            warnings.warn(f"torch.compile failed; this model stays eager (same frames, slower): {reason}",
+                          FallbackWarning, stacklevel=1)
         self.status.part_seconds[label] = time.perf_counter() - t0
         self.status.seconds += self.status.part_seconds[label]
 
@@ -493,19 +461,6 @@ def cache_folder(weights_dir: str | os.PathLike) -> Path:
         return parent / "compile-cache" / f"v{CACHE_FORMAT}"
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return base / "nbhelpers" / "compile" / f"v{CACHE_FORMAT}"
-
-
-def _forget_generated_code() -> None:
-    """Drop inductor's in-memory registries of generated modules and Triton kernels and the compile artifacts recorded
-    so far: the next compile generates its kernels anew (their launch configurations from the autotune cache) and the
-    saved artifacts are its own. Code compiled before keeps its modules. Private torch classes: where one is missing
-    a warm load compiles the tuned kernels again (seconds a kernel), nothing worse."""
-    for module, name in (("torch._inductor.codecache", "PyCodeCache"),
-                         ("torch._inductor.async_compile", "CompiledTritonKernels"),
-                         ("torch.compiler._cache", "CacheArtifactManager")):
-        with contextlib.suppress(Exception):
-            cls = getattr(importlib.import_module(module), name)
-            (cls.cache_clear if hasattr(cls, "cache_clear") else cls.clear)()
 
 
 def _raise_recompile_limit() -> None:
