@@ -87,3 +87,15 @@ def test_avatar_generate_writes_each_clip_into_an_existing_folder(tmp_path, tone
     assert written == [clips / f"{tone_1s.stem}.mp4", clips / f"{other.stem}.mp4"]
     assert main(["avatar", "generate", str(tmp_path), str(tone_1s), str(other), "-o", str(tmp_path / "o.mp4")]) == 2
     assert "give a folder (-o DIR) or leave -o out" in capsys.readouterr().err
+
+
+def test_demo_refuses_an_output_name_before_making_weights(tmp_path, monkeypatch, capsys):
+    """``demo -o out.txt --tiny`` is refused before the tiny weights are made (seconds of work) or anything is
+    downloaded."""
+    from nbhelpers import testing
+    from nbhelpers.cli.main import main
+
+    made = []
+    monkeypatch.setattr(testing, "make_tiny_weights", lambda folder: made.append(folder) or folder)
+    assert main(["demo", "--tiny", "-o", str(tmp_path / "out.txt")]) == 2
+    assert made == [] and "output must end in .mp4 or be an existing folder" in capsys.readouterr().err

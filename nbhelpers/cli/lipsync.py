@@ -49,6 +49,8 @@ def demo(args: argparse.Namespace) -> int:
     default = TINY_OUTPUT if args.tiny else "results/demo.mp4"
     output = Path(args.output or default).expanduser()
     output = output / Path(default).name if output.is_dir() else output  # -o DIR: the default name in it
+    if output.suffix.lower() != ".mp4":  # before any download or tiny weights
+        raise InputError(f"output must end in .mp4 or be an existing folder; got {str(output)!r}.")
     if args.download:
         weights.download(directory=args.weights, sets=weight_sets(args))
     folder = Path(tempfile.mkdtemp(prefix="nbhelpers-demo-"))
