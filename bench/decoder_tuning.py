@@ -76,7 +76,7 @@ def rebundle(torch, model, x: tuple, kw: dict, options: dict, out, iters: int) -
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--phase", choices=("cold", "warm"), required=True)
-    ap.add_argument("--options", default="{}")
+    ap.add_argument("--options", default="{}", help="inductor options: JSON, or KEY=VALUE,... with JSON values")
     ap.add_argument("--artifacts", type=Path, required=True)
     ap.add_argument("--model", choices=("decoder", "unet", "tiny"), default="decoder",
                     help="tiny: three GroupNorm + SiLU + 3x3 conv blocks, 64 channels at 64x64, to try the caching")
@@ -84,8 +84,11 @@ def main() -> None:
     ap.add_argument("--tmp", type=Path, default=None, help="parent of this process's own caches")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--form", choices=("phase", "split4", "nearest"), default="phase",
-                    help="the decoder's upsampling: one 2x2 conv of 4x the channels cropped per phase (the package's), "
+                    help="the decoder's upsampling: one transposed 4x4 conv of stride 2 (the package's), "
                          "four 2x2 convs padded per phase, or diffusers' nearest 2x + 3x3 conv")
+    ap.add_argument("--gn", choices=("group", "channels"), default="group",
+                    help="GroupNorm statistics as F.group_norm reduces them, or from per-channel moments "
+                         "(nbhelpers.groupnorm, the package's decoder)")
     ap.add_argument("--channels-last", action="store_true", help="the decoder's weights in channels-last order")
     ap.add_argument("--rebundle", action="store_true",
                     help="cold: after the first call (where coordinate descent tunes), compile again with REBUNDLE "
@@ -101,7 +104,8 @@ def main() -> None:
     from t4probe import BATCH, build, timed
     from torch._dynamo.utils import counters
 
-    options = json.loads(args.options)
+    options = json.loads(args.options) if args.options.lstrip().startswith("{") else {
+        k: json.loads(v) for k, v in (kv.split("=", 1) for kv in args.options.split(",") if kv)}
     rec = {"phase": args.phase, "model": args.model, "options": options, "torch": torch.__version__,
            "cores": len(os.sched_getaffinity(0))}
     triton_compiles = {"n": 0, "s": 0.0}
@@ -136,13 +140,17 @@ def main() -> None:
         model = vae.decoder
         if args.form != "nearest":
             phase_upsampling(model)
+        if args.gn == "channels":
+            from nbhelpers.groupnorm import channel_moment_norms
+
+            channel_moment_norms(model)
         if args.form == "split4":
             import nbhelpers.upsampling as up
 
             up.phase_upsample = split4
         if args.channels_last:
             model = model.to(memory_format=torch.channels_last)
-        rec["form"], rec["channels_last"] = args.form, args.channels_last
+        rec["form"], rec["channels_last"], rec["gn"] = args.form, args.channels_last, args.gn
         x = (torch.randn(BATCH, 4, 32, 32, device="cuda", dtype=torch.float16),)
         kw = {}
     elif args.model == "tiny":
@@ -160,6 +168,8 @@ def main() -> None:
         ref = model(*x, **kw)
         ref = ref.sample if hasattr(ref, "sample") else ref
         torch.cuda.synchronize()
+        if args.phase == "cold":
+            rec["eager_fps"] = round(BATCH / timed(torch, lambda: model(*x, **kw), iters=4) * 1e3, 2)
         t = time.perf_counter()
         warm_opts = {**options, **REBUNDLE} if args.rebundle and args.phase == "warm" else options
         fn = torch.compile(model, dynamic=False, options=warm_opts or None)
@@ -175,7 +185,7 @@ def main() -> None:
             from kernel_probe import kernels
 
             args.dump.mkdir(parents=True, exist_ok=True)
-            tag = f"{args.model}-{args.form}{'-cl' if args.channels_last else ''}"
+            tag = f"{args.model}-{args.form}-{args.gn}{'-cl' if args.channels_last else ''}"
             (args.dump / f"{tag}-kernels.json").write_text(json.dumps(kernels(torch, lambda: fn(*x, **kw), top=30)))
             code = [p for p in (tmp / "inductor").rglob("*.py") if "def call(" in p.read_text(errors="replace")]
             for i, p in enumerate(code):

@@ -17,7 +17,8 @@
 # call (about 37 MB compressed, save-cache) does not fit beside the wheels within a call's 64 MiB.
 # (t4-core: the official core; t4-core20: ours through the package at batch 20, cold; t4-warm20-2c: its cache; t4-prime also times dynamic-batch VAE halves beside the engine's static ones;
 # t4-upsample: the decoder with its upsampling in phase form, bench/upsample_probe.py; t4-tune: inductor's tuning
-# options, cold compile and warm load, bench/decoder_tuning.py, variants TAG:MODEL:OPTIONS[:FORM] from $TUNE; t4-kernels: kernel
+# options, cold compile and warm load, bench/decoder_tuning.py, variants TAG:MODEL:OPTIONS[:FORM[:GN]] from $TUNE
+# (OPTIONS as KEY=VALUE,...; GN: group or channels); t4-kernels: kernel
 # profiles of the compiled decoder and the face models, bench/kernel_probe.py, parts from $KERNEL_PARTS.)
 # Needs the wheels the machine lacks in .whl/ and the shared media in .benchdata/ (both git-ignored: carry them).
 set -u
@@ -69,10 +70,10 @@ print(make_face_weights(make_full_weights(Path('$W'))))" ;;
     t4-warm20) step t4-warm20 200 python3 bench/compile.py --weights $W --batch 20 --parts unet,decoder --no-timing ;;
     t4-kernels) step t4-kernels 420 python3 bench/kernel_probe.py --weights $W --out "$OUT/t4-kernels.json" \
       --parts ${KERNEL_PARTS:-decoder,decoder-cdt,faces,faces-compiled} ;;
-    t4-tune) for v in ${TUNE:-dd:decoder:\{\} dm:decoder:\{\"max_autotune_pointwise\":true\}}; do
-        IFS=: read -r tag model opts form <<< "$v"; form=${form:-phase}  # FORM: phase, split4, nearest; -cl suffix
+    t4-tune) for v in ${TUNE:-dd:decoder:\{\} dm:decoder:max_autotune_pointwise=true}; do
+        IFS=: read -r tag model opts form gn <<< "$v"; form=${form:-phase}  # FORM: phase, split4, nearest; -cl suffix
         step t4-tune-$tag-cold 240 python3 bench/decoder_tuning.py --phase cold --model $model --options "$opts" \
-          --artifacts /tmp/tune-$tag.bin --out "$OUT/t4-tune.jsonl" --form ${form%-cl} \
+          --artifacts /tmp/tune-$tag.bin --out "$OUT/t4-tune.jsonl" --form ${form%-cl} --gn ${gn:-group} \
           $([ "${form%-cl}" != "$form" ] && echo --channels-last) $([ -n "${TUNE_DUMP:-}" ] && echo --dump $OUT/code) \
           $([ -n "${TUNE_REBUNDLE:-}" ] && echo --rebundle)
         [ "${TUNE_WARM:-1}" = 1 ] && step t4-tune-$tag-warm 90 $two python3 bench/decoder_tuning.py --phase warm \

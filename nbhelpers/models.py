@@ -26,6 +26,7 @@ from . import hashing, progress
 from . import weights as _weights
 from .constants import VERSIONS, WHISPER_DIM
 from .errors import CheckpointError, InputError, WeightsError, require
+from .groupnorm import channel_moment_norms
 from .upsampling import phase_upsampling
 
 if TYPE_CHECKING:
@@ -360,8 +361,9 @@ def load_vae(weights_dir: str | os.PathLike | None = None, device: str | torch.d
              dtype: torch.dtype | None = None) -> nn.Module:
     """Load sd-vae-ft-mse (diffusers ``AutoencoderKL``) from ``<weights_dir>/sd-vae``, arguments as :func:`load_unet`:
     ``diffusion_pytorch_model.safetensors`` (preferred) or the official ``.bin``; it encodes 256x256 RGB in [-1, 1]
-    to [B, 4, 32, 32]; its decoder upsamples in phase form (:mod:`nbhelpers.upsampling`). WeightsError for a missing
-    or damaged file, CheckpointError when the weights do not fit the config. Source: ``musetalk/models/vae.py:24``."""
+    to [B, 4, 32, 32]; its decoder upsamples in phase form (:mod:`nbhelpers.upsampling`) and, compiled, takes its
+    GroupNorm statistics from per-channel moments (:mod:`nbhelpers.groupnorm`). WeightsError for a missing or damaged
+    file, CheckpointError when the weights do not fit the config. Source: ``musetalk/models/vae.py:24``."""
     vae_class = _library_class("diffusers", "AutoencoderKL", "pip install diffusers")
     root = _weights.resolve_dir(weights_dir)
     _require(root, [f"{VAE_DIR}/config.json", f"{VAE_DIR}/diffusion_pytorch_model.safetensors"], "the VAE")
@@ -380,6 +382,7 @@ def load_vae(weights_dir: str | os.PathLike | None = None, device: str | torch.d
     _loading_problems(info, path, "VAE (sd-vae-ft-mse)")
     _sdpa(vae)
     phase_upsampling(vae.decoder)  # the same sums with 16 multiply-adds in place of 36
+    channel_moment_norms(vae.decoder)  # compiled: whole channels-last rows read for the statistics
     return _finish(vae, device, dtype)
 
 

@@ -313,7 +313,7 @@ class MuseTalkPipeline(contextlib.AbstractContextManager):
         return {"version": self.version, "dtype": str(self.dtype), "weights": _weights_kind(self.weights_dir),
                 "unet": _file_text(self.weights_dir / models.UNET_FILES[self.version][0]),
                 "vae": _file_text(self.weights_dir / models.VAE_DIR / "config.json"), "channels_last_unet": True,
-                "phase_upsampling": True}
+                "upsampling": "transposed", "group_norm": "channel moments"}
 
     def compile_for(self, batch_size: int, parts: tuple[str, ...] = COMPILED_PARTS, *,
                     dynamic_batch: bool = False, cached_only: bool = False) -> None:

@@ -1,10 +1,13 @@
-"""The VAE decoder's upsampling: nearest 2x then a 3x3 convolution, computed as one 2x2 convolution on the input.
+"""The VAE decoder's upsampling: nearest 2x then a 3x3 convolution, computed as one transposed convolution.
 
 Output pixel ``(2i + a, 2j + b)`` of nearest-2x upsampling followed by a 3x3, padding-1 convolution reads input rows
 ``i - 1 + a`` and ``i + a`` (and the same for columns): row taps ``(w0, w1 + w2)`` for ``a = 0`` and ``(w0 + w1, w2)``
-for ``a = 1``. The four phases are one 2x2 convolution with four times the output channels over the input padded by
-one, each phase cropped at its offset and interleaved: the same sums in real arithmetic with 16 multiply-adds per
-input pixel and output channel instead of 36, and no upsampled tensor. Source: diffusers ``Upsample2D``
+for ``a = 1``. A stride-2 transposed convolution with a 4x4 kernel writes input row ``i`` to output rows
+``2i - 1 + k``, ``k = 0..3`` (padding 1; PyTorch's ``conv_transpose2d``), so output row ``2i`` takes kernel rows
+``k = 1, 3`` from input rows ``i, i - 1`` and row ``2i + 1`` kernel rows ``k = 0, 2`` from rows ``i + 1, i``. Kernel
+rows ``(w2, w1 + w2, w0 + w1, w0)``, and the same for columns, give exactly those sums: in real arithmetic the same
+output with 16 multiply-adds per input pixel and output channel instead of 36, no upsampled tensor, and the four
+phases written in place by the library's kernel. Source: diffusers ``Upsample2D``
 (``F.interpolate(scale_factor=2.0, mode="nearest")`` then ``conv``), as the sd-vae-ft-mse decoder uses it.
 """
 
@@ -17,25 +20,24 @@ __all__ = ["phase_upsample", "phase_upsampling"]
 
 
 def phase_upsample(x: Any, conv: Any) -> Any:
-    """``conv(F.interpolate(x, scale_factor=2, mode="nearest"))`` for a 3x3, stride-1, padding-1 ``conv``.
+    """``conv(F.interpolate(x, scale_factor=2, mode="nearest"))`` for a 3x3, stride-1, padding-1 ``conv``, as one
+    transposed convolution (module docstring).
 
-    ``x``: (B, C, H, W) float tensor; returns (B, O, 2H, 2W) in ``x``'s dtype. The tap sums are formed in at least
-    float32 from the live weights on every call, so a later ``.to()`` or weight change is followed.
+    ``x``: (B, C, H, W) float tensor; returns (B, O, 2H, 2W) in ``x``'s dtype. The kernel's tap sums are formed in at
+    least float32 from the live weights on every call, so a later ``.to()`` or weight change is followed.
     """
     import torch
     import torch.nn.functional as F
 
     w = conv.weight.to(torch.promote_types(conv.weight.dtype, torch.float32))  # (O, C, 3, 3)
-    rows = torch.stack([torch.stack([w[:, :, 0], w[:, :, 1] + w[:, :, 2]], 2),
-                        torch.stack([w[:, :, 0] + w[:, :, 1], w[:, :, 2]], 2)])  # (a, O, C, 2, 3)
-    taps = torch.stack([torch.stack([rows[..., 0], rows[..., 1] + rows[..., 2]], -1),
-                        torch.stack([rows[..., 0] + rows[..., 1], rows[..., 2]], -1)], 1)  # (a, b, O, C, 2, 2)
-    n, o, (h, wd) = x.shape[0], w.shape[0], x.shape[-2:]
-    bias = None if conv.bias is None else conv.bias.repeat(4).to(x.dtype)
-    y = F.conv2d(F.pad(x, (1, 1, 1, 1)), taps.reshape(4 * o, w.shape[1], 2, 2).to(x.dtype), bias)
-    y = y.view(n, 2, 2, o, h + 1, wd + 1)
-    out = torch.stack([torch.stack([y[:, a, b, :, a:a + h, b:b + wd] for b in (0, 1)], -1) for a in (0, 1)], 3)
-    return out.reshape(n, o, 2 * h, 2 * wd)  # (n, o, h, 2, w, 2): row 2i + a, column 2j + b
+
+    def taps(t: Any, dim: int) -> Any:
+        w0, w1, w2 = t.unbind(dim)
+        return torch.stack([w2, w1 + w2, w0 + w1, w0], dim)
+
+    kernel = taps(taps(w, 2), 3).transpose(0, 1).to(x.dtype)  # (C, O, 4, 4)
+    bias = None if conv.bias is None else conv.bias.to(x.dtype)
+    return F.conv_transpose2d(x, kernel, bias, stride=2, padding=1)
 
 
 def _phase_forward(self: Any, hidden_states: Any, output_size: Any = None, *args: Any, **kwargs: Any) -> Any:

@@ -46,6 +46,7 @@ RANKS = {
     "blending": 1,
     "restore": 1,
     "models": 1,
+    "groupnorm": 1,  # GroupNorm statistics from per-channel moments; models.load_vae routes the decoder
     "upsampling": 1,  # the VAE decoder's upsampling in phase form; models.load_vae routes every decoder
     "quality": 1,  # sync measures (SyncNet, MFCC, mouth-audio lag): faces and models, no job
     # 2 engine
