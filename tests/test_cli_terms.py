@@ -208,6 +208,16 @@ def test_score_without_landmark_weights_names_the_flag(backend, said, grey_clip,
     assert_cli_words(err)
 
 
+def test_lipsync_reports_a_missing_audio_file_before_the_weights(grey_clip, tmp_path, capsys):
+    """The weights folder was checked first, so a typo in the audio name read as missing weights."""
+    from nbhelpers.cli.main import main
+
+    audio = tmp_path / "speech.wav"
+    assert main(["lipsync", str(grey_clip), str(audio), "--weights", str(tmp_path / "no weights")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: audio {str(audio)!r} does not exist") and "weights" not in err
+
+
 def test_score_of_an_audio_file_says_where_the_speech_goes(tone_1s, capsys):
     """``score speech.wav`` said "audio goes in the audio argument", a Python argument."""
     from nbhelpers.cli.main import main
