@@ -208,6 +208,21 @@ def test_score_without_landmark_weights_names_the_flag(backend, said, grey_clip,
     assert_cli_words(err)
 
 
+def test_score_finding_no_face_offers_what_score_takes(grey_clip, tone_1s, capsys):
+    """The tracker's hint offered --box, a flag score does not have: the lag follows the mouth's landmarks, which a
+    crop box does not give."""
+    pytest.importorskip("dlib")
+    from nbhelpers.cli.main import main
+
+    assert main(["score", str(grey_clip), "--audio", str(tone_1s), "--backend", "dlib", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: no face found in the 25 frames (landmark backend 'dlib'")
+    assert err.endswith("try another --backend (score takes no crop box: the mouth-audio lag follows the face's "
+                        "landmarks).\n")
+    assert "--box" not in err and "boxes" not in err
+    assert_cli_words(err)
+
+
 def test_lipsync_reports_a_missing_audio_file_before_the_weights(grey_clip, tmp_path, capsys):
     """The weights folder was checked first, so a typo in the audio name read as missing weights."""
     from nbhelpers.cli.main import main
