@@ -223,6 +223,23 @@ def test_score_finding_no_face_offers_what_score_takes(grey_clip, tone_1s, capsy
     assert_cli_words(err)
 
 
+def test_score_without_mmpose_gives_the_shell_command_that_installs_it(grey_clip, tone_1s, capsys):
+    """The message named a Python call and a notebook, nothing a shell runs."""
+    import importlib.util
+
+    if importlib.util.find_spec("mmcv") is not None:
+        pytest.skip("mmcv is installed here")
+    from nbhelpers.cli.main import main
+
+    assert main(["score", str(grey_clip), "--audio", str(tone_1s), "--backend", "mmpose"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("error: mmcv (or mmcv-lite) is not installed. mmpose is not importable. Install it with `python -c "
+                   "\"from nbhelpers.faces.mim import install_mmpose; print(install_mmpose())\"` (mim and pip; torch "
+                   "and numpy stay as they are), or pass --backend dwpose, which gives the same landmarks without "
+                   "mmcv.\n")
+    assert_cli_words(err)
+
+
 def test_lipsync_reports_a_missing_audio_file_before_the_weights(grey_clip, tmp_path, capsys):
     """The weights folder was checked first, so a typo in the audio name read as missing weights."""
     from nbhelpers.cli.main import main
