@@ -192,19 +192,23 @@ def test_score_without_syncnet_weights_says_so_in_cli_terms(grey_clip, tone_1s, 
 
 
 @pytest.mark.parametrize(("backend", "said"), [
-    ("dwpose", "or pass --weights DIR, the folder that holds dwpose/."),
-    ("dwpose-onnx", "`python -m nbhelpers download --sets faces-onnx`, or pass --weights DIR, the folder that holds "
-                    "it.")])
-def test_score_without_landmark_weights_names_the_flag(backend, said, grey_clip, tone_1s, tmp_path, capsys):
+    ("dwpose", "`python -m nbhelpers download --weights {dir} --sets faces`, or pass --weights DIR, the folder that "
+               "holds dwpose/."),
+    ("dwpose-onnx", "`python -m nbhelpers download --weights {dir} --sets faces-onnx`, or pass --weights DIR, the "
+                    "folder that holds it.")])
+def test_score_without_landmark_weights_names_the_flag_and_the_folder(backend, said, grey_clip, tone_1s, tmp_path,
+                                                                      capsys):
     """score checks no job files first, so the backend's own message reached the user: "pass the weights_dir that
-    holds dwpose/", "(or weights.download(sets=['faces-onnx']))"."""
+    holds dwpose/", "(or weights.download(sets=['faces-onnx']))", and a download command whose ``--weights DIR`` was
+    a placeholder (dwpose) or missing, so that it filled the default folder instead of the one given (dwpose-onnx)."""
     pytest.importorskip("torch" if backend == "dwpose" else "onnxruntime")
     from nbhelpers.cli.main import main
 
     assert main(["score", str(grey_clip), "--audio", str(tone_1s), "--backend", backend, "--weights",
                  str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert said in err and "weights_dir" not in err and "weights.download" not in err
+    assert said.format(dir=tmp_path) in err and "weights_dir" not in err and "weights.download" not in err
+    assert "--weights DIR --sets" not in err
     assert_cli_words(err)
 
 
