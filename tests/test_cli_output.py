@@ -99,3 +99,16 @@ def test_demo_refuses_an_output_name_before_making_weights(tmp_path, monkeypatch
     monkeypatch.setattr(testing, "make_tiny_weights", lambda folder: made.append(folder) or folder)
     assert main(["demo", "--tiny", "-o", str(tmp_path / "out.txt")]) == 2
     assert made == [] and "output must end in .mp4 or be an existing folder" in capsys.readouterr().err
+
+
+def test_avatar_generate_refuses_an_output_name_before_loading_the_avatar(tmp_path, tone_1s, monkeypatch, capsys):
+    """``avatar generate DIR a.wav -o out.txt`` loaded the avatar and its models before the clip's name was refused."""
+    from nbhelpers.cli.main import main
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("the avatar loaded before the output name was checked")
+
+    monkeypatch.setattr("nbhelpers.cli.avatar.load_avatar", no_load)
+    assert main(["avatar", "generate", str(tmp_path), str(tone_1s), "-o", str(tmp_path / "out.txt")]) == 2
+    assert capsys.readouterr().err == (f"error: output must end in .mp4 or be an existing folder; got "
+                                       f"{str(tmp_path / 'out.txt')!r}.\n")

@@ -192,20 +192,66 @@ def test_score_without_syncnet_weights_says_so_in_cli_terms(grey_clip, tone_1s, 
 
 
 @pytest.mark.parametrize(("backend", "said"), [
-    ("dwpose", "or pass --weights DIR, the folder that holds dwpose/."),
-    ("dwpose-onnx", "`python -m nbhelpers download --sets faces-onnx`, or pass --weights DIR, the folder that holds "
-                    "it.")])
-def test_score_without_landmark_weights_names_the_flag(backend, said, grey_clip, tone_1s, tmp_path, capsys):
+    ("dwpose", "`python -m nbhelpers download --weights {dir} --sets faces`, or pass --weights DIR, the folder that "
+               "holds dwpose/."),
+    ("dwpose-onnx", "`python -m nbhelpers download --weights {dir} --sets faces-onnx`, or pass --weights DIR, the "
+                    "folder that holds it.")])
+def test_score_without_landmark_weights_names_the_flag_and_the_folder(backend, said, grey_clip, tone_1s, tmp_path,
+                                                                      capsys):
     """score checks no job files first, so the backend's own message reached the user: "pass the weights_dir that
-    holds dwpose/", "(or weights.download(sets=['faces-onnx']))"."""
+    holds dwpose/", "(or weights.download(sets=['faces-onnx']))", and a download command whose ``--weights DIR`` was
+    a placeholder (dwpose) or missing, so that it filled the default folder instead of the one given (dwpose-onnx)."""
     pytest.importorskip("torch" if backend == "dwpose" else "onnxruntime")
     from nbhelpers.cli.main import main
 
     assert main(["score", str(grey_clip), "--audio", str(tone_1s), "--backend", backend, "--weights",
                  str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert said in err and "weights_dir" not in err and "weights.download" not in err
+    assert said.format(dir=tmp_path) in err and "weights_dir" not in err and "weights.download" not in err
+    assert "--weights DIR --sets" not in err
     assert_cli_words(err)
+
+
+def test_score_finding_no_face_offers_what_score_takes(grey_clip, tone_1s, capsys):
+    """The tracker's hint offered --box, a flag score does not have: the lag follows the mouth's landmarks, which a
+    crop box does not give."""
+    pytest.importorskip("dlib")
+    from nbhelpers.cli.main import main
+
+    assert main(["score", str(grey_clip), "--audio", str(tone_1s), "--backend", "dlib", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: no face found in the 25 frames (landmark backend 'dlib'")
+    assert err.endswith("try another --backend (score takes no crop box: the mouth-audio lag follows the face's "
+                        "landmarks).\n")
+    assert "--box" not in err and "boxes" not in err
+    assert_cli_words(err)
+
+
+def test_score_without_mmpose_gives_the_shell_command_that_installs_it(grey_clip, tone_1s, capsys):
+    """The message named a Python call and a notebook, nothing a shell runs."""
+    import importlib.util
+
+    if importlib.util.find_spec("mmcv") is not None:
+        pytest.skip("mmcv is installed here")
+    from nbhelpers.cli.main import main
+
+    assert main(["score", str(grey_clip), "--audio", str(tone_1s), "--backend", "mmpose"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("error: mmcv (or mmcv-lite) is not installed. mmpose is not importable. Install it with `python -c "
+                   "\"from nbhelpers.faces.mim import install_mmpose; print(install_mmpose())\"` (mim and pip; torch "
+                   "and numpy stay as they are), or pass --backend dwpose, which gives the same landmarks without "
+                   "mmcv.\n")
+    assert_cli_words(err)
+
+
+def test_lipsync_reports_a_missing_audio_file_before_the_weights(grey_clip, tmp_path, capsys):
+    """The weights folder was checked first, so a typo in the audio name read as missing weights."""
+    from nbhelpers.cli.main import main
+
+    audio = tmp_path / "speech.wav"
+    assert main(["lipsync", str(grey_clip), str(audio), "--weights", str(tmp_path / "no weights")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: audio {str(audio)!r} does not exist") and "weights" not in err
 
 
 def test_score_of_an_audio_file_says_where_the_speech_goes(tone_1s, capsys):

@@ -39,6 +39,8 @@ def _generate(args: argparse.Namespace) -> int:
     if one and len(args.audio) > 1:
         raise InputError(f"-o/--output names one file but {len(args.audio)} audio files were given; give a folder "
                          "(-o DIR) or leave -o out to write each clip to <avatar>/vid_output/<audio name>.mp4.")
+    if one and into.suffix.lower() != ".mp4":  # before the avatar and its models load
+        raise InputError(f"output must end in .mp4 or be an existing folder; got {str(into)!r}.")
     _check_folder(args.directory)
     for path, info in map(check_audio, args.audio):  # each file probed before the avatar and its models load
         check_speech_seconds(info.duration_s, f"audio {str(path)!r}")

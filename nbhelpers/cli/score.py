@@ -3,22 +3,32 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 from .. import quality
 from ..config import InferenceConfig
-from ..errors import WeightsError
+from ..errors import NoFaceError, WeightsError
 from .flags import config_from
 from .terms import cli_terms
 
 __all__ = ["score"]
 
+# The tracker's no-face hint ends offering a crop box, which score does not take: a box gives no landmarks.
+_BOX_HINT = re.compile(r"try another backend, or give the crop box yourself: boxes=\(x1, y1, x2, y2\) in Python, "
+                       r"--box=x1,y1,x2,y2 on the command line\.")
+
 
 def score(args: argparse.Namespace) -> int:
     """``score VIDEO [--audio FILE]``: the lag always; LSE-D/LSE-C when the quality weights are there."""
     config = config_from(args, InferenceConfig)  # the flags' values checked before any frame is read
-    lag = quality.mouth_audio_lag(args.video, args.audio, backend=config.landmark_backend, weights_dir=args.weights,
-                                  device=config.device)
+    try:
+        lag = quality.mouth_audio_lag(args.video, args.audio, backend=config.landmark_backend,
+                                      weights_dir=args.weights, device=config.device)
+    except NoFaceError as exc:
+        exc.args = (_BOX_HINT.sub("try another --backend (score takes no crop box: the mouth-audio lag follows the "
+                                  "face's landmarks).", str(exc)),)
+        raise
     print(lag.summary())
     try:
         sync = quality.sync_score(args.video, args.audio, weights_dir=args.weights, device=config.device)

@@ -33,6 +33,10 @@ _CLI_TERMS: tuple[tuple[str, Any], ...] = (
     (r" ?\(or (?:run )?(?:notebook |notebooks/)?0\d_\w+(?:\.ipynb)?\)", ""),
     (r"(?<![\w.-])cache_dir(?!\w)", "--cache-dir"),
     (r"run notebooks/01_weights\.ipynb(?: \(weights\.download\))?", "run `python -m nbhelpers download`"),
+    (r"nbhelpers\.faces\.mim\.install_mmpose\(\) \(see notebooks/00_setup\.ipynb\), or use the 'dwpose' backend, "
+     r"(which gives the same landmarks without mmcv)$",
+     r'`python -c "from nbhelpers.faces.mim import install_mmpose; print(install_mmpose())"` (mim and pip; torch and '
+     r"numpy stay as they are), or pass --backend dwpose, \1."),
     # the three ways to name the weights folder, as the weights module lists them, become the two a CLI user has
     (r"--weights DIR(?: on the command line)?, (?:weights_dir|directory)=(?: in Python)?,? (?:or )?(?:the )?"
      r"NBHELPERS_WEIGHTS(?: environment variable)?",
@@ -88,6 +92,8 @@ def in_cli_terms(func: Callable[[Any], int]) -> Callable[[Any], int]:
         except NbHelpersError as exc:
             if exc.args and isinstance(exc.args[0], str):
                 exc.args = (cli_terms(exc.args[0]), *exc.args[1:])
+                if isinstance(exc, ImportError):  # MissingDependencyError: str() reads .msg, not args
+                    exc.msg = exc.args[0]
             raise
         finally:
             warnings.showwarning = shown

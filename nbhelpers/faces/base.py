@@ -4,6 +4,7 @@ face models' weight files, and what the DWPose backends share: S3FD's face box p
 from __future__ import annotations
 
 import os
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -55,6 +56,15 @@ class Availability:
 
     def __bool__(self) -> bool:
         return self.ok
+
+
+def download_command(path: Path, rel: str, sets: str) -> str:
+    """The shell command that downloads the weight set ``sets`` holding the missing file ``path``: with
+    ``--weights`` the folder that holds ``path`` as ``rel`` (``models/`` layout), without it when ``path`` is not
+    laid out so (the default folder)."""
+    n = len(Path(rel).parts)
+    where = f" --weights {shlex.quote(str(path.parents[n - 1]))}" if path.parts[-n:] == Path(rel).parts else ""
+    return f"{weights.DOWNLOAD_COMMAND}{where} --sets {sets}"
 
 
 def weights_root(weights_dir: str | os.PathLike | None, needed: bool = True) -> Path | None:

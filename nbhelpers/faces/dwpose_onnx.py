@@ -16,7 +16,7 @@ import numpy as np
 from ..errors import FallbackWarning, InputError, WeightsError, require
 from . import dwpose_codec as codec
 from .base import DWPOSE_ONNX_FILE as ONNX_FILE
-from .base import DWPOSE_PTH_FILE, S3FD_FILE, PoseBackend, weights_root
+from .base import DWPOSE_PTH_FILE, S3FD_FILE, PoseBackend, download_command, weights_root
 from .s3fd import S3FD
 
 
@@ -87,7 +87,7 @@ class DWPoseOnnx:
         path = Path(onnx_path)
         if not path.is_file():
             raise WeightsError(f"DWPose ONNX file {str(path)!r} does not exist. It is an optional weight set: "
-                               "`python -m nbhelpers download --sets faces-onnx` (or weights.download(sets="
+                               f"`{download_command(path, ONNX_FILE, 'faces-onnx')}` (or weights.download(sets="
                                "['faces-onnx'])), or pass weights_dir= the folder that holds it. The default "
                                f"'dwpose' backend needs no ONNX file (it reads {DWPOSE_PTH_FILE}).")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:

@@ -20,7 +20,7 @@ from ..gpu import batched, empty_cache, host_wait, to_device
 from ..hashing import atomic_path
 from . import dwpose_codec as codec
 from .base import DWPOSE_PTH_FILE as CHECKPOINT_FILE
-from .base import S3FD_FILE, PoseBackend, weights_root
+from .base import S3FD_FILE, PoseBackend, download_command, weights_root
 from .s3fd import S3FD, resolve_dtype
 
 # Frames per network call, at most (2 inputs each with the flip test); offline.fit_face_batches fits it on a GPU.
@@ -67,8 +67,8 @@ def read_checkpoint(path: str | os.PathLike, weights_dir: str | os.PathLike | No
     Source: `preprocessing.py:17-19`; `[mmpose] apis/inference.py:104-111`."""
     path = Path(path)
     if not path.is_file():
-        raise WeightsError(f"DWPose checkpoint {str(path)!r} does not exist: download it with `"
-                           f"{weights.DOWNLOAD_COMMAND} --weights DIR --sets faces` (or {weights.NOTEBOOK}), or "
+        raise WeightsError(f"DWPose checkpoint {str(path)!r} does not exist: download it with "
+                           f"`{download_command(path, CHECKPOINT_FILE, 'faces')}` (or {weights.NOTEBOOK}), or "
                            "pass weights_dir= the folder that holds dwpose/.")
     expected_size = None
     if trusted_sha256 is None:
