@@ -503,3 +503,37 @@ def test_install_report_shows_a_command_that_reads_right_and_names_refusals():
     refused = env.install_missing(["numpy>=999"], dry_run=True)
     assert str(refused).splitlines()[-1] == (f"nothing to install; below their floor but protected, so left alone: "
                                              f"numpy {numpy.__version__} (needs numpy>=999)")
+
+
+def _fake_pip(monkeypatch, planned):
+    """subprocess.run for pip: a dry run writes a report planning ``planned`` (name, version) pairs; every call is
+    recorded."""
+    import json
+
+    calls = []
+
+    def run(cmd, **kwargs):
+        calls.append(cmd)
+        if "--dry-run" in cmd:
+            report = Path(cmd[cmd.index("--report") + 1])
+            report.write_text(json.dumps({"install": [{"metadata": {"name": n, "version": v}} for n, v in planned]}))
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr("nbhelpers.env.install.subprocess.run", run)
+    return calls
+
+
+def test_install_missing_refuses_a_dependency_on_torchvision_before_installing(monkeypatch):
+    """A requirement whose resolution pulls torchvision from PyPI (spandrel does) is refused after pip's dry run,
+    with what to do, and pip never installs."""
+    calls = _fake_pip(monkeypatch, [("nbh-absent-package", "1.0"), ("torchvision", "0.28.0")])
+    with pytest.raises(NbHelpersError, match=r"torchvision 0\.28\.0 from PyPI.*Nothing was installed.*pytorch\.org"):
+        env.install_missing(["nbh-absent-package>=1.0"])
+    assert len(calls) == 1 and "--dry-run" in calls[0]
+
+
+def test_install_missing_installs_after_a_dry_run_without_torch(monkeypatch):
+    calls = _fake_pip(monkeypatch, [("nbh-absent-package", "1.0"), ("einops", "0.8.0")])
+    report = env.install_missing(["nbh-absent-package>=1.0"])
+    assert [("--dry-run" in c) for c in calls] == [True, False]
+    assert calls[1][-1] == "nbh-absent-package>=1.0" and report.rows[0].action == "install"

@@ -183,15 +183,43 @@ def _checkout_extra(extra: str) -> list[str] | None:
     return list(project.get("optional-dependencies", {}).get(extra, []))
 
 
+def _refuse_torch_dependencies(command: list[str], tmp: Path, todo: list[str], timeout_s: int) -> None:
+    """Raise NbHelpersError when pip's resolution of ``command`` would install torch, torchvision or torchaudio:
+    from PyPI they need not match the torch build (a CPU or CUDA wheel from pytorch.org's index). A pip without
+    ``--report`` (before 22.2) skips this check."""
+    report = tmp / "report.json"
+    dry = [*command[:4], "--dry-run", "--report", str(report), *command[4:]]
+    try:
+        done = subprocess.run(dry, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return  # the install itself reports a stalled index
+    if done.returncode != 0 or not report.is_file():
+        return  # the install itself reports pip's error, or pip cannot write a report
+    import json
+
+    planned = {str(item.get("metadata", {}).get("name", "")).lower(): item.get("metadata", {}).get("version", "?")
+               for item in json.loads(report.read_text(encoding="utf-8")).get("install", [])}
+    pulled = [f"{name} {planned[name]}" for name in NEVER_INSTALL if name in planned]
+    if pulled:
+        torch_version = package_version("torch") or "(none installed)"
+        raise NbHelpersError(
+            f"installing {' '.join(todo)} would also install {', '.join(pulled)} from PyPI as a dependency, which "
+            f"need not match your torch {torch_version}. Nothing was installed. Install "
+            f"{' and '.join(p.split()[0] for p in pulled)} for your torch from the index you installed torch from "
+            "(https://pytorch.org/get-started/locally/), then run this again.")
+
+
 def install_missing(requirements: str | os.PathLike | Sequence[str] | None = None,
                     dry_run: bool = False) -> InstallReport:
     """Install only the ``requirements`` (a file or lines; None: the ``[colab]`` extra) that are missing or below
     their floor, or with ``dry_run`` only list them.
 
-    torch, torchvision and torchaudio are never installed; packages of :data:`PROTECTED` are installed when absent but
-    never upgraded. The rest runs as one ``pip install`` with a constraints file pinning the protected packages.
-    Raises InputError when a requirement line cannot be parsed or the file cannot be read; NbHelpersError when pip
-    failed or did not finish in 30 minutes (the message holds pip's last lines)."""
+    torch, torchvision and torchaudio are never installed, named or as a dependency (pip's ``--dry-run --report``
+    resolves first); packages of :data:`PROTECTED` are installed when absent but never upgraded. The rest runs as one
+    ``pip install`` with a constraints file pinning the protected packages. Raises InputError when a requirement line
+    cannot be parsed or the file cannot be read; NbHelpersError when the install would bring torch, torchvision or
+    torchaudio (nothing installed), or pip failed or did not finish in 30 minutes (the message holds pip's last
+    lines)."""
     from packaging.markers import default_environment
     from packaging.requirements import InvalidRequirement, Requirement
     from packaging.utils import canonicalize_name
@@ -235,6 +263,7 @@ def install_missing(requirements: str | os.PathLike | Sequence[str] | None = Non
         if dry_run:
             return InstallReport(tuple(rows), True, shown)
         pip_timeout_s = 1800  # seconds: the few missing Colab packages take 1-2 min; a hung pip must not hang the cell
+        _refuse_torch_dependencies(command, Path(tmp), todo, pip_timeout_s)
         try:
             done = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL,
                                   timeout=pip_timeout_s)
