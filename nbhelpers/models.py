@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from . import hashing, progress
 from . import weights as _weights
 from .constants import VERSIONS, WHISPER_DIM
-from .errors import CheckpointError, InputError, WeightsError, require
+from .errors import CheckpointError, InputError, MissingDependencyError, WeightsError, require
 from .groupnorm import channel_moment_norms
 from .upsampling import phase_upsampling
 
@@ -259,9 +259,20 @@ def _one_load_at_a_time(load):
 
 
 def _library_class(module: str, name: str, install: str):
-    """``module.name`` imported under :data:`LOAD_LOCK`; MissingDependencyError with ``install`` without it."""
+    """``module.name`` imported under :data:`LOAD_LOCK`; MissingDependencyError with ``install`` without it, or when
+    the installed library cannot import it (diffusers and transformers import lazily: a package they use that does
+    not match torch, such as a torchvision from another build, fails here, as RuntimeError or ImportError)."""
     with LOAD_LOCK:
-        return getattr(require(module, install), name)
+        library = require(module, install)
+        try:
+            return getattr(library, name)
+        except (ImportError, RuntimeError) as exc:
+            cause = str(exc).strip().splitlines()[-1][:300] if str(exc).strip() else type(exc).__name__
+            raise MissingDependencyError(
+                f"{module} is installed but cannot import {name}: {cause}. A package it uses does not match the "
+                "others, often a torchvision from another build than torch: remove it or install the one for your "
+                "torch from the index torch came from (https://pytorch.org/get-started/locally/), then restart."
+            ) from exc
 
 
 def _sdpa(model: nn.Module) -> None:

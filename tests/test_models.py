@@ -6,6 +6,7 @@ import hashlib
 import json
 import math
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -366,3 +367,20 @@ def test_expected_facts_combine_manifest_and_download_records(tmp_path):
     assert (exp.size, exp.sha256) == (123, "c" * 64) and "hub" in exp.source
     unet = weights.expected_facts(tmp_path, "unet-v15")
     assert unet.sha256 is None and unet.unverified_sha256.startswith("7ebf6c98")
+
+
+def test_a_library_that_fails_its_lazy_import_gives_one_clear_error(monkeypatch):
+    """diffusers installed beside a torchvision of another build fails inside its lazy import with RuntimeError;
+    the loader names the cause and what to do, as MissingDependencyError, not a traceback from the library."""
+    import types
+
+    from nbhelpers.errors import MissingDependencyError
+
+    class Broken(types.ModuleType):
+        def __getattr__(self, name):
+            raise RuntimeError("Failed to import diffusers.models.unets\noperator torchvision::nms does not exist")
+
+    monkeypatch.setitem(sys.modules, "diffusers", Broken("diffusers"))
+    with pytest.raises(MissingDependencyError, match=r"cannot import UNet2DConditionModel: operator torchvision::nms "
+                                                     r"does not exist.*torchvision from another build"):
+        models.build_unet("v15")
