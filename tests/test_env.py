@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 import types
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -385,6 +386,20 @@ def test_default_config_and_plan_in_ci_mode():
     with pytest.warns(Warning):
         plan = env.plan("realtime", "ci")
     assert plan.config.device == "cpu" and plan.config.landmark_backend == "dlib" and plan.weights == "tiny"
+
+
+def test_plan_in_local_mode_follows_the_weights_folder(monkeypatch, tmp_path):
+    """Local mode plans the full-size models, or the tiny ones when NBHELPERS_WEIGHTS holds them, as the command
+    line's report does."""
+    pytest.importorskip("torch")
+    from nbhelpers.weights.manifest import TINY_MARKER
+
+    monkeypatch.setenv("NBHELPERS_WEIGHTS", str(tmp_path))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert env.plan("lipsync", "local").weights == "full"
+        (tmp_path / TINY_MARKER).write_text("{}")
+        assert env.plan("lipsync", "local").weights == "tiny"
 
 
 # ------------------------------------------------------------------------------------------------ check_result

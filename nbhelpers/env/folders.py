@@ -202,10 +202,12 @@ def default_config(mode: str | None = None, **changes: Any):
 
 
 def plan(kind: str = "lipsync", mode: str | None = None, **changes: Any):
-    """:func:`nbhelpers.gpu.plan` of ``kind`` for this mode and :func:`default_config` with ``changes`` (CI mode: the
-    tiny test models on the CPU)."""
+    """:func:`nbhelpers.gpu.plan` of ``kind`` for this mode and :func:`default_config` with ``changes``: for the tiny
+    test models in CI mode or when the mode's weights folder holds them (``NBHELPERS_WEIGHTS``), as ``python -m
+    nbhelpers report`` plans."""
     mode = run_mode(mode)
-    return gpu.plan(kind, config=default_config(mode, **changes), weights="tiny" if mode == "ci" else "full")
+    tiny = mode == "ci" or weights.is_tiny(_weights_path(mode))
+    return gpu.plan(kind, config=default_config(mode, **changes), weights="tiny" if tiny else "full")
 
 
 def upload(mode: str | None = None, directory: str | os.PathLike | None = None) -> list[Path]:
