@@ -491,3 +491,12 @@ def test_sync_score_auto_detector_uses_s3fd_when_its_weights_are_there(tmp_path)
     testing.write_tiny_s3fd(tmp_path)
     boxes, used, notes = detect_boxes(frames, tmp_path, "cpu")
     assert used == "s3fd" and notes == [] and boxes.shape == (12, 4)
+
+
+def test_a_silent_track_leaves_the_lag_undetermined(sing):
+    """Silence correlates equally (zero) at every lag: no lag is claimed, the peak/sidelobe ratio is 0 and the
+    summary says why."""
+    track, _ = sing
+    got = quality.mouth_audio_lag(None, np.zeros(track.landmarks.shape[0] * HOP, np.float32), track=track)
+    assert not got.reliable and got.peak_to_sidelobe == 0.0 and float(np.ptp(got.correlations)) == 0.0
+    assert "undetermined" in got.summary() and "silent track" in got.summary()

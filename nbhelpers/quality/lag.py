@@ -66,7 +66,12 @@ class MouthAudioLag:
     backend: str = ""
 
     def summary(self) -> str:
-        """One line: the lag in frames and ms, and the confidence figures."""
+        """One line: the lag in frames and ms, and the confidence figures; a correlation equal at every lag (a
+        silent track) is said to leave the lag undetermined."""
+        if self.correlations.size and float(np.ptp(self.correlations)) == 0.0:
+            return (f"mouth-audio lag undetermined: the correlation is the same at every lag (a silent track or a "
+                    f"still mouth; NOT reliable); {self.n_frames} frames"
+                    + (f", landmarks from {self.backend}" if self.backend else ""))
         ms = 1000 * self.lag_frames / self.fps
         verdict = "reliable" if self.reliable else "NOT reliable: the mouth and the voice barely co-vary"
         return (f"mouth-audio lag {plural(self.lag_frames, 'frame', spec='+d')} ({ms:+.0f} ms; + = sound after "
@@ -210,7 +215,7 @@ def mouth_audio_lag(video: Any, audio: Any = None, *, track: Any = None, backend
     k = int(np.argmax(corr))
     peak = float(corr[k])
     side = corr[np.abs(lags - lags[k]) > SIDELOBE_GUARD]
-    psr = float((peak - side.mean()) / side.std()) if side.size > 1 and side.std() > 0 else float("inf")
+    psr = float((peak - side.mean()) / side.std()) if side.size > 1 and side.std() > 0 else 0.0  # flat: no peak
     n_eff = _effective_n(a, b[max_lag + int(lags[k]):max_lag + int(lags[k]) + n], max_k=2 * HIGHPASS_FRAMES)
     z = float(np.arctanh(np.clip(peak, -0.999999, 0.999999)) * math.sqrt(n_eff - 3.0))
     env = env_ext[margin:margin + n]  # the clip's own frames
