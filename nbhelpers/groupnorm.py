@@ -14,7 +14,7 @@ from __future__ import annotations
 import types
 from typing import Any
 
-__all__ = ["channel_moment_norms", "group_norm_from_channel_moments"]
+__all__ = ["channel_moment_norms", "compiling", "group_norm_from_channel_moments"]
 
 
 def group_norm_from_channel_moments(x: Any, groups: int, weight: Any = None, bias: Any = None,
@@ -45,7 +45,9 @@ def group_norm_from_channel_moments(x: Any, groups: int, weight: Any = None, bia
     return (xf * scale.reshape(n, c, *tail) + shift.reshape(n, c, *tail)).to(x.dtype)
 
 
-def _compiling() -> bool:
+def compiling() -> bool:
+    """True while ``torch.compile`` traces the calling code (``torch.compiler.is_compiling``; torch < 2.3:
+    ``torch._dynamo.is_compiling``)."""
     import torch
 
     check = getattr(getattr(torch, "compiler", None), "is_compiling", None) or torch._dynamo.is_compiling
@@ -53,7 +55,7 @@ def _compiling() -> bool:
 
 
 def _forward(self: Any, x: Any) -> Any:
-    if not _compiling():
+    if not compiling():
         return type(self).forward(self, x)
     return group_norm_from_channel_moments(x, self.num_groups, self.weight, self.bias, self.eps)
 

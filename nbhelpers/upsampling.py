@@ -7,7 +7,9 @@ for ``a = 1``. A stride-2 transposed convolution with a 4x4 kernel writes input 
 ``k = 1, 3`` from input rows ``i, i - 1`` and row ``2i + 1`` kernel rows ``k = 0, 2`` from rows ``i + 1, i``. Kernel
 rows ``(w2, w1 + w2, w0 + w1, w0)``, and the same for columns, give exactly those sums: in real arithmetic the same
 output with 16 multiply-adds per input pixel and output channel instead of 36, no upsampled tensor, and the four
-phases written in place by the library's kernel. Source: diffusers ``Upsample2D``
+phases written in place by the library's kernel. Eagerly the same taps run as one 2x2 convolution with four times
+the output channels over the input padded by one, each phase cropped at its offset and interleaved: faster than the
+transposed kernel there, slower compiled (``bench/RESULTS.md``). Source: diffusers ``Upsample2D``
 (``F.interpolate(scale_factor=2.0, mode="nearest")`` then ``conv``), as the sd-vae-ft-mse decoder uses it.
 """
 
@@ -16,28 +18,40 @@ from __future__ import annotations
 import types
 from typing import Any
 
+from .groupnorm import compiling
+
 __all__ = ["phase_upsample", "phase_upsampling"]
 
 
-def phase_upsample(x: Any, conv: Any) -> Any:
-    """``conv(F.interpolate(x, scale_factor=2, mode="nearest"))`` for a 3x3, stride-1, padding-1 ``conv``, as one
-    transposed convolution (module docstring).
+def phase_upsample(x: Any, conv: Any, transposed: bool | None = None) -> Any:
+    """``conv(F.interpolate(x, scale_factor=2, mode="nearest"))`` for a 3x3, stride-1, padding-1 ``conv``: as one
+    transposed convolution (``transposed``; None: while ``torch.compile`` traces) or as a cropped 2x2 convolution of
+    the four phases (module docstring).
 
-    ``x``: (B, C, H, W) float tensor; returns (B, O, 2H, 2W) in ``x``'s dtype. The kernel's tap sums are formed in at
-    least float32 from the live weights on every call, so a later ``.to()`` or weight change is followed.
+    ``x``: (B, C, H, W) float tensor; returns (B, O, 2H, 2W) in ``x``'s dtype. The tap sums are formed in at least
+    float32 from the live weights on every call, so a later ``.to()`` or weight change is followed.
     """
     import torch
     import torch.nn.functional as F
 
     w = conv.weight.to(torch.promote_types(conv.weight.dtype, torch.float32))  # (O, C, 3, 3)
 
-    def taps(t: Any, dim: int) -> Any:
+    def taps(t: Any, dim: int) -> Any:  # kernel rows k = 0..3 of the transposed convolution
         w0, w1, w2 = t.unbind(dim)
         return torch.stack([w2, w1 + w2, w0 + w1, w0], dim)
 
-    kernel = taps(taps(w, 2), 3).transpose(0, 1).to(x.dtype)  # (C, O, 4, 4)
+    kernel = taps(taps(w, 2), 3)  # (O, C, 4, 4)
     bias = None if conv.bias is None else conv.bias.to(x.dtype)
-    return F.conv_transpose2d(x, kernel, bias, stride=2, padding=1)
+    if compiling() if transposed is None else transposed:
+        return F.conv_transpose2d(x, kernel.transpose(0, 1).to(x.dtype), bias, stride=2, padding=1)
+    # Phase a reads input rows i - 1 + a and i + a: kernel rows (3, 1) for a = 0, (2, 0) for a = 1; columns alike.
+    phases = kernel[:, :, [3, 1, 2, 0]][..., [3, 1, 2, 0]].view(-1, w.shape[1], 2, 2, 2, 2)  # (O, C, a, r, b, s)
+    phases = phases.permute(2, 4, 0, 1, 3, 5).reshape(4 * w.shape[0], w.shape[1], 2, 2)  # (a, b, O) x C x 2 x 2
+    n, o, (h, wd) = x.shape[0], w.shape[0], x.shape[-2:]
+    y = F.conv2d(F.pad(x, (1, 1, 1, 1)), phases.to(x.dtype), None if bias is None else bias.repeat(4))
+    y = y.view(n, 2, 2, o, h + 1, wd + 1)
+    out = torch.stack([torch.stack([y[:, a, b, :, a:a + h, b:b + wd] for b in (0, 1)], -1) for a in (0, 1)], 3)
+    return out.reshape(n, o, 2 * h, 2 * wd)  # (n, o, h, 2, w, 2): row 2i + a, column 2j + b
 
 
 def _phase_forward(self: Any, hidden_states: Any, output_size: Any = None, *args: Any, **kwargs: Any) -> Any:

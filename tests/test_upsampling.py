@@ -12,8 +12,9 @@ from nbhelpers.upsampling import phase_upsample, phase_upsampling  # noqa: E402
 
 
 def test_phase_form_equals_nearest_upsampling_then_the_convolution():
-    """In float64 the phase form equals diffusers' interpolate-then-conv to rounding, for odd and even sizes and
-    with the bias; a reference by hand (repeat_interleave, then conv2d) agrees with diffusers."""
+    """In float64 the phase form, as a transposed convolution and as cropped phases, equals diffusers'
+    interpolate-then-conv to rounding, for odd and even sizes and with the bias; a reference by hand
+    (repeat_interleave, then conv2d) agrees with diffusers."""
     torch.manual_seed(3)
     up = Upsample2D(5, use_conv=True, out_channels=7).double()
     for h, w in ((1, 1), (4, 6), (5, 3)):
@@ -23,7 +24,31 @@ def test_phase_form_equals_nearest_upsampling_then_the_convolution():
         ref = up(x)
         assert ref.shape == (2, 7, 2 * h, 2 * w)
         torch.testing.assert_close(ref, by_hand, rtol=0, atol=1e-12)
-        torch.testing.assert_close(phase_upsample(x, up.conv), ref, rtol=0, atol=1e-12)
+        for transposed in (True, False, None):  # None: eager here, so the cropped phases
+            torch.testing.assert_close(phase_upsample(x, up.conv, transposed), ref, rtol=0, atol=1e-12)
+
+
+def test_compiled_code_takes_the_transposed_convolution_and_eager_code_the_cropped_phases(monkeypatch):
+    """torch.compile traces the transposed convolution (the graph dynamo hands its backend holds it); an eager call
+    runs the 2x2 phase convolution."""
+    up = Upsample2D(4, use_conv=True, out_channels=4)
+    x = torch.randn(1, 4, 3, 3)
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(str(gm.graph))
+        return gm.forward
+
+    with torch.no_grad():
+        out = torch.compile(lambda t: phase_upsample(t, up.conv), backend=backend, fullgraph=True)(x)
+        torch.testing.assert_close(out, up(x), rtol=1e-5, atol=1e-5)
+    assert len(graphs) == 1 and "conv_transpose2d" in graphs[0] and "conv2d" not in graphs[0].replace(
+        "conv_transpose2d", "")
+    seen = []
+    real = torch.nn.functional.conv2d
+    monkeypatch.setattr(torch.nn.functional, "conv2d", lambda *a, **k: seen.append(a[1].shape) or real(*a, **k))
+    phase_upsample(x, up.conv)
+    assert seen == [(16, 4, 2, 2)]
 
 
 def test_routing_a_decoder_on_off_and_through_a_deep_copy(tiny_vae):
