@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 import importlib
 import importlib.metadata as metadata
+import json
 import os
 import re
 import subprocess
@@ -186,17 +187,12 @@ def _checkout_extra(extra: str) -> list[str] | None:
 def _refuse_torch_dependencies(command: list[str], tmp: Path, todo: list[str], timeout_s: int) -> None:
     """Raise NbHelpersError when pip's resolution of ``command`` would install torch, torchvision or torchaudio:
     from PyPI they need not match the torch build (a CPU or CUDA wheel from pytorch.org's index). A pip without
-    ``--report`` (before 22.2) skips this check."""
+    ``--report`` (before 22.2) skips this check; subprocess.TimeoutExpired when pip hangs."""
     report = tmp / "report.json"
     dry = [*command[:4], "--dry-run", "--report", str(report), *command[4:]]
-    try:
-        done = subprocess.run(dry, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        return  # the install itself reports a stalled index
+    done = subprocess.run(dry, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=timeout_s)
     if done.returncode != 0 or not report.is_file():
         return  # the install itself reports pip's error, or pip cannot write a report
-    import json
-
     planned = {str(item.get("metadata", {}).get("name", "")).lower(): item.get("metadata", {}).get("version", "?")
                for item in json.loads(report.read_text(encoding="utf-8")).get("install", [])}
     pulled = [f"{name} {planned[name]}" for name in NEVER_INSTALL if name in planned]
@@ -263,8 +259,8 @@ def install_missing(requirements: str | os.PathLike | Sequence[str] | None = Non
         if dry_run:
             return InstallReport(tuple(rows), True, shown)
         pip_timeout_s = 1800  # seconds: the few missing Colab packages take 1-2 min; a hung pip must not hang the cell
-        _refuse_torch_dependencies(command, Path(tmp), todo, pip_timeout_s)
         try:
+            _refuse_torch_dependencies(command, Path(tmp), todo, pip_timeout_s)
             done = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL,
                                   timeout=pip_timeout_s)
         except subprocess.TimeoutExpired as exc:  # subprocess.run has killed pip
