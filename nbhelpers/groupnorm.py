@@ -29,8 +29,7 @@ def group_norm_from_channel_moments(x: Any, groups: int, weight: Any = None, bia
     if c % groups:
         raise ValueError(f"GroupNorm over {c} channels in {groups} groups: the channels must divide evenly.")
     spatial = tuple(range(2, x.dim()))
-    acc = torch.promote_types(x.dtype, torch.float32)
-    xf = x.to(acc)
+    xf = x.to(acc := torch.promote_types(x.dtype, torch.float32))
     var_c, mean_c = torch.var_mean(xf, dim=spatial, correction=0)  # (N, C)
     mean_c, var_c = mean_c.view(n, groups, -1), var_c.view(n, groups, -1)
     mean_g = mean_c.mean(-1, keepdim=True)

@@ -68,16 +68,15 @@ class MouthAudioLag:
     def summary(self) -> str:
         """One line: the lag in frames and ms, and the confidence figures; a correlation equal at every lag (a
         silent track) is said to leave the lag undetermined."""
+        tail = f"{self.n_frames} frames" + (f", landmarks from {self.backend}" if self.backend else "")
         if self.correlations.size and float(np.ptp(self.correlations)) == 0.0:
-            return (f"mouth-audio lag undetermined: the correlation is the same at every lag (a silent track or a "
-                    f"still mouth; NOT reliable); {self.n_frames} frames"
-                    + (f", landmarks from {self.backend}" if self.backend else ""))
+            return ("mouth-audio lag undetermined: the correlation is the same at every lag (a silent track or a "
+                    f"still mouth; NOT reliable); {tail}")
         ms = 1000 * self.lag_frames / self.fps
         verdict = "reliable" if self.reliable else "NOT reliable: the mouth and the voice barely co-vary"
         return (f"mouth-audio lag {plural(self.lag_frames, 'frame', spec='+d')} ({ms:+.0f} ms; + = sound after "
                 f"mouth): peak r {self.peak_correlation:.3f}, peak/sidelobe {self.peak_to_sidelobe:.1f}, z "
-                f"{self.z_score:.1f} ({verdict}); {self.n_frames} frames"
-                + (f", landmarks from {self.backend}" if self.backend else ""))
+                f"{self.z_score:.1f} ({verdict}); {tail}")
 
     def __repr__(self) -> str:
         return self.summary()
