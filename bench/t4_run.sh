@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 35's measurements on the GPU machine, each step bounded in time, logs and JSON to $OUT. Steps named t4-*
 # run on the T4-class MPS share of the H200 (bench/t4proxy.sh's recipe), h200-* on the whole GPU; all at 2 cores
-# except weights, prime and warm.
+# (taskset) except weights, gputests and the steps that compile from cold (prime, warm, warm20, warm32,
+# warmlive, core20, tune's cold phase, kernels, upsample).
 #
 #   bash bench/t4_run.sh weights oracle t4-warm t4-realtime t4-live   # GPU tests, then the avatar path and live
 #   (t4-warm20: the avatar path's batch 20 only; t4-warm32: the offline job's batch 32; t4-warmlive: the decoders a
@@ -90,7 +91,7 @@ print(make_face_weights(make_full_weights(Path('$W'))))" ;;
     t4-warm20-2c) step t4-warm20-2c 150 $two python3 bench/compile.py --weights $W --batch 20 --parts unet,decoder \
       --no-timing --out "$OUT/t4-warm20-2c.json" ;;  # after t4-core20 on a warm machine: its cache at 2 cores
     gputests) step gputests ${GPUTESTS_S:-240} python3 -m pytest -q -p no:cacheprovider -m gpu ${GPUTESTS:-tests} ;;
-    t4-core) step t4-core 60 python3 bench/t4probe.py --only E0 --out "$OUT/t4-core.jsonl" ;;
+    t4-core) step t4-core 60 $two python3 bench/t4probe.py --only E0 --out "$OUT/t4-core.jsonl" ;;
     t4-realtime) step t4-realtime 200 $two python3 bench/realtime.py --seconds 8 --cores 2 --weights $W --work /tmp/rt \
       --out "$OUT/t4-realtime.json" ;;
     t4-realtime-pool) step t4-realtime-pool 120 env TORCHINDUCTOR_COMPILE_THREADS=2 $two python3 bench/realtime.py \

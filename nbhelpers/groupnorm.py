@@ -14,7 +14,7 @@ from __future__ import annotations
 import types
 from typing import Any
 
-__all__ = ["channel_moment_norms", "compiling", "group_norm_from_channel_moments"]
+__all__ = ["channel_moment_norms", "compiling", "group_norm_from_channel_moments", "route_forward"]
 
 
 def group_norm_from_channel_moments(x: Any, groups: int, weight: Any = None, bias: Any = None,
@@ -59,20 +59,25 @@ def _forward(self: Any, x: Any) -> Any:
     return group_norm_from_channel_moments(x, self.num_groups, self.weight, self.bias, self.eps)
 
 
+def route_forward(module: Any, function: Any, on: bool) -> bool:
+    """Give ``module`` an instance ``forward``, ``function`` bound to it (``on``), or remove it (``on=False``), so
+    that calls fall back to the class's ``forward``. The same bound method every time: compiled code that guards on
+    it stays valid, and a deep copy binds its own. Returns whether ``module`` changed."""
+    if ("forward" in module.__dict__) == on:
+        return False
+    if on:
+        module.forward = module.__dict__.get("_routed_forward") or types.MethodType(function, module)
+        module._routed_forward = module.forward
+    else:
+        del module.forward
+    return True
+
+
 def channel_moment_norms(model: Any, on: bool = True) -> int:
     """Route every ``nn.GroupNorm`` in ``model`` through :func:`group_norm_from_channel_moments` while it is being
     compiled (eager calls unchanged), or with ``on=False`` back. Parameters and their names are unchanged; a deep
     copy keeps the routing with its own parameters. Returns how many modules changed."""
     import torch
 
-    changed = 0
-    for module in model.modules():
-        if not isinstance(module, torch.nn.GroupNorm) or ("forward" in module.__dict__) == on:
-            continue
-        if on:  # the same bound method each time: compiled code that guards on it stays valid
-            module.forward = module.__dict__.get("_moment_forward") or types.MethodType(_forward, module)
-            module._moment_forward = module.forward
-        else:
-            del module.forward
-        changed += 1
-    return changed
+    return sum(route_forward(module, _forward, on) for module in model.modules()
+               if isinstance(module, torch.nn.GroupNorm))

@@ -15,10 +15,9 @@ transposed kernel there, slower compiled (``bench/RESULTS.md``). Source: diffuse
 
 from __future__ import annotations
 
-import types
 from typing import Any
 
-from .groupnorm import compiling
+from .groupnorm import compiling, route_forward
 
 __all__ = ["phase_upsample", "phase_upsampling"]
 
@@ -64,18 +63,11 @@ def phase_upsampling(decoder: Any, on: bool = True) -> int:
     """Route each nearest-2x ``Upsample2D`` with a 3x3 convolution in ``decoder`` through :func:`phase_upsample`
     (parameters and their names unchanged, a deep copy included), or with ``on=False`` back to diffusers' own path.
     Calls that pass an ``output_size`` keep diffusers' path. Returns how many modules changed."""
-    changed = 0
-    for module in decoder.modules():
+    def routable(module: Any) -> bool:
         conv = getattr(module, "conv", None)
-        if (type(module).__name__ != "Upsample2D" or ("forward" in module.__dict__) == on or conv is None
-                or not getattr(module, "use_conv", False) or getattr(module, "use_conv_transpose", False)
-                or getattr(module, "norm", None) is not None or getattr(module, "interpolate", True) is not True
-                or (*conv.kernel_size, *conv.padding, *conv.stride, *conv.dilation, conv.groups) != (3, 3) + (1,) * 7):
-            continue
-        if on:  # the same bound method each time: compiled code that guards on it stays valid
-            module.forward = module.__dict__.get("_phase_forward") or types.MethodType(_phase_forward, module)
-            module._phase_forward = module.forward
-        else:
-            del module.forward
-        changed += 1
-    return changed
+        return (type(module).__name__ == "Upsample2D" and conv is not None and getattr(module, "use_conv", False)
+                and not getattr(module, "use_conv_transpose", False) and getattr(module, "norm", None) is None
+                and getattr(module, "interpolate", True) is True
+                and (*conv.kernel_size, *conv.padding, *conv.stride, *conv.dilation, conv.groups) == (3, 3) + (1,) * 7)
+
+    return sum(route_forward(module, _phase_forward, on) for module in decoder.modules() if routable(module))
