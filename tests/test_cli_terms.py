@@ -614,3 +614,22 @@ def test_a_usage_error_is_its_line_and_the_help_to_run_without_the_usage_block(a
     out, err = capsys.readouterr()
     assert stop.value.code == 2 and not out
     assert err.splitlines() == [said, f"run '{prog} --help' for its usage and options"]
+
+
+def test_no_usable_landmark_backend_points_to_the_download_command_and_box(tmp_path, monkeypatch):
+    """The auto backend's last resort fails: its install lines name the CLI's download command and --box, not the
+    notebook, nbhelpers.weights or nbhelpers.faces.track."""
+    from nbhelpers.errors import MissingDependencyError
+    from nbhelpers.faces import registry
+
+    def no_dlib(**kwargs):
+        raise MissingDependencyError("dlib is not installed")
+
+    monkeypatch.setitem(registry.BACKENDS, "dlib", no_dlib)
+    with pytest.raises(MissingDependencyError, match="no landmark backend is usable") as caught:
+        registry.get_backend("auto", weights_dir=tmp_path)  # an empty folder: no backend has its weights
+    text = cli_terms(str(caught.value))
+    assert "then download the weights: python -m nbhelpers download)" in text
+    assert text.endswith("or give the crop box yourself: --box=x1,y1,x2,y2 (lipsync, demo, batch, avatar prepare).")
+    assert_cli_words(text)
+    assert "nbhelpers." not in text, text

@@ -32,6 +32,10 @@ _CLI_TERMS: tuple[tuple[str, Any], ...] = (
     (r" \(or weights\.download\(sets=[^()]*\)\)", ""),
     (r" ?\(or (?:run )?(?:notebook |notebooks/)?0\d_\w+(?:\.ipynb)?\)", ""),
     (r"(?<![\w.-])cache_dir(?!\w)", "--cache-dir"),
+    (r"then download the weights: notebook 01 / nbhelpers\.weights\)",
+     "then download the weights: python -m nbhelpers download)"),
+    (r"or give the crop boxes yourself: nbhelpers\.faces\.track\(frames, boxes=\(x1, y1, x2, y2\)\)\.",
+     "or give the crop box yourself: --box=x1,y1,x2,y2 (lipsync, demo, batch, avatar prepare)."),
     (r"run notebooks/01_weights\.ipynb(?: \(weights\.download\))?", "run `python -m nbhelpers download`"),
     (r"nbhelpers\.faces\.mim\.install_mmpose\(\) \(see notebooks/00_setup\.ipynb\), or use the 'dwpose' backend, "
      r"(which gives the same landmarks without mmcv)$",
