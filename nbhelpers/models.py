@@ -17,6 +17,7 @@ import json
 import math
 import os
 import pickle
+import shlex
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -123,7 +124,7 @@ def _read_json(path: Path) -> dict[str, Any]:
 def _require(root: Path, paths: Sequence[str], what: str, set_hint: str = "") -> None:
     missing = _weights.missing_files(root, paths)
     if missing:
-        cmd = f"`{_weights.DOWNLOAD_COMMAND}{set_hint}` (or {_weights.NOTEBOOK})"
+        cmd = f"`{_weights.DOWNLOAD_COMMAND} --weights {shlex.quote(str(root))}{set_hint}` (or {_weights.NOTEBOOK})"
         raise WeightsError(f"{len(missing)} weight file(s) for {what} missing under {root}: {', '.join(missing)}. "
                            f"Download them with {cmd}, or pass weights_dir= the folder that holds the official "
                            "models/ layout.")

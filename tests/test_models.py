@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -300,7 +301,8 @@ def test_missing_files_are_listed_with_the_download_command(core_copy):
     for rel in ("musetalkV15/unet.pth", "whisper/config.json", "whisper/model.safetensors",
                 "whisper/preprocessor_config.json"):
         assert rel in message
-    assert "python -m nbhelpers download" in message and "01_weights" in message
+    assert f"python -m nbhelpers download --weights {shlex.quote(str(core_copy))}`" in message  # this folder
+    assert "01_weights" in message
     with pytest.raises(WeightsError, match="--sets v1"):
         models.load_unet(core_copy, version="v1")
 

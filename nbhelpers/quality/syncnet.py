@@ -6,6 +6,7 @@ Importing this module loads no torch; the network (:mod:`nbhelpers.quality.netwo
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -18,7 +19,6 @@ from ..hashing import atomic_path
 __all__ = ["SYNCNET_FILE", "SyncEmbedder", "load_syncnet", "write_tiny_syncnet"]
 
 SYNCNET_FILE = "syncnet/syncnet_v2.model"  # relative to a weights dir; manifest entry "syncnet-v2", set "quality"
-DOWNLOAD_HINT = f"{weights.DOWNLOAD_COMMAND} --sets quality"
 
 
 @runtime_checkable
@@ -44,16 +44,16 @@ def load_syncnet(weights_dir: str | os.PathLike | None = None, device: str | Non
     torch = require("torch", INSTALL_TORCH)
     network = require("nbhelpers.quality.network", INSTALL_TORCH)
     root = weights.resolve_dir(weights_dir)
-    path = root / SYNCNET_FILE
+    path, hint = root / SYNCNET_FILE, f"{weights.DOWNLOAD_COMMAND} --weights {shlex.quote(str(root))} --sets quality"
     if not path.is_file():
         raise WeightsError(f"the SyncNet weights are missing: {path}. LSE-D/LSE-C need the optional 'quality' "
-                           f"weight set (about 52 MB): run `{DOWNLOAD_HINT}` (or pass weights_dir= the folder "
+                           f"weight set (about 52 MB): run `{hint}` (or pass weights_dir= the folder "
                            "that holds syncnet/syncnet_v2.model). The mouth-audio lag needs no weights.")
     exp = weights.expected_facts(root, "syncnet-v2")
     state = models.load_checkpoint(path, trusted_sha256=exp.sha256, expected_size=None, mmap=False)
     if not isinstance(state, dict):
         raise CheckpointError(f"{path} holds a {type(state).__name__}, not a state dict of SyncNet v2 parameters; "
-                              f"delete it and run `{DOWNLOAD_HINT}`.")
+                              f"delete it and run `{hint}`.")
     with torch.device("meta"):
         net = network.SyncNetV2()
     state = dict(state)
