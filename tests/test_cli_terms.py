@@ -633,3 +633,15 @@ def test_no_usable_landmark_backend_points_to_the_download_command_and_box(tmp_p
     assert text.endswith("or give the crop box yourself: --box=x1,y1,x2,y2 (lipsync, demo, batch, avatar prepare).")
     assert_cli_words(text)
     assert "nbhelpers." not in text, text
+
+
+def test_the_seed_help_states_the_range_that_the_check_enforces(capsys):
+    """--seed refuses negative numbers (see above), so its help gives that range instead of a signed integer."""
+    from nbhelpers.cli.main import main
+
+    with pytest.raises(SystemExit):
+        main(["lipsync", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    start = text.index("--seed N seed")
+    seed = text[start:text.index("--latent-mode {", start)]
+    assert "from 0 to 2**63 - 1" in seed and "signed" not in seed
