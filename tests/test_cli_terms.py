@@ -645,3 +645,13 @@ def test_the_seed_help_states_the_range_that_the_check_enforces(capsys):
     start = text.index("--seed N seed")
     seed = text[start:text.index("--latent-mode {", start)]
     assert "from 0 to 2**63 - 1" in seed and "signed" not in seed
+
+
+def test_score_of_a_video_without_sound_asks_for_audio(grey_clip, capsys):
+    """Without --audio, score reads VIDEO's sound; a silent video was told to give "a video that has sound"."""
+    from nbhelpers.cli.main import main
+
+    assert main(["score", str(grey_clip), "--backend", "dlib"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: audio: ") and err.endswith("Give the speech with --audio FILE.\n")
+    assert err.count("\n") == 1 and "a video that has sound" not in err
