@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,17 +147,18 @@ class MuseTalkPipeline(contextlib.AbstractContextManager):
     def from_pretrained(cls, weights_dir: str | os.PathLike | None = None,
                         config: InferenceConfig | None = None) -> MuseTalkPipeline:
         """Check every file the jobs open in ``weights_dir`` (None: :func:`nbhelpers.weights.default_dir`) and make a
-        pipeline over it with the jobs' default ``config``; no model is loaded. Device and precision left empty are
-        planned (:func:`nbhelpers.gpu.plan`); the batch size is planned per job. NoGpuError when ``config.device``
-        asks for CUDA and none is usable; WeightsError when the folder or files are missing or not weight files
-        (each named, with the download command).
-        """
+        pipeline over it with the jobs' default ``config``, loading no model. Device and precision left empty are
+        planned (:func:`nbhelpers.gpu.plan`; fp16 asked on the CPU warns), the batch size per job. NoGpuError when
+        ``config.device`` asks for CUDA and none is usable; WeightsError when the folder or files are missing or not
+        weight files (each named, with the download command)."""
         base = config or InferenceConfig()
         gpu.check_device(base.device)
         weights_path = check_weights_dir(weights_dir, base.version, base.landmark_backend)
-        # Device and precision only, silently: without frame size and length the batch and notes would be wrong.
+        # Device and precision only, quietly: without frame size and length the batch and notes would be wrong.
         plan = gpu.plan(kind="lipsync", config=base.replace(batch_size=None), n_frames=None,
                         weights=_weights_kind(weights_path), warn=False)
+        for note in (n for n in plan.warnings if n.startswith("fp16 was asked")):  # job-independent: said at load
+            warnings.warn(note, gpu.PlanWarning, stacklevel=2)
         planned = plan.config.replace(batch_size=base.batch_size)
         planned.reasons.update(plan.config.reasons)
         if base.batch_size is not None:  # the plan's batch reason is about a batch this config does not hold

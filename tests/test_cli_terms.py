@@ -633,3 +633,25 @@ def test_no_usable_landmark_backend_points_to_the_download_command_and_box(tmp_p
     assert text.endswith("or give the crop box yourself: --box=x1,y1,x2,y2 (lipsync, demo, batch, avatar prepare).")
     assert_cli_words(text)
     assert "nbhelpers." not in text, text
+
+
+def test_the_seed_help_states_the_range_that_the_check_enforces(capsys):
+    """--seed refuses negative numbers (see above), so its help gives that range instead of a signed integer."""
+    from nbhelpers.cli.main import main
+
+    with pytest.raises(SystemExit):
+        main(["lipsync", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    start = text.index("--seed N seed")
+    seed = text[start:text.index("--latent-mode {", start)]
+    assert "from 0 to 2**63 - 1" in seed and "signed" not in seed
+
+
+def test_score_of_a_video_without_sound_asks_for_audio(grey_clip, capsys):
+    """Without --audio, score reads VIDEO's sound; a silent video was told to give "a video that has sound"."""
+    from nbhelpers.cli.main import main
+
+    assert main(["score", str(grey_clip), "--backend", "dlib"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: audio: ") and err.endswith("Give the speech with --audio FILE.\n")
+    assert err.count("\n") == 1 and "a video that has sound" not in err

@@ -254,12 +254,15 @@ def test_warm_up_checks_its_batch_and_does_nothing_on_the_cpu(tiny_weights):
 
 def test_a_job_asking_fp16_on_a_cpu_pipeline_runs_in_fp32_and_other_clashes_are_refused(tiny_weights):
     """The CLI's --fp16 on a CPU: the planner made the pipeline fp32 (its rule for the CPU), so the job's own fp16 is
-    not a clash; another device or version still is."""
+    not a clash; another device or version still is. The load says that fp16 is not used (the jobs' plans, given
+    the pipeline's fp32, cannot)."""
     from nbhelpers.config import InferenceConfig
     from nbhelpers.errors import InputError
+    from nbhelpers.gpu import PlanWarning
     from nbhelpers.pipeline import MuseTalkPipeline
 
-    pipe = MuseTalkPipeline.from_pretrained(tiny_weights, InferenceConfig(device="cpu", fp16=True))
+    with pytest.warns(PlanWarning, match="fp16 was asked but the device is the CPU"):
+        pipe = MuseTalkPipeline.from_pretrained(tiny_weights, InferenceConfig(device="cpu", fp16=True))
     assert pipe.config.fp16 is False
     assert pipe.job_config(InferenceConfig(device="cpu", fp16=True)).fp16 is False
     with pytest.raises(InputError, match="version="):

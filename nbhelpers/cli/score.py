@@ -8,15 +8,13 @@ import sys
 
 from .. import quality
 from ..config import InferenceConfig
-from ..errors import NoFaceError, WeightsError
+from ..errors import InputError, WeightsError
 from .flags import config_from
 from .terms import cli_terms
 
 __all__ = ["score"]
 
-# The tracker's no-face hint ends offering a crop box, which score does not take: a box gives no landmarks.
-_BOX_HINT = re.compile(r"try another backend, or give the crop box yourself: boxes=\(x1, y1, x2, y2\) in Python, "
-                       r"--box=x1,y1,x2,y2 on the command line\.")
+_BOX_HINT = re.compile(r"try another backend, or give the crop box yourself: boxes=.*? on the command line\.")
 
 
 def score(args: argparse.Namespace) -> int:
@@ -25,9 +23,11 @@ def score(args: argparse.Namespace) -> int:
     try:
         lag = quality.mouth_audio_lag(args.video, args.audio, backend=config.landmark_backend,
                                       weights_dir=args.weights, device=config.device)
-    except NoFaceError as exc:
-        exc.args = (_BOX_HINT.sub("try another --backend (score takes no crop box: the mouth-audio lag follows the "
-                                  "face's landmarks).", str(exc)),)
+    except InputError as exc:  # NoFaceError's hint offers --box; a silent VIDEO needs --audio, not another video
+        text = _BOX_HINT.sub("try another --backend (score takes no crop box: the mouth-audio lag follows the "
+                             "face's landmarks).", str(exc))
+        silent = args.audio is None and "has no audio stream" in text
+        exc.args = (text.split(". Give a speech")[0] + ". Give the speech with --audio FILE." if silent else text,)
         raise
     print(lag.summary())
     try:

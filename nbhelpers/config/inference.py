@@ -75,8 +75,8 @@ class InferenceConfig:
                                 help="temporal smoothing window of the crop boxes; 0 = off, the official behaviour")
     seed: int = setting(0, ge=0, lt=2**63, source="models/autoencoders/vae.py:93 samples unseeded "
                                                  "(official-behaviour Q1)",
-                        help="seed of the VAE posterior's noise, so that a run repeats exactly (a signed 64-bit "
-                             "integer, as torch and numpy store seeds)")
+                        help="seed of the VAE posterior's noise, so that a run repeats exactly (a whole number "
+                             "from 0 to 2**63 - 1)")
     latent_mode: str = setting("sample", choices=LATENT_MODES, source="musetalk/models/vae.py:93",
                                help="latents from the VAE posterior: sample (official inference) or mode (its "
                                     "mean, as in training)")
