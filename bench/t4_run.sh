@@ -44,6 +44,9 @@ mps_off() {  # quit returns before the daemon exits: wait for it, or the next st
   pkill -x nvidia-cuda-mps; sleep 1
 }
 trap mps_off EXIT
+# The files that ran, as one digest: the machine's git history can be older than the working tree it was sent, so
+# compare this with the same line run in the checkout here.
+find nbhelpers bench tests -name '*.py' | LC_ALL=C sort | xargs sha1sum | sha1sum | tee "$OUT/tree.txt"
 start=$(date +%s)
 step() {  # step NAME SECONDS COMMAND...: log to $OUT/NAME.log; t4-* steps on the MPS share, others on the whole GPU
   local name=$1 limit=$2; shift 2
