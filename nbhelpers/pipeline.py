@@ -41,6 +41,7 @@ from .errors import InputError, NbHelpersError, NoFaceError
 from .faces.boxes import single_box
 from .faces.memory import DetectionMemory
 from .framestore import FrameStore, check_disk_for_frames, expected_frames
+from .gpu import PlanWarning
 from .gpu.compile import BackgroundCompiler, cache_folder
 from .latents import decode, encode_frames, unet_step
 from .offline import StreamedJob
@@ -154,11 +155,10 @@ class MuseTalkPipeline(contextlib.AbstractContextManager):
         base = config or InferenceConfig()
         gpu.check_device(base.device)
         weights_path = check_weights_dir(weights_dir, base.version, base.landmark_backend)
-        # Device and precision only, quietly: without frame size and length the batch and notes would be wrong.
         plan = gpu.plan(kind="lipsync", config=base.replace(batch_size=None), n_frames=None,
-                        weights=_weights_kind(weights_path), warn=False)
+                        weights=_weights_kind(weights_path), warn=False)  # device and precision: no frames known
         for note in (n for n in plan.warnings if n.startswith("fp16 was asked")):  # job-independent: said at load
-            warnings.warn(note, gpu.PlanWarning, stacklevel=2)
+            warnings.warn(note, PlanWarning, stacklevel=2)
         planned = plan.config.replace(batch_size=base.batch_size)
         planned.reasons.update(plan.config.reasons)
         if base.batch_size is not None:  # the plan's batch reason is about a batch this config does not hold

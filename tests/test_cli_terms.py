@@ -625,7 +625,7 @@ def test_no_usable_landmark_backend_points_to_the_download_command_and_box(tmp_p
     def no_dlib(**kwargs):
         raise MissingDependencyError("dlib is not installed")
 
-    monkeypatch.setitem(registry.BACKENDS, "dlib", no_dlib)
+    monkeypatch.setitem(registry.BACKENDS.data, "dlib", no_dlib)  # .data: restored as the lazy string
     with pytest.raises(MissingDependencyError, match="no landmark backend is usable") as caught:
         registry.get_backend("auto", weights_dir=tmp_path)  # an empty folder: no backend has its weights
     text = cli_terms(str(caught.value))
