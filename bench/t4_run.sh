@@ -85,7 +85,7 @@ print(make_face_weights(make_full_weights(Path('$W'))))" ;;
           $([ -n "${TUNE_REBUNDLE:-}" ] && echo --rebundle)
       done ;;
     t4-upsample) step t4-upsample 240 python3 bench/upsample_probe.py --out "$OUT/t4-upsample.json" ;;
-    t4-warmlive) step t4-warmlive 150 bash -c "python3 bench/compile.py --weights $W --batch 2 --parts decoder \
+    t4-warmlive) step t4-warmlive 240 bash -c "python3 bench/compile.py --weights $W --batch 2 --parts decoder \
       --no-timing && python3 bench/compile.py --weights $W --parts decoder --dynamic --no-timing" ;;
     t4-warm32) step t4-warm32 420 python3 bench/compile.py --weights $W --batch 32 --parts unet,decoder,encoder,parser \
       --faces 768x576 --no-timing ;;
