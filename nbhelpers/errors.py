@@ -10,6 +10,7 @@ import importlib
 import importlib.metadata
 import signal
 import warnings
+from typing import Any
 
 
 class NbHelpersError(Exception):
@@ -76,6 +77,18 @@ class MissingDependencyError(NbHelpersError, ImportError):
 
 class NoFaceError(InputError):
     """No face was found in any frame. Raised before any heavy model loads."""
+
+
+class NoAudioError(InputError):
+    """A file given for its speech has no audio stream: ``param`` and ``path`` name it, ``info`` is its
+    :class:`nbhelpers.media.MediaInfo`; ``hint`` (the message's end) says how to give the speech."""
+
+    def __init__(self, param: str, path: str, info: Any, hint: str | None = None):
+        self.param, self.path, self.info = param, path, info
+        what = ("a photo" if info.is_image else "a video without sound" if info.has_video
+                else "a file with no audio or video streams (empty?)")
+        super().__init__(f"{param}: {path!r} has no audio stream (it is {what}; container {info.container!r}). " + (
+            hint or "Give a speech file (wav, mp3, m4a, ogg, flac) or a video that has sound."))
 
 
 class CacheError(NbHelpersError):

@@ -20,7 +20,7 @@ import pytest
 from helpers import decode_frames, loaded_by, passthrough
 
 from nbhelpers import media
-from nbhelpers.errors import FFmpegError, InputError, MediaError
+from nbhelpers.errors import FFmpegError, InputError, MediaError, NoAudioError
 from nbhelpers.media import ffmpeg as media_ffmpeg
 from nbhelpers.media import probing
 
@@ -575,9 +575,13 @@ def test_text_file_named_mp4(tmp_path):
 
 def test_video_without_audio_given_as_audio(lavfi_video):
     clip = lavfi_video(seconds=2, rate="30")
-    with pytest.raises(InputError, match="no audio stream.*video without sound"):
+    with pytest.raises(NoAudioError, match="no audio stream.*video without sound") as caught:
         media.load_audio(clip)
-    with pytest.raises(InputError, match="no audio stream"):
+    assert (caught.value.param, caught.value.path, caught.value.info.has_video) == ("audio", str(clip), True)
+    container = caught.value.info.container
+    assert str(caught.value).endswith(f"(it is a video without sound; container {container!r}). Give a speech file "
+                                      "(wav, mp3, m4a, ogg, flac) or a video that has sound.")
+    with pytest.raises(NoAudioError, match="no audio stream.*video without sound.*audio=None for a silent video"):
         media.VideoWriter(clip.with_name("x.mp4"), 64, 48, audio=clip)
 
 

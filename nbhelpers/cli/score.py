@@ -8,7 +8,7 @@ import sys
 
 from .. import quality
 from ..config import InferenceConfig
-from ..errors import InputError, WeightsError
+from ..errors import NoAudioError, NoFaceError, WeightsError
 from .flags import config_from
 from .terms import cli_terms
 
@@ -23,11 +23,13 @@ def score(args: argparse.Namespace) -> int:
     try:
         lag = quality.mouth_audio_lag(args.video, args.audio, backend=config.landmark_backend,
                                       weights_dir=args.weights, device=config.device)
-    except InputError as exc:  # NoFaceError's hint offers --box; a silent VIDEO needs --audio, not another video
-        text = _BOX_HINT.sub("try another --backend (score takes no crop box: the mouth-audio lag follows the "
-                             "face's landmarks).", str(exc))
-        silent = args.audio is None and "has no audio stream" in text
-        exc.args = (text.split(". Give a speech")[0] + ". Give the speech with --audio FILE." if silent else text,)
+    except NoAudioError as exc:  # a silent VIDEO needs --audio, not another video
+        if args.audio is None:
+            raise NoAudioError(exc.param, exc.path, exc.info, "Give the speech with --audio FILE.") from None
+        raise
+    except NoFaceError as exc:  # its hint offers a crop box, which score does not take
+        exc.args = (_BOX_HINT.sub("try another --backend (score takes no crop box: the mouth-audio lag follows the "
+                                  "face's landmarks).", str(exc)),)
         raise
     print(lag.summary())
     try:

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from ..constants import SAMPLE_RATE
-from ..errors import InputError, require
+from ..errors import InputError, NoAudioError, require
 from ..hashing import atomic_path
 from .ffmpeg import QUIET, _existing_file, _Process, ffmpeg_exe
 from .probing import MediaInfo, probe
@@ -91,10 +91,7 @@ def _decode_native(path, param: str) -> tuple[np.ndarray, int]:
     else:
         info = probe(p, count_frames=False)
         if not info.has_audio:
-            what = ("a photo" if info.is_image else "a video without sound" if info.has_video
-                    else "a file with no audio or video streams (empty?)")
-            raise InputError(f"{param}: {str(p)!r} has no audio stream (it is {what}; container {info.container!r}). "
-                             "Give a speech file (wav, mp3, m4a, ogg, flac) or a video that has sound.")
+            raise NoAudioError(param, str(p), info)
         mono, rate = _ffmpeg_decode(p, info)
     if mono.size == 0:
         raise InputError(f"{param}: {str(p)!r} has an audio stream but no samples (0 s of sound). Record or export "

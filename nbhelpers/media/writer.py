@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ..constants import ENCODERS, FPS
-from ..errors import FallbackWarning, FFmpegError, InputError, MediaError, plural, require
+from ..errors import FallbackWarning, FFmpegError, InputError, MediaError, NoAudioError, plural, require
 from ..hashing import atomic_path
 from .ffmpeg import (
     _KILL_WAIT_S,
@@ -195,8 +195,8 @@ class VideoWriter(contextlib.AbstractContextManager):
             self.audio = _existing_file(audio, "audio")
             audio_info = probe(self.audio, count_frames=False)
             if not audio_info.has_audio:
-                raise InputError(f"audio: {str(self.audio)!r} has no audio stream (container "
-                                 f"{audio_info.container!r}); give the speech file, or audio=None for a silent video.")
+                raise NoAudioError("audio", str(self.audio), audio_info, "Give the speech file, or audio=None for a "
+                                   "silent video.")
         self.frames_written = 0
         self._exe = ffmpeg or ffmpeg_exe()
         self._tmp = _partial(out)
