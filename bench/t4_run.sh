@@ -93,7 +93,7 @@ print(make_face_weights(make_full_weights(Path('$W'))))" ;;
       --out "$OUT/t4-core20.json" ;;  # the package's compiled core (its tuned decoder included) and eager, cold
     t4-warm20-2c) step t4-warm20-2c 150 $two python3 bench/compile.py --weights $W --batch 20 --parts unet,decoder \
       --no-timing --out "$OUT/t4-warm20-2c.json" ;;  # after t4-core20 on a warm machine: its cache at 2 cores
-    gputests) step gputests ${GPUTESTS_S:-240} python3 -m pytest -q -p no:cacheprovider -m gpu ${GPUTESTS:-tests} ;;
+    gputests) step gputests ${GPUTESTS_S:-240} python3 -m pytest -q -rs -p no:cacheprovider -m gpu ${GPUTESTS:-tests} ;;
     t4-core) step t4-core 60 $two python3 bench/t4probe.py --only E0 --out "$OUT/t4-core.jsonl" ;;
     t4-realtime) step t4-realtime 200 $two python3 bench/realtime.py --seconds 8 --cores 2 --weights $W --work /tmp/rt \
       --out "$OUT/t4-realtime.json" ;;

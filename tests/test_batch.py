@@ -864,6 +864,7 @@ def test_shutdown_stops_every_process_of_a_local_ray_and_kills_its_monitor_at_on
     assert all(code is not None for codes in report["codes"].values() for code in codes), report
 
 
+@pytest.mark.slow
 def test_a_worker_renders_through_its_slots_one_clip_at_a_time_and_marks_it(media, tiny_weights, tmp_path):
     """A worker with one render slot running two jobs at once (threads, as Ray's would): both clips are made, the
     second renders only once the first has rendered its last batch, and each job's timeline has its steps in

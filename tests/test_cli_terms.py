@@ -504,19 +504,19 @@ def test_a_setting_flag_without_its_value_says_the_rule_and_how_to_write_a_negat
 def test_an_inverted_box_is_refused_when_the_flag_is_read():
     """--box=10,10,5,5 went on to fail as "does not fit the frame" after Ray had started; it is refused at once,
     saying which corner is which."""
-    from nbhelpers.cli.flags import parse_box as _box
+    from nbhelpers.cli.flags import box_flag
 
-    assert _box("190,160,360,330") == (190, 160, 360, 330)
-    with pytest.raises(InputError, match=r"--box=10,10,5,5 is inverted: x1,y1 is the top-left corner"):
-        _box("10,10,5,5")
+    assert box_flag("190,160,360,330") == (190, 160, 360, 330) and box_flag(None) is None
+    with pytest.raises(InputError, match=r"--box '10,10,5,5' is inverted: x1,y1 is the top-left corner"):
+        box_flag("10,10,5,5")
 
 
 @pytest.mark.parametrize("text", ["(190,160,360,330)", "[190, 160, 360, 330]", " (190, 160, 360, 330) "])
 def test_a_box_written_as_python_writes_it_is_read(text):
     """``--box=(190,160,360,330)``, a box as Python prints it, was refused as not four numbers."""
-    from nbhelpers.cli.flags import parse_box
+    from nbhelpers.cli.flags import box_flag
 
-    assert parse_box(text) == (190, 160, 360, 330)
+    assert box_flag(text) == (190, 160, 360, 330)
 
 
 def test_demo_refuses_a_bad_box_before_making_weights(capsys, monkeypatch):
@@ -527,7 +527,7 @@ def test_demo_refuses_a_bad_box_before_making_weights(capsys, monkeypatch):
     monkeypatch.setattr(testing, "make_tiny_weights", lambda *a: pytest.fail("weights made before --box was read"))
     assert main(["demo", "--tiny", "--box=1,2,3"]) == 2
     out, err = capsys.readouterr()
-    assert err == "error: --box must be four numbers x1,y1,x2,y2 in source pixels; got '1,2,3'.\n" and not out
+    assert err == "error: --box must be four finite numbers x1,y1,x2,y2 in source pixels; got '1,2,3'.\n" and not out
 
 
 @pytest.mark.parametrize(("box", "said"), [

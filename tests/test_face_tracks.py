@@ -136,6 +136,7 @@ def test_a_frame_past_the_end_of_the_video_is_refused_by_the_input_checks(face, 
     assert check_inputs(two_faces, speech, config=InferenceConfig(face=f"100,80@{N - 1}"), weights_dir=tiny_weights)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("face", "chosen"), [(1, 1), ("300,80@8", 0)])
 def test_only_the_chosen_face_is_repainted(face, chosen, tiny_weights, two_faces, speech, ffmpeg, tmp_path):
     """Track 0 starts on the left and is on the right after the cut; the other half of every frame is untouched.
@@ -156,6 +157,7 @@ def test_only_the_chosen_face_is_repainted(face, chosen, tiny_weights, two_faces
         assert not np.array_equal(frame[:, mine], source[t][:, mine]), f"frame {t}: the chosen face was not repainted"
 
 
+@pytest.mark.slow
 def test_an_avatar_repaints_the_chosen_face_and_caches_each_choice(tiny_weights, shared_data, make_media, ffmpeg,
                                                                    tmp_path):
     """One avatar folder prepared with face=0, then face=1: each clip repaints that face only, and the second choice
@@ -312,6 +314,7 @@ def test_speaker_needs_the_audio():
         FaceChooser("speaker")
 
 
+@pytest.mark.slow
 def test_lipsync_repaints_the_speaker_only(tiny_weights, shared_data, make_media, ffmpeg, tmp_path):
     """The job's face='speaker' path: the warped (left) copy speaks in the first 0.64 s; the right half is untouched
     and the clip's reasons say who spoke when."""

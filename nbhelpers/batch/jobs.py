@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import InferenceConfig, parse_face
+from ..config import InferenceConfig, parse_box, parse_face
 from ..errors import InputError
 
 # Per-job settings: InferenceConfig fields a row may set (version, device and precision belong to the workers'
@@ -35,24 +35,6 @@ class Job:
     source: str = field(default="", compare=False)
 
 
-def _box(value: Any, where: str) -> tuple[int, int, int, int]:
-    """A ``box`` (``"x1,y1,x2,y2"`` or a sequence) as four whole pixels; InputError unless x1 < x2 and y1 < y2."""
-    parts = value.replace(" ", "").split(",") if isinstance(value, str) else value
-    try:
-        if isinstance(parts, (str, bytes, Mapping)) or any(isinstance(v, bool) for v in parts):
-            raise TypeError
-        numbers = [float(v) for v in parts]
-        box = tuple(int(round(v)) for v in numbers) if all(map(math.isfinite, numbers)) else ()
-    except (TypeError, ValueError, OverflowError):
-        box = ()
-    if len(box) != 4:
-        raise InputError(f"{where}: box must be four finite numbers x1,y1,x2,y2 in source pixels; got {value!r}.")
-    if not (box[0] < box[2] and box[1] < box[3]):
-        raise InputError(f"{where}: box {value!r} is inverted: x1,y1 is the top-left corner and x2,y2 the "
-                         "bottom-right one, so x1 < x2 and y1 < y2.")
-    return box
-
-
 def _setting(key: str, value: Any, where: str) -> Any:
     """A per-job setting checked for its kind and converted from CSV text (None for an empty cell): whole numbers
     (``12``, ``"12"``, ``12.0``), finite numbers, text, or a box; InputError otherwise (JSON's ``true`` is no number).
@@ -60,7 +42,7 @@ def _setting(key: str, value: Any, where: str) -> Any:
     if value is None or (isinstance(value, str) and not value.strip()):
         return None
     if key == "box":
-        return _box(value, where)
+        return parse_box(value, f"{where}: box")
     if key == "face":  # a track number, "largest", or "x,y[@frame]" / "x1,y1,x2,y2[@frame]" (quoted in a CSV)
         try:
             parse_face(value.strip() if isinstance(value, str) else value)

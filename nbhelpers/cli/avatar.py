@@ -11,7 +11,7 @@ from ..checks import check_audio, check_speech_seconds
 from ..config import LiveConfig
 from ..errors import InputError
 from ..live import LiveSession, play
-from .flags import config_from, inference_config, parse_box
+from .flags import box_flag, config_from, inference_config
 
 __all__ = ["avatar"]
 
@@ -22,7 +22,7 @@ def avatar(args: argparse.Namespace) -> int:
 
 
 def _prepare(args: argparse.Namespace) -> int:
-    print(prepare_avatar(args.video, args.directory, config=inference_config(args), boxes=parse_box(args.box),
+    print(prepare_avatar(args.video, args.directory, config=inference_config(args), boxes=box_flag(args.box),
                          weights_dir=args.weights, rebuild=args.rebuild))
     return 0
 

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from .. import batch as batches
 from ..config import BatchConfig
-from .flags import config_from, inference_config, parse_box
+from .flags import box_flag, config_from, inference_config
 from .lipsync import tiny_note
 
 __all__ = ["batch"]
@@ -18,7 +18,7 @@ def batch(args: argparse.Namespace) -> int:
     config, inference = config_from(args, BatchConfig), inference_config(args)  # the flags first, before the file
     jobs = batches.read_jobs(args.jobs)
     if args.box:  # --box gives the jobs that set no box of their own one crop box
-        box = parse_box(args.box)
+        box = box_flag(args.box)
         jobs = [j if "box" in j.settings else replace(j, settings={**j.settings, "box": box}) for j in jobs]
     result = batches.run(jobs, config, inference=inference, weights_dir=args.weights)
     print(result)

@@ -14,12 +14,12 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..config import RESTORERS, InferenceConfig
+from ..config import RESTORERS, InferenceConfig, parse_box
 from ..config.fields import described, flag, kinds, rule, settings
 from ..errors import InputError
 from .terms import cli_terms
 
-__all__ = ["Parser", "add_fields", "check_restore", "config_from", "inference_config", "parse_box"]
+__all__ = ["Parser", "add_fields", "box_flag", "check_restore", "config_from", "inference_config"]
 
 NONE = "none"  # how the command line spells None, for a setting whose default is not None (LiveConfig.silence)
 
@@ -123,21 +123,9 @@ def config_from(args: argparse.Namespace, config_class: type, **changes: Any) ->
     return config_class(**{**values, **changes})
 
 
-def parse_box(text: str | None) -> tuple[int, int, int, int] | None:
-    """``--box=x1,y1,x2,y2`` as four whole source pixels (None when not given), the numbers bare or in parentheses or
-    brackets as Python writes a box; InputError unless four numbers with x1 < x2 and y1 < y2."""
-    if not text:
-        return None
-    try:
-        values = [int(round(float(v))) for v in text.strip(" ()[]").split(",")]
-    except (ValueError, OverflowError):
-        values = []
-    if len(values) != 4:
-        raise InputError(f"--box must be four numbers x1,y1,x2,y2 in source pixels; got {text!r}.")
-    if not (values[0] < values[2] and values[1] < values[3]):
-        raise InputError(f"--box={text} is inverted: x1,y1 is the top-left corner and x2,y2 the bottom-right one, "
-                         "so x1 < x2 and y1 < y2.")
-    return tuple(values)
+def box_flag(text: str | None) -> tuple[int, int, int, int] | None:
+    """``--box=x1,y1,x2,y2`` as four whole source pixels, None when not given (:func:`nbhelpers.config.parse_box`)."""
+    return parse_box(text, "--box") if text else None
 
 
 def inference_config(args: argparse.Namespace) -> InferenceConfig:

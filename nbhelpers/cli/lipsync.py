@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .. import media, pipeline, testing, weights
 from ..errors import InputError
-from .flags import inference_config, parse_box
+from .flags import box_flag, inference_config
 from .parser import TINY_OUTPUT, TINY_SECONDS
 
 __all__ = ["TINY_NOTE", "TRY_TINY", "demo", "has_cuda", "lipsync", "tiny_note", "weight_sets"]
@@ -33,7 +33,7 @@ def tiny_note(weights_dir: str | None) -> str:
 def lipsync(args: argparse.Namespace) -> int:
     """``lipsync VIDEO AUDIO``: the offline job."""
     result = pipeline.lipsync(args.video, args.audio, args.output, config=inference_config(args),
-                              boxes=parse_box(args.box), weights_dir=args.weights)
+                              boxes=box_flag(args.box), weights_dir=args.weights)
     print(f"{result.summary()} -> {result.output}")
     if note := tiny_note(args.weights):
         print(note)
@@ -45,7 +45,7 @@ def demo(args: argparse.Namespace) -> int:
     if args.tiny and (args.download or args.weights):
         raise InputError("--tiny makes its own random weights: leave out --download and --weights (or leave out "
                          "--tiny to run the real models).")
-    config, boxes = inference_config(args), parse_box(args.box)
+    config, boxes = inference_config(args), box_flag(args.box)
     default = TINY_OUTPUT if args.tiny else "results/demo.mp4"
     output = Path(args.output or default).expanduser()
     output = output / Path(default).name if output.is_dir() else output  # -o DIR: the default name in it

@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 from .batch import BatchConfig
-from .face import FaceChoice, parse_face
+from .face import FaceChoice, parse_box, parse_face
 from .inference import (
     LANDMARK_BACKENDS,
     LATENT_MODES,
@@ -19,4 +19,4 @@ from .inference import (
 from .live import LiveConfig
 
 __all__ = ["LANDMARK_BACKENDS", "LATENT_MODES", "NONCOMMERCIAL_NOTE", "PARSING_MODES", "RESTORERS", "BatchConfig",
-           "FaceChoice", "InferenceConfig", "LiveConfig", "parse_face", "warn_licence"]
+           "FaceChoice", "InferenceConfig", "LiveConfig", "parse_box", "parse_face", "warn_licence"]

@@ -1,15 +1,17 @@
-"""The face choice of ``InferenceConfig.face``: which face is repainted when a video shows several."""
+"""Which face is repainted: the face choice of ``InferenceConfig.face`` and a crop box given by hand."""
 
 from __future__ import annotations
 
+import math
 import numbers
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InputError
 
-__all__ = ["FACE_RULE", "FaceChoice", "parse_face"]
+__all__ = ["FACE_RULE", "FaceChoice", "parse_box", "parse_face"]
 
 FACE_RULE = ("'largest', 'speaker', a track number (see pipe.faces(video)), a point 'x,y' or a box 'x1,y1,x2,y2' "
              "(x2 > x1, y2 > y1), optionally '@frame' (e.g. '120,80@0')")
@@ -48,12 +50,31 @@ def parse_face(value: Any) -> FaceChoice:
     if isinstance(value, str) and value.strip().isdigit():
         return FaceChoice("track", track=int(value.strip()))
     match = _FACE_AT.fullmatch(value) if isinstance(value, str) else None
-    numbers_ = [float(v) for v in re.findall(r"-?\d+(?:\.\d+)?", value.split("@")[0])] if match else []
-    if match and len(numbers_) in (2, 4):
+    coords = [float(v) for v in re.findall(r"-?\d+(?:\.\d+)?", value.split("@")[0])] if match else []
+    if match and len(coords) in (2, 4):
         frame = int(match.group(match.lastindex)) if "@" in value else 0
-        if len(numbers_) == 2:
-            return FaceChoice("point", point=(numbers_[0], numbers_[1]), frame=frame)
-        x1, y1, x2, y2 = numbers_
+        if len(coords) == 2:
+            return FaceChoice("point", point=(coords[0], coords[1]), frame=frame)
+        x1, y1, x2, y2 = coords
         if x2 > x1 and y2 > y1:
             return FaceChoice("box", box=(x1, y1, x2, y2), frame=frame)
     raise InputError(f"face must be {FACE_RULE}; got {value!r}.")
+
+
+def parse_box(value: Any, name: str = "box") -> tuple[int, int, int, int]:
+    """A crop box given by hand (``"x1,y1,x2,y2"``, bare or in brackets as Python writes it, or a sequence) as four
+    whole source pixels; InputError (its message led by ``name``) unless four finite numbers, x1 < x2 and y1 < y2."""
+    parts = value.strip(" ()[]").replace(" ", "").split(",") if isinstance(value, str) else value
+    try:
+        if isinstance(parts, (str, bytes, Mapping)) or any(isinstance(v, bool) for v in parts):
+            raise TypeError
+        coords = [float(v) for v in parts]
+        box = tuple(int(round(v)) for v in coords) if all(map(math.isfinite, coords)) else ()
+    except (TypeError, ValueError, OverflowError):
+        box = ()
+    if len(box) != 4:
+        raise InputError(f"{name} must be four finite numbers x1,y1,x2,y2 in source pixels; got {value!r}.")
+    if not (box[0] < box[2] and box[1] < box[3]):
+        raise InputError(f"{name} {value!r} is inverted: x1,y1 is the top-left corner and x2,y2 the bottom-right "
+                         "one, so x1 < x2 and y1 < y2.")
+    return box
