@@ -16,9 +16,10 @@ import numpy as np
 from . import gpu, media, restore, weights
 from .config import InferenceConfig, parse_face
 from .constants import FPS, SAMPLE_RATE
-from .errors import InputError, MediaError, NoFaceError, SilentAudioWarning, plural
+from .errors import InputError, MediaError, NoAudioError, NoFaceError, SilentAudioWarning, plural
 from .faces.boxes import boxes_count_message, single_box, user_boxes
 from .framestore import expected_frames, output_frame_count
+from .media.video import no_video_error
 
 
 def check_path_type(value: Any, name: str) -> None:
@@ -41,27 +42,28 @@ def _as_input_path(value: Any, name: str) -> Path:
     return path
 
 
-def _check_media(value: Any, stream: str, fix: str):
+def _check_media(value: Any, stream: str):
     path = _as_input_path(value, stream)
     try:
         info = media.probe(path)
     except MediaError as exc:
         what = " as a video or image" if stream == "video" else ""
         raise InputError(f"{stream} {str(path)!r} could not be read{what}: {exc}") from exc
-    if not getattr(info, f"has_{stream}"):
-        raise InputError(f"{stream} {str(path)!r} has no {stream} stream{fix}")
+    if stream == "video" and not info.has_video:
+        raise no_video_error(path, info)
+    if stream == "audio" and not info.has_audio:
+        raise NoAudioError("audio", str(path), info)
     return path, info
 
 
 def check_video(video: Any):
     """``(path, media_info)`` of ``video``; InputError unless it is a readable video or photo file."""
-    return _check_media(video, "video", "; give a face video or photo.")
+    return _check_media(video, "video")
 
 
 def check_audio(audio: Any):
-    """``(path, media_info)`` of ``audio``; InputError unless it is a readable file with an audio stream."""
-    return _check_media(audio, "audio", ". Give a speech file (wav, mp3, m4a, ogg, flac) or a video that "
-                        "carries sound.")
+    """``(path, media_info)`` of ``audio``; InputError (NoAudioError without sound) unless a readable sound file."""
+    return _check_media(audio, "audio")
 
 
 def check_speech_seconds(seconds: float | None, what: str = "audio") -> None:

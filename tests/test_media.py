@@ -590,6 +590,20 @@ def test_audio_given_as_video(shared_data):
         media.load_video(shared_data / "speech-en-short.wav")
 
 
+def test_the_up_front_checks_say_what_the_readers_say(shared_data, lavfi_video):
+    """check_video and check_audio run before any model loads; their words for a file without the stream were
+    their own ("has no video stream; give a face video or photo"), unlike the readers' for the same file."""
+    from nbhelpers.checks import check_audio, check_video
+
+    speech, silent = shared_data / "speech-en-short.wav", lavfi_video(seconds=1, rate="25")
+    for check, read, path in ((check_video, media.load_video, speech), (check_audio, media.load_audio, silent)):
+        with pytest.raises(InputError) as by_check:
+            check(path)
+        with pytest.raises(InputError) as by_reader:
+            read(path)
+        assert type(by_check.value) is type(by_reader.value) and str(by_check.value) == str(by_reader.value)
+
+
 def test_zero_length_audio(tmp_path, make_media):
     import soundfile as sf
 

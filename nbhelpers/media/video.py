@@ -7,13 +7,14 @@ import itertools
 import re
 from collections.abc import Iterator, Sequence
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 
 from ..constants import FPS
 from ..errors import FFmpegError, InputError, plural
 from .ffmpeg import QUIET, _existing_file, _passthrough, _Process, _run, _tail, ffmpeg_exe
-from .probing import _fps_text, probe
+from .probing import MediaInfo, _fps_text, probe
 
 # EXIF orientation -> (row step, column step) after the transpose of orientations 5-8
 _EXIF_STEPS = {2: (1, -1), 3: (-1, -1), 4: (-1, 1), 5: (1, 1), 6: (1, -1), 7: (-1, -1), 8: (-1, 1)}
@@ -34,6 +35,13 @@ def _flatten_alpha(bgra: np.ndarray, background: tuple[int, int, int]) -> np.nda
     colour = bgra[..., :3].astype(np.uint16)
     bg = np.asarray(background, dtype=np.uint16)
     return ((colour * alpha + bg * (255 - alpha) + 127) // 255).astype(np.uint8)
+
+
+def no_video_error(path: Path, info: MediaInfo) -> InputError:
+    """The error for a ``video`` argument whose file (probed as ``info``) has no video stream."""
+    what = "an audio file" if info.has_audio else "a file with no picture"
+    return InputError(f"video {str(path)!r} is {what} (container {info.container!r}, no video stream). Give a "
+                      "video or photo of a face; a speech file goes in as the audio.")
 
 
 def _check_fps(fps) -> Fraction:
@@ -120,9 +128,7 @@ class VideoReader(contextlib.AbstractContextManager):
         self._exe = ffmpeg_exe()
         self.info = probe(self.path, count_frames=False)
         if not self.info.has_video:
-            what = "an audio file" if self.info.has_audio else "a file with no picture"
-            raise InputError(f"video {str(self.path)!r} is {what} (container {self.info.container!r}, no video "
-                             "stream). Give a video or photo of a face; a speech file goes in as the audio.")
+            raise no_video_error(self.path, self.info)
         if not self.info.width or not self.info.height:
             raise InputError(f"video: ffmpeg reports no frame size for {str(self.path)!r}; convert it to MP4 first.")
         self.width, self.height = self.info.width, self.info.height
