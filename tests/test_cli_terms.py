@@ -507,7 +507,7 @@ def test_an_inverted_box_is_refused_when_the_flag_is_read():
     from nbhelpers.cli.flags import box_flag
 
     assert box_flag("190,160,360,330") == (190, 160, 360, 330) and box_flag(None) is None
-    with pytest.raises(InputError, match=r"--box '10,10,5,5' is inverted: x1,y1 is the top-left corner"):
+    with pytest.raises(InputError, match=r"--box=10,10,5,5 is inverted: x1,y1 is the top-left corner"):
         box_flag("10,10,5,5")
 
 

@@ -125,7 +125,7 @@ def config_from(args: argparse.Namespace, config_class: type, **changes: Any) ->
 
 def box_flag(text: str | None) -> tuple[int, int, int, int] | None:
     """``--box=x1,y1,x2,y2`` as four whole source pixels, None when not given (:func:`nbhelpers.config.parse_box`)."""
-    return parse_box(text, "--box") if text else None
+    return parse_box(text, "--box", f"--box={text}") if text else None  # as the frame-fit check writes it
 
 
 def inference_config(args: argparse.Namespace) -> InferenceConfig:

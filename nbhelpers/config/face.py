@@ -61,9 +61,10 @@ def parse_face(value: Any) -> FaceChoice:
     raise InputError(f"face must be {FACE_RULE}; got {value!r}.")
 
 
-def parse_box(value: Any, name: str = "box") -> tuple[int, int, int, int]:
+def parse_box(value: Any, name: str = "box", shown: str | None = None) -> tuple[int, int, int, int]:
     """A crop box given by hand (``"x1,y1,x2,y2"``, bare or in brackets as Python writes it, or a sequence) as four
-    whole source pixels; InputError (its message led by ``name``) unless four finite numbers, x1 < x2 and y1 < y2."""
+    whole source pixels; InputError (led by ``name``, the box written as ``shown``, default ``name 'value'``) unless
+    four finite numbers, x1 < x2 and y1 < y2."""
     parts = value.strip(" ()[]").replace(" ", "").split(",") if isinstance(value, str) else value
     try:
         if isinstance(parts, (str, bytes, Mapping)) or any(isinstance(v, bool) for v in parts):
@@ -75,6 +76,6 @@ def parse_box(value: Any, name: str = "box") -> tuple[int, int, int, int]:
     if len(box) != 4:
         raise InputError(f"{name} must be four finite numbers x1,y1,x2,y2 in source pixels; got {value!r}.")
     if not (box[0] < box[2] and box[1] < box[3]):
-        raise InputError(f"{name} {value!r} is inverted: x1,y1 is the top-left corner and x2,y2 the bottom-right "
-                         "one, so x1 < x2 and y1 < y2.")
+        raise InputError(f"{shown or f'{name} {value!r}'} is inverted: x1,y1 is the top-left corner and x2,y2 the "
+                         "bottom-right one, so x1 < x2 and y1 < y2.")
     return box
