@@ -154,13 +154,14 @@ def check_inputs(video: Any, audio: Any, output: Any = None, *, config: Inferenc
     """
     gpu.check_device(config.device)
     video_path, video_info = check_video(video)
-    audio_path, audio_info = check_audio(audio)  # the inputs named before the weights folder
-    weights_path = check_weights_dir(weights_dir, config.version, config.landmark_backend)
+    audio_path, audio_info = check_audio(audio)
     output_path = output_path_for(output, video_path, audio_path)
     if boxes is None and config.landmark_backend == "boxes":
         raise InputError("landmark_backend='boxes' needs boxes=: one (x1, y1, x2, y2) for the clip or one per frame.")
     check_boxes(boxes, video_path, video_info)
     check_face(config.face, video_info)
+    # the job's own inputs before the weights folder: a typo costs no download
+    weights_path = check_weights_dir(weights_dir, config.version, config.landmark_backend)
     if config.restore is not None:
         restore.check_available(config.restore, weights_path)
     return video_path, audio_path, output_path, weights_path, video_info, audio_info

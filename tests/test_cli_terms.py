@@ -254,6 +254,17 @@ def test_lipsync_reports_a_missing_audio_file_before_the_weights(grey_clip, tmp_
     assert err.startswith(f"error: audio {str(audio)!r} does not exist") and "weights" not in err
 
 
+def test_lipsync_reports_a_box_outside_the_frame_before_the_weights(grey_clip, tone_1s, tmp_path, capsys):
+    """A user without weights who typed a box outside the frame was first sent to download the weights, then told
+    the box was wrong."""
+    from nbhelpers.cli.main import main
+
+    assert main(["lipsync", str(grey_clip), str(tone_1s), "--weights", str(tmp_path / "no weights"),
+                 "--box=0,0,500,500"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --box=0,0,500,500 does not fit the frame") and "weights" not in err, err
+
+
 def test_score_of_an_audio_file_says_where_the_speech_goes(tone_1s, capsys):
     """``score speech.wav`` said "audio goes in the audio argument", a Python argument."""
     from nbhelpers.cli.main import main
