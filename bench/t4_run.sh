@@ -106,7 +106,7 @@ print(make_face_weights(make_full_weights(Path('$W'))))" ;;
     h200-warm) step h200-warm 200 bash -c "python3 bench/compile.py --weights $W --batch 20 --parts unet,decoder \
       --no-timing && python3 bench/compile.py --weights $W --batch 32 --parts decoder,encoder,parser --no-timing" ;;
     h200-lipsync|h200e-lipsync) step $s 150 $two python3 bench/lipsync.py --seconds 20 --cores 2 --skip-official \
-      --encoder libx264 --work /tmp/ls --weights $W --out "$OUT/$s.json" $(eager $s) ;;
+      --encoder libx264 --work /tmp/ls --weights $W --out "$OUT/$s.json" $(eager $s) ${LIPSYNC_EXTRA:-} ;;
     h200-realtime|h200e-realtime) step $s 150 $two python3 bench/realtime.py --seconds 20 --cores 2 --weights $W \
       --work /tmp/rt2 --skip-reference --encoders libx264,libx264-veryfast --out "$OUT/$s.json" $(eager $s) ;;
     h200-live|h200e-live) step $s 100 $two python3 bench/live.py --seconds 8 --weights $W --work /tmp/rt2 \
