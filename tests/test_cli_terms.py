@@ -541,6 +541,17 @@ def test_demo_refuses_a_bad_box_before_making_weights(capsys, monkeypatch):
     assert err == "error: --box must be four finite numbers x1,y1,x2,y2 in source pixels; got '1,2,3'.\n" and not out
 
 
+def test_demo_refuses_a_box_off_the_photo_before_making_weights(capsys, monkeypatch):
+    """demo --tiny made its random weights before finding that --box does not fit the bundled photo."""
+    from nbhelpers import testing
+    from nbhelpers.cli.main import main
+
+    monkeypatch.setattr(testing, "make_tiny_weights", lambda *a: pytest.fail("weights made before --box was checked"))
+    assert main(["demo", "--tiny", "--box=0,0,5000,5000"]) == 2
+    out, err = capsys.readouterr()
+    assert err.startswith("error: --box=0,0,5000,5000 does not fit the frame") and not out, err
+
+
 @pytest.mark.parametrize(("box", "said"), [
     ("0,0,500,500", "--box=0,0,500,500 does not fit the frame: the rule is 0 <= x1 < x2 <= 128 and 0 <= y1 < y2"),
     ("-4,0,60,60", "--box=-4,0,60,60 does not fit the frame"),

@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 
 from .. import media, pipeline, testing, weights
+from ..checks import check_boxes
 from ..errors import InputError
 from .flags import box_flag, inference_config
 from .parser import TINY_OUTPUT, TINY_SECONDS
@@ -56,6 +57,7 @@ def demo(args: argparse.Namespace) -> int:
     folder = Path(tempfile.mkdtemp(prefix="nbhelpers-demo-"))
     try:
         photo, speech = media.demo_inputs(folder)
+        check_boxes(boxes, photo)  # a box off the photo is named before any weights are made or read
         weights_dir = args.weights
         if args.tiny:
             print("demo --tiny: making tiny random weights (a few seconds; nothing is downloaded)", flush=True)
