@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import warnings
 
+import numpy as np
 import pytest
 from helpers import CPU_ONLY, T4
 from helpers import run_cli as cli
@@ -263,6 +264,25 @@ def test_lipsync_reports_a_box_outside_the_frame_before_the_weights(grey_clip, t
                  "--box=0,0,500,500"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: --box=0,0,500,500 does not fit the frame") and "weights" not in err, err
+
+
+def test_score_of_a_photo_says_a_still_has_no_sync(tmp_path, tone_1s, capsys):
+    """``score PHOTO.png`` asked for --audio, and with --audio said "1 frames are too few ... or a smaller max_lag",
+    a Python argument."""
+    import cv2
+
+    from nbhelpers import quality
+    from nbhelpers.cli.main import main
+
+    photo = tmp_path / "face.png"
+    cv2.imwrite(str(photo), np.full((64, 64, 3), 128, np.uint8))
+    said = f"video {str(photo)!r} is a photo: a still mouth has no sync to score."
+    for extra in ([], ["--audio", str(tone_1s)]):
+        assert main(["score", str(photo), "--backend", "dlib", *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {said}") and "max_lag" not in err and "--audio" not in err, err
+    with pytest.raises(InputError, match="is a photo"):
+        quality.sync_score(photo, tone_1s)
 
 
 def test_score_of_an_audio_file_says_where_the_speech_goes(tone_1s, capsys):

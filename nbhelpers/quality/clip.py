@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from .. import media
-from ..errors import InputError
+from ..errors import InputError, MediaError
 from .mfcc import INT16_SCALE
 
 __all__ = ["audio_samples", "check_video", "frame_batches", "frame_count", "is_path"]
@@ -36,10 +36,18 @@ def audio_samples(video: Any, audio: Any) -> np.ndarray:
 
 
 def check_video(video: Any) -> None:
-    """Raise :class:`InputError` unless ``video`` is an existing file or (N, H, W, 3) uint8 frames."""
+    """Raise :class:`InputError` unless ``video`` is an existing file other than a photo (a still mouth has no sync
+    to score), or (N, H, W, 3) uint8 frames."""
     if is_path(video):
         if not Path(video).is_file():
             raise InputError(f"video {str(video)!r} does not exist; give the path of a clip with the face in view.")
+        try:
+            still = media.probe(video, count_frames=False).is_image
+        except MediaError:
+            return  # unreadable: the reader says why
+        if still:
+            raise InputError(f"video {str(video)!r} is a photo: a still mouth has no sync to score. Score a video of "
+                             "the face speaking, such as the output of lipsync.")
         return
     arr = np.asarray(video) if not hasattr(video, "iter_batches") else None
     if arr is not None and (arr.ndim != 4 or arr.shape[-1] != 3 or arr.dtype != np.uint8):
