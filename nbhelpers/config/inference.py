@@ -106,10 +106,10 @@ class InferenceConfig:
     face: str | int = setting("largest", rule=FACE_RULE, label="face",
                               source="one face per frame officially (musetalk/utils/preprocessing.py:84-111)",
                               help="which face is repainted when the video shows several: largest (the backend's "
-                                   "own pick per frame), a track number of pipe.faces(video), a point x,y or box "
-                                   "x1,y1,x2,y2 in frame 0 (x,y@12: in frame 12), or speaker (per stretch of "
-                                   "speech, the face whose mouth moves with the audio; lip-sync only). Other faces "
-                                   "pass through unchanged")
+                                   "own pick per frame), a track number (from 0, in order of first appearance, left "
+                                   "to right), a point x,y or box x1,y1,x2,y2 in frame 0 (x,y@12: in frame 12), or "
+                                   "speaker (per stretch of speech, the face whose mouth moves with the audio; "
+                                   "lip-sync only). Other faces pass through unchanged")
     compile: str = setting("auto", choices=COMPILE_MODES, key=False,
                            help="torch.compile the UNet, VAE, face parser and (offline) S3FD and DWPose on CUDA in the "
                                 "background while the job starts eagerly; 'auto' where compiling can run (Triton, "
