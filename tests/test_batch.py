@@ -336,7 +336,8 @@ def test_too_short_audio_and_a_missing_video_fail_at_the_checks_in_batch_terms(t
     short, gone, wide = batch.run(jobs, weights_dir=tiny_weights).outcomes
     assert short.status == "failed" and "lasts 0.020 s, shorter than one frame" in short.error
     assert "notebook" not in gone.error and "relative to its folder" in gone.error
-    assert wide.error.startswith("InputError: box = (1, 1, 60, 80) does not fit")
+    assert wide.error.startswith("InputError: job 3: box 1,1,60,80 does not fit the frame: the rule is 0 <= x1 < x2 "
+                                 "<= 64"), wide.error
     starts.clear()
     assert [o.status for o in batch.run(jobs, weights_dir=tiny_weights).outcomes] == ["failed"] * 3
     assert starts == []  # the hints of all three match: no Ray on the rerun

@@ -4,6 +4,7 @@ inputs, skipped as finished, or put in its face group for the scheduler."""
 from __future__ import annotations
 
 import os
+import re
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -34,14 +35,19 @@ def _fit_error(job: Job, face: Any, video_info: Any) -> str:
     (:func:`~nbhelpers.checks.check_face`, naming where the job was read); "" when both fit or there is no video."""
     if video_info is None:
         return ""
+    where = job.source or f"job {job.name!r}"
+    box = job.settings.get("box")
     try:
-        check_boxes(job.settings.get("box"), job.video, video_info)
-    except NbHelpersError as exc:  # the message names the Python argument "boxes"; a job's setting is "box"
-        return error_text(exc).replace(": boxes = ", ": box = ", 1).replace(": boxes must", ": box must", 1)
+        check_boxes(box, job.video, video_info)
+    except NbHelpersError as exc:  # the message names the Python argument "boxes = (x1, ...)"; a job's setting is "box"
+        if not isinstance(exc, InputError):
+            return error_text(exc)
+        text = re.sub(r"^boxes = \([^)]*\)", "box " + ",".join(str(v) for v in box), str(exc))
+        return error_text(InputError(f"{where}: {text.replace('boxes must', 'box must', 1)}"))
     try:
         check_face(face, video_info)
     except InputError as exc:
-        return error_text(InputError(f"{job.source or f'job {job.name!r}'}: {exc}"))
+        return error_text(InputError(f"{where}: {exc}"))
     return ""
 
 

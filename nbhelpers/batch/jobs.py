@@ -235,9 +235,10 @@ def check_jobs(jobs: Iterable[Job | Mapping[str, Any]]) -> list[Job]:
     names: set[str] = set()
     for k, job in enumerate(jobs):
         if isinstance(job, Mapping):
-            job = _job_from_row(job, Path.cwd(), f"job {k}")
+            job = _job_from_row(job, Path.cwd(), f"job {k + 1}")  # counted from 1, as the output checks count
         elif not isinstance(job, Job):
-            raise InputError(f"job {k} must be a Job or a dict with video, audio and output; got {type(job).__name__}.")
+            raise InputError(f"job {k + 1} must be a Job or a dict with video, audio and output; got "
+                             f"{type(job).__name__}.")
         paths = [_clean_path(p) for p in (job.video, job.audio, job.output)]
         name, n = job.name, 1
         while name in names:
