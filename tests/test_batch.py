@@ -185,6 +185,37 @@ def test_bad_jobs_files_say_what_is_wrong(tmp_path, text, message):
 
 
 @pytest.mark.notorch
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
+def test_every_bad_row_of_a_jobs_file_is_named_at_once(tmp_path, suffix):
+    """A new user's file with three bad rows took three runs: read_jobs stopped at the first. The good rows in
+    between are not named; past ten, the rest are counted."""
+    from nbhelpers.batch import read_jobs
+    from nbhelpers.errors import InputError
+
+    rows = [("a.mp4", "1.wav", "5"), ("b.mp4", "", "5"), ("c.mp4", "3.wav", "up"), ("d.mp4", "4.wav", "7"),
+            ("e.mp4", "5.wav", "2.5")]
+    if suffix == ".csv":
+        text = "video,audio,bbox_shift\n" + "".join(f"{v},{a},{b}\n" for v, a, b in rows)
+        first = 2
+    else:
+        text = "".join(json.dumps({"video": v, "audio": a, "bbox_shift": b}) + "\n" for v, a, b in rows)
+        first = 1
+    path = tmp_path / f"jobs{suffix}"
+    path.write_text(text)
+    with pytest.raises(InputError) as caught:
+        read_jobs(path)
+    lines = str(caught.value).splitlines()
+    assert lines[0] == "3 rows of the jobs file are not valid jobs:", lines
+    assert [ln.split(":")[0].split(",")[0] for ln in lines[1:]] == [f"- {path.name} line {first + k}"
+                                                                    for k in (1, 2, 4)]
+    assert "audio missing" in lines[1] and "got 'up'" in lines[2] and "got '2.5'" in lines[3]
+    path.write_text("video,audio,bbox_shift\n" + "a.mp4,1.wav,x\n" * 12 if suffix == ".csv" else
+                    (json.dumps({"video": "a.mp4", "audio": "1.wav", "bbox_shift": "x"}) + "\n") * 12)
+    with pytest.raises(InputError, match=r"^12 rows .*\n(- .*\n){10}- and 2 more\.$"):
+        read_jobs(path)
+
+
+@pytest.mark.notorch
 def test_a_jobs_file_not_in_utf8_is_refused_with_how_to_save_it(tmp_path):
     from nbhelpers.batch import read_jobs
     from nbhelpers.errors import InputError

@@ -135,16 +135,22 @@ def _kept_lines(text: str) -> list[tuple[int, str]]:
     return [(k, ln) for k, ln in enumerate(text.splitlines(), 1) if ln.strip() and not ln.lstrip().startswith("#")]
 
 
+def _jsonl_job(line: str, k: int, name: str, base: Path) -> Job:
+    try:
+        row = json.loads(line)
+    except ValueError as exc:
+        raise InputError(f"{name} line {k} is not JSON ({exc}); write one job object per line.") from None
+    if not isinstance(row, dict):
+        raise InputError(f"{name} line {k}: a job is a JSON object; got {type(row).__name__}.")
+    return _job_from_row(row, base, f"{name} line {k}")
+
+
 def _jobs_from_jsonl(text: str, name: str, base: Path) -> list[Job]:
-    jobs = []
+    jobs, rows = [], _RowErrors()
     for k, line in _kept_lines(text):
-        try:
-            row = json.loads(line)
-        except ValueError as exc:
-            raise InputError(f"{name} line {k} is not JSON ({exc}); write one job object per line.") from None
-        if not isinstance(row, dict):
-            raise InputError(f"{name} line {k}: a job is a JSON object; got {type(row).__name__}.")
-        jobs.append(_job_from_row(row, base, f"{name} line {k}"))
+        if job := rows.read(_jsonl_job, line, k, name, base):
+            jobs.append(job)
+    rows.raise_any()
     return jobs
 
 
@@ -155,14 +161,46 @@ def _jobs_from_csv(text: str, name: str, base: Path) -> list[Job]:
     # skipinitialspace: a quoted cell after ", " (`a.mp4, b.wav, o.mp4, "1,2,3,4"`) is still one cell
     reader = csv.DictReader(io.StringIO("\n".join(ln for _, ln in kept)), skipinitialspace=True)
     _check_header(reader.fieldnames or [], name)
-    jobs = []
+    jobs, rows = [], _RowErrors()
     for row in reader:
         where = f"{name} line {line_numbers[reader.line_num - 1]}"
         if None in row:
-            raise InputError(f"{where} has more cells than the header has columns (a box's commas need quotes: "
-                             '"190,160,360,330").')
-        jobs.append(_job_from_row(row, base, where))
+            rows.add(InputError(f"{where} has more cells than the header has columns (a box's commas need quotes: "
+                                '"190,160,360,330").'))
+        elif job := rows.read(_job_from_row, row, base, where):
+            jobs.append(job)
+    rows.raise_any()
     return jobs
+
+
+class _RowErrors:
+    """The errors of a jobs file's rows, raised together once every row is read (a fix for each at once)."""
+
+    SHOWN = 10  # rows listed in the message; the rest are counted
+
+    def __init__(self) -> None:
+        self.errors: list[InputError] = []
+
+    def add(self, exc: InputError) -> None:
+        self.errors.append(exc)
+
+    def read(self, make: Any, *args: Any) -> Job | None:
+        """``make(*args)``, or None with its InputError kept."""
+        try:
+            return make(*args)
+        except InputError as exc:
+            self.add(exc)
+            return None
+
+    def raise_any(self) -> None:
+        """Raise one InputError naming every failed row (a single one's error as it is); nothing when none failed."""
+        if len(self.errors) == 1:
+            raise self.errors[0]
+        if self.errors:
+            lines = [f"- {e}" for e in self.errors[:self.SHOWN]]
+            if len(self.errors) > self.SHOWN:
+                lines.append(f"- and {len(self.errors) - self.SHOWN} more.")
+            raise InputError(f"{len(self.errors)} rows of the jobs file are not valid jobs:\n" + "\n".join(lines))
 
 
 def read_jobs(path: str | os.PathLike) -> list[Job]:
@@ -171,7 +209,7 @@ def read_jobs(path: str | os.PathLike) -> list[Job]:
     back absolute; empty lines and ``#`` lines are skipped.
 
     Raises InputError when the file is missing or empty, a row lacks video or audio, has an unknown column or a bad
-    value, or two jobs share an output."""
+    value (every such row named in one message), or two jobs share an output."""
     path = Path(path).expanduser()
     if not path.is_file():
         raise InputError(f"jobs file {str(path)!r} does not exist; give a CSV (columns video,audio,output) or a "
