@@ -266,6 +266,18 @@ def test_lipsync_reports_a_box_outside_the_frame_before_the_weights(grey_clip, t
     assert err.startswith("error: --box=0,0,500,500 does not fit the frame") and "weights" not in err, err
 
 
+def test_score_says_of_its_files_what_lipsync_says(tmp_path, grey_clip, capsys):
+    """score's own checks said "audio file not found: 'x.wav'" where lipsync says "audio 'x.wav' does not exist.
+    Check the path", and named a silent video by its absolute path."""
+    from nbhelpers.cli.main import main
+
+    gone = tmp_path / "gone.wav"
+    assert main(["score", str(grey_clip), "--audio", str(gone), "--backend", "dlib"]) == 2
+    assert capsys.readouterr().err.startswith(f"error: audio {str(gone)!r} does not exist. Check the path")
+    assert main(["lipsync", str(grey_clip), str(gone), "--weights", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.startswith(f"error: audio {str(gone)!r} does not exist. Check the path")
+
+
 def test_score_of_a_photo_says_a_still_has_no_sync(tmp_path, tone_1s, capsys):
     """``score PHOTO.png`` asked for --audio, and with --audio said "1 frames are too few ... or a smaller max_lag",
     a Python argument."""
@@ -353,7 +365,7 @@ def test_an_empty_input_file_is_named_and_said_empty(tone_1s, grey_clip, tmp_pat
     assert main(["lipsync", str(empty), str(tone_1s), "--weights", str(tmp_path)]) == 2
     assert capsys.readouterr().err == f"error: media file {str(empty)!r} {said}"
     assert main(["score", str(grey_clip), "--audio", str(empty), "--backend", "dlib"]) == 2
-    assert capsys.readouterr().err == f"error: audio file {str(empty)!r} {said}"
+    assert capsys.readouterr().err == f"error: media file {str(empty)!r} {said}"  # score checks as lipsync does
 
 
 def test_the_no_face_hint_gives_the_flag_alone():
