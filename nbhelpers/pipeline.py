@@ -43,6 +43,7 @@ from .faces.memory import DetectionMemory
 from .framestore import FrameStore, check_disk_for_frames, expected_frames
 from .gpu import PlanWarning
 from .gpu.compile import BackgroundCompiler, cache_folder
+from .gpu.planner import FP16_ON_CPU
 from .latents import decode, encode_frames, unet_step
 from .offline import StreamedJob
 from .parsing import FaceParser
@@ -157,8 +158,8 @@ class MuseTalkPipeline(contextlib.AbstractContextManager):
         weights_path = check_weights_dir(weights_dir, base.version, base.landmark_backend)
         plan = gpu.plan(kind="lipsync", config=base.replace(batch_size=None), n_frames=None,
                         weights=_weights_kind(weights_path), warn=False)  # device and precision: no frames known
-        for note in (n for n in plan.warnings if n.startswith("fp16 was asked")):  # job-independent: said at load
-            warnings.warn(note, PlanWarning, stacklevel=2)
+        if FP16_ON_CPU in plan.warnings:  # job-independent: said at load
+            warnings.warn(FP16_ON_CPU, PlanWarning, stacklevel=2)
         planned = plan.config.replace(batch_size=base.batch_size)
         planned.reasons.update(plan.config.reasons)
         if base.batch_size is not None:  # the plan's batch reason is about a batch this config does not hold

@@ -258,6 +258,11 @@ def _checked_inputs(config: Any, n_frames: Any, frame_size: Any,
     return config, n_frames, size, f"{size[1]}x{size[0]} frames" + ("" if given else " assumed (frame size not given)")
 
 
+#: The plan's warning when fp16 was asked on the CPU; it holds for every job, so a pipeline says it at load.
+FP16_ON_CPU = ("fp16 was asked but the device is the CPU: fp16 falls back to fp32 (half-precision convolutions on "
+               "the CPU are slow or missing).")
+
+
 def _choose_fp16(config: InferenceConfig, on_cuda: bool, cc: Any, mm: MemoryModel, reasons: dict[str, str],
                  notes: list[str]) -> bool:
     """fp16 or fp32, its reason put in ``reasons`` (and a note when fp16 was asked on the CPU)."""
@@ -277,8 +282,7 @@ def _choose_fp16(config: InferenceConfig, on_cuda: bool, cc: Any, mm: MemoryMode
         fp16 = False
         if config.fp16:
             reasons["fp16"] = "fp32: fp16 was asked but the device is the CPU, so it falls back to fp32"
-            notes.append("fp16 was asked but the device is the CPU: fp16 falls back to fp32 (half-precision "
-                         "convolutions on the CPU are slow or missing).")
+            notes.append(FP16_ON_CPU)
         else:
             reasons["fp16"] = "fp32 on the CPU (half precision is slow or missing there)"
     return fp16
