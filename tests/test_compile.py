@@ -315,6 +315,47 @@ SCRIPT = textwrap.dedent("""
 
 
 @pytest.mark.slow
+def test_each_finished_part_is_in_the_cache_before_the_queue_ends(possible, monkeypatch, tmp_path):
+    """The cache was written only once every asked compile had ended: a command-line job that ended first (its
+    compile thread is a daemon) left nothing, and every run started cold. Now the cache file holds every part
+    compiled so far, one file per process, replaced as parts are added."""
+    import threading
+
+    gate, compiled = threading.Event(), []
+
+    def fake_compile(fn, **kwargs):
+        def run(*args, **kw):
+            if compiled:  # the second part waits: the process could end here
+                assert gate.wait(30)
+            compiled.append(args[0].shape[0])
+            return fn(*args, **kw)
+
+        return run
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    monkeypatch.setattr(torch.compiler, "save_cache_artifacts",  # torch's artifacts accumulate over the process
+                        lambda: (b"x" * 10 * len(compiled), None), raising=False)
+    folder = tmp_path / "cache"
+    comp = gc.BackgroundCompiler("cpu", mode="on", cache_dir=folder, facts={"net": "tiny"})
+    with torch.inference_mode():
+        comp.request("a", Net().eval(), torch.randn(2, 3, 8, 8), dynamic_batch=False)
+        comp.request("b", Net().eval(), torch.randn(3, 3, 8, 8), dynamic_batch=False)
+
+    def metas():
+        return [json.loads(p.read_text()) for p in folder.glob("*.json")]
+
+    for _ in range(300):  # the first part's file appears while the second still compiles
+        if metas():
+            break
+        threading.Event().wait(0.1)
+    assert [m["parts"] for m in metas()] == [["a 2x3x8x8"]] and comp.busy
+    gate.set()
+    assert comp.wait(30).state == "ready"
+    (meta,) = metas()
+    assert meta["parts"] == ["a 2x3x8x8", "b 3x3x8x8"] and meta["size"] == 20
+    assert len(list(folder.glob("*.bin"))) == 1
+
+
 def test_a_second_process_loads_the_first_ones_compile_cache(tmp_path):
     if not hasattr(torch.compiler, "save_cache_artifacts"):
         pytest.skip(f"torch {torch.__version__} has no torch.compiler.save_cache_artifacts (2.7 and later)")

@@ -255,7 +255,8 @@ class BackgroundCompiler:
         self._pending = 0
         self._lock = threading.Condition()
         self._thread: threading.Thread | None = None
-        self._compiled_here: list[str] = []
+        self._compiled_here: list[str] = []  # labels this process compiled, in order
+        self._saved: tuple[int, str | None] = (0, None)  # of those, how many the latest cache file holds; its stem
         self._cached: set[str] | None = None
         self.paused_depth = 0
         possible, why = (False, "compile='off'") if mode == "off" else can_compile(device)
@@ -391,11 +392,13 @@ class BackgroundCompiler:
                   "ready")
         while True:
             self._compile(*self._queue.get())
+            if folder is not None:  # after every part: a process that ends mid-queue keeps what it finished
+                self._save(folder, key, full)
             with self._lock:
                 self._pending -= 1
                 idle = self._pending == 0
             if idle:
-                self._finish(folder, key, full)
+                self._finish()
                 with self._lock:
                     self._lock.notify_all()
 
@@ -427,14 +430,27 @@ class BackgroundCompiler:
         self.status.part_seconds[label] = time.perf_counter() - t0
         self.status.seconds += self.status.part_seconds[label]
 
-    def _finish(self, folder: Path | None, key: str, full: dict) -> None:
+    def _save(self, folder: Path, key: str, full: dict) -> None:
+        """Write the artifacts of every part this process compiled as one cache file when a part was added since the
+        last, then remove this process's previous file, which the new one contains (torch's saved artifacts
+        accumulate over the process)."""
+        count, previous = self._saved
+        if len(self._compiled_here) == count:
+            return
+        stem = _save_artifacts(folder, key, self._compiled_here, full)
+        if stem is None:
+            return
+        self._saved = (len(self._compiled_here), stem)
+        if previous is not None and previous != stem:
+            for suffix in (".bin", ".json"):
+                with contextlib.suppress(OSError):
+                    (folder / f"{previous}{suffix}").unlink()
+
+    def _finish(self) -> None:
         failed = sum(p == "failed" for p in self.status.parts.values())
         self.status.state = "failed" if failed == len(self.status.parts) else "ready"
         if not failed:
             self.status.reason = f"{len(self.status.parts)} compiled: " + ", ".join(self.status.parts)
-        if folder is not None and self._compiled_here:
-            _save_artifacts(folder, key, self._compiled_here, full)
-            self._compiled_here = []
         self._say(str(self.status))
 
     def _folder(self) -> Path | None:
@@ -500,14 +516,15 @@ def _load_artifacts(folder: Path, key: str) -> bool:
     return loaded
 
 
-def _save_artifacts(folder: Path, key: str, labels: list[str], facts: dict[str, Any]) -> None:
-    """Write this process's new compile artifacts as ``<key>-<labels hash>.bin`` (temporary name, then rename)."""
+def _save_artifacts(folder: Path, key: str, labels: list[str], facts: dict[str, Any]) -> str | None:
+    """Write this process's compile artifacts as ``<key>-<labels hash>.bin`` and its ``.json`` (temporary names, then
+    renamed), the ``parts`` being ``labels``; returns the stem, None when nothing was written."""
     import torch
 
     with contextlib.suppress(Exception):  # a cache that cannot be written only costs the next session a compile
         saved = torch.compiler.save_cache_artifacts()
         if not saved or not saved[0]:
-            return
+            return None
         data = saved[0]
         stem = f"{key}-{hashlib.sha256(json.dumps(sorted(labels)).encode()).hexdigest()[:8]}"
         meta = {"format": CACHE_FORMAT, "sha256": hashlib.sha256(data).hexdigest(), "size": len(data),
@@ -520,3 +537,5 @@ def _save_artifacts(folder: Path, key: str, labels: list[str], facts: dict[str, 
             for p in (old, old.with_suffix(".json")):
                 with contextlib.suppress(OSError):
                     p.unlink()
+        return stem
+    return None
