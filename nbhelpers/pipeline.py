@@ -599,6 +599,11 @@ class MuseTalkPipeline(contextlib.AbstractContextManager):
         return gpu.release(*loaded)
 
     def __exit__(self, *exc) -> None:
+        if self._compiler is not None and self._compiler.busy:  # a script or command ending: its compile ends too
+            parts = self._compiler.status.parts.values()
+            done = sum(p == "compiled" for p in parts)
+            progress.note(f"the background compile did not finish before the job ended ({done} of {len(parts)} "
+                          "parts compiled). What finished is cached for the next run; the rest compiles again then.")
         self.release()
 
     def _rows(self) -> list[tuple[str, str]]:

@@ -237,6 +237,29 @@ def test_no_model_is_built_while_another_thread_loads_one(tiny_weights, monkeypa
         assert torch.equal(params[name], ref), name
 
 
+def test_a_pipeline_that_ends_before_its_compile_says_what_was_kept(tiny_weights, monkeypatch):
+    """A command-line job ended before its background compile and said nothing: the user could not know that the
+    next run compiles again."""
+    from nbhelpers import InferenceConfig, MuseTalkPipeline, progress
+    from nbhelpers.gpu.compile import CompileStatus
+
+    said = []
+    monkeypatch.setattr(progress, "note", said.append)
+
+    class Busy:
+        busy = True
+        status = CompileStatus("compiling", parts={"unet Bx8x32x32": "compiled", "vae decoder 8x4x32x32": "compiling"})
+
+    with MuseTalkPipeline.from_pretrained(tiny_weights, InferenceConfig(device="cpu")) as pipe:
+        pipe._compiler = Busy()
+    assert said == ["the background compile did not finish before the job ended (1 of 2 parts compiled). What "
+                    "finished is cached for the next run; the rest compiles again then."]
+    Busy.busy = False
+    with MuseTalkPipeline.from_pretrained(tiny_weights, InferenceConfig(device="cpu")) as pipe:
+        pipe._compiler = Busy()
+    assert len(said) == 1
+
+
 def test_warm_up_checks_its_batch_and_does_nothing_on_the_cpu(tiny_weights):
     from nbhelpers.config import InferenceConfig
     from nbhelpers.errors import InputError
