@@ -437,6 +437,25 @@ def test_report_prints_the_cpu_warning_once(capsys, monkeypatch):
     assert shown.count("Running on the CPU") == 1, shown
 
 
+@pytest.mark.parametrize(("rep", "rate", "said"), [
+    ("cpu", None, "compile (auto, the default): off: the models run on cpu; compiling pays only on a CUDA GPU."),
+    ("t4", 57.4, "compile (auto, the default): on: this GPU makes 57 TFLOP/s in fp16: the GPU limits jobs, compiled "
+                 "models pay."),
+    ("t4", 750.0, "compile (auto, the default): off: --compile auto and this GPU makes 750 TFLOP/s in fp16: the CPU "
+                  "side limits jobs here, so compiling would not pay (--compile on compiles anyway).")])
+def test_report_says_whether_the_default_compiles_here(rep, rate, said, capsys, monkeypatch):
+    """A new user could not find out whether compile was on: neither the report nor a clip's summary said."""
+    from nbhelpers.cli.main import main
+    from nbhelpers.gpu import compile as gc
+
+    monkeypatch.setattr(gpu, "report", lambda *a, **k: CPU_ONLY if rep == "cpu" else T4)
+    monkeypatch.setattr(gc, "can_compile", lambda device: (True, "") if str(device).startswith("cuda") else
+                        (False, f"the models run on {device}; compiling pays only on a CUDA GPU"))
+    monkeypatch.setattr(gc, "fp16_tflops", lambda device: rate)
+    assert main(["report"]) == 0
+    assert said in capsys.readouterr().out.splitlines()
+
+
 def test_report_plans_with_the_tiny_models_of_a_tiny_weights_folder(tiny_weights, capsys, monkeypatch):
     from nbhelpers.cli.main import main
 

@@ -206,6 +206,20 @@ def can_compile(device: Any) -> tuple[bool, str]:
     return True, ""
 
 
+def compile_decision(device: Any, mode: str = "auto") -> tuple[bool, str]:
+    """Whether models on ``device`` are compiled under ``compile=mode`` (one of :data:`COMPILE_MODES`), and why, in
+    words: ``off`` never; ``on`` where :func:`can_compile`; ``auto`` there too when the GPU's measured fp16 rate
+    (:func:`fp16_tflops`) is under :data:`GPU_WALL_TFLOPS`."""
+    possible, why = (False, "compile='off'") if mode == "off" else can_compile(device)
+    if possible and mode == "auto":
+        rate = fp16_tflops(device)
+        if rate >= GPU_WALL_TFLOPS:
+            return False, (f"compile='auto' and this GPU makes {rate:.0f} TFLOP/s in fp16: the CPU side limits jobs "
+                           "here, so compiling would not pay (compile='on' compiles anyway)")
+        why = f"this GPU makes {rate:.0f} TFLOP/s in fp16: the GPU limits jobs, compiled models pay"
+    return possible, why
+
+
 def fp16_tflops(device: Any) -> float:
     """The device's fp16 matrix-multiply rate in TFLOP/s, measured once per device (a 4096^3 product, median of 5
     after 2 warm-ups, CUDA events; about 20 ms on a T4)."""
@@ -259,14 +273,7 @@ class BackgroundCompiler:
         self._saved: tuple[int, str | None] = (0, None)  # of those, how many the latest cache file holds; its stem
         self._cached: set[str] | None = None
         self.paused_depth = 0
-        possible, why = (False, "compile='off'") if mode == "off" else can_compile(device)
-        if possible and mode == "auto":
-            rate = fp16_tflops(device)
-            if rate >= GPU_WALL_TFLOPS:
-                possible, why = False, (f"compile='auto' and this GPU makes {rate:.0f} TFLOP/s in fp16: the CPU side "
-                                        "limits jobs here, so compiling would not pay (compile='on' compiles anyway)")
-            else:
-                why = f"this GPU makes {rate:.0f} TFLOP/s in fp16: the GPU limits jobs, compiled models pay"
+        possible, why = compile_decision(device, mode)
         self.enabled = possible
         self.status = CompileStatus("idle" if possible else "off", why)
         if not possible and mode == "on":
