@@ -125,6 +125,28 @@ def test_read_jobs_csv_and_jsonl(tmp_path):
     assert job.output == tmp_path / "clips" / "a_1.mp4" and job.name == "a_1"
 
 
+def test_a_half_built_avatar_of_a_stopped_batch_is_removed_by_the_next(tmp_path, lavfi_video, lavfi_tone,
+                                                                       tiny_weights, monkeypatch):
+    """A batch stopped mid-preparation left ``<face>/.building-*/frames.mkv`` (121 MB in a new user's try) in the
+    avatar cache for good. The next batch on that cache removes it (it holds the cache's lock, so nobody is building
+    there) and keeps the avatars that were finished."""
+    pytest.importorskip("ray")
+    from nbhelpers import batch
+    from nbhelpers.config import BatchConfig
+
+    monkeypatch.setattr("nbhelpers.batch.cluster.init_ray", lambda *a, **k: False)
+    cache = tmp_path / "cache"
+    half = cache / "face-1234" / ".building-x1"
+    half.mkdir(parents=True)
+    (half / "frames.mkv").write_bytes(b"0" * 1000)
+    (cache / "face-1234" / "manifest.json").write_text("{}")  # a finished avatar's file stays
+    video, blip = lavfi_video("testsrc", "64x48", frames=4), lavfi_tone(0.02, 300)  # fails at the checks
+    jobs = [{"video": str(video), "audio": str(blip), "output": str(tmp_path / "o" / "a.mp4")}]
+    (outcome,) = batch.run(jobs, BatchConfig(cache_dir=cache), weights_dir=tiny_weights).outcomes
+    assert outcome.status == "failed"
+    assert not half.exists() and (cache / "face-1234" / "manifest.json").exists()
+
+
 @pytest.mark.notorch
 @pytest.mark.parametrize("text, message", [
     ("video,audio,output\na.mp4,1.wav,o.mp4\nb.mp4,2.wav,o.mp4\n", "job 1 ('o') and job 2 ('o-2') both write"),

@@ -32,6 +32,7 @@ from .records import (
     likely_work,
     outputs_folder,
     record_path,
+    remove_half_built,
     remove_partials,
     weights_state,
 )
@@ -106,6 +107,7 @@ def _run_locked(job_list: list[Job], config: BatchConfig, inference: InferenceCo
                 t0: float) -> BatchResult:
     """:func:`run` once its arguments are checked and the batch holds its locks."""
     remove_partials(*(j.output for j in job_list))
+    remove_half_built(cache)  # a batch stopped before it could tidy (killed, or the machine went down)
     slots, workers_note, ahead = _workers(config, inference, bool(config.address or os.environ.get("RAY_ADDRESS")))
     ray = RaySession(config.address, num_cpus=ahead, num_gpus=config.gpus)
     log, plan = RunLog(), WorkPlan()
@@ -138,6 +140,7 @@ def _run_locked(job_list: list[Job], config: BatchConfig, inference: InferenceCo
             ray.stop()  # the workers stop before their partial files are removed
         finally:  # a second Ctrl-C during the shutdown still leaves no partial file
             remove_partials(*(j.output for j in job_list))
+            remove_half_built(cache)
             if summary is not None:
                 write_stopped_summary(job_list, plan.outcomes, summary, exc, t0)
         raise

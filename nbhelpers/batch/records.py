@@ -12,6 +12,7 @@ import functools
 import hashlib
 import json
 import os
+import shutil
 import socket
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -196,6 +197,14 @@ def batch_lock(folder: Path, name: str = "batch.lock", what: str = "the avatar c
             fh.write(f"pid {os.getpid()} on {socket.gethostname()}, started {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
             fh.flush()
         yield
+
+
+def remove_half_built(cache: Path) -> None:
+    """Remove the half-built avatars a stopped or dead worker left in the face folders of ``cache``
+    (``<face>/.building-*``, :func:`nbhelpers.avatar.prepare`'s work folders); the caller holds the cache's lock, so
+    no worker of another batch is building there."""
+    for work in cache.glob("*/.building-*"):  # none when the cache folder is missing
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def remove_partials(*outputs: Path) -> None:
