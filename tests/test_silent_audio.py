@@ -47,3 +47,25 @@ def test_a_job_on_silence_warns_before_the_work_and_finishes(make_media, tiny_we
     assert len(silent) == 1 and "silence-0.4s.wav' is silent" in str(silent[0].message)
     assert warned_at_first_frame == [True]  # said before the work, not after
     assert result.n_frames == 10 and result.output.is_file() and seen == list(range(10))
+
+
+def test_a_batch_warns_of_a_silent_audio_at_its_checks(make_media, lavfi_tone, tmp_path):
+    """A batch job on silence finished with no warning anywhere: the worker's warning reached no console. The
+    batch's checks (one probe per distinct file) now warn, once per file; a speech file passes quietly."""
+    from nbhelpers.batch.inputs import probe_inputs
+    from nbhelpers.batch.jobs import check_jobs
+
+    video = make_media("testsrc-64-4f.mp4", "-f", "lavfi", "-i", "testsrc=size=64x64:rate=25", "-frames:v", "4",
+                       "-pix_fmt", "yuv420p")
+    silence = make_media("silence-0.4s.wav", "-f", "lavfi", "-i", "anullsrc=r=16000:cl=mono", "-t", "0.4")
+    tone = lavfi_tone(0.4)
+    jobs = check_jobs([{"video": str(video), "audio": str(a), "output": str(tmp_path / f"o{k}.mp4")}
+                       for k, a in enumerate((silence, tone, silence))])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        probed = probe_inputs(jobs, lambda path: None)
+    silent = [str(w.message) for w in caught if issubclass(w.category, SilentAudioWarning)]
+    assert silent == [f"audio {str(silence)!r} is silent: digital silence (every sample is 0). The job goes on, but "
+                      "the mouth will barely move; check that it is the right file and track (a muted recording, or "
+                      "the wrong channel)."]
+    assert all(error == "" for _, error in probed.audios.values())

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..checks import check_audio, check_boxes, check_face, check_speech_seconds, check_video
+from .. import media
+from ..checks import check_audio, check_boxes, check_face, check_speech_seconds, check_video, warn_if_silent
 from ..config import InferenceConfig
 from ..constants import FPS
 from ..errors import InputError, NbHelpersError
@@ -66,7 +67,8 @@ class Probed:
 
 
 def probe_inputs(job_list: Sequence[Job], fingerprints: Callable[[Path], Any]) -> Probed:
-    """Probe every distinct video and audio once, in threads, and fingerprint the readable ones."""
+    """Probe every distinct video and audio once, in threads, and fingerprint the readable ones; a silent audio is
+    warned about (:class:`~nbhelpers.errors.SilentAudioWarning`) and its jobs go on."""
 
     def probe(check: Callable[[Any], tuple[Path, Any]], path: Path) -> tuple[Path, tuple[Any, str]]:
         try:
@@ -78,9 +80,15 @@ def probe_inputs(job_list: Sequence[Job], fingerprints: Callable[[Path], Any]) -
                 "(upload the file first in notebook 02_media, or give the full path)",
                 "(a relative path in a jobs file is relative to its folder)"))
 
+    def check_speech(path: Path) -> tuple[Path, Any]:
+        """check_audio, then a warning here for a silent file (a worker's own warning reaches no console)."""
+        checked = check_audio(path)
+        warn_if_silent(media.load_audio(path), f"audio {str(path)!r}")
+        return checked
+
     with ThreadPoolExecutor(min(8, max(2, os.cpu_count() or 1)), thread_name_prefix="batch-probe") as pool:
         videos = pool.map(lambda p: probe(check_video, p), dict.fromkeys(j.video for j in job_list))
-        audios = pool.map(lambda p: probe(check_audio, p), dict.fromkeys(j.audio for j in job_list))
+        audios = pool.map(lambda p: probe(check_speech, p), dict.fromkeys(j.audio for j in job_list))
         return Probed(dict(videos), dict(audios))
 
 
