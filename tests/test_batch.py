@@ -149,9 +149,9 @@ def test_a_half_built_avatar_of_a_stopped_batch_is_removed_by_the_next(tmp_path,
 
 @pytest.mark.notorch
 @pytest.mark.parametrize("text, message", [
-    ("video,audio,output\na.mp4,1.wav,o.mp4\nb.mp4,2.wav,o.mp4\n", "job 1 ('o') and job 2 ('o-2') both write"),
+    ("video,audio,output\na.mp4,1.wav,o.mp4\nb.mp4,2.wav,o.mp4\n", "jobs.csv line 2 and jobs.csv line 3 both write"),
     ("video,audio,output\na.mp4,1.wav,a.mp4\n", "a.mp4', which is its own video: writing it would replace"),
-    ("video,audio,output\na.mp4,1.wav,o.mp4\no.mp4,2.wav,p.mp4\n", "o.mp4', which is job 2 ('p')'s video"),
+    ("video,audio,output\na.mp4,1.wav,o.mp4\no.mp4,2.wav,p.mp4\n", "o.mp4', which is jobs.csv line 3's video"),
     ("video,audio,output,colour\na.mp4,1.wav,o.mp4,red\n", "unknown column(s) colour"),
     ("video,audio,output\na.mp4,,o.mp4\n", "audio missing"),
     ("video,audio,output\na.mp4,1.wav,o.mov\n", "output must end in .mp4"),

@@ -246,8 +246,8 @@ def _check_header(columns: Sequence[str], file_name: str) -> None:
 
 def _check_outputs(jobs: Sequence[Job]) -> None:
     """Refuse two jobs writing one output, and an output that is a job's input (InputError naming both)."""
-    def label(k: int) -> str:
-        return f"job {k + 1} ({jobs[k].name!r})"
+    def label(k: int) -> str:  # where it was read ("jobs.csv line 4"), else its place in the list
+        return jobs[k].source or f"job {k + 1} ({jobs[k].name!r})"
 
     outputs: dict[Path, int] = {}
     for k, job in enumerate(jobs):
