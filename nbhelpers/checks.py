@@ -16,54 +16,20 @@ import numpy as np
 from . import gpu, media, restore, weights
 from .config import InferenceConfig, parse_face
 from .constants import FPS, SAMPLE_RATE
-from .errors import InputError, MediaError, NoAudioError, NoFaceError, SilentAudioWarning, plural
+from .errors import InputError, NoFaceError, SilentAudioWarning, plural
 from .faces.boxes import boxes_count_message, single_box, user_boxes
 from .framestore import expected_frames, output_frame_count
-from .media.video import no_video_error
-
-
-def check_path_type(value: Any, name: str) -> None:
-    """InputError naming ``name`` unless ``value`` is a str or os.PathLike (an int or a list is not a path)."""
-    if not isinstance(value, (str, os.PathLike)):
-        raise InputError(f"{name} must be a file path (a str or pathlib.Path); got {type(value).__name__} "
-                         f"{value!r}. Pass the path in quotes, as in \"clip.mp4\".")
-
-
-def _as_input_path(value: Any, name: str) -> Path:
-    if value is None or (isinstance(value, str) and not value.strip()):
-        raise InputError(f"{name} is required: give the path of a file; got {value!r}.")
-    check_path_type(value, name)
-    path = Path(os.fspath(value)).expanduser()
-    if not path.exists():
-        raise InputError(f"{name} {str(path)!r} does not exist. Check the path (upload the file first in "
-                         "notebook 02_media, or give the full path).")
-    if path.is_dir():
-        raise InputError(f"{name} {str(path)!r} is a folder; give a video, image or audio file.")
-    return path
-
-
-def _check_media(value: Any, stream: str):
-    path = _as_input_path(value, stream)
-    try:
-        info = media.probe(path)
-    except MediaError as exc:
-        what = " as a video or image" if stream == "video" else ""
-        raise InputError(f"{stream} {str(path)!r} could not be read{what}: {exc}") from exc
-    if stream == "video" and not info.has_video:
-        raise no_video_error(path, info)
-    if stream == "audio" and not info.has_audio:
-        raise NoAudioError("audio", str(path), info)
-    return path, info
+from .media.inputs import check_input, check_path_type
 
 
 def check_video(video: Any):
     """``(path, media_info)`` of ``video``; InputError unless it is a readable video or photo file."""
-    return _check_media(video, "video")
+    return check_input(video, "video")
 
 
 def check_audio(audio: Any):
     """``(path, media_info)`` of ``audio``; InputError (NoAudioError without sound) unless a readable sound file."""
-    return _check_media(audio, "audio")
+    return check_input(audio, "audio")
 
 
 def check_speech_seconds(seconds: float | None, what: str = "audio") -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 
 from .. import gpu, weights
 from ..gpu.compile import compile_decision
@@ -41,7 +42,7 @@ def report(args: argparse.Namespace) -> int:
         print(f"{folder} holds tiny random test weights: the plan is for the tiny models.")
         plan = str(plan).replace(plan.verdict, f"{plan.verdict} [the tiny test models, not a real job]", 1)
     print(cli_terms(str(plan)))
-    if rep.has_torch:  # what --compile auto (the default) does here
+    if importlib.util.find_spec("torch") is not None:  # what --compile auto (the default) does here
         on, why = compile_decision(rep.device, "auto")
         print(cli_terms(f"compile (auto, the default): {'on' if on else 'off'}: {why}."))
     return 0

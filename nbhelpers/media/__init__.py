@@ -11,6 +11,7 @@ from __future__ import annotations
 from .audio import audio_duration, cut_audio, load_audio
 from .ffmpeg import SYNTHETIC_TAG, WRITER_STALL_TIMEOUT_S, ffmpeg_exe, ffmpeg_version
 from .folders import check_writable, missing_folders, remove_empty, write_problem
+from .inputs import check_input
 from .probing import MediaInfo, StreamInfo, probe
 from .video import VideoReader, frames_at, load_video, read_frame
 from .writer import (
@@ -25,6 +26,7 @@ from .writer import (
 )
 
 __all__ = ["ENCODER_SETTINGS", "SYNTHETIC_TAG", "WRITER_STALL_TIMEOUT_S", "EncoderChoice", "MediaInfo", "StreamInfo",
-           "VideoReader", "VideoWriter", "audio_duration", "check_writable", "choose_encoder", "convert_to_25fps",
-           "cut_audio", "demo_inputs", "ffmpeg_exe", "ffmpeg_version", "frames_at", "load_audio", "load_video",
-           "missing_folders", "nvenc_probe", "padded_size_note", "probe", "read_frame", "remove_empty", "write_problem"]
+           "VideoReader", "VideoWriter", "audio_duration", "check_input", "check_writable", "choose_encoder",
+           "convert_to_25fps", "cut_audio", "demo_inputs", "ffmpeg_exe", "ffmpeg_version", "frames_at", "load_audio",
+           "load_video", "missing_folders", "nvenc_probe", "padded_size_note", "probe", "read_frame", "remove_empty",
+           "write_problem"]

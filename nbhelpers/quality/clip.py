@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import checks, media
+from .. import media
 from ..errors import InputError
 from .mfcc import INT16_SCALE
 
@@ -25,9 +25,9 @@ def audio_samples(video: Any, audio: Any) -> np.ndarray:
         if not is_path(video):
             raise InputError("audio is None but video is an array of frames, which carries no sound: pass audio= "
                              "a speech file or a 16 kHz waveform.")
-        return media.load_audio(checks.check_audio(video)[0])  # NoAudioError, as a job says it, for a silent video
+        return media.load_audio(media.check_input(video, "audio")[0])  # NoAudioError for a silent video
     if is_path(audio):
-        return media.load_audio(checks.check_audio(audio)[0])
+        return media.load_audio(media.check_input(audio, "audio")[0])
     arr = np.asarray(audio)
     if arr.ndim != 1 or arr.size == 0 or not np.issubdtype(arr.dtype, np.number):
         raise InputError(f"audio must be a path or a 1-D 16 kHz waveform; got shape {arr.shape}, dtype {arr.dtype}.")
@@ -38,7 +38,7 @@ def check_video(video: Any) -> None:
     """Raise :class:`InputError` unless ``video`` is an existing file other than a photo (a still mouth has no sync
     to score), or (N, H, W, 3) uint8 frames."""
     if is_path(video):
-        path, info = checks.check_video(video)  # missing, a folder, unreadable or sound only: as a job says it
+        path, info = media.check_input(video, "video")  # missing, a folder, unreadable or sound only: as a job says it
         if info.is_image:
             raise InputError(f"video {str(path)!r} is a photo: a still mouth has no sync to score. Score a video of "
                              "the face speaking, such as the output of lipsync.")
