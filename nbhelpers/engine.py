@@ -390,8 +390,9 @@ def run(source: SourceFaces, features: Any, models: Any, batch_size: int, n_out:
 
     ``source`` is a :class:`SourceFaces`, or an iterable of :class:`Piece` covering frames 0..n_out-1 in order (a
     generator preparing each piece when asked overlaps that work with the encoder). ``timings`` also gets
-    ``encode_wait``. ``render_gate`` (a lock or semaphore, or None) is held from the first batch until the last one
-    is rendered, so threads sharing it render at most as many clips at once as it admits. ``desc`` names the bar.
+    ``encode_wait``: seconds this thread waited for the encoder (its queue full, then the last batches).
+    ``render_gate`` (a lock or semaphore, or None) is held from the first batch until the last one is rendered, so
+    threads sharing it render at most as many clips at once as it admits. ``desc`` names the bar.
     Raises what the writer or the callback raised (in the calling thread), and what :func:`render` raises."""
     pieces = [Piece(0, n_out, source)] if isinstance(source, SourceFaces) else source
     ring = PinnedRing()
@@ -463,6 +464,7 @@ class BackgroundWriter:
                 raise self.error
             try:
                 self.queue.put(item, timeout=min(0.5, self.timeout_s))
+                self.wait_s += time.monotonic() - start  # the caller waited for the encoder (a full queue)
                 return
             except queue.Full:
                 if not self.thread.is_alive():
@@ -504,7 +506,7 @@ class BackgroundWriter:
                 self.error = exc
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        start = time.perf_counter()
+        start, waited = time.perf_counter(), self.wait_s
         try:
             if self.thread.is_alive():  # else already stopped (a stall was handled)
                 self._enqueue(None)
@@ -515,7 +517,7 @@ class BackgroundWriter:
             if exc_type is None:
                 raise  # else the job's own exception is the one to see
         finally:
-            self.wait_s = time.perf_counter() - start
+            self.wait_s = waited + time.perf_counter() - start
         if exc_type is None and self.error is not None:
             raise self.error
 
