@@ -61,6 +61,8 @@ step() {  # step NAME SECONDS COMMAND...: log to $OUT/NAME.log; t4-* steps on th
   echo "$name: exit $? in $(( $(date +%s) - t0 )) s (at $(( $(date +%s) - start )) s)" | tee -a "$OUT/steps.txt"
 }
 two="taskset -c 0,1"
+# CPUTIME=1: the lipsync steps run under bench/cputime.py, its per-thread and per-process CPU report in $OUT/cpu-STEP.txt
+py() { if [ -n "${CPUTIME:-}" ]; then echo "python3 $PWD/bench/cputime.py --out $OUT/cpu-$1.txt --"; else echo python3; fi; }
 eager() { case $1 in h200e-*|t4e-*) echo "--compile off" ;; esac; }  # h200e-*, t4e-*: compile off
 for s in "$@"; do
   case $s in
@@ -105,13 +107,13 @@ print(make_face_weights(make_full_weights(Path('$W'))))" ;;
       $([ $s = t4-lipsync-ours ] && echo --skip-official) ${LIPSYNC_EXTRA:-} ;;
     h200-warm) step h200-warm 200 bash -c "python3 bench/compile.py --weights $W --batch 20 --parts unet,decoder \
       --no-timing && python3 bench/compile.py --weights $W --batch 32 --parts decoder,encoder,parser --no-timing" ;;
-    h200-lipsync|h200e-lipsync) step $s 150 $two python3 bench/lipsync.py --seconds 20 --cores 2 --skip-official \
+    h200-lipsync|h200e-lipsync) step $s 150 $two $(py $s) bench/lipsync.py --seconds 20 --cores 2 --skip-official \
       --encoder libx264 --work /tmp/ls --weights $W --out "$OUT/$s.json" $(eager $s) ${LIPSYNC_EXTRA:-} ;;
     h200-realtime|h200e-realtime) step $s 150 $two python3 bench/realtime.py --seconds 20 --cores 2 --weights $W \
       --work /tmp/rt2 --skip-reference --encoders libx264,libx264-veryfast --out "$OUT/$s.json" $(eager $s) ;;
     h200-live|h200e-live) step $s 100 $two python3 bench/live.py --seconds 8 --weights $W --work /tmp/rt2 \
       $(eager $s) ;;
-    base-lipsync) step base-lipsync 60 env PYTHONPATH=/tmp/site:$PWD/.base bash -c "cd .base && $two python3 \
+    base-lipsync) step base-lipsync 60 env PYTHONPATH=/tmp/site:$PWD/.base bash -c "cd .base && $two $(py base-lipsync) \
       bench/lipsync.py --seconds 20 --cores 2 --skip-official --encoder libx264 --work /tmp/lsb --weights $W \
       --out $OUT/base-lipsync.json" ;;
     base-realtime) step base-realtime 60 env PYTHONPATH=/tmp/site:$PWD/.base bash -c "cd .base && $two python3 \
