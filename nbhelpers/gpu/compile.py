@@ -271,6 +271,7 @@ class BackgroundCompiler:
         self._thread: threading.Thread | None = None
         self._compiled_here: list[str] = []  # labels this process compiled, in order
         self._saved: tuple[int, str | None] = (0, None)  # of those, how many the latest cache file holds; its stem
+        self._from_cache: set[str] = set()  # the parts the cache files loaded at start hold
         self._cached: set[str] | None = None
         self.paused_depth = 0
         possible, why = compile_decision(device, mode)
@@ -391,7 +392,8 @@ class BackgroundCompiler:
         key, full = cache_key({**facts, "options": self.options})
         folder = self._folder()
         if folder is not None:
-            self.status.warm = _load_artifacts(folder, key)
+            loaded = _load_artifacts(folder, key)
+            self.status.warm, self._from_cache = loaded is not None, loaded or set()
         if self.status.warm and "TORCHINDUCTOR_COMPILE_THREADS" not in os.environ:
             _no_worker_pool()
         how = "from the cache of an earlier session" if self.status.warm else "one time: minutes on 2 CPU cores"
@@ -439,10 +441,11 @@ class BackgroundCompiler:
 
     def _save(self, folder: Path, key: str, full: dict) -> None:
         """Write the artifacts of every part this process compiled as one cache file when a part was added since the
-        last, then remove this process's previous file, which the new one contains (torch's saved artifacts
-        accumulate over the process)."""
+        last and not every part is in the files loaded at start, then remove this process's previous file, which the
+        new one contains (torch's saved artifacts accumulate over the process). A warm session that compiled only
+        cached parts writes nothing: the write would delay the next part for a file the folder already holds."""
         count, previous = self._saved
-        if len(self._compiled_here) == count:
+        if len(self._compiled_here) == count or set(self._compiled_here) <= self._from_cache:
             return
         stem = _save_artifacts(folder, key, self._compiled_here, full)
         if stem is None:
@@ -506,11 +509,12 @@ def _no_worker_pool() -> None:
     inductor_config.compile_threads = 1
 
 
-def _load_artifacts(folder: Path, key: str) -> bool:
-    """Load every cache file of ``key`` whose bytes match the SHA-256 recorded beside it; True if one loaded."""
+def _load_artifacts(folder: Path, key: str) -> set[str] | None:
+    """Load every cache file of ``key`` whose bytes match the SHA-256 recorded beside it; the parts the loaded files
+    hold (their ``parts``), None when none loaded."""
     import torch
 
-    loaded = False
+    loaded: set[str] | None = None
     for meta_path in sorted(folder.glob(f"{key}-*.json")):
         path = meta_path.with_suffix(".bin")
         with contextlib.suppress(Exception):  # an unreadable file only costs a cold compile
@@ -519,7 +523,7 @@ def _load_artifacts(folder: Path, key: str) -> bool:
             if meta.get("format") == CACHE_FORMAT and hashlib.sha256(data).hexdigest() == meta.get("sha256"):
                 torch.compiler.load_cache_artifacts(data)
                 os.utime(path)  # the most recently used files are kept when the folder is trimmed
-                loaded = True
+                loaded = (loaded or set()) | set(meta.get("parts") or ())
     return loaded
 
 
