@@ -89,6 +89,44 @@ def test_avatar_generate_writes_each_clip_into_an_existing_folder(tmp_path, tone
     assert "give a folder (-o DIR) or leave -o out" in capsys.readouterr().err
 
 
+def test_avatar_generate_runs_with_the_device_batch_and_compile_given(tmp_path, tone_1s, monkeypatch, capsys):
+    """The runtime flags change only those settings of the avatar's; the cached ones (here bbox_shift) stay, and no
+    flag loads the avatar with its own settings."""
+    from nbhelpers import InferenceConfig
+    from nbhelpers.cli.main import main
+
+    stored = InferenceConfig(bbox_shift=5, batch_size=8, compile="auto", fp16=True)
+    monkeypatch.setattr("nbhelpers.cli.avatar.read_meta", lambda directory, check: {"params": stored.to_dict()})
+    configs = []
+
+    class Loaded:
+        def generate(self, audio, output, encoder=None):
+            raise SystemExit(0)  # the settings are what this test is about
+
+    monkeypatch.setattr("nbhelpers.cli.avatar.load_avatar", lambda *a, config=None, **k: configs.append(config)
+                        or Loaded())
+    out = str(tmp_path / "o.mp4")
+    for flags in (["--device", "cpu", "--compile", "off", "--batch-size", "4", "--fp32"], []):
+        with pytest.raises(SystemExit):
+            main(["avatar", "generate", str(tmp_path), str(tone_1s), "-o", out, *flags])
+    given, default = configs
+    assert (given.device, given.compile, given.batch_size, given.fp16, given.bbox_shift) == ("cpu", "off", 4, False, 5)
+    assert default is None
+    assert main(["avatar", "generate", str(tmp_path), str(tone_1s), "-o", out, "--device", "tpu"]) == 2
+    assert len(configs) == 2 and "--device" in capsys.readouterr().err
+
+
+def test_an_avatar_loaded_with_a_config_takes_its_compile_mode():
+    from pathlib import Path
+
+    from nbhelpers import InferenceConfig
+    from nbhelpers.avatar.avatar import stored_config
+
+    meta = {"params": InferenceConfig(bbox_shift=3, compile="auto").to_dict()}
+    got = stored_config(meta, InferenceConfig(bbox_shift=3, compile="off", device="cpu"), Path("avatar"))
+    assert (got.compile, got.device, got.bbox_shift) == ("off", "cpu", 3)
+
+
 def test_demo_refuses_an_output_name_before_making_weights(tmp_path, monkeypatch, capsys):
     """``demo -o out.txt --tiny`` is refused before the tiny weights are made (seconds of work) or anything is
     downloaded."""

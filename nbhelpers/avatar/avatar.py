@@ -286,9 +286,13 @@ def read_meta(directory: Path, *, check: bool = True) -> dict[str, Any]:
     return meta
 
 
+#: The settings an avatar is run with that its cache does not depend on: ``load_avatar(config=...)`` takes them.
+RUNTIME_FIELDS = ("device", "fp16", "batch_size", "compile", "encoder", "restore", "restore_strength")
+
+
 def stored_config(meta: dict[str, Any], config: InferenceConfig | None, directory: Path) -> InferenceConfig:
-    """The manifest's settings with ``config``'s device, precision, batch size, encoder and restorer; CacheError
-    when ``config`` differs in a cached field (an ``"auto"`` landmark backend matches any)."""
+    """The manifest's settings with ``config``'s device, precision, batch size, compile mode, encoder and restorer;
+    CacheError when ``config`` differs in a cached field (an ``"auto"`` landmark backend matches any)."""
     stored = InferenceConfig(**meta["params"])
     if config is None:
         return stored
@@ -297,8 +301,7 @@ def stored_config(meta: dict[str, Any], config: InferenceConfig | None, director
     if diff:
         raise CacheError(f"the avatar in {directory} was prepared with other settings ({', '.join(diff)}); "
                          "prepare it again with prepare_avatar(..., config=...)")
-    return stored.replace(device=config.device, fp16=config.fp16, batch_size=config.batch_size,
-                          encoder=config.encoder, restore=config.restore, restore_strength=config.restore_strength)
+    return stored.replace(**{f: getattr(config, f) for f in RUNTIME_FIELDS})
 
 
 __all__ = ["Avatar"]

@@ -104,7 +104,8 @@ def load_avatar(directory: str | os.PathLike, pipe: MuseTalkPipeline | None = No
                 check: bool = True) -> Avatar:
     """Load a prepared avatar (:meth:`Avatar.load`, checking every file's size and SHA-256 when ``check``) with
     ``pipe``, or with a pipeline made with its settings over ``weights_dir`` (default: the folder it was prepared
-    with), released on ``close()``. ``config`` overrides device, precision, batch size, encoder and face restorer.
+    with), released on ``close()``. ``config`` overrides device, precision, batch size, compile mode, encoder and face
+    restorer (:data:`~nbhelpers.avatar.avatar.RUNTIME_FIELDS`).
 
     Raises:
         CacheError: Not a complete, intact avatar of this format, or ``config`` differs in a cached field.

@@ -7,8 +7,9 @@ from pathlib import Path
 
 from .. import media
 from ..avatar import load_avatar, prepare_avatar
+from ..avatar.avatar import RUNTIME_FIELDS, read_meta
 from ..checks import check_audio, check_speech_seconds
-from ..config import LiveConfig
+from ..config import InferenceConfig, LiveConfig
 from ..errors import InputError
 from ..live import LiveSession, play
 from .flags import box_flag, config_from, inference_config
@@ -44,10 +45,14 @@ def _generate(args: argparse.Namespace) -> int:
     _check_folder(args.directory)
     for path, info in map(check_audio, args.audio):  # each file probed before the avatar and its models load
         check_speech_seconds(info.duration_s, f"audio {str(path)!r}")
-    loaded = load_avatar(args.directory, weights_dir=args.weights)
-    if args.restore is not None:  # not a cached field: the same avatar renders with or without restoration
-        given = {k: getattr(args, k) for k in ("restore", "restore_strength") if getattr(args, k) is not None}
-        loaded.config = loaded.config.replace(**given)
+    # settings the cache does not depend on (device, precision, batch, compile, restorer): the avatar's own unless
+    # given; the encoder is passed per clip below
+    given = {k: getattr(args, k) for k in RUNTIME_FIELDS if k != "encoder" and getattr(args, k, None) is not None}
+    config = None
+    if given:
+        stored = InferenceConfig(**read_meta(Path(args.directory), check=False)["params"])
+        config = stored.replace(**given)  # InputError for a value the config refuses, before the models load
+    loaded = load_avatar(args.directory, weights_dir=args.weights, config=config)
     used: set[str] = set()
     for audio in args.audio:
         out = into if one else None

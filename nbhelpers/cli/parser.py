@@ -156,8 +156,10 @@ def _avatar(sub: argparse._SubParsersAction) -> None:
                     help="output .mp4 for one speech file, or an existing folder to write <audio name>.mp4 into "
                          "(default: DIR/vid_output)")
     pg.add_argument("--weights", default=None, metavar="DIR", help=WEIGHTS_HELP)
-    add_fields(pg, InferenceConfig, only=("encoder", "restore", "restore_strength"),
-               defaults={"encoder": "the avatar's setting"})
+    add_fields(pg, InferenceConfig, only=("device", "fp16", "batch_size", "compile", "encoder", "restore",
+                                          "restore_strength"),
+               defaults={name: "the avatar's setting"
+                         for name in ("device", "fp16", "batch_size", "compile", "encoder")})
 
     pl = _command(asub, "live", "play a speech file into a live session as if it arrived in real time",
                   "Play a speech file into a live session of a prepared avatar, pushed in chunks as if it arrived "
