@@ -12,6 +12,8 @@
 #   bash bench/t4_run.sh weights t4-warm t4-lipsync t4-core           # the offline job, the official core
 #   bash bench/t4_run.sh weights h200-lipsync h200-realtime h200-live  # whole-GPU no-regression rows (h200e-*: eager)
 #   (base-*: the same rows from the tree in .base/, e.g. `git archive REV nbhelpers bench | tar -x -C .base`)
+# t4-live waits for the sessions' own compiles (the decoder at batch 2 and with a dynamic batch, at 2 cores: 2 min
+# and more) unless t4-warmlive filled the cache in the same call, hence its limit.
 # A machine is released 30 s after a call and each call starts bare, so every call compiles from cold: t4-warm
 # fills the inductor cache at 16 cores on the share for the batch shapes the benches use (avatar 20, offline 32),
 # so the 2-core steps after it start warm, as a second Colab session with Drive does. The compile cache of one
@@ -101,7 +103,7 @@ print(make_face_weights(make_full_weights(Path('$W'))))" ;;
       --out "$OUT/t4-realtime.json" ;;
     t4-realtime-pool) step t4-realtime-pool 120 env TORCHINDUCTOR_COMPILE_THREADS=2 $two python3 bench/realtime.py \
       --seconds 8 --cores 2 --weights $W --work /tmp/rt --skip-reference --encoders "" --out "$OUT/t4-rt-pool.json" ;;
-    t4-live) step t4-live 180 $two python3 bench/live.py --seconds 8 --weights $W --work /tmp/rt ;;
+    t4-live) step t4-live 330 $two python3 bench/live.py --seconds 8 --weights $W --work /tmp/rt ;;
     t4-lipsync|t4e-lipsync|t4-lipsync-ours) step $s 260 $two python3 bench/lipsync.py --seconds 6 --cores 2 \
       --cap-gib 15 --work /tmp/ls --encoder libx264-veryfast --weights $W --out "$OUT/$s.json" $(eager $s) \
       $([ $s = t4-lipsync-ours ] && echo --skip-official) ${LIPSYNC_EXTRA:-} ;;
