@@ -190,6 +190,12 @@ def test_score_without_syncnet_weights_says_so_in_cli_terms(grey_clip, tone_1s, 
                         "needs no weights.\n")
     assert "mouth_audio_lag" not in err
     assert_cli_words(err)
+    (tmp_path / "tiny.json").write_text("{}")  # a folder of tiny test weights: not where real ones should go
+    assert main(["score", str(grey_clip), "--audio", str(tone_1s), "--weights", str(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    assert f"{tmp_path} holds tiny random test weights" in err and "download --sets quality` (into " in err
+    assert f"--weights {tmp_path}" not in err
+    assert_cli_words(err)
 
 
 @pytest.mark.parametrize(("backend", "said"), [

@@ -45,6 +45,12 @@ def load_syncnet(weights_dir: str | os.PathLike | None = None, device: str | Non
     network = require("nbhelpers.quality.network", INSTALL_TORCH)
     root = weights.resolve_dir(weights_dir)
     path, hint = root / SYNCNET_FILE, f"{weights.DOWNLOAD_COMMAND} --weights {shlex.quote(str(root))} --sets quality"
+    if not path.is_file() and weights.is_tiny(root):  # not a folder to download real weights into
+        raise WeightsError(f"the SyncNet weights are missing: {root} holds tiny random test weights. LSE-D/LSE-C "
+                           "need the optional 'quality' weight set (about 52 MB) in a folder of real weights: run "
+                           f"`{weights.DOWNLOAD_COMMAND} --sets quality` (into {weights.default_dir()}) and score "
+                           "with that folder (or pass weights_dir= the folder that holds syncnet/syncnet_v2.model). "
+                           "The mouth-audio lag needs no weights.")
     if not path.is_file():
         raise WeightsError(f"the SyncNet weights are missing: {path}. LSE-D/LSE-C need the optional 'quality' "
                            f"weight set (about 52 MB): run `{hint}` (or pass weights_dir= the folder "
