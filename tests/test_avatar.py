@@ -157,10 +157,9 @@ def test_reload_without_recomputation(prepared, clip, tiny_weights, config, monk
 
 def test_one_box_in_a_list_is_that_box_and_a_wrong_count_gives_the_videos(prepared, clip, tiny_weights, config,
                                                                            tmp_path, monkeypatch):
-    """A new user's trial: boxes=[one box] was refused, and the refusal said "the clip has 8 frames" (the first
-    preparation batch) of this 12-frame clip. A one-box list is that box for every frame (the same avatar as the
-    bare box: its cache is reused); per-frame boxes of another length are refused before a pipeline is made,
-    with the video's 12 frames (an avatar keeps every frame of its video)."""
+    """A one-box list is that box for every frame (the same avatar as the bare box: its cache is reused). Per-frame
+    boxes of another length are refused before a pipeline is made, and the refusal counts the video's 12 frames (an
+    avatar keeps every frame of its video), not the 8 of the first preparation batch."""
     from nbhelpers import latents, prepare_avatar
     from nbhelpers.errors import InputError
     from nbhelpers.pipeline import MuseTalkPipeline

@@ -1,5 +1,5 @@
-"""``-o`` given an existing folder writes the clip into it under the default name (``cp FILE DIR`` does the same);
-it was refused as "output must end in .mp4", which named the wrong problem."""
+"""``-o`` given an existing folder writes the clip into it under the default name, as ``cp FILE DIR`` does; only
+a name that is neither a folder nor a .mp4 is refused."""
 
 from __future__ import annotations
 
@@ -140,7 +140,7 @@ def test_demo_refuses_an_output_name_before_making_weights(tmp_path, monkeypatch
 
 
 def test_avatar_generate_refuses_an_output_name_before_loading_the_avatar(tmp_path, tone_1s, monkeypatch, capsys):
-    """``avatar generate DIR a.wav -o out.txt`` loaded the avatar and its models before the clip's name was refused."""
+    """``avatar generate DIR a.wav -o out.txt`` is refused before the avatar and its models load."""
     from nbhelpers.cli.main import main
 
     def no_load(*args, **kwargs):

@@ -581,7 +581,7 @@ def test_an_inverted_box_is_refused_when_the_flag_is_read():
 
 @pytest.mark.parametrize("text", ["(190,160,360,330)", "[190, 160, 360, 330]", " (190, 160, 360, 330) "])
 def test_a_box_written_as_python_writes_it_is_read(text):
-    """``--box=(190,160,360,330)``, a box as Python prints it, was refused as not four numbers."""
+    """``--box=(190,160,360,330)``, a box as Python prints it, is read as the four numbers."""
     from nbhelpers.cli.flags import box_flag
 
     assert box_flag(text) == (190, 160, 360, 330)

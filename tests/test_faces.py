@@ -352,8 +352,8 @@ def test_user_boxes_run_no_detector(fake_registry):
 
 
 def test_a_list_holding_one_box_is_that_box_for_every_frame(fake_registry):
-    """A new user's trial: boxes=[one box] was refused as per-frame boxes of the wrong length. It means that box for
-    every frame, as the bare box does, in every form (list, tuple, (1, 4) array); [None] stays one frame's entry."""
+    """boxes=[one box] is that box for every frame, as the bare box is, in every form (list, tuple, (1, 4) array),
+    not per-frame boxes of the wrong length; [None] stays one frame's entry."""
     box = (20, 30, 120, 150)
     for one in ([box], (box,), [list(box)], [np.array(box)], np.array([box])):
         tr = faces.track(clip([0, 0, 0, 0]), backend="dlib", boxes=one)
@@ -367,7 +367,7 @@ def test_a_list_holding_one_box_is_that_box_for_every_frame(fake_registry):
 
 def test_too_few_boxes_for_a_clip_of_unknown_length_do_not_name_a_batch_as_its_length():
     """Frames from a generator (length unknown until read): 3 boxes for a 5-frame clip tracked 2 frames at a time
-    used to be refused as "the clip has 4 frames" (the frames read so far, not the clip's)."""
+    are refused without calling the 4 frames read so far the clip's length."""
     def frames():
         yield from clip([0, 0, 0, 0, 0])
 

@@ -1,7 +1,7 @@
 """A broken weight file stops a job in its input check, before any frame is decoded (issue 14, item 7).
 
-An HTML page or a git-lfs pointer saved under a weight name used to be found only when its model was built, after
-face tracking (28 s on a 6 s clip on 2 cores). These tests go through the public entry points (``lipsync``,
+An HTML page or a git-lfs pointer saved under a weight name is found before face tracking (28 s on a 6 s clip on
+2 cores) and model building. These tests go through the public entry points (``lipsync``,
 ``prepare_avatar``) with tiny weights of which one file is broken, and make decoding, face tracking and model
 building fail the test if they are reached.
 """

@@ -286,7 +286,7 @@ def test_streamed_pieces_give_the_frames_of_one_piece(tiny_weights, face_clip, s
 @pytest.mark.slow
 def test_per_frame_boxes_of_the_whole_video_with_shorter_audio(tiny_weights, face_clip, speech_clip):
     """One box per video frame, audio that reaches only the first 5 of 10 frames: the job decodes 5 frames and
-    uses their 5 boxes (it used to refuse the 10 boxes as 'boxes has 10 entries but the clip has 5 frames')."""
+    uses their 5 boxes; the 10 boxes are not measured against the 5 frames decoded."""
     from nbhelpers import InferenceConfig, MuseTalkPipeline
 
     clip, speech = face_clip(10), speech_clip(0.2)
@@ -301,10 +301,10 @@ def test_per_frame_boxes_of_the_whole_video_with_shorter_audio(tiny_weights, fac
 @pytest.mark.slow
 def test_a_cpu_clip_warns_once_with_its_frame_size_and_takes_one_box_in_a_list(tiny_weights, face_clip,
                                                                               speech_clip, tmp_path):
-    """A new user's trial: nbh.lipsync on the CPU gave two PlanWarnings per clip, the first (the pipeline's plan at
-    load) assuming 1920x1080 frames, and boxes=[one box] was refused. Now: one warning, from the job's own plan
-    with the clip's 576x768 (W x H) frames and length; the one-box list is that box for every frame; per-frame boxes
-    of another length than the video's 10 frames are refused before any model loads, saying both counts."""
+    """nbh.lipsync on the CPU gives one PlanWarning, from the job's own plan with the clip's 576x768 (W x H) frames
+    and length (not a plan at load assuming 1920x1080 frames); the one-box list is that box for every frame;
+    per-frame boxes of another length than the video's 10 frames are refused before any model loads, saying both
+    counts."""
     import warnings
 
     import nbhelpers as nbh
@@ -323,7 +323,7 @@ def test_a_cpu_clip_warns_once_with_its_frame_size_and_takes_one_box_in_a_list(t
     assert "5 frames from 5 source frames take about" in notes[0]
     assert (result.n_frames, result.source_frames, result.no_face_frames) == (5, 5, 0)
     pipe = nbh.MuseTalkPipeline.from_pretrained(tiny_weights, nbh.InferenceConfig(device="cpu"))
-    for n in (3, 11):  # 11 used to pass: cut to the 5 frames the audio reaches, though the video has 10
+    for n in (3, 11):  # 11 is refused too, though the audio reaches only 5 of the video's 10 frames
         with pytest.raises(InputError, match=rf"boxes has {n} entries but video '[^']*{re.escape(clip.name)}' has 10 "
                                              r"frames at 25 fps\. .*exactly 10 entries"):
             pipe.lipsync(clip, speech, tmp_path / "wrong.mp4", boxes=[box] * n)

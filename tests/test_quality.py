@@ -198,8 +198,8 @@ def test_sync_score_with_an_injected_model_finds_the_offset_of_a_synthetic_clip(
 
 
 def test_sync_score_takes_a_list_holding_one_box_as_that_box_for_every_frame():
-    """``boxes=[box]`` means the box for the whole clip, as for the lip-sync jobs (it was read as one frame's
-    box, and the 60-frame clip then failed its frame count)."""
+    """``boxes=[box]`` means the box for the whole clip, as for the lip-sync jobs, not one frame's box (which a
+    60-frame clip would fail as a frame count)."""
     frames, wave, _ = level_clip(2)
     bare = quality.sync_score(frames, wave, model=LevelEmbedder(), boxes=(24, 24, 72, 72))
     for one in ([(24, 24, 72, 72)], np.array([[24, 24, 72, 72]])):
