@@ -343,8 +343,10 @@ class FaceTracker(AbstractContextManager):
             if not has_face.any():
                 raise NoFaceError(
                     f"no face found in the {plural(n, 'frame')} (landmark backend {backend_name!r}"
-                    + (f": {reason}" if reason else "") + "). Check that the clip shows a face turned towards the "
-                    "camera (at least about 40 px tall), try another backend, or give the crop box yourself: "
+                    + (f": {reason}" if reason else "") + "). Check that the clip shows an upright face turned "
+                    "towards the camera (at least about 40 px tall; a face lying on its side is not found: turn the "
+                    "video first, e.g. `ffmpeg -i in.mp4 -vf transpose=1 out.mp4` turns it a quarter turn clockwise, "
+                    "transpose=2 anticlockwise), try another backend, or give the crop box yourself: "
                     "boxes=(x1, y1, x2, y2) in Python, --box=x1,y1,x2,y2 on the command line.")
             faces = [r for r in self._results if r is not None]
             face_boxes = np.full((n, 4), np.nan, dtype=np.float64)
