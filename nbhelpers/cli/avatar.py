@@ -45,8 +45,8 @@ def _generate(args: argparse.Namespace) -> int:
     _check_folder(args.directory)
     for path, info in map(check_audio, args.audio):  # each file probed before the avatar and its models load
         check_speech_seconds(info.duration_s, f"audio {str(path)!r}")
-    # settings the cache does not depend on (device, precision, batch, compile, restorer): the avatar's own unless
-    # given; the encoder is passed per clip below
+    # settings the cache does not depend on (device, precision, batch, compile, restorer): an avatar does not store
+    # them, so they are the defaults unless given; the encoder is passed per clip below
     given = {k: getattr(args, k) for k in RUNTIME_FIELDS if k != "encoder" and getattr(args, k, None) is not None}
     config = None
     if given:

@@ -158,8 +158,7 @@ def _avatar(sub: argparse._SubParsersAction) -> None:
     pg.add_argument("--weights", default=None, metavar="DIR", help=WEIGHTS_HELP)
     add_fields(pg, InferenceConfig, only=("device", "fp16", "batch_size", "compile", "encoder", "restore",
                                           "restore_strength"),
-               defaults={name: "the avatar's setting"
-                         for name in ("device", "fp16", "batch_size", "compile", "encoder")})
+               defaults={"encoder": "the avatar's setting"})  # the others are not cached: their own defaults
 
     pl = _command(asub, "live", "play a speech file into a live session as if it arrived in real time",
                   "Play a speech file into a live session of a prepared avatar, pushed in chunks as if it arrived "
