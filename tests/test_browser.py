@@ -39,7 +39,6 @@ packages that cannot be installed.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -289,9 +288,13 @@ LAB_JS = {
     "cell": ".jp-CodeCell",
 }
 
+# Ready includes the widget extension: nbclassic loads nbextensions apart from the notebook, and widgetsnbextension
+# 3.6 attaches ``kernel.widget_manager`` (with the ``jupyter.widget`` comm target and the widget output renderer) when
+# it has loaded. Cells run before that show a widget as its plain-text repr, with no view at all.
 CLASSIC_JS = {
     "ready": """(path) => !!(window.Jupyter && Jupyter.notebook && Jupyter.notebook.kernel
                    && Jupyter.notebook.kernel.is_connected() && Jupyter.notebook._fully_loaded
+                   && Jupyter.notebook.kernel.widget_manager !== undefined
                    && document.querySelector('#kernel_indicator_icon.kernel_idle_icon'))""",
     "run_all": "(path) => Jupyter.notebook.execute_all_cells()",
     "state": """(path) => { const busy = !!document.querySelector('#kernel_indicator_icon.kernel_busy_icon');
@@ -397,11 +400,18 @@ def browser_and_server(request, tmp_path_factory, shots_dir):
 
 
 def _widget_labels(page: Page, cell, timeout_s: float = 60) -> list[str]:
-    """The labels of the widgets in ``cell``, once the front end has drawn them: it draws widget views after the
-    kernel has answered, and on a loaded machine that came after the snapshot (a CI run read no label at all)."""
+    """The labels of the widgets in ``cell``, once the front end has drawn them (it draws widget views after the
+    kernel has answered).
+
+    Fails, with the output's text and the browser console's last lines, when no label is drawn in ``timeout_s``.
+    """
     labels = cell.locator(".widget-label")
-    with contextlib.suppress(Exception):  # none drawn in time: the caller's assertion says what is missing
+    try:
         labels.first.wait_for(state="attached", timeout=timeout_s * 1000)
+    except Exception:  # Playwright's TimeoutError: say what the page shows instead
+        shown = " | ".join(t.strip()[:200] for t in cell.all_inner_texts())
+        pytest.fail(f"{page.name} ({page.kind}): no widget label drawn in {timeout_s:.0f} s; the output shows "
+                    f"{shown!r}; console: {page.console[-15:]}")
     return [t.strip() for t in labels.all_text_contents()]
 
 
