@@ -112,8 +112,44 @@ def test_avatar_generate_runs_with_the_device_batch_and_compile_given(tmp_path, 
     given, default = configs
     assert (given.device, given.compile, given.batch_size, given.fp16, given.bbox_shift) == ("cpu", "off", 4, False, 5)
     assert default is None
+    with pytest.raises(SystemExit):  # "auto" is the automatic default spelt out: nothing given
+        main(["avatar", "generate", str(tmp_path), str(tone_1s), "-o", out, "--device", "auto", "--batch-size",
+              "Automatic"])
+    assert configs[2] is None
     assert main(["avatar", "generate", str(tmp_path), str(tone_1s), "-o", out, "--device", "tpu"]) == 2
-    assert len(configs) == 2 and "--device" in capsys.readouterr().err
+    assert len(configs) == 3 and "--device" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags, device, batch_size", [
+    (["--device", "auto"], None, None),
+    (["--device=AUTO", "--batch-size", "auto"], None, None),
+    (["--device", "cuda:1", "--batch-size", "8"], "cuda:1", 8),
+])
+def test_auto_is_the_automatic_default_of_a_job(flags, device, batch_size):
+    from nbhelpers.cli.flags import inference_config
+    from nbhelpers.cli.parser import build_parser
+
+    config = inference_config(build_parser().parse_args(["lipsync", "v.mp4", "a.wav", *flags]))
+    assert (config.device, config.batch_size) == (device, batch_size)
+
+
+def test_auto_is_refused_where_the_default_is_not_automatic():
+    from nbhelpers.cli.flags import inference_config
+    from nbhelpers.cli.parser import build_parser
+
+    with pytest.raises(InputError, match="smooth_boxes must be a whole number"):
+        inference_config(build_parser().parse_args(["lipsync", "v.mp4", "a.wav", "--smooth-boxes", "auto"]))
+
+
+def test_the_help_says_auto_where_the_default_is_automatic(capsys):
+    from nbhelpers.cli.parser import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["lipsync", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--device DEVICE where the models run: cuda, cuda:N or cpu; automatic: CUDA when available (default: " \
+           "automatic, or write auto)" in text
+    assert "or write auto" not in text.split("--fp32", 1)[1].split("--", 1)[0]  # a switch has no value to write
 
 
 def test_an_avatar_loaded_with_a_config_takes_its_compile_mode():

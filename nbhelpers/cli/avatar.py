@@ -12,7 +12,7 @@ from ..checks import check_audio, check_speech_seconds
 from ..config import InferenceConfig, LiveConfig
 from ..errors import InputError
 from ..live import LiveSession, play
-from .flags import box_flag, config_from, inference_config
+from .flags import box_flag, config_from, given_settings, inference_config
 
 __all__ = ["avatar"]
 
@@ -47,7 +47,7 @@ def _generate(args: argparse.Namespace) -> int:
         check_speech_seconds(info.duration_s, f"audio {str(path)!r}")
     # settings the cache does not depend on (device, precision, batch, compile, restorer): an avatar does not store
     # them, so they are the defaults unless given; the encoder is passed per clip below
-    given = {k: getattr(args, k) for k in RUNTIME_FIELDS if k != "encoder" and getattr(args, k, None) is not None}
+    given = given_settings(args, InferenceConfig, only=[k for k in RUNTIME_FIELDS if k != "encoder"])
     config = None
     if given:
         stored = InferenceConfig(**read_meta(Path(args.directory), check=False)["params"])

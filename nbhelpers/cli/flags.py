@@ -19,9 +19,10 @@ from ..config.fields import described, flag, kinds, rule, settings
 from ..errors import InputError
 from .terms import cli_terms
 
-__all__ = ["Parser", "add_fields", "box_flag", "check_restore", "config_from", "inference_config"]
+__all__ = ["Parser", "add_fields", "box_flag", "check_restore", "config_from", "given_settings", "inference_config"]
 
 NONE = "none"  # how the command line spells None, for a setting whose default is not None (LiveConfig.silence)
+AUTO = ("auto", "automatic")  # how the command line spells None, for a setting whose None is "automatic"
 
 
 def _number(kind: type):
@@ -69,6 +70,7 @@ def _default_text(f: dataclasses.Field, text: str | None) -> str:
     """`` (default: ...)``: ``text``, else the field's default or its ``none`` words; "" for a switch or no words."""
     if text is None and f.default is None:
         text = f.metadata.get("none")
+        text = f"{text}, or write {AUTO[0]}" if text == "automatic" and "bool" not in kinds(f) else text
     elif text is None and not isinstance(f.default, bool):
         text = f"{f.default:g}" if isinstance(f.default, float) else f.default
     return "" if text is None else f" (default: {text})"
@@ -112,15 +114,25 @@ def add_fields(parser: Any, config_class: type, *, title: str | None = None, onl
             _add(group, f, (choices or {}).get(f.name), (defaults or {}).get(f.name))
 
 
-def config_from(args: argparse.Namespace, config_class: type, **changes: Any) -> Any:
-    """``config_class`` made from the flags :func:`add_fields` added: the flags given, then ``changes``; InputError
-    for a value the config refuses (its message names the field)."""
+def given_settings(args: argparse.Namespace, config_class: type, only: Iterable[str] | None = None) -> dict[str, Any]:
+    """The settings of ``config_class`` (``only`` those named) whose flags were given, by field name. ``auto`` or
+    ``automatic`` for a setting whose default is automatic (``--device auto``, ``--batch-size auto``) is the default
+    spelt out, so not a given value; ``none`` is None for a setting that takes None."""
     values = {}
     for f in settings(config_class):
         value = getattr(args, f.name, None)
-        if value is not None:
-            values[f.name] = None if value == NONE and None in f.metadata.get("choices", ()) else value
-    return config_class(**{**values, **changes})
+        if (only is not None and f.name not in only) or value is None:
+            continue
+        if isinstance(value, str) and value.lower() in AUTO and f.metadata.get("none") == "automatic":
+            continue
+        values[f.name] = None if value == NONE and None in f.metadata.get("choices", ()) else value
+    return values
+
+
+def config_from(args: argparse.Namespace, config_class: type, **changes: Any) -> Any:
+    """``config_class`` made from the flags :func:`add_fields` added: the flags given (:func:`given_settings`), then
+    ``changes``; InputError for a value the config refuses (its message names the field)."""
+    return config_class(**{**given_settings(args, config_class), **changes})
 
 
 def box_flag(text: str | None) -> tuple[int, int, int, int] | None:
