@@ -219,6 +219,25 @@ def test_score_without_landmark_weights_names_the_flag_and_the_folder(backend, s
     assert_cli_words(err)
 
 
+def test_score_on_a_cuda_device_this_runtime_lacks_stops_as_a_job_does(grey_clip, tone_1s, monkeypatch, capsys):
+    """score --device cuda without a usable CUDA GPU is the one-line error lipsync gives, before any frame is read,
+    not a run on the CPU; the Python functions behind it raise NoGpuError the same way."""
+    import torch
+
+    from nbhelpers import quality
+    from nbhelpers.cli.main import main
+    from nbhelpers.gpu import NoGpuError
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["score", str(grey_clip), "--audio", str(tone_1s), "--device", "cuda"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --device is 'cuda' but no CUDA GPU is usable") and err.count("\n") == 1, err
+    assert_cli_words(err)
+    for score in (quality.mouth_audio_lag, quality.sync_score):
+        with pytest.raises(NoGpuError, match="'cuda:1' but no CUDA GPU"):
+            score(str(grey_clip), str(tone_1s), device="cuda:1")
+
+
 def test_score_finding_no_face_offers_what_score_takes(grey_clip, tone_1s, capsys):
     """The tracker's hint offered --box, a flag score does not have: the lag follows the mouth's landmarks, which a
     crop box does not give."""
@@ -734,3 +753,4 @@ def test_score_of_a_video_without_sound_asks_for_audio(grey_clip, capsys):
     err = capsys.readouterr().err
     assert err.startswith("error: audio: ") and err.endswith("Give the speech with --audio FILE.\n")
     assert err.count("\n") == 1 and "a video that has sound" not in err
+

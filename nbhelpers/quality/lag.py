@@ -185,11 +185,13 @@ def mouth_audio_lag(video: Any, audio: Any = None, *, track: Any = None, backend
     :class:`nbhelpers.faces.FaceTrack` or (N, 68, 2) landmarks) is None (found by ``backend`` on ``device`` with
     ``weights_dir``) and for the sound when ``audio`` (a speech file or a (L,) 16 kHz waveform) is None. ``max_lag``
     is the largest lag searched, frames; None = 15, or ``(N - 10) // 2`` for a clip under 40 frames. InputError for
-    bad inputs, fewer than ``2 * max_lag + 10`` frames or landmarks of the wrong shape; NoFaceError for no face.
+    bad inputs, fewer than ``2 * max_lag + 10`` frames or landmarks of the wrong shape; NoFaceError for no face;
+    NoGpuError when ``device`` names a CUDA device this runtime does not have.
     Source: Chandrasekaran et al., "The natural statistics of audiovisual speech", PLoS Comput Biol 2009."""
     if max_lag is not None and (not isinstance(max_lag, (int, np.integer)) or max_lag < 1):
         raise InputError(f"max_lag must be a positive integer (frames); got {max_lag!r}.")
     if track is None:
+        gpu.check_device(device)  # a CUDA device this runtime lacks stops here, not at the tracker's CPU fallback
         check_video(video)
     samples = audio_samples(video, audio)
     if track is None:

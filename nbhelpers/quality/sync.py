@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import gpu
 from ..constants import FPS, SAMPLE_RATE
 from ..errors import InputError, plural
 from .clip import audio_samples, check_video, frame_batches
@@ -117,8 +118,10 @@ def sync_score(video: Any, audio: Any = None, *, model: SyncEmbedder | None = No
     ``weights_dir`` when present, else dlib, unless ``boxes`` in frame pixels are given: one ``(x1, y1, x2, y2)``, or
     (N, 4) (rows of NaN or -1 = no face). ``device`` None = CUDA when available. InputError for a bad video, audio,
     boxes or model, or under 6 frames / 0.24 s of audio; NoFaceError for no face in any frame; WeightsError when
-    ``model`` is None and the SyncNet (or S3FD) weights are missing.
+    ``model`` is None and the SyncNet (or S3FD) weights are missing; NoGpuError when ``device`` names a CUDA device
+    this runtime does not have.
     Source: syncnet_python ``run_pipeline.py``, ``SyncNetInstance.py``, ``run_syncnet.py``."""
+    gpu.check_device(device)
     check_video(video)
     samples = audio_samples(video, audio)  # checked before any model loads
     embedder = model if model is not None else load_syncnet(weights_dir, device)
