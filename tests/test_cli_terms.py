@@ -754,3 +754,23 @@ def test_score_of_a_video_without_sound_asks_for_audio(grey_clip, capsys):
     assert err.startswith("error: audio: ") and err.endswith("Give the speech with --audio FILE.\n")
     assert err.count("\n") == 1 and "a video that has sound" not in err
 
+
+def test_a_weights_error_on_the_tiny_weights_does_not_offer_the_tiny_weights(tmp_path, monkeypatch, capsys):
+    """The hint to try ``demo --tiny`` follows a weights error, except where the folder in use holds the tiny test
+    weights already (a restorer's weights missing from it, say)."""
+    import nbhelpers.cli.main as cli_main
+    from nbhelpers.errors import WeightsError
+    from nbhelpers.weights.manifest import TINY_MARKER
+
+    def missing(args):
+        raise WeightsError("the GFPGAN weights are missing")
+
+    monkeypatch.setitem(cli_main.COMMANDS, "verify", missing)
+    tiny, real = tmp_path / "tiny", tmp_path / "real"
+    tiny.mkdir()
+    real.mkdir()
+    (tiny / TINY_MARKER).write_text("{}")
+    for folder, hinted in ((tiny, False), (real, True)):
+        assert cli_main.main(["verify", "--weights", str(folder)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: the GFPGAN weights are missing") and ("demo --tiny" in err) is hinted, err

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import NbHelpersError, Terminated, WeightsError
+from ..weights.manifest import is_tiny, resolve_dir
 from .avatar import avatar
 from .batch import batch
 from .flags import check_restore
@@ -38,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(run(args) or 0)
     except NbHelpersError as exc:
         message = str(exc)
-        if isinstance(exc, WeightsError) and not getattr(args, "tiny", False) and "demo --tiny" not in message:
+        if isinstance(exc, WeightsError) and not _on_tiny_weights(args) and "demo --tiny" not in message:
             message += "\n" + TRY_TINY
         print(f"error: {message}", file=sys.stderr)
         return 2
@@ -52,6 +53,12 @@ def main(argv: list[str] | None = None) -> int:
         Terminated.pending = False
         if previous is not None:  # main() called in-process (tests, notebooks): give the handler back
             signal.signal(signal.SIGTERM, previous)
+
+
+def _on_tiny_weights(args: Any) -> bool:
+    """True for ``demo --tiny`` and for a command whose weights folder holds the tiny test weights: the hint to try
+    them would send the user where they are."""
+    return bool(getattr(args, "tiny", False)) or is_tiny(resolve_dir(getattr(args, "weights", None)))
 
 
 def _terminate_like_interrupt() -> Any:
