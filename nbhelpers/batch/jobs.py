@@ -228,7 +228,8 @@ def read_jobs(path: str | os.PathLike) -> list[Job]:
 
 
 def _check_header(columns: Sequence[str], file_name: str) -> None:
-    """Refuse a CSV header with an empty or repeated column name, or another separator than commas."""
+    """Refuse a CSV header with an empty or repeated column name, another separator than commas, or without the
+    video and audio columns (a file whose first line is a job, not a header, is refused here too)."""
     names = [str(c).strip() for c in columns]
     if len(names) == 1:
         for sep, word in ((";", "semicolons"), ("\t", "tabs"), ("|", "bars")):
@@ -242,6 +243,10 @@ def _check_header(columns: Sequence[str], file_name: str) -> None:
     twice = sorted({n for n in lowered if lowered.count(n) > 1})
     if twice:
         raise InputError(f"{file_name}: the header names {', '.join(twice)} more than once; keep one column each.")
+    absent = [k for k in ("video", "audio") if k not in lowered]
+    if absent:
+        raise InputError(f"{file_name}: the header {','.join(names)!r} has no {' and no '.join(absent)} column; the "
+                         "first line of a jobs CSV names its columns, as in video,audio,output.")
 
 
 def _check_outputs(jobs: Sequence[Job]) -> None:
