@@ -114,7 +114,7 @@ def test_avatar_generate_runs_with_the_device_batch_and_compile_given(tmp_path, 
     assert default is None
     with pytest.raises(SystemExit):  # "auto" is the automatic default spelt out: nothing given
         main(["avatar", "generate", str(tmp_path), str(tone_1s), "-o", out, "--device", "auto", "--batch-size",
-              "Automatic"])
+              "automatic"])
     assert configs[2] is None
     assert main(["avatar", "generate", str(tmp_path), str(tone_1s), "-o", out, "--device", "tpu"]) == 2
     assert len(configs) == 3 and "--device" in capsys.readouterr().err
@@ -122,7 +122,7 @@ def test_avatar_generate_runs_with_the_device_batch_and_compile_given(tmp_path, 
 
 @pytest.mark.parametrize("flags, device, batch_size", [
     (["--device", "auto"], None, None),
-    (["--device=AUTO", "--batch-size", "auto"], None, None),
+    (["--device=auto", "--batch-size", "automatic"], None, None),
     (["--device", "cuda:1", "--batch-size", "8"], "cuda:1", 8),
 ])
 def test_auto_is_the_automatic_default_of_a_job(flags, device, batch_size):
@@ -133,12 +133,34 @@ def test_auto_is_the_automatic_default_of_a_job(flags, device, batch_size):
     assert (config.device, config.batch_size) == (device, batch_size)
 
 
-def test_auto_is_refused_where_the_default_is_not_automatic():
+@pytest.mark.parametrize("flags, refused", [
+    (["--smooth-boxes", "auto"], "smooth_boxes must be a whole number"),  # its default is 0, not automatic
+    (["--device", "AUTO"], "device must be 'cuda'"),  # values are lower case, as 'cpu' and 'cuda' are
+])
+def test_auto_is_refused_where_it_is_not_the_automatic_default(flags, refused):
     from nbhelpers.cli.flags import inference_config
     from nbhelpers.cli.parser import build_parser
 
-    with pytest.raises(InputError, match="smooth_boxes must be a whole number"):
-        inference_config(build_parser().parse_args(["lipsync", "v.mp4", "a.wav", "--smooth-boxes", "auto"]))
+    with pytest.raises(InputError, match=refused):
+        inference_config(build_parser().parse_args(["lipsync", "v.mp4", "a.wav", *flags]))
+
+
+def test_avatar_prepare_takes_no_clip_setting_and_generate_takes_the_uncached_ones():
+    """prepare writes no clip, so an encoder or restorer given to it would do nothing; generate takes exactly the
+    settings an avatar does not cache."""
+    from nbhelpers import InferenceConfig
+    from nbhelpers.avatar.avatar import RUNTIME_FIELDS
+    from nbhelpers.cli.parser import build_parser
+
+    parser = build_parser()
+    for flag in ("--encoder", "--restore", "--restore-strength"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["avatar", "prepare", "v.mp4", "dir", flag, "1"])
+    args = parser.parse_args(["avatar", "prepare", "v.mp4", "dir", "--device", "cpu", "--batch-size", "4"])
+    assert (args.device, args.batch_size) == ("cpu", 4)
+    commands = parser._subparsers._group_actions[0].choices["avatar"]._subparsers._group_actions[0].choices
+    taken = {a.dest for a in commands["generate"]._actions} & set(InferenceConfig.__dataclass_fields__)
+    assert taken == set(RUNTIME_FIELDS)
 
 
 def test_the_help_says_auto_where_the_default_is_automatic(capsys):

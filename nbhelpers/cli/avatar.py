@@ -64,7 +64,7 @@ def _generate(args: argparse.Namespace) -> int:
                 name = f"{stem}-{k}"
             used.add(name)
             out = into / f"{name}.mp4"
-        result = loaded.generate(audio, output=out, encoder=args.encoder)  # None: the avatar's own setting
+        result = loaded.generate(audio, output=out, encoder=args.encoder)  # None: config.encoder, its default
         print(f"{result.summary()} -> {result.output}")
     return 0
 

@@ -106,7 +106,7 @@ def add_fields(parser: Any, config_class: type, *, title: str | None = None, onl
     """Add one flag per setting of ``config_class`` (those with ``cli=True``; ``only`` those named) to ``parser``, in
     an argument group titled ``title`` (None: the parser's options). ``choices`` maps a setting to the choices this
     command takes, where fewer than the field's; ``defaults`` to the words for its default in the help, where the
-    command's default is not the field's (``avatar generate --encoder``: the avatar's setting)."""
+    command's default is not the field's (``avatar live --to``: a file in the avatar's folder)."""
     group = parser.add_argument_group(title) if title else parser
     names = None if only is None else set(only)
     for f in settings(config_class):
@@ -123,7 +123,7 @@ def given_settings(args: argparse.Namespace, config_class: type, only: Iterable[
         value = getattr(args, f.name, None)
         if (only is not None and f.name not in only) or value is None:
             continue
-        if isinstance(value, str) and value.lower() in AUTO and f.metadata.get("none") == "automatic":
+        if isinstance(value, str) and value in AUTO and f.metadata.get("none") == "automatic":
             continue
         values[f.name] = None if value == NONE and None in f.metadata.get("choices", ()) else value
     return values

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 
 from ..config import LANDMARK_BACKENDS, BatchConfig, InferenceConfig, LiveConfig
+from ..config.fields import settings
 from ..weights import DEFAULT_SETS, SETS
 from .flags import Parser, add_fields
 
@@ -38,6 +39,11 @@ SETTINGS = ("settings (InferenceConfig; defaults are the official v1.5 ones; dev
 WEIGHTS_HELP = "weights folder (default: $NBHELPERS_WEIGHTS, else ~/.cache/musetalk-workbook/models)"
 VIDEO_HELP = "face video (any frame rate: read at 25 fps) or a photo (PNG, JPEG, ...)"
 AUDIO_HELP = "speech file (WAV, MP3, M4A, FLAC, or a video's sound track)"
+# The settings an avatar does not cache (nbhelpers.avatar.avatar.RUNTIME_FIELDS, named here so that building the
+# parser imports no avatar code): `avatar generate` takes them; of those, `avatar prepare` writes no clip, so it does
+# not take the ones that only shape a clip.
+AVATAR_RUNTIME = ("device", "fp16", "batch_size", "compile", "encoder", "restore", "restore_strength")
+CLIP_ONLY = ("encoder", "restore", "restore_strength")
 AVATAR_DIR_HELP = "avatar folder, made by `avatar prepare`"
 
 
@@ -45,9 +51,10 @@ def _command(sub: argparse._SubParsersAction, name: str, help: str, description:
     return sub.add_parser(name, help=help, description=description)
 
 
-def _job_settings(p: argparse.ArgumentParser) -> None:
-    """The flags of a job's settings: every InferenceConfig field, ``--box`` and ``--weights``."""
-    add_fields(p, InferenceConfig, title=SETTINGS)
+def _job_settings(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
+    """The flags of a job's settings: every InferenceConfig field but those in ``skip``, ``--box`` and ``--weights``."""
+    add_fields(p, InferenceConfig, title=SETTINGS,
+               only=None if not skip else [f.name for f in settings(InferenceConfig) if f.name not in skip])
     p.add_argument("--box", default=None, metavar="X1,Y1,X2,Y2",
                    help="one crop box for the whole clip, skipping detection: --box=x1,y1,x2,y2 in source pixels "
                         "(with '=', so that negative numbers are not taken for options), as wide as the face, its "
@@ -145,7 +152,7 @@ def _avatar(sub: argparse._SubParsersAction) -> None:
     pp.add_argument("video", help=VIDEO_HELP)
     pp.add_argument("directory", help="folder to write the avatar into (made when missing)")
     pp.add_argument("--rebuild", action="store_true", help="prepare again even when DIR holds this avatar")
-    _job_settings(pp)
+    _job_settings(pp, skip=CLIP_ONLY)  # prepare writes no clip: the encoder and restorer are avatar generate's
 
     pg = _command(asub, "generate", "make clips from a prepared avatar, one per speech file (default: into "
                                     "DIR/vid_output)",
@@ -156,9 +163,7 @@ def _avatar(sub: argparse._SubParsersAction) -> None:
                     help="output .mp4 for one speech file, or an existing folder to write <audio name>.mp4 into "
                          "(default: DIR/vid_output)")
     pg.add_argument("--weights", default=None, metavar="DIR", help=WEIGHTS_HELP)
-    add_fields(pg, InferenceConfig, only=("device", "fp16", "batch_size", "compile", "encoder", "restore",
-                                          "restore_strength"),
-               defaults={"encoder": "the avatar's setting"})  # the others are not cached: their own defaults
+    add_fields(pg, InferenceConfig, only=AVATAR_RUNTIME)  # not cached in the avatar: their own defaults
 
     pl = _command(asub, "live", "play a speech file into a live session as if it arrived in real time",
                   "Play a speech file into a live session of a prepared avatar, pushed in chunks as if it arrived "

@@ -57,7 +57,8 @@ class LiveConfig:
         "frames waiting for the reader in threaded mode; the session waits for the reader beyond that"))
     threaded: bool = setting(True, help=(
         "do the work on a background thread; off: inside push, poll and close, in the caller's thread (deterministic)"))
-    batch_size: int | None = setting(None, unit="frames", ge=1, none="the avatar's", help="frames per engine batch")
+    batch_size: int | None = setting(None, unit="frames", ge=1, none="the avatar's, else 8",
+                                     help="frames per engine batch")
     ahead_s: float = setting(1.0, unit="seconds", ge=0.0, help=(
         "real-time mode: frames are not rendered more than this far ahead of their time (bounds memory)"))
     warm_up: bool = setting(True, help=(
