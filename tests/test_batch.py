@@ -195,9 +195,13 @@ def test_a_half_built_avatar_of_a_stopped_batch_is_removed_by_the_next(tmp_path,
     ("video,audio,output,box\na.mp4,1.wav,o.mp4,\"360,330,190,160\"\n", "box '360,330,190,160' is inverted"),
     ("video,audio,output,output\na.mp4,1.wav,o.mp4,p.mp4\n", "the header names output more than once"),
     ("video,audio,output,face\na.mp4,1.wav,o.mp4,\"1,2@x\"\n", "jobs.csv line 2, setting face: must be"),
-    ("vid,aud\na.mp4,1.wav\n", "jobs.csv: the header 'vid,aud' has no video and no audio column; the first line"),
-    ("Video,output\na.mp4,o.mp4\n", "the header 'Video,output' has no audio column"),
-    ("a.mp4,1.wav,o.mp4\nb.mp4,2.wav,p.mp4\n", "the header 'a.mp4,1.wav,o.mp4' has no video and no audio column"),
+    ("vid,aud\na.mp4,1.wav\n", "jobs.csv: the first line 'vid,aud' names none of a job's columns, so it is not a "
+                               "header; a jobs CSV starts with a header line"),
+    ("Video,output\na.mp4,o.mp4\n", "the header 'Video,output' has no audio column; the first line"),
+    ("video,aud\na.mp4,1.wav\n", "the header 'video,aud' has no audio column"),
+    ("a.mp4,1.wav,o.mp4\nb.mp4,2.wav,p.mp4\n", "the first line 'a.mp4,1.wav,o.mp4' names none of a job's columns"),
+    ("", "holds no job"),
+    ("# only a comment\n\n", "holds no job"),
 ])
 def test_bad_jobs_files_say_what_is_wrong(tmp_path, text, message):
     from nbhelpers.batch import read_jobs

@@ -243,6 +243,12 @@ def _check_header(columns: Sequence[str], file_name: str) -> None:
     twice = sorted({n for n in lowered if lowered.count(n) > 1})
     if twice:
         raise InputError(f"{file_name}: the header names {', '.join(twice)} more than once; keep one column each.")
+    if not names:  # an empty file (or only comments): "holds no job" says so
+        return
+    if not set(lowered) & {"name", "video", "audio", "output", "settings", *ROW_SETTINGS}:
+        raise InputError(f"{file_name}: the first line {','.join(names)!r} names none of a job's columns, so it is "
+                         "not a header; a jobs CSV starts with a header line, as in video,audio,output (add one, or "
+                         "rename the columns).")
     absent = [k for k in ("video", "audio") if k not in lowered]
     if absent:
         raise InputError(f"{file_name}: the header {','.join(names)!r} has no {' and no '.join(absent)} column; the "
