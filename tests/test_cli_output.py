@@ -145,7 +145,7 @@ def test_auto_is_refused_where_it_is_not_the_automatic_default(flags, refused):
         inference_config(build_parser().parse_args(["lipsync", "v.mp4", "a.wav", *flags]))
 
 
-def test_avatar_prepare_takes_no_clip_setting_and_generate_takes_the_uncached_ones():
+def test_avatar_prepare_takes_no_clip_setting_and_generate_takes_the_uncached_ones(capsys):
     """prepare writes no clip, so an encoder or restorer given to it would do nothing; generate takes exactly the
     settings an avatar does not cache."""
     from nbhelpers import InferenceConfig
@@ -156,6 +156,9 @@ def test_avatar_prepare_takes_no_clip_setting_and_generate_takes_the_uncached_on
     for flag in ("--encoder", "--restore", "--restore-strength"):
         with pytest.raises(SystemExit):
             parser.parse_args(["avatar", "prepare", "v.mp4", "dir", flag, "1"])
+        err = capsys.readouterr().err
+        assert f"unrecognized arguments: {flag} 1. The encoder and face restorer are chosen per clip: give them to " \
+               "`avatar generate`.\n" in err and "Did you mean" not in err, err
     args = parser.parse_args(["avatar", "prepare", "v.mp4", "dir", "--device", "cpu", "--batch-size", "4"])
     assert (args.device, args.batch_size) == ("cpu", 4)
     commands = parser._subparsers._group_actions[0].choices["avatar"]._subparsers._group_actions[0].choices

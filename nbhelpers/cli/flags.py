@@ -44,12 +44,16 @@ class Parser(argparse.ArgumentParser):
     an option ``-7x``) says the setting's rule and help and how to write a negative value; a command's parser (one
     without subcommands) refuses arguments it does not know, naming its nearest flags."""
 
+    elsewhere: Mapping[str, str] = {}  # flag -> the sentence saying where it belongs, for flags this command lacks
+
     def parse_known_args(self, args=None, namespace=None):
         parsed, extras = super().parse_known_args(args, namespace)
         if extras and self._subparsers is None:
+            given = [w.split("=")[0] for w in extras if w[:1] == "-"]
+            moved = dict.fromkeys(self.elsewhere[w] for w in given if w in self.elsewhere)
             flags = [s for a in self._actions for s in a.option_strings]
-            near = sum((difflib.get_close_matches(w.split("=")[0], flags, n=1) for w in extras if w[:1] == "-"), [])
-            hint = f" Did you mean {', '.join(near)}?" if near else ""
+            near = sum((difflib.get_close_matches(w, flags, n=1) for w in given if w not in self.elsewhere), [])
+            hint = "".join(f" {m}" for m in moved) + (f" Did you mean {', '.join(near)}?" if near else "")
             self.error(f"unrecognized arguments: {' '.join(extras)}.{hint}")
         return parsed, extras
 

@@ -153,6 +153,8 @@ def _avatar(sub: argparse._SubParsersAction) -> None:
     pp.add_argument("directory", help="folder to write the avatar into (made when missing)")
     pp.add_argument("--rebuild", action="store_true", help="prepare again even when DIR holds this avatar")
     _job_settings(pp, skip=CLIP_ONLY)  # prepare writes no clip: the encoder and restorer are avatar generate's
+    pp.elsewhere = {flag: "The encoder and face restorer are chosen per clip: give them to `avatar generate`."
+                    for flag in ("--encoder", "--restore", "--restore-strength")}
 
     pg = _command(asub, "generate", "make clips from a prepared avatar, one per speech file (default: into "
                                     "DIR/vid_output)",
