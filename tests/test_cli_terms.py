@@ -26,12 +26,12 @@ def assert_cli_words(text: str) -> None:
 
 
 @pytest.mark.parametrize("field, value, flag", [
-    ("batch_size", 0, "--batch-size must be a whole number of frames >= 1 or left out (automatic); got 0."),
+    ("batch_size", 0, "--batch-size must be a whole number of frames >= 1 or auto (automatic, the default); got 0."),
     ("extra_margin", 500, "--extra-margin must be a whole number of pixels from 0 to 200; got 500."),
     ("left_cheek_width", -1, "--left-cheek-width must be a whole number of pixels from 0 to 256"),
     ("smooth_boxes", -2, "--smooth-boxes must be a whole number of frames >= 0"),
     ("seed", -1, "--seed must be a whole number >= 0 and < 2**63; got -1."),
-    ("device", "gpu", "--device must be 'cuda', 'cuda:N' (N = 0, 1, ...), 'cpu' or left out (automatic)"),
+    ("device", "gpu", "--device must be 'cuda', 'cuda:N' (N = 0, 1, ...), 'cpu' or auto (automatic, the default)"),
     ("landmark_backend", "face", "--backend must be one of"),
 ])
 def test_settings_errors_name_the_flag(field, value, flag):
@@ -51,6 +51,8 @@ def test_settings_errors_name_the_flag(field, value, flag):
      "--delay-s must be a finite number of seconds >= 0; got nan."),
     (["avatar", "live", "{dir}", "--audio", "a.wav", "--hop", "0"], "--hop must be a whole number of frames >= 1"),
     (["batch", "missing.csv", "--cpu-workers", "0"], "--cpu-workers must be a whole number >= 1; got 0."),
+    (["lipsync", "v.mp4", "a.wav", "--device", "AUTO"],  # the refusal names the spelling that is taken
+     "--device must be 'cuda', 'cuda:N' (N = 0, 1, ...), 'cpu' or auto (automatic, the default); got 'AUTO'."),
 ])
 def test_a_refused_setting_of_every_config_is_one_line_naming_its_flag(argv, line, tmp_path, capsys):
     """Each config checks its fields when made; the command line says which flag, before reading any file."""
@@ -584,7 +586,7 @@ def test_a_setting_flag_without_its_value_says_the_rule_and_how_to_write_a_negat
     with pytest.raises(SystemExit):
         main(["lipsync", "v.mp4", "a.wav", "--batch-size"])
     err = capsys.readouterr().err.splitlines()[0]
-    assert "error: --batch-size needs a value: a whole number of frames >= 1 or left out (automatic) (" in err
+    assert "error: --batch-size needs a value: a whole number of frames >= 1 or auto (automatic, the default) (" in err
     assert "after '='" not in err  # no negative value to write
 
 

@@ -60,6 +60,7 @@ _CLI_TERMS: tuple[tuple[str, Any], ...] = (
     (r"then run the notebook again from the top", "then run the command again"),
     (r"Or set device=None \(automatic\) or 'cpu'\.", "Or leave --device out (automatic), or pass --device cpu."),
     (r"or device=None \(automatic\)", "or leave --device out (automatic)"),
+    (r" or None \(automatic\)", " or auto (automatic, the default)"),  # flags.AUTO: how a flag spells it
     (r" or None \(([^()]*)\)", r" or left out (\1)"),
     # a setting named where its rule or value follows: the flag that sets it
     (rf"set {_NAMES}=None\b", lambda m: f"leave {FLAGS[m.group(1)]} out"),
