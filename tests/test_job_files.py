@@ -102,3 +102,22 @@ def test_which_files_are_checked_and_the_default_folder_fix(tiny_weights, tmp_pa
     # the .pth is in the default set "faces" (the dwpose and mmpose backends both read it)
     assert "`python -m nbhelpers download --sets faces s3fd`" in str(caught.value)
     assert "dwpose/dw-ll_ucoco_384.pth: missing" in str(caught.value)
+
+
+def test_a_version_the_tiny_weights_lack_is_not_fixed_by_downloading_into_them(tiny_weights, tmp_path):
+    """Tiny weights hold the files of the versions they were made for (tiny.json); a job on another version gets
+    no download command into the tiny folder, which would mix real and random weights. A file the tiny folder
+    should hold still gets the download fix."""
+    root = linked_copy(tiny_weights, tmp_path / "tiny")
+    with pytest.raises(WeightsError) as caught:
+        weights.check_job_files(root, "v1", "dlib")
+    text = str(caught.value)
+    assert "musetalk/pytorch_model.bin: missing" in text
+    assert f"{root} holds tiny random test weights made for v15 only" in text
+    assert "`python -m nbhelpers download --sets v1`" in text
+    assert "--weights" not in text.split("download", 1)[1].split("`", 1)[0]
+    (root / "musetalkV15" / "unet.pth").unlink()
+    with pytest.raises(WeightsError) as caught:
+        weights.check_job_files(root, "v15", "dlib")
+    assert f"`python -m nbhelpers download --weights {root} --sets core`" in str(caught.value)
+    assert "tiny random test weights made for" not in str(caught.value)

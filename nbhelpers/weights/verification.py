@@ -37,6 +37,7 @@ from .manifest import (
     MANIFEST,
     NOTEBOOK,
     STATE_FILE,
+    TINY_MARKER,
     TRY_TINY,
     Manifest,
     WeightFile,
@@ -359,6 +360,14 @@ def check_job_files(directory: str | os.PathLike | None, version: str = "v15", l
              "read):"]
     lines += [f"  {c.path}: {c.state} - {c.detail}" for c in bad]
     sets = dict.fromkeys(MANIFEST.get(c.name).sets[0] for c in bad)
+    if (made := _tiny_made(root)) is not None and all(c.state == MISSING and c.path not in made[1] for c in bad):
+        made_for = ", ".join(made[0]) or "no version"
+        lines.append(f"{root} holds tiny random test weights made for {made_for} only, so it has none of these files; "
+                     "downloading into it would mix real and random weights. Run it with a version it was made for "
+                     f"({made_for}), or download the real weights with `{DOWNLOAD_COMMAND} --sets {' '.join(sets)}` "
+                     f"(or {NOTEBOOK}) and point the job at their folder (--weights DIR, weights_dir=, "
+                     "NBHELPERS_WEIGHTS).")
+        raise _with_report(WeightsError("\n".join(lines)), report)
     notes = [note for state, note in (
         (LFS_POINTER, "git-lfs pointers mean the folder was cloned without git-lfs (`git lfs pull` in the clone also "
                       "fixes them)"),
@@ -368,6 +377,22 @@ def check_job_files(directory: str | os.PathLike | None, version: str = "v15", l
                  "replaces bad files and fetches missing ones in that folder; or point the job at a folder that "
                  "holds good copies (--weights DIR, weights_dir=, NBHELPERS_WEIGHTS)."
                  + (f" Note: {'; '.join(notes)}." if notes else "") + " " + TRY_TINY)
-    error = WeightsError("\n".join(lines))
+    raise _with_report(WeightsError("\n".join(lines)), report)
+
+
+def _with_report(error: WeightsError, report: VerifyReport) -> WeightsError:
+    """``error`` carrying the :class:`VerifyReport` it was made from (``error.report``)."""
     error.report = report  # type: ignore[attr-defined]
-    raise error
+    return error
+
+
+def _tiny_made(root: Path) -> tuple[list[str], set[str]] | None:
+    """(versions, relative file paths) that ``make_tiny_weights`` wrote into ``root``, from its ``tiny.json``;
+    None for a folder of real weights or a marker that cannot be read as one."""
+    if not is_tiny(root):
+        return None
+    try:
+        marker = json.loads((root / TINY_MARKER).read_text(encoding="utf-8"))
+        return [str(v) for v in marker["versions"]], {str(f) for f in marker["files"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
