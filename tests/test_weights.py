@@ -727,3 +727,19 @@ def test_the_child_runs_the_installed_huggingface_hub(main_run):
     import importlib.metadata
 
     assert main_run["result"]["hub_version"] == importlib.metadata.version("huggingface_hub")
+
+
+def test_no_real_file_is_downloaded_into_a_folder_of_tiny_weights(tmp_path, monkeypatch):
+    """A folder marked tiny.json holds random weights; a real file put beside them would be loaded with them. The
+    refusal comes before any file is fetched or copied, and says when NBHELPERS_WEIGHTS is what named the folder."""
+    root = tmp_path / "tiny"
+    root.mkdir()
+    (root / w.TINY_MARKER).write_text("{}")
+    with pytest.raises(InputError, match=r"holds tiny random test weights .* 1 real weight file will not be "
+                                         r"downloaded into it") as caught:
+        w.download(root, files=["vae-config"])  # a bundled file: nothing would stop its copy but the check
+    assert "NBHELPERS_WEIGHTS names" not in str(caught.value)
+    monkeypatch.setenv(w.ENV_VAR, str(root))
+    with pytest.raises(InputError, match="NBHELPERS_WEIGHTS names the tiny folder now"):
+        w.download(None, files=["vae-config"])
+    assert sorted(p.name for p in root.iterdir()) == [w.TINY_MARKER]

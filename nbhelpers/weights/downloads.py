@@ -22,13 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from .. import progress
-from ..errors import NbHelpersWarning, WeightsError, plural
+from ..errors import InputError, NbHelpersWarning, WeightsError, plural
 from ..hashing import sha256_file
 from .inspect import MISSING, inspect_file
 from .manifest import (
     ENV_VAR,
     MANIFEST,
     STAGING_DIR,
+    TINY_MARKER,
     TRY_TINY,
     Manifest,
     Source,
@@ -36,6 +37,7 @@ from .manifest import (
     _human,
     _Report,
     hub_endpoint,
+    is_tiny,
     resolve_dir,
 )
 from .verification import _check, _State
@@ -367,14 +369,28 @@ def _failure_message(root: Path, rows: Sequence[DownloadRow], manifest: Manifest
     return "\n".join(lines)
 
 
+def _refuse_tiny(root: Path, directory: str | os.PathLike | None, n_files: int) -> None:
+    """InputError: ``root`` holds tiny random test weights, and real files downloaded beside them would be loaded
+    with the random ones."""
+    named_by_env = directory is None and bool(os.environ.get(ENV_VAR))
+    raise InputError(
+        f"{root} holds tiny random test weights (its {TINY_MARKER} says so), so {plural(n_files, 'real weight file')} "
+        "will not be downloaded into it: a job would load them beside the random ones. Download the real weights "
+        "into a folder of their own (--weights DIR on the command line, directory= in Python, or the "
+        f"{ENV_VAR} environment variable)" + (f"; {ENV_VAR} names the tiny folder now" if named_by_env else "")
+        + ".")
+
+
 def download(directory: str | os.PathLike | None = None, sets: str | Sequence[str] | None = None,
              files: str | Sequence[str] | None = None, *, manifest: Manifest = MANIFEST) -> DownloadReport:
     """Fetch the weight files of ``sets`` and ``files`` (as :meth:`Manifest.select` chooses them; None and None: the
     v1.5 inference set, about 4.2 GB) that are missing or bad into ``directory`` (made when missing; None:
     :func:`default_dir`), hashing each fetched file whose sha256 is known before it is put in place. Present files
     are checked (no hashing) and kept; a bad one is replaced with a warning.
-    Raises InputError for an unknown set or file name; WeightsError when the folder cannot be written, or a file
-    failed from every source (naming each source's error, the manual URL and the fix; files that succeeded are kept).
+    Raises InputError for an unknown set or file name, or for a folder of tiny random test weights that lacks a
+    file (``tiny.json``: real files beside random ones would be loaded together); WeightsError when the folder
+    cannot be written, or a file failed from every source (naming each source's error, the manual URL and the fix;
+    files that succeeded are kept).
     Source: ``download_weights.sh:14-49`` (the same files; its ``hf-mirror.com`` endpoint is the second hub source)."""
     entries = manifest.select(sets, files)
     root = resolve_dir(directory)
@@ -382,6 +398,8 @@ def download(directory: str | os.PathLike | None = None, sets: str | Sequence[st
     _HOSTS.clear()
     checks = [(entry, _check(entry, root, state, deep=False)) for entry in entries]
     todo = [check for _, check in checks if check.bad]
+    if todo and is_tiny(root):
+        _refuse_tiny(root, directory, len(todo))
     for check in todo:
         if check.state != MISSING:
             warnings.warn(f"{root / check.path} is {check.state} ({check.detail}); downloading it again",
