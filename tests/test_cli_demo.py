@@ -54,6 +54,17 @@ def test_demo_tiny_runs_offline_and_labels_its_output_as_noise(tmp_path):
     assert not list(tmp_path.glob("nbhelpers-demo-*"))
 
 
+@pytest.mark.slow
+def test_demo_tiny_makes_the_unet_of_the_version_asked_for(tmp_path):
+    """Tiny weights are made for one version; --version v1 gets a v1 UNet, so the demo runs MuseTalk 1.0's layout."""
+    pytest.importorskip("torch")
+    pytest.importorskip("dlib")
+    pytest.importorskip("skimage")
+    proc = _cli("demo", "--tiny", "--version", "v1", "--backend", "dlib", "-o", "v1.mp4", cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert re.search(r"v1\.mp4: 25 frames .*; v1, ", proc.stdout), proc.stdout
+
+
 def test_an_offline_download_names_demo_tiny_once(tmp_path):
     pytest.importorskip("skimage")
     proc = _cli("demo", "--download", "--backend", "dlib", "--weights", str(tmp_path / "weights"), cwd=tmp_path)

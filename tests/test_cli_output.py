@@ -56,7 +56,7 @@ def test_demo_writes_its_default_name_into_an_existing_folder(tmp_path, monkeypa
         raise InputError("stopped before the models")
 
     monkeypatch.setattr("nbhelpers.pipeline.lipsync", job)
-    monkeypatch.setattr(testing, "make_tiny_weights", lambda folder: folder)
+    monkeypatch.setattr(testing, "make_tiny_weights", lambda folder, **kw: folder)
     assert main(["demo", "--tiny", "-o", str(tmp_path)]) == 2
     assert main(["demo", "--weights", str(tmp_path), "-o", str(tmp_path)]) == 2
     assert written == [tmp_path / "demo-tiny-noise.mp4", tmp_path / "demo.mp4"]
@@ -195,7 +195,7 @@ def test_demo_refuses_an_output_name_before_making_weights(tmp_path, monkeypatch
     from nbhelpers.cli.main import main
 
     made = []
-    monkeypatch.setattr(testing, "make_tiny_weights", lambda folder: made.append(folder) or folder)
+    monkeypatch.setattr(testing, "make_tiny_weights", lambda folder, **kw: made.append(folder) or folder)
     assert main(["demo", "--tiny", "-o", str(tmp_path / "out.txt")]) == 2
     assert made == [] and "output must end in .mp4 or be an existing folder" in capsys.readouterr().err
 

@@ -61,7 +61,7 @@ def demo(args: argparse.Namespace) -> int:
         weights_dir = args.weights
         if args.tiny:
             print("demo --tiny: making tiny random weights (a few seconds; nothing is downloaded)", flush=True)
-            weights_dir = testing.make_tiny_weights(folder / "tiny-weights")
+            weights_dir = testing.make_tiny_weights(folder / "tiny-weights", versions=(config.version,))
             speech = media.cut_audio(speech, TINY_SECONDS, folder / "speech-1s.wav")
             if config.device is None and not has_cuda():
                 config = config.replace(device="cpu")
