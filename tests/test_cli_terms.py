@@ -561,8 +561,13 @@ def test_outputs_of_tiny_weights_from_weights_get_the_noise_notice(tiny_weights,
     note = _tiny_note(str(tiny_weights))
     assert note.startswith(f"NOTE: {tiny_weights} holds tiny RANDOM test weights") and "noise" in note
     assert _tiny_note(str(tmp_path)) == ""
+    assert "leave --weights out" in note
     monkeypatch.setenv("NBHELPERS_WEIGHTS", str(tiny_weights))  # no --weights: the default folder is read
-    assert _tiny_note(None) == note
+    from_env = _tiny_note(None)
+    assert from_env.startswith(f"NOTE: {tiny_weights} holds tiny RANDOM test weights")
+    # the download's default folder is the tiny one too: the fix names the variable, not --weights
+    assert "set NBHELPERS_WEIGHTS to it (it names the tiny folder now)" in from_env
+    assert "leave --weights out" not in from_env
 
 
 @pytest.mark.parametrize("argv", [["--bbox-shift", "-abc"], ["--bbox-shift"]])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -27,8 +28,13 @@ def tiny_note(weights_dir: str | None) -> str:
     folder = Path(weights_dir).expanduser() if weights_dir else weights.default_dir()
     if not weights.is_tiny(folder):
         return ""
+    if weights_dir or not os.environ.get(weights.ENV_VAR):
+        fix = "python -m nbhelpers download, and leave --weights out (or give the folder it names)."
+    else:  # the folder came from the environment variable, which the download would use too
+        fix = (f"python -m nbhelpers download --weights DIR into a folder of their own, and set {weights.ENV_VAR} to "
+               "it (it names the tiny folder now).")
     return (f"NOTE: {folder} holds tiny RANDOM test weights: the repainted mouths are colour noise, not lip-sync. "
-            "For real results: python -m nbhelpers download, and leave --weights out (or give the folder it names).")
+            f"For real results: {fix}")
 
 
 def lipsync(args: argparse.Namespace) -> int:
