@@ -706,8 +706,8 @@ def test_an_unknown_flag_is_refused_by_its_command_naming_the_nearest_flag(argv,
     (["lipsync", "v.mp4"], "python -m nbhelpers lipsync: error: the following arguments are required: audio"),
     (["lipsync", "v.mp4", "a.wav", "--backend", "foo"], "python -m nbhelpers lipsync: error: argument --backend: "
      "invalid choice: 'foo' (choose from 'auto', 'dwpose', 'dwpose-onnx', 'mmpose', 'dlib', 'boxes')"),
-    (["avatar"], "python -m nbhelpers avatar: error: the following arguments are required: avatar_cmd"),
-    (["lipsinc"], "python -m nbhelpers: error: argument command: invalid choice: 'lipsinc' (choose from 'lipsync', "
+    (["avatar"], "python -m nbhelpers avatar: error: a command is required: prepare, generate, live"),
+    (["lipsinc"], "python -m nbhelpers: error: unknown command 'lipsinc' (choose from 'lipsync', "
      "'demo', 'download', 'verify', 'report', 'score', 'batch', 'avatar')")])
 def test_a_usage_error_is_its_line_and_the_help_to_run_without_the_usage_block(argv, said, capsys):
     """argparse printed the command's usage (18 lines for lipsync) above the error, burying the line that matters."""
@@ -781,3 +781,17 @@ def test_a_weights_error_on_the_tiny_weights_does_not_offer_the_tiny_weights(tmp
         assert cli_main.main(["verify", "--weights", str(folder)]) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: the GFPGAN weights are missing") and ("demo --tiny" in err) is hinted, err
+
+
+@pytest.mark.parametrize("argv, names", [([], "lipsync, demo, download, verify, report, score, batch, avatar"),
+                                         (["avatar"], "prepare, generate, live")])
+def test_a_missing_command_is_named_by_its_choices(argv, names, capsys):
+    """argparse names a missing subcommand by its dest ('command', 'avatar_cmd'), a word no user typed."""
+    from nbhelpers.cli.main import main
+
+    with pytest.raises(SystemExit) as caught:
+        main(argv)
+    err = capsys.readouterr().err
+    assert caught.value.code == 2
+    assert f"error: a command is required: {names}\n" in err
+    assert "avatar_cmd" not in err and "required: command" not in err

@@ -58,6 +58,11 @@ class Parser(argparse.ArgumentParser):
         return parsed, extras
 
     def error(self, message: str):
+        commands = next((a for a in self._actions if isinstance(a, argparse._SubParsersAction)), None)
+        if commands is not None:  # the commands by what they are, not by argparse's dest name
+            if message == f"the following arguments are required: {commands.dest}":
+                message = f"a command is required: {', '.join(commands.choices)}"
+            message = message.replace(f"argument {commands.dest}: invalid choice:", "unknown command", 1)
         named = re.fullmatch(r"argument (--[\w-]+): expected one argument", message)
         action = named and next((a for a in self._actions if named.group(1) in a.option_strings), None)
         f = getattr(action, "setting", None)
