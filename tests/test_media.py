@@ -817,3 +817,12 @@ def test_cut_audio_keeps_the_first_seconds_sample_for_sample(tmp_path):
     with wave.open(str(speech)) as src, wave.open(str(cut)) as got:
         assert got.getparams()[:3] == (1, 2, 16000) and got.getnframes() == 8000
         assert got.readframes(8000) == src.readframes(8000)  # a 16 kHz mono 16-bit source is copied exactly
+
+
+@pytest.mark.parametrize("stream, wanted", [("video", "give a video or photo of a face."),
+                                            ("audio", "give an audio file, or a video with sound.")])
+def test_a_folder_given_as_an_input_is_answered_with_what_that_input_takes(stream, wanted, tmp_path):
+    """A folder as the video is not told to give an audio file, which the video check then refuses."""
+    with pytest.raises(InputError) as caught:
+        media.check_input(tmp_path, stream)
+    assert str(caught.value) == f"{stream} {str(tmp_path)!r} is a folder; {wanted}"

@@ -30,7 +30,8 @@ def _input_path(value: Any, name: str) -> Path:
         raise InputError(f"{name} {str(path)!r} does not exist. Check the path (upload the file first in "
                          "notebook 02_media, or give the full path).")
     if path.is_dir():
-        raise InputError(f"{name} {str(path)!r} is a folder; give a video, image or audio file.")
+        wanted = {"video": "a video or photo of a face", "audio": "an audio file, or a video with sound"}
+        raise InputError(f"{name} {str(path)!r} is a folder; give {wanted.get(name, 'a media file')}.")
     return path
 
 
