@@ -62,16 +62,24 @@ def warn_if_silent(waveform: np.ndarray, what: str = "audio") -> bool:
     return True
 
 
+def names_folder(output: Any) -> bool:
+    """True when the output path ``output`` names a folder to write into: an existing folder, or text that ends in
+    a path separator (``-o results/new/``; the folder is made when the file is written)."""
+    if isinstance(output, str) and output.endswith(("/", os.sep)):
+        return True
+    return isinstance(output, (str, os.PathLike)) and Path(os.fspath(output)).expanduser().is_dir()
+
+
 def output_path_for(output: Any, video_path: Path, audio_path: Path) -> Path:
-    """The output MP4 path: ``output``, ``<output>/<video>_<audio>.mp4`` when ``output`` is an existing folder, or
-    ``results/<video>_<audio>.mp4`` in the working directory (None). InputError when it does not end in ``.mp4``,
-    is a folder or inside a file, or is the job's own video or audio."""
+    """The output MP4 path: ``output``, ``<output>/<video>_<audio>.mp4`` when ``output`` names a folder
+    (:func:`names_folder`), or ``results/<video>_<audio>.mp4`` in the working directory (None). InputError when it
+    does not end in ``.mp4``, is a folder or inside a file, or is the job's own video or audio."""
     name = f"{video_path.stem}_{audio_path.stem}.mp4"
     if output is None:
         output = Path.cwd() / "results" / name
     check_path_type(output, "output")
     path = Path(os.fspath(output)).expanduser()
-    if path.is_dir():  # a folder to write into, as results/ is by default
+    if names_folder(output):  # a folder to write into, as results/ is by default
         path = path / name
     for kind, source in (("video", video_path), ("audio", audio_path)):
         if _same_file(path, Path(source)):
@@ -230,4 +238,4 @@ def one_frame_boxes(boxes: Any, frame_index: int) -> Any:
 
 __all__ = ["check_audio", "check_boxes", "check_face", "check_inputs", "check_path_type", "check_speech_seconds",
            "check_video", "check_weights_dir", "given_boxes", "no_face_in_rotated_video", "one_frame_boxes",
-           "output_path_for", "speech_frames", "warn_if_silent"]
+           "names_folder", "output_path_for", "speech_frames", "warn_if_silent"]

@@ -32,6 +32,30 @@ def test_an_output_neither_mp4_nor_a_folder_says_both_choices(tmp_path):
     assert output_path_for(tmp_path, tmp_path / "v.mp4", tmp_path / "a.wav") == tmp_path / "v_a.mp4"
 
 
+def test_an_output_ending_in_a_separator_is_a_folder_to_make(tmp_path, tone_1s, monkeypatch):
+    """``-o new/`` names a folder, as a shell user writes one: the default name goes in it, and the folder is made
+    with the file. Without the separator, a name that is not .mp4 is still refused."""
+    from nbhelpers.checks import names_folder, output_path_for
+
+    new = f"{tmp_path}/new/"
+    assert names_folder(new) and names_folder(tmp_path) and not names_folder(f"{tmp_path}/new")
+    assert output_path_for(new, tmp_path / "v.mp4", tmp_path / "a.wav") == tmp_path / "new" / "v_a.mp4"
+    with pytest.raises(InputError, match="must end in .mp4"):
+        output_path_for(new.rstrip("/"), tmp_path / "v.mp4", tmp_path / "a.wav")
+    from nbhelpers.cli.main import main
+
+    loads = []
+
+    def no_load(*args, **kwargs):  # the output was accepted: stop before the models
+        loads.append(args)
+        raise InputError("stopped before the models")
+
+    monkeypatch.setattr("nbhelpers.cli.avatar.load_avatar", no_load)
+    (tmp_path / "avatar").mkdir()
+    assert main(["avatar", "generate", str(tmp_path / "avatar"), str(tone_1s), str(tone_1s), "-o", new]) == 2
+    assert len(loads) == 1  # two audio files into one folder: not refused as "-o names one file"
+
+
 def test_every_output_flag_says_it_takes_a_folder():
     from nbhelpers.cli.parser import build_parser
 
@@ -39,9 +63,9 @@ def test_every_output_flag_says_it_takes_a_folder():
     helps = {name: " ".join(commands[name].format_help().split()) for name in ("lipsync", "demo")}
     helps["avatar generate"] = " ".join(commands["avatar"]._subparsers._group_actions[0].choices["generate"]
                                         .format_help().split())
-    assert "output .mp4, or an existing folder to write <video>_<audio>.mp4 into" in helps["lipsync"]
-    assert "output .mp4, or an existing folder to write the default name into" in helps["demo"]
-    assert "or an existing folder to write <audio name>.mp4 into" in helps["avatar generate"]
+    assert "output .mp4, or a folder (existing, or ending in /) to write <video>_<audio>.mp4 into" in helps["lipsync"]
+    assert "output .mp4, or a folder (existing, or ending in /) to write the default name into" in helps["demo"]
+    assert "or a folder (existing, or ending in /) to write <audio name>.mp4 into" in helps["avatar generate"]
 
 
 def test_demo_writes_its_default_name_into_an_existing_folder(tmp_path, monkeypatch):

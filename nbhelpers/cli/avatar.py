@@ -8,7 +8,7 @@ from pathlib import Path
 from .. import media
 from ..avatar import load_avatar, prepare_avatar
 from ..avatar.avatar import RUNTIME_FIELDS, read_meta
-from ..checks import check_audio, check_speech_seconds
+from ..checks import check_audio, check_speech_seconds, names_folder
 from ..config import InferenceConfig, LiveConfig
 from ..errors import InputError
 from ..live import LiveSession, play
@@ -36,7 +36,7 @@ def _check_folder(directory: str) -> None:
 
 def _generate(args: argparse.Namespace) -> int:
     into = Path(args.output).expanduser() if args.output else Path(args.directory) / "vid_output"
-    one = args.output is not None and not into.is_dir()  # -o FILE.mp4, else the clips go into a folder
+    one = args.output is not None and not names_folder(args.output)  # -o FILE.mp4, else the clips go into a folder
     if one and len(args.audio) > 1:
         raise InputError(f"-o/--output names one file but {len(args.audio)} audio files were given; give a folder "
                          "(-o DIR) or leave -o out to write each clip to <avatar>/vid_output/<audio name>.mp4.")

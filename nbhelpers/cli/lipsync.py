@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 from .. import media, pipeline, testing, weights
-from ..checks import check_boxes
+from ..checks import check_boxes, names_folder
 from ..errors import InputError
 from .flags import box_flag, inference_config
 from .parser import TINY_OUTPUT, TINY_SECONDS
@@ -55,7 +55,7 @@ def demo(args: argparse.Namespace) -> int:
     config, boxes = inference_config(args), box_flag(args.box)
     default = TINY_OUTPUT if args.tiny else "results/demo.mp4"
     output = Path(args.output or default).expanduser()
-    output = output / Path(default).name if output.is_dir() else output  # -o DIR: the default name in it
+    output = output / Path(default).name if names_folder(args.output or default) else output  # -o DIR: its name
     if output.suffix.lower() != ".mp4":  # before any download or tiny weights
         raise InputError(f"output must end in .mp4 or be an existing folder; got {str(output)!r}.")
     if args.download:

@@ -71,7 +71,8 @@ def _lipsync(sub: argparse._SubParsersAction) -> None:
     p.add_argument("video", help=VIDEO_HELP)
     p.add_argument("audio", help=AUDIO_HELP)
     p.add_argument("-o", "--output", default=None,
-                   help="output .mp4, or an existing folder to write <video>_<audio>.mp4 into (default: results/)")
+                   help="output .mp4, or a folder (existing, or ending in /) to write <video>_<audio>.mp4 into "
+                        "(default: results/)")
     _job_settings(p)
 
     p = _command(sub, "demo", "lip-sync the bundled demo photo and speech",
@@ -79,7 +80,7 @@ def _lipsync(sub: argparse._SubParsersAction) -> None:
                  "by this project. --download fetches the weights first; --tiny runs every stage on tiny random "
                  "weights with no download (the mouth is noise).")
     p.add_argument("-o", "--output", default=None,
-                   help=f"output .mp4, or an existing folder to write the default name into (default "
+                   help=f"output .mp4, or a folder (existing, or ending in /) to write the default name into (default "
                         f"results/demo.mp4; with --tiny {TINY_OUTPUT})")
     p.add_argument("--download", action="store_true", help="download the weights first if missing")
     p.add_argument("--tiny", action="store_true",
@@ -162,8 +163,8 @@ def _avatar(sub: argparse._SubParsersAction) -> None:
     pg.add_argument("directory", help=AVATAR_DIR_HELP)
     pg.add_argument("audio", nargs="+", help="speech files, one clip each")
     pg.add_argument("-o", "--output", default=None,
-                    help="output .mp4 for one speech file, or an existing folder to write <audio name>.mp4 into "
-                         "(default: DIR/vid_output)")
+                    help="output .mp4 for one speech file, or a folder (existing, or ending in /) to write "
+                         "<audio name>.mp4 into (default: DIR/vid_output)")
     pg.add_argument("--weights", default=None, metavar="DIR", help=WEIGHTS_HELP)
     add_fields(pg, InferenceConfig, only=AVATAR_RUNTIME)  # not cached in the avatar: their own defaults
 
