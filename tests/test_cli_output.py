@@ -235,3 +235,25 @@ def test_avatar_generate_refuses_an_output_name_before_loading_the_avatar(tmp_pa
     assert main(["avatar", "generate", str(tmp_path), str(tone_1s), "-o", str(tmp_path / "out.txt")]) == 2
     assert capsys.readouterr().err == (f"error: output must end in .mp4 or be an existing folder; got "
                                        f"{str(tmp_path / 'out.txt')!r}.\n")
+
+
+@pytest.mark.parametrize("to, refused", [
+    ("udp://", "the live output 'udp://' names no host: give one, as in udp://127.0.0.1:9000."),
+    ("rtmp:///live/key", "names no host"),
+    ("{tmp}/live.avi", "cannot tell the container of"),
+])
+def test_avatar_live_refuses_an_output_ffmpeg_cannot_open_before_loading(to, refused, tmp_path, tone_1s, monkeypatch,
+                                                                         capsys):
+    """A --to that ffmpeg would refuse once the models had loaded and frames were sent ('udp://' gave 'Broken
+    pipe') is named before the avatar loads."""
+    from nbhelpers.cli.main import main
+    from nbhelpers.media.stream import container_of
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("the avatar loaded before --to was checked")
+
+    monkeypatch.setattr("nbhelpers.cli.avatar.load_avatar", no_load)
+    assert main(["avatar", "live", str(tmp_path), "--audio", str(tone_1s), "--to", to.format(tmp=tmp_path)]) == 2
+    assert refused in capsys.readouterr().err
+    assert [container_of(t) for t in ("udp://127.0.0.1:9000", "srt://:9000?mode=listener", "rtmp://h/app/key",
+                                      "x.MKV", "a/b.ts")] == ["mpegts", "mpegts", "flv", "matroska", "mpegts"]

@@ -12,6 +12,7 @@ from ..checks import check_audio, check_speech_seconds, names_folder
 from ..config import InferenceConfig, LiveConfig
 from ..errors import InputError
 from ..live import LiveSession, play
+from ..media.stream import container_of
 from .flags import box_flag, config_from, given_settings, inference_config
 
 __all__ = ["avatar"]
@@ -77,6 +78,7 @@ def _live(args: argparse.Namespace) -> int:
     waveform = media.load_audio(args.audio)
     if config.to is None:  # as `avatar generate`: the avatar's vid_output folder
         config = config.replace(to=str(Path(args.directory) / "vid_output" / f"live-{Path(args.audio).stem}.mp4"))
+    container_of(config.to)  # a name ffmpeg could not write to is refused before the models load
     if "://" not in config.to:  # a file: its folder is checked before the models load
         media.check_writable(Path(config.to).expanduser().parent)
     loaded = load_avatar(args.directory, weights_dir=args.weights)

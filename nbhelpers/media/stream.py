@@ -8,6 +8,7 @@ import queue
 import threading
 from fractions import Fraction
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import numpy as np
 
@@ -22,6 +23,25 @@ FILE_CONTAINERS = {".mp4": "mp4", ".mov": "mov", ".mkv": "matroska", ".ts": "mpe
 UDP_PACKET_BYTES = 1316  # 7 MPEG-TS packets of 188 bytes: one UDP datagram under a 1500-byte MTU
 GOP_FRAMES = 2 * FPS  # a keyframe every 2 s, so that a viewer joining a stream starts within 2 s
 AUDIO_OUT_RATE = 48000  # Hz of the AAC track: the session's 16 kHz speech resampled, as players and editors expect
+
+
+def container_of(target: str | os.PathLike) -> str:
+    """The ffmpeg muxer (``-f``) of a live output ``target``: by URL scheme (``rtmp://`` -> ``flv``, ``srt://``,
+    ``udp://``, ``rtp://``, ``tcp://`` -> ``mpegts``) or file suffix (``.mp4``, ``.mov``, ``.mkv``, ``.ts``,
+    ``.flv``). Raises InputError for any other name, and for a URL without a host (``udp://``), which ffmpeg
+    refuses only once the models have loaded and the first frames are sent."""
+    target = os.fspath(target)
+    low = target.lower()
+    scheme = next((s for s in URL_CONTAINERS if low.startswith(s)), None)
+    if scheme is not None:
+        if not urlsplit(target).netloc:
+            raise InputError(f"the live output {target!r} names no host: give one, as in {scheme}127.0.0.1:9000.")
+        return URL_CONTAINERS[scheme]
+    fmt = FILE_CONTAINERS.get(Path(low.split("?")[0]).suffix, "")
+    if not fmt:
+        raise InputError(f"cannot tell the container of {target!r}: give a .mp4/.mov/.mkv/.ts/.flv file or an "
+                         "rtmp://, srt://, udp://, rtp:// or tcp:// URL.")
+    return fmt
 
 
 def video_codec_args(encoder: str | None = None, *, file: bool = False) -> tuple[list[str], str | None]:
@@ -49,17 +69,12 @@ class FFmpegSink(VideoWriter):
     fed by a thread so that neither blocks the other and :meth:`write` returns at once. ``target`` is a path
     (``.mp4``, ``.mov``, ``.mkv``, ``.ts``, ``.flv``) or URL (``rtmp://`` -> FLV, ``srt://``, ``udp://``,
     ``rtp://``, ``tcp://`` -> MPEG-TS); ``width`` and ``height`` are pixels; ``encoder`` as :func:`video_codec_args`.
-    Raises InputError: the target's container cannot be told from its name, a size is not a positive whole number, or
-    the platform has no pass_fds."""
+    Raises InputError: the target's container cannot be told from its name or a URL names no host
+    (:func:`container_of`), a size is not a positive whole number, or the platform has no pass_fds."""
 
     def __init__(self, target: str | os.PathLike, width: int, height: int, *, encoder: str | None = None):
         target = os.fspath(target)
-        low = target.lower()
-        fmt = next((f for scheme, f in URL_CONTAINERS.items() if low.startswith(scheme)),
-                   FILE_CONTAINERS.get(Path(low.split("?")[0]).suffix, ""))
-        if not fmt:
-            raise InputError(f"cannot tell the container of {target!r}: give a .mp4/.mov/.mkv/.ts/.flv file or an "
-                             "rtmp://, srt://, udp://, rtp:// or tcp:// URL.")
+        fmt = container_of(target)
         if os.name != "posix":
             raise InputError("the live ffmpeg sink needs a POSIX system (the audio goes through a second pipe).")
         # the writer's state (VideoWriter.write, close and abort use it)
