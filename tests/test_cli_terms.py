@@ -51,6 +51,9 @@ def test_settings_errors_name_the_flag(field, value, flag):
      "--delay-s must be a finite number of seconds >= 0; got nan."),
     (["avatar", "live", "{dir}", "--audio", "a.wav", "--hop", "0"], "--hop must be a whole number of frames >= 1"),
     (["batch", "missing.csv", "--cpu-workers", "0"], "--cpu-workers must be a whole number >= 1; got 0."),
+    (["lipsync", "v.mp4", "a.wav", "--batch-size", "2.5"],  # a decimal is a number, not text
+     "--batch-size must be a whole number of frames >= 1 or auto (automatic, the default); got 2.5."),
+    (["avatar", "live", "{dir}", "--audio", "a.wav", "--chunk-ms", "0"], "--chunk-ms must be > 0; got 0."),
     (["lipsync", "v.mp4", "a.wav", "--device", "AUTO"],  # the refusal names the spelling that is taken
      "--device must be 'cuda', 'cuda:N' (N = 0, 1, ...), 'cpu' or auto (automatic, the default); got 'AUTO'."),
 ])

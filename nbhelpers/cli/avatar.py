@@ -73,7 +73,7 @@ def _generate(args: argparse.Namespace) -> int:
 def _live(args: argparse.Namespace) -> int:
     _check_folder(args.directory)
     if not 0 < args.chunk_ms < float("inf"):  # also NaN
-        raise InputError(f"--chunk-ms must be > 0; got {args.chunk_ms}.")
+        raise InputError(f"--chunk-ms must be > 0; got {args.chunk_ms:g}.")
     config = config_from(args, LiveConfig, iterate=False)
     waveform = media.load_audio(args.audio)
     if config.to is None:  # as `avatar generate`: the avatar's vid_output folder

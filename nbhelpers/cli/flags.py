@@ -26,13 +26,16 @@ AUTO = ("auto", "automatic")  # how the command line spells None, for a setting 
 
 
 def _number(kind: type):
-    """An argparse type that reads a number, and keeps text that is not one, for the config to refuse by name."""
+    """An argparse type that reads a number, and keeps text that is not one, for the config to refuse by name; a
+    decimal for a whole number is read as the number it is (``--batch-size 2.5``: "got 2.5", not text)."""
 
     def read(text: str) -> Any:
-        try:
-            return kind(text)
-        except ValueError:
-            return text
+        for parse in (kind, float):
+            try:
+                return parse(text)
+            except ValueError:
+                pass
+        return text
 
     read.__name__ = kind.__name__
     return read
