@@ -238,8 +238,11 @@ def test_avatar_generate_refuses_an_output_name_before_loading_the_avatar(tmp_pa
 
 
 @pytest.mark.parametrize("to, refused", [
-    ("udp://", "the live output 'udp://' names no host: give one, as in udp://127.0.0.1:9000."),
-    ("rtmp:///live/key", "names no host"),
+    ("udp://", "the live output 'udp://' needs a host and a port from 1 to 65535, as in udp://127.0.0.1:9000."),
+    ("rtmp:///live/key", "needs a host, as in rtmp://127.0.0.1/live/KEY."),
+    ("udp://127.0.0.1", "needs a host and a port"),
+    ("udp://:9000", "needs a host and a port"),
+    ("udp://127.0.0.1:99999", "needs a host and a port"),
     ("{tmp}/live.avi", "cannot tell the container of"),
 ])
 def test_avatar_live_refuses_an_output_ffmpeg_cannot_open_before_loading(to, refused, tmp_path, tone_1s, monkeypatch,
@@ -257,3 +260,5 @@ def test_avatar_live_refuses_an_output_ffmpeg_cannot_open_before_loading(to, ref
     assert refused in capsys.readouterr().err
     assert [container_of(t) for t in ("udp://127.0.0.1:9000", "srt://:9000?mode=listener", "rtmp://h/app/key",
                                       "x.MKV", "a/b.ts")] == ["mpegts", "mpegts", "flv", "matroska", "mpegts"]
+    with pytest.raises(InputError, match="needs a host"):
+        container_of("srt://:9000")  # a caller, not a listener, must name whom it calls

@@ -28,14 +28,22 @@ AUDIO_OUT_RATE = 48000  # Hz of the AAC track: the session's 16 kHz speech resam
 def container_of(target: str | os.PathLike) -> str:
     """The ffmpeg muxer (``-f``) of a live output ``target``: by URL scheme (``rtmp://`` -> ``flv``, ``srt://``,
     ``udp://``, ``rtp://``, ``tcp://`` -> ``mpegts``) or file suffix (``.mp4``, ``.mov``, ``.mkv``, ``.ts``,
-    ``.flv``). Raises InputError for any other name, and for a URL without a host (``udp://``), which ffmpeg
-    refuses only once the models have loaded and the first frames are sent."""
+    ``.flv``). Raises InputError for any other name, and for a URL without a host or port (``udp://``; an SRT
+    listener needs no host, RTMP no port), which ffmpeg refuses only once the models have loaded and frames are sent."""
     target = os.fspath(target)
     low = target.lower()
     scheme = next((s for s in URL_CONTAINERS if low.startswith(s)), None)
     if scheme is not None:
-        if not urlsplit(target).netloc:
-            raise InputError(f"the live output {target!r} names no host: give one, as in {scheme}127.0.0.1:9000.")
+        parts = urlsplit(target)
+        try:
+            port = parts.port
+        except ValueError:  # not a number, or out of 0-65535
+            port = -1
+        listening = scheme == "srt://" and "mode=listener" in parts.query  # srt://:PORT?mode=listener waits here
+        if not (parts.hostname or listening) or port in (-1, 0) or (port is None and "rtmp" not in scheme):
+            needs = ("a host, as in {}127.0.0.1/live/KEY" if "rtmp" in scheme else
+                     "a host and a port from 1 to 65535, as in {}127.0.0.1:9000").format(scheme)
+            raise InputError(f"the live output {target!r} needs {needs}.")
         return URL_CONTAINERS[scheme]
     fmt = FILE_CONTAINERS.get(Path(low.split("?")[0]).suffix, "")
     if not fmt:
