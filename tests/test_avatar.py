@@ -373,3 +373,15 @@ def test_the_weights_fingerprint_covers_the_vae_parsing_and_landmark_files(tmp_p
     assert sorted(before) == sorted(files[:5])
     os.utime(tmp_path / "s3fd/s3fd-619a316812.pth", (1e9, 1e9))
     assert weights_fingerprint(tmp_path) != before
+
+
+def test_a_folder_given_as_the_video_is_named_a_folder(tiny_weights, tmp_path):
+    """``avatar prepare DIR OUT`` with an existing folder as the video said it 'does not exist'."""
+    from nbhelpers import prepare_avatar
+    from nbhelpers.errors import InputError
+
+    (tmp_path / "clips").mkdir()
+    with pytest.raises(InputError, match=r"^video '.*clips' is a folder; give a video or photo of a face\.$"):
+        prepare_avatar(tmp_path / "clips", tmp_path / "avatar", weights_dir=tiny_weights)
+    with pytest.raises(InputError, match="does not exist"):
+        prepare_avatar(tmp_path / "missing.mp4", tmp_path / "avatar", weights_dir=tiny_weights)

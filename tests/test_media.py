@@ -554,7 +554,7 @@ def test_missing_file(tmp_path):
         media.load_video(tmp_path / "nope.mp4")
     with pytest.raises(InputError, match="not found"):
         media.load_audio(tmp_path / "nope.wav")
-    with pytest.raises(InputError, match="not a file"):
+    with pytest.raises(InputError, match="is a folder"):
         media.probe(tmp_path)
     empty = tmp_path / "speech.wav"
     empty.write_bytes(b"")
@@ -826,3 +826,13 @@ def test_a_folder_given_as_an_input_is_answered_with_what_that_input_takes(strea
     with pytest.raises(InputError) as caught:
         media.check_input(tmp_path, stream)
     assert str(caught.value) == f"{stream} {str(tmp_path)!r} is a folder; {wanted}"
+
+
+@pytest.mark.parametrize("param, wanted", [("video", "a video or photo of a face"),
+                                           ("audio", "an audio file, or a video with sound"),
+                                           ("media", "one video, photo or audio file")])
+def test_the_readers_answer_a_folder_with_what_the_parameter_takes(param, wanted, tmp_path):
+    """The readers' own check (``avatar live --audio DIR`` reaches it) words a folder as the job checks do."""
+    with pytest.raises(InputError) as caught:
+        media_ffmpeg._existing_file(tmp_path, param)
+    assert str(caught.value) == f"{param} path {str(tmp_path)!r} is a folder. Give the path of {wanted}."

@@ -68,6 +68,8 @@ def prepare_avatar(video: str | os.PathLike, directory: str | os.PathLike, pipe:
         raise InputError(f"directory {str(directory)!r} is a file; give a folder for the avatar (it is created).")
     checks.check_path_type(video, "video")
     video_path = Path(video)
+    if video_path.is_dir():
+        raise InputError(f"video {str(video_path)!r} is a folder; give a video or photo of a face.")
     if not video_path.is_file():
         raise InputError(f"video {str(video_path)!r} does not exist; give the path of a face video or photo.")
     key = cache.boxes_key(boxes)

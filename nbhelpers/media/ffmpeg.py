@@ -173,8 +173,9 @@ def _existing_file(path, param: str) -> Path:
         raise InputError(f"{param} file not found: {str(p)!r}. Check the path (upload the file first on Colab, "
                          "or use nbhelpers.media.demo_inputs() for a demo photo and speech clip).")
     if not p.is_file():
-        raise InputError(f"{param} path {str(p)!r} is not a file (a folder?). Give the path of one video, photo or "
-                         "audio file.")
+        wanted = {"video": "a video or photo of a face", "audio": "an audio file, or a video with sound"}
+        raise InputError(f"{param} path {str(p)!r} is {'a folder' if p.is_dir() else 'not a file'}. Give the path of "
+                         f"{wanted.get(param, 'one video, photo or audio file')}.")
     if p.stat().st_size == 0:
         raise InputError(f"{param} file {str(p)!r} is empty (0 bytes): its upload, export or download did not finish. "
                          "Upload, export or download it again.")
