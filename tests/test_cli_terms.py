@@ -571,6 +571,8 @@ def test_outputs_of_tiny_weights_from_weights_get_the_noise_notice(tiny_weights,
     # the download's default folder is the tiny one too: the fix names the variable, not --weights
     assert "set NBHELPERS_WEIGHTS to it (it names the tiny folder now)" in from_env
     assert "leave --weights out" not in from_env
+    # --weights names the tiny folder too: leaving it out would fall back on the variable, so the same fix
+    assert _tiny_note(str(tiny_weights)) == from_env
 
 
 @pytest.mark.parametrize("argv", [["--bbox-shift", "-abc"], ["--bbox-shift"]])

@@ -28,9 +28,10 @@ def tiny_note(weights_dir: str | None) -> str:
     folder = Path(weights_dir).expanduser() if weights_dir else weights.default_dir()
     if not weights.is_tiny(folder):
         return ""
-    if weights_dir or not os.environ.get(weights.ENV_VAR):
+    named = os.environ.get(weights.ENV_VAR)
+    if not (named and weights.is_tiny(Path(named).expanduser())):
         fix = "python -m nbhelpers download, and leave --weights out (or give the folder it names)."
-    else:  # the folder came from the environment variable, which the download would use too
+    else:  # the variable names tiny weights: the download and a job without --weights would use them
         fix = (f"python -m nbhelpers download --weights DIR into a folder of their own, and set {weights.ENV_VAR} to "
                "it (it names the tiny folder now).")
     return (f"NOTE: {folder} holds tiny RANDOM test weights: the repainted mouths are colour noise, not lip-sync. "

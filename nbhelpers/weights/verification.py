@@ -364,9 +364,9 @@ def check_job_files(directory: str | os.PathLike | None, version: str = "v15", l
         made_for = ", ".join(made[0]) or "no version"
         lines.append(f"{root} holds tiny random test weights made for {made_for} only, so it has none of these files; "
                      "downloading into it would mix real and random weights. Run it with a version it was made for "
-                     f"({made_for}), or download the real weights with `{DOWNLOAD_COMMAND} --sets {' '.join(sets)}` "
-                     f"(or {NOTEBOOK}) and point the job at their folder (--weights DIR, weights_dir=, "
-                     "NBHELPERS_WEIGHTS).")
+                     f"({made_for}), or download the real weights into a folder of their own with `{DOWNLOAD_COMMAND} "
+                     f"--weights DIR --sets {' '.join(sets)}` (or {NOTEBOOK}) and point the job at it (--weights DIR, "
+                     "weights_dir=, NBHELPERS_WEIGHTS).")
         raise _with_report(WeightsError("\n".join(lines)), report)
     notes = [note for state, note in (
         (LFS_POINTER, "git-lfs pointers mean the folder was cloned without git-lfs (`git lfs pull` in the clone also "
