@@ -21,6 +21,7 @@ from ..errors import CacheError, InputError, NoFaceError
 from ..faces.boxes import single_box
 from ..faces.speaker import choose_face
 from ..framestore import FrameStore, check_disk_for_frames, expected_frames
+from ..media.ffmpeg import INPUT_TAKES
 from ..pipeline import MuseTalkPipeline
 from . import cache
 from .avatar import Avatar, read_meta, stored_config
@@ -69,7 +70,7 @@ def prepare_avatar(video: str | os.PathLike, directory: str | os.PathLike, pipe:
     checks.check_path_type(video, "video")
     video_path = Path(video)
     if video_path.is_dir():
-        raise InputError(f"video {str(video_path)!r} is a folder; give a video or photo of a face.")
+        raise InputError(f"video {str(video_path)!r} is a folder; give {INPUT_TAKES['video']}.")
     if not video_path.is_file():
         raise InputError(f"video {str(video_path)!r} does not exist; give the path of a face video or photo.")
     key = cache.boxes_key(boxes)

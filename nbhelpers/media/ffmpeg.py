@@ -24,6 +24,8 @@ BT709_FILTER = ("scale=out_color_matrix=bt709:out_range=tv,format=yuv420p,"
 BT709_TAGS = ["-colorspace", "bt709", "-color_primaries", "bt709", "-color_trc", "bt709", "-color_range", "tv"]
 QUIET = ["-nostdin", "-hide_banner", "-nostats", "-loglevel", "error"]  # no prompt, banner, stats or chatter
 _STDERR_TAIL_LINES = 40  # lines of ffmpeg's stderr kept in an FFmpegError
+#: What each input of a job takes, in the words its errors use ("give ..." a file of this kind).
+INPUT_TAKES = {"video": "a video or photo of a face", "audio": "an audio file, or a video with sound"}
 WRITER_STALL_TIMEOUT_S = 120.0  # seconds a writing ffmpeg may take no frame data / show no progress: then stalled
 _KILL_WAIT_S = 10.0  # seconds to wait for a killed ffmpeg to exit (one stuck on a dead mount may never exit)
 
@@ -173,9 +175,8 @@ def _existing_file(path, param: str) -> Path:
         raise InputError(f"{param} file not found: {str(p)!r}. Check the path (upload the file first on Colab, "
                          "or use nbhelpers.media.demo_inputs() for a demo photo and speech clip).")
     if not p.is_file():
-        wanted = {"video": "a video or photo of a face", "audio": "an audio file, or a video with sound"}
         raise InputError(f"{param} path {str(p)!r} is {'a folder' if p.is_dir() else 'not a file'}. Give the path of "
-                         f"{wanted.get(param, 'one video, photo or audio file')}.")
+                         f"{INPUT_TAKES.get(param, 'one video, photo or audio file')}.")
     if p.stat().st_size == 0:
         raise InputError(f"{param} file {str(p)!r} is empty (0 bytes): its upload, export or download did not finish. "
                          "Upload, export or download it again.")

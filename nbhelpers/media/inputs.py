@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, MediaError, NoAudioError
+from .ffmpeg import INPUT_TAKES
 from .probing import MediaInfo, probe
 from .video import no_video_error
 
@@ -30,8 +31,7 @@ def _input_path(value: Any, name: str) -> Path:
         raise InputError(f"{name} {str(path)!r} does not exist. Check the path (upload the file first in "
                          "notebook 02_media, or give the full path).")
     if path.is_dir():
-        wanted = {"video": "a video or photo of a face", "audio": "an audio file, or a video with sound"}
-        raise InputError(f"{name} {str(path)!r} is a folder; give {wanted.get(name, 'a media file')}.")
+        raise InputError(f"{name} {str(path)!r} is a folder; give {INPUT_TAKES.get(name, 'a media file')}.")
     return path
 
 
